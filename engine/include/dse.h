@@ -1,0 +1,117 @@
+/* dse.h — the dsvisor inference engine's public API.
+ *
+ * Usage:
+ *     struct dse_cpu_info cpu;
+ *     int r = dse_cpu_detect(&cpu);              // honours DSV_CPU=scalar|avx2|avx512
+ *     if (r < 0) { fprintf(stderr, "%s\n", strerror(-r)); ... }
+ *
+ *     struct dse_pool *pool;
+ *     r = dse_pool_new(2, NULL, 0, &pool);      // calling thread becomes compute thread 0
+ *     dse_pool_parallel_for(pool, n_rows, my_rows_fn, &ctx);
+ *     dse_pool_free(pool);
+ *
+ * Conventions: functions return 0 (or a count >= 0) on success and a negative errno on
+ * failure. Out-parameters are named ret_* and written only on success. Objects from
+ * *_new are owned by the caller and released with *_free, which accepts NULL. The
+ * engine never logs above debug level; install a callback with dse_log_set().
+ */
+#ifndef DSE_H
+#define DSE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- diagnostics ---------------------------------------------------------------- */
+
+/* Optional detail for a failed call: a message a user can act on ("tensor 'x': offset
+ * 0x... past end of file"). Pass NULL when the errno is enough. */
+struct dse_diag {
+        char msg[512];
+};
+
+enum dse_log_level {
+        DSE_LOG_ERROR,
+        DSE_LOG_WARN,
+        DSE_LOG_INFO,
+        DSE_LOG_DEBUG,
+        DSE_LOG_LEVEL_COUNT
+};
+
+typedef void (*dse_log_fn)(enum dse_log_level level, const char *msg, void *user);
+
+/* Installs the engine's log sink (NULL: drop everything). Not thread-safe with respect
+ * to concurrent logging; call it once at start-up. */
+void dse_log_set(dse_log_fn fn, void *user);
+
+/* ---- CPU features and kernel level ---------------------------------------------- */
+
+enum dse_cpu_level {
+        DSE_CPU_SCALAR,  /* plain C reference kernels */
+        DSE_CPU_AVX2,    /* AVX2 + FMA + F16C */
+        DSE_CPU_AVX512,  /* AVX-512 F/BW/VL (+ VNNI, BF16 when present) */
+        DSE_CPU_LEVEL_COUNT
+};
+
+const char *dse_cpu_level_to_string(enum dse_cpu_level level);
+
+struct dse_cpu_info {
+        /* Features the CPU has and the OS has enabled (XSAVE state checked with xgetbv). */
+        unsigned avx2 : 1, fma : 1, f16c : 1;
+        unsigned avx512f : 1, avx512bw : 1, avx512vl : 1, avx512vnni : 1, avx512bf16 : 1;
+        unsigned amx_tile : 1, amx_int8 : 1, amx_bf16 : 1;
+        enum dse_cpu_level detected;  /* best level this machine supports */
+        enum dse_cpu_level level;     /* level in use: detected, capped by DSV_CPU */
+        char vendor[13];
+};
+
+/* Detects CPU features once (cached) and resolves the level. DSV_CPU (scalar, avx2,
+ * avx512) forces a level; an unknown value is -EINVAL and a level above what the CPU
+ * supports is -EOPNOTSUPP, with the reason in reterr. */
+int dse_cpu_detect(struct dse_cpu_info *ret_info, struct dse_diag *reterr);
+
+/* Writes a one-paragraph human summary ("detected: avx2 (avx2 fma f16c), using: avx2")
+ * into buf. Returns the length written (truncated to size-1). */
+int dse_cpu_info_format(const struct dse_cpu_info *info, char *buf, size_t size);
+
+/* ---- thread pool ---------------------------------------------------------------- */
+
+/* A fixed set of compute threads. The thread that calls dse_pool_new() becomes compute
+ * thread 0; only it may call dse_pool_run()/dse_pool_parallel_for(). Idle threads spin
+ * for a short bounded time and then block on a futex, so an idle pool costs ~0% CPU
+ * (important under SCHED_FIFO). */
+struct dse_pool;
+
+/* Work function for dse_pool_run: called once on every thread with its index. */
+typedef void (*dse_pool_task_fn)(void *ctx, int ith, int nth);
+/* Work function for dse_pool_parallel_for: rows [begin, end) of a static split. */
+typedef void (*dse_pool_range_fn)(void *ctx, size_t begin, size_t end, int ith);
+
+/* Creates a pool of n_threads (>= 1). If cpus is non-NULL, thread i is pinned to
+ * cpus[i % n_cpus] (thread 0, the caller, included). Returns -EINVAL on bad arguments,
+ * the pthread error on failure to start or pin. */
+int dse_pool_new(int n_threads, const int *cpus, int n_cpus, struct dse_pool **ret_pool);
+void dse_pool_free(struct dse_pool *pool);
+int dse_pool_n_threads(const struct dse_pool *pool);
+
+/* Copies the kernel thread ids (gettid) of the pool's threads, thread 0 first, so a
+ * caller can set scheduling policy or attach perf counters. Returns the count written. */
+int dse_pool_tids(const struct dse_pool *pool, int *tids, int max_tids);
+
+/* Runs fn on all threads and returns when every thread has finished. */
+void dse_pool_run(struct dse_pool *pool, dse_pool_task_fn fn, void *ctx);
+
+/* Splits [0, n) into one contiguous static chunk per thread and runs fn on each
+ * non-empty chunk; returns when all are done. */
+void dse_pool_parallel_for(struct dse_pool *pool, size_t n, dse_pool_range_fn fn, void *ctx);
+
+/* Inside a dse_pool_run task: waits until every thread of the pool has reached it. */
+void dse_pool_barrier(struct dse_pool *pool);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* DSE_H */

@@ -1,0 +1,221 @@
+/* Fixed thread pool with static chunking and futex-based idling.
+ *
+ * Idle threads spin for a bounded number of pause instructions (a decode step's gap is
+ * usually shorter than a futex round-trip) and then block in futex_wait: a pool that
+ * spins unbounded would starve every normal thread on its CPU under SCHED_FIFO. A
+ * sleeper count lets the caller skip the futex_wake syscall when nobody sleeps. */
+#include <immintrin.h>
+#include <limits.h>
+#include <linux/futex.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+#define SPIN_ITERS 20000  /* ~50-100 us of pause before blocking */
+
+struct dse_pool;
+
+struct pool_thread {
+        struct dse_pool *pool;
+        pthread_t handle;
+        int ith;
+        int cpu;     /* -1: not pinned */
+        int tid;
+};
+
+struct dse_pool {
+        int n_threads;
+        struct pool_thread *threads;
+
+        dse_pool_task_fn task;
+        void *task_ctx;
+        _Atomic uint32_t generation; /* bumped to start a task */
+        _Atomic uint32_t n_done;     /* worker threads (1..n-1) finished with the task */
+        _Atomic uint32_t n_sleeping; /* threads blocked (or about to block) in futex_wait */
+        _Atomic int stop;
+
+        _Atomic uint32_t barrier_count;
+        _Atomic uint32_t barrier_gen;
+};
+
+static void futex_wait(_Atomic uint32_t *addr, uint32_t expected) {
+        syscall(SYS_futex, (uint32_t *)addr, FUTEX_WAIT_PRIVATE, expected, NULL, NULL, 0);
+}
+
+static void futex_wake_all(_Atomic uint32_t *addr) {
+        syscall(SYS_futex, (uint32_t *)addr, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
+}
+
+/* Waits until *addr != old: bounded spin, then block. Returns the new value. */
+static uint32_t wait_change(struct dse_pool *pool, _Atomic uint32_t *addr, uint32_t old) {
+        uint32_t v;
+        for (int i = 0; i < SPIN_ITERS; i++) {
+                v = atomic_load_explicit(addr, memory_order_acquire);
+                if (v != old)
+                        return v;
+                _mm_pause();
+        }
+        while ((v = atomic_load(addr)) == old) {
+                atomic_fetch_add(&pool->n_sleeping, 1);
+                futex_wait(addr, old);
+                atomic_fetch_sub(&pool->n_sleeping, 1);
+        }
+        return v;
+}
+
+static void wake_sleepers(struct dse_pool *pool, _Atomic uint32_t *addr) {
+        if (atomic_load(&pool->n_sleeping) > 0)
+                futex_wake_all(addr);
+}
+
+static int pin_self(int cpu) {
+        cpu_set_t set;
+        CPU_ZERO(&set);
+        CPU_SET(cpu, &set);
+        return pthread_setaffinity_np(pthread_self(), sizeof set, &set);
+}
+
+static void *thread_main(void *arg) {
+        struct pool_thread *t = arg;
+        struct dse_pool *pool = t->pool;
+        uint32_t seen = 0;
+        for (;;) {
+                seen = wait_change(pool, &pool->generation, seen);
+                if (atomic_load(&pool->stop))
+                        return NULL;
+                pool->task(pool->task_ctx, t->ith, pool->n_threads);
+                uint32_t done = atomic_fetch_add(&pool->n_done, 1) + 1;
+                if (done == (uint32_t)pool->n_threads - 1)
+                        wake_sleepers(pool, &pool->n_done);
+        }
+}
+
+void dse_pool_run(struct dse_pool *pool, dse_pool_task_fn fn, void *ctx) {
+        pool->task = fn;
+        pool->task_ctx = ctx;
+        atomic_store(&pool->n_done, 0);
+        atomic_fetch_add(&pool->generation, 1);
+        wake_sleepers(pool, &pool->generation);
+
+        fn(ctx, 0, pool->n_threads);
+
+        uint32_t want = (uint32_t)pool->n_threads - 1, done;
+        while ((done = atomic_load(&pool->n_done)) != want)
+                wait_change(pool, &pool->n_done, done);
+}
+
+void dse_pool_barrier(struct dse_pool *pool) {
+        if (pool->n_threads == 1)
+                return;
+        uint32_t gen = atomic_load(&pool->barrier_gen);
+        if (atomic_fetch_add(&pool->barrier_count, 1) + 1 == (uint32_t)pool->n_threads) {
+                atomic_store(&pool->barrier_count, 0);
+                atomic_fetch_add(&pool->barrier_gen, 1);
+                wake_sleepers(pool, &pool->barrier_gen);
+                return;
+        }
+        wait_change(pool, &pool->barrier_gen, gen);
+}
+
+struct range_task {
+        size_t n;
+        dse_pool_range_fn fn;
+        void *ctx;
+};
+
+static void range_task_run(void *arg, int ith, int nth) {
+        struct range_task *rt = arg;
+        size_t chunk = (rt->n + (size_t)nth - 1) / (size_t)nth;
+        size_t begin = chunk * (size_t)ith;
+        size_t end = begin + chunk < rt->n ? begin + chunk : rt->n;
+        if (begin < end)
+                rt->fn(rt->ctx, begin, end, ith);
+}
+
+void dse_pool_parallel_for(struct dse_pool *pool, size_t n, dse_pool_range_fn fn, void *ctx) {
+        if (n == 0)
+                return;
+        struct range_task rt = {n, fn, ctx};
+        if (pool->n_threads == 1 || n == 1) {
+                fn(ctx, 0, n, 0);
+                return;
+        }
+        dse_pool_run(pool, range_task_run, &rt);
+}
+
+static void record_tid(void *ctx, int ith, int nth) {
+        struct dse_pool *pool = ctx;
+        pool->threads[ith].tid = (int)syscall(SYS_gettid);
+}
+
+int dse_pool_new(int n_threads, const int *cpus, int n_cpus, struct dse_pool **ret_pool) {
+        if (!ret_pool || n_threads < 1 || n_threads > 1024 || (cpus && n_cpus < 1))
+                return -EINVAL;
+        struct dse_pool *pool = calloc(1, sizeof *pool);
+        if (!pool)
+                return -ENOMEM;
+        pool->threads = calloc((size_t)n_threads, sizeof *pool->threads);
+        if (!pool->threads) {
+                free(pool);
+                return -ENOMEM;
+        }
+        pool->n_threads = n_threads;
+        for (int i = 0; i < n_threads; i++) {
+                pool->threads[i] = (struct pool_thread){.pool = pool, .ith = i,
+                                                        .cpu = cpus ? cpus[i % n_cpus] : -1};
+        }
+        int r = 0;
+        if (cpus && (r = pin_self(pool->threads[0].cpu)) != 0) {
+                dse_pool_free(pool);
+                return -r;
+        }
+        for (int i = 1; i < n_threads; i++) {
+                pthread_attr_t attr;
+                pthread_attr_init(&attr);
+                if (cpus) {
+                        cpu_set_t set;
+                        CPU_ZERO(&set);
+                        CPU_SET(pool->threads[i].cpu, &set);
+                        pthread_attr_setaffinity_np(&attr, sizeof set, &set);
+                }
+                r = pthread_create(&pool->threads[i].handle, &attr, thread_main, &pool->threads[i]);
+                pthread_attr_destroy(&attr);
+                if (r != 0) {
+                        pool->n_threads = i; /* only threads 1..i-1 exist */
+                        dse_pool_free(pool);
+                        return -r;
+                }
+        }
+        dse_pool_run(pool, record_tid, pool);
+        *ret_pool = pool;
+        return 0;
+}
+
+void dse_pool_free(struct dse_pool *pool) {
+        if (!pool)
+                return;
+        atomic_store(&pool->stop, 1);
+        atomic_fetch_add(&pool->generation, 1);
+        futex_wake_all(&pool->generation);
+        for (int i = 1; i < pool->n_threads; i++)
+                pthread_join(pool->threads[i].handle, NULL);
+        free(pool->threads);
+        free(pool);
+}
+
+int dse_pool_n_threads(const struct dse_pool *pool) {
+        return pool->n_threads;
+}
+
+int dse_pool_tids(const struct dse_pool *pool, int *tids, int max_tids) {
+        int n = pool->n_threads < max_tids ? pool->n_threads : max_tids;
+        for (int i = 0; i < n; i++)
+                tids[i] = pool->threads[i].tid;
+        return n;
+}

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Installs every Debian package dsvisor builds and tests with. Idempotent: packages
+# already present are skipped, and apt-get update runs only when something is missing.
+set -euo pipefail
+
+BUILD_PKGS=(build-essential cmake pkg-config
+  libnng-dev libcjson-dev libnuma-dev libhwloc-dev libcgroup-dev libsystemd-dev
+  libpcre2-dev libutf8proc-dev libmicrohttpd-dev)
+TEST_PKGS=(clang hwloc python3)
+
+want=("${BUILD_PKGS[@]}")
+if [ "${1:-}" = "--with-tests" ]; then want+=("${TEST_PKGS[@]}"); fi
+
+missing=()
+for p in "${want[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ "${#missing[@]}" -eq 0 ]; then
+  echo "bootstrap: all ${#want[@]} packages present"
+  exit 0
+fi
+SUDO=""
+[ "$(id -u)" -eq 0 ] || SUDO="sudo"
+echo "bootstrap: installing ${missing[*]}"
+$SUDO apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"

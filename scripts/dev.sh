@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# The README's two set-up commands:
+#   scripts/dev.sh demo   install, build, and run the main job on the bundled default model
+#   scripts/dev.sh test   install, build, and run the whole test suite
+# Extra: scripts/dev.sh asan  (unit tests under ASan+UBSan, as CI runs them)
+set -euo pipefail
+top=$(cd "$(dirname "$0")/.." && pwd)
+cd "$top"
+jobs=$(nproc)
+
+build() { # dir, extra cmake args...
+  local dir=$1; shift
+  cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo "$@" >/dev/null
+  cmake --build "$dir" -j"$jobs"
+}
+
+case "${1:-}" in
+  demo)
+    scripts/bootstrap.sh
+    build build
+    exec scripts/demo.sh build
+    ;;
+  test)
+    scripts/bootstrap.sh --with-tests
+    build build
+    cd build && ctest --output-on-failure -j"$jobs" ${CTEST_ARGS:-}
+    ;;
+  asan)
+    scripts/bootstrap.sh --with-tests
+    build build-asan -DDSV_SANITIZE=ON
+    cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+      ctest --output-on-failure -j"$jobs" -L unit
+    ;;
+  *)
+    echo "usage: scripts/dev.sh demo|test|asan" >&2
+    exit 2
+    ;;
+esac

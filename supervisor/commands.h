@@ -1,0 +1,14 @@
+/* The dsvisor subcommands. Each returns the process exit status (0 ok, 1 error, 2 usage)
+ * and prints its own errors; only main() exits. */
+#ifndef DSV_COMMANDS_H
+#define DSV_COMMANDS_H
+
+struct dsv_command {
+        const char *name;
+        int (*run)(int argc, char **argv); /* argv[0] is the subcommand name */
+        const char *summary;
+};
+
+int dsv_cmd_cpuinfo(int argc, char **argv);
+
+#endif

@@ -1,0 +1,46 @@
+/* dsvisor: one binary, one subcommand per job (git style). */
+#include <stdio.h>
+#include <string.h>
+
+#include "commands.h"
+#include "dse.h"
+
+static const struct dsv_command commands[] = {
+        {"cpuinfo", dsv_cmd_cpuinfo, "print the CPU features detected and the kernel level in use"},
+};
+
+static void usage(FILE *out) {
+        fprintf(out, "usage: dsvisor COMMAND [ARGS...]\n\ncommands:\n");
+        for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+                fprintf(out, "  %-10s %s\n", commands[i].name, commands[i].summary);
+        fprintf(out, "\nRun 'dsvisor COMMAND --help' for a command's options.\n");
+}
+
+int main(int argc, char **argv) {
+        if (argc < 2) {
+                usage(stderr);
+                return 2;
+        }
+        if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "help") == 0) {
+                usage(stdout);
+                return 0;
+        }
+        if (strcmp(argv[1], "--version") == 0) {
+                struct dse_cpu_info cpu;
+                struct dse_diag diag = {{0}};
+                printf("dsvisor %s\n", DSV_VERSION);
+                if (dse_cpu_detect(&cpu, &diag) < 0) {
+                        fprintf(stderr, "dsvisor: %s\n", diag.msg);
+                        return 1;
+                }
+                printf("cpu level: %s (detected %s)\n", dse_cpu_level_to_string(cpu.level),
+                       dse_cpu_level_to_string(cpu.detected));
+                return 0;
+        }
+        for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+                if (strcmp(argv[1], commands[i].name) == 0)
+                        return commands[i].run(argc - 1, argv + 1);
+        fprintf(stderr, "dsvisor: unknown command '%s'\n", argv[1]);
+        usage(stderr);
+        return 2;
+}
