@@ -111,6 +111,50 @@ void dse_pool_parallel_for(struct dse_pool *pool, size_t n, dse_pool_range_fn fn
 /* Inside a dse_pool_run task: waits until every thread of the pool has reached it. */
 void dse_pool_barrier(struct dse_pool *pool);
 
+/* ---- model files (native format, HF import) ------------------------------------- */
+/* (owned by the model-format work: dse_model_open, dse_model_open_fd, convert, verify) */
+
+/* ---- sessions and the forward pass ----------------------------------------------- */
+/* (owned by the forward-pass work) */
+
+/* ---- tokenizers -------------------------------------------------------------------- */
+
+/* A tokenizer loaded from a Hugging Face tokenizer.json (+ tokenizer_config.json for
+ * BOS/EOS and the chat template) or a SentencePiece .model. Immutable after loading:
+ * encode/decode may be called from many threads at once. */
+struct dse_tokenizer;
+
+/* Loads tokenizer.json from memory; config_json (tokenizer_config.json) may be NULL.
+ * Buffers are copied as needed and may be freed after the call. -EBADMSG for malformed
+ * input, -EOPNOTSUPP for an unknown model, normalizer or pre-tokenizer type. */
+int dse_tokenizer_load_hf(const char *json, size_t json_len, const char *config_json,
+                          size_t config_len, struct dse_tokenizer **ret_tok, struct dse_diag *reterr);
+/* Loads a SentencePiece ModelProto (.model file contents). */
+int dse_tokenizer_load_spm(const void *data, size_t len, struct dse_tokenizer **ret_tok,
+                           struct dse_diag *reterr);
+/* Loads from a path: "*.model" as SentencePiece, otherwise tokenizer.json (its sibling
+ * tokenizer_config.json is read when present). */
+int dse_tokenizer_load_file(const char *path, struct dse_tokenizer **ret_tok, struct dse_diag *reterr);
+void dse_tokenizer_free(struct dse_tokenizer *tok);
+
+/* Encodes UTF-8 text (-EILSEQ if invalid). add_special: add BOS/EOS the way the
+ * model's own loader does. Writes up to max_ids ids and returns the total count, which
+ * may exceed max_ids (call again with a bigger buffer). */
+int dse_tokenizer_encode(const struct dse_tokenizer *tok, const char *text, size_t len,
+                         int add_special, int32_t *ids, size_t max_ids);
+/* Decodes ids to UTF-8 (special tokens kept). Writes up to max_len bytes (no NUL) and
+ * returns the total length, which may exceed max_len. -EINVAL for an id out of range. */
+int dse_tokenizer_decode(const struct dse_tokenizer *tok, const int32_t *ids, size_t n_ids,
+                         char *out, size_t max_len);
+int dse_tokenizer_n_vocab(const struct dse_tokenizer *tok);
+int dse_tokenizer_bos(const struct dse_tokenizer *tok); /* -1 when none */
+int dse_tokenizer_eos(const struct dse_tokenizer *tok); /* -1 when none */
+/* The token's text as stored in the vocabulary (e.g. "\u0120the", "<0x0A>"), or NULL. */
+const char *dse_tokenizer_piece(const struct dse_tokenizer *tok, int32_t id);
+
+/* ---- chat templates and streaming text ------------------------------------------ */
+/* (owned by the chat-template work) */
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,0 +1,141 @@
+/* Engine-internal model representation: hyper-parameters and a table of named tensors
+ * that view the mapped native file in place. This header is the seam between the file
+ * side (safetensors/HF import, native format writer and loader: format.c, hf/) and the
+ * math side (arch_*.c, kernels/). Tensor names are the Hugging Face names
+ * ("model.layers.3.self_attn.q_proj.weight"); a quantized weight keeps that name for its
+ * packed data and carries auxiliary tensors with suffixes (see FORMAT.md):
+ *   "<name>.scale"  F32  per-group scales   (Q8/Q4: [rows, ceil(cols/group)];
+ *                                            F8_E4M3: [ceil(rows/128), ceil(cols/128)])
+ *   "<name>.zero"   U8   Q4 zero points     [rows, ceil(cols/group)]
+ *   "<name>.perm"   I32  Q4 input order     [cols] (GPTQ act-order: column j of the
+ *                                            stored matrix is input perm[j])
+ */
+#ifndef DSE_MODEL_H
+#define DSE_MODEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dse.h"
+
+enum dse_dtype {
+        DSE_DTYPE_F32,
+        DSE_DTYPE_F16,
+        DSE_DTYPE_BF16,
+        DSE_DTYPE_F8_E4M3, /* FN variant, with 128x128 block scales in "<name>.scale" */
+        DSE_DTYPE_Q8,      /* int8 symmetric: W = q * scale[row, col/group] */
+        DSE_DTYPE_Q4,      /* int4 + zero: W = (q - zero[row, g]) * scale[row, g]; two per byte,
+                              low nibble = even column, rows padded to whole bytes */
+        DSE_DTYPE_I32,
+        DSE_DTYPE_U8,      /* raw bytes: zero points, embedded tokenizer files */
+        DSE_DTYPE_COUNT
+};
+
+const char *dse_dtype_to_string(enum dse_dtype dtype);
+
+enum dse_arch {
+        DSE_ARCH_LLAMA,
+        DSE_ARCH_QWEN2,
+        DSE_ARCH_DEEPSEEK_V2,
+        DSE_ARCH_DEEPSEEK_V3,
+        DSE_ARCH_COUNT
+};
+
+const char *dse_arch_to_string(enum dse_arch arch); /* the HF model_type string */
+
+enum dse_rope_type {
+        DSE_ROPE_DEFAULT,
+        DSE_ROPE_LINEAR,
+        DSE_ROPE_YARN,
+        DSE_ROPE_LLAMA3,
+        DSE_ROPE_TYPE_COUNT
+};
+
+enum dse_moe_topk {
+        DSE_MOE_GREEDY,               /* deepseek_v2 topk_method "greedy" */
+        DSE_MOE_GROUP_LIMITED_GREEDY, /* deepseek_v2 "group_limited_greedy" */
+        DSE_MOE_NOAUX_TC,             /* deepseek_v3 "noaux_tc" */
+        DSE_MOE_TOPK_COUNT
+};
+
+enum dse_moe_scoring {
+        DSE_MOE_SOFTMAX,
+        DSE_MOE_SIGMOID,
+        DSE_MOE_SCORING_COUNT
+};
+
+struct dse_hparams {
+        enum dse_arch arch;
+        int32_t n_layers;          /* num_hidden_layers (MTP layers excluded) */
+        int32_t hidden_size;
+        int32_t intermediate_size; /* dense MLP width */
+        int32_t n_heads;
+        int32_t n_kv_heads;        /* llama/qwen2 GQA; equals n_heads for MHA */
+        int32_t head_dim;          /* llama/qwen2: explicit head_dim or hidden/n_heads */
+        int32_t vocab_size;
+        int32_t max_position_embeddings;
+        float rms_norm_eps;
+        float rope_theta;
+        int32_t tie_word_embeddings;
+        int32_t attention_bias;    /* qwen2: q/k/v biases */
+
+        /* rope_scaling */
+        enum dse_rope_type rope_type;
+        float rope_factor;
+        int32_t rope_original_max_pos; /* original_max_position_embeddings */
+        float rope_low_freq_factor;    /* llama3 */
+        float rope_high_freq_factor;   /* llama3 */
+        float rope_beta_fast;          /* yarn, default 32 */
+        float rope_beta_slow;          /* yarn, default 1 */
+        float rope_mscale;             /* yarn */
+        float rope_mscale_all_dim;     /* yarn */
+
+        /* DeepSeek MLA (0 when absent) */
+        int32_t q_lora_rank; /* 0: single q_proj */
+        int32_t kv_lora_rank;
+        int32_t qk_nope_head_dim;
+        int32_t qk_rope_head_dim;
+        int32_t v_head_dim;
+
+        /* DeepSeek MoE (n_routed_experts 0: dense model) */
+        int32_t n_routed_experts;
+        int32_t n_shared_experts;
+        int32_t n_experts_per_tok;
+        int32_t moe_intermediate_size;
+        int32_t first_k_dense_replace;
+        int32_t moe_layer_freq;
+        int32_t n_group;
+        int32_t topk_group;
+        enum dse_moe_topk topk_method;
+        enum dse_moe_scoring scoring_func;
+        int32_t norm_topk_prob;
+        float routed_scaling_factor;
+
+        /* special ids from config.json / generation_config.json (-1: none) */
+        int32_t bos_token_id;
+        int32_t eos_token_id;
+};
+
+#define DSE_TENSOR_MAX_DIMS 4
+#define DSE_TENSOR_NAME_MAX 128
+
+struct dse_tensor {
+        char name[DSE_TENSOR_NAME_MAX];
+        enum dse_dtype dtype;
+        int32_t n_dims;
+        int64_t shape[DSE_TENSOR_MAX_DIMS]; /* row-major; weights are [out, in] as in HF */
+        int32_t group_size;                 /* Q8/Q4: columns per scale group; else 0 */
+        const void *data;                   /* view into the mapping, >= 64-byte aligned */
+        uint64_t size_bytes;
+};
+
+/* An opened model: owns the mapping; tensors are read-only views into it. */
+struct dse_model;
+
+const struct dse_hparams *dse__model_hparams(const struct dse_model *model);
+/* NULL when absent. */
+const struct dse_tensor *dse__model_tensor(const struct dse_model *model, const char *name);
+size_t dse__model_n_tensors(const struct dse_model *model);
+const struct dse_tensor *dse__model_tensor_at(const struct dse_model *model, size_t i);
+
+#endif
