@@ -1,0 +1,230 @@
+/* Reference kernels: written for clarity, float32 activations and accumulation. They are
+ * the specification of every entry of struct dse_kernels, the scalar fallback and the
+ * oracle the SIMD versions are tested against (tests/kernels/test-kernels.c). */
+#include <math.h>
+#include <pthread.h>
+#include <string.h>
+
+#include "kernels/kernels.h"
+
+/* IEEE half: 1 sign, 5 exponent (bias 15), 10 mantissa bits. */
+float dse__f16_to_f32(uint16_t h) {
+        int sign = h >> 15, exp = (h >> 10) & 0x1f, mant = h & 0x3ff;
+        float v;
+        if (exp == 0)
+                v = ldexpf((float)mant, -24); /* subnormal: mant * 2^-14 / 2^10 */
+        else if (exp == 31)
+                v = mant ? NAN : INFINITY;
+        else
+                v = ldexpf((float)(mant | 0x400), exp - 25);
+        return sign ? -v : v;
+}
+
+/* bfloat16 is the top half of a float32. */
+float dse__bf16_to_f32(uint16_t h) {
+        uint32_t bits = (uint32_t)h << 16;
+        float v;
+        memcpy(&v, &bits, sizeof v);
+        return v;
+}
+
+/* float8 e4m3fn: 1 sign, 4 exponent (bias 7), 3 mantissa bits; no infinities, S.1111.111
+ * is NaN, max 448. */
+float dse__f8e4m3_to_f32(uint8_t b) {
+        int sign = b >> 7, exp = (b >> 3) & 0xf, mant = b & 7;
+        float v;
+        if (exp == 0)
+                v = ldexpf((float)mant, -9); /* subnormal: mant/8 * 2^-6 */
+        else if (exp == 15 && mant == 7)
+                v = NAN;
+        else
+                v = ldexpf((float)(mant | 8), exp - 10);
+        return sign ? -v : v;
+}
+
+static float f8_table[256];
+static pthread_once_t f8_once = PTHREAD_ONCE_INIT;
+
+static void f8_table_build(void) {
+        for (int i = 0; i < 256; i++)
+                f8_table[i] = dse__f8e4m3_to_f32((uint8_t)i);
+}
+
+const float *dse__f8e4m3_table(void) {
+        pthread_once(&f8_once, f8_table_build);
+        return f8_table;
+}
+
+/* ---- matvec per weight format --------------------------------------------------- */
+
+static void matvec_f32_ref(const struct dse_qmat *w, const float *x, float *y, int64_t r0, int64_t r1) {
+        const float *W = w->data; /* (rows, cols) */
+        for (int64_t r = r0; r < r1; r++) {
+                const float *row = W + r * w->cols;
+                float acc = 0.0f;
+                for (int64_t c = 0; c < w->cols; c++)
+                        acc += row[c] * x[c];
+                y[r] = acc;
+        }
+}
+
+static void matvec_f16_ref(const struct dse_qmat *w, const float *x, float *y, int64_t r0, int64_t r1) {
+        const uint16_t *W = w->data; /* (rows, cols) */
+        for (int64_t r = r0; r < r1; r++) {
+                const uint16_t *row = W + r * w->cols;
+                float acc = 0.0f;
+                for (int64_t c = 0; c < w->cols; c++)
+                        acc += dse__f16_to_f32(row[c]) * x[c];
+                y[r] = acc;
+        }
+}
+
+static void matvec_bf16_ref(const struct dse_qmat *w, const float *x, float *y, int64_t r0, int64_t r1) {
+        const uint16_t *W = w->data; /* (rows, cols) */
+        for (int64_t r = r0; r < r1; r++) {
+                const uint16_t *row = W + r * w->cols;
+                float acc = 0.0f;
+                for (int64_t c = 0; c < w->cols; c++)
+                        acc += dse__bf16_to_f32(row[c]) * x[c];
+                y[r] = acc;
+        }
+}
+
+/* Each 128-column block of a row shares one scale: sum the block, then scale it. */
+static void matvec_f8_ref(const struct dse_qmat *w, const float *x, float *y, int64_t r0, int64_t r1) {
+        const uint8_t *W = w->data; /* (rows, cols) */
+        const float *lut = dse__f8e4m3_table();
+        for (int64_t r = r0; r < r1; r++) {
+                const uint8_t *row = W + r * w->cols;
+                const float *srow = w->scale + (r / DSE_F8_BLOCK) * w->n_groups; /* (n_groups) */
+                float acc = 0.0f;
+                for (int64_t c0 = 0; c0 < w->cols; c0 += DSE_F8_BLOCK) {
+                        int64_t c1 = c0 + DSE_F8_BLOCK < w->cols ? c0 + DSE_F8_BLOCK : w->cols;
+                        float part = 0.0f;
+                        for (int64_t c = c0; c < c1; c++)
+                                part += lut[row[c]] * x[c];
+                        acc += part * srow[c0 / DSE_F8_BLOCK];
+                }
+                y[r] = acc;
+        }
+}
+
+static void matvec_q8_ref(const struct dse_qmat *w, const float *x, float *y, int64_t r0, int64_t r1) {
+        const int8_t *W = w->data; /* (rows, cols) */
+        int64_t G = w->group_size;
+        for (int64_t r = r0; r < r1; r++) {
+                const int8_t *row = W + r * w->cols;
+                const float *srow = w->scale + r * w->n_groups; /* (n_groups) */
+                float acc = 0.0f;
+                for (int64_t g = 0; g < w->n_groups; g++) {
+                        int64_t c1 = (g + 1) * G < w->cols ? (g + 1) * G : w->cols;
+                        float part = 0.0f;
+                        for (int64_t c = g * G; c < c1; c++)
+                                part += (float)row[c] * x[c];
+                        acc += part * srow[g];
+                }
+                y[r] = acc;
+        }
+}
+
+static inline int q4_at(const uint8_t *row, int64_t c) {
+        uint8_t b = row[c / 2];
+        return (c & 1) ? b >> 4 : b & 0xf;
+}
+
+static void matvec_q4_ref(const struct dse_qmat *w, const float *x, float *y, int64_t r0, int64_t r1) {
+        const uint8_t *W = w->data; /* (rows, (cols+1)/2) */
+        int64_t G = w->group_size, row_bytes = (w->cols + 1) / 2;
+        for (int64_t r = r0; r < r1; r++) {
+                const uint8_t *row = W + r * row_bytes;
+                const float *srow = w->scale + r * w->n_groups;  /* (n_groups) */
+                const uint8_t *zrow = w->zero + r * w->n_groups; /* (n_groups) */
+                float acc = 0.0f;
+                for (int64_t g = 0; g < w->n_groups; g++) {
+                        int64_t c1 = (g + 1) * G < w->cols ? (g + 1) * G : w->cols;
+                        float z = (float)zrow[g], part = 0.0f;
+                        for (int64_t c = g * G; c < c1; c++)
+                                part += ((float)q4_at(row, c) - z) * x[c];
+                        acc += part * srow[g];
+                }
+                y[r] = acc;
+        }
+}
+
+static void dequant_row_ref(const struct dse_qmat *w, int64_t r, float *out) {
+        int64_t n = w->cols;
+        switch (w->dtype) {
+        case DSE_DTYPE_F32:
+                memcpy(out, (const float *)w->data + r * n, (size_t)n * sizeof(float));
+                break;
+        case DSE_DTYPE_F16:
+                for (int64_t c = 0; c < n; c++)
+                        out[c] = dse__f16_to_f32(((const uint16_t *)w->data)[r * n + c]);
+                break;
+        case DSE_DTYPE_BF16:
+                for (int64_t c = 0; c < n; c++)
+                        out[c] = dse__bf16_to_f32(((const uint16_t *)w->data)[r * n + c]);
+                break;
+        case DSE_DTYPE_F8_E4M3: {
+                const float *lut = dse__f8e4m3_table();
+                const float *srow = w->scale + (r / DSE_F8_BLOCK) * w->n_groups;
+                for (int64_t c = 0; c < n; c++)
+                        out[c] = lut[((const uint8_t *)w->data)[r * n + c]] * srow[c / DSE_F8_BLOCK];
+                break;
+        }
+        case DSE_DTYPE_Q8:
+                for (int64_t c = 0; c < n; c++)
+                        out[c] = (float)((const int8_t *)w->data)[r * n + c] *
+                                 w->scale[r * w->n_groups + c / w->group_size];
+                break;
+        case DSE_DTYPE_Q4: {
+                const uint8_t *row = (const uint8_t *)w->data + r * ((n + 1) / 2);
+                for (int64_t c = 0; c < n; c++) {
+                        int64_t g = r * w->n_groups + c / w->group_size;
+                        out[c] = ((float)q4_at(row, c) - (float)w->zero[g]) * w->scale[g];
+                }
+                break;
+        }
+        default:
+                memset(out, 0, (size_t)n * sizeof(float));
+                break;
+        }
+}
+
+/* ---- vector helpers ------------------------------------------------------------- */
+
+static float dot_ref(const float *a, const float *b, int64_t n) {
+        float acc = 0.0f;
+        for (int64_t i = 0; i < n; i++)
+                acc += a[i] * b[i];
+        return acc;
+}
+
+static void axpy_ref(float a, const float *x, float *y, int64_t n) {
+        for (int64_t i = 0; i < n; i++)
+                y[i] += a * x[i];
+}
+
+static void rmsnorm_ref(float *out, const float *x, const float *w, int64_t n, float eps) {
+        float ss = 0.0f;
+        for (int64_t i = 0; i < n; i++)
+                ss += x[i] * x[i];
+        float inv = 1.0f / sqrtf(ss / (float)n + eps);
+        for (int64_t i = 0; i < n; i++)
+                out[i] = w[i] * (x[i] * inv);
+}
+
+void dse__kernels_fill_ref(struct dse_kernels *k) {
+        memset(k, 0, sizeof *k);
+        k->level = DSE_CPU_SCALAR;
+        k->matvec[DSE_DTYPE_F32] = matvec_f32_ref;
+        k->matvec[DSE_DTYPE_F16] = matvec_f16_ref;
+        k->matvec[DSE_DTYPE_BF16] = matvec_bf16_ref;
+        k->matvec[DSE_DTYPE_F8_E4M3] = matvec_f8_ref;
+        k->matvec[DSE_DTYPE_Q8] = matvec_q8_ref;
+        k->matvec[DSE_DTYPE_Q4] = matvec_q4_ref;
+        k->dequant_row = dequant_row_ref;
+        k->dot = dot_ref;
+        k->axpy = axpy_ref;
+        k->rmsnorm = rmsnorm_ref;
+}
