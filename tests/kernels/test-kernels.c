@@ -1,0 +1,299 @@
+/* Every kernel of struct dse_kernels, at every level up to the detected one, against a
+ * float64 oracle written from the format definitions (kernels.h) and against its _ref
+ * twin, on seeded random data and awkward shapes (1 row, 1 column, odd tails, columns not
+ * a multiple of the group, partial FP8 edge blocks). */
+#include <stdint.h>
+
+#include "kernels/kernels.h"
+#include "t.h"
+
+/* Tolerance: the float32 rounding of a sum of n terms is bounded by ~n*eps*sum|terms|;
+ * we allow 1e-5 relative to sum|w*x| (n <= 300 here) plus a tiny absolute floor. */
+#define REL_TOL 1e-5
+#define ABS_TOL 1e-6
+
+static uint64_t rng_state;
+static void rng_seed(uint64_t s) { rng_state = s * 0x9E3779B97F4A7C15ull + 1; }
+static uint32_t rng_u32(void) {
+        rng_state ^= rng_state << 13;
+        rng_state ^= rng_state >> 7;
+        rng_state ^= rng_state << 17;
+        return (uint32_t)(rng_state >> 11);
+}
+static float rng_unit(void) { return (float)(rng_u32() % 2000001) / 1000000.0f - 1.0f; }
+
+/* Independent decoders for the oracle (the ref.c converters are checked separately). */
+static double f16_value(uint16_t h) {
+        int s = h >> 15, e = (h >> 10) & 31, m = h & 1023;
+        double v = e ? ldexp(1.0 + m / 1024.0, e - 15) : ldexp(m / 1024.0, -14);
+        return s ? -v : v;
+}
+static double f8_value(uint8_t b) {
+        int s = b >> 7, e = (b >> 3) & 15, m = b & 7;
+        double v = e ? ldexp(1.0 + m / 8.0, e - 7) : ldexp(m / 8.0, -6);
+        return s ? -v : v;
+}
+
+struct mat_case {
+        int64_t rows, cols;
+        int32_t group;
+};
+
+struct mat_buf {
+        struct dse_qmat w;
+        void *data;
+        float *scale;
+        uint8_t *zero;
+};
+
+static void mat_make(struct mat_buf *m, enum dse_dtype dt, struct mat_case c) {
+        memset(m, 0, sizeof *m);
+        m->w.dtype = dt;
+        m->w.rows = c.rows;
+        m->w.cols = c.cols;
+        size_t n = (size_t)(c.rows * c.cols);
+        switch (dt) {
+        case DSE_DTYPE_F32: {
+                float *d = malloc(n * 4);
+                for (size_t i = 0; i < n; i++)
+                        d[i] = rng_unit();
+                m->data = d;
+                break;
+        }
+        case DSE_DTYPE_F16: {
+                uint16_t *d = malloc(n * 2);
+                for (size_t i = 0; i < n; i++) /* exponents 5..19: normal, |v| < 32 */
+                        d[i] = (uint16_t)((rng_u32() & 0x8000) | ((5 + rng_u32() % 15) << 10) | (rng_u32() & 0x3ff));
+                if (n > 1)
+                        d[1] = 0x0201; /* a subnormal */
+                m->data = d;
+                break;
+        }
+        case DSE_DTYPE_BF16: {
+                uint16_t *d = malloc(n * 2);
+                for (size_t i = 0; i < n; i++)
+                        d[i] = (uint16_t)((rng_u32() & 0x8000) | ((120 + rng_u32() % 10) << 7) | (rng_u32() & 0x7f));
+                m->data = d;
+                break;
+        }
+        case DSE_DTYPE_F8_E4M3: {
+                uint8_t *d = malloc(n);
+                for (size_t i = 0; i < n; i++) {
+                        d[i] = (uint8_t)rng_u32();
+                        if ((d[i] & 0x7f) == 0x7f)
+                                d[i] ^= 1; /* no NaN */
+                }
+                m->data = d;
+                m->w.n_groups = (c.cols + DSE_F8_BLOCK - 1) / DSE_F8_BLOCK;
+                int64_t ns = (c.rows + DSE_F8_BLOCK - 1) / DSE_F8_BLOCK * m->w.n_groups;
+                m->scale = malloc((size_t)ns * 4);
+                for (int64_t i = 0; i < ns; i++)
+                        m->scale[i] = 0.001f + 0.01f * (rng_unit() + 1.0f);
+                break;
+        }
+        case DSE_DTYPE_Q8:
+        case DSE_DTYPE_Q4: {
+                m->w.group_size = c.group;
+                m->w.n_groups = (c.cols + c.group - 1) / c.group;
+                size_t bytes = dt == DSE_DTYPE_Q8 ? n : (size_t)(c.rows * ((c.cols + 1) / 2));
+                uint8_t *d = malloc(bytes);
+                for (size_t i = 0; i < bytes; i++)
+                        d[i] = (uint8_t)rng_u32();
+                m->data = d;
+                size_t ns = (size_t)(c.rows * m->w.n_groups);
+                m->scale = malloc(ns * 4);
+                m->zero = malloc(ns);
+                for (size_t i = 0; i < ns; i++) {
+                        m->scale[i] = 0.01f * (rng_unit() + 1.5f);
+                        m->zero[i] = (uint8_t)(rng_u32() % 16);
+                }
+                break;
+        }
+        default:
+                break;
+        }
+        m->w.data = m->data;
+        m->w.scale = m->scale;
+        m->w.zero = dt == DSE_DTYPE_Q4 ? m->zero : NULL;
+}
+
+static void mat_free(struct mat_buf *m) {
+        free(m->data);
+        free(m->scale);
+        free(m->zero);
+}
+
+/* W[r, c] straight from the format definitions in kernels.h. */
+static double oracle_w(const struct dse_qmat *w, int64_t r, int64_t c) {
+        int64_t i = r * w->cols + c;
+        switch (w->dtype) {
+        case DSE_DTYPE_F32: return ((const float *)w->data)[i];
+        case DSE_DTYPE_F16: return f16_value(((const uint16_t *)w->data)[i]);
+        case DSE_DTYPE_BF16: {
+                uint32_t bits = (uint32_t)((const uint16_t *)w->data)[i] << 16;
+                float f;
+                memcpy(&f, &bits, 4);
+                return f;
+        }
+        case DSE_DTYPE_F8_E4M3:
+                return f8_value(((const uint8_t *)w->data)[i]) *
+                       w->scale[(r / 128) * w->n_groups + c / 128];
+        case DSE_DTYPE_Q8:
+                return (double)((const int8_t *)w->data)[i] * w->scale[r * w->n_groups + c / w->group_size];
+        case DSE_DTYPE_Q4: {
+                uint8_t b = ((const uint8_t *)w->data)[r * ((w->cols + 1) / 2) + c / 2];
+                int q = (c % 2) ? b >> 4 : b & 15;
+                int64_t g = r * w->n_groups + c / w->group_size;
+                return (q - (int)w->zero[g]) * (double)w->scale[g];
+        }
+        default: return NAN;
+        }
+}
+
+static const struct mat_case cases[] = {
+        {1, 1, 32},   {1, 8, 32},    {3, 7, 32},    {2, 16, 16},  {5, 33, 32},  {7, 64, 32},
+        {4, 100, 32}, {9, 130, 64},  {3, 45, 15},   {2, 9, 3},    {130, 200, 128}, {129, 257, 128},
+        {6, 300, 128},
+};
+
+static const enum dse_dtype mat_dtypes[] = {
+        DSE_DTYPE_F32, DSE_DTYPE_F16, DSE_DTYPE_BF16, DSE_DTYPE_F8_E4M3, DSE_DTYPE_Q8, DSE_DTYPE_Q4,
+};
+
+static const char *dtype_name(enum dse_dtype dt) {
+        static const char *const names[] = {"F32", "F16", "BF16", "F8_E4M3", "Q8", "Q4"};
+        return (unsigned)dt < sizeof names / sizeof names[0] ? names[dt] : "?";
+}
+
+static enum dse_cpu_level detected_level(void) {
+        struct dse_cpu_info cpu;
+        unsetenv("DSV_CPU");
+        return dse_cpu_detect(&cpu, NULL) < 0 ? DSE_CPU_SCALAR : cpu.detected;
+}
+
+TEST(converters_known_values) {
+        ASSERT_NEAR(dse__f16_to_f32(0x3c00), 1.0, 0);
+        ASSERT_NEAR(dse__f16_to_f32(0xc000), -2.0, 0);
+        ASSERT_NEAR(dse__f16_to_f32(0x7bff), 65504.0, 0);
+        ASSERT_NEAR(dse__f16_to_f32(0x0001), ldexp(1, -24), 0);
+        ASSERT_NEAR(dse__bf16_to_f32(0x3f80), 1.0, 0);
+        ASSERT_NEAR(dse__bf16_to_f32(0xc0a0), -5.0, 0);
+        ASSERT_NEAR(dse__f8e4m3_to_f32(0x38), 1.0, 0);
+        ASSERT_NEAR(dse__f8e4m3_to_f32(0x7e), 448.0, 0);
+        ASSERT_NEAR(dse__f8e4m3_to_f32(0xfe), -448.0, 0);
+        ASSERT_NEAR(dse__f8e4m3_to_f32(0x01), ldexp(1, -9), 0);
+        ASSERT_NEAR(dse__f8e4m3_to_f32(0x08), ldexp(1, -6), 0);
+        ASSERT_NEAR(dse__f8e4m3_to_f32(0x0f), 1.875 * ldexp(1, -6), 0);
+        ASSERT_TRUE(isnan(dse__f8e4m3_to_f32(0x7f)));
+        ASSERT_TRUE(isnan(dse__f8e4m3_to_f32(0xff)));
+        const float *lut = dse__f8e4m3_table();
+        for (int i = 0; i < 256; i++)
+                if ((i & 0x7f) != 0x7f)
+                        ASSERT_NEAR(lut[i], f8_value((uint8_t)i), 0);
+        for (uint32_t h = 0; h < 0x7c00; h += 7)
+                ASSERT_NEAR(dse__f16_to_f32((uint16_t)h), f16_value((uint16_t)h), 0);
+}
+
+TEST(matvec_all_formats_all_levels) {
+        enum dse_cpu_level top = detected_level();
+        int n_checked = 0;
+        for (size_t d = 0; d < sizeof mat_dtypes / sizeof mat_dtypes[0]; d++) {
+                for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+                        rng_seed(1000 * d + ci);
+                        struct mat_buf m;
+                        mat_make(&m, mat_dtypes[d], cases[ci]);
+                        const struct dse_qmat *w = &m.w;
+                        float *x = malloc((size_t)w->cols * 4);
+                        float *y_ref = malloc((size_t)w->rows * 4), *y = malloc((size_t)w->rows * 4);
+                        double *want = malloc((size_t)w->rows * 8), *mag = malloc((size_t)w->rows * 8);
+                        for (int64_t c = 0; c < w->cols; c++)
+                                x[c] = rng_unit();
+                        for (int64_t r = 0; r < w->rows; r++) {
+                                want[r] = mag[r] = 0;
+                                for (int64_t c = 0; c < w->cols; c++) {
+                                        double t = oracle_w(w, r, c) * x[c];
+                                        want[r] += t;
+                                        mag[r] += fabs(t);
+                                }
+                        }
+                        struct dse_kernels kref;
+                        ASSERT_OK(dse_kernels_resolve(DSE_CPU_SCALAR, &kref));
+                        kref.matvec[w->dtype](w, x, y_ref, 0, w->rows);
+                        for (int lvl = DSE_CPU_SCALAR; lvl <= (int)top; lvl++) {
+                                struct dse_kernels k;
+                                ASSERT_OK(dse_kernels_resolve((enum dse_cpu_level)lvl, &k));
+                                ASSERT_TRUE(k.matvec[w->dtype] != NULL);
+                                for (int64_t r = 0; r < w->rows; r++)
+                                        y[r] = NAN;
+                                /* two row ranges, as the pool splits them */
+                                int64_t mid = w->rows / 2;
+                                k.matvec[w->dtype](w, x, y, 0, mid);
+                                k.matvec[w->dtype](w, x, y, mid, w->rows);
+                                for (int64_t r = 0; r < w->rows; r++) {
+                                        double tol = REL_TOL * mag[r] + ABS_TOL;
+                                        if (!(fabs(y[r] - want[r]) <= tol) || !(fabs(y[r] - y_ref[r]) <= 2 * tol))
+                                                T_FAIL("%s level %s case %zu (%lldx%lld g%d) row %lld: got %.9g ref %.9g "
+                                                       "oracle %.9g (tol %.3g) NOT OK",
+                                                       dtype_name(w->dtype),
+                                                       dse_cpu_level_to_string((enum dse_cpu_level)lvl), ci,
+                                                       (long long)w->rows, (long long)w->cols, cases[ci].group,
+                                                       (long long)r, y[r], y_ref[r], want[r], tol);
+                                }
+                                n_checked++;
+                        }
+                        /* dequant_row against the oracle, element by element */
+                        float *row = malloc((size_t)w->cols * 4);
+                        for (int64_t r = 0; r < w->rows; r += 1 + w->rows / 3) {
+                                kref.dequant_row(w, r, row);
+                                for (int64_t c = 0; c < w->cols; c++)
+                                        ASSERT_NEAR(row[c], oracle_w(w, r, c), 1e-7 * fabs(oracle_w(w, r, c)));
+                        }
+                        free(row);
+                        free(x);
+                        free(y_ref);
+                        free(y);
+                        free(want);
+                        free(mag);
+                        mat_free(&m);
+                }
+        }
+        fprintf(stderr, "  %d matvec (format, shape, level) combinations checked up to level %s\n", n_checked,
+                dse_cpu_level_to_string(top));
+}
+
+TEST(vector_helpers_all_levels) {
+        enum dse_cpu_level top = detected_level();
+        static const int64_t lens[] = {1, 7, 8, 9, 31, 64, 129};
+        for (int lvl = DSE_CPU_SCALAR; lvl <= (int)top; lvl++) {
+                struct dse_kernels k;
+                ASSERT_OK(dse_kernels_resolve((enum dse_cpu_level)lvl, &k));
+                for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++) {
+                        int64_t n = lens[li];
+                        rng_seed(77 + (uint64_t)li);
+                        float a[129], b[129], y[129], y0[129], out[129];
+                        double dot = 0, mag = 0, ss = 0;
+                        for (int64_t i = 0; i < n; i++) {
+                                a[i] = rng_unit();
+                                b[i] = rng_unit();
+                                y0[i] = y[i] = rng_unit();
+                                dot += (double)a[i] * b[i];
+                                mag += fabs((double)a[i] * b[i]);
+                                ss += (double)a[i] * a[i];
+                        }
+                        ASSERT_NEAR(k.dot(a, b, n), dot, REL_TOL * mag + ABS_TOL);
+                        k.axpy(0.75f, a, y, n);
+                        for (int64_t i = 0; i < n; i++)
+                                ASSERT_NEAR(y[i], y0[i] + 0.75 * a[i], 1e-6);
+                        k.rmsnorm(out, a, b, n, 1e-6f);
+                        double inv = 1.0 / sqrt(ss / (double)n + 1e-6);
+                        for (int64_t i = 0; i < n; i++)
+                                ASSERT_NEAR(out[i], b[i] * a[i] * inv, 1e-5 * (1 + fabs(b[i] * a[i] * inv)));
+                }
+        }
+}
+
+TEST(resolve_rejects_bad_level) {
+        struct dse_kernels k;
+        ASSERT_ERR(dse_kernels_resolve(DSE_CPU_LEVEL_COUNT, &k), -EINVAL);
+        ASSERT_ERR(dse_kernels_resolve(DSE_CPU_SCALAR, NULL), -EINVAL);
+}
