@@ -172,26 +172,26 @@ static enum dse_cpu_level detected_level(void) {
 }
 
 TEST(converters_known_values) {
-        ASSERT_NEAR(dse__f16_to_f32(0x3c00), 1.0, 0);
-        ASSERT_NEAR(dse__f16_to_f32(0xc000), -2.0, 0);
-        ASSERT_NEAR(dse__f16_to_f32(0x7bff), 65504.0, 0);
-        ASSERT_NEAR(dse__f16_to_f32(0x0001), ldexp(1, -24), 0);
-        ASSERT_NEAR(dse__bf16_to_f32(0x3f80), 1.0, 0);
-        ASSERT_NEAR(dse__bf16_to_f32(0xc0a0), -5.0, 0);
-        ASSERT_NEAR(dse__f8e4m3_to_f32(0x38), 1.0, 0);
-        ASSERT_NEAR(dse__f8e4m3_to_f32(0x7e), 448.0, 0);
-        ASSERT_NEAR(dse__f8e4m3_to_f32(0xfe), -448.0, 0);
-        ASSERT_NEAR(dse__f8e4m3_to_f32(0x01), ldexp(1, -9), 0);
-        ASSERT_NEAR(dse__f8e4m3_to_f32(0x08), ldexp(1, -6), 0);
-        ASSERT_NEAR(dse__f8e4m3_to_f32(0x0f), 1.875 * ldexp(1, -6), 0);
-        ASSERT_TRUE(isnan(dse__f8e4m3_to_f32(0x7f)));
-        ASSERT_TRUE(isnan(dse__f8e4m3_to_f32(0xff)));
+        ASSERT_NEAR(dse__kern_f16_to_f32(0x3c00), 1.0, 0);
+        ASSERT_NEAR(dse__kern_f16_to_f32(0xc000), -2.0, 0);
+        ASSERT_NEAR(dse__kern_f16_to_f32(0x7bff), 65504.0, 0);
+        ASSERT_NEAR(dse__kern_f16_to_f32(0x0001), ldexp(1, -24), 0);
+        ASSERT_NEAR(dse__kern_bf16_to_f32(0x3f80), 1.0, 0);
+        ASSERT_NEAR(dse__kern_bf16_to_f32(0xc0a0), -5.0, 0);
+        ASSERT_NEAR(dse__kern_f8e4m3_to_f32(0x38), 1.0, 0);
+        ASSERT_NEAR(dse__kern_f8e4m3_to_f32(0x7e), 448.0, 0);
+        ASSERT_NEAR(dse__kern_f8e4m3_to_f32(0xfe), -448.0, 0);
+        ASSERT_NEAR(dse__kern_f8e4m3_to_f32(0x01), ldexp(1, -9), 0);
+        ASSERT_NEAR(dse__kern_f8e4m3_to_f32(0x08), ldexp(1, -6), 0);
+        ASSERT_NEAR(dse__kern_f8e4m3_to_f32(0x0f), 1.875 * ldexp(1, -6), 0);
+        ASSERT_TRUE(isnan(dse__kern_f8e4m3_to_f32(0x7f)));
+        ASSERT_TRUE(isnan(dse__kern_f8e4m3_to_f32(0xff)));
         const float *lut = dse__f8e4m3_table();
         for (int i = 0; i < 256; i++)
                 if ((i & 0x7f) != 0x7f)
                         ASSERT_NEAR(lut[i], f8_value((uint8_t)i), 0);
         for (uint32_t h = 0; h < 0x7c00; h += 7)
-                ASSERT_NEAR(dse__f16_to_f32((uint16_t)h), f16_value((uint16_t)h), 0);
+                ASSERT_NEAR(dse__kern_f16_to_f32((uint16_t)h), f16_value((uint16_t)h), 0);
 }
 
 TEST(matvec_all_formats_all_levels) {

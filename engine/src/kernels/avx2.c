@@ -79,7 +79,7 @@ static void matvec_bf16_avx2(const struct dse_qmat *w, const float *x, float *y,
                         a0 = _mm256_fmadd_ps(load_bf16x8(row + c), _mm256_loadu_ps(x + c), a0);
                 float acc = hsum8(_mm256_add_ps(a0, a1));
                 for (; c < n; c++)
-                        acc += dse__bf16_to_f32(row[c]) * x[c];
+                        acc += dse__kern_bf16_to_f32(row[c]) * x[c];
                 y[r] = acc;
         }
 }
@@ -99,7 +99,7 @@ static void matvec_f16_avx2(const struct dse_qmat *w, const float *x, float *y, 
                         a0 = _mm256_fmadd_ps(load_f16x8(row + c), _mm256_loadu_ps(x + c), a0);
                 float acc = hsum8(_mm256_add_ps(a0, a1));
                 for (; c < n; c++)
-                        acc += dse__f16_to_f32(row[c]) * x[c];
+                        acc += dse__kern_f16_to_f32(row[c]) * x[c];
                 y[r] = acc;
         }
 }

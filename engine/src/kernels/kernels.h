@@ -68,9 +68,9 @@ void dse__kernels_fill_ref(struct dse_kernels *k);
 void dse__kernels_fill_avx2(struct dse_kernels *k);
 
 /* Scalar conversions shared by ref.c and the tests. */
-float dse__f16_to_f32(uint16_t h);
-float dse__bf16_to_f32(uint16_t h);
-float dse__f8e4m3_to_f32(uint8_t b);
+float dse__kern_f16_to_f32(uint16_t h);
+float dse__kern_bf16_to_f32(uint16_t h);
+float dse__kern_f8e4m3_to_f32(uint8_t b);
 /* 256-entry e4m3 decode table (built once, thread-safe). */
 const float *dse__f8e4m3_table(void);
 

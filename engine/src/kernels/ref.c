@@ -8,7 +8,7 @@
 #include "kernels/kernels.h"
 
 /* IEEE half: 1 sign, 5 exponent (bias 15), 10 mantissa bits. */
-float dse__f16_to_f32(uint16_t h) {
+float dse__kern_f16_to_f32(uint16_t h) {
         int sign = h >> 15, exp = (h >> 10) & 0x1f, mant = h & 0x3ff;
         float v;
         if (exp == 0)
@@ -21,7 +21,7 @@ float dse__f16_to_f32(uint16_t h) {
 }
 
 /* bfloat16 is the top half of a float32. */
-float dse__bf16_to_f32(uint16_t h) {
+float dse__kern_bf16_to_f32(uint16_t h) {
         uint32_t bits = (uint32_t)h << 16;
         float v;
         memcpy(&v, &bits, sizeof v);
@@ -30,7 +30,7 @@ float dse__bf16_to_f32(uint16_t h) {
 
 /* float8 e4m3fn: 1 sign, 4 exponent (bias 7), 3 mantissa bits; no infinities, S.1111.111
  * is NaN, max 448. */
-float dse__f8e4m3_to_f32(uint8_t b) {
+float dse__kern_f8e4m3_to_f32(uint8_t b) {
         int sign = b >> 7, exp = (b >> 3) & 0xf, mant = b & 7;
         float v;
         if (exp == 0)
@@ -47,7 +47,7 @@ static pthread_once_t f8_once = PTHREAD_ONCE_INIT;
 
 static void f8_table_build(void) {
         for (int i = 0; i < 256; i++)
-                f8_table[i] = dse__f8e4m3_to_f32((uint8_t)i);
+                f8_table[i] = dse__kern_f8e4m3_to_f32((uint8_t)i);
 }
 
 const float *dse__f8e4m3_table(void) {
@@ -74,7 +74,7 @@ static void matvec_f16_ref(const struct dse_qmat *w, const float *x, float *y, i
                 const uint16_t *row = W + r * w->cols;
                 float acc = 0.0f;
                 for (int64_t c = 0; c < w->cols; c++)
-                        acc += dse__f16_to_f32(row[c]) * x[c];
+                        acc += dse__kern_f16_to_f32(row[c]) * x[c];
                 y[r] = acc;
         }
 }
@@ -85,7 +85,7 @@ static void matvec_bf16_ref(const struct dse_qmat *w, const float *x, float *y, 
                 const uint16_t *row = W + r * w->cols;
                 float acc = 0.0f;
                 for (int64_t c = 0; c < w->cols; c++)
-                        acc += dse__bf16_to_f32(row[c]) * x[c];
+                        acc += dse__kern_bf16_to_f32(row[c]) * x[c];
                 y[r] = acc;
         }
 }
@@ -159,11 +159,11 @@ static void dequant_row_ref(const struct dse_qmat *w, int64_t r, float *out) {
                 break;
         case DSE_DTYPE_F16:
                 for (int64_t c = 0; c < n; c++)
-                        out[c] = dse__f16_to_f32(((const uint16_t *)w->data)[r * n + c]);
+                        out[c] = dse__kern_f16_to_f32(((const uint16_t *)w->data)[r * n + c]);
                 break;
         case DSE_DTYPE_BF16:
                 for (int64_t c = 0; c < n; c++)
-                        out[c] = dse__bf16_to_f32(((const uint16_t *)w->data)[r * n + c]);
+                        out[c] = dse__kern_bf16_to_f32(((const uint16_t *)w->data)[r * n + c]);
                 break;
         case DSE_DTYPE_F8_E4M3: {
                 const float *lut = dse__f8e4m3_table();
