@@ -115,7 +115,49 @@ void dse_pool_barrier(struct dse_pool *pool);
 /* (owned by the model-format work: dse_model_open, dse_model_open_fd, convert, verify) */
 
 /* ---- sessions and the forward pass ----------------------------------------------- */
-/* (owned by the forward-pass work) */
+/* A session runs one sequence through a model: it holds the activations, the scratch
+ * space and the KV cache, all sized at dse_session_new from the config and n_ctx (decode
+ * never allocates). It borrows the model and the pool, which must outlive it. One
+ * thread at a time per session; many sessions may share a model.
+ *
+ *     struct dse_session *s;
+ *     r = dse_session_new(model, 256, pool, &s, &diag);
+ *     r = dse_session_eval(s, prompt, n_prompt, NULL, last, &diag);  // last: (vocab)
+ *     r = dse_session_eval(s, &next, 1, NULL, last, &diag);          // continues at n_past
+ *     dse_session_free(s);
+ *
+ * The kernels are those of the level dse_cpu_detect() resolves (DSV_CPU=scalar forces
+ * the reference kernels). Activations and accumulation are float32 at every level.
+ * DeepSeek MLA caches only the normalised latent and the rotated k_pe per token and
+ * layer, and attends in the absorbed form. */
+struct dse_model;
+struct dse_session;
+
+/* The model's vocabulary size (logits per position), or -EINVAL for NULL. */
+int dse_model_vocab_size(const struct dse_model *model);
+
+/* n_ctx: positions the KV cache holds (1..max_position_embeddings is not enforced; a
+ * larger context only needs memory). pool may be NULL (single-threaded). -EINVAL,
+ * -EOPNOTSUPP (architecture, dtype), -EBADMSG (a missing or misshapen tensor), -ENOMEM. */
+int dse_session_new(const struct dse_model *model, int n_ctx, struct dse_pool *pool,
+                    struct dse_session **ret_session, struct dse_diag *reterr);
+void dse_session_free(struct dse_session *s);
+
+/* Feeds n_tokens at positions n_past.. and advances n_past. logits (may be NULL)
+ * receives [n_tokens, vocab] rows, last_logits (may be NULL) the last row. -E2BIG when
+ * the tokens do not fit in n_ctx, -EINVAL for a token id outside the vocabulary (nothing
+ * is evaluated then). */
+int dse_session_eval(struct dse_session *s, const int32_t *tokens, size_t n_tokens, float *logits,
+                     float *last_logits, struct dse_diag *reterr);
+
+/* Forgets the sequence (n_past = 0). */
+void dse_session_reset(struct dse_session *s);
+int dse_session_n_past(const struct dse_session *s);
+int dse_session_n_ctx(const struct dse_session *s);
+
+/* KV cache bytes per token over all layers: llama/qwen2 2 * n_layers * n_kv_heads *
+ * head_dim * 4; DeepSeek MLA n_layers * (kv_lora_rank + qk_rope_head_dim) * 4. */
+size_t dse_session_kv_bytes_per_token(const struct dse_session *s);
 
 /* ---- tokenizers -------------------------------------------------------------------- */
 
