@@ -1,0 +1,192 @@
+/* dsv_policy.h — dsvisor's decisions as pure functions over plain structs: where the
+ * instances run (placement), which instance takes a request (routing), and whether a
+ * request is taken at all (admission). libc only: no syscalls, no I/O, no hwloc, so every
+ * decision is tested on synthetic input (tests/unit/test-policy-*.c).
+ *
+ *     static struct dsv_topology topo;              // filled by dsv_topo_load() or a test
+ *     static struct dsv_policy_placement plan;
+ *     struct dsv_policy_place_request req = { .n_instances = 0 };   // 0: one per node
+ *     int r = dsv_policy_place_instances(&topo, &req, &plan);
+ *     for (int i = 0; r == 0 && i < plan.n_instances; i++) {
+ *             int cpus[DSV_TOPOLOGY_MAX_PUS];
+ *             int n = dsv_policy_instance_cpus(&topo, &plan.instances[i], cpus, DSV_TOPOLOGY_MAX_PUS);
+ *             // pin worker i to cpus[0..n), bind its memory to node plan.instances[i].mem_node_os
+ *     }
+ *
+ *     struct dsv_policy_router router;
+ *     dsv_policy_router_init(&router, DSV_POLICY_ROUTE_LEAST_OUTSTANDING, seed);
+ *     int w = dsv_policy_route_pick(&router, loads, n_workers, prompt, prompt_len);
+ *     struct dsv_policy_admission adm;
+ *     dsv_policy_admit(&limits, loads, n_workers, w, recent_rps, &adm);   // w may be -EAGAIN
+ *
+ * Ownership: every struct is caller-owned, fixed-size and pointer-free, except the
+ * arguments a function reads during the call; nothing here allocates, keeps a pointer or
+ * touches global state. A router is not thread-safe: one per gateway thread, or a lock.
+ * Functions return 0 (or a count or index ≥ 0) on success and a negative errno on failure;
+ * out-parameters (ret_*, the last argument) are written only on success.
+ */
+#ifndef DSV_POLICY_H
+#define DSV_POLICY_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dsv_topology.h"
+
+/* ---- topology ---------------------------------------------------------------------- */
+
+/* Verifies the layout invariants of dsv_topology.h (counts in range, node core ranges
+ * contiguous and in order, every core's PU range inside pus[], no PU listed twice).
+ * Returns 0 or -EINVAL. */
+int dsv_topology_check(const struct dsv_topology *topo);
+
+/* ---- placement (issue 7 item 2) ------------------------------------------------------ */
+
+#define DSV_POLICY_MAX_INSTANCES 256
+#define DSV_POLICY_MAX_WARNINGS 16
+#define DSV_POLICY_WARNING_LEN 160
+
+enum dsv_policy_housekeeping {
+        DSV_POLICY_HOUSEKEEPING_AUTO, /* one core of node 0 when the machine has > 2 cores */
+        DSV_POLICY_HOUSEKEEPING_NONE, /* every core goes to instances */
+        DSV_POLICY_HOUSEKEEPING_COUNT
+};
+
+struct dsv_policy_place_request {
+        int n_instances;          /* 0: one per NUMA node that has cores */
+        int threads_per_instance; /* 0: the number of cores in the instance's share */
+        enum dsv_policy_housekeeping housekeeping;
+};
+
+struct dsv_policy_instance {
+        int node;        /* index into dsv_topology.nodes */
+        int mem_node_os; /* OS number of that node: cpuset.mems, mbind */
+        int core_first;  /* the share: dsv_topology.cores[core_first, core_first + n_cores) */
+        int n_cores;
+        int n_pus;       /* PUs in the share, SMT siblings included */
+        int n_threads;   /* compute threads to start */
+        bool shared;     /* the share overlaps another instance's (oversubscribed) */
+};
+
+struct dsv_policy_placement {
+        int n_instances;
+        struct dsv_policy_instance instances[DSV_POLICY_MAX_INSTANCES];
+        int housekeeping_core;  /* index into dsv_topology.cores, with all its PUs; -1: none */
+        int n_unused_nodes;     /* nodes hosting no instance (memory-only nodes included) */
+        int unused_nodes[DSV_TOPOLOGY_MAX_NODES]; /* indexes into dsv_topology.nodes */
+        bool oversubscribed;    /* some core runs more than one compute thread */
+        int n_warnings;         /* unused nodes, oversubscription; capped, never silently */
+        char warnings[DSV_POLICY_MAX_WARNINGS][DSV_POLICY_WARNING_LEN];
+};
+
+/* Places instances on the topology:
+ *   - by default one instance per NUMA node that has cores; more instances than such
+ *     nodes are spread evenly (node counts differ by at most one, the extra instances
+ *     going to the nodes with the most free cores); fewer leave nodes unused (reported);
+ *   - each instance gets a disjoint, contiguous slice of its node's cores, whole cores
+ *     with their SMT siblings, and its memory bound to that node; slices on one node
+ *     differ by at most one core;
+ *   - with HOUSEKEEPING_AUTO and more than two cores, node 0's first core (all its PUs)
+ *     is kept for the supervisor and gateway;
+ *   - n_threads = threads_per_instance, or the slice's core count when 0.
+ * Oversubscription (more instances on a node than free cores, or more threads than the
+ * slice's cores) is placed anyway and reported: ret->oversubscribed, the instance's
+ * `shared` flag, and a warning. Returns 0; -EINVAL for a bad topology or request;
+ * -E2BIG for more than DSV_POLICY_MAX_INSTANCES. */
+int dsv_policy_place_instances(const struct dsv_topology *topo, const struct dsv_policy_place_request *req,
+                               struct dsv_policy_placement *ret);
+
+/* Writes the OS CPU numbers of the instance's slice into cpus[0..cap), ascending by
+ * core. Returns the count, or -ENOBUFS when cap is too small, -EINVAL on bad input. */
+int dsv_policy_instance_cpus(const struct dsv_topology *topo, const struct dsv_policy_instance *inst,
+                             int *cpus, size_t cap);
+
+/* Formats CPU numbers as a kernel cpulist ("0-3,8-11"; sorted, duplicates dropped),
+ * NUL-terminated. Returns the string length; -ENOBUFS when it does not fit in size;
+ * -EINVAL on bad input (negative CPU numbers, n > DSV_TOPOLOGY_MAX_PUS). */
+int dsv_policy_cpulist_format(const int *cpus, size_t n, char *buf, size_t size);
+
+/* ---- routing (issue 8 item 2) -------------------------------------------------------- */
+
+enum dsv_policy_route {
+        DSV_POLICY_ROUTE_LEAST_OUTSTANDING, /* least queued prompt tokens + running sequences */
+        DSV_POLICY_ROUTE_POWER_OF_TWO,      /* the less loaded of two random ready workers */
+        DSV_POLICY_ROUTE_ROUND_ROBIN,       /* next ready worker in turn */
+        DSV_POLICY_ROUTE_PREFIX_AFFINITY,   /* hash of the prompt prefix, least-outstanding fallback */
+        DSV_POLICY_ROUTE_COUNT
+};
+
+const char *dsv_policy_route_to_string(enum dsv_policy_route route);
+/* Returns the route named s ("least-outstanding", "power-of-two", "round-robin",
+ * "prefix-affinity") or -EINVAL. */
+int dsv_policy_route_from_string(const char *s);
+
+/* One worker's state as the gateway sees it (worker stats plus readiness). */
+struct dsv_policy_worker_load {
+        bool ready;                    /* serving: not starting, draining, restarting or ejected */
+        uint32_t queued_requests;      /* waiting, not yet running */
+        uint32_t queued_prompt_tokens; /* prompt tokens of the waiting requests */
+        uint32_t running_seqs;         /* sequences in the running batch */
+};
+
+/* The work a worker still owes: queued prompt tokens plus running sequences. */
+uint64_t dsv_policy_worker_outstanding(const struct dsv_policy_worker_load *w);
+
+#define DSV_POLICY_PREFIX_BYTES_DEFAULT 256
+#define DSV_POLICY_AFFINITY_MAX_LOAD_DEFAULT 4096
+
+struct dsv_policy_router {
+        enum dsv_policy_route route;
+        uint64_t rng_state;          /* xorshift64* state: never 0 */
+        uint32_t next;               /* round-robin cursor and tie-break start */
+        uint32_t prefix_bytes;       /* prefix-affinity: bytes of the prompt hashed */
+        uint64_t affinity_max_load;  /* prefix-affinity: above this outstanding work, fall back */
+};
+
+/* Sets up a router with the defaults above; the same seed gives the same choices.
+ * Returns 0 or -EINVAL for an unknown route. */
+int dsv_policy_router_init(struct dsv_policy_router *router, enum dsv_policy_route route, uint64_t seed);
+
+/* Picks the worker for one request among workers[0..n). Only ready workers are picked.
+ * prompt (prompt_len bytes; may be NULL/0 for policies other than prefix-affinity) is read
+ * during the call only. Advances the router's cursor and RNG.
+ * Returns the worker index; -EAGAIN when no worker is ready; -EINVAL on bad input. */
+int dsv_policy_route_pick(struct dsv_policy_router *router, const struct dsv_policy_worker_load *workers,
+                          size_t n, const void *prompt, size_t prompt_len);
+
+/* ---- admission (issue 8 item 3) ------------------------------------------------------ */
+
+enum dsv_policy_verdict {
+        DSV_POLICY_VERDICT_ADMIT,       /* queue it on the chosen worker */
+        DSV_POLICY_VERDICT_BUSY,        /* 429 Too Many Requests + Retry-After */
+        DSV_POLICY_VERDICT_UNAVAILABLE, /* 503 Service Unavailable + Retry-After: none ready */
+        DSV_POLICY_VERDICT_COUNT
+};
+
+const char *dsv_policy_verdict_to_string(enum dsv_policy_verdict v);
+
+struct dsv_policy_admit_limits {
+        uint32_t max_queue_per_instance; /* waiting requests per worker; 0: no limit */
+        uint32_t max_queue_total;        /* waiting requests over all workers; 0: no limit */
+        uint32_t retry_after_max_s;      /* clamp for the Retry-After estimate; 0: 60 */
+};
+
+struct dsv_policy_admission {
+        enum dsv_policy_verdict verdict;
+        int http_status;       /* 0 (admit), 429 or 503 */
+        uint32_t retry_after_s; /* ≥ 1 when rejected, 0 when admitted */
+};
+
+/* Decides on one request that the router sent to worker `target` (or the router's error:
+ * -EAGAIN means no worker is ready). The request is admitted when the target is ready,
+ * its queue is under max_queue_per_instance and all queues together are under
+ * max_queue_total. Otherwise it is refused with 429 (queues full) or 503 (no worker
+ * ready), and a Retry-After estimate: the time for the full queue to drain at
+ * recent_rps requests per second (the target's share of it for a per-instance refusal),
+ * rounded up, between 1 and retry_after_max_s; retry_after_max_s when recent_rps is 0.
+ * Returns 0; -EINVAL on bad input (target out of range, negative or NaN rate). */
+int dsv_policy_admit(const struct dsv_policy_admit_limits *limits, const struct dsv_policy_worker_load *workers,
+                     size_t n, int target, double recent_rps, struct dsv_policy_admission *ret);
+
+#endif
