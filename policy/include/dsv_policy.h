@@ -76,7 +76,8 @@ struct dsv_policy_placement {
         int n_unused_nodes;     /* nodes hosting no instance (memory-only nodes included) */
         int unused_nodes[DSV_TOPOLOGY_MAX_NODES]; /* indexes into dsv_topology.nodes */
         bool oversubscribed;    /* some core runs more than one compute thread */
-        int n_warnings;         /* unused nodes, oversubscription; capped, never silently */
+        int n_warnings;         /* unused nodes, oversubscription; at most DSV_POLICY_MAX_WARNINGS */
+        int n_warnings_dropped; /* beyond the cap; the last warning then says how many */
         char warnings[DSV_POLICY_MAX_WARNINGS][DSV_POLICY_WARNING_LEN];
 };
 
