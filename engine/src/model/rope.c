@@ -86,12 +86,11 @@ int dse__rope_init(struct dse_rope *rope, const struct dse_hparams *hp, int32_t 
                         rope->inv_freq[i] = inter * (1.0 - m) + extra * m;
                 }
                 /* DeepSeek's cos/sin amplitude mscale(f, mscale) / mscale(f, mscale_all_dim)
-                 * (mscale defaults to 1, mscale_all_dim to 0); transformers' llama/qwen2 YaRN
-                 * uses the same ratio when both are given, else mscale(f, 1). */
+                 * (config defaults: mscale 1, mscale_all_dim 0); transformers' llama/qwen2
+                 * YaRN uses that ratio when mscale_all_dim is given, else mscale(f, 1). */
                 int deepseek = hp->arch == DSE_ARCH_DEEPSEEK_V2 || hp->arch == DSE_ARCH_DEEPSEEK_V3;
-                double ms = hp->rope_mscale != 0 ? hp->rope_mscale : 1.0;
-                if (deepseek || (hp->rope_mscale != 0 && hp->rope_mscale_all_dim != 0))
-                        rope->attn_factor = dse__yarn_mscale(factor, ms) /
+                if (deepseek || hp->rope_mscale_all_dim != 0)
+                        rope->attn_factor = dse__yarn_mscale(factor, hp->rope_mscale) /
                                             dse__yarn_mscale(factor, hp->rope_mscale_all_dim);
                 else
                         rope->attn_factor = dse__yarn_mscale(factor, 1.0);

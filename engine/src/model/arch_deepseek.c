@@ -1,0 +1,409 @@
+/* DeepSeek-V2/V3 forward pass (DeepSeek modeling_deepseek.py): pre-norm decoder layers
+ * of multi-head latent attention (MLA) and a dense SwiGLU MLP (layers before
+ * first_k_dense_replace or off moe_layer_freq) or a routed MoE with shared experts.
+ *
+ * MLA caches per token and layer only the normalised KV latent c (kv_lora_rank) and the
+ * rotated shared key k_pe (qk_rope_head_dim). Attention runs in the absorbed form: with
+ * kv_b_proj's per-head blocks W_uk (nope, kv_lora_rank) and W_uv (v, kv_lora_rank),
+ *     score_t = q_nope . (W_uk c_t) + q_pe . k_pe_t = (W_uk^T q_nope) . c_t + q_pe . k_pe_t
+ *     out     = sum_t p_t W_uv c_t = W_uv (sum_t p_t c_t)
+ * The naive form (decompress k_nope and v per cached token) is kept for the
+ * absorbed-vs-naive test (dse__session_set_mla_naive). Layers >= num_hidden_layers (V3
+ * MTP modules) are never looked at. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "internal.h"
+#include "model/forward.h"
+#include "model/rope.h"
+
+/* q_a_layernorm and kv_a_layernorm use the reference RMSNorm default, not rms_norm_eps. */
+#define MLA_NORM_EPS 1e-6f
+
+struct ds_mlp {
+        struct dse_qmat gate; /* (width, hidden) */
+        struct dse_qmat up;   /* (width, hidden) */
+        struct dse_qmat down; /* (hidden, width) */
+};
+
+struct ds_layer {
+        float *attn_norm;        /* (hidden) input_layernorm */
+        struct dse_qmat wq;      /* (H*(nope+rope), hidden) when q_lora_rank == 0 */
+        struct dse_qmat wq_a;    /* (q_lora_rank, hidden) */
+        float *q_a_norm;         /* (q_lora_rank) */
+        struct dse_qmat wq_b;    /* (H*(nope+rope), q_lora_rank) */
+        struct dse_qmat wkv_a;   /* (kv_lora_rank + rope, hidden) kv_a_proj_with_mqa */
+        float *kv_a_norm;        /* (kv_lora_rank) */
+        struct dse_qmat wkv_b;   /* (H*(nope+v), kv_lora_rank): per head nope rows of W_uk, v rows of W_uv */
+        struct dse_qmat wo;      /* (hidden, H*v) */
+        float *ffn_norm;         /* (hidden) post_attention_layernorm */
+        int is_moe;
+        struct ds_mlp mlp;       /* dense MLP (intermediate) or shared experts (moe_inter*n_shared) */
+        int has_shared;
+        struct dse_qmat router;  /* (n_experts, hidden) mlp.gate.weight */
+        float *router_bias;      /* (n_experts) V3 e_score_correction_bias, else NULL */
+        struct ds_mlp *experts;  /* (n_experts) each (moe_inter) wide */
+};
+
+struct ds_state {
+        struct ds_layer *layers; /* (n_layers) */
+        struct dse_qmat embed;   /* (vocab, hidden) */
+        struct dse_qmat lm_head; /* (vocab, hidden) */
+        float *final_norm;       /* (hidden) */
+        struct dse_rope rope;    /* over qk_rope_head_dim, interleaved pairs */
+        float softmax_scale;
+        int32_t H, nope, rope_dim, vdim, kvr, qk_dim, lat_dim; /* lat_dim = kvr + rope_dim */
+        int n_threads;
+        /* activations */
+        float *x, *xb, *xb2;     /* (hidden) */
+        float *qa;               /* (q_lora_rank) */
+        float *q;                /* (H, nope+rope) */
+        float *kv_a;             /* (kvr + rope) */
+        float *q_abs;            /* (H, kvr) W_uk^T q_nope per head */
+        float *o_lat;            /* (H, kvr) sum_t p_t c_t per head */
+        float *uv;               /* (H*(nope+v)) rows of kv_b_proj applied to o_lat */
+        float *att;              /* (H, n_ctx) */
+        float *att_out;          /* (H, v) */
+        float *row;              /* (n_threads, kvr) one dequantised kv_b_proj row per thread */
+        float *kvb_full;         /* (n_threads, H*(nope+v)) naive form: decompressed k/v of one token */
+        float *hb, *hb2;         /* (max MLP width) */
+        float *moe_out;          /* (hidden) */
+        float *router_logits;    /* (n_experts) */
+        float *cos, *sin;        /* (rope/2) */
+        /* KV cache: latent c then k_pe per token */
+        float *cache;            /* (n_layers, n_ctx, kvr + rope) */
+};
+
+static int lw(struct dse_session *s, int l, const char *what, int64_t rows, int64_t cols, struct dse_qmat *ret,
+              struct dse_diag *reterr) {
+        char name[DSE_TENSOR_NAME_MAX];
+        snprintf(name, sizeof name, "model.layers.%d.%s.weight", l, what);
+        return dse__session_weight(s, name, rows, cols, 0, ret, reterr);
+}
+
+static int lv(struct dse_session *s, int l, const char *what, int64_t n, int optional, float **ret,
+              struct dse_diag *reterr) {
+        char name[DSE_TENSOR_NAME_MAX];
+        snprintf(name, sizeof name, "model.layers.%d.%s", l, what);
+        return dse__session_vector(s, name, n, optional, ret, reterr);
+}
+
+static int mlp_weights(struct dse_session *s, int l, const char *prefix, int64_t width, struct ds_mlp *m,
+                       struct dse_diag *reterr) {
+        int64_t D = s->hp->hidden_size;
+        char what[96];
+        int r;
+        snprintf(what, sizeof what, "%s.gate_proj", prefix);
+        if ((r = lw(s, l, what, width, D, &m->gate, reterr)) < 0)
+                return r;
+        snprintf(what, sizeof what, "%s.up_proj", prefix);
+        if ((r = lw(s, l, what, width, D, &m->up, reterr)) < 0)
+                return r;
+        snprintf(what, sizeof what, "%s.down_proj", prefix);
+        return lw(s, l, what, D, width, &m->down, reterr);
+}
+
+static int is_moe_layer(const struct dse_hparams *hp, int l) {
+        return hp->n_routed_experts > 0 && l >= hp->first_k_dense_replace &&
+               l % (hp->moe_layer_freq > 0 ? hp->moe_layer_freq : 1) == 0;
+}
+
+static int ds_init(struct dse_session *s, struct dse_diag *reterr) {
+        const struct dse_hparams *hp = s->hp;
+        int64_t D = hp->hidden_size, V = hp->vocab_size;
+        if (D <= 0 || V <= 0 || hp->n_heads <= 0 || hp->n_layers <= 0 || hp->kv_lora_rank <= 0 ||
+            hp->qk_nope_head_dim <= 0 || hp->qk_rope_head_dim <= 0 || hp->v_head_dim <= 0 || hp->q_lora_rank < 0)
+                return dse__fail(reterr, -EBADMSG, "deepseek: inconsistent MLA hyper-parameters");
+        struct ds_state *st = dse__session_alloc(s, sizeof *st);
+        if (!st)
+                return -ENOMEM;
+        s->arch = st;
+        st->H = hp->n_heads;
+        st->nope = hp->qk_nope_head_dim;
+        st->rope_dim = hp->qk_rope_head_dim;
+        st->vdim = hp->v_head_dim;
+        st->kvr = hp->kv_lora_rank;
+        st->qk_dim = st->nope + st->rope_dim;
+        st->lat_dim = st->kvr + st->rope_dim;
+        st->n_threads = s->pool ? dse_pool_n_threads(s->pool) : 1;
+        int r = dse__rope_init(&st->rope, hp, st->rope_dim, DSE_ROPE_PAIRS_INTERLEAVED, reterr);
+        if (r < 0)
+                return r;
+        /* softmax scale: q_head_dim^-0.5, times mscale(factor, mscale_all_dim)^2 under
+         * rope scaling with a non-zero mscale_all_dim */
+        double scale = 1.0 / sqrt((double)st->qk_dim);
+        if (hp->rope_type != DSE_ROPE_DEFAULT && hp->rope_mscale_all_dim != 0) {
+                double m = dse__yarn_mscale(hp->rope_factor, hp->rope_mscale_all_dim);
+                scale *= m * m;
+        }
+        st->softmax_scale = (float)scale;
+        if (hp->n_routed_experts > 0 && (r = dse__moe_check(hp, reterr)) < 0)
+                return r;
+
+        if ((r = dse__session_weight(s, "model.embed_tokens.weight", V, D, 0, &st->embed, reterr)) < 0)
+                return r;
+        if (st->embed.perm)
+                return dse__fail(reterr, -EOPNOTSUPP, "model.embed_tokens.weight: permuted columns");
+        if ((r = dse__session_weight(s, "lm_head.weight", V, D, hp->tie_word_embeddings, &st->lm_head, reterr)) < 0)
+                return r;
+        if (!st->lm_head.data)
+                st->lm_head = st->embed;
+        if ((r = dse__session_vector(s, "model.norm.weight", D, 0, &st->final_norm, reterr)) < 0)
+                return r;
+
+        int64_t H = st->H, max_width = 1;
+        if (!(st->layers = dse__session_alloc(s, (size_t)hp->n_layers * sizeof *st->layers)))
+                return -ENOMEM;
+        for (int l = 0; l < hp->n_layers; l++) {
+                struct ds_layer *L = &st->layers[l];
+                if ((r = lv(s, l, "input_layernorm.weight", D, 0, &L->attn_norm, reterr)) < 0 ||
+                    (r = lv(s, l, "post_attention_layernorm.weight", D, 0, &L->ffn_norm, reterr)) < 0)
+                        return r;
+                if (hp->q_lora_rank > 0) {
+                        if ((r = lw(s, l, "self_attn.q_a_proj", hp->q_lora_rank, D, &L->wq_a, reterr)) < 0 ||
+                            (r = lv(s, l, "self_attn.q_a_layernorm.weight", hp->q_lora_rank, 0, &L->q_a_norm, reterr)) < 0 ||
+                            (r = lw(s, l, "self_attn.q_b_proj", H * st->qk_dim, hp->q_lora_rank, &L->wq_b, reterr)) < 0)
+                                return r;
+                } else if ((r = lw(s, l, "self_attn.q_proj", H * st->qk_dim, D, &L->wq, reterr)) < 0) {
+                        return r;
+                }
+                if ((r = lw(s, l, "self_attn.kv_a_proj_with_mqa", st->lat_dim, D, &L->wkv_a, reterr)) < 0 ||
+                    (r = lv(s, l, "self_attn.kv_a_layernorm.weight", st->kvr, 0, &L->kv_a_norm, reterr)) < 0 ||
+                    (r = lw(s, l, "self_attn.kv_b_proj", H * (st->nope + st->vdim), st->kvr, &L->wkv_b, reterr)) < 0 ||
+                    (r = lw(s, l, "self_attn.o_proj", D, H * st->vdim, &L->wo, reterr)) < 0)
+                        return r;
+                if (L->wkv_b.perm)
+                        return dse__fail(reterr, -EOPNOTSUPP, "layer %d: kv_b_proj with permuted columns cannot be absorbed", l);
+
+                L->is_moe = is_moe_layer(hp, l);
+                if (!L->is_moe) {
+                        if ((r = mlp_weights(s, l, "mlp", hp->intermediate_size, &L->mlp, reterr)) < 0)
+                                return r;
+                        max_width = hp->intermediate_size > max_width ? hp->intermediate_size : max_width;
+                        continue;
+                }
+                int64_t E = hp->n_routed_experts, W = hp->moe_intermediate_size;
+                if (W <= 0)
+                        return dse__fail(reterr, -EBADMSG, "deepseek: moe_intermediate_size %lld", (long long)W);
+                max_width = W > max_width ? W : max_width;
+                if ((r = lw(s, l, "mlp.gate", E, D, &L->router, reterr)) < 0 ||
+                    (r = lv(s, l, "mlp.gate.e_score_correction_bias", E, hp->topk_method != DSE_MOE_NOAUX_TC,
+                            &L->router_bias, reterr)) < 0)
+                        return r;
+                if (hp->n_shared_experts > 0) {
+                        int64_t SW = W * hp->n_shared_experts;
+                        if ((r = mlp_weights(s, l, "mlp.shared_experts", SW, &L->mlp, reterr)) < 0)
+                                return r;
+                        L->has_shared = 1;
+                        max_width = SW > max_width ? SW : max_width;
+                }
+                if (!(L->experts = dse__session_alloc(s, (size_t)E * sizeof *L->experts)))
+                        return -ENOMEM;
+                for (int e = 0; e < E; e++) {
+                        char prefix[48];
+                        snprintf(prefix, sizeof prefix, "mlp.experts.%d", e);
+                        if ((r = mlp_weights(s, l, prefix, W, &L->experts[e], reterr)) < 0)
+                                return r;
+                }
+        }
+
+        size_t n_ctx = (size_t)s->n_ctx, hkv = (size_t)H * (st->nope + st->vdim);
+        size_t n_exp = hp->n_routed_experts > 0 ? (size_t)hp->n_routed_experts : 1;
+        size_t qlr = hp->q_lora_rank > 0 ? (size_t)hp->q_lora_rank : 1;
+#define ALLOC(p, n) (((p) = dse__session_alloc(s, (size_t)(n) * sizeof(float))) != NULL)
+        if (!ALLOC(st->x, D) || !ALLOC(st->xb, D) || !ALLOC(st->xb2, D) || !ALLOC(st->qa, qlr) ||
+            !ALLOC(st->q, H * st->qk_dim) || !ALLOC(st->kv_a, st->lat_dim) || !ALLOC(st->q_abs, H * st->kvr) ||
+            !ALLOC(st->o_lat, H * st->kvr) || !ALLOC(st->uv, hkv) || !ALLOC(st->att, (size_t)H * n_ctx) ||
+            !ALLOC(st->att_out, H * st->vdim) || !ALLOC(st->row, (size_t)st->n_threads * st->kvr) ||
+            !ALLOC(st->kvb_full, (size_t)st->n_threads * hkv) || !ALLOC(st->hb, max_width) ||
+            !ALLOC(st->hb2, max_width) || !ALLOC(st->moe_out, D) || !ALLOC(st->router_logits, n_exp) ||
+            !ALLOC(st->cos, st->rope_dim / 2) || !ALLOC(st->sin, st->rope_dim / 2) ||
+            !ALLOC(st->cache, (size_t)hp->n_layers * n_ctx * st->lat_dim))
+                return -ENOMEM;
+#undef ALLOC
+        return 0;
+}
+
+struct mla_job {
+        struct dse_session *s;
+        const struct ds_layer *L;
+        const float *cache; /* (n_ctx, kvr + rope) this layer's latents */
+        int32_t T;          /* positions 0..T-1 attended */
+};
+
+/* softmax over att[0..T) in place */
+static void softmax(float *att, int32_t T) {
+        float max = att[0], sum = 0.0f;
+        for (int32_t t = 1; t < T; t++)
+                max = att[t] > max ? att[t] : max;
+        for (int32_t t = 0; t < T; t++)
+                sum += att[t] = expf(att[t] - max);
+        for (int32_t t = 0; t < T; t++)
+                att[t] /= sum;
+}
+
+/* Absorbed MLA for heads [h0, h1). */
+static void mla_absorbed(void *ctx, size_t h0, size_t h1, int ith) {
+        const struct mla_job *j = ctx;
+        struct dse_session *s = j->s;
+        struct ds_state *st = s->arch;
+        const struct dse_qmat *wkv_b = &j->L->wkv_b;
+        int32_t kvr = st->kvr, rd = st->rope_dim, blk = st->nope + st->vdim;
+        float *row = st->row + (size_t)ith * kvr; /* (kvr) */
+        for (size_t h = h0; h < h1; h++) {
+                const float *q_nope = st->q + h * st->qk_dim;  /* (nope) */
+                const float *q_pe = q_nope + st->nope;         /* (rope), rotated */
+                float *q_abs = st->q_abs + h * kvr;            /* (kvr) */
+                float *o_lat = st->o_lat + h * kvr;            /* (kvr) */
+                float *att = st->att + h * (size_t)s->n_ctx;   /* (T) */
+
+                /* q_abs = W_uk^T q_nope: a q_nope-weighted sum of the head's k rows */
+                memset(q_abs, 0, (size_t)kvr * sizeof(float));
+                for (int32_t i = 0; i < st->nope; i++) {
+                        s->k.dequant_row(wkv_b, (int64_t)h * blk + i, row);
+                        s->k.axpy(q_nope[i], row, q_abs, kvr);
+                }
+                for (int32_t t = 0; t < j->T; t++) {
+                        const float *lat = j->cache + (size_t)t * st->lat_dim; /* (kvr + rope) */
+                        att[t] = (s->k.dot(q_abs, lat, kvr) + s->k.dot(q_pe, lat + kvr, rd)) * st->softmax_scale;
+                }
+                softmax(att, j->T);
+                memset(o_lat, 0, (size_t)kvr * sizeof(float));
+                for (int32_t t = 0; t < j->T; t++)
+                        s->k.axpy(att[t], j->cache + (size_t)t * st->lat_dim, o_lat, kvr);
+                /* out_h = W_uv o_lat: the head's v rows of kv_b_proj */
+                int64_t v0 = (int64_t)h * blk + st->nope;
+                s->k.matvec[wkv_b->dtype](wkv_b, o_lat, st->uv, v0, v0 + st->vdim);
+                memcpy(st->att_out + h * st->vdim, st->uv + v0, (size_t)st->vdim * sizeof(float));
+        }
+}
+
+/* Naive MLA for heads [h0, h1): decompress k_nope and v of every cached token. */
+static void mla_naive(void *ctx, size_t h0, size_t h1, int ith) {
+        const struct mla_job *j = ctx;
+        struct dse_session *s = j->s;
+        struct ds_state *st = s->arch;
+        const struct dse_qmat *wkv_b = &j->L->wkv_b;
+        int32_t kvr = st->kvr, rd = st->rope_dim, blk = st->nope + st->vdim;
+        float *kv = st->kvb_full + (size_t)ith * st->H * blk; /* (H*(nope+v)) by absolute row */
+        for (size_t h = h0; h < h1; h++) {
+                const float *q_nope = st->q + h * st->qk_dim;
+                const float *q_pe = q_nope + st->nope;
+                float *att = st->att + h * (size_t)s->n_ctx;
+                float *out = st->att_out + h * st->vdim; /* (v) */
+                int64_t k0 = (int64_t)h * blk, v0 = k0 + st->nope;
+                for (int32_t t = 0; t < j->T; t++) {
+                        const float *lat = j->cache + (size_t)t * st->lat_dim;
+                        s->k.matvec[wkv_b->dtype](wkv_b, lat, kv, k0, v0); /* k_nope_t (nope) */
+                        att[t] = (s->k.dot(q_nope, kv + k0, st->nope) + s->k.dot(q_pe, lat + kvr, rd)) *
+                                 st->softmax_scale;
+                }
+                softmax(att, j->T);
+                memset(out, 0, (size_t)st->vdim * sizeof(float));
+                for (int32_t t = 0; t < j->T; t++) {
+                        const float *lat = j->cache + (size_t)t * st->lat_dim;
+                        s->k.matvec[wkv_b->dtype](wkv_b, lat, kv, v0, v0 + st->vdim); /* v_t (v) */
+                        s->k.axpy(att[t], kv + v0, out, st->vdim);
+                }
+        }
+}
+
+static inline float silu(float x) {
+        return x / (1.0f + expf(-x));
+}
+
+/* out = down(silu(gate(x)) * up(x)) */
+static void swiglu(struct dse_session *s, const struct ds_mlp *m, const float *x, float *out) {
+        struct ds_state *st = s->arch;
+        dse__linear(s, &m->gate, x, st->hb, NULL);
+        dse__linear(s, &m->up, x, st->hb2, NULL);
+        for (int64_t i = 0; i < m->gate.rows; i++)
+                st->hb[i] = silu(st->hb[i]) * st->hb2[i];
+        dse__linear(s, &m->down, st->hb, out, NULL);
+}
+
+/* Routed experts plus shared experts of one MoE layer; result in moe_out (hidden). */
+static void moe(struct dse_session *s, const struct ds_layer *L, const float *x) {
+        const struct dse_hparams *hp = s->hp;
+        struct ds_state *st = s->arch;
+        int64_t D = hp->hidden_size;
+        int32_t idx[DSE_MOE_MAX_EXPERTS];
+        float w[DSE_MOE_MAX_EXPERTS];
+        dse__linear(s, &L->router, x, st->router_logits, NULL); /* (n_experts), float32 */
+        dse__moe_route(hp, st->router_logits, L->router_bias, idx, w);
+        if (L->has_shared)
+                swiglu(s, &L->mlp, x, st->moe_out);
+        else
+                memset(st->moe_out, 0, (size_t)D * sizeof(float));
+        for (int k = 0; k < hp->n_experts_per_tok; k++) {
+                swiglu(s, &L->experts[idx[k]], x, st->xb2);
+                s->k.axpy(w[k], st->xb2, st->moe_out, D);
+        }
+}
+
+static void ds_forward(struct dse_session *s, int32_t token, int32_t pos, float *logits) {
+        const struct dse_hparams *hp = s->hp;
+        struct ds_state *st = s->arch;
+        int64_t D = hp->hidden_size;
+        float *x = st->x; /* (hidden) residual stream */
+
+        s->k.dequant_row(&st->embed, token, x);
+        dse__rope_angles(&st->rope, pos, st->cos, st->sin);
+
+        for (int l = 0; l < hp->n_layers; l++) {
+                const struct ds_layer *L = &st->layers[l];
+                float *cache = st->cache + (size_t)l * s->n_ctx * st->lat_dim; /* (n_ctx, kvr + rope) */
+                float *lat = cache + (size_t)pos * st->lat_dim;                /* this token's slot */
+
+                s->k.rmsnorm(st->xb, x, L->attn_norm, D, hp->rms_norm_eps);
+                /* q (H, nope+rope): q_b(norm(q_a(x))) or q_proj(x) */
+                if (hp->q_lora_rank > 0) {
+                        dse__linear(s, &L->wq_a, st->xb, st->qa, NULL);
+                        s->k.rmsnorm(st->qa, st->qa, L->q_a_norm, hp->q_lora_rank, MLA_NORM_EPS);
+                        dse__linear(s, &L->wq_b, st->qa, st->q, NULL);
+                } else {
+                        dse__linear(s, &L->wq, st->xb, st->q, NULL);
+                }
+                for (int h = 0; h < st->H; h++)
+                        dse__rope_apply(&st->rope, st->q + (size_t)h * st->qk_dim + st->nope, st->cos, st->sin);
+                /* kv_a (kvr + rope) -> cache: [norm(c), rope(k_pe)] */
+                dse__linear(s, &L->wkv_a, st->xb, st->kv_a, NULL);
+                s->k.rmsnorm(lat, st->kv_a, L->kv_a_norm, st->kvr, MLA_NORM_EPS);
+                memcpy(lat + st->kvr, st->kv_a + st->kvr, (size_t)st->rope_dim * sizeof(float));
+                dse__rope_apply(&st->rope, lat + st->kvr, st->cos, st->sin);
+
+                struct mla_job job = {s, L, cache, pos + 1};
+                dse__parallel(s, (size_t)st->H, s->mla_naive ? mla_naive : mla_absorbed, &job);
+                dse__linear(s, &L->wo, st->att_out, st->xb2, NULL);
+                for (int64_t i = 0; i < D; i++)
+                        x[i] += st->xb2[i];
+
+                s->k.rmsnorm(st->xb, x, L->ffn_norm, D, hp->rms_norm_eps);
+                if (L->is_moe) {
+                        moe(s, L, st->xb);
+                        for (int64_t i = 0; i < D; i++)
+                                x[i] += st->moe_out[i];
+                } else {
+                        swiglu(s, &L->mlp, st->xb, st->xb2);
+                        for (int64_t i = 0; i < D; i++)
+                                x[i] += st->xb2[i];
+                }
+        }
+
+        if (!logits)
+                return;
+        s->k.rmsnorm(st->xb, x, st->final_norm, D, hp->rms_norm_eps);
+        dse__linear(s, &st->lm_head, st->xb, logits, NULL);
+}
+
+static size_t ds_kv_bytes_per_token(const struct dse_session *s) {
+        const struct ds_state *st = s->arch;
+        return (size_t)s->hp->n_layers * (size_t)st->lat_dim * sizeof(float);
+}
+
+const struct dse__arch_ops dse__arch_deepseek = {
+        .init = ds_init,
+        .forward = ds_forward,
+        .kv_bytes_per_token = ds_kv_bytes_per_token,
+};

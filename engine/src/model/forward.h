@@ -1,0 +1,81 @@
+/* The seam between sessions (session.c) and the architectures' forward passes
+ * (arch_llama.c: llama + qwen2, arch_deepseek.c: deepseek_v2 + v3). A session owns the
+ * kernel table, the thread pool reference, an arena for activations, scratch and the KV
+ * cache (sized at setup, never grown) and the per-architecture state. */
+#ifndef DSE_FORWARD_H
+#define DSE_FORWARD_H
+
+#include "kernels/kernels.h"
+#include "model/model.h"
+
+struct dse_session;
+
+struct dse__arch_ops {
+        /* Looks up and checks the weights, allocates state, scratch and the KV cache for
+         * s->n_ctx positions from the session arena; stores its state in s->arch. */
+        int (*init)(struct dse_session *s, struct dse_diag *reterr);
+        /* One token at position pos (0 <= pos < n_ctx), attending to the cached positions
+         * 0..pos-1; writes the logits (vocab) when logits is non-NULL. */
+        void (*forward)(struct dse_session *s, int32_t token, int32_t pos, float *logits);
+        /* Bytes of KV cache one token occupies across all layers. */
+        size_t (*kv_bytes_per_token)(const struct dse_session *s);
+};
+
+extern const struct dse__arch_ops dse__arch_llama;    /* llama, qwen2 */
+extern const struct dse__arch_ops dse__arch_deepseek; /* deepseek_v2, deepseek_v3 */
+
+struct dse__arena_chunk;
+
+struct dse_session {
+        const struct dse_model *model;
+        const struct dse_hparams *hp;
+        struct dse_pool *pool; /* may be NULL: single-threaded */
+        struct dse_kernels k;
+        int32_t n_ctx;
+        int32_t n_past;
+        const struct dse__arch_ops *ops;
+        void *arch;
+        int64_t max_cols;     /* widest weight seen by dse__session_weight */
+        float *xperm;         /* (max_cols) gather buffer for permuted (act-order) weights */
+        int mla_naive;        /* DeepSeek: decompress K/V per head instead of absorbing */
+        struct dse__arena_chunk *arena;
+};
+
+/* Zeroed, 64-byte aligned memory that lives as long as the session; NULL on ENOMEM. */
+void *dse__session_alloc(struct dse_session *s, size_t bytes);
+
+/* Looks up weight `name`, checks its logical shape is [rows, cols] and its auxiliary
+ * tensors ("<name>.scale", ".zero", ".perm") against its dtype, and fills *ret.
+ * optional: a missing tensor leaves ret->data NULL and returns 0. */
+int dse__session_weight(struct dse_session *s, const char *name, int64_t rows, int64_t cols, int optional,
+                        struct dse_qmat *ret, struct dse_diag *reterr);
+
+/* A 1-D tensor (norm weight, bias, router bias) of n elements in F32/F16/BF16, converted
+ * to float32 into the arena. optional: a missing tensor gives *ret = NULL. */
+int dse__session_vector(struct dse_session *s, const char *name, int64_t n, int optional, float **ret,
+                        struct dse_diag *reterr);
+
+/* y = W x (+ bias when non-NULL), rows split over the pool. x (cols), y (rows); x is
+ * gathered through W's perm first when it has one. */
+void dse__linear(struct dse_session *s, const struct dse_qmat *w, const float *x, float *y, const float *bias);
+
+/* Runs fn over [0, n) on the pool, or inline without one. */
+void dse__parallel(struct dse_session *s, size_t n, dse_pool_range_fn fn, void *ctx);
+
+/* ---- DeepSeek MoE routing (moe.c) ---- */
+
+#define DSE_MOE_MAX_EXPERTS 1024
+
+/* Checks the routing hyper-parameters (expert counts, groups); -EBADMSG/-EOPNOTSUPP. */
+int dse__moe_check(const struct dse_hparams *hp, struct dse_diag *reterr);
+
+/* Routes one token: router logits (n_routed_experts, float32), bias the V3
+ * e_score_correction_bias or NULL; writes the n_experts_per_tok chosen experts and their
+ * combination weights. hp must have passed dse__moe_check. */
+void dse__moe_route(const struct dse_hparams *hp, const float *logits, const float *bias, int32_t *ret_idx,
+                    float *ret_w);
+
+/* Enables the naive (decompressed) MLA attention; for the absorbed-vs-naive test. */
+void dse__session_set_mla_naive(struct dse_session *s, int on);
+
+#endif

@@ -1,0 +1,273 @@
+/* Sessions: one sequence's activations, scratch and KV cache over a borrowed model, and
+ * the helpers the architectures' forward passes share (weight views, row-parallel
+ * matvec). Everything is allocated in dse_session_new; eval never allocates. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+#include "model/forward.h"
+
+struct dse__arena_chunk {
+        struct dse__arena_chunk *next;
+        char pad[56]; /* keeps the payload 64-byte aligned */
+};
+
+void *dse__session_alloc(struct dse_session *s, size_t bytes) {
+        size_t total = sizeof(struct dse__arena_chunk) + ((bytes + 63) & ~(size_t)63);
+        struct dse__arena_chunk *c = aligned_alloc(64, total);
+        if (!c)
+                return NULL;
+        memset(c, 0, total);
+        c->next = s->arena;
+        s->arena = c;
+        return c + 1;
+}
+
+static size_t dtype_elem_bytes(enum dse_dtype dt) {
+        switch (dt) {
+        case DSE_DTYPE_F32:
+        case DSE_DTYPE_I32: return 4;
+        case DSE_DTYPE_F16:
+        case DSE_DTYPE_BF16: return 2;
+        default: return 1;
+        }
+}
+
+/* The auxiliary tensor `<name><suffix>`: must exist with dtype dt and shape [d0, d1]
+ * (d1 < 0: 1-D [d0]). */
+static int aux_tensor(struct dse_session *s, const char *name, const char *suffix, enum dse_dtype dt, int64_t d0,
+                      int64_t d1, const void **ret, struct dse_diag *reterr) {
+        char full[DSE_TENSOR_NAME_MAX + 16];
+        snprintf(full, sizeof full, "%s%s", name, suffix);
+        const struct dse_tensor *t = dse__model_tensor(s->model, full);
+        if (!t)
+                return dse__fail(reterr, -EBADMSG, "tensor '%s' missing", full);
+        int ok = t->dtype == dt && (d1 < 0 ? t->n_dims == 1 && t->shape[0] == d0
+                                           : t->n_dims == 2 && t->shape[0] == d0 && t->shape[1] == d1);
+        uint64_t need = (uint64_t)d0 * (uint64_t)(d1 < 0 ? 1 : d1) * dtype_elem_bytes(dt);
+        if (!ok || t->size_bytes < need)
+                return dse__fail(reterr, -EBADMSG, "tensor '%s': expected %s [%lld, %lld]", full,
+                                 dt == DSE_DTYPE_F32 ? "F32" : dt == DSE_DTYPE_U8 ? "U8" : "I32", (long long)d0,
+                                 (long long)d1);
+        *ret = t->data;
+        return 0;
+}
+
+int dse__session_weight(struct dse_session *s, const char *name, int64_t rows, int64_t cols, int optional,
+                        struct dse_qmat *ret, struct dse_diag *reterr) {
+        memset(ret, 0, sizeof *ret);
+        const struct dse_tensor *t = dse__model_tensor(s->model, name);
+        if (!t)
+                return optional ? 0 : dse__fail(reterr, -EBADMSG, "tensor '%s' missing", name);
+        if (t->dtype > DSE_DTYPE_Q4 || !s->k.matvec[t->dtype])
+                return dse__fail(reterr, -EOPNOTSUPP, "tensor '%s': dtype %d cannot be a weight", name, (int)t->dtype);
+        if (t->n_dims != 2 || t->shape[0] != rows || t->shape[1] != cols)
+                return dse__fail(reterr, -EBADMSG, "tensor '%s': expected shape [%lld, %lld]", name, (long long)rows,
+                                 (long long)cols);
+        uint64_t need = t->dtype == DSE_DTYPE_Q4 ? (uint64_t)rows * (uint64_t)((cols + 1) / 2)
+                                                 : (uint64_t)rows * (uint64_t)cols * dtype_elem_bytes(t->dtype);
+        if (t->size_bytes < need)
+                return dse__fail(reterr, -EBADMSG, "tensor '%s': %llu bytes, expected %llu", name,
+                                 (unsigned long long)t->size_bytes, (unsigned long long)need);
+        struct dse_qmat w = {.dtype = t->dtype, .rows = rows, .cols = cols, .data = t->data};
+        int r = 0;
+        const void *p;
+        switch (t->dtype) {
+        case DSE_DTYPE_F8_E4M3:
+                w.n_groups = (cols + DSE_F8_BLOCK - 1) / DSE_F8_BLOCK;
+                r = aux_tensor(s, name, ".scale", DSE_DTYPE_F32, (rows + DSE_F8_BLOCK - 1) / DSE_F8_BLOCK, w.n_groups,
+                               &p, reterr);
+                w.scale = p;
+                break;
+        case DSE_DTYPE_Q8:
+        case DSE_DTYPE_Q4:
+                if (t->group_size <= 0)
+                        return dse__fail(reterr, -EBADMSG, "tensor '%s': group size %d", name, t->group_size);
+                w.group_size = t->group_size;
+                w.n_groups = (cols + w.group_size - 1) / w.group_size;
+                if ((r = aux_tensor(s, name, ".scale", DSE_DTYPE_F32, rows, w.n_groups, &p, reterr)) < 0)
+                        return r;
+                w.scale = p;
+                if (t->dtype == DSE_DTYPE_Q4) {
+                        if ((r = aux_tensor(s, name, ".zero", DSE_DTYPE_U8, rows, w.n_groups, &p, reterr)) < 0)
+                                return r;
+                        w.zero = p;
+                        char perm_name[DSE_TENSOR_NAME_MAX + 8];
+                        snprintf(perm_name, sizeof perm_name, "%s.perm", name);
+                        if (dse__model_tensor(s->model, perm_name)) {
+                                if ((r = aux_tensor(s, name, ".perm", DSE_DTYPE_I32, cols, -1, &p, reterr)) < 0)
+                                        return r;
+                                w.perm = p;
+                                for (int64_t j = 0; j < cols; j++)
+                                        if (w.perm[j] < 0 || w.perm[j] >= cols)
+                                                return dse__fail(reterr, -EBADMSG, "tensor '%s': index %d out of range",
+                                                                 perm_name, w.perm[j]);
+                        }
+                }
+                break;
+        default:
+                break;
+        }
+        if (r < 0)
+                return r;
+        if (cols > s->max_cols)
+                s->max_cols = cols;
+        *ret = w;
+        return 0;
+}
+
+int dse__session_vector(struct dse_session *s, const char *name, int64_t n, int optional, float **ret,
+                        struct dse_diag *reterr) {
+        *ret = NULL;
+        const struct dse_tensor *t = dse__model_tensor(s->model, name);
+        if (!t)
+                return optional ? 0 : dse__fail(reterr, -EBADMSG, "tensor '%s' missing", name);
+        if (t->n_dims != 1 || t->shape[0] != n)
+                return dse__fail(reterr, -EBADMSG, "tensor '%s': expected shape [%lld]", name, (long long)n);
+        if (t->dtype != DSE_DTYPE_F32 && t->dtype != DSE_DTYPE_F16 && t->dtype != DSE_DTYPE_BF16)
+                return dse__fail(reterr, -EOPNOTSUPP, "tensor '%s': dtype %d, expected F32, F16 or BF16", name,
+                                 (int)t->dtype);
+        if (t->size_bytes < (uint64_t)n * dtype_elem_bytes(t->dtype))
+                return dse__fail(reterr, -EBADMSG, "tensor '%s': truncated", name);
+        float *v = dse__session_alloc(s, (size_t)n * sizeof(float));
+        if (!v)
+                return -ENOMEM;
+        struct dse_qmat m = {.dtype = t->dtype, .rows = 1, .cols = n, .data = t->data};
+        s->k.dequant_row(&m, 0, v);
+        *ret = v;
+        return 0;
+}
+
+void dse__parallel(struct dse_session *s, size_t n, dse_pool_range_fn fn, void *ctx) {
+        if (s->pool)
+                dse_pool_parallel_for(s->pool, n, fn, ctx);
+        else if (n)
+                fn(ctx, 0, n, 0);
+}
+
+struct linear_job {
+        const struct dse_kernels *k;
+        const struct dse_qmat *w;
+        const float *x;
+        float *y;
+        const float *bias;
+};
+
+static void linear_rows(void *ctx, size_t begin, size_t end, int ith) {
+        const struct linear_job *j = ctx;
+        j->k->matvec[j->w->dtype](j->w, j->x, j->y, (int64_t)begin, (int64_t)end);
+        if (j->bias)
+                for (size_t r = begin; r < end; r++)
+                        j->y[r] += j->bias[r];
+}
+
+void dse__linear(struct dse_session *s, const struct dse_qmat *w, const float *x, float *y, const float *bias) {
+        if (w->perm) { /* act-order: stored column j multiplies x[perm[j]] */
+                for (int64_t j = 0; j < w->cols; j++)
+                        s->xperm[j] = x[w->perm[j]];
+                x = s->xperm;
+        }
+        struct linear_job job = {&s->k, w, x, y, bias};
+        dse__parallel(s, (size_t)w->rows, linear_rows, &job);
+}
+
+void dse__session_set_mla_naive(struct dse_session *s, int on) {
+        s->mla_naive = on;
+}
+
+int dse_model_vocab_size(const struct dse_model *model) {
+        return model ? dse__model_hparams(model)->vocab_size : -EINVAL;
+}
+
+void dse_session_free(struct dse_session *s) {
+        if (!s)
+                return;
+        while (s->arena) {
+                struct dse__arena_chunk *next = s->arena->next;
+                free(s->arena);
+                s->arena = next;
+        }
+        free(s);
+}
+
+int dse_session_new(const struct dse_model *model, int n_ctx, struct dse_pool *pool,
+                    struct dse_session **ret_session, struct dse_diag *reterr) {
+        if (!model || n_ctx <= 0 || !ret_session)
+                return dse__fail(reterr, -EINVAL, "dse_session_new: bad arguments (n_ctx %d)", n_ctx);
+        struct dse_cpu_info cpu;
+        int r = dse_cpu_detect(&cpu, reterr);
+        if (r < 0)
+                return r;
+        struct dse_session *s = calloc(1, sizeof *s);
+        if (!s)
+                return -ENOMEM;
+        s->model = model;
+        s->hp = dse__model_hparams(model);
+        s->pool = pool;
+        s->n_ctx = n_ctx;
+        dse_kernels_resolve(cpu.level, &s->k);
+        switch (s->hp->arch) {
+        case DSE_ARCH_LLAMA:
+        case DSE_ARCH_QWEN2:
+                s->ops = &dse__arch_llama;
+                break;
+        case DSE_ARCH_DEEPSEEK_V2:
+        case DSE_ARCH_DEEPSEEK_V3:
+                s->ops = &dse__arch_deepseek;
+                break;
+        default:
+                r = dse__fail(reterr, -EOPNOTSUPP, "architecture %d has no forward pass", (int)s->hp->arch);
+                goto fail;
+        }
+        if ((r = s->ops->init(s, reterr)) < 0)
+                goto fail;
+        if (!(s->xperm = dse__session_alloc(s, (size_t)(s->max_cols > 0 ? s->max_cols : 1) * sizeof(float)))) {
+                r = -ENOMEM;
+                goto fail;
+        }
+        *ret_session = s;
+        return 0;
+fail:
+        dse_session_free(s);
+        return r;
+}
+
+int dse_session_eval(struct dse_session *s, const int32_t *tokens, size_t n_tokens, float *logits,
+                     float *last_logits, struct dse_diag *reterr) {
+        if (!s || (!tokens && n_tokens))
+                return dse__fail(reterr, -EINVAL, "dse_session_eval: bad arguments");
+        if (n_tokens > (size_t)(s->n_ctx - s->n_past))
+                return dse__fail(reterr, -E2BIG, "%zu tokens after %d do not fit in a context of %d", n_tokens,
+                                 s->n_past, s->n_ctx);
+        int32_t vocab = s->hp->vocab_size;
+        for (size_t i = 0; i < n_tokens; i++)
+                if (tokens[i] < 0 || tokens[i] >= vocab)
+                        return dse__fail(reterr, -EINVAL, "token %d at index %zu is outside the vocabulary (%d)",
+                                         tokens[i], i, vocab);
+        for (size_t i = 0; i < n_tokens; i++) {
+                float *out = logits ? logits + i * (size_t)vocab : i + 1 == n_tokens ? last_logits : NULL;
+                s->ops->forward(s, tokens[i], s->n_past, out);
+                s->n_past++;
+        }
+        if (logits && last_logits && n_tokens)
+                memcpy(last_logits, logits + (n_tokens - 1) * (size_t)vocab, (size_t)vocab * sizeof(float));
+        return 0;
+}
+
+void dse_session_reset(struct dse_session *s) {
+        if (s)
+                s->n_past = 0;
+}
+
+int dse_session_n_past(const struct dse_session *s) {
+        return s ? s->n_past : -EINVAL;
+}
+
+int dse_session_n_ctx(const struct dse_session *s) {
+        return s ? s->n_ctx : -EINVAL;
+}
+
+size_t dse_session_kv_bytes_per_token(const struct dse_session *s) {
+        return s ? s->ops->kv_bytes_per_token(s) : 0;
+}
