@@ -1,2 +1,4 @@
 # policy/ (placement, routing, admission) and the platform topology reader.
 dsv_test(NAME test-policy-placement SOURCES unit/test-policy-placement.c LIBS dsv_policy LABELS unit)
+dsv_test(NAME test-policy-balance   SOURCES unit/test-policy-balance.c   LIBS dsv_policy LABELS unit)
+dsv_test(NAME test-policy-admission SOURCES unit/test-policy-admission.c LIBS dsv_policy LABELS unit)

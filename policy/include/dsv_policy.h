@@ -171,6 +171,8 @@ struct dsv_policy_admit_limits {
         uint32_t max_queue_per_instance; /* waiting requests per worker; 0: no limit */
         uint32_t max_queue_total;        /* waiting requests over all workers; 0: no limit */
         uint32_t retry_after_max_s;      /* clamp for the Retry-After estimate; 0: 60 */
+        uint32_t retry_after_unavailable_s; /* Retry-After with no worker ready (restarts take
+                                              seconds, not a queue drain); 0: 5 */
 };
 
 struct dsv_policy_admission {
@@ -183,10 +185,13 @@ struct dsv_policy_admission {
  * -EAGAIN means no worker is ready). The request is admitted when the target is ready,
  * its queue is under max_queue_per_instance and all queues together are under
  * max_queue_total. Otherwise it is refused with 429 (queues full) or 503 (no worker
- * ready), and a Retry-After estimate: the time for the full queue to drain at
- * recent_rps requests per second (the target's share of it for a per-instance refusal),
- * rounded up, between 1 and retry_after_max_s; retry_after_max_s when recent_rps is 0.
- * Returns 0; -EINVAL on bad input (target out of range, negative or NaN rate). */
+ * ready: target is -EAGAIN or every worker is unready; Retry-After is
+ * retry_after_unavailable_s). A 429's Retry-After estimates how long the full queue takes
+ * to drain: queued requests / recent_rps (for a per-instance refusal, the target's queue
+ * over its share, recent_rps / ready workers), rounded up and kept between 1 and
+ * retry_after_max_s; retry_after_max_s when recent_rps is 0.
+ * Returns 0; -EINVAL on bad input (target out of range or not ready while others are,
+ * negative or NaN rate). */
 int dsv_policy_admit(const struct dsv_policy_admit_limits *limits, const struct dsv_policy_worker_load *workers,
                      size_t n, int target, double recent_rps, struct dsv_policy_admission *ret);
 
