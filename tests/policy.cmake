@@ -2,3 +2,4 @@
 dsv_test(NAME test-policy-placement SOURCES unit/test-policy-placement.c LIBS dsv_policy LABELS unit)
 dsv_test(NAME test-policy-balance   SOURCES unit/test-policy-balance.c   LIBS dsv_policy LABELS unit)
 dsv_test(NAME test-policy-admission SOURCES unit/test-policy-admission.c LIBS dsv_policy LABELS unit)
+dsv_test(NAME test-platform-topo    SOURCES unit/test-platform-topo.c    LIBS dsv_platform dsv::hwloc LABELS unit)
