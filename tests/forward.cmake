@@ -1,3 +1,25 @@
 # Forward pass: kernels, sessions, golden-model fixtures, `dsvisor logits`.
 dsv_test(NAME test-kernels SOURCES kernels/test-kernels.c LIBS dse LABELS unit)
 target_include_directories(test-kernels PRIVATE ${CMAKE_SOURCE_DIR}/engine/src)
+
+# Golden models: one ctest per fixture (test-model-<fixture>), each checking DSV_CPU=scalar
+# and the detected level against the fixture's reference logits and greedy ids.
+add_executable(test-model models/test-model.c)
+target_include_directories(test-model PRIVATE ${CMAKE_SOURCE_DIR}/tests)
+target_link_libraries(test-model PRIVATE dse)
+foreach(fx llama-bf16-linear-rope llama3-rope-gqa qwen2-bf16-tied qwen2-awq-g32 llama-gptq-sym
+           llama-gptq-actorder-asym deepseek-v2-mla-qlora-yarn deepseek-v2-lite-sharded
+           deepseek-v2-group-limited deepseek-v3-noaux-yarn deepseek-v3-fp8-mtp)
+  string(REPLACE "-" "_" fx_case ${fx})
+  add_test(NAME test-model-${fx} COMMAND test-model ${fx_case})
+  set_tests_properties(test-model-${fx} PROPERTIES LABELS "integration" TIMEOUT 300
+    ENVIRONMENT "DSV_FIXTURES=${DSV_FIXTURES};DSV_BUILD_DIR=${CMAKE_BINARY_DIR};DSV_SOURCE_DIR=${CMAKE_SOURCE_DIR}")
+endforeach()
+
+# DeepSeek MLA: latent-only KV cache size and absorbed == naive attention.
+dsv_test(NAME test-model-mla SOURCES models/test-mla.c LIBS dse LABELS integration)
+target_include_directories(test-model-mla PRIVATE ${CMAKE_SOURCE_DIR}/engine/src)
+
+# MoE routing on hand-worked cases.
+dsv_test(NAME test-forward-moe SOURCES unit/test-forward-moe.c LIBS dse LABELS unit)
+target_include_directories(test-forward-moe PRIVATE ${CMAKE_SOURCE_DIR}/engine/src)

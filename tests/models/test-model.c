@@ -1,0 +1,204 @@
+/* Golden-model tests: every fixture in $DSV_FIXTURES/models against its reference data
+ * (fixtures/models/README.md), at DSV_CPU=scalar and at the detected level.
+ *
+ *   prompt:  one eval over ref/prompt_ids.json, all rows compared with ref/logits.f32
+ *   decode:  ref/generated_ids.json fed one token at a time through the KV cache (the
+ *            ids are our own greedy choices as long as they agree), each row compared
+ *            with ref/decode_logits.f32; every argmax must equal the next reference id
+ *
+ * Tolerance: the README's strict row (float32 activations and accumulation, which both
+ * levels use): max abs <= 1e-3, top-1 agreement 100 %, identical greedy ids. Run one
+ * fixture with `test-model llama_bf16_linear_rope`; ctest registers one test each. */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "dse.h"
+#include "t.h"
+
+#define STRICT_MAX_ABS 1e-3
+#define N_DECODE 16
+
+static void *read_file(const char *path, size_t *ret_len) {
+        FILE *f = fopen(path, "rb");
+        if (!f)
+                return NULL;
+        fseek(f, 0, SEEK_END);
+        long n = ftell(f);
+        fseek(f, 0, SEEK_SET);
+        char *buf = malloc((size_t)n + 1);
+        if (buf && fread(buf, 1, (size_t)n, f) != (size_t)n) {
+                free(buf);
+                buf = NULL;
+        }
+        fclose(f);
+        if (buf) {
+                buf[n] = 0;
+                *ret_len = (size_t)n;
+        }
+        return buf;
+}
+
+/* A flat JSON array of integers. */
+static int read_ids(const char *path, int32_t *ids, int max) {
+        size_t len;
+        char *s = read_file(path, &len);
+        if (!s)
+                return -errno;
+        int n = 0;
+        for (char *p = s; *p && n < max;) {
+                if ((*p >= '0' && *p <= '9') || *p == '-')
+                        ids[n++] = (int32_t)strtol(p, &p, 10);
+                else
+                        p++;
+        }
+        free(s);
+        return n;
+}
+
+static int argmax(const float *v, int n) {
+        int best = 0;
+        for (int i = 1; i < n; i++)
+                if (v[i] > v[best])
+                        best = i;
+        return best;
+}
+
+struct errstats {
+        double max_abs, sum_abs;
+        size_t n;
+        int rows, top1_agree;
+};
+
+static void compare_rows(struct errstats *e, const float *got, const float *want, int rows, int vocab) {
+        for (int r = 0; r < rows; r++) {
+                for (int i = 0; i < vocab; i++) {
+                        double d = fabs((double)got[(size_t)r * vocab + i] - want[(size_t)r * vocab + i]);
+                        if (!(d <= e->max_abs))
+                                e->max_abs = isnan(d) ? INFINITY : d;
+                        e->sum_abs += d;
+                        e->n++;
+                }
+                e->rows++;
+                e->top1_agree += argmax(got + (size_t)r * vocab, vocab) == argmax(want + (size_t)r * vocab, vocab);
+        }
+}
+
+static void print_first(const char *what, const float *got, const float *want, int n) {
+        fprintf(stderr, "    %s first values:\n", what);
+        for (int i = 0; i < n; i++)
+                fprintf(stderr, "      %s %12.6f %12.6f\n",
+                        fabs(got[i] - want[i]) <= STRICT_MAX_ABS ? "OK    " : "NOT OK", got[i], want[i]);
+}
+
+static void run_fixture(const char *name) {
+        char dir[1024], path[1200], native[4096];
+        snprintf(dir, sizeof dir, "%s", t_fixture("models"));
+        snprintf(dir + strlen(dir), sizeof dir - strlen(dir), "/%s", name);
+        if (!getenv("DSV_CACHE_DIR") && getenv("DSV_BUILD_DIR")) {
+                char cache[1100];
+                snprintf(cache, sizeof cache, "%s/model-cache", getenv("DSV_BUILD_DIR"));
+                setenv("DSV_CACHE_DIR", cache, 1);
+        }
+        struct dse_diag diag = {{0}};
+        struct dse_model *model = NULL;
+        int r = dse_model_resolve(dir, native, sizeof native, &diag);
+        if (r >= 0)
+                r = dse_model_open(native, 0, &model, &diag);
+        if (r < 0)
+                T_FAIL("%s: %s (%s)", name, strerror(-r), diag.msg);
+
+        int32_t prompt[512], gen[N_DECODE];
+        snprintf(path, sizeof path, "%s/ref/prompt_ids.json", dir);
+        int P = read_ids(path, prompt, 512);
+        snprintf(path, sizeof path, "%s/ref/generated_ids.json", dir);
+        int G = read_ids(path, gen, N_DECODE);
+        int V = dse_model_vocab_size(model);
+        size_t len_l = 0, len_d = 0;
+        snprintf(path, sizeof path, "%s/ref/logits.f32", dir);
+        float *ref_logits = read_file(path, &len_l);
+        snprintf(path, sizeof path, "%s/ref/decode_logits.f32", dir);
+        float *ref_decode = read_file(path, &len_d);
+        if (P <= 0 || G != N_DECODE || V <= 0 || !ref_logits || !ref_decode ||
+            len_l != (size_t)P * V * 4 || len_d != (size_t)N_DECODE * V * 4) {
+                free(ref_logits);
+                free(ref_decode);
+                dse_model_free(model);
+                T_FAIL("%s: reference data unreadable or of the wrong size (P %d, vocab %d)", name, P, V);
+        }
+
+        struct dse_cpu_info cpu;
+        unsetenv("DSV_CPU");
+        ASSERT_OK(dse_cpu_detect(&cpu, NULL));
+        enum dse_cpu_level levels[2] = {DSE_CPU_SCALAR, cpu.detected};
+        int n_levels = cpu.detected == DSE_CPU_SCALAR ? 1 : 2;
+        float *logits = malloc((size_t)P * V * sizeof(float));
+        struct dse_pool *pool = NULL; /* the fast level also runs the row split over 2 threads */
+        ASSERT_OK(dse_pool_new(2, NULL, 0, &pool));
+        int failed = 0;
+        for (int li = 0; li < n_levels && !failed; li++) {
+                setenv("DSV_CPU", dse_cpu_level_to_string(levels[li]), 1);
+                struct dse_session *s = NULL;
+                r = dse_session_new(model, P + N_DECODE, li ? pool : NULL, &s, &diag);
+                if (r < 0) {
+                        fprintf(stderr, "  %s: dse_session_new: %s (%s)\n", name, strerror(-r), diag.msg);
+                        failed = 1;
+                        break;
+                }
+                struct errstats prompt_err = {0}, decode_err = {0};
+                r = dse_session_eval(s, prompt, (size_t)P, logits, NULL, &diag);
+                if (r < 0) {
+                        fprintf(stderr, "  %s: eval: %s (%s)\n", name, strerror(-r), diag.msg);
+                        failed = 1;
+                }
+                compare_rows(&prompt_err, logits, ref_logits, P, V);
+                /* greedy continuation through the cache */
+                int first_diverged = -1;
+                if (argmax(logits + (size_t)(P - 1) * V, V) != gen[0])
+                        first_diverged = 0;
+                for (int j = 0; j < N_DECODE && r >= 0; j++) {
+                        r = dse_session_eval(s, &gen[j], 1, NULL, logits, &diag);
+                        compare_rows(&decode_err, logits, ref_decode + (size_t)j * V, 1, V);
+                        int next = argmax(logits, V), want = argmax(ref_decode + (size_t)j * V, V);
+                        if (next != want && first_diverged < 0)
+                                first_diverged = j + 1;
+                }
+                fprintf(stderr,
+                        "  %-28s %-6s prompt: max abs %.3g mean abs %.3g top-1 %d/%d | decode: max abs %.3g mean abs "
+                        "%.3g top-1 %d/%d | greedy ids %s\n",
+                        name, dse_cpu_level_to_string(levels[li]), prompt_err.max_abs,
+                        prompt_err.sum_abs / (double)prompt_err.n, prompt_err.top1_agree, prompt_err.rows,
+                        decode_err.max_abs, decode_err.sum_abs / (double)decode_err.n, decode_err.top1_agree,
+                        decode_err.rows, first_diverged < 0 ? "identical" : "DIVERGE");
+                if (prompt_err.max_abs > STRICT_MAX_ABS || decode_err.max_abs > STRICT_MAX_ABS ||
+                    prompt_err.top1_agree != P || first_diverged >= 0 || r < 0) {
+                        float *again = malloc((size_t)V * sizeof(float));
+                        dse_session_reset(s);
+                        dse_session_eval(s, prompt, 1, NULL, again, NULL);
+                        print_first("prompt row 0", again, ref_logits, 8);
+                        free(again);
+                        failed = 1;
+                }
+                dse_session_free(s);
+        }
+        unsetenv("DSV_CPU");
+        dse_pool_free(pool);
+        free(logits);
+        free(ref_logits);
+        free(ref_decode);
+        dse_model_free(model);
+        if (failed)
+                T_FAIL("%s: outside the strict tolerance (max abs %g, identical greedy ids)", name, STRICT_MAX_ABS);
+}
+
+TEST(llama_bf16_linear_rope) { run_fixture("llama-bf16-linear-rope"); }
+TEST(llama3_rope_gqa) { run_fixture("llama3-rope-gqa"); }
+TEST(qwen2_bf16_tied) { run_fixture("qwen2-bf16-tied"); }
+TEST(qwen2_awq_g32) { run_fixture("qwen2-awq-g32"); }
+TEST(llama_gptq_sym) { run_fixture("llama-gptq-sym"); }
+TEST(llama_gptq_actorder_asym) { run_fixture("llama-gptq-actorder-asym"); }
+TEST(deepseek_v2_mla_qlora_yarn) { run_fixture("deepseek-v2-mla-qlora-yarn"); }
+TEST(deepseek_v2_lite_sharded) { run_fixture("deepseek-v2-lite-sharded"); }
+TEST(deepseek_v2_group_limited) { run_fixture("deepseek-v2-group-limited"); }
+TEST(deepseek_v3_noaux_yarn) { run_fixture("deepseek-v3-noaux-yarn"); }
+TEST(deepseek_v3_fp8_mtp) { run_fixture("deepseek-v3-fp8-mtp"); }
