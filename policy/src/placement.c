@@ -146,8 +146,9 @@ int dsv_policy_place_instances(const struct dsv_topology *topo, const struct dsv
                 inst->n_threads = req->threads_per_instance ? req->threads_per_instance : inst->n_cores;
                 if (inst->n_threads > inst->n_cores) {
                         p.oversubscribed = true;
-                        add_warning(&p, "instance %d: %d threads on %d cores (%d PUs)", i, inst->n_threads,
-                                    inst->n_cores, inst->n_pus);
+                        add_warning(&p, "instance %d: %d threads on %d core%s (%d CPU%s)", i, inst->n_threads,
+                                    inst->n_cores, inst->n_cores == 1 ? "" : "s", inst->n_pus,
+                                    inst->n_pus == 1 ? "" : "s");
                 }
         }
         *ret = p;
