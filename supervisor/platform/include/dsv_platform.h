@@ -40,9 +40,248 @@ const char *dsv_topo_source_to_string(enum dsv_topo_source src);
 int dsv_topo_load(enum dsv_topo_source src, const char *arg, struct dsv_topology *ret);
 
 /* ---- cgroups (cgroup*.c) ----------------------------------------------------------- */
-/* Worker cgroup slices (cpuset.cpus, cpuset.mems, memory.max) under dsvisor's own subtree: engineer "c". */
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <sys/types.h>
+
+/* One cgroup per worker instance, created below dsvisor's own cgroup in every hierarchy
+ * that can carry one of its limits, and nowhere else.
+ *
+ *     struct dsv_cgroup_config cfg = {0};            // /sys/fs/cgroup, /proc/self/cgroup
+ *     struct dsv_cgroup_host *h;
+ *     r = dsv_cgroup_host_new(&cfg, &h);
+ *     r = dsv_cgroup_host_delegate(h);               // v2: self to <own>/supervisor, +ctrl
+ *     struct dsv_cgroup_limits lim = { .cpus = "0-15", .mems = "0", .cpu_weight = 100,
+ *                                      .memory_max_bytes = 64ULL << 30 };
+ *     struct dsv_cgroup_report rep;
+ *     struct dsv_cgroup_instance *w;
+ *     r = dsv_cgroup_instance_new(h, "worker-0", &lim, &rep, &w);
+ *     dsv_cgroup_report_format(&rep, buf, sizeof buf);   // log it, show it in status
+ *     r = dsv_cgroup_instance_spawn(w, "/usr/bin/dsvisor-worker", argv, envp, &pid, &pidfd);
+ *     ...
+ *     r = dsv_cgroup_instance_stop(w, 5000);         // kill all, wait until empty, rmdir
+ *     dsv_cgroup_instance_free(w);
+ *     dsv_cgroup_host_free(h);
+ *
+ * Modes: unified (pure v2: every controller in one tree, writes go through dsvisor's
+ * own openat() writer rooted at the delegated directory, never through libcgroup, whose
+ * 2.0.2 cgroup_create_cgroup writes "+ctrl" into every ancestor); hybrid (v1 controllers
+ * through libcgroup, plus the v2 tree at <root>/unified for spawning, cgroup.kill and
+ * whatever controllers it holds); legacy (v1 only).
+ * Ownership: a host owns its directory fds; an instance borrows its host and must be
+ * freed first. Objects are not thread-safe; use one from one thread at a time. */
+
+enum dsv_cgroup_mode {
+        DSV_CGROUP_MODE_DETECT,  /* config only: statfs() the root */
+        DSV_CGROUP_MODE_LEGACY,  /* tmpfs root, v1 hierarchies only */
+        DSV_CGROUP_MODE_HYBRID,  /* tmpfs root, v1 hierarchies + cgroup2 at <root>/unified */
+        DSV_CGROUP_MODE_UNIFIED, /* cgroup2 at the root */
+        DSV_CGROUP_MODE_COUNT
+};
+const char *dsv_cgroup_mode_to_string(enum dsv_cgroup_mode mode);
+
+/* statfs(root): CGROUP2_SUPER_MAGIC is unified; TMPFS_MAGIC is hybrid when
+ * <root>/unified is a cgroup2 mount, else legacy. -ENOMEDIUM for any other filesystem. */
+int dsv_cgroup_mode_detect(const char *root, enum dsv_cgroup_mode *ret_mode);
+
+/* Controller bits (dsv_cgroup_config.controllers, dsv_cgroup_host_info). */
+enum {
+        DSV_CGROUP_CTRL_CPU = 1u << 0,
+        DSV_CGROUP_CTRL_CPUSET = 1u << 1,
+        DSV_CGROUP_CTRL_MEMORY = 1u << 2,
+        DSV_CGROUP_CTRL_HUGETLB = 1u << 3,
+        DSV_CGROUP_CTRL_ALL = (1u << 4) - 1,
+};
+
+struct dsv_cgroup_config {
+        const char *root;             /* cgroupfs root; NULL: "/sys/fs/cgroup" */
+        const char *proc_self_cgroup; /* NULL: "/proc/self/cgroup" (tests inject a file) */
+        enum dsv_cgroup_mode mode;    /* DETECT, or forced (a fake v2 tree is UNIFIED) */
+        const char *supervisor_leaf;  /* v2 leaf dsvisor moves into; NULL: "supervisor" */
+        unsigned controllers;         /* DSV_CGROUP_CTRL_* to use; 0: all */
+        /* Test seam for fake trees: called after each mkdir of a group with the parent's
+         * fd and the new name, so a test can lay out the files the kernel would create.
+         * NULL on real hosts. A negative return fails the creation. */
+        int (*on_mkdir)(int parent_fd, const char *name, void *user);
+        void *on_mkdir_user;
+};
+
+/* Where each controller lives for this process (dsv_cgroup_host_info). */
+struct dsv_cgroup_host_info {
+        enum dsv_cgroup_mode mode;
+        char v2_own[512];         /* own v2 group, absolute path; "" when there is no v2 tree */
+        unsigned v2_available;    /* DSV_CGROUP_CTRL_* listed in own cgroup.controllers */
+        unsigned v2_enabled;      /* ... enabled in own cgroup.subtree_control */
+        unsigned v1_mounted;      /* DSV_CGROUP_CTRL_* with a v1 hierarchy in use */
+        char v1_own[4][512];      /* own v1 group per controller bit index, absolute path */
+};
+
+struct dsv_cgroup_host;
+struct dsv_cgroup_instance;
+
+/* Detects the mode, finds this process's own group in each hierarchy (from
+ * cfg->proc_self_cgroup) and opens them. v1 hierarchies come from libcgroup's mount
+ * table and are used only when they lie below cfg->root. *ret is written on success;
+ * free it with dsv_cgroup_host_free(). -ENOMEDIUM when root is not a cgroup filesystem;
+ * -ENOENT when this process has no group in any usable hierarchy. */
+int dsv_cgroup_host_new(const struct dsv_cgroup_config *cfg, struct dsv_cgroup_host **ret);
+void dsv_cgroup_host_free(struct dsv_cgroup_host *h);
+int dsv_cgroup_host_info(const struct dsv_cgroup_host *h, struct dsv_cgroup_host_info *ret);
+
+/* v2 delegation, per the no-internal-processes rule: unless the own group is the
+ * hierarchy root (exempt), moves this process (all its threads) into
+ * <own>/<supervisor_leaf>, then enables each configured controller that
+ * <own>/cgroup.controllers lists in <own>/cgroup.subtree_control. Writes nothing above
+ * <own>. A no-op without a v2 tree. -EBUSY when other processes remain in <own>. */
+int dsv_cgroup_host_delegate(struct dsv_cgroup_host *h);
+
+/* Requested limits; zero/NULL fields are not requested. */
+struct dsv_cgroup_limits {
+        const char *cpus;            /* cpuset.cpus list, "0-15" */
+        const char *mems;            /* cpuset.mems list, "0" */
+        unsigned cpu_weight;         /* cpu.weight 1..10000 (v1: cpu.shares = w*1024/100) */
+        uint64_t cpu_max_quota_us;   /* cpu.max quota (v1: cpu.cfs_quota_us) */
+        uint64_t cpu_max_period_us;  /* cpu.max period; 0: 100000 */
+        uint64_t cpu_rt_runtime_us;  /* v1 cpu.rt_runtime_us, for SCHED_FIFO workers */
+        uint64_t memory_high_bytes;  /* memory.high (v1: memory.soft_limit_in_bytes) */
+        uint64_t memory_max_bytes;   /* memory.max (v1: memory.limit_in_bytes) */
+        bool memory_oom_group;       /* memory.oom.group = 1 (v2 only) */
+        uint64_t hugetlb_2mb_max_bytes; /* hugetlb.2MB.max (v1: hugetlb.2MB.limit_in_bytes) */
+};
+
+enum dsv_cgroup_limit {
+        DSV_CGROUP_LIMIT_CPUS,
+        DSV_CGROUP_LIMIT_MEMS,
+        DSV_CGROUP_LIMIT_CPU_WEIGHT,
+        DSV_CGROUP_LIMIT_CPU_MAX,
+        DSV_CGROUP_LIMIT_CPU_RT_RUNTIME,
+        DSV_CGROUP_LIMIT_MEMORY_HIGH,
+        DSV_CGROUP_LIMIT_MEMORY_MAX,
+        DSV_CGROUP_LIMIT_MEMORY_OOM_GROUP,
+        DSV_CGROUP_LIMIT_HUGETLB_2MB_MAX,
+        DSV_CGROUP_LIMIT_COUNT
+};
+/* The v2 name of a limit: "cpuset.cpus", "cpu.max", "hugetlb.2MB.max"... */
+const char *dsv_cgroup_limit_to_string(enum dsv_cgroup_limit limit);
+
+/* What happened to each limit. An applied limit was written and read back as requested
+ * (cpusets: the *.effective file matches). reason says why one was not applied, or
+ * which substitute carries it ("memory controller is v1 here: memory.limit_in_bytes"). */
+struct dsv_cgroup_report_entry {
+        bool requested;
+        bool applied;
+        char value[64];   /* the requested value, as written */
+        char file[64];    /* "<hierarchy>:<file>" written, "" when none */
+        char reason[160];
+};
+struct dsv_cgroup_report {
+        struct dsv_cgroup_report_entry e[DSV_CGROUP_LIMIT_COUNT]; /* by enum dsv_cgroup_limit */
+};
+
+/* One line per requested limit: "cpu.max=50000 100000 applied (v1 cpu:cpu.cfs_quota_us; ...)".
+ * Returns the length it needed (snprintf rules). */
+int dsv_cgroup_report_format(const struct dsv_cgroup_report *rep, char *buf, size_t size);
+/* Number of requested limits that are not in effect. */
+int dsv_cgroup_report_n_missing(const struct dsv_cgroup_report *rep);
+
+/* Creates <own>/<name> in the v2 tree and in each v1 hierarchy in use, and applies lim
+ * before any task can join (cpusets first; a v1 cpuset group gets its parent's cpus and
+ * mems when none are requested, since an empty cpuset admits no task). name is one path
+ * component. *ret_report says what is in effect. A limit the kernel refuses is reported,
+ * not fatal; failing to create a group is (-EEXIST when it exists already: a previous
+ * run did not clean up). *ret is written on success. */
+int dsv_cgroup_instance_new(struct dsv_cgroup_host *h, const char *name,
+                            const struct dsv_cgroup_limits *lim,
+                            struct dsv_cgroup_report *ret_report,
+                            struct dsv_cgroup_instance **ret);
+
+/* Directory fd of the instance's v2 group (owned by the instance), or -ENOENT. */
+int dsv_cgroup_instance_v2_fd(const struct dsv_cgroup_instance *inst);
+
+/* Spawns path with argv/envp (envp NULL: environ) inside the instance's groups; see
+ * dsv_cgroup_spawn(). */
+int dsv_cgroup_instance_spawn(const struct dsv_cgroup_instance *inst, const char *path,
+                              char *const argv[], char *const envp[], pid_t *ret_pid,
+                              int *ret_pidfd);
+
+/* Spawns path as a child that is in its groups before its first instruction of the new
+ * program: clone3(CLONE_INTO_CGROUP|CLONE_PIDFD) into v2_fd (-1: none), and the child
+ * writes itself into each fd of v1_procs_fds (open cgroup.procs files) before execve.
+ * Without clone3 (ENOSYS) the child also joins v2_fd's cgroup.procs itself and the pidfd
+ * comes from pidfd_open(). The child's signal mask is cleared. *ret_pidfd (O_CLOEXEC)
+ * is the caller's; reap the child with waitid(P_PIDFD). Returns -errno of the failed
+ * join or execve, after reaping the child. */
+int dsv_cgroup_spawn(int v2_fd, const int *v1_procs_fds, size_t n_v1, const char *path,
+                     char *const argv[], char *const envp[], pid_t *ret_pid, int *ret_pidfd);
+
+/* Kills every process of the instance and removes its groups: cgroup.kill (v2; kernels
+ * without it, and every v1 group: SIGKILL each pid in cgroup.procs until it is empty),
+ * waits for "populated 0" in cgroup.events (v1: empty cgroup.procs), then rmdir.
+ * Spawned children become zombies, which no longer count; reap them through their
+ * pidfds. -ETIMEDOUT when a group is still populated after timeout_ms. */
+int dsv_cgroup_instance_stop(struct dsv_cgroup_instance *inst, int timeout_ms);
+
+/* Frees the handle (closes its fds); leaves the groups as they are. NULL is a no-op. */
+void dsv_cgroup_instance_free(struct dsv_cgroup_instance *inst);
 
 /* ---- hugepages (hugepages.c) ------------------------------------------------------- */
-/* Per-node hugetlb pools and the shared weight image (memfd MFD_HUGETLB): engineer "c". */
+/* The shared weight image: one memfd per NUMA node, backed by 2 MiB pages from the
+ * node's hugetlb pool when they are there, filled once through a mapping (write(2) is
+ * unsupported on hugetlbfs), then sealed and mapped read-only by the workers.
+ *
+ *     struct dsv_hugepages_image img;
+ *     r = dsv_hugepages_image_init(&img, "weights-node0", len, 0, DSV_HUGEPAGES_MODE_REQUIRE, NULL);
+ *     if (r == -ENOMEM)   // fewer free 2 MiB pages on node 0 than len needs: nothing allocated
+ *             return log_errno(r, "Not enough HugePages on node 0: %m");
+ *     memcpy(img.addr, weights, len);
+ *     r = dsv_hugepages_image_seal(&img);   // drops the writable mapping
+ *     ...pass img.fd to the workers (inherit, SCM_RIGHTS, FDSTORE=1)...
+ *     dsv_hugepages_image_done(&img);
+ *
+ * Ownership: the image (its fd and mapping) lives in caller storage until _done(). */
+
+#define DSV_HUGEPAGE_2MB_BYTES (2ull << 20)
+
+/* Free pages in node's 2 MiB pool, from
+ * <sysfs_root>/devices/system/node/node<N>/hugepages/hugepages-2048kB/free_hugepages
+ * (sysfs_root NULL: "/sys"); node -1 sums every node. Pages reserved by a mapping but
+ * not yet faulted still count as free here. */
+int dsv_hugepages_free_on_node(const char *sysfs_root, int node, uint64_t *ret_free_pages);
+
+enum dsv_hugepages_mode {
+        DSV_HUGEPAGES_MODE_AUTO,    /* hugetlb when the node has enough free pages, else normal */
+        DSV_HUGEPAGES_MODE_REQUIRE, /* hugetlb or -ENOMEM, checked before anything is allocated */
+        DSV_HUGEPAGES_MODE_OFF,     /* normal shmem pages */
+        DSV_HUGEPAGES_MODE_COUNT
+};
+const char *dsv_hugepages_mode_to_string(enum dsv_hugepages_mode mode);
+
+struct dsv_hugepages_image {
+        int fd;            /* the memfd (O_CLOEXEC, sealable) */
+        void *addr;        /* writable MAP_SHARED mapping of size_bytes; NULL once sealed */
+        size_t len_bytes;  /* as requested */
+        size_t size_bytes; /* len_bytes rounded up to 2 MiB (both modes, so sizes agree) */
+        bool hugetlb;      /* backed by MFD_HUGETLB|MFD_HUGE_2MB pages */
+        int node;          /* pages bound (mbind MPOL_BIND) and faulted on this node; -1: any */
+        unsigned seals;    /* F_SEAL_* in effect (after _seal) */
+        char note[160];    /* why normal pages were used; which seals the kernel refused */
+};
+
+/* Creates the memfd named name of len_bytes, rounded up to 2 MiB; with node ≥ 0 binds
+ * the range to node before faulting, then faults every page in
+ * (MADV_POPULATE_WRITE, so a shortage is an error here and not a SIGBUS later).
+ * REQUIRE checks the node's free pages first and returns -ENOMEM without allocating.
+ * *img is written on success only. */
+int dsv_hugepages_image_init(struct dsv_hugepages_image *img, const char *name, size_t len_bytes,
+                             int node, enum dsv_hugepages_mode mode, const char *sysfs_root);
+
+/* Unmaps the writable mapping and adds F_SEAL_SHRINK|F_SEAL_GROW|F_SEAL_WRITE; seals
+ * the kernel refuses are left out and named in img->note. Returns 0 when at least
+ * SHRINK and GROW hold, else -errno. */
+int dsv_hugepages_image_seal(struct dsv_hugepages_image *img);
+
+/* Unmaps and closes, leaving fd -1 and addr NULL; NULL or a done image is a no-op. */
+void dsv_hugepages_image_done(struct dsv_hugepages_image *img);
 
 #endif

@@ -1,0 +1,106 @@
+/* cgroup-internal.h — what cgroup.c, cgroup_fs.c, cgroup_v1.c and cgroup_v2.c share.
+ *
+ * Layering inside the cgroup layer:
+ *   cgroup_fs.c  the openat()-based cgroupfs reader/writer. Every path it touches is one
+ *                validated name below a directory fd, so a write can never leave the
+ *                directory the caller was handed (the delegated cgroup, or a fake tree).
+ *   cgroup_v1.c  libcgroup: mount discovery and the v1 hierarchies of legacy/hybrid hosts.
+ *   cgroup_v2.c  unified-hierarchy delegation and v2 limit files, through cgroup_fs.c only.
+ *   cgroup.c     the public API: mode detection, host, instances, spawn, stop, report. */
+#ifndef DSV_CGROUP_INTERNAL_H
+#define DSV_CGROUP_INTERNAL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "dsv_platform.h"
+
+/* ---- cgroup_fs.c: the fd-rooted cgroupfs reader/writer ------------------------------ */
+
+/* 0 if name is one path component: non-empty, shorter than NAME_MAX, no '/', not "." or
+ * ".."; -EINVAL otherwise. */
+int dsv__cgfs_name_check(const char *name);
+
+/* Opens directory name below dirfd (O_DIRECTORY|O_NOFOLLOW|O_CLOEXEC) into *ret_fd. */
+int dsv__cgfs_open_dir(int dirfd, const char *name, int *ret_fd);
+
+/* Opens the relative path rel ("a/b/c"; leading and repeated '/' ignored, "" or "/" is
+ * rootfd itself) below rootfd, one checked component at a time, into *ret_fd. */
+int dsv__cgfs_open_path(int rootfd, const char *rel, int *ret_fd);
+
+/* mkdirat(dirfd, name, 0755); -EEXIST if it already exists. */
+int dsv__cgfs_mkdir(int dirfd, const char *name);
+
+/* unlinkat(dirfd, name, AT_REMOVEDIR); 0 if it is already gone. */
+int dsv__cgfs_rmdir(int dirfd, const char *name);
+
+/* Writes value to the existing file below dirfd with one write(2) (cgroupfs parses one
+ * write per call). Never creates a file, never follows a symlink. */
+int dsv__cgfs_write(int dirfd, const char *file, const char *value);
+
+/* Reads the file below dirfd into buf (NUL-terminated, trailing newlines removed).
+ * Returns the length; -ENOENT when missing; -E2BIG when it does not fit. */
+int dsv__cgfs_read(int dirfd, const char *file, char *buf, size_t size);
+
+/* True if word occurs in the space-separated list (cgroup.controllers format). */
+bool dsv__cgfs_has_word(const char *list, const char *word);
+
+/* Reads "pid\n" lines from cgroup.procs below dirfd into pids (up to max). Returns the
+ * number read (≤ max) or -errno. */
+int dsv__cgfs_read_pids(int dirfd, pid_t *pids, size_t max);
+
+/* ---- cpu lists ("0-3,8,10-11") ------------------------------------------------------ */
+
+#define DSV__CPULIST_BITS 4096
+struct dsv__cpulist {
+        uint64_t bits[DSV__CPULIST_BITS / 64];
+};
+
+/* Parses a kernel cpu/node list; "" is the empty set. -EINVAL on bad syntax, -ERANGE
+ * past DSV__CPULIST_BITS. */
+int dsv__cpulist_parse(const char *s, struct dsv__cpulist *ret);
+bool dsv__cpulist_equal(const struct dsv__cpulist *a, const struct dsv__cpulist *b);
+
+/* ---- /proc/self/cgroup ------------------------------------------------------------- */
+
+/* Finds this process's cgroup path in the file at proc_path (format of
+ * /proc/self/cgroup): the "0::" line when controller is NULL, else the line whose
+ * comma-separated controller list holds controller. Writes the path (starts with '/')
+ * into buf. -ENOENT when there is no such line. */
+int dsv__cgroup_own_path(const char *proc_path, const char *controller, char *buf, size_t size);
+
+/* ---- cgroup_v1.c: libcgroup ------------------------------------------------------- */
+
+/* Converts a libcgroup return code (0 or ECG*) to 0 or -errno, once. */
+int dsv__cgroup_v1_errno(int ecg);
+
+/* Mount point of the v1 hierarchy holding controller, from libcgroup's mount table, if
+ * it lies below root (prefix match) and is a cgroup v1 filesystem (libcgroup 2.0.2 also
+ * lists the controllers of a non-empty unified/cgroup.controllers, as v2). -ENOENT when
+ * the controller has no v1 hierarchy here. */
+int dsv__cgroup_v1_mount(const char *root, const char *controller, char *buf, size_t size);
+
+/* Creates the group rel (relative to the controller's mount root) through libcgroup. */
+int dsv__cgroup_v1_create(const char *controller, const char *rel);
+
+/* Writes one control file of the group rel through libcgroup (cgroup_modify_cgroup). */
+int dsv__cgroup_v1_set(const char *controller, const char *rel, const char *file, const char *value);
+
+/* Removes the empty group rel (libcgroup, CGFLAG_DELETE_EMPTY_ONLY: no task migration). */
+int dsv__cgroup_v1_delete(const char *controller, const char *rel);
+
+/* ---- cgroup_v2.c ------------------------------------------------------------------- */
+
+/* Moves the calling process into the leaf below own_fd (created if missing) unless
+ * own_is_root, then writes "+ctrl" into own_fd's cgroup.subtree_control for every
+ * controller in want that own_fd's cgroup.controllers lists. *ret_enabled gets the
+ * DSV_CGROUP_CTRL_* bits enabled afterwards. */
+int dsv__cgroup_v2_delegate(int own_fd, bool own_is_root, const char *leaf, unsigned want,
+                            unsigned *ret_enabled);
+
+/* Controller names for the DSV_CGROUP_CTRL_* bit positions. */
+const char *dsv__cgroup_ctrl_name(unsigned bit);
+
+#endif
