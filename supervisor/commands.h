@@ -11,5 +11,6 @@ struct dsv_command {
 
 int dsv_cmd_cpuinfo(int argc, char **argv);
 int dsv_cmd_plan(int argc, char **argv);
+int dsv_cmd_logits(int argc, char **argv);
 
 #endif

@@ -8,6 +8,7 @@
 static const struct dsv_command commands[] = {
         {"cpuinfo", dsv_cmd_cpuinfo, "print the CPU features detected and the kernel level in use"},
         {"plan", dsv_cmd_plan, "dry run: where each instance would run (nodes, cores, threads)"},
+        {"logits", dsv_cmd_logits, "run token ids through a model: raw logits and the greedy continuation"},
 };
 
 static void usage(FILE *out) {

@@ -23,3 +23,7 @@ target_include_directories(test-model-mla PRIVATE ${CMAKE_SOURCE_DIR}/engine/src
 # MoE routing on hand-worked cases.
 dsv_test(NAME test-forward-moe SOURCES unit/test-forward-moe.c LIBS dse LABELS unit)
 target_include_directories(test-forward-moe PRIVATE ${CMAKE_SOURCE_DIR}/engine/src)
+
+# `dsvisor logits` on a fixture folder, against ref/logits.f32 and ref/generated_ids.json.
+dsv_test(NAME test-forward-logits-cli SOURCES integration/test-forward-logits-cli.c LABELS integration)
+add_dependencies(test-forward-logits-cli dsvisor)
