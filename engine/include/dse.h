@@ -136,8 +136,8 @@ struct dse_session;
 /* The model's vocabulary size (logits per position), or -EINVAL for NULL. */
 int dse_model_vocab_size(const struct dse_model *model);
 
-/* n_ctx: positions the KV cache holds (1..max_position_embeddings is not enforced; a
- * larger context only needs memory). pool may be NULL (single-threaded). -EINVAL,
+/* n_ctx: positions the KV cache holds (it may exceed max_position_embeddings; the
+ * memory is allocated here). pool may be NULL (single-threaded). -EINVAL,
  * -EOPNOTSUPP (architecture, dtype), -EBADMSG (a missing or misshapen tensor), -ENOMEM. */
 int dse_session_new(const struct dse_model *model, int n_ctx, struct dse_pool *pool,
                     struct dse_session **ret_session, struct dse_diag *reterr);
