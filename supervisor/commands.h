@@ -10,6 +10,8 @@ struct dsv_command {
 };
 
 int dsv_cmd_cpuinfo(int argc, char **argv);
+int dsv_cmd_convert(int argc, char **argv);
+int dsv_cmd_verify(int argc, char **argv);
 int dsv_cmd_plan(int argc, char **argv);
 int dsv_cmd_logits(int argc, char **argv);
 

@@ -112,7 +112,67 @@ void dse_pool_parallel_for(struct dse_pool *pool, size_t n, dse_pool_range_fn fn
 void dse_pool_barrier(struct dse_pool *pool);
 
 /* ---- model files (native format, HF import) ------------------------------------- */
-/* (owned by the model-format work: dse_model_open, dse_model_open_fd, convert, verify) */
+
+/* A model in the native format (engine/FORMAT.md): hyper-parameters, embedded tokenizer
+ * files and a table of tensors that are used in place from a read-only mapping.
+ *
+ *     char path[4096];
+ *     struct dse_diag diag;
+ *     struct dse_model *m;
+ *     int r = dse_model_resolve("/models/DeepSeek-V2-Lite", path, sizeof path, &diag);
+ *     if (r >= 0) r = dse_model_open(path, DSE_MODEL_POPULATE, &m, &diag);
+ *     if (r < 0) { fprintf(stderr, "%s\n", diag.msg); ... }
+ *     ...
+ *     dse_model_free(m);
+ *
+ * A model is immutable once open: any number of threads may read it. The mapping lives
+ * until dse_model_free(). */
+struct dse_model;
+struct dse_tokenizer; /* see "tokenizers" below */
+
+#define DSE_MODEL_POPULATE 0x1u /* fault every page in at open (after validation) */
+
+/* Maps a native model file read-only. Every offset, size, dtype, name and shape is
+ * validated against the hyper-parameters and the architecture's expected tensor list
+ * before a tensor is used; -EBADMSG for a corrupt file (the message names the file and
+ * tensor), -EOPNOTSUPP for a newer major format version. Checksums are not read here
+ * (see dse_model_verify). */
+int dse_model_open(const char *path, unsigned flags, struct dse_model **ret_model, struct dse_diag *reterr);
+/* The same from an open file descriptor (e.g. a shared memfd). The fd is not consumed:
+ * the caller may close it after the call; the mapping stays valid. */
+int dse_model_open_fd(int fd, unsigned flags, struct dse_model **ret_model, struct dse_diag *reterr);
+void dse_model_free(struct dse_model *model);
+
+/* Recomputes every tensor's CRC32C and compares it with the table (reads the whole
+ * file). 0, or -EBADMSG naming the first tensor that does not match. */
+int dse_model_verify(const struct dse_model *model, struct dse_diag *reterr);
+
+/* One line: path, architecture, layers, tensors, size, quant format. Returns the length
+ * snprintf would write. */
+int dse_model_describe(const struct dse_model *model, char *buf, size_t size);
+/* The quant format the file was converted with ("auto", "bf16", "int8", "int4", ...). */
+const char *dse_model_quant_format(const struct dse_model *model);
+
+/* Builds a tokenizer from the embedded "tokenizer.json" (+ "tokenizer_config.json") or
+ * "tokenizer.model"; -ENOENT when the model has none. */
+int dse_model_tokenizer(const struct dse_model *model, struct dse_tokenizer **ret_tok, struct dse_diag *reterr);
+
+/* Converts a Hugging Face folder (config.json, model.safetensors or shards + index,
+ * tokenizer files) into a native file at out_path, streaming one tensor at a time. The
+ * file appears only when complete (written to a temporary name, then renamed).
+ * quant_format: NULL or "auto" (keep the checkpoint's formats: BF16/F16/F32, FP8 with
+ * block scales, AWQ/GPTQ int4 repacked losslessly), "bf16", "int8", "int4" (group-wise
+ * quantization of the projection weights; norms, router and embedding stay as they are),
+ * "awq", "gptq" (as auto, but the checkpoint must be that format). DeepSeek-V3 MTP
+ * layers (index >= num_hidden_layers) are skipped. */
+int dse_model_convert_hf(const char *hf_dir, const char *out_path, const char *quant_format, struct dse_diag *reterr);
+
+/* Turns a model argument into a native file path. A folder with config.json is
+ * converted once (quant "auto") into the cache ($DSV_CACHE_DIR, else
+ * $XDG_CACHE_HOME/dsvisor, else ~/.cache/dsvisor), keyed by its absolute path and the
+ * sizes and mtimes of its files; later calls return the cached file. A native file is
+ * returned as is. -ENAMETOOLONG when the path does not fit in size. */
+int dse_model_resolve(const char *arg, char *ret_path, size_t size, struct dse_diag *reterr);
 
 /* ---- sessions and the forward pass ----------------------------------------------- */
 /* A session runs one sequence through a model: it holds the activations, the scratch

@@ -125,6 +125,8 @@ struct dse_tensor {
         int32_t n_dims;
         int64_t shape[DSE_TENSOR_MAX_DIMS]; /* row-major; weights are [out, in] as in HF */
         int32_t group_size;                 /* Q8/Q4: columns per scale group; else 0 */
+        /* shape is logical (elements): a Q4 weight [rows, cols] stores rows * ceil(cols/2)
+         * bytes, row r at data + r * ceil(cols/2); size_bytes is the stored size. */
         const void *data;                   /* view into the mapping, >= 64-byte aligned */
         uint64_t size_bytes;
 };
@@ -137,5 +139,30 @@ const struct dse_hparams *dse__model_hparams(const struct dse_model *model);
 const struct dse_tensor *dse__model_tensor(const struct dse_model *model, const char *name);
 size_t dse__model_n_tensors(const struct dse_model *model);
 const struct dse_tensor *dse__model_tensor_at(const struct dse_model *model, size_t i);
+
+/* ---- the tensors an architecture expects (schema.c) ------------------------------ */
+
+enum dse_schema_kind {
+        DSE_SCHEMA_EMBED,       /* model.embed_tokens.weight [vocab, hidden] */
+        DSE_SCHEMA_NORM,        /* RMSNorm weights [n] */
+        DSE_SCHEMA_LINEAR,      /* projection weights [out, in]: quantizable */
+        DSE_SCHEMA_BIAS,        /* qwen2 q/k/v biases [out] */
+        DSE_SCHEMA_ROUTER,      /* mlp.gate.weight [n_experts, hidden] */
+        DSE_SCHEMA_ROUTER_BIAS, /* mlp.gate.e_score_correction_bias [n_experts] */
+        DSE_SCHEMA_LM_HEAD,     /* lm_head.weight [vocab, hidden] (absent when tied) */
+        DSE_SCHEMA_KIND_COUNT
+};
+
+struct dse_schema_entry {
+        char name[DSE_TENSOR_NAME_MAX]; /* HF name */
+        enum dse_schema_kind kind;
+        int32_t n_dims;                 /* 1 or 2 */
+        int64_t shape[2];               /* logical [out, in] or [n] */
+};
+
+/* Every tensor the architecture of hp expects (layers < n_layers only), in a stable
+ * order. *ret_entries is malloc'ed; the caller frees it. -EINVAL for an hparams the
+ * schema cannot describe (validate it first), -ENOMEM. */
+int dse__model_schema(const struct dse_hparams *hp, struct dse_schema_entry **ret_entries, size_t *ret_n);
 
 #endif

@@ -1,0 +1,964 @@
+/* Hugging Face folder -> native file (dse_model_convert_hf), and the model-argument
+ * resolver with its conversion cache (dse_model_resolve).
+ *
+ * The converter plans every output tensor from the safetensors headers first (so the
+ * header size and each tensor's offset are known), then streams: one source tensor, or
+ * one block of its rows, is read with pread, converted and written with pwrite, then
+ * the buffer is reused. Peak memory is a few row blocks plus, for AWQ/GPTQ, one packed
+ * tensor — never the model. The output goes to "<out>.tmp.XXXXXX" and is renamed into
+ * place only when complete. */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "../internal.h"
+#include "format.h"
+
+#define CHUNK_BYTES (16u << 20) /* target size of one streamed row block (source bytes) */
+#define QUANT_GROUP 32          /* columns per scale for --quant-format int8/int4 */
+#define FP8_BLOCK 128
+
+enum target {
+        TARGET_AUTO,
+        TARGET_BF16,
+        TARGET_INT8,
+        TARGET_INT4,
+};
+
+enum src_kind {
+        SRC_FLOAT, /* F32 / F16 / BF16 */
+        SRC_FP8,   /* F8_E4M3 + weight_scale_inv */
+        SRC_AWQ,
+        SRC_GPTQ,
+        SRC_BLOB, /* a tokenizer file */
+};
+
+struct out_tensor {
+        struct dse_tensor t; /* data unused */
+        uint64_t offset;     /* inside the data region */
+        uint64_t written;
+        uint32_t crc;
+};
+
+struct job {
+        char name[DSE_TENSOR_NAME_MAX];
+        enum src_kind kind;
+        int64_t rows, cols; /* logical; 1-D tensors: rows 1 */
+        int n_dims;
+        const struct dse__st_tensor *src, *scale_inv, *qweight, *qzeros, *scales, *g_idx;
+        enum dse_dtype out_dtype;
+        int32_t group;
+        int out_data, out_scale, out_zero, out_perm; /* out_tensor indices or -1 */
+        char blob_path[4096];
+};
+
+struct conv {
+        const char *dir;
+        struct dse__st_set *st;
+        struct dse_hparams hp;
+        struct dse__hf_quant quant;
+        enum target target;
+        struct job *jobs;
+        size_t n_jobs;
+        struct out_tensor *outs;
+        size_t n_outs;
+        int fd;
+        uint64_t data_off;
+        struct dse_diag *reterr;
+};
+
+/* ---- planning ---------------------------------------------------------------------- */
+
+static int add_out(struct conv *c, const char *name, const char *suffix, enum dse_dtype dtype, int n_dims, int64_t d0,
+                   int64_t d1, int32_t group) {
+        struct out_tensor *v = realloc(c->outs, (c->n_outs + 1) * sizeof *v);
+        if (!v)
+                return -ENOMEM;
+        c->outs = v;
+        struct out_tensor *o = &v[c->n_outs];
+        memset(o, 0, sizeof *o);
+        if ((size_t)snprintf(o->t.name, sizeof o->t.name, "%s%s", name, suffix) >= sizeof o->t.name)
+                return dse__fail(c->reterr, -ENAMETOOLONG, "tensor name '%s%s' is too long", name, suffix);
+        o->t.dtype = dtype;
+        o->t.n_dims = n_dims;
+        o->t.shape[0] = d0;
+        o->t.shape[1] = d1;
+        o->t.group_size = group;
+        int r = dse__tensor_size_bytes(dtype, n_dims, o->t.shape, &o->t.size_bytes);
+        if (r < 0)
+                return dse__fail(c->reterr, r, "tensor '%s%s': bad shape", name, suffix);
+        return (int)c->n_outs++;
+}
+
+static int st_float(enum dse__st_dtype d) {
+        return d == DSE_ST_F32 || d == DSE_ST_F16 || d == DSE_ST_BF16;
+}
+
+static enum dse_dtype native_float(enum dse__st_dtype d) {
+        return d == DSE_ST_F32 ? DSE_DTYPE_F32 : d == DSE_ST_F16 ? DSE_DTYPE_F16 : DSE_DTYPE_BF16;
+}
+
+/* Checks a source tensor's dtype and 2-D (or 1-D when d1 < 0) shape. */
+static int check_src(struct conv *c, const struct dse__st_tensor *t, enum dse__st_dtype dtype, int64_t d0, int64_t d1,
+                     const char *what) {
+        int n_dims = d1 < 0 ? 1 : 2;
+        if (t->dtype != dtype)
+                return dse__fail(c->reterr, -EOPNOTSUPP, "%s: tensor '%s': dtype %s, expected %s for %s",
+                                 dse__st_file_path(c->st, t->file), t->name, dse__st_dtype_to_string(t->dtype),
+                                 dse__st_dtype_to_string(dtype), what);
+        if (t->n_dims != n_dims || t->shape[0] != d0 || (n_dims == 2 && t->shape[1] != d1))
+                return dse__fail(c->reterr, -EBADMSG,
+                                 "%s: tensor '%s': shape [%lld, %lld] contradicts config.json (expected [%lld, %lld] for %s)",
+                                 dse__st_file_path(c->st, t->file), t->name, (long long)t->shape[0],
+                                 (long long)(t->n_dims > 1 ? t->shape[1] : 0), (long long)d0, (long long)(d1 < 0 ? 0 : d1),
+                                 what);
+        return 0;
+}
+
+static const struct dse__st_tensor *find_aux(const struct conv *c, const char *base, const char *suffix) {
+        char name[DSE_TENSOR_NAME_MAX + 32];
+        snprintf(name, sizeof name, "%s%s", base, suffix);
+        return dse__st_find(c->st, name);
+}
+
+static int plan_weight(struct conv *c, const struct dse_schema_entry *se, struct job *j, uint8_t *used) {
+        const struct dse__st_set *st = c->st;
+        int64_t rows = se->shape[0], cols = se->n_dims == 2 ? se->shape[1] : se->shape[0];
+        j->rows = se->n_dims == 2 ? rows : 1;
+        j->cols = cols;
+        j->n_dims = se->n_dims;
+        snprintf(j->name, sizeof j->name, "%s", se->name);
+        j->out_data = j->out_scale = j->out_zero = j->out_perm = -1;
+        int r;
+
+        /* "x.weight" may come as "x.qweight" + "x.qzeros" + "x.scales" (+ "x.g_idx") */
+        char base[DSE_TENSOR_NAME_MAX];
+        snprintf(base, sizeof base, "%s", se->name);
+        size_t bl = strlen(base);
+        if (bl > 7 && strcmp(base + bl - 7, ".weight") == 0)
+                base[bl - 7] = 0;
+        const struct dse__st_tensor *qw = se->n_dims == 2 ? find_aux(c, base, ".qweight") : NULL;
+        if (qw) {
+                if (c->quant.method != DSE_HF_QUANT_AWQ && c->quant.method != DSE_HF_QUANT_GPTQ)
+                        return dse__fail(c->reterr, -EBADMSG,
+                                         "%s: tensor '%s' is quantized but config.json has no awq/gptq quantization_config",
+                                         dse__st_file_path(st, qw->file), qw->name);
+                int32_t g = c->quant.group_size > 0 ? c->quant.group_size : (int32_t)cols;
+                int64_t ng = (cols + g - 1) / g;
+                j->qweight = qw;
+                j->qzeros = find_aux(c, base, ".qzeros");
+                j->scales = find_aux(c, base, ".scales");
+                j->g_idx = find_aux(c, base, ".g_idx");
+                if (!j->qzeros || !j->scales)
+                        return dse__fail(c->reterr, -EBADMSG, "%s: missing tensor '%s.qzeros' or '%s.scales'", c->dir,
+                                         base, base);
+                if (c->quant.method == DSE_HF_QUANT_AWQ) {
+                        j->kind = SRC_AWQ;
+                        if (rows % 8)
+                                return dse__fail(c->reterr, -EOPNOTSUPP, "tensor '%s': AWQ needs out %% 8 == 0", base);
+                        if ((r = check_src(c, qw, DSE_ST_I32, cols, rows / 8, "AWQ qweight [in, out/8]")) < 0 ||
+                            (r = check_src(c, j->qzeros, DSE_ST_I32, ng, rows / 8, "AWQ qzeros [in/g, out/8]")) < 0 ||
+                            (r = check_src(c, j->scales, DSE_ST_F16, ng, rows, "AWQ scales [in/g, out]")) < 0)
+                                return r;
+                        if (j->g_idx)
+                                used[j->g_idx - dse__st_tensor_at(st, 0)] = 1;
+                        j->g_idx = NULL;
+                } else {
+                        j->kind = SRC_GPTQ;
+                        if ((r = check_src(c, qw, DSE_ST_I32, (cols + 7) / 8, rows, "GPTQ qweight [in/8, out]")) < 0 ||
+                            (r = check_src(c, j->qzeros, DSE_ST_I32, ng, (rows + 7) / 8, "GPTQ qzeros [groups, out/8]")) < 0 ||
+                            (r = check_src(c, j->scales, DSE_ST_F16, ng, rows, "GPTQ scales [groups, out]")) < 0 ||
+                            (j->g_idx && (r = check_src(c, j->g_idx, DSE_ST_I32, cols, -1, "GPTQ g_idx [in]")) < 0))
+                                return r;
+                }
+                used[qw - dse__st_tensor_at(st, 0)] = 1;
+                used[j->qzeros - dse__st_tensor_at(st, 0)] = 1;
+                used[j->scales - dse__st_tensor_at(st, 0)] = 1;
+                if (j->g_idx)
+                        used[j->g_idx - dse__st_tensor_at(st, 0)] = 1;
+                j->group = g;
+                return 0;
+        }
+        const struct dse__st_tensor *t = dse__st_find(st, se->name);
+        if (!t)
+                return dse__fail(c->reterr, -EBADMSG, "%s: missing tensor '%s'", c->dir, se->name);
+        used[t - dse__st_tensor_at(st, 0)] = 1;
+        j->src = t;
+        if (st_float(t->dtype)) {
+                j->kind = SRC_FLOAT;
+                return check_src(c, t, t->dtype, se->shape[0], se->n_dims == 2 ? se->shape[1] : -1, "config.json");
+        }
+        if (t->dtype == DSE_ST_F8_E4M3 && se->n_dims == 2) {
+                j->kind = SRC_FP8;
+                if (c->quant.method != DSE_HF_QUANT_FP8 || c->quant.block[0] != FP8_BLOCK || c->quant.block[1] != FP8_BLOCK)
+                        return dse__fail(c->reterr, -EOPNOTSUPP,
+                                         "%s: tensor '%s' is F8_E4M3 but config.json has no fp8 quantization_config with "
+                                         "weight_block_size [128, 128]",
+                                         dse__st_file_path(st, t->file), t->name);
+                j->scale_inv = find_aux(c, se->name, "_scale_inv");
+                if (!j->scale_inv)
+                        return dse__fail(c->reterr, -EBADMSG, "%s: missing tensor '%s_scale_inv'", c->dir, se->name);
+                used[j->scale_inv - dse__st_tensor_at(st, 0)] = 1;
+                if ((r = check_src(c, t, DSE_ST_F8_E4M3, rows, cols, "config.json")) < 0 ||
+                    (r = check_src(c, j->scale_inv, DSE_ST_F32, (rows + FP8_BLOCK - 1) / FP8_BLOCK,
+                                   (cols + FP8_BLOCK - 1) / FP8_BLOCK, "FP8 block scales [out/128, in/128]")) < 0)
+                        return r;
+                return 0;
+        }
+        return dse__fail(c->reterr, -EOPNOTSUPP, "%s: tensor '%s': dtype %s is not supported here",
+                         dse__st_file_path(st, t->file), t->name, dse__st_dtype_to_string(t->dtype));
+}
+
+/* Chooses the stored format of a planned weight and adds its output tensors. */
+static int plan_outputs(struct conv *c, const struct dse_schema_entry *se, struct job *j) {
+        int linear = se->kind == DSE_SCHEMA_LINEAR || se->kind == DSE_SCHEMA_LM_HEAD;
+        int matrix = se->n_dims == 2;
+        enum dse_dtype d;
+        int32_t group = 0;
+        int q4_source = j->kind == SRC_AWQ || j->kind == SRC_GPTQ;
+        if (!matrix) {
+                d = native_float(j->src->dtype); /* norms and biases keep their precision */
+        } else if (!linear) {
+                /* embedding and router: kept unless bf16 is asked for */
+                d = c->target == TARGET_BF16 || j->kind != SRC_FLOAT ? DSE_DTYPE_BF16 : native_float(j->src->dtype);
+        } else if (c->target == TARGET_AUTO) {
+                d = j->kind == SRC_FLOAT ? native_float(j->src->dtype) : j->kind == SRC_FP8 ? DSE_DTYPE_F8_E4M3 : DSE_DTYPE_Q4;
+                group = d == DSE_DTYPE_Q4 ? j->group : 0;
+        } else if (c->target == TARGET_BF16) {
+                d = DSE_DTYPE_BF16;
+        } else if (c->target == TARGET_INT4) {
+                d = DSE_DTYPE_Q4;
+                group = q4_source ? j->group : QUANT_GROUP;
+        } else {
+                d = DSE_DTYPE_Q8;
+                group = QUANT_GROUP;
+        }
+        j->out_dtype = d;
+        j->group = group;
+        int r = add_out(c, se->name, "", d, se->n_dims, se->shape[0], matrix ? se->shape[1] : 0, group);
+        if (r < 0)
+                return r;
+        j->out_data = r;
+        int64_t rows = j->rows, cols = j->cols, ng = group ? (cols + group - 1) / group : 0;
+        if (d == DSE_DTYPE_F8_E4M3) {
+                if ((r = add_out(c, se->name, ".scale", DSE_DTYPE_F32, 2, (rows + FP8_BLOCK - 1) / FP8_BLOCK,
+                                 (cols + FP8_BLOCK - 1) / FP8_BLOCK, 0)) < 0)
+                        return r;
+                j->out_scale = r;
+        } else if (d == DSE_DTYPE_Q8 || d == DSE_DTYPE_Q4) {
+                if ((r = add_out(c, se->name, ".scale", DSE_DTYPE_F32, 2, rows, ng, 0)) < 0)
+                        return r;
+                j->out_scale = r;
+                if (d == DSE_DTYPE_Q4) {
+                        if ((r = add_out(c, se->name, ".zero", DSE_DTYPE_U8, 2, rows, ng, 0)) < 0)
+                                return r;
+                        j->out_zero = r;
+                }
+        }
+        return 0;
+}
+
+/* GPTQ act-order needs "<name>.perm" only when g_idx is not sequential: known only after
+ * reading g_idx, so it is read (it is small) while planning. */
+static int plan_gptq_perm(struct conv *c, struct job *j) {
+        if (j->kind != SRC_GPTQ || !j->g_idx || j->out_dtype != DSE_DTYPE_Q4)
+                return 0;
+        int32_t *g = malloc((size_t)j->cols * sizeof *g);
+        if (!g)
+                return -ENOMEM;
+        int r = dse__st_read(c->st, j->g_idx, 0, g, (size_t)j->cols * 4, c->reterr);
+        int sequential = 1;
+        for (int64_t i = 0; r == 0 && i < j->cols; i++)
+                sequential &= g[i] == i / j->group;
+        free(g);
+        if (r < 0 || sequential)
+                return r;
+        if ((r = add_out(c, j->name, ".perm", DSE_DTYPE_I32, 1, j->cols, 0, 0)) < 0)
+                return r;
+        j->out_perm = r;
+        return 0;
+}
+
+static int plan_blob(struct conv *c, const char *file) {
+        char path[4096];
+        if ((size_t)snprintf(path, sizeof path, "%s/%s", c->dir, file) >= sizeof path)
+                return -ENAMETOOLONG;
+        struct stat st;
+        if (stat(path, &st) < 0 || !S_ISREG(st.st_mode) || st.st_size == 0)
+                return 0; /* absent (or empty): nothing to embed */
+        struct job *v = realloc(c->jobs, (c->n_jobs + 1) * sizeof *v);
+        if (!v)
+                return -ENOMEM;
+        c->jobs = v;
+        struct job *j = &v[c->n_jobs];
+        memset(j, 0, sizeof *j);
+        snprintf(j->name, sizeof j->name, "%s", file);
+        snprintf(j->blob_path, sizeof j->blob_path, "%s", path);
+        j->kind = SRC_BLOB;
+        j->rows = 1;
+        j->cols = st.st_size;
+        j->out_scale = j->out_zero = j->out_perm = -1;
+        int r = add_out(c, file, "", DSE_DTYPE_U8, 1, st.st_size, 0, 0);
+        if (r < 0)
+                return r;
+        j->out_data = r;
+        c->n_jobs++;
+        return 0;
+}
+
+/* Source tensors outside the schema: DeepSeek-V3 MTP layers (index >= n_layers) and
+ * rotary caches are skipped with a message; anything else is an error, since it means
+ * the checkpoint is not the architecture config.json claims. */
+static int check_leftovers(struct conv *c, const uint8_t *used) {
+        size_t n_mtp = 0, n_other = 0;
+        for (size_t i = 0; i < dse__st_n_tensors(c->st); i++) {
+                if (used[i])
+                        continue;
+                const struct dse__st_tensor *t = dse__st_tensor_at(c->st, i);
+                int layer;
+                size_t nl = strlen(t->name);
+                if (sscanf(t->name, "model.layers.%d.", &layer) == 1 && layer >= c->hp.n_layers) {
+                        n_mtp++;
+                } else if ((nl > 17 && strcmp(t->name + nl - 17, "rotary_emb.inv_freq") == 0) ||
+                           (c->hp.tie_word_embeddings && strcmp(t->name, "lm_head.weight") == 0)) {
+                        n_other++;
+                } else {
+                        return dse__fail(c->reterr, -EBADMSG,
+                                         "%s: unexpected tensor '%s' (not part of %s with this config.json)",
+                                         dse__st_file_path(c->st, t->file), t->name, dse_arch_to_string(c->hp.arch));
+                }
+        }
+        if (n_mtp)
+                dse__log(DSE_LOG_INFO, "%s: skipping %zu tensors of layers >= num_hidden_layers (%d): multi-token "
+                         "prediction modules are not part of the forward pass", c->dir, n_mtp, c->hp.n_layers);
+        if (n_other)
+                dse__log(DSE_LOG_INFO, "%s: skipping %zu redundant tensors (rotary caches, tied lm_head)", c->dir,
+                         n_other);
+        return 0;
+}
+
+static int plan(struct conv *c) {
+        struct dse_schema_entry *schema;
+        size_t n_schema;
+        int r = dse__model_schema(&c->hp, &schema, &n_schema);
+        if (r < 0)
+                return r;
+        uint8_t *used = calloc(dse__st_n_tensors(c->st) + 1, 1);
+        c->jobs = calloc(n_schema + 3, sizeof *c->jobs);
+        if (!used || !c->jobs) {
+                r = -ENOMEM;
+                goto out;
+        }
+        for (size_t s = 0; s < n_schema; s++) {
+                struct job *j = &c->jobs[c->n_jobs];
+                if ((r = plan_weight(c, &schema[s], j, used)) < 0 || (r = plan_outputs(c, &schema[s], j)) < 0 ||
+                    (r = plan_gptq_perm(c, j)) < 0)
+                        goto out;
+                c->n_jobs++;
+        }
+        if ((r = check_leftovers(c, used)) < 0)
+                goto out;
+        static const char *const blobs[] = {"tokenizer.json", "tokenizer_config.json", "tokenizer.model"};
+        for (size_t i = 0; i < 3; i++)
+                if ((r = plan_blob(c, blobs[i])) < 0)
+                        goto out;
+        /* offsets: in plan order, each 64-byte aligned */
+        uint64_t off = 0;
+        for (size_t i = 0; i < c->n_outs; i++) {
+                off = (off + DSE_FORMAT_TENSOR_ALIGN - 1) / DSE_FORMAT_TENSOR_ALIGN * DSE_FORMAT_TENSOR_ALIGN;
+                c->outs[i].offset = off;
+                off += c->outs[i].t.size_bytes;
+        }
+        c->data_off = dse__native_header_size(c->n_outs);
+out:
+        free(used);
+        free(schema);
+        return r;
+}
+
+/* ---- streaming --------------------------------------------------------------------- */
+
+static int out_write(struct conv *c, int idx, const void *buf, size_t n) {
+        struct out_tensor *o = &c->outs[idx];
+        if (n > o->t.size_bytes - o->written)
+                return dse__fail(c->reterr, -EIO, "tensor '%s': converter wrote past its size", o->t.name);
+        const uint8_t *p = buf;
+        uint64_t pos = c->data_off + o->offset + o->written;
+        size_t left = n;
+        while (left) {
+                ssize_t k = pwrite(c->fd, p, left, (off_t)pos);
+                if (k < 0) {
+                        if (errno == EINTR)
+                                continue;
+                        return dse__fail(c->reterr, -errno, "writing tensor '%s': %s", o->t.name, strerror(errno));
+                }
+                p += k;
+                pos += (uint64_t)k;
+                left -= (size_t)k;
+        }
+        o->crc = dse__crc32c(o->crc, buf, n);
+        o->written += n;
+        return 0;
+}
+
+static void to_f32(enum dse__st_dtype d, const void *src, float *dst, size_t n) {
+        if (d == DSE_ST_F32) {
+                memcpy(dst, src, n * 4);
+        } else if (d == DSE_ST_F16) {
+                const uint16_t *s = src;
+                for (size_t i = 0; i < n; i++)
+                        dst[i] = dse__f16_to_f32(s[i]);
+        } else {
+                const uint16_t *s = src;
+                for (size_t i = 0; i < n; i++)
+                        dst[i] = dse__bf16_to_f32(s[i]);
+        }
+}
+
+/* Writes rows of float weights in the job's output format. scratch holds at least
+ * rows * cols * 2 bytes plus the scales and zeros. */
+static int emit_f32_rows(struct conv *c, const struct job *j, const float *x, int64_t rows, uint8_t *scratch) {
+        int64_t cols = j->cols, n = rows * cols;
+        switch (j->out_dtype) {
+        case DSE_DTYPE_F32:
+                return out_write(c, j->out_data, x, (size_t)n * 4);
+        case DSE_DTYPE_BF16: {
+                uint16_t *h = (uint16_t *)scratch;
+                for (int64_t i = 0; i < n; i++)
+                        h[i] = dse__f32_to_bf16(x[i]);
+                return out_write(c, j->out_data, h, (size_t)n * 2);
+        }
+        case DSE_DTYPE_Q8: {
+                int64_t ng = (cols + j->group - 1) / j->group;
+                int8_t *q = (int8_t *)scratch;
+                float *s = (float *)(scratch + ((n + 63) & ~63));
+                dse__quantize_q8_rows(x, rows, cols, j->group, q, s);
+                int r = out_write(c, j->out_data, q, (size_t)n);
+                return r < 0 ? r : out_write(c, j->out_scale, s, (size_t)(rows * ng) * 4);
+        }
+        case DSE_DTYPE_Q4: {
+                int64_t ng = (cols + j->group - 1) / j->group, nb = rows * ((cols + 1) / 2);
+                uint8_t *q = scratch;
+                float *s = (float *)(scratch + ((nb + 63) & ~63));
+                uint8_t *z = (uint8_t *)(s + rows * ng);
+                dse__quantize_q4_rows(x, rows, cols, j->group, q, s, z);
+                int r = out_write(c, j->out_data, q, (size_t)nb);
+                if (r == 0)
+                        r = out_write(c, j->out_scale, s, (size_t)(rows * ng) * 4);
+                return r < 0 ? r : out_write(c, j->out_zero, z, (size_t)(rows * ng));
+        }
+        default:
+                return dse__fail(c->reterr, -EOPNOTSUPP, "tensor '%s': cannot write %s from floats", j->name,
+                                 dse_dtype_to_string(j->out_dtype));
+        }
+}
+
+/* Rows per streamed block: about CHUNK_BYTES of source, at least one row; FP8 sources
+ * use whole 128-row blocks. */
+static int64_t block_rows(const struct job *j, size_t src_esize) {
+        int64_t row = j->cols * (int64_t)src_esize;
+        int64_t n = row > 0 ? (int64_t)CHUNK_BYTES / row : 1;
+        if (n < 1)
+                n = 1;
+        if (j->kind == SRC_FP8)
+                n = n < FP8_BLOCK ? FP8_BLOCK : n / FP8_BLOCK * FP8_BLOCK;
+        return n < j->rows ? n : j->rows;
+}
+
+static int run_float_or_fp8(struct conv *c, const struct job *j) {
+        const struct dse__st_tensor *t = j->src;
+        size_t es = dse__st_dtype_size(t->dtype);
+        int64_t br = block_rows(j, es), cols = j->cols;
+        int r = 0;
+        float *sinv = NULL;
+        int nbc = (int)((cols + FP8_BLOCK - 1) / FP8_BLOCK);
+        if (j->kind == SRC_FP8) {
+                size_t n = (size_t)(dse__st_dtype_size(DSE_ST_F32) * ((j->rows + FP8_BLOCK - 1) / FP8_BLOCK) * nbc);
+                sinv = malloc(n);
+                if (!sinv)
+                        return -ENOMEM;
+                if ((r = dse__st_read(c->st, j->scale_inv, 0, sinv, n, c->reterr)) < 0)
+                        goto out_sinv;
+                if (j->out_dtype == DSE_DTYPE_F8_E4M3 && (r = out_write(c, j->out_scale, sinv, n)) < 0)
+                        goto out_sinv;
+        }
+        int copy = (j->kind == SRC_FLOAT && j->out_dtype == native_float(t->dtype)) ||
+                   (j->kind == SRC_FP8 && j->out_dtype == DSE_DTYPE_F8_E4M3);
+        size_t blk = (size_t)(br * cols);
+        uint8_t *src = malloc(blk * es);
+        float *f = copy ? NULL : malloc(blk * sizeof *f);
+        /* scratch for emit_f32_rows: bf16/q8/q4 data plus scales and zeros */
+        uint8_t *scratch = copy ? NULL : malloc(blk * 2 + 64 + (size_t)(br * (cols + 1)) * 5);
+        if (!src || (!copy && (!f || !scratch))) {
+                r = -ENOMEM;
+                goto out;
+        }
+        for (int64_t r0 = 0; r0 < j->rows && r == 0; r0 += br) {
+                int64_t n_rows = j->rows - r0 < br ? j->rows - r0 : br;
+                size_t n = (size_t)(n_rows * cols);
+                if ((r = dse__st_read(c->st, t, (uint64_t)(r0 * cols) * es, src, n * es, c->reterr)) < 0)
+                        break;
+                if (copy) {
+                        r = out_write(c, j->out_data, src, n * es);
+                        continue;
+                }
+                if (j->kind == SRC_FP8) {
+                        for (int64_t rr = 0; rr < n_rows; rr++) {
+                                const float *srow = sinv + ((r0 + rr) / FP8_BLOCK) * nbc;
+                                for (int64_t cc = 0; cc < cols; cc++)
+                                        f[rr * cols + cc] = dse__e4m3_to_f32(src[rr * cols + cc]) * srow[cc / FP8_BLOCK];
+                        }
+                } else {
+                        to_f32(t->dtype, src, f, n);
+                }
+                r = emit_f32_rows(c, j, f, n_rows, scratch);
+        }
+out:
+        free(scratch);
+        free(f);
+        free(src);
+out_sinv:
+        free(sinv);
+        return r;
+}
+
+static void *read_whole(struct conv *c, const struct dse__st_tensor *t, int *err) {
+        size_t n = t->end - t->begin;
+        void *buf = malloc(n ? n : 1);
+        if (!buf) {
+                *err = -ENOMEM;
+                return NULL;
+        }
+        if ((*err = dse__st_read(c->st, t, 0, buf, n, c->reterr)) < 0) {
+                free(buf);
+                return NULL;
+        }
+        return buf;
+}
+
+static int run_int4(struct conv *c, const struct job *j) {
+        int64_t out = j->rows, in = j->cols;
+        int32_t g = j->group ? j->group : (int32_t)in;
+        if (j->out_dtype != DSE_DTYPE_Q4) /* re-target: dequantize below with the checkpoint's own group */
+                g = c->quant.group_size > 0 ? c->quant.group_size : (int32_t)in;
+        int64_t ng = (in + g - 1) / g, row_bytes = (in + 1) / 2;
+        int r = 0;
+        int32_t *qw = read_whole(c, j->qweight, &r), *qz = qw ? read_whole(c, j->qzeros, &r) : NULL;
+        uint16_t *sc = qz ? read_whole(c, j->scales, &r) : NULL;
+        int32_t *gi = sc && j->g_idx ? read_whole(c, j->g_idx, &r) : NULL;
+        uint8_t *data = malloc((size_t)(out * row_bytes));
+        float *scale = malloc((size_t)(out * ng) * sizeof *scale);
+        uint8_t *zero = malloc((size_t)(out * ng));
+        int32_t *perm = malloc((size_t)in * sizeof *perm);
+        float *f = NULL;
+        uint8_t *scratch = NULL;
+        if (r < 0)
+                goto out;
+        if (!data || !scale || !zero || !perm) {
+                r = -ENOMEM;
+                goto out;
+        }
+        if (j->kind == SRC_AWQ) {
+                r = dse__awq_repack(qw, qz, sc, in, out, g, data, scale, zero);
+        } else {
+                r = dse__gptq_repack(qw, qz, sc, gi, in, out, g, data, scale, zero, perm);
+                if (r == -EOPNOTSUPP)
+                        r = dse__fail(c->reterr, r,
+                                      "%s: tensor '%s': g_idx does not give every group exactly %d columns; this "
+                                      "act-order layout cannot be stored as contiguous groups",
+                                      dse__st_file_path(c->st, j->g_idx->file), j->g_idx->name, g);
+        }
+        if (r < 0)
+                goto out;
+        int permuted = j->kind == SRC_GPTQ && r == 1;
+        r = 0;
+        if (j->out_dtype == DSE_DTYPE_Q4) {
+                if ((r = out_write(c, j->out_data, data, (size_t)(out * row_bytes))) < 0 ||
+                    (r = out_write(c, j->out_scale, scale, (size_t)(out * ng) * 4)) < 0 ||
+                    (r = out_write(c, j->out_zero, zero, (size_t)(out * ng))) < 0)
+                        goto out;
+                if (j->out_perm >= 0)
+                        r = out_write(c, j->out_perm, perm, (size_t)in * 4);
+                else if (permuted)
+                        r = dse__fail(c->reterr, -EIO, "tensor '%s': permutation not planned", j->name);
+                goto out;
+        }
+        /* another target: exact dequantization to floats in input order, then re-encode */
+        f = malloc((size_t)(out * in) * sizeof *f);
+        scratch = malloc((size_t)(out * in) * 2 + 64 + (size_t)(out * (in + 1)) * 5);
+        if (!f || !scratch) {
+                r = -ENOMEM;
+                goto out;
+        }
+        for (int64_t o = 0; o < out; o++)
+                for (int64_t s = 0; s < in; s++) {
+                        int q = (data[o * row_bytes + s / 2] >> (4 * (s & 1))) & 0xf;
+                        int64_t i = permuted ? perm[s] : s;
+                        f[o * in + i] = (float)(q - zero[o * ng + s / g]) * scale[o * ng + s / g];
+                }
+        r = emit_f32_rows(c, j, f, out, scratch);
+out:
+        free(scratch);
+        free(f);
+        free(perm);
+        free(zero);
+        free(scale);
+        free(data);
+        free(gi);
+        free(sc);
+        free(qz);
+        free(qw);
+        return r;
+}
+
+static int run_blob(struct conv *c, const struct job *j) {
+        int fd = open(j->blob_path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0)
+                return dse__fail(c->reterr, -errno, "cannot open '%s': %s", j->blob_path, strerror(errno));
+        size_t n = (size_t)j->cols;
+        uint8_t *buf = malloc(n);
+        int r = buf ? 0 : -ENOMEM;
+        size_t got = 0;
+        while (r == 0 && got < n) {
+                ssize_t k = read(fd, buf + got, n - got);
+                if (k < 0 && errno == EINTR)
+                        continue;
+                if (k <= 0)
+                        r = dse__fail(c->reterr, k < 0 ? -errno : -EIO, "cannot read '%s'", j->blob_path);
+                else
+                        got += (size_t)k;
+        }
+        if (r == 0)
+                r = out_write(c, j->out_data, buf, n);
+        free(buf);
+        close(fd);
+        return r;
+}
+
+static int run_job(struct conv *c, const struct job *j) {
+        switch (j->kind) {
+        case SRC_FLOAT:
+        case SRC_FP8:
+                return run_float_or_fp8(c, j);
+        case SRC_AWQ:
+        case SRC_GPTQ:
+                return run_int4(c, j);
+        case SRC_BLOB:
+                return run_blob(c, j);
+        }
+        return -EINVAL;
+}
+
+/* ---- driver ----------------------------------------------------------------------- */
+
+static int read_text(const char *dir, const char *file, int required, char **ret, size_t *ret_len,
+                     struct dse_diag *reterr) {
+        char path[4096];
+        if ((size_t)snprintf(path, sizeof path, "%s/%s", dir, file) >= sizeof path)
+                return -ENAMETOOLONG;
+        FILE *f = fopen(path, "rbe");
+        if (!f) {
+                if (!required && errno == ENOENT) {
+                        *ret = NULL;
+                        *ret_len = 0;
+                        return 0;
+                }
+                return dse__fail(reterr, -errno, "cannot open '%s': %s", path, strerror(errno));
+        }
+        char *buf = NULL;
+        size_t len = 0, cap = 0;
+        int r = 0;
+        for (;;) {
+                if (len == cap) {
+                        cap = cap ? cap * 2 : 4096;
+                        char *nb = cap <= (64u << 20) ? realloc(buf, cap + 1) : NULL;
+                        if (!nb) {
+                                r = cap > (64u << 20) ? dse__fail(reterr, -EFBIG, "'%s' is too large", path) : -ENOMEM;
+                                break;
+                        }
+                        buf = nb;
+                }
+                size_t k = fread(buf + len, 1, cap - len, f);
+                len += k;
+                if (k == 0)
+                        break;
+        }
+        if (r == 0 && ferror(f))
+                r = dse__fail(reterr, -EIO, "cannot read '%s'", path);
+        fclose(f);
+        if (r < 0) {
+                free(buf);
+                return r;
+        }
+        buf[len] = 0;
+        *ret = buf;
+        *ret_len = len;
+        return 0;
+}
+
+static int parse_target(const char *s, const struct dse__hf_quant *q, enum target *ret, struct dse_diag *reterr) {
+        if (!s || strcmp(s, "auto") == 0)
+                *ret = TARGET_AUTO;
+        else if (strcmp(s, "bf16") == 0)
+                *ret = TARGET_BF16;
+        else if (strcmp(s, "int8") == 0)
+                *ret = TARGET_INT8;
+        else if (strcmp(s, "int4") == 0)
+                *ret = TARGET_INT4;
+        else if (strcmp(s, "awq") == 0 || strcmp(s, "gptq") == 0) {
+                enum dse__hf_quant_method want = s[0] == 'a' ? DSE_HF_QUANT_AWQ : DSE_HF_QUANT_GPTQ;
+                if (q->method != want)
+                        return dse__fail(reterr, -EINVAL, "--quant-format %s: the checkpoint is not %s-quantized", s, s);
+                *ret = TARGET_AUTO;
+        } else
+                return dse__fail(reterr, -EINVAL, "unknown quant format '%s' (auto, bf16, int8, int4, awq, gptq)", s);
+        return 0;
+}
+
+static const char *source_format(const struct conv *c) {
+        switch (c->quant.method) {
+        case DSE_HF_QUANT_FP8: return "fp8";
+        case DSE_HF_QUANT_AWQ: return "awq";
+        case DSE_HF_QUANT_GPTQ: return "gptq";
+        default: return "float";
+        }
+}
+
+static int write_all(struct conv *c, const char *quant_label) {
+        uint64_t data_size = 0;
+        for (size_t i = 0; i < c->n_outs; i++)
+                if (c->outs[i].offset + c->outs[i].t.size_bytes > data_size)
+                        data_size = c->outs[i].offset + c->outs[i].t.size_bytes;
+        if (ftruncate(c->fd, (off_t)(c->data_off + data_size)) < 0)
+                return dse__fail(c->reterr, -errno, "cannot size the output: %s", strerror(errno));
+        int r;
+        for (size_t i = 0; i < c->n_jobs; i++)
+                if ((r = run_job(c, &c->jobs[i])) < 0)
+                        return r;
+        uint64_t *offsets = malloc((c->n_outs + 1) * sizeof *offsets);
+        uint32_t *crcs = malloc((c->n_outs + 1) * sizeof *crcs);
+        struct dse_tensor *ts = malloc((c->n_outs + 1) * sizeof *ts);
+        uint8_t *hdr = malloc(c->data_off);
+        r = offsets && crcs && ts && hdr ? 0 : -ENOMEM;
+        for (size_t i = 0; r == 0 && i < c->n_outs; i++) {
+                if (c->outs[i].written != c->outs[i].t.size_bytes)
+                        r = dse__fail(c->reterr, -EIO, "tensor '%s': wrote %llu of %llu bytes", c->outs[i].t.name,
+                                      (unsigned long long)c->outs[i].written, (unsigned long long)c->outs[i].t.size_bytes);
+                offsets[i] = c->outs[i].offset;
+                crcs[i] = c->outs[i].crc;
+                ts[i] = c->outs[i].t;
+        }
+        if (r == 0)
+                r = dse__native_write_header(hdr, c->data_off, data_size, &c->hp, quant_label, ts, offsets, crcs,
+                                             c->n_outs);
+        for (uint64_t done = 0; r == 0 && done < c->data_off;) {
+                ssize_t k = pwrite(c->fd, hdr + done, c->data_off - done, (off_t)done);
+                if (k < 0 && errno != EINTR)
+                        r = dse__fail(c->reterr, -errno, "writing the header: %s", strerror(errno));
+                else if (k > 0)
+                        done += (uint64_t)k;
+        }
+        free(hdr);
+        free(ts);
+        free(crcs);
+        free(offsets);
+        return r;
+}
+
+int dse_model_convert_hf(const char *hf_dir, const char *out_path, const char *quant_format, struct dse_diag *reterr) {
+        if (!hf_dir || !out_path)
+                return -EINVAL;
+        struct conv c = {.dir = hf_dir, .fd = -1, .reterr = reterr};
+        char *cfg = NULL, *gen = NULL, *tmp = NULL;
+        size_t cfg_len, gen_len;
+        char what[4200];
+        snprintf(what, sizeof what, "%s/config.json", hf_dir);
+        int r = read_text(hf_dir, "config.json", 1, &cfg, &cfg_len, reterr);
+        if (r == 0)
+                r = read_text(hf_dir, "generation_config.json", 0, &gen, &gen_len, reterr);
+        if (r == 0)
+                r = dse__hf_parse_config(cfg, cfg_len, gen, gen_len, what, &c.hp, &c.quant, reterr);
+        if (r == 0)
+                r = parse_target(quant_format, &c.quant, &c.target, reterr);
+        if (r == 0)
+                r = dse__st_open_dir(hf_dir, &c.st, reterr);
+        if (r == 0)
+                r = plan(&c);
+        if (r < 0)
+                goto out;
+
+        size_t tl = strlen(out_path) + 16;
+        tmp = malloc(tl);
+        if (!tmp) {
+                r = -ENOMEM;
+                goto out;
+        }
+        snprintf(tmp, tl, "%s.tmp.XXXXXX", out_path);
+        c.fd = mkostemp(tmp, O_CLOEXEC);
+        if (c.fd < 0) {
+                r = dse__fail(reterr, -errno, "cannot create '%s': %s", tmp, strerror(errno));
+                free(tmp);
+                tmp = NULL;
+                goto out;
+        }
+        char label[DSE_FORMAT_QUANT_MAX];
+        snprintf(label, sizeof label, "%s/%s", quant_format ? quant_format : "auto", source_format(&c));
+        if ((r = write_all(&c, label)) < 0)
+                goto out;
+        if (fchmod(c.fd, 0644) < 0 || fsync(c.fd) < 0) {
+                r = dse__fail(reterr, -errno, "cannot finish '%s': %s", tmp, strerror(errno));
+                goto out;
+        }
+        if (rename(tmp, out_path) < 0) {
+                r = dse__fail(reterr, -errno, "cannot rename '%s' to '%s': %s", tmp, out_path, strerror(errno));
+                goto out;
+        }
+        free(tmp);
+        tmp = NULL;
+out:
+        if (c.fd >= 0)
+                close(c.fd);
+        if (tmp) {
+                unlink(tmp);
+                free(tmp);
+        }
+        free(c.outs);
+        free(c.jobs);
+        dse__st_close(c.st);
+        free(gen);
+        free(cfg);
+        return r;
+}
+
+/* ---- dse_model_resolve --------------------------------------------------------- */
+
+static uint64_t fnv1a(uint64_t h, const void *p, size_t n) {
+        const uint8_t *b = p;
+        for (size_t i = 0; i < n; i++) {
+                h ^= b[i];
+                h *= 0x100000001b3ull;
+        }
+        return h;
+}
+
+static int ends_with(const char *s, const char *suffix) {
+        size_t a = strlen(s), b = strlen(suffix);
+        return a >= b && strcmp(s + a - b, suffix) == 0;
+}
+
+static int key_file(const struct dirent *d) {
+        return d->d_name[0] != '.' &&
+               (ends_with(d->d_name, ".json") || ends_with(d->d_name, ".safetensors") || ends_with(d->d_name, ".model"));
+}
+
+/* The cache key: the folder's absolute path and the name, size and mtime of every file
+ * the conversion reads, plus the format version. */
+static int cache_key(const char *abs, uint64_t *ret, struct dse_diag *reterr) {
+        struct dirent **names;
+        int n = scandir(abs, &names, key_file, alphasort);
+        if (n < 0)
+                return dse__fail(reterr, -errno, "cannot list '%s': %s", abs, strerror(errno));
+        uint64_t h = fnv1a(0xcbf29ce484222325ull, abs, strlen(abs) + 1);
+        uint32_t version = DSE_FORMAT_VERSION_MAJOR << 16 | DSE_FORMAT_VERSION_MINOR;
+        h = fnv1a(h, &version, sizeof version);
+        int r = 0;
+        for (int i = 0; i < n; i++) {
+                char path[4096];
+                struct stat st;
+                snprintf(path, sizeof path, "%s/%s", abs, names[i]->d_name);
+                if (r == 0 && stat(path, &st) < 0)
+                        r = dse__fail(reterr, -errno, "cannot stat '%s': %s", path, strerror(errno));
+                if (r == 0) {
+                        int64_t v[3] = {st.st_size, st.st_mtim.tv_sec, st.st_mtim.tv_nsec};
+                        h = fnv1a(h, names[i]->d_name, strlen(names[i]->d_name) + 1);
+                        h = fnv1a(h, v, sizeof v);
+                }
+                free(names[i]);
+        }
+        free(names);
+        *ret = h;
+        return r;
+}
+
+static int mkdir_p(char *path) {
+        for (char *p = path + 1; *p; p++) {
+                if (*p != '/')
+                        continue;
+                *p = 0;
+                int r = mkdir(path, 0755);
+                *p = '/';
+                if (r < 0 && errno != EEXIST)
+                        return -errno;
+        }
+        if (mkdir(path, 0755) < 0 && errno != EEXIST)
+                return -errno;
+        return 0;
+}
+
+static int cache_dir(char *buf, size_t size, struct dse_diag *reterr) {
+        const char *env = getenv("DSV_CACHE_DIR"), *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+        int n;
+        if (env && *env)
+                n = snprintf(buf, size, "%s", env);
+        else if (xdg && *xdg)
+                n = snprintf(buf, size, "%s/dsvisor", xdg);
+        else if (home && *home)
+                n = snprintf(buf, size, "%s/.cache/dsvisor", home);
+        else
+                return dse__fail(reterr, -ENOENT, "no cache folder: set DSV_CACHE_DIR, XDG_CACHE_HOME or HOME");
+        if (n < 0 || (size_t)n >= size)
+                return -ENAMETOOLONG;
+        int r = mkdir_p(buf);
+        if (r < 0)
+                return dse__fail(reterr, r, "cannot create the cache folder '%s': %s", buf, strerror(-r));
+        return 0;
+}
+
+int dse_model_resolve(const char *arg, char *ret_path, size_t size, struct dse_diag *reterr) {
+        if (!arg || !ret_path || !size)
+                return -EINVAL;
+        struct stat st;
+        if (stat(arg, &st) < 0)
+                return dse__fail(reterr, -errno, "cannot open '%s': %s", arg, strerror(errno));
+        if (S_ISREG(st.st_mode)) {
+                char magic[8];
+                int fd = open(arg, O_RDONLY | O_CLOEXEC);
+                if (fd < 0)
+                        return dse__fail(reterr, -errno, "cannot open '%s': %s", arg, strerror(errno));
+                ssize_t k = pread(fd, magic, sizeof magic, 0);
+                close(fd);
+                if (k != (ssize_t)sizeof magic || memcmp(magic, DSE_FORMAT_MAGIC, 8) != 0)
+                        return dse__fail(reterr, -EINVAL,
+                                         "'%s' is neither a dsvisor model file nor a Hugging Face folder", arg);
+                if (strlen(arg) >= size)
+                        return -ENAMETOOLONG;
+                snprintf(ret_path, size, "%s", arg);
+                return 0;
+        }
+        char abs[PATH_MAX], cfg[PATH_MAX + 16];
+        if (!S_ISDIR(st.st_mode) || !realpath(arg, abs))
+                return dse__fail(reterr, -EINVAL, "'%s' is neither a dsvisor model file nor a Hugging Face folder", arg);
+        snprintf(cfg, sizeof cfg, "%s/config.json", abs);
+        if (access(cfg, R_OK) < 0)
+                return dse__fail(reterr, -EINVAL, "'%s' is a folder without config.json: not a Hugging Face model", arg);
+        uint64_t key = 0;
+        char dir[PATH_MAX], path[PATH_MAX + 64];
+        int r = cache_key(abs, &key, reterr);
+        if (r < 0 || (r = cache_dir(dir, sizeof dir, reterr)) < 0)
+                return r;
+        const char *base = strrchr(abs, '/');
+        base = base && base[1] ? base + 1 : "model";
+        int n = snprintf(path, sizeof path, "%s/%.64s-%016llx.dse", dir, base, (unsigned long long)key);
+        if (n < 0 || (size_t)n >= sizeof path || (size_t)n >= size)
+                return -ENAMETOOLONG;
+        if (access(path, R_OK) != 0 && (r = dse_model_convert_hf(abs, path, "auto", reterr)) < 0)
+                return r;
+        snprintf(ret_path, size, "%s", path);
+        return 0;
+}

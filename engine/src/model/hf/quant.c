@@ -1,0 +1,138 @@
+/* Quantized weights into the native Q4/Q8 layouts (FORMAT.md, "Quantized tensors"):
+ * lossless repacking of AWQ (GEMM) and GPTQ (v1) int4 checkpoints, and group-wise
+ * quantisation of float weights for --quant-format int8/int4. Formulas: the fixtures
+ * README, "Quantized formats", and AutoAWQ / AutoGPTQ's dequantisation code. */
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../format.h"
+
+/* AWQ GEMM packs eight output columns per int32 in this nibble order. */
+static const int awq_order[8] = {0, 2, 4, 6, 1, 3, 5, 7};
+
+static void put_nibble(uint8_t *row, int64_t col, unsigned q) {
+        if (col & 1)
+                row[col / 2] = (uint8_t)((row[col / 2] & 0x0f) | q << 4);
+        else
+                row[col / 2] = (uint8_t)((row[col / 2] & 0xf0) | q);
+}
+
+int dse__awq_repack(const int32_t *qweight, const int32_t *qzeros, const uint16_t *scales, int64_t in, int64_t out,
+                    int32_t group, uint8_t *data, float *scale, uint8_t *zero) {
+        if (in <= 0 || out <= 0 || out % 8 || group <= 0)
+                return -EINVAL;
+        int64_t packed = out / 8, ng = (in + group - 1) / group, row_bytes = (in + 1) / 2;
+        memset(data, 0, (size_t)(out * row_bytes));
+        for (int64_t i = 0; i < in; i++)
+                for (int64_t c = 0; c < packed; c++) {
+                        uint32_t w = (uint32_t)qweight[i * packed + c];
+                        for (int k = 0; k < 8; k++) {
+                                int64_t o = 8 * c + awq_order[k];
+                                put_nibble(data + o * row_bytes, i, (w >> (4 * k)) & 0xf);
+                        }
+                }
+        for (int64_t g = 0; g < ng; g++)
+                for (int64_t c = 0; c < packed; c++) {
+                        uint32_t z = (uint32_t)qzeros[g * packed + c];
+                        for (int k = 0; k < 8; k++) {
+                                int64_t o = 8 * c + awq_order[k];
+                                zero[o * ng + g] = (uint8_t)((z >> (4 * k)) & 0xf);
+                                scale[o * ng + g] = dse__f16_to_f32(scales[g * out + o]);
+                        }
+                }
+        return 0;
+}
+
+int dse__gptq_repack(const int32_t *qweight, const int32_t *qzeros, const uint16_t *scales, const int32_t *g_idx,
+                     int64_t in, int64_t out, int32_t group, uint8_t *data, float *scale, uint8_t *zero,
+                     int32_t *perm) {
+        if (in <= 0 || out <= 0 || group <= 0)
+                return -EINVAL;
+        int64_t ng = (in + group - 1) / group, row_bytes = (in + 1) / 2, zpacked = (out + 7) / 8;
+        /* perm: inputs stably sorted by group (a counting sort keeps equal keys in order) */
+        int64_t *start = calloc((size_t)ng + 1, sizeof *start);
+        if (!start)
+                return -ENOMEM;
+        for (int64_t i = 0; i < in; i++) {
+                int32_t g = g_idx ? g_idx[i] : (int32_t)(i / group);
+                if (g < 0 || g >= ng) {
+                        free(start);
+                        return -EOPNOTSUPP;
+                }
+                start[g + 1]++;
+        }
+        for (int64_t g = 0; g < ng; g++) {
+                int64_t want = g < ng - 1 ? group : in - group * (ng - 1);
+                if (start[g + 1] != want) { /* every group must fill exactly its stored columns */
+                        free(start);
+                        return -EOPNOTSUPP;
+                }
+                start[g + 1] += start[g];
+        }
+        int identity = 1;
+        for (int64_t i = 0; i < in; i++) {
+                int32_t g = g_idx ? g_idx[i] : (int32_t)(i / group);
+                int64_t j = start[g]++;
+                perm[j] = (int32_t)i;
+                identity &= j == i;
+        }
+        free(start);
+        memset(data, 0, (size_t)(out * row_bytes));
+        for (int64_t j = 0; j < in; j++) {
+                int64_t i = perm[j];
+                const int32_t *qrow = qweight + (i / 8) * out;
+                int shift = 4 * (int)(i % 8);
+                for (int64_t o = 0; o < out; o++)
+                        put_nibble(data + o * row_bytes, j, ((uint32_t)qrow[o] >> shift) & 0xf);
+        }
+        for (int64_t g = 0; g < ng; g++)
+                for (int64_t o = 0; o < out; o++) {
+                        uint32_t z = (uint32_t)qzeros[g * zpacked + o / 8];
+                        zero[o * ng + g] = (uint8_t)(((z >> (4 * (o % 8))) & 0xf) + 1); /* v1 stores zero - 1 */
+                        scale[o * ng + g] = dse__f16_to_f32(scales[g * out + o]);
+                }
+        return !identity;
+}
+
+void dse__quantize_q8_rows(const float *x, int64_t rows, int64_t cols, int32_t group, int8_t *data, float *scale) {
+        int64_t ng = (cols + group - 1) / group;
+        for (int64_t r = 0; r < rows; r++)
+                for (int64_t g = 0; g < ng; g++) {
+                        int64_t c0 = g * group, c1 = c0 + group < cols ? c0 + group : cols;
+                        float amax = 0;
+                        for (int64_t c = c0; c < c1; c++)
+                                amax = fmaxf(amax, fabsf(x[r * cols + c]));
+                        float s = amax / 127.0f, inv = s > 0 ? 1.0f / s : 0;
+                        scale[r * ng + g] = s;
+                        for (int64_t c = c0; c < c1; c++) {
+                                float q = roundf(x[r * cols + c] * inv);
+                                data[r * cols + c] = (int8_t)(q > 127 ? 127 : q < -127 ? -127 : q);
+                        }
+                }
+}
+
+void dse__quantize_q4_rows(const float *x, int64_t rows, int64_t cols, int32_t group, uint8_t *data, float *scale,
+                           uint8_t *zero) {
+        int64_t ng = (cols + group - 1) / group, row_bytes = (cols + 1) / 2;
+        memset(data, 0, (size_t)(rows * row_bytes));
+        for (int64_t r = 0; r < rows; r++)
+                for (int64_t g = 0; g < ng; g++) {
+                        int64_t c0 = g * group, c1 = c0 + group < cols ? c0 + group : cols;
+                        float mn = 0, mx = 0; /* the range includes 0, so 0 is exact */
+                        for (int64_t c = c0; c < c1; c++) {
+                                mn = fminf(mn, x[r * cols + c]);
+                                mx = fmaxf(mx, x[r * cols + c]);
+                        }
+                        float s = (mx - mn) / 15.0f, inv = s > 0 ? 1.0f / s : 0;
+                        float z = s > 0 ? roundf(-mn * inv) : 0;
+                        z = z < 0 ? 0 : z > 15 ? 15 : z;
+                        scale[r * ng + g] = s;
+                        zero[r * ng + g] = (uint8_t)z;
+                        for (int64_t c = c0; c < c1; c++) {
+                                float q = roundf(x[r * cols + c] * inv) + z;
+                                put_nibble(data + r * row_bytes, c, (unsigned)(q < 0 ? 0 : q > 15 ? 15 : q));
+                        }
+                }
+}

@@ -1,0 +1,6 @@
+# Model files (engine/src/model: native format, loader, HF import, converter): unit tests
+# over the fixtures, bad-input tests, and libFuzzer targets for the two header parsers.
+dsv_test(NAME test-modelfile-convert SOURCES unit/test-modelfile-convert.c LIBS dse LABELS unit TIMEOUT 120)
+target_include_directories(test-modelfile-convert PRIVATE ${CMAKE_SOURCE_DIR}/engine/src)
+dsv_test(NAME test-modelfile-tokenizer SOURCES unit/test-modelfile-tokenizer.c LIBS dse LABELS unit TIMEOUT 60)
+target_include_directories(test-modelfile-tokenizer PRIVATE ${CMAKE_SOURCE_DIR}/engine/src)
