@@ -36,8 +36,8 @@ int dsv__cgfs_mkdir(int dirfd, const char *name);
 /* unlinkat(dirfd, name, AT_REMOVEDIR); 0 if it is already gone. */
 int dsv__cgfs_rmdir(int dirfd, const char *name);
 
-/* Writes value to the existing file below dirfd with one write(2) (cgroupfs parses one
- * write per call). Never creates a file, never follows a symlink. */
+/* Writes "value\n" to the existing regular file below dirfd with one appending write(2)
+ * (cgroupfs parses one write per call). Never creates a file, never follows a symlink. */
 int dsv__cgfs_write(int dirfd, const char *file, const char *value);
 
 /* Reads the file below dirfd into buf (NUL-terminated, trailing newlines removed).
@@ -93,12 +93,11 @@ int dsv__cgroup_v1_delete(const char *controller, const char *rel);
 
 /* ---- cgroup_v2.c ------------------------------------------------------------------- */
 
-/* Moves the calling process into the leaf below own_fd (created if missing) unless
- * own_is_root, then writes "+ctrl" into own_fd's cgroup.subtree_control for every
- * controller in want that own_fd's cgroup.controllers lists. *ret_enabled gets the
- * DSV_CGROUP_CTRL_* bits enabled afterwards. */
-int dsv__cgroup_v2_delegate(int own_fd, bool own_is_root, const char *leaf, unsigned want,
-                            unsigned *ret_enabled);
+/* Moves the calling process into the group leaf_fd (-1: stay, own_fd is the root), then
+ * writes "+ctrl" into own_fd's cgroup.subtree_control for every controller in want that
+ * own_fd's cgroup.controllers lists. *ret_enabled gets the DSV_CGROUP_CTRL_* bits
+ * enabled afterwards. */
+int dsv__cgroup_v2_delegate(int own_fd, int leaf_fd, unsigned want, unsigned *ret_enabled);
 
 /* Controller names for the DSV_CGROUP_CTRL_* bit positions. */
 const char *dsv__cgroup_ctrl_name(unsigned bit);

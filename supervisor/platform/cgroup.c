@@ -36,7 +36,8 @@ struct dsv_cgroup_host {
         char leaf[NAME_MAX + 1];
         unsigned want;
         int (*on_mkdir)(int parent_fd, const char *name, void *user);
-        void *on_mkdir_user;
+        int (*on_rmdir)(int parent_fd, const char *name, void *user);
+        void *fake_user;
 
         int v2_fd; /* own v2 group, -1 without a v2 tree */
         bool v2_own_is_root;
@@ -121,6 +122,7 @@ int dsv__cgroup_own_path(const char *proc_path, const char *controller, char *bu
                 char *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
                 if (!c2 || c2[1] != '/')
                         continue;
+                *c1 = '\0';
                 *c2 = '\0';
                 const char *ctrls = c1 + 1, *path = c2 + 1;
                 bool match;
@@ -250,7 +252,8 @@ int dsv_cgroup_host_new(const struct dsv_cgroup_config *cfg, struct dsv_cgroup_h
         snprintf(h->leaf, sizeof h->leaf, "%s", leaf);
         h->want = cfg->controllers ? cfg->controllers & DSV_CGROUP_CTRL_ALL : DSV_CGROUP_CTRL_ALL;
         h->on_mkdir = cfg->on_mkdir;
-        h->on_mkdir_user = cfg->on_mkdir_user;
+        h->on_rmdir = cfg->on_rmdir;
+        h->fake_user = cfg->fake_user;
         h->mode = cfg->mode;
         if (h->mode == DSV_CGROUP_MODE_DETECT) {
                 r = dsv_cgroup_mode_detect(root, &h->mode);
@@ -309,13 +312,50 @@ int dsv_cgroup_host_info(const struct dsv_cgroup_host *h, struct dsv_cgroup_host
         return 0;
 }
 
+/* mkdir of a v2 group below the own group, then the fake-tree hook; opens it. */
+static int v2_make(struct dsv_cgroup_host *h, const char *name, bool may_exist, int *ret_fd) {
+        int r = dsv__cgfs_mkdir(h->v2_fd, name);
+        bool made = r == 0;
+        if (r < 0 && !(r == -EEXIST && may_exist))
+                return r;
+        if (made && h->on_mkdir) {
+                r = h->on_mkdir(h->v2_fd, name, h->fake_user);
+                if (r < 0) {
+                        dsv__cgfs_rmdir(h->v2_fd, name);
+                        return r;
+                }
+        }
+        r = dsv__cgfs_open_dir(h->v2_fd, name, ret_fd);
+        if (r < 0 && made)
+                dsv__cgfs_rmdir(h->v2_fd, name);
+        return r;
+}
+
+static int v2_remove(struct dsv_cgroup_host *h, const char *name) {
+        if (h->on_rmdir) {
+                int r = h->on_rmdir(h->v2_fd, name, h->fake_user);
+                if (r < 0)
+                        return r;
+        }
+        return dsv__cgfs_rmdir(h->v2_fd, name);
+}
+
 int dsv_cgroup_host_delegate(struct dsv_cgroup_host *h) {
         if (!h)
                 return -EINVAL;
         if (h->v2_fd < 0)
                 return 0;
+        int leaf_fd = -1;
+        if (!h->v2_own_is_root) {
+                int r = v2_make(h, h->leaf, true, &leaf_fd);
+                if (r < 0)
+                        return r;
+        }
         unsigned want = h->want & h->v2_available & ~h->v1_mounted;
-        return dsv__cgroup_v2_delegate(h->v2_fd, h->v2_own_is_root, h->leaf, want, &h->v2_enabled);
+        int r = dsv__cgroup_v2_delegate(h->v2_fd, leaf_fd, want, &h->v2_enabled);
+        if (leaf_fd >= 0)
+                close(leaf_fd);
+        return r;
 }
 
 /* ---- report ---------------------------------------------------------------------- */
@@ -642,7 +682,7 @@ static int instance_remove(struct dsv_cgroup_instance *inst) {
         if (inst->v2_fd >= 0) {
                 close(inst->v2_fd);
                 inst->v2_fd = -1;
-                r = dsv__cgfs_rmdir(inst->h->v2_fd, inst->name);
+                r = v2_remove(inst->h, inst->name);
                 if (r < 0 && ret == 0)
                         ret = r;
         }
@@ -650,22 +690,9 @@ static int instance_remove(struct dsv_cgroup_instance *inst) {
 }
 
 static int instance_make_v2(struct dsv_cgroup_instance *inst) {
-        struct dsv_cgroup_host *h = inst->h;
-        int r = dsv__cgfs_mkdir(h->v2_fd, inst->name);
+        int r = v2_make(inst->h, inst->name, false, &inst->v2_fd);
         if (r < 0)
                 return r;
-        if (h->on_mkdir) {
-                r = h->on_mkdir(h->v2_fd, inst->name, h->on_mkdir_user);
-                if (r < 0) {
-                        dsv__cgfs_rmdir(h->v2_fd, inst->name);
-                        return r;
-                }
-        }
-        r = dsv__cgfs_open_dir(h->v2_fd, inst->name, &inst->v2_fd);
-        if (r < 0) {
-                dsv__cgfs_rmdir(h->v2_fd, inst->name);
-                return r;
-        }
         return read_ctrl_bits(inst->v2_fd, "cgroup.controllers", &inst->v2_controllers);
 }
 

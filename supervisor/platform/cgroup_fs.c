@@ -10,10 +10,10 @@
  * delegated group. Everything here is relative to an fd the caller opened on the
  * delegated directory, one validated component at a time, with O_NOFOLLOW, so a write
  * cannot land outside it; tests point the same code at a fake tree. */
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -92,7 +92,7 @@ int dsv__cgfs_write(int dirfd, const char *file, const char *value) {
         int r = dsv__cgfs_name_check(file);
         if (r < 0)
                 return r;
-        int fd = openat(dirfd, file, O_WRONLY | O_NOFOLLOW | O_CLOEXEC);
+        int fd = openat(dirfd, file, O_WRONLY | O_APPEND | O_NOFOLLOW | O_CLOEXEC);
         if (fd < 0)
                 return -errno;
         /* A regular-file check keeps a planted FIFO or device from being written. */
@@ -105,9 +105,17 @@ int dsv__cgfs_write(int dirfd, const char *file, const char *value) {
                 close(fd);
                 return r;
         }
-        size_t len = strlen(value);
-        ssize_t n = write(fd, value, len);
-        r = n < 0 ? -errno : (size_t)n != len ? -EIO : 0;
+        /* One write of "value\n", appended, as echo(1) does: the kernel parses every
+         * write on its own and strips the newline, and a fake tree keeps a log of every
+         * write in every file. */
+        char line[1024];
+        int len = snprintf(line, sizeof line, "%s\n", value);
+        if (len < 0 || (size_t)len >= sizeof line) {
+                close(fd);
+                return -E2BIG;
+        }
+        ssize_t n = write(fd, line, (size_t)len);
+        r = n < 0 ? -errno : n != len ? -EIO : 0;
         close(fd);
         return r;
 }

@@ -18,23 +18,14 @@ const char *dsv__cgroup_ctrl_name(unsigned bit) {
         return bit < sizeof ctrl_names / sizeof ctrl_names[0] ? ctrl_names[bit] : NULL;
 }
 
-int dsv__cgroup_v2_delegate(int own_fd, bool own_is_root, const char *leaf, unsigned want,
-                            unsigned *ret_enabled) {
+int dsv__cgroup_v2_delegate(int own_fd, int leaf_fd, unsigned want, unsigned *ret_enabled) {
         char buf[512];
         int r;
 
-        if (!own_is_root) {
-                r = dsv__cgfs_mkdir(own_fd, leaf);
-                if (r < 0 && r != -EEXIST)
-                        return r;
-                int leaf_fd;
-                r = dsv__cgfs_open_dir(own_fd, leaf, &leaf_fd);
-                if (r < 0)
-                        return r;
+        if (leaf_fd >= 0) {
                 char pid[24];
                 snprintf(pid, sizeof pid, "%d", (int)getpid());
                 r = dsv__cgfs_write(leaf_fd, "cgroup.procs", pid);
-                close(leaf_fd);
                 if (r < 0)
                         return r;
         }

@@ -100,11 +100,13 @@ struct dsv_cgroup_config {
         enum dsv_cgroup_mode mode;    /* DETECT, or forced (a fake v2 tree is UNIFIED) */
         const char *supervisor_leaf;  /* v2 leaf dsvisor moves into; NULL: "supervisor" */
         unsigned controllers;         /* DSV_CGROUP_CTRL_* to use; 0: all */
-        /* Test seam for fake trees: called after each mkdir of a group with the parent's
-         * fd and the new name, so a test can lay out the files the kernel would create.
-         * NULL on real hosts. A negative return fails the creation. */
+        /* Test seam for fake v2 trees (NULL on real hosts): on_mkdir runs after each
+         * mkdir of a group with the parent's fd and the new name, to lay out the files
+         * the kernel would create (a negative return fails the creation); on_rmdir runs
+         * before each rmdir, to delete them again. */
         int (*on_mkdir)(int parent_fd, const char *name, void *user);
-        void *on_mkdir_user;
+        int (*on_rmdir)(int parent_fd, const char *name, void *user);
+        void *fake_user;
 };
 
 /* Where each controller lives for this process (dsv_cgroup_host_info). */

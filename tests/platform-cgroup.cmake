@@ -1,0 +1,5 @@
+# Platform layer: cgroups (v1 through libcgroup, v2 through the fd-rooted writer) and the
+# hugetlb weight image. Owner: engineer "c".
+dsv_test(NAME test-platform-cgroup-fake SOURCES unit/test-platform-cgroup-fake.c
+         LIBS dsv_platform LABELS unit)
+target_include_directories(test-platform-cgroup-fake PRIVATE ${CMAKE_SOURCE_DIR}/supervisor/platform)
