@@ -265,8 +265,13 @@ int dsv_cmd_plan(int argc, char **argv) {
         }
         static struct dsv_policy_placement plan;
         r = dsv_policy_place_instances(&topo, &req, &plan);
+        if (r == -E2BIG) {
+                fprintf(stderr, "dsvisor plan: cannot place %d instances: the limit is %d\n", req.n_instances,
+                        DSV_POLICY_MAX_INSTANCES);
+                return 1;
+        }
         if (r < 0) {
-                fprintf(stderr, "dsvisor plan: cannot place %d instances: %s\n", req.n_instances, strerror(-r));
+                fprintf(stderr, "dsvisor plan: cannot place the instances on this topology: %s\n", strerror(-r));
                 return 1;
         }
         struct plan_view view = {&topo, &plan, dsv_topo_source_to_string(source), source_arg};

@@ -153,6 +153,7 @@ expect_exit bad_threads 2 --threads-per-instance x
 expect_exit two_topologies 2 --topology "numa:1 pu:1" --topology-xml /dev/null
 expect_exit bad_synthetic 1 --topology "bogus:9"
 expect_exit missing_xml 1 --topology-xml "$tmp/missing.xml"
+expect_exit too_many_instances 1 --topology "numa:1 pu:1" --instances 100000
 
 if "$bin" plan --topology "$S4" >"$tmp/text" 2>&1 && grep -q '^instance 3: node 3, 16 cores, CPUs 96-127, memory node 3, 16 threads$' "$tmp/text" &&
   grep -q '^housekeeping: CPUs 0-1 (node 0)$' "$tmp/text"; then
