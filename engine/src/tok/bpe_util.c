@@ -1,0 +1,134 @@
+/* UTF-8 helpers and the growable buffer used across the tokenizer.json implementation. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bpe_impl.h"
+
+size_t bpe_utf8_valid_prefix(const char *str, size_t len) {
+        const unsigned char *s = (const unsigned char *)str;
+        size_t i = 0;
+        while (i < len) {
+                /* ASCII fast path, 8 bytes at a time */
+                while (i + 8 <= len) {
+                        uint64_t w;
+                        memcpy(&w, s + i, 8);
+                        if (w & 0x8080808080808080ull)
+                                break;
+                        i += 8;
+                }
+                if (i >= len)
+                        break;
+                unsigned c = s[i];
+                if (c < 0x80) {
+                        i++;
+                        continue;
+                }
+                size_t n;
+                unsigned lo = 0x80, hi = 0xBF;
+                if (c >= 0xC2 && c <= 0xDF) {
+                        n = 2;
+                } else if (c >= 0xE0 && c <= 0xEF) {
+                        n = 3;
+                        if (c == 0xE0)
+                                lo = 0xA0;
+                        else if (c == 0xED)
+                                hi = 0x9F;
+                } else if (c >= 0xF0 && c <= 0xF4) {
+                        n = 4;
+                        if (c == 0xF0)
+                                lo = 0x90;
+                        else if (c == 0xF4)
+                                hi = 0x8F;
+                } else {
+                        return i;
+                }
+                if (i + n > len)
+                        return i;
+                if (s[i + 1] < lo || s[i + 1] > hi)
+                        return i;
+                for (size_t k = 2; k < n; k++)
+                        if ((s[i + k] & 0xC0) != 0x80)
+                                return i;
+                i += n;
+        }
+        return len;
+}
+
+int bpe_utf8_next(const char *str, size_t len, int32_t *ret_cp) {
+        const unsigned char *s = (const unsigned char *)str;
+        unsigned c = s[0];
+        if (c < 0x80 || len < 2) {
+                *ret_cp = (int32_t)c;
+                return 1;
+        }
+        if (c < 0xE0) {
+                *ret_cp = (int32_t)((c & 0x1F) << 6 | (s[1] & 0x3F));
+                return 2;
+        }
+        if (c < 0xF0 || len < 4) {
+                *ret_cp = (int32_t)((c & 0x0F) << 12 | (s[1] & 0x3F) << 6 | (s[2] & 0x3F));
+                return 3;
+        }
+        *ret_cp = (int32_t)((c & 0x07) << 18 | (s[1] & 0x3F) << 12 | (s[2] & 0x3F) << 6 | (s[3] & 0x3F));
+        return 4;
+}
+
+int bpe_utf8_encode(int32_t cp, char out[4]) {
+        uint32_t c = (uint32_t)cp;
+        if (c < 0x80) {
+                out[0] = (char)c;
+                return 1;
+        }
+        if (c < 0x800) {
+                out[0] = (char)(0xC0 | c >> 6);
+                out[1] = (char)(0x80 | (c & 0x3F));
+                return 2;
+        }
+        if (c < 0x10000) {
+                out[0] = (char)(0xE0 | c >> 12);
+                out[1] = (char)(0x80 | (c >> 6 & 0x3F));
+                out[2] = (char)(0x80 | (c & 0x3F));
+                return 3;
+        }
+        out[0] = (char)(0xF0 | c >> 18);
+        out[1] = (char)(0x80 | (c >> 12 & 0x3F));
+        out[2] = (char)(0x80 | (c >> 6 & 0x3F));
+        out[3] = (char)(0x80 | (c & 0x3F));
+        return 4;
+}
+
+int bpe_is_whitespace(int32_t c) {
+        return (c >= 0x09 && c <= 0x0D) || c == 0x20 || c == 0x85 || c == 0xA0 || c == 0x1680 ||
+               (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F ||
+               c == 0x3000;
+}
+
+int bpe_buf_reserve(struct bpe_buf *b, size_t extra) {
+        if (b->len + extra <= b->cap)
+                return 0;
+        size_t cap = b->cap ? b->cap : 256;
+        while (cap < b->len + extra)
+                cap *= 2;
+        char *p = realloc(b->p, cap);
+        if (!p)
+                return -ENOMEM;
+        b->p = p;
+        b->cap = cap;
+        return 0;
+}
+
+int bpe_buf_put(struct bpe_buf *b, const void *data, size_t n) {
+        int r = bpe_buf_reserve(b, n);
+        if (r < 0)
+                return r;
+        if (n)
+                memcpy(b->p + b->len, data, n);
+        b->len += n;
+        return 0;
+}
+
+void bpe_buf_done(struct bpe_buf *b) {
+        free(b->p);
+        memset(b, 0, sizeof *b);
+}
