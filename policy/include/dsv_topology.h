@@ -5,7 +5,7 @@
  * with policy, the consumer, so that policy never sees an hwloc type and platform never
  * sees policy logic (tests/check-layering.sh).
  *
- *     static struct dsv_topology topo;                 // ~80 KiB: static or heap
+ *     static struct dsv_topology topo;                 // ~50 KiB: static or heap
  *     int r = dsv_topo_load(DSV_TOPO_SOURCE_SYSTEM, NULL, &topo);   // dsv_platform.h
  *     for (int n = 0; n < topo.n_nodes; n++)
  *             for (int c = 0; c < topo.nodes[n].n_cores; c++) {

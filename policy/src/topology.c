@@ -1,10 +1,11 @@
 /* topology.c — the layout invariants of dsv_topology.h, checked once so placement can
  * index without re-validating. */
 #include <errno.h>
-#include <stdbool.h>
-#include <string.h>
+#include <stdint.h>
 
 #include "dsv_policy.h"
+
+#define MAX_OS_CPU (1 << 16) /* Linux's NR_CPUS tops out at 8192; leave room */
 
 int dsv_topology_check(const struct dsv_topology *topo) {
         if (!topo)
@@ -25,14 +26,14 @@ int dsv_topology_check(const struct dsv_topology *topo) {
         if (next_core != topo->n_cores)
                 return -EINVAL;
 
-        /* PU ranges: inside pus[], contiguous in core order, no OS number twice. */
-        static const int max_os_cpu = 1 << 16;
+        /* PU ranges: inside pus[], contiguous in core order; no OS number twice. */
         int next_pu = 0;
         for (int c = 0; c < topo->n_cores; c++) {
                 const struct dsv_topology_core *core = &topo->cores[c];
-                const struct dsv_topology_node *node = &topo->nodes[core->node < 0 ? 0 : core->node];
-                if (core->node < 0 || core->node >= topo->n_nodes || c < node->core_first ||
-                    c >= node->core_first + node->n_cores)
+                if (core->node < 0 || core->node >= topo->n_nodes)
+                        return -EINVAL;
+                const struct dsv_topology_node *node = &topo->nodes[core->node];
+                if (c < node->core_first || c >= node->core_first + node->n_cores)
                         return -EINVAL;
                 if (core->pu_first != next_pu || core->n_pus < 1 || core->pu_first + core->n_pus > topo->n_pus)
                         return -EINVAL;
@@ -40,12 +41,12 @@ int dsv_topology_check(const struct dsv_topology *topo) {
         }
         if (next_pu != topo->n_pus)
                 return -EINVAL;
+        uint64_t seen[MAX_OS_CPU / 64] = {0};
         for (int i = 0; i < topo->n_pus; i++) {
-                if (topo->pus[i] < 0 || topo->pus[i] >= max_os_cpu)
+                int cpu = topo->pus[i];
+                if (cpu < 0 || cpu >= MAX_OS_CPU || (seen[cpu / 64] >> (cpu % 64) & 1))
                         return -EINVAL;
-                for (int j = 0; j < i; j++)
-                        if (topo->pus[j] == topo->pus[i])
-                                return -EINVAL;
+                seen[cpu / 64] |= 1ull << (cpu % 64);
         }
         return 0;
 }
