@@ -325,6 +325,12 @@ TEST(bad_input) {
         topo.cores[1].node = 1; /* core inside node 0's range claims node 1 */
         ASSERT_ERR(dsv_topology_check(&topo), -EINVAL);
         make_uniform(&topo, 2, 2, 1);
+        topo.cores[3].node = 99; /* node index out of range */
+        ASSERT_ERR(dsv_topology_check(&topo), -EINVAL);
+        make_uniform(&topo, 2, 2, 1);
+        topo.pus[2] = 1 << 20; /* CPU number beyond any kernel */
+        ASSERT_ERR(dsv_topology_check(&topo), -EINVAL);
+        make_uniform(&topo, 2, 2, 1);
         ASSERT_OK(dsv_topology_check(&topo));
 }
 
