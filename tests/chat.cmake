@@ -1,0 +1,11 @@
+# Chat templates, streaming detokenization, the sampler and `dsvisor run` (area: chat).
+
+# One ctest per reference template: the executable runs the TEST named by its argument.
+add_executable(test-chat-template unit/test-chat-template.c)
+target_include_directories(test-chat-template PRIVATE ${CMAKE_SOURCE_DIR}/tests)
+target_link_libraries(test-chat-template PRIVATE dse dsv::cjson)
+foreach(name deepseek_v3 qwen2_5 llama3)
+  add_test(NAME test-chat-${name} COMMAND test-chat-template ${name})
+  set_tests_properties(test-chat-${name} PROPERTIES LABELS unit TIMEOUT 120
+    ENVIRONMENT "DSV_FIXTURES=${DSV_FIXTURES};DSV_BUILD_DIR=${CMAKE_BINARY_DIR};DSV_SOURCE_DIR=${CMAKE_SOURCE_DIR}")
+endforeach()
