@@ -3,3 +3,7 @@
 dsv_test(NAME test-platform-cgroup-fake SOURCES unit/test-platform-cgroup-fake.c
          LIBS dsv_platform LABELS unit)
 target_include_directories(test-platform-cgroup-fake PRIVATE ${CMAKE_SOURCE_DIR}/supervisor/platform)
+
+# Real groups on this host (root): v1 cpu/cpuset/memory and the v2 tree, a real child.
+dsv_test(NAME test-platform-cgroup SOURCES integration/test-platform-cgroup.c
+         LIBS dsv_platform LABELS integration TIMEOUT 120)

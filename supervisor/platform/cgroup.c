@@ -165,7 +165,7 @@ static int join_path(char *buf, size_t size, const char *a, const char *b) {
                 la--;
         while (*b == '/')
                 b++;
-        int n = snprintf(buf, size, "%.*s/%s", (int)la, a, b);
+        int n = snprintf(buf, size, "%.*s%s%s", (int)la, a, *b ? "/" : "", b);
         return n < 0 || (size_t)n >= size ? -ENAMETOOLONG : 0;
 }
 

@@ -1,0 +1,478 @@
+/* test-platform-cgroup.c — the cgroup layer on this host's real hierarchies (needs
+ * root): groups below the test's own group in each hierarchy (v1 cpu/cpuset/memory on
+ * the hybrid CI host, the v2 tree for spawning, hugetlb and cgroup.kill), a real child
+ * spawned into them, membership and values read back from the kernel, then kill and
+ * removal. Every test removes what it created, also when it fails, and the test
+ * process itself never changes group. */
+#include <fcntl.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdint.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/vfs.h>
+#include <sys/wait.h>
+#include <linux/magic.h>
+#include <unistd.h>
+
+#include "dsv_platform.h"
+#include "t.h"
+
+#define MAX_INST 4
+#define MAX_KIDS 8
+
+struct ctx {
+        struct dsv_cgroup_host *h;
+        struct dsv_cgroup_host_info info;
+        struct dsv_cgroup_instance *inst[MAX_INST];
+        char names[MAX_INST][64];
+        int n_inst;
+        pid_t pid[MAX_KIDS];
+        int pidfd[MAX_KIDS];
+        int n_kids;
+        bool restore_hugetlb; /* we enabled hugetlb in the own v2 subtree_control */
+        char self_cgroup[4096];
+};
+
+static int slurp(const char *path, char *buf, size_t size) {
+        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0)
+                return -errno;
+        size_t len = 0;
+        ssize_t n;
+        while (len < size - 1 && (n = read(fd, buf + len, size - 1 - len)) > 0)
+                len += (size_t)n;
+        close(fd);
+        buf[len] = '\0';
+        while (len > 0 && buf[len - 1] == '\n')
+                buf[--len] = '\0';
+        return (int)len;
+}
+
+static int spew(const char *path, const char *value) {
+        int fd = open(path, O_WRONLY | O_CLOEXEC);
+        if (fd < 0)
+                return -errno;
+        ssize_t n = write(fd, value, strlen(value));
+        int r = n < 0 ? -errno : 0;
+        close(fd);
+        return r;
+}
+
+static int read_in(const char *dir, const char *name, const char *file, char *buf, size_t size) {
+        char p[1200];
+        snprintf(p, sizeof p, "%s/%s/%s", dir, name, file);
+        return slurp(p, buf, size);
+}
+
+static bool exists_in(const char *dir, const char *name) {
+        char p[1200];
+        snprintf(p, sizeof p, "%s/%s", dir, name);
+        return access(p, F_OK) == 0;
+}
+
+static int ctx_init(struct ctx *c) {
+        memset(c, 0, sizeof *c);
+        for (int i = 0; i < MAX_KIDS; i++)
+                c->pidfd[i] = -1;
+        int r = slurp("/proc/self/cgroup", c->self_cgroup, sizeof c->self_cgroup);
+        if (r < 0)
+                return r;
+        struct dsv_cgroup_config cfg = {0};
+        r = dsv_cgroup_host_new(&cfg, &c->h);
+        if (r < 0)
+                return r;
+        return dsv_cgroup_host_info(c->h, &c->info);
+}
+
+/* Enables hugetlb for children of the own v2 group when it can (remembering to undo it)
+ * and delegates. The own v2 group on the CI host is the hierarchy root: no move. */
+static int ctx_delegate(struct ctx *c) {
+        if (!c->info.v2_own[0])
+                return dsv_cgroup_host_delegate(c->h);
+        c->restore_hugetlb = (c->info.v2_available & DSV_CGROUP_CTRL_HUGETLB) &&
+                             !(c->info.v2_enabled & DSV_CGROUP_CTRL_HUGETLB);
+        int r = dsv_cgroup_host_delegate(c->h);
+        if (r < 0)
+                return r;
+        return dsv_cgroup_host_info(c->h, &c->info);
+}
+
+static int ctx_new_instance(struct ctx *c, const char *tag, const struct dsv_cgroup_limits *lim,
+                            struct dsv_cgroup_report *rep, struct dsv_cgroup_instance **ret) {
+        if (c->n_inst == MAX_INST)
+                return -E2BIG;
+        snprintf(c->names[c->n_inst], sizeof c->names[0], "dsvtest-%d-%s", (int)getpid(), tag);
+        int r = dsv_cgroup_instance_new(c->h, c->names[c->n_inst], lim, rep, &c->inst[c->n_inst]);
+        if (r < 0)
+                return r;
+        *ret = c->inst[c->n_inst++];
+        return 0;
+}
+
+static int ctx_spawn(struct ctx *c, struct dsv_cgroup_instance *inst, char *const argv[], pid_t *ret_pid) {
+        if (c->n_kids == MAX_KIDS)
+                return -E2BIG;
+        int r = dsv_cgroup_instance_spawn(inst, argv[0], argv, NULL, &c->pid[c->n_kids], &c->pidfd[c->n_kids]);
+        if (r < 0)
+                return r;
+        *ret_pid = c->pid[c->n_kids++];
+        return 0;
+}
+
+/* Runs whatever the test body left: kills and reaps children, stops and removes
+ * instances, undoes the subtree_control change. Returns the first failure. */
+static int ctx_cleanup(struct ctx *c) {
+        int ret = 0, r;
+        for (int i = 0; i < c->n_inst; i++) {
+                if (!c->inst[i])
+                        continue;
+                r = dsv_cgroup_instance_stop(c->inst[i], 5000);
+                if (r < 0 && ret == 0)
+                        ret = r;
+                dsv_cgroup_instance_free(c->inst[i]);
+                c->inst[i] = NULL;
+        }
+        for (int i = 0; i < c->n_kids; i++) {
+                if (c->pidfd[i] < 0)
+                        continue;
+                syscall(SYS_pidfd_send_signal, c->pidfd[i], SIGKILL, NULL, 0);
+                siginfo_t si;
+                waitid(P_PIDFD, (id_t)c->pidfd[i], &si, WEXITED);
+                close(c->pidfd[i]);
+                c->pidfd[i] = -1;
+        }
+        /* Belt and braces for a body that failed before the handle existed. */
+        for (int i = 0; i < c->n_inst; i++) {
+                if (c->info.v2_own[0] && exists_in(c->info.v2_own, c->names[i])) {
+                        char p[1200];
+                        snprintf(p, sizeof p, "%s/%s", c->info.v2_own, c->names[i]);
+                        rmdir(p);
+                }
+                for (int b = 0; b < 4; b++) {
+                        if (!(c->info.v1_mounted & (1u << b)) || !exists_in(c->info.v1_own[b], c->names[i]))
+                                continue;
+                        char p[1200];
+                        snprintf(p, sizeof p, "%s/%s", c->info.v1_own[b], c->names[i]);
+                        rmdir(p);
+                        if (ret == 0)
+                                ret = -ENOTEMPTY;
+                }
+        }
+        if (c->restore_hugetlb) {
+                char p[700];
+                snprintf(p, sizeof p, "%s/cgroup.subtree_control", c->info.v2_own);
+                r = spew(p, "-hugetlb");
+                if (r < 0 && ret == 0)
+                        ret = r;
+        }
+        dsv_cgroup_host_free(c->h);
+        c->h = NULL;
+        return ret;
+}
+
+/* "<own>/<name>" as /proc/<pid>/cgroup shows it for the hierarchy whose line matches. */
+static bool proc_cgroup_has(pid_t pid, const char *ctrl, const char *path) {
+        char p[64], buf[4096], want[1200];
+        snprintf(p, sizeof p, "/proc/%d/cgroup", (int)pid);
+        if (slurp(p, buf, sizeof buf) < 0)
+                return false;
+        for (char *line = strtok(buf, "\n"); line; line = strtok(NULL, "\n")) {
+                char *c1 = strchr(line, ':'), *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
+                if (!c2)
+                        continue;
+                *c2 = '\0';
+                bool match = ctrl ? strstr(c1 + 1, ctrl) != NULL : c1[1] == '\0';
+                snprintf(want, sizeof want, "%s", path);
+                if (match && strcmp(c2 + 1, want) == 0)
+                        return true;
+        }
+        return false;
+}
+
+/* The own path of ctrl relative to its mount root, from /proc/self/cgroup. */
+static void own_rel(const struct ctx *c, const char *ctrl, char *buf, size_t size) {
+        char copy[4096];
+        snprintf(copy, sizeof copy, "%s", c->self_cgroup);
+        buf[0] = '\0';
+        for (char *line = strtok(copy, "\n"); line; line = strtok(NULL, "\n")) {
+                char *c1 = strchr(line, ':'), *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
+                if (!c2)
+                        continue;
+                *c2 = '\0';
+                bool match = ctrl ? strcmp(c1 + 1, ctrl) == 0 : c1[1] == '\0';
+                if (match) {
+                        snprintf(buf, size, "%s", strcmp(c2 + 1, "/") == 0 ? "" : c2 + 1);
+                        return;
+                }
+        }
+}
+
+/* ---- tests ------------------------------------------------------------------------ */
+
+/* The mode, decided independently from the mount table. */
+TEST(mode_detect_matches_mount_table) {
+        char mounts[65536];
+        ASSERT_OK(slurp("/proc/self/mounts", mounts, sizeof mounts));
+        enum dsv_cgroup_mode want = DSV_CGROUP_MODE_LEGACY;
+        if (strstr(mounts, " /sys/fs/cgroup cgroup2 "))
+                want = DSV_CGROUP_MODE_UNIFIED;
+        else if (strstr(mounts, " /sys/fs/cgroup/unified cgroup2 "))
+                want = DSV_CGROUP_MODE_HYBRID;
+        enum dsv_cgroup_mode m;
+        ASSERT_OK(dsv_cgroup_mode_detect("/sys/fs/cgroup", &m));
+        ASSERT_STREQ(dsv_cgroup_mode_to_string(m), dsv_cgroup_mode_to_string(want));
+        if (want == DSV_CGROUP_MODE_HYBRID) {
+                ASSERT_OK(dsv_cgroup_mode_detect("/sys/fs/cgroup/unified", &m));
+                ASSERT_EQ(m, DSV_CGROUP_MODE_UNIFIED);
+        }
+}
+
+static void host_discovery(struct ctx *c) {
+        char rel[1024], want[1200];
+        ASSERT_OK(ctx_init(c));
+        static const char *const ctrls[4] = {"cpu", "cpuset", "memory", "hugetlb"};
+        for (int b = 0; b < 4; b++) {
+                if (!(c->info.v1_mounted & (1u << b)))
+                        continue;
+                own_rel(c, ctrls[b], rel, sizeof rel);
+                /* The controller's v1 mount, with our own group below it. */
+                size_t lo = strlen(c->info.v1_own[b]), lr = strlen(rel);
+                ASSERT_TRUE(strncmp(c->info.v1_own[b], "/sys/fs/cgroup/", 15) == 0);
+                ASSERT_TRUE(lo > lr && strcmp(c->info.v1_own[b] + lo - lr, rel) == 0);
+        }
+        if (c->info.mode == DSV_CGROUP_MODE_HYBRID) {
+                /* The CI host: cpu, cpuset and memory are v1, hugetlb lives in the v2 tree. */
+                ASSERT_EQ(c->info.v1_mounted & 7u, 7u);
+                ASSERT_TRUE((c->info.v1_mounted & DSV_CGROUP_CTRL_HUGETLB) == 0);
+                own_rel(c, NULL, rel, sizeof rel);
+                snprintf(want, sizeof want, "/sys/fs/cgroup/unified%s", rel);
+                ASSERT_STREQ(c->info.v2_own, want);
+                own_rel(c, "memory", rel, sizeof rel);
+                snprintf(want, sizeof want, "/sys/fs/cgroup/memory%s", rel);
+                ASSERT_STREQ(c->info.v1_own[2], want);
+        }
+}
+
+TEST(host_discovery_finds_own_groups) {
+        struct ctx c;
+        host_discovery(&c);
+        ASSERT_OK(ctx_cleanup(&c));
+}
+
+static void limits_spawn_kill(struct ctx *c) {
+        char buf[4096];
+        ASSERT_OK(ctx_init(c));
+        if (!(c->info.v1_mounted & DSV_CGROUP_CTRL_CPU) && !c->info.v2_own[0])
+                T_FAIL("no usable cgroup hierarchy here");
+        ASSERT_OK(ctx_delegate(c));
+
+        struct dsv_cgroup_limits lim = {
+                .cpus = "0", .mems = "0", .cpu_weight = 50, .cpu_max_quota_us = 50000,
+                .cpu_max_period_us = 100000, .cpu_rt_runtime_us = 10000,
+                .memory_high_bytes = 256ull << 20, .memory_max_bytes = 512ull << 20,
+                .memory_oom_group = true, .hugetlb_2mb_max_bytes = 8ull << 20,
+        };
+        struct dsv_cgroup_report rep;
+        struct dsv_cgroup_instance *inst;
+        ASSERT_OK(ctx_new_instance(c, "a", &lim, &rep, &inst));
+        const char *name = c->names[c->n_inst - 1];
+        int n = dsv_cgroup_report_format(&rep, buf, sizeof buf);
+        ASSERT_TRUE(n > 0);
+        fprintf(stderr, "  report for %s:\n%s", name, buf);
+
+        if (c->info.mode == DSV_CGROUP_MODE_HYBRID) {
+                /* Values read back from the kernel, by path, not through the library. */
+                ASSERT_OK(read_in(c->info.v1_own[1], name, "cpuset.cpus", buf, sizeof buf));
+                ASSERT_STREQ(buf, "0");
+                ASSERT_OK(read_in(c->info.v1_own[1], name, "cpuset.effective_cpus", buf, sizeof buf));
+                ASSERT_STREQ(buf, "0");
+                ASSERT_OK(read_in(c->info.v1_own[1], name, "cpuset.mems", buf, sizeof buf));
+                ASSERT_STREQ(buf, "0");
+                ASSERT_OK(read_in(c->info.v1_own[0], name, "cpu.shares", buf, sizeof buf));
+                ASSERT_STREQ(buf, "512");
+                ASSERT_OK(read_in(c->info.v1_own[0], name, "cpu.cfs_quota_us", buf, sizeof buf));
+                ASSERT_STREQ(buf, "50000");
+                ASSERT_OK(read_in(c->info.v1_own[0], name, "cpu.cfs_period_us", buf, sizeof buf));
+                ASSERT_STREQ(buf, "100000");
+                ASSERT_OK(read_in(c->info.v1_own[0], name, "cpu.rt_runtime_us", buf, sizeof buf));
+                ASSERT_STREQ(buf, "10000");
+                ASSERT_OK(read_in(c->info.v1_own[2], name, "memory.limit_in_bytes", buf, sizeof buf));
+                ASSERT_STREQ(buf, "536870912");
+                ASSERT_OK(read_in(c->info.v1_own[2], name, "memory.soft_limit_in_bytes", buf, sizeof buf));
+                ASSERT_STREQ(buf, "268435456");
+                ASSERT_TRUE(rep.e[DSV_CGROUP_LIMIT_MEMORY_MAX].applied);
+                ASSERT_TRUE(strstr(rep.e[DSV_CGROUP_LIMIT_MEMORY_MAX].reason,
+                                   "memory controller is v1 here: memory.limit_in_bytes") != NULL);
+                ASSERT_TRUE(!rep.e[DSV_CGROUP_LIMIT_MEMORY_OOM_GROUP].applied);
+                ASSERT_TRUE(rep.e[DSV_CGROUP_LIMIT_CPU_RT_RUNTIME].applied);
+                ASSERT_TRUE(rep.e[DSV_CGROUP_LIMIT_CPUS].applied && rep.e[DSV_CGROUP_LIMIT_MEMS].applied);
+                ASSERT_TRUE(rep.e[DSV_CGROUP_LIMIT_CPU_WEIGHT].applied && rep.e[DSV_CGROUP_LIMIT_CPU_MAX].applied);
+                if (c->info.v2_enabled & DSV_CGROUP_CTRL_HUGETLB) {
+                        ASSERT_OK(read_in(c->info.v2_own, name, "hugetlb.2MB.max", buf, sizeof buf));
+                        ASSERT_STREQ(buf, "8388608");
+                        ASSERT_TRUE(rep.e[DSV_CGROUP_LIMIT_HUGETLB_2MB_MAX].applied);
+                        ASSERT_STREQ(rep.e[DSV_CGROUP_LIMIT_HUGETLB_2MB_MAX].file, "v2:hugetlb.2MB.max");
+                        ASSERT_EQ(dsv_cgroup_report_n_missing(&rep), 1); /* only memory.oom.group */
+                }
+        }
+
+        /* A real child, in every group before it runs. */
+        pid_t pid;
+        char *argv[] = {"/bin/sleep", "100", NULL};
+        ASSERT_OK(ctx_spawn(c, inst, argv, &pid));
+        char rel[1024], want[1200];
+        static const char *const ctrls[3] = {"cpu", "cpuset", "memory"};
+        for (int b = 0; b < 3; b++) {
+                if (!(c->info.v1_mounted & (1u << b)))
+                        continue;
+                own_rel(c, ctrls[b], rel, sizeof rel);
+                snprintf(want, sizeof want, "%s/%s", rel, name);
+                if (!proc_cgroup_has(pid, ctrls[b], want))
+                        T_FAIL("child %d not in v1 %s group %s", (int)pid, ctrls[b], want);
+        }
+        if (c->info.v2_own[0]) {
+                own_rel(c, NULL, rel, sizeof rel);
+                snprintf(want, sizeof want, "%s/%s", rel, name);
+                if (!proc_cgroup_has(pid, NULL, want))
+                        T_FAIL("child %d not in v2 group %s", (int)pid, want);
+        }
+
+        /* RT group scheduling: FIFO works in a group with cpu.rt_runtime_us > 0. */
+        if (c->info.v1_mounted & DSV_CGROUP_CTRL_CPU) {
+                struct sched_param sp = {.sched_priority = 1};
+                if (sched_setscheduler(pid, SCHED_FIFO, &sp) != 0)
+                        T_FAIL("SCHED_FIFO in a group with rt runtime: %s", strerror(errno));
+                ASSERT_EQ(sched_getscheduler(pid), SCHED_FIFO);
+                sp.sched_priority = 0;
+                ASSERT_OK(sched_setscheduler(pid, SCHED_OTHER, &sp));
+        }
+
+        /* Stop: everything killed, groups gone, the child reaped by its pidfd. */
+        ASSERT_OK(dsv_cgroup_instance_stop(inst, 5000));
+        siginfo_t si = {0};
+        ASSERT_OK(waitid(P_PIDFD, (id_t)c->pidfd[c->n_kids - 1], &si, WEXITED));
+        ASSERT_EQ(si.si_code, CLD_KILLED);
+        ASSERT_EQ(si.si_status, SIGKILL);
+        for (int b = 0; b < 4; b++)
+                if (c->info.v1_mounted & (1u << b))
+                        ASSERT_TRUE(!exists_in(c->info.v1_own[b], name));
+        if (c->info.v2_own[0])
+                ASSERT_TRUE(!exists_in(c->info.v2_own, name));
+        close(c->pidfd[c->n_kids - 1]);
+        c->pidfd[c->n_kids - 1] = -1;
+}
+
+TEST(real_groups_limits_spawn_kill_remove) {
+        struct ctx c;
+        limits_spawn_kill(&c);
+        int r = ctx_cleanup(&c);
+        char now[4096];
+        ASSERT_OK(r);
+        ASSERT_OK(slurp("/proc/self/cgroup", now, sizeof now));
+        ASSERT_STREQ(now, c.self_cgroup);
+}
+
+/* Without cpu.rt_runtime_us the kernel (CONFIG_RT_GROUP_SCHED) refuses SCHED_FIFO in a
+ * child group, even to root: the fact the report's cpu.rt_runtime_us line is about. */
+static void fifo_needs_rt_runtime(struct ctx *c) {
+        ASSERT_OK(ctx_init(c));
+        char rt[64];
+        if (!(c->info.v1_mounted & DSV_CGROUP_CTRL_CPU) ||
+            read_in(c->info.v1_own[0], "", "cpu.rt_runtime_us", rt, sizeof rt) < 0) {
+                fprintf(stderr, "  no v1 cpu hierarchy with RT group scheduling here, nothing to check\n");
+                return;
+        }
+        struct dsv_cgroup_limits lim = {.cpu_weight = 100};
+        struct dsv_cgroup_report rep;
+        struct dsv_cgroup_instance *inst;
+        ASSERT_OK(ctx_new_instance(c, "nort", &lim, &rep, &inst));
+        pid_t pid;
+        char *argv[] = {"/bin/sleep", "100", NULL};
+        ASSERT_OK(ctx_spawn(c, inst, argv, &pid));
+        struct sched_param sp = {.sched_priority = 1};
+        ASSERT_TRUE(sched_setscheduler(pid, SCHED_FIFO, &sp) == -1);
+        ASSERT_EQ(errno, EPERM);
+        ASSERT_OK(dsv_cgroup_instance_stop(inst, 5000));
+}
+
+TEST(fifo_refused_without_rt_runtime) {
+        struct ctx c;
+        fifo_needs_rt_runtime(&c);
+        ASSERT_OK(ctx_cleanup(&c));
+}
+
+/* A shell with background grandchildren: stop must get them all (cgroup.kill on v2,
+ * the SIGKILL loop on every v1 group). */
+static void kill_process_tree(struct ctx *c) {
+        ASSERT_OK(ctx_init(c));
+        struct dsv_cgroup_limits lim = {0};
+        struct dsv_cgroup_report rep;
+        struct dsv_cgroup_instance *inst;
+        ASSERT_OK(ctx_new_instance(c, "tree", &lim, &rep, &inst));
+        ASSERT_EQ(dsv_cgroup_report_n_missing(&rep), 0);
+        const char *name = c->names[c->n_inst - 1];
+        pid_t pid;
+        char *argv[] = {"/bin/sh", "-c", "sleep 100 & sleep 100 & sleep 100 & wait", NULL};
+        ASSERT_OK(ctx_spawn(c, inst, argv, &pid));
+        char procs[256];
+        const char *dir = c->info.v1_mounted & DSV_CGROUP_CTRL_MEMORY ? c->info.v1_own[2] : c->info.v2_own;
+        int n = 0;
+        for (int tries = 0; tries < 200; tries++) {
+                n = 0;
+                procs[0] = '\0';
+                if (read_in(dir, name, "cgroup.procs", procs, sizeof procs) >= 0)
+                        for (char *p = procs; *p; p++)
+                                n += *p == '\n';
+                if (procs[0])
+                        n++;
+                if (n == 4)
+                        break;
+                usleep(10000);
+        }
+        ASSERT_EQ(n, 4);
+        ASSERT_OK(dsv_cgroup_instance_stop(inst, 5000));
+        ASSERT_TRUE(!exists_in(dir, name));
+}
+
+TEST(stop_kills_the_whole_tree) {
+        struct ctx c;
+        kill_process_tree(&c);
+        ASSERT_OK(ctx_cleanup(&c));
+}
+
+/* Failures leave nothing behind: exec of a missing program, and a stale group. */
+static void failures_clean(struct ctx *c) {
+        ASSERT_OK(ctx_init(c));
+        struct dsv_cgroup_limits lim = {0};
+        struct dsv_cgroup_report rep;
+        struct dsv_cgroup_instance *inst;
+        ASSERT_OK(ctx_new_instance(c, "noexec", &lim, &rep, &inst));
+        pid_t pid;
+        int pidfd;
+        char *argv[] = {"/nonexistent/dsv-worker", NULL};
+        ASSERT_ERR(dsv_cgroup_instance_spawn(inst, argv[0], argv, NULL, &pid, &pidfd), -ENOENT);
+        ASSERT_OK(dsv_cgroup_instance_stop(inst, 1000));
+
+        /* A stale group from an earlier run in one hierarchy: -EEXIST, and the groups
+         * made before noticing it are removed again. */
+        if (c->info.v1_mounted & DSV_CGROUP_CTRL_MEMORY) {
+                char stale[1200], name[64];
+                snprintf(name, sizeof name, "dsvtest-%d-stale", (int)getpid());
+                snprintf(stale, sizeof stale, "%s/%s", c->info.v1_own[2], name);
+                ASSERT_TRUE(mkdir(stale, 0755) == 0);
+                struct dsv_cgroup_instance *dup = NULL;
+                int r = dsv_cgroup_instance_new(c->h, name, &lim, &rep, &dup);
+                bool left_v2 = c->info.v2_own[0] && exists_in(c->info.v2_own, name);
+                bool left_cpu = (c->info.v1_mounted & DSV_CGROUP_CTRL_CPU) && exists_in(c->info.v1_own[0], name);
+                rmdir(stale);
+                ASSERT_ERR(r, -EEXIST);
+                ASSERT_TRUE(!left_v2 && !left_cpu);
+        }
+}
+
+TEST(failures_leave_nothing_behind) {
+        struct ctx c;
+        failures_clean(&c);
+        ASSERT_OK(ctx_cleanup(&c));
+}
