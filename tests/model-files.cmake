@@ -4,3 +4,5 @@ dsv_test(NAME test-modelfile-convert SOURCES unit/test-modelfile-convert.c LIBS 
 target_include_directories(test-modelfile-convert PRIVATE ${CMAKE_SOURCE_DIR}/engine/src)
 dsv_test(NAME test-modelfile-tokenizer SOURCES unit/test-modelfile-tokenizer.c LIBS dse LABELS unit TIMEOUT 60)
 target_include_directories(test-modelfile-tokenizer PRIVATE ${CMAKE_SOURCE_DIR}/engine/src)
+dsv_test(NAME test-modelfile-quant SOURCES unit/test-modelfile-quant.c LIBS dse LABELS unit TIMEOUT 120)
+target_include_directories(test-modelfile-quant PRIVATE ${CMAKE_SOURCE_DIR}/engine/src)
