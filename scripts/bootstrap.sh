@@ -6,7 +6,7 @@ set -euo pipefail
 BUILD_PKGS=(build-essential cmake pkg-config
   libnng-dev libcjson-dev libnuma-dev libhwloc-dev libcgroup-dev libsystemd-dev
   libpcre2-dev libutf8proc-dev libmicrohttpd-dev)
-TEST_PKGS=(clang hwloc python3)
+TEST_PKGS=(clang hwloc python3 sentencepiece)
 
 want=("${BUILD_PKGS[@]}")
 if [ "${1:-}" = "--with-tests" ]; then want+=("${TEST_PKGS[@]}"); fi

@@ -27,3 +27,7 @@ if(DSV_FUZZ)
     target_link_libraries(${fz} PRIVATE dse_spm_fuzz dse)
   endforeach()
 endif()
+
+# Differential test against Debian's sentencepiece tools (spm_train/spm_encode/spm_decode,
+# package `sentencepiece`, installed by scripts/bootstrap.sh --with-tests).
+dsv_test(NAME test-tokenizer-spm-train SOURCES unit/test-tokenizer-spm-train.c LIBS dse dsv::cjson LABELS unit TIMEOUT 120)
