@@ -1,0 +1,244 @@
+/* test-platform-hugepages.c — the sealed weight image on real 2 MiB pages (needs root).
+ * Pages are reserved by raising /proc/sys/vm/nr_hugepages; the old value is restored by
+ * the parent after the test body, which runs in a forked child so that a crash or a
+ * SIGBUS in the body cannot skip the restore. */
+#include <fcntl.h>
+#include <ftw.h>
+#include <numaif.h>
+#include <signal.h>
+#include <stdint.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "dsv_platform.h"
+#include "t.h"
+
+#define MIB (1ull << 20)
+#define NR_HUGEPAGES "/proc/sys/vm/nr_hugepages"
+
+static int read_long(const char *path, long *ret) {
+        FILE *f = fopen(path, "re");
+        if (!f)
+                return -errno;
+        int n = fscanf(f, "%ld", ret);
+        fclose(f);
+        return n == 1 ? 0 : -EBADMSG;
+}
+
+static int write_long(const char *path, long v) {
+        FILE *f = fopen(path, "we");
+        if (!f)
+                return -errno;
+        fprintf(f, "%ld\n", v);
+        return fclose(f) == 0 ? 0 : -errno;
+}
+
+static long meminfo(const char *key) {
+        FILE *f = fopen("/proc/meminfo", "re");
+        if (!f)
+                return -1;
+        char line[256];
+        long v = -1;
+        size_t lk = strlen(key);
+        while (fgets(line, sizeof line, f))
+                if (strncmp(line, key, lk) == 0 && line[lk] == ':')
+                        v = strtol(line + lk + 1, NULL, 10);
+        fclose(f);
+        return v;
+}
+
+static unsigned char pattern(size_t i) {
+        return (unsigned char)((i * 131u) % 251u);
+}
+
+/* Maps fd read-only in a forked child and checks len bytes of the pattern there. */
+static int check_in_child(int fd, size_t len) {
+        pid_t pid = fork();
+        if (pid < 0)
+                return -errno;
+        if (pid == 0) {
+                const unsigned char *p = mmap(NULL, len, PROT_READ, MAP_SHARED, fd, 0);
+                if (p == MAP_FAILED)
+                        _exit(2);
+                for (size_t i = 0; i < len; i++)
+                        if (p[i] != pattern(i))
+                                _exit(3);
+                _exit(0);
+        }
+        int st;
+        if (waitpid(pid, &st, 0) < 0)
+                return -errno;
+        return WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : -EBADMSG;
+}
+
+/* Runs body in a child with nr_hugepages raised by extra; restores the old value in
+ * the parent whatever happens to the child. */
+static void with_reserved_pages(long extra, void (*body)(void)) {
+        long old;
+        ASSERT_OK(read_long(NR_HUGEPAGES, &old));
+        int r = write_long(NR_HUGEPAGES, old + extra);
+        pid_t pid = r < 0 ? -1 : fork();
+        if (pid == 0) {
+                body();
+                fflush(stderr);
+                _exit(t_failed_current ? 1 : 0);
+        }
+        int st = 0;
+        if (pid > 0)
+                waitpid(pid, &st, 0);
+        int rr = write_long(NR_HUGEPAGES, old);
+        long now = -1;
+        read_long(NR_HUGEPAGES, &now);
+        ASSERT_OK(r);
+        ASSERT_TRUE(pid > 0);
+        ASSERT_OK(rr);
+        ASSERT_EQ(now, old);
+        if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+                T_FAIL("test body failed (status 0x%x)", st);
+}
+
+static void hugetlb_image_body(void) {
+        uint64_t free0 = 0, free1 = 0, free2 = 0;
+        ASSERT_OK(dsv_hugepages_free_on_node(NULL, 0, &free0));
+        if (free0 < 4)
+                T_FAIL("only %llu free 2 MiB pages on node 0 after reserving", (unsigned long long)free0);
+        long mi0 = meminfo("HugePages_Free");
+
+        struct dsv_hugepages_image img;
+        size_t len = 8 * MIB - 100;
+        ASSERT_OK(dsv_hugepages_image_init(&img, "dsvtest-weights", len, 0, DSV_HUGEPAGES_MODE_REQUIRE, NULL));
+        ASSERT_TRUE(img.hugetlb);
+        ASSERT_EQ(img.size_bytes, 8 * MIB);
+        ASSERT_EQ(img.len_bytes, len);
+        ASSERT_TRUE(img.addr != NULL);
+
+        /* Faulted in at init: the pool shrank by exactly 4 pages, on node 0. */
+        ASSERT_EQ(meminfo("HugePages_Free"), mi0 - 4);
+        ASSERT_OK(dsv_hugepages_free_on_node(NULL, 0, &free1));
+        ASSERT_EQ(free1, free0 - 4);
+        int node = -1;
+        unsigned char *p = img.addr;
+        ASSERT_OK(get_mempolicy(&node, NULL, 0, p + 6 * MIB, MPOL_F_NODE | MPOL_F_ADDR));
+        ASSERT_EQ(node, 0);
+
+        for (size_t i = 0; i < len; i++)
+                p[i] = pattern(i);
+        ASSERT_OK(dsv_hugepages_image_seal(&img));
+        ASSERT_TRUE(img.addr == NULL);
+        fprintf(stderr, "  hugetlb memfd seals in effect: 0x%x%s%s\n", img.seals, img.note[0] ? "; " : "",
+                img.note);
+        ASSERT_EQ(img.seals & (F_SEAL_SHRINK | F_SEAL_GROW), F_SEAL_SHRINK | F_SEAL_GROW);
+        if (img.seals & F_SEAL_WRITE) {
+                void *w = mmap(NULL, img.size_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, img.fd, 0);
+                ASSERT_TRUE(w == MAP_FAILED);
+                ASSERT_EQ(errno, EPERM);
+        }
+        ASSERT_TRUE(ftruncate(img.fd, (off_t)img.size_bytes * 2) < 0);
+        ASSERT_EQ(errno, EPERM);
+
+        /* A worker's view: read-only shared mapping in another process. */
+        ASSERT_OK(check_in_child(img.fd, len));
+
+        dsv_hugepages_image_done(&img);
+        ASSERT_EQ(img.fd, -1);
+        ASSERT_EQ(meminfo("HugePages_Free"), mi0);
+        ASSERT_OK(dsv_hugepages_free_on_node(NULL, 0, &free2));
+        ASSERT_EQ(free2, free0);
+}
+
+TEST(hugetlb_image_fill_seal_share) {
+        with_reserved_pages(6, hugetlb_image_body);
+}
+
+static void require_refuses_body(void) {
+        uint64_t free0 = 0, free_all = 0;
+        ASSERT_OK(dsv_hugepages_free_on_node(NULL, 0, &free0));
+        ASSERT_OK(dsv_hugepages_free_on_node(NULL, -1, &free_all));
+        ASSERT_TRUE(free_all >= free0);
+        long mi0 = meminfo("HugePages_Free");
+
+        /* One page more than the node has: refused before anything is allocated. */
+        struct dsv_hugepages_image img = {.fd = -1};
+        size_t len = (size_t)(free0 + 1) * DSV_HUGEPAGE_2MB_BYTES;
+        ASSERT_ERR(dsv_hugepages_image_init(&img, "dsvtest-too-big", len, 0, DSV_HUGEPAGES_MODE_REQUIRE, NULL),
+                   -ENOMEM);
+        ASSERT_EQ(img.fd, -1);
+        ASSERT_EQ(meminfo("HugePages_Free"), mi0);
+
+        /* auto falls back to normal pages and says why. */
+        ASSERT_OK(dsv_hugepages_image_init(&img, "dsvtest-auto", len, 0, DSV_HUGEPAGES_MODE_AUTO, NULL));
+        ASSERT_TRUE(!img.hugetlb);
+        ASSERT_TRUE(strstr(img.note, "normal pages") != NULL);
+        ASSERT_EQ(meminfo("HugePages_Free"), mi0);
+        dsv_hugepages_image_done(&img);
+}
+
+TEST(require_refuses_when_too_few_pages_are_free) {
+        with_reserved_pages(2, require_refuses_body);
+}
+
+/* Normal shmem pages (mode off): same contract, no hugetlb pool needed. */
+TEST(normal_image_fill_seal_share) {
+        struct dsv_hugepages_image img;
+        size_t len = 3 * MIB + 7;
+        ASSERT_OK(dsv_hugepages_image_init(&img, "dsvtest-normal", len, -1, DSV_HUGEPAGES_MODE_OFF, NULL));
+        ASSERT_TRUE(!img.hugetlb);
+        ASSERT_EQ(img.size_bytes, 4 * MIB);
+        unsigned char *p = img.addr;
+        for (size_t i = 0; i < len; i++)
+                p[i] = pattern(i);
+        int r = dsv_hugepages_image_seal(&img);
+        unsigned seals = img.seals;
+        int child = r < 0 ? r : check_in_child(img.fd, len);
+        dsv_hugepages_image_done(&img);
+        ASSERT_OK(r);
+        ASSERT_EQ(seals & (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE), F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE);
+        ASSERT_OK(child);
+        dsv_hugepages_image_done(&img); /* a second call is a no-op */
+}
+
+static int rm_cb(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
+        return remove(path);
+}
+
+/* The free-page check reads the per-node sysfs file: a fake sysfs with 3 free pages
+ * admits 6 MiB and refuses 6 MiB + 1 in require mode. */
+TEST(free_check_reads_per_node_sysfs) {
+        char root[] = "/tmp/dsv-sysfs-XXXXXX";
+        ASSERT_TRUE(mkdtemp(root) != NULL);
+        char p[512];
+        const char *dirs[] = {"devices", "devices/system", "devices/system/node", "devices/system/node/node0",
+                              "devices/system/node/node0/hugepages",
+                              "devices/system/node/node0/hugepages/hugepages-2048kB",
+                              "devices/system/node/node1", "devices/system/node/node1/hugepages",
+                              "devices/system/node/node1/hugepages/hugepages-2048kB"};
+        int r = 0;
+        for (size_t i = 0; !r && i < sizeof dirs / sizeof dirs[0]; i++) {
+                snprintf(p, sizeof p, "%s/%s", root, dirs[i]);
+                r = mkdir(p, 0755) < 0 ? -errno : 0;
+        }
+        snprintf(p, sizeof p, "%s/devices/system/node/node0/hugepages/hugepages-2048kB/free_hugepages", root);
+        r = r ?: write_long(p, 3);
+        snprintf(p, sizeof p, "%s/devices/system/node/node1/hugepages/hugepages-2048kB/free_hugepages", root);
+        r = r ?: write_long(p, 5);
+        uint64_t n0 = 0, n1 = 0, all = 0;
+        int r0 = r ?: dsv_hugepages_free_on_node(root, 0, &n0);
+        int r1 = r ?: dsv_hugepages_free_on_node(root, 1, &n1);
+        int ra = r ?: dsv_hugepages_free_on_node(root, -1, &all);
+        int r2 = r ?: dsv_hugepages_free_on_node(root, 2, &all);
+        struct dsv_hugepages_image img = {.fd = -1};
+        int rq = r ?: dsv_hugepages_image_init(&img, "dsvtest-fake", 6 * MIB + 1, 0, DSV_HUGEPAGES_MODE_REQUIRE, root);
+        nftw(root, rm_cb, 16, FTW_DEPTH | FTW_PHYS);
+        ASSERT_OK(r);
+        ASSERT_OK(r0);
+        ASSERT_OK(r1);
+        ASSERT_OK(ra);
+        ASSERT_EQ(n0, 3);
+        ASSERT_EQ(n1, 5);
+        ASSERT_EQ(all, 8);
+        ASSERT_ERR(r2, -ENOENT);
+        ASSERT_ERR(rq, -ENOMEM);
+        ASSERT_EQ(img.fd, -1);
+}
