@@ -114,8 +114,7 @@ static void check_invariants(void) {
                 if (per_node[n] > 0)
                         ASSERT_TRUE(max_cores[n] - min_cores[n] <= 1);
         }
-        if (plan.n_instances >= topo.n_nodes)
-                ASSERT_TRUE(hi - lo <= 1);
+        ASSERT_TRUE(hi - lo <= 1);
 }
 
 TEST(this_machine_one_node_two_cores) {
@@ -360,4 +359,41 @@ TEST(warnings_are_capped_not_dropped_silently) {
         char want[64];
         snprintf(want, sizeof want, "... and %d more warnings", 20 - DSV_POLICY_MAX_WARNINGS + 1);
         ASSERT_STREQ(plan.warnings[DSV_POLICY_MAX_WARNINGS - 1], want);
+}
+
+TEST(random_topologies_keep_invariants) {
+        uint64_t x = 2026;
+        for (int iter = 0; iter < 400; iter++) {
+                int per[12];
+                x = x * 6364136223846793005ull + 1442695040888963407ull;
+                int n_nodes = 1 + (int)(x >> 59) % 12, smt = 1 + (int)(x >> 40) % 4, any = 0;
+                for (int n = 0; n < n_nodes; n++) {
+                        x = x * 6364136223846793005ull + 1442695040888963407ull;
+                        per[n] = (int)(x >> 50) % 21; /* 0..20 cores: memory-only nodes too */
+                        any += per[n];
+                }
+                if (!any)
+                        per[0] = 1;
+                make_topo(&topo, n_nodes, per, smt);
+                x = x * 6364136223846793005ull + 1442695040888963407ull;
+                int n_inst = (int)(x >> 33) % 100, threads = (int)((x >> 20) % 24);
+                int r = place(n_inst, threads);
+                if (r < 0)
+                        T_FAIL("iteration %d: %d nodes, smt %d, %d instances, %d threads: %s", iter, n_nodes, smt,
+                               n_inst, threads, strerror(-r));
+                check_invariants();
+                if (t_failed_current)
+                        T_FAIL("iteration %d: %d nodes, smt %d, %d instances, %d threads", iter, n_nodes, smt, n_inst,
+                               threads);
+                /* Oversubscribed exactly when a core is shared or threads exceed a slice. */
+                bool expect = false;
+                for (int i = 0; i < plan.n_instances; i++)
+                        expect |= plan.instances[i].shared || plan.instances[i].n_threads > plan.instances[i].n_cores;
+                ASSERT_EQ(plan.oversubscribed, expect);
+                /* Warnings exactly when something is oversubscribed or cores sit idle. */
+                bool idle = false;
+                for (int i = 0; i < plan.n_unused_nodes; i++)
+                        idle |= topo.nodes[plan.unused_nodes[i]].n_cores > 0;
+                ASSERT_EQ(plan.n_warnings > 0, plan.oversubscribed || idle);
+        }
 }
