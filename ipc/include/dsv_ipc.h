@@ -1,0 +1,214 @@
+/* dsv_ipc.h — the worker protocol: versioned JSON messages over an nng PAIR1 socket.
+ *
+ * Usage (supervisor side):
+ *     struct dsv_ipc_conn *c;
+ *     dsv_ipc_dial("ipc:///run/dsvisor-0/worker-0.sock", &c);
+ *     struct dsv_ipc_msg m = {.type = DSV_IPC_REQUEST};
+ *     m.u.request.id = 7; m.u.request.prompt = "Hello"; ...
+ *     dsv_ipc_send(c, &m);                      // m stays owned by the caller
+ *     struct dsv_ipc_msg ev;
+ *     while (dsv_ipc_recv(c, &ev, 1000) == 0) { ...; dsv_ipc_msg_done(&ev); }
+ *     dsv_ipc_close(c);
+ *
+ * Why PAIR1 with request ids, not REQ/REP: REQ gives one reply per request (tokens must
+ * stream), resends silently after NNG_OPT_REQ_RESENDTIME and when the peer reconnects
+ * (a request could run twice), and allows one outstanding request per context (many
+ * contexts collapsed throughput on nng 1.5.2). A worker has exactly one peer — its
+ * supervisor — so one PAIR1 pipe carrying id-multiplexed messages in both directions
+ * keeps many requests in flight with back-pressure and no duplicates. See PROTOCOL.md.
+ *
+ * Ownership: decoded messages own their strings and arrays; release them with
+ * dsv_ipc_msg_done(). Messages passed to encode/send are only read. A connection may be
+ * used for send and recv from different threads at once (nng sockets are thread-safe).
+ * Errors are negative errno values: -EPROTO a malformed message, -EPROTONOSUPPORT a
+ * peer speaking another protocol major version, -ETIMEDOUT, -ECONNRESET.
+ */
+#ifndef DSV_IPC_H
+#define DSV_IPC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define DSV_IPC_PROTOCOL_VERSION 1
+/* Largest message accepted (a 128k-token prompt as JSON ids is ~1 MiB). */
+#define DSV_IPC_MAX_MSG_BYTES (16u << 20)
+/* Largest request id, seed and deadline value (JSON numbers with 15 exact digits). */
+#define DSV_IPC_MAX_ID 999999999999999ull
+
+enum dsv_ipc_msg_type {
+        DSV_IPC_REQUEST,      /* supervisor -> worker: start a generation */
+        DSV_IPC_CANCEL,       /* supervisor -> worker: stop request id */
+        DSV_IPC_TOKEN,        /* worker -> supervisor: one generated token */
+        DSV_IPC_FINAL,        /* worker -> supervisor: request finished */
+        DSV_IPC_ERROR,        /* worker -> supervisor: request (or message) failed */
+        DSV_IPC_HEALTH,       /* supervisor -> worker: heartbeat probe */
+        DSV_IPC_HEALTH_REPLY, /* worker -> supervisor */
+        DSV_IPC_STATS,        /* supervisor -> worker: load query */
+        DSV_IPC_STATS_REPLY,  /* worker -> supervisor */
+        DSV_IPC_MSG_TYPE_COUNT
+};
+
+const char *dsv_ipc_msg_type_to_string(enum dsv_ipc_msg_type type);
+
+enum dsv_ipc_input {
+        DSV_IPC_INPUT_PROMPT, /* plain text, tokenized by the worker */
+        DSV_IPC_INPUT_CHAT,   /* OpenAI-style messages array, rendered with the chat template */
+        DSV_IPC_INPUT_TOKENS, /* token ids, used as they are */
+        DSV_IPC_INPUT_COUNT
+};
+
+/* Stable error codes carried by DSV_IPC_ERROR (also in PROTOCOL.md). */
+enum dsv_ipc_error_code {
+        DSV_IPC_ERR_INVALID_REQUEST, /* bad parameter, empty prompt, bad UTF-8 */
+        DSV_IPC_ERR_PROMPT_TOO_LONG, /* prompt + max_tokens over the context */
+        DSV_IPC_ERR_OVERLOADED,      /* queue full */
+        DSV_IPC_ERR_DEADLINE,        /* deadline passed before completion */
+        DSV_IPC_ERR_CANCELLED,
+        DSV_IPC_ERR_PROTOCOL,        /* malformed message or version mismatch */
+        DSV_IPC_ERR_INTERNAL,
+        DSV_IPC_ERR_SHUTTING_DOWN,
+        DSV_IPC_ERROR_CODE_COUNT
+};
+
+const char *dsv_ipc_error_code_to_string(enum dsv_ipc_error_code code);
+
+struct dsv_ipc_sampling {
+        float temperature;        /* 0: greedy */
+        float top_p;              /* 1: off */
+        float min_p;              /* 0: off */
+        int32_t top_k;            /* 0: off */
+        float repetition_penalty; /* 1: off */
+        float presence_penalty;   /* 0: off */
+        float frequency_penalty;  /* 0: off */
+        uint64_t seed;
+        int32_t has_seed;         /* 0: the worker picks a seed */
+};
+
+struct dsv_ipc_request {
+        uint64_t id;
+        enum dsv_ipc_input input;
+        char *prompt;         /* DSV_IPC_INPUT_PROMPT */
+        char *messages_json;  /* DSV_IPC_INPUT_CHAT: a JSON array, kept as text */
+        int32_t *tokens;      /* DSV_IPC_INPUT_TOKENS */
+        size_t n_tokens;
+        struct dsv_ipc_sampling sampling;
+        int32_t max_tokens;
+        char **stop;          /* stop strings */
+        size_t n_stop;
+        int32_t logprobs;     /* top-n logprobs per token, 0: none */
+        int64_t deadline_unix_ms; /* 0: none (CLOCK_REALTIME milliseconds) */
+};
+
+struct dsv_ipc_logprob {
+        int32_t token;
+        float logprob;
+};
+
+struct dsv_ipc_token {
+        uint64_t id;
+        int32_t token;
+        char *text;                  /* UTF-8 delta, never a split character; may be "" */
+        float logprob;               /* of the chosen token; meaningful when n_top > 0 */
+        struct dsv_ipc_logprob *top; /* top-n alternatives */
+        size_t n_top;
+};
+
+struct dsv_ipc_final {
+        uint64_t id;
+        char *finish_reason; /* "stop", "length", "cancelled", "deadline" */
+        int32_t prompt_tokens;
+        int32_t completion_tokens;
+        double queue_s, prefill_s, decode_s, ttft_s;
+};
+
+struct dsv_ipc_error {
+        uint64_t id; /* 0: the error is about a message, not a request */
+        enum dsv_ipc_error_code code;
+        char *message;
+};
+
+struct dsv_ipc_probe {
+        uint64_t seq;
+};
+
+struct dsv_ipc_health {
+        uint64_t seq;
+        char *state; /* "loading", "ready", "draining" */
+        double uptime_s;
+};
+
+struct dsv_ipc_stats {
+        uint64_t seq;
+        int32_t running;
+        int32_t waiting;
+        int64_t queued_prompt_tokens;
+        int32_t kv_blocks_used;
+        int32_t kv_blocks_total;
+        double prefix_hit_rate;
+        int64_t preemptions;
+};
+
+struct dsv_ipc_msg {
+        enum dsv_ipc_msg_type type;
+        union {
+                struct dsv_ipc_request request;
+                uint64_t cancel_id;
+                struct dsv_ipc_token token;
+                struct dsv_ipc_final final;
+                struct dsv_ipc_error error;
+                struct dsv_ipc_probe probe; /* HEALTH and STATS */
+                struct dsv_ipc_health health;
+                struct dsv_ipc_stats stats;
+        } u;
+};
+
+/* Default sampling values (greedy, every filter off). */
+void dsv_ipc_sampling_init(struct dsv_ipc_sampling *s);
+
+/* Serialises msg to a malloc'd JSON text in *ret_buf (owned by the caller). */
+int dsv_ipc_msg_encode(const struct dsv_ipc_msg *msg, char **ret_buf, size_t *ret_len);
+
+/* Parses one message. On failure returns -EPROTO (or -EPROTONOSUPPORT for another major
+ * version) and, when err is non-NULL, a message naming the field. On success *ret owns
+ * its strings: release with dsv_ipc_msg_done(). */
+int dsv_ipc_msg_decode(const void *buf, size_t len, struct dsv_ipc_msg *ret, char *err, size_t err_size);
+
+/* Frees what a decoded message owns and zeroes it. Safe on a zeroed message. */
+void dsv_ipc_msg_done(struct dsv_ipc_msg *msg);
+
+/* ---- transport ------------------------------------------------------------------ */
+
+struct dsv_ipc_conn;
+
+/* Creates (or checks) the private runtime directory for IPC sockets: mode 0700, owned
+ * by the caller: $DSV_RUNTIME_DIR, else $XDG_RUNTIME_DIR/dsvisor, else
+ * /run/dsvisor-<uid> (root) or /tmp/dsvisor-<uid>. Refuses a directory with other
+ * owners or group/other permissions (-EPERM). */
+int dsv_ipc_runtime_dir(char *buf, size_t size);
+
+/* Worker side: listens on url ("ipc:///path" or "inproc://name"). For ipc:// the socket
+ * file is created 0600 and must live in a 0700 directory owned by us (-EPERM
+ * otherwise; abstract sockets are refused); connecting peers with another uid are
+ * dropped. */
+int dsv_ipc_listen(const char *url, struct dsv_ipc_conn **ret_conn);
+/* Supervisor side: dials url, reconnecting in the background if the peer restarts. */
+int dsv_ipc_dial(const char *url, struct dsv_ipc_conn **ret_conn);
+void dsv_ipc_close(struct dsv_ipc_conn *conn);
+
+int dsv_ipc_send(struct dsv_ipc_conn *conn, const struct dsv_ipc_msg *msg);
+/* Receives one message: -ETIMEDOUT after timeout_ms (< 0: wait forever), -EPROTO for a
+ * malformed message (the message is dropped; err says why), -ECANCELED once closed. */
+int dsv_ipc_recv(struct dsv_ipc_conn *conn, struct dsv_ipc_msg *ret, int timeout_ms, char *err,
+                 size_t err_size);
+/* Number of connected peers (0 or 1), and peers dropped for a uid mismatch. */
+int dsv_ipc_peers(const struct dsv_ipc_conn *conn);
+int dsv_ipc_rejected_peers(const struct dsv_ipc_conn *conn);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,563 @@
+/* JSON encoding of the worker protocol (PROTOCOL.md). Every message is one JSON object
+ * {"v": <major>, "type": "<name>", ...}. Unknown fields are ignored, so a minor
+ * addition does not break older peers; a field of the wrong type or out of range is
+ * -EPROTO naming the field; another major version is -EPROTONOSUPPORT. */
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dsv_ipc.h"
+
+/* Largest id, seed or deadline carried: cJSON prints 15 significant digits (its exact-
+ * print check tolerates one ulp), so larger integers would not survive a round trip. */
+#define MAX_SAFE_INT 999999999999999.0
+#define MAX_STOP_STRINGS 16
+#define MAX_TOP_LOGPROBS 20
+
+static const char *const type_names[DSV_IPC_MSG_TYPE_COUNT] = {
+        [DSV_IPC_REQUEST] = "request",           [DSV_IPC_CANCEL] = "cancel",
+        [DSV_IPC_TOKEN] = "token",               [DSV_IPC_FINAL] = "final",
+        [DSV_IPC_ERROR] = "error",               [DSV_IPC_HEALTH] = "health",
+        [DSV_IPC_HEALTH_REPLY] = "health_reply", [DSV_IPC_STATS] = "stats",
+        [DSV_IPC_STATS_REPLY] = "stats_reply",
+};
+
+static const char *const input_names[DSV_IPC_INPUT_COUNT] = {
+        [DSV_IPC_INPUT_PROMPT] = "prompt",
+        [DSV_IPC_INPUT_CHAT] = "chat",
+        [DSV_IPC_INPUT_TOKENS] = "tokens",
+};
+
+static const char *const error_names[DSV_IPC_ERROR_CODE_COUNT] = {
+        [DSV_IPC_ERR_INVALID_REQUEST] = "invalid_request", [DSV_IPC_ERR_PROMPT_TOO_LONG] = "prompt_too_long",
+        [DSV_IPC_ERR_OVERLOADED] = "overloaded",           [DSV_IPC_ERR_DEADLINE] = "deadline_exceeded",
+        [DSV_IPC_ERR_CANCELLED] = "cancelled",             [DSV_IPC_ERR_PROTOCOL] = "protocol_error",
+        [DSV_IPC_ERR_INTERNAL] = "internal_error",         [DSV_IPC_ERR_SHUTTING_DOWN] = "shutting_down",
+};
+
+const char *dsv_ipc_msg_type_to_string(enum dsv_ipc_msg_type type) {
+        return type < DSV_IPC_MSG_TYPE_COUNT ? type_names[type] : "unknown";
+}
+
+const char *dsv_ipc_error_code_to_string(enum dsv_ipc_error_code code) {
+        return code < DSV_IPC_ERROR_CODE_COUNT ? error_names[code] : "unknown";
+}
+
+void dsv_ipc_sampling_init(struct dsv_ipc_sampling *s) {
+        *s = (struct dsv_ipc_sampling){
+                .temperature = 0.0f, .top_p = 1.0f, .repetition_penalty = 1.0f,
+        };
+}
+
+/* ---- encoding ------------------------------------------------------------------- */
+
+static int add_num(cJSON *o, const char *key, double v) {
+        return cJSON_AddNumberToObject(o, key, v) ? 0 : -ENOMEM;
+}
+
+static int add_id(cJSON *o, const char *key, uint64_t v) {
+        if ((double)v > MAX_SAFE_INT)
+                return -EINVAL;
+        return add_num(o, key, (double)v);
+}
+
+static int add_str(cJSON *o, const char *key, const char *s) {
+        return cJSON_AddStringToObject(o, key, s ? s : "") ? 0 : -ENOMEM;
+}
+
+static int encode_request(cJSON *o, const struct dsv_ipc_request *q) {
+        int r = 0;
+        if (q->input >= DSV_IPC_INPUT_COUNT || q->n_stop > MAX_STOP_STRINGS)
+                return -EINVAL;
+        r |= add_id(o, "id", q->id);
+        r |= add_str(o, "input", input_names[q->input]);
+        switch (q->input) {
+        case DSV_IPC_INPUT_PROMPT:
+                r |= add_str(o, "prompt", q->prompt);
+                break;
+        case DSV_IPC_INPUT_CHAT: {
+                cJSON *msgs = cJSON_Parse(q->messages_json ? q->messages_json : "");
+                if (!cJSON_IsArray(msgs)) {
+                        cJSON_Delete(msgs);
+                        return -EINVAL;
+                }
+                cJSON_AddItemToObject(o, "messages", msgs);
+                break;
+        }
+        case DSV_IPC_INPUT_TOKENS: {
+                cJSON *arr = cJSON_AddArrayToObject(o, "tokens");
+                if (!arr)
+                        return -ENOMEM;
+                for (size_t i = 0; i < q->n_tokens; i++)
+                        if (!cJSON_AddItemToArray(arr, cJSON_CreateNumber(q->tokens[i])))
+                                return -ENOMEM;
+                break;
+        }
+        default:
+                return -EINVAL;
+        }
+        cJSON *s = cJSON_AddObjectToObject(o, "sampling");
+        if (!s)
+                return -ENOMEM;
+        r |= add_num(s, "temperature", q->sampling.temperature);
+        r |= add_num(s, "top_p", q->sampling.top_p);
+        r |= add_num(s, "min_p", q->sampling.min_p);
+        r |= add_num(s, "top_k", q->sampling.top_k);
+        r |= add_num(s, "repetition_penalty", q->sampling.repetition_penalty);
+        r |= add_num(s, "presence_penalty", q->sampling.presence_penalty);
+        r |= add_num(s, "frequency_penalty", q->sampling.frequency_penalty);
+        if (q->sampling.has_seed)
+                r |= add_id(s, "seed", q->sampling.seed);
+        r |= add_num(o, "max_tokens", q->max_tokens);
+        r |= add_num(o, "logprobs", q->logprobs);
+        if (q->deadline_unix_ms)
+                r |= add_num(o, "deadline_unix_ms", (double)q->deadline_unix_ms);
+        cJSON *stop = cJSON_AddArrayToObject(o, "stop");
+        if (!stop)
+                return -ENOMEM;
+        for (size_t i = 0; i < q->n_stop; i++)
+                if (!cJSON_AddItemToArray(stop, cJSON_CreateString(q->stop[i])))
+                        return -ENOMEM;
+        return r ? -EINVAL : 0;
+}
+
+static int encode_body(cJSON *o, const struct dsv_ipc_msg *m) {
+        int r = 0;
+        switch (m->type) {
+        case DSV_IPC_REQUEST:
+                return encode_request(o, &m->u.request);
+        case DSV_IPC_CANCEL:
+                return add_id(o, "id", m->u.cancel_id);
+        case DSV_IPC_TOKEN: {
+                const struct dsv_ipc_token *t = &m->u.token;
+                r |= add_id(o, "id", t->id);
+                r |= add_num(o, "token", t->token);
+                r |= add_str(o, "text", t->text);
+                if (t->n_top > 0) {
+                        r |= add_num(o, "logprob", t->logprob);
+                        cJSON *top = cJSON_AddArrayToObject(o, "top_logprobs");
+                        if (!top)
+                                return -ENOMEM;
+                        for (size_t i = 0; i < t->n_top; i++) {
+                                cJSON *e = cJSON_CreateObject();
+                                if (!e || !cJSON_AddItemToArray(top, e))
+                                        return -ENOMEM;
+                                r |= add_num(e, "token", t->top[i].token);
+                                r |= add_num(e, "logprob", t->top[i].logprob);
+                        }
+                }
+                return r ? -EINVAL : 0;
+        }
+        case DSV_IPC_FINAL: {
+                const struct dsv_ipc_final *f = &m->u.final;
+                r |= add_id(o, "id", f->id);
+                r |= add_str(o, "finish_reason", f->finish_reason);
+                r |= add_num(o, "prompt_tokens", f->prompt_tokens);
+                r |= add_num(o, "completion_tokens", f->completion_tokens);
+                r |= add_num(o, "queue_s", f->queue_s);
+                r |= add_num(o, "prefill_s", f->prefill_s);
+                r |= add_num(o, "decode_s", f->decode_s);
+                r |= add_num(o, "ttft_s", f->ttft_s);
+                return r ? -EINVAL : 0;
+        }
+        case DSV_IPC_ERROR: {
+                const struct dsv_ipc_error *e = &m->u.error;
+                if (e->code >= DSV_IPC_ERROR_CODE_COUNT)
+                        return -EINVAL;
+                r |= add_id(o, "id", e->id);
+                r |= add_str(o, "code", error_names[e->code]);
+                r |= add_str(o, "message", e->message);
+                return r ? -EINVAL : 0;
+        }
+        case DSV_IPC_HEALTH:
+        case DSV_IPC_STATS:
+                return add_id(o, "seq", m->u.probe.seq);
+        case DSV_IPC_HEALTH_REPLY:
+                r |= add_id(o, "seq", m->u.health.seq);
+                r |= add_str(o, "state", m->u.health.state);
+                r |= add_num(o, "uptime_s", m->u.health.uptime_s);
+                return r ? -EINVAL : 0;
+        case DSV_IPC_STATS_REPLY: {
+                const struct dsv_ipc_stats *s = &m->u.stats;
+                r |= add_id(o, "seq", s->seq);
+                r |= add_num(o, "running", s->running);
+                r |= add_num(o, "waiting", s->waiting);
+                r |= add_num(o, "queued_prompt_tokens", (double)s->queued_prompt_tokens);
+                r |= add_num(o, "kv_blocks_used", s->kv_blocks_used);
+                r |= add_num(o, "kv_blocks_total", s->kv_blocks_total);
+                r |= add_num(o, "prefix_hit_rate", s->prefix_hit_rate);
+                r |= add_num(o, "preemptions", (double)s->preemptions);
+                return r ? -EINVAL : 0;
+        }
+        default:
+                return -EINVAL;
+        }
+}
+
+int dsv_ipc_msg_encode(const struct dsv_ipc_msg *msg, char **ret_buf, size_t *ret_len) {
+        if (!msg || !ret_buf || msg->type >= DSV_IPC_MSG_TYPE_COUNT)
+                return -EINVAL;
+        cJSON *o = cJSON_CreateObject();
+        if (!o)
+                return -ENOMEM;
+        int r = add_num(o, "v", DSV_IPC_PROTOCOL_VERSION);
+        if (r == 0)
+                r = add_str(o, "type", type_names[msg->type]);
+        if (r == 0)
+                r = encode_body(o, msg);
+        char *text = r == 0 ? cJSON_PrintUnformatted(o) : NULL;
+        cJSON_Delete(o);
+        if (r < 0)
+                return r;
+        if (!text)
+                return -ENOMEM;
+        *ret_buf = text;
+        if (ret_len)
+                *ret_len = strlen(text);
+        return 0;
+}
+
+/* ---- decoding ------------------------------------------------------------------- */
+
+struct decoder {
+        char *err;
+        size_t err_size;
+};
+
+static int bad(struct decoder *d, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int bad(struct decoder *d, const char *fmt, ...) {
+        if (d->err && d->err_size) {
+                va_list ap;
+                va_start(ap, fmt);
+                vsnprintf(d->err, d->err_size, fmt, ap);
+                va_end(ap);
+        }
+        return -EPROTO;
+}
+
+/* Reads a number field into *out when present; required fields must exist. The range
+ * is inclusive; integral demands a whole number. */
+static int get_num(struct decoder *d, const cJSON *o, const char *key, int required, double lo, double hi,
+                   int integral, double *out) {
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+        if (!v)
+                return required ? bad(d, "field '%s' is missing", key) : 0;
+        if (!cJSON_IsNumber(v))
+                return bad(d, "field '%s' must be a number", key);
+        double x = v->valuedouble;
+        if (!isfinite(x) || x < lo || x > hi)
+                return bad(d, "field '%s' is out of range [%g, %g]", key, lo, hi);
+        if (integral && x != floor(x))
+                return bad(d, "field '%s' must be an integer", key);
+        *out = x;
+        return 0;
+}
+
+static int get_u64(struct decoder *d, const cJSON *o, const char *key, int required, uint64_t *out) {
+        double x = (double)*out;
+        int r = get_num(d, o, key, required, 0, MAX_SAFE_INT, 1, &x);
+        if (r == 0)
+                *out = (uint64_t)x;
+        return r;
+}
+
+static int get_i32(struct decoder *d, const cJSON *o, const char *key, int required, int32_t lo, int32_t hi,
+                   int32_t *out) {
+        double x = *out;
+        int r = get_num(d, o, key, required, lo, hi, 1, &x);
+        if (r == 0)
+                *out = (int32_t)x;
+        return r;
+}
+
+static int get_i64(struct decoder *d, const cJSON *o, const char *key, int required, int64_t *out) {
+        double x = (double)*out;
+        int r = get_num(d, o, key, required, 0, MAX_SAFE_INT, 1, &x);
+        if (r == 0)
+                *out = (int64_t)x;
+        return r;
+}
+
+static int get_float(struct decoder *d, const cJSON *o, const char *key, float lo, float hi, float *out) {
+        double x = *out;
+        int r = get_num(d, o, key, 0, lo, hi, 0, &x);
+        if (r == 0)
+                *out = (float)x;
+        return r;
+}
+
+static int get_double(struct decoder *d, const cJSON *o, const char *key, double *out) {
+        return get_num(d, o, key, 0, -1e300, 1e300, 0, out);
+}
+
+static int get_str(struct decoder *d, const cJSON *o, const char *key, int required, char **out) {
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+        if (!v)
+                return required ? bad(d, "field '%s' is missing", key) : 0;
+        if (!cJSON_IsString(v))
+                return bad(d, "field '%s' must be a string", key);
+        char *s = strdup(v->valuestring);
+        if (!s)
+                return -ENOMEM;
+        free(*out);
+        *out = s;
+        return 0;
+}
+
+static int decode_sampling(struct decoder *d, const cJSON *s, struct dsv_ipc_sampling *out) {
+        int r;
+        if (!cJSON_IsObject(s))
+                return bad(d, "field 'sampling' must be an object");
+        if ((r = get_float(d, s, "temperature", 0, 100, &out->temperature)) < 0 ||
+            (r = get_float(d, s, "top_p", 0, 1, &out->top_p)) < 0 ||
+            (r = get_float(d, s, "min_p", 0, 1, &out->min_p)) < 0 ||
+            (r = get_i32(d, s, "top_k", 0, 0, 1 << 30, &out->top_k)) < 0 ||
+            (r = get_float(d, s, "repetition_penalty", 0.01f, 100, &out->repetition_penalty)) < 0 ||
+            (r = get_float(d, s, "presence_penalty", -2, 2, &out->presence_penalty)) < 0 ||
+            (r = get_float(d, s, "frequency_penalty", -2, 2, &out->frequency_penalty)) < 0)
+                return r;
+        if (cJSON_GetObjectItemCaseSensitive(s, "seed")) {
+                if ((r = get_u64(d, s, "seed", 1, &out->seed)) < 0)
+                        return r;
+                out->has_seed = 1;
+        }
+        return 0;
+}
+
+static int decode_request(struct decoder *d, const cJSON *o, struct dsv_ipc_request *q) {
+        int r;
+        char *input = NULL;
+        dsv_ipc_sampling_init(&q->sampling);
+        q->max_tokens = 16;
+        if ((r = get_u64(d, o, "id", 1, &q->id)) < 0 || (r = get_str(d, o, "input", 1, &input)) < 0)
+                return r;
+        int kind = -1;
+        for (int i = 0; i < DSV_IPC_INPUT_COUNT; i++)
+                if (strcmp(input, input_names[i]) == 0)
+                        kind = i;
+        free(input);
+        if (kind < 0)
+                return bad(d, "field 'input' must be one of prompt, chat, tokens");
+        q->input = (enum dsv_ipc_input)kind;
+        if (q->input == DSV_IPC_INPUT_PROMPT && (r = get_str(d, o, "prompt", 1, &q->prompt)) < 0)
+                return r;
+        if (q->input == DSV_IPC_INPUT_CHAT) {
+                const cJSON *msgs = cJSON_GetObjectItemCaseSensitive(o, "messages");
+                if (!cJSON_IsArray(msgs))
+                        return bad(d, "field 'messages' must be an array");
+                if (!(q->messages_json = cJSON_PrintUnformatted(msgs)))
+                        return -ENOMEM;
+        }
+        if (q->input == DSV_IPC_INPUT_TOKENS) {
+                const cJSON *arr = cJSON_GetObjectItemCaseSensitive(o, "tokens");
+                if (!cJSON_IsArray(arr))
+                        return bad(d, "field 'tokens' must be an array");
+                int n = cJSON_GetArraySize(arr);
+                q->tokens = calloc(n ? (size_t)n : 1, sizeof *q->tokens);
+                if (!q->tokens)
+                        return -ENOMEM;
+                const cJSON *e;
+                cJSON_ArrayForEach(e, arr) {
+                        if (!cJSON_IsNumber(e) || e->valuedouble < 0 || e->valuedouble > INT32_MAX ||
+                            e->valuedouble != floor(e->valuedouble))
+                                return bad(d, "field 'tokens[%zu]' must be a token id", q->n_tokens);
+                        q->tokens[q->n_tokens++] = (int32_t)e->valuedouble;
+                }
+        }
+        const cJSON *s = cJSON_GetObjectItemCaseSensitive(o, "sampling");
+        if (s && (r = decode_sampling(d, s, &q->sampling)) < 0)
+                return r;
+        if ((r = get_i32(d, o, "max_tokens", 0, 0, 1 << 30, &q->max_tokens)) < 0 ||
+            (r = get_i32(d, o, "logprobs", 0, 0, MAX_TOP_LOGPROBS, &q->logprobs)) < 0 ||
+            (r = get_i64(d, o, "deadline_unix_ms", 0, &q->deadline_unix_ms)) < 0)
+                return r;
+        const cJSON *stop = cJSON_GetObjectItemCaseSensitive(o, "stop");
+        if (stop) {
+                if (!cJSON_IsArray(stop))
+                        return bad(d, "field 'stop' must be an array of strings");
+                int n = cJSON_GetArraySize(stop);
+                if (n > MAX_STOP_STRINGS)
+                        return bad(d, "field 'stop' has %d strings; at most %d", n, MAX_STOP_STRINGS);
+                q->stop = calloc(n ? (size_t)n : 1, sizeof *q->stop);
+                if (!q->stop)
+                        return -ENOMEM;
+                const cJSON *e;
+                cJSON_ArrayForEach(e, stop) {
+                        if (!cJSON_IsString(e) || !e->valuestring[0])
+                                return bad(d, "field 'stop[%zu]' must be a non-empty string", q->n_stop);
+                        if (!(q->stop[q->n_stop] = strdup(e->valuestring)))
+                                return -ENOMEM;
+                        q->n_stop++;
+                }
+        }
+        return 0;
+}
+
+static int decode_token(struct decoder *d, const cJSON *o, struct dsv_ipc_token *t) {
+        int r;
+        if ((r = get_u64(d, o, "id", 1, &t->id)) < 0 || (r = get_i32(d, o, "token", 1, 0, INT32_MAX, &t->token)) < 0 ||
+            (r = get_str(d, o, "text", 1, &t->text)) < 0 || (r = get_float(d, o, "logprob", -1e30f, 0, &t->logprob)) < 0)
+                return r;
+        const cJSON *top = cJSON_GetObjectItemCaseSensitive(o, "top_logprobs");
+        if (!top)
+                return 0;
+        if (!cJSON_IsArray(top) || cJSON_GetArraySize(top) > MAX_TOP_LOGPROBS)
+                return bad(d, "field 'top_logprobs' must be an array of at most %d entries", MAX_TOP_LOGPROBS);
+        t->top = calloc((size_t)cJSON_GetArraySize(top) + 1, sizeof *t->top);
+        if (!t->top)
+                return -ENOMEM;
+        const cJSON *e;
+        cJSON_ArrayForEach(e, top) {
+                struct dsv_ipc_logprob *lp = &t->top[t->n_top];
+                if (!cJSON_IsObject(e))
+                        return bad(d, "field 'top_logprobs[%zu]' must be an object", t->n_top);
+                if ((r = get_i32(d, e, "token", 1, 0, INT32_MAX, &lp->token)) < 0 ||
+                    (r = get_float(d, e, "logprob", -1e30f, 0, &lp->logprob)) < 0)
+                        return r;
+                t->n_top++;
+        }
+        return 0;
+}
+
+static int decode_body(struct decoder *d, const cJSON *o, struct dsv_ipc_msg *m) {
+        int r;
+        switch (m->type) {
+        case DSV_IPC_REQUEST:
+                return decode_request(d, o, &m->u.request);
+        case DSV_IPC_CANCEL:
+                return get_u64(d, o, "id", 1, &m->u.cancel_id);
+        case DSV_IPC_TOKEN:
+                return decode_token(d, o, &m->u.token);
+        case DSV_IPC_FINAL: {
+                struct dsv_ipc_final *f = &m->u.final;
+                if ((r = get_u64(d, o, "id", 1, &f->id)) < 0 || (r = get_str(d, o, "finish_reason", 1, &f->finish_reason)) < 0 ||
+                    (r = get_i32(d, o, "prompt_tokens", 1, 0, INT32_MAX, &f->prompt_tokens)) < 0 ||
+                    (r = get_i32(d, o, "completion_tokens", 1, 0, INT32_MAX, &f->completion_tokens)) < 0 ||
+                    (r = get_double(d, o, "queue_s", &f->queue_s)) < 0 || (r = get_double(d, o, "prefill_s", &f->prefill_s)) < 0 ||
+                    (r = get_double(d, o, "decode_s", &f->decode_s)) < 0 || (r = get_double(d, o, "ttft_s", &f->ttft_s)) < 0)
+                        return r;
+                return 0;
+        }
+        case DSV_IPC_ERROR: {
+                struct dsv_ipc_error *e = &m->u.error;
+                char *code = NULL;
+                if ((r = get_u64(d, o, "id", 1, &e->id)) < 0 || (r = get_str(d, o, "code", 1, &code)) < 0 ||
+                    (r = get_str(d, o, "message", 1, &e->message)) < 0) {
+                        free(code);
+                        return r;
+                }
+                int found = -1;
+                for (int i = 0; i < DSV_IPC_ERROR_CODE_COUNT; i++)
+                        if (strcmp(code, error_names[i]) == 0)
+                                found = i;
+                free(code);
+                if (found < 0)
+                        return bad(d, "field 'code' is not a known error code");
+                e->code = (enum dsv_ipc_error_code)found;
+                return 0;
+        }
+        case DSV_IPC_HEALTH:
+        case DSV_IPC_STATS:
+                return get_u64(d, o, "seq", 1, &m->u.probe.seq);
+        case DSV_IPC_HEALTH_REPLY:
+                if ((r = get_u64(d, o, "seq", 1, &m->u.health.seq)) < 0 ||
+                    (r = get_str(d, o, "state", 1, &m->u.health.state)) < 0 ||
+                    (r = get_double(d, o, "uptime_s", &m->u.health.uptime_s)) < 0)
+                        return r;
+                return 0;
+        case DSV_IPC_STATS_REPLY: {
+                struct dsv_ipc_stats *s = &m->u.stats;
+                if ((r = get_u64(d, o, "seq", 1, &s->seq)) < 0 || (r = get_i32(d, o, "running", 1, 0, INT32_MAX, &s->running)) < 0 ||
+                    (r = get_i32(d, o, "waiting", 1, 0, INT32_MAX, &s->waiting)) < 0 ||
+                    (r = get_i64(d, o, "queued_prompt_tokens", 1, &s->queued_prompt_tokens)) < 0 ||
+                    (r = get_i32(d, o, "kv_blocks_used", 0, 0, INT32_MAX, &s->kv_blocks_used)) < 0 ||
+                    (r = get_i32(d, o, "kv_blocks_total", 0, 0, INT32_MAX, &s->kv_blocks_total)) < 0 ||
+                    (r = get_double(d, o, "prefix_hit_rate", &s->prefix_hit_rate)) < 0 ||
+                    (r = get_i64(d, o, "preemptions", 0, &s->preemptions)) < 0)
+                        return r;
+                return 0;
+        }
+        default:
+                return bad(d, "unknown message type");
+        }
+}
+
+int dsv_ipc_msg_decode(const void *buf, size_t len, struct dsv_ipc_msg *ret, char *err, size_t err_size) {
+        struct decoder d = {err, err_size};
+        if (!buf || !ret)
+                return -EINVAL;
+        if (len > DSV_IPC_MAX_MSG_BYTES)
+                return bad(&d, "message of %zu bytes exceeds the %u-byte limit", len, DSV_IPC_MAX_MSG_BYTES);
+        cJSON *o = cJSON_ParseWithLength(buf, len);
+        if (!cJSON_IsObject(o)) {
+                cJSON_Delete(o);
+                return bad(&d, "message is not a JSON object");
+        }
+        struct dsv_ipc_msg m = {0};
+        double version = 0;
+        char *type = NULL;
+        int r = get_num(&d, o, "v", 1, 0, 1e9, 1, &version);
+        if (r == 0 && version != DSV_IPC_PROTOCOL_VERSION) {
+                r = -EPROTONOSUPPORT;
+                if (err && err_size)
+                        snprintf(err, err_size, "peer speaks protocol version %.0f; this side speaks %d", version,
+                                 DSV_IPC_PROTOCOL_VERSION);
+        }
+        if (r == 0)
+                r = get_str(&d, o, "type", 1, &type);
+        if (r == 0) {
+                int found = -1;
+                for (int i = 0; i < DSV_IPC_MSG_TYPE_COUNT; i++)
+                        if (strcmp(type, type_names[i]) == 0)
+                                found = i;
+                if (found < 0)
+                        r = bad(&d, "unknown message type '%.64s'", type);
+                else
+                        m.type = (enum dsv_ipc_msg_type)found;
+        }
+        free(type);
+        if (r == 0)
+                r = decode_body(&d, o, &m);
+        cJSON_Delete(o);
+        if (r < 0) {
+                dsv_ipc_msg_done(&m);
+                return r;
+        }
+        *ret = m;
+        return 0;
+}
+
+void dsv_ipc_msg_done(struct dsv_ipc_msg *m) {
+        if (!m)
+                return;
+        switch (m->type) {
+        case DSV_IPC_REQUEST:
+                free(m->u.request.prompt);
+                cJSON_free(m->u.request.messages_json);
+                free(m->u.request.tokens);
+                for (size_t i = 0; i < m->u.request.n_stop; i++)
+                        free(m->u.request.stop[i]);
+                free(m->u.request.stop);
+                break;
+        case DSV_IPC_TOKEN:
+                free(m->u.token.text);
+                free(m->u.token.top);
+                break;
+        case DSV_IPC_FINAL:
+                free(m->u.final.finish_reason);
+                break;
+        case DSV_IPC_ERROR:
+                free(m->u.error.message);
+                break;
+        case DSV_IPC_HEALTH_REPLY:
+                free(m->u.health.state);
+                break;
+        default:
+                break;
+        }
+        memset(m, 0, sizeof *m);
+}

@@ -1,0 +1,235 @@
+/* nng transport for the worker protocol: one PAIR1 socket per worker link.
+ * nng's positive error codes are converted to -errno here, once. */
+#include <errno.h>
+#include <limits.h>
+#include <nng/nng.h>
+#include <nng/protocol/pair1/pair.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "dsv_ipc.h"
+
+#define QUEUE_MSGS 8192 /* nng caps socket buffers at 8192 messages */
+#define SEND_TIMEOUT_MS 5000
+
+struct dsv_ipc_conn {
+        nng_socket sock;
+        _Atomic int peers;
+        _Atomic int rejected;
+};
+
+static int errno_from_nng(int rv) {
+        switch (rv) {
+        case 0:
+                return 0;
+        case NNG_ETIMEDOUT:
+                return -ETIMEDOUT;
+        case NNG_ECLOSED:
+        case NNG_ECANCELED:
+                return -ECANCELED;
+        case NNG_ENOMEM:
+                return -ENOMEM;
+        case NNG_EINVAL:
+        case NNG_EADDRINVAL:
+                return -EINVAL;
+        case NNG_EADDRINUSE:
+                return -EADDRINUSE;
+        case NNG_EPERM:
+                return -EACCES;
+        case NNG_ECONNREFUSED:
+                return -ECONNREFUSED;
+        case NNG_ECONNRESET:
+        case NNG_ECONNSHUT:
+                return -ECONNRESET;
+        case NNG_EMSGSIZE:
+                return -EMSGSIZE;
+        case NNG_ENOENT:
+                return -ENOENT;
+        case NNG_EAGAIN:
+                return -EAGAIN;
+        default:
+                if (rv & NNG_ESYSERR)
+                        return -(rv & ~NNG_ESYSERR);
+                return -EIO;
+        }
+}
+
+/* Accepts a directory only if it is ours and closed to everyone else. */
+static int check_private_dir(const char *dir) {
+        struct stat st;
+        if (lstat(dir, &st) < 0)
+                return -errno;
+        if (!S_ISDIR(st.st_mode) || st.st_uid != getuid() || (st.st_mode & 077))
+                return -EPERM;
+        return 0;
+}
+
+int dsv_ipc_runtime_dir(char *buf, size_t size) {
+        const char *env = getenv("DSV_RUNTIME_DIR");
+        const char *xdg = getenv("XDG_RUNTIME_DIR");
+        int n;
+        if (env && *env)
+                n = snprintf(buf, size, "%s", env);
+        else if (xdg && *xdg)
+                n = snprintf(buf, size, "%s/dsvisor", xdg);
+        else
+                n = snprintf(buf, size, "%s/dsvisor-%u", getuid() == 0 ? "/run" : "/tmp", (unsigned)getuid());
+        if (n < 0 || (size_t)n >= size)
+                return -ENAMETOOLONG;
+        if (mkdir(buf, 0700) < 0 && errno != EEXIST)
+                return -errno;
+        return check_private_dir(buf);
+}
+
+static void on_pipe(nng_pipe pipe, nng_pipe_ev ev, void *arg) {
+        struct dsv_ipc_conn *c = arg;
+        if (ev == NNG_PIPE_EV_ADD_PRE) {
+                /* ipc:// peers must run as our uid; other transports have no peer uid. */
+                uint64_t uid;
+                if (nng_pipe_get_uint64(pipe, NNG_OPT_IPC_PEER_UID, &uid) == 0 && uid != (uint64_t)getuid()) {
+                        atomic_fetch_add(&c->rejected, 1);
+                        nng_pipe_close(pipe);
+                }
+        } else if (ev == NNG_PIPE_EV_ADD_POST) {
+                atomic_fetch_add(&c->peers, 1);
+        } else if (ev == NNG_PIPE_EV_REM_POST) {
+                if (atomic_load(&c->peers) > 0)
+                        atomic_fetch_sub(&c->peers, 1);
+        }
+}
+
+static int conn_open(struct dsv_ipc_conn **ret) {
+        struct dsv_ipc_conn *c = calloc(1, sizeof *c);
+        if (!c)
+                return -ENOMEM;
+        int rv = nng_pair1_open(&c->sock);
+        if (rv == 0)
+                rv = nng_socket_set_size(c->sock, NNG_OPT_RECVMAXSZ, DSV_IPC_MAX_MSG_BYTES);
+        /* Queue messages instead of blocking each send on the peer's receive: token
+         * events stream while the supervisor is busy elsewhere. A peer that stops
+         * reading for SEND_TIMEOUT_MS makes send fail rather than hang. */
+        if (rv == 0)
+                rv = nng_socket_set_int(c->sock, NNG_OPT_SENDBUF, QUEUE_MSGS);
+        if (rv == 0)
+                rv = nng_socket_set_int(c->sock, NNG_OPT_RECVBUF, QUEUE_MSGS);
+        if (rv == 0)
+                rv = nng_socket_set_ms(c->sock, NNG_OPT_SENDTIMEO, SEND_TIMEOUT_MS);
+        if (rv == 0)
+                rv = nng_pipe_notify(c->sock, NNG_PIPE_EV_ADD_PRE, on_pipe, c);
+        if (rv == 0)
+                rv = nng_pipe_notify(c->sock, NNG_PIPE_EV_ADD_POST, on_pipe, c);
+        if (rv == 0)
+                rv = nng_pipe_notify(c->sock, NNG_PIPE_EV_REM_POST, on_pipe, c);
+        if (rv != 0) {
+                nng_close(c->sock);
+                free(c);
+                return errno_from_nng(rv);
+        }
+        *ret = c;
+        return 0;
+}
+
+/* For ipc:// URLs: the socket's directory must be private (0700, ours). */
+static int check_ipc_url(const char *url) {
+        if (strncmp(url, "ipc://", 6) != 0)
+                return strncmp(url, "inproc://", 9) == 0 ? 0 : -EINVAL;
+        const char *path = url + 6;
+        if (path[0] != '/')
+                return -EINVAL; /* relative or abstract ("ipc://@name") sockets are refused */
+        char dir[PATH_MAX];
+        const char *slash = strrchr(path, '/');
+        int n = snprintf(dir, sizeof dir, "%.*s", slash == path ? 1 : (int)(slash - path), path);
+        if (n < 0 || (size_t)n >= sizeof dir)
+                return -ENAMETOOLONG;
+        return check_private_dir(dir);
+}
+
+int dsv_ipc_listen(const char *url, struct dsv_ipc_conn **ret_conn) {
+        if (!url || !ret_conn)
+                return -EINVAL;
+        int r = check_ipc_url(url);
+        if (r < 0)
+                return r;
+        struct dsv_ipc_conn *c;
+        if ((r = conn_open(&c)) < 0)
+                return r;
+        nng_listener l;
+        int rv = nng_listener_create(&l, c->sock, url);
+        if (rv == 0 && strncmp(url, "ipc://", 6) == 0)
+                rv = nng_listener_set_int(l, NNG_OPT_IPC_PERMISSIONS, 0600);
+        if (rv == 0)
+                rv = nng_listener_start(l, 0);
+        if (rv != 0) {
+                dsv_ipc_close(c);
+                return errno_from_nng(rv);
+        }
+        *ret_conn = c;
+        return 0;
+}
+
+int dsv_ipc_dial(const char *url, struct dsv_ipc_conn **ret_conn) {
+        if (!url || !ret_conn)
+                return -EINVAL;
+        int r = check_ipc_url(url);
+        if (r < 0)
+                return r;
+        struct dsv_ipc_conn *c;
+        if ((r = conn_open(&c)) < 0)
+                return r;
+        /* Non-blocking dial: the worker may not be listening yet; nng retries. */
+        int rv = nng_dial(c->sock, url, NULL, NNG_FLAG_NONBLOCK);
+        if (rv != 0) {
+                dsv_ipc_close(c);
+                return errno_from_nng(rv);
+        }
+        *ret_conn = c;
+        return 0;
+}
+
+void dsv_ipc_close(struct dsv_ipc_conn *conn) {
+        if (!conn)
+                return;
+        nng_close(conn->sock);
+        free(conn);
+}
+
+int dsv_ipc_send(struct dsv_ipc_conn *conn, const struct dsv_ipc_msg *msg) {
+        if (!conn || !msg)
+                return -EINVAL;
+        char *buf;
+        size_t len;
+        int r = dsv_ipc_msg_encode(msg, &buf, &len);
+        if (r < 0)
+                return r;
+        int rv = nng_send(conn->sock, buf, len, 0);
+        free(buf);
+        return errno_from_nng(rv);
+}
+
+int dsv_ipc_recv(struct dsv_ipc_conn *conn, struct dsv_ipc_msg *ret, int timeout_ms, char *err, size_t err_size) {
+        if (!conn || !ret)
+                return -EINVAL;
+        int rv = nng_socket_set_ms(conn->sock, NNG_OPT_RECVTIMEO, timeout_ms < 0 ? NNG_DURATION_INFINITE : timeout_ms);
+        if (rv != 0)
+                return errno_from_nng(rv);
+        char *buf = NULL;
+        size_t len = 0;
+        rv = nng_recv(conn->sock, &buf, &len, NNG_FLAG_ALLOC);
+        if (rv != 0)
+                return errno_from_nng(rv);
+        int r = dsv_ipc_msg_decode(buf, len, ret, err, err_size);
+        nng_free(buf, len);
+        return r;
+}
+
+int dsv_ipc_peers(const struct dsv_ipc_conn *conn) {
+        return atomic_load(&((struct dsv_ipc_conn *)conn)->peers);
+}
+
+int dsv_ipc_rejected_peers(const struct dsv_ipc_conn *conn) {
+        return atomic_load(&((struct dsv_ipc_conn *)conn)->rejected);
+}

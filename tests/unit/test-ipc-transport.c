@@ -1,0 +1,122 @@
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "dsv_ipc.h"
+#include "t.h"
+
+static int wait_peer(struct dsv_ipc_conn *c) {
+        for (int i = 0; i < 200 && dsv_ipc_peers(c) == 0; i++)
+                usleep(10 * 1000);
+        return dsv_ipc_peers(c);
+}
+
+static void exchange(const char *url) {
+        struct dsv_ipc_conn *worker, *sup;
+        ASSERT_OK(dsv_ipc_listen(url, &worker));
+        ASSERT_OK(dsv_ipc_dial(url, &sup));
+        ASSERT_EQ(wait_peer(sup), 1);
+        /* Several requests in flight, answered out of order, matched by id. */
+        for (uint64_t id = 1; id <= 3; id++) {
+                struct dsv_ipc_msg m = {.type = DSV_IPC_REQUEST,
+                                        .u.request = {.id = id, .input = DSV_IPC_INPUT_PROMPT, .prompt = "hi"}};
+                dsv_ipc_sampling_init(&m.u.request.sampling);
+                ASSERT_OK(dsv_ipc_send(sup, &m));
+        }
+        uint64_t seen = 0;
+        for (int i = 0; i < 3; i++) {
+                struct dsv_ipc_msg in;
+                ASSERT_OK(dsv_ipc_recv(worker, &in, 2000, NULL, 0));
+                ASSERT_EQ(in.type, DSV_IPC_REQUEST);
+                seen |= 1ull << in.u.request.id;
+                dsv_ipc_msg_done(&in);
+        }
+        ASSERT_EQ(seen, 0xE);
+        for (uint64_t id = 3; id >= 1; id--) {
+                struct dsv_ipc_msg t = {.type = DSV_IPC_TOKEN, .u.token = {.id = id, .token = (int32_t)id, .text = "x"}};
+                ASSERT_OK(dsv_ipc_send(worker, &t));
+        }
+        for (uint64_t id = 3; id >= 1; id--) {
+                struct dsv_ipc_msg in;
+                ASSERT_OK(dsv_ipc_recv(sup, &in, 2000, NULL, 0));
+                ASSERT_EQ(in.u.token.id, id);
+                dsv_ipc_msg_done(&in);
+        }
+        struct dsv_ipc_msg none;
+        ASSERT_ERR(dsv_ipc_recv(sup, &none, 50, NULL, 0), -ETIMEDOUT);
+        dsv_ipc_close(sup);
+        dsv_ipc_close(worker);
+}
+
+TEST(inproc_exchange) {
+        exchange("inproc://dsv-test");
+}
+
+TEST(ipc_socket_is_private) {
+        char dir[] = "/tmp/dsv-ipc-XXXXXX";
+        ASSERT_TRUE(mkdtemp(dir) != NULL);
+        chmod(dir, 0700);
+        char url[320], path[256];
+        snprintf(path, sizeof path, "%s/w0.sock", dir);
+        snprintf(url, sizeof url, "ipc://%s", path);
+        exchange(url);
+        struct dsv_ipc_conn *c;
+        ASSERT_OK(dsv_ipc_listen(url, &c));
+        struct stat st;
+        ASSERT_OK(stat(path, &st));
+        ASSERT_EQ(st.st_mode & 0777, 0600);
+        dsv_ipc_close(c);
+        /* A directory others can enter is refused, and so are abstract/relative names. */
+        chmod(dir, 0755);
+        ASSERT_ERR(dsv_ipc_listen(url, &c), -EPERM);
+        ASSERT_ERR(dsv_ipc_listen("ipc://@abstract", &c), -EINVAL);
+        ASSERT_ERR(dsv_ipc_listen("tcp://127.0.0.1:1", &c), -EINVAL);
+        unlink(path);
+        rmdir(dir);
+}
+
+TEST(foreign_uid_peer_is_dropped) {
+        if (getuid() != 0) {
+                fprintf(stderr, "  (needs root to connect as another uid)\n");
+                return;
+        }
+        char dir[] = "/tmp/dsv-ipc-XXXXXX";
+        ASSERT_TRUE(mkdtemp(dir) != NULL);
+        char url[320], path[100];
+        snprintf(path, sizeof path, "%s/w.sock", dir);
+        snprintf(url, sizeof url, "ipc://%s", path);
+        struct dsv_ipc_conn *worker;
+        ASSERT_OK(dsv_ipc_listen(url, &worker));
+        /* Open the file modes so that only the peer-uid check can stop the intruder. */
+        chmod(dir, 0711);
+        chmod(path, 0666);
+        /* nng cannot run in a forked child, so the intruder speaks the SP-over-IPC
+         * handshake by hand: "\0SP\0", protocol 0x0011 (PAIR1), two reserved bytes. */
+        pid_t pid = fork();
+        if (pid == 0) {
+                static const unsigned char hello[8] = {0, 'S', 'P', 0, 0x00, 0x11, 0, 0};
+                struct sockaddr_un sa = {.sun_family = AF_UNIX};
+                snprintf(sa.sun_path, sizeof sa.sun_path, "%s", path);
+                if (setgid(65534) < 0 || setuid(65534) < 0)
+                        _exit(3);
+                int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+                if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof sa) < 0)
+                        _exit(4);
+                if (write(fd, hello, sizeof hello) != sizeof hello)
+                        _exit(5);
+                unsigned char reply[8];
+                (void)!read(fd, reply, sizeof reply);
+                usleep(300 * 1000);
+                _exit(0);
+        }
+        int status;
+        waitpid(pid, &status, 0);
+        ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+        ASSERT_TRUE(dsv_ipc_rejected_peers(worker) >= 1);
+        ASSERT_EQ(dsv_ipc_peers(worker), 0);
+        dsv_ipc_close(worker);
+        unlink(path);
+        rmdir(dir);
+}
