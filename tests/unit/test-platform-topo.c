@@ -119,6 +119,15 @@ TEST(system_matches_affinity) {
         ASSERT_TRUE(topo.n_cores >= 1);
 }
 
+TEST(system_honours_hwloc_synthetic_env) {
+        /* The seam integration tests of 'dsvisor start' use to fake a NUMA machine. */
+        ASSERT_OK(setenv("HWLOC_SYNTHETIC", "numa:3 core:4 pu:2", 1));
+        int r = dsv_topo_load(DSV_TOPO_SOURCE_SYSTEM, NULL, &topo);
+        unsetenv("HWLOC_SYNTHETIC");
+        ASSERT_OK(r);
+        check_uniform(3, 4, 2);
+}
+
 TEST(errors_leave_result_untouched) {
         memset(&topo, 0x5a, sizeof topo);
         ASSERT_ERR(dsv_topo_load(DSV_TOPO_SOURCE_SYNTHETIC, "bogus:3 pu:x", &topo), -EINVAL);

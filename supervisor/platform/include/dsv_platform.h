@@ -21,7 +21,9 @@
 /* ---- topology (topo.c, hwloc) ------------------------------------------------------ */
 
 enum dsv_topo_source {
-        DSV_TOPO_SOURCE_SYSTEM,    /* this machine, as far as our cpuset allows; arg NULL */
+        DSV_TOPO_SOURCE_SYSTEM,    /* this machine, as far as our cpuset allows; arg NULL.
+                                    * hwloc's test seams apply: HWLOC_SYNTHETIC="numa:2 core:4"
+                                    * or HWLOC_XMLFILE=x.xml in the environment replace it */
         DSV_TOPO_SOURCE_SYNTHETIC, /* arg: hwloc synthetic string, "pack:2 numa:2 core:16 pu:2" */
         DSV_TOPO_SOURCE_XML,       /* arg: path of an XML file written by `lstopo x.xml` */
         DSV_TOPO_SOURCE_COUNT
