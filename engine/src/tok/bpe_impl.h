@@ -193,8 +193,10 @@ struct bpe_trie {
 /* ---- the model ----------------------------------------------------------------------- */
 
 struct bpe_vocab_slot {
-        uint32_t off, len; /* key in bpe->strs */
+        uint32_t tag;      /* high half of the key's hash */
         int32_t id;        /* -1: empty */
+        uint32_t off, len; /* key in bpe->strs */
+        char head[16];     /* the key's first bytes: most compares never touch strs */
 };
 
 struct bpe_merge_slot {
@@ -286,7 +288,13 @@ static inline int bpe_out_push(struct bpe_out *out, int32_t id) {
 /* bpe_model.c */
 int32_t bpe_vocab_find(const struct bpe *bpe, const char *s, size_t len);
 int bpe_vocab_insert(struct bpe *bpe, const char *s, size_t len, int32_t id);
+/* Batched forms for loading: hash and prefetch every slot first, then resolve, so the
+ * cache misses of a batch overlap. */
+void bpe_vocab_find_batch(const struct bpe *bpe, const char *const *s, const uint32_t *len, size_t n, int32_t *ret_ids);
+void bpe_vocab_insert_batch(struct bpe *bpe, const uint32_t *off, const uint32_t *len, const int32_t *ids, size_t n);
 int bpe_merge_insert(struct bpe *bpe, int32_t left, int32_t right, uint32_t rank, int32_t new_id);
+void bpe_merge_insert_batch(struct bpe *bpe, const int32_t *left, const int32_t *right, const uint32_t *rank,
+                            const int32_t *new_id, size_t n);
 /* Tokenizes one pre-token and pushes its ids. raw_bytes: s is the raw UTF-8 of a ByteLevel
  * piece (each byte is one symbol); otherwise s is the model's text. */
 int bpe_model_encode(struct bpe_ws *ws, const char *s, size_t len, int raw_bytes);

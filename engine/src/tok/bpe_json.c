@@ -86,11 +86,7 @@ static int bj_string(struct bj_parser *p, const char **ret_str, uint32_t *ret_le
                         p->pos++;
                 }
                 size_t run = p->pos - start;
-                if (run) {
-                        if (bpe_utf8_valid_prefix(p->s + start, run) != run) {
-                                p->pos = start + bpe_utf8_valid_prefix(p->s + start, run);
-                                return bj_error(p, "invalid UTF-8 in string");
-                        }
+                if (run) { /* UTF-8 was checked for the whole input up front */
                         memcpy(o, p->s + start, run);
                         o += run;
                 }
@@ -176,6 +172,17 @@ static int bj_number(struct bj_parser *p, double *ret) {
                         i++;
         }
         size_t n = i - start;
+        int integral = 1;
+        for (size_t k = start; k < i; k++)
+                integral &= p->s[k] >= '0' && p->s[k] <= '9';
+        if (integral && n <= 15) { /* ids: exact without strtod */
+                double v = 0;
+                for (size_t k = start; k < i; k++)
+                        v = v * 10 + (p->s[k] - '0');
+                *ret = v;
+                p->pos = i;
+                return 0;
+        }
         char small[64], *tmp = small;
         if (n >= sizeof small && !(tmp = malloc(n + 1)))
                 return -ENOMEM;
@@ -318,6 +325,11 @@ static int bj_value(struct bj_parser *p, int depth, const char *key, uint32_t ke
 int bj_parse(const char *text, size_t len, struct bj_doc *doc, struct dse_diag *reterr) {
         struct bj_parser p = {.s = text, .len = len, .reterr = reterr};
         memset(doc, 0, sizeof *doc);
+        size_t valid = bpe_utf8_valid_prefix(text, len);
+        if (valid != len) {
+                p.pos = valid;
+                return bj_error(&p, "invalid UTF-8");
+        }
         p.strs = malloc(len + 1);
         if (!p.strs)
                 return -ENOMEM;

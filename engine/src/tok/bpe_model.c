@@ -24,6 +24,8 @@ static inline uint64_t hash_bytes(const char *s, size_t n) {
         uint64_t w = 0;
         memcpy(&w, s, n);
         h = (h ^ w) * 0xc4ceb9fe1a85ec53ull;
+        h ^= h >> 33;
+        h *= 0xff51afd7ed558ccdull;
         h ^= h >> 29;
         return h;
 }
@@ -35,31 +37,80 @@ static inline uint64_t hash_u64(uint64_t k) {
         return k;
 }
 
-int32_t bpe_vocab_find(const struct bpe *bpe, const char *s, size_t len) {
-        uint32_t i = (uint32_t)hash_bytes(s, len) & bpe->vocab_mask;
+static inline int slot_matches(const struct bpe *bpe, const struct bpe_vocab_slot *e, uint32_t tag, const char *s,
+                                size_t len) {
+        if (e->tag != tag || e->len != len)
+                return 0;
+        size_t head = len < sizeof e->head ? len : sizeof e->head;
+        return memcmp(e->head, s, head) == 0 &&
+               (len <= sizeof e->head || memcmp(bpe->strs + e->off + head, s + head, len - head) == 0);
+}
+
+static int32_t vocab_find_hashed(const struct bpe *bpe, const char *s, size_t len, uint64_t h) {
+        uint32_t i = (uint32_t)h & bpe->vocab_mask, tag = (uint32_t)(h >> 32);
         for (;;) {
                 const struct bpe_vocab_slot *e = &bpe->vocab[i];
                 if (e->id < 0)
                         return -1;
-                if (e->len == len && memcmp(bpe->strs + e->off, s, len) == 0)
+                if (slot_matches(bpe, e, tag, s, len))
                         return e->id;
                 i = (i + 1) & bpe->vocab_mask;
         }
 }
 
-/* The key must already be in bpe->strs (at piece_off[id]); a repeated key keeps the last
- * id, as tokenizers' HashMap does. */
-int bpe_vocab_insert(struct bpe *bpe, const char *s, size_t len, int32_t id) {
-        uint32_t i = (uint32_t)hash_bytes(s, len) & bpe->vocab_mask;
+int32_t bpe_vocab_find(const struct bpe *bpe, const char *s, size_t len) {
+        return vocab_find_hashed(bpe, s, len, hash_bytes(s, len));
+}
+
+/* The key must already be in bpe->strs; a repeated key keeps the last id, as
+ * tokenizers' HashMap does. */
+static void vocab_insert_hashed(struct bpe *bpe, uint32_t off, size_t len, int32_t id, uint64_t h) {
+        const char *s = bpe->strs + off;
+        uint32_t i = (uint32_t)h & bpe->vocab_mask, tag = (uint32_t)(h >> 32);
         for (;;) {
                 struct bpe_vocab_slot *e = &bpe->vocab[i];
-                if (e->id < 0 || (e->len == len && memcmp(bpe->strs + e->off, s, len) == 0)) {
-                        e->off = (uint32_t)(s - bpe->strs);
+                if (e->id < 0 || slot_matches(bpe, e, tag, s, len)) {
+                        e->tag = tag;
+                        e->off = off;
                         e->len = (uint32_t)len;
                         e->id = id;
-                        return 0;
+                        memcpy(e->head, s, len < sizeof e->head ? len : sizeof e->head);
+                        return;
                 }
                 i = (i + 1) & bpe->vocab_mask;
+        }
+}
+
+int bpe_vocab_insert(struct bpe *bpe, const char *s, size_t len, int32_t id) {
+        vocab_insert_hashed(bpe, (uint32_t)(s - bpe->strs), len, id, hash_bytes(s, len));
+        return 0;
+}
+
+#define BATCH 64
+
+void bpe_vocab_find_batch(const struct bpe *bpe, const char *const *s, const uint32_t *len, size_t n, int32_t *ret_ids) {
+        for (size_t base = 0; base < n; base += BATCH) {
+                size_t m = n - base < BATCH ? n - base : BATCH;
+                uint64_t h[BATCH];
+                for (size_t i = 0; i < m; i++) {
+                        h[i] = hash_bytes(s[base + i], len[base + i]);
+                        __builtin_prefetch(&bpe->vocab[(uint32_t)h[i] & bpe->vocab_mask]);
+                }
+                for (size_t i = 0; i < m; i++)
+                        ret_ids[base + i] = vocab_find_hashed(bpe, s[base + i], len[base + i], h[i]);
+        }
+}
+
+void bpe_vocab_insert_batch(struct bpe *bpe, const uint32_t *off, const uint32_t *len, const int32_t *ids, size_t n) {
+        for (size_t base = 0; base < n; base += BATCH) {
+                size_t m = n - base < BATCH ? n - base : BATCH;
+                uint64_t h[BATCH];
+                for (size_t i = 0; i < m; i++) {
+                        h[i] = hash_bytes(bpe->strs + off[base + i], len[base + i]);
+                        __builtin_prefetch(&bpe->vocab[(uint32_t)h[i] & bpe->vocab_mask], 1);
+                }
+                for (size_t i = 0; i < m; i++)
+                        vocab_insert_hashed(bpe, off[base + i], len[base + i], ids[base + i], h[i]);
         }
 }
 
@@ -89,6 +140,19 @@ int bpe_merge_insert(struct bpe *bpe, int32_t left, int32_t right, uint32_t rank
                         return 0;
                 }
                 i = (i + 1) & bpe->merge_mask;
+        }
+}
+
+void bpe_merge_insert_batch(struct bpe *bpe, const int32_t *left, const int32_t *right, const uint32_t *rank,
+                            const int32_t *new_id, size_t n) {
+        for (size_t base = 0; base < n; base += BATCH) {
+                size_t m = n - base < BATCH ? n - base : BATCH;
+                for (size_t i = base; i < base + m; i++) {
+                        uint64_t key = (uint64_t)(uint32_t)left[i] << 32 | (uint32_t)right[i];
+                        __builtin_prefetch(&bpe->merges[(uint32_t)hash_u64(key) & bpe->merge_mask], 1);
+                }
+                for (size_t i = base; i < base + m; i++)
+                        bpe_merge_insert(bpe, left[i], right[i], rank[i], new_id[i]);
         }
 }
 

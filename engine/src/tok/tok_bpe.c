@@ -438,17 +438,26 @@ static int parse_vocab(struct loader *L, const struct bj *model, const struct bj
         memset(bpe->piece_off, 0xFF, (size_t)bpe->n_vocab * sizeof(uint32_t));
         for (uint32_t i = 0; i <= bpe->vocab_mask; i++)
                 bpe->vocab[i].id = -1;
-        for (uint32_t i = 0; i < vocab->n; i++) {
+        uint32_t *offs = malloc(((size_t)vocab->n + 1) * sizeof *offs);
+        uint32_t *lens = malloc(((size_t)vocab->n + 1) * sizeof *lens);
+        int32_t *ids = malloc(((size_t)vocab->n + 1) * sizeof *ids);
+        int r = offs && lens && ids ? 0 : -ENOMEM;
+        for (uint32_t i = 0; i < vocab->n && r == 0; i++) {
                 const struct bj *e = bj_at(L->doc, vocab, i);
                 int32_t id = (int32_t)e->num;
-                uint32_t off;
-                int r = strs_add(bpe, e->key, e->key_len, &off);
-                if (r < 0)
-                        return r;
-                bpe->piece_off[id] = off;
+                r = strs_add(bpe, e->key, e->key_len, &offs[i]);
+                lens[i] = e->key_len;
+                ids[i] = id;
+                bpe->piece_off[id] = offs[i];
                 bpe->piece_len[id] = e->key_len;
-                bpe_vocab_insert(bpe, bpe->strs + off, e->key_len, id);
         }
+        if (r == 0)
+                bpe_vocab_insert_batch(bpe, offs, lens, ids, vocab->n);
+        free(offs);
+        free(lens);
+        free(ids);
+        if (r < 0)
+                return r;
         if (!added)
                 return 0;
         if (!(bpe->added = calloc(added->n ? added->n : 1, sizeof *bpe->added)))
@@ -457,8 +466,7 @@ static int parse_vocab(struct loader *L, const struct bj *model, const struct bj
                 const struct bj *a = bj_at(L->doc, added, i), *c = bj_get(L->doc, a, "content");
                 struct bpe_added *t = &bpe->added[bpe->n_added++];
                 uint32_t off;
-                int r = strs_add(bpe, c->str, c->n, &off);
-                if (r < 0)
+                if ((r = strs_add(bpe, c->str, c->n, &off)) < 0)
                         return r;
                 get_id(bj_get(L->doc, a, "id"), &t->id);
                 t->content = bpe->strs + off;
@@ -475,12 +483,38 @@ static int parse_vocab(struct loader *L, const struct bj *model, const struct bj
         return 0;
 }
 
-static int merge_part_id(struct loader *L, const char *s, size_t n, uint32_t rank, int32_t *ret) {
-        int32_t id = bpe_vocab_find(L->bpe, s, n);
-        if (id < 0)
-                return dse__fail(L->reterr, -EBADMSG, "tokenizer.json: merges[%u]: token '%.*s' is not in the vocabulary",
-                                 rank, (int)(n > 100 ? 100 : n), s);
-        *ret = id;
+#define MERGE_BATCH 256
+
+/* One batch of merges: ids of a, b and a+b in three lookups per merge, batched so the
+ * hash-table misses overlap (this is most of the load time). */
+struct merge_batch {
+        const char *key[3 * MERGE_BATCH];
+        uint32_t len[3 * MERGE_BATCH];
+        uint32_t cat_off[MERGE_BATCH];
+        int32_t ids[3 * MERGE_BATCH];
+        int32_t left[MERGE_BATCH], right[MERGE_BATCH], new_id[MERGE_BATCH];
+        uint32_t rank[MERGE_BATCH];
+        struct bpe_buf cat;
+};
+
+static int merge_batch_flush(struct loader *L, struct merge_batch *mb, size_t n, uint32_t first_rank) {
+        for (size_t i = 0; i < n; i++) {
+                mb->key[3 * i + 2] = mb->cat.p + mb->cat_off[i];
+        }
+        bpe_vocab_find_batch(L->bpe, mb->key, mb->len, 3 * n, mb->ids);
+        for (size_t i = 0; i < 3 * n; i++)
+                if (mb->ids[i] < 0)
+                        return dse__fail(L->reterr, -EBADMSG,
+                                         "tokenizer.json: merges[%zu]: token '%.*s' is not in the vocabulary",
+                                         first_rank + i / 3, (int)(mb->len[i] > 100 ? 100 : mb->len[i]), mb->key[i]);
+        for (size_t i = 0; i < n; i++) {
+                mb->left[i] = mb->ids[3 * i];
+                mb->right[i] = mb->ids[3 * i + 1];
+                mb->new_id[i] = mb->ids[3 * i + 2];
+                mb->rank[i] = first_rank + (uint32_t)i;
+        }
+        bpe_merge_insert_batch(L->bpe, mb->left, mb->right, mb->rank, mb->new_id, n);
+        mb->cat.len = 0;
         return 0;
 }
 
@@ -494,8 +528,12 @@ static int parse_merges(struct loader *L, const struct bj *model) {
                 return -ENOMEM;
         memset(bpe->merges, 0xFF, ((size_t)bpe->merge_mask + 1) * sizeof *bpe->merges);
         size_t pre_len = bpe->cont_prefix ? strlen(bpe->cont_prefix) : 0;
-        struct bpe_buf cat = {0};
+        struct merge_batch *mb = calloc(1, sizeof *mb);
+        if (!mb)
+                return -ENOMEM;
         int r = 0;
+        size_t n = 0;
+        uint32_t first = 0;
         for (uint32_t i = 0; i < merges->n && r == 0; i++) {
                 const struct bj *m = bj_at(L->doc, merges, i);
                 const char *a, *b;
@@ -517,22 +555,30 @@ static int parse_merges(struct loader *L, const struct bj *model) {
                         b = bj_at(L->doc, m, 1)->str;
                         bn = bj_at(L->doc, m, 1)->n;
                 } else {
-                        r = dse__fail(L->reterr, -EBADMSG, "tokenizer.json: merges[%u] is neither \"a b\" nor [\"a\", \"b\"]", i);
+                        r = dse__fail(L->reterr, -EBADMSG,
+                                      "tokenizer.json: merges[%u] is neither \"a b\" nor [\"a\", \"b\"]", i);
                         break;
                 }
-                int32_t ia = 0, ib = 0, inew = 0;
-                if ((r = merge_part_id(L, a, an, i, &ia)) < 0 || (r = merge_part_id(L, b, bn, i, &ib)) < 0)
-                        break;
                 /* the merged token drops b's continuing-subword prefix (model.rs) */
                 size_t skip = pre_len && bn >= pre_len && memcmp(b, bpe->cont_prefix, pre_len) == 0 ? pre_len : 0;
-                cat.len = 0;
-                if ((r = bpe_buf_put(&cat, a, an)) < 0 || (r = bpe_buf_put(&cat, b + skip, bn - skip)) < 0)
+                mb->key[3 * n] = a;
+                mb->len[3 * n] = (uint32_t)an;
+                mb->key[3 * n + 1] = b;
+                mb->len[3 * n + 1] = (uint32_t)bn;
+                mb->cat_off[n] = (uint32_t)mb->cat.len;
+                mb->len[3 * n + 2] = (uint32_t)(an + bn - skip);
+                if ((r = bpe_buf_put(&mb->cat, a, an)) < 0 || (r = bpe_buf_put(&mb->cat, b + skip, bn - skip)) < 0)
                         break;
-                if ((r = merge_part_id(L, cat.p, cat.len, i, &inew)) < 0)
-                        break;
-                bpe_merge_insert(bpe, ia, ib, i, inew);
+                if (++n == MERGE_BATCH) {
+                        r = merge_batch_flush(L, mb, n, first);
+                        first += (uint32_t)n;
+                        n = 0;
+                }
         }
-        bpe_buf_done(&cat);
+        if (r == 0 && n)
+                r = merge_batch_flush(L, mb, n, first);
+        bpe_buf_done(&mb->cat);
+        free(mb);
         return r;
 }
 
