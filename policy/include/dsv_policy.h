@@ -19,9 +19,10 @@
  *     struct dsv_policy_admission adm;
  *     dsv_policy_admit(&limits, loads, n_workers, w, recent_rps, &adm);   // w may be -EAGAIN
  *
- * Ownership: every struct is caller-owned, fixed-size and pointer-free, except the
- * arguments a function reads during the call; nothing here allocates, keeps a pointer or
- * touches global state. A router is not thread-safe: one per gateway thread, or a lock.
+ * Ownership: every struct is caller-owned, fixed-size and pointer-free (a placement is
+ * ~10 KiB: static or heap). Pointer arguments (workers, prompt) are read during the call
+ * only; nothing here allocates, keeps a pointer or touches global state. A router is not
+ * thread-safe: one per gateway thread, or a lock around it.
  * Functions return 0 (or a count or index ≥ 0) on success and a negative errno on failure;
  * out-parameters (ret_*, the last argument) are written only on success.
  */
