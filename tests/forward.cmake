@@ -27,3 +27,6 @@ target_include_directories(test-forward-moe PRIVATE ${CMAKE_SOURCE_DIR}/engine/s
 # `dsvisor logits` on a fixture folder, against ref/logits.f32 and ref/generated_ids.json.
 dsv_test(NAME test-forward-logits-cli SOURCES integration/test-forward-logits-cli.c LABELS integration)
 add_dependencies(test-forward-logits-cli dsvisor)
+
+# Re-quantized (bf16, int8, int4) conversions through the forward pass, looser tolerances.
+dsv_test(NAME test-model-requant SOURCES models/test-model-requant.c LIBS dse LABELS integration)
