@@ -6,3 +6,6 @@ dsv_test(NAME test-modelfile-tokenizer SOURCES unit/test-modelfile-tokenizer.c L
 target_include_directories(test-modelfile-tokenizer PRIVATE ${CMAKE_SOURCE_DIR}/engine/src)
 dsv_test(NAME test-modelfile-quant SOURCES unit/test-modelfile-quant.c LIBS dse LABELS unit TIMEOUT 120)
 target_include_directories(test-modelfile-quant PRIVATE ${CMAKE_SOURCE_DIR}/engine/src)
+dsv_test(NAME test-modelfile-bad SOURCES unit/test-modelfile-bad.c LIBS dse LABELS unit TIMEOUT 120)
+target_include_directories(test-modelfile-bad PRIVATE ${CMAKE_SOURCE_DIR}/engine/src)
+dsv_script_test(NAME test-modelfile-cli SCRIPT ${CMAKE_SOURCE_DIR}/tests/integration/modelfile-cli.sh LABELS integration TIMEOUT 60)

@@ -97,9 +97,16 @@ static float native_at(const struct dse_model *m, const char *name, int64_t r, i
                 snprintf(aux, sizeof aux, "%s.perm", name);
                 const struct dse_tensor *p = dse__model_tensor(m, aux);
                 int64_t j = c;
-                if (p) /* stored column j holds input perm[j]: find j for input c */
-                        for (j = 0; j < cols && ((const int32_t *)p->data)[j] != c; j++)
-                                ;
+                if (p) { /* stored column j holds input perm[j]: invert perm (cached per tensor) */
+                        static const void *inv_of;
+                        static int64_t inv[65536];
+                        if (inv_of != p->data && cols <= 65536) {
+                                for (int64_t k = 0; k < cols; k++)
+                                        inv[((const int32_t *)p->data)[k]] = k;
+                                inv_of = p->data;
+                        }
+                        j = inv[c];
+                }
                 snprintf(aux, sizeof aux, "%s.scale", name);
                 const struct dse_tensor *s = dse__model_tensor(m, aux);
                 snprintf(aux, sizeof aux, "%s.zero", name);

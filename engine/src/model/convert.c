@@ -323,7 +323,8 @@ static int check_leftovers(struct conv *c, const uint8_t *used) {
                 const struct dse__st_tensor *t = dse__st_tensor_at(c->st, i);
                 int layer;
                 size_t nl = strlen(t->name);
-                if (sscanf(t->name, "model.layers.%d.", &layer) == 1 && layer >= c->hp.n_layers) {
+                if (c->hp.arch == DSE_ARCH_DEEPSEEK_V3 && sscanf(t->name, "model.layers.%d.", &layer) == 1 &&
+                    layer >= c->hp.n_layers) {
                         n_mtp++;
                 } else if ((nl > 17 && strcmp(t->name + nl - 17, "rotary_emb.inv_freq") == 0) ||
                            (c->hp.tie_word_embeddings && strcmp(t->name, "lm_head.weight") == 0)) {
