@@ -360,15 +360,11 @@ int dsv_cgroup_host_delegate(struct dsv_cgroup_host *h) {
 
 /* ---- report ---------------------------------------------------------------------- */
 
-static void entry_printf(char *dst, size_t size, const char *fmt, va_list ap) {
-        vsnprintf(dst, size, fmt, ap);
-}
-
 __attribute__((format(printf, 2, 3))) static void entry_reason(struct dsv_cgroup_report_entry *e,
                                                                const char *fmt, ...) {
         va_list ap;
         va_start(ap, fmt);
-        entry_printf(e->reason, sizeof e->reason, fmt, ap);
+        vsnprintf(e->reason, sizeof e->reason, fmt, ap);
         va_end(ap);
 }
 
@@ -942,7 +938,10 @@ int dsv_cgroup_instance_stop(struct dsv_cgroup_instance *inst, int timeout_ms) {
                         }
                 }
                 /* v1 has no cgroup.kill and no populated flag: kill what is listed until
-                 * nothing is (a task forked meanwhile shows up in the next round). */
+                 * nothing is (a task forked meanwhile shows up in the next round). A pid
+                 * read from cgroup.procs can be recycled before kill() if its task exits
+                 * and is reaped by another parent in that window; cgroup.kill (v2) has
+                 * no such window, which is why it goes first. */
                 for (unsigned b = 0; b < N_CTRL; b++) {
                         if (inst->v1_fd[b] < 0)
                                 continue;

@@ -326,7 +326,7 @@ static void fake_full_cycle(struct fake *f, struct dsv_cgroup_host **hp, struct 
 }
 
 TEST(fake_v2_tree_writes_stay_inside_delegated_group) {
-        struct fake f;
+        struct fake f = {0};
         struct dsv_cgroup_host *h = NULL;
         struct dsv_cgroup_instance *inst = NULL;
         int r = fake_setup(&f);
@@ -382,7 +382,7 @@ static void fake_attacks(struct fake *f) {
 }
 
 TEST(fake_v2_tree_refuses_escapes) {
-        struct fake f;
+        struct fake f = {0};
         int r = fake_setup(&f);
         if (r == 0)
                 fake_attacks(&f);
@@ -392,7 +392,7 @@ TEST(fake_v2_tree_refuses_escapes) {
 
 /* The snapshot oracle itself notices a write above the delegated group. */
 TEST(snapshot_diff_catches_outside_write) {
-        struct fake f;
+        struct fake f = {0};
         struct snap *a = calloc(1, sizeof *a), *b = calloc(1, sizeof *b);
         char bad[200] = "";
         int r = a && b ? fake_setup(&f) : -ENOMEM;
