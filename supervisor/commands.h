@@ -10,6 +10,7 @@ struct dsv_command {
 };
 
 int dsv_cmd_cpuinfo(int argc, char **argv);
+int dsv_cmd_tokenize(int argc, char **argv);
 int dsv_cmd_convert(int argc, char **argv);
 int dsv_cmd_verify(int argc, char **argv);
 int dsv_cmd_plan(int argc, char **argv);

@@ -10,3 +10,6 @@ foreach(name deepseek_v3 qwen2_5 llama3 mistral7b)
   add_test(NAME test-tokenizer-${name} COMMAND test-tokenizer-hf ${name})
   set_tests_properties(test-tokenizer-${name} PROPERTIES LABELS unit TIMEOUT 120 ENVIRONMENT "${DSV_TOK_ENV}")
 endforeach()
+
+dsv_script_test(NAME test-tokenize-cli SCRIPT ${CMAKE_SOURCE_DIR}/tests/integration/test-tokenize-cli.sh
+  LABELS integration TIMEOUT 120)
