@@ -207,6 +207,30 @@ TEST(unigram_identity_keep_spaces) {
                                    "--allow_whitespace_only_pieces '--control_symbols=<ctl>'");
 }
 
+/* Custom rules: a normalization TSV compiled into precompiled_charsmap (multi-character
+ * sources, deletion) and a denormalization TSV, which SentencePiece applies to decoded
+ * text. */
+TEST(bpe_custom_rules_and_denormalizer) {
+        ASSERT_TRUE(setup());
+        char norm[128], denorm[128], flags[512];
+        snprintf(norm, sizeof norm, "%s/norm.tsv", dir);
+        snprintf(denorm, sizeof denorm, "%s/denorm.tsv", dir);
+        FILE *f = fopen(norm, "w");
+        ASSERT_TRUE(f);
+        /* Ａ->A, ideographic space->space, "ﬁ"->"fi", "th"->"TH", tab->space, soft hyphen->"" */
+        fputs("FF21\t41\n3000\t20\nFB01\t66 69\n74 68\t54 48\n9\t20\nAD\t\n", f);
+        fclose(f);
+        f = fopen(denorm, "w");
+        ASSERT_TRUE(f);
+        fputs("71\t51\n54 48\t74 68\n", f); /* q->Q, "TH"->"th" */
+        fclose(f);
+        snprintf(flags, sizeof flags,
+                 "--model_type=bpe --vocab_size=1200 --hard_vocab_limit=false --byte_fallback "
+                 "--character_coverage=0.98 --normalization_rule_tsv=%s --denormalization_rule_tsv=%s",
+                 norm, denorm);
+        check_config("bpe_rules", flags);
+}
+
 TEST(cleanup) {
         char cmd[128];
         if (dir[0]) {
