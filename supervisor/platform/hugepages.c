@@ -12,6 +12,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <numaif.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -202,6 +203,36 @@ int dsv_hugepages_image_seal(struct dsv_hugepages_image *img) {
         img->seals = (unsigned)got;
         unsigned size_seals = F_SEAL_SHRINK | F_SEAL_GROW;
         return (img->seals & size_seals) == size_seals ? 0 : -EOPNOTSUPP;
+}
+
+int dsv_hugepages_image_pages_off_node(const struct dsv_hugepages_image *img, int node) {
+        if (!img || img->fd < 0 || node < 0)
+                return -EINVAL;
+        size_t page = img->hugetlb ? DSV_HUGEPAGE_2MB_BYTES : (size_t)sysconf(_SC_PAGESIZE);
+        unsigned char *map = mmap(NULL, img->size_bytes, PROT_READ, MAP_SHARED, img->fd, 0);
+        if (map == MAP_FAILED)
+                return -errno;
+        /* A fresh mapping has no page table entries, and move_pages() reports those as
+         * -ENOENT: map the existing pages in first (nothing is allocated). */
+        int r = madvise(map, img->size_bytes, MADV_POPULATE_READ) < 0 ? -errno : 0;
+        size_t n_pages = img->size_bytes / page, off_node = 0;
+        void *pages[512];
+        int status[512];
+        for (size_t i = 0; r == 0 && i < n_pages; i += 512) {
+                size_t n = n_pages - i < 512 ? n_pages - i : 512;
+                for (size_t j = 0; j < n; j++)
+                        pages[j] = map + (i + j) * page;
+                if (move_pages(0, n, pages, NULL, status, 0) < 0) {
+                        r = -errno;
+                        break;
+                }
+                for (size_t j = 0; j < n; j++)
+                        off_node += status[j] != node;
+        }
+        munmap(map, img->size_bytes);
+        if (r < 0)
+                return r;
+        return off_node > INT_MAX ? -EOVERFLOW : (int)off_node;
 }
 
 void dsv_hugepages_image_done(struct dsv_hugepages_image *img) {

@@ -138,6 +138,11 @@ static void hugetlb_image_body(void) {
         ASSERT_TRUE(ftruncate(img.fd, (off_t)img.size_bytes * 2) < 0);
         ASSERT_EQ(errno, EPERM);
 
+        /* Placement, as dsvisor checks it before READY=1: all 4 pages on node 0. */
+        ASSERT_EQ(dsv_hugepages_image_pages_off_node(&img, 0), 0);
+        ASSERT_EQ(dsv_hugepages_image_pages_off_node(&img, 1), 4);
+        ASSERT_EQ(meminfo("HugePages_Free"), mi0 - 4);
+
         /* A worker's view: read-only shared mapping in another process. */
         ASSERT_OK(check_in_child(img.fd, len));
 
@@ -192,10 +197,12 @@ TEST(normal_image_fill_seal_share) {
         int r = dsv_hugepages_image_seal(&img);
         unsigned seals = img.seals;
         int child = r < 0 ? r : check_in_child(img.fd, len);
+        int off = r < 0 ? r : dsv_hugepages_image_pages_off_node(&img, 0);
         dsv_hugepages_image_done(&img);
         ASSERT_OK(r);
         ASSERT_EQ(seals & (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE), F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE);
         ASSERT_OK(child);
+        ASSERT_EQ(off, 0); /* one node here: every base page is on node 0 */
         dsv_hugepages_image_done(&img); /* a second call is a no-op */
 }
 
