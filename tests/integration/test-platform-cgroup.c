@@ -12,7 +12,11 @@
 #include <sys/syscall.h>
 #include <sys/vfs.h>
 #include <sys/wait.h>
+#include <linux/filter.h>
 #include <linux/magic.h>
+#include <linux/seccomp.h>
+#include <stddef.h>
+#include <sys/prctl.h>
 #include <unistd.h>
 
 #include "dsv_platform.h"
@@ -474,5 +478,70 @@ static void failures_clean(struct ctx *c) {
 TEST(failures_leave_nothing_behind) {
         struct ctx c;
         failures_clean(&c);
+        ASSERT_OK(ctx_cleanup(&c));
+}
+
+/* Kernels without clone3 (before 5.7): the spawn helper forks, the child joins the v2
+ * group through cgroup.procs itself, and the pidfd comes from pidfd_open(). Simulated
+ * with a seccomp filter that fails clone3 with ENOSYS, in a forked test process. */
+static int fallback_child(struct ctx *c, struct dsv_cgroup_instance *inst, const char *name) {
+        struct sock_filter filt[] = {
+                BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+                BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_clone3, 0, 1),
+                BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (ENOSYS & SECCOMP_RET_DATA)),
+                BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+        };
+        struct sock_fprog prog = {.len = sizeof filt / sizeof filt[0], .filter = filt};
+        if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0 || prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog) < 0)
+                return 10;
+        struct clone_args_probe { uint64_t flags; } probe = {0};
+        if (syscall(SYS_clone3, &probe, sizeof probe) != -1 || errno != ENOSYS)
+                return 11;
+        pid_t pid;
+        int pidfd;
+        char *argv[] = {"/bin/sleep", "100", NULL};
+        if (dsv_cgroup_instance_spawn(inst, argv[0], argv, NULL, &pid, &pidfd) < 0)
+                return 12;
+        char rel[1024], want[1200];
+        int ret = 0;
+        if (c->info.v2_own[0]) {
+                own_rel(c, NULL, rel, sizeof rel);
+                snprintf(want, sizeof want, "%s/%s", rel, name);
+                if (!proc_cgroup_has(pid, NULL, want))
+                        ret = 13;
+        }
+        if (c->info.v1_mounted & DSV_CGROUP_CTRL_CPU) {
+                own_rel(c, "cpu", rel, sizeof rel);
+                snprintf(want, sizeof want, "%s/%s", rel, name);
+                if (!proc_cgroup_has(pid, "cpu", want))
+                        ret = 14;
+        }
+        siginfo_t si = {0};
+        if (syscall(SYS_pidfd_send_signal, pidfd, SIGKILL, NULL, 0) < 0 ||
+            waitid(P_PIDFD, (id_t)pidfd, &si, WEXITED) < 0 || si.si_pid != pid)
+                ret = ret ?: 15;
+        return ret;
+}
+
+static void spawn_fallback(struct ctx *c) {
+        ASSERT_OK(ctx_init(c));
+        struct dsv_cgroup_limits lim = {0};
+        struct dsv_cgroup_report rep;
+        struct dsv_cgroup_instance *inst;
+        ASSERT_OK(ctx_new_instance(c, "noclone3", &lim, &rep, &inst));
+        pid_t tp = fork();
+        ASSERT_TRUE(tp >= 0);
+        if (tp == 0)
+                _exit(fallback_child(c, inst, c->names[c->n_inst - 1]));
+        int st;
+        ASSERT_TRUE(waitpid(tp, &st, 0) == tp);
+        if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+                T_FAIL("fallback spawn failed in the test child (status 0x%x)", st);
+        ASSERT_OK(dsv_cgroup_instance_stop(inst, 5000));
+}
+
+TEST(spawn_without_clone3_joins_before_exec) {
+        struct ctx c;
+        spawn_fallback(&c);
         ASSERT_OK(ctx_cleanup(&c));
 }

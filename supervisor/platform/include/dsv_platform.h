@@ -286,7 +286,7 @@ int dsv_hugepages_image_init(struct dsv_hugepages_image *img, const char *name, 
 int dsv_hugepages_image_seal(struct dsv_hugepages_image *img);
 
 /* Counts the image's pages (2 MiB, or base pages without hugetlb) that are not on
- * node, asking move_pages(2) through a private read-only mapping: 0 means all of them
+ * node, asking move_pages(2) through a temporary read-only mapping: 0 means all of them
  * are there. For the check before READY=1. Returns the count or -errno. */
 int dsv_hugepages_image_pages_off_node(const struct dsv_hugepages_image *img, int node);
 
