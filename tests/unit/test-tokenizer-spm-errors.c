@@ -1,6 +1,8 @@
 /* SentencePiece .model loading on malformed input, and invalid UTF-8 in the text:
  * every failure is a clear negative errno with a message, never a crash. Small models
- * are written here with a minimal protobuf writer so each case breaks exactly one thing. */
+ * are written here with a minimal protobuf writer so each case breaks exactly one thing.
+ * The expected ids and texts of the small valid models below were checked by writing the
+ * same bytes to a file and running spm_encode/spm_decode (SentencePiece 0.1.97) on it. */
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -165,6 +167,34 @@ TEST(unknown_run_is_one_unk) {
         ASSERT_EQ(n, 2);
         ASSERT_STREQ(dse_tokenizer_piece(tok, ids[0]), "\xe2\x96\x81" "a");
         ASSERT_EQ(ids[1], 0);
+        dse_tokenizer_free(tok);
+}
+
+/* bpe_model.cc: an UNUSED piece still takes part in merging, but if it survives it is
+ * split back into the two symbols it was merged from. */
+TEST(bpe_unused_piece_is_resegmented) {
+        struct pbw w = {.n = 0};
+        w_piece(&w, "<unk>", 0, UNKNOWN);
+        w_piece(&w, "\xe2\x96\x81", -5, NORMAL);
+        w_piece(&w, "a", -6, NORMAL);
+        w_piece(&w, "b", -7, NORMAL);
+        w_piece(&w, "c", -8, NORMAL);
+        w_piece(&w, "ab", -1, UNUSED);
+        w_piece(&w, "abc", -2, NORMAL);
+        w_specs(&w, 2, false);
+        struct dse_diag d;
+        struct dse_tokenizer *tok = NULL;
+        ASSERT_OK(load(&w, &d, &tok));
+        int32_t ids[8];
+        /* "▁ab": a+b merge into the unused "ab", which comes back out as a, b */
+        ASSERT_EQ(dse_tokenizer_encode(tok, "ab", 2, 0, ids, 8), 3);
+        ASSERT_EQ(ids[0], 1);
+        ASSERT_EQ(ids[1], 2);
+        ASSERT_EQ(ids[2], 3);
+        /* "▁abc": through "ab" to the normal "abc" */
+        ASSERT_EQ(dse_tokenizer_encode(tok, "abc", 3, 0, ids, 8), 2);
+        ASSERT_EQ(ids[0], 1);
+        ASSERT_EQ(ids[1], 6);
         dse_tokenizer_free(tok);
 }
 

@@ -75,7 +75,7 @@ static int piece_to_byte(const char *p, size_t len) {
         if (len != 6 || memcmp(p, "<0x", 3) != 0 || p[5] != '>')
                 return -1;
         const char *hi = memchr(hex, p[3], 16), *lo = memchr(hex, p[4], 16);
-        if (!hi || !lo || !p[3] || !p[4])
+        if (!hi || !lo)
                 return -1;
         return (int)((hi - hex) * 16 + (lo - hex));
 }
