@@ -47,8 +47,8 @@ int dsv__cgfs_read(int dirfd, const char *file, char *buf, size_t size);
 /* True if word occurs in the space-separated list (cgroup.controllers format). */
 bool dsv__cgfs_has_word(const char *list, const char *word);
 
-/* Reads "pid\n" lines from cgroup.procs below dirfd into pids (up to max). Returns the
- * number read (≤ max) or -errno. */
+/* Reads the first max "pid\n" lines of cgroup.procs below dirfd into pids, streaming
+ * (the file has no size limit). Returns the number read or -errno. */
 int dsv__cgfs_read_pids(int dirfd, pid_t *pids, size_t max);
 
 /* ---- cpu lists ("0-3,8,10-11") ------------------------------------------------------ */

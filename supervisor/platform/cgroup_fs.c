@@ -170,24 +170,31 @@ bool dsv__cgfs_has_word(const char *list, const char *word) {
 }
 
 int dsv__cgfs_read_pids(int dirfd, pid_t *pids, size_t max) {
-        char buf[16384];
-        int r = dsv__cgfs_read(dirfd, "cgroup.procs", buf, sizeof buf);
-        if (r < 0)
+        int fd = openat(dirfd, "cgroup.procs", O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+        if (fd < 0)
+                return -errno;
+        FILE *f = fdopen(fd, "re");
+        if (!f) {
+                int r = -errno;
+                close(fd);
                 return r;
-        size_t n = 0;
-        char *p = buf;
-        while (*p && n < max) {
-                char *end;
-                errno = 0;
-                long v = strtol(p, &end, 10);
-                if (end == p || errno || v <= 0)
-                        return -EBADMSG;
-                pids[n++] = (pid_t)v;
-                p = end;
-                while (*p == '\n')
-                        p++;
         }
-        return (int)n;
+        size_t n = 0;
+        long v;
+        int got = 1, r = 0;
+        while (n < max && (got = fscanf(f, "%ld", &v)) == 1) {
+                if (v <= 0 || v > INT_MAX) {
+                        r = -EBADMSG;
+                        break;
+                }
+                pids[n++] = (pid_t)v;
+        }
+        if (r == 0 && got == 0) /* not a number */
+                r = -EBADMSG;
+        else if (r == 0 && got == EOF && ferror(f))
+                r = -EIO;
+        fclose(f);
+        return r < 0 ? r : (int)n;
 }
 
 int dsv__cpulist_parse(const char *s, struct dsv__cpulist *ret) {

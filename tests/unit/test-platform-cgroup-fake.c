@@ -424,6 +424,33 @@ TEST(writer_checks_names) {
         ASSERT_TRUE(!dsv__cgfs_has_word("", "cpu"));
 }
 
+TEST(read_pids_streams_cgroup_procs) {
+        char dir[] = "/tmp/dsv-procs-XXXXXX";
+        ASSERT_TRUE(mkdtemp(dir) != NULL);
+        int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        pid_t pids[4];
+        int r1 = put_file(dfd, "cgroup.procs", "12\n34\n56\n");
+        int n1 = dsv__cgfs_read_pids(dfd, pids, 4);
+        int n2 = dsv__cgfs_read_pids(dfd, pids, 2); /* stops at max */
+        int r2 = put_file(dfd, "cgroup.procs", "");
+        int n3 = dsv__cgfs_read_pids(dfd, pids, 4);
+        int r3 = put_file(dfd, "cgroup.procs", "12\nx\n");
+        int n4 = dsv__cgfs_read_pids(dfd, pids, 4);
+        unlinkat(dfd, "cgroup.procs", 0);
+        int n5 = dsv__cgfs_read_pids(dfd, pids, 4);
+        close(dfd);
+        rmdir(dir);
+        ASSERT_OK(r1);
+        ASSERT_OK(r2);
+        ASSERT_OK(r3);
+        ASSERT_EQ(n1, 3);
+        ASSERT_EQ(n2, 2);
+        ASSERT_EQ(pids[1], 34);
+        ASSERT_EQ(n3, 0);
+        ASSERT_ERR(n4, -EBADMSG);
+        ASSERT_ERR(n5, -ENOENT);
+}
+
 TEST(cpulist_parse_and_compare) {
         struct dsv__cpulist a, b;
         ASSERT_OK(dsv__cpulist_parse("0-3,8,10-11\n", &a));

@@ -213,7 +213,8 @@ int dsv_cgroup_instance_spawn(const struct dsv_cgroup_instance *inst, const char
  * program: clone3(CLONE_INTO_CGROUP|CLONE_PIDFD) into v2_fd (-1: none), and the child
  * writes itself into each fd of v1_procs_fds (open cgroup.procs files) before execve.
  * Without clone3 (ENOSYS) the child also joins v2_fd's cgroup.procs itself and the pidfd
- * comes from pidfd_open(). The child's signal mask is cleared. *ret_pidfd (O_CLOEXEC)
+ * comes from pidfd_open(). The child's signal mask is cleared, and it makes only
+ * async-signal-safe calls, so this is safe in a threaded process. *ret_pidfd (O_CLOEXEC)
  * is the caller's; reap the child with waitid(P_PIDFD). Returns -errno of the failed
  * join or execve, after reaping the child. */
 int dsv_cgroup_spawn(int v2_fd, const int *v1_procs_fds, size_t n_v1, const char *path,
