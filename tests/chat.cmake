@@ -9,3 +9,6 @@ foreach(name deepseek_v3 qwen2_5 llama3)
   set_tests_properties(test-chat-${name} PROPERTIES LABELS unit TIMEOUT 120
     ENVIRONMENT "DSV_FIXTURES=${DSV_FIXTURES};DSV_BUILD_DIR=${CMAKE_BINARY_DIR};DSV_SOURCE_DIR=${CMAKE_SOURCE_DIR}")
 endforeach()
+
+dsv_test(NAME test-detok   SOURCES unit/test-detok.c   LIBS dse dsv::cjson LABELS unit)
+dsv_test(NAME test-sampler SOURCES unit/test-sampler.c LIBS dse LABELS unit)

@@ -259,7 +259,113 @@ int dse_tokenizer_eos(const struct dse_tokenizer *tok); /* -1 when none */
 const char *dse_tokenizer_piece(const struct dse_tokenizer *tok, int32_t id);
 
 /* ---- chat templates and streaming text ------------------------------------------ */
-/* (owned by the chat-template work) */
+
+/* A chat template (the Jinja `chat_template` of tokenizer_config.json), parsed once and
+ * rendered per request the way transformers' apply_chat_template renders it (Jinja2
+ * with trim_blocks, lstrip_blocks, loop controls, tojson as json.dumps with
+ * ensure_ascii=False). Immutable after parsing: render may run on many threads at once.
+ *
+ *     struct dse_chat_template *t;
+ *     char *prompt;
+ *     r = dse_chat_template_new(dse_tokenizer_chat_template(tok), &t, &diag);
+ *     r = dse_chat_template_render(t, "[{\"role\":\"user\",\"content\":\"Hi\"}]", NULL, 1,
+ *                                  "<s>", "</s>", &prompt, &diag);   // r = strlen(prompt)
+ *     free(prompt);
+ *     dse_chat_template_free(t);
+ *
+ * The interpreter covers the Jinja subset chat templates use (if/for/set/macro,
+ * namespace(), loop.*, break/continue, filters, tests, string and dict methods,
+ * slicing). A construct outside it is -EOPNOTSUPP at parse or render time, never a
+ * silently different prompt; the message says to pass a simpler template with
+ * `--chat-template FILE`. -EINVAL: a syntax error, or the template rejected the
+ * conversation (raise_exception, an undefined value used); -EILSEQ: invalid UTF-8;
+ * -E2BIG: the render exceeded its step or memory bounds. */
+struct dse_chat_template;
+
+int dse_chat_template_new(const char *src, struct dse_chat_template **ret_tmpl, struct dse_diag *reterr);
+void dse_chat_template_free(struct dse_chat_template *tmpl);
+
+/* messages_json: a JSON array of {"role", "content", ...} objects (any JSON values the
+ * template reads: tool_calls, ...); tools_json: a JSON array or NULL (the template sees
+ * `tools` = none). bos_token/eos_token may be NULL (left undefined). On success
+ * *ret_text is a malloc'd NUL-terminated string the caller frees; returns its length. */
+int dse_chat_template_render(const struct dse_chat_template *tmpl, const char *messages_json,
+                             const char *tools_json, int add_generation_prompt, const char *bos_token,
+                             const char *eos_token, char **ret_text, struct dse_diag *reterr);
+
+/* The chat template from the tokenizer's tokenizer_config.json, or NULL when none. */
+const char *dse_tokenizer_chat_template(const struct dse_tokenizer *tok);
+
+/* Streaming detokenizer: fed one generated id at a time, it returns the text that is
+ * final so far. It never splits a UTF-8 character (byte-fallback pieces such as <0xE4>
+ * and byte-level pieces ending mid-character are held until the character completes;
+ * bytes that can never complete become U+FFFD, as Hugging Face's decode does) and never
+ * lets a stop string through: text that could still begin a stop string is held back
+ * until it cannot, and when a stop string completes (possibly across several tokens)
+ * the text before it is returned with *ret_stopped = 1 and the rest is dropped.
+ *
+ *     struct dse_detok *d;
+ *     const char *stops[] = {"\nUser:"};
+ *     r = dse_detok_new(tok, stops, 1, &d, &diag);
+ *     for (each sampled id) {
+ *             const char *text;
+ *             int stopped;
+ *             r = dse_detok_push(d, id, &text, &stopped);   // r = bytes in text
+ *             fwrite(text, 1, r, stdout);
+ *             if (stopped) break;
+ *     }
+ *     r = dse_detok_flush(d, &text);                        // what was held back
+ *     dse_detok_free(d);
+ *
+ * The tokenizer must outlive the detokenizer; the stop strings are copied. The returned
+ * text belongs to the detokenizer and stays valid until its next call. One thread at a
+ * time per detokenizer. */
+struct dse_detok;
+
+int dse_detok_new(const struct dse_tokenizer *tok, const char *const *stop_strings, size_t n_stop,
+                  struct dse_detok **ret_detok, struct dse_diag *reterr);
+void dse_detok_free(struct dse_detok *d);
+/* Returns the length of *ret_text (0 when everything is held back), or -errno (-EINVAL
+ * for an id outside the vocabulary). After a stop, further pushes return 0. */
+int dse_detok_push(struct dse_detok *d, int32_t id, const char **ret_text, int *ret_stopped);
+/* Ends the stream: returns the held-back text (incomplete UTF-8 as U+FFFD; nothing after
+ * a stop). The detokenizer then starts a new stream. */
+int dse_detok_flush(struct dse_detok *d, const char **ret_text);
+
+/* ---- sampler ----------------------------------------------------------------------- */
+
+/* Picks the next token from a row of logits. The filters run in the order transformers
+ * applies its logits warpers: temperature, top-k, top-p, min-p; then one draw from the
+ * renormalised distribution with a seeded xoshiro256** generator (the same seed and
+ * logits give the same ids on every machine). temperature <= 0 is greedy: the argmax,
+ * lowest id on ties, and no random draw.
+ *
+ *     struct dse_sampler_params sp;
+ *     dse_sampler_params_default(&sp);
+ *     sp.temperature = 0.7f; sp.top_p = 0.9f; sp.seed = 42;
+ *     r = dse_sampler_new(&sp, n_vocab, &smp, &diag);
+ *     int id = dse_sampler_sample(smp, logits);           // id >= 0 or -errno
+ *
+ * All scratch memory is allocated by dse_sampler_new; sampling never allocates. One
+ * thread at a time per sampler. */
+struct dse_sampler_params {
+        float temperature; /* <= 0: greedy */
+        int top_k;         /* keep the k most likely tokens; <= 0: off */
+        float top_p;       /* keep the smallest set whose probability reaches top_p; >= 1: off */
+        float min_p;       /* drop tokens below min_p * p(most likely); <= 0: off */
+        uint64_t seed;
+};
+struct dse_sampler;
+
+/* temperature 1, top_k 0, top_p 1, min_p 0, seed 0: plain sampling from the softmax. */
+void dse_sampler_params_default(struct dse_sampler_params *params);
+/* -EINVAL for n_vocab < 1 or a parameter out of range (top_p outside (0, 1], min_p
+ * outside [0, 1], a NaN). */
+int dse_sampler_new(const struct dse_sampler_params *params, int n_vocab, struct dse_sampler **ret_sampler,
+                    struct dse_diag *reterr);
+void dse_sampler_free(struct dse_sampler *smp);
+/* logits: (n_vocab). Returns the chosen id, or -EINVAL when every logit is NaN or -inf. */
+int dse_sampler_sample(struct dse_sampler *smp, const float *logits);
 
 #ifdef __cplusplus
 }
