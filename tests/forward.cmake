@@ -30,3 +30,6 @@ add_dependencies(test-forward-logits-cli dsvisor)
 
 # Re-quantized (bf16, int8, int4) conversions through the forward pass, looser tolerances.
 dsv_test(NAME test-model-requant SOURCES models/test-model-requant.c LIBS dse LABELS integration)
+
+# Session API contract on fixtures (limits, reset, chunking, thread counts).
+dsv_test(NAME test-forward-session SOURCES models/test-forward-session.c LIBS dse LABELS integration)
