@@ -545,3 +545,126 @@ TEST(spawn_without_clone3_joins_before_exec) {
         spawn_fallback(&c);
         ASSERT_OK(ctx_cleanup(&c));
 }
+
+/* Delegation on the real v2 tree, for a process whose own group is not the root: a
+ * forked child moves itself into a fresh group G (as if systemd had put it there), and
+ * G stands in for its own group through an injected /proc/self/cgroup. The kernel's
+ * no-internal-processes rule is real here: "+hugetlb" in G's subtree_control is EBUSY
+ * while the child is in G, and works after dsv_cgroup_host_delegate() moved it to
+ * G/supervisor. The test process itself stays where it is. */
+static int delegate_child(const char *own_abs, const char *own_rel_path, const char *proc_file) {
+        char p[1400], buf[256];
+        snprintf(p, sizeof p, "%s/cgroup.procs", own_abs);
+        if (spew(p, "0") < 0)
+                return 20;
+        snprintf(p, sizeof p, "%s/cgroup.subtree_control", own_abs);
+        if (spew(p, "+hugetlb") != -EBUSY)
+                return 21;
+        FILE *f = fopen(proc_file, "we");
+        if (!f)
+                return 22;
+        fprintf(f, "0::%s\n", own_rel_path);
+        fclose(f);
+        struct dsv_cgroup_config cfg = {.proc_self_cgroup = proc_file, .controllers = DSV_CGROUP_CTRL_HUGETLB};
+        struct dsv_cgroup_host *h;
+        if (dsv_cgroup_host_new(&cfg, &h) < 0)
+                return 23;
+        struct dsv_cgroup_host_info info;
+        int ret = 0;
+        if (dsv_cgroup_host_info(h, &info) < 0 || strcmp(info.v2_own, own_abs) != 0 || info.v1_mounted)
+                ret = 24;
+        if (!ret && dsv_cgroup_host_delegate(h) < 0)
+                ret = 25;
+        snprintf(p, sizeof p, "%s/supervisor/cgroup.procs", own_abs);
+        char pid[32];
+        snprintf(pid, sizeof pid, "%d", (int)getpid());
+        if (!ret && (slurp(p, buf, sizeof buf) < 0 || strcmp(buf, pid) != 0))
+                ret = 26;
+        if (!ret && (dsv_cgroup_host_info(h, &info) < 0 || !(info.v2_enabled & DSV_CGROUP_CTRL_HUGETLB)))
+                ret = 27;
+        struct dsv_cgroup_limits lim = {.hugetlb_2mb_max_bytes = 4ull << 20};
+        struct dsv_cgroup_report rep;
+        struct dsv_cgroup_instance *inst = NULL;
+        if (!ret && dsv_cgroup_instance_new(h, "w", &lim, &rep, &inst) < 0)
+                ret = 28;
+        if (!ret && !rep.e[DSV_CGROUP_LIMIT_HUGETLB_2MB_MAX].applied)
+                ret = 29;
+        pid_t kid = -1;
+        int pidfd = -1;
+        char *argv[] = {"/bin/sleep", "100", NULL};
+        if (!ret && dsv_cgroup_instance_spawn(inst, argv[0], argv, NULL, &kid, &pidfd) < 0)
+                ret = 30;
+        snprintf(p, sizeof p, "%s/w", own_rel_path);
+        if (!ret && !proc_cgroup_has(kid, NULL, p))
+                ret = 31;
+        if (inst && dsv_cgroup_instance_stop(inst, 5000) < 0)
+                ret = ret ?: 32;
+        if (pidfd >= 0) {
+                siginfo_t si;
+                waitid(P_PIDFD, (id_t)pidfd, &si, WEXITED);
+                close(pidfd);
+        }
+        if (!ret && exists_in(own_abs, "w"))
+                ret = 33;
+        dsv_cgroup_instance_free(inst);
+        dsv_cgroup_host_free(h);
+        return ret;
+}
+
+static void delegate_real(char *own_abs, size_t size, bool *restore) {
+        struct ctx c;
+        ASSERT_OK(ctx_init(&c));
+        struct dsv_cgroup_host_info info = c.info;
+        dsv_cgroup_host_free(c.h);
+        if (!info.v2_own[0] || !(info.v2_available & DSV_CGROUP_CTRL_HUGETLB)) {
+                fprintf(stderr, "  no v2 tree with hugetlb here, nothing to check\n");
+                return;
+        }
+        char rel[1024], rel_own[1200], p[1300], proc_file[64];
+        own_rel(&c, NULL, rel, sizeof rel);
+        snprintf(rel_own, sizeof rel_own, "%s/dsvtest-%d-own", rel, (int)getpid());
+        snprintf(own_abs, size, "%s/dsvtest-%d-own", info.v2_own, (int)getpid());
+        *restore = !(info.v2_enabled & DSV_CGROUP_CTRL_HUGETLB);
+        snprintf(p, sizeof p, "%s/cgroup.subtree_control", info.v2_own);
+        ASSERT_OK(spew(p, "+hugetlb"));
+        ASSERT_TRUE(mkdir(own_abs, 0755) == 0);
+        snprintf(proc_file, sizeof proc_file, "/tmp/dsv-proc-self-cgroup-%d", (int)getpid());
+        pid_t kid = fork();
+        ASSERT_TRUE(kid >= 0);
+        if (kid == 0)
+                _exit(delegate_child(own_abs, rel_own, proc_file));
+        int st;
+        ASSERT_TRUE(waitpid(kid, &st, 0) == kid);
+        unlink(proc_file);
+        if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+                T_FAIL("delegation child failed (status 0x%x)", st);
+        char now[4096];
+        ASSERT_OK(slurp("/proc/self/cgroup", now, sizeof now));
+        ASSERT_STREQ(now, c.self_cgroup);
+}
+
+TEST(real_v2_delegation_moves_self_before_enabling) {
+        char own_abs[1100] = "", p[1200];
+        bool restore = false;
+        delegate_real(own_abs, sizeof own_abs, &restore);
+        /* The child has exited: its groups are empty and can go. */
+        int r = 0;
+        if (own_abs[0]) {
+                snprintf(p, sizeof p, "%s/supervisor", own_abs);
+                if (rmdir(p) < 0 && errno != ENOENT)
+                        r = -errno;
+                if (rmdir(own_abs) < 0 && errno != ENOENT && r == 0)
+                        r = -errno;
+        }
+        if (restore) {
+                snprintf(p, sizeof p, "%s", own_abs);
+                char *slash = strrchr(p, '/');
+                if (slash) {
+                        snprintf(slash, sizeof p - (size_t)(slash - p), "/cgroup.subtree_control");
+                        int rr = spew(p, "-hugetlb");
+                        if (r == 0)
+                                r = rr;
+                }
+        }
+        ASSERT_OK(r);
+}
