@@ -24,6 +24,7 @@
 #include <libcgroup.h>
 #include <linux/magic.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/vfs.h>
@@ -71,7 +72,14 @@ int dsv__cgroup_v1_errno(int ecg) {
 static pthread_once_t init_once = PTHREAD_ONCE_INIT;
 static int init_result;
 
+static void discard_log(void *userdata, int level, const char *fmt, va_list ap) {
+}
+
 static void init_libcgroup(void) {
+        /* cgroup_init() installs libcgroup's stdout logger unless one is set already
+         * (checked with cgroup_log() after init); this library does not print, the
+         * errors come back as -errno. */
+        cgroup_set_logger(discard_log, -1, NULL);
         init_result = dsv__cgroup_v1_errno(cgroup_init());
 }
 
