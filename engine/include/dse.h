@@ -232,10 +232,10 @@ struct dse_tokenizer;
 int dse_tokenizer_load_hf(const char *json, size_t json_len, const char *config_json,
                           size_t config_len, struct dse_tokenizer **ret_tok, struct dse_diag *reterr);
 /* Loads a SentencePiece ModelProto (.model file contents; copied, may be freed after the
- * call): BPE or Unigram with the model's normalizer (precompiled_charsmap, dummy prefix,
- * whitespace rules), user-defined symbols and byte fallback, encoding and decoding as
- * SentencePiece 0.1.9x does. BOS/EOS are trainer_spec's bos_id/eos_id. -EBADMSG for a
- * malformed or truncated file, -EOPNOTSUPP for model_type WORD or CHAR. */
+ * call): BPE, Unigram, WORD or CHAR with the model's normalizer (precompiled_charsmap,
+ * dummy prefix, whitespace rules), user-defined symbols and byte fallback, encoding and
+ * decoding as SentencePiece 0.1.97 does. BOS/EOS are trainer_spec's bos_id/eos_id.
+ * -EBADMSG for a malformed or truncated file, -EOPNOTSUPP for an unknown model_type. */
 int dse_tokenizer_load_spm(const void *data, size_t len, struct dse_tokenizer **ret_tok,
                            struct dse_diag *reterr);
 /* Loads from a path: "*.model" as SentencePiece, otherwise tokenizer.json (its sibling

@@ -375,7 +375,7 @@ TEST(unsupported_model_type) {
         struct pbw w = {.n = 0};
         w_piece(&w, "<unk>", 0, UNKNOWN);
         w_piece(&w, "a", -1, NORMAL);
-        w_specs(&w, 3, false); /* WORD */
+        w_specs(&w, 7, false); /* no such TrainerSpec.ModelType */
         ASSERT_LOAD_FAILS(&w, -EOPNOTSUPP);
 }
 

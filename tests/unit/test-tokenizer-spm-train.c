@@ -231,6 +231,17 @@ TEST(bpe_custom_rules_and_denormalizer) {
         check_config("bpe_rules", flags);
 }
 
+/* The WORD and CHAR model types. (spm_encode 0.1.97 itself fails on a WORD model
+ * trained with --treat_whitespace_as_suffix, so that case has no reference.) */
+TEST(word_and_char_models) {
+        ASSERT_TRUE(setup());
+        check_config("word", "--model_type=word --vocab_size=600 --hard_vocab_limit=false");
+        check_config("word_ws_only", "--model_type=word --vocab_size=600 --hard_vocab_limit=false "
+                                     "--allow_whitespace_only_pieces --remove_extra_whitespaces=false");
+        check_config("char", "--model_type=char --vocab_size=400 --hard_vocab_limit=false --character_coverage=0.98 "
+                             "'--user_defined_symbols=<tool>,@@'");
+}
+
 TEST(cleanup) {
         char cmd[128];
         if (dir[0]) {

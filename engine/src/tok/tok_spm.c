@@ -1,8 +1,9 @@
 /* SentencePiece .model tokenizers: BPE (merging by piece score, with byte fallback, as
- * Llama-2 uses it) and Unigram (Viterbi over piece scores), behind the ops table of
- * tokenizer.h. Semantics follow google/sentencepiece 0.1.9x:
+ * Llama-2 uses it), Unigram (Viterbi over piece scores), and the simple WORD and CHAR
+ * models, behind the ops table of tokenizer.h. Semantics follow google/sentencepiece
+ * 0.1.97 (checked against its spm_encode/spm_decode by test-tokenizer-spm-train):
  *   encode = normalize (spm_norm.c) -> model (bpe_model.cc / unigram_model.cc
- *            EncodeOptimized) -> pieces (sentencepiece_processor.cc
+ *            EncodeOptimized / word_model.cc / char_model.cc) -> pieces (sentencepiece_processor.cc
  *            PopulateSentencePieceText: unknown pieces become <0xXX> bytes with byte
  *            fallback, else a run of them becomes one <unk>);
  *   decode = sentencepiece_processor.cc Decode: control pieces vanish, <unk> becomes
@@ -184,8 +185,9 @@ int dse__tok_spm_init(struct dse_tokenizer *tok, const void *data, size_t len, s
         if ((ret = dse__spm_proto_parse(s->model, len, &s->proto, reterr)) < 0)
                 goto fail;
         const struct spm_proto *m = &s->proto;
-        if (m->model_type != SPM_MODEL_UNIGRAM && m->model_type != SPM_MODEL_BPE) {
-                ret = dse__fail(reterr, -EOPNOTSUPP, "SentencePiece model_type %d is not supported (unigram and bpe are)",
+        if (m->model_type < SPM_MODEL_UNIGRAM || m->model_type > SPM_MODEL_CHAR) {
+                ret = dse__fail(reterr, -EOPNOTSUPP,
+                                "SentencePiece model_type %d is not supported (unigram, bpe, word and char are)",
                                 m->model_type);
                 goto fail;
         }
@@ -508,6 +510,47 @@ static int encode_unigram(const struct spm_tok *s, const char *text, size_t len,
         return ret;
 }
 
+/* -- CHAR (char_model.cc): one piece per character, user-defined symbols whole -- */
+
+static int encode_char(const struct spm_tok *s, const char *text, size_t len, struct segs *out) {
+        for (size_t pos = 0; pos < len;) {
+                size_t m = s->has_user ? dse__spm_trie_longest_prefix(&s->user, text + pos, len - pos) : 0;
+                if (m == 0) {
+                        m = spm_one_char_len(text + pos);
+                        if (m > len - pos)
+                                m = len - pos;
+                }
+                int ret = segs_push(out, (uint32_t)pos, (uint32_t)m, piece_to_id(s, text + pos, m));
+                if (ret < 0)
+                        return ret;
+                pos += m;
+        }
+        return 0;
+}
+
+/* -- WORD (word_model.cc): whole words, each starting at U+2581. SentencePiece 0.1.97's
+ * word model splits this way (SplitIntoWords with its defaults) whatever
+ * treat_whitespace_as_suffix and allow_whitespace_only_pieces say. -- */
+static int encode_word(const struct spm_tok *s, const char *text, size_t len, struct segs *out) {
+        size_t word = 0;
+        for (size_t pos = 0; pos < len;) {
+                size_t m = spm_one_char_len(text + pos);
+                if (m > len - pos)
+                        m = len - pos;
+                if (pos > word && m == 3 && memcmp(text + pos, SPACE_SYMBOL, 3) == 0) {
+                        int ret = segs_push(out, (uint32_t)word, (uint32_t)(pos - word),
+                                            piece_to_id(s, text + word, pos - word));
+                        if (ret < 0)
+                                return ret;
+                        word = pos;
+                }
+                pos += m;
+        }
+        if (len > word)
+                return segs_push(out, (uint32_t)word, (uint32_t)(len - word), piece_to_id(s, text + word, len - word));
+        return 0;
+}
+
 static void emit(int32_t *ids, size_t max_ids, size_t *count, int32_t id) {
         if (*count < max_ids)
                 ids[*count] = id;
@@ -532,8 +575,12 @@ static int spm_encode(const struct dse_tokenizer *tok, const char *text, size_t 
                 ret = -E2BIG;
                 goto out;
         }
-        ret = s->model_type == SPM_MODEL_BPE ? encode_bpe(s, norm.data, norm.len, &segs)
-                                             : encode_unigram(s, norm.data, norm.len, &segs);
+        switch (s->model_type) {
+        case SPM_MODEL_BPE: ret = encode_bpe(s, norm.data, norm.len, &segs); break;
+        case SPM_MODEL_WORD: ret = encode_word(s, norm.data, norm.len, &segs); break;
+        case SPM_MODEL_CHAR: ret = encode_char(s, norm.data, norm.len, &segs); break;
+        default: ret = encode_unigram(s, norm.data, norm.len, &segs); break;
+        }
         if (ret < 0)
                 goto out;
 
