@@ -9,3 +9,16 @@ target_include_directories(test-modelfile-quant PRIVATE ${CMAKE_SOURCE_DIR}/engi
 dsv_test(NAME test-modelfile-bad SOURCES unit/test-modelfile-bad.c LIBS dse LABELS unit TIMEOUT 120)
 target_include_directories(test-modelfile-bad PRIVATE ${CMAKE_SOURCE_DIR}/engine/src)
 dsv_script_test(NAME test-modelfile-cli SCRIPT ${CMAKE_SOURCE_DIR}/tests/integration/modelfile-cli.sh LABELS integration TIMEOUT 60)
+
+# libFuzzer targets for the two header parsers (cmake -DDSV_FUZZ=ON with CC=clang).
+# libdse is instrumented for coverage; each target links it with ASan and UBSan.
+if(DSV_FUZZ)
+  target_compile_options(dse PRIVATE -fsanitize=fuzzer-no-link,address,undefined)
+  foreach(f safetensors native)
+    add_executable(fuzz-${f}-header fuzz/fuzz-${f}-header.c)
+    target_include_directories(fuzz-${f}-header PRIVATE ${CMAKE_SOURCE_DIR}/engine/src)
+    target_compile_options(fuzz-${f}-header PRIVATE -fsanitize=fuzzer,address,undefined)
+    target_link_options(fuzz-${f}-header PRIVATE -fsanitize=fuzzer,address,undefined)
+    target_link_libraries(fuzz-${f}-header PRIVATE dse)
+  endforeach()
+endif()
