@@ -15,5 +15,6 @@ int dsv_cmd_convert(int argc, char **argv);
 int dsv_cmd_verify(int argc, char **argv);
 int dsv_cmd_plan(int argc, char **argv);
 int dsv_cmd_logits(int argc, char **argv);
+int dsv_cmd_run(int argc, char **argv);
 
 #endif

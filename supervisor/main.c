@@ -12,6 +12,7 @@ static const struct dsv_command commands[] = {
         {"verify", dsv_cmd_verify, "validate a native model file and check every tensor's checksum"},
         {"plan", dsv_cmd_plan, "dry run: where each instance would run (nodes, cores, threads)"},
         {"logits", dsv_cmd_logits, "run token ids through a model: raw logits and the greedy continuation"},
+        {"run", dsv_cmd_run, "generate text from a prompt or a chat message, streamed to stdout"},
 };
 
 static void usage(FILE *out) {

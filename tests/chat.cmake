@@ -12,3 +12,4 @@ endforeach()
 
 dsv_test(NAME test-detok   SOURCES unit/test-detok.c   LIBS dse dsv::cjson LABELS unit)
 dsv_test(NAME test-sampler SOURCES unit/test-sampler.c LIBS dse LABELS unit)
+dsv_script_test(NAME test-chat-run SCRIPT ${CMAKE_SOURCE_DIR}/tests/integration/chat-run.sh LABELS integration TIMEOUT 300)
