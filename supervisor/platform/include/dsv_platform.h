@@ -294,4 +294,81 @@ int dsv_hugepages_image_pages_off_node(const struct dsv_hugepages_image *img, in
 /* Unmaps and closes, leaving fd -1 and addr NULL; NULL or a done image is a no-op. */
 void dsv_hugepages_image_done(struct dsv_hugepages_image *img);
 
+/* ---- host checks for `dsvisor doctor` (doctor.c) ----------------------------------- */
+/* Issue 11 item 1: the host settings that steady P99 depends on, read through a root
+ * prefix (tests point it at fake /proc and /sys trees) and judged against what dsvisor
+ * wants. Pure reading: nothing is changed, nothing is printed.
+ *
+ *     int cpus[] = {1, 2, 3, 8, 9, 10, 11}, hk[] = {0}, nodes[] = {0, 1};
+ *     struct dsv_doctor_request req = { .root = "/", .instance_cpus = cpus, .n_instance_cpus = 7,
+ *                                       .housekeeping_cpus = hk, .n_housekeeping_cpus = 1,
+ *                                       .instance_nodes = nodes, .n_instance_nodes = 2,
+ *                                       .model_bytes = 40ull << 30 };
+ *     static struct dsv_doctor_report rep;
+ *     r = dsv_doctor_run(&req, &rep);
+ *     for (int i = 0; i < rep.n_checks; i++)
+ *             printf("%s %s: %s\n", dsv_doctor_status_to_string(rep.checks[i].status),
+ *                    rep.checks[i].name, rep.checks[i].found);
+ *     exit_code = dsv_doctor_status_exit_code(dsv_doctor_report_worst(&rep));   // 0/1/2
+ *
+ * A file the host does not have (no cpufreq in a VM, no node directory) makes its check
+ * UNKNOWN, never an error. Ownership: the report is caller storage, pointer-free. */
+
+enum dsv_doctor_status {
+        DSV_DOCTOR_OK,      /* as dsvisor wants it */
+        DSV_DOCTOR_UNKNOWN, /* could not be read here (missing file); does not change the exit code */
+        DSV_DOCTOR_WARN,    /* works, but costs latency or isolation; the reason says how */
+        DSV_DOCTOR_FAIL,    /* dsvisor cannot run as planned */
+        DSV_DOCTOR_STATUS_COUNT
+};
+/* "ok", "unknown", "warn", "fail". */
+const char *dsv_doctor_status_to_string(enum dsv_doctor_status status);
+/* The exit code of `dsvisor doctor` for a worst status: 0 ok or unknown, 1 warn, 2 fail. */
+int dsv_doctor_status_exit_code(enum dsv_doctor_status status);
+
+#define DSV_DOCTOR_MAX_CHECKS 48
+
+struct dsv_doctor_check {
+        char name[32];         /* "thp-enabled", "hugepages-node1" */
+        enum dsv_doctor_status status;
+        char found[160];       /* the value read, "always", "950000/1000000 us (95%)" */
+        char recommended[160]; /* the value dsvisor wants, "madvise" */
+        char reason[320];      /* one line: why it matters for dsvisor */
+};
+
+struct dsv_doctor_report {
+        int n_checks;
+        int n_dropped; /* checks beyond DSV_DOCTOR_MAX_CHECKS */
+        struct dsv_doctor_check checks[DSV_DOCTOR_MAX_CHECKS];
+};
+
+struct dsv_doctor_request {
+        const char *root;              /* prefix of /proc, /sys and /boot; NULL or "/": this host */
+        const int *instance_cpus;      /* OS CPU numbers the plan gives to instances (union) */
+        size_t n_instance_cpus;        /* 0: CPU-specific checks look at every CPU */
+        const int *housekeeping_cpus;  /* CPUs left for the supervisor, IRQs and the rest */
+        size_t n_housekeeping_cpus;
+        const int *instance_nodes;     /* OS numbers of the NUMA nodes that host instances */
+        size_t n_instance_nodes;
+        uint64_t model_bytes;          /* weight image size; 0: unknown (HugePages unknown) */
+};
+
+/* Runs every host check into *ret (written on success): cgroup mode and own
+ * controllers, cpufreq driver and governor, THP enabled/defrag, 2 MiB HugePages per
+ * instance node (one shared weight image per node: ceil(model_bytes / 2 MiB) pages
+ * each), RT throttling, RT group scheduling, NUMA balancing, RLIMIT_MEMLOCK and
+ * RLIMIT_RTPRIO (of this process, from <root>/proc/self/limits and CapEff), IRQs whose
+ * affinity overlaps instance CPUs, SMT and the CPU's SIMD flags. -EINVAL on bad
+ * arguments; a missing or malformed host file is UNKNOWN inside the report. */
+int dsv_doctor_run(const struct dsv_doctor_request *req, struct dsv_doctor_report *ret);
+
+/* Appends one check (for checks the caller makes itself, e.g. the engine's kernel
+ * level). Strings are truncated to their fields. -ENOSPC when the report is full
+ * (counted in n_dropped). */
+int dsv_doctor_report_add(struct dsv_doctor_report *rep, const char *name, enum dsv_doctor_status status,
+                          const char *found, const char *recommended, const char *reason);
+
+/* The worst status in the report (OK < UNKNOWN < WARN < FAIL). */
+enum dsv_doctor_status dsv_doctor_report_worst(const struct dsv_doctor_report *rep);
+
 #endif
