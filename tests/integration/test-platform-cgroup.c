@@ -367,12 +367,21 @@ static void limits_spawn_kill(struct ctx *c) {
         c->pidfd[c->n_kids - 1] = -1;
 }
 
+static int count_fds(void) {
+        int n = 0;
+        for (int fd = 0; fd < 1024; fd++)
+                n += fcntl(fd, F_GETFD) >= 0;
+        return n;
+}
+
 TEST(real_groups_limits_spawn_kill_remove) {
         struct ctx c;
+        int fds = count_fds();
         limits_spawn_kill(&c);
         int r = ctx_cleanup(&c);
         char now[4096];
         ASSERT_OK(r);
+        ASSERT_EQ(count_fds(), fds);
         ASSERT_OK(slurp("/proc/self/cgroup", now, sizeof now));
         ASSERT_STREQ(now, c.self_cgroup);
 }

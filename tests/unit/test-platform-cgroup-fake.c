@@ -325,10 +325,22 @@ static void fake_full_cycle(struct fake *f, struct dsv_cgroup_host **hp, struct 
         free(after);
 }
 
+static int count_fds(void) {
+        DIR *d = opendir("/proc/self/fd");
+        if (!d)
+                return -errno;
+        int n = 0;
+        while (readdir(d))
+                n++;
+        closedir(d);
+        return n;
+}
+
 TEST(fake_v2_tree_writes_stay_inside_delegated_group) {
         struct fake f = {0};
         struct dsv_cgroup_host *h = NULL;
         struct dsv_cgroup_instance *inst = NULL;
+        int fds = count_fds();
         int r = fake_setup(&f);
         if (r == 0)
                 fake_full_cycle(&f, &h, &inst);
@@ -336,6 +348,7 @@ TEST(fake_v2_tree_writes_stay_inside_delegated_group) {
         dsv_cgroup_host_free(h);
         fake_teardown(&f);
         ASSERT_OK(r);
+        ASSERT_EQ(count_fds(), fds); /* every fd the host and instances opened is closed */
 }
 
 static void fake_attacks(struct fake *f) {
