@@ -11,5 +11,28 @@ foreach(name deepseek_v3 qwen2_5 llama3 mistral7b)
   set_tests_properties(test-tokenizer-${name} PROPERTIES LABELS unit TIMEOUT 120 ENVIRONMENT "${DSV_TOK_ENV}")
 endforeach()
 
+# Each pipeline stage on small synthetic files, and the errors for bad files and text.
+dsv_test(NAME test-tokenizer-bpe SOURCES unit/test-tokenizer-bpe.c LIBS dse LABELS unit TIMEOUT 60)
+target_include_directories(test-tokenizer-bpe PRIVATE ${CMAKE_SOURCE_DIR}/engine/src)
+
 dsv_script_test(NAME test-tokenize-cli SCRIPT ${CMAKE_SOURCE_DIR}/tests/integration/test-tokenize-cli.sh
   LABELS integration TIMEOUT 120)
+
+# libFuzzer targets (configure with CC=clang -DDSV_FUZZ=ON): the tokenizer.json loader and
+# the encoder on arbitrary bytes. The tokenizer sources are compiled once more with
+# coverage so the fuzzer sees inside them; the rest of libdse comes from the library.
+if(DSV_FUZZ)
+  file(GLOB DSV_BPE_FUZZ_SOURCES ${CMAKE_SOURCE_DIR}/engine/src/tok/bpe_*.c)
+  add_library(dse_bpe_fuzz STATIC ${DSV_BPE_FUZZ_SOURCES}
+    ${CMAKE_SOURCE_DIR}/engine/src/tok/tok_bpe.c ${CMAKE_SOURCE_DIR}/engine/src/tok/tokenizer.c)
+  target_include_directories(dse_bpe_fuzz PRIVATE ${CMAKE_SOURCE_DIR}/engine/include ${CMAKE_SOURCE_DIR}/engine/src)
+  target_compile_options(dse_bpe_fuzz PRIVATE -fsanitize=fuzzer-no-link,address,undefined -fno-omit-frame-pointer)
+  target_link_libraries(dse_bpe_fuzz PRIVATE dsv::pcre2 dsv::utf8proc)
+  foreach(fz fuzz-tokenizer-load fuzz-tokenizer-encode)
+    add_executable(${fz} fuzz/${fz}.c)
+    target_compile_definitions(${fz} PRIVATE DSV_FIXTURES_DIR="${DSV_FIXTURES}")
+    target_compile_options(${fz} PRIVATE -fsanitize=fuzzer,address,undefined)
+    target_link_options(${fz} PRIVATE -fsanitize=fuzzer,address,undefined)
+    target_link_libraries(${fz} PRIVATE dse_bpe_fuzz dse dsv::pcre2 dsv::utf8proc)
+  endforeach()
+endif()
