@@ -4,6 +4,7 @@
  * spawned into them, membership and values read back from the kernel, then kill and
  * removal. Every test removes what it created, also when it fails, and the test
  * process itself never changes group. */
+#include <dirent.h>
 #include <fcntl.h>
 #include <sched.h>
 #include <signal.h>
@@ -215,7 +216,7 @@ static void own_rel(const struct ctx *c, const char *ctrl, char *buf, size_t siz
 /* ---- tests ------------------------------------------------------------------------ */
 
 /* The mode, decided independently from the mount table. */
-TEST(mode_detect_matches_mount_table) {
+static void mode_detect_matches_mount_table_body(void) {
         char mounts[65536];
         ASSERT_OK(slurp("/proc/self/mounts", mounts, sizeof mounts));
         enum dsv_cgroup_mode want = DSV_CGROUP_MODE_LEGACY;
@@ -258,7 +259,7 @@ static void host_discovery(struct ctx *c) {
         }
 }
 
-TEST(host_discovery_finds_own_groups) {
+static void host_discovery_finds_own_groups_body(void) {
         struct ctx c;
         host_discovery(&c);
         ASSERT_OK(ctx_cleanup(&c));
@@ -374,7 +375,7 @@ static int count_fds(void) {
         return n;
 }
 
-TEST(real_groups_limits_spawn_kill_remove) {
+static void real_groups_limits_spawn_kill_remove_body(void) {
         struct ctx c;
         int fds = count_fds();
         limits_spawn_kill(&c);
@@ -409,7 +410,7 @@ static void fifo_needs_rt_runtime(struct ctx *c) {
         ASSERT_OK(dsv_cgroup_instance_stop(inst, 5000));
 }
 
-TEST(fifo_refused_without_rt_runtime) {
+static void fifo_refused_without_rt_runtime_body(void) {
         struct ctx c;
         fifo_needs_rt_runtime(&c);
         ASSERT_OK(ctx_cleanup(&c));
@@ -448,7 +449,7 @@ static void kill_process_tree(struct ctx *c) {
         ASSERT_TRUE(!exists_in(dir, name));
 }
 
-TEST(stop_kills_the_whole_tree) {
+static void stop_kills_the_whole_tree_body(void) {
         struct ctx c;
         kill_process_tree(&c);
         ASSERT_OK(ctx_cleanup(&c));
@@ -484,7 +485,7 @@ static void failures_clean(struct ctx *c) {
         }
 }
 
-TEST(failures_leave_nothing_behind) {
+static void failures_leave_nothing_behind_body(void) {
         struct ctx c;
         failures_clean(&c);
         ASSERT_OK(ctx_cleanup(&c));
@@ -549,7 +550,7 @@ static void spawn_fallback(struct ctx *c) {
         ASSERT_OK(dsv_cgroup_instance_stop(inst, 5000));
 }
 
-TEST(spawn_without_clone3_joins_before_exec) {
+static void spawn_without_clone3_joins_before_exec_body(void) {
         struct ctx c;
         spawn_fallback(&c);
         ASSERT_OK(ctx_cleanup(&c));
@@ -652,7 +653,7 @@ static void delegate_real(char *own_abs, size_t size, bool *restore) {
         ASSERT_STREQ(now, c.self_cgroup);
 }
 
-TEST(real_v2_delegation_moves_self_before_enabling) {
+static void real_v2_delegation_moves_self_before_enabling_body(void) {
         char own_abs[1100] = "", p[1200];
         bool restore = false;
         delegate_real(own_abs, sizeof own_abs, &restore);
@@ -676,4 +677,125 @@ TEST(real_v2_delegation_moves_self_before_enabling) {
                 }
         }
         ASSERT_OK(r);
+}
+
+/* ---- isolation: each test body runs in a forked child; the parent then sweeps ----
+ * A body that crashes cannot run its own cleanup, so the parent removes every group
+ * named "dsvtest-<child pid>-*" below its own groups (killing what is still in them)
+ * and undoes a hugetlb left enabled in the own v2 subtree_control. A body that passed
+ * must have left nothing: the sweep finding anything fails the test. */
+
+static int sweep_group(const char *path) {
+        int n = 0;
+        DIR *d = opendir(path);
+        if (!d)
+                return 0;
+        struct dirent *de;
+        while ((de = readdir(d))) {
+                if (de->d_type != DT_DIR || de->d_name[0] == '.')
+                        continue;
+                char sub[1400];
+                snprintf(sub, sizeof sub, "%s/%s", path, de->d_name);
+                n += sweep_group(sub);
+        }
+        closedir(d);
+        char procs_path[1400], procs[4096];
+        snprintf(procs_path, sizeof procs_path, "%s/cgroup.procs", path);
+        for (int tries = 0; tries < 500 && slurp(procs_path, procs, sizeof procs) > 0; tries++) {
+                for (char *t = strtok(procs, "\n"); t; t = strtok(NULL, "\n"))
+                        kill((pid_t)atoi(t), SIGKILL);
+                usleep(10000);
+        }
+        if (rmdir(path) == 0)
+                n++;
+        return n;
+}
+
+static int sweep_prefix(const char *dir, const char *prefix) {
+        int n = 0;
+        DIR *d = opendir(dir);
+        if (!d)
+                return 0;
+        struct dirent *de;
+        while ((de = readdir(d))) {
+                if (de->d_type != DT_DIR || strncmp(de->d_name, prefix, strlen(prefix)) != 0)
+                        continue;
+                char sub[1400];
+                snprintf(sub, sizeof sub, "%s/%s", dir, de->d_name);
+                n += sweep_group(sub);
+        }
+        closedir(d);
+        return n;
+}
+
+static void run_isolated(void (*body)(void)) {
+        struct dsv_cgroup_config cfg = {0};
+        struct dsv_cgroup_host *h = NULL;
+        struct dsv_cgroup_host_info info;
+        ASSERT_OK(dsv_cgroup_host_new(&cfg, &h));
+        int r = dsv_cgroup_host_info(h, &info);
+        dsv_cgroup_host_free(h);
+        ASSERT_OK(r);
+
+        pid_t kid = fork();
+        ASSERT_TRUE(kid >= 0);
+        if (kid == 0) {
+                body();
+                fflush(stderr);
+                _exit(t_failed_current ? 1 : 0);
+        }
+        int st = 0;
+        waitpid(kid, &st, 0);
+
+        char prefix[64];
+        snprintf(prefix, sizeof prefix, "dsvtest-%d-", (int)kid);
+        int swept = info.v2_own[0] ? sweep_prefix(info.v2_own, prefix) : 0;
+        for (int b = 0; b < 4; b++)
+                if (info.v1_mounted & (1u << b))
+                        swept += sweep_prefix(info.v1_own[b], prefix);
+        int restored = 0;
+        if (info.v2_own[0] && !(info.v2_enabled & DSV_CGROUP_CTRL_HUGETLB)) {
+                char p[700], now[256];
+                snprintf(p, sizeof p, "%s/cgroup.subtree_control", info.v2_own);
+                if (slurp(p, now, sizeof now) >= 0 && strstr(now, "hugetlb")) {
+                        spew(p, "-hugetlb");
+                        restored = 1;
+                }
+        }
+        if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+                T_FAIL("test body failed (status 0x%x); swept %d group(s)", st, swept);
+        ASSERT_EQ(swept, 0);
+        ASSERT_EQ(restored, 0);
+}
+
+TEST(mode_detect_matches_mount_table) {
+        run_isolated(mode_detect_matches_mount_table_body);
+}
+
+TEST(host_discovery_finds_own_groups) {
+        run_isolated(host_discovery_finds_own_groups_body);
+}
+
+TEST(real_groups_limits_spawn_kill_remove) {
+        run_isolated(real_groups_limits_spawn_kill_remove_body);
+}
+
+TEST(fifo_refused_without_rt_runtime) {
+        run_isolated(fifo_refused_without_rt_runtime_body);
+}
+
+TEST(stop_kills_the_whole_tree) {
+        run_isolated(stop_kills_the_whole_tree_body);
+}
+
+TEST(failures_leave_nothing_behind) {
+        run_isolated(failures_leave_nothing_behind_body);
+}
+
+TEST(spawn_without_clone3_joins_before_exec) {
+        run_isolated(spawn_without_clone3_joins_before_exec_body);
+}
+
+TEST(real_v2_delegation_moves_self_before_enabling) {
+        run_isolated(real_v2_delegation_moves_self_before_enabling_body);
 }
