@@ -241,12 +241,16 @@ TEST(matvec_all_formats_all_levels) {
                                 }
                                 n_checked++;
                         }
-                        /* dequant_row against the oracle, element by element */
+                        /* dequant_row against the oracle, element by element, at every level */
                         float *row = malloc((size_t)w->cols * 4);
-                        for (int64_t r = 0; r < w->rows; r += 1 + w->rows / 3) {
-                                kref.dequant_row(w, r, row);
-                                for (int64_t c = 0; c < w->cols; c++)
-                                        ASSERT_NEAR(row[c], oracle_w(w, r, c), 1e-7 * fabs(oracle_w(w, r, c)));
+                        for (int lvl = DSE_CPU_SCALAR; lvl <= (int)top; lvl++) {
+                                struct dse_kernels k;
+                                ASSERT_OK(dse_kernels_resolve((enum dse_cpu_level)lvl, &k));
+                                for (int64_t r = 0; r < w->rows; r += 1 + w->rows / 3) {
+                                        k.dequant_row(w, r, row);
+                                        for (int64_t c = 0; c < w->cols; c++)
+                                                ASSERT_NEAR(row[c], oracle_w(w, r, c), 1e-7 * fabs(oracle_w(w, r, c)));
+                                }
                         }
                         free(row);
                         free(x);

@@ -180,6 +180,43 @@ static void matvec_q4_avx2(const struct dse_qmat *w, const float *x, float *y, i
         }
 }
 
+/* out[c] = W[r, c]: 8 columns per step, the _ref twin's conversions for the tail. */
+static void dequant_row_avx2(const struct dse_qmat *w, int64_t r, float *out) {
+        int64_t n = w->cols, c = 0;
+        switch (w->dtype) {
+        case DSE_DTYPE_F16: {
+                const uint16_t *row = (const uint16_t *)w->data + r * n;
+                for (; c + 8 <= n; c += 8)
+                        _mm256_storeu_ps(out + c, load_f16x8(row + c));
+                for (; c < n; c++)
+                        out[c] = dse__kern_f16_to_f32(row[c]);
+                return;
+        }
+        case DSE_DTYPE_BF16: {
+                const uint16_t *row = (const uint16_t *)w->data + r * n;
+                for (; c + 8 <= n; c += 8)
+                        _mm256_storeu_ps(out + c, load_bf16x8(row + c));
+                for (; c < n; c++)
+                        out[c] = dse__kern_bf16_to_f32(row[c]);
+                return;
+        }
+        case DSE_DTYPE_F8_E4M3: {
+                const uint8_t *row = (const uint8_t *)w->data + r * n;
+                const float *lut = dse__f8e4m3_table();
+                const float *srow = w->scale + (r / DSE_F8_BLOCK) * w->n_groups;
+                for (; c + 8 <= n; c += 8) /* 8 divides 128: a step never straddles two blocks */
+                        _mm256_storeu_ps(out + c, _mm256_mul_ps(load_f8x8(row + c, lut),
+                                                                _mm256_set1_ps(srow[c / DSE_F8_BLOCK])));
+                for (; c < n; c++)
+                        out[c] = lut[row[c]] * srow[c / DSE_F8_BLOCK];
+                return;
+        }
+        default:
+                dse__kernels_ref_dequant_row(w, r, out);
+                return;
+        }
+}
+
 static float dot_avx2(const float *a, const float *b, int64_t n) {
         __m256 a0 = _mm256_setzero_ps();
         int64_t i = 0;
@@ -208,6 +245,7 @@ void dse__kernels_fill_avx2(struct dse_kernels *k) {
         k->matvec[DSE_DTYPE_F8_E4M3] = matvec_f8_avx2;
         k->matvec[DSE_DTYPE_Q8] = matvec_q8_avx2;
         k->matvec[DSE_DTYPE_Q4] = matvec_q4_avx2;
+        k->dequant_row = dequant_row_avx2;
         k->dot = dot_avx2;
         k->axpy = axpy_avx2;
 }

@@ -64,6 +64,8 @@ int dse_kernels_resolve(enum dse_cpu_level level, struct dse_kernels *ret_k);
 
 /* The scalar twins (ref.c). */
 void dse__kernels_fill_ref(struct dse_kernels *k);
+/* The reference dequant_row, for SIMD versions that speed up only some formats. */
+void dse__kernels_ref_dequant_row(const struct dse_qmat *w, int64_t r, float *out);
 /* AVX2+FMA+F16C overrides (avx2.c); call only when the CPU has them. */
 void dse__kernels_fill_avx2(struct dse_kernels *k);
 

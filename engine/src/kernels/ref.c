@@ -151,7 +151,7 @@ static void matvec_q4_ref(const struct dse_qmat *w, const float *x, float *y, in
         }
 }
 
-static void dequant_row_ref(const struct dse_qmat *w, int64_t r, float *out) {
+void dse__kernels_ref_dequant_row(const struct dse_qmat *w, int64_t r, float *out) {
         int64_t n = w->cols;
         switch (w->dtype) {
         case DSE_DTYPE_F32:
@@ -223,7 +223,7 @@ void dse__kernels_fill_ref(struct dse_kernels *k) {
         k->matvec[DSE_DTYPE_F8_E4M3] = matvec_f8_ref;
         k->matvec[DSE_DTYPE_Q8] = matvec_q8_ref;
         k->matvec[DSE_DTYPE_Q4] = matvec_q4_ref;
-        k->dequant_row = dequant_row_ref;
+        k->dequant_row = dse__kernels_ref_dequant_row;
         k->dot = dot_ref;
         k->axpy = axpy_ref;
         k->rmsnorm = rmsnorm_ref;
