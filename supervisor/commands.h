@@ -14,6 +14,7 @@ int dsv_cmd_tokenize(int argc, char **argv);
 int dsv_cmd_convert(int argc, char **argv);
 int dsv_cmd_verify(int argc, char **argv);
 int dsv_cmd_plan(int argc, char **argv);
+int dsv_cmd_doctor(int argc, char **argv);
 int dsv_cmd_logits(int argc, char **argv);
 int dsv_cmd_run(int argc, char **argv);
 

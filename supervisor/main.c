@@ -11,6 +11,7 @@ static const struct dsv_command commands[] = {
         {"convert", dsv_cmd_convert, "convert a Hugging Face checkpoint folder into a native model file"},
         {"verify", dsv_cmd_verify, "validate a native model file and check every tensor's checksum"},
         {"plan", dsv_cmd_plan, "dry run: where each instance would run (nodes, cores, threads)"},
+        {"doctor", dsv_cmd_doctor, "check the host tuning (cgroups, THP, HugePages, IRQs, limits) and say why"},
         {"logits", dsv_cmd_logits, "run token ids through a model: raw logits and the greedy continuation"},
         {"run", dsv_cmd_run, "generate text from a prompt or a chat message, streamed to stdout"},
 };
