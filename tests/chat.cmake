@@ -10,6 +10,7 @@ foreach(name deepseek_v3 qwen2_5 llama3)
     ENVIRONMENT "DSV_FIXTURES=${DSV_FIXTURES};DSV_BUILD_DIR=${CMAKE_BINARY_DIR};DSV_SOURCE_DIR=${CMAKE_SOURCE_DIR}")
 endforeach()
 
+dsv_test(NAME test-chat-jinja SOURCES unit/test-chat-jinja.c LIBS dse LABELS unit)
 dsv_test(NAME test-detok   SOURCES unit/test-detok.c   LIBS dse dsv::cjson LABELS unit)
 dsv_test(NAME test-sampler SOURCES unit/test-sampler.c LIBS dse LABELS unit)
 dsv_script_test(NAME test-chat-run SCRIPT ${CMAKE_SOURCE_DIR}/tests/integration/chat-run.sh LABELS integration TIMEOUT 300)

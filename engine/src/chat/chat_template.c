@@ -9,7 +9,7 @@
 #include "tok/tokenizer.h"
 
 /* Bounds one render's memory: a template cannot make a request allocate without limit. */
-#define RENDER_LIMIT_BYTES ((size_t)256 << 20)
+#define RENDER_LIMIT_BYTES ((size_t)128 << 20)
 #define PARSE_LIMIT_BYTES ((size_t)64 << 20)
 
 static void prefix_diag(struct dse_diag *reterr, const char *what) {

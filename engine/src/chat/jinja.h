@@ -25,6 +25,7 @@ struct jarena {
         struct jchunk *head;
         size_t used_bytes;  /* total handed out, checked against limit_bytes */
         size_t limit_bytes; /* 0: unlimited */
+        int over_limit;     /* an allocation failed because of limit_bytes */
 };
 
 void dse__jarena_init(struct jarena *a, size_t limit_bytes);

@@ -77,8 +77,11 @@ __attribute__((format(printf, 4, 5))) static struct jv *fail(struct jctx *c, con
 }
 
 static struct jv *oom(struct jctx *c) {
-        if (!c->err)
-                c->err = dse__fail(c->reterr, -ENOMEM, "chat template: out of memory (or over the render limit)");
+        if (!c->err && c->a->over_limit)
+                c->err = dse__fail(c->reterr, -E2BIG, "chat template: the render exceeded its memory bound (%zu MiB)",
+                                   c->a->limit_bytes >> 20);
+        else if (!c->err)
+                c->err = dse__fail(c->reterr, -ENOMEM, "chat template: out of memory");
         return NULL;
 }
 
@@ -141,6 +144,8 @@ static struct jv *to_str(struct jctx *c, const struct jnode *n, struct jv *v) {
         struct jbuf b;
         dse__jbuf_init(&b, c->a);
         int r = dse__jv_str_into(&b, v, c->reterr);
+        if (r == -ENOMEM)
+                return oom(c);
         if (r < 0) {
                 if (!c->err)
                         c->err = r;
@@ -614,31 +619,63 @@ static struct jv *strip(struct jctx *c, struct jv *s, const struct jv *chars, in
         return mk_str(c, p + b, e - b);
 }
 
-/* Case mapping by code point (utf8proc): mode 'u' upper, 'l' lower, 't' title, 'c' capitalize. */
+/* The unconditional one-to-many mappings of Unicode's SpecialCasing.txt that Python's
+ * str.upper()/lower()/title() apply and utf8proc's one-to-one mappings lack. */
+static const struct {
+        uint32_t cp;
+        const char *upper, *title, *lower;
+} special_casing[] = {
+        {0x00DF, "SS", "Ss", NULL},                    /* ß */
+        {0x0130, NULL, NULL, "i\xCC\x87"},             /* İ -> i + combining dot */
+        {0x0149, "\xCA\xBCN", "\xCA\xBCN", NULL},      /* ŉ */
+        {0x01F0, "J\xCC\x8C", "J\xCC\x8C", NULL},      /* ǰ */
+        {0xFB00, "FF", "Ff", NULL},
+        {0xFB01, "FI", "Fi", NULL},
+        {0xFB02, "FL", "Fl", NULL},
+        {0xFB03, "FFI", "Ffi", NULL},
+        {0xFB04, "FFL", "Ffl", NULL},
+        {0xFB05, "ST", "St", NULL},
+        {0xFB06, "ST", "St", NULL},
+};
+
+/* Case mapping by code point (utf8proc plus special_casing). mode: 'u' str.upper, 'l'
+ * str.lower, 't' str.title (titlecase after an uncased character), 'c' str.capitalize,
+ * 'j' Jinja's title filter (upper after '-', whitespace or an opening bracket). */
 static struct jv *case_map(struct jctx *c, struct jv *s, int mode) {
         struct jbuf b;
         dse__jbuf_init(&b, c->a);
-        int prev_cased = 0, first = 1;
+        int prev_cased = 0, word_start = 1;
         for (size_t i = 0; i < s->u.str.n;) {
                 uint32_t cp;
                 int len = dse__utf8_decode(s->u.str.s + i, s->u.str.n - i, &cp);
                 if (len < 0)
                         len = 1;
-                uint32_t out = cp;
-                int upper;
+                char kind; /* 'u' upper, 't' title, 'l' lower */
                 switch (mode) {
-                case 'u': upper = 1; break;
-                case 'l': upper = 0; break;
-                case 't': upper = !prev_cased; break;
-                default: upper = first; break;
+                case 'u': kind = 'u'; break;
+                case 'l': kind = 'l'; break;
+                case 't': kind = prev_cased ? 'l' : 't'; break;
+                case 'c': kind = i == 0 ? 't' : 'l'; break;
+                default: kind = word_start ? 'u' : 'l'; break;
                 }
-                out = (uint32_t)(upper ? utf8proc_toupper((utf8proc_int32_t)cp) : utf8proc_tolower((utf8proc_int32_t)cp));
+                const char *special = NULL;
+                for (size_t k = 0; k < sizeof special_casing / sizeof special_casing[0]; k++)
+                        if (special_casing[k].cp == cp)
+                                special = kind == 'u' ? special_casing[k].upper : kind == 't' ? special_casing[k].title
+                                                                                         : special_casing[k].lower;
+                if (special) {
+                        dse__jbuf_put(&b, special, strlen(special));
+                } else {
+                        utf8proc_int32_t x = (utf8proc_int32_t)cp;
+                        uint32_t out = (uint32_t)(kind == 'u' ? utf8proc_toupper(x) : kind == 't' ? utf8proc_totitle(x)
+                                                                                             : utf8proc_tolower(x));
+                        char u[4];
+                        dse__jbuf_put(&b, u, dse__utf8_encode(out, u));
+                }
                 const utf8proc_property_t *prop = utf8proc_get_property((utf8proc_int32_t)cp);
                 prev_cased = prop->category == UTF8PROC_CATEGORY_LU || prop->category == UTF8PROC_CATEGORY_LL ||
                              prop->category == UTF8PROC_CATEGORY_LT;
-                first = 0;
-                char u[4];
-                dse__jbuf_put(&b, u, dse__utf8_encode(out, u));
+                word_start = cp == '-' || cp == '(' || cp == '{' || cp == '[' || cp == '<' || dse__py_isspace(cp);
                 i += (size_t)len;
         }
         return b.oom ? oom(c) : mk_str(c, b.p ? b.p : "", b.n);
@@ -903,10 +940,7 @@ static struct jv *call_fn(struct jctx *c, const struct jnode *n, struct jv *fn, 
         case FN_UPPER: return case_map(c, self, 'u');
         case FN_LOWER: return case_map(c, self, 'l');
         case FN_TITLE: return case_map(c, self, 't');
-        case FN_CAPITALIZE: {
-                struct jv *low = case_map(c, self, 'l');
-                return low ? case_map(c, low, 'c') : NULL;
-        }
+        case FN_CAPITALIZE: return case_map(c, self, 'c');
         case FN_REPLACE:
                 x = need_str(c, n, arg(a, 0, "old"), "replace() old");
                 y = x ? need_str(c, n, arg(a, 1, "new"), "replace() new") : NULL;
@@ -1220,9 +1254,7 @@ static struct jv *apply_filter(struct jctx *c, struct jframe *f, const struct jn
                 }
                 return fail(c, n, -EINVAL, "bad operand type for abs(): '%s'", type_name(v));
         case JF_CAPITALIZE:
-                if (!(x = to_str(c, n, v)) || !(x = case_map(c, x, 'l')))
-                        return NULL;
-                return case_map(c, x, 'c');
+                return (x = to_str(c, n, v)) ? case_map(c, x, 'c') : NULL;
         case JF_COUNT:
         case JF_LENGTH:
                 return seq_len(c, n, v);
@@ -1318,7 +1350,7 @@ static struct jv *apply_filter(struct jctx *c, struct jframe *f, const struct jn
         case JF_TITLE:
                 if (!(x = to_str(c, n, v)))
                         return NULL;
-                return case_map(c, x, id == JF_LOWER ? 'l' : id == JF_UPPER ? 'u' : 't');
+                return case_map(c, x, id == JF_LOWER ? 'l' : id == JF_UPPER ? 'u' : 'j');
         case JF_MAP: {
                 struct jv *attr = arg(a, 99, "attribute");
                 if (!(items = iter_items(c, n, v)) || !(x = mk_list(c, JT_LIST, items->u.list.n)))
@@ -1381,6 +1413,8 @@ static struct jv *apply_filter(struct jctx *c, struct jframe *f, const struct jn
                 struct jbuf b;
                 dse__jbuf_init(&b, c->a);
                 int r = dse__json_dump(&b, v, (int)ind, sort && dse__jv_truthy(sort), c->reterr);
+                if (r == -ENOMEM)
+                        return oom(c);
                 if (r < 0) {
                         if (!c->err)
                                 c->err = r;
@@ -1652,7 +1686,7 @@ int dse__jinja_render(struct jarena *a, const struct jnode *root, const struct j
         if (r < 0)
                 return r;
         if (out.oom)
-                return -ENOMEM;
+                return oom(&c), c.err;
         *ret_text = out.p ? out.p : dse__jstrdup(a, "", 0);
         if (!*ret_text)
                 return -ENOMEM;

@@ -1281,8 +1281,11 @@ static struct jnode *parse_body(struct parser *p, const char *const *stops, int 
                 struct token *t = cur(p);
                 struct jnode *n = NULL;
                 if (t->type == T_EOF) {
-                        if (stops)
+                        if (stops) {
+                                while (stops[1])
+                                        stops++; /* the end tag is the last one */
                                 return fail(p, -EINVAL, line, "missing '%s' for the block opened here", stops[0]), NULL;
+                        }
                         break;
                 }
                 if (t->type == T_DATA) {

@@ -23,6 +23,7 @@ void dse__jarena_init(struct jarena *a, size_t limit_bytes) {
         a->head = NULL;
         a->used_bytes = 0;
         a->limit_bytes = limit_bytes;
+        a->over_limit = 0;
 }
 
 void dse__jarena_done(struct jarena *a) {
@@ -40,8 +41,10 @@ void *dse__jalloc(struct jarena *a, size_t size) {
         size = (size + 15) & ~(size_t)15;
         if (size == 0)
                 size = 16;
-        if (a->limit_bytes && (size > a->limit_bytes || a->used_bytes > a->limit_bytes - size))
+        if (a->limit_bytes && (size > a->limit_bytes || a->used_bytes > a->limit_bytes - size)) {
+                a->over_limit = 1;
                 return NULL;
+        }
         struct jchunk *c = a->head;
         if (!c || c->cap - c->used < size) {
                 size_t cap = size > 65536 ? size : 65536;
