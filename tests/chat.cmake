@@ -14,3 +14,13 @@ dsv_test(NAME test-chat-jinja SOURCES unit/test-chat-jinja.c LIBS dse LABELS uni
 dsv_test(NAME test-detok   SOURCES unit/test-detok.c   LIBS dse dsv::cjson LABELS unit)
 dsv_test(NAME test-sampler SOURCES unit/test-sampler.c LIBS dse LABELS unit)
 dsv_script_test(NAME test-chat-run SCRIPT ${CMAKE_SOURCE_DIR}/tests/integration/chat-run.sh LABELS integration TIMEOUT 300)
+
+# libFuzzer target for template parsing + rendering (configure with CC=clang -DDSV_FUZZ=ON):
+#   build/bin/fuzz-chat-template -max_total_time=60 CORPUS_DIR
+if(DSV_FUZZ)
+  target_compile_options(dse PRIVATE -fsanitize=fuzzer-no-link,address,undefined)
+  add_executable(fuzz-chat-template fuzz/fuzz-chat-template.c)
+  target_compile_options(fuzz-chat-template PRIVATE -fsanitize=fuzzer,address,undefined)
+  target_link_options(fuzz-chat-template PRIVATE -fsanitize=fuzzer,address,undefined)
+  target_link_libraries(fuzz-chat-template PRIVATE dse)
+endif()
