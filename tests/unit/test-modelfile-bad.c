@@ -545,3 +545,30 @@ TEST(gptq_groups_must_be_contiguous_after_sorting) {
         int32_t bad_idx[8] = {0, 0, 0, 0, 1, 1, 1, 2};
         ASSERT_ERR(dse__gptq_repack(qweight, qzeros, scales, bad_idx, 8, 8, 4, data, scale, zero, perm), -EOPNOTSUPP);
 }
+
+TEST(gptq_quantize_config_json_fallback) {
+        /* no quantization_config in config.json: AutoGPTQ's quantize_config.json is used */
+        char *hf = hf_copy("models/llama-gptq-sym", "\"quantization_config\"", "\"quantization_config_moved\"");
+        ASSERT_TRUE(hf);
+        char *out = tmp_dir();
+        int r;
+        const char *path = convert_fixture(hf, out, NULL, &r, &diag);
+        ASSERT_OK(r);
+        struct dse_model *m;
+        ASSERT_OK(dse_model_open(path, 0, &m, &diag));
+        const struct dse_tensor *t = dse__model_tensor(m, "model.layers.1.mlp.down_proj.weight");
+        ASSERT_TRUE(t);
+        ASSERT_EQ(t->dtype, DSE_DTYPE_Q4);
+        ASSERT_EQ(t->group_size, 32);
+        dse_model_free(m);
+        tmp_rm(out);
+        /* and without it, the packed tensors are refused with a reason */
+        char p[8192];
+        snprintf(p, sizeof p, "%s/quantize_config.json", hf);
+        ASSERT_OK(unlink(p));
+        int left;
+        ASSERT_ERR(hf_convert(hf, &left), -EBADMSG);
+        MSG_HAS("no awq/gptq quantization_config");
+        ASSERT_EQ(left, 0);
+        tmp_rm(hf);
+}

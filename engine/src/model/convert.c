@@ -785,6 +785,16 @@ int dse_model_convert_hf(const char *hf_dir, const char *out_path, const char *q
                 r = read_text(hf_dir, "generation_config.json", 0, &gen, &gen_len, reterr);
         if (r == 0)
                 r = dse__hf_parse_config(cfg, cfg_len, gen, gen_len, what, &c.hp, &c.quant, reterr);
+        if (r == 0 && c.quant.method == DSE_HF_QUANT_NONE) {
+                char *qc = NULL;
+                size_t qc_len = 0;
+                r = read_text(hf_dir, "quantize_config.json", 0, &qc, &qc_len, reterr);
+                if (r == 0 && qc) {
+                        snprintf(what, sizeof what, "%s/quantize_config.json", hf_dir);
+                        r = dse__hf_parse_quantize_config(qc, qc_len, what, &c.quant, reterr);
+                }
+                free(qc);
+        }
         if (r == 0)
                 r = parse_target(quant_format, &c.quant, &c.target, reterr);
         if (r == 0)

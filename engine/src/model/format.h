@@ -87,6 +87,11 @@ struct dse__hf_quant {
 int dse__hf_parse_config(const char *json, size_t len, const char *gen, size_t gen_len, const char *what,
                          struct dse_hparams *ret_hp, struct dse__hf_quant *ret_quant, struct dse_diag *reterr);
 
+/* AutoGPTQ's quantize_config.json, for checkpoints whose config.json has no
+ * quantization_config: the same keys, quant_method defaulting to "gptq". */
+int dse__hf_parse_quantize_config(const char *json, size_t len, const char *what, struct dse__hf_quant *ret_quant,
+                                  struct dse_diag *reterr);
+
 enum dse__st_dtype {
         DSE_ST_F64,
         DSE_ST_F32,

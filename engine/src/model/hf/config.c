@@ -199,17 +199,13 @@ static int parse_deepseek(const struct cfg *c, struct dse_hparams *hp) {
         return 0;
 }
 
-static int parse_quant(const struct cfg *c, struct dse__hf_quant *q) {
-        memset(q, 0, sizeof *q);
-        q->method = DSE_HF_QUANT_NONE;
-        const cJSON *qc = cJSON_GetObjectItemCaseSensitive(c->root, "quantization_config");
-        if (!qc || cJSON_IsNull(qc))
-                return 0;
-        if (!cJSON_IsObject(qc))
-                return dse__fail(c->reterr, -EBADMSG, "%s: 'quantization_config' must be an object", c->what);
+/* A quantization_config object; default_method applies when it has no quant_method
+ * (AutoGPTQ's quantize_config.json). */
+static int parse_quant_object(const struct cfg *c, const cJSON *qc, const char *default_method,
+                              struct dse__hf_quant *q) {
         const char *method, *s;
         int r;
-        if ((r = get_string(c, qc, "quant_method", NULL, &method)) < 0)
+        if ((r = get_string(c, qc, "quant_method", default_method, &method)) < 0)
                 return r;
         if (!method)
                 return dse__fail(c->reterr, -EBADMSG, "%s: quantization_config has no 'quant_method'", c->what);
@@ -271,6 +267,17 @@ static int parse_quant(const struct cfg *c, struct dse__hf_quant *q) {
         }
         return dse__fail(c->reterr, -EOPNOTSUPP, "%s: quant_method '%s' is not supported (fp8, awq, gptq)", c->what,
                          method);
+}
+
+static int parse_quant(const struct cfg *c, struct dse__hf_quant *q) {
+        memset(q, 0, sizeof *q);
+        q->method = DSE_HF_QUANT_NONE;
+        const cJSON *qc = cJSON_GetObjectItemCaseSensitive(c->root, "quantization_config");
+        if (!qc || cJSON_IsNull(qc))
+                return 0;
+        if (!cJSON_IsObject(qc))
+                return dse__fail(c->reterr, -EBADMSG, "%s: 'quantization_config' must be an object", c->what);
+        return parse_quant_object(c, qc, NULL, q);
 }
 
 static int parse_root(const struct cfg *c, const cJSON *gen_root, struct dse_hparams *hp, struct dse__hf_quant *q) {
@@ -339,6 +346,24 @@ static int parse_root(const struct cfg *c, const cJSON *gen_root, struct dse_hpa
             (r = get_token_id(c, o, "eos_token_id", &hp->eos_token_id)) < 0)
                 return r;
         return parse_quant(c, q);
+}
+
+int dse__hf_parse_quantize_config(const char *json, size_t len, const char *what, struct dse__hf_quant *ret_quant,
+                                  struct dse_diag *reterr) {
+        if (!json || !what || !ret_quant)
+                return -EINVAL;
+        cJSON *root = cJSON_ParseWithLength(json, len);
+        if (!root)
+                return dse__fail(reterr, -EBADMSG, "%s: malformed JSON", what);
+        struct cfg c = {root, what, reterr};
+        struct dse__hf_quant q;
+        memset(&q, 0, sizeof q);
+        int r = cJSON_IsObject(root) ? parse_quant_object(&c, root, "gptq", &q)
+                                     : dse__fail(reterr, -EBADMSG, "%s: not a JSON object", what);
+        cJSON_Delete(root);
+        if (r == 0)
+                *ret_quant = q;
+        return r;
 }
 
 int dse__hf_parse_config(const char *json, size_t len, const char *gen, size_t gen_len, const char *what,
