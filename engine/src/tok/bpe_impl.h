@@ -196,7 +196,7 @@ struct bpe_vocab_slot {
         uint32_t tag;      /* high half of the key's hash */
         int32_t id;        /* -1: empty */
         uint32_t off, len; /* key in bpe->strs */
-        char head[16];     /* the key's first bytes: most compares never touch strs */
+        uint64_t head[2];  /* the key's first 16 bytes, zero-padded: most compares never touch strs */
 };
 
 struct bpe_merge_slot {

@@ -11,6 +11,20 @@
 
 #define BPE_CACHE_MAX_WORD 256
 
+/* Loads n < 8 bytes as a little-endian word without a libc call. */
+static inline uint64_t load_tail(const char *s, size_t n) {
+        uint64_t w = 0;
+        if (n >= 4) {
+                uint32_t a, b;
+                memcpy(&a, s, 4);
+                memcpy(&b, s + n - 4, 4);
+                return (uint64_t)a | (uint64_t)b << ((n - 4) * 8);
+        }
+        for (size_t i = 0; i < n; i++)
+                w |= (uint64_t)(uint8_t)s[i] << (8 * i);
+        return w;
+}
+
 static inline uint64_t hash_bytes(const char *s, size_t n) {
         uint64_t h = 0x9E3779B97F4A7C15ull ^ (uint64_t)n;
         while (n >= 8) {
@@ -21,9 +35,7 @@ static inline uint64_t hash_bytes(const char *s, size_t n) {
                 s += 8;
                 n -= 8;
         }
-        uint64_t w = 0;
-        memcpy(&w, s, n);
-        h = (h ^ w) * 0xc4ceb9fe1a85ec53ull;
+        h = (h ^ load_tail(s, n)) * 0xc4ceb9fe1a85ec53ull;
         h ^= h >> 33;
         h *= 0xff51afd7ed558ccdull;
         h ^= h >> 29;
@@ -37,22 +49,35 @@ static inline uint64_t hash_u64(uint64_t k) {
         return k;
 }
 
-static inline int slot_matches(const struct bpe *bpe, const struct bpe_vocab_slot *e, uint32_t tag, const char *s,
-                                size_t len) {
-        if (e->tag != tag || e->len != len)
+/* The key's first 16 bytes, zero-padded, as two words (how slots store them). */
+static inline void key_head(const char *s, size_t len, uint64_t head[2]) {
+        if (len >= 16) {
+                memcpy(head, s, 16);
+        } else if (len >= 8) {
+                memcpy(&head[0], s, 8);
+                head[1] = load_tail(s + 8, len - 8);
+        } else {
+                head[0] = load_tail(s, len);
+                head[1] = 0;
+        }
+}
+
+static inline int slot_matches(const struct bpe *bpe, const struct bpe_vocab_slot *e, uint32_t tag,
+                               const uint64_t head[2], const char *s, size_t len) {
+        if (e->tag != tag || e->len != len || e->head[0] != head[0] || e->head[1] != head[1])
                 return 0;
-        size_t head = len < sizeof e->head ? len : sizeof e->head;
-        return memcmp(e->head, s, head) == 0 &&
-               (len <= sizeof e->head || memcmp(bpe->strs + e->off + head, s + head, len - head) == 0);
+        return len <= 16 || memcmp(bpe->strs + e->off + 16, s + 16, len - 16) == 0;
 }
 
 static int32_t vocab_find_hashed(const struct bpe *bpe, const char *s, size_t len, uint64_t h) {
         uint32_t i = (uint32_t)h & bpe->vocab_mask, tag = (uint32_t)(h >> 32);
+        uint64_t head[2];
+        key_head(s, len, head);
         for (;;) {
                 const struct bpe_vocab_slot *e = &bpe->vocab[i];
                 if (e->id < 0)
                         return -1;
-                if (slot_matches(bpe, e, tag, s, len))
+                if (slot_matches(bpe, e, tag, head, s, len))
                         return e->id;
                 i = (i + 1) & bpe->vocab_mask;
         }
@@ -67,14 +92,17 @@ int32_t bpe_vocab_find(const struct bpe *bpe, const char *s, size_t len) {
 static void vocab_insert_hashed(struct bpe *bpe, uint32_t off, size_t len, int32_t id, uint64_t h) {
         const char *s = bpe->strs + off;
         uint32_t i = (uint32_t)h & bpe->vocab_mask, tag = (uint32_t)(h >> 32);
+        uint64_t head[2];
+        key_head(s, len, head);
         for (;;) {
                 struct bpe_vocab_slot *e = &bpe->vocab[i];
-                if (e->id < 0 || slot_matches(bpe, e, tag, s, len)) {
+                if (e->id < 0 || slot_matches(bpe, e, tag, head, s, len)) {
                         e->tag = tag;
                         e->off = off;
                         e->len = (uint32_t)len;
                         e->id = id;
-                        memcpy(e->head, s, len < sizeof e->head ? len : sizeof e->head);
+                        e->head[0] = head[0];
+                        e->head[1] = head[1];
                         return;
                 }
                 i = (i + 1) & bpe->vocab_mask;

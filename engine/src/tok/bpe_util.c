@@ -24,6 +24,11 @@ size_t bpe_utf8_valid_prefix(const char *str, size_t len) {
                         i++;
                         continue;
                 }
+                /* common cases first: two bytes (Latin, Cyrillic, the ByteLevel alphabet) */
+                if (c >= 0xC2 && c <= 0xDF && i + 1 < len && (s[i + 1] & 0xC0) == 0x80) {
+                        i += 2;
+                        continue;
+                }
                 size_t n;
                 unsigned lo = 0x80, hi = 0xBF;
                 if (c >= 0xC2 && c <= 0xDF) {
