@@ -371,4 +371,117 @@ int dsv_doctor_report_add(struct dsv_doctor_report *rep, const char *name, enum 
 /* The worst status in the report (OK < UNKNOWN < WARN < FAIL). */
 enum dsv_doctor_status dsv_doctor_report_worst(const struct dsv_doctor_report *rep);
 
+/* ---- per-instance counters (perfctr.c, perf_event_open) ----------------------------- */
+/* Issue 11 item 3: what each worker costs the CPU and what its neighbours cost it.
+ * Software events (task clock, context switches, page faults, CPU migrations) exist on
+ * every kernel; hardware events (cycles, instructions, LLC load misses, dTLB load
+ * misses) only where a PMU is exposed — a VM often has none, and those events are
+ * reported as unsupported, never faked. perf has one combined context-switch event, so
+ * voluntary and involuntary switches (the noisy-neighbour signal: the thread was
+ * runnable and something else ran) come from each thread's
+ * /proc/<pid>/task/<tid>/status.
+ *
+ *     struct dsv_perfctr *pc;
+ *     r = dsv_perfctr_open_threads(worker_pid, NULL, 0, &pc);  // every thread it has now
+ *     char why[256];
+ *     if (dsv_perfctr_unsupported_format(pc, why, sizeof why) > 0)
+ *             log_info("perf events unsupported here, not exported: %s", why);   // once
+ *     struct dsv_perfctr_sample prev, cur;
+ *     r = dsv_perfctr_read(pc, &prev);
+ *     ...one interval later...
+ *     r = dsv_perfctr_read(pc, &cur);
+ *     struct dsv_perfctr_rates rates;
+ *     r = dsv_perfctr_rates_compute(&prev, &cur, &rates);   // involuntary switches/s ...
+ *     struct dsv_perfctr_series s = { .instance = "0", .numa_node = 0, .sample = &cur };
+ *     n = dsv_perfctr_format_prometheus(&s, 1, buf, sizeof buf);
+ *     dsv_perfctr_free(pc);
+ *
+ * Threads: perf counts a thread only if its counters were opened on it (no inherit, so
+ * group reads stay one read(2)); open after the worker has started its pool. In cgroup
+ * mode every thread that runs in the group on the given CPUs counts.
+ * Ownership: the counter set owns its fds (O_CLOEXEC); one thread at a time per set. */
+
+enum dsv_perf_event {
+        DSV_PERF_TASK_CLOCK,        /* CPU time on the threads, ns (software) */
+        DSV_PERF_CONTEXT_SWITCHES,  /* all switches (software) */
+        DSV_PERF_CTXSW_VOLUNTARY,   /* blocked or yielded (procfs voluntary_ctxt_switches) */
+        DSV_PERF_CTXSW_INVOLUNTARY, /* preempted while runnable (procfs nonvoluntary_ctxt_switches) */
+        DSV_PERF_PAGE_FAULTS,       /* software */
+        DSV_PERF_CPU_MIGRATIONS,    /* software */
+        DSV_PERF_CYCLES,            /* hardware */
+        DSV_PERF_INSTRUCTIONS,      /* hardware */
+        DSV_PERF_LLC_LOAD_MISSES,   /* hardware cache: LL, read, miss */
+        DSV_PERF_DTLB_LOAD_MISSES,  /* hardware cache: dTLB, read, miss */
+        DSV_PERF_EVENT_COUNT
+};
+/* Metric stem of an event: "task_clock", "involuntary_context_switches", ... */
+const char *dsv_perf_event_to_string(enum dsv_perf_event ev);
+
+struct dsv_perfctr;
+
+/* Opens the counters on threads tids[0..n) of process pid; tids NULL: every thread
+ * pid has now (/proc/<pid>/task). Each thread gets a software group and a hardware
+ * group (read_format GROUP, so a read is one syscall per group). An event the kernel
+ * refuses on the first thread with ENOENT, EOPNOTSUPP, EINVAL or ENODEV is marked
+ * unsupported and left out for all threads; a thread that exits meanwhile is skipped.
+ * -ESRCH when no thread could be opened; -EACCES/-EPERM without the privilege
+ * (perf_event_paranoid). *ret is written on success. */
+int dsv_perfctr_open_threads(pid_t pid, const pid_t *tids, size_t n, struct dsv_perfctr **ret);
+
+/* Opens the counters for every task of the cgroup (directory fd cgroup_fd, v2 or a v1
+ * perf_event hierarchy) on each CPU of cpus[0..n_cpus) (PERF_FLAG_PID_CGROUP counts
+ * per CPU). Voluntary/involuntary switches come from the group's cgroup.threads (v1:
+ * tasks). The fd is borrowed during the call only. */
+int dsv_perfctr_open_cgroup(int cgroup_fd, const int *cpus, size_t n_cpus, struct dsv_perfctr **ret);
+
+/* Bit (1u << event) per event counted by this set. */
+unsigned dsv_perfctr_supported(const struct dsv_perfctr *pc);
+
+/* "cycles (No such file or directory), instructions (...)": the unsupported events and
+ * the kernel's reason, for one log line. Returns the length (snprintf rules); 0 when
+ * everything is supported. */
+int dsv_perfctr_unsupported_format(const struct dsv_perfctr *pc, char *buf, size_t size);
+
+struct dsv_perfctr_sample {
+        uint64_t time_ns;                     /* CLOCK_MONOTONIC when read */
+        unsigned valid;                       /* bit per event with a value in this sample */
+        uint64_t value[DSV_PERF_EVENT_COUNT]; /* totals since open (task clock in ns);
+                                               * hardware counts scaled by enabled/running
+                                               * when the PMU multiplexed them */
+};
+
+/* Reads every counter; totals are monotonic (an exited thread keeps its last counts).
+ * An event is valid when it is supported and was counted (a multiplexed hardware
+ * group that never ran is not). *ret is written on success. */
+int dsv_perfctr_read(struct dsv_perfctr *pc, struct dsv_perfctr_sample *ret);
+
+/* Closes every fd. NULL is a no-op. */
+void dsv_perfctr_free(struct dsv_perfctr *pc);
+
+/* Per-second rates over one interval (issue 11 item 4: `dsvisor status` shows
+ * involuntary switches/s and migrations/s per instance). */
+struct dsv_perfctr_rates {
+        double interval_s;
+        unsigned valid;                       /* valid in both samples and not decreasing */
+        double per_s[DSV_PERF_EVENT_COUNT];   /* task clock: CPUs busy (seconds per second) */
+};
+/* rate = (cur - prev) / (cur.time - prev.time). -EINVAL when cur is not later than
+ * prev. An event that decreased (a restarted counter set) is left invalid. */
+int dsv_perfctr_rates_compute(const struct dsv_perfctr_sample *prev, const struct dsv_perfctr_sample *cur,
+                              struct dsv_perfctr_rates *ret);
+
+struct dsv_perfctr_series {
+        const char *instance;                  /* label instance="..." */
+        int numa_node;                         /* label numa_node="..." */
+        const struct dsv_perfctr_sample *sample;
+};
+/* Prometheus text format (0.0.4): per event valid in at least one series, one
+ * "# HELP" and "# TYPE ... counter" and a line per series that has it:
+ *     dsvisor_perf_involuntary_context_switches_total{instance="0",numa_node="0"} 1234
+ * Task clock is dsvisor_perf_task_clock_seconds_total. Events valid nowhere are
+ * omitted. Label values are escaped (\\, \", \n). Returns the length needed (snprintf
+ * rules: output truncated, NUL-terminated, when size is too small); -EINVAL on bad
+ * input. */
+int dsv_perfctr_format_prometheus(const struct dsv_perfctr_series *series, size_t n, char *buf, size_t size);
+
 #endif
