@@ -2,6 +2,9 @@
 # The doctor against fake /proc and /sys trees, including deploy/host/ applied.
 dsv_script_test(NAME test-doctor SCRIPT ${CMAKE_SOURCE_DIR}/tests/integration/test-doctor.sh
                 LABELS integration TIMEOUT 120)
+# The check library itself on small trees written by the test: report helpers, bad
+# requests, an empty root, legacy cgroups, limits with capabilities, IRQs without counts.
+dsv_test(NAME test-platform-doctor SOURCES unit/test-platform-doctor.c LIBS dsv_platform LABELS unit)
 
 # Per-instance perf counters: rates and Prometheus text on synthetic samples...
 dsv_test(NAME test-platform-perfctr-format SOURCES unit/test-platform-perfctr-format.c
