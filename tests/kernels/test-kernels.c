@@ -288,6 +288,22 @@ TEST(vector_helpers_all_levels) {
                         k.axpy(0.75f, a, y, n);
                         for (int64_t i = 0; i < n; i++)
                                 ASSERT_NEAR(y[i], y0[i] + 0.75 * a[i], 1e-6);
+                        /* softmax of 4*a (spread-out logits), swiglu of (a, b) */
+                        double mx = -1e9, se = 0;
+                        for (int64_t i = 0; i < n; i++) {
+                                out[i] = 4 * a[i];
+                                mx = out[i] > mx ? out[i] : mx;
+                        }
+                        for (int64_t i = 0; i < n; i++)
+                                se += exp(4.0 * a[i] - mx);
+                        k.softmax(out, n);
+                        for (int64_t i = 0; i < n; i++)
+                                ASSERT_NEAR(out[i], exp(4.0 * a[i] - mx) / se, 1e-6);
+                        for (int64_t i = 0; i < n; i++)
+                                out[i] = a[i];
+                        k.swiglu(out, b, n);
+                        for (int64_t i = 0; i < n; i++)
+                                ASSERT_NEAR(out[i], a[i] / (1 + exp(-(double)a[i])) * b[i], 1e-6);
                         k.rmsnorm(out, a, b, n, 1e-6f);
                         double inv = 1.0 / sqrt(ss / (double)n + 1e-6);
                         for (int64_t i = 0; i < n; i++)

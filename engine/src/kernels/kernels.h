@@ -56,6 +56,10 @@ struct dse_kernels {
         void (*axpy)(float a, const float *x, float *y, int64_t n);
         /* out[i] = w[i] * x[i] / sqrt(mean(x^2) + eps); out may alias x. */
         void (*rmsnorm)(float *out, const float *x, const float *w, int64_t n, float eps);
+        /* x[i] = exp(x[i] - max) / sum, in place (n >= 1). */
+        void (*softmax)(float *x, int64_t n);
+        /* gate[i] = silu(gate[i]) * up[i]: the SwiGLU gate, in place. */
+        void (*swiglu)(float *gate, const float *up, int64_t n);
 };
 
 /* Fills k for level (capped at what the library was built with): the _ref entries first,

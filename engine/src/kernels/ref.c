@@ -214,6 +214,23 @@ static void rmsnorm_ref(float *out, const float *x, const float *w, int64_t n, f
                 out[i] = w[i] * (x[i] * inv);
 }
 
+static void softmax_ref(float *x, int64_t n) {
+        float max = x[0], sum = 0.0f;
+        for (int64_t i = 1; i < n; i++)
+                max = x[i] > max ? x[i] : max;
+        for (int64_t i = 0; i < n; i++) {
+                x[i] = expf(x[i] - max);
+                sum += x[i];
+        }
+        for (int64_t i = 0; i < n; i++)
+                x[i] /= sum;
+}
+
+static void swiglu_ref(float *gate, const float *up, int64_t n) {
+        for (int64_t i = 0; i < n; i++)
+                gate[i] = gate[i] / (1.0f + expf(-gate[i])) * up[i];
+}
+
 void dse__kernels_fill_ref(struct dse_kernels *k) {
         memset(k, 0, sizeof *k);
         k->level = DSE_CPU_SCALAR;
@@ -227,4 +244,6 @@ void dse__kernels_fill_ref(struct dse_kernels *k) {
         k->dot = dot_ref;
         k->axpy = axpy_ref;
         k->rmsnorm = rmsnorm_ref;
+        k->softmax = softmax_ref;
+        k->swiglu = swiglu_ref;
 }

@@ -232,17 +232,6 @@ struct mla_job {
         int32_t T;          /* positions 0..T-1 attended */
 };
 
-/* softmax over att[0..T) in place */
-static void softmax(float *att, int32_t T) {
-        float max = att[0], sum = 0.0f;
-        for (int32_t t = 1; t < T; t++)
-                max = att[t] > max ? att[t] : max;
-        for (int32_t t = 0; t < T; t++)
-                sum += att[t] = expf(att[t] - max);
-        for (int32_t t = 0; t < T; t++)
-                att[t] /= sum;
-}
-
 /* Absorbed MLA for heads [h0, h1). */
 static void mla_absorbed(void *ctx, size_t h0, size_t h1, int ith) {
         const struct mla_job *j = ctx;
@@ -268,7 +257,7 @@ static void mla_absorbed(void *ctx, size_t h0, size_t h1, int ith) {
                         const float *lat = j->cache + (size_t)t * st->lat_dim; /* (kvr + rope) */
                         att[t] = (s->k.dot(q_abs, lat, kvr) + s->k.dot(q_pe, lat + kvr, rd)) * st->softmax_scale;
                 }
-                softmax(att, j->T);
+                s->k.softmax(att, j->T);
                 memset(o_lat, 0, (size_t)kvr * sizeof(float));
                 for (int32_t t = 0; t < j->T; t++)
                         s->k.axpy(att[t], j->cache + (size_t)t * st->lat_dim, o_lat, kvr);
@@ -299,7 +288,7 @@ static void mla_naive(void *ctx, size_t h0, size_t h1, int ith) {
                         att[t] = (s->k.dot(q_nope, kv + k0, st->nope) + s->k.dot(q_pe, lat + kvr, rd)) *
                                  st->softmax_scale;
                 }
-                softmax(att, j->T);
+                s->k.softmax(att, j->T);
                 memset(out, 0, (size_t)st->vdim * sizeof(float));
                 for (int32_t t = 0; t < j->T; t++) {
                         const float *lat = j->cache + (size_t)t * st->lat_dim;
@@ -309,17 +298,12 @@ static void mla_naive(void *ctx, size_t h0, size_t h1, int ith) {
         }
 }
 
-static inline float silu(float x) {
-        return x / (1.0f + expf(-x));
-}
-
 /* out = down(silu(gate(x)) * up(x)) */
 static void swiglu(struct dse_session *s, const struct ds_mlp *m, const float *x, float *out) {
         struct ds_state *st = s->arch;
         dse__linear(s, &m->gate, x, st->hb, NULL);
         dse__linear(s, &m->up, x, st->hb2, NULL);
-        for (int64_t i = 0; i < m->gate.rows; i++)
-                st->hb[i] = silu(st->hb[i]) * st->hb2[i];
+        s->k.swiglu(st->hb, st->hb2, m->gate.rows);
         dse__linear(s, &m->down, st->hb, out, NULL);
 }
 

@@ -139,25 +139,13 @@ static void attn_heads(void *ctx, size_t h0, size_t h1, int ith) {
                 float *att = st->att + h * (size_t)s->n_ctx;        /* (T) */
                 float *out = st->att_out + h * hd;                  /* (head_dim) */
                 size_t kvo = (h / group) * (size_t)hd;              /* GQA: the head's kv head */
-                float max = -INFINITY;
-                for (int32_t t = 0; t < T; t++) {
+                for (int32_t t = 0; t < T; t++)
                         att[t] = s->k.dot(q, kc + (size_t)t * st->kv_dim + kvo, hd) * scale;
-                        if (att[t] > max)
-                                max = att[t];
-                }
-                float sum = 0.0f;
-                for (int32_t t = 0; t < T; t++) {
-                        att[t] = expf(att[t] - max);
-                        sum += att[t];
-                }
+                s->k.softmax(att, T);
                 memset(out, 0, (size_t)hd * sizeof(float));
                 for (int32_t t = 0; t < T; t++)
-                        s->k.axpy(att[t] / sum, vc + (size_t)t * st->kv_dim + kvo, out, hd);
+                        s->k.axpy(att[t], vc + (size_t)t * st->kv_dim + kvo, out, hd);
         }
-}
-
-static inline float silu(float x) {
-        return x / (1.0f + expf(-x));
 }
 
 static void llama_forward(struct dse_session *s, int32_t token, int32_t pos, float *logits) {
@@ -195,8 +183,7 @@ static void llama_forward(struct dse_session *s, int32_t token, int32_t pos, flo
                 s->k.rmsnorm(st->xb, x, L->ffn_norm, D, hp->rms_norm_eps);
                 dse__linear(s, &L->w_gate, st->xb, st->hb, NULL);
                 dse__linear(s, &L->w_up, st->xb, st->hb2, NULL);
-                for (int64_t i = 0; i < F; i++)
-                        st->hb[i] = silu(st->hb[i]) * st->hb2[i];
+                s->k.swiglu(st->hb, st->hb2, F);
                 dse__linear(s, &L->w_down, st->hb, st->xb2, NULL);
                 for (int64_t i = 0; i < D; i++)
                         x[i] += st->xb2[i];
