@@ -7,9 +7,14 @@ BUILD_PKGS=(build-essential cmake pkg-config
   libnng-dev libcjson-dev libnuma-dev libhwloc-dev libcgroup-dev libsystemd-dev
   libpcre2-dev libutf8proc-dev libmicrohttpd-dev)
 TEST_PKGS=(clang hwloc python3 sentencepiece)
+# Optional, only to re-train the bundled default model (tools/train_default_model.py);
+# never needed to build, test or serve.
+TRAIN_PKGS=(python3-torch python3-numpy libopenblas0-pthread sentencepiece python3-sentencepiece
+  bible-kjv bible-kjv-text)
 
 want=("${BUILD_PKGS[@]}")
 if [ "${1:-}" = "--with-tests" ]; then want+=("${TEST_PKGS[@]}"); fi
+case " $* " in *" --with-training "*) want+=("${TRAIN_PKGS[@]}") ;; esac
 
 missing=()
 for p in "${want[@]}"; do
