@@ -1,0 +1,152 @@
+/* dsv_gateway.h — the OpenAI-compatible HTTP gateway in front of dsvisor's workers
+ * (issue 8): libmicrohttpd serves /v1/chat/completions, /v1/completions, /v1/models,
+ * /health, /ready and /metrics; each request is routed (dsv_policy) to one "instance",
+ * an nng link (dsv_ipc_dial) to a worker speaking ipc/PROTOCOL.md.
+ *
+ *     struct dsv_gateway_config cfg;
+ *     dsv_gateway_config_init(&cfg);
+ *     cfg.model = "deepseek-v2-lite";
+ *     struct dsv_gateway *gw;
+ *     dsv_gateway_new(&cfg, &gw);
+ *     struct dsv_gateway_instance_config ic = {.name = "0", .numa_node = 0,
+ *                                              .url = "ipc:///run/dsvisor-0/worker-0.sock", .ready = true};
+ *     int id = dsv_gateway_instance_add(gw, &ic);        // an id >= 0
+ *     dsv_gateway_start(gw);                             // HTTP on 127.0.0.1:cfg.port
+ *     ...                                                // worker 0 restarts elsewhere:
+ *     dsv_gateway_instance_set_ready(gw, id, false);
+ *     dsv_gateway_instance_set_url(gw, id, "ipc:///run/dsvisor-0/worker-0b.sock");
+ *     dsv_gateway_instance_set_ready(gw, id, true);
+ *     dsv_gateway_free(gw);                              // stops HTTP, then the links
+ *
+ * Readiness: an instance takes requests when it is "up": marked ready by the caller, its
+ * link has a connected peer, and — when health polling is on (health_interval_ms > 0) —
+ * the worker's last health_reply, younger than three intervals, said "ready". A worker
+ * that restarts at the same URL is re-dialled by nng by itself; requests it had in flight
+ * are failed (or retried, see below) as soon as its pipe drops.
+ *
+ * Load: the gateway counts the requests it has in flight on each instance (up to
+ * max_running_per_instance count as running, the rest as waiting). A caller (or the stats
+ * polling) may add the worker's own view with dsv_gateway_instance_set_load(); routing and
+ * admission then use the larger of the two, field by field.
+ *
+ * Requests: admission (dsv_policy_admit) answers 429 + Retry-After when queues are full
+ * and 503 when no instance is up; a request past request_timeout_ms is cancelled on its
+ * worker and answered 504 (or, once streaming began, ends with an error event); a client
+ * that disconnects cancels its generation (a `cancel` message). A request whose worker dies
+ * before any byte of the answer reached the client is retried once on another instance;
+ * a stream that already began ends with `data: {"error":...}` and `data: [DONE]`.
+ *
+ * Threads and ownership: the HTTP server runs one thread per connection; each link has one
+ * receiver thread. Every function here may be called from any thread, but not with the
+ * same gateway after or during dsv_gateway_free(). Strings passed in are copied. The
+ * metrics hook is called from an HTTP thread while /metrics is rendered, without any
+ * gateway lock held; it must not call back into the gateway.
+ * Functions return 0 (or an id/count ≥ 0) or a negative errno; the library never logs.
+ */
+#ifndef DSV_GATEWAY_H
+#define DSV_GATEWAY_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "dsv_policy.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define DSV_GATEWAY_MAX_INSTANCES 64
+#define DSV_GATEWAY_NAME_MAX 64 /* instance name, a Prometheus label value */
+
+struct dsv_gateway_config {
+        const char *listen_host;           /* numeric IPv4/IPv6 address; default "127.0.0.1" */
+        uint16_t port;                     /* 0: ephemeral (see dsv_gateway_port) */
+        const char *model;                 /* the model id served and accepted; required */
+        const char *api_keys_path;         /* keys, one per line ('#' comments); NULL: no auth */
+        enum dsv_policy_route route;       /* default least-outstanding */
+        uint64_t route_seed;
+        struct dsv_policy_admit_limits admit;
+        size_t max_body_bytes;             /* larger bodies: 413; default 1 MiB */
+        size_t max_prompt_bytes;           /* prompt or messages text; larger: 400; default 256 KiB */
+        int32_t max_tokens_limit;          /* larger max_tokens: 400; default 32768 */
+        int32_t default_max_tokens;        /* when the request sets none; default 256 */
+        unsigned connection_timeout_s;     /* idle limit while headers/body arrive; default 30 */
+        unsigned max_connections;          /* concurrent HTTP connections; default 256 */
+        uint32_t request_timeout_ms;       /* arrival to last token; default 600000 */
+        uint32_t health_interval_ms;       /* health+stats polling period; 0 (default): off */
+        uint32_t max_running_per_instance; /* in-flight requests counted as running; default 8 */
+};
+
+/* Fills cfg with the defaults above (model NULL: the caller must set it). */
+void dsv_gateway_config_init(struct dsv_gateway_config *cfg);
+
+struct dsv_gateway;
+
+/* Creates a gateway (HTTP not started yet). Reads the API key file now: -ENOENT/-EACCES
+ * for an unreadable file, -EINVAL for a file without keys or a bad config. */
+int dsv_gateway_new(const struct dsv_gateway_config *cfg, struct dsv_gateway **ret_gw);
+
+/* Starts the HTTP server. -EADDRINUSE, -EINVAL (bad listen_host), -EALREADY. */
+int dsv_gateway_start(struct dsv_gateway *gw);
+
+/* The bound TCP port once started (useful with port 0), else -ENOTCONN. */
+int dsv_gateway_port(const struct dsv_gateway *gw);
+
+/* Stops HTTP (waiting for connection threads, which give up within ~100 ms), closes every
+ * link and frees everything. NULL is a no-op. */
+void dsv_gateway_free(struct dsv_gateway *gw);
+
+/* ---- instances ------------------------------------------------------------------- */
+
+struct dsv_gateway_instance_config {
+        const char *name;  /* label value, 1..DSV_GATEWAY_NAME_MAX-1 bytes, unique */
+        int numa_node;     /* label value; -1: unknown */
+        const char *url;   /* worker's listen URL (ipc:///… or inproc://…) */
+        bool ready;        /* initial caller readiness */
+};
+
+/* Adds an instance and dials its worker. Returns its id (≥ 0, stable until removed);
+ * -EEXIST for a duplicate name, -ENOSPC when DSV_GATEWAY_MAX_INSTANCES are in use,
+ * -EINVAL, or dsv_ipc_dial's error. */
+int dsv_gateway_instance_add(struct dsv_gateway *gw, const struct dsv_gateway_instance_config *ic);
+
+/* Replaces the instance's link with a new dial to url (a worker restarted elsewhere).
+ * Requests in flight on the old link fail over as if the worker died. -ENOENT for an
+ * unknown id. Its metrics are kept. */
+int dsv_gateway_instance_set_url(struct dsv_gateway *gw, int id, const char *url);
+
+/* Removes the instance: its in-flight requests fail over, its link closes, its metric
+ * series disappear. -ENOENT for an unknown id. */
+int dsv_gateway_instance_remove(struct dsv_gateway *gw, int id);
+
+/* Marks the instance ready (routable) or not (draining, restarting); in-flight requests
+ * are not affected. -ENOENT for an unknown id. */
+int dsv_gateway_instance_set_ready(struct dsv_gateway *gw, int id, bool ready);
+
+/* Feeds the worker's own load (e.g. from the supervisor's stats); NULL forgets it. The
+ * load's `ready` field is ignored (see set_ready). -ENOENT for an unknown id. */
+int dsv_gateway_instance_set_load(struct dsv_gateway *gw, int id, const struct dsv_policy_worker_load *load);
+
+/* 1 when the instance is up (see "Readiness" above), 0 when not, -ENOENT. */
+int dsv_gateway_instance_is_up(struct dsv_gateway *gw, int id);
+
+/* ---- metrics ----------------------------------------------------------------------- */
+
+/* Writes more metric families (complete, with # HELP and # TYPE, in the Prometheus text
+ * format 0.0.4) after the gateway's own. Returns 0 or a negative errno (the scrape then
+ * fails with 500). */
+typedef int (*dsv_gateway_metrics_fn)(FILE *out, void *userdata);
+
+/* Installs (or with fn NULL removes) the hook appended to GET /metrics. */
+void dsv_gateway_set_metrics_hook(struct dsv_gateway *gw, dsv_gateway_metrics_fn fn, void *userdata);
+
+/* Renders the same text GET /metrics serves into a malloc'd string (owned by the
+ * caller), without the hook's part. */
+int dsv_gateway_metrics_render(struct dsv_gateway *gw, char **ret_text, size_t *ret_len);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
