@@ -19,8 +19,8 @@ for q in auto int8; do
   rss_kb=$(awk -F': ' '/Maximum resident set size/ {print $2}' "$work/time.txt")
   wall=$(awk -F': ' '/Elapsed \(wall clock\)/ {print $2}' "$work/time.txt")
   out_bytes=$(stat -c %s "$work/out/model.dse")
-  printf 'quant=%-5s model=%.2f GB  output=%.2f GB  peak RSS=%.1f MiB  wall=%s\n' "$q" \
-    "$(echo "$model_bytes / 1e9" | bc -l)" "$(echo "$out_bytes / 1e9" | bc -l)" \
-    "$(echo "$rss_kb / 1024" | bc -l)" "$wall"
+  awk -v q="$q" -v m="$model_bytes" -v o="$out_bytes" -v r="$rss_kb" -v w="$wall" 'BEGIN {
+    printf "quant=%-5s model=%.2f GB  output=%.2f GB  peak RSS=%.1f MiB (%.2f%% of the model)  wall=%s\n",
+           q, m / 1e9, o / 1e9, r / 1024, 100 * r * 1024 / m, w }'
   rm -rf "$work/out"
 done
