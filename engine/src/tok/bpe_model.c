@@ -225,7 +225,7 @@ static struct bpe_cache_slot *cache_find(struct bpe_ws *ws, const char *s, size_
 }
 
 static int cache_grow(struct bpe_ws *ws) {
-        uint32_t n = ws->cache ? (ws->cache_mask + 1) * 2 : 4096;
+        uint32_t n = ws->cache ? (ws->cache_mask + 1) * 2 : 256;
         struct bpe_cache_slot *t = calloc(n, sizeof *t);
         if (!t)
                 return -ENOMEM;

@@ -1014,7 +1014,8 @@ static int bpe_decode_ids(const struct dse_tokenizer *tok, const int32_t *ids, s
         if (r == 0 && b.len > INT_MAX)
                 r = -E2BIG;
         if (r == 0) {
-                memcpy(out, b.p, b.len < max_len ? b.len : max_len);
+                if (b.len && max_len)
+                        memcpy(out, b.p, b.len < max_len ? b.len : max_len);
                 r = (int)b.len;
         }
         bpe_buf_done(&b);
