@@ -25,7 +25,7 @@
 static void doctor_usage(FILE *out) {
         fprintf(out,
                 "usage: dsvisor doctor [--instances N] [--model FILE | --model-bytes N] [--root DIR]\n"
-                "                      [--topology SYNTHETIC | --topology-xml FILE] [--json]\n"
+                "                      [--topology SYNTHETIC | --topology-xml FILE] [--pid PID] [--json]\n"
                 "\n"
                 "Checks the host settings dsvisor's latency depends on; one line per check with its\n"
                 "status (ok, warn, fail, unknown), the value found, the value wanted and why.\n"
@@ -35,6 +35,8 @@ static void doctor_usage(FILE *out) {
                 "  --root DIR             read /proc, /sys and /boot below DIR (default /; for tests)\n"
                 "  --topology SYNTHETIC   an hwloc synthetic machine, e.g. 'pack:1 numa:2 core:4 pu:2'\n"
                 "  --topology-xml FILE    a machine saved with 'lstopo FILE.xml'\n"
+                "  --pid PID              check the limits, capabilities and cgroup of a running\n"
+                "                         dsvisor (default: of this process)\n"
                 "  --json                 print one JSON object\n"
                 "Exit status: 0 all ok or unknown, 1 some warn, 2 some fail, 3 the doctor could not run.\n"
                 "HugePages: one shared weight image per node that hosts instances, ceil(size / 2 MiB)\n"
@@ -186,7 +188,7 @@ out:
 }
 
 int dsv_cmd_doctor(int argc, char **argv) {
-        enum { OPT_INSTANCES = 256, OPT_MODEL, OPT_MODEL_BYTES, OPT_ROOT, OPT_TOPOLOGY, OPT_TOPOLOGY_XML, OPT_JSON };
+        enum { OPT_INSTANCES = 256, OPT_MODEL, OPT_MODEL_BYTES, OPT_ROOT, OPT_TOPOLOGY, OPT_TOPOLOGY_XML, OPT_PID, OPT_JSON };
         static const struct option options[] = {
                 {"instances", required_argument, NULL, OPT_INSTANCES},
                 {"model", required_argument, NULL, OPT_MODEL},
@@ -194,6 +196,7 @@ int dsv_cmd_doctor(int argc, char **argv) {
                 {"root", required_argument, NULL, OPT_ROOT},
                 {"topology", required_argument, NULL, OPT_TOPOLOGY},
                 {"topology-xml", required_argument, NULL, OPT_TOPOLOGY_XML},
+                {"pid", required_argument, NULL, OPT_PID},
                 {"json", no_argument, NULL, OPT_JSON},
                 {"help", no_argument, NULL, 'h'},
                 {0},
@@ -202,6 +205,7 @@ int dsv_cmd_doctor(int argc, char **argv) {
         enum dsv_topo_source source = DSV_TOPO_SOURCE_SYSTEM;
         const char *source_arg = NULL, *root = "/", *model = NULL;
         uint64_t model_bytes = 0, n;
+        pid_t pid = 0;
         bool json = false, have_bytes = false;
 
         optind = 0;
@@ -224,6 +228,13 @@ int dsv_cmd_doctor(int argc, char **argv) {
                                 return DOCTOR_EXIT_ERROR;
                         }
                         have_bytes = true;
+                        break;
+                case OPT_PID:
+                        if (parse_u64(optarg, 1, &n) < 0 || n > INT_MAX) {
+                                fprintf(stderr, "dsvisor doctor: --pid needs a process id, not '%s'\n", optarg);
+                                return DOCTOR_EXIT_ERROR;
+                        }
+                        pid = (pid_t)n;
                         break;
                 case OPT_ROOT:
                         root = optarg;
@@ -295,6 +306,7 @@ int dsv_cmd_doctor(int argc, char **argv) {
                 .instance_nodes = p.nodes,
                 .n_instance_nodes = p.n_nodes,
                 .model_bytes = model_bytes,
+                .pid = pid,
         };
         static struct dsv_doctor_report rep;
         r = dsv_doctor_run(&req, &rep);

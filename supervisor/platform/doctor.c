@@ -2,6 +2,7 @@
  *
  * Every file is read through req->root, so tests run the same code over fake /proc and
  * /sys trees. Sources, per check:
+ * /proc/self below stands for /proc/<req->pid> when a running dsvisor is checked.
  *   cgroup mode       the filesystem mounted at /sys/fs/cgroup in <root>/proc/self/mounts
  *                     (cgroup2: unified; tmpfs plus cgroup2 at .../unified: hybrid),
  *                     the same test systemd's CGROUP_DELEGATION.md makes with statfs();
@@ -96,6 +97,7 @@ struct ctx {
         struct dsv_doctor_report *rep;
         struct dsv__cpulist instance_cpus;
         int n_host_nodes;   /* node<N> directories in sysfs; 0 when unknown */
+        char proc[16];      /* "self", or the pid of the process whose view is checked */
 };
 
 static int add(struct ctx *c, const char *name, enum dsv_doctor_status st, const char *found,
@@ -251,7 +253,7 @@ static unsigned ctrl_bit(const char *name) {
 static void read_mounts(const struct ctx *c, struct mounts *m) {
         char path[1024], line[1024];
         memset(m, 0, sizeof *m);
-        if (host_path(c, path, sizeof path, "/proc/self/mounts") < 0)
+        if (host_path(c, path, sizeof path, "/proc/%s/mounts", c->proc) < 0)
                 return;
         FILE *f = fopen(path, "re");
         if (!f)
@@ -322,7 +324,7 @@ static int check_cgroups(struct ctx *c, const struct mounts *m) {
         unsigned avail = 0;
         char own[512] = "", path[1024], list[512], found[160], names[64];
         if (mode != DSV_CGROUP_MODE_LEGACY) {
-                if (host_path(c, path, sizeof path, "/proc/self/cgroup") < 0 ||
+                if (host_path(c, path, sizeof path, "/proc/%s/cgroup", c->proc) < 0 ||
                     dsv__cgroup_own_path(path, NULL, own, sizeof own) < 0)
                         return add(c, "cgroup-controllers", DSV_DOCTOR_UNKNOWN, "no \"0::\" line in /proc/self/cgroup",
                                    want, "dsvisor creates instance groups below its own group");
@@ -648,7 +650,7 @@ static int check_numa_balancing(struct ctx *c) {
 /* The soft limit of one /proc/<pid>/limits row: "unlimited" is UINT64_MAX. */
 static int read_limit(const struct ctx *c, const char *row, uint64_t *ret) {
         char path[1024], line[256];
-        int r = host_path(c, path, sizeof path, "/proc/self/limits");
+        int r = host_path(c, path, sizeof path, "/proc/%s/limits", c->proc);
         if (r < 0)
                 return r;
         FILE *f = fopen(path, "re");
@@ -682,7 +684,7 @@ static int read_limit(const struct ctx *c, const char *row, uint64_t *ret) {
 /* Bit cap of CapEff in /proc/self/status: 1, 0, or -errno. */
 static int has_cap(const struct ctx *c, int cap) {
         char path[1024], line[256];
-        int r = host_path(c, path, sizeof path, "/proc/self/status");
+        int r = host_path(c, path, sizeof path, "/proc/%s/status", c->proc);
         if (r < 0)
                 return r;
         FILE *f = fopen(path, "re");
@@ -707,7 +709,7 @@ static int check_limits(struct ctx *c) {
         int r = read_limit(c, "Max locked memory", &v);
         if (r < 0)
                 r = add(c, "rlimit-memlock", DSV_DOCTOR_UNKNOWN, "no \"Max locked memory\" in /proc/self/limits", want,
-                        "this shell's limit; the service's comes from its unit");
+                        "the limit of the process checked (this one, or the pid asked for)");
         else {
                 if (v == UINT64_MAX)
                         snprintf(found, sizeof found, "unlimited");
@@ -718,7 +720,7 @@ static int check_limits(struct ctx *c) {
                         appendf(found, sizeof found, ", CAP_IPC_LOCK");
                 r = add(c, "rlimit-memlock", v == UINT64_MAX || cap ? DSV_DOCTOR_OK : DSV_DOCTOR_WARN, found, want,
                         v == UINT64_MAX || cap ? "workers can lock their KV cache and arena against reclaim "
-                                                 "(of this process; the service's comes from its unit)"
+                                                 "(of the process checked; a service's comes from its unit)"
                                                : "workers cannot mlock their KV cache and arena: under memory "
                                                  "pressure they are reclaimed and faulted back mid-decode");
         }
@@ -728,7 +730,7 @@ static int check_limits(struct ctx *c) {
         r = read_limit(c, "Max realtime priority", &v);
         if (r < 0)
                 return add(c, "rlimit-rtprio", DSV_DOCTOR_UNKNOWN, "no \"Max realtime priority\" in /proc/self/limits",
-                           want, "this shell's limit; the service's comes from its unit");
+                           want, "the limit of the process checked (this one, or the pid asked for)");
         if (v == UINT64_MAX)
                 snprintf(found, sizeof found, "unlimited");
         else
@@ -741,7 +743,7 @@ static int check_limits(struct ctx *c) {
                            "SCHED_FIFO is refused: workers run SCHED_OTHER and share their cores' time with "
                            "whatever else is runnable there");
         return add(c, "rlimit-rtprio", DSV_DOCTOR_OK, found, want,
-                   "workers may run SCHED_FIFO (of this process; the service's comes from its unit)");
+                   "workers may run SCHED_FIFO (of the process checked; a service's comes from its unit)");
 }
 
 /* ---- IRQs -------------------------------------------------------------------------- */
@@ -909,7 +911,7 @@ static int count_host_nodes(const struct ctx *c) {
 }
 
 int dsv_doctor_run(const struct dsv_doctor_request *req, struct dsv_doctor_report *ret) {
-        if (!req || !ret || (req->n_instance_cpus && !req->instance_cpus) ||
+        if (!req || !ret || req->pid < 0 || (req->n_instance_cpus && !req->instance_cpus) ||
             (req->n_housekeeping_cpus && !req->housekeeping_cpus) || (req->n_instance_nodes && !req->instance_nodes))
                 return -EINVAL;
         for (size_t i = 0; i < req->n_instance_nodes; i++)
@@ -930,6 +932,10 @@ int dsv_doctor_run(const struct dsv_doctor_request *req, struct dsv_doctor_repor
                         return -EINVAL;
         memset(&c, 0, sizeof c);
         c.req = req;
+        if (req->pid > 0)
+                snprintf(c.proc, sizeof c.proc, "%d", (int)req->pid);
+        else
+                snprintf(c.proc, sizeof c.proc, "self");
         c.prefix = prefix;
         c.rep = calloc(1, sizeof *c.rep); /* ~34 KiB; *ret is written only on success */
         if (!c.rep)

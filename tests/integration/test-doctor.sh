@@ -215,6 +215,19 @@ assert c["hugepages-node1"]["recommended"].startswith(">= 20480 free")
 assert all(x["status"] in ("ok", "warn", "fail", "unknown") for x in d["checks"])
 EOF
 then ok "debian-json: verdicts and fields"; else bad "debian-json: verdicts and fields"; fi
+# --pid: the limits and cgroup of a running dsvisor, not of the doctor's own process
+mkdir -p "$TMP/debian/proc/4242"
+cp "$TMP/debian/proc/self/"* "$TMP/debian/proc/4242/"
+limits "$TMP/debian" unlimited 49 0000000000000000 # rewrites proc/self only
+mv "$TMP/debian/proc/self/limits" "$TMP/debian/proc/4242/limits"
+cp "$TMP/debian/proc/4242/status" "$TMP/debian/proc/self/status"
+limits "$TMP/debian" 8388608 0 0000000000000000
+run_doctor debian-pid 1 --root "$TMP/debian" --topology "$TOPO2" --model-bytes $MODEL --pid 4242
+expect debian-pid rlimit-memlock ok unlimited
+expect debian-pid rlimit-rtprio ok 49
+run_doctor debian-nopid 1 --root "$TMP/debian" --topology "$TOPO2" --model-bytes $MODEL --pid 4343
+expect debian-nopid rlimit-memlock unknown
+expect debian-nopid cgroup-mode unknown
 # Without a model size the HugePages need is unknown, which does not change the exit code.
 run_doctor debian-nomodel 1 --root "$TMP/debian" --topology "$TOPO2"
 expect debian-nomodel hugepages-node0 unknown "0 free of 0"

@@ -351,13 +351,15 @@ struct dsv_doctor_request {
         const int *instance_nodes;     /* OS numbers of the NUMA nodes that host instances */
         size_t n_instance_nodes;
         uint64_t model_bytes;          /* weight image size; 0: unknown (HugePages unknown) */
+        pid_t pid;                     /* whose limits, capabilities and cgroup are checked:
+                                        * 0 this process, else a running dsvisor's */
 };
 
 /* Runs every host check into *ret (written on success): cgroup mode and own
  * controllers, cpufreq driver and governor, THP enabled/defrag, 2 MiB HugePages per
  * instance node (one shared weight image per node: ceil(model_bytes / 2 MiB) pages
  * each), RT throttling, RT group scheduling, NUMA balancing, RLIMIT_MEMLOCK and
- * RLIMIT_RTPRIO (of this process, from <root>/proc/self/limits and CapEff), IRQs whose
+ * RLIMIT_RTPRIO (from <root>/proc/<pid or self>/limits and CapEff), IRQs whose
  * affinity overlaps instance CPUs, SMT and the CPU's SIMD flags. -EINVAL on bad
  * arguments; a missing or malformed host file is UNKNOWN inside the report. */
 int dsv_doctor_run(const struct dsv_doctor_request *req, struct dsv_doctor_report *ret);
