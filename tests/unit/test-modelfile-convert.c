@@ -290,6 +290,7 @@ TEST(open_fd_memfd) {
         size_t len;
         void *bytes = slurp(out, &len);
         ASSERT_TRUE(bytes);
+        ASSERT_EQ(len % (2u << 20), 0); /* padded for hugetlbfs memfds */
         int fd = memfd_create("dsv-test-model", MFD_CLOEXEC);
         ASSERT_TRUE(fd >= 0);
         ASSERT_EQ(write(fd, bytes, len), (ssize_t)len);

@@ -736,6 +736,9 @@ static int write_all(struct conv *c, const char *quant_label) {
         for (size_t i = 0; i < c->n_outs; i++)
                 if (c->outs[i].offset + c->outs[i].t.size_bytes > data_size)
                         data_size = c->outs[i].offset + c->outs[i].t.size_bytes;
+        /* pad the file to a 2 MiB multiple (a hole), so a copy into a hugetlbfs memfd,
+         * whose size is always a huge-page multiple, is byte-for-byte the same file */
+        data_size = (data_size + DSE_FORMAT_DATA_ALIGN - 1) / DSE_FORMAT_DATA_ALIGN * DSE_FORMAT_DATA_ALIGN;
         if (ftruncate(c->fd, (off_t)(c->data_off + data_size)) < 0)
                 return dse__fail(c->reterr, -errno, "cannot size the output: %s", strerror(errno));
         int r;
