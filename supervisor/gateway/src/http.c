@@ -666,8 +666,9 @@ static enum MHD_Result handle_metrics(struct dsv_gateway *gw, struct MHD_Connect
                 r = f ? hook(f, userdata) : -errno;
                 if (f && fclose(f) != 0 && r == 0)
                         r = -EIO;
+                size_t cap = len + 1; /* open_memstream's buffer holds len bytes and a NUL */
                 if (r == 0)
-                        r = buf_append(&text, &len, &len, more, more_len);
+                        r = buf_append(&text, &len, &cap, more, more_len);
                 free(more);
         }
         if (r < 0) {

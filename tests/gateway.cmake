@@ -1,0 +1,24 @@
+# supervisor/gateway: the HTTP gateway (issue 8). Unit tests on the pure parts, a fake
+# worker and a test server for the curl and openai-client integration tests.
+set(DSV_GATEWAY_INTERNAL ${CMAKE_SOURCE_DIR}/supervisor/gateway/src)
+
+dsv_test(NAME test-gateway-request SOURCES unit/test-gateway-request.c LIBS dsv_gateway dsv::cjson LABELS unit)
+target_include_directories(test-gateway-request PRIVATE ${DSV_GATEWAY_INTERNAL})
+
+add_executable(fake-worker integration/fake-worker.c)
+target_link_libraries(fake-worker PRIVATE dsv_ipc dsv::cjson)
+add_executable(dsvisor-gateway-test-server integration/gateway-test-server.c)
+target_link_libraries(dsvisor-gateway-test-server PRIVATE dsv_gateway Threads::Threads)
+
+dsv_script_test(NAME test-gateway-http SCRIPT ${CMAKE_SOURCE_DIR}/tests/integration/test-gateway-http.sh
+                LABELS integration TIMEOUT 240)
+dsv_script_test(NAME test-gateway-openai SCRIPT ${CMAKE_SOURCE_DIR}/tests/integration/test-gateway-openai.sh
+                LABELS integration TIMEOUT 300)
+
+if(DSV_FUZZ)
+  add_executable(fuzz-gateway-request fuzz/fuzz-gateway-request.c)
+  target_include_directories(fuzz-gateway-request PRIVATE ${DSV_GATEWAY_INTERNAL})
+  target_compile_options(fuzz-gateway-request PRIVATE -fsanitize=fuzzer,address,undefined)
+  target_link_options(fuzz-gateway-request PRIVATE -fsanitize=fuzzer,address,undefined)
+  target_link_libraries(fuzz-gateway-request PRIVATE dsv_gateway dsv::cjson)
+endif()

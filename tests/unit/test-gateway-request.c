@@ -1,0 +1,218 @@
+/* The gateway's pure parts: OpenAI request parsing (types, ranges, refusals), the error
+ * JSON shape, UTF-8 checking, histogram text and API keys. */
+#include <cjson/cJSON.h>
+#include <fcntl.h>
+#include <unistd.h>
+
+#include "gateway-internal.h"
+#include "t.h"
+
+static const struct dsv_gw_limits lim = {
+        .model = "m", .max_prompt_bytes = 64, .max_tokens_limit = 1000, .default_max_tokens = 7};
+
+static int parse(const char *body, enum dsv_gw_api api, struct dsv_gw_request *req, struct dsv_gw_error *e) {
+        return dsv__gw_request_parse(body, strlen(body), api, &lim, req, e);
+}
+
+/* Parses a body that must fail; returns the status, with the param in *param. */
+static int refused(const char *body, enum dsv_gw_api api, char *param) {
+        struct dsv_gw_request req;
+        struct dsv_gw_error e;
+        memset(&e, 0, sizeof e);
+        if (parse(body, api, &req, &e) == 0) {
+                dsv__gw_request_done(&req);
+                return 0;
+        }
+        if (param)
+                strcpy(param, e.param);
+        return e.status;
+}
+
+TEST(chat_maps_every_field) {
+        struct dsv_gw_request r;
+        struct dsv_gw_error e;
+        ASSERT_OK(parse("{\"model\":\"m\",\"messages\":[{\"role\":\"system\",\"content\":\"be brief\"},"
+                        "{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"hi \"},{\"type\":\"text\",\"text\":\"there\"}]}],"
+                        "\"temperature\":0.5,\"top_p\":0.9,\"max_tokens\":12,\"stop\":[\"x\",\"y\"],\"seed\":42,"
+                        "\"presence_penalty\":0.5,\"frequency_penalty\":-0.5,\"top_k\":40,\"min_p\":0.1,"
+                        "\"repetition_penalty\":1.1,\"logprobs\":true,\"top_logprobs\":3,\"stream\":true,"
+                        "\"stream_options\":{\"include_usage\":true},\"user\":\"u\",\"unknown_field\":1}",
+                        DSV_GW_API_CHAT, &r, &e));
+        const struct dsv_ipc_request *q = &r.ipc.u.request;
+        ASSERT_EQ(q->input, DSV_IPC_INPUT_CHAT);
+        ASSERT_STREQ(q->messages_json, "[{\"role\":\"system\",\"content\":\"be brief\"},{\"role\":\"user\",\"content\":\"hi there\"}]");
+        ASSERT_NEAR(q->sampling.temperature, 0.5, 1e-6);
+        ASSERT_NEAR(q->sampling.top_p, 0.9, 1e-6);
+        ASSERT_NEAR(q->sampling.min_p, 0.1, 1e-6);
+        ASSERT_NEAR(q->sampling.repetition_penalty, 1.1, 1e-6);
+        ASSERT_NEAR(q->sampling.presence_penalty, 0.5, 1e-6);
+        ASSERT_NEAR(q->sampling.frequency_penalty, -0.5, 1e-6);
+        ASSERT_EQ(q->sampling.top_k, 40);
+        ASSERT_EQ(q->sampling.has_seed, 1);
+        ASSERT_EQ(q->sampling.seed, 42);
+        ASSERT_EQ(q->max_tokens, 12);
+        ASSERT_EQ(q->n_stop, 2);
+        ASSERT_STREQ(q->stop[1], "y");
+        ASSERT_EQ(q->logprobs, 3);
+        ASSERT_TRUE(r.logprobs && r.top_logprobs == 3 && r.stream && r.include_usage);
+        dsv__gw_request_done(&r);
+}
+
+TEST(completions_prompt_forms) {
+        struct dsv_gw_request r;
+        struct dsv_gw_error e;
+        ASSERT_OK(parse("{\"model\":\"m\",\"prompt\":\"hello\",\"stop\":\"\\n\",\"logprobs\":0}", DSV_GW_API_COMPLETIONS, &r, &e));
+        ASSERT_EQ(r.ipc.u.request.input, DSV_IPC_INPUT_PROMPT);
+        ASSERT_STREQ(r.ipc.u.request.prompt, "hello");
+        ASSERT_EQ(r.ipc.u.request.max_tokens, 7); /* the default */
+        ASSERT_EQ(r.ipc.u.request.n_stop, 1);
+        ASSERT_TRUE(r.logprobs);
+        ASSERT_EQ(r.ipc.u.request.logprobs, 1); /* the chosen token's logprob needs one alternative */
+        ASSERT_TRUE(!r.stream);
+        dsv__gw_request_done(&r);
+        ASSERT_OK(parse("{\"model\":\"m\",\"prompt\":[\"one\"]}", DSV_GW_API_COMPLETIONS, &r, &e));
+        ASSERT_STREQ(r.ipc.u.request.prompt, "one");
+        dsv__gw_request_done(&r);
+        ASSERT_OK(parse("{\"model\":\"m\",\"prompt\":[1,2,3],\"top_k\":-1}", DSV_GW_API_COMPLETIONS, &r, &e));
+        ASSERT_EQ(r.ipc.u.request.input, DSV_IPC_INPUT_TOKENS);
+        ASSERT_EQ(r.ipc.u.request.n_tokens, 3);
+        ASSERT_EQ(r.ipc.u.request.tokens[2], 3);
+        ASSERT_EQ(r.ipc.u.request.sampling.top_k, 0);
+        dsv__gw_request_done(&r);
+}
+
+TEST(bad_values_are_400_with_param) {
+        char p[64];
+        ASSERT_EQ(refused("{\"model\":\"m\",\"prompt\":\"x\",\"max_tokens\":-1}", DSV_GW_API_COMPLETIONS, p), 400);
+        ASSERT_STREQ(p, "max_tokens");
+        ASSERT_EQ(refused("{\"model\":\"m\",\"prompt\":\"x\",\"max_tokens\":1001}", DSV_GW_API_COMPLETIONS, p), 400);
+        ASSERT_EQ(refused("{\"model\":\"m\",\"prompt\":\"x\",\"max_tokens\":1e300}", DSV_GW_API_COMPLETIONS, p), 400);
+        ASSERT_EQ(refused("{\"model\":\"m\",\"prompt\":\"x\",\"max_tokens\":2.5}", DSV_GW_API_COMPLETIONS, p), 400);
+        ASSERT_EQ(refused("{\"model\":\"m\",\"prompt\":\"x\",\"max_tokens\":\"5\"}", DSV_GW_API_COMPLETIONS, p), 400);
+        ASSERT_EQ(refused("{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"max_completion_tokens\":0}",
+                          DSV_GW_API_CHAT, p), 400);
+        ASSERT_STREQ(p, "max_completion_tokens");
+        ASSERT_EQ(refused("{\"model\":\"m\",\"prompt\":\"x\",\"temperature\":\"hot\"}", DSV_GW_API_COMPLETIONS, p), 400);
+        ASSERT_STREQ(p, "temperature");
+        ASSERT_EQ(refused("{\"model\":\"m\",\"prompt\":\"x\",\"temperature\":3}", DSV_GW_API_COMPLETIONS, p), 400);
+        ASSERT_EQ(refused("{\"model\":\"m\",\"prompt\":\"x\",\"top_p\":-0.1}", DSV_GW_API_COMPLETIONS, p), 400);
+        ASSERT_EQ(refused("{\"model\":\"m\",\"prompt\":\"x\",\"seed\":-4}", DSV_GW_API_COMPLETIONS, p), 400);
+        ASSERT_EQ(refused("{\"model\":\"m\",\"prompt\":\"x\",\"seed\":1e16}", DSV_GW_API_COMPLETIONS, p), 400);
+        ASSERT_EQ(refused("{\"model\":\"m\",\"prompt\":\"x\",\"stream\":1}", DSV_GW_API_COMPLETIONS, p), 400);
+        ASSERT_STREQ(p, "stream");
+        ASSERT_EQ(refused("{\"model\":\"m\",\"prompt\":\"x\",\"stop\":[\"\"]}", DSV_GW_API_COMPLETIONS, p), 400);
+        ASSERT_EQ(refused("{\"model\":\"m\",\"prompt\":\"x\",\"stop\":[1]}", DSV_GW_API_COMPLETIONS, p), 400);
+        ASSERT_EQ(refused("{\"model\":\"m\",\"prompt\":\"x\",\"stop\":[\"a\",\"b\",\"c\",\"d\",\"e\",\"f\",\"g\",\"h\","
+                          "\"i\",\"j\",\"k\",\"l\",\"m\",\"n\",\"o\",\"p\",\"q\"]}", DSV_GW_API_COMPLETIONS, p), 400);
+        ASSERT_EQ(refused("{\"model\":\"m\",\"prompt\":\"\"}", DSV_GW_API_COMPLETIONS, p), 400);
+        ASSERT_EQ(refused("{\"model\":\"m\",\"prompt\":[\"a\",\"b\"]}", DSV_GW_API_COMPLETIONS, p), 400);
+        ASSERT_EQ(refused("{\"model\":\"m\",\"prompt\":[1,-2]}", DSV_GW_API_COMPLETIONS, p), 400);
+        ASSERT_EQ(refused("{\"model\":\"m\",\"prompt\":\"x\",\"n\":2}", DSV_GW_API_COMPLETIONS, p), 400);
+        ASSERT_STREQ(p, "n");
+        ASSERT_EQ(refused("{\"model\":\"m\",\"prompt\":\"x\",\"echo\":true}", DSV_GW_API_COMPLETIONS, p), 400);
+        ASSERT_EQ(refused("{\"model\":\"m\",\"prompt\":\"x\",\"logit_bias\":{\"1\":5}}", DSV_GW_API_COMPLETIONS, p), 400);
+        ASSERT_EQ(refused("{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[{}]}",
+                          DSV_GW_API_CHAT, p), 400);
+        ASSERT_EQ(refused("{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"top_logprobs\":2}",
+                          DSV_GW_API_CHAT, p), 400);
+        ASSERT_EQ(refused("{\"model\":\"m\",\"messages\":[]}", DSV_GW_API_CHAT, p), 400);
+        ASSERT_EQ(refused("{\"model\":\"m\",\"messages\":[{\"role\":\"wizard\",\"content\":\"x\"}]}", DSV_GW_API_CHAT, p), 400);
+        ASSERT_EQ(refused("{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":5}]}", DSV_GW_API_CHAT, p), 400);
+        ASSERT_EQ(refused("{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image_url\"}]}]}",
+                          DSV_GW_API_CHAT, p), 400);
+        ASSERT_EQ(refused("{\"model\":\"m\",\"messages\":\"hi\"}", DSV_GW_API_CHAT, p), 400);
+        ASSERT_EQ(refused("{\"model\":\"m\"}", DSV_GW_API_CHAT, p), 400);
+        ASSERT_STREQ(p, "messages");
+}
+
+TEST(body_level_errors) {
+        char p[64];
+        ASSERT_EQ(refused("{\"model\":\"other\",\"prompt\":\"x\"}", DSV_GW_API_COMPLETIONS, p), 404);
+        ASSERT_STREQ(p, "model");
+        ASSERT_EQ(refused("{\"prompt\":\"x\"}", DSV_GW_API_COMPLETIONS, p), 400);
+        ASSERT_EQ(refused("{\"model\":7,\"prompt\":\"x\"}", DSV_GW_API_COMPLETIONS, p), 400);
+        ASSERT_EQ(refused("{\"model\":\"m\",\"prompt\":\"x\"", DSV_GW_API_COMPLETIONS, p), 400);
+        ASSERT_EQ(refused("[1,2]", DSV_GW_API_COMPLETIONS, p), 400);
+        ASSERT_EQ(refused("", DSV_GW_API_COMPLETIONS, p), 400);
+        ASSERT_EQ(refused("{\"model\":\"m\",\"prompt\":\"caf\xc3\"}", DSV_GW_API_COMPLETIONS, p), 400);
+        ASSERT_EQ(refused("{\"model\":\"m\",\"prompt\":\"\\ud800\"}", DSV_GW_API_COMPLETIONS, p), 400);
+        /* over max_prompt_bytes (64) */
+        ASSERT_EQ(refused("{\"model\":\"m\",\"prompt\":\"0123456789012345678901234567890123456789012345678901234567890123456789\"}",
+                          DSV_GW_API_COMPLETIONS, p), 400);
+        ASSERT_STREQ(p, "prompt");
+}
+
+TEST(error_json_shape) {
+        struct dsv_gw_error e;
+        dsv__gw_error_set(&e, 400, "invalid_request_error", "invalid_value", "max_tokens", "bad %d", 5);
+        char *s;
+        size_t len;
+        ASSERT_OK(dsv__gw_error_json(&e, &s, &len));
+        ASSERT_STREQ(s, "{\"error\":{\"message\":\"bad 5\",\"type\":\"invalid_request_error\",\"param\":\"max_tokens\","
+                        "\"code\":\"invalid_value\"}}");
+        free(s);
+        dsv__gw_error_set(&e, 503, "server_error", NULL, NULL, "x");
+        ASSERT_OK(dsv__gw_error_json(&e, &s, &len));
+        ASSERT_STREQ(s, "{\"error\":{\"message\":\"x\",\"type\":\"server_error\",\"param\":null,\"code\":null}}");
+        free(s);
+}
+
+TEST(utf8) {
+        ASSERT_EQ(dsv__gw_utf8_valid("h\xc3\xa9llo \xe2\x82\xac \xf0\x9f\x98\x80", 16), 1);
+        ASSERT_EQ(dsv__gw_utf8_valid("\xc0\xaf", 2), 0);         /* overlong '/' */
+        ASSERT_EQ(dsv__gw_utf8_valid("\xed\xa0\x80", 3), 0);     /* surrogate */
+        ASSERT_EQ(dsv__gw_utf8_valid("\xf4\x90\x80\x80", 4), 0); /* > U+10FFFF */
+        ASSERT_EQ(dsv__gw_utf8_valid("\xe2\x82", 2), 0);         /* truncated */
+        ASSERT_EQ(dsv__gw_utf8_valid("\x80", 1), 0);
+}
+
+TEST(histogram_text) {
+        struct dsv_gw_buckets b = {3, {0.1, 1, 10}};
+        struct dsv_gw_hist h;
+        memset(&h, 0, sizeof h);
+        dsv__gw_hist_observe(&h, &b, 0.1);
+        dsv__gw_hist_observe(&h, &b, 0.5);
+        dsv__gw_hist_observe(&h, &b, 100);
+        char *buf = NULL;
+        size_t len = 0;
+        FILE *f = open_memstream(&buf, &len);
+        ASSERT_OK(dsv__gw_hist_write(f, "x_seconds", "instance=\"a\"", &h, &b));
+        fclose(f);
+        ASSERT_STREQ(buf, "x_seconds_bucket{instance=\"a\",le=\"0.10000000000000001\"} 1\n"
+                          "x_seconds_bucket{instance=\"a\",le=\"1\"} 2\n"
+                          "x_seconds_bucket{instance=\"a\",le=\"10\"} 2\n"
+                          "x_seconds_bucket{instance=\"a\",le=\"+Inf\"} 3\n"
+                          "x_seconds_sum{instance=\"a\"} 100.59999999999999\n"
+                          "x_seconds_count{instance=\"a\"} 3\n");
+        free(buf);
+        char esc[16];
+        ASSERT_EQ(dsv__gw_label_escape("a\"b\\c\nd", esc, sizeof esc), 10);
+        ASSERT_STREQ(esc, "a\\\"b\\\\c\\nd");
+        ASSERT_EQ(dsv__gw_label_escape("0123456789abcdef", esc, sizeof esc), -ENOBUFS);
+}
+
+TEST(api_keys) {
+        char path[] = "/tmp/test-gateway-keys-XXXXXX";
+        int fd = mkstemp(path);
+        ASSERT_TRUE(fd >= 0);
+        const char text[] = "# keys\n\n  sk-one  \nsk-two\r\n";
+        ASSERT_EQ(write(fd, text, sizeof text - 1), (long)sizeof text - 1);
+        close(fd);
+        struct dsv_gw_keys k;
+        ASSERT_OK(dsv__gw_keys_load(path, &k));
+        ASSERT_EQ(k.n, 2);
+        ASSERT_EQ(dsv__gw_keys_check(&k, "Bearer sk-one"), 1);
+        ASSERT_EQ(dsv__gw_keys_check(&k, "Bearer sk-two"), 1);
+        ASSERT_EQ(dsv__gw_keys_check(&k, "Bearer sk-on"), 0);
+        ASSERT_EQ(dsv__gw_keys_check(&k, "Bearer sk-one2"), 0);
+        ASSERT_EQ(dsv__gw_keys_check(&k, "Basic sk-one"), 0);
+        ASSERT_EQ(dsv__gw_keys_check(&k, "Bearer "), 0);
+        ASSERT_EQ(dsv__gw_keys_check(&k, NULL), 0);
+        dsv__gw_keys_done(&k);
+        fd = open(path, O_WRONLY | O_TRUNC);
+        ASSERT_EQ(write(fd, "# none\n", 7), 7);
+        close(fd);
+        ASSERT_ERR(dsv__gw_keys_load(path, &k), -EINVAL);
+        unlink(path);
+        ASSERT_ERR(dsv__gw_keys_load(path, &k), -ENOENT);
+}
