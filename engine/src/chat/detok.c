@@ -66,6 +66,12 @@ int dse_detok_new(const struct dse_tokenizer *tok, const char *const *stop_strin
         if (!d)
                 return -ENOMEM;
         d->tok = tok;
+        /* Every buffer exists from the start: no NULL pointer meets memcpy/memcmp. */
+        if (grow(&d->dec, &d->dec_cap, 256) < 0 || grow(&d->shown, &d->cap_shown, 64) < 0 ||
+            grow(&d->pend, &d->cap_pend, 64) < 0 || grow(&d->out, &d->cap_out, 256) < 0) {
+                dse_detok_free(d);
+                return -ENOMEM;
+        }
         if (n_stop) {
                 d->stops = calloc(n_stop, sizeof *d->stops);
                 d->stop_len = calloc(n_stop, sizeof *d->stop_len);
