@@ -872,14 +872,17 @@ static int key_file(const struct dirent *d) {
 }
 
 /* The cache key: the folder's absolute path and the name, size and mtime of every file
- * the conversion reads, plus the format version. */
+ * the conversion reads, plus the format version and converter revision. */
 static int cache_key(const char *abs, uint64_t *ret, struct dse_diag *reterr) {
         struct dirent **names;
         int n = scandir(abs, &names, key_file, alphasort);
         if (n < 0)
                 return dse__fail(reterr, -errno, "cannot list '%s': %s", abs, strerror(errno));
         uint64_t h = fnv1a(0xcbf29ce484222325ull, abs, strlen(abs) + 1);
-        uint32_t version = DSE_FORMAT_VERSION_MAJOR << 16 | DSE_FORMAT_VERSION_MINOR;
+        /* bump CONVERTER_REVISION when the converter's output changes for the same input,
+         * so cached files from an older converter are not reused */
+        enum { CONVERTER_REVISION = 2 };
+        uint32_t version = DSE_FORMAT_VERSION_MAJOR << 24 | DSE_FORMAT_VERSION_MINOR << 16 | CONVERTER_REVISION;
         h = fnv1a(h, &version, sizeof version);
         int r = 0;
         for (int i = 0; i < n; i++) {
