@@ -572,3 +572,13 @@ TEST(gptq_quantize_config_json_fallback) {
         ASSERT_EQ(left, 0);
         tmp_rm(hf);
 }
+
+TEST(hf_llama_biases_refused) {
+        char *hf = hf_copy("models/llama-bf16-linear-rope", "\"attention_bias\": false", "\"attention_bias\": true");
+        ASSERT_TRUE(hf);
+        int left;
+        ASSERT_ERR(hf_convert(hf, &left), -EOPNOTSUPP);
+        MSG_HAS("attention_bias");
+        ASSERT_EQ(left, 0);
+        tmp_rm(hf);
+}

@@ -317,8 +317,17 @@ static int parse_root(const struct cfg *c, const cJSON *gen_root, struct dse_hpa
         /* Qwen2 always has q/k/v biases; llama has them when attention_bias is set. */
         if (hp->arch == DSE_ARCH_QWEN2)
                 hp->attention_bias = 1;
-        else if (!deepseek && (r = get_bool(c, o, "attention_bias", 0, &hp->attention_bias)) < 0)
-                return r;
+        else if (!deepseek) {
+                /* LlamaConfig attention_bias adds q/k/v AND o_proj biases, mlp_bias adds MLP
+                 * biases: neither occurs in the supported checkpoints, so refuse them rather
+                 * than run without the biases */
+                int32_t ab, mb;
+                if ((r = get_bool(c, o, "attention_bias", 0, &ab)) < 0 || (r = get_bool(c, o, "mlp_bias", 0, &mb)) < 0)
+                        return r;
+                if (ab || mb)
+                        return dse__fail(c->reterr, -EOPNOTSUPP, "%s: llama with %s true is not supported", c->what,
+                                         ab ? "attention_bias" : "mlp_bias");
+        }
         if (deepseek) {
                 if ((r = parse_deepseek(c, hp)) < 0)
                         return r;
