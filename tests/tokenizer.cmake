@@ -6,7 +6,7 @@ set(DSV_TOK_ENV "DSV_FIXTURES=${DSV_FIXTURES};DSV_BUILD_DIR=${CMAKE_BINARY_DIR};
 add_executable(test-tokenizer-hf unit/test-tokenizer-hf.c)
 target_include_directories(test-tokenizer-hf PRIVATE ${CMAKE_SOURCE_DIR}/tests)
 target_link_libraries(test-tokenizer-hf PRIVATE dse dsv::cjson)
-foreach(name deepseek_v3 qwen2_5 llama3 mistral7b)
+foreach(name deepseek_v3 qwen2_5 llama3 mistral7b threads)
   add_test(NAME test-tokenizer-${name} COMMAND test-tokenizer-hf ${name})
   set_tests_properties(test-tokenizer-${name} PROPERTIES LABELS unit TIMEOUT 120 ENVIRONMENT "${DSV_TOK_ENV}")
 endforeach()

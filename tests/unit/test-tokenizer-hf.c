@@ -3,6 +3,7 @@
  * encode to exactly the reference ids, and decoding the ids must give the reference
  * text byte for byte. Run one tokenizer by naming it: test-tokenizer-hf llama3 */
 #include <cjson/cJSON.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <time.h>
 
@@ -214,3 +215,36 @@ TEST(deepseek_v3) { check_tokenizer("deepseek_v3"); }
 TEST(qwen2_5) { check_tokenizer("qwen2_5"); }
 TEST(llama3) { check_tokenizer("llama3"); }
 TEST(mistral7b) { check_tokenizer("mistral7b"); }
+
+/* The tokenizer is immutable after loading: threads encoding at once get the reference
+ * ids (and ASan/UBSan builds see no races on shared scratch space). */
+struct thread_job {
+        const struct dse_tokenizer *tok;
+        const char *rel;
+        int bad, lines;
+};
+
+static void *encode_file_thread(void *arg) {
+        struct thread_job *job = arg;
+        job->bad = check_file(job->tok, job->rel, 0, &job->lines);
+        return NULL;
+}
+
+TEST(threads) {
+        struct dse_tokenizer *tok = NULL;
+        struct dse_diag diag = {{0}};
+        ASSERT_OK(dse_tokenizer_load_file(t_fixture("tokenizers/models/deepseek_v3/tokenizer.json"), &tok, &diag));
+        struct thread_job jobs[4];
+        pthread_t th[4];
+        for (int i = 0; i < 4; i++) {
+                jobs[i] = (struct thread_job){tok, "tokenizers/encodings/deepseek_v3.jsonl", 0, 0};
+                ASSERT_EQ(pthread_create(&th[i], NULL, encode_file_thread, &jobs[i]), 0);
+        }
+        int bad = 0;
+        for (int i = 0; i < 4; i++) {
+                pthread_join(th[i], NULL);
+                bad += jobs[i].bad + (jobs[i].lines == 0);
+        }
+        dse_tokenizer_free(tok);
+        ASSERT_EQ(bad, 0);
+}
