@@ -3,13 +3,14 @@
  *
  *   dsvisor run --model M (--prompt TEXT | --chat TEXT) [-n N] [--temperature T]
  *               [--top-k K] [--top-p P] [--min-p P] [--seed S] [--chat-template FILE]
- *               [--system TEXT] [--threads N]
+ *               [--system TEXT] [--stop TEXT]... [--threads N]
  *
  * --prompt feeds TEXT as is (with BOS where the model's tokenizer adds one); --chat wraps
  * it as one user message (after an optional system message) in the model's chat
  * template, or FILE's, and adds the generation prompt. M is a native model file or a
  * Hugging Face folder (converted once into the cache, see dse_model_resolve). Generation
- * stops at the tokenizer's EOS or after N tokens. */
+ * stops at the tokenizer's EOS, at a --stop string (matched across tokens, never
+ * printed) or after N tokens. */
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <getopt.h>
@@ -32,6 +33,7 @@ static void run_usage(FILE *out) {
                 "  --chat TEXT            one user message, rendered with the model's chat template\n"
                 "  --system TEXT          with --chat: a system message before it\n"
                 "  --chat-template FILE   with --chat: use this Jinja template instead\n"
+                "  --stop TEXT            stop before TEXT (repeatable, up to 16); it is not printed\n"
                 "  -n, --n-predict N      tokens to generate (default 128)\n"
                 "  --temperature T        0 = greedy (default 0.8)\n"
                 "  --top-k K              0 = off (default 40)\n"
@@ -179,6 +181,8 @@ static int parse_float(const char *s, float lo, float hi, float *ret) {
 
 struct run_opts {
         const char *model, *prompt, *chat, *system, *template_path;
+        const char *stops[16];
+        size_t n_stops;
         long n_predict, n_threads;
         struct dse_sampler_params sp;
         int have_seed;
@@ -192,6 +196,7 @@ static int parse_opts(int argc, char **argv, struct run_opts *o) {
                 {"temperature", required_argument, NULL, 'x'},  {"top-k", required_argument, NULL, 'k'},
                 {"top-p", required_argument, NULL, 'P'},        {"min-p", required_argument, NULL, 'M'},
                 {"seed", required_argument, NULL, 's'},         {"threads", required_argument, NULL, 't'},
+                {"stop", required_argument, NULL, 'X'},
                 {"help", no_argument, NULL, 'h'},               {NULL, 0, NULL, 0},
         };
         long online = sysconf(_SC_NPROCESSORS_ONLN);
@@ -212,6 +217,11 @@ static int parse_opts(int argc, char **argv, struct run_opts *o) {
                 case 'c': o->chat = optarg; break;
                 case 'S': o->system = optarg; break;
                 case 'T': o->template_path = optarg; break;
+                case 'X':
+                        bad = o->n_stops == 16 || !optarg[0];
+                        if (!bad)
+                                o->stops[o->n_stops++] = optarg;
+                        break;
                 case 'n': bad = parse_long(optarg, 0, 1L << 24, &o->n_predict) < 0; break;
                 case 't': bad = parse_long(optarg, 1, 1024, &o->n_threads) < 0; break;
                 case 'x': bad = parse_float(optarg, 0.0f, 100.0f, &o->sp.temperature) < 0; break;
@@ -235,7 +245,7 @@ static int parse_opts(int argc, char **argv, struct run_opts *o) {
                 if (bad) {
                         fprintf(stderr, "dsvisor run: bad value '%s' for --%s\n", optarg,
                                 c == 'n' ? "n-predict" : c == 't' ? "threads" : c == 'x' ? "temperature" : c == 'k' ? "top-k"
-                                : c == 'P' ? "top-p" : c == 'M' ? "min-p" : "seed");
+                                : c == 'P' ? "top-p" : c == 'M' ? "min-p" : c == 'X' ? "stop (empty, or more than 16)" : "seed");
                         return -EINVAL;
                 }
         }
@@ -291,7 +301,7 @@ int dsv_cmd_run(int argc, char **argv) {
                 fprintf(stderr, "dsvisor run: %s\n", diag.msg[0] ? diag.msg : "prompt plus -n is too long");
                 goto out;
         }
-        if ((r = dse_sampler_new(&o.sp, vocab, &smp, &diag)) < 0 || (r = dse_detok_new(tok, NULL, 0, &detok, &diag)) < 0) {
+        if ((r = dse_sampler_new(&o.sp, vocab, &smp, &diag)) < 0 || (r = dse_detok_new(tok, o.stops, o.n_stops, &detok, &diag)) < 0) {
                 fprintf(stderr, "dsvisor run: %s\n", diag.msg[0] ? diag.msg : strerror(-r));
                 goto out;
         }
@@ -321,7 +331,7 @@ int dsv_cmd_run(int argc, char **argv) {
                         fprintf(stderr, "\ndsvisor run: sampled id %d is outside the tokenizer's %d ids\n", id, n_tok_vocab);
                         goto out;
                 }
-                int len = dse_detok_push(detok, id, &text, NULL);
+                int stopped = 0, len = dse_detok_push(detok, id, &text, &stopped);
                 if (len < 0) {
                         fprintf(stderr, "\ndsvisor run: detokenizing id %d: %s\n", id, strerror(-len));
                         goto out;
@@ -330,7 +340,7 @@ int dsv_cmd_run(int argc, char **argv) {
                         fwrite(text, 1, (size_t)len, stdout);
                         fflush(stdout);
                 }
-                if (n_gen == o.n_predict)
+                if (stopped || n_gen == o.n_predict)
                         break;
                 double ts = now_s();
                 if ((r = dse_session_eval(s, &id, 1, NULL, logits, &diag)) < 0) {

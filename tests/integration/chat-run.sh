@@ -42,6 +42,21 @@ print(f"greedy: want {want!r}, got {got[:-1]!r}; stderr: {err.strip()!r}")
 sys.exit(0 if got == want + "\n" and m and int(m.group(1)) == 12 and int(m.group(2)) == n_gen else 1)
 EOF
 
+# 1b. --stop: a piece of the greedy text (spanning two-letter tokens) ends the output before it
+stop=$(python3 -c '
+import re, sys
+m = re.search(r"[a-zA-Z]{3,}", open(sys.argv[1], encoding="utf-8").read()[1:])
+print(m.group(0)[1:4] if m else "")' "$work/out")
+if [ -n "$stop" ]; then
+  "$bin" run --model "$m" --prompt "$prompt" -n 16 --temperature 0 --threads 1 --stop "$stop" --stop "never" >"$work/stopped" 2>/dev/null
+  python3 - "$work/out" "$work/stopped" "$stop" <<'EOF' && ok || bad "--stop '$stop' did not cut the output before it"
+import sys
+full = open(sys.argv[1], encoding="utf-8").read()
+got = open(sys.argv[2], encoding="utf-8").read()
+sys.exit(0 if got == full[:full.index(sys.argv[3])] + "\n" else 1)
+EOF
+fi
+
 # 2. a seed reproduces a sampled run; another seed changes it
 for s in 7 7 8; do
   "$bin" run --model "$m" --prompt "$prompt" -n 24 --temperature 1.2 --top-k 0 --top-p 1 --min-p 0 --seed $s --threads 1 >"$work/s$s.$RANDOM" 2>/dev/null

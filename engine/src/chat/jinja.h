@@ -204,9 +204,9 @@ int dse__jinja_parse(struct jarena *a, const char *src, struct jnode **ret_root,
  * before any rendering. Returns the enum value or -1. */
 enum jfilter {
         JF_ABS, JF_CAPITALIZE, JF_COUNT, JF_DEFAULT, JF_FIRST, JF_FLOAT, JF_INT, JF_ITEMS,
-        JF_JOIN, JF_LAST, JF_LENGTH, JF_LIST, JF_LOWER, JF_MAP, JF_REJECTATTR, JF_REPLACE,
-        JF_REVERSE, JF_SAFE, JF_SELECTATTR, JF_STRING, JF_TITLE, JF_TOJSON, JF_TRIM, JF_UPPER,
-        JF_COUNT_,
+        JF_JOIN, JF_LAST, JF_LENGTH, JF_LIST, JF_LOWER, JF_MAP, JF_REJECT, JF_REJECTATTR, JF_REPLACE,
+        JF_REVERSE, JF_SAFE, JF_SELECT, JF_SELECTATTR, JF_SORT, JF_STRING, JF_TITLE, JF_TOJSON, JF_TRIM,
+        JF_UPPER, JF_COUNT_,
 };
 enum jtest {
         JS_BOOLEAN, JS_CALLABLE, JS_DEFINED, JS_DIVISIBLEBY, JS_EQ, JS_EVEN, JS_FALSE, JS_FLOAT,

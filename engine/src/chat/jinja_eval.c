@@ -1202,27 +1202,53 @@ static struct jv *seq_len(struct jctx *c, const struct jnode *n, struct jv *v) {
         }
 }
 
-/* selectattr/rejectattr: keep items whose attribute passes the test (truthiness when no test). */
-static struct jv *select_attr(struct jctx *c, struct jframe *f, const struct jnode *n, struct jv *v,
-                              const struct jargs *a, int reject) {
-        struct jv *items = iter_items(c, n, v), *attr = a->n_pos > 0 ? a->pos[0] : NULL;
+/* An item's attribute by a dotted path ("function.name"), as Jinja's attrgetter does. */
+static struct jv *attr_path(struct jctx *c, const struct jnode *n, struct jv *item, struct jv *path) {
+        const char *p = path->u.str.s, *end = p + path->u.str.n;
+        while (item) {
+                const char *dot = memchr(p, '.', (size_t)(end - p));
+                size_t len = dot ? (size_t)(dot - p) : (size_t)(end - p);
+                struct jv *key = NULL;
+                char *stop;
+                long long idx = len ? strtoll(p, &stop, 10) : 0;
+                if (len && stop == p + len) /* numeric parts index lists, as in Jinja */
+                        key = mk_int(c, idx);
+                else
+                        key = mk_str(c, p, len);
+                if (!key)
+                        return NULL;
+                item = get_item(c, n, item, key);
+                if (!dot)
+                        break;
+                p = dot + 1;
+        }
+        return item;
+}
+
+/* select/reject (by_attr 0: test the items) and selectattr/rejectattr (by_attr 1: test
+ * an attribute of each): keep items that pass the test (truthiness when none is named). */
+static struct jv *select_items(struct jctx *c, struct jframe *f, const struct jnode *n, struct jv *v,
+                               const struct jargs *a, int reject, int by_attr) {
+        struct jv *items = iter_items(c, n, v), *attr = by_attr && a->n_pos > 0 ? a->pos[0] : NULL;
         if (!items)
                 return NULL;
-        if (!need_str(c, n, attr, "selectattr()/rejectattr() attribute"))
+        if (by_attr && !need_str(c, n, attr, "selectattr()/rejectattr() attribute"))
                 return NULL;
+        size_t t = by_attr ? 1 : 0;
         int test = -1;
-        if (a->n_pos > 1) {
-                if (!need_str(c, n, a->pos[1], "selectattr()/rejectattr() test name"))
+        if (a->n_pos > t) {
+                if (!need_str(c, n, a->pos[t], "select()/reject() test name"))
                         return NULL;
-                test = dse__jinja_test_lookup(a->pos[1]->u.str.s, a->pos[1]->u.str.n);
+                test = dse__jinja_test_lookup(a->pos[t]->u.str.s, a->pos[t]->u.str.n);
                 if (test < 0)
-                        return fail(c, n, -EOPNOTSUPP, "test '%s' is not supported", a->pos[1]->u.str.s);
+                        return fail(c, n, -EOPNOTSUPP, "test '%s' is not supported", a->pos[t]->u.str.s);
         }
-        struct jargs targs = {.pos = a->n_pos > 2 ? a->pos + 2 : NULL, .n_pos = a->n_pos > 2 ? a->n_pos - 2 : 0};
+        struct jargs targs = {.pos = a->n_pos > t + 1 ? a->pos + t + 1 : NULL,
+                              .n_pos = a->n_pos > t + 1 ? a->n_pos - t - 1 : 0};
         struct jv *out = mk_list(c, JT_LIST, 0);
         size_t cap = 1;
         for (size_t i = 0; out && i < items->u.list.n; i++) {
-                struct jv *item = items->u.list.items[i], *val = get_item(c, n, item, attr), *ok;
+                struct jv *item = items->u.list.items[i], *val = attr ? attr_path(c, n, item, attr) : item, *ok;
                 if (!val)
                         return NULL;
                 if (test >= 0) {
@@ -1233,6 +1259,64 @@ static struct jv *select_attr(struct jctx *c, struct jframe *f, const struct jno
                 }
                 if (ok->u.b != reject && push_item(c, out, &cap, item) < 0)
                         return NULL;
+        }
+        return out;
+}
+
+/* sort(reverse=false, case_sensitive=false, attribute=none): a stable merge sort, as
+ * Python's sorted(); strings compare lowercased unless case_sensitive. */
+static int sort_cmp(struct jctx *c, const struct jnode *n, struct jv *x, struct jv *y, int *ret) {
+        if (++c->steps > EVAL_MAX_STEPS)
+                return fail(c, n, -E2BIG, "render took more than %d steps", EVAL_MAX_STEPS), c->err;
+        return compare_order(c, n, x, y, ret);
+}
+
+static struct jv *sort_items(struct jctx *c, const struct jnode *n, struct jv *v, const struct jargs *a) {
+        struct jv *reverse = arg(a, 0, "reverse"), *case_sensitive = arg(a, 1, "case_sensitive"),
+                  *attr = arg(a, 2, "attribute"), *items = iter_items(c, n, v);
+        if (!items)
+                return NULL;
+        if (attr && attr->t != JT_NONE && !need_str(c, n, attr, "sort() attribute"))
+                return NULL;
+        size_t len = items->u.list.n;
+        struct jv **keys = dse__jalloc(c->a, (len + 1) * sizeof *keys), **tmp_keys = dse__jalloc(c->a, (len + 1) * sizeof *keys);
+        struct jv *out = mk_list(c, JT_LIST, len), *tmp = mk_list(c, JT_LIST, len);
+        if (!keys || !tmp_keys || !out || !tmp)
+                return oom(c);
+        for (size_t i = 0; i < len; i++) {
+                struct jv *k = items->u.list.items[i];
+                if (attr && attr->t == JT_STR && !(k = attr_path(c, n, k, attr)))
+                        return NULL;
+                if (k->t == JT_STR && !(case_sensitive && dse__jv_truthy(case_sensitive)) && !(k = case_map(c, k, 'l')))
+                        return NULL;
+                keys[i] = k;
+                out->u.list.items[i] = items->u.list.items[i];
+        }
+        int desc = reverse && dse__jv_truthy(reverse);
+        for (size_t width = 1; width < len; width *= 2) {
+                for (size_t lo = 0; lo < len; lo += 2 * width) {
+                        size_t mid = lo + width < len ? lo + width : len, hi = lo + 2 * width < len ? lo + 2 * width : len;
+                        size_t i = lo, j = mid, k = lo;
+                        while (i < mid || j < hi) {
+                                int take_right = 0, o;
+                                if (i < mid && j < hi) {
+                                        if (sort_cmp(c, n, keys[j], keys[i], &o) < 0)
+                                                return NULL;
+                                        take_right = desc ? o > 0 : o < 0; /* stable: ties keep the left one */
+                                } else {
+                                        take_right = i >= mid;
+                                }
+                                size_t from = take_right ? j++ : i++;
+                                tmp_keys[k] = keys[from];
+                                tmp->u.list.items[k++] = out->u.list.items[from];
+                        }
+                }
+                struct jv **swap_keys = keys;
+                keys = tmp_keys;
+                tmp_keys = swap_keys;
+                struct jv *swap = out;
+                out = tmp;
+                tmp = swap;
         }
         return out;
 }
@@ -1325,7 +1409,7 @@ static struct jv *apply_filter(struct jctx *c, struct jframe *f, const struct jn
                 dse__jbuf_init(&b, c->a);
                 for (size_t i = 0; i < items->u.list.n; i++) {
                         struct jv *item = items->u.list.items[i];
-                        if (attr && !(item = get_item(c, n, item, attr)))
+                        if (attr && !(item = attr->t == JT_STR ? attr_path(c, n, item, attr) : get_item(c, n, item, attr)))
                                 return NULL;
                         if (!(item = to_str(c, n, item)))
                                 return NULL;
@@ -1358,7 +1442,8 @@ static struct jv *apply_filter(struct jctx *c, struct jframe *f, const struct jn
                 if (attr) {
                         struct jv *dflt = arg(a, 99, "default");
                         for (size_t i = 0; i < items->u.list.n; i++) {
-                                struct jv *val = get_item(c, n, items->u.list.items[i], attr);
+                                struct jv *val = attr->t == JT_STR ? attr_path(c, n, items->u.list.items[i], attr)
+                                                                   : get_item(c, n, items->u.list.items[i], attr);
                                 if (!val)
                                         return NULL;
                                 x->u.list.items[i] = val->t == JT_UNDEF && dflt ? dflt : val;
@@ -1376,9 +1461,14 @@ static struct jv *apply_filter(struct jctx *c, struct jframe *f, const struct jn
                                 return NULL;
                 return x;
         }
+        case JF_REJECT:
+        case JF_SELECT:
+                return select_items(c, f, n, v, a, id == JF_REJECT, 0);
         case JF_REJECTATTR:
         case JF_SELECTATTR:
-                return select_attr(c, f, n, v, a, id == JF_REJECTATTR);
+                return select_items(c, f, n, v, a, id == JF_REJECTATTR, 1);
+        case JF_SORT:
+                return sort_items(c, n, v, a);
         case JF_REPLACE: {
                 struct jv *s = to_str(c, n, v), *old = need_str(c, n, arg(a, 0, "old"), "replace() old"),
                           *new = old ? need_str(c, n, arg(a, 1, "new"), "replace() new") : NULL;

@@ -1375,8 +1375,9 @@ int dse__jinja_filter_lookup(const char *name, size_t len) {
                 [JF_ABS] = "abs", [JF_CAPITALIZE] = "capitalize", [JF_COUNT] = "count", [JF_DEFAULT] = "default",
                 [JF_FIRST] = "first", [JF_FLOAT] = "float", [JF_INT] = "int", [JF_ITEMS] = "items",
                 [JF_JOIN] = "join", [JF_LAST] = "last", [JF_LENGTH] = "length", [JF_LIST] = "list",
-                [JF_LOWER] = "lower", [JF_MAP] = "map", [JF_REJECTATTR] = "rejectattr", [JF_REPLACE] = "replace",
-                [JF_REVERSE] = "reverse", [JF_SAFE] = "safe", [JF_SELECTATTR] = "selectattr", [JF_STRING] = "string",
+                [JF_LOWER] = "lower", [JF_MAP] = "map", [JF_REJECT] = "reject", [JF_REJECTATTR] = "rejectattr",
+                [JF_REPLACE] = "replace", [JF_REVERSE] = "reverse", [JF_SAFE] = "safe", [JF_SELECT] = "select",
+                [JF_SELECTATTR] = "selectattr", [JF_SORT] = "sort", [JF_STRING] = "string",
                 [JF_TITLE] = "title", [JF_TOJSON] = "tojson", [JF_TRIM] = "trim", [JF_UPPER] = "upper",
         };
         if (len == 1 && name[0] == 'd')
