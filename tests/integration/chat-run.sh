@@ -57,6 +57,11 @@ sys.exit(0 if got == full[:full.index(sys.argv[3])] + "\n" else 1)
 EOF
 fi
 
+# 1c. a native model file (tokenizer embedded by convert) gives the same greedy text
+if "$bin" convert --model-path "$m" --output-dir "$work/native" >/dev/null 2>&1 &&
+   "$bin" run --model "$work/native/model.dse" --prompt "$prompt" -n 16 --temperature 0 --threads 1 >"$work/native.out" 2>/dev/null &&
+   cmp -s "$work/out" "$work/native.out"; then ok; else bad "run on the converted native file differs"; fi
+
 # 2. a seed reproduces a sampled run; another seed changes it
 for s in 7 7 8; do
   "$bin" run --model "$m" --prompt "$prompt" -n 24 --temperature 1.2 --top-k 0 --top-p 1 --min-p 0 --seed $s --threads 1 >"$work/s$s.$RANDOM" 2>/dev/null
