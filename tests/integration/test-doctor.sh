@@ -287,6 +287,16 @@ if [ "$n_unknown" -ge 15 ] && ! grep -qE "^(warn|fail) " "$TMP/empty.out"; then
   ok "empty: $n_unknown checks unknown, no warn or fail"
 else bad "empty: $n_unknown unknown"; cat "$TMP/empty.out"; fi
 
+# ---- this host: the engine's kernel level is checked only against the real root --------
+DSV_CPU=bogus "$BIN" doctor --topology "$TOPO2" > "$TMP/engine-bad.out" 2>&1
+rc=$?
+if [ $rc -eq 2 ]; then ok "engine-bad: exit 2"; else bad "engine-bad: exit $rc, expected 2"; fi
+expect engine-bad engine-kernels fail
+DSV_CPU=scalar "$BIN" doctor --topology "$TOPO2" > "$TMP/engine-scalar.out" 2>&1
+rc=$?
+if [ $rc -ge 1 ]; then ok "engine-scalar: exit $rc"; else bad "engine-scalar: exit $rc, expected 1 or 2"; fi
+expect engine-scalar engine-kernels warn "using scalar"
+
 # ---- usage errors: exit 3 --------------------------------------------------------------
 run_doctor usage-bad-instances 3 --instances zero
 run_doctor usage-both-models 3 --model /dev/null --model-bytes 5
