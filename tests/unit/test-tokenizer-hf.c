@@ -103,8 +103,10 @@ static char *json_string_member(const char *line, const char *key, size_t *ret_l
         return out;
 }
 
-/* Checks one encodings file; returns the number of lines that disagree. */
-static int check_file(const struct dse_tokenizer *tok, const char *rel, int add_special, int *ret_lines) {
+/* Checks one encodings file (the text in member text_key); returns the number of lines
+ * that disagree. */
+static int check_file_key(const struct dse_tokenizer *tok, const char *rel, const char *text_key, int add_special,
+                          int *ret_lines) {
         size_t len = 0;
         char *data = slurp(t_fixture(rel), &len);
         if (!data) {
@@ -124,7 +126,7 @@ static int check_file(const struct dse_tokenizer *tok, const char *rel, int add_
                 cJSON *j = cJSON_Parse(line);
                 cJSON *id = cJSON_GetObjectItem(j, "id"), *ids = cJSON_GetObjectItem(j, "ids");
                 size_t slen = 0, dlen = 0;
-                char *s = json_string_member(line, "text", &slen), *dec = json_string_member(line, "decoded", &dlen);
+                char *s = json_string_member(line, text_key, &slen), *dec = json_string_member(line, "decoded", &dlen);
                 if (!s || !dec || !cJSON_IsArray(ids) || !cJSON_IsString(id)) {
                         fprintf(stderr, "  %s: malformed line %d\n", rel, lines + 1);
                         enc_bad++;
@@ -187,6 +189,10 @@ static int check_file(const struct dse_tokenizer *tok, const char *rel, int add_
         return enc_bad + dec_bad;
 }
 
+static int check_file(const struct dse_tokenizer *tok, const char *rel, int add_special, int *ret_lines) {
+        return check_file_key(tok, rel, "text", add_special, ret_lines);
+}
+
 static void check_tokenizer(const char *name) {
         char path[256], rel[256];
         snprintf(path, sizeof path, "tokenizers/models/%s/tokenizer.json", name);
@@ -206,6 +212,16 @@ static void check_tokenizer(const char *name) {
         int bad = check_file(tok, rel, 0, &lines_plain);
         snprintf(rel, sizeof rel, "tokenizers/encodings/%s.special.jsonl", name);
         bad += check_file(tok, rel, 1, &lines_special);
+        /* chat renderings (ids of the rendered template, no special tokens added) */
+        snprintf(rel, sizeof rel, "tokenizers/chat/%s.jsonl", name);
+        int lines_chat = 0;
+        char probe[4096];
+        snprintf(probe, sizeof probe, "%s", t_fixture(rel));
+        FILE *f = fopen(probe, "rb");
+        if (f) {
+                fclose(f);
+                bad += check_file_key(tok, rel, "rendered", 0, &lines_chat);
+        }
         dse_tokenizer_free(tok);
         ASSERT_TRUE(lines_plain > 0 && lines_special > 0);
         ASSERT_EQ(bad, 0);
