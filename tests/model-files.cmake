@@ -1,5 +1,5 @@
 # Model files (engine/src/model: native format, loader, HF import, converter): unit tests
-# over the fixtures, bad-input tests, and libFuzzer targets for the two header parsers.
+# over the fixtures, bad-input tests, and libFuzzer targets for the header parsers.
 dsv_test(NAME test-modelfile-convert SOURCES unit/test-modelfile-convert.c LIBS dse LABELS unit TIMEOUT 120)
 target_include_directories(test-modelfile-convert PRIVATE ${CMAKE_SOURCE_DIR}/engine/src)
 dsv_test(NAME test-modelfile-tokenizer SOURCES unit/test-modelfile-tokenizer.c LIBS dse LABELS unit TIMEOUT 60)
@@ -10,11 +10,12 @@ dsv_test(NAME test-modelfile-bad SOURCES unit/test-modelfile-bad.c LIBS dse LABE
 target_include_directories(test-modelfile-bad PRIVATE ${CMAKE_SOURCE_DIR}/engine/src)
 dsv_script_test(NAME test-modelfile-cli SCRIPT ${CMAKE_SOURCE_DIR}/tests/integration/modelfile-cli.sh LABELS integration TIMEOUT 60)
 
-# libFuzzer targets for the two header parsers (cmake -DDSV_FUZZ=ON with CC=clang).
+# libFuzzer targets for the safetensors and native header parsers and the config.json
+# parser (cmake -DDSV_FUZZ=ON with CC=clang).
 # libdse is instrumented for coverage; each target links it with ASan and UBSan.
 if(DSV_FUZZ)
   target_compile_options(dse PRIVATE -fsanitize=fuzzer-no-link,address,undefined)
-  foreach(f safetensors native)
+  foreach(f safetensors native hfconfig)
     add_executable(fuzz-${f}-header fuzz/fuzz-${f}-header.c)
     target_include_directories(fuzz-${f}-header PRIVATE ${CMAKE_SOURCE_DIR}/engine/src)
     target_compile_options(fuzz-${f}-header PRIVATE -fsanitize=fuzzer,address,undefined)
