@@ -192,7 +192,8 @@ int dse__hparams_validate(const struct dse_hparams *hp, const char *what, struct
         CHECK((int64_t)hp->n_heads * (hp->qk_nope_head_dim + hp->qk_rope_head_dim + hp->v_head_dim) <= big,
               "%s: attention width out of range", what);
         CHECK(hp->n_routed_experts >= 0 && hp->n_routed_experts <= 65536, "%s: n_routed_experts out of range", what);
-        CHECK((int64_t)hp->n_routed_experts * hp->n_layers <= (1 << 18), "%s: too many experts (n_routed_experts x n_layers)", what);
+        CHECK((int64_t)hp->n_routed_experts * hp->n_layers <= (1 << 18),
+              "%s: too many experts (n_routed_experts x n_layers)", what);
         CHECK(hp->topk_method >= 0 && hp->topk_method < DSE_MOE_TOPK_COUNT, "%s: unknown topk_method", what);
         CHECK(hp->scoring_func >= 0 && hp->scoring_func < DSE_MOE_SCORING_COUNT, "%s: unknown scoring_func", what);
         CHECK(hp->moe_layer_freq >= 1, "%s: moe_layer_freq must be >= 1", what);
