@@ -1,0 +1,728 @@
+/* dsvisor-bench model: engine speed on synthetic models shaped like real ones (issue 4).
+ *
+ *     dsvisor-bench model --preset r1-distill-qwen-1.5b --format int4 [--layers N]
+ *                   [--threads T] [--group G] [--prefill 128,512] [--decode 64]
+ *                   [--batches 1,4,8] [--json]
+ *
+ * The model is written with random weights straight into the native format (the
+ * engine's own header writer and schema, engine/FORMAT.md) and cached under
+ * $DSV_CACHE_DIR/bench (else ~/.cache/dsvisor/bench), keyed by preset, format, group
+ * size and layer count. Then, through the public session API (so it measures what the
+ * engine does, not what a kernel could do):
+ *   load_s          dse_model_open with DSE_MODEL_POPULATE (validation + page faults)
+ *   prefill tok/s   one dse_session_eval of N random tokens on an empty session
+ *   decode tok/s    64 steps of one token per sequence, B sequences per step,
+ *                   tokens/s aggregated over the B sequences (see measure_decode)
+ *   bytes/token     the weight bytes one decoded token reads: every matrix with its
+ *                   scales and zeros, norms, one embedding row; for MoE layers only
+ *                   n_experts_per_tok / n_routed_experts of the routed experts
+ *   read bandwidth  a multi-threaded streaming read of 512 MiB on the same pool, best
+ *                   of 5 passes, measured before and after decoding (the best kept)
+ *   roofline        batch-1 decode tok/s x bytes/token / read bandwidth
+ * Each variant is checked before it is timed: every logit of the first evaluation must
+ * be finite. */
+#include <errno.h>
+#include <fcntl.h>
+#include <immintrin.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "dse.h"
+#include "model/format.h"
+#include "model/model.h"
+
+#define GEN_VERSION 1 /* bump when the generated content changes */
+
+/* ---- presets: copies of the real configs ------------------------------------------- */
+
+static void hp_common(struct dse_hparams *hp) {
+        memset(hp, 0, sizeof *hp);
+        hp->rms_norm_eps = 1e-6f;
+        hp->rope_theta = 10000.0f;
+        hp->rope_type = DSE_ROPE_DEFAULT;
+        hp->rope_factor = 1.0f;
+        hp->rope_beta_fast = 32.0f;
+        hp->rope_beta_slow = 1.0f;
+        hp->rope_mscale = 1.0f;
+        hp->moe_layer_freq = 1;
+        hp->routed_scaling_factor = 1.0f;
+        hp->bos_token_id = 1;
+        hp->eos_token_id = 2;
+}
+
+static int preset_hparams(const char *name, struct dse_hparams *hp) {
+        hp_common(hp);
+        if (strcmp(name, "r1-distill-qwen-1.5b") == 0) { /* DeepSeek-R1-Distill-Qwen-1.5B config.json */
+                hp->arch = DSE_ARCH_QWEN2;
+                hp->n_layers = 28;
+                hp->hidden_size = 1536;
+                hp->intermediate_size = 8960;
+                hp->n_heads = 12;
+                hp->n_kv_heads = 2;
+                hp->head_dim = 128;
+                hp->vocab_size = 151936;
+                hp->max_position_embeddings = 131072;
+                hp->attention_bias = 1;
+        } else if (strcmp(name, "deepseek-coder-1.3b") == 0) { /* deepseek-coder-1.3b-base */
+                hp->arch = DSE_ARCH_LLAMA;
+                hp->n_layers = 24;
+                hp->hidden_size = 2048;
+                hp->intermediate_size = 5504;
+                hp->n_heads = 16;
+                hp->n_kv_heads = 16;
+                hp->head_dim = 128;
+                hp->vocab_size = 32256;
+                hp->max_position_embeddings = 16384;
+                hp->rope_theta = 100000.0f;
+                hp->rope_type = DSE_ROPE_LINEAR;
+                hp->rope_factor = 4.0f;
+        } else if (strcmp(name, "deepseek-v2-lite") == 0) { /* DeepSeek-V2-Lite config.json */
+                hp->arch = DSE_ARCH_DEEPSEEK_V2;
+                hp->n_layers = 27;
+                hp->hidden_size = 2048;
+                hp->intermediate_size = 10944;
+                hp->n_heads = 16;
+                hp->n_kv_heads = 16;
+                hp->kv_lora_rank = 512;
+                hp->qk_nope_head_dim = 128;
+                hp->qk_rope_head_dim = 64;
+                hp->v_head_dim = 128;
+                hp->head_dim = 192;
+                hp->vocab_size = 102400;
+                hp->max_position_embeddings = 163840;
+                hp->rope_type = DSE_ROPE_YARN;
+                hp->rope_factor = 40.0f;
+                hp->rope_mscale = 0.707f;
+                hp->rope_mscale_all_dim = 0.707f;
+                hp->n_routed_experts = 64;
+                hp->n_shared_experts = 2;
+                hp->n_experts_per_tok = 6;
+                hp->moe_intermediate_size = 1408;
+                hp->first_k_dense_replace = 1;
+                hp->n_group = 1;
+                hp->topk_group = 1;
+                hp->topk_method = DSE_MOE_GREEDY;
+                hp->scoring_func = DSE_MOE_SOFTMAX;
+                hp->eos_token_id = 100001;
+                hp->bos_token_id = 100000;
+        } else {
+                return -EINVAL;
+        }
+        hp->rope_original_max_pos = hp->rope_type == DSE_ROPE_YARN ? 4096 : hp->max_position_embeddings;
+        return 0;
+}
+
+/* ---- the synthetic model file ------------------------------------------------------ */
+
+static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
+
+static uint64_t rng_next(void) {
+        rng_state ^= rng_state << 13;
+        rng_state ^= rng_state >> 7;
+        rng_state ^= rng_state << 17;
+        return rng_state;
+}
+
+static void fill_random(uint8_t *p, size_t n) {
+        size_t i = 0;
+        for (; i + 8 <= n; i += 8) {
+                uint64_t v = rng_next();
+                memcpy(p + i, &v, 8);
+        }
+        for (; i < n; i++)
+                p[i] = (uint8_t)rng_next();
+}
+
+enum fill_kind { FILL_ONES, FILL_SMALL, FILL_BF16, FILL_BYTES, FILL_SCALE, FILL_ZERO };
+
+struct gen_tensor {
+        struct dse_tensor t;
+        enum fill_kind fill;
+        float amp; /* FILL_SMALL / FILL_BF16 amplitude, FILL_SCALE value */
+};
+
+struct gen_list {
+        struct gen_tensor *v;
+        size_t n, cap;
+};
+
+static struct gen_tensor *gen_add(struct gen_list *l, const char *name, enum dse_dtype dt, int64_t d0, int64_t d1,
+                                  int32_t group, enum fill_kind fill, float amp) {
+        if (l->n == l->cap) {
+                l->cap = l->cap ? 2 * l->cap : 256;
+                struct gen_tensor *v = realloc(l->v, l->cap * sizeof *v);
+                if (!v) {
+                        fprintf(stderr, "out of memory\n");
+                        exit(1);
+                }
+                l->v = v;
+        }
+        struct gen_tensor *g = &l->v[l->n++];
+        memset(g, 0, sizeof *g);
+        snprintf(g->t.name, sizeof g->t.name, "%s", name);
+        g->t.dtype = dt;
+        g->t.n_dims = d1 ? 2 : 1;
+        g->t.shape[0] = d0;
+        g->t.shape[1] = d1;
+        g->t.group_size = group;
+        g->fill = fill;
+        g->amp = amp;
+        if (dse__tensor_size_bytes(dt, g->t.n_dims, g->t.shape, &g->t.size_bytes) < 0) {
+                fprintf(stderr, "tensor '%s': bad shape\n", name);
+                exit(1);
+        }
+        return g;
+}
+
+/* Weight dtypes: projections (and the LM head) in the benchmarked format, like
+ * `dsvisor convert --quant-format`; embedding and router BF16, norms and biases F32. */
+static void plan_tensors(const struct dse_hparams *hp, enum dse_dtype wdt, int32_t group, struct gen_list *l) {
+        struct dse_schema_entry *s;
+        size_t n;
+        if (dse__model_schema(hp, &s, &n) < 0) {
+                fprintf(stderr, "schema failed\n");
+                exit(1);
+        }
+        for (size_t i = 0; i < n; i++) {
+                const struct dse_schema_entry *e = &s[i];
+                int64_t rows = e->shape[0], cols = e->shape[1];
+                char aux[DSE_TENSOR_NAME_MAX + 8];
+                switch (e->kind) {
+                case DSE_SCHEMA_NORM:
+                        gen_add(l, e->name, DSE_DTYPE_F32, rows, 0, 0, FILL_ONES, 0);
+                        break;
+                case DSE_SCHEMA_BIAS:
+                case DSE_SCHEMA_ROUTER_BIAS:
+                        gen_add(l, e->name, DSE_DTYPE_F32, rows, 0, 0, FILL_SMALL, 0.02f);
+                        break;
+                case DSE_SCHEMA_EMBED:
+                case DSE_SCHEMA_ROUTER:
+                        gen_add(l, e->name, DSE_DTYPE_BF16, rows, cols, 0, FILL_BF16, 1.0f);
+                        break;
+                case DSE_SCHEMA_LINEAR:
+                case DSE_SCHEMA_LM_HEAD: {
+                        /* |W| about 1/sqrt(cols), so activations stay in range over the layers */
+                        float amp = 1.0f / sqrtf((float)cols);
+                        if (wdt == DSE_DTYPE_BF16) {
+                                gen_add(l, e->name, DSE_DTYPE_BF16, rows, cols, 0, FILL_BF16, amp);
+                                break;
+                        }
+                        int64_t ng = (cols + group - 1) / group;
+                        gen_add(l, e->name, wdt, rows, cols, group, FILL_BYTES, 0);
+                        snprintf(aux, sizeof aux, "%s.scale", e->name);
+                        gen_add(l, aux, DSE_DTYPE_F32, rows, ng, 0, FILL_SCALE, amp / (wdt == DSE_DTYPE_Q8 ? 74.0f : 4.6f));
+                        if (wdt == DSE_DTYPE_Q4) {
+                                snprintf(aux, sizeof aux, "%s.zero", e->name);
+                                gen_add(l, aux, DSE_DTYPE_U8, rows, ng, 0, FILL_ZERO, 0);
+                        }
+                        break;
+                }
+                default:
+                        break;
+                }
+        }
+        free(s);
+}
+
+static void fill_chunk(const struct gen_tensor *g, uint8_t *buf, size_t n) {
+        switch (g->fill) {
+        case FILL_ONES:
+                for (size_t i = 0; i + 4 <= n; i += 4) {
+                        float one = 1.0f;
+                        memcpy(buf + i, &one, 4);
+                }
+                break;
+        case FILL_SCALE:
+                for (size_t i = 0; i + 4 <= n; i += 4)
+                        memcpy(buf + i, &g->amp, 4);
+                break;
+        case FILL_SMALL:
+                for (size_t i = 0; i + 4 <= n; i += 4) {
+                        float v = g->amp * ((float)(rng_next() >> 40) / (float)(1 << 24) - 0.5f);
+                        memcpy(buf + i, &v, 4);
+                }
+                break;
+        case FILL_BF16: {
+                /* random sign and mantissa, exponents spanning [amp/8, amp) */
+                int e_hi;
+                frexpf(g->amp, &e_hi);
+                uint32_t exp_top = (uint32_t)(e_hi - 1 + 127);
+                for (size_t i = 0; i + 8 <= n; i += 8) {
+                        uint64_t r = rng_next();
+                        for (int k = 0; k < 4; k++) {
+                                uint16_t v = (uint16_t)(r >> (16 * k));
+                                uint16_t h = (uint16_t)((v & 0x807f) | ((exp_top - ((v >> 7) & 3)) << 7));
+                                memcpy(buf + i + 2 * k, &h, 2);
+                        }
+                }
+                break;
+        }
+        case FILL_BYTES:
+                fill_random(buf, n);
+                break;
+        case FILL_ZERO:
+                for (size_t i = 0; i < n; i++)
+                        buf[i] = (uint8_t)(7 + (rng_next() & 1)); /* q - zero centred */
+                break;
+        }
+}
+
+#define CHUNK (16u << 20)
+
+static uint64_t align_up(uint64_t v, uint64_t a) {
+        return (v + a - 1) / a * a;
+}
+
+static int generate(const char *path, const struct dse_hparams *hp, enum dse_dtype wdt, int32_t group,
+                    const char *quant_label) {
+        struct gen_list l = {0};
+        plan_tensors(hp, wdt, group, &l);
+        struct dse_tensor *ts = calloc(l.n, sizeof *ts);
+        uint64_t *offsets = calloc(l.n, sizeof *offsets);
+        uint32_t *crcs = calloc(l.n, sizeof *crcs);
+        uint8_t *buf = aligned_alloc(64, CHUNK);
+        if (!ts || !offsets || !crcs || !buf)
+                return -ENOMEM;
+        uint64_t off = 0;
+        for (size_t i = 0; i < l.n; i++) {
+                ts[i] = l.v[i].t;
+                offsets[i] = off;
+                off = align_up(off + ts[i].size_bytes, DSE_FORMAT_TENSOR_ALIGN);
+        }
+        uint64_t data_off = dse__native_header_size(l.n), data_size = align_up(off, DSE_FORMAT_DATA_ALIGN);
+
+        char tmp[4400];
+        snprintf(tmp, sizeof tmp, "%s.tmp.XXXXXX", path);
+        int fd = mkostemp(tmp, O_CLOEXEC);
+        if (fd < 0)
+                return -errno;
+        int r = 0;
+        if (ftruncate(fd, (off_t)(data_off + data_size)) < 0) {
+                r = -errno;
+                goto out;
+        }
+        for (size_t i = 0; i < l.n && r == 0; i++) {
+                uint32_t crc = 0;
+                for (uint64_t done = 0; done < ts[i].size_bytes;) {
+                        size_t n = ts[i].size_bytes - done < CHUNK ? (size_t)(ts[i].size_bytes - done) : CHUNK;
+                        fill_chunk(&l.v[i], buf, n);
+                        crc = dse__crc32c(crc, buf, n);
+                        if (pwrite(fd, buf, n, (off_t)(data_off + offsets[i] + done)) != (ssize_t)n) {
+                                r = -EIO;
+                                break;
+                        }
+                        done += n;
+                }
+                crcs[i] = crc;
+        }
+        if (r == 0) {
+                uint8_t *hdr = calloc(1, data_off);
+                if (!hdr) {
+                        r = -ENOMEM;
+                        goto out;
+                }
+                r = dse__native_write_header(hdr, data_off, data_size, hp, quant_label, ts, offsets, crcs, l.n);
+                if (r == 0 && pwrite(fd, hdr, data_off, 0) != (ssize_t)data_off)
+                        r = -EIO;
+                free(hdr);
+        }
+out:
+        close(fd);
+        if (r == 0 && rename(tmp, path) < 0)
+                r = -errno;
+        if (r < 0)
+                unlink(tmp);
+        free(l.v);
+        free(ts);
+        free(offsets);
+        free(crcs);
+        free(buf);
+        return r;
+}
+
+static int mkdir_p(char *path) {
+        for (char *p = path + 1; *p; p++) {
+                if (*p != '/')
+                        continue;
+                *p = '\0';
+                int r = mkdir(path, 0755);
+                *p = '/';
+                if (r < 0 && errno != EEXIST)
+                        return -errno;
+        }
+        return mkdir(path, 0755) < 0 && errno != EEXIST ? -errno : 0;
+}
+
+/* ---- what one decoded token reads ------------------------------------------------ */
+
+/* "model.layers.L.mlp.experts.E.*": a routed expert (shared_experts do not match). */
+static int is_routed_expert(const char *name) {
+        return strstr(name, ".mlp.experts.") != NULL;
+}
+
+static double bytes_per_token(const struct dse_model *m, const struct dse_hparams *hp, uint64_t *ret_weight_bytes) {
+        double active = 0;
+        uint64_t all = 0;
+        double expert_frac = hp->n_routed_experts ? (double)hp->n_experts_per_tok / hp->n_routed_experts : 1.0;
+        for (size_t i = 0; i < dse__model_n_tensors(m); i++) {
+                const struct dse_tensor *t = dse__model_tensor_at(m, i);
+                if (t->name[0] != 'm' && t->name[0] != 'l') /* tokenizer files */
+                        continue;
+                all += t->size_bytes;
+                if (strcmp(t->name, "model.embed_tokens.weight") == 0)
+                        active += (double)t->size_bytes / (double)t->shape[0]; /* one row */
+                else if (is_routed_expert(t->name))
+                        active += (double)t->size_bytes * expert_frac;
+                else
+                        active += (double)t->size_bytes;
+        }
+        *ret_weight_bytes = all;
+        return active;
+}
+
+/* ---- read-bandwidth probe ---------------------------------------------------------- */
+
+#define PROBE_BYTES (512u << 20)
+
+struct probe {
+        const uint8_t *buf;
+        size_t n;
+        uint64_t sink[64];
+};
+
+__attribute__((target("avx2"))) static uint64_t read_avx2(const uint8_t *p, size_t n) {
+        __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
+        for (size_t i = 0; i + 128 <= n; i += 128) {
+                a0 = _mm256_xor_si256(a0, _mm256_load_si256((const __m256i *)(p + i)));
+                a1 = _mm256_xor_si256(a1, _mm256_load_si256((const __m256i *)(p + i + 32)));
+                a2 = _mm256_xor_si256(a2, _mm256_load_si256((const __m256i *)(p + i + 64)));
+                a3 = _mm256_xor_si256(a3, _mm256_load_si256((const __m256i *)(p + i + 96)));
+        }
+        __m256i a = _mm256_xor_si256(_mm256_xor_si256(a0, a1), _mm256_xor_si256(a2, a3));
+        return (uint64_t)_mm256_extract_epi64(a, 0) ^ (uint64_t)_mm256_extract_epi64(a, 3);
+}
+
+static uint64_t read_scalar(const uint8_t *p, size_t n) {
+        uint64_t a0 = 0, a1 = 0, a2 = 0, a3 = 0;
+        const uint64_t *q = (const uint64_t *)p;
+        for (size_t i = 0; i + 4 <= n / 8; i += 4) {
+                a0 ^= q[i];
+                a1 ^= q[i + 1];
+                a2 ^= q[i + 2];
+                a3 ^= q[i + 3];
+        }
+        return a0 ^ a1 ^ a2 ^ a3;
+}
+
+static void probe_task(void *ctx, int ith, int nth) {
+        struct probe *pr = ctx;
+        size_t per = pr->n / (size_t)nth / 128 * 128;
+        const uint8_t *p = pr->buf + (size_t)ith * per;
+        pr->sink[ith % 64] ^= __builtin_cpu_supports("avx2") ? read_avx2(p, per) : read_scalar(p, per);
+}
+
+static double now_s(void) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Best of 5 streaming passes over 512 MiB (far beyond any cache), bytes per second. */
+static double probe_read_bw(struct dse_pool *pool) {
+        uint8_t *buf = mmap(NULL, PROBE_BYTES, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (buf == MAP_FAILED)
+                return 0;
+        for (size_t i = 0; i < PROBE_BYTES; i += 4096)
+                memset(buf + i, (int)(i >> 12), 4096);
+        struct probe pr = {.buf = buf, .n = PROBE_BYTES};
+        int nth = dse_pool_n_threads(pool);
+        double best = 0;
+        for (int rep = 0; rep < 5; rep++) {
+                double t0 = now_s();
+                dse_pool_run(pool, probe_task, &pr);
+                double dt = now_s() - t0;
+                double bw = (double)(PROBE_BYTES / (size_t)nth / 128 * 128 * (size_t)nth) / dt;
+                best = bw > best ? bw : best;
+        }
+        munmap(buf, PROBE_BYTES);
+        return best;
+}
+
+/* ---- measurements ------------------------------------------------------------------ */
+
+static long rss_bytes(void) {
+        FILE *f = fopen("/proc/self/status", "re");
+        if (!f)
+                return -1;
+        char line[256];
+        long kb = -1;
+        while (fgets(line, sizeof line, f))
+                if (sscanf(line, "VmRSS: %ld kB", &kb) == 1)
+                        break;
+        fclose(f);
+        return kb < 0 ? -1 : kb * 1024;
+}
+
+static int all_finite(const float *v, int n) {
+        for (int i = 0; i < n; i++)
+                if (!isfinite(v[i]))
+                        return 0;
+        return 1;
+}
+
+static void random_tokens(int32_t *t, int n, int vocab, uint64_t seed) {
+        uint64_t s = seed * 0x9e3779b97f4a7c15ull + 1;
+        for (int i = 0; i < n; i++) {
+                s ^= s << 13;
+                s ^= s >> 7;
+                s ^= s << 17;
+                t[i] = (int32_t)(s % (uint64_t)vocab);
+        }
+}
+
+static void die(int r, const char *what, const struct dse_diag *d) {
+        fprintf(stderr, "dsvisor-bench: %s: %s%s%s\n", what, strerror(-r), d && d->msg[0] ? ": " : "",
+                d ? d->msg : "");
+        exit(1);
+}
+
+/* Prefill tokens/s: n tokens in one eval on a fresh session. */
+static double measure_prefill(const struct dse_model *m, struct dse_pool *pool, int n, float *logits) {
+        struct dse_diag d = {0};
+        struct dse_session *s;
+        int vocab = dse_model_vocab_size(m), r;
+        if ((r = dse_session_new(m, n, pool, &s, &d)) < 0)
+                die(r, "session", &d);
+        int32_t *tok = malloc((size_t)n * sizeof *tok);
+        random_tokens(tok, n, vocab, 7);
+        double t0 = now_s();
+        if ((r = dse_session_eval(s, tok, (size_t)n, NULL, logits, &d)) < 0)
+                die(r, "prefill", &d);
+        double dt = now_s() - t0;
+        if (!all_finite(logits, vocab)) {
+                fprintf(stderr, "dsvisor-bench: prefill %d: non-finite logits\n", n);
+                exit(1);
+        }
+        free(tok);
+        dse_session_free(s);
+        return n / dt;
+}
+
+/* Aggregate decode tokens/s of B sequences stepping one token each, n_steps times. The
+ * engine has no batched forward yet (dse_batch_step is being written), so a step runs B
+ * sessions one after another: batch B measures what B concurrent sequences get today,
+ * B passes over the weights per step. */
+static double measure_decode(const struct dse_model *m, struct dse_pool *pool, int B, int n_steps, float *logits,
+                             size_t *ret_kv_bytes) {
+        struct dse_diag d = {0};
+        int vocab = dse_model_vocab_size(m), r;
+        struct dse_session *s[64];
+        for (int i = 0; i < B; i++)
+                if ((r = dse_session_new(m, n_steps + 1, pool, &s[i], &d)) < 0)
+                        die(r, "session", &d);
+        *ret_kv_bytes = dse_session_kv_bytes_per_token(s[0]) * (size_t)(n_steps + 1) * (size_t)B;
+        int32_t tok[64];
+        double t0 = 0;
+        for (int step = 0; step <= n_steps; step++) {
+                if (step == 1)
+                        t0 = now_s(); /* step 0 (the check) is not timed */
+                random_tokens(tok, B, vocab, 100 + (uint64_t)step);
+                for (int i = 0; i < B; i++) {
+                        if ((r = dse_session_eval(s[i], &tok[i], 1, NULL, logits, &d)) < 0)
+                                die(r, "decode step", &d);
+                        if (step == 0 && !all_finite(logits, vocab)) {
+                                fprintf(stderr, "dsvisor-bench: decode batch %d: non-finite logits\n", B);
+                                exit(1);
+                        }
+                }
+        }
+        double dt = now_s() - t0;
+        for (int i = 0; i < B; i++)
+                dse_session_free(s[i]);
+        return (double)B * n_steps / dt;
+}
+
+/* ---- command line ------------------------------------------------------------------- */
+
+static int parse_list(const char *s, int *v, int max) {
+        int n = 0;
+        while (*s && n < max) {
+                char *end;
+                long x = strtol(s, &end, 10);
+                if (end == s || x <= 0)
+                        return -1;
+                v[n++] = (int)x;
+                s = *end == ',' ? end + 1 : end;
+                if (*end && *end != ',')
+                        return -1;
+        }
+        return n;
+}
+
+static void usage(void) {
+        fprintf(stderr,
+                "usage: dsvisor-bench model --preset r1-distill-qwen-1.5b|deepseek-coder-1.3b|deepseek-v2-lite\n"
+                "           --format int4|int8|bf16 [--layers N] [--threads T] [--group G]\n"
+                "           [--prefill N,N] [--decode STEPS] [--batches B,B] [--json]\n");
+        exit(2);
+}
+
+int main(int argc, char **argv) {
+        if (argc < 2 || strcmp(argv[1], "model") != 0)
+                usage();
+        const char *preset = NULL, *format = NULL;
+        int layers = 0, threads = 2, group = 0, json = 0, decode_steps = 64;
+        int prefill[8] = {128, 512}, n_prefill = 2, batches[8] = {1, 4, 8}, n_batches = 3;
+        for (int i = 2; i < argc; i++) {
+                const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+                if (strcmp(a, "--json") == 0) {
+                        json = 1;
+                        continue;
+                }
+                if (!v)
+                        usage();
+                i++;
+                if (strcmp(a, "--preset") == 0)
+                        preset = v;
+                else if (strcmp(a, "--format") == 0)
+                        format = v;
+                else if (strcmp(a, "--layers") == 0)
+                        layers = atoi(v);
+                else if (strcmp(a, "--threads") == 0)
+                        threads = atoi(v);
+                else if (strcmp(a, "--group") == 0)
+                        group = atoi(v);
+                else if (strcmp(a, "--decode") == 0)
+                        decode_steps = atoi(v);
+                else if (strcmp(a, "--prefill") == 0)
+                        n_prefill = strcmp(v, "none") == 0 ? 0 : parse_list(v, prefill, 8);
+                else if (strcmp(a, "--batches") == 0)
+                        n_batches = parse_list(v, batches, 8);
+                else
+                        usage();
+        }
+        struct dse_hparams hp;
+        if (!preset || !format || preset_hparams(preset, &hp) < 0 || threads < 1 || decode_steps < 1 ||
+            n_prefill < 0 || n_batches < 1)
+                usage();
+        for (int i = 0; i < n_batches; i++)
+                if (batches[i] > 64)
+                        usage();
+        enum dse_dtype wdt;
+        if (strcmp(format, "int4") == 0)
+                wdt = DSE_DTYPE_Q4;
+        else if (strcmp(format, "int8") == 0)
+                wdt = DSE_DTYPE_Q8;
+        else if (strcmp(format, "bf16") == 0)
+                wdt = DSE_DTYPE_BF16;
+        else
+                usage();
+        if (group <= 0)
+                group = wdt == DSE_DTYPE_Q4 ? 128 : 32; /* AWQ/GPTQ's g128; the converter's int8 g32 */
+        if (layers > 0 && layers < hp.n_layers)
+                hp.n_layers = layers;
+        struct dse_diag d = {0};
+        int r;
+        if ((r = dse__hparams_validate(&hp, preset, &d)) < 0)
+                die(r, "preset", &d);
+
+        /* the cached model file */
+        char dir[4096], path[4200], quant[DSE_FORMAT_QUANT_MAX];
+        const char *cache = getenv("DSV_CACHE_DIR"), *home = getenv("HOME");
+        if (cache && *cache)
+                snprintf(dir, sizeof dir, "%s/bench", cache);
+        else
+                snprintf(dir, sizeof dir, "%s/.cache/dsvisor/bench", home ? home : "/tmp");
+        if ((r = mkdir_p(dir)) < 0)
+                die(r, dir, NULL);
+        snprintf(path, sizeof path, "%s/%s-%s-g%d-L%d-v%d.dse", dir, preset, format, wdt == DSE_DTYPE_BF16 ? 0 : group,
+                 hp.n_layers, GEN_VERSION);
+        snprintf(quant, sizeof quant, "%s/bench", format);
+        if (access(path, R_OK) != 0) {
+                fprintf(stderr, "dsvisor-bench: generating %s\n", path);
+                double t0 = now_s();
+                if ((r = generate(path, &hp, wdt, group, quant)) < 0)
+                        die(r, "generate", NULL);
+                fprintf(stderr, "dsvisor-bench: generated in %.1f s\n", now_s() - t0);
+        }
+
+        struct dse_cpu_info cpu;
+        if ((r = dse_cpu_detect(&cpu, &d)) < 0)
+                die(r, "cpu", &d);
+        struct dse_pool *pool;
+        if ((r = dse_pool_new(threads, NULL, 0, &pool)) < 0)
+                die(r, "pool", NULL);
+        double bw0 = probe_read_bw(pool);
+
+        double t0 = now_s();
+        struct dse_model *m;
+        if ((r = dse_model_open(path, DSE_MODEL_POPULATE, &m, &d)) < 0)
+                die(r, "open", &d);
+        double load_s = now_s() - t0;
+        uint64_t weight_bytes;
+        double bpt = bytes_per_token(m, &hp, &weight_bytes);
+        int vocab = dse_model_vocab_size(m);
+        float *logits = malloc((size_t)vocab * sizeof(float));
+
+        double pf[8], dec[8];
+        size_t kv_bytes = 0;
+        for (int i = 0; i < n_batches; i++) {
+                size_t kvb;
+                dec[i] = measure_decode(m, pool, batches[i], decode_steps, logits, &kvb);
+                kv_bytes = kvb > kv_bytes ? kvb : kv_bytes;
+                if (!json)
+                        fprintf(stderr, "  decode batch %d: %.2f tok/s\n", batches[i], dec[i]);
+        }
+        for (int i = 0; i < n_prefill; i++) {
+                pf[i] = measure_prefill(m, pool, prefill[i], logits);
+                if (!json)
+                        fprintf(stderr, "  prefill %d: %.2f tok/s\n", prefill[i], pf[i]);
+        }
+        long rss = rss_bytes();
+        double bw1 = probe_read_bw(pool);
+        double bw = bw0 > bw1 ? bw0 : bw1;
+        double dec1 = 0;
+        for (int i = 0; i < n_batches; i++)
+                if (batches[i] == 1)
+                        dec1 = dec[i];
+        double roofline = bw > 0 ? dec1 * bpt / bw : 0;
+
+        if (json) {
+                printf("{\"preset\":\"%s\",\"format\":\"%s\",\"threads\":%d,\"layers\":%d,\"group\":%d,"
+                       "\"level\":\"%s\",\"load_s\":%.3f,\"rss_bytes\":%ld,\"weight_bytes\":%llu,"
+                       "\"kv_bytes\":%zu,\"bytes_per_token\":%.0f,\"read_bw_bytes_per_s\":%.0f,\"prefill_tok_s\":{",
+                       preset, format, threads, hp.n_layers, wdt == DSE_DTYPE_BF16 ? 0 : group,
+                       dse_cpu_level_to_string(cpu.level), load_s, rss, (unsigned long long)weight_bytes, kv_bytes,
+                       bpt, bw);
+                for (int i = 0; i < n_prefill; i++)
+                        printf("%s\"%d\":%.3f", i ? "," : "", prefill[i], pf[i]);
+                printf("},\"decode_tok_s\":{");
+                for (int i = 0; i < n_batches; i++)
+                        printf("%s\"%d\":%.3f", i ? "," : "", batches[i], dec[i]);
+                printf("},\"roofline\":%.4f}\n", roofline);
+        } else {
+                printf("preset %s, format %s (group %d), %d layers, %d threads, kernels %s\n", preset, format,
+                       wdt == DSE_DTYPE_BF16 ? 0 : group, hp.n_layers, threads, dse_cpu_level_to_string(cpu.level));
+                printf("load %.3f s, RSS %.1f MiB (weights %.1f MiB, KV %.1f MiB)\n", load_s, rss / 1048576.0,
+                       weight_bytes / 1048576.0, kv_bytes / 1048576.0);
+                printf("bytes/token %.1f MB, read bandwidth %.2f GB/s (probe before %.2f, after %.2f)\n", bpt / 1e6,
+                       bw / 1e9, bw0 / 1e9, bw1 / 1e9);
+                for (int i = 0; i < n_prefill; i++)
+                        printf("prefill %d: %.2f tok/s\n", prefill[i], pf[i]);
+                for (int i = 0; i < n_batches; i++)
+                        printf("decode batch %d: %.2f tok/s (%.2fx batch 1)\n", batches[i], dec[i],
+                               dec1 > 0 ? dec[i] / dec1 : 0);
+                printf("roofline: %.3f of the read bandwidth at batch 1\n", roofline);
+        }
+        free(logits);
+        dse_model_free(m);
+        dse_pool_free(pool);
+        return 0;
+}

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Runs dsvisor-bench model over the issue-4 matrix and prints one JSON object per line,
+# preceded by the machine's load, so a results table can be built from the output.
+#
+#     bench/run_model_matrix.sh BUILD_DIR [THREADS...]        # default threads: 2 1
+#
+# Environment: PRESETS (default: r1-distill-qwen-1.5b deepseek-v2-lite), FORMATS
+# (int4 int8 bf16), LAYERS_<preset with - and . as _> to reduce a preset's layers
+# (e.g. LAYERS_deepseek_v2_lite=8), EXTRA (more dsvisor-bench arguments).
+set -euo pipefail
+build=${1:?usage: run_model_matrix.sh BUILD_DIR [THREADS...]}
+shift
+threads=("$@")
+[ ${#threads[@]} -gt 0 ] || threads=(2 1)
+bench="$build/bin/dsvisor-bench"
+presets=${PRESETS:-"r1-distill-qwen-1.5b deepseek-v2-lite"}
+formats=${FORMATS:-"int4 int8 bf16"}
+echo "# $(date -u +%FT%TZ) $(uname -r) $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs) nproc=$(nproc)"
+for p in $presets; do
+  var="LAYERS_$(echo "$p" | tr -- '-.' '__')"
+  layers=${!var:-0}
+  for f in $formats; do
+    for t in "${threads[@]}"; do
+      echo "# load: $(cut -d' ' -f1-3 /proc/loadavg)"
+      args=(model --preset "$p" --format "$f" --threads "$t" --json)
+      [ "$layers" -gt 0 ] && args+=(--layers "$layers")
+      # shellcheck disable=SC2086
+      "$bench" "${args[@]}" ${EXTRA:-}
+    done
+  done
+done
