@@ -122,6 +122,17 @@ TEST(runaway_templates_are_bounded) {
         ASSERT_TRUE(strstr(diag.msg, "too deep") != NULL);
 }
 
+/* transformers' AssistantTracker block renders its body unchanged (it only records where
+ * the assistant's text is). */
+TEST(generation_block) {
+        char *out = NULL;
+        struct dse_diag diag;
+        ASSERT_OK(render("{% for m in messages %}{% if m.role == 'assistant' %}{% generation %}[{{ m.content }}]"
+                         "{% endgeneration %}{% endif %}{% endfor %}", jinja_messages, &out, &diag));
+        ASSERT_STREQ(out, "[Hi!]");
+        free(out);
+}
+
 TEST(tools_and_special_tokens) {
         struct dse_chat_template *t = NULL;
         char *out = NULL;

@@ -67,6 +67,16 @@ static int check_fixture(const char *name, int *ret_total, int *ret_ids_ok) {
                 tok = NULL;
         }
 
+        const char *tok_tmpl = tok ? dse_tokenizer_chat_template(tok) : NULL;
+        if (tok && (!tok_tmpl || strcmp(tok_tmpl, src->valuestring) != 0)) {
+                fprintf(stderr, "  %s: the tokenizer's chat template differs from tokenizer_config.json's\n", name);
+                dse_tokenizer_free(tok);
+                dse_chat_template_free(tmpl);
+                cJSON_Delete(cfg);
+                free(config);
+                return -EBADMSG;
+        }
+
         snprintf(rel, sizeof rel, "tokenizers/chat/%s.jsonl", name);
         char *lines = slurp(t_fixture(rel), NULL);
         int total = 0, ok = 0, ids_ok = 0;
