@@ -451,6 +451,8 @@ static struct jv *binop(struct jctx *c, const struct jnode *n, int op, struct jv
                 return repeat_str(c, n, x, num_i(y));
         if (op == '*' && y->t == JT_STR && (x->t == JT_INT || x->t == JT_BOOL))
                 return repeat_str(c, n, y, num_i(x));
+        if (op == '%' && x->t == JT_STR)
+                return fail(c, n, -EOPNOTSUPP, "printf-style string formatting ('...' %% x) is not supported");
         if (!is_num(x) || !is_num(y))
                 return fail(c, n, -EINVAL, "unsupported operand types for '%c': '%s' and '%s'", op == 'F' ? '/' : op == 'P' ? '*' : op,
                             type_name(x), type_name(y));
