@@ -60,7 +60,8 @@ TEST(unsupported_constructs_fail_loudly) {
         check_unsupported_parse("{{ f(*args) }}");
         /* at render time: a method or global the interpreter does not have */
         const char *runtime[] = {"{{ 'abc'.zfill(5) }}", "{{ cycler('a', 'b') }}", "{{ messages.append(1) }}",
-                                 "{{ 9223372036854775807 + 1 }}", "{{ 'Hi %s' % 'x' }}", "{{ '{}'.format(1) }}"};
+                                 "{{ 9223372036854775807 + 1 }}", "{{ 'Hi %s' % 'x' }}", "{{ '{}'.format(1) }}",
+                                 "{% if messages[0].content.isdigit %}x{% endif %}", "{{ messages[0].pop('role') }}"};
         for (size_t i = 0; i < sizeof runtime / sizeof runtime[0]; i++) {
                 char *out = NULL;
                 struct dse_diag diag;

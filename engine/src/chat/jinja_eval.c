@@ -205,12 +205,33 @@ static struct jv *undefined_error(struct jctx *c, const struct jnode *n, const s
         return fail(c, n, -EINVAL, "undefined value (%s)", what);
 }
 
+/* Python methods of str, dict and list that the interpreter lacks: Jinja would find them
+ * (attributes come before items), so they must not quietly become Undefined. */
+static int python_method(const struct jv *obj, const char *name, size_t len) {
+        static const char str_methods[] =
+                " casefold center count encode expandtabs format format_map index isalnum isalpha isascii"
+                " isdecimal isdigit isidentifier islower isnumeric isprintable isspace istitle isupper ljust"
+                " maketrans partition removeprefix removesuffix rfind rindex rjust rpartition rsplit splitlines"
+                " swapcase translate zfill ";
+        static const char dict_methods[] = " clear copy fromkeys pop popitem setdefault update ";
+        static const char list_methods[] = " append clear copy count extend index insert pop remove reverse sort ";
+        const char *set = obj->t == JT_STR ? str_methods : obj->t == JT_DICT ? dict_methods
+                        : obj->t == JT_LIST ? list_methods : NULL;
+        if (!set || len == 0 || len > 32)
+                return 0;
+        char key[36];
+        snprintf(key, sizeof key, " %.*s ", (int)len, name);
+        return strstr(set, key) != NULL;
+}
+
 static struct jv *get_attr(struct jctx *c, const struct jnode *n, struct jv *obj, const char *name, size_t len) {
         if (obj->t == JT_UNDEF)
                 return undefined_error(c, n, obj, "attribute access");
         int m = method_id(obj, name, len);
         if (m >= 0)
                 return mk_fn(c, m, obj);
+        if (python_method(obj, name, len))
+                return fail(c, n, -EOPNOTSUPP, "%s.%.*s() is not supported", type_name(obj), (int)len, name);
         if (obj->t == JT_DICT || obj->t == JT_NAMESPACE) {
                 struct jv *v = dse__jv_dict_get(obj, name, len);
                 if (v)
