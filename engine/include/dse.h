@@ -359,13 +359,95 @@ struct dse_sampler;
 
 /* temperature 1, top_k 0, top_p 1, min_p 0, seed 0: plain sampling from the softmax. */
 void dse_sampler_params_default(struct dse_sampler_params *params);
-/* -EINVAL for n_vocab < 1 or a parameter out of range (top_p outside (0, 1], min_p
- * outside [0, 1], a NaN). */
+/* -EINVAL for n_vocab < 1 or a parameter out of range (top_p <= 0, min_p > 1, a NaN,
+ * an infinite temperature), with the reason in reterr. */
 int dse_sampler_new(const struct dse_sampler_params *params, int n_vocab, struct dse_sampler **ret_sampler,
                     struct dse_diag *reterr);
 void dse_sampler_free(struct dse_sampler *smp);
 /* logits: (n_vocab). Returns the chosen id, or -EINVAL when every logit is NaN or -inf. */
 int dse_sampler_sample(struct dse_sampler *smp, const float *logits);
+
+/* ---- batched sessions: paged KV cache, prefix sharing, multi-sequence steps ------ */
+/* For serving many sequences at once (the worker's continuous batching). The KV cache
+ * is a pool of fixed-size blocks (block_tokens positions x every layer's K/V row, or
+ * the MLA latent + k_pe row), sized from a byte budget at dse_kv_cache_new; a sequence
+ * holds a table of blocks and grows block by block. Full blocks are hashed by their
+ * token ids chained with every earlier token (vLLM's prefix caching), so a sequence
+ * that starts with a cached prefix (a common system prompt) borrows those blocks by
+ * reference count instead of recomputing them. Blocks nobody references keep their
+ * contents and hash until the pool reuses them (oldest first).
+ *
+ *     struct dse_kv_cache *kv;
+ *     struct dse_batch *b;
+ *     r = dse_kv_cache_new(model, 64 << 20, 16, 32, 4096, &kv, &diag);
+ *     r = dse_batch_new(model, kv, pool, &b, &diag);
+ *     int seq = dse_kv_seq_open(kv);                        // -EBUSY: no free slot
+ *     int n = dse_kv_seq_attach_prefix(kv, seq, prompt, n_prompt);  // cached tokens
+ *     struct dse_batch_seq one = {seq, prompt + n, n_prompt - n, last};
+ *     r = dse_batch_step(b, &one, 1, &diag);               // -ENOSPC: out of blocks
+ *     dse_kv_seq_close(kv, seq);
+ *     dse_batch_free(b);
+ *     dse_kv_cache_free(kv);
+ *
+ * dse_batch_step evaluates several sequences in one call, each with one or more new
+ * tokens (decode tokens and prefill chunks mixed); a sequence's logits do not depend on
+ * which other sequences share the step, nor on how its tokens were chunked. All memory
+ * is allocated at *_new; steps never allocate. The model, pool and cache must outlive
+ * the batch; one thread at a time per cache and batch. */
+struct dse_kv_cache;
+struct dse_batch;
+
+struct dse_kv_stats {
+        int32_t block_tokens;
+        int32_t n_blocks;          /* the pool */
+        int32_t n_used;            /* referenced by at least one sequence */
+        int32_t n_cached;          /* unreferenced but still holding a hashed prefix */
+        int32_t n_seqs;            /* open sequences */
+        int64_t prefix_query_tokens; /* tokens offered to dse_kv_seq_attach_prefix */
+        int64_t prefix_hit_tokens;   /* of which found in the cache */
+};
+
+/* mem_bytes: the pool's budget (the block count is mem_bytes / block bytes);
+ * block_tokens >= 1; max_seqs: sequence
+ * slots; n_ctx: longest sequence. -EINVAL, -EOPNOTSUPP (architecture), -ENOSPC (the
+ * budget holds no block), -ENOMEM. */
+int dse_kv_cache_new(const struct dse_model *model, size_t mem_bytes, int block_tokens, int max_seqs, int n_ctx,
+                     struct dse_kv_cache **ret_kv, struct dse_diag *reterr);
+void dse_kv_cache_free(struct dse_kv_cache *kv);
+void dse_kv_cache_stats(const struct dse_kv_cache *kv, struct dse_kv_stats *ret_stats);
+/* Bytes one block occupies (all layers). */
+size_t dse_kv_cache_block_bytes(const struct dse_kv_cache *kv);
+/* Blocks that can be handed out now (free plus cached-unreferenced). */
+int dse_kv_cache_n_available(const struct dse_kv_cache *kv);
+
+/* Opens an empty sequence: its id (>= 0), or -EBUSY when every slot is taken. */
+int dse_kv_seq_open(struct dse_kv_cache *kv);
+/* Drops the sequence's block references; its full blocks stay cached for reuse. */
+void dse_kv_seq_close(struct dse_kv_cache *kv, int seq);
+/* Positions the sequence holds, or -EINVAL. */
+int dse_kv_seq_len(const struct dse_kv_cache *kv, int seq);
+/* On an empty sequence: attaches the longest run of cached full blocks that match the
+ * start of tokens, leaving at least one token to evaluate (its logits are needed).
+ * Returns the number of tokens now held (a multiple of block_tokens), or -EINVAL. */
+int dse_kv_seq_attach_prefix(struct dse_kv_cache *kv, int seq, const int32_t *tokens, size_t n_tokens);
+/* Blocks the sequence must newly take to hold n_tokens more positions. */
+int dse_kv_seq_blocks_needed(const struct dse_kv_cache *kv, int seq, size_t n_tokens);
+
+struct dse_batch_seq {
+        int32_t seq;           /* from dse_kv_seq_open */
+        const int32_t *tokens; /* (n_tokens) new tokens at positions len.. */
+        int32_t n_tokens;      /* >= 1 */
+        float *logits;         /* (vocab) the last token's logits, or NULL */
+};
+
+/* The batch's activations and scratch are sized for the cache's n_ctx. */
+int dse_batch_new(const struct dse_model *model, struct dse_kv_cache *kv, struct dse_pool *pool,
+                  struct dse_batch **ret_batch, struct dse_diag *reterr);
+void dse_batch_free(struct dse_batch *b);
+/* Checks every sequence first (open, distinct, token ids in the vocabulary: -EINVAL;
+ * over n_ctx: -E2BIG), then takes the blocks all of them need (-ENOSPC when the pool is
+ * short: nothing is taken or evaluated), then evaluates. */
+int dse_batch_step(struct dse_batch *b, const struct dse_batch_seq *seqs, size_t n_seqs, struct dse_diag *reterr);
 
 #ifdef __cplusplus
 }
