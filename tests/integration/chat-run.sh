@@ -81,6 +81,18 @@ if grep -q "^prompt: $want tokens" "$work/err"; then ok; else bad "--system prom
 printf '{%% for m in messages %%}{{ m.content | upper }}{%% endfor %%}' >"$work/t.jinja"
 "$bin" run --model "$m" --chat "abc" --chat-template "$work/t.jinja" -n 1 --temperature 0 --threads 1 >/dev/null 2>"$work/err"
 if grep -q "^prompt: 3 tokens" "$work/err"; then ok; else bad "--chat-template: $(cat "$work/err")"; fi
+# the reference rendering of qwen2_5:single_user (fixtures chat/qwen2_5.jsonl) through run:
+# this byte-level tokenizer has no <|im_start|>, so the prompt is one id per byte
+python3 - "$DSV_FIXTURES/tokenizers" "$work" <<'EOF'
+import json, sys
+root, work = sys.argv[1], sys.argv[2]
+open(f"{work}/qwen.jinja", "w").write(json.load(open(f"{root}/models/qwen2_5/tokenizer_config.json"))["chat_template"])
+case = next(json.loads(l) for l in open(f"{root}/chat/qwen2_5.jsonl") if '"qwen2_5:single_user"' in l)
+open(f"{work}/qwen.msg", "w").write(case["messages"][0]["content"])
+open(f"{work}/qwen.len", "w").write(str(len(case["rendered"].encode("utf-8"))))
+EOF
+"$bin" run --model "$m" --chat "$(cat "$work/qwen.msg")" --chat-template "$work/qwen.jinja" -n 1 --temperature 0 --threads 1 >/dev/null 2>"$work/err"
+if grep -q "^prompt: $(cat "$work/qwen.len") tokens" "$work/err"; then ok; else bad "qwen2_5 template through run: want $(cat "$work/qwen.len") tokens: $(cat "$work/err")"; fi
 printf '{%% include "other.jinja" %%}' >"$work/bad.jinja"
 if "$bin" run --model "$m" --chat "abc" --chat-template "$work/bad.jinja" -n 1 --threads 1 >/dev/null 2>"$work/err"; then
   bad "an unsupported template was accepted"
