@@ -17,5 +17,8 @@ int dsv_cmd_plan(int argc, char **argv);
 int dsv_cmd_doctor(int argc, char **argv);
 int dsv_cmd_logits(int argc, char **argv);
 int dsv_cmd_run(int argc, char **argv);
+int dsv_cmd_start(int argc, char **argv);
+int dsv_cmd_status(int argc, char **argv);
+int dsv_cmd_stop(int argc, char **argv);
 
 #endif

@@ -14,6 +14,9 @@ static const struct dsv_command commands[] = {
         {"doctor", dsv_cmd_doctor, "check the host tuning (cgroups, THP, HugePages, IRQs, limits) and say why"},
         {"logits", dsv_cmd_logits, "run token ids through a model: raw logits and the greedy continuation"},
         {"run", dsv_cmd_run, "generate text from a prompt or a chat message, streamed to stdout"},
+        {"start", dsv_cmd_start, "serve: run the worker instances and the HTTP gateway (foreground)"},
+        {"status", dsv_cmd_status, "show the running supervisor's instances (--json for tools)"},
+        {"stop", dsv_cmd_stop, "drain and stop the running supervisor"},
 };
 
 static void usage(FILE *out) {

@@ -486,4 +486,29 @@ struct dsv_perfctr_series {
  * input. */
 int dsv_perfctr_format_prometheus(const struct dsv_perfctr_series *series, size_t n, char *buf, size_t size);
 
+/* ---- systemd notify (notify.c, libsystemd sd-daemon) -------------------------------- */
+/* Issue 7 item 7: readiness, status line, watchdog and the file-descriptor store. Works
+ * unchanged without systemd: with no $NOTIFY_SOCKET every call returns 0 and does nothing.
+ *
+ *     uint64_t wd_usec;
+ *     if (dsv_notify_watchdog_usec(&wd_usec) > 0)  // ping every wd_usec / 2
+ *     dsv_notify("READY=1\nSTATUS=2/2 instances ready");
+ *     dsv_notify("WATCHDOG=1");
+ *     dsv_notify_with_fds("FDSTORE=1\nFDNAME=weights-node0", &memfd, 1);
+ *     char **names;
+ *     int n = dsv_notify_listen_fds(&names);      // fds 3..3+n-1 with their FDNAMEs
+ *     dsv_notify_names_free(names);
+ *
+ * Returns > 0 when the message was sent, 0 without a notify socket, -errno on failure. */
+int dsv_notify(const char *state);
+/* The same with file descriptors attached (SCM_RIGHTS), e.g. FDSTORE=1. */
+int dsv_notify_with_fds(const char *state, const int *fds, size_t n_fds);
+/* > 0 when systemd expects WATCHDOG=1 pings (*ret_usec: WatchdogSec in µs), 0 when not. */
+int dsv_notify_watchdog_usec(uint64_t *ret_usec);
+/* Number of fds passed in (LISTEN_FDS: sockets and the fd store's contents), starting
+ * at fd 3, and their names in *ret_names (a NULL-terminated array owned by the caller:
+ * free with dsv_notify_names_free). Unsets LISTEN_* so children do not inherit them. */
+int dsv_notify_listen_fds(char ***ret_names);
+void dsv_notify_names_free(char **names);
+
 #endif

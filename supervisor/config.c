@@ -1,0 +1,301 @@
+/* `dsvisor start` configuration (issue 7 item 1): command-line options and a JSON config
+ * file with the same names ("instances", "rt-priority", ...). The file is read after the
+ * command line; every option the command line set wins. Unknown keys, wrong JSON types
+ * and bad values are errors that name the key. One table drives both. */
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <getopt.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sup.h"
+
+enum opt_kind { K_STR, K_INT, K_BOOL, K_HUGEPAGES, K_MIB };
+
+struct opt_def {
+        const char *name;
+        enum opt_kind kind;
+        size_t off;    /* offsetof(struct sup_config, field) */
+        size_t size;   /* K_STR: the array size */
+        long min, max; /* K_INT / K_MIB */
+        const char *help;
+};
+
+#define F(field) offsetof(struct sup_config, field), sizeof(((struct sup_config *)0)->field)
+
+static const struct opt_def opts[] = {
+        {"model", K_STR, F(model), 0, 0, "native model file or HF folder (default: the bundled model)"},
+        {"model-id", K_STR, F(model_id), 0, 0, "model id served by the API (default: the model's name)"},
+        {"worker", K_STR, F(worker), 0, 0, "dsvisor-worker binary (default: beside dsvisor)"},
+        {"instances", K_INT, F(n_instances), 0, 256, "worker instances (default: one per NUMA node)"},
+        {"threads-per-instance", K_INT, F(threads_per_instance), 1, 1024, "compute threads (default: its cores)"},
+        {"host", K_STR, F(host), 0, 0, "HTTP address (default 127.0.0.1)"},
+        {"port", K_INT, F(port), 0, 65535, "HTTP port (default 8080; 0: any free port)"},
+        {"rt-priority", K_INT, F(rt_priority), 0, SUP_RT_PRIORITY_MAX, "SCHED_FIFO priority 1..49 (0: off)"},
+        {"hugepages", K_HUGEPAGES, F(hugepages), 0, 0, "auto | require | off (shared weights)"},
+        {"no-housekeeping", K_BOOL, F(no_housekeeping), 0, 0, "give every core to instances"},
+        {"grace-ms", K_INT, F(grace_ms), 0, 3600000, "drain time on stop (default 10000)"},
+        {"n-ctx", K_INT, F(n_ctx), 0, 1 << 22, "context length per sequence (worker default)"},
+        {"max-batch", K_INT, F(max_batch), 0, 1024, "sequences per step (worker default)"},
+        {"kv-mem-mib", K_INT, F(kv_mem_mib), 0, 1 << 24, "KV pool per instance (worker default)"},
+        {"memory-max-mib", K_MIB, F(memory_max_bytes), 0, 1L << 30, "memory.max per instance (0: none)"},
+        {"restart-limit", K_INT, F(restart_limit), 1, 64, "restarts within the window before giving up (5)"},
+        {"restart-window-ms", K_INT, F(restart_window_ms), 1000, 86400000, "crash-loop window (60000)"},
+        {"restart-backoff-ms", K_INT, F(restart_backoff_min_ms), 1, 600000, "first restart delay (100)"},
+        {"restart-backoff-max-ms", K_INT, F(restart_backoff_max_ms), 1, 3600000, "largest restart delay (30000)"},
+        {"runtime-dir", K_STR, F(runtime_dir), 0, 0, "control and worker sockets (default: private runtime dir)"},
+        {"config", K_STR, F(config_path), 0, 0, "JSON file with any of these options"},
+};
+#define N_OPTS (sizeof opts / sizeof opts[0])
+_Static_assert(N_OPTS <= sizeof(((struct sup_config *)0)->cli_set), "cli_set too small");
+
+void sup_config_init(struct sup_config *cfg) {
+        memset(cfg, 0, sizeof *cfg);
+        snprintf(cfg->host, sizeof cfg->host, "127.0.0.1");
+        cfg->port = SUP_PORT_DEFAULT;
+        cfg->hugepages = DSV_HUGEPAGES_MODE_AUTO;
+        cfg->grace_ms = SUP_GRACE_MS_DEFAULT;
+        cfg->restart_limit = 5;
+        cfg->restart_window_ms = 60000;
+        cfg->restart_backoff_min_ms = 100;
+        cfg->restart_backoff_max_ms = 30000;
+}
+
+void sup_start_usage(FILE *out) {
+        fprintf(out, "usage: dsvisor start [--model M] [--instances N] [options]\n\n"
+                     "Runs the instances and the HTTP gateway in the foreground until SIGTERM;\n"
+                     "SIGHUP re-reads --config and restarts the instances one at a time.\n\n");
+        for (size_t i = 0; i < N_OPTS; i++) {
+                char left[64];
+                snprintf(left, sizeof left, "--%s%s", opts[i].name, opts[i].kind == K_BOOL ? "" : " V");
+                fprintf(out, "  %-28s %s\n", left, opts[i].help);
+        }
+}
+
+static int set_int(struct sup_config *cfg, const struct opt_def *o, long long v, char *err, size_t err_size) {
+        if (v < o->min || v > o->max) {
+                snprintf(err, err_size, "%s: %lld is out of range %ld..%ld", o->name, v, o->min, o->max);
+                return -EINVAL;
+        }
+        if (o->kind == K_MIB)
+                *(uint64_t *)((char *)cfg + o->off) = (uint64_t)v << 20;
+        else
+                *(int *)((char *)cfg + o->off) = (int)v;
+        return 0;
+}
+
+/* Sets option o from its text form (command line). */
+static int set_text(struct sup_config *cfg, const struct opt_def *o, const char *s, char *err, size_t err_size) {
+        char *dst = (char *)cfg + o->off;
+        switch (o->kind) {
+        case K_STR:
+                if (!*s || strlen(s) >= o->size) {
+                        snprintf(err, err_size, "%s: %s", o->name, *s ? "too long" : "empty value");
+                        return -EINVAL;
+                }
+                memcpy(dst, s, strlen(s) + 1);
+                return 0;
+        case K_INT:
+        case K_MIB: {
+                char *end;
+                errno = 0;
+                long long v = strtoll(s, &end, 10);
+                if (errno || end == s || *end) {
+                        snprintf(err, err_size, "%s: '%s' is not an integer", o->name, s);
+                        return -EINVAL;
+                }
+                return set_int(cfg, o, v, err, err_size);
+        }
+        case K_HUGEPAGES:
+                for (int m = 0; m < DSV_HUGEPAGES_MODE_COUNT; m++)
+                        if (strcmp(s, dsv_hugepages_mode_to_string(m)) == 0) {
+                                *(enum dsv_hugepages_mode *)dst = m;
+                                return 0;
+                        }
+                snprintf(err, err_size, "%s: '%s' is not one of auto, require, off", o->name, s);
+                return -EINVAL;
+        case K_BOOL:
+                *(bool *)dst = true;
+                return 0;
+        }
+        return -EINVAL;
+}
+
+static int check_config(const struct sup_config *cfg, char *err, size_t err_size) {
+        if (cfg->restart_backoff_min_ms > cfg->restart_backoff_max_ms) {
+                snprintf(err, err_size, "restart-backoff-ms %d is above restart-backoff-max-ms %d",
+                         cfg->restart_backoff_min_ms, cfg->restart_backoff_max_ms);
+                return -EINVAL;
+        }
+        if (cfg->runtime_dir[0] && cfg->runtime_dir[0] != '/') {
+                snprintf(err, err_size, "runtime-dir: '%s' is not an absolute path", cfg->runtime_dir);
+                return -EINVAL;
+        }
+        return 0;
+}
+
+int sup_config_apply_json(struct sup_config *cfg, const char *text, char *err, size_t err_size) {
+        cJSON *root = cJSON_Parse(text);
+        int r = 0;
+        if (!root || !cJSON_IsObject(root)) {
+                const char *at = cJSON_GetErrorPtr();
+                snprintf(err, err_size, "not a JSON object%s%.20s%s", at && root == NULL ? " near '" : "",
+                         at && root == NULL ? at : "", at && root == NULL ? "'" : "");
+                cJSON_Delete(root);
+                return -EINVAL;
+        }
+        for (const cJSON *it = root->child; it && r == 0; it = it->next) {
+                const struct opt_def *o = NULL;
+                for (size_t i = 0; i < N_OPTS; i++)
+                        if (strcmp(it->string, opts[i].name) == 0)
+                                o = &opts[i];
+                if (!o || strcmp(o->name, "config") == 0) {
+                        snprintf(err, err_size, "unknown key \"%s\"", it->string);
+                        r = -EINVAL;
+                        break;
+                }
+                if (cfg->cli_set[o - opts])
+                        continue; /* the command line wins */
+                switch (o->kind) {
+                case K_STR:
+                case K_HUGEPAGES:
+                        if (!cJSON_IsString(it)) {
+                                snprintf(err, err_size, "%s: expected a string", o->name);
+                                r = -EINVAL;
+                        } else {
+                                r = set_text(cfg, o, it->valuestring, err, err_size);
+                        }
+                        break;
+                case K_INT:
+                case K_MIB:
+                        if (!cJSON_IsNumber(it) || it->valuedouble != (double)(long long)it->valuedouble) {
+                                snprintf(err, err_size, "%s: expected an integer", o->name);
+                                r = -EINVAL;
+                        } else {
+                                r = set_int(cfg, o, (long long)it->valuedouble, err, err_size);
+                        }
+                        break;
+                case K_BOOL:
+                        if (!cJSON_IsBool(it)) {
+                                snprintf(err, err_size, "%s: expected true or false", o->name);
+                                r = -EINVAL;
+                        } else {
+                                *(bool *)((char *)cfg + o->off) = cJSON_IsTrue(it);
+                        }
+                        break;
+                }
+        }
+        cJSON_Delete(root);
+        return r < 0 ? r : check_config(cfg, err, err_size);
+}
+
+static int read_file(const char *path, char **ret, char *err, size_t err_size) {
+        FILE *f = fopen(path, "re");
+        if (!f) {
+                int r = -errno;
+                snprintf(err, err_size, "cannot read config '%s': %s", path, strerror(-r));
+                return r;
+        }
+        char *buf = NULL;
+        size_t len = 0, cap = 0;
+        for (;;) {
+                if (len + 4096 + 1 > cap) {
+                        cap = cap ? cap * 2 : 8192;
+                        char *nb = realloc(buf, cap);
+                        if (!nb) {
+                                free(buf);
+                                fclose(f);
+                                return -ENOMEM;
+                        }
+                        buf = nb;
+                }
+                size_t n = fread(buf + len, 1, 4096, f);
+                len += n;
+                if (n < 4096)
+                        break;
+                if (len > (1u << 20)) {
+                        snprintf(err, err_size, "config '%s' is larger than 1 MiB", path);
+                        free(buf);
+                        fclose(f);
+                        return -EFBIG;
+                }
+        }
+        fclose(f);
+        buf[len] = 0;
+        *ret = buf;
+        return 0;
+}
+
+static int apply_file(struct sup_config *cfg, char *err, size_t err_size) {
+        char *text = NULL;
+        char inner[256];
+        int r = read_file(cfg->config_path, &text, err, err_size);
+        if (r < 0)
+                return r;
+        r = sup_config_apply_json(cfg, text, inner, sizeof inner);
+        free(text);
+        if (r < 0)
+                snprintf(err, err_size, "config '%s': %s", cfg->config_path, inner);
+        return r;
+}
+
+int sup_config_parse(int argc, char **argv, struct sup_config *cfg, char *err, size_t err_size) {
+        struct option lopts[N_OPTS + 2];
+        for (size_t i = 0; i < N_OPTS; i++)
+                lopts[i] = (struct option){opts[i].name, opts[i].kind == K_BOOL ? no_argument : required_argument,
+                                           NULL, (int)(256 + i)};
+        lopts[N_OPTS] = (struct option){"help", no_argument, NULL, 'h'};
+        lopts[N_OPTS + 1] = (struct option){0};
+
+        sup_config_init(cfg);
+        optind = 1;
+        opterr = 0;
+        int c;
+        while ((c = getopt_long(argc, argv, "h", lopts, NULL)) != -1) {
+                if (c == 'h')
+                        return 1;
+                if (c < 256 || c >= 256 + (int)N_OPTS) {
+                        snprintf(err, err_size, "unknown or incomplete option '%s'", argv[optind - 1]);
+                        return -EINVAL;
+                }
+                const struct opt_def *o = &opts[c - 256];
+                int r = set_text(cfg, o, optarg ? optarg : "", err, err_size);
+                if (r < 0)
+                        return r;
+                cfg->cli_set[c - 256] = 1;
+        }
+        if (optind < argc) {
+                snprintf(err, err_size, "unexpected argument '%s'", argv[optind]);
+                return -EINVAL;
+        }
+        if (cfg->config_path[0]) {
+                int r = apply_file(cfg, err, err_size);
+                if (r < 0)
+                        return r;
+        }
+        return check_config(cfg, err, err_size);
+}
+
+int sup_config_reload(const struct sup_config *cfg, struct sup_config *ret, char *err, size_t err_size) {
+        struct sup_config next;
+        sup_config_init(&next);
+        /* Keep every value the command line set, then let the file fill the rest. */
+        for (size_t i = 0; i < N_OPTS; i++)
+                if (cfg->cli_set[i]) {
+                        memcpy((char *)&next + opts[i].off, (const char *)cfg + opts[i].off, opts[i].size);
+                        next.cli_set[i] = 1;
+                }
+        memcpy(next.config_path, cfg->config_path, sizeof next.config_path);
+        if (next.config_path[0]) {
+                int r = apply_file(&next, err, err_size);
+                if (r < 0)
+                        return r;
+        }
+        int r = check_config(&next, err, err_size);
+        if (r < 0)
+                return r;
+        *ret = next;
+        return 0;
+}

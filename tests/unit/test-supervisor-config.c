@@ -1,0 +1,240 @@
+/* Unit tests for `dsvisor start`'s configuration (supervisor/config.c), restart backoff,
+ * RT preflight and thread scheduling (instance.c) and the control socket (control.c). */
+#include <pthread.h>
+#include <sched.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "sup.h"
+#include "t.h"
+
+static int parse(struct sup_config *cfg, char *err, size_t n, int argc, char **argv) {
+        return sup_config_parse(argc, argv, cfg, err, n);
+}
+
+static void write_file(const char *path, const char *text) {
+        FILE *f = fopen(path, "w");
+        fputs(text, f);
+        fclose(f);
+}
+
+TEST(defaults) {
+        struct sup_config c;
+        char err[256];
+        char *argv[] = {"start"};
+        ASSERT_EQ(parse(&c, err, sizeof err, 1, argv), 0);
+        ASSERT_EQ(c.port, 8080);
+        ASSERT_TRUE(strcmp(c.host, "127.0.0.1") == 0);
+        ASSERT_EQ(c.hugepages, DSV_HUGEPAGES_MODE_AUTO);
+        ASSERT_EQ(c.n_instances, 0);
+        ASSERT_EQ(c.rt_priority, 0);
+        ASSERT_EQ(c.model[0], 0);
+}
+
+TEST(command_line) {
+        struct sup_config c;
+        char err[256];
+        char *argv[] = {"start", "--model", "/m.dse", "--instances", "2", "--threads-per-instance", "3",
+                        "--host", "::1", "--port", "0", "--rt-priority", "10", "--hugepages", "require",
+                        "--no-housekeeping", "--memory-max-mib", "512"};
+        ASSERT_EQ(parse(&c, err, sizeof err, 18, argv), 0);
+        ASSERT_TRUE(strcmp(c.model, "/m.dse") == 0);
+        ASSERT_EQ(c.n_instances, 2);
+        ASSERT_EQ(c.threads_per_instance, 3);
+        ASSERT_TRUE(strcmp(c.host, "::1") == 0);
+        ASSERT_EQ(c.port, 0);
+        ASSERT_EQ(c.rt_priority, 10);
+        ASSERT_EQ(c.hugepages, DSV_HUGEPAGES_MODE_REQUIRE);
+        ASSERT_TRUE(c.no_housekeeping);
+        ASSERT_EQ(c.memory_max_bytes, 512ull << 20);
+}
+
+TEST(bad_command_line_values_are_named) {
+        struct sup_config c;
+        char err[256];
+        char *a1[] = {"start", "--rt-priority", "50"};
+        ASSERT_EQ(parse(&c, err, sizeof err, 3, a1), -EINVAL);
+        ASSERT_TRUE(strstr(err, "rt-priority") && strstr(err, "1..49") == NULL && strstr(err, "0..49"));
+        char *a2[] = {"start", "--hugepages", "maybe"};
+        ASSERT_EQ(parse(&c, err, sizeof err, 3, a2), -EINVAL);
+        ASSERT_TRUE(strstr(err, "hugepages") && strstr(err, "maybe"));
+        char *a3[] = {"start", "--instances", "two"};
+        ASSERT_EQ(parse(&c, err, sizeof err, 3, a3), -EINVAL);
+        ASSERT_TRUE(strstr(err, "not an integer"));
+        char *a4[] = {"start", "--frobnicate"};
+        ASSERT_EQ(parse(&c, err, sizeof err, 2, a4), -EINVAL);
+        ASSERT_TRUE(strstr(err, "--frobnicate"));
+        char *a5[] = {"start", "extra"};
+        ASSERT_EQ(parse(&c, err, sizeof err, 2, a5), -EINVAL);
+        char *a6[] = {"start", "--help"};
+        ASSERT_EQ(parse(&c, err, sizeof err, 2, a6), 1);
+}
+
+TEST(config_file_and_command_line_wins) {
+        char path[] = "/tmp/test-supervisor-config.XXXXXX";
+        int fd = mkstemp(path);
+        ASSERT_TRUE(fd >= 0);
+        close(fd);
+        write_file(path, "{\"instances\": 3, \"port\": 9000, \"hugepages\": \"off\", \"rt-priority\": 5,"
+                         " \"no-housekeeping\": true, \"model\": \"/file.dse\"}");
+        struct sup_config c;
+        char err[256];
+        char *argv[] = {"start", "--config", path, "--port", "9100"};
+        int r = parse(&c, err, sizeof err, 5, argv);
+        if (r < 0)
+                fprintf(stderr, "  %s\n", err);
+        ASSERT_EQ(r, 0);
+        ASSERT_EQ(c.n_instances, 3);
+        ASSERT_EQ(c.port, 9100); /* the command line wins */
+        ASSERT_EQ(c.hugepages, DSV_HUGEPAGES_MODE_OFF);
+        ASSERT_EQ(c.rt_priority, 5);
+        ASSERT_TRUE(c.no_housekeeping);
+        ASSERT_TRUE(strcmp(c.model, "/file.dse") == 0);
+
+        /* reload: the file changed, the command line's port still wins */
+        write_file(path, "{\"instances\": 4, \"port\": 9001, \"grace-ms\": 1234}");
+        struct sup_config n;
+        ASSERT_EQ(sup_config_reload(&c, &n, err, sizeof err), 0);
+        ASSERT_EQ(n.n_instances, 4);
+        ASSERT_EQ(n.port, 9100);
+        ASSERT_EQ(n.grace_ms, 1234);
+        ASSERT_EQ(n.hugepages, DSV_HUGEPAGES_MODE_AUTO); /* gone from the file: default */
+
+        /* a bad file on reload leaves the old configuration alone */
+        write_file(path, "{\"instances\": -1}");
+        ASSERT_EQ(sup_config_reload(&c, &n, err, sizeof err), -EINVAL);
+        ASSERT_TRUE(strstr(err, "instances") && strstr(err, path));
+        unlink(path);
+        ASSERT_EQ(sup_config_reload(&c, &n, err, sizeof err), -ENOENT);
+}
+
+TEST(json_errors_name_the_key) {
+        struct sup_config c;
+        char err[256];
+        sup_config_init(&c);
+        ASSERT_EQ(sup_config_apply_json(&c, "{\"instancez\": 2}", err, sizeof err), -EINVAL);
+        ASSERT_TRUE(strstr(err, "unknown key \"instancez\""));
+        ASSERT_EQ(sup_config_apply_json(&c, "{\"instances\": \"2\"}", err, sizeof err), -EINVAL);
+        ASSERT_TRUE(strstr(err, "instances: expected an integer"));
+        ASSERT_EQ(sup_config_apply_json(&c, "{\"instances\": 2.5}", err, sizeof err), -EINVAL);
+        ASSERT_EQ(sup_config_apply_json(&c, "{\"port\": 70000}", err, sizeof err), -EINVAL);
+        ASSERT_TRUE(strstr(err, "port") && strstr(err, "70000"));
+        ASSERT_EQ(sup_config_apply_json(&c, "{\"hugepages\": true}", err, sizeof err), -EINVAL);
+        ASSERT_TRUE(strstr(err, "hugepages: expected a string"));
+        ASSERT_EQ(sup_config_apply_json(&c, "{\"no-housekeeping\": 1}", err, sizeof err), -EINVAL);
+        ASSERT_EQ(sup_config_apply_json(&c, "{\"config\": \"/x\"}", err, sizeof err), -EINVAL);
+        ASSERT_EQ(sup_config_apply_json(&c, "[1]", err, sizeof err), -EINVAL);
+        ASSERT_EQ(sup_config_apply_json(&c, "{\"port\": ", err, sizeof err), -EINVAL);
+        ASSERT_EQ(sup_config_apply_json(&c, "{\"restart-backoff-ms\": 5000, \"restart-backoff-max-ms\": 100}", err,
+                                        sizeof err),
+                  -EINVAL);
+        ASSERT_TRUE(strstr(err, "restart-backoff"));
+        ASSERT_EQ(sup_config_apply_json(&c, "{\"runtime-dir\": \"relative\"}", err, sizeof err), -EINVAL);
+}
+
+TEST(backoff_doubles_caps_and_gives_up) {
+        struct sup_backoff b;
+        sup_backoff_init(&b, 100, 1000, 5, 60000);
+        int64_t t = 1000000;
+        ASSERT_EQ(sup_backoff_on_exit(&b, t, -1), 100);
+        ASSERT_EQ(sup_backoff_on_exit(&b, t + 1, -1), 200);
+        ASSERT_EQ(sup_backoff_on_exit(&b, t + 2, -1), 400);
+        ASSERT_EQ(sup_backoff_on_exit(&b, t + 3, -1), 800);
+        ASSERT_EQ(sup_backoff_on_exit(&b, t + 4, -1), 1000); /* capped */
+        ASSERT_EQ(sup_backoff_on_exit(&b, t + 5, -1), -ELOOP); /* 6 exits in the window */
+}
+
+TEST(backoff_window_and_healthy_reset) {
+        struct sup_backoff b;
+        sup_backoff_init(&b, 100, 30000, 3, 10000);
+        int64_t t = 0;
+        for (int i = 0; i < 10; i++) { /* one exit every 6 s never exceeds 3 per 10 s */
+                t += 6000;
+                ASSERT_TRUE(sup_backoff_on_exit(&b, t, -1) >= 0);
+        }
+        /* up for over a minute: the delay starts again at the minimum */
+        t += 100000;
+        ASSERT_EQ(sup_backoff_on_exit(&b, t, t - 61000), 100);
+        ASSERT_EQ(sup_backoff_on_exit(&b, t + 10, t), 200);
+}
+
+TEST(rt_preflight) {
+        char dir[] = "/tmp/test-supervisor-proc.XXXXXX", why[256], path[512];
+        ASSERT_TRUE(mkdtemp(dir) != NULL);
+        snprintf(path, sizeof path, "%s/sys", dir);
+        mkdir(path, 0755);
+        snprintf(path, sizeof path, "%s/sys/kernel", dir);
+        mkdir(path, 0755);
+        snprintf(path, sizeof path, "%s/sys/kernel/sched_rt_runtime_us", dir);
+        write_file(path, "950000\n");
+        ASSERT_EQ(sup_rt_preflight(dir, 10, 1, why, sizeof why), 0);
+        ASSERT_EQ(sup_rt_preflight(dir, 10, 0, why, sizeof why), -EPERM);
+        ASSERT_TRUE(strstr(why, "no CPU is left free of FIFO threads"));
+        ASSERT_EQ(sup_rt_preflight(dir, 50, 1, why, sizeof why), -EINVAL);
+        ASSERT_EQ(sup_rt_preflight(dir, 0, 1, why, sizeof why), -EINVAL);
+        write_file(path, "-1\n");
+        ASSERT_EQ(sup_rt_preflight(dir, 10, 1, why, sizeof why), -EPERM);
+        ASSERT_TRUE(strstr(why, "sched_rt_runtime_us = -1"));
+        unlink(path);
+        ASSERT_EQ(sup_rt_preflight(dir, 10, 1, why, sizeof why), -ENOENT);
+        snprintf(path, sizeof path, "rm -rf '%s'", dir);
+        ASSERT_EQ(system(path), 0);
+}
+
+TEST(thread_policy_readback) {
+        char buf[64];
+        ASSERT_TRUE(sup_thread_policy_format(gettid(), buf, sizeof buf) > 0);
+        ASSERT_TRUE(strcmp(buf, "SCHED_OTHER") == 0);
+        ASSERT_EQ(sup_thread_set_fifo(gettid(), 50), -EINVAL);
+        ASSERT_EQ(sup_thread_set_fifo(0, 10), -EINVAL);
+}
+
+/* Serves connections until one asks for "status" (the EADDRINUSE probe leaves an
+ * empty connection in the backlog first). */
+static void *serve_one(void *arg) {
+        int lfd = *(int *)arg;
+        for (int served = 0; served < 3;) {
+                int fd = accept(lfd, NULL, NULL);
+                if (fd < 0) {
+                        usleep(1000);
+                        continue;
+                }
+                served++;
+                char cmd[32];
+                int r = sup_control_read_cmd(fd, 2000, cmd, sizeof cmd);
+                bool ok = r == 0 && strcmp(cmd, "status") == 0;
+                sup_control_write(fd, ok ? "{\"ok\":\"status\"}" : "{\"error\":1}");
+                close(fd);
+                if (ok)
+                        break;
+        }
+        return NULL;
+}
+
+TEST(control_socket_roundtrip_and_mode) {
+        char dir[] = "/tmp/test-supervisor-ctl.XXXXXX", path[256];
+        ASSERT_TRUE(mkdtemp(dir) != NULL);
+        ASSERT_EQ(sup_control_path(dir, path, sizeof path), 0);
+        int lfd = sup_control_listen(path);
+        ASSERT_OK(lfd);
+        struct stat st;
+        ASSERT_EQ(stat(path, &st), 0);
+        ASSERT_EQ(st.st_mode & 0777, 0600);
+        ASSERT_EQ(sup_control_listen(path), -EADDRINUSE); /* a live supervisor owns it */
+        pthread_t th;
+        pthread_create(&th, NULL, serve_one, &lfd);
+        char *reply = NULL;
+        ASSERT_EQ(sup_control_call(path, "status", 2000, &reply), 0);
+        pthread_join(th, NULL);
+        ASSERT_TRUE(strcmp(reply, "{\"ok\":\"status\"}") == 0);
+        free(reply);
+        close(lfd);
+        /* the socket file of a dead supervisor is replaced */
+        lfd = sup_control_listen(path);
+        ASSERT_OK(lfd);
+        close(lfd);
+        unlink(path);
+        ASSERT_EQ(sup_control_call(path, "status", 100, &reply), -ENOENT);
+        rmdir(dir);
+}
