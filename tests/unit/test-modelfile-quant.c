@@ -70,10 +70,54 @@ static float bf16(uint16_t h) {
 }
 
 /* The native tensor's value at [r, c] (logical input column c). */
+struct lookup {
+        const struct dse_tensor *t, *scale, *zero, *perm;
+};
+
+/* The tensor and its auxiliary tensors, looked up once per (model, name). */
+static struct {
+        const struct dse_model *m;
+        char name[160];
+        struct lookup l;
+} cache[4];
+
+static struct lookup find(const struct dse_model *m, const char *name) {
+        static int next;
+        for (int i = 0; i < 4; i++)
+                if (cache[i].m == m && strcmp(cache[i].name, name) == 0)
+                        return cache[i].l;
+        char aux[200];
+        struct lookup l;
+        l.t = dse__model_tensor(m, name);
+        snprintf(aux, sizeof aux, "%s.scale", name);
+        l.scale = dse__model_tensor(m, aux);
+        snprintf(aux, sizeof aux, "%s.zero", name);
+        l.zero = dse__model_tensor(m, aux);
+        snprintf(aux, sizeof aux, "%s.perm", name);
+        l.perm = dse__model_tensor(m, aux);
+        int i = next++ % 4;
+        cache[i].m = m;
+        snprintf(cache[i].name, sizeof cache[i].name, "%s", name);
+        cache[i].l = l;
+        return l;
+}
+
+static const void *inv_of; /* the perm tensor data `inv` inverts */
+static int64_t inv[65536];
+
+/* Frees a model and forgets its cached lookups (a later model may reuse the address). */
+static void close_model(struct dse_model *m) {
+        inv_of = NULL;
+        for (int i = 0; i < 4; i++)
+                if (cache[i].m == m)
+                        cache[i].m = NULL;
+        dse_model_free(m);
+}
+
 static float native_at(const struct dse_model *m, const char *name, int64_t r, int64_t c) {
-        const struct dse_tensor *t = dse__model_tensor(m, name);
+        struct lookup l = find(m, name);
+        const struct dse_tensor *t = l.t;
         int64_t cols = t->shape[1];
-        char aux[160];
         switch (t->dtype) {
         case DSE_DTYPE_BF16:
                 return bf16(((const uint16_t *)t->data)[r * cols + c]);
@@ -82,24 +126,19 @@ static float native_at(const struct dse_model *m, const char *name, int64_t r, i
         case DSE_DTYPE_F32:
                 return ((const float *)t->data)[r * cols + c];
         case DSE_DTYPE_F8_E4M3: {
-                snprintf(aux, sizeof aux, "%s.scale", name);
-                const struct dse_tensor *s = dse__model_tensor(m, aux);
+                const struct dse_tensor *s = l.scale;
                 return e4m3(((const uint8_t *)t->data)[r * cols + c]) *
                        ((const float *)s->data)[(r / 128) * s->shape[1] + c / 128];
         }
         case DSE_DTYPE_Q8: {
-                snprintf(aux, sizeof aux, "%s.scale", name);
-                const struct dse_tensor *s = dse__model_tensor(m, aux);
+                const struct dse_tensor *s = l.scale;
                 int64_t ng = s->shape[1];
                 return ((const int8_t *)t->data)[r * cols + c] * ((const float *)s->data)[r * ng + c / t->group_size];
         }
         case DSE_DTYPE_Q4: {
-                snprintf(aux, sizeof aux, "%s.perm", name);
-                const struct dse_tensor *p = dse__model_tensor(m, aux);
+                const struct dse_tensor *p = l.perm;
                 int64_t j = c;
                 if (p) { /* stored column j holds input perm[j]: invert perm (cached per tensor) */
-                        static const void *inv_of;
-                        static int64_t inv[65536];
                         if (inv_of != p->data && cols <= 65536) {
                                 for (int64_t k = 0; k < cols; k++)
                                         inv[((const int32_t *)p->data)[k]] = k;
@@ -107,10 +146,7 @@ static float native_at(const struct dse_model *m, const char *name, int64_t r, i
                         }
                         j = inv[c];
                 }
-                snprintf(aux, sizeof aux, "%s.scale", name);
-                const struct dse_tensor *s = dse__model_tensor(m, aux);
-                snprintf(aux, sizeof aux, "%s.zero", name);
-                const struct dse_tensor *z = dse__model_tensor(m, aux);
+                const struct dse_tensor *s = l.scale, *z = l.zero;
                 int64_t ng = s->shape[1], g = j / t->group_size;
                 uint8_t byte = ((const uint8_t *)t->data)[r * ((cols + 1) / 2) + j / 2];
                 int q = j & 1 ? byte >> 4 : byte & 15;
@@ -177,7 +213,7 @@ TEST(awq_gemm_dequantizes_exactly) {
         ASSERT_EQ(dse__model_tensor(m, "model.embed_tokens.weight")->dtype, DSE_DTYPE_F16);
         ASSERT_EQ(dse__model_tensor(m, "model.layers.0.self_attn.q_proj.bias")->dtype, DSE_DTYPE_F16);
         ASSERT_EQ(dse__model_tensor(m, "lm_head.weight")->dtype, DSE_DTYPE_F16);
-        dse_model_free(m);
+        close_model(m);
         tmp_rm(dir);
 }
 
@@ -233,7 +269,7 @@ static void check_gptq(const char *fx, int expect_perm) {
                 ASSERT_TRUE(n_perm > 0);
         else
                 ASSERT_EQ(n_perm, 0);
-        dse_model_free(m);
+        close_model(m);
         tmp_rm(dir);
 }
 
@@ -285,7 +321,7 @@ TEST(fp8_block_scales_dequantize_exactly) {
         for (size_t i = 0; i < dse__model_n_tensors(m); i++)
                 ASSERT_TRUE(strncmp(dse__model_tensor_at(m, i)->name, "model.layers.3.", 15) != 0);
         ASSERT_EQ(dse__model_hparams(m)->n_layers, 3);
-        dse_model_free(m);
+        close_model(m);
         tmp_rm(dir);
 }
 
@@ -303,8 +339,8 @@ TEST(awq_to_bf16_rounds_the_exact_value) {
                         float exact = native_at(q, name, o, i), got = native_at(b, name, o, i);
                         ASSERT_TRUE(fabsf(got - exact) <= fabsf(exact) * (1.0f / 256));
                 }
-        dse_model_free(q);
-        dse_model_free(b);
+        close_model(q);
+        close_model(b);
         tmp_rm(d1);
         tmp_rm(d2);
 }
@@ -342,8 +378,8 @@ static void check_requant(const char *quant, enum dse_dtype want, float steps) {
                                                (long long)c, x, y, step);
                         }
         }
-        dse_model_free(ref);
-        dse_model_free(m);
+        close_model(ref);
+        close_model(m);
         tmp_rm(d1);
         tmp_rm(d2);
 }
@@ -379,8 +415,8 @@ TEST(int4_on_gptq_is_lossless) {
         }
         ASSERT_EQ(n_q4, 14);
         ASSERT_EQ(dse__model_tensor(b, "lm_head.weight")->dtype, DSE_DTYPE_Q4);
-        dse_model_free(a);
-        dse_model_free(b);
+        close_model(a);
+        close_model(b);
         tmp_rm(d1);
         tmp_rm(d2);
 }
@@ -396,6 +432,6 @@ TEST(quant_format_must_match_checkpoint) {
         ASSERT_ERR(r, -EINVAL);
         struct dse_model *m = convert_open("models/qwen2-awq-g32", dir, "awq");
         ASSERT_TRUE(m);
-        dse_model_free(m);
+        close_model(m);
         tmp_rm(dir);
 }
