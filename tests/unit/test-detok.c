@@ -262,3 +262,43 @@ TEST(flush_gives_up_incomplete_bytes) {
         ASSERT_ERR(dse_detok_new(tok, empty, 1, &d, NULL), -EINVAL);
         dse_tokenizer_free(tok);
 }
+
+/* Random id streams, rich in byte-fallback ids (most of them invalid UTF-8): every chunk
+ * is valid UTF-8, a stop string never appears in the output, and when the full decode is
+ * valid UTF-8 the stream reproduces it. */
+TEST(random_ids_keep_invariants) {
+        struct dse_tokenizer *tok = load("mistral7b");
+        ASSERT_TRUE(tok);
+        int n_vocab = dse_tokenizer_n_vocab(tok);
+        uint64_t x = 12345;
+        static struct stream_result res;
+        static char full[65536];
+        int exact = 0, valid_full = 0;
+        const char *stops[] = {"e ", "\xE4\xBD\xA0"};
+        for (int trial = 0; trial < 300; trial++) {
+                int32_t ids[64];
+                int n = 1 + (int)((x = x * 6364136223846793005ull + 1442695040888963407ull) >> 59) * 2;
+                for (int i = 0; i < n; i++) {
+                        x = x * 6364136223846793005ull + 1442695040888963407ull;
+                        uint32_t r = (uint32_t)(x >> 33);
+                        ids[i] = r % 3 ? 3 + (int32_t)(r / 3 % 256) : (int32_t)(r / 3 % (uint32_t)n_vocab);
+                }
+                ASSERT_OK(stream(tok, ids, (size_t)n, NULL, 0, &res));
+                ASSERT_EQ(res.bad_chunk, 0);
+                int len = dse_tokenizer_decode(tok, ids, (size_t)n, full, sizeof full - 1);
+                ASSERT_TRUE(len >= 0 && len < (int)sizeof full);
+                full[len] = '\0';
+                if (utf8_valid(full, (size_t)len) && !strstr(full, "\xEF\xBF\xBD")) {
+                        valid_full++;
+                        if (strcmp(res.text, full) != 0)
+                                T_FAIL("trial %d: streamed \"%s\" != decoded \"%s\"", trial, res.text, full);
+                        exact++;
+                }
+                ASSERT_OK(stream(tok, ids, (size_t)n, stops, 2, &res));
+                ASSERT_EQ(res.bad_chunk, 0);
+                ASSERT_TRUE(strstr(res.text, stops[0]) == NULL && strstr(res.text, stops[1]) == NULL);
+        }
+        printf("random streams: %d of 300 decode to valid UTF-8 and stream exactly\n", exact);
+        ASSERT_TRUE(valid_full > 10);
+        dse_tokenizer_free(tok);
+}
