@@ -403,8 +403,10 @@ static int instance_create_cgroup(struct sup *s, struct sup_instance *in) {
         char rep[2048];
         dsv_cgroup_report_format(&in->cg_report, rep, sizeof rep);
         int missing = dsv_cgroup_report_n_missing(&in->cg_report);
-        slog(missing ? 4 : 6, "Instance %s cgroup %s: %d limit%s not in effect\n%s", in->name, in->cg_path, missing,
-             missing == 1 ? "" : "s", rep);
+        slog(missing ? 4 : 6, "Instance %s cgroup %s: %d limit%s not in effect", in->name, in->cg_path, missing,
+             missing == 1 ? "" : "s");
+        for (char *line = strtok(rep, "\n"); line; line = strtok(NULL, "\n"))
+                slog(missing ? 4 : 6, "Instance %s: %s", in->name, line);
         return 0;
 }
 

@@ -10,3 +10,15 @@ target_include_directories(test-supervisor-config PRIVATE ${DSV_SUP_DIR})
 
 add_executable(test-supervisor-stub-worker integration/test-supervisor-stub-worker.c)
 target_link_libraries(test-supervisor-stub-worker PRIVATE dsv_ipc)
+
+# Two instances, status, shared weights (PSS), kill -9 under load, stop; with the stub
+# worker and with dsvisor-worker (skipped when it is not built); without and with
+# HugePages (root: reserves 2 MiB pages and gives them back).
+foreach(worker stub real)
+  foreach(hp off require)
+    set(name test-supervisor-lifecycle-${worker}-${hp})
+    dsv_script_test(NAME ${name} SCRIPT ${CMAKE_SOURCE_DIR}/tests/integration/test-supervisor-lifecycle.sh
+                    ARGS ${worker} ${hp} LABELS integration TIMEOUT 300)
+    set_tests_properties(${name} PROPERTIES SKIP_RETURN_CODE 77 RUN_SERIAL ON)
+  endforeach()
+endforeach()
