@@ -317,3 +317,198 @@ TEST(resolve_rejects_bad_level) {
         ASSERT_ERR(dse_kernels_resolve(DSE_CPU_LEVEL_COUNT, &k), -EINVAL);
         ASSERT_ERR(dse_kernels_resolve(DSE_CPU_SCALAR, NULL), -EINVAL);
 }
+
+/* ---- n tokens at once, and int8 activations ------------------------------------------ */
+
+/* Matmul shapes: the matvec cases plus blocks of 4 rows with tails, and group sizes the
+ * integer kernels take (multiples of 32) next to ones they hand to the reference. */
+static const struct mat_case mm_cases[] = {
+        {1, 1, 32},   {1, 8, 32},    {3, 7, 32},   {5, 33, 32},   {7, 64, 32},  {4, 100, 32}, {9, 130, 64},
+        {3, 45, 15},  {2, 9, 3},     {6, 300, 128}, {13, 257, 128}, {8, 96, 32}, {17, 160, 64}, {4, 31, 32},
+        {11, 1536, 128}, {2, 63, 32}, {21, 200, 128},
+};
+static const int64_t mm_tokens[] = {1, 2, 3, 8};
+
+/* x (n, ldx) with ldx > cols, so row strides are honoured. */
+static float *make_x(int64_t n, int64_t cols, int64_t ldx) {
+        float *x = malloc((size_t)(n * ldx) * sizeof(float));
+        for (int64_t i = 0; i < n * ldx; i++)
+                x[i] = rng_unit();
+        if (n * ldx > 3)
+                x[2] = 0.0f; /* an exact zero */
+        for (int64_t c = 0; c < cols && c < 32 && n > 1; c++)
+                x[ldx + c] = 0.0f; /* token 1's first block all zero: d = 0 */
+        return x;
+}
+
+TEST(matmul_all_formats_all_levels) {
+        enum dse_cpu_level top = detected_level();
+        int n_checked = 0;
+        for (size_t d = 0; d < sizeof mat_dtypes / sizeof mat_dtypes[0]; d++) {
+                for (size_t ci = 0; ci < sizeof mm_cases / sizeof mm_cases[0]; ci++) {
+                        for (size_t ti = 0; ti < sizeof mm_tokens / sizeof mm_tokens[0]; ti++) {
+                                rng_seed(5000 + 100 * d + 10 * ci + ti);
+                                struct mat_buf m;
+                                mat_make(&m, mat_dtypes[d], mm_cases[ci]);
+                                const struct dse_qmat *w = &m.w;
+                                int64_t n = mm_tokens[ti], ldx = w->cols + 3, ldy = w->rows + 2;
+                                float *x = make_x(n, w->cols, ldx);
+                                float *y = malloc((size_t)(n * ldy) * sizeof(float));
+                                for (int lvl = DSE_CPU_SCALAR; lvl <= (int)top; lvl++) {
+                                        struct dse_kernels k;
+                                        ASSERT_OK(dse_kernels_resolve((enum dse_cpu_level)lvl, &k));
+                                        ASSERT_TRUE(k.matmul[w->dtype] != NULL);
+                                        for (int64_t i = 0; i < n * ldy; i++)
+                                                y[i] = NAN;
+                                        int64_t mid = w->rows / 2;
+                                        k.matmul[w->dtype](w, x, ldx, n, y, ldy, 0, mid);
+                                        k.matmul[w->dtype](w, x, ldx, n, y, ldy, mid, w->rows);
+                                        for (int64_t t = 0; t < n; t++) {
+                                                for (int64_t r = 0; r < w->rows; r++) {
+                                                        double want = 0, mag = 0;
+                                                        for (int64_t c = 0; c < w->cols; c++) {
+                                                                double p = oracle_w(w, r, c) * x[t * ldx + c];
+                                                                want += p;
+                                                                mag += fabs(p);
+                                                        }
+                                                        double tol = REL_TOL * mag + ABS_TOL;
+                                                        if (!(fabs(y[t * ldy + r] - want) <= tol))
+                                                                T_FAIL("matmul %s level %s case %zu (%lldx%lld g%d) n %lld "
+                                                                       "token %lld row %lld: got %.9g oracle %.9g NOT OK",
+                                                                       dtype_name(w->dtype),
+                                                                       dse_cpu_level_to_string((enum dse_cpu_level)lvl),
+                                                                       ci, (long long)w->rows, (long long)w->cols,
+                                                                       mm_cases[ci].group, (long long)n, (long long)t,
+                                                                       (long long)r, y[t * ldy + r], want);
+                                                }
+                                                for (int64_t r = w->rows; r < ldy; r++)
+                                                        ASSERT_TRUE(isnan(y[t * ldy + r])); /* untouched */
+                                        }
+                                        n_checked++;
+                                }
+                                free(x);
+                                free(y);
+                                mat_free(&m);
+                        }
+                }
+        }
+        fprintf(stderr, "  %d matmul (format, shape, tokens, level) combinations checked up to level %s\n", n_checked,
+                dse_cpu_level_to_string(top));
+}
+
+TEST(quantize_xq_matches_definition_all_levels) {
+        enum dse_cpu_level top = detected_level();
+        static const int64_t lens[] = {1, 5, 31, 32, 33, 64, 100, 257, 1536};
+        for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++) {
+                int64_t cols = lens[li], n = 3, ldx = cols + 1;
+                rng_seed(300 + li);
+                float *x = make_x(n, cols, ldx);
+                x[0] = 0.5f; /* a tie at the block max: 127 exactly */
+                struct dse_xq ref, got;
+                void *mref = aligned_alloc(64, dse__xq_bytes(n, cols)), *mgot = aligned_alloc(64, dse__xq_bytes(n, cols));
+                dse__xq_init(&ref, mref, n, cols);
+                dse__xq_init(&got, mgot, n, cols);
+                struct dse_kernels k0;
+                ASSERT_OK(dse_kernels_resolve(DSE_CPU_SCALAR, &k0));
+                k0.quantize_xq(x, ldx, &ref);
+                /* the definition: d = max|x|/127, |x - d*q| <= d/2, padding 0 */
+                for (int64_t t = 0; t < n; t++)
+                        for (int64_t b = 0; b < ref.n_blocks; b++) {
+                                double amax = 0;
+                                for (int64_t c = b * 32; c < (b + 1) * 32 && c < cols; c++)
+                                        amax = fmax(amax, fabs(x[t * ldx + c]));
+                                float dd = ref.d[t * ref.n_blocks + b];
+                                ASSERT_NEAR(dd, amax / 127.0, 1e-7 * amax);
+                                for (int64_t c = b * 32; c < (b + 1) * 32; c++) {
+                                        int q = ref.q[t * ref.n_blocks * 32 + c];
+                                        ASSERT_TRUE(q >= -127 && q <= 127);
+                                        if (c >= cols)
+                                                ASSERT_EQ(q, 0);
+                                        else
+                                                ASSERT_NEAR(dd * q, x[t * ldx + c], 0.5001 * dd + 1e-12);
+                                }
+                        }
+                for (int lvl = DSE_CPU_SCALAR; lvl <= (int)top; lvl++) {
+                        struct dse_kernels k;
+                        ASSERT_OK(dse_kernels_resolve((enum dse_cpu_level)lvl, &k));
+                        memset(mgot, 0x5a, dse__xq_bytes(n, cols));
+                        k.quantize_xq(x, ldx, &got);
+                        if (memcmp(got.q, ref.q, (size_t)(n * ref.n_blocks * 32)) != 0 ||
+                            memcmp(got.d, ref.d, (size_t)(n * ref.n_blocks) * sizeof(float)) != 0)
+                                T_FAIL("quantize_xq level %s cols %lld: not bit-identical to the reference NOT OK",
+                                       dse_cpu_level_to_string((enum dse_cpu_level)lvl), (long long)cols);
+                }
+                free(mref);
+                free(mgot);
+                free(x);
+        }
+}
+
+TEST(matmul_xq_q8_q4_all_levels) {
+        enum dse_cpu_level top = detected_level();
+        static const enum dse_dtype dts[] = {DSE_DTYPE_Q8, DSE_DTYPE_Q4};
+        int n_checked = 0;
+        for (size_t d = 0; d < 2; d++) {
+                for (size_t ci = 0; ci < sizeof mm_cases / sizeof mm_cases[0]; ci++) {
+                        for (size_t ti = 0; ti < sizeof mm_tokens / sizeof mm_tokens[0]; ti++) {
+                                rng_seed(9000 + 100 * d + 10 * ci + ti);
+                                struct mat_buf m;
+                                mat_make(&m, dts[d], mm_cases[ci]);
+                                const struct dse_qmat *w = &m.w;
+                                int64_t n = mm_tokens[ti], cols = w->cols, ldx = cols + 1, ldy = w->rows + 1;
+                                float *x = make_x(n, cols, ldx);
+                                struct dse_xq xq;
+                                void *mem = aligned_alloc(64, dse__xq_bytes(n, cols));
+                                dse__xq_init(&xq, mem, n, cols);
+                                struct dse_kernels k0;
+                                ASSERT_OK(dse_kernels_resolve(DSE_CPU_SCALAR, &k0));
+                                k0.quantize_xq(x, ldx, &xq);
+                                float *y = malloc((size_t)(n * ldy) * sizeof(float));
+                                for (int lvl = DSE_CPU_SCALAR; lvl <= (int)top; lvl++) {
+                                        struct dse_kernels k;
+                                        ASSERT_OK(dse_kernels_resolve((enum dse_cpu_level)lvl, &k));
+                                        ASSERT_TRUE(k.matmul_xq[w->dtype] != NULL);
+                                        for (int64_t i = 0; i < n * ldy; i++)
+                                                y[i] = NAN;
+                                        int64_t mid = (w->rows + 1) / 2;
+                                        k.matmul_xq[w->dtype](w, &xq, y, ldy, 0, mid);
+                                        k.matmul_xq[w->dtype](w, &xq, y, ldy, mid, w->rows);
+                                        for (int64_t t = 0; t < n; t++) {
+                                                const int8_t *q = xq.q + t * xq.n_blocks * 32;
+                                                const float *dq = xq.d + t * xq.n_blocks;
+                                                for (int64_t r = 0; r < w->rows; r++) {
+                                                        /* exact: W times the quantized x; loose: W times x,
+                                                         * off by at most sum |W| d/2 */
+                                                        double want_q = 0, mag = 0, want_x = 0, bound = 0;
+                                                        for (int64_t c = 0; c < cols; c++) {
+                                                                double wv = oracle_w(w, r, c), xv = dq[c / 32] * (double)q[c];
+                                                                want_q += wv * xv;
+                                                                mag += fabs(wv * xv);
+                                                                want_x += wv * x[t * ldx + c];
+                                                                bound += fabs(wv) * dq[c / 32] * 0.5;
+                                                        }
+                                                        double got = y[t * ldy + r], tol = REL_TOL * mag + ABS_TOL;
+                                                        if (!(fabs(got - want_q) <= tol) || !(fabs(got - want_x) <= bound + tol))
+                                                                T_FAIL("matmul_xq %s level %s case %zu (%lldx%lld g%d) n %lld "
+                                                                       "token %lld row %lld: got %.9g, exact on quantized x "
+                                                                       "%.9g (tol %.3g), on float x %.9g (bound %.3g) NOT OK",
+                                                                       dtype_name(w->dtype),
+                                                                       dse_cpu_level_to_string((enum dse_cpu_level)lvl),
+                                                                       ci, (long long)w->rows, (long long)cols,
+                                                                       mm_cases[ci].group, (long long)n, (long long)t,
+                                                                       (long long)r, got, want_q, tol, want_x, bound);
+                                                }
+                                                ASSERT_TRUE(isnan(y[t * ldy + w->rows])); /* untouched */
+                                        }
+                                        n_checked++;
+                                }
+                                free(y);
+                                free(mem);
+                                free(x);
+                                mat_free(&m);
+                        }
+                }
+        }
+        fprintf(stderr, "  %d matmul_xq (format, shape, tokens, level) combinations checked up to level %s\n",
+                n_checked, dse_cpu_level_to_string(top));
+}

@@ -64,24 +64,51 @@ static void matvec_f32_avx2(const struct dse_qmat *w, const float *x, float *y, 
         }
 }
 
-static void matvec_bf16_avx2(const struct dse_qmat *w, const float *x, float *y, int64_t r0, int64_t r1) {
-        const uint16_t *W = w->data; /* (rows, cols) */
-        int64_t n = w->cols;
-        for (int64_t r = r0; r < r1; r++) {
-                const uint16_t *row = W + r * n;
-                __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
-                int64_t c = 0;
-                for (; c + 16 <= n; c += 16) {
-                        a0 = _mm256_fmadd_ps(load_bf16x8(row + c), _mm256_loadu_ps(x + c), a0);
-                        a1 = _mm256_fmadd_ps(load_bf16x8(row + c + 8), _mm256_loadu_ps(x + c + 8), a1);
-                }
-                for (; c + 8 <= n; c += 8)
-                        a0 = _mm256_fmadd_ps(load_bf16x8(row + c), _mm256_loadu_ps(x + c), a0);
-                float acc = hsum8(_mm256_add_ps(a0, a1));
-                for (; c < n; c++)
-                        acc += dse__kern_bf16_to_f32(row[c]) * x[c];
-                y[r] = acc;
+/* Rows r..r+R-1 (R <= 4) of a BF16 matrix against one token: 16 columns per step, two
+ * accumulators per row, so one x load serves R rows. */
+static inline __attribute__((always_inline)) void bf16_rows(const struct dse_qmat *w, const float *x, float *y,
+                                                            int64_t r, const int R) {
+        int64_t n = w->cols, c = 0;
+        const uint16_t *row[4];
+        __m256 a0[4], a1[4];
+        for (int i = 0; i < R; i++) {
+                row[i] = (const uint16_t *)w->data + (r + i) * n;
+                a0[i] = a1[i] = _mm256_setzero_ps();
         }
+        for (; c + 16 <= n; c += 16) {
+                __m256 x0 = _mm256_loadu_ps(x + c), x1 = _mm256_loadu_ps(x + c + 8);
+                for (int i = 0; i < R; i++) {
+                        a0[i] = _mm256_fmadd_ps(load_bf16x8(row[i] + c), x0, a0[i]);
+                        a1[i] = _mm256_fmadd_ps(load_bf16x8(row[i] + c + 8), x1, a1[i]);
+                }
+        }
+        for (; c + 8 <= n; c += 8) {
+                __m256 x0 = _mm256_loadu_ps(x + c);
+                for (int i = 0; i < R; i++)
+                        a0[i] = _mm256_fmadd_ps(load_bf16x8(row[i] + c), x0, a0[i]);
+        }
+        for (int i = 0; i < R; i++) {
+                float acc = hsum8(_mm256_add_ps(a0[i], a1[i]));
+                for (int64_t cc = c; cc < n; cc++)
+                        acc += dse__kern_bf16_to_f32(row[i][cc]) * x[cc];
+                y[r + i] = acc;
+        }
+}
+
+/* Blocks of 4 rows; each block serves every token while it sits in L1. */
+static void matmul_bf16_avx2(const struct dse_qmat *w, const float *x, int64_t ldx, int64_t n, float *y,
+                             int64_t ldy, int64_t r0, int64_t r1) {
+        int64_t r = r0;
+        for (; r + 4 <= r1; r += 4)
+                for (int64_t t = 0; t < n; t++)
+                        bf16_rows(w, x + t * ldx, y + t * ldy, r, 4);
+        for (; r < r1; r++)
+                for (int64_t t = 0; t < n; t++)
+                        bf16_rows(w, x + t * ldx, y + t * ldy, r, 1);
+}
+
+static void matvec_bf16_avx2(const struct dse_qmat *w, const float *x, float *y, int64_t r0, int64_t r1) {
+        matmul_bf16_avx2(w, x, 0, 1, y, 0, r0, r1);
 }
 
 static void matvec_f16_avx2(const struct dse_qmat *w, const float *x, float *y, int64_t r0, int64_t r1) {
@@ -180,6 +207,206 @@ static void matvec_q4_avx2(const struct dse_qmat *w, const float *x, float *y, i
         }
 }
 
+/* ---- matmul over row blocks for the float-activation formats --------------------- */
+
+/* 16 rows at a time serve every token while they sit in L1/L2: one pass over the
+ * weights from memory for all n tokens, each token's products as matvec computes them. */
+#define MATMUL_BY_ROW_BLOCKS(name, matvec)                                                                    \
+        static void name(const struct dse_qmat *w, const float *x, int64_t ldx, int64_t n, float *y,          \
+                         int64_t ldy, int64_t r0, int64_t r1) {                                               \
+                for (int64_t rb = r0; rb < r1; rb += 16) {                                                    \
+                        int64_t re = rb + 16 < r1 ? rb + 16 : r1;                                             \
+                        for (int64_t t = 0; t < n; t++)                                                       \
+                                matvec(w, x + t * ldx, y + t * ldy, rb, re);                                  \
+                }                                                                                             \
+        }
+MATMUL_BY_ROW_BLOCKS(matmul_f32_avx2, matvec_f32_avx2)
+MATMUL_BY_ROW_BLOCKS(matmul_f16_avx2, matvec_f16_avx2)
+MATMUL_BY_ROW_BLOCKS(matmul_f8_avx2, matvec_f8_avx2)
+MATMUL_BY_ROW_BLOCKS(matmul_q8_avx2, matvec_q8_avx2)
+MATMUL_BY_ROW_BLOCKS(matmul_q4_avx2, matvec_q4_avx2)
+
+/* ---- int8 activations -------------------------------------------------------------- */
+
+/* One 32-column block of activations: d and q exactly as quantize_xq_ref computes them
+ * (the same max, the same 127/max product, round-to-nearest-even conversion). */
+static void quantize_xq_avx2(const float *x, int64_t ldx, struct dse_xq *xq) {
+        const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+        for (int64_t t = 0; t < xq->n; t++) {
+                const float *xt = x + t * ldx;
+                int8_t *q = xq->q + t * xq->n_blocks * DSE_XQ_BLOCK;
+                float *d = xq->d + t * xq->n_blocks;
+                for (int64_t b = 0; b < xq->n_blocks; b++) {
+                        int64_t c0 = b * DSE_XQ_BLOCK, len = xq->cols - c0 < DSE_XQ_BLOCK ? xq->cols - c0 : DSE_XQ_BLOCK;
+                        float tail[DSE_XQ_BLOCK];
+                        const float *src = xt + c0;
+                        if (len < DSE_XQ_BLOCK) {
+                                memset(tail, 0, sizeof tail);
+                                memcpy(tail, src, (size_t)len * sizeof(float));
+                                src = tail;
+                        }
+                        __m256 v0 = _mm256_loadu_ps(src), v1 = _mm256_loadu_ps(src + 8);
+                        __m256 v2 = _mm256_loadu_ps(src + 16), v3 = _mm256_loadu_ps(src + 24);
+                        __m256 m = _mm256_max_ps(_mm256_max_ps(_mm256_and_ps(v0, abs_mask), _mm256_and_ps(v1, abs_mask)),
+                                                 _mm256_max_ps(_mm256_and_ps(v2, abs_mask), _mm256_and_ps(v3, abs_mask)));
+                        __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+                        m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+                        m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+                        float amax = _mm_cvtss_f32(m4);
+                        float id = amax > 0.0f ? 127.0f / amax : 0.0f;
+                        d[b] = amax / 127.0f;
+                        __m256 vid = _mm256_set1_ps(id);
+                        __m256i i0 = _mm256_cvtps_epi32(_mm256_mul_ps(v0, vid));
+                        __m256i i1 = _mm256_cvtps_epi32(_mm256_mul_ps(v1, vid));
+                        __m256i i2 = _mm256_cvtps_epi32(_mm256_mul_ps(v2, vid));
+                        __m256i i3 = _mm256_cvtps_epi32(_mm256_mul_ps(v3, vid));
+                        __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(i0, i1), _mm256_packs_epi32(i2, i3));
+                        p = _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+                        _mm256_storeu_si256((__m256i *)(q + c0), p);
+                }
+        }
+}
+
+/* The even columns of a 32-column activation block in the low 16 bytes, the odd ones in
+ * the high 16: the order Q4 nibbles unpack in (low nibble = even column). */
+static inline __m256i xq_evens_odds(const int8_t *q) {
+        const __m256i sh = _mm256_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15, 0, 2, 4, 6, 8, 10,
+                                            12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
+        __m256i x = _mm256_shuffle_epi8(_mm256_loadu_si256((const __m256i *)q), sh);
+        return _mm256_permute4x64_epi64(x, 0xd8); /* qwords 0 2 1 3 */
+}
+
+/* The 32 nibbles of one block (16 bytes at p): low nibbles (even columns) in the low
+ * half, high nibbles (odd columns) in the high half. */
+static inline __m256i q4_evens_odds(const uint8_t *p) {
+        __m256i b = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)p));
+        b = _mm256_srlv_epi32(b, _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4));
+        return _mm256_and_si256(b, _mm256_set1_epi8(0x0f));
+}
+
+/* Eight int32 partial sums of (q4 - z) * x over one block: the zero point is taken off
+ * in the 16-bit pair sums, so every partial stays an exact integer. */
+static inline __m256i q4_dot(__m256i wv, __m256i zv, __m256i xv) {
+        __m256i p = _mm256_sub_epi16(_mm256_maddubs_epi16(wv, xv), _mm256_maddubs_epi16(zv, xv));
+        return _mm256_madd_epi16(p, _mm256_set1_epi16(1));
+}
+
+/* Eight int32 partial sums of q8 * x over one block (|w| times x with w's sign). */
+static inline __m256i q8_dot(__m256i wv, __m256i xv) {
+        __m256i p = _mm256_maddubs_epi16(_mm256_abs_epi8(wv), _mm256_sign_epi8(xv, wv));
+        return _mm256_madd_epi16(p, _mm256_set1_epi16(1));
+}
+
+/* Rows r..r+R-1 (R <= 4) of a Q4 matrix (group a multiple of 32) against one token's
+ * quantized activations q (n_blocks*32), d (n_blocks). */
+static inline __attribute__((always_inline)) void q4_xq_rows(const struct dse_qmat *w, const int8_t *q,
+                                                             const float *d, float *y, int64_t r, const int R) {
+        int64_t rb = (w->cols + 1) / 2, full = w->cols / DSE_XQ_BLOCK, bpg = w->group_size / DSE_XQ_BLOCK;
+        const uint8_t *row[4];
+        const float *sc[4];
+        const uint8_t *zr[4];
+        __m256 acc[4];
+        for (int i = 0; i < R; i++) {
+                row[i] = (const uint8_t *)w->data + (r + i) * rb;
+                sc[i] = w->scale + (r + i) * w->n_groups;
+                zr[i] = w->zero + (r + i) * w->n_groups;
+                acc[i] = _mm256_setzero_ps();
+        }
+        for (int64_t g = 0, b = 0; b < full; g++) {
+                __m256i zv[4];
+                for (int i = 0; i < R; i++)
+                        zv[i] = _mm256_set1_epi8((char)zr[i][g]);
+                for (int64_t be = b + bpg < full ? b + bpg : full; b < be; b++) {
+                        __m256i xv = xq_evens_odds(q + b * DSE_XQ_BLOCK);
+                        for (int i = 0; i < R; i++) {
+                                _mm_prefetch((const char *)(row[i] + b * 16 + 384), _MM_HINT_T0);
+                                __m256i s = q4_dot(q4_evens_odds(row[i] + b * 16), zv[i], xv);
+                                acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_set1_ps(sc[i][g] * d[b]), acc[i]);
+                        }
+                }
+        }
+        if (full * DSE_XQ_BLOCK < w->cols) { /* a short last block: its bytes, zero-padded */
+                int64_t b = full, g = b * DSE_XQ_BLOCK / w->group_size;
+                __m256i xv = xq_evens_odds(q + b * DSE_XQ_BLOCK);
+                for (int i = 0; i < R; i++) {
+                        uint8_t tail[16] = {0};
+                        memcpy(tail, row[i] + b * 16, (size_t)(rb - b * 16));
+                        __m256i s = q4_dot(q4_evens_odds(tail), _mm256_set1_epi8((char)zr[i][g]), xv);
+                        acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_set1_ps(sc[i][g] * d[b]), acc[i]);
+                }
+        }
+        for (int i = 0; i < R; i++)
+                y[r + i] = hsum8(acc[i]);
+}
+
+static void matmul_xq_q4_avx2(const struct dse_qmat *w, const struct dse_xq *xq, float *y, int64_t ldy, int64_t r0,
+                              int64_t r1) {
+        if (w->group_size % DSE_XQ_BLOCK) {
+                dse__kernels_ref_matmul_xq(w, xq, y, ldy, r0, r1);
+                return;
+        }
+        int64_t stride = xq->n_blocks * DSE_XQ_BLOCK, r = r0;
+        for (; r + 4 <= r1; r += 4)
+                for (int64_t t = 0; t < xq->n; t++)
+                        q4_xq_rows(w, xq->q + t * stride, xq->d + t * xq->n_blocks, y + t * ldy, r, 4);
+        for (; r < r1; r++)
+                for (int64_t t = 0; t < xq->n; t++)
+                        q4_xq_rows(w, xq->q + t * stride, xq->d + t * xq->n_blocks, y + t * ldy, r, 1);
+}
+
+/* Rows r..r+R-1 (R <= 4) of a Q8 matrix (group a multiple of 32) against one token. */
+static inline __attribute__((always_inline)) void q8_xq_rows(const struct dse_qmat *w, const int8_t *q,
+                                                             const float *d, float *y, int64_t r, const int R) {
+        int64_t n = w->cols, full = n / DSE_XQ_BLOCK, bpg = w->group_size / DSE_XQ_BLOCK;
+        const int8_t *row[4];
+        const float *sc[4];
+        __m256 acc[4];
+        for (int i = 0; i < R; i++) {
+                row[i] = (const int8_t *)w->data + (r + i) * n;
+                sc[i] = w->scale + (r + i) * w->n_groups;
+                acc[i] = _mm256_setzero_ps();
+        }
+        for (int64_t g = 0, b = 0; b < full; g++) {
+                for (int64_t be = b + bpg < full ? b + bpg : full; b < be; b++) {
+                        __m256i xv = _mm256_loadu_si256((const __m256i *)(q + b * DSE_XQ_BLOCK));
+                        for (int i = 0; i < R; i++) {
+                                _mm_prefetch((const char *)(row[i] + b * DSE_XQ_BLOCK + 768), _MM_HINT_T0);
+                                __m256i wv = _mm256_loadu_si256((const __m256i *)(row[i] + b * DSE_XQ_BLOCK));
+                                acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(q8_dot(wv, xv)),
+                                                         _mm256_set1_ps(sc[i][g] * d[b]), acc[i]);
+                        }
+                }
+        }
+        if (full * DSE_XQ_BLOCK < n) {
+                int64_t b = full, g = b * DSE_XQ_BLOCK / w->group_size;
+                __m256i xv = _mm256_loadu_si256((const __m256i *)(q + b * DSE_XQ_BLOCK));
+                for (int i = 0; i < R; i++) {
+                        int8_t tail[DSE_XQ_BLOCK] = {0};
+                        memcpy(tail, row[i] + b * DSE_XQ_BLOCK, (size_t)(n - b * DSE_XQ_BLOCK));
+                        __m256i wv = _mm256_loadu_si256((const __m256i *)tail);
+                        acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(q8_dot(wv, xv)), _mm256_set1_ps(sc[i][g] * d[b]),
+                                                 acc[i]);
+                }
+        }
+        for (int i = 0; i < R; i++)
+                y[r + i] = hsum8(acc[i]);
+}
+
+static void matmul_xq_q8_avx2(const struct dse_qmat *w, const struct dse_xq *xq, float *y, int64_t ldy, int64_t r0,
+                              int64_t r1) {
+        if (w->group_size % DSE_XQ_BLOCK) {
+                dse__kernels_ref_matmul_xq(w, xq, y, ldy, r0, r1);
+                return;
+        }
+        int64_t stride = xq->n_blocks * DSE_XQ_BLOCK, r = r0;
+        for (; r + 4 <= r1; r += 4)
+                for (int64_t t = 0; t < xq->n; t++)
+                        q8_xq_rows(w, xq->q + t * stride, xq->d + t * xq->n_blocks, y + t * ldy, r, 4);
+        for (; r < r1; r++)
+                for (int64_t t = 0; t < xq->n; t++)
+                        q8_xq_rows(w, xq->q + t * stride, xq->d + t * xq->n_blocks, y + t * ldy, r, 1);
+}
+
 /* out[c] = W[r, c]: 8 columns per step, the _ref twin's conversions for the tail. */
 static void dequant_row_avx2(const struct dse_qmat *w, int64_t r, float *out) {
         int64_t n = w->cols, c = 0;
@@ -245,6 +472,15 @@ void dse__kernels_fill_avx2(struct dse_kernels *k) {
         k->matvec[DSE_DTYPE_F8_E4M3] = matvec_f8_avx2;
         k->matvec[DSE_DTYPE_Q8] = matvec_q8_avx2;
         k->matvec[DSE_DTYPE_Q4] = matvec_q4_avx2;
+        k->matmul[DSE_DTYPE_F32] = matmul_f32_avx2;
+        k->matmul[DSE_DTYPE_F16] = matmul_f16_avx2;
+        k->matmul[DSE_DTYPE_BF16] = matmul_bf16_avx2;
+        k->matmul[DSE_DTYPE_F8_E4M3] = matmul_f8_avx2;
+        k->matmul[DSE_DTYPE_Q8] = matmul_q8_avx2;
+        k->matmul[DSE_DTYPE_Q4] = matmul_q4_avx2;
+        k->quantize_xq = quantize_xq_avx2;
+        k->matmul_xq[DSE_DTYPE_Q8] = matmul_xq_q8_avx2;
+        k->matmul_xq[DSE_DTYPE_Q4] = matmul_xq_q4_avx2;
         k->dequant_row = dequant_row_avx2;
         k->dot = dot_avx2;
         k->axpy = axpy_avx2;

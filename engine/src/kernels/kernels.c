@@ -4,6 +4,23 @@
 
 #include "kernels/kernels.h"
 
+static size_t align64(size_t v) {
+        return (v + 63) & ~(size_t)63;
+}
+
+size_t dse__xq_bytes(int64_t n, int64_t cols) {
+        size_t nb = (size_t)((cols + DSE_XQ_BLOCK - 1) / DSE_XQ_BLOCK);
+        return align64((size_t)n * nb * DSE_XQ_BLOCK) + align64((size_t)n * nb * sizeof(float));
+}
+
+void dse__xq_init(struct dse_xq *xq, void *mem, int64_t n, int64_t cols) {
+        xq->n = n;
+        xq->cols = cols;
+        xq->n_blocks = (cols + DSE_XQ_BLOCK - 1) / DSE_XQ_BLOCK;
+        xq->q = mem;
+        xq->d = (float *)((char *)mem + align64((size_t)n * (size_t)xq->n_blocks * DSE_XQ_BLOCK));
+}
+
 int dse_kernels_resolve(enum dse_cpu_level level, struct dse_kernels *ret_k) {
         if (!ret_k || (unsigned)level >= DSE_CPU_LEVEL_COUNT)
                 return -EINVAL;

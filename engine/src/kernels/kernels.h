@@ -7,8 +7,20 @@
  *
  * ref.c holds the plain `_ref` twins: the specification, the fallback for every entry and
  * the test oracle. avx2.c overrides what it speeds up. Kernels take a row range and never
- * know about threads; the caller splits rows over the pool. All activations and all
- * accumulation are float32.
+ * know about threads; the caller splits rows over the pool. Accumulation is float32.
+ *
+ * Two activation precisions, chosen explicitly by the caller:
+ *   matvec, matmul     float32 activations: exact up to float32 rounding (the fixtures'
+ *                      strict tolerance row).
+ *   matmul_xq          Q8/Q4 weights times activations quantized to int8 per 32-column
+ *                      block (llama.cpp's Q8_0 activations), integer dot products: the
+ *                      fast path for decode and prefill, with the activation rounding
+ *                      error (relative ~1/254 per element; the fixtures' second row).
+ *
+ *     struct dse_xq xq;                               // storage sized once at setup
+ *     dse__xq_init(&xq, mem, n_tok, w.cols);          // mem: dse__xq_bytes(n_tok, cols)
+ *     k.quantize_xq(x, ldx, &xq);                     // once per matmul, one thread
+ *     k.matmul_xq[w.dtype](&w, &xq, y, ldy, r0, r1);  // rows split over the pool
  */
 #ifndef DSE_KERNELS_H
 #define DSE_KERNELS_H
@@ -46,9 +58,43 @@ struct dse_qmat {
 /* y[r] = sum_c W[r,c] * x[c] for r in [r0, r1); y is indexed by absolute row. */
 typedef void (*dse_matvec_fn)(const struct dse_qmat *w, const float *x, float *y, int64_t r0, int64_t r1);
 
+/* Y[t, r] = sum_c W[r,c] * X[t, c] for tokens t < n and rows r in [r0, r1): X is
+ * (n, ldx), Y is (n, ldy), indexed by absolute row. One pass over the weight rows serves
+ * all n tokens (a block of rows stays in L1 while every token uses it). */
+typedef void (*dse_matmul_fn)(const struct dse_qmat *w, const float *x, int64_t ldx, int64_t n, float *y,
+                              int64_t ldy, int64_t r0, int64_t r1);
+
+/* ---- int8 activations (matmul_xq) ---- */
+
+#define DSE_XQ_BLOCK 32
+
+/* n tokens of cols activations, each 32-column block b of token t quantized
+ * symmetrically: d = max|x| / 127, q = nearbyintf(x * (127 / max|x|)), in [-127, 127]
+ * (an all-zero block has d = 0 and q = 0). The storage is the caller's. */
+struct dse_xq {
+        int64_t n, cols, n_blocks; /* n_blocks = ceil(cols / 32) */
+        int8_t *q;                 /* (n, n_blocks * 32): columns past cols are 0 */
+        float *d;                  /* (n, n_blocks) */
+};
+
+/* Bytes of storage dse__xq_init needs for n tokens of cols activations. */
+size_t dse__xq_bytes(int64_t n, int64_t cols);
+/* Lays xq out over mem (dse__xq_bytes(n, cols) bytes, 64-byte aligned). */
+void dse__xq_init(struct dse_xq *xq, void *mem, int64_t n, int64_t cols);
+
+/* Y[t, r] = sum_c W[r,c] * d[t, c/32] * q[t, c] for t < xq->n, r in [r0, r1); Y is
+ * (xq->n, ldy). The products of one 32-column block and one weight group are exact
+ * integers; only their scaling and summation round. Requires xq->cols == w->cols. */
+typedef void (*dse_matmul_xq_fn)(const struct dse_qmat *w, const struct dse_xq *xq, float *y, int64_t ldy,
+                                 int64_t r0, int64_t r1);
+
 struct dse_kernels {
         enum dse_cpu_level level;
         dse_matvec_fn matvec[DSE_DTYPE_COUNT]; /* F32 F16 BF16 F8_E4M3 Q8 Q4; NULL otherwise */
+        dse_matmul_fn matmul[DSE_DTYPE_COUNT]; /* the same formats, n tokens at once */
+        /* x (xq->n, ldx) -> xq, as struct dse_xq defines (bit-identical at every level). */
+        void (*quantize_xq)(const float *x, int64_t ldx, struct dse_xq *xq);
+        dse_matmul_xq_fn matmul_xq[DSE_DTYPE_COUNT]; /* Q8 Q4; NULL otherwise */
         /* out[c] = W[r, c] for all c (in stored column order). */
         void (*dequant_row)(const struct dse_qmat *w, int64_t r, float *out);
         float (*dot)(const float *a, const float *b, int64_t n);
@@ -70,6 +116,10 @@ int dse_kernels_resolve(enum dse_cpu_level level, struct dse_kernels *ret_k);
 void dse__kernels_fill_ref(struct dse_kernels *k);
 /* The reference dequant_row, for SIMD versions that speed up only some formats. */
 void dse__kernels_ref_dequant_row(const struct dse_qmat *w, int64_t r, float *out);
+/* The reference matmul_xq, for shapes the SIMD versions leave out (groups that are not
+ * a multiple of 32 columns). */
+void dse__kernels_ref_matmul_xq(const struct dse_qmat *w, const struct dse_xq *xq, float *y, int64_t ldy,
+                                int64_t r0, int64_t r1);
 /* AVX2+FMA+F16C overrides (avx2.c); call only when the CPU has them. */
 void dse__kernels_fill_avx2(struct dse_kernels *k);
 

@@ -151,6 +151,73 @@ static void matvec_q4_ref(const struct dse_qmat *w, const float *x, float *y, in
         }
 }
 
+/* ---- n tokens at once ------------------------------------------------------------ */
+
+static const dse_matvec_fn matvec_ref[DSE_DTYPE_COUNT] = {
+        [DSE_DTYPE_F32] = matvec_f32_ref, [DSE_DTYPE_F16] = matvec_f16_ref,    [DSE_DTYPE_BF16] = matvec_bf16_ref,
+        [DSE_DTYPE_F8_E4M3] = matvec_f8_ref, [DSE_DTYPE_Q8] = matvec_q8_ref, [DSE_DTYPE_Q4] = matvec_q4_ref,
+};
+
+/* The definition of matmul: one matvec per token. */
+static void matmul_ref(const struct dse_qmat *w, const float *x, int64_t ldx, int64_t n, float *y, int64_t ldy,
+                       int64_t r0, int64_t r1) {
+        for (int64_t t = 0; t < n; t++)
+                matvec_ref[w->dtype](w, x + t * ldx, y + t * ldy, r0, r1);
+}
+
+/* ---- int8 activations ------------------------------------------------------------- */
+
+static void quantize_xq_ref(const float *x, int64_t ldx, struct dse_xq *xq) {
+        for (int64_t t = 0; t < xq->n; t++) {
+                const float *xt = x + t * ldx;                         /* (cols) */
+                int8_t *q = xq->q + t * xq->n_blocks * DSE_XQ_BLOCK;   /* (n_blocks * 32) */
+                float *d = xq->d + t * xq->n_blocks;                   /* (n_blocks) */
+                for (int64_t b = 0; b < xq->n_blocks; b++) {
+                        int64_t c0 = b * DSE_XQ_BLOCK, c1 = c0 + DSE_XQ_BLOCK < xq->cols ? c0 + DSE_XQ_BLOCK : xq->cols;
+                        float amax = 0.0f;
+                        for (int64_t c = c0; c < c1; c++)
+                                amax = fabsf(xt[c]) > amax ? fabsf(xt[c]) : amax;
+                        float id = amax > 0.0f ? 127.0f / amax : 0.0f;
+                        d[b] = amax / 127.0f;
+                        for (int64_t c = c0; c < c0 + DSE_XQ_BLOCK; c++)
+                                q[c] = c < c1 ? (int8_t)nearbyintf(xt[c] * id) : 0;
+                }
+        }
+}
+
+/* Integer weight of W[r, c] before its group scale: q (Q8) or q - zero (Q4). */
+static inline int32_t wq_at(const struct dse_qmat *w, int64_t r, int64_t c) {
+        if (w->dtype == DSE_DTYPE_Q8)
+                return ((const int8_t *)w->data)[r * w->cols + c];
+        const uint8_t *row = (const uint8_t *)w->data + r * ((w->cols + 1) / 2);
+        return q4_at(row, c) - w->zero[r * w->n_groups + c / w->group_size];
+}
+
+/* Each 32-column activation block is cut at weight-group boundaries; each piece is an
+ * exact integer dot product, scaled by the group's scale times the block's d. */
+void dse__kernels_ref_matmul_xq(const struct dse_qmat *w, const struct dse_xq *xq, float *y, int64_t ldy,
+                                int64_t r0, int64_t r1) {
+        int64_t G = w->group_size;
+        for (int64_t t = 0; t < xq->n; t++) {
+                const int8_t *q = xq->q + t * xq->n_blocks * DSE_XQ_BLOCK; /* (n_blocks * 32) */
+                const float *d = xq->d + t * xq->n_blocks;                 /* (n_blocks) */
+                for (int64_t r = r0; r < r1; r++) {
+                        float acc = 0.0f;
+                        for (int64_t b = 0; b < xq->n_blocks; b++) {
+                                int64_t c1 = (b + 1) * DSE_XQ_BLOCK < w->cols ? (b + 1) * DSE_XQ_BLOCK : w->cols;
+                                for (int64_t c = b * DSE_XQ_BLOCK; c < c1;) {
+                                        int64_t g = c / G, ce = (g + 1) * G < c1 ? (g + 1) * G : c1;
+                                        int32_t isum = 0;
+                                        for (; c < ce; c++)
+                                                isum += wq_at(w, r, c) * q[c];
+                                        acc += w->scale[r * w->n_groups + g] * d[b] * (float)isum;
+                                }
+                        }
+                        y[t * ldy + r] = acc;
+                }
+        }
+}
+
 void dse__kernels_ref_dequant_row(const struct dse_qmat *w, int64_t r, float *out) {
         int64_t n = w->cols;
         switch (w->dtype) {
@@ -240,6 +307,11 @@ void dse__kernels_fill_ref(struct dse_kernels *k) {
         k->matvec[DSE_DTYPE_F8_E4M3] = matvec_f8_ref;
         k->matvec[DSE_DTYPE_Q8] = matvec_q8_ref;
         k->matvec[DSE_DTYPE_Q4] = matvec_q4_ref;
+        for (int dt = DSE_DTYPE_F32; dt <= DSE_DTYPE_Q4; dt++)
+                k->matmul[dt] = matmul_ref;
+        k->quantize_xq = quantize_xq_ref;
+        k->matmul_xq[DSE_DTYPE_Q8] = dse__kernels_ref_matmul_xq;
+        k->matmul_xq[DSE_DTYPE_Q4] = dse__kernels_ref_matmul_xq;
         k->dequant_row = dse__kernels_ref_dequant_row;
         k->dot = dot_ref;
         k->axpy = axpy_ref;
