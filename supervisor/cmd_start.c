@@ -913,23 +913,26 @@ static void tick(struct sup *s) {
                 s->all_failed = true;
                 begin_stop(s, "every instance failed");
         }
-        if (!s->ready_sent && !s->stopping && ready == s->n) {
-                s->ready_sent = true;
-                slog(6, "All %d instances ready in %" PRId64 " ms; HTTP on %s:%d", s->n, now - s->started_ms,
-                     s->cfg.host, s->gw_port);
-                dsv_notify("READY=1");
-        }
         char status[256];
         snprintf(status, sizeof status, "STATUS=%s%d/%d instances ready, %" PRIu64 " restarts%s, http://%s:%d",
                  s->stopping ? "stopping: " : "", ready, s->n, s->restarts_total, failed ? ", some failed" : "",
                  s->cfg.host, s->gw_port);
-        if (strcmp(status, s->last_status) != 0) {
+        if (!s->ready_sent && !s->stopping && ready == s->n) {
+                char msg[300];
+                s->ready_sent = true;
+                slog(6, "All %d instances ready in %" PRId64 " ms; HTTP on %s:%d", s->n, now - s->started_ms,
+                     s->cfg.host, s->gw_port);
+                snprintf(msg, sizeof msg, "READY=1\n%s", status);
+                dsv_notify(msg);
+                snprintf(s->last_status, sizeof s->last_status, "%s", status);
+        } else if (strcmp(status, s->last_status) != 0) {
                 snprintf(s->last_status, sizeof s->last_status, "%s", status);
                 dsv_notify(status);
         }
-        /* Healthy: the loop runs and not every instance has given up. */
-        if (s->watchdog_usec && failed < s->n &&
-            now - s->last_watchdog_ms >= (int64_t)(s->watchdog_usec / 2000)) {
+        /* Healthy: the loop runs and not every instance has given up. Pinged one tick
+         * early so the gap stays within WATCHDOG_USEC/2. */
+        int64_t wd_ms = (int64_t)(s->watchdog_usec / 2000) - TICK_MS;
+        if (s->watchdog_usec && failed < s->n && now - s->last_watchdog_ms >= (wd_ms > TICK_MS ? wd_ms : TICK_MS)) {
                 dsv_notify("WATCHDOG=1");
                 s->last_watchdog_ms = now;
         }

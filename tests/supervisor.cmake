@@ -22,3 +22,9 @@ foreach(worker stub real)
     set_tests_properties(${name} PROPERTIES SKIP_RETURN_CODE 77 RUN_SERIAL ON)
   endforeach()
 endforeach()
+
+# sd_notify against a fake NOTIFY_SOCKET: READY, STATUS, WATCHDOG, STOPPING, FDSTORE and
+# re-attaching the weights from the fd store after a supervisor restart.
+dsv_script_test(NAME test-supervisor-notify SCRIPT ${CMAKE_SOURCE_DIR}/tests/integration/test-supervisor-notify.sh
+                LABELS integration TIMEOUT 300)
+set_tests_properties(test-supervisor-notify PROPERTIES RUN_SERIAL ON)
