@@ -28,3 +28,8 @@ endforeach()
 dsv_script_test(NAME test-supervisor-notify SCRIPT ${CMAKE_SOURCE_DIR}/tests/integration/test-supervisor-notify.sh
                 LABELS integration TIMEOUT 300)
 set_tests_properties(test-supervisor-notify PROPERTIES RUN_SERIAL ON)
+
+# deploy/dsvisor.service + dsvisor.slice: systemd-analyze verify and the required settings.
+dsv_script_test(NAME test-supervisor-unit SCRIPT ${CMAKE_SOURCE_DIR}/tests/integration/test-supervisor-unit.sh
+                LABELS unit)
+set_tests_properties(test-supervisor-unit PROPERTIES SKIP_RETURN_CODE 77)
