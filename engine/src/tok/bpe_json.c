@@ -217,7 +217,8 @@ static int bj_close(struct bj_parser *p, size_t n, uint32_t *ret_first) {
         }
         if (p->nodes_n + n > UINT32_MAX)
                 return bj_error(p, "too many values");
-        memcpy(p->nodes + p->nodes_n, p->stack + p->stack_n - n, n * sizeof *p->nodes);
+        if (n)
+                memcpy(p->nodes + p->nodes_n, p->stack + p->stack_n - n, n * sizeof *p->nodes);
         *ret_first = (uint32_t)p->nodes_n;
         p->nodes_n += n;
         p->stack_n -= n;

@@ -438,7 +438,7 @@ static int tl_add(struct tlist *l, const char *s, size_t len) {
 static const char *tl_get(const struct tlist *l, size_t i, size_t *ret_len) {
         const size_t *pair = (const size_t *)l->spans.p + 2 * i;
         *ret_len = pair[1];
-        return l->text.p + pair[0];
+        return l->text.p ? l->text.p + pair[0] : ""; /* only empty tokens so far: no buffer yet */
 }
 
 static void tl_reset(struct tlist *l) {

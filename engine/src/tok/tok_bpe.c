@@ -499,7 +499,7 @@ struct merge_batch {
 
 static int merge_batch_flush(struct loader *L, struct merge_batch *mb, size_t n, uint32_t first_rank) {
         for (size_t i = 0; i < n; i++) {
-                mb->key[3 * i + 2] = mb->cat.p + mb->cat_off[i];
+                mb->key[3 * i + 2] = mb->cat.p ? mb->cat.p + mb->cat_off[i] : ""; /* all parts empty: no buffer */
         }
         bpe_vocab_find_batch(L->bpe, mb->key, mb->len, 3 * n, mb->ids);
         for (size_t i = 0; i < 3 * n; i++)
