@@ -1,6 +1,7 @@
 /* Sessions: one sequence's activations, scratch and KV cache over a borrowed model, and
  * the helpers the architectures' forward passes share (weight views, row-parallel
- * matvec). Everything is allocated in dse_session_new; eval never allocates. */
+ * matvec). Everything is allocated in dse_session_new; eval never allocates. The private
+ * KV cache is the paged layout's special case of one block of n_ctx positions. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -191,8 +192,8 @@ void dse_session_free(struct dse_session *s) {
         free(s);
 }
 
-int dse_session_new(const struct dse_model *model, int n_ctx, struct dse_pool *pool,
-                    struct dse_session **ret_session, struct dse_diag *reterr) {
+static int session_create(const struct dse_model *model, int n_ctx, struct dse_pool *pool, int own_kv,
+                          struct dse_session **ret_session, struct dse_diag *reterr) {
         if (!model || n_ctx <= 0 || !ret_session)
                 return dse__fail(reterr, -EINVAL, "dse_session_new: bad arguments (n_ctx %d)", n_ctx);
         struct dse_cpu_info cpu;
@@ -226,11 +227,28 @@ int dse_session_new(const struct dse_model *model, int n_ctx, struct dse_pool *p
                 r = -ENOMEM;
                 goto fail;
         }
+        s->kv = (struct dse__kv_view){.blocks = &s->kv_own_block, .block_tokens = n_ctx,
+                                      .n_layers = s->hp->n_layers, .row_floats = dse__kv_row_floats(s->hp)};
+        if (own_kv && !(s->kv.base = dse__session_alloc(s, (size_t)s->hp->n_layers * (size_t)n_ctx *
+                                                                    (size_t)s->kv.row_floats * sizeof(float)))) {
+                r = -ENOMEM;
+                goto fail;
+        }
         *ret_session = s;
         return 0;
 fail:
         dse_session_free(s);
         return r;
+}
+
+int dse_session_new(const struct dse_model *model, int n_ctx, struct dse_pool *pool,
+                    struct dse_session **ret_session, struct dse_diag *reterr) {
+        return session_create(model, n_ctx, pool, 1, ret_session, reterr);
+}
+
+int dse__session_new_paged(const struct dse_model *model, int n_ctx, struct dse_pool *pool,
+                           struct dse_session **ret_session, struct dse_diag *reterr) {
+        return session_create(model, n_ctx, pool, 0, ret_session, reterr);
 }
 
 int dse_session_eval(struct dse_session *s, const int32_t *tokens, size_t n_tokens, float *logits,

@@ -71,8 +71,7 @@ struct ds_state {
         float *moe_out;          /* (hidden) */
         float *router_logits;    /* (n_experts) */
         float *cos, *sin;        /* (rope/2) */
-        /* KV cache: latent c then k_pe per token */
-        float *cache;            /* (n_layers, n_ctx, kvr + rope) */
+        /* KV rows (through s->kv): latent c then k_pe, (kvr + rope) per layer and token */
 };
 
 static int lw(struct dse_session *s, int l, const char *what, int64_t rows, int64_t cols, struct dse_qmat *ret,
@@ -218,8 +217,7 @@ static int ds_init(struct dse_session *s, struct dse_diag *reterr) {
             !ALLOC(st->att_out, H * st->vdim) || !ALLOC(st->row, (size_t)st->n_threads * st->kvr) ||
             !ALLOC(st->kvb_full, (size_t)st->n_threads * hkv) || !ALLOC(st->hb, max_width) ||
             !ALLOC(st->hb2, max_width) || !ALLOC(st->moe_out, D) || !ALLOC(st->router_logits, n_exp) ||
-            !ALLOC(st->cos, st->rope_dim / 2) || !ALLOC(st->sin, st->rope_dim / 2) ||
-            !ALLOC(st->cache, (size_t)hp->n_layers * n_ctx * st->lat_dim))
+            !ALLOC(st->cos, st->rope_dim / 2) || !ALLOC(st->sin, st->rope_dim / 2))
                 return -ENOMEM;
 #undef ALLOC
         return 0;
@@ -228,7 +226,7 @@ static int ds_init(struct dse_session *s, struct dse_diag *reterr) {
 struct mla_job {
         struct dse_session *s;
         const struct ds_layer *L;
-        const float *cache; /* (n_ctx, kvr + rope) this layer's latents */
+        int l;              /* layer: its latents are s->kv rows (kvr + rope) */
         int32_t T;          /* positions 0..T-1 attended */
 };
 
@@ -254,13 +252,13 @@ static void mla_absorbed(void *ctx, size_t h0, size_t h1, int ith) {
                         s->k.axpy(q_nope[i], row, q_abs, kvr);
                 }
                 for (int32_t t = 0; t < j->T; t++) {
-                        const float *lat = j->cache + (size_t)t * st->lat_dim; /* (kvr + rope) */
+                        const float *lat = dse__kv_row(&s->kv, j->l, t); /* (kvr + rope) */
                         att[t] = (s->k.dot(q_abs, lat, kvr) + s->k.dot(q_pe, lat + kvr, rd)) * st->softmax_scale;
                 }
                 s->k.softmax(att, j->T);
                 memset(o_lat, 0, (size_t)kvr * sizeof(float));
                 for (int32_t t = 0; t < j->T; t++)
-                        s->k.axpy(att[t], j->cache + (size_t)t * st->lat_dim, o_lat, kvr);
+                        s->k.axpy(att[t], dse__kv_row(&s->kv, j->l, t), o_lat, kvr);
                 /* out_h = W_uv o_lat: the head's v rows of kv_b_proj */
                 int64_t v0 = (int64_t)h * blk + st->nope;
                 s->k.matvec[wkv_b->dtype](wkv_b, o_lat, st->uv, v0, v0 + st->vdim);
@@ -283,7 +281,7 @@ static void mla_naive(void *ctx, size_t h0, size_t h1, int ith) {
                 float *out = st->att_out + h * st->vdim; /* (v) */
                 int64_t k0 = (int64_t)h * blk, v0 = k0 + st->nope;
                 for (int32_t t = 0; t < j->T; t++) {
-                        const float *lat = j->cache + (size_t)t * st->lat_dim;
+                        const float *lat = dse__kv_row(&s->kv, j->l, t);
                         s->k.matvec[wkv_b->dtype](wkv_b, lat, kv, k0, v0); /* k_nope_t (nope) */
                         att[t] = (s->k.dot(q_nope, kv + k0, st->nope) + s->k.dot(q_pe, lat + kvr, rd)) *
                                  st->softmax_scale;
@@ -291,7 +289,7 @@ static void mla_naive(void *ctx, size_t h0, size_t h1, int ith) {
                 s->k.softmax(att, j->T);
                 memset(out, 0, (size_t)st->vdim * sizeof(float));
                 for (int32_t t = 0; t < j->T; t++) {
-                        const float *lat = j->cache + (size_t)t * st->lat_dim;
+                        const float *lat = dse__kv_row(&s->kv, j->l, t);
                         s->k.matvec[wkv_b->dtype](wkv_b, lat, kv, v0, v0 + st->vdim); /* v_t (v) */
                         s->k.axpy(att[t], kv + v0, out, st->vdim);
                 }
@@ -337,8 +335,7 @@ static void ds_forward(struct dse_session *s, int32_t token, int32_t pos, float 
 
         for (int l = 0; l < hp->n_layers; l++) {
                 const struct ds_layer *L = &st->layers[l];
-                float *cache = st->cache + (size_t)l * s->n_ctx * st->lat_dim; /* (n_ctx, kvr + rope) */
-                float *lat = cache + (size_t)pos * st->lat_dim;                /* this token's slot */
+                float *lat = dse__kv_row(&s->kv, l, pos); /* (kvr + rope) this token's cache row */
 
                 s->k.rmsnorm(st->xb, x, L->attn_norm, D, hp->rms_norm_eps);
                 /* q (H, nope+rope): q_b(norm(q_a(x))) or q_proj(x) */
@@ -357,7 +354,7 @@ static void ds_forward(struct dse_session *s, int32_t token, int32_t pos, float 
                 memcpy(lat + st->kvr, st->kv_a + st->kvr, (size_t)st->rope_dim * sizeof(float));
                 dse__rope_apply(&st->rope, lat + st->kvr, st->cos, st->sin);
 
-                struct mla_job job = {s, L, cache, pos + 1};
+                struct mla_job job = {s, L, l, pos + 1};
                 dse__parallel(s, (size_t)st->H, s->mla_naive ? mla_naive : mla_absorbed, &job);
                 dse__linear(s, &L->wo, st->att_out, st->xb2, NULL);
                 for (int64_t i = 0; i < D; i++)

@@ -1,7 +1,8 @@
 /* llama and qwen2 forward pass (transformers modeling_llama.py / modeling_qwen2.py):
  * pre-norm decoder layers of GQA attention with rotate-half RoPE and a SwiGLU MLP. Qwen2
  * adds q/k/v biases; tied models reuse the embedding matrix as the LM head.
- * One token per call, float32 activations, K and V cached per layer and position. */
+ * One token per call, float32 activations; K and V rows (one [k | v] row per layer and
+ * position) through the session's KV view. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -36,8 +37,6 @@ struct llama_state {
         float *hb, *hb2;            /* (intermediate) */
         float *att;                 /* (n_heads, n_ctx) scores, then probabilities */
         float *cos, *sin;           /* (head_dim/2) */
-        /* KV cache */
-        float *k_cache, *v_cache;   /* (n_layers, n_ctx, n_kv_heads*head_dim) */
 };
 
 static int layer_weight(struct dse_session *s, int l, const char *what, int64_t rows, int64_t cols,
@@ -104,7 +103,6 @@ static int llama_init(struct dse_session *s, struct dse_diag *reterr) {
                         return r;
         }
 
-        size_t kv = (size_t)hp->n_layers * (size_t)s->n_ctx * (size_t)st->kv_dim;
         if (!(st->x = dse__session_alloc(s, (size_t)D * 4)) || !(st->xb = dse__session_alloc(s, (size_t)D * 4)) ||
             !(st->xb2 = dse__session_alloc(s, (size_t)D * 4)) ||
             !(st->q = dse__session_alloc(s, (size_t)st->q_dim * 4)) ||
@@ -112,8 +110,7 @@ static int llama_init(struct dse_session *s, struct dse_diag *reterr) {
             !(st->hb = dse__session_alloc(s, (size_t)F * 4)) || !(st->hb2 = dse__session_alloc(s, (size_t)F * 4)) ||
             !(st->att = dse__session_alloc(s, (size_t)hp->n_heads * (size_t)s->n_ctx * 4)) ||
             !(st->cos = dse__session_alloc(s, (size_t)hd / 2 * 4)) ||
-            !(st->sin = dse__session_alloc(s, (size_t)hd / 2 * 4)) ||
-            !(st->k_cache = dse__session_alloc(s, kv * 4)) || !(st->v_cache = dse__session_alloc(s, kv * 4)))
+            !(st->sin = dse__session_alloc(s, (size_t)hd / 2 * 4)))
                 return -ENOMEM;
         return 0;
 }
@@ -131,20 +128,18 @@ static void attn_heads(void *ctx, size_t h0, size_t h1, int ith) {
         const struct dse_hparams *hp = s->hp;
         struct llama_state *st = s->arch;
         int32_t hd = hp->head_dim, group = hp->n_heads / hp->n_kv_heads, T = j->pos + 1;
-        const float *kc = st->k_cache + (size_t)j->l * s->n_ctx * st->kv_dim; /* (n_ctx, kv_dim) */
-        const float *vc = st->v_cache + (size_t)j->l * s->n_ctx * st->kv_dim; /* (n_ctx, kv_dim) */
         float scale = 1.0f / sqrtf((float)hd);
         for (size_t h = h0; h < h1; h++) {
                 const float *q = st->q + h * hd;                    /* (head_dim) */
                 float *att = st->att + h * (size_t)s->n_ctx;        /* (T) */
                 float *out = st->att_out + h * hd;                  /* (head_dim) */
                 size_t kvo = (h / group) * (size_t)hd;              /* GQA: the head's kv head */
-                for (int32_t t = 0; t < T; t++)
-                        att[t] = s->k.dot(q, kc + (size_t)t * st->kv_dim + kvo, hd) * scale;
+                for (int32_t t = 0; t < T; t++) /* row t: [k (kv_dim) | v (kv_dim)] */
+                        att[t] = s->k.dot(q, dse__kv_row(&s->kv, j->l, t) + kvo, hd) * scale;
                 s->k.softmax(att, T);
                 memset(out, 0, (size_t)hd * sizeof(float));
                 for (int32_t t = 0; t < T; t++)
-                        s->k.axpy(att[t], vc + (size_t)t * st->kv_dim + kvo, out, hd);
+                        s->k.axpy(att[t], dse__kv_row(&s->kv, j->l, t) + st->kv_dim + kvo, out, hd);
         }
 }
 
@@ -160,8 +155,8 @@ static void llama_forward(struct dse_session *s, int32_t token, int32_t pos, flo
 
         for (int l = 0; l < hp->n_layers; l++) {
                 const struct llama_layer *L = &st->layers[l];
-                float *k = st->k_cache + ((size_t)l * s->n_ctx + pos) * st->kv_dim; /* (kv_dim) */
-                float *v = st->v_cache + ((size_t)l * s->n_ctx + pos) * st->kv_dim; /* (kv_dim) */
+                float *k = dse__kv_row(&s->kv, l, pos); /* (kv_dim) this position's cache row */
+                float *v = k + st->kv_dim;              /* (kv_dim) */
 
                 /* attention: q, k, v projections, RoPE on q and k, cache k and v */
                 s->k.rmsnorm(st->xb, x, L->attn_norm, D, hp->rms_norm_eps);

@@ -1,21 +1,26 @@
 /* The seam between sessions (session.c) and the architectures' forward passes
  * (arch_llama.c: llama + qwen2, arch_deepseek.c: deepseek_v2 + v3). A session owns the
- * kernel table, the thread pool reference, an arena for activations, scratch and the KV
- * cache (sized at setup, never grown) and the per-architecture state. */
+ * kernel table, the thread pool reference, an arena for activations and scratch (sized
+ * at setup, never grown) and the per-architecture state. The forward pass reads and
+ * writes KV rows through the session's view (kv.h): a private contiguous cache for
+ * dse_session_*, a sequence's block table in the paged cache for dse_batch_step
+ * (batch.c), one forward pass for both. */
 #ifndef DSE_FORWARD_H
 #define DSE_FORWARD_H
 
 #include "kernels/kernels.h"
+#include "kv.h"
 #include "model/model.h"
 
 struct dse_session;
 
 struct dse__arch_ops {
-        /* Looks up and checks the weights, allocates state, scratch and the KV cache for
-         * s->n_ctx positions from the session arena; stores its state in s->arch. */
+        /* Looks up and checks the weights, allocates state and scratch for s->n_ctx
+         * positions from the session arena; stores its state in s->arch. */
         int (*init)(struct dse_session *s, struct dse_diag *reterr);
-        /* One token at position pos (0 <= pos < n_ctx), attending to the cached positions
-         * 0..pos-1; writes the logits (vocab) when logits is non-NULL. */
+        /* One token at position pos (0 <= pos < n_ctx): writes its KV row at pos through
+         * s->kv and attends to positions 0..pos; writes the logits (vocab) when logits is
+         * non-NULL. */
         void (*forward)(struct dse_session *s, int32_t token, int32_t pos, float *logits);
         /* Bytes of KV cache one token occupies across all layers. */
         size_t (*kv_bytes_per_token)(const struct dse_session *s);
@@ -38,8 +43,15 @@ struct dse_session {
         int64_t max_cols;     /* widest weight seen by dse__session_weight */
         float *xperm;         /* (max_cols) gather buffer for permuted (act-order) weights */
         int mla_naive;        /* DeepSeek: decompress K/V per head instead of absorbing */
+        struct dse__kv_view kv; /* where the current sequence's KV rows live */
+        int32_t kv_own_block; /* block table of the private cache: one block, index 0 */
         struct dse__arena_chunk *arena;
 };
+
+/* A session without a private KV cache, for dse_batch_step: the caller points s->kv at a
+ * sequence's blocks before each forward call. */
+int dse__session_new_paged(const struct dse_model *model, int n_ctx, struct dse_pool *pool,
+                           struct dse_session **ret_session, struct dse_diag *reterr);
 
 /* Zeroed, 64-byte aligned memory that lives as long as the session; NULL on ENOMEM. */
 void *dse__session_alloc(struct dse_session *s, size_t bytes);

@@ -1,0 +1,95 @@
+/* Multi-sequence steps over the paged KV cache (see dse.h, "batched sessions").
+ *
+ * The batch owns a session without a private cache: before running a sequence's tokens
+ * through the architecture's forward pass it points the session's KV view at that
+ * sequence's block table, so the single-sequence session and the batch share one
+ * forward pass and differ only in where the KV rows live. Each token of a sequence is
+ * evaluated exactly as dse_session_eval would, so a sequence's logits do not depend on
+ * its neighbours in the step or on how its prompt was chunked. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+#include "kv.h"
+#include "model/forward.h"
+
+struct dse_batch {
+        struct dse_session *s; /* KV view set per sequence */
+        struct dse_kv_cache *kv;
+        int32_t vocab;
+};
+
+int dse_batch_new(const struct dse_model *model, struct dse_kv_cache *kv, struct dse_pool *pool,
+                  struct dse_batch **ret_batch, struct dse_diag *reterr) {
+        if (!model || !kv || !ret_batch)
+                return dse__fail(reterr, -EINVAL, "dse_batch_new: bad arguments");
+        if (!dse__kv_fits_model(kv, dse__model_hparams(model)))
+                return dse__fail(reterr, -EINVAL, "dse_batch_new: the KV cache was made for another model");
+        struct dse_batch *b = calloc(1, sizeof *b);
+        if (!b)
+                return -ENOMEM;
+        int r = dse__session_new_paged(model, dse__kv_n_ctx(kv), pool, &b->s, reterr);
+        if (r < 0) {
+                free(b);
+                return r;
+        }
+        b->kv = kv;
+        b->vocab = dse__model_hparams(model)->vocab_size;
+        *ret_batch = b;
+        return 0;
+}
+
+void dse_batch_free(struct dse_batch *b) {
+        if (!b)
+                return;
+        dse_session_free(b->s);
+        free(b);
+}
+
+static int check_seqs(const struct dse_batch *b, const struct dse_batch_seq *seqs, size_t n, struct dse_diag *reterr) {
+        int32_t n_ctx = dse__kv_n_ctx(b->kv);
+        int need = 0;
+        for (size_t i = 0; i < n; i++) {
+                const struct dse_batch_seq *q = &seqs[i];
+                if (!dse__kv_seq_is_open(b->kv, q->seq) || q->n_tokens < 1 || !q->tokens)
+                        return dse__fail(reterr, -EINVAL, "batch entry %zu: sequence %d not open or no tokens", i,
+                                         q->seq);
+                for (size_t j = 0; j < i; j++)
+                        if (seqs[j].seq == q->seq)
+                                return dse__fail(reterr, -EINVAL, "sequence %d appears twice in one step", q->seq);
+                for (int32_t t = 0; t < q->n_tokens; t++)
+                        if (q->tokens[t] < 0 || q->tokens[t] >= b->vocab)
+                                return dse__fail(reterr, -EINVAL, "sequence %d: token %d outside the vocabulary (%d)",
+                                                 q->seq, q->tokens[t], b->vocab);
+                int len = dse_kv_seq_len(b->kv, q->seq);
+                if ((int64_t)len + q->n_tokens > n_ctx)
+                        return dse__fail(reterr, -E2BIG, "sequence %d: %d tokens after %d do not fit in %d", q->seq,
+                                         q->n_tokens, len, n_ctx);
+                need += dse_kv_seq_blocks_needed(b->kv, q->seq, (size_t)q->n_tokens);
+        }
+        if (need > dse_kv_cache_n_available(b->kv))
+                return dse__fail(reterr, -ENOSPC, "KV cache: the step needs %d blocks, %d are available", need,
+                                 dse_kv_cache_n_available(b->kv));
+        return 0;
+}
+
+int dse_batch_step(struct dse_batch *b, const struct dse_batch_seq *seqs, size_t n_seqs, struct dse_diag *reterr) {
+        if (!b || (!seqs && n_seqs))
+                return dse__fail(reterr, -EINVAL, "dse_batch_step: bad arguments");
+        int r = check_seqs(b, seqs, n_seqs, reterr);
+        if (r < 0)
+                return r;
+        for (size_t i = 0; i < n_seqs; i++)
+                if ((r = dse__kv_seq_reserve(b->kv, seqs[i].seq, (size_t)seqs[i].n_tokens)) < 0)
+                        return r; /* cannot happen: check_seqs counted the blocks */
+        struct dse_session *s = b->s;
+        for (size_t i = 0; i < n_seqs; i++) {
+                const struct dse_batch_seq *q = &seqs[i];
+                int32_t pos = dse_kv_seq_len(b->kv, q->seq);
+                dse__kv_seq_view(b->kv, q->seq, &s->kv);
+                for (int32_t t = 0; t < q->n_tokens; t++)
+                        s->ops->forward(s, q->tokens[t], pos + t, t + 1 == q->n_tokens ? q->logits : NULL);
+                dse__kv_seq_commit(b->kv, q->seq, q->tokens, (size_t)q->n_tokens);
+        }
+        return 0;
+}

@@ -1,0 +1,373 @@
+/* Paged KV cache: a pool of fixed-size blocks, per-sequence block tables, reference
+ * counts and a prefix table of full blocks (see dse.h, "batched sessions").
+ *
+ * A full block is keyed by a hash chained over every token id up to its end (block i's
+ * key mixes block i-1's key with its own ids), as vLLM's automatic prefix caching does,
+ * so equal keys mean equal prefixes; the ids and the parent key are stored too and
+ * compared on a hit, so a hash collision can never share a wrong block. Blocks whose
+ * count drops to zero keep their key in an LRU list and are reused oldest first, after
+ * the never-hashed free blocks. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+#include "kv.h"
+
+#define NIL (-1)
+
+struct kv_block {
+        int32_t ref;
+        int32_t hashed;             /* in the prefix table */
+        uint64_t key, parent_key;
+        int32_t hnext;              /* prefix-table bucket chain */
+        int32_t lru_prev, lru_next; /* ref == 0 && hashed: the evictable list */
+};
+
+struct kv_seq {
+        int32_t open;
+        int32_t len;       /* positions held */
+        int32_t n_blocks;  /* entries of table in use */
+        int32_t n_keyed;   /* leading full blocks whose key is known */
+        uint64_t last_key; /* key of block n_keyed - 1 (0 before the first) */
+        int32_t *table;    /* (max_blocks) */
+        int32_t *tokens;   /* (n_ctx) ids at positions 0..len-1 */
+};
+
+struct dse_kv_cache {
+        int32_t block_tokens, n_layers, row_floats, n_ctx, max_blocks, max_seqs;
+        int32_t n_blocks;
+        float *data;               /* (n_blocks, n_layers, block_tokens, row_floats) */
+        struct kv_block *blocks;   /* (n_blocks) */
+        int32_t *block_tokens_ids; /* (n_blocks, block_tokens) ids of hashed blocks */
+        int32_t *free_stack;       /* (n_blocks) never-hashed free blocks */
+        int32_t n_free;
+        int32_t lru_head, lru_tail, n_lru;
+        int32_t *buckets;          /* (n_buckets) prefix table heads */
+        uint32_t bucket_mask;
+        struct kv_seq *seqs;       /* (max_seqs) */
+        int32_t *seq_mem;          /* backing of every seq's table and tokens */
+        int64_t query_tokens, hit_tokens;
+};
+
+int32_t dse__kv_row_floats(const struct dse_hparams *hp) {
+        switch (hp->arch) {
+        case DSE_ARCH_LLAMA:
+        case DSE_ARCH_QWEN2: return 2 * hp->n_kv_heads * hp->head_dim;
+        case DSE_ARCH_DEEPSEEK_V2:
+        case DSE_ARCH_DEEPSEEK_V3: return hp->kv_lora_rank + hp->qk_rope_head_dim;
+        default: return 0;
+        }
+}
+
+static uint64_t mix64(uint64_t z) {
+        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+        z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+        return z ^ (z >> 31);
+}
+
+static uint64_t block_key(uint64_t parent, const int32_t *ids, int32_t n) {
+        uint64_t h = mix64(parent ^ 0x9E3779B97F4A7C15ull);
+        for (int32_t i = 0; i < n; i++)
+                h = mix64(h ^ ((uint64_t)(uint32_t)ids[i] + 0x9E3779B97F4A7C15ull * (uint64_t)(i + 1)));
+        return h ? h : 1; /* 0 is "no parent" */
+}
+
+void dse_kv_cache_free(struct dse_kv_cache *kv) {
+        if (!kv)
+                return;
+        free(kv->data);
+        free(kv->blocks);
+        free(kv->block_tokens_ids);
+        free(kv->free_stack);
+        free(kv->buckets);
+        free(kv->seqs);
+        free(kv->seq_mem);
+        free(kv);
+}
+
+size_t dse_kv_cache_block_bytes(const struct dse_kv_cache *kv) {
+        return kv ? (size_t)kv->block_tokens * (size_t)kv->n_layers * (size_t)kv->row_floats * sizeof(float) : 0;
+}
+
+int dse_kv_cache_new(const struct dse_model *model, size_t mem_bytes, int block_tokens, int max_seqs, int n_ctx,
+                     struct dse_kv_cache **ret_kv, struct dse_diag *reterr) {
+        if (!model || block_tokens < 1 || max_seqs < 1 || n_ctx < 1 || !ret_kv)
+                return dse__fail(reterr, -EINVAL, "dse_kv_cache_new: bad arguments (block %d, seqs %d, n_ctx %d)",
+                                 block_tokens, max_seqs, n_ctx);
+        const struct dse_hparams *hp = dse__model_hparams(model);
+        int32_t row = dse__kv_row_floats(hp);
+        if (row <= 0 || hp->n_layers <= 0)
+                return dse__fail(reterr, -EOPNOTSUPP, "KV cache: architecture %s has no KV layout",
+                                 dse_arch_to_string(hp->arch));
+        struct dse_kv_cache *kv = calloc(1, sizeof *kv);
+        if (!kv)
+                return -ENOMEM;
+        kv->block_tokens = block_tokens;
+        kv->n_layers = hp->n_layers;
+        kv->row_floats = row;
+        kv->n_ctx = n_ctx;
+        kv->max_seqs = max_seqs;
+        kv->max_blocks = (n_ctx + block_tokens - 1) / block_tokens;
+        size_t bb = dse_kv_cache_block_bytes(kv);
+        size_t n = mem_bytes / bb;
+        if (n > (size_t)INT32_MAX / 2)
+                n = (size_t)INT32_MAX / 2;
+        if (n == 0) {
+                dse_kv_cache_free(kv);
+                return dse__fail(reterr, -ENOSPC, "KV cache: %zu bytes hold no block of %zu bytes", mem_bytes, bb);
+        }
+        kv->n_blocks = (int32_t)n;
+        uint32_t nb = 16;
+        while (nb < 2 * (uint32_t)n)
+                nb <<= 1;
+        kv->bucket_mask = nb - 1;
+        size_t per_seq = (size_t)kv->max_blocks + (size_t)n_ctx;
+        kv->data = aligned_alloc(64, (n * bb + 63) & ~(size_t)63);
+        kv->blocks = calloc(n, sizeof *kv->blocks);
+        kv->block_tokens_ids = malloc(n * (size_t)block_tokens * sizeof(int32_t));
+        kv->free_stack = malloc(n * sizeof(int32_t));
+        kv->buckets = malloc(nb * sizeof(int32_t));
+        kv->seqs = calloc((size_t)max_seqs, sizeof *kv->seqs);
+        kv->seq_mem = malloc((size_t)max_seqs * per_seq * sizeof(int32_t));
+        if (!kv->data || !kv->blocks || !kv->block_tokens_ids || !kv->free_stack || !kv->buckets || !kv->seqs ||
+            !kv->seq_mem) {
+                dse_kv_cache_free(kv);
+                return dse__fail(reterr, -ENOMEM, "KV cache: cannot allocate %zu blocks of %zu bytes", n, bb);
+        }
+        memset(kv->data, 0, n * bb);
+        for (uint32_t i = 0; i < nb; i++)
+                kv->buckets[i] = NIL;
+        /* Stack order: block 0 is handed out first. */
+        for (int32_t i = 0; i < kv->n_blocks; i++) {
+                kv->free_stack[i] = kv->n_blocks - 1 - i;
+                kv->blocks[i].hnext = kv->blocks[i].lru_prev = kv->blocks[i].lru_next = NIL;
+        }
+        kv->n_free = kv->n_blocks;
+        kv->lru_head = kv->lru_tail = NIL;
+        for (int i = 0; i < max_seqs; i++) {
+                kv->seqs[i].table = kv->seq_mem + (size_t)i * per_seq;
+                kv->seqs[i].tokens = kv->seqs[i].table + kv->max_blocks;
+        }
+        *ret_kv = kv;
+        return 0;
+}
+
+void dse_kv_cache_stats(const struct dse_kv_cache *kv, struct dse_kv_stats *ret) {
+        memset(ret, 0, sizeof *ret);
+        if (!kv)
+                return;
+        ret->block_tokens = kv->block_tokens;
+        ret->n_blocks = kv->n_blocks;
+        ret->n_cached = kv->n_lru;
+        ret->n_used = kv->n_blocks - kv->n_free - kv->n_lru;
+        for (int i = 0; i < kv->max_seqs; i++)
+                ret->n_seqs += kv->seqs[i].open;
+        ret->prefix_query_tokens = kv->query_tokens;
+        ret->prefix_hit_tokens = kv->hit_tokens;
+}
+
+int dse_kv_cache_n_available(const struct dse_kv_cache *kv) {
+        return kv ? kv->n_free + kv->n_lru : -EINVAL;
+}
+
+/* ---- evictable list and prefix table ---- */
+
+static void lru_remove(struct dse_kv_cache *kv, int32_t b) {
+        struct kv_block *k = &kv->blocks[b];
+        if (k->lru_prev != NIL)
+                kv->blocks[k->lru_prev].lru_next = k->lru_next;
+        else
+                kv->lru_head = k->lru_next;
+        if (k->lru_next != NIL)
+                kv->blocks[k->lru_next].lru_prev = k->lru_prev;
+        else
+                kv->lru_tail = k->lru_prev;
+        k->lru_prev = k->lru_next = NIL;
+        kv->n_lru--;
+}
+
+static void lru_push(struct dse_kv_cache *kv, int32_t b) {
+        struct kv_block *k = &kv->blocks[b];
+        k->lru_prev = kv->lru_tail;
+        k->lru_next = NIL;
+        if (kv->lru_tail != NIL)
+                kv->blocks[kv->lru_tail].lru_next = b;
+        else
+                kv->lru_head = b;
+        kv->lru_tail = b;
+        kv->n_lru++;
+}
+
+static void table_remove(struct dse_kv_cache *kv, int32_t b) {
+        int32_t *p = &kv->buckets[kv->blocks[b].key & kv->bucket_mask];
+        while (*p != b)
+                p = &kv->blocks[*p].hnext;
+        *p = kv->blocks[b].hnext;
+        kv->blocks[b].hnext = NIL;
+        kv->blocks[b].hashed = 0;
+}
+
+static int32_t table_find(const struct dse_kv_cache *kv, uint64_t key, uint64_t parent, const int32_t *ids) {
+        for (int32_t b = kv->buckets[key & kv->bucket_mask]; b != NIL; b = kv->blocks[b].hnext)
+                if (kv->blocks[b].key == key && kv->blocks[b].parent_key == parent &&
+                    !memcmp(kv->block_tokens_ids + (size_t)b * kv->block_tokens, ids,
+                            (size_t)kv->block_tokens * sizeof(int32_t)))
+                        return b;
+        return NIL;
+}
+
+/* A block for new contents: a never-hashed free one, else the oldest cached one. */
+static int32_t block_take(struct dse_kv_cache *kv) {
+        int32_t b;
+        if (kv->n_free > 0) {
+                b = kv->free_stack[--kv->n_free];
+        } else {
+                b = kv->lru_head;
+                lru_remove(kv, b);
+                table_remove(kv, b);
+        }
+        kv->blocks[b].ref = 1;
+        return b;
+}
+
+static void block_release(struct dse_kv_cache *kv, int32_t b) {
+        struct kv_block *k = &kv->blocks[b];
+        if (--k->ref > 0)
+                return;
+        if (k->hashed)
+                lru_push(kv, b);
+        else
+                kv->free_stack[kv->n_free++] = b;
+}
+
+/* ---- sequences ---- */
+
+static struct kv_seq *seq_get(const struct dse_kv_cache *kv, int seq) {
+        if (!kv || seq < 0 || seq >= kv->max_seqs || !kv->seqs[seq].open)
+                return NULL;
+        return &kv->seqs[seq];
+}
+
+int dse_kv_seq_open(struct dse_kv_cache *kv) {
+        if (!kv)
+                return -EINVAL;
+        for (int i = 0; i < kv->max_seqs; i++) {
+                struct kv_seq *q = &kv->seqs[i];
+                if (!q->open) {
+                        q->open = 1;
+                        q->len = q->n_blocks = q->n_keyed = 0;
+                        q->last_key = 0;
+                        return i;
+                }
+        }
+        return -EBUSY;
+}
+
+void dse_kv_seq_close(struct dse_kv_cache *kv, int seq) {
+        struct kv_seq *q = seq_get(kv, seq);
+        if (!q)
+                return;
+        /* Release the tail first so the LRU list evicts a prefix's deepest blocks before
+         * its shared head. */
+        for (int32_t i = q->n_blocks - 1; i >= 0; i--)
+                block_release(kv, q->table[i]);
+        q->open = 0;
+        q->len = q->n_blocks = q->n_keyed = 0;
+}
+
+int dse_kv_seq_len(const struct dse_kv_cache *kv, int seq) {
+        const struct kv_seq *q = seq_get(kv, seq);
+        return q ? q->len : -EINVAL;
+}
+
+int dse_kv_seq_attach_prefix(struct dse_kv_cache *kv, int seq, const int32_t *tokens, size_t n_tokens) {
+        struct kv_seq *q = seq_get(kv, seq);
+        if (!q || q->len != 0 || (!tokens && n_tokens) || n_tokens > (size_t)kv->n_ctx)
+                return -EINVAL;
+        kv->query_tokens += (int64_t)n_tokens;
+        int32_t bt = kv->block_tokens, max_full = n_tokens ? (int32_t)((n_tokens - 1) / (size_t)bt) : 0;
+        uint64_t key = 0;
+        int32_t i;
+        for (i = 0; i < max_full; i++) {
+                const int32_t *ids = tokens + (size_t)i * bt;
+                uint64_t k = block_key(key, ids, bt);
+                int32_t b = table_find(kv, k, key, ids);
+                if (b == NIL)
+                        break;
+                if (kv->blocks[b].ref++ == 0)
+                        lru_remove(kv, b);
+                q->table[i] = b;
+                key = k;
+        }
+        q->n_blocks = q->n_keyed = i;
+        q->last_key = key;
+        q->len = i * bt;
+        memcpy(q->tokens, tokens, (size_t)q->len * sizeof(int32_t));
+        kv->hit_tokens += q->len;
+        return q->len;
+}
+
+int dse_kv_seq_blocks_needed(const struct dse_kv_cache *kv, int seq, size_t n_tokens) {
+        const struct kv_seq *q = seq_get(kv, seq);
+        if (!q)
+                return -EINVAL;
+        size_t end = (size_t)q->len + n_tokens, have = (size_t)q->n_blocks;
+        size_t need = (end + (size_t)kv->block_tokens - 1) / (size_t)kv->block_tokens;
+        return need > have ? (int)(need - have) : 0;
+}
+
+int dse__kv_fits_model(const struct dse_kv_cache *kv, const struct dse_hparams *hp) {
+        return kv->n_layers == hp->n_layers && kv->row_floats == dse__kv_row_floats(hp);
+}
+
+int32_t dse__kv_n_ctx(const struct dse_kv_cache *kv) {
+        return kv->n_ctx;
+}
+
+int dse__kv_seq_is_open(const struct dse_kv_cache *kv, int seq) {
+        return seq_get(kv, seq) != NULL;
+}
+
+int dse__kv_seq_reserve(struct dse_kv_cache *kv, int seq, size_t n_tokens) {
+        struct kv_seq *q = seq_get(kv, seq);
+        if (!q || (size_t)q->len + n_tokens > (size_t)kv->n_ctx)
+                return -EINVAL;
+        int need = dse_kv_seq_blocks_needed(kv, seq, n_tokens);
+        if (need > kv->n_free + kv->n_lru)
+                return -ENOSPC;
+        for (int i = 0; i < need; i++)
+                q->table[q->n_blocks++] = block_take(kv);
+        return 0;
+}
+
+void dse__kv_seq_view(const struct dse_kv_cache *kv, int seq, struct dse__kv_view *v) {
+        v->base = kv->data;
+        v->blocks = kv->seqs[seq].table;
+        v->block_tokens = kv->block_tokens;
+        v->n_layers = kv->n_layers;
+        v->row_floats = kv->row_floats;
+}
+
+void dse__kv_seq_commit(struct dse_kv_cache *kv, int seq, const int32_t *tokens, size_t n_tokens) {
+        struct kv_seq *q = &kv->seqs[seq];
+        int32_t bt = kv->block_tokens;
+        memcpy(q->tokens + q->len, tokens, n_tokens * sizeof(int32_t));
+        q->len += (int32_t)n_tokens;
+        for (; (q->n_keyed + 1) * bt <= q->len; q->n_keyed++) {
+                const int32_t *ids = q->tokens + (size_t)q->n_keyed * bt;
+                uint64_t k = block_key(q->last_key, ids, bt);
+                int32_t b = q->table[q->n_keyed];
+                /* A twin computed by another sequence keeps its entry; ours stays private. */
+                if (!kv->blocks[b].hashed && table_find(kv, k, q->last_key, ids) == NIL) {
+                        struct kv_block *blk = &kv->blocks[b];
+                        blk->key = k;
+                        blk->parent_key = q->last_key;
+                        blk->hashed = 1;
+                        memcpy(kv->block_tokens_ids + (size_t)b * bt, ids, (size_t)bt * sizeof(int32_t));
+                        uint32_t h = (uint32_t)(k & kv->bucket_mask);
+                        blk->hnext = kv->buckets[h];
+                        kv->buckets[h] = b;
+                }
+                q->last_key = k;
+        }
+}

@@ -1,0 +1,234 @@
+/* A test client for dsvisor-worker: starts the binary, talks to it over a raw nng PAIR1
+ * socket (so tests can also send malformed bytes) with dsv_ipc encode/decode, and
+ * gathers per-request events. Included by the worker integration tests and the
+ * benchmark. */
+#ifndef DSV_TEST_WORKER_CLIENT_H
+#define DSV_TEST_WORKER_CLIENT_H
+
+#include <errno.h>
+#include <nng/nng.h>
+#include <nng/protocol/pair1/pair.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "dsv_ipc.h"
+
+static inline double wc_now_s(void) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static inline int64_t wc_realtime_ms(void) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* A private 0700 directory for the socket and the model cache. */
+static inline const char *wc_tmpdir(void) {
+        static char dir[256];
+        if (!dir[0]) {
+                snprintf(dir, sizeof dir, "/tmp/dsv-wtest-XXXXXX");
+                if (!mkdtemp(dir))
+                        return NULL;
+                if (!getenv("DSV_CACHE_DIR")) {
+                        char cache[300];
+                        const char *b = getenv("DSV_BUILD_DIR");
+                        if (b)
+                                snprintf(cache, sizeof cache, "%s/model-cache", b);
+                        else
+                                snprintf(cache, sizeof cache, "%s/cache", dir);
+                        setenv("DSV_CACHE_DIR", cache, 1);
+                }
+        }
+        return dir;
+}
+
+static inline void wc_worker_path(char *buf, size_t size) {
+        const char *b = getenv("DSV_BUILD_DIR");
+        snprintf(buf, size, "%s/bin/dsvisor-worker", b ? b : ".");
+}
+
+/* Starts dsvisor-worker with args (NULL-terminated, after argv[0]); its pid. */
+static inline pid_t wc_spawn(char *const *args) {
+        char path[1024];
+        wc_worker_path(path, sizeof path);
+        char *argv[64] = {path};
+        int n = 1;
+        for (; args[n - 1] && n < 63; n++)
+                argv[n] = args[n - 1];
+        argv[n] = NULL;
+        pid_t pid = fork();
+        if (pid == 0) {
+                execv(path, argv);
+                _exit(127);
+        }
+        return pid;
+}
+
+struct wc {
+        nng_socket sock;
+};
+
+static inline int wc_open(struct wc *c, const char *url) {
+        if (nng_pair1_open(&c->sock) != 0)
+                return -EIO;
+        nng_socket_set_size(c->sock, NNG_OPT_RECVMAXSZ, DSV_IPC_MAX_MSG_BYTES);
+        nng_socket_set_ms(c->sock, NNG_OPT_RECONNMINT, 20);
+        nng_socket_set_ms(c->sock, NNG_OPT_RECONNMAXT, 100);
+        return nng_dial(c->sock, url, NULL, NNG_FLAG_NONBLOCK) == 0 ? 0 : -EIO;
+}
+
+static inline void wc_close(struct wc *c) {
+        nng_close(c->sock);
+}
+
+static inline int wc_send_raw(struct wc *c, const char *json) {
+        return nng_send(c->sock, (void *)json, strlen(json), 0) == 0 ? 0 : -EIO;
+}
+
+static inline int wc_send(struct wc *c, const struct dsv_ipc_msg *m) {
+        char *buf;
+        size_t len;
+        int r = dsv_ipc_msg_encode(m, &buf, &len);
+        if (r < 0)
+                return r;
+        r = nng_send(c->sock, buf, len, 0) == 0 ? 0 : -EIO;
+        free(buf);
+        return r;
+}
+
+/* One message within timeout_ms: 0, -ETIMEDOUT or -EPROTO. */
+static inline int wc_recv(struct wc *c, struct dsv_ipc_msg *m, int timeout_ms) {
+        nng_socket_set_ms(c->sock, NNG_OPT_RECVTIMEO, timeout_ms);
+        char *buf;
+        size_t len;
+        int rv = nng_recv(c->sock, &buf, &len, NNG_FLAG_ALLOC);
+        if (rv == NNG_ETIMEDOUT)
+                return -ETIMEDOUT;
+        if (rv != 0)
+                return -EIO;
+        int r = dsv_ipc_msg_decode(buf, len, m, NULL, 0);
+        nng_free(buf, len);
+        return r;
+}
+
+/* Sends health probes until a reply says state (e.g. "ready"); 0 or -ETIMEDOUT. */
+static inline int wc_wait_state(struct wc *c, const char *state, double timeout_s) {
+        double end = wc_now_s() + timeout_s;
+        uint64_t seq = 1;
+        while (wc_now_s() < end) {
+                struct dsv_ipc_msg m = {.type = DSV_IPC_HEALTH};
+                m.u.probe.seq = seq++;
+                wc_send(c, &m);
+                struct dsv_ipc_msg r;
+                if (wc_recv(c, &r, 200) == 0) {
+                        int ok = r.type == DSV_IPC_HEALTH_REPLY && !strcmp(r.u.health.state, state);
+                        dsv_ipc_msg_done(&r);
+                        if (ok)
+                                return 0;
+                }
+        }
+        return -ETIMEDOUT;
+}
+
+#define WC_MAX_REQ 64
+#define WC_MAX_OUT 512
+
+/* What came back for one request. */
+struct wc_result {
+        int32_t tokens[WC_MAX_OUT];
+        int n_tokens;
+        char text[8192];
+        char reason[16];    /* final's finish_reason, "" before */
+        int error;          /* error code + 1, 0: none */
+        int done;
+        double t_sent, t_first, t_last, t_done;
+        double itl_sum;
+        double itl[WC_MAX_OUT]; /* gaps between token events */
+        int n_itl;
+        int n_logprobs;
+};
+
+/* Receives events into res[id] (ids < WC_MAX_REQ) until n_expected requests are done
+ * or timeout; returns the number done. Errors with id 0 go to res[0]. */
+static inline int wc_collect(struct wc *c, struct wc_result *res, int n_expected, double timeout_s) {
+        int n_done = 0;
+        double end = wc_now_s() + timeout_s;
+        while (n_done < n_expected && wc_now_s() < end) {
+                struct dsv_ipc_msg m;
+                if (wc_recv(c, &m, 200) < 0)
+                        continue;
+                double t = wc_now_s();
+                uint64_t id = m.type == DSV_IPC_TOKEN ? m.u.token.id
+                              : m.type == DSV_IPC_FINAL ? m.u.final.id
+                              : m.type == DSV_IPC_ERROR ? m.u.error.id
+                                                        : WC_MAX_REQ;
+                if (id < WC_MAX_REQ) {
+                        struct wc_result *r = &res[id];
+                        if (m.type == DSV_IPC_TOKEN) {
+                                if (r->n_tokens < WC_MAX_OUT)
+                                        r->tokens[r->n_tokens] = m.u.token.token;
+                                if (r->n_tokens == 0)
+                                        r->t_first = t;
+                                else if (r->n_itl < WC_MAX_OUT)
+                                        r->itl[r->n_itl++] = t - r->t_last;
+                                r->t_last = t;
+                                r->n_tokens++;
+                                r->n_logprobs = (int)m.u.token.n_top;
+                                strncat(r->text, m.u.token.text ? m.u.token.text : "",
+                                        sizeof r->text - strlen(r->text) - 1);
+                        } else {
+                                if (m.type == DSV_IPC_FINAL)
+                                        snprintf(r->reason, sizeof r->reason, "%s", m.u.final.finish_reason);
+                                else
+                                        r->error = (int)m.u.error.code + 1;
+                                r->done = 1;
+                                r->t_done = t;
+                                n_done++;
+                        }
+                }
+                dsv_ipc_msg_done(&m);
+        }
+        return n_done;
+}
+
+static inline struct dsv_ipc_msg wc_tokens_request(uint64_t id, const int32_t *tokens, size_t n, int max_tokens,
+                                                   float temperature, uint64_t seed) {
+        struct dsv_ipc_msg m = {.type = DSV_IPC_REQUEST};
+        m.u.request.id = id;
+        m.u.request.input = DSV_IPC_INPUT_TOKENS;
+        m.u.request.tokens = (int32_t *)tokens;
+        m.u.request.n_tokens = n;
+        m.u.request.max_tokens = max_tokens;
+        dsv_ipc_sampling_init(&m.u.request.sampling);
+        m.u.request.sampling.temperature = temperature;
+        m.u.request.sampling.seed = seed;
+        m.u.request.sampling.has_seed = 1;
+        return m;
+}
+
+/* Waits up to timeout_s for pid; its wait status, or -ETIMEDOUT (still running). */
+static inline int wc_wait_exit(pid_t pid, double timeout_s) {
+        double end = wc_now_s() + timeout_s;
+        int st;
+        while (wc_now_s() < end) {
+                pid_t r = waitpid(pid, &st, WNOHANG);
+                if (r == pid)
+                        return st;
+                if (r < 0)
+                        return -errno;
+                usleep(10000);
+        }
+        return -ETIMEDOUT;
+}
+
+#endif

@@ -1,0 +1,231 @@
+/* The paged KV cache and multi-sequence steps on fixtures: paged logits equal the
+ * contiguous session's (llama, qwen2, DeepSeek MLA) whatever the chunking and the
+ * neighbours in a step; a shared prefix gives the same logits with fewer blocks; an
+ * exhausted pool is -ENOSPC with nothing taken; closed sequences leave their prefix
+ * cached for the next one. */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "dse.h"
+#include "t.h"
+
+static struct dse_model *open_fixture(const char *name) {
+        char dir[1024], native[4096];
+        snprintf(dir, sizeof dir, "%s/%s", t_fixture("models"), name);
+        if (!getenv("DSV_CACHE_DIR") && getenv("DSV_BUILD_DIR")) {
+                char cache[1100];
+                snprintf(cache, sizeof cache, "%s/model-cache", getenv("DSV_BUILD_DIR"));
+                setenv("DSV_CACHE_DIR", cache, 1);
+        }
+        struct dse_diag diag = {{0}};
+        struct dse_model *m = NULL;
+        if (dse_model_resolve(dir, native, sizeof native, &diag) < 0 || dse_model_open(native, 0, &m, &diag) < 0) {
+                fprintf(stderr, "  %s: %s\n", name, diag.msg);
+                return NULL;
+        }
+        return m;
+}
+
+#define N 40   /* tokens per sequence */
+#define BT 16  /* block size */
+
+static void ids_for(int32_t *ids, int n, int vocab, int salt) {
+        for (int i = 0; i < n; i++)
+                ids[i] = (int32_t)((i * 97 + 3 + salt * 31) % vocab);
+}
+
+/* Row-by-row logits of the contiguous session: ref[i] = logits after tokens 0..i. */
+static float *session_logits(struct dse_model *m, const int32_t *ids, int n) {
+        int V = dse_model_vocab_size(m);
+        struct dse_session *s = NULL;
+        float *out = malloc((size_t)n * V * sizeof(float));
+        if (dse_session_new(m, n, NULL, &s, NULL) < 0 || dse_session_eval(s, ids, (size_t)n, out, NULL, NULL) < 0) {
+                free(out);
+                out = NULL;
+        }
+        dse_session_free(s);
+        return out;
+}
+
+static double max_diff(const float *a, const float *b, int n) {
+        double d = 0;
+        for (int i = 0; i < n; i++)
+                d = fmax(d, fabs((double)a[i] - (double)b[i]));
+        return d;
+}
+
+/* Three sequences advanced together in uneven chunks (one of them a token at a time,
+ * like a decode) must each reproduce its session's logits at every chunk end. */
+static void paged_equals_session(const char *fixture) {
+        struct dse_model *m = open_fixture(fixture);
+        ASSERT_TRUE(m);
+        int V = dse_model_vocab_size(m);
+        int32_t ids[3][N];
+        float *ref[3];
+        for (int q = 0; q < 3; q++) {
+                ids_for(ids[q], N, V, q);
+                ref[q] = session_logits(m, ids[q], N);
+                ASSERT_TRUE(ref[q]);
+        }
+        struct dse_diag diag = {{0}};
+        struct dse_kv_cache *kv = NULL;
+        struct dse_batch *b = NULL;
+        struct dse_pool *pool = NULL;
+        ASSERT_OK(dse_pool_new(2, NULL, 0, &pool));
+        ASSERT_OK(dse_kv_cache_new(m, (size_t)1 << 24, BT, 4, 64, &kv, &diag));
+        ASSERT_OK(dse_batch_new(m, kv, pool, &b, &diag));
+        int seq[3], done[3] = {0, 0, 0};
+        for (int q = 0; q < 3; q++)
+                ASSERT_TRUE((seq[q] = dse_kv_seq_open(kv)) >= 0);
+        static const int chunks[3][8] = {{7, 9, 1, 1, 22}, {1, 1, 1, 17, 20}, {40}};
+        float *logits = malloc((size_t)3 * V * sizeof(float));
+        double worst = 0;
+        for (int round = 0; round < 5; round++) {
+                struct dse_batch_seq bs[3];
+                int n = 0, which[3];
+                for (int q = 0; q < 3; q++) {
+                        int c = chunks[q][round];
+                        if (c == 0 || done[q] + c > N)
+                                continue;
+                        bs[n] = (struct dse_batch_seq){seq[q], ids[q] + done[q], c, logits + (size_t)n * V};
+                        which[n++] = q;
+                }
+                ASSERT_OK(dse_batch_step(b, bs, (size_t)n, &diag));
+                for (int i = 0; i < n; i++) {
+                        int q = which[i];
+                        done[q] += bs[i].n_tokens;
+                        ASSERT_EQ(dse_kv_seq_len(kv, seq[q]), done[q]);
+                        double d = max_diff(logits + (size_t)i * V, ref[q] + (size_t)(done[q] - 1) * V, V);
+                        worst = fmax(worst, d);
+                }
+        }
+        fprintf(stderr, "  %s: max |paged - session| = %g\n", fixture, worst);
+        ASSERT_TRUE(worst == 0.0); /* same kernels, same order: bitwise equal */
+        free(logits);
+        for (int q = 0; q < 3; q++)
+                free(ref[q]);
+        dse_batch_free(b);
+        dse_kv_cache_free(kv);
+        dse_pool_free(pool);
+        dse_model_free(m);
+}
+
+TEST(paged_equals_session_llama) {
+        paged_equals_session("llama3-rope-gqa");
+}
+
+TEST(paged_equals_session_qwen2) {
+        paged_equals_session("qwen2-bf16-tied");
+}
+
+TEST(paged_equals_session_deepseek_mla) {
+        paged_equals_session("deepseek-v2-mla-qlora-yarn");
+}
+
+/* B shares A's first 32 tokens: it attaches 2 cached blocks, computes only the rest,
+ * gets A-independent logits equal to its own session's, and the pool holds fewer
+ * blocks than two private copies would. */
+TEST(prefix_sharing) {
+        struct dse_model *m = open_fixture("llama3-rope-gqa");
+        ASSERT_TRUE(m);
+        int V = dse_model_vocab_size(m);
+        int32_t a[N], bids[N];
+        ids_for(a, N, V, 0);
+        ids_for(bids, N, V, 0);
+        for (int i = 32; i < N; i++)
+                bids[i] = (bids[i] + 5) % V;
+        float *ref = session_logits(m, bids, N);
+        ASSERT_TRUE(ref);
+        struct dse_diag diag = {{0}};
+        struct dse_kv_cache *kv = NULL;
+        struct dse_batch *b = NULL;
+        ASSERT_OK(dse_kv_cache_new(m, (size_t)1 << 24, BT, 4, 64, &kv, &diag));
+        ASSERT_OK(dse_batch_new(m, kv, NULL, &b, &diag));
+        float *last = malloc((size_t)V * sizeof(float));
+        int sa = dse_kv_seq_open(kv), sb = dse_kv_seq_open(kv);
+        ASSERT_EQ(dse_kv_seq_attach_prefix(kv, sa, a, N), 0); /* empty cache */
+        struct dse_batch_seq one = {sa, a, N, last};
+        ASSERT_OK(dse_batch_step(b, &one, 1, &diag));
+        struct dse_kv_stats st;
+        dse_kv_cache_stats(kv, &st);
+        ASSERT_EQ(st.n_used, 3); /* 40 tokens in blocks of 16 */
+
+        int cached = dse_kv_seq_attach_prefix(kv, sb, bids, N);
+        ASSERT_EQ(cached, 32);
+        one = (struct dse_batch_seq){sb, bids + cached, N - cached, last};
+        ASSERT_OK(dse_batch_step(b, &one, 1, &diag));
+        ASSERT_TRUE(max_diff(last, ref + (size_t)(N - 1) * V, V) == 0.0);
+        dse_kv_cache_stats(kv, &st);
+        ASSERT_EQ(st.n_used, 4); /* 3 + B's own last block, not 6 */
+        ASSERT_EQ(st.prefix_hit_tokens, 32);
+        ASSERT_EQ(st.prefix_query_tokens, 2 * N);
+
+        /* Closing both keeps the full blocks cached: a third sequence reuses them. */
+        dse_kv_seq_close(kv, sa);
+        dse_kv_seq_close(kv, sb);
+        dse_kv_cache_stats(kv, &st);
+        ASSERT_EQ(st.n_used, 0);
+        ASSERT_EQ(st.n_cached, 2); /* the two full blocks; the partial tails went back to the free list */
+        int sc = dse_kv_seq_open(kv);
+        ASSERT_EQ(dse_kv_seq_attach_prefix(kv, sc, a, N), 32);
+        one = (struct dse_batch_seq){sc, a + 32, N - 32, last};
+        ASSERT_OK(dse_batch_step(b, &one, 1, &diag));
+        float *ref_a = session_logits(m, a, N);
+        ASSERT_TRUE(max_diff(last, ref_a + (size_t)(N - 1) * V, V) == 0.0);
+        free(ref_a);
+        free(ref);
+        free(last);
+        dse_batch_free(b);
+        dse_kv_cache_free(kv);
+        dse_model_free(m);
+}
+
+/* A pool of 3 blocks: a 40-token step fits (3 blocks), a second sequence's step does
+ * not: -ENOSPC, nothing taken, the first sequence intact; after closing it, it fits. */
+TEST(out_of_blocks_is_enospc) {
+        struct dse_model *m = open_fixture("llama3-rope-gqa");
+        ASSERT_TRUE(m);
+        int V = dse_model_vocab_size(m);
+        struct dse_diag diag = {{0}};
+        struct dse_kv_cache *kv = NULL;
+        struct dse_batch *b = NULL;
+        ASSERT_ERR(dse_kv_cache_new(m, 10, BT, 2, 64, &kv, &diag), -ENOSPC);
+        struct dse_kv_cache *probe = NULL;
+        ASSERT_OK(dse_kv_cache_new(m, (size_t)1 << 20, BT, 1, 64, &probe, &diag));
+        size_t bb = dse_kv_cache_block_bytes(probe);
+        dse_kv_cache_free(probe);
+        ASSERT_OK(dse_kv_cache_new(m, 3 * bb + bb / 2, BT, 2, 64, &kv, &diag));
+        ASSERT_EQ(dse_kv_cache_n_available(kv), 3);
+        ASSERT_OK(dse_batch_new(m, kv, NULL, &b, &diag));
+        int32_t x[N], y[N];
+        ids_for(x, N, V, 1);
+        ids_for(y, N, V, 2);
+        float *last = malloc((size_t)V * sizeof(float));
+        int s1 = dse_kv_seq_open(kv), s2 = dse_kv_seq_open(kv);
+        ASSERT_ERR(dse_kv_seq_open(kv), -EBUSY);
+        struct dse_batch_seq one = {s1, x, N, last};
+        ASSERT_OK(dse_batch_step(b, &one, 1, &diag));
+        struct dse_batch_seq two = {s2, y, 1, last};
+        ASSERT_ERR(dse_batch_step(b, &two, 1, &diag), -ENOSPC);
+        ASSERT_EQ(dse_kv_seq_len(kv, s2), 0);
+        ASSERT_EQ(dse_kv_seq_len(kv, s1), N);
+        /* both in one step: refused as a whole */
+        struct dse_batch_seq both[2] = {{s1, x, 1, NULL}, {s2, y, 1, NULL}};
+        ASSERT_ERR(dse_batch_step(b, both, 2, &diag), -ENOSPC);
+        ASSERT_EQ(dse_kv_seq_len(kv, s1), N);
+        /* past n_ctx and bad ids are refused before anything runs */
+        struct dse_batch_seq big = {s1, x, N, NULL};
+        ASSERT_ERR(dse_batch_step(b, &big, 1, &diag), -E2BIG);
+        int32_t bad = V;
+        struct dse_batch_seq badid = {s1, &bad, 1, NULL};
+        ASSERT_ERR(dse_batch_step(b, &badid, 1, &diag), -EINVAL);
+        struct dse_batch_seq dup[2] = {{s1, x, 1, NULL}, {s1, x, 1, NULL}};
+        ASSERT_ERR(dse_batch_step(b, dup, 2, &diag), -EINVAL);
+        dse_kv_seq_close(kv, s1);
+        ASSERT_OK(dse_batch_step(b, &two, 1, &diag));
+        free(last);
+        dse_batch_free(b);
+        dse_kv_cache_free(kv);
+        dse_model_free(m);
+}

@@ -1,0 +1,388 @@
+/* The worker's scheduler on the llama3-rope-gqa fixture (no tokenizer: token-id
+ * prompts): token budget per step, length grouping at admission, preemption of the
+ * youngest sequence when blocks run out with unchanged output after recompute,
+ * cancellation freeing blocks at once, deadlines, prefix hits, bad input codes, and a
+ * request's tokens being the same alone and in a batch of 8 (greedy and seeded). */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include "dse.h"
+#include "dsv_ipc.h"
+#include "scheduler.h"
+#include "t.h"
+
+#define MAX_REQ 16
+#define MAX_OUT 64
+
+struct events {
+        int32_t out[MAX_REQ][MAX_OUT]; /* by request id */
+        int n_out[MAX_REQ];
+        char reason[MAX_REQ][16];
+        int error[MAX_REQ];            /* code + 1, 0: none */
+        int n_final, n_error;
+};
+
+static void on_event(void *user, const struct dsv_ipc_msg *m) {
+        struct events *ev = user;
+        switch (m->type) {
+        case DSV_IPC_TOKEN:
+                if (m->u.token.id < MAX_REQ && ev->n_out[m->u.token.id] < MAX_OUT)
+                        ev->out[m->u.token.id][ev->n_out[m->u.token.id]++] = m->u.token.token;
+                break;
+        case DSV_IPC_FINAL:
+                if (m->u.final.id < MAX_REQ)
+                        snprintf(ev->reason[m->u.final.id], 16, "%s", m->u.final.finish_reason);
+                ev->n_final++;
+                break;
+        case DSV_IPC_ERROR:
+                if (m->u.error.id < MAX_REQ)
+                        ev->error[m->u.error.id] = (int)m->u.error.code + 1;
+                ev->n_error++;
+                break;
+        default:
+                break;
+        }
+}
+
+static int64_t now_ms(void) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+struct rig {
+        struct dse_model *m;
+        struct dse_kv_cache *kv;
+        struct dse_batch *b;
+        struct sched *s;
+        struct events ev;
+        int vocab;
+};
+
+static struct dse_model *model;
+
+static struct dse_model *fixture_model(void) {
+        if (model)
+                return model;
+        char dir[1024], native[4096];
+        snprintf(dir, sizeof dir, "%s/llama3-rope-gqa", t_fixture("models"));
+        if (!getenv("DSV_CACHE_DIR") && getenv("DSV_BUILD_DIR")) {
+                char cache[1100];
+                snprintf(cache, sizeof cache, "%s/model-cache", getenv("DSV_BUILD_DIR"));
+                setenv("DSV_CACHE_DIR", cache, 1);
+        }
+        struct dse_diag diag = {{0}};
+        if (dse_model_resolve(dir, native, sizeof native, &diag) < 0 || dse_model_open(native, 0, &model, &diag) < 0)
+                fprintf(stderr, "  fixture: %s\n", diag.msg);
+        return model;
+}
+
+/* kv_blocks: pool size in blocks of 16 tokens. */
+static int rig_init(struct rig *g, int max_batch, int budget, int kv_blocks, int n_ctx) {
+        memset(g, 0, sizeof *g);
+        if (!(g->m = fixture_model()))
+                return -ENOENT;
+        g->vocab = dse_model_vocab_size(g->m);
+        struct dse_kv_cache *probe;
+        int r = dse_kv_cache_new(g->m, 1 << 20, 16, 1, 16, &probe, NULL);
+        if (r < 0)
+                return r;
+        size_t bb = dse_kv_cache_block_bytes(probe);
+        dse_kv_cache_free(probe);
+        if ((r = dse_kv_cache_new(g->m, bb * (size_t)kv_blocks, 16, max_batch, n_ctx, &g->kv, NULL)) < 0 ||
+            (r = dse_batch_new(g->m, g->kv, NULL, &g->b, NULL)) < 0)
+                return r;
+        struct sched_config cfg = {max_batch, budget, n_ctx, 32};
+        return sched_new(&cfg, g->m, NULL, g->kv, g->b, on_event, &g->ev, &g->s);
+}
+
+static void rig_done(struct rig *g) {
+        sched_free(g->s);
+        dse_batch_free(g->b);
+        dse_kv_cache_free(g->kv);
+}
+
+static void prompt_for(int32_t *ids, int n, int vocab, int salt) {
+        for (int i = 0; i < n; i++)
+                ids[i] = (int32_t)((i * 131 + 7 + salt * 57) % vocab);
+}
+
+static int add(struct rig *g, uint64_t id, int n_prompt, int salt, int max_tokens, float temperature, uint64_t seed) {
+        int32_t ids[256];
+        prompt_for(ids, n_prompt, g->vocab, salt);
+        struct dsv_ipc_request req = {.id = id, .input = DSV_IPC_INPUT_TOKENS, .max_tokens = max_tokens};
+        dsv_ipc_sampling_init(&req.sampling);
+        req.sampling.temperature = temperature;
+        req.sampling.seed = seed;
+        req.sampling.has_seed = 1;
+        return sched_add(g->s, &req, ids, (size_t)n_prompt, now_ms());
+}
+
+static int run(struct rig *g, int max_steps) {
+        int steps = 0;
+        while (sched_busy(g->s) && steps < max_steps) {
+                if (sched_step(g->s, now_ms()) < 0)
+                        return -EIO;
+                steps++;
+        }
+        return steps;
+}
+
+/* Each of 8 requests alone, then all 8 together: identical tokens. */
+static void batch_equals_alone(float temperature) {
+        static const int lens[8] = {5, 17, 33, 9, 40, 3, 24, 12};
+        int32_t alone[8][MAX_OUT];
+        int n_alone[8];
+        for (int i = 0; i < 8; i++) {
+                struct rig g;
+                ASSERT_OK(rig_init(&g, 8, 64, 64, 128));
+                ASSERT_OK(add(&g, (uint64_t)i, lens[i], i, 12, temperature, 1000 + (uint64_t)i));
+                ASSERT_TRUE(run(&g, 1000) > 0);
+                ASSERT_STREQ(g.ev.reason[i], "length");
+                n_alone[i] = g.ev.n_out[i];
+                memcpy(alone[i], g.ev.out[i], sizeof alone[i]);
+                rig_done(&g);
+        }
+        struct rig g;
+        ASSERT_OK(rig_init(&g, 8, 64, 64, 128));
+        for (int i = 0; i < 8; i++)
+                ASSERT_OK(add(&g, (uint64_t)i, lens[i], i, 12, temperature, 1000 + (uint64_t)i));
+        ASSERT_TRUE(run(&g, 1000) > 0);
+        for (int i = 0; i < 8; i++) {
+                ASSERT_EQ(g.ev.n_out[i], 12);
+                ASSERT_EQ(n_alone[i], 12);
+                for (int t = 0; t < 12; t++)
+                        ASSERT_EQ(g.ev.out[i][t], alone[i][t]);
+        }
+        rig_done(&g);
+}
+
+TEST(batch_of_8_equals_alone_greedy) {
+        batch_equals_alone(0.0f);
+}
+
+TEST(batch_of_8_equals_alone_seeded) {
+        batch_equals_alone(1.0f);
+}
+
+/* Budget 16 with 3 prompts of 40 and one short one: no step exceeds 16 tokens, and once
+ * the short one decodes it is in every step (its one token first). */
+TEST(token_budget_respected) {
+        struct rig g;
+        ASSERT_OK(rig_init(&g, 4, 16, 64, 128));
+        ASSERT_OK(add(&g, 0, 3, 0, 20, 0, 0));
+        ASSERT_EQ(sched_step(g.s, now_ms()), 3); /* prefill of the short one */
+        for (int i = 1; i <= 3; i++)
+                ASSERT_OK(add(&g, (uint64_t)i, 40, i, 4, 0, 0));
+        int steps = 0;
+        while (sched_busy(g.s) && g.ev.reason[0][0] == 0) {
+                int n0 = g.ev.n_out[0];
+                int r = sched_step(g.s, now_ms());
+                ASSERT_TRUE(r > 0 && r <= 16);
+                ASSERT_EQ(g.ev.n_out[0], n0 + 1); /* the running stream advanced */
+                steps++;
+        }
+        ASSERT_TRUE(steps >= 8); /* 120 prompt tokens at < 16 per step */
+        struct sched_stats st;
+        sched_get_stats(g.s, &st);
+        ASSERT_TRUE(st.steps > 0 && st.step_tokens <= st.steps * 16);
+        ASSERT_TRUE(run(&g, 1000) >= 0);
+        ASSERT_TRUE(!sched_busy(g.s));
+        for (int i = 1; i <= 3; i++)
+                ASSERT_STREQ(g.ev.reason[i], "length");
+        rig_done(&g);
+}
+
+/* Waiting prompts of 40, 5, 41, 6 tokens with a budget of 81: the first step admits the
+ * oldest (40) and the one of its length class (41), not the short ones in between. */
+TEST(length_grouping) {
+        struct rig g;
+        ASSERT_OK(rig_init(&g, 4, 81, 64, 128));
+        ASSERT_OK(add(&g, 0, 40, 0, 2, 0, 0));
+        ASSERT_OK(add(&g, 1, 5, 1, 2, 0, 0));
+        ASSERT_OK(add(&g, 2, 41, 2, 2, 0, 0));
+        ASSERT_OK(add(&g, 3, 6, 3, 2, 0, 0));
+        ASSERT_EQ(sched_step(g.s, now_ms()), 81);
+        struct sched_stats st;
+        sched_get_stats(g.s, &st);
+        ASSERT_EQ(st.running, 2);
+        ASSERT_EQ(st.waiting, 2);
+        ASSERT_EQ(st.queued_prompt_tokens, 11);
+        ASSERT_EQ(g.ev.n_out[0], 1);
+        ASSERT_EQ(g.ev.n_out[2], 1);
+        ASSERT_TRUE(run(&g, 1000) > 0);
+        rig_done(&g);
+}
+
+/* A pool of 8 blocks (128 tokens) for 3 requests that grow to 30 + 40 tokens each (5
+ * blocks): the youngest is preempted and recomputed; every output equals the output of
+ * the same request alone. */
+TEST(preempt_youngest_and_recompute) {
+        int32_t alone[3][MAX_OUT];
+        for (int i = 0; i < 3; i++) {
+                struct rig g;
+                ASSERT_OK(rig_init(&g, 4, 64, 64, 128));
+                ASSERT_OK(add(&g, (uint64_t)i, 30, i, 40, i == 2 ? 0.8f : 0.0f, 77));
+                ASSERT_TRUE(run(&g, 1000) > 0);
+                memcpy(alone[i], g.ev.out[i], sizeof alone[i]);
+                rig_done(&g);
+        }
+        struct rig g;
+        ASSERT_OK(rig_init(&g, 4, 64, 8, 128));
+        for (int i = 0; i < 3; i++)
+                ASSERT_OK(add(&g, (uint64_t)i, 30, i, 40, i == 2 ? 0.8f : 0.0f, 77));
+        ASSERT_TRUE(run(&g, 5000) > 0);
+        struct sched_stats st;
+        sched_get_stats(g.s, &st);
+        fprintf(stderr, "  preemptions: %lld\n", (long long)st.preemptions);
+        ASSERT_TRUE(st.preemptions > 0);
+        for (int i = 0; i < 3; i++) {
+                ASSERT_STREQ(g.ev.reason[i], "length");
+                ASSERT_EQ(g.ev.n_out[i], 40);
+                for (int t = 0; t < 40; t++)
+                        ASSERT_EQ(g.ev.out[i][t], alone[i][t]);
+        }
+        ASSERT_EQ(st.kv_blocks_used, 0);
+        rig_done(&g);
+}
+
+/* Cancelling a running request releases its blocks before the next step; the other
+ * request goes on. */
+TEST(cancel_frees_blocks_within_one_step) {
+        struct rig g;
+        ASSERT_OK(rig_init(&g, 4, 64, 64, 128));
+        ASSERT_OK(add(&g, 0, 40, 0, 30, 0, 0));
+        ASSERT_OK(add(&g, 1, 40, 1, 30, 0, 0));
+        ASSERT_TRUE(sched_step(g.s, now_ms()) > 0);
+        ASSERT_TRUE(sched_step(g.s, now_ms()) > 0);
+        struct sched_stats before, after;
+        sched_get_stats(g.s, &before);
+        ASSERT_EQ(before.kv_blocks_used, 6);
+        ASSERT_OK(sched_cancel(g.s, 1, now_ms()));
+        sched_get_stats(g.s, &after);
+        ASSERT_EQ(after.kv_blocks_used, 3);
+        ASSERT_EQ(after.running, 1);
+        ASSERT_STREQ(g.ev.reason[1], "cancelled");
+        ASSERT_ERR(sched_cancel(g.s, 1, now_ms()), -ENOENT);
+        ASSERT_TRUE(run(&g, 1000) > 0);
+        ASSERT_STREQ(g.ev.reason[0], "length");
+        rig_done(&g);
+}
+
+TEST(deadline_ends_request) {
+        struct rig g;
+        ASSERT_OK(rig_init(&g, 4, 64, 64, 128));
+        int32_t ids[8];
+        prompt_for(ids, 8, g.vocab, 0);
+        struct dsv_ipc_request req = {.id = 3, .input = DSV_IPC_INPUT_TOKENS, .max_tokens = 100};
+        dsv_ipc_sampling_init(&req.sampling);
+        req.deadline_unix_ms = now_ms() + 30;
+        ASSERT_OK(sched_add(g.s, &req, ids, 8, now_ms()));
+        ASSERT_TRUE(sched_step(g.s, now_ms()) > 0);
+        struct timespec ts = {0, 40 * 1000000};
+        nanosleep(&ts, NULL);
+        sched_step(g.s, now_ms());
+        ASSERT_STREQ(g.ev.reason[3], "deadline");
+        ASSERT_TRUE(!sched_busy(g.s));
+        struct sched_stats st;
+        sched_get_stats(g.s, &st);
+        ASSERT_EQ(st.kv_blocks_used, 0);
+        /* a deadline already past is refused up front */
+        req.id = 4;
+        req.deadline_unix_ms = now_ms() - 1;
+        ASSERT_ERR(sched_add(g.s, &req, ids, 8, now_ms()), -ETIMEDOUT);
+        ASSERT_EQ(g.ev.error[4], DSV_IPC_ERR_DEADLINE + 1);
+        rig_done(&g);
+}
+
+/* Two requests with the same 48-token system prefix, one after the other: the second
+ * hits 3 blocks and still produces its alone output. */
+TEST(prefix_hits_reported) {
+        struct rig g;
+        ASSERT_OK(rig_init(&g, 4, 64, 64, 128));
+        ASSERT_OK(add(&g, 0, 60, 5, 4, 0, 0));
+        ASSERT_TRUE(run(&g, 1000) > 0);
+        ASSERT_OK(add(&g, 1, 60, 5, 4, 0, 0));
+        ASSERT_TRUE(run(&g, 1000) > 0);
+        struct sched_stats st;
+        sched_get_stats(g.s, &st);
+        ASSERT_NEAR(st.prefix_hit_rate, 48.0 / 120.0, 1e-9);
+        for (int t = 0; t < 4; t++)
+                ASSERT_EQ(g.ev.out[1][t], g.ev.out[0][t]);
+        rig_done(&g);
+}
+
+TEST(bad_input_error_codes) {
+        struct rig g;
+        ASSERT_OK(rig_init(&g, 4, 64, 64, 128));
+        int32_t ids[200];
+        prompt_for(ids, 200, g.vocab, 0);
+        struct dsv_ipc_request req = {.id = 1, .input = DSV_IPC_INPUT_TOKENS, .max_tokens = 4};
+        dsv_ipc_sampling_init(&req.sampling);
+        ASSERT_ERR(sched_add(g.s, &req, ids, 0, now_ms()), -EINVAL);
+        ASSERT_EQ(g.ev.error[1], DSV_IPC_ERR_INVALID_REQUEST + 1);
+        req.id = 2;
+        ASSERT_ERR(sched_add(g.s, &req, ids, 200, now_ms()), -E2BIG);
+        ASSERT_EQ(g.ev.error[2], DSV_IPC_ERR_PROMPT_TOO_LONG + 1);
+        req.id = 3;
+        req.max_tokens = 120; /* 10 + 120 > 128 */
+        ASSERT_ERR(sched_add(g.s, &req, ids, 10, now_ms()), -E2BIG);
+        ASSERT_EQ(g.ev.error[3], DSV_IPC_ERR_PROMPT_TOO_LONG + 1);
+        req.max_tokens = 4;
+        req.id = 4;
+        req.sampling.top_p = 0;
+        ASSERT_ERR(sched_add(g.s, &req, ids, 10, now_ms()), -EINVAL);
+        ASSERT_EQ(g.ev.error[4], DSV_IPC_ERR_INVALID_REQUEST + 1);
+        req.sampling.top_p = 1;
+        req.id = 5;
+        req.logprobs = 21;
+        ASSERT_ERR(sched_add(g.s, &req, ids, 10, now_ms()), -EINVAL);
+        req.logprobs = 0;
+        req.id = 6;
+        ids[3] = g.vocab;
+        ASSERT_ERR(sched_add(g.s, &req, ids, 10, now_ms()), -EINVAL);
+        ASSERT_EQ(g.ev.error[6], DSV_IPC_ERR_INVALID_REQUEST + 1);
+        ids[3] = 0;
+        req.id = 7;
+        char *stop[] = {"x"};
+        req.stop = stop;
+        req.n_stop = 1;
+        ASSERT_ERR(sched_add(g.s, &req, ids, 10, now_ms()), -EINVAL); /* no tokenizer */
+        req.stop = NULL;
+        req.n_stop = 0;
+        /* after all that, a good request is served */
+        req.id = 8;
+        ASSERT_OK(sched_add(g.s, &req, ids, 10, now_ms()));
+        ASSERT_ERR(sched_add(g.s, &req, ids, 10, now_ms()), -EEXIST);
+        ASSERT_TRUE(run(&g, 100) > 0);
+        ASSERT_STREQ(g.ev.reason[8], "length");
+        ASSERT_EQ(g.ev.n_out[8], 4);
+        ASSERT_EQ(g.ev.n_final, 1);
+        rig_done(&g);
+}
+
+/* Penalties change the choice: with a huge repetition penalty a greedy stream never
+ * repeats a prompt or output token it would otherwise repeat. */
+TEST(repetition_penalty_applies) {
+        struct rig g;
+        ASSERT_OK(rig_init(&g, 4, 64, 64, 128));
+        int32_t ids[8];
+        prompt_for(ids, 8, g.vocab, 0);
+        struct dsv_ipc_request req = {.id = 0, .input = DSV_IPC_INPUT_TOKENS, .max_tokens = 24};
+        dsv_ipc_sampling_init(&req.sampling);
+        req.sampling.repetition_penalty = 100.0f;
+        req.sampling.frequency_penalty = 2.0f;
+        req.sampling.presence_penalty = 2.0f;
+        ASSERT_OK(sched_add(g.s, &req, ids, 8, now_ms()));
+        ASSERT_TRUE(run(&g, 1000) > 0);
+        ASSERT_EQ(g.ev.n_out[0], 24);
+        for (int i = 0; i < 24; i++) {
+                for (int j = 0; j < i; j++)
+                        ASSERT_TRUE(g.ev.out[0][i] != g.ev.out[0][j]);
+                for (int j = 0; j < 8; j++)
+                        ASSERT_TRUE(g.ev.out[0][i] != ids[j]);
+        }
+        rig_done(&g);
+}

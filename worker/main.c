@@ -1,0 +1,147 @@
+/* dsvisor-worker: one serving instance — an engine, a paged KV cache and a
+ * continuous-batching scheduler behind the nng IPC protocol (ipc/PROTOCOL.md). The
+ * supervisor starts it; the command line is documented in worker/README.md. */
+#include <errno.h>
+#include <getopt.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "worker.h"
+
+static void usage(FILE *out) {
+        fprintf(out,
+                "usage: dsvisor-worker (--model PATH | --model-fd FD) --listen URL [options]\n"
+                "  --model PATH        native model file or Hugging Face folder (converted once into the cache)\n"
+                "  --model-fd FD       an open native model file or memfd\n"
+                "  --listen URL        ipc:///path or inproc://name\n"
+                "  --threads T         compute threads (default 1)\n"
+                "  --cpus LIST         pin compute threads, e.g. 0-3,8\n"
+                "  --n-ctx N           longest sequence, prompt + output (default 4096)\n"
+                "  --max-batch B       sequences per step (default 8)\n"
+                "  --token-budget TOK  tokens per step, decode + prefill chunks (default 256)\n"
+                "  --kv-mem-mib MIB    KV pool size (default: max-batch full contexts)\n"
+                "  --grace-ms MS       SIGTERM drain time before in-flight requests fail (default 10000)\n"
+                "  --max-queue N       waiting requests before 'overloaded' (default 256)\n"
+                "  --instance NAME     name in log lines\n");
+}
+
+static int parse_int(const char *s, int min, int max, int *ret) {
+        char *end;
+        errno = 0;
+        long v = strtol(s, &end, 10);
+        if (errno || end == s || *end || v < min || v > max)
+                return -EINVAL;
+        *ret = (int)v;
+        return 0;
+}
+
+/* "0-3,8,10-11" */
+static int parse_cpus(const char *s, int *cpus, int max, int *ret_n) {
+        int n = 0;
+        while (*s) {
+                char *end;
+                long a = strtol(s, &end, 10), b;
+                if (end == s || a < 0 || a > 65535)
+                        return -EINVAL;
+                b = a;
+                s = end;
+                if (*s == '-') {
+                        b = strtol(s + 1, &end, 10);
+                        if (end == s + 1 || b < a || b > 65535)
+                                return -EINVAL;
+                        s = end;
+                }
+                for (long c = a; c <= b; c++) {
+                        if (n == max)
+                                return -E2BIG;
+                        cpus[n++] = (int)c;
+                }
+                if (*s == ',')
+                        s++;
+                else if (*s)
+                        return -EINVAL;
+        }
+        if (n == 0)
+                return -EINVAL;
+        *ret_n = n;
+        return 0;
+}
+
+int worker_parse_args(int argc, char **argv, struct worker_config *cfg) {
+        enum { O_MODEL = 256, O_MODEL_FD, O_LISTEN, O_THREADS, O_CPUS, O_NCTX, O_BATCH, O_BUDGET, O_KVMEM, O_GRACE,
+               O_QUEUE, O_INSTANCE, O_HELP };
+        static const struct option opts[] = {
+                {"model", required_argument, NULL, O_MODEL},       {"model-fd", required_argument, NULL, O_MODEL_FD},
+                {"listen", required_argument, NULL, O_LISTEN},     {"threads", required_argument, NULL, O_THREADS},
+                {"cpus", required_argument, NULL, O_CPUS},         {"n-ctx", required_argument, NULL, O_NCTX},
+                {"max-batch", required_argument, NULL, O_BATCH},   {"token-budget", required_argument, NULL, O_BUDGET},
+                {"kv-mem-mib", required_argument, NULL, O_KVMEM},  {"grace-ms", required_argument, NULL, O_GRACE},
+                {"max-queue", required_argument, NULL, O_QUEUE},   {"instance", required_argument, NULL, O_INSTANCE},
+                {"help", no_argument, NULL, O_HELP},               {0},
+        };
+        *cfg = (struct worker_config){.model_fd = -1, .n_threads = 1, .max_batch = 8, .token_budget = 256,
+                                      .grace_ms = 10000, .max_queue = 256, .instance = "worker"};
+        int c, r = 0;
+        optind = 1;
+        while (r == 0 && (c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+                switch (c) {
+                case O_MODEL: cfg->model_path = optarg; break;
+                case O_MODEL_FD: r = parse_int(optarg, 0, INT_MAX, &cfg->model_fd); break;
+                case O_LISTEN: cfg->listen_url = optarg; break;
+                case O_THREADS: r = parse_int(optarg, 1, 1024, &cfg->n_threads); break;
+                case O_CPUS: r = parse_cpus(optarg, cfg->cpus, 1024, &cfg->n_cpus); break;
+                case O_NCTX: r = parse_int(optarg, 2, 1 << 22, &cfg->n_ctx); break;
+                case O_BATCH: r = parse_int(optarg, 1, 1024, &cfg->max_batch); break;
+                case O_BUDGET: r = parse_int(optarg, 1, 1 << 20, &cfg->token_budget); break;
+                case O_KVMEM: r = parse_int(optarg, 1, 1 << 24, &cfg->kv_mem_mib); break;
+                case O_GRACE: r = parse_int(optarg, 0, 3600 * 1000, &cfg->grace_ms); break;
+                case O_QUEUE: r = parse_int(optarg, 0, 1 << 20, &cfg->max_queue); break;
+                case O_INSTANCE: cfg->instance = optarg; break;
+                case O_HELP: usage(stdout); exit(0);
+                default: r = -EINVAL; break;
+                }
+                if (r < 0 && c != '?')
+                        fprintf(stderr, "dsvisor-worker: bad value '%s' for --%s\n", optarg, opts[c - O_MODEL].name);
+        }
+        if (r == 0 && optind < argc) {
+                fprintf(stderr, "dsvisor-worker: unexpected argument '%s'\n", argv[optind]);
+                r = -EINVAL;
+        }
+        if (r == 0 && (!cfg->model_path) == (cfg->model_fd < 0)) {
+                fprintf(stderr, "dsvisor-worker: give exactly one of --model and --model-fd\n");
+                r = -EINVAL;
+        }
+        if (r == 0 && !cfg->listen_url) {
+                fprintf(stderr, "dsvisor-worker: --listen is required\n");
+                r = -EINVAL;
+        }
+        if (r == 0 && cfg->token_budget < cfg->max_batch) {
+                fprintf(stderr, "dsvisor-worker: --token-budget %d is below --max-batch %d: decodes would starve\n",
+                        cfg->token_budget, cfg->max_batch);
+                r = -EINVAL;
+        }
+        if (r < 0)
+                usage(stderr);
+        return r;
+}
+
+int main(int argc, char **argv) {
+        struct worker_config cfg;
+        if (worker_parse_args(argc, argv, &cfg) < 0)
+                return 2;
+        wlog_set_instance(cfg.instance);
+        int r = hygiene_bind_to_parent();
+        if (r == -ESRCH) {
+                wlog(3, "Parent exited before we started, exiting");
+                return 1;
+        }
+        if (r < 0)
+                wlog(4, "Failed to set PR_SET_PDEATHSIG: %s, ignoring", strerror(-r));
+        if ((r = hygiene_install_signals()) < 0) {
+                wlog(3, "Failed to install signal handlers: %s", strerror(-r));
+                return 1;
+        }
+        return worker_serve(&cfg);
+}

@@ -1,0 +1,623 @@
+/* Continuous batching over the engine's paged KV cache (see sched.h).
+ *
+ * A running request has n_tokens ids (prompt, then generated) of which the first
+ * n_computed are in its KV sequence; the rest are pending. A prompt is all pending at
+ * admission (less what the prefix cache supplies); after each sample the new id is the
+ * one pending token. So decode and chunked prefill are the same operation, and a
+ * preempted request simply becomes pending from position 0 again. */
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "sampling.h"
+#include "scheduler.h"
+
+enum rq_state { RQ_FREE, RQ_WAITING, RQ_RUNNING };
+
+struct rq {
+        enum rq_state state;
+        uint64_t id;
+        int64_t order;             /* arrival number: smaller is older */
+        int seq;                   /* KV sequence, -1 while waiting */
+        int32_t *tokens;           /* (n_ctx) prompt then generated ids */
+        int32_t n_prompt, n_tokens, n_computed, n_gen, max_tokens;
+        struct dse_sampler *smp;
+        struct dse_detok *detok;   /* NULL without a tokenizer */
+        struct penalties pen;
+        int32_t logprobs;
+        int64_t deadline_ms;
+        char *text;                /* event text scratch */
+        size_t text_cap;
+        struct dsv_ipc_logprob top[SAMPLING_MAX_TOP];
+        double t_arrival, t_sched, t_first; /* monotonic seconds; 0: not yet */
+};
+
+struct step_entry {
+        int rq;
+        int32_t chunk;
+        int need; /* new KV blocks */
+};
+
+struct sched {
+        struct sched_config cfg;
+        const struct dse_model *model;
+        const struct dse_tokenizer *tok;
+        struct dse_kv_cache *kv;
+        struct dse_batch *batch;
+        sched_emit_fn emit;
+        void *user;
+        int32_t vocab, eos;
+        int n_slots;
+        struct rq *rqs;              /* (n_slots) */
+        int *active;                 /* (n_slots) slot indices, oldest first */
+        int n_active;
+        int64_t next_order;
+        uint64_t seed_base;
+        float *seq_logits;           /* (max_batch, vocab) by KV sequence */
+        float *work;                 /* (vocab) penalised logits */
+        struct sampling_scratch scratch;
+        struct step_entry *entries;  /* (max_batch) */
+        struct dse_batch_seq *bseqs; /* (max_batch) */
+        int *cands;                  /* (n_slots) admission order scratch */
+        int64_t preemptions, steps, step_tokens;
+        int32_t last_seqs, last_tokens;
+};
+
+static double mono_s(void) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+void sched_free(struct sched *s) {
+        if (!s)
+                return;
+        for (int i = 0; i < s->n_slots; i++) {
+                free(s->rqs[i].tokens);
+                free(s->rqs[i].text);
+                dse_sampler_free(s->rqs[i].smp);
+                dse_detok_free(s->rqs[i].detok);
+        }
+        free(s->rqs);
+        free(s->active);
+        free(s->seq_logits);
+        free(s->work);
+        sampling_scratch_done(&s->scratch);
+        free(s->entries);
+        free(s->bseqs);
+        free(s->cands);
+        free(s);
+}
+
+int sched_new(const struct sched_config *cfg, const struct dse_model *model, const struct dse_tokenizer *tok,
+              struct dse_kv_cache *kv, struct dse_batch *batch, sched_emit_fn emit, void *user,
+              struct sched **ret_sched) {
+        if (!cfg || !model || !kv || !batch || !emit || !ret_sched || cfg->max_batch < 1 || cfg->token_budget < 1 ||
+            cfg->n_ctx < 2 || cfg->max_queue < 0)
+                return -EINVAL;
+        struct sched *s = calloc(1, sizeof *s);
+        if (!s)
+                return -ENOMEM;
+        s->cfg = *cfg;
+        s->model = model;
+        s->tok = tok;
+        s->kv = kv;
+        s->batch = batch;
+        s->emit = emit;
+        s->user = user;
+        s->vocab = dse_model_vocab_size(model);
+        s->eos = tok ? dse_tokenizer_eos(tok) : -1;
+        s->n_slots = cfg->max_batch + cfg->max_queue;
+        s->seed_base = (uint64_t)time(NULL) * 0x9E3779B97F4A7C15ull;
+        s->rqs = calloc((size_t)s->n_slots, sizeof *s->rqs);
+        s->active = calloc((size_t)s->n_slots, sizeof *s->active);
+        s->cands = calloc((size_t)s->n_slots, sizeof *s->cands);
+        s->seq_logits = malloc((size_t)cfg->max_batch * (size_t)s->vocab * sizeof(float));
+        s->work = malloc((size_t)s->vocab * sizeof(float));
+        s->entries = calloc((size_t)cfg->max_batch, sizeof *s->entries);
+        s->bseqs = calloc((size_t)cfg->max_batch, sizeof *s->bseqs);
+        if (!s->rqs || !s->active || !s->cands || !s->seq_logits || !s->work || !s->entries || !s->bseqs ||
+            sampling_scratch_init(&s->scratch, s->vocab) < 0) {
+                sched_free(s);
+                return -ENOMEM;
+        }
+        *ret_sched = s;
+        return 0;
+}
+
+/* ---- events ---- */
+
+static void emit_error(struct sched *s, uint64_t id, enum dsv_ipc_error_code code, const char *fmt, ...)
+        __attribute__((format(printf, 4, 5)));
+
+static void emit_error(struct sched *s, uint64_t id, enum dsv_ipc_error_code code, const char *fmt, ...) {
+        char msg[512];
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(msg, sizeof msg, fmt, ap);
+        va_end(ap);
+        struct dsv_ipc_msg m = {.type = DSV_IPC_ERROR};
+        m.u.error.id = id;
+        m.u.error.code = code;
+        m.u.error.message = msg;
+        s->emit(s->user, &m);
+}
+
+/* Releases everything the request holds and forgets it. */
+static void rq_release(struct sched *s, int slot) {
+        struct rq *r = &s->rqs[slot];
+        if (r->seq >= 0)
+                dse_kv_seq_close(s->kv, r->seq);
+        free(r->tokens);
+        free(r->text);
+        dse_sampler_free(r->smp);
+        dse_detok_free(r->detok);
+        memset(r, 0, sizeof *r);
+        r->state = RQ_FREE;
+        r->seq = -1;
+        for (int i = 0; i < s->n_active; i++)
+                if (s->active[i] == slot) {
+                        memmove(s->active + i, s->active + i + 1, (size_t)(s->n_active - i - 1) * sizeof *s->active);
+                        s->n_active--;
+                        break;
+                }
+}
+
+static void finish(struct sched *s, int slot, const char *reason) {
+        struct rq *r = &s->rqs[slot];
+        double now = mono_s();
+        struct dsv_ipc_msg m = {.type = DSV_IPC_FINAL};
+        m.u.final.id = r->id;
+        m.u.final.finish_reason = (char *)reason;
+        m.u.final.prompt_tokens = r->n_prompt;
+        m.u.final.completion_tokens = r->n_gen;
+        double sched_t = r->t_sched > 0 ? r->t_sched : now, first = r->t_first > 0 ? r->t_first : now;
+        m.u.final.queue_s = sched_t - r->t_arrival;
+        m.u.final.prefill_s = first - sched_t;
+        m.u.final.decode_s = now - first;
+        m.u.final.ttft_s = r->t_first > 0 ? r->t_first - r->t_arrival : 0;
+        s->emit(s->user, &m);
+        rq_release(s, slot);
+}
+
+static void fail(struct sched *s, int slot, enum dsv_ipc_error_code code, const char *why) {
+        emit_error(s, s->rqs[slot].id, code, "%s", why);
+        rq_release(s, slot);
+}
+
+/* ---- admission ---- */
+
+static int find_slot(const struct sched *s, uint64_t id) {
+        for (int i = 0; i < s->n_active; i++)
+                if (s->rqs[s->active[i]].id == id)
+                        return s->active[i];
+        return -1;
+}
+
+static int check_sampling(const struct dsv_ipc_request *req, char *why, size_t size) {
+        const struct dsv_ipc_sampling *p = &req->sampling;
+        if (!(p->temperature >= 0 && p->temperature <= 100))
+                return snprintf(why, size, "temperature %g outside [0, 100]", (double)p->temperature), -EINVAL;
+        if (!(p->top_p > 0 && p->top_p <= 1))
+                return snprintf(why, size, "top_p %g outside (0, 1]", (double)p->top_p), -EINVAL;
+        if (!(p->min_p >= 0 && p->min_p <= 1))
+                return snprintf(why, size, "min_p %g outside [0, 1]", (double)p->min_p), -EINVAL;
+        if (p->top_k < 0)
+                return snprintf(why, size, "top_k %d is negative", p->top_k), -EINVAL;
+        if (!(p->repetition_penalty >= 0.01f && p->repetition_penalty <= 100))
+                return snprintf(why, size, "repetition_penalty %g outside [0.01, 100]", (double)p->repetition_penalty),
+                       -EINVAL;
+        if (!(p->presence_penalty >= -2 && p->presence_penalty <= 2) ||
+            !(p->frequency_penalty >= -2 && p->frequency_penalty <= 2))
+                return snprintf(why, size, "presence/frequency penalty outside [-2, 2]"), -EINVAL;
+        if (req->logprobs < 0 || req->logprobs > SAMPLING_MAX_TOP)
+                return snprintf(why, size, "logprobs %d outside [0, %d]", req->logprobs, SAMPLING_MAX_TOP), -EINVAL;
+        if (req->max_tokens < 0)
+                return snprintf(why, size, "max_tokens %d is negative", req->max_tokens), -EINVAL;
+        return 0;
+}
+
+int sched_add(struct sched *s, const struct dsv_ipc_request *req, const int32_t *tokens, size_t n_prompt,
+              int64_t now_ms) {
+        char why[256];
+        int r;
+        if (!s || !req)
+                return -EINVAL;
+        if (n_prompt == 0) {
+                emit_error(s, req->id, DSV_IPC_ERR_INVALID_REQUEST, "empty prompt");
+                return -EINVAL;
+        }
+        if ((r = check_sampling(req, why, sizeof why)) < 0) {
+                emit_error(s, req->id, DSV_IPC_ERR_INVALID_REQUEST, "%s", why);
+                return r;
+        }
+        for (size_t i = 0; i < n_prompt; i++)
+                if (tokens[i] < 0 || tokens[i] >= s->vocab) {
+                        emit_error(s, req->id, DSV_IPC_ERR_INVALID_REQUEST,
+                                   "token %d at index %zu is outside the vocabulary (%d)", tokens[i], i, s->vocab);
+                        return -EINVAL;
+                }
+        if (n_prompt + (size_t)req->max_tokens > (size_t)s->cfg.n_ctx) {
+                emit_error(s, req->id, DSV_IPC_ERR_PROMPT_TOO_LONG,
+                           "prompt of %zu tokens plus max_tokens %d exceeds the context of %d", n_prompt,
+                           req->max_tokens, s->cfg.n_ctx);
+                return -E2BIG;
+        }
+        if (req->n_stop > 0 && !s->tok) {
+                emit_error(s, req->id, DSV_IPC_ERR_INVALID_REQUEST, "stop strings need a model with a tokenizer");
+                return -EINVAL;
+        }
+        if (req->deadline_unix_ms > 0 && now_ms >= req->deadline_unix_ms) {
+                emit_error(s, req->id, DSV_IPC_ERR_DEADLINE, "deadline passed before the request was queued");
+                return -ETIMEDOUT;
+        }
+        if (find_slot(s, req->id) >= 0) {
+                emit_error(s, req->id, DSV_IPC_ERR_INVALID_REQUEST, "request id %llu is already in flight",
+                           (unsigned long long)req->id);
+                return -EEXIST;
+        }
+        int slot = -1;
+        for (int i = 0; i < s->n_slots && slot < 0; i++)
+                if (s->rqs[i].state == RQ_FREE)
+                        slot = i;
+        int n_waiting = 0;
+        for (int i = 0; i < s->n_active; i++)
+                n_waiting += s->rqs[s->active[i]].state == RQ_WAITING;
+        if (slot < 0 || n_waiting >= s->cfg.max_queue) {
+                emit_error(s, req->id, DSV_IPC_ERR_OVERLOADED, "queue full (%d waiting)", n_waiting);
+                return -EBUSY;
+        }
+
+        struct rq *q = &s->rqs[slot];
+        memset(q, 0, sizeof *q);
+        q->seq = -1;
+        q->id = req->id;
+        q->tokens = malloc((size_t)s->cfg.n_ctx * sizeof(int32_t));
+        q->text_cap = 4096;
+        for (size_t i = 0; i < req->n_stop; i++)
+                q->text_cap += 2 * strlen(req->stop[i]);
+        q->text = malloc(q->text_cap);
+        struct dse_sampler_params sp;
+        dse_sampler_params_default(&sp);
+        sp.temperature = req->sampling.temperature;
+        sp.top_k = req->sampling.top_k;
+        sp.top_p = req->sampling.top_p;
+        sp.min_p = req->sampling.min_p;
+        /* Without a seed each request still gets its own stream: never the batch's. */
+        sp.seed = req->sampling.has_seed ? req->sampling.seed : s->seed_base ^ (req->id * 0xD1B54A32D192ED03ull);
+        struct dse_diag diag = {{0}};
+        r = q->tokens && q->text ? dse_sampler_new(&sp, s->vocab, &q->smp, &diag) : -ENOMEM;
+        if (r >= 0 && s->tok)
+                r = dse_detok_new(s->tok, (const char *const *)req->stop, req->n_stop, &q->detok, &diag);
+        if (r < 0) {
+                enum dsv_ipc_error_code code = r == -ENOMEM ? DSV_IPC_ERR_INTERNAL : DSV_IPC_ERR_INVALID_REQUEST;
+                emit_error(s, req->id, code, "%s", diag.msg[0] ? diag.msg : strerror(-r));
+                free(q->tokens);
+                free(q->text);
+                dse_sampler_free(q->smp);
+                memset(q, 0, sizeof *q);
+                return r;
+        }
+        memcpy(q->tokens, tokens, n_prompt * sizeof(int32_t));
+        q->n_prompt = q->n_tokens = (int32_t)n_prompt;
+        q->max_tokens = req->max_tokens;
+        q->pen = (struct penalties){req->sampling.repetition_penalty, req->sampling.presence_penalty,
+                                    req->sampling.frequency_penalty};
+        q->logprobs = req->logprobs;
+        q->deadline_ms = req->deadline_unix_ms;
+        q->t_arrival = mono_s();
+        q->order = s->next_order++;
+        q->state = RQ_WAITING;
+        s->active[s->n_active++] = slot;
+        if (q->max_tokens == 0)
+                finish(s, slot, "length");
+        return 0;
+}
+
+int sched_cancel(struct sched *s, uint64_t id, int64_t now_ms) {
+        int slot = s ? find_slot(s, id) : -1;
+        if (slot < 0)
+                return -ENOENT;
+        finish(s, slot, "cancelled");
+        return 0;
+}
+
+void sched_abort_all(struct sched *s, enum dsv_ipc_error_code code, const char *why, int64_t now_ms) {
+        while (s->n_active > 0)
+                fail(s, s->active[0], code, why);
+}
+
+int sched_busy(const struct sched *s) {
+        return s->n_active > 0;
+}
+
+/* ---- one step ---- */
+
+static int pending(const struct rq *r) {
+        return r->n_tokens - r->n_computed;
+}
+
+/* Length class for grouping prompts: floor(log2(pending)). */
+static int length_class(int n) {
+        int c = 0;
+        while (n > 1) {
+                n >>= 1;
+                c++;
+        }
+        return c;
+}
+
+static void preempt(struct sched *s, int slot) {
+        struct rq *r = &s->rqs[slot];
+        dse_kv_seq_close(s->kv, r->seq);
+        r->seq = -1;
+        r->n_computed = 0;
+        r->state = RQ_WAITING;
+        s->preemptions++;
+}
+
+/* The youngest request holding a KV sequence, or -1. */
+static int youngest_running(const struct sched *s) {
+        for (int i = s->n_active - 1; i >= 0; i--)
+                if (s->rqs[s->active[i]].state == RQ_RUNNING)
+                        return s->active[i];
+        return -1;
+}
+
+struct step_plan {
+        int n;
+        int budget;
+        int reserved; /* blocks the entries need */
+};
+
+static int available(const struct sched *s, const struct step_plan *p) {
+        return dse_kv_cache_n_available(s->kv) - p->reserved;
+}
+
+static void plan_drop(struct sched *s, struct step_plan *p, int slot) {
+        for (int i = 0; i < p->n; i++)
+                if (s->entries[i].rq == slot) {
+                        p->budget += s->entries[i].chunk;
+                        p->reserved -= s->entries[i].need;
+                        s->entries[i] = s->entries[--p->n];
+                        return;
+                }
+}
+
+/* Adds chunk tokens of running request slot, preempting the youngest running requests
+ * while the pool is short. 0 when added, -ENOSPC when slot itself was preempted. */
+static int plan_add_running(struct sched *s, struct step_plan *p, int slot, int32_t chunk) {
+        struct rq *r = &s->rqs[slot];
+        int need = dse_kv_seq_blocks_needed(s->kv, r->seq, (size_t)chunk);
+        while (need > available(s, p)) {
+                int victim = youngest_running(s);
+                plan_drop(s, p, victim);
+                preempt(s, victim);
+                if (victim == slot)
+                        return -ENOSPC;
+        }
+        s->entries[p->n++] = (struct step_entry){slot, chunk, need};
+        p->budget -= chunk;
+        p->reserved += need;
+        return 0;
+}
+
+/* Opens a sequence for waiting request slot (taking cached prefix blocks) and adds its
+ * first chunk; -ENOSPC/-EBUSY when it has to keep waiting (nothing is preempted for a
+ * newcomer). */
+static int plan_admit(struct sched *s, struct step_plan *p, int slot, double now) {
+        struct rq *r = &s->rqs[slot];
+        int seq = dse_kv_seq_open(s->kv);
+        if (seq < 0)
+                return seq;
+        int cached = dse_kv_seq_attach_prefix(s->kv, seq, r->tokens, (size_t)r->n_tokens);
+        if (cached < 0) {
+                dse_kv_seq_close(s->kv, seq);
+                return cached;
+        }
+        int32_t chunk = pending(r) - cached < p->budget ? pending(r) - cached : p->budget;
+        int need = dse_kv_seq_blocks_needed(s->kv, seq, (size_t)chunk);
+        if (need > available(s, p)) {
+                dse_kv_seq_close(s->kv, seq);
+                return -ENOSPC;
+        }
+        r->seq = seq;
+        r->n_computed = cached;
+        r->state = RQ_RUNNING;
+        if (r->t_sched == 0)
+                r->t_sched = now;
+        s->entries[p->n++] = (struct step_entry){slot, chunk, need};
+        p->budget -= chunk;
+        p->reserved += need;
+        return 0;
+}
+
+static int n_running(const struct sched *s) {
+        int n = 0;
+        for (int i = 0; i < s->n_active; i++)
+                n += s->rqs[s->active[i]].state == RQ_RUNNING;
+        return n;
+}
+
+static void plan_step(struct sched *s, struct step_plan *p, double now) {
+        int max = s->cfg.max_batch;
+        /* 1. decodes, oldest first: steady inter-token latency */
+        for (int i = 0; i < s->n_active && p->n < max && p->budget > 0; i++) {
+                int slot = s->active[i];
+                if (s->rqs[slot].state == RQ_RUNNING && pending(&s->rqs[slot]) == 1)
+                        plan_add_running(s, p, slot, 1);
+        }
+        /* 2. the next chunks of prompts being prefilled */
+        for (int i = 0; i < s->n_active && p->n < max && p->budget > 0; i++) {
+                int slot = s->active[i];
+                struct rq *r = &s->rqs[slot];
+                if (r->state != RQ_RUNNING || pending(r) <= 1)
+                        continue;
+                int in_plan = 0;
+                for (int e = 0; e < p->n; e++)
+                        in_plan |= s->entries[e].rq == slot;
+                if (!in_plan)
+                        plan_add_running(s, p, slot, pending(r) < p->budget ? pending(r) : p->budget);
+        }
+        /* 3. new prompts: the oldest waiting one, then its length class, then the rest */
+        int n_c = 0, head = -1;
+        for (int i = 0; i < s->n_active; i++)
+                if (s->rqs[s->active[i]].state == RQ_WAITING) {
+                        head = s->active[i];
+                        break;
+                }
+        if (head < 0)
+                return;
+        int cls = length_class(pending(&s->rqs[head]));
+        s->cands[n_c++] = head;
+        for (int pass = 0; pass < 2; pass++)
+                for (int i = 0; i < s->n_active; i++) {
+                        int slot = s->active[i];
+                        const struct rq *r = &s->rqs[slot];
+                        if (slot != head && r->state == RQ_WAITING &&
+                            (length_class(pending(r)) == cls) == (pass == 0))
+                                s->cands[n_c++] = slot;
+                }
+        for (int c = 0; c < n_c && p->n < max && p->budget > 0 && n_running(s) < max; c++)
+                if (plan_admit(s, p, s->cands[c], now) < 0)
+                        break; /* first come, first served: no overtaking on blocks */
+}
+
+static void expire(struct sched *s, int64_t now_ms) {
+        for (int i = 0; i < s->n_active;) {
+                struct rq *r = &s->rqs[s->active[i]];
+                if (r->deadline_ms > 0 && now_ms >= r->deadline_ms)
+                        finish(s, s->active[i], "deadline");
+                else
+                        i++;
+        }
+}
+
+/* Appends text to the request's event buffer at *len (truncating at its capacity,
+ * which sched_add sized for one token plus what a detokenizer can hold back). */
+static void text_append(struct rq *r, size_t *len, const char *t, int n) {
+        if (n <= 0)
+                return;
+        size_t room = r->text_cap - 1 - *len;
+        size_t k = (size_t)n < room ? (size_t)n : room;
+        memcpy(r->text + *len, t, k);
+        *len += k;
+        r->text[*len] = '\0';
+}
+
+/* Samples request slot's next token from its logits, streams it and ends the request
+ * when it is done. */
+static void sample_next(struct sched *s, int slot, double now) {
+        struct rq *r = &s->rqs[slot];
+        const float *logits = s->seq_logits + (size_t)r->seq * (size_t)s->vocab;
+        memcpy(s->work, logits, (size_t)s->vocab * sizeof(float));
+        sampling_apply_penalties(&s->scratch, &r->pen, r->tokens, r->n_prompt, r->n_tokens, s->work);
+        int tok = dse_sampler_sample(r->smp, s->work);
+        if (tok < 0) {
+                fail(s, slot, DSV_IPC_ERR_INTERNAL, "sampling failed: every logit is NaN or -inf");
+                return;
+        }
+        if (r->t_first == 0)
+                r->t_first = now;
+        r->tokens[r->n_tokens++] = tok;
+        r->n_gen++;
+
+        size_t len = 0;
+        r->text[0] = '\0';
+        int stopped = 0, is_eos = tok == s->eos;
+        int at_length = r->n_gen >= r->max_tokens || r->n_tokens >= s->cfg.n_ctx;
+        const char *t;
+        if (r->detok && !is_eos) {
+                int n = dse_detok_push(r->detok, tok, &t, &stopped);
+                text_append(r, &len, t, n);
+        }
+        if (r->detok && (is_eos || (at_length && !stopped))) {
+                int n = dse_detok_flush(r->detok, &t);
+                text_append(r, &len, t, n);
+        }
+        if (!is_eos || len > 0) {
+                struct dsv_ipc_msg m = {.type = DSV_IPC_TOKEN};
+                m.u.token.id = r->id;
+                m.u.token.token = tok;
+                m.u.token.text = r->text;
+                if (r->logprobs > 0) {
+                        m.u.token.logprob = sampling_logprobs(logits, s->vocab, tok, r->logprobs, r->top);
+                        m.u.token.top = r->top;
+                        m.u.token.n_top = (size_t)r->logprobs;
+                }
+                s->emit(s->user, &m);
+        }
+        if (is_eos || stopped)
+                finish(s, slot, "stop");
+        else if (at_length)
+                finish(s, slot, "length");
+}
+
+int sched_step(struct sched *s, int64_t now_ms) {
+        expire(s, now_ms);
+        if (s->n_active == 0)
+                return 0;
+        double now = mono_s();
+        struct step_plan p = {0, s->cfg.token_budget, 0};
+        plan_step(s, &p, now);
+        if (p.n == 0)
+                return 0;
+        int32_t n_tok = 0;
+        for (int i = 0; i < p.n; i++) {
+                struct rq *r = &s->rqs[s->entries[i].rq];
+                int32_t chunk = s->entries[i].chunk;
+                int last = r->n_computed + chunk == r->n_tokens;
+                s->bseqs[i] = (struct dse_batch_seq){r->seq, r->tokens + r->n_computed, chunk,
+                                                     last ? s->seq_logits + (size_t)r->seq * (size_t)s->vocab : NULL};
+                n_tok += chunk;
+        }
+        struct dse_diag diag = {{0}};
+        int r = dse_batch_step(s->batch, s->bseqs, (size_t)p.n, &diag);
+        if (r < 0) {
+                for (int i = 0; i < p.n; i++)
+                        fail(s, s->entries[i].rq, DSV_IPC_ERR_INTERNAL, diag.msg[0] ? diag.msg : strerror(-r));
+                return r;
+        }
+        s->steps++;
+        s->step_tokens += n_tok;
+        s->last_seqs = p.n;
+        s->last_tokens = n_tok;
+        now = mono_s();
+        /* Entries refer to slots; sampling may finish (and free) a request, never
+         * another entry's. */
+        for (int i = 0; i < p.n; i++) {
+                struct rq *q = &s->rqs[s->entries[i].rq];
+                q->n_computed += s->entries[i].chunk;
+                if (q->n_computed == q->n_tokens)
+                        sample_next(s, s->entries[i].rq, now);
+        }
+        return n_tok;
+}
+
+void sched_get_stats(const struct sched *s, struct sched_stats *st) {
+        memset(st, 0, sizeof *st);
+        for (int i = 0; i < s->n_active; i++) {
+                const struct rq *r = &s->rqs[s->active[i]];
+                if (r->state == RQ_RUNNING)
+                        st->running++;
+                else
+                        st->waiting++;
+                if (r->n_computed < r->n_prompt)
+                        st->queued_prompt_tokens += r->n_prompt - r->n_computed;
+        }
+        struct dse_kv_stats kst;
+        dse_kv_cache_stats(s->kv, &kst);
+        st->kv_blocks_used = kst.n_used;
+        st->kv_blocks_total = kst.n_blocks;
+        st->prefix_hit_rate =
+                kst.prefix_query_tokens > 0 ? (double)kst.prefix_hit_tokens / (double)kst.prefix_query_tokens : 0;
+        st->preemptions = s->preemptions;
+        st->steps = s->steps;
+        st->step_tokens = s->step_tokens;
+        st->last_step_seqs = s->last_seqs;
+        st->last_step_tokens = s->last_tokens;
+}

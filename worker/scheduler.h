@@ -1,0 +1,79 @@
+/* The worker's continuous-batching scheduler: requests, their KV sequences, and one
+ * engine step at a time (iteration-level scheduling, as Orca and vLLM do).
+ *
+ *     struct sched *s;
+ *     r = sched_new(&cfg, model, tok, kv, batch, emit_fn, user, &s);
+ *     r = sched_add(s, &req, now_ms);     // validated request; events go to emit_fn
+ *     while (sched_busy(s))
+ *             sched_step(s, now_ms);      // one engine call; token/final/error events
+ *     sched_free(s);
+ *
+ * A step first drops cancelled and expired requests, then fills a batch: every running
+ * sequence that decodes (one token each, oldest first, at most max_batch sequences),
+ * then prompt chunks of partly prefilled sequences, then new prompts from the queue
+ * (the oldest first, then those of the same length class, so a step's prefill rows are
+ * of similar length), all within token_budget tokens. When the KV pool runs short the
+ * youngest running sequence is preempted: its blocks are released and it is recomputed
+ * (prompt plus the tokens it already generated) when it is admitted again; its output is
+ * unchanged. Every request ends with exactly one final or error event. The scheduler
+ * allocates only in sched_add (per-request buffers); steps do not allocate (sending an
+ * event through emit is the caller's business). One thread. */
+#ifndef DSV_WORKER_SCHED_H
+#define DSV_WORKER_SCHED_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dse.h"
+#include "dsv_ipc.h"
+
+struct sched_config {
+        int max_batch;   /* sequences per step (>= 1) */
+        int token_budget; /* tokens per step (>= 1) */
+        int n_ctx;       /* longest sequence: prompt + generated */
+        int max_queue;   /* waiting requests before "overloaded" */
+};
+
+struct sched_stats {
+        int32_t running, waiting;
+        int64_t queued_prompt_tokens; /* prompt tokens not yet computed */
+        int32_t kv_blocks_used, kv_blocks_total;
+        double prefix_hit_rate;
+        int64_t preemptions;
+        int64_t steps, step_tokens; /* engine steps and tokens they carried */
+        int32_t last_step_seqs, last_step_tokens;
+};
+
+/* Receives every event the scheduler produces; msg is only valid during the call. */
+typedef void (*sched_emit_fn)(void *user, const struct dsv_ipc_msg *msg);
+
+struct sched;
+
+/* tok may be NULL (requests must then come as token ids and carry no stop strings).
+ * The model, tokenizer, cache and batch must outlive the scheduler. */
+int sched_new(const struct sched_config *cfg, const struct dse_model *model, const struct dse_tokenizer *tok,
+              struct dse_kv_cache *kv, struct dse_batch *batch, sched_emit_fn emit, void *user,
+              struct sched **ret_sched);
+void sched_free(struct sched *s);
+
+/* Queues a request whose prompt is already token ids (tokens: n_prompt ids, copied).
+ * Bad parameters, an empty or too long prompt, a duplicate id or a full queue are
+ * answered with an error event (and -EINVAL, -E2BIG, -EEXIST, -EBUSY); nothing is queued
+ * then. */
+int sched_add(struct sched *s, const struct dsv_ipc_request *req, const int32_t *tokens, size_t n_prompt,
+              int64_t now_ms);
+/* Ends request id with final "cancelled" and releases its KV blocks now. -ENOENT when
+ * the id is not known (already finished). */
+int sched_cancel(struct sched *s, uint64_t id, int64_t now_ms);
+/* Ends every request with an error event of code (e.g. shutting down). */
+void sched_abort_all(struct sched *s, enum dsv_ipc_error_code code, const char *why, int64_t now_ms);
+/* Nonzero while a request is waiting or running. */
+int sched_busy(const struct sched *s);
+/* One iteration: expiry, batch formation, one dse_batch_step, sampling, events.
+ * now_ms: CLOCK_REALTIME milliseconds (deadlines are wall-clock). Returns the number of
+ * tokens evaluated (0 when idle) or -errno on an engine failure (the requests in the
+ * step then end with internal_error). */
+int sched_step(struct sched *s, int64_t now_ms);
+void sched_get_stats(const struct sched *s, struct sched_stats *ret);
+
+#endif

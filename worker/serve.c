@@ -1,0 +1,380 @@
+/* The worker's IPC loop: one thread alternates between draining the socket (requests,
+ * cancels, probes) and one scheduler step, so new requests join between decode steps.
+ * The engine loads on a second thread while the loop already answers health with
+ * "loading". */
+#include <errno.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "worker.h"
+
+#define IDLE_POLL_MS 20
+#define MAX_MSGS_PER_STEP 256
+#define KV_BLOCK_TOKENS 16
+
+static char instance_name[64] = "worker";
+
+void wlog_set_instance(const char *name) {
+        snprintf(instance_name, sizeof instance_name, "%s", name);
+}
+
+void wlog(int prio, const char *fmt, ...) {
+        char buf[1024];
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(buf, sizeof buf, fmt, ap);
+        va_end(ap);
+        fprintf(stderr, "<%d>dsvisor-worker[%s]: %s\n", prio, instance_name, buf);
+}
+
+static int64_t realtime_ms(void) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static double mono_s(void) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* ---- engine ---- */
+
+void worker_engine_done(struct worker_engine *e) {
+        dse_batch_free(e->batch);
+        dse_kv_cache_free(e->kv);
+        dse_chat_template_free(e->chat);
+        dse_tokenizer_free(e->tok);
+        dse_pool_free(e->pool);
+        dse_model_free(e->model);
+        memset(e, 0, sizeof *e);
+}
+
+int worker_engine_load(const struct worker_config *cfg, struct worker_engine *e) {
+        struct dse_diag diag = {{0}};
+        char path[4096];
+        int r;
+        memset(e, 0, sizeof *e);
+        if (cfg->model_fd >= 0) {
+                r = dse_model_open_fd(cfg->model_fd, DSE_MODEL_POPULATE, &e->model, &diag);
+        } else {
+                r = dse_model_resolve(cfg->model_path, path, sizeof path, &diag);
+                if (r >= 0)
+                        r = dse_model_open(path, DSE_MODEL_POPULATE, &e->model, &diag);
+        }
+        if (r < 0) {
+                wlog(3, "Failed to open model '%s': %s", cfg->model_fd >= 0 ? "(fd)" : cfg->model_path,
+                     diag.msg[0] ? diag.msg : strerror(-r));
+                return r;
+        }
+        r = dse_model_tokenizer(e->model, &e->tok, &diag);
+        if (r == -ENOENT) {
+                wlog(4, "Model has no tokenizer: only token-id requests are served");
+        } else if (r < 0) {
+                wlog(3, "Failed to load the model's tokenizer: %s", diag.msg);
+                goto fail;
+        } else if (dse_tokenizer_chat_template(e->tok)) {
+                r = dse_chat_template_new(dse_tokenizer_chat_template(e->tok), &e->chat, &diag);
+                if (r < 0)
+                        wlog(4, "Chat template unusable (%s), chat requests will fail, ignoring", diag.msg);
+        }
+        r = dse_pool_new(cfg->n_threads, cfg->n_cpus ? cfg->cpus : NULL, cfg->n_cpus, &e->pool);
+        if (r < 0) {
+                wlog(3, "Failed to start %d compute threads: %s", cfg->n_threads, strerror(-r));
+                goto fail;
+        }
+        char desc[512];
+        dse_model_describe(e->model, desc, sizeof desc);
+        e->n_ctx = cfg->n_ctx > 0 ? cfg->n_ctx : 4096;
+
+        /* Size the pool: the budget given, or max_batch full contexts. At least one full
+         * context must fit, or a lone long request could never finish. */
+        struct dse_kv_cache *probe;
+        if ((r = dse_kv_cache_new(e->model, 1u << 30, KV_BLOCK_TOKENS, 1, 1, &probe, &diag)) < 0) {
+                wlog(3, "KV cache: %s", diag.msg);
+                goto fail;
+        }
+        size_t block_bytes = dse_kv_cache_block_bytes(probe);
+        dse_kv_cache_free(probe);
+        size_t blocks_per_ctx = ((size_t)e->n_ctx + KV_BLOCK_TOKENS - 1) / KV_BLOCK_TOKENS;
+        size_t mem = cfg->kv_mem_mib > 0 ? (size_t)cfg->kv_mem_mib << 20
+                                         : blocks_per_ctx * block_bytes * (size_t)cfg->max_batch;
+        if (mem / block_bytes < blocks_per_ctx) {
+                wlog(3, "--kv-mem-mib %d holds %zu blocks of %zu bytes, less than one context of %d tokens (%zu blocks)",
+                     cfg->kv_mem_mib, mem / block_bytes, block_bytes, e->n_ctx, blocks_per_ctx);
+                r = -ENOSPC;
+                goto fail;
+        }
+        if ((r = dse_kv_cache_new(e->model, mem, KV_BLOCK_TOKENS, cfg->max_batch, e->n_ctx, &e->kv, &diag)) < 0 ||
+            (r = dse_batch_new(e->model, e->kv, e->pool, &e->batch, &diag)) < 0) {
+                wlog(3, "Failed to set up the KV cache and batch: %s", diag.msg);
+                goto fail;
+        }
+        struct dse_kv_stats st;
+        dse_kv_cache_stats(e->kv, &st);
+        wlog(6, "%s; n_ctx %d, max batch %d, token budget %d, KV %d blocks x %d tokens (%zu MiB), %d threads", desc,
+             e->n_ctx, cfg->max_batch, cfg->token_budget, st.n_blocks, st.block_tokens,
+             (size_t)st.n_blocks * block_bytes >> 20, cfg->n_threads);
+        return 0;
+fail:
+        worker_engine_done(e);
+        return r;
+}
+
+struct loader {
+        const struct worker_config *cfg;
+        struct worker_engine *e;
+        int result;
+        atomic_int done;
+};
+
+static void *load_thread(void *arg) {
+        struct loader *l = arg;
+        l->result = worker_engine_load(l->cfg, l->e);
+        atomic_store(&l->done, 1);
+        return NULL;
+}
+
+/* ---- the loop ---- */
+
+struct server {
+        const struct worker_config *cfg;
+        struct dsv_ipc_conn *conn;
+        struct worker_engine *e;
+        struct sched *sched;
+        const char *state; /* "loading", "ready", "draining" */
+        double started;
+        int send_failures;
+        int32_t *prompt;   /* (n_ctx + 1) tokenizer output */
+};
+
+static void send_msg(struct server *sv, const struct dsv_ipc_msg *m) {
+        int r = dsv_ipc_send(sv->conn, m);
+        if (r < 0 && sv->send_failures++ == 0)
+                wlog(4, "Failed to send a %s event: %s, ignoring", dsv_ipc_msg_type_to_string(m->type), strerror(-r));
+}
+
+static void emit_cb(void *user, const struct dsv_ipc_msg *m) {
+        send_msg(user, m);
+}
+
+static void send_error(struct server *sv, uint64_t id, enum dsv_ipc_error_code code, const char *msg) {
+        struct dsv_ipc_msg m = {.type = DSV_IPC_ERROR};
+        m.u.error.id = id;
+        m.u.error.code = code;
+        m.u.error.message = (char *)msg;
+        send_msg(sv, &m);
+}
+
+/* Turns the request's input into token ids in sv->prompt; the count, or -errno after
+ * an error event. */
+static int tokenize_request(struct server *sv, const struct dsv_ipc_request *req) {
+        const struct worker_engine *e = sv->e;
+        struct dse_diag diag = {{0}};
+        char *owned = NULL;
+        const char *text;
+        int add_special = 1;
+        switch (req->input) {
+        case DSV_IPC_INPUT_TOKENS:
+                if (req->n_tokens > (size_t)e->n_ctx) {
+                        send_error(sv, req->id, DSV_IPC_ERR_PROMPT_TOO_LONG, "prompt longer than the context");
+                        return -E2BIG;
+                }
+                memcpy(sv->prompt, req->tokens, req->n_tokens * sizeof(int32_t));
+                return (int)req->n_tokens;
+        case DSV_IPC_INPUT_PROMPT:
+                text = req->prompt ? req->prompt : "";
+                break;
+        case DSV_IPC_INPUT_CHAT: {
+                if (!e->chat) {
+                        send_error(sv, req->id, DSV_IPC_ERR_INVALID_REQUEST, "the model has no usable chat template");
+                        return -EINVAL;
+                }
+                int bos = dse_tokenizer_bos(e->tok), eos = dse_tokenizer_eos(e->tok);
+                int r = dse_chat_template_render(e->chat, req->messages_json ? req->messages_json : "[]", NULL, 1,
+                                                 bos >= 0 ? dse_tokenizer_piece(e->tok, bos) : NULL,
+                                                 eos >= 0 ? dse_tokenizer_piece(e->tok, eos) : NULL, &owned, &diag);
+                if (r < 0) {
+                        send_error(sv, req->id, DSV_IPC_ERR_INVALID_REQUEST, diag.msg[0] ? diag.msg : strerror(-r));
+                        return r;
+                }
+                text = owned;
+                add_special = 0; /* the template writes BOS itself */
+                break;
+        }
+        default:
+                send_error(sv, req->id, DSV_IPC_ERR_INVALID_REQUEST, "unknown input kind");
+                return -EINVAL;
+        }
+        int r;
+        if (!e->tok) {
+                send_error(sv, req->id, DSV_IPC_ERR_INVALID_REQUEST, "the model has no tokenizer: send input \"tokens\"");
+                r = -EINVAL;
+        } else if (!*text) {
+                send_error(sv, req->id, DSV_IPC_ERR_INVALID_REQUEST, "empty prompt");
+                r = -EINVAL;
+        } else {
+                r = dse_tokenizer_encode(e->tok, text, strlen(text), add_special, sv->prompt, (size_t)e->n_ctx + 1);
+                if (r == -EILSEQ)
+                        send_error(sv, req->id, DSV_IPC_ERR_INVALID_REQUEST, "prompt is not valid UTF-8");
+                else if (r < 0)
+                        send_error(sv, req->id, DSV_IPC_ERR_INTERNAL, strerror(-r));
+                else if (r > e->n_ctx) {
+                        char msg[160];
+                        snprintf(msg, sizeof msg, "prompt of %d tokens exceeds the context of %d", r, e->n_ctx);
+                        send_error(sv, req->id, DSV_IPC_ERR_PROMPT_TOO_LONG, msg);
+                        r = -E2BIG;
+                }
+        }
+        free(owned);
+        return r;
+}
+
+static void handle_request(struct server *sv, const struct dsv_ipc_request *req) {
+        if (!sv->sched) {
+                send_error(sv, req->id, DSV_IPC_ERR_OVERLOADED, "the model is still loading");
+                return;
+        }
+        if (strcmp(sv->state, "draining") == 0) {
+                send_error(sv, req->id, DSV_IPC_ERR_SHUTTING_DOWN, "the worker is draining");
+                return;
+        }
+        int n = tokenize_request(sv, req);
+        if (n >= 0)
+                sched_add(sv->sched, req, sv->prompt, (size_t)n, realtime_ms());
+}
+
+static void handle(struct server *sv, const struct dsv_ipc_msg *m) {
+        struct dsv_ipc_msg reply = {0};
+        switch (m->type) {
+        case DSV_IPC_REQUEST:
+                handle_request(sv, &m->u.request);
+                return;
+        case DSV_IPC_CANCEL:
+                /* An unknown id has already ended (its final is on the way): nothing to do. */
+                if (sv->sched)
+                        sched_cancel(sv->sched, m->u.cancel_id, realtime_ms());
+                return;
+        case DSV_IPC_HEALTH:
+                reply.type = DSV_IPC_HEALTH_REPLY;
+                reply.u.health.seq = m->u.probe.seq;
+                reply.u.health.state = (char *)sv->state;
+                reply.u.health.uptime_s = mono_s() - sv->started;
+                send_msg(sv, &reply);
+                return;
+        case DSV_IPC_STATS: {
+                reply.type = DSV_IPC_STATS_REPLY;
+                reply.u.stats.seq = m->u.probe.seq;
+                if (sv->sched) {
+                        struct sched_stats st;
+                        sched_get_stats(sv->sched, &st);
+                        reply.u.stats.running = st.running;
+                        reply.u.stats.waiting = st.waiting;
+                        reply.u.stats.queued_prompt_tokens = st.queued_prompt_tokens;
+                        reply.u.stats.kv_blocks_used = st.kv_blocks_used;
+                        reply.u.stats.kv_blocks_total = st.kv_blocks_total;
+                        reply.u.stats.prefix_hit_rate = st.prefix_hit_rate;
+                        reply.u.stats.preemptions = st.preemptions;
+                }
+                send_msg(sv, &reply);
+                return;
+        }
+        default:
+                send_error(sv, 0, DSV_IPC_ERR_PROTOCOL, "unexpected message type for a worker");
+                return;
+        }
+}
+
+/* Receives and handles messages: waits up to wait_ms for the first, then takes what is
+ * already queued. */
+static void pump(struct server *sv, int wait_ms) {
+        for (int i = 0; i < MAX_MSGS_PER_STEP; i++) {
+                struct dsv_ipc_msg m;
+                char err[256] = "";
+                int r = dsv_ipc_recv(sv->conn, &m, i == 0 ? wait_ms : 0, err, sizeof err);
+                if (r == -EPROTO || r == -EPROTONOSUPPORT) {
+                        send_error(sv, 0, DSV_IPC_ERR_PROTOCOL, err[0] ? err : strerror(-r));
+                        continue;
+                }
+                if (r < 0)
+                        return;
+                handle(sv, &m);
+                dsv_ipc_msg_done(&m);
+        }
+}
+
+int worker_serve(const struct worker_config *cfg) {
+        struct worker_engine e;
+        struct server sv = {.cfg = cfg, .e = &e, .state = "loading", .started = mono_s()};
+        int r = dsv_ipc_listen(cfg->listen_url, &sv.conn);
+        if (r < 0) {
+                wlog(3, "Failed to listen on '%s': %s", cfg->listen_url, strerror(-r));
+                return 1;
+        }
+        struct loader ld = {.cfg = cfg, .e = &e};
+        pthread_t th;
+        if ((r = pthread_create(&th, NULL, load_thread, &ld)) != 0) {
+                wlog(3, "Failed to start the loader thread: %s", strerror(r));
+                dsv_ipc_close(sv.conn);
+                return 1;
+        }
+        while (!atomic_load(&ld.done) && !hygiene_orphaned() && !hygiene_drain_requested)
+                pump(&sv, IDLE_POLL_MS);
+        pthread_join(th, NULL);
+        int status = 1;
+        if (ld.result < 0 || hygiene_orphaned() || hygiene_drain_requested) {
+                if (ld.result >= 0)
+                        worker_engine_done(&e);
+                dsv_ipc_close(sv.conn);
+                return ld.result < 0 ? 1 : 0;
+        }
+
+        struct sched_config sc = {cfg->max_batch, cfg->token_budget, e.n_ctx, cfg->max_queue};
+        sv.prompt = malloc(((size_t)e.n_ctx + 1) * sizeof(int32_t));
+        r = sv.prompt ? sched_new(&sc, e.model, e.tok, e.kv, e.batch, emit_cb, &sv, &sv.sched) : -ENOMEM;
+        if (r < 0) {
+                wlog(3, "Failed to create the scheduler: %s", strerror(-r));
+                goto out;
+        }
+        sv.state = "ready";
+        wlog(6, "Ready on %s", cfg->listen_url);
+
+        double drain_deadline = 0;
+        for (;;) {
+                if (hygiene_orphaned()) {
+                        wlog(3, "Parent process is gone, exiting");
+                        break;
+                }
+                if (hygiene_drain_requested && drain_deadline == 0) {
+                        sv.state = "draining";
+                        drain_deadline = mono_s() + cfg->grace_ms / 1000.0;
+                        wlog(6, "Draining: finishing in-flight requests for up to %d ms", cfg->grace_ms);
+                }
+                pump(&sv, sched_busy(sv.sched) ? 0 : IDLE_POLL_MS);
+                if (drain_deadline > 0 && !sched_busy(sv.sched)) {
+                        status = 0;
+                        break;
+                }
+                if (drain_deadline > 0 && mono_s() >= drain_deadline) {
+                        sched_abort_all(sv.sched, DSV_IPC_ERR_SHUTTING_DOWN, "grace period over", realtime_ms());
+                        wlog(4, "Grace period over, in-flight requests failed with shutting_down");
+                        status = 0;
+                        break;
+                }
+                r = sched_step(sv.sched, realtime_ms());
+                if (r < 0)
+                        wlog(3, "Engine step failed: %s; the step's requests got internal_error", strerror(-r));
+        }
+out:
+        sched_free(sv.sched);
+        free(sv.prompt);
+        worker_engine_done(&e);
+        dsv_ipc_close(sv.conn);
+        return status;
+}
