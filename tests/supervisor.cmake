@@ -33,3 +33,9 @@ set_tests_properties(test-supervisor-notify PROPERTIES RUN_SERIAL ON)
 dsv_script_test(NAME test-supervisor-unit SCRIPT ${CMAKE_SOURCE_DIR}/tests/integration/test-supervisor-unit.sh
                 LABELS unit)
 set_tests_properties(test-supervisor-unit PROPERTIES SKIP_RETURN_CODE 77)
+
+# SIGHUP rolling restart under load, crash-loop limit, no orphans after kill -9 of the
+# supervisor, the --rt-priority preflight, usage errors.
+dsv_script_test(NAME test-supervisor-signals SCRIPT ${CMAKE_SOURCE_DIR}/tests/integration/test-supervisor-signals.sh
+                LABELS integration TIMEOUT 300)
+set_tests_properties(test-supervisor-signals PROPERTIES RUN_SERIAL ON)
