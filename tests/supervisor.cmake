@@ -39,3 +39,9 @@ set_tests_properties(test-supervisor-unit PROPERTIES SKIP_RETURN_CODE 77)
 dsv_script_test(NAME test-supervisor-signals SCRIPT ${CMAKE_SOURCE_DIR}/tests/integration/test-supervisor-signals.sh
                 LABELS integration TIMEOUT 300)
 set_tests_properties(test-supervisor-signals PROPERTIES RUN_SERIAL ON)
+
+# SCHED_FIFO in a v1 cpu group: EPERM without cpu.rt_runtime_us, granted with it (root).
+dsv_test(NAME test-supervisor-rt SOURCES integration/test-supervisor-rt.c ${DSV_SUP_DIR}/instance.c
+         LIBS dsv_platform LABELS integration)
+target_include_directories(test-supervisor-rt PRIVATE ${DSV_SUP_DIR})
+set_tests_properties(test-supervisor-rt PROPERTIES SKIP_RETURN_CODE 77)
