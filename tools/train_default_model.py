@@ -1,0 +1,456 @@
+#!/usr/bin/python3
+"""Trains dsvisor's bundled default model (models/default/, GitHub issue 10).
+
+A small deepseek_v2 model (MLA + MoE with a shared expert) on the King James Version that
+Debian ships, with a SentencePiece BPE tokenizer trained by Debian's spm_train. Needs the
+optional training packages (`scripts/bootstrap.sh --with-training`); serving never does.
+
+  tools/train_default_model.py --out models/default            # full run (~30 min, 1 thread)
+  tools/train_default_model.py --out /tmp/d-smoke --steps 40     # smoke run
+  tools/train_default_model.py --out models/default --ref-only   # rewrite ref/ from the files
+
+Stages: corpus (kjv_corpus.py) -> tokenizer (spm_train) -> training (fp32, AdamW, seeded)
+-> export (HF folder, BF16 safetensors) -> ref/ (fixture-style reference logits computed in
+float64 from the exported BF16 weights). The same seed on the same torch build gives the
+same files.
+"""
+
+import argparse
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # before numpy/torch load the BLAS
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import deepseek_v2_torch as ds  # noqa: E402
+import kjv_corpus  # noqa: E402
+
+VOCAB_SIZE = 4000
+UNK_ID, BOS_ID, EOS_ID = 0, 1, 2
+CONTEXT = 256          # training window = max_position_embeddings
+REF_PROMPT_TOKENS = 64
+REF_GEN_TOKENS = 16
+
+# Every key a DeepSeek-V2 Hugging Face config.json carries (same set as the fixtures').
+CONFIG = {
+    "architectures": ["DeepseekV2ForCausalLM"],
+    "attention_bias": False,
+    "attention_dropout": 0.0,
+    "auto_map": {
+        "AutoConfig": "configuration_deepseek.DeepseekV2Config",
+        "AutoModel": "modeling_deepseek.DeepseekV2Model",
+        "AutoModelForCausalLM": "modeling_deepseek.DeepseekV2ForCausalLM",
+    },
+    "aux_loss_alpha": 0.01,
+    "bos_token_id": BOS_ID,
+    "eos_token_id": EOS_ID,
+    "first_k_dense_replace": 1,
+    "hidden_act": "silu",
+    "hidden_size": 192,
+    "initializer_range": 0.02,
+    "intermediate_size": 512,
+    "kv_lora_rank": 64,
+    "max_position_embeddings": CONTEXT,
+    "model_type": "deepseek_v2",
+    "moe_intermediate_size": 160,
+    "moe_layer_freq": 1,
+    "n_group": 1,
+    "n_routed_experts": 8,
+    "n_shared_experts": 1,
+    "norm_topk_prob": False,
+    "num_attention_heads": 6,
+    "num_experts_per_tok": 2,
+    "num_hidden_layers": 4,
+    "num_key_value_heads": 6,
+    "pretraining_tp": 1,
+    "q_lora_rank": None,
+    "qk_nope_head_dim": 32,
+    "qk_rope_head_dim": 16,
+    "rms_norm_eps": 1e-06,
+    "rope_scaling": None,
+    "rope_theta": 10000,
+    "routed_scaling_factor": 1.0,
+    "scoring_func": "softmax",
+    "seq_aux": True,
+    "tie_word_embeddings": False,
+    "topk_group": 1,
+    "topk_method": "greedy",
+    "torch_dtype": "bfloat16",
+    "transformers_version": "4.33.1",
+    "use_cache": True,
+    "v_head_dim": 32,
+    "vocab_size": VOCAB_SIZE,
+}
+
+# No chat roles exist in the KJV, so the template adds no markers: the messages' text is the
+# start of a verse and the model continues it until </s> (end of verse).
+CHAT_TEMPLATE = ("{{ bos_token }}{% for message in messages %}{{ message['content'] }}"
+                 "{% if not loop.last %} {% endif %}{% endfor %}")
+
+
+KJV_COPYRIGHT = """\
+    The copyright for the King James Version text of the Bible is expired since
+    the  translation was done in 1611 under King James the first of Great
+    Britain."""
+
+README = """\
+# dsvisor default model: a small DeepSeek-V2 trained on the King James Version
+
+The model dsvisor serves when no other model is given (GitHub issue 10). No weights can
+be downloaded on the build machines, so the project trains its own: a {parameters}-parameter
+`deepseek_v2` model with the two things that make DeepSeek different, multi-head latent
+attention and a mixture of experts with a shared expert, trained on the King James Bible.
+It writes KJV-flavoured English; it knows nothing else and follows no instructions.
+
+## Files (Hugging Face layout; the engine converts it like any real checkpoint)
+
+| file | what |
+| --- | --- |
+| `config.json` | `model_type` deepseek_v2, `DeepseekV2ForCausalLM`, every DeepSeek-V2 config key |
+| `model.safetensors` | BF16 weights, HF tensor names, [out, in] matrices |
+| `generation_config.json` | `<s>`={bos_token_id}, `</s>`={eos_token_id}; sampling: temperature 0.8, top-k 40 |
+| `tokenizer.model` | SentencePiece BPE, {vocab_size} pieces |
+| `tokenizer_config.json` | BOS/EOS and the chat template |
+| `training.json` | the numbers of the run that produced these files |
+| `ref/` | reference logits on held-out text, in the layout of `shared/fixtures/models` |
+
+## Architecture
+
+| | |
+| --- | --- |
+| layers | {num_hidden_layers} (layer 0 dense SwiGLU, width {intermediate_size}; layers 1-{last_layer} MoE) |
+| hidden size | {hidden_size}, RMSNorm eps {rms_norm_eps} |
+| attention | MLA, {num_attention_heads} heads, q_lora_rank null (q_proj), kv_lora_rank {kv_lora_rank}, qk_nope {qk_nope_head_dim} / qk_rope {qk_rope_head_dim} / v {v_head_dim}; plain RoPE, theta {rope_theta}, interleaved pairs |
+| MoE | {n_experts} routed experts of width {moe_intermediate_size}, top-{num_experts_per_tok} greedy, softmax scoring, norm_topk_prob false, routed_scaling_factor {routed_scaling_factor}; {n_shared_experts} shared expert |
+| vocabulary | {vocab_size}, untied lm_head |
+| context | {max_position_embeddings} tokens (the training window) |
+
+## Data
+
+The King James Version (1611) as Debian's `bible-kjv-text` package ships it (read with
+`bible` from `bible-kjv`): 31102 verses, one sequence `<s> verse </s>` each. Training: Genesis
+to Jude, {train_tokens} tokens. Held out: Revelation, the last book ({held_out_tokens}
+tokens), never seen by the tokenizer or the model. From `/usr/share/doc/bible-kjv-text/copyright`:
+
+{kjv_copyright}
+
+## Tokenizer
+
+`spm_train` (Debian `sentencepiece`) on the training verses: BPE, {vocab_size} pieces, byte
+fallback, split digits, identity normalisation, dummy prefix (Llama settings); `<unk>`=0,
+`<s>`=1, `</s>`=2. Encoding adds `<s>`. The chat template adds no role markers (the KJV has
+no chat turns): it is `<s>` followed by the messages' text, so a message such as
+"And God said" is continued as a verse, up to `</s>`.
+
+## Training
+
+`tools/train_default_model.py --out models/default` (seed {seed}; needs
+`scripts/bootstrap.sh --with-training`): PyTorch {torch}, float32, one thread, AdamW
+(lr {lr}, betas 0.9/0.95, weight decay 0.1, warm-up then cosine to 10 %), {steps} steps of
+{batch} windows x {context} tokens starting at a verse, the DeepSeek-V2 sequence-level
+balance loss (alpha {aux_loss_alpha}). Took {train_minutes} min on a shared 2-core VM.
+Final training loss {final_train_loss} nats/token. Weights rounded to BF16 for export.
+
+Held-out (Revelation) perplexity with the exported BF16 weights: **{ppl:.1f}**
+({held_out_loss_bf16} nats/token); a unigram model of the training tokens (add-one smoothing)
+gets {unigram_ppl:.1f}. `bench/default_model_ppl.py` re-measures both.
+
+## Reference and test
+
+`ref/` holds `<s>` + the start of Revelation (whole words, at most 64 tokens), the logits of the
+training code's forward pass on them computed in float64 from the BF16 weights, 16 greedy
+ids and the logits of each decode step (`manifest.json` has the text, the smallest greedy
+margin and router gap). The ctest `test-default-model` runs `dsvisor logits` on this
+folder and requires max abs error <= 1e-3 and identical greedy ids. The same PyTorch code
+reproduces the shared DeepSeek-V2 fixtures' references (`tools/check_deepseek_v2_torch.py`).
+
+## License
+
+Weights and tokenizer: CC0 1.0 (see LICENSE). Training text: the KJV, out of copyright.
+"""
+
+LICENSE_HEAD = """\
+dsvisor default model (model.safetensors, tokenizer.model and the JSON files beside them)
+
+Trained by the dsvisor project on the King James Version of the Bible (1611), as shipped by
+Debian's bible-kjv-text package. /usr/share/doc/bible-kjv-text/copyright says of the text:
+
+{kjv_copyright}
+
+The dsvisor project dedicates these model files to the public domain under CC0 1.0
+Universal, whose text follows.
+
+------------------------------------------------------------------------------------------
+
+"""
+
+
+def log(msg):
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+# ---- tokenizer ------------------------------------------------------------------------
+
+def train_tokenizer(train_texts, work):
+    """spm_train BPE with Llama-style settings (identity normalisation, dummy prefix,
+    byte fallback, split digits) -> work/tokenizer.model."""
+    corpus = os.path.join(work, "train.txt")
+    with open(corpus, "w") as f:
+        f.write("\n".join(train_texts) + "\n")
+    cmd = ["spm_train", f"--input={corpus}", f"--model_prefix={work}/tokenizer",
+           "--model_type=bpe", f"--vocab_size={VOCAB_SIZE}", "--character_coverage=1.0",
+           "--byte_fallback=true", "--split_digits=true", "--allow_whitespace_only_pieces=true",
+           "--normalization_rule_name=identity", "--remove_extra_whitespaces=false",
+           "--add_dummy_prefix=true", f"--unk_id={UNK_ID}", f"--bos_id={BOS_ID}",
+           f"--eos_id={EOS_ID}", "--pad_id=-1", "--num_threads=1"]
+    with open(os.path.join(work, "spm_train.log"), "w") as logf:
+        subprocess.run(cmd, check=True, stdout=logf, stderr=subprocess.STDOUT)
+    return os.path.join(work, "tokenizer.model")
+
+
+def encode_stream(sp, texts):
+    """Verses -> one int64 stream [<s> verse </s> <s> verse </s> ...]."""
+    out = []
+    for ids in sp.encode(texts):
+        out.append(BOS_ID)
+        out.extend(ids)
+        out.append(EOS_ID)
+    return np.asarray(out, dtype=np.int64)
+
+
+# ---- training -------------------------------------------------------------------------
+
+def batches(stream, batch, context, rng):
+    """Windows of context+1 tokens starting at a verse's <s>, as at inference."""
+    starts = np.flatnonzero(stream[:len(stream) - context - 1] == BOS_ID)
+    offs = np.arange(context + 1)
+    while True:
+        w = torch.from_numpy(stream[rng.choice(starts, batch)[:, None] + offs])
+        yield w[:, :-1], w[:, 1:]
+
+
+@torch.no_grad()
+def eval_loss(model, stream, context):
+    """Mean next-token cross-entropy over consecutive windows of the stream, targets that
+    are <s> excluded (a <s> always follows </s>)."""
+    model.eval()
+    total, count = 0.0, 0
+    for lo in range(0, len(stream) - 1, context):
+        w = torch.from_numpy(stream[lo:lo + context + 1])[None]
+        logits, _ = model(w[:, :-1])
+        y = w[:, 1:].reshape(-1)
+        nll = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y, reduction="none")
+        keep = y != BOS_ID
+        total += nll[keep].sum().item()
+        count += int(keep.sum())
+    model.train()
+    return total / count
+
+
+def train(model, stream, held, args):
+    opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.95),
+                            weight_decay=0.1, eps=1e-8)
+    rng = np.random.default_rng(args.seed)
+    data = batches(stream, args.batch, CONTEXT, rng)
+    warmup = max(1, args.steps // 20)
+    t0 = time.time()
+    model.train()
+    history = []
+    for step in range(args.steps):
+        lr = args.lr * (step + 1) / warmup if step < warmup else \
+            args.lr * (0.1 + 0.45 * (1 + math.cos(math.pi * (step - warmup) / max(1, args.steps - warmup))))
+        for g in opt.param_groups:
+            g["lr"] = lr
+        x, y = next(data)
+        logits, aux = model(x)
+        ce = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
+        loss = ce + aux if aux is not None else ce
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        history.append(ce.item())
+        if step % args.log_every == 0 or step == args.steps - 1:
+            el = time.time() - t0
+            tok_s = (step + 1) * args.batch * CONTEXT / el
+            log(f"step {step}/{args.steps} lr {lr:.2e} loss {np.mean(history[-args.log_every:]):.4f} "
+                f"aux {aux.item() if aux is not None else 0:.4f} {tok_s:.0f} tok/s elapsed {el/60:.1f} min")
+        if args.eval_every and step and step % args.eval_every == 0:
+            log(f"step {step} held-out loss {eval_loss(model, held, CONTEXT):.4f}")
+    return float(np.mean(history[-args.log_every:])), (time.time() - t0) / 60
+
+
+# ---- export ---------------------------------------------------------------------------
+
+def write_json(path, obj):
+    with open(path, "w") as f:
+        json.dump(obj, f, indent=2)
+        f.write("\n")
+
+
+def export(model, tok_path, out, stats):
+    os.makedirs(out, exist_ok=True)
+    write_json(os.path.join(out, "config.json"), CONFIG)
+    write_json(os.path.join(out, "generation_config.json"), {
+        "_from_model_config": True, "bos_token_id": BOS_ID, "eos_token_id": EOS_ID,
+        "do_sample": True, "temperature": 0.8, "top_k": 40,
+        "transformers_version": CONFIG["transformers_version"]})
+    write_json(os.path.join(out, "tokenizer_config.json"), {
+        "add_bos_token": True, "add_eos_token": False,
+        "bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>", "pad_token": None,
+        "clean_up_tokenization_spaces": False, "legacy": True,
+        "model_max_length": CONTEXT, "sp_model_kwargs": {},
+        "tokenizer_class": "LlamaTokenizer", "chat_template": CHAT_TEMPLATE})
+    shutil.copyfile(tok_path, os.path.join(out, "tokenizer.model"))
+    ds.save_safetensors_bf16(os.path.join(out, "model.safetensors"), model.state_dict())
+    write_json(os.path.join(out, "training.json"), stats)
+    with open(os.path.join(out, "README.md"), "w") as f:
+        f.write(README.format(**stats, **CONFIG, kjv_copyright=KJV_COPYRIGHT,
+                              last_layer=CONFIG["num_hidden_layers"] - 1,
+                              n_experts=CONFIG["n_routed_experts"],
+                              ppl=math.exp(stats["held_out_loss_bf16"]),
+                              unigram_ppl=math.exp(stats["held_out_unigram_loss"])))
+    with open("/usr/share/common-licenses/CC0-1.0") as f:
+        cc0 = f.read()
+    with open(os.path.join(out, "LICENSE"), "w") as f:
+        f.write(LICENSE_HEAD.format(kjv_copyright=KJV_COPYRIGHT) + cc0)
+
+
+def unigram_loss(stream, held):
+    """Mean NLL of held-out tokens (<s> targets excluded, as in eval_loss) under training-set
+    token frequencies with add-one smoothing."""
+    counts = np.bincount(stream[stream != BOS_ID], minlength=VOCAB_SIZE).astype(np.float64)
+    logp = np.log((counts + 1) / (counts.sum() + VOCAB_SIZE))
+    targets = held[1:]
+    return float(-logp[targets[targets != BOS_ID]].mean())
+
+
+def write_ref(out, sp):
+    """ref/ in the fixtures' layout, from the exported BF16 weights widened to float64."""
+    model = ds.load_model(out, torch.float64)
+    _, held = kjv_corpus.split_verses()
+    words = " ".join(held).split(" ")
+    # the longest run of whole words from the book's start that fits, so encoding
+    # prompt_text gives exactly prompt_ids[1:] (the engine's tokenizer is checked on it)
+    n = 1
+    while len(sp.encode(" ".join(words[:n + 1]))) <= REF_PROMPT_TOKENS - 1:
+        n += 1
+    prompt_text = " ".join(words[:n])
+    prompt = [BOS_ID] + sp.encode(prompt_text)
+    logits, gen, dec = ds.greedy_reference(model, prompt, REF_GEN_TOKENS)
+    ref = os.path.join(out, "ref")
+    os.makedirs(ref, exist_ok=True)
+    write_json(os.path.join(ref, "prompt_ids.json"), prompt)
+    write_json(os.path.join(ref, "generated_ids.json"), gen)
+    logits.to(torch.float32).numpy().astype("<f4").tofile(os.path.join(ref, "logits.f32"))
+    dec.to(torch.float32).numpy().astype("<f4").tofile(os.path.join(ref, "decode_logits.f32"))
+    rows = torch.cat([logits[-1:], dec[:-1]])
+    top2 = torch.topk(rows, 2, dim=-1).values
+    full = torch.tensor([prompt + gen[:-1]])
+    manifest = {
+        "description": "reference data for the bundled default model (KJV-trained deepseek_v2)",
+        "model_type": "deepseek_v2",
+        "weights": {"files": ["model.safetensors"],
+                    "reference_math": "weights are used exactly as stored (BF16 values widened to float64)"},
+        "reference": {"compute_dtype": "float64 (outputs stored as float32)", "batch": 1,
+                      "positions": "0..n_prompt-1 for the prompt, continuing for decode steps",
+                      "attention_mask": "causal, no padding",
+                      "prompt": "<s> + the held-out book (Revelation) from its first verse, "
+                                f"as many whole words as fit in {REF_PROMPT_TOKENS} tokens",
+                      "prompt_text": prompt_text},
+        "files": {
+            "prompt_ids.json": {"dtype": "int", "shape": [len(prompt)]},
+            "logits.f32": {"dtype": "float32 little-endian", "shape": [len(prompt), VOCAB_SIZE],
+                           "order": "row-major"},
+            "generated_ids.json": {"dtype": "int", "shape": [REF_GEN_TOKENS]},
+            "decode_logits.f32": {"dtype": "float32 little-endian", "shape": [REF_GEN_TOKENS, VOCAB_SIZE],
+                                  "order": "row-major"}},
+        "n_prompt": len(prompt),
+        "vocab_size": VOCAB_SIZE,
+        "diagnostics": {
+            "generated_text": sp.decode(gen),
+            "min_greedy_top1_top2_margin": float((top2[:, 0] - top2[:, 1]).min()),
+            "min_router_selection_gap": model.router_gaps(full),
+            "logit_std": float(logits.std()),
+        },
+    }
+    write_json(os.path.join(ref, "manifest.json"), manifest)
+    log(f"ref: prompt {len(prompt)} tokens, greedy {sp.decode(gen)!r}, "
+        f"margin {manifest['diagnostics']['min_greedy_top1_top2_margin']:.4f}, "
+        f"router gap {manifest['diagnostics']['min_router_selection_gap']:.2e}")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", required=True, help="model folder to write")
+    ap.add_argument("--work", default="/tmp/dsv-default-model", help="scratch dir (corpus, checkpoint)")
+    ap.add_argument("--seed", type=int, default=10)
+    ap.add_argument("--steps", type=int, default=520)
+    ap.add_argument("--batch", type=int, default=6)
+    ap.add_argument("--lr", type=float, default=3e-3)
+    ap.add_argument("--log-every", type=int, default=20)
+    ap.add_argument("--eval-every", type=int, default=0)
+    ap.add_argument("--ref-only", action="store_true", help="only rewrite OUT/ref from OUT's files")
+    ap.add_argument("--export-only", action="store_true",
+                    help="skip training: export WORK/model-fp32.pt (+ WORK/train-stats.json) again")
+    args = ap.parse_args()
+
+    import sentencepiece as spm
+    torch.set_num_threads(1)  # the build machines' cores are shared
+    if args.ref_only:
+        write_ref(args.out, spm.SentencePieceProcessor(model_file=os.path.join(args.out, "tokenizer.model")))
+        return
+
+    os.makedirs(args.work, exist_ok=True)
+    train_texts, held_texts = kjv_corpus.split_verses()
+    log(f"corpus: {len(train_texts)} training verses, {len(held_texts)} held out (Revelation)")
+    tok_path = train_tokenizer(train_texts, args.work)
+    sp = spm.SentencePieceProcessor(model_file=tok_path)
+    assert sp.vocab_size() == VOCAB_SIZE and sp.bos_id() == BOS_ID and sp.eos_id() == EOS_ID
+    stream = encode_stream(sp, train_texts)
+    held = encode_stream(sp, held_texts)
+    log(f"tokens: {len(stream)} training, {len(held)} held out")
+
+    torch.manual_seed(args.seed)
+    model = ds.DeepseekV2ForCausalLM(CONFIG)
+    model.init_weights(torch.Generator().manual_seed(args.seed))
+    n_params = sum(p.numel() for p in model.parameters())
+    log(f"model: {n_params} parameters")
+    ckpt = os.path.join(args.work, "model-fp32.pt")
+    run_path = os.path.join(args.work, "train-stats.json")
+    if args.export_only:
+        model.load_state_dict(torch.load(ckpt))
+        with open(run_path) as f:
+            run = json.load(f)
+    else:
+        train_loss, minutes = train(model, stream, held, args)
+        torch.save(model.state_dict(), ckpt)
+        run = {"seed": args.seed, "steps": args.steps, "batch": args.batch, "lr": args.lr,
+               "final_train_loss": round(train_loss, 4), "train_minutes": round(minutes, 1)}
+        write_json(run_path, run)
+
+    for name, p in model.state_dict().items():
+        p.copy_(ds.bf16_round(p))
+    held_loss = eval_loss(model, held, CONTEXT)
+    log(f"trained: final train loss {run['final_train_loss']:.4f}, held-out loss (BF16 weights) "
+        f"{held_loss:.4f} (ppl {math.exp(held_loss):.2f}), {run['train_minutes']:.1f} min")
+    stats = {**run, "context": CONTEXT, "parameters": n_params, "train_tokens": int(len(stream)),
+             "held_out_tokens": int(len(held)), "held_out_loss_bf16": round(held_loss, 4),
+             "held_out_unigram_loss": round(unigram_loss(stream, held), 4),
+             "torch": torch.__version__}
+    export(model, tok_path, args.out, stats)
+    write_ref(args.out, sp)
+    log(f"exported {args.out}")
+
+
+if __name__ == "__main__":
+    main()
