@@ -1,11 +1,13 @@
 /* Multi-sequence steps over the paged KV cache (see dse.h, "batched sessions").
  *
- * The batch owns a session without a private cache: before running a sequence's tokens
- * through the architecture's forward pass it points the session's KV view at that
- * sequence's block table, so the single-sequence session and the batch share one
- * forward pass and differ only in where the KV rows live. Each token of a sequence is
- * evaluated exactly as dse_session_eval would, so a sequence's logits do not depend on
- * its neighbours in the step or on how its prompt was chunked. */
+ * The batch owns a session without a private cache and feeds the architecture's
+ * forward pass up to DSE__MAX_STEP_TOKENS tokens per call, gathered across the step's
+ * sequences, each token carrying its sequence's KV view (block table). So the
+ * single-sequence session and the batch share one forward pass and differ only in where
+ * the KV rows live, and each pass over the weights serves every sequence of the call.
+ * Every token's arithmetic is the same whatever its neighbours (the kernels' matmul
+ * computes each token's row as matvec does), so a sequence's logits do not depend on
+ * the step it runs in or on how its prompt was chunked. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -14,9 +16,11 @@
 #include "model/forward.h"
 
 struct dse_batch {
-        struct dse_session *s; /* KV view set per sequence */
+        struct dse_session *s; /* no private cache: views come with the tokens */
         struct dse_kv_cache *kv;
         int32_t vocab;
+        struct dse__tok toks[DSE__MAX_STEP_TOKENS];
+        struct dse__kv_view views[DSE__MAX_STEP_TOKENS]; /* the view of toks[i]'s sequence */
 };
 
 int dse_batch_new(const struct dse_model *model, struct dse_kv_cache *kv, struct dse_pool *pool,
@@ -82,14 +86,23 @@ int dse_batch_step(struct dse_batch *b, const struct dse_batch_seq *seqs, size_t
         for (size_t i = 0; i < n_seqs; i++)
                 if ((r = dse__kv_seq_reserve(b->kv, seqs[i].seq, (size_t)seqs[i].n_tokens)) < 0)
                         return r; /* cannot happen: check_seqs counted the blocks */
-        struct dse_session *s = b->s;
+        int n = 0;
         for (size_t i = 0; i < n_seqs; i++) {
                 const struct dse_batch_seq *q = &seqs[i];
                 int32_t pos = dse_kv_seq_len(b->kv, q->seq);
-                dse__kv_seq_view(b->kv, q->seq, &s->kv);
-                for (int32_t t = 0; t < q->n_tokens; t++)
-                        s->ops->forward(s, q->tokens[t], pos + t, t + 1 == q->n_tokens ? q->logits : NULL);
-                dse__kv_seq_commit(b->kv, q->seq, q->tokens, (size_t)q->n_tokens);
+                for (int32_t t = 0; t < q->n_tokens; t++) {
+                        dse__kv_seq_view(b->kv, q->seq, &b->views[n]);
+                        b->toks[n] = (struct dse__tok){q->tokens[t], pos + t, &b->views[n],
+                                                       t + 1 == q->n_tokens ? q->logits : NULL};
+                        if (++n == DSE__MAX_STEP_TOKENS) {
+                                b->s->ops->forward(b->s, b->toks, n);
+                                n = 0;
+                        }
+                }
         }
+        if (n > 0)
+                b->s->ops->forward(b->s, b->toks, n);
+        for (size_t i = 0; i < n_seqs; i++)
+                dse__kv_seq_commit(b->kv, seqs[i].seq, seqs[i].tokens, (size_t)seqs[i].n_tokens);
         return 0;
 }

@@ -151,26 +151,36 @@ struct linear_job {
         const struct dse_kernels *k;
         const struct dse_qmat *w;
         const float *x;
+        int64_t ldx, n;
         float *y;
+        int64_t ldy;
         const float *bias;
 };
 
 static void linear_rows(void *ctx, size_t begin, size_t end, int ith) {
         const struct linear_job *j = ctx;
-        j->k->matvec[j->w->dtype](j->w, j->x, j->y, (int64_t)begin, (int64_t)end);
+        j->k->matmul[j->w->dtype](j->w, j->x, j->ldx, j->n, j->y, j->ldy, (int64_t)begin, (int64_t)end);
         if (j->bias)
-                for (size_t r = begin; r < end; r++)
-                        j->y[r] += j->bias[r];
+                for (int64_t t = 0; t < j->n; t++)
+                        for (size_t r = begin; r < end; r++)
+                                j->y[t * j->ldy + (int64_t)r] += j->bias[r];
+}
+
+void dse__linear_n(struct dse_session *s, const struct dse_qmat *w, const float *x, int64_t ldx, int64_t n, float *y,
+                   int64_t ldy, const float *bias) {
+        if (w->perm) { /* act-order: stored column j multiplies x[perm[j]] */
+                for (int64_t t = 0; t < n; t++)
+                        for (int64_t j = 0; j < w->cols; j++)
+                                s->xperm[t * w->cols + j] = x[t * ldx + w->perm[j]];
+                x = s->xperm;
+                ldx = w->cols;
+        }
+        struct linear_job job = {&s->k, w, x, ldx, n, y, ldy, bias};
+        dse__parallel(s, (size_t)w->rows, linear_rows, &job);
 }
 
 void dse__linear(struct dse_session *s, const struct dse_qmat *w, const float *x, float *y, const float *bias) {
-        if (w->perm) { /* act-order: stored column j multiplies x[perm[j]] */
-                for (int64_t j = 0; j < w->cols; j++)
-                        s->xperm[j] = x[w->perm[j]];
-                x = s->xperm;
-        }
-        struct linear_job job = {&s->k, w, x, y, bias};
-        dse__parallel(s, (size_t)w->rows, linear_rows, &job);
+        dse__linear_n(s, w, x, 0, 1, y, 0, bias);
 }
 
 void dse__session_set_mla_naive(struct dse_session *s, int on) {
@@ -223,7 +233,8 @@ static int session_create(const struct dse_model *model, int n_ctx, struct dse_p
         }
         if ((r = s->ops->init(s, reterr)) < 0)
                 goto fail;
-        if (!(s->xperm = dse__session_alloc(s, (size_t)(s->max_cols > 0 ? s->max_cols : 1) * sizeof(float)))) {
+        if (!(s->xperm = dse__session_alloc(s, (size_t)DSE__MAX_STEP_TOKENS * (size_t)(s->max_cols > 0 ? s->max_cols : 1) *
+                                                       sizeof(float)))) {
                 r = -ENOMEM;
                 goto fail;
         }
@@ -263,10 +274,16 @@ int dse_session_eval(struct dse_session *s, const int32_t *tokens, size_t n_toke
                 if (tokens[i] < 0 || tokens[i] >= vocab)
                         return dse__fail(reterr, -EINVAL, "token %d at index %zu is outside the vocabulary (%d)",
                                          tokens[i], i, vocab);
-        for (size_t i = 0; i < n_tokens; i++) {
-                float *out = logits ? logits + i * (size_t)vocab : i + 1 == n_tokens ? last_logits : NULL;
-                s->ops->forward(s, tokens[i], s->n_past, out);
-                s->n_past++;
+        struct dse__tok toks[DSE__MAX_STEP_TOKENS];
+        for (size_t i0 = 0; i0 < n_tokens; i0 += DSE__MAX_STEP_TOKENS) {
+                int n = n_tokens - i0 < DSE__MAX_STEP_TOKENS ? (int)(n_tokens - i0) : DSE__MAX_STEP_TOKENS;
+                for (int k = 0; k < n; k++) {
+                        size_t i = i0 + (size_t)k;
+                        float *out = logits ? logits + i * (size_t)vocab : i + 1 == n_tokens ? last_logits : NULL;
+                        toks[k] = (struct dse__tok){tokens[i], s->n_past + k, &s->kv, out};
+                }
+                s->ops->forward(s, toks, n);
+                s->n_past += n;
         }
         if (logits && last_logits && n_tokens)
                 memcpy(last_logits, logits + (n_tokens - 1) * (size_t)vocab, (size_t)vocab * sizeof(float));

@@ -55,22 +55,25 @@ struct ds_state {
         float softmax_scale;
         int32_t H, nope, rope_dim, vdim, kvr, qk_dim, lat_dim; /* lat_dim = kvr + rope_dim */
         int n_threads;
-        /* activations */
-        float *x, *xb, *xb2;     /* (hidden) */
-        float *qa;               /* (q_lora_rank) */
-        float *q;                /* (H, nope+rope) */
-        float *kv_a;             /* (kvr + rope) */
+        int64_t mlp_width;       /* widest MLP: the row stride of hb, hb2 */
+        /* activations: per token of the call (T = DSE__MAX_STEP_TOKENS) ... */
+        float *x, *xb, *xb2;     /* (T, hidden) */
+        float *qa;               /* (T, q_lora_rank) */
+        float *q;                /* (T, H, nope+rope) */
+        float *kv_a;             /* (T, kvr + rope) */
+        float *att_out;          /* (T, H, v) */
+        float *hb, *hb2;         /* (T, mlp_width) */
+        float *cos, *sin;        /* (T, rope/2) */
+        float *logits;           /* (T, vocab) */
+        /* ... and for one token at a time (attention, MoE) */
         float *q_abs;            /* (H, kvr) W_uk^T q_nope per head */
         float *o_lat;            /* (H, kvr) sum_t p_t c_t per head */
         float *uv;               /* (H*(nope+v)) rows of kv_b_proj applied to o_lat */
         float *att;              /* (H, n_ctx) */
-        float *att_out;          /* (H, v) */
         float *row;              /* (n_threads, kvr) one dequantised kv_b_proj row per thread */
         float *kvb_full;         /* (n_threads, H*(nope+v)) naive form: decompressed k/v of one token */
-        float *hb, *hb2;         /* (max MLP width) */
         float *moe_out;          /* (hidden) */
         float *router_logits;    /* (n_experts) */
-        float *cos, *sin;        /* (rope/2) */
         /* KV rows (through s->kv): latent c then k_pe, (kvr + rope) per layer and token */
 };
 
@@ -207,17 +210,19 @@ static int ds_init(struct dse_session *s, struct dse_diag *reterr) {
                 }
         }
 
-        size_t n_ctx = (size_t)s->n_ctx, hkv = (size_t)H * (st->nope + st->vdim);
+        size_t n_ctx = (size_t)s->n_ctx, hkv = (size_t)H * (st->nope + st->vdim), T = DSE__MAX_STEP_TOKENS;
         size_t n_exp = hp->n_routed_experts > 0 ? (size_t)hp->n_routed_experts : 1;
         size_t qlr = hp->q_lora_rank > 0 ? (size_t)hp->q_lora_rank : 1;
+        st->mlp_width = max_width;
 #define ALLOC(p, n) (((p) = dse__session_alloc(s, (size_t)(n) * sizeof(float))) != NULL)
-        if (!ALLOC(st->x, D) || !ALLOC(st->xb, D) || !ALLOC(st->xb2, D) || !ALLOC(st->qa, qlr) ||
-            !ALLOC(st->q, H * st->qk_dim) || !ALLOC(st->kv_a, st->lat_dim) || !ALLOC(st->q_abs, H * st->kvr) ||
-            !ALLOC(st->o_lat, H * st->kvr) || !ALLOC(st->uv, hkv) || !ALLOC(st->att, (size_t)H * n_ctx) ||
-            !ALLOC(st->att_out, H * st->vdim) || !ALLOC(st->row, (size_t)st->n_threads * st->kvr) ||
-            !ALLOC(st->kvb_full, (size_t)st->n_threads * hkv) || !ALLOC(st->hb, max_width) ||
-            !ALLOC(st->hb2, max_width) || !ALLOC(st->moe_out, D) || !ALLOC(st->router_logits, n_exp) ||
-            !ALLOC(st->cos, st->rope_dim / 2) || !ALLOC(st->sin, st->rope_dim / 2))
+        if (!ALLOC(st->x, T * D) || !ALLOC(st->xb, T * D) || !ALLOC(st->xb2, T * D) || !ALLOC(st->qa, T * qlr) ||
+            !ALLOC(st->q, T * H * st->qk_dim) || !ALLOC(st->kv_a, T * st->lat_dim) ||
+            !ALLOC(st->att_out, T * H * st->vdim) || !ALLOC(st->hb, T * max_width) || !ALLOC(st->hb2, T * max_width) ||
+            !ALLOC(st->cos, T * st->rope_dim / 2) || !ALLOC(st->sin, T * st->rope_dim / 2) ||
+            !ALLOC(st->logits, T * V) || !ALLOC(st->q_abs, H * st->kvr) || !ALLOC(st->o_lat, H * st->kvr) ||
+            !ALLOC(st->uv, hkv) || !ALLOC(st->att, (size_t)H * n_ctx) ||
+            !ALLOC(st->row, (size_t)st->n_threads * st->kvr) || !ALLOC(st->kvb_full, (size_t)st->n_threads * hkv) ||
+            !ALLOC(st->moe_out, D) || !ALLOC(st->router_logits, n_exp))
                 return -ENOMEM;
 #undef ALLOC
         return 0;
@@ -226,8 +231,11 @@ static int ds_init(struct dse_session *s, struct dse_diag *reterr) {
 struct mla_job {
         struct dse_session *s;
         const struct ds_layer *L;
-        int l;              /* layer: its latents are s->kv rows (kvr + rope) */
-        int32_t T;          /* positions 0..T-1 attended */
+        int l;                         /* layer: its latents are kv rows (kvr + rope) */
+        const struct dse__kv_view *kv; /* the token's sequence */
+        int32_t T;                     /* positions 0..T-1 attended */
+        const float *q;                /* (H, nope+rope) the token's queries */
+        float *out;                    /* (H, v) */
 };
 
 /* Absorbed MLA for heads [h0, h1). */
@@ -239,7 +247,7 @@ static void mla_absorbed(void *ctx, size_t h0, size_t h1, int ith) {
         int32_t kvr = st->kvr, rd = st->rope_dim, blk = st->nope + st->vdim;
         float *row = st->row + (size_t)ith * kvr; /* (kvr) */
         for (size_t h = h0; h < h1; h++) {
-                const float *q_nope = st->q + h * st->qk_dim;  /* (nope) */
+                const float *q_nope = j->q + h * st->qk_dim;   /* (nope) */
                 const float *q_pe = q_nope + st->nope;         /* (rope), rotated */
                 float *q_abs = st->q_abs + h * kvr;            /* (kvr) */
                 float *o_lat = st->o_lat + h * kvr;            /* (kvr) */
@@ -252,17 +260,17 @@ static void mla_absorbed(void *ctx, size_t h0, size_t h1, int ith) {
                         s->k.axpy(q_nope[i], row, q_abs, kvr);
                 }
                 for (int32_t t = 0; t < j->T; t++) {
-                        const float *lat = dse__kv_row(&s->kv, j->l, t); /* (kvr + rope) */
+                        const float *lat = dse__kv_row(j->kv, j->l, t); /* (kvr + rope) */
                         att[t] = (s->k.dot(q_abs, lat, kvr) + s->k.dot(q_pe, lat + kvr, rd)) * st->softmax_scale;
                 }
                 s->k.softmax(att, j->T);
                 memset(o_lat, 0, (size_t)kvr * sizeof(float));
                 for (int32_t t = 0; t < j->T; t++)
-                        s->k.axpy(att[t], dse__kv_row(&s->kv, j->l, t), o_lat, kvr);
+                        s->k.axpy(att[t], dse__kv_row(j->kv, j->l, t), o_lat, kvr);
                 /* out_h = W_uv o_lat: the head's v rows of kv_b_proj */
                 int64_t v0 = (int64_t)h * blk + st->nope;
                 s->k.matvec[wkv_b->dtype](wkv_b, o_lat, st->uv, v0, v0 + st->vdim);
-                memcpy(st->att_out + h * st->vdim, st->uv + v0, (size_t)st->vdim * sizeof(float));
+                memcpy(j->out + h * st->vdim, st->uv + v0, (size_t)st->vdim * sizeof(float));
         }
 }
 
@@ -275,13 +283,13 @@ static void mla_naive(void *ctx, size_t h0, size_t h1, int ith) {
         int32_t kvr = st->kvr, rd = st->rope_dim, blk = st->nope + st->vdim;
         float *kv = st->kvb_full + (size_t)ith * st->H * blk; /* (H*(nope+v)) by absolute row */
         for (size_t h = h0; h < h1; h++) {
-                const float *q_nope = st->q + h * st->qk_dim;
+                const float *q_nope = j->q + h * st->qk_dim;
                 const float *q_pe = q_nope + st->nope;
                 float *att = st->att + h * (size_t)s->n_ctx;
-                float *out = st->att_out + h * st->vdim; /* (v) */
+                float *out = j->out + h * st->vdim; /* (v) */
                 int64_t k0 = (int64_t)h * blk, v0 = k0 + st->nope;
                 for (int32_t t = 0; t < j->T; t++) {
-                        const float *lat = dse__kv_row(&s->kv, j->l, t);
+                        const float *lat = dse__kv_row(j->kv, j->l, t);
                         s->k.matvec[wkv_b->dtype](wkv_b, lat, kv, k0, v0); /* k_nope_t (nope) */
                         att[t] = (s->k.dot(q_nope, kv + k0, st->nope) + s->k.dot(q_pe, lat + kvr, rd)) *
                                  st->softmax_scale;
@@ -289,23 +297,26 @@ static void mla_naive(void *ctx, size_t h0, size_t h1, int ith) {
                 s->k.softmax(att, j->T);
                 memset(out, 0, (size_t)st->vdim * sizeof(float));
                 for (int32_t t = 0; t < j->T; t++) {
-                        const float *lat = dse__kv_row(&s->kv, j->l, t);
+                        const float *lat = dse__kv_row(j->kv, j->l, t);
                         s->k.matvec[wkv_b->dtype](wkv_b, lat, kv, v0, v0 + st->vdim); /* v_t (v) */
                         s->k.axpy(att[t], kv + v0, out, st->vdim);
                 }
         }
 }
 
-/* out = down(silu(gate(x)) * up(x)) */
-static void swiglu(struct dse_session *s, const struct ds_mlp *m, const float *x, float *out) {
+/* out = down(silu(gate(x)) * up(x)) for n tokens: x, out (n, hidden) */
+static void swiglu(struct dse_session *s, const struct ds_mlp *m, const float *x, int n, float *out) {
         struct ds_state *st = s->arch;
-        dse__linear(s, &m->gate, x, st->hb, NULL);
-        dse__linear(s, &m->up, x, st->hb2, NULL);
-        s->k.swiglu(st->hb, st->hb2, m->gate.rows);
-        dse__linear(s, &m->down, st->hb, out, NULL);
+        int64_t D = s->hp->hidden_size, W = st->mlp_width;
+        dse__linear_n(s, &m->gate, x, D, n, st->hb, W, NULL);
+        dse__linear_n(s, &m->up, x, D, n, st->hb2, W, NULL);
+        for (int i = 0; i < n; i++)
+                s->k.swiglu(st->hb + i * W, st->hb2 + i * W, m->gate.rows);
+        dse__linear_n(s, &m->down, st->hb, W, n, out, D, NULL);
 }
 
-/* Routed experts plus shared experts of one MoE layer; result in moe_out (hidden). */
+/* Routed experts plus shared experts of one MoE layer for one token; result in moe_out
+ * (hidden). Tokens route to different experts, so the batch is not shared here. */
 static void moe(struct dse_session *s, const struct ds_layer *L, const float *x) {
         const struct dse_hparams *hp = s->hp;
         struct ds_state *st = s->arch;
@@ -315,67 +326,89 @@ static void moe(struct dse_session *s, const struct ds_layer *L, const float *x)
         dse__linear(s, &L->router, x, st->router_logits, NULL); /* (n_experts), float32 */
         dse__moe_route(hp, st->router_logits, L->router_bias, idx, w);
         if (L->has_shared)
-                swiglu(s, &L->mlp, x, st->moe_out);
+                swiglu(s, &L->mlp, x, 1, st->moe_out);
         else
                 memset(st->moe_out, 0, (size_t)D * sizeof(float));
         for (int k = 0; k < hp->n_experts_per_tok; k++) {
-                swiglu(s, &L->experts[idx[k]], x, st->xb2);
+                swiglu(s, &L->experts[idx[k]], x, 1, st->xb2);
                 s->k.axpy(w[k], st->xb2, st->moe_out, D);
         }
 }
 
-static void ds_forward(struct dse_session *s, int32_t token, int32_t pos, float *logits) {
+static void ds_forward(struct dse_session *s, const struct dse__tok *toks, int n) {
         const struct dse_hparams *hp = s->hp;
         struct ds_state *st = s->arch;
-        int64_t D = hp->hidden_size;
-        float *x = st->x; /* (hidden) residual stream */
+        int64_t D = hp->hidden_size, V = hp->vocab_size, QD = (int64_t)st->H * st->qk_dim;
+        int64_t OD = (int64_t)st->H * st->vdim, QL = hp->q_lora_rank, h2 = st->rope_dim / 2;
+        float *x = st->x; /* (n, hidden) residual streams */
 
-        s->k.dequant_row(&st->embed, token, x);
-        dse__rope_angles(&st->rope, pos, st->cos, st->sin);
+        for (int i = 0; i < n; i++) {
+                s->k.dequant_row(&st->embed, toks[i].token, x + i * D);
+                dse__rope_angles(&st->rope, toks[i].pos, st->cos + i * h2, st->sin + i * h2);
+        }
 
         for (int l = 0; l < hp->n_layers; l++) {
                 const struct ds_layer *L = &st->layers[l];
-                float *lat = dse__kv_row(&s->kv, l, pos); /* (kvr + rope) this token's cache row */
 
-                s->k.rmsnorm(st->xb, x, L->attn_norm, D, hp->rms_norm_eps);
+                for (int i = 0; i < n; i++)
+                        s->k.rmsnorm(st->xb + i * D, x + i * D, L->attn_norm, D, hp->rms_norm_eps);
                 /* q (H, nope+rope): q_b(norm(q_a(x))) or q_proj(x) */
-                if (hp->q_lora_rank > 0) {
-                        dse__linear(s, &L->wq_a, st->xb, st->qa, NULL);
-                        s->k.rmsnorm(st->qa, st->qa, L->q_a_norm, hp->q_lora_rank, MLA_NORM_EPS);
-                        dse__linear(s, &L->wq_b, st->qa, st->q, NULL);
+                if (QL > 0) {
+                        dse__linear_n(s, &L->wq_a, st->xb, D, n, st->qa, QL, NULL);
+                        for (int i = 0; i < n; i++)
+                                s->k.rmsnorm(st->qa + i * QL, st->qa + i * QL, L->q_a_norm, QL, MLA_NORM_EPS);
+                        dse__linear_n(s, &L->wq_b, st->qa, QL, n, st->q, QD, NULL);
                 } else {
-                        dse__linear(s, &L->wq, st->xb, st->q, NULL);
+                        dse__linear_n(s, &L->wq, st->xb, D, n, st->q, QD, NULL);
                 }
-                for (int h = 0; h < st->H; h++)
-                        dse__rope_apply(&st->rope, st->q + (size_t)h * st->qk_dim + st->nope, st->cos, st->sin);
-                /* kv_a (kvr + rope) -> cache: [norm(c), rope(k_pe)] */
-                dse__linear(s, &L->wkv_a, st->xb, st->kv_a, NULL);
-                s->k.rmsnorm(lat, st->kv_a, L->kv_a_norm, st->kvr, MLA_NORM_EPS);
-                memcpy(lat + st->kvr, st->kv_a + st->kvr, (size_t)st->rope_dim * sizeof(float));
-                dse__rope_apply(&st->rope, lat + st->kvr, st->cos, st->sin);
-
-                struct mla_job job = {s, L, l, pos + 1};
-                dse__parallel(s, (size_t)st->H, s->mla_naive ? mla_naive : mla_absorbed, &job);
-                dse__linear(s, &L->wo, st->att_out, st->xb2, NULL);
-                for (int64_t i = 0; i < D; i++)
+                /* kv_a (kvr + rope) -> cache row: [norm(c), rope(k_pe)] */
+                dse__linear_n(s, &L->wkv_a, st->xb, D, n, st->kv_a, st->lat_dim, NULL);
+                for (int i = 0; i < n; i++) {
+                        const float *cos = st->cos + i * h2, *sin = st->sin + i * h2;
+                        for (int h = 0; h < st->H; h++)
+                                dse__rope_apply(&st->rope, st->q + i * QD + (int64_t)h * st->qk_dim + st->nope, cos,
+                                                sin);
+                        const float *kv_a = st->kv_a + (int64_t)i * st->lat_dim;
+                        float *lat = dse__kv_row(toks[i].kv, l, toks[i].pos); /* (kvr + rope) */
+                        s->k.rmsnorm(lat, kv_a, L->kv_a_norm, st->kvr, MLA_NORM_EPS);
+                        memcpy(lat + st->kvr, kv_a + st->kvr, (size_t)st->rope_dim * sizeof(float));
+                        dse__rope_apply(&st->rope, lat + st->kvr, cos, sin);
+                }
+                /* Token by token, so each sees the rows of its sequence's earlier tokens. */
+                for (int i = 0; i < n; i++) {
+                        struct mla_job job = {s, L, l, toks[i].kv, toks[i].pos + 1, st->q + i * QD, st->att_out + i * OD};
+                        dse__parallel(s, (size_t)st->H, s->mla_naive ? mla_naive : mla_absorbed, &job);
+                }
+                dse__linear_n(s, &L->wo, st->att_out, OD, n, st->xb2, D, NULL);
+                for (int64_t i = 0; i < n * D; i++)
                         x[i] += st->xb2[i];
 
-                s->k.rmsnorm(st->xb, x, L->ffn_norm, D, hp->rms_norm_eps);
+                for (int i = 0; i < n; i++)
+                        s->k.rmsnorm(st->xb + i * D, x + i * D, L->ffn_norm, D, hp->rms_norm_eps);
                 if (L->is_moe) {
-                        moe(s, L, st->xb);
-                        for (int64_t i = 0; i < D; i++)
-                                x[i] += st->moe_out[i];
+                        for (int i = 0; i < n; i++) {
+                                moe(s, L, st->xb + i * D);
+                                for (int64_t c = 0; c < D; c++)
+                                        x[i * D + c] += st->moe_out[c];
+                        }
                 } else {
-                        swiglu(s, &L->mlp, st->xb, st->xb2);
-                        for (int64_t i = 0; i < D; i++)
+                        swiglu(s, &L->mlp, st->xb, n, st->xb2);
+                        for (int64_t i = 0; i < n * D; i++)
                                 x[i] += st->xb2[i];
                 }
         }
 
-        if (!logits)
+        /* LM head over the tokens that want logits, in one pass */
+        int m = 0;
+        for (int i = 0; i < n; i++)
+                if (toks[i].logits)
+                        s->k.rmsnorm(st->xb + (m++) * D, x + i * D, st->final_norm, D, hp->rms_norm_eps);
+        if (m == 0)
                 return;
-        s->k.rmsnorm(st->xb, x, st->final_norm, D, hp->rms_norm_eps);
-        dse__linear(s, &st->lm_head, st->xb, logits, NULL);
+        dse__linear_n(s, &st->lm_head, st->xb, D, m, st->logits, V, NULL);
+        for (int i = 0, k = 0; i < n; i++)
+                if (toks[i].logits)
+                        memcpy(toks[i].logits, st->logits + (k++) * V, (size_t)V * sizeof(float));
 }
 
 static size_t ds_kv_bytes_per_token(const struct dse_session *s) {

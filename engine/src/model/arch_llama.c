@@ -1,8 +1,9 @@
 /* llama and qwen2 forward pass (transformers modeling_llama.py / modeling_qwen2.py):
  * pre-norm decoder layers of GQA attention with rotate-half RoPE and a SwiGLU MLP. Qwen2
  * adds q/k/v biases; tied models reuse the embedding matrix as the LM head.
- * One token per call, float32 activations; K and V rows (one [k | v] row per layer and
- * position) through the session's KV view. */
+ * Up to DSE__MAX_STEP_TOKENS tokens per call share every pass over the weights;
+ * float32 activations; K and V rows (one [k | v] row per layer and position) through
+ * each token's KV view. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -30,13 +31,15 @@ struct llama_state {
         float *final_norm;          /* (hidden) */
         struct dse_rope rope;
         int32_t q_dim, kv_dim;      /* n_heads*head_dim, n_kv_heads*head_dim */
-        /* activations */
-        float *x, *xb, *xb2;        /* (hidden) */
-        float *q;                   /* (n_heads*head_dim) */
-        float *att_out;             /* (n_heads*head_dim) */
-        float *hb, *hb2;            /* (intermediate) */
-        float *att;                 /* (n_heads, n_ctx) scores, then probabilities */
-        float *cos, *sin;           /* (head_dim/2) */
+        /* activations, one row per token of the call (T = DSE__MAX_STEP_TOKENS) */
+        float *x, *xb, *xb2;        /* (T, hidden) */
+        float *q;                   /* (T, n_heads*head_dim) */
+        float *k, *v;               /* (T, n_kv_heads*head_dim) before they go to the cache */
+        float *att_out;             /* (T, n_heads*head_dim) */
+        float *hb, *hb2;            /* (T, intermediate) */
+        float *cos, *sin;           /* (T, head_dim/2) */
+        float *logits;              /* (T, vocab) */
+        float *att;                 /* (n_heads, n_ctx) scores, then probabilities: one token at a time */
 };
 
 static int layer_weight(struct dse_session *s, int l, const char *what, int64_t rows, int64_t cols,
@@ -103,91 +106,113 @@ static int llama_init(struct dse_session *s, struct dse_diag *reterr) {
                         return r;
         }
 
-        if (!(st->x = dse__session_alloc(s, (size_t)D * 4)) || !(st->xb = dse__session_alloc(s, (size_t)D * 4)) ||
-            !(st->xb2 = dse__session_alloc(s, (size_t)D * 4)) ||
-            !(st->q = dse__session_alloc(s, (size_t)st->q_dim * 4)) ||
-            !(st->att_out = dse__session_alloc(s, (size_t)st->q_dim * 4)) ||
-            !(st->hb = dse__session_alloc(s, (size_t)F * 4)) || !(st->hb2 = dse__session_alloc(s, (size_t)F * 4)) ||
-            !(st->att = dse__session_alloc(s, (size_t)hp->n_heads * (size_t)s->n_ctx * 4)) ||
-            !(st->cos = dse__session_alloc(s, (size_t)hd / 2 * 4)) ||
-            !(st->sin = dse__session_alloc(s, (size_t)hd / 2 * 4)))
+        size_t T = DSE__MAX_STEP_TOKENS;
+#define ALLOC(p, n) (((p) = dse__session_alloc(s, (size_t)(n) * sizeof(float))) != NULL)
+        if (!ALLOC(st->x, T * D) || !ALLOC(st->xb, T * D) || !ALLOC(st->xb2, T * D) || !ALLOC(st->q, T * st->q_dim) ||
+            !ALLOC(st->k, T * st->kv_dim) || !ALLOC(st->v, T * st->kv_dim) || !ALLOC(st->att_out, T * st->q_dim) ||
+            !ALLOC(st->hb, T * F) || !ALLOC(st->hb2, T * F) || !ALLOC(st->cos, T * hd / 2) ||
+            !ALLOC(st->sin, T * hd / 2) || !ALLOC(st->logits, T * V) ||
+            !ALLOC(st->att, (size_t)hp->n_heads * (size_t)s->n_ctx))
                 return -ENOMEM;
+#undef ALLOC
         return 0;
 }
 
 struct attn_job {
         struct dse_session *s;
         int l;
-        int32_t pos;
+        const struct dse__tok *tok;
+        const float *q; /* (n_heads*head_dim) the token's queries */
+        float *out;     /* (n_heads*head_dim) */
 };
 
-/* Causal attention of heads [h0, h1) at position pos over cached positions 0..pos. */
+/* Causal attention of heads [h0, h1) of one token at position pos over its sequence's
+ * cached positions 0..pos. */
 static void attn_heads(void *ctx, size_t h0, size_t h1, int ith) {
         const struct attn_job *j = ctx;
         struct dse_session *s = j->s;
         const struct dse_hparams *hp = s->hp;
         struct llama_state *st = s->arch;
-        int32_t hd = hp->head_dim, group = hp->n_heads / hp->n_kv_heads, T = j->pos + 1;
+        const struct dse__kv_view *kv = j->tok->kv;
+        int32_t hd = hp->head_dim, group = hp->n_heads / hp->n_kv_heads, T = j->tok->pos + 1;
         float scale = 1.0f / sqrtf((float)hd);
         for (size_t h = h0; h < h1; h++) {
-                const float *q = st->q + h * hd;                    /* (head_dim) */
+                const float *q = j->q + h * hd;                     /* (head_dim) */
                 float *att = st->att + h * (size_t)s->n_ctx;        /* (T) */
-                float *out = st->att_out + h * hd;                  /* (head_dim) */
+                float *out = j->out + h * hd;                       /* (head_dim) */
                 size_t kvo = (h / group) * (size_t)hd;              /* GQA: the head's kv head */
                 for (int32_t t = 0; t < T; t++) /* row t: [k (kv_dim) | v (kv_dim)] */
-                        att[t] = s->k.dot(q, dse__kv_row(&s->kv, j->l, t) + kvo, hd) * scale;
+                        att[t] = s->k.dot(q, dse__kv_row(kv, j->l, t) + kvo, hd) * scale;
                 s->k.softmax(att, T);
                 memset(out, 0, (size_t)hd * sizeof(float));
                 for (int32_t t = 0; t < T; t++)
-                        s->k.axpy(att[t], dse__kv_row(&s->kv, j->l, t) + st->kv_dim + kvo, out, hd);
+                        s->k.axpy(att[t], dse__kv_row(kv, j->l, t) + st->kv_dim + kvo, out, hd);
         }
 }
 
-static void llama_forward(struct dse_session *s, int32_t token, int32_t pos, float *logits) {
+static void llama_forward(struct dse_session *s, const struct dse__tok *toks, int n) {
         const struct dse_hparams *hp = s->hp;
         struct llama_state *st = s->arch;
-        int64_t D = hp->hidden_size, F = hp->intermediate_size;
-        int32_t hd = hp->head_dim;
-        float *x = st->x; /* (hidden) residual stream */
+        int64_t D = hp->hidden_size, F = hp->intermediate_size, V = hp->vocab_size;
+        int32_t hd = hp->head_dim, qd = st->q_dim, kvd = st->kv_dim;
+        float *x = st->x; /* (n, hidden) residual streams */
 
-        s->k.dequant_row(&st->embed, token, x);
-        dse__rope_angles(&st->rope, pos, st->cos, st->sin);
+        for (int i = 0; i < n; i++) {
+                s->k.dequant_row(&st->embed, toks[i].token, x + i * D);
+                dse__rope_angles(&st->rope, toks[i].pos, st->cos + i * hd / 2, st->sin + i * hd / 2);
+        }
 
         for (int l = 0; l < hp->n_layers; l++) {
                 const struct llama_layer *L = &st->layers[l];
-                float *k = dse__kv_row(&s->kv, l, pos); /* (kv_dim) this position's cache row */
-                float *v = k + st->kv_dim;              /* (kv_dim) */
 
                 /* attention: q, k, v projections, RoPE on q and k, cache k and v */
-                s->k.rmsnorm(st->xb, x, L->attn_norm, D, hp->rms_norm_eps);
-                dse__linear(s, &L->wq, st->xb, st->q, L->bq);
-                dse__linear(s, &L->wk, st->xb, k, L->bk);
-                dse__linear(s, &L->wv, st->xb, v, L->bv);
-                for (int h = 0; h < hp->n_heads; h++)
-                        dse__rope_apply(&st->rope, st->q + (size_t)h * hd, st->cos, st->sin);
-                for (int h = 0; h < hp->n_kv_heads; h++)
-                        dse__rope_apply(&st->rope, k + (size_t)h * hd, st->cos, st->sin);
-
-                struct attn_job job = {s, l, pos};
-                dse__parallel(s, (size_t)hp->n_heads, attn_heads, &job);
-                dse__linear(s, &L->wo, st->att_out, st->xb2, L->bo);
-                for (int64_t i = 0; i < D; i++)
+                for (int i = 0; i < n; i++)
+                        s->k.rmsnorm(st->xb + i * D, x + i * D, L->attn_norm, D, hp->rms_norm_eps);
+                dse__linear_n(s, &L->wq, st->xb, D, n, st->q, qd, L->bq);
+                dse__linear_n(s, &L->wk, st->xb, D, n, st->k, kvd, L->bk);
+                dse__linear_n(s, &L->wv, st->xb, D, n, st->v, kvd, L->bv);
+                for (int i = 0; i < n; i++) {
+                        const float *cos = st->cos + i * hd / 2, *sin = st->sin + i * hd / 2;
+                        for (int h = 0; h < hp->n_heads; h++)
+                                dse__rope_apply(&st->rope, st->q + (size_t)i * qd + (size_t)h * hd, cos, sin);
+                        for (int h = 0; h < hp->n_kv_heads; h++)
+                                dse__rope_apply(&st->rope, st->k + (size_t)i * kvd + (size_t)h * hd, cos, sin);
+                        float *row = dse__kv_row(toks[i].kv, l, toks[i].pos); /* [k | v] */
+                        memcpy(row, st->k + (size_t)i * kvd, (size_t)kvd * sizeof(float));
+                        memcpy(row + kvd, st->v + (size_t)i * kvd, (size_t)kvd * sizeof(float));
+                }
+                /* Token by token, so each sees the rows of its sequence's earlier tokens. */
+                for (int i = 0; i < n; i++) {
+                        struct attn_job job = {s, l, &toks[i], st->q + (size_t)i * qd, st->att_out + (size_t)i * qd};
+                        dse__parallel(s, (size_t)hp->n_heads, attn_heads, &job);
+                }
+                dse__linear_n(s, &L->wo, st->att_out, qd, n, st->xb2, D, L->bo);
+                for (int64_t i = 0; i < n * D; i++)
                         x[i] += st->xb2[i];
 
                 /* SwiGLU MLP: down(silu(gate(x)) * up(x)) */
-                s->k.rmsnorm(st->xb, x, L->ffn_norm, D, hp->rms_norm_eps);
-                dse__linear(s, &L->w_gate, st->xb, st->hb, NULL);
-                dse__linear(s, &L->w_up, st->xb, st->hb2, NULL);
-                s->k.swiglu(st->hb, st->hb2, F);
-                dse__linear(s, &L->w_down, st->hb, st->xb2, NULL);
-                for (int64_t i = 0; i < D; i++)
+                for (int i = 0; i < n; i++)
+                        s->k.rmsnorm(st->xb + i * D, x + i * D, L->ffn_norm, D, hp->rms_norm_eps);
+                dse__linear_n(s, &L->w_gate, st->xb, D, n, st->hb, F, NULL);
+                dse__linear_n(s, &L->w_up, st->xb, D, n, st->hb2, F, NULL);
+                for (int i = 0; i < n; i++)
+                        s->k.swiglu(st->hb + i * F, st->hb2 + i * F, F);
+                dse__linear_n(s, &L->w_down, st->hb, F, n, st->xb2, D, NULL);
+                for (int64_t i = 0; i < n * D; i++)
                         x[i] += st->xb2[i];
         }
 
-        if (!logits)
+        /* LM head over the tokens that want logits, in one pass */
+        int m = 0;
+        for (int i = 0; i < n; i++)
+                if (toks[i].logits)
+                        s->k.rmsnorm(st->xb + (m++) * D, x + i * D, st->final_norm, D, hp->rms_norm_eps);
+        if (m == 0)
                 return;
-        s->k.rmsnorm(st->xb, x, st->final_norm, D, hp->rms_norm_eps);
-        dse__linear(s, &st->lm_head, st->xb, logits, NULL);
+        dse__linear_n(s, &st->lm_head, st->xb, D, m, st->logits, V, NULL);
+        for (int i = 0, k = 0; i < n; i++)
+                if (toks[i].logits)
+                        memcpy(toks[i].logits, st->logits + (k++) * V, (size_t)V * sizeof(float));
 }
 
 static size_t llama_kv_bytes_per_token(const struct dse_session *s) {

@@ -14,14 +14,27 @@
 
 struct dse_session;
 
+/* Most tokens one forward call carries (the activations are sized for it). */
+#define DSE__MAX_STEP_TOKENS 32
+
+/* One token of a forward call. */
+struct dse__tok {
+        int32_t token;
+        int32_t pos;                   /* 0 <= pos < n_ctx */
+        const struct dse__kv_view *kv; /* its sequence's KV rows */
+        float *logits;                 /* (vocab) wanted logits, or NULL */
+};
+
 struct dse__arch_ops {
         /* Looks up and checks the weights, allocates state and scratch for s->n_ctx
          * positions from the session arena; stores its state in s->arch. */
         int (*init)(struct dse_session *s, struct dse_diag *reterr);
-        /* One token at position pos (0 <= pos < n_ctx): writes its KV row at pos through
-         * s->kv and attends to positions 0..pos; writes the logits (vocab) when logits is
-         * non-NULL. */
-        void (*forward)(struct dse_session *s, int32_t token, int32_t pos, float *logits);
+        /* n tokens (1 <= n <= DSE__MAX_STEP_TOKENS), of one or several sequences, a
+         * sequence's tokens in position order. Every weight matrix is read once for all
+         * n (the kernels' matmul); each token writes its KV row at pos through its view
+         * and attends to its sequence's positions 0..pos, so its results do not depend
+         * on the other tokens of the call. Writes logits where requested. */
+        void (*forward)(struct dse_session *s, const struct dse__tok *toks, int n);
         /* Bytes of KV cache one token occupies across all layers. */
         size_t (*kv_bytes_per_token)(const struct dse_session *s);
 };
@@ -41,7 +54,7 @@ struct dse_session {
         const struct dse__arch_ops *ops;
         void *arch;
         int64_t max_cols;     /* widest weight seen by dse__session_weight */
-        float *xperm;         /* (max_cols) gather buffer for permuted (act-order) weights */
+        float *xperm;         /* (DSE__MAX_STEP_TOKENS, max_cols) gather buffer for permuted weights */
         int mla_naive;        /* DeepSeek: decompress K/V per head instead of absorbing */
         struct dse__kv_view kv; /* where the current sequence's KV rows live */
         int32_t kv_own_block; /* block table of the private cache: one block, index 0 */
@@ -70,6 +83,10 @@ int dse__session_vector(struct dse_session *s, const char *name, int64_t n, int 
 /* y = W x (+ bias when non-NULL), rows split over the pool. x (cols), y (rows); x is
  * gathered through W's perm first when it has one. */
 void dse__linear(struct dse_session *s, const struct dse_qmat *w, const float *x, float *y, const float *bias);
+/* The same for n tokens (n <= DSE__MAX_STEP_TOKENS) in one pass over W: X (n, ldx),
+ * Y (n, ldy). Each token's row equals dse__linear's. */
+void dse__linear_n(struct dse_session *s, const struct dse_qmat *w, const float *x, int64_t ldx, int64_t n, float *y,
+                   int64_t ldy, const float *bias);
 
 /* Runs fn over [0, n) on the pool, or inline without one. */
 void dse__parallel(struct dse_session *s, size_t n, dse_pool_range_fn fn, void *ctx);
