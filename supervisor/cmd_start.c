@@ -26,6 +26,7 @@
 #include <libgen.h>
 #include <poll.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -55,7 +56,7 @@
 #endif
 
 #define TICK_MS 100
-#define HEALTH_INTERVAL_MS 500
+#define HEALTH_INTERVAL_MS 200 /* readiness is seen within ~one interval */
 #define STARTUP_TIMEOUT_MS 600000 /* a large model loads for minutes */
 #define UNHEALTHY_KILL_MS 30000   /* ready worker not answering health this long: killed */
 #define RTTIME_LIMIT_US 10000000  /* RLIMIT_RTTIME: a FIFO thread that never blocks for 10 s dies */
@@ -1009,8 +1010,22 @@ static int setup_placement(struct sup *s) {
                                  s->cfg.restart_limit, s->cfg.restart_window_ms);
         }
         s->n_free_cpus = 0;
+        cpu_set_t free_set;
+        CPU_ZERO(&free_set);
         for (int p = 0; p < s->topo.n_pus; p++)
-                s->n_free_cpus += !used[p];
+                if (!used[p] && s->topo.pus[p] < CPU_SETSIZE) {
+                        s->n_free_cpus++;
+                        CPU_SET(s->topo.pus[p], &free_set);
+                }
+        /* The supervisor and the gateway's threads (started later, they inherit this)
+         * stay on the CPUs no instance uses, when there are any. Never real-time. */
+        if (s->n_free_cpus > 0 && sched_setaffinity(0, sizeof free_set, &free_set) < 0)
+                slog(4, "Failed to keep the supervisor on the housekeeping CPUs: %m, ignoring");
+        if (sched_getscheduler(0) != SCHED_OTHER) {
+                struct sched_param sp = {0};
+                slog(4, "The supervisor was started with a real-time policy; switching it to SCHED_OTHER");
+                sched_setscheduler(0, SCHED_OTHER, &sp);
+        }
         return 0;
 }
 

@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# Worker restart-to-ready versus cold load (issue 7 item 5): a restarted worker maps the
+# supervisor's existing weight memfd instead of reading the model file again.
+#
+#   bench/restart_bench.sh BUILD_DIR [MODEL] [WORKER] [KILLS]
+#     MODEL   native file or HF folder; default: a synthetic ~180 MB BF16 llama made by
+#             gen_llama_st (2 layers, hidden 1024, vocab 32000) in a temporary folder
+#     WORKER  path of the worker binary; default BUILD_DIR/bin/dsvisor-worker
+#     KILLS   worker restarts measured (default 5)
+#
+# Prints, measured from outside with `dsvisor status` polled every 20 ms:
+#   cold      `dsvisor start` launched -> every instance ready (model file read into the
+#             memfd, workers spawned, engine loaded from the memfd, health "ready");
+#   worker    the supervisor's own "Instance N ready in X ms" (spawn -> ready) for the
+#             first start and for each restart;
+#   restart   kill -9 of worker 0 -> it is ready again (backoff set to 1 ms).
+set -euo pipefail
+build=${1:?usage: restart_bench.sh BUILD_DIR [MODEL] [WORKER] [KILLS]}
+model=${2:-}
+worker=${3:-$build/bin/dsvisor-worker}
+kills=${4:-5}
+dsvisor="$build/bin/dsvisor"
+work=$(mktemp -d "${TMPDIR:-/tmp}/restart_bench.XXXXXX")
+export DSV_CACHE_DIR="$work/cache"
+sup_pid=
+cleanup() {
+        [[ -n $sup_pid ]] && kill "$sup_pid" 2>/dev/null && wait "$sup_pid" 2>/dev/null || true
+        rm -rf "$work"
+}
+trap cleanup EXIT
+
+if [[ -z $model ]]; then
+        "$build/bin/gen_llama_st" "$work/hf" 2 1024 2816 32000 >/dev/null
+        model="$work/hf"
+fi
+# Convert once up front so "cold" measures loading, not conversion.
+if [[ -d $model ]]; then
+        "$dsvisor" convert --model-path "$model" --output-dir "$work/native" >/dev/null
+        native="$work/native/model.dse"
+else
+        native=$model
+fi
+sync
+echo 3 >/proc/sys/vm/drop_caches 2>/dev/null || true # cold: the file is read from disk
+
+now_ms() { echo $(($(date +%s%N) / 1000000)); }
+field() { "$dsvisor" status --json --runtime-dir "$work/run" 2>/dev/null | python3 -c "import json,sys; j=json.load(sys.stdin); print($1)" 2>/dev/null; }
+
+t0=$(now_ms)
+"$dsvisor" start --model "$native" --instances 2 --port 0 --runtime-dir "$work/run" --worker "$worker" \
+        --restart-backoff-ms 1 --restart-limit 64 --hugepages "${DSV_BENCH_HUGEPAGES:-auto}" >"$work/log" 2>&1 &
+sup_pid=$!
+until [[ $(field 'j["instances_ready"] == 2') == True ]]; do
+        kill -0 "$sup_pid" 2>/dev/null || { cat "$work/log"; exit 1; }
+        sleep 0.02
+done
+cold=$(($(now_ms) - t0))
+bytes=$(stat -c %s "$native")
+weights=$(grep -o 'loaded in [0-9]* ms: [0-9]* bytes in [A-Za-z ]*' "$work/log" | head -1)
+first=$(grep -o 'Instance 0 ready in [0-9]* ms' "$work/log" | head -1 | grep -o '[0-9]* ms')
+
+restarts=()
+for k in $(seq 1 "$kills"); do
+        pid=$(field 'j["instances"][0]["pid"]')
+        t0=$(now_ms)
+        kill -9 "$pid"
+        until [[ $(field "j['instances'][0]['state'] == 'ready' and j['instances'][0]['pid'] != $pid") == True ]]; do
+                sleep 0.02
+        done
+        restarts+=($(($(now_ms) - t0)))
+        sleep 0.3
+done
+mapfile -t spawn_ready < <(grep -o 'Instance 0 ready in [0-9]* ms' "$work/log" | tail -n +2 | grep -o '[0-9]*')
+sorted=($(printf '%s\n' "${restarts[@]}" | sort -n))
+median=${sorted[$((${#sorted[@]} / 2))]}
+
+echo "model: $native ($bytes bytes); worker: $worker; $(nproc) CPUs"
+echo "weights: $weights"
+echo "cold start -> 2 instances ready:    $cold ms (worker 0 spawn -> ready: $first)"
+echo "restart (kill -9 -> ready), $kills runs: median $median ms, all: ${restarts[*]} ms"
+echo "  of which spawn -> ready (supervisor log): ${spawn_ready[*]} ms"
