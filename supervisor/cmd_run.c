@@ -147,13 +147,11 @@ static int build_prompt(const struct dse_tokenizer *tok, const char *prompt, con
                 cap = (size_t)r;
                 r = bigger ? dse_tokenizer_encode(tok, prompt, len, add_special, ids = bigger, cap) : -ENOMEM;
         }
-        if (r == 0)
-                r = -EINVAL;
         free(text);
-        if (r < 0) {
+        if (r <= 0) {
                 free(ids);
-                fprintf(stderr, "dsvisor run: %s\n", r == -EINVAL ? "the prompt is empty" : r == -EILSEQ ? "the prompt is not valid UTF-8" : strerror(-r));
-                return r;
+                fprintf(stderr, "dsvisor run: %s\n", r == 0 ? "the prompt is empty" : r == -EILSEQ ? "the prompt is not valid UTF-8" : strerror(-r));
+                return r == 0 ? -EINVAL : r;
         }
         *ret_ids = ids;
         return r;

@@ -98,7 +98,11 @@ if "$bin" run --model "$m" --chat "abc" --chat-template "$work/bad.jinja" -n 1 -
   bad "an unsupported template was accepted"
 elif grep -q -- "--chat-template FILE" "$work/err"; then ok; else bad "unsupported template message: $(cat "$work/err")"; fi
 
-# 5. usage errors exit 2
+# 5. an empty prompt (this tokenizer adds no BOS) is an error, not a generation from nothing
+if "$bin" run --model "$m" --prompt "" -n 1 --threads 1 >/dev/null 2>"$work/err"; then bad "an empty prompt was accepted"
+elif grep -q "prompt is empty" "$work/err"; then ok; else bad "empty prompt message: $(cat "$work/err")"; fi
+
+# 6. usage errors exit 2
 "$bin" run --prompt x >/dev/null 2>&1; [ $? -eq 2 ] && ok || bad "missing --model is not a usage error"
 "$bin" run --model "$m" --prompt x --chat y >/dev/null 2>&1; [ $? -eq 2 ] && ok || bad "--prompt with --chat is not a usage error"
 "$bin" run --model "$m" --prompt x --top-p 0 >/dev/null 2>&1; [ $? -eq 2 ] && ok || bad "--top-p 0 is not a usage error"
