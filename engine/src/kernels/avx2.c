@@ -297,11 +297,51 @@ static inline __m256i q8_dot(__m256i wv, __m256i xv) {
         return _mm256_madd_epi16(p, _mm256_set1_epi16(1));
 }
 
+/* One token's activations for a pair of blocks (64 columns, blocks b and b+1), in the
+ * order one 32-byte load of Q4 data unpacks in: the low nibbles are [b evens | b+1
+ * evens], the high nibbles [b odds | b+1 odds]. */
+struct q4_xpair {
+        __m256i xe, xo;
+        __m256 dv;  /* [d_b x4 | d_b+1 x4]: the scale of each int32 lane */
+        __m256 xsf; /* the lanes' sums of x (as the dot products group them), as floats */
+};
+
+static inline struct q4_xpair q4_xpair_load(const int8_t *q, const float *d) {
+        const __m256i sh = _mm256_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15, 0, 2, 4, 6, 8, 10,
+                                            12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
+        __m256i a = _mm256_permute4x64_epi64(_mm256_shuffle_epi8(_mm256_loadu_si256((const __m256i *)q), sh), 0xd8);
+        __m256i b = _mm256_permute4x64_epi64(_mm256_shuffle_epi8(_mm256_loadu_si256((const __m256i *)(q + 32)), sh),
+                                             0xd8);
+        struct q4_xpair p;
+        p.xe = _mm256_permute2x128_si256(a, b, 0x20);
+        p.xo = _mm256_permute2x128_si256(a, b, 0x31);
+        p.dv = _mm256_set_m128(_mm_set1_ps(d[1]), _mm_set1_ps(d[0]));
+        const __m256i one8 = _mm256_set1_epi8(1);
+        __m256i xs = _mm256_add_epi16(_mm256_maddubs_epi16(one8, p.xe), _mm256_maddubs_epi16(one8, p.xo));
+        p.xsf = _mm256_cvtepi32_ps(_mm256_madd_epi16(xs, _mm256_set1_epi16(1)));
+        return p;
+}
+
+/* Eight int32 lane sums of q4 * x over a block pair (32 bytes at p), zero point not
+ * applied: lanes 0-3 belong to the first block, 4-7 to the second. */
+static inline __m256i q4_pair_dot(const uint8_t *p, const struct q4_xpair *x) {
+        const __m256i m = _mm256_set1_epi8(0x0f);
+        __m256i v = _mm256_loadu_si256((const __m256i *)p);
+        __m256i lo = _mm256_and_si256(v, m), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m);
+        __m256i s = _mm256_add_epi16(_mm256_maddubs_epi16(lo, x->xe), _mm256_maddubs_epi16(hi, x->xo));
+        return _mm256_madd_epi16(s, _mm256_set1_epi16(1));
+}
+
 /* Rows r..r+R-1 (R <= 4) of a Q4 matrix (group a multiple of 32) against one token's
- * quantized activations q (n_blocks*32), d (n_blocks). */
+ * quantized activations q (n_blocks*32), d (n_blocks). Block pairs go through
+ * q4_pair_dot; per row, sum_g s_g * (sum_b d_b * dot_b - z_g * sum_b d_b * xsum_b). With
+ * groups of 64k columns a pair lies in one group, so the lanes gather d-scaled sums per
+ * group and take the scale and zero point once per group; otherwise (g = 32, 96, ...)
+ * each lane gets its own group's scale and zero. A last single or short block goes
+ * through q4_dot. */
 static inline __attribute__((always_inline)) void q4_xq_rows(const struct dse_qmat *w, const int8_t *q,
                                                              const float *d, float *y, int64_t r, const int R) {
-        int64_t rb = (w->cols + 1) / 2, full = w->cols / DSE_XQ_BLOCK, bpg = w->group_size / DSE_XQ_BLOCK;
+        int64_t G = w->group_size, rb = (w->cols + 1) / 2, pairs = w->cols / 64;
         const uint8_t *row[4];
         const float *sc[4];
         const uint8_t *zr[4];
@@ -312,25 +352,48 @@ static inline __attribute__((always_inline)) void q4_xq_rows(const struct dse_qm
                 zr[i] = w->zero + (r + i) * w->n_groups;
                 acc[i] = _mm256_setzero_ps();
         }
-        for (int64_t g = 0, b = 0; b < full; g++) {
-                __m256i zv[4];
-                for (int i = 0; i < R; i++)
-                        zv[i] = _mm256_set1_epi8((char)zr[i][g]);
-                for (int64_t be = b + bpg < full ? b + bpg : full; b < be; b++) {
-                        __m256i xv = xq_evens_odds(q + b * DSE_XQ_BLOCK);
+        if (G % 64 == 0) {
+                int64_t ppg = G / 64; /* pairs per group */
+                for (int64_t g = 0, p = 0; p < pairs; g++) {
+                        __m256 accg[4], xg = _mm256_setzero_ps();
+                        for (int i = 0; i < R; i++)
+                                accg[i] = _mm256_setzero_ps();
+                        for (int64_t pe = p + ppg < pairs ? p + ppg : pairs; p < pe; p++) {
+                                struct q4_xpair x = q4_xpair_load(q + p * 64, d + 2 * p);
+                                xg = _mm256_fmadd_ps(x.xsf, x.dv, xg);
+                                for (int i = 0; i < R; i++) {
+                                        if (!(p & 1))
+                                                _mm_prefetch((const char *)(row[i] + p * 32 + 512), _MM_HINT_T0);
+                                        __m256 f = _mm256_cvtepi32_ps(q4_pair_dot(row[i] + p * 32, &x));
+                                        accg[i] = _mm256_fmadd_ps(f, x.dv, accg[i]);
+                                }
+                        }
                         for (int i = 0; i < R; i++) {
-                                _mm_prefetch((const char *)(row[i] + b * 16 + 384), _MM_HINT_T0);
-                                __m256i s = q4_dot(q4_evens_odds(row[i] + b * 16), zv[i], xv);
-                                acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_set1_ps(sc[i][g] * d[b]), acc[i]);
+                                __m256 t = _mm256_fnmadd_ps(_mm256_set1_ps((float)zr[i][g]), xg, accg[i]);
+                                acc[i] = _mm256_fmadd_ps(t, _mm256_set1_ps(sc[i][g]), acc[i]);
+                        }
+                }
+        } else {
+                for (int64_t p = 0; p < pairs; p++) {
+                        struct q4_xpair x = q4_xpair_load(q + p * 64, d + 2 * p);
+                        int64_t g0 = 2 * p * DSE_XQ_BLOCK / G, g1 = (2 * p + 1) * DSE_XQ_BLOCK / G;
+                        for (int i = 0; i < R; i++) {
+                                if (!(p & 1))
+                                        _mm_prefetch((const char *)(row[i] + p * 32 + 512), _MM_HINT_T0);
+                                __m256 sd = _mm256_mul_ps(x.dv, _mm256_set_m128(_mm_set1_ps(sc[i][g1]),
+                                                                                _mm_set1_ps(sc[i][g0])));
+                                __m256 zf = _mm256_set_m128(_mm_set1_ps((float)zr[i][g1]), _mm_set1_ps((float)zr[i][g0]));
+                                __m256 f = _mm256_fnmadd_ps(zf, x.xsf, _mm256_cvtepi32_ps(q4_pair_dot(row[i] + p * 32, &x)));
+                                acc[i] = _mm256_fmadd_ps(f, sd, acc[i]);
                         }
                 }
         }
-        if (full * DSE_XQ_BLOCK < w->cols) { /* a short last block: its bytes, zero-padded */
-                int64_t b = full, g = b * DSE_XQ_BLOCK / w->group_size;
+        for (int64_t b = 2 * pairs; b * DSE_XQ_BLOCK < w->cols; b++) { /* the last block or two */
+                int64_t g = b * DSE_XQ_BLOCK / G, nbytes = rb - b * 16 < 16 ? rb - b * 16 : 16;
                 __m256i xv = xq_evens_odds(q + b * DSE_XQ_BLOCK);
                 for (int i = 0; i < R; i++) {
                         uint8_t tail[16] = {0};
-                        memcpy(tail, row[i] + b * 16, (size_t)(rb - b * 16));
+                        memcpy(tail, row[i] + b * 16, (size_t)nbytes);
                         __m256i s = q4_dot(q4_evens_odds(tail), _mm256_set1_epi8((char)zr[i][g]), xv);
                         acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_set1_ps(sc[i][g] * d[b]), acc[i]);
                 }
