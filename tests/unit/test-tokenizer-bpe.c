@@ -138,6 +138,22 @@ TEST(config_bos_and_chat_template) {
         dse_tokenizer_free(tok);
 }
 
+/* gpt2_style.json: the byte_level.json vocabulary and merges, no normalizer, and the
+ * GPT-2 pre-tokenizer: ByteLevel with add_prefix_space and its own split regex. */
+TEST(byte_level_gpt2_regex_and_prefix_space) {
+        struct dse_tokenizer *tok = load_seed("gpt2_style.json");
+        ASSERT_TRUE(tok);
+        /* " the" | " world" | "'s", each merged by rank */
+        ASSERT_TRUE(encodes_to(tok, "the world's", 0, IDS(258, 261, 262, 263, 39, 115)));
+        ASSERT_TRUE(encodes_to(tok, "hello", 0, IDS(32, 257, 260)));
+        /* the prefix space goes in front of every segment between added tokens */
+        ASSERT_TRUE(encodes_to(tok, "a<|end|>b", 0, IDS(32, 97, 264, 32, 98)));
+        /* a segment that already starts with a space gets none */
+        ASSERT_TRUE(encodes_to(tok, " the", 0, IDS(258)));
+        ASSERT_TRUE(decodes_to(tok, IDS(258, 261, 262, 263, 39, 115), " the world's"));
+        dse_tokenizer_free(tok);
+}
+
 /* sp_style.json: <unk> 0, <s> 1, </s> 2, <0x00>..<0xFF> 3..258, then ▁ 259, H 260, e 261,
  * l 262, o 263, ▁H 264, ll 265, ▁He 266, llo 267, ▁Hello 268, w 269, r 270, d 271, ▁w 272,
  * or 273, ld 274; merges as ["a", "b"] arrays; Prepend ▁ + Replace ' '→▁; byte fallback;
