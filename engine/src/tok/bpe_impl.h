@@ -211,7 +211,6 @@ struct bpe {
         size_t strs_len, strs_cap;
         uint32_t *piece_off;      /* (n_vocab) offset into strs, UINT32_MAX: no token */
         uint32_t *piece_len;      /* (n_vocab) */
-        uint8_t *is_added;        /* (n_vocab) 1: added token, 2: added special token */
         int32_t n_vocab;
         struct bpe_vocab_slot *vocab;  /* model vocabulary hash (not added tokens) */
         uint32_t vocab_mask;
@@ -242,8 +241,6 @@ struct bpe {
         /* add_special: ids before and after the sequence */
         int32_t *prefix_ids, *suffix_ids;
         int n_prefix, n_suffix;
-
-        int max_regex_groups;
 };
 
 /* Per-call scratch: grows as needed, freed by bpe_ws_done. */

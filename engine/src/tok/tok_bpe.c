@@ -432,7 +432,6 @@ static int parse_vocab(struct loader *L, const struct bj *model, const struct bj
         bpe->vocab_mask = pow2_at_least((uint64_t)vocab->n * 2 + 1) - 1;
         if (!(bpe->strs = malloc(bytes)) || !(bpe->piece_off = malloc((size_t)bpe->n_vocab * sizeof(uint32_t))) ||
             !(bpe->piece_len = calloc((size_t)bpe->n_vocab, sizeof(uint32_t))) ||
-            !(bpe->is_added = calloc((size_t)bpe->n_vocab, 1)) ||
             !(bpe->vocab = malloc(((size_t)bpe->vocab_mask + 1) * sizeof *bpe->vocab)))
                 return -ENOMEM;
         memset(bpe->piece_off, 0xFF, (size_t)bpe->n_vocab * sizeof(uint32_t));
@@ -478,7 +477,6 @@ static int parse_vocab(struct loader *L, const struct bj *model, const struct bj
                 t->normalized = bj_get_bool(L->doc, a, "normalized", !t->special);
                 bpe->piece_off[t->id] = off;
                 bpe->piece_len[t->id] = (uint32_t)c->n;
-                bpe->is_added[t->id] = t->special ? 2 : 1;
         }
         return 0;
 }
@@ -876,7 +874,6 @@ static void bpe_free(void *impl) {
         free(bpe->strs);
         free(bpe->piece_off);
         free(bpe->piece_len);
-        free(bpe->is_added);
         free(bpe->vocab);
         free(bpe->merges);
         free(bpe->cont_prefix);
