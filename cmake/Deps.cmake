@@ -20,6 +20,7 @@ dsv_require_pkg(systemd  libsystemd    libsystemd-dev)
 dsv_require_pkg(pcre2    libpcre2-8    libpcre2-dev)
 dsv_require_pkg(utf8proc libutf8proc   libutf8proc-dev)
 dsv_require_pkg(mhd      libmicrohttpd libmicrohttpd-dev)
+dsv_require_pkg(curl     libcurl       libcurl4-openssl-dev)
 
 # Debian's libnng-dev ships a CMake package, not a pkg-config file.
 find_package(nng QUIET CONFIG)

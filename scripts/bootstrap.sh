@@ -5,7 +5,7 @@ set -euo pipefail
 
 BUILD_PKGS=(build-essential cmake pkg-config
   libnng-dev libcjson-dev libnuma-dev libhwloc-dev libcgroup-dev libsystemd-dev
-  libpcre2-dev libutf8proc-dev libmicrohttpd-dev)
+  libpcre2-dev libutf8proc-dev libmicrohttpd-dev libcurl4-openssl-dev)
 TEST_PKGS=(clang hwloc python3 sentencepiece)
 # Optional, only to re-train the bundled default model (tools/train_default_model.py);
 # never needed to build, test or serve.

@@ -1,0 +1,20 @@
+# Load generation (issue 9): dsvisor-bench-load's histogram, arrivals and SSE reader, and
+# runs against the gateway test server in front of fake workers.
+dsv_test(NAME test-load-hist SOURCES unit/test-load-hist.c LIBS dsv_load_core LABELS unit TIMEOUT 60)
+dsv_test(NAME test-load-gen  SOURCES unit/test-load-gen.c  LIBS dsv_load_core LABELS unit TIMEOUT 60)
+dsv_test(NAME test-load-sse  SOURCES unit/test-load-sse.c  LIBS dsv_load_core LABELS unit TIMEOUT 60)
+
+# dsvisor-bench-load end to end: open and closed loop, streamed and not, against
+# dsvisor-gateway-test-server + fake-worker; counts add up, nothing lost, JSON keys; a
+# dead port loses every request; a worker dying mid-stream gives explicit errors.
+dsv_script_test(NAME test-load-gateway SCRIPT ${CMAKE_SOURCE_DIR}/tests/integration/test-load-gateway.sh
+                LABELS integration TIMEOUT 120)
+
+# libFuzzer target for the SSE reader (configure with CC=clang -DDSV_FUZZ=ON).
+if(DSV_FUZZ)
+  add_executable(fuzz-load-sse fuzz/fuzz-load-sse.c ${CMAKE_SOURCE_DIR}/bench/load/sse.c)
+  target_include_directories(fuzz-load-sse PRIVATE ${CMAKE_SOURCE_DIR}/bench/load)
+  target_compile_options(fuzz-load-sse PRIVATE -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined)
+  target_link_options(fuzz-load-sse PRIVATE -fsanitize=fuzzer,address,undefined)
+  target_link_libraries(fuzz-load-sse PRIVATE dsv::cjson)
+endif()
