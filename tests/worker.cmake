@@ -6,3 +6,10 @@ if(TARGET dsvisor-worker)
   dsv_test(NAME test-worker-ipc SOURCES integration/test-worker-ipc.c LIBS dsv_ipc LABELS integration TIMEOUT 300)
   add_dependencies(test-worker-ipc dsvisor-worker)
 endif()
+# Text, stop strings and chat need a tokenizer: the bundled default model, once it is in
+# the tree (models/default, issue 10).
+if(TARGET dsvisor-worker AND EXISTS ${CMAKE_SOURCE_DIR}/models/default/config.json)
+  dsv_test(NAME test-worker-text SOURCES integration/test-worker-text.c LIBS dse dsv_ipc LABELS integration
+           TIMEOUT 600)
+  add_dependencies(test-worker-text dsvisor-worker)
+endif()

@@ -150,6 +150,7 @@ struct wc_result {
         char text[8192];
         char reason[16];    /* final's finish_reason, "" before */
         int error;          /* error code + 1, 0: none */
+        char message[256];  /* the error's message */
         int done;
         double t_sent, t_first, t_last, t_done;
         double itl_sum;
@@ -189,8 +190,11 @@ static inline int wc_collect(struct wc *c, struct wc_result *res, int n_expected
                         } else {
                                 if (m.type == DSV_IPC_FINAL)
                                         snprintf(r->reason, sizeof r->reason, "%s", m.u.final.finish_reason);
-                                else
+                                else {
                                         r->error = (int)m.u.error.code + 1;
+                                        snprintf(r->message, sizeof r->message, "%s",
+                                                 m.u.error.message ? m.u.error.message : "");
+                                }
                                 r->done = 1;
                                 r->t_done = t;
                                 n_done++;
