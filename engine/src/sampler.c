@@ -96,12 +96,42 @@ void dse_sampler_free(struct dse_sampler *smp) {
 }
 
 /* Descending by logit, ascending id on ties: a total order, so results never depend on
- * qsort's stability. */
+ * the sort's stability. */
 static int cand_cmp(const void *x, const void *y) {
         const struct cand *a = x, *b = y;
         if (a->z != b->z)
                 return a->z > b->z ? -1 : 1;
         return (a->id > b->id) - (a->id < b->id);
+}
+
+/* Heapsort by cand_cmp: in place, because glibc's qsort may malloc a merge buffer and
+ * sampling must not allocate (the worker's per-token path). cand_cmp is a total order,
+ * so the result is the one any correct sort gives. */
+static void cand_sift(struct cand *c, int n, int i) {
+        for (;;) {
+                int l = 2 * i + 1, r = l + 1, m = i;
+                if (l < n && cand_cmp(&c[l], &c[m]) > 0)
+                        m = l;
+                if (r < n && cand_cmp(&c[r], &c[m]) > 0)
+                        m = r;
+                if (m == i)
+                        return;
+                struct cand t = c[i];
+                c[i] = c[m];
+                c[m] = t;
+                i = m;
+        }
+}
+
+static void cand_sort(struct cand *c, int n) {
+        for (int i = n / 2 - 1; i >= 0; i--)
+                cand_sift(c, n, i);
+        for (int end = n - 1; end > 0; end--) {
+                struct cand t = c[0];
+                c[0] = c[end];
+                c[end] = t;
+                cand_sift(c, end, 0);
+        }
 }
 
 static int argmax(const float *logits, int n) {
@@ -169,11 +199,11 @@ int dse_sampler_sample(struct dse_sampler *smp, const float *logits) {
                         if (c[i].z >= kth) /* ties with the k-th value stay, as in transformers */
                                 c[m++] = c[i];
                 n = m;
-                qsort(c, (size_t)n, sizeof *c, cand_cmp);
+                cand_sort(c, n);
                 sorted = 1;
         }
         if (p->top_p < 1.0f && !sorted) {
-                qsort(c, (size_t)n, sizeof *c, cand_cmp);
+                cand_sort(c, n);
                 sorted = 1;
         }
 
