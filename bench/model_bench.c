@@ -11,8 +11,8 @@
  * engine does, not what a kernel could do):
  *   load_s          dse_model_open with DSE_MODEL_POPULATE (validation + page faults)
  *   prefill tok/s   one dse_session_eval of N random tokens on an empty session
- *   decode tok/s    64 steps of one token per sequence, B sequences per step,
- *                   tokens/s aggregated over the B sequences (see measure_decode)
+ *   decode tok/s    64 steps of one token per sequence, B sequences per step through
+ *                   dse_batch_step (one pass over the weights per step), aggregated
  *   bytes/token     the weight bytes one decoded token reads: every matrix with its
  *                   scales and zeros, norms, one embedding row; for MoE layers only
  *                   n_experts_per_tok / n_routed_experts of the routed experts
@@ -20,7 +20,15 @@
  *                   of 5 passes, measured before and after decoding (the best kept)
  *   roofline        batch-1 decode tok/s x bytes/token / read bandwidth
  * Each variant is checked before it is timed: every logit of the first evaluation must
- * be finite. */
+ * be finite.
+ *
+ *     dsvisor-bench weights --preset P --format F [--layers N] [--threads T] [--batches 1,4,8]
+ *
+ * times the kernel table alone over the same file's matrices (every matrix one decoded
+ * token multiplies; for MoE the first n_experts_per_tok routed experts of each layer),
+ * rows split over the pool, n tokens per pass: float32 activations (matvec / matmul)
+ * and int8 activations (quantize_xq + matmul_xq), against the same bandwidth probe. It
+ * shows what the kernels reach before the forward pass uses them. */
 #include <errno.h>
 #include <fcntl.h>
 #include <immintrin.h>
@@ -35,6 +43,7 @@
 #include <unistd.h>
 
 #include "dse.h"
+#include "kernels/kernels.h"
 #include "model/format.h"
 #include "model/model.h"
 
@@ -515,38 +524,218 @@ static double measure_prefill(const struct dse_model *m, struct dse_pool *pool, 
         return n / dt;
 }
 
-/* Aggregate decode tokens/s of B sequences stepping one token each, n_steps times. The
- * engine has no batched forward yet (dse_batch_step is being written), so a step runs B
- * sessions one after another: batch B measures what B concurrent sequences get today,
- * B passes over the weights per step. */
+/* Aggregate decode tokens/s of B sequences stepping one token each, n_steps times,
+ * through dse_batch_step over a paged KV cache: one step evaluates all B sequences with
+ * one pass over the weights. */
 static double measure_decode(const struct dse_model *m, struct dse_pool *pool, int B, int n_steps, float *logits,
                              size_t *ret_kv_bytes) {
         struct dse_diag d = {0};
         int vocab = dse_model_vocab_size(m), r;
-        struct dse_session *s[64];
-        for (int i = 0; i < B; i++)
-                if ((r = dse_session_new(m, n_steps + 1, pool, &s[i], &d)) < 0)
-                        die(r, "session", &d);
-        *ret_kv_bytes = dse_session_kv_bytes_per_token(s[0]) * (size_t)(n_steps + 1) * (size_t)B;
+        struct dse_kv_cache *kv;
+        struct dse_batch *b;
+        int block = 16, n_ctx = n_steps + 1;
+        size_t blocks_per_seq = (size_t)(n_ctx + block - 1) / block;
+        /* the budget: exactly the blocks B sequences need (block bytes from a first cache) */
+        if ((r = dse_kv_cache_new(m, 64u << 20, block, B, n_ctx, &kv, &d)) < 0)
+                die(r, "kv cache", &d);
+        size_t budget = dse_kv_cache_block_bytes(kv) * blocks_per_seq * (size_t)B;
+        dse_kv_cache_free(kv);
+        if ((r = dse_kv_cache_new(m, budget, block, B, n_ctx, &kv, &d)) < 0)
+                die(r, "kv cache", &d);
+        if ((r = dse_batch_new(m, kv, pool, &b, &d)) < 0)
+                die(r, "batch", &d);
+        *ret_kv_bytes = budget;
+        struct dse_batch_seq seqs[64];
         int32_t tok[64];
+        float *lg = malloc((size_t)B * (size_t)vocab * sizeof(float));
+        for (int i = 0; i < B; i++) {
+                if ((r = dse_kv_seq_open(kv)) < 0)
+                        die(r, "kv seq", NULL);
+                seqs[i] = (struct dse_batch_seq){.seq = r, .tokens = &tok[i], .n_tokens = 1,
+                                                 .logits = lg + (size_t)i * vocab};
+        }
         double t0 = 0;
         for (int step = 0; step <= n_steps; step++) {
                 if (step == 1)
                         t0 = now_s(); /* step 0 (the check) is not timed */
                 random_tokens(tok, B, vocab, 100 + (uint64_t)step);
-                for (int i = 0; i < B; i++) {
-                        if ((r = dse_session_eval(s[i], &tok[i], 1, NULL, logits, &d)) < 0)
-                                die(r, "decode step", &d);
-                        if (step == 0 && !all_finite(logits, vocab)) {
-                                fprintf(stderr, "dsvisor-bench: decode batch %d: non-finite logits\n", B);
-                                exit(1);
-                        }
+                if ((r = dse_batch_step(b, seqs, (size_t)B, &d)) < 0)
+                        die(r, "decode step", &d);
+                if (step == 0 && !all_finite(lg, B * vocab)) {
+                        fprintf(stderr, "dsvisor-bench: decode batch %d: non-finite logits\n", B);
+                        exit(1);
                 }
         }
         double dt = now_s() - t0;
-        for (int i = 0; i < B; i++)
-                dse_session_free(s[i]);
+        memcpy(logits, lg, (size_t)vocab * sizeof(float));
+        free(lg);
+        dse_batch_free(b);
+        dse_kv_cache_free(kv);
         return (double)B * n_steps / dt;
+}
+
+/* ---- dsvisor-bench weights: the kernels alone over the model's own matrices ---------- */
+
+/* The matrices one decoded token multiplies (MoE: the first n_experts_per_tok routed
+ * experts of each layer stand for the routed ones), as the kernels see them. */
+struct wmat {
+        struct dse_qmat w;
+        uint64_t bytes; /* data + scales + zeros */
+};
+
+static int is_decode_matrix(const struct dse_hparams *hp, const struct dse_tensor *t) {
+        size_t len = strlen(t->name);
+        if (t->n_dims != 2 || len < 7 || strcmp(t->name + len - 7, ".weight") != 0 ||
+            strcmp(t->name, "model.embed_tokens.weight") == 0)
+                return 0;
+        const char *e = strstr(t->name, ".mlp.experts.");
+        return !e || atoi(e + strlen(".mlp.experts.")) < hp->n_experts_per_tok;
+}
+
+static size_t collect_matrices(const struct dse_model *m, const struct dse_hparams *hp, struct wmat *out) {
+        size_t n = 0;
+        for (size_t i = 0; i < dse__model_n_tensors(m); i++) {
+                const struct dse_tensor *t = dse__model_tensor_at(m, i);
+                if (!is_decode_matrix(hp, t))
+                        continue;
+                struct wmat *wm = &out[n++];
+                memset(wm, 0, sizeof *wm);
+                wm->w = (struct dse_qmat){.dtype = t->dtype, .rows = t->shape[0], .cols = t->shape[1],
+                                          .group_size = t->group_size, .data = t->data};
+                wm->bytes = t->size_bytes;
+                if (t->dtype == DSE_DTYPE_Q8 || t->dtype == DSE_DTYPE_Q4) {
+                        char aux[DSE_TENSOR_NAME_MAX + 8];
+                        wm->w.n_groups = (wm->w.cols + t->group_size - 1) / t->group_size;
+                        snprintf(aux, sizeof aux, "%s.scale", t->name);
+                        const struct dse_tensor *sc = dse__model_tensor(m, aux);
+                        snprintf(aux, sizeof aux, "%s.zero", t->name);
+                        const struct dse_tensor *z = dse__model_tensor(m, aux);
+                        wm->w.scale = sc->data;
+                        wm->bytes += sc->size_bytes;
+                        if (z) {
+                                wm->w.zero = z->data;
+                                wm->bytes += z->size_bytes;
+                        }
+                }
+        }
+        return n;
+}
+
+struct wjob {
+        const struct dse_kernels *k;
+        const struct dse_qmat *w;
+        const float *x;
+        const struct dse_xq *xq;
+        float *y;
+        int64_t n, ldx, ldy;
+};
+
+static void wjob_float(void *ctx, size_t r0, size_t r1, int ith) {
+        const struct wjob *j = ctx;
+        (void)ith;
+        if (j->n == 1)
+                j->k->matvec[j->w->dtype](j->w, j->x, j->y, (int64_t)r0, (int64_t)r1);
+        else
+                j->k->matmul[j->w->dtype](j->w, j->x, j->ldx, j->n, j->y, j->ldy, (int64_t)r0, (int64_t)r1);
+}
+
+static void wjob_xq(void *ctx, size_t r0, size_t r1, int ith) {
+        const struct wjob *j = ctx;
+        (void)ith;
+        j->k->matmul_xq[j->w->dtype](j->w, j->xq, j->y, j->ldy, (int64_t)r0, (int64_t)r1);
+}
+
+/* Seconds for one pass over every matrix with n tokens (best of reps). xq: the int8
+ * activation path (quantizing x once per matrix, as a forward pass would). */
+static double weights_pass(struct dse_pool *pool, const struct dse_kernels *k, const struct wmat *mats, size_t n_mats,
+                           int64_t n, int xq_path, const float *x, int64_t ldx, float *y, int64_t ldy, void *xq_mem,
+                           int reps) {
+        double best = 1e30;
+        for (int rep = 0; rep < reps; rep++) {
+                double t0 = now_s();
+                for (size_t i = 0; i < n_mats; i++) {
+                        const struct dse_qmat *w = &mats[i].w;
+                        struct wjob j = {k, w, x, NULL, y, n, ldx, ldy};
+                        struct dse_xq xq;
+                        if (xq_path && k->matmul_xq[w->dtype]) {
+                                dse__xq_init(&xq, xq_mem, n, w->cols);
+                                k->quantize_xq(x, ldx, &xq);
+                                j.xq = &xq;
+                                dse_pool_parallel_for(pool, (size_t)w->rows, wjob_xq, &j);
+                        } else {
+                                dse_pool_parallel_for(pool, (size_t)w->rows, wjob_float, &j);
+                        }
+                }
+                double dt = now_s() - t0;
+                best = dt < best ? dt : best;
+        }
+        return best;
+}
+
+static void bench_weights(const struct dse_model *m, const struct dse_hparams *hp, struct dse_pool *pool,
+                          const int *tokens, int n_tokens, const char *preset, const char *format, int threads,
+                          int json) {
+        struct dse_cpu_info cpu;
+        struct dse_kernels k;
+        dse_cpu_detect(&cpu, NULL);
+        dse_kernels_resolve(cpu.level, &k);
+        struct wmat *mats = calloc(dse__model_n_tensors(m), sizeof *mats);
+        size_t n_mats = collect_matrices(m, hp, mats);
+        uint64_t bytes = 0;
+        int64_t max_rows = 1, max_cols = 1, max_n = 1;
+        for (size_t i = 0; i < n_mats; i++) {
+                bytes += mats[i].bytes;
+                max_rows = mats[i].w.rows > max_rows ? mats[i].w.rows : max_rows;
+                max_cols = mats[i].w.cols > max_cols ? mats[i].w.cols : max_cols;
+        }
+        for (int i = 0; i < n_tokens; i++)
+                max_n = tokens[i] > max_n ? tokens[i] : max_n;
+        float *x = malloc((size_t)(max_n * max_cols) * sizeof(float));
+        float *y = malloc((size_t)(max_n * max_rows) * sizeof(float));
+        void *xq_mem = aligned_alloc(64, dse__xq_bytes(max_n, max_cols));
+        random_tokens((int32_t *)x, (int)(max_n * max_cols), 2000, 3);
+        for (int64_t i = 0; i < max_n * max_cols; i++)
+                x[i] = (float)((int32_t *)x)[i] / 1000.0f - 1.0f;
+        double bw0 = probe_read_bw(pool);
+        int has_xq = k.matmul_xq[mats[0].w.dtype] != NULL;
+        double t_f[8], t_q[8];
+        for (int i = 0; i < n_tokens; i++) {
+                int reps = tokens[i] > 16 ? 2 : 5;
+                t_f[i] = weights_pass(pool, &k, mats, n_mats, tokens[i], 0, x, max_cols, y, max_rows, xq_mem, reps);
+                t_q[i] = has_xq ? weights_pass(pool, &k, mats, n_mats, tokens[i], 1, x, max_cols, y, max_rows, xq_mem,
+                                              reps)
+                                : 0;
+        }
+        double bw1 = probe_read_bw(pool), bw = bw0 > bw1 ? bw0 : bw1;
+        if (json) {
+                printf("{\"preset\":\"%s\",\"format\":\"%s\",\"threads\":%d,\"layers\":%d,\"level\":\"%s\","
+                       "\"matrices\":%zu,\"bytes_per_pass\":%llu,\"read_bw_bytes_per_s\":%.0f,\"passes\":[",
+                       preset, format, threads, hp->n_layers, dse_cpu_level_to_string(cpu.level), n_mats,
+                       (unsigned long long)bytes, bw);
+                for (int i = 0; i < n_tokens; i++)
+                        printf("%s{\"tokens\":%d,\"f32act_s\":%.6f,\"f32act_roofline\":%.4f,\"xq_s\":%.6f,"
+                               "\"xq_roofline\":%.4f}",
+                               i ? "," : "", tokens[i], t_f[i], bytes / t_f[i] / bw, t_q[i],
+                               has_xq ? bytes / t_q[i] / bw : 0.0);
+                printf("]}\n");
+        } else {
+                printf("weights: preset %s, format %s, %d layers, %d threads, kernels %s\n", preset, format,
+                       hp->n_layers, threads, dse_cpu_level_to_string(cpu.level));
+                printf("%zu matrices, %.1f MB per pass, read bandwidth %.2f GB/s (before %.2f, after %.2f)\n", n_mats,
+                       bytes / 1e6, bw / 1e9, bw0 / 1e9, bw1 / 1e9);
+                for (int i = 0; i < n_tokens; i++) {
+                        printf("tokens %d: float activations %.2f ms/pass (%.1f tok/s, %.3f of bandwidth)", tokens[i],
+                               t_f[i] * 1e3, tokens[i] / t_f[i], bytes / t_f[i] / bw);
+                        if (has_xq)
+                                printf("; int8 activations %.2f ms/pass (%.1f tok/s, %.3f of bandwidth)", t_q[i] * 1e3,
+                                       tokens[i] / t_q[i], bytes / t_q[i] / bw);
+                        printf("\n");
+                }
+        }
+        free(x);
+        free(y);
+        free(xq_mem);
+        free(mats);
 }
 
 /* ---- command line ------------------------------------------------------------------- */
@@ -570,13 +759,15 @@ static void usage(void) {
         fprintf(stderr,
                 "usage: dsvisor-bench model --preset r1-distill-qwen-1.5b|deepseek-coder-1.3b|deepseek-v2-lite\n"
                 "           --format int4|int8|bf16 [--layers N] [--threads T] [--group G]\n"
-                "           [--prefill N,N] [--decode STEPS] [--batches B,B] [--json]\n");
+                "           [--prefill N,N] [--decode STEPS] [--batches B,B] [--json]\n"
+                "       dsvisor-bench weights (the same options; --batches: tokens per pass)\n");
         exit(2);
 }
 
 int main(int argc, char **argv) {
-        if (argc < 2 || strcmp(argv[1], "model") != 0)
+        if (argc < 2 || (strcmp(argv[1], "model") != 0 && strcmp(argv[1], "weights") != 0))
                 usage();
+        int weights_mode = strcmp(argv[1], "weights") == 0;
         const char *preset = NULL, *format = NULL;
         int layers = 0, threads = 2, group = 0, json = 0, decode_steps = 64;
         int prefill[8] = {128, 512}, n_prefill = 2, batches[8] = {1, 4, 8}, n_batches = 3;
@@ -659,10 +850,18 @@ int main(int argc, char **argv) {
         struct dse_pool *pool;
         if ((r = dse_pool_new(threads, NULL, 0, &pool)) < 0)
                 die(r, "pool", NULL);
+        struct dse_model *m;
+        if (weights_mode) {
+                if ((r = dse_model_open(path, DSE_MODEL_POPULATE, &m, &d)) < 0)
+                        die(r, "open", &d);
+                bench_weights(m, &hp, pool, batches, n_batches, preset, format, threads, json);
+                dse_model_free(m);
+                dse_pool_free(pool);
+                return 0;
+        }
         double bw0 = probe_read_bw(pool);
 
         double t0 = now_s();
-        struct dse_model *m;
         if ((r = dse_model_open(path, DSE_MODEL_POPULATE, &m, &d)) < 0)
                 die(r, "open", &d);
         double load_s = now_s() - t0;
