@@ -6,14 +6,19 @@ set -euo pipefail
 BUILD_PKGS=(build-essential cmake pkg-config
   libnng-dev libcjson-dev libnuma-dev libhwloc-dev libcgroup-dev libsystemd-dev
   libpcre2-dev libutf8proc-dev libmicrohttpd-dev libcurl4-openssl-dev)
-TEST_PKGS=(clang hwloc python3 sentencepiece)
+TEST_PKGS=(clang hwloc python3 sentencepiece curl prometheus nodejs)  # prometheus: promtool
 # Optional, only to re-train the bundled default model (tools/train_default_model.py);
 # never needed to build, test or serve.
 TRAIN_PKGS=(python3-torch python3-numpy libopenblas0-pthread sentencepiece python3-sentencepiece
   bible-kjv bible-kjv-text)
 
 want=("${BUILD_PKGS[@]}")
-if [ "${1:-}" = "--with-tests" ]; then want+=("${TEST_PKGS[@]}"); fi
+if [ "${1:-}" = "--with-tests" ]; then
+  want+=("${TEST_PKGS[@]}")
+  # The gateway tests install the openai npm client. NodeSource's nodejs ships npm and
+  # conflicts with Debian's npm package, so ask for it only when npm is missing.
+  command -v npm >/dev/null || want+=(npm)
+fi
 case " $* " in *" --with-training "*) want+=("${TRAIN_PKGS[@]}") ;; esac
 
 missing=()
