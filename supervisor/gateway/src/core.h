@@ -77,6 +77,7 @@ struct dsv_gateway {
         void *hook_userdata;
 
         pthread_mutex_t lock;
+        pthread_cond_t link_cond; /* a link's refs dropped to 0 */
         struct gw_instance inst[DSV_GATEWAY_MAX_INSTANCES];
         uint64_t next_gen;
         struct dsv_policy_router router;

@@ -19,7 +19,10 @@ struct gw_link {
         atomic_bool stop;
         /* gw->lock */
         int slot;                /* owning instance; -1 once detached */
+        int refs;                /* sends in progress outside the lock (link_free waits) */
         struct gw_call *calls;   /* in flight on this link */
+        uint64_t *orphans;       /* ids of failed calls whose cancel the receiver sends */
+        size_t n_orphans;
         bool health_ready;
         int64_t last_health_ns;
 };
@@ -65,22 +68,48 @@ static void call_push(struct gw_call *c, struct gw_event *ev, bool lost) {
         pthread_mutex_unlock(&c->lock);
 }
 
+/* Nothing is sent under gw->lock: a send may wait (PROTOCOL.md: up to 5 s) for a peer
+ * that does not read, and must not stall every other request meanwhile. */
 static void send_cancel(struct gw_link *l, uint64_t id) {
         struct dsv_ipc_msg m = {.type = DSV_IPC_CANCEL, .u.cancel_id = id};
         (void)dsv_ipc_send(l->conn, &m); /* best effort: the worker may be gone */
 }
 
-/* The link dropped or is going away: every call on it fails over. The cancel reaches a
- * restarted worker at the same URL should the request still sit in nng's send queue. */
+static void link_put(struct dsv_gateway *gw, struct gw_link *l) {
+        pthread_mutex_lock(&gw->lock);
+        if (--l->refs == 0)
+                pthread_cond_broadcast(&gw->link_cond);
+        pthread_mutex_unlock(&gw->lock);
+}
+
+/* The link dropped or is going away: every call on it fails over. The receiver then
+ * sends a cancel for each, which reaches a restarted worker at the same URL should the
+ * request still sit in nng's send queue. */
 static void link_fail_calls_locked(struct dsv_gateway *gw, struct gw_link *l) {
         while (l->calls) {
                 struct gw_call *c = l->calls;
                 if (l->slot >= 0)
                         gw->inst[l->slot].failures++;
-                send_cancel(l, c->id);
+                uint64_t *grown = realloc(l->orphans, (l->n_orphans + 1) * sizeof *grown);
+                if (grown) {
+                        l->orphans = grown;
+                        l->orphans[l->n_orphans++] = c->id;
+                }
                 call_detach_locked(gw, c);
                 call_push(c, NULL, true);
         }
+}
+
+static void link_send_orphan_cancels(struct dsv_gateway *gw, struct gw_link *l) {
+        pthread_mutex_lock(&gw->lock);
+        uint64_t *ids = l->orphans;
+        size_t n = l->n_orphans;
+        l->orphans = NULL;
+        l->n_orphans = 0;
+        pthread_mutex_unlock(&gw->lock);
+        for (size_t i = 0; i < n; i++)
+                send_cancel(l, ids[i]);
+        free(ids);
 }
 
 void dsv__gw_event_free(struct gw_event *ev) {
@@ -122,11 +151,17 @@ int dsv__gw_call_wait(struct gw_call *c, int timeout_ms, struct gw_event **ret) 
 void dsv__gw_call_cancel(struct gw_call *c) {
         struct dsv_gateway *gw = c->gw;
         pthread_mutex_lock(&gw->lock);
-        if (c->link) {
-                send_cancel(c->link, c->id);
+        struct gw_link *l = c->link;
+        uint64_t id = c->id;
+        if (l) {
+                l->refs++;
                 call_detach_locked(gw, c);
         }
         pthread_mutex_unlock(&gw->lock);
+        if (l) {
+                send_cancel(l, id);
+                link_put(gw, l);
+        }
 }
 
 /* ---- routing and admission -------------------------------------------------------------- */
@@ -259,14 +294,20 @@ int dsv__gw_call_start(struct gw_call *c, int exclude_slot, struct dsv_gw_error 
         l->calls = c;
         in->inflight++;
         in->inflight_prompt_tokens += c->est_prompt_tokens;
+        l->refs++;
+        pthread_mutex_unlock(&gw->lock);
         r = dsv_ipc_send(l->conn, &c->req.ipc);
         if (r < 0) {
-                call_detach_locked(gw, c);
+                pthread_mutex_lock(&gw->lock);
+                if (c->link == l)
+                        call_detach_locked(gw, c);
                 pthread_mutex_unlock(&gw->lock);
+        }
+        link_put(gw, l);
+        if (r < 0) {
                 set_unavailable(err, retry_unavailable, "The model instance could not take the request");
                 return -ECONNRESET;
         }
-        pthread_mutex_unlock(&gw->lock);
         c->t_first_ns = c->t_last_ns = 0;
         c->n_tokens = 0;
         c->attempts++;
@@ -504,7 +545,7 @@ static void link_dispatch(struct gw_link *l, struct dsv_ipc_msg *m) {
 static void *link_main(void *arg) {
         struct gw_link *l = arg;
         struct dsv_gateway *gw = l->gw;
-        bool connected = false;
+        bool connected;
         int64_t next_poll = 0;
         uint64_t seq = 1;
         while (!atomic_load(&l->stop)) {
@@ -514,17 +555,24 @@ static void *link_main(void *arg) {
                         link_dispatch(l, &m);
                 else if (r == -ECANCELED)
                         break;
-                if (dsv_ipc_peers(l->conn) > 0) {
-                        connected = true;
-                } else if (connected) {
-                        /* The worker is gone: take what it said before dying, then fail the rest. */
-                        while (dsv_ipc_recv(l->conn, &m, 0, NULL, 0) == 0)
+                /* Calls are sent only while a peer is connected, so a call in flight with no
+                 * peer now means the pipe it went out on dropped, even if it came and went
+                 * between two checks: take what the worker said before dying, fail the rest. */
+                connected = dsv_ipc_peers(l->conn) > 0;
+                pthread_mutex_lock(&gw->lock);
+                bool orphans = !connected && l->calls;
+                if (!connected)
+                        l->health_ready = false;
+                pthread_mutex_unlock(&gw->lock);
+                if (orphans) {
+                        /* 1 ms, not 0: nng 1.5.2's receive timeout of zero was seen to leave
+                         * later timed receives waiting forever. */
+                        while (dsv_ipc_recv(l->conn, &m, 1, NULL, 0) == 0)
                                 link_dispatch(l, &m);
                         pthread_mutex_lock(&gw->lock);
                         link_fail_calls_locked(gw, l);
-                        l->health_ready = false;
                         pthread_mutex_unlock(&gw->lock);
-                        connected = false;
+                        link_send_orphan_cancels(gw, l);
                 }
                 int64_t now = dsv__gw_now_ns();
                 if (gw->cfg.health_interval_ms && connected && now >= next_poll) {
@@ -564,9 +612,15 @@ static int link_new(struct dsv_gateway *gw, const char *url, struct gw_link **re
 static void link_free(struct gw_link *l) {
         if (!l)
                 return;
+        struct dsv_gateway *gw = l->gw;
+        pthread_mutex_lock(&gw->lock);
+        while (l->refs > 0)
+                pthread_cond_wait(&gw->link_cond, &gw->lock);
+        pthread_mutex_unlock(&gw->lock);
         atomic_store(&l->stop, true);
         pthread_join(l->thread, NULL);
         dsv_ipc_close(l->conn);
+        free(l->orphans);
         free(l);
 }
 
@@ -621,6 +675,8 @@ int dsv_gateway_new(const struct dsv_gateway_config *cfg, struct dsv_gateway **r
         }
         if (r == 0)
                 r = -pthread_mutex_init(&gw->lock, NULL);
+        if (r == 0 && (r = -pthread_cond_init(&gw->link_cond, NULL)) < 0)
+                pthread_mutex_destroy(&gw->lock);
         if (r < 0) {
                 dsv__gw_keys_done(&gw->keys);
                 free(gw->listen_host);
@@ -640,6 +696,7 @@ void dsv_gateway_free(struct dsv_gateway *gw) {
         for (int s = 0; s < DSV_GATEWAY_MAX_INSTANCES; s++)
                 if (gw->inst[s].used)
                         dsv_gateway_instance_remove(gw, s);
+        pthread_cond_destroy(&gw->link_cond);
         pthread_mutex_destroy(&gw->lock);
         dsv__gw_keys_done(&gw->keys);
         free(gw->listen_host);
