@@ -2,8 +2,10 @@
  * token-id input): heartbeat, streaming, 8 concurrent requests equal to each alone
  * (greedy and seeded), cancel freeing the KV blocks, deadline, bad input codes with the
  * worker still serving, stats, SIGTERM drain, and death with the parent. */
+#include <fcntl.h>
 #include <sys/prctl.h>
 
+#include "dse.h"
 #include "t.h"
 #include "worker-client.h"
 
@@ -313,4 +315,41 @@ TEST(dies_with_parent) {
         ASSERT_TRUE(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL);
         close(pfd[0]);
         close(pfd[1]);
+}
+
+/* --model-fd: the supervisor hands over an open native file (or memfd); the worker
+ * serves the same tokens as when it opens the path itself. */
+TEST(model_fd) {
+        ASSERT_OK(setup());
+        memset(res, 0, sizeof res);
+        int32_t ids[12];
+        prompt(ids, 12, 9);
+        struct dsv_ipc_msg m = wc_tokens_request(40, ids, 12, 10, 0, 0);
+        ASSERT_OK(wc_send(&client, &m));
+        ASSERT_EQ(wc_collect(&client, res, 1, 60), 1);
+        ASSERT_EQ(res[40].n_tokens, 10);
+
+        char native[4096];
+        ASSERT_OK(dse_model_resolve(fixture_dir, native, sizeof native, NULL));
+        int fd = open(native, O_RDONLY); /* inherited by the worker: no O_CLOEXEC */
+        ASSERT_TRUE(fd >= 0);
+        char fdarg[16], u[512];
+        snprintf(fdarg, sizeof fdarg, "%d", fd);
+        snprintf(u, sizeof u, "ipc://%s/fd.sock", wc_tmpdir());
+        char *args[] = {"--model-fd", fdarg, "--listen", u, "--n-ctx", "64", NULL};
+        pid_t pid = wc_spawn(args);
+        close(fd);
+        struct wc c;
+        ASSERT_OK(wc_open(&c, u));
+        ASSERT_OK(wc_wait_state(&c, "ready", 60));
+        struct wc_result *rr = calloc(WC_MAX_REQ, sizeof *rr);
+        ASSERT_OK(wc_send(&c, &m));
+        ASSERT_EQ(wc_collect(&c, rr, 1, 60), 1);
+        ASSERT_EQ(rr[40].n_tokens, 10);
+        for (int i = 0; i < 10; i++)
+                ASSERT_EQ(rr[40].tokens[i], res[40].tokens[i]);
+        kill(pid, SIGTERM);
+        ASSERT_TRUE(wc_wait_exit(pid, 30) >= 0);
+        free(rr);
+        wc_close(&c);
 }
