@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# dsvisor-bench end to end on a small copy of a preset (deepseek-coder-1.3b, one layer):
+# the generated file is a valid native model (`dsvisor verify` checks every CRC), it is
+# cached (a second run does not regenerate it), `model --json` prints every key of
+# issue 4 with sane values, and `weights` runs both activation paths. No timing is
+# asserted: speed is what RESULTS.md records, not what a test can check on a shared box.
+set -u
+bench=${DSV_BUILD_DIR:?}/bin/dsvisor-bench
+dsvisor=${DSV_BUILD_DIR:?}/bin/dsvisor
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+export DSV_CACHE_DIR=$work/cache
+pass=0 fail=0
+ok() { pass=$((pass + 1)); }
+bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
+args=(--preset deepseek-coder-1.3b --layers 1 --threads 2 --prefill 8,33 --decode 3 --batches 1,2)
+
+for fmt in int4 int8 bf16; do
+  if "$bench" model "${args[@]}" --format "$fmt" --json >"$work/$fmt.json" 2>"$work/$fmt.err"; then ok; else bad "$fmt: exit $?: $(cat "$work/$fmt.err")"; fi
+  grep -q generating "$work/$fmt.err" && ok || bad "$fmt: first run did not generate the model"
+  f=$(ls "$DSV_CACHE_DIR"/bench/deepseek-coder-1.3b-"$fmt"-*-L1-v*.dse 2>/dev/null | head -1)
+  if [ -n "$f" ] && "$dsvisor" verify "$f" >/dev/null 2>"$work/verify.err"; then ok; else bad "$fmt: verify '$f': $(cat "$work/verify.err" 2>/dev/null)"; fi
+  python3 - "$work/$fmt.json" "$fmt" <<'PY' && ok || bad "$fmt: JSON keys or values"
+import json, sys
+o = json.load(open(sys.argv[1]))
+need = ["preset", "format", "threads", "layers", "load_s", "rss_bytes", "bytes_per_token",
+        "read_bw_bytes_per_s", "prefill_tok_s", "decode_tok_s", "roofline"]
+missing = [k for k in need if k not in o]
+assert not missing, missing
+assert o["preset"] == "deepseek-coder-1.3b" and o["format"] == sys.argv[2] and o["layers"] == 1 and o["threads"] == 2
+assert set(o["prefill_tok_s"]) == {"8", "33"} and set(o["decode_tok_s"]) == {"1", "2"}
+assert all(v > 0 for v in list(o["prefill_tok_s"].values()) + list(o["decode_tok_s"].values()))
+assert o["read_bw_bytes_per_s"] > 1e8 and 0 < o["roofline"] < 2
+# one layer: q k v o (2048x2048 each) + gate up down (5504x2048) + lm_head (32256x2048),
+# at 0.5 / 1 / 2 bytes per weight plus scales: between 0.5x and 2.5x that count
+n = 4 * 2048 * 2048 + 3 * 5504 * 2048 + 32256 * 2048
+per = {"int4": 0.5, "int8": 1.0, "bf16": 2.0}[sys.argv[2]]
+assert n * per < o["bytes_per_token"] < n * per * 1.25, (o["bytes_per_token"], n * per)
+assert o["rss_bytes"] > o["weight_bytes"] * 0.5
+PY
+done
+"$bench" model "${args[@]}" --format int8 --json >/dev/null 2>"$work/again.err" || bad "second run: $(cat "$work/again.err")"
+grep -q generating "$work/again.err" && bad "second run regenerated the cached model" || ok
+for fmt in int4 int8 bf16; do
+  if "$bench" weights --preset deepseek-coder-1.3b --layers 1 --threads 2 --format "$fmt" --batches 1,3 --json >"$work/w.json" 2>"$work/w.err"; then ok; else bad "weights $fmt: $(cat "$work/w.err")"; fi
+  python3 -c '
+import json, sys
+o = json.load(open(sys.argv[1]))
+assert o["matrices"] == 8 and len(o["passes"]) == 2, o
+for p in o["passes"]:
+    assert p["f32act_s"] > 0
+    assert (p["xq_s"] > 0) == (sys.argv[2] != "bf16")
+' "$work/w.json" "$fmt" && ok || bad "weights $fmt JSON: $(cat "$work/w.json")"
+done
+"$bench" model --preset nope --format int4 >/dev/null 2>&1 && bad "unknown preset accepted" || ok
+"$bench" model --preset deepseek-coder-1.3b --format int3 >/dev/null 2>&1 && bad "unknown format accepted" || ok
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ]
