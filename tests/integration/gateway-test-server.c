@@ -10,7 +10,7 @@
  *
  * It writes the bound port to F once serving. Commands on stdin, one per line, answer
  * "ok <n>" or "err <errno name>" on stdout: "ready ID 0|1", "url ID URL", "remove ID",
- * "add NAME URL". SIGTERM or SIGINT stops it (exit 0). A metrics hook appends the family
+ * "add NAME URL", "load ID QUEUED RUNNING" (the worker's own load), "load ID -" (forget it). SIGTERM or SIGINT stops it (exit 0). A metrics hook appends the family
  * dsvisor_test_hook_scrapes_total to /metrics. */
 #include <errno.h>
 #include <pthread.h>
@@ -38,10 +38,16 @@ static void *commands(void *arg) {
         while (fgets(line, sizeof line, stdin)) {
                 char a[2048] = "", b[2048] = "";
                 int id = -1, r = -EINVAL;
+                unsigned q, run;
                 if (sscanf(line, "ready %d %2047s", &id, a) == 2)
                         r = dsv_gateway_instance_set_ready(gw, id, atoi(a) != 0);
                 else if (sscanf(line, "url %d %2047s", &id, a) == 2)
                         r = dsv_gateway_instance_set_url(gw, id, a);
+                else if (sscanf(line, "load %d %u %u", &id, &q, &run) == 3)
+                        r = dsv_gateway_instance_set_load(gw, id, &(struct dsv_policy_worker_load){
+                                                                         .queued_requests = q, .running_seqs = run});
+                else if (sscanf(line, "load %d -", &id) == 1)
+                        r = dsv_gateway_instance_set_load(gw, id, NULL);
                 else if (sscanf(line, "remove %d", &id) == 1)
                         r = dsv_gateway_instance_remove(gw, id);
                 else if (sscanf(line, "add %2047s %2047s", a, b) == 2)

@@ -198,6 +198,17 @@ for i in 1 2; do curl -s --max-time 10 -o /dev/null -d "$(completion 'w1 w2 w3 w
 s=$(post $PQ /v1/completions "$(completion 'x' 1)")
 check queue-full-429 bash -c "[ $s = 429 ] && grep -qi '^retry-after: [0-9]' $T/hdr && grep -q rate_limit_exceeded $T/body"
 
+# ---- load fed by the caller steers routing and admission ------------------------------------
+worker lx --delay-ms 2; worker ly --delay-ms 2
+server lb --instance lx="$(URL lx)" --instance ly="$(URL ly)" --max-queue-per-instance 4
+ctl lb "load 0 0 50" >/dev/null
+for i in 1 2 3 4; do post $PORT_lb /v1/completions "$(completion 'steer me' 2)" >/dev/null; done
+check load-steers-routing bash -c "[ ! -s $T/lx.log ] && [ \$(grep -c request $T/ly.log) = 4 ]"
+ctl lb "load 0 9 0" >/dev/null; ctl lb "load 1 9 0" >/dev/null
+check load-queue-full-429 bash -c "[ \$(post $PORT_lb /v1/completions '$(completion x 1)') = 429 ] && grep -qi '^retry-after:' $T/hdr"
+ctl lb "load 0 -" >/dev/null; ctl lb "load 1 -" >/dev/null
+check load-cleared [ "$(post $PORT_lb /v1/completions "$(completion x 1)")" = 200 ]
+
 # ---- deadline -> 504, and the worker is told to cancel --------------------------------------
 worker stall --delay-ms 5 --stall-after 1
 server dl --instance stall="$(URL stall)" --timeout-ms 800
@@ -250,7 +261,7 @@ for _ in $(seq 30); do [ "$(get $PORT_hp/ready)" = 200 ] && break; sleep 0.1; do
 check health-poll-ready [ "$(get $PORT_hp/ready)" = 200 ]
 
 # every server still up, then a clean stop
-for n in main auth adm dl dc rt ms hp; do
+for n in main auth adm lb dl dc rt ms hp; do
   eval "p=\$SPID_$n"
   kill -0 "$p" 2>/dev/null || bad "server-$n-alive"
 done
