@@ -34,40 +34,16 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "gen.h"
-#include "hist.h"
+#include "load.h"
 #include "sse.h"
 
-#define MAX_KINDS 24
 #define MAX_BODY_BYTES (4u << 20)
-#define MAX_PROMPT_BYTES (256u << 10)
-#define NS 1000000000LL
-
-struct opts {
-        const char *url, *model, *api, *api_key;
-        double qps, duration_s, timeout_s, drain_s;
-        unsigned concurrency, max_inflight;
-        unsigned long requests;
-        struct load_dist prompt_len, output_len;
-        uint64_t seed;
-        int stream, json, progress, allow_remote;
-};
-
-struct kind_count {
-        char name[96];
-        unsigned long n;
-};
-
-struct stats {
-        unsigned long sent, completed, errors, lost, errors_after_first_token, output_tokens;
-        struct kind_count errs[MAX_KINDS], losts[MAX_KINDS];
-        struct load_hist latency, ttft, itl;
-};
+#define NS LOAD_NS
 
 struct req {
         struct req *prev, *next; /* the driver's list of transfers in flight */
         CURL *easy;
-        struct stats *st;
+        struct load_stats *st;
         char *body;
         int64_t sched_ns, first_ns, last_tok_ns, now_ns;
         long status;
@@ -78,28 +54,6 @@ struct req {
         char *resp;
         size_t resp_len;
 };
-
-static int64_t now_ns(void) {
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        return (int64_t)ts.tv_sec * NS + ts.tv_nsec;
-}
-
-static void kind_add(struct kind_count *kinds, const char *name) {
-        int i;
-        for (i = 0; i < MAX_KINDS && kinds[i].n; i++)
-                if (!strcmp(kinds[i].name, name)) {
-                        kinds[i].n++;
-                        return;
-                }
-        if (i == MAX_KINDS) { /* table full: the last slot collects the rest */
-                i = MAX_KINDS - 1;
-                snprintf(kinds[i].name, sizeof kinds[i].name, "other");
-        } else {
-                snprintf(kinds[i].name, sizeof kinds[i].name, "%s", name);
-        }
-        kinds[i].n++;
-}
 
 /* ---- answers ---- */
 
@@ -146,7 +100,7 @@ static size_t on_write(char *ptr, size_t size, size_t nmemb, void *user) {
         size_t n = size * nmemb;
         if (!q->status)
                 curl_easy_getinfo(q->easy, CURLINFO_RESPONSE_CODE, &q->status);
-        q->now_ns = now_ns();
+        q->now_ns = load_now_ns();
         if (q->stream && q->status == 200) {
                 if (!q->bad && load_sse_feed(&q->sse, ptr, n, on_event, q) < 0)
                         q->bad = 1;
@@ -177,31 +131,20 @@ static void req_free(struct req *q) {
         free(q);
 }
 
-static void count_error(struct stats *st, struct req *q, const char *kind) {
-        st->errors++;
-        if (q->got_tokens)
-                st->errors_after_first_token++;
-        kind_add(st->errs, kind);
-}
-
-static void count_lost(struct stats *st, const char *kind) {
-        st->lost++;
-        kind_add(st->losts, kind);
-}
-
 /* Decides how a finished transfer ended (see the header comment) and records it. */
 static void req_finish(struct req *q, CURLcode rc, int64_t end_ns) {
-        struct stats *st = q->st;
+        struct load_stats *st = q->st;
+        unsigned long tokens = 0;
         char kind[96];
         if (q->got_error) {
                 snprintf(kind, sizeof kind, "stream_error:%s", q->err_code);
-                count_error(st, q, kind);
+                load_stats_error(st, q->got_tokens, kind);
                 return;
         }
         if (rc != CURLE_OK) {
                 snprintf(kind, sizeof kind, rc == CURLE_OPERATION_TIMEDOUT ? "timeout" : "transport:%s",
                          curl_easy_strerror(rc));
-                count_lost(st, kind);
+                load_stats_lost(st, kind);
                 return;
         }
         if (!q->status)
@@ -214,52 +157,51 @@ static void req_finish(struct req *q, CURLcode rc, int64_t end_ns) {
                 else
                         snprintf(kind, sizeof kind, "http_%ld", q->status);
                 if (q->status >= 400)
-                        count_error(st, q, kind);
+                        load_stats_error(st, q->got_tokens, kind);
                 else
-                        count_lost(st, kind);
+                        load_stats_lost(st, kind);
                 return;
         }
         if (q->stream) {
                 if (q->bad) {
-                        count_lost(st, "bad_stream");
+                        load_stats_lost(st, "bad_stream");
                         return;
                 }
                 if (!q->got_done) {
-                        count_lost(st, "stream_cut");
+                        load_stats_lost(st, "stream_cut");
                         return;
                 }
-                st->output_tokens += (unsigned long)(q->usage_tokens >= 0 ? q->usage_tokens : q->chunks_with_text);
+                tokens = (unsigned long)(q->usage_tokens >= 0 ? q->usage_tokens : q->chunks_with_text);
         } else {
                 struct load_answer a;
                 if (q->bad || !q->resp || load_answer_classify(q->resp, q->resp_len, &a) < 0) {
-                        count_lost(st, "bad_body");
+                        load_stats_lost(st, "bad_body");
                         return;
                 }
                 if (a.kind == LOAD_ANSWER_ERROR) {
                         snprintf(kind, sizeof kind, "body_error:%s", a.error_code);
-                        count_error(st, q, kind);
+                        load_stats_error(st, q->got_tokens, kind);
                         return;
                 }
                 if (a.kind != LOAD_ANSWER_CHUNK || !a.finished) {
-                        count_lost(st, "unfinished_body");
+                        load_stats_lost(st, "unfinished_body");
                         return;
                 }
                 if (a.completion_tokens > 0)
-                        st->output_tokens += (unsigned long)a.completion_tokens;
+                        tokens = (unsigned long)a.completion_tokens;
         }
-        st->completed++;
-        load_hist_record(&st->latency, (uint64_t)(end_ns - q->sched_ns));
+        load_stats_completed(st, end_ns - q->sched_ns, tokens);
 }
 
 /* ---- requests ---- */
 
 struct driver {
-        const struct opts *o;
+        const struct load_opts *o;
         CURLM *multi;
         struct curl_slist *headers;
         char endpoint[2048];
         struct load_rng len_rng;
-        struct stats st;
+        struct load_stats *st;
         unsigned inflight;
         struct req *running; /* list head */
         char *prompt;
@@ -284,9 +226,7 @@ static void list_del(struct driver *d, struct req *q) {
 }
 
 static char *body_new(struct driver *d) {
-        unsigned words = load_dist_sample(&d->o->prompt_len, &d->len_rng);
-        unsigned max_tokens = load_dist_sample(&d->o->output_len, &d->len_rng);
-        load_prompt_fill(d->prompt, MAX_PROMPT_BYTES, words, &d->len_rng);
+        unsigned max_tokens = load_request_draw(d->o, &d->len_rng, d->prompt);
         cJSON *o = cJSON_CreateObject();
         if (!o)
                 return NULL;
@@ -314,7 +254,7 @@ static int req_start(struct driver *d, int64_t sched_ns) {
         struct req *q = calloc(1, sizeof *q);
         if (!q)
                 return -ENOMEM;
-        q->st = &d->st;
+        q->st = d->st;
         q->sched_ns = sched_ns;
         q->stream = d->o->stream;
         q->usage_tokens = -1;
@@ -341,7 +281,7 @@ static int req_start(struct driver *d, int64_t sched_ns) {
                 req_free(q);
                 return -ENOMEM;
         }
-        d->st.sent++;
+        d->st->sent++;
         list_add(d, q);
         return 0;
 }
@@ -356,7 +296,7 @@ static void reap(struct driver *d) {
                 curl_easy_getinfo(m->easy_handle, CURLINFO_PRIVATE, (char **)&q);
                 CURLcode rc = m->data.result;
                 curl_multi_remove_handle(d->multi, m->easy_handle);
-                req_finish(q, rc, now_ns());
+                req_finish(q, rc, load_now_ns());
                 list_del(d, q);
                 req_free(q);
         }
@@ -367,57 +307,24 @@ static void abandon_all(struct driver *d) {
         while (d->running) {
                 struct req *q = d->running;
                 curl_multi_remove_handle(d->multi, q->easy);
-                count_lost(&d->st, "drain_timeout");
+                load_stats_lost(d->st, "drain_timeout");
                 list_del(d, q);
                 req_free(q);
         }
 }
 
-static void progress_line(const struct driver *d, double t_s, int final) {
-        const struct stats *st = &d->st;
-        fprintf(stderr, "%s[%6.1f s] sent %lu  done %lu  errors %lu  lost %lu  in flight %u  %.1f QPS  p99 %.3f s%s",
-                isatty(2) ? "\r" : "", t_s, st->sent, st->completed, st->errors, st->lost, d->inflight,
-                t_s > 0 ? (double)st->completed / t_s : 0, (double)load_hist_quantile(&st->latency, 0.99) / NS,
-                isatty(2) && !final ? "" : "\n");
-}
-
-/* Precomputed open-loop schedule: arrival offsets in ns from the start. */
-static int64_t *schedule_new(const struct opts *o, size_t *ret_n) {
-        struct load_rng rng;
-        load_rng_seed(&rng, o->seed);
-        size_t cap = 1024, n = 0;
-        int64_t *t = malloc(cap * sizeof *t);
-        double at = 0;
-        while (t) {
-                at += load_next_interarrival_s(&rng, o->qps);
-                if ((o->duration_s > 0 && at >= o->duration_s) || (o->requests && n >= o->requests))
-                        break;
-                if (n == cap) {
-                        int64_t *b = realloc(t, (cap *= 2) * sizeof *t);
-                        if (!b) {
-                                free(t);
-                                return NULL;
-                        }
-                        t = b;
-                }
-                t[n++] = (int64_t)(at * NS);
-        }
-        *ret_n = n;
-        return t;
-}
-
 static int run(struct driver *d, int64_t *ret_t0, int64_t *ret_t1) {
-        const struct opts *o = d->o;
+        const struct load_opts *o = d->o;
         int show = o->progress || (isatty(2) && !o->json);
         size_t n_sched = 0, next = 0;
         int64_t *sched = NULL;
-        if (o->qps > 0 && !(sched = schedule_new(o, &n_sched)))
+        if (o->qps > 0 && !(sched = load_schedule_new(o, &n_sched)))
                 return -ENOMEM;
-        int64_t t0 = now_ns(), last_progress = t0;
+        int64_t t0 = load_now_ns(), last_progress = t0;
         int64_t send_end = o->duration_s > 0 ? t0 + (int64_t)(o->duration_s * NS) : INT64_MAX;
         int64_t hard_end = INT64_MAX;
         for (;;) {
-                int64_t now = now_ns();
+                int64_t now = load_now_ns();
                 if (o->qps > 0) {
                         while (next < n_sched && t0 + sched[next] <= now && d->inflight < o->max_inflight) {
                                 if (req_start(d, t0 + sched[next]) < 0)
@@ -425,16 +332,16 @@ static int run(struct driver *d, int64_t *ret_t0, int64_t *ret_t1) {
                                 next++;
                         }
                 } else if (now < send_end) {
-                        while (d->inflight < o->concurrency && (!o->requests || d->st.sent < o->requests))
+                        while (d->inflight < o->concurrency && (!o->requests || d->st->sent < o->requests))
                                 if (req_start(d, now) < 0)
                                         break;
                 }
                 int running;
                 curl_multi_perform(d->multi, &running);
                 reap(d);
-                now = now_ns();
+                now = load_now_ns();
                 int sending = o->qps > 0 ? next < n_sched
-                                         : now < send_end && (!o->requests || d->st.sent < o->requests);
+                                         : now < send_end && (!o->requests || d->st->sent < o->requests);
                 if (!sending && hard_end == INT64_MAX)
                         hard_end = now + (int64_t)(o->drain_s * NS);
                 if (!sending && d->inflight == 0)
@@ -445,7 +352,7 @@ static int run(struct driver *d, int64_t *ret_t0, int64_t *ret_t1) {
                 }
                 if (show && now - last_progress >= NS) {
                         last_progress = now;
-                        progress_line(d, (double)(now - t0) / NS, 0);
+                        load_progress(d->st, d->inflight, (double)(now - t0) / NS, 0);
                 }
                 int64_t wake = now + 100 * 1000000LL;
                 if (o->qps > 0 && next < n_sched && t0 + sched[next] < wake)
@@ -454,9 +361,9 @@ static int run(struct driver *d, int64_t *ret_t0, int64_t *ret_t1) {
                 curl_multi_poll(d->multi, NULL, 0, timeout_ms, NULL);
         }
         *ret_t0 = t0;
-        *ret_t1 = now_ns();
+        *ret_t1 = load_now_ns();
         if (show)
-                progress_line(d, (double)(*ret_t1 - t0) / NS, 1);
+                load_progress(d->st, d->inflight, (double)(*ret_t1 - t0) / NS, 1);
         free(sched);
         return 0;
 }
@@ -470,15 +377,13 @@ static void add_quantile(cJSON *o, const char *key, const struct load_hist *h, d
                 cJSON_AddNullToObject(o, key);
 }
 
-static void add_kinds(cJSON *o, const char *key, const struct kind_count *k) {
+static void add_kinds(cJSON *o, const char *key, const struct load_kind_count *k) {
         cJSON *m = cJSON_AddObjectToObject(o, key);
-        for (int i = 0; i < MAX_KINDS && k[i].n; i++)
+        for (int i = 0; i < LOAD_MAX_KINDS && k[i].n; i++)
                 cJSON_AddNumberToObject(m, k[i].name, (double)k[i].n);
 }
 
-static void report_json(const struct driver *d, double elapsed_s) {
-        const struct opts *o = d->o;
-        const struct stats *st = &d->st;
+static void report_json(const struct load_opts *o, const struct load_stats *st, double elapsed_s) {
         char buf[64];
         cJSON *j = cJSON_CreateObject();
         cJSON_AddStringToObject(j, "mode", o->qps > 0 ? "open" : "closed");
@@ -538,9 +443,8 @@ static void table_row(const char *name, const struct load_hist *h) {
                (unsigned long long)h->count);
 }
 
-static void report_table(const struct driver *d, double elapsed_s) {
-        const struct opts *o = d->o;
-        const struct stats *st = &d->st;
+static void report_table(const struct load_opts *o, const struct load_stats *st, const char *endpoint,
+                         double elapsed_s) {
         char p[64], q[64];
         if (o->qps > 0)
                 printf("open loop, Poisson arrivals at %.2f QPS", o->qps);
@@ -549,7 +453,7 @@ static void report_table(const struct driver *d, double elapsed_s) {
         printf(", %s, prompt %s words, output %s tokens, seed %llu\n", o->stream ? "streamed" : "not streamed",
                load_dist_to_string(&o->prompt_len, p, sizeof p), load_dist_to_string(&o->output_len, q, sizeof q),
                (unsigned long long)o->seed);
-        printf("%s  model %s  elapsed %.2f s\n\n", d->endpoint, o->model, elapsed_s);
+        printf("%s  model %s  elapsed %.2f s\n\n", endpoint, o->model, elapsed_s);
         printf("sent %lu  completed %lu  errors %lu (%lu after the first token)  lost %lu\n", st->sent,
                st->completed, st->errors, st->errors_after_first_token, st->lost);
         printf("achieved %.2f QPS, %lu output tokens (%.1f tok/s)\n\n", elapsed_s > 0 ? st->completed / elapsed_s : 0,
@@ -560,11 +464,11 @@ static void report_table(const struct driver *d, double elapsed_s) {
         table_row("ttft", &st->ttft);
         table_row("itl", &st->itl);
         for (int pass = 0; pass < 2; pass++) {
-                const struct kind_count *k = pass ? st->losts : st->errs;
+                const struct load_kind_count *k = pass ? st->losts : st->errs;
                 if (!k[0].n)
                         continue;
                 printf("\n%s by kind:\n", pass ? "lost" : "errors");
-                for (int i = 0; i < MAX_KINDS && k[i].n; i++)
+                for (int i = 0; i < LOAD_MAX_KINDS && k[i].n; i++)
                         printf("  %-40s %lu\n", k[i].name, k[i].n);
         }
 }
@@ -618,7 +522,7 @@ static int model_discover(const char *base, struct curl_slist *headers, char **r
 
 /* Splits --url into the base (scheme://host:port) and the endpoint; a URL without a path
  * gets the API's standard one. Refuses hosts other than loopback unless allowed. */
-static int url_resolve(const struct opts *o, char *base, size_t base_size, char *endpoint, size_t ep_size) {
+static int url_resolve(const struct load_opts *o, char *base, size_t base_size, char *endpoint, size_t ep_size) {
         const char *u = o->url, *hs = strstr(u, "://");
         if (!hs || strncmp(u, "http", 4) != 0 || strlen(u) >= base_size)
                 return -EINVAL;
@@ -674,8 +578,8 @@ static int parse_double(const char *s, double *ret) {
         return 0;
 }
 
-static int parse_opts(int argc, char **argv, struct opts *o) {
-        *o = (struct opts){.api = "completions", .timeout_s = 60, .drain_s = 30, .max_inflight = 1024, .seed = 1};
+static int parse_opts(int argc, char **argv, struct load_opts *o) {
+        *o = (struct load_opts){.api = "completions", .timeout_s = 60, .drain_s = 30, .max_inflight = 1024, .seed = 1};
         load_dist_parse("uniform:8:32", &o->prompt_len);
         load_dist_parse("16", &o->output_len);
         for (int i = 1; i < argc; i++) {
@@ -740,70 +644,102 @@ static int parse_opts(int argc, char **argv, struct opts *o) {
         return 0;
 }
 
-int main(int argc, char **argv) {
-        struct opts o;
-        if (parse_opts(argc, argv, &o) < 0) {
-                usage(stderr);
-                return 2;
-        }
+/* The HTTP driver: resolves the URL and the model, then runs the load. Returns 0, 2 for a
+ * bad --url, 1 when it cannot start; the endpoint used goes to endpoint. */
+static int run_http(struct load_opts *o, struct load_stats *st, char *endpoint, size_t ep_size, int64_t *ret_t0,
+                    int64_t *ret_t1) {
         char base[2048], auth[600];
-        struct driver d = {.o = &o};
-        int r = url_resolve(&o, base, sizeof base, d.endpoint, sizeof d.endpoint);
+        struct driver d = {.o = o, .st = st};
+        int r = url_resolve(o, base, sizeof base, d.endpoint, sizeof d.endpoint);
         if (r == -EPERM) {
-                fprintf(stderr, "<3>refusing to load a non-loopback host '%s' without --allow-remote\n", o.url);
+                fprintf(stderr, "<3>refusing to load a non-loopback host '%s' without --allow-remote\n", o->url);
                 return 2;
         }
         if (r < 0) {
-                fprintf(stderr, "<3>bad --url '%s': expected http://HOST:PORT[/PATH]\n", o.url);
+                fprintf(stderr, "<3>bad --url '%s': expected http://HOST:PORT[/PATH] or ipc://PATH\n", o->url);
                 return 2;
         }
+        snprintf(endpoint, ep_size, "%s", d.endpoint);
         if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {
                 fprintf(stderr, "<3>curl_global_init failed\n");
                 return 1;
         }
         d.headers = curl_slist_append(NULL, "Content-Type: application/json");
         d.headers = curl_slist_append(d.headers, "Expect:"); /* no 100-continue round trip */
-        if (o.api_key) {
-                snprintf(auth, sizeof auth, "Authorization: Bearer %s", o.api_key);
+        if (o->api_key) {
+                snprintf(auth, sizeof auth, "Authorization: Bearer %s", o->api_key);
                 d.headers = curl_slist_append(d.headers, auth);
         }
         char *model = NULL;
-        if (!o.model) {
+        d.multi = curl_multi_init();
+        d.prompt = malloc(LOAD_MAX_PROMPT_BYTES);
+        if (!d.multi || !d.prompt || !d.headers) {
+                fprintf(stderr, "<3>out of memory\n");
+                r = 1;
+                goto out;
+        }
+        if (!o->model) {
                 r = model_discover(base, d.headers, &model);
                 if (r < 0) {
                         fprintf(stderr, "<3>cannot read the model from '%s/v1/models': %s\n", base, strerror(-r));
-                        curl_slist_free_all(d.headers);
-                        curl_global_cleanup();
-                        return 1;
+                        r = 1;
+                        goto out;
                 }
-                o.model = model;
+                o->model = model;
         }
-        d.multi = curl_multi_init();
-        d.prompt = malloc(MAX_PROMPT_BYTES);
-        if (!d.multi || !d.prompt || !d.headers) {
-                fprintf(stderr, "<3>out of memory\n");
-                return 1;
-        }
-        curl_multi_setopt(d.multi, CURLMOPT_MAXCONNECTS, (long)o.max_inflight);
-        load_rng_seed(&d.len_rng, o.seed ^ 0x6c656e67746873ull); /* lengths: a stream apart from arrivals */
-        load_hist_init(&d.st.latency);
-        load_hist_init(&d.st.ttft);
-        load_hist_init(&d.st.itl);
-        int64_t t0, t1;
-        r = run(&d, &t0, &t1);
+        curl_multi_setopt(d.multi, CURLMOPT_MAXCONNECTS, (long)o->max_inflight);
+        load_len_rng_init(o, &d.len_rng);
+        r = run(&d, ret_t0, ret_t1);
         if (r < 0) {
                 fprintf(stderr, "<3>load run failed: %s\n", strerror(-r));
-                return 1;
+                r = 1;
         }
-        double elapsed_s = (double)(t1 - t0) / NS;
-        if (o.json)
-                report_json(&d, elapsed_s);
-        else
-                report_table(&d, elapsed_s);
-        curl_multi_cleanup(d.multi);
+out:
+        if (d.multi)
+                curl_multi_cleanup(d.multi);
         curl_slist_free_all(d.headers);
         curl_global_cleanup();
         free(d.prompt);
-        free(model);
+        /* a discovered model name stays in o->model for the report, until exit */
+        return r;
+}
+
+int main(int argc, char **argv) {
+        struct load_opts o;
+        if (parse_opts(argc, argv, &o) < 0) {
+                usage(stderr);
+                return 2;
+        }
+        struct load_stats *st = malloc(sizeof *st);
+        if (!st) {
+                fprintf(stderr, "<3>out of memory\n");
+                return 1;
+        }
+        load_stats_init(st);
+        char endpoint[2048];
+        int64_t t0, t1;
+        int r;
+        if (!strncmp(o.url, "ipc://", 6) || !strncmp(o.url, "inproc://", 9)) {
+                snprintf(endpoint, sizeof endpoint, "%s", o.url);
+                if (!o.model)
+                        o.model = "(the worker's)";
+                r = load_run_worker(&o, st, &t0, &t1);
+                if (r < 0) {
+                        fprintf(stderr, "<3>cannot load the worker at '%s': %s\n", o.url, strerror(-r));
+                        r = 1;
+                }
+        } else {
+                r = run_http(&o, st, endpoint, sizeof endpoint, &t0, &t1);
+        }
+        if (r != 0) {
+                free(st);
+                return r;
+        }
+        double elapsed_s = (double)(t1 - t0) / NS;
+        if (o.json)
+                report_json(&o, st, elapsed_s);
+        else
+                report_table(&o, st, endpoint, elapsed_s);
+        free(st);
         return 0;
 }

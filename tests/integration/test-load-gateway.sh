@@ -3,7 +3,8 @@
 # (tests/integration/fake-worker.c): open and closed loop, streamed and not. Checks that
 # every request is accounted for (sent == completed + errors + lost), that a healthy
 # server loses nothing, that a dead port loses everything, that a worker dying
-# mid-stream yields explicit errors and no lost request, and the JSON keys issue 9 names.
+# mid-stream yields explicit errors and no lost request, and the JSON keys issue 9 names;
+# then the same straight against a fake worker over ipc://.
 # Ends with "N passed, N failed".
 set -u
 B=${DSV_BUILD_DIR:-$(cd "$(dirname "$0")/../../build-ld" && pwd)}/bin
@@ -100,6 +101,19 @@ DEAD=$(python3 -c "import socket; s=socket.socket(); s.bind(('127.0.0.1',0)); pr
 "$LOAD" --url "http://127.0.0.1:$DEAD" --model m --qps 50 --duration 1 --json >"$T/dead.json" 2>/dev/null
 check "dead port: all lost" "$T/dead.json" \
   "$ACCOUNTED and j['sent'] > 10 and j['lost'] == j['sent'] and j['completed'] == 0 and j['p99_s'] is None and any(k.startswith('transport:') for k in j['lost_by_kind'])"
+
+# straight to a worker over ipc/ (no gateway): same accounting; every answer streams
+worker w3 --delay-ms 2
+"$LOAD" --url "ipc://$T/w3.sock" --qps 40 --duration 2 --prompt-len uniform:4:12 --max-tokens 8 --json \
+  >"$T/direct.json" 2>/dev/null
+check "worker direct" "$T/direct.json" \
+  "$KEYS and $ACCOUNTED and j['lost'] == 0 and j['errors'] == 0 and j['sent'] >= 40 and j['ttft_p99_s'] > 0 and 4 * j['completed'] <= j['output_tokens'] <= 8 * j['completed']"
+# a worker that dies: what it held is lost (nobody else can answer it), and says so
+worker w4 --delay-ms 5 --die-after-tokens 20
+"$LOAD" --url "ipc://$T/w4.sock" --qps 20 --duration 2 --prompt-len 12 --max-tokens 12 --json \
+  >"$T/direct-die.json" 2>/dev/null
+check "worker direct, worker dies" "$T/direct-die.json" \
+  "$ACCOUNTED and j['completed'] >= 1 and j['lost'] >= 1 and 'worker_gone' in j['lost_by_kind']"
 
 # usage: bad arguments exit 2; non-loopback hosts are refused
 rc() { "$LOAD" "$@" >/dev/null 2>&1; echo $?; }
