@@ -227,8 +227,15 @@ size_t dse_session_kv_bytes_per_token(const struct dse_session *s);
 struct dse_tokenizer;
 
 /* Loads tokenizer.json from memory; config_json (tokenizer_config.json) may be NULL.
- * Buffers are copied as needed and may be freed after the call. -EBADMSG for malformed
- * input, -EOPNOTSUPP for an unknown model, normalizer or pre-tokenizer type. */
+ * Buffers are copied as needed and may be freed after the call. BPE models only:
+ * byte-level (DeepSeek-V3, Qwen2.5, Llama 3) and SentencePiece-style with byte fallback
+ * (Mistral, Llama 2), with tokenizers' normalizers (Sequence, NFC, NFD, NFKC, NFKD,
+ * Lowercase, Prepend, Replace, Strip, StripAccents), pre-tokenizers (Sequence, Split,
+ * ByteLevel, Metaspace, Whitespace, WhitespaceSplit, Digits) and decoders. With
+ * add_special, BOS/EOS follow tokenizer_config.json's add_bos_token/add_eos_token when
+ * it sets them (as transformers' Llama tokenizers do), else the post-processor
+ * (TemplateProcessing). -EBADMSG for malformed input, -EOPNOTSUPP (naming the type) for
+ * an unknown model, normalizer, pre-tokenizer, decoder or post-processor type. */
 int dse_tokenizer_load_hf(const char *json, size_t json_len, const char *config_json,
                           size_t config_len, struct dse_tokenizer **ret_tok, struct dse_diag *reterr);
 /* Loads a SentencePiece ModelProto (.model file contents; copied, may be freed after the
