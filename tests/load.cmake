@@ -10,6 +10,16 @@ dsv_test(NAME test-load-sse  SOURCES unit/test-load-sse.c  LIBS dsv_load_core LA
 dsv_script_test(NAME test-load-gateway SCRIPT ${CMAKE_SOURCE_DIR}/tests/integration/test-load-gateway.sh
                 LABELS integration TIMEOUT 120)
 
+# Chaos under load against dsvisor start with the stub worker (tests/integration/test-chaos.sh):
+# kill -9 a random worker every 3-6 s for 60 s; SIGSTOP a worker (replaced after the
+# supervisor's 30 s unhealthy timeout); SIGTERM to the supervisor with requests in flight.
+# Lost must be 0 in each. One ctest per phase, each well under 90 s.
+foreach(phase kill stop term)
+  dsv_script_test(NAME test-chaos-${phase} SCRIPT ${CMAKE_SOURCE_DIR}/tests/integration/test-chaos.sh
+                  ARGS ${phase} LABELS integration TIMEOUT 150)
+  set_tests_properties(test-chaos-${phase} PROPERTIES SKIP_RETURN_CODE 77 RUN_SERIAL ON)
+endforeach()
+
 # libFuzzer target for the SSE reader (configure with CC=clang -DDSV_FUZZ=ON).
 if(DSV_FUZZ)
   add_executable(fuzz-load-sse fuzz/fuzz-load-sse.c ${CMAKE_SOURCE_DIR}/bench/load/sse.c)
