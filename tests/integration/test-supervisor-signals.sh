@@ -102,6 +102,31 @@ check "workers die with a killed supervisor (no orphans)" bash -c "
 find /sys/fs/cgroup -mindepth 1 -maxdepth 4 -type d -name "dsvisor-$sup_pid-worker-*" -exec rmdir {} + 2>/dev/null || true
 sup_pid=
 
+# ---- SIGTERM drains: an in-flight request finishes, new ones are refused, exit 0
+run="$tmp/run4"
+"$dsvisor" start --model "$model" --instances 2 --port 0 --runtime-dir "$run" --worker "$worker" \
+        --hugepages off --grace-ms 8000 >"$tmp/drain.log" 2>&1 &
+sup_pid=$!
+check "drain: ready" wait_ready "$run" 120
+port=$(status_field "$run" 'j["port"]')
+curl -s -m 30 -o "$tmp/long.json" -w '%{http_code}' "http://127.0.0.1:$port/v1/completions" \
+        -H 'Content-Type: application/json' -d '{"model":"qwen2-bf16-tied","prompt":[5],"max_tokens":300}' \
+        >"$tmp/long.code" &
+long_pid=$!
+sleep 0.5
+kill -TERM "$sup_pid"
+sleep 0.3
+code_new=$(curl -s -o /dev/null -w '%{http_code}' -m 5 "http://127.0.0.1:$port/v1/completions" \
+        -H 'Content-Type: application/json' -d '{"model":"qwen2-bf16-tied","prompt":[5],"max_tokens":2}' || true)
+wait "$long_pid" || true
+rc=0
+wait "$sup_pid" || rc=$?
+sup_pid=
+check "drain: the in-flight request finished (200, 300 tokens)" bash -c "
+        [[ \$(cat '$tmp/long.code') == 200 ]] && grep -q '\"completion_tokens\":300' '$tmp/long.json'"
+check "drain: a new request during the drain is refused ($code_new)" bash -c "[[ '$code_new' == 503 ]]"
+check "drain: exit 0 after SIGTERM" test "$rc" -eq 0
+
 # ---- crash loop: a worker that exits at once
 run="$tmp/run2"
 rc=0
@@ -135,7 +160,7 @@ rc=0
 check "status without a supervisor: exit 1 with the reason" bash -c "[[ $rc == 1 ]] && grep -q 'no running supervisor' '$tmp/e3.log'"
 
 if ((failed > 0)); then
-        for f in hup loop rt; do echo "--- $f.log"; cat "$tmp/$f.log" 2>/dev/null || true; done
+        for f in hup drain loop rt; do echo "--- $f.log"; cat "$tmp/$f.log" 2>/dev/null || true; done
 fi
 echo "$failed failed"
 exit $((failed > 0))
