@@ -7,9 +7,10 @@
  *
  * Starts dsvisor-worker (from $DSV_BUILD_DIR/bin, else beside this program) on M, then
  * for each concurrency level keeps that many greedy token-id requests in flight (closed
- * loop) until R requests have finished. Before timing, every level's outputs are
- * checked: the same prompt must give the same tokens at every concurrency (batching must
- * not change results), otherwise the run fails. Prints one Markdown table row per level. */
+ * loop) until R requests have finished (each up to G tokens; EOS may end one early).
+ * Every level's outputs are checked: the same prompt must give the same tokens at every
+ * concurrency (batching must not change results), otherwise the run fails. Prints one
+ * Markdown table row per level. */
 #include <getopt.h>
 #include <libgen.h>
 #include <math.h>
@@ -93,6 +94,7 @@ int main(int argc, char **argv) {
         for (int i = 0; i < WC_MAX_REQ; i++)
                 make_prompt(prompts[i], prompt_tokens, i, vocab);
         static int32_t reference[WC_MAX_REQ][WC_MAX_OUT];
+        static int n_reference[WC_MAX_REQ];
         int have_reference = 0, status = 0;
 
         printf("| concurrency | requests | decode tok/s (aggregate) | TTFT p50 ms | TTFT p99 ms | ITL p50 ms | ITL p99 ms |\n");
@@ -137,19 +139,21 @@ int main(int argc, char **argv) {
                 long decoded = 0;
                 for (int i = 1; i <= per_level; i++) {
                         struct wc_result *r = &res[i];
-                        if (r->error || r->n_tokens != gen_tokens) {
-                                fprintf(stderr, "worker_bench: request %d: error %d, %d tokens\n", i, r->error - 1,
-                                        r->n_tokens);
+                        if (r->error || r->n_tokens < 1 || r->n_tokens > gen_tokens) {
+                                fprintf(stderr, "worker_bench: request %d: error %d (%s), %d tokens\n", i, r->error - 1,
+                                        r->message, r->n_tokens);
                                 status = 1;
                                 goto out;
                         }
-                        /* check: batching must not change a request's tokens */
-                        if (have_reference && memcmp(reference[i], r->tokens, sizeof(int32_t) * (size_t)gen_tokens)) {
+                        /* check: batching must not change a request's tokens (EOS may end it early) */
+                        if (have_reference && (n_reference[i] != r->n_tokens ||
+                                               memcmp(reference[i], r->tokens, sizeof(int32_t) * (size_t)r->n_tokens))) {
                                 fprintf(stderr, "worker_bench: request %d differs at concurrency %d\n", i, level);
                                 status = 1;
                                 goto out;
                         }
-                        memcpy(reference[i], r->tokens, sizeof(int32_t) * (size_t)gen_tokens);
+                        memcpy(reference[i], r->tokens, sizeof(int32_t) * (size_t)r->n_tokens);
+                        n_reference[i] = r->n_tokens;
                         ttft[i - 1] = (r->t_first - r->t_sent) * 1000;
                         for (int k = 0; k < r->n_itl; k++)
                                 itl[n_itl++] = r->itl[k] * 1000;
