@@ -153,8 +153,8 @@ int dse_model_describe(const struct dse_model *model, char *buf, size_t size);
 /* The quant format the file was converted with ("auto", "bf16", "int8", "int4", ...). */
 const char *dse_model_quant_format(const struct dse_model *model);
 
-/* Builds a tokenizer from the embedded "tokenizer.json" (+ "tokenizer_config.json") or
- * "tokenizer.model"; -ENOENT when the model has none. */
+/* Builds a tokenizer from the embedded "tokenizer.json" or "tokenizer.model", with
+ * "tokenizer_config.json" when embedded too; -ENOENT when the model has none. */
 int dse_model_tokenizer(const struct dse_model *model, struct dse_tokenizer **ret_tok, struct dse_diag *reterr);
 
 /* Converts a Hugging Face folder (config.json, model.safetensors or shards + index,
@@ -245,8 +245,18 @@ int dse_tokenizer_load_hf(const char *json, size_t json_len, const char *config_
  * -EBADMSG for a malformed or truncated file, -EOPNOTSUPP for an unknown model_type. */
 int dse_tokenizer_load_spm(const void *data, size_t len, struct dse_tokenizer **ret_tok,
                            struct dse_diag *reterr);
-/* Loads from a path: "*.model" as SentencePiece, otherwise tokenizer.json (its sibling
- * tokenizer_config.json is read when present). */
+/* Loads a SentencePiece model with its Hugging Face tokenizer_config.json, as
+ * transformers' LlamaTokenizer does: chat_template, bos/eos/unk/pad_token,
+ * additional_special_tokens and added_tokens_decoder are cut out of the text (leftmost,
+ * longest match) and become their ids; each text segment between them is encoded by
+ * the model, with its dummy-prefix "▁" (legacy=true, the default) or with one "▁" only
+ * at the start of the text (legacy=false). add_special adds BOS per add_bos_token
+ * (default true) and EOS per add_eos_token (default false). Buffers are copied.
+ * -EBADMSG for a malformed file or a special token that is no piece of the model. */
+int dse_tokenizer_load_spm_hf(const void *model, size_t model_len, const char *config_json, size_t config_len,
+                              struct dse_tokenizer **ret_tok, struct dse_diag *reterr);
+/* Loads from a path: "*.model" as SentencePiece, otherwise tokenizer.json. A sibling
+ * tokenizer_config.json is read when present (for a .model: dse_tokenizer_load_spm_hf). */
 int dse_tokenizer_load_file(const char *path, struct dse_tokenizer **ret_tok, struct dse_diag *reterr);
 void dse_tokenizer_free(struct dse_tokenizer *tok);
 

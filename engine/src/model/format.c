@@ -789,12 +789,13 @@ int dse_model_tokenizer(const struct dse_model *model, struct dse_tokenizer **re
         if (!model || !ret_tok)
                 return -EINVAL;
         const struct dse_tensor *json = dse__model_tensor(model, "tokenizer.json");
-        if (json) {
-                const struct dse_tensor *cfg = dse__model_tensor(model, "tokenizer_config.json");
+        const struct dse_tensor *cfg = dse__model_tensor(model, "tokenizer_config.json");
+        if (json)
                 return dse_tokenizer_load_hf(json->data, json->size_bytes, cfg ? cfg->data : NULL,
                                              cfg ? cfg->size_bytes : 0, ret_tok, reterr);
-        }
         const struct dse_tensor *spm = dse__model_tensor(model, "tokenizer.model");
+        if (spm && cfg) /* the HF folder layout: LlamaTokenizer reads both */
+                return dse_tokenizer_load_spm_hf(spm->data, spm->size_bytes, cfg->data, cfg->size_bytes, ret_tok, reterr);
         if (spm)
                 return dse_tokenizer_load_spm(spm->data, spm->size_bytes, ret_tok, reterr);
         return dse__fail(reterr, -ENOENT, "%s: no embedded tokenizer (tokenizer.json or tokenizer.model)", model->what);

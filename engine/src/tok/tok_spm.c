@@ -41,6 +41,7 @@ struct spm_tok {
         struct spm_trie user;     /* USER_DEFINED pieces: matched verbatim */
         bool has_user;
         struct spm_normalizer norm;
+        struct spm_normalizer norm_bare; /* norm without the dummy prefix (dse__tok_spm_encode_bare) */
         struct spm_normalizer denorm;
         bool has_denorm;
         bool dec_strip_bos_ws;    /* add_dummy_prefix || remove_extra_whitespaces */
@@ -198,6 +199,8 @@ int dse__tok_spm_init(struct dse_tokenizer *tok, const void *data, size_t len, s
         if ((ret = dse__spm_normalizer_init(&s->norm, &m->normalizer, m->treat_whitespace_as_suffix,
                                             s->has_user ? &s->user : NULL, reterr)) < 0)
                 goto fail;
+        s->norm_bare = s->norm;
+        s->norm_bare.add_dummy_prefix = false;
         /* sentencepiece_processor.cc: a denormalizer runs over decoded text only when its
          * spec carries rules. */
         if (m->denormalizer.present && m->denormalizer.precompiled_charsmap.len > 0) {
@@ -557,8 +560,8 @@ static void emit(int32_t *ids, size_t max_ids, size_t *count, int32_t id) {
         (*count)++;
 }
 
-static int spm_encode(const struct dse_tokenizer *tok, const char *text, size_t len, int add_special, int32_t *ids,
-                      size_t max_ids) {
+static int encode_with(const struct dse_tokenizer *tok, const struct spm_normalizer *normalizer, const char *text,
+                       size_t len, int add_special, int32_t *ids, size_t max_ids) {
         const struct spm_tok *s = tok->impl;
         for (size_t i = 0; i < len;) {
                 size_t c = dse__spm_utf8_valid_len(text + i, len - i);
@@ -568,7 +571,7 @@ static int spm_encode(const struct dse_tokenizer *tok, const char *text, size_t 
         }
         struct spm_buf norm = {0};
         struct segs segs = {0};
-        int ret = dse__spm_normalize(&s->norm, text, len, &norm);
+        int ret = dse__spm_normalize(normalizer, text, len, &norm);
         if (ret < 0)
                 goto out;
         if (norm.len >= INT32_MAX) {
@@ -604,6 +607,18 @@ out:
         free(norm.data);
         free(segs.v);
         return ret;
+}
+
+static int spm_encode(const struct dse_tokenizer *tok, const char *text, size_t len, int add_special, int32_t *ids,
+                      size_t max_ids) {
+        const struct spm_tok *s = tok->impl;
+        return encode_with(tok, &s->norm, text, len, add_special, ids, max_ids);
+}
+
+int dse__tok_spm_encode_bare(const struct dse_tokenizer *tok, const char *text, size_t len, int32_t *ids,
+                             size_t max_ids) {
+        const struct spm_tok *s = tok->impl;
+        return encode_with(tok, &s->norm_bare, text, len, 0, ids, max_ids);
 }
 
 /* ---- decoding -------------------------------------------------------------------- */

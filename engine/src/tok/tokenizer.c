@@ -50,6 +50,22 @@ int dse_tokenizer_load_spm(const void *data, size_t len, struct dse_tokenizer **
         return 0;
 }
 
+int dse_tokenizer_load_spm_hf(const void *model, size_t model_len, const char *config_json, size_t config_len,
+                              struct dse_tokenizer **ret_tok, struct dse_diag *reterr) {
+        if (!model || !config_json || !ret_tok)
+                return -EINVAL;
+        struct dse_tokenizer *tok = tok_alloc();
+        if (!tok)
+                return -ENOMEM;
+        int r = dse__tok_spm_hf_init(tok, model, model_len, config_json, config_len, reterr);
+        if (r < 0) {
+                dse_tokenizer_free(tok);
+                return r;
+        }
+        *ret_tok = tok;
+        return 0;
+}
+
 /* Maps a whole file read-only (tokenizer.json files are 2-10 MB: mapping the page cache
  * is cheaper than copying it). Release with unmap_file(). An empty file maps to "". */
 static int map_file(const char *path, char **ret_buf, size_t *ret_len, struct dse_diag *reterr) {
@@ -95,13 +111,8 @@ int dse_tokenizer_load_file(const char *path, struct dse_tokenizer **ret_tok, st
         int r = map_file(path, &buf, &len, reterr);
         if (r < 0)
                 return r;
-        size_t plen = strlen(path);
-        if (plen >= 6 && strcmp(path + plen - 6, ".model") == 0) {
-                r = dse_tokenizer_load_spm(buf, len, ret_tok, reterr);
-                unmap_file(buf, len);
-                return r;
-        }
-        /* tokenizer_config.json beside tokenizer.json supplies BOS/EOS and the template. */
+        /* tokenizer_config.json beside tokenizer.json or a .model supplies BOS/EOS, the
+         * special tokens and the template. */
         char cfg_path[4096];
         const char *slash = strrchr(path, '/');
         int dir_len = slash ? (int)(slash - path) : 1;
@@ -112,7 +123,12 @@ int dse_tokenizer_load_file(const char *path, struct dse_tokenizer **ret_tok, st
                 unmap_file(buf, len);
                 return r;
         }
-        r = dse_tokenizer_load_hf(buf, len, cfg, cfg_len, ret_tok, reterr);
+        size_t plen = strlen(path);
+        if (plen >= 6 && strcmp(path + plen - 6, ".model") == 0)
+                r = cfg ? dse_tokenizer_load_spm_hf(buf, len, cfg, cfg_len, ret_tok, reterr)
+                        : dse_tokenizer_load_spm(buf, len, ret_tok, reterr);
+        else
+                r = dse_tokenizer_load_hf(buf, len, cfg, cfg_len, ret_tok, reterr);
         unmap_file(cfg, cfg_len);
         unmap_file(buf, len);
         return r;

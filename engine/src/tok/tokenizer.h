@@ -34,5 +34,13 @@ struct dse_tokenizer {
 int dse__tok_bpe_init(struct dse_tokenizer *tok, const char *json, size_t json_len,
                       const char *config_json, size_t config_len, struct dse_diag *reterr);
 int dse__tok_spm_init(struct dse_tokenizer *tok, const void *data, size_t len, struct dse_diag *reterr);
+/* A SentencePiece model read the way transformers' LlamaTokenizer reads it with its
+ * tokenizer_config.json (spm_hf.c). */
+int dse__tok_spm_hf_init(struct dse_tokenizer *tok, const void *model, size_t model_len, const char *config_json,
+                         size_t config_len, struct dse_diag *reterr);
+/* Encodes with a tokenizer made by dse__tok_spm_init as if the model's normalizer had
+ * add_dummy_prefix=false (what non-legacy LlamaTokenizer configures); no BOS/EOS. */
+int dse__tok_spm_encode_bare(const struct dse_tokenizer *tok, const char *text, size_t len, int32_t *ids,
+                             size_t max_ids);
 
 #endif
