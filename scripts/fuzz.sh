@@ -36,7 +36,9 @@ FIX=${DSV_FIXTURES:-$(realpath -m "$SRC/../shared/fixtures")}
 export DSV_FIXTURES=$FIX
 
 echo "fuzz.sh: configuring $BUILD (clang, DSV_FUZZ=ON)"
-if ! CC=clang cmake -S "$SRC" -B "$BUILD" -DDSV_FUZZ=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+GEN=()  # the target list below is read from the Makefile generator's "help" target
+[ -f "$BUILD/CMakeCache.txt" ] || GEN=(-G "Unix Makefiles")
+if ! CC=clang cmake "${GEN[@]}" -S "$SRC" -B "$BUILD" -DDSV_FUZZ=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo \
      -DDSV_SHARED_DIR="$(dirname "$FIX")" >"$BUILD.configure.log" 2>&1; then
   tail -20 "$BUILD.configure.log"; echo "fuzz.sh: configure failed" >&2; exit 2
 fi
