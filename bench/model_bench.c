@@ -443,6 +443,13 @@ static double now_s(void) {
         return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+/* CPU seconds of the whole process (every pool thread, spinning included). */
+static double cpu_s(void) {
+        struct timespec ts;
+        clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+        return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
 /* Best of 5 streaming passes over 512 MiB (far beyond any cache), bytes per second. */
 static double probe_read_bw(struct dse_pool *pool) {
         uint8_t *buf = mmap(NULL, PROBE_BYTES, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -698,7 +705,7 @@ static void bench_weights(const struct dse_model *m, const struct dse_hparams *h
                 x[i] = (float)((int32_t *)x)[i] / 1000.0f - 1.0f;
         double bw0 = probe_read_bw(pool);
         int has_xq = k.matmul_xq[mats[0].w.dtype] != NULL;
-        double t_f[8], t_q[8];
+        double t_f[8], t_q[8], wall0 = now_s(), cpu0 = cpu_s();
         for (int i = 0; i < n_tokens; i++) {
                 int reps = tokens[i] > 16 ? 2 : 5;
                 t_f[i] = weights_pass(pool, &k, mats, n_mats, tokens[i], 0, x, max_cols, y, max_rows, xq_mem, reps);
@@ -706,6 +713,7 @@ static void bench_weights(const struct dse_model *m, const struct dse_hparams *h
                                               reps)
                                 : 0;
         }
+        double cpu_share = (cpu_s() - cpu0) / ((now_s() - wall0) * threads);
         double bw1 = probe_read_bw(pool), bw = bw0 > bw1 ? bw0 : bw1;
         if (json) {
                 printf("{\"preset\":\"%s\",\"format\":\"%s\",\"threads\":%d,\"layers\":%d,\"level\":\"%s\","
@@ -717,12 +725,12 @@ static void bench_weights(const struct dse_model *m, const struct dse_hparams *h
                                "\"xq_roofline\":%.4f}",
                                i ? "," : "", tokens[i], t_f[i], bytes / t_f[i] / bw, t_q[i],
                                has_xq ? bytes / t_q[i] / bw : 0.0);
-                printf("]}\n");
+                printf("],\"cpu_share\":%.3f}\n", cpu_share);
         } else {
                 printf("weights: preset %s, format %s, %d layers, %d threads, kernels %s\n", preset, format,
                        hp->n_layers, threads, dse_cpu_level_to_string(cpu.level));
-                printf("%zu matrices, %.1f MB per pass, read bandwidth %.2f GB/s (before %.2f, after %.2f)\n", n_mats,
-                       bytes / 1e6, bw / 1e9, bw0 / 1e9, bw1 / 1e9);
+                printf("%zu matrices, %.1f MB per pass, read bandwidth %.2f GB/s (before %.2f, after %.2f), cpu share "
+                       "%.2f\n", n_mats, bytes / 1e6, bw / 1e9, bw0 / 1e9, bw1 / 1e9, cpu_share);
                 for (int i = 0; i < n_tokens; i++) {
                         printf("tokens %d: float activations %.2f ms/pass (%.1f tok/s, %.3f of bandwidth)", tokens[i],
                                t_f[i] * 1e3, tokens[i] / t_f[i], bytes / t_f[i] / bw);
@@ -872,6 +880,9 @@ int main(int argc, char **argv) {
 
         double pf[8], dec[8];
         size_t kv_bytes = 0;
+        /* the share of the requested CPUs the process got while measuring: well below 1
+         * means other jobs took the cores and every tok/s here is low by about that */
+        double wall0 = now_s(), cpu0 = cpu_s();
         for (int i = 0; i < n_batches; i++) {
                 size_t kvb;
                 dec[i] = measure_decode(m, pool, batches[i], decode_steps, logits, &kvb);
@@ -884,6 +895,7 @@ int main(int argc, char **argv) {
                 if (!json)
                         fprintf(stderr, "  prefill %d: %.2f tok/s\n", prefill[i], pf[i]);
         }
+        double cpu_share = (cpu_s() - cpu0) / ((now_s() - wall0) * threads);
         long rss = rss_bytes();
         double bw1 = probe_read_bw(pool);
         double bw = bw0 > bw1 ? bw0 : bw1;
@@ -905,7 +917,7 @@ int main(int argc, char **argv) {
                 printf("},\"decode_tok_s\":{");
                 for (int i = 0; i < n_batches; i++)
                         printf("%s\"%d\":%.3f", i ? "," : "", batches[i], dec[i]);
-                printf("},\"roofline\":%.4f}\n", roofline);
+                printf("},\"roofline\":%.4f,\"cpu_share\":%.3f}\n", roofline, cpu_share);
         } else {
                 printf("preset %s, format %s (group %d), %d layers, %d threads, kernels %s\n", preset, format,
                        wdt == DSE_DTYPE_BF16 ? 0 : group, hp.n_layers, threads, dse_cpu_level_to_string(cpu.level));
@@ -919,6 +931,7 @@ int main(int argc, char **argv) {
                         printf("decode batch %d: %.2f tok/s (%.2fx batch 1)\n", batches[i], dec[i],
                                dec1 > 0 ? dec[i] / dec1 : 0);
                 printf("roofline: %.3f of the read bandwidth at batch 1\n", roofline);
+                printf("cpu share: %.2f of %d threads while measuring\n", cpu_share, threads);
         }
         free(logits);
         dse_model_free(m);
