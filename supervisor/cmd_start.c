@@ -449,15 +449,22 @@ static int instance_spawn(struct sup *s, struct sup_instance *in) {
         }
         argv[a] = NULL;
 
-        /* The memfd is inherited by this exec only: only this thread spawns. */
+        /* The memfd is inherited by this exec only: only this thread spawns. The child
+         * also inherits this thread's affinity: the instance's CPUs, not the
+         * housekeeping ones the supervisor keeps to (this matters without a cpuset). */
         int flags = fcntl(w->img.fd, F_GETFD);
         fcntl(w->img.fd, F_SETFD, flags & ~FD_CLOEXEC);
+        cpu_set_t own;
+        bool widened = sched_getaffinity(0, sizeof own, &own) == 0 &&
+                       sched_setaffinity(0, sizeof in->cpu_set, &in->cpu_set) == 0;
         pid_t pid;
         int pidfd, r;
         if (in->cg)
                 r = dsv_cgroup_instance_spawn(in->cg, s->worker_path, (char *const *)argv, NULL, &pid, &pidfd);
         else
                 r = dsv_cgroup_spawn(-1, NULL, 0, s->worker_path, (char *const *)argv, NULL, &pid, &pidfd);
+        if (widened)
+                sched_setaffinity(0, sizeof own, &own);
         fcntl(w->img.fd, F_SETFD, flags | FD_CLOEXEC);
         if (r < 0) {
                 slog(3, "Failed to spawn worker '%s' for instance %s: %s", s->worker_path, in->name, strerror(-r));
@@ -478,8 +485,9 @@ static int instance_spawn(struct sup *s, struct sup_instance *in) {
         return 0;
 }
 
-/* Compute threads: the worker pins each pool thread to one CPU of --cpus; its main,
- * loader and nng threads keep the instance's whole set (or are the process leader). */
+/* Compute threads: the worker's own threads — its main thread, which drives each
+ * engine step, and the pool threads it pins to the CPUs of --cpus. nng's threads
+ * ("nng:*": I/O, timers, resolver) stay SCHED_OTHER. */
 static int instance_apply_rt(struct sup *s, struct sup_instance *in) {
         char path[64];
         snprintf(path, sizeof path, "/proc/%d/task", (int)in->pid);
@@ -494,19 +502,28 @@ static int instance_apply_rt(struct sup *s, struct sup_instance *in) {
         struct dirent *de;
         while ((de = readdir(d))) {
                 pid_t tid = (pid_t)atoi(de->d_name);
-                if (tid <= 0 || tid == in->pid)
+                if (tid <= 0)
                         continue;
-                char st[96], line[256], list[128] = "";
-                snprintf(st, sizeof st, "/proc/%d/task/%d/status", (int)in->pid, (int)tid);
+                char st[96], comm[32] = "";
+                snprintf(st, sizeof st, "/proc/%d/task/%d/comm", (int)in->pid, (int)tid);
                 FILE *f = fopen(st, "re");
-                if (!f)
+                bool io_thread = f && fgets(comm, sizeof comm, f) && strncmp(comm, "nng:", 4) == 0;
+                if (f)
+                        fclose(f);
+                if (io_thread)
+                        continue; /* nng's I/O, timer and resolver threads are not compute */
+                /* Never FIFO on a CPU outside the instance (the housekeeping CPUs): a
+                 * thread that may run there (a cpuset that did not apply) is left alone. */
+                cpu_set_t allowed, outside;
+                if (sched_getaffinity(tid, sizeof allowed, &allowed) < 0)
                         continue;
-                while (fgets(line, sizeof line, f))
-                        if (sscanf(line, "Cpus_allowed_list: %127s", list) == 1)
-                                break;
-                fclose(f);
-                if (!list[0] || strchr(list, ',') || strchr(list, '-'))
-                        continue; /* not pinned to one CPU: not a compute thread */
+                CPU_XOR(&outside, &allowed, &in->cpu_set);
+                CPU_AND(&outside, &outside, &allowed);
+                if (CPU_COUNT(&outside) > 0) {
+                        if (!first_err)
+                                first_err = -EDOM;
+                        continue;
+                }
                 int r = sup_thread_set_fifo(tid, s->cfg.rt_priority);
                 if (r < 0 && !first_err)
                         first_err = r;
@@ -526,9 +543,12 @@ static int instance_apply_rt(struct sup *s, struct sup_instance *in) {
                 in->rt_fallbacks++;
                 s->rt_fallbacks_total++;
                 snprintf(in->sched, sizeof in->sched, n_fifo ? "mixed" : "SCHED_OTHER (fallback)");
-                slog(4, "Instance %s: SCHED_FIFO refused (%s%s); compute threads stay SCHED_OTHER, ignoring", in->name,
-                     strerror(-first_err),
-                     first_err == -EPERM ? ": RT group scheduling without cpu.rt_runtime_us in the group" : "");
+                slog(4, "Instance %s: SCHED_FIFO refused (%s%s); %s compute threads stay SCHED_OTHER, ignoring",
+                     in->name, strerror(-first_err),
+                     first_err == -EPERM  ? ": RT group scheduling without cpu.rt_runtime_us in the group"
+                     : first_err == -EDOM ? ": a thread may run outside the instance's CPUs"
+                                          : "",
+                     n_fifo ? "some" : "its");
         }
         return 0;
 }
@@ -1001,6 +1021,10 @@ static int setup_placement(struct sup *s) {
                 snprintf(in->cg_path, sizeof in->cg_path, "(none)");
                 if ((r = dsv_policy_cpulist_format(cpus, (size_t)n, in->cpus, sizeof in->cpus)) < 0)
                         return r;
+                CPU_ZERO(&in->cpu_set);
+                for (int c = 0; c < n; c++)
+                        if (cpus[c] < CPU_SETSIZE)
+                                CPU_SET(cpus[c], &in->cpu_set);
                 if (strlen(s->runtime_dir) > 80) { /* sun_path holds 108 bytes */
                         slog(3, "Runtime directory '%s' is too long for socket paths", s->runtime_dir);
                         return -ENAMETOOLONG;

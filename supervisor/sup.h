@@ -12,6 +12,7 @@
 #define DSV_SUP_H
 
 #include <limits.h>
+#include <sched.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -118,6 +119,7 @@ struct sup_instance {
         char name[32];             /* "0", "1", ... (gateway label, worker --instance) */
         int node_os;               /* NUMA node */
         char cpus[256];            /* cpulist */
+        cpu_set_t cpu_set;         /* the same, for sched_setaffinity */
         int n_threads;
         char url[PATH_MAX + 8];    /* ipc:///<runtime>/worker-<i>.sock */
         struct dsv_cgroup_instance *cg;
