@@ -110,6 +110,29 @@ check chat-stream-usage [ "$(sse)" = "hello there world|stop|usage:6" ]
 s=$(post $P /v1/completions "$(completion 'a b c d' 2 ',"stream":true')" -N)
 check completion-stream [ "$(sse)" = "a b|length" ]
 
+# 40 concurrent requests, half streamed: every answer complete and right
+conc=()
+for i in $(seq 40); do
+  if [ $((i % 2)) = 0 ]; then
+    curl -s -N --max-time 20 -o "$T/conc$i" -d "$(chat "c$i d$i e$i" ',"stream":true')" "http://127.0.0.1:$P/v1/chat/completions" &
+  else
+    curl -s --max-time 20 -o "$T/conc$i" -d "$(completion "c$i d$i e$i" 5)" "http://127.0.0.1:$P/v1/completions" &
+  fi
+  conc+=($!)
+done
+wait "${conc[@]}"
+good=0
+for i in $(seq 40); do
+  if [ $((i % 2)) = 0 ]; then cp "$T/conc$i" "$T/body"; [ "$(sse)" = "c$i d$i e$i|stop" ] && good=$((good + 1))
+  else grep -q "\"text\":\"c$i d$i e$i\"" "$T/conc$i" && good=$((good + 1)); fi
+done
+check concurrent-40 [ "$good" = 40 ]
+# two requests on one kept-alive connection
+out=$(curl -s --max-time 10 -o /dev/null -w '%{http_code} %{num_connects}\n' -d "$(completion 'keep alive' 2)" \
+      "http://127.0.0.1:$P/v1/completions" --next -s -o /dev/null -w '%{http_code} %{num_connects}\n' \
+      -d "$(completion 'keep alive' 2)" "http://127.0.0.1:$P/v1/completions")
+check keep-alive [ "$(echo $out)" = "200 1 200 0" ]
+
 # ---- bad input: 4xx JSON, server unaffected -------------------------------------------------
 check malformed-json     bash -c "[ \$(post $P /v1/completions '{\"model\":\"dsv-test\",') = 400 ]"
 check malformed-json-shape is_error invalid_request_error
