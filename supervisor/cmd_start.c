@@ -1053,6 +1053,29 @@ static int setup_placement(struct sup *s) {
         return 0;
 }
 
+/* Removes instance groups a killed supervisor left behind in dir: "dsvisor-<pid>-worker-<i>"
+ * whose supervisor is gone. rmdir fails on a group that still has tasks, so nothing
+ * running is touched. */
+static void remove_stale_groups(const char *dir) {
+        DIR *d = opendir(dir);
+        if (!d)
+                return;
+        struct dirent *de;
+        while ((de = readdir(d))) {
+                int pid, idx;
+                char tail;
+                if (sscanf(de->d_name, "dsvisor-%d-worker-%d%c", &pid, &idx, &tail) != 2 || pid <= 0)
+                        continue;
+                if (pid == getpid() || kill(pid, 0) == 0 || errno != ESRCH)
+                        continue;
+                char path[1024];
+                snprintf(path, sizeof path, "%.500s/%.400s", dir, de->d_name);
+                if (rmdir(path) == 0)
+                        slog(6, "Removed cgroup '%s' left by supervisor %d, which is gone", path, pid);
+        }
+        closedir(d);
+}
+
 static int setup_cgroups(struct sup *s) {
         struct dsv_cgroup_config cc = {0};
         int r = dsv_cgroup_host_new(&cc, &s->cg_host);
@@ -1063,6 +1086,15 @@ static int setup_cgroups(struct sup *s) {
                 slog(4, "No cgroups for the instances (%s): no limit is in effect, ignoring", strerror(-r));
                 dsv_cgroup_host_free(s->cg_host);
                 s->cg_host = NULL;
+                return 0;
+        }
+        struct dsv_cgroup_host_info info;
+        if (dsv_cgroup_host_info(s->cg_host, &info) == 0) {
+                if (info.v2_own[0])
+                        remove_stale_groups(info.v2_own);
+                for (int b = 0; b < 4; b++)
+                        if (info.v1_mounted & (1u << b))
+                                remove_stale_groups(info.v1_own[b]);
         }
         return 0;
 }

@@ -98,8 +98,8 @@ wait "$sup_pid" 2>/dev/null || true
 check "workers die with a killed supervisor (no orphans)" bash -c "
         for i in \$(seq 1 50); do alive=0; for p in $worker_pids; do kill -0 \$p 2>/dev/null && alive=1; done
         ((alive == 0)) && exit 0; sleep 0.1; done; exit 1"
-# A killed supervisor cannot remove its (now empty) groups; do it for it.
-find /sys/fs/cgroup -mindepth 1 -maxdepth 4 -type d -name "dsvisor-$sup_pid-worker-*" -exec rmdir {} + 2>/dev/null || true
+# A killed supervisor cannot remove its (now empty) groups: the next start does.
+killed_sup=$sup_pid
 sup_pid=
 
 # ---- SIGTERM drains: an in-flight request finishes, new ones are refused, exit 0
@@ -108,6 +108,9 @@ run="$tmp/run4"
         --hugepages off --grace-ms 8000 >"$tmp/drain.log" 2>&1 &
 sup_pid=$!
 check "drain: ready" wait_ready "$run" 120
+check "the next start removed the killed supervisor's empty cgroups" bash -c "
+        grep -q \"cgroup '.*dsvisor-$killed_sup-worker-0' left by supervisor $killed_sup, which is gone\" '$tmp/drain.log' &&
+        ! find /sys/fs/cgroup -mindepth 1 -maxdepth 4 -type d -name 'dsvisor-$killed_sup-worker-*' | grep -q ."
 port=$(status_field "$run" 'j["port"]')
 curl -s -m 30 -o "$tmp/long.json" -w '%{http_code}' "http://127.0.0.1:$port/v1/completions" \
         -H 'Content-Type: application/json' -d '{"model":"qwen2-bf16-tied","prompt":[5],"max_tokens":300}' \
