@@ -10,7 +10,9 @@
  *
  * Faults: --die-after-tokens N exits (status 3, no goodbye) when about to send its
  * (N+1)-th token overall, so 0 dies on the first request; --stall-after N stops each
- * stream after N tokens while still serving health, stats and cancel. A prompt starting
+ * stream after N tokens while still serving health, stats and cancel; --restart-after-tokens N
+ * plays a worker restarted behind an unbroken pipe: after its N-th token it forgets every
+ * generation and its uptime starts again from zero. A prompt starting
  * with "__error__" is refused with an invalid_request error, "__overload__" with
  * overloaded, "__internal__" with internal_error (message holding a fake path). */
 #include <cjson/cJSON.h>
@@ -36,7 +38,8 @@ struct gen {
 
 static struct gen gens[MAX_GENS];
 static int n_gens;
-static int delay_ms, die_after = -1, stall_after = -1;
+static int delay_ms, die_after = -1, stall_after = -1, restart_after = -1;
+static int64_t started_ms;
 static long tokens_sent;
 static const char *state = "ready";
 static FILE *logf;
@@ -164,6 +167,14 @@ static void emit_due(struct dsv_ipc_conn *c) {
                 }
                 send_or_die(c, &m);
                 tokens_sent++;
+                if (restart_after >= 0 && tokens_sent == restart_after) {
+                        for (int k = 0; k < n_gens; k++)
+                                for (int w = 0; w < gens[k].n_words; w++)
+                                        free(gens[k].words[w]);
+                        n_gens = 0;
+                        started_ms = now_ms();
+                        return;
+                }
                 g->next++;
                 g->next_ms = now + delay_ms;
                 if (g->next == g->max_tokens && g->next < g->n_words)
@@ -192,6 +203,8 @@ int main(int argc, char **argv) {
                         delay_ms = atoi(argv[i + 1]);
                 else if (!strcmp(argv[i], "--die-after-tokens"))
                         die_after = atoi(argv[i + 1]);
+                else if (!strcmp(argv[i], "--restart-after-tokens"))
+                        restart_after = atoi(argv[i + 1]);
                 else if (!strcmp(argv[i], "--stall-after"))
                         stall_after = atoi(argv[i + 1]);
                 else if (!strcmp(argv[i], "--state"))
@@ -215,7 +228,7 @@ int main(int argc, char **argv) {
                 fprintf(stderr, "fake-worker: cannot listen on '%s': %s\n", url, strerror(-r));
                 return 1;
         }
-        int64_t started = now_ms();
+        started_ms = now_ms();
         for (;;) {
                 struct dsv_ipc_msg m;
                 r = dsv_ipc_recv(c, &m, next_wait_ms(), NULL, 0);
@@ -231,7 +244,7 @@ int main(int argc, char **argv) {
                                 struct dsv_ipc_msg rep = {.type = DSV_IPC_HEALTH_REPLY};
                                 rep.u.health.seq = m.u.probe.seq;
                                 rep.u.health.state = (char *)state;
-                                rep.u.health.uptime_s = (now_ms() - started) / 1000.0;
+                                rep.u.health.uptime_s = (now_ms() - started_ms) / 1000.0;
                                 send_or_die(c, &rep);
                                 break;
                         }

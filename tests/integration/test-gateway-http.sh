@@ -283,8 +283,15 @@ ctl hp "url 0 $(URL readyw)" >/dev/null
 for _ in $(seq 30); do [ "$(get $PORT_hp/ready)" = 200 ] && break; sleep 0.1; done
 check health-poll-ready [ "$(get $PORT_hp/ready)" = 200 ]
 
+# a worker restarted behind an unbroken pipe shows in its health uptime: its stream fails
+# over at the next poll instead of waiting for the deadline
+worker rs --delay-ms 20 --restart-after-tokens 1
+server rsv --instance rs="$(URL rs)" --health-ms 100
+t0=$(date +%s.%N); s=$(post $PORT_rsv /v1/chat/completions "$(chat 'one two three' ',"stream":true')" -N); t1=$(date +%s.%N)
+check restart-uptime-error-event bash -c "[ $s = 200 ] && [ \"\$(sse)\" = 'one|error:instance_failed' ] && python3 -c 'import sys; sys.exit(0 if $t1 - $t0 < 3 else 1)'"
+
 # every server still up, then a clean stop
-for n in main auth adm lb dl dc rt ms hp; do
+for n in main auth adm lb dl dc rt ms hp rsv; do
   eval "p=\$SPID_$n"
   kill -0 "$p" 2>/dev/null || bad "server-$n-alive"
 done

@@ -25,6 +25,7 @@ struct gw_link {
         size_t n_orphans;
         bool health_ready;
         int64_t last_health_ns;
+        double last_uptime_s;
 };
 
 int64_t dsv__gw_now_ns(void) {
@@ -515,6 +516,11 @@ static void link_dispatch(struct gw_link *l, struct dsv_ipc_msg *m) {
         if (m->type == DSV_IPC_HEALTH_REPLY) {
                 l->health_ready = m->u.health.state && strcmp(m->u.health.state, "ready") == 0;
                 l->last_health_ns = dsv__gw_now_ns();
+                /* A younger worker than last time restarted between two pipe checks: what
+                 * was in flight died with its predecessor. */
+                if (m->u.health.uptime_s < l->last_uptime_s)
+                        link_fail_calls_locked(gw, l);
+                l->last_uptime_s = m->u.health.uptime_s;
         } else if (m->type == DSV_IPC_STATS_REPLY && l->slot >= 0) {
                 struct gw_instance *in = &gw->inst[l->slot];
                 in->has_ext = true;
@@ -551,9 +557,10 @@ static void *link_main(void *arg) {
         while (!atomic_load(&l->stop)) {
                 struct dsv_ipc_msg m;
                 int r = dsv_ipc_recv(l->conn, &m, RECV_SLICE_MS, NULL, 0);
-                if (r == 0)
+                if (r == 0) {
                         link_dispatch(l, &m);
-                else if (r == -ECANCELED)
+                        link_send_orphan_cancels(gw, l);
+                } else if (r == -ECANCELED)
                         break;
                 /* Calls are sent only while a peer is connected, so a call in flight with no
                  * peer now means the pipe it went out on dropped, even if it came and went
