@@ -547,7 +547,7 @@ static void sample_next(struct sched *s, int slot, double now) {
                 if (r->logprobs > 0) {
                         m.u.token.logprob = sampling_logprobs(logits, s->vocab, tok, r->logprobs, r->top);
                         m.u.token.top = r->top;
-                        m.u.token.n_top = (size_t)r->logprobs;
+                        m.u.token.n_top = (size_t)(r->logprobs < s->vocab ? r->logprobs : s->vocab);
                 }
                 s->emit(s->user, &m);
         }

@@ -352,6 +352,8 @@ static void handle(struct server *sv, const struct dsv_ipc_msg *m) {
                         reply.u.stats.kv_blocks_total = st.kv_blocks_total;
                         reply.u.stats.prefix_hit_rate = st.prefix_hit_rate;
                         reply.u.stats.preemptions = st.preemptions;
+                        reply.u.stats.max_batch = sv->cfg->max_batch;
+                        reply.u.stats.token_budget = sv->cfg->token_budget;
                 }
                 send_msg(sv, &reply);
                 return;

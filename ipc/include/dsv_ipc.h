@@ -150,6 +150,8 @@ struct dsv_ipc_stats {
         int32_t kv_blocks_total;
         double prefix_hit_rate;
         int64_t preemptions;
+        int32_t max_batch;    /* the worker's sequences per step (0: not reported) */
+        int32_t token_budget; /* the worker's tokens per step (0: not reported) */
 };
 
 struct dsv_ipc_msg {

@@ -191,6 +191,8 @@ static int encode_body(cJSON *o, const struct dsv_ipc_msg *m) {
                 r |= add_num(o, "kv_blocks_total", s->kv_blocks_total);
                 r |= add_num(o, "prefix_hit_rate", s->prefix_hit_rate);
                 r |= add_num(o, "preemptions", (double)s->preemptions);
+                r |= add_num(o, "max_batch", s->max_batch);
+                r |= add_num(o, "token_budget", s->token_budget);
                 return r ? -EINVAL : 0;
         }
         default:
@@ -477,7 +479,9 @@ static int decode_body(struct decoder *d, const cJSON *o, struct dsv_ipc_msg *m)
                     (r = get_i32(d, o, "kv_blocks_used", 0, 0, INT32_MAX, &s->kv_blocks_used)) < 0 ||
                     (r = get_i32(d, o, "kv_blocks_total", 0, 0, INT32_MAX, &s->kv_blocks_total)) < 0 ||
                     (r = get_double(d, o, "prefix_hit_rate", &s->prefix_hit_rate)) < 0 ||
-                    (r = get_i64(d, o, "preemptions", 0, &s->preemptions)) < 0)
+                    (r = get_i64(d, o, "preemptions", 0, &s->preemptions)) < 0 ||
+                    (r = get_i32(d, o, "max_batch", 0, 0, INT32_MAX, &s->max_batch)) < 0 ||
+                    (r = get_i32(d, o, "token_budget", 0, 0, INT32_MAX, &s->token_budget)) < 0)
                         return r;
                 return 0;
         }

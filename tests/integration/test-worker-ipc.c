@@ -157,6 +157,8 @@ TEST(cancel_frees_blocks) {
         ASSERT_EQ(st.kv_blocks_used, 0);
         ASSERT_EQ(st.running, 0);
         ASSERT_TRUE(st.kv_blocks_total > 0);
+        ASSERT_EQ(st.max_batch, 8);
+        ASSERT_EQ(st.token_budget, 64);
 }
 
 TEST(deadline) {
