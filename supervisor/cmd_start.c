@@ -56,7 +56,8 @@
 #endif
 
 #define TICK_MS 100
-#define HEALTH_INTERVAL_MS 200 /* readiness is seen within ~one interval */
+#define HEALTH_INTERVAL_MS 500 /* readiness seen within one interval; a worker busy in a long step
+                                * stays "up" for 3 intervals (the gateway's staleness rule) */
 #define STARTUP_TIMEOUT_MS 600000 /* a large model loads for minutes */
 #define UNHEALTHY_KILL_MS 30000   /* ready worker not answering health this long: killed */
 #define RTTIME_LIMIT_US 10000000  /* RLIMIT_RTTIME: a FIFO thread that never blocks for 10 s dies */
