@@ -72,8 +72,14 @@ struct ds_state {
         float *att;              /* (H, n_ctx) */
         float *row;              /* (n_threads, kvr) one dequantised kv_b_proj row per thread */
         float *kvb_full;         /* (n_threads, H*(nope+v)) naive form: decompressed k/v of one token */
-        float *moe_out;          /* (hidden) */
-        float *router_logits;    /* (n_experts) */
+        /* MoE, tokens grouped by expert (K = n_experts_per_tok) */
+        float *moe_out;          /* (T, hidden) */
+        float *router_logits;    /* (T, n_experts) */
+        int32_t *moe_idx;        /* (T, K) chosen experts */
+        float *moe_w;            /* (T, K) their weights */
+        int32_t *moe_slot;       /* (T) which (token, k) each gathered row serves */
+        float *moe_in, *moe_y;   /* (T, hidden) one expert's gathered inputs and outputs */
+        float *moe_eo;           /* (T, K, hidden) every chosen expert's output per token */
         /* KV rows (through s->kv): latent c then k_pe, (kvr + rope) per layer and token */
 };
 
@@ -212,6 +218,7 @@ static int ds_init(struct dse_session *s, struct dse_diag *reterr) {
 
         size_t n_ctx = (size_t)s->n_ctx, hkv = (size_t)H * (st->nope + st->vdim), T = DSE__MAX_STEP_TOKENS;
         size_t n_exp = hp->n_routed_experts > 0 ? (size_t)hp->n_routed_experts : 1;
+        size_t n_k = hp->n_experts_per_tok > 0 ? (size_t)hp->n_experts_per_tok : 1;
         size_t qlr = hp->q_lora_rank > 0 ? (size_t)hp->q_lora_rank : 1;
         st->mlp_width = max_width;
 #define ALLOC(p, n) (((p) = dse__session_alloc(s, (size_t)(n) * sizeof(float))) != NULL)
@@ -222,7 +229,10 @@ static int ds_init(struct dse_session *s, struct dse_diag *reterr) {
             !ALLOC(st->logits, T * V) || !ALLOC(st->q_abs, H * st->kvr) || !ALLOC(st->o_lat, H * st->kvr) ||
             !ALLOC(st->uv, hkv) || !ALLOC(st->att, (size_t)H * n_ctx) ||
             !ALLOC(st->row, (size_t)st->n_threads * st->kvr) || !ALLOC(st->kvb_full, (size_t)st->n_threads * hkv) ||
-            !ALLOC(st->moe_out, D) || !ALLOC(st->router_logits, n_exp))
+            !ALLOC(st->moe_out, T * D) || !ALLOC(st->router_logits, T * n_exp) || !ALLOC(st->moe_w, T * n_k) ||
+            !ALLOC(st->moe_in, T * D) || !ALLOC(st->moe_y, T * D) || !ALLOC(st->moe_eo, T * n_k * D) ||
+            !(st->moe_idx = dse__session_alloc(s, T * n_k * sizeof(int32_t))) ||
+            !(st->moe_slot = dse__session_alloc(s, T * sizeof(int32_t))))
                 return -ENOMEM;
 #undef ALLOC
         return 0;
@@ -315,24 +325,37 @@ static void swiglu(struct dse_session *s, const struct ds_mlp *m, const float *x
         dse__linear_n(s, &m->down, st->hb, W, n, out, D, NULL);
 }
 
-/* Routed experts plus shared experts of one MoE layer for one token; result in moe_out
- * (hidden). Tokens route to different experts, so the batch is not shared here. */
-static void moe(struct dse_session *s, const struct ds_layer *L, const float *x) {
+/* Routed experts plus shared experts of one MoE layer for n tokens: out (n, hidden).
+ * The routed experts run grouped: each expert's weights are read once for all the
+ * tokens routed to it. Each token still adds its experts' outputs in its top-k order, so
+ * the result is the token-by-token one exactly. */
+static void moe(struct dse_session *s, const struct ds_layer *L, const float *x, int n, float *out) {
         const struct dse_hparams *hp = s->hp;
         struct ds_state *st = s->arch;
-        int64_t D = hp->hidden_size;
-        int32_t idx[DSE_MOE_MAX_EXPERTS];
-        float w[DSE_MOE_MAX_EXPERTS];
-        dse__linear(s, &L->router, x, st->router_logits, NULL); /* (n_experts), float32 */
-        dse__moe_route(hp, st->router_logits, L->router_bias, idx, w);
+        int64_t D = hp->hidden_size, E = hp->n_routed_experts, K = hp->n_experts_per_tok;
+        dse__linear_n(s, &L->router, x, D, n, st->router_logits, E, NULL); /* (n, n_experts), float32 */
+        for (int i = 0; i < n; i++)
+                dse__moe_route(hp, st->router_logits + i * E, L->router_bias, st->moe_idx + i * K, st->moe_w + i * K);
         if (L->has_shared)
-                swiglu(s, &L->mlp, x, 1, st->moe_out);
+                swiglu(s, &L->mlp, x, n, out);
         else
-                memset(st->moe_out, 0, (size_t)D * sizeof(float));
-        for (int k = 0; k < hp->n_experts_per_tok; k++) {
-                swiglu(s, &L->experts[idx[k]], x, 1, st->xb2);
-                s->k.axpy(w[k], st->xb2, st->moe_out, D);
+                memset(out, 0, (size_t)(n * D) * sizeof(float));
+        for (int32_t e = 0; e < E; e++) {
+                int m = 0;
+                for (int64_t ik = 0; ik < n * K; ik++)
+                        if (st->moe_idx[ik] == e) {
+                                st->moe_slot[m] = (int32_t)ik;
+                                memcpy(st->moe_in + m * D, x + (ik / K) * D, (size_t)D * sizeof(float));
+                                m++;
+                        }
+                if (m == 0)
+                        continue;
+                swiglu(s, &L->experts[e], st->moe_in, m, st->moe_y);
+                for (int j = 0; j < m; j++)
+                        memcpy(st->moe_eo + st->moe_slot[j] * D, st->moe_y + j * D, (size_t)D * sizeof(float));
         }
+        for (int64_t ik = 0; ik < n * K; ik++)
+                s->k.axpy(st->moe_w[ik], st->moe_eo + ik * D, out + (ik / K) * D, D);
 }
 
 static void ds_forward(struct dse_session *s, const struct dse__tok *toks, int n) {
@@ -386,11 +409,9 @@ static void ds_forward(struct dse_session *s, const struct dse__tok *toks, int n
                 for (int i = 0; i < n; i++)
                         s->k.rmsnorm(st->xb + i * D, x + i * D, L->ffn_norm, D, hp->rms_norm_eps);
                 if (L->is_moe) {
-                        for (int i = 0; i < n; i++) {
-                                moe(s, L, st->xb + i * D);
-                                for (int64_t c = 0; c < D; c++)
-                                        x[i * D + c] += st->moe_out[c];
-                        }
+                        moe(s, L, st->xb, n, st->moe_out);
+                        for (int64_t i = 0; i < n * D; i++)
+                                x[i] += st->moe_out[i];
                 } else {
                         swiglu(s, &L->mlp, st->xb, n, st->xb2);
                         for (int64_t i = 0; i < n * D; i++)
