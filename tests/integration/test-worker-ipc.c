@@ -50,8 +50,9 @@ TEST(heartbeat) {
         m.u.probe.seq = 4242;
         ASSERT_OK(wc_send(&client, &m));
         struct dsv_ipc_msg r;
-        ASSERT_OK(wc_recv(&client, &r, 5000));
-        ASSERT_EQ(r.type, DSV_IPC_HEALTH_REPLY);
+        do /* skip late replies to wc_wait_state's probes */
+                ASSERT_OK(wc_recv_type(&client, &r, DSV_IPC_HEALTH_REPLY, 5000));
+        while (r.u.health.seq != 4242 && (dsv_ipc_msg_done(&r), 1));
         ASSERT_EQ(r.u.health.seq, 4242);
         ASSERT_STREQ(r.u.health.state, "ready");
         ASSERT_TRUE(r.u.health.uptime_s > 0);
@@ -237,7 +238,7 @@ TEST(sigterm_drains) {
         prompt(ids, 8, 6);
         struct dsv_ipc_msg m = wc_tokens_request(1, ids, 8, 4000, 0, 0);
         ASSERT_OK(wc_send(&c, &m));
-        ASSERT_TRUE(wc_recv(&c, &m, 10000) == 0 && m.type == DSV_IPC_TOKEN);
+        ASSERT_OK(wc_recv_type(&c, &m, DSV_IPC_TOKEN, 10000));
         dsv_ipc_msg_done(&m);
         rr[1].n_tokens = 1;
         ASSERT_OK(kill(pid, SIGTERM));
@@ -271,7 +272,7 @@ TEST(sigterm_grace_expires) {
         prompt(ids, 8, 7);
         struct dsv_ipc_msg m = wc_tokens_request(1, ids, 8, 4000, 0, 0);
         ASSERT_OK(wc_send(&c, &m));
-        ASSERT_TRUE(wc_recv(&c, &m, 10000) == 0 && m.type == DSV_IPC_TOKEN);
+        ASSERT_OK(wc_recv_type(&c, &m, DSV_IPC_TOKEN, 10000));
         dsv_ipc_msg_done(&m);
         ASSERT_OK(kill(pid, SIGTERM));
         ASSERT_EQ(wc_collect(&c, rr, 1, 30), 1);

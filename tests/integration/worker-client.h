@@ -121,6 +121,20 @@ static inline int wc_recv(struct wc *c, struct dsv_ipc_msg *m, int timeout_ms) {
         return r;
 }
 
+/* Receives until a message of type arrives (late health replies of wc_wait_state and
+ * other events are skipped): 0 with *m filled, or -ETIMEDOUT. */
+static inline int wc_recv_type(struct wc *c, struct dsv_ipc_msg *m, enum dsv_ipc_msg_type type, int timeout_ms) {
+        double end = wc_now_s() + timeout_ms / 1000.0;
+        while (wc_now_s() < end) {
+                if (wc_recv(c, m, 100) < 0)
+                        continue;
+                if (m->type == type)
+                        return 0;
+                dsv_ipc_msg_done(m);
+        }
+        return -ETIMEDOUT;
+}
+
 /* Sends health probes until a reply says state (e.g. "ready"); 0 or -ETIMEDOUT. */
 static inline int wc_wait_state(struct wc *c, const char *state, double timeout_s) {
         double end = wc_now_s() + timeout_s;
