@@ -447,3 +447,68 @@ TEST(decode_steps_do_not_allocate) {
         rig_done(&g);
 }
 #endif
+
+/* A random workload on a small pool: 24 requests of random prompt and output lengths
+ * arriving between steps, some cancelled part way. Every request ends exactly once,
+ * the pool is empty at the end, and every request that ran to its end produced the
+ * tokens it produces alone. */
+TEST(random_workload_invariants) {
+        enum { NR = 24 };
+        uint64_t x = 12345;
+        int plen[NR], gen[NR], cancel_at[NR];
+        float temp[NR];
+        for (int i = 0; i < NR; i++) {
+                x = x * 6364136223846793005ull + 1442695040888963407ull;
+                plen[i] = 1 + (int)((x >> 33) % 50);
+                gen[i] = 1 + (int)((x >> 40) % 30);
+                cancel_at[i] = (x >> 50) % 5 == 0 ? 1 + (int)((x >> 20) % 10) : -1;
+                temp[i] = (x >> 45) % 2 ? 0.9f : 0.0f;
+        }
+        static int32_t alone[NR][MAX_OUT];
+        for (int i = 0; i < NR; i++) {
+                struct rig g;
+                ASSERT_OK(rig_init(&g, 4, 24, 64, 128));
+                ASSERT_OK(add(&g, (uint64_t)i % MAX_REQ, plen[i], i, gen[i], temp[i], 900 + (uint64_t)i));
+                ASSERT_TRUE(run(&g, 1000) > 0);
+                memcpy(alone[i], g.ev.out[i % MAX_REQ], sizeof alone[i]);
+                rig_done(&g);
+        }
+        /* ids 0..15 only (the event arrays): run in two waves of 12 */
+        for (int wave = 0; wave < 2; wave++) {
+                struct rig g;
+                ASSERT_OK(rig_init(&g, 4, 24, 6, 128)); /* a request needs up to 5 blocks */
+                int next = 0, steps = 0;
+                while ((next < 12 || sched_busy(g.s)) && steps < 5000) {
+                        if (next < 12 && steps % 3 == 0) {
+                                int i = wave * 12 + next;
+                                ASSERT_OK(add(&g, (uint64_t)next, plen[i], i, gen[i], temp[i], 900 + (uint64_t)i));
+                                next++;
+                        }
+                        for (int k = 0; k < next; k++) {
+                                int i = wave * 12 + k;
+                                if (cancel_at[i] > 0 && g.ev.n_out[k] == cancel_at[i] && !g.ev.reason[k][0])
+                                        ASSERT_OK(sched_cancel(g.s, (uint64_t)k, now_ms()));
+                        }
+                        ASSERT_TRUE(sched_step(g.s, now_ms()) >= 0);
+                        steps++;
+                }
+                ASSERT_EQ(g.ev.n_final + g.ev.n_error, 12);
+                ASSERT_EQ(g.ev.n_error, 0);
+                struct sched_stats st;
+                sched_get_stats(g.s, &st);
+                ASSERT_EQ(st.kv_blocks_used, 0);
+                ASSERT_EQ(st.running + st.waiting, 0);
+                for (int k = 0; k < 12; k++) {
+                        int i = wave * 12 + k;
+                        if (strcmp(g.ev.reason[k], "cancelled") == 0)
+                                continue;
+                        ASSERT_STREQ(g.ev.reason[k], "length");
+                        ASSERT_EQ(g.ev.n_out[k], gen[i]);
+                        for (int t = 0; t < gen[i]; t++)
+                                ASSERT_EQ(g.ev.out[k][t], alone[i][t]);
+                }
+                fprintf(stderr, "  wave %d: %lld preemptions, %lld steps\n", wave, (long long)st.preemptions,
+                        (long long)st.steps);
+                rig_done(&g);
+        }
+}
