@@ -56,8 +56,10 @@
 #endif
 
 #define TICK_MS 100
-#define HEALTH_INTERVAL_MS 500 /* readiness seen within one interval; a worker busy in a long step
-                                * stays "up" for 3 intervals (the gateway's staleness rule) */
+/* Readiness is seen within one interval; a worker that misses health replies stays "up"
+ * for 3 intervals (the gateway's staleness rule). 500 ms let a busy worker on a loaded
+ * 2-core host drop out of routing for a moment (a 503 while its peer restarted). */
+#define HEALTH_INTERVAL_MS 1000
 #define STARTUP_TIMEOUT_MS 600000 /* a large model loads for minutes */
 #define UNHEALTHY_KILL_MS 30000   /* ready worker not answering health this long: killed */
 #define RTTIME_LIMIT_US 10000000  /* RLIMIT_RTTIME: a FIFO thread that never blocks for 10 s dies */
