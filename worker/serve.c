@@ -1,7 +1,7 @@
-/* The worker's IPC loop: one thread alternates between draining the socket (requests,
- * cancels, probes) and one scheduler step, so new requests join between decode steps.
- * The engine loads on a second thread while the loop already answers health with
- * "loading". */
+/* The worker's IPC loop: the main thread alternates between the inbox (requests,
+ * cancels) and one scheduler step, so new requests join between decode steps; a
+ * receiver thread reads the socket, answers health and stats itself and queues the rest
+ * (struct server). The model loads on the main thread while health says "loading". */
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <pthread.h>
@@ -158,36 +158,38 @@ fail:
         return r;
 }
 
-struct loader {
-        const struct worker_config *cfg;
-        struct worker_engine *e;
-        int result;
-        atomic_int done;
-};
-
-static void *load_thread(void *arg) {
-        struct loader *l = arg;
-        l->result = worker_engine_load(l->cfg, l->e);
-        atomic_store(&l->done, 1);
-        return NULL;
-}
-
 /* ---- the loop ---- */
 
+enum { ST_LOADING, ST_READY, ST_DRAINING };
+static const char *const state_names[] = {"loading", "ready", "draining"};
+
+#define INBOX_CAP 8192 /* as deep as the socket's own queue */
+
+/* Two threads: the receiver answers health and stats at once (from the state and the
+ * stats snapshot the loop publishes), so a long engine step or the model load never
+ * delays a heartbeat; requests and cancels go through the inbox to the loop, which
+ * takes them between steps. */
 struct server {
         const struct worker_config *cfg;
         struct dsv_ipc_conn *conn;
         struct worker_engine *e;
         struct sched *sched;
-        const char *state; /* "loading", "ready", "draining" */
+        atomic_int state;
+        atomic_int send_failures;
+        atomic_int rx_stop;
         double started;
-        int send_failures;
-        int32_t *prompt;   /* (n_ctx + 1) tokenizer output */
+        int32_t *prompt; /* (n_ctx + 1) tokenizer output */
+        pthread_t rx;
+        pthread_mutex_t mu; /* guards the inbox and stats */
+        pthread_cond_t has_msg, has_space;
+        struct dsv_ipc_msg *inbox; /* (INBOX_CAP) ring */
+        size_t head, n;
+        struct dsv_ipc_stats stats; /* published by the loop after every step */
 };
 
 static void send_msg(struct server *sv, const struct dsv_ipc_msg *m) {
         int r = dsv_ipc_send(sv->conn, m);
-        if (r < 0 && sv->send_failures++ == 0)
+        if (r < 0 && atomic_fetch_add(&sv->send_failures, 1) == 0)
                 wlog(4, "Failed to send a %s event: %s, ignoring", dsv_ipc_msg_type_to_string(m->type), strerror(-r));
 }
 
@@ -308,11 +310,7 @@ static int tokenize_request(struct server *sv, const struct dsv_ipc_request *req
 }
 
 static void handle_request(struct server *sv, const struct dsv_ipc_request *req) {
-        if (!sv->sched) {
-                send_error(sv, req->id, DSV_IPC_ERR_OVERLOADED, "the model is still loading");
-                return;
-        }
-        if (strcmp(sv->state, "draining") == 0) {
+        if (atomic_load(&sv->state) == ST_DRAINING || !sv->sched) {
                 send_error(sv, req->id, DSV_IPC_ERR_SHUTTING_DOWN, "the worker is draining");
                 return;
         }
@@ -321,8 +319,8 @@ static void handle_request(struct server *sv, const struct dsv_ipc_request *req)
                 sched_add(sv->sched, req, sv->prompt, (size_t)n, realtime_ms());
 }
 
+/* Requests and cancels, on the loop's thread. */
 static void handle(struct server *sv, const struct dsv_ipc_msg *m) {
-        struct dsv_ipc_msg reply = {0};
         switch (m->type) {
         case DSV_IPC_REQUEST:
                 handle_request(sv, &m->u.request);
@@ -332,82 +330,156 @@ static void handle(struct server *sv, const struct dsv_ipc_msg *m) {
                 if (sv->sched)
                         sched_cancel(sv->sched, m->u.cancel_id, realtime_ms());
                 return;
-        case DSV_IPC_HEALTH:
-                reply.type = DSV_IPC_HEALTH_REPLY;
-                reply.u.health.seq = m->u.probe.seq;
-                reply.u.health.state = (char *)sv->state;
-                reply.u.health.uptime_s = mono_s() - sv->started;
-                send_msg(sv, &reply);
-                return;
-        case DSV_IPC_STATS: {
-                reply.type = DSV_IPC_STATS_REPLY;
-                reply.u.stats.seq = m->u.probe.seq;
-                if (sv->sched) {
-                        struct sched_stats st;
-                        sched_get_stats(sv->sched, &st);
-                        reply.u.stats.running = st.running;
-                        reply.u.stats.waiting = st.waiting;
-                        reply.u.stats.queued_prompt_tokens = st.queued_prompt_tokens;
-                        reply.u.stats.kv_blocks_used = st.kv_blocks_used;
-                        reply.u.stats.kv_blocks_total = st.kv_blocks_total;
-                        reply.u.stats.prefix_hit_rate = st.prefix_hit_rate;
-                        reply.u.stats.preemptions = st.preemptions;
-                        reply.u.stats.max_batch = sv->cfg->max_batch;
-                        reply.u.stats.token_budget = sv->cfg->token_budget;
-                }
-                send_msg(sv, &reply);
-                return;
-        }
         default:
                 send_error(sv, 0, DSV_IPC_ERR_PROTOCOL, "unexpected message type for a worker");
                 return;
         }
 }
 
-/* Receives and handles messages: waits up to wait_ms for the first, then takes what is
- * already queued. */
-static void pump(struct server *sv, int wait_ms) {
-        for (int i = 0; i < MAX_MSGS_PER_STEP; i++) {
+static void reply_probe(struct server *sv, const struct dsv_ipc_msg *m) {
+        struct dsv_ipc_msg reply = {0};
+        if (m->type == DSV_IPC_HEALTH) {
+                reply.type = DSV_IPC_HEALTH_REPLY;
+                reply.u.health.state = (char *)state_names[atomic_load(&sv->state)];
+                reply.u.health.uptime_s = mono_s() - sv->started;
+                reply.u.health.seq = m->u.probe.seq;
+        } else {
+                reply.type = DSV_IPC_STATS_REPLY;
+                pthread_mutex_lock(&sv->mu);
+                reply.u.stats = sv->stats;
+                pthread_mutex_unlock(&sv->mu);
+                reply.u.stats.seq = m->u.probe.seq;
+        }
+        send_msg(sv, &reply);
+}
+
+static void *rx_thread(void *arg) {
+        struct server *sv = arg;
+        while (!atomic_load(&sv->rx_stop)) {
                 struct dsv_ipc_msg m;
                 char err[256] = "";
-                int r = dsv_ipc_recv(sv->conn, &m, i == 0 ? wait_ms : 0, err, sizeof err);
+                int r = dsv_ipc_recv(sv->conn, &m, IDLE_POLL_MS * 5, err, sizeof err);
                 if (r == -EPROTO || r == -EPROTONOSUPPORT) {
                         send_error(sv, 0, DSV_IPC_ERR_PROTOCOL, err[0] ? err : strerror(-r));
                         continue;
                 }
+                if (r == -ECANCELED)
+                        break;
                 if (r < 0)
-                        return;
+                        continue;
+                if (m.type == DSV_IPC_HEALTH || m.type == DSV_IPC_STATS) {
+                        reply_probe(sv, &m);
+                        dsv_ipc_msg_done(&m);
+                        continue;
+                }
+                pthread_mutex_lock(&sv->mu);
+                while (sv->n == INBOX_CAP && !atomic_load(&sv->rx_stop))
+                        pthread_cond_wait(&sv->has_space, &sv->mu);
+                if (sv->n < INBOX_CAP) {
+                        sv->inbox[(sv->head + sv->n) % INBOX_CAP] = m;
+                        sv->n++;
+                        pthread_cond_signal(&sv->has_msg);
+                } else {
+                        dsv_ipc_msg_done(&m);
+                }
+                pthread_mutex_unlock(&sv->mu);
+        }
+        return NULL;
+}
+
+/* Handles what the receiver queued, waiting up to wait_ms for the first message. */
+static void drain_inbox(struct server *sv, int wait_ms) {
+        pthread_mutex_lock(&sv->mu);
+        if (sv->n == 0 && wait_ms > 0) {
+                struct timespec ts;
+                clock_gettime(CLOCK_REALTIME, &ts);
+                ts.tv_nsec += (long)wait_ms * 1000000;
+                ts.tv_sec += ts.tv_nsec / 1000000000;
+                ts.tv_nsec %= 1000000000;
+                pthread_cond_timedwait(&sv->has_msg, &sv->mu, &ts);
+        }
+        for (int i = 0; i < MAX_MSGS_PER_STEP && sv->n > 0; i++) {
+                struct dsv_ipc_msg m = sv->inbox[sv->head];
+                sv->head = (sv->head + 1) % INBOX_CAP;
+                sv->n--;
+                pthread_cond_signal(&sv->has_space);
+                pthread_mutex_unlock(&sv->mu);
                 handle(sv, &m);
                 dsv_ipc_msg_done(&m);
+                pthread_mutex_lock(&sv->mu);
+        }
+        pthread_mutex_unlock(&sv->mu);
+}
+
+static void publish_stats(struct server *sv) {
+        struct sched_stats st;
+        sched_get_stats(sv->sched, &st);
+        pthread_mutex_lock(&sv->mu);
+        sv->stats = (struct dsv_ipc_stats){
+                .running = st.running,
+                .waiting = st.waiting,
+                .queued_prompt_tokens = st.queued_prompt_tokens,
+                .kv_blocks_used = st.kv_blocks_used,
+                .kv_blocks_total = st.kv_blocks_total,
+                .prefix_hit_rate = st.prefix_hit_rate,
+                .preemptions = st.preemptions,
+                .max_batch = sv->cfg->max_batch,
+                .token_budget = sv->cfg->token_budget,
+        };
+        pthread_mutex_unlock(&sv->mu);
+}
+
+/* Runs the scheduler until a drain completes or the parent dies; the exit status. */
+static int serve_loop(struct server *sv) {
+        const struct worker_config *cfg = sv->cfg;
+        double drain_deadline = 0;
+        for (;;) {
+                if (hygiene_orphaned()) {
+                        wlog(3, "Parent process is gone, exiting");
+                        return 1;
+                }
+                if (hygiene_drain_requested && drain_deadline == 0) {
+                        atomic_store(&sv->state, ST_DRAINING);
+                        drain_deadline = mono_s() + cfg->grace_ms / 1000.0;
+                        wlog(6, "Draining: finishing in-flight requests for up to %d ms", cfg->grace_ms);
+                }
+                drain_inbox(sv, sched_busy(sv->sched) ? 0 : IDLE_POLL_MS);
+                if (drain_deadline > 0 && !sched_busy(sv->sched))
+                        return 0;
+                if (drain_deadline > 0 && mono_s() >= drain_deadline) {
+                        sched_abort_all(sv->sched, DSV_IPC_ERR_SHUTTING_DOWN, "grace period over", realtime_ms());
+                        wlog(4, "Grace period over, in-flight requests failed with shutting_down");
+                        return 0;
+                }
+                int r = sched_step(sv->sched, realtime_ms());
+                if (r < 0)
+                        wlog(3, "Engine step failed: %s; the step's requests got internal_error", strerror(-r));
+                publish_stats(sv);
         }
 }
 
 int worker_serve(const struct worker_config *cfg) {
-        struct worker_engine e;
-        struct server sv = {.cfg = cfg, .e = &e, .state = "loading", .started = mono_s()};
+        struct worker_engine e = {0};
+        struct server sv = {.cfg = cfg, .e = &e, .started = mono_s()};
+        atomic_init(&sv.state, ST_LOADING);
+        pthread_mutex_init(&sv.mu, NULL);
+        pthread_cond_init(&sv.has_msg, NULL);
+        pthread_cond_init(&sv.has_space, NULL);
+        int status = 1, rx_started = 0;
+        if (!(sv.inbox = calloc(INBOX_CAP, sizeof *sv.inbox)))
+                goto out;
         int r = dsv_ipc_listen(cfg->listen_url, &sv.conn);
         if (r < 0) {
                 wlog(3, "Failed to listen on '%s': %s", cfg->listen_url, strerror(-r));
-                return 1;
+                goto out;
         }
-        struct loader ld = {.cfg = cfg, .e = &e};
-        pthread_t th;
-        if ((r = pthread_create(&th, NULL, load_thread, &ld)) != 0) {
-                wlog(3, "Failed to start the loader thread: %s", strerror(r));
-                dsv_ipc_close(sv.conn);
-                return 1;
+        if ((r = pthread_create(&sv.rx, NULL, rx_thread, &sv)) != 0) {
+                wlog(3, "Failed to start the receiver thread: %s", strerror(r));
+                goto out;
         }
-        while (!atomic_load(&ld.done) && !hygiene_orphaned() && !hygiene_drain_requested)
-                pump(&sv, IDLE_POLL_MS);
-        pthread_join(th, NULL);
-        int status = 1;
-        if (ld.result < 0 || hygiene_orphaned() || hygiene_drain_requested) {
-                if (ld.result >= 0)
-                        worker_engine_done(&e);
-                dsv_ipc_close(sv.conn);
-                return ld.result < 0 ? 1 : 0;
-        }
-
+        rx_started = 1;
+        if (worker_engine_load(cfg, &e) < 0)
+                goto out;
         struct sched_config sc = {cfg->max_batch, cfg->token_budget, e.n_ctx, cfg->max_queue};
         sv.prompt = malloc(((size_t)e.n_ctx + 1) * sizeof(int32_t));
         r = sv.prompt ? sched_new(&sc, e.model, e.tok, e.kv, e.batch, emit_cb, &sv, &sv.sched) : -ENOMEM;
@@ -415,39 +487,32 @@ int worker_serve(const struct worker_config *cfg) {
                 wlog(3, "Failed to create the scheduler: %s", strerror(-r));
                 goto out;
         }
-        sv.state = "ready";
+        publish_stats(&sv);
+        atomic_store(&sv.state, ST_READY);
         wlog(6, "Ready on %s", cfg->listen_url);
-
-        double drain_deadline = 0;
-        for (;;) {
-                if (hygiene_orphaned()) {
-                        wlog(3, "Parent process is gone, exiting");
-                        break;
-                }
-                if (hygiene_drain_requested && drain_deadline == 0) {
-                        sv.state = "draining";
-                        drain_deadline = mono_s() + cfg->grace_ms / 1000.0;
-                        wlog(6, "Draining: finishing in-flight requests for up to %d ms", cfg->grace_ms);
-                }
-                pump(&sv, sched_busy(sv.sched) ? 0 : IDLE_POLL_MS);
-                if (drain_deadline > 0 && !sched_busy(sv.sched)) {
-                        status = 0;
-                        break;
-                }
-                if (drain_deadline > 0 && mono_s() >= drain_deadline) {
-                        sched_abort_all(sv.sched, DSV_IPC_ERR_SHUTTING_DOWN, "grace period over", realtime_ms());
-                        wlog(4, "Grace period over, in-flight requests failed with shutting_down");
-                        status = 0;
-                        break;
-                }
-                r = sched_step(sv.sched, realtime_ms());
-                if (r < 0)
-                        wlog(3, "Engine step failed: %s; the step's requests got internal_error", strerror(-r));
-        }
+        status = serve_loop(&sv);
 out:
+        if (rx_started) {
+                atomic_store(&sv.rx_stop, 1);
+                pthread_mutex_lock(&sv.mu);
+                pthread_cond_broadcast(&sv.has_space);
+                pthread_mutex_unlock(&sv.mu);
+                pthread_join(sv.rx, NULL);
+        }
+        /* Whatever is still queued gets its one answer. */
+        for (; sv.inbox && sv.n > 0; sv.n--, sv.head = (sv.head + 1) % INBOX_CAP) {
+                struct dsv_ipc_msg *m = &sv.inbox[sv.head];
+                if (m->type == DSV_IPC_REQUEST)
+                        send_error(&sv, m->u.request.id, DSV_IPC_ERR_SHUTTING_DOWN, "the worker is exiting");
+                dsv_ipc_msg_done(m);
+        }
         sched_free(sv.sched);
         free(sv.prompt);
         worker_engine_done(&e);
         dsv_ipc_close(sv.conn);
+        free(sv.inbox);
+        pthread_cond_destroy(&sv.has_msg);
+        pthread_cond_destroy(&sv.has_space);
+        pthread_mutex_destroy(&sv.mu);
         return status;
 }

@@ -356,3 +356,44 @@ TEST(model_fd) {
         free(rr);
         wc_close(&c);
 }
+
+/* Heartbeats are answered while the engine is busy: a 4000-token prompt is one long
+ * prefill step, and a health probe sent right after it is answered before the
+ * request's first token. */
+TEST(heartbeat_during_long_step) {
+        char u[512], fx[1024];
+        snprintf(u, sizeof u, "ipc://%s/busy.sock", wc_tmpdir());
+        snprintf(fx, sizeof fx, "%s/llama3-rope-gqa", t_fixture("models"));
+        char *args[] = {"--model", fx, "--listen", u, "--n-ctx", "4096", "--max-batch", "1", "--token-budget",
+                        "4096", NULL};
+        pid_t pid = wc_spawn(args);
+        struct wc c;
+        ASSERT_OK(wc_open(&c, u));
+        ASSERT_OK(wc_wait_state(&c, "ready", 120));
+        static int32_t ids[4000];
+        prompt(ids, 4000, 11);
+        struct dsv_ipc_msg m = wc_tokens_request(1, ids, 4000, 2, 0, 0);
+        ASSERT_OK(wc_send(&c, &m));
+        usleep(20 * 1000);
+        struct dsv_ipc_msg h = {.type = DSV_IPC_HEALTH};
+        h.u.probe.seq = 777;
+        ASSERT_OK(wc_send(&c, &h));
+        int got_health = 0, got_token = 0;
+        double t0 = wc_now_s();
+        while (!got_token && wc_now_s() - t0 < 120) {
+                struct dsv_ipc_msg r;
+                if (wc_recv(&c, &r, 200) < 0)
+                        continue;
+                if (r.type == DSV_IPC_HEALTH_REPLY && r.u.health.seq == 777) {
+                        got_health = 1;
+                        ASSERT_STREQ(r.u.health.state, "ready");
+                }
+                if (r.type == DSV_IPC_TOKEN)
+                        got_token = 1 + got_health; /* 2: the health reply came first */
+                dsv_ipc_msg_done(&r);
+        }
+        ASSERT_EQ(got_token, 2);
+        kill(pid, SIGKILL);
+        wc_wait_exit(pid, 10);
+        wc_close(&c);
+}
