@@ -347,7 +347,9 @@ static long gauge_for(const char *text, const char *metric, const char *instance
 
 /* ---- instances ---------------------------------------------------------------------- */
 
+/* Every group of the instance: "v2 <path>, v1 cpu <path>, v1 cpuset <path>, ...". */
 static void instance_cgroup_path(const struct sup *s, const struct sup_instance *in, char *buf, size_t size) {
+        static const char *const v1_names[4] = {"cpu", "cpuset", "memory", "hugetlb"};
         struct dsv_cgroup_host_info info;
         if (!s->cg_host || !in->cg || dsv_cgroup_host_info(s->cg_host, &info) < 0) {
                 snprintf(buf, size, "(none)");
@@ -355,16 +357,16 @@ static void instance_cgroup_path(const struct sup *s, const struct sup_instance 
         }
         char cgname[64];
         snprintf(cgname, sizeof cgname, "dsvisor-%d-worker-%d", (int)getpid(), in->index);
-        if (info.v2_own[0]) {
-                snprintf(buf, size, "%.400s/%s", info.v2_own, cgname);
-                return;
-        }
-        for (int b = 0; b < 4; b++)
-                if (info.v1_mounted & (1u << b)) {
-                        snprintf(buf, size, "%.400s/%s", info.v1_own[b], cgname);
-                        return;
-                }
-        snprintf(buf, size, "(none)");
+        size_t len = 0;
+        buf[0] = 0;
+        if (info.v2_own[0])
+                len += (size_t)snprintf(buf, size, "v2 %.400s/%s", info.v2_own, cgname);
+        for (int b = 0; b < 4 && len < size; b++)
+                if (info.v1_mounted & (1u << b))
+                        len += (size_t)snprintf(buf + len, size - len, "%sv1 %s %.400s/%s", len ? ", " : "",
+                                                v1_names[b], info.v1_own[b], cgname);
+        if (!buf[0])
+                snprintf(buf, size, "(none)");
 }
 
 static uint64_t own_rt_runtime_us(const struct sup *s) {

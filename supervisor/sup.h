@@ -124,7 +124,7 @@ struct sup_instance {
         char url[PATH_MAX + 8];    /* ipc:///<runtime>/worker-<i>.sock */
         struct dsv_cgroup_instance *cg;
         struct dsv_cgroup_report cg_report;
-        char cg_path[512];
+        char cg_path[2048];        /* every hierarchy's group: "v2 /sys/..., v1 cpu /sys/..." */
         pid_t pid;                 /* 0 when not running */
         int pidfd;                 /* -1 when not running */
         enum sup_state state;

@@ -74,9 +74,18 @@ check "RLIMIT_RTTIME set on the worker" bash -c "grep -E '^Max realtime timeout 
 check "the supervisor's threads stay SCHED_OTHER" bash -c "
         for t in /proc/$sup_pid/task/*; do chrt -p \$(basename \$t) | head -1 | grep -q SCHED_OTHER || exit 1; done"
 port=$(py 'print(j["port"])')
-code=$(curl -s -o /dev/null -w '%{http_code}' -m 20 "http://127.0.0.1:$port/v1/completions" \
-        -H 'Content-Type: application/json' -d '{"model":"qwen2-bf16-tied","prompt":[1,2,3],"max_tokens":4}')
-check "a request is answered ($code)" test "$code" = 200
+# One instance only: a 503 means its health reply was late (seen once in ~5 runs on this
+# loaded host right after FIFO was applied); the body is kept to tell why.
+codes=
+for _ in 1 2 3; do
+        code=$(curl -s -o "$tmp/body" -w '%{http_code}' -m 20 "http://127.0.0.1:$port/v1/completions" \
+                -H 'Content-Type: application/json' -d '{"model":"qwen2-bf16-tied","prompt":[1,2,3],"max_tokens":4}')
+        codes="$codes $code"
+        [[ $code == 200 ]] && break
+        echo "       HTTP $code: $(head -c 300 "$tmp/body")"
+        sleep 1
+done
+check "a request is answered (HTTP$codes)" test "$code" = 200
 check "/metrics: dsvisor_worker_sched_fifo 1" bash -c "curl -s -m 10 http://127.0.0.1:$port/metrics |
         grep -q '^dsvisor_worker_sched_fifo{instance=\"0\",numa_node=\"0\"} 1'"
 check "stop" "$dsvisor" stop --runtime-dir "$run" --wait-ms 30000
