@@ -489,8 +489,8 @@ static size_t collect(char *ptr, size_t size, size_t nmemb, void *user) {
         return n;
 }
 
-/* The first model GET /v1/models lists, into ret (caller frees). */
-static int model_discover(const char *base, struct curl_slist *headers, char **ret) {
+/* The first model GET /v1/models lists, into buf. */
+static int model_discover(const char *base, struct curl_slist *headers, char *buf, size_t size) {
         char url[2100], *body = NULL;
         snprintf(url, sizeof url, "%s/v1/models", base);
         CURL *e = curl_easy_init();
@@ -512,8 +512,8 @@ static int model_discover(const char *base, struct curl_slist *headers, char **r
                 cJSON *j = cJSON_Parse(body);
                 const char *id = cJSON_GetStringValue(
                         cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(j, "data"), 0), "id"));
-                if (id && (*ret = strdup(id)))
-                        r = 0;
+                if (id)
+                        r = snprintf(buf, size, "%s", id) < (int)size ? 0 : -ENAMETOOLONG;
                 cJSON_Delete(j);
         }
         free(body);
@@ -645,9 +645,10 @@ static int parse_opts(int argc, char **argv, struct load_opts *o) {
 }
 
 /* The HTTP driver: resolves the URL and the model, then runs the load. Returns 0, 2 for a
- * bad --url, 1 when it cannot start; the endpoint used goes to endpoint. */
-static int run_http(struct load_opts *o, struct load_stats *st, char *endpoint, size_t ep_size, int64_t *ret_t0,
-                    int64_t *ret_t1) {
+ * bad --url, 1 when it cannot start; the endpoint used goes to endpoint, and a model read
+ * from /v1/models to model (o->model then points there). */
+static int run_http(struct load_opts *o, struct load_stats *st, char *endpoint, size_t ep_size, char *model,
+                    size_t model_size, int64_t *ret_t0, int64_t *ret_t1) {
         char base[2048], auth[600];
         struct driver d = {.o = o, .st = st};
         int r = url_resolve(o, base, sizeof base, d.endpoint, sizeof d.endpoint);
@@ -670,7 +671,6 @@ static int run_http(struct load_opts *o, struct load_stats *st, char *endpoint, 
                 snprintf(auth, sizeof auth, "Authorization: Bearer %s", o->api_key);
                 d.headers = curl_slist_append(d.headers, auth);
         }
-        char *model = NULL;
         d.multi = curl_multi_init();
         d.prompt = malloc(LOAD_MAX_PROMPT_BYTES);
         if (!d.multi || !d.prompt || !d.headers) {
@@ -679,7 +679,7 @@ static int run_http(struct load_opts *o, struct load_stats *st, char *endpoint, 
                 goto out;
         }
         if (!o->model) {
-                r = model_discover(base, d.headers, &model);
+                r = model_discover(base, d.headers, model, model_size);
                 if (r < 0) {
                         fprintf(stderr, "<3>cannot read the model from '%s/v1/models': %s\n", base, strerror(-r));
                         r = 1;
@@ -700,7 +700,6 @@ out:
         curl_slist_free_all(d.headers);
         curl_global_cleanup();
         free(d.prompt);
-        /* a discovered model name stays in o->model for the report, until exit */
         return r;
 }
 
@@ -716,7 +715,7 @@ int main(int argc, char **argv) {
                 return 1;
         }
         load_stats_init(st);
-        char endpoint[2048];
+        char endpoint[2048], model[256];
         int64_t t0, t1;
         int r;
         if (!strncmp(o.url, "ipc://", 6) || !strncmp(o.url, "inproc://", 9)) {
@@ -729,7 +728,7 @@ int main(int argc, char **argv) {
                         r = 1;
                 }
         } else {
-                r = run_http(&o, st, endpoint, sizeof endpoint, &t0, &t1);
+                r = run_http(&o, st, endpoint, sizeof endpoint, model, sizeof model, &t0, &t1);
         }
         if (r != 0) {
                 free(st);

@@ -96,6 +96,16 @@ check "dying worker accounted" "$T/die.json" "$ACCOUNTED and j['lost'] == 0 and 
 check "dying worker: mid-stream errors are explicit" "$T/die.json" \
   "j['errors_after_first_token'] >= 1 and any(k.startswith('stream_error:') for k in j['errors_by_kind'])"
 
+# streams that stall after two tokens: lost when the drain time runs out, or at --timeout
+worker w5 --delay-ms 1 --stall-after 2
+server gw3 w5
+"$LOAD" --url "http://127.0.0.1:$PORT" --qps 20 --duration 1 --stream --drain 1 --json >"$T/stall.json" 2>/dev/null
+check "stalled streams: lost at the drain deadline" "$T/stall.json" \
+  "$ACCOUNTED and j['sent'] > 5 and j['lost'] == j['sent'] and j['lost_by_kind'] == {'drain_timeout': j['sent']} and j['ttft_p99_s'] > 0"
+"$LOAD" --url "http://127.0.0.1:$PORT" --qps 20 --duration 1 --timeout 1 --json >"$T/stall2.json" 2>/dev/null
+check "stalled answers: lost at --timeout" "$T/stall2.json" \
+  "$ACCOUNTED and j['sent'] > 5 and j['lost_by_kind'] == {'timeout': j['sent']}"
+
 # nothing listening: every request is lost, and says why
 DEAD=$(python3 -c "import socket; s=socket.socket(); s.bind(('127.0.0.1',0)); print(s.getsockname()[1])")
 "$LOAD" --url "http://127.0.0.1:$DEAD" --model m --qps 50 --duration 1 --json >"$T/dead.json" 2>/dev/null
