@@ -180,13 +180,15 @@ static void finish(struct sched *s, int slot, const char *reason) {
         m.u.final.prefill_s = first - sched_t;
         m.u.final.decode_s = now - first;
         m.u.final.ttft_s = r->t_first > 0 ? r->t_first - r->t_arrival : 0;
-        s->emit(s->user, &m);
+        /* Release first: whoever sees the final sees the blocks free. */
         rq_release(s, slot);
+        s->emit(s->user, &m);
 }
 
 static void fail(struct sched *s, int slot, enum dsv_ipc_error_code code, const char *why) {
-        emit_error(s, s->rqs[slot].id, code, "%s", why);
+        uint64_t id = s->rqs[slot].id;
         rq_release(s, slot);
+        emit_error(s, id, code, "%s", why);
 }
 
 /* ---- admission ---- */

@@ -193,8 +193,14 @@ static void send_msg(struct server *sv, const struct dsv_ipc_msg *m) {
                 wlog(4, "Failed to send a %s event: %s, ignoring", dsv_ipc_msg_type_to_string(m->type), strerror(-r));
 }
 
+static void publish_stats(struct server *sv);
+
 static void emit_cb(void *user, const struct dsv_ipc_msg *m) {
-        send_msg(user, m);
+        struct server *sv = user;
+        /* A request's end shows in stats before its final or error can be seen. */
+        if (sv->sched && (m->type == DSV_IPC_FINAL || m->type == DSV_IPC_ERROR))
+                publish_stats(sv);
+        send_msg(sv, m);
 }
 
 static void send_error(struct server *sv, uint64_t id, enum dsv_ipc_error_code code, const char *msg) {
