@@ -699,6 +699,36 @@ static cJSON *status_json(struct sup *s) {
         return root;
 }
 
+/* CPU throttling of an instance's cpu cgroup from its cpu.stat: v1 reports nr_throttled
+ * and throttled_time (ns), v2 nr_throttled and throttled_usec. 0, or -errno when the
+ * file is absent or has neither. */
+static int read_cpu_throttling(const char *group_dir, uint64_t *ret_periods, double *ret_seconds) {
+        char path[1100], key[64];
+        snprintf(path, sizeof path, "%s/cpu.stat", group_dir);
+        FILE *f = fopen(path, "re");
+        if (!f)
+                return -errno;
+        unsigned long long v, periods = 0;
+        double seconds = -1;
+        int have_periods = 0;
+        while (fscanf(f, "%63s %llu", key, &v) == 2) {
+                if (strcmp(key, "nr_throttled") == 0) {
+                        periods = v;
+                        have_periods = 1;
+                } else if (strcmp(key, "throttled_time") == 0) {
+                        seconds = (double)v / 1e9;
+                } else if (strcmp(key, "throttled_usec") == 0) {
+                        seconds = (double)v / 1e6;
+                }
+        }
+        fclose(f);
+        if (!have_periods || seconds < 0)
+                return -ENODATA;
+        *ret_periods = periods;
+        *ret_seconds = seconds;
+        return 0;
+}
+
 /* The supervisor's own metric families, rendered by the main thread each second and
  * served by the gateway's /metrics hook from a copy. */
 static void metrics_refresh(struct sup *s) {
@@ -734,6 +764,39 @@ static void metrics_refresh(struct sup *s) {
         for (int k = 0; k < s->n_weights; k++)
                 fprintf(f, "dsvisor_weights_hugepages_bytes{numa_node=\"%d\"} %zu\n", s->weights[k].node_os,
                         s->weights[k].img.hugetlb ? s->weights[k].img.size_bytes : (size_t)0);
+        /* CPU throttling where the cpu controller is in use for the instance (v2 when
+         * delegated, else v1); absent on hosts without it. */
+        struct dsv_cgroup_host_info info;
+        if (s->cg_host && dsv_cgroup_host_info(s->cg_host, &info) == 0) {
+                const char *base = (info.v2_enabled & DSV_CGROUP_CTRL_CPU) ? info.v2_own
+                                 : (info.v1_mounted & DSV_CGROUP_CTRL_CPU) ? info.v1_own[0]
+                                                                            : NULL;
+                uint64_t periods[DSV_GATEWAY_MAX_INSTANCES] = {0};
+                double seconds[DSV_GATEWAY_MAX_INSTANCES] = {0};
+                bool have[DSV_GATEWAY_MAX_INSTANCES] = {0}, any = false;
+                for (int i = 0; base && i < s->n && i < DSV_GATEWAY_MAX_INSTANCES; i++) {
+                        char dir[1024];
+                        if (!s->inst[i].cg)
+                                continue;
+                        snprintf(dir, sizeof dir, "%.900s/dsvisor-%d-worker-%d", base, (int)getpid(), s->inst[i].index);
+                        have[i] = read_cpu_throttling(dir, &periods[i], &seconds[i]) == 0;
+                        any |= have[i];
+                }
+                if (any) {
+                        fprintf(f, "# HELP dsvisor_cgroup_cpu_throttled_periods_total CFS periods in which the instance's cgroup was throttled.\n"
+                                   "# TYPE dsvisor_cgroup_cpu_throttled_periods_total counter\n");
+                        for (int i = 0; i < s->n && i < DSV_GATEWAY_MAX_INSTANCES; i++)
+                                if (have[i])
+                                        fprintf(f, "dsvisor_cgroup_cpu_throttled_periods_total{instance=\"%s\",numa_node=\"%d\"} %" PRIu64 "\n",
+                                                s->inst[i].name, s->inst[i].node_os, periods[i]);
+                        fprintf(f, "# HELP dsvisor_cgroup_cpu_throttled_seconds_total Time the instance's cgroup spent throttled.\n"
+                                   "# TYPE dsvisor_cgroup_cpu_throttled_seconds_total counter\n");
+                        for (int i = 0; i < s->n && i < DSV_GATEWAY_MAX_INSTANCES; i++)
+                                if (have[i])
+                                        fprintf(f, "dsvisor_cgroup_cpu_throttled_seconds_total{instance=\"%s\",numa_node=\"%d\"} %.9f\n",
+                                                s->inst[i].name, s->inst[i].node_os, seconds[i]);
+                }
+        }
         struct dsv_perfctr_series series[DSV_GATEWAY_MAX_INSTANCES];
         int ns = 0;
         for (int i = 0; i < s->n; i++)

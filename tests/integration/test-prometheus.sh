@@ -71,6 +71,15 @@ check "40 requests answered 200" test "$(cat "$tmp"/codes.* | grep -c '^200$')" 
 
 curl -s -m 5 "http://$target/metrics" >"$tmp/metrics.txt"
 check "promtool check metrics passes on the live /metrics" bash -c "promtool check metrics <'$tmp/metrics.txt'"
+# Issue 8's per-instance families beyond the latency histograms: worker-reported KV
+# blocks and preemptions, restarts, HugePage bytes, and cgroup CPU throttling (the v1 or
+# v2 cpu controller exists on every host this runs on).
+for fam in dsvisor_kv_blocks_used dsvisor_kv_blocks_capacity dsvisor_preemptions_total \
+           dsvisor_worker_restarts_total dsvisor_weights_hugepages_bytes dsvisor_instance_up \
+           dsvisor_num_requests_running dsvisor_num_requests_waiting dsvisor_requests_total \
+           dsvisor_cgroup_cpu_throttled_seconds_total; do
+        check "/metrics has $fam" grep -q "^$fam" "$tmp/metrics.txt"
+done
 for i in 0 1; do
         n=$(awk -v k="dsvisor_e2e_request_latency_seconds_count{instance=\"$i\"," 'index($1, k) == 1 {print $2}' "$tmp/metrics.txt")
         echo "       instance $i served ${n:-0} requests"

@@ -57,6 +57,10 @@ struct gw_instance {
         uint64_t inflight_prompt_tokens;
         bool has_ext;
         struct dsv_policy_worker_load ext;
+        /* The worker's own view from its last stats reply (valid when has_ext). */
+        int32_t kv_blocks_used, kv_blocks_total;
+        int64_t preemptions;
+        double prefix_hit_rate;
         /* metrics */
         struct dsv_gw_hist e2e, ttft, itl, queue;
         uint64_t prompt_tokens, generation_tokens, failures;

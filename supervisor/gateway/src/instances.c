@@ -470,6 +470,31 @@ static void write_metrics_locked(struct dsv_gateway *gw, FILE *f) {
                         fprintf(f, "%s{%s} %llu\n", per[p].name, in->labels, (unsigned long long)v);
                 }
         }
+        /* What the workers report about themselves (stats replies; only instances that
+         * have answered one). */
+        static const struct {
+                const char *name, *type, *help;
+        } worker[] = {
+                {"dsvisor_kv_blocks_used", "gauge", "KV cache blocks in use on the instance."},
+                {"dsvisor_kv_blocks_capacity", "gauge", "KV cache blocks in the instance's pool."},
+                {"dsvisor_preemptions_total", "counter", "Sequences preempted for lack of KV blocks and recomputed later."},
+                {"dsvisor_prefix_cache_hit_ratio", "gauge", "Share of prompt tokens served from shared prefix blocks (0..1)."},
+        };
+        for (size_t p = 0; p < sizeof worker / sizeof worker[0]; p++) {
+                family(f, worker[p].name, worker[p].type, worker[p].help);
+                for (int s = 0; s < DSV_GATEWAY_MAX_INSTANCES; s++) {
+                        const struct gw_instance *in = &gw->inst[s];
+                        if (!in->used || !in->has_ext)
+                                continue;
+                        if (p == 3)
+                                fprintf(f, "%s{%s} %.6g\n", worker[p].name, in->labels, in->prefix_hit_rate);
+                        else
+                                fprintf(f, "%s{%s} %lld\n", worker[p].name, in->labels,
+                                        (long long)(p == 0 ? in->kv_blocks_used
+                                                    : p == 1 ? in->kv_blocks_total
+                                                             : in->preemptions));
+                }
+        }
 }
 
 int dsv_gateway_metrics_render(struct dsv_gateway *gw, char **ret_text, size_t *ret_len) {
@@ -531,6 +556,10 @@ static void link_dispatch(struct gw_link *l, struct dsv_ipc_msg *m) {
                                                         : 0,
                         .running_seqs = m->u.stats.running > 0 ? (uint32_t)m->u.stats.running : 0,
                 };
+                in->kv_blocks_used = m->u.stats.kv_blocks_used;
+                in->kv_blocks_total = m->u.stats.kv_blocks_total;
+                in->preemptions = m->u.stats.preemptions;
+                in->prefix_hit_rate = m->u.stats.prefix_hit_rate;
         } else if (id != 0) {
                 struct gw_call *c = l->calls;
                 while (c && c->id != id)
