@@ -156,7 +156,16 @@ server_stop() {
   fi
   local p
   for p in "${SERVER_PIDS[@]}"; do kill "$p" 2>/dev/null; done
-  for p in "${SERVER_PIDS[@]}"; do wait "$p" 2>/dev/null; done
+  for _ in $(seq 100); do  # up to 10 s, then SIGKILL: a hung shutdown must not stall the experiment
+    local alive=0
+    for p in "${SERVER_PIDS[@]}"; do kill -0 "$p" 2>/dev/null && alive=1; done
+    [ $alive = 0 ] && break
+    sleep 0.1
+  done
+  for p in "${SERVER_PIDS[@]}"; do
+    kill -0 "$p" 2>/dev/null && { echo "run.sh: pid $p ignored SIGTERM for 10 s, killed" | tee -a "$OUT/notes.txt" >&2; kill -9 "$p"; }
+    wait "$p" 2>/dev/null
+  done
   SERVER_PIDS=()
 }
 
