@@ -39,8 +39,8 @@ echo "fuzz.sh: configuring $BUILD (clang, DSV_FUZZ=ON)"
 GEN=()  # the target list below is read from the Makefile generator's "help" target
 [ -f "$BUILD/CMakeCache.txt" ] || GEN=(-G "Unix Makefiles")
 if ! CC=clang cmake "${GEN[@]}" -S "$SRC" -B "$BUILD" -DDSV_FUZZ=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-     -DDSV_SHARED_DIR="$(dirname "$FIX")" >"$BUILD.configure.log" 2>&1; then
-  tail -20 "$BUILD.configure.log"; echo "fuzz.sh: configure failed" >&2; exit 2
+     -DDSV_SHARED_DIR="$(dirname "$FIX")" >"$BUILD-configure.log" 2>&1; then
+  tail -20 "$BUILD-configure.log"; echo "fuzz.sh: configure failed" >&2; exit 2
 fi
 mapfile -t ALL < <(cmake --build "$BUILD" --target help | sed -n 's/^\.\.\. \(fuzz-[A-Za-z0-9_.-]*\).*/\1/p' | sort)
 [ ${#ALL[@]} -gt 0 ] || { echo "fuzz.sh: no fuzz-* targets found" >&2; exit 2; }
@@ -53,8 +53,8 @@ else
   TARGETS=("${ALL[@]}")
 fi
 echo "fuzz.sh: building ${#TARGETS[@]} targets: ${TARGETS[*]}"
-if ! cmake --build "$BUILD" -j2 --target "${TARGETS[@]}" >"$BUILD.build.log" 2>&1; then
-  grep -E "error|Error" "$BUILD.build.log" | head -20; echo "fuzz.sh: build failed (log: $BUILD.build.log)" >&2; exit 2
+if ! cmake --build "$BUILD" -j2 --target "${TARGETS[@]}" >"$BUILD-build.log" 2>&1; then
+  grep -E "error|Error" "$BUILD-build.log" | head -20; echo "fuzz.sh: build failed (log: $BUILD-build.log)" >&2; exit 2
 fi
 
 # seeds TARGET DIR: fills DIR with starting inputs for TARGET
