@@ -5,7 +5,8 @@ set -euo pipefail
 
 BUILD_PKGS=(build-essential cmake pkg-config
   libnng-dev libcjson-dev libnuma-dev libhwloc-dev libcgroup-dev libsystemd-dev
-  libpcre2-dev libutf8proc-dev libmicrohttpd-dev libcurl4-openssl-dev)
+  libpcre2-dev libutf8proc-dev libmicrohttpd-dev libcurl4-openssl-dev
+  curl)  # curl: scripts/demo.sh sends the first chat request with it
 TEST_PKGS=(clang hwloc python3 sentencepiece curl prometheus nodejs  # prometheus: promtool + server
   haproxy python3-yaml)  # deploy/ tests: haproxy.cfg, the k8s manifest
 # Optional, only to re-train the bundled default model (tools/train_default_model.py);
