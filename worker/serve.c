@@ -2,7 +2,6 @@
  * cancels) and one scheduler step, so new requests join between decode steps; a
  * receiver thread reads the socket, answers health and stats itself and queues the rest
  * (struct server). The model loads on the main thread while health says "loading". */
-#include <cjson/cJSON.h>
 #include <errno.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -47,30 +46,6 @@ static double mono_s(void) {
 
 /* ---- engine ---- */
 
-/* The chat_template of PATH/tokenizer_config.json (malloc'd), or NULL. For tokenizers
- * that do not carry their config (SentencePiece models) when the model is a folder. */
-static char *folder_chat_template(const char *model_path) {
-        char path[4096];
-        snprintf(path, sizeof path, "%s/tokenizer_config.json", model_path);
-        FILE *f = fopen(path, "rbe");
-        if (!f)
-                return NULL;
-        char *buf = NULL, *tmpl = NULL;
-        long size = fseek(f, 0, SEEK_END) == 0 ? ftell(f) : -1;
-        if (size > 0 && size < (64l << 20) && fseek(f, 0, SEEK_SET) == 0 && (buf = malloc((size_t)size + 1)) &&
-            fread(buf, 1, (size_t)size, f) == (size_t)size) {
-                buf[size] = '\0';
-                cJSON *root = cJSON_Parse(buf);
-                const cJSON *t = cJSON_GetObjectItemCaseSensitive(root, "chat_template");
-                if (cJSON_IsString(t))
-                        tmpl = strdup(t->valuestring);
-                cJSON_Delete(root);
-        }
-        free(buf);
-        fclose(f);
-        return tmpl;
-}
-
 void worker_engine_done(struct worker_engine *e) {
         dse_batch_free(e->batch);
         dse_kv_cache_free(e->kv);
@@ -105,15 +80,13 @@ int worker_engine_load(const struct worker_config *cfg, struct worker_engine *e)
                 wlog(3, "Failed to load the model's tokenizer: %s", diag.msg);
                 goto fail;
         } else {
-                char *from_folder = NULL;
+                /* dse_model_tokenizer attaches tokenizer_config.json (template and
+                 * special tokens) for tokenizer.json and SentencePiece models alike. */
                 const char *src = dse_tokenizer_chat_template(e->tok);
-                if (!src && cfg->model_path)
-                        src = from_folder = folder_chat_template(cfg->model_path);
                 if (src && dse_chat_template_new(src, &e->chat, &diag) < 0)
                         wlog(4, "Chat template unusable (%s), chat requests will fail, ignoring", diag.msg);
                 else if (!src)
                         wlog(4, "Model has no chat template: chat requests will fail");
-                free(from_folder);
         }
         r = dse_pool_new(cfg->n_threads, cfg->n_cpus ? cfg->cpus : NULL, cfg->n_cpus, &e->pool);
         if (r < 0) {
@@ -211,44 +184,6 @@ static void send_error(struct server *sv, uint64_t id, enum dsv_ipc_error_code c
         send_msg(sv, &m);
 }
 
-/* Encodes a rendered chat prompt. A template writes BOS/EOS as their piece text
- * ("<s>"), which a SentencePiece encoder would split into ordinary pieces, so the text
- * is cut at those pieces and they become their ids, as transformers' tokenizer does
- * with special tokens in apply_chat_template. Returns the total count (may exceed max)
- * or -errno. */
-static int encode_rendered(const struct dse_tokenizer *tok, const char *text, int32_t *ids, size_t max) {
-        int32_t special[2] = {dse_tokenizer_bos(tok), dse_tokenizer_eos(tok)};
-        const char *piece[2];
-        for (int k = 0; k < 2; k++)
-                piece[k] = special[k] >= 0 ? dse_tokenizer_piece(tok, special[k]) : NULL;
-        size_t n = 0;
-        while (*text) {
-                const char *cut = NULL;
-                int which = -1;
-                for (int k = 0; k < 2; k++) {
-                        const char *p = piece[k] && *piece[k] ? strstr(text, piece[k]) : NULL;
-                        if (p && (!cut || p < cut)) {
-                                cut = p;
-                                which = k;
-                        }
-                }
-                size_t len = cut ? (size_t)(cut - text) : strlen(text);
-                if (len > 0) {
-                        int r = dse_tokenizer_encode(tok, text, len, 0, n < max ? ids + n : NULL, n < max ? max - n : 0);
-                        if (r < 0)
-                                return r;
-                        n += (size_t)r;
-                }
-                if (!cut)
-                        break;
-                if (n < max)
-                        ids[n] = special[which];
-                n++;
-                text = cut + strlen(piece[which]);
-        }
-        return n > INT32_MAX ? -E2BIG : (int)n;
-}
-
 /* Turns the request's input into token ids in sv->prompt; the count, or -errno after
  * an error event. */
 static int tokenize_request(struct server *sv, const struct dsv_ipc_request *req) {
@@ -282,7 +217,9 @@ static int tokenize_request(struct server *sv, const struct dsv_ipc_request *req
                         return r;
                 }
                 text = owned;
-                add_special = -1; /* the template writes BOS itself: encode_rendered */
+                /* The template writes BOS itself; special-token text in it becomes its id
+                 * inside dse_tokenizer_encode, as in transformers' apply_chat_template. */
+                add_special = 0;
                 break;
         }
         default:
@@ -297,9 +234,7 @@ static int tokenize_request(struct server *sv, const struct dsv_ipc_request *req
                 send_error(sv, req->id, DSV_IPC_ERR_INVALID_REQUEST, "empty prompt");
                 r = -EINVAL;
         } else {
-                r = add_special < 0 ? encode_rendered(e->tok, text, sv->prompt, (size_t)e->n_ctx + 1)
-                                    : dse_tokenizer_encode(e->tok, text, strlen(text), add_special, sv->prompt,
-                                                           (size_t)e->n_ctx + 1);
+                r = dse_tokenizer_encode(e->tok, text, strlen(text), add_special, sv->prompt, (size_t)e->n_ctx + 1);
                 if (r == -EILSEQ)
                         send_error(sv, req->id, DSV_IPC_ERR_INVALID_REQUEST, "prompt is not valid UTF-8");
                 else if (r < 0)
