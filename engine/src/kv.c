@@ -9,6 +9,7 @@
  * the never-hashed free blocks. */
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "internal.h"
 #include "kv.h"
@@ -37,6 +38,7 @@ struct dse_kv_cache {
         int32_t block_tokens, n_layers, row_floats, n_ctx, max_blocks, max_seqs;
         int32_t n_blocks;
         float *data;               /* (n_blocks, n_layers, block_tokens, row_floats) */
+        size_t data_bytes;         /* of the anonymous mapping behind data */
         struct kv_block *blocks;   /* (n_blocks) */
         int32_t *block_tokens_ids; /* (n_blocks, block_tokens) ids of hashed blocks */
         int32_t *free_stack;       /* (n_blocks) never-hashed free blocks */
@@ -75,7 +77,8 @@ static uint64_t block_key(uint64_t parent, const int32_t *ids, int32_t n) {
 void dse_kv_cache_free(struct dse_kv_cache *kv) {
         if (!kv)
                 return;
-        free(kv->data);
+        if (kv->data)
+                munmap(kv->data, kv->data_bytes);
         free(kv->blocks);
         free(kv->block_tokens_ids);
         free(kv->free_stack);
@@ -122,7 +125,13 @@ int dse_kv_cache_new(const struct dse_model *model, size_t mem_bytes, int block_
                 nb <<= 1;
         kv->bucket_mask = nb - 1;
         size_t per_seq = (size_t)kv->max_blocks + (size_t)n_ctx;
-        kv->data = aligned_alloc(64, (n * bb + 63) & ~(size_t)63);
+        /* Fresh anonymous pages read as zero and cost nothing until a block is first
+         * written: a worker start no longer touches the whole pool (a memset of a
+         * 1 GiB pool took ~1 s). Page alignment covers the kernels' 64-byte need. */
+        kv->data_bytes = n * bb;
+        kv->data = mmap(NULL, kv->data_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (kv->data == MAP_FAILED)
+                kv->data = NULL;
         kv->blocks = calloc(n, sizeof *kv->blocks);
         kv->block_tokens_ids = malloc(n * (size_t)block_tokens * sizeof(int32_t));
         kv->free_stack = malloc(n * sizeof(int32_t));
@@ -134,7 +143,6 @@ int dse_kv_cache_new(const struct dse_model *model, size_t mem_bytes, int block_
                 dse_kv_cache_free(kv);
                 return dse__fail(reterr, -ENOMEM, "KV cache: cannot allocate %zu blocks of %zu bytes", n, bb);
         }
-        memset(kv->data, 0, n * bb);
         for (uint32_t i = 0; i < nb; i++)
                 kv->buckets[i] = NIL;
         /* Stack order: block 0 is handed out first. */
