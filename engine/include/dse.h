@@ -187,7 +187,8 @@ int dse_model_resolve(const char *arg, char *ret_path, size_t size, struct dse_d
  *     dse_session_free(s);
  *
  * The kernels are those of the level dse_cpu_detect() resolves (DSV_CPU=scalar forces
- * the reference kernels). Activations and accumulation are float32 at every level.
+ * the reference kernels). Accumulation is float32 at every level; the activations that
+ * meet Q8/Q4 weights are int8 by default (enum dse_activations), everything else float32.
  * DeepSeek MLA caches only the normalised latent and the rotated k_pe per token and
  * layer, and attends in the absorbed form. */
 struct dse_model;
@@ -209,6 +210,29 @@ void dse_session_free(struct dse_session *s);
  * is evaluated then). */
 int dse_session_eval(struct dse_session *s, const int32_t *tokens, size_t n_tokens, float *logits,
                      float *last_logits, struct dse_diag *reterr);
+
+/* The precision of the activations a weight matrix multiplies. Only Q8/Q4 weights
+ * have an int8 path; every other weight (F32/F16/BF16/F8) always takes float32.
+ *   INT8: each token's activations are quantized to int8 per 32 columns (symmetric,
+ *         llama.cpp's Q8_0 activations, which llama.cpp always uses for Q4_0/Q8_0) and
+ *         multiplied in integers: the fast path. Logits move by the activation rounding
+ *         (the fixtures' second tolerance row: mean abs <= 0.05, top-1 >= 0.9).
+ *   F32:  float32 activations: exact up to float32 rounding (the strict row, 1e-3).
+ * Either way a token's logits do not depend on the other tokens of a call. The default
+ * is INT8, overridden by DSV_ACT=f32|int8 in the environment at *_new (for the CLI and
+ * the worker); the setters below override both. */
+enum dse_activations {
+        DSE_ACTIVATIONS_INT8,
+        DSE_ACTIVATIONS_F32,
+        DSE_ACTIVATIONS_COUNT
+};
+const char *dse_activations_to_string(enum dse_activations a);
+/* -EINVAL for NULL or an unknown value. Takes effect at the next eval. */
+int dse_session_set_activations(struct dse_session *s, enum dse_activations a);
+
+/* Bytes the session allocated at setup for activations, scratch and its private KV
+ * cache (the arena; nothing grows later). */
+size_t dse_session_arena_bytes(const struct dse_session *s);
 
 /* Forgets the sequence (n_past = 0). */
 void dse_session_reset(struct dse_session *s);
@@ -461,6 +485,11 @@ struct dse_batch_seq {
 int dse_batch_new(const struct dse_model *model, struct dse_kv_cache *kv, struct dse_pool *pool,
                   struct dse_batch **ret_batch, struct dse_diag *reterr);
 void dse_batch_free(struct dse_batch *b);
+/* As dse_session_set_activations, for the batch's steps. */
+int dse_batch_set_activations(struct dse_batch *b, enum dse_activations a);
+/* Bytes of activations and scratch the batch allocated at dse_batch_new (the KV cache
+ * is the cache's own). */
+size_t dse_batch_arena_bytes(const struct dse_batch *b);
 /* Checks every sequence first (open, distinct, token ids in the vocabulary: -EINVAL;
  * over n_ctx: -E2BIG), then takes the blocks all of them need (-ENOSPC when the pool is
  * short: nothing is taken or evaluated), then evaluates. */

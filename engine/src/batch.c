@@ -50,6 +50,14 @@ void dse_batch_free(struct dse_batch *b) {
         free(b);
 }
 
+int dse_batch_set_activations(struct dse_batch *b, enum dse_activations a) {
+        return b ? dse_session_set_activations(b->s, a) : -EINVAL;
+}
+
+size_t dse_batch_arena_bytes(const struct dse_batch *b) {
+        return b ? dse_session_arena_bytes(b->s) : 0;
+}
+
 static int check_seqs(const struct dse_batch *b, const struct dse_batch_seq *seqs, size_t n, struct dse_diag *reterr) {
         int32_t n_ctx = dse__kv_n_ctx(b->kv);
         int need = 0;

@@ -2,6 +2,7 @@
  * the helpers the architectures' forward passes share (weight views, row-parallel
  * matvec). Everything is allocated in dse_session_new; eval never allocates. The private
  * KV cache is the paged layout's special case of one block of n_ctx positions. */
+#include <assert.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,6 +23,7 @@ void *dse__session_alloc(struct dse_session *s, size_t bytes) {
         memset(c, 0, total);
         c->next = s->arena;
         s->arena = c;
+        s->arena_bytes += total;
         return c + 1;
 }
 
@@ -147,36 +149,138 @@ void dse__parallel(struct dse_session *s, size_t n, dse_pool_range_fn fn, void *
                 fn(ctx, 0, n, 0);
 }
 
-struct linear_job {
-        const struct dse_kernels *k;
-        const struct dse_qmat *w;
-        const float *x;
-        int64_t ldx, n;
-        float *y;
-        int64_t ldy;
-        const float *bias;
+/* ---- linear layers ------------------------------------------------------------------ */
+
+/* Rows of one item a thread takes are rounded to this: the SIMD kernels block rows (4 to
+ * 16 at a time), so a split inside a block would only cost a tail. */
+#define ROW_ALIGN 16
+
+struct group_job {
+        struct dse_session *s;
+        struct dse__mm *mm;
+        int n_mm;
+        int64_t total_cost;
 };
 
-static void linear_rows(void *ctx, size_t begin, size_t end, int ith) {
-        const struct linear_job *j = ctx;
-        j->k->matmul[j->w->dtype](j->w, j->x, j->ldx, j->n, j->y, j->ldy, (int64_t)begin, (int64_t)end);
-        if (j->bias)
-                for (int64_t t = 0; t < j->n; t++)
-                        for (size_t r = begin; r < end; r++)
-                                j->y[t * j->ldy + (int64_t)r] += j->bias[r];
+/* Row r of an item (0 <= r <= rows) rounded up to ROW_ALIGN, capped at rows. */
+static int64_t align_row(int64_t r, int64_t rows) {
+        r = (r + ROW_ALIGN - 1) / ROW_ALIGN * ROW_ALIGN;
+        return r < rows ? r : rows;
+}
+
+/* The first row of item m whose start cost is >= c (0..rows). */
+static int64_t row_at_cost(const struct dse__mm *m, int64_t c) {
+        if (c <= m->cost0)
+                return 0;
+        int64_t r = (c - m->cost0 + m->row_cost - 1) / m->row_cost;
+        return align_row(r, m->w->rows);
+}
+
+static void mm_rows(const struct dse_session *s, const struct dse__mm *m, int64_t r0, int64_t r1) {
+        if (m->xq)
+                s->k.matmul_xq[m->w->dtype](m->w, m->xq, m->y, m->ldy, r0, r1);
+        else
+                s->k.matmul[m->w->dtype](m->w, m->x, m->ldx, m->n, m->y, m->ldy, r0, r1);
+        if (m->bias)
+                for (int64_t t = 0; t < m->n; t++) {
+                        float *y = m->y + t * m->ldy;
+                        for (int64_t r = r0; r < r1; r++)
+                                y[r] += m->bias[r];
+                }
+}
+
+/* Thread ith of nth: the cost range [total*ith/nth, total*(ith+1)/nth) of the items laid
+ * end to end. Neighbouring threads compute the same boundary, so the rows are covered
+ * exactly once. */
+static void group_task(void *ctx, int ith, int nth) {
+        const struct group_job *j = ctx;
+        int64_t lo = j->total_cost * ith / nth, hi = j->total_cost * (ith + 1) / nth;
+        for (int i = 0; i < j->n_mm; i++) {
+                const struct dse__mm *m = &j->mm[i];
+                if (m->row_cost == 0)
+                        continue; /* ran on its own */
+                int64_t end = m->cost0 + m->row_cost * m->w->rows;
+                if (end <= lo || m->cost0 >= hi)
+                        continue;
+                int64_t r0 = row_at_cost(m, lo), r1 = ith + 1 == nth ? m->w->rows : row_at_cost(m, hi);
+                if (r0 < r1)
+                        mm_rows(j->s, m, r0, r1);
+        }
+}
+
+/* Estimated cost of one row of w for n tokens: the weight bytes streamed once, plus the
+ * multiply-adds of every token (int8 or float), in the same rough unit. */
+static int64_t row_cost(const struct dse__mm *m) {
+        int64_t c = m->w->cols, bytes;
+        switch (m->w->dtype) {
+        case DSE_DTYPE_Q4: bytes = c / 2; break;
+        case DSE_DTYPE_Q8:
+        case DSE_DTYPE_F8_E4M3: bytes = c; break;
+        case DSE_DTYPE_F16:
+        case DSE_DTYPE_BF16: bytes = 2 * c; break;
+        default: bytes = 4 * c; break;
+        }
+        return 4 * bytes + m->n * c / (m->xq ? 4 : 1) + 1;
+}
+
+void dse__linear_group(struct dse_session *s, struct dse__mm *mm, int n_mm) {
+        struct dse_xq xq[DSE__LINEAR_SLOTS];
+        int n_xq = 0;
+        int64_t total = 0;
+        for (int i = 0; i < n_mm; i++) {
+                struct dse__mm *m = &mm[i];
+                m->row_cost = 0;
+                if (m->w->perm) { /* act-order: its own gathered copy of x, its own region */
+                        assert(m->x);
+                        dse__linear_n(s, m->w, m->x, m->ldx, m->n, m->y, m->ldy, m->bias);
+                        continue;
+                }
+                if (!dse__use_xq(s, m->w)) {
+                        assert(m->x); /* float activations for weights without an int8 path */
+                        m->xq = NULL;
+                } else if (!m->xq) { /* quantize, unless an earlier item had the same input */
+                        int slot = -1;
+                        for (int p = 0; p < i && slot < 0; p++)
+                                if (mm[p].xq >= xq && mm[p].xq < xq + n_xq && mm[p].x == m->x && mm[p].ldx == m->ldx &&
+                                    mm[p].n == m->n && mm[p].w->cols == m->w->cols)
+                                        slot = (int)(mm[p].xq - xq);
+                        if (slot < 0) {
+                                assert(n_xq < DSE__LINEAR_SLOTS && m->n <= DSE__MAX_STEP_TOKENS &&
+                                       m->w->cols <= s->max_cols);
+                                slot = n_xq++;
+                                dse__xq_init(&xq[slot], s->xq_mem[slot], m->n, m->w->cols);
+                                s->k.quantize_xq(m->x, m->ldx, &xq[slot]);
+                        }
+                        m->xq = &xq[slot];
+                }
+                m->cost0 = total;
+                m->row_cost = row_cost(m);
+                total += m->row_cost * m->w->rows;
+        }
+        if (total == 0)
+                return;
+        struct group_job job = {s, mm, n_mm, total};
+        if (s->pool && s->n_threads > 1)
+                dse_pool_run(s->pool, group_task, &job);
+        else
+                group_task(&job, 0, 1);
 }
 
 void dse__linear_n(struct dse_session *s, const struct dse_qmat *w, const float *x, int64_t ldx, int64_t n, float *y,
                    int64_t ldy, const float *bias) {
-        if (w->perm) { /* act-order: stored column j multiplies x[perm[j]] */
+        struct dse_qmat wg;
+        if (w->perm) { /* act-order: stored column j multiplies x[perm[j]]; gathered, W is plain */
                 for (int64_t t = 0; t < n; t++)
                         for (int64_t j = 0; j < w->cols; j++)
                                 s->xperm[t * w->cols + j] = x[t * ldx + w->perm[j]];
                 x = s->xperm;
                 ldx = w->cols;
+                wg = *w;
+                wg.perm = NULL;
+                w = &wg;
         }
-        struct linear_job job = {&s->k, w, x, ldx, n, y, ldy, bias};
-        dse__parallel(s, (size_t)w->rows, linear_rows, &job);
+        struct dse__mm m = {.w = w, .x = x, .ldx = ldx, .n = n, .y = y, .ldy = ldy, .bias = bias};
+        dse__linear_group(s, &m, 1);
 }
 
 void dse__linear(struct dse_session *s, const struct dse_qmat *w, const float *x, float *y, const float *bias) {
@@ -202,6 +306,39 @@ void dse_session_free(struct dse_session *s) {
         free(s);
 }
 
+const char *dse_activations_to_string(enum dse_activations a) {
+        switch (a) {
+        case DSE_ACTIVATIONS_INT8: return "int8";
+        case DSE_ACTIVATIONS_F32: return "f32";
+        default: return "unknown";
+        }
+}
+
+/* DSV_ACT=int8|f32, else the default (int8). */
+static int activations_from_env(enum dse_activations *ret, struct dse_diag *reterr) {
+        const char *v = getenv("DSV_ACT");
+        *ret = DSE_ACTIVATIONS_INT8;
+        if (!v || !*v)
+                return 0;
+        for (int a = 0; a < DSE_ACTIVATIONS_COUNT; a++)
+                if (strcmp(v, dse_activations_to_string((enum dse_activations)a)) == 0) {
+                        *ret = (enum dse_activations)a;
+                        return 0;
+                }
+        return dse__fail(reterr, -EINVAL, "DSV_ACT='%s' is not an activation precision; use int8 or f32", v);
+}
+
+int dse_session_set_activations(struct dse_session *s, enum dse_activations a) {
+        if (!s || (unsigned)a >= DSE_ACTIVATIONS_COUNT)
+                return -EINVAL;
+        s->act = a;
+        return 0;
+}
+
+size_t dse_session_arena_bytes(const struct dse_session *s) {
+        return s ? s->arena_bytes : 0;
+}
+
 static int session_create(const struct dse_model *model, int n_ctx, struct dse_pool *pool, int own_kv,
                           struct dse_session **ret_session, struct dse_diag *reterr) {
         if (!model || n_ctx <= 0 || !ret_session)
@@ -216,8 +353,11 @@ static int session_create(const struct dse_model *model, int n_ctx, struct dse_p
         s->model = model;
         s->hp = dse__model_hparams(model);
         s->pool = pool;
+        s->n_threads = pool ? dse_pool_n_threads(pool) : 1;
         s->n_ctx = n_ctx;
         dse_kernels_resolve(cpu.level, &s->k);
+        if ((r = activations_from_env(&s->act, reterr)) < 0)
+                goto fail;
         switch (s->hp->arch) {
         case DSE_ARCH_LLAMA:
         case DSE_ARCH_QWEN2:
@@ -238,6 +378,12 @@ static int session_create(const struct dse_model *model, int n_ctx, struct dse_p
                 r = -ENOMEM;
                 goto fail;
         }
+        for (int i = 0; i < DSE__LINEAR_SLOTS; i++)
+                if (!(s->xq_mem[i] = dse__session_alloc(s, dse__xq_bytes(DSE__MAX_STEP_TOKENS,
+                                                                          s->max_cols > 0 ? s->max_cols : 1)))) {
+                        r = -ENOMEM;
+                        goto fail;
+                }
         s->kv = (struct dse__kv_view){.blocks = &s->kv_own_block, .block_tokens = n_ctx,
                                       .n_layers = s->hp->n_layers, .row_floats = dse__kv_row_floats(s->hp)};
         if (own_kv && !(s->kv.base = dse__session_alloc(s, (size_t)s->hp->n_layers * (size_t)n_ctx *

@@ -6,9 +6,14 @@
  *            ids are our own greedy choices as long as they agree), each row compared
  *            with ref/decode_logits.f32; every argmax must equal the next reference id
  *
- * Tolerance: the README's strict row (float32 activations and accumulation, which both
- * levels use): max abs <= 1e-3, top-1 agreement 100 %, identical greedy ids. Run one
- * fixture with `test-model llama_bf16_linear_rope`; ctest registers one test each. */
+ * Tolerance: the README's strict row for float32 activations (DSE_ACTIVATIONS_F32, set
+ * explicitly: the default multiplies Q8/Q4 weights by int8 activations): max abs <= 1e-3,
+ * top-1 agreement 100 %, identical greedy ids. Fixtures with Q8/Q4 weights (GPTQ, AWQ)
+ * also run the default int8 activations at the detected level against the README's
+ * second row: mean abs <= 0.05, max abs <= 0.5 (all three are dense), top-1 agreement
+ * >= 0.9 on the teacher-forced prompt rows; generated ids are compared only up to the
+ * first divergence, so decode rows are held to the same mean/max bounds. Run one fixture
+ * with `test-model llama_bf16_linear_rope`; ctest registers one test each. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,6 +22,9 @@
 #include "t.h"
 
 #define STRICT_MAX_ABS 1e-3
+#define ROW2_MEAN_ABS 0.05
+#define ROW2_MAX_ABS 0.5
+#define ROW2_TOP1 0.9
 #define N_DECODE 16
 
 static void *read_file(const char *path, size_t *ret_len) {
@@ -93,7 +101,7 @@ static void print_first(const char *what, const float *got, const float *want, i
                         fabs(got[i] - want[i]) <= STRICT_MAX_ABS ? "OK    " : "NOT OK", got[i], want[i]);
 }
 
-static void run_fixture(const char *name) {
+static void run_fixture(const char *name, int quantized) {
         char dir[1024], path[1200], native[4096];
         snprintf(dir, sizeof dir, "%s", t_fixture("models"));
         snprintf(dir + strlen(dir), sizeof dir - strlen(dir), "/%s", name);
@@ -132,8 +140,12 @@ static void run_fixture(const char *name) {
         struct dse_cpu_info cpu;
         unsetenv("DSV_CPU");
         ASSERT_OK(dse_cpu_detect(&cpu, NULL));
-        enum dse_cpu_level levels[2] = {DSE_CPU_SCALAR, cpu.detected};
+        /* passes: scalar f32, detected f32 (both strict), detected int8 (second row) */
+        enum dse_cpu_level levels[3] = {DSE_CPU_SCALAR, cpu.detected, cpu.detected};
+        enum dse_activations acts[3] = {DSE_ACTIVATIONS_F32, DSE_ACTIVATIONS_F32, DSE_ACTIVATIONS_INT8};
         int n_levels = cpu.detected == DSE_CPU_SCALAR ? 1 : 2;
+        if (quantized)
+                n_levels = 3;
         float *logits = malloc((size_t)P * V * sizeof(float));
         struct dse_pool *pool = NULL; /* the fast level also runs the row split over 2 threads */
         ASSERT_OK(dse_pool_new(2, NULL, 0, &pool));
@@ -147,6 +159,8 @@ static void run_fixture(const char *name) {
                         failed = 1;
                         break;
                 }
+                ASSERT_OK(dse_session_set_activations(s, acts[li]));
+                int strict = acts[li] == DSE_ACTIVATIONS_F32;
                 struct errstats prompt_err = {0}, decode_err = {0};
                 r = dse_session_eval(s, prompt, (size_t)P, logits, NULL, &diag);
                 if (r < 0) {
@@ -154,7 +168,7 @@ static void run_fixture(const char *name) {
                         failed = 1;
                 }
                 compare_rows(&prompt_err, logits, ref_logits, P, V);
-                if (prompt_err.max_abs > STRICT_MAX_ABS) {
+                if (strict && prompt_err.max_abs > STRICT_MAX_ABS) {
                         size_t o = (size_t)prompt_err.worst_row * V;
                         fprintf(stderr, "    worst prompt row %d:\n", prompt_err.worst_row);
                         print_first("", logits + o, ref_logits + o, 8);
@@ -171,14 +185,22 @@ static void run_fixture(const char *name) {
                                 first_diverged = j + 1;
                 }
                 fprintf(stderr,
-                        "  %-28s %-6s prompt: max abs %.3g mean abs %.3g top-1 %d/%d | decode: max abs %.3g mean abs "
+                        "  %-24s %-6s %-4s prompt: max abs %.3g mean abs %.3g top-1 %d/%d | decode: max abs %.3g mean abs "
                         "%.3g top-1 %d/%d | greedy ids %s\n",
-                        name, dse_cpu_level_to_string(levels[li]), prompt_err.max_abs,
+                        name, dse_cpu_level_to_string(levels[li]), dse_activations_to_string(acts[li]),
+                        prompt_err.max_abs,
                         prompt_err.sum_abs / (double)prompt_err.n, prompt_err.top1_agree, prompt_err.rows,
                         decode_err.max_abs, decode_err.sum_abs / (double)decode_err.n, decode_err.top1_agree,
                         decode_err.rows, first_diverged < 0 ? "identical" : "DIVERGE");
-                if (prompt_err.max_abs > STRICT_MAX_ABS || decode_err.max_abs > STRICT_MAX_ABS ||
-                    prompt_err.top1_agree != P || first_diverged >= 0 || r < 0)
+                if (strict && (prompt_err.max_abs > STRICT_MAX_ABS || decode_err.max_abs > STRICT_MAX_ABS ||
+                               prompt_err.top1_agree != P || first_diverged >= 0))
+                        failed = 1;
+                if (!strict && (prompt_err.sum_abs / (double)prompt_err.n > ROW2_MEAN_ABS ||
+                                decode_err.sum_abs / (double)decode_err.n > ROW2_MEAN_ABS ||
+                                prompt_err.max_abs > ROW2_MAX_ABS || decode_err.max_abs > ROW2_MAX_ABS ||
+                                prompt_err.top1_agree < ROW2_TOP1 * P))
+                        failed = 1;
+                if (r < 0)
                         failed = 1;
                 dse_session_free(s);
         }
@@ -189,17 +211,18 @@ static void run_fixture(const char *name) {
         free(ref_decode);
         dse_model_free(model);
         if (failed)
-                T_FAIL("%s: outside the strict tolerance (max abs %g, identical greedy ids)", name, STRICT_MAX_ABS);
+                T_FAIL("%s: outside the tolerance (f32: max abs %g and identical greedy ids; int8: mean abs %g, "
+                       "max abs %g, top-1 %g)", name, STRICT_MAX_ABS, ROW2_MEAN_ABS, ROW2_MAX_ABS, ROW2_TOP1);
 }
 
-TEST(llama_bf16_linear_rope) { run_fixture("llama-bf16-linear-rope"); }
-TEST(llama3_rope_gqa) { run_fixture("llama3-rope-gqa"); }
-TEST(qwen2_bf16_tied) { run_fixture("qwen2-bf16-tied"); }
-TEST(qwen2_awq_g32) { run_fixture("qwen2-awq-g32"); }
-TEST(llama_gptq_sym) { run_fixture("llama-gptq-sym"); }
-TEST(llama_gptq_actorder_asym) { run_fixture("llama-gptq-actorder-asym"); }
-TEST(deepseek_v2_mla_qlora_yarn) { run_fixture("deepseek-v2-mla-qlora-yarn"); }
-TEST(deepseek_v2_lite_sharded) { run_fixture("deepseek-v2-lite-sharded"); }
-TEST(deepseek_v2_group_limited) { run_fixture("deepseek-v2-group-limited"); }
-TEST(deepseek_v3_noaux_yarn) { run_fixture("deepseek-v3-noaux-yarn"); }
-TEST(deepseek_v3_fp8_mtp) { run_fixture("deepseek-v3-fp8-mtp"); }
+TEST(llama_bf16_linear_rope) { run_fixture("llama-bf16-linear-rope", 0); }
+TEST(llama3_rope_gqa) { run_fixture("llama3-rope-gqa", 0); }
+TEST(qwen2_bf16_tied) { run_fixture("qwen2-bf16-tied", 0); }
+TEST(qwen2_awq_g32) { run_fixture("qwen2-awq-g32", 1); }
+TEST(llama_gptq_sym) { run_fixture("llama-gptq-sym", 1); }
+TEST(llama_gptq_actorder_asym) { run_fixture("llama-gptq-actorder-asym", 1); }
+TEST(deepseek_v2_mla_qlora_yarn) { run_fixture("deepseek-v2-mla-qlora-yarn", 0); }
+TEST(deepseek_v2_lite_sharded) { run_fixture("deepseek-v2-lite-sharded", 0); }
+TEST(deepseek_v2_group_limited) { run_fixture("deepseek-v2-group-limited", 0); }
+TEST(deepseek_v3_noaux_yarn) { run_fixture("deepseek-v3-noaux-yarn", 0); }
+TEST(deepseek_v3_fp8_mtp) { run_fixture("deepseek-v3-fp8-mtp", 0); }

@@ -6,6 +6,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include "dse.h"
 #include "t.h"
@@ -55,10 +56,26 @@ static double max_diff(const float *a, const float *b, int n) {
         return d;
 }
 
+/* A fixture converted to quant (int8/int4) in a temporary file, already unlinked. */
+static struct dse_model *open_converted(const char *name, const char *quant) {
+        char dir[1024], tmp[1024], path[1200];
+        snprintf(dir, sizeof dir, "%s/%s", t_fixture("models"), name);
+        snprintf(tmp, sizeof tmp, "%s/test-engine-kv.XXXXXX", getenv("DSV_BUILD_DIR") ? getenv("DSV_BUILD_DIR") : "/tmp");
+        if (!mkdtemp(tmp))
+                return NULL;
+        snprintf(path, sizeof path, "%s/model.dse", tmp);
+        struct dse_diag diag = {{0}};
+        struct dse_model *m = NULL;
+        if (dse_model_convert_hf(dir, path, quant, &diag) < 0 || dse_model_open(path, 0, &m, &diag) < 0)
+                fprintf(stderr, "  %s as %s: %s\n", name, quant, diag.msg);
+        unlink(path);
+        rmdir(tmp);
+        return m;
+}
+
 /* Three sequences advanced together in uneven chunks (one of them a token at a time,
  * like a decode) must each reproduce its session's logits at every chunk end. */
-static void paged_equals_session(const char *fixture) {
-        struct dse_model *m = open_fixture(fixture);
+static void paged_equals_session_model(const char *fixture, struct dse_model *m) {
         ASSERT_TRUE(m);
         int V = dse_model_vocab_size(m);
         int32_t ids[3][N];
@@ -109,6 +126,30 @@ static void paged_equals_session(const char *fixture) {
         dse_kv_cache_free(kv);
         dse_pool_free(pool);
         dse_model_free(m);
+}
+
+static void paged_equals_session(const char *fixture) {
+        paged_equals_session_model(fixture, open_fixture(fixture));
+}
+
+/* Q4/Q8 weights multiply int8 activations (the default): each token's activations are
+ * quantized on their own, so the logits still do not depend on the step's other tokens,
+ * the chunking or the thread split. */
+TEST(paged_equals_session_gptq_int8_activations) {
+        paged_equals_session("llama-gptq-sym");
+}
+
+TEST(paged_equals_session_awq_int8_activations) {
+        paged_equals_session("qwen2-awq-g32");
+}
+
+/* The MoE experts run grouped over the tokens routed to them. */
+TEST(paged_equals_session_deepseek_v2_int8_int8_activations) {
+        paged_equals_session_model("deepseek-v2-group-limited as int8", open_converted("deepseek-v2-group-limited", "int8"));
+}
+
+TEST(paged_equals_session_deepseek_v3_int4_int8_activations) {
+        paged_equals_session_model("deepseek-v3-noaux-yarn as int4", open_converted("deepseek-v3-noaux-yarn", "int4"));
 }
 
 TEST(paged_equals_session_llama) {

@@ -1,8 +1,8 @@
 /* llama and qwen2 forward pass (transformers modeling_llama.py / modeling_qwen2.py):
  * pre-norm decoder layers of GQA attention with rotate-half RoPE and a SwiGLU MLP. Qwen2
  * adds q/k/v biases; tied models reuse the embedding matrix as the LM head.
- * Up to DSE__MAX_STEP_TOKENS tokens per call share every pass over the weights;
- * float32 activations; K and V rows (one [k | v] row per layer and position) through
+ * Up to DSE__MAX_STEP_TOKENS tokens per call share every pass over the weights
+ * (activations int8 or float32 as the session says, dse.h); K and V rows (one [k | v] row per layer and position) through
  * each token's KV view. */
 #include <math.h>
 #include <stdio.h>
@@ -39,7 +39,7 @@ struct llama_state {
         float *hb, *hb2;            /* (T, intermediate) */
         float *cos, *sin;           /* (T, head_dim/2) */
         float *logits;              /* (T, vocab) */
-        float *att;                 /* (n_heads, n_ctx) scores, then probabilities: one token at a time */
+        float *att;                 /* (n_threads, n_ctx) scores, then probabilities, per thread */
 };
 
 static int layer_weight(struct dse_session *s, int l, const char *what, int64_t rows, int64_t cols,
@@ -112,7 +112,7 @@ static int llama_init(struct dse_session *s, struct dse_diag *reterr) {
             !ALLOC(st->k, T * st->kv_dim) || !ALLOC(st->v, T * st->kv_dim) || !ALLOC(st->att_out, T * st->q_dim) ||
             !ALLOC(st->hb, T * F) || !ALLOC(st->hb2, T * F) || !ALLOC(st->cos, T * hd / 2) ||
             !ALLOC(st->sin, T * hd / 2) || !ALLOC(st->logits, T * V) ||
-            !ALLOC(st->att, (size_t)hp->n_heads * (size_t)s->n_ctx))
+            !ALLOC(st->att, (size_t)s->n_threads * (size_t)s->n_ctx))
                 return -ENOMEM;
 #undef ALLOC
         return 0;
@@ -121,32 +121,36 @@ static int llama_init(struct dse_session *s, struct dse_diag *reterr) {
 struct attn_job {
         struct dse_session *s;
         int l;
-        const struct dse__tok *tok;
-        const float *q; /* (n_heads*head_dim) the token's queries */
-        float *out;     /* (n_heads*head_dim) */
+        const struct dse__tok *toks; /* (n) the call's tokens */
+        int n;
 };
 
-/* Causal attention of heads [h0, h1) of one token at position pos over its sequence's
- * cached positions 0..pos. */
+/* Causal attention of heads [h0, h1) for every token of the call: token i at position
+ * pos attends to its sequence's cached positions 0..pos (its own row included, written
+ * before). One parallel region per layer whatever the token count; a head's result does
+ * not depend on which thread or which other tokens share the call. */
 static void attn_heads(void *ctx, size_t h0, size_t h1, int ith) {
         const struct attn_job *j = ctx;
         struct dse_session *s = j->s;
         const struct dse_hparams *hp = s->hp;
         struct llama_state *st = s->arch;
-        const struct dse__kv_view *kv = j->tok->kv;
-        int32_t hd = hp->head_dim, group = hp->n_heads / hp->n_kv_heads, T = j->tok->pos + 1;
+        int32_t hd = hp->head_dim, group = hp->n_heads / hp->n_kv_heads;
         float scale = 1.0f / sqrtf((float)hd);
+        float *att = st->att + (size_t)ith * (size_t)s->n_ctx; /* (T) this thread's */
         for (size_t h = h0; h < h1; h++) {
-                const float *q = j->q + h * hd;                     /* (head_dim) */
-                float *att = st->att + h * (size_t)s->n_ctx;        /* (T) */
-                float *out = j->out + h * hd;                       /* (head_dim) */
-                size_t kvo = (h / group) * (size_t)hd;              /* GQA: the head's kv head */
-                for (int32_t t = 0; t < T; t++) /* row t: [k (kv_dim) | v (kv_dim)] */
-                        att[t] = s->k.dot(q, dse__kv_row(kv, j->l, t) + kvo, hd) * scale;
-                s->k.softmax(att, T);
-                memset(out, 0, (size_t)hd * sizeof(float));
-                for (int32_t t = 0; t < T; t++)
-                        s->k.axpy(att[t], dse__kv_row(kv, j->l, t) + st->kv_dim + kvo, out, hd);
+                size_t kvo = (h / group) * (size_t)hd; /* GQA: the head's kv head */
+                for (int i = 0; i < j->n; i++) {
+                        const struct dse__kv_view *kv = j->toks[i].kv;
+                        int32_t T = j->toks[i].pos + 1;
+                        const float *q = st->q + (size_t)i * st->q_dim + h * hd; /* (head_dim) */
+                        float *out = st->att_out + (size_t)i * st->q_dim + h * hd; /* (head_dim) */
+                        for (int32_t t = 0; t < T; t++) /* row t: [k (kv_dim) | v (kv_dim)] */
+                                att[t] = s->k.dot(q, dse__kv_row(kv, j->l, t) + kvo, hd) * scale;
+                        s->k.softmax(att, T);
+                        memset(out, 0, (size_t)hd * sizeof(float));
+                        for (int32_t t = 0; t < T; t++)
+                                s->k.axpy(att[t], dse__kv_row(kv, j->l, t) + st->kv_dim + kvo, out, hd);
+                }
         }
 }
 
@@ -165,12 +169,16 @@ static void llama_forward(struct dse_session *s, const struct dse__tok *toks, in
         for (int l = 0; l < hp->n_layers; l++) {
                 const struct llama_layer *L = &st->layers[l];
 
-                /* attention: q, k, v projections, RoPE on q and k, cache k and v */
+                /* attention: q, k, v projections (one region, x quantized once), RoPE on q
+                 * and k, cache k and v */
                 for (int i = 0; i < n; i++)
                         s->k.rmsnorm(st->xb + i * D, x + i * D, L->attn_norm, D, hp->rms_norm_eps);
-                dse__linear_n(s, &L->wq, st->xb, D, n, st->q, qd, L->bq);
-                dse__linear_n(s, &L->wk, st->xb, D, n, st->k, kvd, L->bk);
-                dse__linear_n(s, &L->wv, st->xb, D, n, st->v, kvd, L->bv);
+                struct dse__mm qkv[3] = {
+                        {.w = &L->wq, .x = st->xb, .ldx = D, .n = n, .y = st->q, .ldy = qd, .bias = L->bq},
+                        {.w = &L->wk, .x = st->xb, .ldx = D, .n = n, .y = st->k, .ldy = kvd, .bias = L->bk},
+                        {.w = &L->wv, .x = st->xb, .ldx = D, .n = n, .y = st->v, .ldy = kvd, .bias = L->bv},
+                };
+                dse__linear_group(s, qkv, 3);
                 for (int i = 0; i < n; i++) {
                         const float *cos = st->cos + i * hd / 2, *sin = st->sin + i * hd / 2;
                         for (int h = 0; h < hp->n_heads; h++)
@@ -181,20 +189,22 @@ static void llama_forward(struct dse_session *s, const struct dse__tok *toks, in
                         memcpy(row, st->k + (size_t)i * kvd, (size_t)kvd * sizeof(float));
                         memcpy(row + kvd, st->v + (size_t)i * kvd, (size_t)kvd * sizeof(float));
                 }
-                /* Token by token, so each sees the rows of its sequence's earlier tokens. */
-                for (int i = 0; i < n; i++) {
-                        struct attn_job job = {s, l, &toks[i], st->q + (size_t)i * qd, st->att_out + (size_t)i * qd};
-                        dse__parallel(s, (size_t)hp->n_heads, attn_heads, &job);
-                }
+                /* Every token's row is cached before any attends: a token sees its
+                 * sequence's earlier tokens of this call through the cache. */
+                struct attn_job job = {s, l, toks, n};
+                dse__parallel(s, (size_t)hp->n_heads, attn_heads, &job);
                 dse__linear_n(s, &L->wo, st->att_out, qd, n, st->xb2, D, L->bo);
                 for (int64_t i = 0; i < n * D; i++)
                         x[i] += st->xb2[i];
 
-                /* SwiGLU MLP: down(silu(gate(x)) * up(x)) */
+                /* SwiGLU MLP: down(silu(gate(x)) * up(x)), gate and up in one region */
                 for (int i = 0; i < n; i++)
                         s->k.rmsnorm(st->xb + i * D, x + i * D, L->ffn_norm, D, hp->rms_norm_eps);
-                dse__linear_n(s, &L->w_gate, st->xb, D, n, st->hb, F, NULL);
-                dse__linear_n(s, &L->w_up, st->xb, D, n, st->hb2, F, NULL);
+                struct dse__mm gu[2] = {
+                        {.w = &L->w_gate, .x = st->xb, .ldx = D, .n = n, .y = st->hb, .ldy = F},
+                        {.w = &L->w_up, .x = st->xb, .ldx = D, .n = n, .y = st->hb2, .ldy = F},
+                };
+                dse__linear_group(s, gu, 2);
                 for (int i = 0; i < n; i++)
                         s->k.swiglu(st->hb + i * F, st->hb2 + i * F, F);
                 dse__linear_n(s, &L->w_down, st->hb, F, n, st->xb2, D, NULL);

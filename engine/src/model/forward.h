@@ -17,6 +17,9 @@ struct dse_session;
 /* Most tokens one forward call carries (the activations are sized for it). */
 #define DSE__MAX_STEP_TOKENS 32
 
+/* Distinct float inputs one dse__linear_group call may quantize. */
+#define DSE__LINEAR_SLOTS 4
+
 /* One token of a forward call. */
 struct dse__tok {
         int32_t token;
@@ -58,7 +61,13 @@ struct dse_session {
         int mla_naive;        /* DeepSeek: decompress K/V per head instead of absorbing */
         struct dse__kv_view kv; /* where the current sequence's KV rows live */
         int32_t kv_own_block; /* block table of the private cache: one block, index 0 */
+        enum dse_activations act; /* what Q8/Q4 weights multiply (dse.h) */
+        int n_threads;        /* of the pool, 1 without one */
+        /* DSE__LINEAR_SLOTS int8 copies of (DSE__MAX_STEP_TOKENS, max_cols) activations:
+         * the distinct inputs of one grouped linear call */
+        void *xq_mem[DSE__LINEAR_SLOTS];
         struct dse__arena_chunk *arena;
+        size_t arena_bytes;
 };
 
 /* A session without a private KV cache, for dse_batch_step: the caller points s->kv at a
@@ -87,6 +96,35 @@ void dse__linear(struct dse_session *s, const struct dse_qmat *w, const float *x
  * Y (n, ldy). Each token's row equals dse__linear's. */
 void dse__linear_n(struct dse_session *s, const struct dse_qmat *w, const float *x, int64_t ldx, int64_t n, float *y,
                    int64_t ldy, const float *bias);
+
+/* One product of a grouped linear call: Y (n, ldy) = X (n, ldx) W^T (+ bias). */
+struct dse__mm {
+        const struct dse_qmat *w;
+        const float *x;          /* (n, ldx) float32 activations; NULL if xq is given */
+        int64_t ldx, n;
+        float *y;                /* (n, ldy), indexed by absolute row */
+        int64_t ldy;
+        const float *bias;       /* (rows) or NULL */
+        const struct dse_xq *xq; /* x already quantized (n rows), or NULL */
+        /* filled by dse__linear_group */
+        int64_t cost0, row_cost; /* where the item starts in the work split, per row */
+};
+
+/* Runs every product of mm in ONE parallel region (one wake-up and one join of the pool
+ * instead of one per matrix): the items' rows are laid end to end and split over the
+ * threads by an estimate of their cost (weight bytes, plus the tokens' compute), at
+ * multiples of 16 rows. Items multiply int8 activations when dse__use_xq says so: float
+ * inputs are quantized once per distinct (x, ldx, n, cols) on the calling thread, at most
+ * DSE__LINEAR_SLOTS of them; items that bring xq use it. Items whose weight has a
+ * column permutation run on their own (dse__linear_n). Each output row is computed by
+ * one thread with the same arithmetic whatever the split, so results do not depend on
+ * the thread count or on the other items. */
+void dse__linear_group(struct dse_session *s, struct dse__mm *mm, int n_mm);
+
+/* Whether w multiplies int8 activations in this session. */
+static inline int dse__use_xq(const struct dse_session *s, const struct dse_qmat *w) {
+        return s->act == DSE_ACTIVATIONS_INT8 && s->k.matmul_xq[w->dtype] != NULL;
+}
 
 /* Runs fn over [0, n) on the pool, or inline without one. */
 void dse__parallel(struct dse_session *s, size_t n, dse_pool_range_fn fn, void *ctx);
