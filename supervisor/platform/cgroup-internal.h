@@ -50,6 +50,8 @@ bool dsv__cgfs_has_word(const char *list, const char *word);
 /* Reads the first max "pid\n" lines of cgroup.procs below dirfd into pids, streaming
  * (the file has no size limit). Returns the number read or -errno. */
 int dsv__cgfs_read_pids(int dirfd, pid_t *pids, size_t max);
+/* The same for any id list below dirfd: "cgroup.procs", or v1 "tasks" (thread ids). */
+int dsv__cgfs_read_ids(int dirfd, const char *file, pid_t *ids, size_t max);
 
 /* ---- cpu lists ("0-3,8,10-11") ------------------------------------------------------ */
 
@@ -93,11 +95,18 @@ int dsv__cgroup_v1_delete(const char *controller, const char *rel);
 
 /* ---- cgroup_v2.c ------------------------------------------------------------------- */
 
-/* Moves the calling process into the group leaf_fd (-1: stay, own_fd is the root), then
- * writes "+ctrl" into own_fd's cgroup.subtree_control for every controller in want that
- * own_fd's cgroup.controllers lists. *ret_enabled gets the DSV_CGROUP_CTRL_* bits
- * enabled afterwards. */
-int dsv__cgroup_v2_delegate(int own_fd, int leaf_fd, unsigned want, unsigned *ret_enabled);
+/* Writes "+ctrl" into dirfd's cgroup.subtree_control for every controller in want that
+ * dirfd's cgroup.controllers lists and its subtree_control does not enable yet.
+ * *ret_enabled gets the DSV_CGROUP_CTRL_* bits enabled afterwards, *ret_newly the ones
+ * this call enabled (written and accepted; what to undo later). -EBUSY when the group
+ * holds processes (no-internal-processes rule); *ret_newly is valid then too. */
+int dsv__cgroup_v2_enable(int dirfd, unsigned want, unsigned *ret_enabled, unsigned *ret_newly);
+
+/* Writes "-ctrl" into dirfd's cgroup.subtree_control for each bit. First -errno. */
+int dsv__cgroup_v2_disable(int dirfd, unsigned bits);
+
+/* Moves the calling process (all its threads) into the group dirfd. */
+int dsv__cgroup_v2_move_self(int dirfd);
 
 /* Controller names for the DSV_CGROUP_CTRL_* bit positions. */
 const char *dsv__cgroup_ctrl_name(unsigned bit);

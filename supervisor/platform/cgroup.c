@@ -2,6 +2,7 @@
  * instances with their limit report, spawning into a group, and teardown.
  * Contracts are in dsv_platform.h; the layering of the cgroup files is in
  * cgroup-internal.h. */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -13,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/vfs.h>
 #include <sys/wait.h>
@@ -28,6 +30,9 @@
 #define BIT_HUGETLB 3
 #define PATH_BUF 512
 #define HUGEPAGE_2MB (2ull << 20)
+#define MAX_LEVELS DSV_CGROUP_PARENT_MAX_LEVELS
+#define DSV__STR2(x) #x
+#define DSV__STR(x) DSV__STR2(x)
 
 extern char **environ;
 
@@ -41,6 +46,7 @@ struct dsv_cgroup_host {
 
         int v2_fd; /* own v2 group, -1 without a v2 tree */
         bool v2_own_is_root;
+        char parent_rel[PATH_BUF]; /* cfg->parent, "" for none */
         char v2_own[PATH_BUF];
         unsigned v2_available, v2_enabled;
 
@@ -48,6 +54,26 @@ struct dsv_cgroup_host {
         int v1_fd[N_CTRL];          /* own v1 group per controller, -1 */
         char v1_rel[N_CTRL][PATH_BUF]; /* own group relative to its mount (libcgroup names) */
         char v1_own[N_CTRL][PATH_BUF];
+
+        /* The parent subtree (cfg->parent) below own, one level per component; the
+         * instance groups go into its last level. What dsvisor created or enabled on
+         * the way is recorded, so that dsv_cgroup_host_restore() undoes exactly that. */
+        int n_levels;
+        char level[MAX_LEVELS][NAME_MAX + 1];
+        uint64_t parent_rt_runtime_us;
+        bool parent_made;
+        int v2_lfd[MAX_LEVELS];
+        unsigned v2_lcreated;           /* bit i: level i was made by us */
+        unsigned v2_lnewly[MAX_LEVELS]; /* controllers we enabled in level i's subtree_control */
+        char v2_parent[PATH_BUF];
+        int v1_lfd[N_CTRL][MAX_LEVELS];
+        unsigned v1_lcreated[N_CTRL];
+        char v1_prel[N_CTRL][PATH_BUF];
+        char v1_parent[N_CTRL][PATH_BUF];
+
+        /* Delegation: what to undo in own. */
+        bool leaf_created, moved_self;
+        unsigned v2_own_newly;
 };
 
 struct dsv_cgroup_instance {
@@ -60,6 +86,9 @@ struct dsv_cgroup_instance {
         int v1_procs_fd[N_CTRL]; /* open cgroup.procs, for join-before-exec */
         char v1_rel[N_CTRL][PATH_BUF];
 };
+
+struct dsv_cgroup_host;
+static int split_parent(const char *rel, struct dsv_cgroup_host *h);
 
 /* ---- names ----------------------------------------------------------------------- */
 
@@ -230,6 +259,13 @@ void dsv_cgroup_host_free(struct dsv_cgroup_host *h) {
         for (unsigned b = 0; b < N_CTRL; b++)
                 if (h->v1_fd[b] >= 0)
                         close(h->v1_fd[b]);
+        for (int i = 0; i < MAX_LEVELS; i++) {
+                if (h->v2_lfd[i] >= 0)
+                        close(h->v2_lfd[i]);
+                for (unsigned b = 0; b < N_CTRL; b++)
+                        if (h->v1_lfd[b][i] >= 0)
+                                close(h->v1_lfd[b][i]);
+        }
         free(h);
 }
 
@@ -249,6 +285,17 @@ int dsv_cgroup_host_new(const struct dsv_cgroup_config *cfg, struct dsv_cgroup_h
         h->v2_fd = -1;
         for (unsigned b = 0; b < N_CTRL; b++)
                 h->v1_fd[b] = -1;
+        for (int i = 0; i < MAX_LEVELS; i++) {
+                h->v2_lfd[i] = -1;
+                for (unsigned b = 0; b < N_CTRL; b++)
+                        h->v1_lfd[b][i] = -1;
+        }
+        r = split_parent(cfg->parent, h);
+        if (r < 0) {
+                free(h);
+                return r;
+        }
+        h->parent_rt_runtime_us = cfg->parent_rt_runtime_us;
         snprintf(h->leaf, sizeof h->leaf, "%s", leaf);
         h->want = cfg->controllers ? cfg->controllers & DSV_CGROUP_CTRL_ALL : DSV_CGROUP_CTRL_ALL;
         h->on_mkdir = cfg->on_mkdir;
@@ -289,6 +336,16 @@ int dsv_cgroup_host_new(const struct dsv_cgroup_config *cfg, struct dsv_cgroup_h
                 r = -ENOENT;
                 goto fail;
         }
+        /* Where the instance groups go: own, or own/<parent>. */
+        if (h->v2_fd >= 0 && (r = join_path(h->v2_parent, sizeof h->v2_parent, h->v2_own, h->parent_rel)) < 0)
+                goto fail;
+        for (unsigned b = 0; b < N_CTRL; b++) {
+                if (!(h->v1_mounted & (1u << b)))
+                        continue;
+                if ((r = join_path(h->v1_parent[b], sizeof h->v1_parent[b], h->v1_own[b], h->parent_rel)) < 0 ||
+                    (r = join_path(h->v1_prel[b], sizeof h->v1_prel[b], h->v1_rel[b], h->parent_rel)) < 0)
+                        goto fail;
+        }
         *ret = h;
         return 0;
 fail:
@@ -307,55 +364,377 @@ int dsv_cgroup_host_info(const struct dsv_cgroup_host *h, struct dsv_cgroup_host
         ret->v2_enabled = h->v2_enabled;
         ret->v1_mounted = h->v1_mounted;
         for (unsigned b = 0; b < N_CTRL; b++)
-                if (h->v1_mounted & (1u << b))
+                if (h->v1_mounted & (1u << b)) {
                         snprintf(ret->v1_own[b], sizeof ret->v1_own[b], "%s", h->v1_own[b]);
+                        snprintf(ret->v1_parent[b], sizeof ret->v1_parent[b], "%s", h->v1_parent[b]);
+                }
+        if (h->v2_fd >= 0)
+                snprintf(ret->v2_parent, sizeof ret->v2_parent, "%s", h->v2_parent);
         return 0;
 }
 
-/* mkdir of a v2 group below the own group, then the fake-tree hook; opens it. */
-static int v2_make(struct dsv_cgroup_host *h, const char *name, bool may_exist, int *ret_fd) {
-        int r = dsv__cgfs_mkdir(h->v2_fd, name);
+/* mkdir of a v2 group below dirfd (own or a parent level), then the fake-tree hook;
+ * opens it. *ret_made says whether it was made here (NULL: must be). */
+static int v2_make(struct dsv_cgroup_host *h, int dirfd, const char *name, bool may_exist, int *ret_fd,
+                   bool *ret_made) {
+        int r = dsv__cgfs_mkdir(dirfd, name);
         bool made = r == 0;
         if (r < 0 && !(r == -EEXIST && may_exist))
                 return r;
         if (made && h->on_mkdir) {
-                r = h->on_mkdir(h->v2_fd, name, h->fake_user);
+                r = h->on_mkdir(dirfd, name, h->fake_user);
                 if (r < 0) {
-                        dsv__cgfs_rmdir(h->v2_fd, name);
+                        dsv__cgfs_rmdir(dirfd, name);
                         return r;
                 }
         }
-        r = dsv__cgfs_open_dir(h->v2_fd, name, ret_fd);
+        r = dsv__cgfs_open_dir(dirfd, name, ret_fd);
         if (r < 0 && made)
-                dsv__cgfs_rmdir(h->v2_fd, name);
+                dsv__cgfs_rmdir(dirfd, name);
+        if (r == 0 && ret_made)
+                *ret_made = made;
         return r;
 }
 
-static int v2_remove(struct dsv_cgroup_host *h, const char *name) {
+/* rmdir of a v2 group below dirfd. On a fake tree, the hook deletes the group's files
+ * only once the group could go (the kernel refuses a populated group or one with
+ * children; a fake tree has neither check, so the hook is asked first). */
+static int v2_remove(struct dsv_cgroup_host *h, int dirfd, const char *name) {
         if (h->on_rmdir) {
-                int r = h->on_rmdir(h->v2_fd, name, h->fake_user);
+                int r = h->on_rmdir(dirfd, name, h->fake_user);
                 if (r < 0)
                         return r;
         }
-        return dsv__cgfs_rmdir(h->v2_fd, name);
+        return dsv__cgfs_rmdir(dirfd, name);
+}
+
+/* The directory the instance groups go into: the last parent level, or own. */
+static int v2_pdir(const struct dsv_cgroup_host *h) {
+        return h->parent_made && h->n_levels > 0 ? h->v2_lfd[h->n_levels - 1] : h->v2_fd;
+}
+
+static int v1_pdir(const struct dsv_cgroup_host *h, unsigned bit) {
+        return h->parent_made && h->n_levels > 0 ? h->v1_lfd[bit][h->n_levels - 1] : h->v1_fd[bit];
+}
+
+int dsv_cgroup_parent_check(const char *rel, const char **ret_why) {
+        const char *why = NULL;
+        int levels = 0;
+        if (!rel || !rel[0])
+                return 0;
+        if (rel[0] == '/')
+                why = "is absolute; give a path relative to dsvisor's own cgroup";
+        else if (strlen(rel) >= 256)
+                why = "is longer than 255 characters";
+        for (const char *p = rel; !why;) {
+                size_t n = strcspn(p, "/");
+                if (n == 0)
+                        why = "has an empty component ('//' or a trailing '/')";
+                else if ((n == 1 && p[0] == '.') || (n == 2 && p[0] == '.' && p[1] == '.'))
+                        why = "has a '.' or '..' component; it must stay below dsvisor's own cgroup";
+                else if (n >= NAME_MAX)
+                        why = "has a component longer than NAME_MAX";
+                else if (++levels > MAX_LEVELS)
+                        why = "has more than " DSV__STR(DSV_CGROUP_PARENT_MAX_LEVELS) " levels";
+                if (why || !p[n])
+                        break;
+                p += n + 1;
+        }
+        if (why && ret_why)
+                *ret_why = why;
+        return why ? -EINVAL : 0;
+}
+
+static int split_parent(const char *rel, struct dsv_cgroup_host *h) {
+        int r = dsv_cgroup_parent_check(rel, NULL);
+        if (r < 0)
+                return r;
+        h->n_levels = 0;
+        h->parent_rel[0] = '\0';
+        if (!rel || !rel[0])
+                return 0;
+        snprintf(h->parent_rel, sizeof h->parent_rel, "%s", rel);
+        for (const char *p = rel;;) {
+                size_t n = strcspn(p, "/");
+                memcpy(h->level[h->n_levels], p, n);
+                h->level[h->n_levels++][n] = '\0';
+                if (!p[n])
+                        return 0;
+                p += n + 1;
+        }
+}
+
+/* A new v1 cpuset group has empty cpus and mems and admits no task (and no child with
+ * cpus) until both are set: start from the parent's. */
+static int v1_cpuset_inherit(int parent_fd, const char *rel) {
+        static const char *const files[2] = {"cpuset.cpus", "cpuset.mems"};
+        for (int i = 0; i < 2; i++) {
+                char buf[1024];
+                int r = dsv__cgfs_read(parent_fd, files[i], buf, sizeof buf);
+                if (r < 0)
+                        return r;
+                r = dsv__cgroup_v1_set("cpuset", rel, files[i], buf);
+                if (r < 0)
+                        return r;
+        }
+        return 0;
+}
+
+/* "<base>/<level 0>/.../<level i>" */
+static int level_rel(const struct dsv_cgroup_host *h, const char *base, int i, char *buf, size_t size) {
+        int r = snprintf(buf, size, "%s", base) >= (int)size ? -ENAMETOOLONG : 0;
+        for (int k = 0; r == 0 && k <= i; k++) {
+                char tmp[PATH_BUF];
+                r = join_path(tmp, sizeof tmp, buf, h->level[k]);
+                if (r == 0)
+                        r = snprintf(buf, size, "%s", tmp) >= (int)size ? -ENAMETOOLONG : 0;
+        }
+        return r;
+}
+
+/* Creates (or opens) the parent levels in every hierarchy, enabling in each v2 level
+ * what own enables, so that the instance groups below get the controllers. Levels that
+ * exist are used as they are; a v2 level with processes in it refuses controllers
+ * (-EBUSY, no internal processes). */
+static int ensure_parent(struct dsv_cgroup_host *h) {
+        if (h->parent_made || h->n_levels == 0)
+                return 0;
+        int r;
+        if (h->v2_fd >= 0) {
+                unsigned want = h->want & h->v2_available & ~h->v1_mounted;
+                int dir = h->v2_fd;
+                for (int i = 0; i < h->n_levels; i++) {
+                        bool made = false;
+                        if (h->v2_lfd[i] >= 0) {
+                                close(h->v2_lfd[i]);
+                                h->v2_lfd[i] = -1;
+                        }
+                        r = v2_make(h, dir, h->level[i], true, &h->v2_lfd[i], &made);
+                        if (r < 0)
+                                return r;
+                        if (made)
+                                h->v2_lcreated |= 1u << i;
+                        unsigned enabled, newly = 0;
+                        r = dsv__cgroup_v2_enable(h->v2_lfd[i], want, &enabled, &newly);
+                        h->v2_lnewly[i] |= newly;
+                        if (r < 0)
+                                return r;
+                        dir = h->v2_lfd[i];
+                }
+        }
+        for (unsigned b = 0; b < N_CTRL; b++) {
+                if (!(h->v1_mounted & (1u << b)))
+                        continue;
+                const char *ctrl = dsv__cgroup_ctrl_name(b);
+                int dir = h->v1_fd[b];
+                for (int i = 0; i < h->n_levels; i++) {
+                        char rel[PATH_BUF];
+                        if ((r = level_rel(h, h->v1_rel[b], i, rel, sizeof rel)) < 0)
+                                return r;
+                        bool made = false;
+                        if (faccessat(dir, h->level[i], F_OK, AT_SYMLINK_NOFOLLOW) < 0) {
+                                if (errno != ENOENT)
+                                        return -errno;
+                                if ((r = dsv__cgroup_v1_create(ctrl, rel)) < 0)
+                                        return r;
+                                h->v1_lcreated[b] |= 1u << i;
+                                made = true;
+                        }
+                        if (h->v1_lfd[b][i] >= 0) {
+                                close(h->v1_lfd[b][i]);
+                                h->v1_lfd[b][i] = -1;
+                        }
+                        if ((r = dsv__cgfs_open_dir(dir, h->level[i], &h->v1_lfd[b][i])) < 0)
+                                return r;
+                        if (made && b == BIT_CPUSET && (r = v1_cpuset_inherit(dir, rel)) < 0)
+                                return r;
+                        /* RT group scheduling: a new cpu group has no RT runtime, and a
+                         * child can have no more than its parent. A refusal shows up in
+                         * the instance's cpu.rt_runtime_us report. */
+                        if (made && b == BIT_CPU && h->parent_rt_runtime_us) {
+                                char v[32];
+                                snprintf(v, sizeof v, "%llu", (unsigned long long)h->parent_rt_runtime_us);
+                                dsv__cgroup_v1_set(ctrl, rel, "cpu.rt_runtime_us", v);
+                        }
+                        dir = h->v1_lfd[b][i];
+                }
+        }
+        h->parent_made = true;
+        return 0;
+}
+
+/* Child groups of dirfd other than skip (NULL: none). */
+static int count_children(int dirfd, const char *skip) {
+        int fd = fcntl(dirfd, F_DUPFD_CLOEXEC, 3);
+        if (fd < 0)
+                return -errno;
+        DIR *d = fdopendir(fd);
+        if (!d) {
+                int r = -errno;
+                close(fd);
+                return r;
+        }
+        rewinddir(d);
+        int n = 0;
+        struct dirent *de;
+        while ((de = readdir(d))) {
+                if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
+                        continue;
+                if (skip && strcmp(de->d_name, skip) == 0)
+                        continue;
+                struct stat st;
+                if (fstatat(dirfd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(st.st_mode))
+                        n++;
+        }
+        closedir(d);
+        return n;
+}
+
+__attribute__((format(printf, 3, 4))) static void note(char *why, size_t size, const char *fmt, ...) {
+        if (!why || !size)
+                return;
+        size_t len = strlen(why);
+        if (len + 3 >= size)
+                return;
+        if (len)
+                len += (size_t)snprintf(why + len, size - len, "; ");
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(why + len, size - len, fmt, ap);
+        va_end(ap);
+}
+
+static void ctrl_list(unsigned bits, char *buf, size_t size) {
+        buf[0] = '\0';
+        for (unsigned b = 0; b < N_CTRL; b++)
+                if (bits & (1u << b)) {
+                        size_t len = strlen(buf);
+                        snprintf(buf + len, size - len, "%s%s", len ? " " : "", dsv__cgroup_ctrl_name(b));
+                }
+}
+
+/* Disables the controllers we enabled in dirfd's subtree_control when no child group
+ * other than skip is left that might use them. */
+static int v2_undo_enable(int dirfd, const char *path, unsigned *newly, const char *skip, char *why, size_t size) {
+        if (!*newly)
+                return 0;
+        char names[64];
+        ctrl_list(*newly, names, sizeof names);
+        int n = count_children(dirfd, skip);
+        if (n != 0) {
+                note(why, size, "left '%s' enabled in %s/cgroup.subtree_control: %d other group%s below it may use it",
+                     names, path, n, n == 1 ? "" : "s");
+                return n < 0 ? n : -EBUSY;
+        }
+        int r = dsv__cgroup_v2_disable(dirfd, *newly);
+        if (r < 0) {
+                note(why, size, "failed to disable '%s' in %s/cgroup.subtree_control: %s", names, path, strerror(-r));
+                return r;
+        }
+        *newly = 0;
+        return 0;
+}
+
+int dsv_cgroup_host_restore(struct dsv_cgroup_host *h, char *why, size_t why_size) {
+        if (!h)
+                return -EINVAL;
+        if (why && why_size)
+                why[0] = '\0';
+        int ret = 0, r;
+        for (unsigned b = 0; b < N_CTRL; b++) {
+                for (int i = h->n_levels - 1; i >= 0; i--) {
+                        if (!(h->v1_lcreated[b] & (1u << i)))
+                                continue;
+                        char rel[PATH_BUF];
+                        r = level_rel(h, h->v1_rel[b], i, rel, sizeof rel);
+                        if (r == 0)
+                                r = dsv__cgroup_v1_delete(dsv__cgroup_ctrl_name(b), rel);
+                        if (r < 0 && r != -ENOENT) {
+                                note(why, why_size, "v1 %s group '%s' not removed: %s", dsv__cgroup_ctrl_name(b), rel,
+                                     strerror(-r));
+                                ret = ret ?: r;
+                                continue;
+                        }
+                        h->v1_lcreated[b] &= ~(1u << i);
+                        if (h->v1_lfd[b][i] >= 0)
+                                close(h->v1_lfd[b][i]);
+                        h->v1_lfd[b][i] = -1;
+                }
+        }
+        for (int i = h->n_levels - 1; i >= 0; i--) {
+                if (h->v2_lfd[i] < 0)
+                        continue;
+                char path[PATH_BUF];
+                level_rel(h, h->v2_own, i, path, sizeof path);
+                r = v2_undo_enable(h->v2_lfd[i], path, &h->v2_lnewly[i], NULL, why, why_size);
+                ret = ret ?: r;
+                if (!(h->v2_lcreated & (1u << i)))
+                        continue;
+                int dir = i > 0 ? h->v2_lfd[i - 1] : h->v2_fd;
+                r = count_children(h->v2_lfd[i], NULL) == 0 ? v2_remove(h, dir, h->level[i]) : -EBUSY;
+                if (r < 0) {
+                        note(why, why_size, "v2 group '%s' not removed: %s", path, strerror(-r));
+                        ret = ret ?: r;
+                        continue;
+                }
+                h->v2_lcreated &= ~(1u << i);
+                close(h->v2_lfd[i]);
+                h->v2_lfd[i] = -1;
+        }
+        h->parent_made = false;
+        if (h->v2_fd >= 0) {
+                r = v2_undo_enable(h->v2_fd, h->v2_own, &h->v2_own_newly, h->moved_self ? h->leaf : NULL, why,
+                                   why_size);
+                ret = ret ?: r;
+                /* Back into own, which takes processes again only once its
+                 * subtree_control has no domain controller left (no internal processes). */
+                if (h->moved_self) {
+                        r = dsv__cgroup_v2_move_self(h->v2_fd);
+                        if (r < 0) {
+                                note(why, why_size, "stays in %s/%s: %s", h->v2_own, h->leaf, strerror(-r));
+                                ret = ret ?: r;
+                        } else {
+                                h->moved_self = false;
+                        }
+                }
+                if (!h->moved_self && h->leaf_created) {
+                        r = v2_remove(h, h->v2_fd, h->leaf);
+                        if (r < 0) {
+                                note(why, why_size, "v2 group '%s/%s' not removed: %s", h->v2_own, h->leaf, strerror(-r));
+                                ret = ret ?: r;
+                        } else {
+                                h->leaf_created = false;
+                        }
+                }
+        }
+        return ret;
 }
 
 int dsv_cgroup_host_delegate(struct dsv_cgroup_host *h) {
         if (!h)
                 return -EINVAL;
-        if (h->v2_fd < 0)
-                return 0;
-        int leaf_fd = -1;
-        if (!h->v2_own_is_root) {
-                int r = v2_make(h, h->leaf, true, &leaf_fd);
+        if (h->v2_fd >= 0) {
+                int r = 0;
+                if (!h->v2_own_is_root && !h->moved_self) {
+                        int leaf_fd = -1;
+                        bool made = false;
+                        r = v2_make(h, h->v2_fd, h->leaf, true, &leaf_fd, &made);
+                        if (r < 0)
+                                return r;
+                        h->leaf_created |= made;
+                        r = dsv__cgroup_v2_move_self(leaf_fd);
+                        close(leaf_fd);
+                        if (r < 0)
+                                return r;
+                        h->moved_self = true;
+                }
+                unsigned want = h->want & h->v2_available & ~h->v1_mounted, newly = 0;
+                r = dsv__cgroup_v2_enable(h->v2_fd, want, &h->v2_enabled, &newly);
+                h->v2_own_newly |= newly;
                 if (r < 0)
                         return r;
         }
-        unsigned want = h->want & h->v2_available & ~h->v1_mounted;
-        int r = dsv__cgroup_v2_delegate(h->v2_fd, leaf_fd, want, &h->v2_enabled);
-        if (leaf_fd >= 0)
-                close(leaf_fd);
-        return r;
+        return ensure_parent(h);
 }
 
 /* ---- report ---------------------------------------------------------------------- */
@@ -413,7 +792,7 @@ static enum where locate(const struct dsv_cgroup_instance *inst, unsigned bit,
         if (inst->v2_fd >= 0 && (inst->v2_controllers & (1u << bit)))
                 return WHERE_V2;
         if (inst->v2_fd >= 0 && (h->v2_available & (1u << bit)))
-                entry_reason(e, "%s is delegated but not enabled in %s/cgroup.subtree_control", name, h->v2_own);
+                entry_reason(e, "%s is delegated but not enabled in %s/cgroup.subtree_control", name, h->v2_parent);
         else if (inst->v2_fd >= 0)
                 entry_reason(e, "%s not delegated (not in %s/cgroup.controllers)", name, h->v2_own);
         else
@@ -658,35 +1037,40 @@ void dsv_cgroup_instance_free(struct dsv_cgroup_instance *inst) {
         free(inst);
 }
 
-/* Removes whatever groups inst holds (they must be empty), closing their fds. */
+/* Removes whatever groups inst holds (they must be empty), closing their fds. A group
+ * that could not be removed keeps its fd, so that a retry (after -EBUSY) still watches
+ * and removes it. */
 static int instance_remove(struct dsv_cgroup_instance *inst) {
         int ret = 0, r;
         for (unsigned b = 0; b < N_CTRL; b++) {
                 if (!(inst->v1_created & (1u << b)))
                         continue;
+                r = dsv__cgroup_v1_delete(dsv__cgroup_ctrl_name(b), inst->v1_rel[b]);
+                if (r < 0 && r != -ENOENT) {
+                        ret = ret ?: r;
+                        continue;
+                }
+                inst->v1_created &= ~(1u << b);
                 if (inst->v1_procs_fd[b] >= 0)
                         close(inst->v1_procs_fd[b]);
                 if (inst->v1_fd[b] >= 0)
                         close(inst->v1_fd[b]);
                 inst->v1_procs_fd[b] = inst->v1_fd[b] = -1;
-                r = dsv__cgroup_v1_delete(dsv__cgroup_ctrl_name(b), inst->v1_rel[b]);
-                if (r < 0 && r != -ENOENT && ret == 0)
-                        ret = r;
-                if (r >= 0 || r == -ENOENT)
-                        inst->v1_created &= ~(1u << b);
         }
         if (inst->v2_fd >= 0) {
-                close(inst->v2_fd);
-                inst->v2_fd = -1;
-                r = v2_remove(inst->h, inst->name);
-                if (r < 0 && ret == 0)
-                        ret = r;
+                r = v2_remove(inst->h, v2_pdir(inst->h), inst->name);
+                if (r < 0) {
+                        ret = ret ?: r;
+                } else {
+                        close(inst->v2_fd);
+                        inst->v2_fd = -1;
+                }
         }
         return ret;
 }
 
 static int instance_make_v2(struct dsv_cgroup_instance *inst) {
-        int r = v2_make(inst->h, inst->name, false, &inst->v2_fd);
+        int r = v2_make(inst->h, v2_pdir(inst->h), inst->name, false, &inst->v2_fd, NULL);
         if (r < 0)
                 return r;
         return read_ctrl_bits(inst->v2_fd, "cgroup.controllers", &inst->v2_controllers);
@@ -696,37 +1080,25 @@ static int instance_make_v1(struct dsv_cgroup_instance *inst, unsigned bit) {
         struct dsv_cgroup_host *h = inst->h;
         const char *ctrl = dsv__cgroup_ctrl_name(bit);
         /* libcgroup creates with mkdir -p, so an existing group would be reused silently. */
-        if (faccessat(h->v1_fd[bit], inst->name, F_OK, AT_SYMLINK_NOFOLLOW) == 0)
+        int pdir = v1_pdir(h, bit);
+        if (faccessat(pdir, inst->name, F_OK, AT_SYMLINK_NOFOLLOW) == 0)
                 return -EEXIST;
-        int r = join_path(inst->v1_rel[bit], sizeof inst->v1_rel[bit], h->v1_rel[bit], inst->name);
+        int r = join_path(inst->v1_rel[bit], sizeof inst->v1_rel[bit], h->v1_prel[bit], inst->name);
         if (r < 0)
                 return r;
         r = dsv__cgroup_v1_create(ctrl, inst->v1_rel[bit]);
         if (r < 0)
                 return r;
         inst->v1_created |= 1u << bit;
-        r = dsv__cgfs_open_dir(h->v1_fd[bit], inst->name, &inst->v1_fd[bit]);
+        r = dsv__cgfs_open_dir(pdir, inst->name, &inst->v1_fd[bit]);
         if (r < 0)
                 return r;
         int fd = openat(inst->v1_fd[bit], "cgroup.procs", O_WRONLY | O_NOFOLLOW | O_CLOEXEC);
         if (fd < 0)
                 return -errno;
         inst->v1_procs_fd[bit] = fd;
-        if (bit != BIT_CPUSET)
-                return 0;
-        /* A v1 cpuset group starts with empty cpus and mems and admits no task until
-         * both are set; start from the parent's, the requested ones are written next. */
-        static const char *const files[2] = {"cpuset.cpus", "cpuset.mems"};
-        for (int i = 0; i < 2; i++) {
-                char buf[1024];
-                r = dsv__cgfs_read(h->v1_fd[bit], files[i], buf, sizeof buf);
-                if (r < 0)
-                        return r;
-                r = dsv__cgroup_v1_set(ctrl, inst->v1_rel[bit], files[i], buf);
-                if (r < 0)
-                        return r;
-        }
-        return 0;
+        /* The requested cpus and mems are written next. */
+        return bit == BIT_CPUSET ? v1_cpuset_inherit(pdir, inst->v1_rel[bit]) : 0;
 }
 
 int dsv_cgroup_instance_new(struct dsv_cgroup_host *h, const char *name,
@@ -740,6 +1112,8 @@ int dsv_cgroup_instance_new(struct dsv_cgroup_host *h, const char *name,
                 return r;
         if (lim->cpu_weight > 10000)
                 return -EINVAL;
+        if ((r = ensure_parent(h)) < 0)
+                return r;
         struct dsv_cgroup_instance *inst = calloc(1, sizeof *inst);
         if (!inst)
                 return -ENOMEM;
@@ -890,10 +1264,11 @@ static long long now_ms(void) {
         return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-/* SIGKILLs every pid listed in dirfd's cgroup.procs. Returns how many were listed. */
-static int kill_listed(int dirfd) {
+/* SIGKILLs every id listed in dirfd's file (cgroup.procs; v1 tasks: a thread id
+ * kills its whole process). Returns how many were listed. */
+static int kill_listed(int dirfd, const char *file) {
         pid_t pids[1024];
-        int n = dsv__cgfs_read_pids(dirfd, pids, 1024);
+        int n = dsv__cgfs_read_ids(dirfd, file, pids, 1024);
         if (n < 0)
                 return n;
         for (int i = 0; i < n; i++)
@@ -933,25 +1308,38 @@ int dsv_cgroup_instance_stop(struct dsv_cgroup_instance *inst, int timeout_ms) {
                                 return r;
                         if (r > 0) {
                                 busy = true;
-                                if (!has_kill && (r = kill_listed(inst->v2_fd)) < 0)
+                                if (!has_kill && (r = kill_listed(inst->v2_fd, "cgroup.procs")) < 0)
                                         return r;
                         }
                 }
                 /* v1 has no cgroup.kill and no populated flag: kill what is listed until
-                 * nothing is (a task forked meanwhile shows up in the next round). A pid
-                 * read from cgroup.procs can be recycled before kill() if its task exits
-                 * and is reaped by another parent in that window; cgroup.kill (v2) has
-                 * no such window, which is why it goes first. */
+                 * nothing is (a task forked meanwhile shows up in the next round). The
+                 * list is "tasks", every thread, and not cgroup.procs: once the last
+                 * thread of a process has begun to exit, cgroup.procs no longer lists
+                 * the process, yet the group stays populated — and rmdir says EBUSY —
+                 * until that thread passes cgroup_exit(), after exit_mm() has torn down
+                 * its memory, which takes a while for a worker with gigabytes mapped.
+                 * That window left empty v1 groups behind. A thread is listed in
+                 * "tasks" until cgroup_exit(). A pid can be recycled before kill() if
+                 * its task exits and is reaped by another parent in that window;
+                 * cgroup.kill (v2) has no such window, which is why it goes first. */
                 for (unsigned b = 0; b < N_CTRL; b++) {
                         if (inst->v1_fd[b] < 0)
                                 continue;
-                        r = kill_listed(inst->v1_fd[b]);
+                        r = kill_listed(inst->v1_fd[b], "tasks");
+                        if (r == -ENOENT) /* a fake tree: no tasks file */
+                                r = kill_listed(inst->v1_fd[b], "cgroup.procs");
                         if (r < 0)
                                 return r;
                         busy |= r > 0;
                 }
-                if (!busy)
-                        break;
+                if (!busy) {
+                        /* Empty, yet rmdir can still say EBUSY for a moment; retry until
+                         * the deadline instead of leaving the group behind. */
+                        r = instance_remove(inst);
+                        if (r != -EBUSY || now_ms() >= deadline)
+                                return r;
+                }
                 long long left = deadline - now_ms();
                 if (left <= 0)
                         return -ETIMEDOUT;
@@ -969,5 +1357,4 @@ int dsv_cgroup_instance_stop(struct dsv_cgroup_instance *inst, int timeout_ms) {
                 if (efd >= 0)
                         close(efd);
         }
-        return instance_remove(inst);
 }

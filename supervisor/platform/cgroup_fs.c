@@ -170,7 +170,14 @@ bool dsv__cgfs_has_word(const char *list, const char *word) {
 }
 
 int dsv__cgfs_read_pids(int dirfd, pid_t *pids, size_t max) {
-        int fd = openat(dirfd, "cgroup.procs", O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+        return dsv__cgfs_read_ids(dirfd, "cgroup.procs", pids, max);
+}
+
+int dsv__cgfs_read_ids(int dirfd, const char *file, pid_t *pids, size_t max) {
+        int r0 = dsv__cgfs_name_check(file);
+        if (r0 < 0)
+                return r0;
+        int fd = openat(dirfd, file, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
         if (fd < 0)
                 return -errno;
         FILE *f = fdopen(fd, "re");

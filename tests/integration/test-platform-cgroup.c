@@ -6,6 +6,7 @@
  * process itself never changes group. */
 #include <dirent.h>
 #include <fcntl.h>
+#include <ftw.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdint.h>
@@ -679,6 +680,210 @@ static void real_v2_delegation_moves_self_before_enabling_body(void) {
         ASSERT_OK(r);
 }
 
+/* ---- --cgroup-parent on real hierarchies, and restoring exactly ----------------
+ * A private group G (dsvtest-<pid>-own) in every hierarchy stands in for the own group
+ * (as systemd's Delegate=yes would give one), through an injected /proc/self/cgroup,
+ * so that concurrent users of the real own groups cannot disturb the comparison. A
+ * forked child runs several cycles of host, delegate (it moves itself into
+ * G/supervisor, enables what G offers), two instances below G/inference/prod with a
+ * real child each, stop, restore; after each cycle every hierarchy below G must be
+ * exactly as before: the same directories and the same subtree_control. */
+
+#define SNAP_BYTES 8192
+static char *snap_buf;
+static size_t snap_len, snap_root_len;
+static const char *snap_tag;
+
+static int snap_walk(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
+        const char *base = path + ftw->base;
+        bool dir = flag == FTW_D || flag == FTW_DP;
+        if (!dir && strcmp(base, "cgroup.subtree_control") != 0)
+                return 0;
+        char content[256] = "";
+        if (!dir)
+                slurp(path, content, sizeof content);
+        int n = snprintf(snap_buf + snap_len, SNAP_BYTES - snap_len, "%s:%s%s%s\n", snap_tag, path + snap_root_len,
+                         dir ? "/" : " = ", content);
+        if (n < 0 || (size_t)n >= SNAP_BYTES - snap_len)
+                return 1;
+        snap_len += (size_t)n;
+        return 0;
+}
+
+/* Directories and subtree_control contents below each G, one line each, sorted by the
+ * walk (readdir order is stable for an unchanged cgroupfs directory). */
+static int snap_groups(char dirs[][1100], const char *const tags[], int n, char *buf) {
+        snap_buf = buf;
+        snap_len = 0;
+        buf[0] = '\0';
+        for (int i = 0; i < n; i++) {
+                if (!dirs[i][0])
+                        continue;
+                snap_tag = tags[i];
+                snap_root_len = strlen(dirs[i]);
+                if (nftw(dirs[i], snap_walk, 16, FTW_PHYS) != 0)
+                        return -E2BIG;
+        }
+        return 0;
+}
+
+struct gset {
+        char dir[5][1100];  /* 0..3: v1 by controller bit, 4: v2; "" when not there */
+        char rel[5][1100];  /* the same relative to its mount, for /proc/self/cgroup */
+};
+static const char *const gtags[5] = {"cpu", "cpuset", "memory", "hugetlb", "v2"};
+
+static int parent_cycles_child(const struct gset *g, const char *proc_file, int n_cycles) {
+        static char before[SNAP_BYTES], after[SNAP_BYTES];
+        char dirs[5][1100];
+        memcpy(dirs, g->dir, sizeof dirs);
+        if (snap_groups(dirs, gtags, 5, before) < 0)
+                return 40;
+        for (int cycle = 0; cycle < n_cycles; cycle++) {
+                struct dsv_cgroup_config cfg = {.proc_self_cgroup = proc_file, .parent = "inference/prod"};
+                struct dsv_cgroup_host *h;
+                if (dsv_cgroup_host_new(&cfg, &h) < 0)
+                        return 41;
+                struct dsv_cgroup_host_info info;
+                char want[1200];
+                int ret = dsv_cgroup_host_info(h, &info) < 0 ? 42 : 0;
+                for (int b = 0; !ret && b < 5; b++) {
+                        if (!g->dir[b][0])
+                                continue;
+                        snprintf(want, sizeof want, "%s/inference/prod", g->dir[b]);
+                        if (strcmp(b == 4 ? info.v2_parent : info.v1_parent[b], want) != 0)
+                                ret = 43;
+                }
+                if (!ret && dsv_cgroup_host_delegate(h) < 0)
+                        ret = 44;
+                struct dsv_cgroup_instance *inst[2] = {NULL, NULL};
+                pid_t kid[2] = {-1, -1};
+                int pidfd[2] = {-1, -1};
+                struct dsv_cgroup_limits lim = {.cpus = "0", .mems = "0", .cpu_weight = 100,
+                                                .memory_max_bytes = 256ull << 20,
+                                                .hugetlb_2mb_max_bytes = 4ull << 20};
+                char *argv[] = {"/bin/sleep", "100", NULL};
+                for (int i = 0; !ret && i < 2; i++) {
+                        struct dsv_cgroup_report rep;
+                        char name[32];
+                        snprintf(name, sizeof name, "w%d", i);
+                        if (dsv_cgroup_instance_new(h, name, &lim, &rep, &inst[i]) < 0)
+                                ret = 45;
+                        else if (!rep.e[DSV_CGROUP_LIMIT_CPUS].applied || !rep.e[DSV_CGROUP_LIMIT_MEMORY_MAX].applied)
+                                ret = 46;
+                        else if (dsv_cgroup_instance_spawn(inst[i], argv[0], argv, NULL, &kid[i], &pidfd[i]) < 0)
+                                ret = 47;
+                        /* The child is in <G>/inference/prod/w<i> in every hierarchy. */
+                        for (int b = 0; !ret && b < 5; b++) {
+                                if (!g->dir[b][0])
+                                        continue;
+                                snprintf(want, sizeof want, "%s/inference/prod/%s", g->rel[b], name);
+                                if (!proc_cgroup_has(kid[i], b == 4 ? NULL : gtags[b], want))
+                                        ret = 48;
+                        }
+                }
+                for (int i = 0; i < 2; i++) {
+                        if (inst[i] && dsv_cgroup_instance_stop(inst[i], 5000) < 0)
+                                ret = ret ?: 49;
+                        if (pidfd[i] >= 0) {
+                                siginfo_t si;
+                                waitid(P_PIDFD, (id_t)pidfd[i], &si, WEXITED);
+                                close(pidfd[i]);
+                        }
+                        dsv_cgroup_instance_free(inst[i]);
+                }
+                char why[1024];
+                if (dsv_cgroup_host_restore(h, why, sizeof why) < 0) {
+                        fprintf(stderr, "  restore: %s\n", why);
+                        ret = ret ?: 50;
+                }
+                dsv_cgroup_host_free(h);
+                if (ret)
+                        return ret;
+                if (snap_groups(dirs, gtags, 5, after) < 0)
+                        return 51;
+                if (strcmp(before, after) != 0) {
+                        fprintf(stderr, "  cycle %d changed the hierarchies:\n--- before\n%s--- after\n%s", cycle,
+                                before, after);
+                        return 52;
+                }
+        }
+        return 0;
+}
+
+static void parent_cycles(struct gset *g, bool *root_hugetlb, char *own_v2, size_t own_size) {
+        struct ctx c;
+        ASSERT_OK(ctx_init(&c));
+        struct dsv_cgroup_host_info info = c.info;
+        dsv_cgroup_host_free(c.h);
+        char name[64], proc_file[64], lines[4096] = "", p[1300];
+        snprintf(name, sizeof name, "dsvtest-%d-own", (int)getpid());
+        for (int b = 0; b < 5; b++) {
+                const char *own = b == 4 ? info.v2_own : (info.v1_mounted & (1u << b)) ? info.v1_own[b] : "";
+                if (!own[0])
+                        continue;
+                char rel[1024];
+                own_rel(&c, b == 4 ? NULL : gtags[b], rel, sizeof rel);
+                snprintf(g->dir[b], sizeof g->dir[b], "%s/%s", own, name);
+                snprintf(g->rel[b], sizeof g->rel[b], "%s/%s", rel, name);
+                ASSERT_TRUE(mkdir(g->dir[b], 0755) == 0);
+                size_t len = strlen(lines);
+                snprintf(lines + len, sizeof lines - len, "%d:%s:%s\n", b == 4 ? 0 : 10 + b, b == 4 ? "" : gtags[b],
+                         g->rel[b]);
+                if (b == 1) { /* an empty v1 cpuset admits nothing: G gets its parent's */
+                        static const char *const files[2] = {"cpuset.cpus", "cpuset.mems"};
+                        for (int i = 0; i < 2; i++) {
+                                char v[256];
+                                ASSERT_OK(read_in(own, "", files[i], v, sizeof v) >= 0 ? 0 : -EIO);
+                                char path[1200];
+                                snprintf(path, sizeof path, "%.1099s/%s", g->dir[b], files[i]);
+                                ASSERT_OK(spew(path, v));
+                        }
+                }
+        }
+        if (info.v2_own[0]) {
+                snprintf(own_v2, own_size, "%s", info.v2_own);
+                /* Something for G to delegate: hugetlb, when the host has it in v2. */
+                if ((info.v2_available & DSV_CGROUP_CTRL_HUGETLB) && !(info.v2_enabled & DSV_CGROUP_CTRL_HUGETLB)) {
+                        snprintf(p, sizeof p, "%s/cgroup.subtree_control", info.v2_own);
+                        ASSERT_OK(spew(p, "+hugetlb"));
+                        *root_hugetlb = true;
+                }
+        }
+        snprintf(proc_file, sizeof proc_file, "/tmp/dsv-proc-self-cgroup-%d", (int)getpid());
+        FILE *f = fopen(proc_file, "we");
+        ASSERT_TRUE(f != NULL);
+        fputs(lines, f);
+        fclose(f);
+        pid_t kid = fork();
+        ASSERT_TRUE(kid >= 0);
+        if (kid == 0)
+                _exit(parent_cycles_child(g, proc_file, 3));
+        int st;
+        ASSERT_TRUE(waitpid(kid, &st, 0) == kid);
+        unlink(proc_file);
+        if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+                T_FAIL("parent-subtree cycles failed (status 0x%x)", st);
+}
+
+static void parent_subtree_cycles_restore_exactly_body(void) {
+        struct gset g;
+        memset(&g, 0, sizeof g);
+        bool root_hugetlb = false;
+        char own_v2[1100] = "", p[1300];
+        parent_cycles(&g, &root_hugetlb, own_v2, sizeof own_v2);
+        int r = 0;
+        for (int b = 0; b < 5; b++)
+                if (g.dir[b][0] && rmdir(g.dir[b]) < 0 && r == 0)
+                        r = -errno;
+        if (root_hugetlb) {
+                snprintf(p, sizeof p, "%s/cgroup.subtree_control", own_v2);
+                int rr = spew(p, "-hugetlb");
+                r = r ?: rr;
+        }
+        ASSERT_OK(r);
+}
+
 /* ---- isolation: each test body runs in a forked child; the parent then sweeps ----
  * A body that crashes cannot run its own cleanup, so the parent removes every group
  * named "dsvtest-<child pid>-*" below its own groups (killing what is still in them)
@@ -798,4 +1003,8 @@ TEST(spawn_without_clone3_joins_before_exec) {
 
 TEST(real_v2_delegation_moves_self_before_enabling) {
         run_isolated(real_v2_delegation_moves_self_before_enabling_body);
+}
+
+TEST(parent_subtree_cycles_restore_exactly) {
+        run_isolated(parent_subtree_cycles_restore_exactly_body);
 }

@@ -548,3 +548,181 @@ TEST(mode_detect_on_non_cgroup_filesystems) {
                 ASSERT_EQ(m, DSV_CGROUP_MODE_LEGACY);
         }
 }
+
+/* ---- the parent subtree (--cgroup-parent) and restoring the delegated group ------- */
+
+/* The set of controllers a fake cgroup.subtree_control ends up with: the fake keeps
+ * every "+ctrl"/"-ctrl" write appended, so the kernel's answer is their replay. */
+static unsigned replay_subtree_control(const char *log) {
+        static const char *const names[] = {"cpu", "cpuset", "memory", "hugetlb", "io", "pids"};
+        unsigned set = 0;
+        char copy[512];
+        snprintf(copy, sizeof copy, "%s", log);
+        for (char *w = strtok(copy, " \n"); w; w = strtok(NULL, " \n")) {
+                char op = (*w == '+' || *w == '-') ? *w++ : '+';
+                for (unsigned i = 0; i < sizeof names / sizeof names[0]; i++)
+                        if (strcmp(w, names[i]) == 0)
+                                set = op == '+' ? set | (1u << i) : set & ~(1u << i);
+        }
+        return set;
+}
+
+static void fake_parent_cycle(struct fake *f) {
+        struct snap *before = calloc(1, sizeof *before), *after = calloc(1, sizeof *after);
+        char buf[4096], want[600];
+        ASSERT_TRUE(before && after);
+        ASSERT_OK(snap_take(f, before));
+        struct dsv_cgroup_config cfg = {
+                .root = f->root, .proc_self_cgroup = f->proc, .mode = DSV_CGROUP_MODE_UNIFIED,
+                .on_mkdir = fake_mkdir, .on_rmdir = fake_rmdir, .fake_user = f, .parent = "inference/prod",
+        };
+        struct dsv_cgroup_host *h = NULL;
+        ASSERT_OK(dsv_cgroup_host_new(&cfg, &h));
+        struct dsv_cgroup_host_info info;
+        ASSERT_OK(dsv_cgroup_host_info(h, &info));
+        snprintf(want, sizeof want, "%s/system.slice/dsv.service/inference/prod", f->root);
+        ASSERT_STREQ(info.v2_parent, want);
+
+        /* Every level of the path gets the controllers own enables, top down, so that
+         * the instance groups below have them; nothing is written above own. */
+        ASSERT_OK(dsv_cgroup_host_delegate(h));
+        ASSERT_OK(read_rel(f, OWN "/cgroup.subtree_control", buf, sizeof buf));
+        ASSERT_STREQ(buf, "+cpu\n+cpuset\n+memory\n");
+        ASSERT_OK(read_rel(f, OWN "/inference/cgroup.subtree_control", buf, sizeof buf));
+        ASSERT_STREQ(buf, "+cpu\n+cpuset\n+memory\n");
+        ASSERT_OK(read_rel(f, OWN "/inference/prod/cgroup.subtree_control", buf, sizeof buf));
+        ASSERT_STREQ(buf, "+cpu\n+cpuset\n+memory\n");
+
+        struct dsv_cgroup_limits lim = {.cpus = "0-3", .mems = "0", .cpu_weight = 100};
+        struct dsv_cgroup_report rep;
+        struct dsv_cgroup_instance *w0 = NULL, *w1 = NULL;
+        ASSERT_OK(dsv_cgroup_instance_new(h, "w0", &lim, &rep, &w0));
+        ASSERT_OK(dsv_cgroup_instance_new(h, "w1", &lim, &rep, &w1));
+        ASSERT_EQ(dsv_cgroup_report_n_missing(&rep), 0);
+        ASSERT_OK(read_rel(f, OWN "/inference/prod/w1/cpu.weight", buf, sizeof buf));
+        ASSERT_STREQ(buf, "100\n");
+        ASSERT_OK(dsv_cgroup_instance_stop(w0, 1000));
+        ASSERT_OK(dsv_cgroup_instance_stop(w1, 1000));
+        dsv_cgroup_instance_free(w0);
+        dsv_cgroup_instance_free(w1);
+
+        char why[512] = "x";
+        ASSERT_OK(dsv_cgroup_host_restore(h, why, sizeof why));
+        ASSERT_STREQ(why, "");
+        ASSERT_OK(dsv_cgroup_host_restore(h, why, sizeof why)); /* idempotent */
+        dsv_cgroup_host_free(h);
+
+        /* Exactly as before: no level, no leaf; own's subtree_control replays to what it
+         * was; own's cgroup.procs got this process back (a move, appended). */
+        ASSERT_OK(snap_take(f, after));
+        char bad[200] = "";
+        if (snap_diff_outside_own(before, after, bad, sizeof bad))
+                T_FAIL("changed outside the delegated group: %s", bad);
+        ASSERT_EQ(after->n, before->n);
+        for (int i = 0; i < after->n; i++) {
+                const char *old = snap_find(before, after->path[i]);
+                if (!old) {
+                        T_FAIL("left behind: %s", after->path[i]);
+                        continue;
+                }
+                if (strcmp(after->path[i], "/" OWN "/cgroup.subtree_control") == 0)
+                        ASSERT_EQ(replay_subtree_control(after->content[i]), replay_subtree_control(old));
+                else if (strcmp(after->path[i], "/" OWN "/cgroup.procs") == 0)
+                        ASSERT_TRUE(strncmp(after->content[i], old, strlen(old)) == 0 &&
+                                    atoi(after->content[i] + strlen(old)) == (int)getpid());
+                else if (strcmp(old, after->content[i]) != 0)
+                        T_FAIL("changed: %s", after->path[i]);
+        }
+        ASSERT_OK(read_rel(f, OWN "/cgroup.subtree_control", buf, sizeof buf));
+        ASSERT_STREQ(buf, "+cpu\n+cpuset\n+memory\n-memory\n-cpuset\n-cpu\n");
+        free(before);
+        free(after);
+}
+
+TEST(fake_v2_parent_subtree_created_and_restored) {
+        struct fake f = {0};
+        int fds = count_fds();
+        int r = fake_setup(&f);
+        if (r == 0)
+                fake_parent_cycle(&f);
+        fake_teardown(&f);
+        ASSERT_OK(r);
+        ASSERT_EQ(count_fds(), fds);
+}
+
+/* A level that existed is used and left; a group someone else made meanwhile keeps
+ * the controllers enabled above it (it may use them), and restore says so. */
+static void fake_parent_shared(struct fake *f) {
+        char buf[512];
+        ASSERT_TRUE(mkdirat(AT_FDCWD, f->root, 0755) == 0 || errno == EEXIST);
+        char p[600];
+        snprintf(p, sizeof p, "%s/%s", f->dir, OWN);
+        int own = open(p, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        ASSERT_TRUE(own >= 0);
+        ASSERT_TRUE(mkdirat(own, "inference", 0755) == 0);
+        ASSERT_OK(fake_mkdir(own, "inference", f));
+        struct dsv_cgroup_config cfg = {
+                .root = f->root, .proc_self_cgroup = f->proc, .mode = DSV_CGROUP_MODE_UNIFIED,
+                .on_mkdir = fake_mkdir, .on_rmdir = fake_rmdir, .fake_user = f, .parent = "inference/prod",
+        };
+        struct dsv_cgroup_host *h = NULL;
+        ASSERT_OK(dsv_cgroup_host_new(&cfg, &h));
+        ASSERT_OK(dsv_cgroup_host_delegate(h));
+        ASSERT_TRUE(mkdirat(own, "inference/other", 0755) == 0);
+        char why[1024];
+        ASSERT_ERR(dsv_cgroup_host_restore(h, why, sizeof why), -EBUSY);
+        ASSERT_TRUE(strstr(why, "inference/cgroup.subtree_control: 1 other group below it may use it") != NULL);
+        ASSERT_TRUE(strstr(why, "dsv.service/cgroup.subtree_control: 1 other group") != NULL);
+        dsv_cgroup_host_free(h);
+        /* prod (ours) is gone, inference (theirs) stays with "other" below it. */
+        ASSERT_ERR(read_rel(f, OWN "/inference/prod/cgroup.controllers", buf, sizeof buf), -ENOENT);
+        ASSERT_OK(read_rel(f, OWN "/inference/cgroup.controllers", buf, sizeof buf));
+        ASSERT_OK(read_rel(f, OWN "/inference/cgroup.subtree_control", buf, sizeof buf));
+        ASSERT_STREQ(buf, "+cpu\n+cpuset\n+memory\n");
+        unlinkat(own, "inference/other", AT_REMOVEDIR);
+        close(own);
+}
+
+TEST(fake_v2_parent_leaves_what_others_use) {
+        struct fake f = {0};
+        int r = fake_setup(&f);
+        if (r == 0)
+                fake_parent_shared(&f);
+        fake_teardown(&f);
+        ASSERT_OK(r);
+}
+
+TEST(parent_paths_must_stay_below_own) {
+        static const char *const bad[] = {"/sys/fs/cgroup/x", "..", "a/../b", "a//b", "a/", ".", "./a", "a/..",
+                                          "/"};
+        for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+                const char *why = NULL;
+                ASSERT_ERR(dsv_cgroup_parent_check(bad[i], &why), -EINVAL);
+                ASSERT_TRUE(why != NULL && why[0]);
+        }
+        const char *why = NULL;
+        ASSERT_ERR(dsv_cgroup_parent_check("/a", &why), -EINVAL);
+        ASSERT_TRUE(strstr(why, "absolute") != NULL);
+        ASSERT_ERR(dsv_cgroup_parent_check("a/../b", &why), -EINVAL);
+        ASSERT_TRUE(strstr(why, "'..'") != NULL);
+        ASSERT_ERR(dsv_cgroup_parent_check("a//b", &why), -EINVAL);
+        ASSERT_TRUE(strstr(why, "empty component") != NULL);
+        ASSERT_ERR(dsv_cgroup_parent_check("a/b/c/d/e/f/g/h/i/j/k/l/m/n/o/p/q", &why), -EINVAL);
+        ASSERT_OK(dsv_cgroup_parent_check("a/b/c/d/e/f/g/h/i/j/k/l/m/n/o/p", NULL));
+        ASSERT_OK(dsv_cgroup_parent_check("inference/prod", NULL));
+        ASSERT_OK(dsv_cgroup_parent_check("x..y/.z", NULL));
+        ASSERT_OK(dsv_cgroup_parent_check("", NULL));
+        ASSERT_OK(dsv_cgroup_parent_check(NULL, NULL));
+
+        /* And the host refuses them before touching anything. */
+        struct fake f = {0};
+        int r = fake_setup(&f);
+        struct dsv_cgroup_host *h = NULL;
+        struct dsv_cgroup_config cfg = {.root = f.root, .proc_self_cgroup = f.proc,
+                                        .mode = DSV_CGROUP_MODE_UNIFIED, .parent = "../escape"};
+        int r2 = r ?: dsv_cgroup_host_new(&cfg, &h);
+        fake_teardown(&f);
+        ASSERT_OK(r);
+        ASSERT_ERR(r2, -EINVAL);
+        ASSERT_TRUE(h == NULL);
+}

@@ -102,6 +102,13 @@ struct dsv_cgroup_config {
         enum dsv_cgroup_mode mode;    /* DETECT, or forced (a fake v2 tree is UNIFIED) */
         const char *supervisor_leaf;  /* v2 leaf dsvisor moves into; NULL: "supervisor" */
         unsigned controllers;         /* DSV_CGROUP_CTRL_* to use; 0: all */
+        const char *parent;           /* where the instance groups go, relative to the own
+                                       * group in every hierarchy: "inference/prod" puts
+                                       * them in <own>/inference/prod/ (NULL or "": <own>).
+                                       * See dsv_cgroup_parent_check() for what is refused */
+        uint64_t parent_rt_runtime_us; /* v1 cpu.rt_runtime_us for each parent level
+                                        * dsvisor creates (RT workers need runtime along
+                                        * the whole path); 0: none */
         /* Test seam for fake v2 trees (NULL on real hosts): on_mkdir runs after each
          * mkdir of a group with the parent's fd and the new name, to lay out the files
          * the kernel would create (a negative return fails the creation); on_rmdir runs
@@ -119,7 +126,18 @@ struct dsv_cgroup_host_info {
         unsigned v2_enabled;      /* ... enabled in own cgroup.subtree_control */
         unsigned v1_mounted;      /* DSV_CGROUP_CTRL_* with a v1 hierarchy in use */
         char v1_own[4][512];      /* own v1 group per controller bit index, absolute path */
+        char v2_parent[512];      /* where the instance groups go: v2_own[/parent]; "" without v2 */
+        char v1_parent[4][512];   /* ... per v1 controller: v1_own[b][/parent] */
 };
+
+#define DSV_CGROUP_PARENT_MAX_LEVELS 16
+
+/* 0 when rel is a usable parent subtree: NULL or "" (none), or names joined by '/'.
+ * -EINVAL, with a static reason in *ret_why (may be NULL), for an absolute path, an
+ * empty component ("a//b", "a/"), "." or "..", a component of NAME_MAX or more, over
+ * 255 characters or over DSV_CGROUP_PARENT_MAX_LEVELS levels: it must stay inside the
+ * delegated subtree. */
+int dsv_cgroup_parent_check(const char *rel, const char **ret_why);
 
 struct dsv_cgroup_host;
 struct dsv_cgroup_instance;
@@ -136,9 +154,24 @@ int dsv_cgroup_host_info(const struct dsv_cgroup_host *h, struct dsv_cgroup_host
 /* v2 delegation, per the no-internal-processes rule: unless the own group is the
  * hierarchy root (exempt), moves this process (all its threads) into
  * <own>/<supervisor_leaf>, then enables each configured controller that
- * <own>/cgroup.controllers lists in <own>/cgroup.subtree_control. Writes nothing above
- * <own>. A no-op without a v2 tree. -EBUSY when other processes remain in <own>. */
+ * <own>/cgroup.controllers lists and <own>/cgroup.subtree_control does not enable yet.
+ * Then creates the parent subtree (cfg->parent) in every hierarchy, level by level,
+ * enabling the same controllers in each v2 level (instance_new does this too when
+ * delegate was not called). Writes nothing above <own>. Everything it creates or
+ * enables is recorded for dsv_cgroup_host_restore(). -EBUSY when other processes remain
+ * in <own> or in an existing parent level. */
 int dsv_cgroup_host_delegate(struct dsv_cgroup_host *h);
+
+/* Undoes delegate, after every instance was stopped: removes the parent levels it
+ * created (deepest first; levels that existed stay), disables in each subtree_control
+ * only the controllers it enabled there itself, moves this process back from the leaf
+ * into <own> and removes the leaf if it made it. The rule for a controller it enabled:
+ * it is disabled only when no child group is left below that directory (other than the
+ * leaf), since a group someone else made meanwhile — another dsvisor that found the
+ * controller on and so did not record it — may use it; then it stays on and the reason
+ * is given. 0 when all was undone; else the first -errno (-EBUSY for "still in use"),
+ * with every step left undone described in why (may be NULL). Idempotent. */
+int dsv_cgroup_host_restore(struct dsv_cgroup_host *h, char *why, size_t why_size);
 
 /* Requested limits; zero/NULL fields are not requested. */
 struct dsv_cgroup_limits {
