@@ -65,21 +65,26 @@ struct ds_state {
         float *hb, *hb2;         /* (T, mlp_width) */
         float *cos, *sin;        /* (T, rope/2) */
         float *logits;           /* (T, vocab) */
-        /* ... and for one token at a time (attention, MoE) */
-        float *q_abs;            /* (H, kvr) W_uk^T q_nope per head */
-        float *o_lat;            /* (H, kvr) sum_t p_t c_t per head */
-        float *uv;               /* (H*(nope+v)) rows of kv_b_proj applied to o_lat */
-        float *att;              /* (H, n_ctx) */
+        /* attention, all tokens of the call per head */
+        float *q_abs;            /* (T, H, kvr) W_uk^T q_nope per token and head */
+        float *o_lat;            /* (T, H, kvr) sum_t p_t c_t per token and head */
+        float *uv;               /* (n_threads, T, H*(nope+v)) rows of kv_b_proj applied to o_lat */
+        float *att;              /* (n_threads, n_ctx) scores, then probabilities */
         float *row;              /* (n_threads, kvr) one dequantised kv_b_proj row per thread */
         float *kvb_full;         /* (n_threads, H*(nope+v)) naive form: decompressed k/v of one token */
-        /* MoE, tokens grouped by expert (K = n_experts_per_tok) */
-        float *moe_out;          /* (T, hidden) */
+        /* MoE: the (token, k) pairs gathered expert by expert (K = n_experts_per_tok) */
         float *router_logits;    /* (T, n_experts) */
         int32_t *moe_idx;        /* (T, K) chosen experts */
         float *moe_w;            /* (T, K) their weights */
-        int32_t *moe_slot;       /* (T) which (token, k) each gathered row serves */
-        float *moe_in, *moe_y;   /* (T, hidden) one expert's gathered inputs and outputs */
-        float *moe_eo;           /* (T, K, hidden) every chosen expert's output per token */
+        int32_t *moe_pos;        /* (T, K) where pair (t, k) sits in the gathered order */
+        int32_t *moe_first;      /* (n_experts + 1) each expert's first gathered row */
+        float *moe_in;           /* (T*K, hidden) gathered inputs */
+        float *moe_hb, *moe_hb2; /* (T*K, moe_inter) gathered gate/up outputs */
+        float *moe_eo;           /* (T*K, hidden) gathered expert outputs */
+        float *moe_out;          /* (T, hidden) */
+        void *moe_xq_in;         /* int8 copies of moe_in ... */
+        void *moe_xq_hb;         /* ... and of moe_hb */
+        struct dse__mm *moe_mm;  /* (2 * (n_experts + 1)) one grouped call's items */
         /* KV rows (through s->kv): latent c then k_pe, (kvr + rope) per layer and token */
 };
 
@@ -220,19 +225,24 @@ static int ds_init(struct dse_session *s, struct dse_diag *reterr) {
         size_t n_exp = hp->n_routed_experts > 0 ? (size_t)hp->n_routed_experts : 1;
         size_t n_k = hp->n_experts_per_tok > 0 ? (size_t)hp->n_experts_per_tok : 1;
         size_t qlr = hp->q_lora_rank > 0 ? (size_t)hp->q_lora_rank : 1;
+        size_t mw = hp->moe_intermediate_size > 0 ? (size_t)hp->moe_intermediate_size : 1, nth = (size_t)st->n_threads;
         st->mlp_width = max_width;
 #define ALLOC(p, n) (((p) = dse__session_alloc(s, (size_t)(n) * sizeof(float))) != NULL)
         if (!ALLOC(st->x, T * D) || !ALLOC(st->xb, T * D) || !ALLOC(st->xb2, T * D) || !ALLOC(st->qa, T * qlr) ||
             !ALLOC(st->q, T * H * st->qk_dim) || !ALLOC(st->kv_a, T * st->lat_dim) ||
             !ALLOC(st->att_out, T * H * st->vdim) || !ALLOC(st->hb, T * max_width) || !ALLOC(st->hb2, T * max_width) ||
             !ALLOC(st->cos, T * st->rope_dim / 2) || !ALLOC(st->sin, T * st->rope_dim / 2) ||
-            !ALLOC(st->logits, T * V) || !ALLOC(st->q_abs, H * st->kvr) || !ALLOC(st->o_lat, H * st->kvr) ||
-            !ALLOC(st->uv, hkv) || !ALLOC(st->att, (size_t)H * n_ctx) ||
-            !ALLOC(st->row, (size_t)st->n_threads * st->kvr) || !ALLOC(st->kvb_full, (size_t)st->n_threads * hkv) ||
-            !ALLOC(st->moe_out, T * D) || !ALLOC(st->router_logits, T * n_exp) || !ALLOC(st->moe_w, T * n_k) ||
-            !ALLOC(st->moe_in, T * D) || !ALLOC(st->moe_y, T * D) || !ALLOC(st->moe_eo, T * n_k * D) ||
+            !ALLOC(st->logits, T * V) || !ALLOC(st->q_abs, T * H * st->kvr) || !ALLOC(st->o_lat, T * H * st->kvr) ||
+            !ALLOC(st->uv, nth * T * hkv) || !ALLOC(st->att, nth * n_ctx) || !ALLOC(st->row, nth * st->kvr) ||
+            !ALLOC(st->kvb_full, nth * hkv) || !ALLOC(st->moe_out, T * D) || !ALLOC(st->router_logits, T * n_exp) ||
+            !ALLOC(st->moe_w, T * n_k) || !ALLOC(st->moe_in, T * n_k * D) || !ALLOC(st->moe_hb, T * n_k * mw) ||
+            !ALLOC(st->moe_hb2, T * n_k * mw) || !ALLOC(st->moe_eo, T * n_k * D) ||
             !(st->moe_idx = dse__session_alloc(s, T * n_k * sizeof(int32_t))) ||
-            !(st->moe_slot = dse__session_alloc(s, T * sizeof(int32_t))))
+            !(st->moe_pos = dse__session_alloc(s, T * n_k * sizeof(int32_t))) ||
+            !(st->moe_first = dse__session_alloc(s, (n_exp + 1) * sizeof(int32_t))) ||
+            !(st->moe_xq_in = dse__session_alloc(s, dse__xq_bytes((int64_t)(T * n_k), D))) ||
+            !(st->moe_xq_hb = dse__session_alloc(s, dse__xq_bytes((int64_t)(T * n_k), (int64_t)mw))) ||
+            !(st->moe_mm = dse__session_alloc(s, 2 * (n_exp + 1) * sizeof(struct dse__mm))))
                 return -ENOMEM;
 #undef ALLOC
         return 0;
@@ -241,46 +251,54 @@ static int ds_init(struct dse_session *s, struct dse_diag *reterr) {
 struct mla_job {
         struct dse_session *s;
         const struct ds_layer *L;
-        int l;                         /* layer: its latents are kv rows (kvr + rope) */
-        const struct dse__kv_view *kv; /* the token's sequence */
-        int32_t T;                     /* positions 0..T-1 attended */
-        const float *q;                /* (H, nope+rope) the token's queries */
-        float *out;                    /* (H, v) */
+        int l;                       /* layer: its latents are kv rows (kvr + rope) */
+        const struct dse__tok *toks; /* (n) each with its sequence's view and position */
+        int n;
 };
 
-/* Absorbed MLA for heads [h0, h1). */
+/* Absorbed MLA for heads [h0, h1), every token of the call: a head's rows of kv_b_proj
+ * are decoded once for all tokens. */
 static void mla_absorbed(void *ctx, size_t h0, size_t h1, int ith) {
         const struct mla_job *j = ctx;
         struct dse_session *s = j->s;
         struct ds_state *st = s->arch;
         const struct dse_qmat *wkv_b = &j->L->wkv_b;
-        int32_t kvr = st->kvr, rd = st->rope_dim, blk = st->nope + st->vdim;
-        float *row = st->row + (size_t)ith * kvr; /* (kvr) */
+        int32_t kvr = st->kvr, rd = st->rope_dim, blk = st->nope + st->vdim, n = j->n;
+        int64_t QD = (int64_t)st->H * st->qk_dim, HK = (int64_t)st->H * kvr, hkv = (int64_t)st->H * blk;
+        float *row = st->row + (size_t)ith * kvr;                        /* (kvr) */
+        float *att = st->att + (size_t)ith * (size_t)s->n_ctx;           /* (T) */
+        float *uv = st->uv + (size_t)ith * DSE__MAX_STEP_TOKENS * (size_t)hkv; /* (n, hkv) by absolute row */
         for (size_t h = h0; h < h1; h++) {
-                const float *q_nope = j->q + h * st->qk_dim;   /* (nope) */
-                const float *q_pe = q_nope + st->nope;         /* (rope), rotated */
-                float *q_abs = st->q_abs + h * kvr;            /* (kvr) */
-                float *o_lat = st->o_lat + h * kvr;            /* (kvr) */
-                float *att = st->att + h * (size_t)s->n_ctx;   /* (T) */
-
                 /* q_abs = W_uk^T q_nope: a q_nope-weighted sum of the head's k rows */
-                memset(q_abs, 0, (size_t)kvr * sizeof(float));
-                for (int32_t i = 0; i < st->nope; i++) {
-                        s->k.dequant_row(wkv_b, (int64_t)h * blk + i, row);
-                        s->k.axpy(q_nope[i], row, q_abs, kvr);
+                for (int i = 0; i < n; i++)
+                        memset(st->q_abs + i * HK + (int64_t)h * kvr, 0, (size_t)kvr * sizeof(float));
+                for (int32_t c = 0; c < st->nope; c++) {
+                        s->k.dequant_row(wkv_b, (int64_t)h * blk + c, row);
+                        for (int i = 0; i < n; i++)
+                                s->k.axpy(st->q[i * QD + (int64_t)h * st->qk_dim + c], row,
+                                          st->q_abs + i * HK + (int64_t)h * kvr, kvr);
                 }
-                for (int32_t t = 0; t < j->T; t++) {
-                        const float *lat = dse__kv_row(j->kv, j->l, t); /* (kvr + rope) */
-                        att[t] = (s->k.dot(q_abs, lat, kvr) + s->k.dot(q_pe, lat + kvr, rd)) * st->softmax_scale;
+                for (int i = 0; i < n; i++) {
+                        const struct dse__kv_view *kv = j->toks[i].kv;
+                        int32_t T = j->toks[i].pos + 1;
+                        const float *q_pe = st->q + i * QD + (int64_t)h * st->qk_dim + st->nope; /* (rope), rotated */
+                        const float *q_abs = st->q_abs + i * HK + (int64_t)h * kvr;              /* (kvr) */
+                        float *o_lat = st->o_lat + i * HK + (int64_t)h * kvr;                    /* (kvr) */
+                        for (int32_t t = 0; t < T; t++) {
+                                const float *lat = dse__kv_row(kv, j->l, t); /* (kvr + rope) */
+                                att[t] = (s->k.dot(q_abs, lat, kvr) + s->k.dot(q_pe, lat + kvr, rd)) * st->softmax_scale;
+                        }
+                        s->k.softmax(att, T);
+                        memset(o_lat, 0, (size_t)kvr * sizeof(float));
+                        for (int32_t t = 0; t < T; t++)
+                                s->k.axpy(att[t], dse__kv_row(kv, j->l, t), o_lat, kvr);
                 }
-                s->k.softmax(att, j->T);
-                memset(o_lat, 0, (size_t)kvr * sizeof(float));
-                for (int32_t t = 0; t < j->T; t++)
-                        s->k.axpy(att[t], dse__kv_row(j->kv, j->l, t), o_lat, kvr);
-                /* out_h = W_uv o_lat: the head's v rows of kv_b_proj */
+                /* out_h = W_uv o_lat: the head's v rows of kv_b_proj, for all tokens at once */
                 int64_t v0 = (int64_t)h * blk + st->nope;
-                s->k.matvec[wkv_b->dtype](wkv_b, o_lat, st->uv, v0, v0 + st->vdim);
-                memcpy(j->out + h * st->vdim, st->uv + v0, (size_t)st->vdim * sizeof(float));
+                s->k.matmul[wkv_b->dtype](wkv_b, st->o_lat + (int64_t)h * kvr, HK, n, uv, hkv, v0, v0 + st->vdim);
+                for (int i = 0; i < n; i++)
+                        memcpy(st->att_out + (int64_t)i * st->H * st->vdim + (int64_t)h * st->vdim, uv + i * hkv + v0,
+                               (size_t)st->vdim * sizeof(float));
         }
 }
 
@@ -291,71 +309,139 @@ static void mla_naive(void *ctx, size_t h0, size_t h1, int ith) {
         struct ds_state *st = s->arch;
         const struct dse_qmat *wkv_b = &j->L->wkv_b;
         int32_t kvr = st->kvr, rd = st->rope_dim, blk = st->nope + st->vdim;
+        int64_t QD = (int64_t)st->H * st->qk_dim;
         float *kv = st->kvb_full + (size_t)ith * st->H * blk; /* (H*(nope+v)) by absolute row */
-        for (size_t h = h0; h < h1; h++) {
-                const float *q_nope = j->q + h * st->qk_dim;
-                const float *q_pe = q_nope + st->nope;
-                float *att = st->att + h * (size_t)s->n_ctx;
-                float *out = j->out + h * st->vdim; /* (v) */
-                int64_t k0 = (int64_t)h * blk, v0 = k0 + st->nope;
-                for (int32_t t = 0; t < j->T; t++) {
-                        const float *lat = dse__kv_row(j->kv, j->l, t);
-                        s->k.matvec[wkv_b->dtype](wkv_b, lat, kv, k0, v0); /* k_nope_t (nope) */
-                        att[t] = (s->k.dot(q_nope, kv + k0, st->nope) + s->k.dot(q_pe, lat + kvr, rd)) *
-                                 st->softmax_scale;
+        float *att = st->att + (size_t)ith * (size_t)s->n_ctx;
+        for (size_t h = h0; h < h1; h++)
+                for (int i = 0; i < j->n; i++) {
+                        const struct dse__kv_view *cache = j->toks[i].kv;
+                        int32_t T = j->toks[i].pos + 1;
+                        const float *q_nope = st->q + i * QD + (int64_t)h * st->qk_dim;
+                        const float *q_pe = q_nope + st->nope;
+                        float *out = st->att_out + (int64_t)i * st->H * st->vdim + (int64_t)h * st->vdim; /* (v) */
+                        int64_t k0 = (int64_t)h * blk, v0 = k0 + st->nope;
+                        for (int32_t t = 0; t < T; t++) {
+                                const float *lat = dse__kv_row(cache, j->l, t);
+                                s->k.matvec[wkv_b->dtype](wkv_b, lat, kv, k0, v0); /* k_nope_t (nope) */
+                                att[t] = (s->k.dot(q_nope, kv + k0, st->nope) + s->k.dot(q_pe, lat + kvr, rd)) *
+                                         st->softmax_scale;
+                        }
+                        s->k.softmax(att, T);
+                        memset(out, 0, (size_t)st->vdim * sizeof(float));
+                        for (int32_t t = 0; t < T; t++) {
+                                const float *lat = dse__kv_row(cache, j->l, t);
+                                s->k.matvec[wkv_b->dtype](wkv_b, lat, kv, v0, v0 + st->vdim); /* v_t (v) */
+                                s->k.axpy(att[t], kv + v0, out, st->vdim);
+                        }
                 }
-                s->k.softmax(att, j->T);
-                memset(out, 0, (size_t)st->vdim * sizeof(float));
-                for (int32_t t = 0; t < j->T; t++) {
-                        const float *lat = dse__kv_row(j->kv, j->l, t);
-                        s->k.matvec[wkv_b->dtype](wkv_b, lat, kv, v0, v0 + st->vdim); /* v_t (v) */
-                        s->k.axpy(att[t], kv + v0, out, st->vdim);
-                }
-        }
 }
 
-/* out = down(silu(gate(x)) * up(x)) for n tokens: x, out (n, hidden) */
+/* out = down(silu(gate(x)) * up(x)) for n tokens: x, out (n, hidden); gate and up in
+ * one region */
 static void swiglu(struct dse_session *s, const struct ds_mlp *m, const float *x, int n, float *out) {
         struct ds_state *st = s->arch;
         int64_t D = s->hp->hidden_size, W = st->mlp_width;
-        dse__linear_n(s, &m->gate, x, D, n, st->hb, W, NULL);
-        dse__linear_n(s, &m->up, x, D, n, st->hb2, W, NULL);
+        struct dse__mm gu[2] = {
+                {.w = &m->gate, .x = x, .ldx = D, .n = n, .y = st->hb, .ldy = W},
+                {.w = &m->up, .x = x, .ldx = D, .n = n, .y = st->hb2, .ldy = W},
+        };
+        dse__linear_group(s, gu, 2);
         for (int i = 0; i < n; i++)
                 s->k.swiglu(st->hb + i * W, st->hb2 + i * W, m->gate.rows);
         dse__linear_n(s, &m->down, st->hb, W, n, out, D, NULL);
 }
 
+/* Rows [j0, j0 + m) of a quantized buffer of n rows, as its own dse_xq. */
+static struct dse_xq xq_rows(const struct dse_xq *all, int64_t j0, int64_t m) {
+        struct dse_xq v = *all;
+        v.n = m;
+        v.q = all->q + j0 * all->n_blocks * DSE_XQ_BLOCK;
+        v.d = all->d + j0 * all->n_blocks;
+        return v;
+}
+
 /* Routed experts plus shared experts of one MoE layer for n tokens: out (n, hidden).
- * The routed experts run grouped: each expert's weights are read once for all the
- * tokens routed to it. Each token still adds its experts' outputs in its top-k order, so
- * the result is the token-by-token one exactly. */
+ * The (token, k) pairs are gathered expert by expert, so each expert's weights are read
+ * once for all the tokens routed to it, and the whole layer takes two parallel regions
+ * (every expert's gate and up, then every down, shared experts included) whatever the
+ * number of experts touched. Each token still adds its experts' outputs in its top-k
+ * order after the shared experts', so the result is the token-by-token one exactly. */
 static void moe(struct dse_session *s, const struct ds_layer *L, const float *x, int n, float *out) {
         const struct dse_hparams *hp = s->hp;
         struct ds_state *st = s->arch;
-        int64_t D = hp->hidden_size, E = hp->n_routed_experts, K = hp->n_experts_per_tok;
-        dse__linear_n(s, &L->router, x, D, n, st->router_logits, E, NULL); /* (n, n_experts), float32 */
+        int64_t D = hp->hidden_size, E = hp->n_routed_experts, K = hp->n_experts_per_tok, NK = n * K;
+        int64_t W = hp->moe_intermediate_size, SW = st->mlp_width;
+        dse__linear_n(s, &L->router, x, D, n, st->router_logits, E, NULL); /* (n, n_experts) */
         for (int i = 0; i < n; i++)
                 dse__moe_route(hp, st->router_logits + i * E, L->router_bias, st->moe_idx + i * K, st->moe_w + i * K);
-        if (L->has_shared)
-                swiglu(s, &L->mlp, x, n, out);
-        else
-                memset(out, 0, (size_t)(n * D) * sizeof(float));
-        for (int32_t e = 0; e < E; e++) {
-                int m = 0;
-                for (int64_t ik = 0; ik < n * K; ik++)
+
+        /* gather: expert e's pairs are rows moe_first[e] .. moe_first[e+1] */
+        int64_t j = 0;
+        for (int64_t e = 0; e < E; e++) {
+                st->moe_first[e] = (int32_t)j;
+                for (int64_t ik = 0; ik < NK; ik++)
                         if (st->moe_idx[ik] == e) {
-                                st->moe_slot[m] = (int32_t)ik;
-                                memcpy(st->moe_in + m * D, x + (ik / K) * D, (size_t)D * sizeof(float));
-                                m++;
+                                st->moe_pos[ik] = (int32_t)j;
+                                memcpy(st->moe_in + j * D, x + (ik / K) * D, (size_t)D * sizeof(float));
+                                j++;
                         }
+        }
+        st->moe_first[E] = (int32_t)j;
+        /* int8 copies of the gathered inputs, offered to every expert (an expert whose
+         * weights have no int8 path, or a column permutation, takes the float rows) */
+        int xq = s->act == DSE_ACTIVATIONS_INT8;
+        struct dse_xq xin, xhb, sub_in[DSE_MOE_MAX_EXPERTS];
+        if (xq) {
+                dse__xq_init(&xin, st->moe_xq_in, NK, D);
+                s->k.quantize_xq(st->moe_in, D, &xin);
+        }
+
+        struct dse__mm *mm = st->moe_mm;
+        int n_mm = 0;
+        if (L->has_shared) {
+                mm[n_mm++] = (struct dse__mm){.w = &L->mlp.gate, .x = x, .ldx = D, .n = n, .y = st->hb, .ldy = SW};
+                mm[n_mm++] = (struct dse__mm){.w = &L->mlp.up, .x = x, .ldx = D, .n = n, .y = st->hb2, .ldy = SW};
+        }
+        for (int64_t e = 0; e < E; e++) {
+                int64_t j0 = st->moe_first[e], m = st->moe_first[e + 1] - j0;
                 if (m == 0)
                         continue;
-                swiglu(s, &L->experts[e], st->moe_in, m, st->moe_y);
-                for (int j = 0; j < m; j++)
-                        memcpy(st->moe_eo + st->moe_slot[j] * D, st->moe_y + j * D, (size_t)D * sizeof(float));
+                const struct ds_mlp *ex = &L->experts[e];
+                if (xq)
+                        sub_in[e] = xq_rows(&xin, j0, m);
+                mm[n_mm++] = (struct dse__mm){.w = &ex->gate, .x = st->moe_in + j0 * D, .ldx = D, .n = m,
+                                              .y = st->moe_hb + j0 * W, .ldy = W, .xq = xq ? &sub_in[e] : NULL};
+                mm[n_mm++] = (struct dse__mm){.w = &ex->up, .x = st->moe_in + j0 * D, .ldx = D, .n = m,
+                                              .y = st->moe_hb2 + j0 * W, .ldy = W, .xq = xq ? &sub_in[e] : NULL};
         }
-        for (int64_t ik = 0; ik < n * K; ik++)
-                s->k.axpy(st->moe_w[ik], st->moe_eo + ik * D, out + (ik / K) * D, D);
+        dse__linear_group(s, mm, n_mm);
+
+        if (L->has_shared)
+                for (int i = 0; i < n; i++)
+                        s->k.swiglu(st->hb + i * SW, st->hb2 + i * SW, L->mlp.gate.rows);
+        for (int64_t r = 0; r < NK; r++)
+                s->k.swiglu(st->moe_hb + r * W, st->moe_hb2 + r * W, W);
+        if (xq) {
+                dse__xq_init(&xhb, st->moe_xq_hb, NK, W);
+                s->k.quantize_xq(st->moe_hb, W, &xhb);
+        }
+        n_mm = 0;
+        if (L->has_shared)
+                mm[n_mm++] = (struct dse__mm){.w = &L->mlp.down, .x = st->hb, .ldx = SW, .n = n, .y = out, .ldy = D};
+        for (int64_t e = 0; e < E; e++) {
+                int64_t j0 = st->moe_first[e], m = st->moe_first[e + 1] - j0;
+                if (m == 0)
+                        continue;
+                if (xq)
+                        sub_in[e] = xq_rows(&xhb, j0, m);
+                mm[n_mm++] = (struct dse__mm){.w = &L->experts[e].down, .x = st->moe_hb + j0 * W, .ldx = W, .n = m,
+                                              .y = st->moe_eo + j0 * D, .ldy = D, .xq = xq ? &sub_in[e] : NULL};
+        }
+        dse__linear_group(s, mm, n_mm);
+        if (!L->has_shared)
+                memset(out, 0, (size_t)(n * D) * sizeof(float));
+        for (int64_t ik = 0; ik < NK; ik++)
+                s->k.axpy(st->moe_w[ik], st->moe_eo + (int64_t)st->moe_pos[ik] * D, out + (ik / K) * D, D);
 }
 
 static void ds_forward(struct dse_session *s, const struct dse__tok *toks, int n) {
@@ -397,11 +483,10 @@ static void ds_forward(struct dse_session *s, const struct dse__tok *toks, int n
                         memcpy(lat + st->kvr, kv_a + st->kvr, (size_t)st->rope_dim * sizeof(float));
                         dse__rope_apply(&st->rope, lat + st->kvr, cos, sin);
                 }
-                /* Token by token, so each sees the rows of its sequence's earlier tokens. */
-                for (int i = 0; i < n; i++) {
-                        struct mla_job job = {s, L, l, toks[i].kv, toks[i].pos + 1, st->q + i * QD, st->att_out + i * OD};
-                        dse__parallel(s, (size_t)st->H, s->mla_naive ? mla_naive : mla_absorbed, &job);
-                }
+                /* Every token's latent is cached before any attends: a token sees its
+                 * sequence's earlier tokens of this call through the cache. */
+                struct mla_job job = {s, L, l, toks, n};
+                dse__parallel(s, (size_t)st->H, s->mla_naive ? mla_naive : mla_absorbed, &job);
                 dse__linear_n(s, &L->wo, st->att_out, OD, n, st->xb2, D, NULL);
                 for (int64_t i = 0; i < n * D; i++)
                         x[i] += st->xb2[i];
