@@ -359,12 +359,12 @@ static void instance_cgroup_path(const struct sup *s, const struct sup_instance 
         snprintf(cgname, sizeof cgname, "dsvisor-%d-worker-%d", (int)getpid(), in->index);
         size_t len = 0;
         buf[0] = 0;
-        if (info.v2_own[0])
-                len += (size_t)snprintf(buf, size, "v2 %.400s/%s", info.v2_own, cgname);
+        if (info.v2_parent[0])
+                len += (size_t)snprintf(buf, size, "v2 %.400s/%s", info.v2_parent, cgname);
         for (int b = 0; b < 4 && len < size; b++)
                 if (info.v1_mounted & (1u << b))
                         len += (size_t)snprintf(buf + len, size - len, "%sv1 %s %.400s/%s", len ? ", " : "",
-                                                v1_names[b], info.v1_own[b], cgname);
+                                                v1_names[b], info.v1_parent[b], cgname);
         if (!buf[0])
                 snprintf(buf, size, "(none)");
 }
@@ -643,6 +643,7 @@ static cJSON *status_json(struct sup *s) {
         cJSON_AddNumberToObject(root, "rt_priority", s->cfg.rt_priority);
         cJSON_AddNumberToObject(root, "rt_fallbacks", (double)s->rt_fallbacks_total);
         cJSON_AddStringToObject(root, "cgroups", s->cg_host ? "in use" : s->cg_note);
+        cJSON_AddStringToObject(root, "cgroup_parent", s->cfg.cgroup_parent);
         cJSON_AddNumberToObject(root, "instances_ready", n_in_state(s, SUP_STATE_READY));
         cJSON_AddNumberToObject(root, "instances_total", s->n);
         cJSON *ws = cJSON_AddArrayToObject(root, "weights");
@@ -768,8 +769,8 @@ static void metrics_refresh(struct sup *s) {
          * delegated, else v1); absent on hosts without it. */
         struct dsv_cgroup_host_info info;
         if (s->cg_host && dsv_cgroup_host_info(s->cg_host, &info) == 0) {
-                const char *base = (info.v2_enabled & DSV_CGROUP_CTRL_CPU) ? info.v2_own
-                                 : (info.v1_mounted & DSV_CGROUP_CTRL_CPU) ? info.v1_own[0]
+                const char *base = (info.v2_enabled & DSV_CGROUP_CTRL_CPU) ? info.v2_parent
+                                 : (info.v1_mounted & DSV_CGROUP_CTRL_CPU) ? info.v1_parent[0]
                                                                             : NULL;
                 uint64_t periods[DSV_GATEWAY_MAX_INSTANCES] = {0};
                 double seconds[DSV_GATEWAY_MAX_INSTANCES] = {0};
@@ -909,9 +910,9 @@ static void begin_reload(struct sup *s) {
         if (strcmp(next.model, s->cfg.model) || next.n_instances != s->cfg.n_instances ||
             next.threads_per_instance != s->cfg.threads_per_instance || strcmp(next.host, s->cfg.host) ||
             next.port != s->cfg.port || next.hugepages != s->cfg.hugepages || next.rt_priority != s->cfg.rt_priority ||
-            strcmp(next.runtime_dir, s->cfg.runtime_dir))
-                slog(4, "Reload: model, instances, threads, host, port, hugepages, rt-priority and runtime-dir "
-                        "changes need a full restart, ignoring them");
+            strcmp(next.runtime_dir, s->cfg.runtime_dir) || strcmp(next.cgroup_parent, s->cfg.cgroup_parent))
+                slog(4, "Reload: model, instances, threads, host, port, hugepages, rt-priority, runtime-dir and "
+                        "cgroup-parent changes need a full restart, ignoring them");
         s->cfg.grace_ms = next.grace_ms;
         s->cfg.n_ctx = next.n_ctx;
         s->cfg.max_batch = next.max_batch;
@@ -1144,25 +1145,61 @@ static void remove_stale_groups(const char *dir) {
         closedir(d);
 }
 
+/* Undoes what setup_cgroups changed in our own groups (after the instance groups are
+ * gone): the parent levels it made, the controllers it enabled, the supervisor leaf. */
+static void restore_cgroups(struct sup *s) {
+        if (!s->cg_host)
+                return;
+        char why[1024];
+        int r = dsv_cgroup_host_restore(s->cg_host, why, sizeof why);
+        if (r < 0)
+                slog(4, "Cgroups not fully restored (%s): %s, ignoring", strerror(-r), why);
+}
+
 static int setup_cgroups(struct sup *s) {
-        struct dsv_cgroup_config cc = {0};
+        struct dsv_cgroup_config cc = {.parent = s->cfg.cgroup_parent};
         int r = dsv_cgroup_host_new(&cc, &s->cg_host);
+        if (r == 0 && s->cfg.rt_priority > 0 && s->cfg.cgroup_parent[0]) {
+                /* FIFO workers need RT runtime in every v1 cpu group on their path: the
+                 * parent levels get what the instances get together (see
+                 * instance_create_cgroup). host_new writes nothing; make it again. */
+                cc.parent_rt_runtime_us = own_rt_runtime_us(s) / (uint64_t)(s->n + 1) * (uint64_t)s->n;
+                dsv_cgroup_host_free(s->cg_host);
+                s->cg_host = NULL;
+                r = dsv_cgroup_host_new(&cc, &s->cg_host);
+        }
         if (r == 0)
                 r = dsv_cgroup_host_delegate(s->cg_host);
         if (r < 0) {
                 snprintf(s->cg_note, sizeof s->cg_note, "none: %s", strerror(-r));
-                slog(4, "No cgroups for the instances (%s): no limit is in effect, ignoring", strerror(-r));
+                restore_cgroups(s);
                 dsv_cgroup_host_free(s->cg_host);
                 s->cg_host = NULL;
+                if (s->cfg.cgroup_parent[0]) {
+                        /* Asked for explicitly: running without them would hide it. */
+                        slog(3, "Failed to set up the instance cgroups below --cgroup-parent '%s': %s",
+                             s->cfg.cgroup_parent, strerror(-r));
+                        return r;
+                }
+                slog(4, "No cgroups for the instances (%s): no limit is in effect, ignoring", strerror(-r));
                 return 0;
         }
         struct dsv_cgroup_host_info info;
         if (dsv_cgroup_host_info(s->cg_host, &info) == 0) {
                 if (info.v2_own[0])
                         remove_stale_groups(info.v2_own);
+                if (info.v2_parent[0] && strcmp(info.v2_parent, info.v2_own) != 0)
+                        remove_stale_groups(info.v2_parent);
                 for (int b = 0; b < 4; b++)
-                        if (info.v1_mounted & (1u << b))
+                        if (info.v1_mounted & (1u << b)) {
                                 remove_stale_groups(info.v1_own[b]);
+                                if (strcmp(info.v1_parent[b], info.v1_own[b]) != 0)
+                                        remove_stale_groups(info.v1_parent[b]);
+                        }
+                if (s->cfg.cgroup_parent[0])
+                        slog(6, "Instance cgroups below %s%s%s", info.v2_parent[0] ? info.v2_parent : "",
+                             info.v2_parent[0] && info.v1_mounted ? " and " : "",
+                             info.v1_mounted ? "the v1 hierarchies' own groups" : "");
         }
         return 0;
 }
@@ -1275,6 +1312,7 @@ static void teardown(struct sup *s) {
                 dsv_perfctr_free(in->perf);
                 in->perf = NULL;
         }
+        restore_cgroups(s);
         dsv_cgroup_host_free(s->cg_host);
         s->cg_host = NULL;
         for (int k = 0; k < s->n_weights; k++)
@@ -1323,8 +1361,7 @@ int dsv_cmd_start(int argc, char **argv) {
         }
         if ((r = resolve_model(s)) < 0 || (r = load_weights(s)) < 0)
                 goto out;
-        setup_cgroups(s);
-        if ((r = setup_gateway(s)) < 0)
+        if ((r = setup_cgroups(s)) < 0 || (r = setup_gateway(s)) < 0)
                 goto out;
         uint64_t wd;
         if (dsv_notify_watchdog_usec(&wd) > 0)

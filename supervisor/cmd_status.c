@@ -99,6 +99,9 @@ static void print_text(const cJSON *j) {
         printf("instances: %.0f/%.0f ready; hugepages %s; rt-priority %.0f (fallbacks %.0f); cgroups %s\n",
                num(j, "instances_ready"), num(j, "instances_total"), str(j, "hugepages"), num(j, "rt_priority"),
                num(j, "rt_fallbacks"), str(j, "cgroups"));
+        const cJSON *parent = cJSON_GetObjectItemCaseSensitive(j, "cgroup_parent");
+        if (cJSON_IsString(parent) && parent->valuestring[0])
+                printf("cgroup parent: <own cgroup>/%s\n", parent->valuestring);
         const cJSON *w;
         cJSON_ArrayForEach(w, cJSON_GetObjectItemCaseSensitive(j, "weights")) {
                 printf("weights node %.0f: %.0f bytes in %s%s\n", num(w, "numa_node"), num(w, "bytes"),

@@ -43,9 +43,11 @@ static const struct opt_def opts[] = {
         {"memory-max-mib", K_MIB, F(memory_max_bytes), 0, 1L << 30, "memory.max per instance (0: none)"},
         {"restart-limit", K_INT, F(restart_limit), 1, 64, "restarts within the window before giving up (5)"},
         {"restart-window-ms", K_INT, F(restart_window_ms), 1000, 86400000, "crash-loop window (60000)"},
-        {"restart-backoff-ms", K_INT, F(restart_backoff_min_ms), 1, 600000, "first restart delay (100)"},
+        {"restart-backoff-ms", K_INT, F(restart_backoff_min_ms), 1, 600000, "delay of a repeated restart (100; the first is immediate)"},
         {"restart-backoff-max-ms", K_INT, F(restart_backoff_max_ms), 1, 3600000, "largest restart delay (30000)"},
         {"runtime-dir", K_STR, F(runtime_dir), 0, 0, "control and worker sockets (default: private runtime dir)"},
+        {"cgroup-parent", K_STR, F(cgroup_parent), 0, 0,
+         "instance cgroups go in <own cgroup>/PATH (relative, e.g. inference/prod)"},
         {"config", K_STR, F(config_path), 0, 0, "JSON file with any of these options"},
 };
 #define N_OPTS (sizeof opts / sizeof opts[0])
@@ -133,7 +135,22 @@ static int check_config(const struct sup_config *cfg, char *err, size_t err_size
                 snprintf(err, err_size, "runtime-dir: '%s' is not an absolute path", cfg->runtime_dir);
                 return -EINVAL;
         }
+        /* Only below our own cgroup: that is all a delegated service may touch. */
+        const char *why = "";
+        if (dsv_cgroup_parent_check(cfg->cgroup_parent, &why) < 0) {
+                snprintf(err, err_size, "cgroup-parent: '%s' %s", cfg->cgroup_parent, why);
+                return -EINVAL;
+        }
         return 0;
+}
+
+/* A JSON key names an option with '-' or '_' between words: "rt-priority" or
+ * "rt_priority" (JSON tools and most config languages prefer the latter). */
+static bool key_matches(const char *key, const char *name) {
+        for (; *key && *name; key++, name++)
+                if (*key != *name && !(*key == '_' && *name == '-'))
+                        return false;
+        return *key == *name;
 }
 
 int sup_config_apply_json(struct sup_config *cfg, const char *text, char *err, size_t err_size) {
@@ -149,7 +166,7 @@ int sup_config_apply_json(struct sup_config *cfg, const char *text, char *err, s
         for (const cJSON *it = root->child; it && r == 0; it = it->next) {
                 const struct opt_def *o = NULL;
                 for (size_t i = 0; i < N_OPTS; i++)
-                        if (strcmp(it->string, opts[i].name) == 0)
+                        if (key_matches(it->string, opts[i].name))
                                 o = &opts[i];
                 if (!o || strcmp(o->name, "config") == 0) {
                         snprintf(err, err_size, "unknown key \"%s\"", it->string);

@@ -49,13 +49,16 @@ struct sup_config {
         int restart_backoff_max_ms;
         char runtime_dir[PATH_MAX];  /* control socket, worker sockets; "": dsv_ipc_runtime_dir */
         char config_path[PATH_MAX];  /* --config FILE, kept for SIGHUP reloads */
+        char cgroup_parent[256];     /* instance cgroups in <own>/<this>; "": <own> (relative,
+                                      * checked by dsv_cgroup_parent_check) */
         char cli_set[32];            /* internal: which options the command line set */
 };
 
 void sup_config_init(struct sup_config *cfg);
 
 /* Applies the JSON object in `text` (keys: the long option names, e.g. "instances",
- * "rt-priority", "hugepages"), skipping options the command line already set.
+ * "rt-priority" or "rt_priority", "hugepages"), skipping options the command line
+ * already set.
  * -EINVAL with err naming the key for unknown keys, wrong types or bad values. */
 int sup_config_apply_json(struct sup_config *cfg, const char *text, char *err, size_t err_size);
 

@@ -53,3 +53,11 @@ foreach(worker stub real)
                   LABELS integration TIMEOUT 300)
   set_tests_properties(test-supervisor-rt-start-${worker} PROPERTIES SKIP_RETURN_CODE 77 RUN_SERIAL ON)
 endforeach()
+
+# --cgroup-parent end to end, inside a private own group per hierarchy: instance groups
+# in <own>/inference/prod, and after stop (dsvisor stop and SIGTERM, 3 cycles) every
+# hierarchy below the own group exactly as before; usage errors exit 2 (root).
+dsv_script_test(NAME test-supervisor-cgroup-parent
+                SCRIPT ${CMAKE_SOURCE_DIR}/tests/integration/test-supervisor-cgroup-parent.sh
+                LABELS integration TIMEOUT 300)
+set_tests_properties(test-supervisor-cgroup-parent PROPERTIES SKIP_RETURN_CODE 77 RUN_SERIAL ON)

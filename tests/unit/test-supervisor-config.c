@@ -238,3 +238,63 @@ TEST(control_socket_roundtrip_and_mode) {
         ASSERT_EQ(sup_control_call(path, "status", 100, &reply), -ENOENT);
         rmdir(dir);
 }
+
+TEST(cgroup_parent_option_and_key) {
+        struct sup_config c;
+        char err[256];
+        char *a1[] = {"start", "--cgroup-parent", "inference/prod"};
+        ASSERT_EQ(parse(&c, err, sizeof err, 3, a1), 0);
+        ASSERT_STREQ(c.cgroup_parent, "inference/prod");
+        char *a0[] = {"start"};
+        ASSERT_EQ(parse(&c, err, sizeof err, 1, a0), 0);
+        ASSERT_STREQ(c.cgroup_parent, ""); /* default: the own group itself */
+
+        /* Only below the own group: absolute paths, '..', '.' and empty components are
+         * refused, with the option and the rule named. */
+        static const struct { const char *arg, *why; } bad[] = {
+                {"/sys/fs/cgroup/x", "absolute"}, {"../escape", "'..'"}, {"a/../../b", "'..'"},
+                {"a//b", "empty component"},      {"a/", "empty component"}, {"./a", "'.'"},
+        };
+        for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+                char *a[] = {"start", "--cgroup-parent", (char *)bad[i].arg};
+                err[0] = '\0';
+                ASSERT_EQ(parse(&c, err, sizeof err, 3, a), -EINVAL);
+                ASSERT_TRUE(strstr(err, "cgroup-parent") && strstr(err, bad[i].arg) && strstr(err, bad[i].why));
+        }
+        char *a2[] = {"start", "--cgroup-parent", ""};
+        ASSERT_EQ(parse(&c, err, sizeof err, 3, a2), -EINVAL);
+
+        /* The JSON key, spelled with '_' or '-' like every key; the command line wins. */
+        sup_config_init(&c);
+        ASSERT_EQ(sup_config_apply_json(&c, "{\"cgroup_parent\": \"inference/prod\", \"rt_priority\": 3}", err,
+                                        sizeof err),
+                  0);
+        ASSERT_STREQ(c.cgroup_parent, "inference/prod");
+        ASSERT_EQ(c.rt_priority, 3);
+        sup_config_init(&c);
+        ASSERT_EQ(sup_config_apply_json(&c, "{\"cgroup-parent\": \"a\"}", err, sizeof err), 0);
+        ASSERT_STREQ(c.cgroup_parent, "a");
+        ASSERT_EQ(sup_config_apply_json(&c, "{\"cgroup_parent\": \"../x\"}", err, sizeof err), -EINVAL);
+        ASSERT_TRUE(strstr(err, "cgroup-parent") && strstr(err, "'..'"));
+        ASSERT_EQ(sup_config_apply_json(&c, "{\"cgroup_parent\": 3}", err, sizeof err), -EINVAL);
+        ASSERT_TRUE(strstr(err, "cgroup-parent: expected a string"));
+        ASSERT_EQ(sup_config_apply_json(&c, "{\"cgroup__parent\": \"a\"}", err, sizeof err), -EINVAL);
+        ASSERT_TRUE(strstr(err, "unknown key \"cgroup__parent\""));
+
+        char path[] = "/tmp/test-supervisor-cgparent.XXXXXX";
+        int fd = mkstemp(path);
+        ASSERT_TRUE(fd >= 0);
+        close(fd);
+        write_file(path, "{\"cgroup_parent\": \"from/file\"}");
+        char *a3[] = {"start", "--config", path, "--cgroup-parent", "from/cli"};
+        int r3 = parse(&c, err, sizeof err, 5, a3);
+        char got3[256];
+        snprintf(got3, sizeof got3, "%s", c.cgroup_parent);
+        char *a4[] = {"start", "--config", path};
+        int r4 = parse(&c, err, sizeof err, 3, a4);
+        unlink(path);
+        ASSERT_EQ(r3, 0);
+        ASSERT_STREQ(got3, "from/cli");
+        ASSERT_EQ(r4, 0);
+        ASSERT_STREQ(c.cgroup_parent, "from/file");
+}
