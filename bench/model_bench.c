@@ -19,6 +19,9 @@
  *   read bandwidth  a multi-threaded streaming read of 512 MiB on the same pool, best
  *                   of 5 passes, measured before and after decoding (the best kept)
  *   roofline        batch-1 decode tok/s x bytes/token / read bandwidth
+ *   rss_ratio       VmRSS after the largest batch's last step / (weight bytes + the KV
+ *                   cache budget + the batch's arena and logits): issue 4 item 7 wants
+ *                   <= 1.05 (weights used in place from the mapping, nothing repacked)
  * Each variant is checked before it is timed: every logit of the first evaluation must
  * be finite.
  *
@@ -534,8 +537,14 @@ static double measure_prefill(const struct dse_model *m, struct dse_pool *pool, 
 /* Aggregate decode tokens/s of B sequences stepping one token each, n_steps times,
  * through dse_batch_step over a paged KV cache: one step evaluates all B sequences with
  * one pass over the weights. */
+struct mem_sample {
+        long rss;           /* VmRSS after the last step, everything still allocated */
+        size_t kv_bytes;    /* the paged cache's budget */
+        size_t scratch_bytes; /* the batch's arena plus the logits buffer */
+};
+
 static double measure_decode(const struct dse_model *m, struct dse_pool *pool, int B, int n_steps, float *logits,
-                             size_t *ret_kv_bytes) {
+                             struct mem_sample *ret_mem) {
         struct dse_diag d = {0};
         int vocab = dse_model_vocab_size(m), r;
         struct dse_kv_cache *kv;
@@ -551,7 +560,7 @@ static double measure_decode(const struct dse_model *m, struct dse_pool *pool, i
                 die(r, "kv cache", &d);
         if ((r = dse_batch_new(m, kv, pool, &b, &d)) < 0)
                 die(r, "batch", &d);
-        *ret_kv_bytes = budget;
+        ret_mem->kv_bytes = budget;
         struct dse_batch_seq seqs[64];
         int32_t tok[64];
         float *lg = malloc((size_t)B * (size_t)vocab * sizeof(float));
@@ -574,6 +583,8 @@ static double measure_decode(const struct dse_model *m, struct dse_pool *pool, i
                 }
         }
         double dt = now_s() - t0;
+        ret_mem->rss = rss_bytes();
+        ret_mem->scratch_bytes = dse_batch_arena_bytes(b) + (size_t)B * (size_t)vocab * sizeof(float);
         memcpy(logits, lg, (size_t)vocab * sizeof(float));
         free(lg);
         dse_batch_free(b);
@@ -879,14 +890,15 @@ int main(int argc, char **argv) {
         float *logits = malloc((size_t)vocab * sizeof(float));
 
         double pf[8], dec[8];
-        size_t kv_bytes = 0;
+        struct mem_sample mem = {0}; /* at the largest batch */
         /* the share of the requested CPUs the process got while measuring: well below 1
          * means other jobs took the cores and every tok/s here is low by about that */
         double wall0 = now_s(), cpu0 = cpu_s();
         for (int i = 0; i < n_batches; i++) {
-                size_t kvb;
-                dec[i] = measure_decode(m, pool, batches[i], decode_steps, logits, &kvb);
-                kv_bytes = kvb > kv_bytes ? kvb : kv_bytes;
+                struct mem_sample ms;
+                dec[i] = measure_decode(m, pool, batches[i], decode_steps, logits, &ms);
+                if (ms.kv_bytes + ms.scratch_bytes >= mem.kv_bytes + mem.scratch_bytes)
+                        mem = ms;
                 if (!json)
                         fprintf(stderr, "  decode batch %d: %.2f tok/s\n", batches[i], dec[i]);
         }
@@ -896,7 +908,11 @@ int main(int argc, char **argv) {
                         fprintf(stderr, "  prefill %d: %.2f tok/s\n", prefill[i], pf[i]);
         }
         double cpu_share = (cpu_s() - cpu0) / ((now_s() - wall0) * threads);
-        long rss = rss_bytes();
+        long rss = mem.rss;
+        size_t kv_bytes = mem.kv_bytes;
+        /* item 7: RSS against what must be resident (weights used in place, no repacked
+         * copy) plus the KV cache and scratch the engine reports */
+        double rss_ratio = (double)rss / (double)(weight_bytes + mem.kv_bytes + mem.scratch_bytes);
         double bw1 = probe_read_bw(pool);
         double bw = bw0 > bw1 ? bw0 : bw1;
         double dec1 = 0;
@@ -908,10 +924,10 @@ int main(int argc, char **argv) {
         if (json) {
                 printf("{\"preset\":\"%s\",\"format\":\"%s\",\"threads\":%d,\"layers\":%d,\"group\":%d,"
                        "\"level\":\"%s\",\"load_s\":%.3f,\"rss_bytes\":%ld,\"weight_bytes\":%llu,"
-                       "\"kv_bytes\":%zu,\"bytes_per_token\":%.0f,\"read_bw_bytes_per_s\":%.0f,\"prefill_tok_s\":{",
+                       "\"kv_bytes\":%zu,\"scratch_bytes\":%zu,\"rss_ratio\":%.4f,\"bytes_per_token\":%.0f,\"read_bw_bytes_per_s\":%.0f,\"prefill_tok_s\":{",
                        preset, format, threads, hp.n_layers, wdt == DSE_DTYPE_BF16 ? 0 : group,
                        dse_cpu_level_to_string(cpu.level), load_s, rss, (unsigned long long)weight_bytes, kv_bytes,
-                       bpt, bw);
+                       mem.scratch_bytes, rss_ratio, bpt, bw);
                 for (int i = 0; i < n_prefill; i++)
                         printf("%s\"%d\":%.3f", i ? "," : "", prefill[i], pf[i]);
                 printf("},\"decode_tok_s\":{");
@@ -921,8 +937,9 @@ int main(int argc, char **argv) {
         } else {
                 printf("preset %s, format %s (group %d), %d layers, %d threads, kernels %s\n", preset, format,
                        wdt == DSE_DTYPE_BF16 ? 0 : group, hp.n_layers, threads, dse_cpu_level_to_string(cpu.level));
-                printf("load %.3f s, RSS %.1f MiB (weights %.1f MiB, KV %.1f MiB)\n", load_s, rss / 1048576.0,
-                       weight_bytes / 1048576.0, kv_bytes / 1048576.0);
+                printf("load %.3f s, RSS %.1f MiB while decoding (weights %.1f MiB, KV %.1f MiB, scratch %.1f MiB: "
+                       "%.3fx their sum)\n", load_s, rss / 1048576.0, weight_bytes / 1048576.0, kv_bytes / 1048576.0,
+                       mem.scratch_bytes / 1048576.0, rss_ratio);
                 printf("bytes/token %.1f MB, read bandwidth %.2f GB/s (probe before %.2f, after %.2f)\n", bpt / 1e6,
                        bw / 1e9, bw0 / 1e9, bw1 / 1e9);
                 for (int i = 0; i < n_prefill; i++)

@@ -3,6 +3,7 @@
  * matvec). Everything is allocated in dse_session_new; eval never allocates. The private
  * KV cache is the paged layout's special case of one block of n_ctx positions. */
 #include <assert.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -155,11 +156,19 @@ void dse__parallel(struct dse_session *s, size_t n, dse_pool_range_fn fn, void *
  * 16 at a time), so a split inside a block would only cost a tail. */
 #define ROW_ALIGN 16
 
+/* Pieces of work per thread a grouped call is cut into. Threads claim pieces from a
+ * shared counter rather than taking one static share each: on a shared or
+ * oversubscribed machine a thread that loses its CPU for a while leaves its pieces to
+ * the others instead of making them spin until it is back. */
+#define PIECES_PER_THREAD 8
+
 struct group_job {
         struct dse_session *s;
         struct dse__mm *mm;
         int n_mm;
         int64_t total_cost;
+        int n_pieces;
+        _Atomic int next; /* the next piece to claim */
 };
 
 /* Row r of an item (0 <= r <= rows) rounded up to ROW_ALIGN, capped at rows. */
@@ -189,12 +198,11 @@ static void mm_rows(const struct dse_session *s, const struct dse__mm *m, int64_
                 }
 }
 
-/* Thread ith of nth: the cost range [total*ith/nth, total*(ith+1)/nth) of the items laid
- * end to end. Neighbouring threads compute the same boundary, so the rows are covered
- * exactly once. */
-static void group_task(void *ctx, int ith, int nth) {
-        const struct group_job *j = ctx;
-        int64_t lo = j->total_cost * ith / nth, hi = j->total_cost * (ith + 1) / nth;
+/* Piece p of np: the cost range [total*p/np, total*(p+1)/np) of the items laid end to
+ * end. Neighbouring pieces compute the same boundary, so the rows are covered exactly
+ * once. */
+static void group_piece(const struct group_job *j, int p, int np) {
+        int64_t lo = j->total_cost * p / np, hi = j->total_cost * (p + 1) / np;
         for (int i = 0; i < j->n_mm; i++) {
                 const struct dse__mm *m = &j->mm[i];
                 if (m->row_cost == 0)
@@ -202,10 +210,19 @@ static void group_task(void *ctx, int ith, int nth) {
                 int64_t end = m->cost0 + m->row_cost * m->w->rows;
                 if (end <= lo || m->cost0 >= hi)
                         continue;
-                int64_t r0 = row_at_cost(m, lo), r1 = ith + 1 == nth ? m->w->rows : row_at_cost(m, hi);
+                int64_t r0 = row_at_cost(m, lo), r1 = p + 1 == np ? m->w->rows : row_at_cost(m, hi);
                 if (r0 < r1)
                         mm_rows(j->s, m, r0, r1);
         }
+}
+
+static void group_task(void *ctx, int ith, int nth) {
+        struct group_job *j = ctx;
+        (void)ith;
+        (void)nth;
+        int p;
+        while ((p = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed)) < j->n_pieces)
+                group_piece(j, p, j->n_pieces);
 }
 
 /* Estimated cost of one row of w for n tokens: the weight bytes streamed once, plus the
@@ -259,11 +276,15 @@ void dse__linear_group(struct dse_session *s, struct dse__mm *mm, int n_mm) {
         }
         if (total == 0)
                 return;
-        struct group_job job = {s, mm, n_mm, total};
-        if (s->pool && s->n_threads > 1)
-                dse_pool_run(s->pool, group_task, &job);
-        else
-                group_task(&job, 0, 1);
+        if (!s->pool || s->n_threads == 1) {
+                struct group_job job = {.s = s, .mm = mm, .n_mm = n_mm, .total_cost = total};
+                group_piece(&job, 0, 1);
+                return;
+        }
+        struct group_job job = {.s = s, .mm = mm, .n_mm = n_mm, .total_cost = total,
+                                .n_pieces = s->n_threads * PIECES_PER_THREAD};
+        atomic_init(&job.next, 0);
+        dse_pool_run(s->pool, group_task, &job);
 }
 
 void dse__linear_n(struct dse_session *s, const struct dse_qmat *w, const float *x, int64_t ldx, int64_t n, float *y,
