@@ -87,7 +87,9 @@ struct sup_backoff {
 
 void sup_backoff_init(struct sup_backoff *b, int min_ms, int max_ms, int limit, int window_ms);
 /* The worker exited at now_ms after being up since up_since_ms (-1: never ready).
- * Returns the delay before the restart (≥ 0), or -ELOOP when the crash-loop limit is hit. */
+ * Returns the delay before the restart (≥ 0), or -ELOOP when the crash-loop limit is hit:
+ * 0 for the first exit (and the first after healthy_reset_ms up), then min_ms doubling
+ * up to max_ms. */
 int sup_backoff_on_exit(struct sup_backoff *b, int64_t now_ms, int64_t up_since_ms);
 
 /* ---- scheduling (instance.c) ------------------------------------------------------- */
@@ -133,6 +135,7 @@ struct sup_instance {
         enum sup_state state;
         int64_t started_ms, ready_ms; /* monotonic; ready_ms -1 until ready */
         int64_t restart_at_ms;     /* BACKOFF: when to spawn again */
+        int64_t exited_ms;         /* when the previous worker's exit was seen, -1: none */
         int64_t term_at_ms;        /* DRAINING: when SIGTERM was sent */
         int restarts;
         int gw_id;                 /* gateway instance id, -1 none */

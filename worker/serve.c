@@ -430,6 +430,10 @@ int worker_serve(const struct worker_config *cfg) {
         }
         publish_stats(&sv);
         atomic_store(&sv.state, ST_READY);
+        /* Said unasked (seq 0) so the supervisor routes to us now rather than at its
+         * next health poll; PAIR1 holds it until the supervisor's pipe is up. */
+        struct dsv_ipc_msg hello = {.type = DSV_IPC_HEALTH};
+        reply_probe(&sv, &hello);
         wlog(6, "Ready on %s", cfg->listen_url);
         status = serve_loop(&sv);
 out:

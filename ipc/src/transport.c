@@ -15,6 +15,12 @@
 
 #define QUEUE_MSGS 8192 /* nng caps socket buffers at 8192 messages */
 #define SEND_TIMEOUT_MS 5000
+/* A dialer whose worker went away retries after 1 ms, doubling to at most 20 ms: a
+ * restarted worker (listening within ~10 ms of its exec) is reached within 20 ms of
+ * listening, not after nng's default 100 ms. A failed connect() to a missing unix
+ * socket costs microseconds, so 50 tries a second while a worker is down are nothing. */
+#define RECONNECT_MIN_MS 1
+#define RECONNECT_MAX_MS 20
 
 struct dsv_ipc_conn {
         nng_socket sock;
@@ -181,7 +187,14 @@ int dsv_ipc_dial(const char *url, struct dsv_ipc_conn **ret_conn) {
         if ((r = conn_open(&c)) < 0)
                 return r;
         /* Non-blocking dial: the worker may not be listening yet; nng retries. */
-        int rv = nng_dial(c->sock, url, NULL, NNG_FLAG_NONBLOCK);
+        nng_dialer d;
+        int rv = nng_dialer_create(&d, c->sock, url);
+        if (rv == 0)
+                rv = nng_dialer_set_ms(d, NNG_OPT_RECONNMINT, RECONNECT_MIN_MS);
+        if (rv == 0)
+                rv = nng_dialer_set_ms(d, NNG_OPT_RECONNMAXT, RECONNECT_MAX_MS);
+        if (rv == 0)
+                rv = nng_dialer_start(d, NNG_FLAG_NONBLOCK);
         if (rv != 0) {
                 dsv_ipc_close(c);
                 return errno_from_nng(rv);

@@ -135,14 +135,15 @@ TEST(json_errors_name_the_key) {
 
 TEST(backoff_doubles_caps_and_gives_up) {
         struct sup_backoff b;
-        sup_backoff_init(&b, 100, 1000, 5, 60000);
+        sup_backoff_init(&b, 100, 1000, 6, 60000);
         int64_t t = 1000000;
-        ASSERT_EQ(sup_backoff_on_exit(&b, t, -1), 100);
-        ASSERT_EQ(sup_backoff_on_exit(&b, t + 1, -1), 200);
-        ASSERT_EQ(sup_backoff_on_exit(&b, t + 2, -1), 400);
-        ASSERT_EQ(sup_backoff_on_exit(&b, t + 3, -1), 800);
-        ASSERT_EQ(sup_backoff_on_exit(&b, t + 4, -1), 1000); /* capped */
-        ASSERT_EQ(sup_backoff_on_exit(&b, t + 5, -1), -ELOOP); /* 6 exits in the window */
+        ASSERT_EQ(sup_backoff_on_exit(&b, t, -1), 0); /* the first restart is immediate */
+        ASSERT_EQ(sup_backoff_on_exit(&b, t + 1, -1), 100);
+        ASSERT_EQ(sup_backoff_on_exit(&b, t + 2, -1), 200);
+        ASSERT_EQ(sup_backoff_on_exit(&b, t + 3, -1), 400);
+        ASSERT_EQ(sup_backoff_on_exit(&b, t + 4, -1), 800);
+        ASSERT_EQ(sup_backoff_on_exit(&b, t + 5, -1), 1000); /* capped */
+        ASSERT_EQ(sup_backoff_on_exit(&b, t + 6, -1), -ELOOP); /* 7 exits in the window */
 }
 
 TEST(backoff_window_and_healthy_reset) {
@@ -153,10 +154,11 @@ TEST(backoff_window_and_healthy_reset) {
                 t += 6000;
                 ASSERT_TRUE(sup_backoff_on_exit(&b, t, -1) >= 0);
         }
-        /* up for over a minute: the delay starts again at the minimum */
+        /* up for over a minute: the next restart is immediate again, then the minimum */
         t += 100000;
-        ASSERT_EQ(sup_backoff_on_exit(&b, t, t - 61000), 100);
-        ASSERT_EQ(sup_backoff_on_exit(&b, t + 10, t), 200);
+        ASSERT_EQ(sup_backoff_on_exit(&b, t, t - 61000), 0);
+        ASSERT_EQ(sup_backoff_on_exit(&b, t + 10, t), 100);
+        ASSERT_EQ(sup_backoff_on_exit(&b, t + 20, t), 200);
 }
 
 TEST(rt_preflight) {

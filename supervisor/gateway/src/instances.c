@@ -580,7 +580,7 @@ static void link_dispatch(struct gw_link *l, struct dsv_ipc_msg *m) {
 static void *link_main(void *arg) {
         struct gw_link *l = arg;
         struct dsv_gateway *gw = l->gw;
-        bool connected;
+        bool connected, was_connected = false;
         int64_t next_poll = 0;
         uint64_t seq = 1;
         while (!atomic_load(&l->stop)) {
@@ -611,6 +611,11 @@ static void *link_main(void *arg) {
                         link_send_orphan_cancels(gw, l);
                 }
                 int64_t now = dsv__gw_now_ns();
+                /* A (re)connected worker is asked at once: a restarted worker that is
+                 * already ready is routable now, not after the rest of the interval. */
+                if (connected && !was_connected)
+                        next_poll = now;
+                was_connected = connected;
                 if (gw->cfg.health_interval_ms && connected && now >= next_poll) {
                         struct dsv_ipc_msg probe = {.type = DSV_IPC_HEALTH, .u.probe.seq = seq};
                         (void)dsv_ipc_send(l->conn, &probe);
