@@ -66,6 +66,12 @@ int bpe_utf8_encode(int32_t cp, char out[4]);
 /* Rust's char::is_whitespace (Unicode White_Space). */
 int bpe_is_whitespace(int32_t cp);
 
+/* malloc, realloc and aligned_alloc for the big load-time tables (free() releases them):
+ * blocks of 4 MiB or more are backed by transparent huge pages where the system allows. */
+void *bpe_big_malloc(size_t n);
+void *bpe_big_realloc(void *p, size_t n);
+void *bpe_big_aligned_alloc(size_t align, size_t n);
+
 /* ---- growable byte buffer ------------------------------------------------------------ */
 
 struct bpe_buf {
@@ -192,6 +198,8 @@ struct bpe_trie {
 
 /* ---- the model ----------------------------------------------------------------------- */
 
+/* 32 bytes; the table is 64-byte aligned so a slot never straddles two cache lines (the
+ * batched lookups prefetch one line per key). */
 struct bpe_vocab_slot {
         uint32_t tag;      /* high half of the key's hash */
         int32_t id;        /* -1: empty */
@@ -284,11 +292,13 @@ static inline int bpe_out_push(struct bpe_out *out, int32_t id) {
 
 /* bpe_model.c */
 int32_t bpe_vocab_find(const struct bpe *bpe, const char *s, size_t len);
+/* Both return how many keys were already present (their id is replaced, as tokenizers'
+ * HashMap does). */
 int bpe_vocab_insert(struct bpe *bpe, const char *s, size_t len, int32_t id);
 /* Batched forms for loading: hash and prefetch every slot first, then resolve, so the
  * cache misses of a batch overlap. */
 void bpe_vocab_find_batch(const struct bpe *bpe, const char *const *s, const uint32_t *len, size_t n, int32_t *ret_ids);
-void bpe_vocab_insert_batch(struct bpe *bpe, const uint32_t *off, const uint32_t *len, const int32_t *ids, size_t n);
+size_t bpe_vocab_insert_batch(struct bpe *bpe, const uint32_t *off, const uint32_t *len, const int32_t *ids, size_t n);
 int bpe_merge_insert(struct bpe *bpe, int32_t left, int32_t right, uint32_t rank, int32_t new_id);
 void bpe_merge_insert_batch(struct bpe *bpe, const int32_t *left, const int32_t *right, const uint32_t *rank,
                             const int32_t *new_id, size_t n);

@@ -25,11 +25,25 @@ static int bj_error(struct bj_parser *p, const char *what) {
         return dse__fail(p->reterr, -EBADMSG, "JSON: %s at byte %zu", what, p->pos);
 }
 
+/* tokenizer.json is pretty-printed: almost half of a 7.8 MB file is indentation, so
+ * runs of spaces are skipped a word at a time. */
 static void bj_skip_ws(struct bj_parser *p) {
-        while (p->pos < p->len) {
+        for (;;) {
+                while (p->pos + 8 <= p->len) {
+                        uint64_t w;
+                        memcpy(&w, p->s + p->pos, 8);
+                        w ^= 0x2020202020202020ull; /* zero bytes: spaces */
+                        if (w) {
+                                p->pos += (size_t)__builtin_ctzll(w) >> 3;
+                                break;
+                        }
+                        p->pos += 8;
+                }
+                if (p->pos >= p->len)
+                        return;
                 char c = p->s[p->pos];
                 if (c != ' ' && c != '\t' && c != '\n' && c != '\r')
-                        break;
+                        return;
                 p->pos++;
         }
 }
@@ -37,7 +51,7 @@ static void bj_skip_ws(struct bj_parser *p) {
 static int bj_push(struct bj_parser *p, struct bj **ret) {
         if (p->stack_n == p->stack_cap) {
                 size_t cap = p->stack_cap ? p->stack_cap * 2 : 256;
-                struct bj *n = realloc(p->stack, cap * sizeof *n);
+                struct bj *n = bpe_big_realloc(p->stack, cap * sizeof *n);
                 if (!n)
                         return -ENOMEM;
                 p->stack = n;
@@ -72,37 +86,101 @@ static int bj_hex4(struct bj_parser *p, size_t at, uint32_t *ret) {
         return 0;
 }
 
-/* Decodes the string at p->pos (on the opening quote) into the arena. */
+/* High bit set in each byte of w that ends a plain run inside a string: '"', '\\', a
+ * control character (< 0x20) or a non-ASCII byte (UTF-8 is checked here, in the only
+ * place it may occur, rather than in a separate pass over the whole file). False flags
+ * only occur above a true one (borrows travel upwards), so the lowest flag is exact. */
+static inline uint64_t str_stop_mask(uint64_t w) {
+        const uint64_t ones = 0x0101010101010101ull, high = 0x8080808080808080ull;
+        uint64_t q = w ^ (ones * '"'), b = w ^ (ones * '\\');
+        return (((q - ones) & ~q) | ((b - ones) & ~b) | ((w - ones * 0x20) & ~w) | w) & high;
+}
+
+/* Length of the valid UTF-8 sequence starting with the non-ASCII byte at s[0] (RFC 3629:
+ * no overlongs, surrogates or code points above U+10FFFF), 0 when invalid. */
+static inline size_t utf8_seq(const unsigned char *s, size_t avail) {
+        unsigned c = s[0];
+        if (c >= 0xC2 && c <= 0xDF)
+                return avail >= 2 && (s[1] & 0xC0) == 0x80 ? 2 : 0;
+        unsigned lo = 0x80, hi = 0xBF;
+        size_t n;
+        if (c >= 0xE0 && c <= 0xEF) {
+                n = 3;
+                lo = c == 0xE0 ? 0xA0 : lo;
+                hi = c == 0xED ? 0x9F : hi;
+        } else if (c >= 0xF0 && c <= 0xF4) {
+                n = 4;
+                lo = c == 0xF0 ? 0x90 : lo;
+                hi = c == 0xF4 ? 0x8F : hi;
+        } else {
+                return 0;
+        }
+        if (avail < n || s[1] < lo || s[1] > hi)
+                return 0;
+        for (size_t k = 2; k < n; k++)
+                if ((s[k] & 0xC0) != 0x80)
+                        return 0;
+        return n;
+}
+
+/* Decodes the string at p->pos (on the opening quote) into the arena. The arena has 8
+ * bytes of slack past the decoded text of the whole input (a decoded string plus its NUL
+ * never outgrows its quoted form), so plain runs are copied a whole word at a time. */
 static int bj_string(struct bj_parser *p, const char **ret_str, uint32_t *ret_len) {
         p->pos++; /* opening quote */
+        const char *s = p->s;
+        size_t pos = p->pos, len = p->len;
         char *out = p->strs + p->strs_len, *o = out;
         for (;;) {
-                /* fast path: a run of plain bytes */
-                size_t start = p->pos;
-                while (p->pos < p->len) {
-                        unsigned char c = (unsigned char)p->s[p->pos];
-                        if (c == '"' || c == '\\' || c < 0x20)
+                /* a run of plain ASCII bytes, 8 at a time, then byte by byte at the end */
+                for (;;) {
+                        if (pos + 8 <= len) {
+                                uint64_t w;
+                                memcpy(&w, s + pos, 8);
+                                memcpy(o, &w, 8);
+                                uint64_t m = str_stop_mask(w);
+                                if (!m) {
+                                        pos += 8;
+                                        o += 8;
+                                        continue;
+                                }
+                                size_t k = (size_t)__builtin_ctzll(m) >> 3;
+                                pos += k;
+                                o += k;
                                 break;
-                        p->pos++;
+                        }
+                        if (pos >= len)
+                                break;
+                        unsigned char c = (unsigned char)s[pos];
+                        if (c == '"' || c == '\\' || c < 0x20 || c >= 0x80)
+                                break;
+                        *o++ = (char)c;
+                        pos++;
                 }
-                size_t run = p->pos - start;
-                if (run) { /* UTF-8 was checked for the whole input up front */
-                        memcpy(o, p->s + start, run);
-                        o += run;
-                }
-                if (p->pos >= p->len)
+                p->pos = pos;
+                if (pos >= len)
                         return bj_error(p, "unterminated string");
-                char c = p->s[p->pos];
+                unsigned char c = (unsigned char)s[pos];
                 if (c == '"') {
-                        p->pos++;
+                        p->pos = ++pos;
                         break;
+                }
+                if (c >= 0x80) {
+                        size_t n = utf8_seq((const unsigned char *)s + pos, len - pos);
+                        if (!n)
+                                return bj_error(p, "invalid UTF-8");
+                        for (size_t k = 0; k < n; k++)
+                                o[k] = s[pos + k];
+                        o += n;
+                        pos += n;
+                        continue;
                 }
                 if (c != '\\')
                         return bj_error(p, "control character in string");
-                if (p->pos + 1 >= p->len)
+                if (pos + 1 >= len)
                         return bj_error(p, "unterminated string");
-                char e = p->s[p->pos + 1];
-                p->pos += 2;
+                char e = s[pos + 1];
+                p->pos = pos += 2;
                 switch (e) {
                 case '"': *o++ = '"'; break;
                 case '\\': *o++ = '\\'; break;
@@ -128,6 +206,7 @@ static int bj_string(struct bj_parser *p, const char **ret_str, uint32_t *ret_le
                                 return bj_error(p, "unpaired surrogate in \\u escape");
                         }
                         o += bpe_utf8_encode((int32_t)cp, o);
+                        pos = p->pos;
                         break;
                 }
                 default:
@@ -206,10 +285,12 @@ static int bj_literal(struct bj_parser *p, const char *word) {
 /* Moves the stack's top n values into the node array; returns the first index. */
 static int bj_close(struct bj_parser *p, size_t n, uint32_t *ret_first) {
         if (p->nodes_n + n > p->nodes_cap) {
-                size_t cap = p->nodes_cap ? p->nodes_cap : 1024;
+                /* tokenizer.json spends 20-30 bytes per value: sized from the input, the
+                 * array seldom grows */
+                size_t cap = p->nodes_cap ? p->nodes_cap * 2 : 1024 + p->len / 16;
                 while (cap < p->nodes_n + n)
                         cap *= 2;
-                struct bj *nn = realloc(p->nodes, cap * sizeof *nn);
+                struct bj *nn = bpe_big_realloc(p->nodes, cap * sizeof *nn);
                 if (!nn)
                         return -ENOMEM;
                 p->nodes = nn;
@@ -326,12 +407,9 @@ static int bj_value(struct bj_parser *p, int depth, const char *key, uint32_t ke
 int bj_parse(const char *text, size_t len, struct bj_doc *doc, struct dse_diag *reterr) {
         struct bj_parser p = {.s = text, .len = len, .reterr = reterr};
         memset(doc, 0, sizeof *doc);
-        size_t valid = bpe_utf8_valid_prefix(text, len);
-        if (valid != len) {
-                p.pos = valid;
-                return bj_error(&p, "invalid UTF-8");
-        }
-        p.strs = malloc(len + 1);
+        /* UTF-8 is checked inside strings (bj_string); any other non-ASCII byte is a
+         * syntax error anyway. +8: bj_string's word-sized copies. */
+        p.strs = bpe_big_malloc(len + 1 + 8);
         if (!p.strs)
                 return -ENOMEM;
         int r = bj_value(&p, 0, NULL, 0);

@@ -88,8 +88,8 @@ int32_t bpe_vocab_find(const struct bpe *bpe, const char *s, size_t len) {
 }
 
 /* The key must already be in bpe->strs; a repeated key keeps the last id, as
- * tokenizers' HashMap does. */
-static void vocab_insert_hashed(struct bpe *bpe, uint32_t off, size_t len, int32_t id, uint64_t h) {
+ * tokenizers' HashMap does. Returns 1 when the key was there already. */
+static int vocab_insert_hashed(struct bpe *bpe, uint32_t off, size_t len, int32_t id, uint64_t h) {
         const char *s = bpe->strs + off;
         uint32_t i = (uint32_t)h & bpe->vocab_mask, tag = (uint32_t)(h >> 32);
         uint64_t head[2];
@@ -97,21 +97,21 @@ static void vocab_insert_hashed(struct bpe *bpe, uint32_t off, size_t len, int32
         for (;;) {
                 struct bpe_vocab_slot *e = &bpe->vocab[i];
                 if (e->id < 0 || slot_matches(bpe, e, tag, head, s, len)) {
+                        int repeated = e->id >= 0;
                         e->tag = tag;
                         e->off = off;
                         e->len = (uint32_t)len;
                         e->id = id;
                         e->head[0] = head[0];
                         e->head[1] = head[1];
-                        return;
+                        return repeated;
                 }
                 i = (i + 1) & bpe->vocab_mask;
         }
 }
 
 int bpe_vocab_insert(struct bpe *bpe, const char *s, size_t len, int32_t id) {
-        vocab_insert_hashed(bpe, (uint32_t)(s - bpe->strs), len, id, hash_bytes(s, len));
-        return 0;
+        return vocab_insert_hashed(bpe, (uint32_t)(s - bpe->strs), len, id, hash_bytes(s, len));
 }
 
 #define BATCH 64
@@ -129,7 +129,8 @@ void bpe_vocab_find_batch(const struct bpe *bpe, const char *const *s, const uin
         }
 }
 
-void bpe_vocab_insert_batch(struct bpe *bpe, const uint32_t *off, const uint32_t *len, const int32_t *ids, size_t n) {
+size_t bpe_vocab_insert_batch(struct bpe *bpe, const uint32_t *off, const uint32_t *len, const int32_t *ids, size_t n) {
+        size_t repeated = 0;
         for (size_t base = 0; base < n; base += BATCH) {
                 size_t m = n - base < BATCH ? n - base : BATCH;
                 uint64_t h[BATCH];
@@ -138,8 +139,9 @@ void bpe_vocab_insert_batch(struct bpe *bpe, const uint32_t *off, const uint32_t
                         __builtin_prefetch(&bpe->vocab[(uint32_t)h[i] & bpe->vocab_mask], 1);
                 }
                 for (size_t i = 0; i < m; i++)
-                        vocab_insert_hashed(bpe, off[base + i], len[base + i], ids[base + i], h[i]);
+                        repeated += (size_t)vocab_insert_hashed(bpe, off[base + i], len[base + i], ids[base + i], h[i]);
         }
+        return repeated;
 }
 
 static inline const struct bpe_merge_slot *merge_find(const struct bpe *bpe, int32_t left, int32_t right) {

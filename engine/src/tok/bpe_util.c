@@ -2,8 +2,37 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "bpe_impl.h"
+
+/* Loading a 128k-vocabulary tokenizer.json first-touches ~35 MB of fresh tables (the
+ * JSON nodes and strings, the hash tables). On 4 KiB pages that is ~9,000 page faults,
+ * a tenth of the load time; transparent huge pages (the "madvise" setting is the common
+ * default) cut that to a few dozen. Only whole 2 MiB extents inside a block can become
+ * huge pages, so small blocks are left alone. Failure only costs speed. */
+static void *advise_huge(void *p, size_t n) {
+        if (p && n >= (4u << 20)) {
+                uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+                uintptr_t a = ((uintptr_t)p + page - 1) & ~(page - 1), z = ((uintptr_t)p + n) & ~(page - 1);
+                if (z > a)
+                        (void)madvise((void *)a, z - a, MADV_HUGEPAGE);
+        }
+        return p;
+}
+
+void *bpe_big_malloc(size_t n) {
+        return advise_huge(malloc(n), n);
+}
+
+void *bpe_big_realloc(void *p, size_t n) {
+        return advise_huge(realloc(p, n), n);
+}
+
+void *bpe_big_aligned_alloc(size_t align, size_t n) {
+        return advise_huge(aligned_alloc(align, n), n);
+}
 
 size_t bpe_utf8_valid_prefix(const char *str, size_t len) {
         const unsigned char *s = (const unsigned char *)str;
