@@ -256,6 +256,77 @@ TEST(malformed_files_are_ebadmsg) {
         ASSERT_EQ(load_error(deep, "deep"), -EBADMSG);
 }
 
+/* The JSON reader checks UTF-8 while it scans strings, a word at a time: every kind of
+ * bad sequence, at every offset within a word, and non-ASCII outside strings. */
+TEST(json_utf8_is_checked_inside_strings_at_every_offset) {
+        static const char *bad[] = {"\xff", "\x80", "\xc0\x80", "\xc1\xbf", "\xe0\x80\xaf", "\xed\xa0\x80",
+                                    "\xf4\x90\x80\x80", "\xf5\x80\x80\x80", "\xe4\xbd", "\xf0\x9f\x98"};
+        for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+                for (int pad = 0; pad < 9; pad++) {
+                        char json[256];
+                        snprintf(json, sizeof json,
+                                 "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"%.*s%s\": 0}, \"merges\": []}}", pad,
+                                 "xxxxxxxxx", bad[i]);
+                        ASSERT_EQ(load_error(json, "UTF-8"), -EBADMSG);
+                }
+        ASSERT_EQ(load_error("{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": []} \xc3\xa9}", "JSON"),
+                  -EBADMSG);
+        ASSERT_EQ(load_error("{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": [\"a\x01\"]}}",
+                             "control"),
+                  -EBADMSG);
+}
+
+/* Valid keys of every length around the 8-byte word, mixing plain runs, multi-byte
+ * characters and escapes, decode to their exact bytes. */
+TEST(json_strings_decode_exactly_across_word_boundaries) {
+        const char *json = "{\"model\": {\"type\": \"BPE\", \"merges\": [], \"vocab\": {"
+                           "\"abcdefg\": 0, \"abcdefgh\": 1, \"abcdefghi\": 2, \"\xc4\xa0" "abcdef\\u00e9xyz\\\"q\": 3,"
+                           "\"\\ud83d\\ude00abcdefgh\xf0\x9f\x98\x80\\n\": 4, \"\xe4\xbd\xa0\xe5\xa5\xbd\xe4\xb8\x96\xe7\x95\x8c\": 5,"
+                           "\"abcdefghijklmnop\\\\\": 6, \"\": 7}}}";
+        struct dse_tokenizer *tok = NULL;
+        struct dse_diag diag = {{0}};
+        ASSERT_EQ(dse_tokenizer_load_hf(json, strlen(json), NULL, 0, &tok, &diag), 0);
+        ASSERT_STREQ(dse_tokenizer_piece(tok, 0), "abcdefg");
+        ASSERT_STREQ(dse_tokenizer_piece(tok, 1), "abcdefgh");
+        ASSERT_STREQ(dse_tokenizer_piece(tok, 2), "abcdefghi");
+        ASSERT_STREQ(dse_tokenizer_piece(tok, 3), "\xc4\xa0" "abcdef\xc3\xa9xyz\"q");
+        ASSERT_STREQ(dse_tokenizer_piece(tok, 4), "\xf0\x9f\x98\x80" "abcdefgh\xf0\x9f\x98\x80\n");
+        ASSERT_STREQ(dse_tokenizer_piece(tok, 5), "\xe4\xbd\xa0\xe5\xa5\xbd\xe4\xb8\x96\xe7\x95\x8c");
+        ASSERT_STREQ(dse_tokenizer_piece(tok, 6), "abcdefghijklmnop\\");
+        ASSERT_STREQ(dse_tokenizer_piece(tok, 7), "");
+        dse_tokenizer_free(tok);
+}
+
+/* The loader guesses each merge's result id as the one after the previous merge's (the
+ * order BPE training writes) and checks the guess against the piece. A wrong guess must
+ * fall back to the lookup, and a vocabulary that repeats a key (the last id wins, as in
+ * tokenizers' HashMap) must not be fooled by the earlier id's piece. */
+TEST(merge_result_ids_match_the_lookup_whatever_the_id_order) {
+        struct {
+                const char *vocab, *text;
+                int32_t want;
+        } cases[] = {
+                /* consecutive: guesses hold */
+                {"\"a\": 0, \"b\": 1, \"c\": 2, \"ab\": 3, \"abc\": 4", "abc", 4},
+                /* shuffled: every guess misses */
+                {"\"a\": 0, \"b\": 1, \"c\": 2, \"abc\": 3, \"ab\": 4", "abc", 3},
+                /* "abc" twice: the guess (4) names the right piece but the key maps to 5 */
+                {"\"a\": 0, \"b\": 1, \"c\": 2, \"ab\": 3, \"abc\": 4, \"abc\": 5", "abc", 5},
+        };
+        for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+                char json[512];
+                snprintf(json, sizeof json, "{\"model\": {\"type\": \"BPE\", \"vocab\": {%s}, \"merges\": [\"a b\", \"ab c\"]}}",
+                         cases[i].vocab);
+                struct dse_tokenizer *tok = NULL;
+                struct dse_diag diag = {{0}};
+                ASSERT_EQ(dse_tokenizer_load_hf(json, strlen(json), NULL, 0, &tok, &diag), 0);
+                int32_t ids[8];
+                ASSERT_EQ(dse_tokenizer_encode(tok, cases[i].text, strlen(cases[i].text), 0, ids, 8), 1);
+                ASSERT_EQ(ids[0], cases[i].want);
+                dse_tokenizer_free(tok);
+        }
+}
+
 TEST(invalid_utf8_text_is_eilseq) {
         struct dse_tokenizer *tok = load_seed("byte_level.json");
         ASSERT_TRUE(tok);
