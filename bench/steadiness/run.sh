@@ -2,41 +2,55 @@
 # The steadiness experiment (issue 9 item 2): the same load with and without isolation,
 # each quiet and beside a noisy neighbour, and how much the neighbour moves the tail.
 #
-#   bench/steadiness/run.sh [--reps 3] [--requests 3000] [--qps 40] [--max-tokens 4]
-#       [--prompt-len uniform:4:16] [--instances 1] [--threads 1] [--rt-priority 10]
-#       [--model DIR] [--seed 1] [--hogs N] [--build-dir DIR] [--out DIR]
+#   bench/steadiness/run.sh [--reps 5] [--requests 3000] [--qps 40] [--max-tokens 4]
+#       [--prompt-len uniform:4:16] [--threads 1] [--hk-cpus 0] [--noisy-shares 2]
+#       [--hogs N] [--rt-priority 0] [--model DIR] [--seed 1] [--build-dir DIR] [--out DIR]
 #
-# Configurations:
-#   plain     dsvisor-gateway-test-server (the same gateway library) in front of
-#             dsvisor-worker processes started by hand: no cgroup, no pinning, SCHED_OTHER.
-#   isolated  dsvisor start: a cgroup per worker, threads pinned to their cores, SCHED_FIFO
-#             at --rt-priority where the kernel permits (else the supervisor's fallback,
-#             recorded from `dsvisor status`).
-#   each quiet, and noisy: N CPU hogs (`yes`) plus N memory-bandwidth hogs (`dd` of 64 MiB
-#   blocks from /dev/zero) started in a sibling cgroup created for them (v2: next to the
-#   supervisor's own cgroup; v1: in each of the cpu, cpuset and memory hierarchies);
-#   where no cgroup can be made they run as plain processes and the report says so.
+# Configurations (every process involved is one this script starts):
+#   plain     dsvisor-gateway-test-server (the same gateway library as dsvisor) in front
+#             of one dsvisor-worker of --threads threads, started by hand: no cgroup, no
+#             pinning, no shares; load generator and neighbours free on every CPU too.
+#   isolated  dsvisor start with its instance on the CPUs outside --hk-cpus (on 2 CPUs:
+#             CPU 1). dsvisor start has no CPU-list option: it places instances on the
+#             cores hwloc shows it, so it is shown the machine restricted to those CPUs
+#             (lstopo --restrict, HWLOC_XMLFILE), and its plan gives the instance's
+#             cgroup cpuset.cpus = those CPUs and the worker --cpus. The supervisor (with
+#             the gateway) and the load generator are pinned (taskset) to the
+#             housekeeping CPUs (--hk-cpus, default 0) in group dsv-steady-<pid>-serve
+#             (cpu.shares 1024; the instance's group is made below it); the neighbours
+#             run in its sibling dsv-steady-<pid>-noisy: cpuset = the housekeeping CPUs,
+#             cpu.shares --noisy-shares (default 2). Both groups are made directly below
+#             this script's own cgroup in each of the v1 cpu, cpuset and memory
+#             hierarchies (on a unified host: v2 cpuset and cpu.weight 1) and removed at
+#             the end. SCHED_FIFO only with --rt-priority > 0 and where dsvisor's
+#             preflight permits it (never on 2 CPUs: no CPU would be left free of FIFO).
+#   quiet / noisy: noisy adds --hogs (default: one per CPU) CPU hogs (`yes`) and as many
+#             memory-bandwidth hogs (`dd` of 64 MiB blocks from /dev/zero: streaming
+#             stores through a buffer far larger than the LLC).
 #
-# Method: every run sends the same requests on the same schedule (dsvisor-bench-load
-# --requests N --qps Q --seed S: Poisson arrivals, short streamed requests, so P99 is a
-# real percentile of thousands of samples, not the maximum), after a warm-up that is not
-# counted. The four configurations run in a rotated order in each repetition, so slow
-# drift of the shared machine does not favour one. Reported per configuration: the median
-# over repetitions of achieved QPS, P99 and jitter (standard deviation of the latency),
-# with the min..max spread; and per isolation mode the ratio P99(noisy)/P99(quiet), formed
-# within each repetition (paired) and summarised the same way. Target: isolated <= 1.3.
-# Raw JSON of every run and summary.json go to OUT (default a new /tmp/dsv-steady.*).
+# Method: in each repetition the four configurations run in a rotated order on the same
+# requests and arrival schedule (dsvisor-bench-load --requests N --qps Q --seed S+rep:
+# Poisson arrivals, short streamed requests, so P99 is a percentile of thousands of
+# samples, not the maximum), each on a fresh server after an uncounted warm-up.
+# Reported per configuration, as the median over repetitions with the min..max spread:
+# achieved QPS, P50, P99, jitter (standard deviation of the latency), the worker's CPU
+# time per request (times the QPS: how busy its core is) and the time its threads spent
+# runnable but waiting for a CPU (run delay, /proc/PID/task/*/schedstat: how much
+# something else held its CPU); per isolation mode the ratio P99(noisy)/P99(quiet),
+# formed within each repetition (paired) and summarised the same way. Target: isolated
+# <= 1.3. Raw JSON of every run, runs.txt, notes.txt and summary.json go to OUT (default
+# a new /tmp/dsv-steady.*).
 set -uo pipefail
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
-REPS=3 REQUESTS=3000 QPS=40 MAX_TOKENS=4 PROMPT=uniform:4:16 INSTANCES=1 THREADS=1 RTPRIO=10
-MODEL=$SRC/models/default SEED=1 HOGS=$(nproc) BUILD=$SRC/build OUT=
+REPS=5 REQUESTS=3000 QPS=40 MAX_TOKENS=4 PROMPT=uniform:4:16 THREADS=1 RTPRIO=0 HK_CPUS=0
+NOISY_SHARES=2 MODEL=$SRC/models/default SEED=1 HOGS=$(nproc) BUILD=$SRC/build OUT=
 while [ $# -gt 0 ]; do
   case "$1" in
     --reps) REPS=$2 ;; --requests) REQUESTS=$2 ;; --qps) QPS=$2 ;; --max-tokens) MAX_TOKENS=$2 ;;
-    --prompt-len) PROMPT=$2 ;; --instances) INSTANCES=$2 ;; --threads) THREADS=$2 ;;
-    --rt-priority) RTPRIO=$2 ;; --model) MODEL=$2 ;; --seed) SEED=$2 ;; --hogs) HOGS=$2 ;;
-    --build-dir) BUILD=$2 ;; --out) OUT=$2 ;;
-    -h|--help) sed -n '2,30p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --prompt-len) PROMPT=$2 ;; --threads) THREADS=$2 ;; --hk-cpus) HK_CPUS=$2 ;;
+    --noisy-shares) NOISY_SHARES=$2 ;; --rt-priority) RTPRIO=$2 ;; --model) MODEL=$2 ;;
+    --seed) SEED=$2 ;; --hogs) HOGS=$2 ;; --build-dir) BUILD=$2 ;; --out) OUT=$2 ;;
+    -h|--help) sed -n '2,42p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "run.sh: unknown option '$1'" >&2; exit 2 ;;
   esac
   shift 2
@@ -45,53 +59,97 @@ B=$BUILD/bin
 for f in dsvisor dsvisor-worker dsvisor-bench-load dsvisor-gateway-test-server; do
   [ -x "$B/$f" ] || { echo "run.sh: $B/$f is not built" >&2; exit 2; }
 done
+command -v lstopo-no-graphics >/dev/null || { echo "run.sh: needs lstopo-no-graphics (package hwloc)" >&2; exit 2; }
 [ -n "$OUT" ] || OUT=$(mktemp -d /tmp/dsv-steady.XXXXXX)
 mkdir -p "$OUT"
 W=$(mktemp -d /tmp/dsv-steady-run.XXXXXX)   # 0700: private IPC sockets
 export DSV_CACHE_DIR=${DSV_CACHE_DIR:-$W/cache}
-SERVER_PIDS=() HOG_PIDS=() SUP= NOISY_CG=()
+SERVER_PIDS=() HOG_PIDS=() SUP= WORKER_PIDS=()
+
+# ---- CPU sets: housekeeping (supervisor, gateway, load generator, neighbours when
+# isolated) and the instance's CPUs (everything else) ----
+ALL_CPUS=$(python3 -c "import os; print(','.join(map(str, sorted(os.sched_getaffinity(0)))))")
+expand() { python3 -c "
+import sys
+s = set()
+for part in sys.argv[1].split(','):
+    if part:
+        a, _, b = part.partition('-'); s.update(range(int(a), int(b or a) + 1))
+print(' '.join(map(str, sorted(s))))" "$1"; }
+INST_CPUS=$(python3 -c "
+import sys
+a, h = set(map(int, sys.argv[1].split())), set(map(int, sys.argv[2].split()))
+print(','.join(map(str, sorted(a - h))))" "$(expand "$ALL_CPUS")" "$(expand "$HK_CPUS")")
+[ -n "$INST_CPUS" ] || { echo "run.sh: --hk-cpus $HK_CPUS leaves no CPU for the instance" >&2; exit 2; }
+INST_MASK=$(python3 -c "import sys; print(hex(sum(1 << int(c) for c in sys.argv[1].split(','))))" "$INST_CPUS")
+lstopo-no-graphics --restrict "$INST_MASK" --of xml "$W/topology.xml" ||
+  { echo "run.sh: lstopo could not restrict the topology to CPUs $INST_CPUS" >&2; exit 2; }
+
+# ---- cgroups: dsv-steady-<pid>-serve and its sibling dsv-steady-<pid>-noisy, directly
+# below our own group in each hierarchy. Siblings, not children of one common group: with
+# v1 cpu.shares a parent group's weight on a CPU follows its children's load there, so
+# hogs inside a common parent would spend the parent's share of CPU 0 and leave the
+# supervisor waiting behind everything else on the machine when it wakes up. ----
+CG_SERVE=() CG_NOISY=() CG_KIND=
+cg_write() { echo "$2" >"$1" 2>>"$OUT/notes.txt" || { echo "run.sh: cannot write '$2' to $1" | tee -a "$OUT/notes.txt" >&2; return 1; }; }
+cgroups_make() {
+  local name=dsv-steady-$$ c root rel base
+  if [ -f /sys/fs/cgroup/cgroup.controllers ]; then   # unified (v2) host
+    CG_KIND=v2
+    rel=$(awk -F: '$1 == "0" {print $3}' /proc/self/cgroup)
+    base=/sys/fs/cgroup${rel%/}
+    # a v2 group with processes cannot enable controllers for its children ("no internal
+    # processes"): this needs the script to run in a group of its own, e.g. systemd-run --scope
+    cg_write "$base/cgroup.subtree_control" "+cpu +cpuset" || return 1
+    mkdir "$base/$name-serve" "$base/$name-noisy" || return 1
+    CG_SERVE+=("$base/$name-serve") CG_NOISY+=("$base/$name-noisy")
+    cg_write "$base/$name-noisy/cpuset.cpus" "$HK_CPUS" && cg_write "$base/$name-noisy/cpu.weight" 1 || return 1
+    return 0
+  fi
+  CG_KIND=v1
+  for c in cpu cpuset memory; do
+    root=$(awk -v c="$c" '$3 == "cgroup" && $4 ~ "(^|,)" c "(,|$)" {print $2; exit}' /proc/mounts)
+    [ -n "$root" ] || { echo "run.sh: no v1 $c hierarchy" | tee -a "$OUT/notes.txt" >&2; return 1; }
+    rel=$(awk -F: -v c="$c" '$2 ~ "(^|,)" c "(,|$)" {print $3}' /proc/self/cgroup)
+    base=$root${rel%/}
+    mkdir "$base/$name-serve" "$base/$name-noisy" || return 1
+    CG_SERVE+=("$base/$name-serve") CG_NOISY+=("$base/$name-noisy")
+    case $c in
+      cpuset)
+        cg_write "$base/$name-serve/cpuset.cpus" "$ALL_CPUS" && cg_write "$base/$name-serve/cpuset.mems" "$(cat "$base/cpuset.mems")" &&
+          cg_write "$base/$name-noisy/cpuset.cpus" "$HK_CPUS" && cg_write "$base/$name-noisy/cpuset.mems" "$(cat "$base/cpuset.mems")" ||
+          return 1 ;;
+      cpu)
+        cg_write "$base/$name-serve/cpu.shares" 1024 && cg_write "$base/$name-noisy/cpu.shares" "$NOISY_SHARES" || return 1 ;;
+    esac
+  done
+}
+cgroups_remove() {
+  local d
+  for d in "${CG_SERVE[@]}" "${CG_NOISY[@]}"; do [ -d "$d" ] && { rmdir "$d" 2>/dev/null || echo "run.sh: could not remove $d" >&2; }; done
+}
+# into GROUP...: the calling (sub)shell joins the groups (then exec's what it runs)
+into() { local d; for d in "$@"; do echo "$BASHPID" >"$d/cgroup.procs" || return 1; done; }
+
 cleanup() {
   noise_stop
   server_stop
+  cgroups_remove
   rm -rf "$W"
 }
 trap cleanup EXIT
 
 # ---- noisy neighbour ----
-noise_cgroups() {  # creates the sibling cgroup(s) once; NOISY_CG lists their directories
-  [ ${#NOISY_CG[@]} -gt 0 ] && return
-  local name=dsv-steady-noisy-$$
-  if [ -f /sys/fs/cgroup/cgroup.controllers ]; then
-    local own; own=$(awk -F: '$1 == "0" {print $3}' /proc/self/cgroup)
-    local d=/sys/fs/cgroup${own%/*}/$name
-    mkdir "$d" 2>/dev/null && NOISY_CG+=("$d")
-  else
-    local c
-    for c in cpu cpuset memory; do
-      local root; root=$(awk -v c="$c" '$3 == "cgroup" && $4 ~ "(^|,)" c "(,|$)" {print $2; exit}' /proc/mounts)
-      [ -n "$root" ] || continue
-      local rel; rel=$(awk -F: -v c="$c" '$2 ~ "(^|,)" c "(,|$)" {print $3}' /proc/self/cgroup)
-      local d=$root${rel%/*}/$name
-      mkdir "$d" 2>/dev/null || continue
-      if [ "$c" = cpuset ]; then
-        cat "$(dirname "$d")/cpuset.cpus" >"$d/cpuset.cpus" 2>/dev/null
-        cat "$(dirname "$d")/cpuset.mems" >"$d/cpuset.mems" 2>/dev/null
-      fi
-      NOISY_CG+=("$d")
-    done
-  fi
-  echo "noisy neighbour cgroups: ${NOISY_CG[*]:-none (hogs run as plain processes)}" | tee -a "$OUT/notes.txt"
-}
-noise_start() {
-  noise_cgroups
+noise_start() {  # noise_start plain|isolated
   local i
   for i in $(seq "$HOGS"); do
-    yes >/dev/null & HOG_PIDS+=($!)
-    dd if=/dev/zero of=/dev/null bs=64M count=100000000 status=none & HOG_PIDS+=($!)
-  done
-  local d p
-  for d in "${NOISY_CG[@]}"; do
-    for p in "${HOG_PIDS[@]}"; do echo "$p" >"$d/cgroup.procs" 2>/dev/null; done
+    if [ "$1" = isolated ]; then
+      (into "${CG_NOISY[@]}" && exec yes) >/dev/null & HOG_PIDS+=($!)
+      (into "${CG_NOISY[@]}" && exec dd if=/dev/zero of=/dev/null bs=64M count=100000000 status=none) & HOG_PIDS+=($!)
+    else
+      yes >/dev/null & HOG_PIDS+=($!)
+      dd if=/dev/zero of=/dev/null bs=64M count=100000000 status=none & HOG_PIDS+=($!)
+    fi
   done
 }
 noise_stop() {
@@ -100,38 +158,33 @@ noise_stop() {
   for p in "${HOG_PIDS[@]}"; do wait "$p" 2>/dev/null; done
   HOG_PIDS=()
 }
-remove_noise_cgroups() {
-  local d
-  for d in "${NOISY_CG[@]}"; do rmdir "$d" 2>/dev/null; done
-}
 
 # ---- servers ----
 PORT=
 server_start() {  # server_start plain|isolated
   rm -rf "$W/run"; mkdir -m 700 "$W/run"
+  WORKER_PIDS=()
   if [ "$1" = plain ]; then
-    local args=() i
-    for i in $(seq 0 $((INSTANCES - 1))); do
-      "$B/dsvisor-worker" --model "$MODEL" --listen "ipc://$W/run/w$i.sock" --threads "$THREADS" \
-        --instance "w$i" 2>>"$OUT/plain-workers.log" &
-      SERVER_PIDS+=($!)
-      args+=(--instance "w$i=ipc://$W/run/w$i.sock")
-    done
-    "$B/dsvisor-gateway-test-server" --model "$(basename "$MODEL")" --port-file "$W/run/port" "${args[@]}" \
-      --health-ms 200 </dev/null >/dev/null 2>>"$OUT/plain-gateway.log" &
+    "$B/dsvisor-worker" --model "$MODEL" --listen "ipc://$W/run/w0.sock" --threads "$THREADS" \
+      --instance w0 2>>"$OUT/plain-workers.log" &
+    SERVER_PIDS+=($!) WORKER_PIDS+=($!)
+    "$B/dsvisor-gateway-test-server" --model "$(basename "$MODEL")" --port-file "$W/run/port" \
+      --instance "w0=ipc://$W/run/w0.sock" --health-ms 200 </dev/null >/dev/null 2>>"$OUT/plain-gateway.log" &
     SERVER_PIDS+=($!)
     for _ in $(seq 100); do [ -s "$W/run/port" ] && break; sleep 0.1; done
     PORT=$(cat "$W/run/port")
     for _ in $(seq 1200); do curl -sf "http://127.0.0.1:$PORT/ready" >/dev/null && return 0; sleep 0.1; done
     echo "run.sh: plain server not ready" >&2; return 1
   fi
-  "$B/dsvisor" start --model "$MODEL" --instances "$INSTANCES" --threads-per-instance "$THREADS" \
-    --rt-priority "$RTPRIO" --port 0 --runtime-dir "$W/run/sup" >>"$OUT/isolated-supervisor.log" 2>&1 &
+  (into "${CG_SERVE[@]}" && HWLOC_XMLFILE=$W/topology.xml HWLOC_THISSYSTEM=1 exec taskset -c "$HK_CPUS" \
+    "$B/dsvisor" start --model "$MODEL" --instances 1 --threads-per-instance "$THREADS" \
+    --rt-priority "$RTPRIO" --port 0 --runtime-dir "$W/run/sup") >>"$OUT/isolated-supervisor.log" 2>&1 &
   SUP=$!
   for _ in $(seq 1200); do
     if "$B/dsvisor" status --json --runtime-dir "$W/run/sup" >"$W/status.json" 2>/dev/null &&
        python3 -c "import json,sys; j=json.load(open('$W/status.json')); sys.exit(0 if j['instances_ready'] == j['instances_total'] else 1)"; then
       PORT=$(python3 -c "import json; print(json.load(open('$W/status.json'))['port'])")
+      WORKER_PIDS=($(python3 -c "import json; print(' '.join(str(i['pid']) for i in json.load(open('$W/status.json'))['instances']))"))
       cp "$W/status.json" "$OUT/isolated-status.json"
       return 0
     fi
@@ -169,69 +222,101 @@ server_stop() {
   SERVER_PIDS=()
 }
 
-load() {  # load OUTFILE [extra args]: the measured run
-  local f=$1; shift
-  "$B/dsvisor-bench-load" --url "http://127.0.0.1:$PORT" --model "$(basename "$MODEL")" --stream \
-    --max-tokens "$MAX_TOKENS" --prompt-len "$PROMPT" --json --timeout 120 "$@" >"$f" 2>/dev/null
+cputime() {  # cputime PID...: ns of CPU the processes used (utime + stime, all threads)
+  local p tck; tck=$(getconf CLK_TCK)
+  for p in "$@"; do sed 's/.*) //' /proc/"$p"/stat 2>/dev/null; done | awk -v t="$tck" '{n += $12 + $13} END {printf "%.0f\n", n * 1e9 / t}'
+}
+rundelay() {  # rundelay PID...: ns the processes' threads spent runnable but waiting for a CPU
+  local p
+  for p in "$@"; do cat /proc/"$p"/task/*/schedstat 2>/dev/null; done | awk '{n += $2} END {printf "%.0f\n", n}'
+}
+
+load() {  # load plain|isolated OUTFILE [extra args]: the load generator, beside the server
+  local mode=$1 f=$2; shift 2
+  local cmd=("$B/dsvisor-bench-load" --url "http://127.0.0.1:$PORT" --model "$(basename "$MODEL")" --stream
+    --max-tokens "$MAX_TOKENS" --prompt-len "$PROMPT" --json --timeout 120 "$@")
+  if [ "$mode" = isolated ]; then
+    (into "${CG_SERVE[@]}" && exec taskset -c "$HK_CPUS" "${cmd[@]}") >"$f" 2>/dev/null
+  else
+    "${cmd[@]}" >"$f" 2>/dev/null
+  fi
 }
 
 CONFIGS=(plain-quiet isolated-quiet plain-noisy isolated-noisy)
-echo "steadiness: $REPS reps x ${#CONFIGS[@]} configurations, $REQUESTS requests at $QPS QPS each, seed $SEED; out $OUT"
 {
-  echo "date: $(date -u +%FT%TZ)"; echo "kernel: $(uname -r)"; echo "cpus: $(nproc)"
+  echo "date: $(date -u +%FT%TZ)"; echo "host: $(uname -n), kernel $(uname -r), $(nproc) CPUs ($ALL_CPUS), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2-)"
   echo "cgroup2 controllers: $(cat /sys/fs/cgroup/cgroup.controllers /sys/fs/cgroup/unified/cgroup.controllers 2>/dev/null | tr '\n' ' ')"
-  echo "args: reps=$REPS requests=$REQUESTS qps=$QPS max_tokens=$MAX_TOKENS prompt=$PROMPT instances=$INSTANCES threads=$THREADS rt=$RTPRIO model=$MODEL"
+  echo "resctrl (memory bandwidth allocation): $(grep -q resctrl /proc/filesystems && echo available || echo 'not in this kernel/VM')"
+  echo "args: reps=$REPS requests=$REQUESTS qps=$QPS max_tokens=$MAX_TOKENS prompt=$PROMPT threads=$THREADS hk_cpus=$HK_CPUS instance_cpus=$INST_CPUS noisy_shares=$NOISY_SHARES hogs=$HOGS+$HOGS rt=$RTPRIO seed=$SEED+rep model=$MODEL"
+  echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
 } >"$OUT/notes.txt"
+cgroups_make || { echo "run.sh: could not make the cgroups for the isolated configuration" >&2; exit 1; }
+echo "cgroups ($CG_KIND): serve ${CG_SERVE[*]}; noisy ${CG_NOISY[*]}" >>"$OUT/notes.txt"
+echo "steadiness: $REPS reps x ${#CONFIGS[@]} configurations, $REQUESTS requests at $QPS QPS each; out $OUT"
 for rep in $(seq "$REPS"); do
   for k in $(seq 0 3); do
     cfg=${CONFIGS[$(((k + rep - 1) % 4))]}
     mode=${cfg%-*} noise=${cfg#*-}
     server_start "$mode" || exit 1
-    load "$W/warmup.json" --concurrency 2 --requests 50 --seed 999   # not counted
-    [ "$noise" = noisy ] && { noise_start; sleep 2; }
-    load "$OUT/$cfg-$rep.json" --qps "$QPS" --requests "$REQUESTS" --seed "$SEED"
+    load "$mode" "$W/warmup.json" --concurrency 2 --requests 50 --seed 999   # not counted
+    [ "$noise" = noisy ] && { noise_start "$mode"; sleep 2; }
+    w0=$(rundelay "${WORKER_PIDS[@]}") u0=$(cputime "${WORKER_PIDS[@]}") t0=$(date -u +%T)
+    load "$mode" "$OUT/$cfg-$rep.json" --qps "$QPS" --requests "$REQUESTS" --seed $((SEED + rep - 1))
+    echo "$(($(rundelay "${WORKER_PIDS[@]}") - w0)) $(($(cputime "${WORKER_PIDS[@]}") - u0))" >"$OUT/$cfg-$rep.wait"
     noise_stop
     server_stop
-    python3 -c "import json; j=json.load(open('$OUT/$cfg-$rep.json')); print('rep %d %-15s sent %d completed %d errors %d lost %d  %.2f QPS  p50 %.4f  p99 %.4f  jitter %.4f s' % ($rep, '$cfg', j['sent'], j['completed'], j['errors'], j['lost'], j['qps'], j['p50_s'] or 0, j['p99_s'] or 0, j['jitter_s']))"
+    python3 -c "import json; j=json.load(open('$OUT/$cfg-$rep.json')); w, u = map(int, open('$OUT/$cfg-$rep.wait').read().split())
+print('rep %d %s %-15s sent %d completed %d errors %d lost %d  %.2f QPS  p50 %.4f  p99 %.4f  jitter %.4f s  worker: CPU %.2f ms, wait for CPU %.2f ms per request' % ($rep, '$t0', '$cfg', j['sent'], j['completed'], j['errors'], j['lost'], j['qps'], j['p50_s'] or 0, j['p99_s'] or 0, j['jitter_s'], u / 1e6 / j['sent'], w / 1e6 / j['sent']))" |
+      tee -a "$OUT/runs.txt"
   done
 done
-remove_noise_cgroups
+echo "load average at end: $(cut -d' ' -f1-3 /proc/loadavg)" >>"$OUT/notes.txt"
 
 python3 - "$OUT" "$REPS" <<'PY'
 import json, statistics, sys
 out, reps = sys.argv[1], int(sys.argv[2])
 cfgs = ["plain-quiet", "plain-noisy", "isolated-quiet", "isolated-noisy"]
 runs = {c: [json.load(open("%s/%s-%d.json" % (out, c, r))) for r in range(1, reps + 1)] for c in cfgs}
+wait = {c: [list(map(int, open("%s/%s-%d.wait" % (out, c, r)).read().split())) for r in range(1, reps + 1)] for c in cfgs}
+inf = float("inf")
 def summ(xs):
     return {"median": statistics.median(xs), "min": min(xs), "max": max(xs)}
+def fmt(s, f="%.4f"):
+    return (f + " (" + f + ".." + f + ")") % (s["median"], s["min"], s["max"])
 summary = {"configs": {}, "ratios": {}}
-print("\n| configuration | mean QPS | P99 s | jitter s | completed/sent | lost |")
-print("| --- | ---: | ---: | ---: | ---: | ---: |")
+print("\n| configuration | mean QPS | P50 s | P99 s | jitter s | worker CPU ms/request | worker wait for CPU ms/request | completed/sent | errors | lost |")
+print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
 for c in cfgs:
     q = summ([j["qps"] for j in runs[c]])
-    p = summ([j["p99_s"] or float("inf") for j in runs[c]])
+    p50 = summ([j["p50_s"] or inf for j in runs[c]])
+    p = summ([j["p99_s"] or inf for j in runs[c]])
     s = summ([j["jitter_s"] for j in runs[c]])
+    ww = summ([w[0] / 1e6 / max(j["sent"], 1) for w, j in zip(wait[c], runs[c])])
+    wu = summ([w[1] / 1e6 / max(j["sent"], 1) for w, j in zip(wait[c], runs[c])])
     done = sum(j["completed"] for j in runs[c]); sent = sum(j["sent"] for j in runs[c])
-    lost = sum(j["lost"] for j in runs[c])
-    summary["configs"][c] = {"qps": q, "p99_s": p, "jitter_s": s, "completed": done, "sent": sent, "lost": lost}
-    print("| %s | %.2f (%.2f..%.2f) | %.4f (%.4f..%.4f) | %.4f (%.4f..%.4f) | %d/%d | %d |"
-          % (c, q["median"], q["min"], q["max"], p["median"], p["min"], p["max"], s["median"], s["min"], s["max"], done, sent, lost))
-print("\n| isolation | P99(noisy)/P99(quiet), paired per repetition | target |")
-print("| --- | ---: | --- |")
+    errs = sum(j["errors"] for j in runs[c]); lost = sum(j["lost"] for j in runs[c])
+    summary["configs"][c] = {"qps": q, "p50_s": p50, "p99_s": p, "jitter_s": s, "worker_cpu_ms_per_request": wu, "worker_cpu_wait_ms_per_request": ww,
+                             "completed": done, "sent": sent, "errors": errs, "lost": lost}
+    print("| %s | %s | %s | %s | %s | %s | %s | %d/%d | %d | %d |" % (c, fmt(q, "%.2f"), fmt(p50), fmt(p), fmt(s), fmt(wu, "%.2f"), fmt(ww, "%.2f"),
+                                                           done, sent, errs, lost))
+print("\n| isolation | P99(noisy)/P99(quiet), paired per repetition: median (min..max) | per repetition | target |")
+print("| --- | ---: | --- | --- |")
 for mode in ("plain", "isolated"):
-    r = summ([(n["p99_s"] or float("inf")) / (q["p99_s"] or float("inf"))
-              for q, n in zip(runs[mode + "-quiet"], runs[mode + "-noisy"])])
-    summary["ratios"][mode] = r
-    verdict = ("met" if r["median"] <= 1.3 else "NOT met") if mode == "isolated" else "-"
-    print("| %s | %.2f (%.2f..%.2f) | %s |" % (mode, r["median"], r["min"], r["max"], "<= 1.3 " + verdict if mode == "isolated" else verdict))
+    rs = [(n["p99_s"] or inf) / (q["p99_s"] or inf) for q, n in zip(runs[mode + "-quiet"], runs[mode + "-noisy"])]
+    r = summ(rs)
+    summary["ratios"][mode] = dict(r, per_rep=rs)
+    target = ("<= 1.3: " + ("met" if r["median"] <= 1.3 else "NOT met") +
+              ("" if r["max"] <= 1.3 else ", %d of %d repetitions above" % (sum(x > 1.3 for x in rs), len(rs)))
+              if mode == "isolated" else "-")
+    print("| %s | %s | %s | %s |" % (mode, fmt(r, "%.2f"), " ".join("%.2f" % x for x in rs), target))
 json.dump(summary, open(out + "/summary.json", "w"), indent=1)
 PY
-echo "notes:"; cat "$OUT/notes.txt"
+echo; echo "notes:"; cat "$OUT/notes.txt"
 [ -f "$OUT/isolated-status.json" ] && python3 -c "
 import json; j=json.load(open('$OUT/isolated-status.json'))
-print('isolated: cgroups', j.get('cgroups'), '; rt_fallbacks', j.get('rt_fallbacks'))
+print('isolated: cgroups', j.get('cgroups'))
 for i in j['instances']:
-    print('  instance', i['name'], 'cpus', i['cpus'], 'sched', i['sched'], 'cgroup', i['cgroup'])
+    print('  instance', i['name'], 'cpus', i['cpus'], 'threads', i.get('threads'), 'sched', i['sched'], 'cgroup', i['cgroup'])
     for l in i.get('limits', []):
         print('    limit', l.get('limit'), l.get('value'), 'in effect' if l.get('in_effect') else 'NOT in effect: ' + str(l.get('reason')))
 "
