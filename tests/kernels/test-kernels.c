@@ -326,8 +326,13 @@ static const struct mat_case mm_cases[] = {
         {1, 1, 32},   {1, 8, 32},    {3, 7, 32},   {5, 33, 32},   {7, 64, 32},  {4, 100, 32}, {9, 130, 64},
         {3, 45, 15},  {2, 9, 3},     {6, 300, 128}, {13, 257, 128}, {8, 96, 32}, {17, 160, 64}, {4, 31, 32},
         {11, 1536, 128}, {2, 63, 32}, {21, 200, 128}, {5, 200, 96}, {3, 128, 64}, {6, 97, 96},
+        /* past the AVX-512 kernels' blocking: 64-row super-blocks, 2048-column chunks (a
+         * g192 group straddles the chunk edge), odd column tails after a chunk */
+        {70, 2200, 128}, {67, 2100, 32}, {5, 2500, 192}, {2, 4161, 64},
 };
-static const int64_t mm_tokens[] = {1, 2, 3, 8};
+/* Token counts around the 4-token register blocks; 32 only on the smaller shapes. */
+static const int64_t mm_tokens[] = {1, 2, 3, 4, 5, 8, 9, 32};
+#define MM_BIG_TOKENS_MAX_ELEMS 40000
 
 /* x (n, ldx) with ldx > cols, so row strides are honoured. */
 static float *make_x(int64_t n, int64_t cols, int64_t ldx) {
@@ -347,6 +352,8 @@ TEST(matmul_all_formats_all_levels) {
         for (size_t d = 0; d < sizeof mat_dtypes / sizeof mat_dtypes[0]; d++) {
                 for (size_t ci = 0; ci < sizeof mm_cases / sizeof mm_cases[0]; ci++) {
                         for (size_t ti = 0; ti < sizeof mm_tokens / sizeof mm_tokens[0]; ti++) {
+                                if (mm_tokens[ti] > 9 && mm_cases[ci].rows * mm_cases[ci].cols > MM_BIG_TOKENS_MAX_ELEMS)
+                                        continue;
                                 rng_seed(5000 + 100 * d + 10 * ci + ti);
                                 struct mat_buf m;
                                 mat_make(&m, mat_dtypes[d], mm_cases[ci]);
@@ -446,11 +453,15 @@ TEST(quantize_xq_matches_definition_all_levels) {
 
 TEST(matmul_xq_q8_q4_all_levels) {
         enum dse_cpu_level top = detected_level();
+        struct dse_cpu_info cpu;
+        int top_vnni = dse_cpu_detect(&cpu, NULL) >= 0 && cpu.avx512vnni;
         static const enum dse_dtype dts[] = {DSE_DTYPE_Q8, DSE_DTYPE_Q4};
         int n_checked = 0;
         for (size_t d = 0; d < 2; d++) {
                 for (size_t ci = 0; ci < sizeof mm_cases / sizeof mm_cases[0]; ci++) {
                         for (size_t ti = 0; ti < sizeof mm_tokens / sizeof mm_tokens[0]; ti++) {
+                                if (mm_tokens[ti] > 9 && mm_cases[ci].rows * mm_cases[ci].cols > MM_BIG_TOKENS_MAX_ELEMS)
+                                        continue;
                                 rng_seed(9000 + 100 * d + 10 * ci + ti);
                                 struct mat_buf m;
                                 mat_make(&m, dts[d], mm_cases[ci]);
@@ -464,9 +475,15 @@ TEST(matmul_xq_q8_q4_all_levels) {
                                 ASSERT_OK(dse_kernels_resolve(DSE_CPU_SCALAR, &k0));
                                 k0.quantize_xq(x, ldx, &xq);
                                 float *y = malloc((size_t)(n * ldy) * sizeof(float));
-                                for (int lvl = DSE_CPU_SCALAR; lvl <= (int)top; lvl++) {
+                                /* every level, and AVX-512 with and without its VNNI entries */
+                                static const int cfgs[][2] = {
+                                        {DSE_CPU_SCALAR, 0}, {DSE_CPU_AVX2, 0}, {DSE_CPU_AVX512, 0}, {DSE_CPU_AVX512, 1}};
+                                for (size_t cfg = 0; cfg < sizeof cfgs / sizeof cfgs[0]; cfg++) {
+                                        int lvl = cfgs[cfg][0], vnni = cfgs[cfg][1];
+                                        if (lvl > (int)top || (vnni && !top_vnni))
+                                                continue;
                                         struct dse_kernels k;
-                                        ASSERT_OK(dse_kernels_resolve((enum dse_cpu_level)lvl, &k));
+                                        ASSERT_OK(dse__kernels_resolve_with((enum dse_cpu_level)lvl, vnni, &k));
                                         ASSERT_TRUE(k.matmul_xq[w->dtype] != NULL);
                                         for (int64_t i = 0; i < n * ldy; i++)
                                                 y[i] = NAN;
@@ -490,13 +507,14 @@ TEST(matmul_xq_q8_q4_all_levels) {
                                                         double got = y[t * ldy + r], tol = REL_TOL * mag + ABS_TOL;
                                                         if (!(fabs(got - want_q) <= tol) || !(fabs(got - want_x) <= bound + tol))
                                                                 T_FAIL("matmul_xq %s level %s case %zu (%lldx%lld g%d) n %lld "
-                                                                       "token %lld row %lld: got %.9g, exact on quantized x "
+                                                                       "token %lld row %lld%s: got %.9g, exact on quantized x "
                                                                        "%.9g (tol %.3g), on float x %.9g (bound %.3g) NOT OK",
                                                                        dtype_name(w->dtype),
                                                                        dse_cpu_level_to_string((enum dse_cpu_level)lvl),
                                                                        ci, (long long)w->rows, (long long)cols,
                                                                        mm_cases[ci].group, (long long)n, (long long)t,
-                                                                       (long long)r, got, want_q, tol, want_x, bound);
+                                                                       (long long)r, vnni ? " (vnni)" : "", got, want_q,
+                                                                       tol, want_x, bound);
                                                 }
                                                 ASSERT_TRUE(isnan(y[t * ldy + w->rows])); /* untouched */
                                         }

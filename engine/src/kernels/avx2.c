@@ -610,6 +610,14 @@ static void axpy_avx2(float a, const float *x, float *y, int64_t n) {
                 y[i] += a * x[i];
 }
 
+void dse__kernels_avx2_matmul_xq(const struct dse_qmat *w, const struct dse_xq *xq, float *y, int64_t ldy,
+                                 int64_t r0, int64_t r1) {
+        if (w->dtype == DSE_DTYPE_Q4)
+                matmul_xq_q4_avx2(w, xq, y, ldy, r0, r1);
+        else
+                matmul_xq_q8_avx2(w, xq, y, ldy, r0, r1);
+}
+
 void dse__kernels_fill_avx2(struct dse_kernels *k) {
         k->level = DSE_CPU_AVX2;
         k->matvec[DSE_DTYPE_F32] = matvec_f32_avx2;

@@ -21,13 +21,26 @@ void dse__xq_init(struct dse_xq *xq, void *mem, int64_t n, int64_t cols) {
         xq->d = (float *)((char *)mem + align64((size_t)n * (size_t)xq->n_blocks * DSE_XQ_BLOCK));
 }
 
-int dse_kernels_resolve(enum dse_cpu_level level, struct dse_kernels *ret_k) {
+int dse__kernels_resolve_with(enum dse_cpu_level level, int vnni, struct dse_kernels *ret_k) {
         if (!ret_k || (unsigned)level >= DSE_CPU_LEVEL_COUNT)
                 return -EINVAL;
         struct dse_kernels k;
         dse__kernels_fill_ref(&k);
         if (level >= DSE_CPU_AVX2)
-                dse__kernels_fill_avx2(&k); /* AVX-512 reuses the AVX2 entries until avx512.c lands */
+                dse__kernels_fill_avx2(&k);
+        if (level >= DSE_CPU_AVX512) {
+                dse__kernels_fill_avx512(&k);
+                if (vnni)
+                        dse__kernels_fill_avx512_vnni(&k);
+        }
         *ret_k = k;
         return 0;
+}
+
+/* The level says F+BW+VL; VNNI is a sub-feature cpu.c reports beside it (a DSV_CPU that
+ * names no level makes detection fail, and then VNNI is not assumed). */
+int dse_kernels_resolve(enum dse_cpu_level level, struct dse_kernels *ret_k) {
+        struct dse_cpu_info cpu;
+        int vnni = level >= DSE_CPU_AVX512 && dse_cpu_detect(&cpu, NULL) >= 0 && cpu.avx512vnni;
+        return dse__kernels_resolve_with(level, vnni, ret_k);
 }

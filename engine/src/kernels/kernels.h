@@ -6,7 +6,8 @@
  *     k.matvec[w.dtype](&w, x, y, r0, r1);    // y[r] = W[r,:] . x  for r in [r0, r1)
  *
  * ref.c holds the plain `_ref` twins: the specification, the fallback for every entry and
- * the test oracle. avx2.c overrides what it speeds up. Kernels take a row range and never
+ * the test oracle. avx2.c overrides what it speeds up, avx512.c what it speeds up beyond
+ * that (its matmul_xq only where the CPU has AVX-512 VNNI). Kernels take a row range and never
  * know about threads; the caller splits rows over the pool. Accumulation is float32.
  *
  * Two activation precisions, chosen explicitly by the caller:
@@ -122,6 +123,16 @@ void dse__kernels_ref_matmul_xq(const struct dse_qmat *w, const struct dse_xq *x
                                 int64_t r0, int64_t r1);
 /* AVX2+FMA+F16C overrides (avx2.c); call only when the CPU has them. */
 void dse__kernels_fill_avx2(struct dse_kernels *k);
+/* The AVX2 matmul_xq (Q8 or Q4 by w->dtype), for the shapes avx512.c leaves to it. */
+void dse__kernels_avx2_matmul_xq(const struct dse_qmat *w, const struct dse_xq *xq, float *y, int64_t ldy,
+                                 int64_t r0, int64_t r1);
+/* AVX-512 F+BW+VL overrides (avx512.c), applied over the AVX2 ones. */
+void dse__kernels_fill_avx512(struct dse_kernels *k);
+/* AVX-512 VNNI overrides (vpdpbusd matmul_xq); only when the CPU also has VNNI. */
+void dse__kernels_fill_avx512_vnni(struct dse_kernels *k);
+/* dse_kernels_resolve with the VNNI sub-feature given rather than detected, so the tests
+ * can check the AVX-512 table both with and without it. */
+int dse__kernels_resolve_with(enum dse_cpu_level level, int vnni, struct dse_kernels *ret_k);
 
 /* Scalar conversions shared by ref.c and the tests. */
 float dse__kern_f16_to_f32(uint16_t h);

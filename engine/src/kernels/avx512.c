@@ -1,0 +1,473 @@
+/* AVX-512 kernels (this file alone is compiled with -mavx512f -mavx512bw -mavx512vl
+ * -mavx512vnni -mavx512bf16 -mfma -mf16c). Each routine computes what its `_ref` twin in
+ * ref.c computes; only the summation order differs, and the integer block products of
+ * matmul_xq are exact, as the reference's are. Helpers are static inline so no AVX-512
+ * code reaches other callers through the linker.
+ *
+ * Two fills: dse__kernels_fill_avx512 (F+BW+VL: float-activation matmuls, quantize_xq,
+ * vector helpers) and dse__kernels_fill_avx512_vnni (matmul_xq on vpdpbusd), which
+ * kernels.c calls only when the CPU reports VNNI.
+ *
+ * The integer kernels decode a weight block once into registers and use it for up to
+ * four tokens (batched decode and prefill are compute-bound on two cores, so decoding
+ * per token would cost nearly as much as the products), and keep four rows in flight so
+ * the loads of one row hide behind the arithmetic of the others. */
+#include <immintrin.h>
+#include <math.h>
+#include <string.h>
+
+#include "kernels/kernels.h"
+
+#define TB 4                   /* tokens per register block */
+#define RB 4                   /* rows per register block */
+#define RS 64                  /* rows per super-block: their weights stay in L2 while every token block uses them */
+#define KC 2048                /* columns per chunk of prepared activations */
+#define PC (KC / 64)           /* 64-column steps per chunk */
+
+/* The register blocks' loops over rows and tokens must unroll completely (at -O2 GCC
+ * leaves them rolled, and the accumulators then live in memory). */
+#define UNROLL _Pragma("GCC unroll 16")
+
+/* The first n lanes (none for n <= 0, all past the width). */
+static inline __mmask64 mask64(int64_t n) {
+        return n >= 64 ? ~(__mmask64)0 : n <= 0 ? 0 : (((__mmask64)1 << n) - 1);
+}
+
+static inline __mmask32 mask32(int64_t n) {
+        return n >= 32 ? ~(__mmask32)0 : n <= 0 ? 0 : (__mmask32)((1u << n) - 1);
+}
+
+static inline __mmask16 mask16(int64_t n) {
+        return (__mmask16)(n >= 16 ? 0xffff : n <= 0 ? 0 : ((1u << n) - 1));
+}
+
+/* ---- int8 activations ---------------------------------------------------------------- */
+
+/* d and q exactly as quantize_xq_ref computes them: the same max, the same 127/max
+ * product, the same round-to-nearest-even conversion (MXCSR default), and a block past
+ * cols read through a zero mask, which is what the reference's zero padding gives. */
+static void quantize_xq_avx512(const float *x, int64_t ldx, struct dse_xq *xq) {
+        for (int64_t t = 0; t < xq->n; t++) {
+                const float *xt = x + t * ldx;
+                int8_t *q = xq->q + t * xq->n_blocks * DSE_XQ_BLOCK;
+                float *d = xq->d + t * xq->n_blocks;
+                for (int64_t b = 0; b < xq->n_blocks; b++) {
+                        int64_t c0 = b * DSE_XQ_BLOCK, len = xq->cols - c0;
+                        __m512 v0 = _mm512_maskz_loadu_ps(mask16(len), xt + c0);
+                        __m512 v1 = _mm512_maskz_loadu_ps(mask16(len - 16), xt + c0 + 16);
+                        float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
+                        float id = amax > 0.0f ? 127.0f / amax : 0.0f;
+                        d[b] = amax / 127.0f;
+                        __m512 vid = _mm512_set1_ps(id);
+                        __m128i q0 = _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(v0, vid)));
+                        __m128i q1 = _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(v1, vid)));
+                        _mm256_storeu_si256((__m256i *)(q + c0), _mm256_set_m128i(q1, q0));
+                }
+        }
+}
+
+/* One token's activations over one 64-column step (blocks 2p and 2p+1), prepared once
+ * per token block and column chunk and then shared by every row of a super-block. */
+struct xprep {
+        __m512i x;  /* Q8: q as stored; Q4: q ^ 0x80 (q + 128, unsigned), evens then odds */
+        __m512 dv;  /* each int32 lane's block scale d */
+        __m512i nc; /* Q8: -128 * (sum of the lane's four q) */
+};
+
+/* A token block's prepared activations over one column chunk. */
+struct xchunk {
+        struct xprep v[TB * PC]; /* (TB, PC) */
+        float X[TB][48];         /* Q4: (TB, groups of the chunk, at most PC + 1 padded to 16s) */
+};
+
+/* The 64 bytes of q from column 64p, zero past the token's padded row (an odd n_blocks
+ * leaves the last step half empty), and the two block scales, zero past n_blocks. */
+static inline __m512i xq_load64(const struct dse_xq *xq, int64_t t, int64_t p) {
+        const int8_t *q = xq->q + t * xq->n_blocks * DSE_XQ_BLOCK;
+        return _mm512_maskz_loadu_epi8(mask64(xq->n_blocks * DSE_XQ_BLOCK - p * 64), q + p * 64);
+}
+
+static inline __m512 xq_d2(const struct dse_xq *xq, int64_t t, int64_t p, __m512i lane_idx) {
+        const float *d = xq->d + t * xq->n_blocks;
+        __m512 d2 = _mm512_maskz_loadu_ps(mask16(xq->n_blocks - 2 * p), d + 2 * p);
+        return _mm512_permutexvar_ps(lane_idx, d2);
+}
+
+/* Q8: lanes 0-7 hold block 2p (natural column order), lanes 8-15 block 2p+1. The
+ * unsigned operand will be w + 128, so each lane starts from -128 * sum(q). */
+static void prep_q8(const struct dse_xq *xq, int64_t G, int64_t t0, int T, int64_t pc, int64_t pe,
+                    struct xchunk *xc) {
+        struct xprep *xp = xc->v;
+        (void)G;
+        const __m512i lane = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
+        const __m512i u128 = _mm512_set1_epi8((char)0x80);
+        UNROLL
+        for (int t = 0; t < T; t++)
+                for (int64_t p = pc; p < pe; p++) {
+                        struct xprep *o = xp + t * PC + (p - pc);
+                        o->x = xq_load64(xq, t0 + t, p);
+                        o->dv = xq_d2(xq, t0 + t, p, lane);
+                        o->nc = _mm512_sub_epi32(_mm512_setzero_si512(),
+                                                 _mm512_dpbusd_epi32(_mm512_setzero_si512(), u128, o->x));
+                }
+}
+
+/* Q4: the nibbles of a 32-byte step unpack as [low = even columns | high = odd columns];
+ * q is put in that order (within each 16 columns evens then odds by a byte shuffle, then
+ * the 64-bit halves gathered) so the weights need no shuffle at all. Lanes 0-3 hold the
+ * evens of block 2p, 4-7 of block 2p+1, 8-11 the odds of 2p, 12-15 of 2p+1. The zero
+ * point is left to the end: X[t][g] = sum over the group's columns in the chunk of d * q
+ * (g counted from the chunk's first group), and each row subtracts sum_g s_g z_g X[t][g]. */
+static void prep_q4(const struct dse_xq *xq, int64_t G, int64_t t0, int T, int64_t pc, int64_t pe,
+                    struct xchunk *xc) {
+        const __m512i lane = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1);
+        const __m512i sh = _mm512_broadcast_i32x4(_mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15));
+        const __m512i qw = _mm512_setr_epi64(0, 2, 4, 6, 1, 3, 5, 7);
+        const __m512i one = _mm512_set1_epi8(1);
+        int64_t gf = pc * 64 / G;
+        for (int t = 0; t < T; t++) {
+                memset(xc->X[t], 0, sizeof xc->X[t]);
+                for (int64_t p = pc; p < pe; p++) {
+                        struct xprep *o = xc->v + t * PC + (p - pc);
+                        __m512i x = _mm512_shuffle_epi8(xq_load64(xq, t0 + t, p), sh);
+                        o->x = _mm512_permutexvar_epi64(qw, x);
+                        o->dv = xq_d2(xq, t0 + t, p, lane);
+                        __m512 xs = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(_mm512_setzero_si512(), one, o->x));
+                        xc->X[t][p * 64 / G - gf] += _mm512_reduce_add_ps(_mm512_mul_ps(xs, o->dv));
+                }
+        }
+}
+
+/* Rows r..r+R-1 of a Q8 matrix (group a multiple of 32) times T prepared tokens over the
+ * steps [pc, pe): per step and row, the 64 weight bytes become w + 128 once (unsigned for
+ * vpdpbusd) and serve all T tokens; the lane sums are exact integers, scaled by the
+ * lane's s * d. The chunk's sums are added to y (written when first). */
+static inline __attribute__((always_inline)) void q8_block(const struct dse_qmat *w, const struct xchunk *xc,
+                                                           int64_t pc, int64_t pe, float *y, int64_t ldy, int64_t r,
+                                                           const int R, const int T, int first) {
+        int64_t n = w->cols, G = w->group_size;
+        const struct xprep *xp = xc->v;
+        const int8_t *row[RB];
+        const float *sc[RB];
+        __m512 acc[RB][TB];
+        UNROLL
+        for (int i = 0; i < R; i++) {
+                row[i] = (const int8_t *)w->data + (r + i) * n;
+                sc[i] = w->scale + (r + i) * w->n_groups;
+                UNROLL
+                for (int t = 0; t < T; t++)
+                        acc[i][t] = _mm512_setzero_ps();
+        }
+        const __m512i flip = _mm512_set1_epi8((char)0x80);
+        for (int64_t p = pc; p < pe; p++) {
+                int64_t c = p * 64, g0 = c / G, g1 = (c + 32) / G;
+                __mmask64 m = mask64(n - c);
+                __m512i wu[RB];
+                __m512 sv[RB];
+                UNROLL
+                for (int i = 0; i < R; i++) {
+                        _mm_prefetch((const char *)(row[i] + c + 1024), _MM_HINT_T0);
+                        wu[i] = _mm512_xor_si512(_mm512_maskz_loadu_epi8(m, row[i] + c), flip);
+                        /* a group past the row's end has no scale: its lanes' sums are 0 */
+                        float s1 = c + 32 < n ? sc[i][g1] : 0.0f;
+                        sv[i] = _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castps_pd(_mm512_set1_ps(sc[i][g0])),
+                                                                     _mm256_castps_pd(_mm256_set1_ps(s1)), 1));
+                }
+                UNROLL
+                for (int t = 0; t < T; t++) {
+                        const struct xprep *o = xp + t * PC + (p - pc);
+                        UNROLL
+                        for (int i = 0; i < R; i++) {
+                                __m512i s = _mm512_dpbusd_epi32(o->nc, wu[i], o->x);
+                                acc[i][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(sv[i], o->dv),
+                                                            acc[i][t]);
+                        }
+                }
+        }
+        UNROLL
+        for (int t = 0; t < T; t++)
+                UNROLL
+                for (int i = 0; i < R; i++) {
+                        float v = _mm512_reduce_add_ps(acc[i][t]);
+                        y[t * ldy + r + i] = first ? v : y[t * ldy + r + i] + v;
+                }
+}
+
+/* Rows r..r+R-1 of a Q4 matrix (group a multiple of 64, so one step lies in one group)
+ * times T prepared tokens. A step's 32 bytes go to both halves of a register and the
+ * upper half is shifted by 4: masked, the low nibbles (even columns) then the high ones
+ * (odd columns), the order prep_q4 put q in; the nibbles are vpdpbusd's unsigned operand
+ * as they are, q its signed one. Per row and token, four instructions per 64 columns
+ * (vpdpbusd, convert, s * d, FMA); the decode (shift, mask) is shared by the T tokens.
+ * The zero points come off once per chunk, as a vector of groups. */
+static inline __attribute__((always_inline)) void q4_block(const struct dse_qmat *w, const struct xchunk *xc,
+                                                           int64_t pc, int64_t pe, float *y, int64_t ldy, int64_t r,
+                                                           const int R, const int T, int first) {
+        int64_t G = w->group_size, rb = (w->cols + 1) / 2;
+        const uint8_t *row[RB];
+        const float *sc[RB];
+        __m512 acc[RB][TB];
+        UNROLL
+        for (int i = 0; i < R; i++) {
+                row[i] = (const uint8_t *)w->data + (r + i) * rb;
+                sc[i] = w->scale + (r + i) * w->n_groups;
+                UNROLL
+                for (int t = 0; t < T; t++)
+                        acc[i][t] = _mm512_setzero_ps();
+        }
+        const __m512i shift = _mm512_setr_epi64(0, 0, 0, 0, 4, 4, 4, 4);
+        const __m512i lo4 = _mm512_set1_epi8(0x0f);
+        for (int64_t p = pc; p < pe; p++) {
+                int64_t g = p * 64 / G;
+                __mmask32 m = mask32(rb - p * 32);
+                __m512i wq[RB];
+                __m512 sv[RB];
+                UNROLL
+                for (int i = 0; i < R; i++) {
+                        _mm_prefetch((const char *)(row[i] + p * 32 + 512), _MM_HINT_T0);
+                        __m512i v = _mm512_broadcast_i64x4(_mm256_maskz_loadu_epi8(m, row[i] + p * 32));
+                        wq[i] = _mm512_and_si512(_mm512_srlv_epi64(v, shift), lo4);
+                        sv[i] = _mm512_set1_ps(sc[i][g]);
+                }
+                UNROLL
+                for (int t = 0; t < T; t++) {
+                        const struct xprep *o = xc->v + t * PC + (p - pc);
+                        UNROLL
+                        for (int i = 0; i < R; i++) {
+                                __m512i s = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wq[i], o->x);
+                                acc[i][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(sv[i], o->dv),
+                                                            acc[i][t]);
+                        }
+                }
+        }
+        /* acc -= s_g z_g X[t][g] over the chunk's groups, 16 at a time */
+        int64_t gf = pc * 64 / G, ng = (pe * 64 - 1) / G - gf + 1;
+        if ((pe * 64 - 1) / G >= w->n_groups)
+                ng = w->n_groups - gf;
+        for (int64_t g0 = 0; g0 < ng; g0 += 16) {
+                __mmask16 m = mask16(ng - g0);
+                UNROLL
+                for (int i = 0; i < R; i++) {
+                        const uint8_t *z = w->zero + (r + i) * w->n_groups + gf + g0;
+                        __m512 sz = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, sc[i] + gf + g0),
+                                                  _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(m, z))));
+                        UNROLL
+                        for (int t = 0; t < T; t++)
+                                acc[i][t] = _mm512_fnmadd_ps(sz, _mm512_loadu_ps(xc->X[t] + g0), acc[i][t]);
+                }
+        }
+        UNROLL
+        for (int t = 0; t < T; t++)
+                UNROLL
+                for (int i = 0; i < R; i++) {
+                        float v = _mm512_reduce_add_ps(acc[i][t]);
+                        y[t * ldy + r + i] = first ? v : y[t * ldy + r + i] + v;
+                }
+}
+
+/* The register blocks specialised by token count, so a lone decode token carries no
+ * dead accumulators. */
+#define XQ_DISPATCH(block)                                                                                     \
+        static void block##_rows(const struct dse_qmat *w, const struct xchunk *xp, int64_t pc, int64_t pe,    \
+                                 float *y, int64_t ldy, int64_t r, int64_t re, int T, int first) {             \
+                for (; r + RB <= re; r += RB)                                                                  \
+                        switch (T) {                                                                           \
+                        case 1: block(w, xp, pc, pe, y, ldy, r, RB, 1, first); break;                         \
+                        case 2: block(w, xp, pc, pe, y, ldy, r, RB, 2, first); break;                         \
+                        case 3: block(w, xp, pc, pe, y, ldy, r, RB, 3, first); break;                         \
+                        default: block(w, xp, pc, pe, y, ldy, r, RB, 4, first); break;                        \
+                        }                                                                                      \
+                for (; r < re; r++)                                                                            \
+                        switch (T) {                                                                           \
+                        case 1: block(w, xp, pc, pe, y, ldy, r, 1, 1, first); break;                          \
+                        case 2: block(w, xp, pc, pe, y, ldy, r, 1, 2, first); break;                          \
+                        case 3: block(w, xp, pc, pe, y, ldy, r, 1, 3, first); break;                          \
+                        default: block(w, xp, pc, pe, y, ldy, r, 1, 4, first); break;                         \
+                        }                                                                                      \
+        }
+XQ_DISPATCH(q8_block)
+XQ_DISPATCH(q4_block)
+
+typedef void (*prep_fn)(const struct dse_xq *, int64_t, int64_t, int, int64_t, int64_t, struct xchunk *);
+typedef void (*rows_fn)(const struct dse_qmat *, const struct xchunk *, int64_t, int64_t, float *, int64_t, int64_t,
+                        int64_t, int, int);
+
+/* Super-blocks of RS rows; within one, token blocks of TB; within those, chunks of KC
+ * columns whose activations are prepared once for all the super-block's rows. */
+static void matmul_xq_blocked(const struct dse_qmat *w, const struct dse_xq *xq, float *y, int64_t ldy, int64_t r0,
+                              int64_t r1, prep_fn prep, rows_fn rows) {
+        _Alignas(64) struct xchunk xc;
+        int64_t np = (w->cols + 63) / 64;
+        for (int64_t rs = r0; rs < r1; rs += RS) {
+                int64_t re = rs + RS < r1 ? rs + RS : r1;
+                for (int64_t t0 = 0; t0 < xq->n; t0 += TB) {
+                        int T = xq->n - t0 < TB ? (int)(xq->n - t0) : TB;
+                        for (int64_t pc = 0; pc < np; pc += PC) {
+                                int64_t pe = pc + PC < np ? pc + PC : np;
+                                prep(xq, w->group_size, t0, T, pc, pe, &xc);
+                                rows(w, &xc, pc, pe, y + t0 * ldy, ldy, rs, re, T, pc == 0);
+                        }
+                }
+        }
+}
+
+static void matmul_xq_q8_avx512(const struct dse_qmat *w, const struct dse_xq *xq, float *y, int64_t ldy, int64_t r0,
+                                int64_t r1) {
+        if (w->group_size % DSE_XQ_BLOCK) {
+                dse__kernels_ref_matmul_xq(w, xq, y, ldy, r0, r1);
+                return;
+        }
+        matmul_xq_blocked(w, xq, y, ldy, r0, r1, prep_q8, q8_block_rows);
+}
+
+/* Groups of 32 or 96 columns split a 64-column step; those take the AVX2 kernel. */
+static void matmul_xq_q4_avx512(const struct dse_qmat *w, const struct dse_xq *xq, float *y, int64_t ldy, int64_t r0,
+                                int64_t r1) {
+        if (w->group_size % 64) {
+                dse__kernels_avx2_matmul_xq(w, xq, y, ldy, r0, r1);
+                return;
+        }
+        matmul_xq_blocked(w, xq, y, ldy, r0, r1, prep_q4, q4_block_rows);
+}
+
+/* ---- float activations ---------------------------------------------------------------- */
+
+/* Sixteen weights of columns c.. as float32, zero past the mask. */
+static inline __m512 load16(const void *data, enum dse_dtype dt, int64_t off, __mmask16 m) {
+        switch (dt) {
+        case DSE_DTYPE_F32:
+                return _mm512_maskz_loadu_ps(m, (const float *)data + off);
+        case DSE_DTYPE_F16:
+                return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, (const uint16_t *)data + off));
+        default: /* BF16: the top half of a float32 */
+                return _mm512_castsi512_ps(_mm512_slli_epi32(
+                        _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, (const uint16_t *)data + off)), 16));
+        }
+}
+
+/* Rows r..r+R-1 of an F32/F16/BF16 matrix times T tokens: each 16-column piece of a row
+ * is converted once and multiplies every token; the tail goes through a mask, so there is
+ * no scalar loop. */
+static inline __attribute__((always_inline)) void fp_block(const struct dse_qmat *w, enum dse_dtype dt,
+                                                           const float *x, int64_t ldx, float *y, int64_t ldy,
+                                                           int64_t r, const int R, const int T) {
+        int64_t n = w->cols;
+        __m512 acc[RB][TB];
+        UNROLL
+        for (int i = 0; i < R; i++)
+                UNROLL
+                for (int t = 0; t < T; t++)
+                        acc[i][t] = _mm512_setzero_ps();
+        for (int64_t c = 0; c < n; c += 16) {
+                __mmask16 m = mask16(n - c);
+                __m512 wv[RB];
+                UNROLL
+                for (int i = 0; i < R; i++)
+                        wv[i] = load16(w->data, dt, (r + i) * n + c, m);
+                UNROLL
+                for (int t = 0; t < T; t++) {
+                        __m512 xv = _mm512_maskz_loadu_ps(m, x + t * ldx + c);
+                        UNROLL
+                        for (int i = 0; i < R; i++)
+                                acc[i][t] = _mm512_fmadd_ps(wv[i], xv, acc[i][t]);
+                }
+        }
+        UNROLL
+        for (int t = 0; t < T; t++)
+                UNROLL
+                for (int i = 0; i < R; i++)
+                        y[t * ldy + r + i] = _mm512_reduce_add_ps(acc[i][t]);
+}
+
+#define FP_MATMUL(name, dt)                                                                                    \
+        static void name(const struct dse_qmat *w, const float *x, int64_t ldx, int64_t n, float *y,           \
+                         int64_t ldy, int64_t r0, int64_t r1) {                                                \
+                for (int64_t rs = r0; rs < r1; rs += RS) {                                                     \
+                        int64_t re = rs + RS < r1 ? rs + RS : r1;                                              \
+                        for (int64_t t0 = 0; t0 < n; t0 += TB) {                                               \
+                                int T = n - t0 < TB ? (int)(n - t0) : TB;                                      \
+                                const float *xt = x + t0 * ldx;                                                \
+                                float *yt = y + t0 * ldy;                                                      \
+                                int64_t r = rs;                                                                \
+                                for (; r + RB <= re; r += RB)                                                  \
+                                        switch (T) {                                                           \
+                                        case 1: fp_block(w, dt, xt, ldx, yt, ldy, r, RB, 1); break;            \
+                                        case 2: fp_block(w, dt, xt, ldx, yt, ldy, r, RB, 2); break;            \
+                                        case 3: fp_block(w, dt, xt, ldx, yt, ldy, r, RB, 3); break;            \
+                                        default: fp_block(w, dt, xt, ldx, yt, ldy, r, RB, 4); break;           \
+                                        }                                                                      \
+                                for (; r < re; r++)                                                            \
+                                        switch (T) {                                                           \
+                                        case 1: fp_block(w, dt, xt, ldx, yt, ldy, r, 1, 1); break;             \
+                                        case 2: fp_block(w, dt, xt, ldx, yt, ldy, r, 1, 2); break;             \
+                                        case 3: fp_block(w, dt, xt, ldx, yt, ldy, r, 1, 3); break;             \
+                                        default: fp_block(w, dt, xt, ldx, yt, ldy, r, 1, 4); break;            \
+                                        }                                                                      \
+                        }                                                                                      \
+                }                                                                                              \
+        }                                                                                                      \
+        static void name##_vec(const struct dse_qmat *w, const float *x, float *y, int64_t r0, int64_t r1) {   \
+                name(w, x, 0, 1, y, 0, r0, r1);                                                                \
+        }
+FP_MATMUL(matmul_f32_avx512, DSE_DTYPE_F32)
+FP_MATMUL(matmul_f16_avx512, DSE_DTYPE_F16)
+FP_MATMUL(matmul_bf16_avx512, DSE_DTYPE_BF16)
+
+/* ---- vector helpers -------------------------------------------------------------------- */
+
+static float dot_avx512(const float *a, const float *b, int64_t n) {
+        __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
+        int64_t i = 0;
+        for (; i + 32 <= n; i += 32) {
+                a0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), a0);
+                a1 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i + 16), _mm512_loadu_ps(b + i + 16), a1);
+        }
+        for (; i < n; i += 16) {
+                __mmask16 m = mask16(n - i);
+                a0 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, a + i), _mm512_maskz_loadu_ps(m, b + i), a0);
+        }
+        return _mm512_reduce_add_ps(_mm512_add_ps(a0, a1));
+}
+
+static void axpy_avx512(float a, const float *x, float *y, int64_t n) {
+        __m512 va = _mm512_set1_ps(a);
+        for (int64_t i = 0; i < n; i += 16) {
+                __mmask16 m = mask16(n - i);
+                _mm512_mask_storeu_ps(y + i, m,
+                                      _mm512_fmadd_ps(va, _mm512_maskz_loadu_ps(m, x + i), _mm512_maskz_loadu_ps(m, y + i)));
+        }
+}
+
+/* The sum of squares vectorised; the scaling as the _ref twin does it, w * (x * inv). */
+static void rmsnorm_avx512(float *out, const float *x, const float *w, int64_t n, float eps) {
+        __m512 ss = _mm512_setzero_ps();
+        for (int64_t i = 0; i < n; i += 16) {
+                __m512 v = _mm512_maskz_loadu_ps(mask16(n - i), x + i);
+                ss = _mm512_fmadd_ps(v, v, ss);
+        }
+        __m512 inv = _mm512_set1_ps(1.0f / sqrtf(_mm512_reduce_add_ps(ss) / (float)n + eps));
+        for (int64_t i = 0; i < n; i += 16) {
+                __mmask16 m = mask16(n - i);
+                __m512 v = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, x + i), inv);
+                _mm512_mask_storeu_ps(out + i, m, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, w + i), v));
+        }
+}
+
+void dse__kernels_fill_avx512(struct dse_kernels *k) {
+        k->level = DSE_CPU_AVX512;
+        k->matvec[DSE_DTYPE_F32] = matmul_f32_avx512_vec;
+        k->matvec[DSE_DTYPE_F16] = matmul_f16_avx512_vec;
+        k->matvec[DSE_DTYPE_BF16] = matmul_bf16_avx512_vec;
+        k->matmul[DSE_DTYPE_F32] = matmul_f32_avx512;
+        k->matmul[DSE_DTYPE_F16] = matmul_f16_avx512;
+        k->matmul[DSE_DTYPE_BF16] = matmul_bf16_avx512;
+        k->quantize_xq = quantize_xq_avx512;
+        k->dot = dot_avx512;
+        k->axpy = axpy_avx512;
+        k->rmsnorm = rmsnorm_avx512;
+}
+
+void dse__kernels_fill_avx512_vnni(struct dse_kernels *k) {
+        k->matmul_xq[DSE_DTYPE_Q8] = matmul_xq_q8_avx512;
+        k->matmul_xq[DSE_DTYPE_Q4] = matmul_xq_q4_avx512;
+}
