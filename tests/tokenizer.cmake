@@ -15,6 +15,10 @@ endforeach()
 dsv_test(NAME test-tokenizer-bpe SOURCES unit/test-tokenizer-bpe.c LIBS dse LABELS unit TIMEOUT 60)
 target_include_directories(test-tokenizer-bpe PRIVATE ${CMAKE_SOURCE_DIR}/engine/src)
 
+# The SIMD UTF-8 validator against its byte-by-byte reference.
+dsv_test(NAME test-tokenizer-utf8 SOURCES unit/test-tokenizer-utf8.c LIBS dse LABELS unit TIMEOUT 60)
+target_include_directories(test-tokenizer-utf8 PRIVATE ${CMAKE_SOURCE_DIR}/engine/src)
+
 dsv_script_test(NAME test-tokenize-cli SCRIPT ${CMAKE_SOURCE_DIR}/tests/integration/test-tokenize-cli.sh
   LABELS integration TIMEOUT 120)
 

@@ -86,41 +86,14 @@ static int bj_hex4(struct bj_parser *p, size_t at, uint32_t *ret) {
         return 0;
 }
 
-/* High bit set in each byte of w that ends a plain run inside a string: '"', '\\', a
- * control character (< 0x20) or a non-ASCII byte (UTF-8 is checked here, in the only
- * place it may occur, rather than in a separate pass over the whole file). False flags
- * only occur above a true one (borrows travel upwards), so the lowest flag is exact. */
+/* High bit set in each byte of w that ends a plain run inside a string: '"', '\\' or a
+ * control character (< 0x20); UTF-8 was checked for the whole input up front, so other
+ * bytes >= 0x80 are plain. False flags only occur above a true one (borrows travel
+ * upwards), so the lowest flag is exact. */
 static inline uint64_t str_stop_mask(uint64_t w) {
         const uint64_t ones = 0x0101010101010101ull, high = 0x8080808080808080ull;
         uint64_t q = w ^ (ones * '"'), b = w ^ (ones * '\\');
-        return (((q - ones) & ~q) | ((b - ones) & ~b) | ((w - ones * 0x20) & ~w) | w) & high;
-}
-
-/* Length of the valid UTF-8 sequence starting with the non-ASCII byte at s[0] (RFC 3629:
- * no overlongs, surrogates or code points above U+10FFFF), 0 when invalid. */
-static inline size_t utf8_seq(const unsigned char *s, size_t avail) {
-        unsigned c = s[0];
-        if (c >= 0xC2 && c <= 0xDF)
-                return avail >= 2 && (s[1] & 0xC0) == 0x80 ? 2 : 0;
-        unsigned lo = 0x80, hi = 0xBF;
-        size_t n;
-        if (c >= 0xE0 && c <= 0xEF) {
-                n = 3;
-                lo = c == 0xE0 ? 0xA0 : lo;
-                hi = c == 0xED ? 0x9F : hi;
-        } else if (c >= 0xF0 && c <= 0xF4) {
-                n = 4;
-                lo = c == 0xF0 ? 0x90 : lo;
-                hi = c == 0xF4 ? 0x8F : hi;
-        } else {
-                return 0;
-        }
-        if (avail < n || s[1] < lo || s[1] > hi)
-                return 0;
-        for (size_t k = 2; k < n; k++)
-                if ((s[k] & 0xC0) != 0x80)
-                        return 0;
-        return n;
+        return (((q - ones) & ~q) | ((b - ones) & ~b) | ((w - ones * 0x20) & ~w)) & high;
 }
 
 /* Decodes the string at p->pos (on the opening quote) into the arena. The arena has 8
@@ -132,7 +105,7 @@ static int bj_string(struct bj_parser *p, const char **ret_str, uint32_t *ret_le
         size_t pos = p->pos, len = p->len;
         char *out = p->strs + p->strs_len, *o = out;
         for (;;) {
-                /* a run of plain ASCII bytes, 8 at a time, then byte by byte at the end */
+                /* a run of plain bytes, 8 at a time, then byte by byte at the end */
                 for (;;) {
                         if (pos + 8 <= len) {
                                 uint64_t w;
@@ -152,7 +125,7 @@ static int bj_string(struct bj_parser *p, const char **ret_str, uint32_t *ret_le
                         if (pos >= len)
                                 break;
                         unsigned char c = (unsigned char)s[pos];
-                        if (c == '"' || c == '\\' || c < 0x20 || c >= 0x80)
+                        if (c == '"' || c == '\\' || c < 0x20)
                                 break;
                         *o++ = (char)c;
                         pos++;
@@ -164,16 +137,6 @@ static int bj_string(struct bj_parser *p, const char **ret_str, uint32_t *ret_le
                 if (c == '"') {
                         p->pos = ++pos;
                         break;
-                }
-                if (c >= 0x80) {
-                        size_t n = utf8_seq((const unsigned char *)s + pos, len - pos);
-                        if (!n)
-                                return bj_error(p, "invalid UTF-8");
-                        for (size_t k = 0; k < n; k++)
-                                o[k] = s[pos + k];
-                        o += n;
-                        pos += n;
-                        continue;
                 }
                 if (c != '\\')
                         return bj_error(p, "control character in string");
@@ -222,19 +185,30 @@ static int bj_string(struct bj_parser *p, const char **ret_str, uint32_t *ret_le
 
 static int bj_number(struct bj_parser *p, double *ret) {
         size_t start = p->pos, i = p->pos;
-        if (i < p->len && p->s[i] == '-')
+        int neg = 0;
+        if (i < p->len && p->s[i] == '-') {
+                neg = 1;
                 i++;
+        }
         if (i >= p->len)
                 return bj_error(p, "bad number");
+        /* the integer part in an integer register: every vocabulary id is one, and a
+         * chain of double multiply-adds per digit is four times slower */
+        uint64_t mag = 0;
+        size_t digits_at = i;
         if (p->s[i] == '0') {
                 i++;
         } else if (p->s[i] >= '1' && p->s[i] <= '9') {
-                while (i < p->len && p->s[i] >= '0' && p->s[i] <= '9')
+                while (i < p->len && p->s[i] >= '0' && p->s[i] <= '9') {
+                        mag = mag * 10 + (uint64_t)(p->s[i] - '0'); /* wraps past 19 digits; unused then */
                         i++;
+                }
         } else {
                 return bj_error(p, "bad number");
         }
+        int integral = 1;
         if (i < p->len && p->s[i] == '.') {
+                integral = 0;
                 i++;
                 if (i >= p->len || p->s[i] < '0' || p->s[i] > '9')
                         return bj_error(p, "bad number");
@@ -242,6 +216,7 @@ static int bj_number(struct bj_parser *p, double *ret) {
                         i++;
         }
         if (i < p->len && (p->s[i] == 'e' || p->s[i] == 'E')) {
+                integral = 0;
                 i++;
                 if (i < p->len && (p->s[i] == '+' || p->s[i] == '-'))
                         i++;
@@ -251,14 +226,8 @@ static int bj_number(struct bj_parser *p, double *ret) {
                         i++;
         }
         size_t n = i - start;
-        int integral = 1;
-        for (size_t k = start; k < i; k++)
-                integral &= p->s[k] >= '0' && p->s[k] <= '9';
-        if (integral && n <= 15) { /* ids: exact without strtod */
-                double v = 0;
-                for (size_t k = start; k < i; k++)
-                        v = v * 10 + (p->s[k] - '0');
-                *ret = v;
+        if (integral && i - digits_at <= 15) { /* below 2^53: exact without strtod */
+                *ret = neg ? -(double)mag : (double)mag;
                 p->pos = i;
                 return 0;
         }
@@ -407,9 +376,12 @@ static int bj_value(struct bj_parser *p, int depth, const char *key, uint32_t ke
 int bj_parse(const char *text, size_t len, struct bj_doc *doc, struct dse_diag *reterr) {
         struct bj_parser p = {.s = text, .len = len, .reterr = reterr};
         memset(doc, 0, sizeof *doc);
-        /* UTF-8 is checked inside strings (bj_string); any other non-ASCII byte is a
-         * syntax error anyway. +8: bj_string's word-sized copies. */
-        p.strs = bpe_big_malloc(len + 1 + 8);
+        size_t valid = bpe_utf8_valid_prefix(text, len);
+        if (valid != len) {
+                p.pos = valid;
+                return bj_error(&p, "invalid UTF-8");
+        }
+        p.strs = bpe_big_malloc(len + 1 + 8); /* +8: bj_string's word-sized copies */
         if (!p.strs)
                 return -ENOMEM;
         int r = bj_value(&p, 0, NULL, 0);
