@@ -49,7 +49,13 @@ struct bj_doc {
 int bj_parse(const char *text, size_t len, struct bj_doc *doc, struct dse_diag *reterr);
 void bj_free(struct bj_doc *doc);
 const struct bj *bj_root(const struct bj_doc *doc);
-const struct bj *bj_at(const struct bj_doc *doc, const struct bj *v, uint32_t i);
+/* Child i of an array or object, NULL when out of range (inline: called per vocabulary
+ * entry and merge). */
+static inline const struct bj *bj_at(const struct bj_doc *doc, const struct bj *v, uint32_t i) {
+        if (!v || (v->type != BJ_ARRAY && v->type != BJ_OBJECT) || i >= v->n)
+                return NULL;
+        return &doc->nodes[v->first + i];
+}
 /* Member of an object by key, NULL when absent or when v is not an object. */
 const struct bj *bj_get(const struct bj_doc *doc, const struct bj *v, const char *key);
 /* Convenience: string member or NULL; bool member or dflt. */

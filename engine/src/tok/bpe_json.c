@@ -415,12 +415,6 @@ const struct bj *bj_root(const struct bj_doc *doc) {
         return &doc->nodes[doc->root];
 }
 
-const struct bj *bj_at(const struct bj_doc *doc, const struct bj *v, uint32_t i) {
-        if (!v || (v->type != BJ_ARRAY && v->type != BJ_OBJECT) || i >= v->n)
-                return NULL;
-        return &doc->nodes[v->first + i];
-}
-
 const struct bj *bj_get(const struct bj_doc *doc, const struct bj *v, const char *key) {
         if (!v || v->type != BJ_OBJECT)
                 return NULL;

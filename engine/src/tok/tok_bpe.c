@@ -30,7 +30,9 @@ struct loader {
 };
 
 static int get_id(const struct bj *v, int32_t *ret) {
-        if (!v || v->type != BJ_NUMBER || !(v->num >= 0) || v->num >= BPE_MAX_ID || v->num != floor(v->num))
+        /* in range first, so the cast is defined; an integer cast back is floor() without
+         * the libm call (128k ids) */
+        if (!v || v->type != BJ_NUMBER || !(v->num >= 0) || v->num >= BPE_MAX_ID || (double)(int32_t)v->num != v->num)
                 return -EBADMSG;
         *ret = (int32_t)v->num;
         return 0;
