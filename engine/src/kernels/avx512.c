@@ -69,9 +69,9 @@ static void quantize_xq_avx512(const float *x, int64_t ldx, struct dse_xq *xq) {
 /* One token's activations over one 64-column step (blocks 2p and 2p+1), prepared once
  * per token block and column chunk and then shared by every row of a super-block. */
 struct xprep {
-        __m512i x;  /* Q8: q as stored; Q4: q ^ 0x80 (q + 128, unsigned), evens then odds */
+        __m512i x;  /* Q8: q of 64 columns as stored; Q4: q of the even columns of 128 */
         __m512 dv;  /* each int32 lane's block scale d */
-        __m512i nc; /* Q8: -128 * (sum of the lane's four q) */
+        __m512i nc; /* Q8: -128 * (sum of the lane's four q); Q4: q of the odd columns */
 };
 
 /* A token block's prepared activations over one column chunk. */
@@ -112,28 +112,36 @@ static void prep_q8(const struct dse_xq *xq, int64_t G, int64_t t0, int T, int64
                 }
 }
 
-/* Q4: the nibbles of a 32-byte step unpack as [low = even columns | high = odd columns];
- * q is put in that order (within each 16 columns evens then odds by a byte shuffle, then
- * the 64-bit halves gathered) so the weights need no shuffle at all. Lanes 0-3 hold the
- * evens of block 2p, 4-7 of block 2p+1, 8-11 the odds of 2p, 12-15 of 2p+1. The zero
+/* Q4 steps are 128 columns, 64 bytes of nibbles per row: masked, the low nibbles are the
+ * even columns in order, the high ones the odd columns. q is split the same way (a byte
+ * shuffle to evens and odds within each 16 columns, then the 64-bit halves gathered), so
+ * the weights need no shuffle at all, and int32 lane L of both halves covers columns
+ * 8L..8L+7: one block (L/4), so evens and odds share one integer accumulator. The zero
  * point is left to the end: X[t][g] = sum over the group's columns in the chunk of d * q
  * (g counted from the chunk's first group), and each row subtracts sum_g s_g z_g X[t][g]. */
-static void prep_q4(const struct dse_xq *xq, int64_t G, int64_t t0, int T, int64_t pc, int64_t pe,
+static void prep_q4(const struct dse_xq *xq, int64_t G, int64_t t0, int T, int64_t sc0, int64_t se,
                     struct xchunk *xc) {
-        const __m512i lane = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1);
+        const __m512i lane = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
         const __m512i sh = _mm512_broadcast_i32x4(_mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15));
-        const __m512i qw = _mm512_setr_epi64(0, 2, 4, 6, 1, 3, 5, 7);
+        const __m512i ev = _mm512_setr_epi64(0, 2, 4, 6, 8, 10, 12, 14), od = _mm512_setr_epi64(1, 3, 5, 7, 9, 11, 13, 15);
         const __m512i one = _mm512_set1_epi8(1);
-        int64_t gf = pc * 64 / G;
+        int64_t gf = sc0 * 128 / G;
         for (int t = 0; t < T; t++) {
                 memset(xc->X[t], 0, sizeof xc->X[t]);
-                for (int64_t p = pc; p < pe; p++) {
-                        struct xprep *o = xc->v + t * PC + (p - pc);
-                        __m512i x = _mm512_shuffle_epi8(xq_load64(xq, t0 + t, p), sh);
-                        o->x = _mm512_permutexvar_epi64(qw, x);
-                        o->dv = xq_d2(xq, t0 + t, p, lane);
-                        __m512 xs = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(_mm512_setzero_si512(), one, o->x));
-                        xc->X[t][p * 64 / G - gf] += _mm512_reduce_add_ps(_mm512_mul_ps(xs, o->dv));
+                const float *d = xq->d + (t0 + t) * xq->n_blocks;
+                for (int64_t st = sc0; st < se; st++) {
+                        struct xprep *o = xc->v + t * PC + (st - sc0);
+                        __m512i lo = _mm512_shuffle_epi8(xq_load64(xq, t0 + t, 2 * st), sh);
+                        __m512i hi = _mm512_shuffle_epi8(xq_load64(xq, t0 + t, 2 * st + 1), sh);
+                        o->x = _mm512_permutex2var_epi64(lo, ev, hi);
+                        o->nc = _mm512_permutex2var_epi64(lo, od, hi);
+                        o->dv = _mm512_permutexvar_ps(lane, _mm512_maskz_loadu_ps(mask16(xq->n_blocks - 4 * st), d + 4 * st));
+                        __m512i xs = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), one, o->x), one, o->nc);
+                        __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(xs), o->dv);
+                        int64_t c = st * 128;
+                        xc->X[t][c / G - gf] += _mm512_mask_reduce_add_ps(0x00ff, f);
+                        if (c + 64 < xq->cols)
+                                xc->X[t][(c + 64) / G - gf] += _mm512_mask_reduce_add_ps(0xff00, f);
                 }
         }
 }
@@ -193,15 +201,14 @@ static inline __attribute__((always_inline)) void q8_block(const struct dse_qmat
                 }
 }
 
-/* Rows r..r+R-1 of a Q4 matrix (group a multiple of 64, so one step lies in one group)
- * times T prepared tokens. A step's 32 bytes go to both halves of a register and the
- * upper half is shifted by 4: masked, the low nibbles (even columns) then the high ones
- * (odd columns), the order prep_q4 put q in; the nibbles are vpdpbusd's unsigned operand
- * as they are, q its signed one. Per row and token, four instructions per 64 columns
- * (vpdpbusd, convert, s * d, FMA); the decode (shift, mask) is shared by the T tokens.
- * The zero points come off once per chunk, as a vector of groups. */
+/* Rows r..r+R-1 of a Q4 matrix (group a multiple of 64, so each half of a step lies in
+ * one group) times T prepared tokens. Per row and step the 64 bytes are loaded once and
+ * split into low and high nibbles (the decode the T tokens share); the nibbles are
+ * vpdpbusd's unsigned operand as they are, q its signed one. Per row, token and 128
+ * columns: two vpdpbusd, a convert, s * d and an FMA. The zero points come off once per
+ * chunk, as a vector of groups. */
 static inline __attribute__((always_inline)) void q4_block(const struct dse_qmat *w, const struct xchunk *xc,
-                                                           int64_t pc, int64_t pe, float *y, int64_t ldy, int64_t r,
+                                                           int64_t sc0, int64_t se, float *y, int64_t ldy, int64_t r,
                                                            const int R, const int T, int first) {
         int64_t G = w->group_size, rb = (w->cols + 1) / 2;
         const uint8_t *row[RB];
@@ -215,35 +222,38 @@ static inline __attribute__((always_inline)) void q4_block(const struct dse_qmat
                 for (int t = 0; t < T; t++)
                         acc[i][t] = _mm512_setzero_ps();
         }
-        const __m512i shift = _mm512_setr_epi64(0, 0, 0, 0, 4, 4, 4, 4);
         const __m512i lo4 = _mm512_set1_epi8(0x0f);
-        for (int64_t p = pc; p < pe; p++) {
-                int64_t g = p * 64 / G;
-                __mmask32 m = mask32(rb - p * 32);
-                __m512i wq[RB];
+        for (int64_t st = sc0; st < se; st++) {
+                int64_t c = st * 128, g0 = c / G, g1 = (c + 64) / G;
+                __mmask64 m = mask64(rb - st * 64);
+                __m512i we[RB], wo[RB];
                 __m512 sv[RB];
                 UNROLL
                 for (int i = 0; i < R; i++) {
-                        _mm_prefetch((const char *)(row[i] + p * 32 + 512), _MM_HINT_T0);
-                        __m512i v = _mm512_broadcast_i64x4(_mm256_maskz_loadu_epi8(m, row[i] + p * 32));
-                        wq[i] = _mm512_and_si512(_mm512_srlv_epi64(v, shift), lo4);
-                        sv[i] = _mm512_set1_ps(sc[i][g]);
+                        _mm_prefetch((const char *)(row[i] + st * 64 + 1024), _MM_HINT_T0);
+                        __m512i v = _mm512_maskz_loadu_epi8(m, row[i] + st * 64);
+                        we[i] = _mm512_and_si512(v, lo4);
+                        wo[i] = _mm512_and_si512(_mm512_srli_epi16(v, 4), lo4);
+                        if (g0 == g1 || c + 64 >= w->cols)
+                                sv[i] = _mm512_set1_ps(sc[i][g0]);
+                        else
+                                sv[i] = _mm512_castpd_ps(_mm512_insertf64x4(
+                                        _mm512_castps_pd(_mm512_set1_ps(sc[i][g0])), _mm256_castps_pd(_mm256_set1_ps(sc[i][g1])), 1));
                 }
                 UNROLL
                 for (int t = 0; t < T; t++) {
-                        const struct xprep *o = xc->v + t * PC + (p - pc);
+                        const struct xprep *o = xc->v + t * PC + (st - sc0);
                         UNROLL
                         for (int i = 0; i < R; i++) {
-                                __m512i s = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wq[i], o->x);
+                                __m512i s = _mm512_dpbusd_epi32(_mm512_setzero_si512(), we[i], o->x);
+                                s = _mm512_dpbusd_epi32(s, wo[i], o->nc);
                                 acc[i][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(sv[i], o->dv),
                                                             acc[i][t]);
                         }
                 }
         }
         /* acc -= s_g z_g X[t][g] over the chunk's groups, 16 at a time */
-        int64_t gf = pc * 64 / G, ng = (pe * 64 - 1) / G - gf + 1;
-        if ((pe * 64 - 1) / G >= w->n_groups)
-                ng = w->n_groups - gf;
+        int64_t gf = sc0 * 128 / G, gl = ((se * 128 < w->cols ? se * 128 : w->cols) - 1) / G, ng = gl - gf + 1;
         for (int64_t g0 = 0; g0 < ng; g0 += 16) {
                 __mmask16 m = mask16(ng - g0);
                 UNROLL
@@ -293,17 +303,18 @@ typedef void (*rows_fn)(const struct dse_qmat *, const struct xchunk *, int64_t,
                         int64_t, int, int);
 
 /* Super-blocks of RS rows; within one, token blocks of TB; within those, chunks of KC
- * columns whose activations are prepared once for all the super-block's rows. */
+ * columns (steps of 64 columns for Q8, 128 for Q4) whose activations are prepared once
+ * for all the super-block's rows. */
 static void matmul_xq_blocked(const struct dse_qmat *w, const struct dse_xq *xq, float *y, int64_t ldy, int64_t r0,
-                              int64_t r1, prep_fn prep, rows_fn rows) {
+                              int64_t r1, int64_t step, prep_fn prep, rows_fn rows) {
         _Alignas(64) struct xchunk xc;
-        int64_t np = (w->cols + 63) / 64;
+        int64_t np = (w->cols + step - 1) / step, pcs = KC / step; /* steps, steps per chunk */
         for (int64_t rs = r0; rs < r1; rs += RS) {
                 int64_t re = rs + RS < r1 ? rs + RS : r1;
                 for (int64_t t0 = 0; t0 < xq->n; t0 += TB) {
                         int T = xq->n - t0 < TB ? (int)(xq->n - t0) : TB;
-                        for (int64_t pc = 0; pc < np; pc += PC) {
-                                int64_t pe = pc + PC < np ? pc + PC : np;
+                        for (int64_t pc = 0; pc < np; pc += pcs) {
+                                int64_t pe = pc + pcs < np ? pc + pcs : np;
                                 prep(xq, w->group_size, t0, T, pc, pe, &xc);
                                 rows(w, &xc, pc, pe, y + t0 * ldy, ldy, rs, re, T, pc == 0);
                         }
@@ -317,7 +328,7 @@ static void matmul_xq_q8_avx512(const struct dse_qmat *w, const struct dse_xq *x
                 dse__kernels_ref_matmul_xq(w, xq, y, ldy, r0, r1);
                 return;
         }
-        matmul_xq_blocked(w, xq, y, ldy, r0, r1, prep_q8, q8_block_rows);
+        matmul_xq_blocked(w, xq, y, ldy, r0, r1, 64, prep_q8, q8_block_rows);
 }
 
 /* Groups of 32 or 96 columns split a 64-column step; those take the AVX2 kernel. */
@@ -327,7 +338,7 @@ static void matmul_xq_q4_avx512(const struct dse_qmat *w, const struct dse_xq *x
                 dse__kernels_avx2_matmul_xq(w, xq, y, ldy, r0, r1);
                 return;
         }
-        matmul_xq_blocked(w, xq, y, ldy, r0, r1, prep_q4, q4_block_rows);
+        matmul_xq_blocked(w, xq, y, ldy, r0, r1, 128, prep_q4, q4_block_rows);
 }
 
 /* ---- float activations ---------------------------------------------------------------- */
