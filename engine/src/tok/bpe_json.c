@@ -26,26 +26,33 @@ static int bj_error(struct bj_parser *p, const char *what) {
 }
 
 /* tokenizer.json is pretty-printed: almost half of a 7.8 MB file is indentation, so
- * runs of spaces are skipped a word at a time. */
-static void bj_skip_ws(struct bj_parser *p) {
+ * runs of spaces are skipped a word at a time. Returns the end of the whitespace at pos. */
+static size_t skip_ws_run(const char *s, size_t pos, size_t len) {
         for (;;) {
-                while (p->pos + 8 <= p->len) {
+                while (pos + 8 <= len) {
                         uint64_t w;
-                        memcpy(&w, p->s + p->pos, 8);
+                        memcpy(&w, s + pos, 8);
                         w ^= 0x2020202020202020ull; /* zero bytes: spaces */
                         if (w) {
-                                p->pos += (size_t)__builtin_ctzll(w) >> 3;
+                                pos += (size_t)__builtin_ctzll(w) >> 3;
                                 break;
                         }
-                        p->pos += 8;
+                        pos += 8;
                 }
-                if (p->pos >= p->len)
-                        return;
-                char c = p->s[p->pos];
+                if (pos >= len)
+                        return pos;
+                char c = s[pos];
                 if (c != ' ' && c != '\t' && c != '\n' && c != '\r')
-                        return;
-                p->pos++;
+                        return pos;
+                pos++;
         }
+}
+
+/* Most calls find no whitespace at all (after a key, a value, a '['): one byte decides. */
+static inline void bj_skip_ws(struct bj_parser *p) {
+        if (p->pos < p->len && (unsigned char)p->s[p->pos] > ' ')
+                return;
+        p->pos = skip_ws_run(p->s, p->pos, p->len);
 }
 
 static int bj_push(struct bj_parser *p, struct bj **ret) {
