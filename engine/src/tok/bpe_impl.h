@@ -78,11 +78,14 @@ int bpe_utf8_encode(int32_t cp, char out[4]);
 /* Rust's char::is_whitespace (Unicode White_Space). */
 int bpe_is_whitespace(int32_t cp);
 
-/* malloc, realloc and aligned_alloc for the big load-time tables (free() releases them):
- * blocks of 4 MiB or more are backed by transparent huge pages where the system allows. */
+/* malloc, realloc and calloc for the big load-time tables (free() releases them): blocks
+ * of 4 MiB or more are backed by transparent huge pages where the system allows. */
 void *bpe_big_malloc(size_t n);
 void *bpe_big_realloc(void *p, size_t n);
-void *bpe_big_aligned_alloc(size_t align, size_t n);
+void *bpe_big_calloc(size_t n);
+/* Zeroed, like calloc (fresh pages from the kernel are not written twice); the block is
+ * 64-byte aligned, *ret_mem is what to free(). */
+void *bpe_big_zalloc64(size_t n, void **ret_mem);
 
 /* ---- growable byte buffer ------------------------------------------------------------ */
 
@@ -211,16 +214,16 @@ struct bpe_trie {
 /* ---- the model ----------------------------------------------------------------------- */
 
 /* 32 bytes; the table is 64-byte aligned so a slot never straddles two cache lines (the
- * batched lookups prefetch one line per key). */
+ * batched lookups prefetch one line per key), and zeroed means empty. */
 struct bpe_vocab_slot {
         uint32_t tag;      /* high half of the key's hash */
-        int32_t id;        /* -1: empty */
+        int32_t id1;       /* id + 1; 0: empty, so fresh zeroed pages need no fill pass */
         uint32_t off, len; /* key in bpe->strs */
         uint64_t head[2];  /* the key's first 16 bytes, zero-padded: most compares never touch strs */
 };
 
 struct bpe_merge_slot {
-        uint64_t key;      /* (left id << 32) | right id; UINT64_MAX: empty */
+        uint64_t nkey;     /* ~((left id << 32) | right id); 0: empty (zeroed pages need no fill) */
         uint32_t rank;
         int32_t new_id;
 };
@@ -232,7 +235,8 @@ struct bpe {
         uint32_t *piece_off;      /* (n_vocab) offset into strs, UINT32_MAX: no token */
         uint32_t *piece_len;      /* (n_vocab) */
         int32_t n_vocab;
-        struct bpe_vocab_slot *vocab;  /* model vocabulary hash (not added tokens) */
+        struct bpe_vocab_slot *vocab;  /* model vocabulary hash (not added tokens), 64-byte aligned */
+        void *vocab_mem;               /* the allocation holding it */
         uint32_t vocab_mask;
         struct bpe_merge_slot *merges;
         uint32_t merge_mask;

@@ -75,10 +75,10 @@ static int32_t vocab_find_hashed(const struct bpe *bpe, const char *s, size_t le
         key_head(s, len, head);
         for (;;) {
                 const struct bpe_vocab_slot *e = &bpe->vocab[i];
-                if (e->id < 0)
+                if (!e->id1)
                         return -1;
                 if (slot_matches(bpe, e, tag, head, s, len))
-                        return e->id;
+                        return e->id1 - 1;
                 i = (i + 1) & bpe->vocab_mask;
         }
 }
@@ -96,12 +96,12 @@ static int vocab_insert_hashed(struct bpe *bpe, uint32_t off, size_t len, int32_
         key_head(s, len, head);
         for (;;) {
                 struct bpe_vocab_slot *e = &bpe->vocab[i];
-                if (e->id < 0 || slot_matches(bpe, e, tag, head, s, len)) {
-                        int repeated = e->id >= 0;
+                if (!e->id1 || slot_matches(bpe, e, tag, head, s, len)) {
+                        int repeated = e->id1 != 0;
                         e->tag = tag;
                         e->off = off;
                         e->len = (uint32_t)len;
-                        e->id = id;
+                        e->id1 = id + 1;
                         e->head[0] = head[0];
                         e->head[1] = head[1];
                         return repeated;
@@ -149,9 +149,9 @@ static inline const struct bpe_merge_slot *merge_find(const struct bpe *bpe, int
         uint32_t i = (uint32_t)hash_u64(key) & bpe->merge_mask;
         for (;;) {
                 const struct bpe_merge_slot *e = &bpe->merges[i];
-                if (e->key == key)
+                if (e->nkey == ~key)
                         return e;
-                if (e->key == UINT64_MAX)
+                if (!e->nkey)
                         return NULL;
                 i = (i + 1) & bpe->merge_mask;
         }
@@ -163,8 +163,8 @@ int bpe_merge_insert(struct bpe *bpe, int32_t left, int32_t right, uint32_t rank
         uint32_t i = (uint32_t)hash_u64(key) & bpe->merge_mask;
         for (;;) {
                 struct bpe_merge_slot *e = &bpe->merges[i];
-                if (e->key == key || e->key == UINT64_MAX) {
-                        e->key = key;
+                if (e->nkey == ~key || !e->nkey) {
+                        e->nkey = ~key;
                         e->rank = rank;
                         e->new_id = new_id;
                         return 0;

@@ -34,8 +34,14 @@ void *bpe_big_realloc(void *p, size_t n) {
         return advise_huge(realloc(p, n), n);
 }
 
-void *bpe_big_aligned_alloc(size_t align, size_t n) {
-        return advise_huge(aligned_alloc(align, n), n);
+void *bpe_big_calloc(size_t n) {
+        return advise_huge(calloc(1, n), n);
+}
+
+void *bpe_big_zalloc64(size_t n, void **ret_mem) {
+        char *p = advise_huge(calloc(1, n + 64), n + 64);
+        *ret_mem = p;
+        return p ? p + ((64 - (uintptr_t)p % 64) % 64) : NULL;
 }
 
 size_t bpe_utf8_valid_prefix_ref(const char *str, size_t len) {

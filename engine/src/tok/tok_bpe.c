@@ -409,6 +409,10 @@ static int parse_vocab(struct loader *L, const struct bj *model, const struct bj
                 return dse__fail(L->reterr, -EBADMSG, "tokenizer.json: model.vocab must be an object");
         int32_t max_id = -1;
         size_t bytes = 1;
+        /* The JSON reader decodes the keys one after another, each NUL-terminated: exactly
+         * the layout of bpe->strs, so they are usually copied in one piece. */
+        int contiguous = 1;
+        const char *next_key = NULL;
         for (uint32_t i = 0; i < vocab->n; i++) {
                 const struct bj *e = bj_at(L->doc, vocab, i);
                 int32_t id;
@@ -417,6 +421,8 @@ static int parse_vocab(struct loader *L, const struct bj *model, const struct bj
                                          e->key);
                 max_id = id > max_id ? id : max_id;
                 bytes += e->key_len + 1;
+                contiguous &= i == 0 || e->key == next_key;
+                next_key = e->key + e->key_len + 1;
         }
         for (uint32_t i = 0; added && i < added->n; i++) {
                 const struct bj *a = bj_at(L->doc, added, i);
@@ -437,19 +443,27 @@ static int parse_vocab(struct loader *L, const struct bj *model, const struct bj
         bpe->vocab_mask = pow2_at_least((uint64_t)vocab->n * 2 + 1) - 1;
         if (!(bpe->strs = malloc(bytes)) || !(bpe->piece_off = malloc((size_t)bpe->n_vocab * sizeof(uint32_t))) ||
             !(bpe->piece_len = calloc((size_t)bpe->n_vocab, sizeof(uint32_t))) ||
-            !(bpe->vocab = bpe_big_aligned_alloc(64, ((size_t)bpe->vocab_mask + 1) * sizeof *bpe->vocab))) /* see the slot */
+            !(bpe->vocab = bpe_big_zalloc64(((size_t)bpe->vocab_mask + 1) * sizeof *bpe->vocab, &bpe->vocab_mem)))
                 return -ENOMEM;
         memset(bpe->piece_off, 0xFF, (size_t)bpe->n_vocab * sizeof(uint32_t));
-        for (uint32_t i = 0; i <= bpe->vocab_mask; i++)
-                bpe->vocab[i].id = -1;
         uint32_t *offs = malloc(((size_t)vocab->n + 1) * sizeof *offs);
         uint32_t *lens = malloc(((size_t)vocab->n + 1) * sizeof *lens);
         int32_t *ids = malloc(((size_t)vocab->n + 1) * sizeof *ids);
         int r = offs && lens && ids ? 0 : -ENOMEM;
+        const char *first_key = vocab->n ? bj_at(L->doc, vocab, 0)->key : NULL;
+        uint32_t base = (uint32_t)bpe->strs_len;
+        if (r == 0 && contiguous && vocab->n) {
+                size_t n = (size_t)(next_key - first_key);
+                memcpy(bpe->strs + bpe->strs_len, first_key, n);
+                bpe->strs_len += n;
+        }
         for (uint32_t i = 0; i < vocab->n && r == 0; i++) {
                 const struct bj *e = bj_at(L->doc, vocab, i);
                 int32_t id = (int32_t)e->num;
-                r = strs_add(bpe, e->key, e->key_len, &offs[i]);
+                if (contiguous)
+                        offs[i] = base + (uint32_t)(e->key - first_key);
+                else
+                        r = strs_add(bpe, e->key, e->key_len, &offs[i]);
                 lens[i] = e->key_len;
                 ids[i] = id;
                 bpe->piece_off[id] = offs[i];
@@ -556,10 +570,9 @@ static int parse_merges(struct loader *L, const struct bj *model, int predict) {
         if (!merges || merges->type != BJ_ARRAY)
                 return dse__fail(L->reterr, -EBADMSG, "tokenizer.json: model.merges must be an array");
         bpe->merge_mask = pow2_at_least((uint64_t)merges->n * 2 + 1) - 1;
-        /* 64-byte aligned: a slot never straddles the one line the batch prefetches */
-        if (!(bpe->merges = bpe_big_aligned_alloc(64, ((size_t)bpe->merge_mask + 1) * sizeof *bpe->merges)))
+        /* 16-byte slots, 16-byte aligned by calloc: none straddles two cache lines */
+        if (!(bpe->merges = bpe_big_calloc(((size_t)bpe->merge_mask + 1) * sizeof *bpe->merges)))
                 return -ENOMEM;
-        memset(bpe->merges, 0xFF, ((size_t)bpe->merge_mask + 1) * sizeof *bpe->merges);
         size_t pre_len = bpe->cont_prefix ? strlen(bpe->cont_prefix) : 0;
         struct merge_batch *mb = malloc(sizeof *mb);
         if (!mb)
@@ -926,7 +939,7 @@ static void bpe_free(void *impl) {
         free(bpe->strs);
         free(bpe->piece_off);
         free(bpe->piece_len);
-        free(bpe->vocab);
+        free(bpe->vocab_mem);
         free(bpe->merges);
         free(bpe->cont_prefix);
         free(bpe->end_suffix);
