@@ -104,6 +104,14 @@ int dse_pool_tids(const struct dse_pool *pool, int *tids, int max_tids);
 /* Runs fn on all threads and returns when every thread has finished. */
 void dse_pool_run(struct dse_pool *pool, dse_pool_task_fn fn, void *ctx);
 
+/* Like dse_pool_run, but fn runs on the caller and on those threads that start it
+ * before the caller has returned from it: a thread that is not running (its CPU taken
+ * by another process) does not delay the call. fn must therefore complete the work on
+ * any subset of the threads, the caller alone included, e.g. by claiming pieces from an
+ * atomic counter; ith still names the running thread. Returns once no thread is inside
+ * fn. No dse_pool_barrier inside fn. */
+void dse_pool_run_shared(struct dse_pool *pool, dse_pool_task_fn fn, void *ctx);
+
 /* Splits [0, n) into one contiguous static chunk per thread and runs fn on each
  * non-empty chunk; returns when all are done. */
 void dse_pool_parallel_for(struct dse_pool *pool, size_t n, dse_pool_range_fn fn, void *ctx);

@@ -35,7 +35,10 @@ struct dse_pool {
 
         dse_pool_task_fn task;
         void *task_ctx;
+        int task_shared;             /* started by dse_pool_run_shared */
         _Atomic uint32_t generation; /* bumped to start a task */
+        _Atomic uint32_t open_gen;   /* generation of the task threads may still enter, 0: closed */
+        _Atomic uint32_t n_inside;   /* worker threads that entered (or are checking) the task */
         _Atomic uint32_t n_done;     /* worker threads (1..n-1) finished with the task */
         _Atomic uint32_t n_sleeping; /* threads blocked (or about to block) in futex_wait */
         _Atomic int stop;
@@ -89,19 +92,54 @@ static void *thread_main(void *arg) {
                 seen = wait_change(pool, &pool->generation, seen);
                 if (atomic_load(&pool->stop))
                         return NULL;
-                pool->task(pool->task_ctx, t->ith, pool->n_threads);
-                uint32_t done = atomic_fetch_add(&pool->n_done, 1) + 1;
-                if (done == (uint32_t)pool->n_threads - 1)
-                        wake_sleepers(pool, &pool->n_done);
+                /* Announce, then check the task is still open (both seq_cst): either the
+                 * caller's close sees us inside and waits, or we see it closed and stay
+                 * out. A shared task's caller may have finished it without us. */
+                atomic_fetch_add(&pool->n_inside, 1);
+                if (atomic_load(&pool->open_gen) == seen) {
+                        int shared = pool->task_shared;
+                        pool->task(pool->task_ctx, t->ith, pool->n_threads);
+                        if (!shared) {
+                                uint32_t done = atomic_fetch_add(&pool->n_done, 1) + 1;
+                                if (done == (uint32_t)pool->n_threads - 1)
+                                        wake_sleepers(pool, &pool->n_done);
+                        }
+                }
+                if (atomic_fetch_sub(&pool->n_inside, 1) == 1)
+                        wake_sleepers(pool, &pool->n_inside);
         }
 }
 
-void dse_pool_run(struct dse_pool *pool, dse_pool_task_fn fn, void *ctx) {
+/* Publishes fn as the next task and wakes the threads. */
+static void start_task(struct dse_pool *pool, dse_pool_task_fn fn, void *ctx, int shared) {
         pool->task = fn;
         pool->task_ctx = ctx;
+        pool->task_shared = shared;
         atomic_store(&pool->n_done, 0);
-        atomic_fetch_add(&pool->generation, 1);
+        uint32_t gen = atomic_load(&pool->generation) + 1;
+        if (gen == 0) /* 0 means closed */
+                gen = 1;
+        atomic_store(&pool->open_gen, gen);
+        atomic_store(&pool->generation, gen);
         wake_sleepers(pool, &pool->generation);
+}
+
+void dse_pool_run_shared(struct dse_pool *pool, dse_pool_task_fn fn, void *ctx) {
+        if (pool->n_threads == 1) {
+                fn(ctx, 0, 1);
+                return;
+        }
+        start_task(pool, fn, ctx, 1);
+        fn(ctx, 0, pool->n_threads);
+        /* close: threads that have not entered yet never will; wait for those inside */
+        atomic_store(&pool->open_gen, 0);
+        uint32_t v;
+        while ((v = atomic_load(&pool->n_inside)) != 0)
+                wait_change(pool, &pool->n_inside, v);
+}
+
+void dse_pool_run(struct dse_pool *pool, dse_pool_task_fn fn, void *ctx) {
+        start_task(pool, fn, ctx, 0);
 
         fn(ctx, 0, pool->n_threads);
 

@@ -143,11 +143,33 @@ int dse__session_vector(struct dse_session *s, const char *name, int64_t n, int 
         return 0;
 }
 
+struct claim_job {
+        size_t n, piece;
+        dse_pool_range_fn fn;
+        void *ctx;
+        _Atomic size_t next;
+};
+
+static void claim_task(void *arg, int ith, int nth) {
+        struct claim_job *j = arg;
+        (void)nth;
+        size_t b;
+        while ((b = atomic_fetch_add_explicit(&j->next, j->piece, memory_order_relaxed)) < j->n)
+                j->fn(j->ctx, b, b + j->piece < j->n ? b + j->piece : j->n, ith);
+}
+
+/* Pieces claimed from a counter on whichever threads are running (dse_pool_run_shared),
+ * about four per thread: fn's ith names the scratch of the thread that runs a piece. */
 void dse__parallel(struct dse_session *s, size_t n, dse_pool_range_fn fn, void *ctx) {
-        if (s->pool)
-                dse_pool_parallel_for(s->pool, n, fn, ctx);
-        else if (n)
-                fn(ctx, 0, n, 0);
+        if (!s->pool || s->n_threads == 1 || n <= 1) {
+                if (n)
+                        fn(ctx, 0, n, 0);
+                return;
+        }
+        size_t piece = n / ((size_t)s->n_threads * 4);
+        struct claim_job j = {.n = n, .piece = piece ? piece : 1, .fn = fn, .ctx = ctx};
+        atomic_init(&j.next, 0);
+        dse_pool_run_shared(s->pool, claim_task, &j);
 }
 
 /* ---- linear layers ------------------------------------------------------------------ */
@@ -157,9 +179,9 @@ void dse__parallel(struct dse_session *s, size_t n, dse_pool_range_fn fn, void *
 #define ROW_ALIGN 16
 
 /* Pieces of work per thread a grouped call is cut into. Threads claim pieces from a
- * shared counter rather than taking one static share each: on a shared or
- * oversubscribed machine a thread that loses its CPU for a while leaves its pieces to
- * the others instead of making them spin until it is back. */
+ * shared counter (dse_pool_run_shared) rather than taking one static share each: on a
+ * shared or oversubscribed machine a thread that loses its CPU leaves its pieces to the
+ * others, and one that is not running when the call starts does not delay it at all. */
 #define PIECES_PER_THREAD 8
 
 struct group_job {
@@ -284,7 +306,7 @@ void dse__linear_group(struct dse_session *s, struct dse__mm *mm, int n_mm) {
         struct group_job job = {.s = s, .mm = mm, .n_mm = n_mm, .total_cost = total,
                                 .n_pieces = s->n_threads * PIECES_PER_THREAD};
         atomic_init(&job.next, 0);
-        dse_pool_run(s->pool, group_task, &job);
+        dse_pool_run_shared(s->pool, group_task, &job);
 }
 
 void dse__linear_n(struct dse_session *s, const struct dse_qmat *w, const float *x, int64_t ldx, int64_t n, float *y,

@@ -1,6 +1,7 @@
 #include <sched.h>
 #include <stdatomic.h>
 #include <sys/resource.h>
+#include <string.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -72,6 +73,55 @@ TEST(barrier_orders_phases) {
                 ASSERT_EQ(c.seen_incomplete, 0);
                 ASSERT_EQ(atomic_load(&c.phase1), 50 * nt);
                 dse_pool_free(c.pool);
+        }
+}
+
+/* dse_pool_run_shared: pieces claimed from a counter are each done exactly once, the
+ * call returns only when no thread is inside (no piece is done after it returns, or
+ * the counts below would race), and shared runs interleave with ordinary runs and
+ * barriers. 4 threads on this machine's 2 CPUs make late joiners common. */
+#define PIECES 257
+
+struct shared_ctx {
+        _Atomic int next;
+        _Atomic int done[PIECES];
+        _Atomic int threads_seen[8];
+};
+
+static void shared_task(void *arg, int ith, int nth) {
+        struct shared_ctx *c = arg;
+        (void)nth;
+        atomic_fetch_add(&c->threads_seen[ith], 1);
+        int p;
+        while ((p = atomic_fetch_add(&c->next, 1)) < PIECES)
+                atomic_fetch_add(&c->done[p], 1);
+}
+
+TEST(run_shared_does_every_piece_once) {
+        for (int nt = 1; nt <= 4; nt++) {
+                struct dse_pool *pool;
+                ASSERT_OK(dse_pool_new(nt, NULL, 0, &pool));
+                static struct shared_ctx c;
+                static struct barrier_ctx b;
+                for (int round = 0; round < 500; round++) {
+                        memset(&c, 0, sizeof c);
+                        dse_pool_run_shared(pool, shared_task, &c);
+                        for (int p = 0; p < PIECES; p++)
+                                if (atomic_load(&c.done[p]) != 1)
+                                        T_FAIL("threads %d round %d: piece %d done %d times", nt, round, p,
+                                               atomic_load(&c.done[p]));
+                        ASSERT_EQ(atomic_load(&c.threads_seen[0]), 1); /* the caller always runs it */
+                        for (int t = 0; t < nt; t++)
+                                ASSERT_TRUE(atomic_load(&c.threads_seen[t]) <= 1);
+                        if (round % 100 == 0) { /* an ordinary run with barriers still sees every thread */
+                                memset(&b, 0, sizeof b);
+                                b.pool = pool;
+                                dse_pool_run(pool, barrier_task, &b);
+                                ASSERT_EQ(b.seen_incomplete, 0);
+                                ASSERT_EQ(atomic_load(&b.phase1), 50 * nt);
+                        }
+                }
+                dse_pool_free(pool);
         }
 }
 

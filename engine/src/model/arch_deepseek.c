@@ -85,6 +85,7 @@ struct ds_state {
         void *moe_xq_in;         /* int8 copies of moe_in ... */
         void *moe_xq_hb;         /* ... and of moe_hb */
         struct dse__mm *moe_mm;  /* (2 * (n_experts + 1)) one grouped call's items */
+        struct dse_xq *moe_sub;  /* (n_experts) each expert's rows of the int8 copies */
         /* KV rows (through s->kv): latent c then k_pe, (kvr + rope) per layer and token */
 };
 
@@ -242,7 +243,8 @@ static int ds_init(struct dse_session *s, struct dse_diag *reterr) {
             !(st->moe_first = dse__session_alloc(s, (n_exp + 1) * sizeof(int32_t))) ||
             !(st->moe_xq_in = dse__session_alloc(s, dse__xq_bytes((int64_t)(T * n_k), D))) ||
             !(st->moe_xq_hb = dse__session_alloc(s, dse__xq_bytes((int64_t)(T * n_k), (int64_t)mw))) ||
-            !(st->moe_mm = dse__session_alloc(s, 2 * (n_exp + 1) * sizeof(struct dse__mm))))
+            !(st->moe_mm = dse__session_alloc(s, 2 * (n_exp + 1) * sizeof(struct dse__mm))) ||
+            !(st->moe_sub = dse__session_alloc(s, n_exp * sizeof(struct dse_xq))))
                 return -ENOMEM;
 #undef ALLOC
         return 0;
@@ -390,7 +392,7 @@ static void moe(struct dse_session *s, const struct ds_layer *L, const float *x,
         /* int8 copies of the gathered inputs, offered to every expert (an expert whose
          * weights have no int8 path, or a column permutation, takes the float rows) */
         int xq = s->act == DSE_ACTIVATIONS_INT8;
-        struct dse_xq xin, xhb, sub_in[DSE_MOE_MAX_EXPERTS];
+        struct dse_xq xin, xhb, *sub_in = st->moe_sub;
         if (xq) {
                 dse__xq_init(&xin, st->moe_xq_in, NK, D);
                 s->k.quantize_xq(st->moe_in, D, &xin);
