@@ -830,8 +830,15 @@ int dsv_gateway_instance_set_ready(struct dsv_gateway *gw, int id, bool ready) {
                 return -EINVAL;
         pthread_mutex_lock(&gw->lock);
         struct gw_instance *in = instance_get_locked(gw, id);
-        if (in)
+        if (in) {
+                /* Made ready again (a restarted worker): it must say "ready" itself. nng
+                 * re-dials a restarted worker within milliseconds, possibly between two of
+                 * the link thread's peer checks, and the predecessor's last "ready" would
+                 * route requests to a worker that is still loading (429s in chaos-kill). */
+                if (ready && !in->admin_ready && in->link)
+                        in->link->health_ready = false;
                 in->admin_ready = ready;
+        }
         pthread_mutex_unlock(&gw->lock);
         return in ? 0 : -ENOENT;
 }
