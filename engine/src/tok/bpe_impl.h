@@ -39,8 +39,9 @@ struct bj {
 };
 
 struct bj_doc {
-        struct bj *nodes;
-        char *strs;
+        struct bj *nodes;  /* bpe_map'ed, nodes_size bytes */
+        char *strs;        /* bpe_map'ed, strs_size bytes */
+        size_t nodes_size, strs_size;
         uint32_t root;
 };
 
@@ -78,14 +79,11 @@ int bpe_utf8_encode(int32_t cp, char out[4]);
 /* Rust's char::is_whitespace (Unicode White_Space). */
 int bpe_is_whitespace(int32_t cp);
 
-/* malloc, realloc and calloc for the big load-time tables (free() releases them): blocks
- * of 4 MiB or more are backed by transparent huge pages where the system allows. */
-void *bpe_big_malloc(size_t n);
-void *bpe_big_realloc(void *p, size_t n);
-void *bpe_big_calloc(size_t n);
-/* Zeroed, like calloc (fresh pages from the kernel are not written twice); the block is
- * 64-byte aligned, *ret_mem is what to free(). */
-void *bpe_big_zalloc64(size_t n, void **ret_mem);
+/* Zeroed memory for the big load-time tables, 64-byte aligned; blocks of 4 MiB or more
+ * are mapped 2 MiB-aligned and backed by transparent huge pages where the system allows.
+ * bpe_unmap takes the size given to bpe_map. */
+void *bpe_map(size_t n);
+void bpe_unmap(void *p, size_t n);
 
 /* ---- growable byte buffer ------------------------------------------------------------ */
 
@@ -235,10 +233,9 @@ struct bpe {
         uint32_t *piece_off;      /* (n_vocab) offset into strs, UINT32_MAX: no token */
         uint32_t *piece_len;      /* (n_vocab) */
         int32_t n_vocab;
-        struct bpe_vocab_slot *vocab;  /* model vocabulary hash (not added tokens), 64-byte aligned */
-        void *vocab_mem;               /* the allocation holding it */
+        struct bpe_vocab_slot *vocab;  /* model vocabulary hash (not added tokens), bpe_map'ed */
         uint32_t vocab_mask;
-        struct bpe_merge_slot *merges;
+        struct bpe_merge_slot *merges; /* bpe_map'ed */
         uint32_t merge_mask;
 
         /* model options */

@@ -56,14 +56,9 @@ static inline void bj_skip_ws(struct bj_parser *p) {
 }
 
 static int bj_push(struct bj_parser *p, struct bj **ret) {
-        if (p->stack_n == p->stack_cap) {
-                size_t cap = p->stack_cap ? p->stack_cap * 2 : 256;
-                struct bj *n = bpe_big_realloc(p->stack, cap * sizeof *n);
-                if (!n)
-                        return -ENOMEM;
-                p->stack = n;
-                p->stack_cap = cap;
-        }
+        *ret = NULL;
+        if (p->stack_n == p->stack_cap) /* cannot happen: sized for the most values len allows */
+                return bj_error(p, "too many values");
         *ret = &p->stack[p->stack_n++];
         memset(*ret, 0, sizeof **ret);
         return 0;
@@ -260,18 +255,8 @@ static int bj_literal(struct bj_parser *p, const char *word) {
 
 /* Moves the stack's top n values into the node array; returns the first index. */
 static int bj_close(struct bj_parser *p, size_t n, uint32_t *ret_first) {
-        if (p->nodes_n + n > p->nodes_cap) {
-                /* tokenizer.json spends 20-30 bytes per value: sized from the input, the
-                 * array seldom grows */
-                size_t cap = p->nodes_cap ? p->nodes_cap * 2 : 1024 + p->len / 16;
-                while (cap < p->nodes_n + n)
-                        cap *= 2;
-                struct bj *nn = bpe_big_realloc(p->nodes, cap * sizeof *nn);
-                if (!nn)
-                        return -ENOMEM;
-                p->nodes = nn;
-                p->nodes_cap = cap;
-        }
+        if (p->nodes_n + n > p->nodes_cap) /* cannot happen, as in bj_push */
+                return bj_error(p, "too many values");
         if (p->nodes_n + n > UINT32_MAX)
                 return bj_error(p, "too many values");
         if (n)
@@ -388,9 +373,21 @@ int bj_parse(const char *text, size_t len, struct bj_doc *doc, struct dse_diag *
                 p.pos = valid;
                 return bj_error(&p, "invalid UTF-8");
         }
-        p.strs = bpe_big_malloc(len + 1 + 8); /* +8: bj_string's word-sized copies */
-        if (!p.strs)
+        /* Every value but the first follows a ',', ':' or '[' and takes a byte, so there
+         * are at most len / 2 + 1 values: the stack and the node array never grow (and
+         * only the pages used are ever touched). */
+        size_t max_values = len / 2 + 2;
+        p.stack_cap = p.nodes_cap = max_values;
+        size_t strs_size = len + 1 + 8, nodes_size = max_values * sizeof(struct bj); /* +8: bj_string's words */
+        p.strs = bpe_map(strs_size);
+        p.stack = bpe_map(nodes_size);
+        p.nodes = bpe_map(nodes_size);
+        if (!p.strs || !p.stack || !p.nodes) {
+                bpe_unmap(p.strs, strs_size);
+                bpe_unmap(p.stack, nodes_size);
+                bpe_unmap(p.nodes, nodes_size);
                 return -ENOMEM;
+        }
         int r = bj_value(&p, 0, NULL, 0);
         if (r == 0) {
                 bj_skip_ws(&p);
@@ -400,21 +397,23 @@ int bj_parse(const char *text, size_t len, struct bj_doc *doc, struct dse_diag *
         uint32_t root = 0;
         if (r == 0)
                 r = bj_close(&p, 1, &root);
-        free(p.stack);
+        bpe_unmap(p.stack, nodes_size);
         if (r < 0) {
-                free(p.nodes);
-                free(p.strs);
+                bpe_unmap(p.nodes, nodes_size);
+                bpe_unmap(p.strs, strs_size);
                 return r;
         }
         doc->nodes = p.nodes;
         doc->strs = p.strs;
+        doc->nodes_size = nodes_size;
+        doc->strs_size = strs_size;
         doc->root = root;
         return 0;
 }
 
 void bj_free(struct bj_doc *doc) {
-        free(doc->nodes);
-        free(doc->strs);
+        bpe_unmap(doc->nodes, doc->nodes_size);
+        bpe_unmap(doc->strs, doc->strs_size);
         memset(doc, 0, sizeof *doc);
 }
 

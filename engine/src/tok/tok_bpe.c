@@ -443,7 +443,7 @@ static int parse_vocab(struct loader *L, const struct bj *model, const struct bj
         bpe->vocab_mask = pow2_at_least((uint64_t)vocab->n * 2 + 1) - 1;
         if (!(bpe->strs = malloc(bytes)) || !(bpe->piece_off = malloc((size_t)bpe->n_vocab * sizeof(uint32_t))) ||
             !(bpe->piece_len = calloc((size_t)bpe->n_vocab, sizeof(uint32_t))) ||
-            !(bpe->vocab = bpe_big_zalloc64(((size_t)bpe->vocab_mask + 1) * sizeof *bpe->vocab, &bpe->vocab_mem)))
+            !(bpe->vocab = bpe_map(((size_t)bpe->vocab_mask + 1) * sizeof *bpe->vocab)))
                 return -ENOMEM;
         memset(bpe->piece_off, 0xFF, (size_t)bpe->n_vocab * sizeof(uint32_t));
         uint32_t *offs = malloc(((size_t)vocab->n + 1) * sizeof *offs);
@@ -570,8 +570,7 @@ static int parse_merges(struct loader *L, const struct bj *model, int predict) {
         if (!merges || merges->type != BJ_ARRAY)
                 return dse__fail(L->reterr, -EBADMSG, "tokenizer.json: model.merges must be an array");
         bpe->merge_mask = pow2_at_least((uint64_t)merges->n * 2 + 1) - 1;
-        /* 16-byte slots, 16-byte aligned by calloc: none straddles two cache lines */
-        if (!(bpe->merges = bpe_big_calloc(((size_t)bpe->merge_mask + 1) * sizeof *bpe->merges)))
+        if (!(bpe->merges = bpe_map(((size_t)bpe->merge_mask + 1) * sizeof *bpe->merges)))
                 return -ENOMEM;
         size_t pre_len = bpe->cont_prefix ? strlen(bpe->cont_prefix) : 0;
         struct merge_batch *mb = malloc(sizeof *mb);
@@ -939,8 +938,10 @@ static void bpe_free(void *impl) {
         free(bpe->strs);
         free(bpe->piece_off);
         free(bpe->piece_len);
-        free(bpe->vocab_mem);
-        free(bpe->merges);
+        if (bpe->vocab)
+                bpe_unmap(bpe->vocab, ((size_t)bpe->vocab_mask + 1) * sizeof *bpe->vocab);
+        if (bpe->merges)
+                bpe_unmap(bpe->merges, ((size_t)bpe->merge_mask + 1) * sizeof *bpe->merges);
         free(bpe->cont_prefix);
         free(bpe->end_suffix);
         for (int i = 0; i < bpe->n_norms; i++) {
