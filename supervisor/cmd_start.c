@@ -1147,11 +1147,14 @@ static int setup_placement(struct sup *s) {
 
 /* Removes instance groups a killed supervisor left behind in dir: "dsvisor-<pid>-worker-<i>"
  * whose supervisor is gone. rmdir fails on a group that still has tasks, so nothing
- * running is touched. */
+ * running is touched; the workers of a supervisor killed a moment ago may still be
+ * exiting (PR_SET_PDEATHSIG), so an EBUSY is retried for up to 2 s in all, not given up
+ * at once (that left empty groups behind). */
 static void remove_stale_groups(const char *dir) {
         DIR *d = opendir(dir);
         if (!d)
                 return;
+        int64_t deadline = mono_ms() + 2000;
         struct dirent *de;
         while ((de = readdir(d))) {
                 int pid, idx;
@@ -1162,8 +1165,14 @@ static void remove_stale_groups(const char *dir) {
                         continue;
                 char path[1024];
                 snprintf(path, sizeof path, "%.500s/%.400s", dir, de->d_name);
-                if (rmdir(path) == 0)
+                int r;
+                while ((r = rmdir(path) < 0 ? -errno : 0) == -EBUSY && mono_ms() < deadline)
+                        usleep(20000);
+                if (r == 0)
                         slog(6, "Removed cgroup '%s' left by supervisor %d, which is gone", path, pid);
+                else if (r != -ENOENT)
+                        slog(4, "Failed to remove cgroup '%s' left by supervisor %d: %s, ignoring", path, pid,
+                             strerror(-r));
         }
         closedir(d);
 }

@@ -61,3 +61,12 @@ dsv_script_test(NAME test-supervisor-cgroup-parent
                 SCRIPT ${CMAKE_SOURCE_DIR}/tests/integration/test-supervisor-cgroup-parent.sh
                 LABELS integration TIMEOUT 300)
 set_tests_properties(test-supervisor-cgroup-parent PROPERTIES SKIP_RETURN_CODE 77 RUN_SERIAL ON)
+
+if(DSV_FUZZ)
+  # The JSON config, and above all the cgroup parent it accepts (scripts/fuzz.sh).
+  add_executable(fuzz-supervisor-config fuzz/fuzz-supervisor-config.c ${DSV_SUP_DIR}/config.c)
+  target_include_directories(fuzz-supervisor-config PRIVATE ${DSV_SUP_DIR})
+  target_compile_options(fuzz-supervisor-config PRIVATE -fsanitize=fuzzer,address,undefined)
+  target_link_options(fuzz-supervisor-config PRIVATE -fsanitize=fuzzer,address,undefined)
+  target_link_libraries(fuzz-supervisor-config PRIVATE dsv_platform dsv::cjson)
+endif()
