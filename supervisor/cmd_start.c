@@ -1228,10 +1228,17 @@ static int setup_cgroups(struct sup *s) {
                                 if (strcmp(info.v1_parent[b], info.v1_own[b]) != 0)
                                         remove_stale_groups(info.v1_parent[b]);
                         }
-                if (s->cfg.cgroup_parent[0])
-                        slog(6, "Instance cgroups below %s%s%s", info.v2_parent[0] ? info.v2_parent : "",
-                             info.v2_parent[0] && info.v1_mounted ? " and " : "",
-                             info.v1_mounted ? "the v1 hierarchies' own groups" : "");
+                if (s->cfg.cgroup_parent[0]) {
+                        char where[2048] = "";
+                        size_t len = 0;
+                        if (info.v2_parent[0])
+                                len += (size_t)snprintf(where, sizeof where, "%.500s", info.v2_parent);
+                        for (int b = 0; b < 4 && len < sizeof where; b++)
+                                if (info.v1_mounted & (1u << b))
+                                        len += (size_t)snprintf(where + len, sizeof where - len, "%s%.400s",
+                                                                len ? ", " : "", info.v1_parent[b]);
+                        slog(6, "Instance cgroups below --cgroup-parent: %s", where);
+                }
         }
         return 0;
 }

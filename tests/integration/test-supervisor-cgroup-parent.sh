@@ -5,8 +5,9 @@
 # Delegate=yes would give a service, and starts dsvisor inside it. dsvisor moves itself
 # into G/supervisor (no internal processes) before it enables the controllers G offers
 # in G's cgroup.subtree_control, puts its instances in G/inference/prod/, and on stop
-# (dsvisor stop, then SIGTERM, then dsvisor stop) must leave every hierarchy below G as
-# it found it: the same directories and the same subtree_control. Also the usage errors
+# (dsvisor stop, then SIGTERM, then dsvisor stop; the last cycle with --rt-priority, RT
+# runtime handed down the levels) must leave every hierarchy below G as it found it: the
+# same directories and the same subtree_control. Also the usage errors
 # (exit 2) for paths that would leave the own group. Needs root; skipped (77) without a
 # cgroup filesystem to write.
 set -euo pipefail
@@ -15,7 +16,7 @@ bin="${DSV_BUILD_DIR:?}/bin"
 dsvisor="$bin/dsvisor"
 worker="$bin/test-supervisor-stub-worker"
 model="${DSV_FIXTURES:?}/models/qwen2-bf16-tied"
-cycles=3
+cycles=4
 
 if [[ $(id -u) != 0 || ! -w /sys/fs/cgroup ]] && ! touch /sys/fs/cgroup/.dsv-probe 2>/dev/null; then
         [[ $(id -u) == 0 ]] || { echo "SKIP: needs root"; exit 77; }
@@ -86,6 +87,10 @@ while IFS=: read -r _ ctrls path; do
                 cat "$own/cpuset.cpus" >"$own/$name/cpuset.cpus"
                 cat "$own/cpuset.mems" >"$own/$name/cpuset.mems"
         fi
+        if [[ $tag == cpu && -e $own/$name/cpu.rt_runtime_us ]]; then
+                # RT group scheduling: G gets RT runtime to hand down (the last cycle).
+                echo 100000 >"$own/$name/cpu.rt_runtime_us" || true
+        fi
         if [[ $tag == v2 ]] && grep -qw hugetlb "$own/cgroup.controllers" &&
                 ! grep -qw hugetlb "$own/cgroup.subtree_control"; then
                 # Something for G to delegate, as systemd would with Delegate=hugetlb.
@@ -112,10 +117,10 @@ snapshot >"$tmp/before"
 
 jq_py() { python3 -c "import json,sys; j=json.load(open('$tmp/status.json')); $1"; }
 status_json() { "$dsvisor" status --json --runtime-dir "$run" >"$tmp/status.json" 2>/dev/null; }
-wait_ready() {
+wait_ready() { # SECONDS INSTANCES
         local deadline=$((SECONDS + $1))
         while ((SECONDS < deadline)); do
-                if status_json && jq_py 'sys.exit(0 if j["instances_ready"] == 2 else 1)'; then
+                if status_json && jq_py "sys.exit(0 if j['instances_ready'] == $2 else 1)"; then
                         return 0
                 fi
                 kill -0 "$sup_pid" 2>/dev/null || return 1
@@ -124,15 +129,33 @@ wait_ready() {
         return 1
 }
 
+# The last cycle runs --rt-priority on a pretend 3-core machine (CPU 0 stays free of FIFO
+# threads), when RT throttling is on and G could get RT runtime: every v1 cpu level made
+# below G must get runtime for the instances' FIFO threads.
+rt_cycle=0
+cpu_g=
+for i in "${!gdirs[@]}"; do [[ ${gtags[$i]} == cpu ]] && cpu_g=${gdirs[$i]}; done
+if [[ $(cat /proc/sys/kernel/sched_rt_runtime_us) != -1 && -n $cpu_g && -e $cpu_g/cpu.rt_runtime_us &&
+        $(cat "$cpu_g/cpu.rt_runtime_us") -gt 0 ]] && (($(nproc) >= 2)); then
+        rt_cycle=$cycles
+fi
 for ((cycle = 1; cycle <= cycles; cycle++)); do
+        n_inst=2
+        extra=()
+        if ((cycle == rt_cycle)); then
+                n_inst=1
+                extra=(--threads-per-instance 1 --rt-priority 10)
+                export HWLOC_SYNTHETIC="numa:1 core:3 pu:1"
+        fi
         # The subshell joins G everywhere, then becomes dsvisor: G holds only dsvisor.
         (
                 for d in "${gdirs[@]}"; do echo "$BASHPID" >"$d/cgroup.procs"; done
-                exec "$dsvisor" start --model "$model" --instances 2 --port 0 --runtime-dir "$run" \
-                        --worker "$worker" --hugepages off --grace-ms 2000 --cgroup-parent inference/prod
+                exec "$dsvisor" start --model "$model" --instances $n_inst --port 0 --runtime-dir "$run" \
+                        --worker "$worker" --hugepages off --grace-ms 2000 --cgroup-parent inference/prod "${extra[@]}"
         ) >"$tmp/start-$cycle.log" 2>&1 &
         sup_pid=$!
-        if ! wait_ready 120; then
+        unset HWLOC_SYNTHETIC
+        if ! wait_ready 120 $n_inst; then
                 echo "NOT OK cycle $cycle: supervisor did not become ready"
                 cat "$tmp/start-$cycle.log"
                 exit 1
@@ -158,6 +181,14 @@ grep -qw hugetlb '${gdirs[$i]}/inference/prod/cgroup.subtree_control'"
                         fi
                 fi
         done
+        if ((cycle == rt_cycle)); then
+                check "cycle $cycle: compute threads SCHED_FIFO/10" jq_py \
+                        'sys.exit(0 if j["instances"][0]["sched"] == "SCHED_FIFO/10" else 1)'
+                check "cycle $cycle: cpu.rt_runtime_us in effect for the instance" jq_py '
+sys.exit(0 if any(l["limit"] == "cpu.rt_runtime_us" and l["in_effect"] for l in j["instances"][0]["limits"]) else 1)'
+                check "cycle $cycle: RT runtime handed down G/inference/prod (levels made by dsvisor)" bash -c "
+((\$(cat '$cpu_g/inference/cpu.rt_runtime_us') > 0 && \$(cat '$cpu_g/inference/prod/cpu.rt_runtime_us') > 0))"
+        fi
         check "cycle $cycle: status text names the parent" bash -c \
                 "'$dsvisor' status --runtime-dir '$run' | grep -qx 'cgroup parent: <own cgroup>/inference/prod'"
 
