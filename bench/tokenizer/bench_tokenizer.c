@@ -3,6 +3,11 @@
  * timing anything, then reports the load time and the encode throughput.
  *
  *   bench_tokenizer TOKENIZER.json TEXT HF_IDS.bin [ROUNDS]
+ *   bench_tokenizer --load-once TOKENIZER.json
+ *
+ * --load-once does nothing but one dse_tokenizer_load_file in this fresh process and prints
+ * "load_ms L load_cpu_ms C": the first load is the one a user waits for (cold page faults,
+ * cold caches), so run.sh starts it as N separate processes and reports median and worst.
  *
  * TEXT holds documents separated by NUL bytes; each is encoded with one call (no special
  * tokens), as hf_bench.js does. Prints "dse load_ms L best_s S load_cpu_ms C" (wall
@@ -65,9 +70,27 @@ static long encode_all(const struct dse_tokenizer *tok, const char *text, size_t
         return (long)n;
 }
 
+static int load_once(const char *path) {
+        struct dse_tokenizer *tok = NULL;
+        struct dse_diag diag = {{0}};
+        double t0 = now_s(), c0 = cpu_s();
+        int r = dse_tokenizer_load_file(path, &tok, &diag);
+        double dt = now_s() - t0, dc = cpu_s() - c0;
+        if (r < 0) {
+                fprintf(stderr, "bench_tokenizer: %s\n", diag.msg);
+                return 1;
+        }
+        printf("load_ms %.2f load_cpu_ms %.2f\n", dt * 1e3, dc * 1e3);
+        dse_tokenizer_free(tok);
+        return 0;
+}
+
 int main(int argc, char **argv) {
+        if (argc == 3 && strcmp(argv[1], "--load-once") == 0)
+                return load_once(argv[2]);
         if (argc < 4) {
-                fprintf(stderr, "usage: bench_tokenizer TOKENIZER.json TEXT HF_IDS.bin [ROUNDS]\n");
+                fprintf(stderr, "usage: bench_tokenizer TOKENIZER.json TEXT HF_IDS.bin [ROUNDS]\n"
+                                "       bench_tokenizer --load-once TOKENIZER.json\n");
                 return 2;
         }
         int rounds = argc > 4 ? atoi(argv[4]) : 5;

@@ -6,6 +6,9 @@
 //   node hf_bench.js bench TOKENIZER.json TEXT.txt IDS.bin ROUNDS
 //       loads the tokenizer, encodes TEXT's documents (no special tokens) ROUNDS times
 //       on one thread, writes the ids (int32 little-endian) and prints "hf load_ms L best_s S"
+//   node hf_bench.js load-once TOKENIZER.json
+//       only Tokenizer.fromFile, once, in this fresh process (the library already
+//       required, as libdse is linked): prints "load_ms L"
 'use strict';
 process.env.TOKENIZERS_PARALLELISM = 'false';
 process.env.RAYON_NUM_THREADS = '1';
@@ -78,7 +81,17 @@ async function bench(tokPath, textPath, idsPath, rounds) {
   console.log(`hf load_ms ${loadMs.toFixed(1)} best_s ${best.toFixed(6)} docs ${docs.length} ids ${ids.length}`);
 }
 
+function loadOnce(tokPath) {
+  const { Tokenizer } = require('tokenizers');
+  const t0 = process.hrtime.bigint();
+  const tok = Tokenizer.fromFile(tokPath);
+  const loadMs = Number(process.hrtime.bigint() - t0) / 1e6;
+  if (!tok) process.exit(1);
+  console.log(`load_ms ${loadMs.toFixed(2)}`);
+}
+
 const [cmd, ...args] = process.argv.slice(2);
 if (cmd === 'make-text') makeText(...args);
+else if (cmd === 'load-once') loadOnce(args[0]);
 else if (cmd === 'bench') bench(args[0], args[1], args[2], Number(args[3] || 5)).catch((e) => { console.error(e); process.exit(1); });
-else { console.error('usage: hf_bench.js make-text CORPUS SRC OUT | bench TOKENIZER TEXT IDS [ROUNDS]'); process.exit(2); }
+else { console.error('usage: hf_bench.js make-text CORPUS SRC OUT | bench TOKENIZER TEXT IDS [ROUNDS] | load-once TOKENIZER'); process.exit(2); }
