@@ -205,7 +205,7 @@ int main(int argc, char **argv) {
         struct mat big, small;
         if (mat_new(&big, dt, rows, cols, group) < 0 || mat_new(&small, dt, 256, cols, group) < 0)
                 return 1;
-        int64_t nmax = 32;
+        int64_t nmax = 128;
         float *x = malloc((size_t)(nmax * cols) * sizeof(float));
         float *y = malloc((size_t)(nmax * rows) * sizeof(float));
         void *xq_mem = aligned_alloc(64, dse__xq_bytes(nmax, cols));
@@ -215,9 +215,13 @@ int main(int argc, char **argv) {
         struct {
                 const char *name;
                 enum dse_cpu_level level;
-                int vnni;
-        } lv[] = {{"avx2", DSE_CPU_AVX2, 0}, {"avx512-vnni", DSE_CPU_AVX512, 1}};
+                unsigned feat;
+        } lv[] = {{"avx2", DSE_CPU_AVX2, 0},
+                  {"avx512-vnni", DSE_CPU_AVX512, DSE_KFEAT_VNNI},
+                  {"avx512-amx", DSE_CPU_AVX512, DSE_KFEAT_VNNI | DSE_KFEAT_AMX}};
         int n_lv = cpu.detected >= DSE_CPU_AVX512 && cpu.avx512vnni ? 2 : 1;
+        if (n_lv == 2 && cpu.amx_tile && cpu.amx_int8 && dse__kernels_amx_usable())
+                n_lv = 3;
 
         double probe = probe_gbs(T, big.bytes, reps);
         printf("dse-kernel-bench: %s, stream matrix %lldx%lld (%.0f MB), %d thread(s), best of %d\n", fmt,
@@ -225,7 +229,7 @@ int main(int argc, char **argv) {
         printf("read probe (same run, %d thread(s)): %.2f GB/s\n", T, probe);
         for (int l = 0; l < n_lv; l++) {
                 struct dse_kernels k;
-                dse__kernels_resolve_with(lv[l].level, lv[l].vnni, &k);
+                dse__kernels_resolve_with(lv[l].level, lv[l].feat, &k);
                 double t1 = pass_s(&k, &big, 1, T, reps, x, xq_mem, y);
                 double t8 = pass_s(&k, &big, 8, T, reps, x, xq_mem, y);
                 double gbs = big.bytes / t1 / 1e9;
@@ -236,13 +240,13 @@ int main(int argc, char **argv) {
         printf("read probe again: %.2f GB/s\n", probe2);
         printf("compute (256x%lld, in L2, 1 thread, GMAC per thread-CPU second; levels interleaved per rep):\n",
                (long long)cols);
-        static const int64_t ns[] = {1, 2, 4, 8, 16, 32};
-        struct dse_kernels ks[2];
-        double gm[2][6];
+        static const int64_t ns[] = {1, 2, 4, 8, 16, 32, 128};
+        struct dse_kernels ks[3];
+        double gm[3][7];
         for (int l = 0; l < n_lv; l++)
-                dse__kernels_resolve_with(lv[l].level, lv[l].vnni, &ks[l]);
+                dse__kernels_resolve_with(lv[l].level, lv[l].feat, &ks[l]);
         for (size_t i = 0; i < sizeof ns / sizeof ns[0]; i++) {
-                double best[2] = {1e30, 1e30};
+                double best[3] = {1e30, 1e30, 1e30};
                 for (int r = 0; r < 4 * reps; r++)
                         for (int l = 0; l < n_lv; l++) {
                                 double t = call_cpu_s(&ks[l], &small, ns[i], 1, x, xq_mem, y);
@@ -257,10 +261,10 @@ int main(int argc, char **argv) {
                         printf(" n=%lld %.1f (%.2fx)", (long long)ns[i], gm[l][i], gm[l][i] / gm[l][0]);
                 printf("\n");
         }
-        if (n_lv == 2) {
-                printf("avx512/avx2 ");
+        for (int l = 1; l < n_lv; l++) {
+                printf("%s/avx2:", lv[l].name);
                 for (size_t i = 0; i < sizeof ns / sizeof ns[0]; i++)
-                        printf(" n=%lld %.2fx", (long long)ns[i], gm[1][i] / gm[0][i]);
+                        printf(" n=%lld %.2fx", (long long)ns[i], gm[l][i] / gm[0][i]);
                 printf("\n");
         }
         return 0;

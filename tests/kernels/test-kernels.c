@@ -454,7 +454,11 @@ TEST(quantize_xq_matches_definition_all_levels) {
 TEST(matmul_xq_q8_q4_all_levels) {
         enum dse_cpu_level top = detected_level();
         struct dse_cpu_info cpu;
-        int top_vnni = dse_cpu_detect(&cpu, NULL) >= 0 && cpu.avx512vnni;
+        unsigned top_feat = 0;
+        if (dse_cpu_detect(&cpu, NULL) >= 0) {
+                top_feat |= cpu.avx512vnni ? DSE_KFEAT_VNNI : 0;
+                top_feat |= cpu.amx_tile && cpu.amx_int8 && dse__kernels_amx_usable() ? DSE_KFEAT_AMX : 0;
+        }
         static const enum dse_dtype dts[] = {DSE_DTYPE_Q8, DSE_DTYPE_Q4};
         int n_checked = 0;
         for (size_t d = 0; d < 2; d++) {
@@ -476,14 +480,20 @@ TEST(matmul_xq_q8_q4_all_levels) {
                                 k0.quantize_xq(x, ldx, &xq);
                                 float *y = malloc((size_t)(n * ldy) * sizeof(float));
                                 /* every level, and AVX-512 with and without its VNNI entries */
-                                static const int cfgs[][2] = {
-                                        {DSE_CPU_SCALAR, 0}, {DSE_CPU_AVX2, 0}, {DSE_CPU_AVX512, 0}, {DSE_CPU_AVX512, 1}};
+                                static const unsigned cfgs[][2] = {
+                                        {DSE_CPU_SCALAR, 0},
+                                        {DSE_CPU_AVX2, 0},
+                                        {DSE_CPU_AVX512, 0},
+                                        {DSE_CPU_AVX512, DSE_KFEAT_VNNI},
+                                        {DSE_CPU_AVX512, DSE_KFEAT_VNNI | DSE_KFEAT_AMX},
+                                };
                                 for (size_t cfg = 0; cfg < sizeof cfgs / sizeof cfgs[0]; cfg++) {
-                                        int lvl = cfgs[cfg][0], vnni = cfgs[cfg][1];
-                                        if (lvl > (int)top || (vnni && !top_vnni))
+                                        int lvl = (int)cfgs[cfg][0];
+                                        unsigned feat = cfgs[cfg][1];
+                                        if (lvl > (int)top || (feat & ~top_feat))
                                                 continue;
                                         struct dse_kernels k;
-                                        ASSERT_OK(dse__kernels_resolve_with((enum dse_cpu_level)lvl, vnni, &k));
+                                        ASSERT_OK(dse__kernels_resolve_with((enum dse_cpu_level)lvl, feat, &k));
                                         ASSERT_TRUE(k.matmul_xq[w->dtype] != NULL);
                                         for (int64_t i = 0; i < n * ldy; i++)
                                                 y[i] = NAN;
@@ -513,7 +523,7 @@ TEST(matmul_xq_q8_q4_all_levels) {
                                                                        dse_cpu_level_to_string((enum dse_cpu_level)lvl),
                                                                        ci, (long long)w->rows, (long long)cols,
                                                                        mm_cases[ci].group, (long long)n, (long long)t,
-                                                                       (long long)r, vnni ? " (vnni)" : "", got, want_q,
+                                                                       (long long)r, feat & DSE_KFEAT_AMX ? " (amx)" : feat ? " (vnni)" : "", got, want_q,
                                                                        tol, want_x, bound);
                                                 }
                                                 ASSERT_TRUE(isnan(y[t * ldy + w->rows])); /* untouched */

@@ -464,6 +464,14 @@ static void rmsnorm_avx512(float *out, const float *x, const float *w, int64_t n
         }
 }
 
+void dse__kernels_avx512_matmul_xq(const struct dse_qmat *w, const struct dse_xq *xq, float *y, int64_t ldy,
+                                   int64_t r0, int64_t r1) {
+        if (w->dtype == DSE_DTYPE_Q4)
+                matmul_xq_q4_avx512(w, xq, y, ldy, r0, r1);
+        else
+                matmul_xq_q8_avx512(w, xq, y, ldy, r0, r1);
+}
+
 void dse__kernels_fill_avx512(struct dse_kernels *k) {
         k->level = DSE_CPU_AVX512;
         k->matvec[DSE_DTYPE_F32] = matmul_f32_avx512_vec;

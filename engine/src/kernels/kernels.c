@@ -1,6 +1,7 @@
 /* Kernel table resolution: the _ref twins first, then the overrides of each level up to
  * the one asked for. The level comes from dse_cpu_detect(), which honours DSV_CPU. */
 #include <errno.h>
+#include <stdlib.h>
 
 #include "kernels/kernels.h"
 
@@ -21,7 +22,7 @@ void dse__xq_init(struct dse_xq *xq, void *mem, int64_t n, int64_t cols) {
         xq->d = (float *)((char *)mem + align64((size_t)n * (size_t)xq->n_blocks * DSE_XQ_BLOCK));
 }
 
-int dse__kernels_resolve_with(enum dse_cpu_level level, int vnni, struct dse_kernels *ret_k) {
+int dse__kernels_resolve_with(enum dse_cpu_level level, unsigned feat, struct dse_kernels *ret_k) {
         if (!ret_k || (unsigned)level >= DSE_CPU_LEVEL_COUNT)
                 return -EINVAL;
         struct dse_kernels k;
@@ -30,17 +31,26 @@ int dse__kernels_resolve_with(enum dse_cpu_level level, int vnni, struct dse_ker
                 dse__kernels_fill_avx2(&k);
         if (level >= DSE_CPU_AVX512) {
                 dse__kernels_fill_avx512(&k);
-                if (vnni)
+                if (feat & DSE_KFEAT_VNNI) {
                         dse__kernels_fill_avx512_vnni(&k);
+                        if ((feat & DSE_KFEAT_AMX) && dse__kernels_amx_usable())
+                                dse__kernels_fill_amx(&k);
+                }
         }
         *ret_k = k;
         return 0;
 }
 
-/* The level says F+BW+VL; VNNI is a sub-feature cpu.c reports beside it (a DSV_CPU that
- * names no level makes detection fail, and then VNNI is not assumed). */
+/* The level says F+BW+VL; VNNI and AMX are sub-features cpu.c reports beside it (a
+ * DSV_CPU that names no level makes detection fail, and then neither is assumed).
+ * DSV_NO_AMX=1 leaves AMX out, to compare the two. */
 int dse_kernels_resolve(enum dse_cpu_level level, struct dse_kernels *ret_k) {
         struct dse_cpu_info cpu;
-        int vnni = level >= DSE_CPU_AVX512 && dse_cpu_detect(&cpu, NULL) >= 0 && cpu.avx512vnni;
-        return dse__kernels_resolve_with(level, vnni, ret_k);
+        unsigned feat = 0;
+        if (level >= DSE_CPU_AVX512 && dse_cpu_detect(&cpu, NULL) >= 0) {
+                const char *no_amx = getenv("DSV_NO_AMX");
+                feat |= cpu.avx512vnni ? DSE_KFEAT_VNNI : 0;
+                feat |= cpu.amx_tile && cpu.amx_int8 && !(no_amx && *no_amx == '1') ? DSE_KFEAT_AMX : 0;
+        }
+        return dse__kernels_resolve_with(level, feat, ret_k);
 }

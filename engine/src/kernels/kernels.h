@@ -130,9 +130,21 @@ void dse__kernels_avx2_matmul_xq(const struct dse_qmat *w, const struct dse_xq *
 void dse__kernels_fill_avx512(struct dse_kernels *k);
 /* AVX-512 VNNI overrides (vpdpbusd matmul_xq); only when the CPU also has VNNI. */
 void dse__kernels_fill_avx512_vnni(struct dse_kernels *k);
-/* dse_kernels_resolve with the VNNI sub-feature given rather than detected, so the tests
- * can check the AVX-512 table both with and without it. */
-int dse__kernels_resolve_with(enum dse_cpu_level level, int vnni, struct dse_kernels *ret_k);
+/* The VNNI matmul_xq (Q8 or Q4 by w->dtype), for the shapes amx.c leaves to it. */
+void dse__kernels_avx512_matmul_xq(const struct dse_qmat *w, const struct dse_xq *xq, float *y, int64_t ldy,
+                                   int64_t r0, int64_t r1);
+/* AMX-INT8 matmul_xq for 8 tokens or more (amx.c), over the VNNI entries; only when the
+ * CPU has AMX-TILE and AMX-INT8 and dse__kernels_amx_usable() (Linux granted the tile
+ * state to the process; the first call asks). */
+void dse__kernels_fill_amx(struct dse_kernels *k);
+int dse__kernels_amx_usable(void);
+
+/* Sub-features of the AVX-512 level that select further entries. */
+#define DSE_KFEAT_VNNI 1u /* vpdpbusd matmul_xq */
+#define DSE_KFEAT_AMX  2u /* AMX tiles for matmul_xq of many tokens (needs VNNI too) */
+/* dse_kernels_resolve with the sub-features given rather than detected, so the tests can
+ * check the AVX-512 table with each of them. A feature the CPU lacks must not be given. */
+int dse__kernels_resolve_with(enum dse_cpu_level level, unsigned feat, struct dse_kernels *ret_k);
 
 /* Scalar conversions shared by ref.c and the tests. */
 float dse__kern_f16_to_f32(uint16_t h);

@@ -1,0 +1,250 @@
+/* AMX int8 matmul_xq for many tokens (prefill, large batches). This file alone is
+ * compiled with the AVX-512 flags plus -mamx-tile -mamx-int8; kernels.c installs it only
+ * when the CPU reports AMX-TILE and AMX-INT8 and Linux grants the tile state
+ * (arch_prctl ARCH_REQ_XCOMP_PERM), over the VNNI entries, which it calls for what it
+ * leaves out (few tokens, the last rows % 16, groups that are not
+ * a multiple of 32 columns).
+ *
+ * One tile product is 16 weight rows x 16 tokens x 32 columns, one activation block:
+ *   A (16 x 32 bytes)  the weights as int8 (Q8 as stored; Q4 as q - z, decoded once per
+ *                      super-block and chunk into a staging buffer)
+ *   B (8 x 64 bytes)   the block's q of 16 tokens in the VNNI layout, B[k/4][4t + k%4],
+ *                      prepared once per token block and chunk for all rows
+ *   C (16 x 16 int32)  exact integer sums, converted and scaled by s[r, g] * d[t, b] into
+ *                      float accumulators (one register per weight row, a lane per token)
+ * so the integer products are those of the reference, and only their scaling and
+ * summation order differ. */
+#include <errno.h>
+#include <immintrin.h>
+#include <pthread.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "kernels/kernels.h"
+
+/* Fewer tokens than this go to the VNNI kernel: a tile product of 16 tokens wastes the
+ * absent ones, and Q4 pays a decode into int8 per row that only many tokens amortise
+ * (dse-kernel-bench: Q8 gains from 8 tokens, Q4 from about 24). */
+#define AMX_MIN_TOKENS_Q8 8
+#define AMX_MIN_TOKENS_Q4 24
+#define AKC 2048          /* columns per chunk */
+#define AKB (AKC / 32)    /* activation blocks per chunk */
+#define ARS 128           /* rows per super-block: their staged chunk (256 KiB) stays in L2 */
+
+/* Loops over the 16 rows of a tile must unroll so F stays in registers (GCC -O2 keeps
+ * them rolled). */
+#define UNROLL _Pragma("GCC unroll 16")
+
+#define ARCH_REQ_XCOMP_PERM 0x1023
+#define XFEATURE_XTILEDATA  18
+
+struct tilecfg {
+        uint8_t palette, start_row;
+        uint8_t reserved[14];
+        uint16_t colsb[16];
+        uint8_t rows[16];
+};
+
+static int amx_ok;
+static pthread_once_t amx_once = PTHREAD_ONCE_INIT;
+
+static void amx_request(void) {
+        amx_ok = syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0;
+}
+
+int dse__kernels_amx_usable(void) {
+        pthread_once(&amx_once, amx_request);
+        return amx_ok;
+}
+
+/* Two sets of tiles, so the product of one block runs while the previous one's sums are
+ * scaled: C in tmm0/tmm1 (16 rows x 16 int32), A in tmm2/tmm3 (16 rows x 32 int8), B in
+ * tmm4/tmm5 (8 x (16 tokens x 4 int8)). */
+static void tiles_configure(void) {
+        struct tilecfg c;
+        memset(&c, 0, sizeof c);
+        c.palette = 1;
+        for (int i = 0; i < 2; i++) {
+                c.rows[0 + i] = 16;
+                c.colsb[0 + i] = 64;
+                c.rows[2 + i] = 16;
+                c.colsb[2 + i] = 32;
+                c.rows[4 + i] = 8;
+                c.colsb[4 + i] = 64;
+        }
+        _tile_loadconfig(&c);
+}
+
+/* The activations of tokens t0..t0+T-1 (T <= 16, the rest zero) over blocks [b0, b1) in
+ * the B layout, and each block's d per token (0 for absent tokens and blocks). */
+static void prep_tokens(const struct dse_xq *xq, int64_t t0, int T, int64_t b0, int64_t b1,
+                        int32_t (*bt)[8][16], float (*dv)[16]) {
+        int64_t stride = xq->n_blocks * DSE_XQ_BLOCK;
+        __mmask16 m = (__mmask16)((1u << T) - 1);
+        /* lane t: token t0 + t; dword offsets of its q row and d row */
+        __m512i qi = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                        _mm512_set1_epi32((int)(stride / 4)));
+        __m512i di = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                        _mm512_set1_epi32((int)xq->n_blocks));
+        const int8_t *q = xq->q + t0 * stride;
+        const float *d = xq->d + t0 * xq->n_blocks;
+        for (int64_t b = b0; b < b1; b++) {
+                UNROLL
+                for (int k = 0; k < 8; k++)
+                        _mm512_store_si512(bt[b - b0][k], _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), m, qi,
+                                                                                       q + b * DSE_XQ_BLOCK + 4 * k, 4));
+                _mm512_store_ps(dv[b - b0], _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m, di, d + b, 4));
+        }
+}
+
+/* Rows r..r+15 of Q8 or Q4 weights over blocks [b0, b1) as int8 (q, or q - z), 32
+ * bytes per block per row, zero past the row's end: (AKB, 16, 32). */
+static void stage_rows(const struct dse_qmat *w, int64_t r, int64_t b0, int64_t b1, int8_t (*a)[16][32]) {
+        int64_t n = w->cols, G = w->group_size;
+        UNROLL
+        for (int i = 0; i < 16; i++) {
+                if (w->dtype == DSE_DTYPE_Q8) {
+                        const int8_t *row = (const int8_t *)w->data + (r + i) * n;
+                        for (int64_t b = b0; b < b1; b++) {
+                                int64_t c = b * 32;
+                                __m256i v = _mm256_maskz_loadu_epi8(n - c >= 32 ? ~0u : (1u << (n - c)) - 1, row + c);
+                                _mm256_store_si256((__m256i *)a[b - b0][i], v);
+                        }
+                        continue;
+                }
+                int64_t rb = (n + 1) / 2;
+                const uint8_t *row = (const uint8_t *)w->data + (r + i) * rb;
+                const uint8_t *zr = w->zero + (r + i) * w->n_groups;
+                const __m128i lo4 = _mm_set1_epi8(0x0f);
+                const __m256i lo4y = _mm256_set1_epi8(0x0f);
+                int64_t b = b0;
+                /* two whole blocks (64 columns, 32 bytes) per step while the row lasts */
+                for (; b + 2 <= b1 && (b + 2) * 32 <= n; b += 2) {
+                        __m256i v = _mm256_loadu_si256((const __m256i *)(row + b * 16));
+                        __m256i l = _mm256_and_si256(v, lo4y), h = _mm256_and_si256(_mm256_srli_epi16(v, 4), lo4y);
+                        __m256i u0 = _mm256_unpacklo_epi8(l, h), u1 = _mm256_unpackhi_epi8(l, h);
+                        /* u0 = columns [0, 16) and [32, 48), u1 = [16, 32) and [48, 64) */
+                        __m256i q0 = _mm256_permute2x128_si256(u0, u1, 0x20), q1 = _mm256_permute2x128_si256(u0, u1, 0x31);
+                        _mm256_store_si256((__m256i *)a[b - b0][i], _mm256_sub_epi8(q0, _mm256_set1_epi8((char)zr[b * 32 / G])));
+                        _mm256_store_si256((__m256i *)a[b + 1 - b0][i],
+                                           _mm256_sub_epi8(q1, _mm256_set1_epi8((char)zr[(b + 1) * 32 / G])));
+                }
+                for (; b < b1; b++) {
+                        int64_t c = b * 32, nb = rb - b * 16;
+                        __m128i v = _mm_maskz_loadu_epi8(nb >= 16 ? 0xffff : (__mmask16)((1u << nb) - 1), row + b * 16);
+                        __m128i l = _mm_and_si128(v, lo4), h = _mm_and_si128(_mm_srli_epi16(v, 4), lo4);
+                        /* low nibble = even column: interleave back to column order */
+                        __m256i q = _mm256_set_m128i(_mm_unpackhi_epi8(l, h), _mm_unpacklo_epi8(l, h));
+                        q = _mm256_sub_epi8(q, _mm256_set1_epi8((char)zr[c / G]));
+                        /* columns past the row: 0, whatever the padding nibble or zero point */
+                        q = _mm256_maskz_mov_epi8(n - c >= 32 ? ~0u : (1u << (n - c)) - 1, q);
+                        _mm256_store_si256((__m256i *)a[b - b0][i], q);
+                }
+        }
+}
+
+/* One 16-row block times one token block over the chunk's blocks: acc[i] (lanes =
+ * tokens) += C * s[r+i, g] * d[t, b]; the chunk's sums are added to y (written when
+ * first). */
+static inline __attribute__((always_inline)) void tile_product(const int8_t (*a)[16][32],
+                                                                const int32_t (*bt)[8][16], int64_t j, const int c) {
+        /* c selects the tile set: literal tile numbers, as the intrinsics require */
+        if (c == 0) {
+                _tile_zero(0);
+                _tile_loadd(2, a[j], 32);
+                _tile_loadd(4, bt[j], 64);
+                _tile_dpbssd(0, 2, 4);
+        } else {
+                _tile_zero(1);
+                _tile_loadd(3, a[j], 32);
+                _tile_loadd(5, bt[j], 64);
+                _tile_dpbssd(1, 3, 5);
+        }
+}
+
+/* The scaling: per block, F[i] += C[i] * d (three instructions per row); at the end of
+ * each weight group, out[i] += F[i] * s[r+i, g], so s costs one FMA per group, not one
+ * multiply per block. */
+static void tile_block(const struct dse_qmat *w, const int8_t (*a)[16][32], const int32_t (*bt)[8][16],
+                       const float (*dv)[16], int64_t b0, int64_t b1, int64_t r, int T, float *y, int64_t ldy,
+                       int first) {
+        _Alignas(64) int32_t cbuf[16][16];
+        _Alignas(64) float out[16][16];
+        __m512 F[16];
+        const float *sc = w->scale + r * w->n_groups;
+        int64_t G = w->group_size, ng = w->n_groups, nb = b1 - b0;
+        UNROLL
+        for (int i = 0; i < 16; i++) {
+                F[i] = _mm512_setzero_ps();
+                _mm512_store_ps(out[i], F[i]);
+        }
+        tile_product(a, bt, 0, 0);
+        for (int64_t j = 0; j < nb; j += 2) {
+                /* block j is in set 0, j + 1 goes to set 1 before j's sums are read */
+                if (j + 1 < nb)
+                        tile_product(a, bt, j + 1, 1);
+                for (int u = 0; u < 2 && j + u < nb; u++) {
+                        if (u == 0)
+                                _tile_stored(0, cbuf, 64);
+                        else
+                                _tile_stored(1, cbuf, 64);
+                        if (u == 0 && j + 2 < nb)
+                                tile_product(a, bt, j + 2, 0);
+                        __m512 d = _mm512_load_ps(dv[j + u]);
+                        UNROLL
+                        for (int i = 0; i < 16; i++)
+                                F[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(cbuf[i])), d, F[i]);
+                        int64_t b = b0 + j + u, g = b * 32 / G;
+                        if (b + 1 == b1 || (b + 1) * 32 / G != g) {
+                                UNROLL
+                                for (int i = 0; i < 16; i++) {
+                                        _mm512_store_ps(out[i], _mm512_fmadd_ps(F[i], _mm512_set1_ps(sc[i * ng + g]),
+                                                                                _mm512_load_ps(out[i])));
+                                        F[i] = _mm512_setzero_ps();
+                                }
+                        }
+                }
+        }
+        for (int t = 0; t < T; t++)
+                UNROLL
+                for (int i = 0; i < 16; i++)
+                        y[t * ldy + r + i] = first ? out[i][t] : y[t * ldy + r + i] + out[i][t];
+}
+
+static void matmul_xq_amx(const struct dse_qmat *w, const struct dse_xq *xq, float *y, int64_t ldy, int64_t r0,
+                          int64_t r1) {
+        int64_t rows16 = r0 + (r1 - r0) / 16 * 16;
+        if (xq->n < (w->dtype == DSE_DTYPE_Q4 ? AMX_MIN_TOKENS_Q4 : AMX_MIN_TOKENS_Q8) || w->group_size % DSE_XQ_BLOCK || rows16 == r0) {
+                dse__kernels_avx512_matmul_xq(w, xq, y, ldy, r0, r1);
+                return;
+        }
+        _Alignas(64) int8_t a[ARS / 16][AKB][16][32]; /* staged weights of a super-block's chunk */
+        _Alignas(64) int32_t bt[AKB][8][16];
+        _Alignas(64) float dv[AKB][16];
+        tiles_configure();
+        for (int64_t rs = r0; rs < rows16; rs += ARS) {
+                int64_t re = rs + ARS < rows16 ? rs + ARS : rows16;
+                for (int64_t b0 = 0; b0 < xq->n_blocks; b0 += AKB) {
+                        int64_t b1 = b0 + AKB < xq->n_blocks ? b0 + AKB : xq->n_blocks;
+                        for (int64_t r = rs; r < re; r += 16)
+                                stage_rows(w, r, b0, b1, a[(r - rs) / 16]);
+                        for (int64_t t0 = 0; t0 < xq->n; t0 += 16) {
+                                int T = xq->n - t0 < 16 ? (int)(xq->n - t0) : 16;
+                                prep_tokens(xq, t0, T, b0, b1, bt, dv);
+                                for (int64_t r = rs; r < re; r += 16)
+                                        tile_block(w, (const int8_t(*)[16][32])a[(r - rs) / 16],
+                                                   (const int32_t(*)[8][16])bt, (const float(*)[16])dv, b0, b1, r,
+                                                   T, y + t0 * ldy, ldy, b0 == 0);
+                        }
+                }
+        }
+        _tile_release();
+        if (rows16 < r1)
+                dse__kernels_avx512_matmul_xq(w, xq, y, ldy, rows16, r1);
+}
+
+void dse__kernels_fill_amx(struct dse_kernels *k) {
+        k->matmul_xq[DSE_DTYPE_Q8] = matmul_xq_amx;
+        k->matmul_xq[DSE_DTYPE_Q4] = matmul_xq_amx;
+}
