@@ -687,7 +687,8 @@ static void real_v2_delegation_moves_self_before_enabling_body(void) {
  * forked child runs several cycles of host, delegate (it moves itself into
  * G/supervisor, enables what G offers), two instances below G/inference/prod with a
  * real child each, stop, restore; after each cycle every hierarchy below G must be
- * exactly as before: the same directories and the same subtree_control. */
+ * exactly as before: the same directories and the same subtree_control. Then the
+ * no-internal-processes rule along the path (busy_level_child). */
 
 #define SNAP_BYTES 8192
 static char *snap_buf;
@@ -732,6 +733,8 @@ struct gset {
         char rel[5][1100];  /* the same relative to its mount, for /proc/self/cgroup */
 };
 static const char *const gtags[5] = {"cpu", "cpuset", "memory", "hugetlb", "v2"};
+
+static int busy_level_child(const struct gset *g, const char *proc_file);
 
 static int parent_cycles_child(const struct gset *g, const char *proc_file, int n_cycles) {
         static char before[SNAP_BYTES], after[SNAP_BYTES];
@@ -808,7 +811,69 @@ static int parent_cycles_child(const struct gset *g, const char *proc_file, int 
                         return 52;
                 }
         }
+        int r = busy_level_child(g, proc_file);
+        if (r)
+                return r;
+        if (snap_groups(dirs, gtags, 5, after) < 0)
+                return 53;
+        if (strcmp(before, after) != 0) {
+                fprintf(stderr, "  the busy level changed the hierarchies:\n--- before\n%s--- after\n%s", before, after);
+                return 54;
+        }
         return 0;
+}
+
+/* An existing parent level with a process in it cannot pass controllers on (no internal
+ * processes): delegate says EBUSY. Restore then keeps what "inference" (not ours) may
+ * need, and once that group is gone undoes the rest. 0, or the step that failed. */
+static int busy_level_child(const struct gset *g, const char *proc_file) {
+        char p[1300], buf[256];
+        snprintf(p, sizeof p, "%s/cgroup.controllers", g->dir[4]);
+        if (!g->dir[4][0] || slurp(p, buf, sizeof buf) <= 0)
+                return 0; /* nothing G could enable: no rule to check */
+        snprintf(p, sizeof p, "%s/inference", g->dir[4]);
+        if (mkdir(p, 0755) < 0)
+                return 60;
+        int go[2];
+        if (pipe(go) < 0)
+                return 61;
+        pid_t sleeper = fork();
+        if (sleeper == 0) {
+                char q[1400];
+                snprintf(q, sizeof q, "%s/cgroup.procs", p);
+                char ok = spew(q, "0") == 0 ? 'y' : 'n';
+                ssize_t n = write(go[1], &ok, 1);
+                (void)n;
+                pause();
+                _exit(0);
+        }
+        char ok = 'n';
+        ssize_t n = read(go[0], &ok, 1);
+        close(go[0]);
+        close(go[1]);
+        struct dsv_cgroup_config cfg = {.proc_self_cgroup = proc_file, .parent = "inference/prod"};
+        struct dsv_cgroup_host *h = NULL;
+        char why[1024] = "";
+        int ret = n == 1 && ok == 'y' ? 0 : 62;
+        if (!ret && dsv_cgroup_host_new(&cfg, &h) < 0)
+                ret = 63;
+        int r = ret ? 0 : dsv_cgroup_host_delegate(h);
+        if (!ret && r != -EBUSY) {
+                fprintf(stderr, "  delegate below a level with a process: %d, not -EBUSY\n", r);
+                ret = 64;
+        }
+        kill(sleeper, SIGKILL);
+        waitpid(sleeper, NULL, 0);
+        if (!ret && (dsv_cgroup_host_restore(h, why, sizeof why) != -EBUSY || !strstr(why, "other group")))
+                ret = 65;
+        if (rmdir(p) < 0)
+                ret = ret ?: 66;
+        if (!ret && dsv_cgroup_host_restore(h, why, sizeof why) < 0) {
+                fprintf(stderr, "  restore: %s\n", why);
+                ret = 67;
+        }
+        dsv_cgroup_host_free(h);
+        return ret;
 }
 
 static void parent_cycles(struct gset *g, bool *root_hugetlb, char *own_v2, size_t own_size) {
