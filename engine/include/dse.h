@@ -226,7 +226,11 @@ int dse_session_eval(struct dse_session *s, const int32_t *tokens, size_t n_toke
  *         multiplied in integers: the fast path. Logits move by the activation rounding
  *         (the fixtures' second tolerance row: mean abs <= 0.05, top-1 >= 0.9).
  *   F32:  float32 activations: exact up to float32 rounding (the strict row, 1e-3).
- * Either way a token's logits do not depend on the other tokens of a call. The default
+ * A token's logits do not depend on the other tokens of a call, bitwise, except that
+ * with int8 activations the AMX kernels (used for 8 or more tokens per call where the CPU
+ * has them; DSV_NO_AMX=1 turns them off) sum the exact block products in another float
+ * order: then they differ within float rounding (measured <= 2.4e-6 on logits of
+ * standard deviation ~3), and a near-tied MoE routing can flip. The default
  * is INT8, overridden by DSV_ACT=f32|int8 in the environment at *_new (for the CLI and
  * the worker); the setters below override both. */
 enum dse_activations {
@@ -440,7 +444,8 @@ int dse_sampler_sample(struct dse_sampler *smp, const float *logits);
  *
  * dse_batch_step evaluates several sequences in one call, each with one or more new
  * tokens (decode tokens and prefill chunks mixed); a sequence's logits do not depend on
- * which other sequences share the step, nor on how its tokens were chunked. All memory
+ * which other sequences share the step, nor on how its tokens were chunked (but see
+ * enum dse_activations on AMX rounding). All memory
  * is allocated at *_new; steps never allocate. The model, pool and cache must outlive
  * the batch; one thread at a time per cache and batch. */
 struct dse_kv_cache;

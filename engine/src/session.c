@@ -212,6 +212,16 @@ static void mm_rows(const struct dse_session *s, const struct dse__mm *m, int64_
                 s->k.matmul_xq[m->w->dtype](m->w, m->xq, m->y, m->ldy, r0, r1);
         else
                 s->k.matmul[m->w->dtype](m->w, m->x, m->ldx, m->n, m->y, m->ldy, r0, r1);
+        if (m->w_up) { /* SwiGLU pair: r0 is a multiple of ROW_ALIGN, so a SIMD swiglu
+                        * splits its vectors where a whole-row call would */
+                if (m->xq)
+                        s->k.matmul_xq[m->w_up->dtype](m->w_up, m->xq, m->y_up, m->ldy, r0, r1);
+                else
+                        s->k.matmul[m->w_up->dtype](m->w_up, m->x, m->ldx, m->n, m->y_up, m->ldy, r0, r1);
+                for (int64_t t = 0; t < m->n; t++)
+                        s->k.swiglu(m->y + t * m->ldy + r0, m->y_up + t * m->ldy + r0, r1 - r0);
+                return;
+        }
         if (m->bias)
                 for (int64_t t = 0; t < m->n; t++) {
                         float *y = m->y + t * m->ldy;
@@ -259,7 +269,7 @@ static int64_t row_cost(const struct dse__mm *m) {
         case DSE_DTYPE_BF16: bytes = 2 * c; break;
         default: bytes = 4 * c; break;
         }
-        return 4 * bytes + m->n * c / (m->xq ? 4 : 1) + 1;
+        return (4 * bytes + m->n * c / (m->xq ? 4 : 1) + 1) * (m->w_up ? 2 : 1);
 }
 
 void dse__linear_group(struct dse_session *s, struct dse__mm *mm, int n_mm) {
@@ -269,11 +279,18 @@ void dse__linear_group(struct dse_session *s, struct dse__mm *mm, int n_mm) {
         for (int i = 0; i < n_mm; i++) {
                 struct dse__mm *m = &mm[i];
                 m->row_cost = 0;
-                if (m->w->perm) { /* act-order: its own gathered copy of x, its own region */
+                if (m->w->perm || (m->w_up && m->w_up->perm)) { /* act-order: its own gathered x and region */
                         assert(m->x);
                         dse__linear_n(s, m->w, m->x, m->ldx, m->n, m->y, m->ldy, m->bias);
+                        if (m->w_up) {
+                                dse__linear_n(s, m->w_up, m->x, m->ldx, m->n, m->y_up, m->ldy, NULL);
+                                for (int64_t t = 0; t < m->n; t++)
+                                        s->k.swiglu(m->y + t * m->ldy, m->y_up + t * m->ldy, m->w->rows);
+                        }
                         continue;
                 }
+                assert(!m->w_up || (m->w_up->dtype == m->w->dtype && m->w_up->rows == m->w->rows &&
+                                    m->w_up->cols == m->w->cols && !m->bias));
                 if (!dse__use_xq(s, m->w)) {
                         assert(m->x); /* float activations for weights without an int8 path */
                         m->xq = NULL;

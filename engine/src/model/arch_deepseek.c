@@ -84,7 +84,7 @@ struct ds_state {
         float *moe_out;          /* (T, hidden) */
         void *moe_xq_in;         /* int8 copies of moe_in ... */
         void *moe_xq_hb;         /* ... and of moe_hb */
-        struct dse__mm *moe_mm;  /* (2 * (n_experts + 1)) one grouped call's items */
+        struct dse__mm *moe_mm;  /* (n_experts + 1) one grouped call's items */
         struct dse_xq *moe_sub;  /* (n_experts) each expert's rows of the int8 copies */
         /* KV rows (through s->kv): latent c then k_pe, (kvr + rope) per layer and token */
 };
@@ -343,13 +343,9 @@ static void mla_naive(void *ctx, size_t h0, size_t h1, int ith) {
 static void swiglu(struct dse_session *s, const struct ds_mlp *m, const float *x, int n, float *out) {
         struct ds_state *st = s->arch;
         int64_t D = s->hp->hidden_size, W = st->mlp_width;
-        struct dse__mm gu[2] = {
-                {.w = &m->gate, .x = x, .ldx = D, .n = n, .y = st->hb, .ldy = W},
-                {.w = &m->up, .x = x, .ldx = D, .n = n, .y = st->hb2, .ldy = W},
-        };
-        dse__linear_group(s, gu, 2);
-        for (int i = 0; i < n; i++)
-                s->k.swiglu(st->hb + i * W, st->hb2 + i * W, m->gate.rows);
+        struct dse__mm gu = {.w = &m->gate, .w_up = &m->up, .x = x, .ldx = D, .n = n, .y = st->hb, .y_up = st->hb2,
+                             .ldy = W};
+        dse__linear_group(s, &gu, 1); /* hb = silu(gate) * up */
         dse__linear_n(s, &m->down, st->hb, W, n, out, D, NULL);
 }
 
@@ -365,7 +361,7 @@ static struct dse_xq xq_rows(const struct dse_xq *all, int64_t j0, int64_t m) {
 /* Routed experts plus shared experts of one MoE layer for n tokens: out (n, hidden).
  * The (token, k) pairs are gathered expert by expert, so each expert's weights are read
  * once for all the tokens routed to it, and the whole layer takes two parallel regions
- * (every expert's gate and up, then every down, shared experts included) whatever the
+ * (every expert's gate, up and SwiGLU, then every down, shared experts included) whatever the
  * number of experts touched. Each token still adds its experts' outputs in its top-k
  * order after the shared experts', so the result is the token-by-token one exactly. */
 static void moe(struct dse_session *s, const struct ds_layer *L, const float *x, int n, float *out) {
@@ -400,10 +396,9 @@ static void moe(struct dse_session *s, const struct ds_layer *L, const float *x,
 
         struct dse__mm *mm = st->moe_mm;
         int n_mm = 0;
-        if (L->has_shared) {
-                mm[n_mm++] = (struct dse__mm){.w = &L->mlp.gate, .x = x, .ldx = D, .n = n, .y = st->hb, .ldy = SW};
-                mm[n_mm++] = (struct dse__mm){.w = &L->mlp.up, .x = x, .ldx = D, .n = n, .y = st->hb2, .ldy = SW};
-        }
+        if (L->has_shared)
+                mm[n_mm++] = (struct dse__mm){.w = &L->mlp.gate, .w_up = &L->mlp.up, .x = x, .ldx = D, .n = n,
+                                              .y = st->hb, .y_up = st->hb2, .ldy = SW};
         for (int64_t e = 0; e < E; e++) {
                 int64_t j0 = st->moe_first[e], m = st->moe_first[e + 1] - j0;
                 if (m == 0)
@@ -411,18 +406,12 @@ static void moe(struct dse_session *s, const struct ds_layer *L, const float *x,
                 const struct ds_mlp *ex = &L->experts[e];
                 if (xq)
                         sub_in[e] = xq_rows(&xin, j0, m);
-                mm[n_mm++] = (struct dse__mm){.w = &ex->gate, .x = st->moe_in + j0 * D, .ldx = D, .n = m,
-                                              .y = st->moe_hb + j0 * W, .ldy = W, .xq = xq ? &sub_in[e] : NULL};
-                mm[n_mm++] = (struct dse__mm){.w = &ex->up, .x = st->moe_in + j0 * D, .ldx = D, .n = m,
-                                              .y = st->moe_hb2 + j0 * W, .ldy = W, .xq = xq ? &sub_in[e] : NULL};
+                mm[n_mm++] = (struct dse__mm){.w = &ex->gate, .w_up = &ex->up, .x = st->moe_in + j0 * D, .ldx = D,
+                                              .n = m, .y = st->moe_hb + j0 * W, .y_up = st->moe_hb2 + j0 * W,
+                                              .ldy = W, .xq = xq ? &sub_in[e] : NULL};
         }
         dse__linear_group(s, mm, n_mm);
 
-        if (L->has_shared)
-                for (int i = 0; i < n; i++)
-                        s->k.swiglu(st->hb + i * SW, st->hb2 + i * SW, L->mlp.gate.rows);
-        for (int64_t r = 0; r < NK; r++)
-                s->k.swiglu(st->moe_hb + r * W, st->moe_hb2 + r * W, W);
         if (xq) {
                 dse__xq_init(&xhb, st->moe_xq_hb, NK, W);
                 s->k.quantize_xq(st->moe_hb, W, &xhb);

@@ -197,16 +197,12 @@ static void llama_forward(struct dse_session *s, const struct dse__tok *toks, in
                 for (int64_t i = 0; i < n * D; i++)
                         x[i] += st->xb2[i];
 
-                /* SwiGLU MLP: down(silu(gate(x)) * up(x)), gate and up in one region */
+                /* SwiGLU MLP: down(silu(gate(x)) * up(x)), gate, up and the gate in one region */
                 for (int i = 0; i < n; i++)
                         s->k.rmsnorm(st->xb + i * D, x + i * D, L->ffn_norm, D, hp->rms_norm_eps);
-                struct dse__mm gu[2] = {
-                        {.w = &L->w_gate, .x = st->xb, .ldx = D, .n = n, .y = st->hb, .ldy = F},
-                        {.w = &L->w_up, .x = st->xb, .ldx = D, .n = n, .y = st->hb2, .ldy = F},
-                };
-                dse__linear_group(s, gu, 2);
-                for (int i = 0; i < n; i++)
-                        s->k.swiglu(st->hb + i * F, st->hb2 + i * F, F);
+                struct dse__mm gu = {.w = &L->w_gate, .w_up = &L->w_up, .x = st->xb, .ldx = D, .n = n,
+                                     .y = st->hb, .y_up = st->hb2, .ldy = F};
+                dse__linear_group(s, &gu, 1); /* hb = silu(gate) * up */
                 dse__linear_n(s, &L->w_down, st->hb, F, n, st->xb2, D, NULL);
                 for (int64_t i = 0; i < n * D; i++)
                         x[i] += st->xb2[i];

@@ -106,6 +106,12 @@ struct dse__mm {
         int64_t ldy;
         const float *bias;       /* (rows) or NULL */
         const struct dse_xq *xq; /* x already quantized (n rows), or NULL */
+        /* A SwiGLU pair when set: w is the gate, w_up the up projection (same shape, same
+         * dtype), y_up (n, ldy) scratch for up's rows; each piece multiplies both over the
+         * same rows and leaves y = silu(gate x) * (up x) for them, so the gate needs no
+         * separate pass over y. */
+        const struct dse_qmat *w_up;
+        float *y_up;
         /* filled by dse__linear_group */
         int64_t cost0, row_cost; /* where the item starts in the work split, per row */
 };
