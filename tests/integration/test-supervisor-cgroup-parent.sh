@@ -5,7 +5,7 @@
 # Delegate=yes would give a service, and starts dsvisor inside it. dsvisor moves itself
 # into G/supervisor (no internal processes) before it enables the controllers G offers
 # in G's cgroup.subtree_control, puts its instances in G/inference/prod/, and on stop
-# (dsvisor stop, then SIGTERM, then dsvisor stop; the last cycle with --rt-priority, RT
+# (dsvisor stop, then SIGTERM, then dsvisor stop with --rt-priority when it can: RT
 # runtime handed down the levels) must leave every hierarchy below G as it found it: the
 # same directories and the same subtree_control. Also the usage errors
 # (exit 2) for paths that would leave the own group. Needs root; skipped (77) without a
@@ -16,7 +16,7 @@ bin="${DSV_BUILD_DIR:?}/bin"
 dsvisor="$bin/dsvisor"
 worker="$bin/test-supervisor-stub-worker"
 model="${DSV_FIXTURES:?}/models/qwen2-bf16-tied"
-cycles=4
+cycles=3
 
 if [[ $(id -u) != 0 || ! -w /sys/fs/cgroup ]] && ! touch /sys/fs/cgroup/.dsv-probe 2>/dev/null; then
         [[ $(id -u) == 0 ]] || { echo "SKIP: needs root"; exit 77; }
