@@ -87,8 +87,7 @@ struct dsv_cgroup_instance {
         char v1_rel[N_CTRL][PATH_BUF];
 };
 
-struct dsv_cgroup_host;
-static int split_parent(const char *rel, struct dsv_cgroup_host *h);
+static int split_parent(const char *rel, struct dsv_cgroup_host *h); /* below, with the parent code */
 
 /* ---- names ----------------------------------------------------------------------- */
 
