@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Soak (issue 9 item 4; not in CI): dsvisor start under moderate open-loop load for a long
-# time, sampling every worker's and the supervisor's RSS and open fds, and every
-# instance's KV blocks in use (the gateway's /metrics, from the workers' stats). At the end
-# it fits a least-squares line to each series (after the first 10% of samples: warm-up)
-# and reports its slope per hour: a leak shows as a steady climb, so each slope must stay
-# under --max-growth per hour, as a fraction of the series' first value (RSS, fds) or of
-# the instance's KV pool (KV blocks), or the script exits 1. After the load has ended and
-# in-flight requests have drained, every instance must be back at 0 KV blocks in use.
+# time, sampling every worker's and the supervisor's RSS (all, and anonymous only: a leak
+# shows there, code paged in does not) and open fds, and every instance's KV blocks in use
+# (the gateway's /metrics, from the workers' stats). At the end it fits a least-squares
+# line to each series (after the first 10% of samples: warm-up) and reports its slope per
+# hour: a leak shows as a steady climb, so each slope must stay under --max-growth per
+# hour, as a fraction of the series' first value (RSS, fds) or of the instance's KV pool
+# (KV blocks), or the script exits 1. After the load has ended and in-flight requests
+# have drained, every instance must be back at 0 KV blocks in use.
 #
 #   bench/soak.sh [--minutes 30] [--qps 4] [--interval 10] [--instances 2] [--threads 1]
 #                 [--model M] [--worker PATH] [--max-tokens 32] [--build-dir DIR]
@@ -68,9 +69,11 @@ sample() {
   for p in $SUP $(python3 -c "import json; print(' '.join(str(i['pid']) for i in json.load(open('$RUN/status.json'))['instances'] if i['pid'] > 0))"); do
     local name=worker-$p
     [ "$p" = "$SUP" ] && name=supervisor
-    local rss; rss=$(awk '/^VmRSS:/ {print $2 * 1024}' "/proc/$p/status" 2>/dev/null) || continue
+    local rss anon; rss=$(awk '/^VmRSS:/ {print $2 * 1024}' "/proc/$p/status" 2>/dev/null) || continue
+    anon=$(awk '/^RssAnon:/ {print $2 * 1024}' "/proc/$p/status" 2>/dev/null)
     [ -n "$rss" ] || continue
     echo "$t,$name.rss_bytes,$rss"
+    [ -n "$anon" ] && echo "$t,$name.rss_anon_bytes,$anon"
     echo "$t,$name.open_fds,$(ls "/proc/$p/fd" 2>/dev/null | wc -l)"
   done
   kv_sample "$t"
