@@ -328,7 +328,7 @@ static const struct mat_case mm_cases[] = {
         {11, 1536, 128}, {2, 63, 32}, {21, 200, 128}, {5, 200, 96}, {3, 128, 64}, {6, 97, 96},
         /* past the AVX-512 kernels' blocking: 64-row super-blocks, 2048-column chunks (a
          * g192 group straddles the chunk edge), odd column tails after a chunk */
-        {70, 2200, 128}, {67, 2100, 32}, {5, 2500, 192}, {2, 4161, 64},
+        {70, 2200, 128}, {67, 2100, 32}, {5, 2500, 192}, {2, 4161, 64}, {40, 2112, 32},
 };
 /* Token counts around the 4-token register blocks; 32 only on the smaller shapes. */
 static const int64_t mm_tokens[] = {1, 2, 3, 4, 5, 8, 9, 32};

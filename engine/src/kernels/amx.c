@@ -147,17 +147,23 @@ static void stage_rows(const struct dse_qmat *w, int64_t r, int64_t b0, int64_t 
 /* One 16-row block times one token block over the chunk's blocks: acc[i] (lanes =
  * tokens) += C * s[r+i, g] * d[t, b]; the chunk's sums are added to y (written when
  * first). */
-static inline __attribute__((always_inline)) void tile_product(const int8_t (*a)[16][32],
-                                                                const int32_t (*bt)[8][16], int64_t j, const int c) {
+/* A of block j: 16 rows of 32 bytes at a + j * a_step, rows a_stride bytes apart. */
+struct amx_a {
+        const int8_t *a;
+        int64_t a_step, a_stride;
+};
+
+static inline __attribute__((always_inline)) void tile_product(struct amx_a A, const int32_t (*bt)[8][16], int64_t j,
+                                                                const int c) {
         /* c selects the tile set: literal tile numbers, as the intrinsics require */
         if (c == 0) {
                 _tile_zero(0);
-                _tile_loadd(2, a[j], 32);
+                _tile_loadd(2, A.a + j * A.a_step, A.a_stride);
                 _tile_loadd(4, bt[j], 64);
                 _tile_dpbssd(0, 2, 4);
         } else {
                 _tile_zero(1);
-                _tile_loadd(3, a[j], 32);
+                _tile_loadd(3, A.a + j * A.a_step, A.a_stride);
                 _tile_loadd(5, bt[j], 64);
                 _tile_dpbssd(1, 3, 5);
         }
@@ -166,7 +172,7 @@ static inline __attribute__((always_inline)) void tile_product(const int8_t (*a)
 /* The scaling: per block, F[i] += C[i] * d (three instructions per row); at the end of
  * each weight group, out[i] += F[i] * s[r+i, g], so s costs one FMA per group, not one
  * multiply per block. */
-static void tile_block(const struct dse_qmat *w, const int8_t (*a)[16][32], const int32_t (*bt)[8][16],
+static void tile_block(const struct dse_qmat *w, struct amx_a a, const int32_t (*bt)[8][16],
                        const float (*dv)[16], int64_t b0, int64_t b1, int64_t r, int T, float *y, int64_t ldy,
                        int first) {
         _Alignas(64) int32_t cbuf[16][16];
@@ -219,23 +225,32 @@ static void matmul_xq_amx(const struct dse_qmat *w, const struct dse_xq *xq, flo
                 dse__kernels_avx512_matmul_xq(w, xq, y, ldy, r0, r1);
                 return;
         }
-        _Alignas(64) int8_t a[ARS / 16][AKB][16][32]; /* staged weights of a super-block's chunk */
+        /* about 300 KiB of stack: the staged weights of a super-block's chunk (Q4, or Q8
+         * rows whose blocks are not all whole; other Q8 tiles load straight from the
+         * mapping), a token block's B tiles and scales */
+        _Alignas(64) int8_t a[ARS / 16][AKB][16][32];
         _Alignas(64) int32_t bt[AKB][8][16];
         _Alignas(64) float dv[AKB][16];
+        int direct = w->dtype == DSE_DTYPE_Q8 && w->cols % 32 == 0;
         tiles_configure();
         for (int64_t rs = r0; rs < rows16; rs += ARS) {
                 int64_t re = rs + ARS < rows16 ? rs + ARS : rows16;
                 for (int64_t b0 = 0; b0 < xq->n_blocks; b0 += AKB) {
                         int64_t b1 = b0 + AKB < xq->n_blocks ? b0 + AKB : xq->n_blocks;
-                        for (int64_t r = rs; r < re; r += 16)
-                                stage_rows(w, r, b0, b1, a[(r - rs) / 16]);
+                        if (!direct)
+                                for (int64_t r = rs; r < re; r += 16)
+                                        stage_rows(w, r, b0, b1, a[(r - rs) / 16]);
                         for (int64_t t0 = 0; t0 < xq->n; t0 += 16) {
                                 int T = xq->n - t0 < 16 ? (int)(xq->n - t0) : 16;
                                 prep_tokens(xq, t0, T, b0, b1, bt, dv);
-                                for (int64_t r = rs; r < re; r += 16)
-                                        tile_block(w, (const int8_t(*)[16][32])a[(r - rs) / 16],
-                                                   (const int32_t(*)[8][16])bt, (const float(*)[16])dv, b0, b1, r,
-                                                   T, y + t0 * ldy, ldy, b0 == 0);
+                                for (int64_t r = rs; r < re; r += 16) {
+                                        struct amx_a A = {&a[(r - rs) / 16][0][0][0], 16 * 32, 32};
+                                        if (direct)
+                                                A = (struct amx_a){(const int8_t *)w->data + r * w->cols + b0 * 32, 32,
+                                                                   w->cols};
+                                        tile_block(w, A, (const int32_t(*)[8][16])bt, (const float(*)[16])dv, b0, b1,
+                                                   r, T, y + t0 * ldy, ldy, b0 == 0);
+                                }
                         }
                 }
         }
