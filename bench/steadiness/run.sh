@@ -24,7 +24,7 @@
 #             hierarchies (on a unified host: v2 cpuset and cpu.weight 1) and removed at
 #             the end. SCHED_FIFO only with --rt-priority > 0 and where dsvisor's
 #             preflight permits it (never on 2 CPUs: no CPU would be left free of FIFO).
-#   quiet / noisy: noisy adds --hogs (default: one per CPU) CPU hogs (`yes`) and as many
+#   quiet / noisy: noisy adds --hogs (default 1) CPU hogs (`yes`) and as many
 #             memory-bandwidth hogs (`dd` of 64 MiB blocks from /dev/zero: streaming
 #             stores through a buffer far larger than the LLC).
 #
@@ -43,7 +43,7 @@
 set -uo pipefail
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
 REPS=5 REQUESTS=3000 QPS=40 MAX_TOKENS=4 PROMPT=uniform:4:16 THREADS=1 RTPRIO=0 HK_CPUS=0
-NOISY_SHARES=2 MODEL=$SRC/models/default SEED=1 HOGS=$(nproc) BUILD=$SRC/build OUT=
+NOISY_SHARES=2 MODEL=$SRC/models/default SEED=1 HOGS=1 BUILD=$SRC/build OUT=
 while [ $# -gt 0 ]; do
   case "$1" in
     --reps) REPS=$2 ;; --requests) REQUESTS=$2 ;; --qps) QPS=$2 ;; --max-tokens) MAX_TOKENS=$2 ;;
@@ -138,6 +138,7 @@ cleanup() {
   rm -rf "$W"
 }
 trap cleanup EXIT
+trap 'exit 130' INT TERM   # so the EXIT trap stops everything and removes the groups
 
 # ---- noisy neighbour ----
 noise_start() {  # noise_start plain|isolated
