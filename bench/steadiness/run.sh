@@ -36,7 +36,9 @@
 # achieved QPS, P50, P99, jitter (standard deviation of the latency), the worker's CPU
 # time per request (times the QPS: how busy its core is) and the time its threads spent
 # runnable but waiting for a CPU (run delay, /proc/PID/task/*/schedstat: how much
-# something else held its CPU); per isolation mode the ratio P99(noisy)/P99(quiet),
+# something else held its CPU), what else used the instance's CPUs (isolated only: their
+# busy time from /proc/stat minus the worker's) and the time the hypervisor stole from
+# them (/proc/stat steal); per isolation mode the ratio P99(noisy)/P99(quiet),
 # formed within each repetition (paired) and summarised the same way. Target: isolated
 # <= 1.3. Raw JSON of every run, runs.txt, notes.txt and summary.json go to OUT (default
 # a new /tmp/dsv-steady.*).
@@ -81,6 +83,7 @@ import sys
 a, h = set(map(int, sys.argv[1].split())), set(map(int, sys.argv[2].split()))
 print(','.join(map(str, sorted(a - h))))" "$(expand "$ALL_CPUS")" "$(expand "$HK_CPUS")")
 [ -n "$INST_CPUS" ] || { echo "run.sh: --hk-cpus $HK_CPUS leaves no CPU for the instance" >&2; exit 2; }
+N_INST_CPUS=$(echo "$INST_CPUS" | tr ',' '\n' | wc -l)
 INST_MASK=$(python3 -c "import sys; print(hex(sum(1 << int(c) for c in sys.argv[1].split(','))))" "$INST_CPUS")
 lstopo-no-graphics --restrict "$INST_MASK" --of xml "$W/topology.xml" ||
   { echo "run.sh: lstopo could not restrict the topology to CPUs $INST_CPUS" >&2; exit 2; }
@@ -227,6 +230,12 @@ cputime() {  # cputime PID...: ns of CPU the processes used (utime + stime, all 
   local p tck; tck=$(getconf CLK_TCK)
   for p in "$@"; do sed 's/.*) //' /proc/"$p"/stat 2>/dev/null; done | awk -v t="$tck" '{n += $12 + $13} END {printf "%.0f\n", n * 1e9 / t}'
 }
+cpustat() {  # cpustat: ns busy (user, nice, system, irq, softirq) and stolen by the hypervisor
+             # on the instance's CPUs, and the monotonic clock
+  awk -v cpus=",$INST_CPUS," -v t="$(getconf CLK_TCK)" '$1 ~ /^cpu[0-9]+$/ && index(cpus, "," substr($1, 4) ",") {
+      b += $2 + $3 + $4 + $7 + $8; st += $9 } END {printf "%.0f %.0f\n", b * 1e9 / t, st * 1e9 / t}' /proc/stat
+  python3 -c "import time; print(time.monotonic_ns())"
+}
 rundelay() {  # rundelay PID...: ns the processes' threads spent runnable but waiting for a CPU
   local p
   for p in "$@"; do cat /proc/"$p"/task/*/schedstat 2>/dev/null; done | awk '{n += $2} END {printf "%.0f\n", n}'
@@ -261,21 +270,23 @@ for rep in $(seq "$REPS"); do
     server_start "$mode" || exit 1
     load "$mode" "$W/warmup.json" --concurrency 2 --requests 50 --seed 999   # not counted
     [ "$noise" = noisy ] && { noise_start "$mode"; sleep 2; }
-    w0=$(rundelay "${WORKER_PIDS[@]}") u0=$(cputime "${WORKER_PIDS[@]}") t0=$(date -u +%T)
+    w0=$(rundelay "${WORKER_PIDS[@]}") u0=$(cputime "${WORKER_PIDS[@]}") t0=$(date -u +%T) s0=($(cpustat))
     load "$mode" "$OUT/$cfg-$rep.json" --qps "$QPS" --requests "$REQUESTS" --seed $((SEED + rep - 1))
-    echo "$(($(rundelay "${WORKER_PIDS[@]}") - w0)) $(($(cputime "${WORKER_PIDS[@]}") - u0))" >"$OUT/$cfg-$rep.wait"
+    s1=($(cpustat))
+    echo "$(($(rundelay "${WORKER_PIDS[@]}") - w0)) $(($(cputime "${WORKER_PIDS[@]}") - u0))" \
+      "$((s1[0] - s0[0])) $((s1[1] - s0[1])) $((s1[2] - s0[2]))" >"$OUT/$cfg-$rep.wait"
     noise_stop
     server_stop
-    python3 -c "import json; j=json.load(open('$OUT/$cfg-$rep.json')); w, u = map(int, open('$OUT/$cfg-$rep.wait').read().split())
-print('rep %d %s %-15s sent %d completed %d errors %d lost %d  %.2f QPS  p50 %.4f  p99 %.4f  jitter %.4f s  worker: CPU %.2f ms, wait for CPU %.2f ms per request' % ($rep, '$t0', '$cfg', j['sent'], j['completed'], j['errors'], j['lost'], j['qps'], j['p50_s'] or 0, j['p99_s'] or 0, j['jitter_s'], u / 1e6 / j['sent'], w / 1e6 / j['sent']))" |
+    python3 -c "import json; j=json.load(open('$OUT/$cfg-$rep.json')); w, u, b, st, el = map(int, open('$OUT/$cfg-$rep.wait').read().split())
+print('rep %d %s %-15s sent %d completed %d errors %d lost %d  %.2f QPS  p50 %.4f  p99 %.4f  jitter %.4f s  worker: CPU %.2f ms, wait for CPU %.2f ms per request; CPU $INST_CPUS: %.1f%% busy, %.1f%% stolen' % ($rep, '$t0', '$cfg', j['sent'], j['completed'], j['errors'], j['lost'], j['qps'], j['p50_s'] or 0, j['p99_s'] or 0, j['jitter_s'], u / 1e6 / j['sent'], w / 1e6 / j['sent'], 100 * b / el / $N_INST_CPUS, 100 * st / el / $N_INST_CPUS))" |
       tee -a "$OUT/runs.txt"
   done
 done
 echo "load average at end: $(cut -d' ' -f1-3 /proc/loadavg)" >>"$OUT/notes.txt"
 
-python3 - "$OUT" "$REPS" <<'PY'
+python3 - "$OUT" "$REPS" "$N_INST_CPUS" <<'PY'
 import json, statistics, sys
-out, reps = sys.argv[1], int(sys.argv[2])
+out, reps, ncpu = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 cfgs = ["plain-quiet", "plain-noisy", "isolated-quiet", "isolated-noisy"]
 runs = {c: [json.load(open("%s/%s-%d.json" % (out, c, r))) for r in range(1, reps + 1)] for c in cfgs}
 wait = {c: [list(map(int, open("%s/%s-%d.wait" % (out, c, r)).read().split())) for r in range(1, reps + 1)] for c in cfgs}
@@ -285,8 +296,8 @@ def summ(xs):
 def fmt(s, f="%.4f"):
     return (f + " (" + f + ".." + f + ")") % (s["median"], s["min"], s["max"])
 summary = {"configs": {}, "ratios": {}}
-print("\n| configuration | mean QPS | P50 s | P99 s | jitter s | worker CPU ms/request | worker wait for CPU ms/request | completed/sent | errors | lost |")
-print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+print("\n| configuration | mean QPS | P50 s | P99 s | jitter s | worker CPU ms/request | worker wait for CPU ms/request | others' CPU on the instance's CPUs % | stolen % | completed/sent | errors | lost |")
+print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
 for c in cfgs:
     q = summ([j["qps"] for j in runs[c]])
     p50 = summ([j["p50_s"] or inf for j in runs[c]])
@@ -294,11 +305,17 @@ for c in cfgs:
     s = summ([j["jitter_s"] for j in runs[c]])
     ww = summ([w[0] / 1e6 / max(j["sent"], 1) for w, j in zip(wait[c], runs[c])])
     wu = summ([w[1] / 1e6 / max(j["sent"], 1) for w, j in zip(wait[c], runs[c])])
+    # busy time of the instance's CPUs not spent by the worker: only the isolated worker
+    # is confined to them, so this is what else ran there (kernel threads, interrupts,
+    # processes of other users that are free on every CPU)
+    oth = summ([100 * (w[2] - w[1]) / w[4] / ncpu for w in wait[c]]) if c.startswith("isolated") else None
+    stl = summ([100 * w[3] / w[4] / ncpu for w in wait[c]])
     done = sum(j["completed"] for j in runs[c]); sent = sum(j["sent"] for j in runs[c])
     errs = sum(j["errors"] for j in runs[c]); lost = sum(j["lost"] for j in runs[c])
-    summary["configs"][c] = {"qps": q, "p50_s": p50, "p99_s": p, "jitter_s": s, "worker_cpu_ms_per_request": wu, "worker_cpu_wait_ms_per_request": ww,
+    summary["configs"][c] = {"qps": q, "p50_s": p50, "p99_s": p, "jitter_s": s, "worker_cpu_ms_per_request": wu, "others_on_instance_cpus_pct": oth, "stolen_pct": stl, "worker_cpu_wait_ms_per_request": ww,
                              "completed": done, "sent": sent, "errors": errs, "lost": lost}
-    print("| %s | %s | %s | %s | %s | %s | %s | %d/%d | %d | %d |" % (c, fmt(q, "%.2f"), fmt(p50), fmt(p), fmt(s), fmt(wu, "%.2f"), fmt(ww, "%.2f"),
+    print("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %d/%d | %d | %d |" % (c, fmt(q, "%.2f"), fmt(p50), fmt(p), fmt(s), fmt(wu, "%.2f"), fmt(ww, "%.2f"),
+                                                           fmt(oth, "%.1f") if oth else "-", fmt(stl, "%.1f"),
                                                            done, sent, errs, lost))
 print("\n| isolation | P99(noisy)/P99(quiet), paired per repetition: median (min..max) | per repetition | target |")
 print("| --- | ---: | --- | --- |")
