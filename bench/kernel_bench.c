@@ -267,5 +267,34 @@ int main(int argc, char **argv) {
                         printf(" n=%lld %.2fx", (long long)ns[i], gm[l][i] / gm[0][i]);
                 printf("\n");
         }
+        /* BF16 weights: float activations (matmul) against bf16 activations (vdpbf16ps) */
+        struct dse_kernels kb;
+        dse__kernels_resolve_with(cpu.detected, cpu.avx512bf16 ? DSE_KFEAT_BF16 : 0, &kb);
+        struct dse_kernels kab;
+        dse__kernels_resolve_with(cpu.detected, cpu.avx512bf16 ? DSE_KFEAT_BF16 | DSE_KFEAT_VNNI | DSE_KFEAT_AMX : 0, &kab);
+        if (kb.matmul_bf16act) {
+                uint16_t *wb = aligned_alloc(64, (size_t)(256 * cols) * 2);
+                for (int64_t i = 0; i < 256 * cols; i++)
+                        wb[i] = (uint16_t)(0x3c00 + rnd() % 0x300);
+                struct dse_qmat w = {.dtype = DSE_DTYPE_BF16, .rows = 256, .cols = cols, .data = wb};
+                printf("bf16 weights (256x%lld, in L2, 1 thread, GMAC per thread-CPU second; avx512):\n", (long long)cols);
+                dse_matmul_fn fns[3] = {kb.matmul[DSE_DTYPE_BF16], kb.matmul_bf16act, kab.matmul_bf16act};
+                const char *names[3] = {"float act", "bf16 act", "bf16 act+amx"};
+                for (int f = 0; f < 3; f++) {
+                        printf("%-12s", names[f]);
+                        for (size_t i = 0; i < sizeof ns / sizeof ns[0]; i++) {
+                                double best = 1e30;
+                                for (int r = 0; r < 4 * reps; r++) {
+                                        double t0 = now_s(CLOCK_THREAD_CPUTIME_ID);
+                                        fns[f](&w, x, cols, ns[i], y, 256, 0, 256);
+                                        double t = now_s(CLOCK_THREAD_CPUTIME_ID) - t0;
+                                        best = t < best ? t : best;
+                                }
+                                printf(" n=%lld %.1f", (long long)ns[i], (double)(256 * cols * ns[i]) / best / 1e9);
+                        }
+                        printf("\n");
+                }
+                free(wb);
+        }
         return 0;
 }

@@ -540,3 +540,82 @@ TEST(matmul_xq_q8_q4_all_levels) {
         fprintf(stderr, "  %d matmul_xq (format, shape, tokens, level) combinations checked up to level %s\n",
                 n_checked, dse_cpu_level_to_string(top));
 }
+
+TEST(f32_to_bf16_rounds_to_nearest_even) {
+        ASSERT_EQ(dse__kern_f32_to_bf16(1.0f), 0x3f80);
+        ASSERT_EQ(dse__kern_f32_to_bf16(1.0f + ldexpf(1, -8)), 0x3f80);     /* tie: to even */
+        ASSERT_EQ(dse__kern_f32_to_bf16(1.0f + 3 * ldexpf(1, -8)), 0x3f82); /* tie: to even, up */
+        ASSERT_EQ(dse__kern_f32_to_bf16(1.0f + ldexpf(1, -7) + ldexpf(1, -9)), 0x3f81);
+        ASSERT_EQ(dse__kern_f32_to_bf16(-2.0f), 0xc000);
+        ASSERT_TRUE(isnan(dse__kern_bf16_to_f32(dse__kern_f32_to_bf16(NAN))));
+}
+
+/* matmul_bf16act: its _ref twin against a float64 oracle on bf16-rounded activations,
+ * and every level that fills it against the same oracle. */
+/* The AMX tiles take 16 tokens or more, rows in 16s and 32-column multiples. */
+static const struct mat_case bf16act_big[] = {{48, 2112, 32}, {33, 64, 32}, {16, 4096, 32}, {17, 96, 32}};
+static const int64_t bf16act_big_tokens[] = {16, 17, 32};
+
+TEST(matmul_bf16act_against_oracle) {
+        struct dse_cpu_info cpu;
+        int ok = dse_cpu_detect(&cpu, NULL) >= 0;
+        int have = ok && cpu.detected >= DSE_CPU_AVX512 && cpu.avx512bf16;
+        int amx = have && cpu.amx_tile && cpu.amx_bf16 && dse__kernels_amx_usable();
+        struct dse_kernels k, ka;
+        enum dse_cpu_level lvl = ok && cpu.detected >= DSE_CPU_AVX512 ? DSE_CPU_AVX512 : DSE_CPU_SCALAR;
+        ASSERT_OK(dse__kernels_resolve_with(lvl, have ? DSE_KFEAT_BF16 : 0, &k));
+        ASSERT_OK(dse__kernels_resolve_with(lvl, amx ? DSE_KFEAT_BF16 | DSE_KFEAT_VNNI | DSE_KFEAT_AMX : 0, &ka));
+        ASSERT_TRUE(have ? k.matmul_bf16act != NULL : k.matmul_bf16act == NULL);
+        dse_matmul_fn fns[3] = {dse__kernels_ref_matmul_bf16act, k.matmul_bf16act, amx ? ka.matmul_bf16act : NULL};
+        static const char *const names[3] = {"ref", "avx512-bf16", "amx-bf16"};
+        size_t n_small = sizeof mm_cases / sizeof mm_cases[0], n_big = sizeof bf16act_big / sizeof bf16act_big[0];
+        size_t n_tok = sizeof mm_tokens / sizeof mm_tokens[0], n_btok = sizeof bf16act_big_tokens / sizeof bf16act_big_tokens[0];
+        int n_checked = 0;
+        for (size_t ci = 0; ci < n_small + n_big; ci++)
+                for (size_t ti = 0; ti < (ci < n_small ? n_tok : n_btok); ti++) {
+                        struct mat_case mc = ci < n_small ? mm_cases[ci] : bf16act_big[ci - n_small];
+                        int64_t n = ci < n_small ? mm_tokens[ti] : bf16act_big_tokens[ti];
+                        if (ci < n_small && n > 9 && mc.rows * mc.cols > MM_BIG_TOKENS_MAX_ELEMS)
+                                continue;
+                        rng_seed(12000 + 10 * ci + ti);
+                        struct mat_buf m;
+                        mat_make(&m, DSE_DTYPE_BF16, mc);
+                        const struct dse_qmat *w = &m.w;
+                        int64_t ldx = w->cols + 3, ldy = w->rows + 2;
+                        float *x = make_x(n, w->cols, ldx);
+                        float *y = malloc((size_t)(n * ldy) * sizeof(float));
+                        for (int f = 0; f < 3; f++) {
+                                if (!fns[f])
+                                        continue;
+                                for (int64_t i = 0; i < n * ldy; i++)
+                                        y[i] = NAN;
+                                int64_t mid = w->rows / 2;
+                                fns[f](w, x, ldx, n, y, ldy, 0, mid);
+                                fns[f](w, x, ldx, n, y, ldy, mid, w->rows);
+                                for (int64_t t = 0; t < n; t++) {
+                                        for (int64_t r = 0; r < w->rows; r++) {
+                                                double want = 0, mag = 0;
+                                                for (int64_t c = 0; c < w->cols; c++) {
+                                                        double xb = dse__kern_bf16_to_f32(dse__kern_f32_to_bf16(x[t * ldx + c]));
+                                                        double p = oracle_w(w, r, c) * xb;
+                                                        want += p;
+                                                        mag += fabs(p);
+                                                }
+                                                if (!(fabs(y[t * ldy + r] - want) <= REL_TOL * mag + ABS_TOL))
+                                                        T_FAIL("matmul_bf16act %s case %zu (%lldx%lld) n %lld token %lld "
+                                                               "row %lld: got %.9g oracle %.9g NOT OK",
+                                                               names[f], ci, (long long)w->rows, (long long)w->cols,
+                                                               (long long)n, (long long)t, (long long)r, y[t * ldy + r],
+                                                               want);
+                                        }
+                                        for (int64_t r = w->rows; r < ldy; r++)
+                                                ASSERT_TRUE(isnan(y[t * ldy + r])); /* untouched */
+                                }
+                                n_checked++;
+                        }
+                        free(x);
+                        free(y);
+                        mat_free(&m);
+                }
+        fprintf(stderr, "  %d matmul_bf16act (shape, tokens, ref/simd/amx) combinations checked\n", n_checked);
+}

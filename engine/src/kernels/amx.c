@@ -263,3 +263,97 @@ void dse__kernels_fill_amx(struct dse_kernels *k) {
         k->matmul_xq[DSE_DTYPE_Q8] = matmul_xq_amx;
         k->matmul_xq[DSE_DTYPE_Q4] = matmul_xq_amx;
 }
+
+/* ---- AMX-BF16: matmul_bf16act for many tokens ------------------------------------------ */
+
+#define BKP (AKC / 2) /* bf16 pairs per chunk */
+
+/* C in tmm0/tmm1 (two 16-row blocks x 16 tokens, float32), A in tmm2/tmm3 (16 rows x 32
+ * bf16 straight from the mapping), B in tmm4 (16 pairs x 16 tokens x 2 bf16). C sums a
+ * whole chunk in the tile: bf16 products need no per-block scaling. */
+static void tiles_configure_bf16(void) {
+        struct tilecfg c;
+        memset(&c, 0, sizeof c);
+        c.palette = 1;
+        for (int t = 0; t < 5; t++) {
+                c.rows[t] = 16;
+                c.colsb[t] = 64;
+        }
+        _tile_loadconfig(&c);
+}
+
+/* Tokens t0..t0+T-1 (the rest zero) over columns [c0, c1), rounded to bf16 (nearest
+ * even, as dse__kern_f32_to_bf16) in the B layout: bp[k][p][t] = pair p of block k. */
+static void prep_bf16(const float *x, int64_t ldx, int64_t t0, int T, int64_t c0, int64_t c1, uint32_t (*bp)[16][16]) {
+        _Alignas(64) uint32_t row[BKP];
+        int64_t nk = (c1 - c0 + 31) / 32;
+        memset(bp, 0, sizeof(uint32_t) * 256 * (size_t)nk);
+        for (int t = 0; t < T; t++) {
+                const float *xt = x + (t0 + t) * ldx;
+                for (int64_t c = c0; c < c1; c += 32) {
+                        __mmask16 m0 = c1 - c >= 16 ? 0xffff : (__mmask16)((1u << (c1 - c)) - 1);
+                        __mmask16 m1 = c1 - c >= 32 ? 0xffff : c1 - c <= 16 ? 0 : (__mmask16)((1u << (c1 - c - 16)) - 1);
+                        __m512bh v = _mm512_cvtne2ps_pbh(_mm512_maskz_loadu_ps(m1, xt + c + 16), _mm512_maskz_loadu_ps(m0, xt + c));
+                        _mm512_store_si512(row + (c - c0) / 2, (__m512i)v);
+                }
+                for (int64_t k = 0; k < nk; k++)
+                        UNROLL
+                        for (int p = 0; p < 16; p++)
+                                bp[k][p][t] = row[k * 16 + p];
+        }
+}
+
+static void matmul_bf16act_amx(const struct dse_qmat *w, const float *x, int64_t ldx, int64_t n, float *y,
+                               int64_t ldy, int64_t r0, int64_t r1) {
+        int64_t rows16 = r0 + (r1 - r0) / 16 * 16, cols = w->cols;
+        if (n < 16 || rows16 == r0 || cols % 32) {
+                dse__kernels_avx512_matmul_bf16act(w, x, ldx, n, y, ldy, r0, r1);
+                return;
+        }
+        _Alignas(64) uint32_t bp[AKC / 32][16][16];
+        _Alignas(64) float cbuf[2][16][16];
+        const uint16_t *W = w->data;
+        tiles_configure_bf16();
+        for (int64_t rs = r0; rs < rows16; rs += ARS) {
+                int64_t re = rs + ARS < rows16 ? rs + ARS : rows16;
+                for (int64_t t0 = 0; t0 < n; t0 += 16) {
+                        int T = n - t0 < 16 ? (int)(n - t0) : 16;
+                        for (int64_t c0 = 0; c0 < cols; c0 += AKC) {
+                                int64_t c1 = c0 + AKC < cols ? c0 + AKC : cols, nk = (c1 - c0) / 32;
+                                prep_bf16(x, ldx, t0, T, c0, c1, bp);
+                                for (int64_t r = rs; r < re; r += 32) {
+                                        int two = r + 32 <= re;
+                                        const uint16_t *a0 = W + r * cols + c0, *a1 = a0 + 16 * cols;
+                                        _tile_zero(0);
+                                        if (two)
+                                                _tile_zero(1);
+                                        for (int64_t k = 0; k < nk; k++) {
+                                                _tile_loadd(4, bp[k], 64);
+                                                _tile_loadd(2, a0 + k * 32, cols * 2);
+                                                _tile_dpbf16ps(0, 2, 4);
+                                                if (two) {
+                                                        _tile_loadd(3, a1 + k * 32, cols * 2);
+                                                        _tile_dpbf16ps(1, 3, 4);
+                                                }
+                                        }
+                                        _tile_stored(0, cbuf[0], 64);
+                                        if (two)
+                                                _tile_stored(1, cbuf[1], 64);
+                                        for (int h = 0; h < 1 + two; h++)
+                                                for (int t = 0; t < T; t++)
+                                                        for (int i = 0; i < 16; i++) {
+                                                                float *o = y + (t0 + t) * ldy + r + 16 * h + i;
+                                                                *o = c0 == 0 ? cbuf[h][i][t] : *o + cbuf[h][i][t];
+                                                        }
+                                }
+                        }
+                }
+        }
+        _tile_release();
+        if (rows16 < r1)
+                dse__kernels_avx512_matmul_bf16act(w, x, ldx, n, y, ldy, rows16, r1);
+}
+
+void dse__kernels_fill_amx_bf16(struct dse_kernels *k) {
+        k->matmul_bf16act = matmul_bf16act_amx;
+}

@@ -31,6 +31,11 @@ int dse__kernels_resolve_with(enum dse_cpu_level level, unsigned feat, struct ds
                 dse__kernels_fill_avx2(&k);
         if (level >= DSE_CPU_AVX512) {
                 dse__kernels_fill_avx512(&k);
+                if (feat & DSE_KFEAT_BF16) {
+                        dse__kernels_fill_avx512_bf16(&k);
+                        if ((feat & DSE_KFEAT_AMX) && dse__kernels_amx_usable())
+                                dse__kernels_fill_amx_bf16(&k);
+                }
                 if (feat & DSE_KFEAT_VNNI) {
                         dse__kernels_fill_avx512_vnni(&k);
                         if ((feat & DSE_KFEAT_AMX) && dse__kernels_amx_usable())
@@ -41,7 +46,7 @@ int dse__kernels_resolve_with(enum dse_cpu_level level, unsigned feat, struct ds
         return 0;
 }
 
-/* The level says F+BW+VL; VNNI and AMX are sub-features cpu.c reports beside it (a
+/* The level says F+BW+VL; VNNI, BF16 and AMX are sub-features cpu.c reports beside it (a
  * DSV_CPU that names no level makes detection fail, and then neither is assumed).
  * DSV_NO_AMX=1 leaves AMX out, to compare the two. */
 int dse_kernels_resolve(enum dse_cpu_level level, struct dse_kernels *ret_k) {
@@ -50,7 +55,9 @@ int dse_kernels_resolve(enum dse_cpu_level level, struct dse_kernels *ret_k) {
         if (level >= DSE_CPU_AVX512 && dse_cpu_detect(&cpu, NULL) >= 0) {
                 const char *no_amx = getenv("DSV_NO_AMX");
                 feat |= cpu.avx512vnni ? DSE_KFEAT_VNNI : 0;
-                feat |= cpu.amx_tile && cpu.amx_int8 && !(no_amx && *no_amx == '1') ? DSE_KFEAT_AMX : 0;
+                feat |= cpu.avx512bf16 ? DSE_KFEAT_BF16 : 0;
+                /* AMX-BF16 ships with AMX-INT8 on every CPU that has either */
+                feat |= cpu.amx_tile && cpu.amx_int8 && cpu.amx_bf16 && !(no_amx && *no_amx == '1') ? DSE_KFEAT_AMX : 0;
         }
         return dse__kernels_resolve_with(level, feat, ret_k);
 }

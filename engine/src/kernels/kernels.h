@@ -107,6 +107,13 @@ struct dse_kernels {
         void (*softmax)(float *x, int64_t n);
         /* gate[i] = silu(gate[i]) * up[i]: the SwiGLU gate, in place. */
         void (*swiglu)(float *gate, const float *up, int64_t n);
+        /* BF16 weights times activations rounded to bf16 per element (nearest even,
+         * dse__kern_f32_to_bf16), float32 accumulation; otherwise matmul's contract. The
+         * products are exact, the activation rounding (relative 2^-9) puts it in the
+         * fixtures' looser row, so the caller chooses it. Filled only where the CPU
+         * multiplies bf16 pairs natively (AVX-512 BF16 vdpbf16ps); NULL elsewhere, where
+         * matmul[DSE_DTYPE_BF16] is the path. Twin: dse__kernels_ref_matmul_bf16act. */
+        dse_matmul_fn matmul_bf16act;
 };
 
 /* Fills k for level (capped at what the library was built with): the _ref entries first,
@@ -133,6 +140,16 @@ void dse__kernels_fill_avx512_vnni(struct dse_kernels *k);
 /* The VNNI matmul_xq (Q8 or Q4 by w->dtype), for the shapes amx.c leaves to it. */
 void dse__kernels_avx512_matmul_xq(const struct dse_qmat *w, const struct dse_xq *xq, float *y, int64_t ldy,
                                    int64_t r0, int64_t r1);
+/* AVX-512 BF16 overrides (matmul_bf16act); only when the CPU also has AVX512_BF16. */
+void dse__kernels_fill_avx512_bf16(struct dse_kernels *k);
+/* The vdpbf16ps matmul_bf16act, for the shapes amx.c leaves to it. */
+void dse__kernels_avx512_matmul_bf16act(const struct dse_qmat *w, const float *x, int64_t ldx, int64_t n, float *y,
+                                        int64_t ldy, int64_t r0, int64_t r1);
+/* AMX-BF16 matmul_bf16act for 16 tokens or more (amx.c), over the vdpbf16ps entry. */
+void dse__kernels_fill_amx_bf16(struct dse_kernels *k);
+/* The reference matmul_bf16act (BF16 weights only). */
+void dse__kernels_ref_matmul_bf16act(const struct dse_qmat *w, const float *x, int64_t ldx, int64_t n, float *y,
+                                     int64_t ldy, int64_t r0, int64_t r1);
 /* AMX-INT8 matmul_xq for 8 tokens or more (amx.c), over the VNNI entries; only when the
  * CPU has AMX-TILE and AMX-INT8 and dse__kernels_amx_usable() (Linux granted the tile
  * state to the process; the first call asks). */
@@ -142,6 +159,7 @@ int dse__kernels_amx_usable(void);
 /* Sub-features of the AVX-512 level that select further entries. */
 #define DSE_KFEAT_VNNI 1u /* vpdpbusd matmul_xq */
 #define DSE_KFEAT_AMX  2u /* AMX tiles for matmul_xq of many tokens (needs VNNI too) */
+#define DSE_KFEAT_BF16 4u /* vdpbf16ps: matmul_bf16act */
 /* dse_kernels_resolve with the sub-features given rather than detected, so the tests can
  * check the AVX-512 table with each of them. A feature the CPU lacks must not be given. */
 int dse__kernels_resolve_with(enum dse_cpu_level level, unsigned feat, struct dse_kernels *ret_k);
@@ -149,6 +167,8 @@ int dse__kernels_resolve_with(enum dse_cpu_level level, unsigned feat, struct ds
 /* Scalar conversions shared by ref.c and the tests. */
 float dse__kern_f16_to_f32(uint16_t h);
 float dse__kern_bf16_to_f32(uint16_t h);
+/* float32 -> bfloat16, round to nearest even (NaN stays NaN). */
+uint16_t dse__kern_f32_to_bf16(float f);
 float dse__kern_f8e4m3_to_f32(uint8_t b);
 /* 256-entry e4m3 decode table (built once, thread-safe). */
 const float *dse__f8e4m3_table(void);

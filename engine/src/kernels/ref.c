@@ -28,6 +28,15 @@ float dse__kern_bf16_to_f32(uint16_t h) {
         return v;
 }
 
+uint16_t dse__kern_f32_to_bf16(float f) {
+        uint32_t bits;
+        memcpy(&bits, &f, sizeof bits);
+        if ((bits & 0x7fffffff) > 0x7f800000)
+                return (uint16_t)((bits >> 16) | 0x40); /* a quiet NaN */
+        bits += 0x7fff + ((bits >> 16) & 1);
+        return (uint16_t)(bits >> 16);
+}
+
 /* float8 e4m3fn: 1 sign, 4 exponent (bias 7), 3 mantissa bits; no infinities, S.1111.111
  * is NaN, max 448. */
 float dse__kern_f8e4m3_to_f32(uint8_t b) {
@@ -163,6 +172,22 @@ static void matmul_ref(const struct dse_qmat *w, const float *x, int64_t ldx, in
                        int64_t r0, int64_t r1) {
         for (int64_t t = 0; t < n; t++)
                 matvec_ref[w->dtype](w, x + t * ldx, y + t * ldy, r0, r1);
+}
+
+/* Each activation rounded to bf16, then multiplied as matvec_bf16_ref does: the products
+ * of two bf16 values are exact in float32. */
+void dse__kernels_ref_matmul_bf16act(const struct dse_qmat *w, const float *x, int64_t ldx, int64_t n, float *y,
+                                     int64_t ldy, int64_t r0, int64_t r1) {
+        const uint16_t *W = w->data; /* (rows, cols) */
+        for (int64_t t = 0; t < n; t++)
+                for (int64_t r = r0; r < r1; r++) {
+                        const uint16_t *row = W + r * w->cols;
+                        float acc = 0.0f;
+                        for (int64_t c = 0; c < w->cols; c++)
+                                acc += dse__kern_bf16_to_f32(row[c]) *
+                                       dse__kern_bf16_to_f32(dse__kern_f32_to_bf16(x[t * ldx + c]));
+                        y[t * ldy + r] = acc;
+                }
 }
 
 /* ---- int8 activations ------------------------------------------------------------- */
