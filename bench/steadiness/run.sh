@@ -2,9 +2,10 @@
 # The steadiness experiment (issue 9 item 2): the same load with and without isolation,
 # each quiet and beside a noisy neighbour, and how much the neighbour moves the tail.
 #
-#   bench/steadiness/run.sh [--reps 5] [--requests 3000] [--qps 40] [--max-tokens 4]
+#   bench/steadiness/run.sh [--reps 5] [--requests 4000] [--qps 80] [--max-tokens 4]
 #       [--prompt-len uniform:4:16] [--threads 1] [--hk-cpus 0] [--noisy-shares 2]
-#       [--hogs N] [--rt-priority 0] [--model DIR] [--seed 1] [--build-dir DIR] [--out DIR]
+#       [--hogs 1] [--hog-mib MIB] [--rt-priority 0] [--model DIR] [--seed 1]
+#       [--build-dir DIR] [--out DIR]
 #
 # Configurations (every process involved is one this script starts):
 #   plain     dsvisor-gateway-test-server (the same gateway library as dsvisor) in front
@@ -25,8 +26,9 @@
 #             the end. SCHED_FIFO only with --rt-priority > 0 and where dsvisor's
 #             preflight permits it (never on 2 CPUs: no CPU would be left free of FIFO).
 #   quiet / noisy: noisy adds --hogs (default 1) CPU hogs (`yes`) and as many
-#             memory-bandwidth hogs (`dd` of 64 MiB blocks from /dev/zero: streaming
-#             stores through a buffer far larger than the LLC).
+#             memory-bandwidth hogs (`dd` from /dev/zero in blocks of --hog-mib MiB,
+#             default twice the L3 the system reports: stores that stream to DRAM and
+#             evict everything else from the shared L3).
 #
 # Method: in each repetition the four configurations run in a rotated order on the same
 # requests and arrival schedule (dsvisor-bench-load --requests N --qps Q --seed S+rep:
@@ -44,15 +46,17 @@
 # a new /tmp/dsv-steady.*).
 set -uo pipefail
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
-REPS=5 REQUESTS=3000 QPS=40 MAX_TOKENS=4 PROMPT=uniform:4:16 THREADS=1 RTPRIO=0 HK_CPUS=0
+REPS=5 REQUESTS=4000 QPS=80 MAX_TOKENS=4 PROMPT=uniform:4:16 THREADS=1 RTPRIO=0 HK_CPUS=0
 NOISY_SHARES=2 MODEL=$SRC/models/default SEED=1 HOGS=1 BUILD=$SRC/build OUT=
+L3_KIB=$(getconf LEVEL3_CACHE_SIZE 2>/dev/null || echo 0); L3_KIB=$(( ${L3_KIB:-0} / 1024 ))
+HOG_MIB=$(( L3_KIB > 0 ? (2 * L3_KIB + 1023) / 1024 : 256 ))
 while [ $# -gt 0 ]; do
   case "$1" in
     --reps) REPS=$2 ;; --requests) REQUESTS=$2 ;; --qps) QPS=$2 ;; --max-tokens) MAX_TOKENS=$2 ;;
     --prompt-len) PROMPT=$2 ;; --threads) THREADS=$2 ;; --hk-cpus) HK_CPUS=$2 ;;
     --noisy-shares) NOISY_SHARES=$2 ;; --rt-priority) RTPRIO=$2 ;; --model) MODEL=$2 ;;
-    --seed) SEED=$2 ;; --hogs) HOGS=$2 ;; --build-dir) BUILD=$2 ;; --out) OUT=$2 ;;
-    -h|--help) sed -n '2,42p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --seed) SEED=$2 ;; --hogs) HOGS=$2 ;; --hog-mib) HOG_MIB=$2 ;; --build-dir) BUILD=$2 ;; --out) OUT=$2 ;;
+    -h|--help) sed -n '2,46p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "run.sh: unknown option '$1'" >&2; exit 2 ;;
   esac
   shift 2
@@ -149,10 +153,10 @@ noise_start() {  # noise_start plain|isolated
   for i in $(seq "$HOGS"); do
     if [ "$1" = isolated ]; then
       (into "${CG_NOISY[@]}" && exec yes) >/dev/null & HOG_PIDS+=($!)
-      (into "${CG_NOISY[@]}" && exec dd if=/dev/zero of=/dev/null bs=64M count=100000000 status=none) & HOG_PIDS+=($!)
+      (into "${CG_NOISY[@]}" && exec dd if=/dev/zero of=/dev/null bs=${HOG_MIB}M count=100000000 status=none) & HOG_PIDS+=($!)
     else
       yes >/dev/null & HOG_PIDS+=($!)
-      dd if=/dev/zero of=/dev/null bs=64M count=100000000 status=none & HOG_PIDS+=($!)
+      dd if=/dev/zero of=/dev/null bs=${HOG_MIB}M count=100000000 status=none & HOG_PIDS+=($!)
     fi
   done
 }
@@ -257,7 +261,7 @@ CONFIGS=(plain-quiet isolated-quiet plain-noisy isolated-noisy)
   echo "date: $(date -u +%FT%TZ)"; echo "host: $(uname -n), kernel $(uname -r), $(nproc) CPUs ($ALL_CPUS), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2-)"
   echo "cgroup2 controllers: $(cat /sys/fs/cgroup/cgroup.controllers /sys/fs/cgroup/unified/cgroup.controllers 2>/dev/null | tr '\n' ' ')"
   echo "resctrl (memory bandwidth allocation): $(grep -q resctrl /proc/filesystems && echo available || echo 'not in this kernel/VM')"
-  echo "args: reps=$REPS requests=$REQUESTS qps=$QPS max_tokens=$MAX_TOKENS prompt=$PROMPT threads=$THREADS hk_cpus=$HK_CPUS instance_cpus=$INST_CPUS noisy_shares=$NOISY_SHARES hogs=$HOGS+$HOGS rt=$RTPRIO seed=$SEED+rep model=$MODEL"
+  echo "args: reps=$REPS requests=$REQUESTS qps=$QPS max_tokens=$MAX_TOKENS prompt=$PROMPT threads=$THREADS hk_cpus=$HK_CPUS instance_cpus=$INST_CPUS noisy_shares=$NOISY_SHARES hogs=$HOGS+$HOGS hog_mib=$HOG_MIB l3_kib=$L3_KIB rt=$RTPRIO seed=$SEED+rep model=$MODEL"
   echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
 } >"$OUT/notes.txt"
 cgroups_make || { echo "run.sh: could not make the cgroups for the isolated configuration" >&2; exit 1; }
