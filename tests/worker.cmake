@@ -13,3 +13,9 @@ if(TARGET dsvisor-worker AND EXISTS ${CMAKE_SOURCE_DIR}/models/default/config.js
            TIMEOUT 600)
   add_dependencies(test-worker-text dsvisor-worker)
 endif()
+# The per-token path allocates only nng's message: the real serve loop in-process, its
+# allocations counted per thread and nng_send wrapped to count nng's apart.
+if(TARGET dsv_worker_serve)
+  dsv_test(NAME test-worker-alloc SOURCES unit/test-worker-alloc.c LIBS dsv_worker_serve LABELS unit TIMEOUT 300)
+  target_link_options(test-worker-alloc PRIVATE -Wl,--wrap=nng_send -Wl,--wrap=dse_batch_step)
+endif()

@@ -158,12 +158,36 @@ struct server {
         struct dsv_ipc_msg *inbox; /* (INBOX_CAP) ring */
         size_t head, n;
         struct dsv_ipc_stats stats; /* published by the loop after every step */
+        struct dsv_ipc_batch out;   /* the loop's events, sent once per iteration */
 };
 
 static void send_msg(struct server *sv, const struct dsv_ipc_msg *m) {
         int r = dsv_ipc_send(sv->conn, m);
         if (r < 0 && atomic_fetch_add(&sv->send_failures, 1) == 0)
                 wlog(4, "Failed to send a %s event: %s, ignoring", dsv_ipc_msg_type_to_string(m->type), strerror(-r));
+}
+
+/* Sends what the loop queued this iteration: one nng message for a whole step's
+ * tokens, finals and errors (dsv_ipc_send_batch), the only allocation on the per-token
+ * path (worker/README.md). */
+static void flush_events(struct server *sv) {
+        int n = dsv_ipc_batch_count(&sv->out);
+        int r = dsv_ipc_send_batch(sv->conn, &sv->out);
+        if (r < 0 && atomic_fetch_add(&sv->send_failures, 1) == 0)
+                wlog(4, "Failed to send %d events: %s, ignoring", n, strerror(-r));
+}
+
+/* Queues an event of the loop's thread into the step's batch, written in place
+ * without allocating. A full batch goes out first; an event too big for an empty batch
+ * (never a token: a batch holds 64 KiB + 2 KiB per sequence) goes out alone. */
+static void queue_msg(struct server *sv, const struct dsv_ipc_msg *m) {
+        int r = dsv_ipc_batch_add(&sv->out, m);
+        if (r == -ENOBUFS && dsv_ipc_batch_count(&sv->out) > 0) {
+                flush_events(sv);
+                r = dsv_ipc_batch_add(&sv->out, m);
+        }
+        if (r < 0)
+                send_msg(sv, m);
 }
 
 static void publish_stats(struct server *sv);
@@ -173,15 +197,28 @@ static void emit_cb(void *user, const struct dsv_ipc_msg *m) {
         /* A request's end shows in stats before its final or error can be seen. */
         if (sv->sched && (m->type == DSV_IPC_FINAL || m->type == DSV_IPC_ERROR))
                 publish_stats(sv);
-        send_msg(sv, m);
+        queue_msg(sv, m);
 }
 
+static void fill_error(struct dsv_ipc_msg *m, uint64_t id, enum dsv_ipc_error_code code, const char *msg) {
+        *m = (struct dsv_ipc_msg){.type = DSV_IPC_ERROR};
+        m->u.error.id = id;
+        m->u.error.code = code;
+        m->u.error.message = (char *)msg;
+}
+
+/* From the receiver thread or after the loop: sent at once. */
 static void send_error(struct server *sv, uint64_t id, enum dsv_ipc_error_code code, const char *msg) {
-        struct dsv_ipc_msg m = {.type = DSV_IPC_ERROR};
-        m.u.error.id = id;
-        m.u.error.code = code;
-        m.u.error.message = (char *)msg;
+        struct dsv_ipc_msg m;
+        fill_error(&m, id, code, msg);
         send_msg(sv, &m);
+}
+
+/* From the loop's thread: into the step's batch, behind the events queued before. */
+static void queue_error(struct server *sv, uint64_t id, enum dsv_ipc_error_code code, const char *msg) {
+        struct dsv_ipc_msg m;
+        fill_error(&m, id, code, msg);
+        queue_msg(sv, &m);
 }
 
 /* Turns the request's input into token ids in sv->prompt; the count, or -errno after
@@ -195,7 +232,7 @@ static int tokenize_request(struct server *sv, const struct dsv_ipc_request *req
         switch (req->input) {
         case DSV_IPC_INPUT_TOKENS:
                 if (req->n_tokens > (size_t)e->n_ctx) {
-                        send_error(sv, req->id, DSV_IPC_ERR_PROMPT_TOO_LONG, "prompt longer than the context");
+                        queue_error(sv, req->id, DSV_IPC_ERR_PROMPT_TOO_LONG, "prompt longer than the context");
                         return -E2BIG;
                 }
                 memcpy(sv->prompt, req->tokens, req->n_tokens * sizeof(int32_t));
@@ -205,7 +242,7 @@ static int tokenize_request(struct server *sv, const struct dsv_ipc_request *req
                 break;
         case DSV_IPC_INPUT_CHAT: {
                 if (!e->chat) {
-                        send_error(sv, req->id, DSV_IPC_ERR_INVALID_REQUEST, "the model has no usable chat template");
+                        queue_error(sv, req->id, DSV_IPC_ERR_INVALID_REQUEST, "the model has no usable chat template");
                         return -EINVAL;
                 }
                 int bos = dse_tokenizer_bos(e->tok), eos = dse_tokenizer_eos(e->tok);
@@ -213,7 +250,7 @@ static int tokenize_request(struct server *sv, const struct dsv_ipc_request *req
                                                  bos >= 0 ? dse_tokenizer_piece(e->tok, bos) : NULL,
                                                  eos >= 0 ? dse_tokenizer_piece(e->tok, eos) : NULL, &owned, &diag);
                 if (r < 0) {
-                        send_error(sv, req->id, DSV_IPC_ERR_INVALID_REQUEST, diag.msg[0] ? diag.msg : strerror(-r));
+                        queue_error(sv, req->id, DSV_IPC_ERR_INVALID_REQUEST, diag.msg[0] ? diag.msg : strerror(-r));
                         return r;
                 }
                 text = owned;
@@ -223,26 +260,26 @@ static int tokenize_request(struct server *sv, const struct dsv_ipc_request *req
                 break;
         }
         default:
-                send_error(sv, req->id, DSV_IPC_ERR_INVALID_REQUEST, "unknown input kind");
+                queue_error(sv, req->id, DSV_IPC_ERR_INVALID_REQUEST, "unknown input kind");
                 return -EINVAL;
         }
         int r;
         if (!e->tok) {
-                send_error(sv, req->id, DSV_IPC_ERR_INVALID_REQUEST, "the model has no tokenizer: send input \"tokens\"");
+                queue_error(sv, req->id, DSV_IPC_ERR_INVALID_REQUEST, "the model has no tokenizer: send input \"tokens\"");
                 r = -EINVAL;
         } else if (!*text) {
-                send_error(sv, req->id, DSV_IPC_ERR_INVALID_REQUEST, "empty prompt");
+                queue_error(sv, req->id, DSV_IPC_ERR_INVALID_REQUEST, "empty prompt");
                 r = -EINVAL;
         } else {
                 r = dse_tokenizer_encode(e->tok, text, strlen(text), add_special, sv->prompt, (size_t)e->n_ctx + 1);
                 if (r == -EILSEQ)
-                        send_error(sv, req->id, DSV_IPC_ERR_INVALID_REQUEST, "prompt is not valid UTF-8");
+                        queue_error(sv, req->id, DSV_IPC_ERR_INVALID_REQUEST, "prompt is not valid UTF-8");
                 else if (r < 0)
-                        send_error(sv, req->id, DSV_IPC_ERR_INTERNAL, strerror(-r));
+                        queue_error(sv, req->id, DSV_IPC_ERR_INTERNAL, strerror(-r));
                 else if (r > e->n_ctx) {
                         char msg[160];
                         snprintf(msg, sizeof msg, "prompt of %d tokens exceeds the context of %d", r, e->n_ctx);
-                        send_error(sv, req->id, DSV_IPC_ERR_PROMPT_TOO_LONG, msg);
+                        queue_error(sv, req->id, DSV_IPC_ERR_PROMPT_TOO_LONG, msg);
                         r = -E2BIG;
                 }
         }
@@ -252,7 +289,7 @@ static int tokenize_request(struct server *sv, const struct dsv_ipc_request *req
 
 static void handle_request(struct server *sv, const struct dsv_ipc_request *req) {
         if (atomic_load(&sv->state) == ST_DRAINING || !sv->sched) {
-                send_error(sv, req->id, DSV_IPC_ERR_SHUTTING_DOWN, "the worker is draining");
+                queue_error(sv, req->id, DSV_IPC_ERR_SHUTTING_DOWN, "the worker is draining");
                 return;
         }
         int n = tokenize_request(sv, req);
@@ -272,7 +309,7 @@ static void handle(struct server *sv, const struct dsv_ipc_msg *m) {
                         sched_cancel(sv->sched, m->u.cancel_id, realtime_ms());
                 return;
         default:
-                send_error(sv, 0, DSV_IPC_ERR_PROTOCOL, "unexpected message type for a worker");
+                queue_error(sv, 0, DSV_IPC_ERR_PROTOCOL, "unexpected message type for a worker");
                 return;
         }
 }
@@ -385,16 +422,22 @@ static int serve_loop(struct server *sv) {
                         wlog(6, "Draining: finishing in-flight requests for up to %d ms", cfg->grace_ms);
                 }
                 drain_inbox(sv, sched_busy(sv->sched) ? 0 : IDLE_POLL_MS);
-                if (drain_deadline > 0 && !sched_busy(sv->sched))
+                if (drain_deadline > 0 && !sched_busy(sv->sched)) {
+                        flush_events(sv);
                         return 0;
+                }
                 if (drain_deadline > 0 && mono_s() >= drain_deadline) {
                         sched_abort_all(sv->sched, DSV_IPC_ERR_SHUTTING_DOWN, "grace period over", realtime_ms());
+                        flush_events(sv);
                         wlog(4, "Grace period over, in-flight requests failed with shutting_down");
                         return 0;
                 }
                 int r = sched_step(sv->sched, realtime_ms());
                 if (r < 0)
                         wlog(3, "Engine step failed: %s; the step's requests got internal_error", strerror(-r));
+                /* The inbox's answers and the step's events, in the order they were made,
+                 * in one message. */
+                flush_events(sv);
                 publish_stats(sv);
         }
 }
@@ -407,7 +450,10 @@ int worker_serve(const struct worker_config *cfg) {
         pthread_cond_init(&sv.has_msg, NULL);
         pthread_cond_init(&sv.has_space, NULL);
         int status = 1, rx_started = 0;
-        if (!(sv.inbox = calloc(INBOX_CAP, sizeof *sv.inbox)))
+        size_t out_bytes = (size_t)cfg->max_batch * 2048 + (64u << 10);
+        if (!(sv.inbox = calloc(INBOX_CAP, sizeof *sv.inbox)) ||
+            dsv_ipc_batch_init(&sv.out, out_bytes < DSV_IPC_MAX_MSG_BYTES ? out_bytes : DSV_IPC_MAX_MSG_BYTES,
+                               2 * cfg->max_batch + 64) < 0)
                 goto out;
         int r = dsv_ipc_listen(cfg->listen_url, &sv.conn);
         if (r < 0) {
@@ -452,6 +498,7 @@ out:
                 dsv_ipc_msg_done(m);
         }
         sched_free(sv.sched);
+        dsv_ipc_batch_done(&sv.out);
         free(sv.prompt);
         worker_engine_done(&e);
         dsv_ipc_close(sv.conn);

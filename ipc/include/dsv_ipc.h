@@ -34,6 +34,9 @@ extern "C" {
 #endif
 
 #define DSV_IPC_PROTOCOL_VERSION 1
+/* Compatible additions within the major version; each message says "minor" (absent: 0).
+ * 1: the "events" batch message (PROTOCOL.md), sent only to peers that said minor >= 1. */
+#define DSV_IPC_PROTOCOL_MINOR 1
 /* Largest message accepted (a 128k-token prompt as JSON ids is ~1 MiB). */
 #define DSV_IPC_MAX_MSG_BYTES (16u << 20)
 /* Largest request id, seed and deadline value (JSON numbers with 15 exact digits). */
@@ -156,6 +159,7 @@ struct dsv_ipc_stats {
 
 struct dsv_ipc_msg {
         enum dsv_ipc_msg_type type;
+        int32_t minor; /* decoded: the sender's protocol minor version (0: it did not say) */
         union {
                 struct dsv_ipc_request request;
                 uint64_t cancel_id;
@@ -182,6 +186,50 @@ int dsv_ipc_msg_decode(const void *buf, size_t len, struct dsv_ipc_msg *ret, cha
 /* Frees what a decoded message owns and zeroes it. Safe on a zeroed message. */
 void dsv_ipc_msg_done(struct dsv_ipc_msg *msg);
 
+/* Parses one wire message that may be an "events" batch: *ret_msgs is a malloc'd array
+ * of *ret_n ≥ 1 messages (one for a plain message), each released with
+ * dsv_ipc_msg_done, the array with free(). Errors as dsv_ipc_msg_decode; a batch with a
+ * bad event is refused whole. */
+int dsv_ipc_msgs_decode(const void *buf, size_t len, struct dsv_ipc_msg **ret_msgs, size_t *ret_n, char *err,
+                        size_t err_size);
+
+/* ---- the per-token path: fixed-buffer events and per-step batches ------------------ */
+
+/* Writes a TOKEN, FINAL or ERROR message as JSON into buf (no NUL) without allocating;
+ * the same message dsv_ipc_msg_encode would give, field for field. Returns the length,
+ * -ENOBUFS when size is too small, -EINVAL for another type or a bad field. */
+int dsv_ipc_event_encode(const struct dsv_ipc_msg *msg, char *buf, size_t size);
+
+/* A batch of events in one preallocated buffer, sent as one nng message per scheduler
+ * step. Caller-owned storage; the fields are private. One thread at a time.
+ *
+ *     dsv_ipc_batch_init(&b, 64 << 10, 1024);       // the only allocation
+ *     dsv_ipc_batch_add(&b, &token_event);          // -ENOBUFS: full, send it first
+ *     dsv_ipc_send_batch(conn, &b);                 // one message; the batch is emptied
+ *     dsv_ipc_batch_done(&b);
+ */
+struct dsv_ipc_batch {
+        char *buf;          /* (cap) "{...,"events":[" then the events, comma-separated */
+        size_t cap, len;
+        uint32_t *ev_off;   /* (cap_events) where each event starts in buf */
+        uint32_t *ev_len;   /* (cap_events) its length: each event is a complete message */
+        int n_events, cap_events;
+};
+
+int dsv_ipc_batch_init(struct dsv_ipc_batch *b, size_t cap_bytes, int cap_events);
+void dsv_ipc_batch_done(struct dsv_ipc_batch *b);
+/* Appends a TOKEN, FINAL or ERROR event. -ENOBUFS when it does not fit next to what is
+ * there (the batch is unchanged: send it, then add again; an event that does not fit an
+ * empty batch must go by dsv_ipc_send), -EINVAL as dsv_ipc_event_encode. */
+int dsv_ipc_batch_add(struct dsv_ipc_batch *b, const struct dsv_ipc_msg *msg);
+int dsv_ipc_batch_count(const struct dsv_ipc_batch *b);
+void dsv_ipc_batch_clear(struct dsv_ipc_batch *b);
+/* The whole batch as one "events" message (NULL when empty); valid until the next add
+ * or clear. */
+const char *dsv_ipc_batch_message(struct dsv_ipc_batch *b, size_t *ret_len);
+/* Event i alone, as a complete message. */
+const char *dsv_ipc_batch_event(const struct dsv_ipc_batch *b, int i, size_t *ret_len);
+
 /* ---- transport ------------------------------------------------------------------ */
 
 struct dsv_ipc_conn;
@@ -202,8 +250,16 @@ int dsv_ipc_dial(const char *url, struct dsv_ipc_conn **ret_conn);
 void dsv_ipc_close(struct dsv_ipc_conn *conn);
 
 int dsv_ipc_send(struct dsv_ipc_conn *conn, const struct dsv_ipc_msg *msg);
+/* Sends the batch's events and empties it (also on failure): one nng message — an
+ * "events" message, or the event itself when it is alone — or, to a peer whose last
+ * message said minor 0 (it predates "events"), one message per event. The only
+ * allocation is nng's message (nng_send copies the bytes into a new nng_msg). 0 for an
+ * empty batch. */
+int dsv_ipc_send_batch(struct dsv_ipc_conn *conn, struct dsv_ipc_batch *b);
 /* Receives one message: -ETIMEDOUT after timeout_ms (< 0: wait forever), -EPROTO for a
- * malformed message (the message is dropped; err says why), -ECANCELED once closed. */
+ * malformed message (the message is dropped; err says why), -ECANCELED once closed. An
+ * "events" message is handed out one event per call, in order (keep to one receiving
+ * thread per connection for that order). */
 int dsv_ipc_recv(struct dsv_ipc_conn *conn, struct dsv_ipc_msg *ret, int timeout_ms, char *err,
                  size_t err_size);
 /* Number of connected peers (0 or 1), and peers dropped for a uid mismatch. */

@@ -11,12 +11,15 @@
 #include <string.h>
 
 #include "dsv_ipc.h"
+#include "proto_internal.h"
 
 /* Largest id, seed or deadline carried: cJSON prints 15 significant digits (its exact-
  * print check tolerates one ulp), so larger integers would not survive a round trip. */
 #define MAX_SAFE_INT 999999999999999.0
-#define MAX_STOP_STRINGS 16
-#define MAX_TOP_LOGPROBS 20
+#define MAX_STOP_STRINGS DSV__IPC_MAX_STOP_STRINGS
+#define MAX_TOP_LOGPROBS DSV__IPC_MAX_TOP_LOGPROBS
+/* Events in one "events" batch: a step carries at most a few thousand. */
+#define MAX_BATCH_EVENTS 65536
 
 static const char *const type_names[DSV_IPC_MSG_TYPE_COUNT] = {
         [DSV_IPC_REQUEST] = "request",           [DSV_IPC_CANCEL] = "cancel",
@@ -138,7 +141,7 @@ static int encode_body(cJSON *o, const struct dsv_ipc_msg *m) {
                 r |= add_num(o, "token", t->token);
                 r |= add_str(o, "text", t->text);
                 if (t->n_top > 0) {
-                        r |= add_num(o, "logprob", t->logprob);
+                        r |= add_num(o, "logprob", dsv__ipc_logprob_clamp(t->logprob));
                         cJSON *top = cJSON_AddArrayToObject(o, "top_logprobs");
                         if (!top)
                                 return -ENOMEM;
@@ -147,7 +150,7 @@ static int encode_body(cJSON *o, const struct dsv_ipc_msg *m) {
                                 if (!e || !cJSON_AddItemToArray(top, e))
                                         return -ENOMEM;
                                 r |= add_num(e, "token", t->top[i].token);
-                                r |= add_num(e, "logprob", t->top[i].logprob);
+                                r |= add_num(e, "logprob", dsv__ipc_logprob_clamp(t->top[i].logprob));
                         }
                 }
                 return r ? -EINVAL : 0;
@@ -207,6 +210,8 @@ int dsv_ipc_msg_encode(const struct dsv_ipc_msg *msg, char **ret_buf, size_t *re
         if (!o)
                 return -ENOMEM;
         int r = add_num(o, "v", DSV_IPC_PROTOCOL_VERSION);
+        if (r == 0)
+                r = add_num(o, "minor", DSV_IPC_PROTOCOL_MINOR);
         if (r == 0)
                 r = add_str(o, "type", type_names[msg->type]);
         if (r == 0)
@@ -490,6 +495,44 @@ static int decode_body(struct decoder *d, const cJSON *o, struct dsv_ipc_msg *m)
         }
 }
 
+/* Version, minor version and type of the object o. Sets *ret_events for an "events"
+ * batch (allowed only when events_ok), else the message's type in m. */
+static int decode_envelope(struct decoder *d, const cJSON *o, struct dsv_ipc_msg *m, int events_ok,
+                           int *ret_events) {
+        double version = 0, minor = 0;
+        char *type = NULL;
+        *ret_events = 0;
+        int r = get_num(d, o, "v", 1, 0, 1e9, 1, &version);
+        if (r == 0 && version != DSV_IPC_PROTOCOL_VERSION) {
+                r = -EPROTONOSUPPORT;
+                if (d->err && d->err_size)
+                        snprintf(d->err, d->err_size, "peer speaks protocol version %.0f; this side speaks %d", version,
+                                 DSV_IPC_PROTOCOL_VERSION);
+        }
+        if (r == 0)
+                r = get_num(d, o, "minor", 0, 0, 1e9, 1, &minor);
+        if (r == 0)
+                r = get_str(d, o, "type", 1, &type);
+        if (r == 0) {
+                int found = -1;
+                for (int i = 0; i < DSV_IPC_MSG_TYPE_COUNT; i++)
+                        if (strcmp(type, type_names[i]) == 0)
+                                found = i;
+                if (found >= 0) {
+                        m->type = (enum dsv_ipc_msg_type)found;
+                        m->minor = (int32_t)minor;
+                } else if (strcmp(type, "events") == 0 && events_ok) {
+                        *ret_events = 1;
+                } else if (strcmp(type, "events") == 0) {
+                        r = bad(d, "an 'events' batch where one message was expected");
+                } else {
+                        r = bad(d, "unknown message type '%.64s'", type);
+                }
+        }
+        free(type);
+        return r;
+}
+
 int dsv_ipc_msg_decode(const void *buf, size_t len, struct dsv_ipc_msg *ret, char *err, size_t err_size) {
         struct decoder d = {err, err_size};
         if (!buf || !ret)
@@ -502,28 +545,8 @@ int dsv_ipc_msg_decode(const void *buf, size_t len, struct dsv_ipc_msg *ret, cha
                 return bad(&d, "message is not a JSON object");
         }
         struct dsv_ipc_msg m = {0};
-        double version = 0;
-        char *type = NULL;
-        int r = get_num(&d, o, "v", 1, 0, 1e9, 1, &version);
-        if (r == 0 && version != DSV_IPC_PROTOCOL_VERSION) {
-                r = -EPROTONOSUPPORT;
-                if (err && err_size)
-                        snprintf(err, err_size, "peer speaks protocol version %.0f; this side speaks %d", version,
-                                 DSV_IPC_PROTOCOL_VERSION);
-        }
-        if (r == 0)
-                r = get_str(&d, o, "type", 1, &type);
-        if (r == 0) {
-                int found = -1;
-                for (int i = 0; i < DSV_IPC_MSG_TYPE_COUNT; i++)
-                        if (strcmp(type, type_names[i]) == 0)
-                                found = i;
-                if (found < 0)
-                        r = bad(&d, "unknown message type '%.64s'", type);
-                else
-                        m.type = (enum dsv_ipc_msg_type)found;
-        }
-        free(type);
+        int events;
+        int r = decode_envelope(&d, o, &m, 0, &events);
         if (r == 0)
                 r = decode_body(&d, o, &m);
         cJSON_Delete(o);
@@ -532,6 +555,86 @@ int dsv_ipc_msg_decode(const void *buf, size_t len, struct dsv_ipc_msg *ret, cha
                 return r;
         }
         *ret = m;
+        return 0;
+}
+
+/* The events of a batch: each a complete worker event (token, final or error) with
+ * its own "v". */
+static int decode_events(struct decoder *d, const cJSON *o, struct dsv_ipc_msg **ret_msgs, size_t *ret_n) {
+        const cJSON *arr = cJSON_GetObjectItemCaseSensitive(o, "events");
+        if (!cJSON_IsArray(arr))
+                return bad(d, "field 'events' must be an array");
+        int n = cJSON_GetArraySize(arr);
+        if (n < 1 || n > MAX_BATCH_EVENTS)
+                return bad(d, "field 'events' must hold 1 to %d events", MAX_BATCH_EVENTS);
+        struct dsv_ipc_msg *msgs = calloc((size_t)n, sizeof *msgs);
+        if (!msgs)
+                return -ENOMEM;
+        size_t k = 0;
+        int r = 0;
+        const cJSON *e;
+        cJSON_ArrayForEach(e, arr) {
+                int events;
+                if (!cJSON_IsObject(e)) {
+                        r = bad(d, "field 'events[%zu]' must be an object", k);
+                        break;
+                }
+                struct dsv_ipc_msg *m = &msgs[k];
+                if ((r = decode_envelope(d, e, m, 0, &events)) < 0)
+                        break;
+                if (m->type != DSV_IPC_TOKEN && m->type != DSV_IPC_FINAL && m->type != DSV_IPC_ERROR) {
+                        r = bad(d, "field 'events[%zu]': a %s cannot be batched", k, type_names[m->type]);
+                        m->type = DSV_IPC_CANCEL; /* owns nothing yet */
+                        break;
+                }
+                k++;
+                if ((r = decode_body(d, e, m)) < 0)
+                        break;
+        }
+        if (r < 0) {
+                for (size_t i = 0; i < k; i++)
+                        dsv_ipc_msg_done(&msgs[i]);
+                free(msgs);
+                return r;
+        }
+        *ret_msgs = msgs;
+        *ret_n = k;
+        return 0;
+}
+
+int dsv_ipc_msgs_decode(const void *buf, size_t len, struct dsv_ipc_msg **ret_msgs, size_t *ret_n, char *err,
+                        size_t err_size) {
+        struct decoder d = {err, err_size};
+        if (!buf || !ret_msgs || !ret_n)
+                return -EINVAL;
+        if (len > DSV_IPC_MAX_MSG_BYTES)
+                return bad(&d, "message of %zu bytes exceeds the %u-byte limit", len, DSV_IPC_MAX_MSG_BYTES);
+        cJSON *o = cJSON_ParseWithLength(buf, len);
+        if (!cJSON_IsObject(o)) {
+                cJSON_Delete(o);
+                return bad(&d, "message is not a JSON object");
+        }
+        struct dsv_ipc_msg m = {0};
+        int events;
+        int r = decode_envelope(&d, o, &m, 1, &events);
+        if (r == 0 && events) {
+                r = decode_events(&d, o, ret_msgs, ret_n);
+                cJSON_Delete(o);
+                return r;
+        }
+        if (r == 0)
+                r = decode_body(&d, o, &m);
+        cJSON_Delete(o);
+        struct dsv_ipc_msg *one = r == 0 ? malloc(sizeof *one) : NULL;
+        if (r == 0 && !one)
+                r = -ENOMEM;
+        if (r < 0) {
+                dsv_ipc_msg_done(&m);
+                return r;
+        }
+        *one = m;
+        *ret_msgs = one;
+        *ret_n = 1;
         return 0;
 }
 

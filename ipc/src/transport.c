@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <limits.h>
 #include <nng/nng.h>
+#include <pthread.h>
 #include <nng/protocol/pair1/pair.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -26,6 +27,10 @@ struct dsv_ipc_conn {
         nng_socket sock;
         _Atomic int peers;
         _Atomic int rejected;
+        _Atomic int peer_minor; /* "minor" of the last message received */
+        pthread_mutex_t rx_mu;  /* guards the rest of an "events" batch being handed out */
+        struct dsv_ipc_msg *pending; /* (n_pending) from the last batch, from pending_at on */
+        size_t n_pending, pending_at;
 };
 
 static int errno_from_nng(int rv) {
@@ -112,6 +117,7 @@ static int conn_open(struct dsv_ipc_conn **ret) {
         struct dsv_ipc_conn *c = calloc(1, sizeof *c);
         if (!c)
                 return -ENOMEM;
+        pthread_mutex_init(&c->rx_mu, NULL);
         int rv = nng_pair1_open(&c->sock);
         if (rv == 0)
                 rv = nng_socket_set_size(c->sock, NNG_OPT_RECVMAXSZ, DSV_IPC_MAX_MSG_BYTES);
@@ -132,6 +138,7 @@ static int conn_open(struct dsv_ipc_conn **ret) {
                 rv = nng_pipe_notify(c->sock, NNG_PIPE_EV_REM_POST, on_pipe, c);
         if (rv != 0) {
                 nng_close(c->sock);
+                pthread_mutex_destroy(&c->rx_mu);
                 free(c);
                 return errno_from_nng(rv);
         }
@@ -203,10 +210,20 @@ int dsv_ipc_dial(const char *url, struct dsv_ipc_conn **ret_conn) {
         return 0;
 }
 
+static void drop_pending(struct dsv_ipc_conn *c) {
+        for (size_t i = c->pending_at; i < c->n_pending; i++)
+                dsv_ipc_msg_done(&c->pending[i]);
+        free(c->pending);
+        c->pending = NULL;
+        c->n_pending = c->pending_at = 0;
+}
+
 void dsv_ipc_close(struct dsv_ipc_conn *conn) {
         if (!conn)
                 return;
         nng_close(conn->sock);
+        drop_pending(conn);
+        pthread_mutex_destroy(&conn->rx_mu);
         free(conn);
 }
 
@@ -223,9 +240,52 @@ int dsv_ipc_send(struct dsv_ipc_conn *conn, const struct dsv_ipc_msg *msg) {
         return errno_from_nng(rv);
 }
 
+int dsv_ipc_send_batch(struct dsv_ipc_conn *conn, struct dsv_ipc_batch *b) {
+        if (!conn || !b)
+                return -EINVAL;
+        int n = dsv_ipc_batch_count(b), rv = 0;
+        if (n == 0)
+                return 0;
+        if (n == 1 || atomic_load(&conn->peer_minor) < 1) {
+                /* Each event is a complete message: alone, or to a peer without "events". */
+                for (int i = 0; i < n; i++) {
+                        size_t len;
+                        const char *ev = dsv_ipc_batch_event(b, i, &len);
+                        int rv1 = nng_send(conn->sock, (void *)ev, len, 0);
+                        if (rv == 0)
+                                rv = rv1;
+                }
+        } else {
+                size_t len;
+                const char *msg = dsv_ipc_batch_message(b, &len);
+                rv = nng_send(conn->sock, (void *)msg, len, 0);
+        }
+        dsv_ipc_batch_clear(b);
+        return errno_from_nng(rv);
+}
+
+/* The next event of the batch being handed out, if any. */
+static int pop_pending(struct dsv_ipc_conn *c, struct dsv_ipc_msg *ret) {
+        int got = 0;
+        pthread_mutex_lock(&c->rx_mu);
+        if (c->pending_at < c->n_pending) {
+                *ret = c->pending[c->pending_at++];
+                got = 1;
+                if (c->pending_at == c->n_pending) {
+                        free(c->pending);
+                        c->pending = NULL;
+                        c->n_pending = c->pending_at = 0;
+                }
+        }
+        pthread_mutex_unlock(&c->rx_mu);
+        return got;
+}
+
 int dsv_ipc_recv(struct dsv_ipc_conn *conn, struct dsv_ipc_msg *ret, int timeout_ms, char *err, size_t err_size) {
         if (!conn || !ret)
                 return -EINVAL;
+        if (pop_pending(conn, ret))
+                return 0;
         int rv = nng_socket_set_ms(conn->sock, NNG_OPT_RECVTIMEO, timeout_ms < 0 ? NNG_DURATION_INFINITE : timeout_ms);
         if (rv != 0)
                 return errno_from_nng(rv);
@@ -234,9 +294,25 @@ int dsv_ipc_recv(struct dsv_ipc_conn *conn, struct dsv_ipc_msg *ret, int timeout
         rv = nng_recv(conn->sock, &buf, &len, NNG_FLAG_ALLOC);
         if (rv != 0)
                 return errno_from_nng(rv);
-        int r = dsv_ipc_msg_decode(buf, len, ret, err, err_size);
+        struct dsv_ipc_msg *msgs;
+        size_t n;
+        int r = dsv_ipc_msgs_decode(buf, len, &msgs, &n, err, err_size);
         nng_free(buf, len);
-        return r;
+        if (r < 0)
+                return r;
+        atomic_store(&conn->peer_minor, msgs[0].minor);
+        *ret = msgs[0];
+        if (n == 1) {
+                free(msgs);
+                return 0;
+        }
+        pthread_mutex_lock(&conn->rx_mu);
+        drop_pending(conn); /* empty unless two threads receive at once */
+        conn->pending = msgs;
+        conn->n_pending = n;
+        conn->pending_at = 1;
+        pthread_mutex_unlock(&conn->rx_mu);
+        return 0;
 }
 
 int dsv_ipc_peers(const struct dsv_ipc_conn *conn) {

@@ -76,9 +76,12 @@ static inline pid_t wc_spawn(char *const *args) {
 
 struct wc {
         nng_socket sock;
+        struct dsv_ipc_msg *pending; /* the rest of an "events" batch, from at on */
+        size_t n_pending, at;
 };
 
 static inline int wc_open(struct wc *c, const char *url) {
+        *c = (struct wc){0};
         if (nng_pair1_open(&c->sock) != 0)
                 return -EIO;
         nng_socket_set_size(c->sock, NNG_OPT_RECVMAXSZ, DSV_IPC_MAX_MSG_BYTES);
@@ -89,6 +92,11 @@ static inline int wc_open(struct wc *c, const char *url) {
 
 static inline void wc_close(struct wc *c) {
         nng_close(c->sock);
+        for (; c->at < c->n_pending; c->at++)
+                dsv_ipc_msg_done(&c->pending[c->at]);
+        free(c->pending);
+        c->pending = NULL;
+        c->n_pending = c->at = 0;
 }
 
 static inline int wc_send_raw(struct wc *c, const char *json) {
@@ -106,8 +114,18 @@ static inline int wc_send(struct wc *c, const struct dsv_ipc_msg *m) {
         return r;
 }
 
-/* One message within timeout_ms: 0, -ETIMEDOUT or -EPROTO. */
+/* One message within timeout_ms: 0, -ETIMEDOUT or -EPROTO. An "events" batch (the
+ * worker's events of one step, PROTOCOL.md) comes out one event per call. */
 static inline int wc_recv(struct wc *c, struct dsv_ipc_msg *m, int timeout_ms) {
+        if (c->at < c->n_pending) {
+                *m = c->pending[c->at++];
+                if (c->at == c->n_pending) {
+                        free(c->pending);
+                        c->pending = NULL;
+                        c->n_pending = c->at = 0;
+                }
+                return 0;
+        }
         nng_socket_set_ms(c->sock, NNG_OPT_RECVTIMEO, timeout_ms);
         char *buf;
         size_t len;
@@ -116,9 +134,21 @@ static inline int wc_recv(struct wc *c, struct dsv_ipc_msg *m, int timeout_ms) {
                 return -ETIMEDOUT;
         if (rv != 0)
                 return -EIO;
-        int r = dsv_ipc_msg_decode(buf, len, m, NULL, 0);
+        struct dsv_ipc_msg *msgs;
+        size_t n;
+        int r = dsv_ipc_msgs_decode(buf, len, &msgs, &n, NULL, 0);
         nng_free(buf, len);
-        return r;
+        if (r < 0)
+                return r;
+        *m = msgs[0];
+        if (n == 1) {
+                free(msgs);
+                return 0;
+        }
+        c->pending = msgs;
+        c->n_pending = n;
+        c->at = 1;
+        return 0;
 }
 
 /* Receives until a message of type arrives (late health replies of wc_wait_state and

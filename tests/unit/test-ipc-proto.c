@@ -161,3 +161,261 @@ TEST(encode_rejects_unrepresentable_values) {
                                                                         .messages_json = "{not an array"}};
         ASSERT_ERR(dsv_ipc_msg_encode(&q, &buf, &len), -EINVAL);
 }
+
+/* ---- the fixed-buffer event encoder and "events" batches (PROTOCOL.md) ---------------- */
+
+/* Strings the escaper must get right: quotes, backslashes, every control character,
+ * DEL, multi-byte UTF-8, a lone "\u" that must not turn into an escape, empty. */
+static const char *const tricky[] = {
+        "plain",         "",      "say \"hi\"", "back\\slash", "line\nfeed\r\ttab\b\f",
+        "\x01\x02\x1f\x7f", "é世界🙂", "\\u0041",     "</script>",  "end\\",
+};
+
+static void fill_ctrl(char *s) { /* every control character 1..31 */
+        for (int i = 1; i < 32; i++)
+                s[i - 1] = (char)i;
+        s[31] = 0;
+}
+
+static int same_token(const struct dsv_ipc_token *a, const struct dsv_ipc_token *b) {
+        if (a->id != b->id || a->token != b->token || strcmp(a->text, b->text) || a->n_top != b->n_top)
+                return 0;
+        if (a->n_top && a->logprob != b->logprob)
+                return 0;
+        for (size_t i = 0; i < a->n_top; i++)
+                if (a->top[i].token != b->top[i].token || a->top[i].logprob != b->top[i].logprob)
+                        return 0;
+        return 1;
+}
+
+/* Encodes m both ways and checks both decode to the same message. */
+static int both_ways(const struct dsv_ipc_msg *m, struct dsv_ipc_msg *fixed, struct dsv_ipc_msg *cj) {
+        char buf[4096], err[256] = "";
+        int n = dsv_ipc_event_encode(m, buf, sizeof buf);
+        if (n < 0)
+                return n;
+        int r = dsv_ipc_msg_decode(buf, (size_t)n, fixed, err, sizeof err);
+        if (r < 0) {
+                fprintf(stderr, "decode: %s\n  %.*s\n", err, n, buf);
+                return r;
+        }
+        return roundtrip(m, cj);
+}
+
+TEST(event_encoder_token_matches_cjson) {
+        char ctrl[32];
+        fill_ctrl(ctrl);
+        struct dsv_ipc_logprob top[20];
+        for (int i = 0; i < 20; i++)
+                top[i] = (struct dsv_ipc_logprob){i * 1000 + 7, -0.1f * (float)i - 1e-7f};
+        for (size_t k = 0; k <= sizeof tricky / sizeof tricky[0]; k++) {
+                for (size_t n_top = 0; n_top <= 20; n_top += 5) {
+                        struct dsv_ipc_msg m = {.type = DSV_IPC_TOKEN};
+                        m.u.token = (struct dsv_ipc_token){
+                                .id = k == 0 ? DSV_IPC_MAX_ID : k, .token = 123456789, .logprob = -0.333333343f,
+                                .text = (char *)(k < sizeof tricky / sizeof tricky[0] ? tricky[k] : ctrl),
+                                .top = top, .n_top = n_top};
+                        struct dsv_ipc_msg f, c;
+                        ASSERT_OK(both_ways(&m, &f, &c));
+                        ASSERT_EQ(f.type, DSV_IPC_TOKEN);
+                        ASSERT_EQ(f.minor, DSV_IPC_PROTOCOL_MINOR);
+                        ASSERT_EQ(c.minor, DSV_IPC_PROTOCOL_MINOR);
+                        ASSERT_TRUE(same_token(&f.u.token, &c.u.token));
+                        ASSERT_STREQ(f.u.token.text, m.u.token.text); /* exact bytes back */
+                        ASSERT_EQ(f.u.token.id, m.u.token.id);
+                        if (n_top) /* floats come back bit for bit (%.9g) */
+                                ASSERT_TRUE(f.u.token.top[n_top - 1].logprob == top[n_top - 1].logprob);
+                        dsv_ipc_msg_done(&f);
+                        dsv_ipc_msg_done(&c);
+                }
+        }
+}
+
+TEST(event_encoder_final_and_error_match_cjson) {
+        struct dsv_ipc_msg m = {.type = DSV_IPC_FINAL};
+        m.u.final = (struct dsv_ipc_final){.id = 77, .finish_reason = "length", .prompt_tokens = 2147483647,
+                                           .completion_tokens = 0, .queue_s = 1.0 / 3.0, .prefill_s = 1e-300,
+                                           .decode_s = 12345.678901234567, .ttft_s = 0};
+        struct dsv_ipc_msg f, c;
+        ASSERT_OK(both_ways(&m, &f, &c));
+        ASSERT_EQ(f.type, DSV_IPC_FINAL);
+        ASSERT_STREQ(f.u.final.finish_reason, "length");
+        ASSERT_EQ(f.u.final.prompt_tokens, 2147483647);
+        ASSERT_TRUE(f.u.final.queue_s == m.u.final.queue_s); /* %.17g: exact */
+        ASSERT_TRUE(f.u.final.prefill_s == m.u.final.prefill_s);
+        ASSERT_TRUE(f.u.final.decode_s == m.u.final.decode_s);
+        ASSERT_TRUE(c.u.final.decode_s == f.u.final.decode_s);
+        dsv_ipc_msg_done(&f);
+        dsv_ipc_msg_done(&c);
+        for (size_t k = 0; k < sizeof tricky / sizeof tricky[0]; k++)
+                for (int code = 0; code < DSV_IPC_ERROR_CODE_COUNT; code++) {
+                        struct dsv_ipc_msg e = {.type = DSV_IPC_ERROR};
+                        e.u.error = (struct dsv_ipc_error){.id = k, .code = (enum dsv_ipc_error_code)code,
+                                                           .message = (char *)tricky[k]};
+                        ASSERT_OK(both_ways(&e, &f, &c));
+                        ASSERT_EQ(f.u.error.code, code);
+                        ASSERT_EQ(f.u.error.id, k);
+                        ASSERT_STREQ(f.u.error.message, tricky[k]);
+                        ASSERT_STREQ(c.u.error.message, tricky[k]);
+                        dsv_ipc_msg_done(&f);
+                        dsv_ipc_msg_done(&c);
+                }
+}
+
+/* Every buffer too small by any amount is refused, and nothing is written past it. */
+TEST(event_encoder_never_writes_past_the_buffer) {
+        struct dsv_ipc_logprob top[3] = {{1, -0.5f}, {2, -1.5f}, {3, -2.5f}};
+        struct dsv_ipc_msg m = {.type = DSV_IPC_TOKEN};
+        m.u.token = (struct dsv_ipc_token){.id = 5, .token = 9, .text = "a\"b\\c\n\x01é", .logprob = -0.25f,
+                                           .top = top, .n_top = 3};
+        char full[512];
+        int n = dsv_ipc_event_encode(&m, full, sizeof full);
+        ASSERT_TRUE(n > 0);
+        ASSERT_ERR(dsv_ipc_event_encode(&m, full, (size_t)n), n); /* exactly enough */
+        for (int size = 0; size < n; size++) {
+                char buf[512];
+                memset(buf, 'Z', sizeof buf);
+                ASSERT_ERR(dsv_ipc_event_encode(&m, buf, (size_t)size), -ENOBUFS);
+                for (size_t i = (size_t)size; i < sizeof buf; i++)
+                        ASSERT_TRUE(buf[i] == 'Z');
+        }
+}
+
+TEST(event_encoder_refuses_what_cannot_go) {
+        char buf[256];
+        struct dsv_ipc_msg m = {.type = DSV_IPC_HEALTH};
+        ASSERT_ERR(dsv_ipc_event_encode(&m, buf, sizeof buf), -EINVAL); /* not a stream event */
+        m = (struct dsv_ipc_msg){.type = DSV_IPC_TOKEN, .u.token = {.id = DSV_IPC_MAX_ID + 1, .text = ""}};
+        ASSERT_ERR(dsv_ipc_event_encode(&m, buf, sizeof buf), -EINVAL);
+        m = (struct dsv_ipc_msg){.type = DSV_IPC_ERROR, .u.error = {.id = 1, .code = DSV_IPC_ERROR_CODE_COUNT}};
+        ASSERT_ERR(dsv_ipc_event_encode(&m, buf, sizeof buf), -EINVAL);
+        m = (struct dsv_ipc_msg){.type = DSV_IPC_FINAL, .u.final = {.id = 1, .finish_reason = "stop", .decode_s = NAN}};
+        ASSERT_ERR(dsv_ipc_event_encode(&m, buf, sizeof buf), -EINVAL);
+}
+
+/* Rounding can give a logprob of +1e-8, and a ruled-out token has -inf: both go out in
+ * the range the decoder accepts, by either encoder. */
+TEST(logprobs_are_clamped_into_range) {
+        struct dsv_ipc_logprob top[2] = {{1, -INFINITY}, {2, 1e-8f}};
+        struct dsv_ipc_msg m = {.type = DSV_IPC_TOKEN};
+        m.u.token = (struct dsv_ipc_token){.id = 1, .token = 2, .text = "", .logprob = 1e-8f, .top = top, .n_top = 2};
+        struct dsv_ipc_msg f, c;
+        ASSERT_OK(both_ways(&m, &f, &c));
+        ASSERT_TRUE(f.u.token.logprob == 0.0f);
+        ASSERT_TRUE(f.u.token.top[0].logprob == -1e30f);
+        ASSERT_TRUE(same_token(&f.u.token, &c.u.token));
+        dsv_ipc_msg_done(&f);
+        dsv_ipc_msg_done(&c);
+}
+
+TEST(batch_decodes_to_its_events_in_order) {
+        struct dsv_ipc_batch b;
+        ASSERT_OK(dsv_ipc_batch_init(&b, 4096, 16));
+        ASSERT_TRUE(dsv_ipc_batch_message(&b, NULL) == NULL); /* empty */
+        for (int i = 0; i < 5; i++) {
+                struct dsv_ipc_msg m = {.type = DSV_IPC_TOKEN};
+                m.u.token = (struct dsv_ipc_token){.id = (uint64_t)(100 + i), .token = i, .text = (char *)tricky[i]};
+                ASSERT_OK(dsv_ipc_batch_add(&b, &m));
+        }
+        struct dsv_ipc_msg fin = {.type = DSV_IPC_FINAL};
+        fin.u.final = (struct dsv_ipc_final){.id = 100, .finish_reason = "stop", .completion_tokens = 1};
+        ASSERT_OK(dsv_ipc_batch_add(&b, &fin));
+        ASSERT_EQ(dsv_ipc_batch_count(&b), 6);
+        size_t len;
+        const char *text = dsv_ipc_batch_message(&b, &len);
+        ASSERT_TRUE(text != NULL);
+        struct dsv_ipc_msg *msgs;
+        size_t n;
+        char err[256] = "";
+        ASSERT_OK(dsv_ipc_msgs_decode(text, len, &msgs, &n, err, sizeof err));
+        ASSERT_EQ(n, 6);
+        for (int i = 0; i < 5; i++) {
+                ASSERT_EQ(msgs[i].type, DSV_IPC_TOKEN);
+                ASSERT_EQ(msgs[i].u.token.id, 100 + i);
+                ASSERT_STREQ(msgs[i].u.token.text, tricky[i]);
+        }
+        ASSERT_EQ(msgs[5].type, DSV_IPC_FINAL);
+        ASSERT_EQ(msgs[5].minor, DSV_IPC_PROTOCOL_MINOR);
+        for (size_t i = 0; i < n; i++)
+                dsv_ipc_msg_done(&msgs[i]);
+        free(msgs);
+        /* A one-message decoder does not take a batch silently. */
+        struct dsv_ipc_msg one;
+        ASSERT_ERR(dsv_ipc_msg_decode(text, len, &one, err, sizeof err), -EPROTO);
+        ASSERT_TRUE(strstr(err, "events") != NULL);
+        /* Each event is also a complete message of its own. */
+        for (int i = 0; i < 6; i++) {
+                const char *ev = dsv_ipc_batch_event(&b, i, &len);
+                ASSERT_OK(dsv_ipc_msg_decode(ev, len, &one, err, sizeof err));
+                ASSERT_EQ(one.type, i < 5 ? DSV_IPC_TOKEN : DSV_IPC_FINAL);
+                dsv_ipc_msg_done(&one);
+        }
+        /* A plain message decodes as a batch of one. */
+        ASSERT_OK(dsv_ipc_msgs_decode("{\"v\":1,\"type\":\"cancel\",\"id\":3}", 30, &msgs, &n, err, sizeof err));
+        ASSERT_EQ(n, 1);
+        ASSERT_EQ(msgs[0].type, DSV_IPC_CANCEL);
+        ASSERT_EQ(msgs[0].minor, 0); /* an older peer says no minor */
+        ASSERT_EQ(msgs[0].u.cancel_id, 3);
+        dsv_ipc_msg_done(&msgs[0]);
+        free(msgs);
+        dsv_ipc_batch_clear(&b);
+        ASSERT_EQ(dsv_ipc_batch_count(&b), 0);
+        dsv_ipc_batch_done(&b);
+}
+
+/* A full batch refuses the next event and stays as it was: still a valid message. */
+TEST(batch_full_is_unchanged) {
+        struct dsv_ipc_batch b;
+        ASSERT_OK(dsv_ipc_batch_init(&b, 256, 100));
+        struct dsv_ipc_msg m = {.type = DSV_IPC_TOKEN};
+        m.u.token = (struct dsv_ipc_token){.id = 1, .token = 1, .text = "0123456789"};
+        int added = 0, r;
+        while ((r = dsv_ipc_batch_add(&b, &m)) == 0)
+                added++;
+        ASSERT_ERR(r, -ENOBUFS);
+        ASSERT_TRUE(added >= 2);
+        ASSERT_EQ(dsv_ipc_batch_count(&b), added);
+        size_t len;
+        const char *text = dsv_ipc_batch_message(&b, &len);
+        ASSERT_TRUE(len <= 256);
+        struct dsv_ipc_msg *msgs;
+        size_t n;
+        ASSERT_OK(dsv_ipc_msgs_decode(text, len, &msgs, &n, NULL, 0));
+        ASSERT_EQ(n, (size_t)added);
+        for (size_t i = 0; i < n; i++)
+                dsv_ipc_msg_done(&msgs[i]);
+        free(msgs);
+        /* the event cap holds too */
+        dsv_ipc_batch_done(&b);
+        ASSERT_OK(dsv_ipc_batch_init(&b, 4096, 2));
+        ASSERT_OK(dsv_ipc_batch_add(&b, &m));
+        ASSERT_OK(dsv_ipc_batch_add(&b, &m));
+        ASSERT_ERR(dsv_ipc_batch_add(&b, &m), -ENOBUFS);
+        dsv_ipc_batch_done(&b);
+}
+
+TEST(bad_batches_are_refused_whole) {
+        static const char *const bad[] = {
+                "{\"v\":1,\"type\":\"events\"}",
+                "{\"v\":1,\"type\":\"events\",\"events\":{}}",
+                "{\"v\":1,\"type\":\"events\",\"events\":[]}",
+                "{\"v\":1,\"type\":\"events\",\"events\":[1]}",
+                "{\"v\":1,\"type\":\"events\",\"events\":[{\"v\":1,\"type\":\"cancel\",\"id\":1}]}",
+                "{\"v\":1,\"type\":\"events\",\"events\":[{\"v\":1,\"type\":\"events\",\"events\":[]}]}",
+                "{\"v\":1,\"type\":\"events\",\"events\":[{\"v\":1,\"type\":\"token\",\"id\":1,\"token\":2,\"text\":\"a\"},"
+                "{\"v\":1,\"type\":\"token\",\"id\":1,\"token\":-2,\"text\":\"a\"}]}",
+                "{\"v\":1,\"type\":\"events\",\"events\":[{\"type\":\"token\",\"id\":1,\"token\":2,\"text\":\"a\"}]}",
+                "{\"v\":1,\"minor\":\"1\",\"type\":\"cancel\",\"id\":1}",
+        };
+        for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+                struct dsv_ipc_msg *msgs = NULL;
+                size_t n = 0;
+                char err[256] = "";
+                ASSERT_ERR(dsv_ipc_msgs_decode(bad[i], strlen(bad[i]), &msgs, &n, err, sizeof err), -EPROTO);
+                ASSERT_TRUE(err[0] != 0);
+        }
+        const char *v2 = "{\"v\":1,\"type\":\"events\",\"events\":[{\"v\":2,\"type\":\"token\",\"id\":1,\"token\":2,\"text\":\"\"}]}";
+        struct dsv_ipc_msg *msgs;
+        size_t n;
+        ASSERT_ERR(dsv_ipc_msgs_decode(v2, strlen(v2), &msgs, &n, NULL, 0), -EPROTONOSUPPORT);
+}
