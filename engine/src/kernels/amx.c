@@ -25,9 +25,9 @@
 
 /* Fewer tokens than this go to the VNNI kernel: a tile product of 16 tokens wastes the
  * absent ones, and Q4 pays a decode into int8 per row that only many tokens amortise
- * (dse-kernel-bench: Q8 gains from 8 tokens, Q4 from about 24). */
+ * (dse-kernel-bench: Q8 gains from 8 tokens, Q4 from 16). */
 #define AMX_MIN_TOKENS_Q8 8
-#define AMX_MIN_TOKENS_Q4 24
+#define AMX_MIN_TOKENS_Q4 16
 #define AKC 2048          /* columns per chunk */
 #define AKB (AKC / 32)    /* activation blocks per chunk */
 #define ARS 128           /* rows per super-block: their staged chunk (256 KiB) stays in L2 */
@@ -78,22 +78,38 @@ static void tiles_configure(void) {
 
 /* The activations of tokens t0..t0+T-1 (T <= 16, the rest zero) over blocks [b0, b1) in
  * the B layout, and each block's d per token (0 for absent tokens and blocks). */
-static void prep_tokens(const struct dse_xq *xq, int64_t t0, int T, int64_t b0, int64_t b1,
+static void prep_tokens(const struct dse_xq *xq, int64_t t0, int T, int64_t b0, int64_t b1, int eo,
                         int32_t (*bt)[8][16], float (*dv)[16]) {
         int64_t stride = xq->n_blocks * DSE_XQ_BLOCK;
+        _Alignas(64) int8_t perm[16][AKC]; /* Q4: each block's q as [16 evens | 16 odds] */
+        if (eo) {
+                const __m256i sh = _mm256_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15, 0, 2, 4, 6,
+                                                    8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
+                for (int t = 0; t < T; t++)
+                        for (int64_t b = b0; b < b1; b++) {
+                                __m256i v = _mm256_loadu_si256((const __m256i *)(xq->q + (t0 + t) * stride + b * 32));
+                                v = _mm256_permute4x64_epi64(_mm256_shuffle_epi8(v, sh), 0xd8);
+                                _mm256_store_si256((__m256i *)(perm[t] + (b - b0) * 32), v);
+                        }
+        }
         __mmask16 m = (__mmask16)((1u << T) - 1);
         /* lane t: token t0 + t; dword offsets of its q row and d row */
         __m512i qi = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
                                         _mm512_set1_epi32((int)(stride / 4)));
         __m512i di = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
                                         _mm512_set1_epi32((int)xq->n_blocks));
-        const int8_t *q = xq->q + t0 * stride;
+        const int8_t *q = xq->q + t0 * stride + b0 * DSE_XQ_BLOCK;
         const float *d = xq->d + t0 * xq->n_blocks;
+        if (eo) {
+                q = &perm[0][0];
+                qi = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                        _mm512_set1_epi32(AKC / 4));
+        }
         for (int64_t b = b0; b < b1; b++) {
                 UNROLL
                 for (int k = 0; k < 8; k++)
                         _mm512_store_si512(bt[b - b0][k], _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), m, qi,
-                                                                                       q + b * DSE_XQ_BLOCK + 4 * k, 4));
+                                                                                       q + (b - b0) * DSE_XQ_BLOCK + 4 * k, 4));
                 _mm512_store_ps(dv[b - b0], _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m, di, d + b, 4));
         }
 }
@@ -102,7 +118,6 @@ static void prep_tokens(const struct dse_xq *xq, int64_t t0, int T, int64_t b0, 
  * bytes per block per row, zero past the row's end: (AKB, 16, 32). */
 static void stage_rows(const struct dse_qmat *w, int64_t r, int64_t b0, int64_t b1, int8_t (*a)[16][32]) {
         int64_t n = w->cols, G = w->group_size;
-        UNROLL
         for (int i = 0; i < 16; i++) {
                 if (w->dtype == DSE_DTYPE_Q8) {
                         const int8_t *row = (const int8_t *)w->data + (r + i) * n;
@@ -116,30 +131,23 @@ static void stage_rows(const struct dse_qmat *w, int64_t r, int64_t b0, int64_t 
                 int64_t rb = (n + 1) / 2;
                 const uint8_t *row = (const uint8_t *)w->data + (r + i) * rb;
                 const uint8_t *zr = w->zero + (r + i) * w->n_groups;
-                const __m128i lo4 = _mm_set1_epi8(0x0f);
-                const __m256i lo4y = _mm256_set1_epi8(0x0f);
-                int64_t b = b0;
-                /* two whole blocks (64 columns, 32 bytes) per step while the row lasts */
-                for (; b + 2 <= b1 && (b + 2) * 32 <= n; b += 2) {
-                        __m256i v = _mm256_loadu_si256((const __m256i *)(row + b * 16));
-                        __m256i l = _mm256_and_si256(v, lo4y), h = _mm256_and_si256(_mm256_srli_epi16(v, 4), lo4y);
-                        __m256i u0 = _mm256_unpacklo_epi8(l, h), u1 = _mm256_unpackhi_epi8(l, h);
-                        /* u0 = columns [0, 16) and [32, 48), u1 = [16, 32) and [48, 64) */
-                        __m256i q0 = _mm256_permute2x128_si256(u0, u1, 0x20), q1 = _mm256_permute2x128_si256(u0, u1, 0x31);
-                        _mm256_store_si256((__m256i *)a[b - b0][i], _mm256_sub_epi8(q0, _mm256_set1_epi8((char)zr[b * 32 / G])));
-                        _mm256_store_si256((__m256i *)a[b + 1 - b0][i],
-                                           _mm256_sub_epi8(q1, _mm256_set1_epi8((char)zr[(b + 1) * 32 / G])));
-                }
-                for (; b < b1; b++) {
-                        int64_t c = b * 32, nb = rb - b * 16;
-                        __m128i v = _mm_maskz_loadu_epi8(nb >= 16 ? 0xffff : (__mmask16)((1u << nb) - 1), row + b * 16);
-                        __m128i l = _mm_and_si128(v, lo4), h = _mm_and_si128(_mm_srli_epi16(v, 4), lo4);
-                        /* low nibble = even column: interleave back to column order */
-                        __m256i q = _mm256_set_m128i(_mm_unpackhi_epi8(l, h), _mm_unpacklo_epi8(l, h));
-                        q = _mm256_sub_epi8(q, _mm256_set1_epi8((char)zr[c / G]));
-                        /* columns past the row: 0, whatever the padding nibble or zero point */
-                        q = _mm256_maskz_mov_epi8(n - c >= 32 ? ~0u : (1u << (n - c)) - 1, q);
-                        _mm256_store_si256((__m256i *)a[b - b0][i], q);
+                const __m512i lo4 = _mm512_set1_epi8(0x0f);
+                const __m512i i0 = _mm512_setr_epi64(0, 1, 8, 9, 2, 3, 10, 11), i1 = _mm512_setr_epi64(4, 5, 12, 13, 6, 7, 14, 15);
+                for (int64_t b = b0; b < b1; b += 4) {
+                        /* four blocks (64 bytes) per step, each as [16 low nibbles = even columns |
+                         * 16 high = odd columns], the order prep_tokens puts q in; bytes past the
+                         * row load as 0 and meet q = 0 (the padding of xq), as does an odd
+                         * row's padding nibble */
+                        int64_t nbytes = rb - b * 16;
+                        __m512i v = _mm512_maskz_loadu_epi8(nbytes >= 64 ? ~(__mmask64)0 : (((__mmask64)1 << nbytes) - 1),
+                                                            row + b * 16);
+                        __m512i l = _mm512_and_si512(v, lo4), h = _mm512_and_si512(_mm512_srli_epi16(v, 4), lo4);
+                        __m512i o0 = _mm512_permutex2var_epi64(l, i0, h), o1 = _mm512_permutex2var_epi64(l, i1, h);
+                        __m256i q[4] = {_mm512_castsi512_si256(o0), _mm512_extracti64x4_epi64(o0, 1),
+                                        _mm512_castsi512_si256(o1), _mm512_extracti64x4_epi64(o1, 1)};
+                        for (int u = 0; u < 4 && b + u < b1; u++)
+                                _mm256_store_si256((__m256i *)a[b + u - b0][i],
+                                                   _mm256_sub_epi8(q[u], _mm256_set1_epi8((char)zr[(b + u) * 32 / G])));
                 }
         }
 }
@@ -242,7 +250,7 @@ static void matmul_xq_amx(const struct dse_qmat *w, const struct dse_xq *xq, flo
                                         stage_rows(w, r, b0, b1, a[(r - rs) / 16]);
                         for (int64_t t0 = 0; t0 < xq->n; t0 += 16) {
                                 int T = xq->n - t0 < 16 ? (int)(xq->n - t0) : 16;
-                                prep_tokens(xq, t0, T, b0, b1, bt, dv);
+                                prep_tokens(xq, t0, T, b0, b1, w->dtype == DSE_DTYPE_Q4, bt, dv);
                                 for (int64_t r = rs; r < re; r += 16) {
                                         struct amx_a A = {&a[(r - rs) / 16][0][0][0], 16 * 32, 32};
                                         if (direct)
