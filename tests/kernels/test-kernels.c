@@ -332,7 +332,7 @@ static const struct mat_case mm_cases[] = {
 };
 /* Token counts around the 4-token register blocks; 32 only on the smaller shapes. */
 static const int64_t mm_tokens[] = {1, 2, 3, 4, 5, 8, 9, 32};
-#define MM_BIG_TOKENS_MAX_ELEMS 40000
+#define MM_BIG_TOKENS_MAX_ELEMS 100000
 
 /* x (n, ldx) with ldx > cols, so row strides are honoured. */
 static float *make_x(int64_t n, int64_t cols, int64_t ldx) {
