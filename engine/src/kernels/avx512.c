@@ -21,7 +21,8 @@
 #define TB 4                   /* tokens per register block */
 #define RB 4                   /* rows per register block */
 #define RS 64                  /* rows per super-block: their weights stay in L2 while every token block uses them */
-#define KC 2048                /* columns per chunk of prepared activations */
+#define KC 8192                /* columns per chunk of prepared activations (whole rows, mostly: the
+                                * rows then stream front to back, as the prefetchers like) */
 #define PC (KC / 64)           /* 64-column steps per chunk */
 
 /* The register blocks' loops over rows and tokens must unroll completely (at -O2 GCC
@@ -77,7 +78,7 @@ struct xprep {
 /* A token block's prepared activations over one column chunk. */
 struct xchunk {
         struct xprep v[TB * PC]; /* (TB, PC) */
-        float X[TB][48];         /* Q4: (TB, groups of the chunk, at most PC + 1 padded to 16s) */
+        float X[TB][KC / 64 + 16]; /* Q4: (TB, groups of the chunk: at most KC / 64 + 1, padded to 16s) */
 };
 
 /* The 64 bytes of q from column 64p, zero past the token's padded row (an odd n_blocks
