@@ -326,9 +326,10 @@ static const struct mat_case mm_cases[] = {
         {1, 1, 32},   {1, 8, 32},    {3, 7, 32},   {5, 33, 32},   {7, 64, 32},  {4, 100, 32}, {9, 130, 64},
         {3, 45, 15},  {2, 9, 3},     {6, 300, 128}, {13, 257, 128}, {8, 96, 32}, {17, 160, 64}, {4, 31, 32},
         {11, 1536, 128}, {2, 63, 32}, {21, 200, 128}, {5, 200, 96}, {3, 128, 64}, {6, 97, 96},
-        /* past the AVX-512 kernels' blocking: 64-row super-blocks, 2048-column chunks (a
+        /* past the AVX-512 kernels' blocking: 64-row super-blocks, 2048- and 8192-column chunks (a
          * g192 group straddles the chunk edge), odd column tails after a chunk */
         {70, 2200, 128}, {67, 2100, 32}, {5, 2500, 192}, {2, 4161, 64}, {40, 2112, 32},
+        {3, 8400, 192}, {5, 8300, 64}, {2, 8200, 32},
 };
 /* Token counts around the 4-token register blocks; 32 only on the smaller shapes. */
 static const int64_t mm_tokens[] = {1, 2, 3, 4, 5, 8, 9, 32};
