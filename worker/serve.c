@@ -61,6 +61,7 @@ int worker_engine_load(const struct worker_config *cfg, struct worker_engine *e)
         char path[4096];
         int r;
         memset(e, 0, sizeof *e);
+        double t0 = mono_s();
         if (cfg->model_fd >= 0) {
                 r = dse_model_open_fd(cfg->model_fd, DSE_MODEL_POPULATE, &e->model, &diag);
         } else {
@@ -73,6 +74,7 @@ int worker_engine_load(const struct worker_config *cfg, struct worker_engine *e)
                      diag.msg[0] ? diag.msg : strerror(-r));
                 return r;
         }
+        double t1 = mono_s();
         r = dse_model_tokenizer(e->model, &e->tok, &diag);
         if (r == -ENOENT) {
                 wlog(4, "Model has no tokenizer: only token-id requests are served");
@@ -88,6 +90,7 @@ int worker_engine_load(const struct worker_config *cfg, struct worker_engine *e)
                 else if (!src)
                         wlog(4, "Model has no chat template: chat requests will fail");
         }
+        double t2 = mono_s();
         r = dse_pool_new(cfg->n_threads, cfg->n_cpus ? cfg->cpus : NULL, cfg->n_cpus, &e->pool);
         if (r < 0) {
                 wlog(3, "Failed to start %d compute threads: %s", cfg->n_threads, strerror(-r));
@@ -120,6 +123,9 @@ int worker_engine_load(const struct worker_config *cfg, struct worker_engine *e)
                 wlog(3, "Failed to set up the KV cache and batch: %s", diag.msg);
                 goto fail;
         }
+        e->model_s = t1 - t0;
+        e->tokenizer_s = t2 - t1;
+        e->kv_s = mono_s() - t2; /* with the compute threads */
         struct dse_kv_stats st;
         dse_kv_cache_stats(e->kv, &st);
         wlog(6, "%s; n_ctx %d, max batch %d, token budget %d, KV %d blocks x %d tokens (%zu MiB), %d threads", desc,
@@ -480,7 +486,9 @@ int worker_serve(const struct worker_config *cfg) {
          * next health poll; PAIR1 holds it until the supervisor's pipe is up. */
         struct dsv_ipc_msg hello = {.type = DSV_IPC_HEALTH};
         reply_probe(&sv, &hello);
-        wlog(6, "Ready on %s", cfg->listen_url);
+        /* Start-up phases, so a slow start shows where it went (bench/restart_bench.sh). */
+        wlog(6, "Ready on %s in %.1f ms (model %.1f ms, tokenizer %.1f ms, threads + KV cache %.1f ms)",
+             cfg->listen_url, (mono_s() - sv.started) * 1e3, e.model_s * 1e3, e.tokenizer_s * 1e3, e.kv_s * 1e3);
         status = serve_loop(&sv);
 out:
         if (rx_started) {

@@ -53,6 +53,7 @@ struct worker_engine {
         struct dse_kv_cache *kv;
         struct dse_batch *batch;
         int n_ctx;
+        double model_s, tokenizer_s, kv_s; /* start-up phases, for the "Ready" log line */
 };
 
 /* Loads the model and builds tokenizer, chat template, pool, KV cache and batch. */
