@@ -620,3 +620,41 @@ TEST(matmul_bf16act_against_oracle) {
                 }
         fprintf(stderr, "  %d matmul_bf16act (shape, tokens, ref/simd/amx) combinations checked\n", n_checked);
 }
+
+/* softmax and swiglu where their exponentials get large or tiny: logits spread over
+ * +-60, gates over +-100 (past where e^-gate overflows), at every level, against double. */
+TEST(softmax_swiglu_wide_range_all_levels) {
+        enum dse_cpu_level top = detected_level();
+        static const int64_t lens[] = {1, 5, 16, 17, 100, 1000};
+        for (int lvl = DSE_CPU_SCALAR; lvl <= (int)top; lvl++) {
+                struct dse_kernels k;
+                ASSERT_OK(dse_kernels_resolve((enum dse_cpu_level)lvl, &k));
+                for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++) {
+                        int64_t n = lens[li];
+                        rng_seed(4400 + (uint64_t)li);
+                        float a[1000], b[1000], out[1000];
+                        double mx = -1e300, se = 0;
+                        for (int64_t i = 0; i < n; i++) {
+                                a[i] = 60.0f * rng_unit();
+                                b[i] = rng_unit();
+                                mx = a[i] > mx ? a[i] : mx;
+                        }
+                        for (int64_t i = 0; i < n; i++)
+                                se += exp((double)a[i] - mx);
+                        memcpy(out, a, sizeof(float) * (size_t)n);
+                        k.softmax(out, n);
+                        for (int64_t i = 0; i < n; i++) {
+                                /* a[i] - max rounds to float: relative 2^-24 * |a[i] - max| */
+                                double want = exp((double)a[i] - mx) / se;
+                                ASSERT_NEAR(out[i], want, (1e-6 + 1.2e-7 * fabs(a[i] - mx)) * want + 1e-37);
+                        }
+                        for (int64_t i = 0; i < n; i++)
+                                out[i] = a[i] * (100.0f / 60.0f);
+                        k.swiglu(out, b, n);
+                        for (int64_t i = 0; i < n; i++) {
+                                double g = (double)(a[i] * (100.0f / 60.0f)), want = g / (1 + exp(-g)) * b[i];
+                                ASSERT_NEAR(out[i], want, 1e-6 * fabs(want) + 1e-30);
+                        }
+                }
+        }
+}

@@ -559,6 +559,58 @@ void dse__kernels_avx512_matmul_xq(const struct dse_qmat *w, const struct dse_xq
                 matmul_xq_q8_avx512(w, xq, y, ldy, r0, r1);
 }
 
+/* e^x, 16 lanes: x = n ln2 + r with |r| <= ln2/2 (ln2 split in two so n ln2 is exact
+ * enough), e^r by its degree-7 Taylor polynomial (relative error below 2^-24 on that
+ * range), times 2^n by vscalefps, which gives inf and 0 past the float range as expf
+ * does. Within 2 ulp of expf. */
+static inline __m512 exp16(__m512 x) {
+        x = _mm512_max_ps(_mm512_min_ps(x, _mm512_set1_ps(100.0f)), _mm512_set1_ps(-110.0f));
+        __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693145751953125f), x);
+        r = _mm512_fnmadd_ps(n, _mm512_set1_ps(1.428606765330187045e-06f), r);
+        __m512 p = _mm512_set1_ps(1.0f / 5040);
+        p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 720));
+        p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120));
+        p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24));
+        p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6));
+        p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
+        p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+        p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+        return _mm512_scalef_ps(p, n);
+}
+
+/* The max, then e^(x - max) and its sum, then one reciprocal multiply (within an ulp of
+ * the _ref twin's division). */
+static void softmax_avx512(float *x, int64_t n) {
+        __m512 mv = _mm512_set1_ps(-INFINITY);
+        for (int64_t i = 0; i < n; i += 16)
+                mv = _mm512_max_ps(mv, _mm512_mask_loadu_ps(_mm512_set1_ps(-INFINITY), mask16(n - i), x + i));
+        __m512 max = _mm512_set1_ps(_mm512_reduce_max_ps(mv)), sum = _mm512_setzero_ps();
+        for (int64_t i = 0; i < n; i += 16) {
+                __mmask16 m = mask16(n - i);
+                __m512 e = _mm512_maskz_mov_ps(m, exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, x + i), max)));
+                _mm512_mask_storeu_ps(x + i, m, e);
+                sum = _mm512_add_ps(sum, e);
+        }
+        __m512 inv = _mm512_set1_ps(1.0f / _mm512_reduce_add_ps(sum));
+        for (int64_t i = 0; i < n; i += 16) {
+                __mmask16 m = mask16(n - i);
+                _mm512_mask_storeu_ps(x + i, m, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, x + i), inv));
+        }
+}
+
+/* gate / (1 + e^-gate) * up: e^-gate overflows to inf for gate < -88.7 and the quotient
+ * is then -0, as in the _ref twin. */
+static void swiglu_avx512(float *gate, const float *up, int64_t n) {
+        for (int64_t i = 0; i < n; i += 16) {
+                __mmask16 m = mask16(n - i);
+                __m512 g = _mm512_maskz_loadu_ps(m, gate + i);
+                __m512 s = _mm512_div_ps(g, _mm512_add_ps(_mm512_set1_ps(1.0f), exp16(_mm512_sub_ps(_mm512_setzero_ps(), g))));
+                _mm512_mask_storeu_ps(gate + i, m, _mm512_mul_ps(s, _mm512_maskz_loadu_ps(m, up + i)));
+        }
+}
+
 void dse__kernels_fill_avx512(struct dse_kernels *k) {
         k->level = DSE_CPU_AVX512;
         k->matvec[DSE_DTYPE_F32] = matmul_f32_avx512_vec;
@@ -571,6 +623,8 @@ void dse__kernels_fill_avx512(struct dse_kernels *k) {
         k->dot = dot_avx512;
         k->axpy = axpy_avx512;
         k->rmsnorm = rmsnorm_avx512;
+        k->softmax = softmax_avx512;
+        k->swiglu = swiglu_avx512;
 }
 
 void dse__kernels_fill_avx512_vnni(struct dse_kernels *k) {
