@@ -24,7 +24,9 @@ static void usage(FILE *out) {
                 "  --kv-mem-mib MIB    KV pool size (default: max-batch full contexts)\n"
                 "  --grace-ms MS       SIGTERM drain time before in-flight requests fail (default 10000)\n"
                 "  --max-queue N       waiting requests before 'overloaded' (default 256)\n"
-                "  --instance NAME     name in log lines\n");
+                "  --instance NAME     name in log lines\n"
+                "  --amx               allow AMX kernels (faster prefill; a request's logits then depend\n"
+                "                      on its batch within float rounding, see worker/README.md)\n");
 }
 
 static int parse_int(const char *s, int min, int max, int *ret) {
@@ -71,7 +73,7 @@ static int parse_cpus(const char *s, int *cpus, int max, int *ret_n) {
 
 int worker_parse_args(int argc, char **argv, struct worker_config *cfg) {
         enum { O_MODEL = 256, O_MODEL_FD, O_LISTEN, O_THREADS, O_CPUS, O_NCTX, O_BATCH, O_BUDGET, O_KVMEM, O_GRACE,
-               O_QUEUE, O_INSTANCE, O_HELP };
+               O_QUEUE, O_INSTANCE, O_AMX, O_HELP };
         static const struct option opts[] = {
                 {"model", required_argument, NULL, O_MODEL},       {"model-fd", required_argument, NULL, O_MODEL_FD},
                 {"listen", required_argument, NULL, O_LISTEN},     {"threads", required_argument, NULL, O_THREADS},
@@ -79,7 +81,8 @@ int worker_parse_args(int argc, char **argv, struct worker_config *cfg) {
                 {"max-batch", required_argument, NULL, O_BATCH},   {"token-budget", required_argument, NULL, O_BUDGET},
                 {"kv-mem-mib", required_argument, NULL, O_KVMEM},  {"grace-ms", required_argument, NULL, O_GRACE},
                 {"max-queue", required_argument, NULL, O_QUEUE},   {"instance", required_argument, NULL, O_INSTANCE},
-                {"help", no_argument, NULL, O_HELP},               {0},
+                {"amx", no_argument, NULL, O_AMX},                 {"help", no_argument, NULL, O_HELP},
+                {0},
         };
         *cfg = (struct worker_config){.model_fd = -1, .n_threads = 1, .max_batch = 8, .token_budget = 256,
                                       .grace_ms = 10000, .max_queue = 256, .instance = "worker"};
@@ -99,6 +102,7 @@ int worker_parse_args(int argc, char **argv, struct worker_config *cfg) {
                 case O_GRACE: r = parse_int(optarg, 0, 3600 * 1000, &cfg->grace_ms); break;
                 case O_QUEUE: r = parse_int(optarg, 0, 1 << 20, &cfg->max_queue); break;
                 case O_INSTANCE: cfg->instance = optarg; break;
+                case O_AMX: cfg->allow_amx = 1; break;
                 case O_HELP: usage(stdout); exit(0);
                 default: r = -EINVAL; break;
                 }
@@ -132,6 +136,15 @@ int main(int argc, char **argv) {
         if (worker_parse_args(argc, argv, &cfg) < 0)
                 return 2;
         wlog_set_instance(cfg.instance);
+        /* The AMX kernels sum int8 block products in another float order than the VNNI
+         * ones and take over from 8-16 tokens per call, so a request's logits would depend
+         * on what it is batched with. Serving promises that they do not (issue 6: alone or
+         * in a batch of 8, the same tokens), so AMX is opt-in here. An operator's own
+         * DSV_NO_AMX wins; the engine reads it when the kernel table is resolved. */
+        if (!cfg.allow_amx && setenv("DSV_NO_AMX", "1", 0) < 0) {
+                wlog(3, "Failed to set DSV_NO_AMX: %s", strerror(errno));
+                return 1;
+        }
         int r = hygiene_bind_to_parent();
         if (r == -ESRCH) {
                 wlog(3, "Parent exited before we started, exiting");

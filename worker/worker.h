@@ -24,6 +24,7 @@ struct worker_config {
         int grace_ms;           /* --grace-ms */
         int max_queue;          /* --max-queue */
         const char *instance;   /* --instance */
+        int allow_amx;          /* --amx: AMX kernels allowed (batch invariance within rounding) */
 };
 
 /* Parses argv into cfg (defaults first); -EINVAL with a message on stderr. */
