@@ -170,8 +170,14 @@ static int drive(struct wdriver *d, int64_t *ret_t0, int64_t *ret_t1) {
                         while (next < n_sched && t0 + sched[next] <= now && d->inflight < o->max_inflight)
                                 send_one(d, t0 + sched[next++]);
                 } else if (now < send_end) {
-                        while (d->inflight < o->concurrency && (!o->requests || d->st->sent < o->requests))
+                        /* A request that could not be put in flight (no worker) ends at once;
+                         * the next try waits for the receive timeout below instead of spinning. */
+                        while (d->inflight < o->concurrency && (!o->requests || d->st->sent < o->requests)) {
+                                unsigned before = d->inflight;
                                 send_one(d, now);
+                                if (d->inflight == before)
+                                        break;
+                        }
                 }
                 int sending = o->qps > 0 ? next < n_sched
                                          : now < send_end && (!o->requests || d->st->sent < o->requests);
