@@ -559,6 +559,8 @@ static int instance_apply_rt(struct sup *s, struct sup_instance *in) {
         return 0;
 }
 
+static void metrics_refresh(struct sup *s);
+
 static void instance_on_ready(struct sup *s, struct sup_instance *in) {
         int64_t now = mono_ms();
         in->state = SUP_STATE_READY;
@@ -577,6 +579,9 @@ static void instance_on_ready(struct sup *s, struct sup_instance *in) {
         int r = dsv_perfctr_open_threads(in->pid, NULL, 0, &in->perf);
         if (r < 0)
                 slog(4, "Instance %s: perf counters unavailable: %s, ignoring", in->name, strerror(-r));
+        /* /metrics shows the new worker's scheduling policy at once, not at the next 1 s
+         * refresh: readiness now comes within milliseconds of the worker's start. */
+        metrics_refresh(s);
 }
 
 static void instance_reap(struct sup *s, struct sup_instance *in) {

@@ -509,7 +509,9 @@ out:
         dsv_ipc_batch_done(&sv.out);
         free(sv.prompt);
         worker_engine_done(&e);
-        dsv_ipc_close(sv.conn);
+        /* The last answers may still sit in nng's pipe queue; after a drain they must reach
+         * the gateway (a crash path never gets here). */
+        dsv_ipc_close_linger(sv.conn, status == 0 ? DSV_IPC_LINGER_MS : 0);
         free(sv.inbox);
         pthread_cond_destroy(&sv.has_msg);
         pthread_cond_destroy(&sv.has_space);

@@ -248,6 +248,13 @@ int dsv_ipc_listen(const char *url, struct dsv_ipc_conn **ret_conn);
 /* Supervisor side: dials url, reconnecting in the background if the peer restarts. */
 int dsv_ipc_dial(const char *url, struct dsv_ipc_conn **ret_conn);
 void dsv_ipc_close(struct dsv_ipc_conn *conn);
+/* dsv_ipc_close after waiting linger_ms for sent messages to be written: nng 1.5.2
+ * discards messages still queued in a pipe when its socket closes, and has no way to wait
+ * for them (NNG_OPT_LINGER is not implemented), so a worker that exits right after its
+ * last answers would lose them. A time-bounded linger, as ZMQ_LINGER. */
+void dsv_ipc_close_linger(struct dsv_ipc_conn *conn, int linger_ms);
+/* How long a worker lingers before closing after a drain. */
+#define DSV_IPC_LINGER_MS 200
 
 int dsv_ipc_send(struct dsv_ipc_conn *conn, const struct dsv_ipc_msg *msg);
 /* Sends the batch's events and empties it (also on failure): one nng message — an

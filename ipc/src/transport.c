@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "dsv_ipc.h"
@@ -225,6 +226,15 @@ void dsv_ipc_close(struct dsv_ipc_conn *conn) {
         drop_pending(conn);
         pthread_mutex_destroy(&conn->rx_mu);
         free(conn);
+}
+
+void dsv_ipc_close_linger(struct dsv_ipc_conn *conn, int linger_ms) {
+        if (conn && linger_ms > 0) {
+                struct timespec ts = {linger_ms / 1000, (long)(linger_ms % 1000) * 1000000L};
+                while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+                        ;
+        }
+        dsv_ipc_close(conn);
 }
 
 int dsv_ipc_send(struct dsv_ipc_conn *conn, const struct dsv_ipc_msg *msg) {

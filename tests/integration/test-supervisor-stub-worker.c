@@ -156,6 +156,6 @@ int main(int argc, char **argv) {
                         gens[i--] = gens[--n_gens];
                 }
         }
-        dsv_ipc_close(c);
+        dsv_ipc_close_linger(c, DSV_IPC_LINGER_MS); /* as the worker: drained answers reach the gateway */
         return sum == 0xffffffffu; /* keeps the page reads */
 }
