@@ -533,17 +533,27 @@ static int decode_envelope(struct decoder *d, const cJSON *o, struct dsv_ipc_msg
         return r;
 }
 
+/* The size limit and the JSON object every message is. */
+static int parse_object(struct decoder *d, const void *buf, size_t len, cJSON **ret) {
+        if (len > DSV_IPC_MAX_MSG_BYTES)
+                return bad(d, "message of %zu bytes exceeds the %u-byte limit", len, DSV_IPC_MAX_MSG_BYTES);
+        cJSON *o = cJSON_ParseWithLength(buf, len);
+        if (!cJSON_IsObject(o)) {
+                cJSON_Delete(o);
+                return bad(d, "message is not a JSON object");
+        }
+        *ret = o;
+        return 0;
+}
+
 int dsv_ipc_msg_decode(const void *buf, size_t len, struct dsv_ipc_msg *ret, char *err, size_t err_size) {
         struct decoder d = {err, err_size};
         if (!buf || !ret)
                 return -EINVAL;
-        if (len > DSV_IPC_MAX_MSG_BYTES)
-                return bad(&d, "message of %zu bytes exceeds the %u-byte limit", len, DSV_IPC_MAX_MSG_BYTES);
-        cJSON *o = cJSON_ParseWithLength(buf, len);
-        if (!cJSON_IsObject(o)) {
-                cJSON_Delete(o);
-                return bad(&d, "message is not a JSON object");
-        }
+        cJSON *o;
+        int pr = parse_object(&d, buf, len, &o);
+        if (pr < 0)
+                return pr;
         struct dsv_ipc_msg m = {0};
         int events;
         int r = decode_envelope(&d, o, &m, 0, &events);
@@ -607,13 +617,10 @@ int dsv_ipc_msgs_decode(const void *buf, size_t len, struct dsv_ipc_msg **ret_ms
         struct decoder d = {err, err_size};
         if (!buf || !ret_msgs || !ret_n)
                 return -EINVAL;
-        if (len > DSV_IPC_MAX_MSG_BYTES)
-                return bad(&d, "message of %zu bytes exceeds the %u-byte limit", len, DSV_IPC_MAX_MSG_BYTES);
-        cJSON *o = cJSON_ParseWithLength(buf, len);
-        if (!cJSON_IsObject(o)) {
-                cJSON_Delete(o);
-                return bad(&d, "message is not a JSON object");
-        }
+        cJSON *o;
+        int pr = parse_object(&d, buf, len, &o);
+        if (pr < 0)
+                return pr;
         struct dsv_ipc_msg m = {0};
         int events;
         int r = decode_envelope(&d, o, &m, 1, &events);
