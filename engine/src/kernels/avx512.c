@@ -175,7 +175,7 @@ static inline __attribute__((always_inline)) void q8_block(const struct dse_qmat
                 __m512 sv[RB];
                 UNROLL
                 for (int i = 0; i < R; i++) {
-                        _mm_prefetch((const char *)(row[i] + c + 1024), _MM_HINT_T0);
+                        _mm_prefetch((const char *)(row[i] + c + DSE_PREFETCH_AHEAD), _MM_HINT_T1);
                         wu[i] = _mm512_xor_si512(_mm512_maskz_loadu_epi8(m, row[i] + c), flip);
                         /* a group past the row's end has no scale: its lanes' sums are 0 */
                         float s1 = c + 32 < n ? sc[i][g1] : 0.0f;
@@ -231,7 +231,7 @@ static inline __attribute__((always_inline)) void q4_block(const struct dse_qmat
                 __m512 sv[RB];
                 UNROLL
                 for (int i = 0; i < R; i++) {
-                        _mm_prefetch((const char *)(row[i] + st * 64 + 1024), _MM_HINT_T0);
+                        _mm_prefetch((const char *)(row[i] + st * 64 + DSE_PREFETCH_AHEAD), _MM_HINT_T1);
                         __m512i v = _mm512_maskz_loadu_epi8(m, row[i] + st * 64);
                         we[i] = _mm512_and_si512(v, lo4);
                         wo[i] = _mm512_and_si512(_mm512_srli_epi16(v, 4), lo4);
