@@ -7,7 +7,8 @@
  *   stream   one matrix of about M MB of weights (default 256, far past the caches),
  *            rows split over T threads, n = 1 and n = 8 tokens per pass: GB/s of weight
  *            bytes read (data + scales + zeros) per wall second, and that over the probe's
- *            GB/s (a T-thread streaming read of a buffer of the same size, best pass).
+ *            GB/s (read_probe.h: a T-thread streaming read of the matrix's own data, the
+ *            best pass of each variant, with and without the kernels' prefetch).
  *            n = 8 is shown as aggregate tokens/s over the n = 1 tokens/s.
  *   compute  a 256 x 4096 matrix that stays in L2, one thread, n = 1..32: GMAC/s of
  *            thread CPU time (so other jobs on a shared machine do not count), the
@@ -21,9 +22,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 
 #include "kernels/kernels.h"
+#include "read_probe.h"
 
 static double now_s(clockid_t clk) {
         struct timespec ts;
@@ -53,7 +56,12 @@ static int mat_new(struct mat *m, enum dse_dtype dt, int64_t rows, int64_t cols,
         m->w.n_groups = (cols + group - 1) / group;
         size_t data = dt == DSE_DTYPE_Q4 ? (size_t)(rows * ((cols + 1) / 2)) : (size_t)(rows * cols);
         size_t ng = (size_t)(rows * m->w.n_groups);
-        uint8_t *d = aligned_alloc(64, (data + 63) & ~(size_t)63);
+        /* on 2 MiB pages, as the weights are served (hugetlb memfd, or the file mapping's
+         * PMD-mapped page cache) */
+        size_t huge = 2u << 20;
+        uint8_t *d = aligned_alloc(huge, (data + huge - 1) / huge * huge);
+        if (d)
+                madvise(d, (data + huge - 1) / huge * huge, MADV_HUGEPAGE);
         float *s = malloc(ng * sizeof(float));
         uint8_t *z = malloc(ng);
         if (!d || !s || !z)
@@ -83,6 +91,7 @@ struct job {
         int64_t ldy, r0, r1;
         const uint8_t *buf; /* probe */
         size_t len;
+        int variant;
         double sink;
 };
 
@@ -94,15 +103,7 @@ static void *run_kernel(void *arg) {
 
 static void *run_probe(void *arg) {
         struct job *j = arg;
-        __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
-        for (size_t i = 0; i + 128 <= j->len; i += 128) {
-                a0 = _mm256_xor_si256(a0, _mm256_load_si256((const __m256i *)(j->buf + i)));
-                a1 = _mm256_xor_si256(a1, _mm256_load_si256((const __m256i *)(j->buf + i + 32)));
-                a2 = _mm256_xor_si256(a2, _mm256_load_si256((const __m256i *)(j->buf + i + 64)));
-                a3 = _mm256_xor_si256(a3, _mm256_load_si256((const __m256i *)(j->buf + i + 96)));
-        }
-        __m256i a = _mm256_xor_si256(_mm256_xor_si256(a0, a1), _mm256_xor_si256(a2, a3));
-        j->sink = (double)_mm256_extract_epi32(a, 0);
+        j->sink = (double)read_probe(j->buf, j->len, j->variant);
         return NULL;
 }
 
@@ -118,19 +119,25 @@ static double run_threads(int T, struct job *jobs, void *(*fn)(void *)) {
         return now_s(CLOCK_MONOTONIC) - t0;
 }
 
-static double probe_gbs(int T, size_t len, int reps) {
-        uint8_t *buf = aligned_alloc(64, len);
-        memset(buf, 1, len);
+/* GB/s of the best T-thread pass of each read_probe variant over the matrix's own data
+ * (the same pages the kernels read); ret_variant: the variant that won. */
+static double probe_gbs(int T, const struct mat *m, int reps, int *ret_variant) {
+        size_t len = (size_t)(m->w.dtype == DSE_DTYPE_Q4 ? m->w.rows * ((m->w.cols + 1) / 2) : m->w.rows * m->w.cols);
+        size_t per = len / (size_t)T / 256 * 256;
         struct job jobs[16];
-        for (int i = 0; i < T; i++)
-                jobs[i] = (struct job){.buf = buf + len / (size_t)T * (size_t)i, .len = len / (size_t)T};
         double best = 1e30;
-        for (int r = 0; r < reps; r++) {
-                double t = run_threads(T, jobs, run_probe);
-                best = t < best ? t : best;
+        for (int v = 0; v < READ_PROBE_VARIANTS; v++) {
+                for (int i = 0; i < T; i++)
+                        jobs[i] = (struct job){.buf = (const uint8_t *)m->w.data + per * (size_t)i, .len = per, .variant = v};
+                for (int r = 0; r < reps; r++) {
+                        double t = run_threads(T, jobs, run_probe);
+                        if (t < best) {
+                                best = t;
+                                *ret_variant = v;
+                        }
+                }
         }
-        free(buf);
-        return (double)len / best / 1e9;
+        return (double)(per * (size_t)T) / best / 1e9;
 }
 
 /* Best wall seconds of a T-thread pass of n tokens (quantize_xq on one thread first, as
@@ -223,10 +230,12 @@ int main(int argc, char **argv) {
         if (n_lv == 2 && cpu.amx_tile && cpu.amx_int8 && dse__kernels_amx_usable())
                 n_lv = 3;
 
-        double probe = probe_gbs(T, big.bytes, reps);
+        int pv = 0;
+        double probe = probe_gbs(T, &big, reps, &pv);
         printf("dse-kernel-bench: %s, stream matrix %lldx%lld (%.0f MB), %d thread(s), best of %d\n", fmt,
                (long long)rows, (long long)cols, big.bytes / 1e6, T, reps);
-        printf("read probe (same run, %d thread(s)): %.2f GB/s\n", T, probe);
+        printf("read probe (same run, %d thread(s), %s over the matrix's data): %.2f GB/s\n", T, read_probe_name(pv),
+               probe);
         for (int l = 0; l < n_lv; l++) {
                 struct dse_kernels k;
                 dse__kernels_resolve_with(lv[l].level, lv[l].feat, &k);
@@ -236,8 +245,8 @@ int main(int argc, char **argv) {
                 printf("%-12s stream n=1: %.2f GB/s = %.2f of probe; n=8: %.2f GB/s of weights, aggregate %.2fx n=1\n",
                        lv[l].name, gbs, gbs / probe, big.bytes / t8 / 1e9, 8 * t1 / t8);
         }
-        double probe2 = probe_gbs(T, big.bytes, reps);
-        printf("read probe again: %.2f GB/s\n", probe2);
+        double probe2 = probe_gbs(T, &big, reps, &pv);
+        printf("read probe again: %.2f GB/s (%s)\n", probe2, read_probe_name(pv));
         printf("compute (256x%lld, in L2, 1 thread, GMAC per thread-CPU second; levels interleaved per rep):\n",
                (long long)cols);
         static const int64_t ns[] = {1, 2, 4, 8, 16, 32, 128};

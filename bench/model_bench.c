@@ -2,28 +2,36 @@
  *
  *     dsvisor-bench model --preset r1-distill-qwen-1.5b --format int4 [--layers N]
  *                   [--threads T] [--group G] [--prefill 128,512] [--decode 64]
- *                   [--batches 1,4,8] [--json]
+ *                   [--batches 1,4,8] [--hugepages] [--json]
  *
  * The model is written with random weights straight into the native format (the
  * engine's own header writer and schema, engine/FORMAT.md) and cached under
  * $DSV_CACHE_DIR/bench (else ~/.cache/dsvisor/bench), keyed by preset, format, group
  * size and layer count. Then, through the public session API (so it measures what the
  * engine does, not what a kernel could do):
- *   load_s          dse_model_open with DSE_MODEL_POPULATE (validation + page faults)
+ *   load_s          dse_model_open with DSE_MODEL_POPULATE (validation + page faults);
+ *                   with --hugepages the copy into the hugetlb memfd as well
  *   prefill tok/s   one dse_session_eval of N random tokens on an empty session
  *   decode tok/s    64 steps of one token per sequence, B sequences per step through
  *                   dse_batch_step (one pass over the weights per step), aggregated
  *   bytes/token     the weight bytes one decoded token reads: every matrix with its
  *                   scales and zeros, norms, one embedding row; for MoE layers only
  *                   n_experts_per_tok / n_routed_experts of the routed experts
- *   read bandwidth  a multi-threaded streaming read of 512 MiB on the same pool, best
- *                   of 5 passes, measured before and after decoding (the best kept)
+ *   read bandwidth  a streaming read on the same pool over the weight mapping itself
+ *                   (its first GiB), the best of 5 passes of each read_probe.h variant
+ *                   (with and without the kernels' software prefetch), measured before
+ *                   and after decoding (the best kept, and the variant named)
  *   roofline        batch-1 decode tok/s x bytes/token / read bandwidth
- *   rss_ratio       VmRSS after the largest batch's last step / (weight bytes + the KV
+ *   rss_ratio       VmRSS + HugetlbPages after the largest batch's last step / (weight bytes + the KV
  *                   cache budget + the batch's arena and logits): issue 4 item 7 wants
  *                   <= 1.05 (weights used in place from the mapping, nothing repacked)
  * Each variant is checked before it is timed: every logit of the first evaluation must
  * be finite.
+ *
+ * --hugepages: the weights are copied into a sealed MFD_HUGETLB memfd and opened with
+ * dse_model_open_fd, as the supervisor serves them (supervisor/cmd_start.c); the 2 MiB
+ * pages missing from the pool are reserved by raising /proc/sys/vm/nr_hugepages, whose
+ * old value is restored at exit, on an error and on SIGINT/SIGTERM.
  *
  *     dsvisor-bench weights --preset P --format F [--layers N] [--threads T] [--batches 1,4,8]
  *
@@ -34,8 +42,8 @@
  * shows what the kernels reach before the forward pass uses them. */
 #include <errno.h>
 #include <fcntl.h>
-#include <immintrin.h>
 #include <math.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -46,9 +54,11 @@
 #include <unistd.h>
 
 #include "dse.h"
+#include "dsv_platform.h"
 #include "kernels/kernels.h"
 #include "model/format.h"
 #include "model/model.h"
+#include "read_probe.h"
 
 #define GEN_VERSION 1 /* bump when the generated content changes */
 
@@ -401,43 +411,19 @@ static double bytes_per_token(const struct dse_model *m, const struct dse_hparam
 
 /* ---- read-bandwidth probe ---------------------------------------------------------- */
 
-#define PROBE_BYTES (512u << 20)
+#define PROBE_MAX_BYTES (1ull << 30)
 
 struct probe {
         const uint8_t *buf;
         size_t n;
+        int variant;
         uint64_t sink[64];
 };
 
-__attribute__((target("avx2"))) static uint64_t read_avx2(const uint8_t *p, size_t n) {
-        __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
-        for (size_t i = 0; i + 128 <= n; i += 128) {
-                a0 = _mm256_xor_si256(a0, _mm256_load_si256((const __m256i *)(p + i)));
-                a1 = _mm256_xor_si256(a1, _mm256_load_si256((const __m256i *)(p + i + 32)));
-                a2 = _mm256_xor_si256(a2, _mm256_load_si256((const __m256i *)(p + i + 64)));
-                a3 = _mm256_xor_si256(a3, _mm256_load_si256((const __m256i *)(p + i + 96)));
-        }
-        __m256i a = _mm256_xor_si256(_mm256_xor_si256(a0, a1), _mm256_xor_si256(a2, a3));
-        return (uint64_t)_mm256_extract_epi64(a, 0) ^ (uint64_t)_mm256_extract_epi64(a, 3);
-}
-
-static uint64_t read_scalar(const uint8_t *p, size_t n) {
-        uint64_t a0 = 0, a1 = 0, a2 = 0, a3 = 0;
-        const uint64_t *q = (const uint64_t *)p;
-        for (size_t i = 0; i + 4 <= n / 8; i += 4) {
-                a0 ^= q[i];
-                a1 ^= q[i + 1];
-                a2 ^= q[i + 2];
-                a3 ^= q[i + 3];
-        }
-        return a0 ^ a1 ^ a2 ^ a3;
-}
-
 static void probe_task(void *ctx, int ith, int nth) {
         struct probe *pr = ctx;
-        size_t per = pr->n / (size_t)nth / 128 * 128;
-        const uint8_t *p = pr->buf + (size_t)ith * per;
-        pr->sink[ith % 64] ^= __builtin_cpu_supports("avx2") ? read_avx2(p, per) : read_scalar(p, per);
+        size_t per = pr->n / (size_t)nth / 256 * 256;
+        pr->sink[ith % 64] ^= read_probe(pr->buf + (size_t)ith * per, per, pr->variant);
 }
 
 static double now_s(void) {
@@ -453,40 +439,56 @@ static double cpu_s(void) {
         return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-/* Best of 5 streaming passes over 512 MiB (far beyond any cache), bytes per second. */
-static double probe_read_bw(struct dse_pool *pool) {
-        uint8_t *buf = mmap(NULL, PROBE_BYTES, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-        if (buf == MAP_FAILED)
-                return 0;
-        for (size_t i = 0; i < PROBE_BYTES; i += 4096)
-                memset(buf + i, (int)(i >> 12), 4096);
-        struct probe pr = {.buf = buf, .n = PROBE_BYTES};
-        int nth = dse_pool_n_threads(pool);
-        double best = 0;
-        for (int rep = 0; rep < 5; rep++) {
-                double t0 = now_s();
-                dse_pool_run(pool, probe_task, &pr);
-                double dt = now_s() - t0;
-                double bw = (double)(PROBE_BYTES / (size_t)nth / 128 * 128 * (size_t)nth) / dt;
-                best = bw > best ? bw : best;
+/* Bytes per second of the best of 5 streaming passes of each read_probe variant over
+ * the weight mapping itself (its first GiB: far past any cache), on the pool: the same
+ * pages as the kernels read (file mapping or hugetlb memfd), already faulted in.
+ * ret_variant: the variant that won. */
+static double probe_read_bw(struct dse_pool *pool, const struct dse_model *m, int *ret_variant) {
+        uintptr_t lo = UINTPTR_MAX, hi = 0;
+        for (size_t i = 0; i < dse__model_n_tensors(m); i++) {
+                const struct dse_tensor *t = dse__model_tensor_at(m, i);
+                uintptr_t a = (uintptr_t)t->data;
+                lo = a < lo ? a : lo;
+                hi = a + t->size_bytes > hi ? a + t->size_bytes : hi;
         }
-        munmap(buf, PROBE_BYTES);
+        lo = (lo + 63) / 64 * 64;
+        int nth = dse_pool_n_threads(pool);
+        size_t len = hi - lo < PROBE_MAX_BYTES ? hi - lo : PROBE_MAX_BYTES;
+        size_t per = len / (size_t)nth / 256 * 256;
+        struct probe pr = {.buf = (const uint8_t *)lo, .n = len};
+        double best = 0;
+        for (int v = 0; v < READ_PROBE_VARIANTS; v++) {
+                pr.variant = v;
+                for (int rep = 0; rep < 5; rep++) {
+                        double t0 = now_s();
+                        dse_pool_run(pool, probe_task, &pr);
+                        double bw = (double)(per * (size_t)nth) / (now_s() - t0);
+                        if (bw > best) {
+                                best = bw;
+                                *ret_variant = v;
+                        }
+                }
+        }
         return best;
 }
 
 /* ---- measurements ------------------------------------------------------------------ */
 
+/* What the process holds resident: VmRSS plus HugetlbPages (hugetlb mappings, the
+ * --hugepages weight image, are not part of VmRSS; proc(5)). */
 static long rss_bytes(void) {
         FILE *f = fopen("/proc/self/status", "re");
         if (!f)
                 return -1;
         char line[256];
-        long kb = -1;
+        long kb = -1, rss_kb = -1, huge_kb = 0;
         while (fgets(line, sizeof line, f))
                 if (sscanf(line, "VmRSS: %ld kB", &kb) == 1)
-                        break;
+                        rss_kb = kb;
+                else if (sscanf(line, "HugetlbPages: %ld kB", &kb) == 1)
+                        huge_kb = kb;
         fclose(f);
-        return kb < 0 ? -1 : kb * 1024;
+        return rss_kb < 0 ? -1 : (rss_kb + huge_kb) * 1024;
 }
 
 static int all_finite(const float *v, int n) {
@@ -692,7 +694,7 @@ static double weights_pass(struct dse_pool *pool, const struct dse_kernels *k, c
 
 static void bench_weights(const struct dse_model *m, const struct dse_hparams *hp, struct dse_pool *pool,
                           const int *tokens, int n_tokens, const char *preset, const char *format, int threads,
-                          int json) {
+                          int hugepages, int json) {
         struct dse_cpu_info cpu;
         struct dse_kernels k;
         dse_cpu_detect(&cpu, NULL);
@@ -714,7 +716,8 @@ static void bench_weights(const struct dse_model *m, const struct dse_hparams *h
         random_tokens((int32_t *)x, (int)(max_n * max_cols), 2000, 3);
         for (int64_t i = 0; i < max_n * max_cols; i++)
                 x[i] = (float)((int32_t *)x)[i] / 1000.0f - 1.0f;
-        double bw0 = probe_read_bw(pool);
+        int probe_v0 = 0, probe_v1 = 0;
+        double bw0 = probe_read_bw(pool, m, &probe_v0);
         int has_xq = k.matmul_xq[mats[0].w.dtype] != NULL;
         double t_f[8], t_q[8], wall0 = now_s(), cpu0 = cpu_s();
         for (int i = 0; i < n_tokens; i++) {
@@ -725,12 +728,14 @@ static void bench_weights(const struct dse_model *m, const struct dse_hparams *h
                                 : 0;
         }
         double cpu_share = (cpu_s() - cpu0) / ((now_s() - wall0) * threads);
-        double bw1 = probe_read_bw(pool), bw = bw0 > bw1 ? bw0 : bw1;
+        double bw1 = probe_read_bw(pool, m, &probe_v1), bw = bw0 > bw1 ? bw0 : bw1;
+        const char *probe_name = read_probe_name(bw0 > bw1 ? probe_v0 : probe_v1);
         if (json) {
                 printf("{\"preset\":\"%s\",\"format\":\"%s\",\"threads\":%d,\"layers\":%d,\"level\":\"%s\","
-                       "\"matrices\":%zu,\"bytes_per_pass\":%llu,\"read_bw_bytes_per_s\":%.0f,\"passes\":[",
-                       preset, format, threads, hp->n_layers, dse_cpu_level_to_string(cpu.level), n_mats,
-                       (unsigned long long)bytes, bw);
+                       "\"hugepages\":%s,\"matrices\":%zu,\"bytes_per_pass\":%llu,\"read_bw_bytes_per_s\":%.0f,"
+                       "\"read_probe\":\"%s\",\"passes\":[",
+                       preset, format, threads, hp->n_layers, dse_cpu_level_to_string(cpu.level),
+                       hugepages ? "true" : "false", n_mats, (unsigned long long)bytes, bw, probe_name);
                 for (int i = 0; i < n_tokens; i++)
                         printf("%s{\"tokens\":%d,\"f32act_s\":%.6f,\"f32act_roofline\":%.4f,\"xq_s\":%.6f,"
                                "\"xq_roofline\":%.4f}",
@@ -740,8 +745,10 @@ static void bench_weights(const struct dse_model *m, const struct dse_hparams *h
         } else {
                 printf("weights: preset %s, format %s, %d layers, %d threads, kernels %s\n", preset, format,
                        hp->n_layers, threads, dse_cpu_level_to_string(cpu.level));
-                printf("%zu matrices, %.1f MB per pass, read bandwidth %.2f GB/s (before %.2f, after %.2f), cpu share "
-                       "%.2f\n", n_mats, bytes / 1e6, bw / 1e9, bw0 / 1e9, bw1 / 1e9, cpu_share);
+                printf("%zu matrices, %.1f MB per pass, weights in %s, read bandwidth %.2f GB/s (probe %s over the "
+                       "weights: before %.2f, after %.2f), cpu share %.2f\n", n_mats, bytes / 1e6,
+                       hugepages ? "a hugetlb memfd" : "the file mapping", bw / 1e9, probe_name, bw0 / 1e9, bw1 / 1e9,
+                       cpu_share);
                 for (int i = 0; i < n_tokens; i++) {
                         printf("tokens %d: float activations %.2f ms/pass (%.1f tok/s, %.3f of bandwidth)", tokens[i],
                                t_f[i] * 1e3, tokens[i] / t_f[i], bytes / t_f[i] / bw);
@@ -755,6 +762,99 @@ static void bench_weights(const struct dse_model *m, const struct dse_hparams *h
         free(y);
         free(xq_mem);
         free(mats);
+}
+
+/* ---- --hugepages: the weights in a hugetlb memfd, as the supervisor serves them ------ */
+
+#define NR_HUGEPAGES "/proc/sys/vm/nr_hugepages"
+
+/* The value nr_hugepages had before we raised it, written back at exit, on die() and on
+ * SIGINT/SIGTERM (the handler uses only open/write/close); empty when nothing to undo. */
+static char hp_old[32];
+static size_t hp_old_len;
+
+static void hp_restore(void) {
+        if (!hp_old_len)
+                return;
+        int fd = open(NR_HUGEPAGES, O_WRONLY | O_CLOEXEC);
+        if (fd < 0)
+                return;
+        if (write(fd, hp_old, hp_old_len) == (ssize_t)hp_old_len)
+                hp_old_len = 0; /* else atexit tries again after a signal handler's attempt */
+        close(fd);
+}
+
+static void hp_on_signal(int sig) {
+        hp_restore();
+        signal(sig, SIG_DFL);
+        raise(sig);
+}
+
+static int write_nr_hugepages(uint64_t v) {
+        FILE *f = fopen(NR_HUGEPAGES, "we");
+        if (!f)
+                return -errno;
+        int r = fprintf(f, "%llu\n", (unsigned long long)v) < 0 ? -EIO : 0;
+        if (fclose(f) != 0 && r == 0)
+                r = -errno;
+        return r;
+}
+
+/* Makes sure `need` 2 MiB pages are free, raising nr_hugepages by the shortfall only;
+ * the old value is restored at exit. -ENOMEM (with the count reached) if the kernel
+ * could not find the memory. */
+static int hp_reserve(uint64_t need, uint64_t *ret_free) {
+        uint64_t free_pages = 0, nr;
+        int r = dsv_hugepages_free_on_node(NULL, -1, &free_pages);
+        if (r < 0)
+                return r;
+        *ret_free = free_pages;
+        if (free_pages >= need)
+                return 0;
+        FILE *f = fopen(NR_HUGEPAGES, "re");
+        if (!f)
+                return -errno;
+        unsigned long long v;
+        r = fscanf(f, "%llu", &v) == 1 ? 0 : -EBADMSG;
+        fclose(f);
+        if (r < 0)
+                return r;
+        nr = v;
+        snprintf(hp_old, sizeof hp_old, "%llu\n", v);
+        hp_old_len = strlen(hp_old);
+        atexit(hp_restore);
+        struct sigaction sa = {.sa_handler = hp_on_signal};
+        sigaction(SIGINT, &sa, NULL);
+        sigaction(SIGTERM, &sa, NULL);
+        if ((r = write_nr_hugepages(nr + need - free_pages)) < 0)
+                return r;
+        if ((r = dsv_hugepages_free_on_node(NULL, -1, &free_pages)) < 0)
+                return r;
+        *ret_free = free_pages;
+        return free_pages >= need ? 0 : -ENOMEM;
+}
+
+/* Copies the model file into a sealed MFD_HUGETLB memfd (dsv_hugepages_image, the
+ * supervisor's own weight image) and opens it with dse_model_open_fd. */
+static int open_hugepages(const char *path, struct dsv_hugepages_image *img, struct dse_model **ret_m,
+                          struct dse_diag *d) {
+        struct stat st;
+        if (stat(path, &st) < 0)
+                return -errno;
+        uint64_t need = ((uint64_t)st.st_size + DSV_HUGEPAGE_2MB_BYTES - 1) / DSV_HUGEPAGE_2MB_BYTES, free_pages = 0;
+        int r = hp_reserve(need, &free_pages);
+        if (r < 0) {
+                fprintf(stderr, "dsvisor-bench: --hugepages: %llu free 2 MiB pages, %llu needed: %s (raise %s "
+                        "or free memory)\n", (unsigned long long)free_pages, (unsigned long long)need,
+                        strerror(-r), NR_HUGEPAGES);
+                return r;
+        }
+        if ((r = dsv_hugepages_image_init(img, "dsvisor-bench-weights", (size_t)st.st_size, -1,
+                                          DSV_HUGEPAGES_MODE_REQUIRE, NULL)) < 0)
+                return r;
+        if ((r = dsv_hugepages_image_fill(img, path)) < 0 || (r = dsv_hugepages_image_seal(img)) < 0)
+                return r;
+        return dse_model_open_fd(img->fd, DSE_MODEL_POPULATE, ret_m, d);
 }
 
 /* ---- command line ------------------------------------------------------------------- */
@@ -778,7 +878,7 @@ static void usage(void) {
         fprintf(stderr,
                 "usage: dsvisor-bench model --preset r1-distill-qwen-1.5b|deepseek-coder-1.3b|deepseek-v2-lite\n"
                 "           --format int4|int8|bf16 [--layers N] [--threads T] [--group G]\n"
-                "           [--prefill N,N] [--decode STEPS] [--batches B,B] [--json]\n"
+                "           [--prefill N,N] [--decode STEPS] [--batches B,B] [--hugepages] [--json]\n"
                 "       dsvisor-bench weights (the same options; --batches: tokens per pass)\n");
         exit(2);
 }
@@ -788,12 +888,16 @@ int main(int argc, char **argv) {
                 usage();
         int weights_mode = strcmp(argv[1], "weights") == 0;
         const char *preset = NULL, *format = NULL;
-        int layers = 0, threads = 2, group = 0, json = 0, decode_steps = 64;
+        int layers = 0, threads = 2, group = 0, json = 0, hugepages = 0, decode_steps = 64;
         int prefill[8] = {128, 512}, n_prefill = 2, batches[8] = {1, 4, 8}, n_batches = 3;
         for (int i = 2; i < argc; i++) {
                 const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
                 if (strcmp(a, "--json") == 0) {
                         json = 1;
+                        continue;
+                }
+                if (strcmp(a, "--hugepages") == 0) {
+                        hugepages = 1;
                         continue;
                 }
                 if (!v)
@@ -870,20 +974,24 @@ int main(int argc, char **argv) {
         if ((r = dse_pool_new(threads, NULL, 0, &pool)) < 0)
                 die(r, "pool", NULL);
         struct dse_model *m;
+        struct dsv_hugepages_image img = {.fd = -1};
+        double t0 = now_s();
+        if (hugepages)
+                r = open_hugepages(path, &img, &m, &d);
+        else
+                r = dse_model_open(path, DSE_MODEL_POPULATE, &m, &d);
+        if (r < 0)
+                die(r, hugepages ? "open (--hugepages)" : "open", &d);
+        double load_s = now_s() - t0;
         if (weights_mode) {
-                if ((r = dse_model_open(path, DSE_MODEL_POPULATE, &m, &d)) < 0)
-                        die(r, "open", &d);
-                bench_weights(m, &hp, pool, batches, n_batches, preset, format, threads, json);
+                bench_weights(m, &hp, pool, batches, n_batches, preset, format, threads, hugepages, json);
                 dse_model_free(m);
+                dsv_hugepages_image_done(&img);
                 dse_pool_free(pool);
                 return 0;
         }
-        double bw0 = probe_read_bw(pool);
-
-        double t0 = now_s();
-        if ((r = dse_model_open(path, DSE_MODEL_POPULATE, &m, &d)) < 0)
-                die(r, "open", &d);
-        double load_s = now_s() - t0;
+        int probe_v0 = 0, probe_v1 = 0;
+        double bw0 = probe_read_bw(pool, m, &probe_v0);
         uint64_t weight_bytes;
         double bpt = bytes_per_token(m, &hp, &weight_bytes);
         int vocab = dse_model_vocab_size(m);
@@ -913,8 +1021,9 @@ int main(int argc, char **argv) {
         /* item 7: RSS against what must be resident (weights used in place, no repacked
          * copy) plus the KV cache and scratch the engine reports */
         double rss_ratio = (double)rss / (double)(weight_bytes + mem.kv_bytes + mem.scratch_bytes);
-        double bw1 = probe_read_bw(pool);
+        double bw1 = probe_read_bw(pool, m, &probe_v1);
         double bw = bw0 > bw1 ? bw0 : bw1;
+        const char *probe_name = read_probe_name(bw0 > bw1 ? probe_v0 : probe_v1);
         double dec1 = 0;
         for (int i = 0; i < n_batches; i++)
                 if (batches[i] == 1)
@@ -923,11 +1032,12 @@ int main(int argc, char **argv) {
 
         if (json) {
                 printf("{\"preset\":\"%s\",\"format\":\"%s\",\"threads\":%d,\"layers\":%d,\"group\":%d,"
-                       "\"level\":\"%s\",\"load_s\":%.3f,\"rss_bytes\":%ld,\"weight_bytes\":%llu,"
-                       "\"kv_bytes\":%zu,\"scratch_bytes\":%zu,\"rss_ratio\":%.4f,\"bytes_per_token\":%.0f,\"read_bw_bytes_per_s\":%.0f,\"prefill_tok_s\":{",
+                       "\"level\":\"%s\",\"hugepages\":%s,\"load_s\":%.3f,\"rss_bytes\":%ld,\"weight_bytes\":%llu,"
+                       "\"kv_bytes\":%zu,\"scratch_bytes\":%zu,\"rss_ratio\":%.4f,\"bytes_per_token\":%.0f,"
+                       "\"read_bw_bytes_per_s\":%.0f,\"read_probe\":\"%s\",\"prefill_tok_s\":{",
                        preset, format, threads, hp.n_layers, wdt == DSE_DTYPE_BF16 ? 0 : group,
-                       dse_cpu_level_to_string(cpu.level), load_s, rss, (unsigned long long)weight_bytes, kv_bytes,
-                       mem.scratch_bytes, rss_ratio, bpt, bw);
+                       dse_cpu_level_to_string(cpu.level), hugepages ? "true" : "false", load_s, rss,
+                       (unsigned long long)weight_bytes, kv_bytes, mem.scratch_bytes, rss_ratio, bpt, bw, probe_name);
                 for (int i = 0; i < n_prefill; i++)
                         printf("%s\"%d\":%.3f", i ? "," : "", prefill[i], pf[i]);
                 printf("},\"decode_tok_s\":{");
@@ -935,13 +1045,14 @@ int main(int argc, char **argv) {
                         printf("%s\"%d\":%.3f", i ? "," : "", batches[i], dec[i]);
                 printf("},\"roofline\":%.4f,\"cpu_share\":%.3f}\n", roofline, cpu_share);
         } else {
-                printf("preset %s, format %s (group %d), %d layers, %d threads, kernels %s\n", preset, format,
-                       wdt == DSE_DTYPE_BF16 ? 0 : group, hp.n_layers, threads, dse_cpu_level_to_string(cpu.level));
+                printf("preset %s, format %s (group %d), %d layers, %d threads, kernels %s, weights in %s\n", preset,
+                       format, wdt == DSE_DTYPE_BF16 ? 0 : group, hp.n_layers, threads,
+                       dse_cpu_level_to_string(cpu.level), hugepages ? "a hugetlb memfd" : "the file mapping");
                 printf("load %.3f s, RSS %.1f MiB while decoding (weights %.1f MiB, KV %.1f MiB, scratch %.1f MiB: "
                        "%.3fx their sum)\n", load_s, rss / 1048576.0, weight_bytes / 1048576.0, kv_bytes / 1048576.0,
                        mem.scratch_bytes / 1048576.0, rss_ratio);
-                printf("bytes/token %.1f MB, read bandwidth %.2f GB/s (probe before %.2f, after %.2f)\n", bpt / 1e6,
-                       bw / 1e9, bw0 / 1e9, bw1 / 1e9);
+                printf("bytes/token %.1f MB, read bandwidth %.2f GB/s (probe %s over the weights: before %.2f, "
+                       "after %.2f)\n", bpt / 1e6, bw / 1e9, probe_name, bw0 / 1e9, bw1 / 1e9);
                 for (int i = 0; i < n_prefill; i++)
                         printf("prefill %d: %.2f tok/s\n", prefill[i], pf[i]);
                 for (int i = 0; i < n_batches; i++)
@@ -952,6 +1063,7 @@ int main(int argc, char **argv) {
         }
         free(logits);
         dse_model_free(m);
+        dsv_hugepages_image_done(&img);
         dse_pool_free(pool);
         return 0;
 }

@@ -203,27 +203,6 @@ static void weights_fdname(const struct sup *s, int node_os, char *buf, size_t s
         snprintf(buf, size, "dsvisor-weights-n%d-%s", node_os, s->model_key);
 }
 
-/* Fills the writable image mapping from the model file. */
-static int fill_image(const char *path, struct dsv_hugepages_image *img) {
-        int fd = open(path, O_RDONLY | O_CLOEXEC);
-        if (fd < 0)
-                return -errno;
-        size_t off = 0;
-        int r = 0;
-        while (off < img->len_bytes) {
-                ssize_t n = pread(fd, (char *)img->addr + off, img->len_bytes - off, (off_t)off);
-                if (n < 0 && errno == EINTR)
-                        continue;
-                if (n <= 0) {
-                        r = n < 0 ? -errno : -EIO;
-                        break;
-                }
-                off += (size_t)n;
-        }
-        close(fd);
-        return r;
-}
-
 /* Adopts a memfd that systemd's fd store handed back, if it matches our model. */
 static int adopt_stored(struct sup *s, struct weights *w, char **names, int n_fds) {
         char want[160];
@@ -297,7 +276,7 @@ static int load_weights(struct sup *s) {
                         break;
                 }
                 s->n_weights++;
-                if ((r = fill_image(s->model_path, &w->img)) < 0) {
+                if ((r = dsv_hugepages_image_fill(&w->img, s->model_path)) < 0) {
                         slog(3, "Failed to read '%s' into the weight image: %s", s->model_path, strerror(-r));
                         break;
                 }

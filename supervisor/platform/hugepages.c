@@ -171,6 +171,28 @@ fail:
         return r;
 }
 
+int dsv_hugepages_image_fill(struct dsv_hugepages_image *img, const char *path) {
+        if (!img || !img->addr || !path)
+                return -EINVAL;
+        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0)
+                return -errno;
+        size_t off = 0;
+        int r = 0;
+        while (off < img->len_bytes) {
+                ssize_t n = pread(fd, (char *)img->addr + off, img->len_bytes - off, (off_t)off);
+                if (n < 0 && errno == EINTR)
+                        continue;
+                if (n <= 0) {
+                        r = n < 0 ? -errno : -EIO;
+                        break;
+                }
+                off += (size_t)n;
+        }
+        close(fd);
+        return r;
+}
+
 int dsv_hugepages_image_seal(struct dsv_hugepages_image *img) {
         if (!img || img->fd < 0)
                 return -EINVAL;

@@ -314,6 +314,10 @@ struct dsv_hugepages_image {
 int dsv_hugepages_image_init(struct dsv_hugepages_image *img, const char *name, size_t len_bytes,
                              int node, enum dsv_hugepages_mode mode, const char *sysfs_root);
 
+/* Copies the first len_bytes of the file at path into the writable mapping (pread, so
+ * hugetlbfs's missing write(2) does not matter). -EIO if the file is shorter. */
+int dsv_hugepages_image_fill(struct dsv_hugepages_image *img, const char *path);
+
 /* Unmaps the writable mapping and adds F_SEAL_SHRINK|F_SEAL_GROW|F_SEAL_WRITE; seals
  * the kernel refuses are left out and named in img->note. Returns 0 when at least
  * SHRINK and GROW hold, else -errno. */
