@@ -153,7 +153,7 @@ static double oracle_w(const struct dse_qmat *w, int64_t r, int64_t c) {
 static const struct mat_case cases[] = {
         {1, 1, 32},   {1, 8, 32},    {3, 7, 32},    {2, 16, 16},  {5, 33, 32},  {7, 64, 32},
         {4, 100, 32}, {9, 130, 64},  {3, 45, 15},   {2, 9, 3},    {130, 200, 128}, {129, 257, 128},
-        {6, 300, 128},
+        {6, 300, 128}, {3, 512, 128}, {2, 521, 32}, {3, 77, 21},
 };
 
 static const enum dse_dtype mat_dtypes[] = {
@@ -241,18 +241,23 @@ TEST(matvec_all_formats_all_levels) {
                                 }
                                 n_checked++;
                         }
-                        /* dequant_row against the oracle, element by element, at every level */
-                        float *row = malloc((size_t)w->cols * 4);
+                        /* dequant_row against the oracle, element by element, and bit for bit
+                         * against the _ref twin (the same operations per element), at every level */
+                        float *row = malloc((size_t)w->cols * 4), *row_ref = malloc((size_t)w->cols * 4);
                         for (int lvl = DSE_CPU_SCALAR; lvl <= (int)top; lvl++) {
                                 struct dse_kernels k;
                                 ASSERT_OK(dse_kernels_resolve((enum dse_cpu_level)lvl, &k));
                                 for (int64_t r = 0; r < w->rows; r += 1 + w->rows / 3) {
                                         k.dequant_row(w, r, row);
-                                        for (int64_t c = 0; c < w->cols; c++)
+                                        kref.dequant_row(w, r, row_ref);
+                                        for (int64_t c = 0; c < w->cols; c++) {
                                                 ASSERT_NEAR(row[c], oracle_w(w, r, c), 1e-7 * fabs(oracle_w(w, r, c)));
+                                                ASSERT_TRUE(memcmp(&row[c], &row_ref[c], sizeof(float)) == 0);
+                                        }
                                 }
                         }
                         free(row);
+                        free(row_ref);
                         free(x);
                         free(y_ref);
                         free(y);

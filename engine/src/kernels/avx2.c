@@ -553,7 +553,8 @@ MATMUL_BY_ROW_BLOCKS(matmul_f8_avx2, matvec_f8_avx2)
 MATMUL_BY_ROW_BLOCKS(matmul_q8_avx2, matvec_q8_avx2)
 MATMUL_BY_ROW_BLOCKS(matmul_q4_avx2, matvec_q4_avx2)
 
-/* out[c] = W[r, c]: 8 columns per step, the _ref twin's conversions for the tail. */
+/* out[c] = W[r, c]: 8 columns per step, the _ref twin's conversions for the tail (MLA
+ * absorption decodes kv_b_proj rows with it every token, so Q8/Q4 matter too). */
 static void dequant_row_avx2(const struct dse_qmat *w, int64_t r, float *out) {
         int64_t n = w->cols, c = 0;
         switch (w->dtype) {
@@ -584,10 +585,47 @@ static void dequant_row_avx2(const struct dse_qmat *w, int64_t r, float *out) {
                         out[c] = lut[row[c]] * srow[c / DSE_F8_BLOCK];
                 return;
         }
+        case DSE_DTYPE_Q8: { /* per group, the _ref twin's one multiply per element */
+                const int8_t *row = (const int8_t *)w->data + r * n;
+                const float *srow = w->scale + r * w->n_groups;
+                for (int64_t g = 0; g < w->n_groups; g++) {
+                        int64_t c1 = (g + 1) * w->group_size < n ? (g + 1) * w->group_size : n;
+                        __m256 s = _mm256_set1_ps(srow[g]);
+                        for (c = g * w->group_size; c + 8 <= c1; c += 8)
+                                _mm256_storeu_ps(out + c, _mm256_mul_ps(load_i8x8(row + c), s));
+                        for (; c < c1; c++)
+                                out[c] = (float)row[c] * srow[g];
+                }
+                return;
+        }
+        case DSE_DTYPE_Q4: { /* per group, (q - z) * s as the _ref twin computes it */
+                const uint8_t *row = (const uint8_t *)w->data + r * ((n + 1) / 2);
+                const float *srow = w->scale + r * w->n_groups;
+                const uint8_t *zrow = w->zero + r * w->n_groups;
+                for (int64_t g = 0; g < w->n_groups; g++) {
+                        int64_t c1 = (g + 1) * w->group_size < n ? (g + 1) * w->group_size : n;
+                        float z = (float)zrow[g];
+                        __m256 s = _mm256_set1_ps(srow[g]), vz = _mm256_set1_ps(z);
+                        c = g * w->group_size;
+                        if (c & 1) { /* odd group size: align to a byte */
+                                out[c] = ((float)(row[c / 2] >> 4) - z) * srow[g];
+                                c++;
+                        }
+                        for (; c + 8 <= c1; c += 8)
+                                _mm256_storeu_ps(out + c, _mm256_mul_ps(_mm256_sub_ps(load_q4x8(row + c / 2), vz), s));
+                        for (; c < c1; c++)
+                                out[c] = ((float)((c & 1) ? row[c / 2] >> 4 : row[c / 2] & 0xf) - z) * srow[g];
+                }
+                return;
+        }
         default:
                 dse__kernels_ref_dequant_row(w, r, out);
                 return;
         }
+}
+
+void dse__kernels_avx2_dequant_row(const struct dse_qmat *w, int64_t r, float *out) {
+        dequant_row_avx2(w, r, out);
 }
 
 static float dot_avx2(const float *a, const float *b, int64_t n) {

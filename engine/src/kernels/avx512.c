@@ -551,6 +551,52 @@ static void rmsnorm_avx512(float *out, const float *x, const float *w, int64_t n
         }
 }
 
+/* out[c] = W[r, c] for Q8 and Q4, 16 columns per step within each group, with the _ref
+ * twin's operations per element ((float)q * s, ((float)q - (float)z) * s), so the
+ * values are identical; the float formats as avx2.c converts them. MLA absorption
+ * decodes 128 kv_b_proj rows per head and token with it. */
+static void dequant_row_avx512(const struct dse_qmat *w, int64_t r, float *out) {
+        int64_t n = w->cols, G = w->group_size;
+        const float *srow = w->scale + r * w->n_groups;
+        if (w->dtype == DSE_DTYPE_Q8) {
+                const int8_t *row = (const int8_t *)w->data + r * n;
+                for (int64_t g = 0; g < w->n_groups; g++) {
+                        int64_t c1 = (g + 1) * G < n ? (g + 1) * G : n;
+                        __m512 s = _mm512_set1_ps(srow[g]);
+                        for (int64_t c = g * G; c < c1; c += 16) {
+                                __mmask16 m = mask16(c1 - c);
+                                __m512 q = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(m, row + c)));
+                                _mm512_mask_storeu_ps(out + c, m, _mm512_mul_ps(q, s));
+                        }
+                }
+        } else if (w->dtype == DSE_DTYPE_Q4) {
+                const uint8_t *row = (const uint8_t *)w->data + r * ((n + 1) / 2);
+                const uint8_t *zrow = w->zero + r * w->n_groups;
+                /* 8 bytes, each doubled, widened to 16 lanes: even lanes keep the low nibble */
+                const __m512i shift = _mm512_setr_epi32(0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4);
+                const __m512i lo4 = _mm512_set1_epi32(0xf);
+                for (int64_t g = 0; g < w->n_groups; g++) {
+                        int64_t c = g * G, c1 = c + G < n ? c + G : n;
+                        float z = (float)zrow[g];
+                        __m512 s = _mm512_set1_ps(srow[g]), vz = _mm512_set1_ps(z);
+                        if (c & 1) { /* odd group size: align to a byte */
+                                out[c] = ((float)(row[c / 2] >> 4) - z) * srow[g];
+                                c++;
+                        }
+                        for (; c < c1; c += 16) {
+                                int64_t len = c1 - c;
+                                __m128i b = _mm_maskz_loadu_epi8(mask16(len >= 16 ? 8 : (len + 1) / 2), row + c / 2);
+                                __m512i v = _mm512_cvtepu8_epi32(_mm_unpacklo_epi8(b, b));
+                                v = _mm512_and_si512(_mm512_srlv_epi32(v, shift), lo4);
+                                _mm512_mask_storeu_ps(out + c, mask16(len),
+                                                      _mm512_mul_ps(_mm512_sub_ps(_mm512_cvtepi32_ps(v), vz), s));
+                        }
+                }
+        } else {
+                dse__kernels_avx2_dequant_row(w, r, out);
+        }
+}
+
 void dse__kernels_avx512_matmul_xq(const struct dse_qmat *w, const struct dse_xq *xq, float *y, int64_t ldy,
                                    int64_t r0, int64_t r1) {
         if (w->dtype == DSE_DTYPE_Q4)
@@ -620,6 +666,7 @@ void dse__kernels_fill_avx512(struct dse_kernels *k) {
         k->matmul[DSE_DTYPE_F16] = matmul_f16_avx512;
         k->matmul[DSE_DTYPE_BF16] = matmul_bf16_avx512;
         k->quantize_xq = quantize_xq_avx512;
+        k->dequant_row = dequant_row_avx512;
         k->dot = dot_avx512;
         k->axpy = axpy_avx512;
         k->rmsnorm = rmsnorm_avx512;
