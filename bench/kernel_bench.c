@@ -1,7 +1,7 @@
 /* dse-kernel-bench: the integer kernels (quantize_xq + matmul_xq) alone, per CPU level,
  * against a read-bandwidth probe measured in the same run (issue 4, kernels).
  *
- *     dse-kernel-bench [--format q4|q8] [--threads T] [--mb M] [--reps N]
+ *     dse-kernel-bench [--format q4|q8] [--threads T] [--mb M] [--reps N] [--float]
  *
  * Two measurements per level (avx2, and avx512 with VNNI when the CPU has it):
  *   stream   one matrix of about M MB of weights (default 256, far past the caches),
@@ -13,6 +13,8 @@
  *   compute  a 256 x 4096 matrix that stays in L2, one thread, n = 1..32: GMAC/s of
  *            thread CPU time (so other jobs on a shared machine do not count), the
  *            measure of how much arithmetic each decoded weight block does.
+ * --float instead: the float-activation kernels (matvec of BF16, F32, Q8 and Q4 weights,
+ * and bf16act) streaming, per level, against the probe over each matrix.
  * Best of --reps passes everywhere. The probe and the kernels run in the same process
  * one after the other, so the ratio does not depend on a bandwidth typed in. */
 #include <errno.h>
@@ -47,38 +49,71 @@ struct mat {
         size_t bytes; /* data + scales + zeros: what one pass reads */
 };
 
+/* Bytes of w's data array (what the probe reads; scales and zeros come on top). */
+static size_t data_bytes(const struct dse_qmat *w) {
+        switch (w->dtype) {
+        case DSE_DTYPE_Q4:
+                return (size_t)(w->rows * ((w->cols + 1) / 2));
+        case DSE_DTYPE_Q8:
+                return (size_t)(w->rows * w->cols);
+        case DSE_DTYPE_F32:
+                return (size_t)(w->rows * w->cols) * 4;
+        default: /* BF16 */
+                return (size_t)(w->rows * w->cols) * 2;
+        }
+}
+
+/* A Q4, Q8, BF16 or F32 matrix of random weights (floats in [0.5, 2): no subnormals,
+ * whose assists would time something else). */
 static int mat_new(struct mat *m, enum dse_dtype dt, int64_t rows, int64_t cols, int32_t group) {
         memset(m, 0, sizeof *m);
         m->w.dtype = dt;
         m->w.rows = rows;
         m->w.cols = cols;
-        m->w.group_size = group;
-        m->w.n_groups = (cols + group - 1) / group;
-        size_t data = dt == DSE_DTYPE_Q4 ? (size_t)(rows * ((cols + 1) / 2)) : (size_t)(rows * cols);
+        int quant = dt == DSE_DTYPE_Q4 || dt == DSE_DTYPE_Q8;
+        m->w.group_size = quant ? group : 0;
+        m->w.n_groups = quant ? (cols + group - 1) / group : 0;
+        size_t data = data_bytes(&m->w);
         size_t ng = (size_t)(rows * m->w.n_groups);
         /* on 2 MiB pages, as the weights are served (hugetlb memfd, or the file mapping's
          * PMD-mapped page cache) */
         size_t huge = 2u << 20;
         uint8_t *d = aligned_alloc(huge, (data + huge - 1) / huge * huge);
-        if (d)
-                madvise(d, (data + huge - 1) / huge * huge, MADV_HUGEPAGE);
-        float *s = malloc(ng * sizeof(float));
-        uint8_t *z = malloc(ng);
-        if (!d || !s || !z)
+        if (!d)
                 return -ENOMEM;
-        for (size_t i = 0; i < data; i++)
-                d[i] = (uint8_t)rnd();
-        for (size_t i = 0; i < ng; i++) {
-                s[i] = 0.001f * (float)(1 + rnd() % 100);
-                z[i] = (uint8_t)(rnd() % 16);
-        }
+        madvise(d, (data + huge - 1) / huge * huge, MADV_HUGEPAGE);
+        if (dt == DSE_DTYPE_BF16)
+                for (size_t i = 0; i < data / 2; i++)
+                        ((uint16_t *)d)[i] = (uint16_t)(0x3f00 + rnd() % 0x100);
+        else if (dt == DSE_DTYPE_F32)
+                for (size_t i = 0; i < data / 4; i++)
+                        ((float *)d)[i] = 0.5f + (float)(rnd() % 1500) / 1000.0f;
+        else
+                for (size_t i = 0; i < data; i++)
+                        d[i] = (uint8_t)rnd();
         m->w.data = d;
-        m->w.scale = s;
-        m->w.zero = dt == DSE_DTYPE_Q4 ? z : NULL;
-        if (dt != DSE_DTYPE_Q4)
-                free(z);
-        m->bytes = data + ng * sizeof(float) + (dt == DSE_DTYPE_Q4 ? ng : 0);
+        m->bytes = data;
+        if (quant) {
+                float *sc = malloc(ng * sizeof(float));
+                uint8_t *z = dt == DSE_DTYPE_Q4 ? malloc(ng) : NULL;
+                if (!sc || (dt == DSE_DTYPE_Q4 && !z))
+                        return -ENOMEM;
+                for (size_t i = 0; i < ng; i++) {
+                        sc[i] = 0.001f * (float)(1 + rnd() % 100);
+                        if (z)
+                                z[i] = (uint8_t)(rnd() % 16);
+                }
+                m->w.scale = sc;
+                m->w.zero = z;
+                m->bytes += ng * sizeof(float) + (z ? ng : 0);
+        }
         return 0;
+}
+
+static void mat_free(struct mat *m) {
+        free((void *)m->w.data);
+        free((void *)m->w.scale);
+        free((void *)m->w.zero);
 }
 
 /* ---- threads: a pass over rows split in T parts, or the probe over T slices ---------- */
@@ -87,6 +122,8 @@ struct job {
         const struct dse_kernels *k;
         const struct dse_qmat *w;
         const struct dse_xq *xq;
+        const float *x; /* float activations (matvec, bf16act), when xq is NULL */
+        dse_matmul_fn bf16act;
         float *y;
         int64_t ldy, r0, r1;
         const uint8_t *buf; /* probe */
@@ -97,7 +134,12 @@ struct job {
 
 static void *run_kernel(void *arg) {
         struct job *j = arg;
-        j->k->matmul_xq[j->w->dtype](j->w, j->xq, j->y, j->ldy, j->r0, j->r1);
+        if (j->xq)
+                j->k->matmul_xq[j->w->dtype](j->w, j->xq, j->y, j->ldy, j->r0, j->r1);
+        else if (j->bf16act)
+                j->bf16act(j->w, j->x, j->w->cols, 1, j->y, j->ldy, j->r0, j->r1);
+        else
+                j->k->matvec[j->w->dtype](j->w, j->x, j->y, j->r0, j->r1);
         return NULL;
 }
 
@@ -122,7 +164,7 @@ static double run_threads(int T, struct job *jobs, void *(*fn)(void *)) {
 /* GB/s of the best T-thread pass of each read_probe variant over the matrix's own data
  * (the same pages the kernels read); ret_variant: the variant that won. */
 static double probe_gbs(int T, const struct mat *m, int reps, int *ret_variant) {
-        size_t len = (size_t)(m->w.dtype == DSE_DTYPE_Q4 ? m->w.rows * ((m->w.cols + 1) / 2) : m->w.rows * m->w.cols);
+        size_t len = data_bytes(&m->w);
         size_t per = len / (size_t)T / 256 * 256;
         struct job jobs[16];
         double best = 1e30;
@@ -178,12 +220,65 @@ static double call_cpu_s(const struct dse_kernels *k, const struct mat *m, int64
         return best;
 }
 
+/* --float: the float-activation kernels one token at a time (matvec, the decode path of
+ * every matrix matmul_xq does not take; bf16act for BF16 where the CPU has vdpbf16ps)
+ * streaming a matrix of about mb MB per format, per level, against the probe over that
+ * matrix, best of reps. */
+static void float_stream(const struct dse_cpu_info *cpu, int T, double mb, int reps, const float *x, float *y) {
+        static const enum dse_dtype dts[] = {DSE_DTYPE_BF16, DSE_DTYPE_F32, DSE_DTYPE_Q8, DSE_DTYPE_Q4};
+        static const char *const names[] = {"bf16", "f32", "q8 g32", "q4 g128"};
+        static const int32_t groups[] = {0, 0, 32, 128};
+        static const double bytes_per_col[] = {2, 4, 1 + 4.0 / 32, 0.5 + 5.0 / 128};
+        enum dse_cpu_level levels[2] = {DSE_CPU_AVX2, DSE_CPU_AVX512};
+        int n_lv = cpu->detected >= DSE_CPU_AVX512 ? 2 : 1;
+        int64_t cols = 4096;
+        printf("float activations, one token (matvec), %d thread(s), best of %d, GB/s of weights and of probe:\n", T,
+               reps);
+        for (size_t f = 0; f < sizeof dts / sizeof dts[0]; f++) {
+                int64_t rows = (int64_t)(mb * 1e6 / (bytes_per_col[f] * (double)cols)) / 64 * 64;
+                struct mat m;
+                if (mat_new(&m, dts[f], rows, cols, groups[f]) < 0)
+                        exit(1);
+                int pv = 0;
+                double probe = probe_gbs(T, &m, reps, &pv);
+                printf("%-8s (%lldx%lld, %.0f MB) probe %.2f GB/s (%s):", names[f], (long long)rows, (long long)cols,
+                       m.bytes / 1e6, probe, read_probe_name(pv));
+                for (int l = 0; l < n_lv; l++) {
+                        struct dse_kernels k;
+                        dse__kernels_resolve_with(levels[l], l && cpu->avx512bf16 ? DSE_KFEAT_BF16 : 0, &k);
+                        for (int act = 0; act < (dts[f] == DSE_DTYPE_BF16 && k.matmul_bf16act ? 2 : 1); act++) {
+                                struct job jobs[16];
+                                for (int i = 0; i < T; i++)
+                                        jobs[i] = (struct job){.k = &k, .w = &m.w, .x = x, .y = y, .ldy = rows,
+                                                               .bf16act = act ? k.matmul_bf16act : NULL,
+                                                               .r0 = rows * i / T, .r1 = rows * (i + 1) / T};
+                                double best = 1e30;
+                                for (int r = 0; r < reps; r++) {
+                                        double t = run_threads(T, jobs, run_kernel);
+                                        best = t < best ? t : best;
+                                }
+                                double gbs = m.bytes / best / 1e9;
+                                printf(" %s%s %.2f = %.2f", l ? "avx512" : "avx2", act ? "-bf16act" : "", gbs,
+                                       gbs / probe);
+                        }
+                }
+                printf("\n");
+                mat_free(&m);
+        }
+}
+
 int main(int argc, char **argv) {
         enum dse_dtype dt = DSE_DTYPE_Q4;
-        int T = 1, reps = 5;
+        int T = 1, reps = 5, float_only = 0;
         double mb = 256;
-        for (int i = 1; i + 1 < argc; i += 2) {
-                if (strcmp(argv[i], "--format") == 0)
+        for (int i = 1; i < argc; i += 2) {
+                if (strcmp(argv[i], "--float") == 0) {
+                        float_only = 1;
+                        i--;
+                } else if (i + 1 >= argc) {
+                        fprintf(stderr, "dse-kernel-bench: %s needs a value\n", argv[i]);
+                        return 2;
+                } else if (strcmp(argv[i], "--format") == 0)
                         dt = strcmp(argv[i + 1], "q8") == 0 ? DSE_DTYPE_Q8 : DSE_DTYPE_Q4;
                 else if (strcmp(argv[i], "--threads") == 0)
                         T = atoi(argv[i + 1]);
@@ -192,7 +287,7 @@ int main(int argc, char **argv) {
                 else if (strcmp(argv[i], "--reps") == 0)
                         reps = atoi(argv[i + 1]);
                 else {
-                        fprintf(stderr, "usage: dse-kernel-bench [--format q4|q8] [--threads T] [--mb M] [--reps N]\n");
+                        fprintf(stderr, "usage: dse-kernel-bench [--format q4|q8] [--threads T] [--mb M] [--reps N] [--float]\n");
                         return 2;
                 }
         }
@@ -203,6 +298,13 @@ int main(int argc, char **argv) {
         struct dse_cpu_info cpu;
         if (dse_cpu_detect(&cpu, NULL) < 0)
                 return 1;
+        if (float_only) {
+                float *xf = malloc(4096 * sizeof(float)), *yf = malloc((size_t)(mb * 1e6 / 2048 + 64) * sizeof(float)); /* rows of the Q4 matrix at most */
+                for (int i = 0; i < 4096; i++)
+                        xf[i] = (float)((int)(rnd() % 2001) - 1000) / 1000.0f;
+                float_stream(&cpu, T, mb, reps, xf, yf);
+                return 0;
+        }
         int32_t group = dt == DSE_DTYPE_Q4 ? 128 : 32;
         const char *fmt = dt == DSE_DTYPE_Q4 ? "int4 g128" : "int8 g32";
 

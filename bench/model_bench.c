@@ -18,7 +18,7 @@
  *                   scales and zeros, norms, one embedding row; for MoE layers only
  *                   n_experts_per_tok / n_routed_experts of the routed experts
  *   read bandwidth  a streaming read on the same pool over the weight mapping itself
- *                   (its first GiB), the best of 5 passes of each read_probe.h variant
+ *                   (its first 512 MiB), the best of 5 passes of each read_probe.h variant
  *                   (with and without the kernels' software prefetch), measured before
  *                   and after decoding (the best kept, and the variant named)
  *   roofline        batch-1 decode tok/s x bytes/token / read bandwidth
@@ -411,7 +411,7 @@ static double bytes_per_token(const struct dse_model *m, const struct dse_hparam
 
 /* ---- read-bandwidth probe ---------------------------------------------------------- */
 
-#define PROBE_MAX_BYTES (1ull << 30)
+#define PROBE_MAX_BYTES (512ull << 20)
 
 struct probe {
         const uint8_t *buf;
@@ -440,7 +440,7 @@ static double cpu_s(void) {
 }
 
 /* Bytes per second of the best of 5 streaming passes of each read_probe variant over
- * the weight mapping itself (its first GiB: far past any cache), on the pool: the same
+ * the weight mapping itself (its first 512 MiB: far past any cache), on the pool: the same
  * pages as the kernels read (file mapping or hugetlb memfd), already faulted in.
  * ret_variant: the variant that won. */
 static double probe_read_bw(struct dse_pool *pool, const struct dse_model *m, int *ret_variant) {

@@ -1,80 +1,119 @@
-/* read_probe.h's streaming reads. Each width has one loop, with the kernels' prefetch
- * (one prefetch per 64-byte line, DSE_PREFETCH_AHEAD bytes ahead, into L2, as avx512.c's
- * q4_block and q8_block issue them) or without it. */
+/* read_probe.h's streaming reads. One loop per load width, specialised by the number of
+ * concurrent streams (the slice cut in S equal parts read side by side, 256 bytes of each
+ * per step, as a matmul reads its block of rows) and by the prefetch (one per 64-byte
+ * line, DSE_PREFETCH_AHEAD bytes ahead, into L2, as avx512.c's q4_block and q8_block
+ * issue them). Several streams matter: one core's L2 streamer follows each stream only so
+ * far ahead, and the 4-row AVX-512 matvec of BF16 weights read 1.22x what one prefetched
+ * stream did (dse-kernel-bench --float, 1 thread, 2026-12-02). */
 #include <immintrin.h>
 
 #include "kernels/kernels.h"
 #include "read_probe.h"
 
-#define UNROLL_LINES(body) body(0) body(64) body(128) body(192)
+static const struct {
+        int streams, prefetch;
+} variants[READ_PROBE_VARIANTS] = {{1, 0}, {1, 1}, {4, 0}, {4, 1}, {8, 0}, {8, 1}};
 
-__attribute__((target("avx512f"))) static inline uint64_t read_avx512(const uint8_t *p, size_t n, const int pf) {
+#define PF(p) _mm_prefetch((const char *)(p) + DSE_PREFETCH_AHEAD, _MM_HINT_T1)
+
+__attribute__((target("avx512f"))) static inline uint64_t read_avx512(const uint8_t *p, size_t n, const int S,
+                                                                        const int pf) {
+        size_t part = n / (size_t)S / 256 * 256;
         __m512i a0 = _mm512_setzero_si512(), a1 = a0, a2 = a0, a3 = a0;
-        for (size_t i = 0; i + 256 <= n; i += 256) {
-                if (pf) {
-#define PF(o) _mm_prefetch((const char *)(p + i + (o) + DSE_PREFETCH_AHEAD), _MM_HINT_T1);
-                        UNROLL_LINES(PF)
+        for (size_t i = 0; i < part; i += 256)
+                for (int s = 0; s < S; s++) {
+                        const uint8_t *q = p + (size_t)s * part + i;
+                        if (pf) {
+                                PF(q);
+                                PF(q + 64);
+                                PF(q + 128);
+                                PF(q + 192);
+                        }
+                        a0 = _mm512_xor_si512(a0, _mm512_load_si512(q));
+                        a1 = _mm512_xor_si512(a1, _mm512_load_si512(q + 64));
+                        a2 = _mm512_xor_si512(a2, _mm512_load_si512(q + 128));
+                        a3 = _mm512_xor_si512(a3, _mm512_load_si512(q + 192));
                 }
-                a0 = _mm512_xor_si512(a0, _mm512_load_si512(p + i));
-                a1 = _mm512_xor_si512(a1, _mm512_load_si512(p + i + 64));
-                a2 = _mm512_xor_si512(a2, _mm512_load_si512(p + i + 128));
-                a3 = _mm512_xor_si512(a3, _mm512_load_si512(p + i + 192));
-        }
         __m512i a = _mm512_xor_si512(_mm512_xor_si512(a0, a1), _mm512_xor_si512(a2, a3));
         return (uint64_t)_mm_cvtsi128_si64(_mm512_castsi512_si128(a));
 }
 
-__attribute__((target("avx2"))) static inline uint64_t read_avx2(const uint8_t *p, size_t n, const int pf) {
+__attribute__((target("avx2"))) static inline uint64_t read_avx2(const uint8_t *p, size_t n, const int S,
+                                                                  const int pf) {
+        size_t part = n / (size_t)S / 256 * 256;
         __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
-        for (size_t i = 0; i + 256 <= n; i += 256) {
-                if (pf) {
-                        UNROLL_LINES(PF)
+        for (size_t i = 0; i < part; i += 256)
+                for (int s = 0; s < S; s++) {
+                        const uint8_t *q = p + (size_t)s * part + i;
+                        if (pf) {
+                                PF(q);
+                                PF(q + 64);
+                                PF(q + 128);
+                                PF(q + 192);
+                        }
+                        for (int o = 0; o < 256; o += 128) {
+                                a0 = _mm256_xor_si256(a0, _mm256_load_si256((const __m256i *)(q + o)));
+                                a1 = _mm256_xor_si256(a1, _mm256_load_si256((const __m256i *)(q + o + 32)));
+                                a2 = _mm256_xor_si256(a2, _mm256_load_si256((const __m256i *)(q + o + 64)));
+                                a3 = _mm256_xor_si256(a3, _mm256_load_si256((const __m256i *)(q + o + 96)));
+                        }
                 }
-                a0 = _mm256_xor_si256(a0, _mm256_xor_si256(_mm256_load_si256((const __m256i *)(p + i)),
-                                                           _mm256_load_si256((const __m256i *)(p + i + 32))));
-                a1 = _mm256_xor_si256(a1, _mm256_xor_si256(_mm256_load_si256((const __m256i *)(p + i + 64)),
-                                                           _mm256_load_si256((const __m256i *)(p + i + 96))));
-                a2 = _mm256_xor_si256(a2, _mm256_xor_si256(_mm256_load_si256((const __m256i *)(p + i + 128)),
-                                                           _mm256_load_si256((const __m256i *)(p + i + 160))));
-                a3 = _mm256_xor_si256(a3, _mm256_xor_si256(_mm256_load_si256((const __m256i *)(p + i + 192)),
-                                                           _mm256_load_si256((const __m256i *)(p + i + 224))));
-        }
         __m256i a = _mm256_xor_si256(_mm256_xor_si256(a0, a1), _mm256_xor_si256(a2, a3));
         return (uint64_t)_mm_cvtsi128_si64(_mm256_castsi256_si128(a));
 }
 
-static uint64_t read_scalar(const uint8_t *p, size_t n, const int pf) {
+static inline uint64_t read_scalar(const uint8_t *p, size_t n, const int S, const int pf) {
+        size_t part = n / (size_t)S / 256 * 256;
         uint64_t a0 = 0, a1 = 0, a2 = 0, a3 = 0;
-        for (size_t i = 0; i + 256 <= n; i += 256) {
-                if (pf) {
-                        UNROLL_LINES(PF)
+        for (size_t i = 0; i < part; i += 256)
+                for (int s = 0; s < S; s++) {
+                        const uint64_t *q = (const uint64_t *)(p + (size_t)s * part + i);
+                        if (pf) {
+                                PF(q);
+                                PF(q + 8);
+                                PF(q + 16);
+                                PF(q + 24);
+                        }
+                        for (int j = 0; j < 32; j += 4) {
+                                a0 ^= q[j];
+                                a1 ^= q[j + 1];
+                                a2 ^= q[j + 2];
+                                a3 ^= q[j + 3];
+                        }
                 }
-                const uint64_t *q = (const uint64_t *)(p + i);
-                for (int j = 0; j < 32; j += 4) {
-                        a0 ^= q[j];
-                        a1 ^= q[j + 1];
-                        a2 ^= q[j + 2];
-                        a3 ^= q[j + 3];
-                }
-        }
         return a0 ^ a1 ^ a2 ^ a3;
 }
-#undef PF
+
+/* Each (streams, prefetch) pair as its own loop, so neither is a runtime test inside it. */
+#define DISPATCH(fn)                                                                                           \
+        switch (variants[variant].streams * 2 + variants[variant].prefetch) {                                 \
+        case 2: return fn(p, n, 1, 0);                                                                         \
+        case 3: return fn(p, n, 1, 1);                                                                         \
+        case 8: return fn(p, n, 4, 0);                                                                         \
+        case 9: return fn(p, n, 4, 1);                                                                         \
+        case 16: return fn(p, n, 8, 0);                                                                        \
+        default: return fn(p, n, 8, 1);                                                                        \
+        }
 
 uint64_t read_probe(const uint8_t *p, size_t n, int variant) {
-        int pf = variant == READ_PROBE_PREFETCH;
+        if (variant < 0 || variant >= READ_PROBE_VARIANTS)
+                variant = 0;
         if (__builtin_cpu_supports("avx512f"))
-                return pf ? read_avx512(p, n, 1) : read_avx512(p, n, 0);
+                DISPATCH(read_avx512)
         if (__builtin_cpu_supports("avx2"))
-                return pf ? read_avx2(p, n, 1) : read_avx2(p, n, 0);
-        return pf ? read_scalar(p, n, 1) : read_scalar(p, n, 0);
+                DISPATCH(read_avx2)
+        DISPATCH(read_scalar)
 }
 
 const char *read_probe_name(int variant) {
-        int pf = variant == READ_PROBE_PREFETCH;
-        if (__builtin_cpu_supports("avx512f"))
-                return pf ? "avx512+prefetch" : "avx512";
-        if (__builtin_cpu_supports("avx2"))
-                return pf ? "avx2+prefetch" : "avx2";
-        return pf ? "scalar+prefetch" : "scalar";
+        static const char *const names[3][READ_PROBE_VARIANTS] = {
+                {"avx512 1 stream", "avx512 1 stream+prefetch", "avx512 4 streams", "avx512 4 streams+prefetch",
+                 "avx512 8 streams", "avx512 8 streams+prefetch"},
+                {"avx2 1 stream", "avx2 1 stream+prefetch", "avx2 4 streams", "avx2 4 streams+prefetch",
+                 "avx2 8 streams", "avx2 8 streams+prefetch"},
+                {"scalar 1 stream", "scalar 1 stream+prefetch", "scalar 4 streams", "scalar 4 streams+prefetch",
+                 "scalar 8 streams", "scalar 8 streams+prefetch"},
+        };
+        int w = __builtin_cpu_supports("avx512f") ? 0 : __builtin_cpu_supports("avx2") ? 1 : 2;
+        return (unsigned)variant < READ_PROBE_VARIANTS ? names[w][variant] : "?";
 }
