@@ -344,7 +344,7 @@ static inline __attribute__((always_inline)) void q4_xq_rows(const struct dse_qm
                                 xg = _mm256_fmadd_ps(x.xsf, x.dv, xg);
                                 for (int i = 0; i < R; i++) {
                                         if (!(p & 1))
-                                                _mm_prefetch((const char *)(row[i] + p * 32 + 512), _MM_HINT_T0);
+                                                _mm_prefetch((const char *)(row[i] + p * 32 + DSE_PREFETCH_AHEAD), _MM_HINT_T1);
                                         __m256 f = _mm256_cvtepi32_ps(q4_pair_dot(row[i] + p * 32, &x));
                                         accg[i] = _mm256_fmadd_ps(f, x.dv, accg[i]);
                                 }
@@ -360,7 +360,7 @@ static inline __attribute__((always_inline)) void q4_xq_rows(const struct dse_qm
                         int64_t g0 = 2 * p * DSE_XQ_BLOCK / G, g1 = (2 * p + 1) * DSE_XQ_BLOCK / G;
                         for (int i = 0; i < R; i++) {
                                 if (!(p & 1))
-                                        _mm_prefetch((const char *)(row[i] + p * 32 + 512), _MM_HINT_T0);
+                                        _mm_prefetch((const char *)(row[i] + p * 32 + DSE_PREFETCH_AHEAD), _MM_HINT_T1);
                                 __m256 sd = _mm256_mul_ps(x.dv, _mm256_set_m128(_mm_set1_ps(sc[i][g1]),
                                                                                 _mm_set1_ps(sc[i][g0])));
                                 __m256 zf = _mm256_set_m128(_mm_set1_ps((float)zr[i][g1]), _mm_set1_ps((float)zr[i][g0]));
@@ -414,7 +414,8 @@ static inline __attribute__((always_inline)) void q8_xq_rows(const struct dse_qm
                 for (int64_t be = b + bpg < full ? b + bpg : full; b < be; b++) {
                         __m256i xv = _mm256_loadu_si256((const __m256i *)(q + b * DSE_XQ_BLOCK));
                         for (int i = 0; i < R; i++) {
-                                _mm_prefetch((const char *)(row[i] + b * DSE_XQ_BLOCK + 768), _MM_HINT_T0);
+                                if (!(b & 1))
+                                        _mm_prefetch((const char *)(row[i] + b * DSE_XQ_BLOCK + DSE_PREFETCH_AHEAD), _MM_HINT_T1);
                                 __m256i wv = _mm256_loadu_si256((const __m256i *)(row[i] + b * DSE_XQ_BLOCK));
                                 acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(q8_dot(wv, xv)),
                                                          _mm256_set1_ps(sc[i][g] * d[b]), acc[i]);
