@@ -310,13 +310,20 @@ static void matmul_xq_blocked(const struct dse_qmat *w, const struct dse_xq *xq,
                               int64_t r1, int64_t step, prep_fn prep, rows_fn rows) {
         _Alignas(64) struct xchunk xc;
         int64_t np = (w->cols + step - 1) / step, pcs = KC / step; /* steps, steps per chunk */
+        /* One token block over one chunk (decode: n <= TB, cols <= KC) is prepared once for
+         * every super-block rather than once per RS rows (prep_q4 was 2.4% of Qwen int4
+         * batch-1 samples, against 41% in q4_block_rows). */
+        int once = xq->n <= TB && np <= pcs;
+        if (once)
+                prep(xq, w->group_size, 0, (int)xq->n, 0, np, &xc);
         for (int64_t rs = r0; rs < r1; rs += RS) {
                 int64_t re = rs + RS < r1 ? rs + RS : r1;
                 for (int64_t t0 = 0; t0 < xq->n; t0 += TB) {
                         int T = xq->n - t0 < TB ? (int)(xq->n - t0) : TB;
                         for (int64_t pc = 0; pc < np; pc += pcs) {
                                 int64_t pe = pc + pcs < np ? pc + pcs : np;
-                                prep(xq, w->group_size, t0, T, pc, pe, &xc);
+                                if (!once)
+                                        prep(xq, w->group_size, t0, T, pc, pe, &xc);
                                 rows(w, &xc, pc, pe, y + t0 * ldy, ldy, rs, re, T, pc == 0);
                         }
                 }
