@@ -35,7 +35,7 @@ for p in $presets; do
         [ "$layers" -gt 0 ] && args+=(--layers "$layers")
         [ "$h" = 1 ] && args+=(--hugepages)
         # shellcheck disable=SC2086
-        "$bench" "${args[@]}" ${EXTRA:-}
+        "$bench" "${args[@]}" ${EXTRA:-} || echo "# failed ($?): ${args[*]}"
         echo "# load after: $(cut -d' ' -f1-3 /proc/loadavg)"
       done
     done
