@@ -165,7 +165,7 @@ static double run_threads(int T, struct job *jobs, void *(*fn)(void *)) {
  * (the same pages the kernels read); ret_variant: the variant that won. */
 static double probe_gbs(int T, const struct mat *m, int reps, int *ret_variant) {
         size_t len = data_bytes(&m->w);
-        size_t per = len / (size_t)T / 256 * 256;
+        size_t per = len / (size_t)T / 2048 * 2048; /* 8 streams of 256-byte steps: every byte read */
         struct job jobs[16];
         double best = 1e30;
         for (int v = 0; v < READ_PROBE_VARIANTS; v++) {
@@ -299,7 +299,8 @@ int main(int argc, char **argv) {
         if (dse_cpu_detect(&cpu, NULL) < 0)
                 return 1;
         if (float_only) {
-                float *xf = malloc(4096 * sizeof(float)), *yf = malloc((size_t)(mb * 1e6 / 2048 + 64) * sizeof(float)); /* rows of the Q4 matrix at most */
+                /* y: as many rows as the Q4 matrix has (the most) */
+                float *xf = malloc(4096 * sizeof(float)), *yf = malloc((size_t)(mb * 1e6 / 2048 + 64) * sizeof(float));
                 for (int i = 0; i < 4096; i++)
                         xf[i] = (float)((int)(rnd() % 2001) - 1000) / 1000.0f;
                 float_stream(&cpu, T, mb, reps, xf, yf);

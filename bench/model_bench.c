@@ -19,11 +19,11 @@
  *                   n_experts_per_tok / n_routed_experts of the routed experts
  *   read bandwidth  a streaming read on the same pool over the weight mapping itself
  *                   (its first 512 MiB), the best of 5 passes of each read_probe.h variant
- *                   (with and without the kernels' software prefetch), measured before
- *                   and after decoding (the best kept, and the variant named)
+ *                   (1, 4 or 8 streams per thread, with and without the kernels' software
+ *                   prefetch), before and after decoding (the best kept, the variant named)
  *   roofline        batch-1 decode tok/s x bytes/token / read bandwidth
- *   rss_ratio       VmRSS + HugetlbPages after the largest batch's last step / (weight bytes + the KV
- *                   cache budget + the batch's arena and logits): issue 4 item 7 wants
+ *   rss_ratio       VmRSS + HugetlbPages after the largest batch's last step / (weight
+ *                   bytes + the KV cache budget + the batch's arena and logits): issue 4 item 7 wants
  *                   <= 1.05 (weights used in place from the mapping, nothing repacked)
  * Each variant is checked before it is timed: every logit of the first evaluation must
  * be finite.
@@ -412,6 +412,7 @@ static double bytes_per_token(const struct dse_model *m, const struct dse_hparam
 /* ---- read-bandwidth probe ---------------------------------------------------------- */
 
 #define PROBE_MAX_BYTES (512ull << 20)
+#define PROBE_SLICE_ALIGN 2048 /* 8 streams of 256-byte steps: read_probe reads every byte */
 
 struct probe {
         const uint8_t *buf;
@@ -422,7 +423,7 @@ struct probe {
 
 static void probe_task(void *ctx, int ith, int nth) {
         struct probe *pr = ctx;
-        size_t per = pr->n / (size_t)nth / 256 * 256;
+        size_t per = pr->n / (size_t)nth / PROBE_SLICE_ALIGN * PROBE_SLICE_ALIGN;
         pr->sink[ith % 64] ^= read_probe(pr->buf + (size_t)ith * per, per, pr->variant);
 }
 
@@ -448,13 +449,15 @@ static double probe_read_bw(struct dse_pool *pool, const struct dse_model *m, in
         for (size_t i = 0; i < dse__model_n_tensors(m); i++) {
                 const struct dse_tensor *t = dse__model_tensor_at(m, i);
                 uintptr_t a = (uintptr_t)t->data;
+                if (!t->data || !t->size_bytes)
+                        continue;
                 lo = a < lo ? a : lo;
                 hi = a + t->size_bytes > hi ? a + t->size_bytes : hi;
         }
         lo = (lo + 63) / 64 * 64;
         int nth = dse_pool_n_threads(pool);
         size_t len = hi - lo < PROBE_MAX_BYTES ? hi - lo : PROBE_MAX_BYTES;
-        size_t per = len / (size_t)nth / 256 * 256;
+        size_t per = len / (size_t)nth / PROBE_SLICE_ALIGN * PROBE_SLICE_ALIGN;
         struct probe pr = {.buf = (const uint8_t *)lo, .n = len};
         double best = 0;
         for (int v = 0; v < READ_PROBE_VARIANTS; v++) {
@@ -804,7 +807,7 @@ static int write_nr_hugepages(uint64_t v) {
  * the old value is restored at exit. -ENOMEM (with the count reached) if the kernel
  * could not find the memory. */
 static int hp_reserve(uint64_t need, uint64_t *ret_free) {
-        uint64_t free_pages = 0, nr;
+        uint64_t free_pages = 0;
         int r = dsv_hugepages_free_on_node(NULL, -1, &free_pages);
         if (r < 0)
                 return r;
@@ -819,7 +822,6 @@ static int hp_reserve(uint64_t need, uint64_t *ret_free) {
         fclose(f);
         if (r < 0)
                 return r;
-        nr = v;
         snprintf(hp_old, sizeof hp_old, "%llu\n", v);
         hp_old_len = strlen(hp_old);
         atexit(hp_restore);
@@ -830,7 +832,7 @@ static int hp_reserve(uint64_t need, uint64_t *ret_free) {
          * (next to 21 GiB of page cache it found 768 of 1329 pages, and once 894 of 2554);
          * writing the same target makes it try again: do so until three attempts in a row
          * gain nothing. */
-        uint64_t target = nr + need - free_pages;
+        uint64_t target = v + need - free_pages;
         for (int idle = 0; idle < 3;) {
                 uint64_t before = free_pages;
                 if ((r = write_nr_hugepages(target)) < 0 || (r = dsv_hugepages_free_on_node(NULL, -1, &free_pages)) < 0)
