@@ -331,8 +331,10 @@ static const struct mat_case mm_cases[] = {
         {70, 2200, 128}, {67, 2100, 32}, {5, 2500, 192}, {2, 4161, 64}, {40, 2112, 32},
         {3, 8400, 192}, {5, 8300, 64}, {2, 8200, 32},
 };
-/* Token counts around the 4-token register blocks; 32 only on the smaller shapes. */
-static const int64_t mm_tokens[] = {1, 2, 3, 4, 5, 8, 9, 32};
+/* Token counts around the 4-token register blocks and the AVX-512 Q4 8-token blocks (a
+ * short last block padded from 5, a rest of 1-4 left to the 4-token blocks); more than 9
+ * only on the smaller shapes. */
+static const int64_t mm_tokens[] = {1, 2, 3, 4, 5, 7, 8, 9, 12, 13, 32};
 #define MM_BIG_TOKENS_MAX_ELEMS 100000
 
 /* x (n, ldx) with ldx > cols, so row strides are honoured. */
