@@ -459,7 +459,7 @@ TEST(matmul_xq_q8_q4_all_levels) {
         struct dse_cpu_info cpu;
         unsigned top_feat = 0;
         if (dse_cpu_detect(&cpu, NULL) >= 0) {
-                top_feat |= cpu.avx512vnni ? DSE_KFEAT_VNNI : 0;
+                top_feat |= cpu.avx512vnni ? DSE_KFEAT_VNNI | DSE_KFEAT_T8 : 0;
                 top_feat |= cpu.amx_tile && cpu.amx_int8 && dse__kernels_amx_usable() ? DSE_KFEAT_AMX : 0;
         }
         static const enum dse_dtype dts[] = {DSE_DTYPE_Q8, DSE_DTYPE_Q4};
@@ -488,7 +488,8 @@ TEST(matmul_xq_q8_q4_all_levels) {
                                         {DSE_CPU_AVX2, 0},
                                         {DSE_CPU_AVX512, 0},
                                         {DSE_CPU_AVX512, DSE_KFEAT_VNNI},
-                                        {DSE_CPU_AVX512, DSE_KFEAT_VNNI | DSE_KFEAT_AMX},
+                                        {DSE_CPU_AVX512, DSE_KFEAT_VNNI | DSE_KFEAT_T8},
+                                        {DSE_CPU_AVX512, DSE_KFEAT_VNNI | DSE_KFEAT_T8 | DSE_KFEAT_AMX},
                                 };
                                 for (size_t cfg = 0; cfg < sizeof cfgs / sizeof cfgs[0]; cfg++) {
                                         int lvl = (int)cfgs[cfg][0];
@@ -526,7 +527,7 @@ TEST(matmul_xq_q8_q4_all_levels) {
                                                                        dse_cpu_level_to_string((enum dse_cpu_level)lvl),
                                                                        ci, (long long)w->rows, (long long)cols,
                                                                        mm_cases[ci].group, (long long)n, (long long)t,
-                                                                       (long long)r, feat & DSE_KFEAT_AMX ? " (amx)" : feat ? " (vnni)" : "", got, want_q,
+                                                                       (long long)r, feat & DSE_KFEAT_AMX ? " (amx)" : feat & DSE_KFEAT_T8 ? " (vnni t8)" : feat ? " (vnni)" : "", got, want_q,
                                                                        tol, want_x, bound);
                                                 }
                                                 ASSERT_TRUE(isnan(y[t * ldy + w->rows])); /* untouched */

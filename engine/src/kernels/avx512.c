@@ -13,7 +13,9 @@
  * per token would cost nearly as much as the products), and keep four rows in flight so
  * the loads of one row hide behind the arithmetic of the others. Q4 from 5 tokens on
  * lays 8 tokens across one vector instead (q4_t8_block), which cuts the float work per
- * product by four. */
+ * product by four; that layout sums in another float order than the 4-token blocks, so a
+ * token's result then depends on the number of tokens in the call, and it is a sub-feature
+ * of its own (DSE_KFEAT_T8) that DSV_NO_AMX=1 leaves out with AMX. */
 #include <immintrin.h>
 #include <math.h>
 #include <string.h>
@@ -579,12 +581,30 @@ static void matmul_xq_q8_avx512(const struct dse_qmat *w, const struct dse_xq *x
                 dse__kernels_ref_matmul_xq(w, xq, y, ldy, r0, r1);
                 return;
         }
+        matmul_xq_blocked(w, xq, y, ldy, r0, r1, 64, prep_q8, q8_block_rows);
+}
+
+static void matmul_xq_q8_t8_avx512(const struct dse_qmat *w, const struct dse_xq *xq, float *y, int64_t ldy,
+                                   int64_t r0, int64_t r1) {
+        if (w->group_size % DSE_XQ_BLOCK) {
+                dse__kernels_ref_matmul_xq(w, xq, y, ldy, r0, r1);
+                return;
+        }
         matmul_xq_split(w, xq, y, ldy, r0, r1, 64, prep_q8, q8_block_rows);
 }
 
 /* Groups of 32 or 96 columns split a 64-column step; those take the AVX2 kernel. */
 static void matmul_xq_q4_avx512(const struct dse_qmat *w, const struct dse_xq *xq, float *y, int64_t ldy, int64_t r0,
                                 int64_t r1) {
+        if (w->group_size % 64) {
+                dse__kernels_avx2_matmul_xq(w, xq, y, ldy, r0, r1);
+                return;
+        }
+        matmul_xq_blocked(w, xq, y, ldy, r0, r1, 128, prep_q4, q4_block_rows);
+}
+
+static void matmul_xq_q4_t8_avx512(const struct dse_qmat *w, const struct dse_xq *xq, float *y, int64_t ldy,
+                                   int64_t r0, int64_t r1) {
         if (w->group_size % 64) {
                 dse__kernels_avx2_matmul_xq(w, xq, y, ldy, r0, r1);
                 return;
@@ -804,9 +824,9 @@ static void rmsnorm_avx512(float *out, const float *x, const float *w, int64_t n
 void dse__kernels_avx512_matmul_xq(const struct dse_qmat *w, const struct dse_xq *xq, float *y, int64_t ldy,
                                    int64_t r0, int64_t r1) {
         if (w->dtype == DSE_DTYPE_Q4)
-                matmul_xq_q4_avx512(w, xq, y, ldy, r0, r1);
+                matmul_xq_q4_t8_avx512(w, xq, y, ldy, r0, r1);
         else
-                matmul_xq_q8_avx512(w, xq, y, ldy, r0, r1);
+                matmul_xq_q8_t8_avx512(w, xq, y, ldy, r0, r1);
 }
 
 /* e^x, 16 lanes: x = n ln2 + r with |r| <= ln2/2 (ln2 split in two so n ln2 is exact
@@ -880,4 +900,9 @@ void dse__kernels_fill_avx512(struct dse_kernels *k) {
 void dse__kernels_fill_avx512_vnni(struct dse_kernels *k) {
         k->matmul_xq[DSE_DTYPE_Q8] = matmul_xq_q8_avx512;
         k->matmul_xq[DSE_DTYPE_Q4] = matmul_xq_q4_avx512;
+}
+
+void dse__kernels_fill_avx512_t8(struct dse_kernels *k) {
+        k->matmul_xq[DSE_DTYPE_Q8] = matmul_xq_q8_t8_avx512;
+        k->matmul_xq[DSE_DTYPE_Q4] = matmul_xq_q4_t8_avx512;
 }
