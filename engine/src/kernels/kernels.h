@@ -8,9 +8,10 @@
  * ref.c holds the plain `_ref` twins: the specification, the fallback for every entry and
  * the test oracle. avx2.c overrides what it speeds up, avx512.c what it speeds up beyond
  * that (its matmul_xq only where the CPU has AVX-512 VNNI, matmul_bf16act where it has
- * AVX512_BF16), and amx.c takes matmul_xq from 8 (Q8) or 16 (Q4) tokens and
- * matmul_bf16act from 16 where the CPU has AMX and Linux grants the tile state
- * (DSV_NO_AMX=1 leaves AMX out). The SIMD matmuls prepare activations on the stack: up to
+ * AVX512_BF16; from 5 tokens its 8-token matmul_xq layout, DSE_KFEAT_T8), and amx.c takes
+ * matmul_xq from 8 (Q8) or 16 (Q4) tokens and matmul_bf16act from 16 where the CPU has
+ * AMX and Linux grants the tile state (DSV_NO_AMX=1 leaves out AMX and the 8-token
+ * layout, whose float order depends on the tokens per call). The SIMD matmuls prepare activations on the stack: up to
  * ~350 KiB (AMX), ~100 KiB otherwise; call them on threads with ordinary (MiB) stacks. Kernels take a row range and never
  * know about threads; the caller splits rows over the pool. Accumulation is float32.
  *
