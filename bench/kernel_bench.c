@@ -3,7 +3,8 @@
  *
  *     dse-kernel-bench [--format q4|q8] [--threads T] [--mb M] [--reps N] [--float]
  *
- * Two measurements per level (avx2, and avx512 with VNNI when the CPU has it):
+ * Two measurements per kernel set (avx2; avx512 with VNNI, with VNNI and the 8-token layout
+ * (DSE_KFEAT_T8), and with AMX on top, as far as the CPU has them):
  *   stream   one matrix of about M MB of weights (default 256, far past the caches),
  *            rows split over T threads, n = 1 and n = 8 tokens per pass: GB/s of weight
  *            bytes read (data + scales + zeros) per wall second, and that over the probe's
@@ -328,10 +329,11 @@ int main(int argc, char **argv) {
                 unsigned feat;
         } lv[] = {{"avx2", DSE_CPU_AVX2, 0},
                   {"avx512-vnni", DSE_CPU_AVX512, DSE_KFEAT_VNNI},
-                  {"avx512-amx", DSE_CPU_AVX512, DSE_KFEAT_VNNI | DSE_KFEAT_AMX}};
-        int n_lv = cpu.detected >= DSE_CPU_AVX512 && cpu.avx512vnni ? 2 : 1;
-        if (n_lv == 2 && cpu.amx_tile && cpu.amx_int8 && dse__kernels_amx_usable())
-                n_lv = 3;
+                  {"avx512-t8", DSE_CPU_AVX512, DSE_KFEAT_VNNI | DSE_KFEAT_T8},
+                  {"avx512-amx", DSE_CPU_AVX512, DSE_KFEAT_VNNI | DSE_KFEAT_T8 | DSE_KFEAT_AMX}};
+        int n_lv = cpu.detected >= DSE_CPU_AVX512 && cpu.avx512vnni ? 3 : 1;
+        if (n_lv == 3 && cpu.amx_tile && cpu.amx_int8 && dse__kernels_amx_usable())
+                n_lv = 4;
 
         int pv = 0;
         double probe = probe_gbs(T, &big, reps, &pv);
@@ -353,12 +355,12 @@ int main(int argc, char **argv) {
         printf("compute (256x%lld, in L2, 1 thread, GMAC per thread-CPU second; levels interleaved per rep):\n",
                (long long)cols);
         static const int64_t ns[] = {1, 2, 4, 8, 16, 32, 128};
-        struct dse_kernels ks[3];
-        double gm[3][7];
+        struct dse_kernels ks[4];
+        double gm[4][7];
         for (int l = 0; l < n_lv; l++)
                 dse__kernels_resolve_with(lv[l].level, lv[l].feat, &ks[l]);
         for (size_t i = 0; i < sizeof ns / sizeof ns[0]; i++) {
-                double best[3] = {1e30, 1e30, 1e30};
+                double best[4] = {1e30, 1e30, 1e30, 1e30};
                 for (int r = 0; r < 4 * reps; r++)
                         for (int l = 0; l < n_lv; l++) {
                                 double t = call_cpu_s(&ks[l], &small, ns[i], 1, x, xq_mem, y);

@@ -228,8 +228,8 @@ int dse_session_eval(struct dse_session *s, const int32_t *tokens, size_t n_toke
  *   F32:  float32 activations: exact up to float32 rounding (the strict row, 1e-3).
  * A token's logits do not depend on the other tokens of a call, bitwise, except that
  * with int8 activations the AMX kernels (used for 8 or more tokens per call where the CPU
- * has them; DSV_NO_AMX=1 turns them off) sum the exact block products in another float
- * order: then they differ within float rounding (measured <= 2.4e-6 on logits of
+ * has them) and the AVX-512 VNNI 8-token layout (5 or more tokens per call; DSV_NO_AMX=1
+ * turns both off) sum the exact block products in another float order: then they differ within float rounding (measured <= 2.4e-6 on logits of
  * standard deviation ~3), and a near-tied MoE routing can flip. The default
  * is INT8, overridden by DSV_ACT=f32|int8 in the environment at *_new (for the CLI and
  * the worker); the setters below override both. */

@@ -336,8 +336,10 @@ static const struct mat_case mm_cases[] = {
         {70, 2200, 128}, {67, 2100, 32}, {5, 2500, 192}, {2, 4161, 64}, {40, 2112, 32},
         {3, 8400, 192}, {5, 8300, 64}, {2, 8200, 32},
 };
-/* Token counts around the 4-token register blocks; 32 only on the smaller shapes. */
-static const int64_t mm_tokens[] = {1, 2, 3, 4, 5, 8, 9, 32};
+/* Token counts around the 4-token register blocks and the AVX-512 Q4 8-token blocks (a
+ * short last block padded from 5, a rest of 1-4 left to the 4-token blocks); more than 9
+ * only on the smaller shapes. */
+static const int64_t mm_tokens[] = {1, 2, 3, 4, 5, 7, 8, 9, 12, 13, 32};
 #define MM_BIG_TOKENS_MAX_ELEMS 100000
 
 /* x (n, ldx) with ldx > cols, so row strides are honoured. */
@@ -462,7 +464,7 @@ TEST(matmul_xq_q8_q4_all_levels) {
         struct dse_cpu_info cpu;
         unsigned top_feat = 0;
         if (dse_cpu_detect(&cpu, NULL) >= 0) {
-                top_feat |= cpu.avx512vnni ? DSE_KFEAT_VNNI : 0;
+                top_feat |= cpu.avx512vnni ? DSE_KFEAT_VNNI | DSE_KFEAT_T8 : 0;
                 top_feat |= cpu.amx_tile && cpu.amx_int8 && dse__kernels_amx_usable() ? DSE_KFEAT_AMX : 0;
         }
         static const enum dse_dtype dts[] = {DSE_DTYPE_Q8, DSE_DTYPE_Q4};
@@ -491,7 +493,8 @@ TEST(matmul_xq_q8_q4_all_levels) {
                                         {DSE_CPU_AVX2, 0},
                                         {DSE_CPU_AVX512, 0},
                                         {DSE_CPU_AVX512, DSE_KFEAT_VNNI},
-                                        {DSE_CPU_AVX512, DSE_KFEAT_VNNI | DSE_KFEAT_AMX},
+                                        {DSE_CPU_AVX512, DSE_KFEAT_VNNI | DSE_KFEAT_T8},
+                                        {DSE_CPU_AVX512, DSE_KFEAT_VNNI | DSE_KFEAT_T8 | DSE_KFEAT_AMX},
                                 };
                                 for (size_t cfg = 0; cfg < sizeof cfgs / sizeof cfgs[0]; cfg++) {
                                         int lvl = (int)cfgs[cfg][0];
@@ -529,7 +532,7 @@ TEST(matmul_xq_q8_q4_all_levels) {
                                                                        dse_cpu_level_to_string((enum dse_cpu_level)lvl),
                                                                        ci, (long long)w->rows, (long long)cols,
                                                                        mm_cases[ci].group, (long long)n, (long long)t,
-                                                                       (long long)r, feat & DSE_KFEAT_AMX ? " (amx)" : feat ? " (vnni)" : "", got, want_q,
+                                                                       (long long)r, feat & DSE_KFEAT_AMX ? " (amx)" : feat & DSE_KFEAT_T8 ? " (vnni t8)" : feat ? " (vnni)" : "", got, want_q,
                                                                        tol, want_x, bound);
                                                 }
                                                 ASSERT_TRUE(isnan(y[t * ldy + w->rows])); /* untouched */

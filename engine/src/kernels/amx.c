@@ -115,9 +115,11 @@ static void prep_tokens(const struct dse_xq *xq, int64_t t0, int T, int64_t b0, 
 }
 
 /* Rows r..r+15 of Q8 or Q4 weights over blocks [b0, b1) as int8 (q, or q - z), 32
- * bytes per block per row, zero past the row's end: (AKB, 16, 32). */
-static void stage_rows(const struct dse_qmat *w, int64_t r, int64_t b0, int64_t b1, int8_t (*a)[16][32]) {
-        int64_t n = w->cols, G = w->group_size;
+ * bytes per block per row, zero past the row's end: (AKB, 16, 32). grp[j] is the weight
+ * group of block b0 + j. */
+static void stage_rows(const struct dse_qmat *w, int64_t r, int64_t b0, int64_t b1, const int32_t *grp,
+                       int8_t (*a)[16][32]) {
+        int64_t n = w->cols;
         for (int i = 0; i < 16; i++) {
                 if (w->dtype == DSE_DTYPE_Q8) {
                         const int8_t *row = (const int8_t *)w->data + (r + i) * n;
@@ -147,7 +149,7 @@ static void stage_rows(const struct dse_qmat *w, int64_t r, int64_t b0, int64_t 
                                         _mm512_castsi512_si256(o1), _mm512_extracti64x4_epi64(o1, 1)};
                         for (int u = 0; u < 4 && b + u < b1; u++)
                                 _mm256_store_si256((__m256i *)a[b + u - b0][i],
-                                                   _mm256_sub_epi8(q[u], _mm256_set1_epi8((char)zr[(b + u) * 32 / G])));
+                                                   _mm256_sub_epi8(q[u], _mm256_set1_epi8((char)zr[grp[b + u - b0]])));
                 }
         }
 }
@@ -181,13 +183,13 @@ static inline __attribute__((always_inline)) void tile_product(struct amx_a A, c
  * each weight group, out[i] += F[i] * s[r+i, g], so s costs one FMA per group, not one
  * multiply per block. */
 static void tile_block(const struct dse_qmat *w, struct amx_a a, const int32_t (*bt)[8][16],
-                       const float (*dv)[16], int64_t b0, int64_t b1, int64_t r, int T, float *y, int64_t ldy,
-                       int first) {
+                       const float (*dv)[16], const int32_t *grp, int64_t nb, int64_t r, int T, float *y,
+                       int64_t ldy, int first) {
         _Alignas(64) int32_t cbuf[16][16];
         _Alignas(64) float out[16][16];
         __m512 F[16];
         const float *sc = w->scale + r * w->n_groups;
-        int64_t G = w->group_size, ng = w->n_groups, nb = b1 - b0;
+        int64_t ng = w->n_groups;
         UNROLL
         for (int i = 0; i < 16; i++) {
                 F[i] = _mm512_setzero_ps();
@@ -209,8 +211,8 @@ static void tile_block(const struct dse_qmat *w, struct amx_a a, const int32_t (
                         UNROLL
                         for (int i = 0; i < 16; i++)
                                 F[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(cbuf[i])), d, F[i]);
-                        int64_t b = b0 + j + u, g = b * 32 / G;
-                        if (b + 1 == b1 || (b + 1) * 32 / G != g) {
+                        int64_t g = grp[j + u];
+                        if (j + u + 1 == nb || grp[j + u + 1] != g) {
                                 UNROLL
                                 for (int i = 0; i < 16; i++) {
                                         _mm512_store_ps(out[i], _mm512_fmadd_ps(F[i], _mm512_set1_ps(sc[i * ng + g]),
@@ -239,15 +241,18 @@ static void matmul_xq_amx(const struct dse_qmat *w, const struct dse_xq *xq, flo
         _Alignas(64) int8_t a[ARS / 16][AKB][16][32];
         _Alignas(64) int32_t bt[AKB][8][16];
         _Alignas(64) float dv[AKB][16];
+        int32_t grp[AKB]; /* the weight group of each block of the chunk: the hot loops divide by nothing */
         int direct = w->dtype == DSE_DTYPE_Q8 && w->cols % 32 == 0;
         tiles_configure();
         for (int64_t rs = r0; rs < rows16; rs += ARS) {
                 int64_t re = rs + ARS < rows16 ? rs + ARS : rows16;
                 for (int64_t b0 = 0; b0 < xq->n_blocks; b0 += AKB) {
                         int64_t b1 = b0 + AKB < xq->n_blocks ? b0 + AKB : xq->n_blocks;
+                        for (int64_t b = b0; b < b1; b++)
+                                grp[b - b0] = (int32_t)(b * 32 / w->group_size);
                         if (!direct)
                                 for (int64_t r = rs; r < re; r += 16)
-                                        stage_rows(w, r, b0, b1, a[(r - rs) / 16]);
+                                        stage_rows(w, r, b0, b1, grp, a[(r - rs) / 16]);
                         for (int64_t t0 = 0; t0 < xq->n; t0 += 16) {
                                 int T = xq->n - t0 < 16 ? (int)(xq->n - t0) : 16;
                                 prep_tokens(xq, t0, T, b0, b1, w->dtype == DSE_DTYPE_Q4, bt, dv);
@@ -256,8 +261,8 @@ static void matmul_xq_amx(const struct dse_qmat *w, const struct dse_xq *xq, flo
                                         if (direct)
                                                 A = (struct amx_a){(const int8_t *)w->data + r * w->cols + b0 * 32, 32,
                                                                    w->cols};
-                                        tile_block(w, A, (const int32_t(*)[8][16])bt, (const float(*)[16])dv, b0, b1,
-                                                   r, T, y + t0 * ldy, ldy, b0 == 0);
+                                        tile_block(w, A, (const int32_t(*)[8][16])bt, (const float(*)[16])dv, grp,
+                                                   b1 - b0, r, T, y + t0 * ldy, ldy, b0 == 0);
                                 }
                         }
                 }

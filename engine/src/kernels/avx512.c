@@ -11,7 +11,11 @@
  * The integer kernels decode a weight block once into registers and use it for up to
  * four tokens (batched decode and prefill are compute-bound on two cores, so decoding
  * per token would cost nearly as much as the products), and keep four rows in flight so
- * the loads of one row hide behind the arithmetic of the others. */
+ * the loads of one row hide behind the arithmetic of the others. Q4 from 5 tokens on
+ * lays 8 tokens across one vector instead (q4_t8_block), which cuts the float work per
+ * product by four; that layout sums in another float order than the 4-token blocks, so a
+ * token's result then depends on the number of tokens in the call, and it is a sub-feature
+ * of its own (DSE_KFEAT_T8) that DSV_NO_AMX=1 leaves out with AMX. */
 #include <immintrin.h>
 #include <math.h>
 #include <string.h>
@@ -330,6 +334,254 @@ static void matmul_xq_blocked(const struct dse_qmat *w, const struct dse_xq *xq,
         }
 }
 
+/* ---- Q4 and Q8 times 8 tokens at once: one int32 lane per token and column half ---------
+ *
+ * The 4-token blocks above give each 32-column activation block four int32 lanes (Q4;
+ * eight for Q8), so every row, token and 128 columns (64) pays a convert, a multiply and
+ * an FMA besides its two vpdpbusd (one): as much float work as integer work. Here a
+ * vector holds 8 tokens x 2 column halves instead: lane 2t+h sums, over the whole 32-column block, the products of token t
+ * with the columns of half h, so the block's scaling is one convert and one FMA per row for
+ * all 8 tokens, and the integer work (four vpdpbusd per row and block) dominates. The
+ * weights enter as a broadcast 8-byte piece (vpbroadcastq, a load), decoded into low and
+ * high nibbles (Q4) or made unsigned as w + 128 (Q8) once per row and 64 bytes; the activations are rearranged to match once per
+ * token block and column chunk, for all rows. Per row and group: s * F, and for Q4 the zero
+ * point's s * z * sum(d q) (two FMAs); Q8's w + 128 starts each block's sums from
+ * -128 * sum(q). Used from T8_MIN tokens: below that the padding
+ * lanes cost more than the 4-lane layout wastes. */
+
+#define T8_MIN 5
+#define T8C 4096              /* columns per chunk: its prepared activations (56 KiB) stay in L2 */
+#define T8B (T8C / 32)        /* blocks per chunk */
+#define T8R 8                 /* rows per register block */
+
+/* 8 tokens' activations over one chunk's blocks. xv[j][k] lane 2t+h: the 4 q of token t
+ * that meet weight piece k (Q4: 0, 1: low nibbles of the block's bytes 0-7, 8-15; 2, 3:
+ * high nibbles; Q8: bytes 8k..8k+7) in half h; nq[j] lane 2t+h: -128 * the sum of those
+ * q; dv[j] lane 2t+h: token t's d; xz[g] lane 2t+h: the chunk's part of group g of
+ * sum(d q) over the lane's columns (Q4's zero point term). Absent tokens are 0. */
+struct t8chunk {
+        __m512i xv[T8B][4];
+        __m512i nq[T8B];
+        __m512 dv[T8B];
+        __m512 xz[T8B + 1];
+        int32_t grp[T8B]; /* group of block j, counted from the chunk's first group */
+};
+
+/* Q4: token t's q of block b reordered so that qword k is what weight piece k meets: per
+ * 16-column half of the block, its even columns then its odd ones (in-lane shuffle), then
+ * the qwords as [lo evens, hi evens, lo odds, hi odds]. Q8: as stored. */
+static void prep_t8(const struct dse_xq *xq, int q4, int64_t t0, int T, int64_t b0, int64_t b1, int64_t G,
+                    struct t8chunk *tc) {
+        const __m256i sh = _mm256_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15, 0, 2, 4, 6, 8, 10,
+                                            12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
+        const __m512i one = _mm512_set1_epi8(1);
+        int64_t stride = xq->n_blocks * DSE_XQ_BLOCK, gf = b0 * 32 / G;
+        _Alignas(64) uint64_t piece[4][8];
+        _Alignas(64) float d[16];
+        for (int64_t b = b0; b < b1; b++) {
+                int64_t j = b - b0;
+                memset(piece, 0, sizeof piece);
+                memset(d, 0, sizeof d);
+                for (int t = 0; t < T; t++) {
+                        __m256i v = _mm256_loadu_si256((const __m256i *)(xq->q + (t0 + t) * stride + b * 32));
+                        _Alignas(32) uint64_t o[4];
+                        if (q4)
+                                v = _mm256_permute4x64_epi64(_mm256_shuffle_epi8(v, sh), 0xd8);
+                        _mm256_store_si256((__m256i *)o, v);
+                        for (int k = 0; k < 4; k++)
+                                piece[k][t] = o[k];
+                        d[2 * t] = d[2 * t + 1] = xq->d[(t0 + t) * xq->n_blocks + b];
+                }
+                __m512i qs = _mm512_setzero_si512();
+                for (int k = 0; k < 4; k++) {
+                        tc->xv[j][k] = _mm512_load_si512(piece[k]);
+                        qs = _mm512_dpbusd_epi32(qs, one, tc->xv[j][k]);
+                }
+                tc->dv[j] = _mm512_load_ps(d);
+                int32_t g = (int32_t)(b * 32 / G - gf);
+                tc->grp[j] = g;
+                if (!q4) {
+                        tc->nq[j] = _mm512_mullo_epi32(qs, _mm512_set1_epi32(-128));
+                        continue;
+                }
+                if (j == 0 || g != tc->grp[j - 1])
+                        tc->xz[g] = _mm512_setzero_ps();
+                tc->xz[g] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(qs), tc->dv[j], tc->xz[g]);
+        }
+}
+
+/* Rows r..r+R-1 over the chunk's blocks [b0, b1) (b0 a multiple of 4): the chunk's sums of
+ * the 8 tokens are added to y (written when first). */
+static inline __attribute__((always_inline)) void q4_t8_block(const struct dse_qmat *w, const struct t8chunk *tc,
+                                                              int64_t b0, int64_t b1, float *y, int64_t ldy,
+                                                              int64_t r, const int R, int T, int first) {
+        int64_t rb = (w->cols + 1) / 2, gf = b0 * 32 / w->group_size;
+        const uint8_t *row[T8R];
+        const float *sc[T8R];
+        _Alignas(64) float sz[T8R][T8B + 1]; /* s * z per group of the chunk */
+        _Alignas(64) uint8_t nib[T8R][2][64]; /* a row's 64 bytes as low and high nibbles */
+        __m512 acc[T8R], F[T8R];
+        int64_t ng = tc->grp[b1 - b0 - 1] + 1;
+        UNROLL
+        for (int i = 0; i < R; i++) {
+                row[i] = (const uint8_t *)w->data + (r + i) * rb;
+                sc[i] = w->scale + (r + i) * w->n_groups + gf;
+                const uint8_t *z = w->zero + (r + i) * w->n_groups + gf;
+                for (int64_t g = 0; g < ng; g += 16) {
+                        __mmask16 m = mask16(ng - g);
+                        _mm512_storeu_ps(sz[i] + g, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, sc[i] + g),
+                                                                  _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(
+                                                                          _mm_maskz_loadu_epi8(m, z + g)))));
+                }
+                acc[i] = _mm512_setzero_ps();
+                F[i] = _mm512_setzero_ps();
+        }
+        const __m512i lo4 = _mm512_set1_epi8(0x0f);
+        for (int64_t b = b0; b < b1; b++) {
+                int64_t j = b - b0, u = j & 3;
+                if (u == 0)
+                        UNROLL
+                        for (int i = 0; i < R; i++) {
+                                const uint8_t *p = row[i] + b * 16;
+                                _mm_prefetch((const char *)(p + 2 * T8R * rb), _MM_HINT_T1);
+                                __m512i v = _mm512_maskz_loadu_epi8(mask64(rb - b * 16), p);
+                                _mm512_store_si512(nib[i][0], _mm512_and_si512(v, lo4));
+                                _mm512_store_si512(nib[i][1], _mm512_and_si512(_mm512_srli_epi16(v, 4), lo4));
+                        }
+                __m512i S[T8R];
+                UNROLL
+                for (int i = 0; i < R; i++)
+                        S[i] = _mm512_setzero_si512();
+                UNROLL
+                for (int k = 0; k < 4; k++)
+                        UNROLL
+                        for (int i = 0; i < R; i++) {
+                                const uint8_t *p = nib[i][k >> 1] + 16 * u + 8 * (k & 1);
+                                S[i] = _mm512_dpbusd_epi32(S[i], _mm512_set1_epi64(*(const int64_t *)p), tc->xv[j][k]);
+                        }
+                int32_t g = tc->grp[j];
+                int last = b + 1 == b1 || tc->grp[j + 1] != g;
+                UNROLL
+                for (int i = 0; i < R; i++) {
+                        F[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(S[i]), tc->dv[j], F[i]);
+                        if (last) {
+                                acc[i] = _mm512_fmadd_ps(F[i], _mm512_set1_ps(sc[i][g]), acc[i]);
+                                acc[i] = _mm512_fnmadd_ps(_mm512_set1_ps(sz[i][g]), tc->xz[g], acc[i]);
+                                F[i] = _mm512_setzero_ps();
+                        }
+                }
+        }
+        UNROLL
+        for (int i = 0; i < R; i++) {
+                /* lane 2t + lane 2t+1: token t's row sum */
+                _Alignas(64) float o[16];
+                _mm512_store_ps(o, _mm512_add_ps(acc[i], _mm512_permute_ps(acc[i], 0xb1)));
+                for (int t = 0; t < T; t++)
+                        y[t * ldy + r + i] = first ? o[2 * t] : y[t * ldy + r + i] + o[2 * t];
+        }
+}
+
+/* Q8 rows r..r+R-1 over the chunk's blocks [b0, b1) (b0 even), as q4_t8_block. */
+static inline __attribute__((always_inline)) void q8_t8_block(const struct dse_qmat *w, const struct t8chunk *tc,
+                                                              int64_t b0, int64_t b1, float *y, int64_t ldy,
+                                                              int64_t r, const int R, int T, int first) {
+        int64_t n = w->cols, gf = b0 * 32 / w->group_size;
+        const int8_t *row[T8R];
+        const float *sc[T8R];
+        _Alignas(64) uint8_t wu[T8R][64]; /* a row's 64 bytes as w + 128 */
+        __m512 acc[T8R], F[T8R];
+        UNROLL
+        for (int i = 0; i < R; i++) {
+                row[i] = (const int8_t *)w->data + (r + i) * n;
+                sc[i] = w->scale + (r + i) * w->n_groups + gf;
+                acc[i] = _mm512_setzero_ps();
+                F[i] = _mm512_setzero_ps();
+        }
+        const __m512i flip = _mm512_set1_epi8((char)0x80);
+        for (int64_t b = b0; b < b1; b++) {
+                int64_t j = b - b0, u = j & 1;
+                if (u == 0)
+                        UNROLL
+                        for (int i = 0; i < R; i++) {
+                                const int8_t *p = row[i] + b * 32;
+                                _mm_prefetch((const char *)(p + 2 * T8R * n), _MM_HINT_T1);
+                                /* past the row's end: w + 128 = 128 meets q = 0 */
+                                _mm512_store_si512(wu[i], _mm512_xor_si512(_mm512_maskz_loadu_epi8(mask64(n - b * 32), p), flip));
+                        }
+                __m512i S[T8R];
+                UNROLL
+                for (int i = 0; i < R; i++)
+                        S[i] = tc->nq[j];
+                UNROLL
+                for (int k = 0; k < 4; k++)
+                        UNROLL
+                        for (int i = 0; i < R; i++)
+                                S[i] = _mm512_dpbusd_epi32(S[i], _mm512_set1_epi64(*(const int64_t *)(wu[i] + 32 * u + 8 * k)),
+                                                           tc->xv[j][k]);
+                int32_t g = tc->grp[j];
+                int last = b + 1 == b1 || tc->grp[j + 1] != g;
+                UNROLL
+                for (int i = 0; i < R; i++) {
+                        F[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(S[i]), tc->dv[j], F[i]);
+                        if (last) {
+                                acc[i] = _mm512_fmadd_ps(F[i], _mm512_set1_ps(sc[i][g]), acc[i]);
+                                F[i] = _mm512_setzero_ps();
+                        }
+                }
+        }
+        UNROLL
+        for (int i = 0; i < R; i++) {
+                _Alignas(64) float o[16];
+                _mm512_store_ps(o, _mm512_add_ps(acc[i], _mm512_permute_ps(acc[i], 0xb1)));
+                for (int t = 0; t < T; t++)
+                        y[t * ldy + r + i] = first ? o[2 * t] : y[t * ldy + r + i] + o[2 * t];
+        }
+}
+
+/* Token blocks of 8 (the last may be short, zero-padded), chunks of T8C columns prepared
+ * once for all rows of the range. */
+static void matmul_xq_t8(const struct dse_qmat *w, const struct dse_xq *xq, int64_t n, float *y, int64_t ldy,
+                         int64_t r0, int64_t r1) {
+        int q4 = w->dtype == DSE_DTYPE_Q4;
+        _Alignas(64) struct t8chunk tc;
+        for (int64_t t0 = 0; t0 < n; t0 += 8) {
+                int T = n - t0 < 8 ? (int)(n - t0) : 8;
+                for (int64_t b0 = 0; b0 < xq->n_blocks; b0 += T8B) {
+                        int64_t b1 = b0 + T8B < xq->n_blocks ? b0 + T8B : xq->n_blocks;
+                        prep_t8(xq, q4, t0, T, b0, b1, w->group_size, &tc);
+                        int64_t r = r0;
+                        float *yt = y + t0 * ldy;
+                        if (q4) {
+                                for (; r + T8R <= r1; r += T8R)
+                                        q4_t8_block(w, &tc, b0, b1, yt, ldy, r, T8R, T, b0 == 0);
+                                for (; r < r1; r++)
+                                        q4_t8_block(w, &tc, b0, b1, yt, ldy, r, 1, T, b0 == 0);
+                        } else {
+                                for (; r + T8R <= r1; r += T8R)
+                                        q8_t8_block(w, &tc, b0, b1, yt, ldy, r, T8R, T, b0 == 0);
+                                for (; r < r1; r++)
+                                        q8_t8_block(w, &tc, b0, b1, yt, ldy, r, 1, T, b0 == 0);
+                        }
+                }
+        }
+}
+
+/* From T8_MIN tokens: whole blocks of 8 and a short last one of T8_MIN or more through
+ * matmul_xq_t8; a shorter rest, and fewer tokens, through the 4-token blocks. */
+static void matmul_xq_split(const struct dse_qmat *w, const struct dse_xq *xq, float *y, int64_t ldy, int64_t r0,
+                            int64_t r1, int64_t step, prep_fn prep, rows_fn rows) {
+        int64_t n8 = xq->n < T8_MIN ? 0 : xq->n % 8 && xq->n % 8 < T8_MIN ? xq->n / 8 * 8 : xq->n;
+        if (n8)
+                matmul_xq_t8(w, xq, n8, y, ldy, r0, r1);
+        if (n8 == xq->n)
+                return;
+        struct dse_xq rest = *xq;
+        rest.n -= n8;
+        rest.q += n8 * xq->n_blocks * DSE_XQ_BLOCK;
+        rest.d += n8 * xq->n_blocks;
+        matmul_xq_blocked(w, &rest, y + n8 * ldy, ldy, r0, r1, step, prep, rows);
+}
+
 static void matmul_xq_q8_avx512(const struct dse_qmat *w, const struct dse_xq *xq, float *y, int64_t ldy, int64_t r0,
                                 int64_t r1) {
         if (w->group_size % DSE_XQ_BLOCK) {
@@ -337,6 +589,15 @@ static void matmul_xq_q8_avx512(const struct dse_qmat *w, const struct dse_xq *x
                 return;
         }
         matmul_xq_blocked(w, xq, y, ldy, r0, r1, 64, prep_q8, q8_block_rows);
+}
+
+static void matmul_xq_q8_t8_avx512(const struct dse_qmat *w, const struct dse_xq *xq, float *y, int64_t ldy,
+                                   int64_t r0, int64_t r1) {
+        if (w->group_size % DSE_XQ_BLOCK) {
+                dse__kernels_ref_matmul_xq(w, xq, y, ldy, r0, r1);
+                return;
+        }
+        matmul_xq_split(w, xq, y, ldy, r0, r1, 64, prep_q8, q8_block_rows);
 }
 
 /* Groups of 32 or 96 columns split a 64-column step; those take the AVX2 kernel. */
@@ -347,6 +608,15 @@ static void matmul_xq_q4_avx512(const struct dse_qmat *w, const struct dse_xq *x
                 return;
         }
         matmul_xq_blocked(w, xq, y, ldy, r0, r1, 128, prep_q4, q4_block_rows);
+}
+
+static void matmul_xq_q4_t8_avx512(const struct dse_qmat *w, const struct dse_xq *xq, float *y, int64_t ldy,
+                                   int64_t r0, int64_t r1) {
+        if (w->group_size % 64) {
+                dse__kernels_avx2_matmul_xq(w, xq, y, ldy, r0, r1);
+                return;
+        }
+        matmul_xq_split(w, xq, y, ldy, r0, r1, 128, prep_q4, q4_block_rows);
 }
 
 /* ---- float activations ---------------------------------------------------------------- */
@@ -607,9 +877,9 @@ static void dequant_row_avx512(const struct dse_qmat *w, int64_t r, float *out) 
 void dse__kernels_avx512_matmul_xq(const struct dse_qmat *w, const struct dse_xq *xq, float *y, int64_t ldy,
                                    int64_t r0, int64_t r1) {
         if (w->dtype == DSE_DTYPE_Q4)
-                matmul_xq_q4_avx512(w, xq, y, ldy, r0, r1);
+                matmul_xq_q4_t8_avx512(w, xq, y, ldy, r0, r1);
         else
-                matmul_xq_q8_avx512(w, xq, y, ldy, r0, r1);
+                matmul_xq_q8_t8_avx512(w, xq, y, ldy, r0, r1);
 }
 
 /* e^x, 16 lanes: x = n ln2 + r with |r| <= ln2/2 (ln2 split in two so n ln2 is exact
@@ -684,4 +954,9 @@ void dse__kernels_fill_avx512(struct dse_kernels *k) {
 void dse__kernels_fill_avx512_vnni(struct dse_kernels *k) {
         k->matmul_xq[DSE_DTYPE_Q8] = matmul_xq_q8_avx512;
         k->matmul_xq[DSE_DTYPE_Q4] = matmul_xq_q4_avx512;
+}
+
+void dse__kernels_fill_avx512_t8(struct dse_kernels *k) {
+        k->matmul_xq[DSE_DTYPE_Q8] = matmul_xq_q8_t8_avx512;
+        k->matmul_xq[DSE_DTYPE_Q4] = matmul_xq_q4_t8_avx512;
 }

@@ -38,6 +38,8 @@ int dse__kernels_resolve_with(enum dse_cpu_level level, unsigned feat, struct ds
                 }
                 if (feat & DSE_KFEAT_VNNI) {
                         dse__kernels_fill_avx512_vnni(&k);
+                        if (feat & DSE_KFEAT_T8)
+                                dse__kernels_fill_avx512_t8(&k);
                         if ((feat & DSE_KFEAT_AMX) && dse__kernels_amx_usable())
                                 dse__kernels_fill_amx(&k);
                 }
@@ -48,7 +50,8 @@ int dse__kernels_resolve_with(enum dse_cpu_level level, unsigned feat, struct ds
 
 /* The level says F+BW+VL; VNNI, BF16 and AMX are sub-features cpu.c reports beside it (a
  * DSV_CPU that names no level makes detection fail, and then neither is assumed).
- * DSV_NO_AMX=1 leaves AMX out, to compare the two. */
+ * DSV_NO_AMX=1 leaves out AMX and the 8-token VNNI layout: every kernel whose float order
+ * depends on the number of tokens per call, for batch invariance (the worker's default). */
 int dse_kernels_resolve(enum dse_cpu_level level, struct dse_kernels *ret_k) {
         struct dse_cpu_info cpu;
         unsigned feat = 0;
@@ -58,6 +61,7 @@ int dse_kernels_resolve(enum dse_cpu_level level, struct dse_kernels *ret_k) {
                 feat |= cpu.avx512bf16 ? DSE_KFEAT_BF16 : 0;
                 /* AMX-BF16 ships with AMX-INT8 on every CPU that has either */
                 feat |= cpu.amx_tile && cpu.amx_int8 && cpu.amx_bf16 && !(no_amx && *no_amx == '1') ? DSE_KFEAT_AMX : 0;
+                feat |= cpu.avx512vnni && !(no_amx && *no_amx == '1') ? DSE_KFEAT_T8 : 0;
         }
         return dse__kernels_resolve_with(level, feat, ret_k);
 }

@@ -14,8 +14,11 @@
 
 struct dse_session;
 
-/* Most tokens one forward call carries (the activations are sized for it). */
-#define DSE__MAX_STEP_TOKENS 32
+/* Most tokens one forward call carries (the activations are sized for it). Prefill runs
+ * in calls of this many tokens, and the AMX matmul_xq decodes a Q4 weight block into int8
+ * once per call for all its 16-token blocks: at 32 tokens that decode was a third of
+ * prefill's kernel time. */
+#define DSE__MAX_STEP_TOKENS 128
 
 /* Distinct float inputs one dse__linear_group call may quantize. */
 #define DSE__LINEAR_SLOTS 4
