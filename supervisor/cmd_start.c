@@ -24,6 +24,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <libgen.h>
+#include <malloc.h>
 #include <poll.h>
 #include <pthread.h>
 #include <sched.h>
@@ -57,6 +58,8 @@
 
 #define TICK_MS 100
 #define STARTING_TICK_MS 5
+/* How often freed heap memory goes back to the kernel (malloc_trim, see tick()). */
+#define TRIM_MS 10000
 /* Readiness is seen within one interval; a worker that misses health replies stays "up"
  * for 3 intervals (the gateway's staleness rule). 500 ms let a busy worker on a loaded
  * 2-core host drop out of routing for a moment (a 503 while its peer restarted). */
@@ -117,7 +120,7 @@ struct sup {
         int64_t stop_kill_at_ms;
         bool ready_sent;
         uint64_t watchdog_usec;
-        int64_t last_watchdog_ms, last_perf_ms;
+        int64_t last_watchdog_ms, last_perf_ms, last_trim_ms;
         char last_status[256];
         bool roll_pending[DSV_GATEWAY_MAX_INSTANCES];
         int rolling; /* instance being restarted by a reload, -1 none */
@@ -1037,6 +1040,16 @@ static void tick(struct sup *s) {
                 perf_refresh(s);
                 metrics_refresh(s);
         }
+        /* Freed heap pages stay resident: glibc returns memory only from the heap's top
+         * and only past M_TRIM_THRESHOLD, so the holes left by finished connections
+         * (their threads, MHD pools and request buffers) accumulate. malloc_trim(0)
+         * also releases the free whole pages inside the heap, a walk over a few MB every
+         * 10 s, on the main thread and off the request path. With the single arena set in
+         * dsv_cmd_start() the supervisor's RSS then follows its open connections. */
+        if (now - s->last_trim_ms >= TRIM_MS) {
+                s->last_trim_ms = now;
+                malloc_trim(0);
+        }
 }
 
 static bool all_stopped(const struct sup *s) {
@@ -1356,6 +1369,15 @@ int dsv_cmd_start(int argc, char **argv) {
         s->rolling = -1;
         s->started_ms = mono_ms();
         pthread_mutex_init(&s->metrics_lock, NULL);
+        /* One malloc arena for the whole process, set before any thread exists. The
+         * gateway runs a thread per HTTP connection and glibc would bind each new one
+         * to one of up to 8 arenas per CPU; every arena keeps its own high-water mark of
+         * freed memory, so RSS ratchets up as connections come and go (soak: +1.8 MB/h
+         * with a flat live heap; malloc_stats: 14 arenas, 3.1 MB held for 1.3 MB in
+         * use, 13 arenas under 25% used). A request costs the gateway a few small
+         * allocations, so one arena's lock is not a bottleneck at the token rates a
+         * CPU host serves. */
+        mallopt(M_ARENA_MAX, 1);
         int r = sup_config_parse(argc, argv, &s->cfg, err, sizeof err);
         if (r == 1) {
                 sup_start_usage(stdout);
