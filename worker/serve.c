@@ -9,7 +9,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "worker.h"
 
@@ -159,6 +162,7 @@ struct server {
         double started;
         int32_t *prompt; /* (n_ctx + 1) tokenizer output */
         pthread_t rx;
+        pthread_t prefault; /* makes the KV pool resident once ready (kv_prefault) */
         pthread_mutex_t mu; /* guards the inbox and stats */
         pthread_cond_t has_msg, has_space;
         struct dsv_ipc_msg *inbox; /* (INBOX_CAP) ring */
@@ -448,6 +452,28 @@ static int serve_loop(struct server *sv) {
         }
 }
 
+/* The KV pool is sized up front but faulted in lazily, so start-up stays fast; this
+ * makes it resident right after "ready", at the lowest CPU priority so requests come
+ * first. Without it the prefix cache's kept blocks would fault the pool in over the
+ * first minutes of serving: memory creeping up to the pool size (the soak's slope) and
+ * page faults inside early requests. A pool the memory limit cannot hold shows here
+ * rather than in the middle of a request. */
+static void *kv_prefault(void *arg) {
+        struct server *sv = arg;
+        setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), 19);
+        struct dse_diag diag = {{0}};
+        double t0 = mono_s();
+        if (dse_kv_cache_prefault(sv->e->kv, &diag) < 0)
+                wlog(4, "%s; the pool is faulted in as it is used", diag.msg);
+        else {
+                struct dse_kv_stats st;
+                dse_kv_cache_stats(sv->e->kv, &st);
+                wlog(6, "KV pool resident (%zu MiB) in %.1f ms",
+                     dse_kv_cache_block_bytes(sv->e->kv) * (size_t)st.n_blocks >> 20, (mono_s() - t0) * 1e3);
+        }
+        return NULL;
+}
+
 int worker_serve(const struct worker_config *cfg) {
         struct worker_engine e = {0};
         struct server sv = {.cfg = cfg, .e = &e, .started = mono_s()};
@@ -455,7 +481,7 @@ int worker_serve(const struct worker_config *cfg) {
         pthread_mutex_init(&sv.mu, NULL);
         pthread_cond_init(&sv.has_msg, NULL);
         pthread_cond_init(&sv.has_space, NULL);
-        int status = 1, rx_started = 0;
+        int status = 1, rx_started = 0, prefault_started = 0;
         size_t out_bytes = (size_t)cfg->max_batch * 2048 + (64u << 10);
         if (!(sv.inbox = calloc(INBOX_CAP, sizeof *sv.inbox)) ||
             dsv_ipc_batch_init(&sv.out, out_bytes < DSV_IPC_MAX_MSG_BYTES ? out_bytes : DSV_IPC_MAX_MSG_BYTES,
@@ -489,8 +515,11 @@ int worker_serve(const struct worker_config *cfg) {
         /* Start-up phases, so a slow start shows where it went (bench/restart_bench.sh). */
         wlog(6, "Ready on %s in %.1f ms (model %.1f ms, tokenizer %.1f ms, threads + KV cache %.1f ms)",
              cfg->listen_url, (mono_s() - sv.started) * 1e3, e.model_s * 1e3, e.tokenizer_s * 1e3, e.kv_s * 1e3);
+        prefault_started = pthread_create(&sv.prefault, NULL, kv_prefault, &sv) == 0;
         status = serve_loop(&sv);
 out:
+        if (prefault_started)
+                pthread_join(sv.prefault, NULL);
         if (rx_started) {
                 atomic_store(&sv.rx_stop, 1);
                 pthread_mutex_lock(&sv.mu);

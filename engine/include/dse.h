@@ -473,6 +473,12 @@ void dse_kv_cache_stats(const struct dse_kv_cache *kv, struct dse_kv_stats *ret_
 size_t dse_kv_cache_block_bytes(const struct dse_kv_cache *kv);
 /* Blocks that can be handed out now (free plus cached-unreferenced). */
 int dse_kv_cache_n_available(const struct dse_kv_cache *kv);
+/* Makes the whole pool resident now (the pool's pages are otherwise faulted in as blocks
+ * are first written, and prefix caching keeps old blocks, so a serving process's memory
+ * would creep up to the pool size over its first minutes). Leaves every block's contents
+ * as they are, so it may run on another thread while the cache is in use. -ENOMEM when
+ * memory runs out, -EOPNOTSUPP before Linux 5.14. */
+int dse_kv_cache_prefault(struct dse_kv_cache *kv, struct dse_diag *reterr);
 
 /* Opens an empty sequence: its id (>= 0), or -EBUSY when every slot is taken. */
 int dse_kv_seq_open(struct dse_kv_cache *kv);

@@ -7,6 +7,7 @@
  * compared on a hit, so a hash collision can never share a wrong block. Blocks whose
  * count drops to zero keep their key in an LRU list and are reused oldest first, after
  * the never-hashed free blocks. */
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -90,6 +91,24 @@ void dse_kv_cache_free(struct dse_kv_cache *kv) {
 
 size_t dse_kv_cache_block_bytes(const struct dse_kv_cache *kv) {
         return kv ? (size_t)kv->block_tokens * (size_t)kv->n_layers * (size_t)kv->row_floats * sizeof(float) : 0;
+}
+
+int dse_kv_cache_prefault(struct dse_kv_cache *kv, struct dse_diag *reterr) {
+        if (!kv)
+                return -EINVAL;
+#ifdef MADV_POPULATE_WRITE
+        /* Faults every page in writable without storing to it (unlike touching each page),
+         * hence safe beside threads that write blocks. */
+        if (madvise(kv->data, kv->data_bytes, MADV_POPULATE_WRITE) == 0)
+                return 0;
+        int r = -errno;
+        if (r == -EINVAL)
+                return dse__fail(reterr, -EOPNOTSUPP, "KV cache: this kernel cannot prefault (MADV_POPULATE_WRITE needs Linux 5.14)");
+        return dse__fail(reterr, r, "KV cache: cannot make the %zu MiB pool resident: %s", kv->data_bytes >> 20,
+                         strerror(-r));
+#else
+        return dse__fail(reterr, -EOPNOTSUPP, "KV cache: built without MADV_POPULATE_WRITE (needs Linux 5.14 headers)");
+#endif
 }
 
 int dse_kv_cache_new(const struct dse_model *model, size_t mem_bytes, int block_tokens, int max_seqs, int n_ctx,

@@ -298,3 +298,55 @@ TEST(out_of_blocks_is_enospc) {
         dse_kv_cache_free(kv);
         dse_model_free(m);
 }
+
+/* Resident anonymous memory of this process, bytes (/proc/self/status RssAnon). */
+static long rss_anon_bytes(void) {
+        FILE *f = fopen("/proc/self/status", "r");
+        char line[256];
+        long kb = -1;
+        while (f && fgets(line, sizeof line, f))
+                if (sscanf(line, "RssAnon: %ld kB", &kb) == 1)
+                        break;
+        if (f)
+                fclose(f);
+        return kb < 0 ? -1 : kb * 1024;
+}
+
+/* dse_kv_cache_prefault on a pool in use: the whole pool becomes resident (RssAnon
+ * grows by at least 90% of it: only the few blocks already written were resident) and
+ * the sequence's blocks keep their contents (its next logits equal the session's). */
+TEST(prefault_makes_pool_resident_keeping_contents) {
+        struct dse_model *m = open_fixture("llama3-rope-gqa");
+        ASSERT_TRUE(m);
+        int V = dse_model_vocab_size(m);
+        int32_t a[N];
+        ids_for(a, N, V, 3);
+        float *ref = session_logits(m, a, N);
+        ASSERT_TRUE(ref);
+        struct dse_diag diag = {{0}};
+        struct dse_kv_cache *kv = NULL;
+        struct dse_batch *b = NULL;
+        const size_t pool = (size_t)64 << 20;
+        ASSERT_OK(dse_kv_cache_new(m, pool, BT, 2, 64, &kv, &diag));
+        ASSERT_OK(dse_batch_new(m, kv, NULL, &b, &diag));
+        float *last = malloc((size_t)V * sizeof(float));
+        int s = dse_kv_seq_open(kv);
+        struct dse_batch_seq one = {s, a, N - 1, NULL};
+        ASSERT_OK(dse_batch_step(b, &one, 1, &diag));
+        long before = rss_anon_bytes();
+        ASSERT_OK(dse_kv_cache_prefault(kv, &diag));
+        long after = rss_anon_bytes();
+        struct dse_kv_stats st;
+        dse_kv_cache_stats(kv, &st);
+        size_t pool_bytes = (size_t)st.n_blocks * dse_kv_cache_block_bytes(kv);
+        ASSERT_TRUE(before > 0 && after - before >= (long)(pool_bytes / 10 * 9));
+        one = (struct dse_batch_seq){s, a + N - 1, 1, last};
+        ASSERT_OK(dse_batch_step(b, &one, 1, &diag));
+        ASSERT_TRUE(max_diff(last, ref + (size_t)(N - 1) * V, V) == 0.0);
+        ASSERT_ERR(dse_kv_cache_prefault(NULL, &diag), -EINVAL);
+        free(last);
+        free(ref);
+        dse_batch_free(b);
+        dse_kv_cache_free(kv);
+        dse_model_free(m);
+}
