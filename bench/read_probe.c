@@ -14,7 +14,11 @@ static const struct {
         int streams, prefetch;
 } variants[READ_PROBE_VARIANTS] = {{1, 0}, {1, 1}, {4, 0}, {4, 1}, {8, 0}, {8, 1}};
 
-#define PF(p) _mm_prefetch((const char *)(p) + DSE_PREFETCH_AHEAD, _MM_HINT_T1)
+/* One step's 256 bytes of a stream, prefetched a line at a time. */
+static inline void prefetch_step(const void *q) {
+        for (int o = 0; o < 256; o += 64)
+                _mm_prefetch((const char *)q + o + DSE_PREFETCH_AHEAD, _MM_HINT_T1);
+}
 
 __attribute__((target("avx512f"))) static inline uint64_t read_avx512(const uint8_t *p, size_t n, const int S,
                                                                         const int pf) {
@@ -23,12 +27,8 @@ __attribute__((target("avx512f"))) static inline uint64_t read_avx512(const uint
         for (size_t i = 0; i < part; i += 256)
                 for (int s = 0; s < S; s++) {
                         const uint8_t *q = p + (size_t)s * part + i;
-                        if (pf) {
-                                PF(q);
-                                PF(q + 64);
-                                PF(q + 128);
-                                PF(q + 192);
-                        }
+                        if (pf)
+                                prefetch_step(q);
                         a0 = _mm512_xor_si512(a0, _mm512_load_si512(q));
                         a1 = _mm512_xor_si512(a1, _mm512_load_si512(q + 64));
                         a2 = _mm512_xor_si512(a2, _mm512_load_si512(q + 128));
@@ -45,12 +45,8 @@ __attribute__((target("avx2"))) static inline uint64_t read_avx2(const uint8_t *
         for (size_t i = 0; i < part; i += 256)
                 for (int s = 0; s < S; s++) {
                         const uint8_t *q = p + (size_t)s * part + i;
-                        if (pf) {
-                                PF(q);
-                                PF(q + 64);
-                                PF(q + 128);
-                                PF(q + 192);
-                        }
+                        if (pf)
+                                prefetch_step(q);
                         for (int o = 0; o < 256; o += 128) {
                                 a0 = _mm256_xor_si256(a0, _mm256_load_si256((const __m256i *)(q + o)));
                                 a1 = _mm256_xor_si256(a1, _mm256_load_si256((const __m256i *)(q + o + 32)));
@@ -68,12 +64,8 @@ static inline uint64_t read_scalar(const uint8_t *p, size_t n, const int S, cons
         for (size_t i = 0; i < part; i += 256)
                 for (int s = 0; s < S; s++) {
                         const uint64_t *q = (const uint64_t *)(p + (size_t)s * part + i);
-                        if (pf) {
-                                PF(q);
-                                PF(q + 8);
-                                PF(q + 16);
-                                PF(q + 24);
-                        }
+                        if (pf)
+                                prefetch_step(q);
                         for (int j = 0; j < 32; j += 4) {
                                 a0 ^= q[j];
                                 a1 ^= q[j + 1];

@@ -410,6 +410,19 @@ static void prep_t8(const struct dse_xq *xq, int q4, int64_t t0, int T, int64_t 
         }
 }
 
+/* Rows r..r+R-1 of the 8-token layout's sums into y (written when first): lanes 2t and
+ * 2t+1 hold token t's two column halves. */
+static inline __attribute__((always_inline)) void t8_store_rows(const __m512 *acc, float *y, int64_t ldy, int64_t r,
+                                                                const int R, int T, int first) {
+        UNROLL
+        for (int i = 0; i < R; i++) {
+                _Alignas(64) float o[16];
+                _mm512_store_ps(o, _mm512_add_ps(acc[i], _mm512_permute_ps(acc[i], 0xb1)));
+                for (int t = 0; t < T; t++)
+                        y[t * ldy + r + i] = first ? o[2 * t] : y[t * ldy + r + i] + o[2 * t];
+        }
+}
+
 /* Rows r..r+R-1 over the chunk's blocks [b0, b1) (b0 a multiple of 4): the chunk's sums of
  * the 8 tokens are added to y (written when first). */
 static inline __attribute__((always_inline)) void q4_t8_block(const struct dse_qmat *w, const struct t8chunk *tc,
@@ -471,14 +484,7 @@ static inline __attribute__((always_inline)) void q4_t8_block(const struct dse_q
                         }
                 }
         }
-        UNROLL
-        for (int i = 0; i < R; i++) {
-                /* lane 2t + lane 2t+1: token t's row sum */
-                _Alignas(64) float o[16];
-                _mm512_store_ps(o, _mm512_add_ps(acc[i], _mm512_permute_ps(acc[i], 0xb1)));
-                for (int t = 0; t < T; t++)
-                        y[t * ldy + r + i] = first ? o[2 * t] : y[t * ldy + r + i] + o[2 * t];
-        }
+        t8_store_rows(acc, y, ldy, r, R, T, first);
 }
 
 /* Q8 rows r..r+R-1 over the chunk's blocks [b0, b1) (b0 even), as q4_t8_block. */
@@ -529,13 +535,7 @@ static inline __attribute__((always_inline)) void q8_t8_block(const struct dse_q
                         }
                 }
         }
-        UNROLL
-        for (int i = 0; i < R; i++) {
-                _Alignas(64) float o[16];
-                _mm512_store_ps(o, _mm512_add_ps(acc[i], _mm512_permute_ps(acc[i], 0xb1)));
-                for (int t = 0; t < T; t++)
-                        y[t * ldy + r + i] = first ? o[2 * t] : y[t * ldy + r + i] + o[2 * t];
-        }
+        t8_store_rows(acc, y, ldy, r, R, T, first);
 }
 
 /* Token blocks of 8 (the last may be short, zero-padded), chunks of T8C columns prepared
