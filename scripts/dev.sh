@@ -2,7 +2,9 @@
 # The README's two set-up commands:
 #   scripts/dev.sh demo   install, build, and run the main job on the bundled default model
 #   scripts/dev.sh test   install, build, and run the whole test suite
-# Extra: scripts/dev.sh asan  (unit tests under ASan+UBSan, as CI runs them)
+# Extra: scripts/dev.sh asan     (unit tests under ASan+UBSan, as CI runs them)
+#        scripts/dev.sh release  (an optimised -O3 Release build: its inlining shows
+#                                 warnings, errors here, that -O2 does not)
 set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 cd "$top"
@@ -31,8 +33,12 @@ case "${1:-}" in
     cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
       ctest --output-on-failure -j"$jobs" -L unit
     ;;
+  release)
+    scripts/bootstrap.sh
+    build build-release -DCMAKE_BUILD_TYPE=Release
+    ;;
   *)
-    echo "usage: scripts/dev.sh demo|test|asan" >&2
+    echo "usage: scripts/dev.sh demo|test|asan|release" >&2
     exit 2
     ;;
 esac

@@ -205,7 +205,7 @@ static int parse_opts(int argc, char **argv, struct run_opts *o) {
         o->sp.top_p = 0.95f;
         o->sp.min_p = 0.05f;
         int c;
-        long v;
+        long v = 0;
         optind = 1;
         while ((c = getopt_long(argc, argv, "m:p:n:t:h", opts, NULL)) != -1) {
                 int bad = 0;

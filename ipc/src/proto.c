@@ -550,7 +550,7 @@ int dsv_ipc_msg_decode(const void *buf, size_t len, struct dsv_ipc_msg *ret, cha
         struct decoder d = {err, err_size};
         if (!buf || !ret)
                 return -EINVAL;
-        cJSON *o;
+        cJSON *o = NULL;
         int pr = parse_object(&d, buf, len, &o);
         if (pr < 0)
                 return pr;
@@ -617,7 +617,7 @@ int dsv_ipc_msgs_decode(const void *buf, size_t len, struct dsv_ipc_msg **ret_ms
         struct decoder d = {err, err_size};
         if (!buf || !ret_msgs || !ret_n)
                 return -EINVAL;
-        cJSON *o;
+        cJSON *o = NULL;
         int pr = parse_object(&d, buf, len, &o);
         if (pr < 0)
                 return pr;

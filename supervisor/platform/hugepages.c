@@ -81,7 +81,7 @@ int dsv_hugepages_free_on_node(const char *sysfs_root, int node, uint64_t *ret_f
                 long id = strtol(de->d_name + 4, &end, 10);
                 if (end == de->d_name + 4 || *end || id < 0)
                         continue;
-                uint64_t v;
+                uint64_t v = 0;
                 r = node_free(sysfs, (int)id, &v);
                 if (r < 0)
                         break;

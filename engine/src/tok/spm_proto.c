@@ -90,7 +90,7 @@ static int pb_fixed(struct pb *r, size_t n, void *out, struct dse_diag *reterr) 
 
 static int pb_skip(struct pb *r, uint32_t field, int wire, struct dse_diag *reterr) {
         uint64_t v;
-        struct pb sub;
+        struct pb sub = {0};
         switch (wire) {
         case WIRE_VARINT:
                 return pb_varint(r, &v, reterr);
@@ -131,7 +131,7 @@ static int read_int32(struct pb *r, int32_t *out, struct dse_diag *reterr) {
 }
 
 static int read_str(struct pb *r, struct spm_str *out, struct dse_diag *reterr) {
-        struct pb sub;
+        struct pb sub = {0};
         int ret = pb_len(r, &sub, r->what, reterr);
         if (ret >= 0)
                 *out = (struct spm_str){(const char *)sub.p, (size_t)(sub.end - sub.p)};
@@ -144,8 +144,8 @@ static int parse_piece(struct pb *r, struct spm_proto_piece *out, struct dse_dia
         bool has_piece = false;
         size_t start = pb_off(r);
         while (r->p < r->end) {
-                uint32_t field;
-                int wire, ret;
+                uint32_t field = 0;
+                int wire = 0, ret;
                 if ((ret = pb_key(r, &field, &wire, reterr)) < 0)
                         return ret;
                 uint64_t v;
@@ -182,8 +182,8 @@ static int parse_piece(struct pb *r, struct spm_proto_piece *out, struct dse_dia
 
 static int parse_trainer(struct pb *r, struct spm_proto *m, struct dse_diag *reterr) {
         while (r->p < r->end) {
-                uint32_t field;
-                int wire, ret;
+                uint32_t field = 0;
+                int wire = 0, ret;
                 if ((ret = pb_key(r, &field, &wire, reterr)) < 0)
                         return ret;
                 uint64_t v;
@@ -233,8 +233,8 @@ static int parse_trainer(struct pb *r, struct spm_proto *m, struct dse_diag *ret
 static int parse_normalizer(struct pb *r, struct spm_proto_normalizer *n, struct dse_diag *reterr) {
         n->present = true;
         while (r->p < r->end) {
-                uint32_t field;
-                int wire, ret;
+                uint32_t field = 0;
+                int wire = 0, ret;
                 if ((ret = pb_key(r, &field, &wire, reterr)) < 0)
                         return ret;
                 switch (field) {
@@ -283,9 +283,9 @@ int dse__spm_proto_parse(const void *data, size_t len, struct spm_proto *ret_pro
         int ret = 0;
 
         while (r.p < r.end) {
-                uint32_t field;
-                int wire;
-                struct pb sub;
+                uint32_t field = 0;
+                int wire = 0;
+                struct pb sub = {0};
                 if ((ret = pb_key(&r, &field, &wire, reterr)) < 0)
                         goto fail;
                 switch (field) {

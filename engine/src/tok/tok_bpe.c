@@ -243,7 +243,7 @@ static int parse_behavior(struct loader *L, const char *b, enum bpe_split_behavi
 }
 
 static int builtin_split(struct loader *L, const char *pattern, enum bpe_split_behavior b, int invert) {
-        struct bpe_pretok *p;
+        struct bpe_pretok *p = NULL;
         int r = add_pretok(L, &p);
         if (r < 0)
                 return r;
@@ -262,7 +262,7 @@ static int parse_pretokenizer(struct loader *L, const struct bj *v, int depth) {
         const char *t = type_of(L, v, "pre_tokenizer", &r);
         if (!t)
                 return r;
-        struct bpe_pretok *p;
+        struct bpe_pretok *p = NULL;
         if (strcmp(t, "Sequence") == 0) {
                 const struct bj *list = bj_get(L->doc, v, "pretokenizers");
                 if (!list || list->type != BJ_ARRAY)

@@ -177,7 +177,7 @@ static int parse_deepseek(const struct cfg *c, struct dse_hparams *hp) {
             (r = get_bool(c, o, "norm_topk_prob", v3, &hp->norm_topk_prob)) < 0 ||
             (r = get_float(c, o, "routed_scaling_factor", v3 ? 2.5f : 1.0f, &hp->routed_scaling_factor)) < 0)
                 return r;
-        const char *topk, *scoring;
+        const char *topk = NULL, *scoring = NULL;
         if ((r = get_string(c, o, "topk_method", v3 ? "noaux_tc" : "greedy", &topk)) < 0 ||
             (r = get_string(c, o, "scoring_func", v3 ? "sigmoid" : "softmax", &scoring)) < 0)
                 return r;
@@ -203,7 +203,7 @@ static int parse_deepseek(const struct cfg *c, struct dse_hparams *hp) {
  * (AutoGPTQ's quantize_config.json). */
 static int parse_quant_object(const struct cfg *c, const cJSON *qc, const char *default_method,
                               struct dse__hf_quant *q) {
-        const char *method, *s;
+        const char *method = NULL, *s = NULL;
         int r;
         if ((r = get_string(c, qc, "quant_method", default_method, &method)) < 0)
                 return r;
@@ -240,7 +240,7 @@ static int parse_quant_object(const struct cfg *c, const cJSON *qc, const char *
                 if (q->group_size == 0 || q->group_size < -1 || q->group_size > (1 << 20))
                         return dse__fail(c->reterr, -EBADMSG, "%s: bad group_size %d", c->what, q->group_size);
                 if (awq) {
-                        int32_t zp;
+                        int32_t zp = 0;
                         if ((r = get_string(c, qc, "version", "gemm", &s)) < 0 ||
                             (r = get_bool(c, qc, "zero_point", 1, &zp)) < 0)
                                 return r;
@@ -285,7 +285,7 @@ static int parse_root(const struct cfg *c, const cJSON *gen_root, struct dse_hpa
         int r;
         if (!cJSON_IsObject(o))
                 return dse__fail(c->reterr, -EBADMSG, "%s: not a JSON object", c->what);
-        const char *mt;
+        const char *mt = NULL;
         if ((r = get_string(c, o, "model_type", NULL, &mt)) < 0)
                 return r;
         if (!mt)
