@@ -55,6 +55,7 @@
 #ifndef HUGETLBFS_MAGIC
 #define HUGETLBFS_MAGIC 0x958458f6
 #endif
+#define ERESTART_RESTARTBLOCK 516 /* the kernel's include/linux/errno.h; not in userspace headers */
 
 #define TICK_MS 100
 #define STARTING_TICK_MS 5
@@ -1428,7 +1429,9 @@ int dsv_cmd_start(int argc, char **argv) {
                                 pfd[np++] = (struct pollfd){.fd = s->inst[i].pidfd, .events = POLLIN};
                         }
                 int n = poll(pfd, (nfds_t)np, poll_timeout_ms(s));
-                if (n < 0 && errno != EINTR) {
+                /* A debugger attaching makes poll return the kernel's internal
+                 * ERESTART_RESTARTBLOCK rather than EINTR: both mean "poll again". */
+                if (n < 0 && errno != EINTR && errno != ERESTART_RESTARTBLOCK) {
                         r = -errno;
                         slog(3, "poll failed: %s", strerror(-r));
                         break;

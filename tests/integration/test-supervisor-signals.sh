@@ -4,6 +4,8 @@
 #     run: every request is answered, each instance restarts exactly once;
 #   - a worker that keeps dying hits the crash-loop limit: the supervisor gives up with
 #     exit 1 and leaves no cgroup;
+#   - a debugger calling into the supervisor (poll then fails with the kernel's internal
+#     ERESTART_RESTARTBLOCK, 516) does not stop it;
 #   - kill -9 of the supervisor takes its workers with it (PR_SET_PDEATHSIG): no orphans;
 #   - --rt-priority on a host with no CPU free of instances is refused with the reason;
 #   - bad options and config keys are clear errors (exit 2).
@@ -91,6 +93,13 @@ kill -HUP "$sup_pid"
 sleep 1
 check "a bad config on SIGHUP is refused and the old one kept" grep -q 'Reload failed, keeping the running configuration: .*unknown key "bogus"' "$tmp/hup.log"
 worker_pids=$(status_field "$run" '" ".join(str(i["pid"]) for i in j["instances"])')
+
+# ---- a debugger calling a function in the supervisor interrupts its poll
+for _ in 1 2 3; do gdb -p "$sup_pid" -batch -ex 'call (int)getpid()' >/dev/null 2>&1 || true; sleep 0.3; done
+sleep 0.5
+check "the supervisor outlives a debugger's calls" kill -0 "$sup_pid"
+check "and still serves" test "$(req)" = 200
+check "no poll failure logged" bash -c "! grep -q 'poll failed' '$tmp/hup.log'"
 
 # ---- kill -9 of the supervisor: the workers die with it
 kill -9 "$sup_pid"
