@@ -29,6 +29,13 @@ static inline float *dse__kv_row(const struct dse__kv_view *v, int l, int32_t po
                           (size_t)(pos % v->block_tokens)) * (size_t)v->row_floats;
 }
 
+/* Positions from pos on (before end) whose rows of a layer lie back to back, row_floats
+ * apart: up to the end of pos's block. */
+static inline int32_t dse__kv_run(const struct dse__kv_view *v, int32_t pos, int32_t end) {
+        int32_t left = v->block_tokens - pos % v->block_tokens;
+        return end - pos < left ? end - pos : left;
+}
+
 /* Floats of KV one position of one layer needs for the model's architecture: llama and
  * qwen2 2 * n_kv_heads * head_dim, DeepSeek MLA kv_lora_rank + qk_rope_head_dim; 0 for
  * an architecture without a forward pass. */

@@ -317,6 +317,61 @@ TEST(vector_helpers_all_levels) {
         }
 }
 
+/* attn_scores and attn_accum at every level against double sums: runs of 1..40 keys
+ * (around the 16-key blocks), lengths around the vector widths and MLA's 576, rows of a
+ * wider stride as a KV block lays them out. */
+TEST(attention_runs_all_levels) {
+        enum dse_cpu_level top = detected_level();
+        static const int64_t lens[] = {1, 7, 8, 16, 33, 64, 128, 130, 200, 576};
+        static const int64_t runs[] = {1, 3, 15, 16, 17, 32, 40};
+        int n_checked = 0;
+        for (int lvl = DSE_CPU_SCALAR; lvl <= (int)top; lvl++) {
+                struct dse_kernels k;
+                ASSERT_OK(dse_kernels_resolve((enum dse_cpu_level)lvl, &k));
+                for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++)
+                        for (size_t ri = 0; ri < sizeof runs / sizeof runs[0]; ri++) {
+                                int64_t len = lens[li], n = runs[ri], ld = 2 * len + 3;
+                                rng_seed(1000 + 31 * li + ri);
+                                float *q = malloc((size_t)len * sizeof *q), *rows = malloc((size_t)(n * ld) * sizeof *rows);
+                                float *sc = malloc((size_t)n * sizeof *sc), *out = malloc((size_t)len * sizeof *out);
+                                float *out0 = malloc((size_t)len * sizeof *out0);
+                                ASSERT_TRUE(q && rows && sc && out && out0);
+                                for (int64_t i = 0; i < len; i++) {
+                                        q[i] = rng_unit();
+                                        out0[i] = out[i] = rng_unit();
+                                }
+                                for (int64_t i = 0; i < n * ld; i++)
+                                        rows[i] = rng_unit();
+                                k.attn_scores(q, rows, ld, n, len, 0.125f, sc);
+                                for (int64_t t = 0; t < n; t++) {
+                                        double dot = 0, mag = 0;
+                                        for (int64_t i = 0; i < len; i++) {
+                                                dot += (double)q[i] * rows[t * ld + i];
+                                                mag += fabs((double)q[i] * rows[t * ld + i]);
+                                        }
+                                        ASSERT_NEAR(sc[t], 0.125 * dot, 0.125 * (REL_TOL * mag + ABS_TOL));
+                                }
+                                k.attn_accum(sc, rows + len, ld, n, len, out); /* the v half of each row */
+                                for (int64_t i = 0; i < len; i++) {
+                                        double want = out0[i], mag = fabs(out0[i]);
+                                        for (int64_t t = 0; t < n; t++) {
+                                                want += (double)sc[t] * rows[t * ld + len + i];
+                                                mag += fabs((double)sc[t] * rows[t * ld + len + i]);
+                                        }
+                                        ASSERT_NEAR(out[i], want, REL_TOL * mag + ABS_TOL);
+                                }
+                                free(q);
+                                free(rows);
+                                free(sc);
+                                free(out);
+                                free(out0);
+                                n_checked++;
+                        }
+        }
+        fprintf(stderr, "  %d attention (length, run, level) combinations checked up to level %s\n", n_checked,
+                dse_cpu_level_to_string(top));
+}
+
 TEST(resolve_rejects_bad_level) {
         struct dse_kernels k;
         ASSERT_ERR(dse_kernels_resolve(DSE_CPU_LEVEL_COUNT, &k), -EINVAL);

@@ -7,6 +7,10 @@
 
 #include "kernels/kernels.h"
 
+/* Register-block loops must unroll completely (at -O2 GCC leaves them rolled, and the
+ * accumulators then live in memory). */
+#define UNROLL _Pragma("GCC unroll 8")
+
 static inline float hsum8(__m256 v) {
         __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
         s = _mm_hadd_ps(s, s);
@@ -649,6 +653,49 @@ static void axpy_avx2(float a, const float *x, float *y, int64_t n) {
                 y[i] += a * x[i];
 }
 
+static void attn_scores_avx2(const float *q, const float *k, int64_t ld, int64_t n, int64_t len, float scale,
+                             float *scores) {
+        for (int64_t t = 0; t < n; t++)
+                scores[t] = scale * dot_avx2(q, k + t * ld, len);
+}
+
+/* C pieces of 8 from column d0, in registers over all n rows. */
+static inline __attribute__((always_inline)) void accum_piece(const float *w, const float *v, int64_t ld, int64_t n,
+                                                              float *out, int64_t d0, const int C) {
+        __m256 acc[8];
+        UNROLL
+        for (int c = 0; c < C; c++)
+                acc[c] = _mm256_loadu_ps(out + d0 + 8 * c);
+        for (int64_t t = 0; t < n; t++) {
+                __m256 wt = _mm256_set1_ps(w[t]);
+                UNROLL
+                for (int c = 0; c < C; c++)
+                        acc[c] = _mm256_fmadd_ps(wt, _mm256_loadu_ps(v + t * ld + d0 + 8 * c), acc[c]);
+        }
+        UNROLL
+        for (int c = 0; c < C; c++)
+                _mm256_storeu_ps(out + d0 + 8 * c, acc[c]);
+}
+
+static void attn_accum_avx2(const float *w, const float *v, int64_t ld, int64_t n, int64_t len, float *out) {
+        int64_t d0 = 0;
+        for (; d0 + 64 <= len; d0 += 64)
+                accum_piece(w, v, ld, n, out, d0, 8);
+        switch ((len - d0) / 8) {
+        case 1: accum_piece(w, v, ld, n, out, d0, 1); break;
+        case 2: accum_piece(w, v, ld, n, out, d0, 2); break;
+        case 3: accum_piece(w, v, ld, n, out, d0, 3); break;
+        case 4: accum_piece(w, v, ld, n, out, d0, 4); break;
+        case 5: accum_piece(w, v, ld, n, out, d0, 5); break;
+        case 6: accum_piece(w, v, ld, n, out, d0, 6); break;
+        case 7: accum_piece(w, v, ld, n, out, d0, 7); break;
+        default: break;
+        }
+        for (int64_t d = d0 + (len - d0) / 8 * 8; d < len; d++) /* the last len % 8 columns */
+                for (int64_t t = 0; t < n; t++)
+                        out[d] += w[t] * v[t * ld + d];
+}
+
 void dse__kernels_avx2_matmul_xq(const struct dse_qmat *w, const struct dse_xq *xq, float *y, int64_t ldy,
                                  int64_t r0, int64_t r1) {
         if (w->dtype == DSE_DTYPE_Q4)
@@ -677,4 +724,6 @@ void dse__kernels_fill_avx2(struct dse_kernels *k) {
         k->dequant_row = dequant_row_avx2;
         k->dot = dot_avx2;
         k->axpy = axpy_avx2;
+        k->attn_scores = attn_scores_avx2;
+        k->attn_accum = attn_accum_avx2;
 }

@@ -113,6 +113,15 @@ struct dse_kernels {
         float (*dot)(const float *a, const float *b, int64_t n);
         /* y[i] += a * x[i] */
         void (*axpy)(float a, const float *x, float *y, int64_t n);
+        /* Attention over n cached rows of a run (rows ld floats apart, as a KV block holds
+         * them): scores[t] = scale * sum_{d < len} q[d] * k[t * ld + d]. One call per run
+         * of keys rather than a dot per key, so the sums of many keys are reduced
+         * together. */
+        void (*attn_scores)(const float *q, const float *k, int64_t ld, int64_t n, int64_t len, float scale,
+                            float *scores);
+        /* out[d] += sum_{t < n} w[t] * v[t * ld + d] for d < len: the softmax-weighted
+         * rows, out kept in registers over the run instead of loaded and stored per row. */
+        void (*attn_accum)(const float *w, const float *v, int64_t ld, int64_t n, int64_t len, float *out);
         /* out[i] = w[i] * x[i] / sqrt(mean(x^2) + eps); out may alias x. */
         void (*rmsnorm)(float *out, const float *x, const float *w, int64_t n, float eps);
         /* x[i] = exp(x[i] - max) / sum, in place (n >= 1). */

@@ -297,6 +297,17 @@ static void axpy_ref(float a, const float *x, float *y, int64_t n) {
                 y[i] += a * x[i];
 }
 
+static void attn_scores_ref(const float *q, const float *k, int64_t ld, int64_t n, int64_t len, float scale,
+                            float *scores) {
+        for (int64_t t = 0; t < n; t++)
+                scores[t] = scale * dot_ref(q, k + t * ld, len);
+}
+
+static void attn_accum_ref(const float *w, const float *v, int64_t ld, int64_t n, int64_t len, float *out) {
+        for (int64_t t = 0; t < n; t++)
+                axpy_ref(w[t], v + t * ld, out, len);
+}
+
 static void rmsnorm_ref(float *out, const float *x, const float *w, int64_t n, float eps) {
         float ss = 0.0f;
         for (int64_t i = 0; i < n; i++)
@@ -340,6 +351,8 @@ void dse__kernels_fill_ref(struct dse_kernels *k) {
         k->dequant_row = dse__kernels_ref_dequant_row;
         k->dot = dot_ref;
         k->axpy = axpy_ref;
+        k->attn_scores = attn_scores_ref;
+        k->attn_accum = attn_accum_ref;
         k->rmsnorm = rmsnorm_ref;
         k->softmax = softmax_ref;
         k->swiglu = swiglu_ref;

@@ -66,7 +66,8 @@ struct ds_state {
         float *cos, *sin;        /* (T, rope/2) */
         float *logits;           /* (T, vocab) */
         /* attention, all tokens of the call per head */
-        float *q_abs;            /* (T, H, kvr) W_uk^T q_nope per token and head */
+        float *q_abs;            /* (T, H, kvr + rope) [W_uk^T q_nope | q_pe] per token and head: a query
+                                  * over whole latent rows [c | k_pe] */
         float *o_lat;            /* (T, H, kvr) sum_t p_t c_t per token and head */
         float *uv;               /* (n_threads, T, H*(nope+v)) rows of kv_b_proj applied to o_lat */
         float *att;              /* (n_threads, n_ctx) scores, then probabilities */
@@ -233,7 +234,7 @@ static int ds_init(struct dse_session *s, struct dse_diag *reterr) {
             !ALLOC(st->q, T * H * st->qk_dim) || !ALLOC(st->kv_a, T * st->lat_dim) ||
             !ALLOC(st->att_out, T * H * st->vdim) || !ALLOC(st->hb, T * max_width) || !ALLOC(st->hb2, T * max_width) ||
             !ALLOC(st->cos, T * st->rope_dim / 2) || !ALLOC(st->sin, T * st->rope_dim / 2) ||
-            !ALLOC(st->logits, T * V) || !ALLOC(st->q_abs, T * H * st->kvr) || !ALLOC(st->o_lat, T * H * st->kvr) ||
+            !ALLOC(st->logits, T * V) || !ALLOC(st->q_abs, T * H * (st->kvr + st->rope_dim)) || !ALLOC(st->o_lat, T * H * st->kvr) ||
             !ALLOC(st->uv, nth * T * hkv) || !ALLOC(st->att, nth * n_ctx) || !ALLOC(st->row, nth * st->kvr) ||
             !ALLOC(st->kvb_full, nth * hkv) || !ALLOC(st->moe_out, T * D) || !ALLOC(st->router_logits, T * n_exp) ||
             !ALLOC(st->moe_w, T * n_k) || !ALLOC(st->moe_in, T * n_k * D) || !ALLOC(st->moe_hb, T * n_k * mw) ||
@@ -266,34 +267,41 @@ static void mla_absorbed(void *ctx, size_t h0, size_t h1, int ith) {
         struct ds_state *st = s->arch;
         const struct dse_qmat *wkv_b = &j->L->wkv_b;
         int32_t kvr = st->kvr, rd = st->rope_dim, blk = st->nope + st->vdim, n = j->n;
-        int64_t QD = (int64_t)st->H * st->qk_dim, HK = (int64_t)st->H * kvr, hkv = (int64_t)st->H * blk;
+        int64_t QD = (int64_t)st->H * st->qk_dim, HK = (int64_t)st->H * kvr, HQ = (int64_t)st->H * (kvr + rd),
+                hkv = (int64_t)st->H * blk;
         float *row = st->row + (size_t)ith * kvr;                        /* (kvr) */
         float *att = st->att + (size_t)ith * (size_t)s->n_ctx;           /* (T) */
         float *uv = st->uv + (size_t)ith * DSE__MAX_STEP_TOKENS * (size_t)hkv; /* (n, hkv) by absolute row */
         for (size_t h = h0; h < h1; h++) {
-                /* q_abs = W_uk^T q_nope: a q_nope-weighted sum of the head's k rows */
-                for (int i = 0; i < n; i++)
-                        memset(st->q_abs + i * HK + (int64_t)h * kvr, 0, (size_t)kvr * sizeof(float));
+                /* q_abs = W_uk^T q_nope: a q_nope-weighted sum of the head's k rows; q_pe
+                 * (rotated) after it */
+                for (int i = 0; i < n; i++) {
+                        float *qa = st->q_abs + i * HQ + (int64_t)h * (kvr + rd);
+                        memset(qa, 0, (size_t)kvr * sizeof(float));
+                        memcpy(qa + kvr, st->q + i * QD + (int64_t)h * st->qk_dim + st->nope, (size_t)rd * sizeof(float));
+                }
                 for (int32_t c = 0; c < st->nope; c++) {
                         s->k.dequant_row(wkv_b, (int64_t)h * blk + c, row);
                         for (int i = 0; i < n; i++)
                                 s->k.axpy(st->q[i * QD + (int64_t)h * st->qk_dim + c], row,
-                                          st->q_abs + i * HK + (int64_t)h * kvr, kvr);
+                                          st->q_abs + i * HQ + (int64_t)h * (kvr + rd), kvr);
                 }
                 for (int i = 0; i < n; i++) {
                         const struct dse__kv_view *kv = j->toks[i].kv;
-                        int32_t T = j->toks[i].pos + 1;
-                        const float *q_pe = st->q + i * QD + (int64_t)h * st->qk_dim + st->nope; /* (rope), rotated */
-                        const float *q_abs = st->q_abs + i * HK + (int64_t)h * kvr;              /* (kvr) */
-                        float *o_lat = st->o_lat + i * HK + (int64_t)h * kvr;                    /* (kvr) */
-                        for (int32_t t = 0; t < T; t++) {
-                                const float *lat = dse__kv_row(kv, j->l, t); /* (kvr + rope) */
-                                att[t] = (s->k.dot(q_abs, lat, kvr) + s->k.dot(q_pe, lat + kvr, rd)) * st->softmax_scale;
+                        int32_t T = j->toks[i].pos + 1, r;
+                        const float *q_abs = st->q_abs + i * HQ + (int64_t)h * (kvr + rd); /* (kvr + rope) */
+                        float *o_lat = st->o_lat + i * HK + (int64_t)h * kvr;               /* (kvr) */
+                        for (int32_t t = 0; t < T; t += r) { /* a run of latent rows (kvr + rope) */
+                                r = dse__kv_run(kv, t, T);
+                                s->k.attn_scores(q_abs, dse__kv_row(kv, j->l, t), kv->row_floats, r, kvr + rd,
+                                                 st->softmax_scale, att + t);
                         }
                         s->k.softmax(att, T);
                         memset(o_lat, 0, (size_t)kvr * sizeof(float));
-                        for (int32_t t = 0; t < T; t++)
-                                s->k.axpy(att[t], dse__kv_row(kv, j->l, t), o_lat, kvr);
+                        for (int32_t t = 0; t < T; t += r) {
+                                r = dse__kv_run(kv, t, T);
+                                s->k.attn_accum(att + t, dse__kv_row(kv, j->l, t), kv->row_floats, r, kvr, o_lat);
+                        }
                 }
                 /* out_h = W_uv o_lat: the head's v rows of kv_b_proj, for all tokens at once */
                 int64_t v0 = (int64_t)h * blk + st->nope;
