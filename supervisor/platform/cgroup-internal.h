@@ -98,12 +98,21 @@ int dsv__cgroup_v1_delete(const char *controller, const char *rel);
 /* Writes "+ctrl" into dirfd's cgroup.subtree_control for every controller in want that
  * dirfd's cgroup.controllers lists and its subtree_control does not enable yet.
  * *ret_enabled gets the DSV_CGROUP_CTRL_* bits enabled afterwards, *ret_newly the ones
- * this call enabled (written and accepted; what to undo later). -EBUSY when the group
- * holds processes (no-internal-processes rule); *ret_newly is valid then too. */
+ * this call enabled (written and accepted; what to undo later), plus those a gone
+ * supervisor recorded as enabled by it and left on (adopted; see cgroup_v2.c). The
+ * process's controllers are recorded on the group (xattr) until disabled. -EBUSY when
+ * the group holds processes (no-internal-processes rule); *ret_newly is valid then too. */
 int dsv__cgroup_v2_enable(int dirfd, unsigned want, unsigned *ret_enabled, unsigned *ret_newly);
 
-/* Writes "-ctrl" into dirfd's cgroup.subtree_control for each bit. First -errno. */
+/* Writes "-ctrl" into dirfd's cgroup.subtree_control for each bit, and drops them from
+ * the process's record on the group. First -errno. */
 int dsv__cgroup_v2_disable(int dirfd, unsigned bits);
+
+/* Records on the group fd that this process made it (xattr; best effort). */
+void dsv__cgroup_v2_mark_made(int fd);
+/* true when the group fd was made by a process that is gone: it is now recorded as
+ * this process's, to be removed at its teardown like a group it made itself. */
+bool dsv__cgroup_v2_adopt_made(int fd);
 
 /* Moves the calling process (all its threads) into the group dirfd. */
 int dsv__cgroup_v2_move_self(int dirfd);

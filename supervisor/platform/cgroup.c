@@ -390,9 +390,15 @@ static int v2_make(struct dsv_cgroup_host *h, int dirfd, const char *name, bool 
         r = dsv__cgfs_open_dir(dirfd, name, ret_fd);
         if (r < 0 && made)
                 dsv__cgfs_rmdir(dirfd, name);
-        if (r == 0 && ret_made)
+        if (r < 0)
+                return r;
+        if (made)
+                dsv__cgroup_v2_mark_made(*ret_fd);
+        else /* a group a killed supervisor made is ours to remove now */
+                made = dsv__cgroup_v2_adopt_made(*ret_fd);
+        if (ret_made)
                 *ret_made = made;
-        return r;
+        return 0;
 }
 
 /* rmdir of a v2 group below dirfd. On a fake tree, the hook deletes the group's files

@@ -102,6 +102,17 @@ check "and still serves" test "$(req)" = 200
 check "no poll failure logged" bash -c "! grep -q 'poll failed' '$tmp/hup.log'"
 
 # ---- kill -9 of the supervisor: the workers die with it
+v2_own=$(sed -n 's/^0:://p' /proc/self/cgroup)
+v2_mount=/sys/fs/cgroup
+[[ $(stat -f -c %T /sys/fs/cgroup) == tmpfs ]] && v2_mount=/sys/fs/cgroup/unified
+v2_own=$v2_mount${v2_own%/}
+marks() { # DIR: its dsvisor xattrs, one per line
+        python3 -c "import os,sys; print('\n'.join(a for a in os.listxattr(sys.argv[1]) if a.startswith('trusted.dsvisor.')))" "$1" 2>/dev/null || true
+}
+killed_v2_group="$v2_own/dsvisor-$sup_pid-worker-0"
+check "the supervisor records the v2 groups it made (trusted.dsvisor.made on $killed_v2_group)" bash -c "
+        [[ ! -d '$v2_own' ]] || python3 -c \"import os,sys; sys.exit(0 if os.getxattr('$killed_v2_group', 'trusted.dsvisor.made') == b'$sup_pid' else 1)\""
+marks "$v2_own" >"$tmp/marks-before-kill"
 kill -9 "$sup_pid"
 wait "$sup_pid" 2>/dev/null || true
 check "workers die with a killed supervisor (no orphans)" bash -c "
@@ -117,6 +128,10 @@ run="$tmp/run4"
         --hugepages off --grace-ms 8000 >"$tmp/drain.log" 2>&1 &
 sup_pid=$!
 check "drain: ready" wait_ready "$run" 120
+marks "$v2_own" >"$tmp/marks-after-restart"
+echo "       (records on $v2_own before the kill: $(tr '\n' ' ' <"$tmp/marks-before-kill"))"
+check "the next start took over the killed supervisor's record of the controllers it enabled" \
+        bash -c "! grep -qx 'trusted.dsvisor.enabled.$killed_sup' '$tmp/marks-after-restart'"
 check "the next start removed the killed supervisor's empty cgroups" bash -c "
         grep -q \"cgroup '.*dsvisor-$killed_sup-worker-0' left by supervisor $killed_sup, which is gone\" '$tmp/drain.log' &&
         ! find /sys/fs/cgroup -mindepth 1 -maxdepth 4 -type d -name 'dsvisor-$killed_sup-worker-*' | grep -q ."

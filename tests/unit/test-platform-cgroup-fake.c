@@ -7,6 +7,8 @@
 #include <ftw.h>
 #include <stdint.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 
 #include "cgroup-internal.h"
@@ -688,6 +690,72 @@ TEST(fake_v2_parent_leaves_what_others_use) {
         int r = fake_setup(&f);
         if (r == 0)
                 fake_parent_shared(&f);
+        fake_teardown(&f);
+        ASSERT_OK(r);
+}
+
+/* A supervisor killed with SIGKILL left "cpu" and "memory" enabled in own's
+ * subtree_control and recorded them (trusted.dsvisor.enabled.<pid>), and its leaf
+ * (trusted.dsvisor.made); a live one (pid 1 stands in for it) recorded "memory". The
+ * next supervisor adopts "cpu", not "memory" (still claimed), and the leaf, enables what
+ * else it wants, and its restore disables what it adopted and enabled and removes the
+ * leaf: the gone supervisor's changes are undone, the live one's kept. */
+static void fake_adopt_cycle(struct fake *f) {
+        char buf[512], p[600], name[64];
+        pid_t dead = fork();
+        ASSERT_TRUE(dead >= 0);
+        if (dead == 0)
+                _exit(0);
+        ASSERT_EQ(waitpid(dead, NULL, 0), dead);
+        ASSERT_OK(put_path(f, OWN "/cgroup.subtree_control", "cpu memory\n"));
+        snprintf(p, sizeof p, "%s/%s", f->dir, OWN);
+        snprintf(name, sizeof name, "trusted.dsvisor.enabled.%d", (int)dead);
+        ASSERT_OK(setxattr(p, name, "cpu memory", 10, 0) < 0 ? -errno : 0);
+        ASSERT_OK(setxattr(p, "trusted.dsvisor.enabled.1", "memory", 6, 0) < 0 ? -errno : 0);
+        /* and its leaf, which it made */
+        char leaf[700], pidtxt[24];
+        snprintf(leaf, sizeof leaf, "%s/supervisor", p);
+        snprintf(pidtxt, sizeof pidtxt, "%d", (int)dead);
+        int own = open(p, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        ASSERT_TRUE(own >= 0);
+        ASSERT_TRUE(mkdirat(own, "supervisor", 0755) == 0);
+        ASSERT_OK(fake_mkdir(own, "supervisor", f));
+        close(own);
+        ASSERT_OK(setxattr(leaf, "trusted.dsvisor.made", pidtxt, strlen(pidtxt), 0) < 0 ? -errno : 0);
+
+        struct dsv_cgroup_config cfg = {
+                .root = f->root, .proc_self_cgroup = f->proc, .mode = DSV_CGROUP_MODE_UNIFIED,
+                .on_mkdir = fake_mkdir, .on_rmdir = fake_rmdir, .fake_user = f,
+        };
+        struct dsv_cgroup_host *h = NULL;
+        ASSERT_OK(dsv_cgroup_host_new(&cfg, &h));
+        ASSERT_OK(dsv_cgroup_host_delegate(h));
+        ASSERT_OK(read_rel(f, OWN "/cgroup.subtree_control", buf, sizeof buf));
+        ASSERT_STREQ(buf, "cpu memory\n+cpuset\n");
+        ASSERT_TRUE(getxattr(p, name, buf, sizeof buf) < 0 && errno == ENODATA); /* taken over */
+        snprintf(name, sizeof name, "trusted.dsvisor.enabled.%d", (int)getpid());
+        ssize_t n = getxattr(p, name, buf, sizeof buf - 1);
+        ASSERT_TRUE(n > 0);
+        buf[n] = '\0';
+        ASSERT_STREQ(buf, "cpu cpuset");
+
+        char why[512];
+        ASSERT_OK(dsv_cgroup_host_restore(h, why, sizeof why));
+        dsv_cgroup_host_free(h);
+        ASSERT_OK(read_rel(f, OWN "/cgroup.subtree_control", buf, sizeof buf));
+        ASSERT_EQ(replay_subtree_control(buf), 1u << 2); /* memory only */
+        struct stat st;
+        ASSERT_TRUE(stat(leaf, &st) < 0 && errno == ENOENT); /* the adopted leaf removed */
+        ASSERT_TRUE(getxattr(p, name, buf, sizeof buf) < 0 && errno == ENODATA); /* ours dropped */
+        n = getxattr(p, "trusted.dsvisor.enabled.1", buf, sizeof buf - 1);
+        ASSERT_TRUE(n == 6);
+}
+
+TEST(fake_v2_adopts_what_a_killed_supervisor_enabled) {
+        struct fake f = {0};
+        int r = fake_setup(&f);
+        if (r == 0)
+                fake_adopt_cycle(&f);
         fake_teardown(&f);
         ASSERT_OK(r);
 }
