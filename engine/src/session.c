@@ -172,6 +172,21 @@ void dse__parallel(struct dse_session *s, size_t n, dse_pool_range_fn fn, void *
         dse_pool_run_shared(s->pool, claim_task, &j);
 }
 
+void dse__attend(const struct dse_session *s, const struct dse__kv_view *kv, int l, int32_t T, const float *q,
+                 int64_t k_off, int64_t k_len, float scale, int64_t v_off, int64_t v_len, float *att, float *out) {
+        int32_t r;
+        for (int32_t t = 0; t < T; t += r) {
+                r = dse__kv_run(kv, t, T);
+                s->k.attn_scores(q, dse__kv_row(kv, l, t) + k_off, kv->row_floats, r, k_len, scale, att + t);
+        }
+        s->k.softmax(att, T);
+        memset(out, 0, (size_t)v_len * sizeof(float));
+        for (int32_t t = 0; t < T; t += r) {
+                r = dse__kv_run(kv, t, T);
+                s->k.attn_accum(att + t, dse__kv_row(kv, l, t) + v_off, kv->row_floats, r, v_len, out);
+        }
+}
+
 /* ---- linear layers ------------------------------------------------------------------ */
 
 /* Rows of one item a thread takes are rounded to this: the SIMD kernels block rows (4 to

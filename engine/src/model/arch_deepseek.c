@@ -288,20 +288,11 @@ static void mla_absorbed(void *ctx, size_t h0, size_t h1, int ith) {
                 }
                 for (int i = 0; i < n; i++) {
                         const struct dse__kv_view *kv = j->toks[i].kv;
-                        int32_t T = j->toks[i].pos + 1, r;
                         const float *q_abs = st->q_abs + i * HQ + (int64_t)h * (kvr + rd); /* (kvr + rope) */
                         float *o_lat = st->o_lat + i * HK + (int64_t)h * kvr;               /* (kvr) */
-                        for (int32_t t = 0; t < T; t += r) { /* a run of latent rows (kvr + rope) */
-                                r = dse__kv_run(kv, t, T);
-                                s->k.attn_scores(q_abs, dse__kv_row(kv, j->l, t), kv->row_floats, r, kvr + rd,
-                                                 st->softmax_scale, att + t);
-                        }
-                        s->k.softmax(att, T);
-                        memset(o_lat, 0, (size_t)kvr * sizeof(float));
-                        for (int32_t t = 0; t < T; t += r) {
-                                r = dse__kv_run(kv, t, T);
-                                s->k.attn_accum(att + t, dse__kv_row(kv, j->l, t), kv->row_floats, r, kvr, o_lat);
-                        }
+                        /* scores over whole latent rows [c | k_pe], values over c */
+                        dse__attend(s, kv, j->l, j->toks[i].pos + 1, q_abs, 0, kvr + rd, st->softmax_scale, 0, kvr,
+                                    att, o_lat);
                 }
                 /* out_h = W_uv o_lat: the head's v rows of kv_b_proj, for all tokens at once */
                 int64_t v0 = (int64_t)h * blk + st->nope;

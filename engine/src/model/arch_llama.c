@@ -144,19 +144,8 @@ static void attn_heads(void *ctx, size_t h0, size_t h1, int ith) {
                         int32_t T = j->toks[i].pos + 1;
                         const float *q = st->q + (size_t)i * st->q_dim + h * hd; /* (head_dim) */
                         float *out = st->att_out + (size_t)i * st->q_dim + h * hd; /* (head_dim) */
-                        int32_t r;
-                        for (int32_t t = 0; t < T; t += r) { /* a run of rows [k (kv_dim) | v (kv_dim)] */
-                                r = dse__kv_run(kv, t, T);
-                                s->k.attn_scores(q, dse__kv_row(kv, j->l, t) + kvo, kv->row_floats, r, hd, scale,
-                                                 att + t);
-                        }
-                        s->k.softmax(att, T);
-                        memset(out, 0, (size_t)hd * sizeof(float));
-                        for (int32_t t = 0; t < T; t += r) {
-                                r = dse__kv_run(kv, t, T);
-                                s->k.attn_accum(att + t, dse__kv_row(kv, j->l, t) + st->kv_dim + kvo, kv->row_floats,
-                                                r, hd, out);
-                        }
+                        /* rows [k (kv_dim) | v (kv_dim)] */
+                        dse__attend(s, kv, j->l, T, q, (int64_t)kvo, hd, scale, st->kv_dim + (int64_t)kvo, hd, att, out);
                 }
         }
 }

@@ -138,6 +138,13 @@ static inline int dse__use_xq(const struct dse_session *s, const struct dse_qmat
 /* Runs fn over [0, n) on the pool, or inline without one. */
 void dse__parallel(struct dse_session *s, size_t n, dse_pool_range_fn fn, void *ctx);
 
+/* One query against a sequence's cached positions 0..T-1 of layer l: att[t] = scale *
+ * q . row_t[k_off .. k_off + k_len), softmax over t, then out = sum_t att[t] *
+ * row_t[v_off .. v_off + v_len) (out is overwritten). att holds T floats. The rows are
+ * taken a KV-block run at a time (dse__kv_run), as attn_scores and attn_accum want them. */
+void dse__attend(const struct dse_session *s, const struct dse__kv_view *kv, int l, int32_t T, const float *q,
+                 int64_t k_off, int64_t k_len, float scale, int64_t v_off, int64_t v_len, float *att, float *out);
+
 /* ---- DeepSeek MoE routing (moe.c) ---- */
 
 #define DSE_MOE_MAX_EXPERTS 1024
