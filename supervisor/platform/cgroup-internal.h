@@ -119,5 +119,7 @@ int dsv__cgroup_v2_move_self(int dirfd);
 
 /* Controller names for the DSV_CGROUP_CTRL_* bit positions. */
 const char *dsv__cgroup_ctrl_name(unsigned bit);
+/* The names of the controllers in bits, space-separated, into buf. */
+void dsv__cgroup_ctrl_list(unsigned bits, char *buf, size_t size);
 
 #endif

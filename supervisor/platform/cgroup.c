@@ -609,22 +609,13 @@ __attribute__((format(printf, 3, 4))) static void note(char *why, size_t size, c
         va_end(ap);
 }
 
-static void ctrl_list(unsigned bits, char *buf, size_t size) {
-        buf[0] = '\0';
-        for (unsigned b = 0; b < N_CTRL; b++)
-                if (bits & (1u << b)) {
-                        size_t len = strlen(buf);
-                        snprintf(buf + len, size - len, "%s%s", len ? " " : "", dsv__cgroup_ctrl_name(b));
-                }
-}
-
 /* Disables the controllers we enabled in dirfd's subtree_control when no child group
  * other than skip is left that might use them. */
 static int v2_undo_enable(int dirfd, const char *path, unsigned *newly, const char *skip, char *why, size_t size) {
         if (!*newly)
                 return 0;
         char names[64];
-        ctrl_list(*newly, names, sizeof names);
+        dsv__cgroup_ctrl_list(*newly, names, sizeof names);
         int n = count_children(dirfd, skip);
         if (n != 0) {
                 note(why, size, "left '%s' enabled in %s/cgroup.subtree_control: %d other group%s below it may use it",

@@ -22,6 +22,15 @@ const char *dsv__cgroup_ctrl_name(unsigned bit) {
         return bit < sizeof ctrl_names / sizeof ctrl_names[0] ? ctrl_names[bit] : NULL;
 }
 
+void dsv__cgroup_ctrl_list(unsigned bits, char *buf, size_t size) {
+        buf[0] = '\0';
+        for (unsigned bit = 0; dsv__cgroup_ctrl_name(bit); bit++)
+                if (bits & (1u << bit)) {
+                        size_t len = strlen(buf);
+                        snprintf(buf + len, size - len, "%s%s", len ? " " : "", dsv__cgroup_ctrl_name(bit));
+                }
+}
+
 static unsigned ctrl_bits_of(const char *list) {
         unsigned bits = 0;
         for (unsigned bit = 0; dsv__cgroup_ctrl_name(bit); bit++)
@@ -42,6 +51,17 @@ static unsigned ctrl_bits_of(const char *list) {
 
 #define MARK_PREFIX "trusted.dsvisor.enabled."
 
+/* true when text is the pid of a process that is gone (not this one, kill says ESRCH). */
+static bool pid_gone(const char *text) {
+        char *end;
+        long pid = strtol(text, &end, 10);
+        return !*end && pid > 0 && pid != getpid() && kill((pid_t)pid, 0) < 0 && errno == ESRCH;
+}
+
+static void own_mark_name(char *name, size_t size) {
+        snprintf(name, size, MARK_PREFIX "%d", (int)getpid());
+}
+
 static unsigned mark_read(int dirfd, const char *name) {
         char buf[128];
         ssize_t n = fgetxattr(dirfd, name, buf, sizeof buf - 1);
@@ -53,17 +73,13 @@ static unsigned mark_read(int dirfd, const char *name) {
 
 /* Records bits as this process's (removes the record when bits is 0); best effort. */
 static void mark_write(int dirfd, unsigned bits) {
-        char name[64], value[128] = "";
-        snprintf(name, sizeof name, MARK_PREFIX "%d", (int)getpid());
+        char name[64], value[128];
+        own_mark_name(name, sizeof name);
         if (!bits) {
                 (void)fremovexattr(dirfd, name);
                 return;
         }
-        for (unsigned bit = 0; dsv__cgroup_ctrl_name(bit); bit++)
-                if (bits & (1u << bit)) {
-                        size_t len = strlen(value);
-                        snprintf(value + len, sizeof value - len, "%s%s", len ? " " : "", dsv__cgroup_ctrl_name(bit));
-                }
+        dsv__cgroup_ctrl_list(bits, value, sizeof value);
         (void)fsetxattr(dirfd, name, value, strlen(value), 0);
 }
 
@@ -78,12 +94,8 @@ static unsigned marks_adopt(int dirfd) {
         for (const char *name = list; name < list + n; name += strlen(name) + 1) {
                 if (strncmp(name, MARK_PREFIX, strlen(MARK_PREFIX)) != 0)
                         continue;
-                char *end;
-                long pid = strtol(name + strlen(MARK_PREFIX), &end, 10);
-                if (*end || pid <= 0)
-                        continue;
                 unsigned bits = mark_read(dirfd, name);
-                if (pid == getpid() || kill((pid_t)pid, 0) == 0 || errno != ESRCH) {
+                if (!pid_gone(name + strlen(MARK_PREFIX))) {
                         live |= bits;
                         continue;
                 }
@@ -95,7 +107,7 @@ static unsigned marks_adopt(int dirfd) {
 
 static unsigned mark_own(int dirfd) {
         char name[64];
-        snprintf(name, sizeof name, MARK_PREFIX "%d", (int)getpid());
+        own_mark_name(name, sizeof name);
         return mark_read(dirfd, name);
 }
 
@@ -115,9 +127,7 @@ bool dsv__cgroup_v2_adopt_made(int fd) {
         if (n <= 0)
                 return false;
         buf[n] = '\0';
-        char *end;
-        long pid = strtol(buf, &end, 10);
-        if (*end || pid <= 0 || pid == getpid() || kill((pid_t)pid, 0) == 0 || errno != ESRCH)
+        if (!pid_gone(buf))
                 return false;
         dsv__cgroup_v2_mark_made(fd);
         return true;
