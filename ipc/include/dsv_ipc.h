@@ -247,7 +247,11 @@ int dsv_ipc_runtime_dir(char *buf, size_t size);
 int dsv_ipc_listen(const char *url, struct dsv_ipc_conn **ret_conn);
 /* Supervisor side: dials url, reconnecting in the background if the peer restarts. */
 int dsv_ipc_dial(const char *url, struct dsv_ipc_conn **ret_conn);
+/* Closes the connection. Returns within about half a second even when nng 1.5.2's close
+ * hangs (then the socket is left behind, with a warning on stderr; see transport.c). */
 void dsv_ipc_close(struct dsv_ipc_conn *conn);
+/* Closes this process left unfinished so far (each also warned about on stderr). */
+unsigned dsv_ipc_abandoned_closes(void);
 /* dsv_ipc_close after waiting linger_ms for sent messages to be written: nng 1.5.2
  * discards messages still queued in a pipe when its socket closes, and has no way to wait
  * for them (NNG_OPT_LINGER is not implemented), so a worker that exits right after its
