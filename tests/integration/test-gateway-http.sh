@@ -10,12 +10,33 @@ for tool in curl python3 promtool; do
 done
 T=$(mktemp -d /tmp/dsv-gw-http.XXXXXX)   # 0700: the IPC sockets' directory must be private
 PIDS=()
-cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null; done; wait 2>/dev/null; rm -rf "$T"; }
+# stops PIDS; a process still there after 10 s is killed (its stacks were printed by stops())
+cleanup() {
+  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null; done
+  for _ in $(seq 100); do alive=0; for p in "${PIDS[@]}"; do kill -0 "$p" 2>/dev/null && alive=1; done; [ $alive = 0 ] && break; sleep 0.1; done
+  for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null; done
+  wait 2>/dev/null; rm -rf "$T"
+}
 trap cleanup EXIT
 pass=0; fail=0
 ok()  { pass=$((pass + 1)); echo "ok   $1"; }
 bad() { fail=$((fail + 1)); echo "FAIL $1"; [ -n "${2:-}" ] && echo "     $2"; }
 check() { local name=$1; shift; if "$@"; then ok "$name"; else bad "$name" "$*"; fi; }
+# stops PID: SIGTERM, then its exit status within 10 s must be 0; a process that does not
+# stop has its threads' stacks printed (gdb) so a shutdown hang shows where it waits
+stops() {
+  local p=$1 i
+  kill "$p" 2>/dev/null || return 1
+  for i in $(seq 100); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
+  if kill -0 "$p" 2>/dev/null; then
+    echo "     pid $p still running 10 s after SIGTERM:"
+    command -v gdb >/dev/null && gdb -p "$p" -batch -ex 'thread apply all bt' 2>&1 | grep -E '^(Thread|#)' | sed 's/^/     /'
+    kill -9 "$p"; wait "$p" 2>/dev/null; return 1
+  fi
+  wait "$p"; local rc=$?
+  [ $rc = 0 ] || echo "     pid $p exited with status $rc"
+  return $rc
+}
 
 # worker NAME [fake-worker options]: starts ipc://$T/NAME.sock, logs to $T/NAME.log
 worker() {
@@ -35,7 +56,7 @@ server() {
   for _ in $(seq 100); do [ -s "$T/$n.port" ] && break; sleep 0.05; done
   eval "PORT_$n=$(cat "$T/$n.port")"
   # links connect in the background: wait until /ready says so (or 2 s)
-  for _ in $(seq 40); do curl -sf "http://127.0.0.1:$(cat "$T/$n.port")/ready" >/dev/null && break; sleep 0.05; done
+  for _ in $(seq 40); do curl -sf --max-time 5 "http://127.0.0.1:$(cat "$T/$n.port")/ready" >/dev/null && break; sleep 0.05; done
 }
 # ctl NAME "command": one command to the test server, waits for its answer line
 ctl() {
@@ -177,22 +198,22 @@ ctl main "ready 0 1" >/dev/null
 # ---- worker restart at the same URL, and a link replaced with another URL -----------------
 kill "$PID_a"; wait "$PID_a" 2>/dev/null; rm -f "$T/a.sock"
 sleep 0.3
-check restart-down bash -c "curl -s http://127.0.0.1:$P/metrics | grep -q 'dsvisor_instance_up{instance=\"a\",numa_node=\"0\"} 0'"
+check restart-down bash -c "curl -s --max-time 10 http://127.0.0.1:$P/metrics | grep -q 'dsvisor_instance_up{instance=\"a\",numa_node=\"0\"} 0'"
 worker a --delay-ms 2
-for _ in $(seq 60); do curl -s "http://127.0.0.1:$P/metrics" | grep -q 'dsvisor_instance_up{instance="a",numa_node="0"} 1' && break; sleep 0.1; done
-check restart-up bash -c "curl -s http://127.0.0.1:$P/metrics | grep -q 'dsvisor_instance_up{instance=\"a\",numa_node=\"0\"} 1'"
+for _ in $(seq 60); do curl -s --max-time 10 "http://127.0.0.1:$P/metrics" | grep -q 'dsvisor_instance_up{instance="a",numa_node="0"} 1' && break; sleep 0.1; done
+check restart-up bash -c "curl -s --max-time 10 http://127.0.0.1:$P/metrics | grep -q 'dsvisor_instance_up{instance=\"a\",numa_node=\"0\"} 1'"
 worker c --delay-ms 2
 check set-url [ "$(ctl main "url 1 $(URL c)")" = "ok 0" ]
 ctl main "ready 0 0" >/dev/null; sleep 0.3
 s=$(post $P /v1/completions "$(completion 'via c' 2)")
 check set-url-routes bash -c "[ $s = 200 ] && grep -q request $T/c.log"
 check remove [ "$(ctl main "remove 1")" = "ok 0" ]
-check remove-gone bash -c "! curl -s http://127.0.0.1:$P/metrics | grep -q 'instance=\"b\"'"
+check remove-gone bash -c "! curl -s --max-time 10 http://127.0.0.1:$P/metrics | grep -q 'instance=\"b\"'"
 check add [ "$(ctl main "add b2 $(URL b)")" = "ok 1" ]
 ctl main "ready 0 1" >/dev/null
 
 # ---- metrics ---------------------------------------------------------------------------------
-curl -s "http://127.0.0.1:$P/metrics" >"$T/metrics"
+curl -s --max-time 10 "http://127.0.0.1:$P/metrics" >"$T/metrics"
 check promtool bash -c "promtool check metrics <$T/metrics"
 for m in dsvisor_e2e_request_latency_seconds dsvisor_time_to_first_token_seconds dsvisor_inter_token_latency_seconds dsvisor_request_queue_time_seconds; do
   check "metric-$m" grep -q "^${m}_bucket{instance=\"a\",numa_node=\"0\",le=\"+Inf\"}" "$T/metrics"
@@ -218,6 +239,8 @@ worker slow --delay-ms 300
 server adm --instance slow="$(URL slow)" --max-running 1 --max-queue-per-instance 1
 PQ=$PORT_adm
 for i in 1 2; do curl -s --max-time 10 -o /dev/null -d "$(completion 'w1 w2 w3 w4' 4)" "http://127.0.0.1:$PQ/v1/completions" & PIDS+=($!); sleep 0.2; done
+# both admitted (one running, one waiting) before the third arrives, however loaded the host
+for _ in $(seq 50); do curl -s --max-time 5 "http://127.0.0.1:$PQ/metrics" | grep -q '^dsvisor_num_requests_waiting{instance="slow",numa_node="0"} 1' && break; sleep 0.1; done
 s=$(post $PQ /v1/completions "$(completion 'x' 1)")
 check queue-full-429 bash -c "[ $s = 429 ] && grep -qi '^retry-after: [0-9]' $T/hdr && grep -q rate_limit_exceeded $T/body"
 
@@ -261,7 +284,7 @@ PR=$PORT_rt
 s1=$(post $PR /v1/completions "$(completion 'alpha beta' 5)"); b1=$(cat $T/body)
 s2=$(post $PR /v1/chat/completions "$(chat 'alpha beta' ',"stream":true')" -N); c2=$(sse)
 check retry-transparent bash -c "[ $s1 = 200 ] && [ $s2 = 200 ] && [[ '$b1' == *'alpha beta'* ]] && [ '$c2' = 'alpha beta|stop' ]"
-check retry-counted bash -c "curl -s http://127.0.0.1:$PR/metrics | grep -q '^dsvisor_request_retries_total 1$'"
+check retry-counted bash -c "curl -s --max-time 10 http://127.0.0.1:$PR/metrics | grep -q '^dsvisor_request_retries_total 1$'"
 
 # ---- a worker dying mid-stream: explicit error event, then [DONE]; nothing hangs -------------
 worker die2 --delay-ms 20 --die-after-tokens 2
@@ -290,12 +313,15 @@ server rsv --instance rs="$(URL rs)" --health-ms 100
 t0=$(date +%s.%N); s=$(post $PORT_rsv /v1/chat/completions "$(chat 'one two three' ',"stream":true')" -N); t1=$(date +%s.%N)
 check restart-uptime-error-event bash -c "[ $s = 200 ] && [ \"\$(sse)\" = 'one|error:instance_failed' ] && python3 -c 'import sys; sys.exit(0 if $t1 - $t0 < 3 else 1)'"
 
-# every server still up, then a clean stop
+# every server still up, then each stops cleanly on SIGTERM (exit 0 within 10 s)
 for n in main auth adm lb dl dc rt ms hp rsv; do
   eval "p=\$SPID_$n"
   kill -0 "$p" 2>/dev/null || bad "server-$n-alive"
 done
-kill "$SPID_main"; wait "$SPID_main"; check clean-stop [ $? = 0 ]
+for n in main auth adm lb dl dc rt ms hp rsv; do
+  eval "p=\$SPID_$n"
+  check "clean-stop-$n" stops "$p"
+done
 
 echo "$pass passed, $fail failed"
 [ "$fail" = 0 ] && [ "$pass" -gt 0 ]
