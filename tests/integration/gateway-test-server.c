@@ -32,10 +32,15 @@ static int hook(FILE *out, void *userdata) {
         return 0;
 }
 
+/* Held while a command runs; main takes it for good before freeing the gateway, so a
+ * command never runs on a freed one (the thread stays blocked in fgets or here). */
+static pthread_mutex_t command_lock = PTHREAD_MUTEX_INITIALIZER;
+
 static void *commands(void *arg) {
         struct dsv_gateway *gw = arg;
         char line[4096];
         while (fgets(line, sizeof line, stdin)) {
+                pthread_mutex_lock(&command_lock);
                 char a[2048] = "", b[2048] = "";
                 int id = -1, r = -EINVAL;
                 unsigned q, run;
@@ -58,6 +63,7 @@ static void *commands(void *arg) {
                 else
                         printf("ok %d\n", r);
                 fflush(stdout);
+                pthread_mutex_unlock(&command_lock);
         }
         return NULL;
 }
@@ -157,6 +163,7 @@ int main(int argc, char **argv) {
         pthread_detach(t);
         int sig;
         sigwait(&sigs, &sig);
+        pthread_mutex_lock(&command_lock);
         dsv_gateway_free(gw);
         return 0;
 }
