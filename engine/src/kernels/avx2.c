@@ -653,6 +653,21 @@ static void axpy_avx2(float a, const float *x, float *y, int64_t n) {
                 y[i] += a * x[i];
 }
 
+/* Each row decoded into a buffer on the stack and added with axpy, as the caller did
+ * before this entry existed (MLA's rows are 512 columns); wider rows one fused
+ * multiply-add per element, which is what axpy_avx2 makes of each. */
+static void axpy_rows_avx2(const struct dse_qmat *w, int64_t r0, int64_t n, const float *a, float *y) {
+        float row[1024];
+        if (w->cols > (int64_t)(sizeof row / sizeof row[0])) {
+                dse__kernels_fma_axpy_rows(w, r0, n, a, y);
+                return;
+        }
+        for (int64_t i = 0; i < n; i++) {
+                dequant_row_avx2(w, r0 + i, row);
+                axpy_avx2(a[i], row, y, w->cols);
+        }
+}
+
 static void attn_scores_avx2(const float *q, const float *k, int64_t ld, int64_t n, int64_t len, float scale,
                              float *scores) {
         for (int64_t t = 0; t < n; t++)
@@ -724,6 +739,7 @@ void dse__kernels_fill_avx2(struct dse_kernels *k) {
         k->dequant_row = dequant_row_avx2;
         k->dot = dot_avx2;
         k->axpy = axpy_avx2;
+        k->axpy_rows = axpy_rows_avx2;
         k->attn_scores = attn_scores_avx2;
         k->attn_accum = attn_accum_avx2;
 }

@@ -824,6 +824,112 @@ static void axpy_avx512(float a, const float *x, float *y, int64_t n) {
         }
 }
 
+/* 32 columns of a Q4 row at a time as two vectors, the even columns and the odd ones (a
+ * byte's low and high nibble), so no interleave per row: the 16 bytes widen to one lane
+ * each, and vpermps looks the nibble up in the group's table of (q - z) * s, using only an
+ * index's low 4 bits (the high nibble needs one shift). The table holds exactly what
+ * dequant_row computes for each q, and each column's updates stay one FMA per row in row
+ * order, so y is bit for bit dequant_row then axpy. y is held over all rows, 128 columns
+ * (NC chunks of 32) at a time. */
+static inline __attribute__((always_inline)) void axpy_rows_q4_block(const struct dse_qmat *w, int64_t r0, int64_t n,
+                                                                     const float *a, float *y, int64_t c0,
+                                                                     const int NC) {
+        const __m512 iota = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+        const __m512i ev = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+        const __m512i od = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+        const __m512i lo = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
+        const __m512i hi = _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
+        int64_t rb = (w->cols + 1) / 2, G = w->group_size;
+        __m512 ae[4], ao[4];
+        UNROLL
+        for (int k = 0; k < NC; k++) {
+                __m512 y0 = _mm512_loadu_ps(y + c0 + 32 * k), y1 = _mm512_loadu_ps(y + c0 + 32 * k + 16);
+                ae[k] = _mm512_permutex2var_ps(y0, ev, y1);
+                ao[k] = _mm512_permutex2var_ps(y0, od, y1);
+        }
+        for (int64_t i = 0; i < n; i++) {
+                int64_t r = r0 + i;
+                const uint8_t *row = (const uint8_t *)w->data + r * rb + c0 / 2;
+                const float *srow = w->scale + r * w->n_groups;
+                const uint8_t *zrow = w->zero + r * w->n_groups;
+                __m512 va = _mm512_set1_ps(a[i]), t = _mm512_setzero_ps();
+                int64_t gp = -1;
+                UNROLL
+                for (int k = 0; k < NC; k++) {
+                        int64_t g = (c0 + 32 * k) / G;
+                        if (g != gp) { /* a chunk lies in one group (G a multiple of 32) */
+                                t = _mm512_mul_ps(_mm512_sub_ps(iota, _mm512_set1_ps((float)zrow[g])),
+                                                  _mm512_set1_ps(srow[g]));
+                                gp = g;
+                        }
+                        __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(row + 16 * k)));
+                        ae[k] = _mm512_fmadd_ps(va, _mm512_permutexvar_ps(v, t), ae[k]);
+                        ao[k] = _mm512_fmadd_ps(va, _mm512_permutexvar_ps(_mm512_srli_epi32(v, 4), t), ao[k]);
+                }
+        }
+        UNROLL
+        for (int k = 0; k < NC; k++) {
+                _mm512_storeu_ps(y + c0 + 32 * k, _mm512_permutex2var_ps(ae[k], lo, ao[k]));
+                _mm512_storeu_ps(y + c0 + 32 * k + 16, _mm512_permutex2var_ps(ae[k], hi, ao[k]));
+        }
+}
+
+/* Q8, any group: per row, dequant_row's multiply and axpy's FMA on 16 columns at a time,
+ * the row never stored. */
+static void axpy_rows_q8(const struct dse_qmat *w, int64_t r0, int64_t n, const float *a, float *y) {
+        int64_t cols = w->cols, G = w->group_size;
+        for (int64_t i = 0; i < n; i++) {
+                int64_t r = r0 + i;
+                const int8_t *row = (const int8_t *)w->data + r * cols;
+                const float *srow = w->scale + r * w->n_groups;
+                __m512 va = _mm512_set1_ps(a[i]);
+                for (int64_t g = 0; g < w->n_groups; g++) {
+                        int64_t c1 = (g + 1) * G < cols ? (g + 1) * G : cols;
+                        __m512 s = _mm512_set1_ps(srow[g]);
+                        for (int64_t c = g * G; c < c1; c += 16) {
+                                __mmask16 m = mask16(c1 - c);
+                                __m512 x = _mm512_mul_ps(
+                                        _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(m, row + c))), s);
+                                _mm512_mask_storeu_ps(y + c, m, _mm512_fmadd_ps(va, x, _mm512_maskz_loadu_ps(m, y + c)));
+                        }
+                }
+        }
+}
+
+/* F32, F16, BF16: their conversions are exact, so a widened piece is what dequant_row
+ * writes; per row, axpy's FMA on it. */
+static void axpy_rows_fp(const struct dse_qmat *w, int64_t r0, int64_t n, const float *a, float *y) {
+        int64_t cols = w->cols;
+        for (int64_t i = 0; i < n; i++) {
+                __m512 va = _mm512_set1_ps(a[i]);
+                for (int64_t c = 0; c < cols; c += 16) {
+                        __mmask16 m = mask16(cols - c);
+                        __m512 x = load16(w->data, w->dtype, (r0 + i) * cols + c, m);
+                        _mm512_mask_storeu_ps(y + c, m, _mm512_fmadd_ps(va, x, _mm512_maskz_loadu_ps(m, y + c)));
+                }
+        }
+}
+
+static void axpy_rows_avx512(const struct dse_qmat *w, int64_t r0, int64_t n, const float *a, float *y) {
+        if (w->dtype == DSE_DTYPE_Q4 && w->group_size % 32 == 0 && w->cols % 32 == 0) {
+                int64_t c0 = 0;
+                for (; c0 + 128 <= w->cols; c0 += 128)
+                        axpy_rows_q4_block(w, r0, n, a, y, c0, 4);
+                switch ((w->cols - c0) / 32) {
+                case 1: axpy_rows_q4_block(w, r0, n, a, y, c0, 1); break;
+                case 2: axpy_rows_q4_block(w, r0, n, a, y, c0, 2); break;
+                case 3: axpy_rows_q4_block(w, r0, n, a, y, c0, 3); break;
+                default: break;
+                }
+        } else if (w->dtype == DSE_DTYPE_Q8) {
+                axpy_rows_q8(w, r0, n, a, y);
+        } else if (w->dtype == DSE_DTYPE_F32 || w->dtype == DSE_DTYPE_F16 || w->dtype == DSE_DTYPE_BF16) {
+                axpy_rows_fp(w, r0, n, a, y);
+        } else {
+                dse__kernels_fma_axpy_rows(w, r0, n, a, y);
+        }
+}
+
 /* Lane i: the sum of v[i]'s lanes, for 16 vectors at once (pairs within 128-bit lanes,
  * then quads, then across the lanes): 45 shuffles and adds where 16 separate reductions
  * take about 130. */
@@ -1037,6 +1143,7 @@ void dse__kernels_fill_avx512(struct dse_kernels *k) {
         k->dequant_row = dequant_row_avx512;
         k->dot = dot_avx512;
         k->axpy = axpy_avx512;
+        k->axpy_rows = axpy_rows_avx512;
         k->attn_scores = attn_scores_avx512;
         k->attn_accum = attn_accum_avx512;
         k->rmsnorm = rmsnorm_avx512;

@@ -113,6 +113,10 @@ struct dse_kernels {
         float (*dot)(const float *a, const float *b, int64_t n);
         /* y[i] += a * x[i] */
         void (*axpy)(float a, const float *x, float *y, int64_t n);
+        /* y[c] += a[i] * W[r0 + i, c] for i = 0 .. n-1 in that order, every column c: what
+         * dequant_row then axpy row by row give, bit for bit at each level, without the
+         * row written out and read back (absorbed MLA's W_ukᵀ q_nope, every decode step). */
+        void (*axpy_rows)(const struct dse_qmat *w, int64_t r0, int64_t n, const float *a, float *y);
         /* Attention over n cached rows of a run (rows ld floats apart, as a KV block holds
          * them): scores[t] = scale * sum_{d < len} q[d] * k[t * ld + d]. One call per run
          * of keys rather than a dot per key, so the sums of many keys are reduced
@@ -145,6 +149,9 @@ int dse_kernels_resolve(enum dse_cpu_level level, struct dse_kernels *ret_k);
 void dse__kernels_fill_ref(struct dse_kernels *k);
 /* The reference dequant_row, for SIMD versions that speed up only some formats. */
 void dse__kernels_ref_dequant_row(const struct dse_qmat *w, int64_t r, float *out);
+/* axpy_rows with each update one fused multiply-add, y[c] = fma(a[i], W[r, c], y[c]), as
+ * the AVX2 and AVX-512 axpy make it: their axpy_rows for the formats they do not speed up. */
+void dse__kernels_fma_axpy_rows(const struct dse_qmat *w, int64_t r0, int64_t n, const float *a, float *y);
 /* The reference matmul_xq, for shapes the SIMD versions leave out (groups that are not
  * a multiple of 32 columns). */
 void dse__kernels_ref_matmul_xq(const struct dse_qmat *w, const struct dse_xq *xq, float *y, int64_t ldy,

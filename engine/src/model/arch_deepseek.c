@@ -71,7 +71,6 @@ struct ds_state {
         float *o_lat;            /* (T, H, kvr) sum_t p_t c_t per token and head */
         float *uv;               /* (n_threads, T, H*(nope+v)) rows of kv_b_proj applied to o_lat */
         float *att;              /* (n_threads, n_ctx) scores, then probabilities */
-        float *row;              /* (n_threads, kvr) one dequantised kv_b_proj row per thread */
         float *kvb_full;         /* (n_threads, H*(nope+v)) naive form: decompressed k/v of one token */
         /* MoE: the (token, k) pairs gathered expert by expert (K = n_experts_per_tok) */
         float *router_logits;    /* (T, n_experts) */
@@ -235,7 +234,7 @@ static int ds_init(struct dse_session *s, struct dse_diag *reterr) {
             !ALLOC(st->att_out, T * H * st->vdim) || !ALLOC(st->hb, T * max_width) || !ALLOC(st->hb2, T * max_width) ||
             !ALLOC(st->cos, T * st->rope_dim / 2) || !ALLOC(st->sin, T * st->rope_dim / 2) ||
             !ALLOC(st->logits, T * V) || !ALLOC(st->q_abs, T * H * (st->kvr + st->rope_dim)) || !ALLOC(st->o_lat, T * H * st->kvr) ||
-            !ALLOC(st->uv, nth * T * hkv) || !ALLOC(st->att, nth * n_ctx) || !ALLOC(st->row, nth * st->kvr) ||
+            !ALLOC(st->uv, nth * T * hkv) || !ALLOC(st->att, nth * n_ctx) ||
             !ALLOC(st->kvb_full, nth * hkv) || !ALLOC(st->moe_out, T * D) || !ALLOC(st->router_logits, T * n_exp) ||
             !ALLOC(st->moe_w, T * n_k) || !ALLOC(st->moe_in, T * n_k * D) || !ALLOC(st->moe_hb, T * n_k * mw) ||
             !ALLOC(st->moe_hb2, T * n_k * mw) || !ALLOC(st->moe_eo, T * n_k * D) ||
@@ -269,22 +268,19 @@ static void mla_absorbed(void *ctx, size_t h0, size_t h1, int ith) {
         int32_t kvr = st->kvr, rd = st->rope_dim, blk = st->nope + st->vdim, n = j->n;
         int64_t QD = (int64_t)st->H * st->qk_dim, HK = (int64_t)st->H * kvr, HQ = (int64_t)st->H * (kvr + rd),
                 hkv = (int64_t)st->H * blk;
-        float *row = st->row + (size_t)ith * kvr;                        /* (kvr) */
         float *att = st->att + (size_t)ith * (size_t)s->n_ctx;           /* (T) */
         float *uv = st->uv + (size_t)ith * DSE__MAX_STEP_TOKENS * (size_t)hkv; /* (n, hkv) by absolute row */
         for (size_t h = h0; h < h1; h++) {
-                /* q_abs = W_uk^T q_nope: a q_nope-weighted sum of the head's k rows; q_pe
-                 * (rotated) after it */
+                /* q_abs = W_uk^T q_nope: a q_nope-weighted sum of the head's k rows (one
+                 * axpy_rows per token: the rows decoded in registers, which for Q4 costs
+                 * less than writing one decoded row out for all tokens); q_pe (rotated)
+                 * after it */
                 for (int i = 0; i < n; i++) {
                         float *qa = st->q_abs + i * HQ + (int64_t)h * (kvr + rd);
+                        const float *q_nope = st->q + i * QD + (int64_t)h * st->qk_dim;
                         memset(qa, 0, (size_t)kvr * sizeof(float));
-                        memcpy(qa + kvr, st->q + i * QD + (int64_t)h * st->qk_dim + st->nope, (size_t)rd * sizeof(float));
-                }
-                for (int32_t c = 0; c < st->nope; c++) {
-                        s->k.dequant_row(wkv_b, (int64_t)h * blk + c, row);
-                        for (int i = 0; i < n; i++)
-                                s->k.axpy(st->q[i * QD + (int64_t)h * st->qk_dim + c], row,
-                                          st->q_abs + i * HQ + (int64_t)h * (kvr + rd), kvr);
+                        s->k.axpy_rows(wkv_b, (int64_t)h * blk, st->nope, q_nope, qa);
+                        memcpy(qa + kvr, q_nope + st->nope, (size_t)rd * sizeof(float));
                 }
                 for (int i = 0; i < n; i++) {
                         const struct dse__kv_view *kv = j->toks[i].kv;
