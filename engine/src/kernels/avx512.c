@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "kernels/kernels.h"
+#include "kernels/q4_f32_rows.h"
 
 #define TB 4                   /* tokens per register block */
 #define RB 4                   /* rows per register block */
@@ -910,6 +911,31 @@ static void axpy_rows_fp(const struct dse_qmat *w, int64_t r0, int64_t n, const 
         }
 }
 
+/* Q4 times float activations: the AVX2 kernel's q4_f32_rows compiled here, where its
+ * vectors fit in registers (q4_f32_rows.h), so the same sums as AVX2's; groups that are
+ * not a multiple of 64 columns take the AVX2 kernel itself. */
+static void matvec_q4_avx512(const struct dse_qmat *w, const float *x, float *y, int64_t r0, int64_t r1) {
+        if (w->group_size % 64) {
+                dse__kernels_avx2_matvec_q4(w, x, y, r0, r1);
+                return;
+        }
+        int64_t r = r0;
+        for (; r + 4 <= r1; r += 4)
+                q4_f32_rows(w, x, y, r, 4);
+        for (; r < r1; r++)
+                q4_f32_rows(w, x, y, r, 1);
+}
+
+/* Blocks of 16 rows serve every token while they sit in L1/L2, as the AVX2 matmul does. */
+static void matmul_q4_avx512(const struct dse_qmat *w, const float *x, int64_t ldx, int64_t n, float *y, int64_t ldy,
+                             int64_t r0, int64_t r1) {
+        for (int64_t rb = r0; rb < r1; rb += 16) {
+                int64_t re = rb + 16 < r1 ? rb + 16 : r1;
+                for (int64_t t = 0; t < n; t++)
+                        matvec_q4_avx512(w, x + t * ldx, y + t * ldy, rb, re);
+        }
+}
+
 static void axpy_rows_avx512(const struct dse_qmat *w, int64_t r0, int64_t n, const float *a, float *y) {
         if (w->dtype == DSE_DTYPE_Q4 && w->group_size % 32 == 0 && w->cols % 32 == 0) {
                 int64_t c0 = 0;
@@ -1139,6 +1165,8 @@ void dse__kernels_fill_avx512(struct dse_kernels *k) {
         k->matmul[DSE_DTYPE_F32] = matmul_f32_avx512;
         k->matmul[DSE_DTYPE_F16] = matmul_f16_avx512;
         k->matmul[DSE_DTYPE_BF16] = matmul_bf16_avx512;
+        k->matvec[DSE_DTYPE_Q4] = matvec_q4_avx512;
+        k->matmul[DSE_DTYPE_Q4] = matmul_q4_avx512;
         k->quantize_xq = quantize_xq_avx512;
         k->dequant_row = dequant_row_avx512;
         k->dot = dot_avx512;
