@@ -320,10 +320,11 @@ TEST(vector_helpers_all_levels) {
 /* axpy_rows at every level, every format: bit for bit the level's dequant_row then axpy
  * row by row (absorbed MLA relies on it: a session's results do not change with the
  * kernel), and near the float64 sum. The shapes add MLA's kv_b_proj head (128 rows of 512
- * columns), Q4 widths that end in 1 to 3 chunks of 32 columns past a 128-column block, and
- * a row wider than the AVX2 version's stack buffer. */
+ * columns), Q4 widths that end in 1 to 3 chunks of 32 columns past a 128-column block, Q8
+ * widths that end in 7 pieces of 16 or whose groups of 48 straddle blocks, and a row wider
+ * than the AVX2 version's stack buffer. */
 static const struct mat_case axpy_rows_cases[] = {
-        {128, 512, 128}, {64, 512, 32}, {8, 96, 32}, {5, 160, 32}, {3, 224, 64}, {2, 64, 64}, {3, 1100, 32},
+        {128, 512, 128}, {64, 512, 32}, {8, 96, 32}, {5, 160, 32}, {3, 224, 64}, {2, 64, 64}, {3, 1100, 32}, {4, 112, 16}, {3, 240, 48},
 };
 
 static void check_axpy_rows(const struct dse_kernels *k, enum dse_dtype dt, struct mat_case c, uint64_t seed) {

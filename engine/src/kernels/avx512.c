@@ -875,6 +875,34 @@ static inline __attribute__((always_inline)) void axpy_rows_q4_block(const struc
         }
 }
 
+/* Q8, groups a multiple of 16 columns: y held in registers over all n rows, 128 columns
+ * (NC pieces of 16) at a time; per piece dequant_row's multiply by the group's scale and
+ * axpy's FMA, in row order, so the same bits as those two. */
+static inline __attribute__((always_inline)) void axpy_rows_q8_block(const struct dse_qmat *w, int64_t r0, int64_t n,
+                                                                     const float *a, float *y, int64_t c0,
+                                                                     const int NC) {
+        int64_t cols = w->cols, G = w->group_size;
+        __m512 acc[8];
+        UNROLL
+        for (int k = 0; k < NC; k++)
+                acc[k] = _mm512_loadu_ps(y + c0 + 16 * k);
+        for (int64_t i = 0; i < n; i++) {
+                const int8_t *row = (const int8_t *)w->data + (r0 + i) * cols + c0;
+                const float *srow = w->scale + (r0 + i) * w->n_groups;
+                __m512 va = _mm512_set1_ps(a[i]);
+                UNROLL
+                for (int k = 0; k < NC; k++) {
+                        __m512 x = _mm512_mul_ps(
+                                _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(row + 16 * k)))),
+                                _mm512_set1_ps(srow[(c0 + 16 * k) / G]));
+                        acc[k] = _mm512_fmadd_ps(va, x, acc[k]);
+                }
+        }
+        UNROLL
+        for (int k = 0; k < NC; k++)
+                _mm512_storeu_ps(y + c0 + 16 * k, acc[k]);
+}
+
 /* Q8, any group: per row, dequant_row's multiply and axpy's FMA on 16 columns at a time,
  * the row never stored. */
 static void axpy_rows_q8(const struct dse_qmat *w, int64_t r0, int64_t n, const float *a, float *y) {
@@ -945,6 +973,20 @@ static void axpy_rows_avx512(const struct dse_qmat *w, int64_t r0, int64_t n, co
                 case 1: axpy_rows_q4_block(w, r0, n, a, y, c0, 1); break;
                 case 2: axpy_rows_q4_block(w, r0, n, a, y, c0, 2); break;
                 case 3: axpy_rows_q4_block(w, r0, n, a, y, c0, 3); break;
+                default: break;
+                }
+        } else if (w->dtype == DSE_DTYPE_Q8 && w->group_size % 16 == 0 && w->cols % 16 == 0) {
+                int64_t c0 = 0;
+                for (; c0 + 128 <= w->cols; c0 += 128)
+                        axpy_rows_q8_block(w, r0, n, a, y, c0, 8);
+                switch ((w->cols - c0) / 16) {
+                case 1: axpy_rows_q8_block(w, r0, n, a, y, c0, 1); break;
+                case 2: axpy_rows_q8_block(w, r0, n, a, y, c0, 2); break;
+                case 3: axpy_rows_q8_block(w, r0, n, a, y, c0, 3); break;
+                case 4: axpy_rows_q8_block(w, r0, n, a, y, c0, 4); break;
+                case 5: axpy_rows_q8_block(w, r0, n, a, y, c0, 5); break;
+                case 6: axpy_rows_q8_block(w, r0, n, a, y, c0, 6); break;
+                case 7: axpy_rows_q8_block(w, r0, n, a, y, c0, 7); break;
                 default: break;
                 }
         } else if (w->dtype == DSE_DTYPE_Q8) {
