@@ -317,6 +317,76 @@ TEST(vector_helpers_all_levels) {
         }
 }
 
+/* axpy_rows at every level, every format: bit for bit the level's dequant_row then axpy
+ * row by row (absorbed MLA relies on it: a session's results do not change with the
+ * kernel), and near the float64 sum. The shapes add MLA's kv_b_proj head (128 rows of 512
+ * columns), Q4 widths that end in 1 to 3 chunks of 32 columns past a 128-column block, Q8
+ * widths that end in 7 pieces of 16 or whose groups of 48 straddle blocks, and a row wider
+ * than the AVX2 version's stack buffer. */
+static const struct mat_case axpy_rows_cases[] = {
+        {128, 512, 128}, {64, 512, 32}, {8, 96, 32}, {5, 160, 32}, {3, 224, 64}, {2, 64, 64}, {3, 1100, 32}, {4, 112, 16}, {3, 240, 48},
+};
+
+static void check_axpy_rows(const struct dse_kernels *k, enum dse_dtype dt, struct mat_case c, uint64_t seed) {
+        rng_seed(seed);
+        struct mat_buf m;
+        mat_make(&m, dt, c);
+        int64_t r0 = c.rows > 2 ? (int64_t)(rng_u32() % (uint32_t)(c.rows / 2)) : 0, n = c.rows - r0;
+        float *a = malloc((size_t)n * sizeof *a), *y = malloc((size_t)c.cols * sizeof *y);
+        float *want = malloc((size_t)c.cols * sizeof *want), *row = malloc((size_t)c.cols * sizeof *row);
+        double *sum = calloc((size_t)c.cols, sizeof *sum), *mag = calloc((size_t)c.cols, sizeof *mag);
+        ASSERT_TRUE(a && y && want && row && sum && mag);
+        for (int64_t i = 0; i < n; i++)
+                a[i] = rng_unit();
+        for (int64_t j = 0; j < c.cols; j++) {
+                want[j] = y[j] = rng_unit();
+                sum[j] = y[j];
+                mag[j] = fabs(y[j]);
+        }
+        for (int64_t i = 0; i < n; i++) {
+                k->dequant_row(&m.w, r0 + i, row);
+                k->axpy(a[i], row, want, c.cols);
+                for (int64_t j = 0; j < c.cols; j++) {
+                        double t = (double)a[i] * oracle_w(&m.w, r0 + i, j);
+                        sum[j] += t;
+                        mag[j] += fabs(t);
+                }
+        }
+        k->axpy_rows(&m.w, r0, n, a, y);
+        for (int64_t j = 0; j < c.cols; j++) {
+                if (memcmp(&y[j], &want[j], sizeof y[j]) != 0)
+                        fprintf(stderr, "  %s %s %lldx%lld g%d: column %lld: %.9g, dequant_row + axpy %.9g\n",
+                                dse_cpu_level_to_string(k->level), dtype_name(dt), (long long)c.rows,
+                                (long long)c.cols, c.group, (long long)j, y[j], want[j]);
+                ASSERT_TRUE(memcmp(&y[j], &want[j], sizeof y[j]) == 0);
+                ASSERT_NEAR(y[j], sum[j], REL_TOL * mag[j] + ABS_TOL);
+        }
+        free(a);
+        free(y);
+        free(want);
+        free(row);
+        free(sum);
+        free(mag);
+        mat_free(&m);
+}
+
+TEST(axpy_rows_all_formats_all_levels) {
+        enum dse_cpu_level top = detected_level();
+        int n_checked = 0;
+        for (int lvl = DSE_CPU_SCALAR; lvl <= (int)top; lvl++) {
+                struct dse_kernels k;
+                ASSERT_OK(dse_kernels_resolve((enum dse_cpu_level)lvl, &k));
+                for (size_t di = 0; di < sizeof mat_dtypes / sizeof mat_dtypes[0]; di++) {
+                        for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++, n_checked++)
+                                check_axpy_rows(&k, mat_dtypes[di], cases[ci], 500 + 17 * di + ci);
+                        for (size_t ci = 0; ci < sizeof axpy_rows_cases / sizeof axpy_rows_cases[0]; ci++, n_checked++)
+                                check_axpy_rows(&k, mat_dtypes[di], axpy_rows_cases[ci], 900 + 17 * di + ci);
+                }
+        }
+        fprintf(stderr, "  %d axpy_rows (format, shape, level) combinations checked up to level %s\n", n_checked,
+                dse_cpu_level_to_string(top));
+}
+
 /* attn_scores and attn_accum at every level against double sums: runs of 1..40 keys
  * (around the 16-key blocks), lengths around the vector widths and MLA's 576, rows of a
  * wider stride as a KV block lays them out. */

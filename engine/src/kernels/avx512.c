@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "kernels/kernels.h"
+#include "kernels/q4_f32_rows.h"
 
 #define TB 4                   /* tokens per register block */
 #define RB 4                   /* rows per register block */
@@ -824,6 +825,179 @@ static void axpy_avx512(float a, const float *x, float *y, int64_t n) {
         }
 }
 
+/* 32 columns of a Q4 row at a time as two vectors, the even columns and the odd ones (a
+ * byte's low and high nibble), so no interleave per row: the 16 bytes widen to one lane
+ * each, and vpermps looks the nibble up in the group's table of (q - z) * s, using only an
+ * index's low 4 bits (the high nibble needs one shift). The table holds exactly what
+ * dequant_row computes for each q, and each column's updates stay one FMA per row in row
+ * order, so y is bit for bit dequant_row then axpy. y is held over all rows, 128 columns
+ * (NC chunks of 32) at a time. */
+static inline __attribute__((always_inline)) void axpy_rows_q4_block(const struct dse_qmat *w, int64_t r0, int64_t n,
+                                                                     const float *a, float *y, int64_t c0,
+                                                                     const int NC) {
+        const __m512 iota = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+        const __m512i ev = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+        const __m512i od = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+        const __m512i lo = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
+        const __m512i hi = _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
+        int64_t rb = (w->cols + 1) / 2, G = w->group_size;
+        __m512 ae[4], ao[4];
+        UNROLL
+        for (int k = 0; k < NC; k++) {
+                __m512 y0 = _mm512_loadu_ps(y + c0 + 32 * k), y1 = _mm512_loadu_ps(y + c0 + 32 * k + 16);
+                ae[k] = _mm512_permutex2var_ps(y0, ev, y1);
+                ao[k] = _mm512_permutex2var_ps(y0, od, y1);
+        }
+        for (int64_t i = 0; i < n; i++) {
+                int64_t r = r0 + i;
+                const uint8_t *row = (const uint8_t *)w->data + r * rb + c0 / 2;
+                const float *srow = w->scale + r * w->n_groups;
+                const uint8_t *zrow = w->zero + r * w->n_groups;
+                __m512 va = _mm512_set1_ps(a[i]), t = _mm512_setzero_ps();
+                int64_t gp = -1;
+                UNROLL
+                for (int k = 0; k < NC; k++) {
+                        int64_t g = (c0 + 32 * k) / G;
+                        if (g != gp) { /* a chunk lies in one group (G a multiple of 32) */
+                                t = _mm512_mul_ps(_mm512_sub_ps(iota, _mm512_set1_ps((float)zrow[g])),
+                                                  _mm512_set1_ps(srow[g]));
+                                gp = g;
+                        }
+                        __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(row + 16 * k)));
+                        ae[k] = _mm512_fmadd_ps(va, _mm512_permutexvar_ps(v, t), ae[k]);
+                        ao[k] = _mm512_fmadd_ps(va, _mm512_permutexvar_ps(_mm512_srli_epi32(v, 4), t), ao[k]);
+                }
+        }
+        UNROLL
+        for (int k = 0; k < NC; k++) {
+                _mm512_storeu_ps(y + c0 + 32 * k, _mm512_permutex2var_ps(ae[k], lo, ao[k]));
+                _mm512_storeu_ps(y + c0 + 32 * k + 16, _mm512_permutex2var_ps(ae[k], hi, ao[k]));
+        }
+}
+
+/* Q8, groups a multiple of 16 columns: y held in registers over all n rows, 128 columns
+ * (NC pieces of 16) at a time; per piece dequant_row's multiply by the group's scale and
+ * axpy's FMA, in row order, so the same bits as those two. */
+static inline __attribute__((always_inline)) void axpy_rows_q8_block(const struct dse_qmat *w, int64_t r0, int64_t n,
+                                                                     const float *a, float *y, int64_t c0,
+                                                                     const int NC) {
+        int64_t cols = w->cols, G = w->group_size;
+        __m512 acc[8];
+        UNROLL
+        for (int k = 0; k < NC; k++)
+                acc[k] = _mm512_loadu_ps(y + c0 + 16 * k);
+        for (int64_t i = 0; i < n; i++) {
+                const int8_t *row = (const int8_t *)w->data + (r0 + i) * cols + c0;
+                const float *srow = w->scale + (r0 + i) * w->n_groups;
+                __m512 va = _mm512_set1_ps(a[i]);
+                UNROLL
+                for (int k = 0; k < NC; k++) {
+                        __m512 x = _mm512_mul_ps(
+                                _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(row + 16 * k)))),
+                                _mm512_set1_ps(srow[(c0 + 16 * k) / G]));
+                        acc[k] = _mm512_fmadd_ps(va, x, acc[k]);
+                }
+        }
+        UNROLL
+        for (int k = 0; k < NC; k++)
+                _mm512_storeu_ps(y + c0 + 16 * k, acc[k]);
+}
+
+/* Q8, any group: per row, dequant_row's multiply and axpy's FMA on 16 columns at a time,
+ * the row never stored. */
+static void axpy_rows_q8(const struct dse_qmat *w, int64_t r0, int64_t n, const float *a, float *y) {
+        int64_t cols = w->cols, G = w->group_size;
+        for (int64_t i = 0; i < n; i++) {
+                int64_t r = r0 + i;
+                const int8_t *row = (const int8_t *)w->data + r * cols;
+                const float *srow = w->scale + r * w->n_groups;
+                __m512 va = _mm512_set1_ps(a[i]);
+                for (int64_t g = 0; g < w->n_groups; g++) {
+                        int64_t c1 = (g + 1) * G < cols ? (g + 1) * G : cols;
+                        __m512 s = _mm512_set1_ps(srow[g]);
+                        for (int64_t c = g * G; c < c1; c += 16) {
+                                __mmask16 m = mask16(c1 - c);
+                                __m512 x = _mm512_mul_ps(
+                                        _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(m, row + c))), s);
+                                _mm512_mask_storeu_ps(y + c, m, _mm512_fmadd_ps(va, x, _mm512_maskz_loadu_ps(m, y + c)));
+                        }
+                }
+        }
+}
+
+/* F32, F16, BF16: their conversions are exact, so a widened piece is what dequant_row
+ * writes; per row, axpy's FMA on it. */
+static void axpy_rows_fp(const struct dse_qmat *w, int64_t r0, int64_t n, const float *a, float *y) {
+        int64_t cols = w->cols;
+        for (int64_t i = 0; i < n; i++) {
+                __m512 va = _mm512_set1_ps(a[i]);
+                for (int64_t c = 0; c < cols; c += 16) {
+                        __mmask16 m = mask16(cols - c);
+                        __m512 x = load16(w->data, w->dtype, (r0 + i) * cols + c, m);
+                        _mm512_mask_storeu_ps(y + c, m, _mm512_fmadd_ps(va, x, _mm512_maskz_loadu_ps(m, y + c)));
+                }
+        }
+}
+
+/* Q4 times float activations: the AVX2 kernel's q4_f32_rows compiled here, where its
+ * vectors fit in registers (q4_f32_rows.h), so the same sums as AVX2's; groups that are
+ * not a multiple of 64 columns take the AVX2 kernel itself. */
+static void matvec_q4_avx512(const struct dse_qmat *w, const float *x, float *y, int64_t r0, int64_t r1) {
+        if (w->group_size % 64) {
+                dse__kernels_avx2_matvec_q4(w, x, y, r0, r1);
+                return;
+        }
+        int64_t r = r0;
+        for (; r + 4 <= r1; r += 4)
+                q4_f32_rows(w, x, y, r, 4);
+        for (; r < r1; r++)
+                q4_f32_rows(w, x, y, r, 1);
+}
+
+/* Blocks of 16 rows serve every token while they sit in L1/L2, as the AVX2 matmul does. */
+static void matmul_q4_avx512(const struct dse_qmat *w, const float *x, int64_t ldx, int64_t n, float *y, int64_t ldy,
+                             int64_t r0, int64_t r1) {
+        for (int64_t rb = r0; rb < r1; rb += 16) {
+                int64_t re = rb + 16 < r1 ? rb + 16 : r1;
+                for (int64_t t = 0; t < n; t++)
+                        matvec_q4_avx512(w, x + t * ldx, y + t * ldy, rb, re);
+        }
+}
+
+static void axpy_rows_avx512(const struct dse_qmat *w, int64_t r0, int64_t n, const float *a, float *y) {
+        if (w->dtype == DSE_DTYPE_Q4 && w->group_size % 32 == 0 && w->cols % 32 == 0) {
+                int64_t c0 = 0;
+                for (; c0 + 128 <= w->cols; c0 += 128)
+                        axpy_rows_q4_block(w, r0, n, a, y, c0, 4);
+                switch ((w->cols - c0) / 32) {
+                case 1: axpy_rows_q4_block(w, r0, n, a, y, c0, 1); break;
+                case 2: axpy_rows_q4_block(w, r0, n, a, y, c0, 2); break;
+                case 3: axpy_rows_q4_block(w, r0, n, a, y, c0, 3); break;
+                default: break;
+                }
+        } else if (w->dtype == DSE_DTYPE_Q8 && w->group_size % 16 == 0 && w->cols % 16 == 0) {
+                int64_t c0 = 0;
+                for (; c0 + 128 <= w->cols; c0 += 128)
+                        axpy_rows_q8_block(w, r0, n, a, y, c0, 8);
+                switch ((w->cols - c0) / 16) {
+                case 1: axpy_rows_q8_block(w, r0, n, a, y, c0, 1); break;
+                case 2: axpy_rows_q8_block(w, r0, n, a, y, c0, 2); break;
+                case 3: axpy_rows_q8_block(w, r0, n, a, y, c0, 3); break;
+                case 4: axpy_rows_q8_block(w, r0, n, a, y, c0, 4); break;
+                case 5: axpy_rows_q8_block(w, r0, n, a, y, c0, 5); break;
+                case 6: axpy_rows_q8_block(w, r0, n, a, y, c0, 6); break;
+                case 7: axpy_rows_q8_block(w, r0, n, a, y, c0, 7); break;
+                default: break;
+                }
+        } else if (w->dtype == DSE_DTYPE_Q8) {
+                axpy_rows_q8(w, r0, n, a, y);
+        } else if (w->dtype == DSE_DTYPE_F32 || w->dtype == DSE_DTYPE_F16 || w->dtype == DSE_DTYPE_BF16) {
+                axpy_rows_fp(w, r0, n, a, y);
+        } else {
+                dse__kernels_fma_axpy_rows(w, r0, n, a, y);
+        }
+}
+
 /* Lane i: the sum of v[i]'s lanes, for 16 vectors at once (pairs within 128-bit lanes,
  * then quads, then across the lanes): 45 shuffles and adds where 16 separate reductions
  * take about 130. */
@@ -1033,10 +1207,13 @@ void dse__kernels_fill_avx512(struct dse_kernels *k) {
         k->matmul[DSE_DTYPE_F32] = matmul_f32_avx512;
         k->matmul[DSE_DTYPE_F16] = matmul_f16_avx512;
         k->matmul[DSE_DTYPE_BF16] = matmul_bf16_avx512;
+        k->matvec[DSE_DTYPE_Q4] = matvec_q4_avx512;
+        k->matmul[DSE_DTYPE_Q4] = matmul_q4_avx512;
         k->quantize_xq = quantize_xq_avx512;
         k->dequant_row = dequant_row_avx512;
         k->dot = dot_avx512;
         k->axpy = axpy_avx512;
+        k->axpy_rows = axpy_rows_avx512;
         k->attn_scores = attn_scores_avx512;
         k->attn_accum = attn_accum_avx512;
         k->rmsnorm = rmsnorm_avx512;

@@ -113,6 +113,10 @@ struct dse_kernels {
         float (*dot)(const float *a, const float *b, int64_t n);
         /* y[i] += a * x[i] */
         void (*axpy)(float a, const float *x, float *y, int64_t n);
+        /* y[c] += a[i] * W[r0 + i, c] for i = 0 .. n-1 in that order, every column c: what
+         * dequant_row then axpy row by row give, bit for bit at each level, without the
+         * row written out and read back (absorbed MLA's W_ukᵀ q_nope, every decode step). */
+        void (*axpy_rows)(const struct dse_qmat *w, int64_t r0, int64_t n, const float *a, float *y);
         /* Attention over n cached rows of a run (rows ld floats apart, as a KV block holds
          * them): scores[t] = scale * sum_{d < len} q[d] * k[t * ld + d]. One call per run
          * of keys rather than a dot per key, so the sums of many keys are reduced
@@ -145,6 +149,9 @@ int dse_kernels_resolve(enum dse_cpu_level level, struct dse_kernels *ret_k);
 void dse__kernels_fill_ref(struct dse_kernels *k);
 /* The reference dequant_row, for SIMD versions that speed up only some formats. */
 void dse__kernels_ref_dequant_row(const struct dse_qmat *w, int64_t r, float *out);
+/* axpy_rows with each update one fused multiply-add, y[c] = fma(a[i], W[r, c], y[c]), as
+ * the AVX2 and AVX-512 axpy make it: their axpy_rows for the formats they do not speed up. */
+void dse__kernels_fma_axpy_rows(const struct dse_qmat *w, int64_t r0, int64_t n, const float *a, float *y);
 /* The reference matmul_xq, for shapes the SIMD versions leave out (groups that are not
  * a multiple of 32 columns). */
 void dse__kernels_ref_matmul_xq(const struct dse_qmat *w, const struct dse_xq *xq, float *y, int64_t ldy,
@@ -154,6 +161,8 @@ void dse__kernels_fill_avx2(struct dse_kernels *k);
 /* The AVX2 matmul_xq (Q8 or Q4 by w->dtype), for the shapes avx512.c leaves to it. */
 void dse__kernels_avx2_matmul_xq(const struct dse_qmat *w, const struct dse_xq *xq, float *y, int64_t ldy,
                                  int64_t r0, int64_t r1);
+/* The AVX2 matvec of Q4 weights, for the groups avx512.c leaves to it. */
+void dse__kernels_avx2_matvec_q4(const struct dse_qmat *w, const float *x, float *y, int64_t r0, int64_t r1);
 /* The AVX2 dequant_row, for the formats avx512.c leaves to it. */
 void dse__kernels_avx2_dequant_row(const struct dse_qmat *w, int64_t r, float *out);
 /* AVX-512 F+BW+VL overrides (avx512.c), applied over the AVX2 ones. */

@@ -297,6 +297,40 @@ static void axpy_ref(float a, const float *x, float *y, int64_t n) {
                 y[i] += a * x[i];
 }
 
+/* W[r, c], as dse__kernels_ref_dequant_row writes it. */
+static float weight_at(const struct dse_qmat *w, int64_t r, int64_t c) {
+        int64_t n = w->cols;
+        switch (w->dtype) {
+        case DSE_DTYPE_F32: return ((const float *)w->data)[r * n + c];
+        case DSE_DTYPE_F16: return dse__kern_f16_to_f32(((const uint16_t *)w->data)[r * n + c]);
+        case DSE_DTYPE_BF16: return dse__kern_bf16_to_f32(((const uint16_t *)w->data)[r * n + c]);
+        case DSE_DTYPE_F8_E4M3:
+                return dse__f8e4m3_table()[((const uint8_t *)w->data)[r * n + c]] *
+                       w->scale[(r / DSE_F8_BLOCK) * w->n_groups + c / DSE_F8_BLOCK];
+        case DSE_DTYPE_Q8:
+                return (float)((const int8_t *)w->data)[r * n + c] * w->scale[r * w->n_groups + c / w->group_size];
+        case DSE_DTYPE_Q4: {
+                int64_t g = r * w->n_groups + c / w->group_size;
+                return ((float)q4_at((const uint8_t *)w->data + r * ((n + 1) / 2), c) - (float)w->zero[g]) *
+                       w->scale[g];
+        }
+        default: return 0.0f;
+        }
+}
+
+/* The twin of dequant_row then axpy_ref, row by row. */
+static void axpy_rows_ref(const struct dse_qmat *w, int64_t r0, int64_t n, const float *a, float *y) {
+        for (int64_t i = 0; i < n; i++)
+                for (int64_t c = 0; c < w->cols; c++)
+                        y[c] += a[i] * weight_at(w, r0 + i, c);
+}
+
+void dse__kernels_fma_axpy_rows(const struct dse_qmat *w, int64_t r0, int64_t n, const float *a, float *y) {
+        for (int64_t i = 0; i < n; i++)
+                for (int64_t c = 0; c < w->cols; c++)
+                        y[c] = fmaf(a[i], weight_at(w, r0 + i, c), y[c]);
+}
+
 static void attn_scores_ref(const float *q, const float *k, int64_t ld, int64_t n, int64_t len, float scale,
                             float *scores) {
         for (int64_t t = 0; t < n; t++)
@@ -351,6 +385,7 @@ void dse__kernels_fill_ref(struct dse_kernels *k) {
         k->dequant_row = dse__kernels_ref_dequant_row;
         k->dot = dot_ref;
         k->axpy = axpy_ref;
+        k->axpy_rows = axpy_rows_ref;
         k->attn_scores = attn_scores_ref;
         k->attn_accum = attn_accum_ref;
         k->rmsnorm = rmsnorm_ref;

@@ -71,7 +71,6 @@ struct ds_state {
         float *o_lat;            /* (T, H, kvr) sum_t p_t c_t per token and head */
         float *uv;               /* (n_threads, T, H*(nope+v)) rows of kv_b_proj applied to o_lat */
         float *att;              /* (n_threads, n_ctx) scores, then probabilities */
-        float *row;              /* (n_threads, kvr) one dequantised kv_b_proj row per thread */
         float *kvb_full;         /* (n_threads, H*(nope+v)) naive form: decompressed k/v of one token */
         /* MoE: the (token, k) pairs gathered expert by expert (K = n_experts_per_tok) */
         float *router_logits;    /* (T, n_experts) */
@@ -235,7 +234,7 @@ static int ds_init(struct dse_session *s, struct dse_diag *reterr) {
             !ALLOC(st->att_out, T * H * st->vdim) || !ALLOC(st->hb, T * max_width) || !ALLOC(st->hb2, T * max_width) ||
             !ALLOC(st->cos, T * st->rope_dim / 2) || !ALLOC(st->sin, T * st->rope_dim / 2) ||
             !ALLOC(st->logits, T * V) || !ALLOC(st->q_abs, T * H * (st->kvr + st->rope_dim)) || !ALLOC(st->o_lat, T * H * st->kvr) ||
-            !ALLOC(st->uv, nth * T * hkv) || !ALLOC(st->att, nth * n_ctx) || !ALLOC(st->row, nth * st->kvr) ||
+            !ALLOC(st->uv, nth * T * hkv) || !ALLOC(st->att, nth * n_ctx) ||
             !ALLOC(st->kvb_full, nth * hkv) || !ALLOC(st->moe_out, T * D) || !ALLOC(st->router_logits, T * n_exp) ||
             !ALLOC(st->moe_w, T * n_k) || !ALLOC(st->moe_in, T * n_k * D) || !ALLOC(st->moe_hb, T * n_k * mw) ||
             !ALLOC(st->moe_hb2, T * n_k * mw) || !ALLOC(st->moe_eo, T * n_k * D) ||
@@ -269,22 +268,19 @@ static void mla_absorbed(void *ctx, size_t h0, size_t h1, int ith) {
         int32_t kvr = st->kvr, rd = st->rope_dim, blk = st->nope + st->vdim, n = j->n;
         int64_t QD = (int64_t)st->H * st->qk_dim, HK = (int64_t)st->H * kvr, HQ = (int64_t)st->H * (kvr + rd),
                 hkv = (int64_t)st->H * blk;
-        float *row = st->row + (size_t)ith * kvr;                        /* (kvr) */
         float *att = st->att + (size_t)ith * (size_t)s->n_ctx;           /* (T) */
         float *uv = st->uv + (size_t)ith * DSE__MAX_STEP_TOKENS * (size_t)hkv; /* (n, hkv) by absolute row */
         for (size_t h = h0; h < h1; h++) {
-                /* q_abs = W_uk^T q_nope: a q_nope-weighted sum of the head's k rows; q_pe
-                 * (rotated) after it */
+                /* q_abs = W_uk^T q_nope: a q_nope-weighted sum of the head's k rows (one
+                 * axpy_rows per token: the rows decoded in registers, which for Q4 costs
+                 * less than writing one decoded row out for all tokens); q_pe (rotated)
+                 * after it */
                 for (int i = 0; i < n; i++) {
                         float *qa = st->q_abs + i * HQ + (int64_t)h * (kvr + rd);
+                        const float *q_nope = st->q + i * QD + (int64_t)h * st->qk_dim;
                         memset(qa, 0, (size_t)kvr * sizeof(float));
-                        memcpy(qa + kvr, st->q + i * QD + (int64_t)h * st->qk_dim + st->nope, (size_t)rd * sizeof(float));
-                }
-                for (int32_t c = 0; c < st->nope; c++) {
-                        s->k.dequant_row(wkv_b, (int64_t)h * blk + c, row);
-                        for (int i = 0; i < n; i++)
-                                s->k.axpy(st->q[i * QD + (int64_t)h * st->qk_dim + c], row,
-                                          st->q_abs + i * HQ + (int64_t)h * (kvr + rd), kvr);
+                        s->k.axpy_rows(wkv_b, (int64_t)h * blk, st->nope, q_nope, qa);
+                        memcpy(qa + kvr, q_nope + st->nope, (size_t)rd * sizeof(float));
                 }
                 for (int i = 0; i < n; i++) {
                         const struct dse__kv_view *kv = j->toks[i].kv;
@@ -359,16 +355,25 @@ static struct dse_xq xq_rows(const struct dse_xq *all, int64_t j0, int64_t m) {
 
 /* Routed experts plus shared experts of one MoE layer for n tokens: out (n, hidden).
  * The (token, k) pairs are gathered expert by expert, so each expert's weights are read
- * once for all the tokens routed to it, and the whole layer takes two parallel regions
- * (every expert's gate, up and SwiGLU, then every down, shared experts included) whatever the
- * number of experts touched. Each token still adds its experts' outputs in its top-k
- * order after the shared experts', so the result is the token-by-token one exactly. */
+ * once for all the tokens routed to it, and the whole layer takes three parallel regions
+ * whatever the number of experts touched: the router with the shared experts' gate and up
+ * (the router alone was a region of 64 short rows, nearly all wake-up and join), then the
+ * routed experts' gate, up and SwiGLU with the shared experts' down, then the routed downs.
+ * Each token still adds its experts' outputs in its top-k order after the shared
+ * experts', so the result is the token-by-token one exactly. */
 static void moe(struct dse_session *s, const struct ds_layer *L, const float *x, int n, float *out) {
         const struct dse_hparams *hp = s->hp;
         struct ds_state *st = s->arch;
         int64_t D = hp->hidden_size, E = hp->n_routed_experts, K = hp->n_experts_per_tok, NK = n * K;
         int64_t W = hp->moe_intermediate_size, SW = st->mlp_width;
-        dse__linear_n(s, &L->router, x, D, n, st->router_logits, E, NULL); /* (n, n_experts) */
+        /* the router and the shared experts' gate and up read the same x: one region */
+        struct dse__mm *mm = st->moe_mm;
+        int n_mm = 0;
+        mm[n_mm++] = (struct dse__mm){.w = &L->router, .x = x, .ldx = D, .n = n, .y = st->router_logits, .ldy = E};
+        if (L->has_shared)
+                mm[n_mm++] = (struct dse__mm){.w = &L->mlp.gate, .w_up = &L->mlp.up, .x = x, .ldx = D, .n = n,
+                                              .y = st->hb, .y_up = st->hb2, .ldy = SW};
+        dse__linear_group(s, mm, n_mm); /* router_logits (n, n_experts); hb = silu(gate) * up */
         for (int i = 0; i < n; i++)
                 dse__moe_route(hp, st->router_logits + i * E, L->router_bias, st->moe_idx + i * K, st->moe_w + i * K);
 
@@ -393,11 +398,11 @@ static void moe(struct dse_session *s, const struct ds_layer *L, const float *x,
                 s->k.quantize_xq(st->moe_in, D, &xin);
         }
 
-        struct dse__mm *mm = st->moe_mm;
-        int n_mm = 0;
+        n_mm = 0;
+        /* the shared experts' down beside the routed experts' gate and up; out = its
+         * result, as before the routed experts are added */
         if (L->has_shared)
-                mm[n_mm++] = (struct dse__mm){.w = &L->mlp.gate, .w_up = &L->mlp.up, .x = x, .ldx = D, .n = n,
-                                              .y = st->hb, .y_up = st->hb2, .ldy = SW};
+                mm[n_mm++] = (struct dse__mm){.w = &L->mlp.down, .x = st->hb, .ldx = SW, .n = n, .y = out, .ldy = D};
         for (int64_t e = 0; e < E; e++) {
                 int64_t j0 = st->moe_first[e], m = st->moe_first[e + 1] - j0;
                 if (m == 0)
@@ -416,8 +421,6 @@ static void moe(struct dse_session *s, const struct ds_layer *L, const float *x,
                 s->k.quantize_xq(st->moe_hb, W, &xhb);
         }
         n_mm = 0;
-        if (L->has_shared)
-                mm[n_mm++] = (struct dse__mm){.w = &L->mlp.down, .x = st->hb, .ldx = SW, .n = n, .y = out, .ldy = D};
         for (int64_t e = 0; e < E; e++) {
                 int64_t j0 = st->moe_first[e], m = st->moe_first[e + 1] - j0;
                 if (m == 0)
@@ -451,17 +454,20 @@ static void ds_forward(struct dse_session *s, const struct dse__tok *toks, int n
 
                 for (int i = 0; i < n; i++)
                         s->k.rmsnorm(st->xb + i * D, x + i * D, L->attn_norm, D, hp->rms_norm_eps);
-                /* q (H, nope+rope): q_b(norm(q_a(x))) or q_proj(x) */
+                /* q (H, nope+rope): q_b(norm(q_a(x))) or q_proj(x); kv_a (kvr + rope), the
+                 * cache row [norm(c), rope(k_pe)] below, in the same region as q_a or
+                 * q_proj, which read the same x (one wake-up and join fewer per layer) */
+                struct dse__mm qkv[2] = {
+                        {.w = QL > 0 ? &L->wq_a : &L->wq, .x = st->xb, .ldx = D, .n = n, .y = QL > 0 ? st->qa : st->q,
+                         .ldy = QL > 0 ? QL : QD},
+                        {.w = &L->wkv_a, .x = st->xb, .ldx = D, .n = n, .y = st->kv_a, .ldy = st->lat_dim},
+                };
+                dse__linear_group(s, qkv, 2);
                 if (QL > 0) {
-                        dse__linear_n(s, &L->wq_a, st->xb, D, n, st->qa, QL, NULL);
                         for (int i = 0; i < n; i++)
                                 s->k.rmsnorm(st->qa + i * QL, st->qa + i * QL, L->q_a_norm, QL, MLA_NORM_EPS);
                         dse__linear_n(s, &L->wq_b, st->qa, QL, n, st->q, QD, NULL);
-                } else {
-                        dse__linear_n(s, &L->wq, st->xb, D, n, st->q, QD, NULL);
                 }
-                /* kv_a (kvr + rope) -> cache row: [norm(c), rope(k_pe)] */
-                dse__linear_n(s, &L->wkv_a, st->xb, D, n, st->kv_a, st->lat_dim, NULL);
                 for (int i = 0; i < n; i++) {
                         const float *cos = st->cos + i * h2, *sin = st->sin + i * h2;
                         for (int h = 0; h < st->H; h++)
