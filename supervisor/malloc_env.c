@@ -11,7 +11,7 @@
  * levels out. malloc_trim() cannot return those chunks: for malloc they are in use.
  *
  * glibc reads its tunables once, in the dynamic loader, before main(); mallopt() has no
- * knob for the tcache. So `dsvisor start` execs itself again (same pid, argv and fds:
+ * knob for the tcache. So `dsvisor start` execs itself again (same pid, argv, name and fds:
  * systemd's MAINPID, NOTIFY_SOCKET and fd-store fds stay valid) with the tunable added
  * to GLIBC_TUNABLES (the user's other tunables kept). The re-executed supervisor then puts GLIBC_TUNABLES back as the
  * user had it, so workers and any other child get the original environment: a worker's
@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <unistd.h>
 
 #include "sup.h"
@@ -77,6 +78,12 @@ int sup_malloc_tcache_cap(char **argv) {
                         return -ENOMEM;
                 restore_env(saved);
                 free(saved);
+                /* The kernel named the process after the path's last component, "exe";
+                 * ps, top, pgrep and journald's _COMM should show what was run (and the
+                 * threads started from here inherit the name). */
+                const char *base = argv[0] ? strrchr(argv[0], '/') : NULL;
+                if (argv[0])
+                        (void)prctl(PR_SET_NAME, base ? base + 1 : argv[0], 0, 0, 0);
                 return 1;
         }
         const char *cur = getenv(TUNABLES_ENV);

@@ -31,7 +31,7 @@ cleanup() {
 trap cleanup EXIT
 
 use_probe=1
-if ldd "$dsvisor" | grep -q 'libasan\|libubsan'; then
+if grep -qa __asan_init "$dsvisor"; then # gcc links libasan, clang a static runtime
         use_probe=0
         echo "note: sanitizer build, the tcache probe is not preloaded"
 fi
@@ -81,6 +81,7 @@ run() {
                 cat "$tmp/start-$case.log"
                 exit 1
         fi
+        check "$case: the supervisor is still named dsvisor (not 'exe')" test "$(cat "/proc/$sup_pid/comm")" = dsvisor
         check "$case: the supervisor kept its pid through the re-exec" \
                 test "$(python3 -c "import json; print(json.load(open('$tmp/status.json'))['pid'])")" = "$sup_pid"
 }
