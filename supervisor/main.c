@@ -4,6 +4,7 @@
 
 #include "commands.h"
 #include "dse.h"
+#include "sup.h"
 
 static const struct dsv_command commands[] = {
         {"cpuinfo", dsv_cmd_cpuinfo, "print the CPU features detected and the kernel level in use"},
@@ -47,6 +48,10 @@ int main(int argc, char **argv) {
                        dse_cpu_level_to_string(cpu.detected));
                 return 0;
         }
+        /* The long-running supervisor runs without glibc's per-thread malloc cache, which
+         * only an exec can switch off (malloc_env.c); the other commands are short. */
+        if (strcmp(argv[1], "start") == 0)
+                (void)sup_malloc_tcache_cap(argv);
         for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
                 if (strcmp(argv[1], commands[i].name) == 0)
                         return commands[i].run(argc - 1, argv + 1);

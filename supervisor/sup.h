@@ -1,13 +1,15 @@
 /* sup.h — `dsvisor start`, `status` and `stop` internals (issue 7): the configuration
  * (config.c), the worker instances and their lifecycle (instance.c), the control socket
- * (control.c). Shared by cmd_start.c and cmd_status.c only.
+ * (control.c), the malloc tunable (malloc_env.c). Shared by cmd_start.c and cmd_status.c,
+ * and by main.c for the re-exec.
  *
  *     struct sup_config cfg;
  *     sup_config_init(&cfg);
  *     r = sup_config_parse(argc, argv, &cfg, err, sizeof err);  // --config FILE, then the CLI
  *
  * Ownership: every struct here is caller storage; strings are copied into fixed arrays.
- * Functions return 0 (or a count) or a negative errno; only cmd_*.c print. */
+ * Functions return 0 (or a count) or a negative errno; only cmd_*.c print (and
+ * malloc_env.c the warning when its re-exec fails: it runs before any command). */
 #ifndef DSV_SUP_H
 #define DSV_SUP_H
 
@@ -169,6 +171,23 @@ int sup_control_call(const char *path, const char *cmd, int timeout_ms, char **r
 int sup_control_read_cmd(int fd, int timeout_ms, char *buf, size_t size);
 /* Writes all of text and a newline. */
 int sup_control_write(int fd, const char *text);
+
+/* ---- the supervisor's malloc thread cache (malloc_env.c) --------------------------- */
+
+/* glibc.malloc.tcache_count for the `dsvisor start` process (not its children). */
+#define SUP_TCACHE_COUNT "0"
+
+/* True when the colon-separated GLIBC_TUNABLES string sets `name` ("glibc.malloc.x"). */
+bool sup_tunables_has(const char *tunables, const char *name);
+/* buf = item + ":" + tunables, or item alone when tunables is NULL or empty; -E2BIG. */
+int sup_tunables_prepend(const char *item, const char *tunables, char *buf, size_t size);
+/* Called first thing by `dsvisor start` with main()'s argv: unless GLIBC_TUNABLES already
+ * sets glibc.malloc.tcache_count, re-executes /proc/self/exe with it added (does not
+ * return on success). In the re-executed process it restores GLIBC_TUNABLES as it was,
+ * so children get the original environment, and returns 1. Returns 0 when the user's
+ * tunable is kept, or a negative errno when the re-exec failed (logged; the caller goes
+ * on with the cache on). */
+int sup_malloc_tcache_cap(char **argv);
 
 /* ---- systemd notify (platform/notify.c, declared in dsv_platform.h) ---------------- */
 

@@ -5,6 +5,7 @@
 set(DSV_SUP_DIR ${CMAKE_SOURCE_DIR}/supervisor)
 dsv_test(NAME test-supervisor-config
          SOURCES unit/test-supervisor-config.c ${DSV_SUP_DIR}/config.c ${DSV_SUP_DIR}/instance.c ${DSV_SUP_DIR}/control.c
+                 ${DSV_SUP_DIR}/malloc_env.c
          LIBS dsv_platform dsv::cjson Threads::Threads LABELS unit)
 target_include_directories(test-supervisor-config PRIVATE ${DSV_SUP_DIR})
 
@@ -70,3 +71,14 @@ if(DSV_FUZZ)
   target_link_options(fuzz-supervisor-config PRIVATE -fsanitize=fuzzer,address,undefined)
   target_link_libraries(fuzz-supervisor-config PRIVATE dsv_platform dsv::cjson)
 endif()
+
+# dsvisor start runs with glibc's malloc thread cache off (supervisor/malloc_env.c): the
+# re-exec keeps the pid and the user's tunables, the workers get the original environment
+# back and keep their cache (checked in each process by an LD_PRELOAD probe), and a
+# tcache_count the user set is left alone.
+add_library(tcache-probe MODULE integration/tcache-probe.c)
+set_target_properties(tcache-probe PROPERTIES PREFIX "" LIBRARY_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/bin)
+dsv_script_test(NAME test-supervisor-malloc-env
+                SCRIPT ${CMAKE_SOURCE_DIR}/tests/integration/test-supervisor-malloc-env.sh
+                LABELS integration TIMEOUT 120)
+set_tests_properties(test-supervisor-malloc-env PROPERTIES RUN_SERIAL ON)

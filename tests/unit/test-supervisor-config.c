@@ -1,5 +1,6 @@
 /* Unit tests for `dsvisor start`'s configuration (supervisor/config.c), restart backoff,
- * RT preflight and thread scheduling (instance.c) and the control socket (control.c). */
+ * RT preflight and thread scheduling (instance.c), the control socket (control.c) and the
+ * GLIBC_TUNABLES string the supervisor re-executes itself with (malloc_env.c). */
 #include <pthread.h>
 #include <sched.h>
 #include <sys/socket.h>
@@ -299,4 +300,30 @@ TEST(cgroup_parent_option_and_key) {
         ASSERT_STREQ(got3, "from/cli");
         ASSERT_EQ(r4, 0);
         ASSERT_STREQ(c.cgroup_parent, "from/file");
+}
+
+TEST(glibc_tunables_string) {
+        ASSERT_TRUE(!sup_tunables_has(NULL, "glibc.malloc.tcache_count"));
+        ASSERT_TRUE(!sup_tunables_has("", "glibc.malloc.tcache_count"));
+        ASSERT_TRUE(sup_tunables_has("glibc.malloc.tcache_count=3", "glibc.malloc.tcache_count"));
+        ASSERT_TRUE(sup_tunables_has("glibc.malloc.perturb=1:glibc.malloc.tcache_count=0", "glibc.malloc.tcache_count"));
+        ASSERT_TRUE(sup_tunables_has("a=1:glibc.malloc.tcache_count=0:b=2", "glibc.malloc.tcache_count"));
+        /* A longer name with the same start, a value that looks like the name, no '='. */
+        ASSERT_TRUE(!sup_tunables_has("glibc.malloc.tcache_count_x=1", "glibc.malloc.tcache_count"));
+        ASSERT_TRUE(!sup_tunables_has("glibc.malloc.tcache_max=glibc.malloc.tcache_count", "glibc.malloc.tcache_count"));
+        ASSERT_TRUE(!sup_tunables_has("glibc.malloc.tcache_count", "glibc.malloc.tcache_count"));
+        ASSERT_TRUE(!sup_tunables_has("x.glibc.malloc.tcache_count=1", "glibc.malloc.tcache_count"));
+
+        char buf[64];
+        ASSERT_EQ(sup_tunables_prepend("glibc.malloc.tcache_count=0", NULL, buf, sizeof buf), 0);
+        ASSERT_STREQ(buf, "glibc.malloc.tcache_count=0");
+        ASSERT_EQ(sup_tunables_prepend("glibc.malloc.tcache_count=0", "", buf, sizeof buf), 0);
+        ASSERT_STREQ(buf, "glibc.malloc.tcache_count=0");
+        ASSERT_EQ(sup_tunables_prepend("t=0", "glibc.malloc.perturb=1:x=2", buf, sizeof buf), 0);
+        ASSERT_STREQ(buf, "t=0:glibc.malloc.perturb=1:x=2");
+        char small[8];
+        ASSERT_EQ(sup_tunables_prepend("t=0", "a=1:b=2", small, sizeof small), -E2BIG);
+        ASSERT_EQ(sup_tunables_prepend("t=0", "a=1", small, sizeof small), 0); /* 7 chars fit */
+        ASSERT_STREQ(small, "t=0:a=1");
+        ASSERT_EQ(sup_tunables_prepend("", "a=1", buf, sizeof buf), -EINVAL);
 }
