@@ -267,10 +267,10 @@ int dsv_ipc_send(struct dsv_ipc_conn *conn, const struct dsv_ipc_msg *msg);
  * allocation is nng's message (nng_send copies the bytes into a new nng_msg). 0 for an
  * empty batch. */
 int dsv_ipc_send_batch(struct dsv_ipc_conn *conn, struct dsv_ipc_batch *b);
-/* Receives one message: -ETIMEDOUT after timeout_ms (< 0: wait forever), -EPROTO for a
- * malformed message (the message is dropped; err says why), -ECANCELED once closed. An
- * "events" message is handed out one event per call, in order (keep to one receiving
- * thread per connection for that order). */
+/* Receives one message: -ETIMEDOUT after timeout_ms (< 0: wait forever; 0: only what is
+ * already queued), -EPROTO for a malformed message (the message is dropped; err says
+ * why), -ECANCELED once closed. An "events" message is handed out one event per call, in
+ * order (keep to one receiving thread per connection for that order). */
 int dsv_ipc_recv(struct dsv_ipc_conn *conn, struct dsv_ipc_msg *ret, int timeout_ms, char *err,
                  size_t err_size);
 /* Number of connected peers (0 or 1), and peers dropped for a uid mismatch. */

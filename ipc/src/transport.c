@@ -28,6 +28,7 @@
 
 struct dsv_ipc_conn {
         nng_socket sock;
+        int recv_fd; /* NNG_OPT_RECVFD: readable while a message is queued (wait_recv) */
         _Atomic int peers;
         _Atomic int rejected;
         _Atomic int peer_minor; /* "minor" of the last message received */
@@ -139,6 +140,8 @@ static int conn_open(struct dsv_ipc_conn **ret) {
                 rv = nng_pipe_notify(c->sock, NNG_PIPE_EV_ADD_POST, on_pipe, c);
         if (rv == 0)
                 rv = nng_pipe_notify(c->sock, NNG_PIPE_EV_REM_POST, on_pipe, c);
+        if (rv == 0)
+                rv = nng_socket_get_int(c->sock, NNG_OPT_RECVFD, &c->recv_fd);
         if (rv != 0) {
                 nng_close(c->sock);
                 pthread_mutex_destroy(&c->rx_mu);
@@ -395,13 +398,10 @@ static int pop_pending(struct dsv_ipc_conn *c, struct dsv_ipc_msg *ret) {
  * (NNG_OPT_RECVFD, readable while a message is queued) with our own deadline, then a
  * non-blocking receive, which nng completes at once or fails without arming a timer. */
 static int wait_recv(struct dsv_ipc_conn *c, int timeout_ms, char **ret_buf, size_t *ret_len) {
-        int fd, rv = nng_socket_get_int(c->sock, NNG_OPT_RECVFD, &fd);
-        if (rv != 0)
-                return rv;
         struct timespec start;
         clock_gettime(CLOCK_MONOTONIC, &start);
         for (;;) {
-                rv = nng_recv(c->sock, ret_buf, ret_len, NNG_FLAG_ALLOC | NNG_FLAG_NONBLOCK);
+                int rv = nng_recv(c->sock, ret_buf, ret_len, NNG_FLAG_ALLOC | NNG_FLAG_NONBLOCK);
                 if (rv != NNG_EAGAIN && rv != NNG_ETIMEDOUT)
                         return rv;
                 int left = -1;
@@ -414,7 +414,7 @@ static int wait_recv(struct dsv_ipc_conn *c, int timeout_ms, char **ret_buf, siz
                                 return NNG_ETIMEDOUT;
                         left = (int)(timeout_ms - spent);
                 }
-                struct pollfd p = {.fd = fd, .events = POLLIN};
+                struct pollfd p = {.fd = c->recv_fd, .events = POLLIN};
                 if (poll(&p, 1, left) < 0 && errno != EINTR)
                         return NNG_ESYSERR | errno;
         }

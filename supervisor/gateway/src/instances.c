@@ -601,9 +601,7 @@ static void *link_main(void *arg) {
                         l->health_ready = false;
                 pthread_mutex_unlock(&gw->lock);
                 if (orphans) {
-                        /* 1 ms, not 0: nng 1.5.2's receive timeout of zero was seen to leave
-                         * later timed receives waiting forever. */
-                        while (dsv_ipc_recv(l->conn, &m, 1, NULL, 0) == 0)
+                        while (dsv_ipc_recv(l->conn, &m, 0, NULL, 0) == 0)
                                 link_dispatch(l, &m);
                         pthread_mutex_lock(&gw->lock);
                         link_fail_calls_locked(gw, l);
