@@ -12,13 +12,6 @@
  * accumulators then live in memory). */
 #define UNROLL _Pragma("GCC unroll 8")
 
-static inline float hsum8(__m256 v) {
-        __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-        s = _mm_hadd_ps(s, s);
-        s = _mm_hadd_ps(s, s);
-        return _mm_cvtss_f32(s);
-}
-
 static inline __m256 load_bf16x8(const uint16_t *p) {
         __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p));
         return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));

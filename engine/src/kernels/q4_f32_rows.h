@@ -15,7 +15,8 @@
 
 #define Q4F_UNROLL _Pragma("GCC unroll 8")
 
-static inline float q4f_hsum8(__m256 v) {
+/* The sum of a ymm's 8 floats (avx2.c uses it too). */
+static inline float hsum8(__m256 v) {
         __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
         s = _mm_hadd_ps(s, s);
         s = _mm_hadd_ps(s, s);
@@ -93,7 +94,7 @@ static inline __attribute__((always_inline)) void q4_f32_rows(const struct dse_q
                         }
                         tail += part * sc[i][g];
                 }
-                y[r + i] = q4f_hsum8(acc[i]) + tail;
+                y[r + i] = hsum8(acc[i]) + tail;
         }
 }
 

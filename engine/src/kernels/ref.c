@@ -243,61 +243,7 @@ void dse__kernels_ref_matmul_xq(const struct dse_qmat *w, const struct dse_xq *x
         }
 }
 
-void dse__kernels_ref_dequant_row(const struct dse_qmat *w, int64_t r, float *out) {
-        int64_t n = w->cols;
-        switch (w->dtype) {
-        case DSE_DTYPE_F32:
-                memcpy(out, (const float *)w->data + r * n, (size_t)n * sizeof(float));
-                break;
-        case DSE_DTYPE_F16:
-                for (int64_t c = 0; c < n; c++)
-                        out[c] = dse__kern_f16_to_f32(((const uint16_t *)w->data)[r * n + c]);
-                break;
-        case DSE_DTYPE_BF16:
-                for (int64_t c = 0; c < n; c++)
-                        out[c] = dse__kern_bf16_to_f32(((const uint16_t *)w->data)[r * n + c]);
-                break;
-        case DSE_DTYPE_F8_E4M3: {
-                const float *lut = dse__f8e4m3_table();
-                const float *srow = w->scale + (r / DSE_F8_BLOCK) * w->n_groups;
-                for (int64_t c = 0; c < n; c++)
-                        out[c] = lut[((const uint8_t *)w->data)[r * n + c]] * srow[c / DSE_F8_BLOCK];
-                break;
-        }
-        case DSE_DTYPE_Q8:
-                for (int64_t c = 0; c < n; c++)
-                        out[c] = (float)((const int8_t *)w->data)[r * n + c] *
-                                 w->scale[r * w->n_groups + c / w->group_size];
-                break;
-        case DSE_DTYPE_Q4: {
-                const uint8_t *row = (const uint8_t *)w->data + r * ((n + 1) / 2);
-                for (int64_t c = 0; c < n; c++) {
-                        int64_t g = r * w->n_groups + c / w->group_size;
-                        out[c] = ((float)q4_at(row, c) - (float)w->zero[g]) * w->scale[g];
-                }
-                break;
-        }
-        default:
-                memset(out, 0, (size_t)n * sizeof(float));
-                break;
-        }
-}
-
-/* ---- vector helpers ------------------------------------------------------------- */
-
-static float dot_ref(const float *a, const float *b, int64_t n) {
-        float acc = 0.0f;
-        for (int64_t i = 0; i < n; i++)
-                acc += a[i] * b[i];
-        return acc;
-}
-
-static void axpy_ref(float a, const float *x, float *y, int64_t n) {
-        for (int64_t i = 0; i < n; i++)
-                y[i] += a * x[i];
-}
-
-/* W[r, c], as dse__kernels_ref_dequant_row writes it. */
+/* W[r, c] (0 for a format without weights). */
 static float weight_at(const struct dse_qmat *w, int64_t r, int64_t c) {
         int64_t n = w->cols;
         switch (w->dtype) {
@@ -316,6 +262,25 @@ static float weight_at(const struct dse_qmat *w, int64_t r, int64_t c) {
         }
         default: return 0.0f;
         }
+}
+
+void dse__kernels_ref_dequant_row(const struct dse_qmat *w, int64_t r, float *out) {
+        for (int64_t c = 0; c < w->cols; c++)
+                out[c] = weight_at(w, r, c);
+}
+
+/* ---- vector helpers ------------------------------------------------------------- */
+
+static float dot_ref(const float *a, const float *b, int64_t n) {
+        float acc = 0.0f;
+        for (int64_t i = 0; i < n; i++)
+                acc += a[i] * b[i];
+        return acc;
+}
+
+static void axpy_ref(float a, const float *x, float *y, int64_t n) {
+        for (int64_t i = 0; i < n; i++)
+                y[i] += a * x[i];
 }
 
 /* The twin of dequant_row then axpy_ref, row by row. */
