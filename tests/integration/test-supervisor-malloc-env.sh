@@ -91,34 +91,33 @@ stop() {
         sup_pid=
 }
 
-run none
-check "none: supervisor has GLIBC_TUNABLES=glibc.malloc.tcache_count=0" test "$(env_of "$sup_pid" GLIBC_TUNABLES)" = glibc.malloc.tcache_count=0
-check "none: supervisor's marker says it was unset" test "$(env_of "$sup_pid" DSV_ORIG_GLIBC_TUNABLES)" = -
-for p in "${worker_pids[@]}"; do
-        check "none: worker $p has no GLIBC_TUNABLES" test "$(env_of "$p" GLIBC_TUNABLES)" = "<unset>"
-        check "none: worker $p has no marker" test "$(env_of "$p" DSV_ORIG_GLIBC_TUNABLES)" = "<unset>"
-done
-if ((use_probe)); then
-        check "none: supervisor: cache on before the re-exec, off after" test "$(probe_of none "$sup_pid")" = "tcache on tcache off"
+# reexecuted CASE MARKER WORKER_TUNABLES: the supervisor runs with its tunable first and
+# the marker MARKER; each worker has WORKER_TUNABLES ("<unset>": none) and no marker, and
+# (probe) the supervisor's cache went off with the re-exec while the workers kept theirs.
+reexecuted() {
+        local case=$1 marker=$2 tunables=$3 p
+        check "$case: the supervisor's GLIBC_TUNABLES starts with glibc.malloc.tcache_count=0" \
+                test "$(env_of "$sup_pid" GLIBC_TUNABLES)" = glibc.malloc.tcache_count=0
+        check "$case: the supervisor's marker is '$marker'" test "$(env_of "$sup_pid" DSV_ORIG_GLIBC_TUNABLES)" = "$marker"
         for p in "${worker_pids[@]}"; do
-                check "none: worker $p keeps its cache" test "$(probe_of none "$p")" = "tcache on"
+                check "$case: worker $p has GLIBC_TUNABLES $tunables" test "$(env_of "$p" GLIBC_TUNABLES)" = "$tunables"
+                check "$case: worker $p has no marker" test "$(env_of "$p" DSV_ORIG_GLIBC_TUNABLES)" = "<unset>"
         done
-fi
+        if ((use_probe)); then
+                check "$case: supervisor: cache on before the re-exec, off after" \
+                        test "$(probe_of "$case" "$sup_pid")" = "tcache on tcache off"
+                for p in "${worker_pids[@]}"; do
+                        check "$case: worker $p keeps its cache" test "$(probe_of "$case" "$p")" = "tcache on"
+                done
+        fi
+}
+
+run none
+reexecuted none - "<unset>"
 stop none
 
 run other glibc.malloc.perturb=0
-check "other: the supervisor's tunable comes first" test "$(env_of "$sup_pid" GLIBC_TUNABLES)" = glibc.malloc.tcache_count=0
-check "other: the marker holds the user's tunables" test "$(env_of "$sup_pid" DSV_ORIG_GLIBC_TUNABLES)" = +glibc.malloc.perturb=0
-for p in "${worker_pids[@]}"; do
-        check "other: worker $p has the user's GLIBC_TUNABLES" test "$(env_of "$p" GLIBC_TUNABLES)" = glibc.malloc.perturb=0
-        check "other: worker $p has no marker" test "$(env_of "$p" DSV_ORIG_GLIBC_TUNABLES)" = "<unset>"
-done
-if ((use_probe)); then
-        check "other: supervisor: cache off after the re-exec" test "$(probe_of other "$sup_pid")" = "tcache on tcache off"
-        for p in "${worker_pids[@]}"; do
-                check "other: worker $p keeps its cache" test "$(probe_of other "$p")" = "tcache on"
-        done
-fi
+reexecuted other +glibc.malloc.perturb=0 glibc.malloc.perturb=0
 stop other
 
 run user glibc.malloc.tcache_count=2
