@@ -160,6 +160,7 @@ struct server {
         atomic_int send_failures;
         atomic_int rx_stop;
         double started;
+        uint64_t boot_id; /* dsv_ipc_new_boot_id(), in every health reply */
         int32_t *prompt; /* (n_ctx + 1) tokenizer output */
         pthread_t rx;
         pthread_t prefault; /* makes the KV pool resident once ready (kv_prefault) */
@@ -330,6 +331,7 @@ static void reply_probe(struct server *sv, const struct dsv_ipc_msg *m) {
                 reply.type = DSV_IPC_HEALTH_REPLY;
                 reply.u.health.state = (char *)state_names[atomic_load(&sv->state)];
                 reply.u.health.uptime_s = mono_s() - sv->started;
+                reply.u.health.boot_id = sv->boot_id;
                 reply.u.health.seq = m->u.probe.seq;
         } else {
                 reply.type = DSV_IPC_STATS_REPLY;
@@ -476,7 +478,7 @@ static void *kv_prefault(void *arg) {
 
 int worker_serve(const struct worker_config *cfg) {
         struct worker_engine e = {0};
-        struct server sv = {.cfg = cfg, .e = &e, .started = mono_s()};
+        struct server sv = {.cfg = cfg, .e = &e, .started = mono_s(), .boot_id = dsv_ipc_new_boot_id()};
         atomic_init(&sv.state, ST_LOADING);
         pthread_mutex_init(&sv.mu, NULL);
         pthread_cond_init(&sv.has_msg, NULL);

@@ -142,7 +142,14 @@ struct dsv_ipc_health {
         uint64_t seq;
         char *state; /* "loading", "ready", "draining" */
         double uptime_s;
+        uint64_t boot_id; /* the worker process's dsv_ipc_new_boot_id(); 0 when not sent */
 };
+
+/* A random id for a starting worker process, in 1 .. 10^15 - 1 (what a JSON number holds
+ * exactly). Health replies carry it, so a gateway sees a worker restarted behind a pipe
+ * that never broke even when the new process has by then run longer than its predecessor
+ * had at the previous poll (uptime alone misses that). */
+uint64_t dsv_ipc_new_boot_id(void);
 
 struct dsv_ipc_stats {
         uint64_t seq;

@@ -9,6 +9,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <sys/random.h>
 
 #include "dsv_ipc.h"
 #include "proto_internal.h"
@@ -48,6 +51,17 @@ const char *dsv_ipc_msg_type_to_string(enum dsv_ipc_msg_type type) {
 
 const char *dsv_ipc_error_code_to_string(enum dsv_ipc_error_code code) {
         return code < DSV_IPC_ERROR_CODE_COUNT ? error_names[code] : "unknown";
+}
+
+uint64_t dsv_ipc_new_boot_id(void) {
+        uint64_t v;
+        if (getrandom(&v, sizeof v, GRND_NONBLOCK) != (ssize_t)sizeof v) {
+                /* no entropy yet (early boot): the clock and the pid still differ per process */
+                struct timespec ts;
+                clock_gettime(CLOCK_REALTIME, &ts);
+                v = (uint64_t)ts.tv_sec * 1000000007u ^ (uint64_t)ts.tv_nsec * 2654435761u ^ (uint64_t)getpid() << 32;
+        }
+        return 1 + v % ((uint64_t)MAX_SAFE_INT - 1);
 }
 
 void dsv_ipc_sampling_init(struct dsv_ipc_sampling *s) {
@@ -183,6 +197,8 @@ static int encode_body(cJSON *o, const struct dsv_ipc_msg *m) {
                 r |= add_id(o, "seq", m->u.health.seq);
                 r |= add_str(o, "state", m->u.health.state);
                 r |= add_num(o, "uptime_s", m->u.health.uptime_s);
+                if (m->u.health.boot_id)
+                        r |= add_id(o, "boot_id", m->u.health.boot_id);
                 return r ? -EINVAL : 0;
         case DSV_IPC_STATS_REPLY: {
                 const struct dsv_ipc_stats *s = &m->u.stats;
@@ -473,7 +489,8 @@ static int decode_body(struct decoder *d, const cJSON *o, struct dsv_ipc_msg *m)
         case DSV_IPC_HEALTH_REPLY:
                 if ((r = get_u64(d, o, "seq", 1, &m->u.health.seq)) < 0 ||
                     (r = get_str(d, o, "state", 1, &m->u.health.state)) < 0 ||
-                    (r = get_double(d, o, "uptime_s", &m->u.health.uptime_s)) < 0)
+                    (r = get_double(d, o, "uptime_s", &m->u.health.uptime_s)) < 0 ||
+                    (r = get_u64(d, o, "boot_id", 0, &m->u.health.boot_id)) < 0)
                         return r;
                 return 0;
         case DSV_IPC_STATS_REPLY: {

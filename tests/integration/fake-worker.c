@@ -12,7 +12,7 @@
  * (N+1)-th token overall, so 0 dies on the first request; --stall-after N stops each
  * stream after N tokens while still serving health, stats and cancel; --restart-after-tokens N
  * plays a worker restarted behind an unbroken pipe: after its N-th token it forgets every
- * generation and its uptime starts again from zero. A prompt starting
+ * generation, its uptime starts again from zero and it draws a new boot id. A prompt starting
  * with "__error__" is refused with an invalid_request error, "__overload__" with
  * overloaded, "__internal__" with internal_error (message holding a fake path). */
 #include <cjson/cJSON.h>
@@ -40,6 +40,7 @@ static struct gen gens[MAX_GENS];
 static int n_gens;
 static int delay_ms, die_after = -1, stall_after = -1, restart_after = -1;
 static int64_t started_ms;
+static uint64_t boot_id;
 static long tokens_sent;
 static const char *state = "ready";
 static FILE *logf;
@@ -173,6 +174,7 @@ static void emit_due(struct dsv_ipc_conn *c) {
                                         free(gens[k].words[w]);
                         n_gens = 0;
                         started_ms = now_ms();
+                        boot_id = dsv_ipc_new_boot_id();
                         return;
                 }
                 g->next++;
@@ -229,6 +231,7 @@ int main(int argc, char **argv) {
                 return 1;
         }
         started_ms = now_ms();
+        boot_id = dsv_ipc_new_boot_id();
         for (;;) {
                 struct dsv_ipc_msg m;
                 r = dsv_ipc_recv(c, &m, next_wait_ms(), NULL, 0);
@@ -245,6 +248,7 @@ int main(int argc, char **argv) {
                                 rep.u.health.seq = m.u.probe.seq;
                                 rep.u.health.state = (char *)state;
                                 rep.u.health.uptime_s = (now_ms() - started_ms) / 1000.0;
+                                rep.u.health.boot_id = boot_id;
                                 send_or_die(c, &rep);
                                 break;
                         }

@@ -306,12 +306,13 @@ ctl hp "url 0 $(URL readyw)" >/dev/null
 for _ in $(seq 30); do [ "$(get $PORT_hp/ready)" = 200 ] && break; sleep 0.1; done
 check health-poll-ready [ "$(get $PORT_hp/ready)" = 200 ]
 
-# a worker restarted behind an unbroken pipe shows in its health uptime: its stream fails
-# over at the next poll instead of waiting for the deadline
+# a worker restarted behind an unbroken pipe shows in its health reply's boot id: its stream
+# fails over at the next poll instead of waiting for the deadline (uptime alone missed it
+# when the gateway's first poll came early and the next one late)
 worker rs --delay-ms 20 --restart-after-tokens 1
 server rsv --instance rs="$(URL rs)" --health-ms 100
 t0=$(date +%s.%N); s=$(post $PORT_rsv /v1/chat/completions "$(chat 'one two three' ',"stream":true')" -N); t1=$(date +%s.%N)
-check restart-uptime-error-event bash -c "[ $s = 200 ] && [ \"\$(sse)\" = 'one|error:instance_failed' ] && python3 -c 'import sys; sys.exit(0 if $t1 - $t0 < 3 else 1)'"
+check restart-boot-id-error-event bash -c "[ $s = 200 ] && [ \"\$(sse)\" = 'one|error:instance_failed' ] && python3 -c 'import sys; sys.exit(0 if $t1 - $t0 < 3 else 1)'"
 
 # every server still up, then each stops cleanly on SIGTERM (exit 0 within 10 s)
 for n in main auth adm lb dl dc rt ms hp rsv; do

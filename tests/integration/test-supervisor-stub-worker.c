@@ -93,6 +93,7 @@ int main(int argc, char **argv) {
                 return 1;
         }
         int64_t t0 = now_ms();
+        uint64_t boot_id = dsv_ipc_new_boot_id();
         struct gen gens[256];
         int n_gens = 0;
         for (;;) {
@@ -108,6 +109,7 @@ int main(int argc, char **argv) {
                                 out.u.health.seq = m.u.probe.seq;
                                 out.u.health.state = drain ? "draining" : loading ? "loading" : "ready";
                                 out.u.health.uptime_s = (double)(now_ms() - t0) / 1000.0;
+                                out.u.health.boot_id = boot_id;
                                 dsv_ipc_send(c, &out);
                         } else if (m.type == DSV_IPC_STATS) {
                                 out.type = DSV_IPC_STATS_REPLY;

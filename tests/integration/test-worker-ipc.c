@@ -56,6 +56,7 @@ TEST(heartbeat) {
         ASSERT_EQ(r.u.health.seq, 4242);
         ASSERT_STREQ(r.u.health.state, "ready");
         ASSERT_TRUE(r.u.health.uptime_s > 0);
+        ASSERT_TRUE(r.u.health.boot_id > 0); /* how a gateway tells a restarted worker */
         dsv_ipc_msg_done(&r);
 }
 

@@ -105,6 +105,11 @@ TEST(events_roundtrip) {
         struct dsv_ipc_msg h = {.type = DSV_IPC_HEALTH_REPLY, .u.health = {.seq = 1, .state = "ready", .uptime_s = 3}};
         ASSERT_OK(roundtrip(&h, &out));
         ASSERT_STREQ(out.u.health.state, "ready");
+        ASSERT_EQ(out.u.health.boot_id, 0); /* not sent: unknown */
+        dsv_ipc_msg_done(&out);
+        h.u.health.boot_id = 999999999999999ull - 1; /* the largest a boot id can be */
+        ASSERT_OK(roundtrip(&h, &out));
+        ASSERT_EQ(out.u.health.boot_id, 999999999999999ull - 1);
         dsv_ipc_msg_done(&out);
 
         struct dsv_ipc_msg c = {.type = DSV_IPC_CANCEL, .u.cancel_id = 77};
@@ -418,4 +423,16 @@ TEST(bad_batches_are_refused_whole) {
         struct dsv_ipc_msg *msgs;
         size_t n;
         ASSERT_ERR(dsv_ipc_msgs_decode(v2, strlen(v2), &msgs, &n, NULL, 0), -EPROTONOSUPPORT);
+}
+
+/* Boot ids are what a JSON number carries exactly, never 0 (0 means "not sent"), and two
+ * processes (here: two draws) do not share one. */
+TEST(boot_ids_are_nonzero_exact_and_distinct) {
+        uint64_t seen[64];
+        for (int i = 0; i < 64; i++) {
+                seen[i] = dsv_ipc_new_boot_id();
+                ASSERT_TRUE(seen[i] >= 1 && seen[i] < 999999999999999ull);
+                for (int j = 0; j < i; j++)
+                        ASSERT_TRUE(seen[j] != seen[i]);
+        }
 }

@@ -25,7 +25,7 @@ struct gw_link {
         size_t n_orphans;
         bool health_ready;
         int64_t last_health_ns;
-        double last_uptime_s;
+        uint64_t last_boot_id; /* the worker's boot id at the last health reply; 0 = none yet */
 };
 
 int64_t dsv__gw_now_ns(void) {
@@ -541,11 +541,12 @@ static void link_dispatch(struct gw_link *l, struct dsv_ipc_msg *m) {
         if (m->type == DSV_IPC_HEALTH_REPLY) {
                 l->health_ready = m->u.health.state && strcmp(m->u.health.state, "ready") == 0;
                 l->last_health_ns = dsv__gw_now_ns();
-                /* A younger worker than last time restarted between two pipe checks: what
-                 * was in flight died with its predecessor. */
-                if (m->u.health.uptime_s < l->last_uptime_s)
+                /* Another process than last time: the worker restarted between two pipe
+                 * checks, and what was in flight died with its predecessor. */
+                if (m->u.health.boot_id && l->last_boot_id && m->u.health.boot_id != l->last_boot_id)
                         link_fail_calls_locked(gw, l);
-                l->last_uptime_s = m->u.health.uptime_s;
+                if (m->u.health.boot_id)
+                        l->last_boot_id = m->u.health.boot_id;
         } else if (m->type == DSV_IPC_STATS_REPLY && l->slot >= 0) {
                 struct gw_instance *in = &gw->inst[l->slot];
                 in->has_ext = true;
