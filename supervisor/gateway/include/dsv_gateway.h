@@ -23,8 +23,9 @@
  * the worker's last health_reply, younger than three intervals, said "ready". A worker
  * that restarts at the same URL is re-dialled by nng by itself; requests it had in flight
  * are failed (or retried, see below) as soon as its pipe drops, or, with health polling,
- * as soon as its reported uptime goes back (a restart quicker than the pipe check). The
- * polling's stats_reply feeds the load like dsv_gateway_instance_set_load() does.
+ * as soon as its health reply carries another boot id (a restart quicker than the pipe
+ * check). The polling's stats_reply feeds the load like dsv_gateway_instance_set_load()
+ * does.
  *
  * Load: the gateway counts the requests it has in flight on each instance (up to
  * max_running_per_instance count as running, the rest as waiting). A caller (or the stats
