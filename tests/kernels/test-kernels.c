@@ -460,6 +460,9 @@ static const struct mat_case mm_cases[] = {
          * g192 group straddles the chunk edge), odd column tails after a chunk */
         {70, 2200, 128}, {67, 2100, 32}, {5, 2500, 192}, {2, 4161, 64}, {40, 2112, 32},
         {3, 8400, 192}, {5, 8300, 64}, {2, 8200, 32},
+        /* decode takes whole rows up to TB / n times the chunk (a lone token: 32768 Q8 or
+         * 65536 Q4 columns, Q4's group sums permitting), wider ones the chunked path */
+        {3, 20000, 64}, {2, 33000, 128},
 };
 /* Token counts around the 4-token register blocks and the AVX-512 Q4 8-token blocks (a
  * short last block padded from 5, a rest of 1-4 left to the 4-token blocks); more than 9

@@ -80,10 +80,15 @@ struct xprep {
         __m512i nc; /* Q8: -128 * (sum of the lane's four q); Q4: q of the odd columns */
 };
 
-/* A token block's prepared activations over one column chunk. */
+/* A token block's prepared activations over one column chunk: token t's steps from
+ * v[t * ts], its Q4 group sums from X[t * xs]. A block of TB tokens over KC columns has
+ * ts = PC and xs = KC / 64 + 16 (at most KC / 64 + 1 groups, padded to 16s); n < TB tokens
+ * over whole rows (decode) share the same room, TB / n times as much each, so a lone token
+ * takes rows of up to 4 * KC columns in one piece. */
 struct xchunk {
-        struct xprep v[TB * PC]; /* (TB, PC) */
-        float X[TB][KC / 64 + 16]; /* Q4: (TB, groups of the chunk: at most KC / 64 + 1, padded to 16s) */
+        struct xprep v[TB * PC];
+        float X[TB * (KC / 64 + 16)];
+        int64_t ts, xs;
 };
 
 /* The 64 bytes of q from column 64p, zero past the token's padded row (an odd n_blocks
@@ -110,7 +115,7 @@ static void prep_q8(const struct dse_xq *xq, int64_t G, int64_t t0, int T, int64
         UNROLL
         for (int t = 0; t < T; t++)
                 for (int64_t p = pc; p < pe; p++) {
-                        struct xprep *o = xp + t * PC + (p - pc);
+                        struct xprep *o = xp + t * xc->ts + (p - pc);
                         o->x = xq_load64(xq, t0 + t, p);
                         o->dv = xq_d2(xq, t0 + t, p, lane);
                         o->nc = _mm512_sub_epi32(_mm512_setzero_si512(),
@@ -133,10 +138,11 @@ static void prep_q4(const struct dse_xq *xq, int64_t G, int64_t t0, int T, int64
         const __m512i one = _mm512_set1_epi8(1);
         int64_t gf = sc0 * 128 / G;
         for (int t = 0; t < T; t++) {
-                memset(xc->X[t], 0, sizeof xc->X[t]);
+                float *X = xc->X + t * xc->xs;
+                memset(X, 0, (size_t)xc->xs * sizeof *X);
                 const float *d = xq->d + (t0 + t) * xq->n_blocks;
                 for (int64_t st = sc0; st < se; st++) {
-                        struct xprep *o = xc->v + t * PC + (st - sc0);
+                        struct xprep *o = xc->v + t * xc->ts + (st - sc0);
                         __m512i lo = _mm512_shuffle_epi8(xq_load64(xq, t0 + t, 2 * st), sh);
                         __m512i hi = _mm512_shuffle_epi8(xq_load64(xq, t0 + t, 2 * st + 1), sh);
                         o->x = _mm512_permutex2var_epi64(lo, ev, hi);
@@ -145,9 +151,9 @@ static void prep_q4(const struct dse_xq *xq, int64_t G, int64_t t0, int T, int64
                         __m512i xs = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), one, o->x), one, o->nc);
                         __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(xs), o->dv);
                         int64_t c = st * 128;
-                        xc->X[t][c / G - gf] += _mm512_mask_reduce_add_ps(0x00ff, f);
+                        X[c / G - gf] += _mm512_mask_reduce_add_ps(0x00ff, f);
                         if (c + 64 < xq->cols)
-                                xc->X[t][(c + 64) / G - gf] += _mm512_mask_reduce_add_ps(0xff00, f);
+                                X[(c + 64) / G - gf] += _mm512_mask_reduce_add_ps(0xff00, f);
                 }
         }
 }
@@ -189,7 +195,7 @@ static inline __attribute__((always_inline)) void q8_block(const struct dse_qmat
                 }
                 UNROLL
                 for (int t = 0; t < T; t++) {
-                        const struct xprep *o = xp + t * PC + (p - pc);
+                        const struct xprep *o = xp + t * xc->ts + (p - pc);
                         UNROLL
                         for (int i = 0; i < R; i++) {
                                 __m512i s = _mm512_dpbusd_epi32(o->nc, wu[i], o->x);
@@ -248,7 +254,7 @@ static inline __attribute__((always_inline)) void q4_block(const struct dse_qmat
                 }
                 UNROLL
                 for (int t = 0; t < T; t++) {
-                        const struct xprep *o = xc->v + t * PC + (st - sc0);
+                        const struct xprep *o = xc->v + t * xc->ts + (st - sc0);
                         UNROLL
                         for (int i = 0; i < R; i++) {
                                 __m512i s = _mm512_dpbusd_epi32(_mm512_setzero_si512(), we[i], o->x);
@@ -269,7 +275,7 @@ static inline __attribute__((always_inline)) void q4_block(const struct dse_qmat
                                                   _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(m, z))));
                         UNROLL
                         for (int t = 0; t < T; t++)
-                                acc[i][t] = _mm512_fnmadd_ps(sz, _mm512_loadu_ps(xc->X[t] + g0), acc[i][t]);
+                                acc[i][t] = _mm512_fnmadd_ps(sz, _mm512_loadu_ps(xc->X + t * xc->xs + g0), acc[i][t]);
                 }
         }
         UNROLL
@@ -324,15 +330,23 @@ static void matmul_xq_blocked(const struct dse_qmat *w, const struct dse_xq *xq,
                               int64_t r1, int64_t step, prep_fn prep, rows_fn rows) {
         _Alignas(64) struct xchunk xc;
         int64_t np = (w->cols + step - 1) / step, pcs = KC / step; /* steps, steps per chunk */
-        /* One token block over one chunk (decode: n <= TB, cols <= KC) is prepared once for
-         * all rows (prep_q4 was 2.4% of Qwen int4 batch-1 samples, against 41% in
+        /* Decode (n <= TB, whole rows in the room n tokens have) is prepared once for all
+         * rows (prep_q4 was 2.4% of Qwen int4 batch-1 samples, against 41% in
          * q4_block_rows), and each weight row is then read once for every token: the rows
-         * need no super-blocks, and are read as RB streams spread over the range. */
-        if (xq->n <= TB && np <= pcs) {
+         * need no super-blocks, and are read as RB streams spread over the range. Wider
+         * rows fall to the chunked path below, which reads each row in pieces and 64 rows
+         * at a time: Qwen 1.5B's int8 down projection (8960 columns, just past KC) streamed
+         * 0.59-0.72 of the read probe there, against 0.91-1.04 for 1536 columns. */
+        int64_t share = xq->n <= TB ? TB / xq->n : 0, groups = (w->cols + w->group_size - 1) / w->group_size;
+        if (share && np <= share * PC && (w->dtype != DSE_DTYPE_Q4 || groups + 16 <= share * (KC / 64 + 16))) {
+                xc.ts = share * PC;
+                xc.xs = share * (KC / 64 + 16);
                 prep(xq, w->group_size, 0, (int)xq->n, 0, np, &xc);
                 rows(w, &xc, 0, np, y, ldy, r0, r1, 1, (int)xq->n, 1);
                 return;
         }
+        xc.ts = PC;
+        xc.xs = KC / 64 + 16;
         for (int64_t rs = r0; rs < r1; rs += RS) {
                 int64_t re = rs + RS < r1 ? rs + RS : r1;
                 for (int64_t t0 = 0; t0 < xq->n; t0 += TB) {
