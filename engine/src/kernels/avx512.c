@@ -136,10 +136,13 @@ static void prep_q4(const struct dse_xq *xq, int64_t G, int64_t t0, int T, int64
         const __m512i sh = _mm512_broadcast_i32x4(_mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15));
         const __m512i ev = _mm512_setr_epi64(0, 2, 4, 6, 8, 10, 12, 14), od = _mm512_setr_epi64(1, 3, 5, 7, 9, 11, 13, 15);
         const __m512i one = _mm512_set1_epi8(1);
-        int64_t gf = sc0 * 128 / G;
+        int64_t gf = sc0 * 128 / G, gl = ((se * 128 < xq->cols ? se * 128 : xq->cols) - 1) / G;
+        /* q4_block reads the groups 16 at a time: zero up to the next multiple of 16, not
+         * the whole room (four times the chunk's for a lone token) */
+        size_t n_zero = (size_t)((gl - gf + 16) / 16 * 16);
         for (int t = 0; t < T; t++) {
                 float *X = xc->X + t * xc->xs;
-                memset(X, 0, (size_t)xc->xs * sizeof *X);
+                memset(X, 0, n_zero * sizeof *X);
                 const float *d = xq->d + (t0 + t) * xq->n_blocks;
                 for (int64_t st = sc0; st < se; st++) {
                         struct xprep *o = xc->v + t * xc->ts + (st - sc0);
