@@ -1,6 +1,7 @@
-# Sourced by test-haproxy.sh and test-prometheus.sh: run `dsvisor start` (the real worker,
-# a fixture model) on a loopback port of its own choosing, wait until it is ready, stop
-# it, pick free ports, and a check helper. Expects $tmp (a scratch dir) and `failed`.
+# Sourced by test-haproxy.sh, test-prometheus.sh and test-supervisor-malloc-env.sh: run
+# `dsvisor start` (the real worker, a fixture model) on a loopback port of its own choosing,
+# wait until it is ready, stop it, pick free ports, and a check helper. Expects $tmp (a
+# scratch dir) and `failed`.
 bin="${DSV_BUILD_DIR:?}/bin"
 dsvisor="$bin/dsvisor"
 dsv_model="${DSV_FIXTURES:?}/models/qwen2-bf16-tied"

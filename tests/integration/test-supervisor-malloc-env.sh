@@ -14,14 +14,12 @@
 # first item; the supervisor puts its tunable first for that reason.
 set -euo pipefail
 
-bin="${DSV_BUILD_DIR:?}/bin"
-dsvisor="$bin/dsvisor"
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/test-supervisor-malloc-env.XXXXXX")
+failed=0
+# bin, dsvisor, dsv_model, DSV_CACHE_DIR and check()
+source "${DSV_SOURCE_DIR:?}/tests/integration/test-deploy-lib.sh"
 worker="$bin/test-supervisor-stub-worker"
 probe="$bin/tcache-probe.so"
-model="${DSV_FIXTURES:?}/models/qwen2-bf16-tied"
-
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/test-supervisor-malloc-env.XXXXXX")
-export DSV_CACHE_DIR="$tmp/cache"
 sup_pid=
 cleanup() {
         [[ -n $sup_pid ]] && kill -9 "$sup_pid" 2>/dev/null || true
@@ -36,17 +34,6 @@ if grep -qa __asan_init "$dsvisor"; then # gcc links libasan, clang a static run
         echo "note: sanitizer build, the tcache probe is not preloaded"
 fi
 
-failed=0
-check() { # DESCRIPTION COMMAND...
-        local what=$1
-        shift
-        if "$@"; then
-                echo "ok     $what"
-        else
-                echo "NOT OK $what"
-                failed=$((failed + 1))
-        fi
-}
 # env_of PID NAME: the variable's value in the process's initial environment ("<unset>").
 env_of() {
         local v
@@ -63,7 +50,7 @@ run() {
         local -a envs=(env -u GLIBC_TUNABLES -u DSV_ORIG_GLIBC_TUNABLES TCACHE_PROBE_DIR="$tmp/probe-$case")
         ((use_probe)) && envs+=(LD_PRELOAD="$probe")
         (($# > 1)) && envs+=(GLIBC_TUNABLES="$2")
-        "${envs[@]}" "$dsvisor" start --model "$model" --instances 2 --port 0 --runtime-dir "$run" \
+        "${envs[@]}" "$dsvisor" start --model "$dsv_model" --instances 2 --port 0 --runtime-dir "$run" \
                 --worker "$worker" --hugepages off --grace-ms 1000 >"$tmp/start-$case.log" 2>&1 &
         sup_pid=$!
         local deadline=$((SECONDS + 60))
