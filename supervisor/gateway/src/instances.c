@@ -543,10 +543,11 @@ static void link_dispatch(struct gw_link *l, struct dsv_ipc_msg *m) {
                 l->last_health_ns = dsv__gw_now_ns();
                 /* Another process than last time: the worker restarted between two pipe
                  * checks, and what was in flight died with its predecessor. */
-                if (m->u.health.boot_id && l->last_boot_id && m->u.health.boot_id != l->last_boot_id)
-                        link_fail_calls_locked(gw, l);
-                if (m->u.health.boot_id)
+                if (m->u.health.boot_id) {
+                        if (l->last_boot_id && m->u.health.boot_id != l->last_boot_id)
+                                link_fail_calls_locked(gw, l);
                         l->last_boot_id = m->u.health.boot_id;
+                }
         } else if (m->type == DSV_IPC_STATS_REPLY && l->slot >= 0) {
                 struct gw_instance *in = &gw->inst[l->slot];
                 in->has_ext = true;
