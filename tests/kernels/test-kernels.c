@@ -95,7 +95,7 @@ static void mat_make(struct mat_buf *m, enum dse_dtype dt, struct mat_case c) {
         case DSE_DTYPE_Q4: {
                 m->w.group_size = c.group;
                 m->w.n_groups = (c.cols + c.group - 1) / c.group;
-                size_t bytes = dt == DSE_DTYPE_Q8 ? n : (size_t)(c.rows * ((c.cols + 1) / 2));
+                size_t bytes = dt == DSE_DTYPE_Q8 ? n : (size_t)((c.rows + 15) / 16 * ((c.cols + 31) / 32) * 256);
                 uint8_t *d = malloc(bytes);
                 for (size_t i = 0; i < bytes; i++)
                         d[i] = (uint8_t)rng_u32();
@@ -141,8 +141,11 @@ static double oracle_w(const struct dse_qmat *w, int64_t r, int64_t c) {
         case DSE_DTYPE_Q8:
                 return (double)((const int8_t *)w->data)[i] * w->scale[r * w->n_groups + c / w->group_size];
         case DSE_DTYPE_Q4: {
-                uint8_t b = ((const uint8_t *)w->data)[r * ((w->cols + 1) / 2) + c / 2];
-                int q = (c % 2) ? b >> 4 : b & 15;
+                /* 16 rows interleaved: tiles of 16 rows x 32 columns, 256 bytes each;
+                 * byte 64k + 4L + e of a tile: columns 8k + e (low) and 8k + 4 + e (high) */
+                int64_t tile = (r / 16) * ((w->cols + 31) / 32) + c / 32, k = c % 32 / 8, e = c % 8;
+                uint8_t b = ((const uint8_t *)w->data)[tile * 256 + 64 * k + 4 * (r % 16) + e % 4];
+                int q = e >= 4 ? b >> 4 : b & 15;
                 int64_t g = r * w->n_groups + c / w->group_size;
                 return (q - (int)w->zero[g]) * (double)w->scale[g];
         }

@@ -136,16 +136,10 @@ static void matvec_q8_ref(const struct dse_qmat *w, const float *x, float *y, in
         }
 }
 
-static inline int q4_at(const uint8_t *row, int64_t c) {
-        uint8_t b = row[c / 2];
-        return (c & 1) ? b >> 4 : b & 0xf;
-}
-
 static void matvec_q4_ref(const struct dse_qmat *w, const float *x, float *y, int64_t r0, int64_t r1) {
-        const uint8_t *W = w->data; /* (rows, (cols+1)/2) */
-        int64_t G = w->group_size, row_bytes = (w->cols + 1) / 2;
+        const uint8_t *W = w->data; /* the Q4 layout (model.h) */
+        int64_t G = w->group_size;
         for (int64_t r = r0; r < r1; r++) {
-                const uint8_t *row = W + r * row_bytes;
                 const float *srow = w->scale + r * w->n_groups;  /* (n_groups) */
                 const uint8_t *zrow = w->zero + r * w->n_groups; /* (n_groups) */
                 float acc = 0.0f;
@@ -153,7 +147,7 @@ static void matvec_q4_ref(const struct dse_qmat *w, const float *x, float *y, in
                         int64_t c1 = (g + 1) * G < w->cols ? (g + 1) * G : w->cols;
                         float z = (float)zrow[g], part = 0.0f;
                         for (int64_t c = g * G; c < c1; c++)
-                                part += ((float)q4_at(row, c) - z) * x[c];
+                                part += ((float)dse__q4_get(W, w->cols, r, c) - z) * x[c];
                         acc += part * srow[g];
                 }
                 y[r] = acc;
@@ -214,8 +208,7 @@ static void quantize_xq_ref(const float *x, int64_t ldx, struct dse_xq *xq) {
 static inline int32_t wq_at(const struct dse_qmat *w, int64_t r, int64_t c) {
         if (w->dtype == DSE_DTYPE_Q8)
                 return ((const int8_t *)w->data)[r * w->cols + c];
-        const uint8_t *row = (const uint8_t *)w->data + r * ((w->cols + 1) / 2);
-        return q4_at(row, c) - w->zero[r * w->n_groups + c / w->group_size];
+        return dse__q4_get(w->data, w->cols, r, c) - w->zero[r * w->n_groups + c / w->group_size];
 }
 
 /* Each 32-column activation block is cut at weight-group boundaries; each piece is an
@@ -257,7 +250,7 @@ static float weight_at(const struct dse_qmat *w, int64_t r, int64_t c) {
                 return (float)((const int8_t *)w->data)[r * n + c] * w->scale[r * w->n_groups + c / w->group_size];
         case DSE_DTYPE_Q4: {
                 int64_t g = r * w->n_groups + c / w->group_size;
-                return ((float)q4_at((const uint8_t *)w->data + r * ((n + 1) / 2), c) - (float)w->zero[g]) *
+                return ((float)dse__q4_get(w->data, n, r, c) - (float)w->zero[g]) *
                        w->scale[g];
         }
         default: return 0.0f;

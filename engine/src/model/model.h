@@ -24,8 +24,8 @@ enum dse_dtype {
         DSE_DTYPE_BF16,
         DSE_DTYPE_F8_E4M3, /* FN variant, with 128x128 block scales in "<name>.scale" */
         DSE_DTYPE_Q8,      /* int8 symmetric: W = q * scale[row, col/group] */
-        DSE_DTYPE_Q4,      /* int4 + zero: W = (q - zero[row, g]) * scale[row, g]; two per byte,
-                              low nibble = even column, rows padded to whole bytes */
+        DSE_DTYPE_Q4,      /* int4 + zero: W = (q - zero[row, g]) * scale[row, g]; 16 rows
+                              interleaved (the Q4 layout below) */
         DSE_DTYPE_I32,
         DSE_DTYPE_U8,      /* raw bytes: zero points, embedded tokenizer files */
         DSE_DTYPE_COUNT
@@ -118,6 +118,49 @@ struct dse_hparams {
 
 #define DSE_TENSOR_MAX_DIMS 4
 #define DSE_TENSOR_NAME_MAX 128
+
+/* The Q4 layout (FORMAT.md "Q4 layout"): rows in blocks of 16, the last padded with zero
+ * rows; columns in blocks of 32, the last padded with zero nibbles. The tile of row block
+ * R and column block b (rows 16R.., columns 32b..) is 256 bytes at (R * ceil(cols/32) + b)
+ * * 256; its byte 64k + 4L + e (k, e < 4, L < 16) holds W[16R + L, 32b + 8k + e] in the
+ * low nibble and W[16R + L, 32b + 8k + 4 + e] in the high one. Why: one 64-byte load is
+ * 16 rows x 4 bytes, an int32 lane per row that vpdpbusd sums against 4 broadcast
+ * activations, and the 4 loads of a 32-column block add into the same lanes, so a block
+ * costs one conversion to float per 16 rows instead of one per row and 64 bytes. A matrix
+ * stored row-major paid that per row; its decode was bound by those instructions, not by
+ * memory (bench/RESULTS.md, "Q4 rows interleaved"). */
+#define DSE_Q4_ROWS 16  /* rows per interleaved block */
+#define DSE_Q4_COLS 32  /* columns per tile */
+#define DSE_Q4_TILE 256 /* bytes per tile */
+
+/* Bytes of a rows x cols Q4 matrix, padding included. */
+static inline uint64_t dse__q4_bytes(int64_t rows, int64_t cols) {
+        return (uint64_t)((rows + DSE_Q4_ROWS - 1) / DSE_Q4_ROWS) * (uint64_t)((cols + DSE_Q4_COLS - 1) / DSE_Q4_COLS) *
+               DSE_Q4_TILE;
+}
+
+/* The byte holding W[r, c] of a matrix with cols columns; the nibble is dse__q4_shift(c). */
+static inline int64_t dse__q4_byte(int64_t cols, int64_t r, int64_t c) {
+        int64_t nb = (cols + DSE_Q4_COLS - 1) / DSE_Q4_COLS;
+        return ((r / DSE_Q4_ROWS) * nb + c / DSE_Q4_COLS) * DSE_Q4_TILE + (c % DSE_Q4_COLS) / 8 * 64 +
+               4 * (r % DSE_Q4_ROWS) + (c & 3);
+}
+
+static inline int dse__q4_shift(int64_t c) {
+        return (c & 4) ? 4 : 0;
+}
+
+/* q of W[r, c], 0..15. */
+static inline int dse__q4_get(const uint8_t *data, int64_t cols, int64_t r, int64_t c) {
+        return (data[dse__q4_byte(cols, r, c)] >> dse__q4_shift(c)) & 0xf;
+}
+
+/* Stores q (0..15) as W[r, c]; the other nibble of its byte is kept. */
+static inline void dse__q4_put(uint8_t *data, int64_t cols, int64_t r, int64_t c, unsigned q) {
+        uint8_t *b = data + dse__q4_byte(cols, r, c);
+        int sh = dse__q4_shift(c);
+        *b = (uint8_t)((*b & ~(0xf << sh)) | (q & 0xf) << sh);
+}
 
 struct dse_tensor {
         char name[DSE_TENSOR_NAME_MAX];
