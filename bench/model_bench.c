@@ -967,8 +967,9 @@ int main(int argc, char **argv) {
                 snprintf(dir, sizeof dir, "%s/.cache/dsvisor/bench", home ? home : "/tmp");
         if ((r = mkdir_p(dir)) < 0)
                 die(r, dir, NULL);
-        snprintf(path, sizeof path, "%s/%s-%s-g%d-L%d-v%d.dse", dir, preset, format, wdt == DSE_DTYPE_BF16 ? 0 : group,
-                 hp.n_layers, GEN_VERSION);
+        /* the format's major version in the name: a file of another version does not open */
+        snprintf(path, sizeof path, "%s/%s-%s-g%d-L%d-v%d-f%d.dse", dir, preset, format,
+                 wdt == DSE_DTYPE_BF16 ? 0 : group, hp.n_layers, GEN_VERSION, DSE_FORMAT_VERSION_MAJOR);
         snprintf(quant, sizeof quant, "%s/bench", format);
         if (access(path, R_OK) != 0) {
                 fprintf(stderr, "dsvisor-bench: generating %s\n", path);

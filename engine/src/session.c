@@ -69,7 +69,7 @@ int dse__session_weight(struct dse_session *s, const char *name, int64_t rows, i
         if (t->n_dims != 2 || t->shape[0] != rows || t->shape[1] != cols)
                 return dse__fail(reterr, -EBADMSG, "tensor '%s': expected shape [%lld, %lld]", name, (long long)rows,
                                  (long long)cols);
-        uint64_t need = t->dtype == DSE_DTYPE_Q4 ? (uint64_t)rows * (uint64_t)((cols + 1) / 2)
+        uint64_t need = t->dtype == DSE_DTYPE_Q4 ? dse__q4_bytes(rows, cols)
                                                  : (uint64_t)rows * (uint64_t)cols * dtype_elem_bytes(t->dtype);
         if (t->size_bytes < need)
                 return dse__fail(reterr, -EBADMSG, "tensor '%s': %llu bytes, expected %llu", name,

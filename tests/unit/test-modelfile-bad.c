@@ -123,13 +123,20 @@ TEST(native_bad_magic_and_header_checksum) {
 TEST(native_newer_major_version_refused) {
         struct native n;
         ASSERT_OK(native_make(&n, "models/llama-bf16-linear-rope"));
-        wr32(n.buf + 8, 2);
+        wr32(n.buf + 8, DSE_FORMAT_VERSION_MAJOR + 1);
         reseal(&n);
         ASSERT_ERR(native_open(&n, n.len), -EOPNOTSUPP);
         MSG_HAS("newer");
-        MSG_HAS("2.0");
+        char want[16];
+        snprintf(want, sizeof want, "%d.0", DSE_FORMAT_VERSION_MAJOR + 1);
+        MSG_HAS(want);
+        /* an older major version (1.x stored Q4 row-major) is refused with what to do */
+        wr32(n.buf + 8, DSE_FORMAT_VERSION_MAJOR - 1);
+        reseal(&n);
+        ASSERT_ERR(native_open(&n, n.len), -EOPNOTSUPP);
+        MSG_HAS("convert the model again");
         /* a newer minor version is read */
-        wr32(n.buf + 8, 1);
+        wr32(n.buf + 8, DSE_FORMAT_VERSION_MAJOR);
         wr32(n.buf + 12, 7);
         reseal(&n);
         ASSERT_OK(native_open(&n, n.len));
@@ -534,7 +541,7 @@ TEST(gptq_groups_must_be_contiguous_after_sorting) {
         /* 8 inputs, group 4, but g_idx puts 5 inputs in group 0: no contiguous layout */
         int32_t qweight[1 * 8] = {0}, qzeros[2 * 1] = {0}, g_idx[8] = {0, 0, 1, 0, 0, 1, 0, 1}, perm[8];
         uint16_t scales[2 * 8] = {0};
-        uint8_t data[8 * 4], zero[8 * 2];
+        uint8_t data[DSE_Q4_TILE], zero[8 * 2]; /* 8 x 8 Q4: one padded tile */
         float scale[8 * 2];
         ASSERT_ERR(dse__gptq_repack(qweight, qzeros, scales, g_idx, 8, 8, 4, data, scale, zero, perm), -EOPNOTSUPP);
         int32_t ok_idx[8] = {1, 0, 1, 0, 0, 1, 0, 1};

@@ -148,8 +148,7 @@ static float native_at(const struct dse_model *m, const char *name, int64_t r, i
                 }
                 const struct dse_tensor *s = l.scale, *z = l.zero;
                 int64_t ng = s->shape[1], g = j / t->group_size;
-                uint8_t byte = ((const uint8_t *)t->data)[r * ((cols + 1) / 2) + j / 2];
-                int q = j & 1 ? byte >> 4 : byte & 15;
+                int q = dse__q4_get(t->data, cols, r, j);
                 return (float)(q - ((const uint8_t *)z->data)[r * ng + g]) * ((const float *)s->data)[r * ng + g];
         }
         default:

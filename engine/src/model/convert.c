@@ -423,7 +423,14 @@ static void to_f32(enum dse__st_dtype d, const void *src, float *dst, size_t n) 
 }
 
 /* Writes rows of float weights in the job's output format. scratch holds at least
- * rows * cols * 2 bytes plus the scales and zeros. */
+ * emit_scratch_bytes(rows, cols). */
+static size_t emit_scratch_bytes(int64_t rows, int64_t cols) {
+        /* bf16 or q8 data (q4's padded tiles fit in rows rounded up to 16 times cols)
+         * plus per-column-or-less scales and zeros (5 bytes each) */
+        int64_t padded = (rows + DSE_Q4_ROWS - 1) / DSE_Q4_ROWS * DSE_Q4_ROWS;
+        return (size_t)(padded * (cols + DSE_Q4_COLS)) * 2 + 64 + (size_t)(rows * (cols + 1)) * 5;
+}
+
 static int emit_f32_rows(struct conv *c, const struct job *j, const float *x, int64_t rows, uint8_t *scratch) {
         int64_t cols = j->cols, n = rows * cols;
         switch (j->out_dtype) {
@@ -443,8 +450,8 @@ static int emit_f32_rows(struct conv *c, const struct job *j, const float *x, in
                 int r = out_write(c, j->out_data, q, (size_t)n);
                 return r < 0 ? r : out_write(c, j->out_scale, s, (size_t)(rows * ng) * 4);
         }
-        case DSE_DTYPE_Q4: {
-                int64_t ng = (cols + j->group - 1) / j->group, nb = rows * ((cols + 1) / 2);
+        case DSE_DTYPE_Q4: { /* rows: whole 16-row blocks but for the matrix's last (block_rows) */
+                int64_t ng = (cols + j->group - 1) / j->group, nb = (int64_t)dse__q4_bytes(rows, cols);
                 uint8_t *q = scratch;
                 float *s = (float *)(scratch + ((nb + 63) & ~63));
                 uint8_t *z = (uint8_t *)(s + rows * ng);
@@ -461,7 +468,8 @@ static int emit_f32_rows(struct conv *c, const struct job *j, const float *x, in
 }
 
 /* Rows per streamed block: about CHUNK_BYTES of source, at least one row; FP8 sources
- * use whole 128-row blocks. */
+ * use whole 128-row blocks, Q4 output whole 16-row blocks (its rows are interleaved 16 at
+ * a time, so a block of 16k rows is a contiguous stretch of the output). */
 static int64_t block_rows(const struct job *j, size_t src_esize) {
         int64_t row = j->cols * (int64_t)src_esize;
         int64_t n = row > 0 ? (int64_t)CHUNK_BYTES / row : 1;
@@ -469,6 +477,8 @@ static int64_t block_rows(const struct job *j, size_t src_esize) {
                 n = 1;
         if (j->kind == SRC_FP8)
                 n = n < FP8_BLOCK ? FP8_BLOCK : n / FP8_BLOCK * FP8_BLOCK;
+        if (j->out_dtype == DSE_DTYPE_Q4)
+                n = n < DSE_Q4_ROWS ? DSE_Q4_ROWS : n / DSE_Q4_ROWS * DSE_Q4_ROWS;
         return n < j->rows ? n : j->rows;
 }
 
@@ -495,7 +505,7 @@ static int run_float_or_fp8(struct conv *c, const struct job *j) {
         uint8_t *src = malloc(blk * es);
         float *f = copy ? NULL : malloc(blk * sizeof *f);
         /* scratch for emit_f32_rows: bf16/q8/q4 data plus scales and zeros */
-        uint8_t *scratch = copy ? NULL : malloc(blk * 2 + 64 + (size_t)(br * (cols + 1)) * 5);
+        uint8_t *scratch = copy ? NULL : malloc(emit_scratch_bytes(br, cols));
         if (!src || (!copy && (!f || !scratch))) {
                 r = -ENOMEM;
                 goto out;
@@ -548,12 +558,12 @@ static int run_int4(struct conv *c, const struct job *j) {
         int32_t g = j->group ? j->group : (int32_t)in;
         if (j->out_dtype != DSE_DTYPE_Q4) /* re-target: dequantize below with the checkpoint's own group */
                 g = c->quant.group_size > 0 ? c->quant.group_size : (int32_t)in;
-        int64_t ng = (in + g - 1) / g, row_bytes = (in + 1) / 2;
+        int64_t ng = (in + g - 1) / g;
         int r = 0;
         int32_t *qw = read_whole(c, j->qweight, &r), *qz = qw ? read_whole(c, j->qzeros, &r) : NULL;
         uint16_t *sc = qz ? read_whole(c, j->scales, &r) : NULL;
         int32_t *gi = sc && j->g_idx ? read_whole(c, j->g_idx, &r) : NULL;
-        uint8_t *data = malloc((size_t)(out * row_bytes));
+        uint8_t *data = malloc((size_t)dse__q4_bytes(out, in));
         float *scale = malloc((size_t)(out * ng) * sizeof *scale);
         uint8_t *zero = malloc((size_t)(out * ng));
         int32_t *perm = malloc((size_t)in * sizeof *perm);
@@ -580,7 +590,7 @@ static int run_int4(struct conv *c, const struct job *j) {
         int permuted = j->kind == SRC_GPTQ && r == 1;
         r = 0;
         if (j->out_dtype == DSE_DTYPE_Q4) {
-                if ((r = out_write(c, j->out_data, data, (size_t)(out * row_bytes))) < 0 ||
+                if ((r = out_write(c, j->out_data, data, (size_t)dse__q4_bytes(out, in))) < 0 ||
                     (r = out_write(c, j->out_scale, scale, (size_t)(out * ng) * 4)) < 0 ||
                     (r = out_write(c, j->out_zero, zero, (size_t)(out * ng))) < 0)
                         goto out;
@@ -592,14 +602,14 @@ static int run_int4(struct conv *c, const struct job *j) {
         }
         /* another target: exact dequantization to floats in input order, then re-encode */
         f = malloc((size_t)(out * in) * sizeof *f);
-        scratch = malloc((size_t)(out * in) * 2 + 64 + (size_t)(out * (in + 1)) * 5);
+        scratch = malloc(emit_scratch_bytes(out, in));
         if (!f || !scratch) {
                 r = -ENOMEM;
                 goto out;
         }
         for (int64_t o = 0; o < out; o++)
                 for (int64_t s = 0; s < in; s++) {
-                        int q = (data[o * row_bytes + s / 2] >> (4 * (s & 1))) & 0xf;
+                        int q = dse__q4_get(data, in, o, s);
                         int64_t i = permuted ? perm[s] : s;
                         f[o * in + i] = (float)(q - zero[o * ng + s / g]) * scale[o * ng + s / g];
                 }

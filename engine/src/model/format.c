@@ -115,8 +115,18 @@ int dse__tensor_size_bytes(enum dse_dtype dtype, int32_t n_dims, const int64_t *
                 if (shape[i] <= 0)
                         return -EINVAL;
                 uint64_t d = (uint64_t)shape[i];
-                if (dtype == DSE_DTYPE_Q4 && i == n_dims - 1)
-                        d = (d + 1) / 2; /* two columns per byte, rows padded */
+                /* Q4: the last two dimensions are one matrix in the Q4 layout (model.h),
+                 * rows padded to 16 and columns to 32 (a vector is one row); its size
+                 * stands for both */
+                if (dtype == DSE_DTYPE_Q4 && i == n_dims - 2) {
+                        d = 1;
+                } else if (dtype == DSE_DTYPE_Q4) {
+                        uint64_t row_blocks = n_dims > 1 ? ((uint64_t)shape[i - 1] + DSE_Q4_ROWS - 1) / DSE_Q4_ROWS : 1;
+                        uint64_t col_blocks = (d + DSE_Q4_COLS - 1) / DSE_Q4_COLS;
+                        if (row_blocks > (UINT64_MAX >> 12) / col_blocks)
+                                return -EOVERFLOW;
+                        d = row_blocks * col_blocks * DSE_Q4_TILE;
+                }
                 if (n > (UINT64_MAX >> 2) / d)
                         return -EOVERFLOW;
                 n *= d;

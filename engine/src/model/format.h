@@ -12,7 +12,7 @@
 /* ---- native format constants (FORMAT.md) ---------------------------------------- */
 
 #define DSE_FORMAT_MAGIC "DSEMODL\n"
-#define DSE_FORMAT_VERSION_MAJOR 1
+#define DSE_FORMAT_VERSION_MAJOR 2 /* 2: Q4 stored 16 rows interleaved (1: row-major) */
 #define DSE_FORMAT_VERSION_MINOR 0
 #define DSE_FORMAT_HEADER_SIZE 256     /* fixed header at offset 0 */
 #define DSE_FORMAT_HPARAM_SIZE 48      /* one hyper-parameter record */
@@ -144,7 +144,8 @@ int dse__st_read(const struct dse__st_set *set, const struct dse__st_tensor *t, 
 /* ---- quantized-checkpoint repacking (hf/quant.c), all into native Q4 ------------- */
 
 /* AWQ GEMM: qweight I32 [in, out/8], qzeros I32 [in/g, out/8], scales F16 [in/g, out].
- * Writes data [out, ceil(in/2)], scale F32 [out, n_groups], zero U8 [out, n_groups]. */
+ * Writes data (the Q4 layout, dse__q4_bytes(out, in)), scale F32 [out, n_groups], zero U8
+ * [out, n_groups]. */
 int dse__awq_repack(const int32_t *qweight, const int32_t *qzeros, const uint16_t *scales, int64_t in,
                     int64_t out, int32_t group, uint8_t *data, float *scale, uint8_t *zero);
 

@@ -12,25 +12,18 @@
 /* AWQ GEMM packs eight output columns per int32 in this nibble order. */
 static const int awq_order[8] = {0, 2, 4, 6, 1, 3, 5, 7};
 
-static void put_nibble(uint8_t *row, int64_t col, unsigned q) {
-        if (col & 1)
-                row[col / 2] = (uint8_t)((row[col / 2] & 0x0f) | q << 4);
-        else
-                row[col / 2] = (uint8_t)((row[col / 2] & 0xf0) | q);
-}
-
 int dse__awq_repack(const int32_t *qweight, const int32_t *qzeros, const uint16_t *scales, int64_t in, int64_t out,
                     int32_t group, uint8_t *data, float *scale, uint8_t *zero) {
         if (in <= 0 || out <= 0 || out % 8 || group <= 0)
                 return -EINVAL;
-        int64_t packed = out / 8, ng = (in + group - 1) / group, row_bytes = (in + 1) / 2;
-        memset(data, 0, (size_t)(out * row_bytes));
+        int64_t packed = out / 8, ng = (in + group - 1) / group;
+        memset(data, 0, (size_t)dse__q4_bytes(out, in));
         for (int64_t i = 0; i < in; i++)
                 for (int64_t c = 0; c < packed; c++) {
                         uint32_t w = (uint32_t)qweight[i * packed + c];
                         for (int k = 0; k < 8; k++) {
                                 int64_t o = 8 * c + awq_order[k];
-                                put_nibble(data + o * row_bytes, i, (w >> (4 * k)) & 0xf);
+                                dse__q4_put(data, in, o, i, (w >> (4 * k)) & 0xf);
                         }
                 }
         for (int64_t g = 0; g < ng; g++)
@@ -50,7 +43,7 @@ int dse__gptq_repack(const int32_t *qweight, const int32_t *qzeros, const uint16
                      int32_t *perm) {
         if (in <= 0 || out <= 0 || group <= 0)
                 return -EINVAL;
-        int64_t ng = (in + group - 1) / group, row_bytes = (in + 1) / 2, zpacked = (out + 7) / 8;
+        int64_t ng = (in + group - 1) / group, zpacked = (out + 7) / 8;
         /* perm: inputs stably sorted by group (a counting sort keeps equal keys in order) */
         int64_t *start = calloc((size_t)ng + 1, sizeof *start);
         if (!start)
@@ -79,13 +72,13 @@ int dse__gptq_repack(const int32_t *qweight, const int32_t *qzeros, const uint16
                 identity &= j == i;
         }
         free(start);
-        memset(data, 0, (size_t)(out * row_bytes));
+        memset(data, 0, (size_t)dse__q4_bytes(out, in));
         for (int64_t j = 0; j < in; j++) {
                 int64_t i = perm[j];
                 const int32_t *qrow = qweight + (i / 8) * out;
                 int shift = 4 * (int)(i % 8);
                 for (int64_t o = 0; o < out; o++)
-                        put_nibble(data + o * row_bytes, j, ((uint32_t)qrow[o] >> shift) & 0xf);
+                        dse__q4_put(data, in, o, j, ((uint32_t)qrow[o] >> shift) & 0xf);
         }
         for (int64_t g = 0; g < ng; g++)
                 for (int64_t o = 0; o < out; o++) {
@@ -115,8 +108,8 @@ void dse__quantize_q8_rows(const float *x, int64_t rows, int64_t cols, int32_t g
 
 void dse__quantize_q4_rows(const float *x, int64_t rows, int64_t cols, int32_t group, uint8_t *data, float *scale,
                            uint8_t *zero) {
-        int64_t ng = (cols + group - 1) / group, row_bytes = (cols + 1) / 2;
-        memset(data, 0, (size_t)(rows * row_bytes));
+        int64_t ng = (cols + group - 1) / group;
+        memset(data, 0, (size_t)dse__q4_bytes(rows, cols));
         for (int64_t r = 0; r < rows; r++)
                 for (int64_t g = 0; g < ng; g++) {
                         int64_t c0 = g * group, c1 = c0 + group < cols ? c0 + group : cols;
@@ -132,7 +125,7 @@ void dse__quantize_q4_rows(const float *x, int64_t rows, int64_t cols, int32_t g
                         zero[r * ng + g] = (uint8_t)z;
                         for (int64_t c = c0; c < c1; c++) {
                                 float q = roundf(x[r * cols + c] * inv) + z;
-                                put_nibble(data + r * row_bytes, c, (unsigned)(q < 0 ? 0 : q > 15 ? 15 : q));
+                                dse__q4_put(data, cols, r, c, (unsigned)(q < 0 ? 0 : q > 15 ? 15 : q));
                         }
                 }
 }
