@@ -54,7 +54,7 @@ struct mat {
 static size_t data_bytes(const struct dse_qmat *w) {
         switch (w->dtype) {
         case DSE_DTYPE_Q4:
-                return (size_t)(w->rows * ((w->cols + 1) / 2));
+                return (size_t)dse__q4_bytes(w->rows, w->cols);
         case DSE_DTYPE_Q8:
                 return (size_t)(w->rows * w->cols);
         case DSE_DTYPE_F32:

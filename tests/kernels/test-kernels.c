@@ -542,6 +542,57 @@ TEST(matmul_all_formats_all_levels) {
                 dse_cpu_level_to_string(top));
 }
 
+/* Q4 float matmul at every level: a token's result for a row is bit for bit the same
+ * whatever the number of tokens in the call and however the rows are split (the kernel
+ * computes whole 16-row blocks and stores only the rows asked for; a session's results
+ * must not change with the batch or the thread split). Rows 1..40 cut into ranges that
+ * start and end inside 16-row blocks; groups that tile 32 columns and ones that do not. */
+TEST(matmul_q4_batch_and_split_invariant) {
+        static const struct mat_case qc[] = {{37, 200, 32}, {40, 300, 128}, {19, 97, 96}, {21, 77, 21}, {1, 64, 64}};
+        enum dse_cpu_level top = detected_level();
+        int n_checked = 0;
+        for (int lvl = DSE_CPU_SCALAR; lvl <= (int)top; lvl++) {
+                struct dse_kernels k;
+                ASSERT_OK(dse_kernels_resolve((enum dse_cpu_level)lvl, &k));
+                for (size_t ci = 0; ci < sizeof qc / sizeof qc[0]; ci++) {
+                        rng_seed(7100 + ci);
+                        struct mat_buf m;
+                        mat_make(&m, DSE_DTYPE_Q4, qc[ci]);
+                        const struct dse_qmat *w = &m.w;
+                        int64_t n = 7, ldx = w->cols + 1, ldy = w->rows;
+                        float *x = make_x(n, w->cols, ldx);
+                        float *all = malloc((size_t)(n * ldy) * sizeof(float)), *one = malloc((size_t)ldy * sizeof(float));
+                        ASSERT_TRUE(all && one);
+                        k.matmul[DSE_DTYPE_Q4](w, x, ldx, n, all, ldy, 0, w->rows);
+                        for (int64_t t = 0; t < n; t++) {
+                                /* token t alone (matvec) over ranges of 1 + (t * 5) % 19 rows */
+                                int64_t len = 1 + (t * 5) % 19;
+                                for (int64_t r = 0; r < w->rows; r += len)
+                                        k.matvec[DSE_DTYPE_Q4](w, x + t * ldx, one, r, r + len < w->rows ? r + len : w->rows);
+                                for (int64_t r = 0; r < w->rows; r++)
+                                        if (memcmp(&one[r], &all[t * ldy + r], sizeof(float)) != 0)
+                                                T_FAIL("Q4 level %s case %zu token %lld row %lld: alone %.9g, with %lld "
+                                                       "tokens %.9g NOT OK",
+                                                       dse_cpu_level_to_string((enum dse_cpu_level)lvl), ci, (long long)t,
+                                                       (long long)r, one[r], (long long)n, all[t * ldy + r]);
+                                /* tokens t.. in a call of their own (a different blocking of tokens) */
+                                float *part = malloc((size_t)((n - t) * ldy) * sizeof(float));
+                                ASSERT_TRUE(part != NULL);
+                                k.matmul[DSE_DTYPE_Q4](w, x + t * ldx, ldx, n - t, part, ldy, 0, w->rows);
+                                ASSERT_TRUE(memcmp(part, all + t * ldy, (size_t)((n - t) * ldy) * sizeof(float)) == 0);
+                                free(part);
+                        }
+                        n_checked++;
+                        free(x);
+                        free(all);
+                        free(one);
+                        mat_free(&m);
+                }
+        }
+        fprintf(stderr, "  %d Q4 matmul (shape, level) combinations checked up to level %s\n", n_checked,
+                dse_cpu_level_to_string(top));
+}
+
 TEST(quantize_xq_matches_definition_all_levels) {
         enum dse_cpu_level top = detected_level();
         static const int64_t lens[] = {1, 5, 31, 32, 33, 64, 100, 257, 1536};

@@ -30,18 +30,6 @@ static inline __m256 load_f8x8(const uint8_t *p, const float *lut) {
         return _mm256_i32gather_ps(lut, idx, 4);
 }
 
-/* Eight 4-bit values of columns c..c+7 (c even) from the four bytes at p, low nibble
- * first: duplicate each byte, widen, shift odd lanes by 4, mask. */
-static inline __m256 load_q4x8(const uint8_t *p) {
-        uint32_t v;
-        memcpy(&v, p, sizeof v);
-        __m128i b = _mm_cvtsi32_si128((int)v);
-        b = _mm_unpacklo_epi8(b, b);
-        __m256i w = _mm256_cvtepu8_epi32(b);
-        w = _mm256_srlv_epi32(w, _mm256_setr_epi32(0, 4, 0, 4, 0, 4, 0, 4));
-        return _mm256_cvtepi32_ps(_mm256_and_si256(w, _mm256_set1_epi32(0xf)));
-}
-
 static void matvec_f32_avx2(const struct dse_qmat *w, const float *x, float *y, int64_t r0, int64_t r1) {
         const float *W = w->data; /* (rows, cols) */
         int64_t n = w->cols;
@@ -167,37 +155,6 @@ static void matvec_q8_avx2(const struct dse_qmat *w, const float *x, float *y, i
                         float t = 0.0f;
                         for (; c < c1; c++)
                                 t += (float)row[c] * x[c];
-                        acc = _mm256_fmadd_ps(part, _mm256_set1_ps(srow[g]), acc);
-                        tail += t * srow[g];
-                }
-                y[r] = hsum8(acc) + tail;
-        }
-}
-
-static void matvec_q4_rows_avx2(const struct dse_qmat *w, const float *x, float *y, int64_t r0, int64_t r1) {
-        const uint8_t *W = w->data; /* (rows, (cols+1)/2) */
-        int64_t n = w->cols, G = w->group_size, row_bytes = (n + 1) / 2;
-        for (int64_t r = r0; r < r1; r++) {
-                const uint8_t *row = W + r * row_bytes;
-                const float *srow = w->scale + r * w->n_groups;  /* (n_groups) */
-                const uint8_t *zrow = w->zero + r * w->n_groups; /* (n_groups) */
-                __m256 acc = _mm256_setzero_ps();
-                float tail = 0.0f;
-                for (int64_t g = 0; g < w->n_groups; g++) {
-                        int64_t c = g * G, c1 = c + G < n ? c + G : n;
-                        float z = (float)zrow[g], t = 0.0f;
-                        if (c & 1) { /* odd group size: align to a byte */
-                                t = ((float)(row[c / 2] >> 4) - z) * x[c];
-                                c++;
-                        }
-                        __m256 vz = _mm256_set1_ps(z), part = _mm256_setzero_ps();
-                        for (; c + 8 <= c1; c += 8)
-                                part = _mm256_fmadd_ps(_mm256_sub_ps(load_q4x8(row + c / 2), vz),
-                                                       _mm256_loadu_ps(x + c), part);
-                        for (; c < c1; c++) {
-                                uint8_t b = row[c / 2];
-                                t += ((float)((c & 1) ? b >> 4 : b & 0xf) - z) * x[c];
-                        }
                         acc = _mm256_fmadd_ps(part, _mm256_set1_ps(srow[g]), acc);
                         tail += t * srow[g];
                 }
@@ -450,22 +407,15 @@ static void matmul_xq_q8_avx2(const struct dse_qmat *w, const struct dse_xq *xq,
                         q8_xq_rows(w, xq->q + t * stride, xq->d + t * xq->n_blocks, y + t * ldy, r, 1);
 }
 
-/* Groups of 64k columns take q4_f32_rows in blocks of 4 rows; other groups the one-row
- * loop below. */
+/* Q4 times float activations: 16-row blocks of the interleaved layout, any group size
+ * (q4_f32_rows.h). */
 static void matvec_q4_avx2(const struct dse_qmat *w, const float *x, float *y, int64_t r0, int64_t r1) {
-        if (w->group_size % 64 == 0) {
-                int64_t r = r0;
-                for (; r + 4 <= r1; r += 4)
-                        q4_f32_rows(w, x, y, r, 4);
-                for (; r < r1; r++)
-                        q4_f32_rows(w, x, y, r, 1);
-                return;
-        }
-        matvec_q4_rows_avx2(w, x, y, r0, r1);
+        q4f_matvec(w, x, y, r0, r1);
 }
 
-void dse__kernels_avx2_matvec_q4(const struct dse_qmat *w, const float *x, float *y, int64_t r0, int64_t r1) {
-        matvec_q4_avx2(w, x, y, r0, r1);
+static void matmul_q4_avx2(const struct dse_qmat *w, const float *x, int64_t ldx, int64_t n, float *y, int64_t ldy,
+                           int64_t r0, int64_t r1) {
+        q4f_matmul(w, x, ldx, n, y, ldy, r0, r1);
 }
 
 /* ---- matmul over row blocks for the float-activation formats --------------------- */
@@ -485,7 +435,6 @@ MATMUL_BY_ROW_BLOCKS(matmul_f32_avx2, matvec_f32_avx2)
 MATMUL_BY_ROW_BLOCKS(matmul_f16_avx2, matvec_f16_avx2)
 MATMUL_BY_ROW_BLOCKS(matmul_f8_avx2, matvec_f8_avx2)
 MATMUL_BY_ROW_BLOCKS(matmul_q8_avx2, matvec_q8_avx2)
-MATMUL_BY_ROW_BLOCKS(matmul_q4_avx2, matvec_q4_avx2)
 
 /* out[c] = W[r, c]: 8 columns per step, the _ref twin's conversions for the tail (MLA
  * absorption decodes kv_b_proj rows with it every token, so Q8/Q4 matter too). */
@@ -532,23 +481,36 @@ static void dequant_row_avx2(const struct dse_qmat *w, int64_t r, float *out) {
                 }
                 return;
         }
-        case DSE_DTYPE_Q4: { /* per group, (q - z) * s as the _ref twin computes it */
-                const uint8_t *row = (const uint8_t *)w->data + r * ((n + 1) / 2);
+        case DSE_DTYPE_Q4: {
+                /* (q - z) * s as the _ref twin computes it. Row r's 4 bytes of chunk k of a tile
+                 * (64 bytes apart) duplicated into 8 lanes: the low nibbles are columns
+                 * 8k..8k+3, the high ones 8k+4..8k+7. A 32-column tile lies in one group when
+                 * the group is a multiple of 32; other groups take the _ref twin. */
+                int64_t G = w->group_size, nb = (n + DSE_Q4_COLS - 1) / DSE_Q4_COLS;
+                if (G % DSE_Q4_COLS) {
+                        dse__kernels_ref_dequant_row(w, r, out);
+                        return;
+                }
+                const uint8_t *p = (const uint8_t *)w->data + (r / DSE_Q4_ROWS) * nb * DSE_Q4_TILE + 4 * (r % DSE_Q4_ROWS);
                 const float *srow = w->scale + r * w->n_groups;
                 const uint8_t *zrow = w->zero + r * w->n_groups;
-                for (int64_t g = 0; g < w->n_groups; g++) {
-                        int64_t c1 = (g + 1) * w->group_size < n ? (g + 1) * w->group_size : n;
-                        float z = (float)zrow[g];
-                        __m256 s = _mm256_set1_ps(srow[g]), vz = _mm256_set1_ps(z);
-                        c = g * w->group_size;
-                        if (c & 1) { /* odd group size: align to a byte */
-                                out[c] = ((float)(row[c / 2] >> 4) - z) * srow[g];
-                                c++;
+                const __m256i sh = _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4), m = _mm256_set1_epi32(0xf);
+                for (int64_t b = 0; b < nb; b++) {
+                        int64_t g = b * DSE_Q4_COLS / G;
+                        __m256 s = _mm256_set1_ps(srow[g]), vz = _mm256_set1_ps((float)zrow[g]);
+                        for (int k = 0; k < 4 && (c = b * DSE_Q4_COLS + 8 * k) < n; k++) {
+                                int32_t d;
+                                memcpy(&d, p + b * DSE_Q4_TILE + 64 * k, sizeof d);
+                                __m256i v = _mm256_and_si256(_mm256_srlv_epi32(_mm256_cvtepu8_epi32(_mm_set1_epi32(d)), sh), m);
+                                __m256 o = _mm256_mul_ps(_mm256_sub_ps(_mm256_cvtepi32_ps(v), vz), s);
+                                if (c + 8 <= n) {
+                                        _mm256_storeu_ps(out + c, o);
+                                } else {
+                                        float t[8];
+                                        _mm256_storeu_ps(t, o);
+                                        memcpy(out + c, t, (size_t)(n - c) * sizeof(float));
+                                }
                         }
-                        for (; c + 8 <= c1; c += 8)
-                                _mm256_storeu_ps(out + c, _mm256_mul_ps(_mm256_sub_ps(load_q4x8(row + c / 2), vz), s));
-                        for (; c < c1; c++)
-                                out[c] = ((float)((c & 1) ? row[c / 2] >> 4 : row[c / 2] & 0xf) - z) * srow[g];
                 }
                 return;
         }

@@ -842,53 +842,78 @@ static void axpy_avx512(float a, const float *x, float *y, int64_t n) {
         }
 }
 
-/* 32 columns of a Q4 row at a time as two vectors, the even columns and the odd ones (a
- * byte's low and high nibble), so no interleave per row: the 16 bytes widen to one lane
- * each, and vpermps looks the nibble up in the group's table of (q - z) * s, using only an
- * index's low 4 bits (the high nibble needs one shift). The table holds exactly what
- * dequant_row computes for each q, and each column's updates stay one FMA per row in row
- * order, so y is bit for bit dequant_row then axpy. y is held over all rows, 128 columns
- * (NC chunks of 32) at a time. */
+/* Q4 (groups a multiple of 32): y of 128 columns (NC tiles of 32) held in registers over
+ * all n rows. Each 16-row tile is first transposed on the stack (8 shuffles per 16 rows),
+ * so a row's 32 columns are 16 contiguous bytes, [chunk k][byte e]; widened to one lane
+ * each (lane 4k + e), the low nibble is column 8k + e, the high one 8k + 4 + e. vpermps
+ * looks the nibble up in the group's table of (q - z) * s, using only an index's low 4
+ * bits (the high nibble needs one shift). The table holds exactly what dequant_row
+ * computes for each q, and each column's updates stay one FMA per row in row order, so y
+ * is bit for bit dequant_row then axpy. Columns past cols (a cut last tile) are computed
+ * from y read as 0 and never stored. */
 static inline __attribute__((always_inline)) void axpy_rows_q4_block(const struct dse_qmat *w, int64_t r0, int64_t n,
                                                                      const float *a, float *y, int64_t c0,
                                                                      const int NC) {
         const __m512 iota = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-        const __m512i ev = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
-        const __m512i od = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
-        const __m512i lo = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
-        const __m512i hi = _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
-        int64_t rb = (w->cols + 1) / 2, G = w->group_size;
-        __m512 ae[4], ao[4];
+        /* y's 32 columns as [columns 8k + e] (low nibbles) and [8k + 4 + e] (high), and back */
+        const __m512i lo_in = _mm512_setr_epi32(0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27);
+        const __m512i hi_in = _mm512_setr_epi32(4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28, 29, 30, 31);
+        const __m512i out0 = _mm512_setr_epi32(0, 1, 2, 3, 16, 17, 18, 19, 4, 5, 6, 7, 20, 21, 22, 23);
+        const __m512i out1 = _mm512_setr_epi32(8, 9, 10, 11, 24, 25, 26, 27, 12, 13, 14, 15, 28, 29, 30, 31);
+        int64_t cols = w->cols, G = w->group_size, nb = (cols + DSE_Q4_COLS - 1) / DSE_Q4_COLS;
+        __m512 al[4], ah[4];
+        __mmask16 m0[4], m1[4];
         UNROLL
         for (int k = 0; k < NC; k++) {
-                __m512 y0 = _mm512_loadu_ps(y + c0 + 32 * k), y1 = _mm512_loadu_ps(y + c0 + 32 * k + 16);
-                ae[k] = _mm512_permutex2var_ps(y0, ev, y1);
-                ao[k] = _mm512_permutex2var_ps(y0, od, y1);
+                m0[k] = mask16(cols - c0 - 32 * k);
+                m1[k] = mask16(cols - c0 - 32 * k - 16);
+                __m512 y0 = _mm512_maskz_loadu_ps(m0[k], y + c0 + 32 * k);
+                __m512 y1 = _mm512_maskz_loadu_ps(m1[k], y + c0 + 32 * k + 16);
+                al[k] = _mm512_permutex2var_ps(y0, lo_in, y1);
+                ah[k] = _mm512_permutex2var_ps(y0, hi_in, y1);
         }
-        for (int64_t i = 0; i < n; i++) {
-                int64_t r = r0 + i;
-                const uint8_t *row = (const uint8_t *)w->data + r * rb + c0 / 2;
-                const float *srow = w->scale + r * w->n_groups;
-                const uint8_t *zrow = w->zero + r * w->n_groups;
-                __m512 va = _mm512_set1_ps(a[i]), t = _mm512_setzero_ps();
-                int64_t gp = -1;
+        _Alignas(64) uint8_t buf[4][DSE_Q4_TILE]; /* tile k transposed: row L at 64 (L % 4) + 16 (L / 4) */
+        for (int64_t R = r0 / DSE_Q4_ROWS, re = r0 + n; R * DSE_Q4_ROWS < re; R++) {
+                const uint8_t *tile = (const uint8_t *)w->data + (R * nb + c0 / DSE_Q4_COLS) * DSE_Q4_TILE;
                 UNROLL
                 for (int k = 0; k < NC; k++) {
-                        int64_t g = (c0 + 32 * k) / G;
-                        if (g != gp) { /* a chunk lies in one group (G a multiple of 32) */
-                                t = _mm512_mul_ps(_mm512_sub_ps(iota, _mm512_set1_ps((float)zrow[g])),
-                                                  _mm512_set1_ps(srow[g]));
-                                gp = g;
+                        const uint8_t *p = tile + k * DSE_Q4_TILE;
+                        __m512i v0 = _mm512_loadu_si512((const void *)p), v1 = _mm512_loadu_si512((const void *)(p + 64));
+                        __m512i v2 = _mm512_loadu_si512((const void *)(p + 128)), v3 = _mm512_loadu_si512((const void *)(p + 192));
+                        __m512i t0 = _mm512_unpacklo_epi32(v0, v1), t1 = _mm512_unpackhi_epi32(v0, v1);
+                        __m512i t2 = _mm512_unpacklo_epi32(v2, v3), t3 = _mm512_unpackhi_epi32(v2, v3);
+                        _mm512_store_si512((void *)buf[k], _mm512_unpacklo_epi64(t0, t2));
+                        _mm512_store_si512((void *)(buf[k] + 64), _mm512_unpackhi_epi64(t0, t2));
+                        _mm512_store_si512((void *)(buf[k] + 128), _mm512_unpacklo_epi64(t1, t3));
+                        _mm512_store_si512((void *)(buf[k] + 192), _mm512_unpackhi_epi64(t1, t3));
+                }
+                int64_t ra = R * DSE_Q4_ROWS > r0 ? R * DSE_Q4_ROWS : r0;
+                int64_t rz = R * DSE_Q4_ROWS + DSE_Q4_ROWS < re ? R * DSE_Q4_ROWS + DSE_Q4_ROWS : re;
+                for (int64_t r = ra; r < rz; r++) {
+                        int L = (int)(r % DSE_Q4_ROWS);
+                        const float *srow = w->scale + r * w->n_groups;
+                        const uint8_t *zrow = w->zero + r * w->n_groups;
+                        __m512 va = _mm512_set1_ps(a[r - r0]), t = _mm512_setzero_ps();
+                        int64_t gp = -1;
+                        UNROLL
+                        for (int k = 0; k < NC; k++) {
+                                int64_t g = (c0 + 32 * k) / G;
+                                if (g != gp) { /* a tile lies in one group (G a multiple of 32) */
+                                        t = _mm512_mul_ps(_mm512_sub_ps(iota, _mm512_set1_ps((float)zrow[g])),
+                                                          _mm512_set1_ps(srow[g]));
+                                        gp = g;
+                                }
+                                __m512i v = _mm512_cvtepu8_epi32(
+                                        _mm_load_si128((const __m128i *)(buf[k] + 64 * (L % 4) + 16 * (L / 4))));
+                                al[k] = _mm512_fmadd_ps(va, _mm512_permutexvar_ps(v, t), al[k]);
+                                ah[k] = _mm512_fmadd_ps(va, _mm512_permutexvar_ps(_mm512_srli_epi32(v, 4), t), ah[k]);
                         }
-                        __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(row + 16 * k)));
-                        ae[k] = _mm512_fmadd_ps(va, _mm512_permutexvar_ps(v, t), ae[k]);
-                        ao[k] = _mm512_fmadd_ps(va, _mm512_permutexvar_ps(_mm512_srli_epi32(v, 4), t), ao[k]);
                 }
         }
         UNROLL
         for (int k = 0; k < NC; k++) {
-                _mm512_storeu_ps(y + c0 + 32 * k, _mm512_permutex2var_ps(ae[k], lo, ao[k]));
-                _mm512_storeu_ps(y + c0 + 32 * k + 16, _mm512_permutex2var_ps(ae[k], hi, ao[k]));
+                _mm512_mask_storeu_ps(y + c0 + 32 * k, m0[k], _mm512_permutex2var_ps(al[k], out0, ah[k]));
+                _mm512_mask_storeu_ps(y + c0 + 32 * k + 16, m1[k], _mm512_permutex2var_ps(al[k], out1, ah[k]));
         }
 }
 
@@ -956,40 +981,29 @@ static void axpy_rows_fp(const struct dse_qmat *w, int64_t r0, int64_t n, const 
         }
 }
 
-/* Q4 times float activations: the AVX2 kernel's q4_f32_rows compiled here, where its
- * vectors fit in registers (q4_f32_rows.h), so the same sums as AVX2's; groups that are
- * not a multiple of 64 columns take the AVX2 kernel itself. */
+/* Q4 times float activations: 16-row blocks of the interleaved layout, any group size
+ * (q4_f32_rows.h: the same sums as AVX2's, 4 tokens per decoded block). */
 static void matvec_q4_avx512(const struct dse_qmat *w, const float *x, float *y, int64_t r0, int64_t r1) {
-        if (w->group_size % 64) {
-                dse__kernels_avx2_matvec_q4(w, x, y, r0, r1);
-                return;
-        }
-        int64_t r = r0;
-        for (; r + 4 <= r1; r += 4)
-                q4_f32_rows(w, x, y, r, 4);
-        for (; r < r1; r++)
-                q4_f32_rows(w, x, y, r, 1);
+        q4f_matvec(w, x, y, r0, r1);
 }
 
-/* Blocks of 16 rows serve every token while they sit in L1/L2, as the AVX2 matmul does. */
 static void matmul_q4_avx512(const struct dse_qmat *w, const float *x, int64_t ldx, int64_t n, float *y, int64_t ldy,
                              int64_t r0, int64_t r1) {
-        for (int64_t rb = r0; rb < r1; rb += 16) {
-                int64_t re = rb + 16 < r1 ? rb + 16 : r1;
-                for (int64_t t = 0; t < n; t++)
-                        matvec_q4_avx512(w, x + t * ldx, y + t * ldy, rb, re);
-        }
+        q4f_matmul(w, x, ldx, n, y, ldy, r0, r1);
 }
 
 static void axpy_rows_avx512(const struct dse_qmat *w, int64_t r0, int64_t n, const float *a, float *y) {
-        if (w->dtype == DSE_DTYPE_Q4 && w->group_size % 32 == 0 && w->cols % 32 == 0) {
+        if (w->dtype == DSE_DTYPE_Q4 && w->group_size % DSE_Q4_COLS == 0) {
+                if (n <= 0)
+                        return;
                 int64_t c0 = 0;
                 for (; c0 + 128 <= w->cols; c0 += 128)
                         axpy_rows_q4_block(w, r0, n, a, y, c0, 4);
-                switch ((w->cols - c0) / 32) {
+                switch ((w->cols - c0 + 31) / 32) { /* the last tile may be cut */
                 case 1: axpy_rows_q4_block(w, r0, n, a, y, c0, 1); break;
                 case 2: axpy_rows_q4_block(w, r0, n, a, y, c0, 2); break;
                 case 3: axpy_rows_q4_block(w, r0, n, a, y, c0, 3); break;
+                case 4: axpy_rows_q4_block(w, r0, n, a, y, c0, 4); break;
                 default: break;
                 }
         } else if (w->dtype == DSE_DTYPE_Q8 && w->group_size % 16 == 0 && w->cols % 16 == 0) {
@@ -1110,8 +1124,8 @@ static void rmsnorm_avx512(float *out, const float *x, const float *w, int64_t n
         }
 }
 
-/* out[c] = W[r, c] for Q8 and Q4, 16 columns per step within each group, with the _ref
- * twin's operations per element ((float)q * s, ((float)q - (float)z) * s), so the
+/* out[c] = W[r, c] for Q8 and Q4 (groups a multiple of 32), 16 columns per step within
+ * each group, with the _ref twin's operations per element ((float)q * s, ((float)q - (float)z) * s), so the
  * values are identical; the float formats as avx2.c converts them. MLA absorption
  * decodes 128 kv_b_proj rows per head and token with it. */
 static void dequant_row_avx512(const struct dse_qmat *w, int64_t r, float *out) {
@@ -1128,28 +1142,30 @@ static void dequant_row_avx512(const struct dse_qmat *w, int64_t r, float *out) 
                                 _mm512_mask_storeu_ps(out + c, m, _mm512_mul_ps(q, s));
                         }
                 }
-        } else if (w->dtype == DSE_DTYPE_Q4) {
-                const uint8_t *row = (const uint8_t *)w->data + r * ((n + 1) / 2);
+        } else if (w->dtype == DSE_DTYPE_Q4 && G % DSE_Q4_COLS == 0) {
+                /* row r's 4 bytes of the 4 chunks of a tile (64 bytes apart), each doubled
+                 * and widened to 8 lanes: shifted by 0 or 4, columns 8k..8k+7 in order. A
+                 * tile lies in one group (other groups take the _ref twin through avx2.c). */
+                int64_t nb = (n + DSE_Q4_COLS - 1) / DSE_Q4_COLS;
+                const uint8_t *p = (const uint8_t *)w->data + (r / DSE_Q4_ROWS) * nb * DSE_Q4_TILE + 4 * (r % DSE_Q4_ROWS);
                 const uint8_t *zrow = w->zero + r * w->n_groups;
-                /* 8 bytes, each doubled, widened to 16 lanes: even lanes keep the low nibble */
-                const __m512i shift = _mm512_setr_epi32(0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4);
+                const __m512i shift = _mm512_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4, 0, 0, 0, 0, 4, 4, 4, 4);
                 const __m512i lo4 = _mm512_set1_epi32(0xf);
-                for (int64_t g = 0; g < w->n_groups; g++) {
-                        int64_t c = g * G, c1 = c + G < n ? c + G : n;
-                        float z = (float)zrow[g];
-                        __m512 s = _mm512_set1_ps(srow[g]), vz = _mm512_set1_ps(z);
-                        if (c & 1) { /* odd group size: align to a byte */
-                                out[c] = ((float)(row[c / 2] >> 4) - z) * srow[g];
-                                c++;
-                        }
-                        for (; c < c1; c += 16) {
-                                int64_t len = c1 - c;
-                                __m128i b = _mm_maskz_loadu_epi8(mask16(len >= 16 ? 8 : (len + 1) / 2), row + c / 2);
-                                __m512i v = _mm512_cvtepu8_epi32(_mm_unpacklo_epi8(b, b));
-                                v = _mm512_and_si512(_mm512_srlv_epi32(v, shift), lo4);
-                                _mm512_mask_storeu_ps(out + c, mask16(len),
-                                                      _mm512_mul_ps(_mm512_sub_ps(_mm512_cvtepi32_ps(v), vz), s));
-                        }
+                for (int64_t b = 0; b < nb; b++) {
+                        int64_t c = b * DSE_Q4_COLS, g = c / G;
+                        __m512 s = _mm512_set1_ps(srow[g]), vz = _mm512_set1_ps((float)zrow[g]);
+                        int32_t d[4];
+                        for (int k = 0; k < 4; k++)
+                                memcpy(&d[k], p + b * DSE_Q4_TILE + 64 * k, sizeof d[k]);
+                        __m128i dv = _mm_loadu_si128((const __m128i *)d);
+                        __m512i v0 = _mm512_cvtepu8_epi32(_mm_unpacklo_epi32(dv, dv));
+                        __m512i v1 = _mm512_cvtepu8_epi32(_mm_unpackhi_epi32(dv, dv));
+                        v0 = _mm512_and_si512(_mm512_srlv_epi32(v0, shift), lo4);
+                        v1 = _mm512_and_si512(_mm512_srlv_epi32(v1, shift), lo4);
+                        _mm512_mask_storeu_ps(out + c, mask16(n - c),
+                                              _mm512_mul_ps(_mm512_sub_ps(_mm512_cvtepi32_ps(v0), vz), s));
+                        _mm512_mask_storeu_ps(out + c + 16, mask16(n - c - 16),
+                                              _mm512_mul_ps(_mm512_sub_ps(_mm512_cvtepi32_ps(v1), vz), s));
                 }
         } else {
                 dse__kernels_avx2_dequant_row(w, r, out);
