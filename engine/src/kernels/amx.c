@@ -77,25 +77,48 @@ static void tiles_configure(void) {
         _tile_loadconfig(&c);
 }
 
-/* The activations of tokens t0..t0+T-1 (T <= 16, the rest zero) over blocks [b0, b1) in
- * the B layout, and each block's d per token (0 for absent tokens and blocks). The A
- * tiles of both formats hold their 32 columns in order. */
+/* The activations of tokens t0..t0+T-1 (T <= 16) over blocks [b0, b1) in the B layout,
+ * and each block's d per token (0 for absent tokens). Per block the 16 tokens' 8 dwords
+ * are an 8 x 16 transposition (each zmm holds tokens j and j + 8, two unpack stages and a
+ * two-source permute), not 8 gathers: about a fifth of a prefill's AMX time went to the
+ * gathers. Absent tokens repeat the last one: their d of 0 zeroes their lanes of F and
+ * they are never stored. The A tiles of both formats hold their 32 columns in order. */
 static void prep_tokens(const struct dse_xq *xq, int64_t t0, int T, int64_t b0, int64_t b1, int32_t (*bt)[8][16],
                         float (*dv)[16]) {
         int64_t stride = xq->n_blocks * DSE_XQ_BLOCK;
         __mmask16 m = (__mmask16)((1u << T) - 1);
-        /* lane t: token t0 + t; dword offsets of its q row and d row */
-        __m512i qi = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-                                        _mm512_set1_epi32((int)(stride / 4)));
+        /* lane t: token t0 + t; dword offset of its d row */
         __m512i di = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
                                         _mm512_set1_epi32((int)xq->n_blocks));
-        const int8_t *q = xq->q + t0 * stride + b0 * DSE_XQ_BLOCK;
+        const __m512i lo = _mm512_setr_epi64(0, 1, 8, 9, 4, 5, 12, 13), hi = _mm512_setr_epi64(2, 3, 10, 11, 6, 7, 14, 15);
+        const int8_t *q[16];
+        for (int t = 0; t < 16; t++)
+                q[t] = xq->q + (t0 + (t < T ? t : T - 1)) * stride;
         const float *d = xq->d + t0 * xq->n_blocks;
         for (int64_t b = b0; b < b1; b++) {
+                __m512i r[8], s[8], u[8];
                 UNROLL
-                for (int k = 0; k < 8; k++)
-                        _mm512_store_si512(bt[b - b0][k], _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), m, qi,
-                                                                                       q + (b - b0) * DSE_XQ_BLOCK + 4 * k, 4));
+                for (int j = 0; j < 8; j++) /* 128-bit lanes: token j dwords 0-3, 4-7, token j + 8 dwords 0-3, 4-7 */
+                        r[j] = _mm512_inserti64x4(
+                                _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(q[j] + b * DSE_XQ_BLOCK))),
+                                _mm256_loadu_si256((const __m256i *)(q[j + 8] + b * DSE_XQ_BLOCK)), 1);
+                UNROLL
+                for (int j = 0; j < 4; j++) {
+                        s[2 * j] = _mm512_unpacklo_epi32(r[2 * j], r[2 * j + 1]);
+                        s[2 * j + 1] = _mm512_unpackhi_epi32(r[2 * j], r[2 * j + 1]);
+                }
+                UNROLL
+                for (int h = 0; h < 2; h++) { /* u[4h + e]: dword e of each lane, tokens 4h..4h+3 (+ 8) */
+                        u[4 * h + 0] = _mm512_unpacklo_epi64(s[4 * h], s[4 * h + 2]);
+                        u[4 * h + 1] = _mm512_unpackhi_epi64(s[4 * h], s[4 * h + 2]);
+                        u[4 * h + 2] = _mm512_unpacklo_epi64(s[4 * h + 1], s[4 * h + 3]);
+                        u[4 * h + 3] = _mm512_unpackhi_epi64(s[4 * h + 1], s[4 * h + 3]);
+                }
+                UNROLL
+                for (int e = 0; e < 4; e++) { /* dword e of lanes 0 and 2 is k = e, of lanes 1 and 3 k = 4 + e */
+                        _mm512_store_si512(bt[b - b0][e], _mm512_permutex2var_epi64(u[e], lo, u[4 + e]));
+                        _mm512_store_si512(bt[b - b0][4 + e], _mm512_permutex2var_epi64(u[e], hi, u[4 + e]));
+                }
                 _mm512_store_ps(dv[b - b0], _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m, di, d + b, 4));
         }
 }
@@ -239,9 +262,37 @@ static void tile_block(const struct dse_qmat *w, struct amx_a a, const int32_t (
                         }
                 }
         }
-        for (int t = 0; t < T; t++)
-                for (int i = i0; i < i1; i++)
-                        y[t * ldy + r + i] = first ? out[i][t] : y[t * ldy + r + i] + out[i][t];
+        /* out (rows x tokens) transposed to a vector of 16 rows per token, stored (or added)
+         * under the mask of the rows in range */
+        __m512 o[16], p[16];
+        UNROLL
+        for (int i = 0; i < 16; i += 2) {
+                o[i] = _mm512_unpacklo_ps(_mm512_load_ps(out[i]), _mm512_load_ps(out[i + 1]));
+                o[i + 1] = _mm512_unpackhi_ps(_mm512_load_ps(out[i]), _mm512_load_ps(out[i + 1]));
+        }
+        UNROLL
+        for (int i = 0; i < 16; i += 4) { /* p[i + e], 128-bit lane l: token 4l + e of rows i..i+3 */
+                p[i + 0] = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(o[i]), _mm512_castps_pd(o[i + 2])));
+                p[i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(o[i]), _mm512_castps_pd(o[i + 2])));
+                p[i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(o[i + 1]), _mm512_castps_pd(o[i + 3])));
+                p[i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(o[i + 1]), _mm512_castps_pd(o[i + 3])));
+        }
+        __mmask16 mask = (__mmask16)(((1u << i1) - 1) & ~((1u << i0) - 1));
+        UNROLL
+        for (int e = 0; e < 4; e++) {
+                __m512 a = _mm512_shuffle_f32x4(p[e], p[4 + e], 0x88), b = _mm512_shuffle_f32x4(p[8 + e], p[12 + e], 0x88);
+                __m512 a2 = _mm512_shuffle_f32x4(p[e], p[4 + e], 0xdd), b2 = _mm512_shuffle_f32x4(p[8 + e], p[12 + e], 0xdd);
+                __m512 v[4] = {_mm512_shuffle_f32x4(a, b, 0x88), _mm512_shuffle_f32x4(a2, b2, 0x88),
+                               _mm512_shuffle_f32x4(a, b, 0xdd), _mm512_shuffle_f32x4(a2, b2, 0xdd)};
+                UNROLL
+                for (int l = 0; l < 4; l++) { /* token 4l + e */
+                        int t = 4 * l + e;
+                        if (t >= T)
+                                continue;
+                        float *yt = y + t * ldy + r;
+                        _mm512_mask_storeu_ps(yt, mask, first ? v[l] : _mm512_add_ps(v[l], _mm512_maskz_loadu_ps(mask, yt)));
+                }
+        }
 }
 
 /* Q8 takes 16-row blocks from r0 and leaves the last (r1 - r0) % 16 rows to the VNNI
