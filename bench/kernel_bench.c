@@ -54,7 +54,7 @@ struct mat {
 static size_t data_bytes(const struct dse_qmat *w) {
         switch (w->dtype) {
         case DSE_DTYPE_Q4:
-                return (size_t)(w->rows * ((w->cols + 1) / 2));
+                return (size_t)dse__q4_bytes(w->rows, w->cols);
         case DSE_DTYPE_Q8:
                 return (size_t)(w->rows * w->cols);
         case DSE_DTYPE_F32:
@@ -311,7 +311,8 @@ int main(int argc, char **argv) {
         const char *fmt = dt == DSE_DTYPE_Q4 ? "int4 g128" : "int8 g32";
 
         /* stream: cols 4096, rows for about mb MB */
-        int64_t cols = 4096, row_bytes = dt == DSE_DTYPE_Q4 ? cols / 2 + cols / 128 * 5 : cols + cols / 32 * 4;
+        int64_t cols = 4096, row_bytes = dt == DSE_DTYPE_Q4 ? (int64_t)dse__q4_bytes(16, cols) / 16 + cols / 128 * 5
+                                                             : cols + cols / 32 * 4;
         int64_t rows = (int64_t)(mb * 1e6) / row_bytes / 64 * 64;
         struct mat big, small;
         if (mat_new(&big, dt, rows, cols, group) < 0 || mat_new(&small, dt, 256, cols, group) < 0)

@@ -542,6 +542,57 @@ TEST(matmul_all_formats_all_levels) {
                 dse_cpu_level_to_string(top));
 }
 
+/* Q4 float matmul at every level: a token's result for a row is bit for bit the same
+ * whatever the number of tokens in the call and however the rows are split (the kernel
+ * computes whole 16-row blocks and stores only the rows asked for; a session's results
+ * must not change with the batch or the thread split). Rows 1..40 cut into ranges that
+ * start and end inside 16-row blocks; groups that tile 32 columns and ones that do not. */
+TEST(matmul_q4_batch_and_split_invariant) {
+        static const struct mat_case qc[] = {{37, 200, 32}, {40, 300, 128}, {19, 97, 96}, {21, 77, 21}, {1, 64, 64}};
+        enum dse_cpu_level top = detected_level();
+        int n_checked = 0;
+        for (int lvl = DSE_CPU_SCALAR; lvl <= (int)top; lvl++) {
+                struct dse_kernels k;
+                ASSERT_OK(dse_kernels_resolve((enum dse_cpu_level)lvl, &k));
+                for (size_t ci = 0; ci < sizeof qc / sizeof qc[0]; ci++) {
+                        rng_seed(7100 + ci);
+                        struct mat_buf m;
+                        mat_make(&m, DSE_DTYPE_Q4, qc[ci]);
+                        const struct dse_qmat *w = &m.w;
+                        int64_t n = 7, ldx = w->cols + 1, ldy = w->rows;
+                        float *x = make_x(n, w->cols, ldx);
+                        float *all = malloc((size_t)(n * ldy) * sizeof(float)), *one = malloc((size_t)ldy * sizeof(float));
+                        ASSERT_TRUE(all && one);
+                        k.matmul[DSE_DTYPE_Q4](w, x, ldx, n, all, ldy, 0, w->rows);
+                        for (int64_t t = 0; t < n; t++) {
+                                /* token t alone (matvec) over ranges of 1 + (t * 5) % 19 rows */
+                                int64_t len = 1 + (t * 5) % 19;
+                                for (int64_t r = 0; r < w->rows; r += len)
+                                        k.matvec[DSE_DTYPE_Q4](w, x + t * ldx, one, r, r + len < w->rows ? r + len : w->rows);
+                                for (int64_t r = 0; r < w->rows; r++)
+                                        if (memcmp(&one[r], &all[t * ldy + r], sizeof(float)) != 0)
+                                                T_FAIL("Q4 level %s case %zu token %lld row %lld: alone %.9g, with %lld "
+                                                       "tokens %.9g NOT OK",
+                                                       dse_cpu_level_to_string((enum dse_cpu_level)lvl), ci, (long long)t,
+                                                       (long long)r, one[r], (long long)n, all[t * ldy + r]);
+                                /* tokens t.. in a call of their own (a different blocking of tokens) */
+                                float *part = malloc((size_t)((n - t) * ldy) * sizeof(float));
+                                ASSERT_TRUE(part != NULL);
+                                k.matmul[DSE_DTYPE_Q4](w, x + t * ldx, ldx, n - t, part, ldy, 0, w->rows);
+                                ASSERT_TRUE(memcmp(part, all + t * ldy, (size_t)((n - t) * ldy) * sizeof(float)) == 0);
+                                free(part);
+                        }
+                        n_checked++;
+                        free(x);
+                        free(all);
+                        free(one);
+                        mat_free(&m);
+                }
+        }
+        fprintf(stderr, "  %d Q4 matmul (shape, level) combinations checked up to level %s\n", n_checked,
+                dse_cpu_level_to_string(top));
+}
+
 TEST(quantize_xq_matches_definition_all_levels) {
         enum dse_cpu_level top = detected_level();
         static const int64_t lens[] = {1, 5, 31, 32, 33, 64, 100, 257, 1536};
@@ -679,6 +730,97 @@ TEST(matmul_xq_q8_q4_all_levels) {
         }
         fprintf(stderr, "  %d matmul_xq (format, shape, tokens, level) combinations checked up to level %s\n",
                 n_checked, dse_cpu_level_to_string(top));
+}
+
+/* Q4 (and Q8) matmul_xq with enough tokens for the AMX tiles (16) and a partial token
+ * block, on shapes past the AMX blocking (two 2048-column chunks, two 128-row
+ * super-blocks) with a partial last row block, called over three row ranges that start
+ * and end inside row blocks. Each level against the oracle; and the levels whose float
+ * order must not depend on the batch (AVX2, AVX-512 VNNI without the 8-token layout:
+ * what DSV_NO_AMX=1 serves) bit for bit against each token alone over the whole matrix. */
+TEST(matmul_xq_many_tokens_cut_rows) {
+        static const struct mat_case cases[] = {{150, 2100, 128}, {37, 4200, 64}, {130, 96, 32}, {16, 64, 32}};
+        static const int64_t toks[] = {16, 19, 35};
+        static const unsigned cfgs[][3] = {/* level, features, batch-invariant */
+                                           {DSE_CPU_AVX2, 0, 1},
+                                           {DSE_CPU_AVX512, DSE_KFEAT_VNNI, 1},
+                                           {DSE_CPU_AVX512, DSE_KFEAT_VNNI | DSE_KFEAT_T8, 0},
+                                           {DSE_CPU_AVX512, DSE_KFEAT_VNNI | DSE_KFEAT_T8 | DSE_KFEAT_AMX, 0}};
+        enum dse_cpu_level top = detected_level();
+        struct dse_cpu_info cpu;
+        unsigned top_feat = 0;
+        if (dse_cpu_detect(&cpu, NULL) >= 0) {
+                top_feat |= cpu.avx512vnni ? DSE_KFEAT_VNNI | DSE_KFEAT_T8 : 0;
+                top_feat |= cpu.amx_tile && cpu.amx_int8 && dse__kernels_amx_usable() ? DSE_KFEAT_AMX : 0;
+        }
+        static const enum dse_dtype dts[] = {DSE_DTYPE_Q4, DSE_DTYPE_Q8};
+        int n_checked = 0;
+        for (size_t d = 0; d < 2; d++)
+                for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++)
+                        for (size_t ti = 0; ti < sizeof toks / sizeof toks[0]; ti++) {
+                                rng_seed(9700 + 100 * d + 10 * ci + ti);
+                                struct mat_buf m;
+                                mat_make(&m, dts[d], cases[ci]);
+                                const struct dse_qmat *w = &m.w;
+                                int64_t n = toks[ti], cols = w->cols, ldx = cols + 3, ldy = w->rows + 2;
+                                int64_t cut[4] = {0, 5, w->rows - 21 > 5 ? w->rows - 21 : 6, w->rows};
+                                float *x = make_x(n, cols, ldx);
+                                struct dse_xq xq, x1;
+                                void *mem = aligned_alloc(64, dse__xq_bytes(n, cols)), *mem1 = aligned_alloc(64, dse__xq_bytes(1, cols));
+                                dse__xq_init(&xq, mem, n, cols);
+                                dse__xq_init(&x1, mem1, 1, cols);
+                                struct dse_kernels k0;
+                                ASSERT_OK(dse_kernels_resolve(DSE_CPU_SCALAR, &k0));
+                                k0.quantize_xq(x, ldx, &xq);
+                                float *y = malloc((size_t)(n * ldy) * sizeof(float)), *y1 = malloc((size_t)w->rows * sizeof(float));
+                                for (size_t cfg = 0; cfg < sizeof cfgs / sizeof cfgs[0]; cfg++) {
+                                        if ((int)cfgs[cfg][0] > (int)top || (cfgs[cfg][1] & ~top_feat))
+                                                continue;
+                                        struct dse_kernels k;
+                                        ASSERT_OK(dse__kernels_resolve_with((enum dse_cpu_level)cfgs[cfg][0], cfgs[cfg][1], &k));
+                                        for (int64_t i = 0; i < n * ldy; i++)
+                                                y[i] = NAN;
+                                        for (int c = 0; c < 3; c++)
+                                                k.matmul_xq[w->dtype](w, &xq, y, ldy, cut[c], cut[c + 1]);
+                                        for (int64_t t = 0; t < n; t++) {
+                                                const int8_t *q = xq.q + t * xq.n_blocks * 32;
+                                                const float *dq = xq.d + t * xq.n_blocks;
+                                                if (cfgs[cfg][2]) { /* the token alone, all rows in one call */
+                                                        memcpy(x1.q, q, (size_t)xq.n_blocks * 32);
+                                                        memcpy(x1.d, dq, (size_t)xq.n_blocks * sizeof(float));
+                                                        k.matmul_xq[w->dtype](w, &x1, y1, 0, 0, w->rows);
+                                                }
+                                                for (int64_t r = 0; r < w->rows; r++) {
+                                                        double want = 0, mag = 0;
+                                                        for (int64_t c = 0; c < cols; c++) {
+                                                                double p = oracle_w(w, r, c) * dq[c / 32] * (double)q[c];
+                                                                want += p;
+                                                                mag += fabs(p);
+                                                        }
+                                                        double got = y[t * ldy + r];
+                                                        if (!(fabs(got - want) <= REL_TOL * mag + ABS_TOL) ||
+                                                            (cfgs[cfg][2] && memcmp(&y[t * ldy + r], &y1[r], sizeof y1[r]) != 0))
+                                                                T_FAIL("matmul_xq %s level %s feat %u (%lldx%lld g%d) n %lld token %lld "
+                                                                       "row %lld: got %.9g, oracle %.9g, the token alone %.9g NOT OK",
+                                                                       dtype_name(w->dtype),
+                                                                       dse_cpu_level_to_string((enum dse_cpu_level)cfgs[cfg][0]),
+                                                                       cfgs[cfg][1], (long long)w->rows, (long long)cols,
+                                                                       cases[ci].group, (long long)n, (long long)t, (long long)r,
+                                                                       got, want, cfgs[cfg][2] ? y1[r] : NAN);
+                                                }
+                                                ASSERT_TRUE(isnan(y[t * ldy + w->rows])); /* untouched */
+                                        }
+                                        n_checked++;
+                                }
+                                free(y1);
+                                free(y);
+                                free(mem1);
+                                free(mem);
+                                free(x);
+                                mat_free(&m);
+                        }
+        fprintf(stderr, "  %d matmul_xq (format, shape, tokens, level) combinations with cut row ranges checked\n",
+                n_checked);
 }
 
 TEST(f32_to_bf16_rounds_to_nearest_even) {

@@ -2,12 +2,13 @@
  * compiled with the AVX-512 flags plus -mamx-tile -mamx-int8; kernels.c installs it only
  * when the CPU reports AMX-TILE and AMX-INT8 and Linux grants the tile state
  * (arch_prctl ARCH_REQ_XCOMP_PERM), over the VNNI entries, which it calls for what it
- * leaves out (few tokens, the last rows % 16, groups that are not
- * a multiple of 32 columns).
+ * leaves out (few tokens, Q8's last rows % 16, groups that are not a multiple of 32
+ * columns).
  *
  * One tile product is 16 weight rows x 16 tokens x 32 columns, one activation block:
- *   A (16 x 32 bytes)  the weights as int8 (Q8 as stored; Q4 as q - z, decoded once per
- *                      super-block and chunk into a staging buffer)
+ *   A (16 x 32 bytes)  the weights as int8 (Q8 as stored; Q4 as q - z, decoded from
+ *                      the interleaved layout once per super-block and chunk into a
+ *                      staging buffer)
  *   B (8 x 64 bytes)   the block's q of 16 tokens in the VNNI layout, B[k/4][4t + k%4],
  *                      prepared once per token block and chunk for all rows
  *   C (16 x 16 int32)  exact integer sums, converted and scaled by s[r, g] * d[t, b] into
@@ -76,80 +77,117 @@ static void tiles_configure(void) {
         _tile_loadconfig(&c);
 }
 
-/* The activations of tokens t0..t0+T-1 (T <= 16, the rest zero) over blocks [b0, b1) in
- * the B layout, and each block's d per token (0 for absent tokens and blocks). */
-static void prep_tokens(const struct dse_xq *xq, int64_t t0, int T, int64_t b0, int64_t b1, int eo,
-                        int32_t (*bt)[8][16], float (*dv)[16]) {
+/* The activations of tokens t0..t0+T-1 (T <= 16) over blocks [b0, b1) in the B layout,
+ * and each block's d per token (0 for absent tokens). Per block the 16 tokens' 8 dwords
+ * are an 8 x 16 transposition (each zmm holds tokens j and j + 8, two unpack stages and a
+ * two-source permute), not 8 gathers: about a fifth of a prefill's AMX time went to the
+ * gathers. Absent tokens repeat the last one: their d of 0 zeroes their lanes of F and
+ * they are never stored. The A tiles of both formats hold their 32 columns in order. */
+static void prep_tokens(const struct dse_xq *xq, int64_t t0, int T, int64_t b0, int64_t b1, int32_t (*bt)[8][16],
+                        float (*dv)[16]) {
         int64_t stride = xq->n_blocks * DSE_XQ_BLOCK;
-        _Alignas(64) int8_t perm[16][AKC]; /* Q4: each block's q as [16 evens | 16 odds] */
-        if (eo) {
-                const __m256i sh = _mm256_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15, 0, 2, 4, 6,
-                                                    8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
-                for (int t = 0; t < T; t++)
-                        for (int64_t b = b0; b < b1; b++) {
-                                __m256i v = _mm256_loadu_si256((const __m256i *)(xq->q + (t0 + t) * stride + b * 32));
-                                v = _mm256_permute4x64_epi64(_mm256_shuffle_epi8(v, sh), 0xd8);
-                                _mm256_store_si256((__m256i *)(perm[t] + (b - b0) * 32), v);
-                        }
-        }
         __mmask16 m = (__mmask16)((1u << T) - 1);
-        /* lane t: token t0 + t; dword offsets of its q row and d row */
-        __m512i qi = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-                                        _mm512_set1_epi32((int)(stride / 4)));
+        /* lane t: token t0 + t; dword offset of its d row */
         __m512i di = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
                                         _mm512_set1_epi32((int)xq->n_blocks));
-        const int8_t *q = xq->q + t0 * stride + b0 * DSE_XQ_BLOCK;
+        const __m512i lo = _mm512_setr_epi64(0, 1, 8, 9, 4, 5, 12, 13), hi = _mm512_setr_epi64(2, 3, 10, 11, 6, 7, 14, 15);
+        const int8_t *q[16];
+        for (int t = 0; t < 16; t++)
+                q[t] = xq->q + (t0 + (t < T ? t : T - 1)) * stride;
         const float *d = xq->d + t0 * xq->n_blocks;
-        if (eo) {
-                q = &perm[0][0];
-                qi = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-                                        _mm512_set1_epi32(AKC / 4));
-        }
         for (int64_t b = b0; b < b1; b++) {
+                __m512i r[8], s[8], u[8];
                 UNROLL
-                for (int k = 0; k < 8; k++)
-                        _mm512_store_si512(bt[b - b0][k], _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), m, qi,
-                                                                                       q + (b - b0) * DSE_XQ_BLOCK + 4 * k, 4));
+                for (int j = 0; j < 8; j++) /* 128-bit lanes: token j dwords 0-3, 4-7, token j + 8 dwords 0-3, 4-7 */
+                        r[j] = _mm512_inserti64x4(
+                                _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(q[j] + b * DSE_XQ_BLOCK))),
+                                _mm256_loadu_si256((const __m256i *)(q[j + 8] + b * DSE_XQ_BLOCK)), 1);
+                UNROLL
+                for (int j = 0; j < 4; j++) {
+                        s[2 * j] = _mm512_unpacklo_epi32(r[2 * j], r[2 * j + 1]);
+                        s[2 * j + 1] = _mm512_unpackhi_epi32(r[2 * j], r[2 * j + 1]);
+                }
+                UNROLL
+                for (int h = 0; h < 2; h++) { /* u[4h + e]: dword e of each lane, tokens 4h..4h+3 (+ 8) */
+                        u[4 * h + 0] = _mm512_unpacklo_epi64(s[4 * h], s[4 * h + 2]);
+                        u[4 * h + 1] = _mm512_unpackhi_epi64(s[4 * h], s[4 * h + 2]);
+                        u[4 * h + 2] = _mm512_unpacklo_epi64(s[4 * h + 1], s[4 * h + 3]);
+                        u[4 * h + 3] = _mm512_unpackhi_epi64(s[4 * h + 1], s[4 * h + 3]);
+                }
+                UNROLL
+                for (int e = 0; e < 4; e++) { /* dword e of lanes 0 and 2 is k = e, of lanes 1 and 3 k = 4 + e */
+                        _mm512_store_si512(bt[b - b0][e], _mm512_permutex2var_epi64(u[e], lo, u[4 + e]));
+                        _mm512_store_si512(bt[b - b0][4 + e], _mm512_permutex2var_epi64(u[e], hi, u[4 + e]));
+                }
                 _mm512_store_ps(dv[b - b0], _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m, di, d + b, 4));
         }
 }
 
-/* Rows r..r+15 of Q8 or Q4 weights over blocks [b0, b1) as int8 (q, or q - z), 32
- * bytes per block per row, zero past the row's end: (AKB, 16, 32). grp[j] is the weight
- * group of block b0 + j. */
-static void stage_rows(const struct dse_qmat *w, int64_t r, int64_t b0, int64_t b1, const int32_t *grp,
-                       int8_t (*a)[16][32]) {
+/* Rows r..r+15 of Q8 weights over blocks [b0, b1) as int8, 32 bytes per block per row,
+ * zero past the row's end: (AKB, 16, 32). */
+static void stage_q8(const struct dse_qmat *w, int64_t r, int64_t b0, int64_t b1, int8_t (*a)[16][32]) {
         int64_t n = w->cols;
         for (int i = 0; i < 16; i++) {
-                if (w->dtype == DSE_DTYPE_Q8) {
-                        const int8_t *row = (const int8_t *)w->data + (r + i) * n;
-                        for (int64_t b = b0; b < b1; b++) {
-                                int64_t c = b * 32;
-                                __m256i v = _mm256_maskz_loadu_epi8(n - c >= 32 ? ~0u : (1u << (n - c)) - 1, row + c);
-                                _mm256_store_si256((__m256i *)a[b - b0][i], v);
-                        }
-                        continue;
+                const int8_t *row = (const int8_t *)w->data + (r + i) * n;
+                for (int64_t b = b0; b < b1; b++) {
+                        int64_t c = b * 32;
+                        __m256i v = _mm256_maskz_loadu_epi8(n - c >= 32 ? ~0u : (1u << (n - c)) - 1, row + c);
+                        _mm256_store_si256((__m256i *)a[b - b0][i], v);
                 }
-                int64_t rb = (n + 1) / 2;
-                const uint8_t *row = (const uint8_t *)w->data + (r + i) * rb;
-                const uint8_t *zr = w->zero + (r + i) * w->n_groups;
-                const __m512i lo4 = _mm512_set1_epi8(0x0f);
-                const __m512i i0 = _mm512_setr_epi64(0, 1, 8, 9, 2, 3, 10, 11), i1 = _mm512_setr_epi64(4, 5, 12, 13, 6, 7, 14, 15);
-                for (int64_t b = b0; b < b1; b += 4) {
-                        /* four blocks (64 bytes) per step, each as [16 low nibbles = even columns |
-                         * 16 high = odd columns], the order prep_tokens puts q in; bytes past the
-                         * row load as 0 and meet q = 0 (the padding of xq), as does an odd
-                         * row's padding nibble */
-                        int64_t nbytes = rb - b * 16;
-                        __m512i v = _mm512_maskz_loadu_epi8(nbytes >= 64 ? ~(__mmask64)0 : (((__mmask64)1 << nbytes) - 1),
-                                                            row + b * 16);
-                        __m512i l = _mm512_and_si512(v, lo4), h = _mm512_and_si512(_mm512_srli_epi16(v, 4), lo4);
-                        __m512i o0 = _mm512_permutex2var_epi64(l, i0, h), o1 = _mm512_permutex2var_epi64(l, i1, h);
-                        __m256i q[4] = {_mm512_castsi512_si256(o0), _mm512_extracti64x4_epi64(o0, 1),
-                                        _mm512_castsi512_si256(o1), _mm512_extracti64x4_epi64(o1, 1)};
-                        for (int u = 0; u < 4 && b + u < b1; u++)
-                                _mm256_store_si256((__m256i *)a[b + u - b0][i],
-                                                   _mm256_sub_epi8(q[u], _mm256_set1_epi8((char)zr[grp[b + u - b0]])));
+        }
+}
+
+/* Row block R of Q4 weights (rows 16R..16R+15) over blocks [b0, b1) as int8 q - z, row
+ * by row with the columns in order: (AKB, 16, 32). grp[j] is the weight group of block
+ * b0 + j. A tile's chunk k is an int32 lane per row: its low nibbles are columns
+ * 8k..8k+3 of the row, its high ones 8k+4..8k+7, so row L of A is dword L of [lo0 hi0
+ * lo1 hi1 lo2 hi2 lo3 hi3], an 8 x 16 dword transposition (two unpack stages and one
+ * two-source permute per pair of outputs). The zero point goes off per byte, as the
+ * reference's q - z: the same integer products. Padded columns meet q = 0 (xq's
+ * padding); padded rows (whose bytes may hold anything) get z = 0 and are never
+ * stored. */
+static void stage_q4(const struct dse_qmat *w, int64_t R, int64_t b0, int64_t b1, const int32_t *grp,
+                     int8_t (*a)[16][32]) {
+        int64_t nb = (w->cols + 31) / 32, ng = w->n_groups, rows = w->rows - 16 * R;
+        const uint8_t *p = (const uint8_t *)w->data + R * nb * DSE_Q4_TILE;
+        const __m512i lo4 = _mm512_set1_epi8(0x0f);
+        const __m512i i0 = _mm512_setr_epi64(0, 1, 8, 9, 2, 3, 10, 11), i1 = _mm512_setr_epi64(4, 5, 12, 13, 6, 7, 14, 15);
+        __m512i z = _mm512_setzero_si512();
+        int64_t zg = -1;
+        for (int64_t b = b0; b < b1; b++) {
+                if (grp[b - b0] != zg) { /* the 16 rows' zero points, each in the 4 bytes of its lane */
+                        _Alignas(64) uint32_t zl[16];
+                        zg = grp[b - b0];
+                        for (int i = 0; i < 16; i++)
+                                zl[i] = i < rows ? w->zero[(16 * R + i) * ng + zg] * 0x01010101u : 0;
+                        z = _mm512_load_si512(zl);
+                }
+                const uint8_t *tile = p + b * DSE_Q4_TILE;
+                __m512i t[8], u[8];
+                UNROLL
+                for (int k = 0; k < 4; k++) {
+                        __m512i v = _mm512_loadu_si512(tile + 64 * k);
+                        __m512i l = _mm512_sub_epi8(_mm512_and_si512(v, lo4), z);
+                        __m512i h = _mm512_sub_epi8(_mm512_and_si512(_mm512_srli_epi16(v, 4), lo4), z);
+                        /* per 128-bit lane (rows 4m'..4m'+3): [l h] dwords of rows 0,1 and 2,3 */
+                        t[2 * k] = _mm512_unpacklo_epi32(l, h);
+                        t[2 * k + 1] = _mm512_unpackhi_epi32(l, h);
+                }
+                UNROLL
+                for (int x = 0; x < 2; x++) { /* x = 0: columns 0-15 (chunks 0, 1), 1: 16-31 */
+                        u[4 * x + 0] = _mm512_unpacklo_epi64(t[4 * x], t[4 * x + 2]);     /* rows 4m' */
+                        u[4 * x + 1] = _mm512_unpackhi_epi64(t[4 * x], t[4 * x + 2]);     /* rows 4m' + 1 */
+                        u[4 * x + 2] = _mm512_unpacklo_epi64(t[4 * x + 1], t[4 * x + 3]); /* rows 4m' + 2 */
+                        u[4 * x + 3] = _mm512_unpackhi_epi64(t[4 * x + 1], t[4 * x + 3]); /* rows 4m' + 3 */
+                }
+                UNROLL
+                for (int m = 0; m < 4; m++) { /* row m + 4m' = lane m' of u[m] then lane m' of u[m + 4] */
+                        __m512i o0 = _mm512_permutex2var_epi64(u[m], i0, u[m + 4]); /* rows m, m + 4 */
+                        __m512i o1 = _mm512_permutex2var_epi64(u[m], i1, u[m + 4]); /* rows m + 8, m + 12 */
+                        _mm256_store_si256((__m256i *)a[b - b0][m], _mm512_castsi512_si256(o0));
+                        _mm256_store_si256((__m256i *)a[b - b0][m + 4], _mm512_extracti64x4_epi64(o0, 1));
+                        _mm256_store_si256((__m256i *)a[b - b0][m + 8], _mm512_castsi512_si256(o1));
+                        _mm256_store_si256((__m256i *)a[b - b0][m + 12], _mm512_extracti64x4_epi64(o1, 1));
                 }
         }
 }
@@ -181,19 +219,21 @@ static inline __attribute__((always_inline)) void tile_product(struct amx_a A, c
 
 /* The scaling: per block, F[i] += C[i] * d (three instructions per row); at the end of
  * each weight group, out[i] += F[i] * s[r+i, g], so s costs one FMA per group, not one
- * multiply per block. */
+ * multiply per block. Only rows r+i0..r+i1-1 are stored (a Q4 row block cut by the row
+ * range); rows past the matrix (Q4's padding) take the last row's scales. */
 static void tile_block(const struct dse_qmat *w, struct amx_a a, const int32_t (*bt)[8][16],
                        const float (*dv)[16], const int32_t *grp, int64_t nb, int64_t r, int T, float *y,
-                       int64_t ldy, int first) {
+                       int64_t ldy, int first, int i0, int i1) {
         _Alignas(64) int32_t cbuf[16][16];
         _Alignas(64) float out[16][16];
         __m512 F[16];
         const float *sc = w->scale + r * w->n_groups;
-        int64_t ng = w->n_groups;
+        int64_t ng = w->n_groups, so[16], last = w->rows - 1 - r;
         UNROLL
         for (int i = 0; i < 16; i++) {
                 F[i] = _mm512_setzero_ps();
                 _mm512_store_ps(out[i], F[i]);
+                so[i] = (i < last ? i : last) * ng;
         }
         tile_product(a, bt, 0, 0);
         for (int64_t j = 0; j < nb; j += 2) {
@@ -215,23 +255,54 @@ static void tile_block(const struct dse_qmat *w, struct amx_a a, const int32_t (
                         if (j + u + 1 == nb || grp[j + u + 1] != g) {
                                 UNROLL
                                 for (int i = 0; i < 16; i++) {
-                                        _mm512_store_ps(out[i], _mm512_fmadd_ps(F[i], _mm512_set1_ps(sc[i * ng + g]),
+                                        _mm512_store_ps(out[i], _mm512_fmadd_ps(F[i], _mm512_set1_ps(sc[so[i] + g]),
                                                                                 _mm512_load_ps(out[i])));
                                         F[i] = _mm512_setzero_ps();
                                 }
                         }
                 }
         }
-        for (int t = 0; t < T; t++)
+        /* out (rows x tokens) transposed to a vector of 16 rows per token, stored (or added)
+         * under the mask of the rows in range */
+        __m512 o[16], p[16];
+        UNROLL
+        for (int i = 0; i < 16; i += 2) {
+                o[i] = _mm512_unpacklo_ps(_mm512_load_ps(out[i]), _mm512_load_ps(out[i + 1]));
+                o[i + 1] = _mm512_unpackhi_ps(_mm512_load_ps(out[i]), _mm512_load_ps(out[i + 1]));
+        }
+        UNROLL
+        for (int i = 0; i < 16; i += 4) { /* p[i + e], 128-bit lane l: token 4l + e of rows i..i+3 */
+                p[i + 0] = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(o[i]), _mm512_castps_pd(o[i + 2])));
+                p[i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(o[i]), _mm512_castps_pd(o[i + 2])));
+                p[i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(o[i + 1]), _mm512_castps_pd(o[i + 3])));
+                p[i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(o[i + 1]), _mm512_castps_pd(o[i + 3])));
+        }
+        __mmask16 mask = (__mmask16)(((1u << i1) - 1) & ~((1u << i0) - 1));
+        UNROLL
+        for (int e = 0; e < 4; e++) {
+                __m512 a = _mm512_shuffle_f32x4(p[e], p[4 + e], 0x88), b = _mm512_shuffle_f32x4(p[8 + e], p[12 + e], 0x88);
+                __m512 a2 = _mm512_shuffle_f32x4(p[e], p[4 + e], 0xdd), b2 = _mm512_shuffle_f32x4(p[8 + e], p[12 + e], 0xdd);
+                __m512 v[4] = {_mm512_shuffle_f32x4(a, b, 0x88), _mm512_shuffle_f32x4(a2, b2, 0x88),
+                               _mm512_shuffle_f32x4(a, b, 0xdd), _mm512_shuffle_f32x4(a2, b2, 0xdd)};
                 UNROLL
-                for (int i = 0; i < 16; i++)
-                        y[t * ldy + r + i] = first ? out[i][t] : y[t * ldy + r + i] + out[i][t];
+                for (int l = 0; l < 4; l++) { /* token 4l + e */
+                        int t = 4 * l + e;
+                        if (t >= T)
+                                continue;
+                        float *yt = y + t * ldy + r;
+                        _mm512_mask_storeu_ps(yt, mask, first ? v[l] : _mm512_add_ps(v[l], _mm512_maskz_loadu_ps(mask, yt)));
+                }
+        }
 }
 
+/* Q8 takes 16-row blocks from r0 and leaves the last (r1 - r0) % 16 rows to the VNNI
+ * kernel; Q4 takes every row block of the layout that [r0, r1) touches, whole, and stores
+ * the rows in range, so a row's sums do not depend on where the range starts. */
 static void matmul_xq_amx(const struct dse_qmat *w, const struct dse_xq *xq, float *y, int64_t ldy, int64_t r0,
                           int64_t r1) {
-        int64_t rows16 = r0 + (r1 - r0) / 16 * 16;
-        if (xq->n < (w->dtype == DSE_DTYPE_Q4 ? AMX_MIN_TOKENS_Q4 : AMX_MIN_TOKENS_Q8) || w->group_size % DSE_XQ_BLOCK || rows16 == r0) {
+        int q4 = w->dtype == DSE_DTYPE_Q4;
+        int64_t rb0 = q4 ? r0 / 16 * 16 : r0, rows16 = q4 ? (r1 + 15) / 16 * 16 : r0 + (r1 - r0) / 16 * 16;
+        if (xq->n < (q4 ? AMX_MIN_TOKENS_Q4 : AMX_MIN_TOKENS_Q8) || w->group_size % DSE_XQ_BLOCK || rows16 <= rb0) {
                 dse__kernels_avx512_matmul_xq(w, xq, y, ldy, r0, r1);
                 return;
         }
@@ -244,31 +315,34 @@ static void matmul_xq_amx(const struct dse_qmat *w, const struct dse_xq *xq, flo
         int32_t grp[AKB]; /* the weight group of each block of the chunk: the hot loops divide by nothing */
         int direct = w->dtype == DSE_DTYPE_Q8 && w->cols % 32 == 0;
         tiles_configure();
-        for (int64_t rs = r0; rs < rows16; rs += ARS) {
+        for (int64_t rs = rb0; rs < rows16; rs += ARS) {
                 int64_t re = rs + ARS < rows16 ? rs + ARS : rows16;
                 for (int64_t b0 = 0; b0 < xq->n_blocks; b0 += AKB) {
                         int64_t b1 = b0 + AKB < xq->n_blocks ? b0 + AKB : xq->n_blocks;
                         for (int64_t b = b0; b < b1; b++)
                                 grp[b - b0] = (int32_t)(b * 32 / w->group_size);
-                        if (!direct)
-                                for (int64_t r = rs; r < re; r += 16)
-                                        stage_rows(w, r, b0, b1, grp, a[(r - rs) / 16]);
+                        for (int64_t r = rs; r < re && !direct; r += 16)
+                                if (q4)
+                                        stage_q4(w, r / 16, b0, b1, grp, a[(r - rs) / 16]);
+                                else
+                                        stage_q8(w, r, b0, b1, a[(r - rs) / 16]);
                         for (int64_t t0 = 0; t0 < xq->n; t0 += 16) {
                                 int T = xq->n - t0 < 16 ? (int)(xq->n - t0) : 16;
-                                prep_tokens(xq, t0, T, b0, b1, w->dtype == DSE_DTYPE_Q4, bt, dv);
+                                prep_tokens(xq, t0, T, b0, b1, bt, dv);
                                 for (int64_t r = rs; r < re; r += 16) {
                                         struct amx_a A = {&a[(r - rs) / 16][0][0][0], 16 * 32, 32};
                                         if (direct)
                                                 A = (struct amx_a){(const int8_t *)w->data + r * w->cols + b0 * 32, 32,
                                                                    w->cols};
+                                        int i0 = r < r0 ? (int)(r0 - r) : 0, i1 = r1 - r < 16 ? (int)(r1 - r) : 16;
                                         tile_block(w, A, (const int32_t(*)[8][16])bt, (const float(*)[16])dv, grp,
-                                                   b1 - b0, r, T, y + t0 * ldy, ldy, b0 == 0);
+                                                   b1 - b0, r, T, y + t0 * ldy, ldy, b0 == 0, i0, i1);
                                 }
                         }
                 }
         }
         _tile_release();
-        if (rows16 < r1)
+        if (rows16 < r1) /* Q8 only */
                 dse__kernels_avx512_matmul_xq(w, xq, y, ldy, rows16, r1);
 }
 

@@ -30,18 +30,6 @@ static inline __m256 load_f8x8(const uint8_t *p, const float *lut) {
         return _mm256_i32gather_ps(lut, idx, 4);
 }
 
-/* Eight 4-bit values of columns c..c+7 (c even) from the four bytes at p, low nibble
- * first: duplicate each byte, widen, shift odd lanes by 4, mask. */
-static inline __m256 load_q4x8(const uint8_t *p) {
-        uint32_t v;
-        memcpy(&v, p, sizeof v);
-        __m128i b = _mm_cvtsi32_si128((int)v);
-        b = _mm_unpacklo_epi8(b, b);
-        __m256i w = _mm256_cvtepu8_epi32(b);
-        w = _mm256_srlv_epi32(w, _mm256_setr_epi32(0, 4, 0, 4, 0, 4, 0, 4));
-        return _mm256_cvtepi32_ps(_mm256_and_si256(w, _mm256_set1_epi32(0xf)));
-}
-
 static void matvec_f32_avx2(const struct dse_qmat *w, const float *x, float *y, int64_t r0, int64_t r1) {
         const float *W = w->data; /* (rows, cols) */
         int64_t n = w->cols;
@@ -174,37 +162,6 @@ static void matvec_q8_avx2(const struct dse_qmat *w, const float *x, float *y, i
         }
 }
 
-static void matvec_q4_rows_avx2(const struct dse_qmat *w, const float *x, float *y, int64_t r0, int64_t r1) {
-        const uint8_t *W = w->data; /* (rows, (cols+1)/2) */
-        int64_t n = w->cols, G = w->group_size, row_bytes = (n + 1) / 2;
-        for (int64_t r = r0; r < r1; r++) {
-                const uint8_t *row = W + r * row_bytes;
-                const float *srow = w->scale + r * w->n_groups;  /* (n_groups) */
-                const uint8_t *zrow = w->zero + r * w->n_groups; /* (n_groups) */
-                __m256 acc = _mm256_setzero_ps();
-                float tail = 0.0f;
-                for (int64_t g = 0; g < w->n_groups; g++) {
-                        int64_t c = g * G, c1 = c + G < n ? c + G : n;
-                        float z = (float)zrow[g], t = 0.0f;
-                        if (c & 1) { /* odd group size: align to a byte */
-                                t = ((float)(row[c / 2] >> 4) - z) * x[c];
-                                c++;
-                        }
-                        __m256 vz = _mm256_set1_ps(z), part = _mm256_setzero_ps();
-                        for (; c + 8 <= c1; c += 8)
-                                part = _mm256_fmadd_ps(_mm256_sub_ps(load_q4x8(row + c / 2), vz),
-                                                       _mm256_loadu_ps(x + c), part);
-                        for (; c < c1; c++) {
-                                uint8_t b = row[c / 2];
-                                t += ((float)((c & 1) ? b >> 4 : b & 0xf) - z) * x[c];
-                        }
-                        acc = _mm256_fmadd_ps(part, _mm256_set1_ps(srow[g]), acc);
-                        tail += t * srow[g];
-                }
-                y[r] = hsum8(acc) + tail;
-        }
-}
-
 /* ---- int8 activations -------------------------------------------------------------- */
 
 /* One 32-column block of activations: d and q exactly as quantize_xq_ref computes them
@@ -246,155 +203,158 @@ static void quantize_xq_avx2(const float *x, int64_t ldx, struct dse_xq *xq) {
         }
 }
 
-/* The even columns of a 32-column activation block in the low 16 bytes, the odd ones in
- * the high 16: the order Q4 nibbles unpack in (low nibble = even column). */
-static inline __m256i xq_evens_odds(const int8_t *q) {
-        const __m256i sh = _mm256_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15, 0, 2, 4, 6, 8, 10,
-                                            12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
-        __m256i x = _mm256_shuffle_epi8(_mm256_loadu_si256((const __m256i *)q), sh);
-        return _mm256_permute4x64_epi64(x, 0xd8); /* qwords 0 2 1 3 */
-}
-
-/* The 32 nibbles of one block (16 bytes at p): low nibbles (even columns) in the low
- * half, high nibbles (odd columns) in the high half. */
-static inline __m256i q4_evens_odds(const uint8_t *p) {
-        __m256i b = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)p));
-        b = _mm256_srlv_epi32(b, _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4));
-        return _mm256_and_si256(b, _mm256_set1_epi8(0x0f));
-}
-
-/* Eight int32 partial sums of (q4 - z) * x over one block: the zero point is taken off
- * in the 16-bit pair sums, so every partial stays an exact integer. */
-static inline __m256i q4_dot(__m256i wv, __m256i zv, __m256i xv) {
-        __m256i p = _mm256_sub_epi16(_mm256_maddubs_epi16(wv, xv), _mm256_maddubs_epi16(zv, xv));
-        return _mm256_madd_epi16(p, _mm256_set1_epi16(1));
-}
-
 /* Eight int32 partial sums of q8 * x over one block (|w| times x with w's sign). */
 static inline __m256i q8_dot(__m256i wv, __m256i xv) {
         __m256i p = _mm256_maddubs_epi16(_mm256_abs_epi8(wv), _mm256_sign_epi8(xv, wv));
         return _mm256_madd_epi16(p, _mm256_set1_epi16(1));
 }
 
-/* One token's activations for a pair of blocks (64 columns, blocks b and b+1), in the
- * order one 32-byte load of Q4 data unpacks in: the low nibbles are [b evens | b+1
- * evens], the high nibbles [b odds | b+1 odds]. */
-struct q4_xpair {
-        __m256i xe, xo;
-        __m256 dv;  /* [d_b x4 | d_b+1 x4]: the scale of each int32 lane */
-        __m256 xsf; /* the lanes' sums of x (as the dot products group them), as floats */
-};
+/* ---- Q4 weights (16 rows interleaved) times int8 activations ---------------------------
+ * Chunk k (64 bytes) of a tile holds 16 rows x 4 bytes, an int32 lane per row: the low
+ * nibbles are columns 8k..8k+3, the high ones 8k+4..8k+7; its 32-byte halves are rows 0-7
+ * and 8-15 of the row block. AVX2 has no vpdpbusd: vpmaddubsw multiplies the nibbles
+ * (unsigned) by the 4 broadcast activation bytes of their columns (signed) into int16
+ * pair sums, the 8 products of a 32-column block (4 chunks, low and high nibbles) add up
+ * in int16 (at most 16 * 15 * 127 = 30480 in magnitude, every partial sum too: no
+ * saturation), and one vpmaddwd by 1 makes each row lane's exact int32 sum S_b over the
+ * block. Per row and token:
+ *   F_g  = sum over the group's blocks of cvt(S_b) * d_b     (one FMA per block)
+ *   acc += (F_g - z_g * X_g) * s_g                            (once per group)
+ * with X_g = sum_b d_b * sum(q_b) of the token, so the zero point costs nothing per
+ * block. Each (row, token) lane sees this one sequence of operations whatever the number
+ * of tokens in the call and the row range, so its result depends on neither (the
+ * determinism test-engine-kv checks bitwise). */
 
-static inline struct q4_xpair q4_xpair_load(const int8_t *q, const float *d) {
-        const __m256i sh = _mm256_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15, 0, 2, 4, 6, 8, 10,
-                                            12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
-        __m256i a = _mm256_permute4x64_epi64(_mm256_shuffle_epi8(_mm256_loadu_si256((const __m256i *)q), sh), 0xd8);
-        __m256i b = _mm256_permute4x64_epi64(_mm256_shuffle_epi8(_mm256_loadu_si256((const __m256i *)(q + 32)), sh),
-                                             0xd8);
-        struct q4_xpair p;
-        p.xe = _mm256_permute2x128_si256(a, b, 0x20);
-        p.xo = _mm256_permute2x128_si256(a, b, 0x31);
-        p.dv = _mm256_set_m128(_mm_set1_ps(d[1]), _mm_set1_ps(d[0]));
-        const __m256i one8 = _mm256_set1_epi8(1);
-        __m256i xs = _mm256_add_epi16(_mm256_maddubs_epi16(one8, p.xe), _mm256_maddubs_epi16(one8, p.xo));
-        p.xsf = _mm256_cvtepi32_ps(_mm256_madd_epi16(xs, _mm256_set1_epi16(1)));
-        return p;
+#define Q4XQ_T   2    /* tokens per register block (x both halves: 4 sums, 4 F in registers) */
+#define Q4XQ_TB  64   /* tokens per super-block: their acc stay on the stack */
+#define Q4XQ_CAP 8192 /* floats of X on the stack (32 KiB) */
+
+/* The sum of the eight int32 lanes. */
+static inline int32_t hsum8_epi32(__m256i v) {
+        __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+        s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
+        return _mm_cvtsi128_si32(_mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1)));
 }
 
-/* Eight int32 lane sums of q4 * x over a block pair (32 bytes at p), zero point not
- * applied: lanes 0-3 belong to the first block, 4-7 to the second. */
-static inline __m256i q4_pair_dot(const uint8_t *p, const struct q4_xpair *x) {
-        const __m256i m = _mm256_set1_epi8(0x0f);
-        __m256i v = _mm256_loadu_si256((const __m256i *)p);
-        __m256i lo = _mm256_and_si256(v, m), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m);
-        __m256i s = _mm256_add_epi16(_mm256_maddubs_epi16(lo, x->xe), _mm256_maddubs_epi16(hi, x->xo));
-        return _mm256_madd_epi16(s, _mm256_set1_epi16(1));
+/* X[j * ng + g] = X_g of token t0 + j, j < T: each block's d times its sum of q. */
+static void q4_xq_xsums(const struct dse_qmat *w, const struct dse_xq *xq, int64_t t0, int64_t T, float *X) {
+        int64_t nb = xq->n_blocks, ng = w->n_groups, bpg = w->group_size / DSE_XQ_BLOCK;
+        const __m256i one8 = _mm256_set1_epi8(1), one16 = _mm256_set1_epi16(1);
+        for (int64_t j = 0; j < T; j++) {
+                const int8_t *q = xq->q + (t0 + j) * nb * DSE_XQ_BLOCK;
+                const float *d = xq->d + (t0 + j) * nb;
+                for (int64_t g = 0; g < ng; g++) {
+                        float x = 0.0f;
+                        for (int64_t b = g * bpg; b < (g + 1) * bpg && b < nb; b++) {
+                                __m256i v = _mm256_loadu_si256((const __m256i *)(q + b * DSE_XQ_BLOCK));
+                                x += d[b] * (float)hsum8_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(one8, v), one16));
+                        }
+                        X[j * ng + g] = x;
+                }
+        }
 }
 
-/* Rows r..r+R-1 (R <= 4) of a Q4 matrix (group a multiple of 32) against one token's
- * quantized activations q (n_blocks*32), d (n_blocks). Block pairs go through
- * q4_pair_dot; per row, sum_g s_g * (sum_b d_b * dot_b - z_g * sum_b d_b * xsum_b). With
- * groups of 64k columns a pair lies in one group, so the lanes gather d-scaled sums per
- * group and take the scale and zero point once per group; otherwise (g = 32, 96, ...)
- * each lane gets its own group's scale and zero. A last single or short block goes
- * through q4_dot. */
-static inline __attribute__((always_inline)) void q4_xq_rows(const struct dse_qmat *w, const int8_t *q,
-                                                             const float *d, float *y, int64_t r, const int R) {
-        int64_t G = w->group_size, rb = (w->cols + 1) / 2, pairs = w->cols / 64;
-        const uint8_t *row[4];
-        const float *sc[4];
-        const uint8_t *zr[4];
-        __m256 acc[4];
-        for (int i = 0; i < R; i++) {
-                row[i] = (const uint8_t *)w->data + (r + i) * rb;
-                sc[i] = w->scale + (r + i) * w->n_groups;
-                zr[i] = w->zero + (r + i) * w->n_groups;
-                acc[i] = _mm256_setzero_ps();
-        }
-        if (G % 64 == 0) {
-                int64_t ppg = G / 64; /* pairs per group */
-                for (int64_t g = 0, p = 0; p < pairs; g++) {
-                        __m256 accg[4], xg = _mm256_setzero_ps();
-                        for (int i = 0; i < R; i++)
-                                accg[i] = _mm256_setzero_ps();
-                        for (int64_t pe = p + ppg < pairs ? p + ppg : pairs; p < pe; p++) {
-                                struct q4_xpair x = q4_xpair_load(q + p * 64, d + 2 * p);
-                                xg = _mm256_fmadd_ps(x.xsf, x.dv, xg);
-                                for (int i = 0; i < R; i++) {
-                                        if (!(p & 1))
-                                                _mm_prefetch((const char *)(row[i] + p * 32 + DSE_PREFETCH_AHEAD), _MM_HINT_T1);
-                                        __m256 f = _mm256_cvtepi32_ps(q4_pair_dot(row[i] + p * 32, &x));
-                                        accg[i] = _mm256_fmadd_ps(f, x.dv, accg[i]);
-                                }
-                        }
-                        for (int i = 0; i < R; i++) {
-                                __m256 t = _mm256_fnmadd_ps(_mm256_set1_ps((float)zr[i][g]), xg, accg[i]);
-                                acc[i] = _mm256_fmadd_ps(t, _mm256_set1_ps(sc[i][g]), acc[i]);
-                        }
-                }
-        } else {
-                for (int64_t p = 0; p < pairs; p++) {
-                        struct q4_xpair x = q4_xpair_load(q + p * 64, d + 2 * p);
-                        int64_t g0 = 2 * p * DSE_XQ_BLOCK / G, g1 = (2 * p + 1) * DSE_XQ_BLOCK / G;
-                        for (int i = 0; i < R; i++) {
-                                if (!(p & 1))
-                                        _mm_prefetch((const char *)(row[i] + p * 32 + DSE_PREFETCH_AHEAD), _MM_HINT_T1);
-                                __m256 sd = _mm256_mul_ps(x.dv, _mm256_set_m128(_mm_set1_ps(sc[i][g1]),
-                                                                                _mm_set1_ps(sc[i][g0])));
-                                __m256 zf = _mm256_set_m128(_mm_set1_ps((float)zr[i][g1]), _mm_set1_ps((float)zr[i][g0]));
-                                __m256 f = _mm256_fnmadd_ps(zf, x.xsf, _mm256_cvtepi32_ps(q4_pair_dot(row[i] + p * 32, &x)));
-                                acc[i] = _mm256_fmadd_ps(f, sd, acc[i]);
-                        }
-                }
-        }
-        for (int64_t b = 2 * pairs; b * DSE_XQ_BLOCK < w->cols; b++) { /* the last block or two */
-                int64_t g = b * DSE_XQ_BLOCK / G, nbytes = rb - b * 16 < 16 ? rb - b * 16 : 16;
-                __m256i xv = xq_evens_odds(q + b * DSE_XQ_BLOCK);
-                for (int i = 0; i < R; i++) {
-                        uint8_t tail[16] = {0};
-                        memcpy(tail, row[i] + b * 16, (size_t)nbytes);
-                        __m256i s = q4_dot(q4_evens_odds(tail), _mm256_set1_epi8((char)zr[i][g]), xv);
-                        acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_set1_ps(sc[i][g] * d[b]), acc[i]);
-                }
-        }
-        for (int i = 0; i < R; i++)
-                y[r + i] = hsum8(acc[i]);
+static inline __m256i bcast32(const int8_t *p) {
+        int32_t v;
+        memcpy(&v, p, sizeof v);
+        return _mm256_set1_epi32(v);
 }
 
+/* Group g of row block R (tiles at p) for tokens t..t+T-1 (T <= Q4XQ_T): acc (lanes =
+ * the 16 rows, per token) += (F_g - z * X_g) * s, sv and zv the rows' s_g and z_g. */
+static inline __attribute__((always_inline)) void q4_xq_group(const uint8_t *p, const struct dse_xq *xq, int64_t t,
+                                                              int64_t b0, int64_t b1, const float *Xg, int64_t ng,
+                                                              const float *sv, const float *zv, float (*acc)[16],
+                                                              const int T) {
+        int64_t nb = xq->n_blocks;
+        const __m256i m = _mm256_set1_epi8(0x0f), one16 = _mm256_set1_epi16(1);
+        const int8_t *q[Q4XQ_T];
+        const float *d[Q4XQ_T];
+        __m256 F[Q4XQ_T][2];
+        for (int j = 0; j < T; j++) {
+                q[j] = xq->q + (t + j) * nb * DSE_XQ_BLOCK;
+                d[j] = xq->d + (t + j) * nb;
+                F[j][0] = F[j][1] = _mm256_setzero_ps();
+        }
+        for (int64_t b = b0; b < b1; b++) {
+                const uint8_t *tile = p + b * DSE_Q4_TILE;
+                __m256i S[Q4XQ_T][2];
+                for (int j = 0; j < T; j++)
+                        S[j][0] = S[j][1] = _mm256_setzero_si256();
+                UNROLL
+                for (int k = 0; k < 4; k++) {
+                        _mm_prefetch((const char *)(tile + 64 * k + DSE_PREFETCH_AHEAD), _MM_HINT_T1);
+                        __m256i xl[Q4XQ_T], xh[Q4XQ_T];
+                        for (int j = 0; j < T; j++) {
+                                xl[j] = bcast32(q[j] + b * DSE_XQ_BLOCK + 8 * k);
+                                xh[j] = bcast32(q[j] + b * DSE_XQ_BLOCK + 8 * k + 4);
+                        }
+                        for (int h = 0; h < 2; h++) {
+                                __m256i v = _mm256_loadu_si256((const __m256i *)(tile + 64 * k + 32 * h));
+                                __m256i lo = _mm256_and_si256(v, m), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m);
+                                for (int j = 0; j < T; j++)
+                                        S[j][h] = _mm256_add_epi16(S[j][h], _mm256_add_epi16(_mm256_maddubs_epi16(lo, xl[j]),
+                                                                                             _mm256_maddubs_epi16(hi, xh[j])));
+                        }
+                }
+                for (int j = 0; j < T; j++) {
+                        __m256 dv = _mm256_set1_ps(d[j][b]);
+                        for (int h = 0; h < 2; h++)
+                                F[j][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(S[j][h], one16)), dv, F[j][h]);
+                }
+        }
+        for (int j = 0; j < T; j++) {
+                __m256 xg = _mm256_set1_ps(Xg[j * ng]);
+                for (int h = 0; h < 2; h++) {
+                        __m256 f = _mm256_fnmadd_ps(_mm256_load_ps(zv + 8 * h), xg, F[j][h]);
+                        _mm256_store_ps(acc[j] + 8 * h,
+                                        _mm256_fmadd_ps(f, _mm256_load_ps(sv + 8 * h), _mm256_load_ps(acc[j] + 8 * h)));
+                }
+        }
+}
+
+/* Row block by row block: each group's 16 x G weights stay in L1 while every token of
+ * the super-block uses them. Rows of a partial block outside [r0, r1) (or past the
+ * matrix, whose padding may hold anything) are computed with s = z = 0 and not stored. */
 static void matmul_xq_q4_avx2(const struct dse_qmat *w, const struct dse_xq *xq, float *y, int64_t ldy, int64_t r0,
                               int64_t r1) {
-        if (w->group_size % DSE_XQ_BLOCK) {
+        int64_t ng = w->n_groups, nb = xq->n_blocks;
+        /* a 32-column block must lie in one group; past Q4XQ_CAP groups (more than 262144
+         * columns) X would not fit on the stack: the reference takes both */
+        if (w->group_size % DSE_XQ_BLOCK || ng > Q4XQ_CAP || r0 >= r1) {
                 dse__kernels_ref_matmul_xq(w, xq, y, ldy, r0, r1);
                 return;
         }
-        int64_t stride = xq->n_blocks * DSE_XQ_BLOCK, r = r0;
-        for (; r + 4 <= r1; r += 4)
-                for (int64_t t = 0; t < xq->n; t++)
-                        q4_xq_rows(w, xq->q + t * stride, xq->d + t * xq->n_blocks, y + t * ldy, r, 4);
-        for (; r < r1; r++)
-                for (int64_t t = 0; t < xq->n; t++)
-                        q4_xq_rows(w, xq->q + t * stride, xq->d + t * xq->n_blocks, y + t * ldy, r, 1);
+        int64_t bpg = w->group_size / DSE_XQ_BLOCK, tb = Q4XQ_CAP / ng < Q4XQ_TB ? Q4XQ_CAP / ng : Q4XQ_TB;
+        float X[Q4XQ_CAP];
+        _Alignas(32) float acc[Q4XQ_TB][16], sv[16], zv[16];
+        for (int64_t t0 = 0; t0 < xq->n; t0 += tb) {
+                int64_t T = xq->n - t0 < tb ? xq->n - t0 : tb;
+                q4_xq_xsums(w, xq, t0, T, X);
+                for (int64_t R = r0 / DSE_Q4_ROWS; R * DSE_Q4_ROWS < r1; R++) {
+                        const uint8_t *p = (const uint8_t *)w->data + R * nb * DSE_Q4_TILE;
+                        int64_t rb = R * DSE_Q4_ROWS;
+                        memset(acc, 0, (size_t)T * sizeof acc[0]);
+                        for (int64_t g = 0; g < ng; g++) {
+                                for (int i = 0; i < 16; i++) {
+                                        int in = rb + i >= r0 && rb + i < r1;
+                                        sv[i] = in ? w->scale[(rb + i) * ng + g] : 0.0f;
+                                        zv[i] = in ? (float)w->zero[(rb + i) * ng + g] : 0.0f;
+                                }
+                                int64_t b0 = g * bpg, b1 = b0 + bpg < nb ? b0 + bpg : nb, j = 0;
+                                for (; j + 2 <= T; j += 2)
+                                        q4_xq_group(p, xq, t0 + j, b0, b1, X + j * ng + g, ng, sv, zv, acc + j, 2);
+                                if (j < T)
+                                        q4_xq_group(p, xq, t0 + j, b0, b1, X + j * ng + g, ng, sv, zv, acc + j, 1);
+                        }
+                        for (int64_t j = 0; j < T; j++)
+                                for (int i = 0; i < 16; i++)
+                                        if (rb + i >= r0 && rb + i < r1)
+                                                y[(t0 + j) * ldy + rb + i] = acc[j][i];
+                }
+        }
 }
+
 
 /* Rows r..r+R-1 (R <= 4) of a Q8 matrix (group a multiple of 32) against one token. */
 static inline __attribute__((always_inline)) void q8_xq_rows(const struct dse_qmat *w, const int8_t *q,
@@ -450,22 +410,15 @@ static void matmul_xq_q8_avx2(const struct dse_qmat *w, const struct dse_xq *xq,
                         q8_xq_rows(w, xq->q + t * stride, xq->d + t * xq->n_blocks, y + t * ldy, r, 1);
 }
 
-/* Groups of 64k columns take q4_f32_rows in blocks of 4 rows; other groups the one-row
- * loop below. */
+/* Q4 times float activations: 16-row blocks of the interleaved layout, any group size
+ * (q4_f32_rows.h). */
 static void matvec_q4_avx2(const struct dse_qmat *w, const float *x, float *y, int64_t r0, int64_t r1) {
-        if (w->group_size % 64 == 0) {
-                int64_t r = r0;
-                for (; r + 4 <= r1; r += 4)
-                        q4_f32_rows(w, x, y, r, 4);
-                for (; r < r1; r++)
-                        q4_f32_rows(w, x, y, r, 1);
-                return;
-        }
-        matvec_q4_rows_avx2(w, x, y, r0, r1);
+        q4f_matvec(w, x, y, r0, r1);
 }
 
-void dse__kernels_avx2_matvec_q4(const struct dse_qmat *w, const float *x, float *y, int64_t r0, int64_t r1) {
-        matvec_q4_avx2(w, x, y, r0, r1);
+static void matmul_q4_avx2(const struct dse_qmat *w, const float *x, int64_t ldx, int64_t n, float *y, int64_t ldy,
+                           int64_t r0, int64_t r1) {
+        q4f_matmul(w, x, ldx, n, y, ldy, r0, r1);
 }
 
 /* ---- matmul over row blocks for the float-activation formats --------------------- */
@@ -485,7 +438,6 @@ MATMUL_BY_ROW_BLOCKS(matmul_f32_avx2, matvec_f32_avx2)
 MATMUL_BY_ROW_BLOCKS(matmul_f16_avx2, matvec_f16_avx2)
 MATMUL_BY_ROW_BLOCKS(matmul_f8_avx2, matvec_f8_avx2)
 MATMUL_BY_ROW_BLOCKS(matmul_q8_avx2, matvec_q8_avx2)
-MATMUL_BY_ROW_BLOCKS(matmul_q4_avx2, matvec_q4_avx2)
 
 /* out[c] = W[r, c]: 8 columns per step, the _ref twin's conversions for the tail (MLA
  * absorption decodes kv_b_proj rows with it every token, so Q8/Q4 matter too). */
@@ -532,23 +484,36 @@ static void dequant_row_avx2(const struct dse_qmat *w, int64_t r, float *out) {
                 }
                 return;
         }
-        case DSE_DTYPE_Q4: { /* per group, (q - z) * s as the _ref twin computes it */
-                const uint8_t *row = (const uint8_t *)w->data + r * ((n + 1) / 2);
+        case DSE_DTYPE_Q4: {
+                /* (q - z) * s as the _ref twin computes it. Row r's 4 bytes of chunk k of a tile
+                 * (64 bytes apart) duplicated into 8 lanes: the low nibbles are columns
+                 * 8k..8k+3, the high ones 8k+4..8k+7. A 32-column tile lies in one group when
+                 * the group is a multiple of 32; other groups take the _ref twin. */
+                int64_t G = w->group_size, nb = (n + DSE_Q4_COLS - 1) / DSE_Q4_COLS;
+                if (G % DSE_Q4_COLS) {
+                        dse__kernels_ref_dequant_row(w, r, out);
+                        return;
+                }
+                const uint8_t *p = (const uint8_t *)w->data + (r / DSE_Q4_ROWS) * nb * DSE_Q4_TILE + 4 * (r % DSE_Q4_ROWS);
                 const float *srow = w->scale + r * w->n_groups;
                 const uint8_t *zrow = w->zero + r * w->n_groups;
-                for (int64_t g = 0; g < w->n_groups; g++) {
-                        int64_t c1 = (g + 1) * w->group_size < n ? (g + 1) * w->group_size : n;
-                        float z = (float)zrow[g];
-                        __m256 s = _mm256_set1_ps(srow[g]), vz = _mm256_set1_ps(z);
-                        c = g * w->group_size;
-                        if (c & 1) { /* odd group size: align to a byte */
-                                out[c] = ((float)(row[c / 2] >> 4) - z) * srow[g];
-                                c++;
+                const __m256i sh = _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4), m = _mm256_set1_epi32(0xf);
+                for (int64_t b = 0; b < nb; b++) {
+                        int64_t g = b * DSE_Q4_COLS / G;
+                        __m256 s = _mm256_set1_ps(srow[g]), vz = _mm256_set1_ps((float)zrow[g]);
+                        for (int k = 0; k < 4 && (c = b * DSE_Q4_COLS + 8 * k) < n; k++) {
+                                int32_t d;
+                                memcpy(&d, p + b * DSE_Q4_TILE + 64 * k, sizeof d);
+                                __m256i v = _mm256_and_si256(_mm256_srlv_epi32(_mm256_cvtepu8_epi32(_mm_set1_epi32(d)), sh), m);
+                                __m256 o = _mm256_mul_ps(_mm256_sub_ps(_mm256_cvtepi32_ps(v), vz), s);
+                                if (c + 8 <= n) {
+                                        _mm256_storeu_ps(out + c, o);
+                                } else {
+                                        float t[8];
+                                        _mm256_storeu_ps(t, o);
+                                        memcpy(out + c, t, (size_t)(n - c) * sizeof(float));
+                                }
                         }
-                        for (; c + 8 <= c1; c += 8)
-                                _mm256_storeu_ps(out + c, _mm256_mul_ps(_mm256_sub_ps(load_q4x8(row + c / 2), vz), s));
-                        for (; c < c1; c++)
-                                out[c] = ((float)((c & 1) ? row[c / 2] >> 4 : row[c / 2] & 0xf) - z) * srow[g];
                 }
                 return;
         }

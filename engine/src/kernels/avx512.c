@@ -75,20 +75,18 @@ static void quantize_xq_avx512(const float *x, int64_t ldx, struct dse_xq *xq) {
 /* One token's activations over one 64-column step (blocks 2p and 2p+1), prepared once
  * per token block and column chunk and then shared by every row of a super-block. */
 struct xprep {
-        __m512i x;  /* Q8: q of 64 columns as stored; Q4: q of the even columns of 128 */
+        __m512i x;  /* q of 64 columns as stored */
         __m512 dv;  /* each int32 lane's block scale d */
-        __m512i nc; /* Q8: -128 * (sum of the lane's four q); Q4: q of the odd columns */
+        __m512i nc; /* -128 * (sum of the lane's four q) */
 };
 
-/* A token block's prepared activations over one column chunk: token t's steps from
- * v[t * ts], its Q4 group sums from X[t * xs]. A block of TB tokens over KC columns has
- * ts = PC and xs = KC / 64 + 16 (at most KC / 64 + 1 groups, padded to 16s); n < TB tokens
- * over whole rows (decode) share the same room, TB / n times as much each, so a lone token
- * takes rows of up to 4 * KC columns in one piece. */
+/* A token block's prepared activations over one column chunk (Q8): token t's steps from
+ * v[t * ts]. A block of TB tokens over KC columns has ts = PC; n < TB tokens over whole
+ * rows (decode) share the same room, TB / n times as much each, so a lone token takes
+ * rows of up to 4 * KC columns in one piece. */
 struct xchunk {
         struct xprep v[TB * PC];
-        float X[TB * (KC / 64 + 16)];
-        int64_t ts, xs;
+        int64_t ts;
 };
 
 /* The 64 bytes of q from column 64p, zero past the token's padded row (an odd n_blocks
@@ -121,44 +119,6 @@ static void prep_q8(const struct dse_xq *xq, int64_t G, int64_t t0, int T, int64
                         o->nc = _mm512_sub_epi32(_mm512_setzero_si512(),
                                                  _mm512_dpbusd_epi32(_mm512_setzero_si512(), u128, o->x));
                 }
-}
-
-/* Q4 steps are 128 columns, 64 bytes of nibbles per row: masked, the low nibbles are the
- * even columns in order, the high ones the odd columns. q is split the same way (a byte
- * shuffle to evens and odds within each 16 columns, then the 64-bit halves gathered), so
- * the weights need no shuffle at all, and int32 lane L of both halves covers columns
- * 8L..8L+7: one block (L/4), so evens and odds share one integer accumulator. The zero
- * point is left to the end: X[t][g] = sum over the group's columns in the chunk of d * q
- * (g counted from the chunk's first group), and each row subtracts sum_g s_g z_g X[t][g]. */
-static void prep_q4(const struct dse_xq *xq, int64_t G, int64_t t0, int T, int64_t sc0, int64_t se,
-                    struct xchunk *xc) {
-        const __m512i lane = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
-        const __m512i sh = _mm512_broadcast_i32x4(_mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15));
-        const __m512i ev = _mm512_setr_epi64(0, 2, 4, 6, 8, 10, 12, 14), od = _mm512_setr_epi64(1, 3, 5, 7, 9, 11, 13, 15);
-        const __m512i one = _mm512_set1_epi8(1);
-        int64_t gf = sc0 * 128 / G, gl = ((se * 128 < xq->cols ? se * 128 : xq->cols) - 1) / G;
-        /* q4_block reads the groups 16 at a time: zero up to the next multiple of 16, not
-         * the whole room (four times the chunk's for a lone token) */
-        size_t n_zero = (size_t)((gl - gf + 16) / 16 * 16);
-        for (int t = 0; t < T; t++) {
-                float *X = xc->X + t * xc->xs;
-                memset(X, 0, n_zero * sizeof *X);
-                const float *d = xq->d + (t0 + t) * xq->n_blocks;
-                for (int64_t st = sc0; st < se; st++) {
-                        struct xprep *o = xc->v + t * xc->ts + (st - sc0);
-                        __m512i lo = _mm512_shuffle_epi8(xq_load64(xq, t0 + t, 2 * st), sh);
-                        __m512i hi = _mm512_shuffle_epi8(xq_load64(xq, t0 + t, 2 * st + 1), sh);
-                        o->x = _mm512_permutex2var_epi64(lo, ev, hi);
-                        o->nc = _mm512_permutex2var_epi64(lo, od, hi);
-                        o->dv = _mm512_permutexvar_ps(lane, _mm512_maskz_loadu_ps(mask16(xq->n_blocks - 4 * st), d + 4 * st));
-                        __m512i xs = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), one, o->x), one, o->nc);
-                        __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(xs), o->dv);
-                        int64_t c = st * 128;
-                        X[c / G - gf] += _mm512_mask_reduce_add_ps(0x00ff, f);
-                        if (c + 64 < xq->cols)
-                                X[(c + 64) / G - gf] += _mm512_mask_reduce_add_ps(0xff00, f);
-                }
-        }
 }
 
 /* Rows r..r+R-1 of a Q8 matrix (group a multiple of 32) times T prepared tokens over the
@@ -216,80 +176,6 @@ static inline __attribute__((always_inline)) void q8_block(const struct dse_qmat
                 }
 }
 
-/* Rows r..r+R-1 of a Q4 matrix (group a multiple of 64, so each half of a step lies in
- * one group) times T prepared tokens. Per row and step the 64 bytes are loaded once and
- * split into low and high nibbles (the decode the T tokens share); the nibbles are
- * vpdpbusd's unsigned operand as they are, q its signed one. Per row, token and 128
- * columns: two vpdpbusd, a convert, s * d and an FMA. The zero points come off once per
- * chunk, as a vector of groups. */
-static inline __attribute__((always_inline)) void q4_block(const struct dse_qmat *w, const struct xchunk *xc,
-                                                           int64_t sc0, int64_t se, float *y, int64_t ldy, int64_t r,
-                                                           int64_t rstep, const int R, const int T, int first) {
-        int64_t G = w->group_size, rb = (w->cols + 1) / 2;
-        const uint8_t *row[RB];
-        const float *sc[RB];
-        __m512 acc[RB][TB];
-        UNROLL
-        for (int i = 0; i < R; i++) {
-                row[i] = (const uint8_t *)w->data + (r + i * rstep) * rb;
-                sc[i] = w->scale + (r + i * rstep) * w->n_groups;
-                UNROLL
-                for (int t = 0; t < T; t++)
-                        acc[i][t] = _mm512_setzero_ps();
-        }
-        const __m512i lo4 = _mm512_set1_epi8(0x0f);
-        for (int64_t st = sc0; st < se; st++) {
-                int64_t c = st * 128, g0 = c / G, g1 = (c + 64) / G;
-                __mmask64 m = mask64(rb - st * 64);
-                __m512i we[RB], wo[RB];
-                __m512 sv[RB];
-                UNROLL
-                for (int i = 0; i < R; i++) {
-                        _mm_prefetch((const char *)(row[i] + st * 64 + DSE_PREFETCH_AHEAD), _MM_HINT_T1);
-                        __m512i v = _mm512_maskz_loadu_epi8(m, row[i] + st * 64);
-                        we[i] = _mm512_and_si512(v, lo4);
-                        wo[i] = _mm512_and_si512(_mm512_srli_epi16(v, 4), lo4);
-                        if (g0 == g1 || c + 64 >= w->cols)
-                                sv[i] = _mm512_set1_ps(sc[i][g0]);
-                        else
-                                sv[i] = _mm512_castpd_ps(_mm512_insertf64x4(
-                                        _mm512_castps_pd(_mm512_set1_ps(sc[i][g0])), _mm256_castps_pd(_mm256_set1_ps(sc[i][g1])), 1));
-                }
-                UNROLL
-                for (int t = 0; t < T; t++) {
-                        const struct xprep *o = xc->v + t * xc->ts + (st - sc0);
-                        UNROLL
-                        for (int i = 0; i < R; i++) {
-                                __m512i s = _mm512_dpbusd_epi32(_mm512_setzero_si512(), we[i], o->x);
-                                s = _mm512_dpbusd_epi32(s, wo[i], o->nc);
-                                acc[i][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(sv[i], o->dv),
-                                                            acc[i][t]);
-                        }
-                }
-        }
-        /* acc -= s_g z_g X[t][g] over the chunk's groups, 16 at a time */
-        int64_t gf = sc0 * 128 / G, gl = ((se * 128 < w->cols ? se * 128 : w->cols) - 1) / G, ng = gl - gf + 1;
-        for (int64_t g0 = 0; g0 < ng; g0 += 16) {
-                __mmask16 m = mask16(ng - g0);
-                UNROLL
-                for (int i = 0; i < R; i++) {
-                        const uint8_t *z = w->zero + (r + i * rstep) * w->n_groups + gf + g0;
-                        __m512 sz = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, sc[i] + gf + g0),
-                                                  _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(m, z))));
-                        UNROLL
-                        for (int t = 0; t < T; t++)
-                                acc[i][t] = _mm512_fnmadd_ps(sz, _mm512_loadu_ps(xc->X + t * xc->xs + g0), acc[i][t]);
-                }
-        }
-        UNROLL
-        for (int t = 0; t < T; t++)
-                UNROLL
-                for (int i = 0; i < R; i++) {
-                        float v = _mm512_reduce_add_ps(acc[i][t]);
-                        y[t * ldy + r + i * rstep] = first ? v : y[t * ldy + r + i * rstep] + v;
-                }
-}
-
 /* The register blocks specialised by token count, so a lone decode token carries no
  * dead accumulators. Rows [r, re): contiguous blocks of RB rows, or with spread the
  * range cut into RB equal parts read side by side — block k takes row k of each part —
@@ -320,36 +206,33 @@ static inline __attribute__((always_inline)) void q4_block(const struct dse_qmat
                         XQ_T(block, r, 1, 1)                                                                   \
         }
 XQ_DISPATCH(q8_block)
-XQ_DISPATCH(q4_block)
 
 typedef void (*prep_fn)(const struct dse_xq *, int64_t, int64_t, int, int64_t, int64_t, struct xchunk *);
 typedef void (*rows_fn)(const struct dse_qmat *, const struct xchunk *, int64_t, int64_t, float *, int64_t, int64_t,
                         int64_t, int, int, int);
 
 /* Super-blocks of RS rows; within one, token blocks of TB; within those, chunks of KC
- * columns (steps of 64 columns for Q8, 128 for Q4) whose activations are prepared once
- * for all the super-block's rows. */
+ * columns (steps of 64 columns) whose activations are prepared once for all the
+ * super-block's rows. Q8 only: Q4's interleaved rows have their own driver below. */
 static void matmul_xq_blocked(const struct dse_qmat *w, const struct dse_xq *xq, float *y, int64_t ldy, int64_t r0,
                               int64_t r1, int64_t step, prep_fn prep, rows_fn rows) {
         _Alignas(64) struct xchunk xc;
         int64_t np = (w->cols + step - 1) / step, pcs = KC / step; /* steps, steps per chunk */
         /* Decode (n <= TB, whole rows in the room n tokens have) is prepared once for all
-         * rows (prep_q4 was 2.4% of Qwen int4 batch-1 samples, against 41% in
-         * q4_block_rows), and each weight row is then read once for every token: the rows
+         * rows (for the former row-major Q4 kernel the preparation was 2.4% of Qwen int4
+         * batch-1 samples, against 41% in its row blocks), and each weight row is then read once for every token: the rows
          * need no super-blocks, and are read as RB streams spread over the range. Wider
          * rows fall to the chunked path below, which reads each row in pieces and 64 rows
          * at a time: Qwen 1.5B's int8 down projection (8960 columns, just past KC) streamed
          * 0.59-0.72 of the read probe there, against 0.91-1.04 for 1536 columns. */
-        int64_t share = xq->n <= TB ? TB / xq->n : 0, groups = (w->cols + w->group_size - 1) / w->group_size;
-        if (share && np <= share * PC && (w->dtype != DSE_DTYPE_Q4 || groups + 16 <= share * (KC / 64 + 16))) {
+        int64_t share = xq->n <= TB ? TB / xq->n : 0;
+        if (share && np <= share * PC) {
                 xc.ts = share * PC;
-                xc.xs = share * (KC / 64 + 16);
                 prep(xq, w->group_size, 0, (int)xq->n, 0, np, &xc);
                 rows(w, &xc, 0, np, y, ldy, r0, r1, 1, (int)xq->n, 1);
                 return;
         }
         xc.ts = PC;
-        xc.xs = KC / 64 + 16;
         for (int64_t rs = r0; rs < r1; rs += RS) {
                 int64_t re = rs + RS < r1 ? rs + RS : r1;
                 for (int64_t t0 = 0; t0 < xq->n; t0 += TB) {
@@ -363,20 +246,20 @@ static void matmul_xq_blocked(const struct dse_qmat *w, const struct dse_xq *xq,
         }
 }
 
-/* ---- Q4 and Q8 times 8 tokens at once: one int32 lane per token and column half ---------
+/* ---- Q8 times 8 tokens at once: one int32 lane per token and column half ---------------
  *
- * The 4-token blocks above give each 32-column activation block four int32 lanes (Q4;
- * eight for Q8), so every row, token and 128 columns (64) pays a convert, a multiply and
- * an FMA besides its two vpdpbusd (one): as much float work as integer work. Here a
- * vector holds 8 tokens x 2 column halves instead: lane 2t+h sums, over the whole 32-column block, the products of token t
+ * The 4-token blocks above give each 32-column activation block eight int32 lanes, so
+ * every row, token and 64 columns pays a convert, a multiply and an FMA besides its
+ * vpdpbusd: as much float work as integer work. Here a vector holds 8 tokens x 2 column
+ * halves instead: lane 2t+h sums, over the whole 32-column block, the products of token t
  * with the columns of half h, so the block's scaling is one convert and one FMA per row for
  * all 8 tokens, and the integer work (four vpdpbusd per row and block) dominates. The
- * weights enter as a broadcast 8-byte piece (vpbroadcastq, a load), decoded into low and
- * high nibbles (Q4) or made unsigned as w + 128 (Q8) once per row and 64 bytes; the activations are rearranged to match once per
- * token block and column chunk, for all rows. Per row and group: s * F, and for Q4 the zero
- * point's s * z * sum(d q) (two FMAs); Q8's w + 128 starts each block's sums from
- * -128 * sum(q). Used from T8_MIN tokens: below that the padding
- * lanes cost more than the 4-lane layout wastes. */
+ * weights enter as a broadcast 8-byte piece (vpbroadcastq, a load), made unsigned as
+ * w + 128 once per row and 64 bytes; the activations are rearranged to match once per
+ * token block and column chunk, for all rows. Per row and group: s * F; w + 128 starts
+ * each block's sums from -128 * sum(q). Used from T8_MIN tokens: below that the padding
+ * lanes cost more than the 4-lane layout wastes. (Q4's interleaved kernel below has no
+ * such float work to save: it takes 8 tokens in its own register blocks.) */
 
 #define T8_MIN 5
 #define T8C 4096              /* columns per chunk: its prepared activations (56 KiB) stay in L2 */
@@ -384,25 +267,18 @@ static void matmul_xq_blocked(const struct dse_qmat *w, const struct dse_xq *xq,
 #define T8R 8                 /* rows per register block */
 
 /* 8 tokens' activations over one chunk's blocks. xv[j][k] lane 2t+h: the 4 q of token t
- * that meet weight piece k (Q4: 0, 1: low nibbles of the block's bytes 0-7, 8-15; 2, 3:
- * high nibbles; Q8: bytes 8k..8k+7) in half h; nq[j] lane 2t+h: -128 * the sum of those
- * q; dv[j] lane 2t+h: token t's d; xz[g] lane 2t+h: the chunk's part of group g of
- * sum(d q) over the lane's columns (Q4's zero point term). Absent tokens are 0. */
+ * that meet weight piece k (bytes 8k..8k+7 of the block) in half h; nq[j] lane 2t+h:
+ * -128 * the sum of those q; dv[j] lane 2t+h: token t's d. Absent tokens are 0. */
 struct t8chunk {
         __m512i xv[T8B][4];
         __m512i nq[T8B];
         __m512 dv[T8B];
-        __m512 xz[T8B + 1];
         int32_t grp[T8B]; /* group of block j, counted from the chunk's first group */
 };
 
-/* Q4: token t's q of block b reordered so that qword k is what weight piece k meets: per
- * 16-column half of the block, its even columns then its odd ones (in-lane shuffle), then
- * the qwords as [lo evens, hi evens, lo odds, hi odds]. Q8: as stored. */
-static void prep_t8(const struct dse_xq *xq, int q4, int64_t t0, int T, int64_t b0, int64_t b1, int64_t G,
+/* Token t's q of block b as stored: qword k is what weight piece k meets. */
+static void prep_t8(const struct dse_xq *xq, int64_t t0, int T, int64_t b0, int64_t b1, int64_t G,
                     struct t8chunk *tc) {
-        const __m256i sh = _mm256_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15, 0, 2, 4, 6, 8, 10,
-                                            12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
         const __m512i one = _mm512_set1_epi8(1);
         int64_t stride = xq->n_blocks * DSE_XQ_BLOCK, gf = b0 * 32 / G;
         _Alignas(64) uint64_t piece[4][8];
@@ -414,8 +290,6 @@ static void prep_t8(const struct dse_xq *xq, int q4, int64_t t0, int T, int64_t 
                 for (int t = 0; t < T; t++) {
                         __m256i v = _mm256_loadu_si256((const __m256i *)(xq->q + (t0 + t) * stride + b * 32));
                         _Alignas(32) uint64_t o[4];
-                        if (q4)
-                                v = _mm256_permute4x64_epi64(_mm256_shuffle_epi8(v, sh), 0xd8);
                         _mm256_store_si256((__m256i *)o, v);
                         for (int k = 0; k < 4; k++)
                                 piece[k][t] = o[k];
@@ -429,13 +303,7 @@ static void prep_t8(const struct dse_xq *xq, int q4, int64_t t0, int T, int64_t 
                 tc->dv[j] = _mm512_load_ps(d);
                 int32_t g = (int32_t)(b * 32 / G - gf);
                 tc->grp[j] = g;
-                if (!q4) {
-                        tc->nq[j] = _mm512_mullo_epi32(qs, _mm512_set1_epi32(-128));
-                        continue;
-                }
-                if (j == 0 || g != tc->grp[j - 1])
-                        tc->xz[g] = _mm512_setzero_ps();
-                tc->xz[g] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(qs), tc->dv[j], tc->xz[g]);
+                tc->nq[j] = _mm512_mullo_epi32(qs, _mm512_set1_epi32(-128));
         }
 }
 
@@ -452,71 +320,8 @@ static inline __attribute__((always_inline)) void t8_store_rows(const __m512 *ac
         }
 }
 
-/* Rows r..r+R-1 over the chunk's blocks [b0, b1) (b0 a multiple of 4): the chunk's sums of
- * the 8 tokens are added to y (written when first). */
-static inline __attribute__((always_inline)) void q4_t8_block(const struct dse_qmat *w, const struct t8chunk *tc,
-                                                              int64_t b0, int64_t b1, float *y, int64_t ldy,
-                                                              int64_t r, const int R, int T, int first) {
-        int64_t rb = (w->cols + 1) / 2, gf = b0 * 32 / w->group_size;
-        const uint8_t *row[T8R];
-        const float *sc[T8R];
-        _Alignas(64) float sz[T8R][T8B + 1]; /* s * z per group of the chunk */
-        _Alignas(64) uint8_t nib[T8R][2][64]; /* a row's 64 bytes as low and high nibbles */
-        __m512 acc[T8R], F[T8R];
-        int64_t ng = tc->grp[b1 - b0 - 1] + 1;
-        UNROLL
-        for (int i = 0; i < R; i++) {
-                row[i] = (const uint8_t *)w->data + (r + i) * rb;
-                sc[i] = w->scale + (r + i) * w->n_groups + gf;
-                const uint8_t *z = w->zero + (r + i) * w->n_groups + gf;
-                for (int64_t g = 0; g < ng; g += 16) {
-                        __mmask16 m = mask16(ng - g);
-                        _mm512_storeu_ps(sz[i] + g, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, sc[i] + g),
-                                                                  _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(
-                                                                          _mm_maskz_loadu_epi8(m, z + g)))));
-                }
-                acc[i] = _mm512_setzero_ps();
-                F[i] = _mm512_setzero_ps();
-        }
-        const __m512i lo4 = _mm512_set1_epi8(0x0f);
-        for (int64_t b = b0; b < b1; b++) {
-                int64_t j = b - b0, u = j & 3;
-                if (u == 0)
-                        UNROLL
-                        for (int i = 0; i < R; i++) {
-                                const uint8_t *p = row[i] + b * 16;
-                                _mm_prefetch((const char *)(p + 2 * T8R * rb), _MM_HINT_T1);
-                                __m512i v = _mm512_maskz_loadu_epi8(mask64(rb - b * 16), p);
-                                _mm512_store_si512(nib[i][0], _mm512_and_si512(v, lo4));
-                                _mm512_store_si512(nib[i][1], _mm512_and_si512(_mm512_srli_epi16(v, 4), lo4));
-                        }
-                __m512i S[T8R];
-                UNROLL
-                for (int i = 0; i < R; i++)
-                        S[i] = _mm512_setzero_si512();
-                UNROLL
-                for (int k = 0; k < 4; k++)
-                        UNROLL
-                        for (int i = 0; i < R; i++) {
-                                const uint8_t *p = nib[i][k >> 1] + 16 * u + 8 * (k & 1);
-                                S[i] = _mm512_dpbusd_epi32(S[i], _mm512_set1_epi64(*(const int64_t *)p), tc->xv[j][k]);
-                        }
-                int32_t g = tc->grp[j];
-                int last = b + 1 == b1 || tc->grp[j + 1] != g;
-                UNROLL
-                for (int i = 0; i < R; i++) {
-                        F[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(S[i]), tc->dv[j], F[i]);
-                        if (last) {
-                                acc[i] = _mm512_fmadd_ps(F[i], _mm512_set1_ps(sc[i][g]), acc[i]);
-                                acc[i] = _mm512_fnmadd_ps(_mm512_set1_ps(sz[i][g]), tc->xz[g], acc[i]);
-                                F[i] = _mm512_setzero_ps();
-                        }
-                }
-        }
-        t8_store_rows(acc, y, ldy, r, R, T, first);
-}
-
-/* Q8 rows r..r+R-1 over the chunk's blocks [b0, b1) (b0 even), as q4_t8_block. */
+/* Q8 rows r..r+R-1 over the chunk's blocks [b0, b1) (b0 even): the chunk's sums of the
+ * 8 tokens are added to y (written when first). */
 static inline __attribute__((always_inline)) void q8_t8_block(const struct dse_qmat *w, const struct t8chunk *tc,
                                                               int64_t b0, int64_t b1, float *y, int64_t ldy,
                                                               int64_t r, const int R, int T, int first) {
@@ -571,26 +376,18 @@ static inline __attribute__((always_inline)) void q8_t8_block(const struct dse_q
  * once for all rows of the range. */
 static void matmul_xq_t8(const struct dse_qmat *w, const struct dse_xq *xq, int64_t n, float *y, int64_t ldy,
                          int64_t r0, int64_t r1) {
-        int q4 = w->dtype == DSE_DTYPE_Q4;
         _Alignas(64) struct t8chunk tc;
         for (int64_t t0 = 0; t0 < n; t0 += 8) {
                 int T = n - t0 < 8 ? (int)(n - t0) : 8;
                 for (int64_t b0 = 0; b0 < xq->n_blocks; b0 += T8B) {
                         int64_t b1 = b0 + T8B < xq->n_blocks ? b0 + T8B : xq->n_blocks;
-                        prep_t8(xq, q4, t0, T, b0, b1, w->group_size, &tc);
+                        prep_t8(xq, t0, T, b0, b1, w->group_size, &tc);
                         int64_t r = r0;
                         float *yt = y + t0 * ldy;
-                        if (q4) {
-                                for (; r + T8R <= r1; r += T8R)
-                                        q4_t8_block(w, &tc, b0, b1, yt, ldy, r, T8R, T, b0 == 0);
-                                for (; r < r1; r++)
-                                        q4_t8_block(w, &tc, b0, b1, yt, ldy, r, 1, T, b0 == 0);
-                        } else {
-                                for (; r + T8R <= r1; r += T8R)
-                                        q8_t8_block(w, &tc, b0, b1, yt, ldy, r, T8R, T, b0 == 0);
-                                for (; r < r1; r++)
-                                        q8_t8_block(w, &tc, b0, b1, yt, ldy, r, 1, T, b0 == 0);
-                        }
+                        for (; r + T8R <= r1; r += T8R)
+                                q8_t8_block(w, &tc, b0, b1, yt, ldy, r, T8R, T, b0 == 0);
+                        for (; r < r1; r++)
+                                q8_t8_block(w, &tc, b0, b1, yt, ldy, r, 1, T, b0 == 0);
                 }
         }
 }
@@ -629,23 +426,324 @@ static void matmul_xq_q8_t8_avx512(const struct dse_qmat *w, const struct dse_xq
         matmul_xq_split(w, xq, y, ldy, r0, r1, 64, prep_q8, q8_block_rows);
 }
 
-/* Groups of 32 or 96 columns split a 64-column step; those take the AVX2 kernel. */
-static void matmul_xq_q4_avx512(const struct dse_qmat *w, const struct dse_xq *xq, float *y, int64_t ldy, int64_t r0,
-                                int64_t r1) {
-        if (w->group_size % 64) {
-                dse__kernels_avx2_matmul_xq(w, xq, y, ldy, r0, r1);
+/* ---- Q4 times int8 activations: 16 rows interleaved ---------------------------------------
+ *
+ * Chunk k (64 bytes) of tile (R, b) holds an int32 lane per row L of row block R: its low
+ * nibbles are columns 32b+8k..32b+8k+3, its high ones 32b+8k+4..32b+8k+7 (model.h).
+ * vpdpbusd of the low nibbles with the broadcast int32 of a token's q[32b+8k..+3] (and of
+ * the high nibbles with q[32b+8k+4..+7]) adds each row's products into that row's lane, so
+ * a block's 4 chunks sum into one register per token and row block: exact integers, then
+ * one convert and one FMA per 16 rows, token and 32 columns, where the row-major kernel
+ * paid them per row and 8 columns. The weights need no shuffle; the activations none
+ * either (a broadcast load); the high nibbles are masked in place (v & 0xf0, 16 times
+ * their value, so that sum is 16 times exact and an arithmetic shift undoes it): one AND
+ * per nibble and 64 bytes, shared by the block's tokens.
+ *
+ * Per row and token the float order is fixed: per block F = fma(cvt(sum), d_b, F); per
+ * group acc = fma(F, s, acc), then acc = fnma(s z, X[g], acc), X[g] being the sum over the
+ * group's blocks of d_b * sum(q) (the zero point: sum (w - z) q = sum w q - z sum q).
+ * Nothing in it depends on the tokens per call, on the row blocks a register block holds,
+ * on r0/r1 or on where the columns are cut into chunks (chunks end on group boundaries and
+ * the next one goes on from the rows' stored sums, which a float store keeps exactly):
+ * the 8-token blocks (DSE_KFEAT_T8) give the same bits as the 4-token ones. Groups that
+ * are not a multiple of 32 columns share a block between groups; they take the reference.
+ *
+ * Scales and zero points are per row, not interleaved: 16 rows x 16 groups of them are
+ * loaded and transposed in registers into one vector of the 16 rows per group. */
+
+#define Q4_TMAX 8     /* tokens per register block with DSE_KFEAT_T8 (TB without) */
+#define Q4_NR1 4      /* row blocks side by side for a lone token (spread over the range) */
+#define Q4_NRMAX 8
+#define Q4_SPLIT 4    /* register blocks of up to this many (row block, token) pairs keep the
+                       * nibbles' sums apart (v & 0xf0); larger ones lack the registers and
+                       * shift the high nibbles down into one sum */
+#define Q4_SB 4       /* row blocks per super-block in the chunked path (64 rows: their chunk of
+                       * weights stays in L2 while every token block reads it) */
+#define Q4_KC 8192    /* columns per chunk in the chunked path */
+#define Q4_XN 8192    /* group sums (tokens x groups) prepared at once: 32 KiB of stack */
+
+/* The 32 q of a block summed exactly (made unsigned, then sums of absolute differences). */
+static inline int32_t q_sum32(const int8_t *q) {
+        __m256i v = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)q), _mm256_set1_epi8((char)0x80));
+        __m256i s = _mm256_sad_epu8(v, _mm256_setzero_si256());
+        __m128i h = _mm_add_epi64(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+        return (int32_t)(_mm_cvtsi128_si64(h) + _mm_extract_epi64(h, 1)) - 32 * 128;
+}
+
+/* X[t * xs + g - g0] = the sum over group g's blocks b, in order, of d_b * sum(q_b) for
+ * token t0 + t, for the groups [g0, g1). */
+static void q4_prep_x(const struct dse_xq *xq, int64_t G, int64_t t0, int64_t T, int64_t g0, int64_t g1, float *X,
+                      int64_t xs) {
+        int64_t nb = xq->n_blocks, bpg = G / DSE_XQ_BLOCK;
+        for (int64_t t = 0; t < T; t++) {
+                const int8_t *q = xq->q + (t0 + t) * nb * DSE_XQ_BLOCK;
+                const float *d = xq->d + (t0 + t) * nb;
+                for (int64_t g = g0; g < g1; g++) {
+                        int64_t be = (g + 1) * bpg < nb ? (g + 1) * bpg : nb;
+                        float a = 0.0f;
+                        for (int64_t b = g * bpg; b < be; b++)
+                                a = fmaf(d[b], (float)q_sum32(q + b * DSE_XQ_BLOCK), a);
+                        X[t * xs + g - g0] = a;
+                }
+        }
+}
+
+/* r[i] lane j -> r[j] lane i. */
+static inline void transpose16(__m512 r[16]) {
+        __m512 t[16];
+        for (int i = 0; i < 16; i += 2) {
+                t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+                t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+        }
+        /* r[i + c], 128-bit lane l: rows i..i+3 of column 4l + c */
+        for (int i = 0; i < 16; i += 4)
+                for (int h = 0; h < 2; h++) {
+                        __m512d a = _mm512_castps_pd(t[i + h]), b = _mm512_castps_pd(t[i + h + 2]);
+                        r[i + 2 * h] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, b));
+                        r[i + 2 * h + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, b));
+                }
+        /* column 4l + c gathers 128-bit lane l of r[c], r[4 + c], r[8 + c], r[12 + c] */
+        for (int c = 0; c < 4; c++) {
+                __m512 x0 = _mm512_shuffle_f32x4(r[c], r[4 + c], 0x44), x1 = _mm512_shuffle_f32x4(r[c], r[4 + c], 0xee);
+                __m512 y0 = _mm512_shuffle_f32x4(r[8 + c], r[12 + c], 0x44),
+                       y1 = _mm512_shuffle_f32x4(r[8 + c], r[12 + c], 0xee);
+                t[c] = _mm512_shuffle_f32x4(x0, y0, 0x88);
+                t[4 + c] = _mm512_shuffle_f32x4(x0, y0, 0xdd);
+                t[8 + c] = _mm512_shuffle_f32x4(x1, y1, 0x88);
+                t[12 + c] = _mm512_shuffle_f32x4(x1, y1, 0xdd);
+        }
+        for (int i = 0; i < 16; i++)
+                r[i] = t[i];
+}
+
+/* Row block R's s and s * z for the groups g0..g0+n-1 (n <= 16), one vector of the 16 rows
+ * per group: s[16 j + L] for row 16R + L and group g0 + j. Rows past the matrix read 0. */
+static inline void q4_scales16(const struct dse_qmat *w, int64_t R, int64_t g0, int64_t n, float *s, float *sz) {
+        __m512 a[16], b[16];
+        for (int L = 0; L < 16; L++) {
+                int64_t r = 16 * R + L < w->rows ? 16 * R + L : w->rows - 1;
+                __mmask16 m = 16 * R + L < w->rows ? mask16(n) : 0;
+                __m128i z = _mm_maskz_loadu_epi8(m, w->zero + r * w->n_groups + g0);
+                a[L] = _mm512_maskz_loadu_ps(m, w->scale + r * w->n_groups + g0);
+                b[L] = _mm512_mul_ps(a[L], _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(z)));
+        }
+        transpose16(a);
+        transpose16(b);
+        for (int j = 0; j < 16; j++) {
+                _mm512_store_ps(s + 16 * j, a[j]);
+                _mm512_store_ps(sz + 16 * j, b[j]);
+        }
+}
+
+/* Row blocks Rv[0..NR-1] times tokens t0..t0+T-1 over the groups [g0, g1): the rows' sums
+ * start at 0 (first) or from y, and the rows in [r0, r1) are stored back. X: the tokens'
+ * group sums from group g0, xs apart. */
+static inline __attribute__((always_inline)) void q4_block(const struct dse_qmat *w, const struct dse_xq *xq,
+                                                           const float *X, int64_t xs, int64_t t0, const int64_t *Rv,
+                                                           int64_t g0, int64_t g1, float *y, int64_t ldy, int64_t r0,
+                                                           int64_t r1, int first, const int NR, const int T) {
+        const int split = NR * T <= Q4_SPLIT;
+        int64_t nb = xq->n_blocks, bpg = w->group_size / DSE_XQ_BLOCK;
+        const uint8_t *p[Q4_NRMAX];
+        const int8_t *q[Q4_TMAX];
+        const float *d[Q4_TMAX];
+        __mmask16 keep[Q4_NRMAX];
+        __m512 acc[Q4_NRMAX][Q4_TMAX];
+        _Alignas(64) float sv[Q4_NRMAX][256], szv[Q4_NRMAX][256];
+        UNROLL
+        for (int t = 0; t < T; t++) {
+                q[t] = xq->q + (t0 + t) * nb * DSE_XQ_BLOCK;
+                d[t] = xq->d + (t0 + t) * nb;
+        }
+        UNROLL
+        for (int i = 0; i < NR; i++) {
+                p[i] = (const uint8_t *)w->data + Rv[i] * nb * DSE_Q4_TILE;
+                keep[i] = (__mmask16)(mask16(r1 - 16 * Rv[i]) & ~mask16(r0 - 16 * Rv[i]));
+                UNROLL
+                for (int t = 0; t < T; t++)
+                        acc[i][t] = first ? _mm512_setzero_ps()
+                                          : _mm512_maskz_loadu_ps(keep[i], y + (t0 + t) * ldy + 16 * Rv[i]);
+        }
+        const __m512i lo4 = _mm512_set1_epi8(0x0f), hi4 = _mm512_set1_epi8((char)0xf0);
+        for (int64_t gp = g0; gp < g1; gp += 16) {
+                int64_t ge = gp + 16 < g1 ? gp + 16 : g1;
+                UNROLL
+                for (int i = 0; i < NR; i++)
+                        q4_scales16(w, Rv[i], gp, ge - gp, sv[i], szv[i]);
+                for (int64_t g = gp; g < ge; g++) {
+                        int64_t be = (g + 1) * bpg < nb ? (g + 1) * bpg : nb;
+                        __m512 F[Q4_NRMAX][Q4_TMAX];
+                        UNROLL
+                        for (int i = 0; i < NR; i++)
+                                UNROLL
+                                for (int t = 0; t < T; t++)
+                                        F[i][t] = _mm512_setzero_ps();
+                        for (int64_t b = g * bpg; b < be; b++) {
+                                __m512i Sl[Q4_NRMAX][Q4_TMAX], Sh[Q4_NRMAX][Q4_TMAX];
+                                UNROLL
+                                for (int i = 0; i < NR; i++)
+                                        UNROLL
+                                        for (int t = 0; t < T; t++)
+                                                Sl[i][t] = Sh[i][t] = _mm512_setzero_si512();
+                                UNROLL
+                                for (int k = 0; k < 4; k++) {
+                                        __m512i xl[Q4_TMAX], xh[Q4_TMAX];
+                                        UNROLL
+                                        for (int t = 0; t < T; t++) {
+                                                int32_t l4, h4;
+                                                memcpy(&l4, q[t] + b * DSE_XQ_BLOCK + 8 * k, 4);
+                                                memcpy(&h4, q[t] + b * DSE_XQ_BLOCK + 8 * k + 4, 4);
+                                                xl[t] = _mm512_set1_epi32(l4);
+                                                xh[t] = _mm512_set1_epi32(h4);
+                                        }
+                                        UNROLL
+                                        for (int i = 0; i < NR; i++) {
+                                                const uint8_t *c = p[i] + b * DSE_Q4_TILE + 64 * k;
+                                                _mm_prefetch((const char *)(c + DSE_PREFETCH_AHEAD), _MM_HINT_T1);
+                                                __m512i v = _mm512_loadu_si512(c);
+                                                __m512i wl = _mm512_and_si512(v, lo4);
+                                                __m512i wh = split ? _mm512_and_si512(v, hi4)
+                                                                   : _mm512_and_si512(_mm512_srli_epi16(v, 4), lo4);
+                                                UNROLL
+                                                for (int t = 0; t < T; t++) {
+                                                        Sl[i][t] = _mm512_dpbusd_epi32(Sl[i][t], wl, xl[t]);
+                                                        if (split)
+                                                                Sh[i][t] = _mm512_dpbusd_epi32(Sh[i][t], wh, xh[t]);
+                                                        else
+                                                                Sl[i][t] = _mm512_dpbusd_epi32(Sl[i][t], wh, xh[t]);
+                                                }
+                                        }
+                                }
+                                UNROLL
+                                for (int i = 0; i < NR; i++)
+                                        UNROLL
+                                        for (int t = 0; t < T; t++) {
+                                                __m512i s = split ? _mm512_add_epi32(Sl[i][t], _mm512_srai_epi32(Sh[i][t], 4))
+                                                                  : Sl[i][t];
+                                                F[i][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_set1_ps(d[t][b]), F[i][t]);
+                                        }
+                        }
+                        UNROLL
+                        for (int i = 0; i < NR; i++) {
+                                __m512 s = _mm512_load_ps(sv[i] + 16 * (g - gp)), sz = _mm512_load_ps(szv[i] + 16 * (g - gp));
+                                UNROLL
+                                for (int t = 0; t < T; t++) {
+                                        acc[i][t] = _mm512_fmadd_ps(F[i][t], s, acc[i][t]);
+                                        acc[i][t] = _mm512_fnmadd_ps(sz, _mm512_set1_ps(X[t * xs + g - g0]), acc[i][t]);
+                                }
+                        }
+                }
+        }
+        UNROLL
+        for (int i = 0; i < NR; i++)
+                UNROLL
+                for (int t = 0; t < T; t++)
+                        _mm512_mask_storeu_ps(y + (t0 + t) * ldy + 16 * Rv[i], keep[i], acc[i][t]);
+}
+
+/* The register block for NR row blocks and T tokens, specialised (the accumulators of
+ * absent ones would otherwise stay live). */
+static void q4_call(const struct dse_qmat *w, const struct dse_xq *xq, const float *X, int64_t xs, int64_t t0,
+                    const int64_t *Rv, int64_t g0, int64_t g1, float *y, int64_t ldy, int64_t r0, int64_t r1, int first,
+                    int NR, int T) {
+#define Q4_B(nr, t) q4_block(w, xq, X, xs, t0, Rv, g0, g1, y, ldy, r0, r1, first, nr, t)
+        if (NR == Q4_NR1 && T == 1)
+                Q4_B(Q4_NR1, 1);
+        else if (NR == 2 && T == 2)
+                Q4_B(2, 2);
+        else
+                switch (T) {
+                case 1: Q4_B(1, 1); break;
+                case 2: Q4_B(1, 2); break;
+                case 3: Q4_B(1, 3); break;
+                case 4: Q4_B(1, 4); break;
+                case 5: Q4_B(1, 5); break;
+                case 6: Q4_B(1, 6); break;
+                case 7: Q4_B(1, 7); break;
+                default: Q4_B(1, 8); break;
+                }
+#undef Q4_B
+}
+
+/* Row blocks [Ra, Rb) times tokens t0..t0+T-1 (T <= Q4_TMAX): register blocks of NR row
+ * blocks, with spread the range cut into NR equal parts read side by side (block k takes
+ * row block k of each part), so each thread streams from NR places far apart, which keeps
+ * more lines in flight than one stream (as matmul_xq_blocked's spread); then the rest. */
+static void q4_rows(const struct dse_qmat *w, const struct dse_xq *xq, const float *X, int64_t xs, int64_t t0, int T,
+                    int64_t Ra, int64_t Rb, int64_t g0, int64_t g1, float *y, int64_t ldy, int64_t r0, int64_t r1,
+                    int first, int spread) {
+        int NR = T == 1 ? Q4_NR1 : T == 2 ? 2 : 1;
+        int64_t R = Ra, Rv[Q4_NRMAX];
+        if (spread && NR > 1) {
+                int64_t part = (Rb - Ra) / NR;
+                for (int64_t k = 0; k < part; k++) {
+                        for (int i = 0; i < NR; i++)
+                                Rv[i] = Ra + k + i * part;
+                        q4_call(w, xq, X, xs, t0, Rv, g0, g1, y, ldy, r0, r1, first, NR, T);
+                }
+                R += NR * part;
+        }
+        for (; R + NR <= Rb; R += NR) {
+                for (int i = 0; i < NR; i++)
+                        Rv[i] = R + i;
+                q4_call(w, xq, X, xs, t0, Rv, g0, g1, y, ldy, r0, r1, first, NR, T);
+        }
+        for (; R < Rb; R++)
+                q4_call(w, xq, X, xs, t0, &R, g0, g1, y, ldy, r0, r1, first, 1, T);
+}
+
+/* Q4 matmul_xq with register blocks of up to tmax tokens (TB, or Q4_TMAX with
+ * DSE_KFEAT_T8). Decode (n <= tmax) prepares the group sums once and streams every row
+ * block once, whole rows (in Q4_XN / n groups' chunks past that); more tokens go by
+ * super-blocks of Q4_SB row blocks, chunks of about Q4_KC columns and token blocks, the
+ * chunk's group sums prepared once for as many tokens as Q4_XN holds. No allocation; the
+ * stack holds X and the register blocks' transposed scales (~50 KiB). */
+static void matmul_xq_q4_il(const struct dse_qmat *w, const struct dse_xq *xq, float *y, int64_t ldy, int64_t r0,
+                            int64_t r1, int tmax) {
+        if (w->group_size % DSE_XQ_BLOCK) {
+                dse__kernels_ref_matmul_xq(w, xq, y, ldy, r0, r1);
                 return;
         }
-        matmul_xq_blocked(w, xq, y, ldy, r0, r1, 128, prep_q4, q4_block_rows);
+        if (r0 >= r1 || xq->n <= 0)
+                return;
+        _Alignas(64) float X[Q4_XN];
+        int64_t n = xq->n, G = w->group_size, ng = (w->cols + G - 1) / G;
+        int64_t Ra = r0 / DSE_Q4_ROWS, Rb = (r1 + DSE_Q4_ROWS - 1) / DSE_Q4_ROWS;
+        if (n <= tmax) {
+                int64_t cg = Q4_XN / n < ng ? Q4_XN / n : ng;
+                for (int64_t g0 = 0; g0 < ng; g0 += cg) {
+                        int64_t g1 = g0 + cg < ng ? g0 + cg : ng;
+                        q4_prep_x(xq, G, 0, n, g0, g1, X, g1 - g0);
+                        q4_rows(w, xq, X, g1 - g0, 0, (int)n, Ra, Rb, g0, g1, y, ldy, r0, r1, g0 == 0, 1);
+                }
+                return;
+        }
+        int64_t cg = Q4_KC / G < 1 ? 1 : Q4_KC / G < ng ? Q4_KC / G : ng, tp = Q4_XN / cg;
+        for (int64_t ta = 0; ta < n; ta += tp) {
+                int64_t tb = ta + tp < n ? ta + tp : n;
+                for (int64_t g0 = 0; g0 < ng; g0 += cg) {
+                        int64_t g1 = g0 + cg < ng ? g0 + cg : ng;
+                        q4_prep_x(xq, G, ta, tb - ta, g0, g1, X, g1 - g0);
+                        for (int64_t Rs = Ra; Rs < Rb; Rs += Q4_SB) {
+                                int64_t Re = Rs + Q4_SB < Rb ? Rs + Q4_SB : Rb;
+                                for (int64_t t0 = ta; t0 < tb; t0 += tmax) {
+                                        int T = tb - t0 < tmax ? (int)(tb - t0) : tmax;
+                                        q4_rows(w, xq, X + (t0 - ta) * (g1 - g0), g1 - g0, t0, T, Rs, Re, g0, g1, y,
+                                                ldy, r0, r1, g0 == 0, 0);
+                                }
+                        }
+                }
+        }
+}
+
+static void matmul_xq_q4_avx512(const struct dse_qmat *w, const struct dse_xq *xq, float *y, int64_t ldy, int64_t r0,
+                                int64_t r1) {
+        matmul_xq_q4_il(w, xq, y, ldy, r0, r1, TB);
 }
 
 static void matmul_xq_q4_t8_avx512(const struct dse_qmat *w, const struct dse_xq *xq, float *y, int64_t ldy,
                                    int64_t r0, int64_t r1) {
-        if (w->group_size % 64) {
-                dse__kernels_avx2_matmul_xq(w, xq, y, ldy, r0, r1);
-                return;
-        }
-        matmul_xq_split(w, xq, y, ldy, r0, r1, 128, prep_q4, q4_block_rows);
+        matmul_xq_q4_il(w, xq, y, ldy, r0, r1, Q4_TMAX);
 }
 
 /* ---- float activations ---------------------------------------------------------------- */
@@ -842,53 +940,78 @@ static void axpy_avx512(float a, const float *x, float *y, int64_t n) {
         }
 }
 
-/* 32 columns of a Q4 row at a time as two vectors, the even columns and the odd ones (a
- * byte's low and high nibble), so no interleave per row: the 16 bytes widen to one lane
- * each, and vpermps looks the nibble up in the group's table of (q - z) * s, using only an
- * index's low 4 bits (the high nibble needs one shift). The table holds exactly what
- * dequant_row computes for each q, and each column's updates stay one FMA per row in row
- * order, so y is bit for bit dequant_row then axpy. y is held over all rows, 128 columns
- * (NC chunks of 32) at a time. */
+/* Q4 (groups a multiple of 32): y of 128 columns (NC tiles of 32) held in registers over
+ * all n rows. Each 16-row tile is first transposed on the stack (8 shuffles per 16 rows),
+ * so a row's 32 columns are 16 contiguous bytes, [chunk k][byte e]; widened to one lane
+ * each (lane 4k + e), the low nibble is column 8k + e, the high one 8k + 4 + e. vpermps
+ * looks the nibble up in the group's table of (q - z) * s, using only an index's low 4
+ * bits (the high nibble needs one shift). The table holds exactly what dequant_row
+ * computes for each q, and each column's updates stay one FMA per row in row order, so y
+ * is bit for bit dequant_row then axpy. Columns past cols (a cut last tile) are computed
+ * from y read as 0 and never stored. */
 static inline __attribute__((always_inline)) void axpy_rows_q4_block(const struct dse_qmat *w, int64_t r0, int64_t n,
                                                                      const float *a, float *y, int64_t c0,
                                                                      const int NC) {
         const __m512 iota = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-        const __m512i ev = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
-        const __m512i od = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
-        const __m512i lo = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
-        const __m512i hi = _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
-        int64_t rb = (w->cols + 1) / 2, G = w->group_size;
-        __m512 ae[4], ao[4];
+        /* y's 32 columns as [columns 8k + e] (low nibbles) and [8k + 4 + e] (high), and back */
+        const __m512i lo_in = _mm512_setr_epi32(0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27);
+        const __m512i hi_in = _mm512_setr_epi32(4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28, 29, 30, 31);
+        const __m512i out0 = _mm512_setr_epi32(0, 1, 2, 3, 16, 17, 18, 19, 4, 5, 6, 7, 20, 21, 22, 23);
+        const __m512i out1 = _mm512_setr_epi32(8, 9, 10, 11, 24, 25, 26, 27, 12, 13, 14, 15, 28, 29, 30, 31);
+        int64_t cols = w->cols, G = w->group_size, nb = (cols + DSE_Q4_COLS - 1) / DSE_Q4_COLS;
+        __m512 al[4], ah[4];
+        __mmask16 m0[4], m1[4];
         UNROLL
         for (int k = 0; k < NC; k++) {
-                __m512 y0 = _mm512_loadu_ps(y + c0 + 32 * k), y1 = _mm512_loadu_ps(y + c0 + 32 * k + 16);
-                ae[k] = _mm512_permutex2var_ps(y0, ev, y1);
-                ao[k] = _mm512_permutex2var_ps(y0, od, y1);
+                m0[k] = mask16(cols - c0 - 32 * k);
+                m1[k] = mask16(cols - c0 - 32 * k - 16);
+                __m512 y0 = _mm512_maskz_loadu_ps(m0[k], y + c0 + 32 * k);
+                __m512 y1 = _mm512_maskz_loadu_ps(m1[k], y + c0 + 32 * k + 16);
+                al[k] = _mm512_permutex2var_ps(y0, lo_in, y1);
+                ah[k] = _mm512_permutex2var_ps(y0, hi_in, y1);
         }
-        for (int64_t i = 0; i < n; i++) {
-                int64_t r = r0 + i;
-                const uint8_t *row = (const uint8_t *)w->data + r * rb + c0 / 2;
-                const float *srow = w->scale + r * w->n_groups;
-                const uint8_t *zrow = w->zero + r * w->n_groups;
-                __m512 va = _mm512_set1_ps(a[i]), t = _mm512_setzero_ps();
-                int64_t gp = -1;
+        _Alignas(64) uint8_t buf[4][DSE_Q4_TILE]; /* tile k transposed: row L at 64 (L % 4) + 16 (L / 4) */
+        for (int64_t R = r0 / DSE_Q4_ROWS, re = r0 + n; R * DSE_Q4_ROWS < re; R++) {
+                const uint8_t *tile = (const uint8_t *)w->data + (R * nb + c0 / DSE_Q4_COLS) * DSE_Q4_TILE;
                 UNROLL
                 for (int k = 0; k < NC; k++) {
-                        int64_t g = (c0 + 32 * k) / G;
-                        if (g != gp) { /* a chunk lies in one group (G a multiple of 32) */
-                                t = _mm512_mul_ps(_mm512_sub_ps(iota, _mm512_set1_ps((float)zrow[g])),
-                                                  _mm512_set1_ps(srow[g]));
-                                gp = g;
+                        const uint8_t *p = tile + k * DSE_Q4_TILE;
+                        __m512i v0 = _mm512_loadu_si512((const void *)p), v1 = _mm512_loadu_si512((const void *)(p + 64));
+                        __m512i v2 = _mm512_loadu_si512((const void *)(p + 128)), v3 = _mm512_loadu_si512((const void *)(p + 192));
+                        __m512i t0 = _mm512_unpacklo_epi32(v0, v1), t1 = _mm512_unpackhi_epi32(v0, v1);
+                        __m512i t2 = _mm512_unpacklo_epi32(v2, v3), t3 = _mm512_unpackhi_epi32(v2, v3);
+                        _mm512_store_si512((void *)buf[k], _mm512_unpacklo_epi64(t0, t2));
+                        _mm512_store_si512((void *)(buf[k] + 64), _mm512_unpackhi_epi64(t0, t2));
+                        _mm512_store_si512((void *)(buf[k] + 128), _mm512_unpacklo_epi64(t1, t3));
+                        _mm512_store_si512((void *)(buf[k] + 192), _mm512_unpackhi_epi64(t1, t3));
+                }
+                int64_t ra = R * DSE_Q4_ROWS > r0 ? R * DSE_Q4_ROWS : r0;
+                int64_t rz = R * DSE_Q4_ROWS + DSE_Q4_ROWS < re ? R * DSE_Q4_ROWS + DSE_Q4_ROWS : re;
+                for (int64_t r = ra; r < rz; r++) {
+                        int L = (int)(r % DSE_Q4_ROWS);
+                        const float *srow = w->scale + r * w->n_groups;
+                        const uint8_t *zrow = w->zero + r * w->n_groups;
+                        __m512 va = _mm512_set1_ps(a[r - r0]), t = _mm512_setzero_ps();
+                        int64_t gp = -1;
+                        UNROLL
+                        for (int k = 0; k < NC; k++) {
+                                int64_t g = (c0 + 32 * k) / G;
+                                if (g != gp) { /* a tile lies in one group (G a multiple of 32) */
+                                        t = _mm512_mul_ps(_mm512_sub_ps(iota, _mm512_set1_ps((float)zrow[g])),
+                                                          _mm512_set1_ps(srow[g]));
+                                        gp = g;
+                                }
+                                __m512i v = _mm512_cvtepu8_epi32(
+                                        _mm_load_si128((const __m128i *)(buf[k] + 64 * (L % 4) + 16 * (L / 4))));
+                                al[k] = _mm512_fmadd_ps(va, _mm512_permutexvar_ps(v, t), al[k]);
+                                ah[k] = _mm512_fmadd_ps(va, _mm512_permutexvar_ps(_mm512_srli_epi32(v, 4), t), ah[k]);
                         }
-                        __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(row + 16 * k)));
-                        ae[k] = _mm512_fmadd_ps(va, _mm512_permutexvar_ps(v, t), ae[k]);
-                        ao[k] = _mm512_fmadd_ps(va, _mm512_permutexvar_ps(_mm512_srli_epi32(v, 4), t), ao[k]);
                 }
         }
         UNROLL
         for (int k = 0; k < NC; k++) {
-                _mm512_storeu_ps(y + c0 + 32 * k, _mm512_permutex2var_ps(ae[k], lo, ao[k]));
-                _mm512_storeu_ps(y + c0 + 32 * k + 16, _mm512_permutex2var_ps(ae[k], hi, ao[k]));
+                _mm512_mask_storeu_ps(y + c0 + 32 * k, m0[k], _mm512_permutex2var_ps(al[k], out0, ah[k]));
+                _mm512_mask_storeu_ps(y + c0 + 32 * k + 16, m1[k], _mm512_permutex2var_ps(al[k], out1, ah[k]));
         }
 }
 
@@ -956,40 +1079,29 @@ static void axpy_rows_fp(const struct dse_qmat *w, int64_t r0, int64_t n, const 
         }
 }
 
-/* Q4 times float activations: the AVX2 kernel's q4_f32_rows compiled here, where its
- * vectors fit in registers (q4_f32_rows.h), so the same sums as AVX2's; groups that are
- * not a multiple of 64 columns take the AVX2 kernel itself. */
+/* Q4 times float activations: 16-row blocks of the interleaved layout, any group size
+ * (q4_f32_rows.h: the same sums as AVX2's, 4 tokens per decoded block). */
 static void matvec_q4_avx512(const struct dse_qmat *w, const float *x, float *y, int64_t r0, int64_t r1) {
-        if (w->group_size % 64) {
-                dse__kernels_avx2_matvec_q4(w, x, y, r0, r1);
-                return;
-        }
-        int64_t r = r0;
-        for (; r + 4 <= r1; r += 4)
-                q4_f32_rows(w, x, y, r, 4);
-        for (; r < r1; r++)
-                q4_f32_rows(w, x, y, r, 1);
+        q4f_matvec(w, x, y, r0, r1);
 }
 
-/* Blocks of 16 rows serve every token while they sit in L1/L2, as the AVX2 matmul does. */
 static void matmul_q4_avx512(const struct dse_qmat *w, const float *x, int64_t ldx, int64_t n, float *y, int64_t ldy,
                              int64_t r0, int64_t r1) {
-        for (int64_t rb = r0; rb < r1; rb += 16) {
-                int64_t re = rb + 16 < r1 ? rb + 16 : r1;
-                for (int64_t t = 0; t < n; t++)
-                        matvec_q4_avx512(w, x + t * ldx, y + t * ldy, rb, re);
-        }
+        q4f_matmul(w, x, ldx, n, y, ldy, r0, r1);
 }
 
 static void axpy_rows_avx512(const struct dse_qmat *w, int64_t r0, int64_t n, const float *a, float *y) {
-        if (w->dtype == DSE_DTYPE_Q4 && w->group_size % 32 == 0 && w->cols % 32 == 0) {
+        if (w->dtype == DSE_DTYPE_Q4 && w->group_size % DSE_Q4_COLS == 0) {
+                if (n <= 0)
+                        return;
                 int64_t c0 = 0;
                 for (; c0 + 128 <= w->cols; c0 += 128)
                         axpy_rows_q4_block(w, r0, n, a, y, c0, 4);
-                switch ((w->cols - c0) / 32) {
+                switch ((w->cols - c0 + 31) / 32) { /* the last tile may be cut */
                 case 1: axpy_rows_q4_block(w, r0, n, a, y, c0, 1); break;
                 case 2: axpy_rows_q4_block(w, r0, n, a, y, c0, 2); break;
                 case 3: axpy_rows_q4_block(w, r0, n, a, y, c0, 3); break;
+                case 4: axpy_rows_q4_block(w, r0, n, a, y, c0, 4); break;
                 default: break;
                 }
         } else if (w->dtype == DSE_DTYPE_Q8 && w->group_size % 16 == 0 && w->cols % 16 == 0) {
@@ -1110,8 +1222,8 @@ static void rmsnorm_avx512(float *out, const float *x, const float *w, int64_t n
         }
 }
 
-/* out[c] = W[r, c] for Q8 and Q4, 16 columns per step within each group, with the _ref
- * twin's operations per element ((float)q * s, ((float)q - (float)z) * s), so the
+/* out[c] = W[r, c] for Q8 and Q4 (groups a multiple of 32), 16 columns per step within
+ * each group, with the _ref twin's operations per element ((float)q * s, ((float)q - (float)z) * s), so the
  * values are identical; the float formats as avx2.c converts them. MLA absorption
  * decodes 128 kv_b_proj rows per head and token with it. */
 static void dequant_row_avx512(const struct dse_qmat *w, int64_t r, float *out) {
@@ -1128,28 +1240,30 @@ static void dequant_row_avx512(const struct dse_qmat *w, int64_t r, float *out) 
                                 _mm512_mask_storeu_ps(out + c, m, _mm512_mul_ps(q, s));
                         }
                 }
-        } else if (w->dtype == DSE_DTYPE_Q4) {
-                const uint8_t *row = (const uint8_t *)w->data + r * ((n + 1) / 2);
+        } else if (w->dtype == DSE_DTYPE_Q4 && G % DSE_Q4_COLS == 0) {
+                /* row r's 4 bytes of the 4 chunks of a tile (64 bytes apart), each doubled
+                 * and widened to 8 lanes: shifted by 0 or 4, columns 8k..8k+7 in order. A
+                 * tile lies in one group (other groups take the _ref twin through avx2.c). */
+                int64_t nb = (n + DSE_Q4_COLS - 1) / DSE_Q4_COLS;
+                const uint8_t *p = (const uint8_t *)w->data + (r / DSE_Q4_ROWS) * nb * DSE_Q4_TILE + 4 * (r % DSE_Q4_ROWS);
                 const uint8_t *zrow = w->zero + r * w->n_groups;
-                /* 8 bytes, each doubled, widened to 16 lanes: even lanes keep the low nibble */
-                const __m512i shift = _mm512_setr_epi32(0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4);
+                const __m512i shift = _mm512_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4, 0, 0, 0, 0, 4, 4, 4, 4);
                 const __m512i lo4 = _mm512_set1_epi32(0xf);
-                for (int64_t g = 0; g < w->n_groups; g++) {
-                        int64_t c = g * G, c1 = c + G < n ? c + G : n;
-                        float z = (float)zrow[g];
-                        __m512 s = _mm512_set1_ps(srow[g]), vz = _mm512_set1_ps(z);
-                        if (c & 1) { /* odd group size: align to a byte */
-                                out[c] = ((float)(row[c / 2] >> 4) - z) * srow[g];
-                                c++;
-                        }
-                        for (; c < c1; c += 16) {
-                                int64_t len = c1 - c;
-                                __m128i b = _mm_maskz_loadu_epi8(mask16(len >= 16 ? 8 : (len + 1) / 2), row + c / 2);
-                                __m512i v = _mm512_cvtepu8_epi32(_mm_unpacklo_epi8(b, b));
-                                v = _mm512_and_si512(_mm512_srlv_epi32(v, shift), lo4);
-                                _mm512_mask_storeu_ps(out + c, mask16(len),
-                                                      _mm512_mul_ps(_mm512_sub_ps(_mm512_cvtepi32_ps(v), vz), s));
-                        }
+                for (int64_t b = 0; b < nb; b++) {
+                        int64_t c = b * DSE_Q4_COLS, g = c / G;
+                        __m512 s = _mm512_set1_ps(srow[g]), vz = _mm512_set1_ps((float)zrow[g]);
+                        int32_t d[4];
+                        for (int k = 0; k < 4; k++)
+                                memcpy(&d[k], p + b * DSE_Q4_TILE + 64 * k, sizeof d[k]);
+                        __m128i dv = _mm_loadu_si128((const __m128i *)d);
+                        __m512i v0 = _mm512_cvtepu8_epi32(_mm_unpacklo_epi32(dv, dv));
+                        __m512i v1 = _mm512_cvtepu8_epi32(_mm_unpackhi_epi32(dv, dv));
+                        v0 = _mm512_and_si512(_mm512_srlv_epi32(v0, shift), lo4);
+                        v1 = _mm512_and_si512(_mm512_srlv_epi32(v1, shift), lo4);
+                        _mm512_mask_storeu_ps(out + c, mask16(n - c),
+                                              _mm512_mul_ps(_mm512_sub_ps(_mm512_cvtepi32_ps(v0), vz), s));
+                        _mm512_mask_storeu_ps(out + c + 16, mask16(n - c - 16),
+                                              _mm512_mul_ps(_mm512_sub_ps(_mm512_cvtepi32_ps(v1), vz), s));
                 }
         } else {
                 dse__kernels_avx2_dequant_row(w, r, out);

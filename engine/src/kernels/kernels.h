@@ -161,8 +161,6 @@ void dse__kernels_fill_avx2(struct dse_kernels *k);
 /* The AVX2 matmul_xq (Q8 or Q4 by w->dtype), for the shapes avx512.c leaves to it. */
 void dse__kernels_avx2_matmul_xq(const struct dse_qmat *w, const struct dse_xq *xq, float *y, int64_t ldy,
                                  int64_t r0, int64_t r1);
-/* The AVX2 matvec of Q4 weights, for the groups avx512.c leaves to it. */
-void dse__kernels_avx2_matvec_q4(const struct dse_qmat *w, const float *x, float *y, int64_t r0, int64_t r1);
 /* The AVX2 dequant_row, for the formats avx512.c leaves to it. */
 void dse__kernels_avx2_dequant_row(const struct dse_qmat *w, int64_t r, float *out);
 /* AVX-512 F+BW+VL overrides (avx512.c), applied over the AVX2 ones. */
