@@ -537,17 +537,22 @@ static inline void q4_scales16(const struct dse_qmat *w, int64_t R, int64_t g0, 
 
 /* Row blocks Rv[0..NR-1] times tokens t0..t0+T-1 over the groups [g0, g1): the rows' sums
  * start at 0 (first) or from y, and the rows in [r0, r1) are stored back. X: the tokens'
- * group sums from group g0, xs apart. */
+ * group sums from group g0, xs apart. With whole rows, the scales and zero points of the
+ * row blocks rnext further on (the next call's, 0: none) are prefetched meanwhile: read
+ * 16 rows at a time, a piece of each, they are no stream the hardware prefetchers follow,
+ * and their misses stalled the weights' stream. */
 static inline __attribute__((always_inline)) void q4_block(const struct dse_qmat *w, const struct dse_xq *xq,
                                                            const float *X, int64_t xs, int64_t t0, const int64_t *Rv,
                                                            int64_t g0, int64_t g1, float *y, int64_t ldy, int64_t r0,
-                                                           int64_t r1, int first, const int NR, const int T) {
+                                                           int64_t r1, int first, int64_t rnext, const int NR,
+                                                           const int T) {
         const int split = NR * T <= Q4_SPLIT;
         int64_t nb = xq->n_blocks, bpg = w->group_size / DSE_XQ_BLOCK;
         const uint8_t *p[Q4_NRMAX];
         const int8_t *q[Q4_TMAX];
         const float *d[Q4_TMAX];
         __mmask16 keep[Q4_NRMAX];
+        const char *ps[Q4_NRMAX], *pz[Q4_NRMAX];
         __m512 acc[Q4_NRMAX][Q4_TMAX];
         _Alignas(64) float sv[Q4_NRMAX][256], szv[Q4_NRMAX][256];
         UNROLL
@@ -558,6 +563,10 @@ static inline __attribute__((always_inline)) void q4_block(const struct dse_qmat
         UNROLL
         for (int i = 0; i < NR; i++) {
                 p[i] = (const uint8_t *)w->data + Rv[i] * nb * DSE_Q4_TILE;
+                int64_t rn = DSE_Q4_ROWS * (Rv[i] + rnext);
+                int pf = rnext && g0 == 0 && g1 == w->n_groups && rn < w->rows;
+                ps[i] = pf ? (const char *)(w->scale + rn * w->n_groups) : NULL;
+                pz[i] = pf ? (const char *)(w->zero + rn * w->n_groups) : NULL;
                 keep[i] = (__mmask16)(mask16(r1 - 16 * Rv[i]) & ~mask16(r0 - 16 * Rv[i]));
                 UNROLL
                 for (int t = 0; t < T; t++)
@@ -572,6 +581,13 @@ static inline __attribute__((always_inline)) void q4_block(const struct dse_qmat
                         q4_scales16(w, Rv[i], gp, ge - gp, sv[i], szv[i]);
                 for (int64_t g = gp; g < ge; g++) {
                         int64_t be = (g + 1) * bpg < nb ? (g + 1) * bpg : nb;
+                        UNROLL
+                        for (int i = 0; i < NR; i++)
+                                if (ps[i]) { /* 64 and 16 bytes per group of each of 16 rows */
+                                        _mm_prefetch(ps[i] + 64 * g, _MM_HINT_T1);
+                                        if (!(g & 3))
+                                                _mm_prefetch(pz[i] + 16 * g, _MM_HINT_T1);
+                                }
                         __m512 F[Q4_NRMAX][Q4_TMAX];
                         UNROLL
                         for (int i = 0; i < NR; i++)
@@ -645,8 +661,8 @@ static inline __attribute__((always_inline)) void q4_block(const struct dse_qmat
  * absent ones would otherwise stay live). */
 static void q4_call(const struct dse_qmat *w, const struct dse_xq *xq, const float *X, int64_t xs, int64_t t0,
                     const int64_t *Rv, int64_t g0, int64_t g1, float *y, int64_t ldy, int64_t r0, int64_t r1, int first,
-                    int NR, int T) {
-#define Q4_B(nr, t) q4_block(w, xq, X, xs, t0, Rv, g0, g1, y, ldy, r0, r1, first, nr, t)
+                    int64_t rnext, int NR, int T) {
+#define Q4_B(nr, t) q4_block(w, xq, X, xs, t0, Rv, g0, g1, y, ldy, r0, r1, first, rnext, nr, t)
         if (NR == Q4_NR1 && T == 1)
                 Q4_B(Q4_NR1, 1);
         else if (NR == 2 && T == 2)
@@ -679,17 +695,17 @@ static void q4_rows(const struct dse_qmat *w, const struct dse_xq *xq, const flo
                 for (int64_t k = 0; k < part; k++) {
                         for (int i = 0; i < NR; i++)
                                 Rv[i] = Ra + k + i * part;
-                        q4_call(w, xq, X, xs, t0, Rv, g0, g1, y, ldy, r0, r1, first, NR, T);
+                        q4_call(w, xq, X, xs, t0, Rv, g0, g1, y, ldy, r0, r1, first, 1, NR, T);
                 }
                 R += NR * part;
         }
         for (; R + NR <= Rb; R += NR) {
                 for (int i = 0; i < NR; i++)
                         Rv[i] = R + i;
-                q4_call(w, xq, X, xs, t0, Rv, g0, g1, y, ldy, r0, r1, first, NR, T);
+                q4_call(w, xq, X, xs, t0, Rv, g0, g1, y, ldy, r0, r1, first, NR, NR, T);
         }
         for (; R < Rb; R++)
-                q4_call(w, xq, X, xs, t0, &R, g0, g1, y, ldy, r0, r1, first, 1, T);
+                q4_call(w, xq, X, xs, t0, &R, g0, g1, y, ldy, r0, r1, first, 1, 1, T);
 }
 
 /* Q4 matmul_xq with register blocks of up to tmax tokens (TB, or Q4_TMAX with
