@@ -10,12 +10,14 @@
  *
  * The integer kernels decode a weight block once into registers and use it for up to
  * four tokens (batched decode and prefill are compute-bound on two cores, so decoding
- * per token would cost nearly as much as the products), and keep four rows in flight so
- * the loads of one row hide behind the arithmetic of the others. Q4 from 5 tokens on
- * lays 8 tokens across one vector instead (q4_t8_block), which cuts the float work per
- * product by four; that layout sums in another float order than the 4-token blocks, so a
+ * per token would cost nearly as much as the products), and keep several rows in flight
+ * so the loads of one row hide behind the arithmetic of the others. Q8 from 5 tokens on
+ * lays 8 tokens across one vector instead (q8_t8_block), which cuts the float work per
+ * product by eight; that layout sums in another float order than the 4-token blocks, so a
  * token's result then depends on the number of tokens in the call, and it is a sub-feature
- * of its own (DSE_KFEAT_T8) that DSV_NO_AMX=1 leaves out with AMX. */
+ * of its own (DSE_KFEAT_T8) that DSV_NO_AMX=1 leaves out with AMX. Q4 (16 rows
+ * interleaved) sums 16 rows per vector, so its float work is small already: with
+ * DSE_KFEAT_T8 it only takes up to 8 tokens per register block, in the same float order. */
 #include <immintrin.h>
 #include <math.h>
 #include <string.h>
