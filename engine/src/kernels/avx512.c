@@ -10,12 +10,14 @@
  *
  * The integer kernels decode a weight block once into registers and use it for up to
  * four tokens (batched decode and prefill are compute-bound on two cores, so decoding
- * per token would cost nearly as much as the products), and keep four rows in flight so
- * the loads of one row hide behind the arithmetic of the others. Q4 from 5 tokens on
- * lays 8 tokens across one vector instead (q4_t8_block), which cuts the float work per
- * product by four; that layout sums in another float order than the 4-token blocks, so a
+ * per token would cost nearly as much as the products), and keep several rows in flight
+ * so the loads of one row hide behind the arithmetic of the others. Q8 from 5 tokens on
+ * lays 8 tokens across one vector instead (q8_t8_block), which cuts the float work per
+ * product by eight; that layout sums in another float order than the 4-token blocks, so a
  * token's result then depends on the number of tokens in the call, and it is a sub-feature
- * of its own (DSE_KFEAT_T8) that DSV_NO_AMX=1 leaves out with AMX. */
+ * of its own (DSE_KFEAT_T8) that DSV_NO_AMX=1 leaves out with AMX. Q4 (16 rows
+ * interleaved) sums 16 rows per vector, so its float work is small already: with
+ * DSE_KFEAT_T8 it only takes up to 8 tokens per register block, in the same float order. */
 #include <immintrin.h>
 #include <math.h>
 #include <string.h>
@@ -452,7 +454,10 @@ static void matmul_xq_q8_t8_avx512(const struct dse_qmat *w, const struct dse_xq
  * loaded and transposed in registers into one vector of the 16 rows per group. */
 
 #define Q4_TMAX 8     /* tokens per register block with DSE_KFEAT_T8 (TB without) */
-#define Q4_NR1 4      /* row blocks side by side for a lone token (spread over the range) */
+#define Q4_NR1 4      /* row blocks side by side for 1-2 tokens (2 for 3-4, 1 from 5), spread over
+                       * the range: more streams keep more lines in flight (in-process A/B,
+                       * 1 thread: n=3-4 0.58-0.66 -> 0.66-0.75 of the read probe with 2 blocks
+                       * rather than 1, n=2 +5% with 4 rather than 2) */
 #define Q4_NRMAX 8
 #define Q4_SPLIT 4    /* register blocks of up to this many (row block, token) pairs keep the
                        * nibbles' sums apart (v & 0xf0); larger ones lack the registers and
@@ -537,17 +542,22 @@ static inline void q4_scales16(const struct dse_qmat *w, int64_t R, int64_t g0, 
 
 /* Row blocks Rv[0..NR-1] times tokens t0..t0+T-1 over the groups [g0, g1): the rows' sums
  * start at 0 (first) or from y, and the rows in [r0, r1) are stored back. X: the tokens'
- * group sums from group g0, xs apart. */
+ * group sums from group g0, xs apart. With whole rows, the scales and zero points of the
+ * row blocks rnext further on (the next call's, 0: none) are prefetched meanwhile: read
+ * 16 rows at a time, a piece of each, they are no stream the hardware prefetchers follow,
+ * and their misses stalled the weights' stream. */
 static inline __attribute__((always_inline)) void q4_block(const struct dse_qmat *w, const struct dse_xq *xq,
                                                            const float *X, int64_t xs, int64_t t0, const int64_t *Rv,
                                                            int64_t g0, int64_t g1, float *y, int64_t ldy, int64_t r0,
-                                                           int64_t r1, int first, const int NR, const int T) {
+                                                           int64_t r1, int first, int64_t rnext, const int NR,
+                                                           const int T) {
         const int split = NR * T <= Q4_SPLIT;
         int64_t nb = xq->n_blocks, bpg = w->group_size / DSE_XQ_BLOCK;
         const uint8_t *p[Q4_NRMAX];
         const int8_t *q[Q4_TMAX];
         const float *d[Q4_TMAX];
         __mmask16 keep[Q4_NRMAX];
+        const char *ps[Q4_NRMAX], *pz[Q4_NRMAX];
         __m512 acc[Q4_NRMAX][Q4_TMAX];
         _Alignas(64) float sv[Q4_NRMAX][256], szv[Q4_NRMAX][256];
         UNROLL
@@ -558,6 +568,10 @@ static inline __attribute__((always_inline)) void q4_block(const struct dse_qmat
         UNROLL
         for (int i = 0; i < NR; i++) {
                 p[i] = (const uint8_t *)w->data + Rv[i] * nb * DSE_Q4_TILE;
+                int64_t rn = DSE_Q4_ROWS * (Rv[i] + rnext);
+                int pf = rnext && g0 == 0 && g1 == w->n_groups && rn < w->rows;
+                ps[i] = pf ? (const char *)(w->scale + rn * w->n_groups) : NULL;
+                pz[i] = pf ? (const char *)(w->zero + rn * w->n_groups) : NULL;
                 keep[i] = (__mmask16)(mask16(r1 - 16 * Rv[i]) & ~mask16(r0 - 16 * Rv[i]));
                 UNROLL
                 for (int t = 0; t < T; t++)
@@ -572,6 +586,13 @@ static inline __attribute__((always_inline)) void q4_block(const struct dse_qmat
                         q4_scales16(w, Rv[i], gp, ge - gp, sv[i], szv[i]);
                 for (int64_t g = gp; g < ge; g++) {
                         int64_t be = (g + 1) * bpg < nb ? (g + 1) * bpg : nb;
+                        UNROLL
+                        for (int i = 0; i < NR; i++)
+                                if (ps[i]) { /* 64 and 16 bytes per group of each of 16 rows */
+                                        _mm_prefetch(ps[i] + 64 * g, _MM_HINT_T1);
+                                        if (!(g & 3))
+                                                _mm_prefetch(pz[i] + 16 * g, _MM_HINT_T1);
+                                }
                         __m512 F[Q4_NRMAX][Q4_TMAX];
                         UNROLL
                         for (int i = 0; i < NR; i++)
@@ -645,12 +666,16 @@ static inline __attribute__((always_inline)) void q4_block(const struct dse_qmat
  * absent ones would otherwise stay live). */
 static void q4_call(const struct dse_qmat *w, const struct dse_xq *xq, const float *X, int64_t xs, int64_t t0,
                     const int64_t *Rv, int64_t g0, int64_t g1, float *y, int64_t ldy, int64_t r0, int64_t r1, int first,
-                    int NR, int T) {
-#define Q4_B(nr, t) q4_block(w, xq, X, xs, t0, Rv, g0, g1, y, ldy, r0, r1, first, nr, t)
+                    int64_t rnext, int NR, int T) {
+#define Q4_B(nr, t) q4_block(w, xq, X, xs, t0, Rv, g0, g1, y, ldy, r0, r1, first, rnext, nr, t)
         if (NR == Q4_NR1 && T == 1)
                 Q4_B(Q4_NR1, 1);
-        else if (NR == 2 && T == 2)
-                Q4_B(2, 2);
+        else if (NR == Q4_NR1 && T == 2)
+                Q4_B(Q4_NR1, 2);
+        else if (NR == 2 && T == 3)
+                Q4_B(2, 3);
+        else if (NR == 2 && T == 4)
+                Q4_B(2, 4);
         else
                 switch (T) {
                 case 1: Q4_B(1, 1); break;
@@ -672,24 +697,24 @@ static void q4_call(const struct dse_qmat *w, const struct dse_xq *xq, const flo
 static void q4_rows(const struct dse_qmat *w, const struct dse_xq *xq, const float *X, int64_t xs, int64_t t0, int T,
                     int64_t Ra, int64_t Rb, int64_t g0, int64_t g1, float *y, int64_t ldy, int64_t r0, int64_t r1,
                     int first, int spread) {
-        int NR = T == 1 ? Q4_NR1 : T == 2 ? 2 : 1;
+        int NR = T <= 2 ? Q4_NR1 : T <= 4 ? 2 : 1;
         int64_t R = Ra, Rv[Q4_NRMAX];
         if (spread && NR > 1) {
                 int64_t part = (Rb - Ra) / NR;
                 for (int64_t k = 0; k < part; k++) {
                         for (int i = 0; i < NR; i++)
                                 Rv[i] = Ra + k + i * part;
-                        q4_call(w, xq, X, xs, t0, Rv, g0, g1, y, ldy, r0, r1, first, NR, T);
+                        q4_call(w, xq, X, xs, t0, Rv, g0, g1, y, ldy, r0, r1, first, 1, NR, T);
                 }
                 R += NR * part;
         }
         for (; R + NR <= Rb; R += NR) {
                 for (int i = 0; i < NR; i++)
                         Rv[i] = R + i;
-                q4_call(w, xq, X, xs, t0, Rv, g0, g1, y, ldy, r0, r1, first, NR, T);
+                q4_call(w, xq, X, xs, t0, Rv, g0, g1, y, ldy, r0, r1, first, NR, NR, T);
         }
         for (; R < Rb; R++)
-                q4_call(w, xq, X, xs, t0, &R, g0, g1, y, ldy, r0, r1, first, 1, T);
+                q4_call(w, xq, X, xs, t0, &R, g0, g1, y, ldy, r0, r1, first, 1, 1, T);
 }
 
 /* Q4 matmul_xq with register blocks of up to tmax tokens (TB, or Q4_TMAX with
