@@ -53,8 +53,8 @@
  *   F8_E4M3:      data holds rows*cols bytes; W[r,c] = e4m3(data[r,c]) *
  *                 scale[(r/128) * ceil(cols/128) + c/128].
  *   Q8:           data holds rows*cols int8; W[r,c] = q * scale[r * n_groups + c/group].
- *   Q4:           16 rows interleaved in tiles of 16 x 32 (model.h "The Q4 layout",
- *                 dse__q4_get); W[r,c] = (q - zero[r*n_groups + c/group]) * scale[r*n_groups + c/group].
+ *   Q4:           row r occupies (cols+1)/2 bytes, low nibble = even column;
+ *                 W[r,c] = (q - zero[r*n_groups + c/group]) * scale[r*n_groups + c/group].
  *   perm (Q4, may be NULL): stored column j multiplies input x[perm[j]]; kernels read x in
  *                 stored order, so the caller gathers x first (dse__linear does). */
 struct dse_qmat {
