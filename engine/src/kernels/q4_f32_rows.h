@@ -97,6 +97,11 @@ static inline q4f_f q4f_gather(const float *scale, const int32_t *idx) {
 static inline q4f_f q4f_u8(const uint8_t *b) {
         return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)b)));
 }
+/* the bytes z[idx[L]] per lane, by a dword gather: 3 bytes past each are read too */
+static inline q4f_f q4f_gather_u8(const uint8_t *z, const int32_t *idx) {
+        __m512i v = _mm512_i32gather_epi32(_mm512_loadu_si512((const void *)idx), (const void *)z, 1);
+        return _mm512_cvtepi32_ps(_mm512_and_si512(v, _mm512_set1_epi32(0xff)));
+}
 /* lanes lo..hi-1 of v to y[lo..hi-1] */
 static inline void q4f_store(float *y, q4f_f v, int lo, int hi) {
         __mmask16 m = (__mmask16)(((1u << hi) - 1) & ~((1u << lo) - 1));
@@ -178,6 +183,12 @@ static inline q4f_f q4f_gather(const float *scale, const int32_t *idx) {
 static inline q4f_f q4f_u8(const uint8_t *b) {
         return (q4f_f){_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)b))),
                        _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(b + 8))))};
+}
+static inline q4f_f q4f_gather_u8(const uint8_t *z, const int32_t *idx) {
+        __m256i m = _mm256_set1_epi32(0xff);
+        __m256i a = _mm256_i32gather_epi32((const int *)z, _mm256_loadu_si256((const __m256i *)idx), 1);
+        __m256i b = _mm256_i32gather_epi32((const int *)z, _mm256_loadu_si256((const __m256i *)(idx + 8)), 1);
+        return (q4f_f){_mm256_cvtepi32_ps(_mm256_and_si256(a, m)), _mm256_cvtepi32_ps(_mm256_and_si256(b, m))};
 }
 static inline void q4f_store(float *y, q4f_f v, int lo, int hi) {
         float t[16];
@@ -264,10 +275,15 @@ static inline __attribute__((always_inline)) void q4f_block(const struct dse_qma
                         }
                 }
                 q4f_f s = q4f_gather(sbase + g, idx);
-                uint8_t zb[16];
-                for (int L = 0; L < 16; L++)
-                        zb[L] = zbase[idx[L] + g];
-                q4f_f z = q4f_u8(zb);
+                q4f_f z;
+                if (g + 3 < ng) { /* the gather's 3 extra bytes stay within the zero points */
+                        z = q4f_gather_u8(zbase + g, idx);
+                } else {
+                        uint8_t zb[16];
+                        for (int L = 0; L < 16; L++)
+                                zb[L] = zbase[idx[L] + g];
+                        z = q4f_u8(zb);
+                }
                 Q4F_UNROLL
                 for (int t = 0; t < T; t++) {
 #if Q4F_C == 4
