@@ -174,6 +174,17 @@ static enum dse_cpu_level detected_level(void) {
         return dse_cpu_detect(&cpu, NULL) < 0 ? DSE_CPU_SCALAR : cpu.detected;
 }
 
+/* The AVX-512 sub-features of matmul_xq this CPU (and Linux, for AMX) allows. */
+static unsigned detected_features(void) {
+        struct dse_cpu_info cpu;
+        unsigned feat = 0;
+        if (dse_cpu_detect(&cpu, NULL) >= 0) {
+                feat |= cpu.avx512vnni ? DSE_KFEAT_VNNI | DSE_KFEAT_T8 : 0;
+                feat |= cpu.amx_tile && cpu.amx_int8 && dse__kernels_amx_usable() ? DSE_KFEAT_AMX : 0;
+        }
+        return feat;
+}
+
 TEST(converters_known_values) {
         ASSERT_NEAR(dse__kern_f16_to_f32(0x3c00), 1.0, 0);
         ASSERT_NEAR(dse__kern_f16_to_f32(0xc000), -2.0, 0);
@@ -643,12 +654,7 @@ TEST(quantize_xq_matches_definition_all_levels) {
 
 TEST(matmul_xq_q8_q4_all_levels) {
         enum dse_cpu_level top = detected_level();
-        struct dse_cpu_info cpu;
-        unsigned top_feat = 0;
-        if (dse_cpu_detect(&cpu, NULL) >= 0) {
-                top_feat |= cpu.avx512vnni ? DSE_KFEAT_VNNI | DSE_KFEAT_T8 : 0;
-                top_feat |= cpu.amx_tile && cpu.amx_int8 && dse__kernels_amx_usable() ? DSE_KFEAT_AMX : 0;
-        }
+        unsigned top_feat = detected_features();
         static const enum dse_dtype dts[] = {DSE_DTYPE_Q8, DSE_DTYPE_Q4};
         int n_checked = 0;
         for (size_t d = 0; d < 2; d++) {
@@ -747,12 +753,7 @@ TEST(matmul_xq_many_tokens_cut_rows) {
                                            {DSE_CPU_AVX512, DSE_KFEAT_VNNI | DSE_KFEAT_T8, 0},
                                            {DSE_CPU_AVX512, DSE_KFEAT_VNNI | DSE_KFEAT_T8 | DSE_KFEAT_AMX, 0}};
         enum dse_cpu_level top = detected_level();
-        struct dse_cpu_info cpu;
-        unsigned top_feat = 0;
-        if (dse_cpu_detect(&cpu, NULL) >= 0) {
-                top_feat |= cpu.avx512vnni ? DSE_KFEAT_VNNI | DSE_KFEAT_T8 : 0;
-                top_feat |= cpu.amx_tile && cpu.amx_int8 && dse__kernels_amx_usable() ? DSE_KFEAT_AMX : 0;
-        }
+        unsigned top_feat = detected_features();
         static const enum dse_dtype dts[] = {DSE_DTYPE_Q4, DSE_DTYPE_Q8};
         int n_checked = 0;
         for (size_t d = 0; d < 2; d++)
