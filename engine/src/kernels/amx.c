@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "kernels/kernels.h"
+#include "kernels/transpose16.h"
 
 /* Fewer tokens than this go to the VNNI kernel: a tile product of 16 tokens wastes the
  * absent ones, and Q4 pays a decode into int8 per row that only many tokens amortise
@@ -264,34 +265,15 @@ static void tile_block(const struct dse_qmat *w, struct amx_a a, const int32_t (
         }
         /* out (rows x tokens) transposed to a vector of 16 rows per token, stored (or added)
          * under the mask of the rows in range */
-        __m512 o[16], p[16];
+        __m512 v[16];
         UNROLL
-        for (int i = 0; i < 16; i += 2) {
-                o[i] = _mm512_unpacklo_ps(_mm512_load_ps(out[i]), _mm512_load_ps(out[i + 1]));
-                o[i + 1] = _mm512_unpackhi_ps(_mm512_load_ps(out[i]), _mm512_load_ps(out[i + 1]));
-        }
-        UNROLL
-        for (int i = 0; i < 16; i += 4) { /* p[i + e], 128-bit lane l: token 4l + e of rows i..i+3 */
-                p[i + 0] = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(o[i]), _mm512_castps_pd(o[i + 2])));
-                p[i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(o[i]), _mm512_castps_pd(o[i + 2])));
-                p[i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(o[i + 1]), _mm512_castps_pd(o[i + 3])));
-                p[i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(o[i + 1]), _mm512_castps_pd(o[i + 3])));
-        }
+        for (int i = 0; i < 16; i++)
+                v[i] = _mm512_load_ps(out[i]);
+        transpose16(v);
         __mmask16 mask = (__mmask16)(((1u << i1) - 1) & ~((1u << i0) - 1));
-        UNROLL
-        for (int e = 0; e < 4; e++) {
-                __m512 a = _mm512_shuffle_f32x4(p[e], p[4 + e], 0x88), b = _mm512_shuffle_f32x4(p[8 + e], p[12 + e], 0x88);
-                __m512 a2 = _mm512_shuffle_f32x4(p[e], p[4 + e], 0xdd), b2 = _mm512_shuffle_f32x4(p[8 + e], p[12 + e], 0xdd);
-                __m512 v[4] = {_mm512_shuffle_f32x4(a, b, 0x88), _mm512_shuffle_f32x4(a2, b2, 0x88),
-                               _mm512_shuffle_f32x4(a, b, 0xdd), _mm512_shuffle_f32x4(a2, b2, 0xdd)};
-                UNROLL
-                for (int l = 0; l < 4; l++) { /* token 4l + e */
-                        int t = 4 * l + e;
-                        if (t >= T)
-                                continue;
-                        float *yt = y + t * ldy + r;
-                        _mm512_mask_storeu_ps(yt, mask, first ? v[l] : _mm512_add_ps(v[l], _mm512_maskz_loadu_ps(mask, yt)));
-                }
+        for (int t = 0; t < T; t++) {
+                float *yt = y + t * ldy + r;
+                _mm512_mask_storeu_ps(yt, mask, first ? v[t] : _mm512_add_ps(v[t], _mm512_maskz_loadu_ps(mask, yt)));
         }
 }
 

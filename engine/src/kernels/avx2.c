@@ -7,6 +7,7 @@
 
 #include "kernels/kernels.h"
 #include "kernels/q4_f32_rows.h"
+#include "kernels/q4_xsums.h"
 
 /* Register-block loops must unroll completely (at -O2 GCC leaves them rolled, and the
  * accumulators then live in memory). */
@@ -229,31 +230,6 @@ static inline __m256i q8_dot(__m256i wv, __m256i xv) {
 #define Q4XQ_TB  64   /* tokens per super-block: their acc stay on the stack */
 #define Q4XQ_CAP 8192 /* floats of X on the stack (32 KiB) */
 
-/* The sum of the eight int32 lanes. */
-static inline int32_t hsum8_epi32(__m256i v) {
-        __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-        s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
-        return _mm_cvtsi128_si32(_mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1)));
-}
-
-/* X[j * ng + g] = X_g of token t0 + j, j < T: each block's d times its sum of q. */
-static void q4_xq_xsums(const struct dse_qmat *w, const struct dse_xq *xq, int64_t t0, int64_t T, float *X) {
-        int64_t nb = xq->n_blocks, ng = w->n_groups, bpg = w->group_size / DSE_XQ_BLOCK;
-        const __m256i one8 = _mm256_set1_epi8(1), one16 = _mm256_set1_epi16(1);
-        for (int64_t j = 0; j < T; j++) {
-                const int8_t *q = xq->q + (t0 + j) * nb * DSE_XQ_BLOCK;
-                const float *d = xq->d + (t0 + j) * nb;
-                for (int64_t g = 0; g < ng; g++) {
-                        float x = 0.0f;
-                        for (int64_t b = g * bpg; b < (g + 1) * bpg && b < nb; b++) {
-                                __m256i v = _mm256_loadu_si256((const __m256i *)(q + b * DSE_XQ_BLOCK));
-                                x += d[b] * (float)hsum8_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(one8, v), one16));
-                        }
-                        X[j * ng + g] = x;
-                }
-        }
-}
-
 static inline __m256i bcast32(const int8_t *p) {
         int32_t v;
         memcpy(&v, p, sizeof v);
@@ -343,7 +319,7 @@ static void matmul_xq_q4_avx2(const struct dse_qmat *w, const struct dse_xq *xq,
                                _mm256_mullo_epi32(_mm256_setr_epi32(8, 9, 10, 11, 12, 13, 14, 15), _mm256_set1_epi32((int)ng))};
         for (int64_t t0 = 0; t0 < xq->n; t0 += tb) {
                 int64_t T = xq->n - t0 < tb ? xq->n - t0 : tb;
-                q4_xq_xsums(w, xq, t0, T, X);
+                q4_prep_x(xq, w->group_size, t0, T, 0, ng, X, ng);
                 for (int64_t R = r0 / DSE_Q4_ROWS; R * DSE_Q4_ROWS < r1; R++) {
                         const uint8_t *p = (const uint8_t *)w->data + R * nb * DSE_Q4_TILE;
                         int64_t rb = R * DSE_Q4_ROWS;

@@ -24,6 +24,8 @@
 
 #include "kernels/kernels.h"
 #include "kernels/q4_f32_rows.h"
+#include "kernels/q4_xsums.h"
+#include "kernels/transpose16.h"
 
 #define TB 4                   /* tokens per register block */
 #define RB 4                   /* rows per register block */
@@ -106,10 +108,8 @@ static inline __m512 xq_d2(const struct dse_xq *xq, int64_t t, int64_t p, __m512
 
 /* Q8: lanes 0-7 hold block 2p (natural column order), lanes 8-15 block 2p+1. The
  * unsigned operand will be w + 128, so each lane starts from -128 * sum(q). */
-static void prep_q8(const struct dse_xq *xq, int64_t G, int64_t t0, int T, int64_t pc, int64_t pe,
-                    struct xchunk *xc) {
+static void prep_q8(const struct dse_xq *xq, int64_t t0, int T, int64_t pc, int64_t pe, struct xchunk *xc) {
         struct xprep *xp = xc->v;
-        (void)G;
         const __m512i lane = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
         const __m512i u128 = _mm512_set1_epi8((char)0x80);
         UNROLL
@@ -186,40 +186,34 @@ static inline __attribute__((always_inline)) void q8_block(const struct dse_qmat
  * dse-kernel-bench n=1 0.69 -> 0.77-0.80 of the read probe with one thread, Qwen 1.5B
  * int4 batch 1 16.8 -> 19.6 tok/s). Then the rows left over one at a time. Every row's
  * sums are the same either way. */
-#define XQ_T(block, r, rstep, R)                                                                                \
-        switch (T) {                                                                                           \
-        case 1: block(w, xp, pc, pe, y, ldy, r, rstep, R, 1, first); break;                                   \
-        case 2: block(w, xp, pc, pe, y, ldy, r, rstep, R, 2, first); break;                                   \
-        case 3: block(w, xp, pc, pe, y, ldy, r, rstep, R, 3, first); break;                                   \
-        default: block(w, xp, pc, pe, y, ldy, r, rstep, R, 4, first); break;                                  \
+#define Q8_T(r, rstep, R)                                                                                       \
+        switch (T) {                                                                                            \
+        case 1: q8_block(w, xp, pc, pe, y, ldy, r, rstep, R, 1, first); break;                                  \
+        case 2: q8_block(w, xp, pc, pe, y, ldy, r, rstep, R, 2, first); break;                                  \
+        case 3: q8_block(w, xp, pc, pe, y, ldy, r, rstep, R, 3, first); break;                                  \
+        default: q8_block(w, xp, pc, pe, y, ldy, r, rstep, R, 4, first); break;                                 \
         }
-#define XQ_DISPATCH(block)                                                                                     \
-        static void block##_rows(const struct dse_qmat *w, const struct xchunk *xp, int64_t pc, int64_t pe,    \
-                                 float *y, int64_t ldy, int64_t r, int64_t re, int spread, int T, int first) {  \
-                if (spread) {                                                                                  \
-                        int64_t part = (re - r) / RB;                                                          \
-                        for (int64_t k = 0; k < part; k++)                                                     \
-                                XQ_T(block, r + k, part, RB)                                                   \
-                        r += RB * part;                                                                        \
-                }                                                                                              \
-                for (; r + RB <= re; r += RB)                                                                  \
-                        XQ_T(block, r, 1, RB)                                                                  \
-                for (; r < re; r++)                                                                            \
-                        XQ_T(block, r, 1, 1)                                                                   \
+static void q8_block_rows(const struct dse_qmat *w, const struct xchunk *xp, int64_t pc, int64_t pe, float *y,
+                          int64_t ldy, int64_t r, int64_t re, int spread, int T, int first) {
+        if (spread) {
+                int64_t part = (re - r) / RB;
+                for (int64_t k = 0; k < part; k++)
+                        Q8_T(r + k, part, RB)
+                r += RB * part;
         }
-XQ_DISPATCH(q8_block)
-
-typedef void (*prep_fn)(const struct dse_xq *, int64_t, int64_t, int, int64_t, int64_t, struct xchunk *);
-typedef void (*rows_fn)(const struct dse_qmat *, const struct xchunk *, int64_t, int64_t, float *, int64_t, int64_t,
-                        int64_t, int, int, int);
+        for (; r + RB <= re; r += RB)
+                Q8_T(r, 1, RB)
+        for (; r < re; r++)
+                Q8_T(r, 1, 1)
+}
 
 /* Super-blocks of RS rows; within one, token blocks of TB; within those, chunks of KC
  * columns (steps of 64 columns) whose activations are prepared once for all the
  * super-block's rows. Q8 only: Q4's interleaved rows have their own driver below. */
 static void matmul_xq_blocked(const struct dse_qmat *w, const struct dse_xq *xq, float *y, int64_t ldy, int64_t r0,
-                              int64_t r1, int64_t step, prep_fn prep, rows_fn rows) {
+                              int64_t r1) {
         _Alignas(64) struct xchunk xc;
-        int64_t np = (w->cols + step - 1) / step, pcs = KC / step; /* steps, steps per chunk */
+        int64_t np = (w->cols + 63) / 64; /* 64-column steps */
         /* Decode (n <= TB, whole rows in the room n tokens have) is prepared once for all
          * rows (for the former row-major Q4 kernel the preparation was 2.4% of Qwen int4
          * batch-1 samples, against 41% in its row blocks), and each weight row is then read once for every token: the rows
@@ -230,8 +224,8 @@ static void matmul_xq_blocked(const struct dse_qmat *w, const struct dse_xq *xq,
         int64_t share = xq->n <= TB ? TB / xq->n : 0;
         if (share && np <= share * PC) {
                 xc.ts = share * PC;
-                prep(xq, w->group_size, 0, (int)xq->n, 0, np, &xc);
-                rows(w, &xc, 0, np, y, ldy, r0, r1, 1, (int)xq->n, 1);
+                prep_q8(xq, 0, (int)xq->n, 0, np, &xc);
+                q8_block_rows(w, &xc, 0, np, y, ldy, r0, r1, 1, (int)xq->n, 1);
                 return;
         }
         xc.ts = PC;
@@ -239,10 +233,10 @@ static void matmul_xq_blocked(const struct dse_qmat *w, const struct dse_xq *xq,
                 int64_t re = rs + RS < r1 ? rs + RS : r1;
                 for (int64_t t0 = 0; t0 < xq->n; t0 += TB) {
                         int T = xq->n - t0 < TB ? (int)(xq->n - t0) : TB;
-                        for (int64_t pc = 0; pc < np; pc += pcs) {
-                                int64_t pe = pc + pcs < np ? pc + pcs : np;
-                                prep(xq, w->group_size, t0, T, pc, pe, &xc);
-                                rows(w, &xc, pc, pe, y + t0 * ldy, ldy, rs, re, 0, T, pc == 0);
+                        for (int64_t pc = 0; pc < np; pc += PC) {
+                                int64_t pe = pc + PC < np ? pc + PC : np;
+                                prep_q8(xq, t0, T, pc, pe, &xc);
+                                q8_block_rows(w, &xc, pc, pe, y + t0 * ldy, ldy, rs, re, 0, T, pc == 0);
                         }
                 }
         }
@@ -397,7 +391,7 @@ static void matmul_xq_t8(const struct dse_qmat *w, const struct dse_xq *xq, int6
 /* From T8_MIN tokens: whole blocks of 8 and a short last one of T8_MIN or more through
  * matmul_xq_t8; a shorter rest, and fewer tokens, through the 4-token blocks. */
 static void matmul_xq_split(const struct dse_qmat *w, const struct dse_xq *xq, float *y, int64_t ldy, int64_t r0,
-                            int64_t r1, int64_t step, prep_fn prep, rows_fn rows) {
+                            int64_t r1) {
         int64_t n8 = xq->n < T8_MIN ? 0 : xq->n % 8 && xq->n % 8 < T8_MIN ? xq->n / 8 * 8 : xq->n;
         if (n8)
                 matmul_xq_t8(w, xq, n8, y, ldy, r0, r1);
@@ -407,7 +401,7 @@ static void matmul_xq_split(const struct dse_qmat *w, const struct dse_xq *xq, f
         rest.n -= n8;
         rest.q += n8 * xq->n_blocks * DSE_XQ_BLOCK;
         rest.d += n8 * xq->n_blocks;
-        matmul_xq_blocked(w, &rest, y + n8 * ldy, ldy, r0, r1, step, prep, rows);
+        matmul_xq_blocked(w, &rest, y + n8 * ldy, ldy, r0, r1);
 }
 
 static void matmul_xq_q8_avx512(const struct dse_qmat *w, const struct dse_xq *xq, float *y, int64_t ldy, int64_t r0,
@@ -416,7 +410,7 @@ static void matmul_xq_q8_avx512(const struct dse_qmat *w, const struct dse_xq *x
                 dse__kernels_ref_matmul_xq(w, xq, y, ldy, r0, r1);
                 return;
         }
-        matmul_xq_blocked(w, xq, y, ldy, r0, r1, 64, prep_q8, q8_block_rows);
+        matmul_xq_blocked(w, xq, y, ldy, r0, r1);
 }
 
 static void matmul_xq_q8_t8_avx512(const struct dse_qmat *w, const struct dse_xq *xq, float *y, int64_t ldy,
@@ -425,7 +419,7 @@ static void matmul_xq_q8_t8_avx512(const struct dse_qmat *w, const struct dse_xq
                 dse__kernels_ref_matmul_xq(w, xq, y, ldy, r0, r1);
                 return;
         }
-        matmul_xq_split(w, xq, y, ldy, r0, r1, 64, prep_q8, q8_block_rows);
+        matmul_xq_split(w, xq, y, ldy, r0, r1);
 }
 
 /* ---- Q4 times int8 activations: 16 rows interleaved ---------------------------------------
@@ -466,60 +460,6 @@ static void matmul_xq_q8_t8_avx512(const struct dse_qmat *w, const struct dse_xq
                        * weights stays in L2 while every token block reads it) */
 #define Q4_KC 8192    /* columns per chunk in the chunked path */
 #define Q4_XN 8192    /* group sums (tokens x groups) prepared at once: 32 KiB of stack */
-
-/* The 32 q of a block summed exactly (made unsigned, then sums of absolute differences). */
-static inline int32_t q_sum32(const int8_t *q) {
-        __m256i v = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)q), _mm256_set1_epi8((char)0x80));
-        __m256i s = _mm256_sad_epu8(v, _mm256_setzero_si256());
-        __m128i h = _mm_add_epi64(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
-        return (int32_t)(_mm_cvtsi128_si64(h) + _mm_extract_epi64(h, 1)) - 32 * 128;
-}
-
-/* X[t * xs + g - g0] = the sum over group g's blocks b, in order, of d_b * sum(q_b) for
- * token t0 + t, for the groups [g0, g1). */
-static void q4_prep_x(const struct dse_xq *xq, int64_t G, int64_t t0, int64_t T, int64_t g0, int64_t g1, float *X,
-                      int64_t xs) {
-        int64_t nb = xq->n_blocks, bpg = G / DSE_XQ_BLOCK;
-        for (int64_t t = 0; t < T; t++) {
-                const int8_t *q = xq->q + (t0 + t) * nb * DSE_XQ_BLOCK;
-                const float *d = xq->d + (t0 + t) * nb;
-                for (int64_t g = g0; g < g1; g++) {
-                        int64_t be = (g + 1) * bpg < nb ? (g + 1) * bpg : nb;
-                        float a = 0.0f;
-                        for (int64_t b = g * bpg; b < be; b++)
-                                a = fmaf(d[b], (float)q_sum32(q + b * DSE_XQ_BLOCK), a);
-                        X[t * xs + g - g0] = a;
-                }
-        }
-}
-
-/* r[i] lane j -> r[j] lane i. */
-static inline void transpose16(__m512 r[16]) {
-        __m512 t[16];
-        for (int i = 0; i < 16; i += 2) {
-                t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
-                t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
-        }
-        /* r[i + c], 128-bit lane l: rows i..i+3 of column 4l + c */
-        for (int i = 0; i < 16; i += 4)
-                for (int h = 0; h < 2; h++) {
-                        __m512d a = _mm512_castps_pd(t[i + h]), b = _mm512_castps_pd(t[i + h + 2]);
-                        r[i + 2 * h] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, b));
-                        r[i + 2 * h + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, b));
-                }
-        /* column 4l + c gathers 128-bit lane l of r[c], r[4 + c], r[8 + c], r[12 + c] */
-        for (int c = 0; c < 4; c++) {
-                __m512 x0 = _mm512_shuffle_f32x4(r[c], r[4 + c], 0x44), x1 = _mm512_shuffle_f32x4(r[c], r[4 + c], 0xee);
-                __m512 y0 = _mm512_shuffle_f32x4(r[8 + c], r[12 + c], 0x44),
-                       y1 = _mm512_shuffle_f32x4(r[8 + c], r[12 + c], 0xee);
-                t[c] = _mm512_shuffle_f32x4(x0, y0, 0x88);
-                t[4 + c] = _mm512_shuffle_f32x4(x0, y0, 0xdd);
-                t[8 + c] = _mm512_shuffle_f32x4(x1, y1, 0x88);
-                t[12 + c] = _mm512_shuffle_f32x4(x1, y1, 0xdd);
-        }
-        for (int i = 0; i < 16; i++)
-                r[i] = t[i];
-}
 
 /* Row block R's s and s * z for the groups g0..g0+n-1 (n <= 16), one vector of the 16 rows
  * per group: s[16 j + L] for row 16R + L and group g0 + j. Rows past the matrix read 0. */

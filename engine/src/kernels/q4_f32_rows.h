@@ -332,8 +332,6 @@ static void q4f_matmul(const struct dse_qmat *w, const float *x, int64_t ldx, in
                                 case 2: q4f_block(w, xt, ldx, xst, ng, 2, R, yt, ldy, lo, hi); break;
                                 case 3: q4f_block(w, xt, ldx, xst, ng, 3, R, yt, ldy, lo, hi); break;
                                 default: q4f_block(w, xt, ldx, xst, ng, 4, R, yt, ldy, lo, hi); break;
-#else
-                                default: break;
 #endif
                                 }
                         }
