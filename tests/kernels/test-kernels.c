@@ -100,7 +100,8 @@ static void mat_make(struct mat_buf *m, enum dse_dtype dt, struct mat_case c) {
                 for (size_t i = 0; i < bytes; i++)
                         d[i] = (uint8_t)rng_u32();
                 m->data = d;
-                size_t ns = (size_t)(c.rows * m->w.n_groups);
+                /* Q4: rows padded to 16, filled like the rest: no kernel may use them */
+                size_t ns = (size_t)((dt == DSE_DTYPE_Q4 ? (c.rows + 15) / 16 * 16 : c.rows) * m->w.n_groups);
                 m->scale = malloc(ns * 4);
                 m->zero = malloc(ns);
                 for (size_t i = 0; i < ns; i++) {
@@ -146,7 +147,8 @@ static double oracle_w(const struct dse_qmat *w, int64_t r, int64_t c) {
                 int64_t tile = (r / 16) * ((w->cols + 31) / 32) + c / 32, k = c % 32 / 8, e = c % 8;
                 uint8_t b = ((const uint8_t *)w->data)[tile * 256 + 64 * k + 4 * (r % 16) + e % 4];
                 int q = e >= 4 ? b >> 4 : b & 15;
-                int64_t g = r * w->n_groups + c / w->group_size;
+                /* scales and zero points: 16 rows interleaved, 16 per row block and group */
+                int64_t g = ((r / 16) * w->n_groups + c / w->group_size) * 16 + r % 16;
                 return (q - (int)w->zero[g]) * (double)w->scale[g];
         }
         default: return NAN;

@@ -55,7 +55,8 @@
  *                 scale[(r/128) * ceil(cols/128) + c/128].
  *   Q8:           data holds rows*cols int8; W[r,c] = q * scale[r * n_groups + c/group].
  *   Q4:           q = dse__q4_get(data, cols, r, c): 16 rows interleaved (model.h, "Q4
- *                 layout"); W[r,c] = (q - zero[r*n_groups + c/group]) * scale[r*n_groups + c/group].
+ *                 layout"); W[r,c] = (q - zero[i]) * scale[i], i = dse__q4_sidx(n_groups, r, c/group)
+ *                 (scales and zero points 16 rows interleaved too, model.h).
  *   perm (Q4, may be NULL): stored column j multiplies input x[perm[j]]; kernels read x in
  *                 stored order, so the caller gathers x first (dse__linear does). */
 struct dse_qmat {

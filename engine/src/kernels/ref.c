@@ -140,15 +140,13 @@ static void matvec_q4_ref(const struct dse_qmat *w, const float *x, float *y, in
         const uint8_t *W = w->data; /* the Q4 layout (model.h) */
         int64_t G = w->group_size;
         for (int64_t r = r0; r < r1; r++) {
-                const float *srow = w->scale + r * w->n_groups;  /* (n_groups) */
-                const uint8_t *zrow = w->zero + r * w->n_groups; /* (n_groups) */
                 float acc = 0.0f;
                 for (int64_t g = 0; g < w->n_groups; g++) {
-                        int64_t c1 = (g + 1) * G < w->cols ? (g + 1) * G : w->cols;
-                        float z = (float)zrow[g], part = 0.0f;
+                        int64_t c1 = (g + 1) * G < w->cols ? (g + 1) * G : w->cols, s = dse__q4_sidx(w->n_groups, r, g);
+                        float z = (float)w->zero[s], part = 0.0f;
                         for (int64_t c = g * G; c < c1; c++)
                                 part += ((float)dse__q4_get(W, w->cols, r, c) - z) * x[c];
-                        acc += part * srow[g];
+                        acc += part * w->scale[s];
                 }
                 y[r] = acc;
         }
@@ -208,7 +206,12 @@ static void quantize_xq_ref(const float *x, int64_t ldx, struct dse_xq *xq) {
 static inline int32_t wq_at(const struct dse_qmat *w, int64_t r, int64_t c) {
         if (w->dtype == DSE_DTYPE_Q8)
                 return ((const int8_t *)w->data)[r * w->cols + c];
-        return dse__q4_get(w->data, w->cols, r, c) - w->zero[r * w->n_groups + c / w->group_size];
+        return dse__q4_get(w->data, w->cols, r, c) - w->zero[dse__q4_sidx(w->n_groups, r, c / w->group_size)];
+}
+
+/* The scale of row r, group g of a Q8 or Q4 matrix. */
+static inline float wscale_at(const struct dse_qmat *w, int64_t r, int64_t g) {
+        return w->scale[w->dtype == DSE_DTYPE_Q4 ? dse__q4_sidx(w->n_groups, r, g) : r * w->n_groups + g];
 }
 
 /* Each 32-column activation block is cut at weight-group boundaries; each piece is an
@@ -228,7 +231,7 @@ void dse__kernels_ref_matmul_xq(const struct dse_qmat *w, const struct dse_xq *x
                                         int32_t isum = 0;
                                         for (; c < ce; c++)
                                                 isum += wq_at(w, r, c) * q[c];
-                                        acc += w->scale[r * w->n_groups + g] * d[b] * (float)isum;
+                                        acc += wscale_at(w, r, g) * d[b] * (float)isum;
                                 }
                         }
                         y[t * ldy + r] = acc;
@@ -249,9 +252,8 @@ static float weight_at(const struct dse_qmat *w, int64_t r, int64_t c) {
         case DSE_DTYPE_Q8:
                 return (float)((const int8_t *)w->data)[r * n + c] * w->scale[r * w->n_groups + c / w->group_size];
         case DSE_DTYPE_Q4: {
-                int64_t g = r * w->n_groups + c / w->group_size;
-                return ((float)dse__q4_get(w->data, n, r, c) - (float)w->zero[g]) *
-                       w->scale[g];
+                int64_t g = dse__q4_sidx(w->n_groups, r, c / w->group_size);
+                return ((float)dse__q4_get(w->data, n, r, c) - (float)w->zero[g]) * w->scale[g];
         }
         default: return 0.0f;
         }

@@ -162,6 +162,22 @@ static inline void dse__q4_put(uint8_t *data, int64_t cols, int64_t r, int64_t c
         *b = (uint8_t)((*b & ~(0xf << sh)) | (q & 0xf) << sh);
 }
 
+/* A Q4 matrix's scales and zero points (the .scale F32 and .zero U8 tensors) have
+ * ceil(cols/group) columns and its rows padded to 16, and are stored 16 rows interleaved
+ * as well: the pair (r, g) at element ((r/16) * n_groups + g) * 16 + r%16; the padding
+ * rows hold 0. Why: a row block's group is then one 16-lane vector (64 bytes of scales,
+ * 16 of zero points), read in file order. Stored row-major, the kernels gathered 16 rows'
+ * values or transposed 16 x 16 blocks per row block, 5 % of a batch-1 decode's samples,
+ * and read them 16 rows apart (bench/RESULTS.md, "Q4 scales interleaved"). */
+static inline int64_t dse__q4_scale_rows(int64_t rows) {
+        return (rows + DSE_Q4_ROWS - 1) / DSE_Q4_ROWS * DSE_Q4_ROWS;
+}
+
+/* The element of row r, group g in a Q4 matrix's scales or zero points. */
+static inline int64_t dse__q4_sidx(int64_t n_groups, int64_t r, int64_t g) {
+        return ((r / DSE_Q4_ROWS) * n_groups + g) * DSE_Q4_ROWS + r % DSE_Q4_ROWS;
+}
+
 struct dse_tensor {
         char name[DSE_TENSOR_NAME_MAX];
         enum dse_dtype dtype;
