@@ -130,7 +130,7 @@ TEST(native_newer_major_version_refused) {
         char want[16];
         snprintf(want, sizeof want, "%d.0", DSE_FORMAT_VERSION_MAJOR + 1);
         MSG_HAS(want);
-        /* an older major version (1.x stored Q4 row-major) is refused with what to do */
+        /* an older major version (2.x stored Q4 scales row-major) is refused with what to do */
         wr32(n.buf + 8, DSE_FORMAT_VERSION_MAJOR - 1);
         reseal(&n);
         ASSERT_ERR(native_open(&n, n.len), -EOPNOTSUPP);
@@ -541,8 +541,8 @@ TEST(gptq_groups_must_be_contiguous_after_sorting) {
         /* 8 inputs, group 4, but g_idx puts 5 inputs in group 0: no contiguous layout */
         int32_t qweight[1 * 8] = {0}, qzeros[2 * 1] = {0}, g_idx[8] = {0, 0, 1, 0, 0, 1, 0, 1}, perm[8];
         uint16_t scales[2 * 8] = {0};
-        uint8_t data[DSE_Q4_TILE], zero[8 * 2]; /* 8 x 8 Q4: one padded tile */
-        float scale[8 * 2];
+        uint8_t data[DSE_Q4_TILE], zero[16 * 2]; /* 8 x 8 Q4: one padded tile, 16 rows of scales */
+        float scale[16 * 2];
         ASSERT_ERR(dse__gptq_repack(qweight, qzeros, scales, g_idx, 8, 8, 4, data, scale, zero, perm), -EOPNOTSUPP);
         int32_t ok_idx[8] = {1, 0, 1, 0, 0, 1, 0, 1};
         ASSERT_EQ(dse__gptq_repack(qweight, qzeros, scales, ok_idx, 8, 8, 4, data, scale, zero, perm), 1);

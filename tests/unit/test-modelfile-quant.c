@@ -147,9 +147,10 @@ static float native_at(const struct dse_model *m, const char *name, int64_t r, i
                         j = inv[c];
                 }
                 const struct dse_tensor *s = l.scale, *z = l.zero;
-                int64_t ng = s->shape[1], g = j / t->group_size;
+                /* scales and zero points 16 rows interleaved, rows padded to 16 (FORMAT.md) */
+                int64_t ng = s->shape[1], g = ((r / 16) * ng + j / t->group_size) * 16 + r % 16;
                 int q = dse__q4_get(t->data, cols, r, j);
-                return (float)(q - ((const uint8_t *)z->data)[r * ng + g]) * ((const float *)s->data)[r * ng + g];
+                return (float)(q - ((const uint8_t *)z->data)[g]) * ((const float *)s->data)[g];
         }
         default:
                 return NAN;
@@ -371,7 +372,9 @@ static void check_requant(const char *quant, enum dse_dtype want, float steps) {
                 for (int64_t r = 0; r < rows; r++)
                         for (int64_t c = 0; c < cols; c++) {
                                 float x = native_at(ref, rt->name, r, c), y = native_at(m, rt->name, r, c);
-                                float step = ((const float *)s->data)[r * ng + c / 32];
+                                int64_t k = want == DSE_DTYPE_Q4 ? ((r / 16) * ng + c / 32) * 16 + r % 16 /* FORMAT.md */
+                                                                 : r * ng + c / 32;
+                                float step = ((const float *)s->data)[k];
                                 if (!(fabsf(x - y) <= steps * step + 1e-7f))
                                         T_FAIL("%s[%lld,%lld]: %g vs %g (step %g)", rt->name, (long long)r,
                                                (long long)c, x, y, step);

@@ -252,11 +252,12 @@ static int plan_outputs(struct conv *c, const struct dse_schema_entry *se, struc
                         return r;
                 j->out_scale = r;
         } else if (d == DSE_DTYPE_Q8 || d == DSE_DTYPE_Q4) {
-                if ((r = add_out(c, se->name, ".scale", DSE_DTYPE_F32, 2, rows, ng, 0)) < 0)
+                int64_t srows = d == DSE_DTYPE_Q4 ? dse__q4_scale_rows(rows) : rows; /* Q4: padded (model.h) */
+                if ((r = add_out(c, se->name, ".scale", DSE_DTYPE_F32, 2, srows, ng, 0)) < 0)
                         return r;
                 j->out_scale = r;
                 if (d == DSE_DTYPE_Q4) {
-                        if ((r = add_out(c, se->name, ".zero", DSE_DTYPE_U8, 2, rows, ng, 0)) < 0)
+                        if ((r = add_out(c, se->name, ".zero", DSE_DTYPE_U8, 2, srows, ng, 0)) < 0)
                                 return r;
                         j->out_zero = r;
                 }
@@ -426,9 +427,9 @@ static void to_f32(enum dse__st_dtype d, const void *src, float *dst, size_t n) 
  * emit_scratch_bytes(rows, cols). */
 static size_t emit_scratch_bytes(int64_t rows, int64_t cols) {
         /* bf16 or q8 data (q4's padded tiles fit in rows rounded up to 16 times cols)
-         * plus per-column-or-less scales and zeros (5 bytes each) */
-        int64_t padded = (rows + DSE_Q4_ROWS - 1) / DSE_Q4_ROWS * DSE_Q4_ROWS;
-        return (size_t)(padded * (cols + DSE_Q4_COLS)) * 2 + 64 + (size_t)(rows * (cols + 1)) * 5;
+         * plus per-column-or-less scales and zeros (5 bytes each; q4's of padded rows) */
+        int64_t padded = dse__q4_scale_rows(rows);
+        return (size_t)(padded * (cols + DSE_Q4_COLS)) * 2 + 64 + (size_t)(padded * (cols + 1)) * 5;
 }
 
 static int emit_f32_rows(struct conv *c, const struct job *j, const float *x, int64_t rows, uint8_t *scratch) {
@@ -452,14 +453,15 @@ static int emit_f32_rows(struct conv *c, const struct job *j, const float *x, in
         }
         case DSE_DTYPE_Q4: { /* rows: whole 16-row blocks but for the matrix's last (block_rows) */
                 int64_t ng = (cols + j->group - 1) / j->group, nb = (int64_t)dse__q4_bytes(rows, cols);
+                int64_t ns = dse__q4_scale_rows(rows) * ng; /* scales of whole 16-row blocks */
                 uint8_t *q = scratch;
                 float *s = (float *)(scratch + ((nb + 63) & ~63));
-                uint8_t *z = (uint8_t *)(s + rows * ng);
+                uint8_t *z = (uint8_t *)(s + ns);
                 dse__quantize_q4_rows(x, rows, cols, j->group, q, s, z);
                 int r = out_write(c, j->out_data, q, (size_t)nb);
                 if (r == 0)
-                        r = out_write(c, j->out_scale, s, (size_t)(rows * ng) * 4);
-                return r < 0 ? r : out_write(c, j->out_zero, z, (size_t)(rows * ng));
+                        r = out_write(c, j->out_scale, s, (size_t)ns * 4);
+                return r < 0 ? r : out_write(c, j->out_zero, z, (size_t)ns);
         }
         default:
                 return dse__fail(c->reterr, -EOPNOTSUPP, "tensor '%s': cannot write %s from floats", j->name,
@@ -558,14 +560,14 @@ static int run_int4(struct conv *c, const struct job *j) {
         int32_t g = j->group ? j->group : (int32_t)in;
         if (j->out_dtype != DSE_DTYPE_Q4) /* re-target: dequantize below with the checkpoint's own group */
                 g = c->quant.group_size > 0 ? c->quant.group_size : (int32_t)in;
-        int64_t ng = (in + g - 1) / g;
+        int64_t ng = (in + g - 1) / g, ns = dse__q4_scale_rows(out) * ng; /* scales of padded rows (model.h) */
         int r = 0;
         int32_t *qw = read_whole(c, j->qweight, &r), *qz = qw ? read_whole(c, j->qzeros, &r) : NULL;
         uint16_t *sc = qz ? read_whole(c, j->scales, &r) : NULL;
         int32_t *gi = sc && j->g_idx ? read_whole(c, j->g_idx, &r) : NULL;
         uint8_t *data = malloc((size_t)dse__q4_bytes(out, in));
-        float *scale = malloc((size_t)(out * ng) * sizeof *scale);
-        uint8_t *zero = malloc((size_t)(out * ng));
+        float *scale = malloc((size_t)ns * sizeof *scale);
+        uint8_t *zero = malloc((size_t)ns);
         int32_t *perm = malloc((size_t)in * sizeof *perm);
         float *f = NULL;
         uint8_t *scratch = NULL;
@@ -591,8 +593,8 @@ static int run_int4(struct conv *c, const struct job *j) {
         r = 0;
         if (j->out_dtype == DSE_DTYPE_Q4) {
                 if ((r = out_write(c, j->out_data, data, (size_t)dse__q4_bytes(out, in))) < 0 ||
-                    (r = out_write(c, j->out_scale, scale, (size_t)(out * ng) * 4)) < 0 ||
-                    (r = out_write(c, j->out_zero, zero, (size_t)(out * ng))) < 0)
+                    (r = out_write(c, j->out_scale, scale, (size_t)ns * 4)) < 0 ||
+                    (r = out_write(c, j->out_zero, zero, (size_t)ns)) < 0)
                         goto out;
                 if (j->out_perm >= 0)
                         r = out_write(c, j->out_perm, perm, (size_t)in * 4);
@@ -610,8 +612,8 @@ static int run_int4(struct conv *c, const struct job *j) {
         for (int64_t o = 0; o < out; o++)
                 for (int64_t s = 0; s < in; s++) {
                         int q = dse__q4_get(data, in, o, s);
-                        int64_t i = permuted ? perm[s] : s;
-                        f[o * in + i] = (float)(q - zero[o * ng + s / g]) * scale[o * ng + s / g];
+                        int64_t i = permuted ? perm[s] : s, k = dse__q4_sidx(ng, o, s / g);
+                        f[o * in + i] = (float)(q - zero[k]) * scale[k];
                 }
         r = emit_f32_rows(c, j, f, out, scratch);
 out:

@@ -12,7 +12,8 @@
 /* ---- native format constants (FORMAT.md) ---------------------------------------- */
 
 #define DSE_FORMAT_MAGIC "DSEMODL\n"
-#define DSE_FORMAT_VERSION_MAJOR 2 /* 2: Q4 stored 16 rows interleaved (1: row-major) */
+#define DSE_FORMAT_VERSION_MAJOR 3 /* 3: Q4 scales and zeros 16 rows interleaved; 2: Q4 data
+                                    * 16 rows interleaved; 1: row-major */
 #define DSE_FORMAT_VERSION_MINOR 0
 #define DSE_FORMAT_HEADER_SIZE 256     /* fixed header at offset 0 */
 #define DSE_FORMAT_HPARAM_SIZE 48      /* one hyper-parameter record */
@@ -144,8 +145,8 @@ int dse__st_read(const struct dse__st_set *set, const struct dse__st_tensor *t, 
 /* ---- quantized-checkpoint repacking (hf/quant.c), all into native Q4 ------------- */
 
 /* AWQ GEMM: qweight I32 [in, out/8], qzeros I32 [in/g, out/8], scales F16 [in/g, out].
- * Writes data (the Q4 layout, dse__q4_bytes(out, in)), scale F32 [out, n_groups], zero U8
- * [out, n_groups]. */
+ * Writes data (the Q4 layout, dse__q4_bytes(out, in)), scale F32 and zero U8, each
+ * dse__q4_scale_rows(out) x n_groups in the Q4 order (model.h), padding included. */
 int dse__awq_repack(const int32_t *qweight, const int32_t *qzeros, const uint16_t *scales, int64_t in,
                     int64_t out, int32_t group, uint8_t *data, float *scale, uint8_t *zero);
 
@@ -159,7 +160,8 @@ int dse__gptq_repack(const int32_t *qweight, const int32_t *qzeros, const uint16
                      uint8_t *zero, int32_t *perm);
 
 /* Group-wise quantisation of float rows (quantize-on-convert). Q8: symmetric,
- * scale = max|x|/127. Q4: asymmetric over [min(x,0), max(x,0)], scale = range/15. */
+ * scale = max|x|/127, scale [rows, n_groups]. Q4: asymmetric over [min(x,0), max(x,0)],
+ * scale = range/15; scale and zero as dse__awq_repack writes them. */
 void dse__quantize_q8_rows(const float *x, int64_t rows, int64_t cols, int32_t group, int8_t *data, float *scale);
 void dse__quantize_q4_rows(const float *x, int64_t rows, int64_t cols, int32_t group, uint8_t *data, float *scale,
                            uint8_t *zero);

@@ -12,12 +12,20 @@
 /* AWQ GEMM packs eight output columns per int32 in this nibble order. */
 static const int awq_order[8] = {0, 2, 4, 6, 1, 3, 5, 7};
 
+/* A Q4 matrix's scales and zero points, padding rows included, to 0 (model.h). */
+static void clear_q4_scales(int64_t rows, int64_t ng, float *scale, uint8_t *zero) {
+        size_t n = (size_t)(dse__q4_scale_rows(rows) * ng);
+        memset(scale, 0, n * sizeof *scale);
+        memset(zero, 0, n);
+}
+
 int dse__awq_repack(const int32_t *qweight, const int32_t *qzeros, const uint16_t *scales, int64_t in, int64_t out,
                     int32_t group, uint8_t *data, float *scale, uint8_t *zero) {
         if (in <= 0 || out <= 0 || out % 8 || group <= 0)
                 return -EINVAL;
         int64_t packed = out / 8, ng = (in + group - 1) / group;
         memset(data, 0, (size_t)dse__q4_bytes(out, in));
+        clear_q4_scales(out, ng, scale, zero);
         for (int64_t i = 0; i < in; i++)
                 for (int64_t c = 0; c < packed; c++) {
                         uint32_t w = (uint32_t)qweight[i * packed + c];
@@ -31,8 +39,8 @@ int dse__awq_repack(const int32_t *qweight, const int32_t *qzeros, const uint16_
                         uint32_t z = (uint32_t)qzeros[g * packed + c];
                         for (int k = 0; k < 8; k++) {
                                 int64_t o = 8 * c + awq_order[k];
-                                zero[o * ng + g] = (uint8_t)((z >> (4 * k)) & 0xf);
-                                scale[o * ng + g] = dse__f16_to_f32(scales[g * out + o]);
+                                zero[dse__q4_sidx(ng, o, g)] = (uint8_t)((z >> (4 * k)) & 0xf);
+                                scale[dse__q4_sidx(ng, o, g)] = dse__f16_to_f32(scales[g * out + o]);
                         }
                 }
         return 0;
@@ -73,6 +81,7 @@ int dse__gptq_repack(const int32_t *qweight, const int32_t *qzeros, const uint16
         }
         free(start);
         memset(data, 0, (size_t)dse__q4_bytes(out, in));
+        clear_q4_scales(out, ng, scale, zero);
         for (int64_t j = 0; j < in; j++) {
                 int64_t i = perm[j];
                 const int32_t *qrow = qweight + (i / 8) * out;
@@ -83,8 +92,8 @@ int dse__gptq_repack(const int32_t *qweight, const int32_t *qzeros, const uint16
         for (int64_t g = 0; g < ng; g++)
                 for (int64_t o = 0; o < out; o++) {
                         uint32_t z = (uint32_t)qzeros[g * zpacked + o / 8];
-                        zero[o * ng + g] = (uint8_t)(((z >> (4 * (o % 8))) & 0xf) + 1); /* v1 stores zero - 1 */
-                        scale[o * ng + g] = dse__f16_to_f32(scales[g * out + o]);
+                        zero[dse__q4_sidx(ng, o, g)] = (uint8_t)(((z >> (4 * (o % 8))) & 0xf) + 1); /* v1: zero - 1 */
+                        scale[dse__q4_sidx(ng, o, g)] = dse__f16_to_f32(scales[g * out + o]);
                 }
         return !identity;
 }
@@ -110,6 +119,7 @@ void dse__quantize_q4_rows(const float *x, int64_t rows, int64_t cols, int32_t g
                            uint8_t *zero) {
         int64_t ng = (cols + group - 1) / group;
         memset(data, 0, (size_t)dse__q4_bytes(rows, cols));
+        clear_q4_scales(rows, ng, scale, zero);
         for (int64_t r = 0; r < rows; r++)
                 for (int64_t g = 0; g < ng; g++) {
                         int64_t c0 = g * group, c1 = c0 + group < cols ? c0 + group : cols;
@@ -121,8 +131,8 @@ void dse__quantize_q4_rows(const float *x, int64_t rows, int64_t cols, int32_t g
                         float s = (mx - mn) / 15.0f, inv = s > 0 ? 1.0f / s : 0;
                         float z = s > 0 ? roundf(-mn * inv) : 0;
                         z = z < 0 ? 0 : z > 15 ? 15 : z;
-                        scale[r * ng + g] = s;
-                        zero[r * ng + g] = (uint8_t)z;
+                        scale[dse__q4_sidx(ng, r, g)] = s;
+                        zero[dse__q4_sidx(ng, r, g)] = (uint8_t)z;
                         for (int64_t c = c0; c < c1; c++) {
                                 float q = roundf(x[r * cols + c] * inv) + z;
                                 dse__q4_put(data, cols, r, c, (unsigned)(q < 0 ? 0 : q > 15 ? 15 : q));
