@@ -444,7 +444,10 @@ static void matmul_xq_q8_t8_avx512(const struct dse_qmat *w, const struct dse_xq
  * are not a multiple of 32 columns share a block between groups; they take the reference.
  *
  * The scales and zero points are 16 rows interleaved as well (model.h): a row block's
- * group is one 64-byte load of s and one 16-byte load of z, read in group order. */
+ * group is one 64-byte load of s and one 16-byte load of z, read in group order, so they
+ * are one more sequential stream per row block and get no software prefetch: prefetching
+ * the next row blocks' ones (as the row-major layout needed) measured no gain streaming
+ * at 1 or 2 threads and cost ~5% at n = 1 in L2 (dse-kernel-bench --format q4). */
 
 #define Q4_TMAX 8     /* tokens per register block with DSE_KFEAT_T8 (TB without) */
 #define Q4_NR1 4      /* row blocks side by side for 1-2 tokens (2 for 3-4, 1 from 5), spread over
