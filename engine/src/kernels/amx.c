@@ -145,23 +145,24 @@ static void stage_q8(const struct dse_qmat *w, int64_t r, int64_t b0, int64_t b1
  * lo1 hi1 lo2 hi2 lo3 hi3], an 8 x 16 dword transposition (two unpack stages and one
  * two-source permute per pair of outputs). The zero point goes off per byte, as the
  * reference's q - z: the same integer products. Padded columns meet q = 0 (xq's
- * padding); padded rows (whose bytes may hold anything) get z = 0 and are never
- * stored. */
+ * padding); padded rows (whose bytes and zero points may hold anything) get z = 0 and
+ * are never stored. */
 static void stage_q4(const struct dse_qmat *w, int64_t R, int64_t b0, int64_t b1, const int32_t *grp,
                      int8_t (*a)[16][32]) {
-        int64_t nb = (w->cols + 31) / 32, ng = w->n_groups, rows = w->rows - 16 * R;
+        int64_t nb = (w->cols + 31) / 32, rows = w->rows - 16 * R;
         const uint8_t *p = (const uint8_t *)w->data + R * nb * DSE_Q4_TILE;
+        const uint8_t *zp = w->zero + R * w->n_groups * DSE_Q4_ROWS; /* group g: 16 bytes at zp + 16 g */
+        const __mmask16 real = (__mmask16)(rows < 16 ? (1u << rows) - 1 : 0xffff);
         const __m512i lo4 = _mm512_set1_epi8(0x0f);
         const __m512i i0 = _mm512_setr_epi64(0, 1, 8, 9, 2, 3, 10, 11), i1 = _mm512_setr_epi64(4, 5, 12, 13, 6, 7, 14, 15);
         __m512i z = _mm512_setzero_si512();
         int64_t zg = -1;
         for (int64_t b = b0; b < b1; b++) {
                 if (grp[b - b0] != zg) { /* the 16 rows' zero points, each in the 4 bytes of its lane */
-                        _Alignas(64) uint32_t zl[16];
                         zg = grp[b - b0];
-                        for (int i = 0; i < 16; i++)
-                                zl[i] = i < rows ? w->zero[(16 * R + i) * ng + zg] * 0x01010101u : 0;
-                        z = _mm512_load_si512(zl);
+                        z = _mm512_maskz_mullo_epi32(
+                                real, _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(zp + DSE_Q4_ROWS * zg))),
+                                _mm512_set1_epi32(0x01010101));
                 }
                 const uint8_t *tile = p + b * DSE_Q4_TILE;
                 __m512i t[8], u[8];
@@ -221,20 +222,23 @@ static inline __attribute__((always_inline)) void tile_product(struct amx_a A, c
 /* The scaling: per block, F[i] += C[i] * d (three instructions per row); at the end of
  * each weight group, out[i] += F[i] * s[r+i, g], so s costs one FMA per group, not one
  * multiply per block. Only rows r+i0..r+i1-1 are stored (a Q4 row block cut by the row
- * range); rows past the matrix (Q4's padding) take the last row's scales. */
+ * range). s[r+i, g] is sc[so[i] + gs g]: Q8's scales are row-major (gs 1), Q4's 16 rows
+ * interleaved (gs 16, r a multiple of 16), its padded rows' scales stored too (any value:
+ * those rows are never stored). */
 static void tile_block(const struct dse_qmat *w, struct amx_a a, const int32_t (*bt)[8][16],
                        const float (*dv)[16], const int32_t *grp, int64_t nb, int64_t r, int T, float *y,
                        int64_t ldy, int first, int i0, int i1) {
         _Alignas(64) int32_t cbuf[16][16];
         _Alignas(64) float out[16][16];
         __m512 F[16];
+        int q4 = w->dtype == DSE_DTYPE_Q4;
         const float *sc = w->scale + r * w->n_groups;
-        int64_t ng = w->n_groups, so[16], last = w->rows - 1 - r;
+        int64_t so[16], gs = q4 ? DSE_Q4_ROWS : 1;
         UNROLL
         for (int i = 0; i < 16; i++) {
                 F[i] = _mm512_setzero_ps();
                 _mm512_store_ps(out[i], F[i]);
-                so[i] = (i < last ? i : last) * ng;
+                so[i] = q4 ? i : i * w->n_groups;
         }
         tile_product(a, bt, 0, 0);
         for (int64_t j = 0; j < nb; j += 2) {
@@ -256,7 +260,7 @@ static void tile_block(const struct dse_qmat *w, struct amx_a a, const int32_t (
                         if (j + u + 1 == nb || grp[j + u + 1] != g) {
                                 UNROLL
                                 for (int i = 0; i < 16; i++) {
-                                        _mm512_store_ps(out[i], _mm512_fmadd_ps(F[i], _mm512_set1_ps(sc[so[i] + g]),
+                                        _mm512_store_ps(out[i], _mm512_fmadd_ps(F[i], _mm512_set1_ps(sc[so[i] + gs * g]),
                                                                                 _mm512_load_ps(out[i])));
                                         F[i] = _mm512_setzero_ps();
                                 }

@@ -25,7 +25,6 @@
 #include "kernels/kernels.h"
 #include "kernels/q4_f32_rows.h"
 #include "kernels/q4_xsums.h"
-#include "kernels/transpose16.h"
 
 #define TB 4                   /* tokens per register block */
 #define RB 4                   /* rows per register block */
@@ -444,8 +443,11 @@ static void matmul_xq_q8_t8_avx512(const struct dse_qmat *w, const struct dse_xq
  * the 8-token blocks (DSE_KFEAT_T8) give the same bits as the 4-token ones. Groups that
  * are not a multiple of 32 columns share a block between groups; they take the reference.
  *
- * Scales and zero points are per row, not interleaved: 16 rows x 16 groups of them are
- * loaded and transposed in registers into one vector of the 16 rows per group. */
+ * The scales and zero points are 16 rows interleaved as well (model.h): a row block's
+ * group is one 64-byte load of s and one 16-byte load of z, read in group order, so they
+ * are one more sequential stream per row block and get no software prefetch: prefetching
+ * the next row blocks' ones (as the row-major layout needed) measured no gain streaming
+ * at 1 or 2 threads and cost ~5% at n = 1 in L2 (dse-kernel-bench --format q4). */
 
 #define Q4_TMAX 8     /* tokens per register block with DSE_KFEAT_T8 (TB without) */
 #define Q4_NR1 4      /* row blocks side by side for 1-2 tokens (2 for 3-4, 1 from 5), spread over
@@ -461,45 +463,22 @@ static void matmul_xq_q8_t8_avx512(const struct dse_qmat *w, const struct dse_xq
 #define Q4_KC 8192    /* columns per chunk in the chunked path */
 #define Q4_XN 8192    /* group sums (tokens x groups) prepared at once: 32 KiB of stack */
 
-/* Row block R's s and s * z for the groups g0..g0+n-1 (n <= 16), one vector of the 16 rows
- * per group: s[16 j + L] for row 16R + L and group g0 + j. Rows past the matrix read 0. */
-static inline void q4_scales16(const struct dse_qmat *w, int64_t R, int64_t g0, int64_t n, float *s, float *sz) {
-        __m512 a[16], b[16];
-        for (int L = 0; L < 16; L++) {
-                int64_t r = 16 * R + L < w->rows ? 16 * R + L : w->rows - 1;
-                __mmask16 m = 16 * R + L < w->rows ? mask16(n) : 0;
-                __m128i z = _mm_maskz_loadu_epi8(m, w->zero + r * w->n_groups + g0);
-                a[L] = _mm512_maskz_loadu_ps(m, w->scale + r * w->n_groups + g0);
-                b[L] = _mm512_mul_ps(a[L], _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(z)));
-        }
-        transpose16(a);
-        transpose16(b);
-        for (int j = 0; j < 16; j++) {
-                _mm512_store_ps(s + 16 * j, a[j]);
-                _mm512_store_ps(sz + 16 * j, b[j]);
-        }
-}
-
 /* Row blocks Rv[0..NR-1] times tokens t0..t0+T-1 over the groups [g0, g1): the rows' sums
  * start at 0 (first) or from y, and the rows in [r0, r1) are stored back. X: the tokens'
- * group sums from group g0, xs apart. With whole rows, the scales and zero points of the
- * row blocks rnext further on (the next call's, 0: none) are prefetched meanwhile: read
- * 16 rows at a time, a piece of each, they are no stream the hardware prefetchers follow,
- * and their misses stalled the weights' stream. */
+ * group sums from group g0, xs apart. */
 static inline __attribute__((always_inline)) void q4_block(const struct dse_qmat *w, const struct dse_xq *xq,
                                                            const float *X, int64_t xs, int64_t t0, const int64_t *Rv,
                                                            int64_t g0, int64_t g1, float *y, int64_t ldy, int64_t r0,
-                                                           int64_t r1, int first, int64_t rnext, const int NR,
-                                                           const int T) {
+                                                           int64_t r1, int first, const int NR, const int T) {
         const int split = NR * T <= Q4_SPLIT;
         int64_t nb = xq->n_blocks, bpg = w->group_size / DSE_XQ_BLOCK;
         const uint8_t *p[Q4_NRMAX];
         const int8_t *q[Q4_TMAX];
         const float *d[Q4_TMAX];
         __mmask16 keep[Q4_NRMAX];
-        const char *ps[Q4_NRMAX], *pz[Q4_NRMAX];
+        const float *sp[Q4_NRMAX];
+        const uint8_t *zp[Q4_NRMAX];
         __m512 acc[Q4_NRMAX][Q4_TMAX];
-        _Alignas(64) float sv[Q4_NRMAX][256], szv[Q4_NRMAX][256];
         UNROLL
         for (int t = 0; t < T; t++) {
                 q[t] = xq->q + (t0 + t) * nb * DSE_XQ_BLOCK;
@@ -508,10 +487,8 @@ static inline __attribute__((always_inline)) void q4_block(const struct dse_qmat
         UNROLL
         for (int i = 0; i < NR; i++) {
                 p[i] = (const uint8_t *)w->data + Rv[i] * nb * DSE_Q4_TILE;
-                int64_t rn = DSE_Q4_ROWS * (Rv[i] + rnext);
-                int pf = rnext && g0 == 0 && g1 == w->n_groups && rn < w->rows;
-                ps[i] = pf ? (const char *)(w->scale + rn * w->n_groups) : NULL;
-                pz[i] = pf ? (const char *)(w->zero + rn * w->n_groups) : NULL;
+                sp[i] = w->scale + Rv[i] * w->n_groups * DSE_Q4_ROWS;
+                zp[i] = w->zero + Rv[i] * w->n_groups * DSE_Q4_ROWS;
                 keep[i] = (__mmask16)(mask16(r1 - 16 * Rv[i]) & ~mask16(r0 - 16 * Rv[i]));
                 UNROLL
                 for (int t = 0; t < T; t++)
@@ -519,79 +496,69 @@ static inline __attribute__((always_inline)) void q4_block(const struct dse_qmat
                                           : _mm512_maskz_loadu_ps(keep[i], y + (t0 + t) * ldy + 16 * Rv[i]);
         }
         const __m512i lo4 = _mm512_set1_epi8(0x0f), hi4 = _mm512_set1_epi8((char)0xf0);
-        for (int64_t gp = g0; gp < g1; gp += 16) {
-                int64_t ge = gp + 16 < g1 ? gp + 16 : g1;
+        for (int64_t g = g0; g < g1; g++) {
+                int64_t be = (g + 1) * bpg < nb ? (g + 1) * bpg : nb;
+                __m512 F[Q4_NRMAX][Q4_TMAX];
                 UNROLL
                 for (int i = 0; i < NR; i++)
-                        q4_scales16(w, Rv[i], gp, ge - gp, sv[i], szv[i]);
-                for (int64_t g = gp; g < ge; g++) {
-                        int64_t be = (g + 1) * bpg < nb ? (g + 1) * bpg : nb;
                         UNROLL
-                        for (int i = 0; i < NR; i++)
-                                if (ps[i]) { /* 64 and 16 bytes per group of each of 16 rows */
-                                        _mm_prefetch(ps[i] + 64 * g, _MM_HINT_T1);
-                                        if (!(g & 3))
-                                                _mm_prefetch(pz[i] + 16 * g, _MM_HINT_T1);
-                                }
-                        __m512 F[Q4_NRMAX][Q4_TMAX];
+                        for (int t = 0; t < T; t++)
+                                F[i][t] = _mm512_setzero_ps();
+                for (int64_t b = g * bpg; b < be; b++) {
+                        __m512i Sl[Q4_NRMAX][Q4_TMAX], Sh[Q4_NRMAX][Q4_TMAX];
                         UNROLL
                         for (int i = 0; i < NR; i++)
                                 UNROLL
                                 for (int t = 0; t < T; t++)
-                                        F[i][t] = _mm512_setzero_ps();
-                        for (int64_t b = g * bpg; b < be; b++) {
-                                __m512i Sl[Q4_NRMAX][Q4_TMAX], Sh[Q4_NRMAX][Q4_TMAX];
-                                UNROLL
-                                for (int i = 0; i < NR; i++)
-                                        UNROLL
-                                        for (int t = 0; t < T; t++)
-                                                Sl[i][t] = Sh[i][t] = _mm512_setzero_si512();
-                                UNROLL
-                                for (int k = 0; k < 4; k++) {
-                                        __m512i xl[Q4_TMAX], xh[Q4_TMAX];
-                                        UNROLL
-                                        for (int t = 0; t < T; t++) {
-                                                int32_t l4, h4;
-                                                memcpy(&l4, q[t] + b * DSE_XQ_BLOCK + 8 * k, 4);
-                                                memcpy(&h4, q[t] + b * DSE_XQ_BLOCK + 8 * k + 4, 4);
-                                                xl[t] = _mm512_set1_epi32(l4);
-                                                xh[t] = _mm512_set1_epi32(h4);
-                                        }
-                                        UNROLL
-                                        for (int i = 0; i < NR; i++) {
-                                                const uint8_t *c = p[i] + b * DSE_Q4_TILE + 64 * k;
-                                                _mm_prefetch((const char *)(c + DSE_PREFETCH_AHEAD), _MM_HINT_T1);
-                                                __m512i v = _mm512_loadu_si512(c);
-                                                __m512i wl = _mm512_and_si512(v, lo4);
-                                                __m512i wh = split ? _mm512_and_si512(v, hi4)
-                                                                   : _mm512_and_si512(_mm512_srli_epi16(v, 4), lo4);
-                                                UNROLL
-                                                for (int t = 0; t < T; t++) {
-                                                        Sl[i][t] = _mm512_dpbusd_epi32(Sl[i][t], wl, xl[t]);
-                                                        if (split)
-                                                                Sh[i][t] = _mm512_dpbusd_epi32(Sh[i][t], wh, xh[t]);
-                                                        else
-                                                                Sl[i][t] = _mm512_dpbusd_epi32(Sl[i][t], wh, xh[t]);
-                                                }
-                                        }
-                                }
-                                UNROLL
-                                for (int i = 0; i < NR; i++)
-                                        UNROLL
-                                        for (int t = 0; t < T; t++) {
-                                                __m512i s = split ? _mm512_add_epi32(Sl[i][t], _mm512_srai_epi32(Sh[i][t], 4))
-                                                                  : Sl[i][t];
-                                                F[i][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_set1_ps(d[t][b]), F[i][t]);
-                                        }
-                        }
+                                        Sl[i][t] = Sh[i][t] = _mm512_setzero_si512();
                         UNROLL
-                        for (int i = 0; i < NR; i++) {
-                                __m512 s = _mm512_load_ps(sv[i] + 16 * (g - gp)), sz = _mm512_load_ps(szv[i] + 16 * (g - gp));
+                        for (int k = 0; k < 4; k++) {
+                                __m512i xl[Q4_TMAX], xh[Q4_TMAX];
                                 UNROLL
                                 for (int t = 0; t < T; t++) {
-                                        acc[i][t] = _mm512_fmadd_ps(F[i][t], s, acc[i][t]);
-                                        acc[i][t] = _mm512_fnmadd_ps(sz, _mm512_set1_ps(X[t * xs + g - g0]), acc[i][t]);
+                                        int32_t l4, h4;
+                                        memcpy(&l4, q[t] + b * DSE_XQ_BLOCK + 8 * k, 4);
+                                        memcpy(&h4, q[t] + b * DSE_XQ_BLOCK + 8 * k + 4, 4);
+                                        xl[t] = _mm512_set1_epi32(l4);
+                                        xh[t] = _mm512_set1_epi32(h4);
                                 }
+                                UNROLL
+                                for (int i = 0; i < NR; i++) {
+                                        const uint8_t *c = p[i] + b * DSE_Q4_TILE + 64 * k;
+                                        _mm_prefetch((const char *)(c + DSE_PREFETCH_AHEAD), _MM_HINT_T1);
+                                        __m512i v = _mm512_loadu_si512(c);
+                                        __m512i wl = _mm512_and_si512(v, lo4);
+                                        __m512i wh = split ? _mm512_and_si512(v, hi4)
+                                                           : _mm512_and_si512(_mm512_srli_epi16(v, 4), lo4);
+                                        UNROLL
+                                        for (int t = 0; t < T; t++) {
+                                                Sl[i][t] = _mm512_dpbusd_epi32(Sl[i][t], wl, xl[t]);
+                                                if (split)
+                                                        Sh[i][t] = _mm512_dpbusd_epi32(Sh[i][t], wh, xh[t]);
+                                                else
+                                                        Sl[i][t] = _mm512_dpbusd_epi32(Sl[i][t], wh, xh[t]);
+                                        }
+                                }
+                        }
+                        UNROLL
+                        for (int i = 0; i < NR; i++)
+                                UNROLL
+                                for (int t = 0; t < T; t++) {
+                                        __m512i s = split ? _mm512_add_epi32(Sl[i][t], _mm512_srai_epi32(Sh[i][t], 4))
+                                                          : Sl[i][t];
+                                        F[i][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_set1_ps(d[t][b]), F[i][t]);
+                                }
+                }
+                UNROLL
+                for (int i = 0; i < NR; i++) {
+                        /* the 16 rows' s and s z (padded rows' too: never stored) */
+                        __m512 s = _mm512_loadu_ps(sp[i] + DSE_Q4_ROWS * g);
+                        __m512 sz = _mm512_mul_ps(s, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(
+                                                             (const __m128i *)(zp[i] + DSE_Q4_ROWS * g)))));
+                        UNROLL
+                        for (int t = 0; t < T; t++) {
+                                acc[i][t] = _mm512_fmadd_ps(F[i][t], s, acc[i][t]);
+                                acc[i][t] = _mm512_fnmadd_ps(sz, _mm512_set1_ps(X[t * xs + g - g0]), acc[i][t]);
                         }
                 }
         }
@@ -606,8 +573,8 @@ static inline __attribute__((always_inline)) void q4_block(const struct dse_qmat
  * absent ones would otherwise stay live). */
 static void q4_call(const struct dse_qmat *w, const struct dse_xq *xq, const float *X, int64_t xs, int64_t t0,
                     const int64_t *Rv, int64_t g0, int64_t g1, float *y, int64_t ldy, int64_t r0, int64_t r1, int first,
-                    int64_t rnext, int NR, int T) {
-#define Q4_B(nr, t) q4_block(w, xq, X, xs, t0, Rv, g0, g1, y, ldy, r0, r1, first, rnext, nr, t)
+                    int NR, int T) {
+#define Q4_B(nr, t) q4_block(w, xq, X, xs, t0, Rv, g0, g1, y, ldy, r0, r1, first, nr, t)
         if (NR == Q4_NR1 && T == 1)
                 Q4_B(Q4_NR1, 1);
         else if (NR == Q4_NR1 && T == 2)
@@ -644,17 +611,17 @@ static void q4_rows(const struct dse_qmat *w, const struct dse_xq *xq, const flo
                 for (int64_t k = 0; k < part; k++) {
                         for (int i = 0; i < NR; i++)
                                 Rv[i] = Ra + k + i * part;
-                        q4_call(w, xq, X, xs, t0, Rv, g0, g1, y, ldy, r0, r1, first, 1, NR, T);
+                        q4_call(w, xq, X, xs, t0, Rv, g0, g1, y, ldy, r0, r1, first, NR, T);
                 }
                 R += NR * part;
         }
         for (; R + NR <= Rb; R += NR) {
                 for (int i = 0; i < NR; i++)
                         Rv[i] = R + i;
-                q4_call(w, xq, X, xs, t0, Rv, g0, g1, y, ldy, r0, r1, first, NR, NR, T);
+                q4_call(w, xq, X, xs, t0, Rv, g0, g1, y, ldy, r0, r1, first, NR, T);
         }
         for (; R < Rb; R++)
-                q4_call(w, xq, X, xs, t0, &R, g0, g1, y, ldy, r0, r1, first, 1, 1, T);
+                q4_call(w, xq, X, xs, t0, &R, g0, g1, y, ldy, r0, r1, first, 1, T);
 }
 
 /* Q4 matmul_xq with register blocks of up to tmax tokens (TB, or Q4_TMAX with
@@ -662,7 +629,7 @@ static void q4_rows(const struct dse_qmat *w, const struct dse_xq *xq, const flo
  * block once, whole rows (in Q4_XN / n groups' chunks past that); more tokens go by
  * super-blocks of Q4_SB row blocks, chunks of about Q4_KC columns and token blocks, the
  * chunk's group sums prepared once for as many tokens as Q4_XN holds. No allocation; the
- * stack holds X and the register blocks' transposed scales (~50 KiB). */
+ * stack holds X (32 KiB). */
 static void matmul_xq_q4_il(const struct dse_qmat *w, const struct dse_xq *xq, float *y, int64_t ldy, int64_t r0,
                             int64_t r1, int tmax) {
         if (w->group_size % DSE_XQ_BLOCK) {
@@ -960,16 +927,17 @@ static inline __attribute__((always_inline)) void axpy_rows_q4_block(const struc
                 int64_t rz = R * DSE_Q4_ROWS + DSE_Q4_ROWS < re ? R * DSE_Q4_ROWS + DSE_Q4_ROWS : re;
                 for (int64_t r = ra; r < rz; r++) {
                         unsigned L = (unsigned)r % DSE_Q4_ROWS, off = 64 * (L % 4) + 16 * (L / 4);
-                        const float *srow = w->scale + r * w->n_groups;
-                        const uint8_t *zrow = w->zero + r * w->n_groups;
+                        /* row r's group g at (R n_groups + g) 16 + L (model.h) */
+                        const float *srow = w->scale + R * w->n_groups * DSE_Q4_ROWS + L;
+                        const uint8_t *zrow = w->zero + R * w->n_groups * DSE_Q4_ROWS + L;
                         __m512 va = _mm512_set1_ps(a[r - r0]), t = _mm512_setzero_ps();
                         int64_t gp = -1;
                         UNROLL
                         for (int k = 0; k < NC; k++) {
                                 int64_t g = (c0 + 32 * k) / G;
                                 if (g != gp) { /* a tile lies in one group (G a multiple of 32) */
-                                        t = _mm512_mul_ps(_mm512_sub_ps(iota, _mm512_set1_ps((float)zrow[g])),
-                                                          _mm512_set1_ps(srow[g]));
+                                        __m512 vz = _mm512_set1_ps((float)zrow[DSE_Q4_ROWS * g]);
+                                        t = _mm512_mul_ps(_mm512_sub_ps(iota, vz), _mm512_set1_ps(srow[DSE_Q4_ROWS * g]));
                                         gp = g;
                                 }
                                 __m512i v = _mm512_broadcast_i32x4(
@@ -1199,8 +1167,8 @@ static void rmsnorm_avx512(float *out, const float *x, const float *w, int64_t n
  * decodes 128 kv_b_proj rows per head and token with it. */
 static void dequant_row_avx512(const struct dse_qmat *w, int64_t r, float *out) {
         int64_t n = w->cols, G = w->group_size;
-        const float *srow = w->scale + r * w->n_groups;
         if (w->dtype == DSE_DTYPE_Q8) {
+                const float *srow = w->scale + r * w->n_groups;
                 const int8_t *row = (const int8_t *)w->data + r * n;
                 for (int64_t g = 0; g < w->n_groups; g++) {
                         int64_t c1 = (g + 1) * G < n ? (g + 1) * G : n;
@@ -1217,12 +1185,16 @@ static void dequant_row_avx512(const struct dse_qmat *w, int64_t r, float *out) 
                  * tile lies in one group (other groups take the _ref twin through avx2.c). */
                 int64_t nb = (n + DSE_Q4_COLS - 1) / DSE_Q4_COLS;
                 const uint8_t *p = (const uint8_t *)w->data + (r / DSE_Q4_ROWS) * nb * DSE_Q4_TILE + 4 * (r % DSE_Q4_ROWS);
-                const uint8_t *zrow = w->zero + r * w->n_groups;
+                /* row r's group g at srow[16 g] (model.h: 16 rows interleaved) */
+                int64_t s0 = dse__q4_sidx(w->n_groups, r, 0);
+                const float *srow = w->scale + s0;
+                const uint8_t *zrow = w->zero + s0;
                 const __m512i shift = _mm512_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4, 0, 0, 0, 0, 4, 4, 4, 4);
                 const __m512i lo4 = _mm512_set1_epi32(0xf);
                 for (int64_t b = 0; b < nb; b++) {
                         int64_t c = b * DSE_Q4_COLS, g = c / G;
-                        __m512 s = _mm512_set1_ps(srow[g]), vz = _mm512_set1_ps((float)zrow[g]);
+                        __m512 s = _mm512_set1_ps(srow[DSE_Q4_ROWS * g]);
+                        __m512 vz = _mm512_set1_ps((float)zrow[DSE_Q4_ROWS * g]);
                         int32_t d[4];
                         for (int k = 0; k < 4; k++)
                                 memcpy(&d[k], p + b * DSE_Q4_TILE + 64 * k, sizeof d[k]);

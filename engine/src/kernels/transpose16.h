@@ -1,7 +1,6 @@
-/* A 16 x 16 float transposition in AVX-512 registers, for the kernels that turn 16 rows'
- * per-group values (avx512.c: scales and zero points) or 16 rows' per-token sums (amx.c:
- * the C tile's output) into one vector per group or token. The including file provides
- * the AVX-512F target. */
+/* A 16 x 16 float transposition in AVX-512 registers, for amx.c, which turns 16 rows'
+ * per-token sums (the C tile's output) into one vector of the 16 rows per token. The
+ * including file provides the AVX-512F target. */
 #ifndef DSE_KERNELS_TRANSPOSE16_H
 #define DSE_KERNELS_TRANSPOSE16_H
 
