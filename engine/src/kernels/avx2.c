@@ -237,11 +237,11 @@ static inline __m256i bcast32(const int8_t *p) {
 }
 
 /* Group g of row block R (tiles at p) for tokens t..t+T-1 (T <= Q4XQ_T): acc (lanes =
- * the 16 rows, per token) += (F_g - z * X_g) * s, sv and zv the rows' s_g and z_g (rows
- * 0-7, 8-15). */
+ * the 16 rows, per token) += (F_g - z * X_g) * s, sv and zv the rows' s_g and z_g (16
+ * floats each: sv points into the scales, zv is converted on the stack once per group). */
 static inline __attribute__((always_inline)) void q4_xq_group(const uint8_t *p, const struct dse_xq *xq, int64_t t,
                                                               int64_t b0, int64_t b1, const float *Xg, int64_t ng,
-                                                              const __m256 sv[2], const __m256 zv[2], float (*acc)[16],
+                                                              const float *sv, const float *zv, float (*acc)[16],
                                                               const int T) {
         int64_t nb = xq->n_blocks;
         const __m256i m = _mm256_set1_epi8(0x0f), one16 = _mm256_set1_epi16(1);
@@ -292,8 +292,9 @@ static inline __attribute__((always_inline)) void q4_xq_group(const uint8_t *p, 
                 __m256 xg = _mm256_set1_ps(Xg[j * ng]);
                 UNROLL
                 for (int h = 0; h < 2; h++) {
-                        __m256 f = _mm256_fnmadd_ps(zv[h], xg, F[j][h]);
-                        _mm256_store_ps(acc[j] + 8 * h, _mm256_fmadd_ps(f, sv[h], _mm256_load_ps(acc[j] + 8 * h)));
+                        __m256 f = _mm256_fnmadd_ps(_mm256_load_ps(zv + 8 * h), xg, F[j][h]);
+                        _mm256_store_ps(acc[j] + 8 * h,
+                                        _mm256_fmadd_ps(f, _mm256_loadu_ps(sv + 8 * h), _mm256_load_ps(acc[j] + 8 * h)));
                 }
         }
 }
@@ -313,7 +314,7 @@ static void matmul_xq_q4_avx2(const struct dse_qmat *w, const struct dse_xq *xq,
         }
         int64_t bpg = w->group_size / DSE_XQ_BLOCK, tb = Q4XQ_CAP / ng < Q4XQ_TB ? Q4XQ_CAP / ng : Q4XQ_TB;
         float X[Q4XQ_CAP];
-        _Alignas(32) float acc[Q4XQ_TB][16];
+        _Alignas(32) float acc[Q4XQ_TB][16], zv[16];
         for (int64_t t0 = 0; t0 < xq->n; t0 += tb) {
                 int64_t T = xq->n - t0 < tb ? xq->n - t0 : tb;
                 q4_prep_x(xq, w->group_size, t0, T, 0, ng, X, ng);
@@ -326,10 +327,11 @@ static void matmul_xq_q4_avx2(const struct dse_qmat *w, const struct dse_xq *xq,
                         const float *sb = w->scale + rb * ng;
                         const uint8_t *zb = w->zero + rb * ng;
                         for (int64_t g = 0; g < ng; g++) {
-                                const __m256 sv[2] = {_mm256_loadu_ps(sb + 16 * g), _mm256_loadu_ps(sb + 16 * g + 8)};
-                                const __m256 zv[2] = {
-                                        _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(zb + 16 * g)))),
-                                        _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(zb + 16 * g + 8))))};
+                                const float *sv = sb + 16 * g;
+                                UNROLL
+                                for (int h = 0; h < 2; h++)
+                                        _mm256_store_ps(zv + 8 * h, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(
+                                                                            _mm_loadl_epi64((const __m128i *)(zb + 16 * g + 8 * h)))));
                                 int64_t b0 = g * bpg, b1 = b0 + bpg < nb ? b0 + bpg : nb, j = 0;
                                 for (; j + 2 <= T; j += 2)
                                         q4_xq_group(p, xq, t0 + j, b0, b1, X + j * ng + g, ng, sv, zv, acc + j, 2);
