@@ -329,9 +329,10 @@ static void matmul_xq_q4_avx2(const struct dse_qmat *w, const struct dse_xq *xq,
                         for (int64_t g = 0; g < ng; g++) {
                                 const float *sv = sb + 16 * g;
                                 UNROLL
-                                for (int h = 0; h < 2; h++)
-                                        _mm256_store_ps(zv + 8 * h, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(
-                                                                            _mm_loadl_epi64((const __m128i *)(zb + 16 * g + 8 * h)))));
+                                for (int h = 0; h < 2; h++) {
+                                        __m128i z8 = _mm_loadl_epi64((const __m128i *)(zb + 16 * g + 8 * h));
+                                        _mm256_store_ps(zv + 8 * h, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(z8)));
+                                }
                                 int64_t b0 = g * bpg, b1 = b0 + bpg < nb ? b0 + bpg : nb, j = 0;
                                 for (; j + 2 <= T; j += 2)
                                         q4_xq_group(p, xq, t0 + j, b0, b1, X + j * ng + g, ng, sv, zv, acc + j, 2);
@@ -492,7 +493,8 @@ static void dequant_row_avx2(const struct dse_qmat *w, int64_t r, float *out) {
                 const __m256i sh = _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4), m = _mm256_set1_epi32(0xf);
                 for (int64_t b = 0; b < nb; b++) {
                         int64_t g = b * DSE_Q4_COLS / G;
-                        __m256 s = _mm256_set1_ps(srow[g * DSE_Q4_ROWS]), vz = _mm256_set1_ps((float)zrow[g * DSE_Q4_ROWS]);
+                        __m256 s = _mm256_set1_ps(srow[g * DSE_Q4_ROWS]);
+                        __m256 vz = _mm256_set1_ps((float)zrow[g * DSE_Q4_ROWS]);
                         for (int k = 0; k < 4 && (c = b * DSE_Q4_COLS + 8 * k) < n; k++) {
                                 int32_t d;
                                 memcpy(&d, p + b * DSE_Q4_TILE + 64 * k, sizeof d);
