@@ -237,7 +237,8 @@ static inline __m256i bcast32(const int8_t *p) {
 }
 
 /* Group g of row block R (tiles at p) for tokens t..t+T-1 (T <= Q4XQ_T): acc (lanes =
- * the 16 rows, per token) += (F_g - z * X_g) * s, sv and zv the rows' s_g and z_g. */
+ * the 16 rows, per token) += (F_g - z * X_g) * s, sv and zv the rows' s_g and z_g (16
+ * floats each: sv points into the scales, zv is converted on the stack once per group). */
 static inline __attribute__((always_inline)) void q4_xq_group(const uint8_t *p, const struct dse_xq *xq, int64_t t,
                                                               int64_t b0, int64_t b1, const float *Xg, int64_t ng,
                                                               const float *sv, const float *zv, float (*acc)[16],
@@ -293,14 +294,15 @@ static inline __attribute__((always_inline)) void q4_xq_group(const uint8_t *p, 
                 for (int h = 0; h < 2; h++) {
                         __m256 f = _mm256_fnmadd_ps(_mm256_load_ps(zv + 8 * h), xg, F[j][h]);
                         _mm256_store_ps(acc[j] + 8 * h,
-                                        _mm256_fmadd_ps(f, _mm256_load_ps(sv + 8 * h), _mm256_load_ps(acc[j] + 8 * h)));
+                                        _mm256_fmadd_ps(f, _mm256_loadu_ps(sv + 8 * h), _mm256_load_ps(acc[j] + 8 * h)));
                 }
         }
 }
 
 /* Row block by row block: each group's 16 x G weights stay in L1 while every token of
- * the super-block uses them. Rows of a partial block outside [r0, r1) are computed and
- * not stored; rows past the matrix (whose padding may hold anything) with s = z = 0. */
+ * the super-block uses them. Rows of a partial block outside [r0, r1) and rows past the
+ * matrix (whose padding, scales and zero points too, may hold anything) are computed and
+ * not stored. */
 static void matmul_xq_q4_avx2(const struct dse_qmat *w, const struct dse_xq *xq, float *y, int64_t ldy, int64_t r0,
                               int64_t r1) {
         int64_t ng = w->n_groups, nb = xq->n_blocks;
@@ -312,11 +314,7 @@ static void matmul_xq_q4_avx2(const struct dse_qmat *w, const struct dse_xq *xq,
         }
         int64_t bpg = w->group_size / DSE_XQ_BLOCK, tb = Q4XQ_CAP / ng < Q4XQ_TB ? Q4XQ_CAP / ng : Q4XQ_TB;
         float X[Q4XQ_CAP];
-        _Alignas(32) float acc[Q4XQ_TB][16], sv[16], zv[16];
-        const float *scale = w->scale;
-        const uint8_t *zero = w->zero;
-        const __m256i gi[2] = {_mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32((int)ng)),
-                               _mm256_mullo_epi32(_mm256_setr_epi32(8, 9, 10, 11, 12, 13, 14, 15), _mm256_set1_epi32((int)ng))};
+        _Alignas(32) float acc[Q4XQ_TB][16], zv[16];
         for (int64_t t0 = 0; t0 < xq->n; t0 += tb) {
                 int64_t T = xq->n - t0 < tb ? xq->n - t0 : tb;
                 q4_prep_x(xq, w->group_size, t0, T, 0, ng, X, ng);
@@ -324,26 +322,16 @@ static void matmul_xq_q4_avx2(const struct dse_qmat *w, const struct dse_xq *xq,
                         const uint8_t *p = (const uint8_t *)w->data + R * nb * DSE_Q4_TILE;
                         int64_t rb = R * DSE_Q4_ROWS;
                         memset(acc, 0, (size_t)T * sizeof acc[0]);
+                        /* the block's s_g and z_g: 16 rows per group, in group order (model.h
+                         * dse__q4_sidx) */
+                        const float *sb = w->scale + rb * ng;
+                        const uint8_t *zb = w->zero + rb * ng;
                         for (int64_t g = 0; g < ng; g++) {
-                                /* the rows' s_g and z_g: gathered where the 4-byte reads of the
-                                 * zero points stay inside the array (a fifth of one token's time
-                                 * went to reading them one by one), else one by one, rows past
-                                 * the matrix 0 */
-                                if ((rb + 15) * ng + g + 3 < w->rows * ng) {
-                                        const int *zb = (const int *)(const void *)(zero + rb * ng + g);
-                                        UNROLL
-                                        for (int h = 0; h < 2; h++) {
-                                                _mm256_store_ps(sv + 8 * h, _mm256_i32gather_ps(scale + rb * ng + g, gi[h], 4));
-                                                __m256i zi = _mm256_and_si256(_mm256_i32gather_epi32(zb, gi[h], 1),
-                                                                              _mm256_set1_epi32(0xff));
-                                                _mm256_store_ps(zv + 8 * h, _mm256_cvtepi32_ps(zi));
-                                        }
-                                } else {
-                                        for (int i = 0; i < 16; i++) {
-                                                int in = rb + i < w->rows;
-                                                sv[i] = in ? scale[(rb + i) * ng + g] : 0.0f;
-                                                zv[i] = in ? (float)zero[(rb + i) * ng + g] : 0.0f;
-                                        }
+                                const float *sv = sb + 16 * g;
+                                UNROLL
+                                for (int h = 0; h < 2; h++) {
+                                        __m128i z8 = _mm_loadl_epi64((const __m128i *)(zb + 16 * g + 8 * h));
+                                        _mm256_store_ps(zv + 8 * h, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(z8)));
                                 }
                                 int64_t b0 = g * bpg, b1 = b0 + bpg < nb ? b0 + bpg : nb, j = 0;
                                 for (; j + 2 <= T; j += 2)
@@ -499,12 +487,14 @@ static void dequant_row_avx2(const struct dse_qmat *w, int64_t r, float *out) {
                         return;
                 }
                 const uint8_t *p = (const uint8_t *)w->data + (r / DSE_Q4_ROWS) * nb * DSE_Q4_TILE + 4 * (r % DSE_Q4_ROWS);
-                const float *srow = w->scale + r * w->n_groups;
-                const uint8_t *zrow = w->zero + r * w->n_groups;
+                /* row r's scale and zero point of group g: 16 apart (model.h dse__q4_sidx) */
+                const float *srow = w->scale + dse__q4_sidx(w->n_groups, r, 0);
+                const uint8_t *zrow = w->zero + dse__q4_sidx(w->n_groups, r, 0);
                 const __m256i sh = _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4), m = _mm256_set1_epi32(0xf);
                 for (int64_t b = 0; b < nb; b++) {
                         int64_t g = b * DSE_Q4_COLS / G;
-                        __m256 s = _mm256_set1_ps(srow[g]), vz = _mm256_set1_ps((float)zrow[g]);
+                        __m256 s = _mm256_set1_ps(srow[g * DSE_Q4_ROWS]);
+                        __m256 vz = _mm256_set1_ps((float)zrow[g * DSE_Q4_ROWS]);
                         for (int k = 0; k < 4 && (c = b * DSE_Q4_COLS + 8 * k) < n; k++) {
                                 int32_t d;
                                 memcpy(&d, p + b * DSE_Q4_TILE + 64 * k, sizeof d);

@@ -90,17 +90,13 @@ static inline q4f_f q4f_fmadd(q4f_f a, q4f_f b, q4f_f acc) {
 static inline q4f_f q4f_add(q4f_f a, q4f_f b) {
         return _mm512_add_ps(a, b);
 }
-/* scale[idx[L]] per lane (idx: 16 offsets from scale) */
-static inline q4f_f q4f_gather(const float *scale, const int32_t *idx) {
-        return _mm512_i32gather_ps(_mm512_loadu_si512((const void *)idx), scale, 4);
+/* 16 consecutive floats (a row block's scales of one group) */
+static inline q4f_f q4f_f32(const float *p) {
+        return _mm512_loadu_ps(p);
 }
+/* 16 consecutive bytes (a row block's zero points of one group) as floats */
 static inline q4f_f q4f_u8(const uint8_t *b) {
         return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)b)));
-}
-/* the bytes z[idx[L]] per lane, by a dword gather: 3 bytes past each are read too */
-static inline q4f_f q4f_gather_u8(const uint8_t *z, const int32_t *idx) {
-        __m512i v = _mm512_i32gather_epi32(_mm512_loadu_si512((const void *)idx), (const void *)z, 1);
-        return _mm512_cvtepi32_ps(_mm512_and_si512(v, _mm512_set1_epi32(0xff)));
 }
 /* lanes lo..hi-1 of v to y[lo..hi-1] */
 static inline void q4f_store(float *y, q4f_f v, int lo, int hi) {
@@ -176,19 +172,12 @@ static inline q4f_f q4f_fmadd(q4f_f a, q4f_f b, q4f_f acc) {
 static inline q4f_f q4f_add(q4f_f a, q4f_f b) {
         return (q4f_f){_mm256_add_ps(a.a, b.a), _mm256_add_ps(a.b, b.b)};
 }
-static inline q4f_f q4f_gather(const float *scale, const int32_t *idx) {
-        return (q4f_f){_mm256_i32gather_ps(scale, _mm256_loadu_si256((const __m256i *)idx), 4),
-                       _mm256_i32gather_ps(scale, _mm256_loadu_si256((const __m256i *)(idx + 8)), 4)};
+static inline q4f_f q4f_f32(const float *p) {
+        return (q4f_f){_mm256_loadu_ps(p), _mm256_loadu_ps(p + 8)};
 }
 static inline q4f_f q4f_u8(const uint8_t *b) {
         return (q4f_f){_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)b))),
                        _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(b + 8))))};
-}
-static inline q4f_f q4f_gather_u8(const uint8_t *z, const int32_t *idx) {
-        __m256i m = _mm256_set1_epi32(0xff);
-        __m256i a = _mm256_i32gather_epi32((const int *)z, _mm256_loadu_si256((const __m256i *)idx), 1);
-        __m256i b = _mm256_i32gather_epi32((const int *)z, _mm256_loadu_si256((const __m256i *)(idx + 8)), 1);
-        return (q4f_f){_mm256_cvtepi32_ps(_mm256_and_si256(a, m)), _mm256_cvtepi32_ps(_mm256_and_si256(b, m))};
 }
 static inline void q4f_store(float *y, q4f_f v, int lo, int hi) {
         float t[16];
@@ -222,14 +211,12 @@ static inline __attribute__((always_inline)) void q4f_block(const struct dse_qma
                                                             float *y, int64_t ldy, int lo, int hi) {
         const int64_t cols = w->cols, G = w->group_size, ng = w->n_groups, nb = (cols + 31) / 32;
         const uint8_t *tile = (const uint8_t *)w->data + R * nb * DSE_Q4_TILE;
-        /* scales and zeros of rows past the matrix (a padded last block) are read from its
-         * last row: they are computed, never stored */
-        int32_t idx[16];
-        int64_t rbase = R * DSE_Q4_ROWS, last = w->rows - 1 - rbase;
-        for (int L = 0; L < 16; L++)
-                idx[L] = (int32_t)((L < last ? L : last) * ng);
-        const float *sbase = w->scale + rbase * ng;
-        const uint8_t *zbase = w->zero + rbase * ng;
+        /* the block's scales and zero points, 16 rows per group in group order (model.h
+         * dse__q4_sidx); rows past the matrix (a padded last block) hold whatever the
+         * padding holds: they are computed, never stored */
+        int64_t rbase = R * DSE_Q4_ROWS;
+        const float *sbase = w->scale + R * ng * DSE_Q4_ROWS;
+        const uint8_t *zbase = w->zero + R * ng * DSE_Q4_ROWS;
         q4f_f acc[Q4F_TB];
         Q4F_UNROLL
         for (int t = 0; t < T; t++)
@@ -274,16 +261,7 @@ static inline __attribute__((always_inline)) void q4f_block(const struct dse_qma
                                 c++;
                         }
                 }
-                q4f_f s = q4f_gather(sbase + g, idx);
-                q4f_f z;
-                if (g + 3 < ng) { /* the gather's 3 extra bytes stay within the zero points */
-                        z = q4f_gather_u8(zbase + g, idx);
-                } else {
-                        uint8_t zb[16];
-                        for (int L = 0; L < 16; L++)
-                                zb[L] = zbase[idx[L] + g];
-                        z = q4f_u8(zb);
-                }
+                q4f_f s = q4f_f32(sbase + g * DSE_Q4_ROWS), z = q4f_u8(zbase + g * DSE_Q4_ROWS);
                 Q4F_UNROLL
                 for (int t = 0; t < T; t++) {
 #if Q4F_C == 4
