@@ -22,6 +22,10 @@
  *                   (1, 4 or 8 streams per thread, with and without the kernels' software
  *                   prefetch), before and after decoding (the best kept, the variant named)
  *   roofline        batch-1 decode tok/s x bytes/token / read bandwidth
+ *   decode steps    the fastest and the median batch-1 step in ms (decode_step_ms_b1):
+ *                   on a shared host the read bandwidth drifts by a third within seconds,
+ *                   and the roofline sets a mean over the decode against the probe's best
+ *                   pass; these show how much of a gap is that drift
  *   rss_ratio       VmRSS + HugetlbPages after the largest batch's last step / (weight
  *                   bytes + the KV cache budget + the batch's arena and logits): issue 4 item 7 wants
  *                   <= 1.05 (weights used in place from the mapping, nothing repacked)
@@ -547,7 +551,13 @@ struct mem_sample {
         long rss;           /* VmRSS after the last step, everything still allocated */
         size_t kv_bytes;    /* the paged cache's budget */
         size_t scratch_bytes; /* the batch's arena plus the logits buffer */
+        double step_min_s, step_median_s; /* the timed steps' fastest and median */
 };
+
+static int cmp_double(const void *a, const void *b) {
+        double x = *(const double *)a, y = *(const double *)b;
+        return (x > y) - (x < y);
+}
 
 static double measure_decode(const struct dse_model *m, struct dse_pool *pool, int B, int n_steps, float *logits,
                              struct mem_sample *ret_mem) {
@@ -570,6 +580,9 @@ static double measure_decode(const struct dse_model *m, struct dse_pool *pool, i
         struct dse_batch_seq seqs[64];
         int32_t tok[64];
         float *lg = malloc((size_t)B * (size_t)vocab * sizeof(float));
+        double *step_s = malloc((size_t)n_steps * sizeof *step_s);
+        if (!lg || !step_s)
+                die(-ENOMEM, "decode buffers", NULL);
         for (int i = 0; i < B; i++) {
                 if ((r = dse_kv_seq_open(kv)) < 0)
                         die(r, "kv seq", NULL);
@@ -578,17 +591,24 @@ static double measure_decode(const struct dse_model *m, struct dse_pool *pool, i
         }
         double t0 = 0;
         for (int step = 0; step <= n_steps; step++) {
+                double ts = now_s();
                 if (step == 1)
-                        t0 = now_s(); /* step 0 (the check) is not timed */
+                        t0 = ts; /* step 0 (the check) is not timed */
                 random_tokens(tok, B, vocab, 100 + (uint64_t)step);
                 if ((r = dse_batch_step(b, seqs, (size_t)B, &d)) < 0)
                         die(r, "decode step", &d);
+                if (step > 0)
+                        step_s[step - 1] = now_s() - ts;
                 if (step == 0 && !all_finite(lg, B * vocab)) {
                         fprintf(stderr, "dsvisor-bench: decode batch %d: non-finite logits\n", B);
                         exit(1);
                 }
         }
         double dt = now_s() - t0;
+        qsort(step_s, (size_t)n_steps, sizeof *step_s, cmp_double);
+        ret_mem->step_min_s = step_s[0];
+        ret_mem->step_median_s = step_s[n_steps / 2];
+        free(step_s);
         ret_mem->rss = rss_bytes();
         ret_mem->scratch_bytes = dse_batch_arena_bytes(b) + (size_t)B * (size_t)vocab * sizeof(float);
         memcpy(logits, lg, (size_t)vocab * sizeof(float));
@@ -1010,7 +1030,7 @@ int main(int argc, char **argv) {
         int vocab = dse_model_vocab_size(m);
         float *logits = malloc((size_t)vocab * sizeof(float));
 
-        double pf[8], dec[8];
+        double pf[8], dec[8], step_min = 0, step_median = 0; /* steps at batch 1 */
         struct mem_sample mem = {0}; /* at the largest batch */
         /* the share of the requested CPUs the process got while measuring: well below 1
          * means other jobs took the cores and every tok/s here is low by about that */
@@ -1018,6 +1038,10 @@ int main(int argc, char **argv) {
         for (int i = 0; i < n_batches; i++) {
                 struct mem_sample ms;
                 dec[i] = measure_decode(m, pool, batches[i], decode_steps, logits, &ms);
+                if (batches[i] == 1) {
+                        step_min = ms.step_min_s;
+                        step_median = ms.step_median_s;
+                }
                 if (ms.kv_bytes + ms.scratch_bytes >= mem.kv_bytes + mem.scratch_bytes)
                         mem = ms;
                 if (!json)
@@ -1056,7 +1080,8 @@ int main(int argc, char **argv) {
                 printf("},\"decode_tok_s\":{");
                 for (int i = 0; i < n_batches; i++)
                         printf("%s\"%d\":%.3f", i ? "," : "", batches[i], dec[i]);
-                printf("},\"roofline\":%.4f,\"cpu_share\":%.3f}\n", roofline, cpu_share);
+                printf("},\"roofline\":%.4f,\"decode_step_ms_b1\":{\"min\":%.2f,\"median\":%.2f},"
+                       "\"cpu_share\":%.3f}\n", roofline, step_min * 1e3, step_median * 1e3, cpu_share);
         } else {
                 printf("preset %s, format %s (group %d), %d layers, %d threads, kernels %s, weights in %s\n", preset,
                        format, wdt == DSE_DTYPE_BF16 ? 0 : group, hp.n_layers, threads,
@@ -1072,6 +1097,10 @@ int main(int argc, char **argv) {
                         printf("decode batch %d: %.2f tok/s (%.2fx batch 1)\n", batches[i], dec[i],
                                dec1 > 0 ? dec[i] / dec1 : 0);
                 printf("roofline: %.3f of the read bandwidth at batch 1\n", roofline);
+                if (step_median > 0 && bw > 0)
+                        printf("batch-1 steps: fastest %.2f ms, median %.2f ms (%.3f and %.3f of the read "
+                               "bandwidth)\n", step_min * 1e3, step_median * 1e3, bpt / step_min / bw,
+                               bpt / step_median / bw);
                 printf("cpu share: %.2f of %d threads while measuring\n", cpu_share, threads);
         }
         free(logits);

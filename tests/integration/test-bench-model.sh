@@ -31,6 +31,10 @@ assert o["preset"] == "deepseek-coder-1.3b" and o["format"] == sys.argv[2] and o
 assert set(o["prefill_tok_s"]) == {"8", "33"} and set(o["decode_tok_s"]) == {"1", "2"}
 assert all(v > 0 for v in list(o["prefill_tok_s"].values()) + list(o["decode_tok_s"].values()))
 assert o["read_bw_bytes_per_s"] > 1e8 and 0 < o["roofline"] < 2
+# batch-1 steps: the fastest no slower than the median nor than the mean (1 / tok/s)
+st = o["decode_step_ms_b1"]
+assert 0 < st["min"] <= st["median"], st
+assert st["min"] <= 1e3 / o["decode_tok_s"]["1"] * 1.001, (st, o["decode_tok_s"])
 # one layer: q k v o (2048x2048 each) + gate up down (5504x2048) + lm_head (32256x2048),
 # at 0.5 / 1 / 2 bytes per weight plus scales: between 0.5x and 2.5x that count
 n = 4 * 2048 * 2048 + 3 * 5504 * 2048 + 32256 * 2048
