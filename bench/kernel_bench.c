@@ -75,7 +75,7 @@ static int mat_new(struct mat *m, enum dse_dtype dt, int64_t rows, int64_t cols,
         m->w.group_size = quant ? group : 0;
         m->w.n_groups = quant ? (cols + group - 1) / group : 0;
         size_t data = data_bytes(&m->w);
-        size_t ng = (size_t)((dt == DSE_DTYPE_Q4 ? dse__q4_scale_rows(rows) : rows) * m->w.n_groups);
+        size_t ng = (size_t)(dse__scale_rows(dt, rows) * m->w.n_groups);
         /* on 2 MiB pages, as the weights are served (hugetlb memfd, or the file mapping's
          * PMD-mapped page cache) */
         size_t huge = 2u << 20;

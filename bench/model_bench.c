@@ -241,7 +241,7 @@ static void plan_tensors(const struct dse_hparams *hp, enum dse_dtype wdt, int32
                                 break;
                         }
                         int64_t ng = (cols + group - 1) / group;
-                        int64_t srows = wdt == DSE_DTYPE_Q4 ? dse__q4_scale_rows(rows) : rows; /* model.h */
+                        int64_t srows = dse__scale_rows(wdt, rows);
                         gen_add(l, e->name, wdt, rows, cols, group, FILL_BYTES, 0);
                         snprintf(aux, sizeof aux, "%s.scale", e->name);
                         gen_add(l, aux, DSE_DTYPE_F32, srows, ng, 0, FILL_SCALE, amp / (wdt == DSE_DTYPE_Q8 ? 74.0f : 4.6f));

@@ -90,7 +90,7 @@ int dse__session_weight(struct dse_session *s, const char *name, int64_t rows, i
                         return dse__fail(reterr, -EBADMSG, "tensor '%s': group size %d", name, t->group_size);
                 w.group_size = t->group_size;
                 w.n_groups = (cols + w.group_size - 1) / w.group_size;
-                int64_t srows = t->dtype == DSE_DTYPE_Q4 ? dse__q4_scale_rows(rows) : rows; /* Q4: padded */
+                int64_t srows = dse__scale_rows(t->dtype, rows);
                 if ((r = aux_tensor(s, name, ".scale", DSE_DTYPE_F32, srows, w.n_groups, &p, reterr)) < 0)
                         return r;
                 w.scale = p;

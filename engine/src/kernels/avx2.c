@@ -328,11 +328,9 @@ static void matmul_xq_q4_avx2(const struct dse_qmat *w, const struct dse_xq *xq,
                         const uint8_t *zb = w->zero + rb * ng;
                         for (int64_t g = 0; g < ng; g++) {
                                 const float *sv = sb + 16 * g;
-                                UNROLL
-                                for (int h = 0; h < 2; h++) {
-                                        __m128i z8 = _mm_loadl_epi64((const __m128i *)(zb + 16 * g + 8 * h));
-                                        _mm256_store_ps(zv + 8 * h, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(z8)));
-                                }
+                                q4f_f z = q4f_u8(zb + 16 * g);
+                                _mm256_store_ps(zv, z.a);
+                                _mm256_store_ps(zv + 8, z.b);
                                 int64_t b0 = g * bpg, b1 = b0 + bpg < nb ? b0 + bpg : nb, j = 0;
                                 for (; j + 2 <= T; j += 2)
                                         q4_xq_group(p, xq, t0 + j, b0, b1, X + j * ng + g, ng, sv, zv, acc + j, 2);

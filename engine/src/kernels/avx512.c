@@ -453,8 +453,8 @@ static void matmul_xq_q8_t8_avx512(const struct dse_qmat *w, const struct dse_xq
 #define Q4_NR1 4      /* row blocks side by side for 1-2 tokens (2 for 3-4, 1 from 5), spread over
                        * the range: more streams keep more lines in flight (in-process A/B,
                        * 1 thread: n=3-4 0.58-0.66 -> 0.66-0.75 of the read probe with 2 blocks
-                       * rather than 1, n=2 +5% with 4 rather than 2) */
-#define Q4_NRMAX 8
+                       * rather than 1, n=2 +5% with 4 rather than 2); the most a register block
+                       * holds */
 #define Q4_SPLIT 4    /* register blocks of up to this many (row block, token) pairs keep the
                        * nibbles' sums apart (v & 0xf0); larger ones lack the registers and
                        * shift the high nibbles down into one sum */
@@ -472,13 +472,13 @@ static inline __attribute__((always_inline)) void q4_block(const struct dse_qmat
                                                            int64_t r1, int first, const int NR, const int T) {
         const int split = NR * T <= Q4_SPLIT;
         int64_t nb = xq->n_blocks, bpg = w->group_size / DSE_XQ_BLOCK;
-        const uint8_t *p[Q4_NRMAX];
+        const uint8_t *p[Q4_NR1];
         const int8_t *q[Q4_TMAX];
         const float *d[Q4_TMAX];
-        __mmask16 keep[Q4_NRMAX];
-        const float *sp[Q4_NRMAX];
-        const uint8_t *zp[Q4_NRMAX];
-        __m512 acc[Q4_NRMAX][Q4_TMAX];
+        __mmask16 keep[Q4_NR1];
+        const float *sp[Q4_NR1];
+        const uint8_t *zp[Q4_NR1];
+        __m512 acc[Q4_NR1][Q4_TMAX];
         UNROLL
         for (int t = 0; t < T; t++) {
                 q[t] = xq->q + (t0 + t) * nb * DSE_XQ_BLOCK;
@@ -498,14 +498,14 @@ static inline __attribute__((always_inline)) void q4_block(const struct dse_qmat
         const __m512i lo4 = _mm512_set1_epi8(0x0f), hi4 = _mm512_set1_epi8((char)0xf0);
         for (int64_t g = g0; g < g1; g++) {
                 int64_t be = (g + 1) * bpg < nb ? (g + 1) * bpg : nb;
-                __m512 F[Q4_NRMAX][Q4_TMAX];
+                __m512 F[Q4_NR1][Q4_TMAX];
                 UNROLL
                 for (int i = 0; i < NR; i++)
                         UNROLL
                         for (int t = 0; t < T; t++)
                                 F[i][t] = _mm512_setzero_ps();
                 for (int64_t b = g * bpg; b < be; b++) {
-                        __m512i Sl[Q4_NRMAX][Q4_TMAX], Sh[Q4_NRMAX][Q4_TMAX];
+                        __m512i Sl[Q4_NR1][Q4_TMAX], Sh[Q4_NR1][Q4_TMAX];
                         UNROLL
                         for (int i = 0; i < NR; i++)
                                 UNROLL
@@ -605,7 +605,7 @@ static void q4_rows(const struct dse_qmat *w, const struct dse_xq *xq, const flo
                     int64_t Ra, int64_t Rb, int64_t g0, int64_t g1, float *y, int64_t ldy, int64_t r0, int64_t r1,
                     int first, int spread) {
         int NR = T <= 2 ? Q4_NR1 : T <= 4 ? 2 : 1;
-        int64_t R = Ra, Rv[Q4_NRMAX];
+        int64_t R = Ra, Rv[Q4_NR1];
         if (spread && NR > 1) {
                 int64_t part = (Rb - Ra) / NR;
                 for (int64_t k = 0; k < part; k++) {
@@ -927,9 +927,9 @@ static inline __attribute__((always_inline)) void axpy_rows_q4_block(const struc
                 int64_t rz = R * DSE_Q4_ROWS + DSE_Q4_ROWS < re ? R * DSE_Q4_ROWS + DSE_Q4_ROWS : re;
                 for (int64_t r = ra; r < rz; r++) {
                         unsigned L = (unsigned)r % DSE_Q4_ROWS, off = 64 * (L % 4) + 16 * (L / 4);
-                        /* row r's group g at (R n_groups + g) 16 + L (model.h) */
-                        const float *srow = w->scale + R * w->n_groups * DSE_Q4_ROWS + L;
-                        const uint8_t *zrow = w->zero + R * w->n_groups * DSE_Q4_ROWS + L;
+                        /* row r's scale and zero point of group g: 16 apart (model.h dse__q4_sidx) */
+                        const float *srow = w->scale + dse__q4_sidx(w->n_groups, r, 0);
+                        const uint8_t *zrow = w->zero + dse__q4_sidx(w->n_groups, r, 0);
                         __m512 va = _mm512_set1_ps(a[r - r0]), t = _mm512_setzero_ps();
                         int64_t gp = -1;
                         UNROLL

@@ -252,7 +252,7 @@ static int plan_outputs(struct conv *c, const struct dse_schema_entry *se, struc
                         return r;
                 j->out_scale = r;
         } else if (d == DSE_DTYPE_Q8 || d == DSE_DTYPE_Q4) {
-                int64_t srows = d == DSE_DTYPE_Q4 ? dse__q4_scale_rows(rows) : rows; /* Q4: padded (model.h) */
+                int64_t srows = dse__scale_rows(d, rows); /* Q4: padded (model.h) */
                 if ((r = add_out(c, se->name, ".scale", DSE_DTYPE_F32, 2, srows, ng, 0)) < 0)
                         return r;
                 j->out_scale = r;
@@ -428,7 +428,7 @@ static void to_f32(enum dse__st_dtype d, const void *src, float *dst, size_t n) 
 static size_t emit_scratch_bytes(int64_t rows, int64_t cols) {
         /* bf16 or q8 data (q4's padded tiles fit in rows rounded up to 16 times cols)
          * plus per-column-or-less scales and zeros (5 bytes each; q4's of padded rows) */
-        int64_t padded = dse__q4_scale_rows(rows);
+        int64_t padded = dse__scale_rows(DSE_DTYPE_Q4, rows);
         return (size_t)(padded * (cols + DSE_Q4_COLS)) * 2 + 64 + (size_t)(padded * (cols + 1)) * 5;
 }
 
@@ -453,7 +453,7 @@ static int emit_f32_rows(struct conv *c, const struct job *j, const float *x, in
         }
         case DSE_DTYPE_Q4: { /* rows: whole 16-row blocks but for the matrix's last (block_rows) */
                 int64_t ng = (cols + j->group - 1) / j->group, nb = (int64_t)dse__q4_bytes(rows, cols);
-                int64_t ns = dse__q4_scale_rows(rows) * ng; /* scales of whole 16-row blocks */
+                int64_t ns = dse__scale_rows(DSE_DTYPE_Q4, rows) * ng; /* scales of whole 16-row blocks */
                 uint8_t *q = scratch;
                 float *s = (float *)(scratch + ((nb + 63) & ~63));
                 uint8_t *z = (uint8_t *)(s + ns);
@@ -560,7 +560,7 @@ static int run_int4(struct conv *c, const struct job *j) {
         int32_t g = j->group ? j->group : (int32_t)in;
         if (j->out_dtype != DSE_DTYPE_Q4) /* re-target: dequantize below with the checkpoint's own group */
                 g = c->quant.group_size > 0 ? c->quant.group_size : (int32_t)in;
-        int64_t ng = (in + g - 1) / g, ns = dse__q4_scale_rows(out) * ng; /* scales of padded rows (model.h) */
+        int64_t ng = (in + g - 1) / g, ns = dse__scale_rows(DSE_DTYPE_Q4, out) * ng; /* scales of padded rows (model.h) */
         int r = 0;
         int32_t *qw = read_whole(c, j->qweight, &r), *qz = qw ? read_whole(c, j->qzeros, &r) : NULL;
         uint16_t *sc = qz ? read_whole(c, j->scales, &r) : NULL;

@@ -505,7 +505,7 @@ static int check_schema(const struct dse_hparams *hp, const struct parsed_entry 
                 } else if (t->dtype == DSE_DTYPE_Q8) {
                         check_aux(v, n, used, se->name, ".scale", DSE_DTYPE_F32, rows, groups, 0, what, &r, reterr);
                 } else if (t->dtype == DSE_DTYPE_Q4) {
-                        int64_t srows = dse__q4_scale_rows(rows); /* padded to 16 (model.h) */
+                        int64_t srows = dse__scale_rows(DSE_DTYPE_Q4, rows); /* padded to 16 (model.h) */
                         check_aux(v, n, used, se->name, ".scale", DSE_DTYPE_F32, srows, groups, 0, what, &r, reterr);
                         if (r == 0)
                                 check_aux(v, n, used, se->name, ".zero", DSE_DTYPE_U8, srows, groups, 0, what, &r, reterr);

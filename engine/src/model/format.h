@@ -146,7 +146,8 @@ int dse__st_read(const struct dse__st_set *set, const struct dse__st_tensor *t, 
 
 /* AWQ GEMM: qweight I32 [in, out/8], qzeros I32 [in/g, out/8], scales F16 [in/g, out].
  * Writes data (the Q4 layout, dse__q4_bytes(out, in)), scale F32 and zero U8, each
- * dse__q4_scale_rows(out) x n_groups in the Q4 order (model.h), padding included. */
+ * dse__scale_rows(DSE_DTYPE_Q4, out) x n_groups in the Q4 order (model.h), padding
+ * included. */
 int dse__awq_repack(const int32_t *qweight, const int32_t *qzeros, const uint16_t *scales, int64_t in,
                     int64_t out, int32_t group, uint8_t *data, float *scale, uint8_t *zero);
 

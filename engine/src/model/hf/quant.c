@@ -14,7 +14,7 @@ static const int awq_order[8] = {0, 2, 4, 6, 1, 3, 5, 7};
 
 /* A Q4 matrix's scales and zero points, padding rows included, to 0 (model.h). */
 static void clear_q4_scales(int64_t rows, int64_t ng, float *scale, uint8_t *zero) {
-        size_t n = (size_t)(dse__q4_scale_rows(rows) * ng);
+        size_t n = (size_t)(dse__scale_rows(DSE_DTYPE_Q4, rows) * ng);
         memset(scale, 0, n * sizeof *scale);
         memset(zero, 0, n);
 }
