@@ -18,14 +18,14 @@
  *                   scales and zeros, norms, one embedding row; for MoE layers only
  *                   n_experts_per_tok / n_routed_experts of the routed experts
  *   read bandwidth  a streaming read on the same pool over the weight mapping itself,
- *                   with the best of the read_probe.h variants (1, 4 or 8 streams per
- *                   thread, with and without the kernels' software prefetch; the best of 5
- *                   passes of each over the mapping's first 512 MiB picks it), one pass of
- *                   bytes/token beside every timed batch-1 decode step (before odd steps,
- *                   after even ones): the bytes those passes read over their seconds. On a
- *                   shared host the read bandwidth drifts by a third within seconds, so the
- *                   probe samples the same seconds as the decode, and both are means. The
- *                   best single pass (before and after decoding) is reported too
+ *                   one pass of bytes/token beside every timed batch-1 decode step (before
+ *                   odd steps, after even ones), the read_probe.h variants (1, 4 or 8
+ *                   streams per thread, with and without the kernels' software prefetch)
+ *                   taking turns: the bytes over the seconds of the variant that read the
+ *                   fastest. On a shared host the read bandwidth drifts by a third within
+ *                   seconds, so the probe samples the same seconds as the decode, and both
+ *                   are means. The best single pass (5 of each variant over the mapping's
+ *                   first 512 MiB, before and after decoding) is reported too
  *                   (read_bw_best_bytes_per_s); without batch 1 it is the bandwidth
  *   roofline        batch-1 decode tok/s x bytes/token / read bandwidth; roofline_best:
  *                   over the best single pass instead, a mean against a maximum
@@ -575,18 +575,34 @@ static int cmp_double(const void *a, const void *b) {
         return (x > y) - (x < y);
 }
 
-/* A probe pass beside every timed decode step (measure_decode): the read bandwidth of
- * the same seconds as the decode. */
+/* Probe passes beside the timed decode steps (measure_decode): the read bandwidth of the
+ * same seconds as the decode. Each pass reads bytes/token of the mapping with one
+ * read_probe variant; the variants take turns, two steps each, so every variant's passes
+ * spread over the whole decode. */
 struct paired_probe {
-        struct probe pr; /* one pass: the best variant over bytes/token of the mapping */
-        double s, bytes; /* the passes' seconds and bytes, summed */
+        struct probe pr;                                  /* buf and n: what one pass reads */
+        double s[READ_PROBE_VARIANTS], bytes[READ_PROBE_VARIANTS]; /* per variant, summed */
 };
 
-static void paired_pass(struct dse_pool *pool, struct paired_probe *pair) {
+static void paired_pass(struct dse_pool *pool, struct paired_probe *pair, int variant) {
+        pair->pr.variant = variant;
         double t0 = now_s();
         dse_pool_run(pool, probe_task, &pair->pr);
-        pair->s += now_s() - t0;
-        pair->bytes += (double)probe_bytes(&pair->pr, dse_pool_n_threads(pool));
+        pair->s[variant] += now_s() - t0;
+        pair->bytes[variant] += (double)probe_bytes(&pair->pr, dse_pool_n_threads(pool));
+}
+
+/* The variant whose paired passes read the fastest on average (-1: none ran); its bytes
+ * per second in *ret_bw. A maximum over noisy means errs high, as a limit should. */
+static int paired_best(const struct paired_probe *pair, double *ret_bw) {
+        int best = -1;
+        *ret_bw = 0;
+        for (int v = 0; v < READ_PROBE_VARIANTS; v++)
+                if (pair->s[v] > 0 && pair->bytes[v] / pair->s[v] > *ret_bw) {
+                        *ret_bw = pair->bytes[v] / pair->s[v];
+                        best = v;
+                }
+        return best;
 }
 
 static double measure_decode(const struct dse_model *m, struct dse_pool *pool, int B, int n_steps, float *logits,
@@ -620,12 +636,14 @@ static double measure_decode(const struct dse_model *m, struct dse_pool *pool, i
                                                  .logits = lg + (size_t)i * vocab};
         }
         /* the timed steps' seconds; step 0 (the check) is not timed. A paired pass comes
-         * before odd steps and after even ones, so neither side always follows the other */
+         * before odd steps and after even ones, so neither side always follows the other,
+         * and each variant gets as many of both */
         double dt = 0;
         for (int step = 0; step <= n_steps; step++) {
                 random_tokens(tok, B, vocab, 100 + (uint64_t)step);
+                int variant = (step - 1) / 2 % READ_PROBE_VARIANTS;
                 if (pair && step % 2)
-                        paired_pass(pool, pair);
+                        paired_pass(pool, pair, variant);
                 double ts = now_s();
                 if ((r = dse_batch_step(b, seqs, (size_t)B, &d)) < 0)
                         die(r, "decode step", &d);
@@ -639,7 +657,7 @@ static double measure_decode(const struct dse_model *m, struct dse_pool *pool, i
                 step_s[step - 1] = te - ts;
                 dt += te - ts;
                 if (pair && step % 2 == 0)
-                        paired_pass(pool, pair);
+                        paired_pass(pool, pair, variant);
         }
         qsort(step_s, (size_t)n_steps, sizeof *step_s, cmp_double);
         ret_mem->step_min_s = step_s[0];
@@ -1065,9 +1083,9 @@ int main(int argc, char **argv) {
         double bpt = bytes_per_token(m, &hp, &weight_bytes);
         int vocab = dse_model_vocab_size(m);
         float *logits = malloc((size_t)vocab * sizeof(float));
-        /* batch 1's steps alternate with probe passes of the winning variant over the
-         * first bytes/token of the mapping */
-        struct paired_probe pair = {.pr.variant = probe_v0};
+        /* batch 1's steps alternate with probe passes over the first bytes/token of the
+         * mapping */
+        struct paired_probe pair = {0};
         weights_span(m, &pair.pr.buf, &pair.pr.n);
         pair.pr.n = pair.pr.n < (size_t)bpt ? pair.pr.n : (size_t)bpt;
 
@@ -1105,8 +1123,11 @@ int main(int argc, char **argv) {
         /* the roofline's bandwidth: the passes paired with batch 1's steps, so that both
          * are means over the same seconds (the host's read bandwidth drifts by a third
          * within a run); without batch 1, the best single pass */
-        double bw = pair.s > 0 ? pair.bytes / pair.s : bw_best;
-        const char *probe_name = read_probe_name(pair.s > 0 ? probe_v0 : bw0 > bw1 ? probe_v0 : probe_v1);
+        double bw;
+        int paired_v = paired_best(&pair, &bw);
+        if (paired_v < 0)
+                bw = bw_best;
+        const char *probe_name = read_probe_name(paired_v >= 0 ? paired_v : bw0 > bw1 ? probe_v0 : probe_v1);
         double dec1 = 0;
         for (int i = 0; i < n_batches; i++)
                 if (batches[i] == 1)
@@ -1141,7 +1162,7 @@ int main(int argc, char **argv) {
                        mem.scratch_bytes / 1048576.0, rss_ratio);
                 printf("bytes/token %.1f MB, read bandwidth %.2f GB/s (probe %s over the weights, %s; best "
                        "single pass before %.2f, after %.2f)\n", bpt / 1e6, bw / 1e9, probe_name,
-                       pair.s > 0 ? "a pass beside each batch-1 step" : "best single pass", bw0 / 1e9, bw1 / 1e9);
+                       paired_v >= 0 ? "passes beside the batch-1 steps" : "best single pass", bw0 / 1e9, bw1 / 1e9);
                 for (int i = 0; i < n_prefill; i++)
                         printf("prefill %d: %.2f tok/s\n", prefill[i], pf[i]);
                 for (int i = 0; i < n_batches; i++)
