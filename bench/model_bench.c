@@ -641,7 +641,7 @@ static double measure_decode(const struct dse_model *m, struct dse_pool *pool, i
         double dt = 0;
         for (int step = 0; step <= n_steps; step++) {
                 random_tokens(tok, B, vocab, 100 + (uint64_t)step);
-                int variant = (step - 1) / 2 % READ_PROBE_VARIANTS;
+                int variant = step > 0 ? (step - 1) / 2 % READ_PROBE_VARIANTS : 0;
                 if (pair && step % 2)
                         paired_pass(pool, pair, variant);
                 double ts = now_s();

@@ -168,13 +168,13 @@ static inline void dse__q4_put(uint8_t *data, int64_t cols, int64_t r, int64_t c
  * rows hold 0. Why: a row block's group is then one 16-lane vector (64 bytes of scales,
  * 16 of zero points), read in file order. Stored row-major, the kernels gathered 16 rows'
  * values or transposed 16 x 16 blocks per row block, 5 % of a batch-1 decode's samples,
- * and read them 16 rows apart (bench/RESULTS.md, "Q4 scales interleaved"). */
-/* Rows of a Q8 or Q4 matrix's scale (and zero point) tensor: Q4's padded to 16. */
+ * and read them 16 rows apart (bench/RESULTS.md, "Q4 scales interleaved").
+ * dse__scale_rows: the rows of a Q8 or Q4 matrix's scale (and zero point) tensor, Q4's
+ * padded to 16; dse__q4_sidx: the element of row r, group g in a Q4 one. */
 static inline int64_t dse__scale_rows(enum dse_dtype dtype, int64_t rows) {
         return dtype == DSE_DTYPE_Q4 ? (rows + DSE_Q4_ROWS - 1) / DSE_Q4_ROWS * DSE_Q4_ROWS : rows;
 }
 
-/* The element of row r, group g in a Q4 matrix's scales or zero points. */
 static inline int64_t dse__q4_sidx(int64_t n_groups, int64_t r, int64_t g) {
         return ((r / DSE_Q4_ROWS) * n_groups + g) * DSE_Q4_ROWS + r % DSE_Q4_ROWS;
 }
