@@ -480,10 +480,11 @@ static const struct mat_case mm_cases[] = {
          * 65536 Q4 columns, Q4's group sums permitting), wider ones the chunked path */
         {3, 20000, 64}, {2, 33000, 128},
 };
-/* Token counts around the 4-token register blocks and the AVX-512 Q4 8-token blocks (a
- * short last block padded from 5, a rest of 1-4 left to the 4-token blocks); more than 9
- * only on the smaller shapes. */
-static const int64_t mm_tokens[] = {1, 2, 3, 4, 5, 7, 8, 9, 12, 13, 32};
+/* Token counts around the 4-token register blocks, the AVX-512 8-token blocks (a short
+ * last block padded from 5, a rest of 1-4 left to the 4-token blocks) and Q8's 16-token
+ * blocks (16 alone, then a rest of 1, 8 or 5 left to the others); more than 9 only on the
+ * smaller shapes. */
+static const int64_t mm_tokens[] = {1, 2, 3, 4, 5, 7, 8, 9, 12, 13, 16, 17, 21, 24, 32};
 #define MM_BIG_TOKENS_MAX_ELEMS 100000
 
 /* x (n, ldx) with ldx > cols, so row strides are honoured. */

@@ -13,7 +13,8 @@
  * per token would cost nearly as much as the products), and keep several rows in flight
  * so the loads of one row hide behind the arithmetic of the others. Q8 from 5 tokens on
  * lays 8 tokens across one vector instead (q8_t8_block), which cuts the float work per
- * product by eight; that layout sums in another float order than the 4-token blocks, so a
+ * product by eight, and each whole block of 16 tokens 16 (q8_t16_block), which halves it
+ * again; those layouts sum in another float order than the 4-token blocks, so a
  * token's result then depends on the number of tokens in the call, and it is a sub-feature
  * of its own (DSE_KFEAT_T8) that DSV_NO_AMX=1 leaves out with AMX. Q4 (16 rows
  * interleaved) sums 16 rows per vector, so its float work is small already: with
@@ -387,20 +388,160 @@ static void matmul_xq_t8(const struct dse_qmat *w, const struct dse_xq *xq, int6
         }
 }
 
-/* From T8_MIN tokens: whole blocks of 8 and a short last one of T8_MIN or more through
- * matmul_xq_t8; a shorter rest, and fewer tokens, through the 4-token blocks. */
+/* ---- Q8 times 16 tokens at once: one int32 lane per token --------------------------------
+ *
+ * The 8-token layout still pays a convert and an FMA per row, block and 4 vpdpbusd, and
+ * those share port 0 with vpdpbusd on this core: in L2 it reaches 117 GMAC/s per thread
+ * where Q4's interleaved kernel, with a tenth of that float work, reaches 192
+ * (dse-kernel-bench --format q8 / q4, compute, n >= 8). Here a vector holds 16 tokens,
+ * lane t summing the whole 32-column block of token t: 8 vpdpbusd per row and block, each
+ * of a broadcast 4-byte weight piece (w + 128, as in the 8-token layout) with the tokens'
+ * 4 q that meet it, then one convert and one FMA for all 16 tokens. Per row and group:
+ * s * F. Used for whole blocks of 16 tokens (prefill's calls bring up to 128). */
+
+#define T16C 2048             /* columns per chunk: its prepared activations (40 KiB) stay in L2 */
+#define T16B (T16C / 32)      /* blocks per chunk */
+#define T16R 8                /* rows per register block */
+
+/* 16 tokens' activations over one chunk's blocks. xv[j][k] lane t: token t's q[32b+4k..+3]
+ * (b = the chunk's block j); nq[j] lane t: -128 * token t's sum of q over block b; dv[j]
+ * lane t: token t's d of block b. */
+struct t16chunk {
+        __m512i xv[T16B][8];
+        __m512i nq[T16B];
+        __m512 dv[T16B];
+        int32_t grp[T16B]; /* group of block j, counted from the chunk's first group */
+};
+
+static void prep_t16(const struct dse_xq *xq, int64_t t0, int64_t b0, int64_t b1, int64_t G, struct t16chunk *tc) {
+        const __m512i one = _mm512_set1_epi8(1);
+        int64_t stride = xq->n_blocks * DSE_XQ_BLOCK, gf = b0 * 32 / G;
+        _Alignas(64) uint32_t piece[8][16];
+        _Alignas(64) float d[16];
+        for (int64_t b = b0; b < b1; b++) {
+                int64_t j = b - b0;
+                for (int t = 0; t < 16; t++) {
+                        const int8_t *q = xq->q + (t0 + t) * stride + b * 32;
+                        for (int k = 0; k < 8; k++)
+                                memcpy(&piece[k][t], q + 4 * k, 4);
+                        d[t] = xq->d[(t0 + t) * xq->n_blocks + b];
+                }
+                __m512i qs = _mm512_setzero_si512();
+                for (int k = 0; k < 8; k++) {
+                        tc->xv[j][k] = _mm512_load_si512(piece[k]);
+                        qs = _mm512_dpbusd_epi32(qs, one, tc->xv[j][k]);
+                }
+                tc->dv[j] = _mm512_load_ps(d);
+                tc->grp[j] = (int32_t)(b * 32 / G - gf);
+                tc->nq[j] = _mm512_mullo_epi32(qs, _mm512_set1_epi32(-128));
+        }
+}
+
+/* Q8 rows r..r+R-1 over the chunk's blocks [b0, b1) (b0 even): the chunk's sums of the
+ * 16 tokens are added to y (written when first). */
+static inline __attribute__((always_inline)) void q8_t16_block(const struct dse_qmat *w, const struct t16chunk *tc,
+                                                               int64_t b0, int64_t b1, float *y, int64_t ldy,
+                                                               int64_t r, const int R, int first) {
+        int64_t n = w->cols, gf = b0 * 32 / w->group_size;
+        const int8_t *row[T16R];
+        const float *sc[T16R];
+        _Alignas(64) uint8_t wu[T16R][64]; /* a row's 64 bytes as w + 128 */
+        __m512 acc[T16R], F[T16R];
+        UNROLL
+        for (int i = 0; i < R; i++) {
+                row[i] = (const int8_t *)w->data + (r + i) * n;
+                sc[i] = w->scale + (r + i) * w->n_groups + gf;
+                acc[i] = _mm512_setzero_ps();
+                F[i] = _mm512_setzero_ps();
+        }
+        const __m512i flip = _mm512_set1_epi8((char)0x80);
+        for (int64_t b = b0; b < b1; b++) {
+                int64_t j = b - b0, u = j & 1;
+                if (u == 0)
+                        UNROLL
+                        for (int i = 0; i < R; i++) {
+                                const int8_t *p = row[i] + b * 32;
+                                _mm_prefetch((const char *)(p + 2 * T16R * n), _MM_HINT_T1);
+                                /* past the row's end: w + 128 = 128 meets q = 0 */
+                                _mm512_store_si512(wu[i], _mm512_xor_si512(_mm512_maskz_loadu_epi8(mask64(n - b * 32), p), flip));
+                        }
+                __m512i S[T16R];
+                UNROLL
+                for (int i = 0; i < R; i++)
+                        S[i] = tc->nq[j];
+                UNROLL
+                for (int k = 0; k < 8; k++)
+                        UNROLL
+                        for (int i = 0; i < R; i++) {
+                                int32_t wp;
+                                memcpy(&wp, wu[i] + 32 * u + 4 * k, 4);
+                                S[i] = _mm512_dpbusd_epi32(S[i], _mm512_set1_epi32(wp), tc->xv[j][k]);
+                        }
+                int32_t g = tc->grp[j];
+                int last = b + 1 == b1 || tc->grp[j + 1] != g;
+                UNROLL
+                for (int i = 0; i < R; i++) {
+                        F[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(S[i]), tc->dv[j], F[i]);
+                        if (last) {
+                                acc[i] = _mm512_fmadd_ps(F[i], _mm512_set1_ps(sc[i][g]), acc[i]);
+                                F[i] = _mm512_setzero_ps();
+                        }
+                }
+        }
+        /* lane t is token t: scatter the R rows' 16 sums into y's columns r..r+R-1 */
+        UNROLL
+        for (int i = 0; i < R; i++) {
+                _Alignas(64) float o[16];
+                _mm512_store_ps(o, acc[i]);
+                for (int t = 0; t < 16; t++)
+                        y[t * ldy + r + i] = first ? o[t] : y[t * ldy + r + i] + o[t];
+        }
+}
+
+/* n (a multiple of 16) tokens in blocks of 16, chunks of T16C columns prepared once for
+ * all rows of the range. */
+static void matmul_xq_t16(const struct dse_qmat *w, const struct dse_xq *xq, int64_t n, float *y, int64_t ldy,
+                          int64_t r0, int64_t r1) {
+        _Alignas(64) struct t16chunk tc;
+        for (int64_t t0 = 0; t0 < n; t0 += 16) {
+                for (int64_t b0 = 0; b0 < xq->n_blocks; b0 += T16B) {
+                        int64_t b1 = b0 + T16B < xq->n_blocks ? b0 + T16B : xq->n_blocks;
+                        prep_t16(xq, t0, b0, b1, w->group_size, &tc);
+                        int64_t r = r0;
+                        float *yt = y + t0 * ldy;
+                        for (; r + T16R <= r1; r += T16R)
+                                q8_t16_block(w, &tc, b0, b1, yt, ldy, r, T16R, b0 == 0);
+                        for (; r < r1; r++)
+                                q8_t16_block(w, &tc, b0, b1, yt, ldy, r, 1, b0 == 0);
+                }
+        }
+}
+
+/* Tokens t0.. of xq (a view, no copy). */
+static struct dse_xq xq_from(const struct dse_xq *xq, int64_t t0) {
+        struct dse_xq v = *xq;
+        v.n -= t0;
+        v.q += t0 * xq->n_blocks * DSE_XQ_BLOCK;
+        v.d += t0 * xq->n_blocks;
+        return v;
+}
+
+/* Whole blocks of 16 tokens through matmul_xq_t16; of the rest, from T8_MIN tokens, whole
+ * blocks of 8 and a short last one of T8_MIN or more through matmul_xq_t8; a shorter rest,
+ * and fewer tokens, through the 4-token blocks. */
 static void matmul_xq_split(const struct dse_qmat *w, const struct dse_xq *xq, float *y, int64_t ldy, int64_t r0,
                             int64_t r1) {
-        int64_t n8 = xq->n < T8_MIN ? 0 : xq->n % 8 && xq->n % 8 < T8_MIN ? xq->n / 8 * 8 : xq->n;
+        int64_t n16 = xq->n / 16 * 16;
+        if (n16)
+                matmul_xq_t16(w, xq, n16, y, ldy, r0, r1);
+        struct dse_xq rest = xq_from(xq, n16);
+        int64_t m = rest.n, n8 = m < T8_MIN ? 0 : m % 8 && m % 8 < T8_MIN ? m / 8 * 8 : m;
         if (n8)
-                matmul_xq_t8(w, xq, n8, y, ldy, r0, r1);
-        if (n8 == xq->n)
+                matmul_xq_t8(w, &rest, n8, y + n16 * ldy, ldy, r0, r1);
+        if (n8 == m)
                 return;
-        struct dse_xq rest = *xq;
-        rest.n -= n8;
-        rest.q += n8 * xq->n_blocks * DSE_XQ_BLOCK;
-        rest.d += n8 * xq->n_blocks;
-        matmul_xq_blocked(w, &rest, y + n8 * ldy, ldy, r0, r1);
+        struct dse_xq tail = xq_from(&rest, n8);
+        matmul_xq_blocked(w, &tail, y + (n16 + n8) * ldy, ldy, r0, r1);
 }
 
 static void matmul_xq_q8_avx512(const struct dse_qmat *w, const struct dse_xq *xq, float *y, int64_t ldy, int64_t r0,

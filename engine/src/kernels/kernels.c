@@ -50,7 +50,7 @@ int dse__kernels_resolve_with(enum dse_cpu_level level, unsigned feat, struct ds
 
 /* The level says F+BW+VL; VNNI, BF16 and AMX are sub-features cpu.c reports beside it (a
  * DSV_CPU that names no level makes detection fail, and then neither is assumed).
- * DSV_NO_AMX=1 leaves out AMX and the 8-token VNNI layout: every kernel whose float order
+ * DSV_NO_AMX=1 leaves out AMX and the 8- and 16-token VNNI layouts: every kernel whose float order
  * depends on the number of tokens per call, for batch invariance (the worker's default). */
 int dse_kernels_resolve(enum dse_cpu_level level, struct dse_kernels *ret_k) {
         struct dse_cpu_info cpu;

@@ -8,10 +8,11 @@
  * ref.c holds the plain `_ref` twins: the specification, the fallback for every entry and
  * the test oracle. avx2.c overrides what it speeds up, avx512.c what it speeds up beyond
  * that (its matmul_xq only where the CPU has AVX-512 VNNI, matmul_bf16act where it has
- * AVX512_BF16; from 5 tokens its 8-token matmul_xq layout, DSE_KFEAT_T8), and amx.c takes
+ * AVX512_BF16; from 5 tokens its 8-token matmul_xq layout and Q8's 16-token one for whole
+ * blocks of 16, DSE_KFEAT_T8), and amx.c takes
  * matmul_xq from 8 (Q8) or 16 (Q4) tokens and matmul_bf16act from 16 where the CPU has
- * AMX and Linux grants the tile state (DSV_NO_AMX=1 leaves out AMX and Q8's 8-token
- * layout, whose float order depends on the tokens per call; Q4's 8-token blocks keep the
+ * AMX and Linux grants the tile state (DSV_NO_AMX=1 leaves out AMX and Q8's 8- and 16-token
+ * layouts, whose float order depends on the tokens per call; Q4's 8-token blocks keep the
  * 4-token order). The SIMD matmuls prepare activations on the stack: up to
  * ~350 KiB (AMX), ~100 KiB otherwise; call them on threads with ordinary (MiB) stacks. Kernels take a row range and never
  * know about threads; the caller splits rows over the pool. Accumulation is float32.
@@ -196,8 +197,9 @@ int dse__kernels_amx_usable(void);
 #define DSE_KFEAT_VNNI 1u /* vpdpbusd matmul_xq */
 #define DSE_KFEAT_AMX  2u /* AMX tiles for matmul_xq of many tokens (needs VNNI too) */
 #define DSE_KFEAT_BF16 4u /* vdpbf16ps: matmul_bf16act */
-#define DSE_KFEAT_T8   8u /* matmul_xq from 5 tokens in the 8-token layout (needs VNNI): a Q8
-                           * token's sums then depend on the tokens per call, as with AMX */
+#define DSE_KFEAT_T8   8u /* matmul_xq from 5 tokens in the 8-token layout, Q8's whole blocks of
+                           * 16 in the 16-token one (needs VNNI): a Q8 token's sums then
+                           * depend on the tokens per call, as with AMX */
 /* dse_kernels_resolve with the sub-features given rather than detected, so the tests can
  * check the AVX-512 table with each of them. A feature the CPU lacks must not be given. */
 int dse__kernels_resolve_with(enum dse_cpu_level level, unsigned feat, struct dse_kernels *ret_k);
