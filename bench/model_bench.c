@@ -30,6 +30,11 @@
  *   roofline        batch-1 decode tok/s x bytes/token / read bandwidth; roofline_best:
  *                   over the best single pass instead, a mean against a maximum
  *   decode steps    the fastest and the median batch-1 step in ms (decode_step_ms_b1)
+ *   cpu_share       the CPU time the process got while measuring over threads x wall time
+ *   major_faults    page faults that read from disk while measuring: weights that left
+ *                   the page cache after load (reclaim, or a host's DAMON pageout of
+ *                   regions it thinks idle) and are read back in the middle of a step. A
+ *                   run with any is a reading of the host's memory, not of the engine
  *   rss_ratio       VmRSS + HugetlbPages after the largest batch's last step / (weight
  *                   bytes + the KV cache budget + the batch's arena and logits): issue 4 item 7 wants
  *                   <= 1.05 (weights used in place from the mapping, nothing repacked)
@@ -57,6 +62,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -443,6 +449,12 @@ static double now_s(void) {
 }
 
 /* CPU seconds of the whole process (every pool thread, spinning included). */
+/* Major page faults of the process so far (getrusage(2) ru_majflt). */
+static long major_faults(void) {
+        struct rusage ru;
+        return getrusage(RUSAGE_SELF, &ru) == 0 ? ru.ru_majflt : 0;
+}
+
 static double cpu_s(void) {
         struct timespec ts;
         clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
@@ -1094,6 +1106,7 @@ int main(int argc, char **argv) {
         /* the share of the requested CPUs the process got while measuring: well below 1
          * means other jobs took the cores and every tok/s here is low by about that */
         double wall0 = now_s(), cpu0 = cpu_s();
+        long majflt0 = major_faults();
         for (int i = 0; i < n_batches; i++) {
                 struct mem_sample ms;
                 dec[i] = measure_decode(m, pool, batches[i], decode_steps, logits, batches[i] == 1 ? &pair : NULL,
@@ -1113,6 +1126,7 @@ int main(int argc, char **argv) {
                         fprintf(stderr, "  prefill %d: %.2f tok/s\n", prefill[i], pf[i]);
         }
         double cpu_share = (cpu_s() - cpu0) / ((now_s() - wall0) * threads);
+        long majflt = major_faults() - majflt0;
         long rss = mem.rss;
         size_t kv_bytes = mem.kv_bytes;
         /* item 7: RSS against what must be resident (weights used in place, no repacked
@@ -1151,8 +1165,8 @@ int main(int argc, char **argv) {
                 for (int i = 0; i < n_batches; i++)
                         printf("%s\"%d\":%.3f", i ? "," : "", batches[i], dec[i]);
                 printf("},\"roofline\":%.4f,\"roofline_best\":%.4f,\"decode_step_ms_b1\":{\"min\":%.2f,"
-                       "\"median\":%.2f},\"cpu_share\":%.3f}\n", roofline, roofline_best, step_min * 1e3,
-                       step_median * 1e3, cpu_share);
+                       "\"median\":%.2f},\"cpu_share\":%.3f,\"major_faults\":%ld}\n", roofline, roofline_best,
+                       step_min * 1e3, step_median * 1e3, cpu_share, majflt);
         } else {
                 printf("preset %s, format %s (group %d), %d layers, %d threads, kernels %s, weights in %s\n", preset,
                        format, wdt == DSE_DTYPE_BF16 ? 0 : group, hp.n_layers, threads,
@@ -1174,7 +1188,8 @@ int main(int argc, char **argv) {
                         printf("batch-1 steps: fastest %.2f ms, median %.2f ms (%.3f and %.3f of the read "
                                "bandwidth's best single pass)\n", step_min * 1e3, step_median * 1e3, bpt / step_min / bw_best,
                                bpt / step_median / bw_best);
-                printf("cpu share: %.2f of %d threads while measuring\n", cpu_share, threads);
+                printf("cpu share: %.2f of %d threads while measuring; %ld major page faults%s\n", cpu_share, threads,
+                       majflt, majflt ? " (weights read back from disk: a reading of the host's memory)" : "");
         }
         free(logits);
         dse_model_free(m);

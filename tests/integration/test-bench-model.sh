@@ -47,6 +47,8 @@ n = 4 * 2048 * 2048 + 3 * 5504 * 2048 + 32256 * 2048
 per = {"int4": 0.5, "int8": 1.0, "bf16": 2.0}[sys.argv[2]]
 assert n * per < o["bytes_per_token"] < n * per * 1.25, (o["bytes_per_token"], n * per)
 assert o["rss_bytes"] > o["weight_bytes"] * 0.5
+# how much of the measuring the host took: CPU share and weights read back from disk
+assert 0 < o["cpu_share"] <= 1.05 and isinstance(o["major_faults"], int) and o["major_faults"] >= 0, o
 PY
 done
 "$bench" model "${args[@]}" --format int8 --json >/dev/null 2>"$work/again.err" || bad "second run: $(cat "$work/again.err")"
