@@ -448,13 +448,13 @@ static double now_s(void) {
         return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-/* CPU seconds of the whole process (every pool thread, spinning included). */
 /* Major page faults of the process so far (getrusage(2) ru_majflt). */
 static long major_faults(void) {
         struct rusage ru;
         return getrusage(RUSAGE_SELF, &ru) == 0 ? ru.ru_majflt : 0;
 }
 
+/* CPU seconds of the whole process (every pool thread, spinning included). */
 static double cpu_s(void) {
         struct timespec ts;
         clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);

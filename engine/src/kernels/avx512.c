@@ -316,34 +316,62 @@ static inline __attribute__((always_inline)) void t8_store_rows(const __m512 *ac
         }
 }
 
+/* The 8- and 16-token Q8 blocks' shared steps over R rows from r. Their rows' pointers,
+ * group scales from group gf on, and zeroed sums. */
+static inline __attribute__((always_inline)) void q8_rows_init(const struct dse_qmat *w, int64_t r, int64_t gf,
+                                                               const int R, const int8_t **row, const float **sc,
+                                                               __m512 *acc, __m512 *F) {
+        UNROLL
+        for (int i = 0; i < R; i++) {
+                row[i] = (const int8_t *)w->data + (r + i) * w->cols;
+                sc[i] = w->scale + (r + i) * w->n_groups + gf;
+                acc[i] = _mm512_setzero_ps();
+                F[i] = _mm512_setzero_ps();
+        }
+}
+
+/* Blocks b and b+1 of each row as w + 128 into wu[i] (past the row's end: w + 128 = 128
+ * meets q = 0), prefetching ahead rows lines further on. */
+static inline __attribute__((always_inline)) void q8_rows_flip(const int8_t *const *row, int64_t b, int64_t cols,
+                                                               int64_t ahead, const int R, uint8_t (*wu)[64]) {
+        const __m512i flip = _mm512_set1_epi8((char)0x80);
+        UNROLL
+        for (int i = 0; i < R; i++) {
+                const int8_t *p = row[i] + b * 32;
+                _mm_prefetch((const char *)(p + ahead * cols), _MM_HINT_T1);
+                _mm512_store_si512(wu[i], _mm512_xor_si512(_mm512_maskz_loadu_epi8(mask64(cols - b * 32), p), flip));
+        }
+}
+
+/* A block's integer sums S into the rows' float sums: F += cvt(S) * d, and at a group's
+ * last block acc += F * s of group g. */
+static inline __attribute__((always_inline)) void q8_rows_scale(const __m512i *S, __m512 d, const float *const *sc,
+                                                                int32_t g, int last, const int R, __m512 *F,
+                                                                __m512 *acc) {
+        UNROLL
+        for (int i = 0; i < R; i++) {
+                F[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(S[i]), d, F[i]);
+                if (last) {
+                        acc[i] = _mm512_fmadd_ps(F[i], _mm512_set1_ps(sc[i][g]), acc[i]);
+                        F[i] = _mm512_setzero_ps();
+                }
+        }
+}
+
 /* Q8 rows r..r+R-1 over the chunk's blocks [b0, b1) (b0 even): the chunk's sums of the
  * 8 tokens are added to y (written when first). */
 static inline __attribute__((always_inline)) void q8_t8_block(const struct dse_qmat *w, const struct t8chunk *tc,
                                                               int64_t b0, int64_t b1, float *y, int64_t ldy,
                                                               int64_t r, const int R, int T, int first) {
-        int64_t n = w->cols, gf = b0 * 32 / w->group_size;
         const int8_t *row[T8R];
         const float *sc[T8R];
         _Alignas(64) uint8_t wu[T8R][64]; /* a row's 64 bytes as w + 128 */
         __m512 acc[T8R], F[T8R];
-        UNROLL
-        for (int i = 0; i < R; i++) {
-                row[i] = (const int8_t *)w->data + (r + i) * n;
-                sc[i] = w->scale + (r + i) * w->n_groups + gf;
-                acc[i] = _mm512_setzero_ps();
-                F[i] = _mm512_setzero_ps();
-        }
-        const __m512i flip = _mm512_set1_epi8((char)0x80);
+        q8_rows_init(w, r, b0 * 32 / w->group_size, R, row, sc, acc, F);
         for (int64_t b = b0; b < b1; b++) {
                 int64_t j = b - b0, u = j & 1;
                 if (u == 0)
-                        UNROLL
-                        for (int i = 0; i < R; i++) {
-                                const int8_t *p = row[i] + b * 32;
-                                _mm_prefetch((const char *)(p + 2 * T8R * n), _MM_HINT_T1);
-                                /* past the row's end: w + 128 = 128 meets q = 0 */
-                                _mm512_store_si512(wu[i], _mm512_xor_si512(_mm512_maskz_loadu_epi8(mask64(n - b * 32), p), flip));
-                        }
+                        q8_rows_flip(row, b, w->cols, 2 * T8R, R, wu);
                 __m512i S[T8R];
                 UNROLL
                 for (int i = 0; i < R; i++)
@@ -354,16 +382,7 @@ static inline __attribute__((always_inline)) void q8_t8_block(const struct dse_q
                         for (int i = 0; i < R; i++)
                                 S[i] = _mm512_dpbusd_epi32(S[i], _mm512_set1_epi64(*(const int64_t *)(wu[i] + 32 * u + 8 * k)),
                                                            tc->xv[j][k]);
-                int32_t g = tc->grp[j];
-                int last = b + 1 == b1 || tc->grp[j + 1] != g;
-                UNROLL
-                for (int i = 0; i < R; i++) {
-                        F[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(S[i]), tc->dv[j], F[i]);
-                        if (last) {
-                                acc[i] = _mm512_fmadd_ps(F[i], _mm512_set1_ps(sc[i][g]), acc[i]);
-                                F[i] = _mm512_setzero_ps();
-                        }
-                }
+                q8_rows_scale(S, tc->dv[j], sc, tc->grp[j], b + 1 == b1 || tc->grp[j + 1] != tc->grp[j], R, F, acc);
         }
         t8_store_rows(acc, y, ldy, r, R, T, first);
 }
@@ -442,29 +461,15 @@ static void prep_t16(const struct dse_xq *xq, int64_t t0, int64_t b0, int64_t b1
 static inline __attribute__((always_inline)) void q8_t16_block(const struct dse_qmat *w, const struct t16chunk *tc,
                                                                int64_t b0, int64_t b1, float *y, int64_t ldy,
                                                                int64_t r, const int R, int first) {
-        int64_t n = w->cols, gf = b0 * 32 / w->group_size;
         const int8_t *row[T16R];
         const float *sc[T16R];
         _Alignas(64) uint8_t wu[T16R][64]; /* a row's 64 bytes as w + 128 */
         __m512 acc[T16R], F[T16R];
-        UNROLL
-        for (int i = 0; i < R; i++) {
-                row[i] = (const int8_t *)w->data + (r + i) * n;
-                sc[i] = w->scale + (r + i) * w->n_groups + gf;
-                acc[i] = _mm512_setzero_ps();
-                F[i] = _mm512_setzero_ps();
-        }
-        const __m512i flip = _mm512_set1_epi8((char)0x80);
+        q8_rows_init(w, r, b0 * 32 / w->group_size, R, row, sc, acc, F);
         for (int64_t b = b0; b < b1; b++) {
                 int64_t j = b - b0, u = j & 1;
                 if (u == 0)
-                        UNROLL
-                        for (int i = 0; i < R; i++) {
-                                const int8_t *p = row[i] + b * 32;
-                                _mm_prefetch((const char *)(p + 2 * T16R * n), _MM_HINT_T1);
-                                /* past the row's end: w + 128 = 128 meets q = 0 */
-                                _mm512_store_si512(wu[i], _mm512_xor_si512(_mm512_maskz_loadu_epi8(mask64(n - b * 32), p), flip));
-                        }
+                        q8_rows_flip(row, b, w->cols, 2 * T16R, R, wu);
                 __m512i S[T16R];
                 UNROLL
                 for (int i = 0; i < R; i++)
@@ -477,16 +482,7 @@ static inline __attribute__((always_inline)) void q8_t16_block(const struct dse_
                                 memcpy(&wp, wu[i] + 32 * u + 4 * k, 4);
                                 S[i] = _mm512_dpbusd_epi32(S[i], _mm512_set1_epi32(wp), tc->xv[j][k]);
                         }
-                int32_t g = tc->grp[j];
-                int last = b + 1 == b1 || tc->grp[j + 1] != g;
-                UNROLL
-                for (int i = 0; i < R; i++) {
-                        F[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(S[i]), tc->dv[j], F[i]);
-                        if (last) {
-                                acc[i] = _mm512_fmadd_ps(F[i], _mm512_set1_ps(sc[i][g]), acc[i]);
-                                F[i] = _mm512_setzero_ps();
-                        }
-                }
+                q8_rows_scale(S, tc->dv[j], sc, tc->grp[j], b + 1 == b1 || tc->grp[j + 1] != tc->grp[j], R, F, acc);
         }
         /* lane t is token t: scatter the R rows' 16 sums into y's columns r..r+R-1 */
         UNROLL
