@@ -272,7 +272,7 @@ static inline __attribute__((always_inline)) void q4_xq_group(const uint8_t *p, 
                         UNROLL
                         for (int h = 0; h < 2; h++) {
                                 __m256i v = _mm256_loadu_si256((const __m256i *)(tile + 64 * k + 32 * h));
-                                __asm__("" : "+x"(v)); /* one load, not one per AND (avx512.c, Q4) */
+                                DSE_LOAD_ONCE(v);
                                 __m256i lo = _mm256_and_si256(v, m), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m);
                                 UNROLL
                                 for (int j = 0; j < T; j++)

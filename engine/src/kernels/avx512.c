@@ -584,14 +584,12 @@ static void matmul_xq_q8_t8_avx512(const struct dse_qmat *w, const struct dse_xq
  * group is one 64-byte load of s and one 16-byte load of z, read in group order, so they
  * are two more sequential streams per row block, prefetched 8 groups (s) and 16 groups
  * (z) ahead in their own order: a late scale line holds up the group's FMAs and, behind
- * them, the loads of the next lines. Prefetching the next row blocks' ones instead (as the row-major layout
- * needed) measured no gain and cost ~5% at n = 1 in L2 (dse-kernel-bench --format q4).
- *
- * Each 64 weight bytes are loaded once into a register: left to itself the compiler folds
- * the load into both ANDs, two load-queue entries per line waiting on the same miss, so
- * half as many lines fit in flight. Both changes together, batch-1 decode at 2 threads,
- * alternated runs (bench/RESULTS.md, "Scale prefetch and one load per line"): Qwen 1.5B
- * int4 0.824 -> 0.846 of the paired probe, V2-Lite 8 layers 0.787 -> 0.811. */
+ * them, the loads of the next lines. Prefetching the next row blocks' ones instead (as
+ * the row-major layout needed) measured no gain and cost ~5% at n = 1 in L2
+ * (dse-kernel-bench --format q4). Each 64 weight bytes are loaded once (DSE_LOAD_ONCE).
+ * Both together, batch-1 decode at 2 threads, alternated runs (bench/RESULTS.md, "Scale
+ * prefetch and one load per weight line"): Qwen 1.5B int4 0.824 -> 0.846 of the paired
+ * probe, V2-Lite 8 layers 0.787 -> 0.811. */
 
 #define Q4_TMAX 8     /* tokens per register block with DSE_KFEAT_T8 (TB without) */
 #define Q4_NR1 4      /* row blocks side by side for 1-2 tokens (2 for 3-4, 1 from 5), spread over
@@ -671,7 +669,7 @@ static inline __attribute__((always_inline)) void q4_block(const struct dse_qmat
                                         const uint8_t *c = p[i] + b * DSE_Q4_TILE + 64 * k;
                                         _mm_prefetch((const char *)(c + DSE_PREFETCH_AHEAD), _MM_HINT_T1);
                                         __m512i v = _mm512_loadu_si512(c);
-                                        __asm__("" : "+v"(v)); /* one load (see above) */
+                                        DSE_LOAD_ONCE(v);
                                         __m512i wl = _mm512_and_si512(v, lo4);
                                         __m512i wh = split ? _mm512_and_si512(v, hi4)
                                                            : _mm512_and_si512(_mm512_srli_epi16(v, 4), lo4);

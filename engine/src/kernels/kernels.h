@@ -49,6 +49,12 @@
  * one thread, at 8 KB ahead into L2 1.01 (dse-kernel-bench, Xeon SPR VM, 2026-12-02). */
 #define DSE_PREFETCH_AHEAD 8192
 
+/* Makes the vector just loaded opaque to the compiler, so a weight line used by several
+ * instructions is loaded once: left alone, gcc folds the load into each user (the Q4
+ * kernels' two nibble ANDs), two load-queue entries waiting on the same miss, and half as
+ * many lines in flight (bench/RESULTS.md, "Scale prefetch and one load per weight line"). */
+#define DSE_LOAD_ONCE(v) __asm__("" : "+v"(v))
+
 /* A weight matrix W [rows, cols] (HF [out, in]) as the kernels see it. The views point
  * into the model mapping; nothing is owned.
  *   F32/F16/BF16: data holds rows*cols elements.
