@@ -2,7 +2,9 @@
  * float tensor byte-identical to the checkpoint, shards, tokenizer blobs, open_fd, the
  * resolver's cache, CRC32C. Expected values come from the fixtures' config.json and
  * safetensors files, not from the converter's own output. */
+#include <linux/magic.h>
 #include <sys/mman.h>
+#include <sys/vfs.h>
 
 #include "model/format.h"
 #include "model/model.h"
@@ -302,6 +304,65 @@ TEST(open_fd_memfd) {
         ASSERT_EQ(dse__model_hparams(m)->vocab_size, 448);
         dse_model_free(m);
         ASSERT_ERR(dse_model_open_fd(-1, 0, &m, &diag), -EINVAL);
+        tmp_rm(dir);
+}
+
+/* The VmFlags of the mapping that holds addr, from /proc/self/smaps ("" if none). */
+static void vma_flags(const void *addr, char *flags, size_t len) {
+        FILE *f = fopen("/proc/self/smaps", "re");
+        char line[512];
+        int inside = 0;
+        flags[0] = 0;
+        while (f && fgets(line, sizeof line, f)) {
+                unsigned long lo, hi;
+                if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2)
+                        inside = (uintptr_t)addr >= lo && (uintptr_t)addr < hi;
+                else if (inside && strncmp(line, "VmFlags:", 8) == 0) {
+                        snprintf(flags, len, "%.200s", line + 8);
+                        break;
+                }
+        }
+        if (f)
+                fclose(f);
+}
+
+/* The converter leaves its output out of the page cache (written pages come in small
+ * folios, which a mapping would keep), and the loader asks for 2 MiB pages (VmFlags "hg",
+ * MADV_HUGEPAGE) before the first touch. Whether the kernel then maps them so depends on
+ * its file-THP support; that part is not asserted. */
+TEST(output_uncached_and_mapped_for_2mib_pages) {
+        char *dir = tmp_dir();
+        char src[4096];
+        snprintf(src, sizeof src, "%s", t_fixture("models/qwen2-bf16-tied"));
+        struct dse_diag diag = {{0}};
+        int r;
+        const char *out = convert_fixture(src, dir, NULL, &r, &diag);
+        ASSERT_OK(r);
+        struct statfs sf;
+        ASSERT_OK(statfs(out, &sf));
+        if (sf.f_type != TMPFS_MAGIC) { /* on tmpfs the page cache is the file itself */
+                int fd = open(out, O_RDONLY | O_CLOEXEC);
+                ASSERT_TRUE(fd >= 0);
+                struct stat st;
+                ASSERT_OK(fstat(fd, &st));
+                void *p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0);
+                ASSERT_TRUE(p != MAP_FAILED);
+                size_t pages = ((size_t)st.st_size + 4095) / 4096, resident = 0;
+                unsigned char *vec = malloc(pages);
+                ASSERT_OK(mincore(p, (size_t)st.st_size, vec));
+                for (size_t i = 0; i < pages; i++)
+                        resident += vec[i] & 1;
+                ASSERT_EQ(resident, 0);
+                free(vec);
+                munmap(p, (size_t)st.st_size);
+                close(fd);
+        }
+        struct dse_model *m;
+        ASSERT_OK(dse_model_open(out, DSE_MODEL_POPULATE, &m, &diag));
+        char flags[256];
+        vma_flags(dse__model_tensor_at(m, 0)->data, flags, sizeof flags);
+        ASSERT_TRUE(strstr(flags, " hg") != NULL);
+        dse_model_free(m);
         tmp_rm(dir);
 }
 

@@ -841,6 +841,10 @@ int dse_model_convert_hf(const char *hf_dir, const char *out_path, const char *q
                 r = dse__fail(reterr, -errno, "cannot finish '%s': %s", tmp, strerror(errno));
                 goto out;
         }
+        /* The written pages sit in the page cache in the write path's small folios, and a
+         * mapping keeps them so: dropped now (clean after the fsync), the first
+         * dse_model_open reads the file back in the 2 MiB folios it asks for (format.c). */
+        (void)posix_fadvise(c.fd, 0, 0, POSIX_FADV_DONTNEED);
         if (rename(tmp, out_path) < 0) {
                 r = dse__fail(reterr, -errno, "cannot rename '%s' to '%s': %s", tmp, out_path, strerror(errno));
                 goto out;
