@@ -183,6 +183,13 @@ TEST(irqs_without_counts_and_garbage) {
         ASSERT_OK(put("sys/kernel/mm/transparent_hugepage/enabled", "madvise\n"));
         ASSERT_OK(dsv_doctor_run(&req, &rep));
         ASSERT_CHECK(&rep, "thp-enabled", DSV_DOCTOR_UNKNOWN, "madvise");
+        /* never: the file mapping's MADV_HUGEPAGE gets nothing */
+        ASSERT_OK(put("sys/kernel/mm/transparent_hugepage/enabled", "always madvise [never]\n"));
+        ASSERT_OK(dsv_doctor_run(&req, &rep));
+        ASSERT_CHECK(&rep, "thp-enabled", DSV_DOCTOR_WARN, "never");
+        ASSERT_OK(put("sys/kernel/mm/transparent_hugepage/enabled", "always [madvise] never\n"));
+        ASSERT_OK(dsv_doctor_run(&req, &rep));
+        ASSERT_CHECK(&rep, "thp-enabled", DSV_DOCTOR_OK, "madvise");
         nftw(root, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
         root[0] = '\0';
 }
