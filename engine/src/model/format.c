@@ -721,10 +721,10 @@ static int model_map(int fd, const char *what, unsigned flags, struct dse_model 
          * cache for that reason). The batch-1 decode streams the weights and, for MoE,
          * jumps between experts: with 4 KiB pages it pays page walks the read probe mostly
          * does not. Measured, 2 threads, alternated (bench/RESULTS.md, "2 MiB pages for the
-         * file mapping"): V2-Lite 8 layers int4 0.64-0.70 -> 0.92-0.95 of the paired read
-         * probe, Qwen 1.5B int4 0.78-0.80 -> 0.80-0.84. A hugetlb memfd has such pages
-         * already; a kernel without file THP refuses or ignores the advice, which only
-         * costs speed. */
+         * file mapping"), of the paired read probe: V2-Lite 8 layers int4 0.64-0.70 ->
+         * 0.92-0.95, 27 layers 0.51-0.58 -> 0.83; Qwen 1.5B int4 0.78-0.80 -> 0.80-0.84.
+         * A hugetlb memfd has such pages already; a kernel without file THP refuses or
+         * ignores the advice, which only costs speed. */
         (void)madvise(m->map, m->map_size, MADV_HUGEPAGE);
         uint64_t data_off = rd64(m->map + H_DATA_OFFSET);
         size_t meta = data_off <= size ? (size_t)data_off : (size_t)size;
