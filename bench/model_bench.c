@@ -12,8 +12,8 @@
  *   load_s          dse_model_open with DSE_MODEL_POPULATE (validation + page faults);
  *                   with --hugepages the copy into the hugetlb memfd as well; with a
  *                   second open (pmd_share) both
- *   pmd_share       the share of the model file the process maps with 2 MiB pages
- *                   (FilePmdMapped; 1 for --hugepages). The engine asks for them, but the
+ *   pmd_share       the share of the model file mapped with 2 MiB pages
+ *                   (dse_model_huge_bytes; 1 for --hugepages). The engine asks for them, but the
  *                   page cache keeps a file in the folios it came in: below one half,
  *                   the file's cached pages are dropped and it is opened once more, read
  *                   from disk in 2 MiB folios (on 4 KiB pages V2-Lite decoded at 0.5-0.7
@@ -540,36 +540,23 @@ static long rss_bytes(void) {
         return rss_kb < 0 ? -1 : (rss_kb + huge_kb) * 1024;
 }
 
-/* Bytes of file pages the process maps with 2 MiB entries (proc(5) FilePmdMapped): the
- * model file's, as nothing else it maps is that large. */
-static long file_pmd_mapped_bytes(void) {
-        FILE *f = fopen("/proc/self/smaps_rollup", "re");
-        if (!f)
-                return -1;
-        char line[256];
-        long kb = -1;
-        while (fgets(line, sizeof line, f) && sscanf(line, "FilePmdMapped: %ld kB", &kb) != 1)
-                ;
-        fclose(f);
-        return kb < 0 ? -1 : kb * 1024;
-}
-
 /* dse_model_open, and once more after dropping the file's cached pages if fewer than half
  * of them came mapped in 2 MiB pages: the page cache keeps a file in the folios it was
  * read or written in, and the engine asks for 2 MiB ones only for what it reads itself
  * (format.c). A file written by an older generator, copied, or read by another program
  * would otherwise be measured on 4 KiB pages, run after run. The share is reported. */
+static double pmd_share_of(const struct dse_model *m) {
+        uint64_t huge, total;
+        return dse_model_huge_bytes(m, &huge, &total) == 0 && total ? (double)huge / (double)total : 0;
+}
+
 static int open_file_mapping(const char *path, struct dse_model **ret_m, double *ret_pmd_share,
                              struct dse_diag *d) {
-        struct stat st;
-        if (stat(path, &st) < 0)
-                return -errno;
         for (int attempt = 0;; attempt++) {
                 int r = dse_model_open(path, DSE_MODEL_POPULATE, ret_m, d);
                 if (r < 0)
                         return r;
-                long pmd = file_pmd_mapped_bytes();
-                *ret_pmd_share = pmd < 0 ? 0 : (double)pmd / (double)st.st_size;
+                *ret_pmd_share = pmd_share_of(*ret_m);
                 if (*ret_pmd_share >= 0.5 || attempt == 1)
                         return 0;
                 dse_model_free(*ret_m);
@@ -1132,7 +1119,7 @@ int main(int argc, char **argv) {
                 die(r, "pool", NULL);
         struct dse_model *m;
         struct dsv_hugepages_image img = {.fd = -1};
-        double t0 = now_s(), pmd_share = 1; /* a hugetlb memfd has 2 MiB pages only */
+        double t0 = now_s(), pmd_share = 0;
         if (hugepages)
                 r = open_hugepages(path, &img, &m, &d);
         else
@@ -1140,6 +1127,8 @@ int main(int argc, char **argv) {
         if (r < 0)
                 die(r, hugepages ? "open (--hugepages)" : "open", &d);
         double load_s = now_s() - t0;
+        if (hugepages)
+                pmd_share = pmd_share_of(m);
         if (weights_mode) {
                 bench_weights(m, &hp, pool, batches, n_batches, preset, format, threads, hugepages, json);
                 dse_model_free(m);

@@ -77,6 +77,22 @@ int worker_engine_load(const struct worker_config *cfg, struct worker_engine *e)
                      diag.msg[0] ? diag.msg : strerror(-r));
                 return r;
         }
+        uint64_t huge, total;
+        if (dse_model_huge_bytes(e->model, &huge, &total) == 0 && total) {
+                /* 4 KiB pages cost a MoE model a third to a half of its decode speed
+                 * (bench/RESULTS.md, "2 MiB pages for the file mapping") */
+                if (huge * 2 < total && cfg->model_fd >= 0)
+                        wlog(4, "Only %.0f%% of the weights are mapped in 2 MiB pages: the supervisor's weight "
+                             "image is not in HugePages (see dsvisor status; --hugepages require refuses to start "
+                             "without them)", 100.0 * (double)huge / (double)total);
+                else if (huge * 2 < total)
+                        wlog(4, "Only %.0f%% of the weights are mapped in 2 MiB pages: the page cache held the "
+                             "model file in small pages before it was opened. Drop them (dd if=FILE "
+                             "iflag=nocache count=0) and restart, or serve through dsvisor start",
+                             100.0 * (double)huge / (double)total);
+                else
+                        wlog(6, "%.0f%% of the weights mapped in 2 MiB pages", 100.0 * (double)huge / (double)total);
+        }
         double t1 = mono_s();
         r = dse_model_tokenizer(e->model, &e->tok, &diag);
         if (r == -ENOENT) {

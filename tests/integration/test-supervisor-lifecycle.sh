@@ -91,6 +91,17 @@ if ! wait_ready 120; then
 fi
 echo "ok     2 instances ready"
 
+# The worker reports the page size its weights came in (dse_model_huge_bytes): all in
+# 2 MiB pages from the hugetlb memfd; from shmem (off), 4 KiB pages and a warning, unless
+# shmem THP is on.
+if [[ $worker_kind == real && $hp == require ]]; then
+        check "workers map the weights in 2 MiB pages" \
+                grep -q 'dsvisor-worker\[0\]: 100% of the weights mapped in 2 MiB pages' "$tmp/start.log"
+elif [[ $worker_kind == real ]] && grep -q '\[never\]' /sys/kernel/mm/transparent_hugepage/shmem_enabled; then
+        check "workers warn that the weights are in 4 KiB pages" \
+                grep -q "dsvisor-worker\[0\]: Only 0% of the weights are mapped in 2 MiB pages: the supervisor's" "$tmp/start.log"
+fi
+
 port=$(jq_py 'print(j["port"])')
 pids=($(jq_py 'print(" ".join(str(i["pid"]) for i in j["instances"]))'))
 check "status: pid, node, CPUs, cgroup, limits, sched, restarts per instance" jq_py '

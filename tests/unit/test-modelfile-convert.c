@@ -300,6 +300,10 @@ TEST(open_fd_memfd) {
         struct dse_model *m;
         ASSERT_OK(dse_model_open_fd(fd, DSE_MODEL_POPULATE, &m, &diag));
         close(fd); /* the mapping outlives the descriptor */
+        uint64_t huge, total;
+        ASSERT_OK(dse_model_huge_bytes(m, &huge, &total));
+        ASSERT_EQ(total, len);
+        ASSERT_TRUE(huge <= total);
         ASSERT_OK(dse_model_verify(m, &diag));
         ASSERT_EQ(dse__model_hparams(m)->vocab_size, 448);
         dse_model_free(m);
@@ -362,6 +366,23 @@ TEST(output_uncached_and_mapped_for_2mib_pages) {
         char flags[256];
         vma_flags(dse__model_tensor_at(m, 0)->data, flags, sizeof flags);
         ASSERT_TRUE(strstr(flags, " hg") != NULL);
+        /* dse_model_huge_bytes reads the mapping's own VMA; the process-wide rollup must
+         * agree, as nothing else here maps a file with 2 MiB pages */
+        uint64_t huge = 1, total = 0;
+        ASSERT_OK(dse_model_huge_bytes(m, &huge, &total));
+        struct stat st;
+        ASSERT_OK(stat(out, &st));
+        ASSERT_EQ(total, (uint64_t)st.st_size);
+        FILE *f = fopen("/proc/self/smaps_rollup", "re");
+        ASSERT_TRUE(f != NULL);
+        char line[256];
+        unsigned long kb = 0;
+        while (fgets(line, sizeof line, f) && sscanf(line, "FilePmdMapped: %lu kB", &kb) != 1)
+                ;
+        fclose(f);
+        ASSERT_EQ(huge, (uint64_t)kb * 1024);
+        fprintf(stderr, "  %llu of %llu bytes in 2 MiB pages\n", (unsigned long long)huge,
+                (unsigned long long)total);
         dse_model_free(m);
         tmp_rm(dir);
 }

@@ -778,6 +778,35 @@ int dse_model_open(const char *path, unsigned flags, struct dse_model **ret_mode
         return r;
 }
 
+int dse_model_huge_bytes(const struct dse_model *model, uint64_t *ret_huge, uint64_t *ret_total) {
+        if (!model || !ret_huge || !ret_total)
+                return -EINVAL;
+        FILE *f = fopen("/proc/self/smaps", "re");
+        if (!f)
+                return -errno;
+        /* the mapping's VMAs (one, unless something split it): their size if the kernel
+         * page size is 2 MiB (hugetlb), else their FilePmdMapped */
+        uintptr_t lo = (uintptr_t)model->map, hi = lo + model->map_size;
+        uint64_t total = 0, vma_bytes = 0;
+        int inside = 0;
+        char line[512];
+        while (fgets(line, sizeof line, f)) {
+                unsigned long a, b, kb;
+                if (sscanf(line, "%lx-%lx ", &a, &b) == 2) {
+                        inside = a >= lo && b <= hi;
+                        vma_bytes = (uint64_t)(b - a);
+                } else if (inside && sscanf(line, "KernelPageSize: %lu kB", &kb) == 1 && kb == 2048) {
+                        total += vma_bytes;
+                } else if (inside && sscanf(line, "FilePmdMapped: %lu kB", &kb) == 1) {
+                        total += (uint64_t)kb * 1024;
+                }
+        }
+        fclose(f);
+        *ret_huge = total;
+        *ret_total = model->map_size;
+        return 0;
+}
+
 int dse_model_verify(const struct dse_model *model, struct dse_diag *reterr) {
         if (!model)
                 return -EINVAL;
