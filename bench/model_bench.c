@@ -540,24 +540,24 @@ static long rss_bytes(void) {
         return rss_kb < 0 ? -1 : (rss_kb + huge_kb) * 1024;
 }
 
-/* dse_model_open, and once more after dropping the file's cached pages if fewer than half
- * of them came mapped in 2 MiB pages: the page cache keeps a file in the folios it was
- * read or written in, and the engine asks for 2 MiB ones only for what it reads itself
- * (format.c). A file written by an older generator, copied, or read by another program
- * would otherwise be measured on 4 KiB pages, run after run. The share is reported. */
+/* The share of m's mapping the kernel maps with 2 MiB pages (0 if /proc says nothing). */
 static double pmd_share_of(const struct dse_model *m) {
         uint64_t huge, total;
         return dse_model_huge_bytes(m, &huge, &total) == 0 && total ? (double)huge / (double)total : 0;
 }
 
-static int open_file_mapping(const char *path, struct dse_model **ret_m, double *ret_pmd_share,
-                             struct dse_diag *d) {
+/* dse_model_open, and once more after dropping the file's cached pages if fewer than half
+ * of them came mapped in 2 MiB pages: the page cache keeps a file in the folios it was
+ * read or written in, and the engine asks for 2 MiB ones only for what it reads itself
+ * (format.c). A file written by an older generator, copied, or read by another program
+ * would otherwise be measured on 4 KiB pages, run after run. */
+static int open_file_mapping(const char *path, struct dse_model **ret_m, struct dse_diag *d) {
         for (int attempt = 0;; attempt++) {
                 int r = dse_model_open(path, DSE_MODEL_POPULATE, ret_m, d);
                 if (r < 0)
                         return r;
-                *ret_pmd_share = pmd_share_of(*ret_m);
-                if (*ret_pmd_share >= 0.5 || attempt == 1)
+                double share = pmd_share_of(*ret_m);
+                if (share >= 0.5 || attempt == 1)
                         return 0;
                 dse_model_free(*ret_m);
                 int fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -568,7 +568,7 @@ static int open_file_mapping(const char *path, struct dse_model **ret_m, double 
                 if (r != 0)
                         return -r;
                 fprintf(stderr, "dsvisor-bench: %.0f%% of %s came in 2 MiB pages; read again from disk\n",
-                        *ret_pmd_share * 100, path);
+                        share * 100, path);
         }
 }
 
@@ -1119,16 +1119,14 @@ int main(int argc, char **argv) {
                 die(r, "pool", NULL);
         struct dse_model *m;
         struct dsv_hugepages_image img = {.fd = -1};
-        double t0 = now_s(), pmd_share = 0;
+        double t0 = now_s();
         if (hugepages)
                 r = open_hugepages(path, &img, &m, &d);
         else
-                r = open_file_mapping(path, &m, &pmd_share, &d);
+                r = open_file_mapping(path, &m, &d);
         if (r < 0)
                 die(r, hugepages ? "open (--hugepages)" : "open", &d);
-        double load_s = now_s() - t0;
-        if (hugepages)
-                pmd_share = pmd_share_of(m);
+        double load_s = now_s() - t0, pmd_share = pmd_share_of(m);
         if (weights_mode) {
                 bench_weights(m, &hp, pool, batches, n_batches, preset, format, threads, hugepages, json);
                 dse_model_free(m);

@@ -81,17 +81,17 @@ int worker_engine_load(const struct worker_config *cfg, struct worker_engine *e)
         if (dse_model_huge_bytes(e->model, &huge, &total) == 0 && total) {
                 /* 4 KiB pages cost a MoE model a third to a half of its decode speed
                  * (bench/RESULTS.md, "2 MiB pages for the file mapping") */
-                if (huge * 2 < total && cfg->model_fd >= 0)
-                        wlog(4, "Only %.0f%% of the weights are mapped in 2 MiB pages: the supervisor's weight "
-                             "image is not in HugePages (see dsvisor status; --hugepages require refuses to start "
-                             "without them)", 100.0 * (double)huge / (double)total);
-                else if (huge * 2 < total)
+                double pct = 100.0 * (double)huge / (double)total;
+                if (huge * 2 >= total)
+                        wlog(6, "%.0f%% of the weights mapped in 2 MiB pages", pct);
+                else if (cfg->model_fd >= 0)
+                        wlog(4, "Only %.0f%% of the weights are mapped in 2 MiB pages: the --model-fd image is "
+                             "not in HugePages (from dsvisor start: see dsvisor status; --hugepages require refuses "
+                             "to start without them)", pct);
+                else
                         wlog(4, "Only %.0f%% of the weights are mapped in 2 MiB pages: the page cache held the "
                              "model file in small pages before it was opened. Drop them (dd if=FILE "
-                             "iflag=nocache count=0) and restart, or serve through dsvisor start",
-                             100.0 * (double)huge / (double)total);
-                else
-                        wlog(6, "%.0f%% of the weights mapped in 2 MiB pages", 100.0 * (double)huge / (double)total);
+                             "iflag=nocache count=0) and restart, or serve through dsvisor start", pct);
         }
         double t1 = mono_s();
         r = dse_model_tokenizer(e->model, &e->tok, &diag);

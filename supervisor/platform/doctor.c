@@ -460,13 +460,13 @@ static int check_thp(struct ctx *c) {
                         "may compact: latency spikes dsvisor cannot attribute; weights use hugetlb anyway");
         else if (strcmp(word, "never") == 0)
                 r = add(c, "thp-enabled", DSV_DOCTOR_WARN, word, "madvise",
-                        "with never, weights served from the model file's mapping (--hugepages off, or no 2 MiB "
-                        "pages to reserve) get 4 KiB pages: DeepSeek-V2-Lite decoded at 0.5-0.7 of its speed on "
-                        "2 MiB pages (bench/RESULTS.md)");
+                        "with never, a model a worker maps from its file (dsvisor-worker --model PATH, "
+                        "dsvisor-bench) gets 4 KiB pages: DeepSeek-V2-Lite decoded at 0.5-0.7 of "
+                        "its speed on 2 MiB pages (bench/RESULTS.md)");
         else
                 r = add(c, "thp-enabled", DSV_DOCTOR_OK, word, "madvise",
-                        "only regions that ask (MADV_HUGEPAGE) get THP: the model file's mapping asks, for "
-                        "weights not in reserved hugetlb pages");
+                        "only regions that ask (MADV_HUGEPAGE) get THP: a worker's mapping of a model file "
+                        "asks; dsvisor start serves weights from a HugePages memfd instead");
         if (r < 0)
                 return r;
         r = read_line(c, line, sizeof line, "/sys/kernel/mm/transparent_hugepage/defrag");

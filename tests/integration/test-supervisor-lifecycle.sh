@@ -99,7 +99,7 @@ if [[ $worker_kind == real && $hp == require ]]; then
                 grep -q 'dsvisor-worker\[0\]: 100% of the weights mapped in 2 MiB pages' "$tmp/start.log"
 elif [[ $worker_kind == real ]] && grep -q '\[never\]' /sys/kernel/mm/transparent_hugepage/shmem_enabled; then
         check "workers warn that the weights are in 4 KiB pages" \
-                grep -q "dsvisor-worker\[0\]: Only 0% of the weights are mapped in 2 MiB pages: the supervisor's" "$tmp/start.log"
+                grep -q "dsvisor-worker\[0\]: Only 0% of the weights are mapped in 2 MiB pages: the --model-fd image" "$tmp/start.log"
 fi
 
 port=$(jq_py 'print(j["port"])')

@@ -336,11 +336,9 @@ static void vma_flags(const void *addr, char *flags, size_t len) {
  * its file-THP support; that part is not asserted. */
 TEST(output_uncached_and_mapped_for_2mib_pages) {
         char *dir = tmp_dir();
-        char src[4096];
-        snprintf(src, sizeof src, "%s", t_fixture("models/qwen2-bf16-tied"));
         struct dse_diag diag = {{0}};
         int r;
-        const char *out = convert_fixture(src, dir, NULL, &r, &diag);
+        const char *out = convert_fixture(t_fixture("models/qwen2-bf16-tied"), dir, NULL, &r, &diag);
         ASSERT_OK(r);
         struct statfs sf;
         ASSERT_OK(statfs(out, &sf));

@@ -787,7 +787,7 @@ int dse_model_huge_bytes(const struct dse_model *model, uint64_t *ret_huge, uint
         /* the mapping's VMAs (one, unless something split it): their size if the kernel
          * page size is 2 MiB (hugetlb), else their FilePmdMapped */
         uintptr_t lo = (uintptr_t)model->map, hi = lo + model->map_size;
-        uint64_t total = 0, vma_bytes = 0;
+        uint64_t huge = 0, vma_bytes = 0;
         int inside = 0;
         char line[512];
         while (fgets(line, sizeof line, f)) {
@@ -796,13 +796,13 @@ int dse_model_huge_bytes(const struct dse_model *model, uint64_t *ret_huge, uint
                         inside = a >= lo && b <= hi;
                         vma_bytes = (uint64_t)(b - a);
                 } else if (inside && sscanf(line, "KernelPageSize: %lu kB", &kb) == 1 && kb == 2048) {
-                        total += vma_bytes;
+                        huge += vma_bytes;
                 } else if (inside && sscanf(line, "FilePmdMapped: %lu kB", &kb) == 1) {
-                        total += (uint64_t)kb * 1024;
+                        huge += (uint64_t)kb * 1024;
                 }
         }
         fclose(f);
-        *ret_huge = total;
+        *ret_huge = huge;
         *ret_total = model->map_size;
         return 0;
 }
