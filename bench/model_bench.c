@@ -2,7 +2,7 @@
  *
  *     dsvisor-bench model --preset r1-distill-qwen-1.5b --format int4 [--layers N]
  *                   [--threads T] [--group G] [--prefill 128,512] [--decode 64]
- *                   [--batches 1,4,8] [--hugepages] [--json]
+ *                   [--batches 1,4,8] [--hugepages | --shmem] [--json]
  *
  * The model is written with random weights straight into the native format (the
  * engine's own header writer and schema, engine/FORMAT.md) and cached under
@@ -10,10 +10,10 @@
  * size and layer count. Then, through the public session API (so it measures what the
  * engine does, not what a kernel could do):
  *   load_s          dse_model_open with DSE_MODEL_POPULATE (validation + page faults);
- *                   with --hugepages the copy into the hugetlb memfd as well; with a
+ *                   with --hugepages or --shmem the copy into the memfd as well; with a
  *                   second open (pmd_share) both
- *   pmd_share       the share of the model file mapped with 2 MiB pages
- *                   (dse_model_huge_bytes; 1 for --hugepages). The engine asks for them, but the
+ *   pmd_share       the share of the weights mapped with 2 MiB pages (dse_model_huge_bytes;
+ *                   1 for --hugepages, 0 or 1 for --shmem by shmem_enabled). The engine asks for them, but the
  *                   page cache keeps a file in the folios it came in: below one half,
  *                   the file's cached pages are dropped and it is opened once more, read
  *                   from disk in 2 MiB folios (on 4 KiB pages V2-Lite decoded at 0.5-0.7
@@ -52,6 +52,9 @@
  * dse_model_open_fd, as the supervisor serves them (supervisor/cmd_start.c); the 2 MiB
  * pages missing from the pool are reserved by raising /proc/sys/vm/nr_hugepages, whose
  * old value is restored at exit, on an error and on SIGINT/SIGTERM.
+ * --shmem: the same copy into a normal shmem memfd, as the supervisor serves them without
+ * HugePages (--hugepages off, or auto without free pages); it asks for 2 MiB pages, which
+ * it gets when /sys/kernel/mm/transparent_hugepage/shmem_enabled allows (pmd_share says).
  *
  *     dsvisor-bench weights --preset P --format F [--layers N] [--threads T] [--batches 1,4,8]
  *
@@ -80,6 +83,12 @@
 #include "model/format.h"
 #include "model/model.h"
 #include "read_probe.h"
+
+/* Where the weights are mapped from: the model file, or a copy in a sealed memfd as the
+ * supervisor makes it (--hugepages, --shmem). */
+enum weights_in { WEIGHTS_FILE, WEIGHTS_HUGETLB, WEIGHTS_SHMEM };
+static const char *const weights_in_name[] = {"file", "hugetlb", "shmem"};
+static const char *const weights_in_desc[] = {"the file mapping", "a hugetlb memfd", "a shmem memfd"};
 
 #define GEN_VERSION 1 /* bump when the generated content changes */
 
@@ -829,7 +838,7 @@ static double weights_pass(struct dse_pool *pool, const struct dse_kernels *k, c
 
 static void bench_weights(const struct dse_model *m, const struct dse_hparams *hp, struct dse_pool *pool,
                           const int *tokens, int n_tokens, const char *preset, const char *format, int threads,
-                          int hugepages, int json) {
+                          enum weights_in wi, int json) {
         struct dse_cpu_info cpu;
         struct dse_kernels k;
         dse_cpu_detect(&cpu, NULL);
@@ -870,7 +879,7 @@ static void bench_weights(const struct dse_model *m, const struct dse_hparams *h
                        "\"hugepages\":%s,\"matrices\":%zu,\"bytes_per_pass\":%llu,\"read_bw_bytes_per_s\":%.0f,"
                        "\"read_probe\":\"%s\",\"passes\":[",
                        preset, format, threads, hp->n_layers, dse_cpu_level_to_string(cpu.level),
-                       hugepages ? "true" : "false", n_mats, (unsigned long long)bytes, bw, probe_name);
+                       wi == WEIGHTS_HUGETLB ? "true" : "false", n_mats, (unsigned long long)bytes, bw, probe_name);
                 for (int i = 0; i < n_tokens; i++)
                         printf("%s{\"tokens\":%d,\"f32act_s\":%.6f,\"f32act_roofline\":%.4f,\"xq_s\":%.6f,"
                                "\"xq_roofline\":%.4f}",
@@ -882,7 +891,7 @@ static void bench_weights(const struct dse_model *m, const struct dse_hparams *h
                        hp->n_layers, threads, dse_cpu_level_to_string(cpu.level));
                 printf("%zu matrices, %.1f MB per pass, weights in %s, read bandwidth %.2f GB/s (probe %s over the "
                        "weights: before %.2f, after %.2f), cpu share %.2f\n", n_mats, bytes / 1e6,
-                       hugepages ? "a hugetlb memfd" : "the file mapping", bw / 1e9, probe_name, bw0 / 1e9, bw1 / 1e9,
+                       weights_in_desc[wi], bw / 1e9, probe_name, bw0 / 1e9, bw1 / 1e9,
                        cpu_share);
                 for (int i = 0; i < n_tokens; i++) {
                         printf("tokens %d: float activations %.2f ms/pass (%.1f tok/s, %.3f of bandwidth)", tokens[i],
@@ -899,7 +908,7 @@ static void bench_weights(const struct dse_model *m, const struct dse_hparams *h
         free(mats);
 }
 
-/* ---- --hugepages: the weights in a hugetlb memfd, as the supervisor serves them ------ */
+/* ---- --hugepages, --shmem: the weights in a memfd, as the supervisor serves them ------ */
 
 #define NR_HUGEPAGES "/proc/sys/vm/nr_hugepages"
 
@@ -977,15 +986,16 @@ static int hp_reserve(uint64_t need, uint64_t *ret_free) {
         return -ENOMEM;
 }
 
-/* Copies the model file into a sealed MFD_HUGETLB memfd (dsv_hugepages_image, the
- * supervisor's own weight image) and opens it with dse_model_open_fd. */
-static int open_hugepages(const char *path, struct dsv_hugepages_image *img, struct dse_model **ret_m,
-                          struct dse_diag *d) {
+/* Copies the model file into a sealed memfd (dsv_hugepages_image, the supervisor's own
+ * weight image): MFD_HUGETLB for WEIGHTS_HUGETLB, shmem for WEIGHTS_SHMEM; opens it with
+ * dse_model_open_fd. */
+static int open_image(const char *path, enum weights_in wi, struct dsv_hugepages_image *img, struct dse_model **ret_m,
+                      struct dse_diag *d) {
         struct stat st;
         if (stat(path, &st) < 0)
                 return -errno;
         uint64_t need = ((uint64_t)st.st_size + DSV_HUGEPAGE_2MB_BYTES - 1) / DSV_HUGEPAGE_2MB_BYTES, free_pages = 0;
-        int r = hp_reserve(need, &free_pages);
+        int r = wi == WEIGHTS_HUGETLB ? hp_reserve(need, &free_pages) : 0;
         if (r < 0) {
                 fprintf(stderr, "dsvisor-bench: --hugepages: %llu free 2 MiB pages, %llu needed: %s (raise %s "
                         "or free memory)\n", (unsigned long long)free_pages, (unsigned long long)need,
@@ -993,7 +1003,8 @@ static int open_hugepages(const char *path, struct dsv_hugepages_image *img, str
                 return r;
         }
         if ((r = dsv_hugepages_image_init(img, "dsvisor-bench-weights", (size_t)st.st_size, -1,
-                                          DSV_HUGEPAGES_MODE_REQUIRE, NULL)) < 0)
+                                          wi == WEIGHTS_HUGETLB ? DSV_HUGEPAGES_MODE_REQUIRE : DSV_HUGEPAGES_MODE_OFF,
+                                          NULL)) < 0)
                 return r;
         if ((r = dsv_hugepages_image_fill(img, path)) < 0 || (r = dsv_hugepages_image_seal(img)) < 0)
                 return r;
@@ -1021,7 +1032,7 @@ static void usage(void) {
         fprintf(stderr,
                 "usage: dsvisor-bench model --preset r1-distill-qwen-1.5b|deepseek-coder-1.3b|deepseek-v2-lite\n"
                 "           --format int4|int8|bf16 [--layers N] [--threads T] [--group G]\n"
-                "           [--prefill N,N] [--decode STEPS] [--batches B,B] [--hugepages] [--json]\n"
+                "           [--prefill N,N] [--decode STEPS] [--batches B,B] [--hugepages | --shmem] [--json]\n"
                 "       dsvisor-bench weights (the same options; --batches: tokens per pass)\n");
         exit(2);
 }
@@ -1031,7 +1042,8 @@ int main(int argc, char **argv) {
                 usage();
         int weights_mode = strcmp(argv[1], "weights") == 0;
         const char *preset = NULL, *format = NULL;
-        int layers = 0, threads = 2, group = 0, json = 0, hugepages = 0, decode_steps = 64;
+        int layers = 0, threads = 2, group = 0, json = 0, decode_steps = 64;
+        enum weights_in wi = WEIGHTS_FILE;
         int prefill[8] = {128, 512}, n_prefill = 2, batches[8] = {1, 4, 8}, n_batches = 3;
         for (int i = 2; i < argc; i++) {
                 const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -1039,8 +1051,8 @@ int main(int argc, char **argv) {
                         json = 1;
                         continue;
                 }
-                if (strcmp(a, "--hugepages") == 0) {
-                        hugepages = 1;
+                if (strcmp(a, "--hugepages") == 0 || strcmp(a, "--shmem") == 0) {
+                        wi = a[2] == 'h' ? WEIGHTS_HUGETLB : WEIGHTS_SHMEM;
                         continue;
                 }
                 if (!v)
@@ -1120,15 +1132,15 @@ int main(int argc, char **argv) {
         struct dse_model *m;
         struct dsv_hugepages_image img = {.fd = -1};
         double t0 = now_s();
-        if (hugepages)
-                r = open_hugepages(path, &img, &m, &d);
-        else
+        if (wi == WEIGHTS_FILE)
                 r = open_file_mapping(path, &m, &d);
+        else
+                r = open_image(path, wi, &img, &m, &d);
         if (r < 0)
-                die(r, hugepages ? "open (--hugepages)" : "open", &d);
+                die(r, wi == WEIGHTS_HUGETLB ? "open (--hugepages)" : wi == WEIGHTS_SHMEM ? "open (--shmem)" : "open", &d);
         double load_s = now_s() - t0, pmd_share = pmd_share_of(m);
         if (weights_mode) {
-                bench_weights(m, &hp, pool, batches, n_batches, preset, format, threads, hugepages, json);
+                bench_weights(m, &hp, pool, batches, n_batches, preset, format, threads, wi, json);
                 dse_model_free(m);
                 dsv_hugepages_image_done(&img);
                 dse_pool_free(pool);
@@ -1196,12 +1208,13 @@ int main(int argc, char **argv) {
 
         if (json) {
                 printf("{\"preset\":\"%s\",\"format\":\"%s\",\"threads\":%d,\"layers\":%d,\"group\":%d,"
-                       "\"level\":\"%s\",\"hugepages\":%s,\"pmd_share\":%.3f,\"load_s\":%.3f,\"rss_bytes\":%ld,\"weight_bytes\":%llu,"
+                       "\"level\":\"%s\",\"hugepages\":%s,\"weights_in\":\"%s\",\"pmd_share\":%.3f,\"load_s\":%.3f,\"rss_bytes\":%ld,\"weight_bytes\":%llu,"
                        "\"kv_bytes\":%zu,\"scratch_bytes\":%zu,\"rss_ratio\":%.4f,\"bytes_per_token\":%.0f,"
                        "\"read_bw_bytes_per_s\":%.0f,\"read_bw_best_bytes_per_s\":%.0f,\"read_probe\":\"%s\","
                        "\"prefill_tok_s\":{",
                        preset, format, threads, hp.n_layers, wdt == DSE_DTYPE_BF16 ? 0 : group,
-                       dse_cpu_level_to_string(cpu.level), hugepages ? "true" : "false", pmd_share, load_s, rss,
+                       dse_cpu_level_to_string(cpu.level), wi == WEIGHTS_HUGETLB ? "true" : "false", weights_in_name[wi],
+                       pmd_share, load_s, rss,
                        (unsigned long long)weight_bytes, kv_bytes, mem.scratch_bytes, rss_ratio, bpt, bw, bw_best,
                        probe_name);
                 for (int i = 0; i < n_prefill; i++)
@@ -1215,7 +1228,7 @@ int main(int argc, char **argv) {
         } else {
                 printf("preset %s, format %s (group %d), %d layers, %d threads, kernels %s, weights in %s (%.0f%% "
                        "in 2 MiB pages)\n", preset, format, wdt == DSE_DTYPE_BF16 ? 0 : group, hp.n_layers, threads,
-                       dse_cpu_level_to_string(cpu.level), hugepages ? "a hugetlb memfd" : "the file mapping",
+                       dse_cpu_level_to_string(cpu.level), weights_in_desc[wi],
                        pmd_share * 100);
                 printf("load %.3f s, RSS %.1f MiB while decoding (weights %.1f MiB, KV %.1f MiB, scratch %.1f MiB: "
                        "%.3fx their sum)\n", load_s, rss / 1048576.0, weight_bytes / 1048576.0, kv_bytes / 1048576.0,

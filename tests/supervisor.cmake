@@ -23,6 +23,12 @@ foreach(worker stub real)
     set_tests_properties(${name} PROPERTIES SKIP_RETURN_CODE 77 RUN_SERIAL ON)
   endforeach()
 endforeach()
+# The shmem image with shmem_enabled=advise (root; restored after): 2 MiB pages without
+# a HugePages pool.
+dsv_script_test(NAME test-supervisor-lifecycle-real-off-thp
+                SCRIPT ${CMAKE_SOURCE_DIR}/tests/integration/test-supervisor-lifecycle.sh
+                ARGS real off-thp LABELS integration TIMEOUT 300)
+set_tests_properties(test-supervisor-lifecycle-real-off-thp PROPERTIES SKIP_RETURN_CODE 77 RUN_SERIAL ON)
 
 # sd_notify against a fake NOTIFY_SOCKET: READY, STATUS, WATCHDOG, STOPPING, FDSTORE and
 # re-attaching the weights from the fd store after a supervisor restart.

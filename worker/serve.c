@@ -86,8 +86,9 @@ int worker_engine_load(const struct worker_config *cfg, struct worker_engine *e)
                         wlog(6, "%.0f%% of the weights mapped in 2 MiB pages", pct);
                 else if (cfg->model_fd >= 0)
                         wlog(4, "Only %.0f%% of the weights are mapped in 2 MiB pages: the --model-fd image is "
-                             "not in HugePages (from dsvisor start: see dsvisor status; --hugepages require refuses "
-                             "to start without them)", pct);
+                             "neither in HugePages (from dsvisor start: see dsvisor status; --hugepages require "
+                             "refuses to start without them) nor in shmem's 2 MiB pages (dsvisor doctor: "
+                             "thp-shmem)", pct);
                 else
                         wlog(4, "Only %.0f%% of the weights are mapped in 2 MiB pages: the page cache held the "
                              "model file in small pages before it was opened. Drop them (dd if=FILE "

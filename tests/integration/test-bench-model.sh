@@ -64,6 +64,14 @@ for p in o["passes"]:
     assert (p["xq_s"] > 0) == (sys.argv[2] != "bf16")
 ' "$work/w.json" "$fmt" && ok || bad "weights $fmt JSON: $(cat "$work/w.json")"
 done
+# --shmem: the weights copied into a shmem memfd, as the supervisor serves them without HugePages
+if "$bench" model "${args[@]}" --format int4 --shmem --json >"$work/shmem.json" 2>"$work/shmem.err"; then ok; else bad "--shmem: $(cat "$work/shmem.err")"; fi
+python3 -c '
+import json, sys
+o, f = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+assert o["weights_in"] == "shmem" and o["hugepages"] is False and 0 <= o["pmd_share"] <= 1, o
+assert f["weights_in"] == "file" and o["bytes_per_token"] == f["bytes_per_token"] and o["roofline"] > 0, (o, f)
+' "$work/shmem.json" "$work/int4.json" && ok || bad "--shmem JSON: $(cat "$work/shmem.json")"
 "$bench" model --preset nope --format int4 >/dev/null 2>&1 && bad "unknown preset accepted" || ok
 "$bench" model --preset deepseek-coder-1.3b --format int3 >/dev/null 2>&1 && bad "unknown format accepted" || ok
 echo "$pass passed, $fail failed"

@@ -101,6 +101,7 @@ make_tuned() {
   governor "$r" intel_pstate performance
   put "$r/sys/kernel/mm/transparent_hugepage/enabled" "always [madvise] never"
   put "$r/sys/kernel/mm/transparent_hugepage/defrag" "always defer [defer+madvise] madvise never"
+  put "$r/sys/kernel/mm/transparent_hugepage/shmem_enabled" "always within_size [advise] never deny force"
   hugepages "$r" 20480 20480
   put "$r/proc/sys/kernel/sched_rt_runtime_us" 950000
   put "$r/proc/sys/kernel/numa_balancing" 0
@@ -118,6 +119,7 @@ make_debian() { # Debian 12 defaults, dsvisor run by a unit with Delegate=
   governor "$r" intel_pstate powersave
   put "$r/sys/kernel/mm/transparent_hugepage/enabled" "[always] madvise never"
   put "$r/sys/kernel/mm/transparent_hugepage/defrag" "always defer defer+madvise [madvise] never"
+  put "$r/sys/kernel/mm/transparent_hugepage/shmem_enabled" "always within_size advise [never] deny force"
   hugepages "$r" 0 0
   put "$r/proc/sys/kernel/sched_rt_runtime_us" 950000
   put "$r/proc/sys/kernel/numa_balancing" 1
@@ -146,6 +148,8 @@ make_vm() { # like the CI VM: hybrid cgroups with RT group scheduling, no cpufre
   put "$r/sys/fs/cgroup/cpu/cpu.rt_runtime_us" 950000
   put "$r/sys/kernel/mm/transparent_hugepage/enabled" "always [madvise] never"
   put "$r/sys/kernel/mm/transparent_hugepage/defrag" "always defer defer+madvise [madvise] never"
+  put "$r/sys/kernel/mm/transparent_hugepage/shmem_enabled" "always within_size advise [never] deny force"
+  put "$r/sys/kernel/mm/transparent_hugepage/hugepages-2048kB/shmem_enabled" "always [inherit] within_size advise never"
   put "$r/sys/devices/system/node/node0/hugepages/hugepages-2048kB/nr_hugepages" 0
   put "$r/sys/devices/system/node/node0/hugepages/hugepages-2048kB/free_hugepages" 0
   put "$r/sys/devices/system/node/node0/meminfo" "Node 0 MemTotal:        8134372 kB"
@@ -177,7 +181,7 @@ expect() {
 # ---- well-tuned host: every check ok -----------------------------------------------
 make_tuned "$TMP/tuned"
 run_doctor tuned 0 --root "$TMP/tuned" --topology "$TOPO2" --model-bytes $MODEL
-for c in cgroup-mode cgroup-controllers cpufreq-driver cpufreq-governor thp-enabled thp-defrag \
+for c in cgroup-mode cgroup-controllers cpufreq-driver cpufreq-governor thp-enabled thp-defrag thp-shmem \
   hugepages-node0 hugepages-node1 rt-throttling rt-group-sched numa-balancing rlimit-memlock \
   rlimit-rtprio irq-affinity smt cpu-features placement; do
   expect tuned "$c" ok
@@ -194,6 +198,7 @@ expect debian cgroup-mode ok unified
 expect debian cpufreq-governor warn "powersave on CPUs 2-15"
 expect debian thp-enabled warn always
 expect debian thp-defrag ok madvise
+expect debian thp-shmem warn never "4 KiB pages"
 expect debian hugepages-node0 warn "0 free of 0"
 expect debian hugepages-node1 warn
 expect debian numa-balancing warn
@@ -240,6 +245,7 @@ make_vm "$TMP/vm"
 run_doctor vm 1 --root "$TMP/vm" --topology "numa:1 core:2 pu:1" --model-bytes $((1 << 30))
 expect vm cgroup-mode warn hybrid
 expect vm cgroup-controllers ok "cpu cpuset memory hugetlb"
+expect vm thp-shmem warn never
 expect vm cpufreq-driver unknown "no cpufreq"
 expect vm cpufreq-governor unknown
 expect vm rt-group-sched warn "cpu.rt_runtime_us in /sys/fs/cgroup/cpu"
@@ -322,9 +328,13 @@ while read -r type path _ _ _ _ arg; do
   for f in $D$path; do [ -f "$f" ] && echo "$arg" > "$f"; done
 done < "$H/tmpfiles.d/dsvisor-host.conf"
 # THP sysfs files show the choice in brackets; the kernel rewrites them on a write
-for f in enabled defrag; do
+for f in enabled defrag shmem_enabled; do
   p=$D/sys/kernel/mm/transparent_hugepage/$f; v=$(cat "$p")
-  case $f in enabled) all="always madvise never" ;; defrag) all="always defer defer+madvise madvise never" ;; esac
+  case $f in
+  enabled) all="always madvise never" ;;
+  defrag) all="always defer defer+madvise madvise never" ;;
+  shmem_enabled) all="always within_size advise never deny force" ;;
+  esac
   out=""
   for w in $all; do if [ "$w" = "$v" ]; then out="$out [$w]"; else out="$out $w"; fi; done
   echo "${out# }" > "$p"
@@ -351,6 +361,7 @@ run_doctor deployed 0 --root "$D" --topology "$TOPO2" --model "$TMP/model.dsv"
 if grep -qE "^(warn|fail|unknown) " "$TMP/deployed.out"; then bad "deployed: not all ok"; cat "$TMP/deployed.out"; else
   ok "deployed: every check ok"; fi
 expect deployed hugepages-node1 ok "20480 free of 20480"
+expect deployed thp-shmem ok advise
 
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ] && [ "$passed" -gt 0 ]

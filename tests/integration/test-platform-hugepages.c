@@ -206,6 +206,91 @@ TEST(normal_image_fill_seal_share) {
         dsv_hugepages_image_done(&img); /* a second call is a no-op */
 }
 
+#define SHMEM_ENABLED "/sys/kernel/mm/transparent_hugepage/shmem_enabled"
+
+/* kB of `field` (e.g. "ShmemPmdMapped") in this process's VMA starting at addr, or -1. */
+static long smaps_field(const void *addr, const char *field) {
+        FILE *f = fopen("/proc/self/smaps", "re");
+        if (!f)
+                return -1;
+        char line[512];
+        int inside = 0;
+        long v = -1;
+        size_t lf = strlen(field);
+        while (fgets(line, sizeof line, f) && v < 0) {
+                unsigned long a, b;
+                if (sscanf(line, "%lx-%lx ", &a, &b) == 2)
+                        inside = a == (uintptr_t)addr;
+                else if (inside && strncmp(line, field, lf) == 0 && line[lf] == ':')
+                        v = strtol(line + lf + 1, NULL, 10);
+        }
+        fclose(f);
+        return v;
+}
+
+static void shmem_image_body(void) {
+        struct dsv_hugepages_image img;
+        size_t len = 8 * MIB - 100;
+        ASSERT_OK(dsv_hugepages_image_init(&img, "dsvtest-shmem", len, -1, DSV_HUGEPAGES_MODE_OFF, NULL));
+        ASSERT_TRUE(!img.hugetlb);
+        /* the supervisor's own mapping: every 2 MiB of the image in one PMD */
+        ASSERT_EQ(smaps_field(img.addr, "ShmemPmdMapped"), 8 * 1024);
+        unsigned char *p = img.addr;
+        for (size_t i = 0; i < len; i++)
+                p[i] = pattern(i);
+        ASSERT_OK(dsv_hugepages_image_seal(&img));
+        /* a worker's read-only mapping that asks, as dse_model_open_fd does, gets them too */
+        pid_t pid = fork();
+        if (pid == 0) {
+                const unsigned char *q = mmap(NULL, img.size_bytes, PROT_READ, MAP_SHARED, img.fd, 0);
+                if (q == MAP_FAILED || madvise((void *)q, img.size_bytes, MADV_HUGEPAGE) < 0)
+                        _exit(2);
+                unsigned sum = 0;
+                for (size_t i = 0; i < len; i += 4096)
+                        sum += q[i];
+                long kb = smaps_field(q, "ShmemPmdMapped");
+                fprintf(stderr, "  worker view: ShmemPmdMapped %ld kB (sum %u)\n", kb, sum);
+                _exit(kb == 8 * 1024 ? 0 : 3);
+        }
+        int st = 0;
+        ASSERT_TRUE(pid > 0);
+        waitpid(pid, &st, 0);
+        dsv_hugepages_image_done(&img);
+        ASSERT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+}
+
+/* shmem_enabled "advise" (as deploy/host/tmpfiles.d sets it): the normal-pages image asks
+ * for 2 MiB pages and gets them. The old setting is written back by the parent whatever
+ * happens to the child. */
+TEST(normal_image_asks_for_2mib_pages) {
+        char line[256] = "", old[32] = "";
+        FILE *f = fopen(SHMEM_ENABLED, "re");
+        ASSERT_TRUE(f != NULL);
+        ASSERT_TRUE(fgets(line, sizeof line, f) != NULL);
+        fclose(f);
+        char *a = strchr(line, '['), *b = a ? strchr(a, ']') : NULL;
+        ASSERT_TRUE(a && b && b - a - 1 < (long)sizeof old);
+        memcpy(old, a + 1, (size_t)(b - a - 1));
+        f = fopen(SHMEM_ENABLED, "we");
+        ASSERT_TRUE(f != NULL);
+        int wr = fputs("advise\n", f) >= 0 && fclose(f) == 0 ? 0 : -EIO;
+        pid_t pid = wr < 0 ? -1 : fork();
+        if (pid == 0) {
+                shmem_image_body();
+                fflush(stderr);
+                _exit(t_failed_current ? 1 : 0);
+        }
+        int st = 0;
+        if (pid > 0)
+                waitpid(pid, &st, 0);
+        f = fopen(SHMEM_ENABLED, "we");
+        int rr = f && fprintf(f, "%s\n", old) > 0 && fclose(f) == 0 ? 0 : -EIO;
+        ASSERT_OK(wr);
+        ASSERT_OK(rr);
+        if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+                T_FAIL("test body failed (status 0x%x)", st);
+}
+
 static int rm_cb(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
         return remove(path);
 }

@@ -8,8 +8,9 @@
 #     WORKER     stub: tests/integration/test-supervisor-stub-worker.c (the worker's
 #                command line and process contract, no engine); real: dsvisor-worker
 #                (skipped, exit 77, when it is not built)
-#     HUGEPAGES  off: shmem memfd; require: 2 MiB pages reserved here first (root), the
-#                previous nr_hugepages restored on exit
+#     HUGEPAGES  off: shmem memfd; off-thp: the same with shmem_enabled set to advise
+#                here (root), the previous setting restored on exit; require: 2 MiB pages
+#                reserved here first (root), the previous nr_hugepages restored on exit
 set -euo pipefail
 
 worker_kind=${1:-stub}
@@ -32,6 +33,8 @@ export DSV_CACHE_DIR="$tmp/cache"
 run="$tmp/run"
 sup_pid=
 added_pages=0
+shmem_knob=/sys/kernel/mm/transparent_hugepage/shmem_enabled
+shmem_old=
 cleanup() {
         [[ -n $sup_pid ]] && kill -9 "$sup_pid" 2>/dev/null || true
         wait 2>/dev/null || true
@@ -39,6 +42,7 @@ cleanup() {
                 cur=$(cat /proc/sys/vm/nr_hugepages)
                 echo $((cur - added_pages)) >/proc/sys/vm/nr_hugepages
         fi
+        [[ -n $shmem_old ]] && echo "$shmem_old" >"$shmem_knob"
         rm -rf "$tmp"
 }
 trap cleanup EXIT
@@ -69,8 +73,15 @@ if [[ $hp == require ]]; then
         fi
 fi
 
+sup_hp=$hp
+if [[ $hp == off-thp ]]; then
+        shmem_old=$(sed -n 's/.*\[\(.*\)\].*/\1/p' "$shmem_knob")
+        echo advise >"$shmem_knob"
+        sup_hp=off
+fi
+
 "$dsvisor" start --model "$model" --instances 2 --port 0 --runtime-dir "$run" --worker "$worker" \
-        --hugepages "$hp" --grace-ms 3000 >"$tmp/start.log" 2>&1 &
+        --hugepages "$sup_hp" --grace-ms 3000 >"$tmp/start.log" 2>&1 &
 sup_pid=$!
 
 wait_ready() { # SECONDS: until status says every instance is ready
@@ -92,9 +103,9 @@ fi
 echo "ok     2 instances ready"
 
 # The worker reports the page size its weights came in (dse_model_huge_bytes): all in
-# 2 MiB pages from the hugetlb memfd; from shmem (off), 4 KiB pages and a warning, unless
-# shmem THP is on.
-if [[ $worker_kind == real && $hp == require ]]; then
+# 2 MiB pages from the hugetlb memfd, and from shmem (off) when shmem THP is on (the
+# image asks for it); with shmem THP never, 4 KiB pages and a warning.
+if [[ $worker_kind == real && ($hp == require || $hp == off-thp) ]]; then
         check "workers map the weights in 2 MiB pages" \
                 grep -q 'dsvisor-worker\[0\]: 100% of the weights mapped in 2 MiB pages' "$tmp/start.log"
 elif [[ $worker_kind == real ]] && grep -q '\[never\]' /sys/kernel/mm/transparent_hugepage/shmem_enabled; then
@@ -137,6 +148,15 @@ else
         check "rollup PSS of each worker is below the image size + 64 MiB private" bash -c "
                 for p in ${pids[*]}; do r=\$(awk '/^Pss:/ {print \$2}' /proc/\$p/smaps_rollup); ((r < $image_kb + 65536)) || exit 1; done"
 fi
+shmem_pmd_kb() { # PID: kB of the weight image the worker maps with 2 MiB pages of shmem
+        awk '/dsvisor-weights/ {m=1; next} /^[0-9a-f]+-[0-9a-f]+ / {m=0} m && /^ShmemPmdMapped:/ {s+=$2} END {print s+0}' /proc/$1/smaps
+}
+if [[ $hp == off-thp ]]; then
+        for p in "${pids[@]}"; do
+                kb=$(shmem_pmd_kb "$p")
+                check "worker $p maps the whole shmem image in 2 MiB pages ($kb kB)" test $((kb * 1024)) -eq "$image_bytes"
+        done
+fi
 
 # Requests keep being answered while worker 0 is killed and comes back.
 req() {
@@ -170,6 +190,9 @@ check "the restarted worker maps the same weight memfd ($weights_id)" test "$(ma
 if [[ $hp == require ]]; then
         kb=$(awk '/dsvisor-weights/ {m=1; next} /^[0-9a-f]+-[0-9a-f]+ / {m=0} m && /^Shared_Hugetlb:/ {s+=$2} END {print s+0}' /proc/$new_pid/smaps)
         check "... and all of it in HugePages ($kb kB shared)" test $((kb * 1024)) -eq "$image_bytes"
+elif [[ $hp == off-thp ]]; then
+        kb=$(shmem_pmd_kb "$new_pid")
+        check "... and all of it in 2 MiB pages of shmem ($kb kB)" test $((kb * 1024)) -eq "$image_bytes"
 fi
 
 # Stop: drains, stops the workers, removes the cgroups and the control socket.

@@ -124,7 +124,7 @@ TEST(empty_root_is_unknown_everywhere) {
         static struct dsv_doctor_report rep;
         struct dsv_doctor_request req = request();
         ASSERT_OK(dsv_doctor_run(&req, &rep));
-        ASSERT_EQ(rep.n_checks, 14); /* cgroup mode stops there; one HugePages line per node */
+        ASSERT_EQ(rep.n_checks, 15); /* cgroup mode stops there; one HugePages line per node */
         for (int i = 0; i < rep.n_checks; i++)
                 if (rep.checks[i].status != DSV_DOCTOR_UNKNOWN)
                         T_FAIL("%s is %s on an empty root", rep.checks[i].name,
@@ -190,6 +190,21 @@ TEST(irqs_without_counts_and_garbage) {
         ASSERT_OK(put("sys/kernel/mm/transparent_hugepage/enabled", "always [madvise] never\n"));
         ASSERT_OK(dsv_doctor_run(&req, &rep));
         ASSERT_CHECK(&rep, "thp-enabled", DSV_DOCTOR_OK, "madvise");
+        /* shmem THP: the 2 MiB size's own setting (6.11+) wins over the global one unless
+         * it inherits */
+        ASSERT_CHECK(&rep, "thp-shmem", DSV_DOCTOR_UNKNOWN, "missing");
+        ASSERT_OK(put("sys/kernel/mm/transparent_hugepage/shmem_enabled", "always within_size [advise] never deny force\n"));
+        ASSERT_OK(dsv_doctor_run(&req, &rep));
+        ASSERT_CHECK(&rep, "thp-shmem", DSV_DOCTOR_OK, "advise");
+        ASSERT_OK(put("sys/kernel/mm/transparent_hugepage/hugepages-2048kB/shmem_enabled",
+                      "always inherit within_size advise [never]\n"));
+        ASSERT_OK(dsv_doctor_run(&req, &rep));
+        ASSERT_CHECK(&rep, "thp-shmem", DSV_DOCTOR_WARN, "advise (hugepages-2048kB: never)");
+        ASSERT_OK(put("sys/kernel/mm/transparent_hugepage/shmem_enabled", "always within_size advise never [deny] force\n"));
+        ASSERT_OK(put("sys/kernel/mm/transparent_hugepage/hugepages-2048kB/shmem_enabled",
+                      "always [inherit] within_size advise never\n"));
+        ASSERT_OK(dsv_doctor_run(&req, &rep));
+        ASSERT_CHECK(&rep, "thp-shmem", DSV_DOCTOR_WARN, "deny");
         nftw(root, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
         root[0] = '\0';
 }

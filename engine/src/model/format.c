@@ -785,7 +785,8 @@ int dse_model_huge_bytes(const struct dse_model *model, uint64_t *ret_huge, uint
         if (!f)
                 return -errno;
         /* the mapping's VMAs (one, unless something split it): their size if the kernel
-         * page size is 2 MiB (hugetlb), else their FilePmdMapped */
+         * page size is 2 MiB (hugetlb), else their FilePmdMapped (a file) or
+         * ShmemPmdMapped (a shmem memfd: the supervisor's image in normal pages) */
         uintptr_t lo = (uintptr_t)model->map, hi = lo + model->map_size;
         uint64_t huge = 0, vma_bytes = 0;
         int inside = 0;
@@ -797,7 +798,8 @@ int dse_model_huge_bytes(const struct dse_model *model, uint64_t *ret_huge, uint
                         vma_bytes = (uint64_t)(b - a);
                 } else if (inside && sscanf(line, "KernelPageSize: %lu kB", &kb) == 1 && kb == 2048) {
                         huge += vma_bytes;
-                } else if (inside && sscanf(line, "FilePmdMapped: %lu kB", &kb) == 1) {
+                } else if (inside && (sscanf(line, "FilePmdMapped: %lu kB", &kb) == 1 ||
+                                      sscanf(line, "ShmemPmdMapped: %lu kB", &kb) == 1)) {
                         huge += (uint64_t)kb * 1024;
                 }
         }
