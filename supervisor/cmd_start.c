@@ -230,6 +230,9 @@ static int adopt_stored(struct sup *s, struct weights *w, char **names, int n_fd
                 w->img.seals = (unsigned)fcntl(fd, F_GET_SEALS);
                 snprintf(w->img.note, sizeof w->img.note, "re-attached from the systemd fd store");
                 w->from_store = true;
+                int q = dsv_hugepages_image_measure_thp(&w->img);
+                if (q < 0)
+                        slog(4, "Failed to measure the re-attached weight image's 2 MiB pages: %s", strerror(-q));
                 return 1;
         }
         return 0;
@@ -256,8 +259,9 @@ static int load_weights(struct sup *s) {
                 r = adopt_stored(s, w, names, n_fds);
                 if (r > 0) {
                         s->n_weights++;
-                        slog(6, "Weights for node %d re-attached from the fd store (%zu bytes%s)", node,
-                             w->img.size_bytes, w->img.hugetlb ? ", HugePages" : "");
+                        slog(6, "Weights for node %d re-attached from the fd store (%zu bytes, %s%s)", node,
+                             w->img.size_bytes, w->img.hugetlb ? "HugePages" : "normal pages",
+                             w->img.thp_bytes ? ", some in transparent 2 MiB pages" : "");
                         continue;
                 }
                 if (r < 0)
@@ -288,9 +292,14 @@ static int load_weights(struct sup *s) {
                         slog(3, "Failed to seal the weight image for node %d: %s", node, strerror(-r));
                         break;
                 }
+                char pages[96];
+                if (w->img.hugetlb)
+                        snprintf(pages, sizeof pages, "HugePages");
+                else
+                        snprintf(pages, sizeof pages, "normal pages (%zu MiB of them transparent 2 MiB pages)",
+                                 w->img.thp_bytes >> 20);
                 slog(6, "Weights for node %d loaded in %" PRId64 " ms: %zu bytes in %s%s%s", node, mono_ms() - t0,
-                     w->img.size_bytes, w->img.hugetlb ? "HugePages" : "normal pages", w->img.note[0] ? "; " : "",
-                     w->img.note);
+                     w->img.size_bytes, pages, w->img.note[0] ? "; " : "", w->img.note);
                 char state[256];
                 snprintf(state, sizeof state, "FDSTORE=1\nFDNAME=%s", name);
                 int q = dsv_notify_with_fds(state, &w->img.fd, 1);
@@ -647,6 +656,7 @@ static cJSON *status_json(struct sup *s) {
                 cJSON_AddNumberToObject(o, "numa_node", w->node_os);
                 cJSON_AddNumberToObject(o, "bytes", (double)w->img.size_bytes);
                 cJSON_AddBoolToObject(o, "hugepages", w->img.hugetlb);
+                cJSON_AddNumberToObject(o, "thp_bytes", (double)w->img.thp_bytes);
                 cJSON_AddBoolToObject(o, "from_fd_store", w->from_store);
                 cJSON_AddStringToObject(o, "note", w->img.note);
                 cJSON_AddItemToArray(ws, o);
@@ -759,6 +769,11 @@ static void metrics_refresh(struct sup *s) {
         for (int k = 0; k < s->n_weights; k++)
                 fprintf(f, "dsvisor_weights_hugepages_bytes{numa_node=\"%d\"} %zu\n", s->weights[k].node_os,
                         s->weights[k].img.hugetlb ? s->weights[k].img.size_bytes : (size_t)0);
+        fprintf(f, "# HELP dsvisor_weights_thp_bytes Weight image bytes in transparent 2 MiB pages of shmem, per node.\n"
+                   "# TYPE dsvisor_weights_thp_bytes gauge\n");
+        for (int k = 0; k < s->n_weights; k++)
+                fprintf(f, "dsvisor_weights_thp_bytes{numa_node=\"%d\"} %zu\n", s->weights[k].node_os,
+                        s->weights[k].img.thp_bytes);
         /* CPU throttling where the cpu controller is in use for the instance (v2 when
          * delegated, else v1); absent on hosts without it. */
         struct dsv_cgroup_host_info info;

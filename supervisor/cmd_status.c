@@ -104,8 +104,13 @@ static void print_text(const cJSON *j) {
                 printf("cgroup parent: <own cgroup>/%s\n", parent->valuestring);
         const cJSON *w;
         cJSON_ArrayForEach(w, cJSON_GetObjectItemCaseSensitive(j, "weights")) {
-                printf("weights node %.0f: %.0f bytes in %s%s\n", num(w, "numa_node"), num(w, "bytes"),
-                       cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(w, "hugepages")) ? "HugePages" : "normal pages",
+                bool huge = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(w, "hugepages"));
+                char thp[64] = "";
+                if (!huge && num(w, "bytes") > 0)
+                        snprintf(thp, sizeof thp, ", %.0f%% in transparent 2 MiB pages",
+                                 100.0 * num(w, "thp_bytes") / num(w, "bytes"));
+                printf("weights node %.0f: %.0f bytes in %s%s%s\n", num(w, "numa_node"), num(w, "bytes"),
+                       huge ? "HugePages" : "normal pages", thp,
                        cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(w, "from_fd_store")) ? " (from the fd store)" : "");
         }
         const cJSON *in;

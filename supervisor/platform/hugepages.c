@@ -94,6 +94,28 @@ int dsv_hugepages_free_on_node(const char *sysfs_root, int node, uint64_t *ret_f
         return 0;
 }
 
+/* ShmemPmdMapped of this process's VMA that starts at addr, in bytes (0 if unreadable). */
+static size_t shmem_pmd_bytes(const void *addr) {
+        FILE *f = fopen("/proc/self/smaps", "re");
+        if (!f)
+                return 0;
+        char line[512];
+        bool inside = false;
+        unsigned long kb = 0;
+        while (fgets(line, sizeof line, f)) {
+                unsigned long a, b;
+                if (sscanf(line, "%lx-%lx ", &a, &b) == 2) {
+                        if (inside)
+                                break;
+                        inside = a == (uintptr_t)addr;
+                } else if (inside && sscanf(line, "ShmemPmdMapped: %lu kB", &kb) == 1) {
+                        break;
+                }
+        }
+        fclose(f);
+        return inside ? (size_t)kb * 1024 : 0;
+}
+
 static int bind_range(void *addr, size_t size, int node) {
         unsigned long mask[16] = {0};
         if ((size_t)node >= sizeof mask * 8)
@@ -173,6 +195,8 @@ int dsv_hugepages_image_init(struct dsv_hugepages_image *img, const char *name, 
                 r = errno == EFAULT || errno == EHWPOISON ? -ENOMEM : -errno;
                 goto fail;
         }
+        if (!im.hugetlb)
+                im.thp_bytes = shmem_pmd_bytes(im.addr);
         *img = im;
         return 0;
 fail:
@@ -264,6 +288,24 @@ int dsv_hugepages_image_pages_off_node(const struct dsv_hugepages_image *img, in
         if (r < 0)
                 return r;
         return off_node > INT_MAX ? -EOVERFLOW : (int)off_node;
+}
+
+int dsv_hugepages_image_measure_thp(struct dsv_hugepages_image *img) {
+        if (!img || img->fd < 0)
+                return -EINVAL;
+        img->thp_bytes = 0;
+        if (img->hugetlb)
+                return 0;
+        void *map = mmap(NULL, img->size_bytes, PROT_READ, MAP_SHARED, img->fd, 0);
+        if (map == MAP_FAILED)
+                return -errno;
+        /* the mapping is 2 MiB aligned for shmem; asking lets the fault map whole folios */
+        (void)madvise(map, img->size_bytes, MADV_HUGEPAGE);
+        int r = madvise(map, img->size_bytes, MADV_POPULATE_READ) < 0 ? -errno : 0;
+        if (r == 0)
+                img->thp_bytes = shmem_pmd_bytes(map);
+        munmap(map, img->size_bytes);
+        return r;
 }
 
 void dsv_hugepages_image_done(struct dsv_hugepages_image *img) {

@@ -110,6 +110,7 @@ static void hugetlb_image_body(void) {
         size_t len = 8 * MIB - 100;
         ASSERT_OK(dsv_hugepages_image_init(&img, "dsvtest-weights", len, 0, DSV_HUGEPAGES_MODE_REQUIRE, NULL));
         ASSERT_TRUE(img.hugetlb);
+        ASSERT_EQ(img.thp_bytes, 0); /* counts shmem's transparent pages only */
         ASSERT_EQ(img.size_bytes, 8 * MIB);
         ASSERT_EQ(img.len_bytes, len);
         ASSERT_TRUE(img.addr != NULL);
@@ -235,10 +236,15 @@ static void shmem_image_body(void) {
         ASSERT_TRUE(!img.hugetlb);
         /* the supervisor's own mapping: every 2 MiB of the image in one PMD */
         ASSERT_EQ(smaps_field(img.addr, "ShmemPmdMapped"), 8 * 1024);
+        ASSERT_EQ(img.thp_bytes, 8 * MIB);
         unsigned char *p = img.addr;
         for (size_t i = 0; i < len; i++)
                 p[i] = pattern(i);
         ASSERT_OK(dsv_hugepages_image_seal(&img));
+        /* measured again through the fd, as for an image re-attached from the fd store */
+        img.thp_bytes = 0;
+        ASSERT_OK(dsv_hugepages_image_measure_thp(&img));
+        ASSERT_EQ(img.thp_bytes, 8 * MIB);
         /* a worker's read-only mapping that asks, as dse_model_open_fd does, gets them too */
         pid_t pid = fork();
         if (pid == 0) {

@@ -152,6 +152,9 @@ shmem_pmd_kb() { # PID: kB of the weight image the worker maps with 2 MiB pages 
         awk '/dsvisor-weights/ {m=1; next} /^[0-9a-f]+-[0-9a-f]+ / {m=0} m && /^ShmemPmdMapped:/ {s+=$2} END {print s+0}' /proc/$1/smaps
 }
 if [[ $hp == off-thp ]]; then
+        check "status: the image is all in transparent 2 MiB pages" \
+                jq_py 'sys.exit(0 if j["weights"][0]["thp_bytes"] == j["weights"][0]["bytes"] > 0 else 1)'
+        check "status text says so" bash -c "'$dsvisor' status --runtime-dir '$run' | grep -q 'normal pages, 100% in transparent 2 MiB pages'"
         for p in "${pids[@]}"; do
                 kb=$(shmem_pmd_kb "$p")
                 check "worker $p maps the whole shmem image in 2 MiB pages ($kb kB)" test $((kb * 1024)) -eq "$image_bytes"

@@ -301,6 +301,8 @@ struct dsv_hugepages_image {
         size_t len_bytes;  /* as requested */
         size_t size_bytes; /* len_bytes rounded up to 2 MiB (both modes, so sizes agree) */
         bool hugetlb;      /* backed by MFD_HUGETLB|MFD_HUGE_2MB pages */
+        size_t thp_bytes;  /* shmem: bytes in transparent 2 MiB pages (ShmemPmdMapped of the
+                            * filling mapping at init); 0 for hugetlb */
         int node;          /* pages bound (mbind MPOL_BIND) and faulted on this node; -1: any */
         unsigned seals;    /* F_SEAL_* in effect (after _seal) */
         char note[160];    /* why normal pages were used; which seals the kernel refused */
@@ -327,6 +329,12 @@ int dsv_hugepages_image_seal(struct dsv_hugepages_image *img);
  * node, asking move_pages(2) through a temporary read-only mapping: 0 means all of them
  * are there. For the check before READY=1. Returns the count or -errno. */
 int dsv_hugepages_image_pages_off_node(const struct dsv_hugepages_image *img, int node);
+
+/* Sets img->thp_bytes for a shmem image: the bytes the kernel holds in transparent 2 MiB
+ * pages, read as ShmemPmdMapped through a temporary read-only mapping that asks for them
+ * (nothing is allocated); 0 for hugetlb. For an image re-attached from the fd store;
+ * _init measures its own. 0 or -errno. */
+int dsv_hugepages_image_measure_thp(struct dsv_hugepages_image *img);
 
 /* Unmaps and closes, leaving fd -1 and addr NULL; NULL or a done image is a no-op. */
 void dsv_hugepages_image_done(struct dsv_hugepages_image *img);
