@@ -296,7 +296,7 @@ static int load_weights(struct sup *s) {
                 if (w->img.hugetlb)
                         snprintf(pages, sizeof pages, "HugePages");
                 else
-                        snprintf(pages, sizeof pages, "normal pages (%zu MiB of them transparent 2 MiB pages)",
+                        snprintf(pages, sizeof pages, "normal pages, %zu MiB of them in transparent 2 MiB pages",
                                  w->img.thp_bytes >> 20);
                 slog(6, "Weights for node %d loaded in %" PRId64 " ms: %zu bytes in %s%s%s", node, mono_ms() - t0,
                      w->img.size_bytes, pages, w->img.note[0] ? "; " : "", w->img.note);
