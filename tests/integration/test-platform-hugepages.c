@@ -1,7 +1,8 @@
 /* test-platform-hugepages.c — the sealed weight image on real 2 MiB pages (needs root).
- * Pages are reserved by raising /proc/sys/vm/nr_hugepages; the old value is restored by
- * the parent after the test body, which runs in a forked child so that a crash or a
- * SIGBUS in the body cannot skip the restore. */
+ * Pages are reserved by raising /proc/sys/vm/nr_hugepages, and shmem's transparent ones
+ * allowed by setting /sys/kernel/mm/transparent_hugepage/shmem_enabled to advise; the old
+ * value is restored by the parent after the test body, which runs in a forked child so
+ * that a crash or a SIGBUS in the body cannot skip the restore. */
 #include <fcntl.h>
 #include <ftw.h>
 #include <numaif.h>
@@ -27,12 +28,18 @@ static int read_long(const char *path, long *ret) {
         return n == 1 ? 0 : -EBADMSG;
 }
 
-static int write_long(const char *path, long v) {
+static int write_text(const char *path, const char *text) {
         FILE *f = fopen(path, "we");
         if (!f)
                 return -errno;
-        fprintf(f, "%ld\n", v);
+        fputs(text, f);
         return fclose(f) == 0 ? 0 : -errno;
+}
+
+static int write_long(const char *path, long v) {
+        char text[32];
+        snprintf(text, sizeof text, "%ld\n", v);
+        return write_text(path, text);
 }
 
 static long meminfo(const char *key) {
@@ -73,30 +80,42 @@ static int check_in_child(int fd, size_t len) {
         return WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : -EBADMSG;
 }
 
+/* Runs body in a forked child, so that a crash or a SIGBUS in it cannot skip the
+ * caller's restore of a host setting; returns the child's wait status, -1 if there was
+ * no child. */
+static int run_in_child(void (*body)(void)) {
+        pid_t pid = fork();
+        if (pid == 0) {
+                body();
+                fflush(stderr);
+                _exit(t_failed_current ? 1 : 0);
+        }
+        int st = -1;
+        if (pid > 0)
+                waitpid(pid, &st, 0);
+        return st;
+}
+
+#define ASSERT_CHILD_PASSED(st)                                                                   \
+        do {                                                                                      \
+                if ((st) == -1 || !WIFEXITED(st) || WEXITSTATUS(st) != 0)                         \
+                        T_FAIL("test body failed (status 0x%x)", st);                             \
+        } while (0)
+
 /* Runs body in a child with nr_hugepages raised by extra; restores the old value in
  * the parent whatever happens to the child. */
 static void with_reserved_pages(long extra, void (*body)(void)) {
         long old;
         ASSERT_OK(read_long(NR_HUGEPAGES, &old));
         int r = write_long(NR_HUGEPAGES, old + extra);
-        pid_t pid = r < 0 ? -1 : fork();
-        if (pid == 0) {
-                body();
-                fflush(stderr);
-                _exit(t_failed_current ? 1 : 0);
-        }
-        int st = 0;
-        if (pid > 0)
-                waitpid(pid, &st, 0);
+        int st = r < 0 ? -1 : run_in_child(body);
         int rr = write_long(NR_HUGEPAGES, old);
         long now = -1;
         read_long(NR_HUGEPAGES, &now);
         ASSERT_OK(r);
-        ASSERT_TRUE(pid > 0);
         ASSERT_OK(rr);
         ASSERT_EQ(now, old);
-        if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
-                T_FAIL("test body failed (status 0x%x)", st);
+        ASSERT_CHILD_PASSED(st);
 }
 
 static void hugetlb_image_body(void) {
@@ -277,24 +296,12 @@ TEST(normal_image_asks_for_2mib_pages) {
         char *a = strchr(line, '['), *b = a ? strchr(a, ']') : NULL;
         ASSERT_TRUE(a && b && b - a - 1 < (long)sizeof old);
         memcpy(old, a + 1, (size_t)(b - a - 1));
-        f = fopen(SHMEM_ENABLED, "we");
-        ASSERT_TRUE(f != NULL);
-        int wr = fputs("advise\n", f) >= 0 && fclose(f) == 0 ? 0 : -EIO;
-        pid_t pid = wr < 0 ? -1 : fork();
-        if (pid == 0) {
-                shmem_image_body();
-                fflush(stderr);
-                _exit(t_failed_current ? 1 : 0);
-        }
-        int st = 0;
-        if (pid > 0)
-                waitpid(pid, &st, 0);
-        f = fopen(SHMEM_ENABLED, "we");
-        int rr = f && fprintf(f, "%s\n", old) > 0 && fclose(f) == 0 ? 0 : -EIO;
+        int wr = write_text(SHMEM_ENABLED, "advise\n");
+        int st = wr < 0 ? -1 : run_in_child(shmem_image_body);
+        int rr = write_text(SHMEM_ENABLED, old);
         ASSERT_OK(wr);
         ASSERT_OK(rr);
-        if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
-                T_FAIL("test body failed (status 0x%x)", st);
+        ASSERT_CHILD_PASSED(st);
 }
 
 static int rm_cb(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
