@@ -769,7 +769,7 @@ static void metrics_refresh(struct sup *s) {
         for (int k = 0; k < s->n_weights; k++)
                 fprintf(f, "dsvisor_weights_hugepages_bytes{numa_node=\"%d\"} %zu\n", s->weights[k].node_os,
                         s->weights[k].img.hugetlb ? s->weights[k].img.size_bytes : (size_t)0);
-        fprintf(f, "# HELP dsvisor_weights_thp_bytes Weight image bytes in transparent 2 MiB pages of shmem, per node.\n"
+        fprintf(f, "# HELP dsvisor_weights_thp_bytes Weight image bytes in transparent 2 MiB pages of shmem when loaded, per node.\n"
                    "# TYPE dsvisor_weights_thp_bytes gauge\n");
         for (int k = 0; k < s->n_weights; k++)
                 fprintf(f, "dsvisor_weights_thp_bytes{numa_node=\"%d\"} %zu\n", s->weights[k].node_os,

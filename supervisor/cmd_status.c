@@ -107,7 +107,7 @@ static void print_text(const cJSON *j) {
                 bool huge = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(w, "hugepages"));
                 char thp[64] = "";
                 if (!huge && num(w, "bytes") > 0)
-                        snprintf(thp, sizeof thp, ", %.0f%% in transparent 2 MiB pages",
+                        snprintf(thp, sizeof thp, ", %.0f%% in transparent 2 MiB pages at load",
                                  100.0 * num(w, "thp_bytes") / num(w, "bytes"));
                 printf("weights node %.0f: %.0f bytes in %s%s%s\n", num(w, "numa_node"), num(w, "bytes"),
                        huge ? "HugePages" : "normal pages", thp,

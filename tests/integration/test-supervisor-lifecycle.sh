@@ -154,7 +154,7 @@ shmem_pmd_kb() { # PID: kB of the weight image the worker maps with 2 MiB pages 
 if [[ $hp == off-thp ]]; then
         check "status: the image is all in transparent 2 MiB pages" \
                 jq_py 'sys.exit(0 if j["weights"][0]["thp_bytes"] == j["weights"][0]["bytes"] > 0 else 1)'
-        check "status text says so" bash -c "'$dsvisor' status --runtime-dir '$run' | grep -q 'normal pages, 100% in transparent 2 MiB pages'"
+        check "status text says so" bash -c "'$dsvisor' status --runtime-dir '$run' | grep -q 'normal pages, 100% in transparent 2 MiB pages at load'"
         for p in "${pids[@]}"; do
                 kb=$(shmem_pmd_kb "$p")
                 check "worker $p maps the whole shmem image in 2 MiB pages ($kb kB)" test $((kb * 1024)) -eq "$image_bytes"

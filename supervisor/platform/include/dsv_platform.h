@@ -302,7 +302,8 @@ struct dsv_hugepages_image {
         size_t size_bytes; /* len_bytes rounded up to 2 MiB (both modes, so sizes agree) */
         bool hugetlb;      /* backed by MFD_HUGETLB|MFD_HUGE_2MB pages */
         size_t thp_bytes;  /* shmem: bytes in transparent 2 MiB pages (ShmemPmdMapped of the
-                            * filling mapping at init); 0 for hugetlb */
+                            * filling mapping at init; reclaim may split them later); 0 for
+                            * hugetlb */
         int node;          /* pages bound (mbind MPOL_BIND) and faulted on this node; -1: any */
         unsigned seals;    /* F_SEAL_* in effect (after _seal) */
         char note[160];    /* why normal pages were used; which seals the kernel refused */
