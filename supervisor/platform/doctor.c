@@ -482,7 +482,8 @@ static int check_thp(struct ctx *c) {
                         "no thread outside MADV_HUGEPAGE regions waits for direct compaction");
         if (r < 0)
                 return r;
-        /* shmem: the 2 MiB size's own setting wins unless it is inherit (6.11+) */
+        /* shmem: the 2 MiB size's own setting (6.11+) wins unless it is inherit, or the
+         * global one is deny or force, which hold for every size (transhuge.rst) */
         char size_word[32] = "";
         if (read_line(c, line, sizeof line, "/sys/kernel/mm/transparent_hugepage/hugepages-2048kB/shmem_enabled") >= 0)
                 (void)selected_word(line, size_word, sizeof size_word);
@@ -490,7 +491,8 @@ static int check_thp(struct ctx *c) {
         if (r < 0 || selected_word(line, word, sizeof word) < 0)
                 return add(c, "thp-shmem", DSV_DOCTOR_UNKNOWN, r < 0 ? "missing" : line, "advise",
                            "a kernel without shmem THP: the weight image gets 2 MiB pages from HugePages only");
-        if (size_word[0] && strcmp(size_word, "inherit") != 0) {
+        if (size_word[0] && strcmp(size_word, "inherit") != 0 && strcmp(word, "deny") != 0 &&
+            strcmp(word, "force") != 0) {
                 char both[64];
                 snprintf(both, sizeof both, "%s (hugepages-2048kB: %s)", word, size_word);
                 snprintf(word, sizeof word, "%s", size_word);

@@ -200,11 +200,13 @@ TEST(irqs_without_counts_and_garbage) {
                       "always inherit within_size advise [never]\n"));
         ASSERT_OK(dsv_doctor_run(&req, &rep));
         ASSERT_CHECK(&rep, "thp-shmem", DSV_DOCTOR_WARN, "advise (hugepages-2048kB: never)");
+        /* deny holds for every size, whatever the size's own setting says */
         ASSERT_OK(put("sys/kernel/mm/transparent_hugepage/shmem_enabled", "always within_size advise never [deny] force\n"));
         ASSERT_OK(put("sys/kernel/mm/transparent_hugepage/hugepages-2048kB/shmem_enabled",
-                      "always [inherit] within_size advise never\n"));
+                      "always inherit within_size [advise] never\n"));
         ASSERT_OK(dsv_doctor_run(&req, &rep));
         ASSERT_CHECK(&rep, "thp-shmem", DSV_DOCTOR_WARN, "deny");
+        ASSERT_TRUE(strcmp(find(&rep, "thp-shmem")->found, "deny") == 0);
         nftw(root, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
         root[0] = '\0';
 }
