@@ -10,7 +10,8 @@
 # dsvisor-bench arguments, e.g. "--prefill 128 --decode 16" for a quick pass), DSV_ACT
 # (f32 to time the exact float-activation path; default int8 for Q8/Q4 weights),
 # HUGEPAGES ("0 1": each run with the weights in the file mapping, then in a hugetlb
-# memfd as the supervisor serves them, dsvisor-bench --hugepages; default 0).
+# memfd as the supervisor serves them, dsvisor-bench --hugepages; "shmem": in a shmem
+# memfd, as it serves them without HugePages, --shmem; default 0).
 set -euo pipefail
 build=${1:?usage: run_model_matrix.sh BUILD_DIR [THREADS...]}
 shift
@@ -34,6 +35,7 @@ for p in $presets; do
         args=(model --preset "$p" --format "$f" --threads "$t" --json)
         [ "$layers" -gt 0 ] && args+=(--layers "$layers")
         [ "$h" = 1 ] && args+=(--hugepages)
+        [ "$h" = shmem ] && args+=(--shmem)
         # shellcheck disable=SC2086
         "$bench" "${args[@]}" ${EXTRA:-} || echo "# failed ($?): ${args[*]}"
         echo "# load after: $(cut -d' ' -f1-3 /proc/loadavg)"
