@@ -491,22 +491,22 @@ static int check_thp(struct ctx *c) {
         if (r < 0 || selected_word(line, word, sizeof word) < 0)
                 return add(c, "thp-shmem", DSV_DOCTOR_UNKNOWN, r < 0 ? "missing" : line, "advise",
                            "a kernel without shmem THP: the weight image gets 2 MiB pages from HugePages only");
+        const char *in_effect = word;
+        char found[96];
         if (size_word[0] && strcmp(size_word, "inherit") != 0 && strcmp(word, "deny") != 0 &&
             strcmp(word, "force") != 0) {
-                char both[64];
-                snprintf(both, sizeof both, "%s (hugepages-2048kB: %s)", word, size_word);
-                snprintf(word, sizeof word, "%s", size_word);
-                snprintf(line, sizeof line, "%s", both);
+                in_effect = size_word;
+                snprintf(found, sizeof found, "%s (hugepages-2048kB: %s)", word, size_word);
         } else {
-                snprintf(line, sizeof line, "%s", word);
+                snprintf(found, sizeof found, "%s", word);
         }
-        if (strcmp(word, "never") == 0 || strcmp(word, "deny") == 0)
-                return add(c, "thp-shmem", DSV_DOCTOR_WARN, line, "advise",
+        if (strcmp(in_effect, "never") == 0 || strcmp(in_effect, "deny") == 0)
+                return add(c, "thp-shmem", DSV_DOCTOR_WARN, found, "advise",
                            "dsvisor start serves weights from a shmem memfd when HugePages are off or short "
                            "(--hugepages off, or auto without free pages): with %s every worker maps it in "
                            "4 KiB pages, about 2 MiB of page tables per GB of weights each (5.6 MB against "
-                           "0.3 MB for a 2.8 GB image, bench/RESULTS.md)", word);
-        return add(c, "thp-shmem", DSV_DOCTOR_OK, line, "advise",
+                           "0.3 MB for a 2.8 GB image, bench/RESULTS.md)", in_effect);
+        return add(c, "thp-shmem", DSV_DOCTOR_OK, found, "advise",
                    "the weight image in shmem (--hugepages off, or auto without free pages) asks for "
                    "2 MiB pages (MADV_HUGEPAGE) and gets them");
 }
