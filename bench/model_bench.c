@@ -460,9 +460,14 @@ struct probe {
         uint64_t sink[64];
 };
 
+/* Bytes of each piece one of nth threads reads: its share, whole 8-stream steps. */
+static size_t probe_slice(const struct probe *pr, int nth) {
+        return pr->piece / (size_t)nth / PROBE_SLICE_ALIGN * PROBE_SLICE_ALIGN;
+}
+
 static void probe_task(void *ctx, int ith, int nth) {
         struct probe *pr = ctx;
-        size_t per = pr->piece / (size_t)nth / PROBE_SLICE_ALIGN * PROBE_SLICE_ALIGN;
+        size_t per = probe_slice(pr, nth);
         for (size_t i = 0; i < pr->n_pieces; i++)
                 pr->sink[ith % 64] ^= read_probe(pr->buf + i * pr->stride + (size_t)ith * per, per, pr->variant);
 }
@@ -504,7 +509,7 @@ static void weights_span(const struct dse_model *m, const uint8_t **ret_lo, size
 
 /* Bytes one pool run of probe_task over pr reads. */
 static size_t probe_bytes(const struct probe *pr, int nth) {
-        return pr->piece / (size_t)nth / PROBE_SLICE_ALIGN * PROBE_SLICE_ALIGN * (size_t)nth * pr->n_pieces;
+        return probe_slice(pr, nth) * (size_t)nth * pr->n_pieces;
 }
 
 /* A probe pass of about want bytes of the weight mapping: PROBE_PIECE runs spread evenly
@@ -1074,7 +1079,7 @@ int main(int argc, char **argv) {
                         continue;
                 }
                 if (strcmp(a, "--hugepages") == 0 || strcmp(a, "--shmem") == 0) {
-                        wi = a[2] == 'h' ? WEIGHTS_HUGETLB : WEIGHTS_SHMEM;
+                        wi = strcmp(a, "--hugepages") == 0 ? WEIGHTS_HUGETLB : WEIGHTS_SHMEM;
                         continue;
                 }
                 if (!v)

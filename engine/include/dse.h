@@ -157,10 +157,10 @@ int dse_model_verify(const struct dse_model *model, struct dse_diag *reterr);
 
 /* Bytes of the model's mapping the kernel maps with 2 MiB pages now (*ret_huge: all of
  * a hugetlb memfd, a file's FilePmdMapped or a shmem memfd's ShmemPmdMapped, proc(5),
- * from /proc/self/smaps) and the mapping's size (*ret_total). A file the page cache held in small folios before it was
- * opened stays in 4 KiB pages; dropping its cached pages (e.g. `dd if=FILE iflag=nocache
- * count=0`) lets the next open read it in 2 MiB ones. 0, or -errno if /proc cannot be
- * read. */
+ * from /proc/self/smaps) and the mapping's size (*ret_total). A file the page cache held
+ * in small folios before it was opened stays in 4 KiB pages; dropping its cached pages
+ * (e.g. `dd if=FILE iflag=nocache count=0`) lets the next open read it in 2 MiB ones. 0,
+ * or -errno if /proc cannot be read. */
 int dse_model_huge_bytes(const struct dse_model *model, uint64_t *ret_huge, uint64_t *ret_total);
 
 /* One line: path, architecture, layers, tensors, size, quant format. Returns the length
