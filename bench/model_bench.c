@@ -25,7 +25,8 @@
  *                   scales and zeros, norms, one embedding row; for MoE layers only
  *                   n_experts_per_tok / n_routed_experts of the routed experts
  *   read bandwidth  a streaming read on the same pool over the weight mapping itself,
- *                   in 4 MiB pieces spread over all of it (probe_spread),
+ *                   in 4 MiB pieces spread over the bytes a token reads, as often as it
+ *                   reads them (probe_spread: a routed expert's 6 in 64, no embedding),
  *                   one pass of bytes/token beside every timed batch-1 decode step (before
  *                   odd steps, after even ones), the read_probe.h variants (1, 4 or 8
  *                   streams per thread, with and without the kernels' software prefetch)
@@ -427,21 +428,28 @@ static int is_routed_expert(const char *name) {
         return strstr(name, ".mlp.experts.") != NULL;
 }
 
+/* The share of tensor t's bytes one decoded token reads: all of a matrix or vector,
+ * n_experts_per_tok / n_routed_experts of a routed expert's, one row of the embedding;
+ * 0 for the tokenizer's files. */
+static double read_share(const struct dse_tensor *t, const struct dse_hparams *hp) {
+        if (t->name[0] != 'm' && t->name[0] != 'l') /* tokenizer files */
+                return 0;
+        if (strcmp(t->name, "model.embed_tokens.weight") == 0)
+                return 1.0 / (double)t->shape[0];
+        if (is_routed_expert(t->name))
+                return hp->n_routed_experts ? (double)hp->n_experts_per_tok / hp->n_routed_experts : 1.0;
+        return 1.0;
+}
+
 static double bytes_per_token(const struct dse_model *m, const struct dse_hparams *hp, uint64_t *ret_weight_bytes) {
         double active = 0;
         uint64_t all = 0;
-        double expert_frac = hp->n_routed_experts ? (double)hp->n_experts_per_tok / hp->n_routed_experts : 1.0;
         for (size_t i = 0; i < dse__model_n_tensors(m); i++) {
                 const struct dse_tensor *t = dse__model_tensor_at(m, i);
-                if (t->name[0] != 'm' && t->name[0] != 'l') /* tokenizer files */
-                        continue;
-                all += t->size_bytes;
-                if (strcmp(t->name, "model.embed_tokens.weight") == 0)
-                        active += (double)t->size_bytes / (double)t->shape[0]; /* one row */
-                else if (is_routed_expert(t->name))
-                        active += (double)t->size_bytes * expert_frac;
-                else
-                        active += (double)t->size_bytes;
+                double share = read_share(t, hp);
+                if (share > 0)
+                        all += t->size_bytes;
+                active += (double)t->size_bytes * share;
         }
         *ret_weight_bytes = all;
         return active;
@@ -454,8 +462,8 @@ static double bytes_per_token(const struct dse_model *m, const struct dse_hparam
 #define PROBE_SLICE_ALIGN 2048 /* 8 streams of 256-byte steps: read_probe reads every byte */
 
 struct probe {
-        const uint8_t *buf;
-        size_t piece, stride, n_pieces; /* pieces of piece bytes at buf + i * stride */
+        const uint8_t **start; /* n_pieces runs of piece bytes */
+        size_t piece, n_pieces;
         int variant;
         uint64_t sink[64];
 };
@@ -469,7 +477,7 @@ static void probe_task(void *ctx, int ith, int nth) {
         struct probe *pr = ctx;
         size_t per = probe_slice(pr, nth);
         for (size_t i = 0; i < pr->n_pieces; i++)
-                pr->sink[ith % 64] ^= read_probe(pr->buf + i * pr->stride + (size_t)ith * per, per, pr->variant);
+                pr->sink[ith % 64] ^= read_probe(pr->start[i] + (size_t)ith * per, per, pr->variant);
 }
 
 static double now_s(void) {
@@ -512,35 +520,101 @@ static size_t probe_bytes(const struct probe *pr, int nth) {
         return probe_slice(pr, nth) * (size_t)nth * pr->n_pieces;
 }
 
-/* A probe pass of about want bytes of the weight mapping: PROBE_PIECE runs spread evenly
- * over all of it, so the probe reads the same physical memory, in the same mix, as the
- * kernels do. Memory is not equally fast everywhere: on the VM of bench/RESULTS.md
- * ("The probe reads where the decode reads"), guest-physical 18-21 GiB read 12 GB/s per
- * core against 16.5 elsewhere. With V2-Lite's file cached half in that range, a probe of
- * the mapping's first bytes alone read 16.5 GB/s and put the 1-thread ratio at 0.76,
- * where the spread probe read 14 GB/s and put the same decode at 0.90. On memory that is
- * all alike the pieces read as fast as one run does. */
-static struct probe probe_spread(const struct dse_model *m, size_t want) {
+/* A probe pass of about want bytes of the weight mapping, in PROBE_PIECE runs placed
+ * where a decoded token reads and as often as it reads there: evenly over the tensors'
+ * bytes weighted by read_share (hp), or by the bytes alone (hp NULL: every matrix read
+ * once, as `dsvisor-bench weights` does). Memory is not equally fast everywhere: on the VM
+ * of bench/RESULTS.md ("The probe reads where the decode reads"), guest-physical 18-21 GiB
+ * read 12 GB/s per core against 16.5 elsewhere. A probe of the mapping's first bytes put
+ * a V2-Lite decode with half its file in that range at 0.76 of the bandwidth where one
+ * spread over the file put it at 0.90; and one spread over the file by bytes alone reads
+ * mostly routed experts, of which a token reads 6 in 64, while the head, the attention
+ * and the shared experts it reads every token may sit elsewhere ("... and as often as it
+ * reads there"). On memory that is all alike the pieces read as fast as one run does.
+ * Returns -ENOMEM, or 0 with pr->start allocated (probe_free). */
+static int probe_spread(const struct dse_model *m, const struct dse_hparams *hp, size_t want, struct probe *pr) {
         const uint8_t *lo;
         size_t len;
         weights_span(m, &lo, &len);
-        struct probe pr = {.buf = lo, .piece = len, .n_pieces = 1};
-        if (want >= len)
-                return pr;
-        pr.piece = PROBE_PIECE < want ? PROBE_PIECE : want;
-        pr.n_pieces = want / pr.piece;
-        if (pr.n_pieces > 1)
-                pr.stride = (len - pr.piece) / (pr.n_pieces - 1) / 64 * 64;
-        return pr;
+        double total = 0;
+        for (size_t i = 0; i < dse__model_n_tensors(m); i++) {
+                const struct dse_tensor *t = dse__model_tensor_at(m, i);
+                if (t->data && t->size_bytes)
+                        total += (double)t->size_bytes * (hp ? read_share(t, hp) : 1.0);
+        }
+        pr->piece = PROBE_PIECE < want ? PROBE_PIECE : want;
+        pr->piece = pr->piece < len ? pr->piece : len;
+        pr->n_pieces = want >= len ? 1 : want / pr->piece;
+        if (!(pr->start = calloc(pr->n_pieces, sizeof *pr->start)))
+                return -ENOMEM;
+        if (pr->n_pieces == 1 && want >= len) {
+                pr->start[0] = lo;
+                return 0;
+        }
+        /* piece k starts at weighted position (k + 1/2) total / n_pieces of the tensors
+         * laid end to end in the model's (name) order; a piece runs on past its tensor's
+         * end into whatever the mapping holds next */
+        size_t i = 0, k = 0;
+        double before = 0; /* weighted bytes of the tensors before tensor i */
+        for (; k < pr->n_pieces && i < dse__model_n_tensors(m); i++) {
+                const struct dse_tensor *t = dse__model_tensor_at(m, i);
+                double share = t->data && t->size_bytes ? (hp ? read_share(t, hp) : 1.0) : 0;
+                double here = (double)t->size_bytes * share;
+                for (; k < pr->n_pieces; k++) {
+                        double at = ((double)k + 0.5) * total / (double)pr->n_pieces - before;
+                        if (at >= here)
+                                break;
+                        uintptr_t a = ((uintptr_t)t->data + (uintptr_t)(at / share)) / 64 * 64;
+                        uintptr_t last = (uintptr_t)lo + len - pr->piece;
+                        a = a < (uintptr_t)lo ? (uintptr_t)lo : a > last ? last : a;
+                        pr->start[k] = (const uint8_t *)a;
+                }
+                before += here;
+        }
+        for (; k < pr->n_pieces; k++) /* rounding at the very end */
+                pr->start[k] = lo + len - pr->piece;
+        return 0;
+}
+
+static void probe_free(struct probe *pr) {
+        free(pr->start);
+        pr->start = NULL;
+}
+
+/* The shares of a pass's bytes (nth threads) that fall in routed experts and in what no
+ * token reads whole (the embedding, the tokenizer's files): ret_mix[0] and [1], of the
+ * bytes that fall in any tensor. */
+static void probe_mix(const struct dse_model *m, const struct dse_hparams *hp, const struct probe *pr, int nth,
+                      double ret_mix[2]) {
+        double in[3] = {0}; /* the rest, routed experts, unread */
+        uintptr_t len = probe_slice(pr, nth) * (size_t)nth;
+        for (size_t k = 0; k < pr->n_pieces; k++) {
+                uintptr_t a = (uintptr_t)pr->start[k], b = a + len;
+                for (size_t i = 0; i < dse__model_n_tensors(m); i++) {
+                        const struct dse_tensor *t = dse__model_tensor_at(m, i);
+                        uintptr_t ta = (uintptr_t)t->data, tb = ta + t->size_bytes;
+                        if (!t->data || tb <= a || ta >= b)
+                                continue;
+                        double share = read_share(t, hp);
+                        int kind = share >= 1 ? 0 : share * (double)t->shape[0] < 1.5 ? 2 : 1;
+                        in[kind] += (double)((tb < b ? tb : b) - (ta > a ? ta : a));
+                }
+        }
+        double all = in[0] + in[1] + in[2];
+        ret_mix[0] = all > 0 ? in[1] / all : 0;
+        ret_mix[1] = all > 0 ? in[2] / all : 0;
 }
 
 /* Bytes per second of the best of 5 streaming passes of each read_probe variant over
  * the weight mapping itself (512 MiB of it: far past any cache), on the pool: the same
  * pages as the kernels read (file mapping or hugetlb memfd), already faulted in.
  * ret_variant: the variant that won. */
-static double probe_read_bw(struct dse_pool *pool, const struct dse_model *m, int *ret_variant) {
+static double probe_read_bw(struct dse_pool *pool, const struct dse_model *m, const struct dse_hparams *hp,
+                            int *ret_variant) {
         int nth = dse_pool_n_threads(pool);
-        struct probe pr = probe_spread(m, PROBE_MAX_BYTES);
+        struct probe pr = {0};
+        if (probe_spread(m, hp, PROBE_MAX_BYTES, &pr) < 0)
+                return 0;
         double best = 0;
         for (int v = 0; v < READ_PROBE_VARIANTS; v++) {
                 pr.variant = v;
@@ -554,6 +628,7 @@ static double probe_read_bw(struct dse_pool *pool, const struct dse_model *m, in
                         }
                 }
         }
+        probe_free(&pr);
         return best;
 }
 
@@ -888,7 +963,7 @@ static void bench_weights(const struct dse_model *m, const struct dse_hparams *h
         for (int64_t i = 0; i < max_n * max_cols; i++)
                 x[i] = (float)((int32_t *)x)[i] / 1000.0f - 1.0f;
         int probe_v0 = 0, probe_v1 = 0;
-        double bw0 = probe_read_bw(pool, m, &probe_v0);
+        double bw0 = probe_read_bw(pool, m, NULL, &probe_v0);
         int has_xq = k.matmul_xq[mats[0].w.dtype] != NULL;
         double t_f[8], t_q[8], wall0 = now_s(), cpu0 = cpu_s();
         for (int i = 0; i < n_tokens; i++) {
@@ -899,7 +974,7 @@ static void bench_weights(const struct dse_model *m, const struct dse_hparams *h
                                 : 0;
         }
         double cpu_share = (cpu_s() - cpu0) / ((now_s() - wall0) * threads);
-        double bw1 = probe_read_bw(pool, m, &probe_v1), bw = bw0 > bw1 ? bw0 : bw1;
+        double bw1 = probe_read_bw(pool, m, NULL, &probe_v1), bw = bw0 > bw1 ? bw0 : bw1;
         const char *probe_name = read_probe_name(bw0 > bw1 ? probe_v0 : probe_v1);
         if (json) {
                 printf("{\"preset\":\"%s\",\"format\":\"%s\",\"threads\":%d,\"layers\":%d,\"level\":\"%s\","
@@ -1174,14 +1249,15 @@ int main(int argc, char **argv) {
                 return 0;
         }
         int probe_v0 = 0, probe_v1 = 0;
-        double bw0 = probe_read_bw(pool, m, &probe_v0);
+        double bw0 = probe_read_bw(pool, m, &hp, &probe_v0);
         uint64_t weight_bytes;
         double bpt = bytes_per_token(m, &hp, &weight_bytes);
         int vocab = dse_model_vocab_size(m);
         float *logits = malloc((size_t)vocab * sizeof(float));
         /* batch 1's steps alternate with probe passes over bytes/token of the mapping */
         struct paired_probe pair = {0};
-        pair.pr = probe_spread(m, (size_t)bpt);
+        if ((r = probe_spread(m, &hp, (size_t)bpt, &pair.pr)) < 0)
+                die(r, "probe", NULL);
 
         double pf[8], dec[8], step_min = 0, step_median = 0; /* steps at batch 1 */
         struct mem_sample mem = {0}; /* at the largest batch */
@@ -1214,7 +1290,7 @@ int main(int argc, char **argv) {
         /* item 7: RSS against what must be resident (weights used in place, no repacked
          * copy) plus the KV cache and scratch the engine reports */
         double rss_ratio = (double)rss / (double)(weight_bytes + mem.kv_bytes + mem.scratch_bytes);
-        double bw1 = probe_read_bw(pool, m, &probe_v1);
+        double bw1 = probe_read_bw(pool, m, &hp, &probe_v1);
         double bw_best = bw0 > bw1 ? bw0 : bw1;
         /* the roofline's bandwidth: the passes paired with batch 1's steps, so that both
          * are means over the same seconds (the host's read bandwidth drifts by a third
@@ -1230,18 +1306,20 @@ int main(int argc, char **argv) {
                         dec1 = dec[i];
         double roofline = bw > 0 ? dec1 * bpt / bw : 0;
         double roofline_best = bw_best > 0 ? dec1 * bpt / bw_best : 0;
+        double mix[2];
+        probe_mix(m, &hp, &pair.pr, threads, mix);
 
         if (json) {
                 printf("{\"preset\":\"%s\",\"format\":\"%s\",\"threads\":%d,\"layers\":%d,\"group\":%d,"
                        "\"level\":\"%s\",\"hugepages\":%s,\"weights_in\":\"%s\",\"pmd_share\":%.3f,\"load_s\":%.3f,\"rss_bytes\":%ld,\"weight_bytes\":%llu,"
                        "\"kv_bytes\":%zu,\"scratch_bytes\":%zu,\"rss_ratio\":%.4f,\"bytes_per_token\":%.0f,"
                        "\"read_bw_bytes_per_s\":%.0f,\"read_bw_best_bytes_per_s\":%.0f,\"read_probe\":\"%s\","
-                       "\"prefill_tok_s\":{",
+                       "\"probe_mix\":{\"experts\":%.4f,\"unread\":%.4f},\"prefill_tok_s\":{",
                        preset, format, threads, hp.n_layers, wdt == DSE_DTYPE_BF16 ? 0 : group,
                        dse_cpu_level_to_string(cpu.level), wi == WEIGHTS_HUGETLB ? "true" : "false", weights_in_name[wi],
                        pmd_share, load_s, rss,
                        (unsigned long long)weight_bytes, kv_bytes, mem.scratch_bytes, rss_ratio, bpt, bw, bw_best,
-                       probe_name);
+                       probe_name, mix[0], mix[1]);
                 for (int i = 0; i < n_prefill; i++)
                         printf("%s\"%d\":%.3f", i ? "," : "", prefill[i], pf[i]);
                 printf("},\"decode_tok_s\":{");
@@ -1276,6 +1354,7 @@ int main(int argc, char **argv) {
                        majflt, majflt ? " (weights read back from disk: a reading of the host's memory)" : "");
         }
         free(logits);
+        probe_free(&pair.pr);
         dse_model_free(m);
         dsv_hugepages_image_done(&img);
         dse_pool_free(pool);

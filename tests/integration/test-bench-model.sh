@@ -37,6 +37,10 @@ assert o["read_bw_best_bytes_per_s"] > 1e8 and 0 < o["roofline_best"] < 2
 tps = o["decode_tok_s"]["1"] * o["bytes_per_token"]
 assert abs(o["roofline"] - tps / o["read_bw_bytes_per_s"]) < 1e-3, o
 assert abs(o["roofline_best"] - tps / o["read_bw_best_bytes_per_s"]) < 1e-3, o
+# the paired probe reads where a token reads: not the embedding (a third of this file's
+# weights, one row a token), and no experts in a dense model
+mix = o["probe_mix"]
+assert mix["unread"] < 0.02 and mix["experts"] == 0, mix
 # batch-1 steps: the fastest no slower than the median nor than the mean (1 / tok/s)
 st = o["decode_step_ms_b1"]
 assert 0 < st["min"] <= st["median"], st
