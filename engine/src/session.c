@@ -199,12 +199,14 @@ void dse__attend(const struct dse_session *s, const struct dse__kv_view *kv, int
  * shared or oversubscribed machine a thread that loses its CPU leaves its pieces to the
  * others, and one that is not running when the call starts does not delay it at all.
  * A call of one token per item (batch-1 decode) is cut into one piece per thread
- * instead: it streams weights, each piece restarts its streams (and the hardware
- * prefetchers' ramp), and the threads share one memory bus, so equal shares end together.
- * Median decode step at batch 1, 2 threads, alternated runs: Qwen 1.5B int4 33.4 ms
- * against 36.9 with 8 pieces, int8 72.6 against 76.5, V2-Lite int4 20.7 against 21.5
- * (bench/RESULTS.md, "One piece per thread at batch 1"). Batched calls keep 8: they are
- * compute-bound, and a core that loses time to its host then gives pieces away. */
+ * instead: it streams weights, and each piece restarts its streams (and the hardware
+ * prefetchers' ramp). Median decode step at batch 1, 2 threads, alternated runs: Qwen
+ * 1.5B int4 33.4 ms against 36.9 with 8 pieces, int8 72.6 against 76.5, V2-Lite int4
+ * 20.7 against 21.5 (bench/RESULTS.md, "One piece per thread at batch 1"). The halves
+ * then end up to ~10% apart, at random; evening them by stealing from the back of the
+ * other's share bought nothing measurable, twice (RESULTS.md, "Work stealing for
+ * one-token calls" and "Tail stealing inside the kernel"). Batched calls keep 8: they
+ * are compute-bound, and a core that loses time to its host then gives pieces away. */
 #define PIECES_PER_THREAD 8
 
 struct group_job {
