@@ -428,17 +428,32 @@ static int is_routed_expert(const char *name) {
         return strstr(name, ".mlp.experts.") != NULL;
 }
 
-/* The share of tensor t's bytes one decoded token reads: all of a matrix or vector,
- * n_experts_per_tok / n_routed_experts of a routed expert's, one row of the embedding;
- * 0 for the tokenizer's files. */
-static double read_share(const struct dse_tensor *t, const struct dse_hparams *hp) {
-        if (t->name[0] != 'm' && t->name[0] != 'l') /* tokenizer files */
-                return 0;
+/* What one decoded token reads of a tensor. */
+enum read_kind {
+        READ_WHOLE,   /* every matrix and vector of the layers and the head */
+        READ_ROUTED,  /* a routed expert: n_experts_per_tok / n_routed_experts of them */
+        READ_ONE_ROW, /* the embedding */
+        READ_NONE,    /* the tokenizer's files */
+};
+
+static enum read_kind read_kind(const struct dse_tensor *t) {
+        if (t->name[0] != 'm' && t->name[0] != 'l')
+                return READ_NONE;
         if (strcmp(t->name, "model.embed_tokens.weight") == 0)
-                return 1.0 / (double)t->shape[0];
-        if (is_routed_expert(t->name))
+                return READ_ONE_ROW;
+        return is_routed_expert(t->name) ? READ_ROUTED : READ_WHOLE;
+}
+
+/* The share of tensor t's bytes one decoded token reads. */
+static double read_share(const struct dse_tensor *t, const struct dse_hparams *hp) {
+        switch (read_kind(t)) {
+        case READ_WHOLE: return 1.0;
+        case READ_ROUTED:
                 return hp->n_routed_experts ? (double)hp->n_experts_per_tok / hp->n_routed_experts : 1.0;
-        return 1.0;
+        case READ_ONE_ROW: return 1.0 / (double)t->shape[0];
+        case READ_NONE: break;
+        }
+        return 0;
 }
 
 static double bytes_per_token(const struct dse_model *m, const struct dse_hparams *hp, uint64_t *ret_weight_bytes) {
@@ -453,6 +468,12 @@ static double bytes_per_token(const struct dse_model *m, const struct dse_hparam
         }
         *ret_weight_bytes = all;
         return active;
+}
+
+static void die(int r, const char *what, const struct dse_diag *d) {
+        fprintf(stderr, "dsvisor-bench: %s: %s%s%s\n", what, strerror(-r), d && d->msg[0] ? ": " : "",
+                d ? d->msg : "");
+        exit(1);
 }
 
 /* ---- read-bandwidth probe ---------------------------------------------------------- */
@@ -532,6 +553,12 @@ static size_t probe_bytes(const struct probe *pr, int nth) {
  * and the shared experts it reads every token may sit elsewhere ("... and as often as it
  * reads there"). On memory that is all alike the pieces read as fast as one run does.
  * Returns -ENOMEM, or 0 with pr->start allocated (probe_free). */
+static double probe_share(const struct dse_tensor *t, const struct dse_hparams *hp) {
+        if (!t->data || !t->size_bytes)
+                return 0;
+        return hp ? read_share(t, hp) : 1.0;
+}
+
 static int probe_spread(const struct dse_model *m, const struct dse_hparams *hp, size_t want, struct probe *pr) {
         const uint8_t *lo;
         size_t len;
@@ -539,15 +566,15 @@ static int probe_spread(const struct dse_model *m, const struct dse_hparams *hp,
         double total = 0;
         for (size_t i = 0; i < dse__model_n_tensors(m); i++) {
                 const struct dse_tensor *t = dse__model_tensor_at(m, i);
-                if (t->data && t->size_bytes)
-                        total += (double)t->size_bytes * (hp ? read_share(t, hp) : 1.0);
+                total += (double)t->size_bytes * probe_share(t, hp);
         }
         pr->piece = PROBE_PIECE < want ? PROBE_PIECE : want;
         pr->piece = pr->piece < len ? pr->piece : len;
         pr->n_pieces = want >= len ? 1 : want / pr->piece;
         if (!(pr->start = calloc(pr->n_pieces, sizeof *pr->start)))
                 return -ENOMEM;
-        if (pr->n_pieces == 1 && want >= len) {
+        const uint8_t *last = lo + len - pr->piece; /* the last start a whole piece fits at */
+        if (want >= len) {
                 pr->start[0] = lo;
                 return 0;
         }
@@ -558,21 +585,18 @@ static int probe_spread(const struct dse_model *m, const struct dse_hparams *hp,
         double before = 0; /* weighted bytes of the tensors before tensor i */
         for (; k < pr->n_pieces && i < dse__model_n_tensors(m); i++) {
                 const struct dse_tensor *t = dse__model_tensor_at(m, i);
-                double share = t->data && t->size_bytes ? (hp ? read_share(t, hp) : 1.0) : 0;
-                double here = (double)t->size_bytes * share;
+                double share = probe_share(t, hp), here = (double)t->size_bytes * share;
                 for (; k < pr->n_pieces; k++) {
                         double at = ((double)k + 0.5) * total / (double)pr->n_pieces - before;
                         if (at >= here)
                                 break;
-                        uintptr_t a = ((uintptr_t)t->data + (uintptr_t)(at / share)) / 64 * 64;
-                        uintptr_t last = (uintptr_t)lo + len - pr->piece;
-                        a = a < (uintptr_t)lo ? (uintptr_t)lo : a > last ? last : a;
-                        pr->start[k] = (const uint8_t *)a;
+                        const uint8_t *a = (const uint8_t *)t->data + (size_t)(at / share) / 64 * 64;
+                        pr->start[k] = a < lo ? lo : a > last ? last : a;
                 }
                 before += here;
         }
         for (; k < pr->n_pieces; k++) /* rounding at the very end */
-                pr->start[k] = lo + len - pr->piece;
+                pr->start[k] = last;
         return 0;
 }
 
@@ -584,8 +608,7 @@ static void probe_free(struct probe *pr) {
 /* The shares of a pass's bytes (nth threads) that fall in routed experts and in what no
  * token reads whole (the embedding, the tokenizer's files): ret_mix[0] and [1], of the
  * bytes that fall in any tensor. */
-static void probe_mix(const struct dse_model *m, const struct dse_hparams *hp, const struct probe *pr, int nth,
-                      double ret_mix[2]) {
+static void probe_mix(const struct dse_model *m, const struct probe *pr, int nth, double ret_mix[2]) {
         double in[3] = {0}; /* the rest, routed experts, unread */
         uintptr_t len = probe_slice(pr, nth) * (size_t)nth;
         for (size_t k = 0; k < pr->n_pieces; k++) {
@@ -595,9 +618,9 @@ static void probe_mix(const struct dse_model *m, const struct dse_hparams *hp, c
                         uintptr_t ta = (uintptr_t)t->data, tb = ta + t->size_bytes;
                         if (!t->data || tb <= a || ta >= b)
                                 continue;
-                        double share = read_share(t, hp);
-                        int kind = share >= 1 ? 0 : share * (double)t->shape[0] < 1.5 ? 2 : 1;
-                        in[kind] += (double)((tb < b ? tb : b) - (ta > a ? ta : a));
+                        enum read_kind kind = read_kind(t);
+                        in[kind == READ_WHOLE ? 0 : kind == READ_ROUTED ? 1 : 2] +=
+                                (double)((tb < b ? tb : b) - (ta > a ? ta : a));
                 }
         }
         double all = in[0] + in[1] + in[2];
@@ -613,8 +636,9 @@ static double probe_read_bw(struct dse_pool *pool, const struct dse_model *m, co
                             int *ret_variant) {
         int nth = dse_pool_n_threads(pool);
         struct probe pr = {0};
-        if (probe_spread(m, hp, PROBE_MAX_BYTES, &pr) < 0)
-                return 0;
+        int r = probe_spread(m, hp, PROBE_MAX_BYTES, &pr);
+        if (r < 0)
+                die(r, "probe", NULL);
         double best = 0;
         for (int v = 0; v < READ_PROBE_VARIANTS; v++) {
                 pr.variant = v;
@@ -700,11 +724,6 @@ static void random_tokens(int32_t *t, int n, int vocab, uint64_t seed) {
         }
 }
 
-static void die(int r, const char *what, const struct dse_diag *d) {
-        fprintf(stderr, "dsvisor-bench: %s: %s%s%s\n", what, strerror(-r), d && d->msg[0] ? ": " : "",
-                d ? d->msg : "");
-        exit(1);
-}
 
 /* Prefill tokens/s: n tokens in one eval on a fresh session. */
 static double measure_prefill(const struct dse_model *m, struct dse_pool *pool, int n, float *logits) {
@@ -1307,7 +1326,7 @@ int main(int argc, char **argv) {
         double roofline = bw > 0 ? dec1 * bpt / bw : 0;
         double roofline_best = bw_best > 0 ? dec1 * bpt / bw_best : 0;
         double mix[2];
-        probe_mix(m, &hp, &pair.pr, threads, mix);
+        probe_mix(m, &pair.pr, threads, mix);
 
         if (json) {
                 printf("{\"preset\":\"%s\",\"format\":\"%s\",\"threads\":%d,\"layers\":%d,\"group\":%d,"
