@@ -28,7 +28,7 @@
 #include <sys/mman.h>
 #include <time.h>
 
-#include "kernels/kernels.h"
+#include "dse_internal.h"
 #include "read_probe.h"
 
 static double now_s(clockid_t clk) {

@@ -79,11 +79,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "dse.h"
+#include "dse_internal.h"
 #include "dsv_platform.h"
-#include "kernels/kernels.h"
-#include "model/format.h"
-#include "model/model.h"
 #include "read_probe.h"
 
 /* Where the weights are mapped from: the model file, or a copy in a sealed memfd as the

@@ -7,7 +7,7 @@
  * stream did (dse-kernel-bench --float, 1 thread, 2026-12-02). */
 #include <immintrin.h>
 
-#include "kernels/kernels.h"
+#include "dse_internal.h"
 #include "read_probe.h"
 
 static const struct {
