@@ -1,5 +1,5 @@
 /* dse-kernel-bench: the integer kernels (quantize_xq + matmul_xq) alone, per CPU level,
- * against a read-bandwidth probe measured in the same run (issue 4, kernels).
+ * against a read-bandwidth probe measured in the same run.
  *
  *     dse-kernel-bench [--format q4|q8] [--threads T] [--mb M] [--reps N] [--float]
  *

@@ -1,4 +1,4 @@
-/* dsvisor-bench model: engine speed on synthetic models shaped like real ones (issue 4).
+/* dsvisor-bench model: engine speed on synthetic models shaped like real ones.
  *
  *     dsvisor-bench model --preset r1-distill-qwen-1.5b --format int4 [--layers N]
  *                   [--threads T] [--group G] [--prefill 128,512] [--decode 64]
@@ -16,8 +16,8 @@
  *                   1 for --hugepages, 0 or 1 for --shmem by shmem_enabled). The engine asks for them, but the
  *                   page cache keeps a file in the folios it came in: below one half,
  *                   the file's cached pages are dropped and it is opened once more, read
- *                   from disk in 2 MiB folios (on 4 KiB pages V2-Lite decoded at 0.5-0.7
- *                   of its speed)
+ *                   from disk in 2 MiB folios (on 4 KiB pages a decode loses a large
+ *                   part of its speed to TLB misses)
  *   prefill tok/s   one dse_session_eval of N random tokens on an empty session
  *   decode tok/s    64 steps of one token per sequence, B sequences per step through
  *                   dse_batch_step (one pass over the weights per step), aggregated
@@ -45,8 +45,8 @@
  *                   regions it thinks idle) and are read back in the middle of a step. A
  *                   run with any is a reading of the host's memory, not of the engine
  *   rss_ratio       VmRSS + HugetlbPages after the largest batch's last step / (weight
- *                   bytes + the KV cache budget + the batch's arena and logits): issue 4 item 7 wants
- *                   <= 1.05 (weights used in place from the mapping, nothing repacked)
+ *                   bytes + the KV cache budget + the batch's arena and logits): the engine
+ *                   aims at <= 1.05 (weights used in place from the mapping, nothing repacked)
  * Each variant is checked before it is timed: every logit of the first evaluation must
  * be finite.
  *
@@ -541,14 +541,13 @@ static size_t probe_bytes(const struct probe *pr, int nth) {
 /* A probe pass of about want bytes of the weight mapping, in PROBE_PIECE runs placed
  * where a decoded token reads and as often as it reads there: evenly over the tensors'
  * bytes weighted by read_share (hp), or by the bytes alone (hp NULL: every matrix read
- * once, as `dsvisor-bench weights` does). Memory is not equally fast everywhere: on the VM
- * of bench/RESULTS.md ("The probe reads where the decode reads"), guest-physical 18-21 GiB
- * read 12 GB/s per core against 16.5 elsewhere. A probe of the mapping's first bytes put
- * a V2-Lite decode with half its file in that range at 0.76 of the bandwidth where one
- * spread over the file put it at 0.90; and one spread over the file by bytes alone reads
- * mostly routed experts, of which a token reads 6 in 64, while the head, the attention
- * and the shared experts it reads every token may sit elsewhere ("... and as often as it
- * reads there"). On memory that is all alike the pieces read as fast as one run does.
+ * once, as `dsvisor-bench weights` does). Memory is not equally fast everywhere: on a VM
+ * one range of guest-physical memory can read markedly slower per core than the rest, so a
+ * probe of the mapping's first bytes misjudges a decode whose file lies partly in that
+ * range; and a probe spread over the file by bytes alone reads mostly routed experts, of
+ * which a token reads a few, while the head, the attention and the shared experts it reads
+ * every token may sit elsewhere. Hence: where the decode reads, and as often as it reads
+ * there. On memory that is all alike the pieces read as fast as one run does.
  * Returns -ENOMEM, or 0 with pr->start allocated (probe_free). */
 static double probe_share(const struct dse_tensor *t, const struct dse_hparams *hp) {
         if (!t->data || !t->size_bytes)
@@ -1088,7 +1087,7 @@ static int hp_reserve(uint64_t need, uint64_t *ret_free) {
         sigaction(SIGINT, &sa, NULL);
         sigaction(SIGTERM, &sa, NULL);
         /* The kernel grows the pool as far as reclaim and compaction get in one attempt
-         * (next to 21 GiB of page cache it found 768 of 1329 pages, and once 894 of 2554);
+         * (next to a large page cache, only part of what was asked for);
          * writing the same target makes it try again: do so until three attempts in a row
          * gain nothing. */
         uint64_t target = v + need - free_pages;
@@ -1303,7 +1302,7 @@ int main(int argc, char **argv) {
         long majflt = major_faults() - majflt0;
         long rss = mem.rss;
         size_t kv_bytes = mem.kv_bytes;
-        /* item 7: RSS against what must be resident (weights used in place, no repacked
+        /* RSS against what must be resident (weights used in place, no repacked
          * copy) plus the KV cache and scratch the engine reports */
         double rss_ratio = (double)rss / (double)(weight_bytes + mem.kv_bytes + mem.scratch_bytes);
         double bw1 = probe_read_bw(pool, m, &hp, &probe_v1);

@@ -1,4 +1,4 @@
-/* policy_sim — routing policies against workers of unequal speed (issue 8 item 2).
+/* policy_sim — routing policies against workers of unequal speed.
  *
  * A discrete-event simulation: seeded Poisson arrivals at a fixed fraction of the
  * workers' total capacity; each request has a prompt (prefill work) and an output

@@ -3,8 +3,8 @@
  * per step, as a matmul reads its block of rows) and by the prefetch (one per 64-byte
  * line, DSE_PREFETCH_AHEAD bytes ahead, into L2, as avx512.c's q4_block and q8_block
  * issue them). Several streams matter: one core's L2 streamer follows each stream only so
- * far ahead, and the 4-row AVX-512 matvec of BF16 weights read 1.22x what one prefetched
- * stream did (dse-kernel-bench --float, 1 thread, 2026-12-02). */
+ * far ahead, and a kernel that reads several row blocks side by side outruns one
+ * prefetched stream (dse-kernel-bench --float shows it). */
 #include <immintrin.h>
 
 #include "dse_internal.h"

@@ -1,5 +1,5 @@
-/* The streaming read the benches divide by (issue 4: "roofline" = what a kernel reaches
- * over what a plain read of the same memory reaches in the same run).
+/* The streaming read the benches divide by ("roofline" = what a kernel reaches over what
+ * a plain read of the same memory reaches in the same run).
  *
  *     for (int v = 0; v < READ_PROBE_VARIANTS; v++)   // time each, keep the best
  *             sink ^= read_probe(buf + slice0, slice_bytes, v);

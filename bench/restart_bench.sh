@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Worker restart-to-ready versus cold load (issue 7 item 5): a restarted worker maps the
+# Worker restart-to-ready versus cold load: a restarted worker maps the
 # supervisor's existing weight memfd instead of reading the model file again.
 #
 #   bench/restart_bench.sh BUILD_DIR [MODEL] [WORKER] [KILLS]
@@ -16,7 +16,7 @@
 #             crash, then --restart-backoff-ms 1 doubling: 1, 2, 4... ms), spawn into the
 #             cgroup, engine on the existing memfd, the worker's own "ready" message;
 # and the same two seen from outside by polling `dsvisor status` in a shell loop (an
-# upper bound: each poll costs a process start, ~10 ms here).
+# upper bound: each poll costs a process start).
 # Workers run with --n-ctx 512 (DSV_BENCH_N_CTX) and --max-batch 4 so the KV pool, which
 # every start allocates afresh, stays small next to the weights.
 set -euo pipefail

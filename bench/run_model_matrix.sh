@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# Runs dsvisor-bench model over the issue-4 matrix and prints one JSON object per line,
-# preceded by the machine's load, so a results table can be built from the output.
+# Runs dsvisor-bench model over the preset x format x threads matrix and prints one JSON
+# object per line, preceded by the machine's load, so a results table can be built from
+# the output.
 #
 #     bench/run_model_matrix.sh BUILD_DIR [THREADS...]        # default threads: 2 1
 #
 # Environment: PRESETS (default: r1-distill-qwen-1.5b deepseek-v2-lite deepseek-coder-1.3b),
 # FORMATS (int4 int8 bf16), LAYERS_<preset with - and . as _> to reduce a preset's layers
-# (default LAYERS_deepseek_v2_lite=8, as issue 4 measures it; 0 = all 27), EXTRA (more
+# (default LAYERS_deepseek_v2_lite=8, the size the engine targets are set for; 0 = all 27), EXTRA (more
 # dsvisor-bench arguments, e.g. "--prefill 128 --decode 16" for a quick pass), DSV_ACT
 # (f32 to time the exact float-activation path; default int8 for Q8/Q4 weights),
 # HUGEPAGES ("0 1": each run with the weights in the file mapping, then in a hugetlb

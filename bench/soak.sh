@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Soak (issue 9 item 4; not in CI): dsvisor start under moderate open-loop load for a long
+# Soak (not in CI): dsvisor start under moderate open-loop load for a long
 # time, sampling every worker's and the supervisor's RSS (all, and anonymous only: a leak
 # shows there, code paged in does not) and open fds, and every instance's KV blocks in use
 # (the gateway's /metrics, from the workers' stats). At the end it fits a least-squares

@@ -1,5 +1,5 @@
 /* dsvisor-bench-load — open- and closed-loop load against dsvisor's OpenAI-compatible
- * HTTP API (issue 9 item 1). One thread drives libcurl's multi interface.
+ * HTTP API. One thread drives libcurl's multi interface.
  *
  *     dsvisor-bench-load --url http://127.0.0.1:8080 (--qps Q | --concurrency C)
  *         (--duration S | --requests N) [--stream] [--max-tokens N | --output-len DIST]

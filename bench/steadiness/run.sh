@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The steadiness experiment (issue 9 item 2): the same load with and without isolation,
+# The steadiness experiment: the same load with and without isolation,
 # each quiet and beside a noisy neighbour, and how much the neighbour moves the tail.
 #
 #   bench/steadiness/run.sh [--reps 5] [--requests 4000] [--qps 80] [--max-tokens 4]
