@@ -1,6 +1,5 @@
 #!/usr/bin/env bash
-# Runs every libFuzzer target of the project for a given time each and reports findings
-# (issue 9 item 5).
+# Runs every libFuzzer target of the project for a given time each and reports findings.
 #
 #     scripts/fuzz.sh [--time SECONDS] [--build-dir DIR] [--keep-corpus] [TARGET...]
 #

@@ -1,4 +1,4 @@
-# deploy/ (issue 8 items 6 and 7): the shipped HAProxy, Prometheus and Kubernetes files are
+# deploy/: the shipped HAProxy, Prometheus and Kubernetes files are
 # checked by their own tools (haproxy -c, promtool, python3-yaml), and exercised against
 # real `dsvisor start` processes: HAProxy on loopback in front of two of them with one
 # stopped under load, Prometheus on loopback scraping one and answering a P99 query per

@@ -1,4 +1,4 @@
-# Load generation (issue 9): dsvisor-bench-load's histogram, arrivals and SSE reader, and
+# Load generation: dsvisor-bench-load's histogram, arrivals and SSE reader, and
 # runs against the gateway test server in front of fake workers.
 dsv_test(NAME test-load-hist SOURCES unit/test-load-hist.c LIBS dsv_load_core LABELS unit TIMEOUT 60)
 dsv_test(NAME test-load-gen  SOURCES unit/test-load-gen.c  LIBS dsv_load_core LABELS unit TIMEOUT 60)

@@ -1,4 +1,4 @@
-# Engine speed (issue 4). The kernels' tests (matvec, matmul, quantize_xq, matmul_xq at
+# Engine speed. The kernels' tests (matvec, matmul, quantize_xq, matmul_xq at
 # every level against their _ref twins) are in test-kernels (forward.cmake); here the
 # benchmark program itself runs end to end on a one-layer preset model.
 dsv_script_test(NAME test-bench-model SCRIPT ${CMAKE_SOURCE_DIR}/tests/integration/test-bench-model.sh

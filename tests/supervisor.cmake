@@ -1,4 +1,4 @@
-# Supervisor (issue 7): dsvisor start/status/stop. Unit tests on the configuration,
+# Supervisor: dsvisor start/status/stop. Unit tests on the configuration,
 # backoff, RT preflight and control socket; integration tests run the real dsvisor with
 # a stub worker that keeps dsvisor-worker's command line (and with the real worker when
 # it is built), a fake NOTIFY_SOCKET, and systemd-analyze on the unit file.

@@ -1,4 +1,4 @@
-# Worker (issue 6): the engine's paged KV cache and batch steps, the scheduler, and
+# Worker: the engine's paged KV cache and batch steps, the scheduler, and
 # dsvisor-worker end to end over IPC.
 if(TARGET dsvisor-worker)
   dsv_test(NAME test-engine-kv SOURCES unit/test-engine-kv.c LIBS dse LABELS unit TIMEOUT 300)
@@ -7,7 +7,7 @@ if(TARGET dsvisor-worker)
   add_dependencies(test-worker-ipc dsvisor-worker)
 endif()
 # Text, stop strings and chat need a tokenizer: the bundled default model, once it is in
-# the tree (models/default, issue 10).
+# the tree (models/default).
 if(TARGET dsvisor-worker AND EXISTS ${CMAKE_SOURCE_DIR}/models/default/config.json)
   dsv_test(NAME test-worker-text SOURCES integration/test-worker-text.c LIBS dse dsv_ipc LABELS integration
            TIMEOUT 600)

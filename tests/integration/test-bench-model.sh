@@ -2,8 +2,8 @@
 # dsvisor-bench end to end on a small copy of a preset (deepseek-coder-1.3b, one layer):
 # the generated file is a valid native model (`dsvisor verify` checks every CRC), it is
 # cached (a second run does not regenerate it), `model --json` prints every key of
-# issue 4 with sane values, and `weights` runs both activation paths. No timing is
-# asserted: speed is what RESULTS.md records, not what a test can check on a shared box.
+# the results page with sane values, and `weights` runs both activation paths. No timing is
+# asserted: speed is what bench/RESULTS.md records, not what a test can check on a shared box.
 set -u
 bench=${DSV_BUILD_DIR:?}/bin/dsvisor-bench
 dsvisor=${DSV_BUILD_DIR:?}/bin/dsvisor

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Chaos under load (issue 9 item 3): dsvisor start with 2 instances, dsvisor-bench-load
+# Chaos under load: dsvisor start with 2 instances, dsvisor-bench-load
 # driving it, and faults injected from outside.
 #
 #   test-chaos.sh [kill|stop|term|all]   (default all)

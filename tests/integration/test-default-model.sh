@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The bundled default model (models/default, issue 10) through the real engine: its logits
+# The bundled default model (models/default) through the real engine: its logits
 # on held-out KJV text (Revelation, never trained on) must agree with the training
 # framework's own forward pass on the same BF16 weights (ref/, written by
 # tools/train_default_model.py in float64), at DSV_CPU=scalar and at the detected level.

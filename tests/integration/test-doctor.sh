@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# dsvisor doctor against fake /proc and /sys trees (issue 11 items 1 and 2): a
+# dsvisor doctor against fake /proc and /sys trees: a
 # well-tuned host, a default Debian 12 host, a VM like the CI machine, an empty root,
 # hosts that must fail, and the default Debian host after deploy/host/ is applied.
 # Each tree is written here, file by file, so the expected verdicts sit next to the

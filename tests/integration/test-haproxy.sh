@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# deploy/haproxy.cfg in front of two `dsvisor start` processes (issue 8 item 7): the real
+# deploy/haproxy.cfg in front of two `dsvisor start` processes: the real
 # HAProxy on 127.0.0.1 balances a bounded load over both; one dsvisor gets SIGTERM in the
 # middle of it. It drains (new requests: 503, /ready: 503) and exits; HAProxy retries its
 # 503s and refused connections on the other host and marks it down by /ready. At most

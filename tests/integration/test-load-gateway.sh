@@ -3,7 +3,7 @@
 # (tests/integration/fake-worker.c): open and closed loop, streamed and not. Checks that
 # every request is accounted for (sent == completed + errors + lost), that a healthy
 # server loses nothing, that a dead port loses everything, that a worker dying
-# mid-stream yields explicit errors and no lost request, and the JSON keys issue 9 names;
+# mid-stream yields explicit errors and no lost request, and the JSON keys of its report;
 # then the same straight against a fake worker over ipc://.
 # Ends with "N passed, N failed".
 set -u

@@ -1,4 +1,4 @@
-/* Per-instance counters on this machine's kernel (issue 11 item 3): a real thread that
+/* Per-instance counters on this machine's kernel: a real thread that
  * spins, touches memory, sleeps and competes for a CPU; hardware events checked against
  * what the kernel itself accepts (this VM has no PMU: they must be reported as
  * unsupported, never faked); a real v2 cgroup when we may create one. */

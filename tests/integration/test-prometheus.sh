@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# deploy/prometheus.yml against a real Prometheus (issue 8 item 6): `dsvisor start` with
+# deploy/prometheus.yml against a real Prometheus: `dsvisor start` with
 # two instances on loopback, Prometheus on loopback scraping its /metrics every second
 # with the config's own relabelling (only targets and intervals changed), some requests,
 # then the HTTP API must answer
@@ -71,7 +71,7 @@ check "40 requests answered 200" test "$(cat "$tmp"/codes.* | grep -c '^200$')" 
 
 curl -s -m 5 "http://$target/metrics" >"$tmp/metrics.txt"
 check "promtool check metrics passes on the live /metrics" bash -c "promtool check metrics <'$tmp/metrics.txt'"
-# Issue 8's per-instance families beyond the latency histograms: worker-reported KV
+# The per-instance families beyond the latency histograms: worker-reported KV
 # blocks and preemptions, restarts, HugePage bytes, and cgroup CPU throttling (the v1 or
 # v2 cpu controller exists on every host this runs on).
 for fam in dsvisor_kv_blocks_used dsvisor_kv_blocks_capacity dsvisor_preemptions_total \

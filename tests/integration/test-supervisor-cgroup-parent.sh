@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# dsvisor start --cgroup-parent, and cgroups exactly as before after stop (issue 7 items
-# 1 and 3): the test makes a private group G (dsvtest-<pid>-sup) in every hierarchy this
+# dsvisor start --cgroup-parent, and cgroups exactly as before after stop: the
+# test makes a private group G (dsvtest-<pid>-sup) in every hierarchy this
 # process has (v1 cpu/cpuset/memory and the v2 tree on the hybrid CI host), as systemd's
 # Delegate=yes would give a service, and starts dsvisor inside it. dsvisor moves itself
 # into G/supervisor (no internal processes) before it enables the controllers G offers

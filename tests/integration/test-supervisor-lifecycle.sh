@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# dsvisor start end to end (issue 7 item 9): two instances on a fixture model, wait for
+# dsvisor start end to end: two instances on a fixture model, wait for
 # ready, query status, share the weights (one copy for both workers), kill -9 one worker
 # while requests run (it comes back, every request is answered), stop (no process, no
 # cgroup, no socket left).

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# dsvisor start under a fake systemd (issue 7 items 5 and 7): a test binds an AF_UNIX
+# dsvisor start under a fake systemd: a test binds an AF_UNIX
 # datagram socket as NOTIFY_SOCKET and reads what the supervisor sends: FDSTORE=1 with the
 # weight memfd attached, READY=1 once both instances are ready, STATUS= lines, WATCHDOG=1
 # every <= WATCHDOG_USEC/2, STOPPING=1 on SIGTERM. Then it starts a second supervisor the

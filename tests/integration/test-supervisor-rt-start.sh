@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# dsvisor start --rt-priority end to end (issue 7 item 4) on a pretend 3-core machine
+# dsvisor start --rt-priority end to end on a pretend 3-core machine
 # (HWLOC_SYNTHETIC="numa:1 core:3 pu:1"): the plan keeps CPU 0 for the supervisor and
 # gives the instance CPUs "1-2" (CPU 2 does not exist here, so cpuset.cpus is reported
 # not in effect and the worker's own pinning keeps it on CPU 1). With RT group scheduling

@@ -1,4 +1,4 @@
-/* SCHED_FIFO under RT group scheduling (issue 7 item 4), on this kernel: a task in a new
+/* SCHED_FIFO under RT group scheduling, on this kernel: a task in a new
  * v1 cpu group is refused FIFO with EPERM (the group's cpu.rt_runtime_us is 0), and is
  * granted it once the group gets RT runtime — the two paths dsvisor start takes (grant
  * through dsv_cgroup_limits.cpu_rt_runtime_us, else fall back to SCHED_OTHER). The task

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# dsvisor start lifecycle edges (issue 7 items 1, 4, 6) with the stub worker:
+# dsvisor start lifecycle edges with the stub worker:
 #   - SIGHUP re-reads --config and restarts the instances one at a time while requests
 #     run: every request is answered, each instance restarts exactly once;
 #   - a worker that keeps dying hits the crash-loop limit: the supervisor gives up with

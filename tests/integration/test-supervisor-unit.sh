@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # deploy/dsvisor.service and dsvisor.slice pass `systemd-analyze verify` (systemd 252 on
-# Debian 12) with no warning about either unit, and carry what issue 7 asks of them. A
+# Debian 12) with no warning about either unit, and carry the settings checked below. A
 # deliberately broken copy must fail the same check, so the check can fail.
 set -euo pipefail
 src="${DSV_SOURCE_DIR:?}/deploy"

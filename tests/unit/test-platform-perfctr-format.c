@@ -1,5 +1,5 @@
-/* Per-second rates and the Prometheus rendering of perf counter samples (issue 11
- * items 3 and 4), on synthetic samples: no kernel involved. */
+/* Per-second rates and the Prometheus rendering of perf counter samples, on
+ * synthetic samples: no kernel involved. */
 #include "dsv_platform.h"
 #include "t.h"
 

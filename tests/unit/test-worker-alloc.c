@@ -1,4 +1,4 @@
-/* The worker's per-token path allocates nothing but nng's message (issue 6 item 6).
+/* The worker's per-token path allocates nothing but nng's message.
  *
  * The real serve loop (worker_serve: receiver thread, inbox, scheduler steps, the
  * fixed-buffer event encoder and the per-step batch) runs on a thread of this process
