@@ -22,10 +22,13 @@ if [ "${1:-}" = "--self-test" ]; then
   tmp=$(mktemp -d) || exit 1
   trap 'rm -rf "$tmp"' EXIT
   status=0
+  # only what the check reads: sources, headers and the bench CMake files
+  mkdir -p "$tmp/base"
+  (cd "$real" && find engine ipc policy worker supervisor bench \( -name node_modules -prune \) -o \
+    -type f \( -name '*.c' -o -name '*.h' -o -name CMakeLists.txt \) -print | tar -cf - -T -) |
+    tar -xf - -C "$tmp/base" || exit 1
   plant() { # file, include line, message expected in the output
-    rm -rf "$tmp/tree"; mkdir -p "$tmp/tree"
-    (cd "$real" && tar -cf - --exclude=./build --exclude=./.git engine ipc policy worker supervisor bench) |
-      tar -xf - -C "$tmp/tree"
+    rm -rf "$tmp/tree"; cp -r "$tmp/base" "$tmp/tree"
     if [ -n "$1" ]; then
       mkdir -p "$tmp/tree/$(dirname "$1")"
       printf '%s\n' "$2" >>"$tmp/tree/$1"
