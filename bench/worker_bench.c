@@ -10,148 +10,12 @@
  * loop) until R requests have finished (each up to G tokens; EOS may end one early).
  * Every level's outputs are checked: the same prompt must give the same tokens at every
  * concurrency (batching must not change results), otherwise the run fails. Prints one
- * Markdown table row per level.
- *
- * It talks to the worker as the supervisor does, through the ipc/ connection API
- * (dsv_ipc_dial), so the figures include the same transport and event batching. */
-#include <errno.h>
+ * Markdown table row per level. */
 #include <getopt.h>
 #include <libgen.h>
 #include <math.h>
-#include <signal.h>
-#include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <sys/wait.h>
-#include <time.h>
-#include <unistd.h>
 
-#include "dsv_ipc.h"
-
-#define MAX_REQ 64
-#define MAX_OUT 512
-
-/* What came back for one request. */
-struct result {
-        int32_t tokens[MAX_OUT];
-        int n_tokens;
-        int error;         /* error code + 1, 0: none */
-        char message[256]; /* the error's message */
-        double t_sent, t_first, t_last;
-        double itl[MAX_OUT]; /* gaps between token events */
-        int n_itl;
-};
-
-static double now_s(void) {
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-/* Starts $DSV_BUILD_DIR/bin/dsvisor-worker with args (NULL-terminated, after argv[0]). */
-static pid_t spawn_worker(char *const *args) {
-        char path[4400];
-        snprintf(path, sizeof path, "%s/bin/dsvisor-worker", getenv("DSV_BUILD_DIR"));
-        char *argv[64] = {path};
-        int n = 1;
-        for (; args[n - 1] && n < 63; n++)
-                argv[n] = args[n - 1];
-        argv[n] = NULL;
-        pid_t pid = fork();
-        if (pid == 0) {
-                execv(path, argv);
-                _exit(127);
-        }
-        return pid;
-}
-
-/* Waits up to timeout_s for pid to exit; 0, or -ETIMEDOUT while it still runs. */
-static int wait_exit(pid_t pid, double timeout_s) {
-        double end = now_s() + timeout_s;
-        int st;
-        while (now_s() < end) {
-                pid_t r = waitpid(pid, &st, WNOHANG);
-                if (r == pid)
-                        return 0;
-                if (r < 0)
-                        return -errno;
-                usleep(10000);
-        }
-        return -ETIMEDOUT;
-}
-
-/* Sends health probes until a reply says "ready"; 0 or -ETIMEDOUT. */
-static int wait_ready(struct dsv_ipc_conn *c, double timeout_s) {
-        double end = now_s() + timeout_s;
-        uint64_t seq = 1;
-        while (now_s() < end) {
-                struct dsv_ipc_msg m = {.type = DSV_IPC_HEALTH};
-                m.u.probe.seq = seq++;
-                dsv_ipc_send(c, &m);
-                struct dsv_ipc_msg r;
-                if (dsv_ipc_recv(c, &r, 200, NULL, 0) == 0) {
-                        int ok = r.type == DSV_IPC_HEALTH_REPLY && !strcmp(r.u.health.state, "ready");
-                        dsv_ipc_msg_done(&r);
-                        if (ok)
-                                return 0;
-                }
-        }
-        return -ETIMEDOUT;
-}
-
-/* Receives events into res[id] until n_expected requests are done or timeout_s passes;
- * the number done. */
-static int collect(struct dsv_ipc_conn *c, struct result *res, int n_expected, double timeout_s) {
-        int n_done = 0;
-        double end = now_s() + timeout_s;
-        while (n_done < n_expected && now_s() < end) {
-                struct dsv_ipc_msg m;
-                if (dsv_ipc_recv(c, &m, 200, NULL, 0) < 0)
-                        continue;
-                double t = now_s();
-                uint64_t id = m.type == DSV_IPC_TOKEN ? m.u.token.id
-                              : m.type == DSV_IPC_FINAL ? m.u.final.id
-                              : m.type == DSV_IPC_ERROR ? m.u.error.id
-                                                        : MAX_REQ;
-                if (id < MAX_REQ) {
-                        struct result *r = &res[id];
-                        if (m.type == DSV_IPC_TOKEN) {
-                                if (r->n_tokens < MAX_OUT)
-                                        r->tokens[r->n_tokens] = m.u.token.token;
-                                if (r->n_tokens == 0)
-                                        r->t_first = t;
-                                else if (r->n_itl < MAX_OUT)
-                                        r->itl[r->n_itl++] = t - r->t_last;
-                                r->t_last = t;
-                                r->n_tokens++;
-                        } else {
-                                if (m.type == DSV_IPC_ERROR) {
-                                        r->error = (int)m.u.error.code + 1;
-                                        snprintf(r->message, sizeof r->message, "%s",
-                                                 m.u.error.message ? m.u.error.message : "");
-                                }
-                                n_done++;
-                        }
-                }
-                dsv_ipc_msg_done(&m);
-        }
-        return n_done;
-}
-
-static struct dsv_ipc_msg tokens_request(uint64_t id, const int32_t *tokens, size_t n, int max_tokens) {
-        struct dsv_ipc_msg m = {.type = DSV_IPC_REQUEST};
-        m.u.request.id = id;
-        m.u.request.input = DSV_IPC_INPUT_TOKENS;
-        m.u.request.tokens = (int32_t *)tokens;
-        m.u.request.n_tokens = n;
-        m.u.request.max_tokens = max_tokens;
-        dsv_ipc_sampling_init(&m.u.request.sampling);
-        m.u.request.sampling.temperature = 0; /* greedy: outputs comparable across levels */
-        m.u.request.sampling.seed = 0;
-        m.u.request.sampling.has_seed = 1;
-        return m;
-}
+#include "worker-client.h"
 
 static int cmp_double(const void *a, const void *b) {
         double x = *(const double *)a, y = *(const double *)b;
@@ -198,11 +62,11 @@ int main(int argc, char **argv) {
                 default: return 2;
                 }
         }
-        if (!model || prompt_tokens < 1 || prompt_tokens > 4096 || gen_tokens < 1 || gen_tokens > MAX_OUT ||
-            per_level < 1 || per_level > MAX_REQ - 1 || vocab < 1) {
+        if (!model || prompt_tokens < 1 || prompt_tokens > 4096 || gen_tokens < 1 || gen_tokens > WC_MAX_OUT ||
+            per_level < 1 || per_level > WC_MAX_REQ - 1 || vocab < 1) {
                 fprintf(stderr, "usage: worker_bench --model M [--concurrency 1,2,4] [--prompt-tokens P] "
                                 "[--gen-tokens G<=%d] [--requests-per-level R<%d] [--threads T] [--vocab V]\n",
-                        MAX_OUT, MAX_REQ);
+                        WC_MAX_OUT, WC_MAX_REQ);
                 return 2;
         }
         if (!getenv("DSV_BUILD_DIR")) {
@@ -213,36 +77,24 @@ int main(int argc, char **argv) {
                 snprintf(build, sizeof build, "%s/..", d);
                 setenv("DSV_BUILD_DIR", build, 1);
         }
-        /* a private 0700 directory for the socket, as dsv_ipc_listen requires */
-        char tmp[] = "/tmp/dsv-wbench-XXXXXX";
-        if (!mkdtemp(tmp)) {
-                fprintf(stderr, "worker_bench: cannot create a directory in /tmp: %s\n", strerror(errno));
-                return 1;
-        }
-        if (!getenv("DSV_CACHE_DIR")) {
-                char cache[4400];
-                snprintf(cache, sizeof cache, "%s/model-cache", getenv("DSV_BUILD_DIR"));
-                setenv("DSV_CACHE_DIR", cache, 1);
-        }
+        const char *tmp = wc_tmpdir();
         char url[512];
         snprintf(url, sizeof url, "ipc://%s/bench.sock", tmp);
         char *args[] = {"--model", (char *)model, "--listen", url, "--threads", (char *)threads, "--max-batch",
                         (char *)max_batch, "--token-budget", (char *)budget, "--n-ctx", (char *)n_ctx, NULL};
-        pid_t pid = spawn_worker(args);
-        struct dsv_ipc_conn *c = NULL;
-        if (pid < 0 || dsv_ipc_dial(url, &c) < 0 || wait_ready(c, 600) < 0) {
+        pid_t pid = wc_spawn(args);
+        struct wc c;
+        if (pid < 0 || wc_open(&c, url) < 0 || wc_wait_state(&c, "ready", 600) < 0) {
                 fprintf(stderr, "worker_bench: the worker did not become ready\n");
                 if (pid > 0)
                         kill(pid, SIGKILL);
-                if (c)
-                        dsv_ipc_close(c);
                 return 1;
         }
-        static int32_t prompts[MAX_REQ][4096];
-        for (int i = 0; i < MAX_REQ; i++)
+        static int32_t prompts[WC_MAX_REQ][4096];
+        for (int i = 0; i < WC_MAX_REQ; i++)
                 make_prompt(prompts[i], prompt_tokens, i, vocab);
-        static int32_t reference[MAX_REQ][MAX_OUT];
-        static int n_reference[MAX_REQ];
+        static int32_t reference[WC_MAX_REQ][WC_MAX_OUT];
+        static int n_reference[WC_MAX_REQ];
         int have_reference = 0, status = 0;
 
         printf("| concurrency | requests | decode tok/s (aggregate) | TTFT p50 ms | TTFT p99 ms | ITL p50 ms | ITL p99 ms |\n");
@@ -255,15 +107,16 @@ int main(int argc, char **argv) {
                         p++;
                 if (level < 1)
                         continue;
-                static struct result res[MAX_REQ];
+                static struct wc_result res[WC_MAX_REQ];
                 memset(res, 0, sizeof res);
                 int next = 1, in_flight = 0, finished = 0;
-                double t0 = now_s();
+                double t0 = wc_now_s();
                 while (finished < per_level) {
                         while (in_flight < level && next <= per_level) {
-                                struct dsv_ipc_msg m = tokens_request((uint64_t)next, prompts[next], (size_t)prompt_tokens, gen_tokens);
-                                res[next].t_sent = now_s();
-                                if (dsv_ipc_send(c, &m) < 0) {
+                                struct dsv_ipc_msg m = wc_tokens_request((uint64_t)next, prompts[next],
+                                                                         (size_t)prompt_tokens, gen_tokens, 0, 0);
+                                res[next].t_sent = wc_now_s();
+                                if (wc_send(&c, &m) < 0) {
                                         fprintf(stderr, "worker_bench: send failed\n");
                                         status = 1;
                                         goto out;
@@ -272,7 +125,7 @@ int main(int argc, char **argv) {
                                 in_flight++;
                         }
                         int before = finished;
-                        finished += collect(c, res, 1, 120);
+                        finished += wc_collect(&c, res, 1, 120);
                         if (finished == before) {
                                 fprintf(stderr, "worker_bench: timed out at concurrency %d\n", level);
                                 status = 1;
@@ -280,12 +133,12 @@ int main(int argc, char **argv) {
                         }
                         in_flight -= finished - before;
                 }
-                double wall = now_s() - t0;
-                static double ttft[MAX_REQ], itl[MAX_REQ * MAX_OUT];
+                double wall = wc_now_s() - t0;
+                static double ttft[WC_MAX_REQ], itl[WC_MAX_REQ * WC_MAX_OUT];
                 int n_itl = 0;
                 long decoded = 0;
                 for (int i = 1; i <= per_level; i++) {
-                        struct result *r = &res[i];
+                        struct wc_result *r = &res[i];
                         if (r->error || r->n_tokens < 1 || r->n_tokens > gen_tokens) {
                                 fprintf(stderr, "worker_bench: request %d: error %d (%s), %d tokens\n", i, r->error - 1,
                                         r->message, r->n_tokens);
@@ -313,11 +166,7 @@ int main(int argc, char **argv) {
         }
 out:
         kill(pid, SIGTERM);
-        wait_exit(pid, 30);
-        dsv_ipc_close(c);
-        char sock[600];
-        snprintf(sock, sizeof sock, "%s/bench.sock", tmp);
-        unlink(sock);
-        rmdir(tmp);
+        wc_wait_exit(pid, 30);
+        wc_close(&c);
         return status;
 }

@@ -5,6 +5,7 @@ if(TARGET dsvisor-worker)
   dsv_test(NAME test-worker-sched SOURCES unit/test-worker-sched.c LIBS dsv_worker_core LABELS unit TIMEOUT 300)
   dsv_test(NAME test-worker-ipc SOURCES integration/test-worker-ipc.c LIBS dse dsv_ipc LABELS integration TIMEOUT 300)
   add_dependencies(test-worker-ipc dsvisor-worker)
+  target_include_directories(test-worker-ipc PRIVATE ${CMAKE_SOURCE_DIR}/bench) # worker-client.h
 endif()
 # Text, stop strings and chat need a tokenizer: the bundled default model, once it is in
 # the tree (models/default).
@@ -12,6 +13,7 @@ if(TARGET dsvisor-worker AND EXISTS ${CMAKE_SOURCE_DIR}/models/default/config.js
   dsv_test(NAME test-worker-text SOURCES integration/test-worker-text.c LIBS dse dsv_ipc LABELS integration
            TIMEOUT 600)
   add_dependencies(test-worker-text dsvisor-worker)
+  target_include_directories(test-worker-text PRIVATE ${CMAKE_SOURCE_DIR}/bench) # worker-client.h
 endif()
 # The per-token path allocates only nng's message: the real serve loop in-process, its
 # allocations counted per thread and nng_send wrapped to count nng's apart.

@@ -1,9 +1,9 @@
-/* A test client for dsvisor-worker: starts the binary, talks to it over a raw nng PAIR1
+/* A client for dsvisor-worker: starts the binary, talks to it over a raw nng PAIR1
  * socket (so tests can also send malformed bytes) with dsv_ipc encode/decode, and
- * gathers per-request events. Included by the worker integration tests and the
- * benchmark. */
-#ifndef DSV_TEST_WORKER_CLIENT_H
-#define DSV_TEST_WORKER_CLIENT_H
+ * gathers per-request events. Used by worker_bench and by the worker's integration
+ * tests, which find it here (tests/worker.cmake adds bench/ to their include path). */
+#ifndef DSV_WORKER_CLIENT_H
+#define DSV_WORKER_CLIENT_H
 
 #include <errno.h>
 #include <nng/nng.h>
