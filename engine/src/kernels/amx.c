@@ -27,8 +27,8 @@
 #include "kernels/transpose16.h"
 
 /* Fewer tokens than this go to the VNNI kernel: a tile product of 16 tokens wastes the
- * absent ones, and Q4 pays a decode into int8 per row that only many tokens amortise
- * (dse-kernel-bench: Q8 gains from 8 tokens, Q4 from 16). */
+ * absent ones, and Q4 pays a decode into int8 per row that only many tokens amortise,
+ * so Q4 needs twice as many tokens as Q8 before the tiles gain. */
 #define AMX_MIN_TOKENS_Q8 8
 #define AMX_MIN_TOKENS_Q4 16
 #define AKC 2048          /* columns per chunk */

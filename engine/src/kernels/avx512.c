@@ -154,8 +154,8 @@ static void axpy_avx512(float a, const float *x, float *y, int64_t n) {
  * 8e in quarter e put byte e of chunk k into the low bits of dword 4e + k: the low nibble is
  * column 8k + e, and shifted 4 more, the high one 8k + 4 + e. vpermps looks the nibble
  * up in the group's table of (q - z) * s, using only an index's low 4 bits. Per row and
- * 32 columns that is 2 shifts (port 0) and 2 lookups (port 5) beside 2 FMAs; a widening
- * per row instead (vpmovzxbd, port 5) measured 6% slower. The table holds exactly what dequant_row
+ * 32 columns that is 2 shifts (port 0) and 2 lookups (port 5) beside 2 FMAs, where a
+ * widening per row (vpmovzxbd) would crowd port 5 further. The table holds exactly what dequant_row
  * computes for each q, and each column's updates stay one FMA per row in row order, so y
  * is bit for bit dequant_row then axpy. Columns past cols (a cut last tile) are computed
  * from y read as 0 and never stored. */

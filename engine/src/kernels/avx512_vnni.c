@@ -129,9 +129,8 @@ static inline __attribute__((always_inline)) void q8_block(const struct dse_qmat
  * dead accumulators. Rows [r, re): contiguous blocks of RB rows, or with spread the
  * range cut into RB equal parts read side by side — block k takes row k of each part —
  * so each thread streams from RB places far apart: the hardware prefetchers keep more
- * lines in flight over several streams than over one (Q4 decode, Xeon SPR VM:
- * dse-kernel-bench n=1 0.69 -> 0.77-0.80 of the read probe with one thread, Qwen 1.5B
- * int4 batch 1 16.8 -> 19.6 tok/s). Then the rows left over one at a time. Every row's
+ * lines in flight over several streams than over one, and decode is bound by how many
+ * lines are in flight. Then the rows left over one at a time. Every row's
  * sums are the same either way. */
 #define Q8_T(r, rstep, R)                                                                                       \
         switch (T) {                                                                                            \
@@ -162,12 +161,11 @@ static void matmul_xq_blocked(const struct dse_qmat *w, const struct dse_xq *xq,
         _Alignas(64) struct xchunk xc;
         int64_t np = (w->cols + 63) / 64; /* 64-column steps */
         /* Decode (n <= TB, whole rows in the room n tokens have) is prepared once for all
-         * rows (for the former row-major Q4 kernel the preparation was 2.4% of Qwen int4
-         * batch-1 samples, against 41% in its row blocks), and each weight row is then read once for every token: the rows
-         * need no super-blocks, and are read as RB streams spread over the range. Wider
-         * rows fall to the chunked path below, which reads each row in pieces and 64 rows
-         * at a time: Qwen 1.5B's int8 down projection (8960 columns, just past KC) streamed
-         * 0.59-0.72 of the read probe there, against 0.91-1.04 for 1536 columns. */
+         * rows (the preparation is small beside the row blocks), and each weight row is then
+         * read once for every token: the rows need no super-blocks, and are read as RB
+         * streams spread over the range. Wider rows fall to the chunked path below, which
+         * reads each row in pieces and 64 rows at a time, and streams markedly slower:
+         * hence a lone token's room of 4 * KC columns. */
         int64_t share = xq->n <= TB ? TB / xq->n : 0;
         if (share && np <= share * PC) {
                 xc.ts = share * PC;
@@ -357,9 +355,8 @@ static void matmul_xq_t8(const struct dse_qmat *w, const struct dse_xq *xq, int6
 /* ---- Q8 times 16 tokens at once: one int32 lane per token --------------------------------
  *
  * The 8-token layout still pays a convert and an FMA per row, block and 4 vpdpbusd, and
- * those share port 0 with vpdpbusd on this core: in L2 it reaches 117 GMAC/s per thread
- * where Q4's interleaved kernel, with a tenth of that float work, reaches 192
- * (dse-kernel-bench --format q8 / q4, compute, n >= 8). Here a vector holds 16 tokens,
+ * those share port 0 with vpdpbusd: in L2 it stays well behind Q4's interleaved kernel,
+ * which has a tenth of that float work. Here a vector holds 16 tokens,
  * lane t summing the whole 32-column block of token t: 8 vpdpbusd per row and block, each
  * of a broadcast 4-byte weight piece (w + 128, as in the 8-token layout) with the tokens'
  * 4 q that meet it, then one convert and one FMA for all 16 tokens. Per row and group:
@@ -532,18 +529,13 @@ static void matmul_xq_q8_t8_avx512(const struct dse_qmat *w, const struct dse_xq
  * are two more sequential streams per row block, prefetched 8 groups (s) and 16 groups
  * (z) ahead in their own order: a late scale line holds up the group's FMAs and, behind
  * them, the loads of the next lines. Prefetching the next row blocks' ones instead (as
- * the row-major layout needed) measured no gain and cost ~5% at n = 1 in L2
- * (dse-kernel-bench --format q4). Each 64 weight bytes are loaded once (DSE_LOAD_ONCE).
- * Both together, batch-1 decode at 2 threads, alternated runs (bench/RESULTS.md, "Scale
- * prefetch and one load per weight line"): Qwen 1.5B int4 0.824 -> 0.846 of the paired
- * probe, V2-Lite 8 layers 0.787 -> 0.811. */
+ * the row-major layout needed) gains nothing here and costs a little in L2. Each 64
+ * weight bytes are loaded once (DSE_LOAD_ONCE), so no two loads wait on one miss. */
 
 #define Q4_TMAX 8     /* tokens per register block with DSE_KFEAT_T8 (TB without) */
 #define Q4_NR1 4      /* row blocks side by side for 1-2 tokens (2 for 3-4, 1 from 5), spread over
-                       * the range: more streams keep more lines in flight (in-process A/B,
-                       * 1 thread: n=3-4 0.58-0.66 -> 0.66-0.75 of the read probe with 2 blocks
-                       * rather than 1, n=2 +5% with 4 rather than 2); the most a register block
-                       * holds */
+                       * the range: more streams keep more lines in flight, as many as the
+                       * registers allow; the most a register block holds */
 #define Q4_SPLIT 4    /* register blocks of up to this many (row block, token) pairs keep the
                        * nibbles' sums apart (v & 0xf0); larger ones lack the registers and
                        * shift the high nibbles down into one sum */
