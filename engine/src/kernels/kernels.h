@@ -155,12 +155,7 @@ struct dse_kernels {
  * then the overrides of every level up to it. -EINVAL for an unknown level. */
 int dse_kernels_resolve(enum dse_cpu_level level, struct dse_kernels *ret_k);
 
-/* The fills, in resolve order: each gets the table as the levels below left it and
- * overrides what it speeds up. A kernel that leaves some shapes or formats to the entry
- * it replaced keeps that entry at its fill (resolve order makes it the same one every
- * time), so the SIMD files never call each other. */
-/* The scalar twins (ref.c). */
-void dse__kernels_fill_ref(struct dse_kernels *k);
+/* ref.c's kernels the SIMD files call for what they leave to the specification. */
 /* The reference dequant_row, for SIMD versions that speed up only some formats. */
 void dse__kernels_ref_dequant_row(const struct dse_qmat *w, int64_t r, float *out);
 /* axpy_rows with each update one fused multiply-add, y[c] = fma(a[i], W[r, c], y[c]), as
@@ -173,6 +168,13 @@ void dse__kernels_ref_matmul_xq(const struct dse_qmat *w, const struct dse_xq *x
 /* The reference matmul_bf16act (BF16 weights only). */
 void dse__kernels_ref_matmul_bf16act(const struct dse_qmat *w, const float *x, int64_t ldx, int64_t n, float *y,
                                      int64_t ldy, int64_t r0, int64_t r1);
+
+/* The fills, in resolve order (kernels.c): each gets the table as the fills before it left
+ * it and overrides what it speeds up. A kernel that leaves some shapes or formats to the
+ * entry it replaced keeps that entry at its fill (resolve order makes it the same one
+ * every time), so the SIMD files never call each other. */
+/* The scalar twins (ref.c). */
+void dse__kernels_fill_ref(struct dse_kernels *k);
 /* AVX2+FMA+F16C overrides (avx2.c); call only when the CPU has them. */
 void dse__kernels_fill_avx2(struct dse_kernels *k);
 /* AVX-512 F+BW+VL overrides (avx512.c), applied over the AVX2 ones. */
