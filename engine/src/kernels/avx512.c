@@ -11,8 +11,8 @@
 #include <stdatomic.h>
 #include <string.h>
 
-#include "kernels/kernels.h"
 #include "kernels/avx512_blocks.h"
+#include "kernels/kernels.h"
 #include "kernels/q4_f32_rows.h"
 
 /* ---- int8 activations ---------------------------------------------------------------- */

@@ -22,7 +22,6 @@
 #include "kernels/kernels.h"
 #include "kernels/q4_xsums.h"
 
-
 /* One token's activations over one 64-column step (blocks 2p and 2p+1), prepared once
  * per token block and column chunk and then shared by every row of a super-block. */
 struct xprep {
