@@ -1,9 +1,9 @@
 /* AMX int8 matmul_xq for many tokens (prefill, large batches). This file alone is
  * compiled with the AVX-512 flags plus -mamx-tile -mamx-int8; kernels.c installs it only
  * when the CPU reports AMX-TILE and AMX-INT8 and Linux grants the tile state
- * (arch_prctl ARCH_REQ_XCOMP_PERM), over the VNNI entries, which it calls for what it
- * leaves out (few tokens, Q8's last rows % 16, groups that are not a multiple of 32
- * columns).
+ * (arch_prctl ARCH_REQ_XCOMP_PERM), over the VNNI entries, and leaves to the entries it
+ * replaced what the tiles do not take (few tokens, Q8's last rows % 16, groups that are
+ * not a multiple of 32 columns).
  *
  * One tile product is 16 weight rows x 16 tokens x 32 columns, one activation block:
  *   A (16 x 32 bytes)  the weights as int8 (Q8 as stored; Q4 as q - z, decoded from
@@ -18,6 +18,7 @@
 #include <errno.h>
 #include <immintrin.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <string.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -26,8 +27,8 @@
 #include "kernels/transpose16.h"
 
 /* Fewer tokens than this go to the VNNI kernel: a tile product of 16 tokens wastes the
- * absent ones, and Q4 pays a decode into int8 per row that only many tokens amortise
- * (dse-kernel-bench: Q8 gains from 8 tokens, Q4 from 16). */
+ * absent ones, and Q4 pays a decode into int8 per row that only many tokens amortise,
+ * so Q4 needs twice as many tokens as Q8 before the tiles gain. */
 #define AMX_MIN_TOKENS_Q8 8
 #define AMX_MIN_TOKENS_Q4 16
 #define AKC 2048          /* columns per chunk */
@@ -281,6 +282,11 @@ static void tile_block(const struct dse_qmat *w, struct amx_a a, const int32_t (
         }
 }
 
+/* The table's Q8 and Q4 matmul_xq before dse__kernels_fill_amx replaced them (the VNNI
+ * entries with the 8-token layout, by resolve order: every fill stores the same ones), for
+ * what the AMX kernel leaves out. */
+static _Atomic dse_matmul_xq_fn below_xq[DSE_DTYPE_COUNT];
+
 /* Q8 takes 16-row blocks from r0 and leaves the last (r1 - r0) % 16 rows to the VNNI
  * kernel; Q4 takes every row block of the layout that [r0, r1) touches, whole, and stores
  * the rows in range, so a row's sums do not depend on where the range starts. */
@@ -289,7 +295,7 @@ static void matmul_xq_amx(const struct dse_qmat *w, const struct dse_xq *xq, flo
         int q4 = w->dtype == DSE_DTYPE_Q4;
         int64_t rb0 = q4 ? r0 / 16 * 16 : r0, rows16 = q4 ? (r1 + 15) / 16 * 16 : r0 + (r1 - r0) / 16 * 16;
         if (xq->n < (q4 ? AMX_MIN_TOKENS_Q4 : AMX_MIN_TOKENS_Q8) || w->group_size % DSE_XQ_BLOCK || rows16 <= rb0) {
-                dse__kernels_avx512_matmul_xq(w, xq, y, ldy, r0, r1);
+                atomic_load_explicit(&below_xq[w->dtype], memory_order_relaxed)(w, xq, y, ldy, r0, r1);
                 return;
         }
         /* about 300 KiB of stack: the staged weights of a super-block's chunk (Q4, or Q8
@@ -329,10 +335,12 @@ static void matmul_xq_amx(const struct dse_qmat *w, const struct dse_xq *xq, flo
         }
         _tile_release();
         if (rows16 < r1) /* Q8 only */
-                dse__kernels_avx512_matmul_xq(w, xq, y, ldy, rows16, r1);
+                atomic_load_explicit(&below_xq[w->dtype], memory_order_relaxed)(w, xq, y, ldy, rows16, r1);
 }
 
 void dse__kernels_fill_amx(struct dse_kernels *k) {
+        atomic_store_explicit(&below_xq[DSE_DTYPE_Q8], k->matmul_xq[DSE_DTYPE_Q8], memory_order_relaxed);
+        atomic_store_explicit(&below_xq[DSE_DTYPE_Q4], k->matmul_xq[DSE_DTYPE_Q4], memory_order_relaxed);
         k->matmul_xq[DSE_DTYPE_Q8] = matmul_xq_amx;
         k->matmul_xq[DSE_DTYPE_Q4] = matmul_xq_amx;
 }
@@ -376,11 +384,15 @@ static void prep_bf16(const float *x, int64_t ldx, int64_t t0, int T, int64_t c0
         }
 }
 
+/* The table's matmul_bf16act before dse__kernels_fill_amx_bf16 replaced it (the
+ * vdpbf16ps entry, by resolve order), for the shapes the tiles leave out. */
+static _Atomic dse_matmul_fn below_bf16act;
+
 static void matmul_bf16act_amx(const struct dse_qmat *w, const float *x, int64_t ldx, int64_t n, float *y,
                                int64_t ldy, int64_t r0, int64_t r1) {
         int64_t rows16 = r0 + (r1 - r0) / 16 * 16, cols = w->cols;
         if (n < 16 || rows16 == r0 || cols % 32) {
-                dse__kernels_avx512_matmul_bf16act(w, x, ldx, n, y, ldy, r0, r1);
+                atomic_load_explicit(&below_bf16act, memory_order_relaxed)(w, x, ldx, n, y, ldy, r0, r1);
                 return;
         }
         _Alignas(64) uint32_t bp[AKC / 32][16][16];
@@ -424,9 +436,10 @@ static void matmul_bf16act_amx(const struct dse_qmat *w, const float *x, int64_t
         }
         _tile_release();
         if (rows16 < r1)
-                dse__kernels_avx512_matmul_bf16act(w, x, ldx, n, y, ldy, rows16, r1);
+                atomic_load_explicit(&below_bf16act, memory_order_relaxed)(w, x, ldx, n, y, ldy, rows16, r1);
 }
 
 void dse__kernels_fill_amx_bf16(struct dse_kernels *k) {
+        atomic_store_explicit(&below_bf16act, k->matmul_bf16act, memory_order_relaxed);
         k->matmul_bf16act = matmul_bf16act_amx;
 }

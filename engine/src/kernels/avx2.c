@@ -516,10 +516,6 @@ static void dequant_row_avx2(const struct dse_qmat *w, int64_t r, float *out) {
         }
 }
 
-void dse__kernels_avx2_dequant_row(const struct dse_qmat *w, int64_t r, float *out) {
-        dequant_row_avx2(w, r, out);
-}
-
 static float dot_avx2(const float *a, const float *b, int64_t n) {
         __m256 a0 = _mm256_setzero_ps();
         int64_t i = 0;
@@ -596,14 +592,6 @@ static void attn_accum_avx2(const float *w, const float *v, int64_t ld, int64_t 
         for (int64_t d = d0 + (len - d0) / 8 * 8; d < len; d++) /* the last len % 8 columns */
                 for (int64_t t = 0; t < n; t++)
                         out[d] += w[t] * v[t * ld + d];
-}
-
-void dse__kernels_avx2_matmul_xq(const struct dse_qmat *w, const struct dse_xq *xq, float *y, int64_t ldy,
-                                 int64_t r0, int64_t r1) {
-        if (w->dtype == DSE_DTYPE_Q4)
-                matmul_xq_q4_avx2(w, xq, y, ldy, r0, r1);
-        else
-                matmul_xq_q8_avx2(w, xq, y, ldy, r0, r1);
 }
 
 void dse__kernels_fill_avx2(struct dse_kernels *k) {

@@ -30,17 +30,20 @@ int dse__kernels_resolve_with(enum dse_cpu_level level, unsigned feat, struct ds
         if (level >= DSE_CPU_AVX2)
                 dse__kernels_fill_avx2(&k);
         if (level >= DSE_CPU_AVX512) {
+                int amx = (feat & DSE_KFEAT_AMX) && dse__kernels_amx_usable();
                 dse__kernels_fill_avx512(&k);
                 if (feat & DSE_KFEAT_BF16) {
                         dse__kernels_fill_avx512_bf16(&k);
-                        if ((feat & DSE_KFEAT_AMX) && dse__kernels_amx_usable())
+                        if (amx)
                                 dse__kernels_fill_amx_bf16(&k);
                 }
                 if (feat & DSE_KFEAT_VNNI) {
                         dse__kernels_fill_avx512_vnni(&k);
-                        if (feat & DSE_KFEAT_T8)
+                        /* AMX leaves fewer tokens to the 8-token layout: with AMX the
+                         * entries below it are always those */
+                        if ((feat & DSE_KFEAT_T8) || amx)
                                 dse__kernels_fill_avx512_t8(&k);
-                        if ((feat & DSE_KFEAT_AMX) && dse__kernels_amx_usable())
+                        if (amx)
                                 dse__kernels_fill_amx(&k);
                 }
         }

@@ -7,9 +7,9 @@
  *
  * ref.c holds the plain `_ref` twins: the specification, the fallback for every entry and
  * the test oracle. avx2.c overrides what it speeds up, avx512.c what it speeds up beyond
- * that (its matmul_xq only where the CPU has AVX-512 VNNI, matmul_bf16act where it has
- * AVX512_BF16; from 5 tokens its 8-token matmul_xq layout and Q8's 16-token one for whole
- * blocks of 16, DSE_KFEAT_T8), and amx.c takes
+ * that on every AVX-512 F+BW+VL CPU, avx512_vnni.c matmul_xq where the CPU has AVX-512
+ * VNNI (from 5 tokens its 8-token layout and Q8's 16-token one for whole blocks of 16,
+ * DSE_KFEAT_T8), avx512_bf16.c matmul_bf16act where it has AVX512_BF16, and amx.c takes
  * matmul_xq from 8 (Q8) or 16 (Q4) tokens and matmul_bf16act from 16 where the CPU has
  * AMX and Linux grants the tile state (DSV_NO_AMX=1 leaves out AMX and Q8's 8- and 16-token
  * layouts, whose float order depends on the tokens per call; Q4's 8-token blocks keep the
@@ -44,15 +44,14 @@
 
 /* How far ahead of the weight being read the streaming kernels prefetch into L2, in bytes
  * of the matrix (rows are contiguous, so this runs on into the following rows). A core's
- * hardware prefetchers alone keep too few lines in flight while the kernel computes: at
- * 1 KB ahead into L1 the Q4 kernel read 0.69 of a plain streaming read's bandwidth with
- * one thread, at 8 KB ahead into L2 1.01 (dse-kernel-bench, Xeon SPR VM, 2026-12-02). */
+ * hardware prefetchers alone keep too few lines in flight while the kernel computes, and
+ * a short distance into L1 covers too little of the memory latency. */
 #define DSE_PREFETCH_AHEAD 8192
 
 /* Makes the vector just loaded opaque to the compiler, so a weight line used by several
  * instructions is loaded once: left alone, gcc folds the load into each user (the Q4
  * kernels' two nibble ANDs), two load-queue entries waiting on the same miss, and half as
- * many lines in flight (bench/RESULTS.md, "Scale prefetch and one load per weight line"). */
+ * many lines in flight. */
 #define DSE_LOAD_ONCE(v) __asm__("" : "+v"(v))
 
 /* A weight matrix W [rows, cols] (HF [out, in]) as the kernels see it. The views point
@@ -110,6 +109,9 @@ void dse__xq_init(struct dse_xq *xq, void *mem, int64_t n, int64_t cols);
 typedef void (*dse_matmul_xq_fn)(const struct dse_qmat *w, const struct dse_xq *xq, float *y, int64_t ldy,
                                  int64_t r0, int64_t r1);
 
+/* out[c] = W[r, c] for all c (in stored column order). */
+typedef void (*dse_dequant_row_fn)(const struct dse_qmat *w, int64_t r, float *out);
+
 struct dse_kernels {
         enum dse_cpu_level level;
         dse_matvec_fn matvec[DSE_DTYPE_COUNT]; /* F32 F16 BF16 F8_E4M3 Q8 Q4; NULL otherwise */
@@ -117,8 +119,7 @@ struct dse_kernels {
         /* x (xq->n, ldx) -> xq, as struct dse_xq defines (bit-identical at every level). */
         void (*quantize_xq)(const float *x, int64_t ldx, struct dse_xq *xq);
         dse_matmul_xq_fn matmul_xq[DSE_DTYPE_COUNT]; /* Q8 Q4; NULL otherwise */
-        /* out[c] = W[r, c] for all c (in stored column order). */
-        void (*dequant_row)(const struct dse_qmat *w, int64_t r, float *out);
+        dse_dequant_row_fn dequant_row;
         float (*dot)(const float *a, const float *b, int64_t n);
         /* y[i] += a * x[i] */
         void (*axpy)(float a, const float *x, float *y, int64_t n);
@@ -154,8 +155,7 @@ struct dse_kernels {
  * then the overrides of every level up to it. -EINVAL for an unknown level. */
 int dse_kernels_resolve(enum dse_cpu_level level, struct dse_kernels *ret_k);
 
-/* The scalar twins (ref.c). */
-void dse__kernels_fill_ref(struct dse_kernels *k);
+/* ref.c's kernels the SIMD files call for what they leave to the specification. */
 /* The reference dequant_row, for SIMD versions that speed up only some formats. */
 void dse__kernels_ref_dequant_row(const struct dse_qmat *w, int64_t r, float *out);
 /* axpy_rows with each update one fused multiply-add, y[c] = fma(a[i], W[r, c], y[c]), as
@@ -165,43 +165,41 @@ void dse__kernels_fma_axpy_rows(const struct dse_qmat *w, int64_t r0, int64_t n,
  * a multiple of 32 columns). */
 void dse__kernels_ref_matmul_xq(const struct dse_qmat *w, const struct dse_xq *xq, float *y, int64_t ldy,
                                 int64_t r0, int64_t r1);
+/* The reference matmul_bf16act (BF16 weights only). */
+void dse__kernels_ref_matmul_bf16act(const struct dse_qmat *w, const float *x, int64_t ldx, int64_t n, float *y,
+                                     int64_t ldy, int64_t r0, int64_t r1);
+
+/* The fills, in resolve order (kernels.c): each gets the table as the fills before it left
+ * it and overrides what it speeds up. A kernel that leaves some shapes or formats to the
+ * entry it replaced keeps that entry at its fill (resolve order makes it the same one
+ * every time), so the SIMD files never call each other. */
+/* The scalar twins (ref.c). */
+void dse__kernels_fill_ref(struct dse_kernels *k);
 /* AVX2+FMA+F16C overrides (avx2.c); call only when the CPU has them. */
 void dse__kernels_fill_avx2(struct dse_kernels *k);
-/* The AVX2 matmul_xq (Q8 or Q4 by w->dtype), for the shapes avx512.c leaves to it. */
-void dse__kernels_avx2_matmul_xq(const struct dse_qmat *w, const struct dse_xq *xq, float *y, int64_t ldy,
-                                 int64_t r0, int64_t r1);
-/* The AVX2 dequant_row, for the formats avx512.c leaves to it. */
-void dse__kernels_avx2_dequant_row(const struct dse_qmat *w, int64_t r, float *out);
 /* AVX-512 F+BW+VL overrides (avx512.c), applied over the AVX2 ones. */
 void dse__kernels_fill_avx512(struct dse_kernels *k);
-/* AVX-512 VNNI overrides (vpdpbusd matmul_xq); only when the CPU also has VNNI. */
+/* AVX-512 VNNI overrides (vpdpbusd matmul_xq, avx512_vnni.c); only when the CPU also has
+ * VNNI. */
 void dse__kernels_fill_avx512_vnni(struct dse_kernels *k);
 /* VNNI matmul_xq with the 8-token layout (DSE_KFEAT_T8) over the 4-token blocks, as
  * batch-variant as AMX: only where the table allows it. */
 void dse__kernels_fill_avx512_t8(struct dse_kernels *k);
-/* The VNNI matmul_xq with the 8-token layout (Q8 or Q4 by w->dtype), for the shapes
- * amx.c leaves to it. */
-void dse__kernels_avx512_matmul_xq(const struct dse_qmat *w, const struct dse_xq *xq, float *y, int64_t ldy,
-                                   int64_t r0, int64_t r1);
-/* AVX-512 BF16 overrides (matmul_bf16act); only when the CPU also has AVX512_BF16. */
+/* AVX-512 BF16 overrides (vdpbf16ps matmul_bf16act, avx512_bf16.c); only when the CPU
+ * also has AVX512_BF16. */
 void dse__kernels_fill_avx512_bf16(struct dse_kernels *k);
-/* The vdpbf16ps matmul_bf16act, for the shapes amx.c leaves to it. */
-void dse__kernels_avx512_matmul_bf16act(const struct dse_qmat *w, const float *x, int64_t ldx, int64_t n, float *y,
-                                        int64_t ldy, int64_t r0, int64_t r1);
 /* AMX-BF16 matmul_bf16act for 16 tokens or more (amx.c), over the vdpbf16ps entry. */
 void dse__kernels_fill_amx_bf16(struct dse_kernels *k);
-/* The reference matmul_bf16act (BF16 weights only). */
-void dse__kernels_ref_matmul_bf16act(const struct dse_qmat *w, const float *x, int64_t ldx, int64_t n, float *y,
-                                     int64_t ldy, int64_t r0, int64_t r1);
-/* AMX-INT8 matmul_xq for 8 tokens or more (amx.c), over the VNNI entries; only when the
- * CPU has AMX-TILE and AMX-INT8 and dse__kernels_amx_usable() (Linux granted the tile
- * state to the process; the first call asks). */
+/* AMX-INT8 matmul_xq for 8 tokens or more (amx.c), over the VNNI entries with the 8-token
+ * layout; only when the CPU has AMX-TILE and AMX-INT8 and dse__kernels_amx_usable()
+ * (Linux granted the tile state to the process; the first call asks). */
 void dse__kernels_fill_amx(struct dse_kernels *k);
 int dse__kernels_amx_usable(void);
 
 /* Sub-features of the AVX-512 level that select further entries. */
 #define DSE_KFEAT_VNNI 1u /* vpdpbusd matmul_xq */
-#define DSE_KFEAT_AMX  2u /* AMX tiles for matmul_xq of many tokens (needs VNNI too) */
+#define DSE_KFEAT_AMX  2u /* AMX tiles for matmul_xq of many tokens (needs VNNI too; brings
+                           * DSE_KFEAT_T8's entries, which it leaves fewer tokens to) */
 #define DSE_KFEAT_BF16 4u /* vdpbf16ps: matmul_bf16act */
 #define DSE_KFEAT_T8   8u /* matmul_xq from 5 tokens in the 8-token layout, Q8's whole blocks of
                            * 16 in the 16-token one (needs VNNI): a Q8 token's sums then

@@ -12,7 +12,8 @@
  * into the lanes, one conversion makes it float, one FMA against the broadcast x[c] adds
  * it: about 3.4 vector operations per column for 16 rows, where the row-major layout cost
  * about 8.5 (a convert and a widening per row per 8 columns). The shuffles run beside the
- * conversions (port 5 and port 0): 10-12% faster than a shift and a mask per column. The zero point is taken off once per group, as
+ * conversions (port 5 and port 0), where a shift and a mask per column would queue on
+ * port 0 with them. The zero point is taken off once per group, as
  * part = sum q x - z X[g] with X[g] the group's sum of x, so the inner loop never
  * subtracts it; the _ref twin's part = sum (q - z) x differs from it only by rounding.
  *

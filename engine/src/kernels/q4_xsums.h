@@ -1,4 +1,4 @@
-/* The activations' group sums of the Q4 int8-activation kernels (avx2.c and avx512.c,
+/* The activations' group sums of the Q4 int8-activation kernels (avx2.c and avx512_vnni.c,
  * AVX2 instructions): X_g = sum over group g's 32-column blocks b, in order, of d_b *
  * sum(q_b), so a kernel takes the zero point off once per group (sum (w - z) q = sum w q
  * - z sum q) instead of per block. */
