@@ -1,4 +1,4 @@
-# supervisor/gateway: the HTTP gateway (issue 8). Unit tests on the pure parts, a fake
+# supervisor/gateway: the HTTP gateway. Unit tests on the pure parts, a fake
 # worker and a test server for the curl and openai-client integration tests.
 set(DSV_GATEWAY_INTERNAL ${CMAKE_SOURCE_DIR}/supervisor/gateway/src)
 
