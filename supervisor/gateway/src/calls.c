@@ -632,7 +632,7 @@ int dsv__gw_instance_set_ready(struct gw_calls *cs, int id, bool ready) {
                 /* Made ready again (a restarted worker): it must say "ready" itself. nng
                  * re-dials a restarted worker within milliseconds, possibly between two of
                  * the link thread's peer checks, and the predecessor's last "ready" would
-                 * route requests to a worker that is still loading (429s in chaos-kill). */
+                 * route requests to a worker that is still loading, to be refused there. */
                 if (ready && !in->admin_ready && in->link)
                         in->link->health_ready = false;
                 in->admin_ready = ready;

@@ -159,6 +159,10 @@ static const char *const abort_names[GW_ABORT_COUNT] = {
         [GW_ABORT_CLIENT_GONE] = "client_disconnect",
 };
 
+struct family {
+        const char *name, *type, *help;
+};
+
 static void family(FILE *f, const char *name, const char *type, const char *help) {
         fprintf(f, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
 }
@@ -200,9 +204,7 @@ static void write_locked(struct gw_metrics *m, FILE *f, const struct gw_instance
         for (int i = 0; i < GW_ABORT_COUNT; i++)
                 fprintf(f, "dsvisor_stream_aborts_total{reason=\"%s\"} %llu\n", abort_names[i],
                         (unsigned long long)m->stream_aborts[i]);
-        static const struct {
-                const char *name, *type, *help;
-        } per[] = {
+        static const struct family per[] = {
                 {"dsvisor_prompt_tokens_total", "counter", "Prompt tokens processed."},
                 {"dsvisor_generation_tokens_total", "counter", "Tokens generated and received by the gateway."},
                 {"dsvisor_instance_failures_total", "counter", "Requests in flight when the instance's link dropped."},
@@ -228,9 +230,7 @@ static void write_locked(struct gw_metrics *m, FILE *f, const struct gw_instance
         }
         /* What the workers report about themselves (only instances whose own view is
          * known). */
-        static const struct {
-                const char *name, *type, *help;
-        } worker[] = {
+        static const struct family worker[] = {
                 {"dsvisor_kv_blocks_used", "gauge", "KV cache blocks in use on the instance."},
                 {"dsvisor_kv_blocks_capacity", "gauge", "KV cache blocks in the instance's pool."},
                 {"dsvisor_preemptions_total", "counter", "Sequences preempted for lack of KV blocks and recomputed later."},

@@ -94,20 +94,29 @@ cJSON *dsv__gw_usage_object(const struct dsv_gw_answer *a) {
         return u;
 }
 
+/* The whole answer's logprobs object, made on first use: chat {"content":[]},
+ * completions {"tokens":[],"token_logprobs":[],...}. */
+static cJSON *answer_logprobs(struct dsv_gw_answer *a) {
+        if (!a->logprobs) {
+                if (a->req->api == DSV_GW_API_CHAT) {
+                        a->logprobs = cJSON_CreateObject();
+                        cJSON_AddArrayToObject(a->logprobs, "content");
+                } else {
+                        a->logprobs = dsv__gw_completion_logprobs_new();
+                }
+        }
+        return a->logprobs;
+}
+
 int dsv__gw_answer_token(struct dsv_gw_answer *a, const struct dsv_ipc_token *t) {
         const struct dsv_gw_request *q = a->req;
         const char *text = t->text ? t->text : "";
         if (q->logprobs) {
-                if (!a->logprobs)
-                        a->logprobs = q->api == DSV_GW_API_CHAT ? cJSON_CreateObject() : dsv__gw_completion_logprobs_new();
-                if (q->api == DSV_GW_API_CHAT) {
-                        cJSON *content = cJSON_GetObjectItem(a->logprobs, "content");
-                        if (!content)
-                                content = cJSON_AddArrayToObject(a->logprobs, "content");
-                        cJSON_AddItemToArray(content, dsv__gw_chat_logprob(t, q->top_logprobs));
-                } else {
-                        dsv__gw_completion_logprob_add(a->logprobs, t, a->text_len, q->top_logprobs);
-                }
+                cJSON *lp = answer_logprobs(a);
+                if (q->api == DSV_GW_API_CHAT)
+                        cJSON_AddItemToArray(cJSON_GetObjectItem(lp, "content"), dsv__gw_chat_logprob(t, q->top_logprobs));
+                else
+                        dsv__gw_completion_logprob_add(lp, t, a->text_len, q->top_logprobs);
         }
         return dsv__gw_buf_append(&a->text, &a->text_len, &a->text_cap, text, strlen(text));
 }
@@ -126,11 +135,7 @@ cJSON *dsv__gw_answer_object(struct dsv_gw_answer *a) {
                 cJSON_AddStringToObject(c, "text", a->text ? a->text : "");
         }
         if (q->logprobs) {
-                if (!a->logprobs)
-                        a->logprobs = q->api == DSV_GW_API_CHAT ? cJSON_CreateObject() : dsv__gw_completion_logprobs_new();
-                if (q->api == DSV_GW_API_CHAT && !cJSON_GetObjectItem(a->logprobs, "content"))
-                        cJSON_AddArrayToObject(a->logprobs, "content");
-                cJSON_AddItemToObject(c, "logprobs", a->logprobs);
+                cJSON_AddItemToObject(c, "logprobs", answer_logprobs(a));
                 a->logprobs = NULL;
         } else {
                 cJSON_AddNullToObject(c, "logprobs");
