@@ -320,24 +320,6 @@ static struct weights *weights_for(struct sup *s, int node_os) {
         return NULL;
 }
 
-/* ---- gateway helpers ---------------------------------------------------------------- */
-
-/* The gateway's per-instance gauge value from its metrics text (-1 when absent). */
-static long gauge_for(const char *text, const char *metric, const char *instance) {
-        char want[160];
-        snprintf(want, sizeof want, "%s{instance=\"%s\",", metric, instance);
-        for (const char *p = text; p && *p;) {
-                if (strncmp(p, want, strlen(want)) == 0) {
-                        const char *sp = strchr(p, '}');
-                        return sp ? strtol(sp + 1, NULL, 10) : -1;
-                }
-                p = strchr(p, '\n');
-                if (p)
-                        p++;
-        }
-        return -1;
-}
-
 /* ---- instances ---------------------------------------------------------------------- */
 
 /* Every group of the instance: "v2 <path>, v1 cpu <path>, v1 cpuset <path>, ...". */
@@ -629,10 +611,6 @@ static int n_in_state(const struct sup *s, enum sup_state st) {
 
 static cJSON *status_json(struct sup *s) {
         int64_t now = mono_ms();
-        char *gwtext = NULL;
-        size_t gwlen;
-        if (s->gw && dsv_gateway_metrics_render(s->gw, &gwtext, &gwlen) < 0)
-                gwtext = NULL;
         cJSON *root = cJSON_CreateObject();
         cJSON_AddNumberToObject(root, "pid", getpid());
         cJSON_AddStringToObject(root, "state", s->stopping ? "stopping" : s->ready_sent ? "ready" : "starting");
@@ -687,10 +665,10 @@ static cJSON *status_json(struct sup *s) {
                 }
                 cJSON_AddStringToObject(o, "sched", in->sched);
                 cJSON_AddNumberToObject(o, "weights_hugepages_bytes", (double)in->weights_huge_bytes);
-                long waiting = gwtext ? gauge_for(gwtext, "dsvisor_num_requests_waiting", in->name) : -1;
-                long running = gwtext ? gauge_for(gwtext, "dsvisor_num_requests_running", in->name) : -1;
-                cJSON_AddNumberToObject(o, "queue_depth", (double)waiting);
-                cJSON_AddNumberToObject(o, "running", (double)running);
+                struct dsv_gateway_instance_stats gs;
+                bool have = s->gw && dsv_gateway_instance_stats(s->gw, in->gw_id, &gs) == 0;
+                cJSON_AddNumberToObject(o, "queue_depth", have ? (double)gs.waiting : -1);
+                cJSON_AddNumberToObject(o, "running", have ? (double)gs.running : -1);
                 cJSON_AddNumberToObject(o, "restarts", in->restarts);
                 cJSON_AddNumberToObject(o, "uptime_s",
                                         in->pid && in->state != SUP_STATE_BACKOFF
@@ -700,7 +678,6 @@ static cJSON *status_json(struct sup *s) {
                 cJSON_AddNumberToObject(o, "migrations_per_s", in->migrations_per_s);
                 cJSON_AddItemToArray(arr, o);
         }
-        free(gwtext);
         return root;
 }
 

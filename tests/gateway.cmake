@@ -10,6 +10,8 @@ target_link_libraries(fake-worker PRIVATE dsv_ipc dsv::cjson)
 add_executable(dsvisor-gateway-test-server integration/gateway-test-server.c)
 target_link_libraries(dsvisor-gateway-test-server PRIVATE dsv_gateway Threads::Threads)
 
+dsv_script_test(NAME test-gateway-rooms SCRIPT ${CMAKE_SOURCE_DIR}/tests/integration/test-gateway-rooms.sh
+                LABELS unit TIMEOUT 30)
 dsv_script_test(NAME test-gateway-http SCRIPT ${CMAKE_SOURCE_DIR}/tests/integration/test-gateway-http.sh
                 LABELS integration TIMEOUT 240)
 dsv_script_test(NAME test-gateway-openai SCRIPT ${CMAKE_SOURCE_DIR}/tests/integration/test-gateway-openai.sh

@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gateway-internal.h"
+#include "openai.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         static const struct dsv_gw_limits lim = {

@@ -115,9 +115,10 @@ fi
 
 port=$(jq_py 'print(j["port"])')
 pids=($(jq_py 'print(" ".join(str(i["pid"]) for i in j["instances"]))'))
-check "status: pid, node, CPUs, cgroup, limits, sched, restarts per instance" jq_py '
+check "status: pid, node, CPUs, cgroup, limits, sched, restarts, an idle queue per instance" jq_py '
 ok = all(i["pid"] > 0 and i["numa_node"] >= 0 and i["cpus"] and i["sched"].startswith("SCHED_OTHER")
-         and i["restarts"] == 0 and isinstance(i["limits"], list) and i["uptime_s"] > 0 for i in j["instances"])
+         and i["restarts"] == 0 and isinstance(i["limits"], list) and i["uptime_s"] > 0
+         and i["queue_depth"] == 0 and i["running"] == 0 for i in j["instances"])
 sys.exit(0 if ok else 1)'
 check "status text shows both instances" bash -c "'$dsvisor' status --runtime-dir '$run' | grep -c '^instance [01]: pid' | grep -qx 2"
 for p in "${pids[@]}"; do

@@ -96,7 +96,19 @@ TEST(instances_follow_their_workers) {
         ASSERT_TRUE(strstr(text, "dsvisor_num_requests_running{instance=\"w1\",numa_node=\"1\"} 2\n") != NULL);
         ASSERT_TRUE(strstr(text, "dsvisor_time_to_first_token_seconds_bucket{instance=\"w1\",numa_node=\"1\",le=\"+Inf\"} 0\n") != NULL);
         free(text);
+        /* the same figures through the function `dsvisor status` reads */
+        struct dsv_gateway_instance_stats st;
+        ASSERT_OK(dsv_gateway_instance_stats(gw, b, &st));
+        ASSERT_TRUE(st.up);
+        ASSERT_EQ(st.waiting, 3);
+        ASSERT_EQ(st.running, 2);
+        ASSERT_TRUE(st.worker_reported);
+        ASSERT_ERR(dsv_gateway_instance_stats(gw, 7, &st), -ENOENT);
         ASSERT_OK(dsv_gateway_instance_set_load(gw, b, NULL));
+        ASSERT_OK(dsv_gateway_instance_stats(gw, b, &st));
+        ASSERT_EQ(st.waiting, 0);
+        ASSERT_EQ(st.running, 0);
+        ASSERT_TRUE(!st.worker_reported);
 
         ASSERT_OK(dsv_gateway_instance_remove(gw, a));
         ASSERT_ERR(dsv_gateway_instance_remove(gw, a), -ENOENT);

@@ -4,7 +4,9 @@
 #include <fcntl.h>
 #include <unistd.h>
 
-#include "gateway-internal.h"
+#include "keys.h"
+#include "metrics.h"
+#include "openai.h"
 #include "t.h"
 
 static const struct dsv_gw_limits lim = {

@@ -1,5 +1,5 @@
-/* dsv_gateway.h — the OpenAI-compatible HTTP gateway in front of dsvisor's workers
- * (issue 8): libmicrohttpd serves /v1/chat/completions, /v1/completions, /v1/models,
+/* dsv_gateway.h — the OpenAI-compatible HTTP gateway in front of dsvisor's workers:
+ * libmicrohttpd serves /v1/chat/completions, /v1/completions, /v1/models,
  * /health, /ready and /metrics; each request is routed (dsv_policy) to one "instance",
  * an nng link (dsv_ipc_dial) to a worker speaking ipc/PROTOCOL.md.
  *
@@ -134,6 +134,24 @@ int dsv_gateway_instance_set_load(struct dsv_gateway *gw, int id, const struct d
 
 /* 1 when the instance is up (see "Readiness" above), 0 when not, -ENOENT. */
 int dsv_gateway_instance_is_up(struct dsv_gateway *gw, int id);
+
+/* An instance as the gateway sees it now: what GET /metrics reports for it and what
+ * `dsvisor status` shows. */
+struct dsv_gateway_instance_stats {
+        bool up;                  /* see "Readiness" above (dsvisor_instance_up) */
+        uint32_t running;         /* requests running (dsvisor_num_requests_running) */
+        uint32_t waiting;         /* requests queued (dsvisor_num_requests_waiting) */
+        /* The worker's own view is known (a stats reply, or dsv_gateway_instance_set_load);
+         * the four fields below are from its last stats reply, 0 before one came. */
+        bool worker_reported;
+        int32_t kv_blocks_used, kv_blocks_total;
+        int64_t preemptions;
+        double prefix_hit_rate;   /* 0..1 */
+};
+
+/* Fills *ret for the instance. running and waiting are the load routing uses (see "Load"
+ * above). -ENOENT for an unknown id. */
+int dsv_gateway_instance_stats(struct dsv_gateway *gw, int id, struct dsv_gateway_instance_stats *ret);
 
 /* ---- metrics ----------------------------------------------------------------------- */
 

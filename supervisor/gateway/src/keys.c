@@ -1,11 +1,11 @@
-/* API keys (issue 8 item 5): a file of keys, and a comparison whose time does not depend
+/* API keys: a file of keys, and a comparison whose time does not depend
  * on the guess's contents, so a client cannot find a key byte by byte. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "gateway-internal.h"
+#include "keys.h"
 
 #define MAX_KEY_BYTES 512
 

@@ -1,4 +1,4 @@
-/* OpenAI request bodies -> dsv_ipc_request (issue 8 items 1, 5, 8). Every field is checked
+/* OpenAI request bodies -> dsv_ipc_request. Every field is checked
  * for type and range before anything reaches a worker; the error names the field the way
  * OpenAI does ("param"). Fields we cannot honour (n > 1, echo, tools, logit_bias, ...) are
  * refused rather than ignored, so a client never gets an answer to a question it did not
@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gateway-internal.h"
+#include "openai.h"
 
 #define MAX_MESSAGES 4096
 #define MAX_STOP 16      /* PROTOCOL.md: up to 16 stop strings */

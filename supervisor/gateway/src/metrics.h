@@ -1,0 +1,95 @@
+/* metrics.h — the metrics room: every metric the gateway exports, kept and rendered in
+ * the Prometheus text format 0.0.4 (metrics.c). A leaf: the other rooms report into it,
+ * it calls none of them. Its own lock guards everything in struct gw_metrics; callers
+ * may hold their own locks while reporting (it is taken last). */
+#ifndef DSV_GATEWAY_METRICS_H
+#define DSV_GATEWAY_METRICS_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "dsv_gateway.h"
+
+/* ---- histograms --------------------------------------------------------------------- */
+
+#define DSV_GW_HIST_MAX_BUCKETS 24
+
+struct dsv_gw_buckets {
+        size_t n;
+        double le[DSV_GW_HIST_MAX_BUCKETS]; /* ascending upper bounds, +Inf implied */
+};
+
+struct dsv_gw_hist {
+        uint64_t counts[DSV_GW_HIST_MAX_BUCKETS + 1]; /* per bucket (not cumulative); last: > le[n-1] */
+        uint64_t count;
+        double sum;
+};
+
+void dsv__gw_hist_observe(struct dsv_gw_hist *h, const struct dsv_gw_buckets *b, double v);
+/* Writes name_bucket{labels,le=...} (cumulative), name_sum and name_count. labels is a
+ * ready label list without braces ('instance="0",numa_node="1"'), may be "". */
+int dsv__gw_hist_write(FILE *out, const char *name, const char *labels, const struct dsv_gw_hist *h,
+                       const struct dsv_gw_buckets *b);
+/* Escapes a label value (\\, \" and \n) into buf. Returns its length or -ENOBUFS. */
+int dsv__gw_label_escape(const char *s, char *buf, size_t size);
+
+/* ---- the gateway's metrics ---------------------------------------------------------- */
+
+/* Why a streamed answer ended with an error event (dsvisor_stream_aborts_total). */
+enum gw_abort {
+        GW_ABORT_INSTANCE_LOST,
+        GW_ABORT_DEADLINE,
+        GW_ABORT_WORKER_ERROR,
+        GW_ABORT_CLIENT_GONE,
+        GW_ABORT_COUNT
+};
+
+#define GW_MAX_STATUS 16
+
+/* One instance's series, by slot (the instance id). gen tells one occupant of a slot
+ * from the next: a report for another gen than the slot's is dropped. */
+struct gw_instance_metrics {
+        uint64_t gen;
+        char labels[2 * DSV_GATEWAY_NAME_MAX + 48]; /* instance="…",numa_node="…" */
+        struct dsv_gw_hist e2e, ttft, itl, queue;
+        uint64_t prompt_tokens, generation_tokens, failures;
+};
+
+struct gw_metrics {
+        pthread_mutex_t lock;
+        int status_codes[GW_MAX_STATUS];
+        uint64_t status_counts[GW_MAX_STATUS];
+        uint64_t retries, stream_aborts[GW_ABORT_COUNT];
+        struct gw_instance_metrics inst[DSV_GATEWAY_MAX_INSTANCES];
+};
+
+/* An instance as it stands when the metrics are rendered (the calls room's view). */
+struct gw_instance_sample {
+        int slot;
+        uint64_t gen;
+        struct dsv_gateway_instance_stats stats;
+};
+
+int dsv__gw_metrics_init(struct gw_metrics *m);
+void dsv__gw_metrics_done(struct gw_metrics *m);
+/* Starts the series of a new occupant of slot: zeroed, labelled with name and numa_node.
+ * -EINVAL when the name cannot be a label value. */
+int dsv__gw_metrics_instance_reset(struct gw_metrics *m, int slot, uint64_t gen, const char *name, int numa_node);
+/* A token arrived: after seconds since arrival (first) or since the previous token. */
+void dsv__gw_metrics_token(struct gw_metrics *m, int slot, uint64_t gen, bool first, double seconds);
+/* A request completed: arrival to last token, the worker's queue time, its prompt size. */
+void dsv__gw_metrics_complete(struct gw_metrics *m, int slot, uint64_t gen, double e2e_s, double queue_s,
+                              int32_t prompt_tokens);
+/* A request was in flight when the instance's link dropped. */
+void dsv__gw_metrics_failure(struct gw_metrics *m, int slot, uint64_t gen);
+/* An answer to a completion endpoint went out with this HTTP status (499: client gone). */
+void dsv__gw_metrics_status(struct gw_metrics *m, int status);
+void dsv__gw_metrics_retry(struct gw_metrics *m);
+void dsv__gw_metrics_abort(struct gw_metrics *m, enum gw_abort why);
+/* Writes every family, the per-instance ones for the n instances sampled. 0 or -EIO. */
+int dsv__gw_metrics_write(struct gw_metrics *m, FILE *f, const struct gw_instance_sample *v, size_t n);
+
+#endif

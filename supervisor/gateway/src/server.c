@@ -1,0 +1,388 @@
+/* The gateway object and its HTTP server: libmicrohttpd with one thread per connection
+ * (so a completion may block while its generation runs), the routing table of endpoints,
+ * API-key auth, and the small endpoints; the completion endpoints are completion.c's.
+ * The public instance functions hand over to the calls room, GET /metrics to the metrics
+ * room. */
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <microhttpd.h>
+#include <netdb.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+
+#include "buf.h"
+#include "keys.h"
+#include "server.h"
+
+struct dsv_gateway {
+        struct dsv_gateway_config cfg; /* strings below are our copies */
+        char *listen_host, *model;
+        struct dsv_gw_keys keys;
+        bool auth;
+        struct MHD_Daemon *mhd;
+        struct gw_metrics metrics;
+        struct gw_calls calls;
+        pthread_mutex_t hook_lock;
+        dsv_gateway_metrics_fn hook;
+        void *hook_userdata;
+};
+
+enum endpoint {
+        EP_UNKNOWN,
+        EP_CHAT,
+        EP_COMPLETIONS,
+        EP_MODELS,
+        EP_HEALTH,
+        EP_READY,
+        EP_METRICS,
+};
+
+static const struct {
+        const char *path, *method;
+        enum endpoint ep;
+        bool auth;
+} endpoints[] = {
+        {"/v1/chat/completions", "POST", EP_CHAT, true},
+        {"/v1/completions", "POST", EP_COMPLETIONS, true},
+        {"/v1/models", "GET", EP_MODELS, true},
+        {"/health", "GET", EP_HEALTH, false},
+        {"/ready", "GET", EP_READY, false},
+        {"/metrics", "GET", EP_METRICS, false},
+};
+
+/* Per HTTP request (MHD's con_cls). */
+struct http_req {
+        int ep_index; /* into endpoints[]; -1 unknown */
+        char *body;
+        size_t len, cap;
+        bool too_large;
+        bool answered; /* a response was queued before the body arrived */
+};
+
+/* ---- small endpoints -------------------------------------------------------------------- */
+
+static enum MHD_Result handle_ready(struct dsv_gateway *gw, struct MHD_Connection *conn) {
+        int up = dsv__gw_instances_up(&gw->calls);
+        if (up == 0) {
+                struct dsv_gw_error e;
+                dsv__gw_error_set(&e, 503, "server_error", "service_unavailable", NULL, "No model instance is ready");
+                e.retry_after_s = gw->cfg.admit.retry_after_unavailable_s ? gw->cfg.admit.retry_after_unavailable_s : 5;
+                return dsv__gw_reply_error(conn, &e, NULL);
+        }
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "status", "ready");
+        cJSON_AddNumberToObject(o, "instances_up", up);
+        return dsv__gw_reply_json(conn, 200, o);
+}
+
+static enum MHD_Result handle_metrics(struct dsv_gateway *gw, struct MHD_Connection *conn) {
+        char *text = NULL;
+        size_t len = 0;
+        int r = dsv_gateway_metrics_render(gw, &text, &len);
+        pthread_mutex_lock(&gw->hook_lock);
+        dsv_gateway_metrics_fn hook = gw->hook;
+        void *userdata = gw->hook_userdata;
+        pthread_mutex_unlock(&gw->hook_lock);
+        if (r == 0 && hook) {
+                char *more = NULL;
+                size_t more_len = 0;
+                FILE *f = open_memstream(&more, &more_len);
+                r = f ? hook(f, userdata) : -errno;
+                if (f && fclose(f) != 0 && r == 0)
+                        r = -EIO;
+                size_t cap = len + 1; /* open_memstream's buffer holds len bytes and a NUL */
+                if (r == 0)
+                        r = dsv__gw_buf_append(&text, &len, &cap, more, more_len);
+                free(more);
+        }
+        if (r < 0) {
+                free(text);
+                return dsv__gw_reply_simple_error(conn, 500, "server_error", NULL, "The metrics could not be rendered",
+                                                  NULL);
+        }
+        enum MHD_Result ret = dsv__gw_reply(conn, 200, "text/plain; version=0.0.4; charset=utf-8", text, len, 0);
+        free(text);
+        return ret;
+}
+
+/* ---- MHD callbacks ------------------------------------------------------------------------ */
+
+static int find_endpoint(const char *url, const char *method, bool *method_ok) {
+        for (size_t i = 0; i < sizeof endpoints / sizeof endpoints[0]; i++) {
+                if (strcmp(url, endpoints[i].path) == 0) {
+                        *method_ok = strcmp(method, endpoints[i].method) == 0 ||
+                                     (strcmp(method, "HEAD") == 0 && strcmp(endpoints[i].method, "GET") == 0);
+                        return (int)i;
+                }
+        }
+        return -1;
+}
+
+/* Checks made before the body is read: route, method, API key, declared size. Returns
+ * MHD_YES with hr->answered set when it queued a response. */
+static enum MHD_Result check_headers(struct dsv_gateway *gw, struct MHD_Connection *conn, const char *url,
+                                     const char *method, struct http_req *hr) {
+        bool method_ok = false;
+        hr->ep_index = find_endpoint(url, method, &method_ok);
+        hr->answered = true;
+        if (hr->ep_index < 0)
+                return dsv__gw_reply_simple_error(conn, 404, "invalid_request_error", "unknown_url",
+                                                  "Unknown request URL", NULL);
+        if (!method_ok) {
+                struct dsv_gw_error e;
+                dsv__gw_error_set(&e, 405, "invalid_request_error", "method_not_allowed", NULL,
+                                  "Use %s for this URL", endpoints[hr->ep_index].method);
+                return dsv__gw_reply_error(conn, &e, NULL);
+        }
+        /* Only the completion endpoints' answers are counted in dsvisor_requests_total. */
+        bool generation = endpoints[hr->ep_index].ep == EP_CHAT || endpoints[hr->ep_index].ep == EP_COMPLETIONS;
+        struct gw_metrics *counted = generation ? &gw->metrics : NULL;
+        if (gw->auth && endpoints[hr->ep_index].auth &&
+            !dsv__gw_keys_check(&gw->keys, MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Authorization")))
+                return dsv__gw_reply_simple_error(conn, 401, "invalid_request_error", "invalid_api_key",
+                                                  "Incorrect or missing API key", counted);
+        const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+        if (cl && strtoull(cl, NULL, 10) > gw->cfg.max_body_bytes) {
+                struct dsv_gw_error e;
+                dsv__gw_error_set(&e, 413, "invalid_request_error", "request_too_large", NULL,
+                                  "The request body is larger than %zu bytes", gw->cfg.max_body_bytes);
+                return dsv__gw_reply_error(conn, &e, counted);
+        }
+        hr->answered = false;
+        return MHD_YES;
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url, const char *method,
+                                  const char *version, const char *upload_data, size_t *upload_data_size,
+                                  void **con_cls) {
+        struct dsv_gateway *gw = cls;
+        struct http_req *hr = *con_cls;
+        if (!hr) {
+                if (!(hr = calloc(1, sizeof *hr)))
+                        return MHD_NO;
+                *con_cls = hr;
+                return check_headers(gw, conn, url, method, hr);
+        }
+        if (*upload_data_size) {
+                size_t n = *upload_data_size;
+                *upload_data_size = 0;
+                if (hr->answered || hr->too_large)
+                        return MHD_YES;
+                if (hr->len + n > gw->cfg.max_body_bytes) {
+                        hr->too_large = true; /* chunked upload: refuse once it is all read */
+                        return MHD_YES;
+                }
+                return dsv__gw_buf_append(&hr->body, &hr->len, &hr->cap, upload_data, n) == 0 ? MHD_YES : MHD_NO;
+        }
+        if (hr->answered)
+                return MHD_YES;
+        hr->answered = true;
+        enum endpoint ep = endpoints[hr->ep_index].ep;
+        if (hr->too_large) {
+                struct dsv_gw_error e;
+                dsv__gw_error_set(&e, 413, "invalid_request_error", "request_too_large", NULL,
+                                  "The request body is larger than %zu bytes", gw->cfg.max_body_bytes);
+                return dsv__gw_reply_error(conn, &e, &gw->metrics);
+        }
+        switch (ep) {
+        case EP_CHAT:
+                return dsv__gw_completion(&gw->calls, conn, hr->body, hr->len, DSV_GW_API_CHAT);
+        case EP_COMPLETIONS:
+                return dsv__gw_completion(&gw->calls, conn, hr->body, hr->len, DSV_GW_API_COMPLETIONS);
+        case EP_MODELS:
+                return dsv__gw_reply_json(conn, 200, dsv__gw_models_object(gw->cfg.model));
+        case EP_HEALTH: {
+                static const char ok[] = "{\"status\":\"ok\"}";
+                return dsv__gw_reply(conn, 200, "application/json", ok, sizeof ok - 1, 0);
+        }
+        case EP_READY:
+                return handle_ready(gw, conn);
+        case EP_METRICS:
+                return handle_metrics(gw, conn);
+        default:
+                return MHD_NO;
+        }
+}
+
+static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls, enum MHD_RequestTerminationCode toe) {
+        struct dsv_gateway *gw = cls;
+        struct http_req *hr = *con_cls;
+        if (hr) {
+                free(hr->body);
+                free(hr);
+                *con_cls = NULL;
+        }
+        /* Back to the idle limit for the next request on a kept-alive connection. */
+        MHD_set_connection_option(conn, MHD_CONNECTION_OPTION_TIMEOUT, gw->cfg.connection_timeout_s);
+}
+
+int dsv_gateway_start(struct dsv_gateway *gw) {
+        if (!gw)
+                return -EINVAL;
+        if (gw->mhd)
+                return -EALREADY;
+        struct addrinfo hints = {.ai_flags = AI_NUMERICHOST | AI_NUMERICSERV, .ai_socktype = SOCK_STREAM};
+        struct addrinfo *ai;
+        char port[8];
+        snprintf(port, sizeof port, "%u", gw->cfg.port);
+        if (getaddrinfo(gw->cfg.listen_host, port, &hints, &ai) != 0)
+                return -EINVAL;
+        unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO;
+        if (ai->ai_family == AF_INET6)
+                flags |= MHD_USE_IPv6;
+        errno = 0;
+        gw->mhd = MHD_start_daemon(flags, gw->cfg.port, NULL, NULL, on_request, gw, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
+                                   MHD_OPTION_CONNECTION_TIMEOUT, gw->cfg.connection_timeout_s,
+                                   MHD_OPTION_CONNECTION_LIMIT, gw->cfg.max_connections, MHD_OPTION_NOTIFY_COMPLETED,
+                                   on_completed, gw, MHD_OPTION_END);
+        int saved = errno;
+        freeaddrinfo(ai);
+        if (!gw->mhd)
+                return saved == EADDRINUSE || saved == EACCES ? -saved : -EIO;
+        return 0;
+}
+
+int dsv_gateway_port(const struct dsv_gateway *gw) {
+        if (!gw || !gw->mhd)
+                return -ENOTCONN;
+        const union MHD_DaemonInfo *di = MHD_get_daemon_info(gw->mhd, MHD_DAEMON_INFO_BIND_PORT);
+        return di ? di->port : -ENOTCONN;
+}
+
+/* ---- the object -------------------------------------------------------------------------- */
+
+void dsv_gateway_config_init(struct dsv_gateway_config *cfg) {
+        *cfg = (struct dsv_gateway_config){
+                .listen_host = "127.0.0.1",
+                .route = DSV_POLICY_ROUTE_LEAST_OUTSTANDING,
+                .max_body_bytes = 1u << 20,
+                .max_prompt_bytes = 256u << 10,
+                .max_tokens_limit = 32768,
+                .default_max_tokens = 256,
+                .connection_timeout_s = 30,
+                .max_connections = 256,
+                .request_timeout_ms = 600000,
+                .max_running_per_instance = 8,
+        };
+}
+
+int dsv_gateway_new(const struct dsv_gateway_config *cfg, struct dsv_gateway **ret_gw) {
+        if (!cfg || !ret_gw || !cfg->model || !cfg->model[0] || cfg->max_body_bytes == 0 || cfg->max_prompt_bytes == 0 ||
+            cfg->max_tokens_limit <= 0 || cfg->default_max_tokens <= 0 || cfg->request_timeout_ms == 0 ||
+            cfg->max_running_per_instance == 0 || cfg->max_connections == 0)
+                return -EINVAL;
+        struct dsv_gateway *gw = calloc(1, sizeof *gw);
+        if (!gw)
+                return -ENOMEM;
+        gw->cfg = *cfg;
+        gw->listen_host = strdup(cfg->listen_host ? cfg->listen_host : "127.0.0.1");
+        gw->model = strdup(cfg->model);
+        gw->cfg.listen_host = gw->listen_host;
+        gw->cfg.model = gw->model;
+        gw->cfg.api_keys_path = NULL;
+        int r = gw->listen_host && gw->model ? 0 : -ENOMEM;
+        if (r == 0 && cfg->api_keys_path) {
+                r = dsv__gw_keys_load(cfg->api_keys_path, &gw->keys);
+                gw->auth = r == 0;
+        }
+        bool metrics = false, calls = false;
+        if (r == 0)
+                metrics = (r = dsv__gw_metrics_init(&gw->metrics)) == 0;
+        if (r == 0)
+                calls = (r = dsv__gw_calls_init(&gw->calls, &gw->cfg, &gw->metrics)) == 0;
+        if (r == 0)
+                r = -pthread_mutex_init(&gw->hook_lock, NULL);
+        if (r < 0) {
+                if (calls)
+                        dsv__gw_calls_done(&gw->calls);
+                if (metrics)
+                        dsv__gw_metrics_done(&gw->metrics);
+                dsv__gw_keys_done(&gw->keys);
+                free(gw->listen_host);
+                free(gw->model);
+                free(gw);
+                return r;
+        }
+        *ret_gw = gw;
+        return 0;
+}
+
+void dsv_gateway_free(struct dsv_gateway *gw) {
+        if (!gw)
+                return;
+        dsv__gw_calls_shutdown(&gw->calls);
+        if (gw->mhd)
+                MHD_stop_daemon(gw->mhd);
+        gw->mhd = NULL;
+        dsv__gw_calls_done(&gw->calls);
+        dsv__gw_metrics_done(&gw->metrics);
+        pthread_mutex_destroy(&gw->hook_lock);
+        dsv__gw_keys_done(&gw->keys);
+        free(gw->listen_host);
+        free(gw->model);
+        free(gw);
+}
+
+/* ---- instances: the calls room's ---------------------------------------------------------- */
+
+int dsv_gateway_instance_add(struct dsv_gateway *gw, const struct dsv_gateway_instance_config *ic) {
+        return gw ? dsv__gw_instance_add(&gw->calls, ic) : -EINVAL;
+}
+
+int dsv_gateway_instance_set_url(struct dsv_gateway *gw, int id, const char *url) {
+        return gw ? dsv__gw_instance_set_url(&gw->calls, id, url) : -EINVAL;
+}
+
+int dsv_gateway_instance_remove(struct dsv_gateway *gw, int id) {
+        return gw ? dsv__gw_instance_remove(&gw->calls, id) : -EINVAL;
+}
+
+int dsv_gateway_instance_set_ready(struct dsv_gateway *gw, int id, bool ready) {
+        return gw ? dsv__gw_instance_set_ready(&gw->calls, id, ready) : -EINVAL;
+}
+
+int dsv_gateway_instance_set_load(struct dsv_gateway *gw, int id, const struct dsv_policy_worker_load *load) {
+        return gw ? dsv__gw_instance_set_load(&gw->calls, id, load) : -EINVAL;
+}
+
+int dsv_gateway_instance_is_up(struct dsv_gateway *gw, int id) {
+        return gw ? dsv__gw_instance_is_up(&gw->calls, id) : -EINVAL;
+}
+
+int dsv_gateway_instance_stats(struct dsv_gateway *gw, int id, struct dsv_gateway_instance_stats *ret) {
+        return gw ? dsv__gw_instance_stats(&gw->calls, id, ret) : -EINVAL;
+}
+
+/* ---- metrics: the metrics room's ---------------------------------------------------------- */
+
+int dsv_gateway_metrics_render(struct dsv_gateway *gw, char **ret_text, size_t *ret_len) {
+        if (!gw || !ret_text || !ret_len)
+                return -EINVAL;
+        struct gw_instance_sample v[DSV_GATEWAY_MAX_INSTANCES];
+        size_t n = dsv__gw_instances_sample(&gw->calls, v);
+        char *buf = NULL;
+        size_t len = 0;
+        FILE *f = open_memstream(&buf, &len);
+        if (!f)
+                return -errno;
+        int r = dsv__gw_metrics_write(&gw->metrics, f, v, n);
+        if (fclose(f) != 0 && r == 0)
+                r = -EIO;
+        if (r < 0) {
+                free(buf);
+                return r;
+        }
+        *ret_text = buf;
+        *ret_len = len;
+        return 0;
+}
+
+void dsv_gateway_set_metrics_hook(struct dsv_gateway *gw, dsv_gateway_metrics_fn fn, void *userdata) {
+        if (!gw)
+                return;
+        pthread_mutex_lock(&gw->hook_lock);
+        gw->hook = fn;
+        gw->hook_userdata = userdata;
+        pthread_mutex_unlock(&gw->hook_lock);
+}

@@ -1,0 +1,33 @@
+/* server.h — the server room's shared parts: answering over libmicrohttpd (reply.c) and
+ * the completion endpoints (completion.c), both used by server.c, which owns the gateway
+ * object, the daemon, the routing table and auth. */
+#ifndef DSV_GATEWAY_SERVER_H
+#define DSV_GATEWAY_SERVER_H
+
+#include <microhttpd.h>
+
+#include "calls.h"
+#include "metrics.h"
+#include "openai.h"
+
+struct cJSON;
+
+/* Queues a response with a copy of body; retry_after_s > 0 adds Retry-After, a 401 the
+ * WWW-Authenticate challenge. */
+enum MHD_Result dsv__gw_reply(struct MHD_Connection *conn, unsigned status, const char *type, const char *body,
+                              size_t len, uint32_t retry_after_s);
+/* Queues o as application/json (frees o). */
+enum MHD_Result dsv__gw_reply_json(struct MHD_Connection *conn, unsigned status, struct cJSON *o);
+/* Queues the error; counted in dsvisor_requests_total when count is non-NULL. */
+enum MHD_Result dsv__gw_reply_error(struct MHD_Connection *conn, const struct dsv_gw_error *e,
+                                    struct gw_metrics *count);
+enum MHD_Result dsv__gw_reply_simple_error(struct MHD_Connection *conn, int status, const char *type,
+                                           const char *code, const char *msg, struct gw_metrics *count);
+
+/* Answers POST /v1/chat/completions or /v1/completions with body[0..len): parses it, runs
+ * the call, and answers as one object or, streamed, from a content reader that blocks
+ * for the next token (MHD runs one thread per connection). */
+enum MHD_Result dsv__gw_completion(struct gw_calls *cs, struct MHD_Connection *conn, const char *body, size_t len,
+                                   enum dsv_gw_api api);
+
+#endif
