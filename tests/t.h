@@ -175,6 +175,38 @@ static inline const char *t_fixture(const char *rel) {
         return out;
 }
 
+/* The whole of a file, NUL-terminated (caller frees), and its length in *ret_len when
+ * ret_len is not NULL; NULL with errno set when it cannot be read. Reads until end of
+ * file, so pipes and /proc files work too. void * because callers read text and binary
+ * (float arrays, model bytes) alike. */
+static inline void *slurp(const char *path, size_t *ret_len) {
+        FILE *f = fopen(path, "rb");
+        if (!f)
+                return NULL;
+        size_t len = 0, cap = 4096;
+        char *buf = malloc(cap);
+        while (buf) {
+                len += fread(buf + len, 1, cap - 1 - len, f);
+                if (len < cap - 1)
+                        break;
+                char *grown = realloc(buf, cap *= 2);
+                if (!grown)
+                        free(buf);
+                buf = grown;
+        }
+        int err = !buf ? ENOMEM : ferror(f) ? EIO : 0;
+        fclose(f);
+        if (err) {
+                free(buf);
+                errno = err;
+                return NULL;
+        }
+        buf[len] = '\0';
+        if (ret_len)
+                *ret_len = len;
+        return buf;
+}
+
 int main(int argc, char **argv) {
         int passed = 0, failed = 0, skipped = 0;
         for (int i = 0; i < t_n_cases; i++) {

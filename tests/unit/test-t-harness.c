@@ -1,6 +1,6 @@
 /* The harness's own checks: each assertion holds on right values and fails, with a
  * message naming both values, on wrong ones (run from t-harness-wrong-values, one
- * case per child process); the ulp distance. */
+ * case per child process); the ulp distance; slurp(). */
 #include <float.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -100,4 +100,31 @@ TEST(a_skip_exits_77_with_its_reason) {
 TEST(a_run_of_no_case_fails) {
         char out[4096];
         ASSERT_EQ(run_case("no_such_case", out, sizeof out), 1);
+}
+
+TEST(slurp_reads_whole_files) {
+        char path[] = "/tmp/dsv-t-slurp-XXXXXX";
+        int fd = mkstemp(path);
+        ASSERT_TRUE(fd >= 0);
+        static char big[10000];
+        for (size_t i = 0; i < sizeof big; i++)
+                big[i] = (char)('a' + i % 26);
+        ASSERT_EQ(write(fd, big, sizeof big), (ssize_t)sizeof big);
+        close(fd);
+        size_t len = 0;
+        char *text = slurp(path, &len);
+        unlink(path);
+        ASSERT_TRUE(text != NULL);
+        ASSERT_EQ(len, sizeof big);
+        ASSERT_TRUE(memcmp(text, big, sizeof big) == 0);
+        ASSERT_EQ(text[len], '\0');
+        free(text);
+        /* A /proc file reports size 0 but has content. */
+        text = slurp("/proc/self/status", &len);
+        ASSERT_TRUE(text != NULL && len > 0 && strstr(text, "Pid:") != NULL);
+        ASSERT_EQ(strlen(text), len);
+        free(text);
+        errno = 0;
+        ASSERT_TRUE(slurp("/nonexistent/dsv-t-slurp", NULL) == NULL);
+        ASSERT_EQ(errno, ENOENT);
 }
