@@ -1,8 +1,9 @@
 /* The worker's scheduler on the llama3-rope-gqa fixture (no tokenizer: token-id
  * prompts): token budget per step, length grouping at admission, preemption of the
  * youngest sequence when blocks run out with unchanged output after recompute,
- * cancellation freeing blocks at once, deadlines, prefix hits, bad input codes, and a
- * request's tokens being the same alone and in a batch of 8 (greedy and seeded). */
+ * cancellation freeing blocks at once, deadlines, prefix hits, bad input codes, a
+ * request's tokens being the same alone and in a batch of 8 (greedy and seeded), and
+ * each penalty changing the tokens on its own. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -386,6 +387,55 @@ TEST(repetition_penalty_applies) {
         }
         rig_done(&g);
 }
+
+/* A greedy stream of n tokens after an 8-token prompt, with repetition penalty 1 (off)
+ * and the given presence and frequency penalties. */
+static int greedy_stream(float presence, float frequency, int32_t *out, int n) {
+        struct rig g;
+        int r = rig_init(&g, 1, 64, 64, 128);
+        if (r < 0)
+                return r;
+        int32_t ids[8];
+        prompt_for(ids, 8, g.vocab, 0);
+        struct dsv_ipc_request req = {.id = 0, .input = DSV_IPC_INPUT_TOKENS, .max_tokens = n};
+        dsv_ipc_sampling_init(&req.sampling);
+        req.sampling.repetition_penalty = 1.0f;
+        req.sampling.presence_penalty = presence;
+        req.sampling.frequency_penalty = frequency;
+        if ((r = sched_add(g.s, &req, ids, 8, now_ms())) == 0 && (r = run(&g, 1000)) >= 0)
+                r = g.ev.n_out[0] == n ? 0 : -EIO;
+        memcpy(out, g.ev.out[0], (size_t)n * sizeof *out);
+        rig_done(&g);
+        return r;
+}
+
+/* The first index at which a stream picks a token it has already output, or n. */
+static int first_repeat(const int32_t *out, int n) {
+        for (int i = 0; i < n; i++)
+                for (int j = 0; j < i; j++)
+                        if (out[i] == out[j])
+                                return i;
+        return n;
+}
+
+/* With repetition penalty off, a presence or a frequency penalty alone changes a greedy
+ * stream: the unpenalised stream falls into repeating a token; the penalised one matches
+ * it up to that point (a penalty only lowers tokens already output, which cannot change
+ * an argmax that is not one of them) and then picks something else. */
+static void penalty_alone_changes_the_stream(float presence, float frequency) {
+        int32_t plain[24], penalised[24];
+        ASSERT_OK(greedy_stream(0.0f, 0.0f, plain, 24));
+        ASSERT_OK(greedy_stream(presence, frequency, penalised, 24));
+        int k = first_repeat(plain, 24);
+        ASSERT_TRUE(k < 24); /* the fixture's greedy stream repeats within 24 tokens */
+        for (int i = 0; i < k; i++)
+                ASSERT_EQ(penalised[i], plain[i]);
+        ASSERT_TRUE(penalised[k] != plain[k]);
+        ASSERT_TRUE(first_repeat(penalised, 24) > k);
+}
+
+TEST(presence_penalty_alone_changes_the_stream) { penalty_alone_changes_the_stream(2.0f, 0.0f); }
+TEST(frequency_penalty_alone_changes_the_stream) { penalty_alone_changes_the_stream(0.0f, 2.0f); }
 
 #ifndef __SANITIZE_ADDRESS__
 /* Decode steps allocate nothing: malloc/calloc/realloc are interposed and counted while
