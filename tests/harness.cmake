@@ -11,3 +11,5 @@ add_test(NAME test-t-harness-eq-refuses-float
           ${CMAKE_SOURCE_DIR}/tests/unit/t-harness-eq-float.c)
 set_tests_properties(test-t-harness-eq-refuses-float PROPERTIES LABELS unit
   PASS_REGULAR_EXPRESSION "ASSERT_EQ compares integers")
+# The skip allow-list check that scripts/dev.sh runs after ctest.
+dsv_script_test(NAME test-check-skips SCRIPT ${CMAKE_SOURCE_DIR}/tests/unit/test-check-skips.sh LABELS unit)
