@@ -126,29 +126,29 @@ static inline void t_register(const char *name, t_fn fn) {
                         T_FAIL("%s ~ %s: %.9g vs %.9g (tol %g)", #a, #b, t_a_, t_b_, (double)(tol)); \
         } while (0)
 
-/* The distance between two floats (or doubles) in units in the last place: the number
- * of representable values between them, counted across zero; UINT64_MAX for a NaN. */
+/* The distance in units in the last place between two values given by their bit
+ * patterns (sign-magnitude), neg_zero being the pattern of -0: the number of
+ * representable values between them, counted across zero. */
+static inline uint64_t t_ulps_apart(int64_t ia, int64_t ib, int64_t neg_zero) {
+        int64_t oa = ia < 0 ? neg_zero - ia : ia; /* to a count that orders like the values */
+        int64_t ob = ib < 0 ? neg_zero - ib : ib;
+        /* The distance can exceed INT64_MAX for doubles; unsigned subtraction still gets it. */
+        return oa > ob ? (uint64_t)oa - (uint64_t)ob : (uint64_t)ob - (uint64_t)oa;
+}
+
+/* Float and double ulps apart; UINT64_MAX when either is NaN. */
 static inline uint64_t t_ulps_float(float a, float b) {
-        if (isnan(a) || isnan(b))
-                return UINT64_MAX;
         int32_t ia, ib;
         memcpy(&ia, &a, sizeof ia);
         memcpy(&ib, &b, sizeof ib);
-        int64_t oa = ia < 0 ? (int64_t)INT32_MIN - ia : ia; /* sign-magnitude to ordered */
-        int64_t ob = ib < 0 ? (int64_t)INT32_MIN - ib : ib;
-        return (uint64_t)(oa > ob ? oa - ob : ob - oa);
+        return isnan(a) || isnan(b) ? UINT64_MAX : t_ulps_apart(ia, ib, INT32_MIN);
 }
 
 static inline uint64_t t_ulps_double(double a, double b) {
-        if (isnan(a) || isnan(b))
-                return UINT64_MAX;
         int64_t ia, ib;
         memcpy(&ia, &a, sizeof ia);
         memcpy(&ib, &b, sizeof ib);
-        int64_t oa = ia < 0 ? INT64_MIN - ia : ia;
-        int64_t ob = ib < 0 ? INT64_MIN - ib : ib;
-        /* The true distance can exceed INT64_MAX; unsigned subtraction still gets it. */
-        return oa > ob ? (uint64_t)oa - (uint64_t)ob : (uint64_t)ob - (uint64_t)oa;
+        return isnan(a) || isnan(b) ? UINT64_MAX : t_ulps_apart(ia, ib, INT64_MIN);
 }
 
 /* a and b within max_ulps units in the last place of their common type (float when

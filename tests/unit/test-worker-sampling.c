@@ -34,50 +34,38 @@ static int penalise(float presence, float frequency, float *logits) {
         return 0;
 }
 
-TEST(no_penalty_leaves_the_logits) {
+/* The penalised logits, exactly, and the choice among tokens 0..3 they lead to. */
+static void expect(float presence, float frequency, const float want[VOCAB], int want_choice) {
         float l[VOCAB];
-        ASSERT_OK(penalise(0.0f, 0.0f, l));
+        ASSERT_OK(penalise(presence, frequency, l));
         for (int i = 0; i < VOCAB; i++)
-                ASSERT_FLOAT_EQ(l[i], base[i]);
-        ASSERT_EQ(argmax_below_prompt(l), 0);
+                ASSERT_FLOAT_EQ(l[i], want[i]);
+        ASSERT_EQ(argmax_below_prompt(l), want_choice);
 }
 
+TEST(no_penalty_leaves_the_logits) { expect(0.0f, 0.0f, base, 0); }
+
+/* Token 0, seen twice, is lowered once; the prompt-only token 4 is left alone. */
 TEST(presence_counts_each_output_token_once) {
-        float l[VOCAB];
-        ASSERT_OK(penalise(1.0f, 0.0f, l));
-        ASSERT_FLOAT_EQ(l[0], 2.0f); /* seen twice, lowered once */
-        ASSERT_FLOAT_EQ(l[1], base[1] - 1.0f);
-        ASSERT_FLOAT_EQ(l[2], 2.2f); /* unseen */
-        ASSERT_FLOAT_EQ(l[3], 0.0f);
-        ASSERT_FLOAT_EQ(l[4], 9.0f); /* prompt only */
-        ASSERT_EQ(argmax_below_prompt(l), 2);
+        static const float want[VOCAB] = {2.0f, 2.6f - 1.0f, 2.2f, 0.0f, 9.0f};
+        expect(1.0f, 0.0f, want, 2);
 }
 
+/* Token 0, seen twice, is lowered twice. */
 TEST(frequency_counts_each_occurrence) {
-        float l[VOCAB];
-        ASSERT_OK(penalise(0.0f, 0.5f, l));
-        ASSERT_FLOAT_EQ(l[0], 2.0f); /* seen twice, lowered twice */
-        ASSERT_FLOAT_EQ(l[1], base[1] - 0.5f);
-        ASSERT_FLOAT_EQ(l[2], 2.2f);
-        ASSERT_FLOAT_EQ(l[4], 9.0f);
-        ASSERT_EQ(argmax_below_prompt(l), 2);
+        static const float want[VOCAB] = {2.0f, 2.6f - 0.5f, 2.2f, 0.0f, 9.0f};
+        expect(0.0f, 0.5f, want, 2);
 }
 
 /* The same 0.5 as a presence penalty lowers token 0 only once: it stays the choice,
  * which is what tells the two penalties apart. */
 TEST(presence_of_the_same_size_keeps_the_choice) {
-        float l[VOCAB];
-        ASSERT_OK(penalise(0.5f, 0.0f, l));
-        ASSERT_FLOAT_EQ(l[0], 2.5f);
-        ASSERT_EQ(argmax_below_prompt(l), 0);
+        static const float want[VOCAB] = {2.5f, 2.6f - 0.5f, 2.2f, 0.0f, 9.0f};
+        expect(0.5f, 0.0f, want, 0);
 }
 
 /* A negative penalty favours what was already said. */
 TEST(negative_presence_favours_seen_tokens) {
-        float l[VOCAB];
-        ASSERT_OK(penalise(-1.0f, 0.0f, l));
-        ASSERT_FLOAT_EQ(l[0], 4.0f);
-        ASSERT_FLOAT_EQ(l[1], base[1] + 1.0f);
-        ASSERT_FLOAT_EQ(l[2], 2.2f);
-        ASSERT_EQ(argmax_below_prompt(l), 0);
+        static const float want[VOCAB] = {4.0f, 2.6f + 1.0f, 2.2f, 0.0f, 9.0f};
+        expect(-1.0f, 0.0f, want, 0);
 }
