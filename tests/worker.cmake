@@ -3,6 +3,9 @@
 if(TARGET dsvisor-worker)
   dsv_test(NAME test-engine-kv SOURCES unit/test-engine-kv.c LIBS dse LABELS unit TIMEOUT 300)
   dsv_test(NAME test-worker-sched SOURCES unit/test-worker-sched.c LIBS dsv_worker_core LABELS unit TIMEOUT 300)
+  dsv_test(NAME test-worker-sampling SOURCES unit/test-worker-sampling.c LIBS dsv_worker_core LABELS unit)
+  dsv_test(NAME test-worker-sched-alloc SOURCES unit/test-worker-sched-alloc.c LIBS dsv_worker_core LABELS unit
+           TIMEOUT 300)
   dsv_test(NAME test-worker-ipc SOURCES integration/test-worker-ipc.c LIBS dse dsv_ipc LABELS integration TIMEOUT 300)
   add_dependencies(test-worker-ipc dsvisor-worker)
   target_include_directories(test-worker-ipc PRIVATE ${CMAKE_SOURCE_DIR}/bench) # worker-client.h

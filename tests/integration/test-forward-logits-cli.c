@@ -50,26 +50,6 @@ static int read_ints(const char *s, int32_t *v, int max) {
         return n;
 }
 
-static char *slurp(const char *path, size_t *len) {
-        FILE *f = fopen(path, "rb");
-        if (!f)
-                return NULL;
-        fseek(f, 0, SEEK_END);
-        long n = ftell(f);
-        fseek(f, 0, SEEK_SET);
-        char *b = malloc((size_t)n + 1);
-        if (b && fread(b, 1, (size_t)n, f) != (size_t)n) {
-                free(b);
-                b = NULL;
-        }
-        fclose(f);
-        if (b) {
-                b[n] = 0;
-                *len = (size_t)n;
-        }
-        return b;
-}
-
 TEST(logits_match_reference) {
         ASSERT_OK(setup());
         char dir[1024], path[2200], cmd[16384], out[8192];

@@ -40,7 +40,8 @@ struct ctx {
         char self_cgroup[4096];
 };
 
-static int slurp(const char *path, char *buf, size_t size) {
+/* A small file's text into buf, trailing newlines dropped: its length, or -errno. */
+static int read_text(const char *path, char *buf, size_t size) {
         int fd = open(path, O_RDONLY | O_CLOEXEC);
         if (fd < 0)
                 return -errno;
@@ -68,7 +69,7 @@ static int spew(const char *path, const char *value) {
 static int read_in(const char *dir, const char *name, const char *file, char *buf, size_t size) {
         char p[1200];
         snprintf(p, sizeof p, "%s/%s/%s", dir, name, file);
-        return slurp(p, buf, size);
+        return read_text(p, buf, size);
 }
 
 static bool exists_in(const char *dir, const char *name) {
@@ -81,7 +82,7 @@ static int ctx_init(struct ctx *c) {
         memset(c, 0, sizeof *c);
         for (int i = 0; i < MAX_KIDS; i++)
                 c->pidfd[i] = -1;
-        int r = slurp("/proc/self/cgroup", c->self_cgroup, sizeof c->self_cgroup);
+        int r = read_text("/proc/self/cgroup", c->self_cgroup, sizeof c->self_cgroup);
         if (r < 0)
                 return r;
         struct dsv_cgroup_config cfg = {0};
@@ -181,7 +182,7 @@ static int ctx_cleanup(struct ctx *c) {
 static bool proc_cgroup_has(pid_t pid, const char *ctrl, const char *path) {
         char p[64], buf[4096], want[1200];
         snprintf(p, sizeof p, "/proc/%d/cgroup", (int)pid);
-        if (slurp(p, buf, sizeof buf) < 0)
+        if (read_text(p, buf, sizeof buf) < 0)
                 return false;
         for (char *line = strtok(buf, "\n"); line; line = strtok(NULL, "\n")) {
                 char *c1 = strchr(line, ':'), *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
@@ -219,7 +220,7 @@ static void own_rel(const struct ctx *c, const char *ctrl, char *buf, size_t siz
 /* The mode, decided independently from the mount table. */
 static void mode_detect_matches_mount_table_body(void) {
         char mounts[65536];
-        ASSERT_OK(slurp("/proc/self/mounts", mounts, sizeof mounts));
+        ASSERT_OK(read_text("/proc/self/mounts", mounts, sizeof mounts));
         enum dsv_cgroup_mode want = DSV_CGROUP_MODE_LEGACY;
         if (strstr(mounts, " /sys/fs/cgroup cgroup2 "))
                 want = DSV_CGROUP_MODE_UNIFIED;
@@ -384,7 +385,7 @@ static void real_groups_limits_spawn_kill_remove_body(void) {
         char now[4096];
         ASSERT_OK(r);
         ASSERT_EQ(count_fds(), fds);
-        ASSERT_OK(slurp("/proc/self/cgroup", now, sizeof now));
+        ASSERT_OK(read_text("/proc/self/cgroup", now, sizeof now));
         ASSERT_STREQ(now, c.self_cgroup);
 }
 
@@ -589,7 +590,7 @@ static int delegate_child(const char *own_abs, const char *own_rel_path, const c
         snprintf(p, sizeof p, "%s/supervisor/cgroup.procs", own_abs);
         char pid[32];
         snprintf(pid, sizeof pid, "%d", (int)getpid());
-        if (!ret && (slurp(p, buf, sizeof buf) < 0 || strcmp(buf, pid) != 0))
+        if (!ret && (read_text(p, buf, sizeof buf) < 0 || strcmp(buf, pid) != 0))
                 ret = 26;
         if (!ret && (dsv_cgroup_host_info(h, &info) < 0 || !(info.v2_enabled & DSV_CGROUP_CTRL_HUGETLB)))
                 ret = 27;
@@ -650,7 +651,7 @@ static void delegate_real(char *own_abs, size_t size, bool *restore) {
         if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
                 T_FAIL("delegation child failed (status 0x%x)", st);
         char now[4096];
-        ASSERT_OK(slurp("/proc/self/cgroup", now, sizeof now));
+        ASSERT_OK(read_text("/proc/self/cgroup", now, sizeof now));
         ASSERT_STREQ(now, c.self_cgroup);
 }
 
@@ -702,7 +703,7 @@ static int snap_walk(const char *path, const struct stat *st, int flag, struct F
                 return 0;
         char content[256] = "";
         if (!dir)
-                slurp(path, content, sizeof content);
+                read_text(path, content, sizeof content);
         int n = snprintf(snap_buf + snap_len, SNAP_BYTES - snap_len, "%s:%s%s%s\n", snap_tag, path + snap_root_len,
                          dir ? "/" : " = ", content);
         if (n < 0 || (size_t)n >= SNAP_BYTES - snap_len)
@@ -829,7 +830,7 @@ static int parent_cycles_child(const struct gset *g, const char *proc_file, int 
 static int busy_level_child(const struct gset *g, const char *proc_file) {
         char p[1300], buf[256];
         snprintf(p, sizeof p, "%s/cgroup.controllers", g->dir[4]);
-        if (!g->dir[4][0] || slurp(p, buf, sizeof buf) <= 0)
+        if (!g->dir[4][0] || read_text(p, buf, sizeof buf) <= 0)
                 return 0; /* nothing G could enable: no rule to check */
         snprintf(p, sizeof p, "%s/inference", g->dir[4]);
         if (mkdir(p, 0755) < 0)
@@ -971,7 +972,7 @@ static int sweep_group(const char *path) {
         closedir(d);
         char procs_path[1400], procs[4096];
         snprintf(procs_path, sizeof procs_path, "%s/cgroup.procs", path);
-        for (int tries = 0; tries < 500 && slurp(procs_path, procs, sizeof procs) > 0; tries++) {
+        for (int tries = 0; tries < 500 && read_text(procs_path, procs, sizeof procs) > 0; tries++) {
                 for (char *t = strtok(procs, "\n"); t; t = strtok(NULL, "\n"))
                         kill((pid_t)atoi(t), SIGKILL);
                 usleep(10000);
@@ -1027,7 +1028,7 @@ static void run_isolated(void (*body)(void)) {
         if (info.v2_own[0] && !(info.v2_enabled & DSV_CGROUP_CTRL_HUGETLB)) {
                 char p[700], now[256];
                 snprintf(p, sizeof p, "%s/cgroup.subtree_control", info.v2_own);
-                if (slurp(p, now, sizeof now) >= 0 && strstr(now, "hugetlb")) {
+                if (read_text(p, now, sizeof now) >= 0 && strstr(now, "hugetlb")) {
                         spew(p, "-hugetlb");
                         restored = 1;
                 }

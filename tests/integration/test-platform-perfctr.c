@@ -312,10 +312,8 @@ static const char *v2_root(void) {
 
 TEST(cgroup_mode_counts_a_child_in_the_group) {
         const char *root = v2_root();
-        if (!root || geteuid() != 0) {
-                fprintf(stderr, "  skipped: needs root and a cgroup2 mount\n");
-                return;
-        }
+        if (!root || geteuid() != 0)
+                T_SKIP("needs root and a cgroup2 mount");
         char dir[256], procs[300];
         snprintf(dir, sizeof dir, "%s/dsv-test-perfctr-%d", root, (int)getpid());
         snprintf(procs, sizeof procs, "%s/cgroup.procs", dir);

@@ -89,8 +89,14 @@ TEST(fifo_eperm_without_rt_runtime_then_granted) {
 int main_skip_check(void) __attribute__((constructor));
 int main_skip_check(void) {
         char own[400], path[600];
-        if (geteuid() != 0 || own_cpu_group(own, sizeof own) < 0)
+        if (geteuid() != 0) {
+                printf("SKIP: needs root to create a cpu group\n");
                 exit(77);
+        }
+        if (own_cpu_group(own, sizeof own) < 0) {
+                printf("SKIP: no cgroup v1 cpu hierarchy here\n");
+                exit(77);
+        }
         snprintf(path, sizeof path, "%s/cpu.rt_runtime_us", own);
         if (access(path, W_OK) < 0) {
                 printf("SKIP: no RT group scheduling here (%s)\n", path);

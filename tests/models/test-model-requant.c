@@ -28,26 +28,6 @@
 #define NOISE_MEAN_ABS 0.5
 #define NOISE_TOP1 0.6
 
-static void *slurp(const char *path, size_t *len) {
-        FILE *f = fopen(path, "rb");
-        if (!f)
-                return NULL;
-        fseek(f, 0, SEEK_END);
-        long n = ftell(f);
-        fseek(f, 0, SEEK_SET);
-        char *b = malloc((size_t)n + 1);
-        if (b && fread(b, 1, (size_t)n, f) != (size_t)n) {
-                free(b);
-                b = NULL;
-        }
-        fclose(f);
-        if (b) {
-                b[n] = 0;
-                *len = (size_t)n;
-        }
-        return b;
-}
-
 static int argmax(const float *v, int n) {
         int best = 0;
         for (int i = 1; i < n; i++)

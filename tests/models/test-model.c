@@ -27,30 +27,10 @@
 #define ROW2_TOP1 0.9
 #define N_DECODE 16
 
-static void *read_file(const char *path, size_t *ret_len) {
-        FILE *f = fopen(path, "rb");
-        if (!f)
-                return NULL;
-        fseek(f, 0, SEEK_END);
-        long n = ftell(f);
-        fseek(f, 0, SEEK_SET);
-        char *buf = malloc((size_t)n + 1);
-        if (buf && fread(buf, 1, (size_t)n, f) != (size_t)n) {
-                free(buf);
-                buf = NULL;
-        }
-        fclose(f);
-        if (buf) {
-                buf[n] = 0;
-                *ret_len = (size_t)n;
-        }
-        return buf;
-}
-
 /* A flat JSON array of integers. */
 static int read_ids(const char *path, int32_t *ids, int max) {
         size_t len;
-        char *s = read_file(path, &len);
+        char *s = slurp(path, &len);
         if (!s)
                 return -errno;
         int n = 0;
@@ -126,9 +106,9 @@ static void run_fixture(const char *name, int quantized) {
         int V = dse_model_vocab_size(model);
         size_t len_l = 0, len_d = 0;
         snprintf(path, sizeof path, "%s/ref/logits.f32", dir);
-        float *ref_logits = read_file(path, &len_l);
+        float *ref_logits = slurp(path, &len_l);
         snprintf(path, sizeof path, "%s/ref/decode_logits.f32", dir);
-        float *ref_decode = read_file(path, &len_d);
+        float *ref_decode = slurp(path, &len_d);
         if (P <= 0 || G != N_DECODE || V <= 0 || !ref_logits || !ref_decode ||
             len_l != (size_t)P * V * 4 || len_d != (size_t)N_DECODE * V * 4) {
                 free(ref_logits);

@@ -8,27 +8,6 @@
 #include "dse.h"
 #include "t.h"
 
-static char *slurp(const char *path, size_t *ret_len) {
-        FILE *f = fopen(path, "rb");
-        if (!f)
-                return NULL;
-        fseek(f, 0, SEEK_END);
-        long n = ftell(f);
-        fseek(f, 0, SEEK_SET);
-        char *buf = malloc((size_t)n + 1);
-        if (buf && fread(buf, 1, (size_t)n, f) != (size_t)n) {
-                free(buf);
-                buf = NULL;
-        }
-        fclose(f);
-        if (buf) {
-                buf[n] = '\0';
-                if (ret_len)
-                        *ret_len = (size_t)n;
-        }
-        return buf;
-}
-
 /* First differing byte, with a little context, for a failure message. */
 static void show_diff(const char *id, const char *want, const char *got) {
         size_t i = 0;

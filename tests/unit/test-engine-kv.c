@@ -224,7 +224,7 @@ TEST(prefix_sharing) {
         ASSERT_EQ(cached, 32);
         one = (struct dse_batch_seq){sb, bids + cached, N - cached, last};
         ASSERT_OK(dse_batch_step(b, &one, 1, &diag));
-        ASSERT_TRUE(max_diff(last, ref + (size_t)(N - 1) * V, V) == 0.0);
+        ASSERT_FLOAT_EQ(max_diff(last, ref + (size_t)(N - 1) * V, V), 0.0);
         dse_kv_cache_stats(kv, &st);
         ASSERT_EQ(st.n_used, 4); /* 3 + B's own last block, not 6 */
         ASSERT_EQ(st.prefix_hit_tokens, 32);
@@ -241,7 +241,7 @@ TEST(prefix_sharing) {
         one = (struct dse_batch_seq){sc, a + 32, N - 32, last};
         ASSERT_OK(dse_batch_step(b, &one, 1, &diag));
         float *ref_a = session_logits(m, a, N);
-        ASSERT_TRUE(max_diff(last, ref_a + (size_t)(N - 1) * V, V) == 0.0);
+        ASSERT_FLOAT_EQ(max_diff(last, ref_a + (size_t)(N - 1) * V, V), 0.0);
         free(ref_a);
         free(ref);
         free(last);
@@ -342,7 +342,7 @@ TEST(prefault_makes_pool_resident_keeping_contents) {
         ASSERT_TRUE(before > 0 && after - before >= (long)(pool_bytes / 10 * 9));
         one = (struct dse_batch_seq){s, a + N - 1, 1, last};
         ASSERT_OK(dse_batch_step(b, &one, 1, &diag));
-        ASSERT_TRUE(max_diff(last, ref + (size_t)(N - 1) * V, V) == 0.0);
+        ASSERT_FLOAT_EQ(max_diff(last, ref + (size_t)(N - 1) * V, V), 0.0);
         ASSERT_ERR(dse_kv_cache_prefault(NULL, &diag), -EINVAL);
         free(last);
         free(ref);

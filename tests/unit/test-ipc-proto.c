@@ -306,8 +306,8 @@ TEST(logprobs_are_clamped_into_range) {
         m.u.token = (struct dsv_ipc_token){.id = 1, .token = 2, .text = "", .logprob = 1e-8f, .top = top, .n_top = 2};
         struct dsv_ipc_msg f, c;
         ASSERT_OK(both_ways(&m, &f, &c));
-        ASSERT_TRUE(f.u.token.logprob == 0.0f);
-        ASSERT_TRUE(f.u.token.top[0].logprob == -1e30f);
+        ASSERT_FLOAT_EQ(f.u.token.logprob, 0.0f);
+        ASSERT_FLOAT_EQ(f.u.token.top[0].logprob, -1e30f);
         ASSERT_TRUE(same_token(&f.u.token, &c.u.token));
         dsv_ipc_msg_done(&f);
         dsv_ipc_msg_done(&c);

@@ -83,10 +83,8 @@ TEST(ipc_socket_is_private) {
 }
 
 TEST(foreign_uid_peer_is_dropped) {
-        if (getuid() != 0) {
-                fprintf(stderr, "  (needs root to connect as another uid)\n");
-                return;
-        }
+        if (getuid() != 0)
+                T_SKIP("needs root to connect as another uid");
         char dir[] = "/tmp/dsv-ipc-XXXXXX";
         ASSERT_TRUE(mkdtemp(dir) != NULL);
         char url[320], path[100];

@@ -75,18 +75,18 @@ TEST(crc32c_reference_vector) {
 }
 
 TEST(element_conversions) {
-        ASSERT_EQ(dse__f16_to_f32(0x3c00), 1.0f);
-        ASSERT_EQ(dse__f16_to_f32(0xc000), -2.0f);
-        ASSERT_EQ(dse__f16_to_f32(0x0001), 5.9604644775390625e-8f); /* smallest subnormal */
-        ASSERT_EQ(dse__f16_to_f32(0x7bff), 65504.0f);
-        ASSERT_EQ(dse__bf16_to_f32(0x3f80), 1.0f);
+        ASSERT_FLOAT_EQ(dse__f16_to_f32(0x3c00), 1.0f);
+        ASSERT_FLOAT_EQ(dse__f16_to_f32(0xc000), -2.0f);
+        ASSERT_FLOAT_EQ(dse__f16_to_f32(0x0001), 5.9604644775390625e-8f); /* smallest subnormal */
+        ASSERT_FLOAT_EQ(dse__f16_to_f32(0x7bff), 65504.0f);
+        ASSERT_FLOAT_EQ(dse__bf16_to_f32(0x3f80), 1.0f);
         ASSERT_EQ(dse__f32_to_bf16(1.0f), 0x3f80);
         ASSERT_EQ(dse__f32_to_bf16(1.00390625f), 0x3f80); /* tie to even */
         ASSERT_EQ(dse__f32_to_bf16(1.01171875f), 0x3f82); /* tie to even, upwards */
-        ASSERT_EQ(dse__e4m3_to_f32(0x7e), 448.0f);
-        ASSERT_EQ(dse__e4m3_to_f32(0x38), 1.0f);
-        ASSERT_EQ(dse__e4m3_to_f32(0x01), 0.001953125f); /* 2^-9 */
-        ASSERT_EQ(dse__e4m3_to_f32(0xb8), -1.0f);
+        ASSERT_FLOAT_EQ(dse__e4m3_to_f32(0x7e), 448.0f);
+        ASSERT_FLOAT_EQ(dse__e4m3_to_f32(0x38), 1.0f);
+        ASSERT_FLOAT_EQ(dse__e4m3_to_f32(0x01), 0.001953125f); /* 2^-9 */
+        ASSERT_FLOAT_EQ(dse__e4m3_to_f32(0xb8), -1.0f);
         ASSERT_TRUE(isnan(dse__e4m3_to_f32(0x7f)));
 }
 

@@ -54,27 +54,6 @@ static inline int copy_file(const char *from, const char *to) {
         return ok ? 0 : -1;
 }
 
-/* Reads a whole file into memory (caller frees). */
-static inline void *slurp(const char *path, size_t *ret_len) {
-        FILE *f = fopen(path, "rb");
-        if (!f)
-                return NULL;
-        fseek(f, 0, SEEK_END);
-        long n = ftell(f);
-        fseek(f, 0, SEEK_SET);
-        void *buf = malloc((size_t)n + 1);
-        if (buf && fread(buf, 1, (size_t)n, f) != (size_t)n) {
-                free(buf);
-                buf = NULL;
-        }
-        fclose(f);
-        if (buf) {
-                ((char *)buf)[n] = 0;
-                *ret_len = (size_t)n;
-        }
-        return buf;
-}
-
 /* A minimal, independent safetensors lookup for the tests: finds "name" in the JSON
  * header of `path` by string search and returns a malloc'ed copy of its bytes. Good
  * enough for the fixtures, whose headers are machine-written. */

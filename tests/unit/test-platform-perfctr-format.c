@@ -40,7 +40,7 @@ TEST(rates_leave_out_what_was_not_counted_twice) {
         struct dsv_perfctr_rates r;
         ASSERT_OK(dsv_perfctr_rates_compute(&a, &b, &r));
         ASSERT_EQ(r.valid, 0); /* faults decreased; cycles and voluntary valid in one sample only */
-        ASSERT_EQ(r.per_s[DSV_PERF_PAGE_FAULTS], 0);
+        ASSERT_FLOAT_EQ(r.per_s[DSV_PERF_PAGE_FAULTS], 0.0);
 }
 
 TEST(rates_need_a_later_sample) {

@@ -11,23 +11,7 @@ static char *seed(const char *name, size_t *ret_len) {
         char path[4096];
         const char *src = getenv("DSV_SOURCE_DIR");
         snprintf(path, sizeof path, "%s/tests/fuzz/fuzz-tokenizer-load.seeds/%s", src ? src : "..", name);
-        FILE *f = fopen(path, "rb");
-        if (!f)
-                return NULL;
-        fseek(f, 0, SEEK_END);
-        long n = ftell(f);
-        rewind(f);
-        char *buf = malloc((size_t)n + 1);
-        if (buf && fread(buf, 1, (size_t)n, f) != (size_t)n) {
-                free(buf);
-                buf = NULL;
-        }
-        fclose(f);
-        if (buf) {
-                buf[n] = '\0';
-                *ret_len = (size_t)n;
-        }
-        return buf;
+        return slurp(path, ret_len);
 }
 
 static struct dse_tokenizer *load_seed(const char *name) {

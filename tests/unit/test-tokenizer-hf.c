@@ -12,26 +12,6 @@
 
 #define MAX_SHOWN 5
 
-static char *slurp(const char *path, size_t *ret_len) {
-        FILE *f = fopen(path, "rb");
-        if (!f)
-                return NULL;
-        fseek(f, 0, SEEK_END);
-        long n = ftell(f);
-        rewind(f);
-        char *buf = malloc((size_t)n + 1);
-        if (buf && fread(buf, 1, (size_t)n, f) != (size_t)n) {
-                free(buf);
-                buf = NULL;
-        }
-        fclose(f);
-        if (buf) {
-                buf[n] = '\0';
-                *ret_len = (size_t)n;
-        }
-        return buf;
-}
-
 static void show_ids(const struct dse_tokenizer *tok, const char *label, const int32_t *ids, int n, int at) {
         fprintf(stderr, "    %s:", label);
         for (int i = at - 3 < 0 ? 0 : at - 3; i < n && i <= at + 3; i++) {

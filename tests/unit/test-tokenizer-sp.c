@@ -14,26 +14,6 @@
 #error "SPM_NAME must name the fixture model"
 #endif
 
-static char *slurp(const char *path, size_t *ret_len) {
-        FILE *f = fopen(path, "rb");
-        if (!f)
-                return NULL;
-        fseek(f, 0, SEEK_END);
-        long n = ftell(f);
-        fseek(f, 0, SEEK_SET);
-        char *buf = malloc((size_t)n + 1);
-        if (buf && fread(buf, 1, (size_t)n, f) != (size_t)n) {
-                free(buf);
-                buf = NULL;
-        }
-        fclose(f);
-        if (buf) {
-                buf[n] = '\0';
-                *ret_len = (size_t)n;
-        }
-        return buf;
-}
-
 static void put_utf8(char *out, size_t *len, uint32_t cp) {
         if (cp < 0x80) {
                 out[(*len)++] = (char)cp;

@@ -198,28 +198,11 @@ TEST(bpe_unused_piece_is_resegmented) {
         dse_tokenizer_free(tok);
 }
 
-static char *slurp_fixture(const char *rel, size_t *ret_len) {
-        FILE *f = fopen(t_fixture(rel), "rb");
-        if (!f)
-                return NULL;
-        fseek(f, 0, SEEK_END);
-        long n = ftell(f);
-        fseek(f, 0, SEEK_SET);
-        char *buf = malloc((size_t)n);
-        if (buf && fread(buf, 1, (size_t)n, f) != (size_t)n) {
-                free(buf);
-                buf = NULL;
-        }
-        fclose(f);
-        *ret_len = (size_t)n;
-        return buf;
-}
-
 /* Cutting a real model inside its last field fails; cutting it anywhere either fails
  * with -EBADMSG or (at a field boundary) loads a shorter valid model. */
 TEST(truncated_file) {
         size_t len;
-        char *model = slurp_fixture("tokenizers/models/sp_bpe/sp_bpe.model", &len);
+        char *model = slurp(t_fixture("tokenizers/models/sp_bpe/sp_bpe.model"), &len);
         ASSERT_TRUE(model);
         struct dse_diag d;
         struct dse_tokenizer *tok = NULL;

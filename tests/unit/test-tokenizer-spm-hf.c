@@ -18,24 +18,6 @@
 
 static char model_path[4096], tmp_dir[64];
 
-/* The bytes of a file (malloc'd) and its size, or NULL. */
-static char *read_all(const char *path, size_t *ret_len) {
-        FILE *f = fopen(path, "rb");
-        if (!f)
-                return NULL;
-        char *buf = NULL;
-        long n = fseek(f, 0, SEEK_END) == 0 ? ftell(f) : -1;
-        if (n >= 0 && fseek(f, 0, SEEK_SET) == 0 && (buf = malloc((size_t)n + 1)) && fread(buf, 1, (size_t)n, f) == (size_t)n)
-                buf[n] = '\0';
-        else {
-                free(buf);
-                buf = NULL;
-        }
-        fclose(f);
-        *ret_len = (size_t)(n < 0 ? 0 : n);
-        return buf;
-}
-
 /* spm_encode --output_format=id of one line of text with the model at path. Returns
  * the count, or -1. */
 static int spm_ref(const char *path, const char *text, int32_t *ids, int max) {
@@ -102,7 +84,7 @@ static int same_ids(const char *what, const int32_t *got, int n_got, const int32
 
 static struct dse_tokenizer *load_model_with_config(const char *path, const char *config) {
         size_t len;
-        char *model = read_all(path, &len);
+        char *model = slurp(path, &len);
         struct dse_tokenizer *tok = NULL;
         struct dse_diag diag = {{0}};
         int r = model ? dse_tokenizer_load_spm_hf(model, len, config, strlen(config), &tok, &diag) : -1;
@@ -154,7 +136,7 @@ TEST(default_folder_config) {
 /* Without the config the .model keeps SentencePiece's semantics: "<s>" is text. */
 TEST(plain_model_keeps_spm_semantics) {
         size_t len;
-        char *model = read_all(model_path, &len);
+        char *model = slurp(model_path, &len);
         ASSERT_TRUE(model);
         struct dse_tokenizer *tok = NULL;
         int r = dse_tokenizer_load_spm(model, len, &tok, NULL);
@@ -198,7 +180,7 @@ TEST(config_forms) {
 
         struct dse_diag diag = {{0}};
         size_t len;
-        char *model = read_all(model_path, &len);
+        char *model = slurp(model_path, &len);
         ASSERT_TRUE(model);
         static const char *const bad[] = {
                 "{\"bos_token\": \"<nope>\"}",
@@ -240,7 +222,7 @@ static long long varint(const unsigned char *buf, size_t len, size_t *p) {
  * its field 3) set to false; 0 on success. */
 static int write_bare_model(const char *in, const char *out) {
         size_t len;
-        unsigned char *m = (unsigned char *)read_all(in, &len);
+        unsigned char *m = (unsigned char *)slurp(in, &len);
         int done = -1;
         for (size_t p = 0; m && p < len && done < 0;) {
                 long long key = varint(m, len, &p);

@@ -22,27 +22,6 @@ static int run(const char *cmd) {
         return r;
 }
 
-static char *slurp(const char *path, size_t *ret_len) {
-        FILE *f = fopen(path, "rb");
-        if (!f)
-                return NULL;
-        fseek(f, 0, SEEK_END);
-        long n = ftell(f);
-        fseek(f, 0, SEEK_SET);
-        char *buf = malloc((size_t)n + 1);
-        if (buf && fread(buf, 1, (size_t)n, f) != (size_t)n) {
-                free(buf);
-                buf = NULL;
-        }
-        fclose(f);
-        if (buf) {
-                buf[n] = '\0';
-                if (ret_len)
-                        *ret_len = (size_t)n;
-        }
-        return buf;
-}
-
 /* Splits buf in place into lines (without '\n'); returns the count. */
 static int split_lines(char *buf, char **lines, int max) {
         int n = 0;

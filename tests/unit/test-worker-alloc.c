@@ -255,4 +255,6 @@ TEST(per_token_path_allocates_only_nng_messages) {
         char cmd[128];
         snprintf(cmd, sizeof cmd, "rm -rf '%s'", cache);
         ASSERT_EQ(system(cmd), 0);
+        if (!COUNTING)
+                T_SKIP("ASan brings its own allocator: the loop ran, its allocations were not counted");
 }

@@ -1,134 +1,11 @@
 /* The worker's scheduler on the llama3-rope-gqa fixture (no tokenizer: token-id
  * prompts): token budget per step, length grouping at admission, preemption of the
  * youngest sequence when blocks run out with unchanged output after recompute,
- * cancellation freeing blocks at once, deadlines, prefix hits, bad input codes, and a
- * request's tokens being the same alone and in a batch of 8 (greedy and seeded). */
-#include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <time.h>
-
-#include "dse.h"
-#include "dsv_ipc.h"
-#include "scheduler.h"
+ * cancellation freeing blocks at once, deadlines, prefix hits, bad input codes, a
+ * request's tokens being the same alone and in a batch of 8 (greedy and seeded), and
+ * each penalty changing the tokens on its own. */
 #include "t.h"
-
-#define MAX_REQ 16
-#define MAX_OUT 64
-
-struct events {
-        int32_t out[MAX_REQ][MAX_OUT]; /* by request id */
-        int n_out[MAX_REQ];
-        char reason[MAX_REQ][16];
-        int error[MAX_REQ];            /* code + 1, 0: none */
-        int n_final, n_error;
-};
-
-static void on_event(void *user, const struct dsv_ipc_msg *m) {
-        struct events *ev = user;
-        switch (m->type) {
-        case DSV_IPC_TOKEN:
-                if (m->u.token.id < MAX_REQ && ev->n_out[m->u.token.id] < MAX_OUT)
-                        ev->out[m->u.token.id][ev->n_out[m->u.token.id]++] = m->u.token.token;
-                break;
-        case DSV_IPC_FINAL:
-                if (m->u.final.id < MAX_REQ)
-                        snprintf(ev->reason[m->u.final.id], 16, "%s", m->u.final.finish_reason);
-                ev->n_final++;
-                break;
-        case DSV_IPC_ERROR:
-                if (m->u.error.id < MAX_REQ)
-                        ev->error[m->u.error.id] = (int)m->u.error.code + 1;
-                ev->n_error++;
-                break;
-        default:
-                break;
-        }
-}
-
-static int64_t now_ms(void) {
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-struct rig {
-        struct dse_model *m;
-        struct dse_kv_cache *kv;
-        struct dse_batch *b;
-        struct sched *s;
-        struct events ev;
-        int vocab;
-};
-
-static struct dse_model *model;
-
-static struct dse_model *fixture_model(void) {
-        if (model)
-                return model;
-        char dir[1024], native[4096];
-        snprintf(dir, sizeof dir, "%s/llama3-rope-gqa", t_fixture("models"));
-        if (!getenv("DSV_CACHE_DIR") && getenv("DSV_BUILD_DIR")) {
-                char cache[1100];
-                snprintf(cache, sizeof cache, "%s/model-cache", getenv("DSV_BUILD_DIR"));
-                setenv("DSV_CACHE_DIR", cache, 1);
-        }
-        struct dse_diag diag = {{0}};
-        if (dse_model_resolve(dir, native, sizeof native, &diag) < 0 || dse_model_open(native, 0, &model, &diag) < 0)
-                fprintf(stderr, "  fixture: %s\n", diag.msg);
-        return model;
-}
-
-/* kv_blocks: pool size in blocks of 16 tokens. */
-static int rig_init(struct rig *g, int max_batch, int budget, int kv_blocks, int n_ctx) {
-        memset(g, 0, sizeof *g);
-        if (!(g->m = fixture_model()))
-                return -ENOENT;
-        g->vocab = dse_model_vocab_size(g->m);
-        struct dse_kv_cache *probe;
-        int r = dse_kv_cache_new(g->m, 1 << 20, 16, 1, 16, &probe, NULL);
-        if (r < 0)
-                return r;
-        size_t bb = dse_kv_cache_block_bytes(probe);
-        dse_kv_cache_free(probe);
-        if ((r = dse_kv_cache_new(g->m, bb * (size_t)kv_blocks, 16, max_batch, n_ctx, &g->kv, NULL)) < 0 ||
-            (r = dse_batch_new(g->m, g->kv, NULL, &g->b, NULL)) < 0)
-                return r;
-        struct sched_config cfg = {max_batch, budget, n_ctx, 32};
-        return sched_new(&cfg, g->m, NULL, g->kv, g->b, on_event, &g->ev, &g->s);
-}
-
-static void rig_done(struct rig *g) {
-        sched_free(g->s);
-        dse_batch_free(g->b);
-        dse_kv_cache_free(g->kv);
-}
-
-static void prompt_for(int32_t *ids, int n, int vocab, int salt) {
-        for (int i = 0; i < n; i++)
-                ids[i] = (int32_t)((i * 131 + 7 + salt * 57) % vocab);
-}
-
-static int add(struct rig *g, uint64_t id, int n_prompt, int salt, int max_tokens, float temperature, uint64_t seed) {
-        int32_t ids[256];
-        prompt_for(ids, n_prompt, g->vocab, salt);
-        struct dsv_ipc_request req = {.id = id, .input = DSV_IPC_INPUT_TOKENS, .max_tokens = max_tokens};
-        dsv_ipc_sampling_init(&req.sampling);
-        req.sampling.temperature = temperature;
-        req.sampling.seed = seed;
-        req.sampling.has_seed = 1;
-        return sched_add(g->s, &req, ids, (size_t)n_prompt, now_ms());
-}
-
-static int run(struct rig *g, int max_steps) {
-        int steps = 0;
-        while (sched_busy(g->s) && steps < max_steps) {
-                if (sched_step(g->s, now_ms()) < 0)
-                        return -EIO;
-                steps++;
-        }
-        return steps;
-}
+#include "worker-sched-rig.h"
 
 /* Each of 8 requests alone, then all 8 together: identical tokens. */
 static void batch_equals_alone(float temperature) {
@@ -387,66 +264,54 @@ TEST(repetition_penalty_applies) {
         rig_done(&g);
 }
 
-#ifndef __SANITIZE_ADDRESS__
-/* Decode steps allocate nothing: malloc/calloc/realloc are interposed and counted while
- * four streams decode with every sampling feature (greedy, temperature, top-k, top-p,
- * min-p, penalties, logprobs). */
-extern void *__libc_malloc(size_t);
-extern void *__libc_calloc(size_t, size_t);
-extern void *__libc_realloc(void *, size_t);
-static int counting;
-static long n_allocs;
-
-void *malloc(size_t n) {
-        n_allocs += counting;
-        return __libc_malloc(n);
-}
-
-void *calloc(size_t a, size_t b) {
-        n_allocs += counting;
-        return __libc_calloc(a, b);
-}
-
-void *realloc(void *p, size_t n) {
-        n_allocs += counting;
-        return __libc_realloc(p, n);
-}
-
-TEST(decode_steps_do_not_allocate) {
+/* A greedy stream of n tokens after an 8-token prompt, with repetition penalty 1 (off)
+ * and the given presence and frequency penalties. */
+static int greedy_stream(float presence, float frequency, int32_t *out, int n) {
         struct rig g;
-        ASSERT_OK(rig_init(&g, 4, 64, 64, 128));
-        int32_t ids[16];
-        prompt_for(ids, 16, g.vocab, 0);
-        for (int i = 0; i < 4; i++) { /* greedy, temperature, top-k + top-p + min-p, penalties */
-                struct dsv_ipc_request req = {.id = (uint64_t)i, .input = DSV_IPC_INPUT_TOKENS, .max_tokens = 60};
-                dsv_ipc_sampling_init(&req.sampling);
-                req.sampling.temperature = i == 0 ? 0.0f : 0.8f;
-                req.sampling.top_k = i == 2 ? 40 : 0;
-                req.sampling.top_p = i == 2 ? 0.9f : 1.0f;
-                req.sampling.min_p = i == 2 ? 0.05f : 0.0f;
-                req.sampling.repetition_penalty = i == 3 ? 1.3f : 1.0f;
-                req.sampling.frequency_penalty = i == 3 ? 0.5f : 0.0f;
-                req.logprobs = i == 3 ? 5 : 0;
-                ASSERT_OK(sched_add(g.s, &req, ids, (size_t)(10 + i), now_ms()));
-        }
-        for (int i = 0; i < 3; i++)
-                ASSERT_TRUE(sched_step(g.s, now_ms()) > 0);
-        struct sched_stats st;
-        sched_get_stats(g.s, &st);
-        ASSERT_EQ(st.running, 4);
-        ASSERT_EQ(st.queued_prompt_tokens, 0);
-        n_allocs = 0;
-        counting = 1;
-        int ok = 1;
-        for (int i = 0; i < 20; i++)
-                ok &= sched_step(g.s, now_ms()) == 4;
-        counting = 0;
-        ASSERT_TRUE(ok);
-        ASSERT_EQ(n_allocs, 0);
-        ASSERT_TRUE(run(&g, 1000) > 0);
+        int r = rig_init(&g, 1, 64, 64, 128);
+        if (r < 0)
+                return r;
+        int32_t ids[8];
+        prompt_for(ids, 8, g.vocab, 0);
+        struct dsv_ipc_request req = {.id = 0, .input = DSV_IPC_INPUT_TOKENS, .max_tokens = n};
+        dsv_ipc_sampling_init(&req.sampling);
+        req.sampling.repetition_penalty = 1.0f;
+        req.sampling.presence_penalty = presence;
+        req.sampling.frequency_penalty = frequency;
+        if ((r = sched_add(g.s, &req, ids, 8, now_ms())) == 0 && (r = run(&g, 1000)) >= 0)
+                r = g.ev.n_out[0] == n ? 0 : -EIO;
+        memcpy(out, g.ev.out[0], (size_t)n * sizeof *out);
         rig_done(&g);
+        return r;
 }
-#endif
+
+/* The first index at which a stream picks a token it has already output, or n. */
+static int first_repeat(const int32_t *out, int n) {
+        for (int i = 0; i < n; i++)
+                for (int j = 0; j < i; j++)
+                        if (out[i] == out[j])
+                                return i;
+        return n;
+}
+
+/* With repetition penalty off, a presence or a frequency penalty alone changes a greedy
+ * stream: the unpenalised stream falls into repeating a token; the penalised one matches
+ * it up to that point (a penalty only lowers tokens already output, which cannot change
+ * an argmax that is not one of them) and then picks something else. */
+static void penalty_alone_changes_the_stream(float presence, float frequency) {
+        int32_t plain[24], penalised[24];
+        ASSERT_OK(greedy_stream(0.0f, 0.0f, plain, 24));
+        ASSERT_OK(greedy_stream(presence, frequency, penalised, 24));
+        int k = first_repeat(plain, 24);
+        ASSERT_TRUE(k < 24); /* the fixture's greedy stream repeats within 24 tokens */
+        for (int i = 0; i < k; i++)
+                ASSERT_EQ(penalised[i], plain[i]);
+        ASSERT_TRUE(penalised[k] != plain[k]);
+        ASSERT_TRUE(first_repeat(penalised, 24) > k);
+}
+
+TEST(presence_penalty_alone_changes_the_stream) { penalty_alone_changes_the_stream(2.0f, 0.0f); }
+TEST(frequency_penalty_alone_changes_the_stream) { penalty_alone_changes_the_stream(0.0f, 2.0f); }
 
 /* A random workload on a small pool: 24 requests of random prompt and output lengths
  * arriving between steps, some cancelled part way. Every request ends exactly once,
