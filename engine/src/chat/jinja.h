@@ -17,6 +17,7 @@
 #include <stdint.h>
 
 #include "dse.h"
+#include "../utf8.h"
 
 /* ---- arena --------------------------------------------------------------------------- */
 
@@ -129,15 +130,6 @@ int dse__jv_str_into(struct jbuf *b, const struct jv *v, struct dse_diag *reterr
 int dse__jv_repr_into(struct jbuf *b, const struct jv *v, struct dse_diag *reterr);
 /* Python's float repr (shortest round-trip, "1.0", "1e+16"). */
 void dse__py_float_repr(double f, char *buf, size_t size);
-
-/* UTF-8 helpers. */
-int dse__utf8_valid(const char *s, size_t n);
-/* Decodes one code point at s (n > 0 bytes left); returns its length in bytes, or -1 for
- * an invalid or truncated sequence (*ret_cp = U+FFFD). */
-int dse__utf8_decode(const char *s, size_t n, uint32_t *ret_cp);
-size_t dse__utf8_encode(uint32_t cp, char out[4]);
-size_t dse__utf8_count(const char *s, size_t n);
-int dse__py_isspace(uint32_t cp);
 
 /* ---- AST ----------------------------------------------------------------------------- */
 

@@ -257,7 +257,7 @@ static size_t cp_offset(const char *s, size_t n, size_t cp_index) {
         size_t i = 0, k = 0;
         while (i < n && k < cp_index) {
                 i++;
-                while (i < n && ((unsigned char)s[i] & 0xC0) == 0x80)
+                while (i < n && dse__utf8_is_cont((unsigned char)s[i]))
                         i++;
                 k++;
         }
@@ -355,7 +355,7 @@ static struct jv *do_slice(struct jctx *c, const struct jnode *n, struct jv *obj
                 if (!offs)
                         return oom(c);
                 for (size_t i = 0, k = 0; i <= obj->u.str.n && k <= n_cp; i++)
-                        if (i == obj->u.str.n || ((unsigned char)obj->u.str.s[i] & 0xC0) != 0x80)
+                        if (i == obj->u.str.n || !dse__utf8_is_cont((unsigned char)obj->u.str.s[i]))
                                 offs[k++] = i;
                 struct jbuf b;
                 dse__jbuf_init(&b, c->a);
@@ -394,7 +394,7 @@ static struct jv *iter_items(struct jctx *c, const struct jnode *n, struct jv *v
                 struct jv *out = mk_list(c, JT_LIST, n_cp);
                 for (size_t i = 0; out && i < v->u.str.n && k < n_cp;) {
                         size_t e = i + 1;
-                        while (e < v->u.str.n && ((unsigned char)v->u.str.s[e] & 0xC0) == 0x80)
+                        while (e < v->u.str.n && dse__utf8_is_cont((unsigned char)v->u.str.s[e]))
                                 e++;
                         if (!(out->u.list.items[k++] = mk_str(c, v->u.str.s + i, e - i)))
                                 return NULL;
@@ -631,7 +631,7 @@ static struct jv *strip(struct jctx *c, struct jv *s, const struct jv *chars, in
         }
         while ((which & 2) && e > b) {
                 size_t k = e - 1;
-                while (k > b && ((unsigned char)p[k] & 0xC0) == 0x80)
+                while (k > b && dse__utf8_is_cont((unsigned char)p[k]))
                         k--;
                 uint32_t cp;
                 int len = dse__utf8_decode(p + k, e - k, &cp);
@@ -719,7 +719,7 @@ static struct jv *str_replace(struct jctx *c, struct jv *s, struct jv *old, stru
                         if (i == s->u.str.n)
                                 break;
                         size_t e = i + 1;
-                        while (e < s->u.str.n && ((unsigned char)s->u.str.s[e] & 0xC0) == 0x80)
+                        while (e < s->u.str.n && dse__utf8_is_cont((unsigned char)s->u.str.s[e]))
                                 e++;
                         dse__jbuf_put(&b, s->u.str.s + i, e - i);
                         i = e;

@@ -93,7 +93,7 @@ static size_t rstrip_ws(const char *s, size_t n) { /* length left after strippin
         size_t end = n;
         while (end > 0) {
                 size_t c = end - 1; /* start of the last code point */
-                while (c > 0 && ((unsigned char)s[c] & 0xC0) == 0x80)
+                while (c > 0 && dse__utf8_is_cont((unsigned char)s[c]))
                         c--;
                 if (ws_len_at(s + c, end - c) != end - c)
                         break;

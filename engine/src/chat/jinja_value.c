@@ -1,5 +1,5 @@
 /* Values of the chat-template interpreter: the arena, JSON in (json.loads) and out
- * (json.dumps with ensure_ascii=False), Python str()/repr(), and UTF-8 helpers. */
+ * (json.dumps with ensure_ascii=False), Python str()/repr(). */
 #include <errno.h>
 #include <math.h>
 #include <stdarg.h>
@@ -228,96 +228,6 @@ int dse__jv_truthy(const struct jv *v) {
         default:
                 return 1;
         }
-}
-
-/* ---- UTF-8 --------------------------------------------------------------------------- */
-
-int dse__utf8_decode(const char *s, size_t n, uint32_t *ret_cp) {
-        const unsigned char *u = (const unsigned char *)s;
-        uint32_t cp;
-        int len;
-        if (u[0] < 0x80) {
-                *ret_cp = u[0];
-                return 1;
-        } else if (u[0] >= 0xC2 && u[0] <= 0xDF) {
-                cp = u[0] & 0x1F;
-                len = 2;
-        } else if (u[0] >= 0xE0 && u[0] <= 0xEF) {
-                cp = u[0] & 0x0F;
-                len = 3;
-        } else if (u[0] >= 0xF0 && u[0] <= 0xF4) {
-                cp = u[0] & 0x07;
-                len = 4;
-        } else {
-                *ret_cp = 0xFFFD;
-                return -1;
-        }
-        if ((size_t)len > n) {
-                *ret_cp = 0xFFFD;
-                return -1;
-        }
-        for (int i = 1; i < len; i++) {
-                if ((u[i] & 0xC0) != 0x80) {
-                        *ret_cp = 0xFFFD;
-                        return -1;
-                }
-                cp = (cp << 6) | (u[i] & 0x3F);
-        }
-        if ((len == 3 && cp < 0x800) || (len == 4 && (cp < 0x10000 || cp > 0x10FFFF)) ||
-            (cp >= 0xD800 && cp <= 0xDFFF)) {
-                *ret_cp = 0xFFFD;
-                return -1;
-        }
-        *ret_cp = cp;
-        return len;
-}
-
-int dse__utf8_valid(const char *s, size_t n) {
-        size_t i = 0;
-        while (i < n) {
-                uint32_t cp;
-                int len = dse__utf8_decode(s + i, n - i, &cp);
-                if (len < 0)
-                        return 0;
-                i += (size_t)len;
-        }
-        return 1;
-}
-
-size_t dse__utf8_encode(uint32_t cp, char out[4]) {
-        if (cp < 0x80) {
-                out[0] = (char)cp;
-                return 1;
-        } else if (cp < 0x800) {
-                out[0] = (char)(0xC0 | (cp >> 6));
-                out[1] = (char)(0x80 | (cp & 0x3F));
-                return 2;
-        } else if (cp < 0x10000) {
-                out[0] = (char)(0xE0 | (cp >> 12));
-                out[1] = (char)(0x80 | ((cp >> 6) & 0x3F));
-                out[2] = (char)(0x80 | (cp & 0x3F));
-                return 3;
-        }
-        out[0] = (char)(0xF0 | (cp >> 18));
-        out[1] = (char)(0x80 | ((cp >> 12) & 0x3F));
-        out[2] = (char)(0x80 | ((cp >> 6) & 0x3F));
-        out[3] = (char)(0x80 | (cp & 0x3F));
-        return 4;
-}
-
-/* Code points in valid UTF-8 (continuation bytes are not counted). */
-size_t dse__utf8_count(const char *s, size_t n) {
-        size_t c = 0;
-        for (size_t i = 0; i < n; i++)
-                c += ((unsigned char)s[i] & 0xC0) != 0x80;
-        return c;
-}
-
-/* str.isspace() for one code point (what str.strip() and Jinja's `-` markers remove). */
-int dse__py_isspace(uint32_t cp) {
-        return (cp >= 0x09 && cp <= 0x0D) || (cp >= 0x1C && cp <= 0x20) || cp == 0x85 || cp == 0xA0 ||
-               cp == 0x1680 || (cp >= 0x2000 && cp <= 0x200A) || cp == 0x2028 || cp == 0x2029 ||
-               cp == 0x202F || cp == 0x205F || cp == 0x3000;
 }
 
 /* ---- byte buffer --------------------------------------------------------------------- */

@@ -21,6 +21,7 @@
 #include <pcre2.h>
 
 #include "dse.h"
+#include "../utf8.h"
 
 /* ---- JSON ---------------------------------------------------------------------------- */
 
@@ -62,22 +63,6 @@ const struct bj *bj_get(const struct bj_doc *doc, const struct bj *v, const char
 /* Convenience: string member or NULL; bool member or dflt. */
 const char *bj_get_str(const struct bj_doc *doc, const struct bj *v, const char *key);
 int bj_get_bool(const struct bj_doc *doc, const struct bj *v, const char *key, int dflt);
-
-/* ---- UTF-8 ------------------------------------------------------------------------- */
-
-/* Length of the valid UTF-8 prefix of s (== len when all valid). The _ref twin is the
- * byte-by-byte definition; bpe_utf8_valid_avx2 (x86-64 CPUs with AVX2 only) answers
- * whether all of s is valid, 32 bytes at a time. */
-size_t bpe_utf8_valid_prefix(const char *s, size_t len);
-size_t bpe_utf8_valid_prefix_ref(const char *s, size_t len);
-#if defined(__x86_64__)
-int bpe_utf8_valid_avx2(const char *s, size_t len);
-#endif
-/* Decodes one code point of valid UTF-8 at s; returns its byte length. */
-int bpe_utf8_next(const char *s, size_t len, int32_t *ret_cp);
-int bpe_utf8_encode(int32_t cp, char out[4]);
-/* Rust's char::is_whitespace (Unicode White_Space). */
-int bpe_is_whitespace(int32_t cp);
 
 /* Zeroed memory for the big load-time tables, 64-byte aligned; blocks of 4 MiB or more
  * are mapped 2 MiB-aligned and backed by transparent huge pages where the system allows.

@@ -170,7 +170,7 @@ static int bj_string(struct bj_parser *p, const char **ret_str, uint32_t *ret_le
                         } else if (cp >= 0xDC00 && cp <= 0xDFFF) {
                                 return bj_error(p, "unpaired surrogate in \\u escape");
                         }
-                        o += bpe_utf8_encode((int32_t)cp, o);
+                        o += dse__utf8_encode((int32_t)cp, o);
                         pos = p->pos;
                         break;
                 }
@@ -368,7 +368,7 @@ static int bj_value(struct bj_parser *p, int depth, const char *key, uint32_t ke
 int bj_parse(const char *text, size_t len, struct bj_doc *doc, struct dse_diag *reterr) {
         struct bj_parser p = {.s = text, .len = len, .reterr = reterr};
         memset(doc, 0, sizeof *doc);
-        size_t valid = bpe_utf8_valid_prefix(text, len);
+        size_t valid = dse__utf8_valid_prefix(text, len);
         if (valid != len) {
                 p.pos = valid;
                 return bj_error(&p, "invalid UTF-8");

@@ -386,7 +386,7 @@ static int text_symbols(const struct bpe *bpe, struct bpe_buf *tmp, const char *
         int have_unk = 0;
         for (size_t i = 0; i < len;) {
                 int32_t cp;
-                int n = bpe_utf8_next(s + i, len - i, &cp);
+                int n = dse__utf8_next(s + i, len - i, &cp);
                 int is_first = i == 0, is_last = i + (size_t)n >= len;
                 const char *key = s + i;
                 size_t key_len = (size_t)n;
@@ -456,7 +456,7 @@ int bpe_model_encode(struct bpe_ws *ws, const char *s, size_t len, int raw_bytes
                         if ((r = bpe_buf_reserve(&ws->word, len * 2)) < 0)
                                 return r;
                         for (size_t i = 0; i < len; i++)
-                                ws->word.len += (size_t)bpe_utf8_encode(bpe_byte_to_cp((uint8_t)s[i]),
+                                ws->word.len += (size_t)dse__utf8_encode(bpe_byte_to_cp((uint8_t)s[i]),
                                                                         ws->word.p + ws->word.len);
                         whole = bpe_vocab_find(bpe, ws->word.p, ws->word.len);
                 } else {

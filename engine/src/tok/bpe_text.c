@@ -61,7 +61,7 @@ static int find_next(const struct bpe_regex *re, pcre2_match_data *md, const cha
 
 static size_t char_len_at(const char *s, size_t len, size_t pos) {
         int32_t cp;
-        return pos < len ? (size_t)bpe_utf8_next(s + pos, len - pos, &cp) : 1;
+        return pos < len ? (size_t)dse__utf8_next(s + pos, len - pos, &cp) : 1;
 }
 
 /* Replaces every match with content, appending to out (NormalizedString::replace and the
@@ -116,14 +116,14 @@ static int lowercase(const char *s, size_t len, struct bpe_buf *out) {
         int r = bpe_buf_reserve(out, len * 2 + 4);
         for (size_t i = 0; i < len && r == 0;) {
                 int32_t cp;
-                i += (size_t)bpe_utf8_next(s + i, len - i, &cp);
+                i += (size_t)dse__utf8_next(s + i, len - i, &cp);
                 char tmp[8];
                 int n;
                 if (cp == 0x130) { /* Rust: 'İ'.to_lowercase() == "i\u{307}" */
                         memcpy(tmp, "i\xCC\x87", 3);
                         n = 3;
                 } else {
-                        n = bpe_utf8_encode(utf8proc_tolower(cp), tmp);
+                        n = dse__utf8_encode(utf8proc_tolower(cp), tmp);
                 }
                 r = bpe_buf_put(out, tmp, (size_t)n);
         }
@@ -134,18 +134,18 @@ static int strip_ws(const char *s, size_t len, int left, int right, struct bpe_b
         size_t a = 0, b = len;
         while (left && a < b) {
                 int32_t cp;
-                int n = bpe_utf8_next(s + a, b - a, &cp);
-                if (!bpe_is_whitespace(cp))
+                int n = dse__utf8_next(s + a, b - a, &cp);
+                if (!dse__unicode_white_space(cp))
                         break;
                 a += (size_t)n;
         }
         while (right && b > a) {
                 size_t k = b - 1;
-                while (k > a && ((unsigned char)s[k] & 0xC0) == 0x80)
+                while (k > a && dse__utf8_is_cont((unsigned char)s[k]))
                         k--;
                 int32_t cp;
-                bpe_utf8_next(s + k, b - k, &cp);
-                if (!bpe_is_whitespace(cp))
+                dse__utf8_next(s + k, b - k, &cp);
+                if (!dse__unicode_white_space(cp))
                         break;
                 b = k;
         }
@@ -155,7 +155,7 @@ static int strip_ws(const char *s, size_t len, int left, int right, struct bpe_b
 static int strip_accents(const char *s, size_t len, struct bpe_buf *out) {
         for (size_t i = 0; i < len;) {
                 int32_t cp;
-                int n = bpe_utf8_next(s + i, len - i, &cp);
+                int n = dse__utf8_next(s + i, len - i, &cp);
                 utf8proc_category_t c = utf8proc_category(cp);
                 if (c != UTF8PROC_CATEGORY_MN && c != UTF8PROC_CATEGORY_MC && c != UTF8PROC_CATEGORY_ME) {
                         int r = bpe_buf_put(out, s + i, (size_t)n);
@@ -339,7 +339,7 @@ static int byte_level_piece(struct bpe_ws *ws, int k, const char *s, size_t len,
         if (r < 0)
                 return r;
         for (size_t i = 0; i < len; i++)
-                m->len += (size_t)bpe_utf8_encode(bpe_byte_to_cp((uint8_t)s[i]), m->p + m->len);
+                m->len += (size_t)dse__utf8_encode(bpe_byte_to_cp((uint8_t)s[i]), m->p + m->len);
         return run_level(ws, k + 1, m->p, m->len, at_start);
 }
 
@@ -453,39 +453,18 @@ static void tl_done(struct tlist *l) {
 
 /* String::from_utf8_lossy: one U+FFFD per maximal invalid subsequence. */
 static int utf8_lossy(const char *str, size_t len, struct bpe_buf *out) {
-        const unsigned char *s = (const unsigned char *)str;
         size_t i = 0;
         while (i < len) {
-                size_t ok = bpe_utf8_valid_prefix(str + i, len - i);
+                size_t ok = dse__utf8_valid_prefix(str + i, len - i);
                 int r = bpe_buf_put(out, str + i, ok);
                 if (r < 0)
                         return r;
                 i += ok;
                 if (i >= len)
                         break;
-                /* length of the maximal prefix of a valid sequence starting at i */
-                unsigned c = s[i];
-                size_t need = 0, k = 1;
-                unsigned lo = 0x80, hi = 0xBF;
-                if (c >= 0xC2 && c <= 0xDF)
-                        need = 2;
-                else if (c >= 0xE0 && c <= 0xEF) {
-                        need = 3;
-                        lo = c == 0xE0 ? 0xA0 : 0x80;
-                        hi = c == 0xED ? 0x9F : 0xBF;
-                } else if (c >= 0xF0 && c <= 0xF4) {
-                        need = 4;
-                        lo = c == 0xF0 ? 0x90 : 0x80;
-                        hi = c == 0xF4 ? 0x8F : 0xBF;
-                }
-                if (need && i + 1 < len && s[i + 1] >= lo && s[i + 1] <= hi) {
-                        k = 2;
-                        while (k < need && i + k < len && (s[i + k] & 0xC0) == 0x80)
-                                k++;
-                }
                 if ((r = bpe_buf_put(out, "\xEF\xBF\xBD", 3)) < 0)
                         return r;
-                i += k;
+                i += dse__utf8_invalid_len(str + i, len - i);
         }
         return 0;
 }
@@ -505,7 +484,7 @@ static int dec_one(struct bpe_ws *ws, const struct bpe_dec *d, const struct tlis
                         int all = 1;
                         for (size_t k = 0; k < len && r == 0;) {
                                 int32_t cp;
-                                k += (size_t)bpe_utf8_next(t + k, len - k, &cp);
+                                k += (size_t)dse__utf8_next(t + k, len - k, &cp);
                                 int b = bpe_cp_to_byte(cp);
                                 if (b < 0) {
                                         all = 0;
@@ -564,7 +543,7 @@ static int dec_one(struct bpe_ws *ws, const struct bpe_dec *d, const struct tlis
                         if (bytes.len) {
                                 /* a run of byte tokens: its text if valid UTF-8, else one
                                  * U+FFFD per byte */
-                                if (bpe_utf8_valid_prefix(bytes.p, bytes.len) == bytes.len)
+                                if (dse__utf8_valid_prefix(bytes.p, bytes.len) == bytes.len)
                                         r = tl_add(out, bytes.p, bytes.len);
                                 else
                                         for (size_t k = 0; k < bytes.len && r == 0; k++)
@@ -594,17 +573,17 @@ static int dec_one(struct bpe_ws *ws, const struct bpe_dec *d, const struct tlis
                         size_t a = 0, b = len;
                         for (int k = 0; k < d->start && a < b; k++) {
                                 int32_t cp;
-                                int n = bpe_utf8_next(t + a, b - a, &cp);
+                                int n = dse__utf8_next(t + a, b - a, &cp);
                                 if (cp != d->strip_cp)
                                         break;
                                 a += (size_t)n;
                         }
                         for (int k = 0; k < d->stop && b > a; k++) {
                                 size_t q = b - 1;
-                                while (q > a && ((unsigned char)t[q] & 0xC0) == 0x80)
+                                while (q > a && dse__utf8_is_cont((unsigned char)t[q]))
                                         q--;
                                 int32_t cp;
-                                bpe_utf8_next(t + q, b - q, &cp);
+                                dse__utf8_next(t + q, b - q, &cp);
                                 if (cp != d->strip_cp)
                                         break;
                                 b = q;
@@ -618,7 +597,7 @@ static int dec_one(struct bpe_ws *ws, const struct bpe_dec *d, const struct tlis
                         size_t mark = out->text.len;
                         for (size_t k = 0; k < len && r == 0;) {
                                 int32_t cp;
-                                int n = bpe_utf8_next(t + k, len - k, &cp);
+                                int n = dse__utf8_next(t + k, len - k, &cp);
                                 if (cp != d->replacement_cp)
                                         r = bpe_buf_put(&out->text, t + k, (size_t)n);
                                 else if (!(i == 0 && d->prepend_scheme != BPE_PREPEND_NEVER))

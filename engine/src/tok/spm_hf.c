@@ -325,19 +325,9 @@ static int ids_encode(struct id_buf *b, const struct dse_tokenizer *sp, const ch
 
 /* Python's str.isspace() for the character at s (valid UTF-8): its length, or 0. */
 static size_t space_len(const char *s, size_t len) {
-        uint8_t c = (uint8_t)s[0];
-        if (c == ' ' || (c >= 0x09 && c <= 0x0d) || (c >= 0x1c && c <= 0x1f))
-                return 1;
-        if (len >= 2 && c == 0xc2 && ((uint8_t)s[1] == 0x85 || (uint8_t)s[1] == 0xa0))
-                return 2;
-        if (len < 3)
-                return 0;
-        uint32_t cp = (uint32_t)(c & 0x0f) << 12 | (uint32_t)((uint8_t)s[1] & 0x3f) << 6 | ((uint8_t)s[2] & 0x3f);
-        if ((c & 0xf0) != 0xe0)
-                return 0;
-        bool space = cp == 0x1680 || (cp >= 0x2000 && cp <= 0x200a) || cp == 0x2028 || cp == 0x2029 ||
-                     cp == 0x202f || cp == 0x205f || cp == 0x3000;
-        return space ? 3 : 0;
+        int32_t cp;
+        int n = dse__utf8_next(s, len, &cp);
+        return dse__py_isspace((uint32_t)cp) ? (size_t)n : 0;
 }
 
 /* The leftmost added token at or after text[pos], longest at that position; NULL when
@@ -444,12 +434,8 @@ static int prefix_text(const struct spm_hf *h, const char *text, size_t len, str
 static int spm_hf_encode(const struct dse_tokenizer *tok, const char *text, size_t len, int add_special, int32_t *ids,
                          size_t max_ids) {
         const struct spm_hf *h = tok->impl;
-        for (size_t i = 0; i < len;) {
-                size_t c = dse__spm_utf8_valid_len(text + i, len - i);
-                if (c == 0)
-                        return -EILSEQ;
-                i += c;
-        }
+        if (!dse__utf8_valid(text, len))
+                return -EILSEQ;
         struct id_buf b = {0};
         struct spm_buf prefixed = {0};
         bool lead_special = false;

@@ -13,6 +13,7 @@
 #include <stdint.h>
 
 #include "dse.h"
+#include "../utf8.h"
 
 /* ---- ModelProto (sentencepiece_model.proto) --------------------------------------- */
 
@@ -138,8 +139,5 @@ static inline size_t spm_one_char_len(const char *s) {
         return len_by_high_nibble[(uint8_t)s[0] >> 4];
 }
 
-/* Decodes one well-formed UTF-8 character (no overlongs, surrogates or values past
- * U+10FFFF) at s[0..len): returns its length, or 0 when malformed. */
-size_t dse__spm_utf8_valid_len(const char *s, size_t len);
 
 #endif

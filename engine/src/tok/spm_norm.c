@@ -106,8 +106,9 @@ static int normalize_prefix(const struct spm_normalizer *n, const char *in, size
                 *ret_consumed = m;
                 return 0;
         }
-        size_t c = dse__spm_utf8_valid_len(in, len);
-        if (c == 0) {
+        uint32_t cp;
+        int c = dse__utf8_decode(in, len, &cp);
+        if (c < 0) {
                 /* Malformed UTF-8: one byte becomes U+FFFD (the public encoder rejects such
                  * input before it gets here). */
                 *ret_out = "\xef\xbf\xbd";
@@ -116,8 +117,8 @@ static int normalize_prefix(const struct spm_normalizer *n, const char *in, size
                 return 0;
         }
         *ret_out = in;
-        *ret_out_len = c;
-        *ret_consumed = c;
+        *ret_out_len = (size_t)c;
+        *ret_consumed = (size_t)c;
         return 0;
 }
 

@@ -146,32 +146,3 @@ int dse__spm_buf_append(struct spm_buf *b, const void *src, size_t n) {
         b->len += n;
         return 0;
 }
-
-size_t dse__spm_utf8_valid_len(const char *str, size_t len) {
-        const uint8_t *s = (const uint8_t *)str;
-        if (len == 0)
-                return 0;
-        if (s[0] < 0x80)
-                return 1;
-        size_t n;
-        uint32_t cp, min;
-        if ((s[0] & 0xe0) == 0xc0) {
-                n = 2, cp = s[0] & 0x1f, min = 0x80;
-        } else if ((s[0] & 0xf0) == 0xe0) {
-                n = 3, cp = s[0] & 0x0f, min = 0x800;
-        } else if ((s[0] & 0xf8) == 0xf0) {
-                n = 4, cp = s[0] & 0x07, min = 0x10000;
-        } else {
-                return 0;
-        }
-        if (len < n)
-                return 0;
-        for (size_t i = 1; i < n; i++) {
-                if ((s[i] & 0xc0) != 0x80)
-                        return 0;
-                cp = (cp << 6) | (s[i] & 0x3f);
-        }
-        if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp < 0xe000))
-                return 0;
-        return n;
-}

@@ -102,7 +102,7 @@ static int get_string_member(struct loader *L, const struct bj *v, const char *k
 
 static int single_char(struct loader *L, const struct bj *s, const char *what, int32_t *ret_cp) {
         int32_t cp;
-        if (!s->n || (size_t)bpe_utf8_next(s->str, s->n, &cp) != s->n)
+        if (!s->n || (size_t)dse__utf8_next(s->str, s->n, &cp) != s->n)
                 return dse__fail(L->reterr, -EBADMSG, "tokenizer.json: %s must be one character", what);
         *ret_cp = cp;
         return 0;
@@ -676,7 +676,7 @@ static int parse_model(struct loader *L, const struct bj *model, const struct bj
                 char name[8], ch[4];
                 snprintf(name, sizeof name, "<0x%02X>", b);
                 bpe->byte_fallback_id[b] = bpe_vocab_find(bpe, name, 6);
-                bpe->byte_char_id[b] = bpe_vocab_find(bpe, ch, (size_t)bpe_utf8_encode(bpe_byte_to_cp((uint8_t)b), ch));
+                bpe->byte_char_id[b] = bpe_vocab_find(bpe, ch, (size_t)dse__utf8_encode(bpe_byte_to_cp((uint8_t)b), ch));
         }
         return 0;
 }
@@ -975,10 +975,10 @@ static int word_char_before(const char *s, size_t end) {
         if (!end)
                 return 0;
         size_t k = end - 1;
-        while (k > 0 && ((unsigned char)s[k] & 0xC0) == 0x80)
+        while (k > 0 && dse__utf8_is_cont((unsigned char)s[k]))
                 k--;
         int32_t cp;
-        bpe_utf8_next(s + k, end - k, &cp);
+        dse__utf8_next(s + k, end - k, &cp);
         return cp == '_' || (cp < 128 ? ((cp | 32) >= 'a' && (cp | 32) <= 'z') || (cp >= '0' && cp <= '9') : 1);
 }
 
@@ -986,7 +986,7 @@ static int word_char_at(const char *s, size_t len, size_t pos) {
         if (pos >= len)
                 return 0;
         int32_t cp;
-        bpe_utf8_next(s + pos, len - pos, &cp);
+        dse__utf8_next(s + pos, len - pos, &cp);
         return cp == '_' || (cp < 128 ? ((cp | 32) >= 'a' && (cp | 32) <= 'z') || (cp >= '0' && cp <= '9') : 1);
 }
 
@@ -1006,11 +1006,11 @@ static int split_added(struct bpe_ws *ws, const struct bpe_trie *trie, const cha
                         size_t k = start;
                         while (k > 0) {
                                 size_t q = k - 1;
-                                while (q > 0 && ((unsigned char)s[q] & 0xC0) == 0x80)
+                                while (q > 0 && dse__utf8_is_cont((unsigned char)s[q]))
                                         q--;
                                 int32_t cp;
-                                bpe_utf8_next(s + q, k - q, &cp);
-                                if (!bpe_is_whitespace(cp))
+                                dse__utf8_next(s + q, k - q, &cp);
+                                if (!dse__unicode_white_space(cp))
                                         break;
                                 k = q;
                         }
@@ -1019,8 +1019,8 @@ static int split_added(struct bpe_ws *ws, const struct bpe_trie *trie, const cha
                 if (a->rstrip) {
                         while (stop < len) {
                                 int32_t cp;
-                                int n = bpe_utf8_next(s + stop, len - stop, &cp);
-                                if (!bpe_is_whitespace(cp))
+                                int n = dse__utf8_next(s + stop, len - stop, &cp);
+                                if (!dse__unicode_white_space(cp))
                                         break;
                                 stop += (size_t)n;
                         }
@@ -1051,7 +1051,7 @@ static int normalized_gap(struct bpe_ws *ws, const char *s, size_t len, int at_s
 static int bpe_encode(const struct dse_tokenizer *tok, const char *text, size_t len, int add_special, int32_t *ids,
                       size_t max_ids) {
         const struct bpe *bpe = tok->impl;
-        if (bpe_utf8_valid_prefix(text, len) != len)
+        if (dse__utf8_valid_prefix(text, len) != len)
                 return -EILSEQ;
         struct bpe_out out = {ids, max_ids, 0};
         struct bpe_ws ws;

@@ -563,12 +563,8 @@ static void emit(int32_t *ids, size_t max_ids, size_t *count, int32_t id) {
 static int encode_with(const struct dse_tokenizer *tok, const struct spm_normalizer *normalizer, const char *text,
                        size_t len, int add_special, int32_t *ids, size_t max_ids) {
         const struct spm_tok *s = tok->impl;
-        for (size_t i = 0; i < len;) {
-                size_t c = dse__spm_utf8_valid_len(text + i, len - i);
-                if (c == 0)
-                        return -EILSEQ;
-                i += c;
-        }
+        if (!dse__utf8_valid(text, len))
+                return -EILSEQ;
         struct spm_buf norm = {0};
         struct segs segs = {0};
         int ret = dse__spm_normalize(normalizer, text, len, &norm);
@@ -627,13 +623,14 @@ int dse__tok_spm_encode_bare(const struct dse_tokenizer *tok, const char *text, 
 static int flush_bytes(struct spm_buf *bytes, struct spm_buf *text) {
         int ret = 0;
         for (size_t off = 0; off < bytes->len && ret == 0;) {
-                size_t c = dse__spm_utf8_valid_len(bytes->data + off, bytes->len - off);
-                if (c == 0) {
+                uint32_t cp;
+                int c = dse__utf8_decode(bytes->data + off, bytes->len - off, &cp);
+                if (c < 0) {
                         ret = dse__spm_buf_append(text, "\xef\xbf\xbd", 3);
                         off++;
                 } else {
-                        ret = dse__spm_buf_append(text, bytes->data + off, c);
-                        off += c;
+                        ret = dse__spm_buf_append(text, bytes->data + off, (size_t)c);
+                        off += (size_t)c;
                 }
         }
         bytes->len = 0;
