@@ -37,6 +37,14 @@ struct dsv_ipc_conn {
         size_t n_pending, pending_at;
 };
 
+/* Nanoseconds on CLOCK_MONOTONIC: receive timeouts and the close wait (whose condition
+ * variable runs on the same clock). */
+static int64_t mono_ns(void) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
 static int errno_from_nng(int rv) {
         switch (rv) {
         case 0:
@@ -302,11 +310,8 @@ void dsv_ipc_close(struct dsv_ipc_conn *conn) {
                 closing_free(k);
                 return;
         }
-        struct timespec until;
-        clock_gettime(CLOCK_MONOTONIC, &until);
-        until.tv_nsec += (long)CLOSE_WAIT_MS * 1000000L;
-        until.tv_sec += until.tv_nsec / 1000000000L;
-        until.tv_nsec %= 1000000000L;
+        int64_t until_ns = mono_ns() + (int64_t)CLOSE_WAIT_MS * 1000000;
+        struct timespec until = {.tv_sec = until_ns / 1000000000, .tv_nsec = until_ns % 1000000000};
         pthread_mutex_lock(&k->mu);
         while (!k->done && pthread_cond_timedwait(&k->cv, &k->mu, &until) == 0)
                 ;
@@ -398,18 +403,14 @@ static int pop_pending(struct dsv_ipc_conn *c, struct dsv_ipc_msg *ret) {
  * (NNG_OPT_RECVFD, readable while a message is queued) with our own deadline, then a
  * non-blocking receive, which nng completes at once or fails without arming a timer. */
 static int wait_recv(struct dsv_ipc_conn *c, int timeout_ms, char **ret_buf, size_t *ret_len) {
-        struct timespec start;
-        clock_gettime(CLOCK_MONOTONIC, &start);
+        int64_t start_ns = mono_ns();
         for (;;) {
                 int rv = nng_recv(c->sock, ret_buf, ret_len, NNG_FLAG_ALLOC | NNG_FLAG_NONBLOCK);
                 if (rv != NNG_EAGAIN && rv != NNG_ETIMEDOUT)
                         return rv;
                 int left = -1;
                 if (timeout_ms >= 0) {
-                        struct timespec now;
-                        clock_gettime(CLOCK_MONOTONIC, &now);
-                        int64_t spent = (int64_t)(now.tv_sec - start.tv_sec) * 1000 +
-                                        (now.tv_nsec - start.tv_nsec) / 1000000;
+                        int64_t spent = (mono_ns() - start_ns) / 1000000;
                         if (spent >= timeout_ms)
                                 return NNG_ETIMEDOUT;
                         left = (int)(timeout_ms - spent);
