@@ -175,39 +175,18 @@ static int check_ipc_url(const char *url) {
         return check_private_dir(dir);
 }
 
-int dsv_ipc_listen(const char *url, struct dsv_ipc_conn **ret_conn) {
-        if (!url || !ret_conn)
-                return -EINVAL;
-        int r = check_ipc_url(url);
-        if (r < 0)
-                return r;
-        struct dsv_ipc_conn *c;
-        if ((r = conn_open(&c)) < 0)
-                return r;
+static int listener_start(struct dsv_ipc_conn *c, const char *url) {
         nng_listener l;
         int rv = nng_listener_create(&l, c->sock, url);
         if (rv == 0 && strncmp(url, "ipc://", 6) == 0)
                 rv = nng_listener_set_int(l, NNG_OPT_IPC_PERMISSIONS, 0600);
         if (rv == 0)
                 rv = nng_listener_start(l, 0);
-        if (rv != 0) {
-                dsv_ipc_close(c);
-                return errno_from_nng(rv);
-        }
-        *ret_conn = c;
-        return 0;
+        return rv;
 }
 
-int dsv_ipc_dial(const char *url, struct dsv_ipc_conn **ret_conn) {
-        if (!url || !ret_conn)
-                return -EINVAL;
-        int r = check_ipc_url(url);
-        if (r < 0)
-                return r;
-        struct dsv_ipc_conn *c;
-        if ((r = conn_open(&c)) < 0)
-                return r;
-        /* Non-blocking dial: the worker may not be listening yet; nng retries. */
+/* Non-blocking dial: the worker may not be listening yet; nng retries. */
+static int dialer_start(struct dsv_ipc_conn *c, const char *url) {
         nng_dialer d;
         int rv = nng_dialer_create(&d, c->sock, url);
         if (rv == 0)
@@ -216,12 +195,36 @@ int dsv_ipc_dial(const char *url, struct dsv_ipc_conn **ret_conn) {
                 rv = nng_dialer_set_ms(d, NNG_OPT_RECONNMAXT, RECONNECT_MAX_MS);
         if (rv == 0)
                 rv = nng_dialer_start(d, NNG_FLAG_NONBLOCK);
+        return rv;
+}
+
+/* Listen and dial alike: the URL checked, a connection opened and nng's endpoint started
+ * on it (start returns nng's code); the connection is closed again when that fails. */
+static int conn_start(const char *url, struct dsv_ipc_conn **ret_conn,
+                      int (*start)(struct dsv_ipc_conn *c, const char *url)) {
+        if (!url || !ret_conn)
+                return -EINVAL;
+        int r = check_ipc_url(url);
+        if (r < 0)
+                return r;
+        struct dsv_ipc_conn *c;
+        if ((r = conn_open(&c)) < 0)
+                return r;
+        int rv = start(c, url);
         if (rv != 0) {
                 dsv_ipc_close(c);
                 return errno_from_nng(rv);
         }
         *ret_conn = c;
         return 0;
+}
+
+int dsv_ipc_listen(const char *url, struct dsv_ipc_conn **ret_conn) {
+        return conn_start(url, ret_conn, listener_start);
+}
+
+int dsv_ipc_dial(const char *url, struct dsv_ipc_conn **ret_conn) {
+        return conn_start(url, ret_conn, dialer_start);
 }
 
 static void drop_pending(struct dsv_ipc_conn *c) {
