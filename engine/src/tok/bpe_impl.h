@@ -1,8 +1,7 @@
 /* bpe_impl.h — internals of the tokenizer.json (Hugging Face `tokenizers`) BPE tokenizer.
  *
  * The files split the work the way the HF pipeline does:
- *   bpe_json.c   a small arena JSON reader (tokenizer.json is 2-10 MB; cJSON's per-node
- *                mallocs alone take ~100 ms on those files, our budget for the whole load)
+ *   tok_json.c   the JSON reader (tok_json.h), shared with the SentencePiece loader
  *   bpe_regex.c  onig-compatible split regexes on PCRE2 (pattern translation, find_iter)
  *   bpe_text.c   normalizers, pre-tokenizers and decoders
  *   bpe_model.c  vocabulary, merge ranks and the BPE merge loop (with byte fallback)
@@ -22,47 +21,7 @@
 
 #include "dse.h"
 #include "../utf8.h"
-
-/* ---- JSON ---------------------------------------------------------------------------- */
-
-enum bj_type { BJ_NULL, BJ_FALSE, BJ_TRUE, BJ_NUMBER, BJ_STRING, BJ_ARRAY, BJ_OBJECT };
-
-struct bj {
-        uint8_t type;
-        uint32_t n;        /* string length in bytes, or number of children */
-        uint32_t key_len;  /* member key (objects' children only) */
-        const char *key;
-        union {
-                const char *str; /* NUL-terminated, may contain NULs (use n) */
-                uint32_t first;  /* index of the first child in doc->nodes */
-                double num;
-        };
-};
-
-struct bj_doc {
-        struct bj *nodes;  /* bpe_map'ed, nodes_size bytes */
-        char *strs;        /* bpe_map'ed, strs_size bytes */
-        size_t nodes_size, strs_size;
-        uint32_t root;
-};
-
-/* Parses RFC 8259 JSON (UTF-8 checked, nesting depth <= 256). -EBADMSG with the byte
- * offset in reterr on malformed input. */
-int bj_parse(const char *text, size_t len, struct bj_doc *doc, struct dse_diag *reterr);
-void bj_free(struct bj_doc *doc);
-const struct bj *bj_root(const struct bj_doc *doc);
-/* Child i of an array or object, NULL when out of range (inline: called per vocabulary
- * entry and merge). */
-static inline const struct bj *bj_at(const struct bj_doc *doc, const struct bj *v, uint32_t i) {
-        if (!v || (v->type != BJ_ARRAY && v->type != BJ_OBJECT) || i >= v->n)
-                return NULL;
-        return &doc->nodes[v->first + i];
-}
-/* Member of an object by key, NULL when absent or when v is not an object. */
-const struct bj *bj_get(const struct bj_doc *doc, const struct bj *v, const char *key);
-/* Convenience: string member or NULL; bool member or dflt. */
-const char *bj_get_str(const struct bj_doc *doc, const struct bj *v, const char *key);
-int bj_get_bool(const struct bj_doc *doc, const struct bj *v, const char *key, int dflt);
+#include "tok_json.h"
 
 /* Zeroed memory for the big load-time tables, 64-byte aligned; blocks of 4 MiB or more
  * are mapped 2 MiB-aligned and backed by transparent huge pages where the system allows.

@@ -22,7 +22,6 @@
  *   3. add_special: BOS when add_bos_token (default true), EOS when add_eos_token
  *      (default false).
  * Decoding and pieces are the SentencePiece model's. */
-#include <cjson/cJSON.h>
 #include <errno.h>
 #include <limits.h>
 #include <stdbool.h>
@@ -31,6 +30,7 @@
 
 #include "../internal.h"
 #include "spm_model.h"
+#include "tok_json.h"
 #include "tokenizer.h"
 
 static const char SPACE_SYMBOL[] = "\xe2\x96\x81"; /* U+2581 */
@@ -79,26 +79,26 @@ static int32_t piece_id(const struct dse_tokenizer *sp, const char *s) {
 
 /* A token value: a string, or an AddedToken object {"content", "lstrip", "rstrip",
  * "single_word", ...}. Sets *ret_content to NULL for null. */
-static int token_value(const cJSON *v, const char *what, const char **ret_content, bool *ret_lstrip,
-                       bool *ret_rstrip, struct dse_diag *reterr) {
+static int token_value(const struct bj_doc *doc, const struct bj *v, const char *what, const char **ret_content,
+                       bool *ret_lstrip, bool *ret_rstrip, struct dse_diag *reterr) {
         *ret_content = NULL;
         *ret_lstrip = *ret_rstrip = false;
-        if (!v || cJSON_IsNull(v))
+        if (!v || v->type == BJ_NULL)
                 return 0;
-        if (cJSON_IsString(v)) {
-                *ret_content = v->valuestring;
+        if (v->type == BJ_STRING) {
+                *ret_content = v->str;
                 return 0;
         }
-        const cJSON *c = cJSON_IsObject(v) ? cJSON_GetObjectItemCaseSensitive(v, "content") : NULL;
-        if (!cJSON_IsString(c))
+        const char *content = bj_get_str(doc, v, "content");
+        if (!content)
                 return dse__fail(reterr, -EBADMSG, "tokenizer_config.json: %s is neither a string nor {\"content\": ...}",
                                  what);
-        if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(v, "single_word")))
+        if (bj_get_bool(doc, v, "single_word", 0))
                 return dse__fail(reterr, -EOPNOTSUPP, "tokenizer_config.json: %s '%.100s': single_word is not supported",
-                                 what, c->valuestring);
-        *ret_content = c->valuestring;
-        *ret_lstrip = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(v, "lstrip"));
-        *ret_rstrip = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(v, "rstrip"));
+                                 what, content);
+        *ret_content = content;
+        *ret_lstrip = bj_get_bool(doc, v, "lstrip", 0);
+        *ret_rstrip = bj_get_bool(doc, v, "rstrip", 0);
         return 0;
 }
 
@@ -129,12 +129,12 @@ static int add_token(struct spm_hf *h, const char *text, int32_t id, bool lstrip
 /* A special-token key (bos_token, ...): adds it and sets *ret_id to its id (-1 for
  * null). An absent key takes LlamaTokenizer's default when the model has that piece,
  * else leaves *ret_id alone (the .model's own id). */
-static int special_key(struct spm_hf *h, const cJSON *root, const char *key, const char *dflt, int32_t *ret_id,
-                       struct dse_diag *reterr) {
-        const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, key);
+static int special_key(struct spm_hf *h, const struct bj_doc *doc, const char *key, const char *dflt,
+                       int32_t *ret_id, struct dse_diag *reterr) {
+        const struct bj *v = bj_get(doc, bj_root(doc), key);
         const char *content;
         bool lstrip, rstrip;
-        int r = token_value(v, key, &content, &lstrip, &rstrip, reterr);
+        int r = token_value(doc, v, key, &content, &lstrip, &rstrip, reterr);
         if (r < 0)
                 return r;
         if (!v)
@@ -153,12 +153,12 @@ static int special_key(struct spm_hf *h, const cJSON *root, const char *key, con
         return add_token(h, content, id, lstrip, rstrip, true);
 }
 
-static int bool_key(const cJSON *root, const char *key, bool dflt, bool *ret, struct dse_diag *reterr) {
-        const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, key);
-        if (!v || cJSON_IsNull(v))
+static int bool_key(const struct bj_doc *doc, const char *key, bool dflt, bool *ret, struct dse_diag *reterr) {
+        const struct bj *v = bj_get(doc, bj_root(doc), key);
+        if (!v || v->type == BJ_NULL)
                 *ret = dflt;
-        else if (cJSON_IsBool(v))
-                *ret = cJSON_IsTrue(v);
+        else if (v->type == BJ_TRUE || v->type == BJ_FALSE)
+                *ret = v->type == BJ_TRUE;
         else
                 return dse__fail(reterr, -EBADMSG, "tokenizer_config.json: \"%s\" is not a boolean", key);
         return 0;
@@ -166,53 +166,52 @@ static int bool_key(const cJSON *root, const char *key, bool dflt, bool *ret, st
 
 /* chat_template: a string, or a list of {"name", "template"} (the "default" one, or
  * the only one). */
-static int chat_template(const cJSON *root, char **ret, struct dse_diag *reterr) {
-        const cJSON *ct = cJSON_GetObjectItemCaseSensitive(root, "chat_template");
-        const cJSON *tmpl = cJSON_IsString(ct) ? ct : NULL;
-        if (cJSON_IsArray(ct)) {
-                int n = cJSON_GetArraySize(ct);
-                for (int i = 0; i < n; i++) {
-                        const cJSON *e = cJSON_GetArrayItem(ct, i);
-                        const cJSON *name = cJSON_GetObjectItemCaseSensitive(e, "name");
-                        if (n == 1 || (cJSON_IsString(name) && strcmp(name->valuestring, "default") == 0))
-                                tmpl = cJSON_GetObjectItemCaseSensitive(e, "template");
+static int chat_template(const struct bj_doc *doc, char **ret, struct dse_diag *reterr) {
+        const struct bj *ct = bj_get(doc, bj_root(doc), "chat_template");
+        const struct bj *tmpl = ct && ct->type == BJ_STRING ? ct : NULL;
+        if (ct && ct->type == BJ_ARRAY) {
+                for (uint32_t i = 0; i < ct->n; i++) {
+                        const struct bj *e = bj_at(doc, ct, i);
+                        const char *name = bj_get_str(doc, e, "name");
+                        if (ct->n == 1 || (name && strcmp(name, "default") == 0))
+                                tmpl = bj_get(doc, e, "template");
                 }
-                if (!cJSON_IsString(tmpl))
+                if (!tmpl || tmpl->type != BJ_STRING)
                         return dse__fail(reterr, -EBADMSG, "tokenizer_config.json: chat_template list has no \"default\"");
-        } else if (ct && !tmpl && !cJSON_IsNull(ct)) {
+        } else if (ct && !tmpl && ct->type != BJ_NULL) {
                 return dse__fail(reterr, -EBADMSG, "tokenizer_config.json: chat_template is not a string or a list");
         }
-        if (tmpl && !(*ret = strdup(tmpl->valuestring)))
+        if (tmpl && !(*ret = strdup(tmpl->str)))
                 return -ENOMEM;
         return 0;
 }
 
-static int parse_config(struct spm_hf *h, struct dse_tokenizer *tok, const cJSON *root, struct dse_diag *reterr) {
+static int parse_config(struct spm_hf *h, struct dse_tokenizer *tok, const struct bj_doc *doc,
+                        struct dse_diag *reterr) {
         int r;
-        if (!cJSON_IsObject(root))
+        const struct bj *root = bj_root(doc);
+        if (root->type != BJ_OBJECT)
                 return dse__fail(reterr, -EBADMSG, "tokenizer_config.json: not a JSON object");
-        if ((r = bool_key(root, "legacy", true, &h->legacy, reterr)) < 0 ||
-            (r = bool_key(root, "add_prefix_space", true, &h->add_prefix_space, reterr)) < 0 ||
-            (r = bool_key(root, "add_bos_token", true, &h->add_bos, reterr)) < 0 ||
-            (r = bool_key(root, "add_eos_token", false, &h->add_eos, reterr)) < 0)
+        if ((r = bool_key(doc, "legacy", true, &h->legacy, reterr)) < 0 ||
+            (r = bool_key(doc, "add_prefix_space", true, &h->add_prefix_space, reterr)) < 0 ||
+            (r = bool_key(doc, "add_bos_token", true, &h->add_bos, reterr)) < 0 ||
+            (r = bool_key(doc, "add_eos_token", false, &h->add_eos, reterr)) < 0)
                 return r;
         int32_t unk = -1, pad = -1;
-        if ((r = special_key(h, root, "bos_token", "<s>", &tok->bos_id, reterr)) < 0 ||
-            (r = special_key(h, root, "eos_token", "</s>", &tok->eos_id, reterr)) < 0 ||
-            (r = special_key(h, root, "unk_token", "<unk>", &unk, reterr)) < 0 ||
-            (r = special_key(h, root, "pad_token", NULL, &pad, reterr)) < 0)
+        if ((r = special_key(h, doc, "bos_token", "<s>", &tok->bos_id, reterr)) < 0 ||
+            (r = special_key(h, doc, "eos_token", "</s>", &tok->eos_id, reterr)) < 0 ||
+            (r = special_key(h, doc, "unk_token", "<unk>", &unk, reterr)) < 0 ||
+            (r = special_key(h, doc, "pad_token", NULL, &pad, reterr)) < 0)
                 return r;
         if (unk >= 0) {
                 h->unk_text = h->sp.ops->piece(&h->sp, unk);
                 h->unk_text_len = strlen(h->unk_text);
         }
-        const cJSON *extra = cJSON_GetObjectItemCaseSensitive(root, "additional_special_tokens"), *e;
-        if (!cJSON_IsArray(extra))
-                extra = NULL;
-        cJSON_ArrayForEach(e, extra) {
+        const struct bj *extra = bj_get(doc, root, "additional_special_tokens");
+        for (uint32_t i = 0; extra && extra->type == BJ_ARRAY && i < extra->n; i++) {
                 const char *content;
                 bool lstrip, rstrip;
-                if ((r = token_value(e, "additional_special_tokens", &content, &lstrip, &rstrip, reterr)) < 0)
+                if ((r = token_value(doc, bj_at(doc, extra, i), "additional_special_tokens", &content, &lstrip, &rstrip, reterr)) < 0)
                         return r;
                 int32_t id = content ? piece_id(&h->sp, content) : -1;
                 if (content && id < 0)
@@ -222,26 +221,25 @@ static int parse_config(struct spm_hf *h, struct dse_tokenizer *tok, const cJSON
                 if (content && (r = add_token(h, content, id, lstrip, rstrip, true)) < 0)
                         return r;
         }
-        const cJSON *dec = cJSON_GetObjectItemCaseSensitive(root, "added_tokens_decoder");
-        if (!cJSON_IsObject(dec))
-                dec = NULL;
-        cJSON_ArrayForEach(e, dec) {
+        const struct bj *dec = bj_get(doc, root, "added_tokens_decoder");
+        for (uint32_t i = 0; dec && dec->type == BJ_OBJECT && i < dec->n; i++) {
+                const struct bj *e = bj_at(doc, dec, i);
                 char *end;
-                long id = strtol(e->string, &end, 10);
+                long id = strtol(e->key, &end, 10);
                 const char *content;
                 bool lstrip, rstrip;
-                if (*e->string == '\0' || *end != '\0' || id < 0 || id >= h->sp.n_vocab)
+                if (*e->key == '\0' || *end != '\0' || id < 0 || id >= h->sp.n_vocab)
                         return dse__fail(reterr, -EBADMSG,
                                          "tokenizer_config.json: added_tokens_decoder id '%.32s' is outside the model's %d pieces",
-                                         e->string, h->sp.n_vocab);
-                if ((r = token_value(e, "added_tokens_decoder entry", &content, &lstrip, &rstrip, reterr)) < 0)
+                                         e->key, h->sp.n_vocab);
+                if ((r = token_value(doc, e, "added_tokens_decoder entry", &content, &lstrip, &rstrip, reterr)) < 0)
                         return r;
                 if (!content)
                         return dse__fail(reterr, -EBADMSG, "tokenizer_config.json: added_tokens_decoder %ld has no content", id);
                 if ((r = add_token(h, content, (int32_t)id, lstrip, rstrip, false)) < 0)
                         return r;
         }
-        return chat_template(root, &tok->chat_template, reterr);
+        return chat_template(doc, &tok->chat_template, reterr);
 }
 
 static const struct dse_tokenizer_ops spm_hf_ops;
@@ -251,17 +249,18 @@ int dse__tok_spm_hf_init(struct dse_tokenizer *tok, const void *model, size_t mo
         struct spm_hf *h = calloc(1, sizeof *h);
         if (!h)
                 return -ENOMEM;
-        cJSON *root = NULL;
+        struct bj_doc doc = {0};
         int r = dse__tok_spm_init(&h->sp, model, model_len, reterr);
         if (r < 0)
                 goto fail;
-        if (!(root = cJSON_ParseWithLength(config_json, config_len))) {
-                r = dse__fail(reterr, -EBADMSG, "tokenizer_config.json: malformed JSON");
+        struct dse_diag sub = {{0}};
+        if ((r = bj_parse(config_json, config_len, &doc, &sub)) < 0) {
+                r = dse__fail(reterr, r, "tokenizer_config.json: %s", sub.msg);
                 goto fail;
         }
         tok->bos_id = h->sp.bos_id;
         tok->eos_id = h->sp.eos_id;
-        if ((r = parse_config(h, tok, root, reterr)) < 0)
+        if ((r = parse_config(h, tok, &doc, reterr)) < 0)
                 goto fail;
         if (!h->legacy) {
                 h->space_id = piece_id(&h->sp, SPACE_SYMBOL);
@@ -270,13 +269,13 @@ int dse__tok_spm_hf_init(struct dse_tokenizer *tok, const void *model, size_t mo
                         goto fail;
                 h->unk_n_ids = r;
         }
-        cJSON_Delete(root);
+        bj_free(&doc);
         tok->ops = &spm_hf_ops;
         tok->impl = h;
         tok->n_vocab = h->sp.n_vocab;
         return 0;
 fail:
-        cJSON_Delete(root);
+        bj_free(&doc);
         free(tok->chat_template);
         tok->chat_template = NULL;
         spm_hf_free(h);

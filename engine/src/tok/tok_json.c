@@ -1,5 +1,4 @@
-/* A small JSON reader for tokenizer.json: one pass, strings decoded into one arena,
- * nodes in one array (children of a container are contiguous). Strict RFC 8259. */
+/* The tokenizers' JSON reader (tok_json.h): strict RFC 8259. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>

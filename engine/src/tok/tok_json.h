@@ -1,0 +1,52 @@
+/* tok_json.h — the tokenizers' JSON reader, for tokenizer.json and tokenizer_config.json
+ * (engine-internal). One pass, strings decoded into one arena, nodes in one array
+ * (children of a container are contiguous): a 2-10 MB tokenizer.json loads without
+ * cJSON's malloc per node, which alone cost about as long as the rest of the load. */
+#ifndef DSE_TOK_JSON_H
+#define DSE_TOK_JSON_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dse.h"
+
+enum bj_type { BJ_NULL, BJ_FALSE, BJ_TRUE, BJ_NUMBER, BJ_STRING, BJ_ARRAY, BJ_OBJECT };
+
+struct bj {
+        uint8_t type;
+        uint32_t n;        /* string length in bytes, or number of children */
+        uint32_t key_len;  /* member key (objects' children only) */
+        const char *key;
+        union {
+                const char *str; /* NUL-terminated, may contain NULs (use n) */
+                uint32_t first;  /* index of the first child in doc->nodes */
+                double num;
+        };
+};
+
+struct bj_doc {
+        struct bj *nodes;  /* bpe_map'ed, nodes_size bytes */
+        char *strs;        /* bpe_map'ed, strs_size bytes */
+        size_t nodes_size, strs_size;
+        uint32_t root;
+};
+
+/* Parses RFC 8259 JSON (UTF-8 checked, nesting depth <= 256). -EBADMSG with the byte
+ * offset in reterr on malformed input. */
+int bj_parse(const char *text, size_t len, struct bj_doc *doc, struct dse_diag *reterr);
+void bj_free(struct bj_doc *doc);
+const struct bj *bj_root(const struct bj_doc *doc);
+/* Child i of an array or object, NULL when out of range (inline: called per vocabulary
+ * entry and merge). */
+static inline const struct bj *bj_at(const struct bj_doc *doc, const struct bj *v, uint32_t i) {
+        if (!v || (v->type != BJ_ARRAY && v->type != BJ_OBJECT) || i >= v->n)
+                return NULL;
+        return &doc->nodes[v->first + i];
+}
+/* Member of an object by key, NULL when absent or when v is not an object. */
+const struct bj *bj_get(const struct bj_doc *doc, const struct bj *v, const char *key);
+/* Convenience: string member or NULL; bool member or dflt. */
+const char *bj_get_str(const struct bj_doc *doc, const struct bj *v, const char *key);
+int bj_get_bool(const struct bj_doc *doc, const struct bj *v, const char *key, int dflt);
+
+#endif
