@@ -937,11 +937,13 @@ static struct jnode *parse_not(struct parser *p) {
         return parse_compare(p);
 }
 
-static struct jnode *parse_and(struct parser *p) {
-        struct jnode *left = parse_not(p);
-        while (left && is_name(cur(p), "and")) {
+/* operand (word operand)*, left-associative: the chains of `and` and of `or`. */
+static struct jnode *parse_bool_chain(struct parser *p, const char *word, enum jkind kind,
+                                      struct jnode *(*operand)(struct parser *)) {
+        struct jnode *left = operand(p);
+        while (left && is_name(cur(p), word)) {
                 int line = next(p)->line;
-                struct jnode *right = parse_not(p), *n = right ? mk(p, JN_AND, line) : NULL;
+                struct jnode *right = operand(p), *n = right ? mk(p, kind, line) : NULL;
                 if (!n)
                         return NULL;
                 n->a = left;
@@ -951,18 +953,12 @@ static struct jnode *parse_and(struct parser *p) {
         return left;
 }
 
+static struct jnode *parse_and(struct parser *p) {
+        return parse_bool_chain(p, "and", JN_AND, parse_not);
+}
+
 static struct jnode *parse_or(struct parser *p) {
-        struct jnode *left = parse_and(p);
-        while (left && is_name(cur(p), "or")) {
-                int line = next(p)->line;
-                struct jnode *right = parse_and(p), *n = right ? mk(p, JN_OR, line) : NULL;
-                if (!n)
-                        return NULL;
-                n->a = left;
-                n->b = right;
-                left = n;
-        }
-        return left;
+        return parse_bool_chain(p, "or", JN_OR, parse_and);
 }
 
 static struct jnode *parse_condexpr(struct parser *p) {
