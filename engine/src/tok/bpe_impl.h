@@ -21,6 +21,7 @@
 
 #include "dse.h"
 #include "../utf8.h"
+#include "tok_buf.h"
 #include "tok_json.h"
 
 /* Zeroed memory for the big load-time tables, 64-byte aligned; blocks of 4 MiB or more
@@ -28,17 +29,6 @@
  * bpe_unmap takes the size given to bpe_map. */
 void *bpe_map(size_t n);
 void bpe_unmap(void *p, size_t n);
-
-/* ---- growable byte buffer ------------------------------------------------------------ */
-
-struct bpe_buf {
-        char *p;
-        size_t len, cap;
-};
-
-int bpe_buf_reserve(struct bpe_buf *b, size_t extra);
-int bpe_buf_put(struct bpe_buf *b, const void *data, size_t n);
-void bpe_buf_done(struct bpe_buf *b);
 
 /* ---- regexes ------------------------------------------------------------------------- */
 
@@ -224,14 +214,14 @@ struct bpe_out {
 struct bpe_ws {
         const struct bpe *bpe;
         pcre2_match_data *md;
-        struct bpe_buf norm;                    /* normalized segment */
-        struct bpe_buf tmp;                     /* normalizer ping-pong */
-        struct bpe_buf pre[BPE_MAX_LEVELS];     /* transformed piece per pre-tokenizer level */
-        struct bpe_buf map[BPE_MAX_LEVELS];     /* byte-level mapped piece per level */
-        struct bpe_buf spans[BPE_MAX_LEVELS];   /* split spans per level */
-        struct bpe_buf word;                    /* model scratch */
-        struct bpe_buf heap;
-        struct bpe_buf cache_keys, cache_ids;
+        struct tok_buf norm;                    /* normalized segment */
+        struct tok_buf tmp;                     /* normalizer ping-pong */
+        struct tok_buf pre[BPE_MAX_LEVELS];     /* transformed piece per pre-tokenizer level */
+        struct tok_buf map[BPE_MAX_LEVELS];     /* byte-level mapped piece per level */
+        struct tok_buf spans[BPE_MAX_LEVELS];   /* split spans per level */
+        struct tok_buf word;                    /* model scratch */
+        struct tok_buf heap;
+        struct tok_buf cache_keys, cache_ids;
         struct bpe_cache_slot *cache;
         uint32_t cache_mask, cache_used;
         struct bpe_out *out;
@@ -272,6 +262,6 @@ int bpe_normalize_string(const struct bpe *bpe, const char *s, size_t len, char 
 /* Pre-tokenizes one segment (between added tokens) and runs the model on every piece. */
 int bpe_pretokenize(struct bpe_ws *ws, const char *s, size_t len, int at_start);
 /* Runs the decoder chain on the pieces of ids and appends the text to out. */
-int bpe_decode(const struct bpe *bpe, const int32_t *ids, size_t n_ids, struct bpe_buf *out);
+int bpe_decode(const struct bpe *bpe, const int32_t *ids, size_t n_ids, struct tok_buf *out);
 
 #endif

@@ -260,9 +260,9 @@ static int cache_put(struct bpe_ws *ws, const char *s, size_t len, uint64_t h, c
         size_t key_off = ws->cache_keys.len, ids_off = ws->cache_ids.len / sizeof(int32_t);
         if (key_off > UINT32_MAX - len || ids_off > UINT32_MAX - n_ids)
                 return 0; /* cache full: keep working uncached */
-        int r = bpe_buf_put(&ws->cache_keys, s, len);
+        int r = tok_buf_put(&ws->cache_keys, s, len);
         if (r == 0)
-                r = bpe_buf_put(&ws->cache_ids, ids, n_ids * sizeof(int32_t));
+                r = tok_buf_put(&ws->cache_ids, ids, n_ids * sizeof(int32_t));
         if (r < 0)
                 return r;
         e->hash = h;
@@ -380,7 +380,7 @@ static void sym_add(struct sym_list *l, int32_t id) {
 /* models/bpe/model.rs merge_word: one symbol per character (with the continuing-subword
  * prefix and end-of-word suffix), byte fallback to <0xXX>, and unk (fused when
  * fuse_unk) for characters without a vocabulary entry. */
-static int text_symbols(const struct bpe *bpe, struct bpe_buf *tmp, const char *s, size_t len, struct sym_list *l) {
+static int text_symbols(const struct bpe *bpe, struct tok_buf *tmp, const char *s, size_t len, struct sym_list *l) {
         size_t pre_len = bpe->cont_prefix ? strlen(bpe->cont_prefix) : 0;
         size_t suf_len = bpe->end_suffix ? strlen(bpe->end_suffix) : 0;
         int have_unk = 0;
@@ -392,9 +392,9 @@ static int text_symbols(const struct bpe *bpe, struct bpe_buf *tmp, const char *
                 size_t key_len = (size_t)n;
                 if ((!is_first && pre_len) || (is_last && suf_len)) {
                         tmp->len = 0;
-                        if ((!is_first && pre_len && bpe_buf_put(tmp, bpe->cont_prefix, pre_len) < 0) ||
-                            bpe_buf_put(tmp, s + i, (size_t)n) < 0 ||
-                            (is_last && suf_len && bpe_buf_put(tmp, bpe->end_suffix, suf_len) < 0))
+                        if ((!is_first && pre_len && tok_buf_put(tmp, bpe->cont_prefix, pre_len) < 0) ||
+                            tok_buf_put(tmp, s + i, (size_t)n) < 0 ||
+                            (is_last && suf_len && tok_buf_put(tmp, bpe->end_suffix, suf_len) < 0))
                                 return -ENOMEM;
                         key = tmp->p;
                         key_len = tmp->len;
@@ -453,7 +453,7 @@ int bpe_model_encode(struct bpe_ws *ws, const char *s, size_t len, int raw_bytes
         if (bpe->ignore_merges) {
                 if (raw_bytes) {
                         ws->word.len = 0;
-                        if ((r = bpe_buf_reserve(&ws->word, len * 2)) < 0)
+                        if ((r = tok_buf_reserve(&ws->word, len * 2)) < 0)
                                 return r;
                         for (size_t i = 0; i < len; i++)
                                 ws->word.len += (size_t)dse__utf8_encode(bpe_byte_to_cp((uint8_t)s[i]),
@@ -473,7 +473,7 @@ int bpe_model_encode(struct bpe_ws *ws, const char *s, size_t len, int raw_bytes
                 /* at most 4 symbols per byte (byte fallback of a multi-byte char counts 1
                  * per byte; a prefixed char is still one symbol) */
                 ws->heap.len = 0;
-                if ((r = bpe_buf_reserve(&ws->heap, len * (sizeof(struct sym) + 3 * sizeof(struct cand)) + 64)) < 0)
+                if ((r = tok_buf_reserve(&ws->heap, len * (sizeof(struct sym) + 3 * sizeof(struct cand)) + 64)) < 0)
                         return r;
                 struct sym_list l = {(struct sym *)ws->heap.p, 0};
                 struct cand *heap = (struct cand *)(ws->heap.p + len * sizeof(struct sym));

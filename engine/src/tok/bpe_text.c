@@ -15,17 +15,17 @@ void bpe_ws_init(struct bpe_ws *ws, const struct bpe *bpe) {
 
 void bpe_ws_done(struct bpe_ws *ws) {
         pcre2_match_data_free(ws->md);
-        bpe_buf_done(&ws->norm);
-        bpe_buf_done(&ws->tmp);
+        tok_buf_done(&ws->norm);
+        tok_buf_done(&ws->tmp);
         for (int i = 0; i < BPE_MAX_LEVELS; i++) {
-                bpe_buf_done(&ws->pre[i]);
-                bpe_buf_done(&ws->map[i]);
-                bpe_buf_done(&ws->spans[i]);
+                tok_buf_done(&ws->pre[i]);
+                tok_buf_done(&ws->map[i]);
+                tok_buf_done(&ws->spans[i]);
         }
-        bpe_buf_done(&ws->word);
-        bpe_buf_done(&ws->heap);
-        bpe_buf_done(&ws->cache_keys);
-        bpe_buf_done(&ws->cache_ids);
+        tok_buf_done(&ws->word);
+        tok_buf_done(&ws->heap);
+        tok_buf_done(&ws->cache_keys);
+        tok_buf_done(&ws->cache_ids);
         free(ws->cache);
         memset(ws, 0, sizeof *ws);
 }
@@ -64,37 +64,67 @@ static size_t char_len_at(const char *s, size_t len, size_t pos) {
         return pos < len ? (size_t)dse__utf8_next(s + pos, len - pos, &cp) : 1;
 }
 
-/* Replaces every match with content, appending to out (NormalizedString::replace and the
- * Replace decoder). */
-static int replace_all(struct bpe_ws *ws, const struct bpe_regex *re, const char *lit, size_t lit_len,
-                       const char *content, size_t content_len, const char *s, size_t len, struct bpe_buf *out) {
-        size_t prev = 0, pos = 0, last_end = SIZE_MAX, ms, me;
+/* The matches over s that replace and split act on: an empty match where the previous
+ * match ended is skipped, and the search goes on one character past an empty match. */
+struct match_iter {
+        const struct bpe_regex *re;
+        pcre2_match_data *md;
+        const char *lit;
+        size_t lit_len;
+        const char *s;
+        size_t len, pos, last_end;
+};
+
+static int match_iter_init(struct match_iter *it, struct bpe_ws *ws, const struct bpe_regex *re, const char *lit,
+                           size_t lit_len, const char *s, size_t len) {
         int r;
         if (!lit && (r = ws_md(ws)) < 0)
                 return r;
-        while (pos <= len) {
-                r = find_next(re, ws->md, lit, lit_len, s, len, pos, &ms, &me);
-                if (r < 0)
+        *it = (struct match_iter){re, ws->md, lit, lit_len, s, len, 0, SIZE_MAX};
+        return 0;
+}
+
+/* 1 with the next match in [*ms, *me), 0 after the last one, or -errno. */
+static int match_next(struct match_iter *it, size_t *ms, size_t *me) {
+        while (it->pos <= it->len) {
+                int r = find_next(it->re, it->md, it->lit, it->lit_len, it->s, it->len, it->pos, ms, me);
+                if (r <= 0)
                         return r;
-                if (r == 0)
-                        break;
-                if (ms == me && last_end == me) {
-                        pos = me + char_len_at(s, len, me);
+                if (*ms == *me && it->last_end == *me) {
+                        it->pos = *me + char_len_at(it->s, it->len, *me);
                         continue;
                 }
-                if ((r = bpe_buf_put(out, s + prev, ms - prev)) < 0 || (r = bpe_buf_put(out, content, content_len)) < 0)
-                        return r;
-                prev = last_end = me;
-                pos = ms == me ? me + char_len_at(s, len, me) : me;
+                it->last_end = *me;
+                it->pos = *ms == *me ? *me + char_len_at(it->s, it->len, *me) : *me;
+                return 1;
         }
-        return bpe_buf_put(out, s + prev, len - prev);
+        return 0;
+}
+
+/* Replaces every match with content, appending to out (NormalizedString::replace and the
+ * Replace decoder). */
+static int replace_all(struct bpe_ws *ws, const struct bpe_regex *re, const char *lit, size_t lit_len,
+                       const char *content, size_t content_len, const char *s, size_t len, struct tok_buf *out) {
+        struct match_iter it;
+        size_t prev = 0, ms, me;
+        int r = match_iter_init(&it, ws, re, lit, lit_len, s, len);
+        if (r < 0)
+                return r;
+        while ((r = match_next(&it, &ms, &me)) > 0) {
+                if ((r = tok_buf_put(out, s + prev, ms - prev)) < 0 || (r = tok_buf_put(out, content, content_len)) < 0)
+                        return r;
+                prev = me;
+        }
+        if (r < 0)
+                return r;
+        return tok_buf_put(out, s + prev, len - prev);
 }
 
 /* ---- normalizers --------------------------------------------------------------------- */
 
-static int unicode_normalize(int type, const char *s, size_t len, struct bpe_buf *out) {
+static int unicode_normalize(int type, const char *s, size_t len, struct tok_buf *out) {
         if (is_ascii(s, len))
-                return bpe_buf_put(out, s, len);
+                return tok_buf_put(out, s, len);
         int opts = UTF8PROC_STABLE;
         switch (type) {
         case BPE_NORM_NFC: opts |= UTF8PROC_COMPOSE; break;
@@ -107,13 +137,13 @@ static int unicode_normalize(int type, const char *s, size_t len, struct bpe_buf
                                           (utf8proc_option_t)opts);
         if (n < 0)
                 return n == UTF8PROC_ERROR_NOMEM ? -ENOMEM : -EILSEQ;
-        int r = bpe_buf_put(out, dst, (size_t)n);
+        int r = tok_buf_put(out, dst, (size_t)n);
         free(dst);
         return r;
 }
 
-static int lowercase(const char *s, size_t len, struct bpe_buf *out) {
-        int r = bpe_buf_reserve(out, len * 2 + 4);
+static int lowercase(const char *s, size_t len, struct tok_buf *out) {
+        int r = tok_buf_reserve(out, len * 2 + 4);
         for (size_t i = 0; i < len && r == 0;) {
                 int32_t cp;
                 i += (size_t)dse__utf8_next(s + i, len - i, &cp);
@@ -125,12 +155,12 @@ static int lowercase(const char *s, size_t len, struct bpe_buf *out) {
                 } else {
                         n = dse__utf8_encode(utf8proc_tolower(cp), tmp);
                 }
-                r = bpe_buf_put(out, tmp, (size_t)n);
+                r = tok_buf_put(out, tmp, (size_t)n);
         }
         return r;
 }
 
-static int strip_ws(const char *s, size_t len, int left, int right, struct bpe_buf *out) {
+static int strip_ws(const char *s, size_t len, int left, int right, struct tok_buf *out) {
         size_t a = 0, b = len;
         while (left && a < b) {
                 int32_t cp;
@@ -149,16 +179,16 @@ static int strip_ws(const char *s, size_t len, int left, int right, struct bpe_b
                         break;
                 b = k;
         }
-        return bpe_buf_put(out, s + a, b - a);
+        return tok_buf_put(out, s + a, b - a);
 }
 
-static int strip_accents(const char *s, size_t len, struct bpe_buf *out) {
+static int strip_accents(const char *s, size_t len, struct tok_buf *out) {
         for (size_t i = 0; i < len;) {
                 int32_t cp;
                 int n = dse__utf8_next(s + i, len - i, &cp);
                 utf8proc_category_t c = utf8proc_category(cp);
                 if (c != UTF8PROC_CATEGORY_MN && c != UTF8PROC_CATEGORY_MC && c != UTF8PROC_CATEGORY_ME) {
-                        int r = bpe_buf_put(out, s + i, (size_t)n);
+                        int r = tok_buf_put(out, s + i, (size_t)n);
                         if (r < 0)
                                 return r;
                 }
@@ -167,7 +197,7 @@ static int strip_accents(const char *s, size_t len, struct bpe_buf *out) {
         return 0;
 }
 
-static int norm_one(struct bpe_ws *ws, const struct bpe_norm *nm, const char *s, size_t len, struct bpe_buf *out) {
+static int norm_one(struct bpe_ws *ws, const struct bpe_norm *nm, const char *s, size_t len, struct tok_buf *out) {
         switch (nm->type) {
         case BPE_NORM_NFC:
         case BPE_NORM_NFD:
@@ -179,8 +209,8 @@ static int norm_one(struct bpe_ws *ws, const struct bpe_norm *nm, const char *s,
         case BPE_NORM_PREPEND: {
                 int r = 0;
                 if (len) /* tokenizers: Prepend leaves an empty string empty */
-                        r = bpe_buf_put(out, nm->a, nm->a_len);
-                return r < 0 ? r : bpe_buf_put(out, s, len);
+                        r = tok_buf_put(out, nm->a, nm->a_len);
+                return r < 0 ? r : tok_buf_put(out, s, len);
         }
         case BPE_NORM_REPLACE:
                 return replace_all(ws, &nm->re, nm->a, nm->a_len, nm->b, nm->b_len, s, len, out);
@@ -194,9 +224,9 @@ static int norm_one(struct bpe_ws *ws, const struct bpe_norm *nm, const char *s,
 
 int bpe_normalize(struct bpe_ws *ws, const char *s, size_t len, const char **ret_s, size_t *ret_len) {
         const struct bpe *bpe = ws->bpe;
-        struct bpe_buf *cur = &ws->norm, *other = &ws->tmp;
+        struct tok_buf *cur = &ws->norm, *other = &ws->tmp;
         for (int i = 0; i < bpe->n_norms; i++) {
-                struct bpe_buf *dst = (s == cur->p) ? other : cur;
+                struct tok_buf *dst = (s == cur->p) ? other : cur;
                 dst->len = 0;
                 int r = norm_one(ws, &bpe->norms[i], s, len, dst);
                 if (r < 0)
@@ -236,38 +266,31 @@ struct span {
 };
 
 /* NormalizedString::split: the pieces between and at matches, arranged by behavior. */
-static int split_spans(struct bpe_ws *ws, struct bpe_buf *out, const struct bpe_regex *re, const char *lit,
+static int split_spans(struct bpe_ws *ws, struct tok_buf *out, const struct bpe_regex *re, const char *lit,
                        size_t lit_len, enum bpe_split_behavior behavior, int invert, const char *s, size_t len,
                        size_t *ret_n) {
-        size_t prev = 0, pos = 0, last_end = SIZE_MAX, ms, me;
-        int r;
+        struct match_iter it;
+        size_t prev = 0, ms, me;
         out->len = 0;
-        if (!lit && (r = ws_md(ws)) < 0)
+        int r = match_iter_init(&it, ws, re, lit, lit_len, s, len);
+        if (r < 0)
                 return r;
-        while (pos <= len) {
-                r = find_next(re, ws->md, lit, lit_len, s, len, pos, &ms, &me);
-                if (r < 0)
-                        return r;
-                if (r == 0)
-                        break;
-                if (ms == me && last_end == me) {
-                        pos = me + char_len_at(s, len, me);
-                        continue;
-                }
+        while ((r = match_next(&it, &ms, &me)) > 0) {
                 if (prev != ms) {
                         struct span g = {prev, ms, 0};
-                        if ((r = bpe_buf_put(out, &g, sizeof g)) < 0)
+                        if ((r = tok_buf_put(out, &g, sizeof g)) < 0)
                                 return r;
                 }
                 struct span m = {ms, me, 1};
-                if ((r = bpe_buf_put(out, &m, sizeof m)) < 0)
+                if ((r = tok_buf_put(out, &m, sizeof m)) < 0)
                         return r;
-                prev = last_end = me;
-                pos = ms == me ? me + char_len_at(s, len, me) : me;
+                prev = me;
         }
+        if (r < 0)
+                return r;
         if (prev != len) {
                 struct span g = {prev, len, 0};
-                if ((r = bpe_buf_put(out, &g, sizeof g)) < 0)
+                if ((r = tok_buf_put(out, &g, sizeof g)) < 0)
                         return r;
         }
         struct span *sp = (struct span *)out->p;
@@ -333,9 +356,9 @@ static int byte_level_piece(struct bpe_ws *ws, int k, const char *s, size_t len,
         const struct bpe *bpe = ws->bpe;
         if (k == bpe->n_pretoks - 1 && bpe->raw_bytes_model)
                 return bpe_model_encode(ws, s, len, 1);
-        struct bpe_buf *m = &ws->map[k];
+        struct tok_buf *m = &ws->map[k];
         m->len = 0;
-        int r = bpe_buf_reserve(m, len * 2);
+        int r = tok_buf_reserve(m, len * 2);
         if (r < 0)
                 return r;
         for (size_t i = 0; i < len; i++)
@@ -370,9 +393,9 @@ static int run_level(struct bpe_ws *ws, int k, const char *s, size_t len, int at
                 return run_spans(ws, k, s, n, at_start, 0);
         case BPE_PRETOK_BYTELEVEL:
                 if (pt->add_prefix_space && s[0] != ' ') {
-                        struct bpe_buf *p = &ws->pre[k];
+                        struct tok_buf *p = &ws->pre[k];
                         p->len = 0;
-                        if ((r = bpe_buf_put(p, " ", 1)) < 0 || (r = bpe_buf_put(p, s, len)) < 0)
+                        if ((r = tok_buf_put(p, " ", 1)) < 0 || (r = tok_buf_put(p, s, len)) < 0)
                                 return r;
                         s = p->p;
                         len = p->len;
@@ -386,10 +409,10 @@ static int run_level(struct bpe_ws *ws, int k, const char *s, size_t len, int at
                 /* spaces become the replacement, then the replacement is prepended
                  * (per the scheme) unless the text already starts with it; room for the
                  * prefix is reserved in front so it costs no copy */
-                struct bpe_buf *p = &ws->pre[k];
+                struct tok_buf *p = &ws->pre[k];
                 size_t rl = (size_t)pt->replacement_len;
                 p->len = 0;
-                if ((r = bpe_buf_put(p, pt->replacement, rl)) < 0 ||
+                if ((r = tok_buf_put(p, pt->replacement, rl)) < 0 ||
                     (r = replace_all(ws, NULL, " ", 1, pt->replacement, rl, s, len, p)) < 0)
                         return r;
                 s = p->p + rl;
@@ -421,15 +444,15 @@ int bpe_pretokenize(struct bpe_ws *ws, const char *s, size_t len, int at_start) 
 
 /* A list of token strings: text in one buffer, (offset, length) pairs in another. */
 struct tlist {
-        struct bpe_buf text, spans;
+        struct tok_buf text, spans;
         size_t n;
 };
 
 static int tl_add(struct tlist *l, const char *s, size_t len) {
         size_t pair[2] = {l->text.len, len};
-        int r = bpe_buf_put(&l->text, s, len);
+        int r = tok_buf_put(&l->text, s, len);
         if (r == 0)
-                r = bpe_buf_put(&l->spans, pair, sizeof pair);
+                r = tok_buf_put(&l->spans, pair, sizeof pair);
         if (r == 0)
                 l->n++;
         return r;
@@ -447,22 +470,22 @@ static void tl_reset(struct tlist *l) {
 }
 
 static void tl_done(struct tlist *l) {
-        bpe_buf_done(&l->text);
-        bpe_buf_done(&l->spans);
+        tok_buf_done(&l->text);
+        tok_buf_done(&l->spans);
 }
 
 /* String::from_utf8_lossy: one U+FFFD per maximal invalid subsequence. */
-static int utf8_lossy(const char *str, size_t len, struct bpe_buf *out) {
+static int utf8_lossy(const char *str, size_t len, struct tok_buf *out) {
         size_t i = 0;
         while (i < len) {
                 size_t ok = dse__utf8_valid_prefix(str + i, len - i);
-                int r = bpe_buf_put(out, str + i, ok);
+                int r = tok_buf_put(out, str + i, ok);
                 if (r < 0)
                         return r;
                 i += ok;
                 if (i >= len)
                         break;
-                if ((r = bpe_buf_put(out, "\xEF\xBF\xBD", 3)) < 0)
+                if ((r = tok_buf_put(out, "\xEF\xBF\xBD", 3)) < 0)
                         return r;
                 i += dse__utf8_invalid_len(str + i, len - i);
         }
@@ -477,7 +500,7 @@ static int dec_one(struct bpe_ws *ws, const struct bpe_dec *d, const struct tlis
         case BPE_DEC_BYTELEVEL: {
                 /* per token: its alphabet bytes when every char is in the ByteLevel map,
                  * its own UTF-8 otherwise; then one lossy UTF-8 string */
-                struct bpe_buf raw = {0};
+                struct tok_buf raw = {0};
                 for (size_t i = 0; i < in->n && r == 0; i++) {
                         t = tl_get(in, i, &len);
                         size_t mark = raw.len;
@@ -491,20 +514,20 @@ static int dec_one(struct bpe_ws *ws, const struct bpe_dec *d, const struct tlis
                                         break;
                                 }
                                 uint8_t byte = (uint8_t)b;
-                                r = bpe_buf_put(&raw, &byte, 1);
+                                r = tok_buf_put(&raw, &byte, 1);
                         }
                         if (r == 0 && !all) {
                                 raw.len = mark;
-                                r = bpe_buf_put(&raw, t, len);
+                                r = tok_buf_put(&raw, t, len);
                         }
                 }
-                struct bpe_buf txt = {0};
+                struct tok_buf txt = {0};
                 if (r == 0)
                         r = utf8_lossy(raw.p ? raw.p : "", raw.len, &txt);
                 if (r == 0)
                         r = tl_add(out, txt.p ? txt.p : "", txt.len);
-                bpe_buf_done(&raw);
-                bpe_buf_done(&txt);
+                tok_buf_done(&raw);
+                tok_buf_done(&txt);
                 return r;
         }
         case BPE_DEC_REPLACE:
@@ -514,13 +537,13 @@ static int dec_one(struct bpe_ws *ws, const struct bpe_dec *d, const struct tlis
                         r = replace_all(ws, &d->re, d->a, d->a_len, d->b, d->b_len, t, len, &out->text);
                         if (r == 0) {
                                 size_t pair[2] = {mark, out->text.len - mark};
-                                r = bpe_buf_put(&out->spans, pair, sizeof pair);
+                                r = tok_buf_put(&out->spans, pair, sizeof pair);
                                 out->n++;
                         }
                 }
                 return r;
         case BPE_DEC_BYTE_FALLBACK: {
-                struct bpe_buf bytes = {0};
+                struct tok_buf bytes = {0};
                 for (size_t i = 0; i <= in->n && r == 0; i++) {
                         int byte = -1;
                         if (i < in->n) {
@@ -537,7 +560,7 @@ static int dec_one(struct bpe_ws *ws, const struct bpe_dec *d, const struct tlis
                         }
                         if (byte >= 0) {
                                 uint8_t b = (uint8_t)byte;
-                                r = bpe_buf_put(&bytes, &b, 1);
+                                r = tok_buf_put(&bytes, &b, 1);
                                 continue;
                         }
                         if (bytes.len) {
@@ -553,17 +576,17 @@ static int dec_one(struct bpe_ws *ws, const struct bpe_dec *d, const struct tlis
                         if (r == 0 && i < in->n)
                                 r = tl_add(out, t, len);
                 }
-                bpe_buf_done(&bytes);
+                tok_buf_done(&bytes);
                 return r;
         }
         case BPE_DEC_FUSE: {
                 size_t mark = out->text.len;
                 for (size_t i = 0; i < in->n && r == 0; i++) {
                         t = tl_get(in, i, &len);
-                        r = bpe_buf_put(&out->text, t, len);
+                        r = tok_buf_put(&out->text, t, len);
                 }
                 size_t pair[2] = {mark, out->text.len - mark};
-                if (r == 0 && (r = bpe_buf_put(&out->spans, pair, sizeof pair)) == 0)
+                if (r == 0 && (r = tok_buf_put(&out->spans, pair, sizeof pair)) == 0)
                         out->n++;
                 return r;
         }
@@ -599,13 +622,13 @@ static int dec_one(struct bpe_ws *ws, const struct bpe_dec *d, const struct tlis
                                 int32_t cp;
                                 int n = dse__utf8_next(t + k, len - k, &cp);
                                 if (cp != d->replacement_cp)
-                                        r = bpe_buf_put(&out->text, t + k, (size_t)n);
+                                        r = tok_buf_put(&out->text, t + k, (size_t)n);
                                 else if (!(i == 0 && d->prepend_scheme != BPE_PREPEND_NEVER))
-                                        r = bpe_buf_put(&out->text, " ", 1);
+                                        r = tok_buf_put(&out->text, " ", 1);
                                 k += (size_t)n;
                         }
                         size_t pair[2] = {mark, out->text.len - mark};
-                        if (r == 0 && (r = bpe_buf_put(&out->spans, pair, sizeof pair)) == 0)
+                        if (r == 0 && (r = tok_buf_put(&out->spans, pair, sizeof pair)) == 0)
                                 out->n++;
                 }
                 return r;
@@ -613,7 +636,7 @@ static int dec_one(struct bpe_ws *ws, const struct bpe_dec *d, const struct tlis
         return -EINVAL;
 }
 
-int bpe_decode(const struct bpe *bpe, const int32_t *ids, size_t n_ids, struct bpe_buf *out) {
+int bpe_decode(const struct bpe *bpe, const int32_t *ids, size_t n_ids, struct tok_buf *out) {
         struct tlist a = {0}, b = {0};
         struct tlist *cur = &a, *next = &b;
         struct bpe_ws ws;
@@ -635,9 +658,9 @@ int bpe_decode(const struct bpe *bpe, const int32_t *ids, size_t n_ids, struct b
                 size_t len;
                 const char *t = tl_get(cur, i, &len);
                 if (!bpe->has_decoder && i > 0) /* no decoder: tokens joined by spaces */
-                        r = bpe_buf_put(out, " ", 1);
+                        r = tok_buf_put(out, " ", 1);
                 if (r == 0)
-                        r = bpe_buf_put(out, t, len);
+                        r = tok_buf_put(out, t, len);
         }
         tl_done(&a);
         tl_done(&b);

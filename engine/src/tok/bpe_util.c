@@ -1,4 +1,4 @@
-/* The growable buffer and the page-aligned tables used across the tokenizer.json implementation. */
+/* The page-aligned tables of the tokenizer.json implementation. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -55,33 +55,4 @@ void bpe_unmap(void *p, size_t n) {
                 return;
         }
         munmap(p, map_len(n));
-}
-
-int bpe_buf_reserve(struct bpe_buf *b, size_t extra) {
-        if (b->len + extra <= b->cap)
-                return 0;
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap < b->len + extra)
-                cap *= 2;
-        char *p = realloc(b->p, cap);
-        if (!p)
-                return -ENOMEM;
-        b->p = p;
-        b->cap = cap;
-        return 0;
-}
-
-int bpe_buf_put(struct bpe_buf *b, const void *data, size_t n) {
-        int r = bpe_buf_reserve(b, n);
-        if (r < 0)
-                return r;
-        if (n)
-                memcpy(b->p + b->len, data, n);
-        b->len += n;
-        return 0;
-}
-
-void bpe_buf_done(struct bpe_buf *b) {
-        free(b->p);
-        memset(b, 0, sizeof *b);
 }

@@ -351,7 +351,7 @@ static const struct added_token *next_added(const struct spm_hf *h, const char *
 }
 
 /* A text segment between added tokens (non-empty). */
-static int encode_segment(const struct spm_hf *h, struct id_buf *b, const char *seg, size_t len, struct spm_buf *scratch) {
+static int encode_segment(const struct spm_hf *h, struct id_buf *b, const char *seg, size_t len, struct tok_buf *scratch) {
         if (h->legacy)
                 return ids_encode(b, &h->sp, seg, len, false);
         bool lead_space = seg[0] == ' ' || (len >= 3 && memcmp(seg, SPACE_SYMBOL, 3) == 0);
@@ -360,11 +360,11 @@ static int encode_segment(const struct spm_hf *h, struct id_buf *b, const char *
         /* tokenization_llama.py _tokenize: encode unk_token + text, drop the unk ids. */
         scratch->len = 0;
         int r;
-        if ((r = dse__spm_buf_append(scratch, h->unk_text, h->unk_text_len)) < 0 ||
-            (r = dse__spm_buf_append(scratch, seg, len)) < 0)
+        if ((r = tok_buf_put(scratch, h->unk_text, h->unk_text_len)) < 0 ||
+            (r = tok_buf_put(scratch, seg, len)) < 0)
                 return r;
         size_t start = b->n;
-        if ((r = ids_encode(b, &h->sp, scratch->data, scratch->len, true)) < 0)
+        if ((r = ids_encode(b, &h->sp, scratch->p, scratch->len, true)) < 0)
                 return r;
         size_t n = b->n - start;
         if (n >= (size_t)h->unk_n_ids) {
@@ -376,7 +376,7 @@ static int encode_segment(const struct spm_hf *h, struct id_buf *b, const char *
 
 /* Cuts text at the added tokens and encodes the pieces between them into b. */
 static int encode_split(const struct spm_hf *h, const char *text, size_t len, struct id_buf *b, bool *ret_lead_special) {
-        struct spm_buf scratch = {0};
+        struct tok_buf scratch = {0};
         bool eat_left_space = false; /* the previous token has rstrip */
         int r = 0;
         *ret_lead_special = false;
@@ -408,26 +408,26 @@ static int encode_split(const struct spm_hf *h, const char *text, size_t len, st
                 pos = at + a->len;
                 eat_left_space = a->rstrip;
         }
-        free(scratch.data);
+        free(scratch.p);
         return r;
 }
 
 /* legacy=false (tokenization_llama.py tokenize): "▁" + text with each U+2581 written
  * as a space. */
-static int prefix_text(const struct spm_hf *h, const char *text, size_t len, struct spm_buf *out) {
-        int r = h->add_prefix_space ? dse__spm_buf_append(out, SPACE_SYMBOL, 3) : 0;
+static int prefix_text(const struct spm_hf *h, const char *text, size_t len, struct tok_buf *out) {
+        int r = h->add_prefix_space ? tok_buf_put(out, SPACE_SYMBOL, 3) : 0;
         size_t run = 0;
         for (size_t i = 0; r >= 0 && i + 3 <= len;) {
                 if (memcmp(text + i, SPACE_SYMBOL, 3) != 0) {
                         i++;
                         continue;
                 }
-                if ((r = dse__spm_buf_append(out, text + run, i - run)) >= 0)
-                        r = dse__spm_buf_append(out, " ", 1);
+                if ((r = tok_buf_put(out, text + run, i - run)) >= 0)
+                        r = tok_buf_put(out, " ", 1);
                 i += 3;
                 run = i;
         }
-        return r < 0 ? r : dse__spm_buf_append(out, text + run, len - run);
+        return r < 0 ? r : tok_buf_put(out, text + run, len - run);
 }
 
 static int spm_hf_encode(const struct dse_tokenizer *tok, const char *text, size_t len, int add_special, int32_t *ids,
@@ -436,14 +436,14 @@ static int spm_hf_encode(const struct dse_tokenizer *tok, const char *text, size
         if (!dse__utf8_valid(text, len))
                 return -EILSEQ;
         struct id_buf b = {0};
-        struct spm_buf prefixed = {0};
+        struct tok_buf prefixed = {0};
         bool lead_special = false;
         int r = 0;
         if (len > 0 && h->legacy) {
                 r = encode_split(h, text, len, &b, &lead_special);
         } else if (len > 0) {
                 if ((r = prefix_text(h, text, len, &prefixed)) >= 0)
-                        r = encode_split(h, prefixed.data, prefixed.len, &b, &lead_special);
+                        r = encode_split(h, prefixed.p, prefixed.len, &b, &lead_special);
                 if (r >= 0 && lead_special && b.n > 1 && b.v[0] == h->space_id) {
                         memmove(b.v, b.v + 1, (b.n - 1) * sizeof *b.v);
                         b.n--;
@@ -464,7 +464,7 @@ static int spm_hf_encode(const struct dse_tokenizer *tok, const char *text, size
                 r = (int)n;
         }
         free(b.v);
-        free(prefixed.data);
+        free(prefixed.p);
         return r;
 }
 

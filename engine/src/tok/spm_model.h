@@ -14,6 +14,7 @@
 
 #include "dse.h"
 #include "../utf8.h"
+#include "tok_buf.h"
 
 /* ---- ModelProto (sentencepiece_model.proto) --------------------------------------- */
 
@@ -101,15 +102,6 @@ int32_t dse__spm_trie_get(const struct spm_trie *t, const char *key, size_t len)
 /* Length of the longest key that is a prefix of s[0..len), 0 when none. */
 size_t dse__spm_trie_longest_prefix(const struct spm_trie *t, const char *s, size_t len);
 
-/* ---- growable byte buffer ------------------------------------------------------- */
-
-struct spm_buf {
-        char *data;
-        size_t len, cap;
-};
-
-int dse__spm_buf_append(struct spm_buf *b, const void *src, size_t n);
-
 /* ---- normalizer (normalizer.cc) ------------------------------------------------- */
 
 struct spm_normalizer {
@@ -129,7 +121,7 @@ int dse__spm_normalizer_init(struct spm_normalizer *n, const struct spm_proto_no
                              struct dse_diag *reterr);
 /* Appends the normalized form of in[0..len) to out. -ENOMEM, or -EBADMSG when a charsmap
  * rule points outside its string blob. */
-int dse__spm_normalize(const struct spm_normalizer *n, const char *in, size_t len, struct spm_buf *out);
+int dse__spm_normalize(const struct spm_normalizer *n, const char *in, size_t len, struct tok_buf *out);
 
 /* ---- UTF-8 (util.cc semantics) -------------------------------------------------- */
 

@@ -127,22 +127,3 @@ size_t dse__spm_trie_longest_prefix(const struct spm_trie *t, const char *s, siz
         }
         return best;
 }
-
-int dse__spm_buf_append(struct spm_buf *b, const void *src, size_t n) {
-        if (n > SIZE_MAX - b->len)
-                return -ENOMEM;
-        if (b->len + n > b->cap) {
-                size_t cap = b->cap ? b->cap : 64;
-                while (cap < b->len + n)
-                        cap = cap > SIZE_MAX / 2 ? b->len + n : cap * 2;
-                char *p = realloc(b->data, cap);
-                if (!p)
-                        return -ENOMEM;
-                b->data = p;
-                b->cap = cap;
-        }
-        if (n)
-                memcpy(b->data + b->len, src, n);
-        b->len += n;
-        return 0;
-}

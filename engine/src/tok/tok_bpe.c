@@ -520,7 +520,7 @@ struct merge_batch {
         int32_t q_ids[3 * MERGE_BATCH];
         int32_t left[MERGE_BATCH], right[MERGE_BATCH], new_id[MERGE_BATCH];
         uint32_t rank[MERGE_BATCH];
-        struct bpe_buf cat;
+        struct tok_buf cat;
 };
 
 static int merge_batch_flush(struct loader *L, struct merge_batch *mb, size_t n, uint32_t first_rank) {
@@ -622,7 +622,7 @@ static int parse_merges(struct loader *L, const struct bj *model, int predict) {
                         mb->ids[3 * n + 2] = ++prev_new;
                 } else {
                         mb->cat_off[n] = (uint32_t)mb->cat.len;
-                        if ((r = bpe_buf_put(&mb->cat, a, an)) < 0 || (r = bpe_buf_put(&mb->cat, b + skip, bn - skip)) < 0)
+                        if ((r = tok_buf_put(&mb->cat, a, an)) < 0 || (r = tok_buf_put(&mb->cat, b + skip, bn - skip)) < 0)
                                 break;
                         const char *cat = mb->cat.p ? mb->cat.p + mb->cat_off[n] : ""; /* all parts empty */
                         prev_new = bpe_vocab_find(bpe, cat, an + bn - skip);
@@ -637,7 +637,7 @@ static int parse_merges(struct loader *L, const struct bj *model, int predict) {
         }
         if (r == 0 && n)
                 r = merge_batch_flush(L, mb, n, first);
-        bpe_buf_done(&mb->cat);
+        tok_buf_done(&mb->cat);
         free(mb);
         return r;
 }
@@ -1072,7 +1072,7 @@ static int bpe_encode(const struct dse_tokenizer *tok, const char *text, size_t 
 
 static int bpe_decode_ids(const struct dse_tokenizer *tok, const int32_t *ids, size_t n_ids, char *out,
                           size_t max_len) {
-        struct bpe_buf b = {0};
+        struct tok_buf b = {0};
         int r = bpe_decode(tok->impl, ids, n_ids, &b);
         if (r == 0 && b.len > INT_MAX)
                 r = -E2BIG;
@@ -1081,7 +1081,7 @@ static int bpe_decode_ids(const struct dse_tokenizer *tok, const int32_t *ids, s
                         memcpy(out, b.p, b.len < max_len ? b.len : max_len);
                 r = (int)b.len;
         }
-        bpe_buf_done(&b);
+        tok_buf_done(&b);
         return r;
 }
 

@@ -565,7 +565,7 @@ static int encode_with(const struct dse_tokenizer *tok, const struct spm_normali
         const struct spm_tok *s = tok->impl;
         if (!dse__utf8_valid(text, len))
                 return -EILSEQ;
-        struct spm_buf norm = {0};
+        struct tok_buf norm = {0};
         struct segs segs = {0};
         int ret = dse__spm_normalize(normalizer, text, len, &norm);
         if (ret < 0)
@@ -575,10 +575,10 @@ static int encode_with(const struct dse_tokenizer *tok, const struct spm_normali
                 goto out;
         }
         switch (s->model_type) {
-        case SPM_MODEL_BPE: ret = encode_bpe(s, norm.data, norm.len, &segs); break;
-        case SPM_MODEL_WORD: ret = encode_word(s, norm.data, norm.len, &segs); break;
-        case SPM_MODEL_CHAR: ret = encode_char(s, norm.data, norm.len, &segs); break;
-        default: ret = encode_unigram(s, norm.data, norm.len, &segs); break;
+        case SPM_MODEL_BPE: ret = encode_bpe(s, norm.p, norm.len, &segs); break;
+        case SPM_MODEL_WORD: ret = encode_word(s, norm.p, norm.len, &segs); break;
+        case SPM_MODEL_CHAR: ret = encode_char(s, norm.p, norm.len, &segs); break;
+        default: ret = encode_unigram(s, norm.p, norm.len, &segs); break;
         }
         if (ret < 0)
                 goto out;
@@ -592,7 +592,7 @@ static int encode_with(const struct dse_tokenizer *tok, const struct spm_normali
                 bool is_unk = s->type[g->id] == SPM_PIECE_UNKNOWN;
                 if (is_unk && s->byte_fallback) {
                         for (uint32_t k = 0; k < g->len; k++)
-                                emit(ids, max_ids, &count, s->byte_id[(uint8_t)norm.data[g->start + k]]);
+                                emit(ids, max_ids, &count, s->byte_id[(uint8_t)norm.p[g->start + k]]);
                 } else if (!(is_unk && prev_unk)) {
                         emit(ids, max_ids, &count, g->id); /* a run of unknowns is one <unk> */
                 }
@@ -600,7 +600,7 @@ static int encode_with(const struct dse_tokenizer *tok, const struct spm_normali
         }
         ret = count > INT_MAX ? -E2BIG : (int)count;
 out:
-        free(norm.data);
+        free(norm.p);
         free(segs.v);
         return ret;
 }
@@ -620,16 +620,16 @@ int dse__tok_spm_encode_bare(const struct dse_tokenizer *tok, const char *text, 
 /* ---- decoding -------------------------------------------------------------------- */
 
 /* Byte pieces fuse into UTF-8; each byte that starts no valid character is U+FFFD. */
-static int flush_bytes(struct spm_buf *bytes, struct spm_buf *text) {
+static int flush_bytes(struct tok_buf *bytes, struct tok_buf *text) {
         int ret = 0;
         for (size_t off = 0; off < bytes->len && ret == 0;) {
                 uint32_t cp;
-                int c = dse__utf8_decode(bytes->data + off, bytes->len - off, &cp);
+                int c = dse__utf8_decode(bytes->p + off, bytes->len - off, &cp);
                 if (c < 0) {
-                        ret = dse__spm_buf_append(text, "\xef\xbf\xbd", 3);
+                        ret = tok_buf_put(text, "\xef\xbf\xbd", 3);
                         off++;
                 } else {
-                        ret = dse__spm_buf_append(text, bytes->data + off, (size_t)c);
+                        ret = tok_buf_put(text, bytes->p + off, (size_t)c);
                         off += (size_t)c;
                 }
         }
@@ -638,25 +638,25 @@ static int flush_bytes(struct spm_buf *bytes, struct spm_buf *text) {
 }
 
 /* Appends piece with U+2581 turned into spaces. */
-static int append_unescaped(struct spm_buf *text, const char *p, size_t len) {
+static int append_unescaped(struct tok_buf *text, const char *p, size_t len) {
         size_t run = 0;
         int ret = 0;
         for (size_t i = 0; i < len && ret == 0;) {
                 if (len - i >= 3 && memcmp(p + i, SPACE_SYMBOL, 3) == 0) {
-                        if ((ret = dse__spm_buf_append(text, p + run, i - run)) == 0)
-                                ret = dse__spm_buf_append(text, " ", 1);
+                        if ((ret = tok_buf_put(text, p + run, i - run)) == 0)
+                                ret = tok_buf_put(text, " ", 1);
                         i += 3;
                         run = i;
                 } else {
                         i++;
                 }
         }
-        return ret < 0 ? ret : dse__spm_buf_append(text, p + run, len - run);
+        return ret < 0 ? ret : tok_buf_put(text, p + run, len - run);
 }
 
 static int spm_decode(const struct dse_tokenizer *tok, const int32_t *ids, size_t n_ids, char *out, size_t max_len) {
         const struct spm_tok *s = tok->impl;
-        struct spm_buf text = {0}, bytes = {0}, denorm = {0};
+        struct tok_buf text = {0}, bytes = {0}, denorm = {0};
         bool is_bos_ws = true;   /* a leading U+2581 may still be consumed */
         bool bos_ws_seen = false; /* the previous piece consumed it */
         int ret = 0;
@@ -665,7 +665,7 @@ static int spm_decode(const struct dse_tokenizer *tok, const int32_t *ids, size_
                 int type = s->type[id];
                 if (type == SPM_PIECE_BYTE) {
                         uint8_t b = (uint8_t)piece_to_byte(piece_str(s, id), s->piece_len[id]);
-                        ret = dse__spm_buf_append(&bytes, &b, 1);
+                        ret = tok_buf_put(&bytes, &b, 1);
                         continue;
                 }
                 if ((ret = flush_bytes(&bytes, &text)) < 0)
@@ -676,7 +676,7 @@ static int spm_decode(const struct dse_tokenizer *tok, const int32_t *ids, size_
                 if (type == SPM_PIECE_CONTROL)
                         continue;
                 if (type == SPM_PIECE_UNKNOWN) {
-                        ret = dse__spm_buf_append(&text, s->unk_surface.ptr, s->unk_surface.len);
+                        ret = tok_buf_put(&text, s->unk_surface.ptr, s->unk_surface.len);
                         continue;
                 }
                 const char *p = piece_str(s, id);
@@ -691,9 +691,9 @@ static int spm_decode(const struct dse_tokenizer *tok, const int32_t *ids, size_
         }
         if (ret == 0)
                 ret = flush_bytes(&bytes, &text);
-        const struct spm_buf *result = &text;
+        const struct tok_buf *result = &text;
         if (ret == 0 && s->has_denorm) {
-                ret = dse__spm_normalize(&s->denorm, text.data, text.len, &denorm);
+                ret = dse__spm_normalize(&s->denorm, text.p, text.len, &denorm);
                 result = &denorm;
         }
         if (ret == 0) {
@@ -701,13 +701,13 @@ static int spm_decode(const struct dse_tokenizer *tok, const int32_t *ids, size_
                         ret = -E2BIG;
                 } else {
                         if (max_len && result->len)
-                                memcpy(out, result->data, result->len < max_len ? result->len : max_len);
+                                memcpy(out, result->p, result->len < max_len ? result->len : max_len);
                         ret = (int)result->len;
                 }
         }
-        free(text.data);
-        free(bytes.data);
-        free(denorm.data);
+        free(text.p);
+        free(bytes.p);
+        free(denorm.p);
         return ret;
 }
 
