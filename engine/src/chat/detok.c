@@ -241,18 +241,26 @@ static int restart_window(struct dse_detok *d) {
         return remember_shown(d);
 }
 
-int dse_detok_push(struct dse_detok *d, int32_t id, const char **ret_text, int *ret_stopped) {
-        if (!d || !ret_text)
-                return -EINVAL;
+/* Empties the text returned to the caller (an empty string, not NULL). */
+static int out_reset(struct dse_detok *d) {
         d->n_out = 0;
         if (grow(&d->out, &d->cap_out, 1) < 0)
                 return -ENOMEM;
         d->out[0] = '\0';
+        return 0;
+}
+
+int dse_detok_push(struct dse_detok *d, int32_t id, const char **ret_text, int *ret_stopped) {
+        if (!d || !ret_text)
+                return -EINVAL;
+        int r = out_reset(d);
+        if (r < 0)
+                return r;
         if (!d->stopped) {
                 if (id < 0 || id >= dse_tokenizer_n_vocab(d->tok))
                         return -EINVAL;
                 d->win[d->n_win++] = id;
-                int len = decode(d, d->win, d->n_win), r;
+                int len = decode(d, d->win, d->n_win);
                 if (len < 0) {
                         d->n_win--;
                         return len;
@@ -295,11 +303,9 @@ out:
 int dse_detok_flush(struct dse_detok *d, const char **ret_text) {
         if (!d || !ret_text)
                 return -EINVAL;
-        d->n_out = 0;
-        if (grow(&d->out, &d->cap_out, 1) < 0)
-                return -ENOMEM;
-        d->out[0] = '\0';
-        int r = 0;
+        int r = out_reset(d);
+        if (r < 0)
+                return r;
         if (!d->stopped && d->n_win > 0) {
                 int len = decode(d, d->win, d->n_win);
                 if (len >= 0 && ((size_t)len < d->emitted || memcmp(d->dec, d->shown, d->emitted) != 0)) {

@@ -85,6 +85,15 @@ static struct jv *oom(struct jctx *c) {
         return NULL;
 }
 
+/* An error a value helper returned (its message already in reterr); NULL. */
+static struct jv *failed(struct jctx *c, int r) {
+        if (r == -ENOMEM)
+                return oom(c);
+        if (!c->err)
+                c->err = r;
+        return NULL;
+}
+
 static const char *type_name(const struct jv *v) {
         static const char *const names[] = {"undefined", "NoneType", "bool", "int", "float", "str", "list",
                                             "tuple", "dict", "Namespace", "macro", "function"};
@@ -144,13 +153,8 @@ static struct jv *to_str(struct jctx *c, const struct jnode *n, struct jv *v) {
         struct jbuf b;
         dse__jbuf_init(&b, c->a);
         int r = dse__jv_str_into(&b, v, c->reterr);
-        if (r == -ENOMEM)
-                return oom(c);
-        if (r < 0) {
-                if (!c->err)
-                        c->err = r;
-                return NULL;
-        }
+        if (r < 0)
+                return failed(c, r);
         return mk_str(c, b.p, b.n);
 }
 
@@ -1526,13 +1530,8 @@ static struct jv *apply_filter(struct jctx *c, struct jframe *f, const struct jn
                 struct jbuf b;
                 dse__jbuf_init(&b, c->a);
                 int r = dse__json_dump(&b, v, (int)ind, sort && dse__jv_truthy(sort), c->reterr);
-                if (r == -ENOMEM)
-                        return oom(c);
-                if (r < 0) {
-                        if (!c->err)
-                                c->err = r;
-                        return NULL;
-                }
+                if (r < 0)
+                        return failed(c, r);
                 return mk_str(c, b.p ? b.p : "", b.n);
         }
         case JF_TRIM: {
