@@ -719,23 +719,33 @@ static struct jnode *parse_postfix(struct parser *p, struct jnode *node) {
         }
 }
 
+/* The filter or test named at the current token (after `after` on line `line`): a node
+ * of kind over operand, its op the id lookup finds for the name. */
+static struct jnode *named_op(struct parser *p, int line, const char *what, const char *after, enum jkind kind,
+                              int (*lookup)(const char *name, size_t len), struct jnode *operand) {
+        struct token *name = cur(p);
+        if (name->type != T_NAME)
+                return fail(p, -EINVAL, line, "expected a %s name after %s", what, after), NULL;
+        next(p);
+        int id = lookup(name->s, name->n);
+        if (id < 0)
+                return fail(p, -EOPNOTSUPP, name->line, "%s '%.*s' is not supported", what, (int)name->n, name->s), NULL;
+        struct jnode *n = mk(p, kind, name->line);
+        if (!n || !(n->str = name_dup(p, name)))
+                return NULL;
+        n->op = id;
+        n->a = operand;
+        return n;
+}
+
 static struct jnode *parse_filter_expr(struct parser *p, struct jnode *node) {
         for (;;) {
                 struct token *t = cur(p);
                 if (is_op(t, "|")) {
                         next(p);
-                        struct token *name = cur(p);
-                        if (name->type != T_NAME)
-                                return fail(p, -EINVAL, t->line, "expected a filter name after '|'"), NULL;
-                        next(p);
-                        int id = dse__jinja_filter_lookup(name->s, name->n);
-                        if (id < 0)
-                                return fail(p, -EOPNOTSUPP, name->line, "filter '%.*s' is not supported", (int)name->n, name->s), NULL;
-                        struct jnode *n = mk(p, JN_FILTER, name->line);
-                        if (!n || !(n->str = name_dup(p, name)))
+                        struct jnode *n = named_op(p, t->line, "filter", "'|'", JN_FILTER, dse__jinja_filter_lookup, node);
+                        if (!n)
                                 return NULL;
-                        n->op = id;
-                        n->a = node;
                         if (is_op(cur(p), "(")) {
                                 next(p);
                                 if (parse_call_args(p, n) < 0)
@@ -749,19 +759,10 @@ static struct jnode *parse_filter_expr(struct parser *p, struct jnode *node) {
                                 next(p);
                                 neg = 1;
                         }
-                        struct token *name = cur(p);
-                        if (name->type != T_NAME)
-                                return fail(p, -EINVAL, t->line, "expected a test name after 'is'"), NULL;
-                        next(p);
-                        int id = dse__jinja_test_lookup(name->s, name->n);
-                        if (id < 0)
-                                return fail(p, -EOPNOTSUPP, name->line, "test '%.*s' is not supported", (int)name->n, name->s), NULL;
-                        struct jnode *n = mk(p, JN_TEST, name->line);
-                        if (!n || !(n->str = name_dup(p, name)))
+                        struct jnode *n = named_op(p, t->line, "test", "'is'", JN_TEST, dse__jinja_test_lookup, node);
+                        if (!n)
                                 return NULL;
-                        n->op = id;
                         n->neg = neg;
-                        n->a = node;
                         struct token *c = cur(p);
                         if (is_op(c, "(")) {
                                 next(p);
