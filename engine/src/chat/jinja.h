@@ -105,9 +105,10 @@ struct jv *dse__jv_dict_get(const struct jv *dict, const char *key, size_t key_l
 int dse__jv_equal(const struct jv *x, const struct jv *y);
 int dse__jv_truthy(const struct jv *v);
 
-/* Parses JSON text into values (numbers with '.', 'e' or 'E' become floats, others ints,
- * as Python's json.loads does). -EBADMSG with the offset in reterr, -EILSEQ for invalid
- * UTF-8. */
+/* Parses JSON text into values with the engine's JSON reader (tok/tok_json.h); numbers
+ * with '.', 'e' or 'E' become floats, others ints, as Python's json.loads does.
+ * -EBADMSG with the offset in reterr, -EILSEQ for invalid UTF-8 or an unpaired surrogate
+ * escape, -EOPNOTSUPP for an integer past 64 bits. */
 int dse__json_parse(struct jarena *a, const char *text, struct jv **ret, struct dse_diag *reterr);
 
 /* A growable byte buffer in the arena. */

@@ -255,7 +255,7 @@ int dse__tok_spm_hf_init(struct dse_tokenizer *tok, const void *model, size_t mo
                 goto fail;
         struct dse_diag sub = {{0}};
         if ((r = bj_parse(config_json, config_len, &doc, &sub)) < 0) {
-                r = dse__fail(reterr, r, "tokenizer_config.json: %s", sub.msg);
+                r = dse__fail(reterr, r == -ENOMEM ? r : -EBADMSG, "tokenizer_config.json: %s", sub.msg);
                 goto fail;
         }
         tok->bos_id = h->sp.bos_id;

@@ -32,9 +32,10 @@ struct loader {
 static int get_id(const struct bj *v, int32_t *ret) {
         /* in range first, so the cast is defined; an integer cast back is floor() without
          * the libm call (128k ids) */
-        if (!v || v->type != BJ_NUMBER || !(v->num >= 0) || v->num >= BPE_MAX_ID || (double)(int32_t)v->num != v->num)
+        double num = v && v->type == BJ_NUMBER ? bj_num(v) : -1;
+        if (!(num >= 0) || num >= BPE_MAX_ID || (double)(int32_t)num != num)
                 return -EBADMSG;
-        *ret = (int32_t)v->num;
+        *ret = (int32_t)num;
         return 0;
 }
 
@@ -459,7 +460,7 @@ static int parse_vocab(struct loader *L, const struct bj *model, const struct bj
         }
         for (uint32_t i = 0; i < vocab->n && r == 0; i++) {
                 const struct bj *e = bj_at(L->doc, vocab, i);
-                int32_t id = (int32_t)e->num;
+                int32_t id = (int32_t)bj_num(e);
                 if (contiguous)
                         offs[i] = base + (uint32_t)(e->key - first_key);
                 else
@@ -652,7 +653,7 @@ static int parse_model(struct loader *L, const struct bj *model, const struct bj
         if (!t && !bj_get(L->doc, model, "merges"))
                 return dse__fail(L->reterr, -EOPNOTSUPP, "tokenizer.json: model without type or merges is not BPE");
         const struct bj *dropout = bj_get(L->doc, model, "dropout");
-        if (dropout && dropout->type == BJ_NUMBER && dropout->num > 0)
+        if (dropout && dropout->type == BJ_NUMBER && bj_num(dropout) > 0)
                 return dse__fail(L->reterr, -EOPNOTSUPP, "tokenizer.json: BPE dropout is not supported");
         bpe->ignore_merges = bj_get_bool(L->doc, model, "ignore_merges", 0);
         bpe->byte_fallback = bj_get_bool(L->doc, model, "byte_fallback", 0);
@@ -881,7 +882,7 @@ static int parse_config(struct loader *L, struct dse_tokenizer *tok, const char 
         struct dse_diag sub = {{0}};
         int r = bj_parse(json, len, &cfg, &sub);
         if (r < 0)
-                return dse__fail(L->reterr, r, "tokenizer_config.json: %s", sub.msg);
+                return dse__fail(L->reterr, r == -ENOMEM ? r : -EBADMSG, "tokenizer_config.json: %s", sub.msg);
         const struct bj *root = bj_root(&cfg);
         int32_t bos = -1, eos = -1;
         if (root->type != BJ_OBJECT) {
@@ -1135,7 +1136,7 @@ int dse__tok_bpe_init(struct dse_tokenizer *tok, const char *json, size_t json_l
         struct dse_diag sub = {{0}};
         int r = bj_parse(json, json_len, &doc, &sub);
         if (r < 0)
-                return dse__fail(reterr, r, "tokenizer.json: %s", sub.msg);
+                return dse__fail(reterr, r == -ENOMEM ? r : -EBADMSG, "tokenizer.json: %s", sub.msg);
         struct bpe *bpe = calloc(1, sizeof *bpe);
         if (!bpe) {
                 bj_free(&doc);

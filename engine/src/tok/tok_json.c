@@ -20,8 +20,12 @@ struct bj_parser {
         struct dse_diag *reterr;
 };
 
+static int bj_fail(struct bj_parser *p, int err, const char *what) {
+        return dse__fail(p->reterr, err, "JSON: %s at byte %zu", what, p->pos);
+}
+
 static int bj_error(struct bj_parser *p, const char *what) {
-        return dse__fail(p->reterr, -EBADMSG, "JSON: %s at byte %zu", what, p->pos);
+        return bj_fail(p, -EBADMSG, what);
 }
 
 /* tokenizer.json is pretty-printed: almost half of a 7.8 MB file is indentation, so
@@ -163,11 +167,11 @@ static int bj_string(struct bj_parser *p, const char **ret_str, uint32_t *ret_le
                                 uint32_t lo;
                                 if (p->pos + 6 > p->len || p->s[p->pos] != '\\' || p->s[p->pos + 1] != 'u' ||
                                     bj_hex4(p, p->pos + 2, &lo) < 0 || lo < 0xDC00 || lo > 0xDFFF)
-                                        return bj_error(p, "unpaired surrogate in \\u escape");
+                                        return bj_fail(p, -EILSEQ, "unpaired surrogate in \\u escape");
                                 p->pos += 6;
                                 cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
                         } else if (cp >= 0xDC00 && cp <= 0xDFFF) {
-                                return bj_error(p, "unpaired surrogate in \\u escape");
+                                return bj_fail(p, -EILSEQ, "unpaired surrogate in \\u escape");
                         }
                         o += dse__utf8_encode((int32_t)cp, o);
                         pos = p->pos;
@@ -184,7 +188,7 @@ static int bj_string(struct bj_parser *p, const char **ret_str, uint32_t *ret_le
         return 0;
 }
 
-static int bj_number(struct bj_parser *p, double *ret) {
+static int bj_number(struct bj_parser *p, struct bj *ret) {
         size_t start = p->pos, i = p->pos;
         int neg = 0;
         if (i < p->len && p->s[i] == '-') {
@@ -227,9 +231,10 @@ static int bj_number(struct bj_parser *p, double *ret) {
                         i++;
         }
         size_t n = i - start;
-        if (integral && i - digits_at <= 15) { /* below 2^53: exact without strtod */
-                *ret = neg ? -(double)mag : (double)mag;
-                p->pos = i;
+        p->pos = i;
+        if (integral && i - digits_at <= 18) { /* below 10^18: fits without strtoll */
+                ret->num_kind = BJ_INT;
+                ret->i = neg ? -(int64_t)mag : (int64_t)mag;
                 return 0;
         }
         char small[64], *tmp = small;
@@ -237,10 +242,17 @@ static int bj_number(struct bj_parser *p, double *ret) {
                 return -ENOMEM;
         memcpy(tmp, p->s + start, n);
         tmp[n] = '\0';
-        *ret = strtod(tmp, NULL);
+        errno = 0;
+        long long ll = integral ? strtoll(tmp, NULL, 10) : 0;
+        if (integral && errno != ERANGE) {
+                ret->num_kind = BJ_INT;
+                ret->i = ll;
+        } else {
+                ret->num_kind = integral ? BJ_BIG_INT : BJ_FLOAT;
+                ret->num = strtod(tmp, NULL);
+        }
         if (tmp != small)
                 free(tmp);
-        p->pos = i;
         return 0;
 }
 
@@ -353,12 +365,16 @@ static int bj_value(struct bj_parser *p, int depth, const char *key, uint32_t ke
                 return bj_literal(p, "null");
         }
         if (c == '-' || (c >= '0' && c <= '9')) {
-                double d = 0;
-                if ((r = bj_number(p, &d)) < 0)
+                struct bj num = {.type = BJ_NUMBER};
+                if ((r = bj_number(p, &num)) < 0)
                         return r;
                 v = &p->stack[self];
                 v->type = BJ_NUMBER;
-                v->num = d;
+                v->num_kind = num.num_kind;
+                if (num.num_kind == BJ_INT)
+                        v->i = num.i;
+                else
+                        v->num = num.num;
                 return 0;
         }
         return bj_error(p, "unexpected character");
@@ -370,7 +386,7 @@ int bj_parse(const char *text, size_t len, struct bj_doc *doc, struct dse_diag *
         size_t valid = dse__utf8_valid_prefix(text, len);
         if (valid != len) {
                 p.pos = valid;
-                return bj_error(&p, "invalid UTF-8");
+                return bj_fail(&p, -EILSEQ, "invalid UTF-8");
         }
         /* Every value but the first follows a ',', ':' or '[' and takes a byte, so there
          * are at most len / 2 + 1 values: the stack and the node array never grow (and

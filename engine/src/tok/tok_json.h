@@ -1,5 +1,5 @@
-/* tok_json.h — the tokenizers' JSON reader, for tokenizer.json and tokenizer_config.json
- * (engine-internal). One pass, strings decoded into one arena, nodes in one array
+/* tok_json.h — the engine's JSON reader (engine-internal): tokenizer.json,
+ * tokenizer_config.json and the chat templates' messages and tools. One pass, strings decoded into one arena, nodes in one array
  * (children of a container are contiguous): a 2-10 MB tokenizer.json loads without
  * cJSON's malloc per node, which alone cost about as long as the rest of the load. */
 #ifndef DSE_TOK_JSON_H
@@ -12,8 +12,13 @@
 
 enum bj_type { BJ_NULL, BJ_FALSE, BJ_TRUE, BJ_NUMBER, BJ_STRING, BJ_ARRAY, BJ_OBJECT };
 
+/* What a number holds: an integer in i, or anything else in num (a fraction or exponent,
+ * or an integer past 64 bits, which chat templates refuse and Python would keep). */
+enum bj_num_kind { BJ_FLOAT, BJ_INT, BJ_BIG_INT };
+
 struct bj {
         uint8_t type;
+        uint8_t num_kind;  /* numbers: enum bj_num_kind */
         uint32_t n;        /* string length in bytes, or number of children */
         uint32_t key_len;  /* member key (objects' children only) */
         const char *key;
@@ -21,8 +26,14 @@ struct bj {
                 const char *str; /* NUL-terminated, may contain NULs (use n) */
                 uint32_t first;  /* index of the first child in doc->nodes */
                 double num;
+                int64_t i;
         };
 };
+
+/* A number's value as a double. */
+static inline double bj_num(const struct bj *v) {
+        return v->num_kind == BJ_INT ? (double)v->i : v->num;
+}
 
 struct bj_doc {
         struct bj *nodes;  /* bpe_map'ed, nodes_size bytes */
@@ -31,8 +42,9 @@ struct bj_doc {
         uint32_t root;
 };
 
-/* Parses RFC 8259 JSON (UTF-8 checked, nesting depth <= 256). -EBADMSG with the byte
- * offset in reterr on malformed input. */
+/* Parses RFC 8259 JSON (UTF-8 checked, nesting depth <= 256). With the byte offset in
+ * reterr: -EILSEQ for invalid UTF-8 or an unpaired surrogate escape, -EBADMSG for other
+ * malformed input. */
 int bj_parse(const char *text, size_t len, struct bj_doc *doc, struct dse_diag *reterr);
 void bj_free(struct bj_doc *doc);
 const struct bj *bj_root(const struct bj_doc *doc);
