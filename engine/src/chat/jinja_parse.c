@@ -676,6 +676,15 @@ static struct jnode *parse_subscript(struct parser *p, struct jnode *obj, int li
         return n;
 }
 
+/* A call of callee, its '(' already consumed. */
+static struct jnode *parse_call(struct parser *p, struct jnode *callee, int line) {
+        struct jnode *n = mk(p, JN_CALL, line);
+        if (!n)
+                return NULL;
+        n->a = callee;
+        return parse_call_args(p, n) < 0 ? NULL : n;
+}
+
 static struct jnode *parse_postfix(struct parser *p, struct jnode *node) {
         for (;;) {
                 struct token *t = cur(p);
@@ -706,13 +715,8 @@ static struct jnode *parse_postfix(struct parser *p, struct jnode *node) {
                                 return NULL;
                 } else if (is_op(t, "(")) {
                         next(p);
-                        struct jnode *n = mk(p, JN_CALL, t->line);
-                        if (!n)
+                        if (!(node = parse_call(p, node, t->line)))
                                 return NULL;
-                        n->a = node;
-                        if (parse_call_args(p, n) < 0)
-                                return NULL;
-                        node = n;
                 } else {
                         return node;
                 }
@@ -785,13 +789,8 @@ static struct jnode *parse_filter_expr(struct parser *p, struct jnode *node) {
                         node = n;
                 } else if (is_op(t, "(")) {
                         next(p);
-                        struct jnode *n = mk(p, JN_CALL, t->line);
-                        if (!n)
+                        if (!(node = parse_call(p, node, t->line)))
                                 return NULL;
-                        n->a = node;
-                        if (parse_call_args(p, n) < 0)
-                                return NULL;
-                        node = n;
                 } else {
                         return node;
                 }
