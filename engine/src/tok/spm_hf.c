@@ -290,16 +290,10 @@ struct id_buf {
 };
 
 static int ids_reserve(struct id_buf *b, size_t more) {
-        if (b->n + more <= b->cap)
-                return 0;
-        size_t cap = b->cap ? b->cap : 64;
-        while (cap < b->n + more)
-                cap *= 2;
-        int32_t *v = realloc(b->v, cap * sizeof *v);
+        int32_t *v = tok_reserve(b->v, &b->cap, b->n + more, sizeof *v);
         if (!v)
                 return -ENOMEM;
         b->v = v;
-        b->cap = cap;
         return 0;
 }
 

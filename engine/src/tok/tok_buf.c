@@ -5,19 +5,29 @@
 #include <stdlib.h>
 #include <string.h>
 
+void *tok_reserve(void *items, size_t *cap, size_t need, size_t size) {
+        if (need == 0)
+                need = 1; /* an allocated block, so NULL means out of memory */
+        if (need <= *cap)
+                return items;
+        if (need > SIZE_MAX / 2 / size)
+                return NULL;
+        size_t n = *cap ? *cap : 64;
+        while (n < need)
+                n *= 2;
+        void *p = realloc(items, n * size);
+        if (p)
+                *cap = n;
+        return p;
+}
+
 int tok_buf_reserve(struct tok_buf *b, size_t extra) {
         if (extra > SIZE_MAX / 2 - b->len)
                 return -ENOMEM;
-        if (b->len + extra <= b->cap)
-                return 0;
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap < b->len + extra)
-                cap *= 2;
-        char *p = realloc(b->p, cap);
+        char *p = tok_reserve(b->p, &b->cap, b->len + extra, 1);
         if (!p)
                 return -ENOMEM;
         b->p = p;
-        b->cap = cap;
         return 0;
 }
 

@@ -1,5 +1,5 @@
-/* tok_buf.h — the growable byte buffer of the tokenizers (engine-internal): text being
- * normalised, decoded or split, and arrays of small structs built a few at a time. */
+/* tok_buf.h — the tokenizers' growable arrays (engine-internal): the byte buffer for
+ * text being normalised, decoded or split, and tok_reserve for arrays of anything. */
 #ifndef DSE_TOK_BUF_H
 #define DSE_TOK_BUF_H
 
@@ -9,6 +9,11 @@ struct tok_buf {
         char *p;
         size_t len, cap;
 };
+
+/* items (an array with room for *cap elements of size bytes) with room for need (at
+ * least one): the same pointer, or a larger block that replaces it (*cap updated; the
+ * capacity doubles from 64). NULL when out of memory, items then left as it was. */
+void *tok_reserve(void *items, size_t *cap, size_t need, size_t size);
 
 /* Room for extra more bytes; -ENOMEM. */
 int tok_buf_reserve(struct tok_buf *b, size_t extra);

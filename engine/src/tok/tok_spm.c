@@ -237,14 +237,10 @@ struct segs {
 };
 
 static int segs_push(struct segs *a, uint32_t start, uint32_t len, int32_t id) {
-        if (a->n == a->cap) {
-                size_t cap = a->cap ? a->cap * 2 : 64;
-                struct seg *v = realloc(a->v, cap * sizeof *v);
-                if (!v)
-                        return -ENOMEM;
-                a->v = v;
-                a->cap = cap;
-        }
+        struct seg *v = tok_reserve(a->v, &a->cap, a->n + 1, sizeof *v);
+        if (!v)
+                return -ENOMEM;
+        a->v = v;
         a->v[a->n++] = (struct seg){start, len, id};
         return 0;
 }
@@ -274,14 +270,10 @@ struct bpe_heap {
 };
 
 static int heap_push(struct bpe_heap *h, struct bpe_pair p) {
-        if (h->n == h->cap) {
-                size_t cap = h->cap ? h->cap * 2 : 64;
-                struct bpe_pair *v = realloc(h->v, cap * sizeof *v);
-                if (!v)
-                        return -ENOMEM;
-                h->v = v;
-                h->cap = cap;
-        }
+        struct bpe_pair *v = tok_reserve(h->v, &h->cap, h->n + 1, sizeof *v);
+        if (!v)
+                return -ENOMEM;
+        h->v = v;
         size_t i = h->n++;
         while (i > 0) {
                 size_t parent = (i - 1) / 2;
@@ -329,14 +321,10 @@ static int rev_merge_set(struct rev_merge *r, int32_t id, uint32_t left_len) {
                         r->v[i].left_len = left_len;
                         return 0;
                 }
-        if (r->n == r->cap) {
-                size_t cap = r->cap ? r->cap * 2 : 16;
-                void *v = realloc(r->v, cap * sizeof *r->v);
-                if (!v)
-                        return -ENOMEM;
-                r->v = v;
-                r->cap = cap;
-        }
+        void *v = tok_reserve(r->v, &r->cap, r->n + 1, sizeof *r->v);
+        if (!v)
+                return -ENOMEM;
+        r->v = v;
         r->v[r->n].id = id;
         r->v[r->n].left_len = left_len;
         r->n++;
