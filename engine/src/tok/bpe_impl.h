@@ -1,7 +1,8 @@
 /* bpe_impl.h — internals of the tokenizer.json (Hugging Face `tokenizers`) BPE tokenizer.
  *
  * The files split the work the way the HF pipeline does:
- *   tok_json.c   the JSON reader (tok_json.h), shared with the SentencePiece loader
+ *   tok_json.c   the JSON reader (tok_json.h), shared with the SentencePiece loader and
+ *                the chat templates
  *   bpe_regex.c  onig-compatible split regexes on PCRE2 (pattern translation, find_iter)
  *   bpe_text.c   normalizers, pre-tokenizers and decoders
  *   bpe_model.c  vocabulary, merge ranks and the BPE merge loop (with byte fallback)

@@ -1,4 +1,4 @@
-/* The tokenizers' JSON reader (tok_json.h): strict RFC 8259. */
+/* The engine's JSON reader (tok_json.h): strict RFC 8259. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
