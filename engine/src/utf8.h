@@ -31,6 +31,14 @@ int dse__utf8_encode(uint32_t cp, char out[4]);
 static inline int dse__utf8_is_cont(unsigned char c) {
         return (c & 0xC0) == 0x80;
 }
+/* Where the character that ends at s[end] starts (end > from; no further back than
+ * from): the first byte before end that is not a continuation byte. */
+static inline size_t dse__utf8_char_before(const char *s, size_t from, size_t end) {
+        size_t k = end - 1;
+        while (k > from && dse__utf8_is_cont((unsigned char)s[k]))
+                k--;
+        return k;
+}
 /* Code points in valid UTF-8 (continuation bytes are not counted). */
 size_t dse__utf8_count(const char *s, size_t len);
 /* At an invalid sequence s (len > 0): the bytes one U+FFFD replaces in

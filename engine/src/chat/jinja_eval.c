@@ -634,9 +634,7 @@ static struct jv *strip(struct jctx *c, struct jv *s, const struct jv *chars, in
                 b += (size_t)len;
         }
         while ((which & 2) && e > b) {
-                size_t k = e - 1;
-                while (k > b && dse__utf8_is_cont((unsigned char)p[k]))
-                        k--;
+                size_t k = dse__utf8_char_before(p, b, e);
                 uint32_t cp;
                 int len = dse__utf8_decode(p + k, e - k, &cp);
                 if (len < 0 || !(chars ? cp_in(cp, chars) : dse__py_isspace(cp)))

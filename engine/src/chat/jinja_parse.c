@@ -92,9 +92,7 @@ static size_t lstrip_ws(const char *s, size_t n) { /* bytes of leading whitespac
 static size_t rstrip_ws(const char *s, size_t n) { /* length left after stripping trailing whitespace */
         size_t end = n;
         while (end > 0) {
-                size_t c = end - 1; /* start of the last code point */
-                while (c > 0 && dse__utf8_is_cont((unsigned char)s[c]))
-                        c--;
+                size_t c = dse__utf8_char_before(s, 0, end);
                 if (ws_len_at(s + c, end - c) != end - c)
                         break;
                 end = c;

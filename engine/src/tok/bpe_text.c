@@ -170,9 +170,7 @@ static int strip_ws(const char *s, size_t len, int left, int right, struct tok_b
                 a += (size_t)n;
         }
         while (right && b > a) {
-                size_t k = b - 1;
-                while (k > a && dse__utf8_is_cont((unsigned char)s[k]))
-                        k--;
+                size_t k = dse__utf8_char_before(s, a, b);
                 int32_t cp;
                 dse__utf8_next(s + k, b - k, &cp);
                 if (!dse__unicode_white_space(cp))
@@ -602,9 +600,7 @@ static int dec_one(struct bpe_ws *ws, const struct bpe_dec *d, const struct tlis
                                 a += (size_t)n;
                         }
                         for (int k = 0; k < d->stop && b > a; k++) {
-                                size_t q = b - 1;
-                                while (q > a && dse__utf8_is_cont((unsigned char)t[q]))
-                                        q--;
+                                size_t q = dse__utf8_char_before(t, a, b);
                                 int32_t cp;
                                 dse__utf8_next(t + q, b - q, &cp);
                                 if (cp != d->strip_cp)

@@ -975,9 +975,7 @@ typedef int (*gap_fn)(struct bpe_ws *ws, const char *s, size_t len, int at_start
 static int word_char_before(const char *s, size_t end) {
         if (!end)
                 return 0;
-        size_t k = end - 1;
-        while (k > 0 && dse__utf8_is_cont((unsigned char)s[k]))
-                k--;
+        size_t k = dse__utf8_char_before(s, 0, end);
         int32_t cp;
         dse__utf8_next(s + k, end - k, &cp);
         return cp == '_' || (cp < 128 ? ((cp | 32) >= 'a' && (cp | 32) <= 'z') || (cp >= '0' && cp <= '9') : 1);
@@ -1006,9 +1004,7 @@ static int split_added(struct bpe_ws *ws, const struct bpe_trie *trie, const cha
                 if (a->lstrip) {
                         size_t k = start;
                         while (k > 0) {
-                                size_t q = k - 1;
-                                while (q > 0 && dse__utf8_is_cont((unsigned char)s[q]))
-                                        q--;
+                                size_t q = dse__utf8_char_before(s, 0, k);
                                 int32_t cp;
                                 dse__utf8_next(s + q, k - q, &cp);
                                 if (!dse__unicode_white_space(cp))
