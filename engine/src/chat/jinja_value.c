@@ -320,7 +320,7 @@ static struct jv *from_json(struct jarena *a, const struct bj_doc *doc, const st
                 if (!list || (v->n && !items))
                         return NULL;
                 for (uint32_t i = 0; i < v->n; i++)
-                        if (!(items[i] = from_json(a, doc, bj_at(doc, v, i), ret_big)))
+                        if (!(items[i] = from_json(a, doc, dse__bj_at(doc, v, i), ret_big)))
                                 return NULL;
                 list->u.list.items = items;
                 list->u.list.n = v->n;
@@ -331,7 +331,7 @@ static struct jv *from_json(struct jarena *a, const struct bj_doc *doc, const st
                 if (!dict)
                         return NULL;
                 for (uint32_t i = 0; i < v->n; i++) {
-                        const struct bj *m = bj_at(doc, v, i);
+                        const struct bj *m = dse__bj_at(doc, v, i);
                         struct jv *key = dse__jv_str(a, m->key, m->key_len), *val = from_json(a, doc, m, ret_big);
                         if (!key || !val || dse__jv_dict_set(a, dict, key, val) < 0)
                                 return NULL;
@@ -343,12 +343,12 @@ static struct jv *from_json(struct jarena *a, const struct bj_doc *doc, const st
 
 int dse__json_parse(struct jarena *a, const char *text, struct jv **ret, struct dse_diag *reterr) {
         struct bj_doc doc;
-        int r = bj_parse(text, strlen(text), &doc, reterr);
+        int r = dse__bj_parse(text, strlen(text), &doc, reterr);
         if (r < 0)
                 return r;
         int big = 0;
-        struct jv *v = from_json(a, &doc, bj_root(&doc), &big);
-        bj_free(&doc);
+        struct jv *v = from_json(a, &doc, dse__bj_root(&doc), &big);
+        dse__bj_free(&doc);
         if (big)
                 return dse__fail(reterr, -EOPNOTSUPP, "JSON: integer outside 64 bits");
         if (!v)

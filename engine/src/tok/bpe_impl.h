@@ -27,9 +27,9 @@
 
 /* Zeroed memory for the big load-time tables, 64-byte aligned; blocks of 4 MiB or more
  * are mapped 2 MiB-aligned and backed by transparent huge pages where the system allows.
- * bpe_unmap takes the size given to bpe_map. */
-void *bpe_map(size_t n);
-void bpe_unmap(void *p, size_t n);
+ * dse__bpe_unmap takes the size given to dse__bpe_map. */
+void *dse__bpe_map(size_t n);
+void dse__bpe_unmap(void *p, size_t n);
 
 /* ---- regexes ------------------------------------------------------------------------- */
 
@@ -40,13 +40,13 @@ struct bpe_regex {
 
 /* Compiles an onig (Ruby syntax) pattern as used by tokenizers' SysRegex: \s, \S, \w, \W
  * and \h are rewritten to the onig meaning, then PCRE2 compiles with UTF|UCP (+JIT). */
-int bpe_regex_compile(struct bpe_regex *re, const char *pattern, size_t len, struct dse_diag *reterr);
+int dse__bpe_regex_compile(struct bpe_regex *re, const char *pattern, size_t len, struct dse_diag *reterr);
 /* Same, for a literal string (the {"String": ...} pattern form). */
-int bpe_regex_compile_literal(struct bpe_regex *re, const char *lit, size_t len, struct dse_diag *reterr);
-void bpe_regex_done(struct bpe_regex *re);
+int dse__bpe_regex_compile_literal(struct bpe_regex *re, const char *lit, size_t len, struct dse_diag *reterr);
+void dse__bpe_regex_done(struct bpe_regex *re);
 /* Finds the next match at or after *pos in s[0..len); 1 found ([*ret_start, *ret_end)),
  * 0 none, -errno on a matcher failure. md is per-thread match data. */
-int bpe_regex_find(const struct bpe_regex *re, pcre2_match_data *md, const char *s, size_t len, size_t pos,
+int dse__bpe_regex_find(const struct bpe_regex *re, pcre2_match_data *md, const char *s, size_t len, size_t pos,
                    size_t *ret_start, size_t *ret_end);
 
 /* ---- normalizers, pre-tokenizers, decoders -------------------------------------------- */
@@ -168,9 +168,9 @@ struct bpe {
         uint32_t *piece_off;      /* (n_vocab) offset into strs, UINT32_MAX: no token */
         uint32_t *piece_len;      /* (n_vocab) */
         int32_t n_vocab;
-        struct bpe_vocab_slot *vocab;  /* model vocabulary hash (not added tokens), bpe_map'ed */
+        struct bpe_vocab_slot *vocab;  /* model vocabulary hash (not added tokens), dse__bpe_map'ed */
         uint32_t vocab_mask;
-        struct bpe_merge_slot *merges; /* bpe_map'ed */
+        struct bpe_merge_slot *merges; /* dse__bpe_map'ed */
         uint32_t merge_mask;
 
         /* model options */
@@ -199,7 +199,7 @@ struct bpe {
         int n_prefix, n_suffix;
 };
 
-/* Per-call scratch: grows as needed, freed by bpe_ws_done. */
+/* Per-call scratch: grows as needed, freed by dse__bpe_ws_done. */
 #define BPE_MAX_LEVELS 16
 struct bpe_cache_slot {
         uint64_t hash;
@@ -228,8 +228,8 @@ struct bpe_ws {
         struct bpe_out *out;
 };
 
-void bpe_ws_init(struct bpe_ws *ws, const struct bpe *bpe);
-void bpe_ws_done(struct bpe_ws *ws);
+void dse__bpe_ws_init(struct bpe_ws *ws, const struct bpe *bpe);
+void dse__bpe_ws_done(struct bpe_ws *ws);
 
 static inline int bpe_out_push(struct bpe_out *out, int32_t id) {
         if (out->n < out->max)
@@ -239,30 +239,32 @@ static inline int bpe_out_push(struct bpe_out *out, int32_t id) {
 }
 
 /* bpe_model.c */
-int32_t bpe_vocab_find(const struct bpe *bpe, const char *s, size_t len);
+int32_t dse__bpe_vocab_find(const struct bpe *bpe, const char *s, size_t len);
 /* Both return how many keys were already present (their id is replaced, as tokenizers'
  * HashMap does). */
-int bpe_vocab_insert(struct bpe *bpe, const char *s, size_t len, int32_t id);
+int dse__bpe_vocab_insert(struct bpe *bpe, const char *s, size_t len, int32_t id);
 /* Batched forms for loading: hash and prefetch every slot first, then resolve, so the
  * cache misses of a batch overlap. */
-void bpe_vocab_find_batch(const struct bpe *bpe, const char *const *s, const uint32_t *len, size_t n, int32_t *ret_ids);
-size_t bpe_vocab_insert_batch(struct bpe *bpe, const uint32_t *off, const uint32_t *len, const int32_t *ids, size_t n);
-int bpe_merge_insert(struct bpe *bpe, int32_t left, int32_t right, uint32_t rank, int32_t new_id);
-void bpe_merge_insert_batch(struct bpe *bpe, const int32_t *left, const int32_t *right, const uint32_t *rank,
+void dse__bpe_vocab_find_batch(const struct bpe *bpe, const char *const *s, const uint32_t *len, size_t n,
+                               int32_t *ret_ids);
+size_t dse__bpe_vocab_insert_batch(struct bpe *bpe, const uint32_t *off, const uint32_t *len, const int32_t *ids,
+                                   size_t n);
+int dse__bpe_merge_insert(struct bpe *bpe, int32_t left, int32_t right, uint32_t rank, int32_t new_id);
+void dse__bpe_merge_insert_batch(struct bpe *bpe, const int32_t *left, const int32_t *right, const uint32_t *rank,
                             const int32_t *new_id, size_t n);
 /* Tokenizes one pre-token and pushes its ids. raw_bytes: s is the raw UTF-8 of a ByteLevel
  * piece (each byte is one symbol); otherwise s is the model's text. */
-int bpe_model_encode(struct bpe_ws *ws, const char *s, size_t len, int raw_bytes);
+int dse__bpe_model_encode(struct bpe_ws *ws, const char *s, size_t len, int raw_bytes);
 /* The ByteLevel alphabet: code point for byte b, and byte for code point cp (-1 if none). */
-int32_t bpe_byte_to_cp(uint8_t b);
-int bpe_cp_to_byte(int32_t cp);
+int32_t dse__bpe_byte_to_cp(uint8_t b);
+int dse__bpe_cp_to_byte(int32_t cp);
 
 /* bpe_text.c */
-int bpe_normalize(struct bpe_ws *ws, const char *s, size_t len, const char **ret_s, size_t *ret_len);
-int bpe_normalize_string(const struct bpe *bpe, const char *s, size_t len, char **ret, size_t *ret_len);
+int dse__bpe_normalize(struct bpe_ws *ws, const char *s, size_t len, const char **ret_s, size_t *ret_len);
+int dse__bpe_normalize_string(const struct bpe *bpe, const char *s, size_t len, char **ret, size_t *ret_len);
 /* Pre-tokenizes one segment (between added tokens) and runs the model on every piece. */
-int bpe_pretokenize(struct bpe_ws *ws, const char *s, size_t len, int at_start);
+int dse__bpe_pretokenize(struct bpe_ws *ws, const char *s, size_t len, int at_start);
 /* Runs the decoder chain on the pieces of ids and appends the text to out. */
-int bpe_decode(const struct bpe *bpe, const int32_t *ids, size_t n_ids, struct tok_buf *out);
+int dse__bpe_decode(const struct bpe *bpe, const int32_t *ids, size_t n_ids, struct tok_buf *out);
 
 #endif

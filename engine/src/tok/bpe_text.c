@@ -8,24 +8,24 @@
 
 #include "bpe_impl.h"
 
-void bpe_ws_init(struct bpe_ws *ws, const struct bpe *bpe) {
+void dse__bpe_ws_init(struct bpe_ws *ws, const struct bpe *bpe) {
         memset(ws, 0, sizeof *ws);
         ws->bpe = bpe;
 }
 
-void bpe_ws_done(struct bpe_ws *ws) {
+void dse__bpe_ws_done(struct bpe_ws *ws) {
         pcre2_match_data_free(ws->md);
-        tok_buf_done(&ws->norm);
-        tok_buf_done(&ws->tmp);
+        dse__tok_buf_done(&ws->norm);
+        dse__tok_buf_done(&ws->tmp);
         for (int i = 0; i < BPE_MAX_LEVELS; i++) {
-                tok_buf_done(&ws->pre[i]);
-                tok_buf_done(&ws->map[i]);
-                tok_buf_done(&ws->spans[i]);
+                dse__tok_buf_done(&ws->pre[i]);
+                dse__tok_buf_done(&ws->map[i]);
+                dse__tok_buf_done(&ws->spans[i]);
         }
-        tok_buf_done(&ws->word);
-        tok_buf_done(&ws->heap);
-        tok_buf_done(&ws->cache_keys);
-        tok_buf_done(&ws->cache_ids);
+        dse__tok_buf_done(&ws->word);
+        dse__tok_buf_done(&ws->heap);
+        dse__tok_buf_done(&ws->cache_keys);
+        dse__tok_buf_done(&ws->cache_ids);
         free(ws->cache);
         memset(ws, 0, sizeof *ws);
 }
@@ -56,7 +56,7 @@ static int find_next(const struct bpe_regex *re, pcre2_match_data *md, const cha
                 *me = *ms + lit_len;
                 return 1;
         }
-        return bpe_regex_find(re, md, s, len, pos, ms, me);
+        return dse__bpe_regex_find(re, md, s, len, pos, ms, me);
 }
 
 static size_t char_len_at(const char *s, size_t len, size_t pos) {
@@ -111,20 +111,21 @@ static int replace_all(struct bpe_ws *ws, const struct bpe_regex *re, const char
         if (r < 0)
                 return r;
         while ((r = match_next(&it, &ms, &me)) > 0) {
-                if ((r = tok_buf_put(out, s + prev, ms - prev)) < 0 || (r = tok_buf_put(out, content, content_len)) < 0)
+                if ((r = dse__tok_buf_put(out, s + prev, ms - prev)) < 0 ||
+                    (r = dse__tok_buf_put(out, content, content_len)) < 0)
                         return r;
                 prev = me;
         }
         if (r < 0)
                 return r;
-        return tok_buf_put(out, s + prev, len - prev);
+        return dse__tok_buf_put(out, s + prev, len - prev);
 }
 
 /* ---- normalizers --------------------------------------------------------------------- */
 
 static int unicode_normalize(int type, const char *s, size_t len, struct tok_buf *out) {
         if (is_ascii(s, len))
-                return tok_buf_put(out, s, len);
+                return dse__tok_buf_put(out, s, len);
         int opts = UTF8PROC_STABLE;
         switch (type) {
         case BPE_NORM_NFC: opts |= UTF8PROC_COMPOSE; break;
@@ -137,13 +138,13 @@ static int unicode_normalize(int type, const char *s, size_t len, struct tok_buf
                                           (utf8proc_option_t)opts);
         if (n < 0)
                 return n == UTF8PROC_ERROR_NOMEM ? -ENOMEM : -EILSEQ;
-        int r = tok_buf_put(out, dst, (size_t)n);
+        int r = dse__tok_buf_put(out, dst, (size_t)n);
         free(dst);
         return r;
 }
 
 static int lowercase(const char *s, size_t len, struct tok_buf *out) {
-        int r = tok_buf_reserve(out, len * 2 + 4);
+        int r = dse__tok_buf_reserve(out, len * 2 + 4);
         for (size_t i = 0; i < len && r == 0;) {
                 int32_t cp;
                 i += (size_t)dse__utf8_next(s + i, len - i, &cp);
@@ -155,7 +156,7 @@ static int lowercase(const char *s, size_t len, struct tok_buf *out) {
                 } else {
                         n = dse__utf8_encode(utf8proc_tolower(cp), tmp);
                 }
-                r = tok_buf_put(out, tmp, (size_t)n);
+                r = dse__tok_buf_put(out, tmp, (size_t)n);
         }
         return r;
 }
@@ -177,7 +178,7 @@ static int strip_ws(const char *s, size_t len, int left, int right, struct tok_b
                         break;
                 b = k;
         }
-        return tok_buf_put(out, s + a, b - a);
+        return dse__tok_buf_put(out, s + a, b - a);
 }
 
 static int strip_accents(const char *s, size_t len, struct tok_buf *out) {
@@ -186,7 +187,7 @@ static int strip_accents(const char *s, size_t len, struct tok_buf *out) {
                 int n = dse__utf8_next(s + i, len - i, &cp);
                 utf8proc_category_t c = utf8proc_category(cp);
                 if (c != UTF8PROC_CATEGORY_MN && c != UTF8PROC_CATEGORY_MC && c != UTF8PROC_CATEGORY_ME) {
-                        int r = tok_buf_put(out, s + i, (size_t)n);
+                        int r = dse__tok_buf_put(out, s + i, (size_t)n);
                         if (r < 0)
                                 return r;
                 }
@@ -207,8 +208,8 @@ static int norm_one(struct bpe_ws *ws, const struct bpe_norm *nm, const char *s,
         case BPE_NORM_PREPEND: {
                 int r = 0;
                 if (len) /* tokenizers: Prepend leaves an empty string empty */
-                        r = tok_buf_put(out, nm->a, nm->a_len);
-                return r < 0 ? r : tok_buf_put(out, s, len);
+                        r = dse__tok_buf_put(out, nm->a, nm->a_len);
+                return r < 0 ? r : dse__tok_buf_put(out, s, len);
         }
         case BPE_NORM_REPLACE:
                 return replace_all(ws, &nm->re, nm->a, nm->a_len, nm->b, nm->b_len, s, len, out);
@@ -220,7 +221,7 @@ static int norm_one(struct bpe_ws *ws, const struct bpe_norm *nm, const char *s,
         return -EINVAL;
 }
 
-int bpe_normalize(struct bpe_ws *ws, const char *s, size_t len, const char **ret_s, size_t *ret_len) {
+int dse__bpe_normalize(struct bpe_ws *ws, const char *s, size_t len, const char **ret_s, size_t *ret_len) {
         const struct bpe *bpe = ws->bpe;
         struct tok_buf *cur = &ws->norm, *other = &ws->tmp;
         for (int i = 0; i < bpe->n_norms; i++) {
@@ -237,12 +238,12 @@ int bpe_normalize(struct bpe_ws *ws, const char *s, size_t len, const char **ret
         return 0;
 }
 
-int bpe_normalize_string(const struct bpe *bpe, const char *s, size_t len, char **ret, size_t *ret_len) {
+int dse__bpe_normalize_string(const struct bpe *bpe, const char *s, size_t len, char **ret, size_t *ret_len) {
         struct bpe_ws ws;
-        bpe_ws_init(&ws, bpe);
+        dse__bpe_ws_init(&ws, bpe);
         const char *o;
         size_t n;
-        int r = bpe_normalize(&ws, s, len, &o, &n);
+        int r = dse__bpe_normalize(&ws, s, len, &o, &n);
         char *copy = NULL;
         if (r == 0 && !(copy = malloc(n + 1)))
                 r = -ENOMEM;
@@ -252,7 +253,7 @@ int bpe_normalize_string(const struct bpe *bpe, const char *s, size_t len, char 
                 *ret = copy;
                 *ret_len = n;
         }
-        bpe_ws_done(&ws);
+        dse__bpe_ws_done(&ws);
         return r;
 }
 
@@ -276,11 +277,11 @@ static int split_spans(struct bpe_ws *ws, struct tok_buf *out, const struct bpe_
         while ((r = match_next(&it, &ms, &me)) > 0) {
                 if (prev != ms) {
                         struct span g = {prev, ms, 0};
-                        if ((r = tok_buf_put(out, &g, sizeof g)) < 0)
+                        if ((r = dse__tok_buf_put(out, &g, sizeof g)) < 0)
                                 return r;
                 }
                 struct span m = {ms, me, 1};
-                if ((r = tok_buf_put(out, &m, sizeof m)) < 0)
+                if ((r = dse__tok_buf_put(out, &m, sizeof m)) < 0)
                         return r;
                 prev = me;
         }
@@ -288,7 +289,7 @@ static int split_spans(struct bpe_ws *ws, struct tok_buf *out, const struct bpe_
                 return r;
         if (prev != len) {
                 struct span g = {prev, len, 0};
-                if ((r = tok_buf_put(out, &g, sizeof g)) < 0)
+                if ((r = dse__tok_buf_put(out, &g, sizeof g)) < 0)
                         return r;
         }
         struct span *sp = (struct span *)out->p;
@@ -353,14 +354,14 @@ static int run_level(struct bpe_ws *ws, int k, const char *s, size_t len, int at
 static int byte_level_piece(struct bpe_ws *ws, int k, const char *s, size_t len, int at_start) {
         const struct bpe *bpe = ws->bpe;
         if (k == bpe->n_pretoks - 1 && bpe->raw_bytes_model)
-                return bpe_model_encode(ws, s, len, 1);
+                return dse__bpe_model_encode(ws, s, len, 1);
         struct tok_buf *m = &ws->map[k];
         m->len = 0;
-        int r = tok_buf_reserve(m, len * 2);
+        int r = dse__tok_buf_reserve(m, len * 2);
         if (r < 0)
                 return r;
         for (size_t i = 0; i < len; i++)
-                m->len += (size_t)dse__utf8_encode(bpe_byte_to_cp((uint8_t)s[i]), m->p + m->len);
+                m->len += (size_t)dse__utf8_encode(dse__bpe_byte_to_cp((uint8_t)s[i]), m->p + m->len);
         return run_level(ws, k + 1, m->p, m->len, at_start);
 }
 
@@ -380,7 +381,7 @@ static int run_spans(struct bpe_ws *ws, int k, const char *s, size_t n, int at_s
 static int run_level(struct bpe_ws *ws, int k, const char *s, size_t len, int at_start) {
         const struct bpe *bpe = ws->bpe;
         if (k == bpe->n_pretoks)
-                return bpe_model_encode(ws, s, len, 0);
+                return dse__bpe_model_encode(ws, s, len, 0);
         const struct bpe_pretok *pt = &bpe->pretoks[k];
         size_t n;
         int r;
@@ -393,7 +394,7 @@ static int run_level(struct bpe_ws *ws, int k, const char *s, size_t len, int at
                 if (pt->add_prefix_space && s[0] != ' ') {
                         struct tok_buf *p = &ws->pre[k];
                         p->len = 0;
-                        if ((r = tok_buf_put(p, " ", 1)) < 0 || (r = tok_buf_put(p, s, len)) < 0)
+                        if ((r = dse__tok_buf_put(p, " ", 1)) < 0 || (r = dse__tok_buf_put(p, s, len)) < 0)
                                 return r;
                         s = p->p;
                         len = p->len;
@@ -410,7 +411,7 @@ static int run_level(struct bpe_ws *ws, int k, const char *s, size_t len, int at
                 struct tok_buf *p = &ws->pre[k];
                 size_t rl = (size_t)pt->replacement_len;
                 p->len = 0;
-                if ((r = tok_buf_put(p, pt->replacement, rl)) < 0 ||
+                if ((r = dse__tok_buf_put(p, pt->replacement, rl)) < 0 ||
                     (r = replace_all(ws, NULL, " ", 1, pt->replacement, rl, s, len, p)) < 0)
                         return r;
                 s = p->p + rl;
@@ -432,7 +433,7 @@ static int run_level(struct bpe_ws *ws, int k, const char *s, size_t len, int at
         return -EINVAL;
 }
 
-int bpe_pretokenize(struct bpe_ws *ws, const char *s, size_t len, int at_start) {
+int dse__bpe_pretokenize(struct bpe_ws *ws, const char *s, size_t len, int at_start) {
         if (!len)
                 return 0;
         return run_level(ws, 0, s, len, at_start);
@@ -448,9 +449,9 @@ struct tlist {
 
 static int tl_add(struct tlist *l, const char *s, size_t len) {
         size_t pair[2] = {l->text.len, len};
-        int r = tok_buf_put(&l->text, s, len);
+        int r = dse__tok_buf_put(&l->text, s, len);
         if (r == 0)
-                r = tok_buf_put(&l->spans, pair, sizeof pair);
+                r = dse__tok_buf_put(&l->spans, pair, sizeof pair);
         if (r == 0)
                 l->n++;
         return r;
@@ -468,8 +469,8 @@ static void tl_reset(struct tlist *l) {
 }
 
 static void tl_done(struct tlist *l) {
-        tok_buf_done(&l->text);
-        tok_buf_done(&l->spans);
+        dse__tok_buf_done(&l->text);
+        dse__tok_buf_done(&l->spans);
 }
 
 /* String::from_utf8_lossy: one U+FFFD per maximal invalid subsequence. */
@@ -477,13 +478,13 @@ static int utf8_lossy(const char *str, size_t len, struct tok_buf *out) {
         size_t i = 0;
         while (i < len) {
                 size_t ok = dse__utf8_valid_prefix(str + i, len - i);
-                int r = tok_buf_put(out, str + i, ok);
+                int r = dse__tok_buf_put(out, str + i, ok);
                 if (r < 0)
                         return r;
                 i += ok;
                 if (i >= len)
                         break;
-                if ((r = tok_buf_put(out, "\xEF\xBF\xBD", 3)) < 0)
+                if ((r = dse__tok_buf_put(out, "\xEF\xBF\xBD", 3)) < 0)
                         return r;
                 i += dse__utf8_invalid_len(str + i, len - i);
         }
@@ -506,17 +507,17 @@ static int dec_one(struct bpe_ws *ws, const struct bpe_dec *d, const struct tlis
                         for (size_t k = 0; k < len && r == 0;) {
                                 int32_t cp;
                                 k += (size_t)dse__utf8_next(t + k, len - k, &cp);
-                                int b = bpe_cp_to_byte(cp);
+                                int b = dse__bpe_cp_to_byte(cp);
                                 if (b < 0) {
                                         all = 0;
                                         break;
                                 }
                                 uint8_t byte = (uint8_t)b;
-                                r = tok_buf_put(&raw, &byte, 1);
+                                r = dse__tok_buf_put(&raw, &byte, 1);
                         }
                         if (r == 0 && !all) {
                                 raw.len = mark;
-                                r = tok_buf_put(&raw, t, len);
+                                r = dse__tok_buf_put(&raw, t, len);
                         }
                 }
                 struct tok_buf txt = {0};
@@ -524,8 +525,8 @@ static int dec_one(struct bpe_ws *ws, const struct bpe_dec *d, const struct tlis
                         r = utf8_lossy(raw.p ? raw.p : "", raw.len, &txt);
                 if (r == 0)
                         r = tl_add(out, txt.p ? txt.p : "", txt.len);
-                tok_buf_done(&raw);
-                tok_buf_done(&txt);
+                dse__tok_buf_done(&raw);
+                dse__tok_buf_done(&txt);
                 return r;
         }
         case BPE_DEC_REPLACE:
@@ -535,7 +536,7 @@ static int dec_one(struct bpe_ws *ws, const struct bpe_dec *d, const struct tlis
                         r = replace_all(ws, &d->re, d->a, d->a_len, d->b, d->b_len, t, len, &out->text);
                         if (r == 0) {
                                 size_t pair[2] = {mark, out->text.len - mark};
-                                r = tok_buf_put(&out->spans, pair, sizeof pair);
+                                r = dse__tok_buf_put(&out->spans, pair, sizeof pair);
                                 out->n++;
                         }
                 }
@@ -558,7 +559,7 @@ static int dec_one(struct bpe_ws *ws, const struct bpe_dec *d, const struct tlis
                         }
                         if (byte >= 0) {
                                 uint8_t b = (uint8_t)byte;
-                                r = tok_buf_put(&bytes, &b, 1);
+                                r = dse__tok_buf_put(&bytes, &b, 1);
                                 continue;
                         }
                         if (bytes.len) {
@@ -574,17 +575,17 @@ static int dec_one(struct bpe_ws *ws, const struct bpe_dec *d, const struct tlis
                         if (r == 0 && i < in->n)
                                 r = tl_add(out, t, len);
                 }
-                tok_buf_done(&bytes);
+                dse__tok_buf_done(&bytes);
                 return r;
         }
         case BPE_DEC_FUSE: {
                 size_t mark = out->text.len;
                 for (size_t i = 0; i < in->n && r == 0; i++) {
                         t = tl_get(in, i, &len);
-                        r = tok_buf_put(&out->text, t, len);
+                        r = dse__tok_buf_put(&out->text, t, len);
                 }
                 size_t pair[2] = {mark, out->text.len - mark};
-                if (r == 0 && (r = tok_buf_put(&out->spans, pair, sizeof pair)) == 0)
+                if (r == 0 && (r = dse__tok_buf_put(&out->spans, pair, sizeof pair)) == 0)
                         out->n++;
                 return r;
         }
@@ -618,13 +619,13 @@ static int dec_one(struct bpe_ws *ws, const struct bpe_dec *d, const struct tlis
                                 int32_t cp;
                                 int n = dse__utf8_next(t + k, len - k, &cp);
                                 if (cp != d->replacement_cp)
-                                        r = tok_buf_put(&out->text, t + k, (size_t)n);
+                                        r = dse__tok_buf_put(&out->text, t + k, (size_t)n);
                                 else if (!(i == 0 && d->prepend_scheme != BPE_PREPEND_NEVER))
-                                        r = tok_buf_put(&out->text, " ", 1);
+                                        r = dse__tok_buf_put(&out->text, " ", 1);
                                 k += (size_t)n;
                         }
                         size_t pair[2] = {mark, out->text.len - mark};
-                        if (r == 0 && (r = tok_buf_put(&out->spans, pair, sizeof pair)) == 0)
+                        if (r == 0 && (r = dse__tok_buf_put(&out->spans, pair, sizeof pair)) == 0)
                                 out->n++;
                 }
                 return r;
@@ -632,11 +633,11 @@ static int dec_one(struct bpe_ws *ws, const struct bpe_dec *d, const struct tlis
         return -EINVAL;
 }
 
-int bpe_decode(const struct bpe *bpe, const int32_t *ids, size_t n_ids, struct tok_buf *out) {
+int dse__bpe_decode(const struct bpe *bpe, const int32_t *ids, size_t n_ids, struct tok_buf *out) {
         struct tlist a = {0}, b = {0};
         struct tlist *cur = &a, *next = &b;
         struct bpe_ws ws;
-        bpe_ws_init(&ws, bpe);
+        dse__bpe_ws_init(&ws, bpe);
         int r = 0;
         for (size_t i = 0; i < n_ids && r == 0; i++) {
                 uint32_t off = bpe->piece_off[ids[i]];
@@ -654,12 +655,12 @@ int bpe_decode(const struct bpe *bpe, const int32_t *ids, size_t n_ids, struct t
                 size_t len;
                 const char *t = tl_get(cur, i, &len);
                 if (!bpe->has_decoder && i > 0) /* no decoder: tokens joined by spaces */
-                        r = tok_buf_put(out, " ", 1);
+                        r = dse__tok_buf_put(out, " ", 1);
                 if (r == 0)
-                        r = tok_buf_put(out, t, len);
+                        r = dse__tok_buf_put(out, t, len);
         }
         tl_done(&a);
         tl_done(&b);
-        bpe_ws_done(&ws);
+        dse__bpe_ws_done(&ws);
         return r;
 }

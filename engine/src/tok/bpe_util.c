@@ -20,7 +20,7 @@ static size_t map_len(size_t n) {
         return (n + BPE_HUGE - 1) & ~(BPE_HUGE - 1);
 }
 
-void *bpe_map(size_t n) {
+void *dse__bpe_map(size_t n) {
         if (n < BPE_MAP_MIN) {
                 char *raw = calloc(1, n + 64);
                 if (!raw)
@@ -45,7 +45,7 @@ void *bpe_map(size_t n) {
         return p;
 }
 
-void bpe_unmap(void *p, size_t n) {
+void dse__bpe_unmap(void *p, size_t n) {
         if (!p)
                 return;
         if (n < BPE_MAP_MIN) {

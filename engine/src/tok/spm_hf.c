@@ -89,16 +89,16 @@ static int token_value(const struct bj_doc *doc, const struct bj *v, const char 
                 *ret_content = v->str;
                 return 0;
         }
-        const char *content = bj_get_str(doc, v, "content");
+        const char *content = dse__bj_get_str(doc, v, "content");
         if (!content)
                 return dse__fail(reterr, -EBADMSG, "tokenizer_config.json: %s is neither a string nor {\"content\": ...}",
                                  what);
-        if (bj_get_bool(doc, v, "single_word", 0))
+        if (dse__bj_get_bool(doc, v, "single_word", 0))
                 return dse__fail(reterr, -EOPNOTSUPP, "tokenizer_config.json: %s '%.100s': single_word is not supported",
                                  what, content);
         *ret_content = content;
-        *ret_lstrip = bj_get_bool(doc, v, "lstrip", 0);
-        *ret_rstrip = bj_get_bool(doc, v, "rstrip", 0);
+        *ret_lstrip = dse__bj_get_bool(doc, v, "lstrip", 0);
+        *ret_rstrip = dse__bj_get_bool(doc, v, "rstrip", 0);
         return 0;
 }
 
@@ -131,7 +131,7 @@ static int add_token(struct spm_hf *h, const char *text, int32_t id, bool lstrip
  * else leaves *ret_id alone (the .model's own id). */
 static int special_key(struct spm_hf *h, const struct bj_doc *doc, const char *key, const char *dflt,
                        int32_t *ret_id, struct dse_diag *reterr) {
-        const struct bj *v = bj_get(doc, bj_root(doc), key);
+        const struct bj *v = dse__bj_get(doc, dse__bj_root(doc), key);
         const char *content;
         bool lstrip, rstrip;
         int r = token_value(doc, v, key, &content, &lstrip, &rstrip, reterr);
@@ -154,7 +154,7 @@ static int special_key(struct spm_hf *h, const struct bj_doc *doc, const char *k
 }
 
 static int bool_key(const struct bj_doc *doc, const char *key, bool dflt, bool *ret, struct dse_diag *reterr) {
-        const struct bj *v = bj_get(doc, bj_root(doc), key);
+        const struct bj *v = dse__bj_get(doc, dse__bj_root(doc), key);
         if (!v || v->type == BJ_NULL)
                 *ret = dflt;
         else if (v->type == BJ_TRUE || v->type == BJ_FALSE)
@@ -167,14 +167,14 @@ static int bool_key(const struct bj_doc *doc, const char *key, bool dflt, bool *
 /* chat_template: a string, or a list of {"name", "template"} (the "default" one, or
  * the only one). */
 static int chat_template(const struct bj_doc *doc, char **ret, struct dse_diag *reterr) {
-        const struct bj *ct = bj_get(doc, bj_root(doc), "chat_template");
+        const struct bj *ct = dse__bj_get(doc, dse__bj_root(doc), "chat_template");
         const struct bj *tmpl = ct && ct->type == BJ_STRING ? ct : NULL;
         if (ct && ct->type == BJ_ARRAY) {
                 for (uint32_t i = 0; i < ct->n; i++) {
-                        const struct bj *e = bj_at(doc, ct, i);
-                        const char *name = bj_get_str(doc, e, "name");
+                        const struct bj *e = dse__bj_at(doc, ct, i);
+                        const char *name = dse__bj_get_str(doc, e, "name");
                         if (ct->n == 1 || (name && strcmp(name, "default") == 0))
-                                tmpl = bj_get(doc, e, "template");
+                                tmpl = dse__bj_get(doc, e, "template");
                 }
                 if (!tmpl || tmpl->type != BJ_STRING)
                         return dse__fail(reterr, -EBADMSG, "tokenizer_config.json: chat_template list has no \"default\"");
@@ -189,7 +189,7 @@ static int chat_template(const struct bj_doc *doc, char **ret, struct dse_diag *
 static int parse_config(struct spm_hf *h, struct dse_tokenizer *tok, const struct bj_doc *doc,
                         struct dse_diag *reterr) {
         int r;
-        const struct bj *root = bj_root(doc);
+        const struct bj *root = dse__bj_root(doc);
         if (root->type != BJ_OBJECT)
                 return dse__fail(reterr, -EBADMSG, "tokenizer_config.json: not a JSON object");
         if ((r = bool_key(doc, "legacy", true, &h->legacy, reterr)) < 0 ||
@@ -207,11 +207,12 @@ static int parse_config(struct spm_hf *h, struct dse_tokenizer *tok, const struc
                 h->unk_text = h->sp.ops->piece(&h->sp, unk);
                 h->unk_text_len = strlen(h->unk_text);
         }
-        const struct bj *extra = bj_get(doc, root, "additional_special_tokens");
+        const struct bj *extra = dse__bj_get(doc, root, "additional_special_tokens");
         for (uint32_t i = 0; extra && extra->type == BJ_ARRAY && i < extra->n; i++) {
                 const char *content;
                 bool lstrip, rstrip;
-                if ((r = token_value(doc, bj_at(doc, extra, i), "additional_special_tokens", &content, &lstrip, &rstrip, reterr)) < 0)
+                if ((r = token_value(doc, dse__bj_at(doc, extra, i), "additional_special_tokens", &content, &lstrip,
+                                     &rstrip, reterr)) < 0)
                         return r;
                 int32_t id = content ? piece_id(&h->sp, content) : -1;
                 if (content && id < 0)
@@ -221,9 +222,9 @@ static int parse_config(struct spm_hf *h, struct dse_tokenizer *tok, const struc
                 if (content && (r = add_token(h, content, id, lstrip, rstrip, true)) < 0)
                         return r;
         }
-        const struct bj *dec = bj_get(doc, root, "added_tokens_decoder");
+        const struct bj *dec = dse__bj_get(doc, root, "added_tokens_decoder");
         for (uint32_t i = 0; dec && dec->type == BJ_OBJECT && i < dec->n; i++) {
-                const struct bj *e = bj_at(doc, dec, i);
+                const struct bj *e = dse__bj_at(doc, dec, i);
                 char *end;
                 long id = strtol(e->key, &end, 10);
                 const char *content;
@@ -254,7 +255,7 @@ int dse__tok_spm_hf_init(struct dse_tokenizer *tok, const void *model, size_t mo
         if (r < 0)
                 goto fail;
         struct dse_diag sub = {{0}};
-        if ((r = bj_parse(config_json, config_len, &doc, &sub)) < 0) {
+        if ((r = dse__bj_parse(config_json, config_len, &doc, &sub)) < 0) {
                 r = dse__fail(reterr, r == -ENOMEM ? r : -EBADMSG, "tokenizer_config.json: %s", sub.msg);
                 goto fail;
         }
@@ -269,13 +270,13 @@ int dse__tok_spm_hf_init(struct dse_tokenizer *tok, const void *model, size_t mo
                         goto fail;
                 h->unk_n_ids = r;
         }
-        bj_free(&doc);
+        dse__bj_free(&doc);
         tok->ops = &spm_hf_ops;
         tok->impl = h;
         tok->n_vocab = h->sp.n_vocab;
         return 0;
 fail:
-        bj_free(&doc);
+        dse__bj_free(&doc);
         free(tok->chat_template);
         tok->chat_template = NULL;
         spm_hf_free(h);
@@ -290,7 +291,7 @@ struct id_buf {
 };
 
 static int ids_reserve(struct id_buf *b, size_t more) {
-        int32_t *v = tok_reserve(b->v, &b->cap, b->n + more, sizeof *v);
+        int32_t *v = dse__tok_reserve(b->v, &b->cap, b->n + more, sizeof *v);
         if (!v)
                 return -ENOMEM;
         b->v = v;
@@ -354,8 +355,8 @@ static int encode_segment(const struct spm_hf *h, struct id_buf *b, const char *
         /* tokenization_llama.py _tokenize: encode unk_token + text, drop the unk ids. */
         scratch->len = 0;
         int r;
-        if ((r = tok_buf_put(scratch, h->unk_text, h->unk_text_len)) < 0 ||
-            (r = tok_buf_put(scratch, seg, len)) < 0)
+        if ((r = dse__tok_buf_put(scratch, h->unk_text, h->unk_text_len)) < 0 ||
+            (r = dse__tok_buf_put(scratch, seg, len)) < 0)
                 return r;
         size_t start = b->n;
         if ((r = ids_encode(b, &h->sp, scratch->p, scratch->len, true)) < 0)
@@ -409,19 +410,19 @@ static int encode_split(const struct spm_hf *h, const char *text, size_t len, st
 /* legacy=false (tokenization_llama.py tokenize): "▁" + text with each U+2581 written
  * as a space. */
 static int prefix_text(const struct spm_hf *h, const char *text, size_t len, struct tok_buf *out) {
-        int r = h->add_prefix_space ? tok_buf_put(out, SPACE_SYMBOL, 3) : 0;
+        int r = h->add_prefix_space ? dse__tok_buf_put(out, SPACE_SYMBOL, 3) : 0;
         size_t run = 0;
         for (size_t i = 0; r >= 0 && i + 3 <= len;) {
                 if (memcmp(text + i, SPACE_SYMBOL, 3) != 0) {
                         i++;
                         continue;
                 }
-                if ((r = tok_buf_put(out, text + run, i - run)) >= 0)
-                        r = tok_buf_put(out, " ", 1);
+                if ((r = dse__tok_buf_put(out, text + run, i - run)) >= 0)
+                        r = dse__tok_buf_put(out, " ", 1);
                 i += 3;
                 run = i;
         }
-        return r < 0 ? r : tok_buf_put(out, text + run, len - run);
+        return r < 0 ? r : dse__tok_buf_put(out, text + run, len - run);
 }
 
 static int spm_hf_encode(const struct dse_tokenizer *tok, const char *text, size_t len, int add_special, int32_t *ids,

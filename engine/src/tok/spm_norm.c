@@ -123,7 +123,7 @@ static int normalize_prefix(const struct spm_normalizer *n, const char *in, size
 }
 
 static int add_space(const struct spm_normalizer *n, struct tok_buf *out) {
-        return n->escape_whitespaces ? tok_buf_put(out, SPACE_SYMBOL, 3) : tok_buf_put(out, " ", 1);
+        return n->escape_whitespaces ? dse__tok_buf_put(out, SPACE_SYMBOL, 3) : dse__tok_buf_put(out, " ", 1);
 }
 
 int dse__spm_normalize(const struct spm_normalizer *n, const char *in, size_t len, struct tok_buf *out) {
@@ -161,9 +161,9 @@ int dse__spm_normalize(const struct spm_normalizer *n, const char *in, size_t le
                 if (piece_len > 0) {
                         for (size_t i = 0; i < piece_len; i++) {
                                 if (n->escape_whitespaces && piece[i] == ' ')
-                                        ret = tok_buf_put(out, SPACE_SYMBOL, 3);
+                                        ret = dse__tok_buf_put(out, SPACE_SYMBOL, 3);
                                 else
-                                        ret = tok_buf_put(out, &piece[i], 1);
+                                        ret = dse__tok_buf_put(out, &piece[i], 1);
                                 if (ret < 0)
                                         return ret;
                         }

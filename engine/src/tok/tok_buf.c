@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-void *tok_reserve(void *items, size_t *cap, size_t need, size_t size) {
+void *dse__tok_reserve(void *items, size_t *cap, size_t need, size_t size) {
         if (need == 0)
                 need = 1; /* an allocated block, so NULL means out of memory */
         if (need <= *cap)
@@ -21,18 +21,18 @@ void *tok_reserve(void *items, size_t *cap, size_t need, size_t size) {
         return p;
 }
 
-int tok_buf_reserve(struct tok_buf *b, size_t extra) {
+int dse__tok_buf_reserve(struct tok_buf *b, size_t extra) {
         if (extra > SIZE_MAX / 2 - b->len)
                 return -ENOMEM;
-        char *p = tok_reserve(b->p, &b->cap, b->len + extra, 1);
+        char *p = dse__tok_reserve(b->p, &b->cap, b->len + extra, 1);
         if (!p)
                 return -ENOMEM;
         b->p = p;
         return 0;
 }
 
-int tok_buf_put(struct tok_buf *b, const void *data, size_t n) {
-        int r = tok_buf_reserve(b, n);
+int dse__tok_buf_put(struct tok_buf *b, const void *data, size_t n) {
+        int r = dse__tok_buf_reserve(b, n);
         if (r < 0)
                 return r;
         if (n)
@@ -41,7 +41,7 @@ int tok_buf_put(struct tok_buf *b, const void *data, size_t n) {
         return 0;
 }
 
-void tok_buf_done(struct tok_buf *b) {
+void dse__tok_buf_done(struct tok_buf *b) {
         free(b->p);
         memset(b, 0, sizeof *b);
 }

@@ -380,7 +380,7 @@ static int bj_value(struct bj_parser *p, int depth, const char *key, uint32_t ke
         return bj_error(p, "unexpected character");
 }
 
-int bj_parse(const char *text, size_t len, struct bj_doc *doc, struct dse_diag *reterr) {
+int dse__bj_parse(const char *text, size_t len, struct bj_doc *doc, struct dse_diag *reterr) {
         struct bj_parser p = {.s = text, .len = len, .reterr = reterr};
         memset(doc, 0, sizeof *doc);
         size_t valid = dse__utf8_valid_prefix(text, len);
@@ -394,13 +394,13 @@ int bj_parse(const char *text, size_t len, struct bj_doc *doc, struct dse_diag *
         size_t max_values = len / 2 + 2;
         p.stack_cap = p.nodes_cap = max_values;
         size_t strs_size = len + 1 + 8, nodes_size = max_values * sizeof(struct bj); /* +8: bj_string's words */
-        p.strs = bpe_map(strs_size);
-        p.stack = bpe_map(nodes_size);
-        p.nodes = bpe_map(nodes_size);
+        p.strs = dse__bpe_map(strs_size);
+        p.stack = dse__bpe_map(nodes_size);
+        p.nodes = dse__bpe_map(nodes_size);
         if (!p.strs || !p.stack || !p.nodes) {
-                bpe_unmap(p.strs, strs_size);
-                bpe_unmap(p.stack, nodes_size);
-                bpe_unmap(p.nodes, nodes_size);
+                dse__bpe_unmap(p.strs, strs_size);
+                dse__bpe_unmap(p.stack, nodes_size);
+                dse__bpe_unmap(p.nodes, nodes_size);
                 return -ENOMEM;
         }
         int r = bj_value(&p, 0, NULL, 0);
@@ -412,10 +412,10 @@ int bj_parse(const char *text, size_t len, struct bj_doc *doc, struct dse_diag *
         uint32_t root = 0;
         if (r == 0)
                 r = bj_close(&p, 1, &root);
-        bpe_unmap(p.stack, nodes_size);
+        dse__bpe_unmap(p.stack, nodes_size);
         if (r < 0) {
-                bpe_unmap(p.nodes, nodes_size);
-                bpe_unmap(p.strs, strs_size);
+                dse__bpe_unmap(p.nodes, nodes_size);
+                dse__bpe_unmap(p.strs, strs_size);
                 return r;
         }
         doc->nodes = p.nodes;
@@ -426,17 +426,17 @@ int bj_parse(const char *text, size_t len, struct bj_doc *doc, struct dse_diag *
         return 0;
 }
 
-void bj_free(struct bj_doc *doc) {
-        bpe_unmap(doc->nodes, doc->nodes_size);
-        bpe_unmap(doc->strs, doc->strs_size);
+void dse__bj_free(struct bj_doc *doc) {
+        dse__bpe_unmap(doc->nodes, doc->nodes_size);
+        dse__bpe_unmap(doc->strs, doc->strs_size);
         memset(doc, 0, sizeof *doc);
 }
 
-const struct bj *bj_root(const struct bj_doc *doc) {
+const struct bj *dse__bj_root(const struct bj_doc *doc) {
         return &doc->nodes[doc->root];
 }
 
-const struct bj *bj_get(const struct bj_doc *doc, const struct bj *v, const char *key) {
+const struct bj *dse__bj_get(const struct bj_doc *doc, const struct bj *v, const char *key) {
         if (!v || v->type != BJ_OBJECT)
                 return NULL;
         size_t klen = strlen(key);
@@ -448,13 +448,13 @@ const struct bj *bj_get(const struct bj_doc *doc, const struct bj *v, const char
         return NULL;
 }
 
-const char *bj_get_str(const struct bj_doc *doc, const struct bj *v, const char *key) {
-        const struct bj *m = bj_get(doc, v, key);
+const char *dse__bj_get_str(const struct bj_doc *doc, const struct bj *v, const char *key) {
+        const struct bj *m = dse__bj_get(doc, v, key);
         return m && m->type == BJ_STRING ? m->str : NULL;
 }
 
-int bj_get_bool(const struct bj_doc *doc, const struct bj *v, const char *key, int dflt) {
-        const struct bj *m = bj_get(doc, v, key);
+int dse__bj_get_bool(const struct bj_doc *doc, const struct bj *v, const char *key, int dflt) {
+        const struct bj *m = dse__bj_get(doc, v, key);
         if (m && m->type == BJ_TRUE)
                 return 1;
         if (m && m->type == BJ_FALSE)

@@ -237,7 +237,7 @@ struct segs {
 };
 
 static int segs_push(struct segs *a, uint32_t start, uint32_t len, int32_t id) {
-        struct seg *v = tok_reserve(a->v, &a->cap, a->n + 1, sizeof *v);
+        struct seg *v = dse__tok_reserve(a->v, &a->cap, a->n + 1, sizeof *v);
         if (!v)
                 return -ENOMEM;
         a->v = v;
@@ -270,7 +270,7 @@ struct bpe_heap {
 };
 
 static int heap_push(struct bpe_heap *h, struct bpe_pair p) {
-        struct bpe_pair *v = tok_reserve(h->v, &h->cap, h->n + 1, sizeof *v);
+        struct bpe_pair *v = dse__tok_reserve(h->v, &h->cap, h->n + 1, sizeof *v);
         if (!v)
                 return -ENOMEM;
         h->v = v;
@@ -321,7 +321,7 @@ static int rev_merge_set(struct rev_merge *r, int32_t id, uint32_t left_len) {
                         r->v[i].left_len = left_len;
                         return 0;
                 }
-        void *v = tok_reserve(r->v, &r->cap, r->n + 1, sizeof *r->v);
+        void *v = dse__tok_reserve(r->v, &r->cap, r->n + 1, sizeof *r->v);
         if (!v)
                 return -ENOMEM;
         r->v = v;
@@ -614,10 +614,10 @@ static int flush_bytes(struct tok_buf *bytes, struct tok_buf *text) {
                 uint32_t cp;
                 int c = dse__utf8_decode(bytes->p + off, bytes->len - off, &cp);
                 if (c < 0) {
-                        ret = tok_buf_put(text, "\xef\xbf\xbd", 3);
+                        ret = dse__tok_buf_put(text, "\xef\xbf\xbd", 3);
                         off++;
                 } else {
-                        ret = tok_buf_put(text, bytes->p + off, (size_t)c);
+                        ret = dse__tok_buf_put(text, bytes->p + off, (size_t)c);
                         off += (size_t)c;
                 }
         }
@@ -631,15 +631,15 @@ static int append_unescaped(struct tok_buf *text, const char *p, size_t len) {
         int ret = 0;
         for (size_t i = 0; i < len && ret == 0;) {
                 if (len - i >= 3 && memcmp(p + i, SPACE_SYMBOL, 3) == 0) {
-                        if ((ret = tok_buf_put(text, p + run, i - run)) == 0)
-                                ret = tok_buf_put(text, " ", 1);
+                        if ((ret = dse__tok_buf_put(text, p + run, i - run)) == 0)
+                                ret = dse__tok_buf_put(text, " ", 1);
                         i += 3;
                         run = i;
                 } else {
                         i++;
                 }
         }
-        return ret < 0 ? ret : tok_buf_put(text, p + run, len - run);
+        return ret < 0 ? ret : dse__tok_buf_put(text, p + run, len - run);
 }
 
 static int spm_decode(const struct dse_tokenizer *tok, const int32_t *ids, size_t n_ids, char *out, size_t max_len) {
@@ -653,7 +653,7 @@ static int spm_decode(const struct dse_tokenizer *tok, const int32_t *ids, size_
                 int type = s->type[id];
                 if (type == SPM_PIECE_BYTE) {
                         uint8_t b = (uint8_t)piece_to_byte(piece_str(s, id), s->piece_len[id]);
-                        ret = tok_buf_put(&bytes, &b, 1);
+                        ret = dse__tok_buf_put(&bytes, &b, 1);
                         continue;
                 }
                 if ((ret = flush_bytes(&bytes, &text)) < 0)
@@ -664,7 +664,7 @@ static int spm_decode(const struct dse_tokenizer *tok, const int32_t *ids, size_
                 if (type == SPM_PIECE_CONTROL)
                         continue;
                 if (type == SPM_PIECE_UNKNOWN) {
-                        ret = tok_buf_put(&text, s->unk_surface.ptr, s->unk_surface.len);
+                        ret = dse__tok_buf_put(&text, s->unk_surface.ptr, s->unk_surface.len);
                         continue;
                 }
                 const char *p = piece_str(s, id);
