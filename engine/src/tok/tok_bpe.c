@@ -126,16 +126,25 @@ static int parse_prepend_scheme(struct loader *L, const struct bj *v, enum bpe_p
         return 0;
 }
 
+/* items (n elements of size bytes) with a zeroed element appended at index n: the block
+ * that replaces items, or NULL when out of memory (items then unchanged). The pipeline's
+ * stages are a handful each, so the arrays grow one at a time. */
+static void *append_zeroed(void *items, int n, size_t size) {
+        char *p = realloc(items, (size_t)(n + 1) * size);
+        if (p)
+                memset(p + (size_t)n * size, 0, size);
+        return p;
+}
+
 /* ---- normalizers --------------------------------------------------------------------- */
 
 static int add_norm(struct loader *L, struct bpe_norm **ret) {
         struct bpe *bpe = L->bpe;
-        struct bpe_norm *n = realloc(bpe->norms, (size_t)(bpe->n_norms + 1) * sizeof *n);
+        struct bpe_norm *n = append_zeroed(bpe->norms, bpe->n_norms, sizeof *n);
         if (!n)
                 return -ENOMEM;
         bpe->norms = n;
         *ret = &n[bpe->n_norms++];
-        memset(*ret, 0, sizeof **ret);
         return 0;
 }
 
@@ -214,12 +223,11 @@ static int add_pretok(struct loader *L, struct bpe_pretok **ret) {
         if (bpe->n_pretoks >= BPE_MAX_LEVELS)
                 return dse__fail(L->reterr, -EOPNOTSUPP, "tokenizer.json: more than %d pre-tokenizers",
                                  BPE_MAX_LEVELS);
-        struct bpe_pretok *p = realloc(bpe->pretoks, (size_t)(bpe->n_pretoks + 1) * sizeof *p);
+        struct bpe_pretok *p = append_zeroed(bpe->pretoks, bpe->n_pretoks, sizeof *p);
         if (!p)
                 return -ENOMEM;
         bpe->pretoks = p;
         *ret = &p[bpe->n_pretoks++];
-        memset(*ret, 0, sizeof **ret);
         return 0;
 }
 
@@ -320,12 +328,11 @@ static int parse_pretokenizer(struct loader *L, const struct bj *v, int depth) {
 
 static int add_dec(struct loader *L, struct bpe_dec **ret) {
         struct bpe *bpe = L->bpe;
-        struct bpe_dec *d = realloc(bpe->decs, (size_t)(bpe->n_decs + 1) * sizeof *d);
+        struct bpe_dec *d = append_zeroed(bpe->decs, bpe->n_decs, sizeof *d);
         if (!d)
                 return -ENOMEM;
         bpe->decs = d;
         *ret = &d[bpe->n_decs++];
-        memset(*ret, 0, sizeof **ret);
         return 0;
 }
 
