@@ -13,6 +13,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "clock.h"
 #include "sampling.h"
 #include "scheduler.h"
 
@@ -66,12 +67,6 @@ struct sched {
         int64_t preemptions, steps, step_tokens;
         int32_t last_seqs, last_tokens;
 };
-
-static double mono_s(void) {
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 void sched_free(struct sched *s) {
         if (!s)
@@ -169,7 +164,7 @@ static void rq_release(struct sched *s, int slot) {
 
 static void finish(struct sched *s, int slot, const char *reason) {
         struct rq *r = &s->rqs[slot];
-        double now = mono_s();
+        double now = worker_mono_s();
         struct dsv_ipc_msg m = {.type = DSV_IPC_FINAL};
         m.u.final.id = r->id;
         m.u.final.finish_reason = (char *)reason;
@@ -311,7 +306,7 @@ int sched_add(struct sched *s, const struct dsv_ipc_request *req, const int32_t 
                                     req->sampling.frequency_penalty};
         q->logprobs = req->logprobs;
         q->deadline_ms = req->deadline_unix_ms;
-        q->t_arrival = mono_s();
+        q->t_arrival = worker_mono_s();
         q->order = s->next_order++;
         q->state = RQ_WAITING;
         s->active[s->n_active++] = slot;
@@ -563,7 +558,7 @@ int sched_step(struct sched *s, int64_t now_ms) {
         expire(s, now_ms);
         if (s->n_active == 0)
                 return 0;
-        double now = mono_s();
+        double now = worker_mono_s();
         struct step_plan p = {0, s->cfg.token_budget, 0};
         plan_step(s, &p, now);
         if (p.n == 0)
@@ -588,7 +583,7 @@ int sched_step(struct sched *s, int64_t now_ms) {
         s->step_tokens += n_tok;
         s->last_seqs = p.n;
         s->last_tokens = n_tok;
-        now = mono_s();
+        now = worker_mono_s();
         /* Entries refer to slots; sampling may finish (and free) a request, never
          * another entry's. */
         for (int i = 0; i < p.n; i++) {

@@ -14,6 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "worker.h"
 
 #define IDLE_POLL_MS 20
@@ -35,18 +36,6 @@ void wlog(int prio, const char *fmt, ...) {
         fprintf(stderr, "<%d>dsvisor-worker[%s]: %s\n", prio, instance_name, buf);
 }
 
-static int64_t realtime_ms(void) {
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static double mono_s(void) {
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 /* ---- engine ---- */
 
 void worker_engine_done(struct worker_engine *e) {
@@ -64,7 +53,7 @@ int worker_engine_load(const struct worker_config *cfg, struct worker_engine *e)
         char path[4096];
         int r;
         memset(e, 0, sizeof *e);
-        double t0 = mono_s();
+        double t0 = worker_mono_s();
         if (cfg->model_fd >= 0) {
                 r = dse_model_open_fd(cfg->model_fd, DSE_MODEL_POPULATE, &e->model, &diag);
         } else {
@@ -96,7 +85,7 @@ int worker_engine_load(const struct worker_config *cfg, struct worker_engine *e)
                              "model file in small pages before it was opened. Drop them (dd if=FILE "
                              "iflag=nocache count=0) and restart, or serve through dsvisor start", pct);
         }
-        double t1 = mono_s();
+        double t1 = worker_mono_s();
         r = dse_model_tokenizer(e->model, &e->tok, &diag);
         if (r == -ENOENT) {
                 wlog(4, "Model has no tokenizer: only token-id requests are served");
@@ -112,7 +101,7 @@ int worker_engine_load(const struct worker_config *cfg, struct worker_engine *e)
                 else if (!src)
                         wlog(4, "Model has no chat template: chat requests will fail");
         }
-        double t2 = mono_s();
+        double t2 = worker_mono_s();
         r = dse_pool_new(cfg->n_threads, cfg->n_cpus ? cfg->cpus : NULL, cfg->n_cpus, &e->pool);
         if (r < 0) {
                 wlog(3, "Failed to start %d compute threads: %s", cfg->n_threads, strerror(-r));
@@ -147,7 +136,7 @@ int worker_engine_load(const struct worker_config *cfg, struct worker_engine *e)
         }
         e->model_s = t1 - t0;
         e->tokenizer_s = t2 - t1;
-        e->kv_s = mono_s() - t2; /* with the compute threads */
+        e->kv_s = worker_mono_s() - t2; /* with the compute threads */
         struct dse_kv_stats st;
         dse_kv_cache_stats(e->kv, &st);
         wlog(6, "%s; n_ctx %d, max batch %d, token budget %d, KV %d blocks x %d tokens (%zu MiB), %d threads", desc,
@@ -324,7 +313,7 @@ static void handle_request(struct server *sv, const struct dsv_ipc_request *req)
         }
         int n = tokenize_request(sv, req);
         if (n >= 0)
-                sched_add(sv->sched, req, sv->prompt, (size_t)n, realtime_ms());
+                sched_add(sv->sched, req, sv->prompt, (size_t)n, worker_realtime_ms());
 }
 
 /* Requests and cancels, on the loop's thread. */
@@ -336,7 +325,7 @@ static void handle(struct server *sv, const struct dsv_ipc_msg *m) {
         case DSV_IPC_CANCEL:
                 /* An unknown id has already ended (its final is on the way): nothing to do. */
                 if (sv->sched)
-                        sched_cancel(sv->sched, m->u.cancel_id, realtime_ms());
+                        sched_cancel(sv->sched, m->u.cancel_id, worker_realtime_ms());
                 return;
         default:
                 queue_error(sv, 0, DSV_IPC_ERR_PROTOCOL, "unexpected message type for a worker");
@@ -349,7 +338,7 @@ static void reply_probe(struct server *sv, const struct dsv_ipc_msg *m) {
         if (m->type == DSV_IPC_HEALTH) {
                 reply.type = DSV_IPC_HEALTH_REPLY;
                 reply.u.health.state = (char *)state_names[atomic_load(&sv->state)];
-                reply.u.health.uptime_s = mono_s() - sv->started;
+                reply.u.health.uptime_s = worker_mono_s() - sv->started;
                 reply.u.health.boot_id = sv->boot_id;
                 reply.u.health.seq = m->u.probe.seq;
         } else {
@@ -400,11 +389,7 @@ static void *rx_thread(void *arg) {
 static void drain_inbox(struct server *sv, int wait_ms) {
         pthread_mutex_lock(&sv->mu);
         if (sv->n == 0 && wait_ms > 0) {
-                struct timespec ts;
-                clock_gettime(CLOCK_REALTIME, &ts);
-                ts.tv_nsec += (long)wait_ms * 1000000;
-                ts.tv_sec += ts.tv_nsec / 1000000000;
-                ts.tv_nsec %= 1000000000;
+                struct timespec ts = worker_realtime_after_ms(wait_ms);
                 pthread_cond_timedwait(&sv->has_msg, &sv->mu, &ts);
         }
         for (int i = 0; i < MAX_MSGS_PER_STEP && sv->n > 0; i++) {
@@ -449,7 +434,7 @@ static int serve_loop(struct server *sv) {
                 }
                 if (hygiene_drain_requested && drain_deadline == 0) {
                         atomic_store(&sv->state, ST_DRAINING);
-                        drain_deadline = mono_s() + cfg->grace_ms / 1000.0;
+                        drain_deadline = worker_mono_s() + cfg->grace_ms / 1000.0;
                         wlog(6, "Draining: finishing in-flight requests for up to %d ms", cfg->grace_ms);
                 }
                 drain_inbox(sv, sched_busy(sv->sched) ? 0 : IDLE_POLL_MS);
@@ -457,13 +442,13 @@ static int serve_loop(struct server *sv) {
                         flush_events(sv);
                         return 0;
                 }
-                if (drain_deadline > 0 && mono_s() >= drain_deadline) {
-                        sched_abort_all(sv->sched, DSV_IPC_ERR_SHUTTING_DOWN, "grace period over", realtime_ms());
+                if (drain_deadline > 0 && worker_mono_s() >= drain_deadline) {
+                        sched_abort_all(sv->sched, DSV_IPC_ERR_SHUTTING_DOWN, "grace period over", worker_realtime_ms());
                         flush_events(sv);
                         wlog(4, "Grace period over, in-flight requests failed with shutting_down");
                         return 0;
                 }
-                int r = sched_step(sv->sched, realtime_ms());
+                int r = sched_step(sv->sched, worker_realtime_ms());
                 if (r < 0)
                         wlog(3, "Engine step failed: %s; the step's requests got internal_error", strerror(-r));
                 /* The inbox's answers and the step's events, in the order they were made,
@@ -483,21 +468,21 @@ static void *kv_prefault(void *arg) {
         struct server *sv = arg;
         setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), 19);
         struct dse_diag diag = {{0}};
-        double t0 = mono_s();
+        double t0 = worker_mono_s();
         if (dse_kv_cache_prefault(sv->e->kv, &diag) < 0)
                 wlog(4, "%s; the pool is faulted in as it is used", diag.msg);
         else {
                 struct dse_kv_stats st;
                 dse_kv_cache_stats(sv->e->kv, &st);
                 wlog(6, "KV pool resident (%zu MiB) in %.1f ms",
-                     dse_kv_cache_block_bytes(sv->e->kv) * (size_t)st.n_blocks >> 20, (mono_s() - t0) * 1e3);
+                     dse_kv_cache_block_bytes(sv->e->kv) * (size_t)st.n_blocks >> 20, (worker_mono_s() - t0) * 1e3);
         }
         return NULL;
 }
 
 int worker_serve(const struct worker_config *cfg) {
         struct worker_engine e = {0};
-        struct server sv = {.cfg = cfg, .e = &e, .started = mono_s(), .boot_id = dsv_ipc_new_boot_id()};
+        struct server sv = {.cfg = cfg, .e = &e, .started = worker_mono_s(), .boot_id = dsv_ipc_new_boot_id()};
         atomic_init(&sv.state, ST_LOADING);
         pthread_mutex_init(&sv.mu, NULL);
         pthread_cond_init(&sv.has_msg, NULL);
@@ -535,7 +520,7 @@ int worker_serve(const struct worker_config *cfg) {
         reply_probe(&sv, &hello);
         /* Start-up phases, so a slow start shows where it went (bench/restart_bench.sh). */
         wlog(6, "Ready on %s in %.1f ms (model %.1f ms, tokenizer %.1f ms, threads + KV cache %.1f ms)",
-             cfg->listen_url, (mono_s() - sv.started) * 1e3, e.model_s * 1e3, e.tokenizer_s * 1e3, e.kv_s * 1e3);
+             cfg->listen_url, (worker_mono_s() - sv.started) * 1e3, e.model_s * 1e3, e.tokenizer_s * 1e3, e.kv_s * 1e3);
         prefault_started = pthread_create(&sv.prefault, NULL, kv_prefault, &sv) == 0;
         status = serve_loop(&sv);
 out:

@@ -280,6 +280,14 @@ static int get_num(struct decoder *d, const cJSON *o, const char *key, int requi
         return 0;
 }
 
+/* The index of name in names[0..n), -1 when it is none of them. */
+static int name_index(const char *name, const char *const *names, int n) {
+        for (int i = 0; i < n; i++)
+                if (strcmp(name, names[i]) == 0)
+                        return i;
+        return -1;
+}
+
 static int get_u64(struct decoder *d, const cJSON *o, const char *key, int required, uint64_t *out) {
         double x = (double)*out;
         int r = get_num(d, o, key, required, 0, MAX_SAFE_INT, 1, &x);
@@ -358,10 +366,7 @@ static int decode_request(struct decoder *d, const cJSON *o, struct dsv_ipc_requ
         q->max_tokens = 16;
         if ((r = get_u64(d, o, "id", 1, &q->id)) < 0 || (r = get_str(d, o, "input", 1, &input)) < 0)
                 return r;
-        int kind = -1;
-        for (int i = 0; i < DSV_IPC_INPUT_COUNT; i++)
-                if (strcmp(input, input_names[i]) == 0)
-                        kind = i;
+        int kind = name_index(input, input_names, DSV_IPC_INPUT_COUNT);
         free(input);
         if (kind < 0)
                 return bad(d, "field 'input' must be one of prompt, chat, tokens");
@@ -473,10 +478,7 @@ static int decode_body(struct decoder *d, const cJSON *o, struct dsv_ipc_msg *m)
                         free(code);
                         return r;
                 }
-                int found = -1;
-                for (int i = 0; i < DSV_IPC_ERROR_CODE_COUNT; i++)
-                        if (strcmp(code, error_names[i]) == 0)
-                                found = i;
+                int found = name_index(code, error_names, DSV_IPC_ERROR_CODE_COUNT);
                 free(code);
                 if (found < 0)
                         return bad(d, "field 'code' is not a known error code");
@@ -531,10 +533,7 @@ static int decode_envelope(struct decoder *d, const cJSON *o, struct dsv_ipc_msg
         if (r == 0)
                 r = get_str(d, o, "type", 1, &type);
         if (r == 0) {
-                int found = -1;
-                for (int i = 0; i < DSV_IPC_MSG_TYPE_COUNT; i++)
-                        if (strcmp(type, type_names[i]) == 0)
-                                found = i;
+                int found = name_index(type, type_names, DSV_IPC_MSG_TYPE_COUNT);
                 if (found >= 0) {
                         m->type = (enum dsv_ipc_msg_type)found;
                         m->minor = (int32_t)minor;
@@ -560,28 +559,6 @@ static int parse_object(struct decoder *d, const void *buf, size_t len, cJSON **
                 return bad(d, "message is not a JSON object");
         }
         *ret = o;
-        return 0;
-}
-
-int dsv_ipc_msg_decode(const void *buf, size_t len, struct dsv_ipc_msg *ret, char *err, size_t err_size) {
-        struct decoder d = {err, err_size};
-        if (!buf || !ret)
-                return -EINVAL;
-        cJSON *o = NULL;
-        int pr = parse_object(&d, buf, len, &o);
-        if (pr < 0)
-                return pr;
-        struct dsv_ipc_msg m = {0};
-        int events;
-        int r = decode_envelope(&d, o, &m, 0, &events);
-        if (r == 0)
-                r = decode_body(&d, o, &m);
-        cJSON_Delete(o);
-        if (r < 0) {
-                dsv_ipc_msg_done(&m);
-                return r;
-        }
-        *ret = m;
         return 0;
 }
 
@@ -629,32 +606,57 @@ static int decode_events(struct decoder *d, const cJSON *o, struct dsv_ipc_msg *
         return 0;
 }
 
+/* Parses buf and decodes its one message into *ret (*ret_events = 0), or, when ret_msgs
+ * is given, the events of an "events" batch into *ret_msgs and *ret_n (*ret_events = 1). */
+static int decode(struct decoder *d, const void *buf, size_t len, struct dsv_ipc_msg *ret, int *ret_events,
+                  struct dsv_ipc_msg **ret_msgs, size_t *ret_n) {
+        cJSON *o = NULL;
+        int r = parse_object(d, buf, len, &o);
+        if (r < 0)
+                return r;
+        struct dsv_ipc_msg m = {0};
+        int events = 0;
+        r = decode_envelope(d, o, &m, ret_msgs != NULL, &events);
+        if (r == 0 && events) {
+                r = decode_events(d, o, ret_msgs, ret_n);
+                cJSON_Delete(o);
+                *ret_events = 1;
+                return r;
+        }
+        if (r == 0)
+                r = decode_body(d, o, &m);
+        cJSON_Delete(o);
+        if (r < 0) {
+                dsv_ipc_msg_done(&m);
+                return r;
+        }
+        *ret = m;
+        *ret_events = 0;
+        return 0;
+}
+
+int dsv_ipc_msg_decode(const void *buf, size_t len, struct dsv_ipc_msg *ret, char *err, size_t err_size) {
+        struct decoder d = {err, err_size};
+        if (!buf || !ret)
+                return -EINVAL;
+        int events;
+        return decode(&d, buf, len, ret, &events, NULL, NULL);
+}
+
 int dsv_ipc_msgs_decode(const void *buf, size_t len, struct dsv_ipc_msg **ret_msgs, size_t *ret_n, char *err,
                         size_t err_size) {
         struct decoder d = {err, err_size};
         if (!buf || !ret_msgs || !ret_n)
                 return -EINVAL;
-        cJSON *o = NULL;
-        int pr = parse_object(&d, buf, len, &o);
-        if (pr < 0)
-                return pr;
-        struct dsv_ipc_msg m = {0};
+        struct dsv_ipc_msg m;
         int events;
-        int r = decode_envelope(&d, o, &m, 1, &events);
-        if (r == 0 && events) {
-                r = decode_events(&d, o, ret_msgs, ret_n);
-                cJSON_Delete(o);
+        int r = decode(&d, buf, len, &m, &events, ret_msgs, ret_n);
+        if (r < 0 || events)
                 return r;
-        }
-        if (r == 0)
-                r = decode_body(&d, o, &m);
-        cJSON_Delete(o);
-        struct dsv_ipc_msg *one = r == 0 ? malloc(sizeof *one) : NULL;
-        if (r == 0 && !one)
-                r = -ENOMEM;
-        if (r < 0) {
+        struct dsv_ipc_msg *one = malloc(sizeof *one);
+        if (!one) {
                 dsv_ipc_msg_done(&m);
-                return r;
+                return -ENOMEM;
         }
         *one = m;
         *ret_msgs = one;

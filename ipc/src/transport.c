@@ -37,6 +37,14 @@ struct dsv_ipc_conn {
         size_t n_pending, pending_at;
 };
 
+/* Nanoseconds on CLOCK_MONOTONIC: receive timeouts and the close wait (whose condition
+ * variable runs on the same clock). */
+static int64_t mono_ns(void) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
 static int errno_from_nng(int rv) {
         switch (rv) {
         case 0:
@@ -167,39 +175,18 @@ static int check_ipc_url(const char *url) {
         return check_private_dir(dir);
 }
 
-int dsv_ipc_listen(const char *url, struct dsv_ipc_conn **ret_conn) {
-        if (!url || !ret_conn)
-                return -EINVAL;
-        int r = check_ipc_url(url);
-        if (r < 0)
-                return r;
-        struct dsv_ipc_conn *c;
-        if ((r = conn_open(&c)) < 0)
-                return r;
+static int listener_start(struct dsv_ipc_conn *c, const char *url) {
         nng_listener l;
         int rv = nng_listener_create(&l, c->sock, url);
         if (rv == 0 && strncmp(url, "ipc://", 6) == 0)
                 rv = nng_listener_set_int(l, NNG_OPT_IPC_PERMISSIONS, 0600);
         if (rv == 0)
                 rv = nng_listener_start(l, 0);
-        if (rv != 0) {
-                dsv_ipc_close(c);
-                return errno_from_nng(rv);
-        }
-        *ret_conn = c;
-        return 0;
+        return rv;
 }
 
-int dsv_ipc_dial(const char *url, struct dsv_ipc_conn **ret_conn) {
-        if (!url || !ret_conn)
-                return -EINVAL;
-        int r = check_ipc_url(url);
-        if (r < 0)
-                return r;
-        struct dsv_ipc_conn *c;
-        if ((r = conn_open(&c)) < 0)
-                return r;
-        /* Non-blocking dial: the worker may not be listening yet; nng retries. */
+/* Non-blocking dial: the worker may not be listening yet; nng retries. */
+static int dialer_start(struct dsv_ipc_conn *c, const char *url) {
         nng_dialer d;
         int rv = nng_dialer_create(&d, c->sock, url);
         if (rv == 0)
@@ -208,12 +195,36 @@ int dsv_ipc_dial(const char *url, struct dsv_ipc_conn **ret_conn) {
                 rv = nng_dialer_set_ms(d, NNG_OPT_RECONNMAXT, RECONNECT_MAX_MS);
         if (rv == 0)
                 rv = nng_dialer_start(d, NNG_FLAG_NONBLOCK);
+        return rv;
+}
+
+/* Listen and dial alike: the URL checked, a connection opened and nng's endpoint started
+ * on it (start returns nng's code); the connection is closed again when that fails. */
+static int conn_start(const char *url, struct dsv_ipc_conn **ret_conn,
+                      int (*start)(struct dsv_ipc_conn *c, const char *url)) {
+        if (!url || !ret_conn)
+                return -EINVAL;
+        int r = check_ipc_url(url);
+        if (r < 0)
+                return r;
+        struct dsv_ipc_conn *c;
+        if ((r = conn_open(&c)) < 0)
+                return r;
+        int rv = start(c, url);
         if (rv != 0) {
                 dsv_ipc_close(c);
                 return errno_from_nng(rv);
         }
         *ret_conn = c;
         return 0;
+}
+
+int dsv_ipc_listen(const char *url, struct dsv_ipc_conn **ret_conn) {
+        return conn_start(url, ret_conn, listener_start);
+}
+
+int dsv_ipc_dial(const char *url, struct dsv_ipc_conn **ret_conn) {
+        return conn_start(url, ret_conn, dialer_start);
 }
 
 static void drop_pending(struct dsv_ipc_conn *c) {
@@ -302,11 +313,8 @@ void dsv_ipc_close(struct dsv_ipc_conn *conn) {
                 closing_free(k);
                 return;
         }
-        struct timespec until;
-        clock_gettime(CLOCK_MONOTONIC, &until);
-        until.tv_nsec += (long)CLOSE_WAIT_MS * 1000000L;
-        until.tv_sec += until.tv_nsec / 1000000000L;
-        until.tv_nsec %= 1000000000L;
+        int64_t until_ns = mono_ns() + (int64_t)CLOSE_WAIT_MS * 1000000;
+        struct timespec until = {.tv_sec = until_ns / 1000000000, .tv_nsec = until_ns % 1000000000};
         pthread_mutex_lock(&k->mu);
         while (!k->done && pthread_cond_timedwait(&k->cv, &k->mu, &until) == 0)
                 ;
@@ -398,18 +406,14 @@ static int pop_pending(struct dsv_ipc_conn *c, struct dsv_ipc_msg *ret) {
  * (NNG_OPT_RECVFD, readable while a message is queued) with our own deadline, then a
  * non-blocking receive, which nng completes at once or fails without arming a timer. */
 static int wait_recv(struct dsv_ipc_conn *c, int timeout_ms, char **ret_buf, size_t *ret_len) {
-        struct timespec start;
-        clock_gettime(CLOCK_MONOTONIC, &start);
+        int64_t start_ns = mono_ns();
         for (;;) {
                 int rv = nng_recv(c->sock, ret_buf, ret_len, NNG_FLAG_ALLOC | NNG_FLAG_NONBLOCK);
                 if (rv != NNG_EAGAIN && rv != NNG_ETIMEDOUT)
                         return rv;
                 int left = -1;
                 if (timeout_ms >= 0) {
-                        struct timespec now;
-                        clock_gettime(CLOCK_MONOTONIC, &now);
-                        int64_t spent = (int64_t)(now.tv_sec - start.tv_sec) * 1000 +
-                                        (now.tv_nsec - start.tv_nsec) / 1000000;
+                        int64_t spent = (mono_ns() - start_ns) / 1000000;
                         if (spent >= timeout_ms)
                                 return NNG_ETIMEDOUT;
                         left = (int)(timeout_ms - spent);

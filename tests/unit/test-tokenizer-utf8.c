@@ -1,13 +1,13 @@
 /* UTF-8 validation of the tokenizer.json reader and encoder: the AVX2 validator
- * (bpe_utf8_valid_avx2) must agree with the byte-by-byte reference
- * (bpe_utf8_valid_prefix_ref) on every input, and the dispatching bpe_utf8_valid_prefix
+ * (dse__utf8_valid_avx2) must agree with the byte-by-byte reference
+ * (dse__utf8_valid_prefix_ref) on every input, and the dispatching dse__utf8_valid_prefix
  * must return the reference's prefix length. Exhaustive over every 2-byte pattern and
  * every lead/second-byte pair of the long sequences, placed at every offset around a
  * 32-byte block boundary, plus random near-UTF-8 buffers. */
 #include <stdint.h>
 
 #include "t.h"
-#include "tok/bpe_impl.h"
+#include "utf8.h"
 
 static uint64_t rng = 0x9E3779B97F4A7C15ull;
 static uint32_t next_u32(void) {
@@ -19,12 +19,12 @@ static uint32_t next_u32(void) {
 
 /* One buffer through all three: 1 when they agree. */
 static int agree(const char *s, size_t len) {
-        size_t ref = bpe_utf8_valid_prefix_ref(s, len);
-        size_t got = bpe_utf8_valid_prefix(s, len);
+        size_t ref = dse__utf8_valid_prefix_ref(s, len);
+        size_t got = dse__utf8_valid_prefix(s, len);
         int ok = got == ref;
 #if defined(__x86_64__)
         if (__builtin_cpu_supports("avx2"))
-                ok &= bpe_utf8_valid_avx2(s, len) == (ref == len);
+                ok &= dse__utf8_valid_avx2(s, len) == (ref == len);
 #endif
         if (!ok) {
                 fprintf(stderr, "  disagree (ref prefix %zu of %zu, dispatch %zu):", ref, len, got);
@@ -89,9 +89,9 @@ TEST(random_text_and_damaged_text) {
                                 cp = 0x100 + next_u32() % 0x44; /* ByteLevel's alphabet */
                         if (cp >= 0xD800 && cp <= 0xDFFF)
                                 cp = 0xFFFD;
-                        n += (size_t)bpe_utf8_encode((int32_t)cp, buf + n);
+                        n += (size_t)dse__utf8_encode((int32_t)cp, buf + n);
                 }
-                ASSERT_EQ(bpe_utf8_valid_prefix_ref(buf, n), n);
+                ASSERT_EQ(dse__utf8_valid_prefix_ref(buf, n), n);
                 ASSERT_TRUE(agree(buf, n));
                 size_t at = next_u32() % n;
                 buf[at] = (char)next_u32();

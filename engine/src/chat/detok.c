@@ -130,7 +130,7 @@ static size_t incomplete_tail(const char *s, size_t from, size_t len) {
         size_t end = len;
         for (size_t back = 1; back <= 3 && back <= end - from; back++) {
                 unsigned char c = (unsigned char)s[end - back];
-                if ((c & 0xC0) == 0x80)
+                if (dse__utf8_is_cont(c))
                         continue; /* continuation byte: its lead is further back */
                 int need = c >= 0xF0 && c <= 0xF4 ? 4 : c >= 0xE0 && c <= 0xEF ? 3 : c >= 0xC2 && c <= 0xDF ? 2 : 1;
                 if ((size_t)need > back)
@@ -153,7 +153,7 @@ static int pend_append(struct dse_detok *d, const char *s, size_t n) {
                         memcpy(d->pend + d->n_pend, "\xEF\xBF\xBD", 3);
                         d->n_pend += 3;
                         i++;
-                        while (i < n && ((unsigned char)s[i] & 0xC0) == 0x80)
+                        while (i < n && dse__utf8_is_cont((unsigned char)s[i]))
                                 i++;
                         continue;
                 }
@@ -227,7 +227,7 @@ static int restart_window(struct dse_detok *d) {
         size_t start = d->n_win - 1;
         while (start > 0 && d->n_win - start < 4) {
                 int b = byte_token(d, d->win[start]);
-                if (b < 0 || (b & 0xC0) != 0x80)
+                if (b < 0 || !dse__utf8_is_cont((unsigned char)b))
                         break; /* not a continuation byte: the character starts here */
                 start--;
         }
@@ -241,18 +241,26 @@ static int restart_window(struct dse_detok *d) {
         return remember_shown(d);
 }
 
-int dse_detok_push(struct dse_detok *d, int32_t id, const char **ret_text, int *ret_stopped) {
-        if (!d || !ret_text)
-                return -EINVAL;
+/* Empties the text returned to the caller (an empty string, not NULL). */
+static int out_reset(struct dse_detok *d) {
         d->n_out = 0;
         if (grow(&d->out, &d->cap_out, 1) < 0)
                 return -ENOMEM;
         d->out[0] = '\0';
+        return 0;
+}
+
+int dse_detok_push(struct dse_detok *d, int32_t id, const char **ret_text, int *ret_stopped) {
+        if (!d || !ret_text)
+                return -EINVAL;
+        int r = out_reset(d);
+        if (r < 0)
+                return r;
         if (!d->stopped) {
                 if (id < 0 || id >= dse_tokenizer_n_vocab(d->tok))
                         return -EINVAL;
                 d->win[d->n_win++] = id;
-                int len = decode(d, d->win, d->n_win), r;
+                int len = decode(d, d->win, d->n_win);
                 if (len < 0) {
                         d->n_win--;
                         return len;
@@ -295,11 +303,9 @@ out:
 int dse_detok_flush(struct dse_detok *d, const char **ret_text) {
         if (!d || !ret_text)
                 return -EINVAL;
-        d->n_out = 0;
-        if (grow(&d->out, &d->cap_out, 1) < 0)
-                return -ENOMEM;
-        d->out[0] = '\0';
-        int r = 0;
+        int r = out_reset(d);
+        if (r < 0)
+                return r;
         if (!d->stopped && d->n_win > 0) {
                 int len = decode(d, d->win, d->n_win);
                 if (len >= 0 && ((size_t)len < d->emitted || memcmp(d->dec, d->shown, d->emitted) != 0)) {

@@ -17,6 +17,7 @@
 #include <stdint.h>
 
 #include "dse.h"
+#include "../utf8.h"
 
 /* ---- arena --------------------------------------------------------------------------- */
 
@@ -104,9 +105,10 @@ struct jv *dse__jv_dict_get(const struct jv *dict, const char *key, size_t key_l
 int dse__jv_equal(const struct jv *x, const struct jv *y);
 int dse__jv_truthy(const struct jv *v);
 
-/* Parses JSON text into values (numbers with '.', 'e' or 'E' become floats, others ints,
- * as Python's json.loads does). -EBADMSG with the offset in reterr, -EILSEQ for invalid
- * UTF-8. */
+/* Parses JSON text into values with the engine's JSON reader (tok/tok_json.h); numbers
+ * with '.', 'e' or 'E' become floats, others ints, as Python's json.loads does.
+ * -EBADMSG with the offset in reterr, -EILSEQ for invalid UTF-8 or an unpaired surrogate
+ * escape, -EOPNOTSUPP for an integer past 64 bits. */
 int dse__json_parse(struct jarena *a, const char *text, struct jv **ret, struct dse_diag *reterr);
 
 /* A growable byte buffer in the arena. */
@@ -129,15 +131,6 @@ int dse__jv_str_into(struct jbuf *b, const struct jv *v, struct dse_diag *reterr
 int dse__jv_repr_into(struct jbuf *b, const struct jv *v, struct dse_diag *reterr);
 /* Python's float repr (shortest round-trip, "1.0", "1e+16"). */
 void dse__py_float_repr(double f, char *buf, size_t size);
-
-/* UTF-8 helpers. */
-int dse__utf8_valid(const char *s, size_t n);
-/* Decodes one code point at s (n > 0 bytes left); returns its length in bytes, or -1 for
- * an invalid or truncated sequence (*ret_cp = U+FFFD). */
-int dse__utf8_decode(const char *s, size_t n, uint32_t *ret_cp);
-size_t dse__utf8_encode(uint32_t cp, char out[4]);
-size_t dse__utf8_count(const char *s, size_t n);
-int dse__py_isspace(uint32_t cp);
 
 /* ---- AST ----------------------------------------------------------------------------- */
 

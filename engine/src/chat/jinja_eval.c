@@ -85,6 +85,15 @@ static struct jv *oom(struct jctx *c) {
         return NULL;
 }
 
+/* An error a value helper returned (its message already in reterr); NULL. */
+static struct jv *failed(struct jctx *c, int r) {
+        if (r == -ENOMEM)
+                return oom(c);
+        if (!c->err)
+                c->err = r;
+        return NULL;
+}
+
 static const char *type_name(const struct jv *v) {
         static const char *const names[] = {"undefined", "NoneType", "bool", "int", "float", "str", "list",
                                             "tuple", "dict", "Namespace", "macro", "function"};
@@ -144,13 +153,8 @@ static struct jv *to_str(struct jctx *c, const struct jnode *n, struct jv *v) {
         struct jbuf b;
         dse__jbuf_init(&b, c->a);
         int r = dse__jv_str_into(&b, v, c->reterr);
-        if (r == -ENOMEM)
-                return oom(c);
-        if (r < 0) {
-                if (!c->err)
-                        c->err = r;
-                return NULL;
-        }
+        if (r < 0)
+                return failed(c, r);
         return mk_str(c, b.p, b.n);
 }
 
@@ -257,7 +261,7 @@ static size_t cp_offset(const char *s, size_t n, size_t cp_index) {
         size_t i = 0, k = 0;
         while (i < n && k < cp_index) {
                 i++;
-                while (i < n && ((unsigned char)s[i] & 0xC0) == 0x80)
+                while (i < n && dse__utf8_is_cont((unsigned char)s[i]))
                         i++;
                 k++;
         }
@@ -355,7 +359,7 @@ static struct jv *do_slice(struct jctx *c, const struct jnode *n, struct jv *obj
                 if (!offs)
                         return oom(c);
                 for (size_t i = 0, k = 0; i <= obj->u.str.n && k <= n_cp; i++)
-                        if (i == obj->u.str.n || ((unsigned char)obj->u.str.s[i] & 0xC0) != 0x80)
+                        if (i == obj->u.str.n || !dse__utf8_is_cont((unsigned char)obj->u.str.s[i]))
                                 offs[k++] = i;
                 struct jbuf b;
                 dse__jbuf_init(&b, c->a);
@@ -394,7 +398,7 @@ static struct jv *iter_items(struct jctx *c, const struct jnode *n, struct jv *v
                 struct jv *out = mk_list(c, JT_LIST, n_cp);
                 for (size_t i = 0; out && i < v->u.str.n && k < n_cp;) {
                         size_t e = i + 1;
-                        while (e < v->u.str.n && ((unsigned char)v->u.str.s[e] & 0xC0) == 0x80)
+                        while (e < v->u.str.n && dse__utf8_is_cont((unsigned char)v->u.str.s[e]))
                                 e++;
                         if (!(out->u.list.items[k++] = mk_str(c, v->u.str.s + i, e - i)))
                                 return NULL;
@@ -630,9 +634,7 @@ static struct jv *strip(struct jctx *c, struct jv *s, const struct jv *chars, in
                 b += (size_t)len;
         }
         while ((which & 2) && e > b) {
-                size_t k = e - 1;
-                while (k > b && ((unsigned char)p[k] & 0xC0) == 0x80)
-                        k--;
+                size_t k = dse__utf8_char_before(p, b, e);
                 uint32_t cp;
                 int len = dse__utf8_decode(p + k, e - k, &cp);
                 if (len < 0 || !(chars ? cp_in(cp, chars) : dse__py_isspace(cp)))
@@ -719,7 +721,7 @@ static struct jv *str_replace(struct jctx *c, struct jv *s, struct jv *old, stru
                         if (i == s->u.str.n)
                                 break;
                         size_t e = i + 1;
-                        while (e < s->u.str.n && ((unsigned char)s->u.str.s[e] & 0xC0) == 0x80)
+                        while (e < s->u.str.n && dse__utf8_is_cont((unsigned char)s->u.str.s[e]))
                                 e++;
                         dse__jbuf_put(&b, s->u.str.s + i, e - i);
                         i = e;
@@ -1526,13 +1528,8 @@ static struct jv *apply_filter(struct jctx *c, struct jframe *f, const struct jn
                 struct jbuf b;
                 dse__jbuf_init(&b, c->a);
                 int r = dse__json_dump(&b, v, (int)ind, sort && dse__jv_truthy(sort), c->reterr);
-                if (r == -ENOMEM)
-                        return oom(c);
-                if (r < 0) {
-                        if (!c->err)
-                                c->err = r;
-                        return NULL;
-                }
+                if (r < 0)
+                        return failed(c, r);
                 return mk_str(c, b.p ? b.p : "", b.n);
         }
         case JF_TRIM: {

@@ -92,9 +92,7 @@ static size_t lstrip_ws(const char *s, size_t n) { /* bytes of leading whitespac
 static size_t rstrip_ws(const char *s, size_t n) { /* length left after stripping trailing whitespace */
         size_t end = n;
         while (end > 0) {
-                size_t c = end - 1; /* start of the last code point */
-                while (c > 0 && ((unsigned char)s[c] & 0xC0) == 0x80)
-                        c--;
+                size_t c = dse__utf8_char_before(s, 0, end);
                 if (ws_len_at(s + c, end - c) != end - c)
                         break;
                 end = c;
@@ -676,6 +674,15 @@ static struct jnode *parse_subscript(struct parser *p, struct jnode *obj, int li
         return n;
 }
 
+/* A call of callee, its '(' already consumed. */
+static struct jnode *parse_call(struct parser *p, struct jnode *callee, int line) {
+        struct jnode *n = mk(p, JN_CALL, line);
+        if (!n)
+                return NULL;
+        n->a = callee;
+        return parse_call_args(p, n) < 0 ? NULL : n;
+}
+
 static struct jnode *parse_postfix(struct parser *p, struct jnode *node) {
         for (;;) {
                 struct token *t = cur(p);
@@ -706,17 +713,31 @@ static struct jnode *parse_postfix(struct parser *p, struct jnode *node) {
                                 return NULL;
                 } else if (is_op(t, "(")) {
                         next(p);
-                        struct jnode *n = mk(p, JN_CALL, t->line);
-                        if (!n)
+                        if (!(node = parse_call(p, node, t->line)))
                                 return NULL;
-                        n->a = node;
-                        if (parse_call_args(p, n) < 0)
-                                return NULL;
-                        node = n;
                 } else {
                         return node;
                 }
         }
+}
+
+/* The filter or test named at the current token (after `after` on line `line`): a node
+ * of kind over operand, its op the id lookup finds for the name. */
+static struct jnode *named_op(struct parser *p, int line, const char *what, const char *after, enum jkind kind,
+                              int (*lookup)(const char *name, size_t len), struct jnode *operand) {
+        struct token *name = cur(p);
+        if (name->type != T_NAME)
+                return fail(p, -EINVAL, line, "expected a %s name after %s", what, after), NULL;
+        next(p);
+        int id = lookup(name->s, name->n);
+        if (id < 0)
+                return fail(p, -EOPNOTSUPP, name->line, "%s '%.*s' is not supported", what, (int)name->n, name->s), NULL;
+        struct jnode *n = mk(p, kind, name->line);
+        if (!n || !(n->str = name_dup(p, name)))
+                return NULL;
+        n->op = id;
+        n->a = operand;
+        return n;
 }
 
 static struct jnode *parse_filter_expr(struct parser *p, struct jnode *node) {
@@ -724,18 +745,9 @@ static struct jnode *parse_filter_expr(struct parser *p, struct jnode *node) {
                 struct token *t = cur(p);
                 if (is_op(t, "|")) {
                         next(p);
-                        struct token *name = cur(p);
-                        if (name->type != T_NAME)
-                                return fail(p, -EINVAL, t->line, "expected a filter name after '|'"), NULL;
-                        next(p);
-                        int id = dse__jinja_filter_lookup(name->s, name->n);
-                        if (id < 0)
-                                return fail(p, -EOPNOTSUPP, name->line, "filter '%.*s' is not supported", (int)name->n, name->s), NULL;
-                        struct jnode *n = mk(p, JN_FILTER, name->line);
-                        if (!n || !(n->str = name_dup(p, name)))
+                        struct jnode *n = named_op(p, t->line, "filter", "'|'", JN_FILTER, dse__jinja_filter_lookup, node);
+                        if (!n)
                                 return NULL;
-                        n->op = id;
-                        n->a = node;
                         if (is_op(cur(p), "(")) {
                                 next(p);
                                 if (parse_call_args(p, n) < 0)
@@ -749,19 +761,10 @@ static struct jnode *parse_filter_expr(struct parser *p, struct jnode *node) {
                                 next(p);
                                 neg = 1;
                         }
-                        struct token *name = cur(p);
-                        if (name->type != T_NAME)
-                                return fail(p, -EINVAL, t->line, "expected a test name after 'is'"), NULL;
-                        next(p);
-                        int id = dse__jinja_test_lookup(name->s, name->n);
-                        if (id < 0)
-                                return fail(p, -EOPNOTSUPP, name->line, "test '%.*s' is not supported", (int)name->n, name->s), NULL;
-                        struct jnode *n = mk(p, JN_TEST, name->line);
-                        if (!n || !(n->str = name_dup(p, name)))
+                        struct jnode *n = named_op(p, t->line, "test", "'is'", JN_TEST, dse__jinja_test_lookup, node);
+                        if (!n)
                                 return NULL;
-                        n->op = id;
                         n->neg = neg;
-                        n->a = node;
                         struct token *c = cur(p);
                         if (is_op(c, "(")) {
                                 next(p);
@@ -784,13 +787,8 @@ static struct jnode *parse_filter_expr(struct parser *p, struct jnode *node) {
                         node = n;
                 } else if (is_op(t, "(")) {
                         next(p);
-                        struct jnode *n = mk(p, JN_CALL, t->line);
-                        if (!n)
+                        if (!(node = parse_call(p, node, t->line)))
                                 return NULL;
-                        n->a = node;
-                        if (parse_call_args(p, n) < 0)
-                                return NULL;
-                        node = n;
                 } else {
                         return node;
                 }
@@ -937,11 +935,13 @@ static struct jnode *parse_not(struct parser *p) {
         return parse_compare(p);
 }
 
-static struct jnode *parse_and(struct parser *p) {
-        struct jnode *left = parse_not(p);
-        while (left && is_name(cur(p), "and")) {
+/* operand (word operand)*, left-associative: the chains of `and` and of `or`. */
+static struct jnode *parse_bool_chain(struct parser *p, const char *word, enum jkind kind,
+                                      struct jnode *(*operand)(struct parser *)) {
+        struct jnode *left = operand(p);
+        while (left && is_name(cur(p), word)) {
                 int line = next(p)->line;
-                struct jnode *right = parse_not(p), *n = right ? mk(p, JN_AND, line) : NULL;
+                struct jnode *right = operand(p), *n = right ? mk(p, kind, line) : NULL;
                 if (!n)
                         return NULL;
                 n->a = left;
@@ -951,18 +951,12 @@ static struct jnode *parse_and(struct parser *p) {
         return left;
 }
 
+static struct jnode *parse_and(struct parser *p) {
+        return parse_bool_chain(p, "and", JN_AND, parse_not);
+}
+
 static struct jnode *parse_or(struct parser *p) {
-        struct jnode *left = parse_and(p);
-        while (left && is_name(cur(p), "or")) {
-                int line = next(p)->line;
-                struct jnode *right = parse_and(p), *n = right ? mk(p, JN_OR, line) : NULL;
-                if (!n)
-                        return NULL;
-                n->a = left;
-                n->b = right;
-                left = n;
-        }
-        return left;
+        return parse_bool_chain(p, "or", JN_OR, parse_and);
 }
 
 static struct jnode *parse_condexpr(struct parser *p) {

@@ -1,5 +1,5 @@
 /* Values of the chat-template interpreter: the arena, JSON in (json.loads) and out
- * (json.dumps with ensure_ascii=False), Python str()/repr(), and UTF-8 helpers. */
+ * (json.dumps with ensure_ascii=False), Python str()/repr(). */
 #include <errno.h>
 #include <math.h>
 #include <stdarg.h>
@@ -9,6 +9,7 @@
 #include <utf8proc.h>
 
 #include "internal.h"
+#include "../tok/tok_json.h"
 #include "jinja.h"
 
 /* ---- arena --------------------------------------------------------------------------- */
@@ -230,96 +231,6 @@ int dse__jv_truthy(const struct jv *v) {
         }
 }
 
-/* ---- UTF-8 --------------------------------------------------------------------------- */
-
-int dse__utf8_decode(const char *s, size_t n, uint32_t *ret_cp) {
-        const unsigned char *u = (const unsigned char *)s;
-        uint32_t cp;
-        int len;
-        if (u[0] < 0x80) {
-                *ret_cp = u[0];
-                return 1;
-        } else if (u[0] >= 0xC2 && u[0] <= 0xDF) {
-                cp = u[0] & 0x1F;
-                len = 2;
-        } else if (u[0] >= 0xE0 && u[0] <= 0xEF) {
-                cp = u[0] & 0x0F;
-                len = 3;
-        } else if (u[0] >= 0xF0 && u[0] <= 0xF4) {
-                cp = u[0] & 0x07;
-                len = 4;
-        } else {
-                *ret_cp = 0xFFFD;
-                return -1;
-        }
-        if ((size_t)len > n) {
-                *ret_cp = 0xFFFD;
-                return -1;
-        }
-        for (int i = 1; i < len; i++) {
-                if ((u[i] & 0xC0) != 0x80) {
-                        *ret_cp = 0xFFFD;
-                        return -1;
-                }
-                cp = (cp << 6) | (u[i] & 0x3F);
-        }
-        if ((len == 3 && cp < 0x800) || (len == 4 && (cp < 0x10000 || cp > 0x10FFFF)) ||
-            (cp >= 0xD800 && cp <= 0xDFFF)) {
-                *ret_cp = 0xFFFD;
-                return -1;
-        }
-        *ret_cp = cp;
-        return len;
-}
-
-int dse__utf8_valid(const char *s, size_t n) {
-        size_t i = 0;
-        while (i < n) {
-                uint32_t cp;
-                int len = dse__utf8_decode(s + i, n - i, &cp);
-                if (len < 0)
-                        return 0;
-                i += (size_t)len;
-        }
-        return 1;
-}
-
-size_t dse__utf8_encode(uint32_t cp, char out[4]) {
-        if (cp < 0x80) {
-                out[0] = (char)cp;
-                return 1;
-        } else if (cp < 0x800) {
-                out[0] = (char)(0xC0 | (cp >> 6));
-                out[1] = (char)(0x80 | (cp & 0x3F));
-                return 2;
-        } else if (cp < 0x10000) {
-                out[0] = (char)(0xE0 | (cp >> 12));
-                out[1] = (char)(0x80 | ((cp >> 6) & 0x3F));
-                out[2] = (char)(0x80 | (cp & 0x3F));
-                return 3;
-        }
-        out[0] = (char)(0xF0 | (cp >> 18));
-        out[1] = (char)(0x80 | ((cp >> 12) & 0x3F));
-        out[2] = (char)(0x80 | ((cp >> 6) & 0x3F));
-        out[3] = (char)(0x80 | (cp & 0x3F));
-        return 4;
-}
-
-/* Code points in valid UTF-8 (continuation bytes are not counted). */
-size_t dse__utf8_count(const char *s, size_t n) {
-        size_t c = 0;
-        for (size_t i = 0; i < n; i++)
-                c += ((unsigned char)s[i] & 0xC0) != 0x80;
-        return c;
-}
-
-/* str.isspace() for one code point (what str.strip() and Jinja's `-` markers remove). */
-int dse__py_isspace(uint32_t cp) {
-        return (cp >= 0x09 && cp <= 0x0D) || (cp >= 0x1C && cp <= 0x20) || cp == 0x85 || cp == 0xA0 ||
-               cp == 0x1680 || (cp >= 0x2000 && cp <= 0x200A) || cp == 0x2028 || cp == 0x2029 ||
-               cp == 0x202F || cp == 0x205F || cp == 0x3000;
-}
-
 /* ---- byte buffer --------------------------------------------------------------------- */
 
 void dse__jbuf_init(struct jbuf *b, struct jarena *a) {
@@ -386,249 +297,62 @@ void dse__jbuf_printf(struct jbuf *b, const char *fmt, ...) {
 
 /* ---- JSON in ------------------------------------------------------------------------- */
 
-#define JSON_MAX_DEPTH 200
-
-struct jparse {
-        struct jarena *a;
-        const char *s, *p, *end;
-        struct dse_diag *reterr;
-        int err;
-};
-
-static struct jv *jp_fail(struct jparse *j, int err, const char *what) {
-        if (!j->err)
-                j->err = dse__fail(j->reterr, err, "JSON: %s at offset %zu", what, (size_t)(j->p - j->s));
-        return NULL;
-}
-
-static void jp_ws(struct jparse *j) {
-        while (*j->p == ' ' || *j->p == '\t' || *j->p == '\n' || *j->p == '\r')
-                j->p++;
-}
-
-static int hex4(const char *p, uint32_t *ret) {
-        uint32_t v = 0;
-        for (int i = 0; i < 4; i++) {
-                char c = p[i];
-                int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
-                if (d < 0)
-                        return -1;
-                v = v * 16 + (uint32_t)d;
-        }
-        *ret = v;
-        return 0;
-}
-
-static struct jv *jp_string(struct jparse *j) {
-        struct jbuf b;
-        dse__jbuf_init(&b, j->a);
-        j->p++; /* opening quote */
-        for (;;) {
-                unsigned char c = (unsigned char)*j->p;
-                if (c == '"')
-                        break;
-                if (c == '\0')
-                        return jp_fail(j, -EBADMSG, "unterminated string");
-                if (c < 0x20)
-                        return jp_fail(j, -EBADMSG, "control character in string");
-                if (c == '\\') {
-                        char e = j->p[1];
-                        static const char escapes[] = "\"\\/bfnrt", decoded[] = "\"\\/\b\f\n\r\t";
-                        const char *simple = strchr(escapes, e);
-                        if (e && simple) {
-                                dse__jbuf_putc(&b, decoded[simple - escapes]);
-                                j->p += 2;
-                                continue;
-                        }
-                        uint32_t cp, lo;
-                        if (e != 'u' || hex4(j->p + 2, &cp) < 0)
-                                return jp_fail(j, -EBADMSG, "bad escape in string");
-                        j->p += 6;
-                        if (cp >= 0xD800 && cp <= 0xDBFF) {
-                                if (j->p[0] != '\\' || j->p[1] != 'u' || hex4(j->p + 2, &lo) < 0 || lo < 0xDC00 ||
-                                    lo > 0xDFFF)
-                                        return jp_fail(j, -EILSEQ, "unpaired surrogate escape");
-                                cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
-                                j->p += 6;
-                        } else if (cp >= 0xDC00 && cp <= 0xDFFF) {
-                                return jp_fail(j, -EILSEQ, "unpaired surrogate escape");
-                        }
-                        char u[4];
-                        dse__jbuf_put(&b, u, dse__utf8_encode(cp, u));
-                        continue;
+/* The value of v, a node of doc, built in a. NULL when out of memory or for an integer
+ * past 64 bits (*ret_big set). */
+static struct jv *from_json(struct jarena *a, const struct bj_doc *doc, const struct bj *v, int *ret_big) {
+        switch (v->type) {
+        case BJ_NULL:
+                return dse__jv_new(a, JT_NONE);
+        case BJ_FALSE:
+        case BJ_TRUE:
+                return dse__jv_bool(a, v->type == BJ_TRUE);
+        case BJ_NUMBER:
+                if (v->num_kind == BJ_BIG_INT) {
+                        *ret_big = 1;
+                        return NULL;
                 }
-                uint32_t cp;
-                int len = dse__utf8_decode(j->p, (size_t)(j->end - j->p), &cp);
-                if (len < 0)
-                        return jp_fail(j, -EILSEQ, "invalid UTF-8 in string");
-                dse__jbuf_put(&b, j->p, (size_t)len);
-                j->p += len;
+                return v->num_kind == BJ_INT ? dse__jv_int(a, v->i) : dse__jv_float(a, v->num);
+        case BJ_STRING:
+                return dse__jv_str(a, v->str, v->n);
+        case BJ_ARRAY: {
+                struct jv *list = dse__jv_new(a, JT_LIST);
+                struct jv **items = v->n ? dse__jalloc(a, v->n * sizeof *items) : NULL;
+                if (!list || (v->n && !items))
+                        return NULL;
+                for (uint32_t i = 0; i < v->n; i++)
+                        if (!(items[i] = from_json(a, doc, dse__bj_at(doc, v, i), ret_big)))
+                                return NULL;
+                list->u.list.items = items;
+                list->u.list.n = v->n;
+                return list;
         }
-        j->p++;
-        if (b.oom)
-                return jp_fail(j, -ENOMEM, "out of memory");
-        return dse__jv_str(j->a, b.p, b.n);
-}
-
-static struct jv *jp_number(struct jparse *j) {
-        const char *start = j->p;
-        int is_float = 0;
-        if (*j->p == '-')
-                j->p++;
-        if (*j->p == '0')
-                j->p++;
-        else if (*j->p >= '1' && *j->p <= '9')
-                while (*j->p >= '0' && *j->p <= '9')
-                        j->p++;
-        else
-                return jp_fail(j, -EBADMSG, "bad number");
-        if (*j->p == '.') {
-                is_float = 1;
-                j->p++;
-                if (!(*j->p >= '0' && *j->p <= '9'))
-                        return jp_fail(j, -EBADMSG, "bad number");
-                while (*j->p >= '0' && *j->p <= '9')
-                        j->p++;
-        }
-        if (*j->p == 'e' || *j->p == 'E') {
-                is_float = 1;
-                j->p++;
-                if (*j->p == '+' || *j->p == '-')
-                        j->p++;
-                if (!(*j->p >= '0' && *j->p <= '9'))
-                        return jp_fail(j, -EBADMSG, "bad number");
-                while (*j->p >= '0' && *j->p <= '9')
-                        j->p++;
-        }
-        char tmp[64];
-        size_t n = (size_t)(j->p - start);
-        if (n >= sizeof tmp)
-                return is_float ? jp_fail(j, -EOPNOTSUPP, "number too long")
-                                : jp_fail(j, -EOPNOTSUPP, "integer outside 64 bits");
-        memcpy(tmp, start, n);
-        tmp[n] = '\0';
-        if (is_float)
-                return dse__jv_float(j->a, strtod(tmp, NULL));
-        errno = 0;
-        long long i = strtoll(tmp, NULL, 10);
-        if (errno == ERANGE)
-                return jp_fail(j, -EOPNOTSUPP, "integer outside 64 bits");
-        return dse__jv_int(j->a, i);
-}
-
-static struct jv *jp_value(struct jparse *j, int depth) {
-        jp_ws(j);
-        if (depth > JSON_MAX_DEPTH)
-                return jp_fail(j, -EBADMSG, "nesting too deep");
-        char c = *j->p;
-        if (c == '"')
-                return jp_string(j);
-        if (c == '-' || (c >= '0' && c <= '9'))
-                return jp_number(j);
-        if (strncmp(j->p, "true", 4) == 0) {
-                j->p += 4;
-                return dse__jv_bool(j->a, 1);
-        }
-        if (strncmp(j->p, "false", 5) == 0) {
-                j->p += 5;
-                return dse__jv_bool(j->a, 0);
-        }
-        if (strncmp(j->p, "null", 4) == 0) {
-                j->p += 4;
-                return dse__jv_new(j->a, JT_NONE);
-        }
-        if (c == '[') {
-                j->p++;
-                size_t n = 0, cap = 0;
-                struct jv **items = NULL;
-                jp_ws(j);
-                if (*j->p == ']') {
-                        j->p++;
-                } else {
-                        for (;;) {
-                                struct jv *item = jp_value(j, depth + 1);
-                                if (!item)
-                                        return jp_fail(j, -ENOMEM, "out of memory");
-                                if (n == cap) {
-                                        cap = cap ? cap * 2 : 4;
-                                        struct jv **grown = dse__jalloc(j->a, cap * sizeof *grown);
-                                        if (!grown)
-                                                return jp_fail(j, -ENOMEM, "out of memory");
-                                        if (n)
-                                                memcpy(grown, items, n * sizeof *grown);
-                                        items = grown;
-                                }
-                                items[n++] = item;
-                                jp_ws(j);
-                                if (*j->p == ',') {
-                                        j->p++;
-                                        continue;
-                                }
-                                if (*j->p == ']') {
-                                        j->p++;
-                                        break;
-                                }
-                                return jp_fail(j, -EBADMSG, "expected ',' or ']'");
-                        }
+        default: {
+                struct jv *dict = dse__jv_new(a, JT_DICT);
+                if (!dict)
+                        return NULL;
+                for (uint32_t i = 0; i < v->n; i++) {
+                        const struct bj *m = dse__bj_at(doc, v, i);
+                        struct jv *key = dse__jv_str(a, m->key, m->key_len), *val = from_json(a, doc, m, ret_big);
+                        if (!key || !val || dse__jv_dict_set(a, dict, key, val) < 0)
+                                return NULL;
                 }
-                struct jv *v = dse__jv_new(j->a, JT_LIST);
-                if (!v)
-                        return jp_fail(j, -ENOMEM, "out of memory");
-                v->u.list.items = items;
-                v->u.list.n = n;
-                return v;
+                return dict;
         }
-        if (c == '{') {
-                j->p++;
-                struct jv *v = dse__jv_new(j->a, JT_DICT);
-                if (!v)
-                        return jp_fail(j, -ENOMEM, "out of memory");
-                jp_ws(j);
-                if (*j->p == '}') {
-                        j->p++;
-                        return v;
-                }
-                for (;;) {
-                        jp_ws(j);
-                        if (*j->p != '"')
-                                return jp_fail(j, -EBADMSG, "expected a string key");
-                        struct jv *key = jp_string(j);
-                        if (!key)
-                                return jp_fail(j, -ENOMEM, "out of memory");
-                        jp_ws(j);
-                        if (*j->p != ':')
-                                return jp_fail(j, -EBADMSG, "expected ':'");
-                        j->p++;
-                        struct jv *val = jp_value(j, depth + 1);
-                        if (!val)
-                                return jp_fail(j, -ENOMEM, "out of memory");
-                        if (dse__jv_dict_set(j->a, v, key, val) < 0)
-                                return jp_fail(j, -ENOMEM, "out of memory");
-                        jp_ws(j);
-                        if (*j->p == ',') {
-                                j->p++;
-                                continue;
-                        }
-                        if (*j->p == '}') {
-                                j->p++;
-                                return v;
-                        }
-                        return jp_fail(j, -EBADMSG, "expected ',' or '}'");
-                }
         }
-        return jp_fail(j, -EBADMSG, "unexpected character");
 }
 
 int dse__json_parse(struct jarena *a, const char *text, struct jv **ret, struct dse_diag *reterr) {
-        struct jparse j = {.a = a, .s = text, .p = text, .end = text + strlen(text), .reterr = reterr};
-        struct jv *v = jp_value(&j, 0);
+        struct bj_doc doc;
+        int r = dse__bj_parse(text, strlen(text), &doc, reterr);
+        if (r < 0)
+                return r;
+        int big = 0;
+        struct jv *v = from_json(a, &doc, dse__bj_root(&doc), &big);
+        dse__bj_free(&doc);
+        if (big)
+                return dse__fail(reterr, -EOPNOTSUPP, "JSON: integer outside 64 bits");
         if (!v)
-                return j.err ? j.err : -ENOMEM;
-        jp_ws(&j);
-        if (*j.p != '\0') {
-                jp_fail(&j, -EBADMSG, "trailing characters");
-                return j.err;
-        }
+                return dse__fail(reterr, -ENOMEM, "JSON: out of memory");
         *ret = v;
         return 0;
 }

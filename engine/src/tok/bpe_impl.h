@@ -1,8 +1,8 @@
 /* bpe_impl.h — internals of the tokenizer.json (Hugging Face `tokenizers`) BPE tokenizer.
  *
  * The files split the work the way the HF pipeline does:
- *   bpe_json.c   a small arena JSON reader (tokenizer.json is 2-10 MB; cJSON's per-node
- *                mallocs alone take ~100 ms on those files, our budget for the whole load)
+ *   tok_json.c   the JSON reader (tok_json.h), shared with the SentencePiece loader and
+ *                the chat templates
  *   bpe_regex.c  onig-compatible split regexes on PCRE2 (pattern translation, find_iter)
  *   bpe_text.c   normalizers, pre-tokenizers and decoders
  *   bpe_model.c  vocabulary, merge ranks and the BPE merge loop (with byte fallback)
@@ -21,81 +21,15 @@
 #include <pcre2.h>
 
 #include "dse.h"
-#include "bpe_link_names.h"
-
-/* ---- JSON ---------------------------------------------------------------------------- */
-
-enum bj_type { BJ_NULL, BJ_FALSE, BJ_TRUE, BJ_NUMBER, BJ_STRING, BJ_ARRAY, BJ_OBJECT };
-
-struct bj {
-        uint8_t type;
-        uint32_t n;        /* string length in bytes, or number of children */
-        uint32_t key_len;  /* member key (objects' children only) */
-        const char *key;
-        union {
-                const char *str; /* NUL-terminated, may contain NULs (use n) */
-                uint32_t first;  /* index of the first child in doc->nodes */
-                double num;
-        };
-};
-
-struct bj_doc {
-        struct bj *nodes;  /* bpe_map'ed, nodes_size bytes */
-        char *strs;        /* bpe_map'ed, strs_size bytes */
-        size_t nodes_size, strs_size;
-        uint32_t root;
-};
-
-/* Parses RFC 8259 JSON (UTF-8 checked, nesting depth <= 256). -EBADMSG with the byte
- * offset in reterr on malformed input. */
-int bj_parse(const char *text, size_t len, struct bj_doc *doc, struct dse_diag *reterr);
-void bj_free(struct bj_doc *doc);
-const struct bj *bj_root(const struct bj_doc *doc);
-/* Child i of an array or object, NULL when out of range (inline: called per vocabulary
- * entry and merge). */
-static inline const struct bj *bj_at(const struct bj_doc *doc, const struct bj *v, uint32_t i) {
-        if (!v || (v->type != BJ_ARRAY && v->type != BJ_OBJECT) || i >= v->n)
-                return NULL;
-        return &doc->nodes[v->first + i];
-}
-/* Member of an object by key, NULL when absent or when v is not an object. */
-const struct bj *bj_get(const struct bj_doc *doc, const struct bj *v, const char *key);
-/* Convenience: string member or NULL; bool member or dflt. */
-const char *bj_get_str(const struct bj_doc *doc, const struct bj *v, const char *key);
-int bj_get_bool(const struct bj_doc *doc, const struct bj *v, const char *key, int dflt);
-
-/* ---- UTF-8 ------------------------------------------------------------------------- */
-
-/* Length of the valid UTF-8 prefix of s (== len when all valid). The _ref twin is the
- * byte-by-byte definition; bpe_utf8_valid_avx2 (x86-64 CPUs with AVX2 only) answers
- * whether all of s is valid, 32 bytes at a time. */
-size_t bpe_utf8_valid_prefix(const char *s, size_t len);
-size_t bpe_utf8_valid_prefix_ref(const char *s, size_t len);
-#if defined(__x86_64__)
-int bpe_utf8_valid_avx2(const char *s, size_t len);
-#endif
-/* Decodes one code point of valid UTF-8 at s; returns its byte length. */
-int bpe_utf8_next(const char *s, size_t len, int32_t *ret_cp);
-int bpe_utf8_encode(int32_t cp, char out[4]);
-/* Rust's char::is_whitespace (Unicode White_Space). */
-int bpe_is_whitespace(int32_t cp);
+#include "../utf8.h"
+#include "tok_buf.h"
+#include "tok_json.h"
 
 /* Zeroed memory for the big load-time tables, 64-byte aligned; blocks of 4 MiB or more
  * are mapped 2 MiB-aligned and backed by transparent huge pages where the system allows.
- * bpe_unmap takes the size given to bpe_map. */
-void *bpe_map(size_t n);
-void bpe_unmap(void *p, size_t n);
-
-/* ---- growable byte buffer ------------------------------------------------------------ */
-
-struct bpe_buf {
-        char *p;
-        size_t len, cap;
-};
-
-int bpe_buf_reserve(struct bpe_buf *b, size_t extra);
-int bpe_buf_put(struct bpe_buf *b, const void *data, size_t n);
-void bpe_buf_done(struct bpe_buf *b);
+ * dse__bpe_unmap takes the size given to dse__bpe_map. */
+void *dse__bpe_map(size_t n);
+void dse__bpe_unmap(void *p, size_t n);
 
 /* ---- regexes ------------------------------------------------------------------------- */
 
@@ -106,13 +40,13 @@ struct bpe_regex {
 
 /* Compiles an onig (Ruby syntax) pattern as used by tokenizers' SysRegex: \s, \S, \w, \W
  * and \h are rewritten to the onig meaning, then PCRE2 compiles with UTF|UCP (+JIT). */
-int bpe_regex_compile(struct bpe_regex *re, const char *pattern, size_t len, struct dse_diag *reterr);
+int dse__bpe_regex_compile(struct bpe_regex *re, const char *pattern, size_t len, struct dse_diag *reterr);
 /* Same, for a literal string (the {"String": ...} pattern form). */
-int bpe_regex_compile_literal(struct bpe_regex *re, const char *lit, size_t len, struct dse_diag *reterr);
-void bpe_regex_done(struct bpe_regex *re);
+int dse__bpe_regex_compile_literal(struct bpe_regex *re, const char *lit, size_t len, struct dse_diag *reterr);
+void dse__bpe_regex_done(struct bpe_regex *re);
 /* Finds the next match at or after *pos in s[0..len); 1 found ([*ret_start, *ret_end)),
  * 0 none, -errno on a matcher failure. md is per-thread match data. */
-int bpe_regex_find(const struct bpe_regex *re, pcre2_match_data *md, const char *s, size_t len, size_t pos,
+int dse__bpe_regex_find(const struct bpe_regex *re, pcre2_match_data *md, const char *s, size_t len, size_t pos,
                    size_t *ret_start, size_t *ret_end);
 
 /* ---- normalizers, pre-tokenizers, decoders -------------------------------------------- */
@@ -234,9 +168,9 @@ struct bpe {
         uint32_t *piece_off;      /* (n_vocab) offset into strs, UINT32_MAX: no token */
         uint32_t *piece_len;      /* (n_vocab) */
         int32_t n_vocab;
-        struct bpe_vocab_slot *vocab;  /* model vocabulary hash (not added tokens), bpe_map'ed */
+        struct bpe_vocab_slot *vocab;  /* model vocabulary hash (not added tokens), dse__bpe_map'ed */
         uint32_t vocab_mask;
-        struct bpe_merge_slot *merges; /* bpe_map'ed */
+        struct bpe_merge_slot *merges; /* dse__bpe_map'ed */
         uint32_t merge_mask;
 
         /* model options */
@@ -265,7 +199,7 @@ struct bpe {
         int n_prefix, n_suffix;
 };
 
-/* Per-call scratch: grows as needed, freed by bpe_ws_done. */
+/* Per-call scratch: grows as needed, freed by dse__bpe_ws_done. */
 #define BPE_MAX_LEVELS 16
 struct bpe_cache_slot {
         uint64_t hash;
@@ -281,21 +215,21 @@ struct bpe_out {
 struct bpe_ws {
         const struct bpe *bpe;
         pcre2_match_data *md;
-        struct bpe_buf norm;                    /* normalized segment */
-        struct bpe_buf tmp;                     /* normalizer ping-pong */
-        struct bpe_buf pre[BPE_MAX_LEVELS];     /* transformed piece per pre-tokenizer level */
-        struct bpe_buf map[BPE_MAX_LEVELS];     /* byte-level mapped piece per level */
-        struct bpe_buf spans[BPE_MAX_LEVELS];   /* split spans per level */
-        struct bpe_buf word;                    /* model scratch */
-        struct bpe_buf heap;
-        struct bpe_buf cache_keys, cache_ids;
+        struct tok_buf norm;                    /* normalized segment */
+        struct tok_buf tmp;                     /* normalizer ping-pong */
+        struct tok_buf pre[BPE_MAX_LEVELS];     /* transformed piece per pre-tokenizer level */
+        struct tok_buf map[BPE_MAX_LEVELS];     /* byte-level mapped piece per level */
+        struct tok_buf spans[BPE_MAX_LEVELS];   /* split spans per level */
+        struct tok_buf word;                    /* model scratch */
+        struct tok_buf heap;
+        struct tok_buf cache_keys, cache_ids;
         struct bpe_cache_slot *cache;
         uint32_t cache_mask, cache_used;
         struct bpe_out *out;
 };
 
-void bpe_ws_init(struct bpe_ws *ws, const struct bpe *bpe);
-void bpe_ws_done(struct bpe_ws *ws);
+void dse__bpe_ws_init(struct bpe_ws *ws, const struct bpe *bpe);
+void dse__bpe_ws_done(struct bpe_ws *ws);
 
 static inline int bpe_out_push(struct bpe_out *out, int32_t id) {
         if (out->n < out->max)
@@ -305,30 +239,32 @@ static inline int bpe_out_push(struct bpe_out *out, int32_t id) {
 }
 
 /* bpe_model.c */
-int32_t bpe_vocab_find(const struct bpe *bpe, const char *s, size_t len);
+int32_t dse__bpe_vocab_find(const struct bpe *bpe, const char *s, size_t len);
 /* Both return how many keys were already present (their id is replaced, as tokenizers'
  * HashMap does). */
-int bpe_vocab_insert(struct bpe *bpe, const char *s, size_t len, int32_t id);
+int dse__bpe_vocab_insert(struct bpe *bpe, const char *s, size_t len, int32_t id);
 /* Batched forms for loading: hash and prefetch every slot first, then resolve, so the
  * cache misses of a batch overlap. */
-void bpe_vocab_find_batch(const struct bpe *bpe, const char *const *s, const uint32_t *len, size_t n, int32_t *ret_ids);
-size_t bpe_vocab_insert_batch(struct bpe *bpe, const uint32_t *off, const uint32_t *len, const int32_t *ids, size_t n);
-int bpe_merge_insert(struct bpe *bpe, int32_t left, int32_t right, uint32_t rank, int32_t new_id);
-void bpe_merge_insert_batch(struct bpe *bpe, const int32_t *left, const int32_t *right, const uint32_t *rank,
+void dse__bpe_vocab_find_batch(const struct bpe *bpe, const char *const *s, const uint32_t *len, size_t n,
+                               int32_t *ret_ids);
+size_t dse__bpe_vocab_insert_batch(struct bpe *bpe, const uint32_t *off, const uint32_t *len, const int32_t *ids,
+                                   size_t n);
+int dse__bpe_merge_insert(struct bpe *bpe, int32_t left, int32_t right, uint32_t rank, int32_t new_id);
+void dse__bpe_merge_insert_batch(struct bpe *bpe, const int32_t *left, const int32_t *right, const uint32_t *rank,
                             const int32_t *new_id, size_t n);
 /* Tokenizes one pre-token and pushes its ids. raw_bytes: s is the raw UTF-8 of a ByteLevel
  * piece (each byte is one symbol); otherwise s is the model's text. */
-int bpe_model_encode(struct bpe_ws *ws, const char *s, size_t len, int raw_bytes);
+int dse__bpe_model_encode(struct bpe_ws *ws, const char *s, size_t len, int raw_bytes);
 /* The ByteLevel alphabet: code point for byte b, and byte for code point cp (-1 if none). */
-int32_t bpe_byte_to_cp(uint8_t b);
-int bpe_cp_to_byte(int32_t cp);
+int32_t dse__bpe_byte_to_cp(uint8_t b);
+int dse__bpe_cp_to_byte(int32_t cp);
 
 /* bpe_text.c */
-int bpe_normalize(struct bpe_ws *ws, const char *s, size_t len, const char **ret_s, size_t *ret_len);
-int bpe_normalize_string(const struct bpe *bpe, const char *s, size_t len, char **ret, size_t *ret_len);
+int dse__bpe_normalize(struct bpe_ws *ws, const char *s, size_t len, const char **ret_s, size_t *ret_len);
+int dse__bpe_normalize_string(const struct bpe *bpe, const char *s, size_t len, char **ret, size_t *ret_len);
 /* Pre-tokenizes one segment (between added tokens) and runs the model on every piece. */
-int bpe_pretokenize(struct bpe_ws *ws, const char *s, size_t len, int at_start);
+int dse__bpe_pretokenize(struct bpe_ws *ws, const char *s, size_t len, int at_start);
 /* Runs the decoder chain on the pieces of ids and appends the text to out. */
-int bpe_decode(const struct bpe *bpe, const int32_t *ids, size_t n_ids, struct bpe_buf *out);
+int dse__bpe_decode(const struct bpe *bpe, const int32_t *ids, size_t n_ids, struct tok_buf *out);
 
 #endif

@@ -83,7 +83,7 @@ static int32_t vocab_find_hashed(const struct bpe *bpe, const char *s, size_t le
         }
 }
 
-int32_t bpe_vocab_find(const struct bpe *bpe, const char *s, size_t len) {
+int32_t dse__bpe_vocab_find(const struct bpe *bpe, const char *s, size_t len) {
         return vocab_find_hashed(bpe, s, len, hash_bytes(s, len));
 }
 
@@ -110,13 +110,14 @@ static int vocab_insert_hashed(struct bpe *bpe, uint32_t off, size_t len, int32_
         }
 }
 
-int bpe_vocab_insert(struct bpe *bpe, const char *s, size_t len, int32_t id) {
+int dse__bpe_vocab_insert(struct bpe *bpe, const char *s, size_t len, int32_t id) {
         return vocab_insert_hashed(bpe, (uint32_t)(s - bpe->strs), len, id, hash_bytes(s, len));
 }
 
 #define BATCH 64
 
-void bpe_vocab_find_batch(const struct bpe *bpe, const char *const *s, const uint32_t *len, size_t n, int32_t *ret_ids) {
+void dse__bpe_vocab_find_batch(const struct bpe *bpe, const char *const *s, const uint32_t *len, size_t n,
+                               int32_t *ret_ids) {
         for (size_t base = 0; base < n; base += BATCH) {
                 size_t m = n - base < BATCH ? n - base : BATCH;
                 uint64_t h[BATCH];
@@ -129,7 +130,8 @@ void bpe_vocab_find_batch(const struct bpe *bpe, const char *const *s, const uin
         }
 }
 
-size_t bpe_vocab_insert_batch(struct bpe *bpe, const uint32_t *off, const uint32_t *len, const int32_t *ids, size_t n) {
+size_t dse__bpe_vocab_insert_batch(struct bpe *bpe, const uint32_t *off, const uint32_t *len, const int32_t *ids,
+                                   size_t n) {
         size_t repeated = 0;
         for (size_t base = 0; base < n; base += BATCH) {
                 size_t m = n - base < BATCH ? n - base : BATCH;
@@ -158,7 +160,7 @@ static inline const struct bpe_merge_slot *merge_find(const struct bpe *bpe, int
 }
 
 /* A repeated pair keeps the later rank, as tokenizers' HashMap collect does. */
-int bpe_merge_insert(struct bpe *bpe, int32_t left, int32_t right, uint32_t rank, int32_t new_id) {
+int dse__bpe_merge_insert(struct bpe *bpe, int32_t left, int32_t right, uint32_t rank, int32_t new_id) {
         uint64_t key = (uint64_t)(uint32_t)left << 32 | (uint32_t)right;
         uint32_t i = (uint32_t)hash_u64(key) & bpe->merge_mask;
         for (;;) {
@@ -173,7 +175,7 @@ int bpe_merge_insert(struct bpe *bpe, int32_t left, int32_t right, uint32_t rank
         }
 }
 
-void bpe_merge_insert_batch(struct bpe *bpe, const int32_t *left, const int32_t *right, const uint32_t *rank,
+void dse__bpe_merge_insert_batch(struct bpe *bpe, const int32_t *left, const int32_t *right, const uint32_t *rank,
                             const int32_t *new_id, size_t n) {
         for (size_t base = 0; base < n; base += BATCH) {
                 size_t m = n - base < BATCH ? n - base : BATCH;
@@ -182,13 +184,13 @@ void bpe_merge_insert_batch(struct bpe *bpe, const int32_t *left, const int32_t 
                         __builtin_prefetch(&bpe->merges[(uint32_t)hash_u64(key) & bpe->merge_mask], 1);
                 }
                 for (size_t i = base; i < base + m; i++)
-                        bpe_merge_insert(bpe, left[i], right[i], rank[i], new_id[i]);
+                        dse__bpe_merge_insert(bpe, left[i], right[i], rank[i], new_id[i]);
         }
 }
 
 /* GPT-2's bytes_to_unicode: printable Latin-1 bytes map to themselves, the other 68
  * bytes to U+0100.. in byte order (0-32, 127-160, 173). */
-int32_t bpe_byte_to_cp(uint8_t b) {
+int32_t dse__bpe_byte_to_cp(uint8_t b) {
         if (b <= 32)
                 return 256 + b;
         if (b >= 127 && b <= 160)
@@ -198,7 +200,7 @@ int32_t bpe_byte_to_cp(uint8_t b) {
         return b;
 }
 
-int bpe_cp_to_byte(int32_t cp) {
+int dse__bpe_cp_to_byte(int32_t cp) {
         if (cp < 0 || cp > 323)
                 return -1;
         if (cp < 256)
@@ -260,9 +262,9 @@ static int cache_put(struct bpe_ws *ws, const char *s, size_t len, uint64_t h, c
         size_t key_off = ws->cache_keys.len, ids_off = ws->cache_ids.len / sizeof(int32_t);
         if (key_off > UINT32_MAX - len || ids_off > UINT32_MAX - n_ids)
                 return 0; /* cache full: keep working uncached */
-        int r = bpe_buf_put(&ws->cache_keys, s, len);
+        int r = dse__tok_buf_put(&ws->cache_keys, s, len);
         if (r == 0)
-                r = bpe_buf_put(&ws->cache_ids, ids, n_ids * sizeof(int32_t));
+                r = dse__tok_buf_put(&ws->cache_ids, ids, n_ids * sizeof(int32_t));
         if (r < 0)
                 return r;
         e->hash = h;
@@ -380,26 +382,26 @@ static void sym_add(struct sym_list *l, int32_t id) {
 /* models/bpe/model.rs merge_word: one symbol per character (with the continuing-subword
  * prefix and end-of-word suffix), byte fallback to <0xXX>, and unk (fused when
  * fuse_unk) for characters without a vocabulary entry. */
-static int text_symbols(const struct bpe *bpe, struct bpe_buf *tmp, const char *s, size_t len, struct sym_list *l) {
+static int text_symbols(const struct bpe *bpe, struct tok_buf *tmp, const char *s, size_t len, struct sym_list *l) {
         size_t pre_len = bpe->cont_prefix ? strlen(bpe->cont_prefix) : 0;
         size_t suf_len = bpe->end_suffix ? strlen(bpe->end_suffix) : 0;
         int have_unk = 0;
         for (size_t i = 0; i < len;) {
                 int32_t cp;
-                int n = bpe_utf8_next(s + i, len - i, &cp);
+                int n = dse__utf8_next(s + i, len - i, &cp);
                 int is_first = i == 0, is_last = i + (size_t)n >= len;
                 const char *key = s + i;
                 size_t key_len = (size_t)n;
                 if ((!is_first && pre_len) || (is_last && suf_len)) {
                         tmp->len = 0;
-                        if ((!is_first && pre_len && bpe_buf_put(tmp, bpe->cont_prefix, pre_len) < 0) ||
-                            bpe_buf_put(tmp, s + i, (size_t)n) < 0 ||
-                            (is_last && suf_len && bpe_buf_put(tmp, bpe->end_suffix, suf_len) < 0))
+                        if ((!is_first && pre_len && dse__tok_buf_put(tmp, bpe->cont_prefix, pre_len) < 0) ||
+                            dse__tok_buf_put(tmp, s + i, (size_t)n) < 0 ||
+                            (is_last && suf_len && dse__tok_buf_put(tmp, bpe->end_suffix, suf_len) < 0))
                                 return -ENOMEM;
                         key = tmp->p;
                         key_len = tmp->len;
                 }
-                int32_t id = bpe_vocab_find(bpe, key, key_len);
+                int32_t id = dse__bpe_vocab_find(bpe, key, key_len);
                 i += (size_t)n;
                 if (id >= 0) {
                         if (have_unk) {
@@ -431,7 +433,7 @@ static int text_symbols(const struct bpe *bpe, struct bpe_buf *tmp, const char *
         return 0;
 }
 
-int bpe_model_encode(struct bpe_ws *ws, const char *s, size_t len, int raw_bytes) {
+int dse__bpe_model_encode(struct bpe_ws *ws, const char *s, size_t len, int raw_bytes) {
         const struct bpe *bpe = ws->bpe;
         int r;
         if (!len)
@@ -453,14 +455,14 @@ int bpe_model_encode(struct bpe_ws *ws, const char *s, size_t len, int raw_bytes
         if (bpe->ignore_merges) {
                 if (raw_bytes) {
                         ws->word.len = 0;
-                        if ((r = bpe_buf_reserve(&ws->word, len * 2)) < 0)
+                        if ((r = dse__tok_buf_reserve(&ws->word, len * 2)) < 0)
                                 return r;
                         for (size_t i = 0; i < len; i++)
-                                ws->word.len += (size_t)bpe_utf8_encode(bpe_byte_to_cp((uint8_t)s[i]),
+                                ws->word.len += (size_t)dse__utf8_encode(dse__bpe_byte_to_cp((uint8_t)s[i]),
                                                                         ws->word.p + ws->word.len);
-                        whole = bpe_vocab_find(bpe, ws->word.p, ws->word.len);
+                        whole = dse__bpe_vocab_find(bpe, ws->word.p, ws->word.len);
                 } else {
-                        whole = bpe_vocab_find(bpe, s, len);
+                        whole = dse__bpe_vocab_find(bpe, s, len);
                 }
         }
         int32_t one[1];
@@ -473,7 +475,7 @@ int bpe_model_encode(struct bpe_ws *ws, const char *s, size_t len, int raw_bytes
                 /* at most 4 symbols per byte (byte fallback of a multi-byte char counts 1
                  * per byte; a prefixed char is still one symbol) */
                 ws->heap.len = 0;
-                if ((r = bpe_buf_reserve(&ws->heap, len * (sizeof(struct sym) + 3 * sizeof(struct cand)) + 64)) < 0)
+                if ((r = dse__tok_buf_reserve(&ws->heap, len * (sizeof(struct sym) + 3 * sizeof(struct cand)) + 64)) < 0)
                         return r;
                 struct sym_list l = {(struct sym *)ws->heap.p, 0};
                 struct cand *heap = (struct cand *)(ws->heap.p + len * sizeof(struct sym));

@@ -17,20 +17,20 @@ static const char WS_SET[] = "\\t\\n\\x0B\\f\\r\\x20\\x{85}\\x{A0}\\x{1680}\\x{2
 static const char WORD_SET[] = "\\p{L}\\p{M}\\p{Nd}\\p{Pc}";
 static const char HEX_SET[] = "0-9a-fA-F";
 
-static int put_class(struct bpe_buf *b, const char *set, int negate, int in_class) {
+static int put_class(struct tok_buf *b, const char *set, int negate, int in_class) {
         int r = 0;
         if (!in_class)
-                r = bpe_buf_put(b, negate ? "[^" : "[", negate ? 2 : 1);
+                r = dse__tok_buf_put(b, negate ? "[^" : "[", negate ? 2 : 1);
         if (r == 0)
-                r = bpe_buf_put(b, set, strlen(set));
+                r = dse__tok_buf_put(b, set, strlen(set));
         if (r == 0 && !in_class)
-                r = bpe_buf_put(b, "]", 1);
+                r = dse__tok_buf_put(b, "]", 1);
         return r;
 }
 
 /* Rewrites onig-only meanings into PCRE2 syntax (see the top of this file). Negated
  * shorthands inside a class (`[\S...]`) have no flat PCRE2 spelling and are kept. */
-static int translate(const char *pat, size_t len, struct bpe_buf *out) {
+static int translate(const char *pat, size_t len, struct tok_buf *out) {
         int in_class = 0, r = 0;
         for (size_t i = 0; i < len && r == 0; i++) {
                 char c = pat[i];
@@ -50,18 +50,18 @@ static int translate(const char *pat, size_t len, struct bpe_buf *out) {
                         if (set && !(negate && in_class))
                                 r = put_class(out, set, negate, in_class);
                         else
-                                r = bpe_buf_put(out, pat + i, 2);
+                                r = dse__tok_buf_put(out, pat + i, 2);
                         i++;
                         continue;
                 }
                 if (c == '[' && !in_class) {
                         in_class = 1;
-                        r = bpe_buf_put(out, "[", 1);
+                        r = dse__tok_buf_put(out, "[", 1);
                         /* a leading ^ and a leading ] belong to the class */
                         if (r == 0 && i + 1 < len && pat[i + 1] == '^')
-                                r = bpe_buf_put(out, pat + ++i, 1);
+                                r = dse__tok_buf_put(out, pat + ++i, 1);
                         if (r == 0 && i + 1 < len && pat[i + 1] == ']')
-                                r = bpe_buf_put(out, pat + ++i, 1);
+                                r = dse__tok_buf_put(out, pat + ++i, 1);
                         continue;
                 }
                 if (c == '[' && in_class && i + 1 < len && pat[i + 1] == ':') {
@@ -73,14 +73,14 @@ static int translate(const char *pat, size_t len, struct bpe_buf *out) {
                                         break;
                                 }
                         if (endp) {
-                                r = bpe_buf_put(out, pat + i, (size_t)(endp - (pat + i)));
+                                r = dse__tok_buf_put(out, pat + i, (size_t)(endp - (pat + i)));
                                 i = (size_t)(endp - pat) - 1;
                                 continue;
                         }
                 }
                 if (c == ']' && in_class)
                         in_class = 0;
-                r = bpe_buf_put(out, &c, 1);
+                r = dse__tok_buf_put(out, &c, 1);
         }
         return r;
 }
@@ -101,25 +101,25 @@ static int compile(struct bpe_regex *re, const char *pat, size_t len, uint32_t e
         return 0;
 }
 
-int bpe_regex_compile(struct bpe_regex *re, const char *pattern, size_t len, struct dse_diag *reterr) {
-        struct bpe_buf b = {0};
+int dse__bpe_regex_compile(struct bpe_regex *re, const char *pattern, size_t len, struct dse_diag *reterr) {
+        struct tok_buf b = {0};
         int r = translate(pattern, len, &b);
         if (r == 0)
                 r = compile(re, b.p ? b.p : "", b.len, 0, pattern, reterr);
-        bpe_buf_done(&b);
+        dse__tok_buf_done(&b);
         return r;
 }
 
-int bpe_regex_compile_literal(struct bpe_regex *re, const char *lit, size_t len, struct dse_diag *reterr) {
+int dse__bpe_regex_compile_literal(struct bpe_regex *re, const char *lit, size_t len, struct dse_diag *reterr) {
         return compile(re, lit, len, PCRE2_LITERAL, lit, reterr);
 }
 
-void bpe_regex_done(struct bpe_regex *re) {
+void dse__bpe_regex_done(struct bpe_regex *re) {
         pcre2_code_free(re->code);
         memset(re, 0, sizeof *re);
 }
 
-int bpe_regex_find(const struct bpe_regex *re, pcre2_match_data *md, const char *s, size_t len, size_t pos,
+int dse__bpe_regex_find(const struct bpe_regex *re, pcre2_match_data *md, const char *s, size_t len, size_t pos,
                    size_t *ret_start, size_t *ret_end) {
         int rc;
         if (re->jit) {

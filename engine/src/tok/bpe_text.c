@@ -8,24 +8,24 @@
 
 #include "bpe_impl.h"
 
-void bpe_ws_init(struct bpe_ws *ws, const struct bpe *bpe) {
+void dse__bpe_ws_init(struct bpe_ws *ws, const struct bpe *bpe) {
         memset(ws, 0, sizeof *ws);
         ws->bpe = bpe;
 }
 
-void bpe_ws_done(struct bpe_ws *ws) {
+void dse__bpe_ws_done(struct bpe_ws *ws) {
         pcre2_match_data_free(ws->md);
-        bpe_buf_done(&ws->norm);
-        bpe_buf_done(&ws->tmp);
+        dse__tok_buf_done(&ws->norm);
+        dse__tok_buf_done(&ws->tmp);
         for (int i = 0; i < BPE_MAX_LEVELS; i++) {
-                bpe_buf_done(&ws->pre[i]);
-                bpe_buf_done(&ws->map[i]);
-                bpe_buf_done(&ws->spans[i]);
+                dse__tok_buf_done(&ws->pre[i]);
+                dse__tok_buf_done(&ws->map[i]);
+                dse__tok_buf_done(&ws->spans[i]);
         }
-        bpe_buf_done(&ws->word);
-        bpe_buf_done(&ws->heap);
-        bpe_buf_done(&ws->cache_keys);
-        bpe_buf_done(&ws->cache_ids);
+        dse__tok_buf_done(&ws->word);
+        dse__tok_buf_done(&ws->heap);
+        dse__tok_buf_done(&ws->cache_keys);
+        dse__tok_buf_done(&ws->cache_ids);
         free(ws->cache);
         memset(ws, 0, sizeof *ws);
 }
@@ -56,45 +56,76 @@ static int find_next(const struct bpe_regex *re, pcre2_match_data *md, const cha
                 *me = *ms + lit_len;
                 return 1;
         }
-        return bpe_regex_find(re, md, s, len, pos, ms, me);
+        return dse__bpe_regex_find(re, md, s, len, pos, ms, me);
 }
 
 static size_t char_len_at(const char *s, size_t len, size_t pos) {
         int32_t cp;
-        return pos < len ? (size_t)bpe_utf8_next(s + pos, len - pos, &cp) : 1;
+        return pos < len ? (size_t)dse__utf8_next(s + pos, len - pos, &cp) : 1;
+}
+
+/* The matches over s that replace and split act on: an empty match where the previous
+ * match ended is skipped, and the search goes on one character past an empty match. */
+struct match_iter {
+        const struct bpe_regex *re;
+        pcre2_match_data *md;
+        const char *lit;
+        size_t lit_len;
+        const char *s;
+        size_t len, pos, last_end;
+};
+
+static int match_iter_init(struct match_iter *it, struct bpe_ws *ws, const struct bpe_regex *re, const char *lit,
+                           size_t lit_len, const char *s, size_t len) {
+        int r;
+        if (!lit && (r = ws_md(ws)) < 0)
+                return r;
+        *it = (struct match_iter){re, ws->md, lit, lit_len, s, len, 0, SIZE_MAX};
+        return 0;
+}
+
+/* 1 with the next match in [*ms, *me), 0 after the last one, or -errno. */
+static int match_next(struct match_iter *it, size_t *ms, size_t *me) {
+        while (it->pos <= it->len) {
+                int r = find_next(it->re, it->md, it->lit, it->lit_len, it->s, it->len, it->pos, ms, me);
+                if (r <= 0)
+                        return r;
+                if (*ms == *me && it->last_end == *me) {
+                        it->pos = *me + char_len_at(it->s, it->len, *me);
+                        continue;
+                }
+                it->last_end = *me;
+                it->pos = *ms == *me ? *me + char_len_at(it->s, it->len, *me) : *me;
+                return 1;
+        }
+        return 0;
 }
 
 /* Replaces every match with content, appending to out (NormalizedString::replace and the
  * Replace decoder). */
 static int replace_all(struct bpe_ws *ws, const struct bpe_regex *re, const char *lit, size_t lit_len,
-                       const char *content, size_t content_len, const char *s, size_t len, struct bpe_buf *out) {
-        size_t prev = 0, pos = 0, last_end = SIZE_MAX, ms, me;
-        int r;
-        if (!lit && (r = ws_md(ws)) < 0)
+                       const char *content, size_t content_len, const char *s, size_t len, struct tok_buf *out) {
+        struct match_iter it;
+        size_t prev = 0, ms, me;
+        int r = match_iter_init(&it, ws, re, lit, lit_len, s, len);
+        if (r < 0)
                 return r;
-        while (pos <= len) {
-                r = find_next(re, ws->md, lit, lit_len, s, len, pos, &ms, &me);
-                if (r < 0)
+        while ((r = match_next(&it, &ms, &me)) > 0) {
+                if ((r = dse__tok_buf_put(out, s + prev, ms - prev)) < 0 ||
+                    (r = dse__tok_buf_put(out, content, content_len)) < 0)
                         return r;
-                if (r == 0)
-                        break;
-                if (ms == me && last_end == me) {
-                        pos = me + char_len_at(s, len, me);
-                        continue;
-                }
-                if ((r = bpe_buf_put(out, s + prev, ms - prev)) < 0 || (r = bpe_buf_put(out, content, content_len)) < 0)
-                        return r;
-                prev = last_end = me;
-                pos = ms == me ? me + char_len_at(s, len, me) : me;
+                prev = me;
         }
-        return bpe_buf_put(out, s + prev, len - prev);
+        if (r < 0)
+                return r;
+        return dse__tok_buf_put(out, s + prev, len - prev);
 }
 
 /* ---- normalizers --------------------------------------------------------------------- */
 
-static int unicode_normalize(int type, const char *s, size_t len, struct bpe_buf *out) {
+static int unicode_normalize(int type, const char *s, size_t len, struct tok_buf *out) {
         if (is_ascii(s, len))
-                return bpe_buf_put(out, s, len);
+                return dse__tok_buf_put(out, s, len);
         int opts = UTF8PROC_STABLE;
         switch (type) {
         case BPE_NORM_NFC: opts |= UTF8PROC_COMPOSE; break;
@@ -107,58 +138,56 @@ static int unicode_normalize(int type, const char *s, size_t len, struct bpe_buf
                                           (utf8proc_option_t)opts);
         if (n < 0)
                 return n == UTF8PROC_ERROR_NOMEM ? -ENOMEM : -EILSEQ;
-        int r = bpe_buf_put(out, dst, (size_t)n);
+        int r = dse__tok_buf_put(out, dst, (size_t)n);
         free(dst);
         return r;
 }
 
-static int lowercase(const char *s, size_t len, struct bpe_buf *out) {
-        int r = bpe_buf_reserve(out, len * 2 + 4);
+static int lowercase(const char *s, size_t len, struct tok_buf *out) {
+        int r = dse__tok_buf_reserve(out, len * 2 + 4);
         for (size_t i = 0; i < len && r == 0;) {
                 int32_t cp;
-                i += (size_t)bpe_utf8_next(s + i, len - i, &cp);
+                i += (size_t)dse__utf8_next(s + i, len - i, &cp);
                 char tmp[8];
                 int n;
                 if (cp == 0x130) { /* Rust: 'İ'.to_lowercase() == "i\u{307}" */
                         memcpy(tmp, "i\xCC\x87", 3);
                         n = 3;
                 } else {
-                        n = bpe_utf8_encode(utf8proc_tolower(cp), tmp);
+                        n = dse__utf8_encode(utf8proc_tolower(cp), tmp);
                 }
-                r = bpe_buf_put(out, tmp, (size_t)n);
+                r = dse__tok_buf_put(out, tmp, (size_t)n);
         }
         return r;
 }
 
-static int strip_ws(const char *s, size_t len, int left, int right, struct bpe_buf *out) {
+static int strip_ws(const char *s, size_t len, int left, int right, struct tok_buf *out) {
         size_t a = 0, b = len;
         while (left && a < b) {
                 int32_t cp;
-                int n = bpe_utf8_next(s + a, b - a, &cp);
-                if (!bpe_is_whitespace(cp))
+                int n = dse__utf8_next(s + a, b - a, &cp);
+                if (!dse__unicode_white_space(cp))
                         break;
                 a += (size_t)n;
         }
         while (right && b > a) {
-                size_t k = b - 1;
-                while (k > a && ((unsigned char)s[k] & 0xC0) == 0x80)
-                        k--;
+                size_t k = dse__utf8_char_before(s, a, b);
                 int32_t cp;
-                bpe_utf8_next(s + k, b - k, &cp);
-                if (!bpe_is_whitespace(cp))
+                dse__utf8_next(s + k, b - k, &cp);
+                if (!dse__unicode_white_space(cp))
                         break;
                 b = k;
         }
-        return bpe_buf_put(out, s + a, b - a);
+        return dse__tok_buf_put(out, s + a, b - a);
 }
 
-static int strip_accents(const char *s, size_t len, struct bpe_buf *out) {
+static int strip_accents(const char *s, size_t len, struct tok_buf *out) {
         for (size_t i = 0; i < len;) {
                 int32_t cp;
-                int n = bpe_utf8_next(s + i, len - i, &cp);
+                int n = dse__utf8_next(s + i, len - i, &cp);
                 utf8proc_category_t c = utf8proc_category(cp);
                 if (c != UTF8PROC_CATEGORY_MN && c != UTF8PROC_CATEGORY_MC && c != UTF8PROC_CATEGORY_ME) {
-                        int r = bpe_buf_put(out, s + i, (size_t)n);
+                        int r = dse__tok_buf_put(out, s + i, (size_t)n);
                         if (r < 0)
                                 return r;
                 }
@@ -167,7 +196,7 @@ static int strip_accents(const char *s, size_t len, struct bpe_buf *out) {
         return 0;
 }
 
-static int norm_one(struct bpe_ws *ws, const struct bpe_norm *nm, const char *s, size_t len, struct bpe_buf *out) {
+static int norm_one(struct bpe_ws *ws, const struct bpe_norm *nm, const char *s, size_t len, struct tok_buf *out) {
         switch (nm->type) {
         case BPE_NORM_NFC:
         case BPE_NORM_NFD:
@@ -179,8 +208,8 @@ static int norm_one(struct bpe_ws *ws, const struct bpe_norm *nm, const char *s,
         case BPE_NORM_PREPEND: {
                 int r = 0;
                 if (len) /* tokenizers: Prepend leaves an empty string empty */
-                        r = bpe_buf_put(out, nm->a, nm->a_len);
-                return r < 0 ? r : bpe_buf_put(out, s, len);
+                        r = dse__tok_buf_put(out, nm->a, nm->a_len);
+                return r < 0 ? r : dse__tok_buf_put(out, s, len);
         }
         case BPE_NORM_REPLACE:
                 return replace_all(ws, &nm->re, nm->a, nm->a_len, nm->b, nm->b_len, s, len, out);
@@ -192,11 +221,11 @@ static int norm_one(struct bpe_ws *ws, const struct bpe_norm *nm, const char *s,
         return -EINVAL;
 }
 
-int bpe_normalize(struct bpe_ws *ws, const char *s, size_t len, const char **ret_s, size_t *ret_len) {
+int dse__bpe_normalize(struct bpe_ws *ws, const char *s, size_t len, const char **ret_s, size_t *ret_len) {
         const struct bpe *bpe = ws->bpe;
-        struct bpe_buf *cur = &ws->norm, *other = &ws->tmp;
+        struct tok_buf *cur = &ws->norm, *other = &ws->tmp;
         for (int i = 0; i < bpe->n_norms; i++) {
-                struct bpe_buf *dst = (s == cur->p) ? other : cur;
+                struct tok_buf *dst = (s == cur->p) ? other : cur;
                 dst->len = 0;
                 int r = norm_one(ws, &bpe->norms[i], s, len, dst);
                 if (r < 0)
@@ -209,12 +238,12 @@ int bpe_normalize(struct bpe_ws *ws, const char *s, size_t len, const char **ret
         return 0;
 }
 
-int bpe_normalize_string(const struct bpe *bpe, const char *s, size_t len, char **ret, size_t *ret_len) {
+int dse__bpe_normalize_string(const struct bpe *bpe, const char *s, size_t len, char **ret, size_t *ret_len) {
         struct bpe_ws ws;
-        bpe_ws_init(&ws, bpe);
+        dse__bpe_ws_init(&ws, bpe);
         const char *o;
         size_t n;
-        int r = bpe_normalize(&ws, s, len, &o, &n);
+        int r = dse__bpe_normalize(&ws, s, len, &o, &n);
         char *copy = NULL;
         if (r == 0 && !(copy = malloc(n + 1)))
                 r = -ENOMEM;
@@ -224,7 +253,7 @@ int bpe_normalize_string(const struct bpe *bpe, const char *s, size_t len, char 
                 *ret = copy;
                 *ret_len = n;
         }
-        bpe_ws_done(&ws);
+        dse__bpe_ws_done(&ws);
         return r;
 }
 
@@ -236,38 +265,31 @@ struct span {
 };
 
 /* NormalizedString::split: the pieces between and at matches, arranged by behavior. */
-static int split_spans(struct bpe_ws *ws, struct bpe_buf *out, const struct bpe_regex *re, const char *lit,
+static int split_spans(struct bpe_ws *ws, struct tok_buf *out, const struct bpe_regex *re, const char *lit,
                        size_t lit_len, enum bpe_split_behavior behavior, int invert, const char *s, size_t len,
                        size_t *ret_n) {
-        size_t prev = 0, pos = 0, last_end = SIZE_MAX, ms, me;
-        int r;
+        struct match_iter it;
+        size_t prev = 0, ms, me;
         out->len = 0;
-        if (!lit && (r = ws_md(ws)) < 0)
+        int r = match_iter_init(&it, ws, re, lit, lit_len, s, len);
+        if (r < 0)
                 return r;
-        while (pos <= len) {
-                r = find_next(re, ws->md, lit, lit_len, s, len, pos, &ms, &me);
-                if (r < 0)
-                        return r;
-                if (r == 0)
-                        break;
-                if (ms == me && last_end == me) {
-                        pos = me + char_len_at(s, len, me);
-                        continue;
-                }
+        while ((r = match_next(&it, &ms, &me)) > 0) {
                 if (prev != ms) {
                         struct span g = {prev, ms, 0};
-                        if ((r = bpe_buf_put(out, &g, sizeof g)) < 0)
+                        if ((r = dse__tok_buf_put(out, &g, sizeof g)) < 0)
                                 return r;
                 }
                 struct span m = {ms, me, 1};
-                if ((r = bpe_buf_put(out, &m, sizeof m)) < 0)
+                if ((r = dse__tok_buf_put(out, &m, sizeof m)) < 0)
                         return r;
-                prev = last_end = me;
-                pos = ms == me ? me + char_len_at(s, len, me) : me;
+                prev = me;
         }
+        if (r < 0)
+                return r;
         if (prev != len) {
                 struct span g = {prev, len, 0};
-                if ((r = bpe_buf_put(out, &g, sizeof g)) < 0)
+                if ((r = dse__tok_buf_put(out, &g, sizeof g)) < 0)
                         return r;
         }
         struct span *sp = (struct span *)out->p;
@@ -332,14 +354,14 @@ static int run_level(struct bpe_ws *ws, int k, const char *s, size_t len, int at
 static int byte_level_piece(struct bpe_ws *ws, int k, const char *s, size_t len, int at_start) {
         const struct bpe *bpe = ws->bpe;
         if (k == bpe->n_pretoks - 1 && bpe->raw_bytes_model)
-                return bpe_model_encode(ws, s, len, 1);
-        struct bpe_buf *m = &ws->map[k];
+                return dse__bpe_model_encode(ws, s, len, 1);
+        struct tok_buf *m = &ws->map[k];
         m->len = 0;
-        int r = bpe_buf_reserve(m, len * 2);
+        int r = dse__tok_buf_reserve(m, len * 2);
         if (r < 0)
                 return r;
         for (size_t i = 0; i < len; i++)
-                m->len += (size_t)bpe_utf8_encode(bpe_byte_to_cp((uint8_t)s[i]), m->p + m->len);
+                m->len += (size_t)dse__utf8_encode(dse__bpe_byte_to_cp((uint8_t)s[i]), m->p + m->len);
         return run_level(ws, k + 1, m->p, m->len, at_start);
 }
 
@@ -359,7 +381,7 @@ static int run_spans(struct bpe_ws *ws, int k, const char *s, size_t n, int at_s
 static int run_level(struct bpe_ws *ws, int k, const char *s, size_t len, int at_start) {
         const struct bpe *bpe = ws->bpe;
         if (k == bpe->n_pretoks)
-                return bpe_model_encode(ws, s, len, 0);
+                return dse__bpe_model_encode(ws, s, len, 0);
         const struct bpe_pretok *pt = &bpe->pretoks[k];
         size_t n;
         int r;
@@ -370,9 +392,9 @@ static int run_level(struct bpe_ws *ws, int k, const char *s, size_t len, int at
                 return run_spans(ws, k, s, n, at_start, 0);
         case BPE_PRETOK_BYTELEVEL:
                 if (pt->add_prefix_space && s[0] != ' ') {
-                        struct bpe_buf *p = &ws->pre[k];
+                        struct tok_buf *p = &ws->pre[k];
                         p->len = 0;
-                        if ((r = bpe_buf_put(p, " ", 1)) < 0 || (r = bpe_buf_put(p, s, len)) < 0)
+                        if ((r = dse__tok_buf_put(p, " ", 1)) < 0 || (r = dse__tok_buf_put(p, s, len)) < 0)
                                 return r;
                         s = p->p;
                         len = p->len;
@@ -386,10 +408,10 @@ static int run_level(struct bpe_ws *ws, int k, const char *s, size_t len, int at
                 /* spaces become the replacement, then the replacement is prepended
                  * (per the scheme) unless the text already starts with it; room for the
                  * prefix is reserved in front so it costs no copy */
-                struct bpe_buf *p = &ws->pre[k];
+                struct tok_buf *p = &ws->pre[k];
                 size_t rl = (size_t)pt->replacement_len;
                 p->len = 0;
-                if ((r = bpe_buf_put(p, pt->replacement, rl)) < 0 ||
+                if ((r = dse__tok_buf_put(p, pt->replacement, rl)) < 0 ||
                     (r = replace_all(ws, NULL, " ", 1, pt->replacement, rl, s, len, p)) < 0)
                         return r;
                 s = p->p + rl;
@@ -411,7 +433,7 @@ static int run_level(struct bpe_ws *ws, int k, const char *s, size_t len, int at
         return -EINVAL;
 }
 
-int bpe_pretokenize(struct bpe_ws *ws, const char *s, size_t len, int at_start) {
+int dse__bpe_pretokenize(struct bpe_ws *ws, const char *s, size_t len, int at_start) {
         if (!len)
                 return 0;
         return run_level(ws, 0, s, len, at_start);
@@ -421,15 +443,15 @@ int bpe_pretokenize(struct bpe_ws *ws, const char *s, size_t len, int at_start) 
 
 /* A list of token strings: text in one buffer, (offset, length) pairs in another. */
 struct tlist {
-        struct bpe_buf text, spans;
+        struct tok_buf text, spans;
         size_t n;
 };
 
 static int tl_add(struct tlist *l, const char *s, size_t len) {
         size_t pair[2] = {l->text.len, len};
-        int r = bpe_buf_put(&l->text, s, len);
+        int r = dse__tok_buf_put(&l->text, s, len);
         if (r == 0)
-                r = bpe_buf_put(&l->spans, pair, sizeof pair);
+                r = dse__tok_buf_put(&l->spans, pair, sizeof pair);
         if (r == 0)
                 l->n++;
         return r;
@@ -447,45 +469,24 @@ static void tl_reset(struct tlist *l) {
 }
 
 static void tl_done(struct tlist *l) {
-        bpe_buf_done(&l->text);
-        bpe_buf_done(&l->spans);
+        dse__tok_buf_done(&l->text);
+        dse__tok_buf_done(&l->spans);
 }
 
 /* String::from_utf8_lossy: one U+FFFD per maximal invalid subsequence. */
-static int utf8_lossy(const char *str, size_t len, struct bpe_buf *out) {
-        const unsigned char *s = (const unsigned char *)str;
+static int utf8_lossy(const char *str, size_t len, struct tok_buf *out) {
         size_t i = 0;
         while (i < len) {
-                size_t ok = bpe_utf8_valid_prefix(str + i, len - i);
-                int r = bpe_buf_put(out, str + i, ok);
+                size_t ok = dse__utf8_valid_prefix(str + i, len - i);
+                int r = dse__tok_buf_put(out, str + i, ok);
                 if (r < 0)
                         return r;
                 i += ok;
                 if (i >= len)
                         break;
-                /* length of the maximal prefix of a valid sequence starting at i */
-                unsigned c = s[i];
-                size_t need = 0, k = 1;
-                unsigned lo = 0x80, hi = 0xBF;
-                if (c >= 0xC2 && c <= 0xDF)
-                        need = 2;
-                else if (c >= 0xE0 && c <= 0xEF) {
-                        need = 3;
-                        lo = c == 0xE0 ? 0xA0 : 0x80;
-                        hi = c == 0xED ? 0x9F : 0xBF;
-                } else if (c >= 0xF0 && c <= 0xF4) {
-                        need = 4;
-                        lo = c == 0xF0 ? 0x90 : 0x80;
-                        hi = c == 0xF4 ? 0x8F : 0xBF;
-                }
-                if (need && i + 1 < len && s[i + 1] >= lo && s[i + 1] <= hi) {
-                        k = 2;
-                        while (k < need && i + k < len && (s[i + k] & 0xC0) == 0x80)
-                                k++;
-                }
-                if ((r = bpe_buf_put(out, "\xEF\xBF\xBD", 3)) < 0)
+                if ((r = dse__tok_buf_put(out, "\xEF\xBF\xBD", 3)) < 0)
                         return r;
-                i += k;
+                i += dse__utf8_invalid_len(str + i, len - i);
         }
         return 0;
 }
@@ -498,34 +499,34 @@ static int dec_one(struct bpe_ws *ws, const struct bpe_dec *d, const struct tlis
         case BPE_DEC_BYTELEVEL: {
                 /* per token: its alphabet bytes when every char is in the ByteLevel map,
                  * its own UTF-8 otherwise; then one lossy UTF-8 string */
-                struct bpe_buf raw = {0};
+                struct tok_buf raw = {0};
                 for (size_t i = 0; i < in->n && r == 0; i++) {
                         t = tl_get(in, i, &len);
                         size_t mark = raw.len;
                         int all = 1;
                         for (size_t k = 0; k < len && r == 0;) {
                                 int32_t cp;
-                                k += (size_t)bpe_utf8_next(t + k, len - k, &cp);
-                                int b = bpe_cp_to_byte(cp);
+                                k += (size_t)dse__utf8_next(t + k, len - k, &cp);
+                                int b = dse__bpe_cp_to_byte(cp);
                                 if (b < 0) {
                                         all = 0;
                                         break;
                                 }
                                 uint8_t byte = (uint8_t)b;
-                                r = bpe_buf_put(&raw, &byte, 1);
+                                r = dse__tok_buf_put(&raw, &byte, 1);
                         }
                         if (r == 0 && !all) {
                                 raw.len = mark;
-                                r = bpe_buf_put(&raw, t, len);
+                                r = dse__tok_buf_put(&raw, t, len);
                         }
                 }
-                struct bpe_buf txt = {0};
+                struct tok_buf txt = {0};
                 if (r == 0)
                         r = utf8_lossy(raw.p ? raw.p : "", raw.len, &txt);
                 if (r == 0)
                         r = tl_add(out, txt.p ? txt.p : "", txt.len);
-                bpe_buf_done(&raw);
-                bpe_buf_done(&txt);
+                dse__tok_buf_done(&raw);
+                dse__tok_buf_done(&txt);
                 return r;
         }
         case BPE_DEC_REPLACE:
@@ -535,13 +536,13 @@ static int dec_one(struct bpe_ws *ws, const struct bpe_dec *d, const struct tlis
                         r = replace_all(ws, &d->re, d->a, d->a_len, d->b, d->b_len, t, len, &out->text);
                         if (r == 0) {
                                 size_t pair[2] = {mark, out->text.len - mark};
-                                r = bpe_buf_put(&out->spans, pair, sizeof pair);
+                                r = dse__tok_buf_put(&out->spans, pair, sizeof pair);
                                 out->n++;
                         }
                 }
                 return r;
         case BPE_DEC_BYTE_FALLBACK: {
-                struct bpe_buf bytes = {0};
+                struct tok_buf bytes = {0};
                 for (size_t i = 0; i <= in->n && r == 0; i++) {
                         int byte = -1;
                         if (i < in->n) {
@@ -558,13 +559,13 @@ static int dec_one(struct bpe_ws *ws, const struct bpe_dec *d, const struct tlis
                         }
                         if (byte >= 0) {
                                 uint8_t b = (uint8_t)byte;
-                                r = bpe_buf_put(&bytes, &b, 1);
+                                r = dse__tok_buf_put(&bytes, &b, 1);
                                 continue;
                         }
                         if (bytes.len) {
                                 /* a run of byte tokens: its text if valid UTF-8, else one
                                  * U+FFFD per byte */
-                                if (bpe_utf8_valid_prefix(bytes.p, bytes.len) == bytes.len)
+                                if (dse__utf8_valid_prefix(bytes.p, bytes.len) == bytes.len)
                                         r = tl_add(out, bytes.p, bytes.len);
                                 else
                                         for (size_t k = 0; k < bytes.len && r == 0; k++)
@@ -574,17 +575,17 @@ static int dec_one(struct bpe_ws *ws, const struct bpe_dec *d, const struct tlis
                         if (r == 0 && i < in->n)
                                 r = tl_add(out, t, len);
                 }
-                bpe_buf_done(&bytes);
+                dse__tok_buf_done(&bytes);
                 return r;
         }
         case BPE_DEC_FUSE: {
                 size_t mark = out->text.len;
                 for (size_t i = 0; i < in->n && r == 0; i++) {
                         t = tl_get(in, i, &len);
-                        r = bpe_buf_put(&out->text, t, len);
+                        r = dse__tok_buf_put(&out->text, t, len);
                 }
                 size_t pair[2] = {mark, out->text.len - mark};
-                if (r == 0 && (r = bpe_buf_put(&out->spans, pair, sizeof pair)) == 0)
+                if (r == 0 && (r = dse__tok_buf_put(&out->spans, pair, sizeof pair)) == 0)
                         out->n++;
                 return r;
         }
@@ -594,17 +595,15 @@ static int dec_one(struct bpe_ws *ws, const struct bpe_dec *d, const struct tlis
                         size_t a = 0, b = len;
                         for (int k = 0; k < d->start && a < b; k++) {
                                 int32_t cp;
-                                int n = bpe_utf8_next(t + a, b - a, &cp);
+                                int n = dse__utf8_next(t + a, b - a, &cp);
                                 if (cp != d->strip_cp)
                                         break;
                                 a += (size_t)n;
                         }
                         for (int k = 0; k < d->stop && b > a; k++) {
-                                size_t q = b - 1;
-                                while (q > a && ((unsigned char)t[q] & 0xC0) == 0x80)
-                                        q--;
+                                size_t q = dse__utf8_char_before(t, a, b);
                                 int32_t cp;
-                                bpe_utf8_next(t + q, b - q, &cp);
+                                dse__utf8_next(t + q, b - q, &cp);
                                 if (cp != d->strip_cp)
                                         break;
                                 b = q;
@@ -618,15 +617,15 @@ static int dec_one(struct bpe_ws *ws, const struct bpe_dec *d, const struct tlis
                         size_t mark = out->text.len;
                         for (size_t k = 0; k < len && r == 0;) {
                                 int32_t cp;
-                                int n = bpe_utf8_next(t + k, len - k, &cp);
+                                int n = dse__utf8_next(t + k, len - k, &cp);
                                 if (cp != d->replacement_cp)
-                                        r = bpe_buf_put(&out->text, t + k, (size_t)n);
+                                        r = dse__tok_buf_put(&out->text, t + k, (size_t)n);
                                 else if (!(i == 0 && d->prepend_scheme != BPE_PREPEND_NEVER))
-                                        r = bpe_buf_put(&out->text, " ", 1);
+                                        r = dse__tok_buf_put(&out->text, " ", 1);
                                 k += (size_t)n;
                         }
                         size_t pair[2] = {mark, out->text.len - mark};
-                        if (r == 0 && (r = bpe_buf_put(&out->spans, pair, sizeof pair)) == 0)
+                        if (r == 0 && (r = dse__tok_buf_put(&out->spans, pair, sizeof pair)) == 0)
                                 out->n++;
                 }
                 return r;
@@ -634,11 +633,11 @@ static int dec_one(struct bpe_ws *ws, const struct bpe_dec *d, const struct tlis
         return -EINVAL;
 }
 
-int bpe_decode(const struct bpe *bpe, const int32_t *ids, size_t n_ids, struct bpe_buf *out) {
+int dse__bpe_decode(const struct bpe *bpe, const int32_t *ids, size_t n_ids, struct tok_buf *out) {
         struct tlist a = {0}, b = {0};
         struct tlist *cur = &a, *next = &b;
         struct bpe_ws ws;
-        bpe_ws_init(&ws, bpe);
+        dse__bpe_ws_init(&ws, bpe);
         int r = 0;
         for (size_t i = 0; i < n_ids && r == 0; i++) {
                 uint32_t off = bpe->piece_off[ids[i]];
@@ -656,12 +655,12 @@ int bpe_decode(const struct bpe *bpe, const int32_t *ids, size_t n_ids, struct b
                 size_t len;
                 const char *t = tl_get(cur, i, &len);
                 if (!bpe->has_decoder && i > 0) /* no decoder: tokens joined by spaces */
-                        r = bpe_buf_put(out, " ", 1);
+                        r = dse__tok_buf_put(out, " ", 1);
                 if (r == 0)
-                        r = bpe_buf_put(out, t, len);
+                        r = dse__tok_buf_put(out, t, len);
         }
         tl_done(&a);
         tl_done(&b);
-        bpe_ws_done(&ws);
+        dse__bpe_ws_done(&ws);
         return r;
 }

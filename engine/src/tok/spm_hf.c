@@ -22,7 +22,6 @@
  *   3. add_special: BOS when add_bos_token (default true), EOS when add_eos_token
  *      (default false).
  * Decoding and pieces are the SentencePiece model's. */
-#include <cjson/cJSON.h>
 #include <errno.h>
 #include <limits.h>
 #include <stdbool.h>
@@ -31,6 +30,7 @@
 
 #include "../internal.h"
 #include "spm_model.h"
+#include "tok_json.h"
 #include "tokenizer.h"
 
 static const char SPACE_SYMBOL[] = "\xe2\x96\x81"; /* U+2581 */
@@ -79,26 +79,26 @@ static int32_t piece_id(const struct dse_tokenizer *sp, const char *s) {
 
 /* A token value: a string, or an AddedToken object {"content", "lstrip", "rstrip",
  * "single_word", ...}. Sets *ret_content to NULL for null. */
-static int token_value(const cJSON *v, const char *what, const char **ret_content, bool *ret_lstrip,
-                       bool *ret_rstrip, struct dse_diag *reterr) {
+static int token_value(const struct bj_doc *doc, const struct bj *v, const char *what, const char **ret_content,
+                       bool *ret_lstrip, bool *ret_rstrip, struct dse_diag *reterr) {
         *ret_content = NULL;
         *ret_lstrip = *ret_rstrip = false;
-        if (!v || cJSON_IsNull(v))
+        if (!v || v->type == BJ_NULL)
                 return 0;
-        if (cJSON_IsString(v)) {
-                *ret_content = v->valuestring;
+        if (v->type == BJ_STRING) {
+                *ret_content = v->str;
                 return 0;
         }
-        const cJSON *c = cJSON_IsObject(v) ? cJSON_GetObjectItemCaseSensitive(v, "content") : NULL;
-        if (!cJSON_IsString(c))
+        const char *content = dse__bj_get_str(doc, v, "content");
+        if (!content)
                 return dse__fail(reterr, -EBADMSG, "tokenizer_config.json: %s is neither a string nor {\"content\": ...}",
                                  what);
-        if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(v, "single_word")))
+        if (dse__bj_get_bool(doc, v, "single_word", 0))
                 return dse__fail(reterr, -EOPNOTSUPP, "tokenizer_config.json: %s '%.100s': single_word is not supported",
-                                 what, c->valuestring);
-        *ret_content = c->valuestring;
-        *ret_lstrip = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(v, "lstrip"));
-        *ret_rstrip = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(v, "rstrip"));
+                                 what, content);
+        *ret_content = content;
+        *ret_lstrip = dse__bj_get_bool(doc, v, "lstrip", 0);
+        *ret_rstrip = dse__bj_get_bool(doc, v, "rstrip", 0);
         return 0;
 }
 
@@ -129,12 +129,12 @@ static int add_token(struct spm_hf *h, const char *text, int32_t id, bool lstrip
 /* A special-token key (bos_token, ...): adds it and sets *ret_id to its id (-1 for
  * null). An absent key takes LlamaTokenizer's default when the model has that piece,
  * else leaves *ret_id alone (the .model's own id). */
-static int special_key(struct spm_hf *h, const cJSON *root, const char *key, const char *dflt, int32_t *ret_id,
-                       struct dse_diag *reterr) {
-        const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, key);
+static int special_key(struct spm_hf *h, const struct bj_doc *doc, const char *key, const char *dflt,
+                       int32_t *ret_id, struct dse_diag *reterr) {
+        const struct bj *v = dse__bj_get(doc, dse__bj_root(doc), key);
         const char *content;
         bool lstrip, rstrip;
-        int r = token_value(v, key, &content, &lstrip, &rstrip, reterr);
+        int r = token_value(doc, v, key, &content, &lstrip, &rstrip, reterr);
         if (r < 0)
                 return r;
         if (!v)
@@ -153,12 +153,12 @@ static int special_key(struct spm_hf *h, const cJSON *root, const char *key, con
         return add_token(h, content, id, lstrip, rstrip, true);
 }
 
-static int bool_key(const cJSON *root, const char *key, bool dflt, bool *ret, struct dse_diag *reterr) {
-        const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, key);
-        if (!v || cJSON_IsNull(v))
+static int bool_key(const struct bj_doc *doc, const char *key, bool dflt, bool *ret, struct dse_diag *reterr) {
+        const struct bj *v = dse__bj_get(doc, dse__bj_root(doc), key);
+        if (!v || v->type == BJ_NULL)
                 *ret = dflt;
-        else if (cJSON_IsBool(v))
-                *ret = cJSON_IsTrue(v);
+        else if (v->type == BJ_TRUE || v->type == BJ_FALSE)
+                *ret = v->type == BJ_TRUE;
         else
                 return dse__fail(reterr, -EBADMSG, "tokenizer_config.json: \"%s\" is not a boolean", key);
         return 0;
@@ -166,53 +166,53 @@ static int bool_key(const cJSON *root, const char *key, bool dflt, bool *ret, st
 
 /* chat_template: a string, or a list of {"name", "template"} (the "default" one, or
  * the only one). */
-static int chat_template(const cJSON *root, char **ret, struct dse_diag *reterr) {
-        const cJSON *ct = cJSON_GetObjectItemCaseSensitive(root, "chat_template");
-        const cJSON *tmpl = cJSON_IsString(ct) ? ct : NULL;
-        if (cJSON_IsArray(ct)) {
-                int n = cJSON_GetArraySize(ct);
-                for (int i = 0; i < n; i++) {
-                        const cJSON *e = cJSON_GetArrayItem(ct, i);
-                        const cJSON *name = cJSON_GetObjectItemCaseSensitive(e, "name");
-                        if (n == 1 || (cJSON_IsString(name) && strcmp(name->valuestring, "default") == 0))
-                                tmpl = cJSON_GetObjectItemCaseSensitive(e, "template");
+static int chat_template(const struct bj_doc *doc, char **ret, struct dse_diag *reterr) {
+        const struct bj *ct = dse__bj_get(doc, dse__bj_root(doc), "chat_template");
+        const struct bj *tmpl = ct && ct->type == BJ_STRING ? ct : NULL;
+        if (ct && ct->type == BJ_ARRAY) {
+                for (uint32_t i = 0; i < ct->n; i++) {
+                        const struct bj *e = dse__bj_at(doc, ct, i);
+                        const char *name = dse__bj_get_str(doc, e, "name");
+                        if (ct->n == 1 || (name && strcmp(name, "default") == 0))
+                                tmpl = dse__bj_get(doc, e, "template");
                 }
-                if (!cJSON_IsString(tmpl))
+                if (!tmpl || tmpl->type != BJ_STRING)
                         return dse__fail(reterr, -EBADMSG, "tokenizer_config.json: chat_template list has no \"default\"");
-        } else if (ct && !tmpl && !cJSON_IsNull(ct)) {
+        } else if (ct && !tmpl && ct->type != BJ_NULL) {
                 return dse__fail(reterr, -EBADMSG, "tokenizer_config.json: chat_template is not a string or a list");
         }
-        if (tmpl && !(*ret = strdup(tmpl->valuestring)))
+        if (tmpl && !(*ret = strdup(tmpl->str)))
                 return -ENOMEM;
         return 0;
 }
 
-static int parse_config(struct spm_hf *h, struct dse_tokenizer *tok, const cJSON *root, struct dse_diag *reterr) {
+static int parse_config(struct spm_hf *h, struct dse_tokenizer *tok, const struct bj_doc *doc,
+                        struct dse_diag *reterr) {
         int r;
-        if (!cJSON_IsObject(root))
+        const struct bj *root = dse__bj_root(doc);
+        if (root->type != BJ_OBJECT)
                 return dse__fail(reterr, -EBADMSG, "tokenizer_config.json: not a JSON object");
-        if ((r = bool_key(root, "legacy", true, &h->legacy, reterr)) < 0 ||
-            (r = bool_key(root, "add_prefix_space", true, &h->add_prefix_space, reterr)) < 0 ||
-            (r = bool_key(root, "add_bos_token", true, &h->add_bos, reterr)) < 0 ||
-            (r = bool_key(root, "add_eos_token", false, &h->add_eos, reterr)) < 0)
+        if ((r = bool_key(doc, "legacy", true, &h->legacy, reterr)) < 0 ||
+            (r = bool_key(doc, "add_prefix_space", true, &h->add_prefix_space, reterr)) < 0 ||
+            (r = bool_key(doc, "add_bos_token", true, &h->add_bos, reterr)) < 0 ||
+            (r = bool_key(doc, "add_eos_token", false, &h->add_eos, reterr)) < 0)
                 return r;
         int32_t unk = -1, pad = -1;
-        if ((r = special_key(h, root, "bos_token", "<s>", &tok->bos_id, reterr)) < 0 ||
-            (r = special_key(h, root, "eos_token", "</s>", &tok->eos_id, reterr)) < 0 ||
-            (r = special_key(h, root, "unk_token", "<unk>", &unk, reterr)) < 0 ||
-            (r = special_key(h, root, "pad_token", NULL, &pad, reterr)) < 0)
+        if ((r = special_key(h, doc, "bos_token", "<s>", &tok->bos_id, reterr)) < 0 ||
+            (r = special_key(h, doc, "eos_token", "</s>", &tok->eos_id, reterr)) < 0 ||
+            (r = special_key(h, doc, "unk_token", "<unk>", &unk, reterr)) < 0 ||
+            (r = special_key(h, doc, "pad_token", NULL, &pad, reterr)) < 0)
                 return r;
         if (unk >= 0) {
                 h->unk_text = h->sp.ops->piece(&h->sp, unk);
                 h->unk_text_len = strlen(h->unk_text);
         }
-        const cJSON *extra = cJSON_GetObjectItemCaseSensitive(root, "additional_special_tokens"), *e;
-        if (!cJSON_IsArray(extra))
-                extra = NULL;
-        cJSON_ArrayForEach(e, extra) {
+        const struct bj *extra = dse__bj_get(doc, root, "additional_special_tokens");
+        for (uint32_t i = 0; extra && extra->type == BJ_ARRAY && i < extra->n; i++) {
                 const char *content;
                 bool lstrip, rstrip;
-                if ((r = token_value(e, "additional_special_tokens", &content, &lstrip, &rstrip, reterr)) < 0)
+                if ((r = token_value(doc, dse__bj_at(doc, extra, i), "additional_special_tokens", &content, &lstrip,
+                                     &rstrip, reterr)) < 0)
                         return r;
                 int32_t id = content ? piece_id(&h->sp, content) : -1;
                 if (content && id < 0)
@@ -222,26 +222,25 @@ static int parse_config(struct spm_hf *h, struct dse_tokenizer *tok, const cJSON
                 if (content && (r = add_token(h, content, id, lstrip, rstrip, true)) < 0)
                         return r;
         }
-        const cJSON *dec = cJSON_GetObjectItemCaseSensitive(root, "added_tokens_decoder");
-        if (!cJSON_IsObject(dec))
-                dec = NULL;
-        cJSON_ArrayForEach(e, dec) {
+        const struct bj *dec = dse__bj_get(doc, root, "added_tokens_decoder");
+        for (uint32_t i = 0; dec && dec->type == BJ_OBJECT && i < dec->n; i++) {
+                const struct bj *e = dse__bj_at(doc, dec, i);
                 char *end;
-                long id = strtol(e->string, &end, 10);
+                long id = strtol(e->key, &end, 10);
                 const char *content;
                 bool lstrip, rstrip;
-                if (*e->string == '\0' || *end != '\0' || id < 0 || id >= h->sp.n_vocab)
+                if (*e->key == '\0' || *end != '\0' || id < 0 || id >= h->sp.n_vocab)
                         return dse__fail(reterr, -EBADMSG,
                                          "tokenizer_config.json: added_tokens_decoder id '%.32s' is outside the model's %d pieces",
-                                         e->string, h->sp.n_vocab);
-                if ((r = token_value(e, "added_tokens_decoder entry", &content, &lstrip, &rstrip, reterr)) < 0)
+                                         e->key, h->sp.n_vocab);
+                if ((r = token_value(doc, e, "added_tokens_decoder entry", &content, &lstrip, &rstrip, reterr)) < 0)
                         return r;
                 if (!content)
                         return dse__fail(reterr, -EBADMSG, "tokenizer_config.json: added_tokens_decoder %ld has no content", id);
                 if ((r = add_token(h, content, (int32_t)id, lstrip, rstrip, false)) < 0)
                         return r;
         }
-        return chat_template(root, &tok->chat_template, reterr);
+        return chat_template(doc, &tok->chat_template, reterr);
 }
 
 static const struct dse_tokenizer_ops spm_hf_ops;
@@ -251,17 +250,18 @@ int dse__tok_spm_hf_init(struct dse_tokenizer *tok, const void *model, size_t mo
         struct spm_hf *h = calloc(1, sizeof *h);
         if (!h)
                 return -ENOMEM;
-        cJSON *root = NULL;
+        struct bj_doc doc = {0};
         int r = dse__tok_spm_init(&h->sp, model, model_len, reterr);
         if (r < 0)
                 goto fail;
-        if (!(root = cJSON_ParseWithLength(config_json, config_len))) {
-                r = dse__fail(reterr, -EBADMSG, "tokenizer_config.json: malformed JSON");
+        struct dse_diag sub = {{0}};
+        if ((r = dse__bj_parse(config_json, config_len, &doc, &sub)) < 0) {
+                r = dse__fail(reterr, r == -ENOMEM ? r : -EBADMSG, "tokenizer_config.json: %s", sub.msg);
                 goto fail;
         }
         tok->bos_id = h->sp.bos_id;
         tok->eos_id = h->sp.eos_id;
-        if ((r = parse_config(h, tok, root, reterr)) < 0)
+        if ((r = parse_config(h, tok, &doc, reterr)) < 0)
                 goto fail;
         if (!h->legacy) {
                 h->space_id = piece_id(&h->sp, SPACE_SYMBOL);
@@ -270,13 +270,13 @@ int dse__tok_spm_hf_init(struct dse_tokenizer *tok, const void *model, size_t mo
                         goto fail;
                 h->unk_n_ids = r;
         }
-        cJSON_Delete(root);
+        dse__bj_free(&doc);
         tok->ops = &spm_hf_ops;
         tok->impl = h;
         tok->n_vocab = h->sp.n_vocab;
         return 0;
 fail:
-        cJSON_Delete(root);
+        dse__bj_free(&doc);
         free(tok->chat_template);
         tok->chat_template = NULL;
         spm_hf_free(h);
@@ -291,16 +291,10 @@ struct id_buf {
 };
 
 static int ids_reserve(struct id_buf *b, size_t more) {
-        if (b->n + more <= b->cap)
-                return 0;
-        size_t cap = b->cap ? b->cap : 64;
-        while (cap < b->n + more)
-                cap *= 2;
-        int32_t *v = realloc(b->v, cap * sizeof *v);
+        int32_t *v = dse__tok_reserve(b->v, &b->cap, b->n + more, sizeof *v);
         if (!v)
                 return -ENOMEM;
         b->v = v;
-        b->cap = cap;
         return 0;
 }
 
@@ -325,19 +319,9 @@ static int ids_encode(struct id_buf *b, const struct dse_tokenizer *sp, const ch
 
 /* Python's str.isspace() for the character at s (valid UTF-8): its length, or 0. */
 static size_t space_len(const char *s, size_t len) {
-        uint8_t c = (uint8_t)s[0];
-        if (c == ' ' || (c >= 0x09 && c <= 0x0d) || (c >= 0x1c && c <= 0x1f))
-                return 1;
-        if (len >= 2 && c == 0xc2 && ((uint8_t)s[1] == 0x85 || (uint8_t)s[1] == 0xa0))
-                return 2;
-        if (len < 3)
-                return 0;
-        uint32_t cp = (uint32_t)(c & 0x0f) << 12 | (uint32_t)((uint8_t)s[1] & 0x3f) << 6 | ((uint8_t)s[2] & 0x3f);
-        if ((c & 0xf0) != 0xe0)
-                return 0;
-        bool space = cp == 0x1680 || (cp >= 0x2000 && cp <= 0x200a) || cp == 0x2028 || cp == 0x2029 ||
-                     cp == 0x202f || cp == 0x205f || cp == 0x3000;
-        return space ? 3 : 0;
+        int32_t cp;
+        int n = dse__utf8_next(s, len, &cp);
+        return dse__py_isspace((uint32_t)cp) ? (size_t)n : 0;
 }
 
 /* The leftmost added token at or after text[pos], longest at that position; NULL when
@@ -362,7 +346,7 @@ static const struct added_token *next_added(const struct spm_hf *h, const char *
 }
 
 /* A text segment between added tokens (non-empty). */
-static int encode_segment(const struct spm_hf *h, struct id_buf *b, const char *seg, size_t len, struct spm_buf *scratch) {
+static int encode_segment(const struct spm_hf *h, struct id_buf *b, const char *seg, size_t len, struct tok_buf *scratch) {
         if (h->legacy)
                 return ids_encode(b, &h->sp, seg, len, false);
         bool lead_space = seg[0] == ' ' || (len >= 3 && memcmp(seg, SPACE_SYMBOL, 3) == 0);
@@ -371,11 +355,11 @@ static int encode_segment(const struct spm_hf *h, struct id_buf *b, const char *
         /* tokenization_llama.py _tokenize: encode unk_token + text, drop the unk ids. */
         scratch->len = 0;
         int r;
-        if ((r = dse__spm_buf_append(scratch, h->unk_text, h->unk_text_len)) < 0 ||
-            (r = dse__spm_buf_append(scratch, seg, len)) < 0)
+        if ((r = dse__tok_buf_put(scratch, h->unk_text, h->unk_text_len)) < 0 ||
+            (r = dse__tok_buf_put(scratch, seg, len)) < 0)
                 return r;
         size_t start = b->n;
-        if ((r = ids_encode(b, &h->sp, scratch->data, scratch->len, true)) < 0)
+        if ((r = ids_encode(b, &h->sp, scratch->p, scratch->len, true)) < 0)
                 return r;
         size_t n = b->n - start;
         if (n >= (size_t)h->unk_n_ids) {
@@ -387,7 +371,7 @@ static int encode_segment(const struct spm_hf *h, struct id_buf *b, const char *
 
 /* Cuts text at the added tokens and encodes the pieces between them into b. */
 static int encode_split(const struct spm_hf *h, const char *text, size_t len, struct id_buf *b, bool *ret_lead_special) {
-        struct spm_buf scratch = {0};
+        struct tok_buf scratch = {0};
         bool eat_left_space = false; /* the previous token has rstrip */
         int r = 0;
         *ret_lead_special = false;
@@ -419,46 +403,42 @@ static int encode_split(const struct spm_hf *h, const char *text, size_t len, st
                 pos = at + a->len;
                 eat_left_space = a->rstrip;
         }
-        free(scratch.data);
+        free(scratch.p);
         return r;
 }
 
 /* legacy=false (tokenization_llama.py tokenize): "▁" + text with each U+2581 written
  * as a space. */
-static int prefix_text(const struct spm_hf *h, const char *text, size_t len, struct spm_buf *out) {
-        int r = h->add_prefix_space ? dse__spm_buf_append(out, SPACE_SYMBOL, 3) : 0;
+static int prefix_text(const struct spm_hf *h, const char *text, size_t len, struct tok_buf *out) {
+        int r = h->add_prefix_space ? dse__tok_buf_put(out, SPACE_SYMBOL, 3) : 0;
         size_t run = 0;
         for (size_t i = 0; r >= 0 && i + 3 <= len;) {
                 if (memcmp(text + i, SPACE_SYMBOL, 3) != 0) {
                         i++;
                         continue;
                 }
-                if ((r = dse__spm_buf_append(out, text + run, i - run)) >= 0)
-                        r = dse__spm_buf_append(out, " ", 1);
+                if ((r = dse__tok_buf_put(out, text + run, i - run)) >= 0)
+                        r = dse__tok_buf_put(out, " ", 1);
                 i += 3;
                 run = i;
         }
-        return r < 0 ? r : dse__spm_buf_append(out, text + run, len - run);
+        return r < 0 ? r : dse__tok_buf_put(out, text + run, len - run);
 }
 
 static int spm_hf_encode(const struct dse_tokenizer *tok, const char *text, size_t len, int add_special, int32_t *ids,
                          size_t max_ids) {
         const struct spm_hf *h = tok->impl;
-        for (size_t i = 0; i < len;) {
-                size_t c = dse__spm_utf8_valid_len(text + i, len - i);
-                if (c == 0)
-                        return -EILSEQ;
-                i += c;
-        }
+        if (!dse__utf8_valid(text, len))
+                return -EILSEQ;
         struct id_buf b = {0};
-        struct spm_buf prefixed = {0};
+        struct tok_buf prefixed = {0};
         bool lead_special = false;
         int r = 0;
         if (len > 0 && h->legacy) {
                 r = encode_split(h, text, len, &b, &lead_special);
         } else if (len > 0) {
                 if ((r = prefix_text(h, text, len, &prefixed)) >= 0)
-                        r = encode_split(h, prefixed.data, prefixed.len, &b, &lead_special);
+                        r = encode_split(h, prefixed.p, prefixed.len, &b, &lead_special);
                 if (r >= 0 && lead_special && b.n > 1 && b.v[0] == h->space_id) {
                         memmove(b.v, b.v + 1, (b.n - 1) * sizeof *b.v);
                         b.n--;
@@ -479,7 +459,7 @@ static int spm_hf_encode(const struct dse_tokenizer *tok, const char *text, size
                 r = (int)n;
         }
         free(b.v);
-        free(prefixed.data);
+        free(prefixed.p);
         return r;
 }
 

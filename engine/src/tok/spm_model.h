@@ -13,6 +13,8 @@
 #include <stdint.h>
 
 #include "dse.h"
+#include "../utf8.h"
+#include "tok_buf.h"
 
 /* ---- ModelProto (sentencepiece_model.proto) --------------------------------------- */
 
@@ -100,15 +102,6 @@ int32_t dse__spm_trie_get(const struct spm_trie *t, const char *key, size_t len)
 /* Length of the longest key that is a prefix of s[0..len), 0 when none. */
 size_t dse__spm_trie_longest_prefix(const struct spm_trie *t, const char *s, size_t len);
 
-/* ---- growable byte buffer ------------------------------------------------------- */
-
-struct spm_buf {
-        char *data;
-        size_t len, cap;
-};
-
-int dse__spm_buf_append(struct spm_buf *b, const void *src, size_t n);
-
 /* ---- normalizer (normalizer.cc) ------------------------------------------------- */
 
 struct spm_normalizer {
@@ -128,7 +121,7 @@ int dse__spm_normalizer_init(struct spm_normalizer *n, const struct spm_proto_no
                              struct dse_diag *reterr);
 /* Appends the normalized form of in[0..len) to out. -ENOMEM, or -EBADMSG when a charsmap
  * rule points outside its string blob. */
-int dse__spm_normalize(const struct spm_normalizer *n, const char *in, size_t len, struct spm_buf *out);
+int dse__spm_normalize(const struct spm_normalizer *n, const char *in, size_t len, struct tok_buf *out);
 
 /* ---- UTF-8 (util.cc semantics) -------------------------------------------------- */
 
@@ -138,8 +131,5 @@ static inline size_t spm_one_char_len(const char *s) {
         return len_by_high_nibble[(uint8_t)s[0] >> 4];
 }
 
-/* Decodes one well-formed UTF-8 character (no overlongs, surrogates or values past
- * U+10FFFF) at s[0..len): returns its length, or 0 when malformed. */
-size_t dse__spm_utf8_valid_len(const char *s, size_t len);
 
 #endif

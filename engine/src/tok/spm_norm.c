@@ -106,8 +106,9 @@ static int normalize_prefix(const struct spm_normalizer *n, const char *in, size
                 *ret_consumed = m;
                 return 0;
         }
-        size_t c = dse__spm_utf8_valid_len(in, len);
-        if (c == 0) {
+        uint32_t cp;
+        int c = dse__utf8_decode(in, len, &cp);
+        if (c < 0) {
                 /* Malformed UTF-8: one byte becomes U+FFFD (the public encoder rejects such
                  * input before it gets here). */
                 *ret_out = "\xef\xbf\xbd";
@@ -116,16 +117,16 @@ static int normalize_prefix(const struct spm_normalizer *n, const char *in, size
                 return 0;
         }
         *ret_out = in;
-        *ret_out_len = c;
-        *ret_consumed = c;
+        *ret_out_len = (size_t)c;
+        *ret_consumed = (size_t)c;
         return 0;
 }
 
-static int add_space(const struct spm_normalizer *n, struct spm_buf *out) {
-        return n->escape_whitespaces ? dse__spm_buf_append(out, SPACE_SYMBOL, 3) : dse__spm_buf_append(out, " ", 1);
+static int add_space(const struct spm_normalizer *n, struct tok_buf *out) {
+        return n->escape_whitespaces ? dse__tok_buf_put(out, SPACE_SYMBOL, 3) : dse__tok_buf_put(out, " ", 1);
 }
 
-int dse__spm_normalize(const struct spm_normalizer *n, const char *in, size_t len, struct spm_buf *out) {
+int dse__spm_normalize(const struct spm_normalizer *n, const char *in, size_t len, struct tok_buf *out) {
         const char *piece;
         size_t piece_len, consumed;
         int ret;
@@ -160,9 +161,9 @@ int dse__spm_normalize(const struct spm_normalizer *n, const char *in, size_t le
                 if (piece_len > 0) {
                         for (size_t i = 0; i < piece_len; i++) {
                                 if (n->escape_whitespaces && piece[i] == ' ')
-                                        ret = dse__spm_buf_append(out, SPACE_SYMBOL, 3);
+                                        ret = dse__tok_buf_put(out, SPACE_SYMBOL, 3);
                                 else
-                                        ret = dse__spm_buf_append(out, &piece[i], 1);
+                                        ret = dse__tok_buf_put(out, &piece[i], 1);
                                 if (ret < 0)
                                         return ret;
                         }
@@ -179,7 +180,7 @@ int dse__spm_normalize(const struct spm_normalizer *n, const char *in, size_t le
                 const char *space = n->escape_whitespaces ? SPACE_SYMBOL : " ";
                 size_t space_len = n->escape_whitespaces ? 3 : 1;
                 while (out->len - start >= space_len &&
-                       memcmp(out->data + out->len - space_len, space, space_len) == 0)
+                       memcmp(out->p + out->len - space_len, space, space_len) == 0)
                         out->len -= space_len;
         }
         if (n->treat_whitespace_as_suffix && n->add_dummy_prefix && (ret = add_space(n, out)) < 0)

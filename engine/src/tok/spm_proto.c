@@ -113,27 +113,28 @@ static int want_wire(const struct pb *r, uint32_t field, int wire, int expected,
                          pb_off(r), field, wire, expected);
 }
 
-static int read_bool(struct pb *r, bool *out, struct dse_diag *reterr) {
+/* The readers of one field's value check its wire type first. */
+static int read_bool(struct pb *r, uint32_t field, int wire, bool *out, struct dse_diag *reterr) {
         uint64_t v;
-        int ret = pb_varint(r, &v, reterr);
-        if (ret >= 0)
+        int ret = want_wire(r, field, wire, WIRE_VARINT, reterr);
+        if (ret >= 0 && (ret = pb_varint(r, &v, reterr)) >= 0)
                 *out = v != 0;
         return ret;
 }
 
 /* int32 fields are sign-extended to 64 bits on the wire. */
-static int read_int32(struct pb *r, int32_t *out, struct dse_diag *reterr) {
+static int read_int32(struct pb *r, uint32_t field, int wire, int32_t *out, struct dse_diag *reterr) {
         uint64_t v;
-        int ret = pb_varint(r, &v, reterr);
-        if (ret >= 0)
+        int ret = want_wire(r, field, wire, WIRE_VARINT, reterr);
+        if (ret >= 0 && (ret = pb_varint(r, &v, reterr)) >= 0)
                 *out = (int32_t)(uint32_t)v;
         return ret;
 }
 
-static int read_str(struct pb *r, struct spm_str *out, struct dse_diag *reterr) {
+static int read_str(struct pb *r, uint32_t field, int wire, struct spm_str *out, struct dse_diag *reterr) {
         struct pb sub = {0};
-        int ret = pb_len(r, &sub, r->what, reterr);
-        if (ret >= 0)
+        int ret = want_wire(r, field, wire, WIRE_LEN, reterr);
+        if (ret >= 0 && (ret = pb_len(r, &sub, r->what, reterr)) >= 0)
                 *out = (struct spm_str){(const char *)sub.p, (size_t)(sub.end - sub.p)};
         return ret;
 }
@@ -151,8 +152,7 @@ static int parse_piece(struct pb *r, struct spm_proto_piece *out, struct dse_dia
                 uint64_t v;
                 switch (field) {
                 case 1:
-                        if ((ret = want_wire(r, field, wire, WIRE_LEN, reterr)) < 0 ||
-                            (ret = read_str(r, &out->piece, reterr)) < 0)
+                        if ((ret = read_str(r, field, wire, &out->piece, reterr)) < 0)
                                 return ret;
                         has_piece = true;
                         break;
@@ -197,10 +197,10 @@ static int parse_trainer(struct pb *r, struct spm_proto *m, struct dse_diag *ret
                 case 24: /* treat_whitespace_as_suffix */
                 case 25: /* split_digits */
                 case 35: /* byte_fallback */
-                        if ((ret = want_wire(r, field, wire, WIRE_VARINT, reterr)) < 0 ||
-                            (ret = read_bool(r, field == 24   ? &m->treat_whitespace_as_suffix
-                                                : field == 25 ? &m->split_digits
-                                                              : &m->byte_fallback,
+                        if ((ret = read_bool(r, field, wire,
+                                             field == 24   ? &m->treat_whitespace_as_suffix
+                                             : field == 25 ? &m->split_digits
+                                                           : &m->byte_fallback,
                                              reterr)) < 0)
                                 return ret;
                         break;
@@ -208,17 +208,16 @@ static int parse_trainer(struct pb *r, struct spm_proto *m, struct dse_diag *ret
                 case 41: /* bos_id */
                 case 42: /* eos_id */
                 case 43: /* pad_id */
-                        if ((ret = want_wire(r, field, wire, WIRE_VARINT, reterr)) < 0 ||
-                            (ret = read_int32(r, field == 40   ? &m->unk_id
-                                                 : field == 41 ? &m->bos_id
-                                                 : field == 42 ? &m->eos_id
-                                                               : &m->pad_id,
+                        if ((ret = read_int32(r, field, wire,
+                                              field == 40   ? &m->unk_id
+                                              : field == 41 ? &m->bos_id
+                                              : field == 42 ? &m->eos_id
+                                                            : &m->pad_id,
                                               reterr)) < 0)
                                 return ret;
                         break;
                 case 44: /* unk_surface */
-                        if ((ret = want_wire(r, field, wire, WIRE_LEN, reterr)) < 0 ||
-                            (ret = read_str(r, &m->unk_surface, reterr)) < 0)
+                        if ((ret = read_str(r, field, wire, &m->unk_surface, reterr)) < 0)
                                 return ret;
                         m->has_unk_surface = true;
                         break;
@@ -240,17 +239,17 @@ static int parse_normalizer(struct pb *r, struct spm_proto_normalizer *n, struct
                 switch (field) {
                 case 1: /* name */
                 case 2: /* precompiled_charsmap */
-                        if ((ret = want_wire(r, field, wire, WIRE_LEN, reterr)) < 0 ||
-                            (ret = read_str(r, field == 1 ? &n->name : &n->precompiled_charsmap, reterr)) < 0)
+                        if ((ret = read_str(r, field, wire, field == 1 ? &n->name : &n->precompiled_charsmap,
+                                            reterr)) < 0)
                                 return ret;
                         break;
                 case 3: /* add_dummy_prefix */
                 case 4: /* remove_extra_whitespaces */
                 case 5: /* escape_whitespaces */
-                        if ((ret = want_wire(r, field, wire, WIRE_VARINT, reterr)) < 0 ||
-                            (ret = read_bool(r, field == 3   ? &n->add_dummy_prefix
-                                                : field == 4 ? &n->remove_extra_whitespaces
-                                                             : &n->escape_whitespaces,
+                        if ((ret = read_bool(r, field, wire,
+                                             field == 3   ? &n->add_dummy_prefix
+                                             : field == 4 ? &n->remove_extra_whitespaces
+                                                          : &n->escape_whitespaces,
                                              reterr)) < 0)
                                 return ret;
                         break;

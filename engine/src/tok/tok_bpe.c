@@ -32,9 +32,10 @@ struct loader {
 static int get_id(const struct bj *v, int32_t *ret) {
         /* in range first, so the cast is defined; an integer cast back is floor() without
          * the libm call (128k ids) */
-        if (!v || v->type != BJ_NUMBER || !(v->num >= 0) || v->num >= BPE_MAX_ID || (double)(int32_t)v->num != v->num)
+        double num = v && v->type == BJ_NUMBER ? dse__bj_num(v) : -1;
+        if (!(num >= 0) || num >= BPE_MAX_ID || (double)(int32_t)num != num)
                 return -EBADMSG;
-        *ret = (int32_t)v->num;
+        *ret = (int32_t)num;
         return 0;
 }
 
@@ -66,7 +67,7 @@ static uint32_t pow2_at_least(uint64_t n) {
 
 /* A "type" member, required to be a string. */
 static const char *type_of(struct loader *L, const struct bj *v, const char *what, int *ret) {
-        const char *t = bj_get_str(L->doc, v, "type");
+        const char *t = dse__bj_get_str(L->doc, v, "type");
         *ret = t ? 0 : dse__fail(L->reterr, -EBADMSG, "tokenizer.json: %s without a \"type\"", what);
         return t;
 }
@@ -74,7 +75,7 @@ static const char *type_of(struct loader *L, const struct bj *v, const char *wha
 /* {"String": s} or {"Regex": r} (Split, Replace). Literal strings are kept for memmem
  * when lit != NULL; otherwise both forms compile into re. */
 static int parse_pattern(struct loader *L, const struct bj *pat, struct bpe_regex *re, char **lit, size_t *lit_len) {
-        const struct bj *s = bj_get(L->doc, pat, "String"), *rx = bj_get(L->doc, pat, "Regex");
+        const struct bj *s = dse__bj_get(L->doc, pat, "String"), *rx = dse__bj_get(L->doc, pat, "Regex");
         if (s && s->type == BJ_STRING) {
                 if (lit) {
                         if (!s->n)
@@ -84,16 +85,16 @@ static int parse_pattern(struct loader *L, const struct bj *pat, struct bpe_rege
                         *lit_len = s->n;
                         return 0;
                 }
-                return bpe_regex_compile_literal(re, s->str, s->n, L->reterr);
+                return dse__bpe_regex_compile_literal(re, s->str, s->n, L->reterr);
         }
         if (rx && rx->type == BJ_STRING)
-                return bpe_regex_compile(re, rx->str, rx->n, L->reterr);
+                return dse__bpe_regex_compile(re, rx->str, rx->n, L->reterr);
         return dse__fail(L->reterr, -EBADMSG, "tokenizer.json: pattern must be {\"String\": ...} or {\"Regex\": ...}");
 }
 
 static int get_string_member(struct loader *L, const struct bj *v, const char *key, const char *what,
                              const struct bj **ret) {
-        const struct bj *m = bj_get(L->doc, v, key);
+        const struct bj *m = dse__bj_get(L->doc, v, key);
         if (!m || m->type != BJ_STRING)
                 return dse__fail(L->reterr, -EBADMSG, "tokenizer.json: %s needs a string \"%s\"", what, key);
         *ret = m;
@@ -102,16 +103,16 @@ static int get_string_member(struct loader *L, const struct bj *v, const char *k
 
 static int single_char(struct loader *L, const struct bj *s, const char *what, int32_t *ret_cp) {
         int32_t cp;
-        if (!s->n || (size_t)bpe_utf8_next(s->str, s->n, &cp) != s->n)
+        if (!s->n || (size_t)dse__utf8_next(s->str, s->n, &cp) != s->n)
                 return dse__fail(L->reterr, -EBADMSG, "tokenizer.json: %s must be one character", what);
         *ret_cp = cp;
         return 0;
 }
 
 static int parse_prepend_scheme(struct loader *L, const struct bj *v, enum bpe_prepend_scheme *ret) {
-        const char *scheme = bj_get_str(L->doc, v, "prepend_scheme");
+        const char *scheme = dse__bj_get_str(L->doc, v, "prepend_scheme");
         if (!scheme) { /* older files: add_prefix_space */
-                *ret = bj_get_bool(L->doc, v, "add_prefix_space", 1) ? BPE_PREPEND_ALWAYS : BPE_PREPEND_NEVER;
+                *ret = dse__bj_get_bool(L->doc, v, "add_prefix_space", 1) ? BPE_PREPEND_ALWAYS : BPE_PREPEND_NEVER;
                 return 0;
         }
         if (strcmp(scheme, "always") == 0)
@@ -125,16 +126,25 @@ static int parse_prepend_scheme(struct loader *L, const struct bj *v, enum bpe_p
         return 0;
 }
 
+/* items (n elements of size bytes) with a zeroed element appended at index n: the block
+ * that replaces items, or NULL when out of memory (items then unchanged). The pipeline's
+ * stages are a handful each, so the arrays grow one at a time. */
+static void *append_zeroed(void *items, int n, size_t size) {
+        char *p = realloc(items, (size_t)(n + 1) * size);
+        if (p)
+                memset(p + (size_t)n * size, 0, size);
+        return p;
+}
+
 /* ---- normalizers --------------------------------------------------------------------- */
 
 static int add_norm(struct loader *L, struct bpe_norm **ret) {
         struct bpe *bpe = L->bpe;
-        struct bpe_norm *n = realloc(bpe->norms, (size_t)(bpe->n_norms + 1) * sizeof *n);
+        struct bpe_norm *n = append_zeroed(bpe->norms, bpe->n_norms, sizeof *n);
         if (!n)
                 return -ENOMEM;
         bpe->norms = n;
         *ret = &n[bpe->n_norms++];
-        memset(*ret, 0, sizeof **ret);
         return 0;
 }
 
@@ -148,11 +158,11 @@ static int parse_normalizer(struct loader *L, const struct bj *v, int depth) {
         if (!t)
                 return r;
         if (strcmp(t, "Sequence") == 0) {
-                const struct bj *list = bj_get(L->doc, v, "normalizers");
+                const struct bj *list = dse__bj_get(L->doc, v, "normalizers");
                 if (!list || list->type != BJ_ARRAY)
                         return dse__fail(L->reterr, -EBADMSG, "tokenizer.json: Sequence normalizer without a list");
                 for (uint32_t i = 0; i < list->n; i++)
-                        if ((r = parse_normalizer(L, bj_at(L->doc, list, i), depth + 1)) < 0)
+                        if ((r = parse_normalizer(L, dse__bj_at(L->doc, list, i), depth + 1)) < 0)
                                 return r;
                 return 0;
         }
@@ -190,14 +200,14 @@ static int parse_normalizer(struct loader *L, const struct bj *v, int depth) {
                 if (!(n->b = dup_mem(c->str, c->n)))
                         return -ENOMEM;
                 n->b_len = c->n;
-                return parse_pattern(L, bj_get(L->doc, v, "pattern"), &n->re, &n->a, &n->a_len);
+                return parse_pattern(L, dse__bj_get(L->doc, v, "pattern"), &n->re, &n->a, &n->a_len);
         }
         if (strcmp(t, "Strip") == 0) {
                 if ((r = add_norm(L, &n)) < 0)
                         return r;
                 n->type = BPE_NORM_STRIP;
-                n->left = bj_get_bool(L->doc, v, "strip_left", 0);
-                n->right = bj_get_bool(L->doc, v, "strip_right", 0);
+                n->left = dse__bj_get_bool(L->doc, v, "strip_left", 0);
+                n->right = dse__bj_get_bool(L->doc, v, "strip_right", 0);
                 return 0;
         }
         return dse__fail(L->reterr, -EOPNOTSUPP, "tokenizer.json: normalizer type '%s' is not supported", t);
@@ -213,12 +223,11 @@ static int add_pretok(struct loader *L, struct bpe_pretok **ret) {
         if (bpe->n_pretoks >= BPE_MAX_LEVELS)
                 return dse__fail(L->reterr, -EOPNOTSUPP, "tokenizer.json: more than %d pre-tokenizers",
                                  BPE_MAX_LEVELS);
-        struct bpe_pretok *p = realloc(bpe->pretoks, (size_t)(bpe->n_pretoks + 1) * sizeof *p);
+        struct bpe_pretok *p = append_zeroed(bpe->pretoks, bpe->n_pretoks, sizeof *p);
         if (!p)
                 return -ENOMEM;
         bpe->pretoks = p;
         *ret = &p[bpe->n_pretoks++];
-        memset(*ret, 0, sizeof **ret);
         return 0;
 }
 
@@ -250,7 +259,7 @@ static int builtin_split(struct loader *L, const char *pattern, enum bpe_split_b
         p->type = BPE_PRETOK_SPLIT;
         p->behavior = b;
         p->invert = invert;
-        return bpe_regex_compile(&p->re, pattern, strlen(pattern), L->reterr);
+        return dse__bpe_regex_compile(&p->re, pattern, strlen(pattern), L->reterr);
 }
 
 static int parse_pretokenizer(struct loader *L, const struct bj *v, int depth) {
@@ -264,11 +273,11 @@ static int parse_pretokenizer(struct loader *L, const struct bj *v, int depth) {
                 return r;
         struct bpe_pretok *p = NULL;
         if (strcmp(t, "Sequence") == 0) {
-                const struct bj *list = bj_get(L->doc, v, "pretokenizers");
+                const struct bj *list = dse__bj_get(L->doc, v, "pretokenizers");
                 if (!list || list->type != BJ_ARRAY)
                         return dse__fail(L->reterr, -EBADMSG, "tokenizer.json: Sequence pre_tokenizer without a list");
                 for (uint32_t i = 0; i < list->n; i++)
-                        if ((r = parse_pretokenizer(L, bj_at(L->doc, list, i), depth + 1)) < 0)
+                        if ((r = parse_pretokenizer(L, dse__bj_at(L->doc, list, i), depth + 1)) < 0)
                                 return r;
                 return 0;
         }
@@ -276,19 +285,19 @@ static int parse_pretokenizer(struct loader *L, const struct bj *v, int depth) {
                 if ((r = add_pretok(L, &p)) < 0)
                         return r;
                 p->type = BPE_PRETOK_SPLIT;
-                p->invert = bj_get_bool(L->doc, v, "invert", 0);
-                if ((r = parse_behavior(L, bj_get_str(L->doc, v, "behavior"), &p->behavior)) < 0)
+                p->invert = dse__bj_get_bool(L->doc, v, "invert", 0);
+                if ((r = parse_behavior(L, dse__bj_get_str(L->doc, v, "behavior"), &p->behavior)) < 0)
                         return r;
-                return parse_pattern(L, bj_get(L->doc, v, "pattern"), &p->re, NULL, NULL);
+                return parse_pattern(L, dse__bj_get(L->doc, v, "pattern"), &p->re, NULL, NULL);
         }
         if (strcmp(t, "ByteLevel") == 0) {
                 if ((r = add_pretok(L, &p)) < 0)
                         return r;
                 p->type = BPE_PRETOK_BYTELEVEL;
-                p->add_prefix_space = bj_get_bool(L->doc, v, "add_prefix_space", 1);
-                p->use_regex = bj_get_bool(L->doc, v, "use_regex", 1);
+                p->add_prefix_space = dse__bj_get_bool(L->doc, v, "add_prefix_space", 1);
+                p->use_regex = dse__bj_get_bool(L->doc, v, "use_regex", 1);
                 if (p->use_regex)
-                        return bpe_regex_compile(&p->re, GPT2_PATTERN, strlen(GPT2_PATTERN), L->reterr);
+                        return dse__bpe_regex_compile(&p->re, GPT2_PATTERN, strlen(GPT2_PATTERN), L->reterr);
                 return 0;
         }
         if (strcmp(t, "Metaspace") == 0) {
@@ -300,7 +309,7 @@ static int parse_pretokenizer(struct loader *L, const struct bj *v, int depth) {
                         return r;
                 memcpy(p->replacement, rep->str, rep->n);
                 p->replacement_len = (int)rep->n;
-                p->split = bj_get_bool(L->doc, v, "split", 1);
+                p->split = dse__bj_get_bool(L->doc, v, "split", 1);
                 return parse_prepend_scheme(L, v, &p->prepend_scheme);
         }
         if (strcmp(t, "Whitespace") == 0) /* pre_tokenizers/whitespace.rs */
@@ -309,7 +318,7 @@ static int parse_pretokenizer(struct loader *L, const struct bj *v, int depth) {
                 return builtin_split(L, "\\s+", BPE_SPLIT_REMOVED, 0);
         if (strcmp(t, "Digits") == 0)
                 return builtin_split(L, "\\p{N}",
-                                     bj_get_bool(L->doc, v, "individual_digits", 0) ? BPE_SPLIT_ISOLATED
+                                     dse__bj_get_bool(L->doc, v, "individual_digits", 0) ? BPE_SPLIT_ISOLATED
                                                                                     : BPE_SPLIT_CONTIGUOUS,
                                      0);
         return dse__fail(L->reterr, -EOPNOTSUPP, "tokenizer.json: pre-tokenizer type '%s' is not supported", t);
@@ -319,12 +328,11 @@ static int parse_pretokenizer(struct loader *L, const struct bj *v, int depth) {
 
 static int add_dec(struct loader *L, struct bpe_dec **ret) {
         struct bpe *bpe = L->bpe;
-        struct bpe_dec *d = realloc(bpe->decs, (size_t)(bpe->n_decs + 1) * sizeof *d);
+        struct bpe_dec *d = append_zeroed(bpe->decs, bpe->n_decs, sizeof *d);
         if (!d)
                 return -ENOMEM;
         bpe->decs = d;
         *ret = &d[bpe->n_decs++];
-        memset(*ret, 0, sizeof **ret);
         return 0;
 }
 
@@ -340,11 +348,11 @@ static int parse_decoder(struct loader *L, const struct bj *v, int depth) {
                 return r;
         struct bpe_dec *d;
         if (strcmp(t, "Sequence") == 0) {
-                const struct bj *list = bj_get(L->doc, v, "decoders");
+                const struct bj *list = dse__bj_get(L->doc, v, "decoders");
                 if (!list || list->type != BJ_ARRAY)
                         return dse__fail(L->reterr, -EBADMSG, "tokenizer.json: Sequence decoder without a list");
                 for (uint32_t i = 0; i < list->n; i++)
-                        if ((r = parse_decoder(L, bj_at(L->doc, list, i), depth + 1)) < 0)
+                        if ((r = parse_decoder(L, dse__bj_at(L->doc, list, i), depth + 1)) < 0)
                                 return r;
                 return 0;
         }
@@ -362,14 +370,14 @@ static int parse_decoder(struct loader *L, const struct bj *v, int depth) {
                 if (!(d->b = dup_mem(c->str, c->n)))
                         return -ENOMEM;
                 d->b_len = c->n;
-                return parse_pattern(L, bj_get(L->doc, v, "pattern"), &d->re, &d->a, &d->a_len);
+                return parse_pattern(L, dse__bj_get(L->doc, v, "pattern"), &d->re, &d->a, &d->a_len);
         }
         if (strcmp(t, "Strip") == 0) {
                 const struct bj *c = NULL;
                 if ((r = get_string_member(L, v, "content", "Strip decoder", &c)) < 0 || (r = add_dec(L, &d)) < 0)
                         return r;
                 d->type = BPE_DEC_STRIP;
-                const struct bj *start = bj_get(L->doc, v, "start"), *stop = bj_get(L->doc, v, "stop");
+                const struct bj *start = dse__bj_get(L->doc, v, "start"), *stop = dse__bj_get(L->doc, v, "stop");
                 int32_t a = 0, b = 0;
                 if ((start && get_id(start, &a) < 0) || (stop && get_id(stop, &b) < 0))
                         return dse__fail(L->reterr, -EBADMSG, "tokenizer.json: bad Strip decoder start/stop");
@@ -396,7 +404,7 @@ static int token_id(const struct bpe *bpe, const char *s, size_t len) {
         for (int i = bpe->n_added - 1; i >= 0; i--)
                 if (bpe->added[i].len == len && memcmp(bpe->added[i].content, s, len) == 0)
                         return bpe->added[i].id;
-        return bpe_vocab_find(bpe, s, len);
+        return dse__bpe_vocab_find(bpe, s, len);
 }
 
 /* The model vocabulary (strings for the added tokens are reserved too; parse_added
@@ -404,7 +412,7 @@ static int token_id(const struct bpe *bpe, const char *s, size_t len) {
  * *ret_repeated: the vocabulary names a key more than once. */
 static int parse_vocab(struct loader *L, const struct bj *model, const struct bj *added, int *ret_repeated) {
         struct bpe *bpe = L->bpe;
-        const struct bj *vocab = bj_get(L->doc, model, "vocab");
+        const struct bj *vocab = dse__bj_get(L->doc, model, "vocab");
         if (!vocab || vocab->type != BJ_OBJECT)
                 return dse__fail(L->reterr, -EBADMSG, "tokenizer.json: model.vocab must be an object");
         int32_t max_id = -1;
@@ -414,7 +422,7 @@ static int parse_vocab(struct loader *L, const struct bj *model, const struct bj
         int contiguous = 1;
         const char *next_key = NULL;
         for (uint32_t i = 0; i < vocab->n; i++) {
-                const struct bj *e = bj_at(L->doc, vocab, i);
+                const struct bj *e = dse__bj_at(L->doc, vocab, i);
                 int32_t id;
                 if (get_id(e, &id) < 0)
                         return dse__fail(L->reterr, -EBADMSG, "tokenizer.json: vocab entry '%.100s' has a bad id",
@@ -425,10 +433,10 @@ static int parse_vocab(struct loader *L, const struct bj *model, const struct bj
                 next_key = e->key + e->key_len + 1;
         }
         for (uint32_t i = 0; added && i < added->n; i++) {
-                const struct bj *a = bj_at(L->doc, added, i);
+                const struct bj *a = dse__bj_at(L->doc, added, i);
                 int32_t id;
-                const struct bj *c = bj_get(L->doc, a, "content");
-                if (get_id(bj_get(L->doc, a, "id"), &id) < 0 || !c || c->type != BJ_STRING)
+                const struct bj *c = dse__bj_get(L->doc, a, "content");
+                if (get_id(dse__bj_get(L->doc, a, "id"), &id) < 0 || !c || c->type != BJ_STRING)
                         return dse__fail(L->reterr, -EBADMSG, "tokenizer.json: added_tokens[%u] needs an id and a content",
                                          i);
                 max_id = id > max_id ? id : max_id;
@@ -443,14 +451,14 @@ static int parse_vocab(struct loader *L, const struct bj *model, const struct bj
         bpe->vocab_mask = pow2_at_least((uint64_t)vocab->n * 2 + 1) - 1;
         if (!(bpe->strs = malloc(bytes)) || !(bpe->piece_off = malloc((size_t)bpe->n_vocab * sizeof(uint32_t))) ||
             !(bpe->piece_len = calloc((size_t)bpe->n_vocab, sizeof(uint32_t))) ||
-            !(bpe->vocab = bpe_map(((size_t)bpe->vocab_mask + 1) * sizeof *bpe->vocab)))
+            !(bpe->vocab = dse__bpe_map(((size_t)bpe->vocab_mask + 1) * sizeof *bpe->vocab)))
                 return -ENOMEM;
         memset(bpe->piece_off, 0xFF, (size_t)bpe->n_vocab * sizeof(uint32_t));
         uint32_t *offs = malloc(((size_t)vocab->n + 1) * sizeof *offs);
         uint32_t *lens = malloc(((size_t)vocab->n + 1) * sizeof *lens);
         int32_t *ids = malloc(((size_t)vocab->n + 1) * sizeof *ids);
         int r = offs && lens && ids ? 0 : -ENOMEM;
-        const char *first_key = vocab->n ? bj_at(L->doc, vocab, 0)->key : NULL;
+        const char *first_key = vocab->n ? dse__bj_at(L->doc, vocab, 0)->key : NULL;
         uint32_t base = (uint32_t)bpe->strs_len;
         if (r == 0 && contiguous && vocab->n) {
                 size_t n = (size_t)(next_key - first_key);
@@ -458,8 +466,8 @@ static int parse_vocab(struct loader *L, const struct bj *model, const struct bj
                 bpe->strs_len += n;
         }
         for (uint32_t i = 0; i < vocab->n && r == 0; i++) {
-                const struct bj *e = bj_at(L->doc, vocab, i);
-                int32_t id = (int32_t)e->num;
+                const struct bj *e = dse__bj_at(L->doc, vocab, i);
+                int32_t id = (int32_t)dse__bj_num(e);
                 if (contiguous)
                         offs[i] = base + (uint32_t)(e->key - first_key);
                 else
@@ -470,7 +478,7 @@ static int parse_vocab(struct loader *L, const struct bj *model, const struct bj
                 bpe->piece_len[id] = e->key_len;
         }
         if (r == 0)
-                *ret_repeated = bpe_vocab_insert_batch(bpe, offs, lens, ids, vocab->n) > 0;
+                *ret_repeated = dse__bpe_vocab_insert_batch(bpe, offs, lens, ids, vocab->n) > 0;
         free(offs);
         free(lens);
         free(ids);
@@ -485,20 +493,20 @@ static int parse_added(struct loader *L, const struct bj *added) {
         if (!(bpe->added = calloc(added->n ? added->n : 1, sizeof *bpe->added)))
                 return -ENOMEM;
         for (uint32_t i = 0; i < added->n; i++) {
-                const struct bj *a = bj_at(L->doc, added, i), *c = bj_get(L->doc, a, "content");
+                const struct bj *a = dse__bj_at(L->doc, added, i), *c = dse__bj_get(L->doc, a, "content");
                 struct bpe_added *t = &bpe->added[bpe->n_added++];
                 uint32_t off;
                 int r = strs_add(bpe, c->str, c->n, &off);
                 if (r < 0)
                         return r;
-                get_id(bj_get(L->doc, a, "id"), &t->id);
+                get_id(dse__bj_get(L->doc, a, "id"), &t->id);
                 t->content = bpe->strs + off;
                 t->len = c->n;
-                t->special = bj_get_bool(L->doc, a, "special", 0);
-                t->lstrip = bj_get_bool(L->doc, a, "lstrip", 0);
-                t->rstrip = bj_get_bool(L->doc, a, "rstrip", 0);
-                t->single_word = bj_get_bool(L->doc, a, "single_word", 0);
-                t->normalized = bj_get_bool(L->doc, a, "normalized", !t->special);
+                t->special = dse__bj_get_bool(L->doc, a, "special", 0);
+                t->lstrip = dse__bj_get_bool(L->doc, a, "lstrip", 0);
+                t->rstrip = dse__bj_get_bool(L->doc, a, "rstrip", 0);
+                t->single_word = dse__bj_get_bool(L->doc, a, "single_word", 0);
+                t->normalized = dse__bj_get_bool(L->doc, a, "normalized", !t->special);
                 bpe->piece_off[t->id] = off;
                 bpe->piece_len[t->id] = (uint32_t)c->n;
         }
@@ -520,7 +528,7 @@ struct merge_batch {
         int32_t q_ids[3 * MERGE_BATCH];
         int32_t left[MERGE_BATCH], right[MERGE_BATCH], new_id[MERGE_BATCH];
         uint32_t rank[MERGE_BATCH];
-        struct bpe_buf cat;
+        struct tok_buf cat;
 };
 
 static int merge_batch_flush(struct loader *L, struct merge_batch *mb, size_t n, uint32_t first_rank) {
@@ -534,7 +542,7 @@ static int merge_batch_flush(struct loader *L, struct merge_batch *mb, size_t n,
                 mb->q_key[q] = mb->key[i];
                 mb->q_len[q++] = mb->len[i];
         }
-        bpe_vocab_find_batch(L->bpe, mb->q_key, mb->q_len, q, mb->q_ids);
+        dse__bpe_vocab_find_batch(L->bpe, mb->q_key, mb->q_len, q, mb->q_ids);
         q = 0;
         for (size_t i = 0; i < 3 * n; i++) {
                 if (i % 3 == 2 && !mb->key[i])
@@ -551,7 +559,7 @@ static int merge_batch_flush(struct loader *L, struct merge_batch *mb, size_t n,
                 mb->new_id[i] = mb->ids[3 * i + 2];
                 mb->rank[i] = first_rank + (uint32_t)i;
         }
-        bpe_merge_insert_batch(L->bpe, mb->left, mb->right, mb->rank, mb->new_id, n);
+        dse__bpe_merge_insert_batch(L->bpe, mb->left, mb->right, mb->rank, mb->new_id, n);
         mb->cat.len = 0;
         return 0;
 }
@@ -566,11 +574,11 @@ static int piece_is(const struct bpe *bpe, int32_t id, const char *a, size_t an,
 
 static int parse_merges(struct loader *L, const struct bj *model, int predict) {
         struct bpe *bpe = L->bpe;
-        const struct bj *merges = bj_get(L->doc, model, "merges");
+        const struct bj *merges = dse__bj_get(L->doc, model, "merges");
         if (!merges || merges->type != BJ_ARRAY)
                 return dse__fail(L->reterr, -EBADMSG, "tokenizer.json: model.merges must be an array");
         bpe->merge_mask = pow2_at_least((uint64_t)merges->n * 2 + 1) - 1;
-        if (!(bpe->merges = bpe_map(((size_t)bpe->merge_mask + 1) * sizeof *bpe->merges)))
+        if (!(bpe->merges = dse__bpe_map(((size_t)bpe->merge_mask + 1) * sizeof *bpe->merges)))
                 return -ENOMEM;
         size_t pre_len = bpe->cont_prefix ? strlen(bpe->cont_prefix) : 0;
         struct merge_batch *mb = malloc(sizeof *mb);
@@ -582,7 +590,7 @@ static int parse_merges(struct loader *L, const struct bj *model, int predict) {
         uint32_t first = 0;
         int32_t prev_new = -1;
         for (uint32_t i = 0; i < merges->n && r == 0; i++) {
-                const struct bj *m = bj_at(L->doc, merges, i);
+                const struct bj *m = dse__bj_at(L->doc, merges, i);
                 const char *a, *b;
                 size_t an, bn;
                 if (m->type == BJ_STRING) { /* "a b" */
@@ -595,12 +603,12 @@ static int parse_merges(struct loader *L, const struct bj *model, int predict) {
                         an = (size_t)(sp - m->str);
                         b = sp + 1;
                         bn = m->n - an - 1;
-                } else if (m->type == BJ_ARRAY && m->n == 2 && bj_at(L->doc, m, 0)->type == BJ_STRING &&
-                           bj_at(L->doc, m, 1)->type == BJ_STRING) { /* ["a", "b"] */
-                        a = bj_at(L->doc, m, 0)->str;
-                        an = bj_at(L->doc, m, 0)->n;
-                        b = bj_at(L->doc, m, 1)->str;
-                        bn = bj_at(L->doc, m, 1)->n;
+                } else if (m->type == BJ_ARRAY && m->n == 2 && dse__bj_at(L->doc, m, 0)->type == BJ_STRING &&
+                           dse__bj_at(L->doc, m, 1)->type == BJ_STRING) { /* ["a", "b"] */
+                        a = dse__bj_at(L->doc, m, 0)->str;
+                        an = dse__bj_at(L->doc, m, 0)->n;
+                        b = dse__bj_at(L->doc, m, 1)->str;
+                        bn = dse__bj_at(L->doc, m, 1)->n;
                 } else {
                         r = dse__fail(L->reterr, -EBADMSG,
                                       "tokenizer.json: merges[%u] is neither \"a b\" nor [\"a\", \"b\"]", i);
@@ -622,10 +630,11 @@ static int parse_merges(struct loader *L, const struct bj *model, int predict) {
                         mb->ids[3 * n + 2] = ++prev_new;
                 } else {
                         mb->cat_off[n] = (uint32_t)mb->cat.len;
-                        if ((r = bpe_buf_put(&mb->cat, a, an)) < 0 || (r = bpe_buf_put(&mb->cat, b + skip, bn - skip)) < 0)
+                        if ((r = dse__tok_buf_put(&mb->cat, a, an)) < 0 ||
+                            (r = dse__tok_buf_put(&mb->cat, b + skip, bn - skip)) < 0)
                                 break;
                         const char *cat = mb->cat.p ? mb->cat.p + mb->cat_off[n] : ""; /* all parts empty */
-                        prev_new = bpe_vocab_find(bpe, cat, an + bn - skip);
+                        prev_new = dse__bpe_vocab_find(bpe, cat, an + bn - skip);
                         mb->key[3 * n + 2] = prev_new >= 0 ? NULL : "";
                         mb->ids[3 * n + 2] = prev_new; /* not found: flush reports it in order */
                 }
@@ -637,7 +646,7 @@ static int parse_merges(struct loader *L, const struct bj *model, int predict) {
         }
         if (r == 0 && n)
                 r = merge_batch_flush(L, mb, n, first);
-        bpe_buf_done(&mb->cat);
+        dse__tok_buf_done(&mb->cat);
         free(mb);
         return r;
 }
@@ -646,19 +655,19 @@ static int parse_model(struct loader *L, const struct bj *model, const struct bj
         struct bpe *bpe = L->bpe;
         if (!model || model->type != BJ_OBJECT)
                 return dse__fail(L->reterr, -EBADMSG, "tokenizer.json: missing \"model\"");
-        const char *t = bj_get_str(L->doc, model, "type");
+        const char *t = dse__bj_get_str(L->doc, model, "type");
         if (t && strcmp(t, "BPE") != 0)
                 return dse__fail(L->reterr, -EOPNOTSUPP, "tokenizer.json: model type '%s' is not supported", t);
-        if (!t && !bj_get(L->doc, model, "merges"))
+        if (!t && !dse__bj_get(L->doc, model, "merges"))
                 return dse__fail(L->reterr, -EOPNOTSUPP, "tokenizer.json: model without type or merges is not BPE");
-        const struct bj *dropout = bj_get(L->doc, model, "dropout");
-        if (dropout && dropout->type == BJ_NUMBER && dropout->num > 0)
+        const struct bj *dropout = dse__bj_get(L->doc, model, "dropout");
+        if (dropout && dropout->type == BJ_NUMBER && dse__bj_num(dropout) > 0)
                 return dse__fail(L->reterr, -EOPNOTSUPP, "tokenizer.json: BPE dropout is not supported");
-        bpe->ignore_merges = bj_get_bool(L->doc, model, "ignore_merges", 0);
-        bpe->byte_fallback = bj_get_bool(L->doc, model, "byte_fallback", 0);
-        bpe->fuse_unk = bj_get_bool(L->doc, model, "fuse_unk", 0);
-        const struct bj *pre = bj_get(L->doc, model, "continuing_subword_prefix");
-        const struct bj *suf = bj_get(L->doc, model, "end_of_word_suffix");
+        bpe->ignore_merges = dse__bj_get_bool(L->doc, model, "ignore_merges", 0);
+        bpe->byte_fallback = dse__bj_get_bool(L->doc, model, "byte_fallback", 0);
+        bpe->fuse_unk = dse__bj_get_bool(L->doc, model, "fuse_unk", 0);
+        const struct bj *pre = dse__bj_get(L->doc, model, "continuing_subword_prefix");
+        const struct bj *suf = dse__bj_get(L->doc, model, "end_of_word_suffix");
         if (pre && pre->type == BJ_STRING && pre->n && !(bpe->cont_prefix = dup_mem(pre->str, pre->n)))
                 return -ENOMEM;
         if (suf && suf->type == BJ_STRING && suf->n && !(bpe->end_suffix = dup_mem(suf->str, suf->n)))
@@ -669,14 +678,15 @@ static int parse_model(struct loader *L, const struct bj *model, const struct bj
             (r = parse_added(L, added)) < 0)
                 return r;
         bpe->unk_id = -1;
-        const char *unk = bj_get_str(L->doc, model, "unk_token");
-        if (unk && (bpe->unk_id = bpe_vocab_find(bpe, unk, strlen(unk))) < 0)
+        const char *unk = dse__bj_get_str(L->doc, model, "unk_token");
+        if (unk && (bpe->unk_id = dse__bpe_vocab_find(bpe, unk, strlen(unk))) < 0)
                 return dse__fail(L->reterr, -EBADMSG, "tokenizer.json: unk_token '%.100s' is not in the vocabulary", unk);
         for (int b = 0; b < 256; b++) {
                 char name[8], ch[4];
                 snprintf(name, sizeof name, "<0x%02X>", b);
-                bpe->byte_fallback_id[b] = bpe_vocab_find(bpe, name, 6);
-                bpe->byte_char_id[b] = bpe_vocab_find(bpe, ch, (size_t)bpe_utf8_encode(bpe_byte_to_cp((uint8_t)b), ch));
+                bpe->byte_fallback_id[b] = dse__bpe_vocab_find(bpe, name, 6);
+                int n = dse__utf8_encode(dse__bpe_byte_to_cp((uint8_t)b), ch);
+                bpe->byte_char_id[b] = dse__bpe_vocab_find(bpe, ch, (size_t)n);
         }
         return 0;
 }
@@ -762,7 +772,7 @@ static int build_tries(struct loader *L) {
                          * normalized content (AddedVocabulary::refresh_added_tokens) */
                         char *norm;
                         size_t n;
-                        if ((r = bpe_normalize_string(bpe, a->content, a->len, &norm, &n)) < 0)
+                        if ((r = dse__bpe_normalize_string(bpe, a->content, a->len, &norm, &n)) < 0)
                                 return dse__fail(L->reterr, r, "tokenizer.json: cannot normalize added token '%.100s'",
                                                  a->content);
                         r = n ? trie_insert(&bpe->trie_norm, norm, n, i) : 0;
@@ -787,34 +797,34 @@ static int push_ids(int32_t **list, int *n, int32_t id) {
 
 static int parse_template(struct loader *L, const struct bj *v) {
         struct bpe *bpe = L->bpe;
-        const struct bj *single = bj_get(L->doc, v, "single"), *specials = bj_get(L->doc, v, "special_tokens");
+        const struct bj *single = dse__bj_get(L->doc, v, "single"), *specials = dse__bj_get(L->doc, v, "special_tokens");
         if (!single || single->type != BJ_ARRAY)
                 return dse__fail(L->reterr, -EBADMSG, "tokenizer.json: TemplateProcessing without \"single\"");
         int seen_seq = 0, r;
         /* a later TemplateProcessing in a Sequence replaces an earlier one */
         bpe->n_prefix = bpe->n_suffix = 0;
         for (uint32_t i = 0; i < single->n; i++) {
-                const struct bj *piece = bj_at(L->doc, single, i);
-                if (bj_get(L->doc, piece, "Sequence")) {
+                const struct bj *piece = dse__bj_at(L->doc, single, i);
+                if (dse__bj_get(L->doc, piece, "Sequence")) {
                         seen_seq = 1;
                         continue;
                 }
-                const struct bj *st = bj_get(L->doc, piece, "SpecialToken");
-                const char *name = bj_get_str(L->doc, st, "id");
+                const struct bj *st = dse__bj_get(L->doc, piece, "SpecialToken");
+                const char *name = dse__bj_get_str(L->doc, st, "id");
                 const struct bj *entry = NULL;
                 for (uint32_t k = 0; name && specials && k < specials->n; k++) {
-                        const struct bj *e = bj_at(L->doc, specials, k);
+                        const struct bj *e = dse__bj_at(L->doc, specials, k);
                         if (specials->type == BJ_OBJECT && strcmp(e->key, name) == 0)
                                 entry = e;
                 }
-                const struct bj *ids = bj_get(L->doc, entry, "ids");
+                const struct bj *ids = dse__bj_get(L->doc, entry, "ids");
                 if (!ids || ids->type != BJ_ARRAY)
                         return dse__fail(L->reterr, -EBADMSG,
                                          "tokenizer.json: TemplateProcessing special token '%.100s' has no ids",
                                          name ? name : "(missing)");
                 for (uint32_t k = 0; k < ids->n; k++) {
                         int32_t id;
-                        if (get_id(bj_at(L->doc, ids, k), &id) < 0 || id >= bpe->n_vocab)
+                        if (get_id(dse__bj_at(L->doc, ids, k), &id) < 0 || id >= bpe->n_vocab)
                                 return dse__fail(L->reterr, -EBADMSG, "tokenizer.json: TemplateProcessing id out of range");
                         if ((r = seen_seq ? push_ids(&bpe->suffix_ids, &bpe->n_suffix, id)
                                           : push_ids(&bpe->prefix_ids, &bpe->n_prefix, id)) < 0)
@@ -838,19 +848,19 @@ static int parse_post_processor(struct loader *L, const struct bj *v, int depth)
         if (strcmp(t, "TemplateProcessing") == 0)
                 return parse_template(L, v);
         if (strcmp(t, "Sequence") == 0) {
-                const struct bj *list = bj_get(L->doc, v, "processors");
+                const struct bj *list = dse__bj_get(L->doc, v, "processors");
                 if (!list || list->type != BJ_ARRAY)
                         return dse__fail(L->reterr, -EBADMSG, "tokenizer.json: Sequence post_processor without a list");
                 for (uint32_t i = 0; i < list->n; i++)
-                        if ((r = parse_post_processor(L, bj_at(L->doc, list, i), depth + 1)) < 0)
+                        if ((r = parse_post_processor(L, dse__bj_at(L->doc, list, i), depth + 1)) < 0)
                                 return r;
                 return 0;
         }
         if (strcmp(t, "RobertaProcessing") == 0 || strcmp(t, "BertProcessing") == 0) {
-                const struct bj *cls = bj_get(L->doc, v, "cls"), *sep = bj_get(L->doc, v, "sep");
+                const struct bj *cls = dse__bj_get(L->doc, v, "cls"), *sep = dse__bj_get(L->doc, v, "sep");
                 int32_t c, s;
-                if (!cls || !sep || get_id(bj_at(L->doc, cls, 1), &c) < 0 || get_id(bj_at(L->doc, sep, 1), &s) < 0 ||
-                    c >= L->bpe->n_vocab || s >= L->bpe->n_vocab)
+                if (!cls || !sep || get_id(dse__bj_at(L->doc, cls, 1), &c) < 0 ||
+                    get_id(dse__bj_at(L->doc, sep, 1), &s) < 0 || c >= L->bpe->n_vocab || s >= L->bpe->n_vocab)
                         return dse__fail(L->reterr, -EBADMSG, "tokenizer.json: %s needs cls and sep", t);
                 L->bpe->n_prefix = L->bpe->n_suffix = 0;
                 if ((r = push_ids(&L->bpe->prefix_ids, &L->bpe->n_prefix, c)) < 0)
@@ -862,8 +872,8 @@ static int parse_post_processor(struct loader *L, const struct bj *v, int depth)
 
 /* bos_token / eos_token: a string or an AddedToken object {"content": ...}. -1 if absent. */
 static int config_token(struct loader *L, const struct bj_doc *cfg, const char *key, int32_t *ret_id) {
-        const struct bj *v = bj_get(cfg, bj_root(cfg), key);
-        const struct bj *s = v && v->type == BJ_OBJECT ? bj_get(cfg, v, "content") : v;
+        const struct bj *v = dse__bj_get(cfg, dse__bj_root(cfg), key);
+        const struct bj *s = v && v->type == BJ_OBJECT ? dse__bj_get(cfg, v, "content") : v;
         *ret_id = -1;
         if (!s || s->type == BJ_NULL)
                 return 0;
@@ -879,10 +889,10 @@ static int parse_config(struct loader *L, struct dse_tokenizer *tok, const char 
         struct bpe *bpe = L->bpe;
         struct bj_doc cfg;
         struct dse_diag sub = {{0}};
-        int r = bj_parse(json, len, &cfg, &sub);
+        int r = dse__bj_parse(json, len, &cfg, &sub);
         if (r < 0)
-                return dse__fail(L->reterr, r, "tokenizer_config.json: %s", sub.msg);
-        const struct bj *root = bj_root(&cfg);
+                return dse__fail(L->reterr, r == -ENOMEM ? r : -EBADMSG, "tokenizer_config.json: %s", sub.msg);
+        const struct bj *root = dse__bj_root(&cfg);
         int32_t bos = -1, eos = -1;
         if (root->type != BJ_OBJECT) {
                 r = dse__fail(L->reterr, -EBADMSG, "tokenizer_config.json: not an object");
@@ -897,7 +907,7 @@ static int parse_config(struct loader *L, struct dse_tokenizer *tok, const char 
         /* add_bos_token / add_eos_token decide when present: transformers' Llama fast
          * tokenizers rebuild the post-processor from them (DeepSeek-V3's BOS comes
          * from here; its tokenizer.json post-processor adds nothing). */
-        const struct bj *ab = bj_get(&cfg, root, "add_bos_token"), *ae = bj_get(&cfg, root, "add_eos_token");
+        const struct bj *ab = dse__bj_get(&cfg, root, "add_bos_token"), *ae = dse__bj_get(&cfg, root, "add_eos_token");
         int has_ab = ab && (ab->type == BJ_TRUE || ab->type == BJ_FALSE);
         int has_ae = ae && (ae->type == BJ_TRUE || ae->type == BJ_FALSE);
         if (has_ab || has_ae) {
@@ -912,20 +922,20 @@ static int parse_config(struct loader *L, struct dse_tokenizer *tok, const char 
                     (add_eos && (r = push_ids(&bpe->suffix_ids, &bpe->n_suffix, eos)) < 0))
                         goto out;
         }
-        const struct bj *ct = bj_get(&cfg, root, "chat_template");
+        const struct bj *ct = dse__bj_get(&cfg, root, "chat_template");
         const struct bj *tmpl = NULL;
         if (ct && ct->type == BJ_STRING)
                 tmpl = ct;
         for (uint32_t i = 0; ct && ct->type == BJ_ARRAY && i < ct->n; i++) { /* [{name, template}] */
-                const struct bj *e = bj_at(&cfg, ct, i);
-                const char *name = bj_get_str(&cfg, e, "name");
+                const struct bj *e = dse__bj_at(&cfg, ct, i);
+                const char *name = dse__bj_get_str(&cfg, e, "name");
                 if (name && strcmp(name, "default") == 0)
-                        tmpl = bj_get(&cfg, e, "template");
+                        tmpl = dse__bj_get(&cfg, e, "template");
         }
         if (tmpl && tmpl->type == BJ_STRING && !(tok->chat_template = dup_mem(tmpl->str, tmpl->n)))
                 r = -ENOMEM;
 out:
-        bj_free(&cfg);
+        dse__bj_free(&cfg);
         return r;
 }
 
@@ -939,24 +949,24 @@ static void bpe_free(void *impl) {
         free(bpe->piece_off);
         free(bpe->piece_len);
         if (bpe->vocab)
-                bpe_unmap(bpe->vocab, ((size_t)bpe->vocab_mask + 1) * sizeof *bpe->vocab);
+                dse__bpe_unmap(bpe->vocab, ((size_t)bpe->vocab_mask + 1) * sizeof *bpe->vocab);
         if (bpe->merges)
-                bpe_unmap(bpe->merges, ((size_t)bpe->merge_mask + 1) * sizeof *bpe->merges);
+                dse__bpe_unmap(bpe->merges, ((size_t)bpe->merge_mask + 1) * sizeof *bpe->merges);
         free(bpe->cont_prefix);
         free(bpe->end_suffix);
         for (int i = 0; i < bpe->n_norms; i++) {
                 free(bpe->norms[i].a);
                 free(bpe->norms[i].b);
-                bpe_regex_done(&bpe->norms[i].re);
+                dse__bpe_regex_done(&bpe->norms[i].re);
         }
         free(bpe->norms);
         for (int i = 0; i < bpe->n_pretoks; i++)
-                bpe_regex_done(&bpe->pretoks[i].re);
+                dse__bpe_regex_done(&bpe->pretoks[i].re);
         free(bpe->pretoks);
         for (int i = 0; i < bpe->n_decs; i++) {
                 free(bpe->decs[i].a);
                 free(bpe->decs[i].b);
-                bpe_regex_done(&bpe->decs[i].re);
+                dse__bpe_regex_done(&bpe->decs[i].re);
         }
         free(bpe->decs);
         free(bpe->added);
@@ -974,11 +984,9 @@ typedef int (*gap_fn)(struct bpe_ws *ws, const char *s, size_t len, int at_start
 static int word_char_before(const char *s, size_t end) {
         if (!end)
                 return 0;
-        size_t k = end - 1;
-        while (k > 0 && ((unsigned char)s[k] & 0xC0) == 0x80)
-                k--;
+        size_t k = dse__utf8_char_before(s, 0, end);
         int32_t cp;
-        bpe_utf8_next(s + k, end - k, &cp);
+        dse__utf8_next(s + k, end - k, &cp);
         return cp == '_' || (cp < 128 ? ((cp | 32) >= 'a' && (cp | 32) <= 'z') || (cp >= '0' && cp <= '9') : 1);
 }
 
@@ -986,7 +994,7 @@ static int word_char_at(const char *s, size_t len, size_t pos) {
         if (pos >= len)
                 return 0;
         int32_t cp;
-        bpe_utf8_next(s + pos, len - pos, &cp);
+        dse__utf8_next(s + pos, len - pos, &cp);
         return cp == '_' || (cp < 128 ? ((cp | 32) >= 'a' && (cp | 32) <= 'z') || (cp >= '0' && cp <= '9') : 1);
 }
 
@@ -1005,12 +1013,10 @@ static int split_added(struct bpe_ws *ws, const struct bpe_trie *trie, const cha
                 if (a->lstrip) {
                         size_t k = start;
                         while (k > 0) {
-                                size_t q = k - 1;
-                                while (q > 0 && ((unsigned char)s[q] & 0xC0) == 0x80)
-                                        q--;
+                                size_t q = dse__utf8_char_before(s, 0, k);
                                 int32_t cp;
-                                bpe_utf8_next(s + q, k - q, &cp);
-                                if (!bpe_is_whitespace(cp))
+                                dse__utf8_next(s + q, k - q, &cp);
+                                if (!dse__unicode_white_space(cp))
                                         break;
                                 k = q;
                         }
@@ -1019,8 +1025,8 @@ static int split_added(struct bpe_ws *ws, const struct bpe_trie *trie, const cha
                 if (a->rstrip) {
                         while (stop < len) {
                                 int32_t cp;
-                                int n = bpe_utf8_next(s + stop, len - stop, &cp);
-                                if (!bpe_is_whitespace(cp))
+                                int n = dse__utf8_next(s + stop, len - stop, &cp);
+                                if (!dse__unicode_white_space(cp))
                                         break;
                                 stop += (size_t)n;
                         }
@@ -1040,22 +1046,22 @@ static int split_added(struct bpe_ws *ws, const struct bpe_trie *trie, const cha
 static int normalized_gap(struct bpe_ws *ws, const char *s, size_t len, int at_start) {
         const char *n;
         size_t nlen;
-        int r = bpe_normalize(ws, s, len, &n, &nlen);
+        int r = dse__bpe_normalize(ws, s, len, &n, &nlen);
         if (r < 0)
                 return r;
         if (!ws->bpe->trie_norm.nodes)
-                return bpe_pretokenize(ws, n, nlen, at_start);
-        return split_added(ws, &ws->bpe->trie_norm, n, nlen, at_start, bpe_pretokenize);
+                return dse__bpe_pretokenize(ws, n, nlen, at_start);
+        return split_added(ws, &ws->bpe->trie_norm, n, nlen, at_start, dse__bpe_pretokenize);
 }
 
 static int bpe_encode(const struct dse_tokenizer *tok, const char *text, size_t len, int add_special, int32_t *ids,
                       size_t max_ids) {
         const struct bpe *bpe = tok->impl;
-        if (bpe_utf8_valid_prefix(text, len) != len)
+        if (dse__utf8_valid_prefix(text, len) != len)
                 return -EILSEQ;
         struct bpe_out out = {ids, max_ids, 0};
         struct bpe_ws ws;
-        bpe_ws_init(&ws, bpe);
+        dse__bpe_ws_init(&ws, bpe);
         ws.out = &out;
         int r = 0;
         for (int i = 0; add_special && i < bpe->n_prefix && r == 0; i++)
@@ -1064,7 +1070,7 @@ static int bpe_encode(const struct dse_tokenizer *tok, const char *text, size_t 
                 r = split_added(&ws, &bpe->trie_raw, text, len, 1, normalized_gap);
         for (int i = 0; add_special && i < bpe->n_suffix && r == 0; i++)
                 r = bpe_out_push(&out, bpe->suffix_ids[i]);
-        bpe_ws_done(&ws);
+        dse__bpe_ws_done(&ws);
         if (r < 0)
                 return r;
         return out.n > INT_MAX ? -E2BIG : (int)out.n;
@@ -1072,8 +1078,8 @@ static int bpe_encode(const struct dse_tokenizer *tok, const char *text, size_t 
 
 static int bpe_decode_ids(const struct dse_tokenizer *tok, const int32_t *ids, size_t n_ids, char *out,
                           size_t max_len) {
-        struct bpe_buf b = {0};
-        int r = bpe_decode(tok->impl, ids, n_ids, &b);
+        struct tok_buf b = {0};
+        int r = dse__bpe_decode(tok->impl, ids, n_ids, &b);
         if (r == 0 && b.len > INT_MAX)
                 r = -E2BIG;
         if (r == 0) {
@@ -1081,7 +1087,7 @@ static int bpe_decode_ids(const struct dse_tokenizer *tok, const int32_t *ids, s
                         memcpy(out, b.p, b.len < max_len ? b.len : max_len);
                 r = (int)b.len;
         }
-        bpe_buf_done(&b);
+        dse__tok_buf_done(&b);
         return r;
 }
 
@@ -1100,18 +1106,18 @@ static const struct dse_tokenizer_ops bpe_ops = {
 static int load(struct loader *L, struct dse_tokenizer *tok, const char *config_json, size_t config_len) {
         struct bpe *bpe = L->bpe;
         const struct bj_doc *doc = L->doc;
-        const struct bj *root = bj_root(doc);
+        const struct bj *root = dse__bj_root(doc);
         int r;
         if (root->type != BJ_OBJECT)
                 return dse__fail(L->reterr, -EBADMSG, "tokenizer.json: not a JSON object");
-        const struct bj *added = bj_get(doc, root, "added_tokens");
+        const struct bj *added = dse__bj_get(doc, root, "added_tokens");
         if (added && added->type != BJ_ARRAY && added->type != BJ_NULL)
                 return dse__fail(L->reterr, -EBADMSG, "tokenizer.json: added_tokens must be an array");
-        if ((r = parse_model(L, bj_get(doc, root, "model"), added && added->type == BJ_ARRAY ? added : NULL)) < 0 ||
-            (r = parse_normalizer(L, bj_get(doc, root, "normalizer"), 0)) < 0 ||
-            (r = parse_pretokenizer(L, bj_get(doc, root, "pre_tokenizer"), 0)) < 0 ||
-            (r = parse_decoder(L, bj_get(doc, root, "decoder"), 0)) < 0 ||
-            (r = parse_post_processor(L, bj_get(doc, root, "post_processor"), 0)) < 0 || (r = build_tries(L)) < 0)
+        if ((r = parse_model(L, dse__bj_get(doc, root, "model"), added && added->type == BJ_ARRAY ? added : NULL)) < 0 ||
+            (r = parse_normalizer(L, dse__bj_get(doc, root, "normalizer"), 0)) < 0 ||
+            (r = parse_pretokenizer(L, dse__bj_get(doc, root, "pre_tokenizer"), 0)) < 0 ||
+            (r = parse_decoder(L, dse__bj_get(doc, root, "decoder"), 0)) < 0 ||
+            (r = parse_post_processor(L, dse__bj_get(doc, root, "post_processor"), 0)) < 0 || (r = build_tries(L)) < 0)
                 return r;
         /* The model can take raw bytes when the last stage is ByteLevel's byte mapping
          * and every byte's character is a vocabulary entry (no prefix/suffix rules). */
@@ -1133,17 +1139,17 @@ int dse__tok_bpe_init(struct dse_tokenizer *tok, const char *json, size_t json_l
                       size_t config_len, struct dse_diag *reterr) {
         struct bj_doc doc;
         struct dse_diag sub = {{0}};
-        int r = bj_parse(json, json_len, &doc, &sub);
+        int r = dse__bj_parse(json, json_len, &doc, &sub);
         if (r < 0)
-                return dse__fail(reterr, r, "tokenizer.json: %s", sub.msg);
+                return dse__fail(reterr, r == -ENOMEM ? r : -EBADMSG, "tokenizer.json: %s", sub.msg);
         struct bpe *bpe = calloc(1, sizeof *bpe);
         if (!bpe) {
-                bj_free(&doc);
+                dse__bj_free(&doc);
                 return -ENOMEM;
         }
         struct loader L = {bpe, &doc, reterr};
         r = load(&L, tok, config_json, config_len);
-        bj_free(&doc);
+        dse__bj_free(&doc);
         if (r < 0) {
                 bpe_free(bpe);
                 return r == -ENOMEM ? dse__fail(reterr, r, "tokenizer.json: out of memory") : r;

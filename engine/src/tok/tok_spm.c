@@ -237,14 +237,10 @@ struct segs {
 };
 
 static int segs_push(struct segs *a, uint32_t start, uint32_t len, int32_t id) {
-        if (a->n == a->cap) {
-                size_t cap = a->cap ? a->cap * 2 : 64;
-                struct seg *v = realloc(a->v, cap * sizeof *v);
-                if (!v)
-                        return -ENOMEM;
-                a->v = v;
-                a->cap = cap;
-        }
+        struct seg *v = dse__tok_reserve(a->v, &a->cap, a->n + 1, sizeof *v);
+        if (!v)
+                return -ENOMEM;
+        a->v = v;
         a->v[a->n++] = (struct seg){start, len, id};
         return 0;
 }
@@ -274,14 +270,10 @@ struct bpe_heap {
 };
 
 static int heap_push(struct bpe_heap *h, struct bpe_pair p) {
-        if (h->n == h->cap) {
-                size_t cap = h->cap ? h->cap * 2 : 64;
-                struct bpe_pair *v = realloc(h->v, cap * sizeof *v);
-                if (!v)
-                        return -ENOMEM;
-                h->v = v;
-                h->cap = cap;
-        }
+        struct bpe_pair *v = dse__tok_reserve(h->v, &h->cap, h->n + 1, sizeof *v);
+        if (!v)
+                return -ENOMEM;
+        h->v = v;
         size_t i = h->n++;
         while (i > 0) {
                 size_t parent = (i - 1) / 2;
@@ -329,14 +321,10 @@ static int rev_merge_set(struct rev_merge *r, int32_t id, uint32_t left_len) {
                         r->v[i].left_len = left_len;
                         return 0;
                 }
-        if (r->n == r->cap) {
-                size_t cap = r->cap ? r->cap * 2 : 16;
-                void *v = realloc(r->v, cap * sizeof *r->v);
-                if (!v)
-                        return -ENOMEM;
-                r->v = v;
-                r->cap = cap;
-        }
+        void *v = dse__tok_reserve(r->v, &r->cap, r->n + 1, sizeof *r->v);
+        if (!v)
+                return -ENOMEM;
+        r->v = v;
         r->v[r->n].id = id;
         r->v[r->n].left_len = left_len;
         r->n++;
@@ -563,13 +551,9 @@ static void emit(int32_t *ids, size_t max_ids, size_t *count, int32_t id) {
 static int encode_with(const struct dse_tokenizer *tok, const struct spm_normalizer *normalizer, const char *text,
                        size_t len, int add_special, int32_t *ids, size_t max_ids) {
         const struct spm_tok *s = tok->impl;
-        for (size_t i = 0; i < len;) {
-                size_t c = dse__spm_utf8_valid_len(text + i, len - i);
-                if (c == 0)
-                        return -EILSEQ;
-                i += c;
-        }
-        struct spm_buf norm = {0};
+        if (!dse__utf8_valid(text, len))
+                return -EILSEQ;
+        struct tok_buf norm = {0};
         struct segs segs = {0};
         int ret = dse__spm_normalize(normalizer, text, len, &norm);
         if (ret < 0)
@@ -579,10 +563,10 @@ static int encode_with(const struct dse_tokenizer *tok, const struct spm_normali
                 goto out;
         }
         switch (s->model_type) {
-        case SPM_MODEL_BPE: ret = encode_bpe(s, norm.data, norm.len, &segs); break;
-        case SPM_MODEL_WORD: ret = encode_word(s, norm.data, norm.len, &segs); break;
-        case SPM_MODEL_CHAR: ret = encode_char(s, norm.data, norm.len, &segs); break;
-        default: ret = encode_unigram(s, norm.data, norm.len, &segs); break;
+        case SPM_MODEL_BPE: ret = encode_bpe(s, norm.p, norm.len, &segs); break;
+        case SPM_MODEL_WORD: ret = encode_word(s, norm.p, norm.len, &segs); break;
+        case SPM_MODEL_CHAR: ret = encode_char(s, norm.p, norm.len, &segs); break;
+        default: ret = encode_unigram(s, norm.p, norm.len, &segs); break;
         }
         if (ret < 0)
                 goto out;
@@ -596,7 +580,7 @@ static int encode_with(const struct dse_tokenizer *tok, const struct spm_normali
                 bool is_unk = s->type[g->id] == SPM_PIECE_UNKNOWN;
                 if (is_unk && s->byte_fallback) {
                         for (uint32_t k = 0; k < g->len; k++)
-                                emit(ids, max_ids, &count, s->byte_id[(uint8_t)norm.data[g->start + k]]);
+                                emit(ids, max_ids, &count, s->byte_id[(uint8_t)norm.p[g->start + k]]);
                 } else if (!(is_unk && prev_unk)) {
                         emit(ids, max_ids, &count, g->id); /* a run of unknowns is one <unk> */
                 }
@@ -604,7 +588,7 @@ static int encode_with(const struct dse_tokenizer *tok, const struct spm_normali
         }
         ret = count > INT_MAX ? -E2BIG : (int)count;
 out:
-        free(norm.data);
+        free(norm.p);
         free(segs.v);
         return ret;
 }
@@ -624,16 +608,17 @@ int dse__tok_spm_encode_bare(const struct dse_tokenizer *tok, const char *text, 
 /* ---- decoding -------------------------------------------------------------------- */
 
 /* Byte pieces fuse into UTF-8; each byte that starts no valid character is U+FFFD. */
-static int flush_bytes(struct spm_buf *bytes, struct spm_buf *text) {
+static int flush_bytes(struct tok_buf *bytes, struct tok_buf *text) {
         int ret = 0;
         for (size_t off = 0; off < bytes->len && ret == 0;) {
-                size_t c = dse__spm_utf8_valid_len(bytes->data + off, bytes->len - off);
-                if (c == 0) {
-                        ret = dse__spm_buf_append(text, "\xef\xbf\xbd", 3);
+                uint32_t cp;
+                int c = dse__utf8_decode(bytes->p + off, bytes->len - off, &cp);
+                if (c < 0) {
+                        ret = dse__tok_buf_put(text, "\xef\xbf\xbd", 3);
                         off++;
                 } else {
-                        ret = dse__spm_buf_append(text, bytes->data + off, c);
-                        off += c;
+                        ret = dse__tok_buf_put(text, bytes->p + off, (size_t)c);
+                        off += (size_t)c;
                 }
         }
         bytes->len = 0;
@@ -641,25 +626,25 @@ static int flush_bytes(struct spm_buf *bytes, struct spm_buf *text) {
 }
 
 /* Appends piece with U+2581 turned into spaces. */
-static int append_unescaped(struct spm_buf *text, const char *p, size_t len) {
+static int append_unescaped(struct tok_buf *text, const char *p, size_t len) {
         size_t run = 0;
         int ret = 0;
         for (size_t i = 0; i < len && ret == 0;) {
                 if (len - i >= 3 && memcmp(p + i, SPACE_SYMBOL, 3) == 0) {
-                        if ((ret = dse__spm_buf_append(text, p + run, i - run)) == 0)
-                                ret = dse__spm_buf_append(text, " ", 1);
+                        if ((ret = dse__tok_buf_put(text, p + run, i - run)) == 0)
+                                ret = dse__tok_buf_put(text, " ", 1);
                         i += 3;
                         run = i;
                 } else {
                         i++;
                 }
         }
-        return ret < 0 ? ret : dse__spm_buf_append(text, p + run, len - run);
+        return ret < 0 ? ret : dse__tok_buf_put(text, p + run, len - run);
 }
 
 static int spm_decode(const struct dse_tokenizer *tok, const int32_t *ids, size_t n_ids, char *out, size_t max_len) {
         const struct spm_tok *s = tok->impl;
-        struct spm_buf text = {0}, bytes = {0}, denorm = {0};
+        struct tok_buf text = {0}, bytes = {0}, denorm = {0};
         bool is_bos_ws = true;   /* a leading U+2581 may still be consumed */
         bool bos_ws_seen = false; /* the previous piece consumed it */
         int ret = 0;
@@ -668,7 +653,7 @@ static int spm_decode(const struct dse_tokenizer *tok, const int32_t *ids, size_
                 int type = s->type[id];
                 if (type == SPM_PIECE_BYTE) {
                         uint8_t b = (uint8_t)piece_to_byte(piece_str(s, id), s->piece_len[id]);
-                        ret = dse__spm_buf_append(&bytes, &b, 1);
+                        ret = dse__tok_buf_put(&bytes, &b, 1);
                         continue;
                 }
                 if ((ret = flush_bytes(&bytes, &text)) < 0)
@@ -679,7 +664,7 @@ static int spm_decode(const struct dse_tokenizer *tok, const int32_t *ids, size_
                 if (type == SPM_PIECE_CONTROL)
                         continue;
                 if (type == SPM_PIECE_UNKNOWN) {
-                        ret = dse__spm_buf_append(&text, s->unk_surface.ptr, s->unk_surface.len);
+                        ret = dse__tok_buf_put(&text, s->unk_surface.ptr, s->unk_surface.len);
                         continue;
                 }
                 const char *p = piece_str(s, id);
@@ -694,9 +679,9 @@ static int spm_decode(const struct dse_tokenizer *tok, const int32_t *ids, size_
         }
         if (ret == 0)
                 ret = flush_bytes(&bytes, &text);
-        const struct spm_buf *result = &text;
+        const struct tok_buf *result = &text;
         if (ret == 0 && s->has_denorm) {
-                ret = dse__spm_normalize(&s->denorm, text.data, text.len, &denorm);
+                ret = dse__spm_normalize(&s->denorm, text.p, text.len, &denorm);
                 result = &denorm;
         }
         if (ret == 0) {
@@ -704,13 +689,13 @@ static int spm_decode(const struct dse_tokenizer *tok, const int32_t *ids, size_
                         ret = -E2BIG;
                 } else {
                         if (max_len && result->len)
-                                memcpy(out, result->data, result->len < max_len ? result->len : max_len);
+                                memcpy(out, result->p, result->len < max_len ? result->len : max_len);
                         ret = (int)result->len;
                 }
         }
-        free(text.data);
-        free(bytes.data);
-        free(denorm.data);
+        free(text.p);
+        free(bytes.p);
+        free(denorm.p);
         return ret;
 }
 

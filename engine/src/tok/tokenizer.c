@@ -19,14 +19,8 @@ static struct dse_tokenizer *tok_alloc(void) {
         return tok;
 }
 
-int dse_tokenizer_load_hf(const char *json, size_t json_len, const char *config_json, size_t config_len,
-                          struct dse_tokenizer **ret_tok, struct dse_diag *reterr) {
-        if (!json || !ret_tok)
-                return -EINVAL;
-        struct dse_tokenizer *tok = tok_alloc();
-        if (!tok)
-                return -ENOMEM;
-        int r = dse__tok_bpe_init(tok, json, json_len, config_json, config_len, reterr);
+/* The end of each loader: tok handed out when its init returned r >= 0, freed otherwise. */
+static int hand_out(struct dse_tokenizer *tok, int r, struct dse_tokenizer **ret_tok) {
         if (r < 0) {
                 dse_tokenizer_free(tok);
                 return r;
@@ -35,19 +29,23 @@ int dse_tokenizer_load_hf(const char *json, size_t json_len, const char *config_
         return 0;
 }
 
+int dse_tokenizer_load_hf(const char *json, size_t json_len, const char *config_json, size_t config_len,
+                          struct dse_tokenizer **ret_tok, struct dse_diag *reterr) {
+        if (!json || !ret_tok)
+                return -EINVAL;
+        struct dse_tokenizer *tok = tok_alloc();
+        if (!tok)
+                return -ENOMEM;
+        return hand_out(tok, dse__tok_bpe_init(tok, json, json_len, config_json, config_len, reterr), ret_tok);
+}
+
 int dse_tokenizer_load_spm(const void *data, size_t len, struct dse_tokenizer **ret_tok, struct dse_diag *reterr) {
         if (!data || !ret_tok)
                 return -EINVAL;
         struct dse_tokenizer *tok = tok_alloc();
         if (!tok)
                 return -ENOMEM;
-        int r = dse__tok_spm_init(tok, data, len, reterr);
-        if (r < 0) {
-                dse_tokenizer_free(tok);
-                return r;
-        }
-        *ret_tok = tok;
-        return 0;
+        return hand_out(tok, dse__tok_spm_init(tok, data, len, reterr), ret_tok);
 }
 
 int dse_tokenizer_load_spm_hf(const void *model, size_t model_len, const char *config_json, size_t config_len,
@@ -57,13 +55,7 @@ int dse_tokenizer_load_spm_hf(const void *model, size_t model_len, const char *c
         struct dse_tokenizer *tok = tok_alloc();
         if (!tok)
                 return -ENOMEM;
-        int r = dse__tok_spm_hf_init(tok, model, model_len, config_json, config_len, reterr);
-        if (r < 0) {
-                dse_tokenizer_free(tok);
-                return r;
-        }
-        *ret_tok = tok;
-        return 0;
+        return hand_out(tok, dse__tok_spm_hf_init(tok, model, model_len, config_json, config_len, reterr), ret_tok);
 }
 
 /* Maps a whole file read-only (tokenizer.json files are 2-10 MB: mapping the page cache

@@ -18,6 +18,12 @@ struct cfg {
         struct dse_diag *reterr;
 };
 
+/* obj[key], NULL when it is absent or null (where the default applies). */
+static const cJSON *given(const cJSON *obj, const char *key) {
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
+        return cJSON_IsNull(v) ? NULL : v;
+}
+
 /* Integer key: absent -> def; null -> null_value; otherwise an integral number in int32. */
 static int get_int_n(const struct cfg *c, const cJSON *obj, const char *key, int32_t def, int32_t null_value,
                      int32_t *ret) {
@@ -57,8 +63,8 @@ static int get_required_int(const struct cfg *c, const char *key, int32_t *ret) 
 }
 
 static int get_float(const struct cfg *c, const cJSON *obj, const char *key, float def, float *ret) {
-        const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
-        if (!v || cJSON_IsNull(v)) {
+        const cJSON *v = given(obj, key);
+        if (!v) {
                 *ret = def;
                 return 0;
         }
@@ -69,8 +75,8 @@ static int get_float(const struct cfg *c, const cJSON *obj, const char *key, flo
 }
 
 static int get_bool(const struct cfg *c, const cJSON *obj, const char *key, int def, int32_t *ret) {
-        const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
-        if (!v || cJSON_IsNull(v)) {
+        const cJSON *v = given(obj, key);
+        if (!v) {
                 *ret = def;
                 return 0;
         }
@@ -82,8 +88,8 @@ static int get_bool(const struct cfg *c, const cJSON *obj, const char *key, int 
 
 /* String key: absent or null -> def. */
 static int get_string(const struct cfg *c, const cJSON *obj, const char *key, const char *def, const char **ret) {
-        const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
-        if (!v || cJSON_IsNull(v)) {
+        const cJSON *v = given(obj, key);
+        if (!v) {
                 *ret = def;
                 return 0;
         }
@@ -95,8 +101,8 @@ static int get_string(const struct cfg *c, const cJSON *obj, const char *key, co
 
 /* A token id: an integer, or a list whose first element is used (eos_token_id lists). */
 static int get_token_id(const struct cfg *c, const cJSON *obj, const char *key, int32_t *ret) {
-        const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
-        if (!v || cJSON_IsNull(v))
+        const cJSON *v = given(obj, key);
+        if (!v)
                 return 0; /* leave as is */
         if (cJSON_IsArray(v))
                 v = cJSON_GetArrayItem(v, 0);
@@ -119,8 +125,8 @@ static int parse_rope_scaling(const struct cfg *c, struct dse_hparams *hp) {
         hp->rope_mscale = 1.0f;
         hp->rope_mscale_all_dim = 0.0f;
 
-        const cJSON *rs = cJSON_GetObjectItemCaseSensitive(c->root, "rope_scaling");
-        if (!rs || cJSON_IsNull(rs))
+        const cJSON *rs = given(c->root, "rope_scaling");
+        if (!rs)
                 return 0;
         if (!cJSON_IsObject(rs))
                 return dse__fail(c->reterr, -EBADMSG, "%s: 'rope_scaling' must be an object or null", c->what);
@@ -216,8 +222,8 @@ static int parse_quant_object(const struct cfg *c, const cJSON *qc, const char *
                 if (strcmp(s, "e4m3") != 0)
                         return dse__fail(c->reterr, -EOPNOTSUPP, "%s: fp8 format '%s' is not supported (e4m3)", c->what, s);
                 q->block[0] = q->block[1] = 128;
-                const cJSON *b = cJSON_GetObjectItemCaseSensitive(qc, "weight_block_size");
-                if (b && !cJSON_IsNull(b)) {
+                const cJSON *b = given(qc, "weight_block_size");
+                if (b) {
                         if (!cJSON_IsArray(b) || cJSON_GetArraySize(b) != 2 ||
                             !cJSON_IsNumber(cJSON_GetArrayItem(b, 0)) || !cJSON_IsNumber(cJSON_GetArrayItem(b, 1)))
                                 return dse__fail(c->reterr, -EBADMSG, "%s: 'weight_block_size' must be [out, in]",
@@ -272,8 +278,8 @@ static int parse_quant_object(const struct cfg *c, const cJSON *qc, const char *
 static int parse_quant(const struct cfg *c, struct dse__hf_quant *q) {
         memset(q, 0, sizeof *q);
         q->method = DSE_HF_QUANT_NONE;
-        const cJSON *qc = cJSON_GetObjectItemCaseSensitive(c->root, "quantization_config");
-        if (!qc || cJSON_IsNull(qc))
+        const cJSON *qc = given(c->root, "quantization_config");
+        if (!qc)
                 return 0;
         if (!cJSON_IsObject(qc))
                 return dse__fail(c->reterr, -EBADMSG, "%s: 'quantization_config' must be an object", c->what);

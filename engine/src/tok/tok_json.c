@@ -1,5 +1,4 @@
-/* A small JSON reader for tokenizer.json: one pass, strings decoded into one arena,
- * nodes in one array (children of a container are contiguous). Strict RFC 8259. */
+/* The engine's JSON reader (tok_json.h): strict RFC 8259. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,8 +20,12 @@ struct bj_parser {
         struct dse_diag *reterr;
 };
 
+static int bj_fail(struct bj_parser *p, int err, const char *what) {
+        return dse__fail(p->reterr, err, "JSON: %s at byte %zu", what, p->pos);
+}
+
 static int bj_error(struct bj_parser *p, const char *what) {
-        return dse__fail(p->reterr, -EBADMSG, "JSON: %s at byte %zu", what, p->pos);
+        return bj_fail(p, -EBADMSG, what);
 }
 
 /* tokenizer.json is pretty-printed: almost half of a 7.8 MB file is indentation, so
@@ -164,13 +167,13 @@ static int bj_string(struct bj_parser *p, const char **ret_str, uint32_t *ret_le
                                 uint32_t lo;
                                 if (p->pos + 6 > p->len || p->s[p->pos] != '\\' || p->s[p->pos + 1] != 'u' ||
                                     bj_hex4(p, p->pos + 2, &lo) < 0 || lo < 0xDC00 || lo > 0xDFFF)
-                                        return bj_error(p, "unpaired surrogate in \\u escape");
+                                        return bj_fail(p, -EILSEQ, "unpaired surrogate in \\u escape");
                                 p->pos += 6;
                                 cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
                         } else if (cp >= 0xDC00 && cp <= 0xDFFF) {
-                                return bj_error(p, "unpaired surrogate in \\u escape");
+                                return bj_fail(p, -EILSEQ, "unpaired surrogate in \\u escape");
                         }
-                        o += bpe_utf8_encode((int32_t)cp, o);
+                        o += dse__utf8_encode((int32_t)cp, o);
                         pos = p->pos;
                         break;
                 }
@@ -185,7 +188,7 @@ static int bj_string(struct bj_parser *p, const char **ret_str, uint32_t *ret_le
         return 0;
 }
 
-static int bj_number(struct bj_parser *p, double *ret) {
+static int bj_number(struct bj_parser *p, struct bj *ret) {
         size_t start = p->pos, i = p->pos;
         int neg = 0;
         if (i < p->len && p->s[i] == '-') {
@@ -228,9 +231,10 @@ static int bj_number(struct bj_parser *p, double *ret) {
                         i++;
         }
         size_t n = i - start;
-        if (integral && i - digits_at <= 15) { /* below 2^53: exact without strtod */
-                *ret = neg ? -(double)mag : (double)mag;
-                p->pos = i;
+        p->pos = i;
+        if (integral && i - digits_at <= 18) { /* below 10^18: fits without strtoll */
+                ret->num_kind = BJ_INT;
+                ret->i = neg ? -(int64_t)mag : (int64_t)mag;
                 return 0;
         }
         char small[64], *tmp = small;
@@ -238,10 +242,17 @@ static int bj_number(struct bj_parser *p, double *ret) {
                 return -ENOMEM;
         memcpy(tmp, p->s + start, n);
         tmp[n] = '\0';
-        *ret = strtod(tmp, NULL);
+        errno = 0;
+        long long ll = integral ? strtoll(tmp, NULL, 10) : 0;
+        if (integral && errno != ERANGE) {
+                ret->num_kind = BJ_INT;
+                ret->i = ll;
+        } else {
+                ret->num_kind = integral ? BJ_BIG_INT : BJ_FLOAT;
+                ret->num = strtod(tmp, NULL);
+        }
         if (tmp != small)
                 free(tmp);
-        p->pos = i;
         return 0;
 }
 
@@ -354,24 +365,28 @@ static int bj_value(struct bj_parser *p, int depth, const char *key, uint32_t ke
                 return bj_literal(p, "null");
         }
         if (c == '-' || (c >= '0' && c <= '9')) {
-                double d = 0;
-                if ((r = bj_number(p, &d)) < 0)
+                struct bj num = {.type = BJ_NUMBER};
+                if ((r = bj_number(p, &num)) < 0)
                         return r;
                 v = &p->stack[self];
                 v->type = BJ_NUMBER;
-                v->num = d;
+                v->num_kind = num.num_kind;
+                if (num.num_kind == BJ_INT)
+                        v->i = num.i;
+                else
+                        v->num = num.num;
                 return 0;
         }
         return bj_error(p, "unexpected character");
 }
 
-int bj_parse(const char *text, size_t len, struct bj_doc *doc, struct dse_diag *reterr) {
+int dse__bj_parse(const char *text, size_t len, struct bj_doc *doc, struct dse_diag *reterr) {
         struct bj_parser p = {.s = text, .len = len, .reterr = reterr};
         memset(doc, 0, sizeof *doc);
-        size_t valid = bpe_utf8_valid_prefix(text, len);
+        size_t valid = dse__utf8_valid_prefix(text, len);
         if (valid != len) {
                 p.pos = valid;
-                return bj_error(&p, "invalid UTF-8");
+                return bj_fail(&p, -EILSEQ, "invalid UTF-8");
         }
         /* Every value but the first follows a ',', ':' or '[' and takes a byte, so there
          * are at most len / 2 + 1 values: the stack and the node array never grow (and
@@ -379,13 +394,13 @@ int bj_parse(const char *text, size_t len, struct bj_doc *doc, struct dse_diag *
         size_t max_values = len / 2 + 2;
         p.stack_cap = p.nodes_cap = max_values;
         size_t strs_size = len + 1 + 8, nodes_size = max_values * sizeof(struct bj); /* +8: bj_string's words */
-        p.strs = bpe_map(strs_size);
-        p.stack = bpe_map(nodes_size);
-        p.nodes = bpe_map(nodes_size);
+        p.strs = dse__bpe_map(strs_size);
+        p.stack = dse__bpe_map(nodes_size);
+        p.nodes = dse__bpe_map(nodes_size);
         if (!p.strs || !p.stack || !p.nodes) {
-                bpe_unmap(p.strs, strs_size);
-                bpe_unmap(p.stack, nodes_size);
-                bpe_unmap(p.nodes, nodes_size);
+                dse__bpe_unmap(p.strs, strs_size);
+                dse__bpe_unmap(p.stack, nodes_size);
+                dse__bpe_unmap(p.nodes, nodes_size);
                 return -ENOMEM;
         }
         int r = bj_value(&p, 0, NULL, 0);
@@ -397,10 +412,10 @@ int bj_parse(const char *text, size_t len, struct bj_doc *doc, struct dse_diag *
         uint32_t root = 0;
         if (r == 0)
                 r = bj_close(&p, 1, &root);
-        bpe_unmap(p.stack, nodes_size);
+        dse__bpe_unmap(p.stack, nodes_size);
         if (r < 0) {
-                bpe_unmap(p.nodes, nodes_size);
-                bpe_unmap(p.strs, strs_size);
+                dse__bpe_unmap(p.nodes, nodes_size);
+                dse__bpe_unmap(p.strs, strs_size);
                 return r;
         }
         doc->nodes = p.nodes;
@@ -411,17 +426,17 @@ int bj_parse(const char *text, size_t len, struct bj_doc *doc, struct dse_diag *
         return 0;
 }
 
-void bj_free(struct bj_doc *doc) {
-        bpe_unmap(doc->nodes, doc->nodes_size);
-        bpe_unmap(doc->strs, doc->strs_size);
+void dse__bj_free(struct bj_doc *doc) {
+        dse__bpe_unmap(doc->nodes, doc->nodes_size);
+        dse__bpe_unmap(doc->strs, doc->strs_size);
         memset(doc, 0, sizeof *doc);
 }
 
-const struct bj *bj_root(const struct bj_doc *doc) {
+const struct bj *dse__bj_root(const struct bj_doc *doc) {
         return &doc->nodes[doc->root];
 }
 
-const struct bj *bj_get(const struct bj_doc *doc, const struct bj *v, const char *key) {
+const struct bj *dse__bj_get(const struct bj_doc *doc, const struct bj *v, const char *key) {
         if (!v || v->type != BJ_OBJECT)
                 return NULL;
         size_t klen = strlen(key);
@@ -433,13 +448,13 @@ const struct bj *bj_get(const struct bj_doc *doc, const struct bj *v, const char
         return NULL;
 }
 
-const char *bj_get_str(const struct bj_doc *doc, const struct bj *v, const char *key) {
-        const struct bj *m = bj_get(doc, v, key);
+const char *dse__bj_get_str(const struct bj_doc *doc, const struct bj *v, const char *key) {
+        const struct bj *m = dse__bj_get(doc, v, key);
         return m && m->type == BJ_STRING ? m->str : NULL;
 }
 
-int bj_get_bool(const struct bj_doc *doc, const struct bj *v, const char *key, int dflt) {
-        const struct bj *m = bj_get(doc, v, key);
+int dse__bj_get_bool(const struct bj_doc *doc, const struct bj *v, const char *key, int dflt) {
+        const struct bj *m = dse__bj_get(doc, v, key);
         if (m && m->type == BJ_TRUE)
                 return 1;
         if (m && m->type == BJ_FALSE)
