@@ -269,18 +269,6 @@ static void mla_naive(void *ctx, size_t h0, size_t h1, int ith) {
                 }
 }
 
-/* out = down(silu(gate(x)) * up(x)) for n tokens: x, out (n, hidden); gate and up in
- * one region */
-static void swiglu(struct dse_session *s, const struct dse__mlp *m, const float *x, int n, float *out) {
-        struct ds_state *st = s->arch;
-        const struct ds_weights *w = st->w;
-        int64_t D = s->hp->hidden_size, W = w->mlp_width;
-        struct dse__mm gu = {.w = &m->gate, .w_up = &m->up, .x = x, .ldx = D, .n = n, .y = st->hb, .y_up = st->hb2,
-                             .ldy = W};
-        dse__linear_group(s, &gu, 1); /* hb = silu(gate) * up */
-        dse__linear_n(s, &m->down, st->hb, W, n, out, D, NULL);
-}
-
 static void ds_forward(struct dse_session *s, const struct dse__tok *toks, int n) {
         const struct dse_hparams *hp = s->hp;
         struct ds_state *st = s->arch;
@@ -338,7 +326,7 @@ static void ds_forward(struct dse_session *s, const struct dse__tok *toks, int n
                         for (int64_t i = 0; i < n * D; i++)
                                 x[i] += st->moe_out[i];
                 } else {
-                        swiglu(s, &L->mlp, st->xb, n, st->xb2);
+                        dse__swiglu_mlp(s, &L->mlp, st->xb, n, st->hb, st->hb2, w->mlp_width, st->xb2);
                         for (int64_t i = 0; i < n * D; i++)
                                 x[i] += st->xb2[i];
                 }

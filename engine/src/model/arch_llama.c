@@ -19,9 +19,7 @@ struct llama_layer {
         struct dse_qmat wo;        /* (hidden, n_heads*head_dim) */
         float *bq, *bk, *bv, *bo;  /* biases (qwen2: q/k/v) or NULL */
         float *ffn_norm;           /* (hidden) post_attention_layernorm */
-        struct dse_qmat w_gate;    /* (intermediate, hidden) */
-        struct dse_qmat w_up;      /* (intermediate, hidden) */
-        struct dse_qmat w_down;    /* (hidden, intermediate) */
+        struct dse__mlp mlp;       /* (intermediate) wide */
 };
 
 /* The model's bindings, shared by its sessions. */
@@ -83,9 +81,7 @@ static int llama_bind(struct dse__weights *w, struct dse_diag *reterr) {
                     (r = dse__weights_layer_vector(w, l, "self_attn.v_proj.bias", lw->kv_dim, qkv_bias_optional, &L->bv,
                                                    reterr)) < 0 ||
                     (r = dse__weights_layer_vector(w, l, "self_attn.o_proj.bias", D, o_bias_optional, &L->bo, reterr)) < 0 ||
-                    (r = dse__weights_layer_matrix(w, l, "mlp.gate_proj", F, D, &L->w_gate, reterr)) < 0 ||
-                    (r = dse__weights_layer_matrix(w, l, "mlp.up_proj", F, D, &L->w_up, reterr)) < 0 ||
-                    (r = dse__weights_layer_matrix(w, l, "mlp.down_proj", D, F, &L->w_down, reterr)) < 0)
+                    (r = dse__weights_layer_mlp(w, l, "mlp", F, &L->mlp, reterr)) < 0)
                         return r;
         }
         return 0;
@@ -189,10 +185,7 @@ static void llama_forward(struct dse_session *s, const struct dse__tok *toks, in
                 /* SwiGLU MLP: down(silu(gate(x)) * up(x)), gate, up and the gate in one region */
                 for (int i = 0; i < n; i++)
                         s->k.rmsnorm(st->xb + i * D, x + i * D, L->ffn_norm, D, hp->rms_norm_eps);
-                struct dse__mm gu = {.w = &L->w_gate, .w_up = &L->w_up, .x = st->xb, .ldx = D, .n = n,
-                                     .y = st->hb, .y_up = st->hb2, .ldy = F};
-                dse__linear_group(s, &gu, 1); /* hb = silu(gate) * up */
-                dse__linear_n(s, &L->w_down, st->hb, F, n, st->xb2, D, NULL);
+                dse__swiglu_mlp(s, &L->mlp, st->xb, n, st->hb, st->hb2, F, st->xb2);
                 for (int64_t i = 0; i < n * D; i++)
                         x[i] += st->xb2[i];
         }

@@ -125,6 +125,11 @@ struct dse__mm {
  * the thread count or on the other items. */
 void dse__linear_group(struct dse_session *s, struct dse__mm *mm, int n_mm);
 
+/* A SwiGLU MLP for n tokens: out (n, hidden) = down(silu(gate x) * up x), x (n, hidden);
+ * gate and up in one grouped call into hb (n, ldh), with hb2 (n, ldh) scratch. */
+void dse__swiglu_mlp(struct dse_session *s, const struct dse__mlp *m, const float *x, int64_t n, float *hb,
+                     float *hb2, int64_t ldh, float *out);
+
 /* Whether w multiplies int8 activations in this session. */
 static inline int dse__use_xq(const struct dse_session *s, const struct dse_qmat *w) {
         return s->act == DSE_ACTIVATIONS_INT8 && s->k.matmul_xq[w->dtype] != NULL;

@@ -2,7 +2,7 @@
  * step run in one parallel region of the session's pool, their rows laid end to end and
  * cut into pieces by a cost model (weight bytes streamed plus the tokens' multiply-adds),
  * with the int8 activations each distinct input needs quantized once. dse__linear and
- * dse__linear_n are its one-product forms. */
+ * dse__linear_n are its one-product forms, dse__swiglu_mlp the MLP built on it. */
 #include <assert.h>
 #include <stdatomic.h>
 
@@ -188,4 +188,12 @@ void dse__linear_n(struct dse_session *s, const struct dse_qmat *w, const float 
 
 void dse__linear(struct dse_session *s, const struct dse_qmat *w, const float *x, float *y, const float *bias) {
         dse__linear_n(s, w, x, 0, 1, y, 0, bias);
+}
+
+void dse__swiglu_mlp(struct dse_session *s, const struct dse__mlp *m, const float *x, int64_t n, float *hb,
+                     float *hb2, int64_t ldh, float *out) {
+        int64_t D = s->hp->hidden_size;
+        struct dse__mm gu = {.w = &m->gate, .w_up = &m->up, .x = x, .ldx = D, .n = n, .y = hb, .y_up = hb2, .ldy = ldh};
+        dse__linear_group(s, &gu, 1); /* hb = silu(gate) * up */
+        dse__linear_n(s, &m->down, hb, ldh, n, out, D, NULL);
 }
