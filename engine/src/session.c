@@ -133,17 +133,15 @@ static int session_create(const struct dse_model *model, int n_ctx, struct dse_p
                 goto fail;
         }
         s->ops = s->w->ops;
-        s->max_cols = s->w->max_cols;
         if ((r = s->ops->init(s)) < 0)
                 goto fail;
-        if (!(s->xperm = dse__session_alloc(s, (size_t)DSE__MAX_STEP_TOKENS * (size_t)(s->max_cols > 0 ? s->max_cols : 1) *
-                                                       sizeof(float)))) {
+        int64_t max_cols = s->w->max_cols > 0 ? s->w->max_cols : 1;
+        if (!(s->xperm = dse__session_alloc(s, (size_t)DSE__MAX_STEP_TOKENS * (size_t)max_cols * sizeof(float)))) {
                 r = -ENOMEM;
                 goto fail;
         }
         for (int i = 0; i < DSE__LINEAR_SLOTS; i++)
-                if (!(s->xq_mem[i] = dse__session_alloc(s, dse__xq_bytes(DSE__MAX_STEP_TOKENS,
-                                                                          s->max_cols > 0 ? s->max_cols : 1)))) {
+                if (!(s->xq_mem[i] = dse__session_alloc(s, dse__xq_bytes(DSE__MAX_STEP_TOKENS, max_cols)))) {
                         r = -ENOMEM;
                         goto fail;
                 }

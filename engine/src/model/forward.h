@@ -3,10 +3,9 @@
  * share: embed_head.c, linear_group.c, moe.c). The weights are bound once per model
  * (weights.h); a session owns the kernel table, the thread pool reference, an arena for
  * activations and scratch (sized at setup, never grown) and the per-architecture
- * sequence state. The forward pass reads and
- * writes KV rows through the session's view (kv.h): a private contiguous cache for
- * dse_session_*, a sequence's block table in the paged cache for dse_batch_step
- * (batch.c), one forward pass for both. */
+ * sequence state. The forward pass reads and writes KV rows through the session's view
+ * (kv.h): a private contiguous cache for dse_session_*, a sequence's block table in the
+ * paged cache for dse_batch_step (batch.c), one forward pass for both. */
 #ifndef DSE_FORWARD_H
 #define DSE_FORWARD_H
 
@@ -64,14 +63,13 @@ struct dse_session {
         int32_t n_past;
         const struct dse__arch_ops *ops;
         void *arch;           /* the architecture's sequence state and scratch */
-        int64_t max_cols;     /* widest weight (w->max_cols) */
-        float *xperm;         /* (DSE__MAX_STEP_TOKENS, max_cols) gather buffer for permuted weights */
+        float *xperm;         /* (DSE__MAX_STEP_TOKENS, w->max_cols) gather buffer for permuted weights */
         int mla_naive;        /* DeepSeek: decompress K/V per head instead of absorbing */
         struct dse__kv_view kv; /* where the current sequence's KV rows live */
         int32_t kv_own_block; /* block table of the private cache: one block, index 0 */
         enum dse_activations act; /* what Q8/Q4 weights multiply (dse.h) */
         int n_threads;        /* of the pool, 1 without one */
-        /* DSE__LINEAR_SLOTS int8 copies of (DSE__MAX_STEP_TOKENS, max_cols) activations:
+        /* DSE__LINEAR_SLOTS int8 copies of (DSE__MAX_STEP_TOKENS, w->max_cols) activations:
          * the distinct inputs of one grouped linear call */
         void *xq_mem[DSE__LINEAR_SLOTS];
         struct dse__arena arena;

@@ -142,7 +142,7 @@ void dse__linear_group(struct dse_session *s, struct dse__mm *mm, int n_mm) {
                                         slot = (int)(mm[p].xq - xq);
                         if (slot < 0) {
                                 assert(n_xq < DSE__LINEAR_SLOTS && m->n <= DSE__MAX_STEP_TOKENS &&
-                                       m->w->cols <= s->max_cols);
+                                       m->w->cols <= s->w->max_cols);
                                 slot = n_xq++;
                                 dse__xq_init(&xq[slot], s->xq_mem[slot], m->n, m->w->cols);
                                 s->k.quantize_xq(m->x, m->ldx, &xq[slot]);
