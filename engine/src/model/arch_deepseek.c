@@ -50,7 +50,6 @@ struct ds_weights {
 /* A session's activations and scratch. */
 struct ds_state {
         const struct ds_weights *w;
-        int n_threads;
         /* activations: per token of the call (T = DSE__MAX_STEP_TOKENS) ... */
         float *x, *xb, *xb2;     /* (T, hidden) */
         float *qa;               /* (T, q_lora_rank) */
@@ -162,10 +161,9 @@ static int ds_init(struct dse_session *s) {
                 return -ENOMEM;
         s->arch = st;
         const struct ds_weights *w = st->w = s->w->arch;
-        st->n_threads = s->pool ? dse_pool_n_threads(s->pool) : 1;
         size_t n_ctx = (size_t)s->n_ctx, H = (size_t)w->H, hkv = H * (size_t)(w->nope + w->vdim);
         size_t T = DSE__MAX_STEP_TOKENS, qlr = hp->q_lora_rank > 0 ? (size_t)hp->q_lora_rank : 1;
-        size_t nth = (size_t)st->n_threads, mw = (size_t)w->mlp_width;
+        size_t nth = (size_t)s->n_threads, mw = (size_t)w->mlp_width;
 #define ALLOC(p, n) (((p) = dse__session_alloc(s, (size_t)(n) * sizeof(float))) != NULL)
         if (!ALLOC(st->x, T * D) || !ALLOC(st->xb, T * D) || !ALLOC(st->xb2, T * D) || !ALLOC(st->qa, T * qlr) ||
             !ALLOC(st->q, T * H * w->qk_dim) || !ALLOC(st->kv_a, T * w->lat_dim) ||
@@ -178,7 +176,7 @@ static int ds_init(struct dse_session *s) {
 #undef ALLOC
         if (dse__moe_scratch_init(s, &st->moe) < 0)
                 return -ENOMEM;
-        st->moe.shared_hb = st->hb; /* the shared experts are the layer's MLP */
+        st->moe.shared_hb = st->hb; /* mlp_width covers the shared experts too */
         st->moe.shared_hb2 = st->hb2;
         st->moe.shared_ld = w->mlp_width;
         return 0;

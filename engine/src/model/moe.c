@@ -193,7 +193,7 @@ void dse__moe_forward(struct dse_session *s, const struct dse__moe_layer *L, str
         for (int i = 0; i < n; i++)
                 dse__moe_route(hp, ms->router_logits + i * E, L->router_bias, ms->idx + i * K, ms->weight + i * K);
 
-        /* gather: expert e's pairs are rows moe_first[e] .. moe_first[e+1] */
+        /* gather: expert e's pairs are rows first[e] .. first[e+1] */
         int64_t j = 0;
         for (int64_t e = 0; e < E; e++) {
                 ms->first[e] = (int32_t)j;
@@ -218,7 +218,8 @@ void dse__moe_forward(struct dse_session *s, const struct dse__moe_layer *L, str
         /* the shared experts' down beside the routed experts' gate and up; out = its
          * result, as before the routed experts are added */
         if (L->has_shared)
-                mm[n_mm++] = (struct dse__mm){.w = &L->shared.down, .x = ms->shared_hb, .ldx = SW, .n = n, .y = out, .ldy = D};
+                mm[n_mm++] = (struct dse__mm){.w = &L->shared.down, .x = ms->shared_hb, .ldx = SW, .n = n, .y = out,
+                                              .ldy = D};
         for (int64_t e = 0; e < E; e++) {
                 int64_t j0 = ms->first[e], m = ms->first[e + 1] - j0;
                 if (m == 0)
