@@ -214,8 +214,10 @@ struct dse_session;
 int dse_model_vocab_size(const struct dse_model *model);
 
 /* n_ctx: positions the KV cache holds (it may exceed max_position_embeddings; the
- * memory is allocated here). pool may be NULL (single-threaded). -EINVAL,
- * -EOPNOTSUPP (architecture, dtype), -EBADMSG (a missing or misshapen tensor), -ENOMEM. */
+ * memory is allocated here). pool may be NULL (single-threaded). The model's weights were
+ * bound for the forward pass when it was opened, once for all its sessions, which only
+ * read them; a model that could not be bound fails here. -EINVAL, -EOPNOTSUPP
+ * (architecture, dtype), -EBADMSG (a missing or misshapen tensor), -ENOMEM. */
 int dse_session_new(const struct dse_model *model, int n_ctx, struct dse_pool *pool,
                     struct dse_session **ret_session, struct dse_diag *reterr);
 void dse_session_free(struct dse_session *s);

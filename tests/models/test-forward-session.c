@@ -1,6 +1,8 @@
 /* The session API's contract on real fixtures: argument checks, context overflow, token
- * range, reset, chunked evaluation through the KV cache, last-row-only output and
- * thread counts that do not divide the rows. */
+ * range, reset, chunked evaluation through the KV cache, last-row-only output, thread
+ * counts that do not divide the rows, and sessions on several threads sharing one
+ * model's weights. */
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -105,6 +107,59 @@ static void chunked_equals_whole(const char *fixture) {
 
 TEST(chunked_reset_threads_llama) { chunked_equals_whole("llama-gptq-actorder-asym"); }
 TEST(chunked_reset_threads_deepseek) { chunked_equals_whole("deepseek-v3-noaux-yarn"); }
+
+struct concurrent_eval {
+        struct dse_session *s;
+        const int32_t *ids;
+        float *out; /* (N, vocab) */
+        int r;
+};
+
+static void *eval_thread(void *arg) {
+        struct concurrent_eval *c = arg;
+        for (int rep = 0; rep < 3 && c->r >= 0; rep++) {
+                dse_session_reset(c->s);
+                c->r = dse_session_eval(c->s, c->ids, N, c->out, NULL, NULL);
+        }
+        return NULL;
+}
+
+/* The weights are bound once, when the model is opened, and every session reads them:
+ * sessions created on several threads and evaluating at the same time must give the
+ * rows one session alone gives. */
+static void concurrent_sessions_share_model(const char *fixture) {
+        enum { N_THREADS = 3 };
+        struct dse_model *m = open_fixture(fixture);
+        ASSERT_TRUE(m);
+        int V = dse_model_vocab_size(m);
+        int32_t ids[N];
+        ids_for(ids, V);
+        struct dse_diag diag = {{0}};
+        struct dse_session *alone = NULL;
+        float *want = malloc((size_t)N * V * sizeof(float));
+        ASSERT_OK(dse_session_new(m, N, NULL, &alone, &diag));
+        ASSERT_OK(dse_session_eval(alone, ids, N, want, NULL, &diag));
+        struct concurrent_eval c[N_THREADS];
+        pthread_t th[N_THREADS];
+        for (int i = 0; i < N_THREADS; i++) {
+                c[i] = (struct concurrent_eval){.ids = ids, .out = malloc((size_t)N * V * sizeof(float))};
+                ASSERT_OK(dse_session_new(m, N, NULL, &c[i].s, &diag));
+                ASSERT_EQ(pthread_create(&th[i], NULL, eval_thread, &c[i]), 0);
+        }
+        for (int i = 0; i < N_THREADS; i++) {
+                ASSERT_EQ(pthread_join(th[i], NULL), 0);
+                ASSERT_OK(c[i].r);
+                ASSERT_TRUE(memcmp(c[i].out, want, (size_t)N * V * sizeof(float)) == 0);
+                free(c[i].out);
+                dse_session_free(c[i].s);
+        }
+        free(want);
+        dse_session_free(alone);
+        dse_model_free(m);
+}
+
+TEST(concurrent_sessions_llama) { concurrent_sessions_share_model("qwen2-awq-g32"); }
+TEST(concurrent_sessions_deepseek) { concurrent_sessions_share_model("deepseek-v2-group-limited"); }
 
 TEST(kv_bytes_per_token_llama) {
         struct dse_model *m = open_fixture("llama-bf16-linear-rope");

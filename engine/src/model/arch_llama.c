@@ -2,10 +2,10 @@
  * pre-norm decoder layers of GQA attention with rotate-half RoPE and a SwiGLU MLP. Qwen2
  * adds q/k/v biases; tied models reuse the embedding matrix as the LM head.
  * Up to DSE__MAX_STEP_TOKENS tokens per call share every pass over the weights
- * (activations int8 or float32 as the session says, dse.h); K and V rows (one [k | v] row per layer and position) through
- * each token's KV view. */
+ * (activations int8 or float32 as the session says, dse.h); K and V rows (one [k | v]
+ * row per layer and position) through each token's KV view. The weights are bound once
+ * per model (llama_bind); a session holds only its activations (llama_init). */
 #include <math.h>
-#include <stdio.h>
 #include <string.h>
 
 #include "internal.h"
@@ -19,19 +19,20 @@ struct llama_layer {
         struct dse_qmat wo;        /* (hidden, n_heads*head_dim) */
         float *bq, *bk, *bv, *bo;  /* biases (qwen2: q/k/v) or NULL */
         float *ffn_norm;           /* (hidden) post_attention_layernorm */
-        struct dse_qmat w_gate;    /* (intermediate, hidden) */
-        struct dse_qmat w_up;      /* (intermediate, hidden) */
-        struct dse_qmat w_down;    /* (hidden, intermediate) */
+        struct dse__mlp mlp;       /* (intermediate) wide */
 };
 
-struct llama_state {
+/* The model's bindings, shared by its sessions. */
+struct llama_weights {
         struct llama_layer *layers; /* (n_layers) */
-        struct dse_qmat embed;      /* (vocab, hidden) */
-        struct dse_qmat lm_head;    /* (vocab, hidden); the embedding when tied */
-        float *final_norm;          /* (hidden) */
+        struct dse__embed_head eh;
         struct dse_rope rope;
         int32_t q_dim, kv_dim;      /* n_heads*head_dim, n_kv_heads*head_dim */
-        /* activations, one row per token of the call (T = DSE__MAX_STEP_TOKENS) */
+};
+
+/* A session's activations, one row per token of the call (T = DSE__MAX_STEP_TOKENS). */
+struct llama_state {
+        const struct llama_weights *w;
         float *x, *xb, *xb2;        /* (T, hidden) */
         float *q;                   /* (T, n_heads*head_dim) */
         float *k, *v;               /* (T, n_kv_heads*head_dim) before they go to the cache */
@@ -42,74 +43,62 @@ struct llama_state {
         float *att;                 /* (n_threads, n_ctx) scores, then probabilities, per thread */
 };
 
-static int layer_weight(struct dse_session *s, int l, const char *what, int64_t rows, int64_t cols,
-                        struct dse_qmat *ret, struct dse_diag *reterr) {
-        char name[DSE_TENSOR_NAME_MAX];
-        snprintf(name, sizeof name, "model.layers.%d.%s.weight", l, what);
-        return dse__session_weight(s, name, rows, cols, 0, ret, reterr);
-}
-
-static int layer_vector(struct dse_session *s, int l, const char *what, int64_t n, int optional, float **ret,
-                        struct dse_diag *reterr) {
-        char name[DSE_TENSOR_NAME_MAX];
-        snprintf(name, sizeof name, "model.layers.%d.%s", l, what);
-        return dse__session_vector(s, name, n, optional, ret, reterr);
-}
-
-static int llama_init(struct dse_session *s, struct dse_diag *reterr) {
-        const struct dse_hparams *hp = s->hp;
+static int llama_bind(struct dse__weights *w, struct dse_diag *reterr) {
+        const struct dse_hparams *hp = w->hp;
         int64_t D = hp->hidden_size, F = hp->intermediate_size, V = hp->vocab_size, hd = hp->head_dim;
         if (D <= 0 || F <= 0 || V <= 0 || hd <= 0 || hp->n_heads <= 0 || hp->n_kv_heads <= 0 ||
             hp->n_heads % hp->n_kv_heads || hp->n_layers <= 0)
                 return dse__fail(reterr, -EBADMSG, "llama: inconsistent hyper-parameters");
-        struct llama_state *st = dse__session_alloc(s, sizeof *st);
-        if (!st)
+        struct llama_weights *lw = dse__weights_alloc(w, sizeof *lw);
+        if (!lw)
                 return -ENOMEM;
-        s->arch = st;
-        st->q_dim = (int32_t)(hp->n_heads * hd);
-        st->kv_dim = (int32_t)(hp->n_kv_heads * hd);
-        int r = dse__rope_init(&st->rope, hp, (int32_t)hd, DSE_ROPE_PAIRS_HALF, reterr);
+        w->arch = lw;
+        lw->q_dim = (int32_t)(hp->n_heads * hd);
+        lw->kv_dim = (int32_t)(hp->n_kv_heads * hd);
+        int r = dse__rope_init(&lw->rope, hp, (int32_t)hd, DSE_ROPE_PAIRS_HALF, reterr);
         if (r < 0)
                 return r;
-
-        if ((r = dse__session_weight(s, "model.embed_tokens.weight", V, D, 0, &st->embed, reterr)) < 0)
-                return r;
-        if (st->embed.perm)
-                return dse__fail(reterr, -EOPNOTSUPP, "model.embed_tokens.weight: permuted columns");
-        if ((r = dse__session_weight(s, "lm_head.weight", V, D, hp->tie_word_embeddings, &st->lm_head, reterr)) < 0)
-                return r;
-        if (!st->lm_head.data) /* tie_word_embeddings */
-                st->lm_head = st->embed;
-        if ((r = dse__session_vector(s, "model.norm.weight", D, 0, &st->final_norm, reterr)) < 0)
+        if ((r = dse__embed_head_bind(w, &lw->eh, reterr)) < 0)
                 return r;
 
         /* qwen2 always has q/k/v biases; llama's attention_bias adds them and o's. */
         int qkv_bias_optional = !(hp->arch == DSE_ARCH_QWEN2 || hp->attention_bias);
         int o_bias_optional = !(hp->arch == DSE_ARCH_LLAMA && hp->attention_bias);
-        if (!(st->layers = dse__session_alloc(s, (size_t)hp->n_layers * sizeof *st->layers)))
+        if (!(lw->layers = dse__weights_alloc(w, (size_t)hp->n_layers * sizeof *lw->layers)))
                 return -ENOMEM;
         for (int l = 0; l < hp->n_layers; l++) {
-                struct llama_layer *L = &st->layers[l];
-                if ((r = layer_vector(s, l, "input_layernorm.weight", D, 0, &L->attn_norm, reterr)) < 0 ||
-                    (r = layer_vector(s, l, "post_attention_layernorm.weight", D, 0, &L->ffn_norm, reterr)) < 0 ||
-                    (r = layer_weight(s, l, "self_attn.q_proj", st->q_dim, D, &L->wq, reterr)) < 0 ||
-                    (r = layer_weight(s, l, "self_attn.k_proj", st->kv_dim, D, &L->wk, reterr)) < 0 ||
-                    (r = layer_weight(s, l, "self_attn.v_proj", st->kv_dim, D, &L->wv, reterr)) < 0 ||
-                    (r = layer_weight(s, l, "self_attn.o_proj", D, st->q_dim, &L->wo, reterr)) < 0 ||
-                    (r = layer_vector(s, l, "self_attn.q_proj.bias", st->q_dim, qkv_bias_optional, &L->bq, reterr)) < 0 ||
-                    (r = layer_vector(s, l, "self_attn.k_proj.bias", st->kv_dim, qkv_bias_optional, &L->bk, reterr)) < 0 ||
-                    (r = layer_vector(s, l, "self_attn.v_proj.bias", st->kv_dim, qkv_bias_optional, &L->bv, reterr)) < 0 ||
-                    (r = layer_vector(s, l, "self_attn.o_proj.bias", D, o_bias_optional, &L->bo, reterr)) < 0 ||
-                    (r = layer_weight(s, l, "mlp.gate_proj", F, D, &L->w_gate, reterr)) < 0 ||
-                    (r = layer_weight(s, l, "mlp.up_proj", F, D, &L->w_up, reterr)) < 0 ||
-                    (r = layer_weight(s, l, "mlp.down_proj", D, F, &L->w_down, reterr)) < 0)
+                struct llama_layer *L = &lw->layers[l];
+                if ((r = dse__weights_layer_vector(w, l, "input_layernorm.weight", D, 0, &L->attn_norm, reterr)) < 0 ||
+                    (r = dse__weights_layer_vector(w, l, "post_attention_layernorm.weight", D, 0, &L->ffn_norm, reterr)) < 0 ||
+                    (r = dse__weights_layer_matrix(w, l, "self_attn.q_proj", lw->q_dim, D, &L->wq, reterr)) < 0 ||
+                    (r = dse__weights_layer_matrix(w, l, "self_attn.k_proj", lw->kv_dim, D, &L->wk, reterr)) < 0 ||
+                    (r = dse__weights_layer_matrix(w, l, "self_attn.v_proj", lw->kv_dim, D, &L->wv, reterr)) < 0 ||
+                    (r = dse__weights_layer_matrix(w, l, "self_attn.o_proj", D, lw->q_dim, &L->wo, reterr)) < 0 ||
+                    (r = dse__weights_layer_vector(w, l, "self_attn.q_proj.bias", lw->q_dim, qkv_bias_optional, &L->bq,
+                                                   reterr)) < 0 ||
+                    (r = dse__weights_layer_vector(w, l, "self_attn.k_proj.bias", lw->kv_dim, qkv_bias_optional, &L->bk,
+                                                   reterr)) < 0 ||
+                    (r = dse__weights_layer_vector(w, l, "self_attn.v_proj.bias", lw->kv_dim, qkv_bias_optional, &L->bv,
+                                                   reterr)) < 0 ||
+                    (r = dse__weights_layer_vector(w, l, "self_attn.o_proj.bias", D, o_bias_optional, &L->bo, reterr)) < 0 ||
+                    (r = dse__weights_layer_mlp(w, l, "mlp", F, &L->mlp, reterr)) < 0)
                         return r;
         }
+        return 0;
+}
 
+static int llama_init(struct dse_session *s) {
+        const struct dse_hparams *hp = s->hp;
+        int64_t D = hp->hidden_size, F = hp->intermediate_size, V = hp->vocab_size, hd = hp->head_dim;
+        struct llama_state *st = dse__session_alloc(s, sizeof *st);
+        if (!st)
+                return -ENOMEM;
+        s->arch = st;
+        st->w = s->w->arch;
         size_t T = DSE__MAX_STEP_TOKENS;
 #define ALLOC(p, n) (((p) = dse__session_alloc(s, (size_t)(n) * sizeof(float))) != NULL)
-        if (!ALLOC(st->x, T * D) || !ALLOC(st->xb, T * D) || !ALLOC(st->xb2, T * D) || !ALLOC(st->q, T * st->q_dim) ||
-            !ALLOC(st->k, T * st->kv_dim) || !ALLOC(st->v, T * st->kv_dim) || !ALLOC(st->att_out, T * st->q_dim) ||
+        if (!ALLOC(st->x, T * D) || !ALLOC(st->xb, T * D) || !ALLOC(st->xb2, T * D) || !ALLOC(st->q, T * st->w->q_dim) ||
+            !ALLOC(st->k, T * st->w->kv_dim) || !ALLOC(st->v, T * st->w->kv_dim) || !ALLOC(st->att_out, T * st->w->q_dim) ||
             !ALLOC(st->hb, T * F) || !ALLOC(st->hb2, T * F) || !ALLOC(st->cos, T * hd / 2) ||
             !ALLOC(st->sin, T * hd / 2) || !ALLOC(st->logits, T * V) ||
             !ALLOC(st->att, (size_t)s->n_threads * (size_t)s->n_ctx))
@@ -134,7 +123,7 @@ static void attn_heads(void *ctx, size_t h0, size_t h1, int ith) {
         struct dse_session *s = j->s;
         const struct dse_hparams *hp = s->hp;
         struct llama_state *st = s->arch;
-        int32_t hd = hp->head_dim, group = hp->n_heads / hp->n_kv_heads;
+        int32_t hd = hp->head_dim, group = hp->n_heads / hp->n_kv_heads, qd = st->w->q_dim, kvd = st->w->kv_dim;
         float scale = 1.0f / sqrtf((float)hd);
         float *att = st->att + (size_t)ith * (size_t)s->n_ctx; /* (T) this thread's */
         for (size_t h = h0; h < h1; h++) {
@@ -142,10 +131,10 @@ static void attn_heads(void *ctx, size_t h0, size_t h1, int ith) {
                 for (int i = 0; i < j->n; i++) {
                         const struct dse__kv_view *kv = j->toks[i].kv;
                         int32_t T = j->toks[i].pos + 1;
-                        const float *q = st->q + (size_t)i * st->q_dim + h * hd; /* (head_dim) */
-                        float *out = st->att_out + (size_t)i * st->q_dim + h * hd; /* (head_dim) */
+                        const float *q = st->q + (size_t)i * qd + h * hd; /* (head_dim) */
+                        float *out = st->att_out + (size_t)i * qd + h * hd; /* (head_dim) */
                         /* rows [k (kv_dim) | v (kv_dim)] */
-                        dse__attend(s, kv, j->l, T, q, (int64_t)kvo, hd, scale, st->kv_dim + (int64_t)kvo, hd, att, out);
+                        dse__attend(s, kv, j->l, T, q, (int64_t)kvo, hd, scale, kvd + (int64_t)kvo, hd, att, out);
                 }
         }
 }
@@ -153,17 +142,17 @@ static void attn_heads(void *ctx, size_t h0, size_t h1, int ith) {
 static void llama_forward(struct dse_session *s, const struct dse__tok *toks, int n) {
         const struct dse_hparams *hp = s->hp;
         struct llama_state *st = s->arch;
-        int64_t D = hp->hidden_size, F = hp->intermediate_size, V = hp->vocab_size;
-        int32_t hd = hp->head_dim, qd = st->q_dim, kvd = st->kv_dim;
+        const struct llama_weights *w = st->w;
+        int64_t D = hp->hidden_size, F = hp->intermediate_size;
+        int32_t hd = hp->head_dim, qd = w->q_dim, kvd = w->kv_dim;
         float *x = st->x; /* (n, hidden) residual streams */
 
-        for (int i = 0; i < n; i++) {
-                s->k.dequant_row(&st->embed, toks[i].token, x + i * D);
-                dse__rope_angles(&st->rope, toks[i].pos, st->cos + i * hd / 2, st->sin + i * hd / 2);
-        }
+        dse__embed_tokens(s, &w->eh, toks, n, x);
+        for (int i = 0; i < n; i++)
+                dse__rope_angles(&w->rope, toks[i].pos, st->cos + i * hd / 2, st->sin + i * hd / 2);
 
         for (int l = 0; l < hp->n_layers; l++) {
-                const struct llama_layer *L = &st->layers[l];
+                const struct llama_layer *L = &w->layers[l];
 
                 /* attention: q, k, v projections (one region, x quantized once), RoPE on q
                  * and k, cache k and v */
@@ -178,9 +167,9 @@ static void llama_forward(struct dse_session *s, const struct dse__tok *toks, in
                 for (int i = 0; i < n; i++) {
                         const float *cos = st->cos + i * hd / 2, *sin = st->sin + i * hd / 2;
                         for (int h = 0; h < hp->n_heads; h++)
-                                dse__rope_apply(&st->rope, st->q + (size_t)i * qd + (size_t)h * hd, cos, sin);
+                                dse__rope_apply(&w->rope, st->q + (size_t)i * qd + (size_t)h * hd, cos, sin);
                         for (int h = 0; h < hp->n_kv_heads; h++)
-                                dse__rope_apply(&st->rope, st->k + (size_t)i * kvd + (size_t)h * hd, cos, sin);
+                                dse__rope_apply(&w->rope, st->k + (size_t)i * kvd + (size_t)h * hd, cos, sin);
                         float *row = dse__kv_row(toks[i].kv, l, toks[i].pos); /* [k | v] */
                         memcpy(row, st->k + (size_t)i * kvd, (size_t)kvd * sizeof(float));
                         memcpy(row + kvd, st->v + (size_t)i * kvd, (size_t)kvd * sizeof(float));
@@ -196,33 +185,21 @@ static void llama_forward(struct dse_session *s, const struct dse__tok *toks, in
                 /* SwiGLU MLP: down(silu(gate(x)) * up(x)), gate, up and the gate in one region */
                 for (int i = 0; i < n; i++)
                         s->k.rmsnorm(st->xb + i * D, x + i * D, L->ffn_norm, D, hp->rms_norm_eps);
-                struct dse__mm gu = {.w = &L->w_gate, .w_up = &L->w_up, .x = st->xb, .ldx = D, .n = n,
-                                     .y = st->hb, .y_up = st->hb2, .ldy = F};
-                dse__linear_group(s, &gu, 1); /* hb = silu(gate) * up */
-                dse__linear_n(s, &L->w_down, st->hb, F, n, st->xb2, D, NULL);
+                dse__swiglu_mlp(s, &L->mlp, st->xb, n, st->hb, st->hb2, F, st->xb2);
                 for (int64_t i = 0; i < n * D; i++)
                         x[i] += st->xb2[i];
         }
 
-        /* LM head over the tokens that want logits, in one pass */
-        int m = 0;
-        for (int i = 0; i < n; i++)
-                if (toks[i].logits)
-                        s->k.rmsnorm(st->xb + (m++) * D, x + i * D, st->final_norm, D, hp->rms_norm_eps);
-        if (m == 0)
-                return;
-        dse__linear_n(s, &st->lm_head, st->xb, D, m, st->logits, V, NULL);
-        for (int i = 0, k = 0; i < n; i++)
-                if (toks[i].logits)
-                        memcpy(toks[i].logits, st->logits + (k++) * V, (size_t)V * sizeof(float));
+        dse__lm_head(s, &w->eh, toks, n, x, st->xb, st->logits);
 }
 
 static size_t llama_kv_bytes_per_token(const struct dse_session *s) {
         const struct llama_state *st = s->arch;
-        return 2 * (size_t)s->hp->n_layers * (size_t)st->kv_dim * sizeof(float);
+        return 2 * (size_t)s->hp->n_layers * (size_t)st->w->kv_dim * sizeof(float);
 }
 
 const struct dse__arch_ops dse__arch_llama = {
+        .bind = llama_bind,
         .init = llama_init,
         .forward = llama_forward,
         .kv_bytes_per_token = llama_kv_bytes_per_token,

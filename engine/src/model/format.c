@@ -16,6 +16,7 @@
 
 #include "../internal.h"
 #include "format.h"
+#include "weights.h"
 
 _Static_assert(sizeof(enum dse_arch) == 4 && sizeof(enum dse_rope_type) == 4 && sizeof(enum dse_moe_topk) == 4 &&
                        sizeof(enum dse_moe_scoring) == 4,
@@ -673,6 +674,7 @@ struct dse_model {
         struct dse_tensor *tensors; /* sorted by name */
         uint32_t *crcs;
         size_t n;
+        struct dse__weights *weights; /* bound at open, read-only after */
 };
 
 void dse_model_free(struct dse_model *model) {
@@ -680,6 +682,7 @@ void dse_model_free(struct dse_model *model) {
                 return;
         if (model->map)
                 munmap(model->map, model->map_size);
+        dse__weights_free(model->weights);
         free(model->tensors);
         free(model->crcs);
         free(model->what);
@@ -719,12 +722,9 @@ static int model_map(int fd, const char *what, unsigned flags, struct dse_model 
          * then come in 2 MiB folios, mapped by one TLB entry each (a file's pages already
          * cached in small folios stay small; dse_model_convert_hf drops its output from the
          * cache for that reason). The batch-1 decode streams the weights and, for MoE,
-         * jumps between experts: with 4 KiB pages it pays page walks the read probe mostly
-         * does not. Measured, 2 threads, alternated (bench/RESULTS.md, "2 MiB pages for the
-         * file mapping"), of the paired read probe: V2-Lite 8 layers int4 0.64-0.70 ->
-         * 0.92-0.95, 27 layers 0.51-0.58 -> 0.83; Qwen 1.5B int4 0.78-0.80 -> 0.80-0.84.
-         * A hugetlb memfd has such pages already; a kernel without file THP refuses or
-         * ignores the advice, which only costs speed. */
+         * jumps between experts: with 4 KiB pages it pays page walks that a plain read of
+         * the same bytes mostly does not. A hugetlb memfd has such pages already; a kernel
+         * without file THP refuses or ignores the advice, which only costs speed. */
         (void)madvise(m->map, m->map_size, MADV_HUGEPAGE);
         uint64_t data_off = rd64(m->map + H_DATA_OFFSET);
         size_t meta = data_off <= size ? (size_t)data_off : (size_t)size;
@@ -752,6 +752,8 @@ static int model_map(int fd, const char *what, unsigned flags, struct dse_model 
                         (void)sink;
                 }
         }
+        if ((r = dse__weights_bind(m, &m->weights, reterr)) < 0)
+                goto fail;
         *ret_model = m;
         return 0;
 fail:
@@ -856,6 +858,10 @@ int dse_model_tokenizer(const struct dse_model *model, struct dse_tokenizer **re
 
 const struct dse_hparams *dse__model_hparams(const struct dse_model *model) {
         return &model->hp;
+}
+
+const struct dse__weights *dse__model_weights(const struct dse_model *model) {
+        return model->weights;
 }
 
 static int cmp_tensor_name(const void *a, const void *b) {

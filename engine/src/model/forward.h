@@ -1,23 +1,25 @@
 /* The seam between sessions (session.c) and the architectures' forward passes
- * (arch_llama.c: llama + qwen2, arch_deepseek.c: deepseek_v2 + v3). A session owns the
- * kernel table, the thread pool reference, an arena for activations and scratch (sized
- * at setup, never grown) and the per-architecture state. The forward pass reads and
- * writes KV rows through the session's view (kv.h): a private contiguous cache for
- * dse_session_*, a sequence's block table in the paged cache for dse_batch_step
- * (batch.c), one forward pass for both. */
+ * (arch_llama.c: llama + qwen2, arch_deepseek.c: deepseek_v2 + v3, with the pieces they
+ * share: embed_head.c, linear_group.c, moe.c). The weights are bound once per model
+ * (weights.h); a session owns the kernel table, the thread pool reference, an arena for
+ * activations and scratch (sized at setup, never grown) and the per-architecture
+ * sequence state. The forward pass reads and writes KV rows through the session's view
+ * (kv.h): a private contiguous cache for dse_session_*, a sequence's block table in the
+ * paged cache for dse_batch_step (batch.c), one forward pass for both. */
 #ifndef DSE_FORWARD_H
 #define DSE_FORWARD_H
 
 #include "kernels/kernels.h"
 #include "kv.h"
 #include "model/model.h"
+#include "model/weights.h"
 
 struct dse_session;
 
 /* Most tokens one forward call carries (the activations are sized for it). Prefill runs
  * in calls of this many tokens, and the AMX matmul_xq decodes a Q4 weight block into int8
- * once per call for all its 16-token blocks: at 32 tokens that decode was a third of
- * prefill's kernel time. */
+ * once per call for all its 16-token blocks, so a smaller call pays that decode more
+ * often. */
 #define DSE__MAX_STEP_TOKENS 128
 
 /* Distinct float inputs one dse__linear_group call may quantize. */
@@ -32,9 +34,12 @@ struct dse__tok {
 };
 
 struct dse__arch_ops {
-        /* Looks up and checks the weights, allocates state and scratch for s->n_ctx
-         * positions from the session arena; stores its state in s->arch. */
-        int (*init)(struct dse_session *s, struct dse_diag *reterr);
+        /* Once per model, when it is opened: checks the hyper-parameters, looks up and
+         * checks every weight and stores the bindings in w->arch (from w's arena). */
+        int (*bind)(struct dse__weights *w, struct dse_diag *reterr);
+        /* Allocates a session's state and scratch for s->n_ctx positions from the session
+         * arena (-ENOMEM); stores it in s->arch. The bindings are s->w->arch, read-only. */
+        int (*init)(struct dse_session *s);
         /* n tokens (1 <= n <= DSE__MAX_STEP_TOKENS), of one or several sequences, a
          * sequence's tokens in position order. Every weight matrix is read once for all
          * n (the kernels' matmul); each token writes its KV row at pos through its view
@@ -48,29 +53,26 @@ struct dse__arch_ops {
 extern const struct dse__arch_ops dse__arch_llama;    /* llama, qwen2 */
 extern const struct dse__arch_ops dse__arch_deepseek; /* deepseek_v2, deepseek_v3 */
 
-struct dse__arena_chunk;
-
 struct dse_session {
         const struct dse_model *model;
         const struct dse_hparams *hp;
+        const struct dse__weights *w; /* the model's, shared with its other sessions */
         struct dse_pool *pool; /* may be NULL: single-threaded */
         struct dse_kernels k;
         int32_t n_ctx;
         int32_t n_past;
         const struct dse__arch_ops *ops;
-        void *arch;
-        int64_t max_cols;     /* widest weight seen by dse__session_weight */
-        float *xperm;         /* (DSE__MAX_STEP_TOKENS, max_cols) gather buffer for permuted weights */
+        void *arch;           /* the architecture's sequence state and scratch */
+        float *xperm;         /* (DSE__MAX_STEP_TOKENS, w->max_cols) gather buffer for permuted weights */
         int mla_naive;        /* DeepSeek: decompress K/V per head instead of absorbing */
         struct dse__kv_view kv; /* where the current sequence's KV rows live */
         int32_t kv_own_block; /* block table of the private cache: one block, index 0 */
         enum dse_activations act; /* what Q8/Q4 weights multiply (dse.h) */
         int n_threads;        /* of the pool, 1 without one */
-        /* DSE__LINEAR_SLOTS int8 copies of (DSE__MAX_STEP_TOKENS, max_cols) activations:
+        /* DSE__LINEAR_SLOTS int8 copies of (DSE__MAX_STEP_TOKENS, w->max_cols) activations:
          * the distinct inputs of one grouped linear call */
         void *xq_mem[DSE__LINEAR_SLOTS];
-        struct dse__arena_chunk *arena;
-        size_t arena_bytes;
+        struct dse__arena arena;
 };
 
 /* A session without a private KV cache, for dse_batch_step: the caller points s->kv at a
@@ -81,16 +83,7 @@ int dse__session_new_paged(const struct dse_model *model, int n_ctx, struct dse_
 /* Zeroed, 64-byte aligned memory that lives as long as the session; NULL on ENOMEM. */
 void *dse__session_alloc(struct dse_session *s, size_t bytes);
 
-/* Looks up weight `name`, checks its logical shape is [rows, cols] and its auxiliary
- * tensors ("<name>.scale", ".zero", ".perm") against its dtype, and fills *ret.
- * optional: a missing tensor leaves ret->data NULL and returns 0. */
-int dse__session_weight(struct dse_session *s, const char *name, int64_t rows, int64_t cols, int optional,
-                        struct dse_qmat *ret, struct dse_diag *reterr);
-
-/* A 1-D tensor (norm weight, bias, router bias) of n elements in F32/F16/BF16, converted
- * to float32 into the arena. optional: a missing tensor gives *ret = NULL. */
-int dse__session_vector(struct dse_session *s, const char *name, int64_t n, int optional, float **ret,
-                        struct dse_diag *reterr);
+/* ---- linear layers (linear_group.c) ---- */
 
 /* y = W x (+ bias when non-NULL), rows split over the pool. x (cols), y (rows); x is
  * gathered through W's perm first when it has one. */
@@ -130,6 +123,11 @@ struct dse__mm {
  * the thread count or on the other items. */
 void dse__linear_group(struct dse_session *s, struct dse__mm *mm, int n_mm);
 
+/* A SwiGLU MLP for n tokens: out (n, hidden) = down(silu(gate x) * up x), x (n, hidden);
+ * gate and up in one grouped call into hb (n, ldh), with hb2 (n, ldh) scratch. */
+void dse__swiglu_mlp(struct dse_session *s, const struct dse__mlp *m, const float *x, int64_t n, float *hb,
+                     float *hb2, int64_t ldh, float *out);
+
 /* Whether w multiplies int8 activations in this session. */
 static inline int dse__use_xq(const struct dse_session *s, const struct dse_qmat *w) {
         return s->act == DSE_ACTIVATIONS_INT8 && s->k.matmul_xq[w->dtype] != NULL;
@@ -145,7 +143,28 @@ void dse__parallel(struct dse_session *s, size_t n, dse_pool_range_fn fn, void *
 void dse__attend(const struct dse_session *s, const struct dse__kv_view *kv, int l, int32_t T, const float *q,
                  int64_t k_off, int64_t k_len, float scale, int64_t v_off, int64_t v_len, float *att, float *out);
 
-/* ---- DeepSeek MoE routing (moe.c) ---- */
+/* ---- token embedding and LM head (embed_head.c) ---- */
+
+struct dse__embed_head {
+        struct dse_qmat embed;   /* (vocab, hidden) model.embed_tokens */
+        struct dse_qmat lm_head; /* (vocab, hidden); the embedding when tied */
+        float *final_norm;       /* (hidden) model.norm */
+};
+
+/* Binds the embedding, LM head and final norm. */
+int dse__embed_head_bind(struct dse__weights *w, struct dse__embed_head *ret, struct dse_diag *reterr);
+
+/* x (n, hidden) = the embeddings of the call's tokens. */
+void dse__embed_tokens(const struct dse_session *s, const struct dse__embed_head *eh, const struct dse__tok *toks,
+                       int n, float *x);
+
+/* Logits of the tokens that want them, in one pass over the LM head: final norm of
+ * their rows of x (n, hidden) into xb, the LM head into logits (n, vocab) scratch, each
+ * copied to its token's logits. */
+void dse__lm_head(struct dse_session *s, const struct dse__embed_head *eh, const struct dse__tok *toks, int n,
+                  const float *x, float *xb, float *logits);
+
+/* ---- the DeepSeek MoE layer: routing, gather, expert dispatch, combine (moe.c) ---- */
 
 #define DSE_MOE_MAX_EXPERTS 1024
 
@@ -157,6 +176,46 @@ int dse__moe_check(const struct dse_hparams *hp, struct dse_diag *reterr);
  * combination weights. hp must have passed dse__moe_check. */
 void dse__moe_route(const struct dse_hparams *hp, const float *logits, const float *bias, int32_t *ret_idx,
                     float *ret_w);
+
+/* One MoE layer's weights. */
+struct dse__moe_layer {
+        struct dse_qmat router;  /* (n_experts, hidden) mlp.gate.weight */
+        float *router_bias;      /* (n_experts) V3 e_score_correction_bias, else NULL */
+        int has_shared;
+        struct dse__mlp shared;  /* (moe_inter * n_shared) wide shared experts */
+        struct dse__mlp *experts; /* (n_experts) each (moe_inter) wide */
+};
+
+/* A session's MoE scratch: the (token, k) pairs gathered expert by expert
+ * (T = DSE__MAX_STEP_TOKENS, K = n_experts_per_tok). */
+struct dse__moe_scratch {
+        float *router_logits;    /* (T, n_experts) */
+        int32_t *idx;            /* (T, K) chosen experts */
+        float *weight;           /* (T, K) their weights */
+        int32_t *pos;            /* (T, K) where pair (t, k) sits in the gathered order */
+        int32_t *first;          /* (n_experts + 1) each expert's first gathered row */
+        float *in;               /* (T*K, hidden) gathered inputs */
+        float *hb, *hb2;         /* (T*K, moe_inter) gathered gate/up outputs */
+        float *eo;               /* (T*K, hidden) gathered expert outputs */
+        void *xq_in;             /* int8 copies of in ... */
+        void *xq_hb;             /* ... and of hb */
+        struct dse__mm *mm;      /* (2 * (n_experts + 1)) one grouped call's items */
+        struct dse_xq *sub;      /* (n_experts) each expert's rows of the int8 copies */
+        float *shared_hb, *shared_hb2; /* (T, shared_ld) the shared experts' gate/up outputs */
+        int64_t shared_ld;
+};
+
+/* Binds layer l's router, shared and routed experts; *ret_width is the widest of them. */
+int dse__moe_bind(struct dse__weights *w, int l, struct dse__moe_layer *ret, int64_t *ret_width,
+                  struct dse_diag *reterr);
+
+/* Allocates the scratch from the session arena; shared_hb, shared_hb2 and shared_ld are
+ * the caller's to set (its MLP buffers serve). */
+int dse__moe_scratch_init(struct dse_session *s, struct dse__moe_scratch *ret);
+
+/* Routed plus shared experts of one MoE layer for n tokens: x, out (n, hidden). */
+void dse__moe_forward(struct dse_session *s, const struct dse__moe_layer *L, struct dse__moe_scratch *ms,
+                      const float *x, int n, float *out);
 
 /* Enables the naive (decompressed) MLA attention; for the absorbed-vs-naive test. */
 void dse__session_set_mla_naive(struct dse_session *s, int on);

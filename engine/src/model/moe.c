@@ -1,6 +1,11 @@
-/* DeepSeek MoE routing (DeepSeek-V2/V3 modeling_deepseek.py MoEGate; fixtures README
- * "Semantics followed"): scores, expert choice and combination weights for one token. */
+/* The DeepSeek MoE layer (DeepSeek-V2/V3 modeling_deepseek.py DeepseekMoE): routing
+ * (MoEGate; fixtures README "Semantics followed": scores, expert choice and combination
+ * weights for one token), then for a call's tokens the gather of (token, expert) pairs
+ * expert by expert, the experts' SwiGLU MLPs beside the shared experts, and the weighted
+ * combine. */
 #include <math.h>
+#include <stdio.h>
+#include <string.h>
 
 #include "internal.h"
 #include "model/forward.h"
@@ -105,4 +110,146 @@ void dse__moe_route(const struct dse_hparams *hp, const float *logits, const flo
                 if (hp->arch == DSE_ARCH_DEEPSEEK_V3 || !renorm)
                         ret_w[k] *= hp->routed_scaling_factor;
         }
+}
+
+int dse__moe_bind(struct dse__weights *w, int l, struct dse__moe_layer *ret, int64_t *ret_width,
+                  struct dse_diag *reterr) {
+        const struct dse_hparams *hp = w->hp;
+        int64_t D = hp->hidden_size, E = hp->n_routed_experts, W = hp->moe_intermediate_size, width = W;
+        int r;
+        if (W <= 0)
+                return dse__fail(reterr, -EBADMSG, "deepseek: moe_intermediate_size %lld", (long long)W);
+        if ((r = dse__weights_layer_matrix(w, l, "mlp.gate", E, D, &ret->router, reterr)) < 0 ||
+            (r = dse__weights_layer_vector(w, l, "mlp.gate.e_score_correction_bias", E,
+                                           hp->topk_method != DSE_MOE_NOAUX_TC, &ret->router_bias, reterr)) < 0)
+                return r;
+        if (hp->n_shared_experts > 0) {
+                int64_t SW = W * hp->n_shared_experts;
+                if ((r = dse__weights_layer_mlp(w, l, "mlp.shared_experts", SW, &ret->shared, reterr)) < 0)
+                        return r;
+                ret->has_shared = 1;
+                width = SW > width ? SW : width;
+        }
+        if (!(ret->experts = dse__weights_alloc(w, (size_t)E * sizeof *ret->experts)))
+                return -ENOMEM;
+        for (int e = 0; e < E; e++) {
+                char prefix[48];
+                snprintf(prefix, sizeof prefix, "mlp.experts.%d", e);
+                if ((r = dse__weights_layer_mlp(w, l, prefix, W, &ret->experts[e], reterr)) < 0)
+                        return r;
+        }
+        *ret_width = width;
+        return 0;
+}
+
+int dse__moe_scratch_init(struct dse_session *s, struct dse__moe_scratch *ret) {
+        const struct dse_hparams *hp = s->hp;
+        size_t T = DSE__MAX_STEP_TOKENS, D = (size_t)hp->hidden_size;
+        size_t n_exp = hp->n_routed_experts > 0 ? (size_t)hp->n_routed_experts : 1;
+        size_t n_k = hp->n_experts_per_tok > 0 ? (size_t)hp->n_experts_per_tok : 1;
+        size_t mw = hp->moe_intermediate_size > 0 ? (size_t)hp->moe_intermediate_size : 1;
+#define ALLOC(p, n) (((p) = dse__session_alloc(s, (size_t)(n) * sizeof *(p))) != NULL)
+        if (!ALLOC(ret->router_logits, T * n_exp) || !ALLOC(ret->weight, T * n_k) || !ALLOC(ret->in, T * n_k * D) ||
+            !ALLOC(ret->hb, T * n_k * mw) || !ALLOC(ret->hb2, T * n_k * mw) || !ALLOC(ret->eo, T * n_k * D) ||
+            !ALLOC(ret->idx, T * n_k) || !ALLOC(ret->pos, T * n_k) || !ALLOC(ret->first, n_exp + 1) ||
+            !(ret->xq_in = dse__session_alloc(s, dse__xq_bytes((int64_t)(T * n_k), (int64_t)D))) ||
+            !(ret->xq_hb = dse__session_alloc(s, dse__xq_bytes((int64_t)(T * n_k), (int64_t)mw))) ||
+            !ALLOC(ret->mm, 2 * (n_exp + 1)) || !ALLOC(ret->sub, n_exp))
+                return -ENOMEM;
+#undef ALLOC
+        return 0;
+}
+
+/* Rows [j0, j0 + m) of a quantized buffer of n rows, as its own dse_xq. */
+static struct dse_xq xq_rows(const struct dse_xq *all, int64_t j0, int64_t m) {
+        struct dse_xq v = *all;
+        v.n = m;
+        v.q = all->q + j0 * all->n_blocks * DSE_XQ_BLOCK;
+        v.d = all->d + j0 * all->n_blocks;
+        return v;
+}
+
+/* Routed experts plus shared experts of one MoE layer for n tokens: out (n, hidden).
+ * The (token, k) pairs are gathered expert by expert, so each expert's weights are read
+ * once for all the tokens routed to it, and the whole layer takes three parallel regions
+ * whatever the number of experts touched: the router with the shared experts' gate and up
+ * (the router alone is a region of few short rows, nearly all wake-up and join), then the
+ * routed experts' gate, up and SwiGLU with the shared experts' down, then the routed downs.
+ * Each token still adds its experts' outputs in its top-k order after the shared
+ * experts', so the result is the token-by-token one exactly. */
+void dse__moe_forward(struct dse_session *s, const struct dse__moe_layer *L, struct dse__moe_scratch *ms,
+                      const float *x, int n, float *out) {
+        const struct dse_hparams *hp = s->hp;
+        int64_t D = hp->hidden_size, E = hp->n_routed_experts, K = hp->n_experts_per_tok, NK = n * K;
+        int64_t W = hp->moe_intermediate_size, SW = ms->shared_ld;
+        /* the router and the shared experts' gate and up read the same x: one region */
+        struct dse__mm *mm = ms->mm;
+        int n_mm = 0;
+        mm[n_mm++] = (struct dse__mm){.w = &L->router, .x = x, .ldx = D, .n = n, .y = ms->router_logits, .ldy = E};
+        if (L->has_shared)
+                mm[n_mm++] = (struct dse__mm){.w = &L->shared.gate, .w_up = &L->shared.up, .x = x, .ldx = D, .n = n,
+                                              .y = ms->shared_hb, .y_up = ms->shared_hb2, .ldy = SW};
+        dse__linear_group(s, mm, n_mm); /* router_logits (n, n_experts); hb = silu(gate) * up */
+        for (int i = 0; i < n; i++)
+                dse__moe_route(hp, ms->router_logits + i * E, L->router_bias, ms->idx + i * K, ms->weight + i * K);
+
+        /* gather: expert e's pairs are rows first[e] .. first[e+1] */
+        int64_t j = 0;
+        for (int64_t e = 0; e < E; e++) {
+                ms->first[e] = (int32_t)j;
+                for (int64_t ik = 0; ik < NK; ik++)
+                        if (ms->idx[ik] == e) {
+                                ms->pos[ik] = (int32_t)j;
+                                memcpy(ms->in + j * D, x + (ik / K) * D, (size_t)D * sizeof(float));
+                                j++;
+                        }
+        }
+        ms->first[E] = (int32_t)j;
+        /* int8 copies of the gathered inputs, offered to every expert (an expert whose
+         * weights have no int8 path, or a column permutation, takes the float rows) */
+        int xq = s->act == DSE_ACTIVATIONS_INT8;
+        struct dse_xq xin, xhb, *sub_in = ms->sub;
+        if (xq) {
+                dse__xq_init(&xin, ms->xq_in, NK, D);
+                s->k.quantize_xq(ms->in, D, &xin);
+        }
+
+        n_mm = 0;
+        /* the shared experts' down beside the routed experts' gate and up; out = its
+         * result, as before the routed experts are added */
+        if (L->has_shared)
+                mm[n_mm++] = (struct dse__mm){.w = &L->shared.down, .x = ms->shared_hb, .ldx = SW, .n = n, .y = out,
+                                              .ldy = D};
+        for (int64_t e = 0; e < E; e++) {
+                int64_t j0 = ms->first[e], m = ms->first[e + 1] - j0;
+                if (m == 0)
+                        continue;
+                const struct dse__mlp *ex = &L->experts[e];
+                if (xq)
+                        sub_in[e] = xq_rows(&xin, j0, m);
+                mm[n_mm++] = (struct dse__mm){.w = &ex->gate, .w_up = &ex->up, .x = ms->in + j0 * D, .ldx = D,
+                                              .n = m, .y = ms->hb + j0 * W, .y_up = ms->hb2 + j0 * W,
+                                              .ldy = W, .xq = xq ? &sub_in[e] : NULL};
+        }
+        dse__linear_group(s, mm, n_mm);
+
+        if (xq) {
+                dse__xq_init(&xhb, ms->xq_hb, NK, W);
+                s->k.quantize_xq(ms->hb, W, &xhb);
+        }
+        n_mm = 0;
+        for (int64_t e = 0; e < E; e++) {
+                int64_t j0 = ms->first[e], m = ms->first[e + 1] - j0;
+                if (m == 0)
+                        continue;
+                if (xq)
+                        sub_in[e] = xq_rows(&xhb, j0, m);
+                mm[n_mm++] = (struct dse__mm){.w = &L->experts[e].down, .x = ms->hb + j0 * W, .ldx = W, .n = m,
+                                              .y = ms->eo + j0 * D, .ldy = D, .xq = xq ? &sub_in[e] : NULL};
+        }
+        dse__linear_group(s, mm, n_mm);
+        if (!L->has_shared)
+                memset(out, 0, (size_t)(n * D) * sizeof(float));
+        for (int64_t ik = 0; ik < NK; ik++)
+                s->k.axpy(ms->weight[ik], ms->eo + (int64_t)ms->pos[ik] * D, out + (ik / K) * D, D);
 }
