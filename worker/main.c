@@ -138,8 +138,8 @@ int main(int argc, char **argv) {
         wlog_set_instance(cfg.instance);
         /* The AMX kernels and the VNNI 8-token layout sum int8 block products in another
          * float order than the 4-token VNNI blocks and take over from 5-16 tokens per call, so a request's logits would depend
-         * on what it is batched with. Serving promises that they do not (issue 6: alone or
-         * in a batch of 8, the same tokens), so AMX is opt-in here. An operator's own
+         * on what it is batched with. Serving promises that they do not (alone or in a
+         * batch of 8, the same tokens), so AMX is opt-in here. An operator's own
          * DSV_NO_AMX wins; the engine reads it when the kernel table is resolved. */
         if (!cfg.allow_amx && setenv("DSV_NO_AMX", "1", 0) < 0) {
                 wlog(3, "Failed to set DSV_NO_AMX: %s", strerror(errno));

@@ -68,10 +68,9 @@ int worker_engine_load(const struct worker_config *cfg, struct worker_engine *e)
         }
         uint64_t huge, total;
         if (dse_model_huge_bytes(e->model, &huge, &total) == 0 && total) {
-                /* A file mapped in 4 KiB pages cost a MoE model a third to a half of its
-                 * decode speed; a memfd image in them costs page tables, about 2 MiB per GB
-                 * in every worker (bench/RESULTS.md, "2 MiB pages for the file mapping",
-                 * "The shmem weight image in 2 MiB pages") */
+                /* A MoE model's decode reads scattered experts, so 4 KiB pages cost it many
+                 * TLB misses; a memfd image in 4 KiB pages also costs page tables in every
+                 * worker. */
                 double pct = 100.0 * (double)huge / (double)total;
                 if (huge * 2 >= total)
                         wlog(6, "%.0f%% of the weights mapped in 2 MiB pages", pct);

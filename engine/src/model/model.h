@@ -128,7 +128,7 @@ struct dse_hparams {
  * activations, and the 4 loads of a 32-column block add into the same lanes, so a block
  * costs one conversion to float per 16 rows instead of one per row and 64 bytes. A matrix
  * stored row-major paid that per row; its decode was bound by those instructions, not by
- * memory (bench/RESULTS.md, "Q4 rows interleaved"). */
+ * memory. */
 #define DSE_Q4_ROWS 16  /* rows per interleaved block */
 #define DSE_Q4_COLS 32  /* columns per tile */
 #define DSE_Q4_TILE 256 /* bytes per tile */
@@ -167,8 +167,8 @@ static inline void dse__q4_put(uint8_t *data, int64_t cols, int64_t r, int64_t c
  * as well: the pair (r, g) at element ((r/16) * n_groups + g) * 16 + r%16; the padding
  * rows hold 0. Why: a row block's group is then one 16-lane vector (64 bytes of scales,
  * 16 of zero points), read in file order. Stored row-major, the kernels gathered 16 rows'
- * values or transposed 16 x 16 blocks per row block, 5 % of a batch-1 decode's samples,
- * and read them 16 rows apart (bench/RESULTS.md, "Q4 scales interleaved").
+ * values or transposed 16 x 16 blocks per row block, a measurable share of a batch-1
+ * decode, and read them 16 rows apart.
  * dse__scale_rows: the rows of a Q8 or Q4 matrix's scale (and zero point) tensor, Q4's
  * padded to 16; dse__q4_sidx: the element of row r, group g in a Q4 one. */
 static inline int64_t dse__scale_rows(enum dse_dtype dtype, int64_t rows) {
