@@ -1252,13 +1252,173 @@ int dsv_cgroup_instance_spawn(const struct dsv_cgroup_instance *inst, const char
         return dsv_cgroup_spawn(inst->v2_fd, fds, n, path, argv, envp, ret_pid, ret_pidfd);
 }
 
-/* ---- stopping ---------------------------------------------------------------------- */
+/* ---- the instance group name scheme ------------------------------------------------ */
+
+#define INSTANCE_NAME_FORMAT "dsvisor-%d-worker-%d"
+
+int dsv_cgroup_instance_name(pid_t supervisor_pid, int index, char *buf, size_t size) {
+        if (supervisor_pid <= 0 || index < 0 || !buf)
+                return -EINVAL;
+        int n = snprintf(buf, size, INSTANCE_NAME_FORMAT, (int)supervisor_pid, index);
+        return n < 0 || (size_t)n >= size ? -ENAMETOOLONG : 0;
+}
+
+/* The supervisor pid in an instance group's name; 0 when name is not one. */
+static pid_t instance_name_owner(const char *name) {
+        int pid, idx;
+        char tail;
+        if (sscanf(name, INSTANCE_NAME_FORMAT "%c", &pid, &idx, &tail) != 2 || pid <= 0 || idx < 0)
+                return 0;
+        return (pid_t)pid;
+}
 
 static long long now_ms(void) {
         struct timespec ts;
         clock_gettime(CLOCK_MONOTONIC, &ts);
         return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
+
+static void emit_note(dsv_cgroup_note_fn fn, void *user, int prio, const char *fmt, ...)
+        __attribute__((format(printf, 4, 5)));
+static void emit_note(dsv_cgroup_note_fn fn, void *user, int prio, const char *fmt, ...) {
+        if (!fn)
+                return;
+        char buf[1024];
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(buf, sizeof buf, fmt, ap);
+        va_end(ap);
+        fn(prio, buf, user);
+}
+
+/* Removes the instance groups in dir whose supervisor is gone. rmdir fails on a group
+ * that still has tasks, so nothing running is touched; the workers of a supervisor
+ * killed a moment ago may still be exiting (PR_SET_PDEATHSIG), so an EBUSY is retried
+ * until deadline, not given up at once (that left empty groups behind). */
+static void remove_stale_in(const char *dir, long long deadline, dsv_cgroup_note_fn fn, void *user) {
+        DIR *d = opendir(dir);
+        if (!d)
+                return;
+        struct dirent *de;
+        while ((de = readdir(d))) {
+                pid_t pid = instance_name_owner(de->d_name);
+                if (pid <= 0 || pid == getpid() || kill(pid, 0) == 0 || errno != ESRCH)
+                        continue;
+                char path[1024];
+                snprintf(path, sizeof path, "%.500s/%.400s", dir, de->d_name);
+                int r;
+                while ((r = rmdir(path) < 0 ? -errno : 0) == -EBUSY && now_ms() < deadline)
+                        usleep(20000);
+                if (r == 0)
+                        emit_note(fn, user, 6, "Removed cgroup '%s' left by supervisor %d, which is gone", path, (int)pid);
+                else if (r != -ENOENT)
+                        emit_note(fn, user, 4, "Failed to remove cgroup '%s' left by supervisor %d: %s, ignoring", path,
+                             (int)pid, strerror(-r));
+        }
+        closedir(d);
+}
+
+int dsv_cgroup_host_remove_stale(const struct dsv_cgroup_host *h, dsv_cgroup_note_fn fn, void *user) {
+        if (!h)
+                return -EINVAL;
+        long long deadline = now_ms() + 2000;
+        if (h->v2_fd >= 0) {
+                remove_stale_in(h->v2_own, deadline, fn, user);
+                if (strcmp(h->v2_parent, h->v2_own) != 0)
+                        remove_stale_in(h->v2_parent, deadline, fn, user);
+        }
+        for (unsigned b = 0; b < N_CTRL; b++)
+                if (h->v1_mounted & (1u << b)) {
+                        remove_stale_in(h->v1_own[b], deadline, fn, user);
+                        if (strcmp(h->v1_parent[b], h->v1_own[b]) != 0)
+                                remove_stale_in(h->v1_parent[b], deadline, fn, user);
+                }
+        return 0;
+}
+
+/* "v2 <dir>/<name>, v1 cpu <dir>/<name>, ..." for every hierarchy in use; name "" lists
+ * the directories themselves. */
+static int describe_dirs(const struct dsv_cgroup_host *h, const char *name, bool tag, char *buf, size_t size) {
+        size_t len = 0;
+        buf[0] = 0;
+        if (h->v2_fd >= 0)
+                len += (size_t)snprintf(buf, size, "%s%.400s%s%s", tag ? "v2 " : "", h->v2_parent, *name ? "/" : "",
+                                        name);
+        for (unsigned b = 0; b < N_CTRL && len < size; b++)
+                if (h->v1_mounted & (1u << b))
+                        len += (size_t)snprintf(buf + len, size - len, "%s%s%s%s%.400s%s%s", len ? ", " : "",
+                                                tag ? "v1 " : "", tag ? dsv__cgroup_ctrl_name(b) : "",
+                                                tag ? " " : "", h->v1_parent[b], *name ? "/" : "", name);
+        if (!buf[0])
+                snprintf(buf, size, "(none)");
+        return len >= size ? -ENAMETOOLONG : 0;
+}
+
+int dsv_cgroup_host_describe_parent(const struct dsv_cgroup_host *h, char *buf, size_t size) {
+        if (!h || !buf || size == 0)
+                return -EINVAL;
+        return describe_dirs(h, "", false, buf, size);
+}
+
+int dsv_cgroup_host_rt_runtime_us(const struct dsv_cgroup_host *h, uint64_t *ret) {
+        if (!h || !ret)
+                return -EINVAL;
+        if (!(h->v1_mounted & (1u << BIT_CPU)))
+                return -ENOENT;
+        char buf[32], *end;
+        int r = dsv__cgfs_read(h->v1_fd[BIT_CPU], "cpu.rt_runtime_us", buf, sizeof buf);
+        if (r < 0)
+                return r;
+        unsigned long long v = strtoull(buf, &end, 10);
+        if (end == buf || buf[0] == '-')
+                return -EBADMSG;
+        *ret = v;
+        return 0;
+}
+
+int dsv_cgroup_instance_describe(const struct dsv_cgroup_instance *inst, char *buf, size_t size) {
+        if (!inst || !buf || size == 0)
+                return -EINVAL;
+        return describe_dirs(inst->h, inst->name, true, buf, size);
+}
+
+int dsv_cgroup_instance_cpu_stat(const struct dsv_cgroup_instance *inst, struct dsv_cgroup_cpu_stat *ret) {
+        if (!inst || !ret)
+                return -EINVAL;
+        int dirfd = (inst->v1_created & (1u << BIT_CPU))                        ? inst->v1_fd[BIT_CPU]
+                    : inst->v2_fd >= 0 && (inst->v2_controllers & (1u << BIT_CPU)) ? inst->v2_fd
+                                                                                   : -1;
+        if (dirfd < 0)
+                return -ENOENT;
+        char text[1024];
+        int r = dsv__cgfs_read(dirfd, "cpu.stat", text, sizeof text);
+        if (r < 0)
+                return r;
+        /* v1 (cpu,cpuacct) says nr_throttled and throttled_time (ns), v2 nr_throttled
+         * and throttled_usec. */
+        struct dsv_cgroup_cpu_stat st = {.throttled_seconds = -1};
+        bool have_periods = false;
+        for (char *save = NULL, *line = strtok_r(text, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+                char key[64];
+                unsigned long long v;
+                if (sscanf(line, "%63s %llu", key, &v) != 2)
+                        continue;
+                if (strcmp(key, "nr_throttled") == 0) {
+                        st.throttled_periods = v;
+                        have_periods = true;
+                } else if (strcmp(key, "throttled_time") == 0) {
+                        st.throttled_seconds = (double)v / 1e9;
+                } else if (strcmp(key, "throttled_usec") == 0) {
+                        st.throttled_seconds = (double)v / 1e6;
+                }
+        }
+        if (!have_periods || st.throttled_seconds < 0)
+                return -ENODATA;
+        *ret = st;
+        return 0;
+}
+
+/* ---- stopping ---------------------------------------------------------------------- */
 
 /* SIGKILLs every id listed in dirfd's file (cgroup.procs; v1 tasks: a thread id
  * kills its whole process). Returns how many were listed. */
