@@ -1,12 +1,12 @@
-/* cgroup.c — worker cgroups: mode detection, the host (own groups per hierarchy),
- * instances with their limit report, spawning into a group, and teardown.
+/* cgroup.c — worker cgroups: the host (own groups per hierarchy), instances with their
+ * limit report and description (name scheme, paths, cpu.stat), spawning into a group,
+ * and teardown. The mode is cgroup_mode.c's.
  * Contracts are in dsv_platform.h; the layering of the cgroup files is in
  * cgroup-internal.h. */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
-#include <linux/magic.h>
 #include <linux/sched.h>
 #include <poll.h>
 #include <signal.h>
@@ -16,7 +16,6 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
-#include <sys/vfs.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -91,16 +90,6 @@ static int split_parent(const char *rel, struct dsv_cgroup_host *h); /* below, w
 
 /* ---- names ----------------------------------------------------------------------- */
 
-const char *dsv_cgroup_mode_to_string(enum dsv_cgroup_mode mode) {
-        static const char *const names[DSV_CGROUP_MODE_COUNT] = {
-                [DSV_CGROUP_MODE_DETECT] = "detect",
-                [DSV_CGROUP_MODE_LEGACY] = "legacy",
-                [DSV_CGROUP_MODE_HYBRID] = "hybrid",
-                [DSV_CGROUP_MODE_UNIFIED] = "unified",
-        };
-        return (unsigned)mode < DSV_CGROUP_MODE_COUNT ? names[mode] : "invalid";
-}
-
 const char *dsv_cgroup_limit_to_string(enum dsv_cgroup_limit limit) {
         static const char *const names[DSV_CGROUP_LIMIT_COUNT] = {
                 [DSV_CGROUP_LIMIT_CPUS] = "cpuset.cpus",
@@ -116,74 +105,14 @@ const char *dsv_cgroup_limit_to_string(enum dsv_cgroup_limit limit) {
         return (unsigned)limit < DSV_CGROUP_LIMIT_COUNT ? names[limit] : "invalid";
 }
 
-/* ---- mode and own groups ------------------------------------------------------------ */
-
-int dsv_cgroup_mode_detect(const char *root, enum dsv_cgroup_mode *ret_mode) {
-        struct statfs sfs;
-        if (!root || !ret_mode)
-                return -EINVAL;
-        if (statfs(root, &sfs) < 0)
-                return -errno;
-        if (sfs.f_type == CGROUP2_SUPER_MAGIC) {
-                *ret_mode = DSV_CGROUP_MODE_UNIFIED;
-                return 0;
-        }
-        if (sfs.f_type != TMPFS_MAGIC)
-                return -ENOMEDIUM;
-        char unified[PATH_MAX];
-        if (snprintf(unified, sizeof unified, "%s/unified", root) >= (int)sizeof unified)
-                return -ENAMETOOLONG;
-        bool hybrid = statfs(unified, &sfs) == 0 && sfs.f_type == CGROUP2_SUPER_MAGIC;
-        *ret_mode = hybrid ? DSV_CGROUP_MODE_HYBRID : DSV_CGROUP_MODE_LEGACY;
-        return 0;
-}
-
-int dsv__cgroup_own_path(const char *proc_path, const char *controller, char *buf, size_t size) {
-        FILE *f = fopen(proc_path, "re");
-        if (!f)
-                return -errno;
-        char line[4096];
-        int r = -ENOENT;
-        while (fgets(line, sizeof line, f)) {
-                line[strcspn(line, "\n")] = '\0';
-                char *c1 = strchr(line, ':');
-                char *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
-                if (!c2 || c2[1] != '/')
-                        continue;
-                *c1 = '\0';
-                *c2 = '\0';
-                const char *ctrls = c1 + 1, *path = c2 + 1;
-                bool match;
-                if (!controller) {
-                        match = strcmp(line, "0") == 0 && ctrls[0] == '\0';
-                } else {
-                        match = false;
-                        for (const char *p = ctrls; *p;) {
-                                size_t n = strcspn(p, ",");
-                                if (n == strlen(controller) && memcmp(p, controller, n) == 0)
-                                        match = true;
-                                p += n + (p[n] == ',');
-                        }
-                }
-                if (match) {
-                        r = snprintf(buf, size, "%s", path) >= (int)size ? -ENAMETOOLONG : 0;
-                        break;
-                }
-        }
-        fclose(f);
-        return r;
-}
+/* ---- own groups --------------------------------------------------------------------- */
 
 static int read_ctrl_bits(int dirfd, const char *file, unsigned *ret) {
         char buf[PATH_BUF];
         int r = dsv__cgfs_read(dirfd, file, buf, sizeof buf);
         if (r < 0)
                 return r;
-        unsigned bits = 0;
-        for (unsigned b = 0; b < N_CTRL; b++)
-                if (dsv__cgfs_has_word(buf, dsv__cgroup_ctrl_name(b)))
-                        bits |= 1u << b;
-        *ret = bits;
+        *ret = dsv__cgroup_ctrl_bits(buf);
         return 0;
 }
 
@@ -209,10 +138,7 @@ static int open_own(const char *mount, const char *own, int *ret_fd) {
 static int host_open_v2(struct dsv_cgroup_host *h, const char *root, const char *proc) {
         char mount[PATH_MAX], own[PATH_BUF];
         int r;
-        if (h->mode == DSV_CGROUP_MODE_UNIFIED)
-                r = snprintf(mount, sizeof mount, "%s", root) >= (int)sizeof mount ? -ENAMETOOLONG : 0;
-        else
-                r = join_path(mount, sizeof mount, root, "unified");
+        r = dsv__cgroup_v2_mount(root, h->mode, mount, sizeof mount);
         if (r < 0)
                 return r;
         r = dsv__cgroup_own_path(proc, NULL, own, sizeof own);
@@ -1251,6 +1177,7 @@ int dsv_cgroup_instance_spawn(const struct dsv_cgroup_instance *inst, const char
                         fds[n++] = inst->v1_procs_fd[b];
         return dsv_cgroup_spawn(inst->v2_fd, fds, n, path, argv, envp, ret_pid, ret_pidfd);
 }
+
 
 /* ---- the instance group name scheme ------------------------------------------------ */
 
