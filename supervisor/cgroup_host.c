@@ -17,9 +17,17 @@ uint64_t sup_cgroup_rt_share_us(const struct dsv_cgroup_host *h, int n_instances
         return own_rt_runtime_us(h) / (uint64_t)(n_instances + 1);
 }
 
-static void log_note(int prio, const char *msg, void *user) {
-        (void)user;
-        sup_log(prio, "%s", msg);
+/* Logs what dsv_cgroup_host_remove_stale did. */
+static void remove_stale(const struct dsv_cgroup_host *h) {
+        struct dsv_cgroup_stale stale[64];
+        int n = dsv_cgroup_host_remove_stale(h, stale, sizeof stale / sizeof stale[0]);
+        for (int i = 0; i < n; i++)
+                if (stale[i].result == 0)
+                        sup_log(6, "Removed cgroup '%s' left by supervisor %d, which is gone", stale[i].path,
+                                (int)stale[i].supervisor_pid);
+                else
+                        sup_log(4, "Failed to remove cgroup '%s' left by supervisor %d: %s, ignoring", stale[i].path,
+                                (int)stale[i].supervisor_pid, strerror(-stale[i].result));
 }
 
 void sup_cgroup_host_done(struct dsv_cgroup_host *h) {
@@ -61,7 +69,7 @@ int sup_cgroup_host_setup(const struct sup_config *cfg, int n_instances, struct 
                 *ret = NULL;
                 return 0;
         }
-        dsv_cgroup_host_remove_stale(h, log_note, NULL);
+        remove_stale(h);
         if (cfg->cgroup_parent[0]) {
                 char where[2048];
                 dsv_cgroup_host_describe_parent(h, where, sizeof where);

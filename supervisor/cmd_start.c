@@ -1,4 +1,4 @@
-/* dsvisor start (issue 7): runs N worker instances and the HTTP gateway in the
+/* dsvisor start: runs N worker instances and the HTTP gateway in the
  * foreground, systemd-style.
  *
  *   config    the command line and --config JSON (config.c);

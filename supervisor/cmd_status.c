@@ -1,4 +1,4 @@
-/* dsvisor status and dsvisor stop (issue 7 item 8): ask the running supervisor over its
+/* dsvisor status and dsvisor stop: ask the running supervisor over its
  * control socket (<runtime dir>/control.sock, see control.c). status prints per
  * instance the pid, state, NUMA node, CPUs, cgroup, limits in effect, scheduling policy,
  * weight bytes in HugePages, queue depth, restarts, uptime and the involuntary context

@@ -1,4 +1,4 @@
-/* The supervisor's control socket (issue 7 item 8): a UNIX stream socket
+/* The supervisor's control socket — a UNIX stream socket
  * <runtime dir>/control.sock, mode 0600 inside the 0700 runtime directory
  * (dsv_ipc_runtime_dir). One request line, {"cmd":"status"} or {"cmd":"stop"}, and one
  * JSON reply line per connection. The peer must have our uid (SO_PEERCRED). */

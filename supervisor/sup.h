@@ -36,7 +36,7 @@
 
 #define SUP_PORT_DEFAULT 8080
 #define SUP_GRACE_MS_DEFAULT 10000
-#define SUP_RT_PRIORITY_MAX 49 /* issue 7: FIFO threads stay below the kernel's own (50) */
+#define SUP_RT_PRIORITY_MAX 49 /* FIFO threads stay below the kernel's own (50) */
 
 struct sup_config {
         char model[PATH_MAX];        /* native file or HF folder; "": the bundled default */
@@ -92,6 +92,8 @@ struct dsv_gateway;
 void sup_log(int prio, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* CLOCK_MONOTONIC in ms: every time the supervisor keeps is on this clock. */
 int64_t sup_now_ms(void);
+/* The same in ns (`dsvisor run` times its tokens with it). */
+int64_t sup_now_ns(void);
 
 /* ---- restart policy (restart_backoff.c) -------------------------------------------- */
 
@@ -117,7 +119,7 @@ int sup_backoff_on_exit(struct sup_backoff *b, int64_t now_ms, int64_t up_since_
 
 #define SUP_RTTIME_LIMIT_US 10000000 /* RLIMIT_RTTIME: a FIFO thread that never blocks for 10 s dies */
 
-/* RT preflight (issue 7 item 4): FIFO needs RT throttling on (sched_rt_runtime_us not -1,
+/* RT preflight: FIFO needs RT throttling on (sched_rt_runtime_us not -1,
  * read from proc_root/sys/kernel/sched_rt_runtime_us), a priority in 1..49, and at least
  * one CPU outside every instance (n_free_cpus > 0) for the supervisor and gateway.
  * Returns 0 or -EPERM/-EINVAL with the reason in why. */
@@ -388,7 +390,5 @@ int sup_tunables_prepend(const char *item, const char *tunables, char *buf, size
  * tunable is kept, or a negative errno when the re-exec failed (logged; the caller goes
  * on with the cache on). */
 int sup_malloc_tcache_cap(char **argv);
-
-/* ---- systemd notify (platform/notify.c, declared in dsv_platform.h) ---------------- */
 
 #endif

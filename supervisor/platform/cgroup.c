@@ -1205,24 +1205,12 @@ static long long now_ms(void) {
         return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-static void emit_note(dsv_cgroup_note_fn fn, void *user, int prio, const char *fmt, ...)
-        __attribute__((format(printf, 4, 5)));
-static void emit_note(dsv_cgroup_note_fn fn, void *user, int prio, const char *fmt, ...) {
-        if (!fn)
-                return;
-        char buf[1024];
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(buf, sizeof buf, fmt, ap);
-        va_end(ap);
-        fn(prio, buf, user);
-}
-
 /* Removes the instance groups in dir whose supervisor is gone. rmdir fails on a group
  * that still has tasks, so nothing running is touched; the workers of a supervisor
  * killed a moment ago may still be exiting (PR_SET_PDEATHSIG), so an EBUSY is retried
  * until deadline, not given up at once (that left empty groups behind). */
-static void remove_stale_in(const char *dir, long long deadline, dsv_cgroup_note_fn fn, void *user) {
+static void remove_stale_in(const char *dir, long long deadline, struct dsv_cgroup_stale *ret, size_t max,
+                            size_t *n) {
         DIR *d = opendir(dir);
         if (!d)
                 return;
@@ -1231,36 +1219,38 @@ static void remove_stale_in(const char *dir, long long deadline, dsv_cgroup_note
                 pid_t pid = instance_name_owner(de->d_name);
                 if (pid <= 0 || pid == getpid() || kill(pid, 0) == 0 || errno != ESRCH)
                         continue;
-                char path[1024];
+                char path[sizeof ret->path];
                 snprintf(path, sizeof path, "%.500s/%.400s", dir, de->d_name);
                 int r;
                 while ((r = rmdir(path) < 0 ? -errno : 0) == -EBUSY && now_ms() < deadline)
                         usleep(20000);
-                if (r == 0)
-                        emit_note(fn, user, 6, "Removed cgroup '%s' left by supervisor %d, which is gone", path, (int)pid);
-                else if (r != -ENOENT)
-                        emit_note(fn, user, 4, "Failed to remove cgroup '%s' left by supervisor %d: %s, ignoring", path,
-                             (int)pid, strerror(-r));
+                if (r == -ENOENT || *n >= max)
+                        continue;
+                struct dsv_cgroup_stale *e = &ret[(*n)++];
+                snprintf(e->path, sizeof e->path, "%s", path);
+                e->supervisor_pid = pid;
+                e->result = r;
         }
         closedir(d);
 }
 
-int dsv_cgroup_host_remove_stale(const struct dsv_cgroup_host *h, dsv_cgroup_note_fn fn, void *user) {
-        if (!h)
+int dsv_cgroup_host_remove_stale(const struct dsv_cgroup_host *h, struct dsv_cgroup_stale *ret, size_t max) {
+        if (!h || (!ret && max))
                 return -EINVAL;
         long long deadline = now_ms() + 2000;
+        size_t n = 0;
         if (h->v2_fd >= 0) {
-                remove_stale_in(h->v2_own, deadline, fn, user);
+                remove_stale_in(h->v2_own, deadline, ret, max, &n);
                 if (strcmp(h->v2_parent, h->v2_own) != 0)
-                        remove_stale_in(h->v2_parent, deadline, fn, user);
+                        remove_stale_in(h->v2_parent, deadline, ret, max, &n);
         }
         for (unsigned b = 0; b < N_CTRL; b++)
                 if (h->v1_mounted & (1u << b)) {
-                        remove_stale_in(h->v1_own[b], deadline, fn, user);
+                        remove_stale_in(h->v1_own[b], deadline, ret, max, &n);
                         if (strcmp(h->v1_parent[b], h->v1_own[b]) != 0)
-                                remove_stale_in(h->v1_parent[b], deadline, fn, user);
+                                remove_stale_in(h->v1_parent[b], deadline, ret, max, &n);
                 }
-        return 0;
+        return (int)n;
 }
 
 /* "v2 <dir>/<name>, v1 cpu <dir>/<name>, ..." for every hierarchy in use; name "" lists

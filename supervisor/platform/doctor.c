@@ -1,4 +1,4 @@
-/* doctor.c — the host settings steady P99 depends on, read and judged (issue 11 item 1).
+/* doctor.c — the host settings steady P99 depends on, read and judged.
  *
  * Every file is read through req->root, so tests run the same code over fake /proc and
  * /sys trees. Sources, per check:

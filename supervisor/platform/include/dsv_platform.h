@@ -289,13 +289,17 @@ int dsv_cgroup_host_describe_parent(const struct dsv_cgroup_host *h, char *buf, 
 /* cpu.rt_runtime_us of the supervisor's own v1 cpu group; -ENOENT without one. */
 int dsv_cgroup_host_rt_runtime_us(const struct dsv_cgroup_host *h, uint64_t *ret);
 
-/* A line for the caller's log: prio is an sd-daemon level (3 error ... 7 debug). */
-typedef void (*dsv_cgroup_note_fn)(int prio, const char *msg, void *user);
+/* An instance group a killed supervisor left: removed (result 0) or why not. */
+struct dsv_cgroup_stale {
+        char path[1024];
+        pid_t supervisor_pid; /* the gone supervisor named in the group's name */
+        int result;           /* 0 removed, else -errno of the rmdir */
+};
 /* Removes empty instance groups a killed supervisor left in the own groups and the
  * parent levels of every hierarchy (their supervisor pid is gone); a group still
- * holding tasks is left alone, an EBUSY retried for up to 2 s. Each removal and failure
- * goes to fn (NULL: none). */
-int dsv_cgroup_host_remove_stale(const struct dsv_cgroup_host *h, dsv_cgroup_note_fn fn, void *user);
+ * holding tasks is left alone, an EBUSY retried for up to 2 s. Each one is written to
+ * ret[0..max) (removed or not; the rest are dropped). Returns how many were written. */
+int dsv_cgroup_host_remove_stale(const struct dsv_cgroup_host *h, struct dsv_cgroup_stale *ret, size_t max);
 
 /* ---- hugepages (hugepages.c) ------------------------------------------------------- */
 /* The shared weight image: one memfd per NUMA node, backed by 2 MiB pages from the
