@@ -74,8 +74,9 @@ int sup_place_instances(const struct sup_instance_env *env, const char *runtime_
         }
         for (int i = 0; i < plan->n_warnings; i++)
                 sup_log(4, "Placement: %s", plan->warnings[i]);
-        *ret_n = plan->n_instances;
         r = place(topo, plan, env, runtime_dir, used, inst, ret_n_free_cpus);
+        if (r == 0)
+                *ret_n = plan->n_instances;
 out:
         free(used);
         free(plan);
