@@ -23,6 +23,7 @@
 
 #include "commands.h"
 #include "dse.h"
+#include "sup.h"
 
 static void run_usage(FILE *out) {
         fprintf(out,
@@ -45,9 +46,7 @@ static void run_usage(FILE *out) {
 }
 
 static double now_s(void) {
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+        return (double)sup_now_ns() * 1e-9;
 }
 
 static int read_text_file(const char *path, char **ret) {

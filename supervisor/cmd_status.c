@@ -1,4 +1,4 @@
-/* dsvisor status and dsvisor stop (issue 7 item 8): ask the running supervisor over its
+/* dsvisor status and dsvisor stop: ask the running supervisor over its
  * control socket (<runtime dir>/control.sock, see control.c). status prints per
  * instance the pid, state, NUMA node, CPUs, cgroup, limits in effect, scheduling policy,
  * weight bytes in HugePages, queue depth, restarts, uptime and the involuntary context
@@ -10,7 +10,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "commands.h"
@@ -174,13 +173,11 @@ int dsv_cmd_stop(int argc, char **argv) {
         }
         free(reply);
         /* Gone when nobody answers on the socket any more (it is removed last). */
-        struct timespec t0, t;
-        clock_gettime(CLOCK_MONOTONIC, &t0);
+        int64_t t0 = sup_now_ms();
         for (;;) {
                 if (access(path, F_OK) < 0)
                         return 0;
-                clock_gettime(CLOCK_MONOTONIC, &t);
-                if ((t.tv_sec - t0.tv_sec) * 1000 + (t.tv_nsec - t0.tv_nsec) / 1000000 > o.wait_ms) {
+                if (sup_now_ms() - t0 > o.wait_ms) {
                         fprintf(stderr, "dsvisor stop: the supervisor is still running after %d ms\n", o.wait_ms);
                         return 1;
                 }

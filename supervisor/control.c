@@ -1,4 +1,4 @@
-/* The supervisor's control socket (issue 7 item 8): a UNIX stream socket
+/* The supervisor's control socket — a UNIX stream socket
  * <runtime dir>/control.sock, mode 0600 inside the 0700 runtime directory
  * (dsv_ipc_runtime_dir). One request line, {"cmd":"status"} or {"cmd":"stop"}, and one
  * JSON reply line per connection. The peer must have our uid (SO_PEERCRED). */
@@ -66,12 +66,6 @@ int sup_control_listen(const char *path) {
         return fd;
 }
 
-static int64_t now_ms(void) {
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* Reads until '\n' or EOF into a growing buffer, within the deadline. */
 static int read_line(int fd, int64_t deadline, size_t max, char **ret) {
         size_t len = 0, cap = 4096;
@@ -79,7 +73,7 @@ static int read_line(int fd, int64_t deadline, size_t max, char **ret) {
         if (!buf)
                 return -ENOMEM;
         for (;;) {
-                int left = (int)(deadline - now_ms());
+                int left = (int)(deadline - sup_now_ms());
                 struct pollfd p = {.fd = fd, .events = POLLIN};
                 if (left <= 0 || poll(&p, 1, left) == 0) {
                         free(buf);
@@ -150,7 +144,7 @@ int sup_control_read_cmd(int fd, int timeout_ms, char *buf, size_t size) {
         if (cred.uid != geteuid())
                 return -EPERM;
         char *line;
-        int r = read_line(fd, now_ms() + timeout_ms, 64 << 10, &line);
+        int r = read_line(fd, sup_now_ms() + timeout_ms, 64 << 10, &line);
         if (r < 0)
                 return r;
         cJSON *j = cJSON_Parse(line);
@@ -180,7 +174,7 @@ int sup_control_call(const char *path, const char *cmd, int timeout_ms, char **r
         snprintf(req, sizeof req, "{\"cmd\":\"%s\"}", cmd);
         r = sup_control_write(fd, req);
         if (r == 0)
-                r = read_line(fd, now_ms() + timeout_ms, 16 << 20, ret);
+                r = read_line(fd, sup_now_ms() + timeout_ms, 16 << 20, ret);
         close(fd);
         return r;
 }

@@ -1,19 +1,27 @@
-/* sup.h — `dsvisor start`, `status` and `stop` internals (issue 7): the configuration
- * (config.c), the worker instances and their lifecycle (instance.c), the control socket
- * (control.c), the malloc tunable (malloc_env.c). Shared by cmd_start.c and cmd_status.c,
- * and by main.c for the re-exec.
+/* sup.h — `dsvisor start`, `status` and `stop` internals: the configuration (config.c),
+ * the log line and clock (log.c, clock.c), the restart backoff (restart_backoff.c),
+ * SCHED_FIFO for compute threads (rt_sched.c), the served model (served_model.c), the
+ * weight images and systemd's fd store (weights.c), the worker instances and their
+ * lifecycle (instance.c), the running supervisor that cmd_start.c sets up and drives
+ * (struct sup), its status JSON (status.c) and Prometheus families (sup_metrics.c), the
+ * control socket (control.c), the malloc tunable (malloc_env.c). Shared by cmd_start.c
+ * and cmd_status.c, and by main.c for the re-exec. Where a cgroup lives and what is in
+ * effect in it is the platform's (dsv_platform.h), never decided here.
  *
  *     struct sup_config cfg;
  *     sup_config_init(&cfg);
  *     r = sup_config_parse(argc, argv, &cfg, err, sizeof err);  // --config FILE, then the CLI
  *
  * Ownership: every struct here is caller storage; strings are copied into fixed arrays.
- * Functions return 0 (or a count) or a negative errno; only cmd_*.c print (and
- * malloc_env.c the warning when its re-exec fails: it runs before any command). */
+ * Functions return 0 (or a count) or a negative errno. What the supervisor logs goes
+ * through sup_log(); config.c, restart_backoff.c, rt_sched.c, control.c and
+ * malloc_env.c never log (but malloc_env.c's warning when its re-exec fails: it runs
+ * before any command). */
 #ifndef DSV_SUP_H
 #define DSV_SUP_H
 
 #include <limits.h>
+#include <pthread.h>
 #include <sched.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -22,12 +30,13 @@
 #include <sys/types.h>
 
 #include "dsv_platform.h"
+#include "dsv_topology.h"
 
 /* ---- configuration (config.c) ------------------------------------------------------ */
 
 #define SUP_PORT_DEFAULT 8080
 #define SUP_GRACE_MS_DEFAULT 10000
-#define SUP_RT_PRIORITY_MAX 49 /* issue 7: FIFO threads stay below the kernel's own (50) */
+#define SUP_RT_PRIORITY_MAX 49 /* FIFO threads stay below the kernel's own (50) */
 
 struct sup_config {
         char model[PATH_MAX];        /* native file or HF folder; "": the bundled default */
@@ -74,7 +83,19 @@ int sup_config_reload(const struct sup_config *cfg, struct sup_config *ret, char
 
 void sup_start_usage(FILE *out);
 
-/* ---- restart policy (instance.c) --------------------------------------------------- */
+struct dsv_gateway;
+
+/* ---- log line and clock (log.c, clock.c) ------------------------------------------- */
+
+/* One line on stderr, "<prio>dsvisor: ...": prio is an sd-daemon level (3 error,
+ * 4 warning, 6 info), so journald keeps it. */
+void sup_log(int prio, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* CLOCK_MONOTONIC in ms: every time the supervisor keeps is on this clock. */
+int64_t sup_now_ms(void);
+/* The same in ns (`dsvisor run` times its tokens with it). */
+int64_t sup_now_ns(void);
+
+/* ---- restart policy (restart_backoff.c) -------------------------------------------- */
 
 /* Exponential backoff with a crash-loop limit, on a caller-supplied clock (ms). */
 struct sup_backoff {
@@ -94,9 +115,11 @@ void sup_backoff_init(struct sup_backoff *b, int min_ms, int max_ms, int limit, 
  * up to max_ms. */
 int sup_backoff_on_exit(struct sup_backoff *b, int64_t now_ms, int64_t up_since_ms);
 
-/* ---- scheduling (instance.c) ------------------------------------------------------- */
+/* ---- real-time scheduling (rt_sched.c) --------------------------------------------- */
 
-/* RT preflight (issue 7 item 4): FIFO needs RT throttling on (sched_rt_runtime_us not -1,
+#define SUP_RTTIME_LIMIT_US 10000000 /* RLIMIT_RTTIME: a FIFO thread that never blocks for 10 s dies */
+
+/* RT preflight: FIFO needs RT throttling on (sched_rt_runtime_us not -1,
  * read from proc_root/sys/kernel/sched_rt_runtime_us), a priority in 1..49, and at least
  * one CPU outside every instance (n_free_cpus > 0) for the supervisor and gateway.
  * Returns 0 or -EPERM/-EINVAL with the reason in why. */
@@ -107,6 +130,53 @@ int sup_rt_preflight(const char *proc_root, int priority, int n_free_cpus, char 
 int sup_thread_set_fifo(pid_t tid, int priority);
 /* "SCHED_OTHER", "SCHED_FIFO/10", ... of thread tid into buf. */
 int sup_thread_policy_format(pid_t tid, char *buf, size_t size);
+
+struct sup_rt_result {
+        int n_fifo;        /* threads now SCHED_FIFO */
+        pid_t sample_tid;  /* one of them, 0 none */
+        int first_err;     /* first refusal: -EPERM, -EDOM (may run outside cpus), ...; 0 none */
+        int rttime_err;    /* setting RLIMIT_RTTIME failed: -errno; 0 ok */
+};
+/* Sets RLIMIT_RTTIME SUP_RTTIME_LIMIT_US on worker pid and SCHED_FIFO priority on its
+ * compute threads: every thread but nng's ("nng:*": I/O, timers, resolver) whose
+ * affinity lies inside cpus. -errno when its threads cannot be listed. */
+int sup_rt_apply_compute_threads(pid_t pid, const cpu_set_t *cpus, int priority, struct sup_rt_result *ret);
+
+/* ---- the served model (served_model.c) --------------------------------------------- */
+
+struct sup_model {
+        char path[PATH_MAX]; /* the native file */
+        char id[128];        /* served model id */
+        uint64_t bytes;
+        char key[96];        /* size and mtime: names the fd-store entries */
+};
+
+/* cfg->model (an HF folder is converted once into the cache), or the bundled default
+ * looked for beside exe_dir, in $DSV_DATA_DIR and in the source tree. Logs what it
+ * found or why not. */
+int sup_model_resolve(const struct sup_config *cfg, const char *exe_dir, struct sup_model *ret);
+
+/* ---- weight images and the fd store (weights.c) ------------------------------------ */
+
+struct sup_weights {
+        int node_os;
+        struct dsv_hugepages_image img;
+        bool from_store; /* re-attached from systemd's fd store */
+};
+
+struct sup_weight_set {
+        struct sup_weights w[DSV_TOPOLOGY_MAX_NODES];
+        int n;
+};
+
+/* One sealed image of the model per NUMA node in nodes[0..n_nodes) (duplicates once):
+ * re-attached from systemd's fd store when it holds this model's, else loaded (in
+ * HugePages as `mode` says) and handed to the fd store. Logs what it did. `set` must
+ * be zeroed; sup_weight_set_done() frees it, also after a failure. */
+int sup_weight_set_load(struct sup_weight_set *set, const struct sup_model *m, const int *nodes, int n_nodes,
+                        enum dsv_hugepages_mode mode);
+struct sup_weights *sup_weight_set_find(struct sup_weight_set *set, int node_os);
+void sup_weight_set_done(struct sup_weight_set *set);
 
 /* ---- instances (instance.c) -------------------------------------------------------- */
 
@@ -121,7 +191,20 @@ enum sup_state {
 };
 const char *sup_state_to_string(enum sup_state s);
 
+/* What every instance borrows from the supervisor; it outlives them. */
+struct sup_instance_env {
+        const struct sup_config *cfg; /* the running configuration: a reload changes it */
+        const char *worker_path;
+        struct dsv_gateway *gw;       /* NULL until the gateway is up */
+        struct dsv_cgroup_host *cg_host; /* NULL: no cgroups */
+};
+
+/* One worker process and its lifecycle: spawned into its cgroup, ready when the
+ * gateway's health polling says so (then RT and perf counters), killed when it stops
+ * answering, reaped through its pidfd, restarted after a backoff or given up on, drained
+ * on stop and for a rolling restart. */
 struct sup_instance {
+        const struct sup_instance_env *env;
         int index;
         char name[32];             /* "0", "1", ... (gateway label, worker --instance) */
         int node_os;               /* NUMA node */
@@ -129,6 +212,7 @@ struct sup_instance {
         cpu_set_t cpu_set;         /* the same, for sched_setaffinity */
         int n_threads;
         char url[PATH_MAX + 8];    /* ipc:///<runtime>/worker-<i>.sock */
+        const struct sup_weights *weights; /* borrowed: the node's memfd image */
         struct dsv_cgroup_instance *cg;
         struct dsv_cgroup_report cg_report;
         char cg_path[2048];        /* every hierarchy's group: "v2 /sys/..., v1 cpu /sys/..." */
@@ -138,14 +222,13 @@ struct sup_instance {
         int64_t started_ms, ready_ms; /* monotonic; ready_ms -1 until ready */
         int64_t restart_at_ms;     /* BACKOFF: when to spawn again */
         int64_t exited_ms;         /* when the previous worker's exit was seen, -1: none */
-        int64_t term_at_ms;        /* DRAINING: when SIGTERM was sent */
+        int64_t term_at_ms;        /* DRAINING: when SIGTERM was sent; READY: last seen healthy */
         int restarts;
         int gw_id;                 /* gateway instance id, -1 none */
         struct sup_backoff backoff;
         char sched[32];            /* scheduling policy in effect for compute threads */
         bool rt_applied;
         int rt_fallbacks;          /* FIFO refused -> SCHED_OTHER */
-        int weights_fd;            /* borrowed: the node's memfd image */
         uint64_t weights_huge_bytes;
         struct dsv_perfctr *perf;
         struct dsv_perfctr_sample perf_prev;
@@ -154,6 +237,49 @@ struct sup_instance {
         int last_exit_status;      /* si_status of the last exit; -1 none */
         int last_exit_code;        /* CLD_EXITED, CLD_KILLED... */
 };
+
+/* An instance that is not running yet: index, its CPUs (cpus[0..n_cpus)), NUMA node,
+ * threads and worker socket in runtime_dir. */
+int sup_instance_init(struct sup_instance *in, const struct sup_instance_env *env, int index, int node_os,
+                      int n_threads, const int *cpus, int n_cpus, const char *runtime_dir);
+/* Its cgroup below env->cg_host with the configured limits; rt_runtime_us is its share
+ * of RT runtime (0: none). No-op without cgroups. */
+int sup_instance_create_cgroup(struct sup_instance *in, uint64_t rt_runtime_us);
+/* Starts the worker (in its cgroup, on its CPUs, with the weight memfd): STARTING. */
+int sup_instance_spawn(struct sup_instance *in);
+/* Reaps the worker when its pidfd says it exited. stopping: it stays STOPPED;
+ * rolling: it drained on purpose and starts again at once; else the backoff decides.
+ * Returns true when it had exited. */
+bool sup_instance_reap(struct sup_instance *in, bool stopping, bool rolling);
+/* One step at now: a due restart (counted unless rolling), readiness, the startup and
+ * health timeouts. Returns true when it became ready. */
+bool sup_instance_tick(struct sup_instance *in, int64_t now, bool rolling);
+/* Leaves routing; a running worker gets SIGTERM and drains (DRAINING), one that is not
+ * running is STOPPED. */
+void sup_instance_drain(struct sup_instance *in);
+/* SIGKILL to a running worker. */
+void sup_instance_kill(struct sup_instance *in);
+/* Reads the perf counters: the per-second rates since the previous call. */
+void sup_instance_perf_refresh(struct sup_instance *in);
+/* Kills and reaps the worker, removes its cgroup, frees the counters. */
+void sup_instance_done(struct sup_instance *in);
+
+#define SUP_MAX_INSTANCES 64 /* the gateway's DSV_GATEWAY_MAX_INSTANCES (checked in cmd_start.c) */
+
+/* A rolling restart over the instances (a reload). */
+struct sup_roll {
+        bool pending[SUP_MAX_INSTANCES]; /* still to restart */
+        int current;                     /* index being restarted, -1 none */
+};
+/* Every instance that has not failed is to restart. */
+void sup_roll_begin(struct sup_roll *roll, const struct sup_instance *in, int n);
+/* Drains the next pending instance once the one before is ready (or failed) again. */
+void sup_roll_step(struct sup_roll *roll, struct sup_instance *in, int n);
+
+/* Over in[0..n): how many are in state st; restarts and SCHED_FIFO refusals in all. */
+int sup_instances_in_state(const struct sup_instance *in, int n, enum sup_state st);
+uint64_t sup_instances_restarts(const struct sup_instance *in, int n);
+uint64_t sup_instances_rt_fallbacks(const struct sup_instance *in, int n);
 
 /* ---- control socket (control.c) ---------------------------------------------------- */
 
@@ -172,6 +298,82 @@ int sup_control_read_cmd(int fd, int timeout_ms, char *buf, size_t size);
 /* Writes all of text and a newline. */
 int sup_control_write(int fd, const char *text);
 
+/* ---- placement (placement.c) ------------------------------------------------------- */
+
+/* Places env->cfg's instances on this host's topology (dsv_policy) into inst[0..*ret_n)
+ * (sup_instance_init), and keeps the calling thread on the *ret_n_free_cpus CPUs none of
+ * them uses, SCHED_OTHER. Logs why not. */
+int sup_place_instances(const struct sup_instance_env *env, const char *runtime_dir, struct sup_instance *inst,
+                        int *ret_n, int *ret_n_free_cpus);
+
+/* ---- the instances' cgroup host (cgroup_host.c) ------------------------------------ */
+
+/* The platform's cgroup host below our own group and cfg->cgroup_parent, delegated,
+ * with a killed supervisor's leftover groups removed. Without cgroups *ret is NULL and
+ * note says why (an error only when --cgroup-parent asked for them). */
+int sup_cgroup_host_setup(const struct sup_config *cfg, int n_instances, struct dsv_cgroup_host **ret, char *note,
+                          size_t note_size);
+/* Each instance's share of our own RT runtime (v1 cpu.rt_runtime_us, else 950000 us):
+ * one part of n_instances + 1, the last kept for the supervisor's own group. */
+uint64_t sup_cgroup_rt_share_us(const struct dsv_cgroup_host *h, int n_instances);
+/* Undoes what setup changed in our own groups (after the instance groups are gone) and
+ * frees h. NULL is a no-op. */
+void sup_cgroup_host_done(struct dsv_cgroup_host *h);
+
+/* ---- the running supervisor (cmd_start.c) ----------------------------------------- */
+
+/* The supervisor's own metric families, rendered by the main thread and served from a
+ * copy by a gateway thread (sup_metrics.c). */
+struct sup_metrics {
+        pthread_mutex_t lock; /* guards text */
+        char *text;
+};
+
+/* `dsvisor start`'s state: built by cmd_start.c's setup, changed by its poll loop only
+ * (main thread); status.c and sup_metrics.c read it there. */
+struct sup {
+        struct sup_config cfg;
+        char exe_dir[PATH_MAX];
+        char worker_path[PATH_MAX];
+        char runtime_dir[PATH_MAX];
+        char control_path[PATH_MAX];
+        int control_fd, sig_fd;
+        struct sup_model model;
+        int n_free_cpus;           /* CPUs outside every instance */
+        char cg_note[256];         /* why there are no cgroups */
+        struct sup_weight_set weights;
+        struct sup_instance_env env;
+        int gw_port;
+        int n;
+        struct sup_instance inst[SUP_MAX_INSTANCES];
+        bool stopping;
+        int64_t stop_kill_at_ms;
+        bool ready_sent;
+        uint64_t watchdog_usec;
+        int64_t last_watchdog_ms, last_perf_ms, last_trim_ms;
+        char last_status[256];
+        struct sup_roll roll;
+        bool all_failed;           /* every instance hit its crash-loop limit */
+        int64_t started_ms;
+        struct sup_metrics metrics;
+};
+
+/* ---- status (status.c) ------------------------------------------------------------- */
+
+/* The supervisor's state as one JSON object (what `dsvisor status --json` prints);
+ * malloc'd text, NULL without memory. */
+char *sup_status_json(const struct sup *s);
+
+/* ---- the supervisor's Prometheus families (sup_metrics.c) -------------------------- */
+
+void sup_metrics_init(struct sup_metrics *m);
+void sup_metrics_done(struct sup_metrics *m);
+/* Renders restarts, scheduling, cgroup limits and CPU throttling, weight pages and perf
+ * counters of s into m (main thread). */
+void sup_metrics_refresh(struct sup_metrics *m, const struct sup *s);
+/* The gateway's /metrics hook (any thread): writes the last rendering; userdata is m. */
+int sup_metrics_hook(FILE *out, void *userdata);
+
 /* ---- the supervisor's malloc thread cache (malloc_env.c) --------------------------- */
 
 /* glibc.malloc.tcache_count for the `dsvisor start` process (not its children). */
@@ -188,7 +390,5 @@ int sup_tunables_prepend(const char *item, const char *tunables, char *buf, size
  * tunable is kept, or a negative errno when the re-exec failed (logged; the caller goes
  * on with the cache on). */
 int sup_malloc_tcache_cap(char **argv);
-
-/* ---- systemd notify (platform/notify.c, declared in dsv_platform.h) ---------------- */
 
 #endif

@@ -4,7 +4,8 @@
 # it is built), a fake NOTIFY_SOCKET, and systemd-analyze on the unit file.
 set(DSV_SUP_DIR ${CMAKE_SOURCE_DIR}/supervisor)
 dsv_test(NAME test-supervisor-config
-         SOURCES unit/test-supervisor-config.c ${DSV_SUP_DIR}/config.c ${DSV_SUP_DIR}/instance.c ${DSV_SUP_DIR}/control.c
+         SOURCES unit/test-supervisor-config.c ${DSV_SUP_DIR}/config.c ${DSV_SUP_DIR}/restart_backoff.c
+                 ${DSV_SUP_DIR}/rt_sched.c ${DSV_SUP_DIR}/control.c ${DSV_SUP_DIR}/clock.c
                  ${DSV_SUP_DIR}/malloc_env.c
          LIBS dsv_platform dsv::cjson Threads::Threads LABELS unit)
 target_include_directories(test-supervisor-config PRIVATE ${DSV_SUP_DIR})
@@ -48,7 +49,7 @@ dsv_script_test(NAME test-supervisor-signals SCRIPT ${CMAKE_SOURCE_DIR}/tests/in
 set_tests_properties(test-supervisor-signals PROPERTIES RUN_SERIAL ON)
 
 # SCHED_FIFO in a v1 cpu group: EPERM without cpu.rt_runtime_us, granted with it (root).
-dsv_test(NAME test-supervisor-rt SOURCES integration/test-supervisor-rt.c ${DSV_SUP_DIR}/instance.c
+dsv_test(NAME test-supervisor-rt SOURCES integration/test-supervisor-rt.c ${DSV_SUP_DIR}/rt_sched.c
          LIBS dsv_platform LABELS integration)
 target_include_directories(test-supervisor-rt PRIVATE ${DSV_SUP_DIR})
 set_tests_properties(test-supervisor-rt PROPERTIES SKIP_RETURN_CODE 77)

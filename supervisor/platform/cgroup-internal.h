@@ -1,4 +1,4 @@
-/* cgroup-internal.h — what cgroup.c, cgroup_fs.c, cgroup_v1.c and cgroup_v2.c share.
+/* cgroup-internal.h — what the cgroup files (cgroup*.c) and doctor.c share.
  *
  * Layering inside the cgroup layer:
  *   cgroup_fs.c  the openat()-based cgroupfs reader/writer. Every path it touches is one
@@ -6,11 +6,15 @@
  *                directory the caller was handed (the delegated cgroup, or a fake tree).
  *   cgroup_v1.c  libcgroup: mount discovery and the v1 hierarchies of legacy/hybrid hosts.
  *   cgroup_v2.c  unified-hierarchy delegation and v2 limit files, through cgroup_fs.c only.
- *   cgroup.c     the public API: mode detection, host, instances, spawn, stop, report. */
+ *   cgroup_mode.c  the mode (v1/hybrid/v2) and where each hierarchy is, decided once;
+ *                the controller-name table.
+ *   cgroup.c     the public API: host, instances, spawn, stop, report, and the instance
+ *                description (group names, paths, cpu.stat). */
 #ifndef DSV_CGROUP_INTERNAL_H
 #define DSV_CGROUP_INTERNAL_H
 
 #include <stdbool.h>
+#include <limits.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -65,6 +69,30 @@ struct dsv__cpulist {
 int dsv__cpulist_parse(const char *s, struct dsv__cpulist *ret);
 bool dsv__cpulist_equal(const struct dsv__cpulist *a, const struct dsv__cpulist *b);
 
+/* ---- cgroup_mode.c: where cgroups are, and the controller names -------------------- */
+
+/* Controller names for the DSV_CGROUP_CTRL_* bit positions (NULL past the last). */
+const char *dsv__cgroup_ctrl_name(unsigned bit);
+/* The names of the controllers in bits, space-separated, into buf. */
+void dsv__cgroup_ctrl_list(unsigned bits, char *buf, size_t size);
+/* The DSV_CGROUP_CTRL_* bits of the controllers named in a space-separated list. */
+unsigned dsv__cgroup_ctrl_bits(const char *list);
+
+/* Where the v2 tree is mounted for mode: root (unified) or root/unified (hybrid);
+ * -ENOENT for legacy. */
+int dsv__cgroup_v2_mount(const char *root, enum dsv_cgroup_mode mode, char *buf, size_t size);
+
+/* The cgroup mounts a mounts file (/proc/<pid>/mounts format) shows below root
+ * ("/sys/fs/cgroup"): the mode (DETECT when there is no cgroup filesystem), the v2 tree,
+ * and the v1 hierarchies. -errno when the file cannot be read. */
+struct dsv__cgroup_mounts {
+        enum dsv_cgroup_mode mode;
+        char v2_dir[PATH_MAX];     /* root, or root/unified (hybrid); "" without a v2 tree */
+        unsigned v1;               /* DSV_CGROUP_CTRL_* with a v1 hierarchy */
+        char v1_cpu_dir[256];      /* mount point of the v1 hierarchy holding cpu */
+};
+int dsv__cgroup_mounts_read(const char *mounts_path, const char *root, struct dsv__cgroup_mounts *ret);
+
 /* ---- /proc/self/cgroup ------------------------------------------------------------- */
 
 /* Finds this process's cgroup path in the file at proc_path (format of
@@ -117,9 +145,5 @@ bool dsv__cgroup_v2_adopt_made(int fd);
 /* Moves the calling process (all its threads) into the group dirfd. */
 int dsv__cgroup_v2_move_self(int dirfd);
 
-/* Controller names for the DSV_CGROUP_CTRL_* bit positions. */
-const char *dsv__cgroup_ctrl_name(unsigned bit);
-/* The names of the controllers in bits, space-separated, into buf. */
-void dsv__cgroup_ctrl_list(unsigned bits, char *buf, size_t size);
 
 #endif

@@ -1,12 +1,12 @@
-/* cgroup.c — worker cgroups: mode detection, the host (own groups per hierarchy),
- * instances with their limit report, spawning into a group, and teardown.
+/* cgroup.c — worker cgroups: the host (own groups per hierarchy), instances with their
+ * limit report and description (name scheme, paths, cpu.stat), spawning into a group,
+ * and teardown. The mode is cgroup_mode.c's.
  * Contracts are in dsv_platform.h; the layering of the cgroup files is in
  * cgroup-internal.h. */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
-#include <linux/magic.h>
 #include <linux/sched.h>
 #include <poll.h>
 #include <signal.h>
@@ -16,7 +16,6 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
-#include <sys/vfs.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -91,16 +90,6 @@ static int split_parent(const char *rel, struct dsv_cgroup_host *h); /* below, w
 
 /* ---- names ----------------------------------------------------------------------- */
 
-const char *dsv_cgroup_mode_to_string(enum dsv_cgroup_mode mode) {
-        static const char *const names[DSV_CGROUP_MODE_COUNT] = {
-                [DSV_CGROUP_MODE_DETECT] = "detect",
-                [DSV_CGROUP_MODE_LEGACY] = "legacy",
-                [DSV_CGROUP_MODE_HYBRID] = "hybrid",
-                [DSV_CGROUP_MODE_UNIFIED] = "unified",
-        };
-        return (unsigned)mode < DSV_CGROUP_MODE_COUNT ? names[mode] : "invalid";
-}
-
 const char *dsv_cgroup_limit_to_string(enum dsv_cgroup_limit limit) {
         static const char *const names[DSV_CGROUP_LIMIT_COUNT] = {
                 [DSV_CGROUP_LIMIT_CPUS] = "cpuset.cpus",
@@ -116,74 +105,14 @@ const char *dsv_cgroup_limit_to_string(enum dsv_cgroup_limit limit) {
         return (unsigned)limit < DSV_CGROUP_LIMIT_COUNT ? names[limit] : "invalid";
 }
 
-/* ---- mode and own groups ------------------------------------------------------------ */
-
-int dsv_cgroup_mode_detect(const char *root, enum dsv_cgroup_mode *ret_mode) {
-        struct statfs sfs;
-        if (!root || !ret_mode)
-                return -EINVAL;
-        if (statfs(root, &sfs) < 0)
-                return -errno;
-        if (sfs.f_type == CGROUP2_SUPER_MAGIC) {
-                *ret_mode = DSV_CGROUP_MODE_UNIFIED;
-                return 0;
-        }
-        if (sfs.f_type != TMPFS_MAGIC)
-                return -ENOMEDIUM;
-        char unified[PATH_MAX];
-        if (snprintf(unified, sizeof unified, "%s/unified", root) >= (int)sizeof unified)
-                return -ENAMETOOLONG;
-        bool hybrid = statfs(unified, &sfs) == 0 && sfs.f_type == CGROUP2_SUPER_MAGIC;
-        *ret_mode = hybrid ? DSV_CGROUP_MODE_HYBRID : DSV_CGROUP_MODE_LEGACY;
-        return 0;
-}
-
-int dsv__cgroup_own_path(const char *proc_path, const char *controller, char *buf, size_t size) {
-        FILE *f = fopen(proc_path, "re");
-        if (!f)
-                return -errno;
-        char line[4096];
-        int r = -ENOENT;
-        while (fgets(line, sizeof line, f)) {
-                line[strcspn(line, "\n")] = '\0';
-                char *c1 = strchr(line, ':');
-                char *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
-                if (!c2 || c2[1] != '/')
-                        continue;
-                *c1 = '\0';
-                *c2 = '\0';
-                const char *ctrls = c1 + 1, *path = c2 + 1;
-                bool match;
-                if (!controller) {
-                        match = strcmp(line, "0") == 0 && ctrls[0] == '\0';
-                } else {
-                        match = false;
-                        for (const char *p = ctrls; *p;) {
-                                size_t n = strcspn(p, ",");
-                                if (n == strlen(controller) && memcmp(p, controller, n) == 0)
-                                        match = true;
-                                p += n + (p[n] == ',');
-                        }
-                }
-                if (match) {
-                        r = snprintf(buf, size, "%s", path) >= (int)size ? -ENAMETOOLONG : 0;
-                        break;
-                }
-        }
-        fclose(f);
-        return r;
-}
+/* ---- own groups --------------------------------------------------------------------- */
 
 static int read_ctrl_bits(int dirfd, const char *file, unsigned *ret) {
         char buf[PATH_BUF];
         int r = dsv__cgfs_read(dirfd, file, buf, sizeof buf);
         if (r < 0)
                 return r;
-        unsigned bits = 0;
-        for (unsigned b = 0; b < N_CTRL; b++)
-                if (dsv__cgfs_has_word(buf, dsv__cgroup_ctrl_name(b)))
-                        bits |= 1u << b;
-        *ret = bits;
+        *ret = dsv__cgroup_ctrl_bits(buf);
         return 0;
 }
 
@@ -209,10 +138,7 @@ static int open_own(const char *mount, const char *own, int *ret_fd) {
 static int host_open_v2(struct dsv_cgroup_host *h, const char *root, const char *proc) {
         char mount[PATH_MAX], own[PATH_BUF];
         int r;
-        if (h->mode == DSV_CGROUP_MODE_UNIFIED)
-                r = snprintf(mount, sizeof mount, "%s", root) >= (int)sizeof mount ? -ENAMETOOLONG : 0;
-        else
-                r = join_path(mount, sizeof mount, root, "unified");
+        r = dsv__cgroup_v2_mount(root, h->mode, mount, sizeof mount);
         if (r < 0)
                 return r;
         r = dsv__cgroup_own_path(proc, NULL, own, sizeof own);
@@ -1252,13 +1178,164 @@ int dsv_cgroup_instance_spawn(const struct dsv_cgroup_instance *inst, const char
         return dsv_cgroup_spawn(inst->v2_fd, fds, n, path, argv, envp, ret_pid, ret_pidfd);
 }
 
-/* ---- stopping ---------------------------------------------------------------------- */
+
+/* ---- the instance group name scheme ------------------------------------------------ */
+
+#define INSTANCE_NAME_FORMAT "dsvisor-%d-worker-%d"
+
+int dsv_cgroup_instance_name(pid_t supervisor_pid, int index, char *buf, size_t size) {
+        if (supervisor_pid <= 0 || index < 0 || !buf)
+                return -EINVAL;
+        int n = snprintf(buf, size, INSTANCE_NAME_FORMAT, (int)supervisor_pid, index);
+        return n < 0 || (size_t)n >= size ? -ENAMETOOLONG : 0;
+}
+
+/* The supervisor pid in an instance group's name; 0 when name is not one. */
+static pid_t instance_name_owner(const char *name) {
+        int pid, idx;
+        char tail;
+        if (sscanf(name, INSTANCE_NAME_FORMAT "%c", &pid, &idx, &tail) != 2 || pid <= 0 || idx < 0)
+                return 0;
+        return (pid_t)pid;
+}
 
 static long long now_ms(void) {
         struct timespec ts;
         clock_gettime(CLOCK_MONOTONIC, &ts);
         return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
+
+/* Removes the instance groups in dir whose supervisor is gone. rmdir fails on a group
+ * that still has tasks, so nothing running is touched; the workers of a supervisor
+ * killed a moment ago may still be exiting (PR_SET_PDEATHSIG), so an EBUSY is retried
+ * until deadline, not given up at once (that left empty groups behind). */
+static void remove_stale_in(const char *dir, long long deadline, struct dsv_cgroup_stale *ret, size_t max,
+                            size_t *n) {
+        DIR *d = opendir(dir);
+        if (!d)
+                return;
+        struct dirent *de;
+        while ((de = readdir(d))) {
+                pid_t pid = instance_name_owner(de->d_name);
+                if (pid <= 0 || pid == getpid() || kill(pid, 0) == 0 || errno != ESRCH)
+                        continue;
+                char path[sizeof ret->path];
+                snprintf(path, sizeof path, "%.500s/%.400s", dir, de->d_name);
+                int r;
+                while ((r = rmdir(path) < 0 ? -errno : 0) == -EBUSY && now_ms() < deadline)
+                        usleep(20000);
+                if (r == -ENOENT || *n >= max)
+                        continue;
+                struct dsv_cgroup_stale *e = &ret[(*n)++];
+                snprintf(e->path, sizeof e->path, "%s", path);
+                e->supervisor_pid = pid;
+                e->result = r;
+        }
+        closedir(d);
+}
+
+int dsv_cgroup_host_remove_stale(const struct dsv_cgroup_host *h, struct dsv_cgroup_stale *ret, size_t max) {
+        if (!h || (!ret && max))
+                return -EINVAL;
+        long long deadline = now_ms() + 2000;
+        size_t n = 0;
+        if (h->v2_fd >= 0) {
+                remove_stale_in(h->v2_own, deadline, ret, max, &n);
+                if (strcmp(h->v2_parent, h->v2_own) != 0)
+                        remove_stale_in(h->v2_parent, deadline, ret, max, &n);
+        }
+        for (unsigned b = 0; b < N_CTRL; b++)
+                if (h->v1_mounted & (1u << b)) {
+                        remove_stale_in(h->v1_own[b], deadline, ret, max, &n);
+                        if (strcmp(h->v1_parent[b], h->v1_own[b]) != 0)
+                                remove_stale_in(h->v1_parent[b], deadline, ret, max, &n);
+                }
+        return (int)n;
+}
+
+/* "v2 <dir>/<name>, v1 cpu <dir>/<name>, ..." for every hierarchy in use; name "" lists
+ * the directories themselves. */
+static int describe_dirs(const struct dsv_cgroup_host *h, const char *name, bool tag, char *buf, size_t size) {
+        size_t len = 0;
+        buf[0] = 0;
+        if (h->v2_fd >= 0)
+                len += (size_t)snprintf(buf, size, "%s%.400s%s%s", tag ? "v2 " : "", h->v2_parent, *name ? "/" : "",
+                                        name);
+        for (unsigned b = 0; b < N_CTRL && len < size; b++)
+                if (h->v1_mounted & (1u << b))
+                        len += (size_t)snprintf(buf + len, size - len, "%s%s%s%s%.400s%s%s", len ? ", " : "",
+                                                tag ? "v1 " : "", tag ? dsv__cgroup_ctrl_name(b) : "",
+                                                tag ? " " : "", h->v1_parent[b], *name ? "/" : "", name);
+        if (!buf[0])
+                snprintf(buf, size, "(none)");
+        return len >= size ? -ENAMETOOLONG : 0;
+}
+
+int dsv_cgroup_host_describe_parent(const struct dsv_cgroup_host *h, char *buf, size_t size) {
+        if (!h || !buf || size == 0)
+                return -EINVAL;
+        return describe_dirs(h, "", false, buf, size);
+}
+
+int dsv_cgroup_host_rt_runtime_us(const struct dsv_cgroup_host *h, uint64_t *ret) {
+        if (!h || !ret)
+                return -EINVAL;
+        if (!(h->v1_mounted & (1u << BIT_CPU)))
+                return -ENOENT;
+        char buf[32], *end;
+        int r = dsv__cgfs_read(h->v1_fd[BIT_CPU], "cpu.rt_runtime_us", buf, sizeof buf);
+        if (r < 0)
+                return r;
+        unsigned long long v = strtoull(buf, &end, 10);
+        if (end == buf || buf[0] == '-')
+                return -EBADMSG;
+        *ret = v;
+        return 0;
+}
+
+int dsv_cgroup_instance_describe(const struct dsv_cgroup_instance *inst, char *buf, size_t size) {
+        if (!inst || !buf || size == 0)
+                return -EINVAL;
+        return describe_dirs(inst->h, inst->name, true, buf, size);
+}
+
+int dsv_cgroup_instance_cpu_stat(const struct dsv_cgroup_instance *inst, struct dsv_cgroup_cpu_stat *ret) {
+        if (!inst || !ret)
+                return -EINVAL;
+        int dirfd = (inst->v1_created & (1u << BIT_CPU))                        ? inst->v1_fd[BIT_CPU]
+                    : inst->v2_fd >= 0 && (inst->v2_controllers & (1u << BIT_CPU)) ? inst->v2_fd
+                                                                                   : -1;
+        if (dirfd < 0)
+                return -ENOENT;
+        char text[1024];
+        int r = dsv__cgfs_read(dirfd, "cpu.stat", text, sizeof text);
+        if (r < 0)
+                return r;
+        /* v1 (cpu,cpuacct) says nr_throttled and throttled_time (ns), v2 nr_throttled
+         * and throttled_usec. */
+        struct dsv_cgroup_cpu_stat st = {.throttled_seconds = -1};
+        bool have_periods = false;
+        for (char *save = NULL, *line = strtok_r(text, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+                char key[64];
+                unsigned long long v;
+                if (sscanf(line, "%63s %llu", key, &v) != 2)
+                        continue;
+                if (strcmp(key, "nr_throttled") == 0) {
+                        st.throttled_periods = v;
+                        have_periods = true;
+                } else if (strcmp(key, "throttled_time") == 0) {
+                        st.throttled_seconds = (double)v / 1e9;
+                } else if (strcmp(key, "throttled_usec") == 0) {
+                        st.throttled_seconds = (double)v / 1e6;
+                }
+        }
+        if (!have_periods || st.throttled_seconds < 0)
+                return -ENODATA;
+        *ret = st;
+        return 0;
+}
+
+/* ---- stopping ---------------------------------------------------------------------- */
 
 /* SIGKILLs every id listed in dirfd's file (cgroup.procs; v1 tasks: a thread id
  * kills its whole process). Returns how many were listed. */

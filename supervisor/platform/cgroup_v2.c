@@ -16,29 +16,6 @@
 
 #include "cgroup-internal.h"
 
-static const char *const ctrl_names[] = {"cpu", "cpuset", "memory", "hugetlb"};
-
-const char *dsv__cgroup_ctrl_name(unsigned bit) {
-        return bit < sizeof ctrl_names / sizeof ctrl_names[0] ? ctrl_names[bit] : NULL;
-}
-
-void dsv__cgroup_ctrl_list(unsigned bits, char *buf, size_t size) {
-        buf[0] = '\0';
-        for (unsigned bit = 0; dsv__cgroup_ctrl_name(bit); bit++)
-                if (bits & (1u << bit)) {
-                        size_t len = strlen(buf);
-                        snprintf(buf + len, size - len, "%s%s", len ? " " : "", dsv__cgroup_ctrl_name(bit));
-                }
-}
-
-static unsigned ctrl_bits_of(const char *list) {
-        unsigned bits = 0;
-        for (unsigned bit = 0; dsv__cgroup_ctrl_name(bit); bit++)
-                if (dsv__cgfs_has_word(list, dsv__cgroup_ctrl_name(bit)))
-                        bits |= 1u << bit;
-        return bits;
-}
-
 /* ---- who enabled what: xattrs on the group ---------------------------------------
  *
  * A supervisor that is SIGKILLed cannot take back the controllers it enabled in a
@@ -68,7 +45,7 @@ static unsigned mark_read(int dirfd, const char *name) {
         if (n < 0)
                 return 0;
         buf[n] = '\0';
-        return ctrl_bits_of(buf);
+        return dsv__cgroup_ctrl_bits(buf);
 }
 
 /* Records bits as this process's (removes the record when bits is 0); best effort. */
@@ -138,11 +115,11 @@ int dsv__cgroup_v2_enable(int dirfd, unsigned want, unsigned *ret_enabled, unsig
         int r = dsv__cgfs_read(dirfd, "cgroup.controllers", buf, sizeof buf);
         if (r < 0)
                 return r;
-        unsigned available = ctrl_bits_of(buf);
+        unsigned available = dsv__cgroup_ctrl_bits(buf);
         r = dsv__cgfs_read(dirfd, "cgroup.subtree_control", buf, sizeof buf);
         if (r < 0)
                 return r;
-        unsigned before = ctrl_bits_of(buf);
+        unsigned before = dsv__cgroup_ctrl_bits(buf);
         /* what a supervisor that is gone enabled and left on is ours to undo now */
         unsigned newly = marks_adopt(dirfd) & before;
 
@@ -172,7 +149,7 @@ int dsv__cgroup_v2_enable(int dirfd, unsigned want, unsigned *ret_enabled, unsig
         r = dsv__cgfs_read(dirfd, "cgroup.subtree_control", buf, sizeof buf);
         if (r < 0)
                 return r;
-        *ret_enabled = ctrl_bits_of(buf);
+        *ret_enabled = dsv__cgroup_ctrl_bits(buf);
         *ret_newly = newly;
         return 0;
 }

@@ -1,4 +1,4 @@
-/* doctor.c — the host settings steady P99 depends on, read and judged (issue 11 item 1).
+/* doctor.c — the host settings steady P99 depends on, read and judged.
  *
  * Every file is read through req->root, so tests run the same code over fake /proc and
  * /sys trees. Sources, per check:
@@ -235,67 +235,24 @@ static int selected_word(const char *line, char *buf, size_t size) {
 
 /* ---- cgroups ---------------------------------------------------------------------- */
 
+/* The cgroup mounts of the checked tree; found is false when its mounts file is
+ * unreadable. */
 struct mounts {
-        bool found;        /* the mounts file could be read */
-        char root_fs[32];  /* fstype at /sys/fs/cgroup; "" when nothing is mounted there */
-        bool unified_v2;   /* cgroup2 at /sys/fs/cgroup/unified */
-        unsigned v1;       /* DSV_CGROUP_CTRL_* with a v1 hierarchy */
-        char v1_cpu_dir[256]; /* mount point of the v1 hierarchy holding cpu */
+        bool found;
+        struct dsv__cgroup_mounts cg;
 };
 
-static unsigned ctrl_bit(const char *name) {
-        static const char *const names[] = {"cpu", "cpuset", "memory", "hugetlb"};
-        for (unsigned i = 0; i < 4; i++)
-                if (strcmp(name, names[i]) == 0)
-                        return 1u << i;
-        return 0;
-}
-
 static void read_mounts(const struct ctx *c, struct mounts *m) {
-        char path[1024], line[1024];
+        char path[1024];
         memset(m, 0, sizeof *m);
         if (host_path(c, path, sizeof path, "/proc/%s/mounts", c->proc) < 0)
                 return;
-        FILE *f = fopen(path, "re");
-        if (!f)
-                return;
-        m->found = true;
-        while (fgets(line, sizeof line, f)) {
-                char dev[256], dir[256], type[32], opts[512];
-                if (sscanf(line, "%255s %255s %31s %511s", dev, dir, type, opts) != 4)
-                        continue;
-                if (strcmp(dir, "/sys/fs/cgroup") == 0)
-                        snprintf(m->root_fs, sizeof m->root_fs, "%s", type);
-                else if (strcmp(dir, "/sys/fs/cgroup/unified") == 0 && strcmp(type, "cgroup2") == 0)
-                        m->unified_v2 = true;
-                if (strcmp(type, "cgroup") != 0)
-                        continue;
-                for (char *save = NULL, *o = strtok_r(opts, ",", &save); o; o = strtok_r(NULL, ",", &save)) {
-                        unsigned bit = ctrl_bit(o);
-                        m->v1 |= bit;
-                        if (bit == DSV_CGROUP_CTRL_CPU)
-                                snprintf(m->v1_cpu_dir, sizeof m->v1_cpu_dir, "%s", dir);
-                }
-        }
-        fclose(f);
+        m->found = dsv__cgroup_mounts_read(path, "/sys/fs/cgroup", &m->cg) == 0;
 }
 
-static enum dsv_cgroup_mode mounts_mode(const struct mounts *m) {
-        if (strcmp(m->root_fs, "cgroup2") == 0)
-                return DSV_CGROUP_MODE_UNIFIED;
-        if (m->unified_v2)
-                return DSV_CGROUP_MODE_HYBRID;
-        if (m->v1)
-                return DSV_CGROUP_MODE_LEGACY;
-        return DSV_CGROUP_MODE_DETECT; /* no cgroup filesystem */
-}
-
+/* The controller names in bits, or "none". */
 static void ctrl_names(unsigned bits, char *buf, size_t size) {
-        static const char *const names[] = {"cpu", "cpuset", "memory", "hugetlb"};
-        buf[0] = '\0';
-        for (unsigned i = 0; i < 4; i++)
-                if (bits & (1u << i))
-                        appendf(buf, size, "%s%s", buf[0] ? " " : "", names[i]);
+        dsv__cgroup_ctrl_list(bits, buf, size);
         if (!buf[0])
                 snprintf(buf, size, "none");
 }
@@ -305,7 +262,7 @@ static int check_cgroups(struct ctx *c, const struct mounts *m) {
         if (!m->found)
                 return add(c, "cgroup-mode", DSV_DOCTOR_UNKNOWN, "/proc/self/mounts unreadable", want_mode,
                            "dsvisor isolates each instance in its own cgroup");
-        enum dsv_cgroup_mode mode = mounts_mode(m);
+        enum dsv_cgroup_mode mode = m->cg.mode;
         int r;
         if (mode == DSV_CGROUP_MODE_DETECT)
                 r = add(c, "cgroup-mode", DSV_DOCTOR_FAIL, "no cgroup filesystem at /sys/fs/cgroup", want_mode,
@@ -329,20 +286,15 @@ static int check_cgroups(struct ctx *c, const struct mounts *m) {
                     dsv__cgroup_own_path(path, NULL, own, sizeof own) < 0)
                         return add(c, "cgroup-controllers", DSV_DOCTOR_UNKNOWN, "no \"0::\" line in /proc/self/cgroup",
                                    want, "dsvisor creates instance groups below its own group");
-                r = read_line(c, list, sizeof list, "/sys/fs/cgroup%s%s/cgroup.controllers",
-                              mode == DSV_CGROUP_MODE_HYBRID ? "/unified" : "", strcmp(own, "/") == 0 ? "" : own);
+                r = read_line(c, list, sizeof list, "%s%s/cgroup.controllers", m->cg.v2_dir,
+                              strcmp(own, "/") == 0 ? "" : own);
                 if (r < 0)
                         return add(c, "cgroup-controllers", DSV_DOCTOR_UNKNOWN, "own cgroup.controllers unreadable",
                                    want, "dsvisor creates instance groups below its own group");
-                for (unsigned bit = 1; bit < DSV_CGROUP_CTRL_ALL; bit <<= 1) {
-                        char one[16];
-                        ctrl_names(bit, one, sizeof one);
-                        if (dsv__cgfs_has_word(list, one))
-                                avail |= bit;
-                }
+                avail = dsv__cgroup_ctrl_bits(list);
         }
         if (mode != DSV_CGROUP_MODE_UNIFIED)
-                avail |= m->v1;
+                avail |= m->cg.v1;
         ctrl_names(avail, names, sizeof names);
         snprintf(found, sizeof found, "%s in %s", names, own[0] ? own : "the v1 hierarchies");
         unsigned need = DSV_CGROUP_CTRL_CPU | DSV_CGROUP_CTRL_CPUSET | DSV_CGROUP_CTRL_MEMORY;
@@ -608,11 +560,11 @@ static int check_rt_throttling(struct ctx *c) {
 /* RT group scheduling: 1 on, 0 off, -ENOENT unknown. */
 static int rt_group_sched_state(const struct ctx *c, const struct mounts *m, char *how, size_t size) {
         char line[4096], path[1024];
-        if (m->v1_cpu_dir[0] && host_path(c, path, sizeof path, "%s/cpu.rt_runtime_us", m->v1_cpu_dir) == 0) {
+        if (m->cg.v1_cpu_dir[0] && host_path(c, path, sizeof path, "%s/cpu.rt_runtime_us", m->cg.v1_cpu_dir) == 0) {
                 FILE *f = fopen(path, "re");
                 if (f) {
                         fclose(f);
-                        snprintf(how, size, "on (cpu.rt_runtime_us in %s)", m->v1_cpu_dir);
+                        snprintf(how, size, "on (cpu.rt_runtime_us in %s)", m->cg.v1_cpu_dir);
                         return 1;
                 }
         }

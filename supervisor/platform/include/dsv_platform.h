@@ -263,6 +263,44 @@ int dsv_cgroup_instance_stop(struct dsv_cgroup_instance *inst, int timeout_ms);
 /* Frees the handle (closes its fds); leaves the groups as they are. NULL is a no-op. */
 void dsv_cgroup_instance_free(struct dsv_cgroup_instance *inst);
 
+/* What dsvisor knows of its instance groups, decided here once: the group name scheme,
+ * where each group lives (with dsv_cgroup_instance_new's report: which limits are in
+ * effect), the CPU throttling counters of the hierarchy that carries the cpu controller,
+ * and the RT runtime of the supervisor's own v1 cpu group. */
+
+/* The instance group name: "dsvisor-<supervisor_pid>-worker-<index>". */
+int dsv_cgroup_instance_name(pid_t supervisor_pid, int index, char *buf, size_t size);
+
+/* Every group of the instance: "v2 <path>, v1 cpu <path>, v1 cpuset <path>, ...". */
+int dsv_cgroup_instance_describe(const struct dsv_cgroup_instance *inst, char *buf, size_t size);
+
+struct dsv_cgroup_cpu_stat {
+        uint64_t throttled_periods; /* CFS periods in which the group was throttled */
+        double throttled_seconds;   /* time it spent throttled */
+};
+/* From cpu.stat of the group in the hierarchy that carries cpu for the instance (v1
+ * cpu,cpuacct or v2). -ENOENT without a cpu controller, -ENODATA when the file has
+ * neither counter. */
+int dsv_cgroup_instance_cpu_stat(const struct dsv_cgroup_instance *inst, struct dsv_cgroup_cpu_stat *ret);
+
+/* Where the instance groups go, every hierarchy: "<v2 parent>, <v1 cpu parent>, ...". */
+int dsv_cgroup_host_describe_parent(const struct dsv_cgroup_host *h, char *buf, size_t size);
+
+/* cpu.rt_runtime_us of the supervisor's own v1 cpu group; -ENOENT without one. */
+int dsv_cgroup_host_rt_runtime_us(const struct dsv_cgroup_host *h, uint64_t *ret);
+
+/* An instance group a killed supervisor left: removed (result 0) or why not. */
+struct dsv_cgroup_stale {
+        char path[1024];
+        pid_t supervisor_pid; /* the gone supervisor named in the group's name */
+        int result;           /* 0 removed, else -errno of the rmdir */
+};
+/* Removes empty instance groups a killed supervisor left in the own groups and the
+ * parent levels of every hierarchy (their supervisor pid is gone); a group still
+ * holding tasks is left alone, an EBUSY retried for up to 2 s. Each one is written to
+ * ret[0..max) (removed or not; the rest are dropped). Returns how many were written. */
+int dsv_cgroup_host_remove_stale(const struct dsv_cgroup_host *h, struct dsv_cgroup_stale *ret, size_t max);
+
 /* ---- hugepages (hugepages.c) ------------------------------------------------------- */
 /* The shared weight image: one memfd per NUMA node, backed by 2 MiB pages from the
  * node's hugetlb pool when they are there, filled once through a mapping (write(2) is

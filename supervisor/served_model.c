@@ -1,0 +1,81 @@
+/* served_model.c — which model `dsvisor start` serves: the --model argument resolved to
+ * its native file (an HF folder is converted once into the cache), or the bundled
+ * default; its size, the key that names its fd-store entries, and its served id. */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "dse.h"
+#include "sup.h"
+
+static int find_default_model(const char *exe_dir, char *buf, size_t size) {
+        const char *env = getenv("DSV_DATA_DIR");
+        char cand[4][PATH_MAX];
+        int n = 0;
+        if (env && *env)
+                snprintf(cand[n++], PATH_MAX, "%s/models/default", env);
+        snprintf(cand[n++], PATH_MAX, "%.3900s/../share/dsvisor/models/default", exe_dir);
+        snprintf(cand[n++], PATH_MAX, "%.3900s/../../models/default", exe_dir);
+#ifdef DSV_SOURCE_DIR
+        snprintf(cand[n++], PATH_MAX, "%s/models/default", DSV_SOURCE_DIR);
+#endif
+        for (int i = 0; i < n; i++) {
+                struct stat st;
+                char real[PATH_MAX];
+                if (stat(cand[i], &st) == 0 && realpath(cand[i], real)) {
+                        snprintf(buf, size, "%s", real);
+                        return 0;
+                }
+        }
+        return -ENOENT;
+}
+
+static void derive_model_id(const char *arg, char *buf, size_t size) {
+        char tmp[PATH_MAX];
+        snprintf(tmp, sizeof tmp, "%s", arg);
+        size_t len = strlen(tmp);
+        while (len > 1 && tmp[len - 1] == '/')
+                tmp[--len] = 0;
+        const char *base = strrchr(tmp, '/') ? strrchr(tmp, '/') + 1 : tmp;
+        snprintf(buf, size, "%s", base);
+        char *dot = strrchr(buf, '.');
+        if (dot && strcmp(dot, ".dse") == 0)
+                *dot = 0;
+}
+
+int sup_model_resolve(const struct sup_config *cfg, const char *exe_dir, struct sup_model *ret) {
+        char arg[PATH_MAX];
+        struct sup_model m;
+        memset(&m, 0, sizeof m);
+        if (cfg->model[0]) {
+                snprintf(arg, sizeof arg, "%s", cfg->model);
+        } else if (find_default_model(exe_dir, arg, sizeof arg) < 0) {
+                sup_log(3, "No --model given and the bundled default model (models/default) was not found "
+                           "beside the binary, in $DSV_DATA_DIR or in the source tree");
+                return -ENOENT;
+        }
+        struct dse_diag diag = {{0}};
+        int r = dse_model_resolve(arg, m.path, sizeof m.path, &diag);
+        if (r < 0) {
+                sup_log(3, "Failed to resolve model '%s': %s", arg, diag.msg[0] ? diag.msg : strerror(-r));
+                return r;
+        }
+        struct stat st;
+        if (stat(m.path, &st) < 0) {
+                r = -errno;
+                sup_log(3, "Failed to stat model '%s': %s", m.path, strerror(-r));
+                return r;
+        }
+        m.bytes = (uint64_t)st.st_size;
+        snprintf(m.key, sizeof m.key, "%" PRIu64 "-%lld", m.bytes, (long long)st.st_mtime);
+        if (cfg->model_id[0])
+                snprintf(m.id, sizeof m.id, "%s", cfg->model_id);
+        else
+                derive_model_id(arg, m.id, sizeof m.id);
+        sup_log(6, "Model '%s' (%s, %" PRIu64 " bytes), served as '%s'", arg, m.path, m.bytes, m.id);
+        *ret = m;
+        return 0;
+}

@@ -1,0 +1,88 @@
+/* status.c — the running supervisor's state as one JSON object: the reply to
+ * {"cmd":"status"} on the control socket, which `dsvisor status` prints. */
+#include <cjson/cJSON.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "dsv_gateway.h"
+#include "sup.h"
+
+static void add_weights(cJSON *root, const struct sup_weight_set *set) {
+        cJSON *ws = cJSON_AddArrayToObject(root, "weights");
+        for (int k = 0; k < set->n; k++) {
+                const struct sup_weights *w = &set->w[k];
+                cJSON *o = cJSON_CreateObject();
+                cJSON_AddNumberToObject(o, "numa_node", w->node_os);
+                cJSON_AddNumberToObject(o, "bytes", (double)w->img.size_bytes);
+                cJSON_AddBoolToObject(o, "hugepages", w->img.hugetlb);
+                cJSON_AddNumberToObject(o, "thp_bytes", (double)w->img.thp_bytes);
+                cJSON_AddBoolToObject(o, "from_fd_store", w->from_store);
+                cJSON_AddStringToObject(o, "note", w->img.note);
+                cJSON_AddItemToArray(ws, o);
+        }
+}
+
+static cJSON *instance_json(const struct sup_instance *in, struct dsv_gateway *gw, int64_t now) {
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "name", in->name);
+        cJSON_AddNumberToObject(o, "pid", in->pid);
+        cJSON_AddStringToObject(o, "state", sup_state_to_string(in->state));
+        cJSON_AddNumberToObject(o, "numa_node", in->node_os);
+        cJSON_AddStringToObject(o, "cpus", in->cpus);
+        cJSON_AddNumberToObject(o, "threads", in->n_threads);
+        cJSON_AddStringToObject(o, "cgroup", in->cg_path);
+        cJSON *lims = cJSON_AddArrayToObject(o, "limits");
+        for (int l = 0; l < DSV_CGROUP_LIMIT_COUNT; l++) {
+                const struct dsv_cgroup_report_entry *e = &in->cg_report.e[l];
+                if (!e->requested)
+                        continue;
+                cJSON *lo = cJSON_CreateObject();
+                cJSON_AddStringToObject(lo, "limit", dsv_cgroup_limit_to_string(l));
+                cJSON_AddStringToObject(lo, "value", e->value);
+                cJSON_AddBoolToObject(lo, "in_effect", e->applied);
+                cJSON_AddStringToObject(lo, "file", e->file);
+                cJSON_AddStringToObject(lo, "reason", e->reason);
+                cJSON_AddItemToArray(lims, lo);
+        }
+        cJSON_AddStringToObject(o, "sched", in->sched);
+        cJSON_AddNumberToObject(o, "weights_hugepages_bytes", (double)in->weights_huge_bytes);
+        struct dsv_gateway_instance_stats gs;
+        bool have = gw && dsv_gateway_instance_stats(gw, in->gw_id, &gs) == 0;
+        cJSON_AddNumberToObject(o, "queue_depth", have ? (double)gs.waiting : -1);
+        cJSON_AddNumberToObject(o, "running", have ? (double)gs.running : -1);
+        cJSON_AddNumberToObject(o, "restarts", in->restarts);
+        cJSON_AddNumberToObject(o, "uptime_s",
+                                in->pid && in->state != SUP_STATE_BACKOFF ? (double)(now - in->started_ms) / 1000.0
+                                                                          : 0);
+        cJSON_AddNumberToObject(o, "ctxsw_involuntary_per_s", in->ctxsw_invol_per_s);
+        cJSON_AddNumberToObject(o, "migrations_per_s", in->migrations_per_s);
+        return o;
+}
+
+char *sup_status_json(const struct sup *s) {
+        int64_t now = sup_now_ms();
+        cJSON *root = cJSON_CreateObject();
+        cJSON_AddNumberToObject(root, "pid", getpid());
+        cJSON_AddStringToObject(root, "state", s->stopping ? "stopping" : s->ready_sent ? "ready" : "starting");
+        cJSON_AddNumberToObject(root, "uptime_s", (double)(now - s->started_ms) / 1000.0);
+        cJSON_AddStringToObject(root, "model", s->model.path);
+        cJSON_AddStringToObject(root, "model_id", s->model.id);
+        cJSON_AddNumberToObject(root, "model_bytes", (double)s->model.bytes);
+        cJSON_AddStringToObject(root, "host", s->cfg.host);
+        cJSON_AddNumberToObject(root, "port", s->gw_port);
+        cJSON_AddStringToObject(root, "hugepages", dsv_hugepages_mode_to_string(s->cfg.hugepages));
+        cJSON_AddNumberToObject(root, "rt_priority", s->cfg.rt_priority);
+        cJSON_AddNumberToObject(root, "rt_fallbacks", (double)sup_instances_rt_fallbacks(s->inst, s->n));
+        cJSON_AddStringToObject(root, "cgroups", s->env.cg_host ? "in use" : s->cg_note);
+        cJSON_AddStringToObject(root, "cgroup_parent", s->cfg.cgroup_parent);
+        cJSON_AddNumberToObject(root, "instances_ready", sup_instances_in_state(s->inst, s->n, SUP_STATE_READY));
+        cJSON_AddNumberToObject(root, "instances_total", s->n);
+        add_weights(root, &s->weights);
+        cJSON *arr = cJSON_AddArrayToObject(root, "instances");
+        for (int i = 0; i < s->n; i++)
+                cJSON_AddItemToArray(arr, instance_json(&s->inst[i], s->env.gw, now));
+        char *text = root ? cJSON_PrintUnformatted(root) : NULL;
+        cJSON_Delete(root);
+        return text;
+}
