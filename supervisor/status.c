@@ -2,7 +2,6 @@
  * {"cmd":"status"} on the control socket, which `dsvisor status` prints. */
 #include <cjson/cJSON.h>
 #include <stdlib.h>
-#include <string.h>
 #include <unistd.h>
 
 #include "dsv_gateway.h"
