@@ -142,20 +142,10 @@ static int new_group(const char *controller, const char *rel, const char *file, 
         return 0;
 }
 
-int dsv__cgroup_v1_create(const char *controller, const char *rel) {
-        int r = ensure_init();
-        if (r < 0)
-                return r;
-        struct cgroup *cg;
-        r = new_group(controller, rel, NULL, NULL, &cg);
-        if (r < 0)
-                return r;
-        r = dsv__cgroup_v1_errno(cgroup_create_cgroup(cg, 1));
-        cgroup_free(&cg);
-        return r;
-}
+enum v1_op { V1_CREATE, V1_SET, V1_DELETE };
 
-int dsv__cgroup_v1_set(const char *controller, const char *rel, const char *file, const char *value) {
+/* One libcgroup operation on the group rel of one controller (file = value for V1_SET). */
+static int v1_apply(enum v1_op op, const char *controller, const char *rel, const char *file, const char *value) {
         int r = ensure_init();
         if (r < 0)
                 return r;
@@ -163,20 +153,29 @@ int dsv__cgroup_v1_set(const char *controller, const char *rel, const char *file
         r = new_group(controller, rel, file, value, &cg);
         if (r < 0)
                 return r;
-        r = dsv__cgroup_v1_errno(cgroup_modify_cgroup(cg));
+        switch (op) {
+        case V1_CREATE:
+                r = dsv__cgroup_v1_errno(cgroup_create_cgroup(cg, 1));
+                break;
+        case V1_SET:
+                r = dsv__cgroup_v1_errno(cgroup_modify_cgroup(cg));
+                break;
+        case V1_DELETE:
+                r = dsv__cgroup_v1_errno(cgroup_delete_cgroup_ext(cg, CGFLAG_DELETE_EMPTY_ONLY));
+                break;
+        }
         cgroup_free(&cg);
         return r;
 }
 
+int dsv__cgroup_v1_create(const char *controller, const char *rel) {
+        return v1_apply(V1_CREATE, controller, rel, NULL, NULL);
+}
+
+int dsv__cgroup_v1_set(const char *controller, const char *rel, const char *file, const char *value) {
+        return v1_apply(V1_SET, controller, rel, file, value);
+}
+
 int dsv__cgroup_v1_delete(const char *controller, const char *rel) {
-        int r = ensure_init();
-        if (r < 0)
-                return r;
-        struct cgroup *cg;
-        r = new_group(controller, rel, NULL, NULL, &cg);
-        if (r < 0)
-                return r;
-        r = dsv__cgroup_v1_errno(cgroup_delete_cgroup_ext(cg, CGFLAG_DELETE_EMPTY_ONLY));
-        cgroup_free(&cg);
-        return r;
+        return v1_apply(V1_DELETE, controller, rel, NULL, NULL);
 }

@@ -636,16 +636,25 @@ static int check_numa_balancing(struct ctx *c) {
 
 /* ---- limits ----------------------------------------------------------------------- */
 
+/* The host's /proc/<pid>/<name> of the checked process, open for reading; NULL with errno
+ * set on failure. */
+static FILE *proc_open(const struct ctx *c, const char *name) {
+        char path[1024];
+        int r = host_path(c, path, sizeof path, "/proc/%s/%s", c->proc, name);
+        if (r < 0) {
+                errno = -r;
+                return NULL;
+        }
+        return fopen(path, "re");
+}
+
 /* The soft limit of one /proc/<pid>/limits row: "unlimited" is UINT64_MAX. */
 static int read_limit(const struct ctx *c, const char *row, uint64_t *ret) {
-        char path[1024], line[256];
-        int r = host_path(c, path, sizeof path, "/proc/%s/limits", c->proc);
-        if (r < 0)
-                return r;
-        FILE *f = fopen(path, "re");
+        char line[256];
+        FILE *f = proc_open(c, "limits");
         if (!f)
                 return -errno;
-        r = -ENOENT;
+        int r = -ENOENT;
         size_t n = strlen(row);
         while (fgets(line, sizeof line, f)) {
                 if (strncmp(line, row, n) != 0 || line[n] != ' ')
@@ -672,14 +681,11 @@ static int read_limit(const struct ctx *c, const char *row, uint64_t *ret) {
 
 /* Bit cap of CapEff in /proc/self/status: 1, 0, or -errno. */
 static int has_cap(const struct ctx *c, int cap) {
-        char path[1024], line[256];
-        int r = host_path(c, path, sizeof path, "/proc/%s/status", c->proc);
-        if (r < 0)
-                return r;
-        FILE *f = fopen(path, "re");
+        char line[256];
+        FILE *f = proc_open(c, "status");
         if (!f)
                 return -errno;
-        r = -ENOENT;
+        int r = -ENOENT;
         while (fgets(line, sizeof line, f)) {
                 unsigned long long v;
                 if (sscanf(line, "CapEff: %llx", &v) == 1) {

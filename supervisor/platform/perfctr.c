@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "dsv_platform.h"
+#include "cgroup-internal.h"
 
 #define MAX_THREADS 4096
 #define MAX_GROUP 4
@@ -236,22 +237,14 @@ static void thread_track(struct dsv_perfctr *pc, pid_t tid, bool at_open) {
 
 /* The threads of the cgroup now: cgroup.threads (v2), else tasks (v1). */
 static int cgroup_scan(struct dsv_perfctr *pc, bool at_open) {
-        int fd = openat(pc->cgroup_fd, "cgroup.threads", O_RDONLY | O_CLOEXEC);
-        if (fd < 0)
-                fd = openat(pc->cgroup_fd, "tasks", O_RDONLY | O_CLOEXEC);
-        if (fd < 0)
-                return -errno;
-        FILE *f = fdopen(fd, "re");
-        if (!f) {
-                int r = -errno;
-                close(fd);
-                return r;
-        }
-        long tid;
-        while (fscanf(f, "%ld", &tid) == 1)
-                if (tid > 0)
-                        thread_track(pc, (pid_t)tid, at_open);
-        fclose(f);
+        pid_t tids[MAX_THREADS];
+        int n = dsv__cgfs_read_ids(pc->cgroup_fd, "cgroup.threads", tids, MAX_THREADS);
+        if (n == -ENOENT)
+                n = dsv__cgfs_read_ids(pc->cgroup_fd, "tasks", tids, MAX_THREADS);
+        if (n < 0)
+                return n;
+        for (int i = 0; i < n; i++)
+                thread_track(pc, tids[i], at_open);
         return 0;
 }
 
