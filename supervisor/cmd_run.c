@@ -46,7 +46,7 @@ static void run_usage(FILE *out) {
 }
 
 static double now_s(void) {
-        return (double)sup_now_ns() * 1e-9;
+        return (double)dsv_clock_now_ns() * 1e-9;
 }
 
 static int read_text_file(const char *path, char **ret) {

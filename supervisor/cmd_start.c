@@ -188,7 +188,7 @@ static void begin_stop(struct sup *s, const char *why) {
         dsv_notify("STOPPING=1\nSTATUS=stopping: draining workers");
         for (int i = 0; i < s->n; i++)
                 sup_instance_drain(&s->inst[i]);
-        s->stop_kill_at_ms = sup_now_ms() + s->cfg.grace_ms + 5000;
+        s->stop_kill_at_ms = dsv_clock_now_ms() + s->cfg.grace_ms + 5000;
 }
 
 static void begin_reload(struct sup *s) {
@@ -246,7 +246,7 @@ static void control_accept(struct sup *s) {
  * gives no wake-up, so it is checked every STARTING_TICK_MS: a restart is seen ready
  * within 5 ms, not within a tick). */
 static int poll_timeout_ms(const struct sup *s) {
-        int64_t now = sup_now_ms(), t = TICK_MS;
+        int64_t now = dsv_clock_now_ms(), t = TICK_MS;
         for (int i = 0; i < s->n; i++) {
                 const struct sup_instance *in = &s->inst[i];
                 if (in->state == SUP_STATE_STARTING && t > STARTING_TICK_MS)
@@ -285,7 +285,7 @@ static void notify_systemd(struct sup *s, int64_t now, int ready, int failed) {
 }
 
 static void tick(struct sup *s) {
-        int64_t now = sup_now_ms();
+        int64_t now = dsv_clock_now_ms();
         bool became_ready = false;
         for (int i = 0; i < s->n && !s->stopping; i++)
                 became_ready |= sup_instance_tick(&s->inst[i], now, s->roll.current == i);
@@ -412,7 +412,7 @@ int dsv_cmd_start(int argc, char **argv) {
         char err[512];
         s->control_fd = s->sig_fd = -1;
         s->roll.current = -1;
-        s->started_ms = sup_now_ms();
+        s->started_ms = dsv_clock_now_ms();
         s->env.cfg = &s->cfg;
         s->env.worker_path = s->worker_path;
         sup_metrics_init(&s->metrics);

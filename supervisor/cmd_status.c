@@ -173,11 +173,11 @@ int dsv_cmd_stop(int argc, char **argv) {
         }
         free(reply);
         /* Gone when nobody answers on the socket any more (it is removed last). */
-        int64_t t0 = sup_now_ms();
+        int64_t t0 = dsv_clock_now_ms();
         for (;;) {
                 if (access(path, F_OK) < 0)
                         return 0;
-                if (sup_now_ms() - t0 > o.wait_ms) {
+                if (dsv_clock_now_ms() - t0 > o.wait_ms) {
                         fprintf(stderr, "dsvisor stop: the supervisor is still running after %d ms\n", o.wait_ms);
                         return 1;
                 }

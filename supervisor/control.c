@@ -73,7 +73,7 @@ static int read_line(int fd, int64_t deadline, size_t max, char **ret) {
         if (!buf)
                 return -ENOMEM;
         for (;;) {
-                int left = (int)(deadline - sup_now_ms());
+                int left = (int)(deadline - dsv_clock_now_ms());
                 struct pollfd p = {.fd = fd, .events = POLLIN};
                 if (left <= 0 || poll(&p, 1, left) == 0) {
                         free(buf);
@@ -144,7 +144,7 @@ int sup_control_read_cmd(int fd, int timeout_ms, char *buf, size_t size) {
         if (cred.uid != geteuid())
                 return -EPERM;
         char *line;
-        int r = read_line(fd, sup_now_ms() + timeout_ms, 64 << 10, &line);
+        int r = read_line(fd, dsv_clock_now_ms() + timeout_ms, 64 << 10, &line);
         if (r < 0)
                 return r;
         cJSON *j = cJSON_Parse(line);
@@ -174,7 +174,7 @@ int sup_control_call(const char *path, const char *cmd, int timeout_ms, char **r
         snprintf(req, sizeof req, "{\"cmd\":\"%s\"}", cmd);
         r = sup_control_write(fd, req);
         if (r == 0)
-                r = read_line(fd, sup_now_ms() + timeout_ms, 16 << 20, ret);
+                r = read_line(fd, dsv_clock_now_ms() + timeout_ms, 16 << 20, ret);
         close(fd);
         return r;
 }

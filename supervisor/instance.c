@@ -174,7 +174,7 @@ int sup_instance_spawn(struct sup_instance *in) {
         in->pid = pid;
         in->pidfd = pidfd;
         in->state = SUP_STATE_STARTING;
-        in->started_ms = sup_now_ms();
+        in->started_ms = dsv_clock_now_ms();
         in->ready_ms = -1;
         in->rt_applied = false;
         snprintf(in->sched, sizeof in->sched, "SCHED_OTHER");
@@ -234,7 +234,7 @@ bool sup_instance_reap(struct sup_instance *in, bool stopping, bool rolling) {
         siginfo_t si = {0};
         if (in->pidfd < 0 || waitid((idtype_t)P_PIDFD, (id_t)in->pidfd, &si, WEXITED | WNOHANG) < 0 || si.si_pid == 0)
                 return false;
-        int64_t now = sup_now_ms();
+        int64_t now = dsv_clock_now_ms();
         in->exited_ms = now;
         close(in->pidfd);
         in->pidfd = -1;
@@ -285,7 +285,7 @@ bool sup_instance_tick(struct sup_instance *in, int64_t now, bool rolling) {
         }
         int up = gw && in->pidfd >= 0 ? dsv_gateway_instance_is_up(gw, in->gw_id) : 0;
         if (in->state == SUP_STATE_STARTING && up == 1) {
-                on_ready(in, sup_now_ms());
+                on_ready(in, dsv_clock_now_ms());
                 became_ready = true;
         } else if (in->state == SUP_STATE_STARTING && now - in->started_ms > STARTUP_TIMEOUT_MS) {
                 sup_log(3, "Instance %s: not ready after %d s, killing it", in->name, STARTUP_TIMEOUT_MS / 1000);
@@ -309,7 +309,7 @@ void sup_instance_drain(struct sup_instance *in) {
                 return;
         }
         in->state = SUP_STATE_DRAINING;
-        in->term_at_ms = sup_now_ms();
+        in->term_at_ms = dsv_clock_now_ms();
         send_signal(in, SIGTERM);
 }
 

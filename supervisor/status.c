@@ -60,7 +60,7 @@ static cJSON *instance_json(const struct sup_instance *in, struct dsv_gateway *g
 }
 
 char *sup_status_json(const struct sup *s) {
-        int64_t now = sup_now_ms();
+        int64_t now = dsv_clock_now_ms();
         cJSON *root = cJSON_CreateObject();
         cJSON_AddNumberToObject(root, "pid", getpid());
         cJSON_AddStringToObject(root, "state", s->stopping ? "stopping" : s->ready_sent ? "ready" : "starting");

@@ -85,15 +85,11 @@ void sup_start_usage(FILE *out);
 
 struct dsv_gateway;
 
-/* ---- log line and clock (log.c, clock.c) ------------------------------------------- */
+/* ---- log line (log.c) ----------------------------------------------------------------- */
 
 /* One line on stderr, "<prio>dsvisor: ...": prio is an sd-daemon level (3 error,
  * 4 warning, 6 info), so journald keeps it. */
 void sup_log(int prio, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-/* CLOCK_MONOTONIC in ms: every time the supervisor keeps is on this clock. */
-int64_t sup_now_ms(void);
-/* The same in ns (`dsvisor run` times its tokens with it). */
-int64_t sup_now_ns(void);
 
 /* ---- restart policy (restart_backoff.c) -------------------------------------------- */
 

@@ -58,7 +58,7 @@ static int load_one(struct sup_weight_set *set, struct sup_weights *w, const str
         int node = w->node_os;
         char name[160];
         weights_fdname(m, node, name, sizeof name);
-        int64_t t0 = sup_now_ms();
+        int64_t t0 = dsv_clock_now_ms();
         int r = dsv_hugepages_image_init(&w->img, name, m->bytes, node, mode, NULL);
         if (r == -ENOMEM && mode == DSV_HUGEPAGES_MODE_REQUIRE) {
                 uint64_t free_pages = 0;
@@ -89,7 +89,7 @@ static int load_one(struct sup_weight_set *set, struct sup_weights *w, const str
         else
                 snprintf(pages, sizeof pages, "normal pages, %zu MiB of them in transparent 2 MiB pages",
                          w->img.thp_bytes >> 20);
-        sup_log(6, "Weights for node %d loaded in %" PRId64 " ms: %zu bytes in %s%s%s", node, sup_now_ms() - t0,
+        sup_log(6, "Weights for node %d loaded in %" PRId64 " ms: %zu bytes in %s%s%s", node, dsv_clock_now_ms() - t0,
                 w->img.size_bytes, pages, w->img.note[0] ? "; " : "", w->img.note);
         char state[256];
         snprintf(state, sizeof state, "FDSTORE=1\nFDNAME=%s", name);

@@ -5,7 +5,7 @@
 set(DSV_SUP_DIR ${CMAKE_SOURCE_DIR}/supervisor)
 dsv_test(NAME test-supervisor-config
          SOURCES unit/test-supervisor-config.c ${DSV_SUP_DIR}/config.c ${DSV_SUP_DIR}/restart_backoff.c
-                 ${DSV_SUP_DIR}/rt_sched.c ${DSV_SUP_DIR}/control.c ${DSV_SUP_DIR}/clock.c
+                 ${DSV_SUP_DIR}/rt_sched.c ${DSV_SUP_DIR}/control.c
                  ${DSV_SUP_DIR}/malloc_env.c
          LIBS dsv_platform dsv::cjson Threads::Threads LABELS unit)
 target_include_directories(test-supervisor-config PRIVATE ${DSV_SUP_DIR})

@@ -1199,12 +1199,6 @@ static pid_t instance_name_owner(const char *name) {
         return (pid_t)pid;
 }
 
-static long long now_ms(void) {
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* Removes the instance groups in dir whose supervisor is gone. rmdir fails on a group
  * that still has tasks, so nothing running is touched; the workers of a supervisor
  * killed a moment ago may still be exiting (PR_SET_PDEATHSIG), so an EBUSY is retried
@@ -1222,7 +1216,7 @@ static void remove_stale_in(const char *dir, long long deadline, struct dsv_cgro
                 char path[sizeof ret->path];
                 snprintf(path, sizeof path, "%.500s/%.400s", dir, de->d_name);
                 int r;
-                while ((r = rmdir(path) < 0 ? -errno : 0) == -EBUSY && now_ms() < deadline)
+                while ((r = rmdir(path) < 0 ? -errno : 0) == -EBUSY && dsv_clock_now_ms() < deadline)
                         usleep(20000);
                 if (r == -ENOENT || *n >= max)
                         continue;
@@ -1237,7 +1231,7 @@ static void remove_stale_in(const char *dir, long long deadline, struct dsv_cgro
 int dsv_cgroup_host_remove_stale(const struct dsv_cgroup_host *h, struct dsv_cgroup_stale *ret, size_t max) {
         if (!h || (!ret && max))
                 return -EINVAL;
-        long long deadline = now_ms() + 2000;
+        long long deadline = dsv_clock_now_ms() + 2000;
         size_t n = 0;
         if (h->v2_fd >= 0) {
                 remove_stale_in(h->v2_own, deadline, ret, max, &n);
@@ -1364,7 +1358,7 @@ static int v2_populated(int dirfd) {
 int dsv_cgroup_instance_stop(struct dsv_cgroup_instance *inst, int timeout_ms) {
         if (!inst || timeout_ms < 0)
                 return -EINVAL;
-        long long deadline = now_ms() + timeout_ms;
+        long long deadline = dsv_clock_now_ms() + timeout_ms;
         bool has_kill = false;
         int r;
         if (inst->v2_fd >= 0) {
@@ -1411,10 +1405,10 @@ int dsv_cgroup_instance_stop(struct dsv_cgroup_instance *inst, int timeout_ms) {
                         /* Empty, yet rmdir can still say EBUSY for a moment; retry until
                          * the deadline instead of leaving the group behind. */
                         r = instance_remove(inst);
-                        if (r != -EBUSY || now_ms() >= deadline)
+                        if (r != -EBUSY || dsv_clock_now_ms() >= deadline)
                                 return r;
                 }
-                long long left = deadline - now_ms();
+                long long left = deadline - dsv_clock_now_ms();
                 if (left <= 0)
                         return -ETIMEDOUT;
                 /* cgroup.events signals POLLPRI on change; elsewhere (v1, fake trees)

@@ -424,9 +424,7 @@ int dsv_perfctr_read(struct dsv_perfctr *pc, struct dsv_perfctr_sample *ret) {
                 s.value[DSV_PERF_CTXSW_VOLUNTARY] += t->last[0] - t->base[0];
                 s.value[DSV_PERF_CTXSW_INVOLUNTARY] += t->last[1] - t->base[1];
         }
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        s.time_ns = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+        s.time_ns = (uint64_t)dsv_clock_now_ns();
         *ret = s;
         return 0;
 }

@@ -18,6 +18,13 @@
 
 #include "dsv_topology.h"
 
+/* ---- clock (clock.c) ---------------------------------------------------------------- */
+
+/* CLOCK_MONOTONIC in ns and in ms: every time dsvisor's supervisor and this library keep
+ * is on this clock. */
+int64_t dsv_clock_now_ns(void);
+int64_t dsv_clock_now_ms(void);
+
 /* ---- topology (topo.c, hwloc) ------------------------------------------------------ */
 
 enum dsv_topo_source {
