@@ -19,7 +19,8 @@
 # a target could not be built, run or reach its parser, else 0. Reproduce a finding with
 #     DIR/bin/TARGET DIR/fuzz-findings/TARGET/crash-...
 # Without --keep-corpus the working corpus starts empty each run (what CI does);
-# --save-corpus merges what the run found into tests/fuzz/corpus/TARGET/, minimised.
+# --save-corpus merges what the run found into tests/fuzz/corpus/TARGET/, minimised and
+# without inputs over 8 KiB.
 set -uo pipefail
 SRC=$(cd "$(dirname "$0")/.." && pwd)
 TIME=60
@@ -33,7 +34,7 @@ while [ $# -gt 0 ]; do
     --build-dir) BUILD=$(realpath -m "$2"); shift 2 ;;
     --keep-corpus) KEEP=1; shift ;;
     --save-corpus) SAVE=1; shift ;;
-    -h|--help) sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     -*) echo "fuzz.sh: unknown option '$1'" >&2; exit 2 ;;
     *) WANT+=("$1"); shift ;;
   esac
@@ -149,6 +150,7 @@ reached_functions() {
   esac
 }
 
+SAVED_MAX_BYTES=8192
 SANITIZER_REPORT='runtime error:|ERROR: (AddressSanitizer|LeakSanitizer|MemorySanitizer|libFuzzer)|SUMMARY: (AddressSanitizer|UndefinedBehaviorSanitizer|LeakSanitizer)'
 FINDINGS=0; BROKEN=0
 printf '%-24s %10s %7s %7s %17s %17s %8s  %s\n' target executions corpus seeds "replay cov/ft" "final cov/ft" reached result
@@ -203,12 +205,17 @@ for t in "${TARGETS[@]}"; do
   [ -n "$report" ] && echo "    $report"
   [ ${#edges[@]} -gt 0 ] && echo "    edges covered: $(printf '%s, ' "${edges[@]}" | sed 's/, $//')"
   if [ "$SAVE" = 1 ] && [ -z "$found" ] && [ -z "$report" ] && [ "$rc" -eq 0 ]; then
-    # minimised: of the saved inputs and this run's new ones, only those adding coverage
+    # minimised: of the saved inputs and this run's new ones up to SAVED_MAX_BYTES, only
+    # those adding an edge (-use_counters=0: hit-count variety is found again in a few
+    # seconds; larger inputs, such as whole model or tokenizer files, come back each run
+    # as seeds) so that the saved corpus stays small
     merged=$BUILD/fuzz-merge/$t
-    rm -rf "$merged" && mkdir -p "$merged" "$saved"
-    if "$bin" -merge=1 -timeout=25 -rss_limit_mb=2048 "$merged" "$saved" "$corpus" >"$out/merge.log" 2>&1; then
+    small=$BUILD/fuzz-merge/$t.small
+    rm -rf "$merged" "$small" && mkdir -p "$merged" "$small" "$saved"
+    find "$saved" "$corpus" -type f -size -$((SAVED_MAX_BYTES + 1))c -exec cp -t "$small" {} +
+    if "$bin" -merge=1 -use_counters=0 -timeout=25 -rss_limit_mb=2048 "$merged" "$small" >"$out/merge.log" 2>&1; then
       rm -f "$saved"/* && cp "$merged"/* "$saved"/ 2>/dev/null
-      echo "    saved corpus: $(find "$saved" -type f | wc -l) inputs, $(du -sh "$saved" | cut -f1) in ${saved#"$SRC"/}"
+      echo "    saved corpus: $(find "$saved" -type f | wc -l) inputs, $(du -sb "$saved" | cut -f1) bytes in ${saved#"$SRC"/}"
     else
       echo "    merge failed (log $out/merge.log)"; BROKEN=$((BROKEN + 1))
     fi
