@@ -150,6 +150,9 @@ reached_functions() {
   esac
 }
 
+# cov_at EVENT LOG: "cov/ft" of libFuzzer's last EVENT line (INITED: after the replay, DONE: at the end)
+cov_at() { sed -n "s/^#[0-9]*[[:space:]]*$1 .*cov: \([0-9]*\) ft: \([0-9]*\).*/\1\/\2/p" "$2" | tail -1; }
+
 SAVED_MAX_BYTES=8192
 SANITIZER_REPORT='runtime error:|ERROR: (AddressSanitizer|LeakSanitizer|MemorySanitizer|libFuzzer)|SUMMARY: (AddressSanitizer|UndefinedBehaviorSanitizer|LeakSanitizer)'
 FINDINGS=0; BROKEN=0
@@ -174,9 +177,8 @@ for t in "${TARGETS[@]}"; do
   rc=$?
   execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
   n_corpus=$(find "$corpus" -type f | wc -l)
-  cov_at() { sed -n "s/^#[0-9]*[[:space:]]*$1 .*cov: \([0-9]*\) ft: \([0-9]*\).*/\1\/\2/p" "$log" | tail -1; }
-  replay=$(cov_at INITED)
-  final=$(cov_at DONE)
+  replay=$(cov_at INITED "$log")
+  final=$(cov_at DONE "$log")
   want=$(reached_functions "$t")
   missing=()
   edges=()
@@ -190,7 +192,11 @@ for t in "${TARGETS[@]}"; do
   report=$(grep -m1 -E "$SANITIZER_REPORT" "$log")
   if [ -n "$found" ] || [ -n "$report" ]; then
     FINDINGS=$((FINDINGS + 1))
-    result="FOUND: ${found:+$(echo "$found" | xargs -n1 basename | tr '\n' ' ')}${found:-sanitizer report, log $log}"
+    if [ -n "$found" ]; then
+      result="FOUND: $(echo "$found" | xargs -n1 basename | tr '\n' ' ')"
+    else
+      result="FOUND: sanitizer report (log $log)"
+    fi
   elif [ "$rc" -ne 0 ]; then
     BROKEN=$((BROKEN + 1))
     result="FAILED (exit $rc, log $log)"
