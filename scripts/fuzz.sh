@@ -1,30 +1,40 @@
 #!/usr/bin/env bash
 # Runs every libFuzzer target of the project for a given time each and reports findings.
 #
-#     scripts/fuzz.sh [--time SECONDS] [--build-dir DIR] [--keep-corpus] [TARGET...]
+#     scripts/fuzz.sh [--time SECONDS] [--build-dir DIR] [--keep-corpus] [--save-corpus] [TARGET...]
 #
-# Configures a clang build with -DDSV_FUZZ=ON (default build-fuzz/ beside the sources),
-# finds every fuzz-* target the CMake files define (tests/*.cmake under if(DSV_FUZZ)),
-# builds them, and runs each for SECONDS (default 60) on a corpus kept in
-# DIR/fuzz-corpus/TARGET, seeded from tests/fuzz/TARGET.seeds/ and from the shared
-# fixtures where they fit. Inputs that crash, leak, hang or run out of memory are saved in
-# DIR/fuzz-findings/TARGET/ (libFuzzer's crash-*, leak-*, timeout-*, oom-* files) with the
-# run's log; the script prints one line per target and exits 1 if anything was found
-# (2 if a target could not be built or run). Reproduce a finding with
+# Configures a clang build with -DDSV_FUZZ=ON (default build-fuzz/ beside the sources):
+# every fuzz target and every library it calls carries coverage instrumentation, ASan and
+# UBSan, and no sanitizer report lets the run go on. Finds every fuzz-* target the CMake
+# files define (tests/*.cmake under if(DSV_FUZZ)), builds them, and runs each for SECONDS
+# (default 60). Each run first replays the saved corpus tests/fuzz/corpus/TARGET/ and the
+# seeds (tests/fuzz/TARGET.seeds/ plus inputs made from the shared fixtures), then
+# extends a working corpus in DIR/fuzz-corpus/TARGET.
+# A finding is an input libFuzzer saved (crash-*, leak-*, timeout-*, oom-* in
+# DIR/fuzz-findings/TARGET/, beside the run's log) or any sanitizer report in the log,
+# even when libFuzzer exits 0. Per target it prints executions, corpus size, the
+# coverage after replaying the saved inputs and at the end (libFuzzer's cov: edges and
+# ft: features), and whether the parser's main functions were reached; a target that
+# does not reach them did not run cleanly. Exit status: 1 if anything was found, 2 if
+# a target could not be built, run or reach its parser, else 0. Reproduce a finding with
 #     DIR/bin/TARGET DIR/fuzz-findings/TARGET/crash-...
-# Without --keep-corpus the corpus starts from the seeds each run (what CI does).
+# Without --keep-corpus the working corpus starts empty each run (what CI does);
+# --save-corpus merges what the run found into tests/fuzz/corpus/TARGET/, minimised and
+# without inputs over 8 KiB.
 set -uo pipefail
 SRC=$(cd "$(dirname "$0")/.." && pwd)
 TIME=60
 BUILD=$SRC/build-fuzz
 KEEP=0
+SAVE=0
 WANT=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --time) TIME=$2; shift 2 ;;
     --build-dir) BUILD=$(realpath -m "$2"); shift 2 ;;
     --keep-corpus) KEEP=1; shift ;;
-    -h|--help) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --save-corpus) SAVE=1; shift ;;
+    -h|--help) sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     -*) echo "fuzz.sh: unknown option '$1'" >&2; exit 2 ;;
     *) WANT+=("$1"); shift ;;
   esac
@@ -62,7 +72,27 @@ seeds() {
   [ -d "$SRC/tests/fuzz/$t.seeds" ] && cp "$SRC/tests/fuzz/$t.seeds"/* "$d"/ 2>/dev/null
   case "$t" in
     fuzz-hfconfig-header)
-      for f in "$FIX"/models/*/config.json; do [ -f "$f" ] && cp "$f" "$d/$(basename "$(dirname "$f")").json"; done ;;
+      # config.json alone, config.json NUL generation_config.json, and quantize_config.json
+      for m in "$FIX"/models/*/; do
+        n=$(basename "$m")
+        [ -f "$m/config.json" ] || continue
+        cp "$m/config.json" "$d/$n.json"
+        [ -f "$m/generation_config.json" ] && { cat "$m/config.json"; printf '\0'; cat "$m/generation_config.json"; } >"$d/$n+gen.json"
+        [ -f "$m/quantize_config.json" ] && cp "$m/quantize_config.json" "$d/$n.quantize.json"
+      done ;;
+    fuzz-safetensors-header)
+      # the input is the data-section size (8 bytes little-endian) and the JSON header
+      for f in "$FIX"/models/*/*.safetensors; do
+        [ -f "$f" ] || continue
+        python3 - "$f" "$d/$(basename "$(dirname "$f")")-$(basename "$f" .safetensors)" <<'PY'
+import os, struct, sys
+with open(sys.argv[1], "rb") as f:
+    n = struct.unpack("<Q", f.read(8))[0]
+    header = f.read(n)
+data_size = os.path.getsize(sys.argv[1]) - 8 - n
+open(sys.argv[2], "wb").write(struct.pack("<Q", data_size) + header)
+PY
+      done ;;
     fuzz-spm-load)
       for f in "$FIX"/tokenizers/models/sp_*/*.model; do [ -f "$f" ] && cp "$f" "$d/"; done ;;
     fuzz-tokenizer-encode|fuzz-spm-encode)
@@ -93,37 +123,108 @@ PY
   echo "$i"
 }
 
+# reached_functions TARGET: the functions whose coverage shows the target reached its
+# parser's deep paths; NAME/FILE names a static function of that file. A static function
+# inlined into its only caller has no coverage entry of its own: name its caller instead.
+reached_functions() {
+  case "$1" in
+    fuzz-native-header)
+      echo dse__native_parse parse_hparams parse_entry/format.c check_schema dse__hparams_validate dse__model_schema ;;
+    fuzz-safetensors-header) echo dse__st_parse_header json_u64 cmp_begin cmp_name ;;
+    fuzz-hfconfig-header)
+      echo dse__hf_parse_config parse_deepseek parse_rope_scaling parse_quant parse_quant_object \
+        dse__hf_parse_quantize_config dse__hparams_validate dse__model_schema ;;
+    fuzz-ipc-decode)
+      echo dsv_ipc_msgs_decode decode_envelope decode_body dsv_ipc_msg_encode dsv_ipc_event_encode \
+        dsv_ipc_batch_add dsv_ipc_batch_message ;;
+    fuzz-supervisor-config) echo sup_config_apply_json set_text/config.c set_int/config.c dsv_cgroup_parent_check ;;
+    fuzz-gateway-request) echo dsv__gw_request_parse parse_messages parse_stop parse_logprobs dsv__gw_utf8_valid ;;
+    fuzz-load-sse) echo load_sse_feed load_answer_classify ;;
+    fuzz-chat-template) echo dse__jinja_parse parse_body/jinja_parse.c dse__jinja_render eval/jinja_eval.c apply_filter binop/jinja_eval.c ;;
+    fuzz-tokenizer-load)
+      echo dse__tok_bpe_init parse_model/tok_bpe.c parse_normalizer parse_pretokenizer parse_decoder \
+        parse_post_processor parse_config/tok_bpe.c ;;
+    fuzz-tokenizer-encode) echo bpe_encode bpe_model_encode bpe_normalize split_spans bpe_decode ;;
+    fuzz-spm-load) echo dse__spm_proto_parse dse__tok_spm_init dse__spm_normalizer_init dse__spm_trie_insert ;;
+    fuzz-spm-encode) echo encode_with dse__spm_normalize bpe_resegment spm_decode ;;
+  esac
+}
+
+# cov_at EVENT LOG: "cov/ft" of libFuzzer's last EVENT line (INITED: after the replay, DONE: at the end)
+cov_at() { sed -n "s/^#[0-9]*[[:space:]]*$1 .*cov: \([0-9]*\) ft: \([0-9]*\).*/\1\/\2/p" "$2" | tail -1; }
+
+SAVED_MAX_BYTES=8192
+SANITIZER_REPORT='runtime error:|ERROR: (AddressSanitizer|LeakSanitizer|MemorySanitizer|libFuzzer)|SUMMARY: (AddressSanitizer|UndefinedBehaviorSanitizer|LeakSanitizer)'
 FINDINGS=0; BROKEN=0
-printf '%-28s %12s %8s %8s  %s\n' target executions corpus seeds result
+printf '%-24s %10s %7s %7s %17s %17s %8s  %s\n' target executions corpus seeds "replay cov/ft" "final cov/ft" reached result
 for t in "${TARGETS[@]}"; do
   bin=$BUILD/bin/$t
   corpus=$BUILD/fuzz-corpus/$t
   seeddir=$BUILD/fuzz-seeds/$t
+  saved=$SRC/tests/fuzz/corpus/$t
   out=$BUILD/fuzz-findings/$t
   [ "$KEEP" = 1 ] || rm -rf "$corpus"
   rm -rf "$seeddir" "$out"
   mkdir -p "$corpus" "$seeddir" "$out"
   n_seeds=$(seeds "$t" "$seeddir")
+  inputs=("$corpus" "$seeddir")
+  [ -d "$saved" ] && inputs+=("$saved")
   log=$out/fuzz.log
-  # -timeout: one input running longer is a finding; the outer timeout only guards the run
+  # -timeout: one input running longer is a finding; the outer timeout only guards the run.
+  # -print_coverage: the covered functions, to show the parser was reached.
   timeout --kill-after=10 $((TIME * 2 + 120)) "$bin" -max_total_time="$TIME" -timeout=25 -rss_limit_mb=2048 \
-    -print_final_stats=1 -artifact_prefix="$out/" "$corpus" "$seeddir" >"$log" 2>&1
+    -print_final_stats=1 -print_coverage=1 -artifact_prefix="$out/" "${inputs[@]}" >"$log" 2>&1
   rc=$?
   execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
   n_corpus=$(find "$corpus" -type f | wc -l)
+  replay=$(cov_at INITED "$log")
+  final=$(cov_at DONE "$log")
+  want=$(reached_functions "$t")
+  missing=()
+  edges=()
+  for f in $want; do
+    file=${f#*/}; [ "$file" = "$f" ] && file=
+    e=$(sed -n -E "s/^COVERED_FUNC: hits: [0-9]+ edges: ([0-9]+\/[0-9]+) ${f%%/*} [^ ]*${file}:.*/\1/p" "$log" | head -1)
+    if [ -n "$e" ]; then edges+=("${f%%/*} $e"); else missing+=("$f"); fi
+  done
+  n_want=$(echo $want | wc -w)
   found=$(find "$out" -type f \( -name 'crash-*' -o -name 'leak-*' -o -name 'timeout-*' -o -name 'oom-*' \) | sort)
-  if [ -n "$found" ]; then
+  report=$(grep -m1 -E "$SANITIZER_REPORT" "$log")
+  if [ -n "$found" ] || [ -n "$report" ]; then
     FINDINGS=$((FINDINGS + 1))
-    result="FOUND: $(echo "$found" | xargs -n1 basename | tr '\n' ' ')"
+    if [ -n "$found" ]; then
+      result="FOUND: $(echo "$found" | xargs -n1 basename | tr '\n' ' ')"
+    else
+      result="FOUND: sanitizer report (log $log)"
+    fi
   elif [ "$rc" -ne 0 ]; then
     BROKEN=$((BROKEN + 1))
     result="FAILED (exit $rc, log $log)"
+  elif [ ${#missing[@]} -gt 0 ]; then
+    BROKEN=$((BROKEN + 1))
+    result="NOT REACHED: ${missing[*]} (log $log)"
   else
     result=ok
   fi
-  printf '%-28s %12s %8s %8s  %s\n' "$t" "${execs:-?}" "$n_corpus" "$n_seeds" "$result"
-  if [ -n "$found" ] || [ "$rc" -ne 0 ]; then
-    grep -m1 -E "ERROR: (AddressSanitizer|LeakSanitizer|libFuzzer)|runtime error:" "$log" | sed 's/^/    /'
+  printf '%-24s %10s %7s %7s %17s %17s %8s  %s\n' "$t" "${execs:-?}" "$n_corpus" "$n_seeds" "${replay:-?}" "${final:-?}" \
+    "$((n_want - ${#missing[@]}))/$n_want" "$result"
+  [ -n "$report" ] && echo "    $report"
+  [ ${#edges[@]} -gt 0 ] && echo "    edges covered: $(printf '%s, ' "${edges[@]}" | sed 's/, $//')"
+  if [ "$SAVE" = 1 ] && [ -z "$found" ] && [ -z "$report" ] && [ "$rc" -eq 0 ]; then
+    # minimised: of the saved inputs and this run's new ones up to SAVED_MAX_BYTES, only
+    # those adding an edge (-use_counters=0: hit-count variety is found again in a few
+    # seconds; larger inputs, such as whole model or tokenizer files, come back each run
+    # as seeds) so that the saved corpus stays small
+    merged=$BUILD/fuzz-merge/$t
+    small=$BUILD/fuzz-merge/$t.small
+    rm -rf "$merged" "$small" && mkdir -p "$merged" "$small" "$saved"
+    find "$saved" "$corpus" -type f -size -$((SAVED_MAX_BYTES + 1))c -exec cp -t "$small" {} +
+    if "$bin" -merge=1 -use_counters=0 -timeout=25 -rss_limit_mb=2048 "$merged" "$small" >"$out/merge.log" 2>&1; then
+      rm -f "$saved"/* && cp "$merged"/* "$saved"/ 2>/dev/null
+      echo "    saved corpus: $(find "$saved" -type f | wc -l) inputs, $(du -sb "$saved" | cut -f1) bytes in ${saved#"$SRC"/}"
+    else
+      echo "    merge failed (log $out/merge.log)"; BROKEN=$((BROKEN + 1))
+    fi
   fi
 done
 if [ "$FINDINGS" -gt 0 ]; then

@@ -187,7 +187,12 @@ int sup_config_apply_json(struct sup_config *cfg, const char *text, char *err, s
                         break;
                 case K_INT:
                 case K_MIB:
-                        if (!cJSON_IsNumber(it) || it->valuedouble != (double)(long long)it->valuedouble) {
+                        /* range before the cast: converting a double outside long long is undefined */
+                        if (cJSON_IsNumber(it) && !(it->valuedouble >= -0x1p63 && it->valuedouble < 0x1p63)) {
+                                snprintf(err, err_size, "%s: %g is out of range %ld..%ld", o->name, it->valuedouble,
+                                         o->min, o->max);
+                                r = -EINVAL;
+                        } else if (!cJSON_IsNumber(it) || it->valuedouble != (double)(long long)it->valuedouble) {
                                 snprintf(err, err_size, "%s: expected an integer", o->name);
                                 r = -EINVAL;
                         } else {

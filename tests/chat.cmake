@@ -18,9 +18,6 @@ dsv_script_test(NAME test-chat-run SCRIPT ${CMAKE_SOURCE_DIR}/tests/integration/
 # libFuzzer target for template parsing + rendering (configure with CC=clang -DDSV_FUZZ=ON):
 #   build/bin/fuzz-chat-template -max_total_time=60 CORPUS_DIR
 if(DSV_FUZZ)
-  target_compile_options(dse PRIVATE -fsanitize=fuzzer-no-link,address,undefined)
-  add_executable(fuzz-chat-template fuzz/fuzz-chat-template.c)
-  target_compile_options(fuzz-chat-template PRIVATE -fsanitize=fuzzer,address,undefined)
-  target_link_options(fuzz-chat-template PRIVATE -fsanitize=fuzzer,address,undefined)
+  dsv_add_fuzzer(fuzz-chat-template fuzz/fuzz-chat-template.c)
   target_link_libraries(fuzz-chat-template PRIVATE dse)
 endif()

@@ -18,14 +18,8 @@ dsv_script_test(NAME test-gateway-openai SCRIPT ${CMAKE_SOURCE_DIR}/tests/integr
                 LABELS integration TIMEOUT 300)
 
 if(DSV_FUZZ)
-  # Coverage comes from the parser itself: instrument the library (its users then need the
-  # sanitizer runtimes at link time).
-  target_compile_options(dsv_gateway PRIVATE -fsanitize=fuzzer-no-link,address,undefined)
-  target_link_options(dsv_gateway INTERFACE -fsanitize=address,undefined)
-  add_executable(fuzz-gateway-request fuzz/fuzz-gateway-request.c)
+  dsv_add_fuzzer(fuzz-gateway-request fuzz/fuzz-gateway-request.c)
   target_include_directories(fuzz-gateway-request PRIVATE ${DSV_GATEWAY_INTERNAL})
-  target_compile_options(fuzz-gateway-request PRIVATE -fsanitize=fuzzer,address,undefined)
-  target_link_options(fuzz-gateway-request PRIVATE -fsanitize=fuzzer,address,undefined)
   target_link_libraries(fuzz-gateway-request PRIVATE dsv_gateway dsv::cjson)
 endif()
 dsv_test(NAME test-gateway-api SOURCES unit/test-gateway-api.c LIBS dsv_gateway dsv_ipc LABELS unit TIMEOUT 60)

@@ -22,9 +22,7 @@ endforeach()
 
 # libFuzzer target for the SSE reader (configure with CC=clang -DDSV_FUZZ=ON).
 if(DSV_FUZZ)
-  add_executable(fuzz-load-sse fuzz/fuzz-load-sse.c ${CMAKE_SOURCE_DIR}/bench/load/sse.c)
+  dsv_add_fuzzer(fuzz-load-sse fuzz/fuzz-load-sse.c ${CMAKE_SOURCE_DIR}/bench/load/sse.c)
   target_include_directories(fuzz-load-sse PRIVATE ${CMAKE_SOURCE_DIR}/bench/load)
-  target_compile_options(fuzz-load-sse PRIVATE -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined)
-  target_link_options(fuzz-load-sse PRIVATE -fsanitize=fuzzer,address,undefined)
   target_link_libraries(fuzz-load-sse PRIVATE dsv::cjson)
 endif()

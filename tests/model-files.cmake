@@ -12,14 +12,10 @@ dsv_script_test(NAME test-modelfile-cli SCRIPT ${CMAKE_SOURCE_DIR}/tests/integra
 
 # libFuzzer targets for the safetensors and native header parsers and the config.json
 # parser (cmake -DDSV_FUZZ=ON with CC=clang).
-# libdse is instrumented for coverage; each target links it with ASan and UBSan.
 if(DSV_FUZZ)
-  target_compile_options(dse PRIVATE -fsanitize=fuzzer-no-link,address,undefined)
   foreach(f safetensors native hfconfig)
-    add_executable(fuzz-${f}-header fuzz/fuzz-${f}-header.c)
+    dsv_add_fuzzer(fuzz-${f}-header fuzz/fuzz-${f}-header.c)
     target_include_directories(fuzz-${f}-header PRIVATE ${CMAKE_SOURCE_DIR}/engine/src)
-    target_compile_options(fuzz-${f}-header PRIVATE -fsanitize=fuzzer,address,undefined)
-    target_link_options(fuzz-${f}-header PRIVATE -fsanitize=fuzzer,address,undefined)
     target_link_libraries(fuzz-${f}-header PRIVATE dse)
   endforeach()
 endif()

@@ -72,10 +72,8 @@ set_tests_properties(test-supervisor-cgroup-parent PROPERTIES SKIP_RETURN_CODE 7
 
 if(DSV_FUZZ)
   # The JSON config, and above all the cgroup parent it accepts (scripts/fuzz.sh).
-  add_executable(fuzz-supervisor-config fuzz/fuzz-supervisor-config.c ${DSV_SUP_DIR}/config.c)
+  dsv_add_fuzzer(fuzz-supervisor-config fuzz/fuzz-supervisor-config.c ${DSV_SUP_DIR}/config.c)
   target_include_directories(fuzz-supervisor-config PRIVATE ${DSV_SUP_DIR})
-  target_compile_options(fuzz-supervisor-config PRIVATE -fsanitize=fuzzer,address,undefined)
-  target_link_options(fuzz-supervisor-config PRIVATE -fsanitize=fuzzer,address,undefined)
   target_link_libraries(fuzz-supervisor-config PRIVATE dsv_platform dsv::cjson)
 endif()
 

@@ -23,22 +23,11 @@ dsv_script_test(NAME test-tokenize-cli SCRIPT ${CMAKE_SOURCE_DIR}/tests/integrat
   LABELS integration TIMEOUT 120)
 
 # libFuzzer targets (configure with CC=clang -DDSV_FUZZ=ON): the tokenizer.json loader and
-# the encoder on arbitrary bytes. The tokenizer sources are compiled once more with
-# coverage so the fuzzer sees inside them; the rest of libdse comes from the library.
+# the encoder on arbitrary bytes. A fuzz build instruments libdse itself (CMakeLists.txt).
 if(DSV_FUZZ)
-  file(GLOB DSV_BPE_FUZZ_SOURCES ${CMAKE_SOURCE_DIR}/engine/src/tok/bpe_*.c)
-  add_library(dse_bpe_fuzz STATIC ${DSV_BPE_FUZZ_SOURCES}
-    ${CMAKE_SOURCE_DIR}/engine/src/tok/tok_bpe.c ${CMAKE_SOURCE_DIR}/engine/src/tok/tokenizer.c)
-  target_include_directories(dse_bpe_fuzz PRIVATE ${CMAKE_SOURCE_DIR}/engine/include ${CMAKE_SOURCE_DIR}/engine/src)
-  # undefined behaviour is a finding, not a warning: -fno-sanitize-recover
-  target_compile_options(dse_bpe_fuzz PRIVATE -fsanitize=fuzzer-no-link,address,undefined
-    -fno-sanitize-recover=undefined -fno-omit-frame-pointer)
-  target_link_libraries(dse_bpe_fuzz PRIVATE dsv::pcre2 dsv::utf8proc)
   foreach(fz fuzz-tokenizer-load fuzz-tokenizer-encode)
-    add_executable(${fz} fuzz/${fz}.c)
+    dsv_add_fuzzer(${fz} fuzz/${fz}.c)
     target_compile_definitions(${fz} PRIVATE DSV_FIXTURES_DIR="${DSV_FIXTURES}")
-    target_compile_options(${fz} PRIVATE -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined)
-    target_link_options(${fz} PRIVATE -fsanitize=fuzzer,address,undefined)
-    target_link_libraries(${fz} PRIVATE dse_bpe_fuzz dse dsv::pcre2 dsv::utf8proc)
+    target_link_libraries(${fz} PRIVATE dse)
   endforeach()
 endif()
