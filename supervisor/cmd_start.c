@@ -896,9 +896,10 @@ static void begin_reload(struct sup *s) {
         if (strcmp(next.model, s->cfg.model) || next.n_instances != s->cfg.n_instances ||
             next.threads_per_instance != s->cfg.threads_per_instance || strcmp(next.host, s->cfg.host) ||
             next.port != s->cfg.port || next.hugepages != s->cfg.hugepages || next.rt_priority != s->cfg.rt_priority ||
-            strcmp(next.runtime_dir, s->cfg.runtime_dir) || strcmp(next.cgroup_parent, s->cfg.cgroup_parent))
-                slog(4, "Reload: model, instances, threads, host, port, hugepages, rt-priority, runtime-dir and "
-                        "cgroup-parent changes need a full restart, ignoring them");
+            strcmp(next.runtime_dir, s->cfg.runtime_dir) || strcmp(next.cgroup_parent, s->cfg.cgroup_parent) ||
+            strcmp(next.cpus, s->cfg.cpus) || strcmp(next.housekeeping_cpus, s->cfg.housekeeping_cpus))
+                slog(4, "Reload: model, instances, threads, host, port, hugepages, rt-priority, runtime-dir, "
+                        "cgroup-parent, cpus and housekeeping-cpus changes need a full restart, ignoring them");
         s->cfg.grace_ms = next.grace_ms;
         s->cfg.n_ctx = next.n_ctx;
         s->cfg.max_batch = next.max_batch;
@@ -1055,38 +1056,33 @@ static bool all_stopped(const struct sup *s) {
 /* ---- setup -------------------------------------------------------------------------- */
 
 static int setup_placement(struct sup *s) {
-        int r = dsv_topo_load(DSV_TOPO_SOURCE_SYSTEM, NULL, &s->topo);
-        if (r < 0) {
-                slog(3, "Failed to read the topology: %s", strerror(-r));
-                return r;
-        }
-        struct dsv_policy_place_request req = {
+        static struct sup_placement placed;
+        char why[512];
+        struct sup_place_request req = {
                 .n_instances = s->cfg.n_instances,
                 .threads_per_instance = s->cfg.threads_per_instance,
-                .housekeeping = s->cfg.no_housekeeping ? DSV_POLICY_HOUSEKEEPING_NONE : DSV_POLICY_HOUSEKEEPING_AUTO};
-        if ((r = dsv_policy_place_instances(&s->topo, &req, &s->plan)) < 0) {
-                slog(3, "Failed to place %d instances: %s", s->cfg.n_instances, strerror(-r));
+                .no_housekeeping = s->cfg.no_housekeeping,
+                .cpus = s->cfg.cpus,
+                .housekeeping_cpus = s->cfg.housekeeping_cpus};
+        int r = sup_place(&req, &placed, why, sizeof why);
+        if (r < 0) {
+                slog(3, "Placement: %s", why);
                 return r;
         }
+        s->topo = placed.topo;
+        s->plan = placed.plan;
         if (s->plan.n_instances > DSV_GATEWAY_MAX_INSTANCES) {
                 slog(3, "%d instances: the gateway takes at most %d", s->plan.n_instances, DSV_GATEWAY_MAX_INSTANCES);
                 return -E2BIG;
         }
         for (int i = 0; i < s->plan.n_warnings; i++)
                 slog(4, "Placement: %s", s->plan.warnings[i]);
-        /* CPUs no instance uses: the supervisor's, gateway's and kernel's. */
-        static bool used[DSV_TOPOLOGY_MAX_PUS];
-        memset(used, 0, sizeof used);
         s->n = s->plan.n_instances;
         for (int i = 0; i < s->n; i++) {
                 int cpus[DSV_TOPOLOGY_MAX_PUS];
                 int n = dsv_policy_instance_cpus(&s->topo, &s->plan.instances[i], cpus, DSV_TOPOLOGY_MAX_PUS);
                 if (n < 0)
                         return n;
-                for (int c = 0; c < n; c++)
-                        for (int p = 0; p < s->topo.n_pus; p++)
-                                if (s->topo.pus[p] == cpus[c])
-                                        used[p] = true;
                 struct sup_instance *in = &s->inst[i];
                 memset(in, 0, sizeof *in);
                 in->index = i;
@@ -1118,10 +1114,10 @@ static int setup_placement(struct sup *s) {
         s->n_free_cpus = 0;
         cpu_set_t free_set;
         CPU_ZERO(&free_set);
-        for (int p = 0; p < s->topo.n_pus; p++)
-                if (!used[p] && s->topo.pus[p] < CPU_SETSIZE) {
+        for (int p = 0; p < placed.n_housekeeping; p++)
+                if (placed.housekeeping[p] < CPU_SETSIZE) {
                         s->n_free_cpus++;
-                        CPU_SET(s->topo.pus[p], &free_set);
+                        CPU_SET(placed.housekeeping[p], &free_set);
                 }
         /* The supervisor and the gateway's threads (started later, they inherit this)
          * stay on the CPUs no instance uses, when there are any. Never real-time. */
