@@ -152,8 +152,10 @@ static int given_restrict(hwloc_topology_t h, enum dsv_topo_source source, const
         if (r == 0 && (hwloc_bitmap_iszero(cpus) || hwloc_bitmap_iszero(nodes)))
                 r = -ENODEV;
         errno = 0;
+        /* Nodes left without a given CPU go too: no instance could run there, and
+         * hwloc would otherwise reorder them. */
         if (r == 0 && !hwloc_bitmap_isequal(cpus, hwloc_topology_get_complete_cpuset(h)) &&
-            hwloc_topology_restrict(h, cpus, 0) < 0)
+            hwloc_topology_restrict(h, cpus, HWLOC_RESTRICT_FLAG_REMOVE_CPULESS) < 0)
                 r = hwloc_errno();
         /* Nodes whose memory is not given go, and with them their CPUs: convert() lists
          * only cores inside a remaining node. */

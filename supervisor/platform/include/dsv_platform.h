@@ -86,14 +86,17 @@ struct dsv_given_set {
         char mems[256];           /* memory nodes it lists */
         char cpus_left_out[1024]; /* the machine's other CPUs, including those of nodes
                                    * whose memory is not given */
-        char mems_left_out[256];  /* the machine's other memory nodes */
+        char mems_left_out[256];  /* the machine's other memory nodes, including those
+                                   * left without a given CPU */
         char binding[1024];       /* the CPU binding that applied; "" when none did */
         struct dsv_given_cgroup cgroup; /* version 0 when no cgroup cpuset applied */
 };
 
 /* dsv_topo_load() restricted to the given set: the CPUs allowed by hwloc (the host's
  * own cgroup, for SYSTEM), the binding and the cgroup of *given, and the memory nodes
- * allowed by the same. CPUs whose node's memory is not given are left out with it.
+ * allowed by the same. CPUs whose node's memory is not given are left out with it, and
+ * so are nodes without a given CPU (restricting, not by default: a memory-only node of
+ * the unrestricted machine stays).
  * given NULL: no restriction (dsv_topo_load() of SYNTHETIC and XML); dsv_topo_load() of
  * SYSTEM is this with {.own = true}. *ret_given (may be NULL) describes the set.
  * Returns as dsv_topo_load(); -ENODEV when the given set holds no CPU of the machine;
