@@ -1120,7 +1120,7 @@ static int setup_placement(struct sup *s) {
                         CPU_SET(placed.housekeeping[p], &free_set);
                 }
         /* The supervisor and the gateway's threads (started later, they inherit this)
-         * stay on the CPUs no instance uses, when there are any. Never real-time. */
+         * stay on the housekeeping CPUs, when there are any. Never real-time. */
         if (s->n_free_cpus > 0 && sched_setaffinity(0, sizeof free_set, &free_set) < 0)
                 slog(4, "Failed to keep the supervisor on the housekeeping CPUs: %m, ignoring");
         if (sched_getscheduler(0) != SCHED_OTHER) {
