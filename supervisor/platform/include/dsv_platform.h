@@ -35,8 +35,8 @@ enum dsv_topo_source {
 const char *dsv_topo_source_to_string(enum dsv_topo_source src);
 
 /* Reads a topology into *ret (written only on success): NUMA nodes in logical order,
- * each node's cores, each core's PUs (OS numbers). Only allowed PUs are listed for
- * SYSTEM. A machine without Core objects gets one core per PU. A core inside the cpusets
+ * each node's cores, each core's PUs (OS numbers). For SYSTEM, only the set given to
+ * this process (dsv_topo_load_given() below). A machine without Core objects gets one core per PU. A core inside the cpusets
  * of several nodes (DDR and HBM nodes of one socket) is listed under the first; such
  * memory-only nodes get no cores.
  * Returns 0; -EINVAL for a bad source, NULL or unparsable arg; -ENOENT when the XML file
