@@ -19,13 +19,15 @@
 #include "dse.h"
 #include "dsv_platform.h"
 #include "dsv_policy.h"
+#include "sup.h"
 
 #define DOCTOR_EXIT_ERROR 3
 
 static void doctor_usage(FILE *out) {
         fprintf(out,
                 "usage: dsvisor doctor [--instances N] [--model FILE | --model-bytes N] [--root DIR]\n"
-                "                      [--topology SYNTHETIC | --topology-xml FILE] [--pid PID] [--json]\n"
+                "                      [--topology SYNTHETIC | --topology-xml FILE] [--pid PID]\n"
+                "                      [--cpus LIST] [--housekeeping-cpus LIST] [--json]\n"
                 "\n"
                 "Checks the host settings dsvisor's latency depends on; one line per check with its\n"
                 "status (ok, warn, fail, unknown), the value found, the value wanted and why.\n"
@@ -35,6 +37,8 @@ static void doctor_usage(FILE *out) {
                 "  --root DIR             read /proc, /sys and /boot below DIR (default /; for tests)\n"
                 "  --topology SYNTHETIC   an hwloc synthetic machine, e.g. 'pack:1 numa:2 core:4 pu:2'\n"
                 "  --topology-xml FILE    a machine saved with 'lstopo FILE.xml'\n"
+                "  --cpus LIST            CPUs instances may use (as dsvisor start --cpus)\n"
+                "  --housekeeping-cpus L  CPUs kept for the supervisor (as dsvisor start)\n"
                 "  --pid PID              check the limits, capabilities and cgroup of a running\n"
                 "                         dsvisor (default: of this process)\n"
                 "  --json                 print one JSON object\n"
@@ -65,7 +69,9 @@ struct planned {
         size_t n_nodes;
 };
 
-static int collect(const struct dsv_topology *topo, const struct dsv_policy_placement *plan, struct planned *p) {
+static int collect(const struct sup_placement *placed, struct planned *p) {
+        const struct dsv_topology *topo = &placed->topo;
+        const struct dsv_policy_placement *plan = &placed->plan;
         static int buf[DSV_TOPOLOGY_MAX_PUS];
         memset(p, 0, sizeof *p);
         for (int i = 0; i < plan->n_instances; i++) {
@@ -92,6 +98,9 @@ static int collect(const struct dsv_topology *topo, const struct dsv_policy_plac
                 if (n < 0)
                         return n;
                 p->n_hk = (size_t)n;
+        } else if (placed->chosen) {
+                memcpy(p->hk, placed->housekeeping, (size_t)placed->n_housekeeping * sizeof p->hk[0]);
+                p->n_hk = (size_t)placed->n_housekeeping;
         }
         return 0;
 }
@@ -116,6 +125,19 @@ static int add_placement(struct dsv_doctor_report *rep, const struct dsv_policy_
                                              plan->warnings[0]);
         return dsv_doctor_report_add(rep, "placement", DSV_DOCTOR_OK, found, "one instance per node, whole cores",
                                      "the CPUs and nodes the other checks are about (see dsvisor plan)");
+}
+
+/* The CPUs and memory nodes dsvisor was given, and what of the machine they leave out. */
+static int add_given(struct dsv_doctor_report *rep, const struct dsv_given_set *g) {
+        char found[400], reason[400];
+        snprintf(found, sizeof found, "CPUs %.100s, memory nodes %.40s%s%.100s%s%.40s", g->cpus, g->mems,
+                 g->cpus_left_out[0] ? "; left out CPUs " : "", g->cpus_left_out,
+                 g->mems_left_out[0] ? "; left out nodes " : "", g->mems_left_out);
+        snprintf(reason, sizeof reason, "instances run only here: affinity %.80s, cgroup %.120s%s%.80s",
+                 g->binding[0] ? g->binding : "not restricted", g->cgroup.version ? g->cgroup.group : "not restricted",
+                 g->cgroup.version ? " cpuset " : "", g->cgroup.version ? g->cgroup.cpus : "");
+        return dsv_doctor_report_add(rep, "given set", DSV_DOCTOR_OK, found,
+                                     "the CPUs and nodes meant for dsvisor (taskset, AllowedCPUs=, pod cpuset)", reason);
 }
 
 /* What the engine resolved on this machine (only when --root is this host). */
@@ -188,7 +210,8 @@ out:
 }
 
 int dsv_cmd_doctor(int argc, char **argv) {
-        enum { OPT_INSTANCES = 256, OPT_MODEL, OPT_MODEL_BYTES, OPT_ROOT, OPT_TOPOLOGY, OPT_TOPOLOGY_XML, OPT_PID, OPT_JSON };
+        enum { OPT_INSTANCES = 256, OPT_MODEL, OPT_MODEL_BYTES, OPT_ROOT, OPT_TOPOLOGY, OPT_TOPOLOGY_XML, OPT_PID, OPT_CPUS,
+               OPT_HOUSEKEEPING_CPUS, OPT_JSON };
         static const struct option options[] = {
                 {"instances", required_argument, NULL, OPT_INSTANCES},
                 {"model", required_argument, NULL, OPT_MODEL},
@@ -197,13 +220,14 @@ int dsv_cmd_doctor(int argc, char **argv) {
                 {"topology", required_argument, NULL, OPT_TOPOLOGY},
                 {"topology-xml", required_argument, NULL, OPT_TOPOLOGY_XML},
                 {"pid", required_argument, NULL, OPT_PID},
+                {"cpus", required_argument, NULL, OPT_CPUS},
+                {"housekeeping-cpus", required_argument, NULL, OPT_HOUSEKEEPING_CPUS},
                 {"json", no_argument, NULL, OPT_JSON},
                 {"help", no_argument, NULL, 'h'},
                 {0},
         };
-        struct dsv_policy_place_request place = {.housekeeping = DSV_POLICY_HOUSEKEEPING_AUTO};
-        enum dsv_topo_source source = DSV_TOPO_SOURCE_SYSTEM;
-        const char *source_arg = NULL, *root = "/", *model = NULL;
+        struct sup_place_request place = {.source = DSV_TOPO_SOURCE_SYSTEM};
+        const char *root = "/", *model = NULL;
         uint64_t model_bytes = 0, n;
         pid_t pid = 0;
         bool json = false, have_bytes = false;
@@ -241,12 +265,18 @@ int dsv_cmd_doctor(int argc, char **argv) {
                         break;
                 case OPT_TOPOLOGY:
                 case OPT_TOPOLOGY_XML:
-                        if (source != DSV_TOPO_SOURCE_SYSTEM) {
+                        if (place.source != DSV_TOPO_SOURCE_SYSTEM) {
                                 fprintf(stderr, "dsvisor doctor: give --topology or --topology-xml once\n");
                                 return DOCTOR_EXIT_ERROR;
                         }
-                        source = opt == OPT_TOPOLOGY ? DSV_TOPO_SOURCE_SYNTHETIC : DSV_TOPO_SOURCE_XML;
-                        source_arg = optarg;
+                        place.source = opt == OPT_TOPOLOGY ? DSV_TOPO_SOURCE_SYNTHETIC : DSV_TOPO_SOURCE_XML;
+                        place.source_arg = optarg;
+                        break;
+                case OPT_CPUS:
+                        place.cpus = optarg;
+                        break;
+                case OPT_HOUSEKEEPING_CPUS:
+                        place.housekeeping_cpus = optarg;
                         break;
                 case OPT_JSON:
                         json = true;
@@ -276,22 +306,15 @@ int dsv_cmd_doctor(int argc, char **argv) {
                 model_bytes = (uint64_t)st.st_size;
         }
 
-        static struct dsv_topology topo;
-        int r = dsv_topo_load(source, source_arg, &topo);
+        static struct sup_placement placed;
+        char why[512];
+        int r = sup_place(&place, &placed, why, sizeof why);
         if (r < 0) {
-                fprintf(stderr, "dsvisor doctor: failed to read the %s topology%s%s%s: %s\n",
-                        dsv_topo_source_to_string(source), source_arg ? " '" : "", source_arg ? source_arg : "",
-                        source_arg ? "'" : "", strerror(-r));
-                return DOCTOR_EXIT_ERROR;
-        }
-        static struct dsv_policy_placement plan;
-        r = dsv_policy_place_instances(&topo, &place, &plan);
-        if (r < 0) {
-                fprintf(stderr, "dsvisor doctor: cannot place the instances on this topology: %s\n", strerror(-r));
+                fprintf(stderr, "dsvisor doctor: %s\n", why);
                 return DOCTOR_EXIT_ERROR;
         }
         static struct planned p;
-        r = collect(&topo, &plan, &p);
+        r = collect(&placed, &p);
         if (r < 0) {
                 fprintf(stderr, "dsvisor doctor: failed to list the planned CPUs: %s\n", strerror(-r));
                 return DOCTOR_EXIT_ERROR;
@@ -314,7 +337,11 @@ int dsv_cmd_doctor(int argc, char **argv) {
                 fprintf(stderr, "dsvisor doctor: failed to check the host below '%s': %s\n", root, strerror(-r));
                 return DOCTOR_EXIT_ERROR;
         }
-        if ((r = add_placement(&rep, &plan, &p)) < 0 && r != -ENOSPC) {
+        if ((r = add_given(&rep, &placed.given_set)) < 0 && r != -ENOSPC) {
+                fprintf(stderr, "dsvisor doctor: failed to describe the given set: %s\n", strerror(-r));
+                return DOCTOR_EXIT_ERROR;
+        }
+        if ((r = add_placement(&rep, &placed.plan, &p)) < 0 && r != -ENOSPC) {
                 fprintf(stderr, "dsvisor doctor: failed to describe the placement: %s\n", strerror(-r));
                 return DOCTOR_EXIT_ERROR;
         }

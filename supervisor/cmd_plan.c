@@ -1,7 +1,8 @@
 /* dsvisor plan: a dry run of instance placement (issue 7 item 2). Reads the topology
- * (this machine, an hwloc synthetic string or an XML file), places the instances with
- * policy, and prints per instance the node, cores, CPU list, memory node and threads,
- * the housekeeping CPUs and the warnings; with --json, one JSON object. */
+ * (this machine as given to dsvisor, an hwloc synthetic string or an XML file), places
+ * the instances as `dsvisor start` would (placement.c), and prints the given set and what it
+ * left out, per instance the node, cores, CPU list, memory node and threads, the
+ * housekeeping CPUs and the warnings; with --json, one JSON object. */
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <getopt.h>
@@ -12,13 +13,13 @@
 #include <string.h>
 
 #include "commands.h"
-#include "dsv_platform.h"
-#include "dsv_policy.h"
+#include "sup.h"
 
 static void plan_usage(FILE *out) {
         fprintf(out,
                 "usage: dsvisor plan [--instances N] [--threads-per-instance T]\n"
-                "                    [--topology SYNTHETIC | --topology-xml FILE] [--no-housekeeping] [--json]\n"
+                "                    [--topology SYNTHETIC | --topology-xml FILE] [--no-housekeeping]\n"
+                "                    [--cpus LIST] [--housekeeping-cpus LIST] [--json]\n"
                 "\n"
                 "Prints where 'dsvisor start' would run each instance, without starting anything.\n"
                 "  --instances N               instances to place (default: one per NUMA node)\n"
@@ -27,6 +28,9 @@ static void plan_usage(FILE *out) {
                 "  --topology-xml FILE         a machine saved with 'lstopo FILE.xml'\n"
                 "  --no-housekeeping           give every core to instances (default: keep one core\n"
                 "                              of node 0 for the supervisor when there are more than 2)\n"
+                "  --cpus LIST                 CPUs instances may use, e.g. 2-15 (default: every CPU\n"
+                "                              dsvisor was given)\n"
+                "  --housekeeping-cpus LIST    CPUs kept for the supervisor, gateway and IRQs\n"
                 "  --json                      print one JSON object\n");
 }
 
@@ -43,6 +47,7 @@ static int parse_count(const char *s, int *ret) {
 struct plan_view {
         const struct dsv_topology *topo;
         const struct dsv_policy_placement *plan;
+        const struct sup_placement *placed;
         const char *source;
         const char *description;
 };
@@ -64,15 +69,33 @@ static int print_text(const struct plan_view *v) {
         static int cpus[DSV_TOPOLOGY_MAX_PUS];
         static char list[DSV_TOPOLOGY_MAX_PUS * 6];
 
+        const struct dsv_topology *given = &v->placed->given;
         printf("topology: %s%s%s%s, %d NUMA node%s, %d cores, %d CPUs\n", v->source, v->description ? " '" : "",
-               v->description ? v->description : "", v->description ? "'" : "", topo->n_nodes,
-               topo->n_nodes == 1 ? "" : "s", topo->n_cores, topo->n_pus);
+               v->description ? v->description : "", v->description ? "'" : "", given->n_nodes,
+               given->n_nodes == 1 ? "" : "s", given->n_cores, given->n_pus);
+        const struct dsv_given_set *g = &v->placed->given_set;
+        printf("given: CPUs %s, memory nodes %s", g->cpus, g->mems);
+        if (g->binding[0] || g->cgroup.version)
+                printf(" (%s%s%s%s", g->binding[0] ? "affinity " : "", g->binding, g->binding[0] && g->cgroup.version ? "; " : "",
+                       g->cgroup.version ? "cgroup" : "");
+        if (g->cgroup.version)
+                printf(" v%d %s: CPUs %s, nodes %s", g->cgroup.version, g->cgroup.group, g->cgroup.cpus, g->cgroup.mems);
+        printf("%s\n", g->binding[0] || g->cgroup.version ? ")" : "");
+        if (g->cpus_left_out[0] || g->mems_left_out[0])
+                printf("left out: CPUs %s, memory nodes %s\n", g->cpus_left_out[0] ? g->cpus_left_out : "none",
+                       g->mems_left_out[0] ? g->mems_left_out : "none");
         if (plan->housekeeping_core >= 0) {
                 int r = format_cores(topo, plan->housekeeping_core, 1, cpus, list, sizeof list);
                 if (r < 0)
                         return r;
                 printf("housekeeping: CPUs %s (node %d)\n", list,
                        topo->nodes[topo->cores[plan->housekeeping_core].node].os_index);
+        } else if (v->placed->chosen && v->placed->n_housekeeping > 0) {
+                int r = dsv_policy_cpulist_format(v->placed->housekeeping, (size_t)v->placed->n_housekeeping, list,
+                                                  sizeof list);
+                if (r < 0)
+                        return r;
+                printf("housekeeping: CPUs %s\n", list);
         } else {
                 printf("housekeeping: none\n");
         }
@@ -133,11 +156,41 @@ static int build_json(const struct plan_view *v, cJSON *root) {
         if (!t || !cJSON_AddStringToObject(t, "source", v->source) ||
             !(v->description ? cJSON_AddStringToObject(t, "description", v->description)
                              : cJSON_AddNullToObject(t, "description")) ||
-            !cJSON_AddNumberToObject(t, "nodes", topo->n_nodes) || !cJSON_AddNumberToObject(t, "cores", topo->n_cores) ||
-            !cJSON_AddNumberToObject(t, "cpus", topo->n_pus))
+            !cJSON_AddNumberToObject(t, "nodes", v->placed->given.n_nodes) ||
+            !cJSON_AddNumberToObject(t, "cores", v->placed->given.n_cores) ||
+            !cJSON_AddNumberToObject(t, "cpus", v->placed->given.n_pus))
                 return -ENOMEM;
 
-        if (plan->housekeeping_core >= 0) {
+        const struct dsv_given_set *g = &v->placed->given_set;
+        cJSON *given = cJSON_AddObjectToObject(root, "given");
+        if (!given || !cJSON_AddStringToObject(given, "cpus", g->cpus) ||
+            !cJSON_AddStringToObject(given, "mems", g->mems) ||
+            !cJSON_AddStringToObject(given, "cpus_left_out", g->cpus_left_out) ||
+            !cJSON_AddStringToObject(given, "mems_left_out", g->mems_left_out) ||
+            !(g->binding[0] ? cJSON_AddStringToObject(given, "affinity", g->binding)
+                            : cJSON_AddNullToObject(given, "affinity")))
+                return -ENOMEM;
+        if (g->cgroup.version) {
+                cJSON *cg = cJSON_AddObjectToObject(given, "cgroup");
+                if (!cg || !cJSON_AddNumberToObject(cg, "version", g->cgroup.version) ||
+                    !cJSON_AddStringToObject(cg, "group", g->cgroup.group) ||
+                    !cJSON_AddStringToObject(cg, "cpus", g->cgroup.cpus) ||
+                    !cJSON_AddStringToObject(cg, "mems", g->cgroup.mems))
+                        return -ENOMEM;
+        } else if (!cJSON_AddNullToObject(given, "cgroup")) {
+                return -ENOMEM;
+        }
+
+        if (plan->housekeeping_core < 0 && v->placed->chosen && v->placed->n_housekeeping > 0) {
+                static char list[DSV_TOPOLOGY_MAX_PUS * 6];
+                cJSON *hk = cJSON_AddObjectToObject(root, "housekeeping");
+                if ((r = dsv_policy_cpulist_format(v->placed->housekeeping, (size_t)v->placed->n_housekeeping, list,
+                                                   sizeof list)) < 0)
+                        return r;
+                if (!hk || !cJSON_AddItemToObject(hk, "cpus", int_array(v->placed->housekeeping, v->placed->n_housekeeping)) ||
+                    !cJSON_AddStringToObject(hk, "cpulist", list))
+                        return -ENOMEM;
+        } else if (plan->housekeeping_core >= 0) {
                 cJSON *hk = cJSON_AddObjectToObject(root, "housekeeping");
                 if (!hk ||
                     !cJSON_AddNumberToObject(hk, "node", topo->nodes[topo->cores[plan->housekeeping_core].node].os_index))
@@ -196,18 +249,31 @@ static int print_json(const struct plan_view *v) {
 }
 
 int dsv_cmd_plan(int argc, char **argv) {
-        enum { OPT_INSTANCES = 256, OPT_THREADS, OPT_TOPOLOGY, OPT_TOPOLOGY_XML, OPT_NO_HOUSEKEEPING, OPT_JSON };
+        enum {
+                OPT_INSTANCES = 256,
+                OPT_THREADS,
+                OPT_TOPOLOGY,
+                OPT_TOPOLOGY_XML,
+                OPT_NO_HOUSEKEEPING,
+                OPT_CPUS,
+                OPT_HOUSEKEEPING_CPUS,
+                OPT_JSON
+        };
         static const struct option options[] = {
                 {"instances", required_argument, NULL, OPT_INSTANCES},
                 {"threads-per-instance", required_argument, NULL, OPT_THREADS},
                 {"topology", required_argument, NULL, OPT_TOPOLOGY},
                 {"topology-xml", required_argument, NULL, OPT_TOPOLOGY_XML},
                 {"no-housekeeping", no_argument, NULL, OPT_NO_HOUSEKEEPING},
+                {"cpus", required_argument, NULL, OPT_CPUS},
+                {"housekeeping-cpus", required_argument, NULL, OPT_HOUSEKEEPING_CPUS},
                 {"json", no_argument, NULL, OPT_JSON},
                 {"help", no_argument, NULL, 'h'},
                 {0},
         };
-        struct dsv_policy_place_request req = {.housekeeping = DSV_POLICY_HOUSEKEEPING_AUTO};
+        int n_instances = 0, threads_per_instance = 0;
+        bool no_housekeeping = false;
+        const char *cpus = NULL, *housekeeping_cpus = NULL;
         enum dsv_topo_source source = DSV_TOPO_SOURCE_SYSTEM;
         const char *source_arg = NULL;
         bool json = false;
@@ -218,7 +284,7 @@ int dsv_cmd_plan(int argc, char **argv) {
                 switch (opt) {
                 case OPT_INSTANCES:
                 case OPT_THREADS:
-                        if (parse_count(optarg, opt == OPT_INSTANCES ? &req.n_instances : &req.threads_per_instance) < 0) {
+                        if (parse_count(optarg, opt == OPT_INSTANCES ? &n_instances : &threads_per_instance) < 0) {
                                 fprintf(stderr, "dsvisor plan: --%s needs a positive integer, not '%s'\n",
                                         opt == OPT_INSTANCES ? "instances" : "threads-per-instance", optarg);
                                 return 2;
@@ -234,7 +300,13 @@ int dsv_cmd_plan(int argc, char **argv) {
                         source_arg = optarg;
                         break;
                 case OPT_NO_HOUSEKEEPING:
-                        req.housekeeping = DSV_POLICY_HOUSEKEEPING_NONE;
+                        no_housekeeping = true;
+                        break;
+                case OPT_CPUS:
+                        cpus = optarg;
+                        break;
+                case OPT_HOUSEKEEPING_CPUS:
+                        housekeeping_cpus = optarg;
                         break;
                 case OPT_JSON:
                         json = true;
@@ -253,28 +325,23 @@ int dsv_cmd_plan(int argc, char **argv) {
                 return 2;
         }
 
-        static struct dsv_topology topo;
-        int r = dsv_topo_load(source, source_arg, &topo);
+        static struct sup_placement placed;
+        char why[512];
+        struct sup_place_request place = {
+                .source = source,
+                .source_arg = source_arg,
+                .n_instances = n_instances,
+                .threads_per_instance = threads_per_instance,
+                .no_housekeeping = no_housekeeping,
+                .cpus = cpus,
+                .housekeeping_cpus = housekeeping_cpus,
+        };
+        int r = sup_place(&place, &placed, why, sizeof why);
         if (r < 0) {
-                if (source == DSV_TOPO_SOURCE_SYSTEM)
-                        fprintf(stderr, "dsvisor plan: failed to read this machine's topology: %s\n", strerror(-r));
-                else
-                        fprintf(stderr, "dsvisor plan: failed to read the %s topology '%s': %s\n",
-                                dsv_topo_source_to_string(source), source_arg, strerror(-r));
+                fprintf(stderr, "dsvisor plan: %s\n", why);
                 return 1;
         }
-        static struct dsv_policy_placement plan;
-        r = dsv_policy_place_instances(&topo, &req, &plan);
-        if (r == -E2BIG) {
-                fprintf(stderr, "dsvisor plan: cannot place %d instances: the limit is %d\n", req.n_instances,
-                        DSV_POLICY_MAX_INSTANCES);
-                return 1;
-        }
-        if (r < 0) {
-                fprintf(stderr, "dsvisor plan: cannot place the instances on this topology: %s\n", strerror(-r));
-                return 1;
-        }
-        struct plan_view view = {&topo, &plan, dsv_topo_source_to_string(source), source_arg};
+        struct plan_view view = {&placed.topo, &placed.plan, &placed, dsv_topo_source_to_string(source), source_arg};
         r = json ? print_json(&view) : print_text(&view);
         if (r < 0) {
                 fprintf(stderr, "dsvisor plan: failed to print the plan: %s\n", strerror(-r));

@@ -202,9 +202,10 @@ static void begin_reload(struct sup *s) {
         if (strcmp(next.model, s->cfg.model) || next.n_instances != s->cfg.n_instances ||
             next.threads_per_instance != s->cfg.threads_per_instance || strcmp(next.host, s->cfg.host) ||
             next.port != s->cfg.port || next.hugepages != s->cfg.hugepages || next.rt_priority != s->cfg.rt_priority ||
-            strcmp(next.runtime_dir, s->cfg.runtime_dir) || strcmp(next.cgroup_parent, s->cfg.cgroup_parent))
-                sup_log(4, "Reload: model, instances, threads, host, port, hugepages, rt-priority, runtime-dir and "
-                           "cgroup-parent changes need a full restart, ignoring them");
+            strcmp(next.runtime_dir, s->cfg.runtime_dir) || strcmp(next.cgroup_parent, s->cfg.cgroup_parent) ||
+            strcmp(next.cpus, s->cfg.cpus) || strcmp(next.housekeeping_cpus, s->cfg.housekeeping_cpus))
+                sup_log(4, "Reload: model, instances, threads, host, port, hugepages, rt-priority, runtime-dir, "
+                           "cgroup-parent, cpus and housekeeping-cpus changes need a full restart, ignoring them");
         s->cfg.grace_ms = next.grace_ms;
         s->cfg.n_ctx = next.n_ctx;
         s->cfg.max_batch = next.max_batch;

@@ -31,6 +31,35 @@
 
 #include "dsv_platform.h"
 #include "dsv_topology.h"
+#include "dsv_policy.h"
+
+/* ---- placement (placement.c) --------------------------------------------------------- */
+
+struct sup_place_request {
+        enum dsv_topo_source source;   /* SYSTEM: this machine as given to dsvisor */
+        const char *source_arg;        /* synthetic string or XML path; NULL for SYSTEM */
+        int n_instances;               /* 0: one per NUMA node */
+        int threads_per_instance;      /* 0: the instance's cores */
+        bool no_housekeeping;          /* every core to instances */
+        const char *cpus;              /* --cpus; NULL or "": not given */
+        const char *housekeeping_cpus; /* --housekeeping-cpus; NULL or "": not given */
+};
+
+struct sup_placement {
+        struct dsv_topology given;     /* the machine as given to dsvisor */
+        struct dsv_given_set given_set;
+        struct dsv_topology topo;      /* the instances' part of it: plan indexes into this */
+        struct dsv_policy_placement plan;
+        bool chosen;                   /* --cpus or --housekeeping-cpus chose the CPUs */
+        int n_housekeeping;            /* the supervisor's and gateway's CPUs: the */
+        int housekeeping[DSV_TOPOLOGY_MAX_PUS]; /* --housekeeping-cpus, else the given
+                                                 * CPUs no instance uses; may be none */
+};
+
+/* Reads the topology (restricted to the given set for SYSTEM), applies the CPU lists
+ * and places the instances. Returns 0, or a negative errno with a message naming the
+ * cause (and the CPUs) in why. *ret is large: static storage. */
+int sup_place(const struct sup_place_request *req, struct sup_placement *ret, char *why, size_t why_size);
 
 /* ---- configuration (config.c) ------------------------------------------------------ */
 
@@ -49,6 +78,8 @@ struct sup_config {
         int rt_priority;             /* SCHED_FIFO priority 1..49 for compute threads; 0: off */
         enum dsv_hugepages_mode hugepages;
         bool no_housekeeping;        /* give every core to instances */
+        char cpus[1024];             /* CPUs instances may use (cpulist); "": every given CPU */
+        char housekeeping_cpus[1024]; /* CPUs kept for supervisor, gateway, IRQs; "": default */
         int grace_ms;                /* drain: in-flight requests may finish this long */
         int n_ctx;                   /* passed to the workers; 0: theirs */
         int max_batch;               /* 0: the worker's default */
@@ -294,11 +325,11 @@ int sup_control_read_cmd(int fd, int timeout_ms, char *buf, size_t size);
 /* Writes all of text and a newline. */
 int sup_control_write(int fd, const char *text);
 
-/* ---- placement (placement.c) ------------------------------------------------------- */
+/* ---- the instances on their CPUs (placement.c) ------------------------------------ */
 
-/* Places env->cfg's instances on this host's topology (dsv_policy) into inst[0..*ret_n)
- * (sup_instance_init), and keeps the calling thread on the *ret_n_free_cpus CPUs none of
- * them uses, SCHED_OTHER. Logs why not. */
+/* Places env->cfg's instances (sup_place on this machine as given) into inst[0..*ret_n)
+ * (sup_instance_init), and keeps the calling thread on the *ret_n_free_cpus housekeeping
+ * CPUs, SCHED_OTHER. Logs why not. */
 int sup_place_instances(const struct sup_instance_env *env, const char *runtime_dir, struct sup_instance *inst,
                         int *ret_n, int *ret_n_free_cpus);
 

@@ -87,3 +87,10 @@ dsv_script_test(NAME test-supervisor-malloc-env
                 SCRIPT ${CMAKE_SOURCE_DIR}/tests/integration/test-supervisor-malloc-env.sh
                 LABELS integration TIMEOUT 120)
 set_tests_properties(test-supervisor-malloc-env PROPERTIES RUN_SERIAL ON)
+
+# dsvisor start under taskset: the worker's threads and cpuset group only on the given
+# CPU; --cpus/--housekeeping-cpus split two CPUs between worker and supervisor.
+dsv_script_test(NAME test-supervisor-given-cpus
+                SCRIPT ${CMAKE_SOURCE_DIR}/tests/integration/test-supervisor-given-cpus.sh
+                LABELS integration TIMEOUT 600)
+set_tests_properties(test-supervisor-given-cpus PROPERTIES SKIP_RETURN_CODE 77 RUN_SERIAL ON)

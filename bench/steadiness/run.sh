@@ -12,12 +12,11 @@
 #             of one dsvisor-worker of --threads threads, started by hand: no cgroup, no
 #             pinning, no shares; load generator and neighbours free on every CPU too.
 #   isolated  dsvisor start with its instance on the CPUs outside --hk-cpus (on 2 CPUs:
-#             CPU 1). dsvisor start has no CPU-list option: it places instances on the
-#             cores hwloc shows it, so it is shown the machine restricted to those CPUs
-#             (lstopo --restrict, HWLOC_XMLFILE), and its plan gives the instance's
-#             cgroup cpuset.cpus = those CPUs and the worker --cpus. The supervisor (with
-#             the gateway) and the load generator are pinned (taskset) to the
-#             housekeeping CPUs (--hk-cpus, default 0) in group dsv-steady-<pid>-serve
+#             CPU 1): dsvisor start --cpus <those> --housekeeping-cpus <--hk-cpus>, which
+#             gives the instance's cgroup cpuset.cpus = those CPUs and the worker --cpus,
+#             and keeps the supervisor (with the gateway) on the housekeeping CPUs. The
+#             load generator is pinned (taskset) to the housekeeping CPUs (--hk-cpus,
+#             default 0); both run in group dsv-steady-<pid>-serve
 #             (cpu.shares 1024; the instance's group is made below it); the neighbours
 #             run in its sibling dsv-steady-<pid>-noisy: cpuset = the housekeeping CPUs,
 #             cpu.shares --noisy-shares (default 2). Both groups are made directly below
@@ -56,7 +55,7 @@ while [ $# -gt 0 ]; do
     --prompt-len) PROMPT=$2 ;; --threads) THREADS=$2 ;; --hk-cpus) HK_CPUS=$2 ;;
     --noisy-shares) NOISY_SHARES=$2 ;; --rt-priority) RTPRIO=$2 ;; --model) MODEL=$2 ;;
     --seed) SEED=$2 ;; --hogs) HOGS=$2 ;; --hog-mib) HOG_MIB=$2 ;; --build-dir) BUILD=$2 ;; --out) OUT=$2 ;;
-    -h|--help) sed -n '2,46p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,45p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "run.sh: unknown option '$1'" >&2; exit 2 ;;
   esac
   shift 2
@@ -65,7 +64,6 @@ B=$BUILD/bin
 for f in dsvisor dsvisor-worker dsvisor-bench-load dsvisor-gateway-test-server; do
   [ -x "$B/$f" ] || { echo "run.sh: $B/$f is not built" >&2; exit 2; }
 done
-command -v lstopo-no-graphics >/dev/null || { echo "run.sh: needs lstopo-no-graphics (package hwloc)" >&2; exit 2; }
 [ -n "$OUT" ] || OUT=$(mktemp -d /tmp/dsv-steady.XXXXXX)
 mkdir -p "$OUT"
 W=$(mktemp -d /tmp/dsv-steady-run.XXXXXX)   # 0700: private IPC sockets
@@ -88,9 +86,6 @@ a, h = set(map(int, sys.argv[1].split())), set(map(int, sys.argv[2].split()))
 print(','.join(map(str, sorted(a - h))))" "$(expand "$ALL_CPUS")" "$(expand "$HK_CPUS")")
 [ -n "$INST_CPUS" ] || { echo "run.sh: --hk-cpus $HK_CPUS leaves no CPU for the instance" >&2; exit 2; }
 N_INST_CPUS=$(echo "$INST_CPUS" | tr ',' '\n' | wc -l)
-INST_MASK=$(python3 -c "import sys; print(hex(sum(1 << int(c) for c in sys.argv[1].split(','))))" "$INST_CPUS")
-lstopo-no-graphics --restrict "$INST_MASK" --of xml "$W/topology.xml" ||
-  { echo "run.sh: lstopo could not restrict the topology to CPUs $INST_CPUS" >&2; exit 2; }
 
 # ---- cgroups: dsv-steady-<pid>-serve and its sibling dsv-steady-<pid>-noisy, directly
 # below our own group in each hierarchy. Siblings, not children of one common group: with
@@ -184,9 +179,8 @@ server_start() {  # server_start plain|isolated
     for _ in $(seq 1200); do curl -sf "http://127.0.0.1:$PORT/ready" >/dev/null && return 0; sleep 0.1; done
     echo "run.sh: plain server not ready" >&2; return 1
   fi
-  (into "${CG_SERVE[@]}" && HWLOC_XMLFILE=$W/topology.xml HWLOC_THISSYSTEM=1 exec taskset -c "$HK_CPUS" \
-    "$B/dsvisor" start --model "$MODEL" --instances 1 --threads-per-instance "$THREADS" \
-    --rt-priority "$RTPRIO" --port 0 --runtime-dir "$W/run/sup") >>"$OUT/isolated-supervisor.log" 2>&1 &
+  (into "${CG_SERVE[@]}" && exec "$B/dsvisor" start --model "$MODEL" --instances 1 \
+    --cpus "$INST_CPUS" --housekeeping-cpus "$HK_CPUS" --threads-per-instance "$THREADS" --rt-priority "$RTPRIO" --port 0 --runtime-dir "$W/run/sup") >>"$OUT/isolated-supervisor.log" 2>&1 &
   SUP=$!
   for _ in $(seq 1200); do
     if "$B/dsvisor" status --json --runtime-dir "$W/run/sup" >"$W/status.json" 2>/dev/null &&

@@ -109,6 +109,24 @@ int dsv_policy_instance_cpus(const struct dsv_topology *topo, const struct dsv_p
  * -EINVAL on bad input (negative CPU numbers, n > DSV_TOPOLOGY_MAX_PUS). */
 int dsv_policy_cpulist_format(const int *cpus, size_t n, char *buf, size_t size);
 
+/* Parses a kernel cpulist ("0-3,8,10-11"; "" is the empty list) into cpus[0..cap),
+ * ascending, duplicates dropped. Returns the count; -EINVAL on bad syntax or a CPU
+ * number of 65536 or more; -ENOBUFS when cap is too small. */
+int dsv_policy_cpulist_parse(const char *s, int *cpus, size_t cap);
+
+/* The operator's CPU choice on the CPUs dsvisor was given (`given`, the topology already
+ * restricted to them): cpus is the list instances may use, housekeeping_cpus the list
+ * kept for the supervisor, gateway and IRQs (each NULL or "" when not given; with only
+ * housekeeping_cpus, instances get every other given CPU). *ret becomes `given`
+ * restricted to the instances' CPUs: cores keep only listed PUs, nodes keep their place
+ * (without cores they are memory-only). Place on it with DSV_POLICY_HOUSEKEEPING_NONE
+ * when a list was given. Returns 1 when a list was given, 0 when neither was (*ret is a
+ * copy of given); -EINVAL, with a message naming the CPUs in why, for a list that is not
+ * a cpulist, lists a CPU outside the given set, overlaps the other list, or leaves fewer
+ * cores than n_instances (at least one; 0 means one per node). */
+int dsv_policy_cpus_choose(const struct dsv_topology *given, const char *cpus, const char *housekeeping_cpus,
+                           int n_instances, struct dsv_topology *ret, char *why, size_t why_size);
+
 /* ---- routing (issue 8 item 2) -------------------------------------------------------- */
 
 enum dsv_policy_route {

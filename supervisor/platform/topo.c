@@ -1,10 +1,17 @@
-/* topo.c — hwloc behind struct dsv_topology (dsv_platform.h, "topology").
+/* topo.c — hwloc behind struct dsv_topology (dsv_platform.h, "topology" and "the given
+ * set").
  *
  * hwloc 2.x attaches NUMA nodes as memory children, so a node's cores are found through
  * its cpuset, not its children: every Core (or PU, on machines without Core objects)
- * whose cpuset lies inside the node's cpuset belongs to that node. */
+ * whose cpuset lies inside the node's cpuset belongs to that node.
+ *
+ * The given set is hwloc's allowed sets (the host cgroup hwloc reads itself) narrowed
+ * by the binding and by the cgroup named in the source; the topology is then restricted
+ * to it with hwloc_topology_restrict(), so a disallowed CPU or node never reaches
+ * policy. */
 #include <errno.h>
 #include <hwloc.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -87,7 +94,108 @@ static int convert(hwloc_topology_t h, struct dsv_topology *t) {
         return r;
 }
 
+/* Narrows cpus and nodes to the binding, memory policy and cgroup of *src; describes
+ * what applied in *g. */
+static int given_narrow(hwloc_topology_t h, enum dsv_topo_source source, const struct dsv_given_source *src,
+                        hwloc_bitmap_t cpus, hwloc_bitmap_t nodes, struct dsv_given_set *g) {
+        hwloc_bitmap_t b = hwloc_bitmap_alloc();
+        if (!b)
+                return -ENOMEM;
+        int r = 0;
+        /* HWLOC_SYNTHETIC/HWLOC_XMLFILE replace this machine: then nothing of this
+         * process applies to it. */
+        bool own = src->own && source == DSV_TOPO_SOURCE_SYSTEM && hwloc_topology_is_thissystem(h);
+        if (src->affinity) {
+                if (hwloc_bitmap_list_sscanf(b, src->affinity) < 0)
+                        r = -EINVAL;
+        } else if (own && hwloc_get_cpubind(h, b, HWLOC_CPUBIND_PROCESS) < 0) {
+                r = hwloc_errno();
+        }
+        if (r == 0 && (src->affinity || own)) {
+                hwloc_bitmap_and(cpus, cpus, b);
+                hwloc_bitmap_list_snprintf(g->binding, sizeof g->binding, b);
+        }
+        hwloc_membind_policy_t policy;
+        /* The memory policy is per thread; the one starting dsvisor is the one asked. */
+        if (r == 0 && own &&
+            hwloc_get_membind(h, b, &policy, HWLOC_MEMBIND_THREAD | HWLOC_MEMBIND_BYNODESET) == 0 &&
+            policy == HWLOC_MEMBIND_BIND)
+                hwloc_bitmap_and(nodes, nodes, b);
+
+        const char *root = src->cgroup_root ? src->cgroup_root : own ? "/sys/fs/cgroup" : NULL;
+        if (r == 0 && root) {
+                int c = dsv_given_cgroup_read(root, src->proc_self_cgroup, &g->cgroup);
+                if (c == 0 && hwloc_bitmap_list_sscanf(b, g->cgroup.cpus) == 0) {
+                        hwloc_bitmap_and(cpus, cpus, b);
+                        c = hwloc_bitmap_list_sscanf(b, g->cgroup.mems) == 0 ? 0 : -EBADMSG;
+                } else if (c == 0) {
+                        c = -EBADMSG;
+                }
+                if (c == 0)
+                        hwloc_bitmap_and(nodes, nodes, b);
+                else
+                        memset(&g->cgroup, 0, sizeof g->cgroup);
+                /* hwloc has read this host's cgroup already; only a named tree must be read. */
+                if (c < 0 && c != -ENOENT && src->cgroup_root)
+                        r = c;
+        }
+        hwloc_bitmap_free(b);
+        return r;
+}
+
+/* Restricts h to the given set and describes it in *g. */
+static int given_restrict(hwloc_topology_t h, enum dsv_topo_source source, const struct dsv_given_source *src,
+                          struct dsv_given_set *g) {
+        hwloc_bitmap_t cpus = hwloc_bitmap_dup(hwloc_topology_get_allowed_cpuset(h));
+        hwloc_bitmap_t nodes = hwloc_bitmap_dup(hwloc_topology_get_allowed_nodeset(h));
+        int r = cpus && nodes ? given_narrow(h, source, src, cpus, nodes, g) : -ENOMEM;
+        if (r == 0 && (hwloc_bitmap_iszero(cpus) || hwloc_bitmap_iszero(nodes)))
+                r = -ENODEV;
+        errno = 0;
+        /* Nodes left without a given CPU go too: no instance could run there, and
+         * hwloc would otherwise reorder them. */
+        if (r == 0 && !hwloc_bitmap_isequal(cpus, hwloc_topology_get_complete_cpuset(h)) &&
+            hwloc_topology_restrict(h, cpus, HWLOC_RESTRICT_FLAG_REMOVE_CPULESS) < 0)
+                r = hwloc_errno();
+        /* Nodes whose memory is not given go, and with them their CPUs: convert() lists
+         * only cores inside a remaining node. */
+        if (r == 0 && !hwloc_bitmap_isequal(nodes, hwloc_topology_get_complete_nodeset(h)) &&
+            hwloc_topology_restrict(h, nodes, HWLOC_RESTRICT_FLAG_BYNODESET) < 0)
+                r = hwloc_errno();
+        hwloc_bitmap_free(cpus);
+        hwloc_bitmap_free(nodes);
+        return r;
+}
+
+/* Fills the lists of *g from the result t and the machine's complete sets. */
+static void given_describe(const struct dsv_topology *t, hwloc_const_bitmap_t machine_cpus,
+                           hwloc_const_bitmap_t machine_nodes, struct dsv_given_set *g) {
+        hwloc_bitmap_t cpus = hwloc_bitmap_alloc(), nodes = hwloc_bitmap_alloc();
+        hwloc_bitmap_t out = hwloc_bitmap_alloc();
+        if (cpus && nodes && out) {
+                for (int i = 0; i < t->n_pus; i++)
+                        hwloc_bitmap_set(cpus, (unsigned)t->pus[i]);
+                for (int n = 0; n < t->n_nodes; n++)
+                        hwloc_bitmap_set(nodes, (unsigned)t->nodes[n].os_index);
+                hwloc_bitmap_list_snprintf(g->cpus, sizeof g->cpus, cpus);
+                hwloc_bitmap_list_snprintf(g->mems, sizeof g->mems, nodes);
+                hwloc_bitmap_andnot(out, machine_cpus, cpus);
+                hwloc_bitmap_list_snprintf(g->cpus_left_out, sizeof g->cpus_left_out, out);
+                hwloc_bitmap_andnot(out, machine_nodes, nodes);
+                hwloc_bitmap_list_snprintf(g->mems_left_out, sizeof g->mems_left_out, out);
+        }
+        hwloc_bitmap_free(cpus);
+        hwloc_bitmap_free(nodes);
+        hwloc_bitmap_free(out);
+}
+
 int dsv_topo_load(enum dsv_topo_source src, const char *arg, struct dsv_topology *ret) {
+        const struct dsv_given_source own = {.own = true};
+        return dsv_topo_load_given(src, arg, src == DSV_TOPO_SOURCE_SYSTEM ? &own : NULL, ret, NULL);
+}
+
+int dsv_topo_load_given(enum dsv_topo_source src, const char *arg, const struct dsv_given_source *given,
+                        struct dsv_topology *ret, struct dsv_given_set *ret_given) {
         if (!ret || src < 0 || src >= DSV_TOPO_SOURCE_COUNT)
                 return -EINVAL;
         if (src != DSV_TOPO_SOURCE_SYSTEM && (!arg || !*arg))
@@ -96,22 +204,43 @@ int dsv_topo_load(enum dsv_topo_source src, const char *arg, struct dsv_topology
         hwloc_topology_t h;
         if (hwloc_topology_init(&h) < 0)
                 return hwloc_errno();
-        int r = 0;
+        hwloc_bitmap_t machine_cpus = NULL, machine_nodes = NULL;
+        struct dsv_given_set *g = calloc(1, sizeof *g);
+        int r = g ? 0 : -ENOMEM;
         errno = 0;
-        if (src == DSV_TOPO_SOURCE_SYNTHETIC && hwloc_topology_set_synthetic(h, arg) < 0)
+        /* Keep the disallowed part in view, to say what was left out. */
+        if (r == 0 && given && src == DSV_TOPO_SOURCE_SYSTEM &&
+            hwloc_topology_set_flags(h, HWLOC_TOPOLOGY_FLAG_INCLUDE_DISALLOWED) < 0)
+                r = hwloc_errno();
+        if (r == 0 && src == DSV_TOPO_SOURCE_SYNTHETIC && hwloc_topology_set_synthetic(h, arg) < 0)
                 r = -EINVAL;
-        else if (src == DSV_TOPO_SOURCE_XML && hwloc_topology_set_xml(h, arg) < 0)
+        else if (r == 0 && src == DSV_TOPO_SOURCE_XML && hwloc_topology_set_xml(h, arg) < 0)
                 r = hwloc_errno();
         if (r == 0 && hwloc_topology_load(h) < 0)
                 r = hwloc_errno();
         if (r == 0) {
+                machine_cpus = hwloc_bitmap_dup(hwloc_topology_get_complete_cpuset(h));
+                machine_nodes = hwloc_bitmap_dup(hwloc_topology_get_complete_nodeset(h));
+                if (!machine_cpus || !machine_nodes)
+                        r = -ENOMEM;
+        }
+        if (r == 0 && given)
+                r = given_restrict(h, src, given, g);
+        if (r == 0) {
                 /* Convert into a scratch copy so *ret is written only on success. */
                 struct dsv_topology *scratch = malloc(sizeof *scratch);
                 r = scratch ? convert(h, scratch) : -ENOMEM;
-                if (r == 0)
+                if (r == 0) {
+                        given_describe(scratch, machine_cpus, machine_nodes, g);
                         memcpy(ret, scratch, sizeof *scratch);
+                        if (ret_given)
+                                *ret_given = *g;
+                }
                 free(scratch);
         }
+        hwloc_bitmap_free(machine_cpus);
+        hwloc_bitmap_free(machine_nodes);
+        free(g);
         hwloc_topology_destroy(h);
         return r;
 }

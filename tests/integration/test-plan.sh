@@ -87,6 +87,14 @@ assert [i["node"] for i in insts] == [0, 1] and p["unused_nodes"] == [2, 3]
 assert any("no instance" in w for w in p["warnings"])
 ' -- --topology "$S4" --instances 2
 
+# --cpus/--housekeeping-cpus: a Kubernetes-style pod set (cores 3, 5 on node 0 and 17,
+# 18 on node 1) and the supervisor on core 0.
+check two_sockets_pod_cpus '
+assert [i["cpulist"] for i in insts] == ["6-7,10-11", "34-37"] and [i["memory_node"] for i in insts] == [0, 1]
+assert p["housekeeping"]["cpulist"] == "0-1" and p["given"]["cpus"] == "0-127"
+assert [i["threads"] for i in insts] == [2, 2] and p["unused_nodes"] == [2, 3]
+' -- --topology "$S4" --cpus 6-7,10-11,34-37 --housekeeping-cpus 0-1
+
 check eight_nodes '
 invariants(1)
 assert len(insts) == 8 and [i["n_cores"] for i in insts] == [7] + [8] * 7
@@ -154,6 +162,10 @@ expect_exit two_topologies 2 --topology "numa:1 pu:1" --topology-xml /dev/null
 expect_exit bad_synthetic 1 --topology "bogus:9"
 expect_exit missing_xml 1 --topology-xml "$tmp/missing.xml"
 expect_exit too_many_instances 1 --topology "numa:1 pu:1" --instances 100000
+expect_exit cpus_outside 1 --topology "numa:1 core:4" --cpus 2-9
+expect_exit cpus_overlap 1 --topology "numa:1 core:4" --cpus 1-3 --housekeeping-cpus 0-1
+expect_exit cpus_too_few 1 --topology "numa:1 core:4" --cpus 1 --instances 2
+expect_exit housekeeping_contradiction 1 --topology "numa:1 core:4" --housekeeping-cpus 0 --no-housekeeping
 
 if "$bin" plan --topology "$S4" >"$tmp/text" 2>&1 && grep -q '^instance 3: node 3, 16 cores, CPUs 96-127, memory node 3, 16 threads$' "$tmp/text" &&
   grep -q '^housekeeping: CPUs 0-1 (node 0)$' "$tmp/text"; then

@@ -397,3 +397,145 @@ TEST(random_topologies_keep_invariants) {
                 ASSERT_EQ(plan.n_warnings > 0, plan.oversubscribed || idle);
         }
 }
+
+/* ---- the operator's --cpus and --housekeeping-cpus on the given CPUs ---------------- */
+
+static struct dsv_topology given;
+static char why[256];
+
+/* Applies the lists to `given` and places on the result (kept in topo, which the plan
+ * indexes) as dsvisor start does: no automatic housekeeping once a list is given. */
+static int choose_and_place(const char *cpus, const char *hk, int n_instances) {
+        int r = dsv_policy_cpus_choose(&given, cpus, hk, n_instances, &topo, why, sizeof why);
+        if (r < 0)
+                return r;
+        struct dsv_policy_place_request req = {
+                .n_instances = n_instances,
+                .housekeeping = r > 0 ? DSV_POLICY_HOUSEKEEPING_NONE : DSV_POLICY_HOUSEKEEPING_AUTO};
+        return dsv_policy_place_instances(&topo, &req, &plan);
+}
+
+static const char *instance_list(int i) {
+        static char buf[512];
+        int cpus[DSV_TOPOLOGY_MAX_PUS];
+        int n = dsv_policy_instance_cpus(&topo, &plan.instances[i], cpus, DSV_TOPOLOGY_MAX_PUS);
+        if (n < 0 || dsv_policy_cpulist_format(cpus, (size_t)n, buf, sizeof buf) < 0)
+                return "(error)";
+        return buf;
+}
+
+TEST(cpulist_parse) {
+        int cpus[16];
+        ASSERT_EQ(dsv_policy_cpulist_parse("0,3-5,7,9-10", cpus, 16), 7);
+        ASSERT_EQ(cpus[0], 0);
+        ASSERT_EQ(cpus[3], 5);
+        ASSERT_EQ(cpus[6], 10);
+        ASSERT_EQ(dsv_policy_cpulist_parse("5,5,4-5", cpus, 16), 2); /* sorted, no duplicates */
+        ASSERT_EQ(cpus[0], 4);
+        ASSERT_EQ(dsv_policy_cpulist_parse("", cpus, 16), 0);
+        ASSERT_ERR(dsv_policy_cpulist_parse("0-20", cpus, 16), -ENOBUFS);
+        static const char *const bad[] = {"x", "1-", "-1", "3-1", "1,", ",1", "1 2", "1,,2", "65536", "1-2-3"};
+        for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+                if (dsv_policy_cpulist_parse(bad[i], cpus, 16) != -EINVAL)
+                        T_FAIL("'%s' was accepted", bad[i]);
+}
+
+TEST(no_lists_keep_the_default) {
+        make_uniform(&given, 4, 16, 2);
+        ASSERT_EQ(dsv_policy_cpus_choose(&given, NULL, "", 0, &topo, why, sizeof why), 0);
+        ASSERT_TRUE(memcmp(&topo, &given, sizeof topo) == 0);
+        ASSERT_OK(choose_and_place(NULL, NULL, 0));
+        ASSERT_EQ(plan.housekeeping_core, 0);
+}
+
+TEST(two_sockets_cpus_and_housekeeping) {
+        /* 2 sockets x 2 nodes x 16 cores, SMT: core c is CPUs c and c + 64. */
+        make_uniform(&given, 4, 16, 2);
+        ASSERT_EQ(dsv_policy_cpus_choose(&given, "2-15,66-79", "0-1,64-65", 0, &topo, why, sizeof why), 1);
+        ASSERT_OK(choose_and_place("2-15,66-79", "0-1,64-65", 0));
+        check_invariants();
+        ASSERT_EQ(plan.housekeeping_core, -1);
+        ASSERT_EQ(plan.n_instances, 1); /* only node 0 has chosen CPUs */
+        ASSERT_STREQ(instance_list(0), "2-15,66-79");
+        ASSERT_EQ(plan.instances[0].mem_node_os, 0);
+        ASSERT_EQ(plan.n_unused_nodes, 3);
+
+        /* Only --housekeeping-cpus: instances get every other CPU, one per node. */
+        ASSERT_OK(choose_and_place(NULL, "0,64", 0));
+        check_invariants();
+        ASSERT_EQ(plan.n_instances, 4);
+        ASSERT_STREQ(instance_list(0), "1-15,65-79");
+        ASSERT_STREQ(instance_list(3), "48-63,112-127");
+        ASSERT_EQ(plan.housekeeping_core, -1);
+}
+
+TEST(eight_nodes_cpus_on_some_nodes) {
+        make_uniform(&given, 8, 8, 1);
+        ASSERT_OK(choose_and_place("8-15,40-47", NULL, 4));
+        check_invariants();
+        ASSERT_EQ(plan.n_instances, 4);
+        ASSERT_STREQ(instance_list(0), "8-11");
+        ASSERT_STREQ(instance_list(1), "12-15");
+        ASSERT_STREQ(instance_list(2), "40-43");
+        ASSERT_STREQ(instance_list(3), "44-47");
+        ASSERT_EQ(plan.instances[0].mem_node_os, 1);
+        ASSERT_EQ(plan.instances[3].mem_node_os, 5);
+}
+
+TEST(uneven_nodes_housekeeping_list) {
+        static const int per[3] = {6, 4, 2};
+        make_topo(&given, 3, per, 1);
+        ASSERT_OK(choose_and_place(NULL, "0-1,6", 0));
+        check_invariants();
+        ASSERT_EQ(plan.n_instances, 3);
+        ASSERT_STREQ(instance_list(0), "2-5");
+        ASSERT_STREQ(instance_list(1), "7-9");
+        ASSERT_STREQ(instance_list(2), "10-11");
+}
+
+TEST(kubernetes_pod_set_across_two_nodes) {
+        /* A static-policy pod: whole cores 3, 5, 17 and 18 with their siblings, on
+         * nodes 0 and 1 of the two-socket machine; the kubelet hands out such sets. */
+        make_uniform(&given, 4, 16, 2);
+        static const char pod[] = "3,5,17-18,67,69,81-82";
+        ASSERT_OK(choose_and_place(pod, NULL, 0));
+        check_invariants();
+        ASSERT_EQ(plan.n_instances, 2);
+        ASSERT_STREQ(instance_list(0), "3,5,67,69");
+        ASSERT_STREQ(instance_list(1), "17-18,81-82");
+        ASSERT_EQ(plan.instances[0].mem_node_os, 0);
+        ASSERT_EQ(plan.instances[1].mem_node_os, 1);
+        ASSERT_EQ(plan.instances[0].n_threads, 2);
+        /* The same set as the given set itself: the topology already restricted to it. */
+        ASSERT_OK(dsv_policy_cpus_choose(&given, pod, NULL, 0, &given, why, sizeof why));
+        ASSERT_OK(choose_and_place(NULL, "3,67", 0));
+        check_invariants();
+        ASSERT_EQ(plan.n_instances, 2);
+        ASSERT_STREQ(instance_list(0), "5,69");
+        ASSERT_STREQ(instance_list(1), "17-18,81-82");
+        /* Half a core is allowed: the instance gets just that sibling. */
+        ASSERT_OK(choose_and_place("3,5", NULL, 2));
+        ASSERT_STREQ(instance_list(0), "3");
+        ASSERT_STREQ(instance_list(1), "5");
+}
+
+TEST(bad_lists_name_the_cpus) {
+        make_uniform(&given, 2, 4, 2); /* core c: CPUs c and c + 8 */
+        ASSERT_ERR(choose_and_place("0-3,16-17", NULL, 0), -EINVAL);
+        ASSERT_STREQ(why, "--cpus: CPUs 16-17 are not among the CPUs dsvisor was given (0-15)");
+        ASSERT_ERR(choose_and_place(NULL, "20", 0), -EINVAL);
+        ASSERT_STREQ(why, "--housekeeping-cpus: CPU 20 is not among the CPUs dsvisor was given (0-15)");
+        ASSERT_ERR(choose_and_place("0-5", "4-7", 0), -EINVAL);
+        ASSERT_STREQ(why, "--cpus and --housekeeping-cpus both list CPUs 4-5");
+        ASSERT_ERR(choose_and_place("two", NULL, 0), -EINVAL);
+        ASSERT_TRUE(strstr(why, "'two' is not a CPU list") != NULL);
+        ASSERT_ERR(choose_and_place("1,9", NULL, 2), -EINVAL);
+        ASSERT_STREQ(why, "--cpus 1,9: 1 core for 2 instances; each instance needs a core of its own");
+        ASSERT_ERR(choose_and_place(NULL, "0-15", 0), -EINVAL);
+        ASSERT_STREQ(why, "--housekeeping-cpus 0-15 leaves 0 cores (CPUs none) for 1 instance; each instance "
+                          "needs a core of its own");
+        /* Nothing was written on failure. */
+        make_uniform(&topo, 1, 1, 1);
+        ASSERT_ERR(dsv_policy_cpus_choose(&given, "99", NULL, 0, &topo, why, sizeof why), -EINVAL);
+        ASSERT_EQ(topo.n_cores, 1);
+}

@@ -327,3 +327,18 @@ TEST(glibc_tunables_string) {
         ASSERT_STREQ(small, "t=0:a=1");
         ASSERT_EQ(sup_tunables_prepend("", "a=1", buf, sizeof buf), -EINVAL);
 }
+
+TEST(cpu_lists_on_command_line_and_in_json) {
+        struct sup_config c;
+        char err[256];
+        char *argv[] = {"start", "--cpus", "2-15", "--housekeeping-cpus", "0-1"};
+        ASSERT_EQ(parse(&c, err, sizeof err, 5, argv), 0);
+        ASSERT_STREQ(c.cpus, "2-15");
+        ASSERT_STREQ(c.housekeeping_cpus, "0-1");
+        sup_config_init(&c);
+        ASSERT_EQ(sup_config_apply_json(&c, "{\"cpus\": \"3,5,17-18\", \"housekeeping_cpus\": \"0\"}", err, sizeof err), 0);
+        ASSERT_STREQ(c.cpus, "3,5,17-18");
+        ASSERT_STREQ(c.housekeeping_cpus, "0");
+        ASSERT_EQ(sup_config_apply_json(&c, "{\"cpus\": 3}", err, sizeof err), -EINVAL);
+        ASSERT_TRUE(strstr(err, "cpus") != NULL);
+}

@@ -16,6 +16,9 @@
 #ifndef DSV_PLATFORM_H
 #define DSV_PLATFORM_H
 
+#include <stdbool.h>
+#include <stddef.h>
+
 #include "dsv_topology.h"
 
 /* ---- clock (clock.c) ---------------------------------------------------------------- */
@@ -28,7 +31,7 @@ int64_t dsv_clock_now_ms(void);
 /* ---- topology (topo.c, hwloc) ------------------------------------------------------ */
 
 enum dsv_topo_source {
-        DSV_TOPO_SOURCE_SYSTEM,    /* this machine, as far as our cpuset allows; arg NULL.
+        DSV_TOPO_SOURCE_SYSTEM,    /* this machine as given to this process; arg NULL.
                                     * hwloc's test seams apply: HWLOC_SYNTHETIC="numa:2 core:4"
                                     * or HWLOC_XMLFILE=x.xml in the environment replace it */
         DSV_TOPO_SOURCE_SYNTHETIC, /* arg: hwloc synthetic string, "pack:2 numa:2 core:16 pu:2" */
@@ -39,8 +42,8 @@ enum dsv_topo_source {
 const char *dsv_topo_source_to_string(enum dsv_topo_source src);
 
 /* Reads a topology into *ret (written only on success): NUMA nodes in logical order,
- * each node's cores, each core's PUs (OS numbers). Only allowed PUs are listed for
- * SYSTEM. A machine without Core objects gets one core per PU. A core inside the cpusets
+ * each node's cores, each core's PUs (OS numbers). For SYSTEM, only the set given to
+ * this process (dsv_topo_load_given() below). A machine without Core objects gets one core per PU. A core inside the cpusets
  * of several nodes (DDR and HBM nodes of one socket) is listed under the first; such
  * memory-only nodes get no cores.
  * Returns 0; -EINVAL for a bad source, NULL or unparsable arg; -ENOENT when the XML file
@@ -48,10 +51,69 @@ const char *dsv_topo_source_to_string(enum dsv_topo_source src);
  * hwloc. */
 int dsv_topo_load(enum dsv_topo_source src, const char *arg, struct dsv_topology *ret);
 
+/* ---- the given set (topo.c, given_set.c) -------------------------------------------- */
+/* Under taskset, systemd's AllowedCPUs=/CPUAffinity=, or a Kubernetes pod's cpuset,
+ * dsvisor is handed part of the machine: that part is the machine it places on.
+ *
+ *     struct dsv_given_set g;
+ *     r = dsv_topo_load_given(DSV_TOPO_SOURCE_SYSTEM, NULL, &(struct dsv_given_source){.own = true}, &topo, &g);
+ *     // topo lists only the given CPUs and memory nodes; g says what was left out */
+
+/* The cpuset of a cgroup, as its effective files say. */
+struct dsv_given_cgroup {
+        int version;     /* 1 or 2 */
+        char group[512]; /* the group directory whose files were read */
+        char cpus[1024]; /* cpulist: cpuset.cpus.effective (v1 cpuset.effective_cpus) */
+        char mems[256];  /* nodelist: cpuset.mems.effective (v1 cpuset.effective_mems) */
+};
+
+/* Reads the cpuset of this process's own group (from proc_self_cgroup, NULL:
+ * "/proc/self/cgroup") in the tree at root: the v1 cpuset hierarchy if there is one,
+ * else the v2 tree (root itself, or root/unified on hybrid hosts), where a group
+ * without the cpuset controller has the cpuset of its nearest ancestor with it.
+ * Returns 0; -ENOENT when no cgroup restricts the cpuset; another -errno on a read
+ * error. *ret is written on success. */
+int dsv_given_cgroup_read(const char *root, const char *proc_self_cgroup, struct dsv_given_cgroup *ret);
+
+/* Where the given set comes from. */
+struct dsv_given_source {
+        bool own;                     /* this process: its CPU binding (sched_getaffinity) and
+                                       * memory policy (get_mempolicy), through hwloc; only
+                                       * for DSV_TOPO_SOURCE_SYSTEM */
+        const char *affinity;         /* a cpulist standing in for the CPU binding (tests: what
+                                       * "taskset -c LIST" would give); NULL: none */
+        const char *cgroup_root;      /* the cgroup tree whose own-group cpuset applies; NULL:
+                                       * none, or "/sys/fs/cgroup" when own */
+        const char *proc_self_cgroup; /* NULL: "/proc/self/cgroup" */
+};
+
+/* What the given set is and what of the machine it leaves out (cpulists, "" for none). */
+struct dsv_given_set {
+        char cpus[1024];          /* CPUs the topology lists */
+        char mems[256];           /* memory nodes it lists */
+        char cpus_left_out[1024]; /* the machine's other CPUs, including those of nodes
+                                   * whose memory is not given */
+        char mems_left_out[256];  /* the machine's other memory nodes, including those
+                                   * left without a given CPU */
+        char binding[1024];       /* the CPU binding that applied; "" when none did */
+        struct dsv_given_cgroup cgroup; /* version 0 when no cgroup cpuset applied */
+};
+
+/* dsv_topo_load() restricted to the given set: the CPUs allowed by hwloc (the host's
+ * own cgroup, for SYSTEM), the binding and the cgroup of *given, and the memory nodes
+ * allowed by the same. CPUs whose node's memory is not given are left out with it, and
+ * so are nodes without a given CPU (restricting, not by default: a memory-only node of
+ * the unrestricted machine stays).
+ * given NULL: no restriction (dsv_topo_load() of SYNTHETIC and XML); dsv_topo_load() of
+ * SYSTEM is this with {.own = true}. *ret_given (may be NULL) describes the set.
+ * Returns as dsv_topo_load(); -ENODEV when the given set holds no CPU of the machine;
+ * -EINVAL for an unparsable affinity list; the error of an explicit cgroup_root that
+ * cannot be read. */
+int dsv_topo_load_given(enum dsv_topo_source src, const char *arg, const struct dsv_given_source *given,
+                        struct dsv_topology *ret, struct dsv_given_set *ret_given);
+
 /* ---- cgroups (cgroup*.c) ----------------------------------------------------------- */
 
-#include <stdbool.h>
-#include <stddef.h>
 #include <sys/types.h>
 
 /* One cgroup per worker instance, created below dsvisor's own cgroup in every hierarchy
