@@ -144,7 +144,7 @@ reached_functions() {
     fuzz-tokenizer-load)
       echo dse__tok_bpe_init parse_model/tok_bpe.c parse_normalizer parse_pretokenizer parse_decoder \
         parse_post_processor parse_config/tok_bpe.c ;;
-    fuzz-tokenizer-encode) echo bpe_encode bpe_model_encode bpe_normalize split_spans bpe_decode ;;
+    fuzz-tokenizer-encode) echo bpe_encode dse__bpe_model_encode dse__bpe_normalize split_spans dse__bpe_decode ;;
     fuzz-spm-load) echo dse__spm_proto_parse dse__tok_spm_init dse__spm_normalizer_init dse__spm_trie_insert ;;
     fuzz-spm-encode) echo encode_with dse__spm_normalize bpe_resegment spm_decode ;;
   esac
