@@ -639,6 +639,17 @@ static cJSON *status_json(struct sup *s) {
                 cJSON_AddStringToObject(o, "note", w->img.note);
                 cJSON_AddItemToArray(ws, o);
         }
+        struct dsv_gateway_stats gst;
+        if (s->gw && dsv_gateway_stats(s->gw, &gst) == 0) {
+                cJSON *g = cJSON_AddObjectToObject(root, "gateway");
+                cJSON *rej = cJSON_AddObjectToObject(g, "rejected");
+                for (int i = 0; i < DSV_GATEWAY_REJECT_COUNT; i++)
+                        cJSON_AddNumberToObject(rej, dsv_gateway_reject_to_string(i), (double)gst.rejected[i]);
+                cJSON_AddNumberToObject(g, "connections_refused", (double)gst.connections_refused);
+                cJSON_AddNumberToObject(g, "connections_open", gst.connections_open);
+                cJSON_AddNumberToObject(g, "max_connections", gst.max_connections);
+                cJSON_AddNumberToObject(g, "queue_length", gst.queue_length);
+        }
         cJSON *arr = cJSON_AddArrayToObject(root, "instances");
         for (int i = 0; i < s->n; i++) {
                 const struct sup_instance *in = &s->inst[i];
@@ -1240,6 +1251,8 @@ static int setup_gateway(struct sup *s) {
         gc.port = (uint16_t)s->cfg.port;
         gc.model = s->model_id;
         gc.health_interval_ms = HEALTH_INTERVAL_MS;
+        gc.admit.max_queue_per_instance = (uint32_t)s->cfg.max_queue;
+        gc.max_connections = (unsigned)s->cfg.max_connections;
         int r = dsv_gateway_new(&gc, &s->gw);
         if (r < 0) {
                 slog(3, "Failed to create the gateway: %s", strerror(-r));
