@@ -40,7 +40,7 @@ static const struct opt_def opts[] = {
         {"n-ctx", K_INT, F(n_ctx), 0, 1 << 22, "context length per sequence (worker default)"},
         {"max-batch", K_INT, F(max_batch), 0, 1024, "sequences per step (worker default)"},
         {"kv-mem-mib", K_INT, F(kv_mem_mib), 0, 1 << 24, "KV pool per instance (worker default)"},
-        {"max-queue", K_INT, F(max_queue), 1, 100000, "requests waiting per instance before 429 (8)"},
+        {"max-queue", K_INT, F(max_queue), 1, 100000, "requests waiting per instance before 429 (32)"},
         {"max-connections", K_INT, F(max_connections), 16, 1000000, "HTTP connections before 503 (512)"},
         {"memory-max-mib", K_MIB, F(memory_max_bytes), 0, 1L << 30, "memory.max per instance (0: none)"},
         {"restart-limit", K_INT, F(restart_limit), 1, 64, "restarts within the window before giving up (5)"},

@@ -27,7 +27,7 @@
 
 #define SUP_PORT_DEFAULT 8080
 #define SUP_GRACE_MS_DEFAULT 10000
-#define SUP_MAX_QUEUE_DEFAULT 8
+#define SUP_MAX_QUEUE_DEFAULT 32
 #define SUP_MAX_CONNECTIONS_DEFAULT 512
 #define SUP_RT_PRIORITY_MAX 49 /* issue 7: FIFO threads stay below the kernel's own (50) */
 

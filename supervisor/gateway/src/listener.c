@@ -104,12 +104,9 @@ static void accept_one(struct gw_listener *l) {
                 refuse(l, fd, dsv__gw_now_ns());
                 return;
         }
-        atomic_fetch_add(&l->open, 1);
-        /* On failure MHD has closed the socket; it never saw the connection. */
-        if (MHD_add_connection(l->mhd, fd, (struct sockaddr *)&ss, len) != MHD_YES) {
-                atomic_fetch_sub(&l->open, 1);
+        /* On failure (out of threads or memory) MHD has closed the socket. */
+        if (MHD_add_connection(l->mhd, fd, (struct sockaddr *)&ss, len) != MHD_YES)
                 dsv__gw_metrics_connection_refused(l->metrics);
-        }
 }
 
 static void *listener_main(void *arg) {
@@ -159,8 +156,11 @@ int dsv__gw_listener_start(struct gw_listener *l, struct MHD_Daemon *mhd) {
         return r;
 }
 
-void dsv__gw_listener_connection_closed(struct gw_listener *l) {
-        atomic_fetch_sub(&l->open, 1);
+void dsv__gw_listener_connection_event(struct gw_listener *l, bool opened) {
+        if (opened)
+                atomic_fetch_add(&l->open, 1);
+        else
+                atomic_fetch_sub(&l->open, 1);
 }
 
 unsigned dsv__gw_listener_connections(struct gw_listener *l) {

@@ -236,8 +236,7 @@ static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_
         struct dsv_gateway *gw = cls;
         (void)conn;
         (void)socket_context;
-        if (toe == MHD_CONNECTION_NOTIFY_CLOSED)
-                dsv__gw_listener_connection_closed(&gw->listener);
+        dsv__gw_listener_connection_event(&gw->listener, toe == MHD_CONNECTION_NOTIFY_STARTED);
 }
 
 /* MHD without a listening socket of its own: the listener accepts and hands connections

@@ -42,7 +42,7 @@ struct gw_listener {
         bool running;
         struct MHD_Daemon *mhd;
         unsigned limit;    /* connections handed to MHD at once; beyond: refused */
-        atomic_uint open;  /* handed to MHD and not closed yet */
+        atomic_uint open;  /* started by MHD and not closed yet */
         struct gw_metrics *metrics;
         /* the thread's own */
         struct gw_lingering linger[GW_LINGER_MAX];
@@ -58,9 +58,9 @@ int dsv__gw_listener_port(const struct gw_listener *l);
 /* Starts accepting: connections under the limit go to mhd (started with
  * MHD_USE_NO_LISTEN_SOCKET and a higher limit), the others are answered 503 and closed. */
 int dsv__gw_listener_start(struct gw_listener *l, struct MHD_Daemon *mhd);
-/* MHD closed a connection the listener handed to it. */
-void dsv__gw_listener_connection_closed(struct gw_listener *l);
-/* Connections handed to MHD and open now. */
+/* MHD started (opened) or closed a connection the listener handed to it. */
+void dsv__gw_listener_connection_event(struct gw_listener *l, bool opened);
+/* Connections MHD has open now. */
 unsigned dsv__gw_listener_connections(struct gw_listener *l);
 /* Stops accepting, closes lingering connections and the socket; opened or not. */
 void dsv__gw_listener_close(struct gw_listener *l);
