@@ -114,6 +114,8 @@ static int setup_gateway(struct sup *s) {
         gc.port = (uint16_t)s->cfg.port;
         gc.model = s->model.id;
         gc.health_interval_ms = HEALTH_INTERVAL_MS;
+        gc.admit.max_queue_per_instance = (uint32_t)s->cfg.max_queue;
+        gc.max_connections = (unsigned)s->cfg.max_connections;
         int r = dsv_gateway_new(&gc, &s->env.gw);
         if (r < 0) {
                 sup_log(3, "Failed to create the gateway: %s", strerror(-r));

@@ -112,6 +112,15 @@ static void print_text(const cJSON *j) {
                        huge ? "HugePages" : "normal pages", thp,
                        cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(w, "from_fd_store")) ? " (from the fd store)" : "");
         }
+        const cJSON *g = cJSON_GetObjectItemCaseSensitive(j, "gateway"), *r;
+        if (g) {
+                printf("gateway: queue %.0f waiting; connections %.0f/%.0f open, %.0f refused; rejected:",
+                       num(g, "queue_length"), num(g, "connections_open"), num(g, "max_connections"),
+                       num(g, "connections_refused"));
+                cJSON_ArrayForEach(r, cJSON_GetObjectItemCaseSensitive(g, "rejected"))
+                        printf(" %s %.0f", r->string, r->valuedouble);
+                printf("\n");
+        }
         const cJSON *in;
         cJSON_ArrayForEach(in, cJSON_GetObjectItemCaseSensitive(j, "instances")) {
                 char invol[32], migr[32];

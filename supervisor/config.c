@@ -43,6 +43,8 @@ static const struct opt_def opts[] = {
         {"n-ctx", K_INT, F(n_ctx), 0, 1 << 22, "context length per sequence (worker default)"},
         {"max-batch", K_INT, F(max_batch), 0, 1024, "sequences per step (worker default)"},
         {"kv-mem-mib", K_INT, F(kv_mem_mib), 0, 1 << 24, "KV pool per instance (worker default)"},
+        {"max-queue", K_INT, F(max_queue), 1, 100000, "requests waiting per instance before 429 (32)"},
+        {"max-connections", K_INT, F(max_connections), 16, 1000000, "HTTP connections before 503 (512)"},
         {"memory-max-mib", K_MIB, F(memory_max_bytes), 0, 1L << 30, "memory.max per instance (0: none)"},
         {"restart-limit", K_INT, F(restart_limit), 1, 64, "restarts within the window before giving up (5)"},
         {"restart-window-ms", K_INT, F(restart_window_ms), 1000, 86400000, "crash-loop window (60000)"},
@@ -62,6 +64,8 @@ void sup_config_init(struct sup_config *cfg) {
         cfg->port = SUP_PORT_DEFAULT;
         cfg->hugepages = DSV_HUGEPAGES_MODE_AUTO;
         cfg->grace_ms = SUP_GRACE_MS_DEFAULT;
+        cfg->max_queue = SUP_MAX_QUEUE_DEFAULT;
+        cfg->max_connections = SUP_MAX_CONNECTIONS_DEFAULT;
         cfg->restart_limit = 5;
         cfg->restart_window_ms = 60000;
         cfg->restart_backoff_min_ms = 100;

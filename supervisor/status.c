@@ -22,6 +22,20 @@ static void add_weights(cJSON *root, const struct sup_weight_set *set) {
         }
 }
 
+static void add_gateway(cJSON *root, struct dsv_gateway *gw) {
+        struct dsv_gateway_stats gst;
+        if (!gw || dsv_gateway_stats(gw, &gst) < 0)
+                return;
+        cJSON *g = cJSON_AddObjectToObject(root, "gateway");
+        cJSON *rej = cJSON_AddObjectToObject(g, "rejected");
+        for (int i = 0; i < DSV_GATEWAY_REJECT_COUNT; i++)
+                cJSON_AddNumberToObject(rej, dsv_gateway_reject_to_string(i), (double)gst.rejected[i]);
+        cJSON_AddNumberToObject(g, "connections_refused", (double)gst.connections_refused);
+        cJSON_AddNumberToObject(g, "connections_open", gst.connections_open);
+        cJSON_AddNumberToObject(g, "max_connections", gst.max_connections);
+        cJSON_AddNumberToObject(g, "queue_length", gst.queue_length);
+}
+
 static cJSON *instance_json(const struct sup_instance *in, struct dsv_gateway *gw, int64_t now) {
         cJSON *o = cJSON_CreateObject();
         cJSON_AddStringToObject(o, "name", in->name);
@@ -78,6 +92,7 @@ char *sup_status_json(const struct sup *s) {
         cJSON_AddNumberToObject(root, "instances_ready", sup_instances_in_state(s->inst, s->n, SUP_STATE_READY));
         cJSON_AddNumberToObject(root, "instances_total", s->n);
         add_weights(root, &s->weights);
+        add_gateway(root, s->env.gw);
         cJSON *arr = cJSON_AddArrayToObject(root, "instances");
         for (int i = 0; i < s->n; i++)
                 cJSON_AddItemToArray(arr, instance_json(&s->inst[i], s->env.gw, now));

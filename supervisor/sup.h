@@ -65,6 +65,8 @@ int sup_place(const struct sup_place_request *req, struct sup_placement *ret, ch
 
 #define SUP_PORT_DEFAULT 8080
 #define SUP_GRACE_MS_DEFAULT 10000
+#define SUP_MAX_QUEUE_DEFAULT 32
+#define SUP_MAX_CONNECTIONS_DEFAULT 512
 #define SUP_RT_PRIORITY_MAX 49 /* FIFO threads stay below the kernel's own (50) */
 
 struct sup_config {
@@ -84,6 +86,8 @@ struct sup_config {
         int n_ctx;                   /* passed to the workers; 0: theirs */
         int max_batch;               /* 0: the worker's default */
         int kv_mem_mib;              /* 0: the worker's default */
+        int max_queue;               /* admitted requests waiting per instance; beyond: 429 */
+        int max_connections;         /* HTTP connections; beyond: 503 from the accept path */
         uint64_t memory_max_bytes;   /* per-instance memory.max; 0: none */
         int restart_limit;           /* crash loop: restarts within restart_window_ms */
         int restart_window_ms;

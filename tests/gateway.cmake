@@ -23,3 +23,7 @@ if(DSV_FUZZ)
   target_link_libraries(fuzz-gateway-request PRIVATE dsv_gateway dsv::cjson)
 endif()
 dsv_test(NAME test-gateway-api SOURCES unit/test-gateway-api.c LIBS dsv_gateway dsv_ipc LABELS unit TIMEOUT 60)
+# Overload: at about 5x the admission limits (and, second, far over the connection limit)
+# every request is answered 200, 429 or 503 with Retry-After, none lost, counted in /metrics.
+dsv_script_test(NAME test-gateway-overload SCRIPT ${CMAKE_SOURCE_DIR}/tests/integration/test-gateway-overload.sh
+                LABELS integration TIMEOUT 120)

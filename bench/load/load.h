@@ -33,6 +33,8 @@ struct load_kind_count {
 
 struct load_stats {
         unsigned long sent, completed, errors, lost, errors_after_first_token, output_tokens;
+        /* Among the errors: refusals (HTTP 429 and 503), and those without Retry-After. */
+        unsigned long rejected_429, rejected_503, rejected_without_retry_after;
         struct load_kind_count errs[LOAD_MAX_KINDS], losts[LOAD_MAX_KINDS];
         struct load_hist latency, ttft, itl; /* nanoseconds */
 };

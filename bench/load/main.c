@@ -17,7 +17,8 @@
  * [DONE] without an error event), error (an explicit one: an HTTP error status, or an
  * error event in the stream) or lost (anything else: a transport failure, a timeout, a
  * stream cut before [DONE], an answer that does not parse, or still running when the
- * drain time ran out). So sent == completed + errors + lost.
+ * drain time ran out). So sent == completed + errors + lost. Refusals (429 and 503) are
+ * errors, counted apart as well, with those that came without Retry-After.
  *
  * Latency, TTFT and inter-token latency (streams: time between successive chunks that
  * carry text) go into log-linear histograms (hist.h, relative error 0.39%); jitter is the
@@ -31,6 +32,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -47,7 +49,7 @@ struct req {
         char *body;
         int64_t sched_ns, first_ns, last_tok_ns, now_ns;
         long status;
-        int stream, got_done, got_error, got_tokens, bad;
+        int stream, got_done, got_error, got_tokens, bad, got_retry_after;
         long usage_tokens, chunks_with_text;
         char err_code[64];
         struct load_sse sse;
@@ -120,6 +122,15 @@ static size_t on_write(char *ptr, size_t size, size_t nmemb, void *user) {
         return n;
 }
 
+static size_t on_header(char *ptr, size_t size, size_t nmemb, void *user) {
+        struct req *q = user;
+        size_t n = size * nmemb;
+        static const char name[] = "retry-after:";
+        if (n >= sizeof name - 1 && !strncasecmp(ptr, name, sizeof name - 1))
+                q->got_retry_after = 1;
+        return n;
+}
+
 static void req_free(struct req *q) {
         if (!q)
                 return;
@@ -156,6 +167,10 @@ static void req_finish(struct req *q, CURLcode rc, int64_t end_ns) {
                         snprintf(kind, sizeof kind, "http_%ld:%s", q->status, a.error_code);
                 else
                         snprintf(kind, sizeof kind, "http_%ld", q->status);
+                if (q->status == 429 || q->status == 503) {
+                        *(q->status == 429 ? &st->rejected_429 : &st->rejected_503) += 1;
+                        st->rejected_without_retry_after += !q->got_retry_after;
+                }
                 if (q->status >= 400)
                         load_stats_error(st, q->got_tokens, kind);
                 else
@@ -272,6 +287,8 @@ static int req_start(struct driver *d, int64_t sched_ns) {
         curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE, (long)strlen(q->body));
         curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_write);
         curl_easy_setopt(e, CURLOPT_WRITEDATA, q);
+        curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, on_header);
+        curl_easy_setopt(e, CURLOPT_HEADERDATA, q);
         curl_easy_setopt(e, CURLOPT_PRIVATE, q);
         curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
         curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, (long)(d->o->timeout_s * 1000));
@@ -399,6 +416,9 @@ static void report_json(const struct load_opts *o, const struct load_stats *st, 
         cJSON_AddNumberToObject(j, "errors", (double)st->errors);
         cJSON_AddNumberToObject(j, "lost", (double)st->lost);
         cJSON_AddNumberToObject(j, "errors_after_first_token", (double)st->errors_after_first_token);
+        cJSON_AddNumberToObject(j, "rejected_429", (double)st->rejected_429);
+        cJSON_AddNumberToObject(j, "rejected_503", (double)st->rejected_503);
+        cJSON_AddNumberToObject(j, "rejected_without_retry_after", (double)st->rejected_without_retry_after);
         cJSON_AddNumberToObject(j, "qps", elapsed_s > 0 ? (double)st->completed / elapsed_s : 0);
         cJSON_AddNumberToObject(j, "output_tokens", (double)st->output_tokens);
         cJSON_AddNumberToObject(j, "tokens_per_s", elapsed_s > 0 ? (double)st->output_tokens / elapsed_s : 0);
@@ -456,6 +476,9 @@ static void report_table(const struct load_opts *o, const struct load_stats *st,
         printf("%s  model %s  elapsed %.2f s\n\n", endpoint, o->model, elapsed_s);
         printf("sent %lu  completed %lu  errors %lu (%lu after the first token)  lost %lu\n", st->sent,
                st->completed, st->errors, st->errors_after_first_token, st->lost);
+        if (st->rejected_429 || st->rejected_503)
+                printf("rejected: 429 %lu  503 %lu  (%lu without Retry-After)\n", st->rejected_429, st->rejected_503,
+                       st->rejected_without_retry_after);
         printf("achieved %.2f QPS, %lu output tokens (%.1f tok/s)\n\n", elapsed_s > 0 ? st->completed / elapsed_s : 0,
                st->output_tokens, elapsed_s > 0 ? st->output_tokens / elapsed_s : 0);
         printf("%-12s %10s %10s %10s %10s %10s %10s %10s %9s\n", "seconds", "mean", "p50", "p90", "p99", "p99.9",

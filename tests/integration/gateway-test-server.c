@@ -5,7 +5,7 @@
  *     dsvisor-gateway-test-server --model M --port-file F [--port N]
  *         --instance NAME=URL [--instance NAME=URL ...] [--api-keys FILE]
  *         [--max-queue-per-instance N] [--max-queue-total N] [--timeout-ms N]
- *         [--conn-timeout-s N] [--max-body N] [--max-running N] [--route NAME]
+ *         [--max-connections N] [--conn-timeout-s N] [--max-body N] [--max-running N] [--route NAME]
  *         [--health-ms N] [--numa-node N]
  *
  * It writes the bound port to F once serving. Commands on stdin, one per line, answer
@@ -92,6 +92,8 @@ int main(int argc, char **argv) {
                         cfg.admit.max_queue_total = (uint32_t)atoi(v);
                 else if (!strcmp(k, "--timeout-ms"))
                         cfg.request_timeout_ms = (uint32_t)atoi(v);
+                else if (!strcmp(k, "--max-connections"))
+                        cfg.max_connections = (unsigned)atoi(v);
                 else if (!strcmp(k, "--conn-timeout-s"))
                         cfg.connection_timeout_s = (unsigned)atoi(v);
                 else if (!strcmp(k, "--max-body"))

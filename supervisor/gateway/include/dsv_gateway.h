@@ -33,7 +33,12 @@
  * admission then use the larger of the two, field by field.
  *
  * Requests: admission (dsv_policy_admit) answers 429 + Retry-After when queues are full
- * and 503 when no instance is up; a request past request_timeout_ms is cancelled on its
+ * or, with a known drain rate, when the queue would outlast the request's deadline, and
+ * 503 + Retry-After when no instance is up. A connection beyond max_connections is
+ * answered 503 + Retry-After by the accept path and closed: no connection is dropped
+ * without a status line. While more than three quarters of max_connections are open,
+ * idle kept-alive connections are closed after a second instead of
+ * connection_timeout_s; a request past request_timeout_ms is cancelled on its
  * worker and answered 504 (or, once streaming began, ends with an error event); a client
  * that disconnects cancels its generation (a `cancel` message). A request whose worker dies
  * before any byte of the answer reached the client is retried once on another instance;
@@ -76,7 +81,8 @@ struct dsv_gateway_config {
         int32_t max_tokens_limit;          /* larger max_tokens: 400; default 32768 */
         int32_t default_max_tokens;        /* when the request sets none; default 256 */
         unsigned connection_timeout_s;     /* idle limit while headers/body arrive; default 30 */
-        unsigned max_connections;          /* concurrent HTTP connections; default 256 */
+        unsigned max_connections;          /* concurrent HTTP connections; beyond: 503 from the
+                                              accept path, then close; default 256 */
         uint32_t request_timeout_ms;       /* arrival to last token; default 600000 */
         uint32_t health_interval_ms;       /* health+stats polling period; 0 (default): off */
         uint32_t max_running_per_instance; /* in-flight requests counted as running; default 8 */
@@ -152,6 +158,35 @@ struct dsv_gateway_instance_stats {
 /* Fills *ret for the instance. running and waiting are the load routing uses (see "Load"
  * above). -ENOENT for an unknown id. */
 int dsv_gateway_instance_stats(struct dsv_gateway *gw, int id, struct dsv_gateway_instance_stats *ret);
+
+/* ---- overload ---------------------------------------------------------------------- */
+
+/* Why a generation request was refused before it ran (dsvisor_requests_rejected_total). */
+enum dsv_gateway_reject {
+        DSV_GATEWAY_REJECT_QUEUE_FULL,        /* 429: admission, the queues are full */
+        DSV_GATEWAY_REJECT_DEADLINE,          /* 429: the queue would outlast the deadline */
+        DSV_GATEWAY_REJECT_NO_INSTANCE,       /* 503: no instance up */
+        DSV_GATEWAY_REJECT_WORKER_OVERLOADED, /* 429: the worker refused it */
+        DSV_GATEWAY_REJECT_SHUTTING_DOWN,     /* 503: the worker or the gateway is stopping */
+        DSV_GATEWAY_REJECT_COUNT
+};
+
+/* "queue_full", "deadline", "no_instance", "worker_overloaded", "shutting_down"; NULL
+ * for anything else. */
+const char *dsv_gateway_reject_to_string(enum dsv_gateway_reject r);
+
+/* The gateway as a whole under load: what GET /metrics reports and `dsvisor status`
+ * shows beside the instances. */
+struct dsv_gateway_stats {
+        uint64_t rejected[DSV_GATEWAY_REJECT_COUNT]; /* since start, by reason */
+        uint64_t connections_refused;   /* answered 503 at the accept path (max_connections) */
+        uint32_t connections_open;      /* HTTP connections open now */
+        uint32_t max_connections;
+        uint32_t queue_length;          /* admitted requests waiting, over all instances */
+};
+
+/* Fills *ret. -EINVAL for NULL. */
+int dsv_gateway_stats(struct dsv_gateway *gw, struct dsv_gateway_stats *ret);
 
 /* ---- metrics ----------------------------------------------------------------------- */
 

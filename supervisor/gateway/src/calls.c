@@ -249,6 +249,22 @@ static void count_finished_locked(struct gw_calls *cs, int64_t now_s) {
         cs->rate_counts[i]++;
 }
 
+/* The expected wait in seconds (rounded up, ≥ 1) when the target's queue, drained at its
+ * share of the recent rate, would outlast the time left before the deadline; 0 when the
+ * request can make it or the rate is not known yet. */
+static uint32_t queue_outlasts_deadline_s(const struct dsv_policy_worker_load *loads, size_t n, int target,
+                                          double recent_rps, int64_t left_ns) {
+        uint32_t ready = 0;
+        for (size_t i = 0; i < n; i++)
+                ready += loads[i].ready;
+        if (recent_rps <= 0 || ready == 0 || loads[target].queued_requests == 0)
+                return 0;
+        double wait_s = (double)loads[target].queued_requests / (recent_rps / ready);
+        if (wait_s * 1e9 < (double)left_ns)
+                return 0;
+        return wait_s >= UINT32_MAX ? UINT32_MAX : (uint32_t)wait_s + 1;
+}
+
 static void set_unavailable(struct dsv_gw_error *err, uint32_t retry_after_s, const char *msg) {
         dsv__gw_error_set(err, 503, "server_error", "service_unavailable", NULL, "%s", msg);
         err->retry_after_s = retry_after_s;
@@ -286,23 +302,36 @@ int dsv__gw_call_start(struct gw_call *c, int exclude_slot, struct dsv_gw_error 
         }
         if (n == 0) {
                 pthread_mutex_unlock(&cs->lock);
+                dsv__gw_metrics_reject(cs->metrics, DSV_GATEWAY_REJECT_NO_INSTANCE);
                 set_unavailable(err, retry_unavailable, "No model instance is ready to serve requests");
                 return -EAGAIN;
         }
         int pick = dsv_policy_route_pick(&cs->router, loads, n, key, key_len);
+        double rps = recent_rps_locked(cs, now / 1000000000);
         struct dsv_policy_admission adm;
-        int r = dsv_policy_admit(&cs->cfg->admit, loads, n, pick, recent_rps_locked(cs, now / 1000000000), &adm);
+        int r = dsv_policy_admit(&cs->cfg->admit, loads, n, pick, rps, &adm);
         if (r < 0 || adm.verdict == DSV_POLICY_VERDICT_UNAVAILABLE) {
                 pthread_mutex_unlock(&cs->lock);
+                dsv__gw_metrics_reject(cs->metrics, DSV_GATEWAY_REJECT_NO_INSTANCE);
                 set_unavailable(err, r < 0 ? retry_unavailable : adm.retry_after_s,
                                 "No model instance is ready to serve requests");
                 return -EAGAIN;
         }
         if (adm.verdict == DSV_POLICY_VERDICT_BUSY) {
                 pthread_mutex_unlock(&cs->lock);
+                dsv__gw_metrics_reject(cs->metrics, DSV_GATEWAY_REJECT_QUEUE_FULL);
                 dsv__gw_error_set(err, 429, "rate_limit_error", "rate_limit_exceeded", NULL,
                                   "The server's request queues are full; retry after %u s", adm.retry_after_s);
                 err->retry_after_s = adm.retry_after_s;
+                return -EAGAIN;
+        }
+        uint32_t wait_s = queue_outlasts_deadline_s(loads, n, pick, rps, c->deadline_ns - now);
+        if (wait_s) {
+                pthread_mutex_unlock(&cs->lock);
+                dsv__gw_metrics_reject(cs->metrics, DSV_GATEWAY_REJECT_DEADLINE);
+                dsv__gw_error_set(err, 429, "rate_limit_error", "rate_limit_exceeded", NULL,
+                                  "The queue ahead would outlast the request's time limit; retry after %u s", wait_s);
+                err->retry_after_s = wait_s;
                 return -EAGAIN;
         }
         int slot = map[pick];
@@ -333,6 +362,7 @@ int dsv__gw_call_start(struct gw_call *c, int exclude_slot, struct dsv_gw_error 
         }
         link_put(cs, l);
         if (r < 0) {
+                dsv__gw_metrics_reject(cs->metrics, DSV_GATEWAY_REJECT_NO_INSTANCE);
                 set_unavailable(err, retry_unavailable, "The model instance could not take the request");
                 return -ECONNRESET;
         }

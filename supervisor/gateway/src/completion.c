@@ -14,6 +14,7 @@
 
 #define WAIT_SLICE_MS 100
 #define SSE_BLOCK_BYTES 16384
+#define RETRY_AFTER_SHUTDOWN_S 1
 
 /* One completion request: the call plus its answer. */
 struct gen {
@@ -41,6 +42,13 @@ static int on_token(struct gen *g, const struct dsv_ipc_token *t) {
         return g->call.req.stream ? dsv__gw_sse_token(&g->answer, t) : dsv__gw_answer_token(&g->answer, t);
 }
 
+/* A refusal before the answer began counts in dsvisor_requests_rejected_total (once a
+ * stream began it is an abort instead). */
+static void count_refusal(const struct gen *g, enum dsv_gateway_reject why) {
+        if (!g->streaming)
+                dsv__gw_metrics_reject(g->call.calls->metrics, why);
+}
+
 /* Waits for the next thing to happen to the generation and turns it into output. */
 static enum step gen_step(struct gen *g, struct dsv_gw_error *err, enum gw_abort *why) {
         struct gw_call *c = &g->call;
@@ -51,6 +59,8 @@ static enum step gen_step(struct gen *g, struct dsv_gw_error *err, enum gw_abort
                         dsv__gw_call_cancel(c);
                         dsv__gw_error_set(err, 503, "server_error", "service_unavailable", NULL,
                                           "The server is shutting down");
+                        err->retry_after_s = RETRY_AFTER_SHUTDOWN_S;
+                        count_refusal(g, DSV_GATEWAY_REJECT_SHUTTING_DOWN);
                         *why = GW_ABORT_WORKER_ERROR;
                         return STEP_FAIL;
                 }
@@ -117,6 +127,10 @@ static enum step gen_step(struct gen *g, struct dsv_gw_error *err, enum gw_abort
                                 dsv__gw_event_free(ev);
                                 continue;
                         }
+                        if (m->u.error.code == DSV_IPC_ERR_OVERLOADED)
+                                count_refusal(g, DSV_GATEWAY_REJECT_WORKER_OVERLOADED);
+                        else if (m->u.error.code == DSV_IPC_ERR_SHUTTING_DOWN && err->status == 503)
+                                count_refusal(g, DSV_GATEWAY_REJECT_SHUTTING_DOWN);
                 }
                 dsv__gw_event_free(ev);
                 return st;

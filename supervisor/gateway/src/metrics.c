@@ -152,6 +152,37 @@ void dsv__gw_metrics_abort(struct gw_metrics *m, enum gw_abort why) {
         pthread_mutex_unlock(&m->lock);
 }
 
+void dsv__gw_metrics_reject(struct gw_metrics *m, enum dsv_gateway_reject why) {
+        pthread_mutex_lock(&m->lock);
+        m->rejected[why]++;
+        pthread_mutex_unlock(&m->lock);
+}
+
+void dsv__gw_metrics_connection_refused(struct gw_metrics *m) {
+        pthread_mutex_lock(&m->lock);
+        m->connections_refused++;
+        pthread_mutex_unlock(&m->lock);
+}
+
+void dsv__gw_metrics_refusals(struct gw_metrics *m, struct dsv_gateway_stats *ret) {
+        pthread_mutex_lock(&m->lock);
+        memcpy(ret->rejected, m->rejected, sizeof ret->rejected);
+        ret->connections_refused = m->connections_refused;
+        pthread_mutex_unlock(&m->lock);
+}
+
+static const char *const reject_names[DSV_GATEWAY_REJECT_COUNT] = {
+        [DSV_GATEWAY_REJECT_QUEUE_FULL] = "queue_full",
+        [DSV_GATEWAY_REJECT_DEADLINE] = "deadline",
+        [DSV_GATEWAY_REJECT_NO_INSTANCE] = "no_instance",
+        [DSV_GATEWAY_REJECT_WORKER_OVERLOADED] = "worker_overloaded",
+        [DSV_GATEWAY_REJECT_SHUTTING_DOWN] = "shutting_down",
+};
+
+const char *dsv_gateway_reject_to_string(enum dsv_gateway_reject r) {
+        return r >= 0 && r < DSV_GATEWAY_REJECT_COUNT ? reject_names[r] : NULL;
+}
+
 static const char *const abort_names[GW_ABORT_COUNT] = {
         [GW_ABORT_INSTANCE_LOST] = "instance_lost",
         [GW_ABORT_DEADLINE] = "deadline",
@@ -165,6 +196,29 @@ struct family {
 
 static void family(FILE *f, const char *name, const char *type, const char *help) {
         fprintf(f, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+/* Refusals, connections and the admission queue: the gateway under load. */
+static void write_overload_locked(struct gw_metrics *m, FILE *f, const struct gw_instance_sample *v, size_t n,
+                                  const struct gw_server_sample *srv) {
+        family(f, "dsvisor_requests_rejected_total", "counter",
+               "Completion requests refused before they ran (429 or 503 with Retry-After), by reason.");
+        for (int i = 0; i < DSV_GATEWAY_REJECT_COUNT; i++)
+                fprintf(f, "dsvisor_requests_rejected_total{reason=\"%s\"} %llu\n", reject_names[i],
+                        (unsigned long long)m->rejected[i]);
+        family(f, "dsvisor_connections_refused_total", "counter",
+               "HTTP connections beyond the connection limit, answered 503 by the accept path and closed.");
+        fprintf(f, "dsvisor_connections_refused_total %llu\n", (unsigned long long)m->connections_refused);
+        family(f, "dsvisor_http_connections", "gauge", "HTTP connections open.");
+        fprintf(f, "dsvisor_http_connections %u\n", srv->connections_open);
+        family(f, "dsvisor_http_connections_max", "gauge", "HTTP connections allowed before the accept path refuses.");
+        fprintf(f, "dsvisor_http_connections_max %u\n", srv->max_connections);
+        uint64_t waiting = 0;
+        for (size_t i = 0; i < n; i++)
+                waiting += v[i].stats.waiting;
+        family(f, "dsvisor_admission_queue_length", "gauge",
+               "Admitted requests waiting to run, over all instances (their wait: dsvisor_request_queue_time_seconds).");
+        fprintf(f, "dsvisor_admission_queue_length %llu\n", (unsigned long long)waiting);
 }
 
 static void write_locked(struct gw_metrics *m, FILE *f, const struct gw_instance_sample *v, size_t n) {
@@ -253,11 +307,13 @@ static void write_locked(struct gw_metrics *m, FILE *f, const struct gw_instance
         }
 }
 
-int dsv__gw_metrics_write(struct gw_metrics *m, FILE *f, const struct gw_instance_sample *v, size_t n) {
+int dsv__gw_metrics_write(struct gw_metrics *m, FILE *f, const struct gw_instance_sample *v, size_t n,
+                          const struct gw_server_sample *srv) {
         if (n > DSV_GATEWAY_MAX_INSTANCES)
                 return -EINVAL;
         pthread_mutex_lock(&m->lock);
         write_locked(m, f, v, n);
+        write_overload_locked(m, f, v, n, srv);
         pthread_mutex_unlock(&m->lock);
         return ferror(f) ? -EIO : 0;
 }

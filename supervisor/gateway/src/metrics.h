@@ -63,6 +63,7 @@ struct gw_metrics {
         int status_codes[GW_MAX_STATUS];
         uint64_t status_counts[GW_MAX_STATUS];
         uint64_t retries, stream_aborts[GW_ABORT_COUNT];
+        uint64_t rejected[DSV_GATEWAY_REJECT_COUNT], connections_refused;
         struct gw_instance_metrics inst[DSV_GATEWAY_MAX_INSTANCES];
 };
 
@@ -71,6 +72,11 @@ struct gw_instance_sample {
         int slot;
         uint64_t gen;
         struct dsv_gateway_instance_stats stats;
+};
+
+/* The HTTP server as it stands when the metrics are rendered (the server room's view). */
+struct gw_server_sample {
+        uint32_t connections_open, max_connections;
 };
 
 int dsv__gw_metrics_init(struct gw_metrics *m);
@@ -89,7 +95,14 @@ void dsv__gw_metrics_failure(struct gw_metrics *m, int slot, uint64_t gen);
 void dsv__gw_metrics_status(struct gw_metrics *m, int status);
 void dsv__gw_metrics_retry(struct gw_metrics *m);
 void dsv__gw_metrics_abort(struct gw_metrics *m, enum gw_abort why);
+/* A generation request was refused before it ran. */
+void dsv__gw_metrics_reject(struct gw_metrics *m, enum dsv_gateway_reject why);
+/* A connection beyond max_connections was answered 503 and closed. */
+void dsv__gw_metrics_connection_refused(struct gw_metrics *m);
+/* The refusal counters into ret's rejected and connections_refused. */
+void dsv__gw_metrics_refusals(struct gw_metrics *m, struct dsv_gateway_stats *ret);
 /* Writes every family, the per-instance ones for the n instances sampled. 0 or -EIO. */
-int dsv__gw_metrics_write(struct gw_metrics *m, FILE *f, const struct gw_instance_sample *v, size_t n);
+int dsv__gw_metrics_write(struct gw_metrics *m, FILE *f, const struct gw_instance_sample *v, size_t n,
+                          const struct gw_server_sample *srv);
 
 #endif

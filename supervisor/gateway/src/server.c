@@ -6,10 +6,8 @@
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <microhttpd.h>
-#include <netdb.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 
 #include "buf.h"
 #include "keys.h"
@@ -21,6 +19,7 @@ struct dsv_gateway {
         struct dsv_gw_keys keys;
         bool auth;
         struct MHD_Daemon *mhd;
+        struct gw_listener listener;
         struct gw_metrics metrics;
         struct gw_calls calls;
         pthread_mutex_t hook_lock;
@@ -205,6 +204,19 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         }
 }
 
+#define IDLE_TIMEOUT_BUSY_S 1
+#define MHD_LIMIT_MARGIN 64 /* MHD's own limit above ours: it closes without an answer */
+
+/* The idle limit for a kept-alive connection: short while connections are scarce, so
+ * idle ones make room for requests instead of the accept path refusing them. */
+static unsigned idle_timeout_s(struct dsv_gateway *gw) {
+        unsigned busy_from = gw->cfg.max_connections - gw->cfg.max_connections / 4;
+        unsigned t = gw->cfg.connection_timeout_s;
+        if (dsv__gw_listener_connections(&gw->listener) >= busy_from && (t == 0 || t > IDLE_TIMEOUT_BUSY_S))
+                t = IDLE_TIMEOUT_BUSY_S;
+        return t;
+}
+
 static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls, enum MHD_RequestTerminationCode toe) {
         struct dsv_gateway *gw = cls;
         struct http_req *hr = *con_cls;
@@ -214,7 +226,43 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
                 *con_cls = NULL;
         }
         /* Back to the idle limit for the next request on a kept-alive connection. */
-        MHD_set_connection_option(conn, MHD_CONNECTION_OPTION_TIMEOUT, gw->cfg.connection_timeout_s);
+        MHD_set_connection_option(conn, MHD_CONNECTION_OPTION_TIMEOUT, idle_timeout_s(gw));
+}
+
+/* ---- connections under load ---------------------------------------------------------- */
+
+static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_context,
+                          enum MHD_ConnectionNotificationCode toe) {
+        struct dsv_gateway *gw = cls;
+        (void)conn;
+        (void)socket_context;
+        dsv__gw_listener_connection_event(&gw->listener, toe == MHD_CONNECTION_NOTIFY_STARTED);
+}
+
+/* MHD without a listening socket of its own: the listener accepts and hands connections
+ * over, answering those beyond max_connections itself. */
+static int start_http(struct dsv_gateway *gw) {
+        int r = dsv__gw_listener_open(&gw->listener, gw->cfg.listen_host, gw->cfg.port, gw->cfg.max_connections,
+                                      &gw->metrics);
+        if (r < 0)
+                return r;
+        unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO |
+                         MHD_USE_NO_LISTEN_SOCKET | MHD_USE_ITC;
+        gw->mhd = MHD_start_daemon(flags, 0, NULL, NULL, on_request, gw, MHD_OPTION_CONNECTION_TIMEOUT,
+                                   gw->cfg.connection_timeout_s, MHD_OPTION_CONNECTION_LIMIT,
+                                   gw->cfg.max_connections + MHD_LIMIT_MARGIN, MHD_OPTION_NOTIFY_COMPLETED,
+                                   on_completed, gw, MHD_OPTION_NOTIFY_CONNECTION, on_connection, gw, MHD_OPTION_END);
+        if (!gw->mhd)
+                r = -EIO;
+        if (r == 0)
+                r = dsv__gw_listener_start(&gw->listener, gw->mhd);
+        if (r < 0) {
+                dsv__gw_listener_close(&gw->listener);
+                if (gw->mhd)
+                        MHD_stop_daemon(gw->mhd);
+                gw->mhd = NULL;
+        }
+        return r;
 }
 
 int dsv_gateway_start(struct dsv_gateway *gw) {
@@ -222,32 +270,13 @@ int dsv_gateway_start(struct dsv_gateway *gw) {
                 return -EINVAL;
         if (gw->mhd)
                 return -EALREADY;
-        struct addrinfo hints = {.ai_flags = AI_NUMERICHOST | AI_NUMERICSERV, .ai_socktype = SOCK_STREAM};
-        struct addrinfo *ai;
-        char port[8];
-        snprintf(port, sizeof port, "%u", gw->cfg.port);
-        if (getaddrinfo(gw->cfg.listen_host, port, &hints, &ai) != 0)
-                return -EINVAL;
-        unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO;
-        if (ai->ai_family == AF_INET6)
-                flags |= MHD_USE_IPv6;
-        errno = 0;
-        gw->mhd = MHD_start_daemon(flags, gw->cfg.port, NULL, NULL, on_request, gw, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
-                                   MHD_OPTION_CONNECTION_TIMEOUT, gw->cfg.connection_timeout_s,
-                                   MHD_OPTION_CONNECTION_LIMIT, gw->cfg.max_connections, MHD_OPTION_NOTIFY_COMPLETED,
-                                   on_completed, gw, MHD_OPTION_END);
-        int saved = errno;
-        freeaddrinfo(ai);
-        if (!gw->mhd)
-                return saved == EADDRINUSE || saved == EACCES ? -saved : -EIO;
-        return 0;
+        return start_http(gw);
 }
 
 int dsv_gateway_port(const struct dsv_gateway *gw) {
         if (!gw || !gw->mhd)
                 return -ENOTCONN;
-        const union MHD_DaemonInfo *di = MHD_get_daemon_info(gw->mhd, MHD_DAEMON_INFO_BIND_PORT);
-        return di ? di->port : -ENOTCONN;
+        return dsv__gw_listener_port(&gw->listener);
 }
 
 /* ---- the object -------------------------------------------------------------------------- */
@@ -281,6 +310,7 @@ int dsv_gateway_new(const struct dsv_gateway_config *cfg, struct dsv_gateway **r
         gw->cfg.listen_host = gw->listen_host;
         gw->cfg.model = gw->model;
         gw->cfg.api_keys_path = NULL;
+        gw->listener = (struct gw_listener){.fd = -1, .wake = {-1, -1}};
         int r = gw->listen_host && gw->model ? 0 : -ENOMEM;
         if (r == 0 && cfg->api_keys_path) {
                 r = dsv__gw_keys_load(cfg->api_keys_path, &gw->keys);
@@ -312,6 +342,7 @@ void dsv_gateway_free(struct dsv_gateway *gw) {
         if (!gw)
                 return;
         dsv__gw_calls_shutdown(&gw->calls);
+        dsv__gw_listener_close(&gw->listener);
         if (gw->mhd)
                 MHD_stop_daemon(gw->mhd);
         gw->mhd = NULL;
@@ -366,7 +397,9 @@ int dsv_gateway_metrics_render(struct dsv_gateway *gw, char **ret_text, size_t *
         FILE *f = open_memstream(&buf, &len);
         if (!f)
                 return -errno;
-        int r = dsv__gw_metrics_write(&gw->metrics, f, v, n);
+        struct gw_server_sample srv = {.connections_open = dsv__gw_listener_connections(&gw->listener),
+                                       .max_connections = gw->cfg.max_connections};
+        int r = dsv__gw_metrics_write(&gw->metrics, f, v, n, &srv);
         if (fclose(f) != 0 && r == 0)
                 r = -EIO;
         if (r < 0) {
@@ -385,4 +418,19 @@ void dsv_gateway_set_metrics_hook(struct dsv_gateway *gw, dsv_gateway_metrics_fn
         gw->hook = fn;
         gw->hook_userdata = userdata;
         pthread_mutex_unlock(&gw->hook_lock);
+}
+
+/* ---- overload ---------------------------------------------------------------------------- */
+
+int dsv_gateway_stats(struct dsv_gateway *gw, struct dsv_gateway_stats *ret) {
+        if (!gw || !ret)
+                return -EINVAL;
+        *ret = (struct dsv_gateway_stats){.connections_open = dsv__gw_listener_connections(&gw->listener),
+                                          .max_connections = gw->cfg.max_connections};
+        dsv__gw_metrics_refusals(&gw->metrics, ret);
+        struct gw_instance_sample v[DSV_GATEWAY_MAX_INSTANCES];
+        size_t n = dsv__gw_instances_sample(&gw->calls, v);
+        for (size_t i = 0; i < n; i++)
+                ret->queue_length += v[i].stats.waiting;
+        return 0;
 }
