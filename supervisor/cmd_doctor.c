@@ -1,5 +1,5 @@
-/* dsvisor doctor: the host tuning that steady P99 depends on, checked and explained
- * (issue 11 item 1). Plans the instances like `dsvisor plan` (the CPUs and nodes the
+/* dsvisor doctor: the host tuning that steady P99 depends on, checked and explained.
+ * Plans the instances like `dsvisor plan` (the CPUs and nodes the
  * checks are about), runs the platform checks over --root, adds the placement and the
  * engine's kernel level, and prints one line per check: status, value found, value
  * dsvisor wants, and why. Exit status: 0 ok (or unknown), 1 warn, 2 fail, 3 when the

@@ -1,4 +1,4 @@
-/* dsvisor plan: a dry run of instance placement (issue 7 item 2). Reads the topology
+/* dsvisor plan: a dry run of instance placement. Reads the topology
  * (this machine as given to dsvisor, an hwloc synthetic string or an XML file), places
  * the instances as `dsvisor start` would (placement.c), and prints the given set and what it
  * left out, per instance the node, cores, CPU list, memory node and threads, the

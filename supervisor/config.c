@@ -1,4 +1,4 @@
-/* `dsvisor start` configuration (issue 7 item 1): command-line options and a JSON config
+/* `dsvisor start` configuration: command-line options and a JSON config
  * file with the same names ("instances", "rt-priority", ...). The file is read after the
  * command line; every option the command line set wins. Unknown keys, wrong JSON types
  * and bad values are errors that name the key. One table drives both. */

@@ -1,7 +1,7 @@
 /* The supervisor's malloc thread cache (tcache), capped through a re-exec.
  *
- * Why: the 60-minute soaks of `dsvisor start` (bench/RESULTS.md, Soak) were flat on every
- * series but the supervisor's anonymous RSS, which crept up by +0.26 MB/h (+7 %/h) and
+ * Why: the hour-long soaks of `dsvisor start` (bench/soak.sh) were flat on every
+ * series but the supervisor's anonymous RSS, which crept up steadily and
  * slowed down as it went. heaptrack showed a flat live heap; with
  * GLIBC_TUNABLES=glibc.malloc.tcache_count=0 [heap] stayed flat. The creep is glibc's
  * per-thread cache of freed chunks (up to 7 chunks in each of 64 size classes, freed

@@ -42,7 +42,7 @@
  * Returns 0 or -EINVAL. */
 int dsv_topology_check(const struct dsv_topology *topo);
 
-/* ---- placement (issue 7 item 2) ------------------------------------------------------ */
+/* ---- placement --------------------------------------------------------------------- */
 
 #define DSV_POLICY_MAX_INSTANCES 256
 #define DSV_POLICY_MAX_WARNINGS 16
@@ -127,7 +127,7 @@ int dsv_policy_cpulist_parse(const char *s, int *cpus, size_t cap);
 int dsv_policy_cpus_choose(const struct dsv_topology *given, const char *cpus, const char *housekeeping_cpus,
                            int n_instances, struct dsv_topology *ret, char *why, size_t why_size);
 
-/* ---- routing (issue 8 item 2) -------------------------------------------------------- */
+/* ---- routing ----------------------------------------------------------------------- */
 
 enum dsv_policy_route {
         DSV_POLICY_ROUTE_LEAST_OUTSTANDING, /* least queued prompt tokens + running sequences */
@@ -175,7 +175,7 @@ int dsv_policy_router_init(struct dsv_policy_router *router, enum dsv_policy_rou
 int dsv_policy_route_pick(struct dsv_policy_router *router, const struct dsv_policy_worker_load *workers,
                           size_t n, const void *prompt, size_t prompt_len);
 
-/* ---- admission (issue 8 item 3) ------------------------------------------------------ */
+/* ---- admission --------------------------------------------------------------------- */
 
 enum dsv_policy_verdict {
         DSV_POLICY_VERDICT_ADMIT,       /* queue it on the chosen worker */

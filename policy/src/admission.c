@@ -1,4 +1,4 @@
-/* admission.c — admit, or refuse early with 429/503 and Retry-After (issue 8 item 3).
+/* admission.c — admit, or refuse early with 429/503 and Retry-After.
  *
  * Refusing at the gateway while the queue is full keeps the admitted requests' latency
  * bounded; clients and routers (SGLang/vLLM routers retry 429 and 503 with backoff,

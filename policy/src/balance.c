@@ -1,4 +1,4 @@
-/* balance.c — which ready worker takes the next request (issue 8 item 2).
+/* balance.c — which ready worker takes the next request.
  *
  * Least-outstanding follows HAProxy leastconn (ties go round-robin), power-of-two follows
  * Envoy least_request with choice_count 2, and prefix-affinity sends a shared prompt

@@ -1,10 +1,10 @@
-/* placement.c — instances onto NUMA nodes and cores (issue 7 item 2).
+/* placement.c — instances onto NUMA nodes and cores.
  *
  * One instance per node by default, because one process spanning sockets decodes slower
  * than one per socket (peers-and-anchors.md §1, Intel's SGLang study). Each instance owns
  * whole cores, SMT siblings included, so no two instances share a core's caches and
  * execution units; memory is bound to the instance's node. One core of node 0 is kept
- * for the supervisor and gateway (platform-facts.md, design item 6). */
+ * for the supervisor and gateway, so their threads never compete with a compute thread. */
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>

@@ -186,9 +186,8 @@ int dsv_hugepages_image_init(struct dsv_hugepages_image *img, const char *name, 
          * when shmem_enabled is advise (within_size and always need no asking; never and deny
          * refuse): asked before the first fault, since a folio keeps the size it was
          * allocated in. Every worker's mapping then maps them with one PMD each. Advice: a
-         * refusal costs each worker about 2 MiB of page tables per GB of image (5.6 MB
-         * against 0.3 MB for 2.8 GB, bench/RESULTS.md) and TLB reach, and dsvisor doctor
-         * reports the setting (thp-shmem). */
+         * refusal costs each worker page tables (about 2 MiB per GB of image) and TLB
+         * reach, and dsvisor doctor reports the setting (thp-shmem). */
         if (!im.hugetlb)
                 (void)madvise(im.addr, im.size_bytes, MADV_HUGEPAGE);
         if (madvise(im.addr, im.size_bytes, MADV_POPULATE_WRITE) < 0) {

@@ -1,4 +1,4 @@
-/* perfctr.c — per-instance counters through perf_event_open(2) (issue 11 item 3).
+/* perfctr.c — per-instance counters through perf_event_open(2).
  *
  * perf_event_open(2): a group is read in one read(2) with PERF_FORMAT_GROUP as
  * { nr, time_enabled, time_running, value[nr] }; when the PMU multiplexes a group,

@@ -448,7 +448,7 @@ int dsv_hugepages_image_measure_thp(struct dsv_hugepages_image *img);
 void dsv_hugepages_image_done(struct dsv_hugepages_image *img);
 
 /* ---- host checks for `dsvisor doctor` (doctor.c) ----------------------------------- */
-/* Issue 11 item 1: the host settings that steady P99 depends on, read through a root
+/* The host settings that steady P99 depends on, read through a root
  * prefix (tests point it at fake /proc and /sys trees) and judged against what dsvisor
  * wants. Pure reading: nothing is changed, nothing is printed.
  *
@@ -527,7 +527,7 @@ int dsv_doctor_report_add(struct dsv_doctor_report *rep, const char *name, enum 
 enum dsv_doctor_status dsv_doctor_report_worst(const struct dsv_doctor_report *rep);
 
 /* ---- per-instance counters (perfctr.c, perf_event_open) ----------------------------- */
-/* Issue 11 item 3: what each worker costs the CPU and what its neighbours cost it.
+/* What each worker costs the CPU and what its neighbours cost it.
  * Software events (task clock, context switches, page faults, CPU migrations) exist on
  * every kernel; hardware events (cycles, instructions, LLC load misses, dTLB load
  * misses) only where a PMU is exposed — a VM often has none, and those events are
@@ -613,7 +613,7 @@ int dsv_perfctr_read(struct dsv_perfctr *pc, struct dsv_perfctr_sample *ret);
 /* Closes every fd. NULL is a no-op. */
 void dsv_perfctr_free(struct dsv_perfctr *pc);
 
-/* Per-second rates over one interval (issue 11 item 4: `dsvisor status` shows
+/* Per-second rates over one interval (`dsvisor status` shows
  * involuntary switches/s and migrations/s per instance). */
 struct dsv_perfctr_rates {
         double interval_s;
@@ -640,7 +640,7 @@ struct dsv_perfctr_series {
 int dsv_perfctr_format_prometheus(const struct dsv_perfctr_series *series, size_t n, char *buf, size_t size);
 
 /* ---- systemd notify (notify.c, libsystemd sd-daemon) -------------------------------- */
-/* Issue 7 item 7: readiness, status line, watchdog and the file-descriptor store. Works
+/* Readiness, status line, watchdog and the file-descriptor store. Works
  * unchanged without systemd: with no $NOTIFY_SOCKET every call returns 0 and does nothing.
  *
  *     uint64_t wd_usec;
