@@ -313,23 +313,44 @@ static int plan_blob(struct conv *c, const char *file) {
         return 0;
 }
 
-/* Source tensors outside the schema: DeepSeek-V3 MTP layers (index >= n_layers) and
- * rotary caches are skipped with a message; anything else is an error, since it means
- * the checkpoint is not the architecture config.json claims. */
+/* Non-parameter buffers PyTorch modules registered as persistent and older exports
+ * saved: rotary frequency and cos/sin caches. They are recomputed from config.json,
+ * as transformers does when it drops them from a state dict. */
+static int is_module_buffer(const char *name) {
+        static const char *const suffixes[] = {"rotary_emb.inv_freq", "rotary_emb.cos_cached",
+                                               "rotary_emb.sin_cached"};
+        size_t nl = strlen(name);
+        for (size_t i = 0; i < sizeof suffixes / sizeof suffixes[0]; i++) {
+                size_t sl = strlen(suffixes[i]);
+                if (nl >= sl && strcmp(name + nl - sl, suffixes[i]) == 0 && (nl == sl || name[nl - sl - 1] == '.'))
+                        return 1;
+        }
+        return 0;
+}
+
+/* Source tensors outside the schema: DeepSeek-V3 MTP layers (index >= n_layers), module
+ * buffers and a tied lm_head are skipped with a message; anything else is an error,
+ * since it means the checkpoint is not the architecture config.json claims. A tied
+ * lm_head.weight is dropped because transformers ties it to the embedding after loading
+ * (tie_weights), so the embedding is the output head whatever the file holds. */
 static int check_leftovers(struct conv *c, const uint8_t *used) {
-        size_t n_mtp = 0, n_other = 0;
+        size_t n_mtp = 0, n_buffers = 0;
+        const char *buffer = NULL;
         for (size_t i = 0; i < dse__st_n_tensors(c->st); i++) {
                 if (used[i])
                         continue;
                 const struct dse__st_tensor *t = dse__st_tensor_at(c->st, i);
                 int layer;
-                size_t nl = strlen(t->name);
                 if (c->hp.arch == DSE_ARCH_DEEPSEEK_V3 && sscanf(t->name, "model.layers.%d.", &layer) == 1 &&
                     layer >= c->hp.n_layers) {
                         n_mtp++;
-                } else if ((nl > 17 && strcmp(t->name + nl - 17, "rotary_emb.inv_freq") == 0) ||
-                           (c->hp.tie_word_embeddings && strcmp(t->name, "lm_head.weight") == 0)) {
-                        n_other++;
+                } else if (is_module_buffer(t->name)) {
+                        n_buffers++;
+                        buffer = t->name;
+                } else if (c->hp.tie_word_embeddings && strcmp(t->name, "lm_head.weight") == 0) {
+                        dse__log(DSE_LOG_WARN, "%s: lm_head.weight ignored: config.json sets tie_word_embeddings, so "
+                                 "the output head is model.embed_tokens.weight, as transformers ties them",
+                                 dse__st_file_path(c->st, t->file));
                 } else {
                         return dse__fail(c->reterr, -EBADMSG,
                                          "%s: unexpected tensor '%s' (not part of %s with this config.json)",
@@ -339,9 +360,9 @@ static int check_leftovers(struct conv *c, const uint8_t *used) {
         if (n_mtp)
                 dse__log(DSE_LOG_INFO, "%s: skipping %zu tensors of layers >= num_hidden_layers (%d): multi-token "
                          "prediction modules are not part of the forward pass", c->dir, n_mtp, c->hp.n_layers);
-        if (n_other)
-                dse__log(DSE_LOG_INFO, "%s: skipping %zu redundant tensors (rotary caches, tied lm_head)", c->dir,
-                         n_other);
+        if (n_buffers)
+                dse__log(DSE_LOG_INFO, "%s: skipping %zu non-parameter buffers such as '%s': rotary tables are "
+                         "computed from config.json", c->dir, n_buffers, buffer);
         return 0;
 }
 

@@ -1,0 +1,183 @@
+/* Checkpoints as users bring them: leftovers that must convert (module buffers, a tied
+ * lm_head, extra index keys) and broken safetensors files that must fail with a message
+ * naming the file and the tensor. Every checkpoint is a 1-layer llama written from
+ * scratch into a temp folder. */
+#include <dirent.h>
+#include <math.h>
+
+#include "model/format.h"
+#include "model/model.h"
+#include "t.h"
+#include "test-modelfile-helpers.h"
+
+static struct dse_diag diag;
+static char logbuf[16384];
+
+static void log_collect(enum dse_log_level level, const char *msg, void *user) {
+        (void)user;
+        size_t n = strlen(logbuf);
+        snprintf(logbuf + n, sizeof logbuf - n, "%d:%s\n", (int)level, msg);
+}
+
+#define MSG_HAS(s)                                                                                \
+        do {                                                                                      \
+                if (!strstr(diag.msg, (s)))                                                       \
+                        T_FAIL("message \"%s\" lacks \"%s\"", diag.msg, (s));                    \
+        } while (0)
+
+#define LOG_HAS(s)                                                                                \
+        do {                                                                                      \
+                if (!strstr(logbuf, (s)))                                                         \
+                        T_FAIL("log \"%s\" lacks \"%s\"", logbuf, (s));                          \
+        } while (0)
+
+struct st_entry {
+        const char *name, *dtype;
+        int rows, cols; /* cols 0: a vector */
+};
+
+/* The tensors of a 1-layer llama with vocab 4, hidden 4, intermediate 8. */
+static const struct st_entry tiny_llama[] = {
+        {"model.embed_tokens.weight", "BF16", 4, 4},
+        {"model.layers.0.input_layernorm.weight", "BF16", 4, 0},
+        {"model.layers.0.self_attn.q_proj.weight", "BF16", 4, 4},
+        {"model.layers.0.self_attn.k_proj.weight", "BF16", 4, 4},
+        {"model.layers.0.self_attn.v_proj.weight", "BF16", 4, 4},
+        {"model.layers.0.self_attn.o_proj.weight", "BF16", 4, 4},
+        {"model.layers.0.post_attention_layernorm.weight", "BF16", 4, 0},
+        {"model.layers.0.mlp.gate_proj.weight", "BF16", 8, 4},
+        {"model.layers.0.mlp.up_proj.weight", "BF16", 8, 4},
+        {"model.layers.0.mlp.down_proj.weight", "BF16", 4, 8},
+        {"model.norm.weight", "BF16", 4, 0},
+};
+#define N_TINY (sizeof tiny_llama / sizeof tiny_llama[0])
+
+static size_t entry_bytes(const struct st_entry *e) {
+        size_t esize = strcmp(e->dtype, "F32") == 0 ? 4 : 2;
+        return (size_t)e->rows * (size_t)(e->cols ? e->cols : 1) * esize;
+}
+
+/* Writes a safetensors file holding `v` back to back, every byte 0x3c (a small finite
+ * value in BF16 and F32). Returns the data size. */
+static size_t write_entries(const char *path, const struct st_entry *v, size_t n) {
+        char h[8192];
+        size_t len = 1, off = 0;
+        h[0] = '{';
+        for (size_t i = 0; i < n; i++) {
+                size_t b = entry_bytes(&v[i]);
+                char shape[32];
+                if (v[i].cols)
+                        snprintf(shape, sizeof shape, "%d,%d", v[i].rows, v[i].cols);
+                else
+                        snprintf(shape, sizeof shape, "%d", v[i].rows);
+                len += (size_t)snprintf(h + len, sizeof h - len,
+                                        "%s\"%s\":{\"dtype\":\"%s\",\"shape\":[%s],\"data_offsets\":[%zu,%zu]}",
+                                        i ? "," : "", v[i].name, v[i].dtype, shape, off, off + b);
+                off += b;
+        }
+        snprintf(h + len, sizeof h - len, "}");
+        FILE *f = fopen(path, "wb");
+        uint64_t hl = strlen(h);
+        for (int i = 0; i < 8; i++)
+                fputc((int)((hl >> (8 * i)) & 0xff), f);
+        fputs(h, f);
+        for (size_t i = 0; i < off; i++)
+                fputc(0x3c, f);
+        fclose(f);
+        return off;
+}
+
+/* A folder with a tiny-llama config.json (plus `config_extra`, a JSON fragment starting
+ * with a comma, or "") and model.safetensors holding the tiny llama and `extra`. */
+static char *tiny_folder(const char *config_extra, const struct st_entry *extra, size_t n_extra) {
+        char *dir = tmp_dir();
+        char p[4096];
+        snprintf(p, sizeof p, "%s/config.json", dir);
+        FILE *f = fopen(p, "w");
+        fprintf(f, "{\"model_type\": \"llama\", \"vocab_size\": 4, \"hidden_size\": 4, \"intermediate_size\": 8,"
+                   " \"num_hidden_layers\": 1, \"num_attention_heads\": 2%s}", config_extra);
+        fclose(f);
+        struct st_entry v[N_TINY + 8];
+        memcpy(v, tiny_llama, sizeof tiny_llama);
+        memcpy(v + N_TINY, extra, n_extra * sizeof *extra);
+        snprintf(p, sizeof p, "%s/model.safetensors", dir);
+        write_entries(p, v, N_TINY + n_extra);
+        return dir;
+}
+
+/* Converts `hf` with the log collected; the output folder is removed. */
+static int convert(const char *hf) {
+        char *out = tmp_dir();
+        int r;
+        memset(&diag, 0, sizeof diag);
+        logbuf[0] = 0;
+        dse_log_set(log_collect, NULL);
+        convert_fixture(hf, out, NULL, &r, &diag);
+        dse_log_set(NULL, NULL);
+        tmp_rm(out);
+        return r;
+}
+
+TEST(tiny_llama_converts) {
+        char *hf = tiny_folder(", \"tie_word_embeddings\": true", NULL, 0);
+        ASSERT_OK(convert(hf));
+        tmp_rm(hf);
+}
+
+TEST(rotary_buffers_skipped_with_a_note) {
+        const struct st_entry extra[] = {
+                {"model.layers.0.self_attn.rotary_emb.inv_freq", "F32", 1, 0},
+                {"model.layers.0.self_attn.rotary_emb.cos_cached", "F32", 2, 1},
+                {"lm_head.weight", "BF16", 4, 4},
+        };
+        char *hf = tiny_folder("", extra, 3);
+        ASSERT_OK(convert(hf));
+        LOG_HAS("skipping 2 non-parameter buffers");
+        tmp_rm(hf);
+        /* a name that merely ends like a buffer is still unexpected */
+        const struct st_entry odd[] = {{"model.layers.0.self_attn.myrotary_emb.inv_freq", "F32", 1, 0},
+                                       {"lm_head.weight", "BF16", 4, 4}};
+        hf = tiny_folder("", odd, 2);
+        ASSERT_ERR(convert(hf), -EBADMSG);
+        MSG_HAS("unexpected tensor 'model.layers.0.self_attn.myrotary_emb.inv_freq'");
+        tmp_rm(hf);
+}
+
+TEST(tied_lm_head_in_the_file_is_the_embedding) {
+        const struct st_entry extra[] = {{"lm_head.weight", "BF16", 4, 4}};
+        char *hf = tiny_folder(", \"tie_word_embeddings\": true", extra, 1);
+        char *out = tmp_dir();
+        int r;
+        logbuf[0] = 0;
+        dse_log_set(log_collect, NULL);
+        const char *path = convert_fixture(hf, out, NULL, &r, &diag);
+        dse_log_set(NULL, NULL);
+        ASSERT_OK(r);
+        LOG_HAS("lm_head.weight ignored");
+        LOG_HAS("model.embed_tokens.weight");
+        struct dse_model *m;
+        ASSERT_OK(dse_model_open(path, 0, &m, &diag));
+        ASSERT_TRUE(!dse__model_tensor(m, "lm_head.weight"));
+        ASSERT_TRUE(dse__model_tensor(m, "model.embed_tokens.weight"));
+        dse_model_free(m);
+        tmp_rm(out);
+        tmp_rm(hf);
+}
+
+TEST(index_with_extra_keys_accepted) {
+        char *hf = tiny_folder(", \"tie_word_embeddings\": true", NULL, 0);
+        char p[4096], q[4096];
+        snprintf(p, sizeof p, "%s/model.safetensors", hf);
+        snprintf(q, sizeof q, "%s/model-00001-of-00001.safetensors", hf);
+        ASSERT_OK(rename(p, q));
+        snprintf(p, sizeof p, "%s/model.safetensors.index.json", hf);
+        FILE *f = fopen(p, "w");
+        fprintf(f, "{\"metadata\": {\"total_size\": 352, \"format\": \"pt\", \"mergekit_version\": \"0.1\"},"
+                   " \"dtype\": \"bfloat16\", \"weight_map\": {");
+        for (size_t i = 0; i < N_TINY; i++)
+                fprintf(f, "%s\"%s\": \"model-00001-of-00001.safetensors\"", i ? ", " : "", tiny_llama[i].name);
+        fprintf(f, "}, \"trailer\": [1, 2]}");
+        fclose(f);
+        ASSERT_OK(convert(hf));
+        tmp_rm(hf);
+}
