@@ -4,6 +4,7 @@
  * scratch into a temp folder. */
 #include <dirent.h>
 #include <math.h>
+#include <sys/wait.h>
 
 #include "model/format.h"
 #include "model/model.h"
@@ -180,4 +181,142 @@ TEST(index_with_extra_keys_accepted) {
         fclose(f);
         ASSERT_OK(convert(hf));
         tmp_rm(hf);
+}
+
+/* ---- broken safetensors files ------------------------------------------------------- */
+
+/* Writes `header` and data_len bytes of data as dir/model.safetensors. */
+static void write_raw(const char *dir, const char *header, size_t data_len) {
+        char p[4096];
+        snprintf(p, sizeof p, "%s/model.safetensors", dir);
+        FILE *f = fopen(p, "wb");
+        uint64_t hl = strlen(header);
+        for (int i = 0; i < 8; i++)
+                fputc((int)((hl >> (8 * i)) & 0xff), f);
+        fputs(header, f);
+        for (size_t i = 0; i < data_len; i++)
+                fputc(0x3c, f);
+        fclose(f);
+}
+
+static const char two_tensors[] = "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[%d,%d]},"
+                                  "\"b\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[%d,%d]}}";
+
+TEST(st_offsets_must_tile_the_data) {
+        char *hf = tiny_folder("", NULL, 0);
+        char h[512];
+        /* a gap between a and b */
+        snprintf(h, sizeof h, two_tensors, 0, 8, 12, 16);
+        write_raw(hf, h, 16);
+        ASSERT_ERR(convert(hf), -EBADMSG);
+        MSG_HAS("model.safetensors");
+        MSG_HAS("data bytes [8, 12) between tensor 'a' and tensor 'b' belong to no tensor");
+        /* bytes before the first tensor */
+        snprintf(h, sizeof h, two_tensors, 4, 12, 12, 16);
+        write_raw(hf, h, 16);
+        ASSERT_ERR(convert(hf), -EBADMSG);
+        MSG_HAS("data bytes [0, 4) before tensor 'a'");
+        /* trailing bytes */
+        snprintf(h, sizeof h, two_tensors, 0, 8, 8, 12);
+        write_raw(hf, h, 20);
+        ASSERT_ERR(convert(hf), -EBADMSG);
+        MSG_HAS("8 trailing bytes after tensor 'b'");
+        write_raw(hf, "{}", 4);
+        ASSERT_ERR(convert(hf), -EBADMSG);
+        MSG_HAS("4 trailing bytes after an empty header");
+        /* overlap (the header parser's own check) */
+        snprintf(h, sizeof h, two_tensors, 0, 8, 4, 8);
+        write_raw(hf, h, 8);
+        ASSERT_ERR(convert(hf), -EBADMSG);
+        MSG_HAS("'a' and 'b' overlap");
+        tmp_rm(hf);
+}
+
+TEST(st_header_must_be_a_utf8_object_with_string_metadata) {
+        char *hf = tiny_folder("", NULL, 0);
+        write_raw(hf, " {}", 0);
+        ASSERT_ERR(convert(hf), -EBADMSG);
+        MSG_HAS("does not start with '{'");
+        MSG_HAS("model.safetensors");
+        write_raw(hf, "{\"a\xff\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]}}", 1);
+        ASSERT_ERR(convert(hf), -EBADMSG);
+        MSG_HAS("not valid UTF-8 (at byte 3)");
+        write_raw(hf, "{\"__metadata__\":{\"format\":\"pt\",\"total\":3}}", 0);
+        ASSERT_ERR(convert(hf), -EBADMSG);
+        MSG_HAS("__metadata__ entry 'total' is not a string");
+        write_raw(hf, "{\"__metadata__\":[1]}", 0);
+        ASSERT_ERR(convert(hf), -EBADMSG);
+        MSG_HAS("__metadata__ is not a JSON object");
+        /* trailing spaces pad a header, as the reference writer aligns the data */
+        tmp_rm(hf);
+        hf = tiny_folder(", \"tie_word_embeddings\": true", NULL, 0);
+        char p[4096];
+        snprintf(p, sizeof p, "%s/model.safetensors", hf);
+        size_t len;
+        uint8_t *f = slurp(p, &len);
+        ASSERT_TRUE(f);
+        uint64_t hl = 0;
+        for (int i = 7; i >= 0; i--)
+                hl = hl << 8 | f[i];
+        FILE *o = fopen(p, "wb");
+        for (int i = 0; i < 8; i++)
+                fputc((int)(((hl + 5) >> (8 * i)) & 0xff), o);
+        fwrite(f + 8, 1, hl, o);
+        fputs("     ", o);
+        fwrite(f + 8 + hl, 1, len - 8 - hl, o);
+        fclose(o);
+        free(f);
+        ASSERT_OK(convert(hf));
+        tmp_rm(hf);
+}
+
+/* Runs convert in a child with an alarm: a hang fails the test instead of stalling it. */
+static int convert_no_hang(const char *hf) {
+        fflush(NULL);
+        pid_t pid = fork();
+        if (pid == 0) {
+                alarm(10);
+                int r = convert(hf);
+                if (r != -EINVAL)
+                        fprintf(stderr, "convert: %d %s\n", r, diag.msg);
+                _exit(r == -EINVAL && strstr(diag.msg, "not a regular file") ? 0 : 1);
+        }
+        int status;
+        waitpid(pid, &status, 0);
+        return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+TEST(shards_that_are_not_regular_files_refused_without_blocking) {
+        char *hf = tiny_folder(", \"tie_word_embeddings\": true", NULL, 0);
+        char p[4096];
+        snprintf(p, sizeof p, "%s/model.safetensors", hf);
+        ASSERT_OK(unlink(p));
+        ASSERT_OK(mkfifo(p, 0600));
+        ASSERT_EQ(convert_no_hang(hf), 0);
+        ASSERT_OK(unlink(p));
+        ASSERT_OK(mkdir(p, 0700));
+        ASSERT_EQ(convert_no_hang(hf), 0);
+        ASSERT_OK(rmdir(p));
+        ASSERT_OK(symlink("/dev/zero", p));
+        ASSERT_EQ(convert_no_hang(hf), 0);
+        ASSERT_OK(unlink(p));
+        /* config.json and tokenizer.json as FIFOs */
+        write_entries(p, tiny_llama, N_TINY);
+        snprintf(p, sizeof p, "%s/tokenizer.json", hf);
+        ASSERT_OK(mkfifo(p, 0600));
+        ASSERT_EQ(convert_no_hang(hf), 0);
+        ASSERT_OK(unlink(p));
+        snprintf(p, sizeof p, "%s/config.json", hf);
+        ASSERT_OK(unlink(p));
+        ASSERT_OK(mkfifo(p, 0600));
+        ASSERT_EQ(convert_no_hang(hf), 0);
+        tmp_rm(hf);
+        /* a FIFO given as a native model file */
+        char *dir = tmp_dir();
+        snprintf(p, sizeof p, "%s/model.dse", dir);
+        ASSERT_OK(mkfifo(p, 0600));
+        struct dse_model *m;
+        ASSERT_ERR(dse_model_open(p, 0, &m, &diag), -EINVAL);
+        MSG_HAS("is a FIFO, not a regular file");
+        tmp_rm(dir);
 }

@@ -291,8 +291,12 @@ static int plan_blob(struct conv *c, const char *file) {
         if ((size_t)snprintf(path, sizeof path, "%s/%s", c->dir, file) >= sizeof path)
                 return -ENAMETOOLONG;
         struct stat st;
-        if (stat(path, &st) < 0 || !S_ISREG(st.st_mode) || st.st_size == 0)
-                return 0; /* absent (or empty): nothing to embed */
+        if (stat(path, &st) < 0)
+                return 0; /* absent: nothing to embed */
+        if (!S_ISREG(st.st_mode))
+                return dse__fail(c->reterr, -EINVAL, "'%s' is not a regular file", path);
+        if (st.st_size == 0)
+                return 0; /* empty: nothing to embed */
         struct job *v = realloc(c->jobs, (c->n_jobs + 1) * sizeof *v);
         if (!v)
                 return -ENOMEM;
@@ -652,9 +656,9 @@ out:
 }
 
 static int run_blob(struct conv *c, const struct job *j) {
-        int fd = open(j->blob_path, O_RDONLY | O_CLOEXEC);
+        int fd = dse__open_input(j->blob_path, c->reterr);
         if (fd < 0)
-                return dse__fail(c->reterr, -errno, "cannot open '%s': %s", j->blob_path, strerror(errno));
+                return fd;
         size_t n = (size_t)j->cols;
         uint8_t *buf = malloc(n);
         int r = buf ? 0 : -ENOMEM;
@@ -696,14 +700,18 @@ static int read_text(const char *dir, const char *file, int required, char **ret
         char path[4096];
         if ((size_t)snprintf(path, sizeof path, "%s/%s", dir, file) >= sizeof path)
                 return -ENAMETOOLONG;
-        FILE *f = fopen(path, "rbe");
+        if (!required && access(path, F_OK) < 0 && errno == ENOENT) {
+                *ret = NULL;
+                *ret_len = 0;
+                return 0;
+        }
+        int fd = dse__open_input(path, reterr);
+        if (fd < 0)
+                return fd;
+        FILE *f = fdopen(fd, "rb");
         if (!f) {
-                if (!required && errno == ENOENT) {
-                        *ret = NULL;
-                        *ret_len = 0;
-                        return 0;
-                }
-                return dse__fail(reterr, -errno, "cannot open '%s': %s", path, strerror(errno));
+                close(fd);
+                return -ENOMEM;
         }
         char *buf = NULL;
         size_t len = 0, cap = 0;

@@ -772,9 +772,9 @@ int dse_model_open_fd(int fd, unsigned flags, struct dse_model **ret_model, stru
 int dse_model_open(const char *path, unsigned flags, struct dse_model **ret_model, struct dse_diag *reterr) {
         if (!path || !ret_model || (flags & ~(unsigned)DSE_MODEL_POPULATE))
                 return -EINVAL;
-        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        int fd = dse__open_input(path, reterr);
         if (fd < 0)
-                return dse__fail(reterr, -errno, "cannot open '%s': %s", path, strerror(errno));
+                return fd;
         int r = model_map(fd, path, flags, ret_model, reterr);
         close(fd);
         return r;
