@@ -320,3 +320,83 @@ TEST(shards_that_are_not_regular_files_refused_without_blocking) {
         MSG_HAS("is a FIFO, not a regular file");
         tmp_rm(dir);
 }
+
+/* ---- NaN and Inf ---------------------------------------------------------------------- */
+
+/* Overwrites element `i` of tensor `name` (BF16) in dir/model.safetensors with `bits`. */
+static void poke_bf16(const char *dir, const char *name, size_t i, uint16_t bits) {
+        char p[4096];
+        snprintf(p, sizeof p, "%s/model.safetensors", dir);
+        size_t len = 0;
+        uint8_t *f = slurp(p, &len);
+        uint64_t hl = 0;
+        for (int k = 7; k >= 0; k--)
+                hl = hl << 8 | f[k];
+        char key[256];
+        snprintf(key, sizeof key, "\"%s\":", name);
+        char *h = strndup((char *)f + 8, hl);
+        unsigned long long b, e;
+        char *off = strstr(strstr(h, key), "\"data_offsets\":");
+        if (sscanf(off, "\"data_offsets\":[%llu,%llu]", &b, &e) == 2) {
+                f[8 + hl + b + 2 * i] = (uint8_t)(bits & 0xff);
+                f[8 + hl + b + 2 * i + 1] = (uint8_t)(bits >> 8);
+        }
+        FILE *o = fopen(p, "wb");
+        fwrite(f, 1, len, o);
+        fclose(o);
+        free(h);
+        free(f);
+}
+
+TEST(nan_and_inf_reported_with_the_tensor_name) {
+        char *hf = tiny_folder(", \"tie_word_embeddings\": true", NULL, 0);
+        poke_bf16(hf, "model.norm.weight", 2, 0x7fc0);                      /* NaN */
+        poke_bf16(hf, "model.layers.0.mlp.up_proj.weight", 5, 0xff80);      /* -Inf */
+        poke_bf16(hf, "model.layers.0.mlp.up_proj.weight", 9, 0x7f80);      /* +Inf */
+        char *out = tmp_dir();
+        int r;
+        logbuf[0] = 0;
+        dse_log_set(log_collect, NULL);
+        const char *path = convert_fixture(hf, out, NULL, &r, &diag);
+        ASSERT_OK(r);
+        LOG_HAS("model.safetensors: tensor 'model.norm.weight': 1 NaN and 0 Inf values (the first at element 2)");
+        LOG_HAS("tensor 'model.layers.0.mlp.up_proj.weight': 0 NaN and 2 Inf values (the first at element 5)");
+        ASSERT_TRUE(!strstr(logbuf, "q_proj"));
+        /* the native file keeps them; verify --values finds both again, by name */
+        struct dse_model *m;
+        ASSERT_OK(dse_model_open(path, 0, &m, &diag));
+        ASSERT_OK(dse_model_verify(m, &diag));
+        logbuf[0] = 0;
+        size_t n_bad = 0;
+        ASSERT_OK(dse_model_verify_values(m, &n_bad));
+        dse_log_set(NULL, NULL);
+        ASSERT_EQ(n_bad, 2);
+        LOG_HAS("model.dse: tensor 'model.norm.weight': 1 NaN and 0 Inf values");
+        LOG_HAS("tensor 'model.layers.0.mlp.up_proj.weight': 0 NaN and 2 Inf values");
+        dse_model_free(m);
+        tmp_rm(out);
+        tmp_rm(hf);
+}
+
+TEST(nonfinite_count_per_dtype) {
+        struct dse__nonfinite a = {0};
+        const float f[] = {1.0f, NAN, INFINITY, -INFINITY, 0.0f};
+        dse__nonfinite_count(DSE_DTYPE_F32, f, 5, 10, &a);
+        ASSERT_EQ(a.n_nan, 1);
+        ASSERT_EQ(a.n_inf, 2);
+        ASSERT_EQ(a.first, 11);
+        struct dse__nonfinite h = {0};
+        const uint16_t f16[] = {0x3c00, 0x7c00, 0xfc01, 0x7bff}; /* 1, +Inf, NaN, max finite */
+        dse__nonfinite_count(DSE_DTYPE_F16, f16, 4, 0, &h);
+        ASSERT_EQ(h.n_nan, 1);
+        ASSERT_EQ(h.n_inf, 1);
+        ASSERT_EQ(h.first, 1);
+        struct dse__nonfinite e = {0};
+        const uint8_t e4m3[] = {0x7e, 0x7f, 0xff, 0x78}; /* 448, NaN, NaN, 256: no Inf in FN */
+        dse__nonfinite_count(DSE_DTYPE_F8_E4M3, e4m3, 4, 0, &e);
+        ASSERT_EQ(e.n_nan, 2);
+        ASSERT_EQ(e.n_inf, 0);
+        struct dse__nonfinite q = {0};
+        dse__nonfinite_count(DSE_DTYPE_Q8, e4m3, 4, 0, &q);
+        ASSERT_EQ(q.n_nan + q.n_inf, 0);
+}

@@ -523,11 +523,15 @@ static int run_float_or_fp8(struct conv *c, const struct job *j) {
                         return -ENOMEM;
                 if ((r = dse__st_read(c->st, j->scale_inv, 0, sinv, n, c->reterr)) < 0)
                         goto out_sinv;
+                struct dse__nonfinite bad = {0};
+                dse__nonfinite_count(DSE_DTYPE_F32, sinv, n / 4, 0, &bad);
+                dse__nonfinite_warn(dse__st_file_path(c->st, j->scale_inv->file), j->scale_inv->name, &bad);
                 if (j->out_dtype == DSE_DTYPE_F8_E4M3 && (r = out_write(c, j->out_scale, sinv, n)) < 0)
                         goto out_sinv;
         }
         int copy = (j->kind == SRC_FLOAT && j->out_dtype == native_float(t->dtype)) ||
                    (j->kind == SRC_FP8 && j->out_dtype == DSE_DTYPE_F8_E4M3);
+        struct dse__nonfinite bad = {0};
         size_t blk = (size_t)(br * cols);
         uint8_t *src = malloc(blk * es);
         float *f = copy ? NULL : malloc(blk * sizeof *f);
@@ -543,6 +547,7 @@ static int run_float_or_fp8(struct conv *c, const struct job *j) {
                 if ((r = dse__st_read(c->st, t, (uint64_t)(r0 * cols) * es, src, n * es, c->reterr)) < 0)
                         break;
                 if (copy) {
+                        dse__nonfinite_count(j->out_dtype, src, n, (uint64_t)(r0 * cols), &bad);
                         r = out_write(c, j->out_data, src, n * es);
                         continue;
                 }
@@ -555,8 +560,11 @@ static int run_float_or_fp8(struct conv *c, const struct job *j) {
                 } else {
                         to_f32(t->dtype, src, f, n);
                 }
+                dse__nonfinite_count(DSE_DTYPE_F32, f, n, (uint64_t)(r0 * cols), &bad);
                 r = emit_f32_rows(c, j, f, n_rows, scratch);
         }
+        if (r == 0)
+                dse__nonfinite_warn(dse__st_file_path(c->st, t->file), t->name, &bad);
 out:
         free(scratch);
         free(f);
@@ -602,6 +610,9 @@ static int run_int4(struct conv *c, const struct job *j) {
                 r = -ENOMEM;
                 goto out;
         }
+        struct dse__nonfinite bad = {0};
+        dse__nonfinite_count(DSE_DTYPE_F16, sc, (size_t)(j->scales->end - j->scales->begin) / 2, 0, &bad);
+        dse__nonfinite_warn(dse__st_file_path(c->st, j->scales->file), j->scales->name, &bad);
         if (j->kind == SRC_AWQ) {
                 r = dse__awq_repack(qw, qz, sc, in, out, g, data, scale, zero);
         } else {
