@@ -400,3 +400,20 @@ TEST(nonfinite_count_per_dtype) {
         dse__nonfinite_count(DSE_DTYPE_Q8, e4m3, 4, 0, &q);
         ASSERT_EQ(q.n_nan + q.n_inf, 0);
 }
+
+/* ---- config.json ---------------------------------------------------------------------- */
+
+TEST(quant_method_claimed_on_plain_weights) {
+        char *hf = tiny_folder(", \"tie_word_embeddings\": true, \"quantization_config\": {\"quant_method\": \"awq\","
+                               " \"bits\": 4, \"group_size\": 4, \"version\": \"gemm\", \"zero_point\": true}",
+                               NULL, 0);
+        ASSERT_ERR(convert(hf), -EBADMSG);
+        MSG_HAS("config.json: quantization_config claims quant_method 'awq' but no weight is quantized");
+        tmp_rm(hf);
+        hf = tiny_folder(", \"tie_word_embeddings\": true, \"quantization_config\": {\"quant_method\": \"fp8\","
+                         " \"fmt\": \"e4m3\", \"activation_scheme\": \"dynamic\", \"weight_block_size\": [128, 128]}",
+                         NULL, 0);
+        ASSERT_ERR(convert(hf), -EBADMSG);
+        MSG_HAS("quant_method 'fp8' but no weight is quantized");
+        tmp_rm(hf);
+}

@@ -370,6 +370,26 @@ static int check_leftovers(struct conv *c, const uint8_t *used) {
         return 0;
 }
 
+/* A quantization_config over a checkpoint none of whose weights is quantized: the
+ * quantized loaders of transformers would find none of the tensors they expect and
+ * leave the layers uninitialised, and a converter guessing which of the two is wrong
+ * would guess silently. */
+static int check_quant_claim(struct conv *c) {
+        static const char *const method[] = {[DSE_HF_QUANT_FP8] = "fp8", [DSE_HF_QUANT_AWQ] = "awq",
+                                             [DSE_HF_QUANT_GPTQ] = "gptq"};
+        if (c->quant.method == DSE_HF_QUANT_NONE)
+                return 0;
+        for (size_t i = 0; i < c->n_jobs; i++)
+                if (c->jobs[i].kind == SRC_AWQ || c->jobs[i].kind == SRC_GPTQ || c->jobs[i].kind == SRC_FP8)
+                        return 0;
+        return dse__fail(c->reterr, -EBADMSG,
+                         "%s/config.json: quantization_config claims quant_method '%s' but no weight is quantized "
+                         "(no %s tensors); remove quantization_config if the checkpoint was dequantized",
+                         c->dir, method[c->quant.method],
+                         c->quant.method == DSE_HF_QUANT_FP8 ? "F8_E4M3 '.weight' with '.weight_scale_inv'"
+                                                             : "'.qweight'");
+}
+
 static int plan(struct conv *c) {
         struct dse_schema_entry *schema;
         size_t n_schema;
@@ -389,7 +409,7 @@ static int plan(struct conv *c) {
                         goto out;
                 c->n_jobs++;
         }
-        if ((r = check_leftovers(c, used)) < 0)
+        if ((r = check_quant_claim(c)) < 0 || (r = check_leftovers(c, used)) < 0)
                 goto out;
         static const char *const blobs[] = {"tokenizer.json", "tokenizer_config.json", "tokenizer.model"};
         for (size_t i = 0; i < 3; i++)
