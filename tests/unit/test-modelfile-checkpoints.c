@@ -9,27 +9,15 @@
 #include "model/format.h"
 #include "model/model.h"
 #include "t.h"
+#include "test-log-capture.h"
 #include "test-modelfile-helpers.h"
 
 static struct dse_diag diag;
-static char logbuf[16384];
-
-static void log_collect(enum dse_log_level level, const char *msg, void *user) {
-        (void)user;
-        size_t n = strlen(logbuf);
-        snprintf(logbuf + n, sizeof logbuf - n, "%d:%s\n", (int)level, msg);
-}
 
 #define MSG_HAS(s)                                                                                \
         do {                                                                                      \
                 if (!strstr(diag.msg, (s)))                                                       \
                         T_FAIL("message \"%s\" lacks \"%s\"", diag.msg, (s));                    \
-        } while (0)
-
-#define LOG_HAS(s)                                                                                \
-        do {                                                                                      \
-                if (!strstr(logbuf, (s)))                                                         \
-                        T_FAIL("log \"%s\" lacks \"%s\"", logbuf, (s));                          \
         } while (0)
 
 struct st_entry {
@@ -58,6 +46,25 @@ static size_t entry_bytes(const struct st_entry *e) {
         return (size_t)e->rows * (size_t)(e->cols ? e->cols : 1) * esize;
 }
 
+static uint64_t rd_le64(const uint8_t *p) {
+        uint64_t v = 0;
+        for (int i = 7; i >= 0; i--)
+                v = v << 8 | p[i];
+        return v;
+}
+
+/* Writes a safetensors file: the header's length, the header, data_len bytes of 0x3c. */
+static void write_st(const char *path, const char *header, size_t data_len) {
+        FILE *f = fopen(path, "wb");
+        uint64_t hl = strlen(header);
+        for (int i = 0; i < 8; i++)
+                fputc((int)((hl >> (8 * i)) & 0xff), f);
+        fputs(header, f);
+        for (size_t i = 0; i < data_len; i++)
+                fputc(0x3c, f);
+        fclose(f);
+}
+
 /* Writes a safetensors file holding `v` back to back, every byte 0x3c (a small finite
  * value in BF16 and F32). Returns the data size. */
 static size_t write_entries(const char *path, const struct st_entry *v, size_t n) {
@@ -77,14 +84,7 @@ static size_t write_entries(const char *path, const struct st_entry *v, size_t n
                 off += b;
         }
         snprintf(h + len, sizeof h - len, "}");
-        FILE *f = fopen(path, "wb");
-        uint64_t hl = strlen(h);
-        for (int i = 0; i < 8; i++)
-                fputc((int)((hl >> (8 * i)) & 0xff), f);
-        fputs(h, f);
-        for (size_t i = 0; i < off; i++)
-                fputc(0x3c, f);
-        fclose(f);
+        write_st(path, h, off);
         return off;
 }
 
@@ -111,10 +111,9 @@ static int convert(const char *hf) {
         char *out = tmp_dir();
         int r;
         memset(&diag, 0, sizeof diag);
-        logbuf[0] = 0;
-        dse_log_set(log_collect, NULL);
+        t_log_start(DSE_LOG_INFO);
         convert_fixture(hf, out, NULL, &r, &diag);
-        dse_log_set(NULL, NULL);
+        t_log_stop();
         tmp_rm(out);
         return r;
 }
@@ -133,7 +132,7 @@ TEST(rotary_buffers_skipped_with_a_note) {
         };
         char *hf = tiny_folder("", extra, 3);
         ASSERT_OK(convert(hf));
-        LOG_HAS("skipping 2 non-parameter buffers");
+        T_LOG_HAS("skipping 2 non-parameter buffers");
         tmp_rm(hf);
         /* a name that merely ends like a buffer is still unexpected */
         const struct st_entry odd[] = {{"model.layers.0.self_attn.myrotary_emb.inv_freq", "F32", 1, 0},
@@ -149,13 +148,12 @@ TEST(tied_lm_head_in_the_file_is_the_embedding) {
         char *hf = tiny_folder(", \"tie_word_embeddings\": true", extra, 1);
         char *out = tmp_dir();
         int r;
-        logbuf[0] = 0;
-        dse_log_set(log_collect, NULL);
+        t_log_start(DSE_LOG_INFO);
         const char *path = convert_fixture(hf, out, NULL, &r, &diag);
-        dse_log_set(NULL, NULL);
+        t_log_stop();
         ASSERT_OK(r);
-        LOG_HAS("lm_head.weight ignored");
-        LOG_HAS("model.embed_tokens.weight");
+        T_LOG_HAS("lm_head.weight ignored");
+        T_LOG_HAS("model.embed_tokens.weight");
         struct dse_model *m;
         ASSERT_OK(dse_model_open(path, 0, &m, &diag));
         ASSERT_TRUE(!dse__model_tensor(m, "lm_head.weight"));
@@ -189,14 +187,7 @@ TEST(index_with_extra_keys_accepted) {
 static void write_raw(const char *dir, const char *header, size_t data_len) {
         char p[4096];
         snprintf(p, sizeof p, "%s/model.safetensors", dir);
-        FILE *f = fopen(p, "wb");
-        uint64_t hl = strlen(header);
-        for (int i = 0; i < 8; i++)
-                fputc((int)((hl >> (8 * i)) & 0xff), f);
-        fputs(header, f);
-        for (size_t i = 0; i < data_len; i++)
-                fputc(0x3c, f);
-        fclose(f);
+        write_st(p, header, data_len);
 }
 
 static const char two_tensors[] = "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[%d,%d]},"
@@ -255,9 +246,7 @@ TEST(st_header_must_be_a_utf8_object_with_string_metadata) {
         size_t len;
         uint8_t *f = slurp(p, &len);
         ASSERT_TRUE(f);
-        uint64_t hl = 0;
-        for (int i = 7; i >= 0; i--)
-                hl = hl << 8 | f[i];
+        uint64_t hl = rd_le64(f);
         FILE *o = fopen(p, "wb");
         for (int i = 0; i < 8; i++)
                 fputc((int)(((hl + 5) >> (8 * i)) & 0xff), o);
@@ -329,9 +318,7 @@ static void poke_bf16(const char *dir, const char *name, size_t i, uint16_t bits
         snprintf(p, sizeof p, "%s/model.safetensors", dir);
         size_t len = 0;
         uint8_t *f = slurp(p, &len);
-        uint64_t hl = 0;
-        for (int k = 7; k >= 0; k--)
-                hl = hl << 8 | f[k];
+        uint64_t hl = rd_le64(f);
         char key[256];
         snprintf(key, sizeof key, "\"%s\":", name);
         char *h = strndup((char *)f + 8, hl);
@@ -355,24 +342,23 @@ TEST(nan_and_inf_reported_with_the_tensor_name) {
         poke_bf16(hf, "model.layers.0.mlp.up_proj.weight", 9, 0x7f80);      /* +Inf */
         char *out = tmp_dir();
         int r;
-        logbuf[0] = 0;
-        dse_log_set(log_collect, NULL);
+        t_log_start(DSE_LOG_INFO);
         const char *path = convert_fixture(hf, out, NULL, &r, &diag);
         ASSERT_OK(r);
-        LOG_HAS("model.safetensors: tensor 'model.norm.weight': 1 NaN and 0 Inf values (the first at element 2)");
-        LOG_HAS("tensor 'model.layers.0.mlp.up_proj.weight': 0 NaN and 2 Inf values (the first at element 5)");
-        ASSERT_TRUE(!strstr(logbuf, "q_proj"));
+        T_LOG_HAS("model.safetensors: tensor 'model.norm.weight': 1 NaN and 0 Inf values (the first at element 2)");
+        T_LOG_HAS("tensor 'model.layers.0.mlp.up_proj.weight': 0 NaN and 2 Inf values (the first at element 5)");
+        ASSERT_TRUE(!strstr(t_log, "q_proj"));
         /* the native file keeps them; verify --values finds both again, by name */
         struct dse_model *m;
         ASSERT_OK(dse_model_open(path, 0, &m, &diag));
         ASSERT_OK(dse_model_verify(m, &diag));
-        logbuf[0] = 0;
+        t_log[0] = 0;
         size_t n_bad = 0;
         ASSERT_OK(dse_model_verify_values(m, &n_bad));
-        dse_log_set(NULL, NULL);
+        t_log_stop();
         ASSERT_EQ(n_bad, 2);
-        LOG_HAS("model.dse: tensor 'model.norm.weight': 1 NaN and 0 Inf values");
-        LOG_HAS("tensor 'model.layers.0.mlp.up_proj.weight': 0 NaN and 2 Inf values");
+        T_LOG_HAS("model.dse: tensor 'model.norm.weight': 1 NaN and 0 Inf values");
+        T_LOG_HAS("tensor 'model.layers.0.mlp.up_proj.weight': 0 NaN and 2 Inf values");
         dse_model_free(m);
         tmp_rm(out);
         tmp_rm(hf);
