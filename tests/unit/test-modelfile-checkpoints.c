@@ -152,8 +152,7 @@ TEST(tied_lm_head_in_the_file_is_the_embedding) {
         const char *path = convert_fixture(hf, out, NULL, &r, &diag);
         t_log_stop();
         ASSERT_OK(r);
-        T_LOG_HAS("lm_head.weight ignored");
-        T_LOG_HAS("model.embed_tokens.weight");
+        T_LOG_HAS("lm_head.weight ignored (a copy of model.embed_tokens.weight)");
         struct dse_model *m;
         ASSERT_OK(dse_model_open(path, 0, &m, &diag));
         ASSERT_TRUE(!dse__model_tensor(m, "lm_head.weight"));
@@ -401,5 +400,14 @@ TEST(quant_method_claimed_on_plain_weights) {
                          NULL, 0);
         ASSERT_ERR(convert(hf), -EBADMSG);
         MSG_HAS("quant_method 'fp8' but no weight is quantized");
+        tmp_rm(hf);
+}
+
+TEST(tied_lm_head_that_differs_is_a_warning) {
+        const struct st_entry extra[] = {{"lm_head.weight", "BF16", 4, 4}};
+        char *hf = tiny_folder(", \"tie_word_embeddings\": true", extra, 1);
+        poke_bf16(hf, "lm_head.weight", 3, 0x3f80);
+        ASSERT_OK(convert(hf));
+        T_LOG_HAS("lm_head.weight ignored (it differs from model.embed_tokens.weight)");
         tmp_rm(hf);
 }

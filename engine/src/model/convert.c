@@ -332,6 +332,29 @@ static int is_module_buffer(const char *name) {
         return 0;
 }
 
+/* Whether two source tensors hold the same bytes, read CHUNK_BYTES at a time: 1 or 0,
+ * or a negative errno. */
+static int same_bytes(struct conv *c, const struct dse__st_tensor *a, const struct dse__st_tensor *b) {
+        if (a->dtype != b->dtype || a->end - a->begin != b->end - b->begin)
+                return 0;
+        uint64_t n = a->end - a->begin;
+        size_t chunk = n < CHUNK_BYTES ? (size_t)n : CHUNK_BYTES;
+        uint8_t *x = malloc(chunk ? chunk : 1), *y = malloc(chunk ? chunk : 1);
+        int r = x && y ? 1 : -ENOMEM;
+        for (uint64_t off = 0; r == 1 && off < n; off += chunk) {
+                size_t k = n - off < chunk ? (size_t)(n - off) : chunk;
+                int e;
+                if ((e = dse__st_read(c->st, a, off, x, k, c->reterr)) < 0 ||
+                    (e = dse__st_read(c->st, b, off, y, k, c->reterr)) < 0)
+                        r = e;
+                else
+                        r = memcmp(x, y, k) == 0;
+        }
+        free(x);
+        free(y);
+        return r;
+}
+
 /* Source tensors outside the schema: DeepSeek-V3 MTP layers (index >= n_layers), module
  * buffers and a tied lm_head are skipped with a message; anything else is an error,
  * since it means the checkpoint is not the architecture config.json claims. A tied
@@ -352,9 +375,14 @@ static int check_leftovers(struct conv *c, const uint8_t *used) {
                         n_buffers++;
                         buffer = t->name;
                 } else if (c->hp.tie_word_embeddings && strcmp(t->name, "lm_head.weight") == 0) {
-                        dse__log(DSE_LOG_WARN, "%s: lm_head.weight ignored: config.json sets tie_word_embeddings, so "
-                                 "the output head is model.embed_tokens.weight, as transformers ties them",
-                                 dse__st_file_path(c->st, t->file));
+                        const struct dse__st_tensor *embed = dse__st_find(c->st, "model.embed_tokens.weight");
+                        int same = embed ? same_bytes(c, t, embed) : 0;
+                        if (same < 0)
+                                return same;
+                        dse__log(same ? DSE_LOG_INFO : DSE_LOG_WARN,
+                                 "%s: lm_head.weight ignored (%s model.embed_tokens.weight): config.json sets "
+                                 "tie_word_embeddings, so the output head is the embedding, as transformers ties them",
+                                 dse__st_file_path(c->st, t->file), same ? "a copy of" : "it differs from");
                 } else {
                         return dse__fail(c->reterr, -EBADMSG,
                                          "%s: unexpected tensor '%s' (not part of %s with this config.json)",
