@@ -403,19 +403,27 @@ static int check_leftovers(struct conv *c, const uint8_t *used) {
  * leave the layers uninitialised, and a converter guessing which of the two is wrong
  * would guess silently. */
 static int check_quant_claim(struct conv *c) {
-        static const char *const method[] = {[DSE_HF_QUANT_FP8] = "fp8", [DSE_HF_QUANT_AWQ] = "awq",
-                                             [DSE_HF_QUANT_GPTQ] = "gptq"};
-        if (c->quant.method == DSE_HF_QUANT_NONE)
+        const char *method, *expect;
+        switch (c->quant.method) {
+        case DSE_HF_QUANT_FP8:
+                method = "fp8";
+                expect = "F8_E4M3 '.weight' with '.weight_scale_inv'";
+                break;
+        case DSE_HF_QUANT_AWQ:
+        case DSE_HF_QUANT_GPTQ:
+                method = c->quant.method == DSE_HF_QUANT_AWQ ? "awq" : "gptq";
+                expect = "'.qweight'";
+                break;
+        default:
                 return 0;
+        }
         for (size_t i = 0; i < c->n_jobs; i++)
                 if (c->jobs[i].kind == SRC_AWQ || c->jobs[i].kind == SRC_GPTQ || c->jobs[i].kind == SRC_FP8)
                         return 0;
         return dse__fail(c->reterr, -EBADMSG,
                          "%s/config.json: quantization_config claims quant_method '%s' but no weight is quantized "
                          "(no %s tensors); remove quantization_config if the checkpoint was dequantized",
-                         c->dir, method[c->quant.method],
-                         c->quant.method == DSE_HF_QUANT_FP8 ? "F8_E4M3 '.weight' with '.weight_scale_inv'"
-                                                             : "'.qweight'");
+                         c->dir, method, expect);
 }
 
 static int plan(struct conv *c) {
