@@ -1,5 +1,6 @@
 /* dsvisor convert: a Hugging Face folder -> a native model file.
- * dsvisor verify:  full validation of a native model file, checksums included. */
+ * dsvisor verify:  full validation of a native model file, checksums included, and with
+ *                  --values a scan of every value for NaN and Inf. */
 #include <errno.h>
 #include <getopt.h>
 #include <stdio.h>
@@ -99,21 +100,29 @@ int dsv_cmd_convert(int argc, char **argv) {
 }
 
 int dsv_cmd_verify(int argc, char **argv) {
-        if (argc != 2 || argv[1][0] == '-') {
+        int values = argc == 3 && strcmp(argv[1], "--values") == 0;
+        const char *path = argv[argc - 1];
+        if ((argc != 2 && !values) || path[0] == '-') {
                 FILE *out = argc == 2 && strcmp(argv[1], "--help") == 0 ? stdout : stderr;
-                fprintf(out, "usage: dsvisor verify MODEL\n"
+                fprintf(out, "usage: dsvisor verify [--values] MODEL\n"
                              "  Validates a native model file (header, table, shapes against the\n"
-                             "  hyper-parameters) and checks every tensor's CRC32C.\n");
+                             "  hyper-parameters) and checks every tensor's CRC32C. --values also\n"
+                             "  scans every weight, norm and scale for NaN and Inf (a warning per tensor).\n");
                 return out == stdout ? 0 : 2;
         }
         struct dse_diag diag = {{0}};
         struct dse_model *m;
-        int r = dse_model_open(argv[1], 0, &m, &diag);
+        int r = dse_model_open(path, 0, &m, &diag);
         if (r < 0) {
                 fprintf(stderr, "<3>dsvisor: %s\n", diag.msg[0] ? diag.msg : strerror(-r));
                 return 1;
         }
         r = dse_model_verify(m, &diag);
+        size_t n_bad = 0;
+        if (r == 0 && values) {
+                dse_log_set(log_to_stderr, NULL);
+                r = dse_model_verify_values(m, &n_bad);
+        }
         char line[1024];
         dse_model_describe(m, line, sizeof line);
         dse_model_free(m);
@@ -121,6 +130,9 @@ int dsv_cmd_verify(int argc, char **argv) {
                 fprintf(stderr, "<3>dsvisor: %s\n", diag.msg[0] ? diag.msg : strerror(-r));
                 return 1;
         }
-        printf("ok %s\n", line);
+        if (n_bad)
+                printf("ok %s; %zu tensors hold NaN or Inf values\n", line, n_bad);
+        else
+                printf("ok %s%s\n", line, values ? "; every value finite" : "");
         return 0;
 }

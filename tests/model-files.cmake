@@ -8,6 +8,8 @@ dsv_test(NAME test-modelfile-quant SOURCES unit/test-modelfile-quant.c LIBS dse 
 target_include_directories(test-modelfile-quant PRIVATE ${CMAKE_SOURCE_DIR}/engine/src)
 dsv_test(NAME test-modelfile-bad SOURCES unit/test-modelfile-bad.c LIBS dse LABELS unit TIMEOUT 120)
 target_include_directories(test-modelfile-bad PRIVATE ${CMAKE_SOURCE_DIR}/engine/src)
+dsv_test(NAME test-modelfile-checkpoints SOURCES unit/test-modelfile-checkpoints.c LIBS dse LABELS unit TIMEOUT 120)
+target_include_directories(test-modelfile-checkpoints PRIVATE ${CMAKE_SOURCE_DIR}/engine/src)
 dsv_script_test(NAME test-modelfile-cli SCRIPT ${CMAKE_SOURCE_DIR}/tests/integration/modelfile-cli.sh LABELS integration TIMEOUT 60)
 
 # libFuzzer targets for the safetensors and native header parsers and the config.json

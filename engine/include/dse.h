@@ -154,6 +154,10 @@ void dse_model_free(struct dse_model *model);
 /* Recomputes every tensor's CRC32C and compares it with the table (reads the whole
  * file). 0, or -EBADMSG naming the first tensor that does not match. */
 int dse_model_verify(const struct dse_model *model, struct dse_diag *reterr);
+/* Scans every value of the floating-point tensors (weights, norms, scales) for NaN and
+ * Inf: each tensor holding any is logged as a warning (file, tensor, counts, first
+ * index) and counted in *ret_n_bad. Reads the whole file. */
+int dse_model_verify_values(const struct dse_model *model, size_t *ret_n_bad);
 
 /* Bytes of the model's mapping the kernel maps with 2 MiB pages now (*ret_huge: all of
  * a hugetlb memfd, a file's FilePmdMapped or a shmem memfd's ShmemPmdMapped, proc(5),

@@ -20,6 +20,14 @@ check convert_no_tmp_left test "$(ls "$tmp/out")" = model.dse
 "$bin" verify "$tmp/out/model.dse" >"$tmp/o" 2>"$tmp/e"
 check verify_ok test $? -eq 0
 check verify_says_ok grep -q "^ok .*deepseek_v3, 3 layers" "$tmp/o"
+"$bin" verify --values "$tmp/out/model.dse" >"$tmp/o" 2>"$tmp/e"
+check verify_values_ok test $? -eq 0
+check verify_values_finite grep -q "^ok .*; every value finite" "$tmp/o"
+
+mkfifo "$tmp/fifo"
+timeout 20 "$bin" verify "$tmp/fifo" >"$tmp/o" 2>"$tmp/e"
+check verify_fifo_exit test $? -eq 1
+check verify_fifo_message grep -q "is a FIFO, not a regular file" "$tmp/e"
 
 # flip one byte of the first tensor in the data region (2 MiB in: the embedding)
 printf '\x5a' | dd of="$tmp/out/model.dse" bs=1 seek=$((2097152 + 10)) conv=notrunc status=none

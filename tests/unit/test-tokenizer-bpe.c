@@ -5,6 +5,7 @@
 
 #include "dse.h"
 #include "t.h"
+#include "test-log-capture.h"
 #include "tok/tokenizer.h" /* chat_template, for the chat-template work */
 
 static char *seed(const char *name, size_t *ret_len) {
@@ -330,4 +331,82 @@ TEST(invalid_utf8_text_is_eilseq) {
         ASSERT_EQ(dse_tokenizer_encode(tok, "a\0b", 3, 0, ids, 16), 3);
         ASSERT_EQ(dse_tokenizer_encode(tok, "\xf4\x8f\xbf\xbf", 4, 0, ids, 16), 4);
         dse_tokenizer_free(tok);
+}
+
+/* ---- files tokenizers accepts but that lose text: warnings, naming the entry ---------- */
+
+/* Loads json (must succeed) and returns the warnings it logged. */
+static const char *load_warnings(const char *json) {
+        struct dse_tokenizer *tok = NULL;
+        struct dse_diag diag = {{0}};
+        t_log_start(DSE_LOG_WARN);
+        int r = dse_tokenizer_load_hf(json, strlen(json), NULL, 0, &tok, &diag);
+        t_log_stop();
+        if (r < 0) {
+                fprintf(stderr, "  load failed: %s\n", diag.msg);
+                return NULL;
+        }
+        dse_tokenizer_free(tok);
+        return t_log;
+}
+
+#define WARNS(json, want)                                                                                      \
+        do {                                                                                                \
+                ASSERT_TRUE(load_warnings(json));                                                            \
+                T_LOG_HAS(want);                                                                            \
+        } while (0)
+
+TEST(vocab_merges_and_added_tokens_invariants) {
+        /* errors: no entries, mixed merge forms */
+        ASSERT_EQ(load_error("{\"model\": {\"type\": \"BPE\", \"vocab\": {}, \"merges\": []}, \"added_tokens\": "
+                             "[{\"id\": 0, \"content\": \"<s>\"}]}",
+                             "model.vocab has no entries"),
+                  -EBADMSG);
+        ASSERT_EQ(load_error("{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 1, \"ab\": 2, \"abb\": 3}, "
+                             "\"merges\": [\"a b\", [\"ab\", \"b\"]]}}",
+                             "merges[1] is [\"a\", \"b\"] but merges[0] is \"a b\""),
+                  -EBADMSG);
+        ASSERT_EQ(load_error("{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 1, \"ab\": 2, \"abb\": 3}, "
+                             "\"merges\": [[\"a\", \"b\"], \"ab b\"]}}",
+                             "merges[1] is \"a b\" but merges[0] is [\"a\", \"b\"]"),
+                  -EBADMSG);
+        ASSERT_EQ(load_error("{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 1}, "
+                             "\"merges\": [[\"a\", \"b\", \"c\"]]}}",
+                             "merges[0] is neither"),
+                  -EBADMSG);
+        /* warnings: an id given twice, an added token over another token's id */
+        WARNS("{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 1, \"ab\": 1}, \"merges\": []}}",
+              "model.vocab gives 1 ids to more than one entry (the first: id 1, again for 'ab')");
+        WARNS("{" BPE_MODEL ", \"added_tokens\": [{\"id\": 2, \"content\": \"<s>\", \"special\": true}]}",
+              "added_tokens[0] '<s>' has id 2, which is already 'ab'");
+        /* the same content at the same id is how most files list their special tokens */
+        ASSERT_STREQ(load_warnings("{" BPE_MODEL ", \"added_tokens\": [{\"id\": 2, \"content\": \"ab\"}]}"), "");
+}
+
+TEST(byte_coverage_invariants) {
+        /* a ByteLevel pre-tokenizer over a vocabulary without the byte characters */
+        WARNS("{" BPE_MODEL ", \"pre_tokenizer\": {\"type\": \"ByteLevel\", \"add_prefix_space\": false}}",
+              "ByteLevel vocabulary lacks the tokens of 254 of the 256 bytes (the first: byte 0x00, '\xc4\x80')");
+        WARNS("{\"model\": {\"type\": \"BPE\", \"vocab\": {\"<unk>\": 0, \"<0x00>\": 1, \"a\": 2}, \"merges\": [], "
+              "\"byte_fallback\": true, \"unk_token\": \"<unk>\"}}",
+              "byte_fallback is set but 255 of the 256 <0xXX> pieces are missing (the first: <0x01>)");
+        ASSERT_STREQ(load_warnings("{" BPE_MODEL "}"), "");
+}
+
+TEST(fixture_tokenizers_load_without_warnings) {
+        static const char *const names[] = {"deepseek_v3", "llama3", "mistral7b", "qwen2_5"};
+        for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+                char path[256];
+                snprintf(path, sizeof path, "tokenizers/models/%s/tokenizer.json", names[i]);
+                struct dse_tokenizer *tok = NULL;
+                t_log_start(DSE_LOG_WARN);
+                int r = dse_tokenizer_load_file(t_fixture(path), &tok, NULL);
+                t_log_stop();
+                if (r == -ENOENT)
+                        continue;
+                ASSERT_OK(r);
+                if (t_log[0])
+                        T_FAIL("%s: %s", names[i], t_log);
+                dse_tokenizer_free(tok);
+        }
 }

@@ -3,11 +3,13 @@
  * are written here with a minimal protobuf writer so each case breaks exactly one thing.
  * The expected ids and texts of the small valid models below were checked by writing the
  * same bytes to a file and running spm_encode/spm_decode (SentencePiece 0.1.97) on it. */
+#include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
 
 #include "dse.h"
 #include "t.h"
+#include "test-log-capture.h"
 
 /* ---- a minimal protobuf writer ---------------------------------------------------- */
 
@@ -399,6 +401,103 @@ TEST(invalid_utf8) {
                 ASSERT_TRUE(dse_tokenizer_encode(tok, "\xf4\x8f\xbf\xbf", 4, 0, ids, 64) > 0);
                 ASSERT_EQ(dse_tokenizer_encode(tok, "", 0, 0, ids, 64), 0);
                 ASSERT_EQ(dse_tokenizer_encode(tok, "", 0, 1, ids, 64), 1);
+                dse_tokenizer_free(tok);
+        }
+}
+
+/* ---- pieces sentencepiece loads but that cannot work: warnings -------------------------- */
+
+/* Loads w (must succeed) and returns the warnings logged. */
+static const char *load_warnings(const struct pbw *w) {
+        struct dse_diag d;
+        struct dse_tokenizer *tok = NULL;
+        t_log_start(DSE_LOG_WARN);
+        int r = load(w, &d, &tok);
+        t_log_stop();
+        if (r < 0) {
+                fprintf(stderr, "  load failed: %s\n", d.msg);
+                return NULL;
+        }
+        dse_tokenizer_free(tok);
+        return t_log;
+}
+
+#define WARNS(w, want)                                                                                      \
+        do {                                                                                                \
+                ASSERT_TRUE(load_warnings(w));                                                            \
+                T_LOG_HAS(want);                                                                            \
+        } while (0)
+
+TEST(pieces_that_cannot_work_are_warnings) {
+        struct pbw utf = {.n = 0};
+        w_piece(&utf, "<unk>", 0, UNKNOWN);
+        w_piece(&utf, "a", -1, NORMAL);
+        w_piece(&utf, "b\xff", -2, NORMAL);
+        w_specs(&utf, 2, false);
+        WARNS(&utf, "1 pieces are not valid UTF-8 (the first: piece 2)");
+
+        struct pbw nan = {.n = 0};
+        w_piece(&nan, "<unk>", 0, UNKNOWN);
+        w_piece(&nan, "a", -1, NORMAL);
+        w_piece(&nan, "b", NAN, NORMAL);
+        w_specs(&nan, 1, false);
+        WARNS(&nan, "1 pieces have a NaN score (the first: piece 2 'b')");
+
+        struct pbw bytes = {.n = 0};
+        w_piece(&bytes, "<unk>", 0, UNKNOWN);
+        w_piece(&bytes, "<0x00>", 0, BYTE);
+        w_piece(&bytes, "a", -1, NORMAL);
+        w_specs(&bytes, 2, true);
+        WARNS(&bytes, "byte_fallback is set but 255 of the 256 <0xXX> pieces are missing (the first: <0x01>)");
+
+        struct pbw good = {.n = 0};
+        w_small_model(&good, true);
+        const char *w = load_warnings(&good);
+        ASSERT_TRUE(w);
+        ASSERT_STREQ(w, "");
+}
+
+/* Fields this reader does not know are skipped by wire type, as protobuf does, at every
+ * level: the model, a piece, the trainer and normalizer specs. */
+TEST(unknown_fields_are_skipped) {
+        struct pbw w = {.n = 0}, p = {.n = 0}, t = {.n = 0};
+        w_uint(&w, 99, 12345);                 /* varint */
+        w_key(&w, 98, 1);                      /* fixed64 */
+        w_raw(&w, "\x01\x02\x03\x04\x05\x06\x07\x08", 8);
+        w_bytes(&w, 97, "opaque", 6);          /* length-delimited */
+        w_float(&w, 96, 1.5f);                 /* fixed32 */
+        w_piece(&w, "<unk>", 0, UNKNOWN);
+        w_bytes(&p, 1, "a", 1);
+        w_float(&p, 2, -1);
+        w_uint(&p, 3, NORMAL);
+        w_uint(&p, 50, 7);
+        w_bytes(&p, 51, "x", 1);
+        w_bytes(&w, 1, p.buf, p.n);
+        w_uint(&t, 3, 2);
+        w_uint(&t, 200, 1);
+        w_bytes(&w, 2, t.buf, t.n);
+        struct dse_diag d;
+        struct dse_tokenizer *tok = NULL;
+        int r = load(&w, &d, &tok);
+        if (r < 0)
+                T_FAIL("load: %s", d.msg);
+        ASSERT_EQ(dse_tokenizer_n_vocab(tok), 2);
+        int32_t ids[8];
+        ASSERT_TRUE(dse_tokenizer_encode(tok, "a", 1, 0, ids, 8) > 0);
+        dse_tokenizer_free(tok);
+}
+
+TEST(fixture_models_load_without_warnings) {
+        static const char *const models[] = {"tokenizers/models/sp_bpe/sp_bpe.model",
+                                             "tokenizers/models/sp_unigram/sp_unigram.model"};
+        for (size_t m = 0; m < 2; m++) {
+                struct dse_tokenizer *tok = NULL;
+                t_log_start(DSE_LOG_WARN);
+                int r = dse_tokenizer_load_file(t_fixture(models[m]), &tok, NULL);
+                t_log_stop();
+                ASSERT_OK(r);
+                if (t_log[0])
+                        T_FAIL("%s: %s", models[m], t_log);
                 dse_tokenizer_free(tok);
         }
 }

@@ -291,8 +291,12 @@ static int plan_blob(struct conv *c, const char *file) {
         if ((size_t)snprintf(path, sizeof path, "%s/%s", c->dir, file) >= sizeof path)
                 return -ENAMETOOLONG;
         struct stat st;
-        if (stat(path, &st) < 0 || !S_ISREG(st.st_mode) || st.st_size == 0)
-                return 0; /* absent (or empty): nothing to embed */
+        if (stat(path, &st) < 0)
+                return 0; /* absent: nothing to embed */
+        if (!S_ISREG(st.st_mode))
+                return dse__fail(c->reterr, -EINVAL, "'%s' is not a regular file", path);
+        if (st.st_size == 0)
+                return 0; /* empty: nothing to embed */
         struct job *v = realloc(c->jobs, (c->n_jobs + 1) * sizeof *v);
         if (!v)
                 return -ENOMEM;
@@ -313,23 +317,72 @@ static int plan_blob(struct conv *c, const char *file) {
         return 0;
 }
 
-/* Source tensors outside the schema: DeepSeek-V3 MTP layers (index >= n_layers) and
- * rotary caches are skipped with a message; anything else is an error, since it means
- * the checkpoint is not the architecture config.json claims. */
+/* Non-parameter buffers PyTorch modules registered as persistent and older exports
+ * saved: rotary frequency and cos/sin caches. They are recomputed from config.json,
+ * as transformers does when it drops them from a state dict. */
+static int is_module_buffer(const char *name) {
+        static const char *const suffixes[] = {"rotary_emb.inv_freq", "rotary_emb.cos_cached",
+                                               "rotary_emb.sin_cached"};
+        size_t nl = strlen(name);
+        for (size_t i = 0; i < sizeof suffixes / sizeof suffixes[0]; i++) {
+                size_t sl = strlen(suffixes[i]);
+                if (nl >= sl && strcmp(name + nl - sl, suffixes[i]) == 0 && (nl == sl || name[nl - sl - 1] == '.'))
+                        return 1;
+        }
+        return 0;
+}
+
+/* Whether two source tensors hold the same bytes, read CHUNK_BYTES at a time: 1 or 0,
+ * or a negative errno. */
+static int same_bytes(struct conv *c, const struct dse__st_tensor *a, const struct dse__st_tensor *b) {
+        if (a->dtype != b->dtype || a->end - a->begin != b->end - b->begin)
+                return 0;
+        uint64_t n = a->end - a->begin;
+        size_t chunk = n < CHUNK_BYTES ? (size_t)n : CHUNK_BYTES;
+        uint8_t *x = malloc(chunk ? chunk : 1), *y = malloc(chunk ? chunk : 1);
+        int r = x && y ? 1 : -ENOMEM;
+        for (uint64_t off = 0; r == 1 && off < n; off += chunk) {
+                size_t k = n - off < chunk ? (size_t)(n - off) : chunk;
+                int e;
+                if ((e = dse__st_read(c->st, a, off, x, k, c->reterr)) < 0 ||
+                    (e = dse__st_read(c->st, b, off, y, k, c->reterr)) < 0)
+                        r = e;
+                else
+                        r = memcmp(x, y, k) == 0;
+        }
+        free(x);
+        free(y);
+        return r;
+}
+
+/* Source tensors outside the schema: DeepSeek-V3 MTP layers (index >= n_layers), module
+ * buffers and a tied lm_head are skipped with a message; anything else is an error,
+ * since it means the checkpoint is not the architecture config.json claims. A tied
+ * lm_head.weight is dropped because transformers ties it to the embedding after loading
+ * (tie_weights), so the embedding is the output head whatever the file holds. */
 static int check_leftovers(struct conv *c, const uint8_t *used) {
-        size_t n_mtp = 0, n_other = 0;
+        size_t n_mtp = 0, n_buffers = 0;
+        const char *buffer = NULL;
         for (size_t i = 0; i < dse__st_n_tensors(c->st); i++) {
                 if (used[i])
                         continue;
                 const struct dse__st_tensor *t = dse__st_tensor_at(c->st, i);
                 int layer;
-                size_t nl = strlen(t->name);
                 if (c->hp.arch == DSE_ARCH_DEEPSEEK_V3 && sscanf(t->name, "model.layers.%d.", &layer) == 1 &&
                     layer >= c->hp.n_layers) {
                         n_mtp++;
-                } else if ((nl > 17 && strcmp(t->name + nl - 17, "rotary_emb.inv_freq") == 0) ||
-                           (c->hp.tie_word_embeddings && strcmp(t->name, "lm_head.weight") == 0)) {
-                        n_other++;
+                } else if (is_module_buffer(t->name)) {
+                        n_buffers++;
+                        buffer = t->name;
+                } else if (c->hp.tie_word_embeddings && strcmp(t->name, "lm_head.weight") == 0) {
+                        const struct dse__st_tensor *embed = dse__st_find(c->st, "model.embed_tokens.weight");
+                        int same = embed ? same_bytes(c, t, embed) : 0;
+                        if (same < 0)
+                                return same;
+                        dse__log(same ? DSE_LOG_INFO : DSE_LOG_WARN,
+                                 "%s: lm_head.weight ignored (%s model.embed_tokens.weight): config.json sets "
+                                 "tie_word_embeddings, so the output head is the embedding, as transformers ties them",
+                                 dse__st_file_path(c->st, t->file), same ? "a copy of" : "it differs from");
                 } else {
                         return dse__fail(c->reterr, -EBADMSG,
                                          "%s: unexpected tensor '%s' (not part of %s with this config.json)",
@@ -339,10 +392,38 @@ static int check_leftovers(struct conv *c, const uint8_t *used) {
         if (n_mtp)
                 dse__log(DSE_LOG_INFO, "%s: skipping %zu tensors of layers >= num_hidden_layers (%d): multi-token "
                          "prediction modules are not part of the forward pass", c->dir, n_mtp, c->hp.n_layers);
-        if (n_other)
-                dse__log(DSE_LOG_INFO, "%s: skipping %zu redundant tensors (rotary caches, tied lm_head)", c->dir,
-                         n_other);
+        if (n_buffers)
+                dse__log(DSE_LOG_INFO, "%s: skipping %zu non-parameter buffers such as '%s': rotary tables are "
+                         "computed from config.json", c->dir, n_buffers, buffer);
         return 0;
+}
+
+/* A quantization_config over a checkpoint none of whose weights is quantized: the
+ * quantized loaders of transformers would find none of the tensors they expect and
+ * leave the layers uninitialised, and a converter guessing which of the two is wrong
+ * would guess silently. */
+static int check_quant_claim(struct conv *c) {
+        const char *method, *expect;
+        switch (c->quant.method) {
+        case DSE_HF_QUANT_FP8:
+                method = "fp8";
+                expect = "F8_E4M3 '.weight' with '.weight_scale_inv'";
+                break;
+        case DSE_HF_QUANT_AWQ:
+        case DSE_HF_QUANT_GPTQ:
+                method = c->quant.method == DSE_HF_QUANT_AWQ ? "awq" : "gptq";
+                expect = "'.qweight'";
+                break;
+        default:
+                return 0;
+        }
+        for (size_t i = 0; i < c->n_jobs; i++)
+                if (c->jobs[i].kind == SRC_AWQ || c->jobs[i].kind == SRC_GPTQ || c->jobs[i].kind == SRC_FP8)
+                        return 0;
+        return dse__fail(c->reterr, -EBADMSG,
+                         "%s/config.json: quantization_config claims quant_method '%s' but no weight is quantized "
+                         "(no %s tensors); remove quantization_config if the checkpoint was dequantized",
+                         c->dir, method, expect);
 }
 
 static int plan(struct conv *c) {
@@ -364,7 +445,7 @@ static int plan(struct conv *c) {
                         goto out;
                 c->n_jobs++;
         }
-        if ((r = check_leftovers(c, used)) < 0)
+        if ((r = check_quant_claim(c)) < 0 || (r = check_leftovers(c, used)) < 0)
                 goto out;
         static const char *const blobs[] = {"tokenizer.json", "tokenizer_config.json", "tokenizer.model"};
         for (size_t i = 0; i < 3; i++)
@@ -498,11 +579,15 @@ static int run_float_or_fp8(struct conv *c, const struct job *j) {
                         return -ENOMEM;
                 if ((r = dse__st_read(c->st, j->scale_inv, 0, sinv, n, c->reterr)) < 0)
                         goto out_sinv;
+                struct dse__nonfinite bad = {0};
+                dse__nonfinite_count(DSE_DTYPE_F32, sinv, n / 4, 0, &bad);
+                dse__nonfinite_warn(dse__st_file_path(c->st, j->scale_inv->file), j->scale_inv->name, &bad);
                 if (j->out_dtype == DSE_DTYPE_F8_E4M3 && (r = out_write(c, j->out_scale, sinv, n)) < 0)
                         goto out_sinv;
         }
         int copy = (j->kind == SRC_FLOAT && j->out_dtype == native_float(t->dtype)) ||
                    (j->kind == SRC_FP8 && j->out_dtype == DSE_DTYPE_F8_E4M3);
+        struct dse__nonfinite bad = {0};
         size_t blk = (size_t)(br * cols);
         uint8_t *src = malloc(blk * es);
         float *f = copy ? NULL : malloc(blk * sizeof *f);
@@ -518,6 +603,7 @@ static int run_float_or_fp8(struct conv *c, const struct job *j) {
                 if ((r = dse__st_read(c->st, t, (uint64_t)(r0 * cols) * es, src, n * es, c->reterr)) < 0)
                         break;
                 if (copy) {
+                        dse__nonfinite_count(j->out_dtype, src, n, (uint64_t)(r0 * cols), &bad);
                         r = out_write(c, j->out_data, src, n * es);
                         continue;
                 }
@@ -530,8 +616,11 @@ static int run_float_or_fp8(struct conv *c, const struct job *j) {
                 } else {
                         to_f32(t->dtype, src, f, n);
                 }
+                dse__nonfinite_count(DSE_DTYPE_F32, f, n, (uint64_t)(r0 * cols), &bad);
                 r = emit_f32_rows(c, j, f, n_rows, scratch);
         }
+        if (r == 0)
+                dse__nonfinite_warn(dse__st_file_path(c->st, t->file), t->name, &bad);
 out:
         free(scratch);
         free(f);
@@ -577,6 +666,9 @@ static int run_int4(struct conv *c, const struct job *j) {
                 r = -ENOMEM;
                 goto out;
         }
+        struct dse__nonfinite bad = {0};
+        dse__nonfinite_count(DSE_DTYPE_F16, sc, (size_t)(j->scales->end - j->scales->begin) / 2, 0, &bad);
+        dse__nonfinite_warn(dse__st_file_path(c->st, j->scales->file), j->scales->name, &bad);
         if (j->kind == SRC_AWQ) {
                 r = dse__awq_repack(qw, qz, sc, in, out, g, data, scale, zero);
         } else {
@@ -631,9 +723,9 @@ out:
 }
 
 static int run_blob(struct conv *c, const struct job *j) {
-        int fd = open(j->blob_path, O_RDONLY | O_CLOEXEC);
+        int fd = dse__open_input(j->blob_path, c->reterr);
         if (fd < 0)
-                return dse__fail(c->reterr, -errno, "cannot open '%s': %s", j->blob_path, strerror(errno));
+                return fd;
         size_t n = (size_t)j->cols;
         uint8_t *buf = malloc(n);
         int r = buf ? 0 : -ENOMEM;
@@ -675,14 +767,18 @@ static int read_text(const char *dir, const char *file, int required, char **ret
         char path[4096];
         if ((size_t)snprintf(path, sizeof path, "%s/%s", dir, file) >= sizeof path)
                 return -ENAMETOOLONG;
-        FILE *f = fopen(path, "rbe");
+        if (!required && access(path, F_OK) < 0 && errno == ENOENT) {
+                *ret = NULL;
+                *ret_len = 0;
+                return 0;
+        }
+        int fd = dse__open_input(path, reterr);
+        if (fd < 0)
+                return fd;
+        FILE *f = fdopen(fd, "rb");
         if (!f) {
-                if (!required && errno == ENOENT) {
-                        *ret = NULL;
-                        *ret_len = 0;
-                        return 0;
-                }
-                return dse__fail(reterr, -errno, "cannot open '%s': %s", path, strerror(errno));
+                close(fd);
+                return -ENOMEM;
         }
         char *buf = NULL;
         size_t len = 0, cap = 0;

@@ -772,9 +772,9 @@ int dse_model_open_fd(int fd, unsigned flags, struct dse_model **ret_model, stru
 int dse_model_open(const char *path, unsigned flags, struct dse_model **ret_model, struct dse_diag *reterr) {
         if (!path || !ret_model || (flags & ~(unsigned)DSE_MODEL_POPULATE))
                 return -EINVAL;
-        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        int fd = dse__open_input(path, reterr);
         if (fd < 0)
-                return dse__fail(reterr, -errno, "cannot open '%s': %s", path, strerror(errno));
+                return fd;
         int r = model_map(fd, path, flags, ret_model, reterr);
         close(fd);
         return r;
@@ -821,6 +821,25 @@ int dse_model_verify(const struct dse_model *model, struct dse_diag *reterr) {
                         return dse__fail(reterr, -EBADMSG, "%s: tensor '%s': checksum mismatch (stored %08x, data %08x)",
                                          model->what, t->name, model->crcs[i], c);
         }
+        return 0;
+}
+
+int dse_model_verify_values(const struct dse_model *model, size_t *ret_n_bad) {
+        if (!model || !ret_n_bad)
+                return -EINVAL;
+        static const size_t esize[DSE_DTYPE_COUNT] = {
+                [DSE_DTYPE_F32] = 4, [DSE_DTYPE_F16] = 2, [DSE_DTYPE_BF16] = 2, [DSE_DTYPE_F8_E4M3] = 1};
+        size_t n_bad = 0;
+        for (size_t i = 0; i < model->n; i++) {
+                const struct dse_tensor *t = &model->tensors[i];
+                if (t->dtype < 0 || t->dtype >= DSE_DTYPE_COUNT || !esize[t->dtype])
+                        continue; /* integer codes: every value is finite */
+                struct dse__nonfinite bad = {0};
+                dse__nonfinite_count(t->dtype, t->data, t->size_bytes / esize[t->dtype], 0, &bad);
+                dse__nonfinite_warn(model->what, t->name, &bad);
+                n_bad += bad.n_nan + bad.n_inf > 0;
+        }
+        *ret_n_bad = n_bad;
         return 0;
 }
 

@@ -63,6 +63,20 @@ uint16_t dse__f32_to_bf16(float f); /* round to nearest even; NaN stays NaN */
 float dse__f16_to_f32(uint16_t h);
 float dse__e4m3_to_f32(uint8_t v);  /* FN variant: bias 7, no infinities, S.1111.111 NaN */
 
+/* ---- non-finite values (values.c) ------------------------------------------------ */
+
+struct dse__nonfinite {
+        uint64_t n_nan, n_inf;
+        uint64_t first; /* element index of the first non-finite value */
+};
+
+/* Adds the NaN and Inf values among n elements of a float dtype (other dtypes hold
+ * none) to acc; `base` is the element index of data[0] within its tensor. */
+void dse__nonfinite_count(enum dse_dtype dtype, const void *data, size_t n, uint64_t base,
+                          struct dse__nonfinite *acc);
+/* Logs a warning naming the file and tensor when acc counted any. */
+void dse__nonfinite_warn(const char *what, const char *tensor, const struct dse__nonfinite *acc);
+
 /* ---- Hugging Face side (hf/) ------------------------------------------------------ */
 
 enum dse__hf_quant_method {

@@ -442,6 +442,8 @@ static int parse_vocab(struct loader *L, const struct bj *model, const struct bj
                 max_id = id > max_id ? id : max_id;
                 bytes += c->n + 1;
         }
+        if (vocab->n == 0)
+                return dse__fail(L->reterr, -EBADMSG, "tokenizer.json: model.vocab has no entries");
         if (max_id < 0)
                 return dse__fail(L->reterr, -EBADMSG, "tokenizer.json: empty vocabulary");
         if (bytes > UINT32_MAX)
@@ -465,6 +467,9 @@ static int parse_vocab(struct loader *L, const struct bj *model, const struct bj
                 memcpy(bpe->strs + bpe->strs_len, first_key, n);
                 bpe->strs_len += n;
         }
+        size_t n_shared = 0;
+        int32_t shared_id = -1;
+        const char *shared_key = NULL;
         for (uint32_t i = 0; i < vocab->n && r == 0; i++) {
                 const struct bj *e = dse__bj_at(L->doc, vocab, i);
                 int32_t id = (int32_t)dse__bj_num(e);
@@ -474,9 +479,19 @@ static int parse_vocab(struct loader *L, const struct bj *model, const struct bj
                         r = strs_add(bpe, e->key, e->key_len, &offs[i]);
                 lens[i] = e->key_len;
                 ids[i] = id;
+                if (bpe->piece_off[id] != UINT32_MAX && !n_shared++) {
+                        shared_id = id;
+                        shared_key = e->key;
+                }
                 bpe->piece_off[id] = offs[i];
                 bpe->piece_len[id] = e->key_len;
         }
+        /* tokenizers builds its id -> token map from the same entries without a check:
+         * the file loads there, so a warning here */
+        if (r == 0 && n_shared)
+                dse__log(DSE_LOG_WARN, "tokenizer.json: model.vocab gives %zu ids to more than one entry (the first: "
+                         "id %d, again for '%.100s'); decoding such an id gives the entry listed last",
+                         n_shared, shared_id, shared_key);
         if (r == 0)
                 *ret_repeated = dse__bpe_vocab_insert_batch(bpe, offs, lens, ids, vocab->n) > 0;
         free(offs);
@@ -507,6 +522,12 @@ static int parse_added(struct loader *L, const struct bj *added) {
                 t->rstrip = dse__bj_get_bool(L->doc, a, "rstrip", 0);
                 t->single_word = dse__bj_get_bool(L->doc, a, "single_word", 0);
                 t->normalized = dse__bj_get_bool(L->doc, a, "normalized", !t->special);
+                /* tokenizers lets an added token take over an id (its decoding wins) */
+                uint32_t had = bpe->piece_off[t->id];
+                if (had != UINT32_MAX && (bpe->piece_len[t->id] != c->n || memcmp(bpe->strs + had, c->str, c->n) != 0))
+                        dse__log(DSE_LOG_WARN, "tokenizer.json: added_tokens[%u] '%.100s' has id %d, which is already "
+                                 "'%.*s'; the added token wins", i, t->content, t->id,
+                                 (int)(bpe->piece_len[t->id] > 100 ? 100 : bpe->piece_len[t->id]), bpe->strs + had);
                 bpe->piece_off[t->id] = off;
                 bpe->piece_len[t->id] = (uint32_t)c->n;
         }
@@ -589,8 +610,17 @@ static int parse_merges(struct loader *L, const struct bj *model, int predict) {
         size_t n = 0;
         uint32_t first = 0;
         int32_t prev_new = -1;
+        /* tokenizers reads the list as all "a b" or all ["a", "b"]: a mixed list fails there */
+        int form = merges->n ? dse__bj_at(L->doc, merges, 0)->type : BJ_STRING;
         for (uint32_t i = 0; i < merges->n && r == 0; i++) {
                 const struct bj *m = dse__bj_at(L->doc, merges, i);
+                if ((m->type == BJ_STRING || m->type == BJ_ARRAY) && m->type != form) {
+                        r = dse__fail(L->reterr, -EBADMSG,
+                                      "tokenizer.json: merges[%u] is %s but merges[0] is %s: the list mixes the two forms",
+                                      i, m->type == BJ_STRING ? "\"a b\"" : "[\"a\", \"b\"]",
+                                      form == BJ_STRING ? "\"a b\"" : "[\"a\", \"b\"]");
+                        break;
+                }
                 const char *a, *b;
                 size_t an, bn;
                 if (m->type == BJ_STRING) { /* "a b" */
@@ -1103,6 +1133,36 @@ static const struct dse_tokenizer_ops bpe_ops = {
         .free_impl = bpe_free,
 };
 
+/* A byte-level vocabulary must hold the character of each of the 256 bytes, and
+ * byte_fallback needs the 256 <0xXX> pieces: tokenizers loads files lacking some, and
+ * then drops those bytes or turns them into unk_token, so these are warnings. */
+static void warn_byte_coverage(const struct bpe *bpe) {
+        int byte_level = 0;
+        for (int i = 0; i < bpe->n_pretoks; i++)
+                byte_level |= bpe->pretoks[i].type == BPE_PRETOK_BYTELEVEL;
+        int n_char = 0, n_fallback = 0, first_char = -1, first_fallback = -1;
+        for (int b = 255; b >= 0; b--) {
+                if (bpe->byte_char_id[b] < 0) {
+                        n_char++;
+                        first_char = b;
+                }
+                if (bpe->byte_fallback_id[b] < 0) {
+                        n_fallback++;
+                        first_fallback = b;
+                }
+        }
+        if (byte_level && n_char) {
+                char ch[4];
+                int n = dse__utf8_encode(dse__bpe_byte_to_cp((uint8_t)first_char), ch);
+                dse__log(DSE_LOG_WARN, "tokenizer.json: ByteLevel vocabulary lacks the tokens of %d of the 256 bytes "
+                         "(the first: byte 0x%02X, '%.*s'); text holding them encodes to unk_token or loses them",
+                         n_char, first_char, n, ch);
+        }
+        if (bpe->byte_fallback && n_fallback)
+                dse__log(DSE_LOG_WARN, "tokenizer.json: byte_fallback is set but %d of the 256 <0xXX> pieces are "
+                         "missing (the first: <0x%02X>); such bytes encode to unk_token", n_fallback, first_fallback);
+}
+
 static int load(struct loader *L, struct dse_tokenizer *tok, const char *config_json, size_t config_len) {
         struct bpe *bpe = L->bpe;
         const struct bj_doc *doc = L->doc;
@@ -1125,6 +1185,7 @@ static int load(struct loader *L, struct dse_tokenizer *tok, const char *config_
                                !bpe->cont_prefix && !bpe->end_suffix;
         for (int b = 0; b < 256; b++)
                 bpe->raw_bytes_model &= bpe->byte_char_id[b] >= 0;
+        warn_byte_coverage(bpe);
         if (bpe->n_prefix)
                 tok->bos_id = bpe->prefix_ids[0];
         if (bpe->n_suffix)

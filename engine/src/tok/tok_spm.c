@@ -11,10 +11,12 @@
  *            U+2581 becomes a space and the first piece loses its leading one. */
 #include <float.h>
 #include <limits.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "../internal.h"
+#include "../utf8.h"
 #include "spm_model.h"
 #include "tokenizer.h"
 
@@ -92,6 +94,31 @@ static int32_t piece_to_id(const struct spm_tok *s, const char *p, size_t len) {
 
 /* ---- loading ------------------------------------------------------------------ */
 
+/* Pieces sentencepiece loads but that cannot work as meant: one that is not UTF-8
+ * never matches (the normalized text is UTF-8), a NaN score makes every comparison
+ * with it false, and byte_fallback without a byte's <0xXX> piece encodes it as <unk>. */
+static void warn_pieces(const struct spm_tok *s, int n_bad_utf8, int first_bad_utf8, int n_nan, int first_nan) {
+        if (n_bad_utf8)
+                dse__log(DSE_LOG_WARN, "SentencePiece model: %d pieces are not valid UTF-8 (the first: piece %d); no "
+                         "text can match them", n_bad_utf8, first_bad_utf8);
+        if (n_nan)
+                dse__log(DSE_LOG_WARN, "SentencePiece model: %d pieces have a NaN score (the first: piece %d '%.*s'); "
+                         "segmentation around them is arbitrary", n_nan, first_nan,
+                         (int)(s->piece_len[first_nan] > 64 ? 64 : s->piece_len[first_nan]),
+                         s->arena + s->piece_off[first_nan]);
+        if (!s->byte_fallback)
+                return;
+        int n_missing = 0, first_missing = -1;
+        for (int b = 255; b >= 0; b--)
+                if (s->byte_id[b] == s->unk_id) {
+                        n_missing++;
+                        first_missing = b;
+                }
+        if (n_missing)
+                dse__log(DSE_LOG_WARN, "SentencePiece model: byte_fallback is set but %d of the 256 <0xXX> pieces are "
+                         "missing (the first: <0x%02X>); such bytes encode to <unk>", n_missing, first_missing);
+}
+
 static int build_vocab(struct spm_tok *s, struct dse_diag *reterr) {
         const struct spm_proto *m = &s->proto;
         size_t arena_len = 0;
@@ -112,6 +139,7 @@ static int build_vocab(struct spm_tok *s, struct dse_diag *reterr) {
             (ret = dse__spm_trie_init(&s->user)) < 0)
                 return ret;
 
+        int n_bad_utf8 = 0, n_nan = 0, first_bad_utf8 = -1, first_nan = -1;
         s->unk_id = -1;
         s->min_score = FLT_MAX;
         s->max_score = FLT_MIN;
@@ -148,6 +176,10 @@ static int build_vocab(struct spm_tok *s, struct dse_diag *reterr) {
                 if (p->type == SPM_PIECE_BYTE && piece_to_byte(p->piece.ptr, p->piece.len) < 0)
                         return dse__fail(reterr, -EBADMSG, "piece %d: BYTE piece '%.*s' is not <0xXX>", i,
                                          (int)(p->piece.len > 64 ? 64 : p->piece.len), p->piece.ptr);
+                if (!dse__utf8_valid(p->piece.ptr, p->piece.len) && !n_bad_utf8++)
+                        first_bad_utf8 = i;
+                if (isnan(p->score) && !n_nan++)
+                        first_nan = i;
                 if (p->type == SPM_PIECE_NORMAL) {
                         if (p->score < s->min_score)
                                 s->min_score = p->score;
@@ -166,6 +198,7 @@ static int build_vocab(struct spm_tok *s, struct dse_diag *reterr) {
                 name[5] = '>';
                 s->byte_id[b] = piece_to_id(s, name, 6);
         }
+        warn_pieces(s, n_bad_utf8, first_bad_utf8, n_nan, first_nan);
         return 0;
 }
 

@@ -61,18 +61,14 @@ int dse_tokenizer_load_spm_hf(const void *model, size_t model_len, const char *c
 /* Maps a whole file read-only (tokenizer.json files are 2-10 MB: mapping the page cache
  * is cheaper than copying it). Release with unmap_file(). An empty file maps to "". */
 static int map_file(const char *path, char **ret_buf, size_t *ret_len, struct dse_diag *reterr) {
-        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        int fd = dse__open_input(path, reterr);
         if (fd < 0)
-                return dse__fail(reterr, -errno, "cannot open '%s': %s", path, strerror(errno));
+                return fd;
         struct stat st;
         if (fstat(fd, &st) < 0) {
                 int r = -errno;
                 close(fd);
                 return dse__fail(reterr, r, "cannot stat '%s'", path);
-        }
-        if (!S_ISREG(st.st_mode)) {
-                close(fd);
-                return dse__fail(reterr, -EINVAL, "'%s' is not a regular file", path);
         }
         if (st.st_size == 0) {
                 close(fd);

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "../../internal.h"
+#include "../../utf8.h"
 #include "../format.h"
 
 #define ST_HEADER_MAX (100u << 20) /* the reference implementation's limit */
@@ -112,10 +113,29 @@ static int parse_entry(const cJSON *item, uint64_t data_size, const char *what, 
         return 0;
 }
 
+/* __metadata__ is a map of strings ({"format": "pt"}); the reference reader refuses
+ * anything else. */
+static int check_metadata(const cJSON *md, const char *what, struct dse_diag *reterr) {
+        if (!cJSON_IsObject(md))
+                return dse__fail(reterr, -EBADMSG, "%s: __metadata__ is not a JSON object", what);
+        for (const cJSON *e = md->child; e; e = e->next)
+                if (!cJSON_IsString(e))
+                        return dse__fail(reterr, -EBADMSG, "%s: __metadata__ entry '%.64s' is not a string", what,
+                                         e->string ? e->string : "");
+        return 0;
+}
+
 int dse__st_parse_header(const char *json, size_t len, uint64_t data_size, const char *what,
                          struct dse__st_tensor **ret_tensors, size_t *ret_n, struct dse_diag *reterr) {
         if (!json || !what || !ret_tensors || !ret_n)
                 return -EINVAL;
+        /* the reference reader refuses a header that does not open the JSON object at its
+         * first byte or is not UTF-8 */
+        if (len == 0 || json[0] != '{')
+                return dse__fail(reterr, -EBADMSG, "%s: safetensors header does not start with '{'", what);
+        if (!dse__utf8_valid(json, len))
+                return dse__fail(reterr, -EBADMSG, "%s: safetensors header is not valid UTF-8 (at byte %zu)", what,
+                                 dse__utf8_valid_prefix(json, len));
         cJSON *root = cJSON_ParseWithLength(json, len);
         if (!root)
                 return dse__fail(reterr, -EBADMSG, "%s: malformed safetensors JSON header", what);
@@ -133,8 +153,11 @@ int dse__st_parse_header(const char *json, size_t len, uint64_t data_size, const
                 goto out;
         }
         for (const cJSON *item = root->child; item; item = item->next) {
-                if (item->string && strcmp(item->string, "__metadata__") == 0)
+                if (item->string && strcmp(item->string, "__metadata__") == 0) {
+                        if ((r = check_metadata(item, what, reterr)) < 0)
+                                goto out;
                         continue;
+                }
                 if ((r = parse_entry(item, data_size, what, &v[n], reterr)) < 0)
                         goto out;
                 n++;
@@ -209,6 +232,33 @@ static int read_full(int fd, void *buf, size_t n, uint64_t off) {
         return 0;
 }
 
+/* The tensors of one file must cover its data section exactly, in offset order: no
+ * byte before the first, between two or after the last (overlaps are refused by the
+ * header parser). The reference reader refuses such files; a gap would also mean the
+ * header lost a tensor. Sorts v by offset. */
+static int check_tiling(struct dse__st_tensor *v, size_t n, uint64_t data_size, const char *path,
+                        struct dse_diag *reterr) {
+        qsort(v, n, sizeof *v, cmp_begin);
+        uint64_t at = 0;
+        for (size_t i = 0; i < n; i++) {
+                if (v[i].begin != at)
+                        return dse__fail(reterr, -EBADMSG,
+                                         "%s: data bytes [%llu, %llu) %s%s%s tensor '%s' belong to no tensor: "
+                                         "data_offsets must tile the data section",
+                                         path, (unsigned long long)at, (unsigned long long)v[i].begin,
+                                         i ? "between tensor '" : "before", i ? v[i - 1].name : "", i ? "' and" : "",
+                                         v[i].name);
+                at = v[i].end;
+        }
+        if (at != data_size)
+                return dse__fail(reterr, -EBADMSG,
+                                 "%s: %llu trailing bytes after %s%s%s belong to no tensor: data_offsets must tile "
+                                 "the data section",
+                                 path, (unsigned long long)(data_size - at), n ? "tensor '" : "an empty header",
+                                 n ? v[n - 1].name : "", n ? "'" : "");
+        return 0;
+}
+
 /* Opens one safetensors file and appends its tensors to the set. */
 static int add_file(struct dse__st_set *set, const char *path, struct dse_diag *reterr) {
         struct st_file *files = realloc(set->files, (size_t)(set->n_files + 1) * sizeof *files);
@@ -221,9 +271,9 @@ static int add_file(struct dse__st_set *set, const char *path, struct dse_diag *
         if (!f->path)
                 return -ENOMEM;
         set->n_files++;
-        f->fd = open(path, O_RDONLY | O_CLOEXEC);
+        f->fd = dse__open_input(path, reterr);
         if (f->fd < 0)
-                return dse__fail(reterr, -errno, "cannot open '%s': %s", path, strerror(errno));
+                return f->fd;
         struct stat st;
         if (fstat(f->fd, &st) < 0)
                 return dse__fail(reterr, -errno, "cannot stat '%s': %s", path, strerror(errno));
@@ -256,6 +306,8 @@ static int add_file(struct dse__st_set *set, const char *path, struct dse_diag *
         size_t n;
         r = dse__st_parse_header(json, hlen, size - 8 - hlen, path, &v, &n, reterr);
         free(json);
+        if (r == 0 && (r = check_tiling(v, n, size - 8 - hlen, path, reterr)) < 0)
+                free(v);
         if (r < 0)
                 return r;
         struct dse__st_tensor *all = realloc(set->tensors, (set->n + n + 1) * sizeof *all);
@@ -273,9 +325,9 @@ static int add_file(struct dse__st_set *set, const char *path, struct dse_diag *
 }
 
 static int read_small_file(const char *path, char **ret_buf, size_t *ret_len, struct dse_diag *reterr) {
-        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        int fd = dse__open_input(path, reterr);
         if (fd < 0)
-                return dse__fail(reterr, -errno, "cannot open '%s': %s", path, strerror(errno));
+                return fd;
         struct stat st;
         int r = 0;
         char *buf = NULL;
