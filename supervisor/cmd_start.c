@@ -10,7 +10,7 @@
  *             itself (instance.c); readiness comes from the gateway's health polling;
  *             WATCHDOG=1 and STATUS= from here; status (status.c) and metrics
  *             (sup_metrics.c) are rendered from the state the loop keeps;
- *   SIGHUP    re-reads --config and restarts the instances one at a time;
+ *   SIGHUP    re-reads --config and applies what changed (reload.c);
  *   SIGTERM   stop: STOPPING=1, instances leave routing (new requests: 503), workers get
  *             SIGTERM and drain for --grace-ms, then the cgroups are killed and removed.
  *
@@ -60,16 +60,9 @@ static int setup_paths(struct sup *s) {
                 return -errno;
         exe[n] = 0;
         snprintf(s->exe_dir, sizeof s->exe_dir, "%s", dirname(exe));
-        if (s->cfg.worker[0])
-                snprintf(s->worker_path, sizeof s->worker_path, "%s", s->cfg.worker);
-        else
-                snprintf(s->worker_path, sizeof s->worker_path, "%.4000s/dsvisor-worker", s->exe_dir);
-        if (access(s->worker_path, X_OK) < 0) {
-                int r = -errno;
-                sup_log(3, "Worker binary '%s' is not executable: %s (set --worker)", s->worker_path, strerror(-r));
+        int r = sup_worker_path(&s->cfg, s->exe_dir, s->worker_path, sizeof s->worker_path);
+        if (r < 0)
                 return r;
-        }
-        int r;
         if (s->cfg.runtime_dir[0]) {
                 if (mkdir(s->cfg.runtime_dir, 0700) < 0 && errno != EEXIST)
                         return -errno;
@@ -149,13 +142,24 @@ static int load_weights(struct sup *s) {
         return r;
 }
 
+/* A limit the user asked for that is not in effect stops the start, unless
+ * --allow-unenforced (then the instance's cgroup report says so). */
+static int check_enforced(const struct sup *s, const struct sup_instance *in) {
+        char err[512];
+        int r = sup_config_check_enforced(&s->cfg, s->env.cg_host ? &in->cg_report : NULL, s->cg_note, err,
+                                          sizeof err);
+        if (r < 0)
+                sup_log(3, "Instance %s: %s", in->name, err);
+        return r;
+}
+
 /* Each instance's cgroup, then its worker. RT group scheduling: a new v1 cpu group gets
  * rt_runtime 0 and FIFO is EPERM in it; our own runtime is shared between them. */
 static int start_instances(struct sup *s) {
         uint64_t rt_share = s->cfg.rt_priority > 0 ? sup_cgroup_rt_share_us(s->env.cg_host, s->n) : 0;
         for (int i = 0; i < s->n; i++) {
                 int r = sup_instance_create_cgroup(&s->inst[i], rt_share);
-                if (r < 0 || (r = sup_instance_spawn(&s->inst[i])) < 0)
+                if (r < 0 || (r = check_enforced(s, &s->inst[i])) < 0 || (r = sup_instance_spawn(&s->inst[i])) < 0)
                         return r;
         }
         return 0;
@@ -189,35 +193,6 @@ static void begin_stop(struct sup *s, const char *why) {
         for (int i = 0; i < s->n; i++)
                 sup_instance_drain(&s->inst[i]);
         s->stop_kill_at_ms = sup_now_ms() + s->cfg.grace_ms + 5000;
-}
-
-static void begin_reload(struct sup *s) {
-        struct sup_config next;
-        char err[512];
-        int r = sup_config_reload(&s->cfg, &next, err, sizeof err);
-        if (r < 0) {
-                sup_log(3, "Reload failed, keeping the running configuration: %s", err);
-                return;
-        }
-        if (strcmp(next.model, s->cfg.model) || next.n_instances != s->cfg.n_instances ||
-            next.threads_per_instance != s->cfg.threads_per_instance || strcmp(next.host, s->cfg.host) ||
-            next.port != s->cfg.port || next.hugepages != s->cfg.hugepages || next.rt_priority != s->cfg.rt_priority ||
-            strcmp(next.runtime_dir, s->cfg.runtime_dir) || strcmp(next.cgroup_parent, s->cfg.cgroup_parent))
-                sup_log(4, "Reload: model, instances, threads, host, port, hugepages, rt-priority, runtime-dir and "
-                           "cgroup-parent changes need a full restart, ignoring them");
-        s->cfg.grace_ms = next.grace_ms;
-        s->cfg.n_ctx = next.n_ctx;
-        s->cfg.max_batch = next.max_batch;
-        s->cfg.kv_mem_mib = next.kv_mem_mib;
-        s->cfg.restart_limit = next.restart_limit;
-        s->cfg.restart_window_ms = next.restart_window_ms;
-        s->cfg.restart_backoff_min_ms = next.restart_backoff_min_ms;
-        s->cfg.restart_backoff_max_ms = next.restart_backoff_max_ms;
-        sup_roll_begin(&s->roll, s->inst, s->n);
-        for (int i = 0; i < s->n; i++)
-                sup_backoff_init(&s->inst[i].backoff, s->cfg.restart_backoff_min_ms, s->cfg.restart_backoff_max_ms,
-                                 s->cfg.restart_limit, s->cfg.restart_window_ms);
-        sup_log(6, "Reloaded the configuration: rolling restart, one instance at a time");
 }
 
 static void control_accept(struct sup *s) {
@@ -364,7 +339,7 @@ static int run_loop(struct sup *s) {
                         struct signalfd_siginfo si;
                         while (read(s->sig_fd, &si, sizeof si) == sizeof si) {
                                 if (si.ssi_signo == SIGHUP)
-                                        begin_reload(s);
+                                        sup_reload(s);
                                 else
                                         begin_stop(s, si.ssi_signo == SIGINT ? "SIGINT" : "SIGTERM");
                         }
