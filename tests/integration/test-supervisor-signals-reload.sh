@@ -1,0 +1,177 @@
+#!/usr/bin/env bash
+# SIGHUP tells the truth, with the stub worker:
+#   - a reload that changes options of every kind applies each one it can — the model
+#     (new weight images), the worker binary, worker options, the memory limit (a new
+#     cgroup per instance), the restart policy — through one rolling restart, seen in
+#     each new worker's binary, command line, weight mapping and cgroup file; and names
+#     each one it cannot (placement, the gateway's address and served id, the cgroup
+#     parent) with the reason, in a warning and in `dsvisor status`;
+#   - a new value that fails its check (a worker that is not executable) is named, the
+#     others of the same reload are still applied;
+#   - a memory limit asked for where there is no memory controller stops the start
+#     (exit 1, the option and the reason named), unless --allow-unenforced: then it runs
+#     and status shows the limit not in effect (root: a mount namespace without the
+#     memory hierarchy).
+set -euo pipefail
+bin="${DSV_BUILD_DIR:?}/bin"
+dsvisor="$bin/dsvisor"
+worker="$bin/test-supervisor-stub-worker"
+model_a="${DSV_FIXTURES:?}/models/qwen2-bf16-tied"
+model_b="$DSV_FIXTURES/models/llama3-rope-gqa"
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/test-supervisor-signals-reload.XXXXXX")
+export DSV_CACHE_DIR="$tmp/cache"
+sup_pid=
+cleanup() {
+        [[ -n $sup_pid ]] && kill -9 "$sup_pid" 2>/dev/null || true
+        wait 2>/dev/null || true
+        rm -rf "$tmp"
+}
+trap cleanup EXIT
+
+failed=0
+check() {
+        local what=$1
+        shift
+        if "$@"; then echo "ok     $what"; else echo "NOT OK $what"; failed=$((failed + 1)); fi
+}
+status_field() { # RUN PYTHON-EXPR over j
+        "$dsvisor" status --json --runtime-dir "$1" 2>/dev/null | python3 -c "import json,sys; j=json.load(sys.stdin); print($2)"
+}
+wait_ready() { # RUN SECONDS
+        local deadline=$((SECONDS + $2))
+        while ((SECONDS < deadline)); do
+                [[ $(status_field "$1" 'j["instances_ready"] == j["instances_total"]' 2>/dev/null) == True ]] && return 0
+                sleep 0.2
+        done
+        return 1
+}
+wait_rolled() { # RUN RESTARTS: every instance restarted RESTARTS times and is ready again
+        for _ in $(seq 1 300); do
+                [[ $(status_field "$1" "all(i['restarts'] == $2 and i['state'] == 'ready' for i in j['instances'])" \
+                        2>/dev/null) == True ]] && return 0
+                sleep 0.2
+        done
+        return 1
+}
+pids() { status_field "$1" '" ".join(str(i["pid"]) for i in j["instances"])'; }
+
+# ---- one reload, options of every kind
+run="$tmp/run1"
+cp "$worker" "$tmp/stub-b"
+cat >"$tmp/cfg.json" <<EOF
+{"instances": 2, "hugepages": "off", "model": "$model_a", "worker": "$worker", "grace-ms": 2000,
+ "memory-max-mib": 600, "restart-limit": 5}
+EOF
+"$dsvisor" start --config "$tmp/cfg.json" --port 0 --runtime-dir "$run" >"$tmp/reload.log" 2>&1 &
+sup_pid=$!
+check "ready with the first configuration" wait_ready "$run" 120
+check "status has no reload yet" test "$(status_field "$run" 'j["reload"]')" = None
+pids_before=$(pids "$run")
+cat >"$tmp/cfg.json" <<EOF
+{"instances": 3, "hugepages": "off", "model": "$model_b", "worker": "$tmp/stub-b", "grace-ms": 1500,
+ "n-ctx": 512, "memory-max-mib": 700, "restart-limit": 9, "no-housekeeping": true, "host": "127.0.0.2",
+ "cgroup-parent": "reload/test"}
+EOF
+kill -HUP "$sup_pid"
+check "the reload rolled: each instance restarted once and is ready" wait_rolled "$run" 1
+status_field "$run" 'json.dumps(j["reload"], indent=1)' >"$tmp/reload.json"
+check "status names what was applied: model, worker, grace-ms, n-ctx, memory-max-mib, restart-limit" \
+        test "$(status_field "$run" '" ".join(sorted(a["option"] for a in j["reload"]["applied"]))')" = \
+        "grace-ms memory-max-mib model n-ctx restart-limit worker"
+check "status names what was not applied, each with its reason" \
+        test "$(status_field "$run" '" ".join(sorted(a["option"] for a in j["reload"]["not_applied"] if a["reason"]))')" = \
+        "cgroup-parent host instances model-id no-housekeeping"
+for o in instances no-housekeeping host cgroup-parent model-id; do
+        check "a warning names $o" grep -q "^<4>dsvisor: Reload: $o NOT applied: ..*" "$tmp/reload.log"
+done
+check "what was not applied kept its running value (2 instances, 127.0.0.1, served as qwen2-bf16-tied)" \
+        test "$(status_field "$run" 'j["instances_total"], j["host"], j["model_id"]')" = "2 127.0.0.1 qwen2-bf16-tied"
+pids_after=$(pids "$run")
+check "both workers were replaced ($pids_before -> $pids_after)" bash -c "
+        for p in $pids_before; do [[ ' $pids_after ' == *\" \$p \"* ]] && exit 1; done; exit 0"
+model_path=$(status_field "$run" 'j["model"]')
+model_key="$(stat -c %s "$model_path")-$(stat -c %Y "$model_path")"
+check "status serves the new model ($model_path)" bash -c "[[ '$model_path' == *llama3-rope-gqa* ]]"
+for p in $pids_after; do
+        check "worker $p runs the new binary" test "$(readlink "/proc/$p/exe")" = "$tmp/stub-b"
+        check "worker $p got the new options (--n-ctx 512 --grace-ms 1500)" bash -c "
+                tr '\0' ' ' </proc/$p/cmdline | grep -q -- '--grace-ms 1500 .*--n-ctx 512'"
+        check "worker $p maps the new model's weight image (dsvisor-weights-n*-$model_key)" \
+                grep -q "memfd:dsvisor-weights-n[0-9]*-$model_key " "/proc/$p/maps"
+done
+check "the gateway still answers for the served id" test "$(curl -s -o /dev/null -w '%{http_code}' -m 20 \
+        "http://127.0.0.1:$(status_field "$run" 'j["port"]')/v1/completions" -H 'Content-Type: application/json' \
+        -d '{"model":"qwen2-bf16-tied","prompt":[5,6],"max_tokens":4}')" = 200
+status_field "$run" '"\n".join("%s %s %s" % (l["in_effect"], l["value"], i["cgroup"]) for i in j["instances"] for l in i["limits"] if l["limit"] == "memory.max")' >"$tmp/memlimits"
+check "each instance's new cgroup has the new memory limit in effect (700 MiB)" bash -c "
+        [[ \$(grep -c '^True 734003200 ' '$tmp/memlimits') == 2 ]]"
+while read -r _ _ groups; do
+        mem=$(echo "$groups" | tr ',' '\n' | sed -n 's/^ *v1 memory //p')
+        v2=$(echo "$groups" | tr ',' '\n' | sed -n 's/^ *v2 //p')
+        if [[ -n $mem ]]; then file="$mem/memory.limit_in_bytes"; else file="$v2/memory.max"; fi
+        check "$file says 734003200" test "$(cat "$file")" = 734003200
+done <"$tmp/memlimits"
+
+# ---- a new value that fails its check is named; the rest of the reload still applies
+sed -i "s|\"worker\": \"$tmp/stub-b\"|\"worker\": \"$tmp/no-such-worker\", \"max-batch\": 4|" "$tmp/cfg.json"
+kill -HUP "$sup_pid"
+check "the second reload rolled too" wait_rolled "$run" 2
+check "the worker that is not executable is named with the reason" \
+        test "$(status_field "$run" '[a["reason"] for a in j["reload"]["not_applied"] if a["option"] == "worker"][0]')" = \
+        "'$tmp/no-such-worker' is not executable: No such file or directory"
+check "max-batch from the same reload was applied" \
+        test "$(status_field "$run" '[a["option"] for a in j["reload"]["applied"]]')" = "['max-batch']"
+for p in $(pids "$run"); do
+        check "worker $p still runs the binary that worked, with --max-batch 4" bash -c "
+                [[ \$(readlink /proc/$p/exe) == '$tmp/stub-b' ]] && tr '\0' ' ' </proc/$p/cmdline | grep -q -- '--max-batch 4'"
+done
+check "dsvisor status prints the reload" bash -c "
+        '$dsvisor' status --runtime-dir '$run' | grep -q 'NOT applied  worker .*is not executable'"
+kill -TERM "$sup_pid"
+rc=0
+wait "$sup_pid" || rc=$?
+sup_pid=
+check "stopped with exit 0" test "$rc" -eq 0
+
+# ---- a memory limit without a memory controller
+skipped=0
+if [[ $(id -u) != 0 ]]; then
+        echo "SKIP   unenforced limits: a mount namespace without the memory hierarchy needs root"
+        skipped=1
+else
+        # In a private mount namespace the memory hierarchy (v1), or every cgroup (v2 only), is gone.
+        no_memcg() {
+                unshare -m --propagation private sh -c '
+                        if mountpoint -q /sys/fs/cgroup/memory; then umount -l /sys/fs/cgroup/memory
+                        else umount -l /sys/fs/cgroup; fi && exec "$@"' sh "$@"
+        }
+        rc=0
+        timeout 120 bash -c "$(declare -f no_memcg); no_memcg '$dsvisor' start --model '$model_a' --instances 1 \
+                --port 0 --runtime-dir '$tmp/run2' --worker '$worker' --hugepages off --memory-max-mib 512" \
+                >"$tmp/unenforced.log" 2>&1 || rc=$?
+        check "--memory-max-mib without a memory controller stops the start (exit $rc)" test "$rc" -eq 1
+        check "the error names the option, the reason and --allow-unenforced" \
+                grep -q -- '--memory-max-mib is not in effect (memory.max: .*); pass --allow-unenforced' "$tmp/unenforced.log"
+        check "no worker was started" bash -c "! grep -q 'worker pid' '$tmp/unenforced.log'"
+        no_memcg "$dsvisor" start --model "$model_a" --instances 1 --port 0 --runtime-dir "$tmp/run3" \
+                --worker "$worker" --hugepages off --memory-max-mib 512 --allow-unenforced >"$tmp/allowed.log" 2>&1 &
+        sup_pid=$!
+        check "--allow-unenforced: it runs" wait_ready "$tmp/run3" 120
+        check "--allow-unenforced: status shows memory.max not in effect, with the reason" test "$(status_field "$tmp/run3" \
+                '[(l["in_effect"], bool(l["reason"])) for l in j["instances"][0]["limits"] if l["limit"] == "memory.max"]')" \
+                = "[(False, True)]"
+        "$dsvisor" stop --runtime-dir "$tmp/run3" >/dev/null
+        rc=0
+        wait "$sup_pid" || rc=$?
+        sup_pid=
+        check "--allow-unenforced: stopped with exit 0" test "$rc" -eq 0
+fi
+
+if ((failed > 0)); then
+        cat "$tmp/reload.json" 2>/dev/null || true
+        for f in reload unenforced allowed; do echo "--- $f.log"; cat "$tmp/$f.log" 2>/dev/null || true; done
+fi
+echo "$failed failed"
+((failed > 0)) && exit 1
+((skipped > 0)) && exit 77
+exit 0
