@@ -416,3 +416,25 @@ int sup_config_check_enforced(const struct sup_config *cfg, const struct dsv_cgr
         }
         return 0;
 }
+
+/* ---- file values the command line overrides ----------------------------------------- */
+
+int sup_config_cli_overrides(const struct sup_config *cfg, const char **ret, int max) {
+        char *text = NULL;
+        char err[256];
+        if (!cfg->config_path[0] || read_file(cfg->config_path, &text, err, sizeof err) < 0)
+                return 0;
+        struct sup_config file;
+        sup_config_init(&file);
+        int n = 0;
+        cJSON *root = cJSON_Parse(text);
+        if (sup_config_apply_json(&file, text, err, sizeof err) == 0 && cJSON_IsObject(root))
+                for (const cJSON *it = root->child; it && n < max; it = it->next)
+                        for (size_t i = 0; i < N_OPTS && n < max; i++)
+                                if (cfg->cli_set[i] && key_matches(it->string, opts[i].name) &&
+                                    option_differs(&opts[i], cfg, &file))
+                                        ret[n++] = opts[i].name;
+        cJSON_Delete(root);
+        free(text);
+        return n;
+}

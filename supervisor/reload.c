@@ -194,6 +194,10 @@ void sup_reload(struct sup *s) {
                 rolling |= !at_once;
                 policy |= at_once;
         }
+        const char *overridden[SUP_RELOAD_MAX_ITEMS];
+        int n_over = sup_config_cli_overrides(&s->cfg, overridden, SUP_RELOAD_MAX_ITEMS);
+        for (int i = 0; i < n_over; i++)
+                not_applied(s, overridden[i], "the command line sets it, and the command line wins over the file");
         if (p.new_cgroups) {
                 uint64_t rt_share = s->cfg.rt_priority > 0 ? sup_cgroup_rt_share_us(s->env.cg_host, s->n) : 0;
                 for (int i = 0; i < s->n; i++) {

@@ -101,6 +101,9 @@ struct sup_config_change {
  * restart). Returns the count. */
 int sup_config_changes(const struct sup_config *cfg, const struct sup_config *next, struct sup_config_change *ret,
                        int max);
+/* The options the command line set whose value in cfg->config_path differs: the file's
+ * value does not apply (the command line wins), into ret[0..max). Returns the count. */
+int sup_config_cli_overrides(const struct sup_config *cfg, const char **ret, int max);
 /* Copies option `option`'s value from next into cfg; -ENOENT for an unknown name. */
 int sup_config_take(struct sup_config *cfg, const struct sup_config *next, const char *option);
 

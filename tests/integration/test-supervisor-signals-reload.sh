@@ -5,7 +5,8 @@
 #     cgroup per instance), the restart policy — through one rolling restart, seen in
 #     each new worker's binary, command line, weight mapping and cgroup file; and names
 #     each one it cannot (placement, the gateway's address and served id, the cgroup
-#     parent) with the reason, in a warning and in `dsvisor status`;
+#     parent, a file value of an option the command line sets) with the reason, in a
+#     warning and in `dsvisor status`;
 #   - a new value that fails its check (a worker that is not executable) is named, the
 #     others of the same reload are still applied;
 #   - a memory limit asked for where there is no memory controller stops the start
@@ -70,7 +71,7 @@ pids_before=$(pids "$run")
 cat >"$tmp/cfg.json" <<EOF
 {"instances": 3, "hugepages": "off", "model": "$model_b", "worker": "$tmp/stub-b", "grace-ms": 1500,
  "n-ctx": 512, "memory-max-mib": 700, "restart-limit": 9, "no-housekeeping": true, "host": "127.0.0.2",
- "cgroup-parent": "reload/test"}
+ "cgroup-parent": "reload/test", "port": 8123}
 EOF
 kill -HUP "$sup_pid"
 check "the reload rolled: each instance restarted once and is ready" wait_rolled "$run" 1
@@ -80,7 +81,9 @@ check "status names what was applied: model, worker, grace-ms, n-ctx, memory-max
         "grace-ms memory-max-mib model n-ctx restart-limit worker"
 check "status names what was not applied, each with its reason" \
         test "$(status_field "$run" '" ".join(sorted(a["option"] for a in j["reload"]["not_applied"] if a["reason"]))')" = \
-        "cgroup-parent host instances model-id no-housekeeping"
+        "cgroup-parent host instances model-id no-housekeeping port"
+check "the port the command line set is named as such" bash -c "
+        grep -q '^<4>dsvisor: Reload: port NOT applied: the command line sets it' '$tmp/reload.log'"
 for o in instances no-housekeeping host cgroup-parent model-id; do
         check "a warning names $o" grep -q "^<4>dsvisor: Reload: $o NOT applied: ..*" "$tmp/reload.log"
 done

@@ -179,6 +179,26 @@ TEST(reload_names_every_changed_option) {
         ASSERT_EQ(sup_config_take(&taken, &next, "no-such-option"), -ENOENT);
 }
 
+TEST(reload_names_file_values_the_command_line_overrides) {
+        char path[] = "/tmp/test-supervisor-overrides.XXXXXX";
+        int fd = mkstemp(path);
+        ASSERT_TRUE(fd >= 0);
+        close(fd);
+        write_file(path, "{\"port\": 9000, \"max_batch\": 4, \"model\": \"/cli.dse\"}");
+        struct sup_config c;
+        char err[256];
+        char *argv[] = {"start", "--config", path, "--port", "9100", "--model", "/cli.dse", "--n-ctx", "64"};
+        ASSERT_EQ(parse(&c, err, sizeof err, 9, argv), 0);
+        const char *over[8];
+        /* port: the file differs; model: the same; n-ctx: not in the file; max-batch: not on the CLI */
+        ASSERT_EQ(sup_config_cli_overrides(&c, over, 8), 1);
+        ASSERT_STREQ(over[0], "port");
+        write_file(path, "{\"port\": 9100}");
+        ASSERT_EQ(sup_config_cli_overrides(&c, over, 8), 0);
+        unlink(path);
+        ASSERT_EQ(sup_config_cli_overrides(&c, over, 8), 0);
+}
+
 TEST(unenforced_limit_is_an_error_unless_allowed) {
         struct sup_config c;
         char err[512];
