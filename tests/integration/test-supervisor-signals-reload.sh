@@ -116,15 +116,21 @@ while read -r _ _ groups; do
 done <"$tmp/memlimits"
 
 # ---- a new value that fails its check is named; the rest of the reload still applies
-sed -i "s|\"worker\": \"$tmp/stub-b\"|\"worker\": \"$tmp/no-such-worker\", \"max-batch\": 4|" "$tmp/cfg.json"
+memfd_inode() { awk '/memfd:dsvisor-weights/ {print $5; exit}' "/proc/$1/maps"; }
+inode_before=$(memfd_inode "$(pids "$run" | cut -d' ' -f1)")
+sed -i "s|\"worker\": \"$tmp/stub-b\"|\"worker\": \"$tmp/no-such-worker\", \"max-batch\": 4|; s|\"hugepages\": \"off\"|\"hugepages\": \"auto\"|" \
+        "$tmp/cfg.json"
 kill -HUP "$sup_pid"
 check "the second reload rolled too" wait_rolled "$run" 2
 check "the worker that is not executable is named with the reason" \
         test "$(status_field "$run" '[a["reason"] for a in j["reload"]["not_applied"] if a["option"] == "worker"][0]')" = \
         "'$tmp/no-such-worker' is not executable: No such file or directory"
-check "max-batch from the same reload was applied" \
-        test "$(status_field "$run" '[a["option"] for a in j["reload"]["applied"]]')" = "['max-batch']"
+check "hugepages and max-batch from the same reload were applied" \
+        test "$(status_field "$run" '[a["option"] for a in j["reload"]["applied"]]')" = "['hugepages', 'max-batch']"
+check "status shows hugepages auto" test "$(status_field "$run" 'j["hugepages"]')" = auto
 for p in $(pids "$run"); do
+        check "worker $p maps the new weight image of hugepages auto (memfd inode $inode_before -> $(memfd_inode "$p"))" \
+                bash -c "[[ -n '$(memfd_inode "$p")' && '$(memfd_inode "$p")' != '$inode_before' ]]"
         check "worker $p still runs the binary that worked, with --max-batch 4" bash -c "
                 [[ \$(readlink /proc/$p/exe) == '$tmp/stub-b' ]] && tr '\0' ' ' </proc/$p/cmdline | grep -q -- '--max-batch 4'"
 done
