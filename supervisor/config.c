@@ -69,7 +69,8 @@ void sup_config_init(struct sup_config *cfg) {
 void sup_start_usage(FILE *out) {
         fprintf(out, "usage: dsvisor start [--model M] [--instances N] [options]\n\n"
                      "Runs the instances and the HTTP gateway in the foreground until SIGTERM;\n"
-                     "SIGHUP re-reads --config and restarts the instances one at a time.\n\n");
+                     "SIGHUP re-reads --config, applies what changed (new workers one instance at a\n"
+                     "time) and names what it cannot apply.\n\n");
         for (size_t i = 0; i < N_OPTS; i++) {
                 char left[64];
                 snprintf(left, sizeof left, "--%s%s", opts[i].name, opts[i].kind == K_BOOL ? "" : " V");
