@@ -8,7 +8,7 @@
  *   loop      one poll() over a signalfd, the control socket and every worker's pidfd:
  *             an exit is seen at once and the instance reaps, backs off and restarts
  *             itself (instance.c); readiness comes from the gateway's health polling;
- *             WATCHDOG=1 and STATUS= from here; status (status.c) and metrics
+ *             WATCHDOG=1 and STATUS= each tick (sup_notify.c); status (status.c) and metrics
  *             (sup_metrics.c) are rendered from the state the loop keeps;
  *   SIGHUP    re-reads --config and applies what changed (reload.c);
  *   SIGTERM   stop: STOPPING=1, instances leave routing (new requests: 503), workers get
@@ -19,7 +19,6 @@
  * gateway and metrics threads always run SCHED_OTHER; only workers' compute threads may
  * run SCHED_FIFO (--rt-priority). */
 #include <errno.h>
-#include <inttypes.h>
 #include <libgen.h>
 #include <malloc.h>
 #include <poll.h>
@@ -189,7 +188,7 @@ static void begin_stop(struct sup *s, const char *why) {
                 return;
         s->stopping = true;
         sup_log(6, "Stopping (%s): draining for up to %d ms", why, s->cfg.grace_ms);
-        dsv_notify("STOPPING=1\nSTATUS=stopping: draining workers");
+        sup_notify_stopping();
         for (int i = 0; i < s->n; i++)
                 sup_instance_drain(&s->inst[i]);
         s->stop_kill_at_ms = sup_now_ms() + s->cfg.grace_ms + 5000;
@@ -232,33 +231,6 @@ static int poll_timeout_ms(const struct sup *s) {
         return (int)t;
 }
 
-/* READY=1 once every instance is ready, STATUS= when it changes, WATCHDOG=1 while the
- * loop runs and not every instance has given up (counts from before this tick's stop). */
-static void notify_systemd(struct sup *s, int64_t now, int ready, int failed) {
-        char status[256];
-        snprintf(status, sizeof status, "STATUS=%s%d/%d instances ready, %" PRIu64 " restarts%s, http://%s:%d",
-                 s->stopping ? "stopping: " : "", ready, s->n, sup_instances_restarts(s->inst, s->n),
-                 failed ? ", some failed" : "", s->cfg.host, s->gw_port);
-        if (!s->ready_sent && !s->stopping && ready == s->n) {
-                char msg[300];
-                s->ready_sent = true;
-                sup_log(6, "All %d instances ready in %" PRId64 " ms; HTTP on %s:%d", s->n, now - s->started_ms,
-                        s->cfg.host, s->gw_port);
-                snprintf(msg, sizeof msg, "READY=1\n%s", status);
-                dsv_notify(msg);
-                snprintf(s->last_status, sizeof s->last_status, "%s", status);
-        } else if (strcmp(status, s->last_status) != 0) {
-                snprintf(s->last_status, sizeof s->last_status, "%s", status);
-                dsv_notify(status);
-        }
-        /* Pinged one tick early so the gap stays within WATCHDOG_USEC/2. */
-        int64_t wd_ms = (int64_t)(s->watchdog_usec / 2000) - TICK_MS;
-        if (s->watchdog_usec && failed < s->n && now - s->last_watchdog_ms >= (wd_ms > TICK_MS ? wd_ms : TICK_MS)) {
-                dsv_notify("WATCHDOG=1");
-                s->last_watchdog_ms = now;
-        }
-}
-
 static void tick(struct sup *s) {
         int64_t now = sup_now_ms();
         bool became_ready = false;
@@ -283,7 +255,7 @@ static void tick(struct sup *s) {
                 s->all_failed = true;
                 begin_stop(s, "every instance failed");
         }
-        notify_systemd(s, now, ready, failed);
+        sup_notify_tick(s, now, ready, failed, TICK_MS);
         if (now - s->last_perf_ms >= 1000) {
                 s->last_perf_ms = now;
                 for (int i = 0; i < s->n; i++)
@@ -371,9 +343,7 @@ static int setup(struct sup *s) {
         if ((r = sup_cgroup_host_setup(&s->cfg, s->n, &s->env.cg_host, s->cg_note, sizeof s->cg_note)) < 0 ||
             (r = setup_gateway(s)) < 0)
                 return r;
-        uint64_t wd;
-        if (dsv_notify_watchdog_usec(&wd) > 0)
-                s->watchdog_usec = wd;
+        sup_notify_setup(s);
         return start_instances(s);
 }
 

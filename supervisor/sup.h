@@ -3,8 +3,9 @@
  * SCHED_FIFO for compute threads (rt_sched.c), the served model (served_model.c), the
  * weight images and systemd's fd store (weights.c), the worker instances and their
  * lifecycle (instance.c), the running supervisor that cmd_start.c sets up and drives
- * (struct sup), its status JSON (status.c) and Prometheus families (sup_metrics.c), the
- * control socket (control.c), the malloc tunable (malloc_env.c). Shared by cmd_start.c
+ * (struct sup), its reload (reload.c) and systemd notification (sup_notify.c), its status
+ * JSON (status.c) and Prometheus families (sup_metrics.c), the control socket
+ * (control.c), the malloc tunable (malloc_env.c). Shared by cmd_start.c
  * and cmd_status.c, and by main.c for the re-exec. Where a cgroup lives and what is in
  * effect in it is the platform's (dsv_platform.h), never decided here.
  *
@@ -414,6 +415,17 @@ struct sup {
         int64_t started_ms;
         struct sup_metrics metrics;
 };
+
+/* ---- systemd notification (sup_notify.c) ------------------------------------------ */
+
+/* Reads WATCHDOG_USEC into s. */
+void sup_notify_setup(struct sup *s);
+/* Each loop tick (every tick_ms or sooner), with the instances ready and failed before
+ * this tick's stop: READY=1 once every instance is ready (logged), STATUS= when it
+ * changes, WATCHDOG=1 every WATCHDOG_USEC/2 while not every instance has failed. */
+void sup_notify_tick(struct sup *s, int64_t now, int ready, int failed, int tick_ms);
+/* STOPPING=1 with its STATUS=. */
+void sup_notify_stopping(void);
 
 /* ---- reload (reload.c) ------------------------------------------------------------- */
 
