@@ -104,8 +104,24 @@ static int reload_weights(struct reload_pass *p, char *why, size_t why_size) {
         return 0;
 }
 
-/* The checks a new value needs before the running configuration takes it; why says why
- * it cannot. */
+/* Whether the instances' groups can have a memory limit: a v1 memory hierarchy or memory
+ * enabled in the v2 tree. why says why not. */
+static bool memory_controller(const struct sup *s, char *why, size_t why_size) {
+        struct dsv_cgroup_host_info info;
+        if (!s->env.cg_host) {
+                snprintf(why, why_size, "the instances have no cgroups (%.150s)", s->cg_note);
+                return false;
+        }
+        if (dsv_cgroup_host_info(s->env.cg_host, &info) == 0 &&
+            !((info.v1_mounted | info.v2_enabled) & DSV_CGROUP_CTRL_MEMORY)) {
+                snprintf(why, why_size, "no memory controller here (no v1 memory hierarchy, not enabled in the v2 tree)");
+                return false;
+        }
+        return true;
+}
+
+/* The checks a new value needs before the running configuration takes it: < 0 when it
+ * cannot (why says why), 1 when it is taken with a caveat (why says it), else 0. */
 static int check_option(struct reload_pass *p, const char *option, char *why, size_t why_size) {
         struct sup *s = p->s;
         const struct sup_config *next = p->next;
@@ -127,8 +143,8 @@ static int check_option(struct reload_pass *p, const char *option, char *why, si
                 memcpy(s->worker_path, path, sizeof s->worker_path);
                 return 0;
         }
-        if (strcmp(option, "memory-max-mib") == 0 || strcmp(option, "rt-priority") == 0) {
-                if (strcmp(option, "rt-priority") == 0 && next->rt_priority > 0) {
+        if (strcmp(option, "rt-priority") == 0) {
+                if (next->rt_priority > 0) {
                         char rt_why[200];
                         int r = sup_rt_preflight(NULL, next->rt_priority, s->n_free_cpus, rt_why, sizeof rt_why);
                         if (r < 0) {
@@ -136,12 +152,20 @@ static int check_option(struct reload_pass *p, const char *option, char *why, si
                                 return r;
                         }
                 }
-                if (!s->env.cg_host && strcmp(option, "memory-max-mib") == 0) {
-                        snprintf(why, why_size, "the instances have no cgroups (%.200s)", s->cg_note);
+                p->new_cgroups = s->env.cg_host != NULL; /* their share of RT runtime */
+                return 0;
+        }
+        if (strcmp(option, "memory-max-mib") == 0) {
+                p->new_cgroups = s->env.cg_host != NULL;
+                char none[200];
+                if (next->memory_max_bytes == 0 || memory_controller(s, none, sizeof none))
+                        return 0;
+                if (!s->cfg.allow_unenforced) {
+                        snprintf(why, why_size, "%.150s; it would not be in effect (--allow-unenforced lets it be)", none);
                         return -EOPNOTSUPP;
                 }
-                p->new_cgroups = s->env.cg_host != NULL;
-                return 0;
+                snprintf(why, why_size, "new workers, rolling restart; NOT in effect: %.150s (--allow-unenforced)", none);
+                return 1;
         }
         return 0;
 }
@@ -166,6 +190,11 @@ void sup_reload(struct sup *s) {
         memset(rep, 0, sizeof *rep);
         rep->at_ms = sup_now_ms();
         rep->at_unix = (int64_t)time(NULL);
+        if (s->stopping) {
+                snprintf(rep->error, sizeof rep->error, "stopping: nothing is reloaded");
+                sup_log(4, "Reload ignored: stopping");
+                return;
+        }
         int r = sup_config_reload(&s->cfg, &next, err, sizeof err);
         if (r < 0) {
                 snprintf(rep->error, sizeof rep->error, "%s", err);
@@ -183,14 +212,15 @@ void sup_reload(struct sup *s) {
                         not_applied(s, ch[i].option, why);
                         continue;
                 }
-                if (check_option(&p, ch[i].option, why, sizeof why) < 0) {
+                int checked = check_option(&p, ch[i].option, why, sizeof why);
+                if (checked < 0) {
                         not_applied(s, ch[i].option, why);
                         continue;
                 }
                 sup_config_take(&s->cfg, &next, ch[i].option);
                 bool at_once = ch[i].how == SUP_RELOAD_AT_ONCE;
                 add_item(rep->applied, &rep->n_applied, ch[i].option, "%s",
-                         at_once ? "at once" : "new workers, rolling restart");
+                         checked > 0 ? why : at_once ? "at once" : "new workers, rolling restart");
                 rolling |= !at_once;
                 policy |= at_once;
         }

@@ -11,8 +11,9 @@
 #     others of the same reload are still applied;
 #   - a memory limit asked for where there is no memory controller stops the start
 #     (exit 1, the option and the reason named), unless --allow-unenforced: then it runs
-#     and status shows the limit not in effect (root: a mount namespace without the
-#     memory hierarchy).
+#     and status shows the limit not in effect, and a reload's new limit is applied and
+#     said to be not in effect; without --allow-unenforced a reload's new limit is named
+#     and not applied (root: a mount namespace without the memory hierarchy).
 set -euo pipefail
 bin="${DSV_BUILD_DIR:?}/bin"
 dsvisor="$bin/dsvisor"
@@ -148,37 +149,62 @@ if [[ $(id -u) != 0 ]]; then
         echo "SKIP   unenforced limits: a mount namespace without the memory hierarchy needs root"
         skipped=1
 else
-        # In a private mount namespace the memory hierarchy (v1), or every cgroup (v2 only), is gone.
-        no_memcg() {
-                unshare -m --propagation private sh -c '
-                        if mountpoint -q /sys/fs/cgroup/memory; then umount -l /sys/fs/cgroup/memory
-                        else umount -l /sys/fs/cgroup; fi && exec "$@"' sh "$@"
-        }
+        # In a private mount namespace the memory hierarchy (v1), or every cgroup (v2 only),
+        # is gone; the command runs there with the same pid (unshare and sh exec it).
+        no_memcg=(unshare -m --propagation private sh -c '
+                if mountpoint -q /sys/fs/cgroup/memory; then umount -l /sys/fs/cgroup/memory
+                else umount -l /sys/fs/cgroup; fi && exec "$@"' sh)
         rc=0
-        timeout 120 bash -c "$(declare -f no_memcg); no_memcg '$dsvisor' start --model '$model_a' --instances 1 \
-                --port 0 --runtime-dir '$tmp/run2' --worker '$worker' --hugepages off --memory-max-mib 512" \
+        timeout 120 "${no_memcg[@]}" "$dsvisor" start --model "$model_a" --instances 1 --port 0 \
+                --runtime-dir "$tmp/run2" --worker "$worker" --hugepages off --memory-max-mib 512 \
                 >"$tmp/unenforced.log" 2>&1 || rc=$?
         check "--memory-max-mib without a memory controller stops the start (exit $rc)" test "$rc" -eq 1
         check "the error names the option, the reason and --allow-unenforced" \
                 grep -q -- '--memory-max-mib is not in effect (memory.max: .*); pass --allow-unenforced' "$tmp/unenforced.log"
         check "no worker was started" bash -c "! grep -q 'worker pid' '$tmp/unenforced.log'"
-        no_memcg "$dsvisor" start --model "$model_a" --instances 1 --port 0 --runtime-dir "$tmp/run3" \
-                --worker "$worker" --hugepages off --memory-max-mib 512 --allow-unenforced >"$tmp/allowed.log" 2>&1 &
+        echo '{"memory-max-mib": 512}' >"$tmp/cfg3.json"
+        "${no_memcg[@]}" "$dsvisor" start --model "$model_a" --instances 1 --port 0 --runtime-dir "$tmp/run3" \
+                --worker "$worker" --hugepages off --config "$tmp/cfg3.json" --allow-unenforced >"$tmp/allowed.log" 2>&1 &
         sup_pid=$!
         check "--allow-unenforced: it runs" wait_ready "$tmp/run3" 120
         check "--allow-unenforced: status shows memory.max not in effect, with the reason" test "$(status_field "$tmp/run3" \
                 '[(l["in_effect"], bool(l["reason"])) for l in j["instances"][0]["limits"] if l["limit"] == "memory.max"]')" \
                 = "[(False, True)]"
+        echo '{"memory-max-mib": 256}' >"$tmp/cfg3.json"
+        kill -HUP "$sup_pid"
+        check "--allow-unenforced: a new memory limit is applied and said to be NOT in effect" bash -c "
+                for i in \$(seq 1 100); do
+                        '$dsvisor' status --json --runtime-dir '$tmp/run3' | python3 -c '
+import json, sys
+j = json.load(sys.stdin)
+a = [x[\"how\"] for x in (j[\"reload\"] or {}).get(\"applied\", []) if x[\"option\"] == \"memory-max-mib\"]
+sys.exit(0 if a and \"NOT in effect\" in a[0] else 1)' && exit 0
+                        sleep 0.1
+                done; exit 1"
         "$dsvisor" stop --runtime-dir "$tmp/run3" >/dev/null
         rc=0
         wait "$sup_pid" || rc=$?
         sup_pid=
         check "--allow-unenforced: stopped with exit 0" test "$rc" -eq 0
+
+        echo '{"instances": 1}' >"$tmp/cfg4.json"
+        "${no_memcg[@]}" "$dsvisor" start --model "$model_a" --port 0 --runtime-dir "$tmp/run4" --worker "$worker" \
+                --hugepages off --config "$tmp/cfg4.json" >"$tmp/nolimit.log" 2>&1 &
+        sup_pid=$!
+        check "without a memory limit it starts where there is no memory controller" wait_ready "$tmp/run4" 120
+        echo '{"instances": 1, "memory-max-mib": 256}' >"$tmp/cfg4.json"
+        kill -HUP "$sup_pid"
+        sleep 1
+        check "a reload's memory limit that would not be in effect is named, not applied" \
+                grep -q '^<4>dsvisor: Reload: memory-max-mib NOT applied: .*; it would not be in effect' "$tmp/nolimit.log"
+        kill -TERM "$sup_pid"
+        wait "$sup_pid" || true
+        sup_pid=
 fi
 
 if ((failed > 0)); then
         cat "$tmp/reload.json" 2>/dev/null || true
-        for f in reload unenforced allowed; do echo "--- $f.log"; cat "$tmp/$f.log" 2>/dev/null || true; done
+        for f in reload unenforced allowed nolimit; do echo "--- $f.log"; cat "$tmp/$f.log" 2>/dev/null || true; done
 fi
 echo "$failed failed"
 ((failed > 0)) && exit 1
