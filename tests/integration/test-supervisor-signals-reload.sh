@@ -15,13 +15,13 @@
 #     said to be not in effect; without --allow-unenforced a reload's new limit is named
 #     and not applied (root: a mount namespace without the memory hierarchy).
 set -euo pipefail
-bin="${DSV_BUILD_DIR:?}/bin"
-dsvisor="$bin/dsvisor"
-worker="$bin/test-supervisor-stub-worker"
-model_a="${DSV_FIXTURES:?}/models/qwen2-bf16-tied"
-model_b="$DSV_FIXTURES/models/llama3-rope-gqa"
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/test-supervisor-signals-reload.XXXXXX")
-export DSV_CACHE_DIR="$tmp/cache"
+failed=0
+# bin, dsvisor, dsv_model, DSV_CACHE_DIR and check()
+source "${DSV_SOURCE_DIR:?}/tests/integration/test-deploy-lib.sh"
+worker="$bin/test-supervisor-stub-worker"
+model_a="$dsv_model"
+model_b="$DSV_FIXTURES/models/llama3-rope-gqa"
 sup_pid=
 cleanup() {
         [[ -n $sup_pid ]] && kill -9 "$sup_pid" 2>/dev/null || true
@@ -30,31 +30,19 @@ cleanup() {
 }
 trap cleanup EXIT
 
-failed=0
-check() {
-        local what=$1
-        shift
-        if "$@"; then echo "ok     $what"; else echo "NOT OK $what"; failed=$((failed + 1)); fi
-}
 status_field() { # RUN PYTHON-EXPR over j
         "$dsvisor" status --json --runtime-dir "$1" 2>/dev/null | python3 -c "import json,sys; j=json.load(sys.stdin); print($2)"
 }
-wait_ready() { # RUN SECONDS
-        local deadline=$((SECONDS + $2))
-        while ((SECONDS < deadline)); do
-                [[ $(status_field "$1" 'j["instances_ready"] == j["instances_total"]' 2>/dev/null) == True ]] && return 0
+wait_for() { # RUN PYTHON-EXPR over j: until it is True, up to 2 minutes
+        for _ in $(seq 1 600); do
+                [[ $(status_field "$1" "$2" 2>/dev/null) == True ]] && return 0
                 sleep 0.2
         done
         return 1
 }
-wait_rolled() { # RUN RESTARTS: every instance restarted RESTARTS times and is ready again
-        for _ in $(seq 1 300); do
-                [[ $(status_field "$1" "all(i['restarts'] == $2 and i['state'] == 'ready' for i in j['instances'])" \
-                        2>/dev/null) == True ]] && return 0
-                sleep 0.2
-        done
-        return 1
-}
+wait_ready() { wait_for "$1" 'j["instances_ready"] == j["instances_total"]'; }
+# every instance restarted $2 times and is ready again
+wait_rolled() { wait_for "$1" "all(i['restarts'] == $2 and i['state'] == 'ready' for i in j['instances'])"; }
 pids() { status_field "$1" '" ".join(str(i["pid"]) for i in j["instances"])'; }
 
 # ---- one reload, options of every kind
@@ -66,7 +54,7 @@ cat >"$tmp/cfg.json" <<EOF
 EOF
 "$dsvisor" start --config "$tmp/cfg.json" --port 0 --runtime-dir "$run" >"$tmp/reload.log" 2>&1 &
 sup_pid=$!
-check "ready with the first configuration" wait_ready "$run" 120
+check "ready with the first configuration" wait_ready "$run"
 check "status has no reload yet" test "$(status_field "$run" 'j["reload"]')" = None
 pids_before=$(pids "$run")
 cat >"$tmp/cfg.json" <<EOF
@@ -166,7 +154,7 @@ else
         "${no_memcg[@]}" "$dsvisor" start --model "$model_a" --instances 1 --port 0 --runtime-dir "$tmp/run3" \
                 --worker "$worker" --hugepages off --config "$tmp/cfg3.json" --allow-unenforced >"$tmp/allowed.log" 2>&1 &
         sup_pid=$!
-        check "--allow-unenforced: it runs" wait_ready "$tmp/run3" 120
+        check "--allow-unenforced: it runs" wait_ready "$tmp/run3"
         check "--allow-unenforced: status shows memory.max not in effect, with the reason" test "$(status_field "$tmp/run3" \
                 '[(l["in_effect"], bool(l["reason"])) for l in j["instances"][0]["limits"] if l["limit"] == "memory.max"]')" \
                 = "[(False, True)]"
@@ -191,7 +179,7 @@ sys.exit(0 if a and \"NOT in effect\" in a[0] else 1)' && exit 0
         "${no_memcg[@]}" "$dsvisor" start --model "$model_a" --port 0 --runtime-dir "$tmp/run4" --worker "$worker" \
                 --hugepages off --config "$tmp/cfg4.json" >"$tmp/nolimit.log" 2>&1 &
         sup_pid=$!
-        check "without a memory limit it starts where there is no memory controller" wait_ready "$tmp/run4" 120
+        check "without a memory limit it starts where there is no memory controller" wait_ready "$tmp/run4"
         echo '{"instances": 1, "memory-max-mib": 256}' >"$tmp/cfg4.json"
         kill -HUP "$sup_pid"
         sleep 1
