@@ -397,6 +397,7 @@ static const struct {
 
 int sup_config_check_enforced(const struct sup_config *cfg, const struct dsv_cgroup_report *rep,
                               const char *no_cgroups, char *err, size_t err_size) {
+        static const struct sup_config none; /* a limit option's 0 is "no limit" */
         if (cfg->allow_unenforced)
                 return 0;
         for (size_t k = 0; k < sizeof limit_options / sizeof limit_options[0]; k++) {
@@ -404,8 +405,7 @@ int sup_config_check_enforced(const struct sup_config *cfg, const struct dsv_cgr
                 for (size_t i = 0; i < N_OPTS; i++)
                         if (strcmp(opts[i].name, limit_options[k].name) == 0)
                                 o = &opts[i];
-                const struct sup_config zero = {0};
-                if (!o || !option_differs(o, cfg, &zero))
+                if (!o || !option_differs(o, cfg, &none))
                         continue; /* not asked for */
                 const struct dsv_cgroup_report_entry *e = rep ? &rep->e[limit_options[k].limit] : NULL;
                 if (e && e->requested && e->applied)

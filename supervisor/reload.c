@@ -67,15 +67,6 @@ static int reload_weights(struct reload_pass *p, char *why, size_t why_size) {
                 snprintf(why, why_size, "the model could not be resolved: %s (logged)", strerror(-r));
                 return r;
         }
-        if (strcmp(m.id, s->model.id) != 0) {
-                char note[256];
-                snprintf(note, sizeof note,
-                         "the new model would be served as '%.64s'; the gateway serves and accepts '%.64s' until a "
-                         "full restart",
-                         m.id, s->model.id);
-                not_applied(s, "model-id", note);
-                snprintf(m.id, sizeof m.id, "%s", s->model.id);
-        }
         struct sup_weight_set *set = calloc(1, sizeof *set);
         if (!set) {
                 snprintf(why, why_size, "out of memory");
@@ -100,6 +91,15 @@ static int reload_weights(struct reload_pass *p, char *why, size_t why_size) {
         free(set);
         for (int i = 0; i < s->n; i++)
                 s->inst[i].weights = sup_weight_set_find(&s->weights, s->inst[i].node_os);
+        if (strcmp(m.id, s->model.id) != 0) {
+                char note[256];
+                snprintf(note, sizeof note,
+                         "the new model would be served as '%.64s'; the gateway serves and accepts '%.64s' until a "
+                         "full restart",
+                         m.id, s->model.id);
+                not_applied(s, "model-id", note);
+                snprintf(m.id, sizeof m.id, "%s", s->model.id);
+        }
         s->model = m;
         return 0;
 }

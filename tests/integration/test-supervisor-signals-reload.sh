@@ -7,8 +7,8 @@
 #     each one it cannot (placement, the gateway's address and served id, the cgroup
 #     parent, a file value of an option the command line sets) with the reason, in a
 #     warning and in `dsvisor status`;
-#   - a new value that fails its check (a worker that is not executable) is named, the
-#     others of the same reload are still applied;
+#   - a new value that fails its check (a worker that is not executable, a model that
+#     does not load) is named, the others of the same reload are still applied;
 #   - a memory limit asked for where there is no memory controller stops the start
 #     (exit 1, the option and the reason named), unless --allow-unenforced: then it runs
 #     and status shows the limit not in effect, and a reload's new limit is applied and
@@ -125,6 +125,16 @@ for p in $(pids "$run"); do
 done
 check "dsvisor status prints the reload" bash -c "
         '$dsvisor' status --runtime-dir '$run' | grep -q 'NOT applied  worker .*is not executable'"
+
+# ---- a model that does not load is named, and nothing restarts for it
+sed -i "s|\"model\": \"$model_b\"|\"model\": \"$tmp/no-such-model\"|" "$tmp/cfg.json"
+pids_before=$(pids "$run")
+kill -HUP "$sup_pid"
+check "a model that does not load is named with the reason" wait_for "$run" \
+        '[a["reason"] for a in j["reload"]["not_applied"] if a["option"] == "model"] == ["the model could not be resolved: No such file or directory (logged)"]'
+sleep 1
+check "the running model and workers stay ($pids_before)" test "$(status_field "$run" 'j["model"]') $(pids "$run")" = \
+        "$model_path $pids_before"
 kill -TERM "$sup_pid"
 rc=0
 wait "$sup_pid" || rc=$?
