@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# SIGHUP tells the truth, with the stub worker:
+# SIGHUP tells the truth, with the stub worker or dsvisor-worker (ARG stub|real):
 #   - a reload that changes options of every kind applies each one it can — the model
 #     (new weight images), the worker binary, worker options, the memory limit (a new
 #     cgroup per instance), the restart policy — through one rolling restart, seen in
-#     each new worker's binary, command line, weight mapping and cgroup file; and names
+#     each new worker's binary, command line, weight mapping and cgroup file (and, with
+#     dsvisor-worker, in the new model's greedy logprobs); and names
 #     each one it cannot (placement, the gateway's address and served id, the cgroup
 #     parent, a file value of an option the command line sets) with the reason, in a
 #     warning and in `dsvisor status`;
@@ -19,7 +20,15 @@ tmp=$(mktemp -d "${TMPDIR:-/tmp}/test-supervisor-signals-reload.XXXXXX")
 failed=0
 # bin, dsvisor, dsv_model, DSV_CACHE_DIR and check()
 source "${DSV_SOURCE_DIR:?}/tests/integration/test-deploy-lib.sh"
-worker="$bin/test-supervisor-stub-worker"
+case ${1:-stub} in # the worker: the stub (its command line and process contract), or dsvisor-worker
+stub) worker="$bin/test-supervisor-stub-worker" ;;
+real) worker="$bin/dsvisor-worker" ;;
+*) echo "bad worker kind $1"; exit 2 ;;
+esac
+if [[ ! -x $worker ]]; then
+        echo "SKIP: $worker is not built"
+        exit 77
+fi
 model_a="$dsv_model"
 model_b="$DSV_FIXTURES/models/llama3-rope-gqa"
 sup_pid=
@@ -43,11 +52,16 @@ wait_for() { # RUN PYTHON-EXPR over j: until it is True, up to 2 minutes
 wait_ready() { wait_for "$1" 'j["instances_ready"] == j["instances_total"]'; }
 # every instance restarted $2 times and is ready again
 wait_rolled() { wait_for "$1" "all(i['restarts'] == $2 and i['state'] == 'ready' for i in j['instances'])"; }
+complete() { # OUT: a greedy completion of the same prompt into OUT; prints the HTTP code
+        curl -s -o "$1" -w '%{http_code}' -m 20 "http://127.0.0.1:$(status_field "$run" 'j["port"]')/v1/completions" \
+                -H 'Content-Type: application/json' \
+                -d '{"model":"qwen2-bf16-tied","prompt":[5,6,7,8],"max_tokens":8,"temperature":0,"logprobs":1}'
+}
 pids() { status_field "$1" '" ".join(str(i["pid"]) for i in j["instances"])'; }
 
 # ---- one reload, options of every kind
 run="$tmp/run1"
-cp "$worker" "$tmp/stub-b"
+cp "$worker" "$tmp/worker-b"
 cat >"$tmp/cfg.json" <<EOF
 {"instances": 2, "hugepages": "off", "model": "$model_a", "worker": "$worker", "grace-ms": 2000,
  "memory-max-mib": 600, "restart-limit": 5}
@@ -57,8 +71,9 @@ sup_pid=$!
 check "ready with the first configuration" wait_ready "$run"
 check "status has no reload yet" test "$(status_field "$run" 'j["reload"]')" = None
 pids_before=$(pids "$run")
+check "the first model answers" test "$(complete "$tmp/before.json")" = 200
 cat >"$tmp/cfg.json" <<EOF
-{"instances": 3, "hugepages": "off", "model": "$model_b", "worker": "$tmp/stub-b", "grace-ms": 1500,
+{"instances": 3, "hugepages": "off", "model": "$model_b", "worker": "$tmp/worker-b", "grace-ms": 1500,
  "n-ctx": 512, "memory-max-mib": 700, "restart-limit": 9, "no-housekeeping": true, "host": "127.0.0.2",
  "cgroup-parent": "reload/test", "port": 8123}
 EOF
@@ -85,15 +100,18 @@ model_path=$(status_field "$run" 'j["model"]')
 model_key="$(stat -c %s "$model_path")-$(stat -c %Y "$model_path")"
 check "status serves the new model ($model_path)" bash -c "[[ '$model_path' == *llama3-rope-gqa* ]]"
 for p in $pids_after; do
-        check "worker $p runs the new binary" test "$(readlink "/proc/$p/exe")" = "$tmp/stub-b"
+        check "worker $p runs the new binary" test "$(readlink "/proc/$p/exe")" = "$tmp/worker-b"
         check "worker $p got the new options (--n-ctx 512 --grace-ms 1500)" bash -c "
                 tr '\0' ' ' </proc/$p/cmdline | grep -q -- '--grace-ms 1500 .*--n-ctx 512'"
         check "worker $p maps the new model's weight image (dsvisor-weights-n*-$model_key)" \
                 grep -q "memfd:dsvisor-weights-n[0-9]*-$model_key " "/proc/$p/maps"
 done
-check "the gateway still answers for the served id" test "$(curl -s -o /dev/null -w '%{http_code}' -m 20 \
-        "http://127.0.0.1:$(status_field "$run" 'j["port"]')/v1/completions" -H 'Content-Type: application/json' \
-        -d '{"model":"qwen2-bf16-tied","prompt":[5,6],"max_tokens":4}')" = 200
+check "the gateway still answers for the served id" test "$(complete "$tmp/after.json")" = 200
+if [[ $worker == "$bin/dsvisor-worker" ]]; then
+        check "the new model answers: its greedy completion's logprobs differ from the old model's" bash -c "
+                t() { python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))[\"choices\"][0][\"logprobs\"])' \"\$1\"; }
+                [[ \$(t '$tmp/before.json') != \$(t '$tmp/after.json') ]]"
+fi
 status_field "$run" '"\n".join("%s %s %s" % (l["in_effect"], l["value"], i["cgroup"]) for i in j["instances"] for l in i["limits"] if l["limit"] == "memory.max")' >"$tmp/memlimits"
 check "each instance's new cgroup has the new memory limit in effect (700 MiB)" bash -c "
         [[ \$(grep -c '^True 734003200 ' '$tmp/memlimits') == 2 ]]"
@@ -107,7 +125,7 @@ done <"$tmp/memlimits"
 # ---- a new value that fails its check is named; the rest of the reload still applies
 memfd_inode() { awk '/memfd:dsvisor-weights/ {print $5; exit}' "/proc/$1/maps"; }
 inode_before=$(memfd_inode "$(pids "$run" | cut -d' ' -f1)")
-sed -i "s|\"worker\": \"$tmp/stub-b\"|\"worker\": \"$tmp/no-such-worker\", \"max-batch\": 4|; s|\"hugepages\": \"off\"|\"hugepages\": \"auto\"|" \
+sed -i "s|\"worker\": \"$tmp/worker-b\"|\"worker\": \"$tmp/no-such-worker\", \"max-batch\": 4|; s|\"hugepages\": \"off\"|\"hugepages\": \"auto\"|" \
         "$tmp/cfg.json"
 kill -HUP "$sup_pid"
 check "the second reload rolled too" wait_rolled "$run" 2
@@ -121,7 +139,7 @@ for p in $(pids "$run"); do
         check "worker $p maps the new weight image of hugepages auto (memfd inode $inode_before -> $(memfd_inode "$p"))" \
                 bash -c "[[ -n '$(memfd_inode "$p")' && '$(memfd_inode "$p")' != '$inode_before' ]]"
         check "worker $p still runs the binary that worked, with --max-batch 4" bash -c "
-                [[ \$(readlink /proc/$p/exe) == '$tmp/stub-b' ]] && tr '\0' ' ' </proc/$p/cmdline | grep -q -- '--max-batch 4'"
+                [[ \$(readlink /proc/$p/exe) == '$tmp/worker-b' ]] && tr '\0' ' ' </proc/$p/cmdline | grep -q -- '--max-batch 4'"
 done
 check "dsvisor status prints the reload" bash -c "
         '$dsvisor' status --runtime-dir '$run' | grep -q 'NOT applied  worker .*is not executable'"
