@@ -10,7 +10,11 @@
  *   not applied      what only a new `dsvisor start` can change (placement, the gateway's
  *                    address and served id, the runtime directory, the cgroup parent), and
  *                    a new value that failed its check (a worker that is not executable, a
- *                    model that does not load, a limit without cgroups, the RT preflight).
+ *                    model that does not load, a memory limit that would not be in effect,
+ *                    the RT preflight).
+ *
+ * Loading new weights blocks the main thread (the gateway's threads go on serving the
+ * running workers): systemd hears STATUS= and a longer watchdog timeout for it.
  *
  * Each reload's outcome is logged (a warning per option not applied) and kept in
  * s->reload for `dsvisor status`. */
@@ -128,7 +132,9 @@ static int check_option(struct reload_pass *p, const char *option, char *why, si
         if (strcmp(option, "model") == 0 || strcmp(option, "hugepages") == 0) {
                 if (!p->weights_tried) {
                         p->weights_tried = true;
+                        sup_notify_long_step(s, "reloading: loading the weights");
                         p->weights_r = reload_weights(p, p->weights_why, sizeof p->weights_why);
+                        sup_notify_long_step(s, NULL);
                 }
                 snprintf(why, why_size, "%s", p->weights_why);
                 return p->weights_r;

@@ -426,6 +426,10 @@ void sup_notify_setup(struct sup *s);
 void sup_notify_tick(struct sup *s, int64_t now, int ready, int failed, int tick_ms);
 /* STOPPING=1 with its STATUS=. */
 void sup_notify_stopping(void);
+/* Around a long step on the main thread (a reload's new weights): with what, STATUS=what
+ * and, under a watchdog, WATCHDOG_USEC raised to an hour; with NULL after the step, the
+ * watchdog timeout set back (the next tick's STATUS= replaces what). */
+void sup_notify_long_step(struct sup *s, const char *what);
 
 /* ---- reload (reload.c) ------------------------------------------------------------- */
 

@@ -8,6 +8,10 @@
 
 #include "sup.h"
 
+/* The watchdog timeout while the main thread loads weights at a reload: a large model
+ * takes minutes to convert and read, and no WATCHDOG=1 can come meanwhile. */
+#define LONG_STEP_WATCHDOG_USEC (3600ull * 1000000)
+
 void sup_notify_setup(struct sup *s) {
         uint64_t wd;
         if (dsv_notify_watchdog_usec(&wd) > 0)
@@ -41,4 +45,22 @@ void sup_notify_tick(struct sup *s, int64_t now, int ready, int failed, int tick
                 dsv_notify("WATCHDOG=1");
                 s->last_watchdog_ms = now;
         }
+}
+
+void sup_notify_long_step(struct sup *s, const char *what) {
+        char msg[384];
+        if (what) {
+                snprintf(s->last_status, sizeof s->last_status, "STATUS=%s", what);
+                if (s->watchdog_usec)
+                        snprintf(msg, sizeof msg, "WATCHDOG=1\nWATCHDOG_USEC=%llu\n%s", LONG_STEP_WATCHDOG_USEC,
+                                 s->last_status);
+                else
+                        snprintf(msg, sizeof msg, "%s", s->last_status);
+        } else if (s->watchdog_usec) {
+                snprintf(msg, sizeof msg, "WATCHDOG=1\nWATCHDOG_USEC=%" PRIu64, s->watchdog_usec);
+        } else {
+                return;
+        }
+        dsv_notify(msg);
+        s->last_watchdog_ms = sup_now_ms();
 }
