@@ -8,9 +8,9 @@
  *   loop      one poll() over a signalfd, the control socket and every worker's pidfd:
  *             an exit is seen at once and the instance reaps, backs off and restarts
  *             itself (instance.c); readiness comes from the gateway's health polling;
- *             WATCHDOG=1 and STATUS= from here; status (status.c) and metrics
+ *             WATCHDOG=1 and STATUS= each tick (sup_notify.c); status (status.c) and metrics
  *             (sup_metrics.c) are rendered from the state the loop keeps;
- *   SIGHUP    re-reads --config and restarts the instances one at a time;
+ *   SIGHUP    re-reads --config and applies what changed (reload.c);
  *   SIGTERM   stop: STOPPING=1, instances leave routing (new requests: 503), workers get
  *             SIGTERM and drain for --grace-ms, then the cgroups are killed and removed.
  *
@@ -19,7 +19,6 @@
  * gateway and metrics threads always run SCHED_OTHER; only workers' compute threads may
  * run SCHED_FIFO (--rt-priority). */
 #include <errno.h>
-#include <inttypes.h>
 #include <libgen.h>
 #include <malloc.h>
 #include <poll.h>
@@ -60,16 +59,9 @@ static int setup_paths(struct sup *s) {
                 return -errno;
         exe[n] = 0;
         snprintf(s->exe_dir, sizeof s->exe_dir, "%s", dirname(exe));
-        if (s->cfg.worker[0])
-                snprintf(s->worker_path, sizeof s->worker_path, "%s", s->cfg.worker);
-        else
-                snprintf(s->worker_path, sizeof s->worker_path, "%.4000s/dsvisor-worker", s->exe_dir);
-        if (access(s->worker_path, X_OK) < 0) {
-                int r = -errno;
-                sup_log(3, "Worker binary '%s' is not executable: %s (set --worker)", s->worker_path, strerror(-r));
+        int r = sup_worker_path(&s->cfg, s->exe_dir, s->worker_path, sizeof s->worker_path);
+        if (r < 0)
                 return r;
-        }
-        int r;
         if (s->cfg.runtime_dir[0]) {
                 if (mkdir(s->cfg.runtime_dir, 0700) < 0 && errno != EEXIST)
                         return -errno;
@@ -151,13 +143,24 @@ static int load_weights(struct sup *s) {
         return r;
 }
 
+/* A limit the user asked for that is not in effect stops the start, unless
+ * --allow-unenforced (then the instance's cgroup report says so). */
+static int check_enforced(const struct sup *s, const struct sup_instance *in) {
+        char err[512];
+        int r = sup_config_check_enforced(&s->cfg, s->env.cg_host ? &in->cg_report : NULL, s->cg_note, err,
+                                          sizeof err);
+        if (r < 0)
+                sup_log(3, "Instance %s: %s", in->name, err);
+        return r;
+}
+
 /* Each instance's cgroup, then its worker. RT group scheduling: a new v1 cpu group gets
  * rt_runtime 0 and FIFO is EPERM in it; our own runtime is shared between them. */
 static int start_instances(struct sup *s) {
         uint64_t rt_share = s->cfg.rt_priority > 0 ? sup_cgroup_rt_share_us(s->env.cg_host, s->n) : 0;
         for (int i = 0; i < s->n; i++) {
                 int r = sup_instance_create_cgroup(&s->inst[i], rt_share);
-                if (r < 0 || (r = sup_instance_spawn(&s->inst[i])) < 0)
+                if (r < 0 || (r = check_enforced(s, &s->inst[i])) < 0 || (r = sup_instance_spawn(&s->inst[i])) < 0)
                         return r;
         }
         return 0;
@@ -187,40 +190,10 @@ static void begin_stop(struct sup *s, const char *why) {
                 return;
         s->stopping = true;
         sup_log(6, "Stopping (%s): draining for up to %d ms", why, s->cfg.grace_ms);
-        dsv_notify("STOPPING=1\nSTATUS=stopping: draining workers");
+        sup_notify_stopping();
         for (int i = 0; i < s->n; i++)
                 sup_instance_drain(&s->inst[i]);
         s->stop_kill_at_ms = dsv_clock_now_ms() + s->cfg.grace_ms + 5000;
-}
-
-static void begin_reload(struct sup *s) {
-        struct sup_config next;
-        char err[512];
-        int r = sup_config_reload(&s->cfg, &next, err, sizeof err);
-        if (r < 0) {
-                sup_log(3, "Reload failed, keeping the running configuration: %s", err);
-                return;
-        }
-        if (strcmp(next.model, s->cfg.model) || next.n_instances != s->cfg.n_instances ||
-            next.threads_per_instance != s->cfg.threads_per_instance || strcmp(next.host, s->cfg.host) ||
-            next.port != s->cfg.port || next.hugepages != s->cfg.hugepages || next.rt_priority != s->cfg.rt_priority ||
-            strcmp(next.runtime_dir, s->cfg.runtime_dir) || strcmp(next.cgroup_parent, s->cfg.cgroup_parent) ||
-            strcmp(next.cpus, s->cfg.cpus) || strcmp(next.housekeeping_cpus, s->cfg.housekeeping_cpus))
-                sup_log(4, "Reload: model, instances, threads, host, port, hugepages, rt-priority, runtime-dir, "
-                           "cgroup-parent, cpus and housekeeping-cpus changes need a full restart, ignoring them");
-        s->cfg.grace_ms = next.grace_ms;
-        s->cfg.n_ctx = next.n_ctx;
-        s->cfg.max_batch = next.max_batch;
-        s->cfg.kv_mem_mib = next.kv_mem_mib;
-        s->cfg.restart_limit = next.restart_limit;
-        s->cfg.restart_window_ms = next.restart_window_ms;
-        s->cfg.restart_backoff_min_ms = next.restart_backoff_min_ms;
-        s->cfg.restart_backoff_max_ms = next.restart_backoff_max_ms;
-        sup_roll_begin(&s->roll, s->inst, s->n);
-        for (int i = 0; i < s->n; i++)
-                sup_backoff_init(&s->inst[i].backoff, s->cfg.restart_backoff_min_ms, s->cfg.restart_backoff_max_ms,
-                                 s->cfg.restart_limit, s->cfg.restart_window_ms);
-        sup_log(6, "Reloaded the configuration: rolling restart, one instance at a time");
 }
 
 static void control_accept(struct sup *s) {
@@ -260,33 +233,6 @@ static int poll_timeout_ms(const struct sup *s) {
         return (int)t;
 }
 
-/* READY=1 once every instance is ready, STATUS= when it changes, WATCHDOG=1 while the
- * loop runs and not every instance has given up (counts from before this tick's stop). */
-static void notify_systemd(struct sup *s, int64_t now, int ready, int failed) {
-        char status[256];
-        snprintf(status, sizeof status, "STATUS=%s%d/%d instances ready, %" PRIu64 " restarts%s, http://%s:%d",
-                 s->stopping ? "stopping: " : "", ready, s->n, sup_instances_restarts(s->inst, s->n),
-                 failed ? ", some failed" : "", s->cfg.host, s->gw_port);
-        if (!s->ready_sent && !s->stopping && ready == s->n) {
-                char msg[300];
-                s->ready_sent = true;
-                sup_log(6, "All %d instances ready in %" PRId64 " ms; HTTP on %s:%d", s->n, now - s->started_ms,
-                        s->cfg.host, s->gw_port);
-                snprintf(msg, sizeof msg, "READY=1\n%s", status);
-                dsv_notify(msg);
-                snprintf(s->last_status, sizeof s->last_status, "%s", status);
-        } else if (strcmp(status, s->last_status) != 0) {
-                snprintf(s->last_status, sizeof s->last_status, "%s", status);
-                dsv_notify(status);
-        }
-        /* Pinged one tick early so the gap stays within WATCHDOG_USEC/2. */
-        int64_t wd_ms = (int64_t)(s->watchdog_usec / 2000) - TICK_MS;
-        if (s->watchdog_usec && failed < s->n && now - s->last_watchdog_ms >= (wd_ms > TICK_MS ? wd_ms : TICK_MS)) {
-                dsv_notify("WATCHDOG=1");
-                s->last_watchdog_ms = now;
-        }
-}
-
 static void tick(struct sup *s) {
         int64_t now = dsv_clock_now_ms();
         bool became_ready = false;
@@ -311,7 +257,7 @@ static void tick(struct sup *s) {
                 s->all_failed = true;
                 begin_stop(s, "every instance failed");
         }
-        notify_systemd(s, now, ready, failed);
+        sup_notify_tick(s, now, ready, failed, TICK_MS);
         if (now - s->last_perf_ms >= 1000) {
                 s->last_perf_ms = now;
                 for (int i = 0; i < s->n; i++)
@@ -367,7 +313,7 @@ static int run_loop(struct sup *s) {
                         struct signalfd_siginfo si;
                         while (read(s->sig_fd, &si, sizeof si) == sizeof si) {
                                 if (si.ssi_signo == SIGHUP)
-                                        begin_reload(s);
+                                        sup_reload(s);
                                 else
                                         begin_stop(s, si.ssi_signo == SIGINT ? "SIGINT" : "SIGTERM");
                         }
@@ -399,9 +345,7 @@ static int setup(struct sup *s) {
         if ((r = sup_cgroup_host_setup(&s->cfg, s->n, &s->env.cg_host, s->cg_note, sizeof s->cg_note)) < 0 ||
             (r = setup_gateway(s)) < 0)
                 return r;
-        uint64_t wd;
-        if (dsv_notify_watchdog_usec(&wd) > 0)
-                s->watchdog_usec = wd;
+        sup_notify_setup(s);
         return start_instances(s);
 }
 

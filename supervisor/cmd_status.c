@@ -92,6 +92,23 @@ static void rate(char *buf, size_t size, double v) {
                 snprintf(buf, size, "%.1f", v);
 }
 
+static void print_reload(const cJSON *rl) {
+        if (!cJSON_IsObject(rl))
+                return;
+        if (*str(rl, "error")) {
+                printf("reload %.0f s ago: refused, the running configuration kept: %s\n", num(rl, "ago_s"),
+                       str(rl, "error"));
+                return;
+        }
+        const cJSON *applied = cJSON_GetObjectItemCaseSensitive(rl, "applied");
+        const cJSON *missed = cJSON_GetObjectItemCaseSensitive(rl, "not_applied");
+        printf("reload %.0f s ago: %d option%s applied, %d NOT applied\n", num(rl, "ago_s"),
+               cJSON_GetArraySize(applied), cJSON_GetArraySize(applied) == 1 ? "" : "s", cJSON_GetArraySize(missed));
+        const cJSON *it;
+        cJSON_ArrayForEach(it, applied) printf("  applied      %-22s %s\n", str(it, "option"), str(it, "how"));
+        cJSON_ArrayForEach(it, missed) printf("  NOT applied  %-22s %s\n", str(it, "option"), str(it, "reason"));
+}
+
 static void print_text(const cJSON *j) {
         printf("dsvisor pid %.0f: %s, up %.0f s, model '%s' (%s), http://%s:%.0f\n", num(j, "pid"), str(j, "state"),
                num(j, "uptime_s"), str(j, "model_id"), str(j, "model"), str(j, "host"), num(j, "port"));
@@ -121,6 +138,7 @@ static void print_text(const cJSON *j) {
                         printf(" %s %.0f", r->string, r->valuedouble);
                 printf("\n");
         }
+        print_reload(cJSON_GetObjectItemCaseSensitive(j, "reload"));
         const cJSON *in;
         cJSON_ArrayForEach(in, cJSON_GetObjectItemCaseSensitive(j, "instances")) {
                 char invol[32], migr[32];

@@ -46,6 +46,7 @@ static const struct opt_def opts[] = {
         {"max-queue", K_INT, F(max_queue), 1, 100000, "requests waiting per instance before 429 (32)"},
         {"max-connections", K_INT, F(max_connections), 16, 1000000, "HTTP connections before 503 (512)"},
         {"memory-max-mib", K_MIB, F(memory_max_bytes), 0, 1L << 30, "memory.max per instance (0: none)"},
+        {"allow-unenforced", K_BOOL, F(allow_unenforced), 0, 0, "start even when a limit asked for is not in effect"},
         {"restart-limit", K_INT, F(restart_limit), 1, 64, "restarts within the window before giving up (5)"},
         {"restart-window-ms", K_INT, F(restart_window_ms), 1000, 86400000, "crash-loop window (60000)"},
         {"restart-backoff-ms", K_INT, F(restart_backoff_min_ms), 1, 600000, "delay of a repeated restart (100; the first is immediate)"},
@@ -75,7 +76,8 @@ void sup_config_init(struct sup_config *cfg) {
 void sup_start_usage(FILE *out) {
         fprintf(out, "usage: dsvisor start [--model M] [--instances N] [options]\n\n"
                      "Runs the instances and the HTTP gateway in the foreground until SIGTERM;\n"
-                     "SIGHUP re-reads --config and restarts the instances one at a time.\n\n");
+                     "SIGHUP re-reads --config, applies what changed (new workers one instance at a\n"
+                     "time) and names what it cannot apply.\n\n");
         for (size_t i = 0; i < N_OPTS; i++) {
                 char left[64];
                 snprintf(left, sizeof left, "--%s%s", opts[i].name, opts[i].kind == K_BOOL ? "" : " V");
@@ -327,4 +329,125 @@ int sup_config_reload(const struct sup_config *cfg, struct sup_config *ret, char
                 return r;
         *ret = next;
         return 0;
+}
+
+/* ---- reload: what changed and how it can be applied --------------------------------- */
+
+/* How a running supervisor can take each option on SIGHUP. An option not listed here
+ * (a new one) needs a full restart: a reload never claims what it does not do. */
+static const struct {
+        const char *name;
+        enum sup_reload_how how;
+        const char *why; /* SUP_RELOAD_FULL_RESTART: what holds the old value */
+} reload_rules[] = {
+        {"model", SUP_RELOAD_NEW_WORKERS, NULL},
+        {"model-id", SUP_RELOAD_FULL_RESTART, "the gateway serves and accepts the id it started with"},
+        {"worker", SUP_RELOAD_NEW_WORKERS, NULL},
+        {"instances", SUP_RELOAD_FULL_RESTART, "placement (instances, their CPUs and threads) is decided at start"},
+        {"threads-per-instance", SUP_RELOAD_FULL_RESTART,
+         "placement (instances, their CPUs and threads) is decided at start"},
+        {"no-housekeeping", SUP_RELOAD_FULL_RESTART, "placement (instances, their CPUs and threads) is decided at start"},
+        {"host", SUP_RELOAD_FULL_RESTART, "the gateway listens where it started"},
+        {"port", SUP_RELOAD_FULL_RESTART, "the gateway listens where it started"},
+        {"rt-priority", SUP_RELOAD_NEW_WORKERS, NULL},
+        {"hugepages", SUP_RELOAD_NEW_WORKERS, NULL},
+        {"grace-ms", SUP_RELOAD_NEW_WORKERS, NULL},
+        {"n-ctx", SUP_RELOAD_NEW_WORKERS, NULL},
+        {"max-batch", SUP_RELOAD_NEW_WORKERS, NULL},
+        {"kv-mem-mib", SUP_RELOAD_NEW_WORKERS, NULL},
+        {"memory-max-mib", SUP_RELOAD_NEW_WORKERS, NULL},
+        {"allow-unenforced", SUP_RELOAD_FULL_RESTART, "it decides only whether dsvisor start may begin"},
+        {"restart-limit", SUP_RELOAD_AT_ONCE, NULL},
+        {"restart-window-ms", SUP_RELOAD_AT_ONCE, NULL},
+        {"restart-backoff-ms", SUP_RELOAD_AT_ONCE, NULL},
+        {"restart-backoff-max-ms", SUP_RELOAD_AT_ONCE, NULL},
+        {"runtime-dir", SUP_RELOAD_FULL_RESTART, "the control socket and the worker sockets live there"},
+        {"cgroup-parent", SUP_RELOAD_FULL_RESTART, "the instances' cgroup host is set up at start"},
+};
+
+static bool option_differs(const struct opt_def *o, const struct sup_config *a, const struct sup_config *b) {
+        const char *x = (const char *)a + o->off, *y = (const char *)b + o->off;
+        return o->kind == K_STR ? strncmp(x, y, o->size) != 0 : memcmp(x, y, o->size) != 0;
+}
+
+int sup_config_changes(const struct sup_config *cfg, const struct sup_config *next, struct sup_config_change *ret,
+                       int max) {
+        int n = 0;
+        for (size_t i = 0; i < N_OPTS && n < max; i++) {
+                if (!option_differs(&opts[i], cfg, next))
+                        continue;
+                struct sup_config_change c = {.option = opts[i].name, .how = SUP_RELOAD_FULL_RESTART,
+                                              .why = "a running supervisor cannot change it"};
+                for (size_t k = 0; k < sizeof reload_rules / sizeof reload_rules[0]; k++)
+                        if (strcmp(reload_rules[k].name, opts[i].name) == 0) {
+                                c.how = reload_rules[k].how;
+                                c.why = reload_rules[k].why;
+                        }
+                ret[n++] = c;
+        }
+        return n;
+}
+
+int sup_config_take(struct sup_config *cfg, const struct sup_config *next, const char *option) {
+        for (size_t i = 0; i < N_OPTS; i++)
+                if (strcmp(opts[i].name, option) == 0) {
+                        memcpy((char *)cfg + opts[i].off, (const char *)next + opts[i].off, opts[i].size);
+                        return 0;
+                }
+        return -ENOENT;
+}
+
+/* ---- limits that must be in effect -------------------------------------------------- */
+
+/* The options that ask for a cgroup limit, and which. */
+static const struct {
+        const char *name;
+        enum dsv_cgroup_limit limit;
+} limit_options[] = {
+        {"memory-max-mib", DSV_CGROUP_LIMIT_MEMORY_MAX},
+};
+
+int sup_config_check_enforced(const struct sup_config *cfg, const struct dsv_cgroup_report *rep,
+                              const char *no_cgroups, char *err, size_t err_size) {
+        static const struct sup_config none; /* a limit option's 0 is "no limit" */
+        if (cfg->allow_unenforced)
+                return 0;
+        for (size_t k = 0; k < sizeof limit_options / sizeof limit_options[0]; k++) {
+                const struct opt_def *o = NULL;
+                for (size_t i = 0; i < N_OPTS; i++)
+                        if (strcmp(opts[i].name, limit_options[k].name) == 0)
+                                o = &opts[i];
+                if (!o || !option_differs(o, cfg, &none))
+                        continue; /* not asked for */
+                const struct dsv_cgroup_report_entry *e = rep ? &rep->e[limit_options[k].limit] : NULL;
+                if (e && e->requested && e->applied)
+                        continue;
+                snprintf(err, err_size, "--%s is not in effect (%s: %s); pass --allow-unenforced to run without it",
+                         o->name, dsv_cgroup_limit_to_string(limit_options[k].limit),
+                         !rep ? no_cgroups : e->reason[0] ? e->reason : "not applied");
+                return -EPERM;
+        }
+        return 0;
+}
+
+/* ---- file values the command line overrides ----------------------------------------- */
+
+int sup_config_cli_overrides(const struct sup_config *cfg, const char **ret, int max) {
+        char *text = NULL;
+        char err[256];
+        if (!cfg->config_path[0] || read_file(cfg->config_path, &text, err, sizeof err) < 0)
+                return 0;
+        struct sup_config file;
+        sup_config_init(&file);
+        int n = 0;
+        cJSON *root = cJSON_Parse(text);
+        if (sup_config_apply_json(&file, text, err, sizeof err) == 0 && cJSON_IsObject(root))
+                for (const cJSON *it = root->child; it && n < max; it = it->next)
+                        for (size_t i = 0; i < N_OPTS && n < max; i++)
+                                if (cfg->cli_set[i] && key_matches(it->string, opts[i].name) &&
+                                    option_differs(&opts[i], cfg, &file))
+                                        ret[n++] = opts[i].name;
+        cJSON_Delete(root);
+        free(text);
+        return n;
 }

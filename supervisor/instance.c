@@ -83,8 +83,22 @@ int sup_instance_init(struct sup_instance *in, const struct sup_instance_env *en
         return 0;
 }
 
+int sup_worker_path(const struct sup_config *cfg, const char *exe_dir, char *buf, size_t size) {
+        if (cfg->worker[0])
+                snprintf(buf, size, "%s", cfg->worker);
+        else
+                snprintf(buf, size, "%.4000s/dsvisor-worker", exe_dir);
+        if (access(buf, X_OK) < 0) {
+                int r = -errno;
+                sup_log(3, "Worker binary '%s' is not executable: %s (set --worker)", buf, strerror(-r));
+                return r;
+        }
+        return 0;
+}
+
 int sup_instance_create_cgroup(struct sup_instance *in, uint64_t rt_runtime_us) {
         const struct sup_config *cfg = in->env->cfg;
+        in->rt_runtime_us = rt_runtime_us;
         if (!in->env->cg_host)
                 return 0;
         char mems[16];
@@ -271,11 +285,31 @@ bool sup_instance_reap(struct sup_instance *in, bool stopping, bool rolling) {
         return true;
 }
 
+/* The worker is gone: its group goes and a new one gets the running configuration's
+ * limits (a group's limits are written before any task joins it). */
+static int renew_cgroup(struct sup_instance *in) {
+        if (in->cg) {
+                int r = dsv_cgroup_instance_stop(in->cg, 5000);
+                if (r < 0) {
+                        sup_log(3, "Failed to remove cgroup '%s' for its new limits: %s", in->cg_path, strerror(-r));
+                        return r;
+                }
+                dsv_cgroup_instance_free(in->cg);
+                in->cg = NULL;
+        }
+        memset(&in->cg_report, 0, sizeof in->cg_report);
+        snprintf(in->cg_path, sizeof in->cg_path, "(none)");
+        int r = sup_instance_create_cgroup(in, in->rt_runtime_us);
+        if (r == 0)
+                in->renew_cgroup = false;
+        return r;
+}
+
 bool sup_instance_tick(struct sup_instance *in, int64_t now, bool rolling) {
         struct dsv_gateway *gw = in->env->gw;
         bool became_ready = false;
         if (in->state == SUP_STATE_BACKOFF && now >= in->restart_at_ms) {
-                if (sup_instance_spawn(in) == 0) {
+                if ((!in->renew_cgroup || renew_cgroup(in) == 0) && sup_instance_spawn(in) == 0) {
                         in->restarts += !rolling;
                 } else {
                         int d = sup_backoff_on_exit(&in->backoff, now, -1);

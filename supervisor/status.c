@@ -73,6 +73,33 @@ static cJSON *instance_json(const struct sup_instance *in, struct dsv_gateway *g
         return o;
 }
 
+/* The last SIGHUP: when, what it applied and how, what it did not and why; null before
+ * the first. */
+static void add_reload(cJSON *root, const struct sup_reload_report *rep, int64_t now) {
+        if (!rep->at_ms) {
+                cJSON_AddNullToObject(root, "reload");
+                return;
+        }
+        cJSON *o = cJSON_AddObjectToObject(root, "reload");
+        cJSON_AddNumberToObject(o, "at_unix", (double)rep->at_unix);
+        cJSON_AddNumberToObject(o, "ago_s", (double)(now - rep->at_ms) / 1000.0);
+        cJSON_AddStringToObject(o, "error", rep->error);
+        cJSON *arr = cJSON_AddArrayToObject(o, "applied");
+        for (int i = 0; i < rep->n_applied; i++) {
+                cJSON *it = cJSON_CreateObject();
+                cJSON_AddStringToObject(it, "option", rep->applied[i].option);
+                cJSON_AddStringToObject(it, "how", rep->applied[i].note);
+                cJSON_AddItemToArray(arr, it);
+        }
+        arr = cJSON_AddArrayToObject(o, "not_applied");
+        for (int i = 0; i < rep->n_not_applied; i++) {
+                cJSON *it = cJSON_CreateObject();
+                cJSON_AddStringToObject(it, "option", rep->not_applied[i].option);
+                cJSON_AddStringToObject(it, "reason", rep->not_applied[i].note);
+                cJSON_AddItemToArray(arr, it);
+        }
+}
+
 char *sup_status_json(const struct sup *s) {
         int64_t now = dsv_clock_now_ms();
         cJSON *root = cJSON_CreateObject();
@@ -93,6 +120,7 @@ char *sup_status_json(const struct sup *s) {
         cJSON_AddNumberToObject(root, "instances_total", s->n);
         add_weights(root, &s->weights);
         add_gateway(root, s->env.gw);
+        add_reload(root, &s->reload, now);
         cJSON *arr = cJSON_AddArrayToObject(root, "instances");
         for (int i = 0; i < s->n; i++)
                 cJSON_AddItemToArray(arr, instance_json(&s->inst[i], s->env.gw, now));

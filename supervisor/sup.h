@@ -3,8 +3,9 @@
  * SCHED_FIFO for compute threads (rt_sched.c), the served model (served_model.c), the
  * weight images and systemd's fd store (weights.c), the worker instances and their
  * lifecycle (instance.c), the running supervisor that cmd_start.c sets up and drives
- * (struct sup), its status JSON (status.c) and Prometheus families (sup_metrics.c), the
- * control socket (control.c), the malloc tunable (malloc_env.c). Shared by cmd_start.c
+ * (struct sup), its reload (reload.c) and systemd notification (sup_notify.c), its status
+ * JSON (status.c) and Prometheus families (sup_metrics.c), the control socket
+ * (control.c), the malloc tunable (malloc_env.c). Shared by cmd_start.c
  * and cmd_status.c, and by main.c for the re-exec. Where a cgroup lives and what is in
  * effect in it is the platform's (dsv_platform.h), never decided here.
  *
@@ -89,6 +90,7 @@ struct sup_config {
         int max_queue;               /* admitted requests waiting per instance; beyond: 429 */
         int max_connections;         /* HTTP connections; beyond: 503 from the accept path */
         uint64_t memory_max_bytes;   /* per-instance memory.max; 0: none */
+        bool allow_unenforced;       /* start even when a limit asked for is not in effect */
         int restart_limit;           /* crash loop: restarts within restart_window_ms */
         int restart_window_ms;
         int restart_backoff_min_ms;
@@ -117,6 +119,35 @@ int sup_config_parse(int argc, char **argv, struct sup_config *cfg, char *err, s
 int sup_config_reload(const struct sup_config *cfg, struct sup_config *ret, char *err, size_t err_size);
 
 void sup_start_usage(FILE *out);
+
+/* How a running supervisor applies a changed option on SIGHUP. */
+enum sup_reload_how {
+        SUP_RELOAD_FULL_RESTART, /* only a new `dsvisor start` can: why says what holds the old value */
+        SUP_RELOAD_AT_ONCE,      /* the supervisor uses the new value from now on */
+        SUP_RELOAD_NEW_WORKERS,  /* each instance's next worker gets it: a rolling restart */
+};
+struct sup_config_change {
+        const char *option; /* the long option name */
+        enum sup_reload_how how;
+        const char *why;    /* SUP_RELOAD_FULL_RESTART: the reason; static text */
+};
+/* The options whose values differ between cfg and next, in the option table's order,
+ * into ret[0..max): every option of the table is compared, so none is missed; how each
+ * is applied comes from config.c's reload rules (one without a rule needs a full
+ * restart). Returns the count. */
+int sup_config_changes(const struct sup_config *cfg, const struct sup_config *next, struct sup_config_change *ret,
+                       int max);
+/* The options the command line set whose value in cfg->config_path differs: the file's
+ * value does not apply (the command line wins), into ret[0..max). Returns the count. */
+int sup_config_cli_overrides(const struct sup_config *cfg, const char **ret, int max);
+/* Copies option `option`'s value from next into cfg; -ENOENT for an unknown name. */
+int sup_config_take(struct sup_config *cfg, const struct sup_config *next, const char *option);
+
+/* A limit option the user set (memory-max-mib; 0 is none) must be in effect in rep, an
+ * instance's cgroup report (NULL: no cgroups at all, no_cgroups says why), unless
+ * cfg->allow_unenforced. -EPERM with err naming the option and the reason. */
+int sup_config_check_enforced(const struct sup_config *cfg, const struct dsv_cgroup_report *rep,
+                              const char *no_cgroups, char *err, size_t err_size);
 
 struct dsv_gateway;
 
@@ -207,6 +238,10 @@ struct sup_weight_set {
 int sup_weight_set_load(struct sup_weight_set *set, const struct sup_model *m, const int *nodes, int n_nodes,
                         enum dsv_hugepages_mode mode);
 struct sup_weights *sup_weight_set_find(struct sup_weight_set *set, int node_os);
+/* Takes the set's images of model m out of systemd's fd store (FDSTOREREMOVE), or offers
+ * them again: a reload that replaces them keeps the store to the images in use. */
+void sup_weight_set_unstore(const struct sup_weight_set *set, const struct sup_model *m);
+void sup_weight_set_store(const struct sup_weight_set *set, const struct sup_model *m);
 void sup_weight_set_done(struct sup_weight_set *set);
 
 /* ---- instances (instance.c) -------------------------------------------------------- */
@@ -246,6 +281,8 @@ struct sup_instance {
         const struct sup_weights *weights; /* borrowed: the node's memfd image */
         struct dsv_cgroup_instance *cg;
         struct dsv_cgroup_report cg_report;
+        uint64_t rt_runtime_us;    /* its share of RT runtime (v1 cpu.rt_runtime_us), 0: none */
+        bool renew_cgroup;         /* a reload changed its limits: a new group before its next worker */
         char cg_path[2048];        /* every hierarchy's group: "v2 /sys/..., v1 cpu /sys/..." */
         pid_t pid;                 /* 0 when not running */
         int pidfd;                 /* -1 when not running */
@@ -269,12 +306,16 @@ struct sup_instance {
         int last_exit_code;        /* CLD_EXITED, CLD_KILLED... */
 };
 
+/* The worker binary: cfg->worker, or dsvisor-worker in exe_dir, into buf; -errno (logged)
+ * when it is not executable. */
+int sup_worker_path(const struct sup_config *cfg, const char *exe_dir, char *buf, size_t size);
 /* An instance that is not running yet: index, its CPUs (cpus[0..n_cpus)), NUMA node,
  * threads and worker socket in runtime_dir. */
 int sup_instance_init(struct sup_instance *in, const struct sup_instance_env *env, int index, int node_os,
                       int n_threads, const int *cpus, int n_cpus, const char *runtime_dir);
 /* Its cgroup below env->cg_host with the configured limits; rt_runtime_us is its share
- * of RT runtime (0: none). No-op without cgroups. */
+ * of RT runtime (0: none). No-op without cgroups. With renew_cgroup set, the next restart
+ * replaces the group (after its worker is gone) with one made the same way. */
 int sup_instance_create_cgroup(struct sup_instance *in, uint64_t rt_runtime_us);
 /* Starts the worker (in its cgroup, on its CPUs, with the weight memfd): STARTING. */
 int sup_instance_spawn(struct sup_instance *in);
@@ -360,6 +401,22 @@ struct sup_metrics {
         char *text;
 };
 
+#define SUP_RELOAD_MAX_ITEMS 64
+
+struct sup_reload_item {
+        char option[32];
+        char note[256]; /* applied: how ("at once", "rolling restart"); not applied: why */
+};
+
+/* What the last SIGHUP did: `dsvisor status` shows it. */
+struct sup_reload_report {
+        int64_t at_ms;   /* dsv_clock_now_ms() when it came; 0: no reload yet */
+        int64_t at_unix; /* the same on the wall clock, seconds */
+        char error[512]; /* the file was refused (the running configuration kept): why */
+        int n_applied, n_not_applied;
+        struct sup_reload_item applied[SUP_RELOAD_MAX_ITEMS], not_applied[SUP_RELOAD_MAX_ITEMS];
+};
+
 /* `dsvisor start`'s state: built by cmd_start.c's setup, changed by its poll loop only
  * (main thread); status.c and sup_metrics.c read it there. */
 struct sup {
@@ -384,10 +441,38 @@ struct sup {
         int64_t last_watchdog_ms, last_perf_ms, last_trim_ms;
         char last_status[256];
         struct sup_roll roll;
+        struct sup_reload_report reload; /* what the last SIGHUP did */
         bool all_failed;           /* every instance hit its crash-loop limit */
         int64_t started_ms;
         struct sup_metrics metrics;
 };
+
+/* ---- systemd notification (sup_notify.c) ------------------------------------------ */
+
+/* Reads WATCHDOG_USEC into s. */
+void sup_notify_setup(struct sup *s);
+/* Each loop tick (every tick_ms or sooner), with the instances ready and failed before
+ * this tick's stop: READY=1 once every instance is ready (logged), STATUS= when it
+ * changes, WATCHDOG=1 every WATCHDOG_USEC/2 while not every instance has failed. */
+void sup_notify_tick(struct sup *s, int64_t now, int ready, int failed, int tick_ms);
+/* STOPPING=1 with its STATUS=. */
+void sup_notify_stopping(void);
+/* Around a long step on the main thread (a reload's new weights): with what, STATUS=what
+ * and, under a watchdog, WATCHDOG_USEC raised to an hour; with NULL after the step, the
+ * watchdog timeout set back (the next tick's STATUS= replaces what). */
+void sup_notify_long_step(struct sup *s, const char *what);
+
+/* ---- reload (reload.c) ------------------------------------------------------------- */
+
+/* SIGHUP: reads --config again and compares every option with the running one. A changed
+ * option is applied at once (restart policy), or through a rolling restart that gives
+ * each instance a new worker (worker options, the worker binary, the model and
+ * hugepages: new weight images first; limits and rt-priority: a new cgroup per
+ * instance), after the checks a new value needs (executable worker, resolvable model,
+ * cgroups for a limit, the RT preflight). Every other changed option, and one that
+ * failed its check, is named with the reason in a warning and in s->reload. A bad file
+ * keeps the running configuration (logged, s->reload.error). */
+void sup_reload(struct sup *s);
 
 /* ---- status (status.c) ------------------------------------------------------------- */
 

@@ -52,6 +52,15 @@ static int adopt_stored(const struct sup_model *m, struct sup_weights *w, char *
         return 0;
 }
 
+static void store_one(const struct sup_weights *w, const struct sup_model *m) {
+        char name[160], state[256];
+        weights_fdname(m, w->node_os, name, sizeof name);
+        snprintf(state, sizeof state, "FDSTORE=1\nFDNAME=%s", name);
+        int q = dsv_notify_with_fds(state, &w->img.fd, 1);
+        if (q < 0)
+                sup_log(4, "Failed to keep the weight image in the systemd fd store: %s, ignoring", strerror(-q));
+}
+
 /* Creates, fills and seals node w->node_os's image, and offers it to the fd store. */
 static int load_one(struct sup_weight_set *set, struct sup_weights *w, const struct sup_model *m,
                     enum dsv_hugepages_mode mode) {
@@ -91,11 +100,7 @@ static int load_one(struct sup_weight_set *set, struct sup_weights *w, const str
                          w->img.thp_bytes >> 20);
         sup_log(6, "Weights for node %d loaded in %" PRId64 " ms: %zu bytes in %s%s%s", node, dsv_clock_now_ms() - t0,
                 w->img.size_bytes, pages, w->img.note[0] ? "; " : "", w->img.note);
-        char state[256];
-        snprintf(state, sizeof state, "FDSTORE=1\nFDNAME=%s", name);
-        int q = dsv_notify_with_fds(state, &w->img.fd, 1);
-        if (q < 0)
-                sup_log(4, "Failed to keep the weight image in the systemd fd store: %s, ignoring", strerror(-q));
+        store_one(w, m);
         return 0;
 }
 
@@ -142,6 +147,22 @@ struct sup_weights *sup_weight_set_find(struct sup_weight_set *set, int node_os)
                 if (set->w[k].node_os == node_os)
                         return &set->w[k];
         return NULL;
+}
+
+void sup_weight_set_unstore(const struct sup_weight_set *set, const struct sup_model *m) {
+        for (int k = 0; k < set->n; k++) {
+                char name[160], state[256];
+                weights_fdname(m, set->w[k].node_os, name, sizeof name);
+                snprintf(state, sizeof state, "FDSTOREREMOVE=1\nFDNAME=%s", name);
+                int q = dsv_notify(state);
+                if (q < 0)
+                        sup_log(4, "Failed to remove '%s' from the systemd fd store: %s, ignoring", name, strerror(-q));
+        }
+}
+
+void sup_weight_set_store(const struct sup_weight_set *set, const struct sup_model *m) {
+        for (int k = 0; k < set->n; k++)
+                store_one(&set->w[k], m);
 }
 
 void sup_weight_set_done(struct sup_weight_set *set) {

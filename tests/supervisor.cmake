@@ -47,6 +47,16 @@ set_tests_properties(test-supervisor-unit PROPERTIES SKIP_RETURN_CODE 77)
 dsv_script_test(NAME test-supervisor-signals SCRIPT ${CMAKE_SOURCE_DIR}/tests/integration/test-supervisor-signals.sh
                 LABELS integration TIMEOUT 300)
 set_tests_properties(test-supervisor-signals PROPERTIES RUN_SERIAL ON)
+# SIGHUP applies every changed option it can (seen in the new workers' binary, command
+# line, weights and cgroup files; with dsvisor-worker the new model's answers) and names
+# the rest in a warning and in status; a memory limit without a memory controller stops
+# the start unless --allow-unenforced (root).
+foreach(worker stub real)
+  dsv_script_test(NAME test-supervisor-signals-reload-${worker}
+                  SCRIPT ${CMAKE_SOURCE_DIR}/tests/integration/test-supervisor-signals-reload.sh ARGS ${worker}
+                  LABELS integration TIMEOUT 300)
+  set_tests_properties(test-supervisor-signals-reload-${worker} PROPERTIES SKIP_RETURN_CODE 77 RUN_SERIAL ON)
+endforeach()
 
 # SCHED_FIFO in a v1 cpu group: EPERM without cpu.rt_runtime_us, granted with it (root).
 dsv_test(NAME test-supervisor-rt SOURCES integration/test-supervisor-rt.c ${DSV_SUP_DIR}/rt_sched.c

@@ -4,8 +4,10 @@
 # weight memfd attached, READY=1 once both instances are ready, STATUS= lines, WATCHDOG=1
 # every <= WATCHDOG_USEC/2, STOPPING=1 on SIGTERM. Then it starts a second supervisor the
 # way systemd restarts one, with the stored memfd as fd 3 (LISTEN_FDS, LISTEN_FDNAMES,
-# LISTEN_PID), and checks that the weights are re-attached instead of reloaded. Without
-# NOTIFY_SOCKET the lifecycle test covers the same binary unchanged.
+# LISTEN_PID), and checks that the weights are re-attached instead of reloaded. A third
+# one reloads a new model: FDSTOREREMOVE=1 for the old images, FDSTORE=1 for the new, a
+# raised WATCHDOG_USEC while they load. Without NOTIFY_SOCKET the lifecycle test covers
+# the same binary unchanged.
 set -euo pipefail
 exec python3 - "${DSV_BUILD_DIR:?}/bin" "${DSV_FIXTURES:?}/models/qwen2-bf16-tied" <<'EOF'
 import array, json, os, signal, socket, subprocess, sys, tempfile, time
@@ -103,8 +105,42 @@ check("no second FDSTORE=1 for re-attached weights",
 subprocess.run([dsvisor, "stop", "--runtime-dir", run], timeout=60)
 check("second supervisor stopped with status 0", p2.wait(timeout=30) == 0)
 
+# A reload with a new model: the old images leave the fd store, the new ones join it, and
+# the watchdog timeout is raised while they load and set back after.
+model_b = os.path.join(os.path.dirname(model), "llama3-rope-gqa")
+cfg = os.path.join(tmp, "cfg.json")
+with open(cfg, "w") as f:
+    json.dump({"model": model}, f)
+args3 = [dsvisor, "start", "--config", cfg, "--instances", "2", "--port", "0", "--runtime-dir", run,
+         "--worker", worker, "--hugepages", "off", "--grace-ms", "2000"]
+log3 = open(os.path.join(tmp, "start3.log"), "w")
+msgs.clear()
+p3 = subprocess.Popen(args3, env=env, stdout=log3, stderr=subprocess.STDOUT)
+ready = pump(time.monotonic() + 120, lambda m: "READY=1" in m[1].split("\n"))
+old_store = [m for m in msgs if "FDSTORE=1" in m[1].split("\n")]
+with open(cfg, "w") as f:
+    json.dump({"model": model_b}, f)
+t0 = time.monotonic()
+p3.send_signal(signal.SIGHUP)
+pump(time.monotonic() + 60, lambda m: m[0] >= t0 and "FDSTORE=1" in m[1].split("\n"))
+pump(time.monotonic() + 1.0)
+after = [m for m in msgs if m[0] >= t0]
+def index(pred):
+    return next((i for i, m in enumerate(after) if pred(m[1].split("\n"))), -1)
+old_name = [l for l in old_store[0][1].split("\n") if l.startswith("FDNAME=")][0] if old_store else "FDNAME=?"
+i_remove = index(lambda ls: "FDSTOREREMOVE=1" in ls and old_name in ls)
+i_store = index(lambda ls: "FDSTORE=1" in ls)
+i_raise = index(lambda ls: "WATCHDOG_USEC=3600000000" in ls and "STATUS=reloading: loading the weights" in ls)
+i_back = index(lambda ls: "WATCHDOG_USEC=1000000" in ls)
+check("reload: the old weights leave the fd store (%s) before the new ones join it" % old_name,
+      ready is not None and 0 <= i_remove < i_store and len(after[i_store][2]) == 1 and old_name not in after[i_store][1])
+check("reload: the watchdog timeout is raised while the weights load and set back after",
+      0 <= i_raise < i_store < i_back)
+subprocess.run([dsvisor, "stop", "--runtime-dir", run], timeout=60)
+check("third supervisor stopped with status 0", p3.wait(timeout=30) == 0)
+
 if failed:
-    for f in ("start1.log", "start2.log"):
+    for f in ("start1.log", "start2.log", "start3.log"):
         print("--- " + f)
         print(open(os.path.join(tmp, f)).read())
 subprocess.run(["rm", "-rf", tmp])

@@ -110,6 +110,131 @@ TEST(config_file_and_command_line_wins) {
         ASSERT_EQ(sup_config_reload(&c, &n, err, sizeof err), -ENOENT);
 }
 
+/* The number of options `dsvisor start` has: the lines of its usage. */
+static int count_options(void) {
+        char *text = NULL;
+        size_t len = 0;
+        FILE *f = open_memstream(&text, &len);
+        sup_start_usage(f);
+        fclose(f);
+        int n = 0;
+        for (const char *p = text; (p = strstr(p, "\n  --")) != NULL; p++)
+                n++;
+        free(text);
+        return n;
+}
+
+static const struct sup_config_change *find_change(const struct sup_config_change *ch, int n, const char *option) {
+        for (int i = 0; i < n; i++)
+                if (strcmp(ch[i].option, option) == 0)
+                        return &ch[i];
+        return NULL;
+}
+
+TEST(reload_names_every_changed_option) {
+        /* Every byte of next differs but --config's path: every option but "config" is a
+         * change, each named once, and one that needs a full restart says why. */
+        static struct sup_config cur, next;
+        sup_config_init(&cur);
+        memset(&next, 0x5a, sizeof next);
+        memcpy(next.config_path, cur.config_path, sizeof next.config_path);
+        memcpy(next.cli_set, cur.cli_set, sizeof next.cli_set);
+        struct sup_config_change ch[128];
+        int n = sup_config_changes(&cur, &next, ch, 128);
+        int n_options = count_options();
+        ASSERT_TRUE(n_options > 20);
+        ASSERT_EQ(n, n_options - 1);
+        ASSERT_TRUE(find_change(ch, n, "config") == NULL);
+        for (int i = 0; i < n; i++) {
+                ASSERT_TRUE(find_change(ch, i, ch[i].option) == NULL); /* once */
+                if (ch[i].how == SUP_RELOAD_FULL_RESTART)
+                        ASSERT_TRUE(ch[i].why && ch[i].why[0]);
+        }
+        static const char *const by_new_workers[] = {"model", "worker", "hugepages", "rt-priority", "grace-ms",
+                                                     "n-ctx", "max-batch", "kv-mem-mib", "memory-max-mib"};
+        for (size_t k = 0; k < sizeof by_new_workers / sizeof by_new_workers[0]; k++)
+                ASSERT_EQ(find_change(ch, n, by_new_workers[k])->how, SUP_RELOAD_NEW_WORKERS);
+        static const char *const at_once[] = {"restart-limit", "restart-window-ms", "restart-backoff-ms",
+                                              "restart-backoff-max-ms"};
+        for (size_t k = 0; k < sizeof at_once / sizeof at_once[0]; k++)
+                ASSERT_EQ(find_change(ch, n, at_once[k])->how, SUP_RELOAD_AT_ONCE);
+        static const char *const full[] = {"model-id", "instances", "threads-per-instance", "no-housekeeping", "host",
+                                           "port", "runtime-dir", "cgroup-parent", "allow-unenforced"};
+        for (size_t k = 0; k < sizeof full / sizeof full[0]; k++)
+                ASSERT_EQ(find_change(ch, n, full[k])->how, SUP_RELOAD_FULL_RESTART);
+
+        /* Nothing changed: nothing named; one option changed: only it. */
+        ASSERT_EQ(sup_config_changes(&cur, &cur, ch, 128), 0);
+        struct sup_config one = cur;
+        one.memory_max_bytes = 700ull << 20;
+        ASSERT_EQ(sup_config_changes(&cur, &one, ch, 128), 1);
+        ASSERT_STREQ(ch[0].option, "memory-max-mib");
+
+        /* Taking one option copies that one only. */
+        struct sup_config taken = cur;
+        ASSERT_EQ(sup_config_take(&taken, &next, "max-batch"), 0);
+        ASSERT_EQ(taken.max_batch, next.max_batch);
+        ASSERT_EQ(taken.n_ctx, cur.n_ctx);
+        ASSERT_EQ(sup_config_changes(&cur, &taken, ch, 128), 1);
+        ASSERT_EQ(sup_config_take(&taken, &next, "no-such-option"), -ENOENT);
+}
+
+TEST(reload_names_file_values_the_command_line_overrides) {
+        char path[] = "/tmp/test-supervisor-overrides.XXXXXX";
+        int fd = mkstemp(path);
+        ASSERT_TRUE(fd >= 0);
+        close(fd);
+        write_file(path, "{\"port\": 9000, \"max_batch\": 4, \"model\": \"/cli.dse\"}");
+        struct sup_config c;
+        char err[256];
+        char *argv[] = {"start", "--config", path, "--port", "9100", "--model", "/cli.dse", "--n-ctx", "64"};
+        ASSERT_EQ(parse(&c, err, sizeof err, 9, argv), 0);
+        const char *over[8];
+        /* port: the file differs; model: the same; n-ctx: not in the file; max-batch: not on the CLI */
+        ASSERT_EQ(sup_config_cli_overrides(&c, over, 8), 1);
+        ASSERT_STREQ(over[0], "port");
+        write_file(path, "{\"port\": 9100}");
+        ASSERT_EQ(sup_config_cli_overrides(&c, over, 8), 0);
+        unlink(path);
+        ASSERT_EQ(sup_config_cli_overrides(&c, over, 8), 0);
+}
+
+TEST(unenforced_limit_is_an_error_unless_allowed) {
+        struct sup_config c;
+        char err[512];
+        char *a1[] = {"start", "--memory-max-mib", "512"};
+        ASSERT_EQ(parse(&c, err, sizeof err, 3, a1), 0);
+        ASSERT_TRUE(!c.allow_unenforced);
+        struct dsv_cgroup_report rep;
+        memset(&rep, 0, sizeof rep);
+        rep.e[DSV_CGROUP_LIMIT_MEMORY_MAX].requested = true;
+        snprintf(rep.e[DSV_CGROUP_LIMIT_MEMORY_MAX].reason, sizeof rep.e[0].reason, "no memory controller here");
+        ASSERT_EQ(sup_config_check_enforced(&c, &rep, "", err, sizeof err), -EPERM);
+        ASSERT_TRUE(strstr(err, "--memory-max-mib") && strstr(err, "no memory controller here") &&
+                    strstr(err, "--allow-unenforced"));
+        ASSERT_EQ(sup_config_check_enforced(&c, NULL, "none: Permission denied", err, sizeof err), -EPERM);
+        ASSERT_TRUE(strstr(err, "--memory-max-mib") && strstr(err, "none: Permission denied"));
+        rep.e[DSV_CGROUP_LIMIT_MEMORY_MAX].applied = true;
+        ASSERT_EQ(sup_config_check_enforced(&c, &rep, "", err, sizeof err), 0);
+
+        /* --allow-unenforced, or "allow-unenforced" in the file, lets it run. */
+        rep.e[DSV_CGROUP_LIMIT_MEMORY_MAX].applied = false;
+        char *a2[] = {"start", "--memory-max-mib", "512", "--allow-unenforced"};
+        ASSERT_EQ(parse(&c, err, sizeof err, 4, a2), 0);
+        ASSERT_TRUE(c.allow_unenforced);
+        ASSERT_EQ(sup_config_check_enforced(&c, &rep, "", err, sizeof err), 0);
+        ASSERT_EQ(sup_config_check_enforced(&c, NULL, "none", err, sizeof err), 0);
+        sup_config_init(&c);
+        ASSERT_EQ(sup_config_apply_json(&c, "{\"memory_max_mib\": 64, \"allow_unenforced\": true}", err, sizeof err), 0);
+        ASSERT_TRUE(c.allow_unenforced);
+        ASSERT_EQ(sup_config_check_enforced(&c, NULL, "none", err, sizeof err), 0);
+
+        /* No limit asked for: nothing to enforce. */
+        char *a0[] = {"start"};
+        ASSERT_EQ(parse(&c, err, sizeof err, 1, a0), 0);
+        ASSERT_EQ(sup_config_check_enforced(&c, NULL, "none", err, sizeof err), 0);
+}
+
 TEST(json_errors_name_the_key) {
         struct sup_config c;
         char err[256];
