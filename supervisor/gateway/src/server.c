@@ -12,6 +12,7 @@
 #include <sys/socket.h>
 
 #include "buf.h"
+#include "http_strict.h"
 #include "keys.h"
 #include "server.h"
 
@@ -51,8 +52,10 @@ static const struct {
         {"/metrics", "GET", EP_METRICS, false},
 };
 
-/* Per HTTP request (MHD's con_cls). */
+/* Per HTTP request (MHD's con_cls, made by on_target). */
 struct http_req {
+        bool target_ok; /* dsv__gw_strict_target_ok() on the target as it arrived */
+        bool started;   /* the header fields were checked */
         int ep_index; /* into endpoints[]; -1 unknown */
         char *body;
         size_t len, cap;
@@ -158,10 +161,15 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
                                   void **con_cls) {
         struct dsv_gateway *gw = cls;
         struct http_req *hr = *con_cls;
-        if (!hr) {
-                if (!(hr = calloc(1, sizeof *hr)))
-                        return MHD_NO;
-                *con_cls = hr;
+        if (!hr)
+                return MHD_NO; /* on_target ran out of memory */
+        if (!hr->started) {
+                hr->started = true;
+                struct dsv_gw_error e;
+                if (dsv__gw_strict_request(conn, version, hr->target_ok, &e) < 0) {
+                        hr->answered = true;
+                        return dsv__gw_reply_refusal(conn, &e, NULL);
+                }
                 return check_headers(gw, conn, url, method, hr);
         }
         if (*upload_data_size) {
@@ -183,7 +191,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
                 struct dsv_gw_error e;
                 dsv__gw_error_set(&e, 413, "invalid_request_error", "request_too_large", NULL,
                                   "The request body is larger than %zu bytes", gw->cfg.max_body_bytes);
-                return dsv__gw_reply_error(conn, &e, &gw->metrics);
+                return dsv__gw_reply_refusal(conn, &e, &gw->metrics);
         }
         switch (ep) {
         case EP_CHAT:
@@ -205,6 +213,16 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         }
 }
 
+/* Called with the request line, before the target is percent-decoded: the only place
+ * an escaped NUL can still be seen. */
+static void *on_target(void *cls, const char *uri, struct MHD_Connection *conn) {
+        (void)cls, (void)conn;
+        struct http_req *hr = calloc(1, sizeof *hr);
+        if (hr)
+                hr->target_ok = dsv__gw_strict_target_ok(uri);
+        return hr;
+}
+
 static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls, enum MHD_RequestTerminationCode toe) {
         struct dsv_gateway *gw = cls;
         struct http_req *hr = *con_cls;
@@ -216,6 +234,15 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
         /* Back to the idle limit for the next request on a kept-alive connection. */
         MHD_set_connection_option(conn, MHD_CONNECTION_OPTION_TIMEOUT, gw->cfg.connection_timeout_s);
 }
+
+/* libmicrohttpd's own strictness, level 1 ("busy public servers"): from 1.0 its rewritten
+ * parser refuses what http_strict.c cannot see from here (NUL in a field value, an empty
+ * field name); before, the older option with the same level. */
+#if MHD_VERSION >= 0x01000000
+#define HTTP_STRICTNESS_OPTION MHD_OPTION_CLIENT_DISCIPLINE_LVL
+#else
+#define HTTP_STRICTNESS_OPTION MHD_OPTION_STRICT_FOR_CLIENT
+#endif
 
 int dsv_gateway_start(struct dsv_gateway *gw) {
         if (!gw)
@@ -235,7 +262,8 @@ int dsv_gateway_start(struct dsv_gateway *gw) {
         gw->mhd = MHD_start_daemon(flags, gw->cfg.port, NULL, NULL, on_request, gw, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
                                    MHD_OPTION_CONNECTION_TIMEOUT, gw->cfg.connection_timeout_s,
                                    MHD_OPTION_CONNECTION_LIMIT, gw->cfg.max_connections, MHD_OPTION_NOTIFY_COMPLETED,
-                                   on_completed, gw, MHD_OPTION_END);
+                                   on_completed, gw, MHD_OPTION_URI_LOG_CALLBACK, on_target, NULL,
+                                   HTTP_STRICTNESS_OPTION, 1, MHD_OPTION_END);
         int saved = errno;
         freeaddrinfo(ai);
         if (!gw->mhd)
