@@ -16,6 +16,9 @@ dsv_script_test(NAME test-gateway-rooms SCRIPT ${CMAKE_SOURCE_DIR}/tests/integra
                 LABELS unit TIMEOUT 30)
 dsv_script_test(NAME test-gateway-http SCRIPT ${CMAKE_SOURCE_DIR}/tests/integration/test-gateway-http.sh
                 LABELS integration TIMEOUT 240)
+dsv_script_test(NAME test-gateway-hostile SCRIPT ${CMAKE_SOURCE_DIR}/tests/integration/test-gateway-hostile.sh
+                LABELS integration TIMEOUT 300)
+set_tests_properties(test-gateway-hostile PROPERTIES RUN_SERIAL ON)
 dsv_script_test(NAME test-gateway-openai SCRIPT ${CMAKE_SOURCE_DIR}/tests/integration/test-gateway-openai.sh
                 LABELS integration TIMEOUT 300)
 
@@ -29,5 +32,9 @@ if(DSV_FUZZ)
   target_compile_options(fuzz-gateway-request PRIVATE -fsanitize=fuzzer,address,undefined)
   target_link_options(fuzz-gateway-request PRIVATE -fsanitize=fuzzer,address,undefined)
   target_link_libraries(fuzz-gateway-request PRIVATE dsv_gateway dsv::cjson)
+  add_executable(fuzz-gateway-http fuzz/fuzz-gateway-http.c)
+  target_compile_options(fuzz-gateway-http PRIVATE -fsanitize=fuzzer,address,undefined)
+  target_link_options(fuzz-gateway-http PRIVATE -fsanitize=fuzzer,address,undefined)
+  target_link_libraries(fuzz-gateway-http PRIVATE dsv_gateway)
 endif()
 dsv_test(NAME test-gateway-api SOURCES unit/test-gateway-api.c LIBS dsv_gateway dsv_ipc LABELS unit TIMEOUT 60)
