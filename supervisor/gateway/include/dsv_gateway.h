@@ -68,6 +68,8 @@ struct dsv_gateway_config {
         uint16_t port;                     /* 0: ephemeral (see dsv_gateway_port) */
         const char *model;                 /* the model id served and accepted; required */
         const char *api_keys_path;         /* keys, one per line ('#' comments); NULL: no auth */
+        bool protect_metrics;              /* with keys: /metrics, /health and unknown URLs need
+                                            * one too (only /ready stays open, for probes) */
         enum dsv_policy_route route;       /* default least-outstanding */
         uint64_t route_seed;
         struct dsv_policy_admit_limits admit;

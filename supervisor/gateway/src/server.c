@@ -122,6 +122,17 @@ static int find_endpoint(const char *url, const char *method, bool *method_ok) {
         return -1;
 }
 
+/* Whether the endpoint (-1: an unknown URL) needs an API key. With protect_metrics
+ * everything does but /ready, so an unknown URL is 401 before it is 404 and the
+ * endpoints are not told apart without a key. */
+static bool needs_key(const struct dsv_gateway *gw, int ep_index) {
+        if (!gw->auth)
+                return false;
+        if (ep_index >= 0 && endpoints[ep_index].auth)
+                return true;
+        return gw->cfg.protect_metrics && (ep_index < 0 || endpoints[ep_index].ep != EP_READY);
+}
+
 /* Checks made before the body is read: route, method, API key, declared size. Returns
  * MHD_YES with hr->answered set when it queued a response. */
 static enum MHD_Result check_headers(struct dsv_gateway *gw, struct MHD_Connection *conn, const char *url,
@@ -129,6 +140,11 @@ static enum MHD_Result check_headers(struct dsv_gateway *gw, struct MHD_Connecti
         bool method_ok = false;
         hr->ep_index = find_endpoint(url, method, &method_ok);
         hr->answered = true;
+        bool key_ok = !needs_key(gw, hr->ep_index) ||
+                      dsv__gw_keys_check(&gw->keys, MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Authorization"));
+        if (!key_ok && hr->ep_index < 0)
+                return dsv__gw_reply_simple_error(conn, 401, "invalid_request_error", "invalid_api_key",
+                                                  "Incorrect or missing API key", NULL);
         if (hr->ep_index < 0)
                 return dsv__gw_reply_simple_error(conn, 404, "invalid_request_error", "unknown_url",
                                                   "Unknown request URL", NULL);
@@ -141,8 +157,7 @@ static enum MHD_Result check_headers(struct dsv_gateway *gw, struct MHD_Connecti
         /* Only the completion endpoints' answers are counted in dsvisor_requests_total. */
         bool generation = endpoints[hr->ep_index].ep == EP_CHAT || endpoints[hr->ep_index].ep == EP_COMPLETIONS;
         struct gw_metrics *counted = generation ? &gw->metrics : NULL;
-        if (gw->auth && endpoints[hr->ep_index].auth &&
-            !dsv__gw_keys_check(&gw->keys, MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Authorization")))
+        if (!key_ok)
                 return dsv__gw_reply_simple_error(conn, 401, "invalid_request_error", "invalid_api_key",
                                                   "Incorrect or missing API key", counted);
         const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
