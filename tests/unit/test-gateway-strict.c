@@ -59,6 +59,14 @@ TEST(json_strict_refuses_duplicate_keys_naming_them) {
         ASSERT_STREQ(e.param, "prompt");
         BAD_JSON("{\"x\":[{\"k\":1,\"j\":2,\"k\":3}]}");
         ASSERT_STREQ(e.param, "k");
+        /* a long key is named cut at a character boundary: 23 of its 30 two-byte characters */
+        char key[61] = {0}, body[160], want[47] = {0};
+        for (int i = 0; i < 30; i++)
+                memcpy(key + 2 * i, "\xc3\xa9", 2);
+        memcpy(want, key, 46);
+        int n = snprintf(body, sizeof body, "{\"%s\":1,\"%s\":2}", key, key);
+        ASSERT_EQ(strict(body, (size_t)n, &e), -EINVAL);
+        ASSERT_STREQ(e.param, want);
 }
 
 TEST(json_strict_bounds_depth_and_keys) {

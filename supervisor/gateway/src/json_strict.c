@@ -187,6 +187,16 @@ static int key_order(const void *a, const void *b, void *text) {
         return c ? c : (x->len > y->len) - (x->len < y->len);
 }
 
+/* The longest prefix of text[0..len) of at most max bytes that does not cut a UTF-8
+ * sequence, so an error naming a key stays valid UTF-8. */
+static int utf8_prefix(const char *text, size_t len, size_t max) {
+        if (len <= max)
+                return (int)len;
+        while (max > 0 && ((unsigned char)text[max] & 0xc0) == 0x80)
+                max--;
+        return (int)max;
+}
+
 /* The keys of the object just closed, j->keys[first..]: refused when two are equal; then
  * forgotten. */
 static int check_keys(struct json_scan *j, size_t first) {
@@ -195,11 +205,13 @@ static int check_keys(struct json_scan *j, size_t first) {
         qsort_r(k, n, sizeof *k, key_order, j->text);
         for (size_t i = 1; i < n; i++) {
                 if (key_order(&k[i - 1], &k[i], j->text) == 0) {
+                        const char *key = j->text + k[i].at;
                         dsv__gw_error_set(j->e, 400, "invalid_request_error", "invalid_request", NULL,
                                           "the request body is not valid JSON: the key '%.*s' appears twice in an "
                                           "object",
-                                          (int)(k[i].len < 64 ? k[i].len : 64), j->text + k[i].at);
-                        snprintf(j->e->param, sizeof j->e->param, "%.*s", (int)k[i].len, j->text + k[i].at);
+                                          utf8_prefix(key, k[i].len, 64), key);
+                        snprintf(j->e->param, sizeof j->e->param, "%.*s",
+                                 utf8_prefix(key, k[i].len, sizeof j->e->param - 1), key);
                         return -EINVAL;
                 }
         }
@@ -208,6 +220,15 @@ static int check_keys(struct json_scan *j, size_t first) {
 }
 
 static int scan_value(struct json_scan *j, int depth);
+
+/* After a member of an array or object: 1 at a ',' (another one follows), 0 at close (the
+ * container ends), else the error what. */
+static int next_member(struct json_scan *j, char close, const char *what) {
+        skip_ws(j);
+        if (j->pos < j->len && (j->s[j->pos] == ',' || j->s[j->pos] == close))
+                return j->s[j->pos++] == ',';
+        return fail(j, what);
+}
 
 static int scan_object(struct json_scan *j, int depth) {
         size_t first = j->n_keys, text_mark = j->text_len;
@@ -238,20 +259,13 @@ static int scan_object(struct json_scan *j, int depth) {
                 if (j->pos >= j->len || j->s[j->pos] != ':')
                         return fail(j, "a missing ':' in an object");
                 j->pos++;
-                if ((r = scan_value(j, depth)) < 0)
+                if ((r = scan_value(j, depth)) < 0 || (r = next_member(j, '}', "a missing ',' or '}' in an object")) < 0)
                         return r;
-                skip_ws(j);
-                if (j->pos < j->len && j->s[j->pos] == ',') {
-                        j->pos++;
-                        continue;
-                }
-                if (j->pos < j->len && j->s[j->pos] == '}') {
-                        j->pos++;
+                if (r == 0) {
                         r = check_keys(j, first);
                         j->text_len = text_mark;
                         return r;
                 }
-                return fail(j, "a missing ',' or '}' in an object");
         }
 }
 
@@ -264,18 +278,8 @@ static int scan_array(struct json_scan *j, int depth) {
         }
         for (;;) {
                 int r = scan_value(j, depth);
-                if (r < 0)
+                if (r < 0 || (r = next_member(j, ']', "a missing ',' or ']' in an array")) <= 0)
                         return r;
-                skip_ws(j);
-                if (j->pos < j->len && j->s[j->pos] == ',') {
-                        j->pos++;
-                        continue;
-                }
-                if (j->pos < j->len && j->s[j->pos] == ']') {
-                        j->pos++;
-                        return 0;
-                }
-                return fail(j, "a missing ',' or ']' in an array");
         }
 }
 
