@@ -77,7 +77,8 @@ struct dsv_gateway_config {
         size_t max_prompt_bytes;           /* prompt or messages text; larger: 400; default 256 KiB */
         int32_t max_tokens_limit;          /* larger max_tokens: 400; default 32768 */
         int32_t default_max_tokens;        /* when the request sets none; default 256 */
-        unsigned connection_timeout_s;     /* idle limit while headers/body arrive; default 30 */
+        unsigned connection_timeout_s;     /* idle limit while headers/body arrive, and for a
+                                            * streamed block to be written; default 30 */
         unsigned max_connections;          /* concurrent HTTP connections; default 256 */
         uint32_t request_timeout_ms;       /* arrival to last token; default 600000 */
         uint32_t health_interval_ms;       /* health+stats polling period; 0 (default): off */
