@@ -139,6 +139,7 @@ reached_functions() {
         dsv_ipc_batch_add dsv_ipc_batch_message ;;
     fuzz-supervisor-config) echo sup_config_apply_json set_text/config.c set_int/config.c dsv_cgroup_parent_check ;;
     fuzz-gateway-request) echo dsv__gw_request_parse parse_messages parse_stop parse_logprobs dsv__gw_utf8_valid ;;
+    fuzz-gateway-http) echo dsv__gw_strict_target_ok dsv__gw_strict_request scan_field/http_strict.c dsv__gw_json_strict dsv__gw_request_parse ;;
     fuzz-load-sse) echo load_sse_feed load_answer_classify ;;
     fuzz-chat-template) echo dse__jinja_parse parse_body/jinja_parse.c dse__jinja_render eval/jinja_eval.c apply_filter binop/jinja_eval.c ;;
     fuzz-tokenizer-load)
@@ -200,6 +201,9 @@ for t in "${TARGETS[@]}"; do
   elif [ "$rc" -ne 0 ]; then
     BROKEN=$((BROKEN + 1))
     result="FAILED (exit $rc, log $log)"
+  elif [ -z "$want" ]; then
+    BROKEN=$((BROKEN + 1))
+    result="NO PARSER LIST: name its parser's functions in reached_functions"
   elif [ ${#missing[@]} -gt 0 ]; then
     BROKEN=$((BROKEN + 1))
     result="NOT REACHED: ${missing[*]} (log $log)"

@@ -4,6 +4,8 @@ set(DSV_GATEWAY_INTERNAL ${CMAKE_SOURCE_DIR}/supervisor/gateway/src)
 
 dsv_test(NAME test-gateway-request SOURCES unit/test-gateway-request.c LIBS dsv_gateway dsv::cjson LABELS unit)
 target_include_directories(test-gateway-request PRIVATE ${DSV_GATEWAY_INTERNAL})
+dsv_test(NAME test-gateway-strict SOURCES unit/test-gateway-strict.c LIBS dsv_gateway LABELS unit)
+target_include_directories(test-gateway-strict PRIVATE ${DSV_GATEWAY_INTERNAL})
 
 add_executable(fake-worker integration/fake-worker.c)
 target_link_libraries(fake-worker PRIVATE dsv_ipc dsv::cjson)
@@ -14,6 +16,9 @@ dsv_script_test(NAME test-gateway-rooms SCRIPT ${CMAKE_SOURCE_DIR}/tests/integra
                 LABELS unit TIMEOUT 30)
 dsv_script_test(NAME test-gateway-http SCRIPT ${CMAKE_SOURCE_DIR}/tests/integration/test-gateway-http.sh
                 LABELS integration TIMEOUT 240)
+dsv_script_test(NAME test-gateway-hostile SCRIPT ${CMAKE_SOURCE_DIR}/tests/integration/test-gateway-hostile.sh
+                LABELS integration TIMEOUT 300)
+set_tests_properties(test-gateway-hostile PROPERTIES RUN_SERIAL ON)
 dsv_script_test(NAME test-gateway-openai SCRIPT ${CMAKE_SOURCE_DIR}/tests/integration/test-gateway-openai.sh
                 LABELS integration TIMEOUT 300)
 
@@ -21,6 +26,8 @@ if(DSV_FUZZ)
   dsv_add_fuzzer(fuzz-gateway-request fuzz/fuzz-gateway-request.c)
   target_include_directories(fuzz-gateway-request PRIVATE ${DSV_GATEWAY_INTERNAL})
   target_link_libraries(fuzz-gateway-request PRIVATE dsv_gateway dsv::cjson)
+  dsv_add_fuzzer(fuzz-gateway-http fuzz/fuzz-gateway-http.c)
+  target_link_libraries(fuzz-gateway-http PRIVATE dsv_gateway)
 endif()
 dsv_test(NAME test-gateway-api SOURCES unit/test-gateway-api.c LIBS dsv_gateway dsv_ipc LABELS unit TIMEOUT 60)
 # Overload: at about 5x the admission limits (and, second, far over the connection limit)

@@ -6,7 +6,7 @@
  *         --instance NAME=URL [--instance NAME=URL ...] [--api-keys FILE]
  *         [--max-queue-per-instance N] [--max-queue-total N] [--timeout-ms N]
  *         [--max-connections N] [--conn-timeout-s N] [--max-body N] [--max-running N] [--route NAME]
- *         [--health-ms N] [--numa-node N]
+ *         [--health-ms N] [--numa-node N] [--protect-metrics 0|1]
  *
  * It writes the bound port to F once serving. Commands on stdin, one per line, answer
  * "ok <n>" or "err <errno name>" on stdout: "ready ID 0|1", "url ID URL", "remove ID",
@@ -102,6 +102,8 @@ int main(int argc, char **argv) {
                         cfg.max_running_per_instance = (uint32_t)atoi(v);
                 else if (!strcmp(k, "--health-ms"))
                         cfg.health_interval_ms = (uint32_t)atoi(v);
+                else if (!strcmp(k, "--protect-metrics"))
+                        cfg.protect_metrics = atoi(v) != 0;
                 else if (!strcmp(k, "--numa-node"))
                         numa_node = atoi(v);
                 else if (!strcmp(k, "--route")) {

@@ -233,6 +233,14 @@ s=$(post $PA /v1/completions "$(completion x 1)" -H "Authorization: Bearer sk-te
 check auth-models-401  [ "$(get $PA/v1/models)" = 401 ]
 check auth-health-open [ "$(get $PA/health)" = 200 ]
 check auth-metrics-open [ "$(get $PA/metrics)" = 200 ]
+server authp --instance keyed="$(URL keyed)" --api-keys "$T/keys" --protect-metrics 1
+PP=$PORT_authp
+check protect-metrics-401 bash -c "[ \$(get $PP/metrics) = 401 ] && grep -qi '^www-authenticate: Bearer' $T/hdr"
+check protect-metrics-key [ "$(get $PP/metrics -H 'Authorization: Bearer sk-test-one')" = 200 ]
+check protect-health-401 [ "$(get $PP/health)" = 401 ]
+check protect-root-401 [ "$(get $PP/)" = 401 ]
+check protect-root-key-404 [ "$(get $PP/ -H 'Authorization: Bearer sk-test-one')" = 404 ]
+check protect-ready-open bash -c "[ \$(get $PP/ready) != 401 ]"
 
 # ---- admission: queue limit -> 429 + Retry-After ---------------------------------------------
 worker slow --delay-ms 300
@@ -276,6 +284,31 @@ check disconnect-stream-cancels grep -q '^cancel ' "$T/dis.log"
 curl -s --max-time 0.5 -o /dev/null -d "$(completion 'one two three four five six seven eight nine ten' 10)" "http://127.0.0.1:$PC/v1/completions"
 sleep 0.5
 check disconnect-blocking-cancels [ "$(grep -c '^cancel ' "$T/dis.log")" = 2 ]
+
+# ---- a stream's idle limit: tokens slower than it still flow; a client that stops reading is
+# dropped once a block cannot be written for that long, and its generation cancelled ---------
+worker slowtok --delay-ms 1500
+server st --instance slowtok="$(URL slowtok)" --conn-timeout-s 1
+s=$(post $PORT_st /v1/completions "$(completion 'a b c' 3 ',"stream":true')" -N)
+check stream-slower-than-idle-limit bash -c "[ $s = 200 ] && [ \"\$(sse)\" = 'a b c|stop' ]"
+worker stallread --delay-ms 10
+server sr --instance stallread="$(URL stallread)" --conn-timeout-s 2
+# 4000 tokens with 20 alternatives each are megabytes of events: more than the sockets hold
+python3 - "$PORT_sr" "$T/stallread.log" <<'PY' &
+import json, socket, sys, time
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+s.connect(("127.0.0.1", int(sys.argv[1])))
+body = json.dumps({"model": "dsv-test", "prompt": "w " * 4000, "max_tokens": 4096, "stream": True,
+                   "logprobs": 20}).encode()
+s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+deadline = time.monotonic() + 60
+while time.monotonic() < deadline and "cancel" not in open(sys.argv[2]).read():
+    time.sleep(0.2)
+PY
+PIDS+=($!); stall_client=$!
+wait $stall_client
+check stalled-reader-cancelled grep -q '^cancel ' "$T/stallread.log"
 
 # ---- retries: a worker dying before its first token is retried elsewhere ---------------------
 worker die0 --delay-ms 2 --die-after-tokens 0; worker good --delay-ms 2

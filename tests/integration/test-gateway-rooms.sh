@@ -21,7 +21,7 @@ server_fns='dsv__gw_reply[a-z_]*|dsv__gw_completion|dsv__gw_keys_[a-z]+'
 calls_fns='dsv__gw_call_[a-z_]+|dsv__gw_calls_[a-z]+|dsv__gw_instances?_[a-z_]+|dsv__gw_event_free|dsv__gw_now_ns'
 openai_fns='dsv__gw_request_[a-z]+|dsv__gw_answer_[a-z_]+|dsv__gw_sse_[a-z]+|dsv__gw_error_[a-z]+|dsv__gw_worker_error'
 metrics_fns='dsv__gw_metrics_[a-z_]+|dsv__gw_hist_[a-z]+'
-check "request.c response.c sse.c openai.h" 'server\.h|keys\.h|calls\.h|metrics\.h' "$server_fns|$calls_fns|$metrics_fns" \
+check "request.c json_strict.c response.c sse.c openai.h" 'server\.h|keys\.h|calls\.h|metrics\.h' "$server_fns|$calls_fns|$metrics_fns" \
   "OpenAI shaping is pure"
 check "metrics.c metrics.h" 'server\.h|keys\.h|calls\.h|openai\.h|buf\.h' "$server_fns|$calls_fns|$openai_fns" \
   "metrics is a leaf"

@@ -73,6 +73,8 @@ struct dsv_gateway_config {
         uint16_t port;                     /* 0: ephemeral (see dsv_gateway_port) */
         const char *model;                 /* the model id served and accepted; required */
         const char *api_keys_path;         /* keys, one per line ('#' comments); NULL: no auth */
+        bool protect_metrics;              /* with keys: /metrics, /health and unknown URLs need
+                                            * one too (only /ready stays open, for probes) */
         enum dsv_policy_route route;       /* default least-outstanding */
         uint64_t route_seed;
         struct dsv_policy_admit_limits admit;
@@ -80,7 +82,8 @@ struct dsv_gateway_config {
         size_t max_prompt_bytes;           /* prompt or messages text; larger: 400; default 256 KiB */
         int32_t max_tokens_limit;          /* larger max_tokens: 400; default 32768 */
         int32_t default_max_tokens;        /* when the request sets none; default 256 */
-        unsigned connection_timeout_s;     /* idle limit while headers/body arrive; default 30 */
+        unsigned connection_timeout_s;     /* idle limit while headers/body arrive, and for a
+                                            * streamed block to be written; default 30 */
         unsigned max_connections;          /* concurrent HTTP connections; beyond: 503 from the
                                               accept path, then close; default 256 */
         uint32_t request_timeout_ms;       /* arrival to last token; default 600000 */

@@ -21,6 +21,7 @@ struct gen {
         struct gw_call call;
         struct dsv_gw_answer answer;
         bool streaming; /* the 200 and SSE headers are queued: no retry any more */
+        struct MHD_Connection *conn;
 };
 
 enum step { STEP_TOKEN, STEP_FINAL, STEP_FAIL, STEP_GONE };
@@ -157,10 +158,20 @@ static struct gen *gen_new(struct gw_calls *cs, int fd) {
         return g;
 }
 
+/* A stream's idle limit: none while sse_read waits for the generation (nothing is due to
+ * the client then), connection_timeout_s once a block is handed to MHD. A client that
+ * stops reading leaves MHD unable to write that block; past the limit MHD drops the
+ * connection and frees the answer, which cancels the generation. */
+static void stream_idle_limit(struct gen *g, bool writing) {
+        MHD_set_connection_option(g->conn, MHD_CONNECTION_OPTION_TIMEOUT,
+                                  writing ? g->call.calls->cfg->connection_timeout_s : 0u);
+}
+
 static ssize_t sse_read(void *cls, uint64_t pos, char *buf, size_t max) {
         struct gen *g = cls;
         struct gw_metrics *metrics = g->call.calls->metrics;
         size_t n;
+        stream_idle_limit(g, false);
         while ((n = dsv__gw_sse_read(&g->answer, buf, max)) == 0) {
                 if (g->answer.done)
                         return MHD_CONTENT_READER_END_OF_STREAM;
@@ -180,6 +191,7 @@ static ssize_t sse_read(void *cls, uint64_t pos, char *buf, size_t max) {
                 if (r < 0)
                         return MHD_CONTENT_READER_END_WITH_ERROR;
         }
+        stream_idle_limit(g, true);
         return (ssize_t)n;
 }
 
@@ -195,6 +207,7 @@ enum MHD_Result dsv__gw_completion(struct gw_calls *cs, struct MHD_Connection *c
         struct gen *g = gen_new(cs, ci ? ci->connect_fd : -1);
         if (!g)
                 return dsv__gw_reply_simple_error(conn, 500, "server_error", NULL, "out of memory", metrics);
+        g->conn = conn;
         struct dsv_gw_limits lim = {
                 .model = cfg->model,
                 .max_prompt_bytes = cfg->max_prompt_bytes,

@@ -52,6 +52,12 @@ struct dsv_gw_request {
         struct dsv_ipc_msg ipc; /* type DSV_IPC_REQUEST, id 0: owns prompt/messages/stop */
 };
 
+/* Checks that body[0..len) is exactly one JSON value as RFC 8259 has it, with nothing but
+ * whitespace after it, no raw control character or escaped NUL in a string, no key twice
+ * in an object (param names it), keys up to 256 bytes and nesting up to 64 deep. 0, or
+ * -EINVAL (-ENOMEM) with err filled (400; 500). UTF-8 is not checked here. */
+int dsv__gw_json_strict(const char *body, size_t len, struct dsv_gw_error *err);
+
 /* Parses a request body (len bytes, need not be NUL-terminated) for api. Checks UTF-8,
  * JSON, field types and ranges, the model name and the limits. On failure returns
  * -EINVAL (or -ENOMEM) and fills err (status 400 or 404); ret is untouched. On success

@@ -17,6 +17,8 @@
 #define MAX_STOP 16      /* PROTOCOL.md: up to 16 stop strings */
 #define MAX_TOP_LOGPROBS 20
 #define MAX_PROMPT_TOKENS (1u << 20)
+#define MAX_NAME_BYTES 256 /* model, user, a message's name */
+#define MAX_STOP_BYTES 1024 /* one stop string */
 
 void dsv__gw_error_set(struct dsv_gw_error *e, int status, const char *type, const char *code, const char *param,
                        const char *fmt, ...) {
@@ -150,6 +152,16 @@ static int get_bool(const cJSON *o, const char *key, bool *out, struct dsv_gw_er
         return 0;
 }
 
+/* A string field's length bound: its own cap, and never more than a prompt may hold.
+ * what names the value in the message, param the field it is in. */
+static int check_length(const cJSON *v, const char *param, const char *what, size_t cap,
+                        const struct dsv_gw_limits *lim, struct dsv_gw_error *e) {
+        size_t max = cap < lim->max_prompt_bytes ? cap : lim->max_prompt_bytes;
+        if (cJSON_IsString(v) && strlen(v->valuestring) > max)
+                return invalid(e, param, "%s is longer than %zu bytes", what, max);
+        return 0;
+}
+
 static int unsupported(struct dsv_gw_error *e, const char *param, const char *what) {
         dsv__gw_error_set(e, 400, "invalid_request_error", "unsupported_parameter", param, "%s is not supported", what);
         return -EINVAL;
@@ -157,7 +169,8 @@ static int unsupported(struct dsv_gw_error *e, const char *param, const char *wh
 
 /* ---- the parts ------------------------------------------------------------------------ */
 
-static int parse_stop(const cJSON *o, struct dsv_ipc_request *q, struct dsv_gw_error *e) {
+static int parse_stop(const cJSON *o, const struct dsv_gw_limits *lim, struct dsv_ipc_request *q,
+                      struct dsv_gw_error *e) {
         const cJSON *v = field(o, "stop");
         if (!v)
                 return 0;
@@ -174,6 +187,9 @@ static int parse_stop(const cJSON *o, struct dsv_ipc_request *q, struct dsv_gw_e
         for (size_t i = 0; i < n; i++, it = it->next) {
                 if (!cJSON_IsString(it) || !it->valuestring[0])
                         return invalid(e, "stop", "'stop' entries must be non-empty strings");
+                int r = check_length(it, "stop", "a 'stop' string", MAX_STOP_BYTES, lim, e);
+                if (r < 0)
+                        return r;
                 if (!(q->stop[i] = strdup(it->valuestring)))
                         return -ENOMEM;
                 q->n_stop = i + 1;
@@ -255,6 +271,8 @@ static int parse_messages(const cJSON *o, const struct dsv_gw_limits *lim, struc
                         r = invalid(e, "messages", "message 'name' must be a string");
                         break;
                 }
+                if ((r = check_length(name, "messages", "a message's 'name'", MAX_NAME_BYTES, lim, e)) < 0)
+                        break;
                 char *text = NULL;
                 if ((r = message_text(cJSON_GetObjectItemCaseSensitive(m, "content"),
                                       strcmp(role->valuestring, "assistant") == 0, &text, e)) < 0)
@@ -452,6 +470,9 @@ static int parse_object(const cJSON *o, enum dsv_gw_api api, const struct dsv_gw
                 return invalid(e, "model", "'model' is required");
         if (!cJSON_IsString(model))
                 return invalid(e, "model", "'model' must be a string");
+        if ((r = check_length(model, "model", "'model'", MAX_NAME_BYTES, lim, e)) < 0 ||
+            (r = check_length(field(o, "user"), "user", "'user'", MAX_NAME_BYTES, lim, e)) < 0)
+                return r;
         if (!lim->model || strcmp(model->valuestring, lim->model) != 0) {
                 dsv__gw_error_set(e, 404, "invalid_request_error", "model_not_found", "model",
                                   "The model does not exist or is not served here (see GET /v1/models)");
@@ -462,7 +483,7 @@ static int parse_object(const cJSON *o, enum dsv_gw_api api, const struct dsv_gw
         if ((r = api == DSV_GW_API_CHAT ? parse_messages(o, lim, q, e) : parse_prompt(o, lim, q, e)) < 0)
                 return r;
         if ((r = parse_sampling(o, &q->sampling, e)) < 0 || (r = parse_max_tokens(o, lim, q, e)) < 0 ||
-            (r = parse_stop(o, q, e)) < 0 || (r = parse_logprobs(o, api, req, e)) < 0 || (r = parse_stream(o, req, e)) < 0)
+            (r = parse_stop(o, lim, q, e)) < 0 || (r = parse_logprobs(o, api, req, e)) < 0 || (r = parse_stream(o, req, e)) < 0)
                 return r;
         return 0;
 }
@@ -473,6 +494,9 @@ int dsv__gw_request_parse(const char *body, size_t len, enum dsv_gw_api api, con
                 return -EINVAL;
         if (!dsv__gw_utf8_valid(body, len))
                 return invalid(err, NULL, "the request body is not valid UTF-8");
+        int strict = dsv__gw_json_strict(body, len, err);
+        if (strict < 0)
+                return strict;
         cJSON *o = cJSON_ParseWithLength(body ? body : "", len);
         if (!o)
                 return invalid(err, NULL, "the request body is not valid JSON");

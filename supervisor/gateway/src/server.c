@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "buf.h"
+#include "http_strict.h"
 #include "keys.h"
 #include "server.h"
 
@@ -50,8 +51,10 @@ static const struct {
         {"/metrics", "GET", EP_METRICS, false},
 };
 
-/* Per HTTP request (MHD's con_cls). */
+/* Per HTTP request (MHD's con_cls, made by on_target). */
 struct http_req {
+        bool target_ok; /* dsv__gw_strict_target_ok() on the target as it arrived */
+        bool started;   /* the header fields were checked */
         int ep_index; /* into endpoints[]; -1 unknown */
         char *body;
         size_t len, cap;
@@ -118,6 +121,17 @@ static int find_endpoint(const char *url, const char *method, bool *method_ok) {
         return -1;
 }
 
+/* Whether the endpoint (-1: an unknown URL) needs an API key. With protect_metrics
+ * everything does but /ready, so an unknown URL is 401 before it is 404 and the
+ * endpoints are not told apart without a key. */
+static bool needs_key(const struct dsv_gateway *gw, int ep_index) {
+        if (!gw->auth)
+                return false;
+        if (ep_index >= 0 && endpoints[ep_index].auth)
+                return true;
+        return gw->cfg.protect_metrics && (ep_index < 0 || endpoints[ep_index].ep != EP_READY);
+}
+
 /* Checks made before the body is read: route, method, API key, declared size. Returns
  * MHD_YES with hr->answered set when it queued a response. */
 static enum MHD_Result check_headers(struct dsv_gateway *gw, struct MHD_Connection *conn, const char *url,
@@ -125,6 +139,11 @@ static enum MHD_Result check_headers(struct dsv_gateway *gw, struct MHD_Connecti
         bool method_ok = false;
         hr->ep_index = find_endpoint(url, method, &method_ok);
         hr->answered = true;
+        bool key_ok = !needs_key(gw, hr->ep_index) ||
+                      dsv__gw_keys_check(&gw->keys, MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Authorization"));
+        if (!key_ok && hr->ep_index < 0)
+                return dsv__gw_reply_simple_error(conn, 401, "invalid_request_error", "invalid_api_key",
+                                                  "Incorrect or missing API key", NULL);
         if (hr->ep_index < 0)
                 return dsv__gw_reply_simple_error(conn, 404, "invalid_request_error", "unknown_url",
                                                   "Unknown request URL", NULL);
@@ -137,8 +156,7 @@ static enum MHD_Result check_headers(struct dsv_gateway *gw, struct MHD_Connecti
         /* Only the completion endpoints' answers are counted in dsvisor_requests_total. */
         bool generation = endpoints[hr->ep_index].ep == EP_CHAT || endpoints[hr->ep_index].ep == EP_COMPLETIONS;
         struct gw_metrics *counted = generation ? &gw->metrics : NULL;
-        if (gw->auth && endpoints[hr->ep_index].auth &&
-            !dsv__gw_keys_check(&gw->keys, MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Authorization")))
+        if (!key_ok)
                 return dsv__gw_reply_simple_error(conn, 401, "invalid_request_error", "invalid_api_key",
                                                   "Incorrect or missing API key", counted);
         const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
@@ -157,10 +175,15 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
                                   void **con_cls) {
         struct dsv_gateway *gw = cls;
         struct http_req *hr = *con_cls;
-        if (!hr) {
-                if (!(hr = calloc(1, sizeof *hr)))
-                        return MHD_NO;
-                *con_cls = hr;
+        if (!hr)
+                return MHD_NO; /* on_target ran out of memory */
+        if (!hr->started) {
+                hr->started = true;
+                struct dsv_gw_error e;
+                if (dsv__gw_strict_request(conn, version, hr->target_ok, &e) < 0) {
+                        hr->answered = true;
+                        return dsv__gw_reply_refusal(conn, &e, NULL);
+                }
                 return check_headers(gw, conn, url, method, hr);
         }
         if (*upload_data_size) {
@@ -182,7 +205,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
                 struct dsv_gw_error e;
                 dsv__gw_error_set(&e, 413, "invalid_request_error", "request_too_large", NULL,
                                   "The request body is larger than %zu bytes", gw->cfg.max_body_bytes);
-                return dsv__gw_reply_error(conn, &e, &gw->metrics);
+                return dsv__gw_reply_refusal(conn, &e, &gw->metrics);
         }
         switch (ep) {
         case EP_CHAT:
@@ -217,6 +240,16 @@ static unsigned idle_timeout_s(struct dsv_gateway *gw) {
         return t;
 }
 
+/* Called with the request line, before the target is percent-decoded: the only place
+ * an escaped NUL can still be seen. */
+static void *on_target(void *cls, const char *uri, struct MHD_Connection *conn) {
+        (void)cls, (void)conn;
+        struct http_req *hr = calloc(1, sizeof *hr);
+        if (hr)
+                hr->target_ok = dsv__gw_strict_target_ok(uri);
+        return hr;
+}
+
 static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls, enum MHD_RequestTerminationCode toe) {
         struct dsv_gateway *gw = cls;
         struct http_req *hr = *con_cls;
@@ -241,6 +274,15 @@ static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_
 
 /* MHD without a listening socket of its own: the listener accepts and hands connections
  * over, answering those beyond max_connections itself. */
+/* libmicrohttpd's own strictness, level 1 ("busy public servers"): from 1.0 its rewritten
+ * parser refuses what http_strict.c cannot see from here (NUL in a field value, an empty
+ * field name); before, the older option with the same level. */
+#if MHD_VERSION >= 0x01000000
+#define HTTP_STRICTNESS_OPTION MHD_OPTION_CLIENT_DISCIPLINE_LVL
+#else
+#define HTTP_STRICTNESS_OPTION MHD_OPTION_STRICT_FOR_CLIENT
+#endif
+
 static int start_http(struct dsv_gateway *gw) {
         int r = dsv__gw_listener_open(&gw->listener, gw->cfg.listen_host, gw->cfg.port, gw->cfg.max_connections,
                                       &gw->metrics);
@@ -251,7 +293,9 @@ static int start_http(struct dsv_gateway *gw) {
         gw->mhd = MHD_start_daemon(flags, 0, NULL, NULL, on_request, gw, MHD_OPTION_CONNECTION_TIMEOUT,
                                    gw->cfg.connection_timeout_s, MHD_OPTION_CONNECTION_LIMIT,
                                    gw->cfg.max_connections + MHD_LIMIT_MARGIN, MHD_OPTION_NOTIFY_COMPLETED,
-                                   on_completed, gw, MHD_OPTION_NOTIFY_CONNECTION, on_connection, gw, MHD_OPTION_END);
+                                   on_completed, gw, MHD_OPTION_NOTIFY_CONNECTION, on_connection, gw,
+                                   MHD_OPTION_URI_LOG_CALLBACK, on_target, NULL, HTTP_STRICTNESS_OPTION, 1,
+                                   MHD_OPTION_END);
         if (!gw->mhd)
                 r = -EIO;
         if (r == 0)

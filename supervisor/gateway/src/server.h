@@ -21,6 +21,10 @@ enum MHD_Result dsv__gw_reply_json(struct MHD_Connection *conn, unsigned status,
 /* Queues the error; counted in dsvisor_requests_total when count is non-NULL. */
 enum MHD_Result dsv__gw_reply_error(struct MHD_Connection *conn, const struct dsv_gw_error *e,
                                     struct gw_metrics *count);
+/* The same, with "Connection: close": after a request whose framing cannot be trusted,
+ * the bytes that follow on its connection are not read as another request. */
+enum MHD_Result dsv__gw_reply_refusal(struct MHD_Connection *conn, const struct dsv_gw_error *e,
+                                      struct gw_metrics *count);
 enum MHD_Result dsv__gw_reply_simple_error(struct MHD_Connection *conn, int status, const char *type,
                                            const char *code, const char *msg, struct gw_metrics *count);
 

@@ -1,0 +1,26 @@
+/* http_strict.h — the server room's HTTP/1.1 strictness (http_strict.c): the parts of
+ * RFC 9110/9112 that libmicrohttpd 0.9.x does not enforce, checked before any work is
+ * done on a request. Used by server.c. */
+#ifndef DSV_GATEWAY_HTTP_STRICT_H
+#define DSV_GATEWAY_HTTP_STRICT_H
+
+#include <microhttpd.h>
+#include <stdbool.h>
+
+#include "openai.h"
+
+/* The request target as it arrived, before libmicrohttpd percent-decodes it: false when
+ * it holds a control character, a space, DEL, a malformed escape or an escaped NUL
+ * (decoded, a NUL would cut the path short where a proxy in front did not). */
+bool dsv__gw_strict_target_ok(const char *raw_target);
+
+/* A request whose header fields are all in, with target_ok from
+ * dsv__gw_strict_target_ok(): 0, or -EPROTO with e filled (400, or 501 for a transfer
+ * coding other than chunked) for a request to refuse with its connection closed: its
+ * target is refused, its version is not HTTP/1.0 or 1.1, its framing is ambiguous (several or malformed
+ * Content-Length, Transfer-Encoding with Content-Length or in HTTP/1.0, chunked not
+ * the last coding or repeated), it lacks exactly one valid Host in HTTP/1.1, or a field
+ * name is not a token or a value holds NUL, CR, LF or another control character. */
+int dsv__gw_strict_request(struct MHD_Connection *conn, const char *version, bool target_ok, struct dsv_gw_error *e);
+
+#endif

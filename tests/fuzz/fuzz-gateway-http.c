@@ -1,0 +1,65 @@
+/* libFuzzer target: arbitrary bytes sent to a running gateway over a TCP connection, as a
+ * client would (request line, fields, framing, body); the write side is then shut and
+ * the answer read to the end. The gateway has no instance, so a completion that parses
+ * is answered 503 after its whole request path ran. An answer, when there is one, must
+ * begin with an HTTP/1.x status line; the sanitizers catch the rest. */
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "dsv_gateway.h"
+
+#define ANSWER_WAIT_MS 2000
+
+static int gateway_port(void) {
+        static struct dsv_gateway *gw; /* one gateway for the whole run */
+        if (!gw) {
+                struct dsv_gateway_config cfg;
+                dsv_gateway_config_init(&cfg);
+                cfg.model = "m";
+                cfg.max_body_bytes = 1u << 16;
+                cfg.connection_timeout_s = 2;
+                if (dsv_gateway_new(&cfg, &gw) != 0 || dsv_gateway_start(gw) != 0)
+                        abort();
+        }
+        return dsv_gateway_port(gw);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+        struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)gateway_port())};
+        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (fd < 0 || connect(fd, (struct sockaddr *)&a, sizeof a) != 0)
+                abort();
+        for (size_t sent = 0; sent < size;) {
+                ssize_t n = send(fd, data + sent, size - sent, MSG_NOSIGNAL);
+                if (n <= 0)
+                        break; /* the gateway closed early: its answer is read below */
+                sent += (size_t)n;
+        }
+        shutdown(fd, SHUT_WR);
+        char head[16];
+        size_t got = 0;
+        for (;;) {
+                struct pollfd p = {.fd = fd, .events = POLLIN};
+                if (poll(&p, 1, ANSWER_WAIT_MS) <= 0)
+                        break;
+                char buf[4096];
+                ssize_t n = recv(fd, buf, sizeof buf, 0);
+                if (n <= 0)
+                        break;
+                if (got < sizeof head) {
+                        size_t k = (size_t)n < sizeof head - got ? (size_t)n : sizeof head - got;
+                        memcpy(head + got, buf, k);
+                        got += k;
+                }
+        }
+        close(fd);
+        if (got > 0 && (got < 9 || memcmp(head, "HTTP/1.", 7) != 0))
+                abort(); /* an answer that is not HTTP */
+        return 0;
+}
