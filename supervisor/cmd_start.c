@@ -108,6 +108,12 @@ static int setup_gateway(struct sup *s) {
         gc.health_interval_ms = HEALTH_INTERVAL_MS;
         gc.admit.max_queue_per_instance = (uint32_t)s->cfg.max_queue;
         gc.max_connections = (unsigned)s->cfg.max_connections;
+        /* Requests must reach the workers however busy their FIFO compute threads are:
+         * the HTTP threads (on the housekeeping CPUs, which the preflight demands) run
+         * above them. */
+        if (s->cfg.rt_priority > 0)
+                gc.http_rt_priority = s->cfg.rt_priority < SUP_RT_PRIORITY_MAX ? s->cfg.rt_priority + 1
+                                                                               : SUP_RT_PRIORITY_MAX;
         int r = dsv_gateway_new(&gc, &s->env.gw);
         if (r < 0) {
                 sup_log(3, "Failed to create the gateway: %s", strerror(-r));
@@ -129,6 +135,14 @@ static int setup_gateway(struct sup *s) {
                 return r;
         }
         s->gw_port = dsv_gateway_port(s->env.gw);
+        struct dsv_gateway_stats gst;
+        if (gc.http_rt_priority > 0 && dsv_gateway_stats(s->env.gw, &gst) == 0) {
+                if (gst.http_rt_priority > 0)
+                        sup_log(6, "HTTP threads run SCHED_FIFO %d on the housekeeping CPUs", gst.http_rt_priority);
+                else
+                        sup_log(4, "SCHED_FIFO %d refused for the HTTP threads: they stay SCHED_OTHER",
+                                gc.http_rt_priority);
+        }
         sup_log(6, "HTTP gateway on http://%s:%d (model '%s')", s->cfg.host, s->gw_port, s->model.id);
         return 0;
 }
@@ -336,8 +350,9 @@ static int setup(struct sup *s) {
                         sup_log(3, "--rt-priority %d refused: %s", s->cfg.rt_priority, why);
                         return r;
                 }
-                sup_log(6, "Compute threads will run SCHED_FIFO %d on instance CPUs only; %d CPU%s stay free of FIFO "
-                           "threads (note: cpu.max and cpu.weight do not bound FIFO threads)",
+                sup_log(6, "Compute threads will run SCHED_FIFO %d on instance CPUs only; %d CPU%s stay free of them "
+                           "for the supervisor, the HTTP threads and the kernel (note: cpu.max and cpu.weight do not "
+                           "bound FIFO threads)",
                         s->cfg.rt_priority, s->n_free_cpus, s->n_free_cpus == 1 ? "" : "s");
         }
         if ((r = sup_model_resolve(&s->cfg, s->exe_dir, &s->model)) < 0 || (r = load_weights(s)) < 0)

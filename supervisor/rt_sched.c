@@ -39,7 +39,7 @@ int sup_rt_preflight(const char *proc_root, int priority, int n_free_cpus, char 
         }
         if (n_free_cpus <= 0) {
                 snprintf(why, why_size,
-                         "no CPU is left free of FIFO threads for the supervisor, gateway and kernel "
+                         "no CPU is left free of FIFO compute threads for the supervisor, gateway and kernel "
                          "housekeeping: use fewer instances or threads, or a machine with more than 2 cores");
                 return -EPERM;
         }

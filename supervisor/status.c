@@ -34,6 +34,7 @@ static void add_gateway(cJSON *root, struct dsv_gateway *gw) {
         cJSON_AddNumberToObject(g, "connections_open", gst.connections_open);
         cJSON_AddNumberToObject(g, "max_connections", gst.max_connections);
         cJSON_AddNumberToObject(g, "queue_length", gst.queue_length);
+        cJSON_AddNumberToObject(g, "http_rt_priority", gst.http_rt_priority);
 }
 
 static cJSON *instance_json(const struct sup_instance *in, struct dsv_gateway *gw, int64_t now) {

@@ -64,7 +64,7 @@ dsv_test(NAME test-supervisor-rt SOURCES integration/test-supervisor-rt.c ${DSV_
 target_include_directories(test-supervisor-rt PRIVATE ${DSV_SUP_DIR})
 set_tests_properties(test-supervisor-rt PROPERTIES SKIP_RETURN_CODE 77)
 
-# --rt-priority end to end on a pretend 3-core topology (CPU 0 kept free of FIFO threads).
+# --rt-priority end to end on a pretend 3-core topology (CPU 0 kept free of compute threads; the HTTP threads run there one priority above them).
 foreach(worker stub real)
   dsv_script_test(NAME test-supervisor-rt-start-${worker}
                   SCRIPT ${CMAKE_SOURCE_DIR}/tests/integration/test-supervisor-rt-start.sh ARGS ${worker}

@@ -129,7 +129,7 @@ wait_ready() { # SECONDS INSTANCES
         return 1
 }
 
-# The last cycle runs --rt-priority on a pretend 3-core machine (CPU 0 stays free of FIFO
+# The last cycle runs --rt-priority on a pretend 3-core machine (CPU 0 stays free of compute
 # threads), when RT throttling is on and G could get RT runtime: every v1 cpu level made
 # below G must get runtime for the instances' FIFO threads.
 rt_cycle=0

@@ -4,8 +4,9 @@
 # gives the instance CPUs "1-2" (CPU 2 does not exist here, so cpuset.cpus is reported
 # not in effect and the worker's own pinning keeps it on CPU 1). With RT group scheduling
 # the instance's v1 cpu group gets cpu.rt_runtime_us, the worker's non-nng threads run
-# SCHED_FIFO 10 with SCHED_RESET_ON_FORK, nng's threads and the supervisor stay
-# SCHED_OTHER, no FIFO thread may run on CPU 0, and requests are answered.
+# SCHED_FIFO 10 with SCHED_RESET_ON_FORK, nng's threads stay SCHED_OTHER, no compute
+# thread may run on CPU 0, the supervisor's HTTP threads run SCHED_FIFO 11 there and its
+# other threads SCHED_OTHER, and requests are answered.
 #   test-supervisor-rt-start.sh stub|real
 set -euo pipefail
 kind=${1:-stub}
@@ -71,8 +72,30 @@ done
 check "worker: $n_fifo FIFO thread(s), each priority 10, reset-on-fork, CPU 1 only; nng threads SCHED_OTHER" \
         test "$n_fifo" -ge 1 -a "$bad" -eq 0
 check "RLIMIT_RTTIME set on the worker" bash -c "grep -E '^Max realtime timeout +10000000 +10000000' /proc/$wpid/limits >/dev/null"
-check "the supervisor's threads stay SCHED_OTHER" bash -c "
-        for t in /proc/$sup_pid/task/*; do chrt -p \$(basename \$t) | head -1 | grep -q SCHED_OTHER || exit 1; done"
+check "status: the HTTP threads run SCHED_FIFO 11" py 'sys.exit(0 if j["gateway"]["http_rt_priority"] == 11 else 1)'
+# The HTTP threads (the accept thread and libmicrohttpd's) run SCHED_FIFO 11, one above
+# the compute threads, on CPU 0 only; every other thread of the supervisor SCHED_OTHER.
+# A connection held open (its request unfinished) shows a per-connection thread too.
+exec 3<>"/dev/tcp/127.0.0.1/$(py 'print(j["port"])')"
+printf 'POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\n{' >&3
+sleep 0.5
+n_http=0
+bad=0
+for t in /proc/"$sup_pid"/task/*; do
+        pol=$(chrt -p "$(basename "$t")")
+        comm=$(cat "$t/comm")
+        cpus=$(awk '/^Cpus_allowed_list/ {print $2}' "$t/status")
+        case $comm in
+        dsv-accept | MHD-*)
+                n_http=$((n_http + 1))
+                [[ $pol == *SCHED_FIFO*": 11" && $cpus == 0 ]] || { echo "       $comm: $pol on $cpus"; bad=$((bad + 1)); }
+                ;;
+        *) [[ $pol == *SCHED_OTHER* ]] || { echo "       $comm: $pol"; bad=$((bad + 1)); } ;;
+        esac
+done
+exec 3>&-
+check "supervisor: $n_http HTTP thread(s) SCHED_FIFO 11 on CPU 0 (accept, polling, a connection); the rest SCHED_OTHER" \
+        test "$n_http" -ge 3 -a "$bad" -eq 0
 port=$(py 'print(j["port"])')
 # One instance only: a 503 means its health reply was late (seen once in ~5 runs on this
 # loaded host right after FIFO was applied); the body is kept to tell why.

@@ -172,7 +172,7 @@ rc=0
 "$dsvisor" start --model "$model" --port 0 --runtime-dir "$tmp/run3" --worker "$worker" --rt-priority 10 \
         --no-housekeeping >"$tmp/rt.log" 2>&1 || rc=$?
 check "--rt-priority with every CPU given to instances is refused ($ncpu CPUs)" bash -c "
-        [[ $rc == 1 ]] && grep -q 'rt-priority 10 refused: no CPU is left free of FIFO threads' '$tmp/rt.log'"
+        [[ $rc == 1 ]] && grep -q 'rt-priority 10 refused: no CPU is left free of FIFO compute threads' '$tmp/rt.log'"
 
 # ---- usage errors
 rc=0

@@ -298,7 +298,7 @@ TEST(rt_preflight) {
         write_file(path, "950000\n");
         ASSERT_EQ(sup_rt_preflight(dir, 10, 1, why, sizeof why), 0);
         ASSERT_EQ(sup_rt_preflight(dir, 10, 0, why, sizeof why), -EPERM);
-        ASSERT_TRUE(strstr(why, "no CPU is left free of FIFO threads"));
+        ASSERT_TRUE(strstr(why, "no CPU is left free of FIFO compute threads"));
         ASSERT_EQ(sup_rt_preflight(dir, 50, 1, why, sizeof why), -EINVAL);
         ASSERT_EQ(sup_rt_preflight(dir, 0, 1, why, sizeof why), -EINVAL);
         write_file(path, "-1\n");

@@ -89,6 +89,10 @@ struct dsv_gateway_config {
         uint32_t request_timeout_ms;       /* arrival to last token; default 600000 */
         uint32_t health_interval_ms;       /* health+stats polling period; 0 (default): off */
         uint32_t max_running_per_instance; /* in-flight requests counted as running; default 8 */
+        int http_rt_priority;              /* > 0: the HTTP threads (accept, libmicrohttpd's
+                                            * polling and per-connection threads) run
+                                            * SCHED_FIFO at it, above the workers' compute
+                                            * threads; 0 (default): SCHED_OTHER */
 };
 
 /* Fills cfg with the defaults above (model NULL: the caller must set it). */
@@ -100,7 +104,10 @@ struct dsv_gateway;
  * for an unreadable file, -EINVAL for a file without keys or a bad config. */
 int dsv_gateway_new(const struct dsv_gateway_config *cfg, struct dsv_gateway **ret_gw);
 
-/* Starts the HTTP server. -EADDRINUSE, -EINVAL (bad listen_host), -EALREADY. */
+/* Starts the HTTP server. -EADDRINUSE, -EINVAL (bad listen_host), -EALREADY. When the
+ * system refuses SCHED_FIFO at http_rt_priority (-EPERM: no CAP_SYS_NICE or RLIMIT_RTPRIO,
+ * no RT runtime in our cgroup), the HTTP threads start SCHED_OTHER and
+ * dsv_gateway_stats() reports http_rt_priority 0. */
 int dsv_gateway_start(struct dsv_gateway *gw);
 
 /* The bound TCP port once started (useful with port 0), else -ENOTCONN. */
@@ -186,6 +193,7 @@ struct dsv_gateway_stats {
         uint32_t connections_open;      /* HTTP connections open now */
         uint32_t max_connections;
         uint32_t queue_length;          /* admitted requests waiting, over all instances */
+        int http_rt_priority;           /* the HTTP threads' SCHED_FIFO priority; 0: SCHED_OTHER */
 };
 
 /* Fills *ret. -EINVAL for NULL. */

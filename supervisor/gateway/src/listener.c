@@ -112,6 +112,7 @@ static void accept_one(struct gw_listener *l) {
 static void *listener_main(void *arg) {
         struct gw_listener *l = arg;
         struct pollfd p[2 + GW_LINGER_MAX];
+        pthread_setname_np(pthread_self(), "dsv-accept"); /* beside libmicrohttpd's "MHD-*" */
         for (;;) {
                 p[0] = (struct pollfd){.fd = l->fd, .events = POLLIN};
                 p[1] = (struct pollfd){.fd = l->wake[0], .events = POLLIN};

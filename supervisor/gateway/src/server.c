@@ -6,6 +6,8 @@
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <microhttpd.h>
+#include <pthread.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -20,6 +22,7 @@ struct dsv_gateway {
         struct dsv_gw_keys keys;
         bool auth;
         struct MHD_Daemon *mhd;
+        int http_rt_priority; /* in effect: 0 when SCHED_FIFO was refused */
         struct gw_listener listener;
         struct gw_metrics metrics;
         struct gw_calls calls;
@@ -309,11 +312,55 @@ static int start_http(struct dsv_gateway *gw) {
         return r;
 }
 
+struct http_starter {
+        struct dsv_gateway *gw;
+        int r;
+};
+
+static void *start_http_fifo(void *arg) {
+        struct http_starter *st = arg;
+        st->r = start_http(st->gw);
+        return NULL;
+}
+
+/* Threads inherit their creator's policy, so MHD's polling thread, the connection threads
+ * it creates and the accept thread all run SCHED_FIFO when they are created from a
+ * thread that does: start them from one, not from the caller's thread, whose policy
+ * stays as it is. */
+static int start_http_at_priority(struct dsv_gateway *gw, int priority) {
+        pthread_attr_t attr;
+        struct sched_param sp = {.sched_priority = priority};
+        int e = pthread_attr_init(&attr);
+        if (e == 0)
+                e = pthread_attr_setinheritsched(&attr, PTHREAD_EXPLICIT_SCHED);
+        if (e == 0)
+                e = pthread_attr_setschedpolicy(&attr, SCHED_FIFO);
+        if (e == 0)
+                e = pthread_attr_setschedparam(&attr, &sp);
+        struct http_starter st = {.gw = gw};
+        pthread_t t;
+        if (e == 0)
+                e = pthread_create(&t, &attr, start_http_fifo, &st);
+        pthread_attr_destroy(&attr);
+        if (e != 0)
+                return -e;
+        pthread_join(t, NULL);
+        return st.r;
+}
+
 int dsv_gateway_start(struct dsv_gateway *gw) {
         if (!gw)
                 return -EINVAL;
         if (gw->mhd)
                 return -EALREADY;
+        if (gw->cfg.http_rt_priority > 0) {
+                int r = start_http_at_priority(gw, gw->cfg.http_rt_priority);
+                if (r != -EPERM) {
+                        if (r == 0)
+                                gw->http_rt_priority = gw->cfg.http_rt_priority;
+                        return r;
+                }
+        }
         return start_http(gw);
 }
 
@@ -470,7 +517,8 @@ int dsv_gateway_stats(struct dsv_gateway *gw, struct dsv_gateway_stats *ret) {
         if (!gw || !ret)
                 return -EINVAL;
         *ret = (struct dsv_gateway_stats){.connections_open = dsv__gw_listener_connections(&gw->listener),
-                                          .max_connections = gw->cfg.max_connections};
+                                          .max_connections = gw->cfg.max_connections,
+                                          .http_rt_priority = gw->http_rt_priority};
         dsv__gw_metrics_refusals(&gw->metrics, ret);
         struct gw_instance_sample v[DSV_GATEWAY_MAX_INSTANCES];
         size_t n = dsv__gw_instances_sample(&gw->calls, v);
