@@ -4,7 +4,7 @@
  *   config    the command line and --config JSON (config.c);
  *   setup     placement (policy), RT preflight, the model resolved (served_model.c), one
  *             sealed weight memfd per NUMA node (weights.c), the cgroup host below our
- *             own group (the platform), the gateway, the control socket (control.c);
+ *             own group (the platform), the gateway (gateway_setup.c), the control socket (control.c);
  *   loop      one poll() over a signalfd, the control socket and every worker's pidfd:
  *             an exit is seen at once and the instance reaps, backs off and restarts
  *             itself (instance.c); readiness comes from the gateway's health polling;
@@ -15,9 +15,10 @@
  *             SIGTERM and drain for --grace-ms, then the cgroups are killed and removed.
  *
  * Only the main thread spawns workers: PR_SET_PDEATHSIG in the worker fires when the
- * thread that forked it exits, so workers die with the supervisor. The supervisor,
- * gateway and metrics threads always run SCHED_OTHER; only workers' compute threads may
- * run SCHED_FIFO (--rt-priority). */
+ * thread that forked it exits, so workers die with the supervisor. With --rt-priority the
+ * workers' compute threads run SCHED_FIFO, and the gateway's HTTP threads one priority
+ * above them on the housekeeping CPUs (gateway_setup.c); every other thread of the
+ * supervisor runs SCHED_OTHER. */
 #include <errno.h>
 #include <libgen.h>
 #include <malloc.h>
@@ -45,10 +46,6 @@ _Static_assert(SUP_MAX_INSTANCES == DSV_GATEWAY_MAX_INSTANCES, "one instance lim
 #define STARTING_TICK_MS 5
 /* How often freed heap memory goes back to the kernel (malloc_trim, see tick()). */
 #define TRIM_MS 10000
-/* Readiness is seen within one interval; a worker that misses health replies stays "up"
- * for 3 intervals (the gateway's staleness rule). 500 ms let a busy worker on a loaded
- * 2-core host drop out of routing for a moment (a 503 while its peer restarted). */
-#define HEALTH_INTERVAL_MS 1000
 
 /* ---- setup -------------------------------------------------------------------------- */
 
@@ -97,54 +94,6 @@ static int setup_signals(struct sup *s) {
         signal(SIGPIPE, SIG_IGN);
         s->sig_fd = signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
         return s->sig_fd < 0 ? -errno : 0;
-}
-
-static int setup_gateway(struct sup *s) {
-        struct dsv_gateway_config gc;
-        dsv_gateway_config_init(&gc);
-        gc.listen_host = s->cfg.host;
-        gc.port = (uint16_t)s->cfg.port;
-        gc.model = s->model.id;
-        gc.health_interval_ms = HEALTH_INTERVAL_MS;
-        gc.admit.max_queue_per_instance = (uint32_t)s->cfg.max_queue;
-        gc.max_connections = (unsigned)s->cfg.max_connections;
-        /* Requests must reach the workers however busy their FIFO compute threads are:
-         * the HTTP threads (on the housekeeping CPUs, which the preflight demands) run
-         * above them. */
-        if (s->cfg.rt_priority > 0)
-                gc.http_rt_priority = s->cfg.rt_priority < SUP_RT_PRIORITY_MAX ? s->cfg.rt_priority + 1
-                                                                               : SUP_RT_PRIORITY_MAX;
-        int r = dsv_gateway_new(&gc, &s->env.gw);
-        if (r < 0) {
-                sup_log(3, "Failed to create the gateway: %s", strerror(-r));
-                return r;
-        }
-        dsv_gateway_set_metrics_hook(s->env.gw, sup_metrics_hook, &s->metrics);
-        for (int i = 0; i < s->n; i++) {
-                struct dsv_gateway_instance_config ic = {.name = s->inst[i].name, .numa_node = s->inst[i].node_os,
-                                                         .url = s->inst[i].url, .ready = false};
-                r = dsv_gateway_instance_add(s->env.gw, &ic);
-                if (r < 0) {
-                        sup_log(3, "Failed to add instance %d to the gateway: %s", i, strerror(-r));
-                        return r;
-                }
-                s->inst[i].gw_id = r;
-        }
-        if ((r = dsv_gateway_start(s->env.gw)) < 0) {
-                sup_log(3, "Failed to listen on %s:%d: %s", s->cfg.host, s->cfg.port, strerror(-r));
-                return r;
-        }
-        s->gw_port = dsv_gateway_port(s->env.gw);
-        struct dsv_gateway_stats gst;
-        if (gc.http_rt_priority > 0 && dsv_gateway_stats(s->env.gw, &gst) == 0) {
-                if (gst.http_rt_priority > 0)
-                        sup_log(6, "HTTP threads run SCHED_FIFO %d on the housekeeping CPUs", gst.http_rt_priority);
-                else
-                        sup_log(4, "SCHED_FIFO %d refused for the HTTP threads: they stay SCHED_OTHER",
-                                gc.http_rt_priority);
-        }
-        sup_log(6, "HTTP gateway on http://%s:%d (model '%s')", s->cfg.host, s->gw_port, s->model.id);
-        return 0;
 }
 
 static int load_weights(struct sup *s) {
@@ -358,7 +307,7 @@ static int setup(struct sup *s) {
         if ((r = sup_model_resolve(&s->cfg, s->exe_dir, &s->model)) < 0 || (r = load_weights(s)) < 0)
                 return r;
         if ((r = sup_cgroup_host_setup(&s->cfg, s->n, &s->env.cg_host, s->cg_note, sizeof s->cg_note)) < 0 ||
-            (r = setup_gateway(s)) < 0)
+            (r = sup_gateway_setup(s)) < 0)
                 return r;
         sup_notify_setup(s);
         return start_instances(s);

@@ -447,6 +447,12 @@ struct sup {
         struct sup_metrics metrics;
 };
 
+/* ---- the gateway (gateway_setup.c) --------------------------------------------------- */
+
+/* Creates s->env.gw from s->cfg with every placed instance (not ready yet) and the
+ * supervisor's metrics hook, and starts HTTP; sets s->gw_port. Logs why not. */
+int sup_gateway_setup(struct sup *s);
+
 /* ---- systemd notification (sup_notify.c) ------------------------------------------ */
 
 /* Reads WATCHDOG_USEC into s. */
