@@ -100,7 +100,8 @@ static char *tiny_folder(const char *config_extra, const struct st_entry *extra,
         fclose(f);
         struct st_entry v[N_TINY + 8];
         memcpy(v, tiny_llama, sizeof tiny_llama);
-        memcpy(v + N_TINY, extra, n_extra * sizeof *extra);
+        if (n_extra > 0) /* extra may be NULL then */
+                memcpy(v + N_TINY, extra, n_extra * sizeof *extra);
         snprintf(p, sizeof p, "%s/model.safetensors", dir);
         write_entries(p, v, N_TINY + n_extra);
         return dir;
