@@ -202,10 +202,11 @@ static int utf8_prefix(const char *text, size_t len, size_t max) {
 static int check_keys(struct json_scan *j, size_t first) {
         struct key_ref *k = j->keys + first;
         size_t n = j->n_keys - first;
-        qsort_r(k, n, sizeof *k, key_order, j->text);
+        char *text = j->text ? j->text : ""; /* empty keys alone allocate no text */
+        qsort_r(k, n, sizeof *k, key_order, text);
         for (size_t i = 1; i < n; i++) {
-                if (key_order(&k[i - 1], &k[i], j->text) == 0) {
-                        const char *key = j->text + k[i].at;
+                if (key_order(&k[i - 1], &k[i], text) == 0) {
+                        const char *key = text + k[i].at;
                         dsv__gw_error_set(j->e, 400, "invalid_request_error", "invalid_request", NULL,
                                           "the request body is not valid JSON: the key '%.*s' appears twice in an "
                                           "object",
