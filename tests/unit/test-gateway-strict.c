@@ -59,6 +59,8 @@ TEST(json_strict_refuses_duplicate_keys_naming_them) {
         ASSERT_STREQ(e.param, "prompt");
         BAD_JSON("{\"x\":[{\"k\":1,\"j\":2,\"k\":3}]}");
         ASSERT_STREQ(e.param, "k");
+        BAD_JSON("{\"\":[4,-44],\"\":0}"); /* only empty keys: no key text stored */
+        ASSERT_STREQ(e.param, "");
         /* a long key is named cut at a character boundary: 23 of its 30 two-byte characters */
         char key[61] = {0}, body[160], want[47] = {0};
         for (int i = 0; i < 30; i++)
