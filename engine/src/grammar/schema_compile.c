@@ -179,28 +179,33 @@ struct object_member {
 
 /* The members after the opening brace: declared members in order (optional ones may be
  * left out), with extra members (when additionalProperties allows them) anywhere in
- * between. rules[2 * i + first]: members i.. still to come, `first` when no member was
- * written yet (no comma needed). */
+ * between. Two rules per position i (members i.. still to come) and `first` (no member
+ * written yet, so no comma): T may start with an extra member, S skips optional members
+ * without offering one, so an extra member has one place in the parse, not one per
+ * skipped member (which would multiply the matcher's stacks). */
 static int emit_object_members(struct schema_ctx *c, const struct object_member *m, size_t n, uint32_t extra,
                                uint32_t *ret_rule) {
         struct grammar_builder *b = &c->b;
         uint32_t base = 0;
-        for (size_t i = 0; i < 2 * (n + 1); i++) {
+        for (size_t i = 0; i < 4 * (n + 1); i++) {
                 uint32_t r;
                 TRY(dse__grammar_rule_new(b, &r));
                 if (i == 0)
                         base = r;
         }
+#define RULE_T(i, first) (base + 4 * (uint32_t)(i) + (uint32_t)(first))
+#define RULE_S(i, first) (base + 4 * (uint32_t)(i) + 2 + (uint32_t)(first))
         for (size_t i = 0; i <= n; i++)
                 for (int first = 0; first < 2; first++) {
-                        uint32_t r = base + 2 * (uint32_t)i + (uint32_t)first;
+                        uint32_t t = RULE_T(i, first), r = RULE_S(i, first);
                         if (extra != GRAMMAR_NIL) {
-                                TRY(dse__grammar_alt_begin(b, r));
+                                TRY(dse__grammar_alt_begin(b, t));
                                 if (!first)
-                                        TRY(dse__grammar_push_byte(b, r, ','));
-                                TRY(dse__grammar_push_ref(b, r, extra));
-                                TRY(dse__grammar_push_ref(b, r, base + 2 * (uint32_t)i));
+                                        TRY(dse__grammar_push_byte(b, t, ','));
+                                TRY(dse__grammar_push_ref(b, t, extra));
+                                TRY(dse__grammar_push_ref(b, t, RULE_T(i, 0)));
                         }
+                        TRY(alt_ref(c, t, r));
                         if (i == n) {
                                 TRY(dse__grammar_alt_begin(b, r));
                                 TRY(dse__grammar_push_byte(b, r, '}'));
@@ -216,11 +221,13 @@ static int emit_object_members(struct schema_ctx *c, const struct object_member 
                         free(prefix);
                         TRY(ret);
                         TRY(dse__grammar_push_ref(b, r, m[i].value));
-                        TRY(dse__grammar_push_ref(b, r, base + 2 * (uint32_t)(i + 1)));
+                        TRY(dse__grammar_push_ref(b, r, RULE_T(i + 1, 0)));
                         if (!m[i].required)
-                                TRY(alt_ref(c, r, base + 2 * (uint32_t)(i + 1) + (uint32_t)first));
+                                TRY(alt_ref(c, r, RULE_S(i + 1, first)));
                 }
-        *ret_rule = base + 1;
+        *ret_rule = RULE_T(0, 1);
+#undef RULE_T
+#undef RULE_S
         return 0;
 }
 
