@@ -84,6 +84,10 @@ struct grammar_builder {
         uint32_t n_elems_total;
 };
 
+/* Grows *items (room for *cap elements of size bytes) to room for need: -ENOMEM, or
+ * -E2BIG past 2^31 elements. The one growth helper of this folder. */
+int dse__grammar_grow(void **items, uint32_t *cap, uint64_t need, size_t size);
+
 void dse__grammar_builder_init(struct grammar_builder *b);
 void dse__grammar_builder_done(struct grammar_builder *b);
 int dse__grammar_rule_new(struct grammar_builder *b, uint32_t *ret_rule);

@@ -7,9 +7,11 @@
 
 #include "grammar/grammar.h"
 
-static int grow(void **items, uint32_t *cap, uint32_t need, size_t size) {
+int dse__grammar_grow(void **items, uint32_t *cap, uint64_t need, size_t size) {
         if (need <= *cap)
                 return 0;
+        if (need > UINT32_MAX / 2)
+                return -E2BIG;
         uint32_t n = *cap ? *cap : 8;
         while (n < need)
                 n *= 2;
@@ -37,7 +39,7 @@ void dse__grammar_builder_done(struct grammar_builder *b) {
 }
 
 int dse__grammar_rule_new(struct grammar_builder *b, uint32_t *ret_rule) {
-        int r = grow((void **)&b->rules, &b->cap_rules, b->n_rules + 1, sizeof *b->rules);
+        int r = dse__grammar_grow((void **)&b->rules, &b->cap_rules, b->n_rules + 1, sizeof *b->rules);
         if (r < 0)
                 return r;
         memset(&b->rules[b->n_rules], 0, sizeof *b->rules);
@@ -47,7 +49,7 @@ int dse__grammar_rule_new(struct grammar_builder *b, uint32_t *ret_rule) {
 
 int dse__grammar_alt_begin(struct grammar_builder *b, uint32_t rule) {
         struct grammar_rule_build *rb = &b->rules[rule];
-        int r = grow((void **)&rb->alts, &rb->cap_alts, rb->n_alts + 1, sizeof *rb->alts);
+        int r = dse__grammar_grow((void **)&rb->alts, &rb->cap_alts, rb->n_alts + 1, sizeof *rb->alts);
         if (r < 0)
                 return r;
         memset(&rb->alts[rb->n_alts++], 0, sizeof *rb->alts);
@@ -59,7 +61,7 @@ static int push_elem(struct grammar_builder *b, uint32_t rule, enum grammar_elem
         struct grammar_alt_build *ab = &rb->alts[rb->n_alts - 1];
         if (b->n_elems_total >= GRAMMAR_MAX_ELEMS)
                 return -E2BIG;
-        int r = grow((void **)&ab->elems, &ab->cap, ab->n + 1, sizeof *ab->elems);
+        int r = dse__grammar_grow((void **)&ab->elems, &ab->cap, ab->n + 1, sizeof *ab->elems);
         if (r < 0)
                 return r;
         ab->elems[ab->n++] = (struct grammar_elem){.kind = kind, .arg = arg};
@@ -74,7 +76,7 @@ int dse__grammar_push_class(struct grammar_builder *b, uint32_t rule, const stru
                 if (!memcmp(&b->classes[i], c, sizeof *c))
                         break;
         if (i == b->n_classes) {
-                int r = grow((void **)&b->classes, &b->cap_classes, b->n_classes + 1, sizeof *b->classes);
+                int r = dse__grammar_grow((void **)&b->classes, &b->cap_classes, b->n_classes + 1, sizeof *b->classes);
                 if (r < 0)
                         return r;
                 b->classes[b->n_classes++] = *c;

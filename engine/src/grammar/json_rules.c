@@ -16,6 +16,14 @@ void dse__json_rules_init(struct json_rules *j, struct grammar_builder *b) {
         j->b = b;
         j->ch = j->ch_wide = j->str_rest = j->any_string = j->number = j->integer = j->boolean = j->null =
                 j->any_value = j->nothing = GRAMMAR_NIL;
+        j->strings = NULL;
+        j->n_strings = j->cap_strings = 0;
+}
+
+void dse__json_rules_done(struct json_rules *j) {
+        free(j->strings);
+        j->strings = NULL;
+        j->n_strings = j->cap_strings = 0;
 }
 
 static struct grammar_class range_class(uint8_t lo, uint8_t hi) {
@@ -148,6 +156,12 @@ int dse__json_rule_string(struct json_rules *j, uint32_t min_chars, uint32_t max
         uint32_t last = max_chars == UINT32_MAX ? min_chars : max_chars;
         if (last > JSON_MAX_COUNT)
                 return -E2BIG;
+        for (uint32_t i = 0; i < j->n_strings; i++)
+                if (j->strings[i].min_chars == min_chars && j->strings[i].max_chars == max_chars) {
+                        *ret_rule = j->strings[i].rule;
+                        return 0;
+                }
+        TRY(dse__grammar_grow((void **)&j->strings, &j->cap_strings, (uint64_t)j->n_strings + 1, sizeof *j->strings));
         uint32_t ch, first, s;
         TRY(dse__json_rule_char(j, &ch));
         /* rule first + i: i characters read so far */
@@ -173,6 +187,7 @@ int dse__json_rule_string(struct json_rules *j, uint32_t min_chars, uint32_t max
         TRY(dse__grammar_alt_begin(b, s));
         TRY(dse__grammar_push_byte(b, s, '"'));
         TRY(dse__grammar_push_ref(b, s, first));
+        j->strings[j->n_strings++] = (struct json_string_rule){min_chars, max_chars, s};
         *ret_rule = s;
         return 0;
 }

@@ -10,15 +10,21 @@
 #include "grammar/grammar.h"
 
 /* Longest repetition a count keyword (minLength, maxItems, ...) may unroll to. */
-#define JSON_MAX_COUNT 4096
+#define JSON_MAX_COUNT 65536
 
 struct json_rules {
         struct grammar_builder *b;
         /* rule ids, GRAMMAR_NIL until first asked for */
         uint32_t ch, ch_wide, str_rest, any_string, number, integer, boolean, null, any_value, nothing;
+        /* bounded strings already built, shared by every schema with the same bounds */
+        struct json_string_rule {
+                uint32_t min_chars, max_chars, rule;
+        } *strings;
+        uint32_t n_strings, cap_strings;
 };
 
 void dse__json_rules_init(struct json_rules *j, struct grammar_builder *b);
+void dse__json_rules_done(struct json_rules *j);
 /* Each sets *ret_rule to the rule matching: one canonical string character; a whole
  * string; a number / an integer (JSON syntax); true|false; null; any JSON value; no
  * input at all. 0, -ENOMEM or -E2BIG. */

@@ -13,33 +13,10 @@
 /* A state this big means a grammar so ambiguous that masks would be too slow anyway. */
 #define GRAMMAR_MAX_STACKS 65536
 
-static int grow_u32(uint32_t **items, uint32_t *cap, uint64_t need) {
-        if (need <= *cap)
-                return 0;
-        if (need > UINT32_MAX / 2)
-                return -E2BIG;
-        uint32_t n = *cap ? *cap : 64;
-        while (n < need)
-                n *= 2;
-        uint32_t *p = realloc(*items, (size_t)n * sizeof *p);
-        if (!p)
-                return -ENOMEM;
-        *items = p;
-        *cap = n;
-        return 0;
-}
-
 static int new_frame(struct dse_grammar_matcher *m, uint32_t pos, uint32_t parent, uint32_t *ret) {
-        if (m->n_frames + 1 > m->cap_frames) {
-                if (m->n_frames > UINT32_MAX / 4)
-                        return -E2BIG;
-                uint32_t n = m->cap_frames ? m->cap_frames * 2 : 256;
-                struct grammar_frame *p = realloc(m->frames, (size_t)n * sizeof *p);
-                if (!p)
-                        return -ENOMEM;
-                m->frames = p;
-                m->cap_frames = n;
-        }
+        int r = dse__grammar_grow((void **)&m->frames, &m->cap_frames, (uint64_t)m->n_frames + 1, sizeof *m->frames);
+        if (r < 0)
+                return r;
         m->frames[m->n_frames] = (struct grammar_frame){pos, parent};
         *ret = m->n_frames++;
         return 0;
@@ -70,7 +47,7 @@ static int add_stack(struct dse_grammar_matcher *m, uint32_t begin, uint32_t pos
         }
         if (m->n_tops - begin >= GRAMMAR_MAX_STACKS)
                 return -E2BIG;
-        int r = grow_u32(&m->tops, &m->cap_tops, (uint64_t)m->n_tops + 1);
+        int r = dse__grammar_grow((void **)&m->tops, &m->cap_tops, (uint64_t)m->n_tops + 1, sizeof *m->tops);
         if (r < 0)
                 return r;
         uint32_t top = GRAMMAR_NIL;

@@ -39,7 +39,7 @@ struct schema_ctx {
         char ptr[768]; /* JSON pointer of the schema being compiled */
         size_t ptr_len;
         struct schema_memo *memo;
-        size_t n_memo, cap_memo;
+        uint32_t n_memo, cap_memo;
         int depth;
 };
 

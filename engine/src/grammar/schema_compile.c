@@ -674,21 +674,14 @@ static int compile_schema(struct schema_ctx *c, const cJSON *s, uint32_t *ret_ru
                 return dse__json_rule_nothing(&c->j, ret_rule);
         if (!cJSON_IsObject(s))
                 return dse__schema_fail(c, -EINVAL, "$schema", "a schema must be an object or a boolean");
-        for (size_t i = 0; i < c->n_memo; i++)
+        for (uint32_t i = 0; i < c->n_memo; i++)
                 if (c->memo[i].schema == s) {
                         *ret_rule = c->memo[i].rule;
                         return 0;
                 }
         uint32_t rule;
         TRY(dse__grammar_rule_new(&c->b, &rule));
-        if (c->n_memo == c->cap_memo) {
-                size_t n = c->cap_memo ? 2 * c->cap_memo : 64;
-                struct schema_memo *p = realloc(c->memo, n * sizeof *p);
-                if (!p)
-                        return -ENOMEM;
-                c->memo = p;
-                c->cap_memo = n;
-        }
+        TRY(dse__grammar_grow((void **)&c->memo, &c->cap_memo, (uint64_t)c->n_memo + 1, sizeof *c->memo));
         c->memo[c->n_memo++] = (struct schema_memo){s, rule};
         TRY(compile_body(c, s, rule));
         *ret_rule = rule;
@@ -730,6 +723,7 @@ int dse_grammar_compile_json_schema(const char *schema_json, size_t len, struct 
                 dse_grammar_free(g);
                 g = NULL;
         }
+        dse__json_rules_done(&c.j);
         dse__grammar_builder_done(&c.b);
         free(c.memo);
         cJSON_Delete(c.scratch);

@@ -258,29 +258,32 @@ static int set_eos(const struct dse_grammar_matcher *m, const struct dse_grammar
         return 1;
 }
 
-int dse_grammar_matcher_fill_mask(struct dse_grammar_matcher *m, const struct dse_grammar_vocab *vocab,
-                                  uint64_t *mask) {
+/* Checks a mask call's arguments and clears the mask: 1 to go on, 0 when the output has
+ * ended (nothing is allowed), -EINVAL. */
+static int mask_begin(const struct dse_grammar_matcher *m, const struct dse_grammar_vocab *vocab, uint64_t *mask) {
         if (!m || !vocab || !mask)
                 return -EINVAL;
         memset(mask, 0, dse_grammar_vocab_mask_words(vocab) * sizeof *mask);
-        if (m->ended)
-                return 0;
+        return !m->ended;
+}
+
+int dse_grammar_matcher_fill_mask(struct dse_grammar_matcher *m, const struct dse_grammar_vocab *vocab,
+                                  uint64_t *mask) {
+        int go = mask_begin(m, vocab, mask);
+        if (go <= 0)
+                return go;
         /* walk[3d .. 3d+2]: the state at depth d (begin, end) and the frame count to
          * drop back to when leaving it */
-        uint32_t need = 3u * ((uint32_t)vocab->max_depth + 1);
-        if (m->cap_walk < need) {
-                uint32_t *p = realloc(m->walk, need * sizeof *p);
-                if (!p)
-                        return -ENOMEM;
-                m->walk = p;
-                m->cap_walk = need;
-        }
+        int r = dse__grammar_grow((void **)&m->walk, &m->cap_walk, 3u * ((uint64_t)vocab->max_depth + 1),
+                                  sizeof *m->walk);
+        if (r < 0)
+                return r;
         uint32_t *walk = m->walk;
         uint32_t mark_frames = m->n_frames, mark_tops = m->n_tops;
         walk[0] = m->cur_begin;
         walk[1] = m->cur_end;
         walk[2] = m->n_frames;
-        int count = 0, r = 0;
+        int count = 0;
         const struct grammar_trie_node *nodes = vocab->nodes;
         for (uint32_t i = 1; i < vocab->n_nodes;) {
                 const struct grammar_trie_node *node = &nodes[i];
@@ -317,11 +320,9 @@ int dse_grammar_matcher_fill_mask(struct dse_grammar_matcher *m, const struct ds
 
 int dse__grammar_matcher_fill_mask_scan(struct dse_grammar_matcher *m, const struct dse_grammar_vocab *vocab,
                                         uint64_t *mask) {
-        if (!m || !vocab || !mask)
-                return -EINVAL;
-        memset(mask, 0, dse_grammar_vocab_mask_words(vocab) * sizeof *mask);
-        if (m->ended)
-                return 0;
+        int go = mask_begin(m, vocab, mask);
+        if (go <= 0)
+                return go;
         uint32_t mark_frames = m->n_frames, mark_tops = m->n_tops;
         int count = 0;
         for (int32_t id = 0; id < vocab->n_vocab; id++) {
