@@ -47,6 +47,14 @@ struct dse_grammar {
         uint32_t root; /* the rule a whole output must match */
 };
 
+/* Returns from the calling function when expr (0 or -errno) fails. */
+#define GRAMMAR_TRY(expr)                      \
+        do {                                   \
+                int grammar_try_r_ = (expr);   \
+                if (grammar_try_r_ < 0)        \
+                        return grammar_try_r_; \
+        } while (0)
+
 static inline int grammar_class_has(const struct grammar_class *c, uint8_t b) {
         return (int)((c->bits[b >> 6] >> (b & 63)) & 1);
 }

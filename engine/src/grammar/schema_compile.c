@@ -10,13 +10,6 @@
 
 #include "grammar/schema.h"
 
-#define TRY(expr)                      \
-        do {                           \
-                int try_r_ = (expr);   \
-                if (try_r_ < 0)        \
-                        return try_r_; \
-        } while (0)
-
 int dse__schema_fail(struct schema_ctx *c, int err, const char *keyword, const char *fmt, ...) {
         if (c->reterr) {
                 char msg[384];
@@ -116,7 +109,7 @@ int dse__schema_resolve_ref(struct schema_ctx *c, const cJSON *ref, const cJSON 
 static int compile_schema(struct schema_ctx *c, const cJSON *s, uint32_t *ret_rule);
 
 static int alt_ref(struct schema_ctx *c, uint32_t rule, uint32_t ref) {
-        TRY(dse__grammar_alt_begin(&c->b, rule));
+        GRAMMAR_TRY(dse__grammar_alt_begin(&c->b, rule));
         return dse__grammar_push_ref(&c->b, rule, ref);
 }
 
@@ -140,8 +133,8 @@ static int too_big(struct schema_ctx *c, const char *kw) {
 
 static int emit_string(struct schema_ctx *c, const cJSON *s, uint32_t *ret_rule) {
         uint32_t min, max;
-        TRY(count_keyword(c, s, "minLength", 0, &min));
-        TRY(count_keyword(c, s, "maxLength", UINT32_MAX, &max));
+        GRAMMAR_TRY(count_keyword(c, s, "minLength", 0, &min));
+        GRAMMAR_TRY(count_keyword(c, s, "maxLength", UINT32_MAX, &max));
         int r = dse__json_rule_string(&c->j, min, max, ret_rule);
         if (r == -E2BIG)
                 return too_big(c, max != UINT32_MAX && max > JSON_MAX_COUNT ? "maxLength" : "minLength");
@@ -189,7 +182,7 @@ static int emit_object_members(struct schema_ctx *c, const struct object_member 
         uint32_t base = 0;
         for (size_t i = 0; i < 4 * (n + 1); i++) {
                 uint32_t r;
-                TRY(dse__grammar_rule_new(b, &r));
+                GRAMMAR_TRY(dse__grammar_rule_new(b, &r));
                 if (i == 0)
                         base = r;
         }
@@ -199,31 +192,31 @@ static int emit_object_members(struct schema_ctx *c, const struct object_member 
                 for (int first = 0; first < 2; first++) {
                         uint32_t t = RULE_T(i, first), r = RULE_S(i, first);
                         if (extra != GRAMMAR_NIL) {
-                                TRY(dse__grammar_alt_begin(b, t));
+                                GRAMMAR_TRY(dse__grammar_alt_begin(b, t));
                                 if (!first)
-                                        TRY(dse__grammar_push_byte(b, t, ','));
-                                TRY(dse__grammar_push_ref(b, t, extra));
-                                TRY(dse__grammar_push_ref(b, t, RULE_T(i, 0)));
+                                        GRAMMAR_TRY(dse__grammar_push_byte(b, t, ','));
+                                GRAMMAR_TRY(dse__grammar_push_ref(b, t, extra));
+                                GRAMMAR_TRY(dse__grammar_push_ref(b, t, RULE_T(i, 0)));
                         }
-                        TRY(alt_ref(c, t, r));
+                        GRAMMAR_TRY(alt_ref(c, t, r));
                         if (i == n) {
-                                TRY(dse__grammar_alt_begin(b, r));
-                                TRY(dse__grammar_push_byte(b, r, '}'));
+                                GRAMMAR_TRY(dse__grammar_alt_begin(b, r));
+                                GRAMMAR_TRY(dse__grammar_push_byte(b, r, '}'));
                                 continue;
                         }
                         char *prefix = NULL;
-                        TRY(member_prefix(c, m[i].name, &prefix));
+                        GRAMMAR_TRY(member_prefix(c, m[i].name, &prefix));
                         int ret = dse__grammar_alt_begin(b, r);
                         if (ret == 0 && !first)
                                 ret = dse__grammar_push_byte(b, r, ',');
                         if (ret == 0)
                                 ret = dse__grammar_push_bytes(b, r, prefix, strlen(prefix));
                         free(prefix);
-                        TRY(ret);
-                        TRY(dse__grammar_push_ref(b, r, m[i].value));
-                        TRY(dse__grammar_push_ref(b, r, RULE_T(i + 1, 0)));
+                        GRAMMAR_TRY(ret);
+                        GRAMMAR_TRY(dse__grammar_push_ref(b, r, m[i].value));
+                        GRAMMAR_TRY(dse__grammar_push_ref(b, r, RULE_T(i + 1, 0)));
                         if (!m[i].required)
-                                TRY(alt_ref(c, r, RULE_S(i + 1, first)));
+                                GRAMMAR_TRY(alt_ref(c, r, RULE_S(i + 1, first)));
                 }
         *ret_rule = RULE_T(0, 1);
 #undef RULE_T
@@ -244,10 +237,10 @@ static int emit_object(struct schema_ctx *c, const cJSON *s, uint32_t *ret_rule)
                 c, -EINVAL, "required", "must be an array of strings");
         uint32_t extra_value = GRAMMAR_NIL; /* additionalProperties' value rule; NIL: none allowed */
         if (!ap || cJSON_IsTrue(ap)) {
-                TRY(dse__json_rule_any_value(&c->j, &extra_value));
+                GRAMMAR_TRY(dse__json_rule_any_value(&c->j, &extra_value));
         } else if (!cJSON_IsFalse(ap)) {
                 size_t old = push_ptr(c, "additionalProperties");
-                TRY(compile_schema(c, ap, &extra_value));
+                GRAMMAR_TRY(compile_schema(c, ap, &extra_value));
                 pop_ptr(c, old);
         }
         size_t n = (size_t)cJSON_GetArraySize(props) + (size_t)cJSON_GetArraySize(required);
@@ -309,11 +302,11 @@ static int emit_object(struct schema_ctx *c, const cJSON *s, uint32_t *ret_rule)
                 r = emit_object_members(c, m, k, extra, &members);
         free(m);
         free(names);
-        TRY(r);
-        TRY(dse__grammar_rule_new(&c->b, &obj));
-        TRY(dse__grammar_alt_begin(&c->b, obj));
-        TRY(dse__grammar_push_byte(&c->b, obj, '{'));
-        TRY(dse__grammar_push_ref(&c->b, obj, members));
+        GRAMMAR_TRY(r);
+        GRAMMAR_TRY(dse__grammar_rule_new(&c->b, &obj));
+        GRAMMAR_TRY(dse__grammar_alt_begin(&c->b, obj));
+        GRAMMAR_TRY(dse__grammar_push_byte(&c->b, obj, '{'));
+        GRAMMAR_TRY(dse__grammar_push_ref(&c->b, obj, members));
         *ret_rule = obj;
         return 0;
 }
@@ -337,8 +330,8 @@ static int emit_array(struct schema_ctx *c, const cJSON *s, uint32_t *ret_rule) 
                 return dse__schema_fail(c, -EINVAL, "items", "must be a schema beside prefixItems");
         }
         uint32_t min, max;
-        TRY(count_keyword(c, s, "minItems", 0, &min));
-        TRY(count_keyword(c, s, "maxItems", UINT32_MAX, &max));
+        GRAMMAR_TRY(count_keyword(c, s, "minItems", 0, &min));
+        GRAMMAR_TRY(count_keyword(c, s, "maxItems", UINT32_MAX, &max));
         uint32_t n_prefix = (uint32_t)cJSON_GetArraySize(prefix);
         uint32_t last = n_prefix > min ? n_prefix : min; /* L(last) loops when max is unbounded */
         if (max != UINT32_MAX)
@@ -394,17 +387,17 @@ static int emit_array(struct schema_ctx *c, const cJSON *s, uint32_t *ret_rule) 
         }
         uint32_t e0 = elem[n_prefix > 0 ? 0 : n_prefix];
         free(elem);
-        TRY(r);
-        TRY(dse__grammar_rule_new(b, &arr));
+        GRAMMAR_TRY(r);
+        GRAMMAR_TRY(dse__grammar_rule_new(b, &arr));
         if (min == 0) {
-                TRY(dse__grammar_alt_begin(b, arr));
-                TRY(dse__grammar_push_bytes(b, arr, "[]", 2));
+                GRAMMAR_TRY(dse__grammar_alt_begin(b, arr));
+                GRAMMAR_TRY(dse__grammar_push_bytes(b, arr, "[]", 2));
         }
         if (max > 0 && e0 != GRAMMAR_NIL) {
-                TRY(dse__grammar_alt_begin(b, arr));
-                TRY(dse__grammar_push_byte(b, arr, '['));
-                TRY(dse__grammar_push_ref(b, arr, e0));
-                TRY(dse__grammar_push_ref(b, arr, base));
+                GRAMMAR_TRY(dse__grammar_alt_begin(b, arr));
+                GRAMMAR_TRY(dse__grammar_push_byte(b, arr, '['));
+                GRAMMAR_TRY(dse__grammar_push_ref(b, arr, e0));
+                GRAMMAR_TRY(dse__grammar_push_ref(b, arr, base));
         }
         *ret_rule = arr;
         return 0;
@@ -512,7 +505,7 @@ static int emit_literals(struct schema_ctx *c, const cJSON *s, unsigned types, u
                 if (r == 0)
                         r = dse__grammar_push_bytes(&c->b, rule, text, strlen(text));
                 free(text);
-                TRY(r);
+                GRAMMAR_TRY(r);
         }
         return 0;
 }
@@ -590,31 +583,31 @@ static int emit_union(struct schema_ctx *c, const cJSON *s, const char *kw, cons
 static int emit_types(struct schema_ctx *c, const cJSON *s, unsigned types, uint32_t rule) {
         uint32_t t;
         if (types & SCHEMA_NULL) {
-                TRY(dse__json_rule_null(&c->j, &t));
-                TRY(alt_ref(c, rule, t));
+                GRAMMAR_TRY(dse__json_rule_null(&c->j, &t));
+                GRAMMAR_TRY(alt_ref(c, rule, t));
         }
         if (types & SCHEMA_BOOL) {
-                TRY(dse__json_rule_boolean(&c->j, &t));
-                TRY(alt_ref(c, rule, t));
+                GRAMMAR_TRY(dse__json_rule_boolean(&c->j, &t));
+                GRAMMAR_TRY(alt_ref(c, rule, t));
         }
         if (types & SCHEMA_FRAC) {
-                TRY(dse__json_rule_number(&c->j, &t));
-                TRY(alt_ref(c, rule, t));
+                GRAMMAR_TRY(dse__json_rule_number(&c->j, &t));
+                GRAMMAR_TRY(alt_ref(c, rule, t));
         } else if (types & SCHEMA_INT) {
-                TRY(dse__json_rule_integer(&c->j, &t));
-                TRY(alt_ref(c, rule, t));
+                GRAMMAR_TRY(dse__json_rule_integer(&c->j, &t));
+                GRAMMAR_TRY(alt_ref(c, rule, t));
         }
         if (types & SCHEMA_STRING) {
-                TRY(emit_string(c, s, &t));
-                TRY(alt_ref(c, rule, t));
+                GRAMMAR_TRY(emit_string(c, s, &t));
+                GRAMMAR_TRY(alt_ref(c, rule, t));
         }
         if (types & SCHEMA_ARRAY) {
-                TRY(emit_array(c, s, &t));
-                TRY(alt_ref(c, rule, t));
+                GRAMMAR_TRY(emit_array(c, s, &t));
+                GRAMMAR_TRY(alt_ref(c, rule, t));
         }
         if (types & SCHEMA_OBJECT) {
-                TRY(emit_object(c, s, &t));
-                TRY(alt_ref(c, rule, t));
+                GRAMMAR_TRY(emit_object(c, s, &t));
+                GRAMMAR_TRY(alt_ref(c, rule, t));
         }
         return 0;
 }
@@ -680,10 +673,10 @@ static int compile_schema(struct schema_ctx *c, const cJSON *s, uint32_t *ret_ru
                         return 0;
                 }
         uint32_t rule;
-        TRY(dse__grammar_rule_new(&c->b, &rule));
-        TRY(dse__grammar_grow((void **)&c->memo, &c->cap_memo, (uint64_t)c->n_memo + 1, sizeof *c->memo));
+        GRAMMAR_TRY(dse__grammar_rule_new(&c->b, &rule));
+        GRAMMAR_TRY(dse__grammar_grow((void **)&c->memo, &c->cap_memo, (uint64_t)c->n_memo + 1, sizeof *c->memo));
         c->memo[c->n_memo++] = (struct schema_memo){s, rule};
-        TRY(compile_body(c, s, rule));
+        GRAMMAR_TRY(compile_body(c, s, rule));
         *ret_rule = rule;
         return 0;
 }
