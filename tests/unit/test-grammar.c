@@ -120,6 +120,8 @@ TEST(enum_const) {
         ACCEPTS("{\"enum\":[\"a\",1,null]}", "1");
         REJECTS("{\"enum\":[\"a\",1,null]}", "\"b\"");
         REJECTS("{\"type\":\"string\",\"enum\":[\"a\",1]}", "1"); /* filtered by type */
+        REFUSES("{\"enum\":[\"abc\"],\"maxLength\":2}", -EOPNOTSUPP, "'maxLength'");
+        ACCEPTS("{\"type\":\"string\",\"enum\":[\"abc\"],\"maxItems\":2}", "\"abc\""); /* inert */
         ACCEPTS("{\"const\":\"x\"}", "\"x\"");
         REJECTS("{\"const\":\"x\"}", "\"y\"");
 }

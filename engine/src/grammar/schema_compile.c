@@ -472,11 +472,30 @@ static int emit_literals(struct schema_ctx *c, const cJSON *s, unsigned types, u
         const cJSON *cn = cJSON_GetObjectItemCaseSensitive(s, "const");
         const cJSON *one;
         static const char *const allowed[] = {"enum", "const", "type", "nullable"};
+        /* the type-specific keywords the compiler enforces elsewhere */
+        static const struct {
+                const char *name;
+                unsigned types;
+        } typed[] = {
+                {"minLength", SCHEMA_STRING},       {"maxLength", SCHEMA_STRING},   {"properties", SCHEMA_OBJECT},
+                {"required", SCHEMA_OBJECT},        {"additionalProperties", SCHEMA_OBJECT},
+                {"items", SCHEMA_ARRAY},            {"prefixItems", SCHEMA_ARRAY},  {"additionalItems", SCHEMA_ARRAY},
+                {"minItems", SCHEMA_ARRAY},         {"maxItems", SCHEMA_ARRAY},
+        };
         cJSON_ArrayForEach(one, s) {
-                int ok = dse__schema_keyword_is_annotation(one->string) || !unsupported_for(one->string, one);
+                int ok = dse__schema_keyword_is_annotation(one->string);
                 for (size_t i = 0; i < 4; i++)
                         ok |= !strcmp(one->string, allowed[i]);
-                /* keywords that constrain only other types than the literals have are inert */
+                /* a keyword that constrains only types the literals cannot have is inert;
+                 * any other one would have to be checked against each literal */
+                unsigned kw_types = unsupported_for(one->string, one);
+                for (size_t i = 0; i < sizeof typed / sizeof *typed; i++)
+                        if (!strcmp(one->string, typed[i].name))
+                                kw_types = typed[i].types;
+                if (!ok && !strcmp(one->string, "uniqueItems") && cJSON_IsFalse(one))
+                        ok = 1;
+                if (!ok && kw_types && !(kw_types & types))
+                        ok = 1;
                 if (!ok)
                         return dse__schema_fail(c, -EOPNOTSUPP, one->string, "not supported beside enum/const");
         }
