@@ -145,7 +145,7 @@ static void print_json_string(FILE *f, const char *s, size_t len) {
         fputc('"', f);
 }
 
-static int load_tokenizer(const char *model_arg, const char *tok_path, struct dse_tokenizer **ret_tok) {
+int dsv_tokenizer_load_arg(const char *model_arg, const char *tok_path, struct dse_tokenizer **ret_tok) {
         struct dse_diag diag = {{0}};
         int r;
         if (tok_path) {
@@ -274,7 +274,7 @@ int dsv_cmd_tokenize(int argc, char **argv) {
                 return 2;
         }
         struct dse_tokenizer *tok = NULL;
-        if (load_tokenizer(model_arg, tok_path, &tok) < 0)
+        if (dsv_tokenizer_load_arg(model_arg, tok_path, &tok) < 0)
                 return 1;
         if (isatty(STDOUT_FILENO))
                 setvbuf(stdout, NULL, _IOLBF, 0);

@@ -20,5 +20,11 @@ int dsv_cmd_run(int argc, char **argv);
 int dsv_cmd_start(int argc, char **argv);
 int dsv_cmd_status(int argc, char **argv);
 int dsv_cmd_stop(int argc, char **argv);
+int dsv_cmd_grammar(int argc, char **argv);
+
+/* Loads the tokenizer of --tokenizer FILE (tok_path) or else of --model M (cmd_tokenize.c);
+ * prints why it failed. */
+struct dse_tokenizer;
+int dsv_tokenizer_load_arg(const char *model_arg, const char *tok_path, struct dse_tokenizer **ret_tok);
 
 #endif

@@ -9,6 +9,7 @@
 static const struct dsv_command commands[] = {
         {"cpuinfo", dsv_cmd_cpuinfo, "print the CPU features detected and the kernel level in use"},
         {"tokenize", dsv_cmd_tokenize, "encode JSON strings to token ids (or decode ids) with a model's tokenizer"},
+        {"grammar", dsv_cmd_grammar, "compile a JSON Schema to a grammar; check JSON lines against its token masks"},
         {"convert", dsv_cmd_convert, "convert a Hugging Face checkpoint folder into a native model file"},
         {"verify", dsv_cmd_verify, "validate a native model file and check every tensor's checksum"},
         {"plan", dsv_cmd_plan, "dry run: where each instance would run (nodes, cores, threads)"},

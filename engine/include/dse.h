@@ -399,6 +399,79 @@ int dse_detok_push(struct dse_detok *d, int32_t id, const char **ret_text, int *
  * a stop). The detokenizer then starts a new stream. */
 int dse_detok_flush(struct dse_detok *d, const char **ret_text);
 
+/* ---- structured output: JSON Schema grammars, matchers, token masks ------------- */
+
+/* A grammar compiled from a JSON Schema (engine/src/grammar/README.md). The output it
+ * describes is compact JSON (no whitespace between tokens), object properties in the
+ * order of `properties`, strings in their canonical escaped form (only `"`, `\` and
+ * control characters escaped, as \" \\ \b \f \n \r \t or \u00xx; everything else raw
+ * UTF-8). Immutable once compiled: many matchers on many threads may share it.
+ *
+ *     struct dse_grammar *g;
+ *     struct dse_grammar_vocab *v;
+ *     struct dse_grammar_matcher *m;
+ *     r = dse_grammar_compile_json_schema(schema, strlen(schema), &g, &diag);
+ *     r = dse_grammar_vocab_new(tok, &v, &diag);
+ *     r = dse_grammar_matcher_new(g, &m, &diag);
+ *     uint64_t *mask = calloc(dse_grammar_vocab_mask_words(v), sizeof *mask);
+ *     for (;;) {
+ *             r = dse_grammar_matcher_fill_mask(m, v, mask);  // bit id set: id allowed
+ *             id = sample among the allowed ids;
+ *             r = dse_grammar_matcher_accept_token(m, v, id);
+ *             if (id == dse_tokenizer_eos(tok)) break;        // allowed only when complete
+ *     }
+ *
+ * The compiler enforces every keyword it accepts exactly; a keyword it cannot enforce
+ * is -EOPNOTSUPP naming the keyword and its JSON pointer ("'pattern' at
+ * /properties/zip: not supported"), never a silently weaker grammar. -EINVAL for a
+ * malformed schema (naming the pointer), -EBADMSG when the text is not JSON, -E2BIG
+ * when the grammar outgrows its size limit, -ELOOP for a $ref cycle that never
+ * consumes input. */
+struct dse_grammar;
+int dse_grammar_compile_json_schema(const char *schema_json, size_t len, struct dse_grammar **ret_grammar,
+                                    struct dse_diag *reterr);
+void dse_grammar_free(struct dse_grammar *grammar);
+
+/* A tokenizer's vocabulary as a token trie (the prefix tree of every token's bytes as
+ * they appear in decoded text), built once per tokenizer. Tokens that decode to no bytes
+ * (control tokens) are never allowed by a mask, EOS excepted (allowed exactly when the
+ * output is complete). Immutable: shareable across threads. The tokenizer must outlive
+ * it. */
+struct dse_grammar_vocab;
+int dse_grammar_vocab_new(const struct dse_tokenizer *tok, struct dse_grammar_vocab **ret_vocab,
+                          struct dse_diag *reterr);
+void dse_grammar_vocab_free(struct dse_grammar_vocab *vocab);
+/* Words of a mask: (n_vocab + 63) / 64. */
+size_t dse_grammar_vocab_mask_words(const struct dse_grammar_vocab *vocab);
+/* The bytes token id adds to the output in the middle of a text (a SentencePiece "▁"
+ * is a space there), as the masks see them; *ret_len = 0 for a token that adds none.
+ * NULL for an id out of range. Valid as long as the vocab. */
+const uint8_t *dse_grammar_vocab_token_bytes(const struct dse_grammar_vocab *vocab, int32_t id, size_t *ret_len);
+
+/* The incremental state of one output against a grammar: one per sequence, used by one
+ * thread at a time. The grammar must outlive it. */
+struct dse_grammar_matcher;
+int dse_grammar_matcher_new(const struct dse_grammar *grammar, struct dse_grammar_matcher **ret_matcher,
+                            struct dse_diag *reterr);
+void dse_grammar_matcher_free(struct dse_grammar_matcher *m);
+/* Feeds output bytes: 0, or -EINVAL when the grammar cannot continue with them (the
+ * state is then unchanged), -ENOMEM, -E2BIG when the grammar is so ambiguous that the
+ * state would exceed its size limit. */
+int dse_grammar_matcher_advance(struct dse_grammar_matcher *m, const void *bytes, size_t n);
+/* 1 when the bytes fed so far are a whole output of the grammar, else 0. */
+int dse_grammar_matcher_is_accepting(const struct dse_grammar_matcher *m);
+/* Writes the mask of the tokens allowed next (bit id of mask[id / 64], mask_words(vocab)
+ * words) by walking the token trie against the state: a byte the grammar refuses skips
+ * the whole subtree under it. Returns the number of allowed tokens (0: nothing can
+ * follow, not even EOS), or -ENOMEM / -E2BIG. Does not change the state. */
+int dse_grammar_matcher_fill_mask(struct dse_grammar_matcher *m, const struct dse_grammar_vocab *vocab,
+                                  uint64_t *mask);
+/* Feeds one token's bytes (EOS: accepted only when the state is accepting, after which
+ * nothing more is). 0, or -EINVAL when the mask would not allow the token (state
+ * unchanged), -ENOMEM, -E2BIG. */
+int dse_grammar_matcher_accept_token(struct dse_grammar_matcher *m, const struct dse_grammar_vocab *vocab,
+                                     int32_t id);
+
 /* ---- sampler ----------------------------------------------------------------------- */
 
 /* Picks the next token from a row of logits. The filters run in the order transformers

@@ -1,0 +1,176 @@
+/* Engine-internal grammar form shared by the schema compiler, the matcher and the token
+ * mask (README.md in this folder explains the design).
+ *
+ * A grammar is a set of rules; a rule is a list of alternatives; an alternative is a
+ * sequence of elements ending in GRAMMAR_END. An element matches one byte from a byte
+ * class, or a whole rule (GRAMMAR_REF). All alternatives live in one flat element array
+ * so a matcher position is one index into it. */
+#ifndef DSE_GRAMMAR_H
+#define DSE_GRAMMAR_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dse.h"
+
+enum grammar_elem_kind {
+        GRAMMAR_END,   /* end of an alternative */
+        GRAMMAR_CLASS, /* one byte from classes[arg] */
+        GRAMMAR_REF,   /* rule arg */
+        GRAMMAR_ELEM_KIND_COUNT
+};
+
+struct grammar_elem {
+        uint32_t kind : 2;
+        uint32_t arg : 30;
+};
+
+/* 256 bits: byte b is in the class when bits[b >> 6] has bit (b & 63). */
+struct grammar_class {
+        uint64_t bits[4];
+};
+
+struct grammar_rule {
+        uint32_t first_alt; /* index into alt_start */
+        uint32_t n_alts;
+};
+
+struct dse_grammar {
+        struct grammar_elem *elems;
+        uint32_t n_elems;
+        uint32_t *alt_start; /* element index where each alternative begins */
+        uint32_t n_alt_start;
+        struct grammar_rule *rules;
+        uint32_t n_rules;
+        struct grammar_class *classes;
+        uint32_t n_classes;
+        uint32_t root; /* the rule a whole output must match */
+};
+
+/* Returns from the calling function when expr (0 or -errno) fails. */
+#define GRAMMAR_TRY(expr)                      \
+        do {                                   \
+                int grammar_try_r_ = (expr);   \
+                if (grammar_try_r_ < 0)        \
+                        return grammar_try_r_; \
+        } while (0)
+
+static inline int grammar_class_has(const struct grammar_class *c, uint8_t b) {
+        return (int)((c->bits[b >> 6] >> (b & 63)) & 1);
+}
+
+static inline void grammar_class_add_range(struct grammar_class *c, uint8_t lo, uint8_t hi) {
+        for (unsigned b = lo; b <= hi; b++)
+                c->bits[b >> 6] |= (uint64_t)1 << (b & 63);
+}
+
+/* ---- building (grammar_build.c) ---- */
+
+/* A grammar under construction. rule_new reserves a rule id, so a rule may refer to
+ * itself or to rules defined later (recursive $ref); alt_begin opens a new alternative
+ * of a rule and the push_* calls append to that rule's newest alternative, so several
+ * rules can be under construction at once. rule_new gives a rule with no alternative
+ * (it matches nothing) until alt_begin is called on it. finish flattens everything into
+ * a dse_grammar. All return 0 or -ENOMEM / -E2BIG (over GRAMMAR_MAX_ELEMS elements). */
+#define GRAMMAR_MAX_ELEMS (1u << 22)
+
+struct grammar_alt_build {
+        struct grammar_elem *elems;
+        uint32_t n, cap;
+};
+
+struct grammar_rule_build {
+        struct grammar_alt_build *alts;
+        uint32_t n_alts, cap_alts;
+};
+
+struct grammar_builder {
+        struct grammar_rule_build *rules;
+        uint32_t n_rules, cap_rules;
+        struct grammar_class *classes;
+        uint32_t n_classes, cap_classes;
+        uint32_t n_elems_total;
+};
+
+/* Grows *items (room for *cap elements of size bytes) to room for need: -ENOMEM, or
+ * -E2BIG past 2^31 elements. The one growth helper of this folder. */
+int dse__grammar_grow(void **items, uint32_t *cap, uint64_t need, size_t size);
+
+void dse__grammar_builder_init(struct grammar_builder *b);
+void dse__grammar_builder_done(struct grammar_builder *b);
+int dse__grammar_rule_new(struct grammar_builder *b, uint32_t *ret_rule);
+int dse__grammar_alt_begin(struct grammar_builder *b, uint32_t rule);
+int dse__grammar_push_class(struct grammar_builder *b, uint32_t rule, const struct grammar_class *c);
+int dse__grammar_push_byte(struct grammar_builder *b, uint32_t rule, uint8_t byte);
+int dse__grammar_push_bytes(struct grammar_builder *b, uint32_t rule, const char *s, size_t n);
+int dse__grammar_push_ref(struct grammar_builder *b, uint32_t rule, uint32_t ref);
+/* Moves the built rules into a new grammar whose whole-output rule is root. */
+int dse__grammar_builder_finish(struct grammar_builder *b, uint32_t root, struct dse_grammar **ret_g);
+
+/* Refuses a grammar the matcher could loop on: a rule that can reach itself without
+ * consuming a byte (left recursion): -ELOOP naming the rule in reterr. */
+int dse__grammar_check(const struct dse_grammar *g, struct dse_diag *reterr);
+
+/* ---- matching (matcher.c) ---- */
+
+/* The matcher is a pushdown automaton run on all parses at once (README.md): its state
+ * is a set of stacks. A stack is a chain of frames in the node arena; a frame is the
+ * element position to continue at when the frame above it finishes. A stack's top
+ * frame always sits on a GRAMMAR_CLASS element; the empty stack (GRAMMAR_NIL) means the
+ * output is complete. A state is a range [begin, end) of the tops array. */
+#define GRAMMAR_NIL UINT32_MAX
+
+struct grammar_frame {
+        uint32_t pos;    /* index into elems */
+        uint32_t parent; /* frame below, GRAMMAR_NIL at the bottom */
+};
+
+struct dse_grammar_matcher {
+        const struct dse_grammar *g;
+        struct grammar_frame *frames;
+        uint32_t n_frames, cap_frames;
+        uint32_t *tops;
+        uint32_t n_tops, cap_tops;
+        uint32_t cur_begin, cur_end; /* the state after the bytes accepted so far */
+        int ended;                   /* EOS accepted: nothing more may follow */
+        /* dse_grammar_matcher_fill_mask's per-depth states, grown as tokens demand */
+        uint32_t *walk;
+        uint32_t cap_walk;
+};
+
+/* Appends to m->tops the state reached from tops [begin, end) by one byte, and returns
+ * its end (the new state starts at the old n_tops; equal ends: the byte is refused), or
+ * -ENOMEM / -E2BIG. Frames and tops appended after a mark may be dropped by resetting
+ * n_frames and n_tops to the mark. */
+int64_t dse__grammar_matcher_step(struct dse_grammar_matcher *m, uint32_t begin, uint32_t end, uint8_t byte);
+/* 1 when the state [begin, end) holds the empty stack. */
+int dse__grammar_state_accepting(const struct dse_grammar_matcher *m, uint32_t begin, uint32_t end);
+
+/* ---- token trie (token_trie.c) ---- */
+
+/* One trie node per distinct token-byte prefix, stored flat in depth-first order: a
+ * node's subtree is [index, end). Node 0 is the root (the empty prefix). */
+struct grammar_trie_node {
+        uint32_t end;       /* one past the last node of this subtree */
+        int32_t first_token; /* a token whose bytes end here, -1 when none */
+        uint16_t depth;      /* bytes from the root */
+        uint8_t byte;        /* the byte leading here from the parent */
+};
+
+struct dse_grammar_vocab {
+        struct grammar_trie_node *nodes;
+        uint32_t n_nodes;
+        int32_t *next_token; /* [n_vocab]: the next token with the same bytes, -1 at the end */
+        uint8_t **token_bytes; /* [n_vocab]: each token's bytes (NULL: never allowed) */
+        uint32_t *token_len;
+        int32_t n_vocab;
+        int32_t eos;         /* -1 when none */
+        uint16_t max_depth;
+};
+
+/* The reference twin of dse_grammar_matcher_fill_mask: tries every token's bytes on its
+ * own against the state. Same contract; for tests. */
+int dse__grammar_matcher_fill_mask_scan(struct dse_grammar_matcher *m, const struct dse_grammar_vocab *vocab,
+                                        uint64_t *mask);
+
+#endif

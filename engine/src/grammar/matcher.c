@@ -1,0 +1,221 @@
+/* The incremental byte matcher: a pushdown automaton over the grammar, run on every
+ * parse at once (a set of stacks, as llama.cpp's grammar sampler keeps them). Rules
+ * reached without consuming a byte are expanded eagerly, so every stack's top waits on
+ * a byte class; a rule reference in tail position replaces its frame instead of pushing
+ * one, so repetitions written as right recursion keep the stacks flat. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "grammar/grammar.h"
+
+/* A state this big means a grammar so ambiguous that masks would be too slow anyway. */
+#define GRAMMAR_MAX_STACKS 65536
+
+static int new_frame(struct dse_grammar_matcher *m, uint32_t pos, uint32_t parent, uint32_t *ret) {
+        int r = dse__grammar_grow((void **)&m->frames, &m->cap_frames, (uint64_t)m->n_frames + 1, sizeof *m->frames);
+        if (r < 0)
+                return r;
+        m->frames[m->n_frames] = (struct grammar_frame){pos, parent};
+        *ret = m->n_frames++;
+        return 0;
+}
+
+static int stacks_equal(const struct dse_grammar_matcher *m, uint32_t a, uint32_t b) {
+        while (a != b) {
+                if (a == GRAMMAR_NIL || b == GRAMMAR_NIL || m->frames[a].pos != m->frames[b].pos)
+                        return 0;
+                a = m->frames[a].parent;
+                b = m->frames[b].parent;
+        }
+        return 1;
+}
+
+/* Adds the stack (pos, parent) to the state being built from `begin`, unless it is
+ * there already. pos == GRAMMAR_NIL adds the empty stack. */
+static int add_stack(struct dse_grammar_matcher *m, uint32_t begin, uint32_t pos, uint32_t parent) {
+        for (uint32_t i = begin; i < m->n_tops; i++) {
+                uint32_t t = m->tops[i];
+                if (pos == GRAMMAR_NIL || t == GRAMMAR_NIL) {
+                        if (pos == GRAMMAR_NIL && t == GRAMMAR_NIL)
+                                return 0;
+                        continue;
+                }
+                if (m->frames[t].pos == pos && stacks_equal(m, m->frames[t].parent, parent))
+                        return 0;
+        }
+        if (m->n_tops - begin >= GRAMMAR_MAX_STACKS)
+                return -E2BIG;
+        int r = dse__grammar_grow((void **)&m->tops, &m->cap_tops, (uint64_t)m->n_tops + 1, sizeof *m->tops);
+        if (r < 0)
+                return r;
+        uint32_t top = GRAMMAR_NIL;
+        if (pos != GRAMMAR_NIL) {
+                r = new_frame(m, pos, parent, &top);
+                if (r < 0)
+                        return r;
+        }
+        m->tops[m->n_tops++] = top;
+        return 0;
+}
+
+/* Expands the stack whose top is at pos until its top waits on a byte class (or it is
+ * empty), adding every stack that results. The grammar has no left recursion
+ * (dse__grammar_check), so this terminates. */
+static int expand(struct dse_grammar_matcher *m, uint32_t begin, uint32_t pos, uint32_t parent) {
+        const struct dse_grammar *g = m->g;
+        for (;;) {
+                struct grammar_elem e = g->elems[pos];
+                if (e.kind == GRAMMAR_CLASS)
+                        return add_stack(m, begin, pos, parent);
+                if (e.kind == GRAMMAR_END) {
+                        if (parent == GRAMMAR_NIL)
+                                return add_stack(m, begin, GRAMMAR_NIL, GRAMMAR_NIL);
+                        pos = m->frames[parent].pos;
+                        parent = m->frames[parent].parent;
+                        continue;
+                }
+                /* a rule reference: continue after it once the rule is done */
+                uint32_t cont = parent;
+                if (g->elems[pos + 1].kind != GRAMMAR_END) {
+                        int r = new_frame(m, pos + 1, parent, &cont);
+                        if (r < 0)
+                                return r;
+                }
+                const struct grammar_rule *rule = &g->rules[e.arg];
+                for (uint32_t a = 0; a < rule->n_alts; a++) {
+                        int r = expand(m, begin, g->alt_start[rule->first_alt + a], cont);
+                        if (r < 0)
+                                return r;
+                }
+                return 0;
+        }
+}
+
+int64_t dse__grammar_matcher_step(struct dse_grammar_matcher *m, uint32_t begin, uint32_t end, uint8_t byte) {
+        uint32_t out = m->n_tops;
+        for (uint32_t i = begin; i < end; i++) {
+                uint32_t t = m->tops[i];
+                if (t == GRAMMAR_NIL)
+                        continue;
+                struct grammar_frame f = m->frames[t];
+                if (!grammar_class_has(&m->g->classes[m->g->elems[f.pos].arg], byte))
+                        continue;
+                int r = expand(m, out, f.pos + 1, f.parent);
+                if (r < 0)
+                        return r;
+        }
+        return m->n_tops;
+}
+
+int dse__grammar_state_accepting(const struct dse_grammar_matcher *m, uint32_t begin, uint32_t end) {
+        for (uint32_t i = begin; i < end; i++)
+                if (m->tops[i] == GRAMMAR_NIL)
+                        return 1;
+        return 0;
+}
+
+/* Copies frame old and the frames below it into frames (parents first), once each. */
+static uint32_t copy_frame(const struct dse_grammar_matcher *m, uint32_t old, uint32_t *map,
+                           struct grammar_frame *frames, uint32_t *n) {
+        if (old == GRAMMAR_NIL)
+                return GRAMMAR_NIL;
+        if (map[old] == GRAMMAR_NIL) {
+                uint32_t parent = copy_frame(m, m->frames[old].parent, map, frames, n);
+                frames[*n] = (struct grammar_frame){m->frames[old].pos, parent};
+                map[old] = (*n)++;
+        }
+        return map[old];
+}
+
+/* Copies the current state's stacks to the front of fresh arrays, dropping the frames
+ * of states left behind, so memory stays proportional to the live stacks. */
+static int compact(struct dse_grammar_matcher *m) {
+        uint32_t n_tops = m->cur_end - m->cur_begin;
+        uint32_t *map = malloc(((size_t)m->n_frames + 1) * sizeof *map);
+        struct grammar_frame *frames = malloc(((size_t)m->n_frames + 1) * sizeof *frames);
+        uint32_t *tops = malloc(((size_t)n_tops + 1) * sizeof *tops);
+        if (!map || !frames || !tops) {
+                free(map);
+                free(frames);
+                free(tops);
+                return -ENOMEM;
+        }
+        memset(map, 0xff, ((size_t)m->n_frames + 1) * sizeof *map);
+        uint32_t n = 0;
+        for (uint32_t i = 0; i < n_tops; i++)
+                tops[i] = copy_frame(m, m->tops[m->cur_begin + i], map, frames, &n);
+        free(map);
+        free(m->frames);
+        free(m->tops);
+        m->frames = frames;
+        m->cap_frames = m->n_frames + 1;
+        m->n_frames = n;
+        m->tops = tops;
+        m->cap_tops = n_tops + 1;
+        m->n_tops = n_tops;
+        m->cur_begin = 0;
+        m->cur_end = n_tops;
+        return 0;
+}
+
+int dse_grammar_matcher_new(const struct dse_grammar *grammar, struct dse_grammar_matcher **ret_matcher,
+                            struct dse_diag *reterr) {
+        if (!grammar || !ret_matcher)
+                return -EINVAL;
+        struct dse_grammar_matcher *m = calloc(1, sizeof *m);
+        if (!m)
+                return -ENOMEM;
+        m->g = grammar;
+        const struct grammar_rule *root = &grammar->rules[grammar->root];
+        int r = 0;
+        for (uint32_t a = 0; a < root->n_alts && r == 0; a++)
+                r = expand(m, 0, grammar->alt_start[root->first_alt + a], GRAMMAR_NIL);
+        if (r < 0) {
+                if (reterr)
+                        snprintf(reterr->msg, sizeof reterr->msg, "grammar matcher: %s", strerror(-r));
+                dse_grammar_matcher_free(m);
+                return r;
+        }
+        m->cur_begin = 0;
+        m->cur_end = m->n_tops;
+        *ret_matcher = m;
+        return 0;
+}
+
+void dse_grammar_matcher_free(struct dse_grammar_matcher *m) {
+        if (!m)
+                return;
+        free(m->frames);
+        free(m->tops);
+        free(m->walk);
+        free(m);
+}
+
+int dse_grammar_matcher_advance(struct dse_grammar_matcher *m, const void *bytes, size_t n) {
+        if (!m || (!bytes && n))
+                return -EINVAL;
+        if (m->ended)
+                return n ? -EINVAL : 0;
+        uint32_t mark_frames = m->n_frames, mark_tops = m->n_tops;
+        uint32_t begin = m->cur_begin, end = m->cur_end;
+        for (size_t i = 0; i < n; i++) {
+                uint32_t out = m->n_tops;
+                int64_t r = dse__grammar_matcher_step(m, begin, end, ((const uint8_t *)bytes)[i]);
+                if (r < 0 || (uint32_t)r == out) {
+                        m->n_frames = mark_frames;
+                        m->n_tops = mark_tops;
+                        return r < 0 ? (int)r : -EINVAL;
+                }
+                begin = out;
+                end = (uint32_t)r;
+        }
+        m->cur_begin = begin;
+        m->cur_end = end;
+        return n ? compact(m) : 0;
+}
+
+int dse_grammar_matcher_is_accepting(const struct dse_grammar_matcher *m) {
+        return m && !m->ended && dse__grammar_state_accepting(m, m->cur_begin, m->cur_end);
+}

@@ -1,0 +1,280 @@
+/* dsvisor grammar: compile a JSON Schema into a grammar and check JSON values against
+ * its token masks, the way a constrained sampler would see them.
+ *
+ *   dsvisor grammar --schema FILE (--tokenizer FILE | --model M) [--check] [--json]
+ *
+ * Without --check it compiles the schema and says so. With --check it reads one JSON
+ * value per stdin line, serialises it compactly (cJSON_PrintUnformatted: the canonical
+ * form the grammar describes), tokenizes that with the tokenizer and walks the tokens
+ * through the masks: each token must be allowed by the mask computed after the tokens
+ * before it, and EOS must be allowed at the end. It prints {"accept": true|false} per
+ * line ("tokens" and "rejected_at" too with --json). A schema that does not compile
+ * prints {"error": "..."} and exits 2. */
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "commands.h"
+#include "dse.h"
+
+static void grammar_usage(FILE *out) {
+        fprintf(out,
+                "usage: dsvisor grammar --schema FILE (--tokenizer FILE | --model M) [--check] [--json]\n"
+                "  --schema FILE  a JSON Schema (draft 4 to 2020-12)\n"
+                "  --check        judge one JSON value per stdin line: {\"accept\": true|false}\n"
+                "  --json         machine-readable output (with --check: tokens, rejected_at)\n");
+}
+
+static void print_error(const char *msg) {
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "error", msg);
+        char *text = cJSON_PrintUnformatted(o);
+        if (text)
+                puts(text);
+        free(text);
+        cJSON_Delete(o);
+}
+
+static int read_schema(const char *path, char **ret_text, size_t *ret_len) {
+        FILE *f = fopen(path, "re");
+        if (!f)
+                return -errno;
+        char *text = NULL;
+        size_t len = 0, cap = 0, n;
+        int r = 0;
+        do {
+                if (cap - len < 65536) {
+                        char *p = realloc(text, cap + 65536);
+                        if (!p) {
+                                r = -ENOMEM;
+                                break;
+                        }
+                        text = p;
+                        cap += 65536;
+                }
+                n = fread(text + len, 1, cap - len, f);
+                len += n;
+        } while (n > 0);
+        if (r == 0 && ferror(f))
+                r = -EIO;
+        fclose(f);
+        if (r < 0) {
+                free(text);
+                return r;
+        }
+        *ret_text = text;
+        *ret_len = len;
+        return 0;
+}
+
+/* Walks ids through the masks; returns the index of the first token the mask refuses,
+ * n_ids when EOS is refused at the end, or -1 when the whole sequence is accepted. */
+static long walk_tokens(const struct dse_grammar *g, const struct dse_grammar_vocab *v, int32_t eos,
+                        const int32_t *ids, size_t n_ids, uint64_t *mask, int *ret_err) {
+        struct dse_grammar_matcher *m;
+        struct dse_diag diag = {{0}};
+        int r = dse_grammar_matcher_new(g, &m, &diag);
+        long rejected = -1;
+        for (size_t i = 0; r == 0 && i <= n_ids; i++) {
+                r = dse_grammar_matcher_fill_mask(m, v, mask);
+                if (r < 0)
+                        break;
+                r = 0;
+                if (i == n_ids) {
+                        int ok = eos >= 0 ? (int)((mask[eos / 64] >> (eos % 64)) & 1)
+                                          : dse_grammar_matcher_is_accepting(m);
+                        if (!ok)
+                                rejected = (long)n_ids;
+                        break;
+                }
+                if (!((mask[ids[i] / 64] >> (ids[i] % 64)) & 1)) {
+                        rejected = (long)i;
+                        break;
+                }
+                r = dse_grammar_matcher_accept_token(m, v, ids[i]);
+        }
+        dse_grammar_matcher_free(m);
+        *ret_err = r;
+        return rejected;
+}
+
+static int encode_all(const struct dse_tokenizer *tok, const char *text, size_t len, int32_t **ids, size_t *cap) {
+        int count = dse_tokenizer_encode(tok, text, len, 0, *ids, *cap);
+        if (count > (int)*cap) {
+                int32_t *p = realloc(*ids, (size_t)count * sizeof *p);
+                if (!p)
+                        return -ENOMEM;
+                *ids = p;
+                *cap = (size_t)count;
+                count = dse_tokenizer_encode(tok, text, len, 0, *ids, *cap);
+        }
+        return count;
+}
+
+/* 1 when the tokens' mid-text bytes are exactly text */
+static int spells(const struct dse_grammar_vocab *v, const int32_t *ids, size_t n, const char *text, size_t len) {
+        size_t at = 0;
+        for (size_t i = 0; i < n; i++) {
+                size_t k;
+                const uint8_t *b = dse_grammar_vocab_token_bytes(v, ids[i], &k);
+                if (!b || k > len - at || memcmp(b, text + at, k))
+                        return 0;
+                at += k;
+        }
+        return at == len;
+}
+
+/* Tokenizes text as the model would write it after earlier output: sets *ret_first and
+ * returns the count of the ids from there. A tokenizer that puts a space before the
+ * start of a text (SentencePiece's dummy prefix) is given the text after a newline,
+ * and the ids that spell the text after it are used. -EILSEQ when none do. */
+static int tokenize_output(const struct dse_tokenizer *tok, const struct dse_grammar_vocab *v, const char *text,
+                           int32_t **ids, size_t *cap, size_t *ret_first) {
+        size_t len = strlen(text);
+        int count = encode_all(tok, text, len, ids, cap);
+        if (count < 0 || spells(v, *ids, (size_t)count, text, len)) {
+                *ret_first = 0;
+                return count;
+        }
+        char *after_newline = malloc(len + 2);
+        if (!after_newline)
+                return -ENOMEM;
+        after_newline[0] = '\n';
+        memcpy(after_newline + 1, text, len + 1);
+        count = encode_all(tok, after_newline, len + 1, ids, cap);
+        free(after_newline);
+        if (count < 0)
+                return count;
+        for (size_t k = 1; k <= (size_t)count; k++)
+                if (spells(v, *ids + k, (size_t)count - k, text, len)) {
+                        *ret_first = k;
+                        return count - (int)k;
+                }
+        return -EILSEQ;
+}
+
+static int check_lines(const struct dse_grammar *g, const struct dse_tokenizer *tok, const struct dse_grammar_vocab *v,
+                       int json) {
+        uint64_t *mask = calloc(dse_grammar_vocab_mask_words(v), sizeof *mask);
+        char *line = NULL;
+        size_t line_cap = 0, ids_cap = 0;
+        int32_t *ids = NULL;
+        ssize_t n;
+        long line_no = 0;
+        int status = mask ? 0 : 1;
+        while (status == 0 && (n = getline(&line, &line_cap, stdin)) >= 0) {
+                line_no++;
+                while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r'))
+                        line[--n] = '\0';
+                if (n == 0)
+                        continue;
+                cJSON *value = cJSON_ParseWithLength(line, (size_t)n);
+                char *text = value ? cJSON_PrintUnformatted(value) : NULL;
+                cJSON_Delete(value);
+                if (!text) {
+                        char msg[64];
+                        snprintf(msg, sizeof msg, "line %ld: not a JSON value", line_no);
+                        print_error(msg);
+                        status = 1;
+                        break;
+                }
+                size_t first;
+                int count = tokenize_output(tok, v, text, &ids, &ids_cap, &first);
+                free(text);
+                if (count < 0) {
+                        fprintf(stderr, "dsvisor grammar: line %ld: cannot tokenize: %s\n", line_no,
+                                count == -EILSEQ ? "the tokenizer does not reproduce the text" : strerror(-count));
+                        status = 1;
+                        break;
+                }
+                int err;
+                long rejected = walk_tokens(g, v, dse_tokenizer_eos(tok), ids + first, (size_t)count, mask, &err);
+                if (err < 0) {
+                        fprintf(stderr, "dsvisor grammar: line %ld: matcher failed: %s\n", line_no, strerror(-err));
+                        status = 1;
+                        break;
+                }
+                if (json && rejected >= 0)
+                        printf("{\"accept\":false,\"tokens\":%d,\"rejected_at\":%ld}\n", count, rejected);
+                else if (json)
+                        printf("{\"accept\":true,\"tokens\":%d}\n", count);
+                else
+                        printf("{\"accept\": %s}\n", rejected >= 0 ? "false" : "true");
+        }
+        free(line);
+        free(ids);
+        free(mask);
+        return status;
+}
+
+int dsv_cmd_grammar(int argc, char **argv) {
+        static const struct option opts[] = {
+                {"schema", required_argument, NULL, 's'}, {"model", required_argument, NULL, 'm'},
+                {"tokenizer", required_argument, NULL, 't'}, {"check", no_argument, NULL, 'c'},
+                {"json", no_argument, NULL, 'j'},          {"help", no_argument, NULL, 'h'},
+                {NULL, 0, NULL, 0},
+        };
+        const char *schema_path = NULL, *model_arg = NULL, *tok_path = NULL;
+        int check = 0, json = 0, c;
+        optind = 1;
+        while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+                switch (c) {
+                case 's': schema_path = optarg; break;
+                case 'm': model_arg = optarg; break;
+                case 't': tok_path = optarg; break;
+                case 'c': check = 1; break;
+                case 'j': json = 1; break;
+                case 'h': grammar_usage(stdout); return 0;
+                default: grammar_usage(stderr); return 2;
+                }
+        }
+        if (optind != argc || !schema_path || !model_arg == !tok_path) {
+                fprintf(stderr, "dsvisor grammar: give --schema and exactly one of --model and --tokenizer\n");
+                grammar_usage(stderr);
+                return 2;
+        }
+        char *schema = NULL;
+        size_t schema_len = 0;
+        int r = read_schema(schema_path, &schema, &schema_len);
+        if (r < 0) {
+                fprintf(stderr, "dsvisor grammar: cannot read '%s': %s\n", schema_path, strerror(-r));
+                return 1;
+        }
+        struct dse_diag diag = {{0}};
+        struct dse_grammar *g = NULL;
+        r = dse_grammar_compile_json_schema(schema, schema_len, &g, &diag);
+        free(schema);
+        if (r < 0) {
+                print_error(diag.msg[0] ? diag.msg : strerror(-r));
+                return 2;
+        }
+        struct dse_tokenizer *tok = NULL;
+        struct dse_grammar_vocab *v = NULL;
+        int status = 1;
+        if (dsv_tokenizer_load_arg(model_arg, tok_path, &tok) < 0)
+                goto out;
+        r = dse_grammar_vocab_new(tok, &v, &diag);
+        if (r < 0) {
+                fprintf(stderr, "dsvisor grammar: cannot build the token trie: %s\n", diag.msg[0] ? diag.msg : strerror(-r));
+                goto out;
+        }
+        if (isatty(STDOUT_FILENO))
+                setvbuf(stdout, NULL, _IOLBF, 0);
+        if (check)
+                status = check_lines(g, tok, v, json);
+        else {
+                printf(json ? "{\"compiled\":true}\n" : "dsvisor grammar: '%s' compiles\n", schema_path);
+                status = 0;
+        }
+        if (fflush(stdout) != 0)
+                status = 1;
+out:
+        dse_grammar_vocab_free(v);
+        dse_tokenizer_free(tok);
+        dse_grammar_free(g);
+        return status;
+}

@@ -1,0 +1,14 @@
+# Structured output (engine/src/grammar) and `dsvisor grammar`.
+
+# Per-keyword accept/reject cases, compile errors naming keyword and pointer, and the
+# token-trie mask against its per-token scan twin on random states of real vocabularies.
+dsv_test(NAME test-grammar SOURCES unit/test-grammar.c LIBS dse LABELS unit TIMEOUT 300)
+target_include_directories(test-grammar PRIVATE ${CMAKE_SOURCE_DIR}/engine/src)
+
+# The whole JSON Schema corpus (fixtures/json-schema) through `dsvisor grammar --check`
+# with the bundled model's tokenizer: per-dataset compile, validation and invalidation
+# counts; fails on any wrong judgement not listed with its reason in grammar-corpus.known.
+add_test(NAME test-grammar-corpus COMMAND python3 ${CMAKE_SOURCE_DIR}/tests/integration/test-grammar-corpus.py
+  ${CMAKE_SOURCE_DIR}/models/default/tokenizer.model ${CMAKE_SOURCE_DIR}/tests/grammar-corpus.known)
+set_tests_properties(test-grammar-corpus PROPERTIES LABELS integration TIMEOUT 1800 SKIP_RETURN_CODE 77
+  ENVIRONMENT "DSV_FIXTURES=${DSV_FIXTURES};DSV_BUILD_DIR=${CMAKE_BINARY_DIR};DSV_SOURCE_DIR=${CMAKE_SOURCE_DIR}")
