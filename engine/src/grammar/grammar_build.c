@@ -123,13 +123,15 @@ int dse__grammar_builder_finish(struct grammar_builder *b, uint32_t root, struct
                 g->rules[r] = (struct grammar_rule){.first_alt = g->n_alt_start, .n_alts = rb->n_alts};
                 for (uint32_t a = 0; a < rb->n_alts; a++) {
                         g->alt_start[g->n_alt_start++] = g->n_elems;
-                        memcpy(g->elems + g->n_elems, rb->alts[a].elems, rb->alts[a].n * sizeof *g->elems);
+                        if (rb->alts[a].n > 0) /* an empty alternative has no elems array */
+                                memcpy(g->elems + g->n_elems, rb->alts[a].elems, rb->alts[a].n * sizeof *g->elems);
                         g->n_elems += rb->alts[a].n;
                         g->elems[g->n_elems++] = (struct grammar_elem){.kind = GRAMMAR_END, .arg = 0};
                 }
         }
         g->n_rules = b->n_rules;
-        memcpy(g->classes, b->classes, b->n_classes * sizeof *g->classes);
+        if (b->n_classes > 0)
+                memcpy(g->classes, b->classes, b->n_classes * sizeof *g->classes);
         g->n_classes = b->n_classes;
         g->root = root;
         *ret_g = g;
