@@ -132,7 +132,7 @@ static int too_big(struct schema_ctx *c, const char *kw) {
 /* ---- strings ---- */
 
 static int emit_string(struct schema_ctx *c, const cJSON *s, uint32_t *ret_rule) {
-        uint32_t min, max;
+        uint32_t min = 0, max = UINT32_MAX; /* set by count_keyword; -O3 cannot see it */
         GRAMMAR_TRY(count_keyword(c, s, "minLength", 0, &min));
         GRAMMAR_TRY(count_keyword(c, s, "maxLength", UINT32_MAX, &max));
         int r = dse__json_rule_string(&c->j, min, max, ret_rule);
@@ -329,7 +329,7 @@ static int emit_array(struct schema_ctx *c, const cJSON *s, uint32_t *ret_rule) 
         } else if (cJSON_IsArray(items)) {
                 return dse__schema_fail(c, -EINVAL, "items", "must be a schema beside prefixItems");
         }
-        uint32_t min, max;
+        uint32_t min = 0, max = UINT32_MAX; /* set by count_keyword; -O3 cannot see it */
         GRAMMAR_TRY(count_keyword(c, s, "minItems", 0, &min));
         GRAMMAR_TRY(count_keyword(c, s, "maxItems", UINT32_MAX, &max));
         uint32_t n_prefix = (uint32_t)cJSON_GetArraySize(prefix);
