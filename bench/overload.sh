@@ -33,6 +33,7 @@ while [ $# -gt 0 ]; do
   shift 2
 done
 B=$BUILD/bin
+. "$SRC/bench/start-dsvisor.sh"
 for f in dsvisor dsvisor-worker dsvisor-bench-load; do
   [ -x "$B/$f" ] || { echo "overload.sh: $B/$f is not built" >&2; exit 2; }
 done
@@ -47,18 +48,9 @@ cleanup() {
 }
 trap cleanup EXIT
 
-args=(--instances "$INSTANCES" --threads-per-instance "$THREADS" --max-queue "$MAX_QUEUE" --port 0
-      --runtime-dir "$RUN/run")
+args=(--instances "$INSTANCES" --threads-per-instance "$THREADS" --max-queue "$MAX_QUEUE" --port 0)
 [ -n "$MODEL" ] && args+=(--model "$MODEL")
-"$B/dsvisor" start "${args[@]}" >"$OUT/supervisor.log" 2>&1 &
-SUP=$!
-status() { "$B/dsvisor" status --json --runtime-dir "$RUN/run" >"$RUN/status.json" 2>/dev/null; }
-for _ in $(seq 1200); do
-  status && python3 -c "import json,sys; j=json.load(open('$RUN/status.json')); sys.exit(0 if j['instances_ready'] == j['instances_total'] else 1)" && break
-  kill -0 "$SUP" 2>/dev/null || { echo "overload.sh: the supervisor exited"; tail "$OUT/supervisor.log"; exit 1; }
-  sleep 0.2
-done
-PORT=$(python3 -c "import json; print(json.load(open('$RUN/status.json'))['port'])")
+start_dsvisor overload.sh "${args[@]}"
 URL=http://127.0.0.1:$PORT
 LOAD=("$B/dsvisor-bench-load" --url "$URL" --prompt-len "$PROMPT" --max-tokens "$MAX_TOKENS" --timeout 120
       --drain 120 --max-inflight 100000 --json)

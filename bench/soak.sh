@@ -31,6 +31,7 @@ while [ $# -gt 0 ]; do
   shift 2
 done
 B=$BUILD/bin
+. "$SRC/bench/start-dsvisor.sh"
 for f in "$B/dsvisor" "$B/dsvisor-bench-load"; do [ -x "$f" ] || { echo "soak.sh: $f is not built" >&2; exit 2; }; done
 [ -n "$OUT" ] || OUT=$(mktemp -d /tmp/dsv-soak.XXXXXX)
 mkdir -p "$OUT"
@@ -44,18 +45,10 @@ cleanup() {
 }
 trap cleanup EXIT
 
-args=(--instances "$INSTANCES" --threads-per-instance "$THREADS" --port 0 --runtime-dir "$RUN/run")
+args=(--instances "$INSTANCES" --threads-per-instance "$THREADS" --port 0)
 [ -n "$MODEL" ] && args+=(--model "$MODEL")
 [ -n "$WORKER" ] && args+=(--worker "$WORKER")
-"$B/dsvisor" start "${args[@]}" >"$OUT/supervisor.log" 2>&1 &
-SUP=$!
-status() { "$B/dsvisor" status --json --runtime-dir "$RUN/run" >"$RUN/status.json" 2>/dev/null; }
-for _ in $(seq 600); do
-  status && python3 -c "import json,sys; j=json.load(open('$RUN/status.json')); sys.exit(0 if j['instances_ready'] == j['instances_total'] else 1)" && break
-  kill -0 "$SUP" 2>/dev/null || { echo "soak.sh: the supervisor exited"; tail "$OUT/supervisor.log"; exit 1; }
-  sleep 0.2
-done
-PORT=$(python3 -c "import json; print(json.load(open('$RUN/status.json'))['port'])")
+start_dsvisor soak.sh "${args[@]}"
 echo "soak: dsvisor pid $SUP on port $PORT, $INSTANCES instances of $THREADS threads; $MINUTES min at $QPS QPS; samples every $INTERVAL s in $OUT" | tee "$OUT/report.txt"
 echo "soak: started $(date -u +%FT%TZ) on $(uname -n), $(nproc) CPUs, load average $(cut -d' ' -f1-3 /proc/loadavg)" | tee -a "$OUT/report.txt"
 
@@ -88,7 +81,7 @@ kv_sample() {  # kv_sample T: KV blocks in use and the pool size per instance, f
 echo "t_s,series,value" >"$OUT/samples.csv"
 t0=$SECONDS
 while kill -0 "$LOADPID" 2>/dev/null; do
-  status && sample $((SECONDS - t0)) >>"$OUT/samples.csv"
+  dsvisor_status && sample $((SECONDS - t0)) >>"$OUT/samples.csv"
   printf '\rsoak: %d / %d s' $((SECONDS - t0)) $((MINUTES * 60)) >&2
   sleep "$INTERVAL"
 done
@@ -101,7 +94,7 @@ for _ in $(seq 60); do
   kv_sample idle >"$RUN/idle.csv"
   [ -s "$RUN/idle.csv" ] && ! awk -F, '$2 ~ /kv_blocks_used$/ && $3 != 0 {exit 1}' "$RUN/idle.csv" && break
 done
-status && restarts=$(python3 -c "import json; print(sum(i['restarts'] for i in json.load(open('$RUN/status.json'))['instances']))")
+dsvisor_status && restarts=$(python3 -c "import json; print(sum(i['restarts'] for i in json.load(open('$RUN/status.json'))['instances']))")
 
 python3 - "$OUT/samples.csv" "$OUT/load.json" "$MAX_GROWTH" "${restarts:-?}" "$RUN/idle.csv" <<'PY' 2>&1 | tee -a "$OUT/report.txt"
 import csv, json, sys
