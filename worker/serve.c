@@ -264,7 +264,7 @@ static int tokenize_request(struct server *sv, const struct dsv_ipc_request *req
                         return -EINVAL;
                 }
                 int bos = dse_tokenizer_bos(e->tok), eos = dse_tokenizer_eos(e->tok);
-                int r = dse_chat_template_render(e->chat, req->messages_json ? req->messages_json : "[]", NULL, 1,
+                int r = dse_chat_template_render(e->chat, req->messages_json ? req->messages_json : "[]", req->tools_json, 1,
                                                  bos >= 0 ? dse_tokenizer_piece(e->tok, bos) : NULL,
                                                  eos >= 0 ? dse_tokenizer_piece(e->tok, eos) : NULL, &owned, &diag);
                 if (r < 0) {

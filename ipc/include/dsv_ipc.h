@@ -35,8 +35,9 @@ extern "C" {
 
 #define DSV_IPC_PROTOCOL_VERSION 1
 /* Compatible additions within the major version; each message says "minor" (absent: 0).
- * 1: the "events" batch message (PROTOCOL.md), sent only to peers that said minor >= 1. */
-#define DSV_IPC_PROTOCOL_MINOR 1
+ * 1: the "events" batch message (PROTOCOL.md), sent only to peers that said minor >= 1.
+ * 2: a chat request's "tools" (the function definitions its template renders). */
+#define DSV_IPC_PROTOCOL_MINOR 2
 /* Largest message accepted (a 128k-token prompt as JSON ids is ~1 MiB). */
 #define DSV_IPC_MAX_MSG_BYTES (16u << 20)
 /* Largest request id, seed and deadline value (JSON numbers with 15 exact digits). */
@@ -96,6 +97,7 @@ struct dsv_ipc_request {
         enum dsv_ipc_input input;
         char *prompt;         /* DSV_IPC_INPUT_PROMPT */
         char *messages_json;  /* DSV_IPC_INPUT_CHAT: a JSON array, kept as text */
+        char *tools_json;     /* DSV_IPC_INPUT_CHAT: the tools JSON array for the template, or NULL */
         int32_t *tokens;      /* DSV_IPC_INPUT_TOKENS */
         size_t n_tokens;
         struct dsv_ipc_sampling sampling;

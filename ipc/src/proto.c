@@ -103,6 +103,14 @@ static int encode_request(cJSON *o, const struct dsv_ipc_request *q) {
                         return -EINVAL;
                 }
                 cJSON_AddItemToObject(o, "messages", msgs);
+                if (q->tools_json) {
+                        cJSON *tools = cJSON_Parse(q->tools_json);
+                        if (!cJSON_IsArray(tools)) {
+                                cJSON_Delete(tools);
+                                return -EINVAL;
+                        }
+                        cJSON_AddItemToObject(o, "tools", tools);
+                }
                 break;
         }
         case DSV_IPC_INPUT_TOKENS: {
@@ -378,6 +386,11 @@ static int decode_request(struct decoder *d, const cJSON *o, struct dsv_ipc_requ
                 if (!cJSON_IsArray(msgs))
                         return bad(d, "field 'messages' must be an array");
                 if (!(q->messages_json = cJSON_PrintUnformatted(msgs)))
+                        return -ENOMEM;
+                const cJSON *tools = cJSON_GetObjectItemCaseSensitive(o, "tools");
+                if (tools && !cJSON_IsArray(tools))
+                        return bad(d, "field 'tools' must be an array");
+                if (tools && !(q->tools_json = cJSON_PrintUnformatted(tools)))
                         return -ENOMEM;
         }
         if (q->input == DSV_IPC_INPUT_TOKENS) {
@@ -671,6 +684,7 @@ void dsv_ipc_msg_done(struct dsv_ipc_msg *m) {
         case DSV_IPC_REQUEST:
                 free(m->u.request.prompt);
                 cJSON_free(m->u.request.messages_json);
+                cJSON_free(m->u.request.tools_json);
                 free(m->u.request.tokens);
                 for (size_t i = 0; i < m->u.request.n_stop; i++)
                         free(m->u.request.stop[i]);

@@ -38,7 +38,7 @@ TEST(chat_maps_every_field) {
                         "\"temperature\":0.5,\"top_p\":0.9,\"max_tokens\":12,\"stop\":[\"x\",\"y\"],\"seed\":42,"
                         "\"presence_penalty\":0.5,\"frequency_penalty\":-0.5,\"top_k\":40,\"min_p\":0.1,"
                         "\"repetition_penalty\":1.1,\"logprobs\":true,\"top_logprobs\":3,\"stream\":true,"
-                        "\"stream_options\":{\"include_usage\":true},\"user\":\"u\",\"unknown_field\":1}",
+                        "\"stream_options\":{\"include_usage\":true},\"user\":\"u\",\"unknown_field\":null}",
                         DSV_GW_API_CHAT, &r, &e));
         const struct dsv_ipc_request *q = &r.ipc.u.request;
         ASSERT_EQ(q->input, DSV_IPC_INPUT_CHAT);
@@ -217,4 +217,133 @@ TEST(api_keys) {
         ASSERT_ERR(dsv__gw_keys_load(path, &k), -EINVAL);
         unlink(path);
         ASSERT_ERR(dsv__gw_keys_load(path, &k), -ENOENT);
+}
+
+/* ---- tools, messages with calls, reasoning ---------------------------------------------- */
+
+static const struct dsv_gw_limits lim_ds = {.model = "m", .max_prompt_bytes = 4096, .max_tokens_limit = 1000,
+                                            .default_max_tokens = 7, .tool_format = DSV_GATEWAY_TOOLS_DEEPSEEK_V3};
+static const struct dsv_gw_limits lim_qwen = {.model = "m", .max_prompt_bytes = 4096, .max_tokens_limit = 1000,
+                                              .default_max_tokens = 7, .tool_format = DSV_GATEWAY_TOOLS_HERMES,
+                                              .reasoning_format = DSV_GATEWAY_REASONING_DEEPSEEK, .think_opened = true};
+
+#define TOOL_W "{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"parameters\":{\"type\":\"object\"," \
+               "\"properties\":{\"city\":{\"type\":\"string\"}},\"required\":[\"city\"]}}}"
+#define CALL_TURN "{\"role\":\"user\",\"content\":\"w?\"},{\"role\":\"assistant\",\"content\":null," \
+                  "\"reasoning_content\":\"hidden\",\"tool_calls\":[{\"id\":\"c1\",\"type\":\"function\"," \
+                  "\"function\":{\"name\":\"get_weather\",\"arguments\":\"{\\\"city\\\": \\\"Paris\\\"}\"}}]}," \
+                  "{\"role\":\"tool\",\"tool_call_id\":\"c1\",\"content\":\"18C\"}"
+
+/* Parses body with lim l; 0, or the status with the param in param. */
+static int parse_with(const struct dsv_gw_limits *l, const char *body, struct dsv_gw_request *req, char *param) {
+        struct dsv_gw_error e;
+        memset(&e, 0, sizeof e);
+        if (dsv__gw_request_parse(body, strlen(body), DSV_GW_API_CHAT, l, req, &e) == 0)
+                return 0;
+        strcpy(param, e.param);
+        return e.status;
+}
+
+static int refused_with(const struct dsv_gw_limits *l, const char *body, char *param) {
+        struct dsv_gw_request r;
+        int st = parse_with(l, body, &r, param);
+        if (st == 0)
+                dsv__gw_request_done(&r);
+        return st;
+}
+
+TEST(tools_and_calls_reach_the_worker) {
+        struct dsv_gw_request r;
+        char p[64] = "";
+        ASSERT_EQ(parse_with(&lim_ds, "{\"model\":\"m\",\"messages\":[" CALL_TURN "],\"tools\":[" TOOL_W "]}", &r, p), 0);
+        ASSERT_STREQ(r.ipc.u.request.tools_json, "[" TOOL_W "]");
+        ASSERT_EQ(r.tool_parse, DSV_GATEWAY_TOOLS_DEEPSEEK_V3);
+        ASSERT_TRUE(r.parallel_tool_calls && !r.split_think);
+        /* DeepSeek's template prints arguments as they are; reasoning_content stays out;
+         * content null stays null. */
+        ASSERT_STREQ(r.ipc.u.request.messages_json,
+                     "[{\"role\":\"user\",\"content\":\"w?\"},{\"role\":\"assistant\",\"content\":null,\"tool_calls\":"
+                     "[{\"id\":\"c1\",\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"arguments\":"
+                     "\"{\\\"city\\\": \\\"Paris\\\"}\"}}]},{\"role\":\"tool\",\"content\":\"18C\",\"tool_call_id\":\"c1\"}]");
+        dsv__gw_request_done(&r);
+        /* Qwen's applies tojson: the arguments go as an object. */
+        ASSERT_EQ(parse_with(&lim_qwen, "{\"model\":\"m\",\"messages\":[" CALL_TURN "],\"tools\":[" TOOL_W "],"
+                                        "\"parallel_tool_calls\":false}", &r, p), 0);
+        ASSERT_TRUE(strstr(r.ipc.u.request.messages_json, "\"arguments\":{\"city\":\"Paris\"}") != NULL);
+        ASSERT_TRUE(!r.parallel_tool_calls && r.split_think && r.think_opened);
+        dsv__gw_request_done(&r);
+        /* tool_choice none: no tools in the prompt, no parsing. */
+        ASSERT_EQ(parse_with(&lim_ds, "{\"model\":\"m\",\"messages\":[" CALL_TURN "],\"tools\":[" TOOL_W "],"
+                                      "\"tool_choice\":\"none\"}", &r, p), 0);
+        ASSERT_TRUE(r.ipc.u.request.tools_json == NULL && r.tool_parse == DSV_GATEWAY_TOOLS_NONE);
+        dsv__gw_request_done(&r);
+        /* reasoning_format per request. */
+        ASSERT_EQ(parse_with(&lim_qwen, "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],"
+                                        "\"reasoning_format\":\"none\"}", &r, p), 0);
+        ASSERT_TRUE(!r.split_think);
+        dsv__gw_request_done(&r);
+}
+
+TEST(bad_tools_are_named) {
+        char p[64];
+        const char *msgs = "\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]";
+        char body[1024];
+#define BODY(extra) (snprintf(body, sizeof body, "{\"model\":\"m\",%s,%s}", msgs, extra), body)
+        ASSERT_EQ(refused_with(&lim_ds, BODY("\"tools\":[{\"type\":\"function\",\"function\":{\"description\":\"d\"}}]"), p), 400);
+        ASSERT_STREQ(p, "tools[0].function");
+        ASSERT_EQ(refused_with(&lim_ds, BODY("\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"a b\"}}]"), p), 400);
+        ASSERT_EQ(refused_with(&lim_ds, BODY("\"tools\":[" TOOL_W "," TOOL_W "]"), p), 400);
+        ASSERT_STREQ(p, "tools");
+        ASSERT_EQ(refused_with(&lim_ds, BODY("\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\","
+                                             "\"parameters\":{\"type\":\"string\"}}}]"), p), 400);
+        ASSERT_STREQ(p, "tools[0].function.parameters");
+        ASSERT_EQ(refused_with(&lim_ds, BODY("\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\","
+                                             "\"parameters\":{\"properties\":[1]}}}]"), p), 400);
+        ASSERT_EQ(refused_with(&lim_ds, BODY("\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\","
+                                             "\"parameters\":{\"required\":\"x\"}}}]"), p), 400);
+        ASSERT_EQ(refused_with(&lim_ds, BODY("\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"x\":1}}]"), p), 400);
+        ASSERT_STREQ(p, "tools[0].function.x");
+        ASSERT_EQ(refused_with(&lim_ds, BODY("\"tools\":[" TOOL_W "],\"tool_choice\":{\"type\":\"function\","
+                                             "\"function\":{\"name\":\"nope\"}}"), p), 400);
+        ASSERT_STREQ(p, "tool_choice");
+        ASSERT_EQ(refused_with(&lim_ds, BODY("\"tools\":[" TOOL_W "],\"tool_choice\":\"sometimes\""), p), 400);
+        ASSERT_EQ(refused_with(&lim_ds, BODY("\"tools\":[" TOOL_W "],\"tool_choice\":\"required\""), p), 400);
+        ASSERT_STREQ(p, "tool_choice");
+        ASSERT_EQ(refused_with(&lim_ds, BODY("\"tools\":[" TOOL_W "],\"parallel_tool_calls\":1"), p), 400);
+        ASSERT_STREQ(p, "parallel_tool_calls");
+        ASSERT_EQ(refused_with(&lim_ds, BODY("\"reasoning_format\":\"auto\""), p), 400);
+        ASSERT_STREQ(p, "reasoning_format");
+        /* A model without a tool-call format cannot take tools. */
+        ASSERT_EQ(refused_with(&lim, BODY("\"tools\":[" TOOL_W "]"), p), 400);
+        ASSERT_STREQ(p, "tools");
+#undef BODY
+}
+
+TEST(bad_messages_are_named) {
+        char p[64];
+        ASSERT_EQ(refused_with(&lim_ds, "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"},"
+                                        "{\"role\":\"tool\",\"tool_call_id\":\"c1\",\"content\":\"r\"}]}", p), 400);
+        ASSERT_STREQ(p, "messages[1].tool_call_id");
+        ASSERT_EQ(refused_with(&lim_ds, "{\"model\":\"m\",\"messages\":[" CALL_TURN ",{\"role\":\"tool\","
+                                        "\"tool_call_id\":\"c9\",\"content\":\"r\"}]}", p), 400);
+        ASSERT_STREQ(p, "messages[3].tool_call_id");
+        ASSERT_EQ(refused_with(&lim_ds, "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\","
+                                        "\"audio\":{\"id\":\"a\"}}]}", p), 400);
+        ASSERT_STREQ(p, "messages[0].audio");
+        ASSERT_EQ(refused_with(&lim_ds, "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\","
+                                        "\"tool_calls\":[]}]}", p), 400);
+        ASSERT_STREQ(p, "messages[0].tool_calls");
+        ASSERT_EQ(refused_with(&lim_ds, "{\"model\":\"m\",\"messages\":[{\"role\":\"assistant\",\"content\":null,"
+                                        "\"tool_calls\":[{\"id\":\"c\",\"type\":\"function\",\"function\":{\"name\":\"f\","
+                                        "\"arguments\":\"{oops\"}}]}]}", p), 400);
+        ASSERT_STREQ(p, "messages[0].tool_calls[0]");
+        ASSERT_EQ(refused_with(&lim_ds, "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":null}]}", p), 400);
+        ASSERT_STREQ(p, "messages[0].content");
+        ASSERT_EQ(refused_with(&lim_ds, "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],"
+                                        "\"function_call\":\"auto\"}", p), 400);
+        ASSERT_STREQ(p, "function_call");
+        ASSERT_EQ(refused_with(&lim_ds, "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],"
+                                        "\"unknown_field\":1}", p), 400);
+        ASSERT_STREQ(p, "unknown_field");
+        ASSERT_EQ(refused_with(&lim_ds, "{\"model\":\"m\",\"prompt\":\"x\",\"tools\":[]}", p), 400);
 }

@@ -68,6 +68,22 @@ extern "C" {
 #define DSV_GATEWAY_MAX_INSTANCES 64
 #define DSV_GATEWAY_NAME_MAX 64 /* instance name, a Prometheus label value */
 
+/* How the served model writes tool calls (decided from its chat template). */
+enum dsv_gateway_tool_format {
+        DSV_GATEWAY_TOOLS_NONE,        /* no format: requests with tools are refused */
+        DSV_GATEWAY_TOOLS_DEEPSEEK_V3, /* <｜tool▁calls▁begin｜>… (DeepSeek-V3, R1) */
+        DSV_GATEWAY_TOOLS_HERMES,      /* <tool_call>{json}</tool_call> (Qwen2.5) */
+        DSV_GATEWAY_TOOLS_LLAMA3_JSON, /* {"name":…,"parameters":…} (Llama 3.1) */
+        DSV_GATEWAY_TOOLS_FORMAT_COUNT
+};
+
+/* What happens to a <think>…</think> block in the output (llama-server's names). */
+enum dsv_gateway_reasoning_format {
+        DSV_GATEWAY_REASONING_NONE,     /* left in content as generated */
+        DSV_GATEWAY_REASONING_DEEPSEEK, /* split into reasoning_content */
+        DSV_GATEWAY_REASONING_FORMAT_COUNT
+};
+
 struct dsv_gateway_config {
         const char *listen_host;           /* numeric IPv4/IPv6 address; default "127.0.0.1" */
         uint16_t port;                     /* 0: ephemeral (see dsv_gateway_port) */
@@ -93,6 +109,10 @@ struct dsv_gateway_config {
                                             * polling and per-connection threads) run
                                             * SCHED_FIFO at it, above the workers' compute
                                             * threads; 0 (default): SCHED_OTHER */
+        enum dsv_gateway_reasoning_format reasoning_format; /* the default of requests; default none */
+        bool think_opened;                 /* the template's generation prompt opens a think
+                                            * block (it ends in "<think>\n") */
+        enum dsv_gateway_tool_format tool_format; /* default none */
 };
 
 /* Fills cfg with the defaults above (model NULL: the caller must set it). */

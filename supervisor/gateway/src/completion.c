@@ -213,6 +213,9 @@ enum MHD_Result dsv__gw_completion(struct gw_calls *cs, struct MHD_Connection *c
                 .max_prompt_bytes = cfg->max_prompt_bytes,
                 .max_tokens_limit = cfg->max_tokens_limit,
                 .default_max_tokens = cfg->default_max_tokens,
+                .reasoning_format = cfg->reasoning_format,
+                .think_opened = cfg->think_opened,
+                .tool_format = cfg->tool_format,
         };
         struct dsv_gw_error err;
         enum gw_abort why;

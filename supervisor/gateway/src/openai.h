@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <time.h>
 
+#include "dsv_gateway.h"
 #include "dsv_ipc.h"
 
 enum dsv_gw_api {
@@ -40,6 +41,9 @@ struct dsv_gw_limits {
         size_t max_prompt_bytes;
         int32_t max_tokens_limit;
         int32_t default_max_tokens;
+        enum dsv_gateway_reasoning_format reasoning_format; /* the default of requests */
+        bool think_opened;                       /* the prompt ends inside a think block */
+        enum dsv_gateway_tool_format tool_format; /* how the model writes calls */
 };
 
 /* One parsed OpenAI request. */
@@ -49,6 +53,11 @@ struct dsv_gw_request {
         bool include_usage;     /* stream_options.include_usage */
         bool logprobs;          /* chat: "logprobs": true; completions: "logprobs" present */
         int32_t top_logprobs;   /* alternatives to report per token (0..20) */
+        bool split_think;       /* chat: a think block goes to reasoning_content */
+        bool think_opened;      /* chat: the prompt ends inside the think block */
+        enum dsv_gateway_tool_format tool_parse; /* chat: how calls are read from the output
+                                                  * (none: tools not in use) */
+        bool parallel_tool_calls;
         struct dsv_ipc_msg ipc; /* type DSV_IPC_REQUEST, id 0: owns prompt/messages/stop */
 };
 
@@ -87,6 +96,8 @@ struct dsv_gw_answer {
         struct cJSON *logprobs; /* whole answer: chat {"content":[...]}; completions {"tokens":[...],...} */
         char finish[16];
         int32_t prompt_tokens, completion_tokens;
+        struct dsv_gw_chat_out *chat; /* chat with reasoning or tools: the output pipeline */
+        int32_t reasoning_tokens;
         char *out;              /* stream: bytes not yet read */
         size_t out_len, out_cap, out_pos;
 };

@@ -11,9 +11,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "messages.h"
 #include "openai.h"
 
-#define MAX_MESSAGES 4096
 #define MAX_STOP 16      /* PROTOCOL.md: up to 16 stop strings */
 #define MAX_TOP_LOGPROBS 20
 #define MAX_PROMPT_TOKENS (1u << 20)
@@ -197,113 +197,6 @@ static int parse_stop(const cJSON *o, const struct dsv_gw_limits *lim, struct ds
         return 0;
 }
 
-static const char *const roles[] = {"system", "developer", "user", "assistant", "tool"};
-
-/* Content: a string, or an array of {"type":"text","text":...} parts (joined), or null
- * for an assistant turn. Returns a malloc'd string. */
-static int message_text(const cJSON *content, bool may_be_null, char **ret, struct dsv_gw_error *e) {
-        if (!content || cJSON_IsNull(content)) {
-                if (!may_be_null)
-                        return invalid(e, "messages", "every message needs a 'content'");
-                return (*ret = strdup("")) ? 0 : -ENOMEM;
-        }
-        if (cJSON_IsString(content))
-                return (*ret = strdup(content->valuestring)) ? 0 : -ENOMEM;
-        if (!cJSON_IsArray(content))
-                return invalid(e, "messages", "message 'content' must be a string or an array of parts");
-        size_t total = 0;
-        const cJSON *p;
-        cJSON_ArrayForEach(p, content) {
-                const cJSON *type = cJSON_GetObjectItemCaseSensitive(p, "type");
-                const cJSON *text = cJSON_GetObjectItemCaseSensitive(p, "text");
-                if (!cJSON_IsString(type) || strcmp(type->valuestring, "text") != 0)
-                        return unsupported(e, "messages", "a content part other than text");
-                if (!cJSON_IsString(text))
-                        return invalid(e, "messages", "a text part needs a string 'text'");
-                total += strlen(text->valuestring);
-        }
-        char *s = malloc(total + 1);
-        if (!s)
-                return -ENOMEM;
-        size_t at = 0;
-        cJSON_ArrayForEach(p, content) {
-                const char *t = cJSON_GetObjectItemCaseSensitive(p, "text")->valuestring;
-                size_t l = strlen(t);
-                memcpy(s + at, t, l);
-                at += l;
-        }
-        s[at] = 0;
-        *ret = s;
-        return 0;
-}
-
-/* messages -> a normalised array [{"role","content"[,"name"]}] kept as JSON text. */
-static int parse_messages(const cJSON *o, const struct dsv_gw_limits *lim, struct dsv_ipc_request *q,
-                          struct dsv_gw_error *e) {
-        const cJSON *msgs = field(o, "messages");
-        if (!msgs)
-                return invalid(e, "messages", "'messages' is required");
-        if (!cJSON_IsArray(msgs) || cJSON_GetArraySize(msgs) == 0)
-                return invalid(e, "messages", "'messages' must be a non-empty array");
-        if (cJSON_GetArraySize(msgs) > MAX_MESSAGES)
-                return invalid(e, "messages", "at most %d messages are accepted", MAX_MESSAGES);
-        cJSON *out = cJSON_CreateArray();
-        if (!out)
-                return -ENOMEM;
-        size_t total = 0;
-        int r = 0;
-        const cJSON *m;
-        cJSON_ArrayForEach(m, msgs) {
-                const cJSON *role = cJSON_GetObjectItemCaseSensitive(m, "role");
-                const cJSON *name = field(m, "name");
-                size_t k;
-                if (!cJSON_IsObject(m) || !cJSON_IsString(role)) {
-                        r = invalid(e, "messages", "every message needs a string 'role'");
-                        break;
-                }
-                for (k = 0; k < sizeof roles / sizeof roles[0] && strcmp(role->valuestring, roles[k]) != 0; k++)
-                        ;
-                if (k == sizeof roles / sizeof roles[0]) {
-                        r = invalid(e, "messages", "unknown message role");
-                        break;
-                }
-                if (name && !cJSON_IsString(name)) {
-                        r = invalid(e, "messages", "message 'name' must be a string");
-                        break;
-                }
-                if ((r = check_length(name, "messages", "a message's 'name'", MAX_NAME_BYTES, lim, e)) < 0)
-                        break;
-                char *text = NULL;
-                if ((r = message_text(cJSON_GetObjectItemCaseSensitive(m, "content"),
-                                      strcmp(role->valuestring, "assistant") == 0, &text, e)) < 0)
-                        break;
-                total += strlen(text);
-                cJSON *nm = cJSON_CreateObject();
-                int ok = nm && cJSON_AddStringToObject(nm, "role", role->valuestring) &&
-                         cJSON_AddStringToObject(nm, "content", text) &&
-                         (!name || cJSON_AddStringToObject(nm, "name", name->valuestring));
-                free(text);
-                if (nm)
-                        cJSON_AddItemToArray(out, nm);
-                if (!ok) {
-                        r = -ENOMEM;
-                        break;
-                }
-        }
-        if (r == 0 && total > lim->max_prompt_bytes) {
-                dsv__gw_error_set(e, 400, "invalid_request_error", "context_length_exceeded", "messages",
-                                  "the messages hold %zu bytes of text, more than the %zu accepted", total,
-                                  lim->max_prompt_bytes);
-                r = -EINVAL;
-        }
-        if (r == 0 && !(q->messages_json = cJSON_PrintUnformatted(out)))
-                r = -ENOMEM;
-        cJSON_Delete(out);
-        if (r == 0)
-                q->input = DSV_IPC_INPUT_CHAT;
-        return r;
-}
-
 static int too_long(struct dsv_gw_error *e, size_t n, size_t max) {
         dsv__gw_error_set(e, 400, "invalid_request_error", "context_length_exceeded", "prompt",
                           "the prompt holds %zu bytes, more than the %zu accepted", n, max);
@@ -406,9 +299,6 @@ static int refuse_unsupported(const cJSON *o, enum dsv_gw_api api, struct dsv_gw
         const cJSON *bias = field(o, "logit_bias");
         if (bias && (!cJSON_IsObject(bias) || bias->child))
                 return unsupported(e, "logit_bias", "logit_bias");
-        const cJSON *tools = field(o, "tools");
-        if (tools && (!cJSON_IsArray(tools) || tools->child))
-                return unsupported(e, "tools", "tool calling");
         const cJSON *functions = field(o, "functions");
         if (functions && (!cJSON_IsArray(functions) || functions->child))
                 return unsupported(e, "functions", "function calling");
@@ -421,6 +311,53 @@ static int refuse_unsupported(const cJSON *o, enum dsv_gw_api api, struct dsv_gw
         const cJSON *user = field(o, "user");
         if (user && !cJSON_IsString(user))
                 return invalid(e, "user", "'user' must be a string");
+        return 0;
+}
+
+/* Every field a request may carry; anything else that asks for something (is not null)
+ * is refused by name rather than ignored. */
+static const char *const chat_fields[] = {
+        "model", "messages", "temperature", "top_p", "min_p", "top_k", "presence_penalty", "frequency_penalty",
+        "repetition_penalty", "seed", "max_tokens", "max_completion_tokens", "stop", "logprobs", "top_logprobs",
+        "stream", "stream_options", "n", "user", "logit_bias", "response_format", "tools", "tool_choice",
+        "parallel_tool_calls", "functions", "reasoning_format"};
+static const char *const completion_fields[] = {
+        "model", "prompt", "temperature", "top_p", "min_p", "top_k", "presence_penalty", "frequency_penalty",
+        "repetition_penalty", "seed", "max_tokens", "stop", "logprobs", "stream", "stream_options", "n", "user",
+        "logit_bias", "best_of", "echo", "suffix"};
+
+static int refuse_unknown(const cJSON *o, enum dsv_gw_api api, struct dsv_gw_error *e) {
+        bool chat = api == DSV_GW_API_CHAT;
+        const char *const *known = chat ? chat_fields : completion_fields;
+        size_t n = chat ? sizeof chat_fields / sizeof *chat_fields : sizeof completion_fields / sizeof *completion_fields;
+        const cJSON *f;
+        cJSON_ArrayForEach(f, o) {
+                size_t k = 0;
+                while (k < n && strcmp(f->string, known[k]) != 0)
+                        k++;
+                if (k == n && !cJSON_IsNull(f)) {
+                        dsv__gw_error_set(e, 400, "invalid_request_error", "unsupported_parameter", f->string,
+                                          "'%.64s' is not supported", f->string);
+                        return -EINVAL;
+                }
+        }
+        return 0;
+}
+
+/* reasoning_format (llama-server's per-request name): "deepseek" splits a think block
+ * into reasoning_content, "none" leaves it in content; the default is the server's. */
+static int parse_reasoning(const cJSON *o, const struct dsv_gw_limits *lim, struct dsv_gw_request *req,
+                           struct dsv_gw_error *e) {
+        const cJSON *v = field(o, "reasoning_format");
+        enum dsv_gateway_reasoning_format f = lim->reasoning_format;
+        if (v && cJSON_IsString(v) && strcmp(v->valuestring, "deepseek") == 0)
+                f = DSV_GATEWAY_REASONING_DEEPSEEK;
+        else if (v && cJSON_IsString(v) && strcmp(v->valuestring, "none") == 0)
+                f = DSV_GATEWAY_REASONING_NONE;
+        else if (v)
+                return invalid(e, "reasoning_format", "'reasoning_format' must be \"deepseek\" or \"none\"");
+        req->split_think = f == DSV_GATEWAY_REASONING_DEEPSEEK;
+        req->think_opened = lim->think_opened;
         return 0;
 }
 
@@ -480,7 +417,12 @@ static int parse_object(const cJSON *o, enum dsv_gw_api api, const struct dsv_gw
         }
         if ((r = refuse_unsupported(o, api, e)) < 0)
                 return r;
-        if ((r = api == DSV_GW_API_CHAT ? parse_messages(o, lim, q, e) : parse_prompt(o, lim, q, e)) < 0)
+        if ((r = refuse_unknown(o, api, e)) < 0)
+                return r;
+        if ((r = api == DSV_GW_API_CHAT ? dsv__gw_messages_parse(o, lim, q, e) : parse_prompt(o, lim, q, e)) < 0)
+                return r;
+        if (api == DSV_GW_API_CHAT &&
+            ((r = dsv__gw_tools_parse(o, lim, req, e)) < 0 || (r = parse_reasoning(o, lim, req, e)) < 0))
                 return r;
         if ((r = parse_sampling(o, &q->sampling, e)) < 0 || (r = parse_max_tokens(o, lim, q, e)) < 0 ||
             (r = parse_stop(o, lim, q, e)) < 0 || (r = parse_logprobs(o, api, req, e)) < 0 || (r = parse_stream(o, req, e)) < 0)

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "buf.h"
+#include "chat_output.h"
 #include "openai.h"
 
 void dsv__gw_answer_init(struct dsv_gw_answer *a, const struct dsv_gw_request *req, const char *model) {
@@ -24,9 +25,11 @@ void dsv__gw_answer_reset(struct dsv_gw_answer *a) {
         a->out_len = a->out_pos = 0;
         cJSON_Delete(a->logprobs);
         a->logprobs = NULL;
+        dsv__gw_answer_chat_free(a);
 }
 
 void dsv__gw_answer_done(struct dsv_gw_answer *a) {
+        dsv__gw_answer_chat_free(a);
         cJSON_Delete(a->logprobs);
         free(a->text);
         free(a->out);
@@ -91,6 +94,9 @@ cJSON *dsv__gw_usage_object(const struct dsv_gw_answer *a) {
         cJSON_AddNumberToObject(u, "prompt_tokens", a->prompt_tokens);
         cJSON_AddNumberToObject(u, "completion_tokens", a->completion_tokens);
         cJSON_AddNumberToObject(u, "total_tokens", (double)a->prompt_tokens + a->completion_tokens);
+        if (a->chat && a->chat->split_think)
+                cJSON_AddNumberToObject(cJSON_AddObjectToObject(u, "completion_tokens_details"), "reasoning_tokens",
+                                        a->chat->think.reasoning_tokens);
         return u;
 }
 
@@ -118,6 +124,12 @@ int dsv__gw_answer_token(struct dsv_gw_answer *a, const struct dsv_ipc_token *t)
                 else
                         dsv__gw_completion_logprob_add(lp, t, a->text_len, q->top_logprobs);
         }
+        struct dsv_gw_chat_out *chat;
+        int r = dsv__gw_answer_chat(a, &chat);
+        if (r < 0)
+                return r;
+        if (chat)
+                return dsv__gw_chat_out_push(chat, text, strlen(text));
         return dsv__gw_buf_append(&a->text, &a->text_len, &a->text_cap, text, strlen(text));
 }
 
@@ -130,7 +142,16 @@ cJSON *dsv__gw_answer_object(struct dsv_gw_answer *a) {
         if (q->api == DSV_GW_API_CHAT) {
                 cJSON *m = cJSON_AddObjectToObject(c, "message");
                 cJSON_AddStringToObject(m, "role", "assistant");
-                cJSON_AddStringToObject(m, "content", a->text ? a->text : "");
+                struct dsv_gw_chat_out *chat = NULL;
+                if (dsv__gw_answer_chat(a, &chat) < 0 || (chat && (dsv__gw_chat_out_finish(chat) < 0 ||
+                                                                    dsv__gw_chat_out_message(chat, m) < 0))) {
+                        cJSON_Delete(o);
+                        return NULL;
+                }
+                if (chat)
+                        snprintf(a->finish, sizeof a->finish, "%s", dsv__gw_chat_out_finish_reason(chat, a->finish));
+                else
+                        cJSON_AddStringToObject(m, "content", a->text ? a->text : "");
         } else {
                 cJSON_AddStringToObject(c, "text", a->text ? a->text : "");
         }

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "buf.h"
+#include "chat_output.h"
 #include "openai.h"
 
 static int out_add(struct dsv_gw_answer *a, const char *s, size_t n) {
@@ -30,15 +31,18 @@ static int out_event(struct dsv_gw_answer *a, cJSON *o) {
         return r;
 }
 
-/* A chunk with one choice: chat {"delta":{...}}, completions {"text":...}. */
-static int out_choice(struct dsv_gw_answer *a, const char *role, const char *text, const char *finish,
+/* A chunk with one choice: chat {"delta":{...}} (delta, when given, is it), completions
+ * {"text":...}. */
+static int out_choice(struct dsv_gw_answer *a, const char *role, const char *text, cJSON *delta, const char *finish,
                       cJSON *logprobs) {
         cJSON *o = dsv__gw_answer_base(a);
         cJSON *choices = cJSON_AddArrayToObject(o, "choices");
         cJSON *c = cJSON_CreateObject();
         cJSON_AddItemToArray(choices, c);
         cJSON_AddNumberToObject(c, "index", 0);
-        if (a->req->api == DSV_GW_API_CHAT) {
+        if (delta) {
+                cJSON_AddItemToObject(c, "delta", delta);
+        } else if (a->req->api == DSV_GW_API_CHAT) {
                 cJSON *d = cJSON_AddObjectToObject(c, "delta");
                 if (role)
                         cJSON_AddStringToObject(d, "role", role);
@@ -64,13 +68,40 @@ static int open_chat(struct dsv_gw_answer *a) {
         if (a->req->api != DSV_GW_API_CHAT || a->role_sent)
                 return 0;
         a->role_sent = true;
-        return out_choice(a, "assistant", "", NULL, NULL);
+        return out_choice(a, "assistant", "", NULL, NULL, NULL);
+}
+
+/* A chat token through the answer's pipeline: one chunk with what it made (reasoning,
+ * content, tool-call pieces), none when it made nothing and no logprobs are due. */
+static int stream_chat(struct dsv_gw_answer *a, struct dsv_gw_chat_out *chat, const struct dsv_ipc_token *t,
+                       const char *text) {
+        int r = dsv__gw_chat_out_push(chat, text, strlen(text));
+        if (r < 0)
+                return r;
+        cJSON *delta = dsv__gw_chat_out_delta(chat);
+        if (!delta && !a->req->logprobs)
+                return 0;
+        if (!delta && !(delta = cJSON_CreateObject()))
+                return -ENOMEM;
+        if (!delta->child)
+                cJSON_AddStringToObject(delta, "content", "");
+        cJSON *lp = NULL;
+        if (a->req->logprobs) {
+                lp = cJSON_CreateObject();
+                cJSON_AddItemToArray(cJSON_AddArrayToObject(lp, "content"), dsv__gw_chat_logprob(t, a->req->top_logprobs));
+        }
+        return out_choice(a, NULL, NULL, delta, NULL, lp);
 }
 
 int dsv__gw_sse_token(struct dsv_gw_answer *a, const struct dsv_ipc_token *t) {
         const struct dsv_gw_request *q = a->req;
         const char *text = t->text ? t->text : "";
+        struct dsv_gw_chat_out *chat;
         int r = open_chat(a);
+        if (r == 0)
+                r = dsv__gw_answer_chat(a, &chat);
+        if (r == 0 && chat)
+                return stream_chat(a, chat, t, text);
         if (r < 0 || (!text[0] && !q->logprobs))
                 return r; /* an empty delta (a stop string still possible) is not sent */
         cJSON *lp = NULL;
@@ -85,13 +116,22 @@ int dsv__gw_sse_token(struct dsv_gw_answer *a, const struct dsv_ipc_token *t) {
                 }
         }
         a->text_len += strlen(text); /* the offset of the next completion token */
-        return out_choice(a, NULL, text, NULL, lp);
+        return out_choice(a, NULL, text, NULL, NULL, lp);
 }
 
 int dsv__gw_sse_finish(struct dsv_gw_answer *a) {
+        struct dsv_gw_chat_out *chat = NULL;
         int r = open_chat(a);
         if (r == 0)
-                r = out_choice(a, NULL, NULL, a->finish, NULL);
+                r = dsv__gw_answer_chat(a, &chat);
+        if (r == 0 && chat && (r = dsv__gw_chat_out_finish(chat)) == 0) {
+                cJSON *delta = dsv__gw_chat_out_delta(chat);
+                if (delta)
+                        r = out_choice(a, NULL, NULL, delta, NULL, NULL);
+                snprintf(a->finish, sizeof a->finish, "%s", dsv__gw_chat_out_finish_reason(chat, a->finish));
+        }
+        if (r == 0)
+                r = out_choice(a, NULL, NULL, NULL, a->finish, NULL);
         if (r == 0 && a->req->include_usage) {
                 cJSON *o = dsv__gw_answer_base(a);
                 cJSON_AddArrayToObject(o, "choices");
