@@ -28,6 +28,9 @@ struct opt_def {
 static const struct opt_def opts[] = {
         {"model", K_STR, F(model), 0, 0, "native model file or HF folder (default: the bundled model)"},
         {"model-id", K_STR, F(model_id), 0, 0, "model id served by the API (default: the model's name)"},
+        {"reasoning-format", K_STR, F(reasoning_format), 0, 0,
+         "deepseek: a <think> block goes to reasoning_content; none: it stays in content (default: deepseek "
+         "when the chat template thinks)"},
         {"worker", K_STR, F(worker), 0, 0, "dsvisor-worker binary (default: beside dsvisor)"},
         {"instances", K_INT, F(n_instances), 0, 256, "worker instances (default: one per NUMA node)"},
         {"threads-per-instance", K_INT, F(threads_per_instance), 1, 1024, "compute threads (default: its cores)"},

@@ -73,6 +73,7 @@ int sup_place(const struct sup_place_request *req, struct sup_placement *ret, ch
 struct sup_config {
         char model[PATH_MAX];        /* native file or HF folder; "": the bundled default */
         char model_id[128];          /* served model id (/v1/models); "": the model's file stem */
+        char reasoning_format[16];   /* auto | deepseek | none; "": auto (chat_format.c) */
         char worker[PATH_MAX];       /* dsvisor-worker binary; "": beside dsvisor */
         int n_instances;             /* 0: one per NUMA node */
         int threads_per_instance;    /* 0: the instance's cores */
@@ -217,6 +218,22 @@ struct sup_model {
  * looked for beside exe_dir, in $DSV_DATA_DIR and in the source tree. Logs what it
  * found or why not. */
 int sup_model_resolve(const struct sup_config *cfg, const char *exe_dir, struct sup_model *ret);
+
+/* ---- the template's output conventions (chat_format.c) ------------------------------- */
+
+struct sup_chat_format {
+        int reasoning;     /* enum dsv_gateway_reasoning_format: the requests' default */
+        bool think_opened; /* the generation prompt opens <think> */
+        int tools;         /* enum dsv_gateway_tool_format: the tool-call syntax the model writes */
+};
+
+/* From the template's source and a rendered one-turn prompt with the generation prompt
+ * (probe; NULL without a template) and --reasoning-format (auto|deepseek|none, "": auto).
+ * -EINVAL with why filled for a bad option value. */
+int sup_chat_format_decide(const char *template_src, const char *probe, const char *reasoning_opt,
+                           struct sup_chat_format *ret, char *why, size_t why_size);
+/* Opens m's tokenizer, renders the probe and decides; logs the result or the error. */
+int sup_chat_format_detect(const struct sup_config *cfg, const struct sup_model *m, struct sup_chat_format *ret);
 
 /* ---- weight images and the fd store (weights.c) ------------------------------------ */
 
@@ -427,6 +444,7 @@ struct sup {
         char control_path[PATH_MAX];
         int control_fd, sig_fd;
         struct sup_model model;
+        struct sup_chat_format chat;
         int n_free_cpus;           /* CPUs outside every instance */
         char cg_note[256];         /* why there are no cgroups */
         struct sup_weight_set weights;

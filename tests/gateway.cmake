@@ -11,6 +11,8 @@ target_include_directories(test-gateway-strict PRIVATE ${DSV_GATEWAY_INTERNAL})
 
 add_executable(fake-worker integration/fake-worker.c)
 target_link_libraries(fake-worker PRIVATE dsv_ipc dsv::cjson)
+add_executable(scripted-worker integration/scripted-worker.c)
+target_link_libraries(scripted-worker PRIVATE dse dsv_ipc dsv::cjson)
 add_executable(dsvisor-gateway-test-server integration/gateway-test-server.c)
 target_link_libraries(dsvisor-gateway-test-server PRIVATE dsv_gateway Threads::Threads)
 
@@ -21,6 +23,8 @@ dsv_script_test(NAME test-gateway-http SCRIPT ${CMAKE_SOURCE_DIR}/tests/integrat
 dsv_script_test(NAME test-gateway-hostile SCRIPT ${CMAKE_SOURCE_DIR}/tests/integration/test-gateway-hostile.sh
                 LABELS integration TIMEOUT 300)
 set_tests_properties(test-gateway-hostile PROPERTIES RUN_SERIAL ON)
+dsv_script_test(NAME test-gateway-tools SCRIPT ${CMAKE_SOURCE_DIR}/tests/integration/test-gateway-tools.sh
+                LABELS integration TIMEOUT 400)
 dsv_script_test(NAME test-gateway-openai SCRIPT ${CMAKE_SOURCE_DIR}/tests/integration/test-gateway-openai.sh
                 LABELS integration TIMEOUT 300)
 

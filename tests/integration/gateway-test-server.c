@@ -7,6 +7,7 @@
  *         [--max-queue-per-instance N] [--max-queue-total N] [--timeout-ms N]
  *         [--max-connections N] [--conn-timeout-s N] [--max-body N] [--max-running N] [--route NAME]
  *         [--health-ms N] [--numa-node N] [--protect-metrics 0|1]
+ *         [--reasoning-format deepseek|none] [--think-opened 0|1] [--tool-format deepseek_v3|hermes|llama3_json]
  *
  * It writes the bound port to F once serving. Commands on stdin, one per line, answer
  * "ok <n>" or "err <errno name>" on stdout: "ready ID 0|1", "url ID URL", "remove ID",
@@ -104,6 +105,16 @@ int main(int argc, char **argv) {
                         cfg.health_interval_ms = (uint32_t)atoi(v);
                 else if (!strcmp(k, "--protect-metrics"))
                         cfg.protect_metrics = atoi(v) != 0;
+                else if (!strcmp(k, "--reasoning-format"))
+                        cfg.reasoning_format = strcmp(v, "deepseek") == 0 ? DSV_GATEWAY_REASONING_DEEPSEEK
+                                                                          : DSV_GATEWAY_REASONING_NONE;
+                else if (!strcmp(k, "--think-opened"))
+                        cfg.think_opened = atoi(v) != 0;
+                else if (!strcmp(k, "--tool-format"))
+                        cfg.tool_format = !strcmp(v, "deepseek_v3") ? DSV_GATEWAY_TOOLS_DEEPSEEK_V3
+                                          : !strcmp(v, "hermes")    ? DSV_GATEWAY_TOOLS_HERMES
+                                          : !strcmp(v, "llama3_json") ? DSV_GATEWAY_TOOLS_LLAMA3_JSON
+                                                                      : DSV_GATEWAY_TOOLS_NONE;
                 else if (!strcmp(k, "--numa-node"))
                         numa_node = atoi(v);
                 else if (!strcmp(k, "--route")) {

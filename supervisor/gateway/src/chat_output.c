@@ -139,6 +139,12 @@ const char *dsv__gw_chat_out_finish_reason(const struct dsv_gw_chat_out *c, cons
         return worker_reason;
 }
 
+void dsv__gw_chat_out_set_finish(const struct dsv_gw_chat_out *c, char *finish, size_t size) {
+        const char *why = dsv__gw_chat_out_finish_reason(c, finish);
+        if (why != finish)
+                snprintf(finish, size, "%s", why);
+}
+
 /* ---- an answer's pipeline -------------------------------------------------------------- */
 
 int dsv__gw_answer_chat(struct dsv_gw_answer *a, struct dsv_gw_chat_out **ret) {

@@ -127,6 +127,8 @@ int dsv__gw_chat_out_message(struct dsv_gw_chat_out *c, struct cJSON *message);
 /* "tool_calls" when the output ended with a complete call and the worker said "stop";
  * otherwise the worker's reason. */
 const char *dsv__gw_chat_out_finish_reason(const struct dsv_gw_chat_out *c, const char *worker_reason);
+/* The same, rewriting the answer's finish reason in place. */
+void dsv__gw_chat_out_set_finish(const struct dsv_gw_chat_out *c, char *finish, size_t size);
 
 /* The answer's pipeline, made on first use, or *ret NULL when its request needs none (not
  * chat, or neither reasoning split nor tools). 0 or -ENOMEM. */

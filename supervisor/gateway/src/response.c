@@ -149,7 +149,7 @@ cJSON *dsv__gw_answer_object(struct dsv_gw_answer *a) {
                         return NULL;
                 }
                 if (chat)
-                        snprintf(a->finish, sizeof a->finish, "%s", dsv__gw_chat_out_finish_reason(chat, a->finish));
+                        dsv__gw_chat_out_set_finish(chat, a->finish, sizeof a->finish);
                 else
                         cJSON_AddStringToObject(m, "content", a->text ? a->text : "");
         } else {

@@ -128,7 +128,7 @@ int dsv__gw_sse_finish(struct dsv_gw_answer *a) {
                 cJSON *delta = dsv__gw_chat_out_delta(chat);
                 if (delta)
                         r = out_choice(a, NULL, NULL, delta, NULL, NULL);
-                snprintf(a->finish, sizeof a->finish, "%s", dsv__gw_chat_out_finish_reason(chat, a->finish));
+                dsv__gw_chat_out_set_finish(chat, a->finish, sizeof a->finish);
         }
         if (r == 0)
                 r = out_choice(a, NULL, NULL, NULL, a->finish, NULL);

@@ -1,0 +1,81 @@
+/* chat_format.c — what the served model's chat template says about its output: whether
+ * its generation prompt opens a think block (R1 and its distills end it in "<think>\n"),
+ * whether it thinks at all (default of --reasoning-format), and which tool-call syntax
+ * it writes (the gateway parses that one). Decided once at start from the template the
+ * workers render; the decision is pure string work (sup_chat_format_decide) so it is
+ * tested on the reference templates. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dse.h"
+#include "dsv_gateway.h"
+#include "sup.h"
+
+static bool ends_with(const char *s, const char *suffix) {
+        size_t n = strlen(s), m = strlen(suffix);
+        return n >= m && memcmp(s + n - m, suffix, m) == 0;
+}
+
+int sup_chat_format_decide(const char *template_src, const char *probe, const char *reasoning_opt,
+                           struct sup_chat_format *ret, char *why, size_t why_size) {
+        struct sup_chat_format f = {0};
+        const char *src = template_src ? template_src : "";
+        f.think_opened = probe && (ends_with(probe, "<think>\n") || ends_with(probe, "<think>"));
+        bool thinks = f.think_opened || strstr(src, "<think>") || strstr(src, "</think>");
+        if (!reasoning_opt[0] || strcmp(reasoning_opt, "auto") == 0) {
+                f.reasoning = thinks ? DSV_GATEWAY_REASONING_DEEPSEEK : DSV_GATEWAY_REASONING_NONE;
+        } else if (strcmp(reasoning_opt, "deepseek") == 0) {
+                f.reasoning = DSV_GATEWAY_REASONING_DEEPSEEK;
+        } else if (strcmp(reasoning_opt, "none") == 0) {
+                f.reasoning = DSV_GATEWAY_REASONING_NONE;
+        } else {
+                snprintf(why, why_size, "reasoning-format: '%s' is not one of auto, deepseek, none", reasoning_opt);
+                return -EINVAL;
+        }
+        if (strstr(src, "tool▁calls▁begin") || strstr(src, "tool▁call▁begin"))
+                f.tools = DSV_GATEWAY_TOOLS_DEEPSEEK_V3;
+        else if (strstr(src, "<tool_call>"))
+                f.tools = DSV_GATEWAY_TOOLS_HERMES;
+        else if (strstr(src, "<|python_tag|>") || strstr(src, "ipython"))
+                f.tools = DSV_GATEWAY_TOOLS_LLAMA3_JSON;
+        *ret = f;
+        return 0;
+}
+
+/* Renders one user turn with the generation prompt: what a chat prompt ends with. */
+static char *probe_prompt(const struct dse_tokenizer *tok, const char *src) {
+        struct dse_chat_template *t = NULL;
+        struct dse_diag diag = {{0}};
+        char *text = NULL;
+        int bos = dse_tokenizer_bos(tok), eos = dse_tokenizer_eos(tok);
+        if (dse_chat_template_new(src, &t, &diag) == 0)
+                dse_chat_template_render(t, "[{\"role\":\"user\",\"content\":\"Hi\"}]", NULL, 1,
+                                         bos >= 0 ? dse_tokenizer_piece(tok, bos) : NULL,
+                                         eos >= 0 ? dse_tokenizer_piece(tok, eos) : NULL, &text, &diag);
+        dse_chat_template_free(t);
+        return text;
+}
+
+int sup_chat_format_detect(const struct sup_config *cfg, const struct sup_model *m, struct sup_chat_format *ret) {
+        struct dse_diag diag = {{0}};
+        struct dse_model *model = NULL;
+        struct dse_tokenizer *tok = NULL;
+        char *probe = NULL, why[160] = "";
+        const char *src = NULL;
+        int r = dse_model_open(m->path, 0, &model, &diag);
+        if (r == 0 && dse_model_tokenizer(model, &tok, &diag) == 0 && (src = dse_tokenizer_chat_template(tok)))
+                probe = probe_prompt(tok, src);
+        r = sup_chat_format_decide(src, probe, cfg->reasoning_format, ret, why, sizeof why);
+        if (r < 0)
+                sup_log(3, "%s", why);
+        else
+                sup_log(6, "Chat output: reasoning %s%s, tool calls %s", ret->reasoning ? "split (deepseek)" : "left in content",
+                        ret->think_opened ? " (the prompt opens the think block)" : "",
+                        (const char *[]){"none", "deepseek_v3", "hermes", "llama3_json"}[ret->tools]);
+        free(probe);
+        dse_tokenizer_free(tok);
+        dse_model_free(model);
+        return r;
+}
