@@ -2,8 +2,7 @@
  * its generation prompt opens a think block (R1 and its distills end it in "<think>\n"),
  * whether it thinks at all (default of --reasoning-format), and which tool-call syntax
  * it writes (the gateway parses that one). Decided once at start from the template the
- * workers render; the decision is pure string work (sup_chat_format_decide) so it is
- * tested on the reference templates. */
+ * workers render, by rendering one user turn and reading the template's text. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,8 +17,10 @@ static bool ends_with(const char *s, const char *suffix) {
         return n >= m && memcmp(s + n - m, suffix, m) == 0;
 }
 
-int sup_chat_format_decide(const char *template_src, const char *probe, const char *reasoning_opt,
-                           struct sup_chat_format *ret, char *why, size_t why_size) {
+/* From the template's source and a rendered one-turn prompt with the generation prompt
+ * (probe; NULL without a template) and the option. */
+static int decide(const char *template_src, const char *probe, const char *reasoning_opt, struct sup_chat_format *ret,
+                  char *why, size_t why_size) {
         struct sup_chat_format f = {0};
         const char *src = template_src ? template_src : "";
         f.think_opened = probe && (ends_with(probe, "<think>\n") || ends_with(probe, "<think>"));
@@ -58,23 +59,30 @@ static char *probe_prompt(const struct dse_tokenizer *tok, const char *src) {
         return text;
 }
 
+int sup_chat_format_of(const struct dse_tokenizer *tok, const char *template_src, const char *reasoning_opt,
+                       struct sup_chat_format *ret, char *why, size_t why_size) {
+        char *probe = template_src ? probe_prompt(tok, template_src) : NULL;
+        int r = decide(template_src, probe, reasoning_opt, ret, why, why_size);
+        free(probe);
+        return r;
+}
+
 int sup_chat_format_detect(const struct sup_config *cfg, const struct sup_model *m, struct sup_chat_format *ret) {
+        static const char *const tool_names[] = {"none", "deepseek_v3", "hermes", "llama3_json"};
         struct dse_diag diag = {{0}};
         struct dse_model *model = NULL;
         struct dse_tokenizer *tok = NULL;
-        char *probe = NULL, why[160] = "";
-        const char *src = NULL;
-        int r = dse_model_open(m->path, 0, &model, &diag);
-        if (r == 0 && dse_model_tokenizer(model, &tok, &diag) == 0 && (src = dse_tokenizer_chat_template(tok)))
-                probe = probe_prompt(tok, src);
-        r = sup_chat_format_decide(src, probe, cfg->reasoning_format, ret, why, sizeof why);
+        char why[160] = "";
+        if (dse_model_open(m->path, 0, &model, &diag) == 0)
+                dse_model_tokenizer(model, &tok, &diag);
+        int r = sup_chat_format_of(tok, tok ? dse_tokenizer_chat_template(tok) : NULL, cfg->reasoning_format, ret, why,
+                                   sizeof why);
         if (r < 0)
                 sup_log(3, "%s", why);
         else
-                sup_log(6, "Chat output: reasoning %s%s, tool calls %s", ret->reasoning ? "split (deepseek)" : "left in content",
-                        ret->think_opened ? " (the prompt opens the think block)" : "",
-                        (const char *[]){"none", "deepseek_v3", "hermes", "llama3_json"}[ret->tools]);
-        free(probe);
+                sup_log(6, "Chat output: reasoning %s%s, tool calls %s",
+                        ret->reasoning ? "split into reasoning_content" : "left in content",
+                        ret->think_opened ? " (the prompt opens the think block)" : "", tool_names[ret->tools]);
         dse_tokenizer_free(tok);
         dse_model_free(model);
         return r;

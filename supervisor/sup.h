@@ -227,11 +227,12 @@ struct sup_chat_format {
         int tools;         /* enum dsv_gateway_tool_format: the tool-call syntax the model writes */
 };
 
-/* From the template's source and a rendered one-turn prompt with the generation prompt
- * (probe; NULL without a template) and --reasoning-format (auto|deepseek|none, "": auto).
- * -EINVAL with why filled for a bad option value. */
-int sup_chat_format_decide(const char *template_src, const char *probe, const char *reasoning_opt,
-                           struct sup_chat_format *ret, char *why, size_t why_size);
+struct dse_tokenizer;
+/* From template_src (NULL: none) rendered for one user turn with tok's BOS/EOS, and
+ * --reasoning-format (auto|deepseek|none, "": auto). -EINVAL with why filled for a bad
+ * option value. */
+int sup_chat_format_of(const struct dse_tokenizer *tok, const char *template_src, const char *reasoning_opt,
+                       struct sup_chat_format *ret, char *why, size_t why_size);
 /* Opens m's tokenizer, renders the probe and decides; logs the result or the error. */
 int sup_chat_format_detect(const struct sup_config *cfg, const struct sup_model *m, struct sup_chat_format *ret);
 

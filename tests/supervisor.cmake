@@ -10,6 +10,11 @@ dsv_test(NAME test-supervisor-config
          LIBS dsv_platform dsv::cjson Threads::Threads LABELS unit)
 target_include_directories(test-supervisor-config PRIVATE ${DSV_SUP_DIR})
 
+dsv_test(NAME test-supervisor-chat-format
+         SOURCES unit/test-supervisor-chat-format.c ${DSV_SUP_DIR}/chat_format.c ${DSV_SUP_DIR}/log.c
+         LIBS dse dsv_gateway dsv_platform dsv::cjson LABELS unit)
+target_include_directories(test-supervisor-chat-format PRIVATE ${DSV_SUP_DIR})
+
 add_executable(test-supervisor-stub-worker integration/test-supervisor-stub-worker.c)
 target_link_libraries(test-supervisor-stub-worker PRIVATE dsv_ipc)
 
