@@ -144,8 +144,8 @@ reached_functions() {
       echo dsv_ipc_msgs_decode decode_envelope decode_body dsv_ipc_msg_encode dsv_ipc_event_encode \
         dsv_ipc_batch_add dsv_ipc_batch_message ;;
     fuzz-supervisor-config) echo sup_config_apply_json set_text/config.c set_int/config.c dsv_cgroup_parent_check ;;
-    fuzz-gateway-request) echo dsv__gw_request_parse dsv__gw_messages_parse one_message/messages.c dsv__gw_tools_parse check_tools/messages.c parse_stop parse_logprobs dsv__gw_utf8_valid ;;
-    fuzz-gateway-chat-output) echo dsv__gw_think_push advance/reasoning.c dsv__gw_tools_push parse_deepseek/tool_calls.c parse_hermes/tool_calls.c parse_llama/tool_calls.c scan_content/tool_calls.c dsv__gw_chat_out_delta ;;
+    fuzz-gateway-request) echo dsv__gw_request_parse dsv__gw_messages_parse dsv__gw_tools_parse parse_stop parse_logprobs dsv__gw_utf8_valid ;;
+    fuzz-gateway-chat-output) echo dsv__gw_think_push dsv__gw_tools_push parse_section/tool_calls.c json_call/tool_calls.c scan_content/tool_calls.c dsv__gw_chat_out_delta ;;
     fuzz-gateway-http) echo dsv__gw_strict_target_ok dsv__gw_strict_request scan_field/http_strict.c dsv__gw_json_strict dsv__gw_request_parse ;;
     fuzz-load-sse) echo load_sse_feed load_answer_classify ;;
     fuzz-chat-template) echo dse__jinja_parse parse_body/jinja_parse.c dse__jinja_render eval/jinja_eval.c apply_filter binop/jinja_eval.c ;;

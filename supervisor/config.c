@@ -345,6 +345,7 @@ static const struct {
 } reload_rules[] = {
         {"model", SUP_RELOAD_NEW_WORKERS, NULL},
         {"model-id", SUP_RELOAD_FULL_RESTART, "the gateway serves and accepts the id it started with"},
+        {"reasoning-format", SUP_RELOAD_FULL_RESTART, "the gateway splits reasoning as it decided at start"},
         {"worker", SUP_RELOAD_NEW_WORKERS, NULL},
         {"instances", SUP_RELOAD_FULL_RESTART, "placement (instances, their CPUs and threads) is decided at start"},
         {"threads-per-instance", SUP_RELOAD_FULL_RESTART,

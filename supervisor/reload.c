@@ -104,6 +104,11 @@ static int reload_weights(struct reload_pass *p, char *why, size_t why_size) {
                 not_applied(s, "model-id", note);
                 snprintf(m.id, sizeof m.id, "%s", s->model.id);
         }
+        struct sup_chat_format f;
+        if (sup_chat_format_detect(&s->cfg, &m, &f) == 0 &&
+            (f.reasoning != s->chat.reasoning || f.think_opened != s->chat.think_opened || f.tools != s->chat.tools))
+                not_applied(s, "model", "the new model's chat template reasons or calls tools differently; the gateway "
+                                        "splits and parses the output as it decided at start until a full restart");
         s->model = m;
         return 0;
 }

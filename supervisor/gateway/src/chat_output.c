@@ -94,7 +94,8 @@ cJSON *dsv__gw_chat_out_delta(struct dsv_gw_chat_out *c) {
                 cJSON *f = cJSON_AddObjectToObject(t, "function");
                 if (!tc->announced)
                         cJSON_AddStringToObject(f, "name", tc->name);
-                cJSON_AddItemToObject(f, "arguments", string_n(tc->args.s + tc->args_sent, tc->args.len - tc->args_sent));
+                cJSON_AddItemToObject(f, "arguments", string_n(tc->args.s ? tc->args.s + tc->args_sent : "",
+                                                               tc->args.len - tc->args_sent));
                 tc->announced = true;
                 tc->args_sent = tc->args.len;
                 if (!calls)

@@ -92,7 +92,8 @@ static int advance(struct dsv_gw_think *t, struct dsv_gw_text *reasoning, struct
         }
         if (r < 0)
                 return r;
-        memmove(h->s, h->s + at, h->len - at);
+        if (h->len > at)
+                memmove(h->s, h->s + at, h->len - at);
         h->len -= at;
         if (h->s)
                 h->s[h->len] = 0;

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "buf.h"
 #include "chat_output.h"
 
 static const char DS_CALLS_BEGIN[] = "<｜tool▁calls▁begin｜>";
@@ -266,11 +267,13 @@ static int scan_content(struct dsv_gw_tools *p, struct dsv_gw_text *content, boo
                 return r;
         if (cut < n) {
                 p->state = DSV_GW_TOOLS_CALLS;
-                r = dsv__gw_text_add(&p->section, s + cut + skip, n - cut - skip);
+                /* Allocated even when empty: the parsers read from section.s. */
+                r = dsv__gw_buf_append(&p->section.s, &p->section.len, &p->section.cap, s + cut + skip, n - cut - skip);
                 h->len = 0;
                 return r;
         }
-        memmove(h->s, s + n - keep, keep);
+        if (keep)
+                memmove(h->s, s + n - keep, keep);
         h->len = keep;
         return 0;
 }
