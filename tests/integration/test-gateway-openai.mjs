@@ -2,33 +2,11 @@
 // and not, usage, typed errors (404, 400, 401) and a stream that fails midway. Run by
 // test-gateway-openai.sh; argv[2] is the client's module path. Ends with "N passed, N failed".
 const { default: OpenAI } = await import(process.argv[2]);
+const { test, expect, makeExpectError, finish } = await import('./client-harness.mjs');
 
 const base = process.env.GW_URL + '/v1';
 const client = new OpenAI({ baseURL: base, apiKey: process.env.GW_KEY, maxRetries: 0, timeout: 15000 });
-let passed = 0, failed = 0;
-
-async function test(name, fn) {
-  try {
-    await fn();
-    passed++;
-    console.log(`ok   ${name}`);
-  } catch (e) {
-    failed++;
-    console.log(`FAIL ${name}: ${e && e.stack ? e.stack.split('\n').slice(0, 3).join(' | ') : e}`);
-  }
-}
-function expect(cond, what) { if (!cond) throw new Error(`expected ${what}`); }
-async function expectError(promise, status, code) {
-  try {
-    await promise;
-  } catch (e) {
-    expect(e instanceof OpenAI.APIError, `an APIError, got ${e}`);
-    expect(e.status === status, `status ${status}, got ${e.status}`);
-    if (code) expect(e.code === code, `code ${code}, got ${e.code}`);
-    return e;
-  }
-  throw new Error(`expected an error ${status}`);
-}
+const expectError = makeExpectError(OpenAI, 'code');
 
 await test('models-list', async () => {
   const ids = [];
@@ -114,5 +92,4 @@ await test('stream-fails-midway', async () => {
   throw new Error(`the stream ended without an error after '${text}'`);
 });
 
-console.log(`${passed} passed, ${failed} failed`);
-process.exit(failed || !passed ? 1 : 0);
+finish();

@@ -8,33 +8,12 @@ const { generateText, streamText, tool } = await import(`${mods}/ai/dist/index.m
 const { createOpenAICompatible } = await import(`${mods}/@ai-sdk/openai-compatible/dist/index.mjs`);
 const { ChatOpenAI } = await import(`${mods}/@langchain/openai/index.js`);
 const { z } = await import(`${mods}/zod/index.js`);
+const { test, expect, makeExpectError, finish } = await import('./client-harness.mjs');
 
 const client = (url) => new OpenAI({ baseURL: url + '/v1', apiKey: 'none', maxRetries: 0, timeout: 15000 });
 const r1 = client(process.env.GW_R1), ds = client(process.env.GW_DS), qwen = client(process.env.GW_QWEN);
-let passed = 0, failed = 0;
-async function test(name, fn) {
-  try {
-    await fn();
-    passed++;
-    console.log(`ok   ${name}`);
-  } catch (e) {
-    failed++;
-    console.log(`FAIL ${name}: ${e && e.stack ? e.stack.split('\n').slice(0, 3).join(' | ') : e}`);
-  }
-}
-function expect(cond, what) { if (!cond) throw new Error(`expected ${what}`); }
 const eq = (a, b, what) => expect(JSON.stringify(a) === JSON.stringify(b), `${what}: ${JSON.stringify(b)}, got ${JSON.stringify(a)}`);
-async function expectError(promise, status, param) {
-  try {
-    await promise;
-  } catch (e) {
-    expect(e instanceof OpenAI.APIError, `an APIError, got ${e}`);
-    expect(e.status === status, `status ${status}, got ${e.status}`);
-    if (param) expect(e.param === param, `param ${param}, got ${e.param}`);
-    return e;
-  }
-  throw new Error(`expected an error ${status}`);
-}
+const expectError = makeExpectError(OpenAI, 'param');
 const noMarkers = (s, what) => expect(s == null || !/[｜]|<tool_call>|<\/?think>/.test(s), `no special marker in ${what}: ${s}`);
 
 const WEATHER = {
@@ -269,4 +248,4 @@ await test('langchain-bindTools', async () => {
   eq(acc.tool_calls.map((t) => [t.name, t.args]), [['get_weather', { city: 'Paris' }]], 'streamed tool_calls');
 });
 
-console.log(`${passed} passed, ${failed} failed`);
+finish();

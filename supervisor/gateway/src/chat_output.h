@@ -13,7 +13,7 @@
 
 struct cJSON;
 
-/* A growable text (buf.h's buffer with its sizes). */
+/* A growable text (buf.h's buffer with its sizes; text.c). */
 struct dsv_gw_text {
         char *s;
         size_t len, cap;
@@ -21,6 +21,9 @@ struct dsv_gw_text {
 
 int dsv__gw_text_add(struct dsv_gw_text *t, const char *s, size_t n);
 void dsv__gw_text_free(struct dsv_gw_text *t);
+/* The length of the longest suffix of s[0..n) that is a proper prefix of marker: the
+ * bytes to hold back, since the next piece may complete the marker. */
+size_t dsv__gw_partial_suffix(const char *s, size_t n, const char *marker);
 
 /* ---- the think block (reasoning.c) --------------------------------------------------- */
 

@@ -36,9 +36,8 @@ static const cJSON *given(const cJSON *o, const char *key) {
         return v && !cJSON_IsNull(v) ? v : NULL;
 }
 
-/* A field of o not in known[] that asks for something (is not null) is refused. */
-static int only_known(const cJSON *o, const char *const *known, size_t n_known, const char *where,
-                      struct dsv_gw_error *e) {
+int dsv__gw_only_known(const cJSON *o, const char *const *known, size_t n_known, const char *where,
+                       struct dsv_gw_error *e) {
         const cJSON *f;
         cJSON_ArrayForEach(f, o) {
                 size_t k = 0;
@@ -46,7 +45,7 @@ static int only_known(const cJSON *o, const char *const *known, size_t n_known, 
                         k++;
                 if (k == n_known && !cJSON_IsNull(f)) {
                         char param[96];
-                        snprintf(param, sizeof param, "%s.%s", where, f->string);
+                        snprintf(param, sizeof param, "%s%s%.64s", where ? where : "", where ? "." : "", f->string);
                         return fail(e, "unsupported_parameter", param, "'%s' is not supported", param);
                 }
         }
@@ -120,7 +119,7 @@ static int message_tool_calls(const cJSON *calls, bool args_as_object, const cha
                 int r;
                 if (!cJSON_IsObject(c))
                         return fail(e, "invalid_value", param, "a tool call must be an object");
-                if ((r = only_known(c, known, 4, param, e)) < 0)
+                if ((r = dsv__gw_only_known(c, known, sizeof known / sizeof *known, param, e)) < 0)
                         return r;
                 if (!cJSON_IsString(id) || !id->valuestring[0])
                         return fail(e, "invalid_value", param, "a tool call needs a string 'id'");
@@ -191,9 +190,13 @@ static int one_message(const cJSON *m, int index, const cJSON **calls_turn, cons
         static const char *const of_assistant[] = {"role", "content", "name", "tool_calls", "reasoning_content",
                                                    "reasoning", "refusal"};
         static const char *const of_tool[] = {"role", "content", "name", "tool_call_id"};
-        int r = assistant ? only_known(m, of_assistant, 7, where, e)
-                : tool    ? only_known(m, of_tool, 4, where, e)
-                          : only_known(m, common, 3, where, e);
+        int r;
+        if (assistant)
+                r = dsv__gw_only_known(m, of_assistant, sizeof of_assistant / sizeof *of_assistant, where, e);
+        else if (tool)
+                r = dsv__gw_only_known(m, of_tool, sizeof of_tool / sizeof *of_tool, where, e);
+        else
+                r = dsv__gw_only_known(m, common, sizeof common / sizeof *common, where, e);
         if (r < 0)
                 return r;
         const cJSON *name = given(m, "name");
@@ -328,10 +331,10 @@ static int check_tools(const cJSON *tools, struct dsv_gw_error *e) {
                 if (!cJSON_IsObject(t) || !cJSON_IsString(type) || strcmp(type->valuestring, "function") != 0 ||
                     !cJSON_IsObject(fn))
                         return fail(e, "invalid_value", param, "a tool must be {\"type\": \"function\", \"function\": {…}}");
-                if ((r = only_known(t, known_tool, 2, param, e)) < 0)
+                if ((r = dsv__gw_only_known(t, known_tool, sizeof known_tool / sizeof *known_tool, param, e)) < 0)
                         return r;
                 snprintf(param, sizeof param, "tools[%d].function", i - 1);
-                if ((r = only_known(fn, known_fn, 4, param, e)) < 0)
+                if ((r = dsv__gw_only_known(fn, known_fn, sizeof known_fn / sizeof *known_fn, param, e)) < 0)
                         return r;
                 const cJSON *name = cJSON_GetObjectItemCaseSensitive(fn, "name");
                 const cJSON *desc = given(fn, "description");

@@ -6,24 +6,12 @@
  * tokenizer cut into pieces), so the longest tail that could still begin a marker is held
  * back until the next piece decides it. After "</think>" the whitespace before the answer
  * is dropped, as llama-server does; an unterminated block is all reasoning. */
-#include <errno.h>
-#include <stdlib.h>
 #include <string.h>
 
-#include "buf.h"
 #include "chat_output.h"
 
 static const char OPEN[] = "<think>";
 static const char CLOSE[] = "</think>";
-
-int dsv__gw_text_add(struct dsv_gw_text *t, const char *s, size_t n) {
-        return n ? dsv__gw_buf_append(&t->s, &t->len, &t->cap, s, n) : 0;
-}
-
-void dsv__gw_text_free(struct dsv_gw_text *t) {
-        free(t->s);
-        *t = (struct dsv_gw_text){0};
-}
 
 static bool is_space(char c) {
         return c == ' ' || c == '\n' || c == '\r' || c == '\t';
@@ -35,15 +23,6 @@ void dsv__gw_think_init(struct dsv_gw_think *t, bool opened) {
 
 void dsv__gw_think_free(struct dsv_gw_think *t) {
         dsv__gw_text_free(&t->held);
-}
-
-/* The length of the longest suffix of s[0..n) that is a proper prefix of marker. */
-static size_t partial_suffix(const char *s, size_t n, const char *marker) {
-        size_t m = strlen(marker);
-        for (size_t k = n < m - 1 ? n : m - 1; k > 0; k--)
-                if (memcmp(s + n - k, marker, k) == 0)
-                        return k;
-        return 0;
 }
 
 /* Runs the state machine over held (which holds everything undecided) and keeps in it
@@ -75,7 +54,7 @@ static int advance(struct dsv_gw_think *t, struct dsv_gw_text *reasoning, struct
                                 at += (size_t)(end - s) + strlen(CLOSE);
                                 t->state = DSV_GW_THINK_AFTER;
                         } else {
-                                size_t keep = partial_suffix(s, n, CLOSE);
+                                size_t keep = dsv__gw_partial_suffix(s, n, CLOSE);
                                 r = dsv__gw_text_add(reasoning, s, n - keep);
                                 at += n - keep;
                                 break;

@@ -327,21 +327,10 @@ static const char *const completion_fields[] = {
         "logit_bias", "best_of", "echo", "suffix"};
 
 static int refuse_unknown(const cJSON *o, enum dsv_gw_api api, struct dsv_gw_error *e) {
-        bool chat = api == DSV_GW_API_CHAT;
-        const char *const *known = chat ? chat_fields : completion_fields;
-        size_t n = chat ? sizeof chat_fields / sizeof *chat_fields : sizeof completion_fields / sizeof *completion_fields;
-        const cJSON *f;
-        cJSON_ArrayForEach(f, o) {
-                size_t k = 0;
-                while (k < n && strcmp(f->string, known[k]) != 0)
-                        k++;
-                if (k == n && !cJSON_IsNull(f)) {
-                        dsv__gw_error_set(e, 400, "invalid_request_error", "unsupported_parameter", f->string,
-                                          "'%.64s' is not supported", f->string);
-                        return -EINVAL;
-                }
-        }
-        return 0;
+        return api == DSV_GW_API_CHAT
+                       ? dsv__gw_only_known(o, chat_fields, sizeof chat_fields / sizeof *chat_fields, NULL, e)
+                       : dsv__gw_only_known(o, completion_fields, sizeof completion_fields / sizeof *completion_fields,
+                                            NULL, e);
 }
 
 /* reasoning_format (llama-server's per-request name): "deepseek" splits a think block

@@ -38,14 +38,6 @@ static bool may_start(const char *s, size_t n, const char *marker) {
         return n < strlen(marker) && memcmp(s, marker, n) == 0;
 }
 
-static size_t partial_suffix(const char *s, size_t n, const char *marker) {
-        size_t m = strlen(marker);
-        for (size_t k = n < m - 1 ? n : m - 1; k > 0; k--)
-                if (memcmp(s + n - k, marker, k) == 0)
-                        return k;
-        return 0;
-}
-
 void dsv__gw_tools_init(struct dsv_gw_tools *p, enum dsv_gateway_tool_format format, bool parallel) {
         *p = (struct dsv_gw_tools){.format = format, .parallel = parallel};
 }
@@ -142,7 +134,7 @@ static int parse_deepseek(struct dsv_gw_tools *p) {
                 } else {
                         struct dsv_gw_tool_call *c = &p->calls[p->n_calls - 1];
                         const char *end = memmem(s, n, DS_ARGS_END, strlen(DS_ARGS_END));
-                        size_t take = end ? (size_t)(end - s) : n - partial_suffix(s, n, DS_ARGS_END);
+                        size_t take = end ? (size_t)(end - s) : n - dsv__gw_partial_suffix(s, n, DS_ARGS_END);
                         /* The newline before the closing fence is not part of the arguments. */
                         bool nl = take > 0 && s[take - 1] == '\n';
                         r = dsv__gw_text_add(&c->args, s, take - nl);
@@ -258,7 +250,7 @@ static int scan_content(struct dsv_gw_tools *p, struct dsv_gw_text *content, boo
                         }
                 }
                 for (int i = 0; i < 2 && markers[i] && cut == n && !at_end; i++) {
-                        size_t k = partial_suffix(s, n, markers[i]);
+                        size_t k = dsv__gw_partial_suffix(s, n, markers[i]);
                         keep = k > keep ? k : keep;
                 }
         }
