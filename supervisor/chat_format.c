@@ -27,13 +27,16 @@ static int decide(const char *template_src, const char *probe, const char *reaso
         bool thinks = f.think_opened || strstr(src, "<think>") || strstr(src, "</think>");
         if (!reasoning_opt[0] || strcmp(reasoning_opt, "auto") == 0) {
                 f.reasoning = thinks ? DSV_GATEWAY_REASONING_DEEPSEEK : DSV_GATEWAY_REASONING_NONE;
-        } else if (strcmp(reasoning_opt, "deepseek") == 0) {
-                f.reasoning = DSV_GATEWAY_REASONING_DEEPSEEK;
-        } else if (strcmp(reasoning_opt, "none") == 0) {
-                f.reasoning = DSV_GATEWAY_REASONING_NONE;
         } else {
-                snprintf(why, why_size, "reasoning-format: '%s' is not one of auto, deepseek, none", reasoning_opt);
-                return -EINVAL;
+                f.reasoning = DSV_GATEWAY_REASONING_FORMAT_COUNT;
+                for (int k = 0; k < DSV_GATEWAY_REASONING_FORMAT_COUNT; k++)
+                        if (strcmp(reasoning_opt, dsv_gateway_reasoning_format_to_string(k)) == 0)
+                                f.reasoning = k;
+                if (f.reasoning == DSV_GATEWAY_REASONING_FORMAT_COUNT) {
+                        snprintf(why, why_size, "reasoning-format: '%s' is not one of auto, deepseek, none",
+                                 reasoning_opt);
+                        return -EINVAL;
+                }
         }
         if (strstr(src, "tool▁calls▁begin") || strstr(src, "tool▁call▁begin"))
                 f.tools = DSV_GATEWAY_TOOLS_DEEPSEEK_V3;
@@ -68,7 +71,6 @@ int sup_chat_format_of(const struct dse_tokenizer *tok, const char *template_src
 }
 
 int sup_chat_format_detect(const struct sup_config *cfg, const struct sup_model *m, struct sup_chat_format *ret) {
-        static const char *const tool_names[] = {"none", "deepseek_v3", "hermes", "llama3_json"};
         struct dse_diag diag = {{0}};
         struct dse_model *model = NULL;
         struct dse_tokenizer *tok = NULL;
@@ -82,7 +84,8 @@ int sup_chat_format_detect(const struct sup_config *cfg, const struct sup_model 
         else
                 sup_log(6, "Chat output: reasoning %s%s, tool calls %s",
                         ret->reasoning ? "split into reasoning_content" : "left in content",
-                        ret->think_opened ? " (the prompt opens the think block)" : "", tool_names[ret->tools]);
+                        ret->think_opened ? " (the prompt opens the think block)" : "",
+                        dsv_gateway_tool_format_to_string(ret->tools));
         dse_tokenizer_free(tok);
         dse_model_free(model);
         return r;

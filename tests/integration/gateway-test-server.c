@@ -106,15 +106,17 @@ int main(int argc, char **argv) {
                 else if (!strcmp(k, "--protect-metrics"))
                         cfg.protect_metrics = atoi(v) != 0;
                 else if (!strcmp(k, "--reasoning-format"))
-                        cfg.reasoning_format = strcmp(v, "deepseek") == 0 ? DSV_GATEWAY_REASONING_DEEPSEEK
-                                                                          : DSV_GATEWAY_REASONING_NONE;
+                        for (int f = 0; f < DSV_GATEWAY_REASONING_FORMAT_COUNT; f++)
+                                cfg.reasoning_format = !strcmp(v, dsv_gateway_reasoning_format_to_string(f))
+                                                               ? (enum dsv_gateway_reasoning_format)f
+                                                               : cfg.reasoning_format;
                 else if (!strcmp(k, "--think-opened"))
                         cfg.think_opened = atoi(v) != 0;
                 else if (!strcmp(k, "--tool-format"))
-                        cfg.tool_format = !strcmp(v, "deepseek_v3") ? DSV_GATEWAY_TOOLS_DEEPSEEK_V3
-                                          : !strcmp(v, "hermes")    ? DSV_GATEWAY_TOOLS_HERMES
-                                          : !strcmp(v, "llama3_json") ? DSV_GATEWAY_TOOLS_LLAMA3_JSON
-                                                                      : DSV_GATEWAY_TOOLS_NONE;
+                        for (int f = 0; f < DSV_GATEWAY_TOOLS_FORMAT_COUNT; f++)
+                                cfg.tool_format = !strcmp(v, dsv_gateway_tool_format_to_string(f))
+                                                          ? (enum dsv_gateway_tool_format)f
+                                                          : cfg.tool_format;
                 else if (!strcmp(k, "--numa-node"))
                         numa_node = atoi(v);
                 else if (!strcmp(k, "--route")) {

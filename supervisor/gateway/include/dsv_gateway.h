@@ -84,6 +84,12 @@ enum dsv_gateway_reasoning_format {
         DSV_GATEWAY_REASONING_FORMAT_COUNT
 };
 
+/* "none", "deepseek_v3", "hermes", "llama3_json" (vLLM's --tool-call-parser names); NULL
+ * out of range. */
+const char *dsv_gateway_tool_format_to_string(enum dsv_gateway_tool_format f);
+/* "none", "deepseek" (llama-server's --reasoning-format names); NULL out of range. */
+const char *dsv_gateway_reasoning_format_to_string(enum dsv_gateway_reasoning_format f);
+
 struct dsv_gateway_config {
         const char *listen_host;           /* numeric IPv4/IPv6 address; default "127.0.0.1" */
         uint16_t port;                     /* 0: ephemeral (see dsv_gateway_port) */

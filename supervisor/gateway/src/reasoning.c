@@ -17,6 +17,12 @@ static bool is_space(char c) {
         return c == ' ' || c == '\n' || c == '\r' || c == '\t';
 }
 
+const char *dsv_gateway_reasoning_format_to_string(enum dsv_gateway_reasoning_format f) {
+        static const char *const names[] = {"none", "deepseek"};
+        _Static_assert(sizeof names / sizeof *names == DSV_GATEWAY_REASONING_FORMAT_COUNT, "a name per format");
+        return (unsigned)f < DSV_GATEWAY_REASONING_FORMAT_COUNT ? names[f] : NULL;
+}
+
 void dsv__gw_think_init(struct dsv_gw_think *t, bool opened) {
         *t = (struct dsv_gw_think){.state = opened ? DSV_GW_THINK_IN : DSV_GW_THINK_START};
 }

@@ -38,6 +38,12 @@ static bool may_start(const char *s, size_t n, const char *marker) {
         return n < strlen(marker) && memcmp(s, marker, n) == 0;
 }
 
+const char *dsv_gateway_tool_format_to_string(enum dsv_gateway_tool_format f) {
+        static const char *const names[] = {"none", "deepseek_v3", "hermes", "llama3_json"};
+        _Static_assert(sizeof names / sizeof *names == DSV_GATEWAY_TOOLS_FORMAT_COUNT, "a name per format");
+        return (unsigned)f < DSV_GATEWAY_TOOLS_FORMAT_COUNT ? names[f] : NULL;
+}
+
 void dsv__gw_tools_init(struct dsv_gw_tools *p, enum dsv_gateway_tool_format format, bool parallel) {
         *p = (struct dsv_gw_tools){.format = format, .parallel = parallel};
 }
