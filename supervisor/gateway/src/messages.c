@@ -44,8 +44,8 @@ int dsv__gw_only_known(const cJSON *o, const char *const *known, size_t n_known,
                 while (k < n_known && strcmp(f->string, known[k]) != 0)
                         k++;
                 if (k == n_known && !cJSON_IsNull(f)) {
-                        char param[96];
-                        snprintf(param, sizeof param, "%s%s%.64s", where ? where : "", where ? "." : "", f->string);
+                        char param[192];
+                        snprintf(param, sizeof param, "%.100s%s%.64s", where ? where : "", where ? "." : "", f->string);
                         return fail(e, "unsupported_parameter", param, "'%s' is not supported", param);
                 }
         }
@@ -58,7 +58,7 @@ int dsv__gw_only_known(const cJSON *o, const char *const *known, size_t n_known,
  * assistant turn only). *ret is a cJSON string or null. */
 static int message_content(const cJSON *content, bool may_be_null, const char *where, cJSON **ret, size_t *bytes,
                            struct dsv_gw_error *e) {
-        char param[96];
+        char param[192];
         snprintf(param, sizeof param, "%s.content", where);
         if (!content || cJSON_IsNull(content)) {
                 if (!may_be_null)
@@ -102,7 +102,7 @@ static int message_content(const cJSON *content, bool may_be_null, const char *w
 /* An assistant's tool_calls, checked and shaped for the template into out. */
 static int message_tool_calls(const cJSON *calls, bool args_as_object, const char *where, cJSON *out, size_t *bytes,
                               struct dsv_gw_error *e) {
-        char param[96];
+        char param[192];
         snprintf(param, sizeof param, "%s.tool_calls", where);
         if (!cJSON_IsArray(calls))
                 return fail(e, "invalid_value", param, "'tool_calls' must be an array");
@@ -157,7 +157,7 @@ static int message_tool_calls(const cJSON *calls, bool args_as_object, const cha
 /* A tool message must answer a call of the last assistant turn with calls, with only
  * tool messages between them. */
 static int check_tool_answer(const cJSON *m, const cJSON *calls_turn, const char *where, struct dsv_gw_error *e) {
-        char param[96];
+        char param[192];
         snprintf(param, sizeof param, "%s.tool_call_id", where);
         const cJSON *id = cJSON_GetObjectItemCaseSensitive(m, "tool_call_id");
         if (!cJSON_IsString(id))
@@ -321,7 +321,7 @@ static int check_tools(const cJSON *tools, struct dsv_gw_error *e) {
         int i = 0;
         const cJSON *t;
         cJSON_ArrayForEach(t, tools) {
-                char param[96];
+                char param[192];
                 snprintf(param, sizeof param, "tools[%d]", i++);
                 static const char *const known_tool[] = {"type", "function"};
                 static const char *const known_fn[] = {"name", "description", "parameters", "strict"};
