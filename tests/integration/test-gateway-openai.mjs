@@ -3,6 +3,7 @@
 // test-gateway-openai.sh; argv[2] is the client's module path. Ends with "N passed, N failed".
 const { default: OpenAI } = await import(process.argv[2]);
 const { test, expect, makeExpectError, finish } = await import('./client-harness.mjs');
+const { readFileSync } = await import('node:fs');
 
 const base = process.env.GW_URL + '/v1';
 const client = new OpenAI({ baseURL: base, apiKey: process.env.GW_KEY, maxRetries: 0, timeout: 15000 });
@@ -90,6 +91,45 @@ await test('stream-fails-midway', async () => {
     return;
   }
   throw new Error(`the stream ended without an error after '${text}'`);
+});
+
+// Requests each fake worker has received so far.
+const requestsPerWorker = () => process.env.GW_WORKER_LOGS.split(':').map(
+  (f) => readFileSync(f, 'utf8').split('\n').filter((l) => l.startsWith('request ')).length);
+
+await test('chat-n-choices-on-one-instance', async () => {
+  const before = requestsPerWorker();
+  const r = await client.chat.completions.create({
+    model: 'dsv-test', messages: [{ role: 'user', content: 'one two three' }], n: 3, seed: 5, max_tokens: 10,
+  });
+  expect(r.choices.length === 3, `3 choices, got ${r.choices.length}`);
+  r.choices.forEach((c, i) => {
+    expect(c.index === i, `index ${i}, got ${c.index}`);
+    expect(c.message.content === 'one two three' && c.finish_reason === 'stop', `choice ${i}: ${JSON.stringify(c)}`);
+  });
+  expect(r.usage.prompt_tokens === 3 && r.usage.completion_tokens === 9 && r.usage.total_tokens === 12,
+    `usage over the choices, prompt once: ${JSON.stringify(r.usage)}`);
+  const added = requestsPerWorker().map((n, i) => n - before[i]).sort();
+  expect(JSON.stringify(added) === '[0,3]', `all 3 choices on one instance (its prefix cache), got ${added}`);
+});
+
+await test('chat-n-choices-streamed', async () => {
+  const stream = await client.chat.completions.create({
+    model: 'dsv-test', messages: [{ role: 'user', content: 'alpha beta' }], n: 2, stream: true,
+    stream_options: { include_usage: true },
+  });
+  const text = ['', ''], finish = [null, null];
+  let usage = null;
+  for await (const chunk of stream) {
+    if (chunk.usage) usage = chunk.usage;
+    for (const c of chunk.choices) {
+      text[c.index] += c.delta.content || '';
+      if (c.finish_reason) finish[c.index] = c.finish_reason;
+    }
+  }
+  expect(text[0] === 'alpha beta' && text[1] === 'alpha beta', `both choices' text, got ${JSON.stringify(text)}`);
+  expect(finish[0] === 'stop' && finish[1] === 'stop', `a finish per choice, got ${finish}`);
+  expect(usage && usage.completion_tokens === 4 && usage.prompt_tokens === 2, `usage ${JSON.stringify(usage)}`);
 });
 
 finish();

@@ -40,5 +40,6 @@ worker a --delay-ms 2; worker b --delay-ms 2; worker die2 --delay-ms 20 --die-af
 server main --instance a="ipc://$T/a.sock" --instance b="ipc://$T/b.sock"
 server ms --instance die2="ipc://$T/die2.sock"
 GW_URL="http://127.0.0.1:$(cat "$T/main.port")" GW_DYING_URL="http://127.0.0.1:$(cat "$T/ms.port")" \
+  GW_WORKER_LOGS="$T/a.log:$T/b.log" \
   GW_KEY=sk-openai-test NODE_PATH="$CLIENT/node_modules" \
   timeout 120 node "$SRC/test-gateway-openai.mjs" "$CLIENT/node_modules/openai/index.mjs"

@@ -167,6 +167,27 @@ await test('openai-deepseek-parallel-calls', async () => {
   eq(one.choices[0].message.tool_calls.length, 1, 'parallel_tool_calls false: one call');
 });
 
+await test('openai-deepseek-n-choices-with-calls', async () => {
+  const r = await ds.chat.completions.create({ model: 'dsv-test', messages: ASK, tools: [WEATHER], n: 2 });
+  eq(r.choices.map((c) => [c.index, c.finish_reason, c.message.tool_calls[0].function.name]),
+    [[0, 'tool_calls', 'get_weather'], [1, 'tool_calls', 'get_weather']], 'two choices, each a call');
+  expect(r.choices[0].message.tool_calls[0].id !== r.choices[1].message.tool_calls[0].id, 'call ids differ across choices');
+  const s = await r1.chat.completions.create({ model: 'dsv-test', messages: [{ role: 'user', content: 'What is 2+2?' }],
+    n: 2, stream: true, stream_options: { include_usage: true } });
+  const reasoning = ['', ''], content = ['', ''];
+  let usage;
+  for await (const chunk of s) {
+    if (chunk.usage) usage = chunk.usage;
+    for (const c of chunk.choices) {
+      reasoning[c.index] += c.delta.reasoning_content || '';
+      content[c.index] += c.delta.content || '';
+    }
+  }
+  eq(content, ['The answer is 4.', 'The answer is 4.'], 'content per choice');
+  eq(reasoning[1], 'The user asks for 2+2.\nTwo and two make 4.\n', 'reasoning of the second choice');
+  expect(usage.completion_tokens_details.reasoning_tokens > 0, 'reasoning tokens over the choices');
+});
+
 await test('openai-deepseek-stream-cut-mid-call', async () => {
   const whole = await ds.chat.completions.create({ model: 'dsv-test', messages: ASK, tools: [WEATHER] });
   const n = whole.usage.completion_tokens;

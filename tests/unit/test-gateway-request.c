@@ -284,6 +284,23 @@ TEST(tools_and_calls_reach_the_worker) {
         dsv__gw_request_done(&r);
 }
 
+TEST(chat_n_choices) {
+        struct dsv_gw_request r;
+        char p[64] = "";
+        ASSERT_EQ(parse_with(&lim_ds, "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"n\":3}",
+                             &r, p), 0);
+        ASSERT_EQ(r.n, 3);
+        dsv__gw_request_done(&r);
+        ASSERT_EQ(parse_with(&lim_ds, "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", &r, p), 0);
+        ASSERT_EQ(r.n, 1);
+        dsv__gw_request_done(&r);
+        ASSERT_EQ(refused_with(&lim_ds, "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"n\":17}", p),
+                  400);
+        ASSERT_STREQ(p, "n");
+        ASSERT_EQ(refused_with(&lim_ds, "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"n\":0}", p),
+                  400);
+}
+
 TEST(bad_tools_are_named) {
         char p[64];
         const char *msgs = "\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]";

@@ -122,7 +122,7 @@ void dsv__gw_event_free(struct gw_event *ev) {
 }
 
 int dsv__gw_call_init(struct gw_call *c, struct gw_calls *cs, int fd) {
-        *c = (struct gw_call){.calls = cs, .fd = fd, .slot = -1};
+        *c = (struct gw_call){.calls = cs, .fd = fd, .slot = -1, .prefer_slot = -1};
         c->t_arrival_ns = dsv__gw_now_ns();
         c->deadline_ns = c->t_arrival_ns + (int64_t)cs->cfg->request_timeout_ms * 1000000;
         pthread_condattr_t ca;
@@ -307,6 +307,9 @@ int dsv__gw_call_start(struct gw_call *c, int exclude_slot, struct dsv_gw_error 
                 return -EAGAIN;
         }
         int pick = dsv_policy_route_pick(&cs->router, loads, n, key, key_len);
+        for (size_t i = 0; i < n && c->prefer_slot >= 0; i++)
+                if (map[i] == c->prefer_slot && loads[i].ready)
+                        pick = (int)i;
         double rps = recent_rps_locked(cs, now / 1000000000);
         struct dsv_policy_admission adm;
         int r = dsv_policy_admit(&cs->cfg->admit, loads, n, pick, rps, &adm);

@@ -38,6 +38,7 @@ struct gw_call {
         struct gw_link *link;      /* non-NULL while in flight */
         struct gw_call *link_prev, *link_next;
         int slot;                  /* instance of the current attempt; -1 none */
+        int prefer_slot;           /* route here when it is up (a choice after the first); -1 none */
         uint64_t inst_gen;
         uint32_t est_prompt_tokens;
         /* call->lock */

@@ -157,8 +157,13 @@ int dsv__gw_answer_chat(struct dsv_gw_answer *a, struct dsv_gw_chat_out **ret) {
                 char prefix[64];
                 if (!(a->chat = malloc(sizeof *a->chat)))
                         return -ENOMEM;
-                /* Call ids: the answer's id made a call's ("chatcmpl-…" -> "call-…"). */
-                snprintf(prefix, sizeof prefix, "call%s", strchr(a->id, '-') ? strchr(a->id, '-') : "");
+                /* Call ids: the answer's id made a call's ("chatcmpl-…" -> "call-…"), and the
+                 * choice's index after the first ("call-…-1"), so ids differ across choices. */
+                const char *tail = strchr(a->id, '-') ? strchr(a->id, '-') : "";
+                if (a->choice > 0)
+                        snprintf(prefix, sizeof prefix, "call%s-%d", tail, (int)a->choice);
+                else
+                        snprintf(prefix, sizeof prefix, "call%s", tail);
                 dsv__gw_chat_out_init(a->chat, q->split_think, q->think_opened, q->tool_parse, q->parallel_tool_calls,
                                       prefix);
         }

@@ -138,6 +138,27 @@ static enum step gen_step(struct gen *g, struct dsv_gw_error *err, enum gw_abort
         }
 }
 
+/* After a choice's final: the next of n choices, if any, starts — the same request again
+ * on the instance that made this one (its prefix cache holds the prompt's KV blocks), the
+ * seed, when given, one further. 1 when it went out, 0 when that was the last choice,
+ * else -errno with err filled. */
+static int more_choices(struct gen *g, struct dsv_gw_error *err) {
+        struct dsv_gw_answer *a = &g->answer;
+        struct dsv_ipc_sampling *s = &g->call.req.ipc.u.request.sampling;
+        if (a->choice + 1 >= g->call.req.n)
+                return 0;
+        if ((g->call.req.stream && dsv__gw_sse_choice_end(a) < 0) || dsv__gw_answer_next_choice(a) < 0) {
+                dsv__gw_error_set(err, 500, "server_error", NULL, NULL, "out of memory");
+                return -ENOMEM;
+        }
+        if (s->has_seed)
+                s->seed = s->seed < DSV_IPC_MAX_ID ? s->seed + 1 : 0;
+        g->call.prefer_slot = g->call.slot;
+        g->call.attempts = 0;
+        int r = dsv__gw_call_start(&g->call, -1, err);
+        return r < 0 ? r : 1;
+}
+
 static void gen_free(struct gen *g) {
         if (!g)
                 return;
@@ -180,7 +201,13 @@ static ssize_t sse_read(void *cls, uint64_t pos, char *buf, size_t max) {
                 enum step st = gen_step(g, &err, &why);
                 int r = 0;
                 if (st == STEP_FINAL) {
-                        r = dsv__gw_sse_finish(&g->answer);
+                        int more = more_choices(g, &err);
+                        if (more < 0) {
+                                dsv__gw_metrics_abort(metrics, why);
+                                r = dsv__gw_sse_abort(&g->answer, &err);
+                        } else if (more == 0) {
+                                r = dsv__gw_sse_finish(&g->answer);
+                        }
                 } else if (st == STEP_FAIL) {
                         dsv__gw_metrics_abort(metrics, why);
                         r = dsv__gw_sse_abort(&g->answer, &err);
@@ -235,9 +262,14 @@ enum MHD_Result dsv__gw_completion(struct gw_calls *cs, struct MHD_Connection *c
         }
         dsv__gw_answer_set_id(&g->answer, g->call.id);
         enum step st;
-        do
-                st = gen_step(g, &err, &why);
-        while (st == STEP_TOKEN && !g->call.req.stream);
+        int more = 0;
+        do {
+                do
+                        st = gen_step(g, &err, &why);
+                while (st == STEP_TOKEN && !g->call.req.stream);
+                if (st == STEP_FINAL && (more = more_choices(g, &err)) < 0)
+                        st = STEP_FAIL;
+        } while (more > 0 && !g->call.req.stream);
         if (st == STEP_GONE) {
                 dsv__gw_metrics_status(metrics, 499); /* nginx's "client closed request" */
                 gen_free(g);
@@ -253,7 +285,7 @@ enum MHD_Result dsv__gw_completion(struct gw_calls *cs, struct MHD_Connection *c
                 gen_free(g);
                 return r;
         }
-        if (st == STEP_FINAL && dsv__gw_sse_finish(&g->answer) < 0) {
+        if (st == STEP_FINAL && more == 0 && dsv__gw_sse_finish(&g->answer) < 0) {
                 gen_free(g);
                 return MHD_NO;
         }

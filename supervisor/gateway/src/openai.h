@@ -58,6 +58,7 @@ struct dsv_gw_request {
         enum dsv_gateway_tool_format tool_parse; /* chat: how calls are read from the output
                                                   * (none: tools not in use) */
         bool parallel_tool_calls;
+        int32_t n;              /* chat: choices, made one after another on one instance */
         struct dsv_ipc_msg ipc; /* type DSV_IPC_REQUEST, id 0: owns prompt/messages/stop */
 };
 
@@ -97,7 +98,9 @@ struct dsv_gw_answer {
         char finish[16];
         int32_t prompt_tokens, completion_tokens;
         struct dsv_gw_chat_out *chat; /* chat with reasoning or tools: the output pipeline */
-        int32_t reasoning_tokens;
+        int32_t choice;         /* index of the choice being made (n > 1) */
+        struct cJSON *choices_done; /* whole answer: the choices made before it */
+        int32_t completion_tokens_done, reasoning_tokens_done; /* of those choices */
         char *out;              /* stream: bytes not yet read */
         size_t out_len, out_cap, out_pos;
 };
@@ -111,6 +114,10 @@ void dsv__gw_answer_reset(struct dsv_gw_answer *a);
 void dsv__gw_answer_done(struct dsv_gw_answer *a);
 /* Whole answer: adds one token's text (and logprobs when asked for). */
 int dsv__gw_answer_token(struct dsv_gw_answer *a, const struct dsv_ipc_token *t);
+/* One choice is made and another follows: a whole answer keeps the finished choice, a
+ * stream (whose choice end went out with dsv__gw_sse_choice_end) starts the next one
+ * with its own role delta. 0 or -ENOMEM. */
+int dsv__gw_answer_next_choice(struct dsv_gw_answer *a);
 /* Whole answer: the chat.completion / text_completion object with usage (owned by the
  * caller, cJSON_Delete), NULL without memory. */
 struct cJSON *dsv__gw_answer_object(struct dsv_gw_answer *a);
@@ -134,7 +141,9 @@ struct cJSON *dsv__gw_usage_object(const struct dsv_gw_answer *a);
 
 /* Streams one token (a chat stream opens with the assistant-role delta). */
 int dsv__gw_sse_token(struct dsv_gw_answer *a, const struct dsv_ipc_token *t);
-/* The streamed tail: the finish chunk, the usage chunk when asked for, [DONE]. */
+/* The end of the current choice: what its output pipeline still held, its finish chunk. */
+int dsv__gw_sse_choice_end(struct dsv_gw_answer *a);
+/* The streamed tail: the last choice's end, the usage chunk when asked for, [DONE]. */
 int dsv__gw_sse_finish(struct dsv_gw_answer *a);
 /* A stream that cannot finish: an error event, then [DONE]. */
 int dsv__gw_sse_abort(struct dsv_gw_answer *a, const struct dsv_gw_error *e);

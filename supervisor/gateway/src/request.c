@@ -16,6 +16,7 @@
 
 #define MAX_STOP 16      /* PROTOCOL.md: up to 16 stop strings */
 #define MAX_TOP_LOGPROBS 20
+#define MAX_CHOICES 16   /* n of a chat request */
 #define MAX_PROMPT_TOKENS (1u << 20)
 #define MAX_NAME_BYTES 256 /* model, user, a message's name */
 #define MAX_STOP_BYTES 1024 /* one stop string */
@@ -283,7 +284,7 @@ static int refuse_unsupported(const cJSON *o, enum dsv_gw_api api, struct dsv_gw
         int64_t v;
         bool present, b = false;
         int r;
-        if ((r = get_int(o, "n", 1, 1, &v, &present, e)) < 0)
+        if (api == DSV_GW_API_COMPLETIONS && (r = get_int(o, "n", 1, 1, &v, &present, e)) < 0)
                 return field(o, "n") && cJSON_IsNumber(field(o, "n")) ? unsupported(e, "n", "n other than 1") : r;
         if (api == DSV_GW_API_COMPLETIONS) {
                 if ((r = get_int(o, "best_of", 1, 1, &v, &present, e)) < 0)
@@ -331,6 +332,16 @@ static int refuse_unknown(const cJSON *o, enum dsv_gw_api api, struct dsv_gw_err
                        ? dsv__gw_only_known(o, chat_fields, sizeof chat_fields / sizeof *chat_fields, NULL, e)
                        : dsv__gw_only_known(o, completion_fields, sizeof completion_fields / sizeof *completion_fields,
                                             NULL, e);
+}
+
+/* n: a chat's choices, each the same request again on the instance whose prefix cache
+ * holds the prompt's KV blocks. */
+static int parse_choices(const cJSON *o, struct dsv_gw_request *req, struct dsv_gw_error *e) {
+        int64_t v = 1;
+        bool present;
+        int r = get_int(o, "n", 1, MAX_CHOICES, &v, &present, e);
+        req->n = (int32_t)v;
+        return r;
 }
 
 /* reasoning_format (llama-server's per-request name): "deepseek" splits a think block
@@ -411,7 +422,8 @@ static int parse_object(const cJSON *o, enum dsv_gw_api api, const struct dsv_gw
         if ((r = api == DSV_GW_API_CHAT ? dsv__gw_messages_parse(o, lim, q, e) : parse_prompt(o, lim, q, e)) < 0)
                 return r;
         if (api == DSV_GW_API_CHAT &&
-            ((r = dsv__gw_tools_parse(o, lim, req, e)) < 0 || (r = parse_reasoning(o, lim, req, e)) < 0))
+            ((r = dsv__gw_tools_parse(o, lim, req, e)) < 0 || (r = parse_reasoning(o, lim, req, e)) < 0 ||
+             (r = parse_choices(o, req, e)) < 0))
                 return r;
         if ((r = parse_sampling(o, &q->sampling, e)) < 0 || (r = parse_max_tokens(o, lim, q, e)) < 0 ||
             (r = parse_stop(o, lim, q, e)) < 0 || (r = parse_logprobs(o, api, req, e)) < 0 || (r = parse_stream(o, req, e)) < 0)
@@ -431,7 +443,7 @@ int dsv__gw_request_parse(const char *body, size_t len, enum dsv_gw_api api, con
         cJSON *o = cJSON_ParseWithLength(body ? body : "", len);
         if (!o)
                 return invalid(err, NULL, "the request body is not valid JSON");
-        struct dsv_gw_request req = {.api = api};
+        struct dsv_gw_request req = {.api = api, .n = 1};
         req.ipc.type = DSV_IPC_REQUEST;
         dsv_ipc_sampling_init(&req.ipc.u.request.sampling);
         int r = parse_object(o, api, lim, &req, err);

@@ -3,6 +3,7 @@
  * streamed chunk shares with a whole answer (the base object, logprob entries, usage)
  * live here too; sse.c frames them as events. */
 #include <cjson/cJSON.h>
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -30,6 +31,7 @@ void dsv__gw_answer_reset(struct dsv_gw_answer *a) {
 
 void dsv__gw_answer_done(struct dsv_gw_answer *a) {
         dsv__gw_answer_chat_free(a);
+        cJSON_Delete(a->choices_done);
         cJSON_Delete(a->logprobs);
         free(a->text);
         free(a->out);
@@ -92,11 +94,12 @@ cJSON *dsv__gw_completion_logprobs_new(void) {
 cJSON *dsv__gw_usage_object(const struct dsv_gw_answer *a) {
         cJSON *u = cJSON_CreateObject();
         cJSON_AddNumberToObject(u, "prompt_tokens", a->prompt_tokens);
-        cJSON_AddNumberToObject(u, "completion_tokens", a->completion_tokens);
-        cJSON_AddNumberToObject(u, "total_tokens", (double)a->prompt_tokens + a->completion_tokens);
-        if (a->chat && a->chat->split_think)
+        int32_t completion = a->completion_tokens_done + a->completion_tokens;
+        cJSON_AddNumberToObject(u, "completion_tokens", completion);
+        cJSON_AddNumberToObject(u, "total_tokens", (double)a->prompt_tokens + completion);
+        if (a->req->split_think)
                 cJSON_AddNumberToObject(cJSON_AddObjectToObject(u, "completion_tokens_details"), "reasoning_tokens",
-                                        a->chat->think.reasoning_tokens);
+                                        a->reasoning_tokens_done + (a->chat ? a->chat->think.reasoning_tokens : 0));
         return u;
 }
 
@@ -133,19 +136,18 @@ int dsv__gw_answer_token(struct dsv_gw_answer *a, const struct dsv_ipc_token *t)
         return dsv__gw_buf_append(&a->text, &a->text_len, &a->text_cap, text, strlen(text));
 }
 
-cJSON *dsv__gw_answer_object(struct dsv_gw_answer *a) {
+/* The current choice of a whole answer. */
+static cJSON *choice_object(struct dsv_gw_answer *a) {
         const struct dsv_gw_request *q = a->req;
-        cJSON *o = dsv__gw_answer_base(a);
         cJSON *c = cJSON_CreateObject();
-        cJSON_AddItemToArray(cJSON_AddArrayToObject(o, "choices"), c);
-        cJSON_AddNumberToObject(c, "index", 0);
+        cJSON_AddNumberToObject(c, "index", a->choice);
         if (q->api == DSV_GW_API_CHAT) {
                 cJSON *m = cJSON_AddObjectToObject(c, "message");
                 cJSON_AddStringToObject(m, "role", "assistant");
                 struct dsv_gw_chat_out *chat = NULL;
                 if (dsv__gw_answer_chat(a, &chat) < 0 || (chat && (dsv__gw_chat_out_finish(chat) < 0 ||
                                                                     dsv__gw_chat_out_message(chat, m) < 0))) {
-                        cJSON_Delete(o);
+                        cJSON_Delete(c);
                         return NULL;
                 }
                 if (chat)
@@ -162,6 +164,44 @@ cJSON *dsv__gw_answer_object(struct dsv_gw_answer *a) {
                 cJSON_AddNullToObject(c, "logprobs");
         }
         cJSON_AddStringToObject(c, "finish_reason", a->finish);
+        return c;
+}
+
+int dsv__gw_answer_next_choice(struct dsv_gw_answer *a) {
+        if (!a->req->stream) {
+                cJSON *c = choice_object(a);
+                if (!c || (!a->choices_done && !(a->choices_done = cJSON_CreateArray()))) {
+                        cJSON_Delete(c);
+                        return -ENOMEM;
+                }
+                cJSON_AddItemToArray(a->choices_done, c);
+        }
+        a->completion_tokens_done += a->completion_tokens;
+        a->reasoning_tokens_done += a->chat ? a->chat->think.reasoning_tokens : 0;
+        a->completion_tokens = 0;
+        a->choice++;
+        a->text_len = 0;
+        a->role_sent = false;
+        a->finish[0] = 0;
+        cJSON_Delete(a->logprobs);
+        a->logprobs = NULL;
+        dsv__gw_answer_chat_free(a);
+        return 0;
+}
+
+cJSON *dsv__gw_answer_object(struct dsv_gw_answer *a) {
+        cJSON *o = dsv__gw_answer_base(a);
+        cJSON *c = o ? choice_object(a) : NULL;
+        cJSON *choices = a->choices_done ? a->choices_done : cJSON_CreateArray();
+        a->choices_done = NULL;
+        if (!c || !choices) {
+                cJSON_Delete(o);
+                cJSON_Delete(c);
+                cJSON_Delete(choices);
+                return NULL;
+        }
+        cJSON_AddItemToArray(choices, c);
+        cJSON_AddItemToObject(o, "choices", choices);
         cJSON_AddItemToObject(o, "usage", dsv__gw_usage_object(a));
         return o;
 }

@@ -39,7 +39,7 @@ static int out_choice(struct dsv_gw_answer *a, const char *role, const char *tex
         cJSON *choices = cJSON_AddArrayToObject(o, "choices");
         cJSON *c = cJSON_CreateObject();
         cJSON_AddItemToArray(choices, c);
-        cJSON_AddNumberToObject(c, "index", 0);
+        cJSON_AddNumberToObject(c, "index", a->choice);
         if (delta) {
                 cJSON_AddItemToObject(c, "delta", delta);
         } else if (a->req->api == DSV_GW_API_CHAT) {
@@ -119,7 +119,7 @@ int dsv__gw_sse_token(struct dsv_gw_answer *a, const struct dsv_ipc_token *t) {
         return out_choice(a, NULL, text, NULL, NULL, lp);
 }
 
-int dsv__gw_sse_finish(struct dsv_gw_answer *a) {
+int dsv__gw_sse_choice_end(struct dsv_gw_answer *a) {
         struct dsv_gw_chat_out *chat = NULL;
         int r = open_chat(a);
         if (r == 0)
@@ -132,6 +132,11 @@ int dsv__gw_sse_finish(struct dsv_gw_answer *a) {
         }
         if (r == 0)
                 r = out_choice(a, NULL, NULL, NULL, a->finish, NULL);
+        return r;
+}
+
+int dsv__gw_sse_finish(struct dsv_gw_answer *a) {
+        int r = dsv__gw_sse_choice_end(a);
         if (r == 0 && a->req->include_usage) {
                 cJSON *o = dsv__gw_answer_base(a);
                 cJSON_AddArrayToObject(o, "choices");
