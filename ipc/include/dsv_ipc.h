@@ -35,8 +35,9 @@ extern "C" {
 
 #define DSV_IPC_PROTOCOL_VERSION 1
 /* Compatible additions within the major version; each message says "minor" (absent: 0).
- * 1: the "events" batch message (PROTOCOL.md), sent only to peers that said minor >= 1. */
-#define DSV_IPC_PROTOCOL_MINOR 1
+ * 1: the "events" batch message (PROTOCOL.md), sent only to peers that said minor >= 1.
+ * 2: a request's "constraint" and "logit_bias"; "bytes" of top_logprobs alternatives. */
+#define DSV_IPC_PROTOCOL_MINOR 2
 /* Largest message accepted (a 128k-token prompt as JSON ids is ~1 MiB). */
 #define DSV_IPC_MAX_MSG_BYTES (16u << 20)
 /* Largest request id, seed and deadline value (JSON numbers with 15 exact digits). */
@@ -91,6 +92,22 @@ struct dsv_ipc_sampling {
         int32_t has_seed;         /* 0: the worker picks a seed */
 };
 
+/* What a request's output must match (structured output). */
+enum dsv_ipc_constraint {
+        DSV_IPC_CONSTRAINT_NONE,
+        DSV_IPC_CONSTRAINT_JSON_SCHEMA, /* constraint_text: a JSON Schema */
+        DSV_IPC_CONSTRAINT_JSON_OBJECT, /* any JSON object; constraint_text unused */
+        DSV_IPC_CONSTRAINT_COUNT
+};
+
+const char *dsv_ipc_constraint_to_string(enum dsv_ipc_constraint kind);
+
+/* Added to one token's logit before sampling; -100 bans the token. */
+struct dsv_ipc_logit_bias {
+        int32_t token;
+        float bias; /* -100 .. 100 */
+};
+
 struct dsv_ipc_request {
         uint64_t id;
         enum dsv_ipc_input input;
@@ -104,11 +121,21 @@ struct dsv_ipc_request {
         size_t n_stop;
         int32_t logprobs;     /* top-n logprobs per token, 0: none */
         int64_t deadline_unix_ms; /* 0: none (CLOCK_REALTIME milliseconds) */
+        enum dsv_ipc_constraint constraint;
+        char *constraint_text; /* NULL for NONE and JSON_OBJECT */
+        struct dsv_ipc_logit_bias *logit_bias;
+        size_t n_logit_bias;
 };
 
 struct dsv_ipc_logprob {
         int32_t token;
         float logprob;
+};
+
+/* A token's bytes in the output (possibly part of a character). */
+struct dsv_ipc_bytes {
+        uint8_t *bytes;
+        size_t n;
 };
 
 struct dsv_ipc_token {
@@ -118,6 +145,7 @@ struct dsv_ipc_token {
         float logprob;               /* of the chosen token; meaningful when n_top > 0 */
         struct dsv_ipc_logprob *top; /* top-n alternatives */
         size_t n_top;
+        struct dsv_ipc_bytes *top_bytes; /* (n_top) their bytes; NULL: not known (no tokenizer) */
 };
 
 struct dsv_ipc_final {
