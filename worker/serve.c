@@ -511,6 +511,7 @@ int worker_serve(const struct worker_config *cfg) {
                 wlog(3, "Failed to create the scheduler: %s", strerror(-r));
                 goto out;
         }
+        sched_set_pool(sv.sched, e.pool);
         publish_stats(&sv);
         atomic_store(&sv.state, ST_READY);
         /* Said unasked (seq 0) so the supervisor routes to us now rather than at its
