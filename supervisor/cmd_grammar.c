@@ -1,15 +1,18 @@
-/* dsvisor grammar: compile a JSON Schema into a grammar and check JSON values against
- * its token masks, the way a constrained sampler would see them.
+/* dsvisor grammar: compile a JSON Schema, a regex or GBNF text into a grammar and check
+ * outputs against its token masks, the way a constrained sampler would see them.
  *
- *   dsvisor grammar --schema FILE (--tokenizer FILE | --model M) [--check] [--json]
+ *   dsvisor grammar (--schema FILE | --regex RE | --gbnf FILE) (--tokenizer FILE | --model M)
+ *                   [--check] [--json]
  *
- * Without --check it compiles the schema and says so. With --check it reads one JSON
- * value per stdin line, serialises it compactly (cJSON_PrintUnformatted: the canonical
- * form the grammar describes), tokenizes that with the tokenizer and walks the tokens
- * through the masks: each token must be allowed by the mask computed after the tokens
- * before it, and EOS must be allowed at the end. It prints {"accept": true|false} per
- * line ("tokens" and "rejected_at" too with --json). A schema that does not compile
- * prints {"error": "..."} and exits 2. */
+ * Without --check it compiles the grammar and says so. With --check it reads one output
+ * per stdin line: for a schema a JSON value, serialised compactly
+ * (cJSON_PrintUnformatted: the canonical form the grammar describes); for a regex or
+ * GBNF a JSON string whose content is the output text (so a line can hold any text).
+ * It tokenizes that with the tokenizer and walks the tokens through the masks: each
+ * token must be allowed by the mask computed after the tokens before it, and EOS must
+ * be allowed at the end. It prints {"accept": true|false} per line ("tokens" and
+ * "rejected_at" too with --json). A grammar that does not compile prints
+ * {"error": "..."} and exits 2. */
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <getopt.h>
@@ -23,9 +26,13 @@
 
 static void grammar_usage(FILE *out) {
         fprintf(out,
-                "usage: dsvisor grammar --schema FILE (--tokenizer FILE | --model M) [--check] [--json]\n"
-                "  --schema FILE  a JSON Schema (draft 4 to 2020-12)\n"
-                "  --check        judge one JSON value per stdin line: {\"accept\": true|false}\n"
+                "usage: dsvisor grammar (--schema FILE | --regex RE | --gbnf FILE) (--tokenizer FILE | --model M)\n"
+                "                       [--check] [--json]\n"
+                "  --schema FILE  a JSON Schema (draft 4 to 2020-12): the output is compact JSON\n"
+                "  --regex RE     an ECMA-262 regex the whole output text must match\n"
+                "  --gbnf FILE    a GBNF grammar (llama.cpp's format) whose rule root the output matches\n"
+                "  --check        judge one output per stdin line: {\"accept\": true|false}; a JSON value\n"
+                "                 for --schema, a JSON string holding the text for --regex and --gbnf\n"
                 "  --json         machine-readable output (with --check: tokens, rejected_at)\n");
 }
 
@@ -39,7 +46,7 @@ static void print_error(const char *msg) {
         cJSON_Delete(o);
 }
 
-static int read_schema(const char *path, char **ret_text, size_t *ret_len) {
+static int read_file(const char *path, char **ret_text, size_t *ret_len) {
         FILE *f = fopen(path, "re");
         if (!f)
                 return -errno;
@@ -157,8 +164,21 @@ static int tokenize_output(const struct dse_tokenizer *tok, const struct dse_gra
         return -EILSEQ;
 }
 
+/* The output a --check line stands for: the compact serialization of a JSON value, or
+ * with text_lines the content of a JSON string. NULL when the line is neither. */
+static char *line_output(const char *line, size_t n, int text_lines) {
+        cJSON *value = cJSON_ParseWithLength(line, n);
+        char *text = NULL;
+        if (value && !text_lines)
+                text = cJSON_PrintUnformatted(value);
+        else if (cJSON_IsString(value))
+                text = strdup(value->valuestring);
+        cJSON_Delete(value);
+        return text;
+}
+
 static int check_lines(const struct dse_grammar *g, const struct dse_tokenizer *tok, const struct dse_grammar_vocab *v,
-                       int json) {
+                       int text_lines, int json) {
         uint64_t *mask = calloc(dse_grammar_vocab_mask_words(v), sizeof *mask);
         char *line = NULL;
         size_t line_cap = 0, ids_cap = 0;
@@ -172,12 +192,10 @@ static int check_lines(const struct dse_grammar *g, const struct dse_tokenizer *
                         line[--n] = '\0';
                 if (n == 0)
                         continue;
-                cJSON *value = cJSON_ParseWithLength(line, (size_t)n);
-                char *text = value ? cJSON_PrintUnformatted(value) : NULL;
-                cJSON_Delete(value);
+                char *text = line_output(line, (size_t)n, text_lines);
                 if (!text) {
                         char msg[64];
-                        snprintf(msg, sizeof msg, "line %ld: not a JSON value", line_no);
+                        snprintf(msg, sizeof msg, "line %ld: not a JSON %s", line_no, text_lines ? "string" : "value");
                         print_error(msg);
                         status = 1;
                         break;
@@ -214,16 +232,19 @@ static int check_lines(const struct dse_grammar *g, const struct dse_tokenizer *
 int dsv_cmd_grammar(int argc, char **argv) {
         static const struct option opts[] = {
                 {"schema", required_argument, NULL, 's'}, {"model", required_argument, NULL, 'm'},
+                {"regex", required_argument, NULL, 'r'},  {"gbnf", required_argument, NULL, 'g'},
                 {"tokenizer", required_argument, NULL, 't'}, {"check", no_argument, NULL, 'c'},
                 {"json", no_argument, NULL, 'j'},          {"help", no_argument, NULL, 'h'},
                 {NULL, 0, NULL, 0},
         };
-        const char *schema_path = NULL, *model_arg = NULL, *tok_path = NULL;
+        const char *schema_path = NULL, *regex = NULL, *gbnf_path = NULL, *model_arg = NULL, *tok_path = NULL;
         int check = 0, json = 0, c;
         optind = 1;
         while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
                 switch (c) {
                 case 's': schema_path = optarg; break;
+                case 'r': regex = optarg; break;
+                case 'g': gbnf_path = optarg; break;
                 case 'm': model_arg = optarg; break;
                 case 't': tok_path = optarg; break;
                 case 'c': check = 1; break;
@@ -232,22 +253,29 @@ int dsv_cmd_grammar(int argc, char **argv) {
                 default: grammar_usage(stderr); return 2;
                 }
         }
-        if (optind != argc || !schema_path || !model_arg == !tok_path) {
-                fprintf(stderr, "dsvisor grammar: give --schema and exactly one of --model and --tokenizer\n");
+        if (optind != argc || !!schema_path + !!regex + !!gbnf_path != 1 || !model_arg == !tok_path) {
+                fprintf(stderr, "dsvisor grammar: give one of --schema, --regex and --gbnf, and exactly one of "
+                                "--model and --tokenizer\n");
                 grammar_usage(stderr);
                 return 2;
         }
-        char *schema = NULL;
-        size_t schema_len = 0;
-        int r = read_schema(schema_path, &schema, &schema_len);
-        if (r < 0) {
-                fprintf(stderr, "dsvisor grammar: cannot read '%s': %s\n", schema_path, strerror(-r));
+        const char *what = schema_path ? schema_path : gbnf_path ? gbnf_path : regex;
+        char *text = NULL;
+        size_t text_len = 0;
+        int r = 0;
+        if (!regex && (r = read_file(what, &text, &text_len)) < 0) {
+                fprintf(stderr, "dsvisor grammar: cannot read '%s': %s\n", what, strerror(-r));
                 return 1;
         }
         struct dse_diag diag = {{0}};
         struct dse_grammar *g = NULL;
-        r = dse_grammar_compile_json_schema(schema, schema_len, &g, &diag);
-        free(schema);
+        if (schema_path)
+                r = dse_grammar_compile_json_schema(text, text_len, &g, &diag);
+        else if (gbnf_path)
+                r = dse_grammar_compile_gbnf(text, text_len, &g, &diag);
+        else
+                r = dse_grammar_compile_regex(regex, strlen(regex), &g, &diag);
+        free(text);
         if (r < 0) {
                 print_error(diag.msg[0] ? diag.msg : strerror(-r));
                 return 2;
@@ -265,9 +293,9 @@ int dsv_cmd_grammar(int argc, char **argv) {
         if (isatty(STDOUT_FILENO))
                 setvbuf(stdout, NULL, _IOLBF, 0);
         if (check)
-                status = check_lines(g, tok, v, json);
+                status = check_lines(g, tok, v, !schema_path, json);
         else {
-                printf(json ? "{\"compiled\":true}\n" : "dsvisor grammar: '%s' compiles\n", schema_path);
+                printf(json ? "{\"compiled\":true}\n" : "dsvisor grammar: '%s' compiles\n", what);
                 status = 0;
         }
         if (fflush(stdout) != 0)

@@ -5,6 +5,9 @@
 dsv_test(NAME test-grammar SOURCES unit/test-grammar.c LIBS dse LABELS unit TIMEOUT 300)
 target_include_directories(test-grammar PRIVATE ${CMAKE_SOURCE_DIR}/engine/src)
 
+# Regexes, GBNF and choice lists: accept/reject per construct, refusals naming it.
+dsv_test(NAME test-grammar-text SOURCES unit/test-grammar-text.c LIBS dse LABELS unit)
+
 # The whole JSON Schema corpus (fixtures/json-schema) through `dsvisor grammar --check`
 # with the bundled model's tokenizer: per-dataset compile, validation and invalidation
 # counts; fails on any wrong judgement not listed with its reason in grammar-corpus.known.

@@ -104,9 +104,20 @@ int dse__grammar_push_class(struct grammar_builder *b, uint32_t rule, const stru
 int dse__grammar_push_byte(struct grammar_builder *b, uint32_t rule, uint8_t byte);
 int dse__grammar_push_bytes(struct grammar_builder *b, uint32_t rule, const char *s, size_t n);
 int dse__grammar_push_ref(struct grammar_builder *b, uint32_t rule, uint32_t ref);
+/* A new rule matching min to max (UINT32_MAX: no limit) matches of rule item, one after
+ * the other. -E2BIG when a bound over GRAMMAR_MAX_REPEAT would be unrolled. An item
+ * that can match the empty string repeated without limit is left recursion, which
+ * dse__grammar_check refuses. */
+#define GRAMMAR_MAX_REPEAT 65536
+int dse__grammar_rule_repeat(struct grammar_builder *b, uint32_t item, uint32_t min, uint32_t max, uint32_t *ret_rule);
 /* Moves the built rules into a new grammar whose whole-output rule is root. */
 int dse__grammar_builder_finish(struct grammar_builder *b, uint32_t root, struct dse_grammar **ret_g);
 
+/* Ends a compilation: when r is 0, flattens the builder's rules into *ret_g (root the
+ * whole-output rule) and checks them (dse__grammar_check); frees the builder either
+ * way. Returns r, or the error of finishing or checking. */
+int dse__grammar_builder_complete(struct grammar_builder *b, int r, uint32_t root, struct dse_grammar **ret_g,
+                                  struct dse_diag *reterr);
 /* Refuses a grammar the matcher could loop on: a rule that can reach itself without
  * consuming a byte (left recursion): -ELOOP naming the rule in reterr. */
 int dse__grammar_check(const struct dse_grammar *g, struct dse_diag *reterr);

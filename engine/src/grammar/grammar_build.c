@@ -103,6 +103,40 @@ int dse__grammar_push_ref(struct grammar_builder *b, uint32_t rule, uint32_t ref
         return push_elem(b, rule, GRAMMAR_REF, ref);
 }
 
+int dse__grammar_rule_repeat(struct grammar_builder *b, uint32_t item, uint32_t min, uint32_t max, uint32_t *ret_rule) {
+        if (min > GRAMMAR_MAX_REPEAT || (max != UINT32_MAX && max > GRAMMAR_MAX_REPEAT))
+                return -E2BIG;
+        uint32_t tail = GRAMMAR_NIL, rule;
+        if (max == UINT32_MAX) {
+                /* tail ::= item tail | (nothing) */
+                GRAMMAR_TRY(dse__grammar_rule_new(b, &tail));
+                GRAMMAR_TRY(dse__grammar_alt_begin(b, tail));
+                GRAMMAR_TRY(dse__grammar_push_ref(b, tail, item));
+                GRAMMAR_TRY(dse__grammar_push_ref(b, tail, tail));
+                GRAMMAR_TRY(dse__grammar_alt_begin(b, tail));
+        } else {
+                /* optional_k ::= item optional_(k-1) | (nothing), for the max - min optional ones */
+                for (uint32_t k = min; k < max; k++) {
+                        uint32_t o;
+                        GRAMMAR_TRY(dse__grammar_rule_new(b, &o));
+                        GRAMMAR_TRY(dse__grammar_alt_begin(b, o));
+                        GRAMMAR_TRY(dse__grammar_push_ref(b, o, item));
+                        if (tail != GRAMMAR_NIL)
+                                GRAMMAR_TRY(dse__grammar_push_ref(b, o, tail));
+                        GRAMMAR_TRY(dse__grammar_alt_begin(b, o));
+                        tail = o;
+                }
+        }
+        GRAMMAR_TRY(dse__grammar_rule_new(b, &rule));
+        GRAMMAR_TRY(dse__grammar_alt_begin(b, rule));
+        for (uint32_t k = 0; k < min; k++)
+                GRAMMAR_TRY(dse__grammar_push_ref(b, rule, item));
+        if (tail != GRAMMAR_NIL)
+                GRAMMAR_TRY(dse__grammar_push_ref(b, rule, tail));
+        *ret_rule = rule;
+        return 0;
+}
+
 int dse__grammar_builder_finish(struct grammar_builder *b, uint32_t root, struct dse_grammar **ret_g) {
         struct dse_grammar *g = calloc(1, sizeof *g);
         if (!g)
@@ -136,6 +170,21 @@ int dse__grammar_builder_finish(struct grammar_builder *b, uint32_t root, struct
         g->root = root;
         *ret_g = g;
         return 0;
+}
+
+int dse__grammar_builder_complete(struct grammar_builder *b, int r, uint32_t root, struct dse_grammar **ret_g,
+                                  struct dse_diag *reterr) {
+        struct dse_grammar *g = NULL;
+        if (r == 0)
+                r = dse__grammar_builder_finish(b, root, &g);
+        if (r == 0 && (r = dse__grammar_check(g, reterr)) < 0) {
+                dse_grammar_free(g);
+                g = NULL;
+        }
+        dse__grammar_builder_done(b);
+        if (r == 0)
+                *ret_g = g;
+        return r;
 }
 
 void dse_grammar_free(struct dse_grammar *g) {
@@ -180,7 +229,8 @@ static int left_dfs(const struct dse_grammar *g, const uint8_t *nullable, uint8_
                 if (reterr)
                         snprintf(reterr->msg, sizeof reterr->msg,
                                  "grammar rule %u can reach itself without consuming a byte (left recursion, "
-                                 "e.g. a $ref cycle that never enters an object or array)",
+                                 "e.g. a $ref cycle that never enters an object or array, or a repetition of "
+                                 "something that can match nothing)",
                                  r);
                 return -ELOOP;
         }

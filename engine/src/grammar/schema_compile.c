@@ -722,26 +722,16 @@ int dse_grammar_compile_json_schema(const char *schema_json, size_t len, struct 
         c.scratch = cJSON_CreateArray();
         dse__grammar_builder_init(&c.b);
         dse__json_rules_init(&c.j, &c.b);
-        uint32_t top;
+        uint32_t top = GRAMMAR_NIL;
         int r = c.scratch ? compile_schema(&c, root, &top) : -ENOMEM;
         if (r == -ENOMEM)
                 dse__schema_fail(&c, r, "$schema", "out of memory");
         else if (r == -E2BIG)
                 dse__schema_fail(&c, r, "$schema", "the grammar grew past its size limit");
-        struct dse_grammar *g = NULL;
-        if (r == 0)
-                r = dse__grammar_builder_finish(&c.b, top, &g);
-        if (r == 0 && (r = dse__grammar_check(g, reterr)) < 0) {
-                dse_grammar_free(g);
-                g = NULL;
-        }
         dse__json_rules_done(&c.j);
-        dse__grammar_builder_done(&c.b);
+        r = dse__grammar_builder_complete(&c.b, r, top, ret_grammar, reterr);
         free(c.memo);
         cJSON_Delete(c.scratch);
         cJSON_Delete(root);
-        if (r < 0)
-                return r;
-        *ret_grammar = g;
-        return 0;
+        return r;
 }
