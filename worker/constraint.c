@@ -89,19 +89,44 @@ static uint64_t key_hash(enum dsv_ipc_constraint kind, const char *text) {
         return h;
 }
 
-static int compile(enum dsv_ipc_constraint kind, const char *text, struct dse_grammar **ret, struct dse_diag *diag) {
-        switch (kind) {
+static int compile(const struct dsv_ipc_request *req, struct dse_grammar **ret, struct dse_diag *diag) {
+        const char *text = req->constraint_text;
+        switch (req->constraint) {
         case DSV_IPC_CONSTRAINT_JSON_SCHEMA:
                 return dse_grammar_compile_json_schema(text, strlen(text), ret, diag);
         case DSV_IPC_CONSTRAINT_JSON_OBJECT:
                 return dse_grammar_compile_json_schema(json_object_schema, sizeof json_object_schema - 1, ret, diag);
+        case DSV_IPC_CONSTRAINT_REGEX:
+                return dse_grammar_compile_regex(text, strlen(text), ret, diag);
+        case DSV_IPC_CONSTRAINT_GRAMMAR:
+                return dse_grammar_compile_gbnf(text, strlen(text), ret, diag);
+        case DSV_IPC_CONSTRAINT_CHOICE:
+                return dse_grammar_compile_choice((const char *const *)req->choices, req->n_choices, ret, diag);
         default:
                 return -EINVAL;
         }
 }
 
-/* The entry for kind/text with a reference taken, compiling on a miss. */
-static int acquire(struct grammar_cache *gc, enum dsv_ipc_constraint kind, const char *text, struct dse_diag *diag) {
+/* The cache key's text: the constraint text, or the choices each as "<length>:<bytes>"
+ * (so no choice list reads as another). A malloc'd string. */
+static char *key_text(const struct dsv_ipc_request *req) {
+        if (req->constraint != DSV_IPC_CONSTRAINT_CHOICE)
+                return strdup(req->constraint_text ? req->constraint_text : "");
+        size_t n = 1;
+        for (size_t i = 0; i < req->n_choices; i++)
+                n += strlen(req->choices[i]) + 21;
+        char *k = malloc(n), *at = k;
+        for (size_t i = 0; k && i < req->n_choices; i++)
+                at += snprintf(at, n - (size_t)(at - k), "%zu:%s", strlen(req->choices[i]), req->choices[i]);
+        if (k)
+                *at = 0;
+        return k;
+}
+
+/* The entry for the request's constraint with a reference taken, compiling on a miss.
+ * text is the key text (key_text), owned by the cache from here. */
+static int acquire(struct grammar_cache *gc, const struct dsv_ipc_request *req, char *text, struct dse_diag *diag) {
+        enum dsv_ipc_constraint kind = req->constraint;
         uint64_t h = key_hash(kind, text);
         gc->clock++;
         for (int i = 0; i < gc->n; i++) {
@@ -110,13 +135,16 @@ static int acquire(struct grammar_cache *gc, enum dsv_ipc_constraint kind, const
                         e->refs++;
                         e->last_use = gc->clock;
                         gc->hits++;
+                        free(text);
                         return i;
                 }
         }
         struct dse_grammar *g = NULL;
-        int r = compile(kind, text, &g, diag);
-        if (r < 0)
+        int r = compile(req, &g, diag);
+        if (r < 0) {
+                free(text);
                 return r;
+        }
         gc->compiles++;
         /* The least recently used idle grammar makes room once GRAMMAR_CACHE_IDLE are
          * idle; before that a free entry exists (users hold at most n_users entries). */
@@ -133,28 +161,35 @@ static int acquire(struct grammar_cache *gc, enum dsv_ipc_constraint kind, const
         }
         if (idle >= GRAMMAR_CACHE_IDLE || pick < 0)
                 pick = lru;
-        char *copy = pick >= 0 ? strdup(text) : NULL;
-        if (!copy) {
+        if (pick < 0) {
                 dse_grammar_free(g);
-                return pick < 0 ? -EBUSY : -ENOMEM;
+                free(text);
+                return -EBUSY;
         }
         struct cache_entry *e = &gc->e[pick];
         entry_clear(e);
-        *e = (struct cache_entry){g, h, kind, copy, 1, gc->clock};
+        *e = (struct cache_entry){g, h, kind, text, 1, gc->clock};
         return pick;
 }
 
-int constraint_init(struct constraint *c, struct grammar_cache *gc, enum dsv_ipc_constraint kind, const char *text,
+int constraint_init(struct constraint *c, struct grammar_cache *gc, const struct dsv_ipc_request *req,
                     struct dse_diag *diag) {
         memset(c, 0, sizeof *c);
+        enum dsv_ipc_constraint kind = req->constraint;
         if (kind == DSV_IPC_CONSTRAINT_NONE)
                 return 0;
-        if (kind >= DSV_IPC_CONSTRAINT_COUNT || (kind == DSV_IPC_CONSTRAINT_JSON_SCHEMA && !text))
+        int has_input = kind == DSV_IPC_CONSTRAINT_CHOICE        ? req->choices != NULL
+                        : kind == DSV_IPC_CONSTRAINT_JSON_OBJECT ? 1
+                                                                 : req->constraint_text != NULL;
+        if (kind >= DSV_IPC_CONSTRAINT_COUNT || !has_input)
                 return -EINVAL;
         const struct dse_grammar_vocab *v = grammar_cache_vocab(gc, diag);
         if (!v)
                 return -EINVAL;
-        int entry = acquire(gc, kind, text ? text : "", diag);
+        char *text = key_text(req);
+        if (!text)
+                return -ENOMEM;
+        int entry = acquire(gc, req, text, diag);
         if (entry < 0)
                 return entry;
         c->entry = entry + 1;

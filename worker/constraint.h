@@ -4,7 +4,7 @@
  *     struct grammar_cache *gc;
  *     r = grammar_cache_new(tok, n_slots, &gc);
  *     struct constraint c;
- *     r = constraint_init(&c, gc, DSV_IPC_CONSTRAINT_JSON_SCHEMA, schema, &diag);  // per request
+ *     r = constraint_init(&c, gc, req, &diag);  // per request: req->constraint and its text
  *     n = constraint_fill_mask(&c, gc);   // per step, between the forward pass and sampling
  *     r = constraint_accept(&c, gc, id);  // the sampled id
  *     constraint_done(&c, gc);
@@ -46,9 +46,11 @@ struct constraint {
         int n_allowed;                 /* of the last fill: tokens allowed, or -errno */
 };
 
-/* Compiles (or finds) the grammar for kind/text and starts a matcher on it. -EINVAL,
- * -EOPNOTSUPP, ... with the compiler's message (keyword and JSON pointer) in diag. */
-int constraint_init(struct constraint *c, struct grammar_cache *gc, enum dsv_ipc_constraint kind, const char *text,
+/* Compiles (or finds) the grammar for the request's constraint (kind and text, or
+ * choices) and starts a matcher on it; c stays unconstrained for kind NONE. -EINVAL,
+ * -EOPNOTSUPP, ... with the compiler's message (keyword and JSON pointer, construct and
+ * offset) in diag. */
+int constraint_init(struct constraint *c, struct grammar_cache *gc, const struct dsv_ipc_request *req,
                     struct dse_diag *diag);
 void constraint_done(struct constraint *c, struct grammar_cache *gc);
 /* Fills c->mask for the matcher's state; c->n_allowed = tokens allowed (or -errno). */

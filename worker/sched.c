@@ -320,11 +320,10 @@ int sched_add(struct sched *s, const struct dsv_ipc_request *req, const int32_t 
         r = q->tokens && q->text ? dse_sampler_new(&sp, s->vocab, &q->smp, &diag) : -ENOMEM;
         if (r >= 0 && s->tok)
                 r = dse_detok_new(s->tok, (const char *const *)req->stop, req->n_stop, &q->detok, &diag);
-        const char *what = "";
-        if (r >= 0 && req->constraint != DSV_IPC_CONSTRAINT_NONE) {
-                r = constraint_init(&q->con, s->grammars, req->constraint, req->constraint_text, &diag);
-                what = r < 0 ? "response_format: " : "";
-        }
+        char what[48] = "";
+        if (r >= 0 && req->constraint != DSV_IPC_CONSTRAINT_NONE &&
+            (r = constraint_init(&q->con, s->grammars, req, &diag)) < 0)
+                snprintf(what, sizeof what, "%s constraint: ", dsv_ipc_constraint_to_string(req->constraint));
         /* Alternatives' bytes come from the token trie. */
         if (r >= 0 && req->logprobs > 0 && s->tok && !grammar_cache_vocab(s->grammars, &diag))
                 r = -ENOMEM;

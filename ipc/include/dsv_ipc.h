@@ -97,6 +97,9 @@ enum dsv_ipc_constraint {
         DSV_IPC_CONSTRAINT_NONE,
         DSV_IPC_CONSTRAINT_JSON_SCHEMA, /* constraint_text: a JSON Schema */
         DSV_IPC_CONSTRAINT_JSON_OBJECT, /* any JSON object; constraint_text unused */
+        DSV_IPC_CONSTRAINT_REGEX,       /* constraint_text: a regex (ECMA-262 subset), whole output */
+        DSV_IPC_CONSTRAINT_CHOICE,      /* choices: the output is exactly one of them */
+        DSV_IPC_CONSTRAINT_GRAMMAR,     /* constraint_text: GBNF (llama.cpp's grammar format) */
         DSV_IPC_CONSTRAINT_COUNT
 };
 
@@ -122,7 +125,9 @@ struct dsv_ipc_request {
         int32_t logprobs;     /* top-n logprobs per token, 0: none */
         int64_t deadline_unix_ms; /* 0: none (CLOCK_REALTIME milliseconds) */
         enum dsv_ipc_constraint constraint;
-        char *constraint_text; /* NULL for NONE and JSON_OBJECT */
+        char *constraint_text; /* JSON_SCHEMA, REGEX, GRAMMAR; else NULL */
+        char **choices;        /* CHOICE: n_choices strings (up to 4096) */
+        size_t n_choices;
         struct dsv_ipc_logit_bias *logit_bias;
         size_t n_logit_bias;
 };

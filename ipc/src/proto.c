@@ -42,7 +42,16 @@ static const char *const constraint_names[DSV_IPC_CONSTRAINT_COUNT] = {
         [DSV_IPC_CONSTRAINT_NONE] = "none",
         [DSV_IPC_CONSTRAINT_JSON_SCHEMA] = "json_schema",
         [DSV_IPC_CONSTRAINT_JSON_OBJECT] = "json_object",
+        [DSV_IPC_CONSTRAINT_REGEX] = "regex",
+        [DSV_IPC_CONSTRAINT_CHOICE] = "choice",
+        [DSV_IPC_CONSTRAINT_GRAMMAR] = "grammar",
 };
+
+/* The kinds whose constraint_text is required. */
+static int constraint_has_text(enum dsv_ipc_constraint kind) {
+        return kind == DSV_IPC_CONSTRAINT_JSON_SCHEMA || kind == DSV_IPC_CONSTRAINT_REGEX ||
+               kind == DSV_IPC_CONSTRAINT_GRAMMAR;
+}
 
 const char *dsv_ipc_constraint_to_string(enum dsv_ipc_constraint kind) {
         return kind < DSV_IPC_CONSTRAINT_COUNT ? constraint_names[kind] : "unknown";
@@ -99,7 +108,8 @@ static int add_str(cJSON *o, const char *key, const char *s) {
 static int encode_request(cJSON *o, const struct dsv_ipc_request *q) {
         int r = 0;
         if (q->input >= DSV_IPC_INPUT_COUNT || q->n_stop > MAX_STOP_STRINGS || q->constraint >= DSV_IPC_CONSTRAINT_COUNT ||
-            q->n_logit_bias > DSV__IPC_MAX_LOGIT_BIAS || (q->constraint == DSV_IPC_CONSTRAINT_JSON_SCHEMA && !q->constraint_text))
+            q->n_logit_bias > DSV__IPC_MAX_LOGIT_BIAS || (constraint_has_text(q->constraint) && !q->constraint_text) ||
+            (q->constraint == DSV_IPC_CONSTRAINT_CHOICE && (q->n_choices == 0 || q->n_choices > DSV__IPC_MAX_CHOICES)))
                 return -EINVAL;
         r |= add_id(o, "id", q->id);
         r |= add_str(o, "input", input_names[q->input]);
@@ -157,6 +167,14 @@ static int encode_request(cJSON *o, const struct dsv_ipc_request *q) {
                 r |= add_str(c, "kind", constraint_names[q->constraint]);
                 if (q->constraint_text)
                         r |= add_str(c, "text", q->constraint_text);
+                if (q->constraint == DSV_IPC_CONSTRAINT_CHOICE) {
+                        cJSON *choices = cJSON_AddArrayToObject(c, "choices");
+                        if (!choices)
+                                return -ENOMEM;
+                        for (size_t i = 0; i < q->n_choices; i++)
+                                if (!q->choices[i] || !cJSON_AddItemToArray(choices, cJSON_CreateString(q->choices[i])))
+                                        return -ENOMEM;
+                }
         }
         if (q->n_logit_bias > 0) {
                 cJSON *bias = cJSON_AddArrayToObject(o, "logit_bias");
@@ -417,10 +435,27 @@ static int decode_constraint(struct decoder *d, const cJSON *o, struct dsv_ipc_r
         int k = name_index(kind, constraint_names, DSV_IPC_CONSTRAINT_COUNT);
         free(kind);
         if (k < 0)
-                return bad(d, "field 'constraint.kind' must be one of none, json_schema, json_object");
+                return bad(d, "field 'constraint.kind' must be one of none, json_schema, json_object, regex, choice, "
+                              "grammar");
         q->constraint = (enum dsv_ipc_constraint)k;
-        if ((r = get_str(d, c, "text", k == DSV_IPC_CONSTRAINT_JSON_SCHEMA, &q->constraint_text)) < 0)
+        if ((r = get_str(d, c, "text", constraint_has_text(q->constraint), &q->constraint_text)) < 0)
                 return r;
+        if (q->constraint != DSV_IPC_CONSTRAINT_CHOICE)
+                return 0;
+        const cJSON *choices = cJSON_GetObjectItemCaseSensitive(c, "choices");
+        int n = cJSON_GetArraySize(choices);
+        if (!cJSON_IsArray(choices) || n == 0 || n > DSV__IPC_MAX_CHOICES)
+                return bad(d, "field 'constraint.choices' must be an array of 1 to %d strings", DSV__IPC_MAX_CHOICES);
+        if (!(q->choices = calloc((size_t)n, sizeof *q->choices)))
+                return -ENOMEM;
+        const cJSON *e;
+        cJSON_ArrayForEach(e, choices) {
+                if (!cJSON_IsString(e))
+                        return bad(d, "field 'constraint.choices[%zu]' must be a string", q->n_choices);
+                if (!(q->choices[q->n_choices] = strdup(e->valuestring)))
+                        return -ENOMEM;
+                q->n_choices++;
+        }
         return 0;
 }
 
@@ -785,6 +820,9 @@ void dsv_ipc_msg_done(struct dsv_ipc_msg *m) {
                         free(m->u.request.stop[i]);
                 free(m->u.request.stop);
                 free(m->u.request.constraint_text);
+                for (size_t i = 0; i < m->u.request.n_choices; i++)
+                        free(m->u.request.choices[i]);
+                free(m->u.request.choices);
                 free(m->u.request.logit_bias);
                 break;
         case DSV_IPC_TOKEN:

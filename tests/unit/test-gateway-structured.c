@@ -67,6 +67,22 @@ TEST(response_format_other_forms) {
         ASSERT_OK(parse(CHAT("\"structured_outputs\":{\"json\":{\"type\":\"null\"}}"), DSV_GW_API_CHAT, &r, &e));
         ASSERT_STREQ(r.ipc.u.request.constraint_text, "{\"type\":\"null\"}");
         dsv__gw_request_done(&r);
+        ASSERT_OK(parse(COMPLETION("\"guided_regex\":\"[a-z]+\""), DSV_GW_API_COMPLETIONS, &r, &e));
+        ASSERT_EQ(r.ipc.u.request.constraint, DSV_IPC_CONSTRAINT_REGEX);
+        ASSERT_STREQ(r.ipc.u.request.constraint_text, "[a-z]+");
+        dsv__gw_request_done(&r);
+        ASSERT_OK(parse(CHAT("\"guided_choice\":[\"yes\",\"no\"]"), DSV_GW_API_CHAT, &r, &e));
+        ASSERT_EQ(r.ipc.u.request.constraint, DSV_IPC_CONSTRAINT_CHOICE);
+        ASSERT_EQ(r.ipc.u.request.n_choices, 2);
+        ASSERT_STREQ(r.ipc.u.request.choices[1], "no");
+        dsv__gw_request_done(&r);
+        ASSERT_OK(parse(CHAT("\"guided_grammar\":\"root ::= \\\"a\\\"\""), DSV_GW_API_CHAT, &r, &e));
+        ASSERT_EQ(r.ipc.u.request.constraint, DSV_IPC_CONSTRAINT_GRAMMAR);
+        ASSERT_STREQ(r.ipc.u.request.constraint_text, "root ::= \"a\"");
+        dsv__gw_request_done(&r);
+        ASSERT_OK(parse(CHAT("\"structured_outputs\":{\"choice\":[\"a\"]}"), DSV_GW_API_CHAT, &r, &e));
+        ASSERT_EQ(r.ipc.u.request.constraint, DSV_IPC_CONSTRAINT_CHOICE);
+        dsv__gw_request_done(&r);
 }
 
 TEST(structured_output_refusals_name_the_field) {
@@ -89,13 +105,17 @@ TEST(structured_output_refusals_name_the_field) {
         ASSERT_EQ(refused(COMPLETION("\"guided_json\":{},\"response_format\":{\"type\":\"json_object\"}"),
                           DSV_GW_API_COMPLETIONS, p), 400);
         ASSERT_STREQ(p, "guided_json");
-        ASSERT_EQ(refused(COMPLETION("\"guided_regex\":\"a+\""), DSV_GW_API_COMPLETIONS, p), 400);
+        ASSERT_EQ(refused(COMPLETION("\"guided_regex\":\"\""), DSV_GW_API_COMPLETIONS, p), 400);
         ASSERT_STREQ(p, "guided_regex");
-        ASSERT_EQ(refused(COMPLETION("\"guided_choice\":[\"a\"]"), DSV_GW_API_COMPLETIONS, p), 400);
+        ASSERT_EQ(refused(COMPLETION("\"guided_choice\":[]"), DSV_GW_API_COMPLETIONS, p), 400);
         ASSERT_STREQ(p, "guided_choice");
-        ASSERT_EQ(refused(COMPLETION("\"guided_grammar\":\"root ::= \\\"a\\\"\""), DSV_GW_API_COMPLETIONS, p), 400);
+        ASSERT_EQ(refused(COMPLETION("\"guided_choice\":[\"a\",1]"), DSV_GW_API_COMPLETIONS, p), 400);
+        ASSERT_STREQ(p, "guided_choice");
+        ASSERT_EQ(refused(COMPLETION("\"guided_grammar\":5"), DSV_GW_API_COMPLETIONS, p), 400);
         ASSERT_STREQ(p, "guided_grammar");
-        ASSERT_EQ(refused(COMPLETION("\"structured_outputs\":{\"regex\":\"a\"}"), DSV_GW_API_COMPLETIONS, p), 400);
+        ASSERT_EQ(refused(COMPLETION("\"guided_regex\":\"a\",\"guided_choice\":[\"a\"]"), DSV_GW_API_COMPLETIONS, p), 400);
+        ASSERT_STREQ(p, "guided_choice");
+        ASSERT_EQ(refused(COMPLETION("\"structured_outputs\":{\"structural_tag\":\"a\"}"), DSV_GW_API_COMPLETIONS, p), 400);
         ASSERT_STREQ(p, "structured_outputs");
         ASSERT_EQ(refused(COMPLETION("\"stop\":\"}\",\"response_format\":{\"type\":\"json_object\"}"),
                           DSV_GW_API_COMPLETIONS, p), 400);

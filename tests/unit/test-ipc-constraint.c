@@ -49,6 +49,32 @@ TEST(constraint_and_bias_roundtrip) {
         ASSERT_EQ(out.u.request.n_logit_bias, 0);
         dsv_ipc_msg_done(&out);
 
+        char *choices[] = {"yes", "no", ""};
+        m.u.request.constraint = DSV_IPC_CONSTRAINT_CHOICE;
+        m.u.request.choices = choices;
+        m.u.request.n_choices = 3;
+        ASSERT_OK(roundtrip(&m, &out));
+        ASSERT_EQ(out.u.request.constraint, DSV_IPC_CONSTRAINT_CHOICE);
+        ASSERT_EQ(out.u.request.n_choices, 3);
+        ASSERT_STREQ(out.u.request.choices[1], "no");
+        ASSERT_STREQ(out.u.request.choices[2], "");
+        dsv_ipc_msg_done(&out);
+        m.u.request.n_choices = 0;
+        ASSERT_ERR(dsv_ipc_msg_encode(&m, &(char *){NULL}, &(size_t){0}), -EINVAL);
+        m.u.request.choices = NULL;
+
+        m.u.request.constraint = DSV_IPC_CONSTRAINT_REGEX;
+        m.u.request.constraint_text = "[a-z]+";
+        ASSERT_OK(roundtrip(&m, &out));
+        ASSERT_EQ(out.u.request.constraint, DSV_IPC_CONSTRAINT_REGEX);
+        ASSERT_STREQ(out.u.request.constraint_text, "[a-z]+");
+        dsv_ipc_msg_done(&out);
+        m.u.request.constraint = DSV_IPC_CONSTRAINT_GRAMMAR;
+        m.u.request.constraint_text = "root ::= \"a\"";
+        ASSERT_OK(roundtrip(&m, &out));
+        ASSERT_EQ(out.u.request.constraint, DSV_IPC_CONSTRAINT_GRAMMAR);
+        dsv_ipc_msg_done(&out);
+
         /* absent: none */
         m = request();
         ASSERT_OK(roundtrip(&m, &out));
@@ -61,6 +87,9 @@ TEST(constraint_and_bias_refused_when_malformed) {
                 "{\"v\":1,\"type\":\"request\",\"id\":1,\"input\":\"prompt\",\"prompt\":\"x\",\"constraint\":{\"kind\":\"xml\"}}",
                 "{\"v\":1,\"type\":\"request\",\"id\":1,\"input\":\"prompt\",\"prompt\":\"x\",\"constraint\":{\"kind\":\"json_schema\"}}",
                 "{\"v\":1,\"type\":\"request\",\"id\":1,\"input\":\"prompt\",\"prompt\":\"x\",\"constraint\":\"json\"}",
+                "{\"v\":1,\"type\":\"request\",\"id\":1,\"input\":\"prompt\",\"prompt\":\"x\",\"constraint\":{\"kind\":\"choice\",\"choices\":[]}}",
+                "{\"v\":1,\"type\":\"request\",\"id\":1,\"input\":\"prompt\",\"prompt\":\"x\",\"constraint\":{\"kind\":\"choice\",\"choices\":[1]}}",
+                "{\"v\":1,\"type\":\"request\",\"id\":1,\"input\":\"prompt\",\"prompt\":\"x\",\"constraint\":{\"kind\":\"regex\"}}",
                 "{\"v\":1,\"type\":\"request\",\"id\":1,\"input\":\"prompt\",\"prompt\":\"x\",\"logit_bias\":[[1,101]]}",
                 "{\"v\":1,\"type\":\"request\",\"id\":1,\"input\":\"prompt\",\"prompt\":\"x\",\"logit_bias\":[[-1,1]]}",
                 "{\"v\":1,\"type\":\"request\",\"id\":1,\"input\":\"prompt\",\"prompt\":\"x\",\"logit_bias\":[[1.5,1]]}",

@@ -236,6 +236,54 @@ TEST(single_allowed_token_is_forced) {
         rig_done(&g);
 }
 
+/* Regex, choice and GBNF constraints through the same path. */
+TEST(regex_choice_and_grammar) {
+        struct rig g;
+        ASSERT_OK(rig_init(&g, 4));
+        int32_t ids[16];
+        int n = dse_tokenizer_encode(tok, "And God said", 12, 1, ids, 16);
+        char *choices[] = {"Let there be light", "Amen", "Selah"};
+        struct dsv_ipc_request req = {.id = 0, .input = DSV_IPC_INPUT_TOKENS, .max_tokens = 40};
+        dsv_ipc_sampling_init(&req.sampling);
+        req.sampling.temperature = 1.0f;
+        req.sampling.has_seed = 1;
+        req.constraint = DSV_IPC_CONSTRAINT_REGEX;
+        req.constraint_text = "[A-Z][a-z]{2,6}( [a-z]{1,6}){1,3}\\.";
+        ASSERT_OK(sched_add(g.s, &req, ids, (size_t)n, 0));
+        req.id = 1;
+        req.constraint = DSV_IPC_CONSTRAINT_CHOICE;
+        req.constraint_text = NULL;
+        req.choices = choices;
+        req.n_choices = 3;
+        ASSERT_OK(sched_add(g.s, &req, ids, (size_t)n, 0));
+        req.id = 2;
+        req.constraint = DSV_IPC_CONSTRAINT_GRAMMAR;
+        req.constraint_text = "root ::= \"(\" num (\",\" num){0,3} \")\"\nnum ::= [1-9] [0-9]?";
+        req.choices = NULL;
+        req.n_choices = 0;
+        ASSERT_OK(sched_add(g.s, &req, ids, (size_t)n, 0));
+        req.id = 3;
+        req.constraint_text = "root ::= missing";
+        ASSERT_ERR(sched_add(g.s, &req, ids, (size_t)n, 0), -EINVAL);
+        ASSERT_TRUE(strstr(g.o.error_msg[3], "missing") != NULL);
+        ASSERT_OK(run(&g));
+        for (int id = 0; id < 3; id++) {
+                if (getenv("DSV_TEST_VERBOSE"))
+                        fprintf(stderr, "  %d: %s (%s)\n", id, g.o.text[id], g.o.reason[id]);
+                ASSERT_STREQ(g.o.reason[id], "stop");
+        }
+        /* judged by hand: a capitalised word, 1-3 lower-case words, a full stop */
+        const char *t = g.o.text[0];
+        ASSERT_TRUE(t[0] >= 'A' && t[0] <= 'Z' && t[strlen(t) - 1] == '.' && strchr(t, ' ') != NULL);
+        ASSERT_TRUE(strcmp(g.o.text[1], "Amen") == 0 || strcmp(g.o.text[1], "Selah") == 0 ||
+                    strcmp(g.o.text[1], "Let there be light") == 0);
+        t = g.o.text[2];
+        ASSERT_TRUE(t[0] == '(' && t[strlen(t) - 1] == ')');
+        for (const char *p = t + 1; *p != ')'; p++)
+                ASSERT_TRUE((*p >= '0' && *p <= '9') || *p == ',');
+        rig_done(&g);
+}
+
 /* Penalties come after the mask: a negative presence/frequency penalty (which raises
  * tokens already seen) and a repetition penalty never revive a masked token. */
 TEST(mask_before_penalties) {

@@ -69,7 +69,7 @@ void dsv__gw_request_done(struct dsv_gw_request *r);
 struct cJSON;
 
 /* The structured-output fields of request object o (response_format, guided_json,
- * structured_outputs; guided_regex/choice/grammar refused) into q->constraint. Call after
+ * guided_regex, guided_choice, guided_grammar, structured_outputs) into q->constraint. Call after
  * the stop strings are in q. 0, or -EINVAL (-ENOMEM) with e filled. */
 int dsv__gw_parse_constraint(const struct cJSON *o, const struct dsv_gw_limits *lim, struct dsv_ipc_request *q,
                              struct dsv_gw_error *e);

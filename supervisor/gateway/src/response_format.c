@@ -1,11 +1,11 @@
 /* Structured-output request fields -> the worker's constraint: OpenAI's response_format
  * (text, json_object, json_schema {name, description, schema, strict}), llama-server's
- * json_object with a "schema", and vLLM's guided_json / structured_outputs.json. The
- * schema is passed on as compact JSON text; the worker compiles it (once per worker for
- * the same text) and answers a keyword it cannot enforce with an error naming keyword
- * and JSON pointer, which the client gets as a 400. guided_regex, guided_choice and
- * guided_grammar (and their structured_outputs forms) are refused: no compiler for them
- * yet. */
+ * json_object with a "schema", and vLLM's guided_json, guided_regex, guided_choice and
+ * guided_grammar (and their newer structured_outputs {json, regex, choice, grammar}
+ * forms). A schema is passed on as compact JSON text; the worker compiles it (once per
+ * worker for the same text) and answers a keyword it cannot enforce with an error naming
+ * keyword and JSON pointer, which the client gets as a 400. At most one of them per
+ * request. */
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <stdlib.h>
@@ -14,6 +14,7 @@
 #include "openai.h"
 
 #define MAX_SCHEMA_NAME 64
+#define MAX_CHOICES 4096 /* PROTOCOL.md */
 
 static const cJSON *field(const cJSON *o, const char *key) {
         const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
@@ -111,13 +112,83 @@ static int parse_response_format(const cJSON *fmt, const struct dsv_gw_limits *l
         return take_schema(schema, false, "response_format", lim, q, e);
 }
 
+/* A regex or GBNF text. */
+static int take_text(const cJSON *v, enum dsv_ipc_constraint kind, const char *param, const struct dsv_gw_limits *lim,
+                     struct dsv_ipc_request *q, struct dsv_gw_error *e) {
+        if (!cJSON_IsString(v) || !v->valuestring[0]) {
+                dsv__gw_error_set(e, 400, "invalid_request_error", "invalid_value", param, "'%s' must be a non-empty string",
+                                  param);
+                return -EINVAL;
+        }
+        if (strlen(v->valuestring) > lim->max_prompt_bytes)
+                return invalid(e, param, "the constraint text is longer than a prompt may be");
+        if (!(q->constraint_text = strdup(v->valuestring)))
+                return -ENOMEM;
+        q->constraint = kind;
+        return 0;
+}
+
+static int take_choices(const cJSON *v, const char *param, const struct dsv_gw_limits *lim, struct dsv_ipc_request *q,
+                        struct dsv_gw_error *e) {
+        int n = cJSON_GetArraySize(v);
+        if (!cJSON_IsArray(v) || n == 0 || n > MAX_CHOICES) {
+                dsv__gw_error_set(e, 400, "invalid_request_error", "invalid_value", param,
+                                  "'%s' must be an array of 1 to %d strings", param, MAX_CHOICES);
+                return -EINVAL;
+        }
+        if (!(q->choices = calloc((size_t)n, sizeof *q->choices)))
+                return -ENOMEM;
+        size_t total = 0;
+        const cJSON *it;
+        cJSON_ArrayForEach(it, v) {
+                if (!cJSON_IsString(it))
+                        return invalid(e, param, "every choice must be a string");
+                total += strlen(it->valuestring);
+                if (total > lim->max_prompt_bytes)
+                        return invalid(e, param, "the choices are longer than a prompt may be");
+                if (!(q->choices[q->n_choices] = strdup(it->valuestring)))
+                        return -ENOMEM;
+                q->n_choices++;
+        }
+        q->constraint = DSV_IPC_CONSTRAINT_CHOICE;
+        return 0;
+}
+
+/* One vLLM-style field: json, regex, choice or grammar, under the request's name param. */
+static int take_guided(const char *kind, const cJSON *v, const char *param, const struct dsv_gw_limits *lim,
+                       struct dsv_ipc_request *q, struct dsv_gw_error *e) {
+        if (strcmp(kind, "json") == 0)
+                return take_schema(v, true, param, lim, q, e);
+        if (strcmp(kind, "regex") == 0)
+                return take_text(v, DSV_IPC_CONSTRAINT_REGEX, param, lim, q, e);
+        if (strcmp(kind, "grammar") == 0)
+                return take_text(v, DSV_IPC_CONSTRAINT_GRAMMAR, param, lim, q, e);
+        return take_choices(v, param, lim, q, e);
+}
+
 int dsv__gw_parse_constraint(const cJSON *o, const struct dsv_gw_limits *lim, struct dsv_ipc_request *q,
                              struct dsv_gw_error *e) {
-        static const char *const refused[] = {"guided_regex", "guided_choice", "guided_grammar"};
-        for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++)
-                if (field(o, refused[i]))
-                        return unsupported(e, refused[i], refused[i]);
-        const cJSON *fmt = field(o, "response_format"), *guided = field(o, "guided_json");
+        static const char *const kinds[] = {"json", "regex", "choice", "grammar"};
+        static const char *const guided[] = {"guided_json", "guided_regex", "guided_choice", "guided_grammar"};
+        const char *given = NULL;
+        int r;
+        const cJSON *fmt = field(o, "response_format");
+        if (fmt) {
+                if ((r = parse_response_format(fmt, lim, q, e)) < 0)
+                        return r;
+                given = q->constraint != DSV_IPC_CONSTRAINT_NONE ? "response_format" : NULL;
+        }
+        for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++) {
+                const cJSON *v = field(o, guided[i]);
+                if (!v)
+                        continue;
+                if (given)
+                        return invalid(e, guided[i], "give one of response_format, guided_json, guided_regex, "
+                                                     "guided_choice and guided_grammar");
+                if ((r = take_guided(kinds[i], v, guided[i], lim, q, e)) < 0)
+                        return r;
+                given = guided[i];
+        }
         const cJSON *so = field(o, "structured_outputs");
         if (so) {
                 if (!cJSON_IsObject(so))
@@ -126,25 +197,18 @@ int dsv__gw_parse_constraint(const cJSON *o, const struct dsv_gw_limits *lim, st
                 cJSON_ArrayForEach(it, so) {
                         if (cJSON_IsNull(it))
                                 continue;
-                        if (strcmp(it->string, "json") != 0 || guided)
-                                return unsupported(e, "structured_outputs", "structured_outputs other than one 'json'");
-                        guided = it;
+                        size_t k = 0;
+                        while (k < sizeof kinds / sizeof kinds[0] && strcmp(it->string, kinds[k]) != 0)
+                                k++;
+                        if (k == sizeof kinds / sizeof kinds[0])
+                                return unsupported(e, "structured_outputs", "a structured_outputs other than json, "
+                                                                            "regex, choice and grammar");
+                        if (given)
+                                return invalid(e, "structured_outputs", "give one structured-output constraint");
+                        if ((r = take_guided(kinds[k], it, "structured_outputs", lim, q, e)) < 0)
+                                return r;
+                        given = "structured_outputs";
                 }
-        }
-        int r = 0;
-        const char *given = NULL;
-        if (fmt) {
-                if ((r = parse_response_format(fmt, lim, q, e)) < 0)
-                        return r;
-                given = q->constraint != DSV_IPC_CONSTRAINT_NONE ? "response_format" : NULL;
-        }
-        if (guided) {
-                const char *param = so ? "structured_outputs" : "guided_json";
-                if (given)
-                        return invalid(e, param, "give one of response_format and guided_json, not both");
-                if ((r = take_schema(guided, true, param, lim, q, e)) < 0)
-                        return r;
-                given = param;
         }
         if (given && q->n_stop > 0) {
                 dsv__gw_error_set(e, 400, "invalid_request_error", "unsupported_parameter", "stop",
