@@ -418,6 +418,8 @@ static void publish_stats(struct server *sv) {
                 .preemptions = st.preemptions,
                 .max_batch = sv->cfg->max_batch,
                 .token_budget = sv->cfg->token_budget,
+                .constrained_tokens = st.constrained_tokens,
+                .forced_tokens = st.forced_tokens,
         };
         pthread_mutex_unlock(&sv->mu);
 }

@@ -195,6 +195,8 @@ struct dsv_ipc_stats {
         int64_t preemptions;
         int32_t max_batch;    /* the worker's sequences per step (0: not reported) */
         int32_t token_budget; /* the worker's tokens per step (0: not reported) */
+        int64_t constrained_tokens; /* tokens chosen under a grammar mask (minor 2; absent: 0) */
+        int64_t forced_tokens;      /* of those, the ones the mask alone decided */
 };
 
 struct dsv_ipc_msg {

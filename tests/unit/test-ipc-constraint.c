@@ -151,3 +151,15 @@ TEST(top_bytes_both_encoders) {
         dsv_ipc_msg_done(&x);
 }
 
+
+TEST(stats_carry_constrained_and_forced_counts) {
+        struct dsv_ipc_msg m = {.type = DSV_IPC_STATS_REPLY};
+        m.u.stats = (struct dsv_ipc_stats){.seq = 3, .constrained_tokens = 1000, .forced_tokens = 640};
+        struct dsv_ipc_msg out;
+        ASSERT_OK(roundtrip(&m, &out));
+        ASSERT_EQ(out.u.stats.constrained_tokens, 1000);
+        ASSERT_EQ(out.u.stats.forced_tokens, 640);
+        const char *old = "{\"v\":1,\"type\":\"stats_reply\",\"seq\":1,\"running\":0,\"waiting\":0,\"queued_prompt_tokens\":0}";
+        ASSERT_OK(dsv_ipc_msg_decode(old, strlen(old), &out, NULL, 0));
+        ASSERT_EQ(out.u.stats.forced_tokens, 0);
+}
