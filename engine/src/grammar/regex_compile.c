@@ -526,3 +526,22 @@ int dse_grammar_compile_regex(const char *re, size_t len, struct dse_grammar **r
         int r = dse__regex_rule(&b, re, len, 0, &root, reterr);
         return dse__grammar_builder_complete(&b, r, root, ret_grammar, reterr);
 }
+
+int dse__regex_search(const char *re, size_t len, const char *text, size_t text_len, struct dse_diag *reterr) {
+        struct grammar_builder b;
+        struct dse_grammar *g = NULL;
+        struct dse_grammar_matcher *m = NULL;
+        uint32_t root = GRAMMAR_NIL;
+        dse__grammar_builder_init(&b);
+        int r = dse__regex_rule(&b, re, len, REGEX_SEARCH, &root, reterr);
+        r = dse__grammar_builder_complete(&b, r, root, &g, reterr);
+        if (r == 0)
+                r = dse_grammar_matcher_new(g, &m, reterr);
+        if (r == 0) {
+                r = dse_grammar_matcher_advance(m, text, text_len);
+                r = r == 0 ? dse_grammar_matcher_is_accepting(m) : r == -EINVAL ? 0 : r;
+        }
+        dse_grammar_matcher_free(m);
+        dse_grammar_free(g);
+        return r;
+}
