@@ -35,6 +35,8 @@ struct grammar_rule {
         uint32_t n_alts;
 };
 
+struct grammar_mask_cache;
+
 struct dse_grammar {
         struct grammar_elem *elems;
         uint32_t n_elems;
@@ -45,6 +47,9 @@ struct dse_grammar {
         struct grammar_class *classes;
         uint32_t n_classes;
         uint32_t root; /* the rule a whole output must match */
+        /* masks already computed, per vocabulary and state shape (mask_cache.c); the one
+         * part of a grammar that changes after compiling, behind its own lock */
+        struct grammar_mask_cache *cache;
 };
 
 /* Returns from the calling function when expr (0 or -errno) fails. */
@@ -130,6 +135,10 @@ int dse__grammar_check(const struct dse_grammar *g, struct dse_diag *reterr);
  * frame always sits on a GRAMMAR_CLASS element; the empty stack (GRAMMAR_NIL) means the
  * output is complete. A state is a range [begin, end) of the tops array. */
 #define GRAMMAR_NIL UINT32_MAX
+/* A stack top in a state computed with a boundary frame (struct dse_grammar_matcher):
+ * the stack has finished everything above the boundary, so what follows depends on the
+ * frames below it. Such a stack takes no byte. */
+#define GRAMMAR_POPPED (UINT32_MAX - 1)
 
 struct grammar_frame {
         uint32_t pos;    /* index into elems */
@@ -147,6 +156,12 @@ struct dse_grammar_matcher {
         /* dse_grammar_matcher_fill_mask's per-depth states, grown as tokens demand */
         uint32_t *walk;
         uint32_t cap_walk;
+        /* a frame where expansion stops with a GRAMMAR_POPPED top instead of continuing
+         * into it (mask_cache.c); GRAMMAR_NIL when none */
+        uint32_t boundary;
+        /* the mask cache's key of the current state, grown as needed */
+        uint32_t *key;
+        uint32_t cap_key;
 };
 
 /* Appends to m->tops the state reached from tops [begin, end) by one byte, and returns
@@ -154,6 +169,11 @@ struct dse_grammar_matcher {
  * -ENOMEM / -E2BIG. Frames and tops appended after a mark may be dropped by resetting
  * n_frames and n_tops to the mark. */
 int64_t dse__grammar_matcher_step(struct dse_grammar_matcher *m, uint32_t begin, uint32_t end, uint8_t byte);
+/* Appends a frame (pos, parent) to the arena: 0, -ENOMEM or -E2BIG. */
+int dse__grammar_frame_new(struct dse_grammar_matcher *m, uint32_t pos, uint32_t parent, uint32_t *ret);
+/* Appends to m->tops the state of the stack (pos, parent) expanded until every top
+ * waits on a byte class, and returns its end (it starts at the old n_tops). */
+int64_t dse__grammar_matcher_expand(struct dse_grammar_matcher *m, uint32_t pos, uint32_t parent);
 /* 1 when the state [begin, end) holds the empty stack. */
 int dse__grammar_state_accepting(const struct dse_grammar_matcher *m, uint32_t begin, uint32_t end);
 
@@ -177,7 +197,22 @@ struct dse_grammar_vocab {
         int32_t n_vocab;
         int32_t eos;         /* -1 when none */
         uint16_t max_depth;
+        uint64_t uid;        /* unique among the vocabularies of the process: a cache key */
 };
+
+/* Walks the token trie from the state [begin, end) (README.md): sets in allowed the bit
+ * of each token some stack other than a GRAMMAR_POPPED one survives, and, when popped
+ * is not NULL, appends to it (growing *cap_popped) every trie node after whose bytes
+ * the state holds a GRAMMAR_POPPED stack. Returns the count of allowed tokens, or
+ * -ENOMEM / -E2BIG. The arena is as it was on return. */
+int dse__grammar_trie_walk(struct dse_grammar_matcher *m, const struct dse_grammar_vocab *vocab, uint32_t begin,
+                           uint32_t end, uint64_t *allowed, uint32_t **popped, uint32_t *n_popped,
+                           uint32_t *cap_popped);
+/* The mask of the current state through the grammar's cache (mask_cache.c): same
+ * contract as dse_grammar_matcher_fill_mask without EOS, on a cleared mask. */
+int dse__grammar_mask_cached(struct dse_grammar_matcher *m, const struct dse_grammar_vocab *vocab, uint64_t *mask);
+int dse__grammar_mask_cache_new(struct grammar_mask_cache **ret);
+void dse__grammar_mask_cache_free(struct grammar_mask_cache *cache);
 
 /* The reference twin of dse_grammar_matcher_fill_mask: tries every token's bytes on its
  * own against the state. Same contract; for tests. */

@@ -14,6 +14,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <stdatomic.h>
+
 #include "grammar/grammar.h"
 #include "tok/bpe_impl.h"
 #include "utf8.h"
@@ -168,8 +170,10 @@ int dse_grammar_vocab_new(const struct dse_tokenizer *tok, struct dse_grammar_vo
         int r = -ENOMEM;
         if (!v || !buf || n_vocab <= 0)
                 goto out_err;
+        static atomic_uint_fast64_t next_uid = 1;
         v->n_vocab = n_vocab;
         v->eos = dse_tokenizer_eos(tok);
+        v->uid = atomic_fetch_add(&next_uid, 1);
         v->next_token = malloc((size_t)n_vocab * sizeof *v->next_token);
         v->token_bytes = calloc((size_t)n_vocab, sizeof *v->token_bytes);
         v->token_len = calloc((size_t)n_vocab, sizeof *v->token_len);
@@ -267,11 +271,21 @@ static int mask_begin(const struct dse_grammar_matcher *m, const struct dse_gram
         return !m->ended;
 }
 
-int dse_grammar_matcher_fill_mask(struct dse_grammar_matcher *m, const struct dse_grammar_vocab *vocab,
-                                  uint64_t *mask) {
-        int go = mask_begin(m, vocab, mask);
-        if (go <= 0)
-                return go;
+/* 0 none, 1 some: the kinds of stack in the state [begin, end) */
+static void state_kinds(const struct dse_grammar_matcher *m, uint32_t begin, uint32_t end, int *ret_popped,
+                        int *ret_other) {
+        *ret_popped = *ret_other = 0;
+        for (uint32_t i = begin; i < end; i++) {
+                if (m->tops[i] == GRAMMAR_POPPED)
+                        *ret_popped = 1;
+                else
+                        *ret_other = 1;
+        }
+}
+
+int dse__grammar_trie_walk(struct dse_grammar_matcher *m, const struct dse_grammar_vocab *vocab, uint32_t begin,
+                           uint32_t end, uint64_t *allowed, uint32_t **popped, uint32_t *n_popped,
+                           uint32_t *cap_popped) {
         /* walk[3d .. 3d+2]: the state at depth d (begin, end) and the frame count to
          * drop back to when leaving it */
         int r = dse__grammar_grow((void **)&m->walk, &m->cap_walk, 3u * ((uint64_t)vocab->max_depth + 1),
@@ -280,8 +294,8 @@ int dse_grammar_matcher_fill_mask(struct dse_grammar_matcher *m, const struct ds
                 return r;
         uint32_t *walk = m->walk;
         uint32_t mark_frames = m->n_frames, mark_tops = m->n_tops;
-        walk[0] = m->cur_begin;
-        walk[1] = m->cur_end;
+        walk[0] = begin;
+        walk[1] = end;
         walk[2] = m->n_frames;
         int count = 0;
         const struct grammar_trie_node *nodes = vocab->nodes;
@@ -291,31 +305,50 @@ int dse_grammar_matcher_fill_mask(struct dse_grammar_matcher *m, const struct ds
                 /* the states of deeper nodes already visited are dead: drop them */
                 m->n_frames = parent[2];
                 m->n_tops = parent[1] > mark_tops ? parent[1] : mark_tops;
-                uint32_t begin = m->n_tops;
-                int64_t end = dse__grammar_matcher_step(m, parent[0], parent[1], node->byte);
-                if (end < 0) {
-                        r = (int)end;
+                uint32_t here_begin = m->n_tops;
+                int64_t here_end = dse__grammar_matcher_step(m, parent[0], parent[1], node->byte);
+                if (here_end < 0) {
+                        r = (int)here_end;
                         break;
                 }
-                if ((uint32_t)end == begin) {
+                if ((uint32_t)here_end == here_begin) {
                         i = node->end;
                         continue;
                 }
-                uint32_t *here = walk + 3u * node->depth;
-                here[0] = begin;
-                here[1] = (uint32_t)end;
-                here[2] = m->n_frames;
-                for (int32_t id = node->first_token; id >= 0; id = vocab->next_token[id]) {
-                        mask[id / 64] |= (uint64_t)1 << (id % 64);
-                        count++;
+                int has_popped = 0, has_other = 1;
+                if (popped) {
+                        state_kinds(m, here_begin, (uint32_t)here_end, &has_popped, &has_other);
+                        if (has_popped) {
+                                r = dse__grammar_grow((void **)popped, cap_popped, (uint64_t)*n_popped + 1,
+                                                      sizeof **popped);
+                                if (r < 0)
+                                        break;
+                                (*popped)[(*n_popped)++] = i;
+                        }
                 }
+                uint32_t *here = walk + 3u * node->depth;
+                here[0] = here_begin;
+                here[1] = (uint32_t)here_end;
+                here[2] = m->n_frames;
+                if (has_other)
+                        for (int32_t id = node->first_token; id >= 0; id = vocab->next_token[id]) {
+                                allowed[id / 64] |= (uint64_t)1 << (id % 64);
+                                count++;
+                        }
                 i++;
         }
         m->n_frames = mark_frames;
         m->n_tops = mark_tops;
-        if (r < 0)
-                return r;
-        return count + set_eos(m, vocab, mask);
+        return r < 0 ? r : count;
+}
+
+int dse_grammar_matcher_fill_mask(struct dse_grammar_matcher *m, const struct dse_grammar_vocab *vocab,
+                                  uint64_t *mask) {
+        int go = mask_begin(m, vocab, mask);
+        if (go <= 0)
+                return go;
+        int count = dse__grammar_mask_cached(m, vocab, mask);
+        return count < 0 ? count : count + set_eos(m, vocab, mask);
 }
 
 int dse__grammar_matcher_fill_mask_scan(struct dse_grammar_matcher *m, const struct dse_grammar_vocab *vocab,
