@@ -200,13 +200,29 @@ struct dse_grammar_vocab {
         uint64_t uid;        /* unique among the vocabularies of the process: a cache key */
 };
 
-/* Walks the token trie from the state [begin, end) (README.md): sets in allowed the bit
- * of each token some stack other than a GRAMMAR_POPPED one survives, and, when popped
- * is not NULL, appends to it (growing *cap_popped) every trie node after whose bytes
- * the state holds a GRAMMAR_POPPED stack. Returns the count of allowed tokens, or
- * -ENOMEM / -E2BIG. The arena is as it was on return. */
-int dse__grammar_trie_walk(struct dse_grammar_matcher *m, const struct dse_grammar_vocab *vocab, uint32_t begin,
-                           uint32_t end, uint64_t *allowed, uint32_t **popped, uint32_t *n_popped,
+/* A state as element positions, the shape the mask cache and the trie walk key on:
+ * appends to *buf (growing *cap, *len the used length) the stack count, then per stack
+ * of the state [begin, end) its length and its frames' positions from the top down to
+ * (not including) the frame `below` (GRAMMAR_NIL: the bottom). The empty stack and
+ * the popped marker are the lengths GRAMMAR_NIL and GRAMMAR_POPPED. */
+int dse__grammar_state_shape(const struct dse_grammar_matcher *m, uint32_t begin, uint32_t end, uint32_t below,
+                             uint32_t **buf, uint32_t *cap, uint32_t *len);
+/* Appends to m->tops the stacks of a shape, rebuilt as frames on the frame `below`;
+ * *ret_end is the end of the state (it starts at the old n_tops), *ret_used the words
+ * of the shape read. */
+int dse__grammar_state_load(struct dse_grammar_matcher *m, const uint32_t *shape, uint32_t below, uint32_t *ret_end,
+                            uint32_t *ret_used);
+
+/* Walks the token trie from the state of a shape (README.md), set on the frame
+ * `below`, which is m->boundary during the walk when it is not GRAMMAR_NIL: sets in
+ * allowed the bit of each token some stack other than a popped one survives, and, when
+ * popped is not NULL, appends to it (growing *cap_popped) every trie node after whose
+ * bytes the state holds a popped stack. Each node costs a lookup in a table of the
+ * walk's states and their byte transitions, each transition computed once by the
+ * matcher. Returns the count of allowed tokens, or -ENOMEM / -E2BIG. The arena is as
+ * it was on return. */
+int dse__grammar_trie_walk(struct dse_grammar_matcher *m, const struct dse_grammar_vocab *vocab, const uint32_t *shape,
+                           uint32_t below, uint64_t *allowed, uint32_t **popped, uint32_t *n_popped,
                            uint32_t *cap_popped);
 /* The mask of the current state through the grammar's cache (mask_cache.c): same
  * contract as dse_grammar_matcher_fill_mask without EOS, on a cleared mask. */

@@ -102,31 +102,13 @@ static uint32_t boundary_frame(const struct dse_grammar_matcher *m) {
         return GRAMMAR_NIL;
 }
 
-static int key_push(struct dse_grammar_matcher *m, uint32_t *n, uint32_t v) {
-        GRAMMAR_TRY(dse__grammar_grow((void **)&m->key, &m->cap_key, (uint64_t)*n + 1, sizeof *m->key));
-        m->key[(*n)++] = v;
-        return 0;
-}
-
-/* The key of the current state cut at boundary: [has boundary, stack count, then per
- * stack its length and element positions from the top down] (length UINT32_MAX: the
- * empty stack). */
+/* The key of the current state cut at boundary: whether there is one, then the shape
+ * of the stacks above it (dse__grammar_state_shape). */
 static int state_key(struct dse_grammar_matcher *m, uint32_t boundary, uint32_t *ret_len) {
         uint32_t n = 0;
-        GRAMMAR_TRY(key_push(m, &n, boundary != GRAMMAR_NIL));
-        GRAMMAR_TRY(key_push(m, &n, m->cur_end - m->cur_begin));
-        for (uint32_t i = m->cur_begin; i < m->cur_end; i++) {
-                uint32_t t = m->tops[i];
-                if (t == GRAMMAR_NIL) {
-                        GRAMMAR_TRY(key_push(m, &n, UINT32_MAX));
-                        continue;
-                }
-                uint32_t at = n, len = 0;
-                GRAMMAR_TRY(key_push(m, &n, 0));
-                for (uint32_t x = t; x != boundary; x = m->frames[x].parent, len++)
-                        GRAMMAR_TRY(key_push(m, &n, m->frames[x].pos));
-                m->key[at] = len;
-        }
+        GRAMMAR_TRY(dse__grammar_grow((void **)&m->key, &m->cap_key, 1, sizeof *m->key));
+        m->key[n++] = boundary != GRAMMAR_NIL;
+        GRAMMAR_TRY(dse__grammar_state_shape(m, m->cur_begin, m->cur_end, boundary, &m->key, &m->cap_key, &n));
         *ret_len = n;
         return 0;
 }
@@ -138,12 +120,6 @@ static uint64_t key_hash(const uint32_t *key, uint32_t n, uint64_t vocab_uid) {
                 h *= 1099511628211ull;
         }
         return h;
-}
-
-static int push_top(struct dse_grammar_matcher *m, uint32_t top) {
-        GRAMMAR_TRY(dse__grammar_grow((void **)&m->tops, &m->cap_tops, (uint64_t)m->n_tops + 1, sizeof *m->tops));
-        m->tops[m->n_tops++] = top;
-        return 0;
 }
 
 struct dep_pair {
@@ -221,26 +197,12 @@ static int build_entry(struct dse_grammar_matcher *m, const struct dse_grammar_v
         e->key_len = key_len;
         uint32_t mark_frames = m->n_frames, mark_tops = m->n_tops;
         uint32_t stand_in = GRAMMAR_NIL;
-        int has_boundary = (int)m->key[0];
+        int has_boundary = (int)e->key[0];
         if (has_boundary)
                 r = dse__grammar_frame_new(m, 0, GRAMMAR_NIL, &stand_in);
-        uint32_t begin = m->n_tops;
-        for (uint32_t p = 2, s = 0; r == 0 && s < m->key[1]; s++) {
-                uint32_t len = m->key[p++];
-                if (len == UINT32_MAX) {
-                        r = push_top(m, GRAMMAR_NIL);
-                        continue;
-                }
-                uint32_t parent = stand_in;
-                for (uint32_t j = len; j-- > 0 && r == 0;)
-                        r = dse__grammar_frame_new(m, m->key[p + j], parent, &parent);
-                if (r == 0)
-                        r = push_top(m, parent);
-                p += len;
-        }
         if (r == 0) {
                 m->boundary = stand_in;
-                int count = dse__grammar_trie_walk(m, v, begin, m->n_tops, bits, has_boundary ? &popped : NULL,
+                int count = dse__grammar_trie_walk(m, v, e->key + 1, stand_in, bits, has_boundary ? &popped : NULL,
                                                    &n_popped, &cap_popped);
                 m->boundary = GRAMMAR_NIL;
                 r = count < 0 ? count : 0;

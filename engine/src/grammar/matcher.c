@@ -117,6 +117,49 @@ int64_t dse__grammar_matcher_expand(struct dse_grammar_matcher *m, uint32_t pos,
         return r < 0 ? (int64_t)r : (int64_t)m->n_tops;
 }
 
+static int shape_push(uint32_t **buf, uint32_t *cap, uint32_t *len, uint32_t v) {
+        GRAMMAR_TRY(dse__grammar_grow((void **)buf, cap, (uint64_t)*len + 1, sizeof **buf));
+        (*buf)[(*len)++] = v;
+        return 0;
+}
+
+int dse__grammar_state_shape(const struct dse_grammar_matcher *m, uint32_t begin, uint32_t end, uint32_t below,
+                             uint32_t **buf, uint32_t *cap, uint32_t *len) {
+        GRAMMAR_TRY(shape_push(buf, cap, len, end - begin));
+        for (uint32_t i = begin; i < end; i++) {
+                uint32_t t = m->tops[i];
+                if (t >= GRAMMAR_POPPED) {
+                        GRAMMAR_TRY(shape_push(buf, cap, len, t));
+                        continue;
+                }
+                uint32_t at = *len, n = 0;
+                GRAMMAR_TRY(shape_push(buf, cap, len, 0));
+                for (uint32_t x = t; x != below && x != GRAMMAR_NIL; x = m->frames[x].parent, n++)
+                        GRAMMAR_TRY(shape_push(buf, cap, len, m->frames[x].pos));
+                (*buf)[at] = n;
+        }
+        return 0;
+}
+
+int dse__grammar_state_load(struct dse_grammar_matcher *m, const uint32_t *shape, uint32_t below, uint32_t *ret_end,
+                            uint32_t *ret_used) {
+        uint32_t p = 1;
+        for (uint32_t s = 0; s < shape[0]; s++) {
+                uint32_t len = shape[p++], top = len;
+                if (len < GRAMMAR_POPPED) {
+                        top = below;
+                        for (uint32_t j = len; j-- > 0;)
+                                GRAMMAR_TRY(dse__grammar_frame_new(m, shape[p + j], top, &top));
+                        p += len;
+                }
+                GRAMMAR_TRY(dse__grammar_grow((void **)&m->tops, &m->cap_tops, (uint64_t)m->n_tops + 1, sizeof *m->tops));
+                m->tops[m->n_tops++] = top;
+        }
+        *ret_end = m->n_tops;
+        *ret_used = p;
+        return 0;
+}
+
 int dse__grammar_state_accepting(const struct dse_grammar_matcher *m, uint32_t begin, uint32_t end) {
         for (uint32_t i = begin; i < end; i++)
                 if (m->tops[i] == GRAMMAR_NIL)
