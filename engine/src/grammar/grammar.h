@@ -8,6 +8,7 @@
 #ifndef DSE_GRAMMAR_H
 #define DSE_GRAMMAR_H
 
+#include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -123,6 +124,8 @@ int dse__grammar_builder_finish(struct grammar_builder *b, uint32_t root, struct
  * way. Returns r, or the error of finishing or checking. */
 int dse__grammar_builder_complete(struct grammar_builder *b, int r, uint32_t root, struct dse_grammar **ret_g,
                                   struct dse_diag *reterr);
+/* Writes prefix and then the message fmt/ap to reterr (when not NULL); returns err. */
+int dse__grammar_vfail(struct dse_diag *reterr, int err, const char *prefix, const char *fmt, va_list ap);
 /* Refuses a grammar the matcher could loop on: a rule that can reach itself without
  * consuming a byte (left recursion): -ELOOP naming the rule in reterr. */
 int dse__grammar_check(const struct dse_grammar *g, struct dse_diag *reterr);

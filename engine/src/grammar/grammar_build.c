@@ -188,6 +188,15 @@ int dse__grammar_builder_complete(struct grammar_builder *b, int r, uint32_t roo
         return r;
 }
 
+int dse__grammar_vfail(struct dse_diag *reterr, int err, const char *prefix, const char *fmt, va_list ap) {
+        if (reterr) {
+                int n = snprintf(reterr->msg, sizeof reterr->msg, "%s", prefix);
+                if (n >= 0 && (size_t)n < sizeof reterr->msg)
+                        vsnprintf(reterr->msg + n, sizeof reterr->msg - (size_t)n, fmt, ap);
+        }
+        return err;
+}
+
 void dse_grammar_free(struct dse_grammar *g) {
         if (!g)
                 return;

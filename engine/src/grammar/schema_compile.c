@@ -340,6 +340,15 @@ static int emit_object_members(struct schema_ctx *c, const struct object_member 
         return 0;
 }
 
+/* A new rule for an undeclared member: key ':' value. */
+static int extra_member_rule(struct schema_ctx *c, uint32_t key, uint32_t value, uint32_t *ret_rule) {
+        GRAMMAR_TRY(dse__grammar_rule_new(&c->b, ret_rule));
+        GRAMMAR_TRY(dse__grammar_alt_begin(&c->b, *ret_rule));
+        GRAMMAR_TRY(dse__grammar_push_ref(&c->b, *ret_rule, key));
+        GRAMMAR_TRY(dse__grammar_push_byte(&c->b, *ret_rule, ':'));
+        return dse__grammar_push_ref(&c->b, *ret_rule, value);
+}
+
 /* A schema that every instance satisfies: true or {} (annotations only). */
 static int schema_is_trivial(const cJSON *s) {
         const cJSON *one;
@@ -472,15 +481,7 @@ static int emit_object(struct schema_ctx *c, const cJSON *s, uint32_t *ret_rule)
                 r = emit_pattern_string(c, pattern_prop->string, "patternProperties", &key);
                 pop_ptr(c, old);
                 if (r == 0)
-                        r = dse__grammar_rule_new(&c->b, &extra);
-                if (r == 0)
-                        r = dse__grammar_alt_begin(&c->b, extra);
-                if (r == 0)
-                        r = dse__grammar_push_ref(&c->b, extra, key);
-                if (r == 0)
-                        r = dse__grammar_push_byte(&c->b, extra, ':');
-                if (r == 0)
-                        r = dse__grammar_push_ref(&c->b, extra, pattern_value);
+                        r = extra_member_rule(c, key, pattern_value, &extra);
         } else if (r == 0 && extra_value != GRAMMAR_NIL) {
                 uint32_t key;
                 r = dse__json_rule_key_excluding(&c->j, names, k, &key);
@@ -489,15 +490,7 @@ static int emit_object(struct schema_ctx *c, const cJSON *s, uint32_t *ret_rule)
                                              "extra properties beside property names with escapes or non-ASCII "
                                              "characters (set additionalProperties to false)");
                 if (r == 0)
-                        r = dse__grammar_rule_new(&c->b, &extra);
-                if (r == 0)
-                        r = dse__grammar_alt_begin(&c->b, extra);
-                if (r == 0)
-                        r = dse__grammar_push_ref(&c->b, extra, key);
-                if (r == 0)
-                        r = dse__grammar_push_byte(&c->b, extra, ':');
-                if (r == 0)
-                        r = dse__grammar_push_ref(&c->b, extra, extra_value);
+                        r = extra_member_rule(c, key, extra_value, &extra);
         }
         uint32_t members = 0, obj;
         if (r == 0)
