@@ -116,6 +116,18 @@ PY
     fuzz-gateway-request)
       printf '%s' '{"model":"m","prompt":"hello there","max_tokens":8,"stream":true,"stream_options":{"include_usage":true}}' >"$d/completion.json"
       printf '%s' '{"model":"m","messages":[{"role":"system","content":"Be brief."},{"role":"user","content":"hi"}],"temperature":0.7,"top_p":0.9,"stop":["\n"],"seed":3}' >"$d/chat.json" ;;
+    fuzz-grammar-schema)
+      # each corpus schema with its first instance, compact, after a NUL
+      [ -d "$FIX/json-schema/schemas" ] && python3 - "$FIX/json-schema/schemas" "$d" <<'PY'
+import json, os, sys
+for name in sorted(os.listdir(sys.argv[1]))[::8]:
+    doc = json.load(open(os.path.join(sys.argv[1], name), encoding="utf-8"))
+    data = json.dumps(doc["tests"][0]["data"], separators=(",", ":"), ensure_ascii=False) if doc["tests"] else ""
+    out = json.dumps(doc["schema"], separators=(",", ":")).encode() + b"\0" + data.encode()
+    if len(out) <= 8192:
+        open(os.path.join(sys.argv[2], name), "wb").write(out)
+PY
+      ;;
     fuzz-load-sse)
       printf '%s' $'\x20data: {"choices":[{"text":"hi","finish_reason":null}]}\n\ndata: {"error":{"message":"m","type":"server_error","code":"worker_lost"}}\r\n\r\n: c\ndata: [DONE]\n\n' >"$d/stream.txt" ;;
   esac
@@ -150,6 +162,16 @@ reached_functions() {
     fuzz-tokenizer-encode) echo bpe_encode dse__bpe_model_encode dse__bpe_normalize split_spans dse__bpe_decode ;;
     fuzz-spm-load) echo dse__spm_proto_parse dse__tok_spm_init dse__spm_normalizer_init dse__spm_trie_insert ;;
     fuzz-spm-encode) echo encode_with dse__spm_normalize bpe_resegment spm_decode ;;
+    fuzz-grammar-schema)
+      echo dse_grammar_compile_json_schema compile_body/schema_compile.c emit_object/schema_compile.c \
+        emit_array/schema_compile.c emit_number/schema_compile.c dse__schema_merge_all_of dse__regex_rule \
+        dse__grammar_matcher_step ;;
+    fuzz-grammar-gbnf)
+      echo dse_grammar_compile_gbnf parse_rule/gbnf_compile.c parse_sequence/gbnf_compile.c \
+        parse_class/gbnf_compile.c dse__grammar_rule_codepoints dse__grammar_check dse__grammar_matcher_step ;;
+    fuzz-grammar-regex)
+      echo dse_grammar_compile_regex parse_alternative/regex_compile.c parse_escape/regex_compile.c \
+        parse_class/regex_compile.c dse__grammar_rule_repeat dse__grammar_check dse__grammar_matcher_step ;;
   esac
 }
 

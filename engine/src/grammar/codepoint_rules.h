@@ -30,6 +30,11 @@ int dse__cp_set_normalize(struct cp_set *s);
 /* Replaces the set by every other scalar value. 0 or -ENOMEM. */
 int dse__cp_set_negate(struct cp_set *s);
 
+/* The value of a hex digit, -1 for another character. */
+static inline int dse__hex_value(int c) {
+        return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+}
+
 /* The canonical JSON string spelling of cp in out; returns its length (1..6). */
 size_t dse__json_escape_cp(uint32_t cp, uint8_t out[6]);
 

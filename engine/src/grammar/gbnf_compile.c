@@ -44,20 +44,18 @@ struct gbnf_piece {
 
 __attribute__((format(printf, 4, 5))) static int fail_at(struct gbnf_parser *p, size_t at, int err, const char *fmt,
                                                           ...) {
-        if (p->reterr) {
-                size_t line = 1, col = 1;
-                for (size_t i = 0; i < at && i < p->len; i++) {
-                        col++;
-                        if (p->s[i] == '\n')
-                                line++, col = 1;
-                }
-                int n = snprintf(p->reterr->msg, sizeof p->reterr->msg, "GBNF line %zu column %zu: ", line, col);
-                va_list ap;
-                va_start(ap, fmt);
-                if (n >= 0 && (size_t)n < sizeof p->reterr->msg)
-                        vsnprintf(p->reterr->msg + n, sizeof p->reterr->msg - (size_t)n, fmt, ap);
-                va_end(ap);
+        size_t line = 1, col = 1;
+        for (size_t i = 0; i < at && i < p->len; i++) {
+                col++;
+                if (p->s[i] == '\n')
+                        line++, col = 1;
         }
+        char prefix[80];
+        snprintf(prefix, sizeof prefix, "GBNF line %zu column %zu: ", line, col);
+        va_list ap;
+        va_start(ap, fmt);
+        dse__grammar_vfail(p->reterr, err, prefix, fmt, ap);
+        va_end(ap);
         return err;
 }
 
@@ -103,10 +101,6 @@ static int name_rule(struct gbnf_parser *p, const unsigned char *name, size_t le
         return 0;
 }
 
-static int hex_value(int c) {
-        return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
-}
-
 /* One character of a literal or class (escapes decoded) at the cursor. */
 static int parse_char(struct gbnf_parser *p, uint32_t *ret_cp) {
         const unsigned char *s = p->s + p->pos;
@@ -120,7 +114,7 @@ static int parse_char(struct gbnf_parser *p, uint32_t *ret_cp) {
                         if (left < (size_t)digits + 2)
                                 return fail(p, -EINVAL, "malformed \\%c escape", s[1]);
                         for (int i = 0; i < digits; i++) {
-                                int h = hex_value(s[2 + i]);
+                                int h = dse__hex_value(s[2 + i]);
                                 if (h < 0)
                                         return fail(p, -EINVAL, "malformed \\%c escape", s[1]);
                                 v = v << 4 | (uint32_t)h;

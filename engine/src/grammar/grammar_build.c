@@ -148,7 +148,8 @@ int dse__grammar_builder_finish(struct grammar_builder *b, uint32_t root, struct
         g->alt_start = malloc(((size_t)n_alts + 1) * sizeof *g->alt_start);
         g->rules = malloc(((size_t)b->n_rules + 1) * sizeof *g->rules);
         g->classes = malloc(((size_t)b->n_classes + 1) * sizeof *g->classes);
-        if (!g->elems || !g->alt_start || !g->rules || !g->classes) {
+        int r = dse__grammar_mask_cache_new(&g->cache);
+        if (r < 0 || !g->elems || !g->alt_start || !g->rules || !g->classes) {
                 dse_grammar_free(g);
                 return -ENOMEM;
         }
@@ -187,6 +188,15 @@ int dse__grammar_builder_complete(struct grammar_builder *b, int r, uint32_t roo
         return r;
 }
 
+int dse__grammar_vfail(struct dse_diag *reterr, int err, const char *prefix, const char *fmt, va_list ap) {
+        if (reterr) {
+                int n = snprintf(reterr->msg, sizeof reterr->msg, "%s", prefix);
+                if (n >= 0 && (size_t)n < sizeof reterr->msg)
+                        vsnprintf(reterr->msg + n, sizeof reterr->msg - (size_t)n, fmt, ap);
+        }
+        return err;
+}
+
 void dse_grammar_free(struct dse_grammar *g) {
         if (!g)
                 return;
@@ -194,6 +204,7 @@ void dse_grammar_free(struct dse_grammar *g) {
         free(g->alt_start);
         free(g->rules);
         free(g->classes);
+        dse__grammar_mask_cache_free(g->cache);
         free(g);
 }
 

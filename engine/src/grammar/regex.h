@@ -22,4 +22,8 @@ enum {
 int dse__regex_rule(struct grammar_builder *b, const char *re, size_t len, unsigned flags, uint32_t *ret_rule,
                     struct dse_diag *reterr);
 
+/* 1 when a search for the regex finds a match in text (raw UTF-8), 0 when not; the
+ * errors of dse__regex_rule. */
+int dse__regex_search(const char *re, size_t len, const char *text, size_t text_len, struct dse_diag *reterr);
+
 #endif

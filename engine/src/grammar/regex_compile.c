@@ -35,14 +35,12 @@ struct regex_piece {
 };
 
 __attribute__((format(printf, 3, 4))) static int fail(struct regex_parser *p, int err, const char *fmt, ...) {
-        if (p->reterr) {
-                int n = snprintf(p->reterr->msg, sizeof p->reterr->msg, "regex at offset %zu: ", p->pos);
-                va_list ap;
-                va_start(ap, fmt);
-                if (n >= 0 && (size_t)n < sizeof p->reterr->msg)
-                        vsnprintf(p->reterr->msg + n, sizeof p->reterr->msg - (size_t)n, fmt, ap);
-                va_end(ap);
-        }
+        char prefix[64];
+        snprintf(prefix, sizeof prefix, "regex at offset %zu: ", p->pos);
+        va_list ap;
+        va_start(ap, fmt);
+        dse__grammar_vfail(p->reterr, err, prefix, fmt, ap);
+        va_end(ap);
         return err;
 }
 
@@ -98,17 +96,13 @@ static int add_class_escape(int c, struct cp_set *s) {
         return r;
 }
 
-static int hex_value(int c) {
-        return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
-}
-
 /* n hex digits at the cursor into *ret (moves past them), or -1 leaving the cursor. */
 static int read_hex(struct regex_parser *p, int n, uint32_t *ret) {
         uint32_t v = 0;
         if (p->len - p->pos < (size_t)n)
                 return -1;
         for (int i = 0; i < n; i++) {
-                int h = hex_value(p->s[p->pos + (size_t)i]);
+                int h = dse__hex_value(p->s[p->pos + (size_t)i]);
                 if (h < 0)
                         return -1;
                 v = v << 4 | (uint32_t)h;
@@ -124,8 +118,8 @@ static int unicode_escape(struct regex_parser *p, uint32_t *ret_cp) {
         if (peek(p) == '{') {
                 size_t start = ++p->pos;
                 cp = 0;
-                while (!at_end(p) && hex_value(peek(p)) >= 0 && cp <= CP_MAX)
-                        cp = cp << 4 | (uint32_t)hex_value(p->s[p->pos++]);
+                while (!at_end(p) && dse__hex_value(peek(p)) >= 0 && cp <= CP_MAX)
+                        cp = cp << 4 | (uint32_t)dse__hex_value(p->s[p->pos++]);
                 if (p->pos == start || peek(p) != '}' || cp > CP_MAX)
                         return fail(p, -EINVAL, "malformed \\u{...} escape");
                 p->pos++;
@@ -525,4 +519,23 @@ int dse_grammar_compile_regex(const char *re, size_t len, struct dse_grammar **r
         dse__grammar_builder_init(&b);
         int r = dse__regex_rule(&b, re, len, 0, &root, reterr);
         return dse__grammar_builder_complete(&b, r, root, ret_grammar, reterr);
+}
+
+int dse__regex_search(const char *re, size_t len, const char *text, size_t text_len, struct dse_diag *reterr) {
+        struct grammar_builder b;
+        struct dse_grammar *g = NULL;
+        struct dse_grammar_matcher *m = NULL;
+        uint32_t root = GRAMMAR_NIL;
+        dse__grammar_builder_init(&b);
+        int r = dse__regex_rule(&b, re, len, REGEX_SEARCH, &root, reterr);
+        r = dse__grammar_builder_complete(&b, r, root, &g, reterr);
+        if (r == 0)
+                r = dse_grammar_matcher_new(g, &m, reterr);
+        if (r == 0) {
+                r = dse_grammar_matcher_advance(m, text, text_len);
+                r = r == 0 ? dse_grammar_matcher_is_accepting(m) : r == -EINVAL ? 0 : r;
+        }
+        dse_grammar_matcher_free(m);
+        dse_grammar_free(g);
+        return r;
 }
