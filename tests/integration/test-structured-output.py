@@ -87,6 +87,25 @@ SCHEMAS = {
         "required": ["a"],
         "additionalProperties": False,
     },
+    "bounded_numbers": {
+        "type": "object",
+        "properties": {
+            "chapter": {"type": "integer", "minimum": 1, "maximum": 150},
+            "weight": {"type": "number", "minimum": 0, "exclusiveMaximum": 10},
+            "even": {"type": "integer", "multipleOf": 2},
+        },
+        "required": ["chapter", "weight", "even"],
+        "additionalProperties": False,
+    },
+    "pattern_and_format": {
+        "type": "object",
+        "properties": {
+            "ref": {"type": "string", "pattern": "^[A-Z][a-z]{2,5} [0-9]{1,3}:[0-9]{1,2}$"},
+            "day": {"type": "string", "format": "date"},
+        },
+        "required": ["ref", "day"],
+        "additionalProperties": False,
+    },
     "tuple_bool_int": {
         "type": "array",
         "prefixItems": [{"type": "boolean"}, {"enum": [1, 2, 3]}],
@@ -158,7 +177,7 @@ for name, schema in SCHEMAS.items():
                 check(what, False, f"status {status}: {raw[:300]}")
                 continue
             try:
-                jsonschema.validate(json.loads(text), schema)
+                jsonschema.validate(json.loads(text), schema, format_checker=jsonschema.FormatChecker())
                 check(f"{what}: {text}", finish == "stop", f"finish_reason {finish}")
             except (ValueError, jsonschema.ValidationError) as e:
                 check(what, False, f"{finish}: {text!r}: {e}")
