@@ -1,5 +1,4 @@
 dsv_test(NAME test-ipc-proto     SOURCES unit/test-ipc-proto.c     LIBS dsv_ipc LABELS unit)
-dsv_test(NAME test-ipc-constraint SOURCES unit/test-ipc-constraint.c LIBS dsv_ipc LABELS unit)
 dsv_test(NAME test-ipc-transport SOURCES unit/test-ipc-transport.c LIBS dsv_ipc LABELS unit)
 dsv_test(NAME test-ipc-close-hang SOURCES unit/test-ipc-close-hang.c LIBS dsv_ipc LABELS unit)
 if(DSV_FUZZ)
