@@ -83,6 +83,8 @@
 #include "dsv_platform.h"
 #include "read_probe.h"
 
+#include "grammar_bench.h"
+
 /* Where the weights are mapped from: the model file, or a copy in a sealed memfd as the
  * supervisor makes it (--hugepages, --shmem). */
 enum weights_in { WEIGHTS_FILE, WEIGHTS_HUGETLB, WEIGHTS_SHMEM };
@@ -1150,11 +1152,14 @@ static void usage(void) {
                 "usage: dsvisor-bench model --preset r1-distill-qwen-1.5b|deepseek-coder-1.3b|deepseek-v2-lite\n"
                 "           --format int4|int8|bf16 [--layers N] [--threads T] [--group G]\n"
                 "           [--prefill N,N] [--decode STEPS] [--batches B,B] [--hugepages | --shmem] [--json]\n"
-                "       dsvisor-bench weights (the same options; --batches: tokens per pass)\n");
+                "       dsvisor-bench weights (the same options; --batches: tokens per pass)\n"
+                "       dsvisor-bench grammar --tokenizer FILE [--corpus DIR] [--dsvisor PATH] [--json]\n");
         exit(2);
 }
 
 int main(int argc, char **argv) {
+        if (argc >= 2 && strcmp(argv[1], "grammar") == 0)
+                return dsv_bench_grammar(argc, argv);
         if (argc < 2 || (strcmp(argv[1], "model") != 0 && strcmp(argv[1], "weights") != 0))
                 usage();
         int weights_mode = strcmp(argv[1], "weights") == 0;

@@ -10,6 +10,7 @@ BUILD_PKGS=(build-essential cmake pkg-config
 TEST_PKGS=(clang hwloc python3 sentencepiece curl prometheus nodejs  # prometheus: promtool + server
   haproxy python3-yaml  # deploy/ tests: haproxy.cfg, the k8s manifest
   python3-jinja2  # test-gateway-tools: prompts checked against Jinja2's rendering
+  python3-jsonschema  # test-structured-output: judges the structured replies
   gdb  # test-supervisor-signals: a debugger attaching to the supervisor
   systemd)  # test-supervisor-unit: systemd-analyze verify of deploy/'s units
 # Optional, only to re-train the bundled default model (tools/train_default_model.py);

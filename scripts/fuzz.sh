@@ -122,6 +122,18 @@ PY
       printf '\x1d\x07%s' 'Plan.</think>\n\nSure.<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>f\n```json\n{"a": 1}\n```<｜tool▁call▁end｜>\n<｜tool▁call▁begin｜>function<｜tool▁sep｜>g\n```json\n{}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>' >"$d/deepseek"
       printf '\x16\x03%s' $'<think>\nhm</think>ok\n<tool_call>\n{"name": "f", "arguments": {"a": 1}}\n</tool_call>\n<tool_call>\n{"name": "g", "arguments": {}}' >"$d/hermes"
       printf '\x13\x05%s' '<|python_tag|>{"name": "f", "parameters": {"a": 1}}; {"name": "g", "parameters": {}}' >"$d/llama" ;;
+    fuzz-grammar-schema)
+      # each corpus schema with its first instance, compact, after a NUL
+      [ -d "$FIX/json-schema/schemas" ] && python3 - "$FIX/json-schema/schemas" "$d" <<'PY'
+import json, os, sys
+for name in sorted(os.listdir(sys.argv[1]))[::8]:
+    doc = json.load(open(os.path.join(sys.argv[1], name), encoding="utf-8"))
+    data = json.dumps(doc["tests"][0]["data"], separators=(",", ":"), ensure_ascii=False) if doc["tests"] else ""
+    out = json.dumps(doc["schema"], separators=(",", ":")).encode() + b"\0" + data.encode()
+    if len(out) <= 8192:
+        open(os.path.join(sys.argv[2], name), "wb").write(out)
+PY
+      ;;
     fuzz-load-sse)
       printf '%s' $'\x20data: {"choices":[{"text":"hi","finish_reason":null}]}\n\ndata: {"error":{"message":"m","type":"server_error","code":"worker_lost"}}\r\n\r\n: c\ndata: [DONE]\n\n' >"$d/stream.txt" ;;
   esac
@@ -141,10 +153,11 @@ reached_functions() {
       echo dse__hf_parse_config parse_deepseek parse_rope_scaling parse_quant parse_quant_object \
         dse__hf_parse_quantize_config dse__hparams_validate dse__model_schema ;;
     fuzz-ipc-decode)
-      echo dsv_ipc_msgs_decode decode_envelope decode_body dsv_ipc_msg_encode dsv_ipc_event_encode \
+      echo dsv_ipc_msgs_decode decode_envelope decode_body dsv_ipc_msg_encode dsv_ipc_event_encode decode_constraint \
         dsv_ipc_batch_add dsv_ipc_batch_message ;;
     fuzz-supervisor-config) echo sup_config_apply_json set_text/config.c set_int/config.c dsv_cgroup_parent_check ;;
-    fuzz-gateway-request) echo dsv__gw_request_parse dsv__gw_messages_parse dsv__gw_tools_parse parse_stop parse_logprobs dsv__gw_utf8_valid ;;
+    fuzz-gateway-request) echo dsv__gw_request_parse dsv__gw_messages_parse dsv__gw_tools_parse parse_stop parse_logprobs dsv__gw_utf8_valid \
+        dsv__gw_parse_constraint parse_logit_bias ;;
     fuzz-gateway-chat-output) echo dsv__gw_think_push dsv__gw_tools_push parse_section/tool_calls.c json_call/tool_calls.c scan_content/tool_calls.c dsv__gw_chat_out_delta ;;
     fuzz-gateway-http) echo dsv__gw_strict_target_ok dsv__gw_strict_request scan_field/http_strict.c dsv__gw_json_strict dsv__gw_request_parse ;;
     fuzz-load-sse) echo load_sse_feed load_answer_classify ;;
@@ -155,6 +168,16 @@ reached_functions() {
     fuzz-tokenizer-encode) echo bpe_encode dse__bpe_model_encode dse__bpe_normalize split_spans dse__bpe_decode ;;
     fuzz-spm-load) echo dse__spm_proto_parse dse__tok_spm_init dse__spm_normalizer_init dse__spm_trie_insert ;;
     fuzz-spm-encode) echo encode_with dse__spm_normalize bpe_resegment spm_decode ;;
+    fuzz-grammar-schema)
+      echo dse_grammar_compile_json_schema compile_body/schema_compile.c emit_object/schema_compile.c \
+        emit_array/schema_compile.c emit_number/schema_compile.c dse__schema_merge_all_of dse__regex_rule \
+        dse__grammar_matcher_step ;;
+    fuzz-grammar-gbnf)
+      echo dse_grammar_compile_gbnf parse_rule/gbnf_compile.c parse_sequence/gbnf_compile.c \
+        parse_class/gbnf_compile.c dse__grammar_rule_codepoints dse__grammar_check dse__grammar_matcher_step ;;
+    fuzz-grammar-regex)
+      echo dse_grammar_compile_regex parse_alternative/regex_compile.c parse_escape/regex_compile.c \
+        parse_class/regex_compile.c dse__grammar_rule_repeat dse__grammar_check dse__grammar_matcher_step ;;
   esac
 }
 

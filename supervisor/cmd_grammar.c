@@ -1,21 +1,28 @@
-/* dsvisor grammar: compile a JSON Schema into a grammar and check JSON values against
- * its token masks, the way a constrained sampler would see them.
+/* dsvisor grammar: compile a JSON Schema, a regex or GBNF text into a grammar and check
+ * outputs against its token masks, the way a constrained sampler would see them.
  *
- *   dsvisor grammar --schema FILE (--tokenizer FILE | --model M) [--check] [--json]
+ *   dsvisor grammar (--schema FILE | --regex RE | --gbnf FILE) (--tokenizer FILE | --model M)
+ *                   [--check] [--json]
  *
- * Without --check it compiles the schema and says so. With --check it reads one JSON
- * value per stdin line, serialises it compactly (cJSON_PrintUnformatted: the canonical
- * form the grammar describes), tokenizes that with the tokenizer and walks the tokens
- * through the masks: each token must be allowed by the mask computed after the tokens
- * before it, and EOS must be allowed at the end. It prints {"accept": true|false} per
- * line ("tokens" and "rejected_at" too with --json). A schema that does not compile
- * prints {"error": "..."} and exits 2. */
+ * Without --check it compiles the grammar and says so. With --check it reads one output
+ * per stdin line: for a schema a JSON value, serialised compactly
+ * (cJSON_PrintUnformatted: the canonical form the grammar describes); for a regex or
+ * GBNF a JSON string whose content is the output text (so a line can hold any text).
+ * It tokenizes that with the tokenizer and walks the tokens through the masks: each
+ * token must be allowed by the mask computed after the tokens before it, and EOS must
+ * be allowed at the end. It prints {"accept": true|false} per line ("tokens" and
+ * "rejected_at" too with --json). A grammar that does not compile prints
+ * {"error": "..."} and exits 2. --bench walks the same lines and prints the compile
+ * time and the time of each mask (dse_grammar_matcher_fill_mask) as percentiles over
+ * all the tokens, both as the thread's CPU time; with --json one object, with every mask's nanoseconds too
+ * ("mask_ns", for dsvisor-bench grammar to pool over many grammars). */
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "commands.h"
@@ -23,9 +30,15 @@
 
 static void grammar_usage(FILE *out) {
         fprintf(out,
-                "usage: dsvisor grammar --schema FILE (--tokenizer FILE | --model M) [--check] [--json]\n"
-                "  --schema FILE  a JSON Schema (draft 4 to 2020-12)\n"
-                "  --check        judge one JSON value per stdin line: {\"accept\": true|false}\n"
+                "usage: dsvisor grammar (--schema FILE | --regex RE | --gbnf FILE) (--tokenizer FILE | --model M)\n"
+                "                       [--check] [--bench] [--json]\n"
+                "  --schema FILE  a JSON Schema (draft 4 to 2020-12): the output is compact JSON\n"
+                "  --regex RE     an ECMA-262 regex the whole output text must match\n"
+                "  --gbnf FILE    a GBNF grammar (llama.cpp's format) whose rule root the output matches\n"
+                "  --check        judge one output per stdin line: {\"accept\": true|false}; a JSON value\n"
+                "                 for --schema, a JSON string holding the text for --regex and --gbnf\n"
+                "  --bench        walk the same lines and print the compile time and the mask time per\n"
+                "                 token (p50/p90/p99/max, thread CPU time); with --check, after the answers\n"
                 "  --json         machine-readable output (with --check: tokens, rejected_at)\n");
 }
 
@@ -39,7 +52,7 @@ static void print_error(const char *msg) {
         cJSON_Delete(o);
 }
 
-static int read_schema(const char *path, char **ret_text, size_t *ret_len) {
+static int read_file(const char *path, char **ret_text, size_t *ret_len) {
         FILE *f = fopen(path, "re");
         if (!f)
                 return -errno;
@@ -71,19 +84,50 @@ static int read_schema(const char *path, char **ret_text, size_t *ret_len) {
         return 0;
 }
 
+/* The duration of every mask computed, for --bench. */
+struct mask_times {
+        uint64_t *ns;
+        size_t n, cap;
+};
+
+/* The calling thread's CPU time: on a shared host wall time would mostly measure the
+ * other processes. */
+static uint64_t now_ns(void) {
+        struct timespec t;
+        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+        return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+}
+
+static int add_time(struct mask_times *t, uint64_t ns) {
+        if (t->n == t->cap) {
+                size_t cap = t->cap ? 2 * t->cap : 1024;
+                uint64_t *p = realloc(t->ns, cap * sizeof *p);
+                if (!p)
+                        return -ENOMEM;
+                t->ns = p;
+                t->cap = cap;
+        }
+        t->ns[t->n++] = ns;
+        return 0;
+}
+
 /* Walks ids through the masks; returns the index of the first token the mask refuses,
- * n_ids when EOS is refused at the end, or -1 when the whole sequence is accepted. */
+ * n_ids when EOS is refused at the end, or -1 when the whole sequence is accepted.
+ * With times, each mask's duration is added to it. */
 static long walk_tokens(const struct dse_grammar *g, const struct dse_grammar_vocab *v, int32_t eos,
-                        const int32_t *ids, size_t n_ids, uint64_t *mask, int *ret_err) {
+                        const int32_t *ids, size_t n_ids, uint64_t *mask, struct mask_times *times, int *ret_err) {
         struct dse_grammar_matcher *m;
         struct dse_diag diag = {{0}};
         int r = dse_grammar_matcher_new(g, &m, &diag);
         long rejected = -1;
         for (size_t i = 0; r == 0 && i <= n_ids; i++) {
+                uint64_t t0 = times ? now_ns() : 0;
                 r = dse_grammar_matcher_fill_mask(m, v, mask);
                 if (r < 0)
                         break;
-                r = 0;
+                r = times ? add_time(times, now_ns() - t0) : 0;
+                if (r < 0)
+                        break;
                 if (i == n_ids) {
                         int ok = eos >= 0 ? (int)((mask[eos / 64] >> (eos % 64)) & 1)
                                           : dse_grammar_matcher_is_accepting(m);
@@ -157,8 +201,52 @@ static int tokenize_output(const struct dse_tokenizer *tok, const struct dse_gra
         return -EILSEQ;
 }
 
+/* The output a --check line stands for: the compact serialization of a JSON value, or
+ * with text_lines the content of a JSON string. NULL when the line is neither. */
+static char *line_output(const char *line, size_t n, int text_lines) {
+        cJSON *value = cJSON_ParseWithLength(line, n);
+        char *text = NULL;
+        if (value && !text_lines)
+                text = cJSON_PrintUnformatted(value);
+        else if (cJSON_IsString(value))
+                text = strdup(value->valuestring);
+        cJSON_Delete(value);
+        return text;
+}
+
+static int cmp_u64(const void *a, const void *b) {
+        uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+        return x < y ? -1 : x > y;
+}
+
+/* The q-quantile of the n sorted values (nearest rank). */
+static double quantile_us(const uint64_t *sorted, size_t n, double q) {
+        if (n == 0)
+                return 0;
+        size_t i = (size_t)(q * (double)n);
+        return (double)sorted[i < n ? i : n - 1] / 1000.0;
+}
+
+static void print_bench(double compile_us, size_t instances, struct mask_times *t, int json) {
+        qsort(t->ns, t->n, sizeof *t->ns, cmp_u64);
+        double p50 = quantile_us(t->ns, t->n, 0.5), p90 = quantile_us(t->ns, t->n, 0.9);
+        double p99 = quantile_us(t->ns, t->n, 0.99), max = t->n ? (double)t->ns[t->n - 1] / 1000.0 : 0;
+        if (!json) {
+                printf("compile %.1f us; %zu instances, %zu masks: p50 %.1f us, p90 %.1f us, p99 %.1f us, max %.1f us\n",
+                       compile_us, instances, t->n, p50, p90, p99, max);
+                return;
+        }
+        printf("{\"bench\":{\"compile_us\":%.1f,\"instances\":%zu,\"masks\":%zu,\"mask_us\":{\"p50\":%.2f,"
+               "\"p90\":%.2f,\"p99\":%.2f,\"max\":%.2f},\"mask_ns\":[",
+               compile_us, instances, t->n, p50, p90, p99, max);
+        for (size_t i = 0; i < t->n; i++)
+                printf(i ? ",%llu" : "%llu", (unsigned long long)t->ns[i]);
+        printf("]}}\n");
+}
+
+/* --check (print_accepts) and --bench (times not NULL) over the stdin lines. */
 static int check_lines(const struct dse_grammar *g, const struct dse_tokenizer *tok, const struct dse_grammar_vocab *v,
-                       int json) {
+                       int text_lines, int print_accepts, struct mask_times *times, size_t *ret_lines, int json) {
         uint64_t *mask = calloc(dse_grammar_vocab_mask_words(v), sizeof *mask);
         char *line = NULL;
         size_t line_cap = 0, ids_cap = 0;
@@ -172,12 +260,10 @@ static int check_lines(const struct dse_grammar *g, const struct dse_tokenizer *
                         line[--n] = '\0';
                 if (n == 0)
                         continue;
-                cJSON *value = cJSON_ParseWithLength(line, (size_t)n);
-                char *text = value ? cJSON_PrintUnformatted(value) : NULL;
-                cJSON_Delete(value);
+                char *text = line_output(line, (size_t)n, text_lines);
                 if (!text) {
                         char msg[64];
-                        snprintf(msg, sizeof msg, "line %ld: not a JSON value", line_no);
+                        snprintf(msg, sizeof msg, "line %ld: not a JSON %s", line_no, text_lines ? "string" : "value");
                         print_error(msg);
                         status = 1;
                         break;
@@ -192,12 +278,15 @@ static int check_lines(const struct dse_grammar *g, const struct dse_tokenizer *
                         break;
                 }
                 int err;
-                long rejected = walk_tokens(g, v, dse_tokenizer_eos(tok), ids + first, (size_t)count, mask, &err);
+                long rejected = walk_tokens(g, v, dse_tokenizer_eos(tok), ids + first, (size_t)count, mask, times, &err);
                 if (err < 0) {
                         fprintf(stderr, "dsvisor grammar: line %ld: matcher failed: %s\n", line_no, strerror(-err));
                         status = 1;
                         break;
                 }
+                (*ret_lines)++;
+                if (!print_accepts)
+                        continue;
                 if (json && rejected >= 0)
                         printf("{\"accept\":false,\"tokens\":%d,\"rejected_at\":%ld}\n", count, rejected);
                 else if (json)
@@ -214,40 +303,54 @@ static int check_lines(const struct dse_grammar *g, const struct dse_tokenizer *
 int dsv_cmd_grammar(int argc, char **argv) {
         static const struct option opts[] = {
                 {"schema", required_argument, NULL, 's'}, {"model", required_argument, NULL, 'm'},
+                {"regex", required_argument, NULL, 'r'},  {"gbnf", required_argument, NULL, 'g'},
                 {"tokenizer", required_argument, NULL, 't'}, {"check", no_argument, NULL, 'c'},
                 {"json", no_argument, NULL, 'j'},          {"help", no_argument, NULL, 'h'},
+                {"bench", no_argument, NULL, 'b'},
                 {NULL, 0, NULL, 0},
         };
-        const char *schema_path = NULL, *model_arg = NULL, *tok_path = NULL;
-        int check = 0, json = 0, c;
+        const char *schema_path = NULL, *regex = NULL, *gbnf_path = NULL, *model_arg = NULL, *tok_path = NULL;
+        int check = 0, bench = 0, json = 0, c;
         optind = 1;
         while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
                 switch (c) {
                 case 's': schema_path = optarg; break;
+                case 'r': regex = optarg; break;
+                case 'g': gbnf_path = optarg; break;
                 case 'm': model_arg = optarg; break;
                 case 't': tok_path = optarg; break;
                 case 'c': check = 1; break;
+                case 'b': bench = 1; break;
                 case 'j': json = 1; break;
                 case 'h': grammar_usage(stdout); return 0;
                 default: grammar_usage(stderr); return 2;
                 }
         }
-        if (optind != argc || !schema_path || !model_arg == !tok_path) {
-                fprintf(stderr, "dsvisor grammar: give --schema and exactly one of --model and --tokenizer\n");
+        if (optind != argc || !!schema_path + !!regex + !!gbnf_path != 1 || !model_arg == !tok_path) {
+                fprintf(stderr, "dsvisor grammar: give one of --schema, --regex and --gbnf, and exactly one of "
+                                "--model and --tokenizer\n");
                 grammar_usage(stderr);
                 return 2;
         }
-        char *schema = NULL;
-        size_t schema_len = 0;
-        int r = read_schema(schema_path, &schema, &schema_len);
-        if (r < 0) {
-                fprintf(stderr, "dsvisor grammar: cannot read '%s': %s\n", schema_path, strerror(-r));
+        const char *what = schema_path ? schema_path : gbnf_path ? gbnf_path : regex;
+        char *text = NULL;
+        size_t text_len = 0;
+        int r = 0;
+        if (!regex && (r = read_file(what, &text, &text_len)) < 0) {
+                fprintf(stderr, "dsvisor grammar: cannot read '%s': %s\n", what, strerror(-r));
                 return 1;
         }
         struct dse_diag diag = {{0}};
         struct dse_grammar *g = NULL;
-        r = dse_grammar_compile_json_schema(schema, schema_len, &g, &diag);
-        free(schema);
+        uint64_t t0 = now_ns();
+        if (schema_path)
+                r = dse_grammar_compile_json_schema(text, text_len, &g, &diag);
+        else if (gbnf_path)
+                r = dse_grammar_compile_gbnf(text, text_len, &g, &diag);
+        else
+                r = dse_grammar_compile_regex(regex, strlen(regex), &g, &diag);
+        double compile_us = (double)(now_ns() - t0) / 1000.0;
+        free(text);
         if (r < 0) {
                 print_error(diag.msg[0] ? diag.msg : strerror(-r));
                 return 2;
@@ -264,10 +367,15 @@ int dsv_cmd_grammar(int argc, char **argv) {
         }
         if (isatty(STDOUT_FILENO))
                 setvbuf(stdout, NULL, _IOLBF, 0);
-        if (check)
-                status = check_lines(g, tok, v, json);
-        else {
-                printf(json ? "{\"compiled\":true}\n" : "dsvisor grammar: '%s' compiles\n", schema_path);
+        if (check || bench) {
+                struct mask_times times = {0};
+                size_t lines = 0;
+                status = check_lines(g, tok, v, !schema_path, check, bench ? &times : NULL, &lines, json);
+                if (status == 0 && bench)
+                        print_bench(compile_us, lines, &times, json);
+                free(times.ns);
+        } else {
+                printf(json ? "{\"compiled\":true}\n" : "dsvisor grammar: '%s' compiles\n", what);
                 status = 0;
         }
         if (fflush(stdout) != 0)

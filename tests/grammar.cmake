@@ -5,6 +5,9 @@
 dsv_test(NAME test-grammar SOURCES unit/test-grammar.c LIBS dse LABELS unit TIMEOUT 300)
 target_include_directories(test-grammar PRIVATE ${CMAKE_SOURCE_DIR}/engine/src)
 
+# Regexes, GBNF and choice lists: accept/reject per construct, refusals naming it.
+dsv_test(NAME test-grammar-text SOURCES unit/test-grammar-text.c LIBS dse LABELS unit)
+
 # The whole JSON Schema corpus (fixtures/json-schema) through `dsvisor grammar --check`
 # with the bundled model's tokenizer: per-dataset compile, validation and invalidation
 # counts; fails on any wrong judgement not listed with its reason in grammar-corpus.known.
@@ -12,3 +15,15 @@ add_test(NAME test-grammar-corpus COMMAND python3 ${CMAKE_SOURCE_DIR}/tests/inte
   ${CMAKE_SOURCE_DIR}/models/default/tokenizer.model ${CMAKE_SOURCE_DIR}/tests/grammar-corpus.known)
 set_tests_properties(test-grammar-corpus PROPERTIES LABELS integration TIMEOUT 1800 SKIP_RETURN_CODE 77
   ENVIRONMENT "DSV_FIXTURES=${DSV_FIXTURES};DSV_BUILD_DIR=${CMAKE_BINARY_DIR};DSV_SOURCE_DIR=${CMAKE_SOURCE_DIR}")
+
+# libFuzzer targets (configure with CC=clang -DDSV_FUZZ=ON) for the three text parsers of
+# the grammar engine: JSON Schema, GBNF and regex, each [NUL output bytes for a matcher].
+if(DSV_FUZZ)
+  foreach(kind schema gbnf regex)
+    dsv_add_fuzzer(fuzz-grammar-${kind} fuzz/fuzz-grammar.c)
+    target_link_libraries(fuzz-grammar-${kind} PRIVATE dse)
+  endforeach()
+  target_compile_definitions(fuzz-grammar-schema PRIVATE FUZZ_GRAMMAR_COMPILE=dse_grammar_compile_json_schema)
+  target_compile_definitions(fuzz-grammar-gbnf PRIVATE FUZZ_GRAMMAR_COMPILE=dse_grammar_compile_gbnf)
+  target_compile_definitions(fuzz-grammar-regex PRIVATE FUZZ_GRAMMAR_COMPILE=dse_grammar_compile_regex)
+endif()

@@ -24,3 +24,8 @@ if(TARGET dsv_worker_serve)
   dsv_test(NAME test-worker-alloc SOURCES unit/test-worker-alloc.c LIBS dsv_worker_serve LABELS unit TIMEOUT 300)
   target_link_options(test-worker-alloc PRIVATE -Wl,--wrap=nng_send -Wl,--wrap=dse_batch_step)
 endif()
+# Constrained sampling (structured output) needs a tokenizer: the bundled default model.
+if(TARGET dsvisor-worker AND EXISTS ${CMAKE_SOURCE_DIR}/models/default/config.json)
+  dsv_test(NAME test-worker-constrained SOURCES unit/test-worker-constrained.c LIBS dsv_worker_core dsv::cjson
+           LABELS unit TIMEOUT 300)
+endif()

@@ -52,6 +52,36 @@ void sampling_apply_penalties(struct sampling_scratch *sc, const struct penaltie
         }
 }
 
+void sampling_apply_bias(const struct dsv_ipc_logit_bias *bias, size_t n, float *logits) {
+        for (size_t i = 0; i < n; i++)
+                logits[bias[i].token] = bias[i].bias <= -100.0f ? -INFINITY : logits[bias[i].token] + bias[i].bias;
+}
+
+void sampling_apply_mask(const uint64_t *mask, int32_t vocab, float *logits) {
+        for (int32_t w = 0; w * 64 < vocab; w++) {
+                uint64_t bits = mask[w];
+                int32_t end = vocab - w * 64 < 64 ? vocab - w * 64 : 64;
+                if (bits == ~0ull && end == 64)
+                        continue;
+                for (int32_t b = 0; b < end; b++)
+                        if (!(bits >> b & 1))
+                                logits[w * 64 + b] = -INFINITY;
+        }
+}
+
+int32_t sampling_mask_single(const uint64_t *mask, int32_t vocab) {
+        int32_t found = -1;
+        for (int32_t w = 0; w * 64 < vocab; w++) {
+                uint64_t bits = mask[w];
+                if (!bits)
+                        continue;
+                if (found >= 0 || (bits & (bits - 1)))
+                        return -1;
+                found = w * 64 + __builtin_ctzll(bits);
+        }
+        return found < vocab ? found : -1;
+}
+
 float sampling_logprobs(const float *logits, int32_t vocab, int32_t chosen, int n, struct dsv_ipc_logprob *top) {
         float mx = -INFINITY;
         for (int32_t i = 0; i < vocab; i++)

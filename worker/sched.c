@@ -14,6 +14,7 @@
 #include <time.h>
 
 #include "clock.h"
+#include "constraint.h"
 #include "sampling.h"
 #include "scheduler.h"
 
@@ -34,6 +35,10 @@ struct rq {
         char *text;                /* event text scratch */
         size_t text_cap;
         struct dsv_ipc_logprob top[SAMPLING_MAX_TOP];
+        struct dsv_ipc_bytes top_bytes[SAMPLING_MAX_TOP];
+        struct constraint con;     /* con.m NULL: unconstrained */
+        struct dsv_ipc_logit_bias *bias;
+        size_t n_bias;
         double t_arrival, t_sched, t_first; /* monotonic seconds; 0: not yet */
 };
 
@@ -64,6 +69,10 @@ struct sched {
         struct step_entry *entries;  /* (max_batch) */
         struct dse_batch_seq *bseqs; /* (max_batch) */
         int *cands;                  /* (n_slots) admission order scratch */
+        int *masked;                 /* (max_batch) slots whose mask this step computes */
+        struct grammar_cache *grammars;
+        struct dse_pool *pool;       /* for the masks; NULL: this thread */
+        int64_t constrained_tokens, forced_tokens;
         int64_t preemptions, steps, step_tokens;
         int32_t last_seqs, last_tokens;
 };
@@ -76,7 +85,11 @@ void sched_free(struct sched *s) {
                 free(s->rqs[i].text);
                 dse_sampler_free(s->rqs[i].smp);
                 dse_detok_free(s->rqs[i].detok);
+                constraint_done(&s->rqs[i].con, s->grammars);
+                free(s->rqs[i].bias);
         }
+        grammar_cache_free(s->grammars);
+        free(s->masked);
         free(s->rqs);
         free(s->active);
         free(s->seq_logits);
@@ -115,7 +128,9 @@ int sched_new(const struct sched_config *cfg, const struct dse_model *model, con
         s->work = malloc((size_t)s->vocab * sizeof(float));
         s->entries = calloc((size_t)cfg->max_batch, sizeof *s->entries);
         s->bseqs = calloc((size_t)cfg->max_batch, sizeof *s->bseqs);
+        s->masked = calloc((size_t)cfg->max_batch, sizeof *s->masked);
         if (!s->rqs || !s->active || !s->cands || !s->seq_logits || !s->work || !s->entries || !s->bseqs ||
+            !s->masked || grammar_cache_new(tok, s->n_slots, &s->grammars) < 0 ||
             sampling_scratch_init(&s->scratch, s->vocab) < 0) {
                 sched_free(s);
                 return -ENOMEM;
@@ -151,6 +166,8 @@ static void rq_release(struct sched *s, int slot) {
         free(r->text);
         dse_sampler_free(r->smp);
         dse_detok_free(r->detok);
+        constraint_done(&r->con, s->grammars);
+        free(r->bias);
         memset(r, 0, sizeof *r);
         r->state = RQ_FREE;
         r->seq = -1;
@@ -248,6 +265,19 @@ int sched_add(struct sched *s, const struct dsv_ipc_request *req, const int32_t 
                 emit_error(s, req->id, DSV_IPC_ERR_INVALID_REQUEST, "stop strings need a model with a tokenizer");
                 return -EINVAL;
         }
+        if (req->constraint != DSV_IPC_CONSTRAINT_NONE && req->n_stop > 0) {
+                emit_error(s, req->id, DSV_IPC_ERR_INVALID_REQUEST,
+                           "stop strings together with a structured-output constraint are not supported");
+                return -EINVAL;
+        }
+        for (size_t i = 0; i < req->n_logit_bias; i++)
+                if (req->logit_bias[i].token < 0 || req->logit_bias[i].token >= s->vocab ||
+                    !(req->logit_bias[i].bias >= -100 && req->logit_bias[i].bias <= 100)) {
+                        emit_error(s, req->id, DSV_IPC_ERR_INVALID_REQUEST,
+                                   "logit_bias: token %d is outside the vocabulary (%d) or its bias outside [-100, 100]",
+                                   req->logit_bias[i].token, s->vocab);
+                        return -EINVAL;
+                }
         if (req->deadline_unix_ms > 0 && now_ms >= req->deadline_unix_ms) {
                 emit_error(s, req->id, DSV_IPC_ERR_DEADLINE, "deadline passed before the request was queued");
                 return -ETIMEDOUT;
@@ -290,12 +320,31 @@ int sched_add(struct sched *s, const struct dsv_ipc_request *req, const int32_t 
         r = q->tokens && q->text ? dse_sampler_new(&sp, s->vocab, &q->smp, &diag) : -ENOMEM;
         if (r >= 0 && s->tok)
                 r = dse_detok_new(s->tok, (const char *const *)req->stop, req->n_stop, &q->detok, &diag);
+        char what[48] = "";
+        if (r >= 0 && req->constraint != DSV_IPC_CONSTRAINT_NONE &&
+            (r = constraint_init(&q->con, s->grammars, req, &diag)) < 0)
+                snprintf(what, sizeof what, "%s constraint: ", dsv_ipc_constraint_to_string(req->constraint));
+        /* Alternatives' bytes come from the token trie. */
+        if (r >= 0 && req->logprobs > 0 && s->tok && !grammar_cache_vocab(s->grammars, &diag))
+                r = -ENOMEM;
+        if (r >= 0 && req->n_logit_bias > 0) {
+                q->bias = malloc(req->n_logit_bias * sizeof *q->bias);
+                if (q->bias) {
+                        memcpy(q->bias, req->logit_bias, req->n_logit_bias * sizeof *q->bias);
+                        q->n_bias = req->n_logit_bias;
+                } else {
+                        r = -ENOMEM;
+                }
+        }
         if (r < 0) {
                 enum dsv_ipc_error_code code = r == -ENOMEM ? DSV_IPC_ERR_INTERNAL : DSV_IPC_ERR_INVALID_REQUEST;
-                emit_error(s, req->id, code, "%s", diag.msg[0] ? diag.msg : strerror(-r));
+                emit_error(s, req->id, code, "%s%s", what, diag.msg[0] ? diag.msg : strerror(-r));
                 free(q->tokens);
                 free(q->text);
+                free(q->bias);
                 dse_sampler_free(q->smp);
+                dse_detok_free(q->detok);
+                constraint_done(&q->con, s->grammars);
                 memset(q, 0, sizeof *q);
                 return r;
         }
@@ -313,6 +362,10 @@ int sched_add(struct sched *s, const struct dsv_ipc_request *req, const int32_t 
         if (q->max_tokens == 0)
                 finish(s, slot, "length");
         return 0;
+}
+
+void sched_set_pool(struct sched *s, struct dse_pool *pool) {
+        s->pool = pool;
 }
 
 int sched_cancel(struct sched *s, uint64_t id, int64_t now_ms) {
@@ -506,16 +559,57 @@ static void text_append(struct rq *r, size_t *len, const char *t, int n) {
         r->text[*len] = '\0';
 }
 
+/* The grammar of a constrained request is complete and allows nothing but EOS next:
+ * the output ends here. Computes the next mask on this thread. */
+static int grammar_done(struct sched *s, struct rq *r) {
+        if (!constraint_accepting(&r->con))
+                return 0;
+        int n = constraint_fill_mask(&r->con, s->grammars);
+        return n == 0 || (n == 1 && sampling_mask_single(r->con.mask, s->vocab) == s->eos);
+}
+
+/* The next token of request slot from its logits: logit_bias, the grammar's mask (a mask
+ * allowing one token forces it), penalties, then the sampler. -EINVAL (with why) when
+ * nothing can be chosen. */
+static int choose(struct sched *s, struct rq *r, const float *logits, const char **why) {
+        memcpy(s->work, logits, (size_t)s->vocab * sizeof(float));
+        if (r->n_bias > 0)
+                sampling_apply_bias(r->bias, r->n_bias, s->work);
+        if (r->con.m) {
+                if (r->con.n_allowed <= 0) {
+                        *why = r->con.n_allowed == 0 ? "the output grammar allows no token here"
+                                                     : "computing the output grammar's token mask failed";
+                        return -EINVAL;
+                }
+                s->constrained_tokens++;
+                int32_t only = sampling_mask_single(r->con.mask, s->vocab);
+                if (only >= 0) {
+                        s->forced_tokens++;
+                        return only;
+                }
+                sampling_apply_mask(r->con.mask, s->vocab, s->work);
+        }
+        sampling_apply_penalties(&s->scratch, &r->pen, r->tokens, r->n_prompt, r->n_tokens, s->work);
+        int tok = dse_sampler_sample(r->smp, s->work);
+        if (tok < 0)
+                *why = r->con.m || r->n_bias ? "logit_bias bans every token the output may continue with"
+                                             : "sampling failed: every logit is NaN or -inf";
+        return tok;
+}
+
 /* Samples request slot's next token from its logits, streams it and ends the request
  * when it is done. */
 static void sample_next(struct sched *s, int slot, double now) {
         struct rq *r = &s->rqs[slot];
         const float *logits = s->seq_logits + (size_t)r->seq * (size_t)s->vocab;
-        memcpy(s->work, logits, (size_t)s->vocab * sizeof(float));
-        sampling_apply_penalties(&s->scratch, &r->pen, r->tokens, r->n_prompt, r->n_tokens, s->work);
-        int tok = dse_sampler_sample(r->smp, s->work);
+        const char *why = NULL;
+        int tok = choose(s, r, logits, &why);
         if (tok < 0) {
-                fail(s, slot, DSV_IPC_ERR_INTERNAL, "sampling failed: every logit is NaN or -inf");
+                fail(s, slot, r->n_bias && !r->con.m ? DSV_IPC_ERR_INVALID_REQUEST : DSV_IPC_ERR_INTERNAL, why);
+                return;
+        }
+        if (r->con.m && constraint_accept(&r->con, s->grammars, tok) < 0) {
+                fail(s, slot, DSV_IPC_ERR_INTERNAL, "the output grammar refused the token its mask allowed");
                 return;
         }
         if (r->t_first == 0)
@@ -526,13 +620,14 @@ static void sample_next(struct sched *s, int slot, double now) {
         size_t len = 0;
         r->text[0] = '\0';
         int stopped = 0, is_eos = tok == s->eos;
+        int complete = r->con.m && !is_eos && grammar_done(s, r);
         int at_length = r->n_gen >= r->max_tokens || r->n_tokens >= s->cfg.n_ctx;
         const char *t;
         if (r->detok && !is_eos) {
                 int n = dse_detok_push(r->detok, tok, &t, &stopped);
                 text_append(r, &len, t, n);
         }
-        if (r->detok && (is_eos || (at_length && !stopped))) {
+        if (r->detok && (is_eos || complete || (at_length && !stopped))) {
                 int n = dse_detok_flush(r->detok, &t);
                 text_append(r, &len, t, n);
         }
@@ -545,13 +640,27 @@ static void sample_next(struct sched *s, int slot, double now) {
                         m.u.token.logprob = sampling_logprobs(logits, s->vocab, tok, r->logprobs, r->top);
                         m.u.token.top = r->top;
                         m.u.token.n_top = (size_t)(r->logprobs < s->vocab ? r->logprobs : s->vocab);
+                        const struct dse_grammar_vocab *v = s->tok ? grammar_cache_vocab(s->grammars, NULL) : NULL;
+                        for (size_t i = 0; v && i < m.u.token.n_top; i++) {
+                                size_t n = 0;
+                                const uint8_t *b = dse_grammar_vocab_token_bytes(v, r->top[i].token, &n);
+                                r->top_bytes[i] = (struct dsv_ipc_bytes){(uint8_t *)b, b ? n : 0};
+                        }
+                        m.u.token.top_bytes = v ? r->top_bytes : NULL;
                 }
                 s->emit(s->user, &m);
         }
-        if (is_eos || stopped)
+        if (is_eos || stopped || complete)
                 finish(s, slot, "stop");
         else if (at_length)
                 finish(s, slot, "length");
+}
+
+static void fill_masks(void *ctx, size_t begin, size_t end, int ith) {
+        struct sched *s = ctx;
+        (void)ith;
+        for (size_t i = begin; i < end; i++)
+                constraint_fill_mask(&s->rqs[s->masked[i]].con, s->grammars);
 }
 
 int sched_step(struct sched *s, int64_t now_ms) {
@@ -584,11 +693,22 @@ int sched_step(struct sched *s, int64_t now_ms) {
         s->last_seqs = p.n;
         s->last_tokens = n_tok;
         now = worker_mono_s();
+        /* The masks of the constrained sequences that sample now, together on the pool. */
+        int n_masked = 0;
+        for (int i = 0; i < p.n; i++) {
+                struct rq *q = &s->rqs[s->entries[i].rq];
+                q->n_computed += s->entries[i].chunk;
+                if (q->n_computed == q->n_tokens && q->con.m)
+                        s->masked[n_masked++] = s->entries[i].rq;
+        }
+        if (n_masked > 1 && s->pool)
+                dse_pool_parallel_for(s->pool, (size_t)n_masked, fill_masks, s);
+        else
+                fill_masks(s, 0, (size_t)n_masked, 0);
         /* Entries refer to slots; sampling may finish (and free) a request, never
          * another entry's. */
         for (int i = 0; i < p.n; i++) {
                 struct rq *q = &s->rqs[s->entries[i].rq];
-                q->n_computed += s->entries[i].chunk;
                 if (q->n_computed == q->n_tokens)
                         sample_next(s, s->entries[i].rq, now);
         }
@@ -617,4 +737,10 @@ void sched_get_stats(const struct sched *s, struct sched_stats *st) {
         st->step_tokens = s->step_tokens;
         st->last_step_seqs = s->last_seqs;
         st->last_step_tokens = s->last_tokens;
+        st->constrained_tokens = s->constrained_tokens;
+        st->forced_tokens = s->forced_tokens;
+        struct grammar_cache_stats gs;
+        grammar_cache_get_stats(s->grammars, &gs);
+        st->grammar_compiles = gs.compiles;
+        st->grammar_cache_hits = gs.hits;
 }

@@ -17,7 +17,16 @@
  * (prompt plus the tokens it already generated) when it is admitted again; its output is
  * unchanged. Every request ends with exactly one final or error event. The scheduler
  * allocates only in sched_add (per-request buffers); steps do not allocate (sending an
- * event through emit is the caller's business). One thread. */
+ * event through emit is the caller's business). One thread.
+ *
+ * Structured output (worker/README.md): a request with a constraint gets a matcher on a
+ * grammar compiled once per (kind, text) and cached (constraint.h). Each step, after the
+ * forward pass, the masks of the step's constrained sequences are computed together on
+ * the pool; then each sequence's logits get its logit_bias, its mask, its penalties, and
+ * go to its sampler. A mask that allows one token forces it without sampling; EOS is
+ * allowed only where the grammar accepts, and a sequence whose grammar accepts with
+ * nothing allowed but EOS ends there ("stop"). Constrained and unconstrained sequences
+ * share the batch. */
 #ifndef DSV_WORKER_SCHED_H
 #define DSV_WORKER_SCHED_H
 
@@ -42,6 +51,9 @@ struct sched_stats {
         int64_t preemptions;
         int64_t steps, step_tokens; /* engine steps and tokens they carried */
         int32_t last_step_seqs, last_step_tokens;
+        int64_t constrained_tokens; /* tokens chosen under a grammar's mask */
+        int64_t forced_tokens;      /* of those, the ones the mask left alone (not sampled) */
+        int64_t grammar_compiles, grammar_cache_hits;
 };
 
 /* Receives every event the scheduler produces; msg is only valid during the call. */
@@ -55,6 +67,9 @@ int sched_new(const struct sched_config *cfg, const struct dse_model *model, con
               struct dse_kv_cache *kv, struct dse_batch *batch, sched_emit_fn emit, void *user,
               struct sched **ret_sched);
 void sched_free(struct sched *s);
+/* The pool that computes a step's grammar masks (NULL, the default: the calling thread).
+ * It must be a pool the thread calling sched_step created. */
+void sched_set_pool(struct sched *s, struct dse_pool *pool);
 
 /* Queues a request whose prompt is already token ids (tokens: n_prompt ids, copied).
  * Bad parameters, an empty or too long prompt, a duplicate id or a full queue are

@@ -418,6 +418,8 @@ static void publish_stats(struct server *sv) {
                 .preemptions = st.preemptions,
                 .max_batch = sv->cfg->max_batch,
                 .token_budget = sv->cfg->token_budget,
+                .constrained_tokens = st.constrained_tokens,
+                .forced_tokens = st.forced_tokens,
         };
         pthread_mutex_unlock(&sv->mu);
 }
@@ -511,6 +513,7 @@ int worker_serve(const struct worker_config *cfg) {
                 wlog(3, "Failed to create the scheduler: %s", strerror(-r));
                 goto out;
         }
+        sched_set_pool(sv.sched, e.pool);
         publish_stats(&sv);
         atomic_store(&sv.state, ST_READY);
         /* Said unasked (seq 0) so the supervisor routes to us now rather than at its

@@ -401,7 +401,8 @@ int dse_detok_flush(struct dse_detok *d, const char **ret_text);
 
 /* ---- structured output: JSON Schema grammars, matchers, token masks ------------- */
 
-/* A grammar compiled from a JSON Schema (engine/src/grammar/README.md). The output it
+/* A grammar compiled from a JSON Schema (engine/src/grammar/README.md), a regex, GBNF
+ * text or a choice list (below); all share the matcher and masks. The JSON Schema output it
  * describes is compact JSON (no whitespace between tokens), object properties in the
  * order of `properties`, strings in their canonical escaped form (only `"`, `\` and
  * control characters escaped, as \" \\ \b \f \n \r \t or \u00xx; everything else raw
@@ -430,6 +431,27 @@ int dse_detok_flush(struct dse_detok *d, const char **ret_text);
 struct dse_grammar;
 int dse_grammar_compile_json_schema(const char *schema_json, size_t len, struct dse_grammar **ret_grammar,
                                     struct dse_diag *reterr);
+/* A grammar from an ECMA-262 regular expression (UTF-8, len bytes) that the whole
+ * output must match, per code point: literals and escapes (\t \n \v \f \r \0 \xHH
+ * \uHHHH \u{H...} \cX, identity escapes of punctuation), classes [...] and [^...] with
+ * ranges and \d \w \s \D \W \S (ECMA's ASCII \d \w, ECMA white space for \s), `.`
+ * (anything but \n \r U+2028 U+2029), groups (capturing, (?:...), (?<name>...)),
+ * alternation, ? * + {n} {n,} {n,m} (lazy forms alike), ^ and $ at the start and end
+ * (no-ops: the match is whole anyway). -EOPNOTSUPP naming the construct and its offset
+ * for backreferences, lookahead/lookbehind, \b \B, \p{...}, anchors elsewhere and an
+ * unbounded repetition of something that can match nothing; -EINVAL for a malformed
+ * regex. */
+int dse_grammar_compile_regex(const char *re, size_t len, struct dse_grammar **ret_grammar, struct dse_diag *reterr);
+/* A grammar from GBNF text (llama.cpp's `grammar` format): rules `name ::= ...`, the
+ * whole output matching `root`; literals "...", classes [...] / [^...], `.`, groups,
+ * alternation, ? * + {m} {m,} {m,n}, # comments (engine/src/grammar/README.md). -EINVAL
+ * naming line and column for a syntax error, a rule used but never defined (named) or
+ * a missing root; -ELOOP for left recursion. */
+int dse_grammar_compile_gbnf(const char *text, size_t len, struct dse_grammar **ret_grammar, struct dse_diag *reterr);
+/* A grammar whose output is exactly one of the n strings (raw text, not JSON).
+ * -EINVAL for an empty list or a NULL string. */
+int dse_grammar_compile_choice(const char *const *choices, size_t n, struct dse_grammar **ret_grammar,
+                               struct dse_diag *reterr);
 void dse_grammar_free(struct dse_grammar *grammar);
 
 /* A tokenizer's vocabulary as a token trie (the prefix tree of every token's bytes as

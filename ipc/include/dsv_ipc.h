@@ -36,7 +36,8 @@ extern "C" {
 #define DSV_IPC_PROTOCOL_VERSION 1
 /* Compatible additions within the major version; each message says "minor" (absent: 0).
  * 1: the "events" batch message (PROTOCOL.md), sent only to peers that said minor >= 1.
- * 2: a chat request's "tools" (the function definitions its template renders). */
+ * 2: a chat request's "tools" (the function definitions its template renders); a
+ *    request's "constraint" and "logit_bias"; "bytes" of top_logprobs alternatives. */
 #define DSV_IPC_PROTOCOL_MINOR 2
 /* Largest message accepted (a 128k-token prompt as JSON ids is ~1 MiB). */
 #define DSV_IPC_MAX_MSG_BYTES (16u << 20)
@@ -92,6 +93,25 @@ struct dsv_ipc_sampling {
         int32_t has_seed;         /* 0: the worker picks a seed */
 };
 
+/* What a request's output must match (structured output). */
+enum dsv_ipc_constraint {
+        DSV_IPC_CONSTRAINT_NONE,
+        DSV_IPC_CONSTRAINT_JSON_SCHEMA, /* constraint_text: a JSON Schema */
+        DSV_IPC_CONSTRAINT_JSON_OBJECT, /* any JSON object; constraint_text unused */
+        DSV_IPC_CONSTRAINT_REGEX,       /* constraint_text: a regex (ECMA-262 subset), whole output */
+        DSV_IPC_CONSTRAINT_CHOICE,      /* choices: the output is exactly one of them */
+        DSV_IPC_CONSTRAINT_GRAMMAR,     /* constraint_text: GBNF (llama.cpp's grammar format) */
+        DSV_IPC_CONSTRAINT_COUNT
+};
+
+const char *dsv_ipc_constraint_to_string(enum dsv_ipc_constraint kind);
+
+/* Added to one token's logit before sampling; -100 bans the token. */
+struct dsv_ipc_logit_bias {
+        int32_t token;
+        float bias; /* -100 .. 100 */
+};
+
 struct dsv_ipc_request {
         uint64_t id;
         enum dsv_ipc_input input;
@@ -106,11 +126,23 @@ struct dsv_ipc_request {
         size_t n_stop;
         int32_t logprobs;     /* top-n logprobs per token, 0: none */
         int64_t deadline_unix_ms; /* 0: none (CLOCK_REALTIME milliseconds) */
+        enum dsv_ipc_constraint constraint;
+        char *constraint_text; /* JSON_SCHEMA, REGEX, GRAMMAR; else NULL */
+        char **choices;        /* CHOICE: n_choices strings (up to 4096) */
+        size_t n_choices;
+        struct dsv_ipc_logit_bias *logit_bias;
+        size_t n_logit_bias;
 };
 
 struct dsv_ipc_logprob {
         int32_t token;
         float logprob;
+};
+
+/* A token's bytes in the output (possibly part of a character). */
+struct dsv_ipc_bytes {
+        uint8_t *bytes;
+        size_t n;
 };
 
 struct dsv_ipc_token {
@@ -120,6 +152,7 @@ struct dsv_ipc_token {
         float logprob;               /* of the chosen token; meaningful when n_top > 0 */
         struct dsv_ipc_logprob *top; /* top-n alternatives */
         size_t n_top;
+        struct dsv_ipc_bytes *top_bytes; /* (n_top) their bytes; NULL: not known (no tokenizer) */
 };
 
 struct dsv_ipc_final {
@@ -164,6 +197,8 @@ struct dsv_ipc_stats {
         int64_t preemptions;
         int32_t max_batch;    /* the worker's sequences per step (0: not reported) */
         int32_t token_budget; /* the worker's tokens per step (0: not reported) */
+        int64_t constrained_tokens; /* tokens chosen under a grammar mask (minor 2; absent: 0) */
+        int64_t forced_tokens;      /* of those, the ones the mask alone decided */
 };
 
 struct dsv_ipc_msg {

@@ -143,6 +143,19 @@ int dsv_ipc_event_encode(const struct dsv_ipc_msg *m, char *buf, size_t size) {
                                 put_i64(&w, t->top[i].token);
                                 put_key(&w, "logprob");
                                 put_double(&w, dsv__ipc_logprob_clamp(t->top[i].logprob), 9);
+                                if (t->top_bytes && (t->top_bytes[i].n > DSV__IPC_MAX_TOKEN_BYTES ||
+                                                     (t->top_bytes[i].n && !t->top_bytes[i].bytes)))
+                                        return -EINVAL;
+                                if (t->top_bytes) {
+                                        put_key(&w, "bytes");
+                                        put(&w, "[", 1);
+                                        for (size_t k = 0; k < t->top_bytes[i].n; k++) {
+                                                if (k)
+                                                        put(&w, ",", 1);
+                                                put_i64(&w, t->top_bytes[i].bytes[k]);
+                                        }
+                                        put(&w, "]", 1);
+                                }
                                 put(&w, "}", 1);
                         }
                         put(&w, "]", 1);

@@ -38,6 +38,25 @@ static const char *const input_names[DSV_IPC_INPUT_COUNT] = {
         [DSV_IPC_INPUT_TOKENS] = "tokens",
 };
 
+static const char *const constraint_names[DSV_IPC_CONSTRAINT_COUNT] = {
+        [DSV_IPC_CONSTRAINT_NONE] = "none",
+        [DSV_IPC_CONSTRAINT_JSON_SCHEMA] = "json_schema",
+        [DSV_IPC_CONSTRAINT_JSON_OBJECT] = "json_object",
+        [DSV_IPC_CONSTRAINT_REGEX] = "regex",
+        [DSV_IPC_CONSTRAINT_CHOICE] = "choice",
+        [DSV_IPC_CONSTRAINT_GRAMMAR] = "grammar",
+};
+
+/* The kinds whose constraint_text is required. */
+static int constraint_has_text(enum dsv_ipc_constraint kind) {
+        return kind == DSV_IPC_CONSTRAINT_JSON_SCHEMA || kind == DSV_IPC_CONSTRAINT_REGEX ||
+               kind == DSV_IPC_CONSTRAINT_GRAMMAR;
+}
+
+const char *dsv_ipc_constraint_to_string(enum dsv_ipc_constraint kind) {
+        return kind < DSV_IPC_CONSTRAINT_COUNT ? constraint_names[kind] : "unknown";
+}
+
 static const char *const error_names[DSV_IPC_ERROR_CODE_COUNT] = {
         [DSV_IPC_ERR_INVALID_REQUEST] = "invalid_request", [DSV_IPC_ERR_PROMPT_TOO_LONG] = "prompt_too_long",
         [DSV_IPC_ERR_OVERLOADED] = "overloaded",           [DSV_IPC_ERR_DEADLINE] = "deadline_exceeded",
@@ -88,7 +107,9 @@ static int add_str(cJSON *o, const char *key, const char *s) {
 
 static int encode_request(cJSON *o, const struct dsv_ipc_request *q) {
         int r = 0;
-        if (q->input >= DSV_IPC_INPUT_COUNT || q->n_stop > MAX_STOP_STRINGS)
+        if (q->input >= DSV_IPC_INPUT_COUNT || q->n_stop > MAX_STOP_STRINGS || q->constraint >= DSV_IPC_CONSTRAINT_COUNT ||
+            q->n_logit_bias > DSV__IPC_MAX_LOGIT_BIAS || (constraint_has_text(q->constraint) && !q->constraint_text) ||
+            (q->constraint == DSV_IPC_CONSTRAINT_CHOICE && (q->n_choices == 0 || q->n_choices > DSV__IPC_MAX_CHOICES)))
                 return -EINVAL;
         r |= add_id(o, "id", q->id);
         r |= add_str(o, "input", input_names[q->input]);
@@ -147,6 +168,37 @@ static int encode_request(cJSON *o, const struct dsv_ipc_request *q) {
         for (size_t i = 0; i < q->n_stop; i++)
                 if (!cJSON_AddItemToArray(stop, cJSON_CreateString(q->stop[i])))
                         return -ENOMEM;
+        if (q->constraint != DSV_IPC_CONSTRAINT_NONE) {
+                cJSON *c = cJSON_AddObjectToObject(o, "constraint");
+                if (!c)
+                        return -ENOMEM;
+                r |= add_str(c, "kind", constraint_names[q->constraint]);
+                if (q->constraint_text)
+                        r |= add_str(c, "text", q->constraint_text);
+                if (q->constraint == DSV_IPC_CONSTRAINT_CHOICE) {
+                        cJSON *choices = cJSON_AddArrayToObject(c, "choices");
+                        if (!choices)
+                                return -ENOMEM;
+                        for (size_t i = 0; i < q->n_choices; i++)
+                                if (!q->choices[i] || !cJSON_AddItemToArray(choices, cJSON_CreateString(q->choices[i])))
+                                        return -ENOMEM;
+                }
+        }
+        if (q->n_logit_bias > 0) {
+                cJSON *bias = cJSON_AddArrayToObject(o, "logit_bias");
+                if (!bias)
+                        return -ENOMEM;
+                for (size_t i = 0; i < q->n_logit_bias; i++) {
+                        const struct dsv_ipc_logit_bias *b = &q->logit_bias[i];
+                        if (b->token < 0 || !(b->bias >= -100 && b->bias <= 100))
+                                return -EINVAL;
+                        cJSON *pair = cJSON_CreateArray();
+                        if (!pair || !cJSON_AddItemToArray(bias, pair) ||
+                            !cJSON_AddItemToArray(pair, cJSON_CreateNumber(b->token)) ||
+                            !cJSON_AddItemToArray(pair, cJSON_CreateNumber(b->bias)))
+                                return -ENOMEM;
+                }
+        }
         return r ? -EINVAL : 0;
 }
 
@@ -173,6 +225,17 @@ static int encode_body(cJSON *o, const struct dsv_ipc_msg *m) {
                                         return -ENOMEM;
                                 r |= add_num(e, "token", t->top[i].token);
                                 r |= add_num(e, "logprob", dsv__ipc_logprob_clamp(t->top[i].logprob));
+                                if (t->top_bytes && (t->top_bytes[i].n > DSV__IPC_MAX_TOKEN_BYTES ||
+                                                     (t->top_bytes[i].n && !t->top_bytes[i].bytes)))
+                                        return -EINVAL;
+                                if (t->top_bytes) {
+                                        cJSON *bytes = cJSON_AddArrayToObject(e, "bytes");
+                                        if (!bytes)
+                                                return -ENOMEM;
+                                        for (size_t k = 0; k < t->top_bytes[i].n; k++)
+                                                if (!cJSON_AddItemToArray(bytes, cJSON_CreateNumber(t->top_bytes[i].bytes[k])))
+                                                        return -ENOMEM;
+                                }
                         }
                 }
                 return r ? -EINVAL : 0;
@@ -220,6 +283,8 @@ static int encode_body(cJSON *o, const struct dsv_ipc_msg *m) {
                 r |= add_num(o, "preemptions", (double)s->preemptions);
                 r |= add_num(o, "max_batch", s->max_batch);
                 r |= add_num(o, "token_budget", s->token_budget);
+                r |= add_num(o, "constrained_tokens", (double)s->constrained_tokens);
+                r |= add_num(o, "forced_tokens", (double)s->forced_tokens);
                 return r ? -EINVAL : 0;
         }
         default:
@@ -367,6 +432,66 @@ static int decode_sampling(struct decoder *d, const cJSON *s, struct dsv_ipc_sam
         return 0;
 }
 
+static int decode_constraint(struct decoder *d, const cJSON *o, struct dsv_ipc_request *q) {
+        const cJSON *c = cJSON_GetObjectItemCaseSensitive(o, "constraint");
+        char *kind = NULL;
+        int r;
+        if (!c)
+                return 0;
+        if (!cJSON_IsObject(c))
+                return bad(d, "field 'constraint' must be an object");
+        if ((r = get_str(d, c, "kind", 1, &kind)) < 0)
+                return r;
+        int k = name_index(kind, constraint_names, DSV_IPC_CONSTRAINT_COUNT);
+        free(kind);
+        if (k < 0)
+                return bad(d, "field 'constraint.kind' must be one of none, json_schema, json_object, regex, choice, "
+                              "grammar");
+        q->constraint = (enum dsv_ipc_constraint)k;
+        if ((r = get_str(d, c, "text", constraint_has_text(q->constraint), &q->constraint_text)) < 0)
+                return r;
+        if (q->constraint != DSV_IPC_CONSTRAINT_CHOICE)
+                return 0;
+        const cJSON *choices = cJSON_GetObjectItemCaseSensitive(c, "choices");
+        int n = cJSON_GetArraySize(choices);
+        if (!cJSON_IsArray(choices) || n == 0 || n > DSV__IPC_MAX_CHOICES)
+                return bad(d, "field 'constraint.choices' must be an array of 1 to %d strings", DSV__IPC_MAX_CHOICES);
+        if (!(q->choices = calloc((size_t)n, sizeof *q->choices)))
+                return -ENOMEM;
+        const cJSON *e;
+        cJSON_ArrayForEach(e, choices) {
+                if (!cJSON_IsString(e))
+                        return bad(d, "field 'constraint.choices[%zu]' must be a string", q->n_choices);
+                if (!(q->choices[q->n_choices] = strdup(e->valuestring)))
+                        return -ENOMEM;
+                q->n_choices++;
+        }
+        return 0;
+}
+
+static int decode_logit_bias(struct decoder *d, const cJSON *o, struct dsv_ipc_request *q) {
+        const cJSON *bias = cJSON_GetObjectItemCaseSensitive(o, "logit_bias");
+        if (!bias)
+                return 0;
+        if (!cJSON_IsArray(bias) || cJSON_GetArraySize(bias) > DSV__IPC_MAX_LOGIT_BIAS)
+                return bad(d, "field 'logit_bias' must be an array of at most %d [token, bias] pairs",
+                           DSV__IPC_MAX_LOGIT_BIAS);
+        q->logit_bias = calloc((size_t)cJSON_GetArraySize(bias) + 1, sizeof *q->logit_bias);
+        if (!q->logit_bias)
+                return -ENOMEM;
+        const cJSON *e;
+        cJSON_ArrayForEach(e, bias) {
+                const cJSON *tok = cJSON_GetArrayItem(e, 0), *val = cJSON_GetArrayItem(e, 1);
+                if (!cJSON_IsArray(e) || cJSON_GetArraySize(e) != 2 || !cJSON_IsNumber(tok) || !cJSON_IsNumber(val) ||
+                    !(tok->valuedouble >= 0 && tok->valuedouble <= INT32_MAX) ||
+                    tok->valuedouble != floor(tok->valuedouble) || !(val->valuedouble >= -100 && val->valuedouble <= 100))
+                        return bad(d, "field 'logit_bias[%zu]' must be [token id, bias in -100..100]", q->n_logit_bias);
+                q->logit_bias[q->n_logit_bias++] = (struct dsv_ipc_logit_bias){(int32_t)tok->valuedouble,
+                                                                               (float)val->valuedouble};
+        }
+        return 0;
+}
+
 static int decode_request(struct decoder *d, const cJSON *o, struct dsv_ipc_request *q) {
         int r;
         char *input = NULL;
@@ -435,7 +560,9 @@ static int decode_request(struct decoder *d, const cJSON *o, struct dsv_ipc_requ
                         q->n_stop++;
                 }
         }
-        return 0;
+        if ((r = decode_constraint(d, o, q)) < 0)
+                return r;
+        return decode_logit_bias(d, o, q);
 }
 
 static int decode_token(struct decoder *d, const cJSON *o, struct dsv_ipc_token *t) {
@@ -460,6 +587,25 @@ static int decode_token(struct decoder *d, const cJSON *o, struct dsv_ipc_token 
                     (r = get_float(d, e, "logprob", -1e30f, 0, &lp->logprob)) < 0)
                         return r;
                 t->n_top++;
+                const cJSON *bytes = cJSON_GetObjectItemCaseSensitive(e, "bytes");
+                if (!bytes)
+                        continue;
+                size_t at = t->n_top - 1;
+                if (!cJSON_IsArray(bytes) || cJSON_GetArraySize(bytes) > DSV__IPC_MAX_TOKEN_BYTES)
+                        return bad(d, "field 'top_logprobs[%zu].bytes' must be an array of at most %d bytes", at,
+                                   DSV__IPC_MAX_TOKEN_BYTES);
+                if (!t->top_bytes && !(t->top_bytes = calloc((size_t)cJSON_GetArraySize(top), sizeof *t->top_bytes)))
+                        return -ENOMEM;
+                struct dsv_ipc_bytes *tb = &t->top_bytes[at];
+                if (!(tb->bytes = malloc((size_t)cJSON_GetArraySize(bytes) + 1)))
+                        return -ENOMEM;
+                const cJSON *b;
+                cJSON_ArrayForEach(b, bytes) {
+                        if (!cJSON_IsNumber(b) || !(b->valuedouble >= 0 && b->valuedouble <= 255) ||
+                            b->valuedouble != floor(b->valuedouble))
+                                return bad(d, "field 'top_logprobs[%zu].bytes' must hold integers 0..255", at);
+                        tb->bytes[tb->n++] = (uint8_t)b->valuedouble;
+                }
         }
         return 0;
 }
@@ -518,7 +664,9 @@ static int decode_body(struct decoder *d, const cJSON *o, struct dsv_ipc_msg *m)
                     (r = get_double(d, o, "prefix_hit_rate", &s->prefix_hit_rate)) < 0 ||
                     (r = get_i64(d, o, "preemptions", 0, &s->preemptions)) < 0 ||
                     (r = get_i32(d, o, "max_batch", 0, 0, INT32_MAX, &s->max_batch)) < 0 ||
-                    (r = get_i32(d, o, "token_budget", 0, 0, INT32_MAX, &s->token_budget)) < 0)
+                    (r = get_i32(d, o, "token_budget", 0, 0, INT32_MAX, &s->token_budget)) < 0 ||
+                    (r = get_i64(d, o, "constrained_tokens", 0, &s->constrained_tokens)) < 0 ||
+                    (r = get_i64(d, o, "forced_tokens", 0, &s->forced_tokens)) < 0)
                         return r;
                 return 0;
         }
@@ -689,9 +837,17 @@ void dsv_ipc_msg_done(struct dsv_ipc_msg *m) {
                 for (size_t i = 0; i < m->u.request.n_stop; i++)
                         free(m->u.request.stop[i]);
                 free(m->u.request.stop);
+                free(m->u.request.constraint_text);
+                for (size_t i = 0; i < m->u.request.n_choices; i++)
+                        free(m->u.request.choices[i]);
+                free(m->u.request.choices);
+                free(m->u.request.logit_bias);
                 break;
         case DSV_IPC_TOKEN:
                 free(m->u.token.text);
+                for (size_t i = 0; m->u.token.top_bytes && i < m->u.token.n_top; i++)
+                        free(m->u.token.top_bytes[i].bytes);
+                free(m->u.token.top_bytes);
                 free(m->u.token.top);
                 break;
         case DSV_IPC_FINAL:

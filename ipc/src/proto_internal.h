@@ -10,6 +10,10 @@
 
 #define DSV__IPC_MAX_TOP_LOGPROBS 20
 #define DSV__IPC_MAX_STOP_STRINGS 16
+/* Entries of a request's logit_bias; bytes of one token in top_logprobs. */
+#define DSV__IPC_MAX_LOGIT_BIAS 4096
+#define DSV__IPC_MAX_TOKEN_BYTES 4096
+#define DSV__IPC_MAX_CHOICES 4096
 
 /* Log-probabilities go out inside the range the decoder accepts, [-1e30, 0]: rounding
  * can give +1e-8 for a near-certain token, and a token the model rules out has -inf

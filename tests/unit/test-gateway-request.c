@@ -112,7 +112,8 @@ TEST(bad_values_are_400_with_param) {
         ASSERT_EQ(refused("{\"model\":\"m\",\"prompt\":\"x\",\"n\":2}", DSV_GW_API_COMPLETIONS, p), 400);
         ASSERT_STREQ(p, "n");
         ASSERT_EQ(refused("{\"model\":\"m\",\"prompt\":\"x\",\"echo\":true}", DSV_GW_API_COMPLETIONS, p), 400);
-        ASSERT_EQ(refused("{\"model\":\"m\",\"prompt\":\"x\",\"logit_bias\":{\"1\":5}}", DSV_GW_API_COMPLETIONS, p), 400);
+        ASSERT_EQ(refused("{\"model\":\"m\",\"prompt\":\"x\",\"logit_bias\":{\"1\":500}}", DSV_GW_API_COMPLETIONS, p), 400);
+        ASSERT_STREQ(p, "logit_bias");
         ASSERT_EQ(refused("{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[{}]}",
                           DSV_GW_API_CHAT, p), 400);
         ASSERT_EQ(refused("{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"top_logprobs\":2}",

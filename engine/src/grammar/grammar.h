@@ -8,6 +8,7 @@
 #ifndef DSE_GRAMMAR_H
 #define DSE_GRAMMAR_H
 
+#include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -35,6 +36,8 @@ struct grammar_rule {
         uint32_t n_alts;
 };
 
+struct grammar_mask_cache;
+
 struct dse_grammar {
         struct grammar_elem *elems;
         uint32_t n_elems;
@@ -45,6 +48,9 @@ struct dse_grammar {
         struct grammar_class *classes;
         uint32_t n_classes;
         uint32_t root; /* the rule a whole output must match */
+        /* masks already computed, per vocabulary and state shape (mask_cache.c); the one
+         * part of a grammar that changes after compiling, behind its own lock */
+        struct grammar_mask_cache *cache;
 };
 
 /* Returns from the calling function when expr (0 or -errno) fails. */
@@ -104,9 +110,22 @@ int dse__grammar_push_class(struct grammar_builder *b, uint32_t rule, const stru
 int dse__grammar_push_byte(struct grammar_builder *b, uint32_t rule, uint8_t byte);
 int dse__grammar_push_bytes(struct grammar_builder *b, uint32_t rule, const char *s, size_t n);
 int dse__grammar_push_ref(struct grammar_builder *b, uint32_t rule, uint32_t ref);
+/* A new rule matching min to max (UINT32_MAX: no limit) matches of rule item, one after
+ * the other. -E2BIG when a bound over GRAMMAR_MAX_REPEAT would be unrolled. An item
+ * that can match the empty string repeated without limit is left recursion, which
+ * dse__grammar_check refuses. */
+#define GRAMMAR_MAX_REPEAT 65536
+int dse__grammar_rule_repeat(struct grammar_builder *b, uint32_t item, uint32_t min, uint32_t max, uint32_t *ret_rule);
 /* Moves the built rules into a new grammar whose whole-output rule is root. */
 int dse__grammar_builder_finish(struct grammar_builder *b, uint32_t root, struct dse_grammar **ret_g);
 
+/* Ends a compilation: when r is 0, flattens the builder's rules into *ret_g (root the
+ * whole-output rule) and checks them (dse__grammar_check); frees the builder either
+ * way. Returns r, or the error of finishing or checking. */
+int dse__grammar_builder_complete(struct grammar_builder *b, int r, uint32_t root, struct dse_grammar **ret_g,
+                                  struct dse_diag *reterr);
+/* Writes prefix and then the message fmt/ap to reterr (when not NULL); returns err. */
+int dse__grammar_vfail(struct dse_diag *reterr, int err, const char *prefix, const char *fmt, va_list ap);
 /* Refuses a grammar the matcher could loop on: a rule that can reach itself without
  * consuming a byte (left recursion): -ELOOP naming the rule in reterr. */
 int dse__grammar_check(const struct dse_grammar *g, struct dse_diag *reterr);
@@ -119,6 +138,10 @@ int dse__grammar_check(const struct dse_grammar *g, struct dse_diag *reterr);
  * frame always sits on a GRAMMAR_CLASS element; the empty stack (GRAMMAR_NIL) means the
  * output is complete. A state is a range [begin, end) of the tops array. */
 #define GRAMMAR_NIL UINT32_MAX
+/* A stack top in a state computed with a boundary frame (struct dse_grammar_matcher):
+ * the stack has finished everything above the boundary, so what follows depends on the
+ * frames below it. Such a stack takes no byte. */
+#define GRAMMAR_POPPED (UINT32_MAX - 1)
 
 struct grammar_frame {
         uint32_t pos;    /* index into elems */
@@ -136,6 +159,12 @@ struct dse_grammar_matcher {
         /* dse_grammar_matcher_fill_mask's per-depth states, grown as tokens demand */
         uint32_t *walk;
         uint32_t cap_walk;
+        /* a frame where expansion stops with a GRAMMAR_POPPED top instead of continuing
+         * into it (mask_cache.c); GRAMMAR_NIL when none */
+        uint32_t boundary;
+        /* the mask cache's key of the current state, grown as needed */
+        uint32_t *key;
+        uint32_t cap_key;
 };
 
 /* Appends to m->tops the state reached from tops [begin, end) by one byte, and returns
@@ -143,6 +172,11 @@ struct dse_grammar_matcher {
  * -ENOMEM / -E2BIG. Frames and tops appended after a mark may be dropped by resetting
  * n_frames and n_tops to the mark. */
 int64_t dse__grammar_matcher_step(struct dse_grammar_matcher *m, uint32_t begin, uint32_t end, uint8_t byte);
+/* Appends a frame (pos, parent) to the arena: 0, -ENOMEM or -E2BIG. */
+int dse__grammar_frame_new(struct dse_grammar_matcher *m, uint32_t pos, uint32_t parent, uint32_t *ret);
+/* Appends to m->tops the state of the stack (pos, parent) expanded until every top
+ * waits on a byte class, and returns its end (it starts at the old n_tops). */
+int64_t dse__grammar_matcher_expand(struct dse_grammar_matcher *m, uint32_t pos, uint32_t parent);
 /* 1 when the state [begin, end) holds the empty stack. */
 int dse__grammar_state_accepting(const struct dse_grammar_matcher *m, uint32_t begin, uint32_t end);
 
@@ -166,7 +200,38 @@ struct dse_grammar_vocab {
         int32_t n_vocab;
         int32_t eos;         /* -1 when none */
         uint16_t max_depth;
+        uint64_t uid;        /* unique among the vocabularies of the process: a cache key */
 };
+
+/* A state as element positions, the shape the mask cache and the trie walk key on:
+ * appends to *buf (growing *cap, *len the used length) the stack count, then per stack
+ * of the state [begin, end) its length and its frames' positions from the top down to
+ * (not including) the frame `below` (GRAMMAR_NIL: the bottom). The empty stack and
+ * the popped marker are the lengths GRAMMAR_NIL and GRAMMAR_POPPED. */
+int dse__grammar_state_shape(const struct dse_grammar_matcher *m, uint32_t begin, uint32_t end, uint32_t below,
+                             uint32_t **buf, uint32_t *cap, uint32_t *len);
+/* Appends to m->tops the stacks of a shape, rebuilt as frames on the frame `below`;
+ * *ret_end is the end of the state (it starts at the old n_tops), *ret_used the words
+ * of the shape read. */
+int dse__grammar_state_load(struct dse_grammar_matcher *m, const uint32_t *shape, uint32_t below, uint32_t *ret_end,
+                            uint32_t *ret_used);
+
+/* Walks the token trie from the state of a shape (README.md), set on the frame
+ * `below`, which is m->boundary during the walk when it is not GRAMMAR_NIL: sets in
+ * allowed the bit of each token some stack other than a popped one survives, and, when
+ * popped is not NULL, appends to it (growing *cap_popped) every trie node after whose
+ * bytes the state holds a popped stack. Each node costs a lookup in a table of the
+ * walk's states and their byte transitions, each transition computed once by the
+ * matcher. Returns the count of allowed tokens, or -ENOMEM / -E2BIG. The arena is as
+ * it was on return. */
+int dse__grammar_trie_walk(struct dse_grammar_matcher *m, const struct dse_grammar_vocab *vocab, const uint32_t *shape,
+                           uint32_t below, uint64_t *allowed, uint32_t **popped, uint32_t *n_popped,
+                           uint32_t *cap_popped);
+/* The mask of the current state through the grammar's cache (mask_cache.c): same
+ * contract as dse_grammar_matcher_fill_mask without EOS, on a cleared mask. */
+int dse__grammar_mask_cached(struct dse_grammar_matcher *m, const struct dse_grammar_vocab *vocab, uint64_t *mask);
+int dse__grammar_mask_cache_new(struct grammar_mask_cache **ret);
+void dse__grammar_mask_cache_free(struct grammar_mask_cache *cache);
 
 /* The reference twin of dse_grammar_matcher_fill_mask: tries every token's bytes on its
  * own against the state. Same contract; for tests. */

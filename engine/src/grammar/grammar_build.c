@@ -103,6 +103,40 @@ int dse__grammar_push_ref(struct grammar_builder *b, uint32_t rule, uint32_t ref
         return push_elem(b, rule, GRAMMAR_REF, ref);
 }
 
+int dse__grammar_rule_repeat(struct grammar_builder *b, uint32_t item, uint32_t min, uint32_t max, uint32_t *ret_rule) {
+        if (min > GRAMMAR_MAX_REPEAT || (max != UINT32_MAX && max > GRAMMAR_MAX_REPEAT))
+                return -E2BIG;
+        uint32_t tail = GRAMMAR_NIL, rule;
+        if (max == UINT32_MAX) {
+                /* tail ::= item tail | (nothing) */
+                GRAMMAR_TRY(dse__grammar_rule_new(b, &tail));
+                GRAMMAR_TRY(dse__grammar_alt_begin(b, tail));
+                GRAMMAR_TRY(dse__grammar_push_ref(b, tail, item));
+                GRAMMAR_TRY(dse__grammar_push_ref(b, tail, tail));
+                GRAMMAR_TRY(dse__grammar_alt_begin(b, tail));
+        } else {
+                /* optional_k ::= item optional_(k-1) | (nothing), for the max - min optional ones */
+                for (uint32_t k = min; k < max; k++) {
+                        uint32_t o;
+                        GRAMMAR_TRY(dse__grammar_rule_new(b, &o));
+                        GRAMMAR_TRY(dse__grammar_alt_begin(b, o));
+                        GRAMMAR_TRY(dse__grammar_push_ref(b, o, item));
+                        if (tail != GRAMMAR_NIL)
+                                GRAMMAR_TRY(dse__grammar_push_ref(b, o, tail));
+                        GRAMMAR_TRY(dse__grammar_alt_begin(b, o));
+                        tail = o;
+                }
+        }
+        GRAMMAR_TRY(dse__grammar_rule_new(b, &rule));
+        GRAMMAR_TRY(dse__grammar_alt_begin(b, rule));
+        for (uint32_t k = 0; k < min; k++)
+                GRAMMAR_TRY(dse__grammar_push_ref(b, rule, item));
+        if (tail != GRAMMAR_NIL)
+                GRAMMAR_TRY(dse__grammar_push_ref(b, rule, tail));
+        *ret_rule = rule;
+        return 0;
+}
+
 int dse__grammar_builder_finish(struct grammar_builder *b, uint32_t root, struct dse_grammar **ret_g) {
         struct dse_grammar *g = calloc(1, sizeof *g);
         if (!g)
@@ -114,7 +148,8 @@ int dse__grammar_builder_finish(struct grammar_builder *b, uint32_t root, struct
         g->alt_start = malloc(((size_t)n_alts + 1) * sizeof *g->alt_start);
         g->rules = malloc(((size_t)b->n_rules + 1) * sizeof *g->rules);
         g->classes = malloc(((size_t)b->n_classes + 1) * sizeof *g->classes);
-        if (!g->elems || !g->alt_start || !g->rules || !g->classes) {
+        int r = dse__grammar_mask_cache_new(&g->cache);
+        if (r < 0 || !g->elems || !g->alt_start || !g->rules || !g->classes) {
                 dse_grammar_free(g);
                 return -ENOMEM;
         }
@@ -138,6 +173,30 @@ int dse__grammar_builder_finish(struct grammar_builder *b, uint32_t root, struct
         return 0;
 }
 
+int dse__grammar_builder_complete(struct grammar_builder *b, int r, uint32_t root, struct dse_grammar **ret_g,
+                                  struct dse_diag *reterr) {
+        struct dse_grammar *g = NULL;
+        if (r == 0)
+                r = dse__grammar_builder_finish(b, root, &g);
+        if (r == 0 && (r = dse__grammar_check(g, reterr)) < 0) {
+                dse_grammar_free(g);
+                g = NULL;
+        }
+        dse__grammar_builder_done(b);
+        if (r == 0)
+                *ret_g = g;
+        return r;
+}
+
+int dse__grammar_vfail(struct dse_diag *reterr, int err, const char *prefix, const char *fmt, va_list ap) {
+        if (reterr) {
+                int n = snprintf(reterr->msg, sizeof reterr->msg, "%s", prefix);
+                if (n >= 0 && (size_t)n < sizeof reterr->msg)
+                        vsnprintf(reterr->msg + n, sizeof reterr->msg - (size_t)n, fmt, ap);
+        }
+        return err;
+}
+
 void dse_grammar_free(struct dse_grammar *g) {
         if (!g)
                 return;
@@ -145,6 +204,7 @@ void dse_grammar_free(struct dse_grammar *g) {
         free(g->alt_start);
         free(g->rules);
         free(g->classes);
+        dse__grammar_mask_cache_free(g->cache);
         free(g);
 }
 
@@ -180,7 +240,8 @@ static int left_dfs(const struct dse_grammar *g, const uint8_t *nullable, uint8_
                 if (reterr)
                         snprintf(reterr->msg, sizeof reterr->msg,
                                  "grammar rule %u can reach itself without consuming a byte (left recursion, "
-                                 "e.g. a $ref cycle that never enters an object or array)",
+                                 "e.g. a $ref cycle that never enters an object or array, or a repetition of "
+                                 "something that can match nothing)",
                                  r);
                 return -ELOOP;
         }

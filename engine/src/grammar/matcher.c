@@ -13,7 +13,7 @@
 /* A state this big means a grammar so ambiguous that masks would be too slow anyway. */
 #define GRAMMAR_MAX_STACKS 65536
 
-static int new_frame(struct dse_grammar_matcher *m, uint32_t pos, uint32_t parent, uint32_t *ret) {
+int dse__grammar_frame_new(struct dse_grammar_matcher *m, uint32_t pos, uint32_t parent, uint32_t *ret) {
         int r = dse__grammar_grow((void **)&m->frames, &m->cap_frames, (uint64_t)m->n_frames + 1, sizeof *m->frames);
         if (r < 0)
                 return r;
@@ -33,12 +33,13 @@ static int stacks_equal(const struct dse_grammar_matcher *m, uint32_t a, uint32_
 }
 
 /* Adds the stack (pos, parent) to the state being built from `begin`, unless it is
- * there already. pos == GRAMMAR_NIL adds the empty stack. */
+ * there already. pos == GRAMMAR_NIL adds the empty stack, GRAMMAR_POPPED the popped
+ * marker. */
 static int add_stack(struct dse_grammar_matcher *m, uint32_t begin, uint32_t pos, uint32_t parent) {
         for (uint32_t i = begin; i < m->n_tops; i++) {
                 uint32_t t = m->tops[i];
-                if (pos == GRAMMAR_NIL || t == GRAMMAR_NIL) {
-                        if (pos == GRAMMAR_NIL && t == GRAMMAR_NIL)
+                if (pos >= GRAMMAR_POPPED || t >= GRAMMAR_POPPED) {
+                        if (pos == t)
                                 return 0;
                         continue;
                 }
@@ -50,9 +51,9 @@ static int add_stack(struct dse_grammar_matcher *m, uint32_t begin, uint32_t pos
         int r = dse__grammar_grow((void **)&m->tops, &m->cap_tops, (uint64_t)m->n_tops + 1, sizeof *m->tops);
         if (r < 0)
                 return r;
-        uint32_t top = GRAMMAR_NIL;
-        if (pos != GRAMMAR_NIL) {
-                r = new_frame(m, pos, parent, &top);
+        uint32_t top = pos;
+        if (pos < GRAMMAR_POPPED) {
+                r = dse__grammar_frame_new(m, pos, parent, &top);
                 if (r < 0)
                         return r;
         }
@@ -72,6 +73,8 @@ static int expand(struct dse_grammar_matcher *m, uint32_t begin, uint32_t pos, u
                 if (e.kind == GRAMMAR_END) {
                         if (parent == GRAMMAR_NIL)
                                 return add_stack(m, begin, GRAMMAR_NIL, GRAMMAR_NIL);
+                        if (parent == m->boundary)
+                                return add_stack(m, begin, GRAMMAR_POPPED, GRAMMAR_NIL);
                         pos = m->frames[parent].pos;
                         parent = m->frames[parent].parent;
                         continue;
@@ -79,7 +82,7 @@ static int expand(struct dse_grammar_matcher *m, uint32_t begin, uint32_t pos, u
                 /* a rule reference: continue after it once the rule is done */
                 uint32_t cont = parent;
                 if (g->elems[pos + 1].kind != GRAMMAR_END) {
-                        int r = new_frame(m, pos + 1, parent, &cont);
+                        int r = dse__grammar_frame_new(m, pos + 1, parent, &cont);
                         if (r < 0)
                                 return r;
                 }
@@ -97,7 +100,7 @@ int64_t dse__grammar_matcher_step(struct dse_grammar_matcher *m, uint32_t begin,
         uint32_t out = m->n_tops;
         for (uint32_t i = begin; i < end; i++) {
                 uint32_t t = m->tops[i];
-                if (t == GRAMMAR_NIL)
+                if (t >= GRAMMAR_POPPED)
                         continue;
                 struct grammar_frame f = m->frames[t];
                 if (!grammar_class_has(&m->g->classes[m->g->elems[f.pos].arg], byte))
@@ -107,6 +110,54 @@ int64_t dse__grammar_matcher_step(struct dse_grammar_matcher *m, uint32_t begin,
                         return r;
         }
         return m->n_tops;
+}
+
+int64_t dse__grammar_matcher_expand(struct dse_grammar_matcher *m, uint32_t pos, uint32_t parent) {
+        int r = expand(m, m->n_tops, pos, parent);
+        return r < 0 ? (int64_t)r : (int64_t)m->n_tops;
+}
+
+static int shape_push(uint32_t **buf, uint32_t *cap, uint32_t *len, uint32_t v) {
+        GRAMMAR_TRY(dse__grammar_grow((void **)buf, cap, (uint64_t)*len + 1, sizeof **buf));
+        (*buf)[(*len)++] = v;
+        return 0;
+}
+
+int dse__grammar_state_shape(const struct dse_grammar_matcher *m, uint32_t begin, uint32_t end, uint32_t below,
+                             uint32_t **buf, uint32_t *cap, uint32_t *len) {
+        GRAMMAR_TRY(shape_push(buf, cap, len, end - begin));
+        for (uint32_t i = begin; i < end; i++) {
+                uint32_t t = m->tops[i];
+                if (t >= GRAMMAR_POPPED) {
+                        GRAMMAR_TRY(shape_push(buf, cap, len, t));
+                        continue;
+                }
+                uint32_t at = *len, n = 0;
+                GRAMMAR_TRY(shape_push(buf, cap, len, 0));
+                for (uint32_t x = t; x != below && x != GRAMMAR_NIL; x = m->frames[x].parent, n++)
+                        GRAMMAR_TRY(shape_push(buf, cap, len, m->frames[x].pos));
+                (*buf)[at] = n;
+        }
+        return 0;
+}
+
+int dse__grammar_state_load(struct dse_grammar_matcher *m, const uint32_t *shape, uint32_t below, uint32_t *ret_end,
+                            uint32_t *ret_used) {
+        uint32_t p = 1;
+        for (uint32_t s = 0; s < shape[0]; s++) {
+                uint32_t len = shape[p++], top = len;
+                if (len < GRAMMAR_POPPED) {
+                        top = below;
+                        for (uint32_t j = len; j-- > 0;)
+                                GRAMMAR_TRY(dse__grammar_frame_new(m, shape[p + j], top, &top));
+                        p += len;
+                }
+                GRAMMAR_TRY(dse__grammar_grow((void **)&m->tops, &m->cap_tops, (uint64_t)m->n_tops + 1, sizeof *m->tops));
+                m->tops[m->n_tops++] = top;
+        }
+        *ret_end = m->n_tops;
+        *ret_used = p;
+        return 0;
 }
 
 int dse__grammar_state_accepting(const struct dse_grammar_matcher *m, uint32_t begin, uint32_t end) {
@@ -168,6 +219,7 @@ int dse_grammar_matcher_new(const struct dse_grammar *grammar, struct dse_gramma
         if (!m)
                 return -ENOMEM;
         m->g = grammar;
+        m->boundary = GRAMMAR_NIL;
         const struct grammar_rule *root = &grammar->rules[grammar->root];
         int r = 0;
         for (uint32_t a = 0; a < root->n_alts && r == 0; a++)
@@ -190,6 +242,7 @@ void dse_grammar_matcher_free(struct dse_grammar_matcher *m) {
         free(m->frames);
         free(m->tops);
         free(m->walk);
+        free(m->key);
         free(m);
 }
 

@@ -29,6 +29,9 @@ struct schema_memo {
         uint32_t rule;
 };
 
+/* The formats schema_formats.c enforces. */
+#define SCHEMA_N_FORMATS 9
+
 struct schema_ctx {
         struct grammar_builder b;
         struct json_rules j;
@@ -41,11 +44,18 @@ struct schema_ctx {
         struct schema_memo *memo;
         uint32_t n_memo, cap_memo;
         int depth;
+        uint32_t format_rules[SCHEMA_N_FORMATS]; /* each format's rule + 1; 0 until built */
 };
 
 /* Writes "'keyword' at #pointer: message" to reterr and returns err. */
 int dse__schema_fail(struct schema_ctx *c, int err, const char *keyword, const char *fmt, ...)
         __attribute__((format(printf, 4, 5)));
+
+/* The rule of a JSON string in an enforced format (schema_formats.c): 0, -ENOENT for a
+ * format not enforced, -ENOMEM / -E2BIG. */
+int dse__schema_format_rule(struct schema_ctx *c, const char *format, uint32_t *ret_rule);
+/* 1 when dse__schema_format_rule enforces format. */
+int dse__schema_format_enforced(const char *format);
 
 /* Resolves a local "$ref" ("#", "#/json/pointer"). -EOPNOTSUPP for a remote reference or
  * an anchor, -EINVAL when the pointer names nothing. */

@@ -8,6 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "grammar/number_rules.h"
+#include "grammar/regex.h"
 #include "grammar/schema.h"
 
 int dse__schema_fail(struct schema_ctx *c, int err, const char *keyword, const char *fmt, ...) {
@@ -131,13 +133,127 @@ static int too_big(struct schema_ctx *c, const char *kw) {
 
 /* ---- strings ---- */
 
+/* "content" with its quotes, the content matching a regex search (`pattern`) */
+static int emit_pattern_string(struct schema_ctx *c, const char *pattern, const char *keyword, uint32_t *ret_rule) {
+        struct dse_diag diag = {{0}};
+        uint32_t content, s;
+        int r = dse__regex_rule(&c->b, pattern, strlen(pattern), REGEX_JSON_STRING | REGEX_SEARCH, &content, &diag);
+        if (r < 0)
+                return dse__schema_fail(c, r, keyword, "%s", diag.msg);
+        GRAMMAR_TRY(dse__grammar_rule_new(&c->b, &s));
+        GRAMMAR_TRY(dse__grammar_alt_begin(&c->b, s));
+        GRAMMAR_TRY(dse__grammar_push_byte(&c->b, s, '"'));
+        GRAMMAR_TRY(dse__grammar_push_ref(&c->b, s, content));
+        GRAMMAR_TRY(dse__grammar_push_byte(&c->b, s, '"'));
+        *ret_rule = s;
+        return 0;
+}
+
 static int emit_string(struct schema_ctx *c, const cJSON *s, uint32_t *ret_rule) {
         uint32_t min = 0, max = UINT32_MAX; /* set by count_keyword; -O3 cannot see it */
         GRAMMAR_TRY(count_keyword(c, s, "minLength", 0, &min));
         GRAMMAR_TRY(count_keyword(c, s, "maxLength", UINT32_MAX, &max));
+        const cJSON *pattern = cJSON_GetObjectItemCaseSensitive(s, "pattern");
+        const cJSON *format = cJSON_GetObjectItemCaseSensitive(s, "format");
+        if (format && (!cJSON_IsString(format) || !dse__schema_format_enforced(format->valuestring)))
+                format = NULL; /* unknown formats are ignored; known ones not enforced were refused */
+        if (pattern && !cJSON_IsString(pattern))
+                return dse__schema_fail(c, -EINVAL, "pattern", "must be a string");
+        if (pattern || format) {
+                /* a regular language intersected with a length bound or with another regular
+                 * language is not built: refused rather than one of them dropped */
+                const char *kw = pattern ? "pattern" : "format";
+                if (min > 0 || max != UINT32_MAX)
+                        return dse__schema_fail(c, -EOPNOTSUPP, kw, "not supported together with minLength/maxLength");
+                if (pattern && format)
+                        return dse__schema_fail(c, -EOPNOTSUPP, kw, "not supported together with format");
+                if (pattern)
+                        return emit_pattern_string(c, pattern->valuestring, "pattern", ret_rule);
+                return dse__schema_format_rule(c, format->valuestring, ret_rule);
+        }
         int r = dse__json_rule_string(&c->j, min, max, ret_rule);
         if (r == -E2BIG)
                 return too_big(c, max != UINT32_MAX && max > JSON_MAX_COUNT ? "maxLength" : "minLength");
+        return r;
+}
+
+/* ---- numbers ---- */
+
+/* Tightens the interval by one bound keyword; `lower` for minimum-like ones. */
+static int bound_keyword(struct schema_ctx *c, const cJSON *s, const char *kw, int lower, int open, int integer_only,
+                         struct number_interval *in) {
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(s, kw);
+        if (!v)
+                return 0;
+        if (!cJSON_IsNumber(v))
+                return dse__schema_fail(c, -EINVAL, kw, "must be a number");
+        double d = v->valuedouble;
+        if (!(fabs(d) <= (double)NUMBER_MAX_BOUND))
+                return dse__schema_fail(c, -EOPNOTSUPP, kw, "bounds beyond 2^53 are not supported");
+        double whole = lower ? ceil(d) : floor(d);
+        if (whole != d) {
+                if (!integer_only)
+                        return dse__schema_fail(c, -EOPNOTSUPP, kw,
+                                                "a bound with a fraction on a non-integer number is not supported");
+                open = 0; /* for integers, x >= 2.5 and x > 2.5 are x >= 3 */
+        }
+        int64_t b = (int64_t)whole;
+        if (lower && (!in->has_lo || b > in->lo || (b == in->lo && open))) {
+                in->has_lo = 1;
+                in->lo = b;
+                in->lo_open = open;
+        } else if (!lower && (!in->has_hi || b < in->hi || (b == in->hi && open))) {
+                in->has_hi = 1;
+                in->hi = b;
+                in->hi_open = open;
+        }
+        return 0;
+}
+
+/* The interval of minimum/maximum/exclusive* (draft-04's boolean exclusive flags, or
+ * draft-06+ numbers); *ret_any 0 when there is none. */
+static int number_bounds(struct schema_ctx *c, const cJSON *s, int integer_only, struct number_interval *in,
+                         int *ret_any) {
+        const cJSON *xmin = cJSON_GetObjectItemCaseSensitive(s, "exclusiveMinimum");
+        const cJSON *xmax = cJSON_GetObjectItemCaseSensitive(s, "exclusiveMaximum");
+        memset(in, 0, sizeof *in);
+        GRAMMAR_TRY(bound_keyword(c, s, "minimum", 1, cJSON_IsTrue(xmin), integer_only, in));
+        GRAMMAR_TRY(bound_keyword(c, s, "maximum", 0, cJSON_IsTrue(xmax), integer_only, in));
+        if (xmin && !cJSON_IsBool(xmin))
+                GRAMMAR_TRY(bound_keyword(c, s, "exclusiveMinimum", 1, 1, integer_only, in));
+        if (xmax && !cJSON_IsBool(xmax))
+                GRAMMAR_TRY(bound_keyword(c, s, "exclusiveMaximum", 0, 1, integer_only, in));
+        *ret_any = in->has_lo || in->has_hi;
+        return 0;
+}
+
+/* A number (integer_only: an integer) under the bound keywords and multipleOf. */
+static int emit_number(struct schema_ctx *c, const cJSON *s, int integer_only, uint32_t *ret_rule) {
+        const cJSON *mult = cJSON_GetObjectItemCaseSensitive(s, "multipleOf");
+        uint32_t k = 1;
+        if (mult) {
+                if (!cJSON_IsNumber(mult) || !(mult->valuedouble > 0))
+                        return dse__schema_fail(c, -EINVAL, "multipleOf", "must be a number above 0");
+                if (floor(mult->valuedouble) != mult->valuedouble || mult->valuedouble > NUMBER_MAX_MULTIPLE)
+                        return dse__schema_fail(c, -EOPNOTSUPP, "multipleOf",
+                                                "only whole numbers up to %d are supported", NUMBER_MAX_MULTIPLE);
+                k = (uint32_t)mult->valuedouble;
+                integer_only = 1; /* a multiple of a whole number is an integer */
+        }
+        struct number_interval in;
+        int bounded;
+        GRAMMAR_TRY(number_bounds(c, s, integer_only, &in, &bounded));
+        if (k > 1 && bounded)
+                return dse__schema_fail(c, -EOPNOTSUPP, "multipleOf", "not supported together with numeric bounds");
+        int r;
+        if (k > 1)
+                r = dse__number_rule_multiple(&c->b, k, ret_rule);
+        else if (bounded)
+                r = dse__number_rule_interval(&c->b, integer_only, &in, ret_rule);
+        else if (integer_only)
+                r = dse__json_rule_integer(&c->j, ret_rule);
+        else
+                r = dse__json_rule_number(&c->j, ret_rule);
         return r;
 }
 
@@ -224,6 +340,70 @@ static int emit_object_members(struct schema_ctx *c, const struct object_member 
         return 0;
 }
 
+/* A new rule for an undeclared member: key ':' value. */
+static int extra_member_rule(struct schema_ctx *c, uint32_t key, uint32_t value, uint32_t *ret_rule) {
+        GRAMMAR_TRY(dse__grammar_rule_new(&c->b, ret_rule));
+        GRAMMAR_TRY(dse__grammar_alt_begin(&c->b, *ret_rule));
+        GRAMMAR_TRY(dse__grammar_push_ref(&c->b, *ret_rule, key));
+        GRAMMAR_TRY(dse__grammar_push_byte(&c->b, *ret_rule, ':'));
+        return dse__grammar_push_ref(&c->b, *ret_rule, value);
+}
+
+/* A schema that every instance satisfies: true or {} (annotations only). */
+static int schema_is_trivial(const cJSON *s) {
+        const cJSON *one;
+        if (cJSON_IsTrue(s))
+                return 1;
+        if (!cJSON_IsObject(s))
+                return 0;
+        cJSON_ArrayForEach(one, s) if (!dse__schema_keyword_is_annotation(one->string)) return 0;
+        return 1;
+}
+
+/* patternProperties, enforced when it is one pattern beside additionalProperties: false
+ * that no declared property name matches (then a member is declared, or its key
+ * matches the pattern and its value the pattern's schema), or when its schemas allow
+ * everything and so do additionalProperties. Sets *ret_prop (NULL when the keyword
+ * constrains nothing) and its value rule. */
+static int pattern_properties(struct schema_ctx *c, const cJSON *s, const cJSON *props, const cJSON *ap,
+                              const cJSON **ret_prop, uint32_t *ret_value) {
+        const cJSON *pp = cJSON_GetObjectItemCaseSensitive(s, "patternProperties"), *one;
+        *ret_prop = NULL;
+        if (!pp)
+                return 0;
+        if (!cJSON_IsObject(pp))
+                return dse__schema_fail(c, -EINVAL, "patternProperties", "must be an object");
+        int all_trivial = 1;
+        cJSON_ArrayForEach(one, pp) all_trivial &= schema_is_trivial(one);
+        if (all_trivial && (!ap || cJSON_IsTrue(ap)))
+                return 0;
+        if (cJSON_GetArraySize(pp) != 1)
+                return dse__schema_fail(c, -EOPNOTSUPP, "patternProperties",
+                                        "more than one pattern (keys may match several) is not supported");
+        if (!cJSON_IsFalse(ap))
+                return dse__schema_fail(c, -EOPNOTSUPP, "patternProperties",
+                                        "supported only beside additionalProperties: false");
+        const cJSON *prop = pp->child;
+        cJSON_ArrayForEach(one, props) {
+                struct dse_diag diag = {{0}};
+                int m = dse__regex_search(prop->string, strlen(prop->string), one->string, strlen(one->string), &diag);
+                if (m < 0)
+                        return dse__schema_fail(c, m, "patternProperties", "%s", diag.msg);
+                if (m)
+                        return dse__schema_fail(c, -EOPNOTSUPP, "patternProperties",
+                                                "the declared property '%s' matches the pattern (its value would "
+                                                "have to satisfy both schemas)",
+                                                one->string);
+        }
+        size_t old = push_ptr(c, "patternProperties");
+        push_ptr(c, prop->string);
+        int r = compile_schema(c, prop, ret_value);
+        pop_ptr(c, old);
+        GRAMMAR_TRY(r);
+        *ret_prop = prop;
+        return 0;
+}
+
 static int emit_object(struct schema_ctx *c, const cJSON *s, uint32_t *ret_rule) {
         const cJSON *props = cJSON_GetObjectItemCaseSensitive(s, "properties");
         const cJSON *required = cJSON_GetObjectItemCaseSensitive(s, "required");
@@ -235,6 +415,9 @@ static int emit_object(struct schema_ctx *c, const cJSON *s, uint32_t *ret_rule)
                 return dse__schema_fail(c, -EINVAL, "required", "must be an array of strings");
         cJSON_ArrayForEach(one, required) if (!cJSON_IsString(one)) return dse__schema_fail(
                 c, -EINVAL, "required", "must be an array of strings");
+        const cJSON *pattern_prop = NULL; /* the one patternProperties member that constrains */
+        uint32_t pattern_value = GRAMMAR_NIL;
+        GRAMMAR_TRY(pattern_properties(c, s, props, ap, &pattern_prop, &pattern_value));
         uint32_t extra_value = GRAMMAR_NIL; /* additionalProperties' value rule; NIL: none allowed */
         if (!ap || cJSON_IsTrue(ap)) {
                 GRAMMAR_TRY(dse__json_rule_any_value(&c->j, &extra_value));
@@ -272,14 +455,34 @@ static int emit_object(struct schema_ctx *c, const cJSON *s, uint32_t *ret_rule)
                         continue;
                 m[k].name = names[k] = one->valuestring;
                 m[k].required = 1;
-                if (extra_value == GRAMMAR_NIL)
+                int matches = 0;
+                if (pattern_prop) {
+                        struct dse_diag diag = {{0}};
+                        matches = dse__regex_search(pattern_prop->string, strlen(pattern_prop->string), one->valuestring,
+                                                    strlen(one->valuestring), &diag);
+                        if (matches < 0)
+                                r = matches;
+                }
+                if (r < 0)
+                        break;
+                if (matches)
+                        m[k].value = pattern_value;
+                else if (extra_value == GRAMMAR_NIL)
                         r = dse__json_rule_nothing(&c->j, &m[k].value);
                 else
                         m[k].value = extra_value;
                 k++;
         }
         uint32_t extra = GRAMMAR_NIL;
-        if (r == 0 && extra_value != GRAMMAR_NIL) {
+        if (r == 0 && pattern_prop) {
+                /* additionalProperties is false: every extra member's key matches the pattern */
+                uint32_t key;
+                size_t old = push_ptr(c, "patternProperties");
+                r = emit_pattern_string(c, pattern_prop->string, "patternProperties", &key);
+                pop_ptr(c, old);
+                if (r == 0)
+                        r = extra_member_rule(c, key, pattern_value, &extra);
+        } else if (r == 0 && extra_value != GRAMMAR_NIL) {
                 uint32_t key;
                 r = dse__json_rule_key_excluding(&c->j, names, k, &key);
                 if (r == -EINVAL)
@@ -287,15 +490,7 @@ static int emit_object(struct schema_ctx *c, const cJSON *s, uint32_t *ret_rule)
                                              "extra properties beside property names with escapes or non-ASCII "
                                              "characters (set additionalProperties to false)");
                 if (r == 0)
-                        r = dse__grammar_rule_new(&c->b, &extra);
-                if (r == 0)
-                        r = dse__grammar_alt_begin(&c->b, extra);
-                if (r == 0)
-                        r = dse__grammar_push_ref(&c->b, extra, key);
-                if (r == 0)
-                        r = dse__grammar_push_byte(&c->b, extra, ':');
-                if (r == 0)
-                        r = dse__grammar_push_ref(&c->b, extra, extra_value);
+                        r = extra_member_rule(c, key, extra_value, &extra);
         }
         uint32_t members = 0, obj;
         if (r == 0)
@@ -418,13 +613,6 @@ static unsigned unsupported_for(const char *k, const cJSON *v) {
                 const char *name;
                 unsigned types;
         } table[] = {
-                {"pattern", SCHEMA_STRING},
-                {"minimum", SCHEMA_INT | SCHEMA_FRAC},
-                {"maximum", SCHEMA_INT | SCHEMA_FRAC},
-                {"exclusiveMinimum", SCHEMA_INT | SCHEMA_FRAC},
-                {"exclusiveMaximum", SCHEMA_INT | SCHEMA_FRAC},
-                {"multipleOf", SCHEMA_INT | SCHEMA_FRAC},
-                {"patternProperties", SCHEMA_OBJECT},
                 {"propertyNames", SCHEMA_OBJECT},
                 {"minProperties", SCHEMA_OBJECT},
                 {"maxProperties", SCHEMA_OBJECT},
@@ -449,7 +637,7 @@ static unsigned unsupported_for(const char *k, const cJSON *v) {
         if (!strcmp(k, "format") && cJSON_IsString(v)) {
                 /* validators ignore formats they do not know, and so may we */
                 for (size_t i = 0; i < sizeof known_formats / sizeof *known_formats; i++)
-                        if (!strcmp(v->valuestring, known_formats[i]))
+                        if (!strcmp(v->valuestring, known_formats[i]) && !dse__schema_format_enforced(v->valuestring))
                                 return SCHEMA_STRING;
         }
         return 0;
@@ -480,7 +668,10 @@ static int emit_literals(struct schema_ctx *c, const cJSON *s, unsigned types, u
                 {"minLength", SCHEMA_STRING},       {"maxLength", SCHEMA_STRING},   {"properties", SCHEMA_OBJECT},
                 {"required", SCHEMA_OBJECT},        {"additionalProperties", SCHEMA_OBJECT},
                 {"items", SCHEMA_ARRAY},            {"prefixItems", SCHEMA_ARRAY},  {"additionalItems", SCHEMA_ARRAY},
-                {"minItems", SCHEMA_ARRAY},         {"maxItems", SCHEMA_ARRAY},
+                {"minItems", SCHEMA_ARRAY},         {"maxItems", SCHEMA_ARRAY},     {"pattern", SCHEMA_STRING},
+                {"minimum", SCHEMA_INT | SCHEMA_FRAC}, {"maximum", SCHEMA_INT | SCHEMA_FRAC},
+                {"exclusiveMinimum", SCHEMA_INT | SCHEMA_FRAC}, {"exclusiveMaximum", SCHEMA_INT | SCHEMA_FRAC},
+                {"multipleOf", SCHEMA_INT | SCHEMA_FRAC}, {"patternProperties", SCHEMA_OBJECT},
         };
         cJSON_ArrayForEach(one, s) {
                 int ok = dse__schema_keyword_is_annotation(one->string);
@@ -492,6 +683,8 @@ static int emit_literals(struct schema_ctx *c, const cJSON *s, unsigned types, u
                 for (size_t i = 0; i < sizeof typed / sizeof *typed; i++)
                         if (!strcmp(one->string, typed[i].name))
                                 kw_types = typed[i].types;
+                if (!strcmp(one->string, "format") && cJSON_IsString(one) && dse__schema_format_enforced(one->valuestring))
+                        kw_types = SCHEMA_STRING;
                 if (!ok && !strcmp(one->string, "uniqueItems") && cJSON_IsFalse(one))
                         ok = 1;
                 if (!ok && kw_types && !(kw_types & types))
@@ -609,11 +802,8 @@ static int emit_types(struct schema_ctx *c, const cJSON *s, unsigned types, uint
                 GRAMMAR_TRY(dse__json_rule_boolean(&c->j, &t));
                 GRAMMAR_TRY(alt_ref(c, rule, t));
         }
-        if (types & SCHEMA_FRAC) {
-                GRAMMAR_TRY(dse__json_rule_number(&c->j, &t));
-                GRAMMAR_TRY(alt_ref(c, rule, t));
-        } else if (types & SCHEMA_INT) {
-                GRAMMAR_TRY(dse__json_rule_integer(&c->j, &t));
+        if (types & (SCHEMA_INT | SCHEMA_FRAC)) {
+                GRAMMAR_TRY(emit_number(c, s, !(types & SCHEMA_FRAC), &t));
                 GRAMMAR_TRY(alt_ref(c, rule, t));
         }
         if (types & SCHEMA_STRING) {
@@ -722,26 +912,16 @@ int dse_grammar_compile_json_schema(const char *schema_json, size_t len, struct 
         c.scratch = cJSON_CreateArray();
         dse__grammar_builder_init(&c.b);
         dse__json_rules_init(&c.j, &c.b);
-        uint32_t top;
+        uint32_t top = GRAMMAR_NIL;
         int r = c.scratch ? compile_schema(&c, root, &top) : -ENOMEM;
         if (r == -ENOMEM)
                 dse__schema_fail(&c, r, "$schema", "out of memory");
         else if (r == -E2BIG)
                 dse__schema_fail(&c, r, "$schema", "the grammar grew past its size limit");
-        struct dse_grammar *g = NULL;
-        if (r == 0)
-                r = dse__grammar_builder_finish(&c.b, top, &g);
-        if (r == 0 && (r = dse__grammar_check(g, reterr)) < 0) {
-                dse_grammar_free(g);
-                g = NULL;
-        }
         dse__json_rules_done(&c.j);
-        dse__grammar_builder_done(&c.b);
+        r = dse__grammar_builder_complete(&c.b, r, top, ret_grammar, reterr);
         free(c.memo);
         cJSON_Delete(c.scratch);
         cJSON_Delete(root);
-        if (r < 0)
-                return r;
-        *ret_grammar = g;
-        return 0;
+        return r;
 }

@@ -225,8 +225,8 @@ static int merge_member(struct schema_ctx *c, cJSON *dst, const char *k, const c
                 }
                 return 0;
         }
-        int is_min = !strcmp(k, "minItems") || !strcmp(k, "minLength");
-        int is_max = !strcmp(k, "maxItems") || !strcmp(k, "maxLength");
+        int is_min = !strcmp(k, "minItems") || !strcmp(k, "minLength") || !strcmp(k, "minimum");
+        int is_max = !strcmp(k, "maxItems") || !strcmp(k, "maxLength") || !strcmp(k, "maximum");
         if ((is_min || is_max) && cJSON_IsNumber(d) && cJSON_IsNumber(v)) {
                 if (is_min ? v->valuedouble > d->valuedouble : v->valuedouble < d->valuedouble)
                         cJSON_SetNumberValue(d, v->valuedouble);

@@ -14,6 +14,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <stdatomic.h>
+
 #include "grammar/grammar.h"
 #include "tok/bpe_impl.h"
 #include "utf8.h"
@@ -168,8 +170,10 @@ int dse_grammar_vocab_new(const struct dse_tokenizer *tok, struct dse_grammar_vo
         int r = -ENOMEM;
         if (!v || !buf || n_vocab <= 0)
                 goto out_err;
+        static atomic_uint_fast64_t next_uid = 1;
         v->n_vocab = n_vocab;
         v->eos = dse_tokenizer_eos(tok);
+        v->uid = atomic_fetch_add(&next_uid, 1);
         v->next_token = malloc((size_t)n_vocab * sizeof *v->next_token);
         v->token_bytes = calloc((size_t)n_vocab, sizeof *v->token_bytes);
         v->token_len = calloc((size_t)n_vocab, sizeof *v->token_len);
@@ -267,55 +271,180 @@ static int mask_begin(const struct dse_grammar_matcher *m, const struct dse_gram
         return !m->ended;
 }
 
-int dse_grammar_matcher_fill_mask(struct dse_grammar_matcher *m, const struct dse_grammar_vocab *vocab,
-                                  uint64_t *mask) {
-        int go = mask_begin(m, vocab, mask);
-        if (go <= 0)
-                return go;
-        /* walk[3d .. 3d+2]: the state at depth d (begin, end) and the frame count to
-         * drop back to when leaving it */
-        int r = dse__grammar_grow((void **)&m->walk, &m->cap_walk, 3u * ((uint64_t)vocab->max_depth + 1),
-                                  sizeof *m->walk);
-        if (r < 0)
-                return r;
-        uint32_t *walk = m->walk;
-        uint32_t mark_frames = m->n_frames, mark_tops = m->n_tops;
-        walk[0] = m->cur_begin;
-        walk[1] = m->cur_end;
-        walk[2] = m->n_frames;
-        int count = 0;
-        const struct grammar_trie_node *nodes = vocab->nodes;
-        for (uint32_t i = 1; i < vocab->n_nodes;) {
-                const struct grammar_trie_node *node = &nodes[i];
-                const uint32_t *parent = walk + 3u * (node->depth - 1u);
-                /* the states of deeper nodes already visited are dead: drop them */
-                m->n_frames = parent[2];
-                m->n_tops = parent[1] > mark_tops ? parent[1] : mark_tops;
-                uint32_t begin = m->n_tops;
-                int64_t end = dse__grammar_matcher_step(m, parent[0], parent[1], node->byte);
-                if (end < 0) {
-                        r = (int)end;
-                        break;
+/* The states one trie walk meets, interned by shape, with their byte transitions:
+ * inside a JSON string nearly every node leads back to one of a few states, so a
+ * node costs a table lookup and the matcher runs once per distinct transition. */
+#define WALK_UNKNOWN (-1)
+#define WALK_DEAD (-2)
+enum { WALK_HAS_POPPED = 1, WALK_HAS_OTHER = 2 };
+
+struct walk_states {
+        uint32_t *words; /* the shapes, one after the other */
+        uint32_t n_words, cap_words;
+        uint32_t *start, *len; /* each state's shape in words */
+        uint8_t *flags;
+        uint32_t n, cap_start, cap_len, cap_flags;
+        int32_t *next; /* [state * 256 + byte] */
+        uint32_t cap_next;
+        uint32_t *table; /* open addressing: state + 1, 0 empty */
+        uint32_t table_size;
+        uint32_t *scratch; /* a shape being made */
+        uint32_t cap_scratch;
+};
+
+static void walk_states_done(struct walk_states *w) {
+        free(w->words);
+        free(w->start);
+        free(w->len);
+        free(w->flags);
+        free(w->next);
+        free(w->table);
+        free(w->scratch);
+}
+
+static uint32_t shape_hash(const uint32_t *shape, uint32_t n) {
+        uint32_t h = 2166136261u;
+        for (uint32_t i = 0; i < n; i++)
+                h = (h ^ shape[i]) * 16777619u;
+        return h;
+}
+
+static int table_put(struct walk_states *w, uint32_t id) {
+        uint32_t mask = w->table_size - 1;
+        for (uint32_t k = shape_hash(w->words + w->start[id], w->len[id]) & mask;; k = (k + 1) & mask)
+                if (!w->table[k]) {
+                        w->table[k] = id + 1;
+                        return 0;
                 }
-                if ((uint32_t)end == begin) {
-                        i = node->end;
-                        continue;
+}
+
+/* The id of the state of a shape, added (with flags) when new. */
+static int walk_intern(struct walk_states *w, const uint32_t *shape, uint32_t n, uint8_t flags, int32_t *ret_id) {
+        if (w->table_size) {
+                uint32_t mask = w->table_size - 1;
+                for (uint32_t k = shape_hash(shape, n) & mask; w->table[k]; k = (k + 1) & mask) {
+                        uint32_t id = w->table[k] - 1;
+                        if (w->len[id] == n && !memcmp(w->words + w->start[id], shape, n * sizeof *shape)) {
+                                *ret_id = (int32_t)id;
+                                return 0;
+                        }
                 }
-                uint32_t *here = walk + 3u * node->depth;
-                here[0] = begin;
-                here[1] = (uint32_t)end;
-                here[2] = m->n_frames;
-                for (int32_t id = node->first_token; id >= 0; id = vocab->next_token[id]) {
-                        mask[id / 64] |= (uint64_t)1 << (id % 64);
-                        count++;
-                }
-                i++;
+        }
+        uint32_t id = w->n;
+        GRAMMAR_TRY(dse__grammar_grow((void **)&w->words, &w->cap_words, (uint64_t)w->n_words + n, sizeof *w->words));
+        GRAMMAR_TRY(dse__grammar_grow((void **)&w->start, &w->cap_start, (uint64_t)id + 1, sizeof *w->start));
+        GRAMMAR_TRY(dse__grammar_grow((void **)&w->len, &w->cap_len, (uint64_t)id + 1, sizeof *w->len));
+        GRAMMAR_TRY(dse__grammar_grow((void **)&w->flags, &w->cap_flags, (uint64_t)id + 1, sizeof *w->flags));
+        GRAMMAR_TRY(dse__grammar_grow((void **)&w->next, &w->cap_next, 256 * ((uint64_t)id + 1), sizeof *w->next));
+        memcpy(w->words + w->n_words, shape, n * sizeof *shape);
+        w->start[id] = w->n_words;
+        w->len[id] = n;
+        w->flags[id] = flags;
+        for (int b = 0; b < 256; b++)
+                w->next[256 * id + (uint32_t)b] = WALK_UNKNOWN;
+        w->n_words += n;
+        w->n++;
+        if (2 * w->n > w->table_size) {
+                uint32_t size = w->table_size ? 2 * w->table_size : 64;
+                uint32_t *t = calloc(size, sizeof *t);
+                if (!t)
+                        return -ENOMEM;
+                free(w->table);
+                w->table = t;
+                w->table_size = size;
+                for (uint32_t i = 0; i < w->n; i++)
+                        table_put(w, i);
+        } else
+                table_put(w, id);
+        *ret_id = (int32_t)id;
+        return 0;
+}
+
+/* The state that byte leads to from state id (WALK_DEAD: none), computed by the
+ * matcher on the state rebuilt on the frame below. */
+static int walk_step(struct dse_grammar_matcher *m, struct walk_states *w, int32_t id, uint8_t byte, uint32_t below,
+                     int32_t *ret_id) {
+        uint32_t mark_frames = m->n_frames, mark_tops = m->n_tops, begin = m->n_tops, end, used, n = 0;
+        int r = dse__grammar_state_load(m, w->words + w->start[id], below, &end, &used);
+        int64_t next_end = 0;
+        uint32_t next_begin = m->n_tops;
+        if (r == 0) {
+                next_end = dse__grammar_matcher_step(m, begin, end, byte);
+                r = next_end < 0 ? (int)next_end : 0;
+        }
+        uint8_t flags = 0;
+        if (r == 0 && (uint32_t)next_end > next_begin) {
+                for (uint32_t i = next_begin; i < (uint32_t)next_end; i++)
+                        flags |= m->tops[i] == GRAMMAR_POPPED ? WALK_HAS_POPPED : WALK_HAS_OTHER;
+                r = dse__grammar_state_shape(m, next_begin, (uint32_t)next_end, below, &w->scratch, &w->cap_scratch, &n);
         }
         m->n_frames = mark_frames;
         m->n_tops = mark_tops;
         if (r < 0)
                 return r;
-        return count + set_eos(m, vocab, mask);
+        if (!flags) {
+                *ret_id = WALK_DEAD;
+                return 0;
+        }
+        return walk_intern(w, w->scratch, n, flags, ret_id);
+}
+
+int dse__grammar_trie_walk(struct dse_grammar_matcher *m, const struct dse_grammar_vocab *vocab, const uint32_t *shape,
+                           uint32_t below, uint64_t *allowed, uint32_t **popped, uint32_t *n_popped,
+                           uint32_t *cap_popped) {
+        /* walk[d]: the state after the first d bytes of the current node */
+        int r = dse__grammar_grow((void **)&m->walk, &m->cap_walk, (uint64_t)vocab->max_depth + 1, sizeof *m->walk);
+        if (r < 0)
+                return r;
+        struct walk_states w = {0};
+        uint32_t shape_len = 1;
+        for (uint32_t s = 0; s < shape[0]; s++)
+                shape_len += shape[shape_len] < GRAMMAR_POPPED ? shape[shape_len] + 1 : 1;
+        int32_t start;
+        r = walk_intern(&w, shape, shape_len, WALK_HAS_OTHER, &start);
+        uint32_t *walk = m->walk;
+        walk[0] = (uint32_t)start;
+        int count = 0;
+        const struct grammar_trie_node *nodes = vocab->nodes;
+        for (uint32_t i = 1; r == 0 && i < vocab->n_nodes;) {
+                const struct grammar_trie_node *node = &nodes[i];
+                uint32_t from = walk[node->depth - 1u];
+                int32_t to = w.next[256 * from + node->byte];
+                if (to == WALK_UNKNOWN) {
+                        r = walk_step(m, &w, (int32_t)from, node->byte, below, &to);
+                        if (r < 0)
+                                break;
+                        w.next[256 * from + node->byte] = to;
+                }
+                if (to == WALK_DEAD) {
+                        i = node->end;
+                        continue;
+                }
+                walk[node->depth] = (uint32_t)to;
+                if (popped && (w.flags[to] & WALK_HAS_POPPED)) {
+                        r = dse__grammar_grow((void **)popped, cap_popped, (uint64_t)*n_popped + 1, sizeof **popped);
+                        if (r < 0)
+                                break;
+                        (*popped)[(*n_popped)++] = i;
+                }
+                if (w.flags[to] & WALK_HAS_OTHER)
+                        for (int32_t id = node->first_token; id >= 0; id = vocab->next_token[id]) {
+                                allowed[id / 64] |= (uint64_t)1 << (id % 64);
+                                count++;
+                        }
+                i++;
+        }
+        walk_states_done(&w);
+        return r < 0 ? r : count;
+}
+
+int dse_grammar_matcher_fill_mask(struct dse_grammar_matcher *m, const struct dse_grammar_vocab *vocab,
+                                  uint64_t *mask) {
+        int go = mask_begin(m, vocab, mask);
+        if (go <= 0)
+                return go;
+        int count = dse__grammar_mask_cached(m, vocab, mask);
+        return count < 0 ? count : count + set_eos(m, vocab, mask);
 }
 
 int dse__grammar_matcher_fill_mask_scan(struct dse_grammar_matcher *m, const struct dse_grammar_vocab *vocab,

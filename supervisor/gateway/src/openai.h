@@ -76,12 +76,18 @@ int dsv__gw_request_parse(const char *body, size_t len, enum dsv_gw_api api, con
                           struct dsv_gw_request *ret, struct dsv_gw_error *err);
 void dsv__gw_request_done(struct dsv_gw_request *r);
 
+struct cJSON;
+
+/* The structured-output fields of request object o (response_format, guided_json,
+ * guided_regex, guided_choice, guided_grammar, structured_outputs) into q->constraint. Call after
+ * the stop strings are in q. 0, or -EINVAL (-ENOMEM) with e filled. */
+int dsv__gw_parse_constraint(const struct cJSON *o, const struct dsv_gw_limits *lim, struct dsv_ipc_request *q,
+                             struct dsv_gw_error *e);
+
 /* 1 when s[0..len) is valid UTF-8 (no overlongs, surrogates or code points > U+10FFFF). */
 int dsv__gw_utf8_valid(const char *s, size_t len);
 
 /* ---- answers ------------------------------------------------------------------------ */
-
-struct cJSON;
 
 /* One completion's answer while it is shaped: the text and logprobs gathered for a whole
  * answer, or, streamed, the SSE bytes not yet handed to the HTTP server. */

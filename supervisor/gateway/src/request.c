@@ -1,8 +1,8 @@
 /* OpenAI request bodies -> dsv_ipc_request. Every field is checked
  * for type and range before anything reaches a worker; the error names the field the way
- * OpenAI does ("param"). Fields we cannot honour (n > 1, echo, tools, logit_bias, ...) are
- * refused rather than ignored, so a client never gets an answer to a question it did not
- * ask. Unknown fields are ignored, as OpenAI-compatible servers do. */
+ * OpenAI does ("param"). Fields we cannot honour (a completion's n > 1, echo, suffix,
+ * functions) and fields we do not know are refused rather than ignored, so a client
+ * never gets an answer to a question it did not ask. */
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <math.h>
@@ -20,6 +20,7 @@
 #define MAX_PROMPT_TOKENS (1u << 20)
 #define MAX_NAME_BYTES 256 /* model, user, a message's name */
 #define MAX_STOP_BYTES 1024 /* one stop string */
+#define MAX_LOGIT_BIAS 4096 /* PROTOCOL.md */
 
 void dsv__gw_error_set(struct dsv_gw_error *e, int status, const char *type, const char *code, const char *param,
                        const char *fmt, ...) {
@@ -297,18 +298,9 @@ static int refuse_unsupported(const cJSON *o, enum dsv_gw_api api, struct dsv_gw
                 if (suffix && (!cJSON_IsString(suffix) || suffix->valuestring[0]))
                         return unsupported(e, "suffix", "suffix");
         }
-        const cJSON *bias = field(o, "logit_bias");
-        if (bias && (!cJSON_IsObject(bias) || bias->child))
-                return unsupported(e, "logit_bias", "logit_bias");
         const cJSON *functions = field(o, "functions");
         if (functions && (!cJSON_IsArray(functions) || functions->child))
                 return unsupported(e, "functions", "function calling");
-        const cJSON *fmt = field(o, "response_format");
-        if (fmt) {
-                const cJSON *type = cJSON_GetObjectItemCaseSensitive(fmt, "type");
-                if (!cJSON_IsObject(fmt) || !cJSON_IsString(type) || strcmp(type->valuestring, "text") != 0)
-                        return unsupported(e, "response_format", "a response_format other than text");
-        }
         const cJSON *user = field(o, "user");
         if (user && !cJSON_IsString(user))
                 return invalid(e, "user", "'user' must be a string");
@@ -321,11 +313,13 @@ static const char *const chat_fields[] = {
         "model", "messages", "temperature", "top_p", "min_p", "top_k", "presence_penalty", "frequency_penalty",
         "repetition_penalty", "seed", "max_tokens", "max_completion_tokens", "stop", "logprobs", "top_logprobs",
         "stream", "stream_options", "n", "user", "logit_bias", "response_format", "tools", "tool_choice",
-        "parallel_tool_calls", "functions", "reasoning_format"};
+        "parallel_tool_calls", "functions", "reasoning_format", "guided_json", "guided_regex", "guided_choice",
+        "guided_grammar", "structured_outputs"};
 static const char *const completion_fields[] = {
         "model", "prompt", "temperature", "top_p", "min_p", "top_k", "presence_penalty", "frequency_penalty",
         "repetition_penalty", "seed", "max_tokens", "stop", "logprobs", "stream", "stream_options", "n", "user",
-        "logit_bias", "best_of", "echo", "suffix"};
+        "logit_bias", "best_of", "echo", "suffix", "response_format", "guided_json", "guided_regex", "guided_choice",
+        "guided_grammar", "structured_outputs"};
 
 static int refuse_unknown(const cJSON *o, enum dsv_gw_api api, struct dsv_gw_error *e) {
         return api == DSV_GW_API_CHAT
@@ -358,6 +352,35 @@ static int parse_reasoning(const cJSON *o, const struct dsv_gw_limits *lim, stru
                 return invalid(e, "reasoning_format", "'reasoning_format' must be \"deepseek\" or \"none\"");
         req->split_think = f == DSV_GATEWAY_REASONING_DEEPSEEK;
         req->think_opened = lim->think_opened;
+        return 0;
+}
+
+/* logit_bias: {"<token id>": bias in [-100, 100]}; the worker checks the ids against
+ * its vocabulary. */
+static int parse_logit_bias(const cJSON *o, struct dsv_ipc_request *q, struct dsv_gw_error *e) {
+        const cJSON *bias = field(o, "logit_bias");
+        if (!bias)
+                return 0;
+        if (!cJSON_IsObject(bias))
+                return invalid(e, "logit_bias", "'logit_bias' must be an object of token ids to biases");
+        size_t n = (size_t)cJSON_GetArraySize(bias);
+        if (n > MAX_LOGIT_BIAS)
+                return invalid(e, "logit_bias", "'logit_bias' may hold at most %d tokens", MAX_LOGIT_BIAS);
+        if (n == 0)
+                return 0;
+        if (!(q->logit_bias = calloc(n, sizeof *q->logit_bias)))
+                return -ENOMEM;
+        const cJSON *it;
+        cJSON_ArrayForEach(it, bias) {
+                const char *k = it->string;
+                char *end = NULL;
+                long id = strtol(k, &end, 10);
+                if (!k[0] || *end || k[0] == '-' || k[0] == '+' || (k[0] == '0' && k[1]) || id < 0 || id > INT32_MAX)
+                        return invalid(e, "logit_bias", "'logit_bias' keys must be token ids (\"%.32s\" is not)", k);
+                if (!cJSON_IsNumber(it) || !(it->valuedouble >= -100 && it->valuedouble <= 100))
+                        return invalid(e, "logit_bias", "'logit_bias' values must be numbers between -100 and 100");
+                q->logit_bias[q->n_logit_bias++] = (struct dsv_ipc_logit_bias){(int32_t)id, (float)it->valuedouble};
+        }
         return 0;
 }
 
@@ -426,7 +449,9 @@ static int parse_object(const cJSON *o, enum dsv_gw_api api, const struct dsv_gw
              (r = parse_choices(o, req, e)) < 0))
                 return r;
         if ((r = parse_sampling(o, &q->sampling, e)) < 0 || (r = parse_max_tokens(o, lim, q, e)) < 0 ||
-            (r = parse_stop(o, lim, q, e)) < 0 || (r = parse_logprobs(o, api, req, e)) < 0 || (r = parse_stream(o, req, e)) < 0)
+            (r = parse_stop(o, lim, q, e)) < 0 || (r = dsv__gw_parse_constraint(o, lim, q, e)) < 0 ||
+            (r = parse_logit_bias(o, q, e)) < 0 || (r = parse_logprobs(o, api, req, e)) < 0 ||
+            (r = parse_stream(o, req, e)) < 0)
                 return r;
         return 0;
 }

@@ -48,7 +48,51 @@ cJSON *dsv__gw_answer_base(const struct dsv_gw_answer *a) {
         return o;
 }
 
-/* The worker names alternatives by token id only: "token_id:<n>" stands for their text. */
+/* An alternative's text: its bytes, each byte of a broken UTF-8 sequence (a token
+ * holding part of a character) as U+FFFD. Without bytes (a worker without a tokenizer)
+ * "token_id:<n>" stands for it. A malloc'd string. */
+static char *alternative_text(const struct dsv_ipc_token *t, size_t i) {
+        if (!t->top_bytes) {
+                char *name = malloc(32);
+                if (name)
+                        snprintf(name, 32, "token_id:%d", t->top[i].token);
+                return name;
+        }
+        const struct dsv_ipc_bytes *b = &t->top_bytes[i];
+        char *s = malloc(b->n * 3 + 1);
+        if (!s)
+                return NULL;
+        size_t at = 0;
+        for (size_t k = 0; k < b->n;) {
+                size_t len = 1;
+                unsigned c = b->bytes[k];
+                if (c >= 0xc2 && c <= 0xdf)
+                        len = 2;
+                else if (c >= 0xe0 && c <= 0xef)
+                        len = 3;
+                else if (c >= 0xf0 && c <= 0xf4)
+                        len = 4;
+                if ((c < 0x80) || (len > 1 && k + len <= b->n && dsv__gw_utf8_valid((const char *)b->bytes + k, len))) {
+                        memcpy(s + at, b->bytes + k, len);
+                        at += len;
+                        k += len;
+                } else {
+                        memcpy(s + at, "\xef\xbf\xbd", 3);
+                        at += 3;
+                        k++;
+                }
+        }
+        s[at] = 0;
+        return s;
+}
+
+static cJSON *bytes_array(const struct dsv_ipc_bytes *b) {
+        cJSON *a = cJSON_CreateArray();
+        for (size_t k = 0; a && k < b->n; k++)
+                cJSON_AddItemToArray(a, cJSON_CreateNumber(b->bytes[k]));
+        return a;
+}
+
 cJSON *dsv__gw_chat_logprob(const struct dsv_ipc_token *t, int32_t top_n) {
         cJSON *e = cJSON_CreateObject();
         cJSON_AddStringToObject(e, "token", t->text ? t->text : "");
@@ -58,12 +102,15 @@ cJSON *dsv__gw_chat_logprob(const struct dsv_ipc_token *t, int32_t top_n) {
                 cJSON_AddItemToArray(bytes, cJSON_CreateNumber(*p));
         cJSON *top = cJSON_AddArrayToObject(e, "top_logprobs");
         for (size_t i = 0; i < t->n_top && i < (size_t)top_n; i++) {
-                char name[32];
-                snprintf(name, sizeof name, "token_id:%d", t->top[i].token);
+                char *name = alternative_text(t, i);
                 cJSON *alt = cJSON_CreateObject();
-                cJSON_AddStringToObject(alt, "token", name);
+                cJSON_AddStringToObject(alt, "token", name ? name : "");
+                free(name);
                 cJSON_AddNumberToObject(alt, "logprob", t->top[i].logprob);
-                cJSON_AddNullToObject(alt, "bytes");
+                if (t->top_bytes)
+                        cJSON_AddItemToObject(alt, "bytes", bytes_array(&t->top_bytes[i]));
+                else
+                        cJSON_AddNullToObject(alt, "bytes");
                 cJSON_AddItemToArray(top, alt);
         }
         return e;
@@ -74,9 +121,9 @@ void dsv__gw_completion_logprob_add(cJSON *lp, const struct dsv_ipc_token *t, si
         cJSON_AddItemToArray(cJSON_GetObjectItem(lp, "token_logprobs"), cJSON_CreateNumber(t->logprob));
         cJSON *top = cJSON_CreateObject();
         for (size_t i = 0; i < t->n_top && i < (size_t)top_n; i++) {
-                char name[32];
-                snprintf(name, sizeof name, "token_id:%d", t->top[i].token);
-                cJSON_AddNumberToObject(top, name, t->top[i].logprob);
+                char *name = alternative_text(t, i);
+                cJSON_AddNumberToObject(top, name ? name : "", t->top[i].logprob);
+                free(name);
         }
         cJSON_AddItemToArray(cJSON_GetObjectItem(lp, "top_logprobs"), top);
         cJSON_AddItemToArray(cJSON_GetObjectItem(lp, "text_offset"), cJSON_CreateNumber((double)offset));

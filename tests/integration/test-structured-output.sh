@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Structured output end to end: `dsvisor start` on the bundled default model, then
+# test-structured-output.py (response_format json_schema for a set of schemas, chat and
+# completions, streamed and not, each reply judged by python3-jsonschema; json_object,
+# guided_*, a refused keyword, logit_bias, logprob alternatives) and
+# test-structured-clients.mjs (the openai client's chat.completions.parse with zod, the
+# AI SDK's generateObject). The node clients are installed from the lock file in
+# tests/integration/structured-clients into the build directory on first run; without
+# node, npm or python3-jsonschema the test fails, it does not skip
+# (scripts/bootstrap.sh --with-tests installs them).
+set -u
+BUILD=${DSV_BUILD_DIR:?}
+SRC=$(cd "$(dirname "$0")" && pwd)
+MODEL=${DSV_SOURCE_DIR:?}/models/default
+for tool in node npm python3; do
+  command -v $tool >/dev/null || { echo "missing $tool (scripts/bootstrap.sh --with-tests)"; echo "0 passed, 1 failed"; exit 1; }
+done
+python3 -c 'import jsonschema' 2>/dev/null || { echo "missing python3-jsonschema"; echo "0 passed, 1 failed"; exit 1; }
+CLIENTS=$BUILD/tests/structured-clients
+if ! cmp -s "$SRC/structured-clients/package-lock.json" "$CLIENTS/package-lock.json" 2>/dev/null ||
+   [ ! -f "$CLIENTS/node_modules/ai/package.json" ]; then
+  rm -rf "$CLIENTS" && mkdir -p "$CLIENTS"
+  cp "$SRC/structured-clients/package.json" "$SRC/structured-clients/package-lock.json" "$CLIENTS/"
+  if ! (cd "$CLIENTS" && timeout 300 npm ci --no-audit --no-fund --silent >npm.log 2>&1); then
+    echo "npm ci failed:"; tail -20 "$CLIENTS/npm.log"; echo "0 passed, 1 failed"; exit 1
+  fi
+fi
+T=$(mktemp -d /tmp/dsv-structured.XXXXXX)
+export DSV_CACHE_DIR="$T/cache"
+SUP=
+cleanup() { [ -n "$SUP" ] && kill "$SUP" 2>/dev/null; wait 2>/dev/null; rm -rf "$T"; }
+trap cleanup EXIT
+"$BUILD/bin/dsvisor" start --model "$MODEL" --model-id default --instances 1 --threads-per-instance 2 --port 0 \
+  --runtime-dir "$T/run" --max-batch 8 --hugepages off >"$T/start.log" 2>&1 &
+SUP=$!
+PORT=
+for _ in $(seq 600); do
+  if "$BUILD/bin/dsvisor" status --json --runtime-dir "$T/run" >"$T/status.json" 2>/dev/null &&
+     PORT=$(python3 -c "import json,sys; j=json.load(open('$T/status.json')); sys.exit(1) if j['instances_ready'] != j['instances_total'] else print(j['port'])"); then
+    break
+  fi
+  kill -0 "$SUP" 2>/dev/null || { echo "dsvisor start exited:"; tail -20 "$T/start.log"; echo "0 passed, 1 failed"; exit 1; }
+  PORT=
+  sleep 0.2
+done
+[ -n "$PORT" ] || { echo "dsvisor did not become ready"; tail -20 "$T/start.log"; echo "0 passed, 1 failed"; exit 1; }
+URL=http://127.0.0.1:$PORT
+rc=0
+timeout 900 python3 "$SRC/test-structured-output.py" "$URL" "$BUILD/bin/dsvisor" "$MODEL" || rc=1
+NODE_PATH="$CLIENTS/node_modules" timeout 300 node "$SRC/test-structured-clients.mjs" "$URL" || rc=1
+exit $rc

@@ -1,0 +1,7 @@
+# Structured output end to end: dsvisor start on the bundled default model, response_format
+# json_schema replies judged by python3-jsonschema, guided_* fields, logit_bias, logprob
+# alternatives, and the openai / AI SDK clients (pinned in integration/structured-clients).
+if(TARGET dsvisor-worker AND EXISTS ${CMAKE_SOURCE_DIR}/models/default/config.json)
+  dsv_script_test(NAME test-structured-output SCRIPT ${CMAKE_SOURCE_DIR}/tests/integration/test-structured-output.sh
+                  LABELS integration TIMEOUT 1200)
+endif()
