@@ -4,6 +4,7 @@ if(TARGET dsvisor-worker)
   dsv_test(NAME test-engine-kv SOURCES unit/test-engine-kv.c LIBS dse LABELS unit TIMEOUT 300)
   dsv_test(NAME test-engine-spec SOURCES unit/test-engine-spec.c LIBS dse LABELS unit TIMEOUT 300)
   dsv_test(NAME test-worker-sched SOURCES unit/test-worker-sched.c LIBS dsv_worker_core LABELS unit TIMEOUT 300)
+  dsv_test(NAME test-worker-spec SOURCES unit/test-worker-spec.c LIBS dsv_worker_core LABELS unit TIMEOUT 600)
   dsv_test(NAME test-worker-sampling SOURCES unit/test-worker-sampling.c LIBS dsv_worker_core LABELS unit)
   dsv_test(NAME test-worker-sched-alloc SOURCES unit/test-worker-sched-alloc.c LIBS dsv_worker_core LABELS unit
            TIMEOUT 300)

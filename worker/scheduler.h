@@ -17,7 +17,13 @@
  * (prompt plus the tokens it already generated) when it is admitted again; its output is
  * unchanged. Every request ends with exactly one final or error event. The scheduler
  * allocates only in sched_add (per-request buffers); steps do not allocate (sending an
- * event through emit is the caller's business). One thread. */
+ * event through emit is the caller's business). One thread.
+ *
+ * With speculation (sched_set_speculation), a decoding sequence may also carry draft tokens in its
+ * step, verified in the same forward pass (speculate.h): drafts only fill what the
+ * step leaves of the token budget and of spec.step_tokens, never displace a decode or
+ * a prefill chunk, and never preempt anything; a request's tokens stay exactly those
+ * of plain decoding. */
 #ifndef DSV_WORKER_SCHED_H
 #define DSV_WORKER_SCHED_H
 
@@ -26,6 +32,7 @@
 
 #include "dse.h"
 #include "dsv_ipc.h"
+#include "speculate.h"
 
 struct sched_config {
         int max_batch;   /* sequences per step (>= 1) */
@@ -42,6 +49,7 @@ struct sched_stats {
         int64_t preemptions;
         int64_t steps, step_tokens; /* engine steps and tokens they carried */
         int32_t last_step_seqs, last_step_tokens;
+        struct spec_stats spec;
 };
 
 /* Receives every event the scheduler produces; msg is only valid during the call. */
@@ -55,6 +63,10 @@ int sched_new(const struct sched_config *cfg, const struct dse_model *model, con
               struct dse_kv_cache *kv, struct dse_batch *batch, sched_emit_fn emit, void *user,
               struct sched **ret_sched);
 void sched_free(struct sched *s);
+/* Turns speculative decoding on (or off: spec->method SPEC_OFF) before the first
+ * request; -EINVAL for bounds outside speculate.h's, -EBUSY once requests came,
+ * -ENOMEM. */
+int sched_set_speculation(struct sched *s, const struct spec_config *spec);
 
 /* Queues a request whose prompt is already token ids (tokens: n_prompt ids, copied).
  * Bad parameters, an empty or too long prompt, a duplicate id or a full queue are

@@ -507,6 +507,8 @@ int worker_serve(const struct worker_config *cfg) {
         struct sched_config sc = {cfg->max_batch, cfg->token_budget, e.n_ctx, cfg->max_queue};
         sv.prompt = malloc(((size_t)e.n_ctx + 1) * sizeof(int32_t));
         r = sv.prompt ? sched_new(&sc, e.model, e.tok, e.kv, e.batch, emit_cb, &sv, &sv.sched) : -ENOMEM;
+        if (r >= 0)
+                r = sched_set_speculation(sv.sched, &cfg->spec);
         if (r < 0) {
                 wlog(3, "Failed to create the scheduler: %s", strerror(-r));
                 goto out;
