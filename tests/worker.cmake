@@ -19,6 +19,10 @@ if(TARGET dsvisor-worker AND EXISTS ${CMAKE_SOURCE_DIR}/models/default/config.js
            TIMEOUT 600)
   add_dependencies(test-worker-text dsvisor-worker)
   target_include_directories(test-worker-text PRIVATE ${CMAKE_SOURCE_DIR}/bench) # worker-client.h
+  dsv_test(NAME test-worker-spec-ipc SOURCES integration/test-worker-spec.c LIBS dse dsv_ipc LABELS integration
+           TIMEOUT 600)
+  add_dependencies(test-worker-spec-ipc dsvisor-worker)
+  target_include_directories(test-worker-spec-ipc PRIVATE ${CMAKE_SOURCE_DIR}/bench) # worker-client.h
 endif()
 # The per-token path allocates only nng's message: the real serve loop in-process, its
 # allocations counted per thread and nng_send wrapped to count nng's apart.
