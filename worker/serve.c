@@ -418,7 +418,13 @@ static void publish_stats(struct server *sv) {
                 .preemptions = st.preemptions,
                 .max_batch = sv->cfg->max_batch,
                 .token_budget = sv->cfg->token_budget,
+                .spec_verifications = st.spec.verifications,
+                .spec_draft_tokens = st.spec.draft_tokens,
+                .spec_accepted_tokens = st.spec.accepted_tokens,
+                .n_spec_hist = SPEC_K_LIMIT + 1,
         };
+        _Static_assert(SPEC_K_LIMIT + 1 == DSV_IPC_SPEC_HIST, "stats_reply carries every acceptance length");
+        memcpy(sv->stats.spec_accepted_hist, st.spec.accepted_hist, sizeof st.spec.accepted_hist);
         pthread_mutex_unlock(&sv->mu);
 }
 
