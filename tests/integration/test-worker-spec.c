@@ -5,6 +5,7 @@
  * worker, greedy and seeded; and a bad --speculative value is refused. */
 #include "dse.h"
 #include "t.h"
+#include "fixture-models.h"
 #include "worker-client.h"
 
 struct worker {
@@ -103,15 +104,9 @@ TEST(default_model_same_text_with_ngram_drafts) {
 }
 
 TEST(every_fixture_same_tokens_with_ngram_drafts) {
-        static const char *const fixtures[] = {
-                "deepseek-v2-mla-qlora-yarn", "deepseek-v2-lite-sharded", "deepseek-v2-group-limited",
-                "deepseek-v3-noaux-yarn",     "deepseek-v3-fp8-mtp",      "llama-bf16-linear-rope",
-                "llama3-rope-gqa",            "qwen2-bf16-tied",          "qwen2-awq-g32",
-                "llama-gptq-sym",             "llama-gptq-actorder-asym",
-        };
-        for (size_t f = 0; f < sizeof fixtures / sizeof *fixtures && !t_failed_current; f++) {
+        for (size_t f = 0; f < N_FIXTURE_MODELS && !t_failed_current; f++) {
                 char model[1024];
-                snprintf(model, sizeof model, "%s/%s", t_fixture("models"), fixtures[f]);
+                snprintf(model, sizeof model, "%s/%s", t_fixture("models"), fixture_models[f]);
                 static struct reqs q;
                 for (int i = 0; i < 8; i++) {
                         int n = 10 + (i * 7) % 22;
@@ -120,7 +115,7 @@ TEST(every_fixture_same_tokens_with_ngram_drafts) {
                         q.m[i] = wc_tokens_request((uint64_t)(10 + i), q.ids[i], (size_t)n, 32,
                                                    i % 2 ? 0.5f : 0.0f, 7 + (uint64_t)i);
                 }
-                fprintf(stderr, "  %s\n", fixtures[f]);
+                fprintf(stderr, "  %s\n", fixture_models[f]);
                 same_outputs(model, &q);
         }
 }

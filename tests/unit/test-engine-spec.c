@@ -10,6 +10,7 @@
 
 #include "dse.h"
 #include "t.h"
+#include "fixture-models.h"
 
 /* ---- n-gram drafting ---- */
 
@@ -63,23 +64,6 @@ TEST(ngram_bad_bounds) {
 }
 
 /* ---- verification and rollback ---- */
-
-static struct dse_model *open_fixture(const char *name) {
-        char dir[1024], native[4096];
-        snprintf(dir, sizeof dir, "%s/%s", t_fixture("models"), name);
-        if (!getenv("DSV_CACHE_DIR") && getenv("DSV_BUILD_DIR")) {
-                char cache[1100];
-                snprintf(cache, sizeof cache, "%s/model-cache", getenv("DSV_BUILD_DIR"));
-                setenv("DSV_CACHE_DIR", cache, 1);
-        }
-        struct dse_diag diag = {{0}};
-        struct dse_model *m = NULL;
-        if (dse_model_resolve(dir, native, sizeof native, &diag) < 0 || dse_model_open(native, 0, &m, &diag) < 0) {
-                fprintf(stderr, "  %s: %s\n", name, diag.msg);
-                return NULL;
-        }
-        return m;
-}
 
 #define BT 16
 #define P 14 /* prompt: the verification crosses the first block boundary */
@@ -140,7 +124,7 @@ static int plain_decode(struct spec_rig *g, int32_t *ids, float *logits) {
 /* Verification rows equal the plain decode's logits, exactly, for every accepted
  * prefix; after each rollback the sequence continues as the plain one. */
 static void verify_equals_decode(const char *fixture) {
-        struct dse_model *m = open_fixture(fixture);
+        struct dse_model *m = fixture_model_open(fixture);
         ASSERT_TRUE(m);
         struct spec_rig g;
         ASSERT_OK(spec_rig_init(&g, m));
@@ -199,14 +183,8 @@ static void verify_equals_decode(const char *fixture) {
 }
 
 TEST(verify_equals_decode_every_fixture) {
-        static const char *const fixtures[] = {
-                "deepseek-v2-mla-qlora-yarn", "deepseek-v2-lite-sharded", "deepseek-v2-group-limited",
-                "deepseek-v3-noaux-yarn",     "deepseek-v3-fp8-mtp",      "llama-bf16-linear-rope",
-                "llama3-rope-gqa",            "qwen2-bf16-tied",          "qwen2-awq-g32",
-                "llama-gptq-sym",             "llama-gptq-actorder-asym",
-        };
-        for (size_t i = 0; i < sizeof fixtures / sizeof *fixtures; i++) {
-                verify_equals_decode(fixtures[i]);
+        for (size_t i = 0; i < N_FIXTURE_MODELS; i++) {
+                verify_equals_decode(fixture_models[i]);
                 if (t_failed_current)
                         return;
         }
@@ -215,7 +193,7 @@ TEST(verify_equals_decode_every_fixture) {
 /* Prefix keys after a rollback: only blocks whose every position was accepted are
  * offered to other sequences; the ids of rejected drafts never match. */
 TEST(rollback_keeps_prefix_table_to_accepted_tokens) {
-        struct dse_model *m = open_fixture("llama3-rope-gqa");
+        struct dse_model *m = fixture_model_open("llama3-rope-gqa");
         ASSERT_TRUE(m);
         struct spec_rig g;
         ASSERT_OK(spec_rig_init(&g, m));

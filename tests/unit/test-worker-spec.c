@@ -16,6 +16,7 @@
 #include "scheduler.h"
 #include "speculate.h"
 #include "t.h"
+#include "fixture-models.h"
 
 #define MAX_REQ 2048
 #define MAX_OUT 48
@@ -52,23 +53,6 @@ static int64_t now_ms(void) {
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
         return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static struct dse_model *open_fixture(const char *name) {
-        char dir[1024], native[4096];
-        snprintf(dir, sizeof dir, "%s/%s", t_fixture("models"), name);
-        if (!getenv("DSV_CACHE_DIR") && getenv("DSV_BUILD_DIR")) {
-                char cache[1100];
-                snprintf(cache, sizeof cache, "%s/model-cache", getenv("DSV_BUILD_DIR"));
-                setenv("DSV_CACHE_DIR", cache, 1);
-        }
-        struct dse_diag diag = {{0}};
-        struct dse_model *m = NULL;
-        if (dse_model_resolve(dir, native, sizeof native, &diag) < 0 || dse_model_open(native, 0, &m, &diag) < 0) {
-                fprintf(stderr, "  %s: %s\n", name, diag.msg);
-                return NULL;
-        }
-        return m;
 }
 
 struct rig {
@@ -204,29 +188,23 @@ static void spec_equals_plain(struct dse_model *m, const struct params *p, struc
 }
 
 TEST(greedy_identical_every_fixture) {
-        static const char *const fixtures[] = {
-                "deepseek-v2-mla-qlora-yarn", "deepseek-v2-lite-sharded", "deepseek-v2-group-limited",
-                "deepseek-v3-noaux-yarn",     "deepseek-v3-fp8-mtp",      "llama-bf16-linear-rope",
-                "llama3-rope-gqa",            "qwen2-bf16-tied",          "qwen2-awq-g32",
-                "llama-gptq-sym",             "llama-gptq-actorder-asym",
-        };
         const struct params p = {.max_tokens = 40, .logprobs = TOP};
-        for (size_t f = 0; f < sizeof fixtures / sizeof *fixtures; f++) {
-                struct dse_model *m = open_fixture(fixtures[f]);
+        for (size_t f = 0; f < N_FIXTURE_MODELS; f++) {
+                struct dse_model *m = fixture_model_open(fixture_models[f]);
                 ASSERT_TRUE(m);
                 struct spec_stats st;
                 spec_equals_plain(m, &p, &st);
                 dse_model_free(m);
                 if (t_failed_current)
                         return;
-                fprintf(stderr, "  %s: %lld drafts, %lld accepted in %lld verifications\n", fixtures[f],
+                fprintf(stderr, "  %s: %lld drafts, %lld accepted in %lld verifications\n", fixture_models[f],
                         (long long)st.draft_tokens, (long long)st.accepted_tokens, (long long)st.verifications);
                 ASSERT_TRUE(st.accepted_tokens > 0 && st.accepted_tokens < st.draft_tokens);
         }
 }
 
 TEST(seeded_sampling_identical_with_every_option) {
-        struct dse_model *m = open_fixture("llama3-rope-gqa");
+        struct dse_model *m = fixture_model_open("llama3-rope-gqa");
         ASSERT_TRUE(m);
         static const struct params ps[] = {
                 {.temperature = 0.5f, .max_tokens = 40, .logprobs = TOP},
@@ -307,7 +285,7 @@ static double homogeneity_p(const int *a, const int *b, int n_cat, int *ret_df) 
  * seeds: the same seed gives the same tokens, see above, which would prove nothing
  * here). */
 TEST(sampling_distribution_equals_plain_chi_square) {
-        struct dse_model *m = open_fixture("llama3-rope-gqa");
+        struct dse_model *m = fixture_model_open("llama3-rope-gqa");
         ASSERT_TRUE(m);
         const struct params p = {.temperature = 0.6f, .max_tokens = 3};
         int V = dse_model_vocab_size(m);
@@ -385,7 +363,7 @@ TEST(draft_length_adapts_within_bounds) {
 
 /* Bounds outside speculate.h's and a change after requests came are refused. */
 TEST(bad_speculation_config) {
-        struct dse_model *m = open_fixture("llama3-rope-gqa");
+        struct dse_model *m = fixture_model_open("llama3-rope-gqa");
         ASSERT_TRUE(m);
         struct rig g;
         ASSERT_OK(rig_init(&g, m, 2, &off));
