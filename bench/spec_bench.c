@@ -264,6 +264,22 @@ int spec_bench_run(const struct dse_model *m, struct dse_pool *pool, const char 
                 prompts[2][i] = malloc(len);
                 snprintf(prompts[2][i], len, "%s %s", passages[i], head);
         }
+        /* the served model's own verification cost, which bounds its speed-up */
+        double served[SPEC_BENCH_KMAX + 1] = {0};
+        {
+                char native[4096];
+                struct dse_diag d = {{0}};
+                struct dse_model *sm = NULL;
+                if ((r = dse_model_resolve(o->serve_model, native, sizeof native, &d)) < 0 ||
+                    (r = dse_model_open(native, 0, &sm, &d)) < 0) {
+                        fprintf(stderr, "dsvisor-bench spec: %s: %s\n", o->serve_model, d.msg);
+                        goto out_passages;
+                }
+                r = verify_cost(sm, pool, 200, served);
+                dse_model_free(sm);
+                if (r < 0)
+                        goto out_passages;
+        }
         const char *dir = wc_tmpdir();
         struct wc w[2];
         pid_t pid[2] = {-1, -1};
@@ -292,7 +308,11 @@ int spec_bench_run(const struct dse_model *m, struct dse_pool *pool, const char 
                        preset, format, threads, CONTEXT, ratio[0] * 1e3);
                 for (int k = 1; k <= SPEC_BENCH_KMAX; k++)
                         printf("%s\"%d\":%.4f", k > 1 ? "," : "", k, ratio[k]);
-                printf("},\"serve_model\":\"%s\",\"passages\":%d,\"max_tokens\":%d,", o->serve_model, n, o->max_tokens);
+                printf("},\"serve_model\":\"%s\",\"serve_model_one_token_pass_ms\":%.4f,\"serve_model_verify_cost\":{",
+                       o->serve_model, served[0] * 1e3);
+                for (int k = 1; k <= SPEC_BENCH_KMAX; k++)
+                        printf("%s\"%d\":%.4f", k > 1 ? "," : "", k, served[k]);
+                printf("},\"passages\":%d,\"max_tokens\":%d,", n, o->max_tokens);
                 printf("\"acceptance\":{\"ngram\":%.4f},\"speedup\":{\"ngram\":%.4f},\"tasks\":{",
                        drafts ? (double)acc / (double)drafts : 0,
                        tr[0].tok_s[0] > 0 ? tr[0].tok_s[1] / tr[0].tok_s[0] : 0);
@@ -306,6 +326,8 @@ int spec_bench_run(const struct dse_model *m, struct dse_pool *pool, const char 
                                tr[t].tok_s[0] > 0 ? tr[t].tok_s[1] / tr[t].tok_s[0] : 0);
                 printf("},\"outputs_differ\":%d}\n", mism);
         } else {
+                printf("%s: one-token pass %.3f ms; verify k=1..4: %.3f %.3f %.3f %.3f x\n", o->serve_model,
+                       served[0] * 1e3, served[1], served[2], served[3], served[4]);
                 printf("n-gram drafting on %s, %d passages, %d tokens each, batch 1, %d threads:\n", o->serve_model, n,
                        o->max_tokens, threads);
                 for (int t = 0; t < 3; t++)
@@ -327,6 +349,7 @@ out:
                         wc_wait_exit(pid[s], 10);
                         wc_close(&w[s]);
                 }
+out_passages:
         for (int i = 0; i < n; i++) {
                 free(passages[i]);
                 free(prompts[0][i]);
