@@ -68,8 +68,9 @@ void spec_seq_update(struct spec_seq *q, int n_draft, int n_accepted);
  * the request ended with it (it is then gone). */
 typedef int (*spec_sample_fn)(void *ctx, int i);
 
-/* The acceptance walk over one verification: returns how many drafts were accepted;
- * *ret_ended is set when the request ended during the walk. Every emitted token (at
+/* The acceptance walk over one verification: returns how many drafts were accepted
+ * (before the token that ended the request, when one did); *ret_ended is set when the
+ * request ended during the walk. Every emitted token (at
  * most n_draft + 1) came from sample. */
 int spec_verify(const int32_t *draft, int n_draft, spec_sample_fn sample, void *ctx, int *ret_ended);
 
