@@ -136,7 +136,12 @@ int sched_new(const struct sched_config *cfg, const struct dse_model *model, con
 }
 
 int sched_set_speculation(struct sched *s, const struct spec_config *sc) {
-        if (!s || !sc ||
+        struct spec_drafter ngram = {&spec_ngram_ops, NULL}, none = {0};
+        return sched_set_drafter(s, sc, sc && sc->method == SPEC_NGRAM ? &ngram : &none);
+}
+
+int sched_set_drafter(struct sched *s, const struct spec_config *sc, const struct spec_drafter *drafter) {
+        if (!s || !sc || !drafter || (sc->method != SPEC_OFF && !drafter->ops) ||
             (sc->method != SPEC_OFF && (sc->k_min < 1 || sc->k_max < sc->k_min || sc->k_max > SPEC_K_LIMIT ||
                                         sc->step_tokens < 0)))
                 return -EINVAL;
@@ -150,7 +155,7 @@ int sched_set_speculation(struct sched *s, const struct spec_config *sc) {
         s->seq_logits = logits;
         s->logit_rows = rows;
         s->spec_cfg = *sc;
-        s->drafter = sc->method == SPEC_NGRAM ? (struct spec_drafter){&spec_ngram_ops, NULL} : (struct spec_drafter){0};
+        s->drafter = sc->method == SPEC_OFF ? (struct spec_drafter){0} : *drafter;
         return 0;
 }
 

@@ -67,6 +67,9 @@ void sched_free(struct sched *s);
  * request; -EINVAL for bounds outside speculate.h's, -EBUSY once requests came,
  * -ENOMEM. */
 int sched_set_speculation(struct sched *s, const struct spec_config *spec);
+/* The same with the drafter given (an MTP head, a draft model, a test's), used when
+ * spec->method is not SPEC_OFF; the drafter's state must outlive the scheduler. */
+int sched_set_drafter(struct sched *s, const struct spec_config *spec, const struct spec_drafter *drafter);
 
 /* Queues a request whose prompt is already token ids (tokens: n_prompt ids, copied).
  * Bad parameters, an empty or too long prompt, a duplicate id or a full queue are

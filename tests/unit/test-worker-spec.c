@@ -4,7 +4,9 @@
  * log-probabilities; under sampling, the token distribution over 2,000 seeds per side
  * passes a chi-square test of homogeneity against plain decoding's over other seeds;
  * drafts are really proposed, accepted and rejected; every KV block is back after the
- * requests end; the draft length adapts to acceptance and respects its bounds. */
+ * requests end; the draft length adapts to acceptance and respects its bounds; a drafter
+ * plugged through its ops table (all drafts right, all wrong) keeps the output and sees
+ * its hooks called. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -376,5 +378,117 @@ TEST(bad_speculation_config) {
         ASSERT_OK(add(&g, 0, ids, 4, &p, 0));
         ASSERT_ERR(sched_set_speculation(g.s, &ngram), -EBUSY);
         rig_done(&g);
+        dse_model_free(m);
+}
+
+/* A drafter that knows each request's plain greedy output (found by its prompt) and
+ * proposes it, or, as an adversary, proposes it with the first draft changed; it counts
+ * the hooks' calls. */
+struct oracle {
+        int32_t seqs[8][64 + MAX_OUT];
+        int len[8], n_prompt[8];
+        int wrong, vocab;
+        int verified, verified_drafts, verified_accepted, released;
+};
+
+static int oracle_propose(void *self, int slot, const int32_t *tokens, int32_t n_tokens, int max_draft, int32_t *draft) {
+        struct oracle *o = self;
+        (void)slot;
+        for (int i = 0; i < 8; i++) {
+                if (n_tokens > o->len[i] || n_tokens < o->n_prompt[i] ||
+                    memcmp(o->seqs[i], tokens, (size_t)n_tokens * sizeof(int32_t)) != 0)
+                        continue;
+                int n = o->len[i] - n_tokens < max_draft ? o->len[i] - n_tokens : max_draft;
+                memcpy(draft, o->seqs[i] + n_tokens, (size_t)n * sizeof(int32_t));
+                if (o->wrong && n > 0)
+                        draft[0] = (draft[0] + 1) % o->vocab;
+                return n;
+        }
+        return 0;
+}
+
+static void oracle_verified(void *self, int slot, int n_draft, int n_accepted) {
+        struct oracle *o = self;
+        (void)slot;
+        o->verified++;
+        o->verified_drafts += n_draft;
+        o->verified_accepted += n_accepted;
+}
+
+static void oracle_release(void *self, int slot) {
+        (void)slot;
+        ((struct oracle *)self)->released++;
+}
+
+static const struct spec_drafter_ops oracle_ops = {"oracle", oracle_propose, oracle_verified, oracle_release};
+
+/* Drafts that are all right: every verification accepts k, the bonus token follows, and
+ * the output is the plain one in fewer steps; drafts that are all wrong: nothing is
+ * accepted, the same output, every block back. The hooks see each verification and
+ * each request's end. */
+TEST(plugged_drafter_all_right_and_all_wrong) {
+        struct dse_model *m = fixture_model_open("qwen2-bf16-tied");
+        ASSERT_TRUE(m);
+        static struct oracle o;
+        memset(&o, 0, sizeof o);
+        o.vocab = dse_model_vocab_size(m);
+        const struct params p = {.max_tokens = 33};
+        int64_t plain_steps;
+        {
+                struct rig g;
+                ASSERT_OK(rig_init(&g, m, 8, &off));
+                for (int i = 0; i < 8; i++) {
+                        o.n_prompt[i] = prompt_len(i);
+                        stem(o.seqs[i], o.n_prompt[i], g.vocab, i + 40);
+                        ASSERT_OK(add(&g, (uint64_t)i, o.seqs[i], o.n_prompt[i], &p, 1));
+                }
+                ASSERT_OK(run(&g));
+                struct sched_stats st;
+                sched_get_stats(g.s, &st);
+                plain_steps = st.steps;
+                for (int i = 0; i < 8; i++) {
+                        ASSERT_EQ(g.ev->n_out[i], 33);
+                        memcpy(o.seqs[i] + o.n_prompt[i], g.ev->out[i], 33 * sizeof(int32_t));
+                        o.len[i] = o.n_prompt[i] + 33;
+                }
+                rig_done(&g);
+        }
+        const struct spec_config c = {SPEC_NGRAM, 1, 4, 0};
+        for (o.wrong = 0; o.wrong < 2; o.wrong++) {
+                o.verified = o.verified_drafts = o.verified_accepted = o.released = 0;
+                struct spec_drafter d = {&oracle_ops, &o};
+                struct rig g;
+                ASSERT_OK(rig_init(&g, m, 8, &off));
+                ASSERT_OK(sched_set_drafter(g.s, &c, &d));
+                for (int i = 0; i < 8; i++)
+                        ASSERT_OK(add(&g, (uint64_t)i, o.seqs[i], o.n_prompt[i], &p, 1));
+                ASSERT_OK(run(&g));
+                for (int i = 0; i < 8; i++) {
+                        ASSERT_EQ(g.ev->n_out[i], 33);
+                        for (int t = 0; t < 33; t++)
+                                ASSERT_EQ(g.ev->out[i][t], o.seqs[i][o.n_prompt[i] + t]);
+                }
+                struct sched_stats st;
+                sched_get_stats(g.s, &st);
+                fprintf(stderr, "  %s drafts: %lld steps (plain %lld), %lld of %lld accepted, hist[0] %lld hist[4] %lld\n",
+                        o.wrong ? "wrong" : "right", (long long)st.steps, (long long)plain_steps,
+                        (long long)st.spec.accepted_tokens, (long long)st.spec.draft_tokens,
+                        (long long)st.spec.accepted_hist[0], (long long)st.spec.accepted_hist[4]);
+                ASSERT_EQ(st.kv_blocks_used, 0);
+                ASSERT_EQ(o.released, 8);
+                if (o.wrong) {
+                        ASSERT_EQ(st.spec.accepted_tokens, 0);
+                        ASSERT_TRUE(st.spec.draft_tokens > 0);
+                        ASSERT_EQ(st.spec.accepted_hist[0], st.spec.verifications);
+                } else {
+                        ASSERT_EQ(st.spec.accepted_tokens, st.spec.draft_tokens);
+                        /* a prompt's step, then 33 tokens in steps of up to 5 */
+                        ASSERT_TRUE(st.steps * 3 < plain_steps);
+                        ASSERT_TRUE(st.spec.accepted_hist[4] > 0);
+                }
+                /* Every verification but those that ended a request went through the hook. */
+                ASSERT_TRUE(o.verified <= st.spec.verifications && o.verified >= st.spec.verifications - 8);
+                rig_done(&g);
+        }
         dse_model_free(m);
 }
