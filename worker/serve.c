@@ -493,10 +493,12 @@ int worker_serve(const struct worker_config *cfg) {
         pthread_cond_init(&sv.has_msg, NULL);
         pthread_cond_init(&sv.has_space, NULL);
         int status = 1, rx_started = 0, prefault_started = 0;
-        size_t out_bytes = (size_t)cfg->max_batch * 2048 + (64u << 10);
+        /* A speculating sequence emits up to k_max + 1 tokens per step. */
+        int per_seq = cfg->spec.method != SPEC_OFF ? 1 + cfg->spec.k_max : 1;
+        size_t out_bytes = (size_t)cfg->max_batch * (size_t)per_seq * 2048 + (64u << 10);
         if (!(sv.inbox = calloc(INBOX_CAP, sizeof *sv.inbox)) ||
             dsv_ipc_batch_init(&sv.out, out_bytes < DSV_IPC_MAX_MSG_BYTES ? out_bytes : DSV_IPC_MAX_MSG_BYTES,
-                               2 * cfg->max_batch + 64) < 0)
+                               (1 + per_seq) * cfg->max_batch + 64) < 0)
                 goto out;
         int r = dsv_ipc_listen(cfg->listen_url, &sv.conn);
         if (r < 0) {
