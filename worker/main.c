@@ -30,8 +30,8 @@ static void usage(FILE *out) {
                 "  --speculative M     speculative decoding: ngram | off (default off)\n"
                 "  --spec-k-min K      fewest drafts a sequence verifies per step (default 1)\n"
                 "  --spec-k-max K      most drafts a sequence verifies per step, <= 8 (default 4)\n"
-                "  --spec-step-tokens N  a step of N tokens is compute-bound: drafts never make a step\n"
-                "                      larger (default 8, 0: only the token budget limits)\n");
+                "  --spec-step-tokens N  a step sampling N positions is compute-bound: drafts never take\n"
+                "                      it past N (default 8, 0: only the token budget limits)\n");
 }
 
 static int parse_int(const char *s, int min, int max, int *ret) {

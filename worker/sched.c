@@ -599,15 +599,20 @@ static int sample_next(struct sched *s, int slot, double now, const float *logit
 
 /* Drafts for the planned entries that end with a sample (decodes, and the last chunk
  * of a prompt: a prompt that repeats itself is drafted from its first token on),
- * oldest first, in what the step leaves of the token budget and of spec.step_tokens
- * (past it the step is compute-bound: a verified draft would cost about what the token
- * it may save costs), within the request's max_tokens and context, and only from free
- * blocks (nothing is preempted for a draft). */
+ * oldest first, within the request's max_tokens and context, from what the step leaves
+ * of the token budget, and only from free blocks (nothing is preempted for a draft).
+ * spec.step_tokens bounds the sampled positions of the step (one per such entry, plus
+ * the drafts): past it the step is compute-bound and a verified draft costs about
+ * what the position it may save costs. Prompt tokens before the last are not counted:
+ * a draft adds a few positions to their long pass, and each accepted one saves a later
+ * decode step of its sequence. */
 static void plan_drafts(struct sched *s, struct step_plan *p) {
         const struct spec_config *sc = &s->spec_cfg;
-        int room = p->budget;
-        if (sc->step_tokens > 0 && sc->step_tokens - (s->cfg.token_budget - p->budget) < room)
-                room = sc->step_tokens - (s->cfg.token_budget - p->budget);
+        int room = p->budget, sampled = 0;
+        for (int i = 0; i < p->n; i++)
+                sampled += s->entries[i].chunk == pending(&s->rqs[s->entries[i].rq]);
+        if (sc->step_tokens > 0 && sc->step_tokens - sampled < room)
+                room = sc->step_tokens - sampled;
         for (int i = 0; i < p->n && room > 0; i++) {
                 struct step_entry *e = &s->entries[i];
                 struct rq *r = &s->rqs[e->rq];

@@ -19,8 +19,8 @@ enum spec_method { SPEC_OFF, SPEC_NGRAM };
 struct spec_config {
         enum spec_method method; /* SPEC_OFF (0): plain decoding */
         int k_min, k_max;        /* 1 <= k_min <= k_max <= SPEC_K_LIMIT: a sequence's drafts per step */
-        int step_tokens;         /* a step carrying this many tokens is compute-bound: drafts never
-                                    make it larger (0: no limit beyond the token budget) */
+        int step_tokens;         /* a step sampling this many positions is compute-bound: drafts
+                                    never take it past that (0: no limit beyond the token budget) */
 };
 
 /* "off" | "ngram" -> *ret; -EINVAL otherwise. */

@@ -388,12 +388,18 @@ struct oracle {
         int32_t seqs[8][64 + MAX_OUT];
         int len[8], n_prompt[8];
         int wrong, vocab;
+        int any; /* propose max_draft copies of the last token, whatever the sequence */
         int verified, verified_drafts, verified_accepted, released;
 };
 
 static int oracle_propose(void *self, int slot, const int32_t *tokens, int32_t n_tokens, int max_draft, int32_t *draft) {
         struct oracle *o = self;
         (void)slot;
+        if (o->any) {
+                for (int i = 0; i < max_draft; i++)
+                        draft[i] = tokens[n_tokens - 1];
+                return max_draft;
+        }
         for (int i = 0; i < 8; i++) {
                 if (n_tokens > o->len[i] || n_tokens < o->n_prompt[i] ||
                     memcmp(o->seqs[i], tokens, (size_t)n_tokens * sizeof(int32_t)) != 0)
@@ -488,6 +494,49 @@ TEST(plugged_drafter_all_right_and_all_wrong) {
                 }
                 /* Every verification but those that ended a request went through the hook. */
                 ASSERT_TRUE(o.verified <= st.spec.verifications && o.verified >= st.spec.verifications - 8);
+                rig_done(&g);
+        }
+        dse_model_free(m);
+}
+
+/* spec.step_tokens bounds the positions a step samples: 3 sequences and a bound of 4
+ * leave room for one draft per step (the oldest sequence's), prompt tokens before the
+ * last not counted; 4 sequences leave none. */
+TEST(step_tokens_bound_the_drafts) {
+        struct dse_model *m = fixture_model_open("qwen2-bf16-tied");
+        ASSERT_TRUE(m);
+        static struct oracle o;
+        memset(&o, 0, sizeof o);
+        o.vocab = dse_model_vocab_size(m);
+        o.any = 1;
+        const struct params p = {.max_tokens = 12};
+        for (int i = 0; i < 8; i++)
+                stem(o.seqs[i], 20, o.vocab, i + 60);
+        for (int n_seq = 3; n_seq <= 4; n_seq++) {
+                const struct spec_config c = {SPEC_NGRAM, 1, 4, 4};
+                struct spec_drafter d = {&oracle_ops, &o};
+                struct rig g;
+                ASSERT_OK(rig_init(&g, m, 8, &off));
+                ASSERT_OK(sched_set_drafter(g.s, &c, &d));
+                for (int i = 0; i < n_seq; i++)
+                        ASSERT_OK(add(&g, (uint64_t)i, o.seqs[i], 20, &p, 1));
+                struct sched_stats st;
+                int steps = 0;
+                while (sched_busy(g.s)) {
+                        int n = sched_step(g.s, now_ms());
+                        ASSERT_TRUE(n > 0);
+                        sched_get_stats(g.s, &st);
+                        /* the first step: n_seq prompts of 20 and the drafts */
+                        int prompt_tokens = steps == 0 ? n_seq * 19 : 0;
+                        ASSERT_TRUE(n - prompt_tokens <= (n_seq == 3 ? 4 : n_seq));
+                        steps++;
+                }
+                sched_get_stats(g.s, &st);
+                fprintf(stderr, "  %d sequences: %lld drafts in %d steps\n", n_seq, (long long)st.spec.draft_tokens, steps);
+                if (n_seq == 3)
+                        ASSERT_TRUE(st.spec.draft_tokens >= steps - 1);
+                else
+                        ASSERT_EQ(st.spec.draft_tokens, 0);
                 rig_done(&g);
         }
         dse_model_free(m);
