@@ -94,7 +94,8 @@ int worker_parse_args(int argc, char **argv, struct worker_config *cfg) {
         };
         *cfg = (struct worker_config){.model_fd = -1, .n_threads = 1, .max_batch = 8, .token_budget = 256,
                                       .grace_ms = 10000, .max_queue = 256, .instance = "worker",
-                                      .spec = {.method = SPEC_OFF, .k_min = 1, .k_max = 4, .step_tokens = 8}};
+                                      .spec = {.method = SPEC_OFF, .k_min = 1, .k_max = 4, .step_tokens = 8,
+                                               .by_cost = 1}};
         int c, r = 0;
         optind = 1;
         while (r == 0 && (c = getopt_long(argc, argv, "", opts, NULL)) != -1) {

@@ -66,6 +66,7 @@ struct sched {
         struct spec_config spec_cfg;
         struct spec_drafter drafter; /* ops NULL: no speculation */
         struct spec_stats spec;
+        struct spec_cost cost;
         float *work;                 /* (vocab) penalised logits */
         struct sampling_scratch scratch;
         struct step_entry *entries;  /* (max_batch) */
@@ -624,6 +625,9 @@ static void plan_drafts(struct sched *s, struct step_plan *p) {
                 k = k < s->cfg.n_ctx - r->n_tokens ? k : s->cfg.n_ctx - r->n_tokens;
                 if (k <= 0)
                         continue;
+                if (sc->by_cost)
+                        k = spec_cost_drafts(&s->cost, s->cfg.token_budget - p->budget, sc->k_min < k ? sc->k_min : k,
+                                             k, r->spec.accept_rate);
                 int n = s->drafter.ops->propose(s->drafter.self, e->rq, r->tokens, r->n_tokens, k, r->draft);
                 int need = n > 0 ? dse_kv_seq_blocks_needed(s->kv, r->seq, (size_t)(1 + n)) : 0;
                 while (n > 0 && need - e->need > available(s, p))
@@ -696,6 +700,7 @@ int sched_step(struct sched *s, int64_t now_ms) {
                 n_tok += chunk + n_draft;
         }
         struct dse_diag diag = {{0}};
+        double t_step = worker_mono_s();
         int r = s->drafter.ops ? dse_batch_verify(s->batch, s->bseqs, s->bdrafts, (size_t)p.n, &diag)
                                : dse_batch_step(s->batch, s->bseqs, (size_t)p.n, &diag);
         if (r < 0) {
@@ -703,6 +708,12 @@ int sched_step(struct sched *s, int64_t now_ms) {
                         fail(s, s->entries[i].rq, DSV_IPC_ERR_INTERNAL, diag.msg[0] ? diag.msg : strerror(-r));
                 return r;
         }
+        /* Decode-only steps measure what a step costs by its tokens. */
+        int decode_only = 1;
+        for (int i = 0; i < p.n; i++)
+                decode_only &= s->entries[i].chunk == 1;
+        if (s->drafter.ops && s->spec_cfg.by_cost && decode_only)
+                spec_cost_observe(&s->cost, n_tok, worker_mono_s() - t_step);
         s->steps++;
         s->step_tokens += n_tok;
         s->last_seqs = p.n;

@@ -1,5 +1,6 @@
 /* Speculative decoding's drafter, draft lengths and acceptance rule (see speculate.h). */
 #include <errno.h>
+#include <math.h>
 #include <string.h>
 
 #include "dse.h"
@@ -31,6 +32,7 @@ const struct spec_drafter_ops spec_ngram_ops = {.name = "ngram", .propose = ngra
 /* A new sequence starts at the top of its range: the first verification measures. */
 void spec_seq_init(struct spec_seq *q, const struct spec_config *cfg) {
         q->mean_accepted = (float)cfg->k_max;
+        q->accept_rate = 1.0f;
 }
 
 /* One more draft than the sequence usually gets accepted: a run of full acceptances
@@ -42,8 +44,33 @@ int spec_seq_k(const struct spec_seq *q, const struct spec_config *cfg) {
 }
 
 void spec_seq_update(struct spec_seq *q, int n_draft, int n_accepted) {
-        if (n_draft > 0)
+        if (n_draft > 0) {
                 q->mean_accepted += 0.5f * ((float)n_accepted - q->mean_accepted);
+                q->accept_rate += 0.3f * ((float)n_accepted / (float)n_draft - q->accept_rate);
+        }
+}
+
+void spec_cost_observe(struct spec_cost *c, int tokens, double seconds) {
+        if (tokens < 1 || tokens > SPEC_COST_TOKENS || !(seconds > 0))
+                return;
+        double *t = &c->step_s[tokens];
+        *t = *t > 0 ? *t + 0.2 * (seconds - *t) : seconds;
+}
+
+int spec_cost_drafts(const struct spec_cost *c, int tokens, int k_min, int k, double a) {
+        int best = k_min;
+        double best_v = -1;
+        for (int n = k_min; n <= k; n++) {
+                double expect = a >= 1 ? n + 1 : (1 - pow(a, n + 1)) / (1 - a), ratio = 1;
+                if (tokens >= 1 && tokens + n <= SPEC_COST_TOKENS && c->step_s[tokens] > 0 &&
+                    c->step_s[tokens + n] > 0)
+                        ratio = c->step_s[tokens + n] / c->step_s[tokens];
+                if (expect / ratio >= best_v) {
+                        best_v = expect / ratio;
+                        best = n;
+                }
+        }
+        return best;
 }
 
 /* The rule, from the general one (Leviathan et al.; Chen et al.): with target p and

@@ -21,6 +21,8 @@ struct spec_config {
         int k_min, k_max;        /* 1 <= k_min <= k_max <= SPEC_K_LIMIT: a sequence's drafts per step */
         int step_tokens;         /* a step sampling this many positions is compute-bound: drafts
                                     never take it past that (0: no limit beyond the token budget) */
+        int by_cost;             /* nonzero: a sequence's drafts are also cut to what pays at the
+                                    measured step cost (spec_cost_drafts) */
 };
 
 /* "off" | "ngram" -> *ret; -EINVAL otherwise. */
@@ -55,12 +57,29 @@ extern const struct spec_drafter_ops spec_ngram_ops;
 /* Per-sequence draft length: follows the sequence's measured acceptance. */
 struct spec_seq {
         float mean_accepted; /* moving average of drafts accepted per verification */
+        float accept_rate;   /* moving average of accepted / proposed drafts */
 };
 
 void spec_seq_init(struct spec_seq *q, const struct spec_config *cfg);
 /* Drafts the sequence should propose in its next step, in [k_min, k_max]. */
 int spec_seq_k(const struct spec_seq *q, const struct spec_config *cfg);
 void spec_seq_update(struct spec_seq *q, int n_draft, int n_accepted);
+
+/* Measured seconds of a decode-only step by the tokens it carried (moving averages):
+ * a step about as slow with k more tokens is memory-bound, so drafts are nearly free;
+ * one slower in proportion to its tokens is compute-bound, and a draft costs what the
+ * position it may save costs. */
+#define SPEC_COST_TOKENS 32
+struct spec_cost {
+        double step_s[SPEC_COST_TOKENS + 1]; /* by tokens; 0: not measured */
+};
+
+void spec_cost_observe(struct spec_cost *c, int tokens, double seconds);
+/* Of k_min..k drafts for a sequence whose drafts are accepted at rate a, added to a step
+ * of `tokens` tokens: the count with the most expected tokens per step cost,
+ * (1 - a^(n+1)) / (1 - a) over t(tokens + n) / t(tokens), a cost not yet measured
+ * taken as no dearer (so it gets tried and measured); the larger count on a tie. */
+int spec_cost_drafts(const struct spec_cost *c, int tokens, int k_min, int k, double a);
 
 /* Samples position i (0..n_draft) of a verification from the target distribution
  * given everything before it (the accepted drafts included: penalties, masks and the

@@ -65,8 +65,8 @@ struct rig {
         int vocab;
 };
 
-static const struct spec_config ngram = {SPEC_NGRAM, 1, 4, 0};
-static const struct spec_config off = {SPEC_OFF, 1, 4, 0};
+static const struct spec_config ngram = {SPEC_NGRAM, 1, 4, 0, 0};
+static const struct spec_config off = {SPEC_OFF, 1, 4, 0, 0};
 
 static int rig_init(struct rig *g, struct dse_model *m, int max_batch, const struct spec_config *spec) {
         memset(g, 0, sizeof *g);
@@ -152,14 +152,15 @@ static void outputs_equal(const struct events *a, const struct events *b, int n_
 
 /* 8 requests: plain one at a time, speculative one at a time, speculative all in one
  * batch: the same tokens (and logprobs). Returns the speculative batch's counters. */
-static void spec_equals_plain(struct dse_model *m, const struct params *p, struct spec_stats *ret) {
+static void spec_equals_plain(struct dse_model *m, const struct params *p, const struct spec_config *spec,
+                              struct spec_stats *ret) {
         struct events *plain = calloc(1, sizeof *plain), *alone = calloc(1, sizeof *alone);
         ASSERT_TRUE(plain && alone);
         int32_t ids[64];
         for (int pass = 0; pass < 2; pass++)
                 for (int i = 0; i < 8; i++) {
                         struct rig g;
-                        ASSERT_OK(rig_init(&g, m, 8, pass == 0 ? &off : &ngram));
+                        ASSERT_OK(rig_init(&g, m, 8, pass == 0 ? &off : spec));
                         stem(ids, prompt_len(i), g.vocab, i);
                         ASSERT_OK(add(&g, (uint64_t)i, ids, prompt_len(i), p, 500 + (uint64_t)i));
                         ASSERT_OK(run(&g));
@@ -171,7 +172,7 @@ static void spec_equals_plain(struct dse_model *m, const struct params *p, struc
                         rig_done(&g);
                 }
         struct rig g;
-        ASSERT_OK(rig_init(&g, m, 8, &ngram));
+        ASSERT_OK(rig_init(&g, m, 8, spec));
         for (int i = 0; i < 8; i++) {
                 stem(ids, prompt_len(i), g.vocab, i);
                 ASSERT_OK(add(&g, (uint64_t)i, ids, prompt_len(i), p, 500 + (uint64_t)i));
@@ -195,7 +196,7 @@ TEST(greedy_identical_every_fixture) {
                 struct dse_model *m = fixture_model_open(fixture_models[f]);
                 ASSERT_TRUE(m);
                 struct spec_stats st;
-                spec_equals_plain(m, &p, &st);
+                spec_equals_plain(m, &p, &ngram, &st);
                 dse_model_free(m);
                 if (t_failed_current)
                         return;
@@ -216,7 +217,7 @@ TEST(seeded_sampling_identical_with_every_option) {
         };
         for (size_t i = 0; i < sizeof ps / sizeof *ps; i++) {
                 struct spec_stats st;
-                spec_equals_plain(m, &ps[i], &st);
+                spec_equals_plain(m, &ps[i], &ngram, &st);
                 if (t_failed_current)
                         break;
                 fprintf(stderr, "  params %zu: %lld drafts, %lld accepted\n", i, (long long)st.draft_tokens,
@@ -348,7 +349,7 @@ TEST(sampling_distribution_equals_plain_chi_square) {
 /* The draft length follows acceptance: full acceptance climbs to k_max, rejection
  * sinks to k_min. */
 TEST(draft_length_adapts_within_bounds) {
-        const struct spec_config c = {SPEC_NGRAM, 2, 6, 0};
+        const struct spec_config c = {SPEC_NGRAM, 2, 6, 0, 0};
         struct spec_seq q;
         spec_seq_init(&q, &c);
         ASSERT_EQ(spec_seq_k(&q, &c), 6);
@@ -370,7 +371,7 @@ TEST(bad_speculation_config) {
         struct rig g;
         ASSERT_OK(rig_init(&g, m, 2, &off));
         const struct spec_config bad[] = {
-                {SPEC_NGRAM, 0, 4, 0}, {SPEC_NGRAM, 3, 2, 0}, {SPEC_NGRAM, 1, SPEC_K_LIMIT + 1, 0}, {SPEC_NGRAM, 1, 4, -1}};
+                {SPEC_NGRAM, 0, 4, 0, 0}, {SPEC_NGRAM, 3, 2, 0, 0}, {SPEC_NGRAM, 1, SPEC_K_LIMIT + 1, 0, 0}, {SPEC_NGRAM, 1, 4, -1, 0}};
         for (size_t i = 0; i < sizeof bad / sizeof *bad; i++)
                 ASSERT_ERR(sched_set_speculation(g.s, &bad[i]), -EINVAL);
         int32_t ids[4] = {1, 2, 3, 4};
@@ -459,7 +460,7 @@ TEST(plugged_drafter_all_right_and_all_wrong) {
                 }
                 rig_done(&g);
         }
-        const struct spec_config c = {SPEC_NGRAM, 1, 4, 0};
+        const struct spec_config c = {SPEC_NGRAM, 1, 4, 0, 0};
         for (o.wrong = 0; o.wrong < 2; o.wrong++) {
                 o.verified = o.verified_drafts = o.verified_accepted = o.released = 0;
                 struct spec_drafter d = {&oracle_ops, &o};
@@ -513,7 +514,7 @@ TEST(step_tokens_bound_the_drafts) {
         for (int i = 0; i < 8; i++)
                 stem(o.seqs[i], 20, o.vocab, i + 60);
         for (int n_seq = 3; n_seq <= 4; n_seq++) {
-                const struct spec_config c = {SPEC_NGRAM, 1, 4, 4};
+                const struct spec_config c = {SPEC_NGRAM, 1, 4, 4, 0};
                 struct spec_drafter d = {&oracle_ops, &o};
                 struct rig g;
                 ASSERT_OK(rig_init(&g, m, 8, &off));
@@ -539,5 +540,41 @@ TEST(step_tokens_bound_the_drafts) {
                         ASSERT_EQ(st.spec.draft_tokens, 0);
                 rig_done(&g);
         }
+        dse_model_free(m);
+}
+
+/* The draft count by measured step cost: all the drafts while a step costs the same
+ * with more tokens, the fewest once it costs in proportion and drafts are mostly
+ * rejected, all again when they are always accepted and cost less than the tokens
+ * they bring; an unmeasured size counts as no dearer. */
+TEST(drafts_by_measured_step_cost) {
+        struct spec_cost flat = {{0}}, linear = {{0}}, none = {{0}};
+        for (int t = 1; t <= SPEC_COST_TOKENS; t++) {
+                spec_cost_observe(&flat, t, 0.010);
+                spec_cost_observe(&linear, t, 0.010 * t);
+        }
+        ASSERT_EQ(spec_cost_drafts(&flat, 1, 1, 4, 0.3), 4);
+        ASSERT_EQ(spec_cost_drafts(&linear, 1, 1, 4, 0.3), 1);
+        ASSERT_EQ(spec_cost_drafts(&linear, 1, 0, 4, 0.3), 0);
+        ASSERT_EQ(spec_cost_drafts(&linear, 8, 1, 4, 1.0), 4); /* (1+n) tokens for (8+n)/8 */
+        ASSERT_EQ(spec_cost_drafts(&none, 1, 1, 4, 0.1), 4);
+        /* a moving average: one slow reading moves it a fifth of the way */
+        spec_cost_observe(&flat, 2, 0.060);
+        ASSERT_NEAR(flat.step_s[2], 0.020, 1e-12);
+        spec_cost_observe(&flat, 0, 1.0);
+        spec_cost_observe(&flat, SPEC_COST_TOKENS + 1, 1.0);
+        ASSERT_NEAR(flat.step_s[1], 0.010, 0);
+}
+
+/* With the cost rule on, the tokens are still the plain ones. */
+TEST(greedy_and_seeded_identical_with_cost_rule) {
+        struct dse_model *m = fixture_model_open("qwen2-bf16-tied");
+        ASSERT_TRUE(m);
+        const struct spec_config by_cost = {SPEC_NGRAM, 1, 4, 8, 1};
+        const struct params greedy = {.max_tokens = 40, .logprobs = TOP}, sampled = {.temperature = 0.5f, .max_tokens = 40};
+        struct spec_stats st;
+        spec_equals_plain(m, &greedy, &by_cost, &st); /* drafts alone; none in the batch of 8 (step_tokens 8) */
+        ASSERT_EQ(st.draft_tokens, 0);
+        spec_equals_plain(m, &sampled, &by_cost, &st);
         dse_model_free(m);
 }
