@@ -82,6 +82,7 @@
 #include "dse_internal.h"
 #include "dsv_platform.h"
 #include "read_probe.h"
+#include "spec_bench.h"
 
 #include "grammar_bench.h"
 
@@ -1153,16 +1154,21 @@ static void usage(void) {
                 "           --format int4|int8|bf16 [--layers N] [--threads T] [--group G]\n"
                 "           [--prefill N,N] [--decode STEPS] [--batches B,B] [--hugepages | --shmem] [--json]\n"
                 "       dsvisor-bench weights (the same options; --batches: tokens per pass)\n"
-                "       dsvisor-bench grammar --tokenizer FILE [--corpus DIR] [--dsvisor PATH] [--json]\n");
+                "       dsvisor-bench grammar --tokenizer FILE [--corpus DIR] [--dsvisor PATH] [--json]\n"
+                "       dsvisor-bench spec --preset P --format F [--layers N] [--threads T] [--serve-model DIR]\n"
+                "           [--held-out FILE] [--passages N] [--max-tokens N] [--json] (bench/spec_bench.c)\n");
         exit(2);
 }
 
 int main(int argc, char **argv) {
         if (argc >= 2 && strcmp(argv[1], "grammar") == 0)
                 return dsv_bench_grammar(argc, argv);
-        if (argc < 2 || (strcmp(argv[1], "model") != 0 && strcmp(argv[1], "weights") != 0))
+        if (argc < 2 || (strcmp(argv[1], "model") != 0 && strcmp(argv[1], "weights") != 0 &&
+                         strcmp(argv[1], "spec") != 0))
                 usage();
-        int weights_mode = strcmp(argv[1], "weights") == 0;
+        int weights_mode = strcmp(argv[1], "weights") == 0, spec_mode = strcmp(argv[1], "spec") == 0;
+        struct spec_bench_opts spec = {.serve_model = "models/default", .held_out = NULL,
+                                       .n_passages = 24, .max_tokens = 64};
         const char *preset = NULL, *format = NULL;
         int layers = 0, threads = 2, group = 0, json = 0, decode_steps = 64;
         enum weights_in wi = WEIGHTS_FILE;
@@ -1196,6 +1202,14 @@ int main(int argc, char **argv) {
                         n_prefill = strcmp(v, "none") == 0 ? 0 : parse_list(v, prefill, 8);
                 else if (strcmp(a, "--batches") == 0)
                         n_batches = parse_list(v, batches, 8);
+                else if (spec_mode && strcmp(a, "--serve-model") == 0)
+                        spec.serve_model = v;
+                else if (spec_mode && strcmp(a, "--held-out") == 0)
+                        spec.held_out = v;
+                else if (spec_mode && strcmp(a, "--passages") == 0 && atoi(v) > 0)
+                        spec.n_passages = atoi(v);
+                else if (spec_mode && strcmp(a, "--max-tokens") == 0 && atoi(v) > 0 && atoi(v) < 500)
+                        spec.max_tokens = atoi(v);
                 else
                         usage();
         }
@@ -1261,6 +1275,13 @@ int main(int argc, char **argv) {
         if (r < 0)
                 die(r, wi == WEIGHTS_HUGETLB ? "open (--hugepages)" : wi == WEIGHTS_SHMEM ? "open (--shmem)" : "open", &d);
         double load_s = now_s() - t0, pmd_share = pmd_share_of(m);
+        if (spec_mode) {
+                r = spec_bench_run(m, pool, preset, format, threads, json, &spec);
+                dse_model_free(m);
+                dsv_hugepages_image_done(&img);
+                dse_pool_free(pool);
+                return r < 0 ? 1 : 0;
+        }
         if (weights_mode) {
                 bench_weights(m, &hp, pool, batches, n_batches, preset, format, threads, wi, json);
                 dse_model_free(m);

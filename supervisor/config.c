@@ -46,6 +46,9 @@ static const struct opt_def opts[] = {
         {"n-ctx", K_INT, F(n_ctx), 0, 1 << 22, "context length per sequence (worker default)"},
         {"max-batch", K_INT, F(max_batch), 0, 1024, "sequences per step (worker default)"},
         {"kv-mem-mib", K_INT, F(kv_mem_mib), 0, 1 << 24, "KV pool per instance (worker default)"},
+        {"speculative", K_STR, F(speculative), 0, 0, "speculative decoding: ngram | off (worker default: off)"},
+        {"spec-k-min", K_INT, F(spec_k_min), 0, 8, "fewest drafts a sequence verifies per step (worker default)"},
+        {"spec-k-max", K_INT, F(spec_k_max), 0, 8, "most drafts a sequence verifies per step (worker default)"},
         {"max-queue", K_INT, F(max_queue), 1, 100000, "requests waiting per instance before 429 (32)"},
         {"max-connections", K_INT, F(max_connections), 16, 1000000, "HTTP connections before 503 (512)"},
         {"memory-max-mib", K_MIB, F(memory_max_bytes), 0, 1L << 30, "memory.max per instance (0: none)"},
@@ -141,6 +144,14 @@ static int check_config(const struct sup_config *cfg, char *err, size_t err_size
         if (cfg->restart_backoff_min_ms > cfg->restart_backoff_max_ms) {
                 snprintf(err, err_size, "restart-backoff-ms %d is above restart-backoff-max-ms %d",
                          cfg->restart_backoff_min_ms, cfg->restart_backoff_max_ms);
+                return -EINVAL;
+        }
+        if (cfg->speculative[0] && strcmp(cfg->speculative, "ngram") != 0 && strcmp(cfg->speculative, "off") != 0) {
+                snprintf(err, err_size, "speculative: '%s' is not a method; use ngram or off", cfg->speculative);
+                return -EINVAL;
+        }
+        if (cfg->spec_k_min > 0 && cfg->spec_k_max > 0 && cfg->spec_k_min > cfg->spec_k_max) {
+                snprintf(err, err_size, "spec-k-min %d is above spec-k-max %d", cfg->spec_k_min, cfg->spec_k_max);
                 return -EINVAL;
         }
         if (cfg->runtime_dir[0] && cfg->runtime_dir[0] != '/') {
@@ -359,6 +370,9 @@ static const struct {
         {"n-ctx", SUP_RELOAD_NEW_WORKERS, NULL},
         {"max-batch", SUP_RELOAD_NEW_WORKERS, NULL},
         {"kv-mem-mib", SUP_RELOAD_NEW_WORKERS, NULL},
+        {"speculative", SUP_RELOAD_NEW_WORKERS, NULL},
+        {"spec-k-min", SUP_RELOAD_NEW_WORKERS, NULL},
+        {"spec-k-max", SUP_RELOAD_NEW_WORKERS, NULL},
         {"memory-max-mib", SUP_RELOAD_NEW_WORKERS, NULL},
         {"allow-unenforced", SUP_RELOAD_FULL_RESTART, "it decides only whether dsvisor start may begin"},
         {"restart-limit", SUP_RELOAD_AT_ONCE, NULL},

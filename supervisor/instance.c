@@ -128,7 +128,7 @@ int sup_instance_spawn(struct sup_instance *in) {
         const struct sup_config *cfg = in->env->cfg;
         const char *worker = in->env->worker_path;
         int wfd = in->weights->img.fd;
-        char fdarg[16], threads[16], grace[16], nctx[16], batch[16], kvmem[16];
+        char fdarg[16], threads[16], grace[16], nctx[16], batch[16], kvmem[16], kmin[16], kmax[16];
         const char *argv[32];
         int a = 0;
         snprintf(fdarg, sizeof fdarg, "%d", wfd);
@@ -161,6 +161,20 @@ int sup_instance_spawn(struct sup_instance *in) {
                 snprintf(kvmem, sizeof kvmem, "%d", cfg->kv_mem_mib);
                 argv[a++] = "--kv-mem-mib";
                 argv[a++] = kvmem;
+        }
+        if (cfg->speculative[0]) {
+                argv[a++] = "--speculative";
+                argv[a++] = cfg->speculative;
+        }
+        if (cfg->spec_k_min > 0) {
+                snprintf(kmin, sizeof kmin, "%d", cfg->spec_k_min);
+                argv[a++] = "--spec-k-min";
+                argv[a++] = kmin;
+        }
+        if (cfg->spec_k_max > 0) {
+                snprintf(kmax, sizeof kmax, "%d", cfg->spec_k_max);
+                argv[a++] = "--spec-k-max";
+                argv[a++] = kmax;
         }
         argv[a] = NULL;
 

@@ -3,3 +3,6 @@
 # benchmark program itself runs end to end on a one-layer preset model.
 dsv_script_test(NAME test-bench-model SCRIPT ${CMAKE_SOURCE_DIR}/tests/integration/test-bench-model.sh
   LABELS slow TIMEOUT 900)
+# dsvisor-bench spec: verification cost, n-gram acceptance and speed-up, end to end.
+dsv_script_test(NAME test-bench-spec SCRIPT ${CMAKE_SOURCE_DIR}/tests/integration/test-bench-spec.sh
+  LABELS slow TIMEOUT 900)

@@ -109,3 +109,8 @@ dsv_script_test(NAME test-supervisor-given-cpus
                 SCRIPT ${CMAKE_SOURCE_DIR}/tests/integration/test-supervisor-given-cpus.sh
                 LABELS integration TIMEOUT 600)
 set_tests_properties(test-supervisor-given-cpus PROPERTIES SKIP_RETURN_CODE 77 RUN_SERIAL ON)
+
+# dsvisor start --speculative ngram: options reach the workers, output unchanged, and the
+# speculation counters and acceptance-length histogram on /metrics.
+dsv_script_test(NAME test-spec-metrics SCRIPT ${CMAKE_SOURCE_DIR}/tests/integration/test-spec-metrics.sh
+                LABELS integration TIMEOUT 300)

@@ -2,7 +2,9 @@
 # dsvisor-worker end to end over IPC.
 if(TARGET dsvisor-worker)
   dsv_test(NAME test-engine-kv SOURCES unit/test-engine-kv.c LIBS dse LABELS unit TIMEOUT 300)
+  dsv_test(NAME test-engine-spec SOURCES unit/test-engine-spec.c LIBS dse LABELS unit TIMEOUT 300)
   dsv_test(NAME test-worker-sched SOURCES unit/test-worker-sched.c LIBS dsv_worker_core LABELS unit TIMEOUT 300)
+  dsv_test(NAME test-worker-spec SOURCES unit/test-worker-spec.c LIBS dsv_worker_core LABELS unit TIMEOUT 600)
   dsv_test(NAME test-worker-sampling SOURCES unit/test-worker-sampling.c LIBS dsv_worker_core LABELS unit)
   dsv_test(NAME test-worker-sched-alloc SOURCES unit/test-worker-sched-alloc.c LIBS dsv_worker_core LABELS unit
            TIMEOUT 300)
@@ -17,6 +19,10 @@ if(TARGET dsvisor-worker AND EXISTS ${CMAKE_SOURCE_DIR}/models/default/config.js
            TIMEOUT 600)
   add_dependencies(test-worker-text dsvisor-worker)
   target_include_directories(test-worker-text PRIVATE ${CMAKE_SOURCE_DIR}/bench) # worker-client.h
+  dsv_test(NAME test-worker-spec-ipc SOURCES integration/test-worker-spec.c LIBS dse dsv_ipc LABELS integration
+           TIMEOUT 600)
+  add_dependencies(test-worker-spec-ipc dsvisor-worker)
+  target_include_directories(test-worker-spec-ipc PRIVATE ${CMAKE_SOURCE_DIR}/bench) # worker-client.h
 endif()
 # The per-token path allocates only nng's message: the real serve loop in-process, its
 # allocations counted per thread and nng_send wrapped to count nng's apart.

@@ -26,7 +26,12 @@ static void usage(FILE *out) {
                 "  --max-queue N       waiting requests before 'overloaded' (default 256)\n"
                 "  --instance NAME     name in log lines\n"
                 "  --amx               allow AMX kernels (faster prefill; a request's logits then depend\n"
-                "                      on its batch within float rounding, see worker/README.md)\n");
+                "                      on its batch within float rounding, see worker/README.md)\n"
+                "  --speculative M     speculative decoding: ngram | off (default off)\n"
+                "  --spec-k-min K      fewest drafts a sequence verifies per step (default 1)\n"
+                "  --spec-k-max K      most drafts a sequence verifies per step, <= 8 (default 4)\n"
+                "  --spec-step-tokens N  a step sampling N positions is compute-bound: drafts never take\n"
+                "                      it past N (default 8, 0: only the token budget limits)\n");
 }
 
 static int parse_int(const char *s, int min, int max, int *ret) {
@@ -73,7 +78,7 @@ static int parse_cpus(const char *s, int *cpus, int max, int *ret_n) {
 
 int worker_parse_args(int argc, char **argv, struct worker_config *cfg) {
         enum { O_MODEL = 256, O_MODEL_FD, O_LISTEN, O_THREADS, O_CPUS, O_NCTX, O_BATCH, O_BUDGET, O_KVMEM, O_GRACE,
-               O_QUEUE, O_INSTANCE, O_AMX, O_HELP };
+               O_QUEUE, O_INSTANCE, O_AMX, O_HELP, O_SPEC, O_SPEC_KMIN, O_SPEC_KMAX, O_SPEC_STEP };
         static const struct option opts[] = {
                 {"model", required_argument, NULL, O_MODEL},       {"model-fd", required_argument, NULL, O_MODEL_FD},
                 {"listen", required_argument, NULL, O_LISTEN},     {"threads", required_argument, NULL, O_THREADS},
@@ -82,10 +87,15 @@ int worker_parse_args(int argc, char **argv, struct worker_config *cfg) {
                 {"kv-mem-mib", required_argument, NULL, O_KVMEM},  {"grace-ms", required_argument, NULL, O_GRACE},
                 {"max-queue", required_argument, NULL, O_QUEUE},   {"instance", required_argument, NULL, O_INSTANCE},
                 {"amx", no_argument, NULL, O_AMX},                 {"help", no_argument, NULL, O_HELP},
+                {"speculative", required_argument, NULL, O_SPEC},  {"spec-k-min", required_argument, NULL, O_SPEC_KMIN},
+                {"spec-k-max", required_argument, NULL, O_SPEC_KMAX},
+                {"spec-step-tokens", required_argument, NULL, O_SPEC_STEP},
                 {0},
         };
         *cfg = (struct worker_config){.model_fd = -1, .n_threads = 1, .max_batch = 8, .token_budget = 256,
-                                      .grace_ms = 10000, .max_queue = 256, .instance = "worker"};
+                                      .grace_ms = 10000, .max_queue = 256, .instance = "worker",
+                                      .spec = {.method = SPEC_OFF, .k_min = 1, .k_max = 4, .step_tokens = 8,
+                                               .by_cost = 1}};
         int c, r = 0;
         optind = 1;
         while (r == 0 && (c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
@@ -103,6 +113,10 @@ int worker_parse_args(int argc, char **argv, struct worker_config *cfg) {
                 case O_QUEUE: r = parse_int(optarg, 0, 1 << 20, &cfg->max_queue); break;
                 case O_INSTANCE: cfg->instance = optarg; break;
                 case O_AMX: cfg->allow_amx = 1; break;
+                case O_SPEC: r = spec_method_parse(optarg, &cfg->spec.method); break;
+                case O_SPEC_KMIN: r = parse_int(optarg, 1, SPEC_K_LIMIT, &cfg->spec.k_min); break;
+                case O_SPEC_KMAX: r = parse_int(optarg, 1, SPEC_K_LIMIT, &cfg->spec.k_max); break;
+                case O_SPEC_STEP: r = parse_int(optarg, 0, 1 << 20, &cfg->spec.step_tokens); break;
                 case O_HELP: usage(stdout); exit(0);
                 default: r = -EINVAL; break;
                 }
@@ -124,6 +138,11 @@ int worker_parse_args(int argc, char **argv, struct worker_config *cfg) {
         if (r == 0 && cfg->token_budget < cfg->max_batch) {
                 fprintf(stderr, "dsvisor-worker: --token-budget %d is below --max-batch %d: decodes would starve\n",
                         cfg->token_budget, cfg->max_batch);
+                r = -EINVAL;
+        }
+        if (r == 0 && cfg->spec.k_min > cfg->spec.k_max) {
+                fprintf(stderr, "dsvisor-worker: --spec-k-min %d is above --spec-k-max %d\n", cfg->spec.k_min,
+                        cfg->spec.k_max);
                 r = -EINVAL;
         }
         if (r < 0)

@@ -40,12 +40,15 @@ struct rq {
         struct dsv_ipc_logit_bias *bias;
         size_t n_bias;
         double t_arrival, t_sched, t_first; /* monotonic seconds; 0: not yet */
+        struct spec_seq spec;
+        int32_t draft[SPEC_K_LIMIT]; /* this step's drafts (also at tokens[n_tokens..]) */
 };
 
 struct step_entry {
         int rq;
         int32_t chunk;
-        int need; /* new KV blocks */
+        int32_t n_draft; /* draft tokens after the chunk (a decode's one token) */
+        int need;        /* new KV blocks */
 };
 
 struct sched {
@@ -63,11 +66,17 @@ struct sched {
         int n_active;
         int64_t next_order;
         uint64_t seed_base;
-        float *seq_logits;           /* (max_batch, vocab) by KV sequence */
+        float *seq_logits;           /* (max_batch, logit_rows, vocab) by KV sequence */
+        int logit_rows;              /* 1 + the most drafts a sequence verifies */
+        struct spec_config spec_cfg;
+        struct spec_drafter drafter; /* ops NULL: no speculation */
+        struct spec_stats spec;
+        struct spec_cost cost;
         float *work;                 /* (vocab) penalised logits */
         struct sampling_scratch scratch;
         struct step_entry *entries;  /* (max_batch) */
         struct dse_batch_seq *bseqs; /* (max_batch) */
+        int32_t *bdrafts;            /* (max_batch) drafts of bseqs[i] */
         int *cands;                  /* (n_slots) admission order scratch */
         int *masked;                 /* (max_batch) slots whose mask this step computes */
         struct grammar_cache *grammars;
@@ -97,6 +106,7 @@ void sched_free(struct sched *s) {
         sampling_scratch_done(&s->scratch);
         free(s->entries);
         free(s->bseqs);
+        free(s->bdrafts);
         free(s->cands);
         free(s);
 }
@@ -124,18 +134,44 @@ int sched_new(const struct sched_config *cfg, const struct dse_model *model, con
         s->rqs = calloc((size_t)s->n_slots, sizeof *s->rqs);
         s->active = calloc((size_t)s->n_slots, sizeof *s->active);
         s->cands = calloc((size_t)s->n_slots, sizeof *s->cands);
-        s->seq_logits = malloc((size_t)cfg->max_batch * (size_t)s->vocab * sizeof(float));
+        s->logit_rows = 1;
+        s->seq_logits = malloc((size_t)cfg->max_batch * (size_t)s->logit_rows * (size_t)s->vocab * sizeof(float));
         s->work = malloc((size_t)s->vocab * sizeof(float));
         s->entries = calloc((size_t)cfg->max_batch, sizeof *s->entries);
         s->bseqs = calloc((size_t)cfg->max_batch, sizeof *s->bseqs);
         s->masked = calloc((size_t)cfg->max_batch, sizeof *s->masked);
+        s->bdrafts = calloc((size_t)cfg->max_batch, sizeof *s->bdrafts);
         if (!s->rqs || !s->active || !s->cands || !s->seq_logits || !s->work || !s->entries || !s->bseqs ||
-            !s->masked || grammar_cache_new(tok, s->n_slots, &s->grammars) < 0 ||
+            !s->bdrafts || !s->masked || grammar_cache_new(tok, s->n_slots, &s->grammars) < 0 ||
             sampling_scratch_init(&s->scratch, s->vocab) < 0) {
                 sched_free(s);
                 return -ENOMEM;
         }
         *ret_sched = s;
+        return 0;
+}
+
+int sched_set_speculation(struct sched *s, const struct spec_config *sc) {
+        struct spec_drafter ngram = {&spec_ngram_ops, NULL}, none = {0};
+        return sched_set_drafter(s, sc, sc && sc->method == SPEC_NGRAM ? &ngram : &none);
+}
+
+int sched_set_drafter(struct sched *s, const struct spec_config *sc, const struct spec_drafter *drafter) {
+        if (!s || !sc || !drafter || (sc->method != SPEC_OFF && !drafter->ops) ||
+            (sc->method != SPEC_OFF && (sc->k_min < 1 || sc->k_max < sc->k_min || sc->k_max > SPEC_K_LIMIT ||
+                                        sc->step_tokens < 0)))
+                return -EINVAL;
+        if (s->n_active > 0 || s->steps > 0)
+                return -EBUSY;
+        int rows = sc->method == SPEC_OFF ? 1 : 1 + sc->k_max;
+        float *logits = malloc((size_t)s->cfg.max_batch * (size_t)rows * (size_t)s->vocab * sizeof(float));
+        if (!logits)
+                return -ENOMEM;
+        free(s->seq_logits);
+        s->seq_logits = logits;
+        s->logit_rows = rows;
+        s->spec_cfg = *sc;
+        s->drafter = sc->method == SPEC_OFF ? (struct spec_drafter){0} : *drafter;
         return 0;
 }
 
@@ -160,6 +196,8 @@ static void emit_error(struct sched *s, uint64_t id, enum dsv_ipc_error_code cod
 /* Releases everything the request holds and forgets it. */
 static void rq_release(struct sched *s, int slot) {
         struct rq *r = &s->rqs[slot];
+        if (s->drafter.ops && s->drafter.ops->release)
+                s->drafter.ops->release(s->drafter.self, slot);
         if (r->seq >= 0)
                 dse_kv_seq_close(s->kv, r->seq);
         free(r->tokens);
@@ -358,6 +396,7 @@ int sched_add(struct sched *s, const struct dsv_ipc_request *req, const int32_t 
         q->t_arrival = worker_mono_s();
         q->order = s->next_order++;
         q->state = RQ_WAITING;
+        spec_seq_init(&q->spec, &s->spec_cfg);
         s->active[s->n_active++] = slot;
         if (q->max_tokens == 0)
                 finish(s, slot, "length");
@@ -403,6 +442,8 @@ static int length_class(int n) {
 
 static void preempt(struct sched *s, int slot) {
         struct rq *r = &s->rqs[slot];
+        if (s->drafter.ops && s->drafter.ops->release)
+                s->drafter.ops->release(s->drafter.self, slot);
         dse_kv_seq_close(s->kv, r->seq);
         r->seq = -1;
         r->n_computed = 0;
@@ -431,7 +472,7 @@ static int available(const struct sched *s, const struct step_plan *p) {
 static void plan_drop(struct sched *s, struct step_plan *p, int slot) {
         for (int i = 0; i < p->n; i++)
                 if (s->entries[i].rq == slot) {
-                        p->budget += s->entries[i].chunk;
+                        p->budget += s->entries[i].chunk + s->entries[i].n_draft;
                         p->reserved -= s->entries[i].need;
                         s->entries[i] = s->entries[--p->n];
                         return;
@@ -450,7 +491,7 @@ static int plan_add_running(struct sched *s, struct step_plan *p, int slot, int3
                 if (victim == slot)
                         return -ENOSPC;
         }
-        s->entries[p->n++] = (struct step_entry){slot, chunk, need};
+        s->entries[p->n++] = (struct step_entry){slot, chunk, 0, need};
         p->budget -= chunk;
         p->reserved += need;
         return 0;
@@ -480,7 +521,7 @@ static int plan_admit(struct sched *s, struct step_plan *p, int slot, double now
         r->state = RQ_RUNNING;
         if (r->t_sched == 0)
                 r->t_sched = now;
-        s->entries[p->n++] = (struct step_entry){slot, chunk, need};
+        s->entries[p->n++] = (struct step_entry){slot, chunk, 0, need};
         p->budget -= chunk;
         p->reserved += need;
         return 0;
@@ -597,20 +638,20 @@ static int choose(struct sched *s, struct rq *r, const float *logits, const char
         return tok;
 }
 
-/* Samples request slot's next token from its logits, streams it and ends the request
- * when it is done. */
-static void sample_next(struct sched *s, int slot, double now) {
+/* Samples request slot's next token from logits (the model's, for the position after
+ * its last token), streams it and ends the request when it is done. Returns the token,
+ * or -1 when the request ended (it is then released). */
+static int sample_next(struct sched *s, int slot, double now, const float *logits) {
         struct rq *r = &s->rqs[slot];
-        const float *logits = s->seq_logits + (size_t)r->seq * (size_t)s->vocab;
         const char *why = NULL;
         int tok = choose(s, r, logits, &why);
         if (tok < 0) {
                 fail(s, slot, r->n_bias && !r->con.m ? DSV_IPC_ERR_INVALID_REQUEST : DSV_IPC_ERR_INTERNAL, why);
-                return;
+                return -1;
         }
         if (r->con.m && constraint_accept(&r->con, s->grammars, tok) < 0) {
                 fail(s, slot, DSV_IPC_ERR_INTERNAL, "the output grammar refused the token its mask allowed");
-                return;
+                return -1;
         }
         if (r->t_first == 0)
                 r->t_first = now;
@@ -654,6 +695,89 @@ static void sample_next(struct sched *s, int slot, double now) {
                 finish(s, slot, "stop");
         else if (at_length)
                 finish(s, slot, "length");
+        else
+                return tok;
+        return -1;
+}
+
+/* Drafts for the planned entries that end with a sample (decodes, and the last chunk
+ * of a prompt: a prompt that repeats itself is drafted from its first token on),
+ * oldest first, within the request's max_tokens and context, from what the step leaves
+ * of the token budget, and only from free blocks (nothing is preempted for a draft).
+ * spec.step_tokens bounds the sampled positions of the step (one per such entry, plus
+ * the drafts): past it the step is compute-bound and a verified draft costs about
+ * what the position it may save costs. Prompt tokens before the last are not counted:
+ * a draft adds a few positions to their long pass, and each accepted one saves a later
+ * decode step of its sequence. */
+static void plan_drafts(struct sched *s, struct step_plan *p) {
+        const struct spec_config *sc = &s->spec_cfg;
+        int room = p->budget, sampled = 0;
+        for (int i = 0; i < p->n; i++)
+                sampled += s->entries[i].chunk == pending(&s->rqs[s->entries[i].rq]);
+        if (sc->step_tokens > 0 && sc->step_tokens - sampled < room)
+                room = sc->step_tokens - sampled;
+        for (int i = 0; i < p->n && room > 0; i++) {
+                struct step_entry *e = &s->entries[i];
+                struct rq *r = &s->rqs[e->rq];
+                /* A constrained sequence's mask is known for its next position only. */
+                if (e->chunk != pending(r) || r->con.m)
+                        continue;
+                int k = spec_seq_k(&r->spec, sc);
+                k = k < room ? k : room;
+                k = k < r->max_tokens - r->n_gen - 1 ? k : r->max_tokens - r->n_gen - 1;
+                k = k < s->cfg.n_ctx - r->n_tokens ? k : s->cfg.n_ctx - r->n_tokens;
+                if (k <= 0)
+                        continue;
+                if (sc->by_cost)
+                        k = spec_cost_drafts(&s->cost, s->cfg.token_budget - p->budget, sc->k_min < k ? sc->k_min : k,
+                                             k, r->spec.accept_rate);
+                int n = s->drafter.ops->propose(s->drafter.self, e->rq, r->tokens, r->n_tokens, k, r->draft);
+                int need = n > 0 ? dse_kv_seq_blocks_needed(s->kv, r->seq, (size_t)(1 + n)) : 0;
+                while (n > 0 && need - e->need > available(s, p))
+                        need = --n > 0 ? dse_kv_seq_blocks_needed(s->kv, r->seq, (size_t)(1 + n)) : 0;
+                if (n <= 0)
+                        continue;
+                memcpy(r->tokens + r->n_tokens, r->draft, (size_t)n * sizeof(int32_t));
+                e->n_draft = n;
+                p->reserved += need - e->need;
+                e->need = need;
+                p->budget -= n;
+                room -= n;
+        }
+}
+
+struct verify_ctx {
+        struct sched *s;
+        int slot;
+        double now;
+        const float *logits; /* (n_draft + 1, vocab) */
+};
+
+static int verify_sample(void *arg, int i) {
+        struct verify_ctx *c = arg;
+        return sample_next(c->s, c->slot, c->now, c->logits + (size_t)i * (size_t)c->s->vocab);
+}
+
+/* After a step that carried n_draft drafts of request slot: emits the accepted drafts
+ * and the one token after them, keeps the accepted drafts' KV rows and rolls back the
+ * rest. */
+static void verify_drafts(struct sched *s, int slot, int32_t n_draft, double now) {
+        struct rq *r = &s->rqs[slot];
+        int seq = r->seq, ended;
+        struct verify_ctx c = {s, slot, now, s->seq_logits + (size_t)seq * (size_t)s->logit_rows * (size_t)s->vocab};
+        int32_t draft[SPEC_K_LIMIT];
+        if (n_draft > 0)
+                memcpy(draft, r->draft, (size_t)n_draft * sizeof(int32_t));
+        int n_acc = spec_verify(draft, n_draft, verify_sample, &c, &ended);
+        spec_stats_add(&s->spec, n_draft, n_acc);
+        if (ended || n_draft == 0)
+                return;
+        if (s->drafter.ops->verified)
+                s->drafter.ops->verified(s->drafter.self, slot, n_draft, n_acc);
+        spec_seq_update(&r->spec, n_draft, n_acc);
+        /* Cannot fail: n_acc <= n_draft, the drafts of this sequence's last step. */
+        dse_kv_seq_accept(s->kv, seq, draft, (size_t)n_acc);
+        r->n_computed += n_acc;
 }
 
 static void fill_masks(void *ctx, size_t begin, size_t end, int ith) {
@@ -672,22 +796,34 @@ int sched_step(struct sched *s, int64_t now_ms) {
         plan_step(s, &p, now);
         if (p.n == 0)
                 return 0;
+        if (s->drafter.ops)
+                plan_drafts(s, &p);
         int32_t n_tok = 0;
         for (int i = 0; i < p.n; i++) {
                 struct rq *r = &s->rqs[s->entries[i].rq];
-                int32_t chunk = s->entries[i].chunk;
+                int32_t chunk = s->entries[i].chunk, n_draft = s->entries[i].n_draft;
                 int last = r->n_computed + chunk == r->n_tokens;
-                s->bseqs[i] = (struct dse_batch_seq){r->seq, r->tokens + r->n_computed, chunk,
-                                                     last ? s->seq_logits + (size_t)r->seq * (size_t)s->vocab : NULL};
-                n_tok += chunk;
+                float *logits = s->seq_logits + (size_t)r->seq * (size_t)s->logit_rows * (size_t)s->vocab;
+                s->bseqs[i] = (struct dse_batch_seq){r->seq, r->tokens + r->n_computed, chunk + n_draft,
+                                                     last ? logits : NULL};
+                s->bdrafts[i] = n_draft;
+                n_tok += chunk + n_draft;
         }
         struct dse_diag diag = {{0}};
-        int r = dse_batch_step(s->batch, s->bseqs, (size_t)p.n, &diag);
+        double t_step = worker_mono_s();
+        int r = s->drafter.ops ? dse_batch_verify(s->batch, s->bseqs, s->bdrafts, (size_t)p.n, &diag)
+                               : dse_batch_step(s->batch, s->bseqs, (size_t)p.n, &diag);
         if (r < 0) {
                 for (int i = 0; i < p.n; i++)
                         fail(s, s->entries[i].rq, DSV_IPC_ERR_INTERNAL, diag.msg[0] ? diag.msg : strerror(-r));
                 return r;
         }
+        /* Decode-only steps measure what a step costs by its tokens. */
+        int decode_only = 1;
+        for (int i = 0; i < p.n; i++)
+                decode_only &= s->entries[i].chunk == 1;
+        if (s->drafter.ops && s->spec_cfg.by_cost && decode_only)
+                spec_cost_observe(&s->cost, n_tok, worker_mono_s() - t_step);
         s->steps++;
         s->step_tokens += n_tok;
         s->last_seqs = p.n;
@@ -709,8 +845,13 @@ int sched_step(struct sched *s, int64_t now_ms) {
          * another entry's. */
         for (int i = 0; i < p.n; i++) {
                 struct rq *q = &s->rqs[s->entries[i].rq];
-                if (q->n_computed == q->n_tokens)
-                        sample_next(s, s->entries[i].rq, now);
+                if (q->n_computed != q->n_tokens)
+                        continue;
+                if (s->drafter.ops)
+                        verify_drafts(s, s->entries[i].rq, s->entries[i].n_draft, now);
+                else
+                        sample_next(s, s->entries[i].rq, now,
+                                    s->seq_logits + (size_t)q->seq * (size_t)s->vocab);
         }
         return n_tok;
 }
@@ -743,4 +884,5 @@ void sched_get_stats(const struct sched *s, struct sched_stats *st) {
         grammar_cache_get_stats(s->grammars, &gs);
         st->grammar_compiles = gs.compiles;
         st->grammar_cache_hits = gs.hits;
+        st->spec = s->spec;
 }

@@ -26,7 +26,13 @@
  * go to its sampler. A mask that allows one token forces it without sampling; EOS is
  * allowed only where the grammar accepts, and a sequence whose grammar accepts with
  * nothing allowed but EOS ends there ("stop"). Constrained and unconstrained sequences
- * share the batch. */
+ * share the batch.
+ *
+ * With speculation (sched_set_speculation), a decoding sequence may also carry draft tokens in its
+ * step, verified in the same forward pass (speculate.h): drafts only fill what the
+ * step leaves of the token budget and of spec.step_tokens, never displace a decode or
+ * a prefill chunk, and never preempt anything; a request's tokens stay exactly those
+ * of plain decoding. */
 #ifndef DSV_WORKER_SCHED_H
 #define DSV_WORKER_SCHED_H
 
@@ -35,6 +41,7 @@
 
 #include "dse.h"
 #include "dsv_ipc.h"
+#include "speculate.h"
 
 struct sched_config {
         int max_batch;   /* sequences per step (>= 1) */
@@ -54,6 +61,7 @@ struct sched_stats {
         int64_t constrained_tokens; /* tokens chosen under a grammar's mask */
         int64_t forced_tokens;      /* of those, the ones the mask left alone (not sampled) */
         int64_t grammar_compiles, grammar_cache_hits;
+        struct spec_stats spec;
 };
 
 /* Receives every event the scheduler produces; msg is only valid during the call. */
@@ -70,6 +78,13 @@ void sched_free(struct sched *s);
 /* The pool that computes a step's grammar masks (NULL, the default: the calling thread).
  * It must be a pool the thread calling sched_step created. */
 void sched_set_pool(struct sched *s, struct dse_pool *pool);
+/* Turns speculative decoding on (or off: spec->method SPEC_OFF) before the first
+ * request; -EINVAL for bounds outside speculate.h's, -EBUSY once requests came,
+ * -ENOMEM. */
+int sched_set_speculation(struct sched *s, const struct spec_config *spec);
+/* The same with the drafter given (an MTP head, a draft model, a test's), used when
+ * spec->method is not SPEC_OFF; the drafter's state must outlive the scheduler. */
+int sched_set_drafter(struct sched *s, const struct spec_config *spec, const struct spec_drafter *drafter);
 
 /* Queues a request whose prompt is already token ids (tokens: n_prompt ids, copied).
  * Bad parameters, an empty or too long prompt, a duplicate id or a full queue are

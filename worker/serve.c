@@ -420,7 +420,13 @@ static void publish_stats(struct server *sv) {
                 .token_budget = sv->cfg->token_budget,
                 .constrained_tokens = st.constrained_tokens,
                 .forced_tokens = st.forced_tokens,
+                .spec_verifications = st.spec.verifications,
+                .spec_draft_tokens = st.spec.draft_tokens,
+                .spec_accepted_tokens = st.spec.accepted_tokens,
+                .n_spec_hist = SPEC_K_LIMIT + 1,
         };
+        _Static_assert(SPEC_K_LIMIT + 1 == DSV_IPC_SPEC_HIST, "stats_reply carries every acceptance length");
+        memcpy(sv->stats.spec_accepted_hist, st.spec.accepted_hist, sizeof st.spec.accepted_hist);
         pthread_mutex_unlock(&sv->mu);
 }
 
@@ -489,10 +495,12 @@ int worker_serve(const struct worker_config *cfg) {
         pthread_cond_init(&sv.has_msg, NULL);
         pthread_cond_init(&sv.has_space, NULL);
         int status = 1, rx_started = 0, prefault_started = 0;
-        size_t out_bytes = (size_t)cfg->max_batch * 2048 + (64u << 10);
+        /* A speculating sequence emits up to k_max + 1 tokens per step. */
+        int per_seq = cfg->spec.method != SPEC_OFF ? 1 + cfg->spec.k_max : 1;
+        size_t out_bytes = (size_t)cfg->max_batch * (size_t)per_seq * 2048 + (64u << 10);
         if (!(sv.inbox = calloc(INBOX_CAP, sizeof *sv.inbox)) ||
             dsv_ipc_batch_init(&sv.out, out_bytes < DSV_IPC_MAX_MSG_BYTES ? out_bytes : DSV_IPC_MAX_MSG_BYTES,
-                               2 * cfg->max_batch + 64) < 0)
+                               (1 + per_seq) * cfg->max_batch + 64) < 0)
                 goto out;
         int r = dsv_ipc_listen(cfg->listen_url, &sv.conn);
         if (r < 0) {
@@ -509,6 +517,8 @@ int worker_serve(const struct worker_config *cfg) {
         struct sched_config sc = {cfg->max_batch, cfg->token_budget, e.n_ctx, cfg->max_queue};
         sv.prompt = malloc(((size_t)e.n_ctx + 1) * sizeof(int32_t));
         r = sv.prompt ? sched_new(&sc, e.model, e.tok, e.kv, e.batch, emit_cb, &sv, &sv.sched) : -ENOMEM;
+        if (r >= 0)
+                r = sched_set_speculation(sv.sched, &cfg->spec);
         if (r < 0) {
                 wlog(3, "Failed to create the scheduler: %s", strerror(-r));
                 goto out;

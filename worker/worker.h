@@ -25,6 +25,7 @@ struct worker_config {
         int max_queue;          /* --max-queue */
         const char *instance;   /* --instance */
         int allow_amx;          /* --amx: AMX kernels allowed (batch invariance within rounding) */
+        struct spec_config spec; /* --speculative, --spec-k-min, --spec-k-max, --spec-step-tokens */
 };
 
 /* Parses argv into cfg (defaults first); -EINVAL with a message on stderr. */

@@ -529,6 +529,17 @@ void dse_sampler_free(struct dse_sampler *smp);
 /* logits: (n_vocab). Returns the chosen id, or -EINVAL when every logit is NaN or -inf. */
 int dse_sampler_sample(struct dse_sampler *smp, const float *logits);
 
+/* ---- n-gram (prompt-lookup) drafting for speculative decoding ---------------------- */
+/* Proposes what follows tokens[0..n_tokens) by looking it up in itself: for n from
+ * n_max down to n_min, the last n tokens are searched for earlier in the sequence, most
+ * recent occurrence first and no further back than `window` tokens (0: the whole
+ * sequence); the first match's following tokens (up to max_draft, never past the end)
+ * are copied to draft. Returns how many (0: no n-gram recurs), or -EINVAL for bad
+ * bounds (1 <= n_min <= n_max, max_draft >= 0, window >= 0). Needs no model: any
+ * architecture can verify the drafts (dse_batch_seq.n_draft). */
+int dse_ngram_draft(const int32_t *tokens, int32_t n_tokens, int n_min, int n_max, int32_t window, int max_draft,
+                    int32_t *draft);
+
 /* ---- batched sessions: paged KV cache, prefix sharing, multi-sequence steps ------ */
 /* For serving many sequences at once (the worker's continuous batching). The KV cache
  * is a pool of fixed-size blocks (block_tokens positions x every layer's K/V row, or
@@ -601,12 +612,21 @@ int dse_kv_seq_len(const struct dse_kv_cache *kv, int seq);
 int dse_kv_seq_attach_prefix(struct dse_kv_cache *kv, int seq, const int32_t *tokens, size_t n_tokens);
 /* Blocks the sequence must newly take to hold n_tokens more positions. */
 int dse_kv_seq_blocks_needed(const struct dse_kv_cache *kv, int seq, size_t n_tokens);
+/* After a dse_batch_verify that carried n_draft draft tokens of seq: keeps
+ * the first n_accepted of them (tokens: their ids, the drafts' first n_accepted) as if
+ * they had been evaluated normally, and rolls the rest back: the sequence's length
+ * stops after the accepted ones, blocks holding only rejected positions go back to the
+ * pool, and no block containing a rejected position is ever entered in the prefix table
+ * (its rows are overwritten by the next step). n_accepted 0 drops every draft.
+ * -EINVAL when the sequence is not open or n_accepted exceeds the drafts of its last
+ * step. */
+int dse_kv_seq_accept(struct dse_kv_cache *kv, int seq, const int32_t *tokens, size_t n_accepted);
 
 struct dse_batch_seq {
         int32_t seq;           /* from dse_kv_seq_open */
         const int32_t *tokens; /* (n_tokens) new tokens at positions len.. */
         int32_t n_tokens;      /* >= 1 */
-        float *logits;         /* (vocab) the last token's logits, or NULL */
+        float *logits;         /* (vocab) the last token's logits, or NULL (but see dse_batch_verify) */
 };
 
 /* The batch's activations and scratch are sized for the cache's n_ctx. */
@@ -622,6 +642,14 @@ size_t dse_batch_arena_bytes(const struct dse_batch *b);
  * over n_ctx: -E2BIG), then takes the blocks all of them need (-ENOSPC when the pool is
  * short: nothing is taken or evaluated), then evaluates. */
 int dse_batch_step(struct dse_batch *b, const struct dse_batch_seq *seqs, size_t n_seqs, struct dse_diag *reterr);
+/* dse_batch_step for speculative decoding's verification: the last n_draft[i] tokens
+ * of seqs[i] (0 <= n_draft[i] < n_tokens; n_draft NULL: none) are drafts. Their KV rows
+ * are written and seqs[i].logits receives n_draft[i] + 1 rows (vocab each): the logits
+ * of the last n_draft[i] + 1 tokens, in order, each the same a one-token step would
+ * give. The sequence grows by n_tokens - n_draft[i] only; dse_kv_seq_accept then keeps
+ * the accepted drafts and rolls back the rest. */
+int dse_batch_verify(struct dse_batch *b, const struct dse_batch_seq *seqs, const int32_t *n_draft, size_t n_seqs,
+                     struct dse_diag *reterr);
 
 #ifdef __cplusplus
 }

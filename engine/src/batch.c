@@ -7,7 +7,8 @@
  * the KV rows live, and each pass over the weights serves every sequence of the call.
  * Every token's arithmetic is the same whatever its neighbours (the kernels' matmul
  * computes each token's row as matvec does), so a sequence's logits do not depend on
- * the step it runs in or on how its prompt was chunked. */
+ * the step it runs in or on how its prompt was chunked, and a verification pass of
+ * speculative drafts gives each draft position the logits a one-token decode would. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -58,7 +59,8 @@ size_t dse_batch_arena_bytes(const struct dse_batch *b) {
         return b ? dse_session_arena_bytes(b->s) : 0;
 }
 
-static int check_seqs(const struct dse_batch *b, const struct dse_batch_seq *seqs, size_t n, struct dse_diag *reterr) {
+static int check_seqs(const struct dse_batch *b, const struct dse_batch_seq *seqs, const int32_t *n_draft, size_t n,
+                      struct dse_diag *reterr) {
         int32_t n_ctx = dse__kv_n_ctx(b->kv);
         int need = 0;
         for (size_t i = 0; i < n; i++) {
@@ -66,6 +68,9 @@ static int check_seqs(const struct dse_batch *b, const struct dse_batch_seq *seq
                 if (!dse__kv_seq_is_open(b->kv, q->seq) || q->n_tokens < 1 || !q->tokens)
                         return dse__fail(reterr, -EINVAL, "batch entry %zu: sequence %d not open or no tokens", i,
                                          q->seq);
+                if (n_draft && (n_draft[i] < 0 || n_draft[i] >= q->n_tokens))
+                        return dse__fail(reterr, -EINVAL, "sequence %d: n_draft %d outside [0, n_tokens %d)", q->seq,
+                                         n_draft[i], q->n_tokens);
                 for (size_t j = 0; j < i; j++)
                         if (seqs[j].seq == q->seq)
                                 return dse__fail(reterr, -EINVAL, "sequence %d appears twice in one step", q->seq);
@@ -85,10 +90,11 @@ static int check_seqs(const struct dse_batch *b, const struct dse_batch_seq *seq
         return 0;
 }
 
-int dse_batch_step(struct dse_batch *b, const struct dse_batch_seq *seqs, size_t n_seqs, struct dse_diag *reterr) {
+int dse_batch_verify(struct dse_batch *b, const struct dse_batch_seq *seqs, const int32_t *n_draft, size_t n_seqs,
+                     struct dse_diag *reterr) {
         if (!b || (!seqs && n_seqs))
                 return dse__fail(reterr, -EINVAL, "dse_batch_step: bad arguments");
-        int r = check_seqs(b, seqs, n_seqs, reterr);
+        int r = check_seqs(b, seqs, n_draft, n_seqs, reterr);
         if (r < 0)
                 return r;
         for (size_t i = 0; i < n_seqs; i++)
@@ -97,11 +103,13 @@ int dse_batch_step(struct dse_batch *b, const struct dse_batch_seq *seqs, size_t
         int n = 0;
         for (size_t i = 0; i < n_seqs; i++) {
                 const struct dse_batch_seq *q = &seqs[i];
-                int32_t pos = dse_kv_seq_len(b->kv, q->seq);
+                int32_t nd = n_draft ? n_draft[i] : 0;
+                int32_t pos = dse_kv_seq_len(b->kv, q->seq), first_out = q->n_tokens - 1 - nd;
                 for (int32_t t = 0; t < q->n_tokens; t++) {
+                        float *out = q->logits && t >= first_out ? q->logits + (size_t)(t - first_out) * b->vocab
+                                                                 : NULL;
                         dse__kv_seq_view(b->kv, q->seq, &b->views[n]);
-                        b->toks[n] = (struct dse__tok){q->tokens[t], pos + t, &b->views[n],
-                                                       t + 1 == q->n_tokens ? q->logits : NULL};
+                        b->toks[n] = (struct dse__tok){q->tokens[t], pos + t, &b->views[n], out};
                         if (++n == DSE__MAX_STEP_TOKENS) {
                                 b->s->ops->forward(b->s, b->toks, n);
                                 n = 0;
@@ -110,7 +118,13 @@ int dse_batch_step(struct dse_batch *b, const struct dse_batch_seq *seqs, size_t
         }
         if (n > 0)
                 b->s->ops->forward(b->s, b->toks, n);
-        for (size_t i = 0; i < n_seqs; i++)
-                dse__kv_seq_commit(b->kv, seqs[i].seq, seqs[i].tokens, (size_t)seqs[i].n_tokens);
+        for (size_t i = 0; i < n_seqs; i++) {
+                int32_t nd = n_draft ? n_draft[i] : 0;
+                dse__kv_seq_commit(b->kv, seqs[i].seq, seqs[i].tokens, (size_t)(seqs[i].n_tokens - nd), (size_t)nd);
+        }
         return 0;
+}
+
+int dse_batch_step(struct dse_batch *b, const struct dse_batch_seq *seqs, size_t n_seqs, struct dse_diag *reterr) {
+        return dse_batch_verify(b, seqs, NULL, n_seqs, reterr);
 }

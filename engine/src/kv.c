@@ -28,6 +28,7 @@ struct kv_block {
 struct kv_seq {
         int32_t open;
         int32_t len;       /* positions held */
+        int32_t n_ahead;   /* draft rows written past len by the last step, not yet accepted */
         int32_t n_blocks;  /* entries of table in use */
         int32_t n_keyed;   /* leading full blocks whose key is known */
         uint64_t last_key; /* key of block n_keyed - 1 (0 before the first) */
@@ -282,7 +283,7 @@ int dse_kv_seq_open(struct dse_kv_cache *kv) {
                 struct kv_seq *q = &kv->seqs[i];
                 if (!q->open) {
                         q->open = 1;
-                        q->len = q->n_blocks = q->n_keyed = 0;
+                        q->len = q->n_blocks = q->n_keyed = q->n_ahead = 0;
                         q->last_key = 0;
                         return i;
                 }
@@ -299,7 +300,7 @@ void dse_kv_seq_close(struct dse_kv_cache *kv, int seq) {
         for (int32_t i = q->n_blocks - 1; i >= 0; i--)
                 block_release(kv, q->table[i]);
         q->open = 0;
-        q->len = q->n_blocks = q->n_keyed = 0;
+        q->len = q->n_blocks = q->n_keyed = q->n_ahead = 0;
 }
 
 int dse_kv_seq_len(const struct dse_kv_cache *kv, int seq) {
@@ -375,10 +376,12 @@ void dse__kv_seq_view(const struct dse_kv_cache *kv, int seq, struct dse__kv_vie
         v->row_floats = kv->row_floats;
 }
 
-void dse__kv_seq_commit(struct dse_kv_cache *kv, int seq, const int32_t *tokens, size_t n_tokens) {
-        struct kv_seq *q = &kv->seqs[seq];
+/* Appends n_tokens ids at the sequence's end and registers every block they filled in
+ * the prefix table. */
+static void seq_append(struct dse_kv_cache *kv, struct kv_seq *q, const int32_t *tokens, size_t n_tokens) {
         int32_t bt = kv->block_tokens;
-        memcpy(q->tokens + q->len, tokens, n_tokens * sizeof(int32_t));
+        if (n_tokens)
+                memcpy(q->tokens + q->len, tokens, n_tokens * sizeof(int32_t));
         q->len += (int32_t)n_tokens;
         for (; (q->n_keyed + 1) * bt <= q->len; q->n_keyed++) {
                 const int32_t *ids = q->tokens + (size_t)q->n_keyed * bt;
@@ -397,4 +400,25 @@ void dse__kv_seq_commit(struct dse_kv_cache *kv, int seq, const int32_t *tokens,
                 }
                 q->last_key = k;
         }
+}
+
+void dse__kv_seq_commit(struct dse_kv_cache *kv, int seq, const int32_t *tokens, size_t n_tokens, size_t n_ahead) {
+        struct kv_seq *q = &kv->seqs[seq];
+        seq_append(kv, q, tokens, n_tokens);
+        q->n_ahead = (int32_t)n_ahead;
+}
+
+int dse_kv_seq_accept(struct dse_kv_cache *kv, int seq, const int32_t *tokens, size_t n_accepted) {
+        struct kv_seq *q = seq_get(kv, seq);
+        if (!q || n_accepted > (size_t)q->n_ahead || (!tokens && n_accepted))
+                return -EINVAL;
+        /* Accepted rows are where a plain step would have written them: keeping them is
+         * appending their ids. A block is keyed only once every position in it is
+         * accepted, so the prefix table never names a rejected token. */
+        seq_append(kv, q, tokens, n_accepted);
+        q->n_ahead = 0;
+        int32_t keep = (q->len + kv->block_tokens - 1) / kv->block_tokens;
+        while (q->n_blocks > keep)
+                block_release(kv, q->table[--q->n_blocks]);
+        return 0;
 }

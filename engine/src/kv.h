@@ -50,7 +50,8 @@ int dse__kv_seq_is_open(const struct dse_kv_cache *kv, int seq);
 int dse__kv_seq_reserve(struct dse_kv_cache *kv, int seq, size_t n_tokens);
 void dse__kv_seq_view(const struct dse_kv_cache *kv, int seq, struct dse__kv_view *ret_view);
 /* Records n_tokens evaluated tokens at the sequence's end and registers every block they
- * filled in the prefix table. */
-void dse__kv_seq_commit(struct dse_kv_cache *kv, int seq, const int32_t *tokens, size_t n_tokens);
+ * filled in the prefix table; n_ahead more positions past them hold draft rows awaiting
+ * dse_kv_seq_accept (never registered). */
+void dse__kv_seq_commit(struct dse_kv_cache *kv, int seq, const int32_t *tokens, size_t n_tokens, size_t n_ahead);
 
 #endif

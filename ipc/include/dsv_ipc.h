@@ -37,10 +37,13 @@ extern "C" {
 /* Compatible additions within the major version; each message says "minor" (absent: 0).
  * 1: the "events" batch message (PROTOCOL.md), sent only to peers that said minor >= 1.
  * 2: a chat request's "tools" (the function definitions its template renders); a
- *    request's "constraint" and "logit_bias"; "bytes" of top_logprobs alternatives. */
+ *    request's "constraint" and "logit_bias"; "bytes" of top_logprobs alternatives;
+ *    speculative decoding counters in stats_reply (optional fields). */
 #define DSV_IPC_PROTOCOL_MINOR 2
 /* Largest message accepted (a 128k-token prompt as JSON ids is ~1 MiB). */
 #define DSV_IPC_MAX_MSG_BYTES (16u << 20)
+/* Entries of stats_reply's spec_accepted_hist: 0..8 drafts accepted. */
+#define DSV_IPC_SPEC_HIST 9
 /* Largest request id, seed and deadline value (JSON numbers with 15 exact digits). */
 #define DSV_IPC_MAX_ID 999999999999999ull
 
@@ -199,6 +202,12 @@ struct dsv_ipc_stats {
         int32_t token_budget; /* the worker's tokens per step (0: not reported) */
         int64_t constrained_tokens; /* tokens chosen under a grammar mask (minor 2; absent: 0) */
         int64_t forced_tokens;      /* of those, the ones the mask alone decided */
+        /* Speculative decoding (0 when off): verifications (a sequence's steps that
+         * carried drafts), draft tokens verified, drafts accepted, and verifications by
+         * the number of drafts they accepted (index 0..n_spec_hist-1). */
+        int64_t spec_verifications, spec_draft_tokens, spec_accepted_tokens;
+        int64_t spec_accepted_hist[DSV_IPC_SPEC_HIST];
+        int32_t n_spec_hist;
 };
 
 struct dsv_ipc_msg {

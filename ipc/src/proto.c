@@ -285,6 +285,19 @@ static int encode_body(cJSON *o, const struct dsv_ipc_msg *m) {
                 r |= add_num(o, "token_budget", s->token_budget);
                 r |= add_num(o, "constrained_tokens", (double)s->constrained_tokens);
                 r |= add_num(o, "forced_tokens", (double)s->forced_tokens);
+                if (s->spec_verifications > 0) {
+                        r |= add_num(o, "spec_verifications", (double)s->spec_verifications);
+                        r |= add_num(o, "spec_draft_tokens", (double)s->spec_draft_tokens);
+                        r |= add_num(o, "spec_accepted_tokens", (double)s->spec_accepted_tokens);
+                        cJSON *h = cJSON_AddArrayToObject(o, "spec_accepted_hist");
+                        if (!h)
+                                return -ENOMEM;
+                        for (int32_t i = 0; i < s->n_spec_hist && i < DSV_IPC_SPEC_HIST; i++) {
+                                cJSON *e = cJSON_CreateNumber((double)s->spec_accepted_hist[i]);
+                                if (!e || !cJSON_AddItemToArray(h, e))
+                                        return -ENOMEM;
+                        }
+                }
                 return r ? -EINVAL : 0;
         }
         default:
@@ -666,8 +679,24 @@ static int decode_body(struct decoder *d, const cJSON *o, struct dsv_ipc_msg *m)
                     (r = get_i32(d, o, "max_batch", 0, 0, INT32_MAX, &s->max_batch)) < 0 ||
                     (r = get_i32(d, o, "token_budget", 0, 0, INT32_MAX, &s->token_budget)) < 0 ||
                     (r = get_i64(d, o, "constrained_tokens", 0, &s->constrained_tokens)) < 0 ||
-                    (r = get_i64(d, o, "forced_tokens", 0, &s->forced_tokens)) < 0)
+                    (r = get_i64(d, o, "forced_tokens", 0, &s->forced_tokens)) < 0 ||
+                    (r = get_i64(d, o, "spec_verifications", 0, &s->spec_verifications)) < 0 ||
+                    (r = get_i64(d, o, "spec_draft_tokens", 0, &s->spec_draft_tokens)) < 0 ||
+                    (r = get_i64(d, o, "spec_accepted_tokens", 0, &s->spec_accepted_tokens)) < 0)
                         return r;
+                const cJSON *h = cJSON_GetObjectItemCaseSensitive(o, "spec_accepted_hist");
+                if (!h)
+                        return 0;
+                if (!cJSON_IsArray(h) || cJSON_GetArraySize(h) > DSV_IPC_SPEC_HIST)
+                        return bad(d, "field 'spec_accepted_hist' must be an array of at most %d counts",
+                                   DSV_IPC_SPEC_HIST);
+                const cJSON *e;
+                cJSON_ArrayForEach(e, h) {
+                        double x = cJSON_IsNumber(e) ? e->valuedouble : -1;
+                        if (!(x >= 0 && x <= MAX_SAFE_INT) || x != (double)(int64_t)x)
+                                return bad(d, "field 'spec_accepted_hist[%d]' must be a count", s->n_spec_hist);
+                        s->spec_accepted_hist[s->n_spec_hist++] = (int64_t)x;
+                }
                 return 0;
         }
         default:

@@ -588,3 +588,37 @@ TEST(stats_carry_constrained_and_forced_counts) {
         ASSERT_OK(dsv_ipc_msg_decode(old, strlen(old), &out, NULL, 0));
         ASSERT_EQ(out.u.stats.forced_tokens, 0);
 }
+
+TEST(stats_speculation_counters_roundtrip) {
+        struct dsv_ipc_msg st = {.type = DSV_IPC_STATS_REPLY,
+                                 .u.stats = {.seq = 2, .spec_verifications = 10, .spec_draft_tokens = 30,
+                                             .spec_accepted_tokens = 17, .n_spec_hist = DSV_IPC_SPEC_HIST}};
+        for (int i = 0; i < DSV_IPC_SPEC_HIST; i++)
+                st.u.stats.spec_accepted_hist[i] = i + 1;
+        struct dsv_ipc_msg out;
+        ASSERT_OK(roundtrip(&st, &out));
+        ASSERT_EQ(out.u.stats.spec_verifications, 10);
+        ASSERT_EQ(out.u.stats.spec_draft_tokens, 30);
+        ASSERT_EQ(out.u.stats.spec_accepted_tokens, 17);
+        ASSERT_EQ(out.u.stats.n_spec_hist, DSV_IPC_SPEC_HIST);
+        for (int i = 0; i < DSV_IPC_SPEC_HIST; i++)
+                ASSERT_EQ(out.u.stats.spec_accepted_hist[i], i + 1);
+        dsv_ipc_msg_done(&out);
+        /* Without speculation the fields are absent and decode as 0. */
+        st.u.stats = (struct dsv_ipc_stats){.seq = 3};
+        ASSERT_OK(roundtrip(&st, &out));
+        ASSERT_EQ(out.u.stats.spec_verifications, 0);
+        ASSERT_EQ(out.u.stats.n_spec_hist, 0);
+        dsv_ipc_msg_done(&out);
+        char err[256];
+        ASSERT_ERR(decode_str("{\"v\":1,\"type\":\"stats_reply\",\"seq\":1,\"running\":0,\"waiting\":0,"
+                              "\"queued_prompt_tokens\":0,\"spec_accepted_hist\":[1,2,3,4,5,6,7,8,9,10]}",
+                              err, sizeof err),
+                   -EPROTO);
+        ASSERT_TRUE(strstr(err, "spec_accepted_hist") != NULL);
+        ASSERT_ERR(decode_str("{\"v\":1,\"type\":\"stats_reply\",\"seq\":1,\"running\":0,\"waiting\":0,"
+                              "\"queued_prompt_tokens\":0,\"spec_accepted_hist\":[1,-2]}",
+                              err, sizeof err),
+                   -EPROTO);
+        ASSERT_TRUE(strstr(err, "spec_accepted_hist[1]") != NULL);
+}

@@ -467,3 +467,22 @@ TEST(cpu_lists_on_command_line_and_in_json) {
         ASSERT_EQ(sup_config_apply_json(&c, "{\"cpus\": 3}", err, sizeof err), -EINVAL);
         ASSERT_TRUE(strstr(err, "cpus") != NULL);
 }
+
+TEST(speculative_options_checked) {
+        struct sup_config c;
+        char err[256];
+        char *ok[] = {"start", "--speculative", "ngram", "--spec-k-min", "2", "--spec-k-max", "3"};
+        ASSERT_EQ(parse(&c, err, sizeof err, 7, ok), 0);
+        ASSERT_STREQ(c.speculative, "ngram");
+        ASSERT_EQ(c.spec_k_min, 2);
+        ASSERT_EQ(c.spec_k_max, 3);
+        char *bad_method[] = {"start", "--speculative", "mtp"};
+        ASSERT_EQ(parse(&c, err, sizeof err, 3, bad_method), -EINVAL);
+        ASSERT_TRUE(strstr(err, "speculative") && strstr(err, "ngram"));
+        char *bad_order[] = {"start", "--spec-k-min", "4", "--spec-k-max", "2"};
+        ASSERT_EQ(parse(&c, err, sizeof err, 5, bad_order), -EINVAL);
+        ASSERT_TRUE(strstr(err, "spec-k-min") != NULL);
+        char *too_many[] = {"start", "--spec-k-max", "9"};
+        ASSERT_EQ(parse(&c, err, sizeof err, 3, too_many), -EINVAL);
+        ASSERT_TRUE(strstr(err, "spec-k-max") != NULL);
+}

@@ -177,6 +177,9 @@ int dsv_gateway_instance_set_load(struct dsv_gateway *gw, int id, const struct d
 /* 1 when the instance is up (see "Readiness" above), 0 when not, -ENOENT. */
 int dsv_gateway_instance_is_up(struct dsv_gateway *gw, int id);
 
+/* Acceptance lengths a worker reports: 0..8 drafts accepted per verification. */
+#define DSV_GATEWAY_SPEC_HIST 9
+
 /* An instance as the gateway sees it now: what GET /metrics reports for it and what
  * `dsvisor status` shows. */
 struct dsv_gateway_instance_stats {
@@ -189,6 +192,11 @@ struct dsv_gateway_instance_stats {
         int32_t kv_blocks_used, kv_blocks_total;
         int64_t preemptions;
         double prefix_hit_rate;   /* 0..1 */
+        /* Speculative decoding (0 when the worker does not speculate): verifications
+         * (a sequence's steps that carried drafts), draft tokens, accepted drafts, and
+         * verifications by drafts accepted (0..DSV_GATEWAY_SPEC_HIST-1). */
+        int64_t spec_verifications, spec_draft_tokens, spec_accepted_tokens;
+        int64_t spec_accepted_hist[DSV_GATEWAY_SPEC_HIST];
 };
 
 /* Fills *ret for the instance. running and waiting are the load routing uses (see "Load"

@@ -387,7 +387,7 @@ static struct dsv_gateway_instance_stats instance_stats_locked(const struct gw_c
                                                                int64_t now) {
         bool up = instance_up_locked(cs, in, now);
         struct dsv_policy_worker_load w = instance_load_locked(cs, in, up);
-        return (struct dsv_gateway_instance_stats){
+        struct dsv_gateway_instance_stats st = {
                 .up = up,
                 .running = w.running_seqs,
                 .waiting = w.queued_requests,
@@ -396,7 +396,12 @@ static struct dsv_gateway_instance_stats instance_stats_locked(const struct gw_c
                 .kv_blocks_total = in->kv_blocks_total,
                 .preemptions = in->preemptions,
                 .prefix_hit_rate = in->prefix_hit_rate,
+                .spec_verifications = in->spec_verifications,
+                .spec_draft_tokens = in->spec_draft_tokens,
+                .spec_accepted_tokens = in->spec_accepted_tokens,
         };
+        memcpy(st.spec_accepted_hist, in->spec_accepted_hist, sizeof st.spec_accepted_hist);
+        return st;
 }
 
 int dsv__gw_instances_up(struct gw_calls *cs) {
@@ -442,6 +447,13 @@ static void link_dispatch(struct gw_link *l, struct dsv_ipc_msg *m) {
                 in->kv_blocks_total = m->u.stats.kv_blocks_total;
                 in->preemptions = m->u.stats.preemptions;
                 in->prefix_hit_rate = m->u.stats.prefix_hit_rate;
+                in->spec_verifications = m->u.stats.spec_verifications;
+                in->spec_draft_tokens = m->u.stats.spec_draft_tokens;
+                in->spec_accepted_tokens = m->u.stats.spec_accepted_tokens;
+                for (int i = 0; i < DSV_GATEWAY_SPEC_HIST; i++)
+                        in->spec_accepted_hist[i] = i < m->u.stats.n_spec_hist && i < DSV_IPC_SPEC_HIST
+                                                            ? m->u.stats.spec_accepted_hist[i]
+                                                            : 0;
         } else if (id != 0) {
                 struct gw_call *c = l->calls;
                 while (c && c->id != id)

@@ -66,6 +66,8 @@ struct gw_instance {
         int32_t kv_blocks_used, kv_blocks_total;
         int64_t preemptions;
         double prefix_hit_rate;
+        int64_t spec_verifications, spec_draft_tokens, spec_accepted_tokens;
+        int64_t spec_accepted_hist[DSV_GATEWAY_SPEC_HIST];
 };
 
 #define GW_RATE_WINDOW_S 10

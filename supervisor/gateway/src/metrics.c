@@ -221,6 +221,41 @@ static void write_overload_locked(struct gw_metrics *m, FILE *f, const struct gw
         fprintf(f, "dsvisor_admission_queue_length %llu\n", (unsigned long long)waiting);
 }
 
+/* Speculative decoding as the workers count it, for instances that reported (a worker
+ * that does not speculate reports zeros). The acceptance length is the number of drafts a
+ * verification accepted: one bucket per length, _sum the accepted drafts, _count the
+ * verifications. */
+static void write_spec_locked(FILE *f, const struct gw_instance_sample *v,
+                              const struct gw_instance_metrics *const *ims, size_t n) {
+        static const struct dsv_gw_buckets len_buckets = {DSV_GATEWAY_SPEC_HIST, {0, 1, 2, 3, 4, 5, 6, 7, 8}};
+        _Static_assert(DSV_GATEWAY_SPEC_HIST == 9, "one bucket per acceptance length");
+        static const struct family counters[] = {
+                {"dsvisor_spec_decode_draft_tokens_total", "counter", "Draft tokens verified by speculative decoding."},
+                {"dsvisor_spec_decode_accepted_tokens_total", "counter",
+                 "Draft tokens accepted (emitted as verified) by speculative decoding."},
+        };
+        for (size_t p = 0; p < 2; p++) {
+                family(f, counters[p].name, counters[p].type, counters[p].help);
+                for (size_t i = 0; i < n; i++)
+                        if (ims[i] && v[i].stats.worker_reported)
+                                fprintf(f, "%s{%s} %lld\n", counters[p].name, ims[i]->labels,
+                                        (long long)(p == 0 ? v[i].stats.spec_draft_tokens
+                                                           : v[i].stats.spec_accepted_tokens));
+        }
+        const char *name = "dsvisor_spec_decode_acceptance_length";
+        family(f, name, "histogram", "Drafts accepted per speculative verification of a sequence.");
+        for (size_t i = 0; i < n; i++) {
+                const struct dsv_gateway_instance_stats *st = &v[i].stats;
+                if (!ims[i] || !st->worker_reported)
+                        continue;
+                struct dsv_gw_hist h = {.count = (uint64_t)st->spec_verifications,
+                                        .sum = (double)st->spec_accepted_tokens};
+                for (int b = 0; b < DSV_GATEWAY_SPEC_HIST; b++)
+                        h.counts[b] = (uint64_t)st->spec_accepted_hist[b];
+                dsv__gw_hist_write(f, name, ims[i]->labels, &h, &len_buckets);
+        }
+}
+
 static void write_locked(struct gw_metrics *m, FILE *f, const struct gw_instance_sample *v, size_t n) {
         const struct gw_instance_metrics *ims[DSV_GATEWAY_MAX_INSTANCES];
         for (size_t i = 0; i < n; i++)
@@ -305,6 +340,7 @@ static void write_locked(struct gw_metrics *m, FILE *f, const struct gw_instance
                                                              : st->preemptions));
                 }
         }
+        write_spec_locked(f, v, ims, n);
 }
 
 int dsv__gw_metrics_write(struct gw_metrics *m, FILE *f, const struct gw_instance_sample *v, size_t n,

@@ -1,0 +1,37 @@
+/* The model fixtures (shared/fixtures/models) by name, opened through the model cache of
+ * the build ($DSV_BUILD_DIR/model-cache unless DSV_CACHE_DIR is set). Include after t.h. */
+#ifndef DSV_TEST_FIXTURE_MODELS_H
+#define DSV_TEST_FIXTURE_MODELS_H
+
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "dse.h"
+
+/* Every fixture, each architecture, weight format and cache path. */
+static const char *const fixture_models[] = {
+        "deepseek-v2-mla-qlora-yarn", "deepseek-v2-lite-sharded", "deepseek-v2-group-limited",
+        "deepseek-v3-noaux-yarn",     "deepseek-v3-fp8-mtp",      "llama-bf16-linear-rope",
+        "llama3-rope-gqa",            "qwen2-bf16-tied",          "qwen2-awq-g32",
+        "llama-gptq-sym",             "llama-gptq-actorder-asym",
+};
+#define N_FIXTURE_MODELS (sizeof fixture_models / sizeof fixture_models[0])
+
+static inline struct dse_model *fixture_model_open(const char *name) {
+        char dir[1024], native[4096];
+        snprintf(dir, sizeof dir, "%s/%s", t_fixture("models"), name);
+        if (!getenv("DSV_CACHE_DIR") && getenv("DSV_BUILD_DIR")) {
+                char cache[1100];
+                snprintf(cache, sizeof cache, "%s/model-cache", getenv("DSV_BUILD_DIR"));
+                setenv("DSV_CACHE_DIR", cache, 1);
+        }
+        struct dse_diag diag = {{0}};
+        struct dse_model *m = NULL;
+        if (dse_model_resolve(dir, native, sizeof native, &diag) < 0 || dse_model_open(native, 0, &m, &diag) < 0) {
+                fprintf(stderr, "  %s: %s\n", name, diag.msg);
+                return NULL;
+        }
+        return m;
+}
+
+#endif

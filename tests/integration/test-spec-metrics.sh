@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# `dsvisor start --speculative ngram` end to end: the workers get the options, a greedy
+# completion of a prompt that repeats itself is the same as on a plain `dsvisor start`,
+# and /metrics shows the instance's draft and accepted token counters and its
+# acceptance-length histogram (cumulative buckets, +Inf equal to _count, _sum the
+# accepted drafts). A bad --speculative value is refused before anything starts.
+set -euo pipefail
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/test-spec-metrics.XXXXXX")
+failed=0
+source "${DSV_SOURCE_DIR:?}/tests/integration/test-deploy-lib.sh"
+need_worker
+trap 'dsv_stop_all; rm -rf "$tmp"' EXIT
+
+start() { # NAME ARGS...
+        local name=$1
+        shift
+        mkdir -p "$tmp/$name"
+        "$dsvisor" start --model "$dsv_model" --instances 1 --threads-per-instance 1 --host 127.0.0.1 --port 0 \
+                --runtime-dir "$tmp/$name/run" --hugepages off --grace-ms 5000 "$@" >"$tmp/$name/log" 2>&1 &
+        dsv_pid[$name]=$!
+}
+
+check "a bad method is refused" bash -c "! '$dsvisor' start --model '$dsv_model' --speculative mtp --port 0 \
+        --runtime-dir '$tmp/bad' 2>'$tmp/bad.err' && grep -q 'speculative' '$tmp/bad.err'"
+
+start spec --speculative ngram --spec-k-min 1 --spec-k-max 4
+start plain --speculative off
+dsv_wait_ready spec 1 120
+dsv_wait_ready plain 1 120
+check "the worker got the options" grep -q -- "--speculative ngram" <(tr '\0' ' ' </proc/$(pgrep -P "${dsv_pid[spec]}" -f dsvisor-worker | head -1)/cmdline; echo) 
+
+prompt='[3,44,85,126,167,3,44,85,126,167,3,44,85,126,167,3,44]'
+complete() { # NAME -> the completion's token text
+        curl -s -m 60 "http://127.0.0.1:${dsv_port[$1]}/v1/completions" -H 'Content-Type: application/json' \
+                -d "{\"model\":\"$dsv_model_id\",\"prompt\":$prompt,\"max_tokens\":48,\"temperature\":0}" |
+                python3 -c 'import json,sys; print(json.load(sys.stdin)["choices"][0]["text"])'
+}
+a=$(complete spec)
+b=$(complete plain)
+check "the same completion with and without speculation" test "$a" == "$b"
+
+url="http://127.0.0.1:${dsv_port[spec]}/metrics"
+for _ in $(seq 1 100); do
+        [[ $(curl -s -m 5 "$url" | awk '$1 ~ /^dsvisor_spec_decode_accepted_tokens_total/ {print $2 + 0}') -gt 0 ]] && break
+        sleep 0.1
+done
+curl -s -m 5 "$url" >"$tmp/metrics.txt"
+python3 - "$tmp/metrics.txt" <<'PY' && echo "ok     speculation counters and histogram on /metrics" || { echo "NOT OK speculation metrics"; grep spec_decode "$tmp/metrics.txt" | sed 's/^/       /'; exit 1; }
+import re, sys
+v = {}
+for line in open(sys.argv[1]):
+    if line.startswith("dsvisor_spec_decode"):
+        k, x = line.rsplit(" ", 1)
+        v[re.sub(r'instance="[^"]*",?', "", k)] = float(x)
+def get(prefix):
+    m = [x for k, x in v.items() if k.startswith(prefix)]
+    assert len(m) == 1, (prefix, m)
+    return m[0]
+drafts, accepted = get("dsvisor_spec_decode_draft_tokens_total"), get("dsvisor_spec_decode_accepted_tokens_total")
+count, total = get("dsvisor_spec_decode_acceptance_length_count"), get("dsvisor_spec_decode_acceptance_length_sum")
+inf = [x for k, x in v.items() if 'le="+Inf"' in k][0]
+buckets = [x for k, x in sorted(v.items()) if "_bucket" in k and "+Inf" not in k]
+assert 0 < accepted <= drafts, (accepted, drafts)
+assert total == accepted and inf == count > 0, (total, accepted, inf, count)
+assert buckets == sorted(buckets) and buckets[-1] == count, buckets
+PY
+if command -v promtool >/dev/null; then
+        check "promtool check metrics passes" bash -c "promtool check metrics <'$tmp/metrics.txt'"
+fi
+exit $((failed > 0))

@@ -1,0 +1,133 @@
+/* dsvisor-worker with --speculative ngram against --speculative off, over IPC: on the
+ * bundled default model (text prompts, an echo-heavy one among them) and on every model
+ * fixture (token prompts that repeat themselves), each of 8 requests gives the same
+ * tokens and text on the speculative worker alone, in a batch of 8, and on the plain
+ * worker, greedy and seeded; and a bad --speculative value is refused. */
+#include "dse.h"
+#include "t.h"
+#include "fixture-models.h"
+#include "worker-client.h"
+
+struct worker {
+        pid_t pid;
+        struct wc c;
+};
+
+static int start(struct worker *w, const char *model, const char *name, const char *spec) {
+        const char *dir = wc_tmpdir();
+        if (!dir)
+                return -EIO;
+        char url[512];
+        snprintf(url, sizeof url, "ipc://%s/%s.sock", dir, name);
+        char *args[] = {"--model", (char *)model, "--listen", url, "--n-ctx", "512", "--max-batch", "8",
+                        "--speculative", (char *)spec, "--spec-k-max", "4", NULL};
+        w->pid = wc_spawn(args);
+        if (w->pid < 0 || wc_open(&w->c, url) < 0)
+                return -EIO;
+        return wc_wait_state(&w->c, "ready", 300);
+}
+
+static void stop(struct worker *w) {
+        if (w->pid > 0) {
+                kill(w->pid, SIGKILL);
+                waitpid(w->pid, NULL, 0);
+                wc_close(&w->c);
+        }
+        w->pid = 0;
+}
+
+static struct wc_result res[WC_MAX_REQ];
+
+struct reqs {
+        struct dsv_ipc_msg m[8];
+        int32_t ids[8][48];
+};
+
+/* Runs the 8 requests one at a time (batch 0) or all at once; copies results to out. */
+static int run(struct worker *w, struct reqs *q, int batch, struct wc_result *out) {
+        memset(res, 0, sizeof res);
+        for (int i = 0; i < 8; i++) {
+                if (wc_send(&w->c, &q->m[i]) < 0)
+                        return -EIO;
+                if (!batch && wc_collect(&w->c, res, 1, 120) != 1)
+                        return -ETIMEDOUT;
+        }
+        if (batch && wc_collect(&w->c, res, 8, 240) != 8)
+                return -ETIMEDOUT;
+        for (int i = 0; i < 8; i++)
+                out[i] = res[q->m[i].u.request.id];
+        return 0;
+}
+
+static void same_outputs(const char *model, struct reqs *q) {
+        struct worker plain = {0}, spec = {0};
+        static struct wc_result a[8], b[8], c[8];
+        ASSERT_OK(start(&plain, model, "plain", "off"));
+        ASSERT_OK(start(&spec, model, "spec", "ngram"));
+        ASSERT_OK(run(&plain, q, 0, a));
+        ASSERT_OK(run(&spec, q, 0, b));
+        ASSERT_OK(run(&spec, q, 1, c));
+        stop(&plain);
+        stop(&spec);
+        for (int i = 0; i < 8; i++) {
+                ASSERT_EQ(a[i].error, 0);
+                ASSERT_TRUE(a[i].n_tokens > 0);
+                ASSERT_EQ(b[i].n_tokens, a[i].n_tokens);
+                ASSERT_EQ(c[i].n_tokens, a[i].n_tokens);
+                for (int t = 0; t < a[i].n_tokens && t < WC_MAX_OUT; t++) {
+                        ASSERT_EQ(b[i].tokens[t], a[i].tokens[t]);
+                        ASSERT_EQ(c[i].tokens[t], a[i].tokens[t]);
+                }
+                ASSERT_STREQ(b[i].text, a[i].text);
+                ASSERT_STREQ(c[i].text, a[i].text);
+                ASSERT_STREQ(c[i].reason, a[i].reason);
+        }
+}
+
+TEST(default_model_same_text_with_ngram_drafts) {
+        char model[1024];
+        snprintf(model, sizeof model, "%s/models/default", getenv("DSV_SOURCE_DIR") ? getenv("DSV_SOURCE_DIR") : "..");
+        static const char *prompts[8] = {
+                "In the beginning God created the heaven and the earth. And the earth was without form, and void. "
+                "In the beginning God created the heaven",
+                "And Jesus answered", "Blessed are the poor in spirit: for theirs is the kingdom of heaven. Blessed are",
+                "The LORD is my shepherd; I shall not want. The LORD is my", "And it came to pass",
+                "Thou shalt not", "For God so loved the world, that he gave his only begotten Son. For God so",
+                "Let there be"};
+        struct reqs q;
+        for (int i = 0; i < 8; i++) {
+                q.m[i] = wc_tokens_request((uint64_t)(10 + i), NULL, 0, 40, i % 2 ? 0.7f : 0.0f, 31 + (uint64_t)i);
+                q.m[i].u.request.input = DSV_IPC_INPUT_PROMPT;
+                q.m[i].u.request.prompt = (char *)prompts[i];
+        }
+        same_outputs(model, &q);
+}
+
+TEST(every_fixture_same_tokens_with_ngram_drafts) {
+        for (size_t f = 0; f < N_FIXTURE_MODELS && !t_failed_current; f++) {
+                char model[1024];
+                snprintf(model, sizeof model, "%s/%s", t_fixture("models"), fixture_models[f]);
+                static struct reqs q;
+                for (int i = 0; i < 8; i++) {
+                        int n = 10 + (i * 7) % 22;
+                        for (int t = 0; t < n; t++)
+                                q.ids[i][t] = (int32_t)((t % 5) * 41 + 3 + i * 17) % 256;
+                        q.m[i] = wc_tokens_request((uint64_t)(10 + i), q.ids[i], (size_t)n, 32,
+                                                   i % 2 ? 0.5f : 0.0f, 7 + (uint64_t)i);
+                }
+                fprintf(stderr, "  %s\n", fixture_models[f]);
+                same_outputs(model, &q);
+        }
+}
+
+TEST(bad_speculative_option_refused) {
+        char *args[] = {"--model", "x", "--listen", "inproc://x", "--speculative", "mtp", NULL};
+        pid_t pid = wc_spawn(args);
+        ASSERT_TRUE(pid > 0);
+        int st = wc_wait_exit(pid, 30);
+        ASSERT_TRUE(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 2);
+        char *args2[] = {"--model", "x", "--listen", "inproc://x", "--spec-k-min", "5", "--spec-k-max", "3", NULL};
+        pid = wc_spawn(args2);
+        st = wc_wait_exit(pid, 30);
+        ASSERT_TRUE(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 2);
+}

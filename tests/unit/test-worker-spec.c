@@ -1,0 +1,580 @@
+/* Speculative decoding in the scheduler (n-gram drafts): a request's tokens are the
+ * same with and without speculation, greedy on every model fixture and seeded sampling
+ * with every sampler option and penalty, alone and in a batch of 8, with identical
+ * log-probabilities; under sampling, the token distribution over 2,000 seeds per side
+ * passes a chi-square test of homogeneity against plain decoding's over other seeds;
+ * drafts are really proposed, accepted and rejected; every KV block is back after the
+ * requests end; the draft length adapts to acceptance and respects its bounds; a drafter
+ * plugged through its ops table (all drafts right, all wrong) keeps the output and sees
+ * its hooks called. */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "dse.h"
+#include "dsv_ipc.h"
+#include "scheduler.h"
+#include "speculate.h"
+#include "t.h"
+#include "fixture-models.h"
+
+#define MAX_REQ 2048
+#define MAX_OUT 48
+#define TOP 4
+
+struct events {
+        int32_t out[MAX_REQ][MAX_OUT];
+        float lp[MAX_REQ][MAX_OUT];
+        struct dsv_ipc_logprob top[MAX_REQ][MAX_OUT][TOP];
+        int n_out[MAX_REQ];
+        int n_final, n_error;
+};
+
+static void on_event(void *user, const struct dsv_ipc_msg *m) {
+        struct events *ev = user;
+        if (m->type == DSV_IPC_TOKEN && m->u.token.id < MAX_REQ) {
+                uint64_t id = m->u.token.id;
+                int n = ev->n_out[id];
+                if (n < MAX_OUT) {
+                        ev->out[id][n] = m->u.token.token;
+                        ev->lp[id][n] = m->u.token.n_top ? m->u.token.logprob : 0;
+                        for (size_t j = 0; j < m->u.token.n_top && j < TOP; j++)
+                                ev->top[id][n][j] = m->u.token.top[j];
+                        ev->n_out[id]++;
+                }
+        } else if (m->type == DSV_IPC_FINAL) {
+                ev->n_final++;
+        } else if (m->type == DSV_IPC_ERROR) {
+                ev->n_error++;
+        }
+}
+
+static int64_t now_ms(void) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+struct rig {
+        struct dse_kv_cache *kv;
+        struct dse_batch *b;
+        struct sched *s;
+        struct events *ev;
+        int vocab;
+};
+
+static const struct spec_config ngram = {SPEC_NGRAM, 1, 4, 0, 0};
+static const struct spec_config off = {SPEC_OFF, 1, 4, 0, 0};
+
+static int rig_init(struct rig *g, struct dse_model *m, int max_batch, const struct spec_config *spec) {
+        memset(g, 0, sizeof *g);
+        g->vocab = dse_model_vocab_size(m);
+        g->ev = calloc(1, sizeof *g->ev);
+        struct dse_kv_cache *probe;
+        int r = g->ev ? dse_kv_cache_new(m, 1 << 20, 16, 1, 16, &probe, NULL) : -ENOMEM;
+        if (r < 0)
+                return r;
+        size_t bb = dse_kv_cache_block_bytes(probe);
+        dse_kv_cache_free(probe);
+        struct sched_config cfg = {max_batch, 256, 160, MAX_REQ};
+        if ((r = dse_kv_cache_new(m, bb * 96, 16, max_batch, 160, &g->kv, NULL)) < 0 ||
+            (r = dse_batch_new(m, g->kv, NULL, &g->b, NULL)) < 0 ||
+            (r = sched_new(&cfg, m, NULL, g->kv, g->b, on_event, g->ev, &g->s)) < 0)
+                return r;
+        return sched_set_speculation(g->s, spec);
+}
+
+static void rig_done(struct rig *g) {
+        sched_free(g->s);
+        dse_batch_free(g->b);
+        dse_kv_cache_free(g->kv);
+        free(g->ev);
+}
+
+static int run(struct rig *g) {
+        for (int steps = 0; sched_busy(g->s); steps++)
+                if (steps > 100000 || sched_step(g->s, now_ms()) < 0)
+                        return -EIO;
+        return 0;
+}
+
+/* A prompt that repeats itself, so n-gram lookup has matches from the first step:
+ * a salted stem, then the model's own greedy continuation of it (random fixtures fall
+ * into loops), which the drafts then mostly predict. */
+struct params {
+        float temperature, top_p, min_p, rep, presence, frequency;
+        int top_k, logprobs, max_tokens;
+};
+
+static int add(struct rig *g, uint64_t id, const int32_t *prompt, int n, const struct params *p, uint64_t seed) {
+        struct dsv_ipc_request req = {.id = id, .input = DSV_IPC_INPUT_TOKENS, .max_tokens = p->max_tokens};
+        dsv_ipc_sampling_init(&req.sampling);
+        req.sampling.temperature = p->temperature;
+        req.sampling.top_k = p->top_k;
+        req.sampling.top_p = p->top_p > 0 ? p->top_p : 1.0f;
+        req.sampling.min_p = p->min_p;
+        req.sampling.repetition_penalty = p->rep > 0 ? p->rep : 1.0f;
+        req.sampling.presence_penalty = p->presence;
+        req.sampling.frequency_penalty = p->frequency;
+        req.sampling.seed = seed;
+        req.sampling.has_seed = 1;
+        req.logprobs = p->logprobs;
+        return sched_add(g->s, &req, prompt, (size_t)n, now_ms());
+}
+
+static void stem(int32_t *ids, int n, int vocab, int salt) {
+        for (int i = 0; i < n; i++)
+                ids[i] = (int32_t)((i % 5) * 41 + 3 + salt * 17) % vocab;
+}
+
+/* 8 prompts of 10..31 tokens: the repeating stem of request i. */
+static int prompt_len(int i) {
+        return 10 + (i * 7) % 22;
+}
+
+static void outputs_equal(const struct events *a, const struct events *b, int n_req, int with_logprobs) {
+        for (int i = 0; i < n_req; i++) {
+                ASSERT_EQ(a->n_out[i], b->n_out[i]);
+                for (int t = 0; t < a->n_out[i]; t++) {
+                        ASSERT_EQ(a->out[i][t], b->out[i][t]);
+                        if (!with_logprobs)
+                                continue;
+                        ASSERT_FLOAT_EQ(a->lp[i][t], b->lp[i][t]);
+                        for (int j = 0; j < TOP; j++) {
+                                ASSERT_EQ(a->top[i][t][j].token, b->top[i][t][j].token);
+                                ASSERT_FLOAT_EQ(a->top[i][t][j].logprob, b->top[i][t][j].logprob);
+                        }
+                }
+        }
+}
+
+/* 8 requests: plain one at a time, speculative one at a time, speculative all in one
+ * batch: the same tokens (and logprobs). Returns the speculative batch's counters. */
+static void spec_equals_plain(struct dse_model *m, const struct params *p, const struct spec_config *spec,
+                              struct spec_stats *ret) {
+        struct events *plain = calloc(1, sizeof *plain), *alone = calloc(1, sizeof *alone);
+        ASSERT_TRUE(plain && alone);
+        int32_t ids[64];
+        for (int pass = 0; pass < 2; pass++)
+                for (int i = 0; i < 8; i++) {
+                        struct rig g;
+                        ASSERT_OK(rig_init(&g, m, 8, pass == 0 ? &off : spec));
+                        stem(ids, prompt_len(i), g.vocab, i);
+                        ASSERT_OK(add(&g, (uint64_t)i, ids, prompt_len(i), p, 500 + (uint64_t)i));
+                        ASSERT_OK(run(&g));
+                        struct events *dst = pass == 0 ? plain : alone;
+                        memcpy(dst->out[i], g.ev->out[i], sizeof dst->out[i]);
+                        memcpy(dst->lp[i], g.ev->lp[i], sizeof dst->lp[i]);
+                        memcpy(dst->top[i], g.ev->top[i], sizeof dst->top[i]);
+                        dst->n_out[i] = g.ev->n_out[i];
+                        rig_done(&g);
+                }
+        struct rig g;
+        ASSERT_OK(rig_init(&g, m, 8, spec));
+        for (int i = 0; i < 8; i++) {
+                stem(ids, prompt_len(i), g.vocab, i);
+                ASSERT_OK(add(&g, (uint64_t)i, ids, prompt_len(i), p, 500 + (uint64_t)i));
+        }
+        ASSERT_OK(run(&g));
+        ASSERT_EQ(g.ev->n_final, 8);
+        outputs_equal(plain, alone, 8, p->logprobs > 0);
+        outputs_equal(plain, g.ev, 8, p->logprobs > 0);
+        struct sched_stats st;
+        sched_get_stats(g.s, &st);
+        ASSERT_EQ(st.kv_blocks_used, 0);
+        *ret = st.spec;
+        rig_done(&g);
+        free(plain);
+        free(alone);
+}
+
+TEST(greedy_identical_every_fixture) {
+        const struct params p = {.max_tokens = 40, .logprobs = TOP};
+        for (size_t f = 0; f < N_FIXTURE_MODELS; f++) {
+                struct dse_model *m = fixture_model_open(fixture_models[f]);
+                ASSERT_TRUE(m);
+                struct spec_stats st;
+                spec_equals_plain(m, &p, &ngram, &st);
+                dse_model_free(m);
+                if (t_failed_current)
+                        return;
+                fprintf(stderr, "  %s: %lld drafts, %lld accepted in %lld verifications\n", fixture_models[f],
+                        (long long)st.draft_tokens, (long long)st.accepted_tokens, (long long)st.verifications);
+                ASSERT_TRUE(st.accepted_tokens > 0 && st.accepted_tokens < st.draft_tokens);
+        }
+}
+
+TEST(seeded_sampling_identical_with_every_option) {
+        struct dse_model *m = fixture_model_open("llama3-rope-gqa");
+        ASSERT_TRUE(m);
+        static const struct params ps[] = {
+                {.temperature = 0.5f, .max_tokens = 40, .logprobs = TOP},
+                {.temperature = 0.7f, .top_k = 20, .top_p = 0.9f, .min_p = 0.02f, .max_tokens = 40},
+                {.temperature = 0.3f, .rep = 1.05f, .presence = 0.1f, .frequency = 0.05f, .max_tokens = 40,
+                 .logprobs = TOP},
+        };
+        for (size_t i = 0; i < sizeof ps / sizeof *ps; i++) {
+                struct spec_stats st;
+                spec_equals_plain(m, &ps[i], &ngram, &st);
+                if (t_failed_current)
+                        break;
+                fprintf(stderr, "  params %zu: %lld drafts, %lld accepted\n", i, (long long)st.draft_tokens,
+                        (long long)st.accepted_tokens);
+                ASSERT_TRUE(st.accepted_tokens > 0 && st.accepted_tokens < st.draft_tokens);
+        }
+        dse_model_free(m);
+}
+
+/* Q(a, x), the regularized upper incomplete gamma function (Numerical Recipes 6.2):
+ * the chi-square survival function is Q(df / 2, chi2 / 2). */
+static double gamma_q(double a, double x) {
+        if (x <= 0)
+                return 1;
+        double gln = lgamma(a);
+        if (x < a + 1) {
+                double ap = a, sum = 1 / a, del = sum;
+                for (int n = 0; n < 1000; n++) {
+                        del *= x / ++ap;
+                        sum += del;
+                        if (fabs(del) < fabs(sum) * 1e-14)
+                                break;
+                }
+                return 1 - sum * exp(-x + a * log(x) - gln);
+        }
+        double b = x + 1 - a, c = 1 / 1e-300, d = 1 / b, h = d;
+        for (int i = 1; i < 1000; i++) {
+                double an = -i * (i - a);
+                b += 2;
+                d = an * d + b;
+                d = fabs(d) < 1e-300 ? 1e-300 : d;
+                c = b + an / c;
+                c = fabs(c) < 1e-300 ? 1e-300 : c;
+                d = 1 / d;
+                double del = d * c;
+                h *= del;
+                if (fabs(del - 1) < 1e-14)
+                        break;
+        }
+        return exp(-x + a * log(x) - gln) * h;
+}
+
+/* Two samples of equal size over categories: the chi-square test of homogeneity, with
+ * categories expected fewer than 5 times pooled. Returns the p-value. */
+static double homogeneity_p(const int *a, const int *b, int n_cat, int *ret_df) {
+        double chi2 = 0;
+        int df = -1, pool_a = 0, pool_b = 0;
+        for (int c = 0; c < n_cat; c++) {
+                if (a[c] + b[c] < 10) {
+                        pool_a += a[c];
+                        pool_b += b[c];
+                        continue;
+                }
+                chi2 += (double)(a[c] - b[c]) * (a[c] - b[c]) / (a[c] + b[c]);
+                df++;
+        }
+        if (pool_a + pool_b > 0) {
+                chi2 += (double)(pool_a - pool_b) * (pool_a - pool_b) / (pool_a + pool_b);
+                df++;
+        }
+        *ret_df = df;
+        return df > 0 ? gamma_q(df / 2.0, chi2 / 2.0) : 1;
+}
+
+#define N_SAMPLES 2000
+
+/* Each generated position's token over N_SAMPLES seeds, plain vs speculative (disjoint
+ * seeds: the same seed gives the same tokens, see above, which would prove nothing
+ * here). */
+TEST(sampling_distribution_equals_plain_chi_square) {
+        struct dse_model *m = fixture_model_open("llama3-rope-gqa");
+        ASSERT_TRUE(m);
+        const struct params p = {.temperature = 0.6f, .max_tokens = 3};
+        int V = dse_model_vocab_size(m);
+        int *count[2][3];
+        for (int s = 0; s < 2; s++)
+                for (int t = 0; t < 3; t++)
+                        ASSERT_TRUE((count[s][t] = calloc((size_t)V, sizeof(int))) != NULL);
+        /* The prompt: a stem and the model's greedy continuation, which loops. */
+        int32_t prompt[64];
+        int n_prompt = 12;
+        stem(prompt, n_prompt, V, 3);
+        {
+                struct rig g;
+                ASSERT_OK(rig_init(&g, m, 1, &off));
+                const struct params greedy = {.max_tokens = 24};
+                ASSERT_OK(add(&g, 0, prompt, n_prompt, &greedy, 0));
+                ASSERT_OK(run(&g));
+                memcpy(prompt + n_prompt, g.ev->out[0], (size_t)g.ev->n_out[0] * sizeof(int32_t));
+                n_prompt += g.ev->n_out[0];
+                rig_done(&g);
+        }
+        struct spec_stats st = {0};
+        for (int s = 0; s < 2; s++) {
+                struct rig g;
+                ASSERT_OK(rig_init(&g, m, 8, s == 0 ? &off : &ngram));
+                for (int i = 0; i < N_SAMPLES; i++)
+                        ASSERT_OK(add(&g, (uint64_t)i, prompt, n_prompt, &p, (uint64_t)(s * 1000003 + i)));
+                ASSERT_OK(run(&g));
+                ASSERT_EQ(g.ev->n_final, N_SAMPLES);
+                for (int i = 0; i < N_SAMPLES; i++)
+                        for (int t = 0; t < 3 && t < g.ev->n_out[i]; t++)
+                                count[s][t][g.ev->out[i][t]]++;
+                if (s == 1) {
+                        struct sched_stats ss;
+                        sched_get_stats(g.s, &ss);
+                        st = ss.spec;
+                }
+                rig_done(&g);
+        }
+        fprintf(stderr, "  %lld drafts, %lld accepted in %lld verifications\n", (long long)st.draft_tokens,
+                (long long)st.accepted_tokens, (long long)st.verifications);
+        /* Both outcomes of the rule occur often. */
+        ASSERT_TRUE(st.accepted_tokens > N_SAMPLES / 4);
+        ASSERT_TRUE(st.draft_tokens - st.accepted_tokens > N_SAMPLES / 4);
+        for (int t = 0; t < 3; t++) {
+                int df;
+                double pv = homogeneity_p(count[0][t], count[1][t], V, &df);
+                fprintf(stderr, "  token %d: chi-square p = %.4f (df %d)\n", t, pv, df);
+                ASSERT_TRUE(df >= 2);
+                ASSERT_TRUE(pv > 0.01);
+        }
+        for (int s = 0; s < 2; s++)
+                for (int t = 0; t < 3; t++)
+                        free(count[s][t]);
+        dse_model_free(m);
+}
+
+/* The draft length follows acceptance: full acceptance climbs to k_max, rejection
+ * sinks to k_min. */
+TEST(draft_length_adapts_within_bounds) {
+        const struct spec_config c = {SPEC_NGRAM, 2, 6, 0, 0};
+        struct spec_seq q;
+        spec_seq_init(&q, &c);
+        ASSERT_EQ(spec_seq_k(&q, &c), 6);
+        for (int i = 0; i < 10; i++)
+                spec_seq_update(&q, spec_seq_k(&q, &c), 0);
+        ASSERT_EQ(spec_seq_k(&q, &c), 2);
+        for (int i = 0; i < 10; i++)
+                spec_seq_update(&q, spec_seq_k(&q, &c), spec_seq_k(&q, &c));
+        ASSERT_EQ(spec_seq_k(&q, &c), 6);
+        for (int i = 0; i < 10; i++)
+                spec_seq_update(&q, 4, 2);
+        ASSERT_EQ(spec_seq_k(&q, &c), 3);
+}
+
+/* Bounds outside speculate.h's and a change after requests came are refused. */
+TEST(bad_speculation_config) {
+        struct dse_model *m = fixture_model_open("llama3-rope-gqa");
+        ASSERT_TRUE(m);
+        struct rig g;
+        ASSERT_OK(rig_init(&g, m, 2, &off));
+        const struct spec_config bad[] = {
+                {SPEC_NGRAM, 0, 4, 0, 0}, {SPEC_NGRAM, 3, 2, 0, 0}, {SPEC_NGRAM, 1, SPEC_K_LIMIT + 1, 0, 0}, {SPEC_NGRAM, 1, 4, -1, 0}};
+        for (size_t i = 0; i < sizeof bad / sizeof *bad; i++)
+                ASSERT_ERR(sched_set_speculation(g.s, &bad[i]), -EINVAL);
+        int32_t ids[4] = {1, 2, 3, 4};
+        const struct params p = {.max_tokens = 2};
+        ASSERT_OK(add(&g, 0, ids, 4, &p, 0));
+        ASSERT_ERR(sched_set_speculation(g.s, &ngram), -EBUSY);
+        rig_done(&g);
+        dse_model_free(m);
+}
+
+/* A drafter that knows each request's plain greedy output (found by its prompt) and
+ * proposes it, or, as an adversary, proposes it with the first draft changed; it counts
+ * the hooks' calls. */
+struct oracle {
+        int32_t seqs[8][64 + MAX_OUT];
+        int len[8], n_prompt[8];
+        int wrong, vocab;
+        int any; /* propose max_draft copies of the last token, whatever the sequence */
+        int verified, verified_drafts, verified_accepted, released;
+};
+
+static int oracle_propose(void *self, int slot, const int32_t *tokens, int32_t n_tokens, int max_draft, int32_t *draft) {
+        struct oracle *o = self;
+        (void)slot;
+        if (o->any) {
+                for (int i = 0; i < max_draft; i++)
+                        draft[i] = tokens[n_tokens - 1];
+                return max_draft;
+        }
+        for (int i = 0; i < 8; i++) {
+                if (n_tokens > o->len[i] || n_tokens < o->n_prompt[i] ||
+                    memcmp(o->seqs[i], tokens, (size_t)n_tokens * sizeof(int32_t)) != 0)
+                        continue;
+                int n = o->len[i] - n_tokens < max_draft ? o->len[i] - n_tokens : max_draft;
+                memcpy(draft, o->seqs[i] + n_tokens, (size_t)n * sizeof(int32_t));
+                if (o->wrong && n > 0)
+                        draft[0] = (draft[0] + 1) % o->vocab;
+                return n;
+        }
+        return 0;
+}
+
+static void oracle_verified(void *self, int slot, int n_draft, int n_accepted) {
+        struct oracle *o = self;
+        (void)slot;
+        o->verified++;
+        o->verified_drafts += n_draft;
+        o->verified_accepted += n_accepted;
+}
+
+static void oracle_release(void *self, int slot) {
+        (void)slot;
+        ((struct oracle *)self)->released++;
+}
+
+static const struct spec_drafter_ops oracle_ops = {"oracle", oracle_propose, oracle_verified, oracle_release};
+
+/* Drafts that are all right: every verification accepts k, the bonus token follows, and
+ * the output is the plain one in fewer steps; drafts that are all wrong: nothing is
+ * accepted, the same output, every block back. The hooks see each verification and
+ * each request's end. */
+TEST(plugged_drafter_all_right_and_all_wrong) {
+        struct dse_model *m = fixture_model_open("qwen2-bf16-tied");
+        ASSERT_TRUE(m);
+        static struct oracle o;
+        memset(&o, 0, sizeof o);
+        o.vocab = dse_model_vocab_size(m);
+        const struct params p = {.max_tokens = 33};
+        int64_t plain_steps;
+        {
+                struct rig g;
+                ASSERT_OK(rig_init(&g, m, 8, &off));
+                for (int i = 0; i < 8; i++) {
+                        o.n_prompt[i] = prompt_len(i);
+                        stem(o.seqs[i], o.n_prompt[i], g.vocab, i + 40);
+                        ASSERT_OK(add(&g, (uint64_t)i, o.seqs[i], o.n_prompt[i], &p, 1));
+                }
+                ASSERT_OK(run(&g));
+                struct sched_stats st;
+                sched_get_stats(g.s, &st);
+                plain_steps = st.steps;
+                for (int i = 0; i < 8; i++) {
+                        ASSERT_EQ(g.ev->n_out[i], 33);
+                        memcpy(o.seqs[i] + o.n_prompt[i], g.ev->out[i], 33 * sizeof(int32_t));
+                        o.len[i] = o.n_prompt[i] + 33;
+                }
+                rig_done(&g);
+        }
+        const struct spec_config c = {SPEC_NGRAM, 1, 4, 0, 0};
+        for (o.wrong = 0; o.wrong < 2; o.wrong++) {
+                o.verified = o.verified_drafts = o.verified_accepted = o.released = 0;
+                struct spec_drafter d = {&oracle_ops, &o};
+                struct rig g;
+                ASSERT_OK(rig_init(&g, m, 8, &off));
+                ASSERT_OK(sched_set_drafter(g.s, &c, &d));
+                for (int i = 0; i < 8; i++)
+                        ASSERT_OK(add(&g, (uint64_t)i, o.seqs[i], o.n_prompt[i], &p, 1));
+                ASSERT_OK(run(&g));
+                for (int i = 0; i < 8; i++) {
+                        ASSERT_EQ(g.ev->n_out[i], 33);
+                        for (int t = 0; t < 33; t++)
+                                ASSERT_EQ(g.ev->out[i][t], o.seqs[i][o.n_prompt[i] + t]);
+                }
+                struct sched_stats st;
+                sched_get_stats(g.s, &st);
+                fprintf(stderr, "  %s drafts: %lld steps (plain %lld), %lld of %lld accepted, hist[0] %lld hist[4] %lld\n",
+                        o.wrong ? "wrong" : "right", (long long)st.steps, (long long)plain_steps,
+                        (long long)st.spec.accepted_tokens, (long long)st.spec.draft_tokens,
+                        (long long)st.spec.accepted_hist[0], (long long)st.spec.accepted_hist[4]);
+                ASSERT_EQ(st.kv_blocks_used, 0);
+                ASSERT_EQ(o.released, 8);
+                if (o.wrong) {
+                        ASSERT_EQ(st.spec.accepted_tokens, 0);
+                        ASSERT_TRUE(st.spec.draft_tokens > 0);
+                        ASSERT_EQ(st.spec.accepted_hist[0], st.spec.verifications);
+                } else {
+                        ASSERT_EQ(st.spec.accepted_tokens, st.spec.draft_tokens);
+                        /* a prompt's step, then 33 tokens in steps of up to 5 */
+                        ASSERT_TRUE(st.steps * 3 < plain_steps);
+                        ASSERT_TRUE(st.spec.accepted_hist[4] > 0);
+                }
+                /* Every verification but those that ended a request went through the hook. */
+                ASSERT_TRUE(o.verified <= st.spec.verifications && o.verified >= st.spec.verifications - 8);
+                rig_done(&g);
+        }
+        dse_model_free(m);
+}
+
+/* spec.step_tokens bounds the positions a step samples: 3 sequences and a bound of 4
+ * leave room for one draft per step (the oldest sequence's), prompt tokens before the
+ * last not counted; 4 sequences leave none. */
+TEST(step_tokens_bound_the_drafts) {
+        struct dse_model *m = fixture_model_open("qwen2-bf16-tied");
+        ASSERT_TRUE(m);
+        static struct oracle o;
+        memset(&o, 0, sizeof o);
+        o.vocab = dse_model_vocab_size(m);
+        o.any = 1;
+        const struct params p = {.max_tokens = 12};
+        for (int i = 0; i < 8; i++)
+                stem(o.seqs[i], 20, o.vocab, i + 60);
+        for (int n_seq = 3; n_seq <= 4; n_seq++) {
+                const struct spec_config c = {SPEC_NGRAM, 1, 4, 4, 0};
+                struct spec_drafter d = {&oracle_ops, &o};
+                struct rig g;
+                ASSERT_OK(rig_init(&g, m, 8, &off));
+                ASSERT_OK(sched_set_drafter(g.s, &c, &d));
+                for (int i = 0; i < n_seq; i++)
+                        ASSERT_OK(add(&g, (uint64_t)i, o.seqs[i], 20, &p, 1));
+                struct sched_stats st;
+                int steps = 0;
+                while (sched_busy(g.s)) {
+                        int n = sched_step(g.s, now_ms());
+                        ASSERT_TRUE(n > 0);
+                        sched_get_stats(g.s, &st);
+                        /* the first step: n_seq prompts of 20 and the drafts */
+                        int prompt_tokens = steps == 0 ? n_seq * 19 : 0;
+                        ASSERT_TRUE(n - prompt_tokens <= (n_seq == 3 ? 4 : n_seq));
+                        steps++;
+                }
+                sched_get_stats(g.s, &st);
+                fprintf(stderr, "  %d sequences: %lld drafts in %d steps\n", n_seq, (long long)st.spec.draft_tokens, steps);
+                if (n_seq == 3)
+                        ASSERT_TRUE(st.spec.draft_tokens >= steps - 1);
+                else
+                        ASSERT_EQ(st.spec.draft_tokens, 0);
+                rig_done(&g);
+        }
+        dse_model_free(m);
+}
+
+/* The draft count by measured step cost: all the drafts while a step costs the same
+ * with more tokens, the fewest once it costs in proportion and drafts are mostly
+ * rejected, all again when they are always accepted and cost less than the tokens
+ * they bring; an unmeasured size counts as no dearer. */
+TEST(drafts_by_measured_step_cost) {
+        struct spec_cost flat = {{0}}, linear = {{0}}, none = {{0}};
+        for (int t = 1; t <= SPEC_COST_TOKENS; t++) {
+                spec_cost_observe(&flat, t, 0.010);
+                spec_cost_observe(&linear, t, 0.010 * t);
+        }
+        ASSERT_EQ(spec_cost_drafts(&flat, 1, 1, 4, 0.3), 4);
+        ASSERT_EQ(spec_cost_drafts(&linear, 1, 1, 4, 0.3), 1);
+        ASSERT_EQ(spec_cost_drafts(&linear, 1, 0, 4, 0.3), 0);
+        ASSERT_EQ(spec_cost_drafts(&linear, 8, 1, 4, 1.0), 4); /* (1+n) tokens for (8+n)/8 */
+        ASSERT_EQ(spec_cost_drafts(&none, 1, 1, 4, 0.1), 4);
+        /* a moving average: one slow reading moves it a fifth of the way */
+        spec_cost_observe(&flat, 2, 0.060);
+        ASSERT_NEAR(flat.step_s[2], 0.020, 1e-12);
+        spec_cost_observe(&flat, 0, 1.0);
+        spec_cost_observe(&flat, SPEC_COST_TOKENS + 1, 1.0);
+        ASSERT_NEAR(flat.step_s[1], 0.010, 0);
+}
+
+/* With the cost rule on, the tokens are still the plain ones. */
+TEST(greedy_and_seeded_identical_with_cost_rule) {
+        struct dse_model *m = fixture_model_open("qwen2-bf16-tied");
+        ASSERT_TRUE(m);
+        const struct spec_config by_cost = {SPEC_NGRAM, 1, 4, 8, 1};
+        const struct params greedy = {.max_tokens = 40, .logprobs = TOP}, sampled = {.temperature = 0.5f, .max_tokens = 40};
+        struct spec_stats st;
+        spec_equals_plain(m, &greedy, &by_cost, &st); /* drafts alone; none in the batch of 8 (step_tokens 8) */
+        ASSERT_EQ(st.draft_tokens, 0);
+        spec_equals_plain(m, &sampled, &by_cost, &st);
+        dse_model_free(m);
+}

@@ -1,0 +1,109 @@
+/* Speculative decoding's drafter, draft lengths and acceptance rule (see speculate.h). */
+#include <errno.h>
+#include <math.h>
+#include <string.h>
+
+#include "dse.h"
+#include "speculate.h"
+
+int spec_method_parse(const char *s, enum spec_method *ret) {
+        if (!strcmp(s, "off"))
+                *ret = SPEC_OFF;
+        else if (!strcmp(s, "ngram"))
+                *ret = SPEC_NGRAM;
+        else
+                return -EINVAL;
+        return 0;
+}
+
+const char *spec_method_name(enum spec_method m) {
+        return m == SPEC_NGRAM ? "ngram" : "off";
+}
+
+static int ngram_propose(void *self, int slot, const int32_t *tokens, int32_t n_tokens, int max_draft,
+                         int32_t *draft) {
+        (void)self;
+        (void)slot;
+        return dse_ngram_draft(tokens, n_tokens, SPEC_NGRAM_MIN, SPEC_NGRAM_MAX, SPEC_NGRAM_WINDOW, max_draft, draft);
+}
+
+const struct spec_drafter_ops spec_ngram_ops = {.name = "ngram", .propose = ngram_propose};
+
+/* A new sequence starts at the top of its range: the first verification measures. */
+void spec_seq_init(struct spec_seq *q, const struct spec_config *cfg) {
+        q->mean_accepted = (float)cfg->k_max;
+        q->accept_rate = 1.0f;
+}
+
+/* One more draft than the sequence usually gets accepted: a run of full acceptances
+ * climbs to k_max, a run of rejections sinks to k_min, and a draft past the usual
+ * acceptance length is cheap while the step is memory-bound. */
+int spec_seq_k(const struct spec_seq *q, const struct spec_config *cfg) {
+        int k = (int)(q->mean_accepted + 0.5f) + 1;
+        return k < cfg->k_min ? cfg->k_min : k > cfg->k_max ? cfg->k_max : k;
+}
+
+void spec_seq_update(struct spec_seq *q, int n_draft, int n_accepted) {
+        if (n_draft > 0) {
+                q->mean_accepted += 0.5f * ((float)n_accepted - q->mean_accepted);
+                q->accept_rate += 0.3f * ((float)n_accepted / (float)n_draft - q->accept_rate);
+        }
+}
+
+void spec_cost_observe(struct spec_cost *c, int tokens, double seconds) {
+        if (tokens < 1 || tokens > SPEC_COST_TOKENS || !(seconds > 0))
+                return;
+        double *t = &c->step_s[tokens];
+        *t = *t > 0 ? *t + 0.2 * (seconds - *t) : seconds;
+}
+
+int spec_cost_drafts(const struct spec_cost *c, int tokens, int k_min, int k, double a) {
+        int best = k_min;
+        double best_v = -1;
+        for (int n = k_min; n <= k; n++) {
+                double expect = a >= 1 ? n + 1 : (1 - pow(a, n + 1)) / (1 - a), ratio = 1;
+                if (tokens >= 1 && tokens + n <= SPEC_COST_TOKENS && c->step_s[tokens] > 0 &&
+                    c->step_s[tokens + n] > 0)
+                        ratio = c->step_s[tokens + n] / c->step_s[tokens];
+                if (expect / ratio >= best_v) {
+                        best_v = expect / ratio;
+                        best = n;
+                }
+        }
+        return best;
+}
+
+/* The rule, from the general one (Leviathan et al.; Chen et al.): with target p and
+ * draft distribution q at a position, draft x ~ q is accepted with probability
+ * min(1, p(x)/q(x)); on rejection the token is drawn from the residual
+ * norm(max(0, p - q)); then every emitted token is distributed as p. An n-gram (or any
+ * deterministic) draft is a point mass, q = 1 at x: accept with probability
+ * min(1, p(x)) = p(x), and the residual max(0, p - q) is p with x's mass removed
+ * (p(x) - 1 <= 0), renormalised. Drawing y ~ p and accepting when y == x realises
+ * exactly that: P(accept) = p(x), and given y != x, y ~ p restricted to the other tokens
+ * and renormalised. So each position is sampled from the target as plain decoding
+ * would (same penalties, masks and sampler, one draw per emitted token), and the walk
+ * stops at the first sample that differs from its draft, which is the resample; after
+ * k accepted drafts the k + 1-th sample is the bonus token. Greedy is the special case
+ * of an argmax sampler: accept on exact match. */
+int spec_verify(const int32_t *draft, int n_draft, spec_sample_fn sample, void *ctx, int *ret_ended) {
+        *ret_ended = 0;
+        for (int i = 0;; i++) {
+                int tok = sample(ctx, i);
+                if (tok < 0) {
+                        *ret_ended = 1;
+                        return i;
+                }
+                if (i == n_draft || tok != draft[i])
+                        return i;
+        }
+}
+
+void spec_stats_add(struct spec_stats *st, int n_draft, int n_accepted) {
+        if (n_draft <= 0)
+                return;
+        st->verifications++;
+        st->draft_tokens += n_draft;
+        st->accepted_tokens += n_accepted;
+        st->accepted_hist[n_accepted]++;
+}

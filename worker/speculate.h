@@ -1,0 +1,105 @@
+/* Speculative decoding in the scheduler: who proposes draft tokens, how many each
+ * sequence may verify per step, and the acceptance rule that keeps the output exactly
+ * the non-speculative one.
+ *
+ * A drafter is an ops table over its own state, so n-gram lookup (here), an MTP head or
+ * a draft model (both needing the target's hidden state or their own KV cache, hence
+ * the per-request hooks) plug in the same way. A step verifies [pending token,
+ * d_1..d_k] of a sequence in one forward pass (dse_batch_seq.n_draft); spec_verify then
+ * walks the k + 1 positions. */
+#ifndef DSV_WORKER_SPECULATE_H
+#define DSV_WORKER_SPECULATE_H
+
+#include <stdint.h>
+
+#define SPEC_K_LIMIT 8 /* drafts per sequence per step, the most --spec-k-max allows */
+
+enum spec_method { SPEC_OFF, SPEC_NGRAM };
+
+struct spec_config {
+        enum spec_method method; /* SPEC_OFF (0): plain decoding */
+        int k_min, k_max;        /* 1 <= k_min <= k_max <= SPEC_K_LIMIT: a sequence's drafts per step */
+        int step_tokens;         /* a step sampling this many positions is compute-bound: drafts
+                                    never take it past that (0: no limit beyond the token budget) */
+        int by_cost;             /* nonzero: a sequence's drafts are also cut to what pays at the
+                                    measured step cost (spec_cost_drafts) */
+};
+
+/* "off" | "ngram" -> *ret; -EINVAL otherwise. */
+int spec_method_parse(const char *s, enum spec_method *ret);
+const char *spec_method_name(enum spec_method m);
+
+struct spec_drafter_ops {
+        const char *name;
+        /* Up to max_draft tokens proposed to follow tokens[0..n_tokens) of the request in
+         * scheduler slot `slot`, into draft; returns how many (0: no guess) or -errno. */
+        int (*propose)(void *self, int slot, const int32_t *tokens, int32_t n_tokens, int max_draft,
+                       int32_t *draft);
+        /* After verification: n_accepted of the n_draft proposals were kept (a drafter
+         * with its own KV cache rolls the rest back). NULL when stateless. */
+        void (*verified)(void *self, int slot, int n_draft, int n_accepted);
+        /* The request in slot ended or was preempted. NULL when stateless. */
+        void (*release)(void *self, int slot);
+};
+
+struct spec_drafter {
+        const struct spec_drafter_ops *ops;
+        void *self;
+};
+
+/* The n-gram drafter (stateless, self unused): dse_ngram_draft with n from
+ * SPEC_NGRAM_MAX down to SPEC_NGRAM_MIN over the last SPEC_NGRAM_WINDOW tokens. */
+#define SPEC_NGRAM_MIN 2
+#define SPEC_NGRAM_MAX 4
+#define SPEC_NGRAM_WINDOW 4096
+extern const struct spec_drafter_ops spec_ngram_ops;
+
+/* Per-sequence draft length: follows the sequence's measured acceptance. */
+struct spec_seq {
+        float mean_accepted; /* moving average of drafts accepted per verification */
+        float accept_rate;   /* moving average of accepted / proposed drafts */
+};
+
+void spec_seq_init(struct spec_seq *q, const struct spec_config *cfg);
+/* Drafts the sequence should propose in its next step, in [k_min, k_max]. */
+int spec_seq_k(const struct spec_seq *q, const struct spec_config *cfg);
+void spec_seq_update(struct spec_seq *q, int n_draft, int n_accepted);
+
+/* Measured seconds of a decode-only step by the tokens it carried (moving averages):
+ * a step about as slow with k more tokens is memory-bound, so drafts are nearly free;
+ * one slower in proportion to its tokens is compute-bound, and a draft costs what the
+ * position it may save costs. */
+#define SPEC_COST_TOKENS 32
+struct spec_cost {
+        double step_s[SPEC_COST_TOKENS + 1]; /* by tokens; 0: not measured */
+};
+
+void spec_cost_observe(struct spec_cost *c, int tokens, double seconds);
+/* Of k_min..k drafts for a sequence whose drafts are accepted at rate a, added to a step
+ * of `tokens` tokens: the count with the most expected tokens per step cost,
+ * (1 - a^(n+1)) / (1 - a) over t(tokens + n) / t(tokens), a cost not yet measured
+ * taken as no dearer (so it gets tried and measured); the larger count on a tie. */
+int spec_cost_drafts(const struct spec_cost *c, int tokens, int k_min, int k, double a);
+
+/* Samples position i (0..n_draft) of a verification from the target distribution
+ * given everything before it (the accepted drafts included: penalties, masks and the
+ * sampler's stream advance token by token), emits the token, and returns it; -1 when
+ * the request ended with it (it is then gone). */
+typedef int (*spec_sample_fn)(void *ctx, int i);
+
+/* The acceptance walk over one verification: returns how many drafts were accepted
+ * (before the token that ended the request, when one did); *ret_ended is set when the
+ * request ended during the walk. Every emitted token (at
+ * most n_draft + 1) came from sample. */
+int spec_verify(const int32_t *draft, int n_draft, spec_sample_fn sample, void *ctx, int *ret_ended);
+
+/* Counters of an instance's speculation, for stats and metrics. */
+struct spec_stats {
+        int64_t verifications;   /* steps of a sequence that carried at least one draft */
+        int64_t draft_tokens, accepted_tokens;
+        int64_t accepted_hist[SPEC_K_LIMIT + 1]; /* verifications by drafts accepted */
+};
+
+void spec_stats_add(struct spec_stats *st, int n_draft, int n_accepted);
+
+#endif
