@@ -26,6 +26,7 @@
 #ifndef DSV_IPC_H
 #define DSV_IPC_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -35,8 +36,9 @@ extern "C" {
 
 #define DSV_IPC_PROTOCOL_VERSION 1
 /* Compatible additions within the major version; each message says "minor" (absent: 0).
- * 1: the "events" batch message (PROTOCOL.md), sent only to peers that said minor >= 1. */
-#define DSV_IPC_PROTOCOL_MINOR 1
+ * 1: the "events" batch message (PROTOCOL.md), sent only to peers that said minor >= 1.
+ * 2: request fields max_tokens_to_context and max_prompt_tokens. */
+#define DSV_IPC_PROTOCOL_MINOR 2
 /* Largest message accepted (a 128k-token prompt as JSON ids is ~1 MiB). */
 #define DSV_IPC_MAX_MSG_BYTES (16u << 20)
 /* Largest request id, seed and deadline value (JSON numbers with 15 exact digits). */
@@ -100,6 +102,9 @@ struct dsv_ipc_request {
         size_t n_tokens;
         struct dsv_ipc_sampling sampling;
         int32_t max_tokens;
+        bool max_tokens_to_context; /* (minor 2) generate up to the context: max_tokens is
+                                     * n_ctx minus the prompt's tokens (max_tokens ignored) */
+        int32_t max_prompt_tokens;  /* (minor 2) longer prompts: prompt_too_long; 0: n_ctx */
         char **stop;          /* stop strings */
         size_t n_stop;
         int32_t logprobs;     /* top-n logprobs per token, 0: none */

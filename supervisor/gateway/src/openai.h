@@ -36,10 +36,12 @@ void dsv__gw_error_set(struct dsv_gw_error *e, int status, const char *type, con
 int dsv__gw_error_json(const struct dsv_gw_error *e, char **ret_json, size_t *ret_len);
 
 struct dsv_gw_limits {
-        const char *model;        /* the one model id accepted */
+        const char *model;        /* the model id accepted, and its aliases */
+        const char *const *model_aliases;
+        size_t n_model_aliases;
         size_t max_prompt_bytes;
         int32_t max_tokens_limit;
-        int32_t default_max_tokens;
+        int32_t default_max_tokens; /* 0: up to the context (max_tokens_to_context) */
 };
 
 /* One parsed OpenAI request. */
@@ -104,7 +106,8 @@ int dsv__gw_answer_token(struct dsv_gw_answer *a, const struct dsv_ipc_token *t)
  * caller, cJSON_Delete), NULL without memory. */
 struct cJSON *dsv__gw_answer_object(struct dsv_gw_answer *a);
 /* The GET /v1/models list of the one model served. */
-struct cJSON *dsv__gw_models_object(const char *model);
+struct cJSON *dsv__gw_models_object(const char *model, const char *const *aliases, size_t n_aliases,
+                                    int32_t max_model_len);
 /* The worker's error as the client sees it: only the request's own faults are repeated,
  * anything else gets a fixed text, so no worker internals leak. */
 void dsv__gw_worker_error(const struct dsv_ipc_error *we, struct dsv_gw_error *e);
