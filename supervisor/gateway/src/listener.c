@@ -215,13 +215,15 @@ static void pending_remove(struct gw_listener *l, size_t i) {
 
 /* Looks at what arrived: hands the connection over once its header block is complete
  * (or, under TLS, once anything came), closes it when the client went away. */
-static void pending_check(struct gw_listener *l, size_t i) {
+static void pending_check(struct gw_listener *l, size_t i, short revents) {
         struct gw_pending *pc = &l->pending[i];
         char buf[HEADER_PEEK_BYTES];
         ssize_t n = recv(pc->fd, buf, l->lim.tls ? 1 : sizeof buf, MSG_PEEK | MSG_DONTWAIT);
         if (n < 0 && (errno == EAGAIN || errno == EINTR))
                 return;
-        if (n <= 0) {
+        /* A client gone before its header was whole (its bytes still unread: a peek
+         * returns them, not the end of the stream). */
+        if (n <= 0 || (revents & (POLLRDHUP | POLLHUP | POLLERR))) {
                 ip_release(l, (struct sockaddr *)&pc->addr);
                 close(pc->fd);
                 pending_remove(l, i);
@@ -329,7 +331,7 @@ static void *listener_main(void *arg) {
                  * removed one's place. Pending first: an expired one joins the lingering. */
                 for (size_t i = n_pending; i-- > 0;) {
                         if (pp[i].revents)
-                                pending_check(l, i);
+                                pending_check(l, i, pp[i].revents);
                         if (i < l->n_pending && l->pending[i].fd == pp[i].fd)
                                 pending_expire(l, i, now);
                 }
