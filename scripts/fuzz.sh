@@ -139,7 +139,7 @@ reached_functions() {
         dsv_ipc_batch_add dsv_ipc_batch_message ;;
     fuzz-supervisor-config) echo sup_config_apply_json set_text/config.c set_int/config.c dsv_cgroup_parent_check ;;
     fuzz-gateway-request) echo dsv__gw_request_parse parse_messages parse_stop parse_logprobs dsv__gw_utf8_valid ;;
-    fuzz-gateway-http) echo dsv__gw_strict_target_ok dsv__gw_strict_request scan_field/http_strict.c dsv__gw_json_strict dsv__gw_request_parse ;;
+    fuzz-gateway-http) echo dsv__gw_strict_target_ok dsv__gw_strict_request scan_field/http_strict.c dsv__gw_json_strict dsv__gw_request_parse dsv__gw_tokenize ;;
     fuzz-load-sse) echo load_sse_feed load_answer_classify ;;
     fuzz-chat-template) echo dse__jinja_parse parse_body/jinja_parse.c dse__jinja_render eval/jinja_eval.c apply_filter binop/jinja_eval.c ;;
     fuzz-tokenizer-load)

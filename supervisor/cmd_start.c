@@ -133,6 +133,7 @@ static int start_instances(struct sup *s) {
 static void teardown(struct sup *s) {
         dsv_gateway_free(s->env.gw);
         s->env.gw = NULL;
+        sup_tokenizer_done(&s->tokenizer);
         for (int i = 0; i < s->n; i++)
                 sup_instance_done(&s->inst[i]);
         sup_cgroup_host_done(s->env.cg_host);
@@ -324,7 +325,7 @@ static int setup(struct sup *s) {
         if ((r = sup_model_resolve(&s->cfg, s->exe_dir, &s->model)) < 0 || (r = load_weights(s)) < 0)
                 return r;
         if ((r = sup_cgroup_host_setup(&s->cfg, s->n, &s->env.cg_host, s->cg_note, sizeof s->cg_note)) < 0 ||
-            (r = sup_gateway_setup(s)) < 0)
+            (r = sup_gateway_setup(s)) < 0 || (r = sup_tokenizer_setup(s)) < 0)
                 return r;
         sup_notify_setup(s);
         return start_instances(s);

@@ -447,8 +447,20 @@ struct sup_reload_report {
         struct sup_reload_item applied[SUP_RELOAD_MAX_ITEMS], not_applied[SUP_RELOAD_MAX_ITEMS];
 };
 
+struct dse_tokenizer;
+struct dse_chat_template;
+
+/* The model's tokenizer and the served chat template, for the gateway's /tokenize and
+ * /detokenize (render and encode as the workers do). Immutable once loaded: used from
+ * HTTP threads at once. */
+struct sup_tokenizer {
+        struct dse_tokenizer *tok;
+        struct dse_chat_template *chat; /* NULL: chats cannot be tokenized */
+};
+
 /* `dsvisor start`'s state: built by cmd_start.c's setup, changed by its poll loop only
  * (main thread); status.c and sup_metrics.c read it there. */
+
 struct sup {
         struct sup_config cfg;
         char exe_dir[PATH_MAX];
@@ -475,7 +487,17 @@ struct sup {
         bool all_failed;           /* every instance hit its crash-loop limit */
         int64_t started_ms;
         struct sup_metrics metrics;
+        struct sup_tokenizer tokenizer; /* serves /tokenize and /detokenize */
 };
+
+/* ---- the served tokenizer (tokenizer_hook.c) ----------------------------------------- */
+
+/* Loads them from s->model and s->cfg.chat_template and installs them into s->env.gw. A
+ * model without a tokenizer leaves the endpoints at 501 (logged); other failures are
+ * logged and returned. */
+int sup_tokenizer_setup(struct sup *s);
+/* After the gateway is freed. */
+void sup_tokenizer_done(struct sup_tokenizer *t);
 
 /* ---- the gateway (gateway_setup.c) --------------------------------------------------- */
 

@@ -92,6 +92,25 @@ s=$(code "${auth[@]}" -H 'Content-Type: application/json' \
 check "a prompt over --max-prompt-tokens: 400 context_length_exceeded" \
         bash -c "[ $s = 400 ] && grep -q context_length_exceeded $tmp/body"
 
+post() { code "${auth[@]}" -H 'Content-Type: application/json' -d "$2" "$A/$1"; }
+check "POST /tokenize without a key: 401" [ "$(code -d '{"prompt":"a"}' "$A/tokenize")" = 401 ]
+s=$(post tokenize '{"model":"deepseek-r1","prompt":"And God said","add_special_tokens":false}')
+check "POST /tokenize: vLLM's shape" bash -c "[ $s = 200 ] && python3 -c \"
+import json; j = json.load(open('$tmp/body'))
+assert set(j) == {'count', 'max_model_len', 'tokens', 'token_strs'} and j['count'] == len(j['tokens']) > 0, j
+assert j['max_model_len'] == 64 and j['token_strs'] is None, j\""
+cp "$tmp/body" "$tmp/tok.json"
+s=$(post detokenize "{\"tokens\":$(python3 -c "import json; print(json.load(open('$tmp/tok.json'))['tokens'])")}")
+check "POST /detokenize gives the text back" bash -c "[ $s = 200 ] && python3 -c \"
+import json; assert json.load(open('$tmp/body')) == {'prompt': 'And God said'}\""
+s=$(post tokenize '{"messages":[{"role":"user","content":"And God said"}]}')
+check "POST /tokenize of messages renders the served chat template" bash -c "[ $s = 200 ] && python3 -c \"
+import json; assert json.load(open('$tmp/body'))['tokens'] == json.load(open('$tmp/tok.json'))['tokens']\""
+s=$(post tokenize '{"prompt":"a","frob":1}')
+check "POST /tokenize with an unknown field: 400 naming it" bash -c "[ $s = 400 ] && grep -q frob $tmp/body"
+check "POST /detokenize of an id outside the vocabulary: 400" [ "$(post detokenize '{"tokens":[99999999]}')" = 400 ]
+check "POST /tokenize of another model: 404" [ "$(post tokenize '{"model":"gpt-4","prompt":"a"}')" = 404 ]
+
 s=$(code -X OPTIONS -H 'Origin: https://app.example' -H 'Access-Control-Request-Method: POST' \
         -H 'Access-Control-Request-Headers: authorization, content-type' "$A/v1/chat/completions")
 hdr() { tr -d '\r' <"$tmp/hdr" | grep -i "^$1: " | cut -d' ' -f2-; }

@@ -1,6 +1,6 @@
 /* dsv_gateway.h — the OpenAI-compatible HTTP gateway in front of dsvisor's workers:
  * libmicrohttpd serves /v1/chat/completions, /v1/completions, /v1/models,
- * /health, /ready and /metrics; each request is routed (dsv_policy) to one "instance",
+ * /tokenize, /detokenize, /health, /ready and /metrics; each request is routed (dsv_policy) to one "instance",
  * an nng link (dsv_ipc_dial) to a worker speaking ipc/PROTOCOL.md.
  *
  *     struct dsv_gateway_config cfg;
@@ -233,6 +233,30 @@ void dsv_gateway_set_metrics_hook(struct dsv_gateway *gw, dsv_gateway_metrics_fn
 /* Renders the same text GET /metrics serves into a malloc'd string (owned by the
  * caller), without the hook's part. */
 int dsv_gateway_metrics_render(struct dsv_gateway *gw, char **ret_text, size_t *ret_len);
+
+/* ---- tokenization ------------------------------------------------------------------- */
+
+/* POST /tokenize and POST /detokenize, in vLLM's shape, need a tokenizer, which the
+ * gateway does not link: the embedder provides one. Both functions are called from HTTP
+ * threads, several at once, without any gateway lock held; they must not call back into
+ * the gateway. On failure they return a negative errno and put a message for the client
+ * in err (-EINVAL, -EILSEQ: 400; others: 500). */
+struct dsv_gateway_tokenizer {
+        /* Encodes text (messages_json NULL) or the chat messages_json (a JSON array,
+         * rendered by the served chat template, with the generation prompt when
+         * add_generation_prompt) into up to cap ids; returns the total count, which may
+         * exceed cap (then it is called again with a larger buffer). */
+        int (*encode)(void *userdata, const char *text, const char *messages_json, bool add_special_tokens,
+                      bool add_generation_prompt, int32_t *ids, size_t cap, char *err, size_t err_size);
+        /* Decodes ids into *ret_text (malloc'd, NUL-terminated, freed by the gateway). */
+        int (*decode)(void *userdata, const int32_t *ids, size_t n_ids, char **ret_text, char *err,
+                      size_t err_size);
+        void *userdata;
+};
+
+/* Installs (or with t NULL removes) the tokenizer; without one, /tokenize and /detokenize
+ * answer 501. The struct is copied. */
+void dsv_gateway_set_tokenizer(struct dsv_gateway *gw, const struct dsv_gateway_tokenizer *t);
 
 #ifdef __cplusplus
 }

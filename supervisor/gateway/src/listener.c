@@ -221,18 +221,19 @@ static void pending_check(struct gw_listener *l, size_t i, short revents) {
         ssize_t n = recv(pc->fd, buf, l->lim.tls ? 1 : sizeof buf, MSG_PEEK | MSG_DONTWAIT);
         if (n < 0 && (errno == EAGAIN || errno == EINTR))
                 return;
+        /* A bare LF ends a line too (RFC 9112 §2.2 lets a server accept it; MHD does). */
+        bool complete = n > 0 && (l->lim.tls || (size_t)n == sizeof buf || !l->lim.header_timeout_s ||
+                                  memmem(buf, (size_t)n, "\r\n\r\n", 4) || memmem(buf, (size_t)n, "\n\n", 2) ||
+                                  memmem(buf, (size_t)n, "\n\r\n", 3));
         /* A client gone before its header was whole (its bytes still unread: a peek
-         * returns them, not the end of the stream). */
-        if (n <= 0 || (revents & (POLLRDHUP | POLLHUP | POLLERR))) {
+         * returns them, not the end of the stream). One that sent a whole request and
+         * then shut its side still gets its answer. */
+        if (n <= 0 || (!complete && (revents & (POLLRDHUP | POLLHUP | POLLERR)))) {
                 ip_release(l, (struct sockaddr *)&pc->addr);
                 close(pc->fd);
                 pending_remove(l, i);
                 return;
         }
-        /* A bare LF ends a line too (RFC 9112 §2.2 lets a server accept it; MHD does). */
-        bool complete = l->lim.tls || (size_t)n == sizeof buf || !l->lim.header_timeout_s ||
-                        memmem(buf, (size_t)n, "\r\n\r\n", 4) || memmem(buf, (size_t)n, "\n\n", 2) ||
-                        memmem(buf, (size_t)n, "\n\r\n", 3);
         if (!complete) {
                 /* Wake again only when more than what is here has come. */
                 int lowat = (int)n + 1;

@@ -67,6 +67,8 @@ int dsv__gw_json_strict(const char *body, size_t len, struct dsv_gw_error *err);
 int dsv__gw_request_parse(const char *body, size_t len, enum dsv_gw_api api, const struct dsv_gw_limits *lim,
                           struct dsv_gw_request *ret, struct dsv_gw_error *err);
 void dsv__gw_request_done(struct dsv_gw_request *r);
+/* Whether name is the served model id or one of its aliases. */
+bool dsv__gw_model_served(const struct dsv_gw_limits *lim, const char *name);
 
 /* 1 when s[0..len) is valid UTF-8 (no overlongs, surrogates or code points > U+10FFFF). */
 int dsv__gw_utf8_valid(const char *s, size_t len);

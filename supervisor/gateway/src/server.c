@@ -34,6 +34,7 @@ struct dsv_gateway {
         pthread_mutex_t hook_lock;
         dsv_gateway_metrics_fn hook;
         void *hook_userdata;
+        struct dsv_gateway_tokenizer tokenizer; /* under hook_lock */
 };
 
 enum endpoint {
@@ -44,6 +45,8 @@ enum endpoint {
         EP_HEALTH,
         EP_READY,
         EP_METRICS,
+        EP_TOKENIZE,
+        EP_DETOKENIZE,
 };
 
 static const struct {
@@ -57,6 +60,8 @@ static const struct {
         {"/health", "GET", EP_HEALTH, false},
         {"/ready", "GET", EP_READY, false},
         {"/metrics", "GET", EP_METRICS, false},
+        {"/tokenize", "POST", EP_TOKENIZE, true},
+        {"/detokenize", "POST", EP_DETOKENIZE, true},
 };
 
 /* Per HTTP request (MHD's con_cls, made by on_target). */
@@ -244,6 +249,17 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
                 return handle_ready(gw, conn);
         case EP_METRICS:
                 return handle_metrics(gw, conn);
+        case EP_TOKENIZE:
+        case EP_DETOKENIZE: {
+                struct gw_tokenize t = {.lim = {.model = gw->cfg.model, .model_aliases = gw->cfg.model_aliases,
+                                                .n_model_aliases = gw->cfg.n_model_aliases},
+                                        .max_prompt_bytes = gw->cfg.max_prompt_bytes,
+                                        .max_model_len = gw->cfg.max_model_len};
+                pthread_mutex_lock(&gw->hook_lock);
+                t.fn = gw->tokenizer;
+                pthread_mutex_unlock(&gw->hook_lock);
+                return dsv__gw_tokenize(&t, conn, hr->body, hr->len, ep == EP_DETOKENIZE);
+        }
         default:
                 return MHD_NO;
         }
@@ -576,6 +592,14 @@ void dsv_gateway_set_metrics_hook(struct dsv_gateway *gw, dsv_gateway_metrics_fn
         pthread_mutex_lock(&gw->hook_lock);
         gw->hook = fn;
         gw->hook_userdata = userdata;
+        pthread_mutex_unlock(&gw->hook_lock);
+}
+
+void dsv_gateway_set_tokenizer(struct dsv_gateway *gw, const struct dsv_gateway_tokenizer *t) {
+        if (!gw)
+                return;
+        pthread_mutex_lock(&gw->hook_lock);
+        gw->tokenizer = t ? *t : (struct dsv_gateway_tokenizer){0};
         pthread_mutex_unlock(&gw->hook_lock);
 }
 

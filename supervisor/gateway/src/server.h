@@ -118,6 +118,19 @@ void dsv__gw_listener_close(struct gw_listener *l);
  * closed or never opened listener (zeroed with fd -1); twice is harmless. */
 void dsv__gw_listener_done(struct gw_listener *l);
 
+/* ---- POST /tokenize, /detokenize (tokenize.c) --------------------------------------- */
+
+struct gw_tokenize {
+        struct dsv_gateway_tokenizer fn; /* encode/decode NULL: 501 */
+        struct dsv_gw_limits lim;        /* the served names */
+        size_t max_prompt_bytes;
+        int32_t max_model_len;
+};
+
+/* Answers a tokenize (detok false) or detokenize request with body[0..len). */
+enum MHD_Result dsv__gw_tokenize(const struct gw_tokenize *t, struct MHD_Connection *conn, const char *body,
+                                 size_t len, bool detok);
+
 /* Answers POST /v1/chat/completions or /v1/completions with body[0..len): parses it, runs
  * the call, and answers as one object or, streamed, from a content reader that blocks
  * for the next token (MHD runs one thread per connection). */
