@@ -125,7 +125,8 @@ struct dsv_gateway;
  * that is not PEM, or a bad config. */
 int dsv_gateway_new(const struct dsv_gateway_config *cfg, struct dsv_gateway **ret_gw);
 
-/* Starts the HTTP server. -EADDRINUSE, -EINVAL (bad listen_host), -EALREADY. When the
+/* Starts the HTTP server (HTTPS with tls_cert_path). -EADDRINUSE, -EINVAL (bad
+ * listen_host), -EALREADY, -EKEYREJECTED (GnuTLS refused the certificate and key). When the
  * system refuses SCHED_FIFO at http_rt_priority (-EPERM: no CAP_SYS_NICE or RLIMIT_RTPRIO,
  * no RT runtime in our cgroup), the HTTP threads start SCHED_OTHER and
  * dsv_gateway_stats() reports http_rt_priority 0. */
