@@ -10,7 +10,8 @@ BUILD_PKGS=(build-essential cmake pkg-config
 TEST_PKGS=(clang hwloc python3 sentencepiece curl prometheus nodejs  # prometheus: promtool + server
   haproxy python3-yaml  # deploy/ tests: haproxy.cfg, the k8s manifest
   gdb  # test-supervisor-signals: a debugger attaching to the supervisor
-  systemd)  # test-supervisor-unit: systemd-analyze verify of deploy/'s units
+  systemd  # test-supervisor-unit: systemd-analyze verify of deploy/'s units
+  openssl)  # test-start-serving: a self-signed certificate for the HTTPS gateway
 # Optional, only to re-train the bundled default model (tools/train_default_model.py);
 # never needed to build, test or serve.
 TRAIN_PKGS=(python3-torch python3-numpy libopenblas0-pthread sentencepiece python3-sentencepiece
