@@ -49,38 +49,6 @@ static double now_s(void) {
         return (double)dsv_clock_now_ns() * 1e-9;
 }
 
-static int read_text_file(const char *path, char **ret) {
-        FILE *f = fopen(path, "rbe");
-        if (!f)
-                return -errno;
-        size_t cap = 4096, n = 0;
-        char *buf = malloc(cap);
-        for (size_t got; buf && (got = fread(buf + n, 1, cap - n - 1, f)) > 0;) {
-                n += got;
-                if (cap - n - 1 == 0) {
-                        char *bigger = realloc(buf, cap * 2);
-                        if (!bigger) {
-                                free(buf);
-                                buf = NULL;
-                                break;
-                        }
-                        buf = bigger;
-                        cap *= 2;
-                }
-        }
-        int err = ferror(f) ? -EIO : 0;
-        fclose(f);
-        if (!buf)
-                return -ENOMEM;
-        if (err < 0) {
-                free(buf);
-                return err;
-        }
-        buf[n] = '\0';
-        *ret = buf;
-        return 0;
-}
-
 /* [{"role":"system",...},{"role":"user","content":TEXT}] with JSON escaping. */
 static char *chat_messages_json(const char *system, const char *user) {
         cJSON *arr = cJSON_CreateArray();
@@ -105,18 +73,11 @@ static char *chat_messages_json(const char *system, const char *user) {
  * template's rendering (which writes BOS itself). */
 static int build_prompt(const struct dse_tokenizer *tok, const char *prompt, const char *chat, const char *system,
                         const char *template_path, int32_t **ret_ids) {
-        char *text = NULL, *tmpl_src = NULL;
+        char *text = NULL;
         int add_special = 1, r;
         if (chat) {
                 const char *src = dse_tokenizer_chat_template(tok);
-                if (template_path) {
-                        if ((r = read_text_file(template_path, &tmpl_src)) < 0) {
-                                fprintf(stderr, "dsvisor run: cannot read chat template '%s': %s\n", template_path, strerror(-r));
-                                return r;
-                        }
-                        src = tmpl_src;
-                }
-                if (!src) {
+                if (!src && !template_path) {
                         fprintf(stderr, "dsvisor run: the model has no chat template; pass one with --chat-template FILE\n");
                         return -ENOENT;
                 }
@@ -124,13 +85,13 @@ static int build_prompt(const struct dse_tokenizer *tok, const char *prompt, con
                 struct dse_diag diag = {{0}};
                 char *messages = chat_messages_json(system, chat);
                 int bos = dse_tokenizer_bos(tok), eos = dse_tokenizer_eos(tok);
-                r = messages ? dse_chat_template_new(src, &t, &diag) : -ENOMEM;
+                r = !messages ? -ENOMEM : template_path ? dse_chat_template_load(template_path, &t, &diag)
+                                                        : dse_chat_template_new(src, &t, &diag);
                 if (r >= 0)
                         r = dse_chat_template_render(t, messages, NULL, 1, bos >= 0 ? dse_tokenizer_piece(tok, bos) : NULL,
                                                      eos >= 0 ? dse_tokenizer_piece(tok, eos) : NULL, &text, &diag);
                 dse_chat_template_free(t);
                 free(messages);
-                free(tmpl_src);
                 if (r < 0) {
                         fprintf(stderr, "dsvisor run: chat template: %s\n", diag.msg[0] ? diag.msg : strerror(-r));
                         return r;

@@ -33,6 +33,7 @@
 #include <unistd.h>
 
 #include "commands.h"
+#include "dse.h"
 #include "dsv_gateway.h"
 #include "dsv_ipc.h"
 #include "dsv_platform.h"
@@ -132,6 +133,7 @@ static int start_instances(struct sup *s) {
 static void teardown(struct sup *s) {
         dsv_gateway_free(s->env.gw);
         s->env.gw = NULL;
+        sup_tokenizer_done(&s->tokenizer);
         for (int i = 0; i < s->n; i++)
                 sup_instance_done(&s->inst[i]);
         sup_cgroup_host_done(s->env.cg_host);
@@ -289,8 +291,24 @@ static int run_loop(struct sup *s) {
         return r == 0 && s->all_failed ? -ELOOP : r;
 }
 
+/* --chat-template is compiled here once, so that a template the workers could not use
+ * stops the start with its error instead of failing every chat request. */
+static int check_chat_template(const struct sup_config *cfg) {
+        if (!cfg->chat_template[0])
+                return 0;
+        struct dse_chat_template *t = NULL;
+        struct dse_diag diag = {{0}};
+        int r = dse_chat_template_load(cfg->chat_template, &t, &diag);
+        dse_chat_template_free(t);
+        if (r < 0)
+                sup_log(3, "--chat-template: %s", diag.msg[0] ? diag.msg : strerror(-r));
+        return r;
+}
+
 static int setup(struct sup *s) {
         int r;
+        if ((r = check_chat_template(&s->cfg)) < 0)
+                return r;
         if ((r = setup_signals(s)) < 0 || (r = setup_paths(s)) < 0 || (r = sup_place_instances(&s->env, s->runtime_dir, s->inst, &s->n, &s->n_free_cpus)) < 0)
                 return r;
         if (s->cfg.rt_priority > 0) {
@@ -308,7 +326,7 @@ static int setup(struct sup *s) {
             (r = sup_chat_format_detect(&s->cfg, &s->model, &s->chat)) < 0 || (r = load_weights(s)) < 0)
                 return r;
         if ((r = sup_cgroup_host_setup(&s->cfg, s->n, &s->env.cg_host, s->cg_note, sizeof s->cg_note)) < 0 ||
-            (r = sup_gateway_setup(s)) < 0)
+            (r = sup_gateway_setup(s)) < 0 || (r = sup_tokenizer_setup(s)) < 0)
                 return r;
         sup_notify_setup(s);
         return start_instances(s);

@@ -2,6 +2,7 @@
  * file with the same names ("instances", "rt-priority", ...). The file is read after the
  * command line; every option the command line set wins. Unknown keys, wrong JSON types
  * and bad values are errors that name the key. One table drives both. */
+#include <arpa/inet.h>
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <getopt.h>
@@ -12,7 +13,7 @@
 
 #include "sup.h"
 
-enum opt_kind { K_STR, K_INT, K_BOOL, K_HUGEPAGES, K_MIB };
+enum opt_kind { K_STR, K_INT, K_BOOL, K_HUGEPAGES, K_MIB, K_LIST /* repeatable; JSON: a string or an array */ };
 
 struct opt_def {
         const char *name;
@@ -60,6 +61,39 @@ static const struct opt_def opts[] = {
         {"runtime-dir", K_STR, F(runtime_dir), 0, 0, "control and worker sockets (default: private runtime dir)"},
         {"cgroup-parent", K_STR, F(cgroup_parent), 0, 0,
          "instance cgroups go in <own cgroup>/PATH (relative, e.g. inference/prod)"},
+        {"served-model-name", K_LIST, F(served_model_names), 0, 0,
+         "a model id the API serves and accepts (repeatable; the first is the id answers carry; "
+         "default: --model-id)"},
+        {"default-max-tokens", K_INT, F(default_max_tokens), 0, 1 << 22,
+         "max_tokens when a request sets none (0, default: the rest of the context)"},
+        {"max-prompt-tokens", K_INT, F(max_prompt_tokens), 0, 1 << 22,
+         "longer prompts are refused 400 (0, default: the context)"},
+        {"max-prompt-bytes", K_INT, F(max_prompt_bytes), 1024, 1 << 28,
+         "prompt or messages text per request; larger: 400 (262144)"},
+        {"request-timeout-ms", K_INT, F(request_timeout_ms), 0, INT_MAX,
+         "arrival to last token; past it 504 and the generation is cancelled (0, default: none)"},
+        {"chat-template", K_STR, F(chat_template), 0, 0,
+         "Jinja chat template file the workers use instead of the model's (checked at start)"},
+        {"api-key", K_LIST, F(api_keys), 0, 0,
+         "a key clients send as 'Authorization: Bearer KEY' (repeatable; visible in ps: prefer --api-key-file)"},
+        {"api-key-file", K_STR, F(api_key_file), 0, 0,
+         "file of keys, one per line, '#' comments; not readable or writable by others"},
+        {"protect-metrics", K_BOOL, F(protect_metrics), 0, 0, "/metrics, /health and / need a key too (/ready stays open)"},
+        {"allow-unauthenticated", K_BOOL, F(allow_unauthenticated), 0, 0,
+         "serve a non-loopback --host without any API key"},
+        {"cors-origins", K_STR, F(cors_origins), 0, 0,
+         "browser origins allowed by CORS: '*' or a comma-separated list (default: none)"},
+        {"tls-cert", K_STR, F(tls_cert), 0, 0, "PEM certificate chain: serve HTTPS (with --tls-key)"},
+        {"tls-key", K_STR, F(tls_key), 0, 0, "PEM private key for --tls-cert; not readable or writable by others"},
+        {"max-connections-per-ip", K_INT, F(max_connections_per_ip), 0, 1000000,
+         "HTTP connections from one client address before 429 (0, default: no cap)"},
+        {"first-byte-timeout-s", K_INT, F(first_byte_timeout_s), 0, 3600,
+         "a new connection's first byte, else 408 and closed (10; 0: none)"},
+        {"header-timeout-s", K_INT, F(header_timeout_s), 0, 3600,
+         "a new connection's whole request header, however it trickles, else 408 (30; 0: none)"},
+        {"body-timeout-s", K_INT, F(body_timeout_s), 0, 86400, "a request body after its header, else closed (60; 0: none)"},
+        {"idle-timeout-s", K_INT, F(idle_timeout_s), 1, 3600,
+         "silence while a request arrives, and a stalled stream write, before closing (30)"},
         {"config", K_STR, F(config_path), 0, 0, "JSON file with any of these options"},
 };
 #define N_OPTS (sizeof opts / sizeof opts[0])
@@ -77,6 +111,31 @@ void sup_config_init(struct sup_config *cfg) {
         cfg->restart_window_ms = 60000;
         cfg->restart_backoff_min_ms = 100;
         cfg->restart_backoff_max_ms = 30000;
+        cfg->max_prompt_bytes = SUP_MAX_PROMPT_BYTES_DEFAULT;
+        cfg->first_byte_timeout_s = SUP_FIRST_BYTE_TIMEOUT_S_DEFAULT;
+        cfg->header_timeout_s = SUP_HEADER_TIMEOUT_S_DEFAULT;
+        cfg->body_timeout_s = SUP_BODY_TIMEOUT_S_DEFAULT;
+        cfg->idle_timeout_s = SUP_IDLE_TIMEOUT_S_DEFAULT;
+}
+
+int sup_config_list_split(char *buf, char **ret, int max) {
+        int n = 0;
+        for (char *p = buf, *nl; *p && n < max && (nl = strchr(p, '\n')); p = nl + 1) {
+                *nl = 0;
+                ret[n++] = p;
+        }
+        return n;
+}
+
+int sup_host_is_loopback(const char *host) {
+        unsigned char a[16];
+        if (inet_pton(AF_INET, host, a) == 1)
+                return a[0] == 127;
+        if (inet_pton(AF_INET6, host, a) != 1)
+                return 0;
+        static const unsigned char v4mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+        static const unsigned char one[16] = {[15] = 1};
+        return memcmp(a, one, 16) == 0 || (memcmp(a, v4mapped, 12) == 0 && a[12] == 127);
 }
 
 void sup_start_usage(FILE *out) {
@@ -87,6 +146,10 @@ void sup_start_usage(FILE *out) {
         for (size_t i = 0; i < N_OPTS; i++) {
                 char left[64];
                 snprintf(left, sizeof left, "--%s%s", opts[i].name, opts[i].kind == K_BOOL ? "" : " V");
+                if (strlen(left) > 28) { /* the long names: help on the next line */
+                        fprintf(out, "  %s\n  %-28s %s\n", left, "", opts[i].help);
+                        continue;
+                }
                 fprintf(out, "  %-28s %s\n", left, opts[i].help);
         }
 }
@@ -136,6 +199,18 @@ static int set_text(struct sup_config *cfg, const struct opt_def *o, const char 
         case K_BOOL:
                 *(bool *)dst = true;
                 return 0;
+        case K_LIST: {
+                size_t used = strlen(dst), len = strlen(s);
+                if (!len || strchr(s, '\n') || used + len + 2 > o->size) {
+                        /* the value itself is not echoed: it may be a key */
+                        snprintf(err, err_size, "%s: %s", o->name,
+                                 !len ? "empty value" : strchr(s, '\n') ? "a value with a newline" : "too many or too long values");
+                        return -EINVAL;
+                }
+                memcpy(dst + used, s, len);
+                memcpy(dst + used + len, "\n", 2);
+                return 0;
+        }
         }
         return -EINVAL;
 }
@@ -156,6 +231,27 @@ static int check_config(const struct sup_config *cfg, char *err, size_t err_size
         }
         if (cfg->runtime_dir[0] && cfg->runtime_dir[0] != '/') {
                 snprintf(err, err_size, "runtime-dir: '%s' is not an absolute path", cfg->runtime_dir);
+                return -EINVAL;
+        }
+        if (cfg->model_id[0] && cfg->served_model_names[0]) {
+                snprintf(err, err_size, "model-id and served-model-name both name the model: give one");
+                return -EINVAL;
+        }
+        if (!cfg->tls_cert[0] != !cfg->tls_key[0]) {
+                snprintf(err, err_size, "%s is given without %s", cfg->tls_cert[0] ? "tls-cert" : "tls-key",
+                         cfg->tls_cert[0] ? "tls-key" : "tls-cert");
+                return -EINVAL;
+        }
+        bool keyed = cfg->api_keys[0] || cfg->api_key_file[0];
+        if (cfg->protect_metrics && !keyed) {
+                snprintf(err, err_size, "protect-metrics needs a key: give api-key or api-key-file");
+                return -EINVAL;
+        }
+        if (!keyed && !cfg->allow_unauthenticated && !sup_host_is_loopback(cfg->host)) {
+                snprintf(err, err_size,
+                         "host %s is not a loopback address and no API key is set: give api-key-file (or "
+                         "api-key), or allow-unauthenticated to serve it open",
+                         cfg->host);
                 return -EINVAL;
         }
         /* Only below our own cgroup: that is all a delegated service may touch. */
@@ -220,6 +316,24 @@ int sup_config_apply_json(struct sup_config *cfg, const char *text, char *err, s
                                 r = -EINVAL;
                         } else {
                                 r = set_int(cfg, o, (long long)it->valuedouble, err, err_size);
+                        }
+                        break;
+                case K_LIST:
+                        if (cJSON_IsString(it)) {
+                                r = set_text(cfg, o, it->valuestring, err, err_size);
+                        } else if (cJSON_IsArray(it) && cJSON_GetArraySize(it) > 0) {
+                                const cJSON *e;
+                                cJSON_ArrayForEach(e, it) {
+                                        if (r == 0 && !cJSON_IsString(e)) {
+                                                snprintf(err, err_size, "%s: expected strings", o->name);
+                                                r = -EINVAL;
+                                        }
+                                        if (r == 0)
+                                                r = set_text(cfg, o, e->valuestring, err, err_size);
+                                }
+                        } else {
+                                snprintf(err, err_size, "%s: expected a string or an array of strings", o->name);
+                                r = -EINVAL;
                         }
                         break;
                 case K_BOOL:
@@ -381,11 +495,12 @@ static const struct {
         {"restart-backoff-max-ms", SUP_RELOAD_AT_ONCE, NULL},
         {"runtime-dir", SUP_RELOAD_FULL_RESTART, "the control socket and the worker sockets live there"},
         {"cgroup-parent", SUP_RELOAD_FULL_RESTART, "the instances' cgroup host is set up at start"},
+        {"chat-template", SUP_RELOAD_NEW_WORKERS, NULL},
 };
 
 static bool option_differs(const struct opt_def *o, const struct sup_config *a, const struct sup_config *b) {
         const char *x = (const char *)a + o->off, *y = (const char *)b + o->off;
-        return o->kind == K_STR ? strncmp(x, y, o->size) != 0 : memcmp(x, y, o->size) != 0;
+        return o->kind == K_STR || o->kind == K_LIST ? strncmp(x, y, o->size) != 0 : memcmp(x, y, o->size) != 0;
 }
 
 int sup_config_changes(const struct sup_config *cfg, const struct sup_config *next, struct sup_config_change *ret,

@@ -157,6 +157,10 @@ int sup_instance_spawn(struct sup_instance *in) {
                 argv[a++] = "--max-batch";
                 argv[a++] = batch;
         }
+        if (cfg->chat_template[0]) {
+                argv[a++] = "--chat-template";
+                argv[a++] = cfg->chat_template;
+        }
         if (cfg->kv_mem_mib > 0) {
                 snprintf(kvmem, sizeof kvmem, "%d", cfg->kv_mem_mib);
                 argv[a++] = "--kv-mem-mib";

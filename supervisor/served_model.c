@@ -71,7 +71,10 @@ int sup_model_resolve(const struct sup_config *cfg, const char *exe_dir, struct 
         }
         m.bytes = (uint64_t)st.st_size;
         snprintf(m.key, sizeof m.key, "%" PRIu64 "-%lld", m.bytes, (long long)st.st_mtime);
-        if (cfg->model_id[0])
+        if (cfg->served_model_names[0]) /* the first name */
+                snprintf(m.id, sizeof m.id, "%.*s", (int)strcspn(cfg->served_model_names, "\n"),
+                         cfg->served_model_names);
+        else if (cfg->model_id[0])
                 snprintf(m.id, sizeof m.id, "%s", cfg->model_id);
         else
                 derive_model_id(arg, m.id, sizeof m.id);

@@ -102,8 +102,38 @@ struct sup_config {
         char config_path[PATH_MAX];  /* --config FILE, kept for SIGHUP reloads */
         char cgroup_parent[256];     /* instance cgroups in <own>/<this>; "": <own> (relative,
                                       * checked by dsv_cgroup_parent_check) */
-        char cli_set[32];            /* internal: which options the command line set */
+        /* the HTTP surface (handed to the gateway by gateway_setup.c) */
+        char served_model_names[1024]; /* names, each ending in '\n'; the first is the id */
+        int default_max_tokens;      /* 0: the rest of the context */
+        int max_prompt_tokens;       /* 0: the context */
+        int max_prompt_bytes;        /* prompt or messages text */
+        int request_timeout_ms;      /* arrival to last token; 0: none */
+        char chat_template[PATH_MAX]; /* Jinja file the workers render chats with; "": the model's */
+        char api_keys[4096];         /* keys, each ending in '\n' (never logged) */
+        char api_key_file[PATH_MAX];
+        bool protect_metrics;        /* /metrics, /health and unknown URLs need a key too */
+        bool allow_unauthenticated;  /* a non-loopback host without a key */
+        char cors_origins[1024];     /* "*" or a comma-separated list; "": no CORS */
+        char tls_cert[PATH_MAX];     /* PEM chain and key: HTTPS */
+        char tls_key[PATH_MAX];
+        int max_connections_per_ip;  /* 0: no cap */
+        int first_byte_timeout_s, header_timeout_s, body_timeout_s, idle_timeout_s;
+        char cli_set[64];            /* internal: which options the command line set */
 };
+
+/* The defaults of the HTTP limits above. */
+#define SUP_MAX_PROMPT_BYTES_DEFAULT (256 << 10)
+#define SUP_FIRST_BYTE_TIMEOUT_S_DEFAULT 10
+#define SUP_HEADER_TIMEOUT_S_DEFAULT 30
+#define SUP_BODY_TIMEOUT_S_DEFAULT 60
+#define SUP_IDLE_TIMEOUT_S_DEFAULT 30
+
+/* Splits a '\n'-terminated list (served_model_names, api_keys) into up to max pointers
+ * into buf, which it modifies. Returns the count. */
+int sup_config_list_split(char *buf, char **ret, int max);
+
+/* 1 when host (numeric) is a loopback address (127.0.0.0/8, ::1, ::ffff:127.x), else 0. */
+int sup_host_is_loopback(const char *host);
 
 void sup_config_init(struct sup_config *cfg);
 
@@ -437,8 +467,20 @@ struct sup_reload_report {
         struct sup_reload_item applied[SUP_RELOAD_MAX_ITEMS], not_applied[SUP_RELOAD_MAX_ITEMS];
 };
 
+struct dse_tokenizer;
+struct dse_chat_template;
+
+/* The model's tokenizer and the served chat template, for the gateway's /tokenize and
+ * /detokenize (render and encode as the workers do). Immutable once loaded: used from
+ * HTTP threads at once. */
+struct sup_tokenizer {
+        struct dse_tokenizer *tok;
+        struct dse_chat_template *chat; /* NULL: chats cannot be tokenized */
+};
+
 /* `dsvisor start`'s state: built by cmd_start.c's setup, changed by its poll loop only
  * (main thread); status.c and sup_metrics.c read it there. */
+
 struct sup {
         struct sup_config cfg;
         char exe_dir[PATH_MAX];
@@ -466,7 +508,17 @@ struct sup {
         bool all_failed;           /* every instance hit its crash-loop limit */
         int64_t started_ms;
         struct sup_metrics metrics;
+        struct sup_tokenizer tokenizer; /* serves /tokenize and /detokenize */
 };
+
+/* ---- the served tokenizer (tokenizer_hook.c) ----------------------------------------- */
+
+/* Loads them from s->model and s->cfg.chat_template and installs them into s->env.gw. A
+ * model without a tokenizer leaves the endpoints at 501 (logged); other failures are
+ * logged and returned. */
+int sup_tokenizer_setup(struct sup *s);
+/* After the gateway is freed. */
+void sup_tokenizer_done(struct sup_tokenizer *t);
 
 /* ---- the gateway (gateway_setup.c) --------------------------------------------------- */
 

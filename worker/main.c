@@ -25,6 +25,8 @@ static void usage(FILE *out) {
                 "  --grace-ms MS       SIGTERM drain time before in-flight requests fail (default 10000)\n"
                 "  --max-queue N       waiting requests before 'overloaded' (default 256)\n"
                 "  --instance NAME     name in log lines\n"
+                "  --chat-template FILE  Jinja chat template instead of the model's (an unusable one\n"
+                "                      stops the worker)\n"
                 "  --amx               allow AMX kernels (faster prefill; a request's logits then depend\n"
                 "                      on its batch within float rounding, see worker/README.md)\n"
                 "  --speculative M     speculative decoding: ngram | off (default off)\n"
@@ -78,7 +80,7 @@ static int parse_cpus(const char *s, int *cpus, int max, int *ret_n) {
 
 int worker_parse_args(int argc, char **argv, struct worker_config *cfg) {
         enum { O_MODEL = 256, O_MODEL_FD, O_LISTEN, O_THREADS, O_CPUS, O_NCTX, O_BATCH, O_BUDGET, O_KVMEM, O_GRACE,
-               O_QUEUE, O_INSTANCE, O_AMX, O_HELP, O_SPEC, O_SPEC_KMIN, O_SPEC_KMAX, O_SPEC_STEP };
+               O_QUEUE, O_INSTANCE, O_AMX, O_HELP, O_SPEC, O_SPEC_KMIN, O_SPEC_KMAX, O_SPEC_STEP, O_CHAT_TEMPLATE };
         static const struct option opts[] = {
                 {"model", required_argument, NULL, O_MODEL},       {"model-fd", required_argument, NULL, O_MODEL_FD},
                 {"listen", required_argument, NULL, O_LISTEN},     {"threads", required_argument, NULL, O_THREADS},
@@ -90,6 +92,7 @@ int worker_parse_args(int argc, char **argv, struct worker_config *cfg) {
                 {"speculative", required_argument, NULL, O_SPEC},  {"spec-k-min", required_argument, NULL, O_SPEC_KMIN},
                 {"spec-k-max", required_argument, NULL, O_SPEC_KMAX},
                 {"spec-step-tokens", required_argument, NULL, O_SPEC_STEP},
+                {"chat-template", required_argument, NULL, O_CHAT_TEMPLATE},
                 {0},
         };
         *cfg = (struct worker_config){.model_fd = -1, .n_threads = 1, .max_batch = 8, .token_budget = 256,
@@ -117,6 +120,7 @@ int worker_parse_args(int argc, char **argv, struct worker_config *cfg) {
                 case O_SPEC_KMIN: r = parse_int(optarg, 1, SPEC_K_LIMIT, &cfg->spec.k_min); break;
                 case O_SPEC_KMAX: r = parse_int(optarg, 1, SPEC_K_LIMIT, &cfg->spec.k_max); break;
                 case O_SPEC_STEP: r = parse_int(optarg, 0, 1 << 20, &cfg->spec.step_tokens); break;
+                case O_CHAT_TEMPLATE: cfg->chat_template_path = optarg; break;
                 case O_HELP: usage(stdout); exit(0);
                 default: r = -EINVAL; break;
                 }

@@ -293,10 +293,23 @@ int sched_add(struct sched *s, const struct dsv_ipc_request *req, const int32_t 
                                    "token %d at index %zu is outside the vocabulary (%d)", tokens[i], i, s->vocab);
                         return -EINVAL;
                 }
-        if (n_prompt + (size_t)req->max_tokens > (size_t)s->cfg.n_ctx) {
+        if (req->max_prompt_tokens > 0 && n_prompt > (size_t)req->max_prompt_tokens) {
+                emit_error(s, req->id, DSV_IPC_ERR_PROMPT_TOO_LONG,
+                           "prompt of %zu tokens exceeds the server's limit of %d prompt tokens", n_prompt,
+                           req->max_prompt_tokens);
+                return -E2BIG;
+        }
+        if (req->max_tokens_to_context && n_prompt >= (size_t)s->cfg.n_ctx) {
+                emit_error(s, req->id, DSV_IPC_ERR_PROMPT_TOO_LONG,
+                           "prompt of %zu tokens leaves no room to generate in the context of %d", n_prompt,
+                           s->cfg.n_ctx);
+                return -E2BIG;
+        }
+        int32_t max_tokens = req->max_tokens_to_context ? s->cfg.n_ctx - (int32_t)n_prompt : req->max_tokens;
+        if (n_prompt + (size_t)max_tokens > (size_t)s->cfg.n_ctx) {
                 emit_error(s, req->id, DSV_IPC_ERR_PROMPT_TOO_LONG,
                            "prompt of %zu tokens plus max_tokens %d exceeds the context of %d", n_prompt,
-                           req->max_tokens, s->cfg.n_ctx);
+                           max_tokens, s->cfg.n_ctx);
                 return -E2BIG;
         }
         if (req->n_stop > 0 && !s->tok) {
@@ -388,7 +401,7 @@ int sched_add(struct sched *s, const struct dsv_ipc_request *req, const int32_t 
         }
         memcpy(q->tokens, tokens, n_prompt * sizeof(int32_t));
         q->n_prompt = q->n_tokens = (int32_t)n_prompt;
-        q->max_tokens = req->max_tokens;
+        q->max_tokens = max_tokens;
         q->pen = (struct penalties){req->sampling.repetition_penalty, req->sampling.presence_penalty,
                                     req->sampling.frequency_penalty};
         q->logprobs = req->logprobs;

@@ -95,7 +95,13 @@ int worker_engine_load(const struct worker_config *cfg, struct worker_engine *e)
                 /* dse_model_tokenizer attaches tokenizer_config.json (template and
                  * special tokens) for tokenizer.json and SentencePiece models alike. */
                 const char *src = dse_tokenizer_chat_template(e->tok);
-                if (src && dse_chat_template_new(src, &e->chat, &diag) < 0)
+                if (cfg->chat_template_path) { /* asked for: unusable is fatal */
+                        if (dse_chat_template_load(cfg->chat_template_path, &e->chat, &diag) < 0) {
+                                wlog(3, "%s", diag.msg);
+                                r = -EINVAL;
+                                goto fail;
+                        }
+                } else if (src && dse_chat_template_new(src, &e->chat, &diag) < 0)
                         wlog(4, "Chat template unusable (%s), chat requests will fail, ignoring", diag.msg);
                 else if (!src)
                         wlog(4, "Model has no chat template: chat requests will fail");

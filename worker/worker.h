@@ -24,6 +24,7 @@ struct worker_config {
         int grace_ms;           /* --grace-ms */
         int max_queue;          /* --max-queue */
         const char *instance;   /* --instance */
+        const char *chat_template_path; /* --chat-template: instead of the model's */
         int allow_amx;          /* --amx: AMX kernels allowed (batch invariance within rounding) */
         struct spec_config spec; /* --speculative, --spec-k-min, --spec-k-max, --spec-step-tokens */
 };

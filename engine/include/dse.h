@@ -351,6 +351,9 @@ struct dse_chat_template;
 
 int dse_chat_template_new(const char *src, struct dse_chat_template **ret_tmpl, struct dse_diag *reterr);
 void dse_chat_template_free(struct dse_chat_template *tmpl);
+/* The same from a template file (at most 1 MiB): -ENOENT/-EACCES/-EFBIG for the file, or
+ * dse_chat_template_new's error; the message names the file. */
+int dse_chat_template_load(const char *path, struct dse_chat_template **ret_tmpl, struct dse_diag *reterr);
 
 /* messages_json: a JSON array of {"role", "content", ...} objects (any JSON values the
  * template reads: tool_calls, ...); tools_json: a JSON array or NULL (the template sees

@@ -26,6 +26,7 @@
 #ifndef DSV_IPC_H
 #define DSV_IPC_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -38,7 +39,8 @@ extern "C" {
  * 1: the "events" batch message (PROTOCOL.md), sent only to peers that said minor >= 1.
  * 2: a chat request's "tools" (the function definitions its template renders); a
  *    request's "constraint" and "logit_bias"; "bytes" of top_logprobs alternatives;
- *    speculative decoding counters in stats_reply (optional fields). */
+ *    speculative decoding counters in stats_reply (optional fields);
+ *    request fields max_tokens_to_context and max_prompt_tokens. */
 #define DSV_IPC_PROTOCOL_MINOR 2
 /* Largest message accepted (a 128k-token prompt as JSON ids is ~1 MiB). */
 #define DSV_IPC_MAX_MSG_BYTES (16u << 20)
@@ -125,6 +127,9 @@ struct dsv_ipc_request {
         size_t n_tokens;
         struct dsv_ipc_sampling sampling;
         int32_t max_tokens;
+        bool max_tokens_to_context; /* (minor 2) generate up to the context: max_tokens is
+                                     * n_ctx minus the prompt's tokens (max_tokens ignored) */
+        int32_t max_prompt_tokens;  /* (minor 2) longer prompts: prompt_too_long; 0: n_ctx */
         char **stop;          /* stop strings */
         size_t n_stop;
         int32_t logprobs;     /* top-n logprobs per token, 0: none */

@@ -159,6 +159,10 @@ static int encode_request(cJSON *o, const struct dsv_ipc_request *q) {
         if (q->sampling.has_seed)
                 r |= add_id(s, "seed", q->sampling.seed);
         r |= add_num(o, "max_tokens", q->max_tokens);
+        if (q->max_tokens_to_context && !cJSON_AddTrueToObject(o, "max_tokens_to_context"))
+                return -ENOMEM;
+        if (q->max_prompt_tokens)
+                r |= add_num(o, "max_prompt_tokens", q->max_prompt_tokens);
         r |= add_num(o, "logprobs", q->logprobs);
         if (q->deadline_unix_ms)
                 r |= add_num(o, "deadline_unix_ms", (double)q->deadline_unix_ms);
@@ -552,8 +556,13 @@ static int decode_request(struct decoder *d, const cJSON *o, struct dsv_ipc_requ
                 return r;
         if ((r = get_i32(d, o, "max_tokens", 0, 0, 1 << 30, &q->max_tokens)) < 0 ||
             (r = get_i32(d, o, "logprobs", 0, 0, MAX_TOP_LOGPROBS, &q->logprobs)) < 0 ||
+            (r = get_i32(d, o, "max_prompt_tokens", 0, 0, 1 << 30, &q->max_prompt_tokens)) < 0 ||
             (r = get_i64(d, o, "deadline_unix_ms", 0, &q->deadline_unix_ms)) < 0)
                 return r;
+        const cJSON *to_context = cJSON_GetObjectItemCaseSensitive(o, "max_tokens_to_context");
+        if (to_context && !cJSON_IsBool(to_context))
+                return bad(d, "field 'max_tokens_to_context' must be true or false");
+        q->max_tokens_to_context = cJSON_IsTrue(to_context);
         const cJSON *stop = cJSON_GetObjectItemCaseSensitive(o, "stop");
         if (stop) {
                 if (!cJSON_IsArray(stop))

@@ -1,9 +1,11 @@
 /* libFuzzer target: arbitrary bytes sent to a running gateway over a TCP connection, as a
  * client would (request line, fields, framing, body); the write side is then shut and
  * the answer read to the end. The gateway has no instance, so a completion that parses
- * is answered 503 after its whole request path ran. An answer, when there is one, must
+ * is answered 503 after its whole request path ran; /tokenize and /detokenize run a
+ * stand-in tokenizer. An answer, when there is one, must
  * begin with an HTTP/1.x status line; the sanitizers catch the rest. */
 #include <arpa/inet.h>
+#include <errno.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <stdlib.h>
@@ -15,6 +17,34 @@
 
 #define ANSWER_WAIT_MS 2000
 
+/* A stand-in tokenizer, so that /tokenize and /detokenize bodies reach their parser:
+ * one id per byte. */
+static int bytes_encode(void *userdata, const char *text, const char *messages_json, bool add_special_tokens,
+                        bool add_generation_prompt, int32_t *ids, size_t cap, char *err, size_t err_size) {
+        const char *s = text ? text : messages_json;
+        size_t n = strlen(s);
+        for (size_t i = 0; i < n && i < cap; i++)
+                ids[i] = (unsigned char)s[i];
+        return (int)n;
+}
+
+static int bytes_decode(void *userdata, const int32_t *ids, size_t n_ids, char **ret_text, char *err,
+                        size_t err_size) {
+        char *t = malloc(n_ids + 1);
+        if (!t)
+                return -ENOMEM;
+        for (size_t i = 0; i < n_ids; i++) {
+                if (ids[i] < 1 || ids[i] > 255) {
+                        free(t);
+                        return -EINVAL;
+                }
+                t[i] = (char)ids[i];
+        }
+        t[n_ids] = 0;
+        *ret_text = t;
+        return 0;
+}
+
 static int gateway_port(void) {
         static struct dsv_gateway *gw; /* one gateway for the whole run */
         if (!gw) {
@@ -25,6 +55,8 @@ static int gateway_port(void) {
                 cfg.connection_timeout_s = 2;
                 if (dsv_gateway_new(&cfg, &gw) != 0 || dsv_gateway_start(gw) != 0)
                         abort();
+                dsv_gateway_set_tokenizer(gw, &(struct dsv_gateway_tokenizer){.encode = bytes_encode,
+                                                                              .decode = bytes_decode});
         }
         return dsv_gateway_port(gw);
 }

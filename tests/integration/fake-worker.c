@@ -126,7 +126,9 @@ static void on_request(struct dsv_ipc_conn *c, const struct dsv_ipc_request *q) 
                 return;
         }
         struct gen *g = &gens[n_gens++];
-        *g = (struct gen){.id = q->id, .max_tokens = q->max_tokens, .logprobs = q->logprobs,
+        /* Up to the context: no limit but the prompt's words. */
+        *g = (struct gen){.id = q->id, .max_tokens = q->max_tokens_to_context ? INT32_MAX : q->max_tokens,
+                          .logprobs = q->logprobs,
                           .next_ms = now_ms() + delay_ms};
         for (char *save, *w = strtok_r(text, " \t\n", &save); w && g->n_words < MAX_WORDS; w = strtok_r(NULL, " \t\n", &save))
                 g->words[g->n_words++] = strdup(w);

@@ -78,6 +78,13 @@ options = set(re.findall(r'^\s*\{"([a-z-]+)", K_', open(f"{src}/supervisor/confi
 check("config keys are dsvisor start options", bool(options) and set(config) <= options)
 check("config: one instance per pod, hugepages require, listens on 0.0.0.0",
       config.get("instances") == 1 and config.get("hugepages") == "require" and config.get("host") == "0.0.0.0")
+keys = config.get("api-key-file", "")
+secret_vols = {v["name"]: v["secret"] for v in spec["volumes"] if "secret" in v}
+key_mount = [m for m in c["volumeMounts"] if m["name"] in secret_vols and keys.startswith(m["mountPath"].rstrip("/") + "/")]
+check("API keys from a Secret volume (0.0.0.0 needs a key), mounted without access for others",
+      bool(key_mount) and (secret_vols[key_mount[0]["name"]].get("defaultMode", 0o644) & 0o077) == 0
+      and "api-key" not in config and not config.get("allow-unauthenticated"))
+check("the probes' /health stays open: no protect-metrics", not config.get("protect-metrics"))
 port = {p["name"]: p["containerPort"] for p in c["ports"]}
 check("containerPort 'http' is the configured port", port.get("http") == config.get("port"))
 check("command runs dsvisor start with the mounted config",

@@ -25,14 +25,16 @@ free_port() { # a TCP port free on 127.0.0.1 now
         python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
 }
 
-# dsv_start NAME INSTANCES: starts dsvisor in the background with its own runtime dir
-# ($tmp/NAME/run) and log ($tmp/NAME/log); sets dsv_pid[NAME].
+# dsv_start NAME INSTANCES [OPTION...]: starts dsvisor in the background with its own
+# runtime dir ($tmp/NAME/run) and log ($tmp/NAME/log), the options added; sets
+# dsv_pid[NAME].
 declare -A dsv_pid dsv_port
 dsv_start() {
         local name=$1 n=$2
+        shift 2
         mkdir -p "$tmp/$name"
         "$dsvisor" start --model "$dsv_model" --instances "$n" --threads-per-instance 1 --host 127.0.0.1 --port 0 \
-                --runtime-dir "$tmp/$name/run" --hugepages off --grace-ms 5000 >"$tmp/$name/log" 2>&1 &
+                --runtime-dir "$tmp/$name/run" --hugepages off --grace-ms 5000 "$@" >"$tmp/$name/log" 2>&1 &
         dsv_pid[$name]=$!
 }
 

@@ -31,7 +31,8 @@ if verify "$tmp/good"; then echo "ok     systemd-analyze verify"; else echo "NOT
 
 for want in '^Type=notify$' '^NotifyAccess=main$' '^WatchdogSec=' '^Delegate=.*cpu.*cpuset.*memory' \
         '^LimitRTPRIO=49$' '^LimitMEMLOCK=' '^LimitRTTIME=' '^FileDescriptorStoreMax=[1-9]' '^Slice=dsvisor.slice$' \
-        '^KillMode=control-group$' '^ExecReload=.*-HUP' '^Restart=on-failure$'; do
+        '^KillMode=control-group$' '^ExecReload=.*-HUP' '^Restart=on-failure$' \
+        '^LoadCredential=api-keys:' '^ExecStart=.* --api-key-file %d/api-keys$'; do
         if grep -Eq "$want" "$src/dsvisor.service"; then echo "ok     has $want"; else echo "NOT OK has $want"; failed=1; fi
 done
 for note in 'cannot delegate the' 'hugetlb' 'not bound SCHED_FIFO' 'kills every worker'; do

@@ -125,6 +125,37 @@ static int decode_str(const char *s, char *err, size_t n) {
         return r;
 }
 
+/* Minor 2: max_tokens_to_context and max_prompt_tokens go through; absent, they are
+ * false and 0; a wrong type names the field. */
+TEST(request_context_fields_roundtrip) {
+        struct dsv_ipc_msg m = {.type = DSV_IPC_REQUEST};
+        struct dsv_ipc_request *q = &m.u.request;
+        q->id = 1;
+        q->input = DSV_IPC_INPUT_PROMPT;
+        q->prompt = "a";
+        dsv_ipc_sampling_init(&q->sampling);
+        q->max_tokens_to_context = true;
+        q->max_prompt_tokens = 300;
+        struct dsv_ipc_msg out;
+        ASSERT_OK(roundtrip(&m, &out));
+        ASSERT_TRUE(out.u.request.max_tokens_to_context);
+        ASSERT_EQ(out.u.request.max_prompt_tokens, 300);
+        dsv_ipc_msg_done(&out);
+        q->max_tokens_to_context = false;
+        q->max_prompt_tokens = 0;
+        ASSERT_OK(roundtrip(&m, &out));
+        ASSERT_TRUE(!out.u.request.max_tokens_to_context);
+        ASSERT_EQ(out.u.request.max_prompt_tokens, 0);
+        dsv_ipc_msg_done(&out);
+        char err[256];
+        ASSERT_ERR(decode_str("{\"v\":1,\"type\":\"request\",\"id\":1,\"input\":\"prompt\",\"prompt\":\"a\","
+                              "\"max_tokens_to_context\":1}", err, sizeof err), -EPROTO);
+        ASSERT_TRUE(strstr(err, "'max_tokens_to_context'") != NULL);
+        ASSERT_ERR(decode_str("{\"v\":1,\"type\":\"request\",\"id\":1,\"input\":\"prompt\",\"prompt\":\"a\","
+                              "\"max_prompt_tokens\":-1}", err, sizeof err), -EPROTO);
+        ASSERT_TRUE(strstr(err, "'max_prompt_tokens'") != NULL);
+}
+
 TEST(bad_messages_are_eproto_with_the_field) {
         char err[256];
         ASSERT_ERR(decode_str("not json", err, sizeof err), -EPROTO);

@@ -486,3 +486,82 @@ TEST(speculative_options_checked) {
         ASSERT_EQ(parse(&c, err, sizeof err, 3, too_many), -EINVAL);
         ASSERT_TRUE(strstr(err, "spec-k-max") != NULL);
 }
+
+/* The HTTP options: limits, names, keys (repeatable, a JSON array too), exposure rules. */
+TEST(http_options_parse_and_check) {
+        struct sup_config c;
+        char err[512];
+        char *defaults[] = {"start"};
+        ASSERT_EQ(parse(&c, err, sizeof err, 1, defaults), 0);
+        ASSERT_EQ(c.default_max_tokens, 0);
+        ASSERT_EQ(c.request_timeout_ms, 0);
+        ASSERT_EQ(c.max_prompt_bytes, 256 << 10);
+        ASSERT_EQ(c.header_timeout_s, 30);
+        ASSERT_EQ(c.max_connections_per_ip, 0);
+        char *a[] = {"start", "--served-model-name", "ds", "--served-model-name", "deepseek-r1", "--api-key", "k1",
+                     "--api-key", "k2", "--default-max-tokens", "64", "--max-prompt-tokens", "100",
+                     "--max-prompt-bytes", "4096", "--request-timeout-ms", "900000", "--cors-origins", "*",
+                     "--max-connections-per-ip", "4", "--header-timeout-s", "5", "--body-timeout-s", "7",
+                     "--first-byte-timeout-s", "3", "--idle-timeout-s", "9", "--protect-metrics", "--host", "0.0.0.0"};
+        ASSERT_EQ(parse(&c, err, sizeof err, 30, a), 0);
+        ASSERT_STREQ(c.served_model_names, "ds\ndeepseek-r1\n");
+        ASSERT_STREQ(c.api_keys, "k1\nk2\n");
+        char *names[4];
+        char buf[sizeof c.served_model_names];
+        memcpy(buf, c.served_model_names, sizeof buf);
+        ASSERT_EQ(sup_config_list_split(buf, names, 4), 2);
+        ASSERT_STREQ(names[1], "deepseek-r1");
+        ASSERT_EQ(c.default_max_tokens, 64);
+        ASSERT_EQ(c.max_prompt_tokens, 100);
+        ASSERT_EQ(c.request_timeout_ms, 900000);
+        ASSERT_EQ(c.max_connections_per_ip, 4);
+        ASSERT_EQ(c.first_byte_timeout_s + c.header_timeout_s + c.body_timeout_s + c.idle_timeout_s, 24);
+        ASSERT_TRUE(c.protect_metrics);
+
+        /* the same from JSON, keys as an array; the command line's list wins whole */
+        ASSERT_EQ(sup_config_apply_json(&c, "{\"api_key\": [\"x\", \"y\"], \"tls-cert\": \"/c.pem\", \"tls-key\": "
+                                            "\"/k.pem\", \"allow-unauthenticated\": true}",
+                                        err, sizeof err),
+                  0);
+        ASSERT_STREQ(c.api_keys, "k1\nk2\n");
+        struct sup_config j;
+        sup_config_init(&j);
+        ASSERT_EQ(sup_config_apply_json(&j, "{\"api-key\": [\"x\", \"y\"], \"served-model-name\": \"m\"}", err, sizeof err), 0);
+        ASSERT_STREQ(j.api_keys, "x\ny\n");
+        sup_config_init(&j);
+        ASSERT_EQ(sup_config_apply_json(&j, "{\"api-key\": [\"x\", 3]}", err, sizeof err), -EINVAL);
+        ASSERT_TRUE(strstr(err, "api-key"));
+        sup_config_init(&j);
+        ASSERT_EQ(sup_config_apply_json(&j, "{\"api-key\": []}", err, sizeof err), -EINVAL);
+
+        /* exposure: a non-loopback host needs a key or allow-unauthenticated */
+        char *open[] = {"start", "--host", "0.0.0.0"};
+        ASSERT_EQ(parse(&c, err, sizeof err, 3, open), -EINVAL);
+        ASSERT_TRUE(strstr(err, "0.0.0.0") && strstr(err, "allow-unauthenticated"));
+        char *allowed[] = {"start", "--host", "::", "--allow-unauthenticated"};
+        ASSERT_EQ(parse(&c, err, sizeof err, 4, allowed), 0);
+        char *keyfile[] = {"start", "--host", "10.0.0.1", "--api-key-file", "/etc/keys"};
+        ASSERT_EQ(parse(&c, err, sizeof err, 5, keyfile), 0);
+        char *loop[] = {"start", "--host", "127.0.0.2"};
+        ASSERT_EQ(parse(&c, err, sizeof err, 3, loop), 0);
+        char *protect[] = {"start", "--protect-metrics"};
+        ASSERT_EQ(parse(&c, err, sizeof err, 2, protect), -EINVAL);
+        ASSERT_TRUE(strstr(err, "protect-metrics"));
+        char *half_tls[] = {"start", "--tls-cert", "/c.pem"};
+        ASSERT_EQ(parse(&c, err, sizeof err, 3, half_tls), -EINVAL);
+        ASSERT_TRUE(strstr(err, "tls-key"));
+        char *two_ids[] = {"start", "--model-id", "a", "--served-model-name", "b"};
+        ASSERT_EQ(parse(&c, err, sizeof err, 5, two_ids), -EINVAL);
+        char *newline_key[] = {"start", "--api-key", "sec\nret"};
+        ASSERT_EQ(parse(&c, err, sizeof err, 3, newline_key), -EINVAL);
+        ASSERT_TRUE(!strstr(err, "sec")); /* a rejected key is not echoed */
+        char *bad_timeout[] = {"start", "--idle-timeout-s", "0"};
+        ASSERT_EQ(parse(&c, err, sizeof err, 3, bad_timeout), -EINVAL);
+
+        ASSERT_EQ(sup_host_is_loopback("127.0.0.1"), 1);
+        ASSERT_EQ(sup_host_is_loopback("::1"), 1);
+        ASSERT_EQ(sup_host_is_loopback("::ffff:127.0.0.9"), 1);
+        ASSERT_EQ(sup_host_is_loopback("::"), 0);
+        ASSERT_EQ(sup_host_is_loopback("192.168.1.1"), 0);
+        ASSERT_EQ(sup_host_is_loopback("localhost"), 0);
+}

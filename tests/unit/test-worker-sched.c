@@ -240,6 +240,35 @@ TEST(bad_input_error_codes) {
         rig_done(&g);
 }
 
+/* max_tokens_to_context generates up to the context (128 here): a 120-token prompt gets 8
+ * tokens; a prompt filling the context, or over max_prompt_tokens, is prompt_too_long. */
+TEST(max_tokens_to_context_and_prompt_limit) {
+        struct rig g;
+        ASSERT_OK(rig_init(&g, 4, 256, 64, 128));
+        int32_t ids[128];
+        prompt_for(ids, 128, g.vocab, 0);
+        struct dsv_ipc_request req = {.id = 1, .input = DSV_IPC_INPUT_TOKENS, .max_tokens_to_context = true};
+        dsv_ipc_sampling_init(&req.sampling);
+        ASSERT_OK(sched_add(g.s, &req, ids, 120, now_ms()));
+        ASSERT_TRUE(run(&g, 1000) > 0);
+        ASSERT_STREQ(g.ev.reason[1], "length");
+        ASSERT_EQ(g.ev.n_out[1], 8);
+        req.id = 2;
+        ASSERT_ERR(sched_add(g.s, &req, ids, 128, now_ms()), -E2BIG);
+        ASSERT_EQ(g.ev.error[2], DSV_IPC_ERR_PROMPT_TOO_LONG + 1);
+        req.id = 3;
+        req.max_tokens_to_context = false;
+        req.max_tokens = 2;
+        req.max_prompt_tokens = 9;
+        ASSERT_ERR(sched_add(g.s, &req, ids, 10, now_ms()), -E2BIG);
+        ASSERT_EQ(g.ev.error[3], DSV_IPC_ERR_PROMPT_TOO_LONG + 1);
+        req.id = 4;
+        ASSERT_OK(sched_add(g.s, &req, ids, 9, now_ms()));
+        ASSERT_TRUE(run(&g, 100) > 0);
+        ASSERT_EQ(g.ev.n_out[4], 2);
+        rig_done(&g);
+}
+
 /* Penalties change the choice: with a huge repetition penalty a greedy stream never
  * repeats a prompt or output token it would otherwise repeat. */
 TEST(repetition_penalty_applies) {

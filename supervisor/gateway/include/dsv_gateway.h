@@ -1,6 +1,6 @@
 /* dsv_gateway.h — the OpenAI-compatible HTTP gateway in front of dsvisor's workers:
  * libmicrohttpd serves /v1/chat/completions, /v1/completions, /v1/models,
- * /health, /ready and /metrics; each request is routed (dsv_policy) to one "instance",
+ * /tokenize, /detokenize, /health, /ready and /metrics; each request is routed (dsv_policy) to one "instance",
  * an nng link (dsv_ipc_dial) to a worker speaking ipc/PROTOCOL.md.
  *
  *     struct dsv_gateway_config cfg;
@@ -94,21 +94,41 @@ struct dsv_gateway_config {
         const char *listen_host;           /* numeric IPv4/IPv6 address; default "127.0.0.1" */
         uint16_t port;                     /* 0: ephemeral (see dsv_gateway_port) */
         const char *model;                 /* the model id served and accepted; required */
-        const char *api_keys_path;         /* keys, one per line ('#' comments); NULL: no auth */
+        const char *const *model_aliases;  /* more ids accepted and listed by /v1/models */
+        size_t n_model_aliases;
+        int32_t max_model_len;             /* the context, reported by /v1/models and
+                                            * /tokenize; 0: not reported */
+        const char *api_keys_path;         /* keys, one per line ('#' comments); NULL: none */
+        const char *const *api_keys;       /* keys given directly, beside the file's */
+        size_t n_api_keys;                 /* any key (file or list): /v1/... need one */
         bool protect_metrics;              /* with keys: /metrics, /health and unknown URLs need
                                             * one too (only /ready stays open, for probes) */
+        const char *cors_origins;          /* "*" or a comma-separated list of origins allowed
+                                            * by CORS (preflights answered); NULL: no CORS */
+        const char *tls_cert_path;         /* PEM certificate chain and key: HTTPS (GnuTLS) */
+        const char *tls_key_path;          /* instead of HTTP; both or neither */
         enum dsv_policy_route route;       /* default least-outstanding */
         uint64_t route_seed;
         struct dsv_policy_admit_limits admit;
         size_t max_body_bytes;             /* larger bodies: 413; default 1 MiB */
         size_t max_prompt_bytes;           /* prompt or messages text; larger: 400; default 256 KiB */
+        int32_t max_prompt_tokens;         /* longer prompts (tokenized by the worker): 400;
+                                            * 0 (default): the context */
         int32_t max_tokens_limit;          /* larger max_tokens: 400; default 32768 */
-        int32_t default_max_tokens;        /* when the request sets none; default 256 */
+        int32_t default_max_tokens;        /* when the request sets none; 0 (default): the rest
+                                            * of the context after the prompt, as vLLM */
         unsigned connection_timeout_s;     /* idle limit while headers/body arrive, and for a
                                             * streamed block to be written; default 30 */
+        unsigned first_byte_timeout_s;     /* a new connection's first byte; default 10; 0: none */
+        unsigned header_timeout_s;         /* a new connection's whole header block, however
+                                            * steadily it trickles; default 30; 0: none */
+        unsigned body_timeout_s;           /* the whole body after its headers; default 60;
+                                            * 0: none */
         unsigned max_connections;          /* concurrent HTTP connections; beyond: 503 from the
                                               accept path, then close; default 256 */
-        uint32_t request_timeout_ms;       /* arrival to last token; default 600000 */
+        unsigned max_connections_per_ip;   /* from one client address; beyond: 429 from the
+                                            * accept path, then close; 0 (default): no cap */
+        uint32_t request_timeout_ms;       /* arrival to last token; 0 (default): no deadline */
         uint32_t health_interval_ms;       /* health+stats polling period; 0 (default): off */
         uint32_t max_running_per_instance; /* in-flight requests counted as running; default 8 */
         int http_rt_priority;              /* > 0: the HTTP threads (accept, libmicrohttpd's
@@ -126,11 +146,13 @@ void dsv_gateway_config_init(struct dsv_gateway_config *cfg);
 
 struct dsv_gateway;
 
-/* Creates a gateway (HTTP not started yet). Reads the API key file now: -ENOENT/-EACCES
- * for an unreadable file, -EINVAL for a file without keys or a bad config. */
+/* Creates a gateway (HTTP not started yet). Reads the API key file and the TLS files now:
+ * -ENOENT/-EACCES for an unreadable file, -EINVAL for a key file without keys, a TLS file
+ * that is not PEM, or a bad config. */
 int dsv_gateway_new(const struct dsv_gateway_config *cfg, struct dsv_gateway **ret_gw);
 
-/* Starts the HTTP server. -EADDRINUSE, -EINVAL (bad listen_host), -EALREADY. When the
+/* Starts the HTTP server (HTTPS with tls_cert_path). -EADDRINUSE, -EINVAL (bad
+ * listen_host), -EALREADY, -EKEYREJECTED (GnuTLS refused the certificate and key). When the
  * system refuses SCHED_FIFO at http_rt_priority (-EPERM: no CAP_SYS_NICE or RLIMIT_RTPRIO,
  * no RT runtime in our cgroup), the HTTP threads start SCHED_OTHER and
  * dsv_gateway_stats() reports http_rt_priority 0. */
@@ -246,6 +268,30 @@ void dsv_gateway_set_metrics_hook(struct dsv_gateway *gw, dsv_gateway_metrics_fn
 /* Renders the same text GET /metrics serves into a malloc'd string (owned by the
  * caller), without the hook's part. */
 int dsv_gateway_metrics_render(struct dsv_gateway *gw, char **ret_text, size_t *ret_len);
+
+/* ---- tokenization ------------------------------------------------------------------- */
+
+/* POST /tokenize and POST /detokenize, in vLLM's shape, need a tokenizer, which the
+ * gateway does not link: the embedder provides one. Both functions are called from HTTP
+ * threads, several at once, without any gateway lock held; they must not call back into
+ * the gateway. On failure they return a negative errno and put a message for the client
+ * in err (-EINVAL, -EILSEQ: 400; others: 500). */
+struct dsv_gateway_tokenizer {
+        /* Encodes text (messages_json NULL) or the chat messages_json (a JSON array,
+         * rendered by the served chat template, with the generation prompt when
+         * add_generation_prompt) into up to cap ids; returns the total count, which may
+         * exceed cap (then it is called again with a larger buffer). */
+        int (*encode)(void *userdata, const char *text, const char *messages_json, bool add_special_tokens,
+                      bool add_generation_prompt, int32_t *ids, size_t cap, char *err, size_t err_size);
+        /* Decodes ids into *ret_text (malloc'd, NUL-terminated, freed by the gateway). */
+        int (*decode)(void *userdata, const int32_t *ids, size_t n_ids, char **ret_text, char *err,
+                      size_t err_size);
+        void *userdata;
+};
+
+/* Installs (or with t NULL removes) the tokenizer; without one, /tokenize and /detokenize
+ * answer 501. The struct is copied. */
+void dsv_gateway_set_tokenizer(struct dsv_gateway *gw, const struct dsv_gateway_tokenizer *t);
 
 #ifdef __cplusplus
 }

@@ -124,7 +124,8 @@ void dsv__gw_event_free(struct gw_event *ev) {
 int dsv__gw_call_init(struct gw_call *c, struct gw_calls *cs, int fd) {
         *c = (struct gw_call){.calls = cs, .fd = fd, .slot = -1, .prefer_slot = -1};
         c->t_arrival_ns = dsv__gw_now_ns();
-        c->deadline_ns = c->t_arrival_ns + (int64_t)cs->cfg->request_timeout_ms * 1000000;
+        c->deadline_ns = cs->cfg->request_timeout_ms ? c->t_arrival_ns + (int64_t)cs->cfg->request_timeout_ms * 1000000
+                                                     : INT64_MAX;
         pthread_condattr_t ca;
         int r = -pthread_condattr_init(&ca);
         if (r < 0)

@@ -10,6 +10,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "cors.h"
 #include "server.h"
 
 #define WAIT_SLICE_MS 100
@@ -237,6 +238,8 @@ enum MHD_Result dsv__gw_completion(struct gw_calls *cs, struct MHD_Connection *c
         g->conn = conn;
         struct dsv_gw_limits lim = {
                 .model = cfg->model,
+                .model_aliases = cfg->model_aliases,
+                .n_model_aliases = cfg->n_model_aliases,
                 .max_prompt_bytes = cfg->max_prompt_bytes,
                 .max_tokens_limit = cfg->max_tokens_limit,
                 .default_max_tokens = cfg->default_max_tokens,
@@ -250,10 +253,13 @@ enum MHD_Result dsv__gw_completion(struct gw_calls *cs, struct MHD_Connection *c
                 gen_free(g);
                 return dsv__gw_reply_error(conn, &err, metrics);
         }
-        struct timespec wall;
-        clock_gettime(CLOCK_REALTIME, &wall);
-        g->call.req.ipc.u.request.deadline_unix_ms =
-                (int64_t)wall.tv_sec * 1000 + wall.tv_nsec / 1000000 + cfg->request_timeout_ms;
+        g->call.req.ipc.u.request.max_prompt_tokens = cfg->max_prompt_tokens;
+        if (cfg->request_timeout_ms) {
+                struct timespec wall;
+                clock_gettime(CLOCK_REALTIME, &wall);
+                g->call.req.ipc.u.request.deadline_unix_ms =
+                        (int64_t)wall.tv_sec * 1000 + wall.tv_nsec / 1000000 + cfg->request_timeout_ms;
+        }
         /* The request is in: from here the deadline, not MHD's idle timeout, bounds it. */
         MHD_set_connection_option(conn, MHD_CONNECTION_OPTION_TIMEOUT, 0u);
         if (dsv__gw_call_start(&g->call, -1, &err) < 0) {
@@ -300,6 +306,7 @@ enum MHD_Result dsv__gw_completion(struct gw_calls *cs, struct MHD_Connection *c
         MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
         MHD_add_response_header(resp, "X-Accel-Buffering", "no");
         dsv__gw_metrics_status(metrics, 200);
+        dsv__gw_cors_decorate(conn, resp);
         enum MHD_Result r = MHD_queue_response(conn, 200, resp);
         MHD_destroy_response(resp); /* frees g through sse_free once MHD is done with it */
         return r;

@@ -24,6 +24,19 @@ void dsv__gw_keys_done(struct dsv_gw_keys *k) {
         k->n = 0;
 }
 
+int dsv__gw_keys_add(struct dsv_gw_keys *k, const char *key) {
+        if (!k || !key || !key[0] || strlen(key) > MAX_KEY_BYTES)
+                return -EINVAL;
+        char **grown = realloc(k->keys, (k->n + 1) * sizeof *k->keys);
+        if (!grown)
+                return -ENOMEM;
+        k->keys = grown;
+        if (!(k->keys[k->n] = strdup(key)))
+                return -ENOMEM;
+        k->n++;
+        return 0;
+}
+
 int dsv__gw_keys_load(const char *path, struct dsv_gw_keys *ret) {
         if (!path || !ret)
                 return -EINVAL;
@@ -46,17 +59,8 @@ int dsv__gw_keys_load(const char *path, struct dsv_gw_keys *ret) {
                         *--end = 0;
                 if (!*s || *s == '#')
                         continue;
-                char **grown = realloc(k.keys, (k.n + 1) * sizeof *k.keys);
-                if (!grown) {
-                        r = -ENOMEM;
+                if ((r = dsv__gw_keys_add(&k, s)) < 0)
                         break;
-                }
-                k.keys = grown;
-                if (!(k.keys[k.n] = strdup(s))) {
-                        r = -ENOMEM;
-                        break;
-                }
-                k.n++;
         }
         if (r == 0 && ferror(f))
                 r = -EIO;

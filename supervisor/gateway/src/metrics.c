@@ -213,6 +213,24 @@ static void write_overload_locked(struct gw_metrics *m, FILE *f, const struct gw
         fprintf(f, "dsvisor_http_connections %u\n", srv->connections_open);
         family(f, "dsvisor_http_connections_max", "gauge", "HTTP connections allowed before the accept path refuses.");
         fprintf(f, "dsvisor_http_connections_max %u\n", srv->max_connections);
+        family(f, "dsvisor_http_connections_pending", "gauge",
+               "Connections accepted whose first request header is still arriving (held by the accept path).");
+        fprintf(f, "dsvisor_http_connections_pending %u\n", srv->connections_pending);
+        family(f, "dsvisor_http_connections_per_ip_max", "gauge",
+               "HTTP connections allowed from one client address (0: no cap).");
+        fprintf(f, "dsvisor_http_connections_per_ip_max %u\n", srv->max_connections_per_ip);
+        family(f, "dsvisor_http_threads_max", "gauge",
+               "HTTP threads at most: one per connection, the accept thread and libmicrohttpd's polling thread.");
+        fprintf(f, "dsvisor_http_threads_max %u\n", srv->http_threads_max);
+        family(f, "dsvisor_connections_refused_per_ip_total", "counter",
+               "HTTP connections beyond the per-address cap, answered 429 by the accept path and closed.");
+        fprintf(f, "dsvisor_connections_refused_per_ip_total %llu\n", (unsigned long long)srv->refused_per_ip);
+        static const char *const phases[] = {"first_byte", "header", "body"};
+        family(f, "dsvisor_http_client_timeouts_total", "counter",
+               "Connections closed because the client was too slow, by phase (first byte, header block, body).");
+        for (int i = 0; i < 3; i++)
+                fprintf(f, "dsvisor_http_client_timeouts_total{phase=\"%s\"} %llu\n", phases[i],
+                        (unsigned long long)srv->timeouts[i]);
         uint64_t waiting = 0;
         for (size_t i = 0; i < n; i++)
                 waiting += v[i].stats.waiting;

@@ -77,6 +77,11 @@ struct gw_instance_sample {
 /* The HTTP server as it stands when the metrics are rendered (the server room's view). */
 struct gw_server_sample {
         uint32_t connections_open, max_connections;
+        uint32_t connections_pending;     /* accepted, their first header still arriving */
+        uint32_t max_connections_per_ip;  /* 0: no cap */
+        uint32_t http_threads_max;        /* one per connection, the accept and MHD's threads */
+        uint64_t refused_per_ip;
+        uint64_t timeouts[3];             /* first byte, header, body */
 };
 
 int dsv__gw_metrics_init(struct gw_metrics *m);

@@ -37,10 +37,12 @@ void dsv__gw_error_set(struct dsv_gw_error *e, int status, const char *type, con
 int dsv__gw_error_json(const struct dsv_gw_error *e, char **ret_json, size_t *ret_len);
 
 struct dsv_gw_limits {
-        const char *model;        /* the one model id accepted */
+        const char *model;        /* the model id accepted, and its aliases */
+        const char *const *model_aliases;
+        size_t n_model_aliases;
         size_t max_prompt_bytes;
         int32_t max_tokens_limit;
-        int32_t default_max_tokens;
+        int32_t default_max_tokens; /* 0: up to the context (max_tokens_to_context) */
         enum dsv_gateway_reasoning_format reasoning_format; /* the default of requests */
         bool think_opened;                       /* the prompt ends inside a think block */
         enum dsv_gateway_tool_format tool_format; /* how the model writes calls */
@@ -75,6 +77,8 @@ int dsv__gw_json_strict(const char *body, size_t len, struct dsv_gw_error *err);
 int dsv__gw_request_parse(const char *body, size_t len, enum dsv_gw_api api, const struct dsv_gw_limits *lim,
                           struct dsv_gw_request *ret, struct dsv_gw_error *err);
 void dsv__gw_request_done(struct dsv_gw_request *r);
+/* Whether name is the served model id or one of its aliases. */
+bool dsv__gw_model_served(const struct dsv_gw_limits *lim, const char *name);
 
 struct cJSON;
 
@@ -128,7 +132,8 @@ int dsv__gw_answer_next_choice(struct dsv_gw_answer *a);
  * caller, cJSON_Delete), NULL without memory. */
 struct cJSON *dsv__gw_answer_object(struct dsv_gw_answer *a);
 /* The GET /v1/models list of the one model served. */
-struct cJSON *dsv__gw_models_object(const char *model);
+struct cJSON *dsv__gw_models_object(const char *model, const char *const *aliases, size_t n_aliases,
+                                    int32_t max_model_len);
 /* The worker's error as the client sees it: only the request's own faults are repeated,
  * anything else gets a fixed text, so no worker internals leak. */
 void dsv__gw_worker_error(const struct dsv_ipc_error *we, struct dsv_gw_error *e);

@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cors.h"
 #include "server.h"
 
 static enum MHD_Result respond(struct MHD_Connection *conn, unsigned status, const char *type, const char *body,
@@ -20,6 +21,7 @@ static enum MHD_Result respond(struct MHD_Connection *conn, unsigned status, con
                 MHD_add_response_header(resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
         if (close) /* libmicrohttpd closes the connection after a response saying so */
                 MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
+        dsv__gw_cors_decorate(conn, resp);
         enum MHD_Result r = MHD_queue_response(conn, status, resp);
         MHD_destroy_response(resp);
         return r;

@@ -277,7 +277,17 @@ static int parse_max_tokens(const cJSON *o, const struct dsv_gw_limits *lim, str
         if (r < 0)
                 return r;
         q->max_tokens = present ? (int32_t)v : lim->default_max_tokens;
+        q->max_tokens_to_context = !present && lim->default_max_tokens == 0;
         return 0;
+}
+
+bool dsv__gw_model_served(const struct dsv_gw_limits *lim, const char *name) {
+        if (lim->model && strcmp(name, lim->model) == 0)
+                return true;
+        for (size_t i = 0; i < lim->n_model_aliases; i++)
+                if (strcmp(name, lim->model_aliases[i]) == 0)
+                        return true;
+        return false;
 }
 
 /* Parameters we do not implement are refused when they ask for something. */
@@ -433,7 +443,7 @@ static int parse_object(const cJSON *o, enum dsv_gw_api api, const struct dsv_gw
         if ((r = check_length(model, "model", "'model'", MAX_NAME_BYTES, lim, e)) < 0 ||
             (r = check_length(field(o, "user"), "user", "'user'", MAX_NAME_BYTES, lim, e)) < 0)
                 return r;
-        if (!lim->model || strcmp(model->valuestring, lim->model) != 0) {
+        if (!dsv__gw_model_served(lim, model->valuestring)) {
                 dsv__gw_error_set(e, 404, "invalid_request_error", "model_not_found", "model",
                                   "The model does not exist or is not served here (see GET /v1/models)");
                 return -EINVAL;

@@ -253,15 +253,28 @@ cJSON *dsv__gw_answer_object(struct dsv_gw_answer *a) {
         return o;
 }
 
-cJSON *dsv__gw_models_object(const char *model) {
-        cJSON *o = cJSON_CreateObject();
-        cJSON_AddStringToObject(o, "object", "list");
+/* One card per served name, as vLLM lists its --served-model-name values; root is the
+ * first name (the model itself). */
+static cJSON *model_card(const char *id, const char *root, int32_t max_model_len) {
         cJSON *m = cJSON_CreateObject();
-        cJSON_AddStringToObject(m, "id", model);
+        cJSON_AddStringToObject(m, "id", id);
         cJSON_AddStringToObject(m, "object", "model");
         cJSON_AddNumberToObject(m, "created", 0);
         cJSON_AddStringToObject(m, "owned_by", "dsvisor");
-        cJSON_AddItemToArray(cJSON_AddArrayToObject(o, "data"), m);
+        cJSON_AddStringToObject(m, "root", root);
+        if (max_model_len > 0)
+                cJSON_AddNumberToObject(m, "max_model_len", max_model_len);
+        return m;
+}
+
+cJSON *dsv__gw_models_object(const char *model, const char *const *aliases, size_t n_aliases,
+                             int32_t max_model_len) {
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "object", "list");
+        cJSON *data = cJSON_AddArrayToObject(o, "data");
+        cJSON_AddItemToArray(data, model_card(model, model, max_model_len));
+        for (size_t i = 0; i < n_aliases; i++)
+                cJSON_AddItemToArray(data, model_card(aliases[i], model, max_model_len));
         return o;
 }
 

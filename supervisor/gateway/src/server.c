@@ -12,15 +12,20 @@
 #include <string.h>
 
 #include "buf.h"
+#include "cors.h"
 #include "http_strict.h"
 #include "keys.h"
 #include "server.h"
+#include "tls.h"
 
 struct dsv_gateway {
         struct dsv_gateway_config cfg; /* strings below are our copies */
         char *listen_host, *model;
+        char **model_aliases; /* [cfg.n_model_aliases] */
         struct dsv_gw_keys keys;
         bool auth;
+        struct gw_cors cors;
+        struct gw_tls tls;
         struct MHD_Daemon *mhd;
         int http_rt_priority; /* in effect: 0 when SCHED_FIFO was refused */
         struct gw_listener listener;
@@ -29,6 +34,7 @@ struct dsv_gateway {
         pthread_mutex_t hook_lock;
         dsv_gateway_metrics_fn hook;
         void *hook_userdata;
+        struct dsv_gateway_tokenizer tokenizer; /* under hook_lock */
 };
 
 enum endpoint {
@@ -39,6 +45,8 @@ enum endpoint {
         EP_HEALTH,
         EP_READY,
         EP_METRICS,
+        EP_TOKENIZE,
+        EP_DETOKENIZE,
 };
 
 static const struct {
@@ -52,12 +60,15 @@ static const struct {
         {"/health", "GET", EP_HEALTH, false},
         {"/ready", "GET", EP_READY, false},
         {"/metrics", "GET", EP_METRICS, false},
+        {"/tokenize", "POST", EP_TOKENIZE, true},
+        {"/detokenize", "POST", EP_DETOKENIZE, true},
 };
 
 /* Per HTTP request (MHD's con_cls, made by on_target). */
 struct http_req {
         bool target_ok; /* dsv__gw_strict_target_ok() on the target as it arrived */
         bool started;   /* the header fields were checked */
+        int64_t body_by_ns; /* the body must have arrived by then (body_timeout_s) */
         int ep_index; /* into endpoints[]; -1 unknown */
         char *body;
         size_t len, cap;
@@ -142,7 +153,7 @@ static enum MHD_Result check_headers(struct dsv_gateway *gw, struct MHD_Connecti
         bool method_ok = false;
         hr->ep_index = find_endpoint(url, method, &method_ok);
         hr->answered = true;
-        bool key_ok = !needs_key(gw, hr->ep_index) ||
+        bool key_ok = !needs_key(gw, hr->ep_index) || (strcmp(method, "OPTIONS") == 0 && hr->ep_index >= 0) ||
                       dsv__gw_keys_check(&gw->keys, MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Authorization"));
         if (!key_ok && hr->ep_index < 0)
                 return dsv__gw_reply_simple_error(conn, 401, "invalid_request_error", "invalid_api_key",
@@ -150,6 +161,10 @@ static enum MHD_Result check_headers(struct dsv_gateway *gw, struct MHD_Connecti
         if (hr->ep_index < 0)
                 return dsv__gw_reply_simple_error(conn, 404, "invalid_request_error", "unknown_url",
                                                   "Unknown request URL", NULL);
+        /* A browser's preflight carries no key; what it asks about still needs one. */
+        if (strcmp(method, "OPTIONS") == 0)
+                return dsv__gw_cors_options(&gw->cors, conn,
+                                            strcmp(endpoints[hr->ep_index].method, "GET") == 0 ? "GET, HEAD" : "POST");
         if (!method_ok) {
                 struct dsv_gw_error e;
                 dsv__gw_error_set(&e, 405, "invalid_request_error", "method_not_allowed", NULL,
@@ -187,11 +202,18 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
                         hr->answered = true;
                         return dsv__gw_reply_refusal(conn, &e, NULL);
                 }
+                if (gw->cfg.body_timeout_s)
+                        hr->body_by_ns = dsv__gw_now_ns() + (int64_t)gw->cfg.body_timeout_s * 1000000000;
                 return check_headers(gw, conn, url, method, hr);
         }
         if (*upload_data_size) {
                 size_t n = *upload_data_size;
                 *upload_data_size = 0;
+                /* A body that trickles in: MHD's idle timeout restarts with every byte. */
+                if (hr->body_by_ns && dsv__gw_now_ns() > hr->body_by_ns) {
+                        dsv__gw_listener_count_timeout(&gw->listener, GW_TIMEOUT_BODY);
+                        return MHD_NO;
+                }
                 if (hr->answered || hr->too_large)
                         return MHD_YES;
                 if (hr->len + n > gw->cfg.max_body_bytes) {
@@ -216,7 +238,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         case EP_COMPLETIONS:
                 return dsv__gw_completion(&gw->calls, conn, hr->body, hr->len, DSV_GW_API_COMPLETIONS);
         case EP_MODELS:
-                return dsv__gw_reply_json(conn, 200, dsv__gw_models_object(gw->cfg.model));
+                return dsv__gw_reply_json(conn, 200,
+                                          dsv__gw_models_object(gw->cfg.model, gw->cfg.model_aliases,
+                                                                gw->cfg.n_model_aliases, gw->cfg.max_model_len));
         case EP_HEALTH: {
                 static const char ok[] = "{\"status\":\"ok\"}";
                 return dsv__gw_reply(conn, 200, "application/json", ok, sizeof ok - 1, 0);
@@ -225,6 +249,17 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
                 return handle_ready(gw, conn);
         case EP_METRICS:
                 return handle_metrics(gw, conn);
+        case EP_TOKENIZE:
+        case EP_DETOKENIZE: {
+                struct gw_tokenize t = {.lim = {.model = gw->cfg.model, .model_aliases = gw->cfg.model_aliases,
+                                                .n_model_aliases = gw->cfg.n_model_aliases},
+                                        .max_prompt_bytes = gw->cfg.max_prompt_bytes,
+                                        .max_model_len = gw->cfg.max_model_len};
+                pthread_mutex_lock(&gw->hook_lock);
+                t.fn = gw->tokenizer;
+                pthread_mutex_unlock(&gw->hook_lock);
+                return dsv__gw_tokenize(&t, conn, hr->body, hr->len, ep == EP_DETOKENIZE);
+        }
         default:
                 return MHD_NO;
         }
@@ -270,9 +305,11 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
 static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_context,
                           enum MHD_ConnectionNotificationCode toe) {
         struct dsv_gateway *gw = cls;
-        (void)conn;
-        (void)socket_context;
-        dsv__gw_listener_connection_event(&gw->listener, toe == MHD_CONNECTION_NOTIFY_STARTED);
+        bool started = toe == MHD_CONNECTION_NOTIFY_STARTED;
+        const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+        if (started) /* what reply.c and completion.c read to add the CORS headers */
+                *socket_context = &gw->cors;
+        dsv__gw_listener_connection_event(&gw->listener, started, ci ? ci->client_addr : NULL);
 }
 
 /* MHD without a listening socket of its own: the listener accepts and hands connections
@@ -287,20 +324,37 @@ static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_
 #endif
 
 static int start_http(struct dsv_gateway *gw) {
-        int r = dsv__gw_listener_open(&gw->listener, gw->cfg.listen_host, gw->cfg.port, gw->cfg.max_connections,
-                                      &gw->metrics);
+        const struct dsv_gateway_config *cfg = &gw->cfg;
+        struct gw_listener_limits lim = {.max_connections = cfg->max_connections,
+                                         .per_ip = cfg->max_connections_per_ip,
+                                         .first_byte_timeout_s = cfg->first_byte_timeout_s,
+                                         .header_timeout_s = cfg->header_timeout_s,
+                                         .tls = gw->tls.cert_pem != NULL};
+        int r = dsv__gw_listener_open(&gw->listener, cfg->listen_host, cfg->port, &lim, &gw->metrics);
         if (r < 0)
                 return r;
         unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO |
                          MHD_USE_NO_LISTEN_SOCKET | MHD_USE_ITC;
-        gw->mhd = MHD_start_daemon(flags, 0, NULL, NULL, on_request, gw, MHD_OPTION_CONNECTION_TIMEOUT,
-                                   gw->cfg.connection_timeout_s, MHD_OPTION_CONNECTION_LIMIT,
-                                   gw->cfg.max_connections + MHD_LIMIT_MARGIN, MHD_OPTION_NOTIFY_COMPLETED,
-                                   on_completed, gw, MHD_OPTION_NOTIFY_CONNECTION, on_connection, gw,
-                                   MHD_OPTION_URI_LOG_CALLBACK, on_target, NULL, HTTP_STRICTNESS_OPTION, 1,
-                                   MHD_OPTION_END);
-        if (!gw->mhd)
-                r = -EIO;
+        /* The per-address cap is the listener's (MHD's own closes without a status line). */
+        struct MHD_OptionItem ops[] = {
+                {MHD_OPTION_CONNECTION_TIMEOUT, cfg->connection_timeout_s, NULL},
+                {MHD_OPTION_CONNECTION_LIMIT, cfg->max_connections + MHD_LIMIT_MARGIN, NULL},
+                {MHD_OPTION_NOTIFY_COMPLETED, (intptr_t)on_completed, gw},
+                {MHD_OPTION_NOTIFY_CONNECTION, (intptr_t)on_connection, gw},
+                {MHD_OPTION_URI_LOG_CALLBACK, (intptr_t)on_target, NULL},
+                {HTTP_STRICTNESS_OPTION, 1, NULL},
+                {MHD_OPTION_END, 0, NULL}, /* the TLS pair, when configured */
+                {MHD_OPTION_END, 0, NULL},
+                {MHD_OPTION_END, 0, NULL},
+        };
+        if (gw->tls.cert_pem) {
+                flags |= MHD_USE_TLS;
+                ops[6] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_MEM_CERT, 0, gw->tls.cert_pem};
+                ops[7] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_MEM_KEY, 0, gw->tls.key_pem};
+        }
+        gw->mhd = MHD_start_daemon(flags, 0, NULL, NULL, on_request, gw, MHD_OPTION_ARRAY, ops, MHD_OPTION_END);
+        if (!gw->mhd) /* with TLS, most likely a certificate and key GnuTLS refused */
+                r = gw->tls.cert_pem ? -EKEYREJECTED : -EIO;
         if (r == 0)
                 r = dsv__gw_listener_start(&gw->listener, gw->mhd);
         if (r < 0) {
@@ -308,6 +362,7 @@ static int start_http(struct dsv_gateway *gw) {
                 if (gw->mhd)
                         MHD_stop_daemon(gw->mhd);
                 gw->mhd = NULL;
+                dsv__gw_listener_done(&gw->listener);
         }
         return r;
 }
@@ -379,18 +434,31 @@ void dsv_gateway_config_init(struct dsv_gateway_config *cfg) {
                 .max_body_bytes = 1u << 20,
                 .max_prompt_bytes = 256u << 10,
                 .max_tokens_limit = 32768,
-                .default_max_tokens = 256,
                 .connection_timeout_s = 30,
+                .first_byte_timeout_s = 10,
+                .header_timeout_s = 30,
+                .body_timeout_s = 60,
                 .max_connections = 256,
-                .request_timeout_ms = 600000,
                 .max_running_per_instance = 8,
         };
 }
 
+static void free_config_copies(struct dsv_gateway *gw) {
+        dsv__gw_keys_done(&gw->keys);
+        dsv__gw_cors_done(&gw->cors);
+        dsv__gw_tls_done(&gw->tls);
+        for (size_t i = 0; gw->model_aliases && i < gw->cfg.n_model_aliases; i++)
+                free(gw->model_aliases[i]);
+        free(gw->model_aliases);
+        free(gw->listen_host);
+        free(gw->model);
+}
+
 int dsv_gateway_new(const struct dsv_gateway_config *cfg, struct dsv_gateway **ret_gw) {
         if (!cfg || !ret_gw || !cfg->model || !cfg->model[0] || cfg->max_body_bytes == 0 || cfg->max_prompt_bytes == 0 ||
-            cfg->max_tokens_limit <= 0 || cfg->default_max_tokens <= 0 || cfg->request_timeout_ms == 0 ||
-            cfg->max_running_per_instance == 0 || cfg->max_connections == 0)
+            cfg->max_tokens_limit <= 0 || cfg->default_max_tokens < 0 || cfg->max_prompt_tokens < 0 ||
+            cfg->max_model_len < 0 || cfg->max_running_per_instance == 0 || cfg->max_connections == 0 ||
+            (cfg->n_model_aliases && !cfg->model_aliases) || (cfg->n_api_keys && !cfg->api_keys))
                 return -EINVAL;
         struct dsv_gateway *gw = calloc(1, sizeof *gw);
         if (!gw)
@@ -401,12 +469,28 @@ int dsv_gateway_new(const struct dsv_gateway_config *cfg, struct dsv_gateway **r
         gw->cfg.listen_host = gw->listen_host;
         gw->cfg.model = gw->model;
         gw->cfg.api_keys_path = NULL;
+        gw->cfg.api_keys = NULL;
+        gw->cfg.n_api_keys = 0;
+        gw->cfg.cors_origins = gw->cfg.tls_cert_path = gw->cfg.tls_key_path = NULL;
         gw->listener = (struct gw_listener){.fd = -1, .wake = {-1, -1}};
         int r = gw->listen_host && gw->model ? 0 : -ENOMEM;
-        if (r == 0 && cfg->api_keys_path) {
+        if (r == 0 && cfg->n_model_aliases)
+                r = (gw->model_aliases = calloc(cfg->n_model_aliases, sizeof *gw->model_aliases)) ? 0 : -ENOMEM;
+        for (size_t i = 0; r == 0 && i < cfg->n_model_aliases; i++)
+                if (!cfg->model_aliases[i] || !cfg->model_aliases[i][0])
+                        r = -EINVAL;
+                else if (!(gw->model_aliases[i] = strdup(cfg->model_aliases[i])))
+                        r = -ENOMEM;
+        gw->cfg.model_aliases = (const char *const *)gw->model_aliases;
+        if (r == 0 && cfg->api_keys_path)
                 r = dsv__gw_keys_load(cfg->api_keys_path, &gw->keys);
-                gw->auth = r == 0;
-        }
+        for (size_t i = 0; r == 0 && i < cfg->n_api_keys; i++)
+                r = dsv__gw_keys_add(&gw->keys, cfg->api_keys[i]);
+        gw->auth = r == 0 && gw->keys.n > 0;
+        if (r == 0)
+                r = dsv__gw_cors_init(&gw->cors, cfg->cors_origins);
+        if (r == 0)
+                r = dsv__gw_tls_load(cfg->tls_cert_path, cfg->tls_key_path, &gw->tls);
         bool metrics = false, calls = false;
         if (r == 0)
                 metrics = (r = dsv__gw_metrics_init(&gw->metrics)) == 0;
@@ -419,9 +503,7 @@ int dsv_gateway_new(const struct dsv_gateway_config *cfg, struct dsv_gateway **r
                         dsv__gw_calls_done(&gw->calls);
                 if (metrics)
                         dsv__gw_metrics_done(&gw->metrics);
-                dsv__gw_keys_done(&gw->keys);
-                free(gw->listen_host);
-                free(gw->model);
+                free_config_copies(gw);
                 free(gw);
                 return r;
         }
@@ -437,12 +519,11 @@ void dsv_gateway_free(struct dsv_gateway *gw) {
         if (gw->mhd)
                 MHD_stop_daemon(gw->mhd);
         gw->mhd = NULL;
+        dsv__gw_listener_done(&gw->listener);
         dsv__gw_calls_done(&gw->calls);
         dsv__gw_metrics_done(&gw->metrics);
         pthread_mutex_destroy(&gw->hook_lock);
-        dsv__gw_keys_done(&gw->keys);
-        free(gw->listen_host);
-        free(gw->model);
+        free_config_copies(gw);
         free(gw);
 }
 
@@ -488,8 +569,11 @@ int dsv_gateway_metrics_render(struct dsv_gateway *gw, char **ret_text, size_t *
         FILE *f = open_memstream(&buf, &len);
         if (!f)
                 return -errno;
-        struct gw_server_sample srv = {.connections_open = dsv__gw_listener_connections(&gw->listener),
-                                       .max_connections = gw->cfg.max_connections};
+        struct gw_server_sample srv = {.max_connections = gw->cfg.max_connections,
+                                       .max_connections_per_ip = gw->cfg.max_connections_per_ip,
+                                       .http_threads_max = gw->cfg.max_connections + 2};
+        if (gw->mhd)
+                dsv__gw_listener_sample(&gw->listener, &srv);
         int r = dsv__gw_metrics_write(&gw->metrics, f, v, n, &srv);
         if (fclose(f) != 0 && r == 0)
                 r = -EIO;
@@ -508,6 +592,14 @@ void dsv_gateway_set_metrics_hook(struct dsv_gateway *gw, dsv_gateway_metrics_fn
         pthread_mutex_lock(&gw->hook_lock);
         gw->hook = fn;
         gw->hook_userdata = userdata;
+        pthread_mutex_unlock(&gw->hook_lock);
+}
+
+void dsv_gateway_set_tokenizer(struct dsv_gateway *gw, const struct dsv_gateway_tokenizer *t) {
+        if (!gw)
+                return;
+        pthread_mutex_lock(&gw->hook_lock);
+        gw->tokenizer = t ? *t : (struct dsv_gateway_tokenizer){0};
         pthread_mutex_unlock(&gw->hook_lock);
 }
 
