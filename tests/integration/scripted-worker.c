@@ -11,7 +11,7 @@
  * Script lines {"match": TEXT, "reply": TEXT}: the first line whose match occurs in the
  * rendered prompt (a line without match always does) gives the reply. --log gets one JSON
  * line per request: {"messages", "tools", "rendered"} (for comparison with python3-jinja2).
- * The reply stops at max_tokens ("length") or its end ("stop"). */
+ * The reply stops at its end ("stop") or at max_tokens ("length"; no cap with max_tokens_to_context). */
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <stdio.h>
@@ -129,7 +129,8 @@ static void on_request(struct ctx *c, const struct dsv_ipc_request *q) {
                 return;
         }
         int sent = 0, stopped = 0;
-        for (; sent < n && sent < q->max_tokens; sent++) {
+        int32_t max_tokens = q->max_tokens_to_context ? INT32_MAX : q->max_tokens;
+        for (; sent < n && sent < max_tokens; sent++) {
                 const char *text = NULL;
                 int len = dse_detok_push(dt, ids[sent], &text, &stopped);
                 send_token(c, q->id, ids[sent], len > 0 ? text : "", len > 0 ? (size_t)len : 0);
