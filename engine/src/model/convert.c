@@ -19,6 +19,7 @@
 
 #include "../internal.h"
 #include "format.h"
+#include "gguf/gguf.h"
 
 #define CHUNK_BYTES (16u << 20) /* target size of one streamed row block (source bytes) */
 #define QUANT_GROUP 32          /* columns per scale for --quant-format int8/int4 */
@@ -890,8 +891,16 @@ int dse_model_convert_hf(const char *hf_dir, const char *out_path, const char *q
         char *cfg = NULL, *gen = NULL, *tmp = NULL;
         size_t cfg_len, gen_len;
         char what[4200];
+        int r;
+        if (dse__gguf_is_gguf(hf_dir)) {
+                c.quant.method = DSE_HF_QUANT_NONE;
+                r = dse__gguf_import(hf_dir, &c.hp, &c.st, reterr);
+                if (r == 0)
+                        r = parse_target(quant_format, &c.quant, &c.target, reterr);
+                goto planned_source;
+        }
         snprintf(what, sizeof what, "%s/config.json", hf_dir);
-        int r = read_text(hf_dir, "config.json", 1, &cfg, &cfg_len, reterr);
+        r = read_text(hf_dir, "config.json", 1, &cfg, &cfg_len, reterr);
         if (r == 0)
                 r = read_text(hf_dir, "generation_config.json", 0, &gen, &gen_len, reterr);
         if (r == 0)
@@ -910,6 +919,7 @@ int dse_model_convert_hf(const char *hf_dir, const char *out_path, const char *q
                 r = parse_target(quant_format, &c.quant, &c.target, reterr);
         if (r == 0)
                 r = dse__st_open_dir(hf_dir, &c.st, reterr);
+planned_source:
         if (r == 0)
                 r = plan(&c);
         if (r < 0)

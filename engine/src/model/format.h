@@ -152,6 +152,19 @@ size_t dse__st_n_tensors(const struct dse__st_set *set);
 const struct dse__st_tensor *dse__st_tensor_at(const struct dse__st_set *set, size_t i);
 const struct dse__st_tensor *dse__st_find(const struct dse__st_set *set, const char *name);
 const char *dse__st_file_path(const struct dse__st_set *set, int file);
+/* A tensor set read from another format (GGUF), presented as the Hugging Face tensors
+ * it holds: read() fills n bytes at byte offset `off` of tensor t's data in the
+ * safetensors layout its dtype and shape give; close() frees ctx. */
+struct dse__st_source {
+        int (*read)(void *ctx, const struct dse__st_tensor *t, uint64_t off, void *buf, size_t n,
+                    struct dse_diag *reterr);
+        void (*close)(void *ctx);
+};
+/* Takes ownership of tensors (malloc'ed; their file is 0, begin 0, end their size) and
+ * ctx (closed on failure too); `path` names the source file in messages. */
+int dse__st_set_from_source(const char *path, struct dse__st_tensor *tensors, size_t n,
+                            const struct dse__st_source *source, void *ctx, struct dse__st_set **ret_set,
+                            struct dse_diag *reterr);
 /* Reads n bytes at byte offset `off` within tensor t's data. */
 int dse__st_read(const struct dse__st_set *set, const struct dse__st_tensor *t, uint64_t off, void *buf,
                  size_t n, struct dse_diag *reterr);

@@ -1,0 +1,186 @@
+/* The model fixtures written as GGUF (tests/gguf/gguf-from-hf.c, as llama.cpp's
+ * converter lays them out) and imported by `dsvisor convert`:
+ *
+ *   F32 / F16: the prompt logits and the 16 greedy decode steps against the fixture's
+ *              reference, on the exact path (scalar kernels, float32 activations) with
+ *              test-model.c's strict tolerance: max abs <= 1e-3, identical greedy ids.
+ *   Q8_0 / Q4_0 (ggml's reference quantizers): the logits equal, bit for bit, those of
+ *              the F32 GGUF holding the same weights dequantised by ggml's formulas, so
+ *              the import changed no value.
+ *
+ * Fixtures: the float llama and qwen2 ones (llama3-rope-gqa needs rope_freqs, which the
+ * importer refuses; the AWQ/GPTQ fixtures are not GGUF material). */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "dse.h"
+#include "gguf-from-hf.h"
+#include "t.h"
+
+#define STRICT_MAX_ABS 1e-3
+#define N_DECODE 16
+
+static int read_ids(const char *path, int32_t *ids, int max) {
+        size_t len;
+        char *s = slurp(path, &len);
+        if (!s)
+                return -1;
+        int n = 0;
+        for (char *p = s; *p && n < max;) {
+                if ((*p >= '0' && *p <= '9') || *p == '-')
+                        ids[n++] = (int32_t)strtol(p, &p, 10);
+                else
+                        p++;
+        }
+        free(s);
+        return n;
+}
+
+static int argmax(const float *v, int n) {
+        int best = 0;
+        for (int i = 1; i < n; i++)
+                if (v[i] > v[best])
+                        best = i;
+        return best;
+}
+
+/* Converts a GGUF file and runs the prompt then the greedy ids one at a time, on the
+ * exact path; logits: (P + N_DECODE) rows. */
+static float *run(const char *gguf, const char *native, const int32_t *prompt, int P, const int32_t *gen, int *ret_vocab) {
+        struct dse_diag diag = {{0}};
+        int r = dse_model_convert_hf(gguf, native, "auto", &diag);
+        if (r < 0) {
+                fprintf(stderr, "convert %s: %s (%s)\n", gguf, strerror(-r), diag.msg);
+                return NULL;
+        }
+        struct dse_model *m = NULL;
+        if ((r = dse_model_open(native, 0, &m, &diag)) < 0) {
+                fprintf(stderr, "open %s: %s (%s)\n", native, strerror(-r), diag.msg);
+                return NULL;
+        }
+        int V = dse_model_vocab_size(m);
+        setenv("DSV_CPU", "scalar", 1);
+        struct dse_session *s = NULL;
+        float *out = malloc((size_t)(P + N_DECODE) * V * sizeof *out);
+        r = dse_session_new(m, P + N_DECODE, NULL, &s, &diag);
+        if (r == 0)
+                r = dse_session_set_activations(s, DSE_ACTIVATIONS_F32);
+        if (r == 0)
+                r = dse_session_eval(s, prompt, (size_t)P, out, NULL, &diag);
+        for (int j = 0; r == 0 && j < N_DECODE; j++)
+                r = dse_session_eval(s, &gen[j], 1, NULL, out + (size_t)(P + j) * V, &diag);
+        if (r < 0) {
+                fprintf(stderr, "eval %s: %s (%s)\n", gguf, strerror(-r), diag.msg);
+                free(out);
+                out = NULL;
+        }
+        unsetenv("DSV_CPU");
+        dse_session_free(s);
+        dse_model_free(m);
+        *ret_vocab = V;
+        return out;
+}
+
+static void check_fixture(const char *name) {
+        char dir[1024], path[1200], tmp[] = "/tmp/dsv-gguf-XXXXXX";
+        snprintf(dir, sizeof dir, "%s/%s", t_fixture("models"), name);
+        ASSERT_TRUE(mkdtemp(tmp) != NULL);
+        int32_t prompt[512], gen[N_DECODE];
+        snprintf(path, sizeof path, "%s/ref/prompt_ids.json", dir);
+        int P = read_ids(path, prompt, 512);
+        snprintf(path, sizeof path, "%s/ref/generated_ids.json", dir);
+        ASSERT_EQ(read_ids(path, gen, N_DECODE), N_DECODE);
+        ASSERT_TRUE(P > 0);
+        size_t len_l = 0, len_d = 0;
+        snprintf(path, sizeof path, "%s/ref/logits.f32", dir);
+        float *ref = slurp(path, &len_l);
+        snprintf(path, sizeof path, "%s/ref/decode_logits.f32", dir);
+        float *ref_decode = slurp(path, &len_d);
+        ASSERT_TRUE(ref && ref_decode);
+
+        static const struct {
+                uint32_t type;
+                const char *label;
+        } floats[] = {{0, "F32"}, {1, "F16"}};
+        int failed = 0;
+        for (size_t f = 0; f < 2; f++) {
+                char gguf[1300], native[1300];
+                snprintf(gguf, sizeof gguf, "%s/%s.gguf", tmp, floats[f].label);
+                snprintf(native, sizeof native, "%s/%s.dse", tmp, floats[f].label);
+                struct dse_diag diag = {{0}};
+                int r = gguf_from_hf(dir, gguf, floats[f].type, 0, &diag);
+                if (r < 0)
+                        T_FAIL("%s: writing %s: %s (%s)", name, gguf, strerror(-r), diag.msg);
+                int V = 0;
+                float *got = run(gguf, native, prompt, P, gen, &V);
+                if (!got || len_l != (size_t)P * V * 4 || len_d != (size_t)N_DECODE * V * 4)
+                        T_FAIL("%s %s: no logits or reference of the wrong size", name, floats[f].label);
+                double max_abs = 0;
+                int greedy_ok = argmax(got + (size_t)(P - 1) * V, V) == gen[0];
+                for (size_t i = 0; i < (size_t)P * V; i++)
+                        max_abs = fmax(max_abs, fabs((double)got[i] - ref[i]));
+                for (int j = 0; j < N_DECODE; j++) {
+                        const float *row = got + (size_t)(P + j) * V;
+                        for (int i = 0; i < V; i++)
+                                max_abs = fmax(max_abs, fabs((double)row[i] - ref_decode[(size_t)j * V + i]));
+                        if (j + 1 < N_DECODE && argmax(row, V) != gen[j + 1])
+                                greedy_ok = 0;
+                }
+                fprintf(stderr, "  %-24s GGUF %-4s max abs %.3g, greedy ids %s\n", name, floats[f].label, max_abs,
+                        greedy_ok ? "identical" : "DIVERGE");
+                if (!(max_abs <= STRICT_MAX_ABS) || !greedy_ok)
+                        failed = 1;
+                free(got);
+                unlink(gguf);
+                unlink(native);
+        }
+
+        static const struct {
+                uint32_t type;
+                const char *label;
+        } quants[] = {{8, "Q8_0"}, {2, "Q4_0"}};
+        for (size_t q = 0; q < 2; q++) {
+                char gguf[1300], ref_gguf[1300], native[1300];
+                snprintf(gguf, sizeof gguf, "%s/%s.gguf", tmp, quants[q].label);
+                snprintf(ref_gguf, sizeof ref_gguf, "%s/%s-dequantized.gguf", tmp, quants[q].label);
+                snprintf(native, sizeof native, "%s/%s.dse", tmp, quants[q].label);
+                struct dse_diag diag = {{0}};
+                ASSERT_OK(gguf_from_hf(dir, gguf, quants[q].type, 0, &diag));
+                ASSERT_OK(gguf_from_hf(dir, ref_gguf, quants[q].type, 1, &diag));
+                int V = 0, V2 = 0;
+                float *got = run(gguf, native, prompt, P, gen, &V);
+                float *want = run(ref_gguf, native, prompt, P, gen, &V2);
+                ASSERT_TRUE(got && want && V == V2);
+                size_t n = (size_t)(P + N_DECODE) * V, differ = 0;
+                double max_ref = 0;
+                for (size_t i = 0; i < n; i++) {
+                        differ += memcmp(&got[i], &want[i], 4) != 0;
+                        if (i < (size_t)P * V)
+                                max_ref = fmax(max_ref, fabs((double)got[i] - ref[i]));
+                }
+                fprintf(stderr,
+                        "  %-24s GGUF %-4s %zu of %zu logits differ from the dequantised F32 GGUF's (max abs to the "
+                        "unquantized reference %.3g)\n",
+                        name, quants[q].label, differ, n, max_ref);
+                if (differ)
+                        failed = 1;
+                free(got);
+                free(want);
+                unlink(gguf);
+                unlink(ref_gguf);
+                unlink(native);
+        }
+        rmdir(tmp);
+        free(ref);
+        free(ref_decode);
+        if (failed)
+                T_FAIL("%s: GGUF outside the tolerance (float: max abs %g and identical greedy ids; quantized: "
+                       "bit-identical to the dequantised F32 GGUF)", name, STRICT_MAX_ABS);
+}
+
+TEST(llama_bf16_linear_rope) { check_fixture("llama-bf16-linear-rope"); }
+TEST(qwen2_bf16_tied) { check_fixture("qwen2-bf16-tied"); }
