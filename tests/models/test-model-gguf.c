@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "dse.h"
@@ -184,3 +185,37 @@ static void check_fixture(const char *name) {
 
 TEST(llama_bf16_linear_rope) { check_fixture("llama-bf16-linear-rope"); }
 TEST(qwen2_bf16_tied) { check_fixture("qwen2-bf16-tied"); }
+
+/* `--model FILE.gguf` (dse_model_resolve): converted once into the cache, then reused. */
+TEST(resolve_caches_a_gguf_file) {
+        char tmp[] = "/tmp/dsv-gguf-cache-XXXXXX", gguf[64], cache[64], a[4096], b[4096];
+        ASSERT_TRUE(mkdtemp(tmp) != NULL);
+        snprintf(gguf, sizeof gguf, "%s/m.gguf", tmp);
+        snprintf(cache, sizeof cache, "%s/cache", tmp);
+        char dir[1024];
+        snprintf(dir, sizeof dir, "%s/qwen2-bf16-tied", t_fixture("models"));
+        struct dse_diag diag = {{0}};
+        ASSERT_OK(gguf_from_hf(dir, gguf, 1, 0, &diag));
+        char *old = getenv("DSV_CACHE_DIR") ? strdup(getenv("DSV_CACHE_DIR")) : NULL;
+        setenv("DSV_CACHE_DIR", cache, 1);
+        ASSERT_OK(dse_model_resolve(gguf, a, sizeof a, &diag));
+        struct stat st1, st2;
+        ASSERT_OK(stat(a, &st1));
+        ASSERT_OK(dse_model_resolve(gguf, b, sizeof b, &diag));
+        ASSERT_STREQ(a, b);
+        ASSERT_OK(stat(b, &st2));
+        ASSERT_TRUE(st1.st_ino == st2.st_ino && st1.st_mtim.tv_nsec == st2.st_mtim.tv_nsec);
+        struct dse_model *m = NULL;
+        ASSERT_OK(dse_model_open(a, 0, &m, &diag));
+        ASSERT_EQ(dse_model_vocab_size(m), 448);
+        dse_model_free(m);
+        if (old)
+                setenv("DSV_CACHE_DIR", old, 1);
+        else
+                unsetenv("DSV_CACHE_DIR");
+        free(old);
+        unlink(a);
+        rmdir(cache);
+        unlink(gguf);
+        rmdir(tmp);
+}

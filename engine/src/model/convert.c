@@ -993,31 +993,39 @@ static int key_file(const struct dirent *d) {
                (ends_with(d->d_name, ".json") || ends_with(d->d_name, ".safetensors") || ends_with(d->d_name, ".model"));
 }
 
-/* The cache key: the folder's absolute path and the name, size and mtime of every file
- * the conversion reads, plus the format version and converter revision. */
-static int cache_key(const char *abs, uint64_t *ret, struct dse_diag *reterr) {
-        struct dirent **names;
-        int n = scandir(abs, &names, key_file, alphasort);
-        if (n < 0)
-                return dse__fail(reterr, -errno, "cannot list '%s': %s", abs, strerror(errno));
+/* The cache key: the folder's (or GGUF file's) absolute path and the name, size and
+ * mtime of every file the conversion reads, plus the format version and converter
+ * revision. */
+static uint64_t cache_key_start(const char *abs) {
         uint64_t h = fnv1a(0xcbf29ce484222325ull, abs, strlen(abs) + 1);
         /* bump CONVERTER_REVISION when the converter's output changes for the same input,
          * so cached files from an older converter are not reused */
         enum { CONVERTER_REVISION = 2 };
         uint32_t version = DSE_FORMAT_VERSION_MAJOR << 24 | DSE_FORMAT_VERSION_MINOR << 16 | CONVERTER_REVISION;
-        h = fnv1a(h, &version, sizeof version);
+        return fnv1a(h, &version, sizeof version);
+}
+
+static uint64_t cache_key_file(uint64_t h, const char *name, const struct stat *st) {
+        int64_t v[3] = {st->st_size, st->st_mtim.tv_sec, st->st_mtim.tv_nsec};
+        h = fnv1a(h, name, strlen(name) + 1);
+        return fnv1a(h, v, sizeof v);
+}
+
+static int cache_key(const char *abs, uint64_t *ret, struct dse_diag *reterr) {
+        struct dirent **names;
+        int n = scandir(abs, &names, key_file, alphasort);
+        if (n < 0)
+                return dse__fail(reterr, -errno, "cannot list '%s': %s", abs, strerror(errno));
+        uint64_t h = cache_key_start(abs);
         int r = 0;
         for (int i = 0; i < n; i++) {
-                char path[4096];
+                char path[PATH_MAX + 258]; /* the folder, a slash and a file name */
                 struct stat st;
                 snprintf(path, sizeof path, "%s/%s", abs, names[i]->d_name);
                 if (r == 0 && stat(path, &st) < 0)
                         r = dse__fail(reterr, -errno, "cannot stat '%s': %s", path, strerror(errno));
-                if (r == 0) {
-                        int64_t v[3] = {st.st_size, st.st_mtim.tv_sec, st.st_mtim.tv_nsec};
-                        h = fnv1a(h, names[i]->d_name, strlen(names[i]->d_name) + 1);
-                        h = fnv1a(h, v, sizeof v);
-                }
+                if (r == 0)
+                        h = cache_key_file(h, names[i]->d_name, &st);
                 free(names[i]);
         }
         free(names);
@@ -1059,37 +1067,11 @@ static int cache_dir(char *buf, size_t size, struct dse_diag *reterr) {
         return 0;
 }
 
-int dse_model_resolve(const char *arg, char *ret_path, size_t size, struct dse_diag *reterr) {
-        if (!arg || !ret_path || !size)
-                return -EINVAL;
-        struct stat st;
-        if (stat(arg, &st) < 0)
-                return dse__fail(reterr, -errno, "cannot open '%s': %s", arg, strerror(errno));
-        if (S_ISREG(st.st_mode)) {
-                char magic[8];
-                int fd = open(arg, O_RDONLY | O_CLOEXEC);
-                if (fd < 0)
-                        return dse__fail(reterr, -errno, "cannot open '%s': %s", arg, strerror(errno));
-                ssize_t k = pread(fd, magic, sizeof magic, 0);
-                close(fd);
-                if (k != (ssize_t)sizeof magic || memcmp(magic, DSE_FORMAT_MAGIC, 8) != 0)
-                        return dse__fail(reterr, -EINVAL,
-                                         "'%s' is neither a dsvisor model file nor a Hugging Face folder", arg);
-                if (strlen(arg) >= size)
-                        return -ENAMETOOLONG;
-                snprintf(ret_path, size, "%s", arg);
-                return 0;
-        }
-        char abs[PATH_MAX], cfg[PATH_MAX + 16];
-        if (!S_ISDIR(st.st_mode) || !realpath(arg, abs))
-                return dse__fail(reterr, -EINVAL, "'%s' is neither a dsvisor model file nor a Hugging Face folder", arg);
-        snprintf(cfg, sizeof cfg, "%s/config.json", abs);
-        if (access(cfg, R_OK) < 0)
-                return dse__fail(reterr, -EINVAL, "'%s' is a folder without config.json: not a Hugging Face model", arg);
-        uint64_t key = 0;
+/* The converted file of a folder or GGUF file in the cache, converted now if absent. */
+static int cached_conversion(const char *abs, uint64_t key, char *ret_path, size_t size, struct dse_diag *reterr) {
         char dir[PATH_MAX], path[PATH_MAX + 64];
-        int r = cache_key(abs, &key, reterr);
-        if (r < 0 || (r = cache_dir(dir, sizeof dir, reterr)) < 0)
+        int r = cache_dir(dir, sizeof dir, reterr);
+        if (r < 0)
                 return r;
         const char *base = strrchr(abs, '/');
         base = base && base[1] ? base + 1 : "model";
@@ -1100,4 +1082,46 @@ int dse_model_resolve(const char *arg, char *ret_path, size_t size, struct dse_d
                 return r;
         snprintf(ret_path, size, "%s", path);
         return 0;
+}
+
+int dse_model_resolve(const char *arg, char *ret_path, size_t size, struct dse_diag *reterr) {
+        if (!arg || !ret_path || !size)
+                return -EINVAL;
+        struct stat st;
+        if (stat(arg, &st) < 0)
+                return dse__fail(reterr, -errno, "cannot open '%s': %s", arg, strerror(errno));
+        if (S_ISREG(st.st_mode) && dse__gguf_is_gguf(arg)) {
+                char abs[PATH_MAX];
+                if (!realpath(arg, abs))
+                        return dse__fail(reterr, -errno, "cannot resolve '%s': %s", arg, strerror(errno));
+                const char *name = strrchr(abs, '/');
+                return cached_conversion(abs, cache_key_file(cache_key_start(abs), name ? name + 1 : abs, &st), ret_path,
+                                         size, reterr);
+        }
+        if (S_ISREG(st.st_mode)) {
+                char magic[8];
+                int fd = open(arg, O_RDONLY | O_CLOEXEC);
+                if (fd < 0)
+                        return dse__fail(reterr, -errno, "cannot open '%s': %s", arg, strerror(errno));
+                ssize_t k = pread(fd, magic, sizeof magic, 0);
+                close(fd);
+                if (k != (ssize_t)sizeof magic || memcmp(magic, DSE_FORMAT_MAGIC, 8) != 0)
+                        return dse__fail(reterr, -EINVAL,
+                                         "'%s' is neither a dsvisor model file, a GGUF file nor a Hugging Face folder",
+                                         arg);
+                if (strlen(arg) >= size)
+                        return -ENAMETOOLONG;
+                snprintf(ret_path, size, "%s", arg);
+                return 0;
+        }
+        char abs[PATH_MAX], cfg[PATH_MAX + 16];
+        if (!S_ISDIR(st.st_mode) || !realpath(arg, abs))
+                return dse__fail(reterr, -EINVAL,
+                                 "'%s' is neither a dsvisor model file, a GGUF file nor a Hugging Face folder", arg);
+        snprintf(cfg, sizeof cfg, "%s/config.json", abs);
+        if (access(cfg, R_OK) < 0)
+                return dse__fail(reterr, -EINVAL, "'%s' is a folder without config.json: not a Hugging Face model", arg);
+        uint64_t key = 0;
+        int r = cache_key(abs, &key, reterr);
+        return r < 0 ? r : cached_conversion(abs, key, ret_path, size, reterr);
 }
