@@ -7,3 +7,12 @@ target_link_libraries(dsv_gguf_writer PUBLIC dse m)
 dsv_test(NAME test-gguf-file SOURCES unit/test-gguf-file.c LIBS dsv_gguf_writer LABELS unit)
 dsv_test(NAME test-gguf-dequant SOURCES unit/test-gguf-dequant.c LIBS dsv_gguf_writer LABELS unit)
 dsv_test(NAME test-model-gguf SOURCES models/test-model-gguf.c LIBS dsv_gguf_writer LABELS integration)
+
+# libFuzzer target for the GGUF reader (scripts/fuzz.sh; cmake -DDSV_FUZZ=ON with CC=clang).
+if(DSV_FUZZ)
+  dsv_add_fuzzer(fuzz-gguf fuzz/fuzz-gguf.c)
+  target_include_directories(fuzz-gguf PRIVATE ${CMAKE_SOURCE_DIR}/engine/src)
+  target_link_libraries(fuzz-gguf PRIVATE dse)
+endif()
+
+dsv_test(NAME test-gguf-tokenizer SOURCES unit/test-gguf-tokenizer.c LIBS dsv_gguf_writer dsv::cjson LABELS unit)

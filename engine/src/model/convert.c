@@ -57,6 +57,7 @@ struct job {
         int32_t group;
         int out_data, out_scale, out_zero, out_perm; /* out_tensor indices or -1 */
         char blob_path[4096];
+        const char *blob_data; /* a tokenizer file made in memory (GGUF), else read from blob_path */
 };
 
 struct conv {
@@ -65,6 +66,7 @@ struct conv {
         struct dse_hparams hp;
         struct dse__hf_quant quant;
         enum target target;
+        struct dse__gguf_tokenizer gguf_tok; /* a GGUF file's tokenizer files */
         struct job *jobs;
         size_t n_jobs;
         struct out_tensor *outs;
@@ -287,14 +289,15 @@ static int plan_gptq_perm(struct conv *c, struct job *j) {
         return 0;
 }
 
-static int plan_blob(struct conv *c, const char *file) {
+/* A tokenizer file: from the folder, or (data non-NULL) made in memory. */
+static int plan_blob(struct conv *c, const char *file, const char *data, size_t data_len) {
         char path[4096];
         if ((size_t)snprintf(path, sizeof path, "%s/%s", c->dir, file) >= sizeof path)
                 return -ENAMETOOLONG;
-        struct stat st;
-        if (stat(path, &st) < 0)
+        struct stat st = {.st_size = (off_t)data_len};
+        if (!data && stat(path, &st) < 0)
                 return 0; /* absent: nothing to embed */
-        if (!S_ISREG(st.st_mode))
+        if (!data && !S_ISREG(st.st_mode))
                 return dse__fail(c->reterr, -EINVAL, "'%s' is not a regular file", path);
         if (st.st_size == 0)
                 return 0; /* empty: nothing to embed */
@@ -306,6 +309,7 @@ static int plan_blob(struct conv *c, const char *file) {
         memset(j, 0, sizeof *j);
         snprintf(j->name, sizeof j->name, "%s", file);
         snprintf(j->blob_path, sizeof j->blob_path, "%s", path);
+        j->blob_data = data;
         j->kind = SRC_BLOB;
         j->rows = 1;
         j->cols = st.st_size;
@@ -449,8 +453,12 @@ static int plan(struct conv *c) {
         if ((r = check_quant_claim(c)) < 0 || (r = check_leftovers(c, used)) < 0)
                 goto out;
         static const char *const blobs[] = {"tokenizer.json", "tokenizer_config.json", "tokenizer.model"};
+        const struct dse__gguf_tokenizer *gt = &c->gguf_tok;
+        const char *data[3] = {gt->json, gt->config, gt->spm};
+        size_t len[3] = {gt->json_len, gt->config_len, gt->spm_len};
+        int gguf = dse__gguf_is_gguf(c->dir);
         for (size_t i = 0; i < 3; i++)
-                if ((r = plan_blob(c, blobs[i])) < 0)
+                if ((!gguf || data[i]) && (r = plan_blob(c, blobs[i], data[i], len[i])) < 0)
                         goto out;
         /* offsets: in plan order, each 64-byte aligned */
         uint64_t off = 0;
@@ -724,6 +732,8 @@ out:
 }
 
 static int run_blob(struct conv *c, const struct job *j) {
+        if (j->blob_data)
+                return out_write(c, j->out_data, j->blob_data, (size_t)j->cols);
         int fd = dse__open_input(j->blob_path, c->reterr);
         if (fd < 0)
                 return fd;
@@ -894,7 +904,7 @@ int dse_model_convert_hf(const char *hf_dir, const char *out_path, const char *q
         int r;
         if (dse__gguf_is_gguf(hf_dir)) {
                 c.quant.method = DSE_HF_QUANT_NONE;
-                r = dse__gguf_import(hf_dir, &c.hp, &c.st, reterr);
+                r = dse__gguf_import(hf_dir, &c.hp, &c.st, &c.gguf_tok, reterr);
                 if (r == 0)
                         r = parse_target(quant_format, &c.quant, &c.target, reterr);
                 goto planned_source;
@@ -966,6 +976,7 @@ out:
         }
         free(c.outs);
         free(c.jobs);
+        dse__gguf_tokenizer_free(&c.gguf_tok);
         dse__st_close(c.st);
         free(gen);
         free(cfg);

@@ -111,12 +111,26 @@ double dse__gguf_arr_num(const struct dse__gguf_kv *kv, uint64_t i);
  * advances it. The parser checked every length, so this cannot read past the array. */
 void dse__gguf_str_next(const uint8_t **pos, const char **ret, size_t *ret_len);
 
+/* A GGUF tokenizer as Hugging Face files (gguf_vocab.c); NULL members are absent. */
+struct dse__gguf_tokenizer {
+        char *json, *config, *spm; /* tokenizer.json, tokenizer_config.json, tokenizer.model */
+        size_t json_len, config_len, spm_len;
+};
+
+/* Builds the tokenizer files from `tokenizer.ggml.*` and `tokenizer.chat_template`:
+ * model "gpt2" gives tokenizer.json, "llama" tokenizer.model, both a
+ * tokenizer_config.json; no tokenizer.ggml.model (or "none") gives none. -EOPNOTSUPP
+ * naming an unsupported tokenizer model or pre-tokenizer, -EBADMSG for malformed keys. */
+int dse__gguf_tokenizer_files(const struct dse__gguf *g, const char *what, struct dse__gguf_tokenizer *ret,
+                              struct dse_diag *reterr);
+void dse__gguf_tokenizer_free(struct dse__gguf_tokenizer *t);
+
 /* Opens a GGUF model file as a converter source (gguf_import.c): hyper-parameters from
- * its metadata, and a tensor set holding its tensors under their Hugging Face names,
- * shapes and (for quantized types, F32) dtypes. -EOPNOTSUPP naming an architecture,
- * tensor type or feature it does not import. */
+ * its metadata, a tensor set holding its tensors under their Hugging Face names,
+ * shapes and (for quantized types, F32) dtypes, and its tokenizer files. -EOPNOTSUPP
+ * naming an architecture, tensor type or feature it does not import. */
 int dse__gguf_import(const char *path, struct dse_hparams *ret_hp, struct dse__st_set **ret_set,
-                     struct dse_diag *reterr);
+                     struct dse__gguf_tokenizer *ret_tok, struct dse_diag *reterr);
 
 /* True when the file starts with the GGUF magic (0 when it cannot be read). */
 int dse__gguf_is_gguf(const char *path);

@@ -369,7 +369,7 @@ static int build_specs(struct import *im, struct gguf_source *s) {
 static const struct dse__st_source gguf_source_ops = {.read = source_read, .close = source_close};
 
 int dse__gguf_import(const char *path, struct dse_hparams *ret_hp, struct dse__st_set **ret_set,
-                     struct dse_diag *reterr) {
+                     struct dse__gguf_tokenizer *ret_tok, struct dse_diag *reterr) {
         struct gguf_source *s = calloc(1, sizeof *s);
         if (!s)
                 return -ENOMEM;
@@ -401,6 +401,8 @@ int dse__gguf_import(const char *path, struct dse_hparams *ret_hp, struct dse__s
         }
         if (r == 0)
                 r = build_specs(&im, s);
+        if (r == 0)
+                r = dse__gguf_tokenizer_files(s->g, path, ret_tok, reterr);
         struct dse__st_tensor *ts = r == 0 ? calloc(s->n_specs ? s->n_specs : 1, sizeof *ts) : NULL;
         if (r == 0 && !ts)
                 r = -ENOMEM;
