@@ -102,3 +102,54 @@ TEST(reference_quantizers_round_trip) {
                         ASSERT_TRUE(fabsf(y[32 * b + i] - x[32 * b + i]) <= amax / 8 * 0.5f + 1e-3f);
         }
 }
+
+/* The exact native forms: Q8_0 and Q5_0 blocks as Q8 (q * scale), Q4_0 as Q4 with zero
+ * point 8 ((q - zero) * scale, in the 16-row interleaved layout), on random blocks of a
+ * 20 x 64 matrix (a partial 16-row block included): every value as ggml's formulas. */
+TEST(native_forms_hold_the_values_exactly) {
+        static const uint32_t types[] = {8, 6, 2};
+        const int64_t rows = 20, cols = 64, ng = cols / 32;
+        for (size_t ti = 0; ti < 3; ti++) {
+                uint32_t type = types[ti];
+                size_t bb = dse__ggml_block_bytes(type);
+                uint8_t *src = malloc(bb * (size_t)(rows * ng));
+                for (size_t i = 0; i < bb * (size_t)(rows * ng); i++)
+                        src[i] = (uint8_t)next();
+                for (int64_t k = 0; k < rows * ng; k++)
+                        set_scales(type, src + (size_t)k * bb);
+                size_t bad = 0;
+                if (dse__ggml_native_dtype(type) == DSE_DTYPE_Q8) {
+                        int8_t *q = malloc((size_t)(rows * cols));
+                        float *s = malloc((size_t)(rows * ng) * sizeof *s);
+                        dse__ggml_to_q8_rows(type, src, rows, cols, q, s);
+                        for (int64_t r = 0; r < rows; r++)
+                                for (int64_t c = 0; c < cols; c++) {
+                                        float w = (float)q[r * cols + c] * s[r * ng + c / 32];
+                                        float want = gguf_ref_value(type, src + (size_t)(r * ng + c / 32) * bb, (int)(c % 32));
+                                        bad += memcmp(&w, &want, 4) != 0;
+                                }
+                        free(q);
+                        free(s);
+                } else {
+                        ASSERT_EQ(dse__ggml_native_dtype(type), DSE_DTYPE_Q4);
+                        int64_t srows = dse__scale_rows(DSE_DTYPE_Q4, rows);
+                        uint8_t *d = calloc((size_t)dse__q4_bytes(rows, cols), 1), *z = calloc((size_t)(srows * ng), 1);
+                        float *s = calloc((size_t)(srows * ng), sizeof *s);
+                        dse__ggml_to_q4_rows(src, rows, cols, d, s, z);
+                        for (int64_t r = 0; r < rows; r++)
+                                for (int64_t c = 0; c < cols; c++) {
+                                        int64_t k = dse__q4_sidx(ng, r, c / 32);
+                                        float w = (float)(dse__q4_get(d, cols, r, c) - z[k]) * s[k];
+                                        float want = gguf_ref_value(type, src + (size_t)(r * ng + c / 32) * bb, (int)(c % 32));
+                                        bad += memcmp(&w, &want, 4) != 0;
+                                }
+                        free(d);
+                        free(z);
+                        free(s);
+                }
+                free(src);
+                if (bad)
+                        T_FAIL("%s: %zu values differ in the native form", dse__ggml_type_name(type), bad);
+        }
+        ASSERT_EQ(dse__ggml_native_dtype(12), -1); /* Q4_K: F32 */
+}

@@ -38,6 +38,7 @@ enum src_kind {
         SRC_AWQ,
         SRC_GPTQ,
         SRC_BLOB, /* a tokenizer file */
+        SRC_GGML, /* GGUF Q8_0 / Q5_0 / Q4_0 blocks kept as native Q8 / Q4 */
 };
 
 struct out_tensor {
@@ -55,6 +56,7 @@ struct job {
         const struct dse__st_tensor *src, *scale_inv, *qweight, *qzeros, *scales, *g_idx;
         enum dse_dtype out_dtype;
         int32_t group;
+        uint32_t ggml_type; /* SRC_GGML */
         int out_data, out_scale, out_zero, out_perm; /* out_tensor indices or -1 */
         char blob_path[4096];
         const char *blob_data; /* a tokenizer file made in memory (GGUF), else read from blob_path */
@@ -194,7 +196,13 @@ static int plan_weight(struct conv *c, const struct dse_schema_entry *se, struct
         used[t - dse__st_tensor_at(st, 0)] = 1;
         j->src = t;
         if (st_float(t->dtype)) {
+                int gt = dse__st_ggml_type(st, t);
                 j->kind = SRC_FLOAT;
+                if (gt >= 0 && dse__ggml_native_dtype((uint32_t)gt) >= 0 && se->n_dims == 2 && c->target == TARGET_AUTO &&
+                    se->kind != DSE_SCHEMA_ROUTER) {
+                        j->kind = SRC_GGML;
+                        j->ggml_type = (uint32_t)gt;
+                }
                 return check_src(c, t, t->dtype, se->shape[0], se->n_dims == 2 ? se->shape[1] : -1, "config.json");
         }
         if (t->dtype == DSE_ST_F8_E4M3 && se->n_dims == 2) {
@@ -227,6 +235,9 @@ static int plan_outputs(struct conv *c, const struct dse_schema_entry *se, struc
         int q4_source = j->kind == SRC_AWQ || j->kind == SRC_GPTQ;
         if (!matrix) {
                 d = native_float(j->src->dtype); /* norms and biases keep their precision */
+        } else if (j->kind == SRC_GGML) {
+                d = (enum dse_dtype)dse__ggml_native_dtype(j->ggml_type); /* exact: FORMAT.md "GGUF import" */
+                group = 32;
         } else if (!linear) {
                 /* embedding and router: kept unless bf16 is asked for */
                 d = c->target == TARGET_BF16 || j->kind != SRC_FLOAT ? DSE_DTYPE_BF16 : native_float(j->src->dtype);
@@ -757,8 +768,51 @@ static int run_blob(struct conv *c, const struct job *j) {
         return r;
 }
 
+/* GGUF blocks into native Q8 / Q4, a block of rows at a time (whole 16-row blocks for Q4). */
+static int run_ggml(struct conv *c, const struct job *j) {
+        int64_t cols = j->cols, ng = cols / 32;
+        size_t src_row = (size_t)ng * dse__ggml_block_bytes(j->ggml_type);
+        int64_t br = block_rows(j, src_row / (size_t)cols ? src_row / (size_t)cols : 1);
+        int q4 = j->out_dtype == DSE_DTYPE_Q4;
+        int64_t srows = dse__scale_rows(j->out_dtype, br);
+        uint8_t *src = malloc((size_t)br * src_row);
+        uint8_t *data = malloc(q4 ? (size_t)dse__q4_bytes(br, cols) : (size_t)(br * cols));
+        float *scale = malloc((size_t)(srows * ng) * sizeof *scale);
+        uint8_t *zero = q4 ? malloc((size_t)(srows * ng)) : NULL;
+        int r = src && data && scale && (!q4 || zero) ? 0 : -ENOMEM;
+        struct dse__nonfinite bad = {0};
+        for (int64_t r0 = 0; r == 0 && r0 < j->rows; r0 += br) {
+                int64_t n = j->rows - r0 < br ? j->rows - r0 : br, ns = dse__scale_rows(j->out_dtype, n) * ng;
+                if ((r = dse__st_read_blocks(c->st, j->src, r0, n, src, c->reterr)) < 0)
+                        break;
+                if (q4) {
+                        memset(data, 0, (size_t)dse__q4_bytes(n, cols));
+                        memset(scale, 0, (size_t)ns * sizeof *scale);
+                        memset(zero, 0, (size_t)ns);
+                        dse__ggml_to_q4_rows(src, n, cols, data, scale, zero);
+                } else {
+                        dse__ggml_to_q8_rows(j->ggml_type, src, n, cols, (int8_t *)data, scale);
+                }
+                dse__nonfinite_count(DSE_DTYPE_F32, scale, (size_t)ns, (uint64_t)(r0 * ng), &bad);
+                if ((r = out_write(c, j->out_data, data, q4 ? (size_t)dse__q4_bytes(n, cols) : (size_t)(n * cols))) < 0 ||
+                    (r = out_write(c, j->out_scale, scale, (size_t)ns * sizeof *scale)) < 0)
+                        break;
+                if (q4)
+                        r = out_write(c, j->out_zero, zero, (size_t)ns);
+        }
+        if (r == 0)
+                dse__nonfinite_warn(dse__st_file_path(c->st, j->src->file), j->src->name, &bad);
+        free(zero);
+        free(scale);
+        free(data);
+        free(src);
+        return r;
+}
+
 static int run_job(struct conv *c, const struct job *j) {
         switch (j->kind) {
+        case SRC_GGML:
+                return run_ggml(c, j);
         case SRC_FLOAT:
         case SRC_FP8:
                 return run_float_or_fp8(c, j);

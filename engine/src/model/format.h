@@ -158,6 +158,11 @@ const char *dse__st_file_path(const struct dse__st_set *set, int file);
 struct dse__st_source {
         int (*read)(void *ctx, const struct dse__st_tensor *t, uint64_t off, void *buf, size_t n,
                     struct dse_diag *reterr);
+        /* the ggml block type t is stored in (read() gives its values as F32) */
+        uint32_t (*ggml_type)(void *ctx, const struct dse__st_tensor *t);
+        /* rows [row0, row0 + n_rows) of t as stored: ggml blocks, rows in turn */
+        int (*read_blocks)(void *ctx, const struct dse__st_tensor *t, int64_t row0, int64_t n_rows, void *buf,
+                           struct dse_diag *reterr);
         void (*close)(void *ctx);
 };
 /* Takes ownership of tensors (malloc'ed; their file is 0, begin 0, end their size) and
@@ -165,6 +170,11 @@ struct dse__st_source {
 int dse__st_set_from_source(const char *path, struct dse__st_tensor *tensors, size_t n,
                             const struct dse__st_source *source, void *ctx, struct dse__st_set **ret_set,
                             struct dse_diag *reterr);
+/* The ggml type of a tensor from a GGUF source, -1 for a safetensors tensor; and its
+ * rows as stored (dse__st_source.read_blocks). */
+int dse__st_ggml_type(const struct dse__st_set *set, const struct dse__st_tensor *t);
+int dse__st_read_blocks(const struct dse__st_set *set, const struct dse__st_tensor *t, int64_t row0, int64_t n_rows,
+                        void *buf, struct dse_diag *reterr);
 /* Reads n bytes at byte offset `off` within tensor t's data. */
 int dse__st_read(const struct dse__st_set *set, const struct dse__st_tensor *t, uint64_t off, void *buf,
                  size_t n, struct dse_diag *reterr);

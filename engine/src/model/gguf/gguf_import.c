@@ -2,9 +2,10 @@
  * tensors presented under their Hugging Face names and shapes (dse__st_source), so the
  * converter plans, checks and streams them as it does a safetensors folder.
  *
- * Each Hugging Face tensor is read from one GGUF tensor (a slice of it for stacked
- * experts): F32/F16/BF16 as stored, every other type dequantised to F32 exactly as
- * ggml's reference does (gguf_types.c), so no value changes. llama.cpp's converter
+ * Each Hugging Face tensor is read from one GGUF tensor: F32/F16/BF16 as stored, every
+ * other type dequantised to F32 exactly as ggml's reference does (gguf_types.c), so no
+ * value changes; Q8_0/Q5_0/Q4_0 matrices can also be read as their blocks, which the
+ * converter keeps as native Q8/Q4. llama.cpp's converter
  * permutes the rows of llama's attn_q/attn_k from the Hugging Face rotate-half order to
  * interleaved pairs (ggml's NORM rope); reading undoes it row by row. */
 #include <errno.h>
@@ -86,12 +87,42 @@ static uint64_t source_row(const struct spec *sp, int64_t r) {
         return sp->first_row + (uint64_t)(h * hd + 2 * i + j);
 }
 
+static const struct spec *find_spec(const struct gguf_source *s, const struct dse__st_tensor *t) {
+        struct spec key;
+        snprintf(key.name, sizeof key.name, "%s", t->name);
+        return bsearch(&key, s->specs, s->n_specs, sizeof key, cmp_spec);
+}
+
+static uint32_t source_ggml_type(void *ctx, const struct dse__st_tensor *t) {
+        const struct spec *sp = find_spec(ctx, t);
+        return sp ? sp->src->type : DSE_GGML_F32;
+}
+
+static int source_read_blocks(void *ctx, const struct dse__st_tensor *t, int64_t row0, int64_t n_rows, void *buf,
+                              struct dse_diag *reterr) {
+        struct gguf_source *s = ctx;
+        const struct spec *sp = find_spec(s, t);
+        if (!sp || row0 < 0 || n_rows < 0 || row0 + n_rows > sp->rows)
+                return -EINVAL;
+        const struct dse__gguf_tensor *g = sp->src;
+        uint64_t src_row = (uint64_t)(sp->cols / dse__ggml_block_elems(g->type)) * dse__ggml_block_bytes(g->type);
+        uint64_t base = s->g->data_offset + g->offset;
+        uint8_t *out = buf;
+        for (int64_t r = 0; r < n_rows;) {
+                int64_t run = sp->perm_heads > 0 ? 1 : n_rows - r;
+                int e = pread_full(s, g->name, out + (uint64_t)r * src_row, (size_t)(src_row * (uint64_t)run),
+                                   base + source_row(sp, row0 + r) * src_row, reterr);
+                if (e < 0)
+                        return e;
+                r += run;
+        }
+        return 0;
+}
+
 static int source_read(void *ctx, const struct dse__st_tensor *t, uint64_t off, void *buf, size_t n,
                        struct dse_diag *reterr) {
         struct gguf_source *s = ctx;
-        struct spec key;
-        snprintf(key.name, sizeof key.name, "%s", t->name);
-        const struct spec *sp = bsearch(&key, s->specs, s->n_specs, sizeof key, cmp_spec);
+        const struct spec *sp = find_spec(s, t);
         if (!sp)
                 return -EINVAL;
         const struct dse__gguf_tensor *g = sp->src;
@@ -360,13 +391,20 @@ static int build_specs(struct import *im, struct gguf_source *s) {
         qsort(s->specs, s->n_specs, sizeof *s->specs, cmp_spec);
         for (uint32_t ty = 0; ty < 32; ty++)
                 if (counts[ty] && ty != DSE_GGML_F32 && ty != DSE_GGML_F16 && ty != DSE_GGML_BF16)
-                        dse__log(DSE_LOG_INFO, "%s: %llu %s tensors imported as F32 (dequantised exactly)", im->what,
-                                 (unsigned long long)counts[ty], dse__ggml_type_name(ty));
+                        dse__log(DSE_LOG_INFO, "%s: %llu %s tensors: %s", im->what, (unsigned long long)counts[ty],
+                                 dse__ggml_type_name(ty),
+                                 dse__ggml_native_dtype(ty) == DSE_DTYPE_Q8
+                                         ? "matrices as Q8 group 32 under --quant-format auto (exact), vectors as F32 (exact)"
+                                 : dse__ggml_native_dtype(ty) == DSE_DTYPE_Q4
+                                         ? "matrices as Q4 group 32, zero point 8 under --quant-format auto (exact), "
+                                           "vectors as F32 (exact)"
+                                         : "as F32 (dequantised exactly)");
         s->row_buf = malloc(s->row_buf_size ? s->row_buf_size : 1);
         return s->row_buf ? 0 : -ENOMEM;
 }
 
-static const struct dse__st_source gguf_source_ops = {.read = source_read, .close = source_close};
+static const struct dse__st_source gguf_source_ops = {
+        .read = source_read, .ggml_type = source_ggml_type, .read_blocks = source_read_blocks, .close = source_close};
 
 int dse__gguf_import(const char *path, struct dse_hparams *ret_hp, struct dse__st_set **ret_set,
                      struct dse__gguf_tokenizer *ret_tok, struct dse_diag *reterr) {

@@ -234,3 +234,46 @@ void dse__ggml_dequantize(uint32_t type, const void *src, float *dst, int64_t n)
                 }
         }
 }
+
+int dse__ggml_native_dtype(uint32_t type) {
+        switch (type) {
+        case DSE_GGML_Q8_0:
+        case DSE_GGML_Q5_0: return DSE_DTYPE_Q8;
+        case DSE_GGML_Q4_0: return DSE_DTYPE_Q4;
+        default: return -1;
+        }
+}
+
+void dse__ggml_to_q8_rows(uint32_t type, const void *src, int64_t rows, int64_t cols, int8_t *data, float *scale) {
+        const uint8_t *b = src;
+        size_t bb = dse__ggml_block_bytes(type);
+        for (int64_t i = 0; i < rows * (cols / 32); i++, b += bb) {
+                scale[i] = h2f(b);
+                int8_t *q = data + i * 32;
+                if (type == DSE_GGML_Q8_0) {
+                        memcpy(q, b + 2, 32);
+                        continue;
+                }
+                uint32_t qh; /* Q5_0: y = d * (x - 16), so x - 16 is the int8 value */
+                memcpy(&qh, b + 2, 4);
+                for (int j = 0; j < 16; j++) {
+                        q[j] = (int8_t)(((b[6 + j] & 0x0F) | (((qh >> j) << 4) & 0x10)) - 16);
+                        q[j + 16] = (int8_t)(((b[6 + j] >> 4) | ((qh >> (j + 12)) & 0x10)) - 16);
+                }
+        }
+}
+
+void dse__ggml_to_q4_rows(const void *src, int64_t rows, int64_t cols, uint8_t *data, float *scale, uint8_t *zero) {
+        const uint8_t *b = src;
+        int64_t ng = cols / 32;
+        for (int64_t r = 0; r < rows; r++)
+                for (int64_t g = 0; g < ng; g++, b += 18) {
+                        int64_t k = dse__q4_sidx(ng, r, g);
+                        scale[k] = h2f(b);
+                        zero[k] = 8;
+                        for (int j = 0; j < 16; j++) {
+                                dse__q4_put(data, cols, r, 32 * g + j, b[2 + j] & 0x0F);
+                                dse__q4_put(data, cols, r, 32 * g + 16 + j, b[2 + j] >> 4);
+                        }
+                }
+}

@@ -490,6 +490,17 @@ int dse__st_set_from_source(const char *path, struct dse__st_tensor *tensors, si
         return 0;
 }
 
+int dse__st_ggml_type(const struct dse__st_set *set, const struct dse__st_tensor *t) {
+        return set->source ? (int)set->source->ggml_type(set->source_ctx, t) : -1;
+}
+
+int dse__st_read_blocks(const struct dse__st_set *set, const struct dse__st_tensor *t, int64_t row0, int64_t n_rows,
+                        void *buf, struct dse_diag *reterr) {
+        if (!set->source)
+                return -EINVAL;
+        return set->source->read_blocks(set->source_ctx, t, row0, n_rows, buf, reterr);
+}
+
 size_t dse__st_n_tensors(const struct dse__st_set *set) {
         return set->n;
 }
