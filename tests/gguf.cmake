@@ -16,3 +16,7 @@ if(DSV_FUZZ)
 endif()
 
 dsv_test(NAME test-gguf-tokenizer SOURCES unit/test-gguf-tokenizer.c LIBS dsv_gguf_writer dsv::cjson LABELS unit)
+
+# gguf-from-hf: the fixture writer as a command, for bench/gguf_vs_llamacpp.sh.
+add_executable(gguf-from-hf gguf/gguf-from-hf-cli.c)
+target_link_libraries(gguf-from-hf PRIVATE dsv_gguf_writer)

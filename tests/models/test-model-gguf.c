@@ -22,35 +22,12 @@
 
 #include "dse.h"
 #include "gguf-from-hf.h"
+#include "model-ref.h"
 #include "model/model.h"
 #include "t.h"
 
 #define STRICT_MAX_ABS 1e-3
 #define N_DECODE 16
-
-static int read_ids(const char *path, int32_t *ids, int max) {
-        size_t len;
-        char *s = slurp(path, &len);
-        if (!s)
-                return -1;
-        int n = 0;
-        for (char *p = s; *p && n < max;) {
-                if ((*p >= '0' && *p <= '9') || *p == '-')
-                        ids[n++] = (int32_t)strtol(p, &p, 10);
-                else
-                        p++;
-        }
-        free(s);
-        return n;
-}
-
-static int argmax(const float *v, int n) {
-        int best = 0;
-        for (int i = 1; i < n; i++)
-                if (v[i] > v[best])
-                        best = i;
-        return best;
-}
 
 /* Every weight of the quantized model, dequantised from its native Q8/Q4 tensors,
  * against the same tensor of the F32 model; returns the number of values that differ
@@ -162,7 +139,7 @@ static void check_fixture(const char *name) {
                 snprintf(gguf, sizeof gguf, "%s/%s.gguf", tmp, floats[f].label);
                 snprintf(native, sizeof native, "%s/%s.dse", tmp, floats[f].label);
                 struct dse_diag diag = {{0}};
-                int r = gguf_from_hf(dir, gguf, floats[f].type, 0, &diag);
+                int r = gguf_from_hf(dir, gguf, floats[f].type, 0, 0, &diag);
                 if (r < 0)
                         T_FAIL("%s: writing %s: %s (%s)", name, gguf, strerror(-r), diag.msg);
                 int V = 0;
@@ -199,8 +176,8 @@ static void check_fixture(const char *name) {
                 snprintf(ref_gguf, sizeof ref_gguf, "%s/%s-dequantized.gguf", tmp, quants[q].label);
                 snprintf(native, sizeof native, "%s/%s.dse", tmp, quants[q].label);
                 struct dse_diag diag = {{0}};
-                ASSERT_OK(gguf_from_hf(dir, gguf, quants[q].type, 0, &diag));
-                ASSERT_OK(gguf_from_hf(dir, ref_gguf, quants[q].type, 1, &diag));
+                ASSERT_OK(gguf_from_hf(dir, gguf, quants[q].type, 0, 0, &diag));
+                ASSERT_OK(gguf_from_hf(dir, ref_gguf, quants[q].type, 1, 0, &diag));
                 char ref_native[1300];
                 snprintf(ref_native, sizeof ref_native, "%s/%s-dequantized.dse", tmp, quants[q].label);
                 int V = 0, V2 = 0, n_quantized = 0;
@@ -249,7 +226,7 @@ TEST(resolve_caches_a_gguf_file) {
         char dir[1024];
         snprintf(dir, sizeof dir, "%s/qwen2-bf16-tied", t_fixture("models"));
         struct dse_diag diag = {{0}};
-        ASSERT_OK(gguf_from_hf(dir, gguf, 1, 0, &diag));
+        ASSERT_OK(gguf_from_hf(dir, gguf, 1, 0, 0, &diag));
         char *old = getenv("DSV_CACHE_DIR") ? strdup(getenv("DSV_CACHE_DIR")) : NULL;
         setenv("DSV_CACHE_DIR", cache, 1);
         ASSERT_OK(dse_model_resolve(gguf, a, sizeof a, &diag));

@@ -37,6 +37,9 @@ uint32_t dse__crc32c_ref(uint32_t crc, const void *buf, size_t len);
 /* Checks hyper-parameters for internal consistency and sane bounds, so that schema
  * shapes cannot overflow. -EBADMSG (from a file) naming the field. */
 int dse__hparams_validate(const struct dse_hparams *hp, const char *what, struct dse_diag *reterr);
+/* No rope scaling, with the Hugging Face defaults of every scaling parameter (the
+ * original context is max_position_embeddings, which must be set first). */
+void dse__hparams_rope_defaults(struct dse_hparams *hp);
 
 /* Parses the native header, hyper-parameters and tensor table from the first `size`
  * bytes of a native file (`file_size` is the whole file's size) and checks every offset,

@@ -201,14 +201,7 @@ static int parse_rope_scaling(struct import *im) {
         r = dse__gguf_get_str(im->g, im->what, key, &type, &len, im->reterr);
         if (r < 0 && r != -ENOENT)
                 return r;
-        hp->rope_type = DSE_ROPE_DEFAULT;
-        hp->rope_factor = 1.0f;
-        hp->rope_original_max_pos = hp->max_position_embeddings;
-        hp->rope_low_freq_factor = 1.0f;
-        hp->rope_high_freq_factor = 4.0f;
-        hp->rope_beta_fast = 32.0f;
-        hp->rope_beta_slow = 1.0f;
-        hp->rope_mscale = 1.0f;
+        dse__hparams_rope_defaults(hp);
         if (r == -ENOENT && legacy > 0) {
                 hp->rope_type = legacy == 1.0f ? DSE_ROPE_DEFAULT : DSE_ROPE_LINEAR;
                 hp->rope_factor = legacy;
