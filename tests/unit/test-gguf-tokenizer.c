@@ -234,3 +234,36 @@ TEST(broken_tokenizer_metadata) {
         gguf_kv_u32(w, "tokenizer.ggml.bos_token_id", 7);
         expect_error(w, -EBADMSG, "bos_token_id': id 7 is outside the 3 tokens");
 }
+
+/* tokenizer.chat_template and the special ids reach the loaded tokenizer. */
+TEST(chat_template_and_special_ids) {
+        const char *toks[] = {"<unk>", "<s>", "</s>", "\xe2\x96\x81" "a", "b"};
+        float scores[] = {0, 0, 0, -1, -2};
+        int32_t types[] = {2, 3, 3, 1, 1};
+        const char *tmpl = "{% for m in messages %}{{ m['content'] }}{% endfor %}";
+        struct gguf_writer *w = gguf_writer_new();
+        gguf_kv_str(w, "tokenizer.ggml.model", "llama");
+        gguf_kv_arr_str(w, "tokenizer.ggml.tokens", toks, NULL, 5);
+        gguf_kv_arr_f32(w, "tokenizer.ggml.scores", scores, 5);
+        gguf_kv_arr_i32(w, "tokenizer.ggml.token_type", types, 5);
+        gguf_kv_u32(w, "tokenizer.ggml.unknown_token_id", 0);
+        gguf_kv_u32(w, "tokenizer.ggml.bos_token_id", 1);
+        gguf_kv_u32(w, "tokenizer.ggml.eos_token_id", 2);
+        gguf_kv_str(w, "tokenizer.chat_template", tmpl);
+        struct dse_diag diag = {{0}};
+        int r;
+        struct dse_tokenizer *tok = load(w, &diag, &r, 0);
+        gguf_writer_free(w);
+        if (!tok)
+                T_FAIL("%s (%s)", strerror(-r), diag.msg);
+        ASSERT_EQ(dse_tokenizer_bos(tok), 1);
+        ASSERT_EQ(dse_tokenizer_eos(tok), 2);
+        ASSERT_TRUE(dse_tokenizer_chat_template(tok) != NULL);
+        ASSERT_STREQ(dse_tokenizer_chat_template(tok), tmpl);
+        int32_t ids[8];
+        ASSERT_EQ(dse_tokenizer_encode(tok, "ab", 2, 1, ids, 8), 3); /* <s> ▁a b */
+        ASSERT_EQ(ids[0], 1);
+        ASSERT_EQ(ids[1], 3);
+        ASSERT_EQ(ids[2], 4);
+        dse_tokenizer_free(tok);
+}
