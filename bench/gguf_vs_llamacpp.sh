@@ -13,7 +13,8 @@
 #     FIXTURE: a llama/qwen2 folder of fixtures/models (default llama-bf16-linear-rope)
 #     TYPES:   default "F32 F16 Q8_0 Q4_0"
 #   env: BUILD (default build), LLAMA_RUN, GGML_BACKEND_PATH (a ggml CPU backend .so),
-#        DSV_FIXTURES, PORT (default 18931)
+#        DSV_FIXTURES, PORT (default 18931); DSV_ACT / DSV_CPU reach our engine (llama.cpp
+#        multiplies Q8_0/Q4_0 weights by activations it quantizes to 8 bits per 32)
 set -euo pipefail
 SRC=$(cd "$(dirname "$0")/.." && pwd)
 BUILD=${BUILD:-$SRC/build}
@@ -33,7 +34,7 @@ cleanup() { [ -n "$SERVER" ] && kill "$SERVER" 2>/dev/null; wait 2>/dev/null; rm
 trap cleanup EXIT
 export DSV_CACHE_DIR=$TMP/cache
 IDS=$(python3 -c "import json,sys; print(','.join(map(str, json.load(open(sys.argv[1])))))" "$DIR/ref/prompt_ids.json")
-echo "fixture $FIXTURE, prompt of $(echo "$IDS" | tr ',' '\n' | wc -l) tokens; $(nproc) CPUs, load: $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "fixture $FIXTURE, prompt of $(echo "$IDS" | tr ',' '\n' | wc -l) tokens; ours: DSV_ACT=${DSV_ACT:-default} DSV_CPU=${DSV_CPU:-detected}; $(nproc) CPUs, load: $(cut -d' ' -f1-3 /proc/loadavg)"
 printf '%-5s %8s %10s %12s %10s  %s\n' type top-1 "mean KL" "max KL" "greedy" "first divergence"
 for T in $TYPES; do
   G=$TMP/$FIXTURE-$T.gguf
