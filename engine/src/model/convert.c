@@ -896,6 +896,8 @@ static int parse_target(const char *s, const struct dse__hf_quant *q, enum targe
 }
 
 static const char *source_format(const struct conv *c) {
+        if (dse__gguf_is_gguf(c->dir))
+                return "gguf";
         switch (c->quant.method) {
         case DSE_HF_QUANT_FP8: return "fp8";
         case DSE_HF_QUANT_AWQ: return "awq";
