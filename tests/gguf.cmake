@@ -20,3 +20,7 @@ dsv_test(NAME test-gguf-tokenizer SOURCES unit/test-gguf-tokenizer.c LIBS dsv_gg
 # gguf-from-hf: the fixture writer as a command, for bench/gguf_vs_llamacpp.sh.
 add_executable(gguf-from-hf gguf/gguf-from-hf-cli.c)
 target_link_libraries(gguf-from-hf PRIVATE dsv_gguf_writer)
+
+# The command line on GGUF files (convert, logits through the cache, verify, a broken file).
+dsv_script_test(NAME test-gguf-cli SCRIPT ${CMAKE_SOURCE_DIR}/tests/integration/gguf-cli.sh LABELS integration TIMEOUT 120)
+add_dependencies(gguf-from-hf dsvisor) # the script runs both
