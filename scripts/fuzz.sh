@@ -149,6 +149,7 @@ reached_functions() {
     fuzz-native-header)
       echo dse__native_parse parse_hparams parse_entry/format.c check_schema dse__hparams_validate dse__model_schema ;;
     fuzz-safetensors-header) echo dse__st_parse_header json_u64 cmp_begin cmp_name ;;
+    fuzz-gguf) echo dse__gguf_parse get_string/gguf_file.c parse_tensor_info check_unique parse_alignment dse__gguf_get_i64 dse__gguf_str_next dse__ggml_dequantize ;;
     fuzz-hfconfig-header)
       echo dse__hf_parse_config parse_deepseek parse_rope_scaling parse_quant parse_quant_object \
         dse__hf_parse_quantize_config dse__hparams_validate dse__model_schema ;;

@@ -1,4 +1,4 @@
-/* dsvisor convert: a Hugging Face folder -> a native model file.
+/* dsvisor convert: a Hugging Face folder or a GGUF file -> a native model file.
  * dsvisor verify:  full validation of a native model file, checksums included, and with
  *                  --values a scan of every value for NaN and Inf. */
 #include <errno.h>
@@ -36,9 +36,11 @@ static int mkdir_p(const char *dir) {
 
 static void convert_usage(FILE *out) {
         fprintf(out,
-                "usage: dsvisor convert --model-path HF_DIR --output-dir OUT [--quant-format FORMAT] [--name FILE]\n"
+                "usage: dsvisor convert --model-path HF_DIR|FILE.gguf --output-dir OUT [--quant-format FORMAT] [--name FILE]\n"
                 "  Converts a Hugging Face checkpoint folder (config.json, *.safetensors, tokenizer files)\n"
-                "  into OUT/model.dse (or OUT/FILE), streaming one tensor at a time.\n"
+                "  or a llama.cpp GGUF file (llama, qwen2) into OUT/model.dse (or OUT/FILE), streaming one\n"
+                "  tensor at a time. GGUF Q8_0/Q5_0/Q4_0 become native Q8/Q4, other quantized\n"
+                "  types F32, all without changing a value (engine/FORMAT.md, GGUF import).\n"
                 "  FORMAT: auto (default: keep the checkpoint's BF16/F16/FP8/AWQ/GPTQ weights),\n"
                 "          bf16, int8, int4 (group 32, projections only), awq, gptq (require that format)\n");
 }

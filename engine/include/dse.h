@@ -184,14 +184,15 @@ int dse_model_tokenizer(const struct dse_model *model, struct dse_tokenizer **re
  * block scales, AWQ/GPTQ int4 repacked losslessly), "bf16", "int8", "int4" (group-wise
  * quantization of the projection weights; norms, router and embedding stay as they are),
  * "awq", "gptq" (as auto, but the checkpoint must be that format). DeepSeek-V3 MTP
- * layers (index >= num_hidden_layers) are skipped. */
+ * layers (index >= num_hidden_layers) are skipped. hf_dir may also be a GGUF file
+ * (architectures llama and qwen2; engine/FORMAT.md "GGUF import"). */
 int dse_model_convert_hf(const char *hf_dir, const char *out_path, const char *quant_format, struct dse_diag *reterr);
 
 /* Turns a model argument into a native file path. A folder with config.json is
  * converted once (quant "auto") into the cache ($DSV_CACHE_DIR, else
  * $XDG_CACHE_HOME/dsvisor, else ~/.cache/dsvisor), keyed by its absolute path and the
- * sizes and mtimes of its files; later calls return the cached file. A native file is
- * returned as is. -ENAMETOOLONG when the path does not fit in size. */
+ * sizes and mtimes of its files; later calls return the cached file. A GGUF file is
+ * converted and cached the same way. A native file is returned as is. -ENAMETOOLONG when the path does not fit in size. */
 int dse_model_resolve(const char *arg, char *ret_path, size_t size, struct dse_diag *reterr);
 
 /* ---- sessions and the forward pass ----------------------------------------------- */

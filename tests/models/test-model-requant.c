@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "dse.h"
+#include "model-ref.h"
 #include "t.h"
 
 #define ROW2_MEAN_ABS 0.05
@@ -27,14 +28,6 @@
 #define ROW2_TOP1 0.9
 #define NOISE_MEAN_ABS 0.5
 #define NOISE_TOP1 0.6
-
-static int argmax(const float *v, int n) {
-        int best = 0;
-        for (int i = 1; i < n; i++)
-                if (v[i] > v[best])
-                        best = i;
-        return best;
-}
 
 enum bound { ROW2_DENSE, ROW2_MOE, NOISE };
 

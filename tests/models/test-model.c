@@ -19,6 +19,7 @@
 #include <stdlib.h>
 
 #include "dse.h"
+#include "model-ref.h"
 #include "t.h"
 
 #define STRICT_MAX_ABS 1e-3
@@ -26,31 +27,6 @@
 #define ROW2_MAX_ABS 0.5
 #define ROW2_TOP1 0.9
 #define N_DECODE 16
-
-/* A flat JSON array of integers. */
-static int read_ids(const char *path, int32_t *ids, int max) {
-        size_t len;
-        char *s = slurp(path, &len);
-        if (!s)
-                return -errno;
-        int n = 0;
-        for (char *p = s; *p && n < max;) {
-                if ((*p >= '0' && *p <= '9') || *p == '-')
-                        ids[n++] = (int32_t)strtol(p, &p, 10);
-                else
-                        p++;
-        }
-        free(s);
-        return n;
-}
-
-static int argmax(const float *v, int n) {
-        int best = 0;
-        for (int i = 1; i < n; i++)
-                if (v[i] > v[best])
-                        best = i;
-        return best;
-}
 
 struct errstats {
         double max_abs, sum_abs;

@@ -19,6 +19,7 @@
 
 #include "../internal.h"
 #include "format.h"
+#include "gguf/gguf.h"
 
 #define CHUNK_BYTES (16u << 20) /* target size of one streamed row block (source bytes) */
 #define QUANT_GROUP 32          /* columns per scale for --quant-format int8/int4 */
@@ -37,6 +38,7 @@ enum src_kind {
         SRC_AWQ,
         SRC_GPTQ,
         SRC_BLOB, /* a tokenizer file */
+        SRC_GGML, /* GGUF Q8_0 / Q5_0 / Q4_0 blocks kept as native Q8 / Q4 */
 };
 
 struct out_tensor {
@@ -54,8 +56,10 @@ struct job {
         const struct dse__st_tensor *src, *scale_inv, *qweight, *qzeros, *scales, *g_idx;
         enum dse_dtype out_dtype;
         int32_t group;
+        uint32_t ggml_type; /* SRC_GGML */
         int out_data, out_scale, out_zero, out_perm; /* out_tensor indices or -1 */
         char blob_path[4096];
+        const char *blob_data; /* a tokenizer file made in memory (GGUF), else read from blob_path */
 };
 
 struct conv {
@@ -64,6 +68,7 @@ struct conv {
         struct dse_hparams hp;
         struct dse__hf_quant quant;
         enum target target;
+        struct dse__gguf_tokenizer gguf_tok; /* a GGUF file's tokenizer files */
         struct job *jobs;
         size_t n_jobs;
         struct out_tensor *outs;
@@ -191,7 +196,13 @@ static int plan_weight(struct conv *c, const struct dse_schema_entry *se, struct
         used[t - dse__st_tensor_at(st, 0)] = 1;
         j->src = t;
         if (st_float(t->dtype)) {
+                int gt = dse__st_ggml_type(st, t);
                 j->kind = SRC_FLOAT;
+                if (gt >= 0 && dse__ggml_native_dtype((uint32_t)gt) >= 0 && se->n_dims == 2 && c->target == TARGET_AUTO &&
+                    se->kind != DSE_SCHEMA_ROUTER) {
+                        j->kind = SRC_GGML;
+                        j->ggml_type = (uint32_t)gt;
+                }
                 return check_src(c, t, t->dtype, se->shape[0], se->n_dims == 2 ? se->shape[1] : -1, "config.json");
         }
         if (t->dtype == DSE_ST_F8_E4M3 && se->n_dims == 2) {
@@ -224,6 +235,9 @@ static int plan_outputs(struct conv *c, const struct dse_schema_entry *se, struc
         int q4_source = j->kind == SRC_AWQ || j->kind == SRC_GPTQ;
         if (!matrix) {
                 d = native_float(j->src->dtype); /* norms and biases keep their precision */
+        } else if (j->kind == SRC_GGML) {
+                d = (enum dse_dtype)dse__ggml_native_dtype(j->ggml_type); /* exact: FORMAT.md "GGUF import" */
+                group = 32;
         } else if (!linear) {
                 /* embedding and router: kept unless bf16 is asked for */
                 d = c->target == TARGET_BF16 || j->kind != SRC_FLOAT ? DSE_DTYPE_BF16 : native_float(j->src->dtype);
@@ -286,14 +300,15 @@ static int plan_gptq_perm(struct conv *c, struct job *j) {
         return 0;
 }
 
-static int plan_blob(struct conv *c, const char *file) {
+/* A tokenizer file: from the folder, or (data non-NULL) made in memory. */
+static int plan_blob(struct conv *c, const char *file, const char *data, size_t data_len) {
         char path[4096];
         if ((size_t)snprintf(path, sizeof path, "%s/%s", c->dir, file) >= sizeof path)
                 return -ENAMETOOLONG;
-        struct stat st;
-        if (stat(path, &st) < 0)
+        struct stat st = {.st_size = (off_t)data_len};
+        if (!data && stat(path, &st) < 0)
                 return 0; /* absent: nothing to embed */
-        if (!S_ISREG(st.st_mode))
+        if (!data && !S_ISREG(st.st_mode))
                 return dse__fail(c->reterr, -EINVAL, "'%s' is not a regular file", path);
         if (st.st_size == 0)
                 return 0; /* empty: nothing to embed */
@@ -305,6 +320,7 @@ static int plan_blob(struct conv *c, const char *file) {
         memset(j, 0, sizeof *j);
         snprintf(j->name, sizeof j->name, "%s", file);
         snprintf(j->blob_path, sizeof j->blob_path, "%s", path);
+        j->blob_data = data;
         j->kind = SRC_BLOB;
         j->rows = 1;
         j->cols = st.st_size;
@@ -448,8 +464,12 @@ static int plan(struct conv *c) {
         if ((r = check_quant_claim(c)) < 0 || (r = check_leftovers(c, used)) < 0)
                 goto out;
         static const char *const blobs[] = {"tokenizer.json", "tokenizer_config.json", "tokenizer.model"};
+        const struct dse__gguf_tokenizer *gt = &c->gguf_tok;
+        const char *data[3] = {gt->json, gt->config, gt->spm};
+        size_t len[3] = {gt->json_len, gt->config_len, gt->spm_len};
+        int gguf = dse__gguf_is_gguf(c->dir);
         for (size_t i = 0; i < 3; i++)
-                if ((r = plan_blob(c, blobs[i])) < 0)
+                if ((!gguf || data[i]) && (r = plan_blob(c, blobs[i], data[i], len[i])) < 0)
                         goto out;
         /* offsets: in plan order, each 64-byte aligned */
         uint64_t off = 0;
@@ -723,6 +743,8 @@ out:
 }
 
 static int run_blob(struct conv *c, const struct job *j) {
+        if (j->blob_data)
+                return out_write(c, j->out_data, j->blob_data, (size_t)j->cols);
         int fd = dse__open_input(j->blob_path, c->reterr);
         if (fd < 0)
                 return fd;
@@ -746,8 +768,51 @@ static int run_blob(struct conv *c, const struct job *j) {
         return r;
 }
 
+/* GGUF blocks into native Q8 / Q4, a block of rows at a time (whole 16-row blocks for Q4). */
+static int run_ggml(struct conv *c, const struct job *j) {
+        int64_t cols = j->cols, ng = cols / 32;
+        size_t src_row = (size_t)ng * dse__ggml_block_bytes(j->ggml_type);
+        int64_t br = block_rows(j, src_row / (size_t)cols ? src_row / (size_t)cols : 1);
+        int q4 = j->out_dtype == DSE_DTYPE_Q4;
+        int64_t srows = dse__scale_rows(j->out_dtype, br);
+        uint8_t *src = malloc((size_t)br * src_row);
+        uint8_t *data = malloc(q4 ? (size_t)dse__q4_bytes(br, cols) : (size_t)(br * cols));
+        float *scale = malloc((size_t)(srows * ng) * sizeof *scale);
+        uint8_t *zero = q4 ? malloc((size_t)(srows * ng)) : NULL;
+        int r = src && data && scale && (!q4 || zero) ? 0 : -ENOMEM;
+        struct dse__nonfinite bad = {0};
+        for (int64_t r0 = 0; r == 0 && r0 < j->rows; r0 += br) {
+                int64_t n = j->rows - r0 < br ? j->rows - r0 : br, ns = dse__scale_rows(j->out_dtype, n) * ng;
+                if ((r = dse__st_read_blocks(c->st, j->src, r0, n, src, c->reterr)) < 0)
+                        break;
+                if (q4) {
+                        memset(data, 0, (size_t)dse__q4_bytes(n, cols));
+                        memset(scale, 0, (size_t)ns * sizeof *scale);
+                        memset(zero, 0, (size_t)ns);
+                        dse__ggml_to_q4_rows(src, n, cols, data, scale, zero);
+                } else {
+                        dse__ggml_to_q8_rows(j->ggml_type, src, n, cols, (int8_t *)data, scale);
+                }
+                dse__nonfinite_count(DSE_DTYPE_F32, scale, (size_t)ns, (uint64_t)(r0 * ng), &bad);
+                if ((r = out_write(c, j->out_data, data, q4 ? (size_t)dse__q4_bytes(n, cols) : (size_t)(n * cols))) < 0 ||
+                    (r = out_write(c, j->out_scale, scale, (size_t)ns * sizeof *scale)) < 0)
+                        break;
+                if (q4)
+                        r = out_write(c, j->out_zero, zero, (size_t)ns);
+        }
+        if (r == 0)
+                dse__nonfinite_warn(dse__st_file_path(c->st, j->src->file), j->src->name, &bad);
+        free(zero);
+        free(scale);
+        free(data);
+        free(src);
+        return r;
+}
+
 static int run_job(struct conv *c, const struct job *j) {
         switch (j->kind) {
+        case SRC_GGML:
+                return run_ggml(c, j);
         case SRC_FLOAT:
         case SRC_FP8:
                 return run_float_or_fp8(c, j);
@@ -831,6 +896,8 @@ static int parse_target(const char *s, const struct dse__hf_quant *q, enum targe
 }
 
 static const char *source_format(const struct conv *c) {
+        if (dse__gguf_is_gguf(c->dir))
+                return "gguf";
         switch (c->quant.method) {
         case DSE_HF_QUANT_FP8: return "fp8";
         case DSE_HF_QUANT_AWQ: return "awq";
@@ -890,8 +957,16 @@ int dse_model_convert_hf(const char *hf_dir, const char *out_path, const char *q
         char *cfg = NULL, *gen = NULL, *tmp = NULL;
         size_t cfg_len, gen_len;
         char what[4200];
+        int r;
+        if (dse__gguf_is_gguf(hf_dir)) {
+                c.quant.method = DSE_HF_QUANT_NONE;
+                r = dse__gguf_import(hf_dir, &c.hp, &c.st, &c.gguf_tok, reterr);
+                if (r == 0)
+                        r = parse_target(quant_format, &c.quant, &c.target, reterr);
+                goto planned_source;
+        }
         snprintf(what, sizeof what, "%s/config.json", hf_dir);
-        int r = read_text(hf_dir, "config.json", 1, &cfg, &cfg_len, reterr);
+        r = read_text(hf_dir, "config.json", 1, &cfg, &cfg_len, reterr);
         if (r == 0)
                 r = read_text(hf_dir, "generation_config.json", 0, &gen, &gen_len, reterr);
         if (r == 0)
@@ -910,6 +985,7 @@ int dse_model_convert_hf(const char *hf_dir, const char *out_path, const char *q
                 r = parse_target(quant_format, &c.quant, &c.target, reterr);
         if (r == 0)
                 r = dse__st_open_dir(hf_dir, &c.st, reterr);
+planned_source:
         if (r == 0)
                 r = plan(&c);
         if (r < 0)
@@ -956,6 +1032,7 @@ out:
         }
         free(c.outs);
         free(c.jobs);
+        dse__gguf_tokenizer_free(&c.gguf_tok);
         dse__st_close(c.st);
         free(gen);
         free(cfg);
@@ -983,31 +1060,39 @@ static int key_file(const struct dirent *d) {
                (ends_with(d->d_name, ".json") || ends_with(d->d_name, ".safetensors") || ends_with(d->d_name, ".model"));
 }
 
-/* The cache key: the folder's absolute path and the name, size and mtime of every file
- * the conversion reads, plus the format version and converter revision. */
-static int cache_key(const char *abs, uint64_t *ret, struct dse_diag *reterr) {
-        struct dirent **names;
-        int n = scandir(abs, &names, key_file, alphasort);
-        if (n < 0)
-                return dse__fail(reterr, -errno, "cannot list '%s': %s", abs, strerror(errno));
+/* The cache key: the folder's (or GGUF file's) absolute path and the name, size and
+ * mtime of every file the conversion reads, plus the format version and converter
+ * revision. */
+static uint64_t cache_key_start(const char *abs) {
         uint64_t h = fnv1a(0xcbf29ce484222325ull, abs, strlen(abs) + 1);
         /* bump CONVERTER_REVISION when the converter's output changes for the same input,
          * so cached files from an older converter are not reused */
         enum { CONVERTER_REVISION = 2 };
         uint32_t version = DSE_FORMAT_VERSION_MAJOR << 24 | DSE_FORMAT_VERSION_MINOR << 16 | CONVERTER_REVISION;
-        h = fnv1a(h, &version, sizeof version);
+        return fnv1a(h, &version, sizeof version);
+}
+
+static uint64_t cache_key_file(uint64_t h, const char *name, const struct stat *st) {
+        int64_t v[3] = {st->st_size, st->st_mtim.tv_sec, st->st_mtim.tv_nsec};
+        h = fnv1a(h, name, strlen(name) + 1);
+        return fnv1a(h, v, sizeof v);
+}
+
+static int cache_key(const char *abs, uint64_t *ret, struct dse_diag *reterr) {
+        struct dirent **names;
+        int n = scandir(abs, &names, key_file, alphasort);
+        if (n < 0)
+                return dse__fail(reterr, -errno, "cannot list '%s': %s", abs, strerror(errno));
+        uint64_t h = cache_key_start(abs);
         int r = 0;
         for (int i = 0; i < n; i++) {
-                char path[4096];
+                char path[PATH_MAX + 258]; /* the folder, a slash and a file name */
                 struct stat st;
                 snprintf(path, sizeof path, "%s/%s", abs, names[i]->d_name);
                 if (r == 0 && stat(path, &st) < 0)
                         r = dse__fail(reterr, -errno, "cannot stat '%s': %s", path, strerror(errno));
-                if (r == 0) {
-                        int64_t v[3] = {st.st_size, st.st_mtim.tv_sec, st.st_mtim.tv_nsec};
-                        h = fnv1a(h, names[i]->d_name, strlen(names[i]->d_name) + 1);
-                        h = fnv1a(h, v, sizeof v);
-                }
+                if (r == 0)
+                        h = cache_key_file(h, names[i]->d_name, &st);
                 free(names[i]);
         }
         free(names);
@@ -1049,37 +1134,11 @@ static int cache_dir(char *buf, size_t size, struct dse_diag *reterr) {
         return 0;
 }
 
-int dse_model_resolve(const char *arg, char *ret_path, size_t size, struct dse_diag *reterr) {
-        if (!arg || !ret_path || !size)
-                return -EINVAL;
-        struct stat st;
-        if (stat(arg, &st) < 0)
-                return dse__fail(reterr, -errno, "cannot open '%s': %s", arg, strerror(errno));
-        if (S_ISREG(st.st_mode)) {
-                char magic[8];
-                int fd = open(arg, O_RDONLY | O_CLOEXEC);
-                if (fd < 0)
-                        return dse__fail(reterr, -errno, "cannot open '%s': %s", arg, strerror(errno));
-                ssize_t k = pread(fd, magic, sizeof magic, 0);
-                close(fd);
-                if (k != (ssize_t)sizeof magic || memcmp(magic, DSE_FORMAT_MAGIC, 8) != 0)
-                        return dse__fail(reterr, -EINVAL,
-                                         "'%s' is neither a dsvisor model file nor a Hugging Face folder", arg);
-                if (strlen(arg) >= size)
-                        return -ENAMETOOLONG;
-                snprintf(ret_path, size, "%s", arg);
-                return 0;
-        }
-        char abs[PATH_MAX], cfg[PATH_MAX + 16];
-        if (!S_ISDIR(st.st_mode) || !realpath(arg, abs))
-                return dse__fail(reterr, -EINVAL, "'%s' is neither a dsvisor model file nor a Hugging Face folder", arg);
-        snprintf(cfg, sizeof cfg, "%s/config.json", abs);
-        if (access(cfg, R_OK) < 0)
-                return dse__fail(reterr, -EINVAL, "'%s' is a folder without config.json: not a Hugging Face model", arg);
-        uint64_t key = 0;
+/* The converted file of a folder or GGUF file in the cache, converted now if absent. */
+static int cached_conversion(const char *abs, uint64_t key, char *ret_path, size_t size, struct dse_diag *reterr) {
         char dir[PATH_MAX], path[PATH_MAX + 64];
-        int r = cache_key(abs, &key, reterr);
-        if (r < 0 || (r = cache_dir(dir, sizeof dir, reterr)) < 0)
+        int r = cache_dir(dir, sizeof dir, reterr);
+        if (r < 0)
                 return r;
         const char *base = strrchr(abs, '/');
         base = base && base[1] ? base + 1 : "model";
@@ -1090,4 +1149,46 @@ int dse_model_resolve(const char *arg, char *ret_path, size_t size, struct dse_d
                 return r;
         snprintf(ret_path, size, "%s", path);
         return 0;
+}
+
+int dse_model_resolve(const char *arg, char *ret_path, size_t size, struct dse_diag *reterr) {
+        if (!arg || !ret_path || !size)
+                return -EINVAL;
+        struct stat st;
+        if (stat(arg, &st) < 0)
+                return dse__fail(reterr, -errno, "cannot open '%s': %s", arg, strerror(errno));
+        if (S_ISREG(st.st_mode) && dse__gguf_is_gguf(arg)) {
+                char abs[PATH_MAX];
+                if (!realpath(arg, abs))
+                        return dse__fail(reterr, -errno, "cannot resolve '%s': %s", arg, strerror(errno));
+                const char *name = strrchr(abs, '/');
+                return cached_conversion(abs, cache_key_file(cache_key_start(abs), name ? name + 1 : abs, &st), ret_path,
+                                         size, reterr);
+        }
+        if (S_ISREG(st.st_mode)) {
+                char magic[8];
+                int fd = open(arg, O_RDONLY | O_CLOEXEC);
+                if (fd < 0)
+                        return dse__fail(reterr, -errno, "cannot open '%s': %s", arg, strerror(errno));
+                ssize_t k = pread(fd, magic, sizeof magic, 0);
+                close(fd);
+                if (k != (ssize_t)sizeof magic || memcmp(magic, DSE_FORMAT_MAGIC, 8) != 0)
+                        return dse__fail(reterr, -EINVAL,
+                                         "'%s' is neither a dsvisor model file, a GGUF file nor a Hugging Face folder",
+                                         arg);
+                if (strlen(arg) >= size)
+                        return -ENAMETOOLONG;
+                snprintf(ret_path, size, "%s", arg);
+                return 0;
+        }
+        char abs[PATH_MAX], cfg[PATH_MAX + 16];
+        if (!S_ISDIR(st.st_mode) || !realpath(arg, abs))
+                return dse__fail(reterr, -EINVAL,
+                                 "'%s' is neither a dsvisor model file, a GGUF file nor a Hugging Face folder", arg);
+        snprintf(cfg, sizeof cfg, "%s/config.json", abs);
+        if (access(cfg, R_OK) < 0)
+                return dse__fail(reterr, -EINVAL, "'%s' is a folder without config.json: not a Hugging Face model", arg);
+        uint64_t key = 0;
+        int r = cache_key(abs, &key, reterr);
+        return r < 0 ? r : cached_conversion(abs, key, ret_path, size, reterr);
 }

@@ -169,6 +169,18 @@ static const struct {
                         return dse__fail(reterr, -EBADMSG, __VA_ARGS__);                                        \
         } while (0)
 
+void dse__hparams_rope_defaults(struct dse_hparams *hp) {
+        hp->rope_type = DSE_ROPE_DEFAULT;
+        hp->rope_factor = 1.0f;
+        hp->rope_original_max_pos = hp->max_position_embeddings;
+        hp->rope_low_freq_factor = 1.0f;
+        hp->rope_high_freq_factor = 4.0f;
+        hp->rope_beta_fast = 32.0f;
+        hp->rope_beta_slow = 1.0f;
+        hp->rope_mscale = 1.0f;
+        hp->rope_mscale_all_dim = 0.0f;
+}
+
 int dse__hparams_validate(const struct dse_hparams *hp, const char *what, struct dse_diag *reterr) {
         const int32_t big = 1 << 24;
         CHECK(hp->arch >= 0 && hp->arch < DSE_ARCH_COUNT, "%s: unknown architecture %d", what, (int)hp->arch);

@@ -37,6 +37,9 @@ uint32_t dse__crc32c_ref(uint32_t crc, const void *buf, size_t len);
 /* Checks hyper-parameters for internal consistency and sane bounds, so that schema
  * shapes cannot overflow. -EBADMSG (from a file) naming the field. */
 int dse__hparams_validate(const struct dse_hparams *hp, const char *what, struct dse_diag *reterr);
+/* No rope scaling, with the Hugging Face defaults of every scaling parameter (the
+ * original context is max_position_embeddings, which must be set first). */
+void dse__hparams_rope_defaults(struct dse_hparams *hp);
 
 /* Parses the native header, hyper-parameters and tensor table from the first `size`
  * bytes of a native file (`file_size` is the whole file's size) and checks every offset,
@@ -152,6 +155,29 @@ size_t dse__st_n_tensors(const struct dse__st_set *set);
 const struct dse__st_tensor *dse__st_tensor_at(const struct dse__st_set *set, size_t i);
 const struct dse__st_tensor *dse__st_find(const struct dse__st_set *set, const char *name);
 const char *dse__st_file_path(const struct dse__st_set *set, int file);
+/* A tensor set read from another format (GGUF), presented as the Hugging Face tensors
+ * it holds: read() fills n bytes at byte offset `off` of tensor t's data in the
+ * safetensors layout its dtype and shape give; close() frees ctx. */
+struct dse__st_source {
+        int (*read)(void *ctx, const struct dse__st_tensor *t, uint64_t off, void *buf, size_t n,
+                    struct dse_diag *reterr);
+        /* the ggml block type t is stored in (read() gives its values as F32) */
+        uint32_t (*ggml_type)(void *ctx, const struct dse__st_tensor *t);
+        /* rows [row0, row0 + n_rows) of t as stored: ggml blocks, rows in turn */
+        int (*read_blocks)(void *ctx, const struct dse__st_tensor *t, int64_t row0, int64_t n_rows, void *buf,
+                           struct dse_diag *reterr);
+        void (*close)(void *ctx);
+};
+/* Takes ownership of tensors (malloc'ed; their file is 0, begin 0, end their size) and
+ * ctx (closed on failure too); `path` names the source file in messages. */
+int dse__st_set_from_source(const char *path, struct dse__st_tensor *tensors, size_t n,
+                            const struct dse__st_source *source, void *ctx, struct dse__st_set **ret_set,
+                            struct dse_diag *reterr);
+/* The ggml type of a tensor from a GGUF source, -1 for a safetensors tensor; and its
+ * rows as stored (dse__st_source.read_blocks). */
+int dse__st_ggml_type(const struct dse__st_set *set, const struct dse__st_tensor *t);
+int dse__st_read_blocks(const struct dse__st_set *set, const struct dse__st_tensor *t, int64_t row0, int64_t n_rows,
+                        void *buf, struct dse_diag *reterr);
 /* Reads n bytes at byte offset `off` within tensor t's data. */
 int dse__st_read(const struct dse__st_set *set, const struct dse__st_tensor *t, uint64_t off, void *buf,
                  size_t n, struct dse_diag *reterr);

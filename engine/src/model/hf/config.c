@@ -115,15 +115,7 @@ static int get_token_id(const struct cfg *c, const cJSON *obj, const char *key, 
 
 static int parse_rope_scaling(const struct cfg *c, struct dse_hparams *hp) {
         int r;
-        hp->rope_type = DSE_ROPE_DEFAULT;
-        hp->rope_factor = 1.0f;
-        hp->rope_original_max_pos = hp->max_position_embeddings;
-        hp->rope_low_freq_factor = 1.0f;
-        hp->rope_high_freq_factor = 4.0f;
-        hp->rope_beta_fast = 32.0f;
-        hp->rope_beta_slow = 1.0f;
-        hp->rope_mscale = 1.0f;
-        hp->rope_mscale_all_dim = 0.0f;
+        dse__hparams_rope_defaults(hp);
 
         const cJSON *rs = given(c->root, "rope_scaling");
         if (!rs)

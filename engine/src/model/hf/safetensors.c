@@ -199,6 +199,8 @@ struct dse__st_set {
         int n_files;
         struct dse__st_tensor *tensors; /* sorted by name */
         size_t n;
+        const struct dse__st_source *source; /* a set of another format's tensors, or NULL */
+        void *source_ctx;
 };
 
 void dse__st_close(struct dse__st_set *set) {
@@ -211,6 +213,8 @@ void dse__st_close(struct dse__st_set *set) {
         }
         free(set->files);
         free(set->tensors);
+        if (set->source)
+                set->source->close(set->source_ctx);
         free(set);
 }
 
@@ -453,6 +457,50 @@ int dse__st_open_dir(const char *dir, struct dse__st_set **ret_set, struct dse_d
         return 0;
 }
 
+int dse__st_set_from_source(const char *path, struct dse__st_tensor *tensors, size_t n,
+                            const struct dse__st_source *source, void *ctx, struct dse__st_set **ret_set,
+                            struct dse_diag *reterr) {
+        struct dse__st_set *set = calloc(1, sizeof *set);
+        struct st_file *f = calloc(1, sizeof *f);
+        char *p = strdup(path);
+        if (!set || !f || !p) {
+                free(set);
+                free(f);
+                free(p);
+                free(tensors);
+                source->close(ctx);
+                return -ENOMEM;
+        }
+        f->path = p;
+        f->fd = -1;
+        set->files = f;
+        set->n_files = 1;
+        set->tensors = tensors;
+        set->n = n;
+        set->source = source;
+        set->source_ctx = ctx;
+        qsort(set->tensors, set->n, sizeof *set->tensors, cmp_name);
+        for (size_t i = 1; i < set->n; i++)
+                if (strcmp(set->tensors[i].name, set->tensors[i - 1].name) == 0) {
+                        int r = dse__fail(reterr, -EBADMSG, "%s: tensor '%s' is given twice", path, set->tensors[i].name);
+                        dse__st_close(set);
+                        return r;
+                }
+        *ret_set = set;
+        return 0;
+}
+
+int dse__st_ggml_type(const struct dse__st_set *set, const struct dse__st_tensor *t) {
+        return set->source ? (int)set->source->ggml_type(set->source_ctx, t) : -1;
+}
+
+int dse__st_read_blocks(const struct dse__st_set *set, const struct dse__st_tensor *t, int64_t row0, int64_t n_rows,
+                        void *buf, struct dse_diag *reterr) {
+        if (!set->source)
+                return -EINVAL;
+        return set->source->read_blocks(set->source_ctx, t, row0, n_rows, buf, reterr);
+}
+
 size_t dse__st_n_tensors(const struct dse__st_set *set) {
         return set->n;
 }
@@ -477,6 +525,8 @@ int dse__st_read(const struct dse__st_set *set, const struct dse__st_tensor *t, 
                  struct dse_diag *reterr) {
         if (off > t->end - t->begin || n > t->end - t->begin - off)
                 return -EINVAL;
+        if (set->source)
+                return set->source->read(set->source_ctx, t, off, buf, n, reterr);
         const struct st_file *f = &set->files[t->file];
         int r = read_full(f->fd, buf, n, f->data_start + t->begin + off);
         if (r == -EBADMSG)

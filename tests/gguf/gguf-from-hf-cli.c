@@ -1,0 +1,30 @@
+/* gguf-from-hf DIR OUT.gguf F32|F16|Q8_0|Q4_0 [--placeholder-vocab]: a Hugging Face llama/qwen2
+ * folder written as GGUF the way llama.cpp's converter lays it out (gguf-from-hf.h), for
+ * benchmarks that run the same file through llama.cpp (bench/gguf_vs_llamacpp.sh). */
+#include <stdio.h>
+#include <string.h>
+
+#include "dse.h"
+#include "gguf-from-hf.h"
+
+int main(int argc, char **argv) {
+        static const struct {
+                const char *name;
+                uint32_t type;
+        } types[] = {{"F32", 0}, {"F16", 1}, {"Q8_0", 8}, {"Q4_0", 2}};
+        int t = -1;
+        for (int i = 0; argc >= 4 && i < 4; i++)
+                if (strcmp(argv[3], types[i].name) == 0)
+                        t = i;
+        if (t < 0 || argc > 5 || (argc == 5 && strcmp(argv[4], "--placeholder-vocab") != 0)) {
+                fprintf(stderr, "usage: gguf-from-hf DIR OUT.gguf F32|F16|Q8_0|Q4_0 [--placeholder-vocab]\n");
+                return 2;
+        }
+        struct dse_diag diag = {{0}};
+        int r = gguf_from_hf(argv[1], argv[2], types[t].type, 0, argc == 5, &diag);
+        if (r < 0) {
+                fprintf(stderr, "gguf-from-hf: %s: %s\n", argv[1], diag.msg[0] ? diag.msg : strerror(-r));
+                return 1;
+        }
+        return 0;
+}

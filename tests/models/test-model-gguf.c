@@ -1,0 +1,252 @@
+/* The model fixtures written as GGUF (tests/gguf/gguf-from-hf.c, as llama.cpp's
+ * converter lays them out) and imported by `dsvisor convert`:
+ *
+ *   F32 / F16: the prompt logits and the 16 greedy decode steps against the fixture's
+ *              reference, on the exact path (scalar kernels, float32 activations) with
+ *              test-model.c's strict tolerance: max abs <= 1e-3, identical greedy ids.
+ *   Q8_0 / Q4_0 (ggml's reference quantizers): converted to native Q8 / Q4 (group 32),
+ *              every weight (q - zero) * scale equals, bit for bit, the same weight of
+ *              the F32 GGUF holding ggml's dequantised values, so the import changed no
+ *              value; the logits of the two agree within the strict tolerance (the Q8/Q4
+ *              and F32 kernels sum in different orders).
+ *
+ * Fixtures: the float llama and qwen2 ones (llama3-rope-gqa needs rope_freqs, which the
+ * importer refuses; the AWQ/GPTQ fixtures are not GGUF material). */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "dse.h"
+#include "gguf-from-hf.h"
+#include "model-ref.h"
+#include "model/model.h"
+#include "t.h"
+
+#define STRICT_MAX_ABS 1e-3
+#define N_DECODE 16
+
+/* Every weight of the quantized model, dequantised from its native Q8/Q4 tensors,
+ * against the same tensor of the F32 model; returns the number of values that differ
+ * and counts the quantized tensors in *ret_quantized. */
+static size_t compare_weights(const char *quant_native, const char *f32_native, int *ret_quantized) {
+        struct dse_model *q = NULL, *f = NULL;
+        struct dse_diag diag = {{0}};
+        if (dse_model_open(quant_native, 0, &q, &diag) < 0 || dse_model_open(f32_native, 0, &f, &diag) < 0) {
+                fprintf(stderr, "open: %s\n", diag.msg);
+                dse_model_free(q);
+                return 1;
+        }
+        size_t differ = 0;
+        *ret_quantized = 0;
+        for (size_t i = 0; i < dse__model_n_tensors(q); i++) {
+                const struct dse_tensor *t = dse__model_tensor_at(q, i), *ref = dse__model_tensor(f, t->name);
+                if (t->dtype != DSE_DTYPE_Q8 && t->dtype != DSE_DTYPE_Q4)
+                        continue;
+                char name[DSE_TENSOR_NAME_MAX + 8];
+                snprintf(name, sizeof name, "%s.scale", t->name);
+                const struct dse_tensor *sc = dse__model_tensor(q, name);
+                snprintf(name, sizeof name, "%s.zero", t->name);
+                const struct dse_tensor *zr = dse__model_tensor(q, name);
+                if (!ref || ref->dtype != DSE_DTYPE_F32 || !sc || t->group_size != 32) {
+                        differ++;
+                        continue;
+                }
+                (*ret_quantized)++;
+                int64_t rows = t->shape[0], cols = t->shape[1], ng = cols / 32;
+                const float *s = sc->data, *want = ref->data;
+                for (int64_t r = 0; r < rows; r++)
+                        for (int64_t c = 0; c < cols; c++) {
+                                float w;
+                                if (t->dtype == DSE_DTYPE_Q8) {
+                                        w = (float)((const int8_t *)t->data)[r * cols + c] * s[r * ng + c / 32];
+                                } else {
+                                        int64_t k = dse__q4_sidx(ng, r, c / 32);
+                                        w = (float)(dse__q4_get(t->data, cols, r, c) - ((const uint8_t *)zr->data)[k]) * s[k];
+                                }
+                                differ += memcmp(&w, &want[r * cols + c], 4) != 0;
+                        }
+        }
+        dse_model_free(q);
+        dse_model_free(f);
+        return differ;
+}
+
+/* Converts a GGUF file and runs the prompt then the greedy ids one at a time, on the
+ * exact path; logits: (P + N_DECODE) rows. */
+static float *run(const char *gguf, const char *native, const int32_t *prompt, int P, const int32_t *gen, int *ret_vocab) {
+        struct dse_diag diag = {{0}};
+        int r = dse_model_convert_hf(gguf, native, "auto", &diag);
+        if (r < 0) {
+                fprintf(stderr, "convert %s: %s (%s)\n", gguf, strerror(-r), diag.msg);
+                return NULL;
+        }
+        struct dse_model *m = NULL;
+        if ((r = dse_model_open(native, 0, &m, &diag)) < 0) {
+                fprintf(stderr, "open %s: %s (%s)\n", native, strerror(-r), diag.msg);
+                return NULL;
+        }
+        int V = dse_model_vocab_size(m);
+        setenv("DSV_CPU", "scalar", 1);
+        struct dse_session *s = NULL;
+        float *out = malloc((size_t)(P + N_DECODE) * V * sizeof *out);
+        r = dse_session_new(m, P + N_DECODE, NULL, &s, &diag);
+        if (r == 0)
+                r = dse_session_set_activations(s, DSE_ACTIVATIONS_F32);
+        if (r == 0)
+                r = dse_session_eval(s, prompt, (size_t)P, out, NULL, &diag);
+        for (int j = 0; r == 0 && j < N_DECODE; j++)
+                r = dse_session_eval(s, &gen[j], 1, NULL, out + (size_t)(P + j) * V, &diag);
+        if (r < 0) {
+                fprintf(stderr, "eval %s: %s (%s)\n", gguf, strerror(-r), diag.msg);
+                free(out);
+                out = NULL;
+        }
+        unsetenv("DSV_CPU");
+        dse_session_free(s);
+        dse_model_free(m);
+        *ret_vocab = V;
+        return out;
+}
+
+static void check_fixture(const char *name) {
+        char dir[1024], path[1200], tmp[] = "/tmp/dsv-gguf-XXXXXX";
+        snprintf(dir, sizeof dir, "%s/%s", t_fixture("models"), name);
+        ASSERT_TRUE(mkdtemp(tmp) != NULL);
+        int32_t prompt[512], gen[N_DECODE];
+        snprintf(path, sizeof path, "%s/ref/prompt_ids.json", dir);
+        int P = read_ids(path, prompt, 512);
+        snprintf(path, sizeof path, "%s/ref/generated_ids.json", dir);
+        ASSERT_EQ(read_ids(path, gen, N_DECODE), N_DECODE);
+        ASSERT_TRUE(P > 0);
+        size_t len_l = 0, len_d = 0;
+        snprintf(path, sizeof path, "%s/ref/logits.f32", dir);
+        float *ref = slurp(path, &len_l);
+        snprintf(path, sizeof path, "%s/ref/decode_logits.f32", dir);
+        float *ref_decode = slurp(path, &len_d);
+        ASSERT_TRUE(ref && ref_decode);
+
+        static const struct {
+                uint32_t type;
+                const char *label;
+        } floats[] = {{0, "F32"}, {1, "F16"}};
+        int failed = 0;
+        for (size_t f = 0; f < 2; f++) {
+                char gguf[1300], native[1300];
+                snprintf(gguf, sizeof gguf, "%s/%s.gguf", tmp, floats[f].label);
+                snprintf(native, sizeof native, "%s/%s.dse", tmp, floats[f].label);
+                struct dse_diag diag = {{0}};
+                int r = gguf_from_hf(dir, gguf, floats[f].type, 0, 0, &diag);
+                if (r < 0)
+                        T_FAIL("%s: writing %s: %s (%s)", name, gguf, strerror(-r), diag.msg);
+                int V = 0;
+                float *got = run(gguf, native, prompt, P, gen, &V);
+                if (!got || len_l != (size_t)P * V * 4 || len_d != (size_t)N_DECODE * V * 4)
+                        T_FAIL("%s %s: no logits or reference of the wrong size", name, floats[f].label);
+                double max_abs = 0;
+                int greedy_ok = argmax(got + (size_t)(P - 1) * V, V) == gen[0];
+                for (size_t i = 0; i < (size_t)P * V; i++)
+                        max_abs = fmax(max_abs, fabs((double)got[i] - ref[i]));
+                for (int j = 0; j < N_DECODE; j++) {
+                        const float *row = got + (size_t)(P + j) * V;
+                        for (int i = 0; i < V; i++)
+                                max_abs = fmax(max_abs, fabs((double)row[i] - ref_decode[(size_t)j * V + i]));
+                        if (j + 1 < N_DECODE && argmax(row, V) != gen[j + 1])
+                                greedy_ok = 0;
+                }
+                fprintf(stderr, "  %-24s GGUF %-4s max abs %.3g, greedy ids %s\n", name, floats[f].label, max_abs,
+                        greedy_ok ? "identical" : "DIVERGE");
+                if (!(max_abs <= STRICT_MAX_ABS) || !greedy_ok)
+                        failed = 1;
+                free(got);
+                unlink(gguf);
+                unlink(native);
+        }
+
+        static const struct {
+                uint32_t type;
+                const char *label;
+        } quants[] = {{8, "Q8_0"}, {2, "Q4_0"}};
+        for (size_t q = 0; q < 2; q++) {
+                char gguf[1300], ref_gguf[1300], native[1300];
+                snprintf(gguf, sizeof gguf, "%s/%s.gguf", tmp, quants[q].label);
+                snprintf(ref_gguf, sizeof ref_gguf, "%s/%s-dequantized.gguf", tmp, quants[q].label);
+                snprintf(native, sizeof native, "%s/%s.dse", tmp, quants[q].label);
+                struct dse_diag diag = {{0}};
+                ASSERT_OK(gguf_from_hf(dir, gguf, quants[q].type, 0, 0, &diag));
+                ASSERT_OK(gguf_from_hf(dir, ref_gguf, quants[q].type, 1, 0, &diag));
+                char ref_native[1300];
+                snprintf(ref_native, sizeof ref_native, "%s/%s-dequantized.dse", tmp, quants[q].label);
+                int V = 0, V2 = 0, n_quantized = 0;
+                float *got = run(gguf, native, prompt, P, gen, &V);
+                float *want = run(ref_gguf, ref_native, prompt, P, gen, &V2);
+                ASSERT_TRUE(got && want && V == V2);
+                size_t weights_differ = compare_weights(native, ref_native, &n_quantized);
+                size_t n = (size_t)(P + N_DECODE) * V;
+                double max_abs = 0, max_ref = 0;
+                for (size_t i = 0; i < n; i++) {
+                        max_abs = fmax(max_abs, fabs((double)got[i] - want[i]));
+                        if (i < (size_t)P * V)
+                                max_ref = fmax(max_ref, fabs((double)got[i] - ref[i]));
+                }
+                fprintf(stderr,
+                        "  %-24s GGUF %-4s %d native %s matrices, %zu weights differ from ggml's dequantised values; "
+                        "logits max abs %.3g to the dequantised F32 GGUF's (%.3g to the unquantized reference)\n",
+                        name, quants[q].label, n_quantized, quants[q].type == 8 ? "Q8" : "Q4", weights_differ, max_abs,
+                        max_ref);
+                if (weights_differ || n_quantized == 0 || !(max_abs <= STRICT_MAX_ABS))
+                        failed = 1;
+                free(got);
+                free(want);
+                unlink(gguf);
+                unlink(ref_gguf);
+                unlink(native);
+                unlink(ref_native);
+        }
+        rmdir(tmp);
+        free(ref);
+        free(ref_decode);
+        if (failed)
+                T_FAIL("%s: GGUF outside the tolerance (float: max abs %g and identical greedy ids; quantized: "
+                       "weights bit-identical to ggml's dequantised values)", name, STRICT_MAX_ABS);
+}
+
+TEST(llama_bf16_linear_rope) { check_fixture("llama-bf16-linear-rope"); }
+TEST(qwen2_bf16_tied) { check_fixture("qwen2-bf16-tied"); }
+
+/* `--model FILE.gguf` (dse_model_resolve): converted once into the cache, then reused. */
+TEST(resolve_caches_a_gguf_file) {
+        char tmp[] = "/tmp/dsv-gguf-cache-XXXXXX", gguf[64], cache[64], a[4096], b[4096];
+        ASSERT_TRUE(mkdtemp(tmp) != NULL);
+        snprintf(gguf, sizeof gguf, "%s/m.gguf", tmp);
+        snprintf(cache, sizeof cache, "%s/cache", tmp);
+        char dir[1024];
+        snprintf(dir, sizeof dir, "%s/qwen2-bf16-tied", t_fixture("models"));
+        struct dse_diag diag = {{0}};
+        ASSERT_OK(gguf_from_hf(dir, gguf, 1, 0, 0, &diag));
+        char *old = getenv("DSV_CACHE_DIR") ? strdup(getenv("DSV_CACHE_DIR")) : NULL;
+        setenv("DSV_CACHE_DIR", cache, 1);
+        ASSERT_OK(dse_model_resolve(gguf, a, sizeof a, &diag));
+        struct stat st1, st2;
+        ASSERT_OK(stat(a, &st1));
+        ASSERT_OK(dse_model_resolve(gguf, b, sizeof b, &diag));
+        ASSERT_STREQ(a, b);
+        ASSERT_OK(stat(b, &st2));
+        ASSERT_TRUE(st1.st_ino == st2.st_ino && st1.st_mtim.tv_nsec == st2.st_mtim.tv_nsec);
+        struct dse_model *m = NULL;
+        ASSERT_OK(dse_model_open(a, 0, &m, &diag));
+        ASSERT_EQ(dse_model_vocab_size(m), 448);
+        dse_model_free(m);
+        if (old)
+                setenv("DSV_CACHE_DIR", old, 1);
+        else
+                unsetenv("DSV_CACHE_DIR");
+        free(old);
+        unlink(a);
+        rmdir(cache);
+        unlink(gguf);
+        rmdir(tmp);
+}
