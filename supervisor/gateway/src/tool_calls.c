@@ -58,6 +58,11 @@ void dsv__gw_tools_free(struct dsv_gw_tools *p) {
         p->n_calls = 0;
 }
 
+void dsv__gw_tools_read_json_calls(struct dsv_gw_tools *p) {
+        p->json_calls = true;
+        p->state = DSV_GW_TOOLS_CALLS; /* no content: the output is all calls */
+}
+
 size_t dsv__gw_tools_complete(const struct dsv_gw_tools *p) {
         size_t n = 0;
         for (size_t i = 0; i < p->n_calls; i++)
@@ -223,6 +228,25 @@ static int parse_llama(struct dsv_gw_tools *p, struct dsv_gw_text *content) {
         return dsv__gw_text_add(content, p->section.s, p->section.len);
 }
 
+/* Constrained JSON: one call object, or an array of them. Output cut before its end (by
+ * max_tokens or a stop string) is no JSON and gives no call. */
+static int parse_json_calls(struct dsv_gw_tools *p) {
+        cJSON *v = cJSON_ParseWithLength(p->section.s ? p->section.s : "", p->section.len);
+        int r = 0;
+        if (cJSON_IsObject(v)) {
+                r = json_call(p, v);
+        } else if (cJSON_IsArray(v)) {
+                const cJSON *o;
+                cJSON_ArrayForEach(o, v) {
+                        if ((r = json_call(p, o)) <= 0)
+                                break;
+                }
+        }
+        cJSON_Delete(v);
+        p->state = DSV_GW_TOOLS_DONE;
+        return r < 0 ? r : 0;
+}
+
 /* Content state: finds where the section starts in held; releases what cannot start it. */
 static int scan_content(struct dsv_gw_tools *p, struct dsv_gw_text *content, bool at_end) {
         struct dsv_gw_text *h = &p->held;
@@ -277,6 +301,8 @@ static int scan_content(struct dsv_gw_tools *p, struct dsv_gw_text *content, boo
 }
 
 static int parse_section(struct dsv_gw_tools *p, struct dsv_gw_text *content, bool at_end) {
+        if (p->json_calls)
+                return at_end ? parse_json_calls(p) : 0;
         switch (p->format) {
         case DSV_GATEWAY_TOOLS_DEEPSEEK_V3:
                 return parse_deepseek(p);
