@@ -130,4 +130,11 @@ TEST(constrained_output_becomes_calls) {
         /* cut by max_tokens or a stop string: no call, and nothing leaks into content */
         ASSERT_EQ(calls_of("{\"name\":\"add\",\"argu", false, &p), 0);
         dsv__gw_tools_free(&p);
+        /* an array cut after its first call keeps that call */
+        ASSERT_EQ(calls_of("[{\"name\":\"now\",\"arguments\":{}},{\"name\":\"add\",\"arguments\":{\"a\":1", true, &p), 1);
+        ASSERT_STREQ(p.calls[0].name, "now");
+        dsv__gw_tools_free(&p);
+        /* parallel false keeps one call even if given more */
+        ASSERT_EQ(calls_of("[{\"name\":\"now\",\"arguments\":{}},{\"name\":\"now\",\"arguments\":{}}]", false, &p), 1);
+        dsv__gw_tools_free(&p);
 }
