@@ -19,6 +19,11 @@ void dsv__gw_chat_out_init(struct dsv_gw_chat_out *c, bool split_think, bool thi
         snprintf(c->call_prefix, sizeof c->call_prefix, "%s", call_prefix);
 }
 
+void dsv__gw_chat_out_read_json_calls(struct dsv_gw_chat_out *c) {
+        c->parse_tools = true;
+        dsv__gw_tools_read_json_calls(&c->tools);
+}
+
 void dsv__gw_chat_out_free(struct dsv_gw_chat_out *c) {
         dsv__gw_think_free(&c->think);
         dsv__gw_tools_free(&c->tools);
@@ -168,10 +173,8 @@ int dsv__gw_answer_chat(struct dsv_gw_answer *a, struct dsv_gw_chat_out **ret) {
                  * block to split off. */
                 dsv__gw_chat_out_init(a->chat, q->split_think && !q->tool_json, q->think_opened, q->tool_parse,
                                       q->parallel_tool_calls, prefix);
-                if (q->tool_json) {
-                        a->chat->parse_tools = true;
-                        dsv__gw_tools_read_json_calls(&a->chat->tools);
-                }
+                if (q->tool_json)
+                        dsv__gw_chat_out_read_json_calls(a->chat);
         }
         *ret = a->chat;
         return 0;

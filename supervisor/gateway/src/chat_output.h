@@ -119,6 +119,9 @@ struct dsv_gw_chat_out {
 
 void dsv__gw_chat_out_init(struct dsv_gw_chat_out *c, bool split_think, bool think_opened,
                            enum dsv_gateway_tool_format tools, bool parallel, const char *call_prefix);
+/* The output is tool_choice's constrained JSON calls (tool_constraint.c), read as calls
+ * whatever the template's format. */
+void dsv__gw_chat_out_read_json_calls(struct dsv_gw_chat_out *c);
 void dsv__gw_chat_out_free(struct dsv_gw_chat_out *c);
 /* One token's text. */
 int dsv__gw_chat_out_push(struct dsv_gw_chat_out *c, const char *s, size_t n);
