@@ -116,12 +116,14 @@ PY
     fuzz-gateway-request)
       printf '%s' '{"model":"m","prompt":"hello there","max_tokens":8,"stream":true,"stream_options":{"include_usage":true}}' >"$d/completion.json"
       printf '%s' '{"model":"m","messages":[{"role":"system","content":"Be brief."},{"role":"user","content":"hi"}],"temperature":0.7,"top_p":0.9,"stop":["\n"],"seed":3}' >"$d/chat.json"
-      printf '%s' '{"model":"m","messages":[{"role":"user","content":"w?"},{"role":"assistant","content":null,"reasoning_content":"r","tool_calls":[{"id":"c1","type":"function","function":{"name":"get_weather","arguments":"{\"city\": \"Paris\"}"}}]},{"role":"tool","tool_call_id":"c1","content":"18C"}],"tools":[{"type":"function","function":{"name":"get_weather","parameters":{"type":"object","properties":{"city":{"type":"string"}},"required":["city"]}}}],"tool_choice":"auto","parallel_tool_calls":false,"reasoning_format":"deepseek"}' >"$d/tools.json" ;;
+      printf '%s' '{"model":"m","messages":[{"role":"user","content":"w?"},{"role":"assistant","content":null,"reasoning_content":"r","tool_calls":[{"id":"c1","type":"function","function":{"name":"get_weather","arguments":"{\"city\": \"Paris\"}"}}]},{"role":"tool","tool_call_id":"c1","content":"18C"}],"tools":[{"type":"function","function":{"name":"get_weather","parameters":{"type":"object","properties":{"city":{"type":"string"}},"required":["city"]}}}],"tool_choice":"auto","parallel_tool_calls":false,"reasoning_format":"deepseek"}' >"$d/tools.json"
+      printf '%s' '{"model":"m","messages":[{"role":"user","content":"w?"}],"tools":[{"type":"function","function":{"name":"get_weather","strict":true,"parameters":{"type":"object","$defs":{"c":{"type":"string"}},"properties":{"city":{"$ref":"#/$defs/c"}},"required":["city"]}}},{"type":"function","function":{"name":"now"}}],"tool_choice":"required","stop":["}"]}' >"$d/tool-choice.json" ;;
     fuzz-gateway-chat-output)
-      # byte 0: format (0 none, 1 deepseek_v3, 2 hermes, 3 llama3_json) | 4 split | 8 opened | 16 parallel
+      # byte 0: format (0 none, 1 deepseek_v3, 2 hermes, 3 llama3_json) | 4 split | 8 opened | 16 parallel | 32 json calls
       printf '\x1d\x07%s' 'Plan.</think>\n\nSure.<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>f\n```json\n{"a": 1}\n```<｜tool▁call▁end｜>\n<｜tool▁call▁begin｜>function<｜tool▁sep｜>g\n```json\n{}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>' >"$d/deepseek"
       printf '\x16\x03%s' $'<think>\nhm</think>ok\n<tool_call>\n{"name": "f", "arguments": {"a": 1}}\n</tool_call>\n<tool_call>\n{"name": "g", "arguments": {}}' >"$d/hermes"
-      printf '\x13\x05%s' '<|python_tag|>{"name": "f", "parameters": {"a": 1}}; {"name": "g", "parameters": {}}' >"$d/llama" ;;
+      printf '\x13\x05%s' '<|python_tag|>{"name": "f", "parameters": {"a": 1}}; {"name": "g", "parameters": {}}' >"$d/llama"
+      printf '\x30\x02%s' '[{"name":"f","arguments":{"a":1}},{"name":"g","arguments":{}}]' >"$d/json-calls" ;;
     fuzz-grammar-schema)
       # each corpus schema with its first instance, compact, after a NUL
       [ -d "$FIX/json-schema/schemas" ] && python3 - "$FIX/json-schema/schemas" "$d" <<'PY'
@@ -159,7 +161,7 @@ reached_functions() {
     fuzz-supervisor-config) echo sup_config_apply_json set_text/config.c set_int/config.c dsv_cgroup_parent_check ;;
     fuzz-gateway-request) echo dsv__gw_request_parse dsv__gw_messages_parse dsv__gw_tools_parse parse_stop parse_logprobs dsv__gw_utf8_valid \
         dsv__gw_parse_constraint parse_logit_bias ;;
-    fuzz-gateway-chat-output) echo dsv__gw_think_push dsv__gw_tools_push parse_section/tool_calls.c json_call/tool_calls.c scan_content/tool_calls.c dsv__gw_chat_out_delta ;;
+    fuzz-gateway-chat-output) echo dsv__gw_think_push dsv__gw_tools_push parse_section/tool_calls.c json_call/tool_calls.c scan_content/tool_calls.c dsv__gw_tools_read_json_calls dsv__gw_chat_out_delta ;;
     fuzz-gateway-http) echo dsv__gw_strict_target_ok dsv__gw_strict_request scan_field/http_strict.c dsv__gw_json_strict dsv__gw_request_parse dsv__gw_tokenize ;;
     fuzz-load-sse) echo load_sse_feed load_answer_classify ;;
     fuzz-chat-template) echo dse__jinja_parse parse_body/jinja_parse.c dse__jinja_render eval/jinja_eval.c apply_filter binop/jinja_eval.c ;;

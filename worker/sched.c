@@ -316,11 +316,6 @@ int sched_add(struct sched *s, const struct dsv_ipc_request *req, const int32_t 
                 emit_error(s, req->id, DSV_IPC_ERR_INVALID_REQUEST, "stop strings need a model with a tokenizer");
                 return -EINVAL;
         }
-        if (req->constraint != DSV_IPC_CONSTRAINT_NONE && req->n_stop > 0) {
-                emit_error(s, req->id, DSV_IPC_ERR_INVALID_REQUEST,
-                           "stop strings together with a structured-output constraint are not supported");
-                return -EINVAL;
-        }
         for (size_t i = 0; i < req->n_logit_bias; i++)
                 if (req->logit_bias[i].token < 0 || req->logit_bias[i].token >= s->vocab ||
                     !(req->logit_bias[i].bias >= -100 && req->logit_bias[i].bias <= 100)) {

@@ -1,6 +1,7 @@
 /* libFuzzer target: arbitrary bytes as a model's output through the chat output pipeline
  * (think splitter, tool-call parsers). Byte 0 picks the tool format, whether reasoning is
- * split and opened and whether calls are parallel; byte 1 seeds the cut points. The output
+ * split and opened, whether calls are parallel and whether the output is tool_choice's
+ * constrained JSON calls; byte 1 seeds the cut points. The output
  * fed in pieces, with every delta gathered, must give the same reasoning, content and
  * complete calls as the output fed whole; DeepSeek's call markers never reach content. */
 #include <cjson/cJSON.h>
@@ -32,7 +33,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         if (size < 2)
                 return 0;
         enum dsv_gateway_tool_format f = (enum dsv_gateway_tool_format)(data[0] % DSV_GATEWAY_TOOLS_FORMAT_COUNT);
-        bool split = data[0] & 4, opened = data[0] & 8, parallel = data[0] & 16;
+        bool split = data[0] & 4, opened = data[0] & 8, parallel = data[0] & 16, json_calls = data[0] & 32;
         unsigned seed = data[1];
         const char *out = (const char *)data + 2;
         size_t n = strnlen(out, size - 2); /* token texts are C strings */
@@ -40,6 +41,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         struct dsv_gw_chat_out whole, streamed;
         dsv__gw_chat_out_init(&whole, split, opened, f, parallel, "call-0");
         dsv__gw_chat_out_init(&streamed, split, opened, f, parallel, "call-0");
+        if (json_calls) {
+                dsv__gw_chat_out_read_json_calls(&whole);
+                dsv__gw_chat_out_read_json_calls(&streamed);
+        }
         dsv__gw_chat_out_push(&whole, out, n);
         dsv__gw_chat_out_finish(&whole);
 

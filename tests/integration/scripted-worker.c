@@ -9,7 +9,8 @@
  *                     [--chat-template FILE] [--log FILE]
  *
  * Script lines {"match": TEXT, "reply": TEXT}: the first line whose match occurs in the
- * rendered prompt (a line without match always does) gives the reply. --log gets one JSON
+ * rendered prompt or in the request's constraint text (a line without match always does)
+ * gives the reply. The constraint itself is not applied: the reply is sent as scripted. --log gets one JSON
  * line per request: {"messages", "tools", "rendered"} (for comparison with python3-jinja2).
  * The reply stops at its end ("stop") or at max_tokens ("length"; no cap with max_tokens_to_context). */
 #include <cjson/cJSON.h>
@@ -79,11 +80,12 @@ static void log_request(struct ctx *c, const struct dsv_ipc_request *q, const ch
         cJSON_Delete(o);
 }
 
-static const char *pick_reply(const struct ctx *c, const char *rendered) {
+static const char *pick_reply(const struct ctx *c, const char *rendered, const char *constraint) {
         const cJSON *line;
         cJSON_ArrayForEach(line, c->script) {
                 const cJSON *match = cJSON_GetObjectItem(line, "match");
-                if (!cJSON_IsString(match) || strstr(rendered, match->valuestring))
+                if (!cJSON_IsString(match) || strstr(rendered, match->valuestring) ||
+                    (constraint && strstr(constraint, match->valuestring)))
                         return cJSON_GetStringValue(cJSON_GetObjectItem(line, "reply"));
         }
         return NULL;
@@ -114,7 +116,7 @@ static void on_request(struct ctx *c, const struct dsv_ipc_request *q) {
                 return;
         }
         log_request(c, q, rendered);
-        const char *reply = pick_reply(c, rendered);
+        const char *reply = pick_reply(c, rendered, q->constraint_text);
         static int32_t ids[MAX_REPLY_TOKENS], prompt_ids[1 << 16];
         int n_prompt = dse_tokenizer_encode(c->tok, rendered, strlen(rendered), 0, prompt_ids, 1 << 16);
         int n = reply ? dse_tokenizer_encode(c->tok, reply, strlen(reply), 0, ids, MAX_REPLY_TOKENS) : -EINVAL;

@@ -207,6 +207,27 @@ await test('openai-deepseek-stream-cut-mid-call', async () => {
   }
 });
 
+// tool_choice "required": the worker gets the forced-call schema (the scripted worker
+// answers it with the JSON calls it would allow; the real model's constrained decoding is
+// test-structured-output's), the template still gets the tools, the calls come back parsed.
+await test('openai-deepseek-tool-choice-required', async () => {
+  const body = { model: 'dsv-test', messages: ASK, tools: [WEATHER], tool_choice: 'required' };
+  const r = await ds.chat.completions.create(body);
+  const m = r.choices[0].message;
+  eq(r.choices[0].finish_reason, 'tool_calls', 'finish_reason');
+  eq(m.content, null, 'content');
+  eq(m.tool_calls.map((c) => [c.function.name, JSON.parse(c.function.arguments)]),
+    [['get_weather', { city: 'Paris' }], ['get_weather', { city: 'Lyon' }]], 'calls');
+  const s = await collect(ds, body);
+  eq(s.calls.map((c) => [c.name, JSON.parse(c.arguments)]), [['get_weather', { city: 'Paris' }], ['get_weather', { city: 'Lyon' }]],
+    'streamed calls');
+  eq(s.content, '', 'streamed content');
+  eq(s.finish, 'tool_calls', 'streamed finish_reason');
+  const one = await ds.chat.completions.create({ ...body, parallel_tool_calls: false,
+    tool_choice: { type: 'function', function: { name: 'get_weather' } } });
+  eq(one.choices[0].message.tool_calls.length, 1, 'parallel_tool_calls false: one call');
+});
+
 await test('openai-bad-tool-requests', async () => {
   await expectError(ds.chat.completions.create({ model: 'dsv-test', messages: ASK, tools: [WEATHER],
     tool_choice: { type: 'function', function: { name: 'get_time' } } }), 400, 'tool_choice');
@@ -218,8 +239,10 @@ await test('openai-bad-tool-requests', async () => {
   400, 'tools[0].function.parameters');
   await expectError(ds.chat.completions.create({ model: 'dsv-test',
     messages: [...ASK, { role: 'tool', tool_call_id: 'call_1', content: '18' }] }), 400, 'messages[1].tool_call_id');
-  await expectError(ds.chat.completions.create({ model: 'dsv-test', messages: ASK, tools: [WEATHER], tool_choice: 'required' }),
-    400, 'tool_choice');
+  await expectError(ds.chat.completions.create({ model: 'dsv-test', messages: ASK, tools: [WEATHER], tool_choice: 'required',
+    response_format: { type: 'json_object' } }), 400, 'tool_choice');
+  await expectError(ds.chat.completions.create({ model: 'dsv-test', messages: ASK,
+    tools: [{ ...WEATHER, function: { ...WEATHER.function, strict: true } }] }), 400, 'tools[0].function.strict');
   await expectError(ds.chat.completions.create({ model: 'dsv-test', messages: ASK, functions: [WEATHER.function] }),
     400, 'functions');
 });

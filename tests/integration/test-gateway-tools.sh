@@ -57,6 +57,7 @@ cat >"$T/r1.jsonl" <<EOF
 {"reply": "The user asks for 2+2.\nTwo and two make 4.\n</think>\n\nThe answer is 4."}
 EOF
 cat >"$T/ds.jsonl" <<EOF
+{"match": "\"\$defs\"", "reply": "[{\"name\":\"get_weather\",\"arguments\":{\"city\":\"Paris\"}},{\"name\":\"get_weather\",\"arguments\":{\"city\":\"Lyon\"}}]"}
 {"match": "<｜tool▁outputs▁end｜>", "reply": "It is 18°C and cloudy in Paris."}
 {"match": "Tokyo", "reply": "$CALL_TWO"}
 {"reply": "$CALL_PARIS"}

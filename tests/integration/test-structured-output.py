@@ -191,6 +191,17 @@ else:
     check("json_object cut by max_tokens is returned as is (finish_reason length)", status == 200 and
           finish == "length" and text.startswith("{"), f"{status} {finish} {text[:80]!r}")
 
+# stop with a constraint, as vLLM: stop strings are matched on the output text as usual and
+# cut it even where the grammar is not complete (finish_reason stop, the stop string left out)
+for stream in (False, True):
+    text, finish, status, raw = completion("completions", ask("completions", {"guided_regex": "[a-z]{3}:[a-z]{2,5}",
+                                                                               "stop": [":"]}), stream)
+    check(f"stop cuts a constrained output ({'streamed' if stream else 'whole'}): {text!r}",
+          status == 200 and finish == "stop" and re.fullmatch("[a-z]{3}", text or "") is not None, f"{status} {finish} {raw[:200]}")
+text, finish, status, raw = completion("chat", ask("chat", {"guided_choice": ["Amen", "Selah"], "stop": ["zzz"]}), False)
+check("a stop string that never matches leaves the constrained output whole", status == 200 and finish == "stop" and
+      text in ("Amen", "Selah"), f"{status} {raw[:200]}")
+
 # vLLM's fields
 text, finish, status, raw = completion("completions", ask("completions", {"guided_json": SCHEMAS["refs"]}), False)
 check("guided_json", status == 200 and finish == "stop" and jsonschema.Draft202012Validator(SCHEMAS["refs"]).is_valid(json.loads(text)),

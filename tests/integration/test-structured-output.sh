@@ -4,7 +4,8 @@
 # completions, streamed and not, each reply judged by python3-jsonschema; json_object,
 # guided_*, a refused keyword, logit_bias, logprob alternatives) and
 # test-structured-clients.mjs (the openai client's chat.completions.parse with zod, the
-# AI SDK's generateObject). The node clients are installed from the lock file in
+# AI SDK's generateObject) and test-tool-choice.mjs (tool_choice "required" and a named
+# function with the openai client: calls whose arguments pass their schema). The node clients are installed from the lock file in
 # tests/integration/structured-clients into the build directory on first run; without
 # node, npm or python3-jsonschema the test fails, it does not skip
 # (scripts/bootstrap.sh --with-tests installs them).
@@ -48,4 +49,5 @@ URL=http://127.0.0.1:$PORT
 rc=0
 timeout 900 python3 "$SRC/test-structured-output.py" "$URL" "$BUILD/bin/dsvisor" "$MODEL" || rc=1
 NODE_PATH="$CLIENTS/node_modules" timeout 300 node "$SRC/test-structured-clients.mjs" "$URL" || rc=1
+NODE_PATH="$CLIENTS/node_modules" timeout 300 node "$SRC/test-tool-choice.mjs" "$URL" || rc=1
 exit $rc

@@ -325,8 +325,17 @@ TEST(bad_tools_are_named) {
                                              "\"function\":{\"name\":\"nope\"}}"), p), 400);
         ASSERT_STREQ(p, "tool_choice");
         ASSERT_EQ(refused_with(&lim_ds, BODY("\"tools\":[" TOOL_W "],\"tool_choice\":\"sometimes\""), p), 400);
-        ASSERT_EQ(refused_with(&lim_ds, BODY("\"tools\":[" TOOL_W "],\"tool_choice\":\"required\""), p), 400);
+        /* A forced call is a constraint of its own: no second one beside it. */
+        ASSERT_EQ(refused_with(&lim_ds, BODY("\"tools\":[" TOOL_W "],\"tool_choice\":\"required\","
+                                             "\"response_format\":{\"type\":\"json_object\"}"), p), 400);
         ASSERT_STREQ(p, "tool_choice");
+        /* strict is kept only where the arguments are constrained. */
+        ASSERT_EQ(refused_with(&lim_ds, BODY("\"tools\":[" TOOL_W ",{\"type\":\"function\",\"function\":{\"name\":\"f\","
+                                             "\"strict\":true}}]"), p), 400);
+        ASSERT_STREQ(p, "tools[1].function.strict");
+        ASSERT_EQ(refused_with(&lim_ds, BODY("\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\","
+                                             "\"strict\":1}}],\"tool_choice\":\"required\""), p), 400);
+        ASSERT_STREQ(p, "tools[0].function");
         ASSERT_EQ(refused_with(&lim_ds, BODY("\"tools\":[" TOOL_W "],\"parallel_tool_calls\":1"), p), 400);
         ASSERT_STREQ(p, "parallel_tool_calls");
         ASSERT_EQ(refused_with(&lim_ds, BODY("\"reasoning_format\":\"auto\""), p), 400);

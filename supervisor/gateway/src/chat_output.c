@@ -19,6 +19,11 @@ void dsv__gw_chat_out_init(struct dsv_gw_chat_out *c, bool split_think, bool thi
         snprintf(c->call_prefix, sizeof c->call_prefix, "%s", call_prefix);
 }
 
+void dsv__gw_chat_out_read_json_calls(struct dsv_gw_chat_out *c) {
+        c->parse_tools = true;
+        dsv__gw_tools_read_json_calls(&c->tools);
+}
+
 void dsv__gw_chat_out_free(struct dsv_gw_chat_out *c) {
         dsv__gw_think_free(&c->think);
         dsv__gw_tools_free(&c->tools);
@@ -151,7 +156,7 @@ void dsv__gw_chat_out_set_finish(const struct dsv_gw_chat_out *c, char *finish, 
 int dsv__gw_answer_chat(struct dsv_gw_answer *a, struct dsv_gw_chat_out **ret) {
         const struct dsv_gw_request *q = a->req;
         *ret = NULL;
-        if (q->api != DSV_GW_API_CHAT || (!q->split_think && q->tool_parse == DSV_GATEWAY_TOOLS_NONE))
+        if (q->api != DSV_GW_API_CHAT || (!q->split_think && q->tool_parse == DSV_GATEWAY_TOOLS_NONE && !q->tool_json))
                 return 0;
         if (!a->chat) {
                 char prefix[64];
@@ -164,8 +169,12 @@ int dsv__gw_answer_chat(struct dsv_gw_answer *a, struct dsv_gw_chat_out **ret) {
                         snprintf(prefix, sizeof prefix, "call%s-%d", tail, (int)a->choice);
                 else
                         snprintf(prefix, sizeof prefix, "call%s", tail);
-                dsv__gw_chat_out_init(a->chat, q->split_think, q->think_opened, q->tool_parse, q->parallel_tool_calls,
-                                      prefix);
+                /* A forced call is constrained from the first token on: there is no think
+                 * block to split off. */
+                dsv__gw_chat_out_init(a->chat, q->split_think && !q->tool_json, q->think_opened, q->tool_parse,
+                                      q->parallel_tool_calls, prefix);
+                if (q->tool_json)
+                        dsv__gw_chat_out_read_json_calls(a->chat);
         }
         *ret = a->chat;
         return 0;

@@ -79,6 +79,8 @@ enum dsv_gw_tools_state {
 struct dsv_gw_tools {
         enum dsv_gateway_tool_format format;
         bool parallel;               /* false: calls after the first are dropped */
+        bool json_calls;             /* the whole output is a call object or an array of
+                                      * them (tool_choice's constrained JSON), read at the end */
         enum dsv_gw_tools_state state;
         bool seen_text;              /* llama3: the answer began with something else */
         struct dsv_gw_text held;     /* content bytes that may start the section */
@@ -91,6 +93,8 @@ struct dsv_gw_tools {
 
 void dsv__gw_tools_init(struct dsv_gw_tools *p, enum dsv_gateway_tool_format format, bool parallel);
 void dsv__gw_tools_free(struct dsv_gw_tools *p);
+/* The output is read as tool_constraint.c's constrained JSON instead of the format. */
+void dsv__gw_tools_read_json_calls(struct dsv_gw_tools *p);
 /* Content text in; answer text out to content, calls into p->calls. 0 or -ENOMEM. */
 int dsv__gw_tools_push(struct dsv_gw_tools *p, const char *s, size_t n, struct dsv_gw_text *content);
 /* The end of the output: held text is released, the last call parsed if it can be. */
@@ -115,6 +119,9 @@ struct dsv_gw_chat_out {
 
 void dsv__gw_chat_out_init(struct dsv_gw_chat_out *c, bool split_think, bool think_opened,
                            enum dsv_gateway_tool_format tools, bool parallel, const char *call_prefix);
+/* The output is tool_choice's constrained JSON calls (tool_constraint.c), read as calls
+ * whatever the template's format. */
+void dsv__gw_chat_out_read_json_calls(struct dsv_gw_chat_out *c);
 void dsv__gw_chat_out_free(struct dsv_gw_chat_out *c);
 /* One token's text. */
 int dsv__gw_chat_out_push(struct dsv_gw_chat_out *c, const char *s, size_t n);

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "messages.h"
+#include "tool_constraint.h"
 
 #define MAX_MESSAGES 4096
 #define MAX_NAME_BYTES 256   /* a message's name */
@@ -313,13 +314,15 @@ static int check_parameters(const cJSON *p, const char *param, struct dsv_gw_err
         return 0;
 }
 
-static int check_tools(const cJSON *tools, struct dsv_gw_error *e) {
+/* *ret_strict: the index of the first tool whose function sets "strict": true, or -1. */
+static int check_tools(const cJSON *tools, int *ret_strict, struct dsv_gw_error *e) {
         if (!cJSON_IsArray(tools))
                 return fail(e, "invalid_value", "tools", "'tools' must be an array");
         if (cJSON_GetArraySize(tools) > MAX_TOOLS)
                 return fail(e, "invalid_value", "tools", "at most %d tools are accepted", MAX_TOOLS);
         int i = 0;
         const cJSON *t;
+        *ret_strict = -1;
         cJSON_ArrayForEach(t, tools) {
                 char param[192];
                 snprintf(param, sizeof param, "tools[%d]", i++);
@@ -345,9 +348,10 @@ static int check_tools(const cJSON *tools, struct dsv_gw_error *e) {
                                     "a function needs a 'name' of 1 to 64 letters, digits, '_' or '-'");
                 if (desc && !cJSON_IsString(desc))
                         return fail(e, "invalid_value", param, "a function's 'description' must be a string");
-                if (strict && cJSON_IsTrue(strict))
-                        return fail(e, "unsupported_parameter", param,
-                                    "'strict': true needs constrained decoding of the arguments, not available here");
+                if (strict && !cJSON_IsBool(strict))
+                        return fail(e, "invalid_value", param, "a function's 'strict' must be a boolean");
+                if (cJSON_IsTrue(strict) && *ret_strict < 0)
+                        *ret_strict = i - 1;
                 if (params) {
                         snprintf(param, sizeof param, "tools[%d].function.parameters", i - 1);
                         if ((r = check_parameters(params, param, e)) < 0)
@@ -381,15 +385,16 @@ static bool has_tool(const cJSON *tools, const char *name) {
 int dsv__gw_tools_parse(const cJSON *o, const struct dsv_gw_limits *lim, struct dsv_gw_request *req,
                         struct dsv_gw_error *e) {
         const cJSON *tools = given(o, "tools"), *choice = given(o, "tool_choice"), *parallel = given(o, "parallel_tool_calls");
-        int r;
+        int r, strict = -1;
         if (cJSON_IsArray(tools) && !tools->child)
                 tools = NULL; /* [] is no tools */
-        if (tools && (r = check_tools(tools, e)) < 0)
+        if (tools && (r = check_tools(tools, &strict, e)) < 0)
                 return r;
         if (parallel && !cJSON_IsBool(parallel))
                 return fail(e, "invalid_value", "parallel_tool_calls", "'parallel_tool_calls' must be a boolean");
         req->parallel_tool_calls = !parallel || cJSON_IsTrue(parallel);
-        bool use = tools != NULL;
+        bool use = tools != NULL, constrain = false;
+        const char *only = NULL; /* the function tool_choice names */
         if (choice) {
                 const cJSON *fn = cJSON_GetObjectItemCaseSensitive(choice, "function");
                 const cJSON *name = cJSON_GetObjectItemCaseSensitive(fn, "name");
@@ -401,28 +406,54 @@ int dsv__gw_tools_parse(const cJSON *o, const struct dsv_gw_limits *lim, struct 
                 } else if (cJSON_IsString(choice) && strcmp(choice->valuestring, "required") == 0) {
                         if (!tools)
                                 return fail(e, "invalid_value", "tool_choice", "'tool_choice' \"required\" needs 'tools'");
-                        return fail(e, "unsupported_parameter", "tool_choice",
-                                    "'tool_choice' \"required\" needs constrained decoding, not available here; use \"auto\"");
+                        constrain = true;
                 } else if (cJSON_IsObject(choice) && cJSON_IsString(type) && strcmp(type->valuestring, "function") == 0 &&
                            cJSON_IsString(name)) {
                         if (!tools || !has_tool(tools, name->valuestring))
                                 return fail(e, "invalid_value", "tool_choice",
                                             "'tool_choice' names the function '%.64s', which is not in 'tools'",
                                             name->valuestring);
-                        return fail(e, "unsupported_parameter", "tool_choice",
-                                    "'tool_choice' naming a function needs constrained decoding, not available here; "
-                                    "use \"auto\"");
+                        constrain = true;
+                        only = name->valuestring;
                 } else {
                         return fail(e, "invalid_value", "tool_choice",
                                     "'tool_choice' must be \"none\", \"auto\", \"required\" or "
                                     "{\"type\": \"function\", \"function\": {\"name\": …}}");
                 }
         }
+        /* strict promises arguments valid against the schema whenever the model calls the
+         * function; under "auto" the model may also answer in text, and the output is not
+         * constrained, so that promise is only kept when a call is forced. */
+        if (use && strict >= 0 && !constrain) {
+                char param[64];
+                snprintf(param, sizeof param, "tools[%d].function.strict", strict);
+                return fail(e, "unsupported_parameter", param,
+                            "'strict': true is kept only with 'tool_choice' \"required\" or a named function, "
+                            "where decoding is constrained to the schema; under \"auto\" the arguments are not "
+                            "constrained");
+        }
         if (!use)
                 return 0;
-        if (lim->tool_format == DSV_GATEWAY_TOOLS_NONE)
+        if (constrain) {
+                /* The output is a constrained JSON call (tool_constraint.c), read as JSON
+                 * whatever the template's own call syntax. */
+                struct dsv_ipc_request *q = &req->ipc.u.request;
+                char *schema = dsv__gw_tool_constraint_schema(tools, only, req->parallel_tool_calls);
+                if (!schema)
+                        return -ENOMEM;
+                q->constraint_text = strdup(schema);
+                cJSON_free(schema);
+                if (!q->constraint_text)
+                        return -ENOMEM;
+                q->constraint = DSV_IPC_CONSTRAINT_JSON_SCHEMA;
+                req->tool_json = true;
+                if (lim->tool_format == DSV_GATEWAY_TOOLS_NONE)
+                        return 0; /* the template cannot show the tools */
+        } else if (lim->tool_format == DSV_GATEWAY_TOOLS_NONE) {
                 return fail(e, "unsupported_parameter", "tools",
-                            "the served model's chat template has no tool-call format, so its calls cannot be read");
+                            "the served model's chat template has no tool-call format, so its calls cannot be read; "
+                            "'tool_choice' \"required\" or a named function constrains the output to a call instead");
+        }
         if (!(req->ipc.u.request.tools_json = cJSON_PrintUnformatted(tools)))
                 return -ENOMEM;
         req->tool_parse = lim->tool_format;

@@ -17,15 +17,17 @@ struct cJSON;
 int dsv__gw_messages_parse(const struct cJSON *o, const struct dsv_gw_limits *lim, struct dsv_ipc_request *q,
                            struct dsv_gw_error *e);
 
-/* "tools", "tool_choice" and "parallel_tool_calls" of body o: checked (names unique and
- * well-formed, parameters a JSON Schema object, the chosen function one of them); with
- * tools in use q->tools_json holds them for the template and req->tool_parse says how
- * the output is parsed. */
 /* A field of o not in known[] that asks for something (is not null) is refused, the
  * error's param naming it ("where.field", or "field" when where is NULL). */
 int dsv__gw_only_known(const struct cJSON *o, const char *const *known, size_t n_known, const char *where,
                        struct dsv_gw_error *e);
 
+/* "tools", "tool_choice" and "parallel_tool_calls" of body o: checked (names unique and
+ * well-formed, parameters a JSON Schema object, the chosen function one of them, strict
+ * only where a call is forced); with tools in use q->tools_json holds them for the
+ * template (when it has a call format) and req->tool_parse says how the output is parsed.
+ * "required" or a named function sets q's constraint to the forced call's schema
+ * (tool_constraint.c) and req->tool_json. */
 int dsv__gw_tools_parse(const struct cJSON *o, const struct dsv_gw_limits *lim, struct dsv_gw_request *req,
                         struct dsv_gw_error *e);
 

@@ -166,7 +166,7 @@ static int take_guided(const char *kind, const cJSON *v, const char *param, cons
         return take_choices(v, param, lim, q, e);
 }
 
-int dsv__gw_parse_constraint(const cJSON *o, const struct dsv_gw_limits *lim, struct dsv_ipc_request *q,
+static int parse_constraint(const cJSON *o, const struct dsv_gw_limits *lim, struct dsv_ipc_request *q,
                              struct dsv_gw_error *e) {
         static const char *const kinds[] = {"json", "regex", "choice", "grammar"};
         static const char *const guided[] = {"guided_json", "guided_regex", "guided_choice", "guided_grammar"};
@@ -210,10 +210,28 @@ int dsv__gw_parse_constraint(const cJSON *o, const struct dsv_gw_limits *lim, st
                         given = "structured_outputs";
                 }
         }
-        if (given && q->n_stop > 0) {
-                dsv__gw_error_set(e, 400, "invalid_request_error", "unsupported_parameter", "stop",
-                                  "stop together with %s is not supported", given);
-                return -EINVAL;
-        }
         return 0;
+}
+
+int dsv__gw_parse_constraint(const cJSON *o, const struct dsv_gw_limits *lim, struct dsv_ipc_request *q,
+                             struct dsv_gw_error *e) {
+        /* A constraint already there is tool_choice's forced call: another one would
+         * contradict it. */
+        enum dsv_ipc_constraint forced = q->constraint;
+        char *forced_text = q->constraint_text;
+        q->constraint = DSV_IPC_CONSTRAINT_NONE;
+        q->constraint_text = NULL;
+        int r = parse_constraint(o, lim, q, e);
+        if (r == 0 && forced != DSV_IPC_CONSTRAINT_NONE && q->constraint != DSV_IPC_CONSTRAINT_NONE) {
+                dsv__gw_error_set(e, 400, "invalid_request_error", "invalid_value", "tool_choice",
+                                  "'tool_choice' \"required\" or a named function constrains the output to a "
+                                  "call; it cannot be combined with a structured-output constraint");
+                r = -EINVAL;
+        }
+        if (forced != DSV_IPC_CONSTRAINT_NONE) {
+                free(q->constraint_text);
+                q->constraint = forced;
+                q->constraint_text = forced_text;
+        }
+        return r;
 }

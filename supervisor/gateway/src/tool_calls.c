@@ -58,6 +58,11 @@ void dsv__gw_tools_free(struct dsv_gw_tools *p) {
         p->n_calls = 0;
 }
 
+void dsv__gw_tools_read_json_calls(struct dsv_gw_tools *p) {
+        p->json_calls = true;
+        p->state = DSV_GW_TOOLS_CALLS; /* no content: the output is all calls */
+}
+
 size_t dsv__gw_tools_complete(const struct dsv_gw_tools *p) {
         size_t n = 0;
         for (size_t i = 0; i < p->n_calls; i++)
@@ -223,6 +228,38 @@ static int parse_llama(struct dsv_gw_tools *p, struct dsv_gw_text *content) {
         return dsv__gw_text_add(content, p->section.s, p->section.len);
 }
 
+/* Constrained JSON: one call object, or an array of them (compact, as the grammar writes
+ * it). Each call is taken once its object is complete, so an array cut by max_tokens or
+ * a stop string keeps the calls before the cut; a call cut midway is no call. */
+static int parse_json_calls(struct dsv_gw_tools *p) {
+        const char *s = p->section.s ? p->section.s : "";
+        size_t n = p->section.len;
+        if (p->pos == 0 && n > 0 && s[0] == '[')
+                p->pos = 1;
+        while (p->state == DSV_GW_TOOLS_CALLS && p->pos < n) {
+                if (s[p->pos] == ',') {
+                        p->pos++;
+                        continue;
+                }
+                if (s[p->pos] == ']') {
+                        p->state = DSV_GW_TOOLS_DONE;
+                        break;
+                }
+                const char *end = NULL;
+                cJSON *o = cJSON_ParseWithLengthOpts(s + p->pos, n - p->pos, &end, false);
+                if (!o)
+                        return 0; /* not complete yet */
+                int r = json_call(p, o);
+                cJSON_Delete(o);
+                if (r < 0)
+                        return r;
+                p->pos = (size_t)(end - s);
+                if (r == 0 || s[0] != '[')
+                        p->state = DSV_GW_TOOLS_DONE; /* one call, or no more taken */
+        }
+        return 0;
+}
+
 /* Content state: finds where the section starts in held; releases what cannot start it. */
 static int scan_content(struct dsv_gw_tools *p, struct dsv_gw_text *content, bool at_end) {
         struct dsv_gw_text *h = &p->held;
@@ -277,6 +314,11 @@ static int scan_content(struct dsv_gw_tools *p, struct dsv_gw_text *content, boo
 }
 
 static int parse_section(struct dsv_gw_tools *p, struct dsv_gw_text *content, bool at_end) {
+        if (p->json_calls) {
+                /* A call can only have ended where the text ends after a '}'. */
+                bool closed = p->section.len && strchr("},]", p->section.s[p->section.len - 1]);
+                return at_end || closed ? parse_json_calls(p) : 0;
+        }
         switch (p->format) {
         case DSV_GATEWAY_TOOLS_DEEPSEEK_V3:
                 return parse_deepseek(p);
