@@ -284,15 +284,19 @@ def bf16_round(t):
     return t.detach().to(torch.float32).to(torch.bfloat16).to(torch.float32)
 
 
-def save_safetensors_bf16(path, state):
-    """Writes {name: tensor} as BF16 safetensors, names sorted, header padded to 8 bytes."""
+def save_safetensors_bf16(path, state, keep_f32=lambda name: False):
+    """Writes {name: tensor} as BF16 safetensors (F32 where keep_f32(name)), names sorted,
+    header padded to 8 bytes."""
     header = {"__metadata__": {"format": "pt"}}
     blobs = []
     offset = 0
     for name in sorted(state):
-        t = state[name].detach().to(torch.float32).contiguous().to(torch.bfloat16)
-        raw = t.view(torch.int16).numpy().astype("<i2").tobytes()
-        header[name] = {"dtype": "BF16", "shape": list(t.shape), "data_offsets": [offset, offset + len(raw)]}
+        t = state[name].detach().to(torch.float32).contiguous()
+        if keep_f32(name):
+            dtype, raw = "F32", t.numpy().astype("<f4").tobytes()
+        else:
+            dtype, raw = "BF16", t.to(torch.bfloat16).view(torch.int16).numpy().astype("<i2").tobytes()
+        header[name] = {"dtype": dtype, "shape": list(t.shape), "data_offsets": [offset, offset + len(raw)]}
         blobs.append(raw)
         offset += len(raw)
     hjson = json.dumps(header, separators=(",", ":")).encode()
