@@ -20,9 +20,6 @@ technical report arXiv:2412.19437 sections 2.1.2 and 2.2):
     written as copies: embed_tokens.weight, shared_head.head.weight).
 """
 
-import json
-import os
-
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -103,19 +100,9 @@ class NoauxMoE(nn.Module):
             self.gate.e_score_correction_bias += speed * torch.sign(self.load.mean() - self.load)
 
 
-class DecoderLayer(nn.Module):
+class DecoderLayer(v2.DecoderLayer):
     def __init__(self, c, layer):
-        super().__init__()
-        self.input_layernorm = v2.RMSNorm(c["hidden_size"], c["rms_norm_eps"])
-        self.self_attn = v2.MLA(c)
-        self.post_attention_layernorm = v2.RMSNorm(c["hidden_size"], c["rms_norm_eps"])
-        is_moe = (c["n_routed_experts"] and layer >= c["first_k_dense_replace"]
-                  and layer % c["moe_layer_freq"] == 0)
-        self.mlp = NoauxMoE(c) if is_moe else v2.MLP(c["hidden_size"], c["intermediate_size"])
-
-    def forward(self, x, cos, sin):
-        x = x + self.self_attn(self.input_layernorm(x), cos, sin)
-        return x + self.mlp(self.post_attention_layernorm(x))
+        super().__init__(c, layer, NoauxMoE)
 
 
 class SharedHead(nn.Module):
@@ -175,19 +162,9 @@ class DeepseekV3ForCausalLM(nn.Module):
         parameters are named only by their HF names."""
         return self.model.layers[self.n_layers] if len(self.model.layers) > self.n_layers else None
 
-    def init_weights(self, generator):
-        """Normal(0, initializer_range) matrices, ones for norms, zero router biases; output
-        projections scaled by 1/sqrt(2 * n_layers) (GPT-2)."""
-        std = self.config["initializer_range"]
-        out_std = std / (2 * self.n_layers) ** 0.5
-        with torch.no_grad():
-            for name, p in self.named_parameters():
-                if name.endswith("norm.weight"):
-                    p.fill_(1.0)
-                elif name.endswith("o_proj.weight") or name.endswith("down_proj.weight"):
-                    p.normal_(0.0, out_std, generator=generator)
-                else:
-                    p.normal_(0.0, std, generator=generator)
+    # Normal(0, initializer_range) matrices, ones for norms, output projections scaled by
+    # 1/sqrt(2 * n_layers); the router biases are buffers and start at zero.
+    init_weights = v2.DeepseekV2ForCausalLM.init_weights
 
     def moe_layers(self):
         return [layer.mlp for layer in self.model.layers if isinstance(layer.mlp, NoauxMoE)]
@@ -251,20 +228,8 @@ class DeepseekV3ForCausalLM(nn.Module):
 
 def load_model(folder, dtype=torch.float32):
     """An HF-layout deepseek_v3 or deepseek_v2 folder -> model in eval mode."""
-    with open(f"{folder}/config.json") as f:
-        cfg = json.load(f)
-    if cfg["model_type"] != "deepseek_v3":
-        return v2.load_model(folder, dtype)
-    model = DeepseekV3ForCausalLM(cfg)
-    index = f"{folder}/model.safetensors.index.json"
-    if os.path.exists(index):
-        with open(index) as f:
-            shards = sorted(set(json.load(f)["weight_map"].values()))
-    else:
-        shards = ["model.safetensors"]
-    state = {}
-    for shard in shards:
-        state.update(v2.load_safetensors(f"{folder}/{shard}"))
+    cfg, state = v2.read_checkpoint(folder)
+    model = DeepseekV3ForCausalLM(cfg) if cfg["model_type"] == "deepseek_v3" else v2.DeepseekV2ForCausalLM(cfg)
     model.load_state_dict(state, strict=True)
     return model.to(dtype).eval()
 

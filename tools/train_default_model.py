@@ -243,7 +243,8 @@ def train_tokenizer(train_texts, work):
     corpus = os.path.join(work, "train.txt")
     with open(corpus, "w") as f:
         f.write("\n".join(train_texts) + "\n")
-    cmd = ["spm_train", f"--input={corpus}", f"--model_prefix={work}/tokenizer",
+    # paths relative to the work dir: the .model records them, and stays the same wherever it is
+    cmd = ["spm_train", "--input=train.txt", "--model_prefix=tokenizer",
            "--model_type=bpe", f"--vocab_size={VOCAB_SIZE}", "--character_coverage=1.0",
            "--byte_fallback=true", "--split_digits=true", "--allow_whitespace_only_pieces=true",
            "--normalization_rule_name=identity", "--remove_extra_whitespaces=false",
@@ -251,7 +252,7 @@ def train_tokenizer(train_texts, work):
            f"--eos_id={EOS_ID}", "--pad_id=-1", "--num_threads=1",
            f"--user_defined_symbols={kjv_chat.USER},{kjv_chat.ASSISTANT}"]
     with open(os.path.join(work, "spm_train.log"), "w") as logf:
-        subprocess.run(cmd, check=True, stdout=logf, stderr=subprocess.STDOUT)
+        subprocess.run(cmd, check=True, stdout=logf, stderr=subprocess.STDOUT, cwd=work)
     return os.path.join(work, "tokenizer.model")
 
 
