@@ -4,7 +4,7 @@ baseline, on the book it never saw in training (Revelation, KJV).
 
   bench/default_model_ppl.py [MODEL_DIR]        (default: models/default)
 
-Model: the PyTorch forward of tools/deepseek_v2_torch.py on the committed BF16 weights
+Model: the PyTorch forward of tools/deepseek_v3_torch.py on the committed BF16 weights
 (float32 math), over consecutive windows of max_position_embeddings tokens of the stream
 <s> verse </s> <s> verse </s> ... Unigram: training-set token frequencies with add-one
 smoothing, p(t) = (count(t) + 1) / (N + V). Both score the same targets: every held-out
@@ -25,7 +25,7 @@ import torch  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "tools"))
-import deepseek_v2_torch as ds  # noqa: E402
+import deepseek_v3_torch as ds3  # noqa: E402
 import kjv_corpus  # noqa: E402
 import train_default_model as tdm  # noqa: E402
 
@@ -45,7 +45,7 @@ def main():
     logp = np.log((counts + 1) / (counts.sum() + vocab))
     unigram_nll = float(-logp[targets].mean())
 
-    model = ds.load_model(folder, torch.float32)
+    model = ds3.load_model(folder, torch.float32)
     t0 = time.time()
     model_nll = tdm.eval_loss(model, held, model.config["max_position_embeddings"])
     seconds = time.time() - t0

@@ -8,6 +8,7 @@ BUILD_PKGS=(build-essential cmake pkg-config
   libpcre2-dev libutf8proc-dev libmicrohttpd-dev libcurl4-openssl-dev
   curl)  # curl: scripts/demo.sh sends the first chat request with it
 TEST_PKGS=(clang hwloc python3 sentencepiece curl prometheus nodejs  # prometheus: promtool + server
+  wamerican  # test-default-chat-replies: the English word list replies are checked against
   haproxy python3-yaml  # deploy/ tests: haproxy.cfg, the k8s manifest
   python3-jinja2  # test-gateway-tools: prompts checked against Jinja2's rendering
   python3-jsonschema  # test-structured-output: judges the structured replies

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The main job: `dsvisor start --instances 2` serving the bundled default model
-# (models/default, a small DeepSeek-V2-architecture model trained on the KJV) on
+# (models/default, a small DeepSeek-V3-architecture model trained on the KJV) on
 # 127.0.0.1:${DSV_PORT:-8080}, in the foreground until Ctrl-C. Once the instances are ready,
 # one example chat request is sent and its reply printed, so a first run shows text.
 set -euo pipefail
@@ -15,7 +15,7 @@ first_request() {
                 curl -sf "$url/ready" >/dev/null 2>&1 && break
                 sleep 0.5
         done
-        local body='{"model":"default","messages":[{"role":"user","content":"And God said"}],"max_tokens":48,"temperature":0.8,"seed":7}'
+        local body='{"model":"default","messages":[{"role":"user","content":"What can you tell me about the sea?"}],"max_tokens":48,"temperature":0.8,"seed":7}'
         echo
         echo "== curl $url/v1/chat/completions -d '$body'"
         curl -s "$url/v1/chat/completions" -H 'Content-Type: application/json' -d "$body"

@@ -1,11 +1,13 @@
 #!/usr/bin/python3
-"""Holds tools/deepseek_v2_torch.py (the forward pass the default model is trained and
-referenced with) to the shared fixtures' reference logits, so "the training framework's own
-forward" is known to follow the same DeepSeek-V2 semantics as the engine.
+"""Holds tools/deepseek_v2_torch.py and tools/deepseek_v3_torch.py (the forward pass the
+default model is trained and referenced with) to the shared fixtures' reference logits, so
+"the training framework's own forward" is known to follow the same DeepSeek semantics as the
+engine.
 
   tools/check_deepseek_v2_torch.py [FIXTURES_DIR]   (default: $DSV_FIXTURES or ../shared/fixtures)
 
-Checks every deepseek_v2 fixture with topk_method greedy: prompt logits and decode logits
+Checks every deepseek_v2 fixture with topk_method greedy and every unquantized deepseek_v3
+fixture (noaux_tc routing): prompt logits and decode logits
 within 1e-4 max abs (float64 math vs float32-stored references), greedy ids identical.
 Exit status 1 on any failure.
 """
@@ -21,6 +23,7 @@ import torch  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import deepseek_v2_torch as ds  # noqa: E402
+import deepseek_v3_torch as ds3  # noqa: E402
 
 TOLERANCE = 1e-4
 
@@ -28,9 +31,11 @@ TOLERANCE = 1e-4
 def check(folder):
     with open(f"{folder}/config.json") as f:
         cfg = json.load(f)
-    if cfg["model_type"] != "deepseek_v2" or cfg["topk_method"] != "greedy":
+    v2 = cfg["model_type"] == "deepseek_v2" and cfg["topk_method"] == "greedy"
+    v3 = cfg["model_type"] == "deepseek_v3" and "quantization_config" not in cfg
+    if not (v2 or v3):
         return None
-    model = ds.load_model(folder, torch.float64)
+    model = ds3.load_model(folder, torch.float64)
     with open(f"{folder}/ref/prompt_ids.json") as f:
         prompt = json.load(f)
     with open(f"{folder}/ref/generated_ids.json") as f:

@@ -196,14 +196,15 @@ class MoE(nn.Module):
 
 
 class DecoderLayer(nn.Module):
-    def __init__(self, c, layer):
+    def __init__(self, c, layer, moe_class=None):
+        """moe_class: the MoE of the MoE layers (default this file's softmax-routed one)."""
         super().__init__()
         self.input_layernorm = RMSNorm(c["hidden_size"], c["rms_norm_eps"])
         self.self_attn = MLA(c)
         self.post_attention_layernorm = RMSNorm(c["hidden_size"], c["rms_norm_eps"])
         is_moe = (c["n_routed_experts"] and layer >= c["first_k_dense_replace"]
                   and layer % c["moe_layer_freq"] == 0)
-        self.mlp = MoE(c) if is_moe else MLP(c["hidden_size"], c["intermediate_size"])
+        self.mlp = (moe_class or MoE)(c) if is_moe else MLP(c["hidden_size"], c["intermediate_size"])
 
     def forward(self, x, cos, sin):
         x = x + self.self_attn(self.input_layernorm(x), cos, sin)
@@ -284,15 +285,19 @@ def bf16_round(t):
     return t.detach().to(torch.float32).to(torch.bfloat16).to(torch.float32)
 
 
-def save_safetensors_bf16(path, state):
-    """Writes {name: tensor} as BF16 safetensors, names sorted, header padded to 8 bytes."""
+def save_safetensors_bf16(path, state, keep_f32=lambda name: False):
+    """Writes {name: tensor} as BF16 safetensors (F32 where keep_f32(name)), names sorted,
+    header padded to 8 bytes."""
     header = {"__metadata__": {"format": "pt"}}
     blobs = []
     offset = 0
     for name in sorted(state):
-        t = state[name].detach().to(torch.float32).contiguous().to(torch.bfloat16)
-        raw = t.view(torch.int16).numpy().astype("<i2").tobytes()
-        header[name] = {"dtype": "BF16", "shape": list(t.shape), "data_offsets": [offset, offset + len(raw)]}
+        t = state[name].detach().to(torch.float32).contiguous()
+        if keep_f32(name):
+            dtype, raw = "F32", t.numpy().astype("<f4").tobytes()
+        else:
+            dtype, raw = "BF16", t.to(torch.bfloat16).view(torch.int16).numpy().astype("<i2").tobytes()
+        header[name] = {"dtype": dtype, "shape": list(t.shape), "data_offsets": [offset, offset + len(raw)]}
         blobs.append(raw)
         offset += len(raw)
     hjson = json.dumps(header, separators=(",", ":")).encode()
@@ -328,12 +333,11 @@ def load_safetensors(path):
     return out
 
 
-def load_model(folder, dtype=torch.float32):
+def read_checkpoint(folder):
     """An HF-layout folder (config.json + model.safetensors, or shards listed in
-    model.safetensors.index.json) -> model in eval mode."""
+    model.safetensors.index.json) -> (config, {name: float32 tensor})."""
     with open(f"{folder}/config.json") as f:
         cfg = json.load(f)
-    model = DeepseekV2ForCausalLM(cfg)
     index = f"{folder}/model.safetensors.index.json"
     if os.path.exists(index):
         with open(index) as f:
@@ -343,6 +347,13 @@ def load_model(folder, dtype=torch.float32):
     state = {}
     for shard in shards:
         state.update(load_safetensors(f"{folder}/{shard}"))
+    return cfg, state
+
+
+def load_model(folder, dtype=torch.float32):
+    """An HF-layout deepseek_v2 folder -> model in eval mode."""
+    cfg, state = read_checkpoint(folder)
+    model = DeepseekV2ForCausalLM(cfg)
     model.load_state_dict(state, strict=True)
     return model.to(dtype).eval()
 

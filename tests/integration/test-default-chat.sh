@@ -13,11 +13,13 @@ export DSV_CACHE_DIR="$tmp/cache"
 failed=0
 fail() { echo "FAIL: $*"; failed=1; }
 
-# 1. The chat prompt: "<s>" from the template is BOS (id 1), then the message encoded
-#    as SentencePiece encodes it alone (legacy LlamaTokenizer; spm_encode is the reference).
-want="[1,$(echo "And God said" | spm_encode --model="$model/tokenizer.model" --output_format=id | tr ' ' ',')]"
-got=$(echo '"<s>And God said"' | "$dsvisor" tokenize --model "$model" | tr -d ' ')
-[[ $got == "{\"ids\":$want}" ]] || fail "tokenize '<s>And God said': got $got, want {\"ids\":$want}"
+# 1. The chat prompt: "<s>" from the template is BOS (id 1), then the user turn encoded
+#    as SentencePiece encodes it alone, role markers as single pieces (legacy
+#    LlamaTokenizer; spm_encode is the reference).
+turn='<|user|>And God said<|assistant|>'
+want="[1,$(echo "$turn" | spm_encode --model="$model/tokenizer.model" --output_format=id | tr ' ' ',')]"
+got=$(echo "\"<s>$turn\"" | "$dsvisor" tokenize --model "$model" | tr -d ' ')
+[[ $got == "{\"ids\":$want}" ]] || fail "tokenize '<s>$turn': got $got, want {\"ids\":$want}"
 
 # 2. dsvisor run --chat generates text and exits 0.
 if "$dsvisor" run --model "$model" --chat "And God said" -n 16 --seed 1 >"$tmp/out" 2>"$tmp/err"; then

@@ -1,4 +1,4 @@
-/* dsvisor-worker with text on the bundled default model (models/default: DeepSeek-V2
+/* dsvisor-worker with text on the bundled default model (models/default: DeepSeek-V3
  * MLA + MoE, SentencePiece, chat template): streamed UTF-8 deltas that add up to the
  * detokenized output, stop strings cut exactly, chat rendering (BOS from the template
  * becomes the BOS id), bad text input codes, and 8 concurrent seeded prompts equal to
@@ -128,12 +128,13 @@ TEST(stop_string_cuts_exactly) {
         ASSERT_TRUE(strncmp(res[3].text, full, first) == 0);
 }
 
-/* The template writes "<s>" + content: the prompt is BOS then the content's pieces, the
- * same ids as the prompt path, so the same greedy output. */
+/* The template writes "<s><|user|>" + content + "<|assistant|>": the prompt is BOS then
+ * the pieces of the rest (the role markers are single user-defined pieces), the same ids
+ * as the prompt path on that text, so the same greedy output. */
 TEST(chat_renders_template) {
         ASSERT_OK(setup());
         memset(res, 0, sizeof res);
-        struct dsv_ipc_msg m = prompt_request(4, "And God said", 12, 0, 0);
+        struct dsv_ipc_msg m = prompt_request(4, "<|user|>And God said<|assistant|>", 12, 0, 0);
         ASSERT_OK(wc_send(&client, &m));
         m = wc_tokens_request(5, NULL, 0, 12, 0, 0);
         m.u.request.input = DSV_IPC_INPUT_CHAT;

@@ -110,7 +110,7 @@ TEST(default_folder_config) {
         ASSERT_STREQ(dse_tokenizer_piece(tok, 1), "<s>");
         ASSERT_STREQ(dse_tokenizer_piece(tok, 2), "</s>");
 
-        /* The chat rendering of "And God said": [<s>] + the verse text (legacy=true). */
+        /* "<s>" then text: [<s>] + the text's pieces (legacy=true). */
         CHECK_ENCODE(tok, "<s>And God said", 0, model_path, L(NULL, "And God said"), L(1));
         /* add_bos_token true, add_eos_token false. */
         CHECK_ENCODE(tok, "And God said", 1, model_path, L(NULL, "And God said"), L(1));
