@@ -192,6 +192,13 @@ TEST(pattern_judges_the_decoded_content) {
         ACCEPTS("{\"pattern\":\"^.$\"}", "\"\xc3\xa9\"");
         ACCEPTS("{\"type\":[\"string\",\"integer\"],\"pattern\":\"^a\"}", "7"); /* strings only */
         REFUSES("{\"pattern\":\"^a\",\"maxLength\":3}", -EOPNOTSUPP, "'pattern' at #: not supported together");
+        /* length bounds every match of the pattern meets are kept */
+        ACCEPTS("{\"pattern\":\"^[0-9]{5}(-[0-9]{4})?$\",\"minLength\":5,\"maxLength\":10}", "\"12345-6789\"");
+        REJECTS("{\"pattern\":\"^[0-9]{5}(-[0-9]{4})?$\",\"minLength\":5,\"maxLength\":10}", "\"1234\"");
+        ACCEPTS("{\"pattern\":\"^[a-z]+$\",\"minLength\":1}", "\"abc\"");
+        REFUSES("{\"pattern\":\"^[0-9]{5}(-[0-9]{4})?$\",\"maxLength\":9}", -EOPNOTSUPP, "does not imply");
+        REFUSES("{\"pattern\":\"^[a-z]*$\",\"minLength\":1}", -EOPNOTSUPP, "does not imply");
+        REFUSES("{\"pattern\":\"^((a{65536}){65536}){65536}b?$\",\"maxLength\":3}", -EOPNOTSUPP, "does not imply");
         REFUSES("{\"pattern\":\"(?=a)\"}", -EOPNOTSUPP, "lookahead");
         REFUSES("{\"pattern\":3}", -EINVAL, "'pattern'");
 }

@@ -133,11 +133,14 @@ static int too_big(struct schema_ctx *c, const char *kw) {
 
 /* ---- strings ---- */
 
-/* "content" with its quotes, the content matching a regex search (`pattern`) */
-static int emit_pattern_string(struct schema_ctx *c, const char *pattern, const char *keyword, uint32_t *ret_rule) {
+/* "content" with its quotes, the content matching a regex search (`pattern`); the
+ * lengths of the contents it matches in *ret_lengths when not NULL */
+static int emit_pattern_string(struct schema_ctx *c, const char *pattern, const char *keyword, uint32_t *ret_rule,
+                               struct regex_lengths *ret_lengths) {
         struct dse_diag diag = {{0}};
         uint32_t content, s;
-        int r = dse__regex_rule(&c->b, pattern, strlen(pattern), REGEX_JSON_STRING | REGEX_SEARCH, &content, &diag);
+        int r = dse__regex_rule(&c->b, pattern, strlen(pattern), REGEX_JSON_STRING | REGEX_SEARCH, &content,
+                                ret_lengths, &diag);
         if (r < 0)
                 return dse__schema_fail(c, r, keyword, "%s", diag.msg);
         GRAMMAR_TRY(dse__grammar_rule_new(&c->b, &s));
@@ -163,13 +166,22 @@ static int emit_string(struct schema_ctx *c, const cJSON *s, uint32_t *ret_rule)
                 /* a regular language intersected with a length bound or with another regular
                  * language is not built: refused rather than one of them dropped */
                 const char *kw = pattern ? "pattern" : "format";
-                if (min > 0 || max != UINT32_MAX)
-                        return dse__schema_fail(c, -EOPNOTSUPP, kw, "not supported together with minLength/maxLength");
                 if (pattern && format)
                         return dse__schema_fail(c, -EOPNOTSUPP, kw, "not supported together with format");
-                if (pattern)
-                        return emit_pattern_string(c, pattern->valuestring, "pattern", ret_rule);
-                return dse__schema_format_rule(c, format->valuestring, ret_rule);
+                if (!pattern) {
+                        if (min > 0 || max != UINT32_MAX)
+                                return dse__schema_fail(c, -EOPNOTSUPP, kw,
+                                                        "not supported together with minLength/maxLength");
+                        return dse__schema_format_rule(c, format->valuestring, ret_rule);
+                }
+                /* the length bounds are kept when every match of the pattern meets them */
+                struct regex_lengths lengths;
+                GRAMMAR_TRY(emit_pattern_string(c, pattern->valuestring, "pattern", ret_rule, &lengths));
+                if (lengths.min < min || (max != UINT32_MAX && lengths.max > max))
+                        return dse__schema_fail(c, -EOPNOTSUPP, kw,
+                                                "not supported together with minLength/maxLength that the pattern "
+                                                "does not imply");
+                return 0;
         }
         int r = dse__json_rule_string(&c->j, min, max, ret_rule);
         if (r == -E2BIG)
@@ -478,7 +490,7 @@ static int emit_object(struct schema_ctx *c, const cJSON *s, uint32_t *ret_rule)
                 /* additionalProperties is false: every extra member's key matches the pattern */
                 uint32_t key;
                 size_t old = push_ptr(c, "patternProperties");
-                r = emit_pattern_string(c, pattern_prop->string, "patternProperties", &key);
+                r = emit_pattern_string(c, pattern_prop->string, "patternProperties", &key, NULL);
                 pop_ptr(c, old);
                 if (r == 0)
                         r = extra_member_rule(c, key, pattern_value, &extra);
