@@ -351,6 +351,17 @@ TEST(pattern_properties) {
                 "\"additionalProperties\":false}",
                 -EOPNOTSUPP, "'patternProperties'");
         REFUSES("{\"patternProperties\":{\"^a\":{\"type\":\"integer\"}}}", -EOPNOTSUPP, "additionalProperties: false");
+        /* a pattern every key matches judges every member, declared ones too */
+        const char *all = "{\"properties\":{\"a\":{\"type\":\"integer\"}},\"patternProperties\":{\".*\":{\"type\":"
+                          "\"integer\",\"minimum\":0}}}";
+        ACCEPTS(all, "{\"a\":1,\"b\":2}");
+        REJECTS(all, "{\"a\":-1}");
+        REJECTS(all, "{\"b\":-3}");
+        REJECTS(all, "{\"b\":\"x\"}");
+        const char *prefix = "{\"patternProperties\":{\"^[a-z]*\":{\"type\":\"string\"}},\"additionalProperties\":false}";
+        ACCEPTS(prefix, "{\"Q\":\"x\"}"); /* "^[a-z]*" matches the empty start of any key */
+        REJECTS(prefix, "{\"Q\":1}");
+        REFUSES("{\"patternProperties\":{\"^.*$\":{\"type\":\"string\"}}}", -EOPNOTSUPP, "additionalProperties: false");
 }
 
 /* ---- the token trie mask against the per-token scan ---- */

@@ -15,10 +15,13 @@ enum {
         REGEX_SEARCH = 1 << 1,
 };
 
-/* The shortest and longest match in code points (max REGEX_UNBOUNDED: no limit). */
+/* The shortest and longest match in code points (max REGEX_UNBOUNDED: no limit), and
+ * for a REGEX_SEARCH whether every text holds a match (a top-level alternative that can
+ * match nothing and is not anchored at both ends). */
 #define REGEX_UNBOUNDED UINT64_MAX
 struct regex_lengths {
         uint64_t min, max;
+        int matches_all;
 };
 
 /* Sets *ret_rule to a new rule matching what the regex re (UTF-8, len bytes) matches,

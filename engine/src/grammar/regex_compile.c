@@ -359,7 +359,7 @@ static int parse_atom(struct regex_parser *p, struct regex_piece *piece) {
         int c = peek(p);
         uint32_t cp, min, max;
         piece->is_set = 1;
-        piece->len = (struct regex_lengths){1, 1};
+        piece->len = (struct regex_lengths){1, 1, 0};
         switch (c) {
         case '.':
                 p->pos++;
@@ -425,16 +425,17 @@ static uint64_t mul_sat(uint64_t a, uint64_t b) {
 
 /* lengths of a then b */
 static struct regex_lengths lengths_concat(struct regex_lengths a, struct regex_lengths b) {
-        return (struct regex_lengths){add_sat(a.min, b.min), add_sat(a.max, b.max)};
+        return (struct regex_lengths){add_sat(a.min, b.min), add_sat(a.max, b.max), 0};
 }
 
 static int parse_alternative(struct regex_parser *p, int top, uint32_t rule, struct regex_lengths *ret_len) {
-        int search = top && (p->flags & REGEX_SEARCH), anchored_end = 0;
+        int search = top && (p->flags & REGEX_SEARCH), anchored_start = 0, anchored_end = 0;
         uint32_t star;
-        *ret_len = (struct regex_lengths){0, 0};
-        if (top && peek(p) == '^')
+        *ret_len = (struct regex_lengths){0, 0, 0};
+        if (top && peek(p) == '^') {
                 p->pos++;
-        else if (search) {
+                anchored_start = 1;
+        } else if (search) {
                 GRAMMAR_TRY(any_star(p, &star));
                 GRAMMAR_TRY(dse__grammar_push_ref(p->b, rule, star));
                 ret_len->max = REGEX_UNBOUNDED;
@@ -481,7 +482,8 @@ static int parse_alternative(struct regex_parser *p, int top, uint32_t rule, str
                                 r = dse__grammar_push_ref(p->b, rule, rep);
                         struct regex_lengths rep_len = {mul_sat(piece.len.min, min),
                                                         max == UINT32_MAX ? (piece.len.max == 0 ? 0 : REGEX_UNBOUNDED)
-                                                                          : mul_sat(piece.len.max, max)};
+                                                                          : mul_sat(piece.len.max, max),
+                                                        0};
                         *ret_len = lengths_concat(*ret_len, rep_len);
                 }
                 dse__cp_set_done(&piece.set);
@@ -492,6 +494,7 @@ static int parse_alternative(struct regex_parser *p, int top, uint32_t rule, str
                 GRAMMAR_TRY(dse__grammar_push_ref(p->b, rule, star));
                 ret_len->max = REGEX_UNBOUNDED;
         }
+        ret_len->matches_all = search && ret_len->min == 0 && !(anchored_start && anchored_end);
         return 0;
 }
 
@@ -508,6 +511,7 @@ static int parse_disjunction(struct regex_parser *p, int top, uint32_t *ret_rule
                         ret_len->min = len.min;
                 if (first || len.max > ret_len->max)
                         ret_len->max = len.max;
+                ret_len->matches_all = (!first && ret_len->matches_all) || len.matches_all;
                 if (peek(p) != '|')
                         break;
                 p->pos++;
