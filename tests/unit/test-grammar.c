@@ -166,6 +166,9 @@ TEST(unsupported_keywords_are_refused_by_name_and_pointer) {
         REFUSES("{\"oneOf\":[{\"type\":\"string\"},{\"type\":\"string\",\"maxLength\":2}]}", -EOPNOTSUPP, "'oneOf'");
         REFUSES("{\"type\":\"array\",\"uniqueItems\":true}", -EOPNOTSUPP, "'uniqueItems'");
         REFUSES("{\"not\":{}}", -EOPNOTSUPP, "'not'");
+        /* siblings of oneOf that do not merge into a branch (a fuzz finding: the branch
+         * was then read from an unset pointer) */
+        REFUSES("{\"type\":\"obj\",\"oneOf\":[{\"type\":\"string\"},{\"type\":\"null\"}]}", -EINVAL, "'type'");
         REFUSES("{\"type\":\"string\",\"maxLength\":100000}", -E2BIG, "'maxLength'");
         REFUSES("{\"type\":\"strin\"}", -EINVAL, "'type'");
         /* inert: the keyword constrains a type the schema excludes, or a format no

@@ -813,10 +813,12 @@ static int emit_union(struct schema_ctx *c, const cJSON *s, const char *kw, cons
         for (int i = 0; i < n && r == 0; i++) {
                 branch[i] = cJSON_GetArrayItem(list, i);
                 if (siblings) {
-                        cJSON *merged;
+                        cJSON *merged = NULL;
                         size_t old = push_index(c, kw, i);
                         r = dse__schema_merge_pair(c, siblings, branch[i], &merged);
                         pop_ptr(c, old);
+                        if (r < 0)
+                                break; /* merged is not set */
                         branch[i] = merged;
                 }
                 types[i] = dse__schema_types(c, branch[i], 0);
