@@ -488,8 +488,11 @@ int dse_grammar_matcher_advance(struct dse_grammar_matcher *m, const void *bytes
 int dse_grammar_matcher_is_accepting(const struct dse_grammar_matcher *m);
 /* Writes the mask of the tokens allowed next (bit id of mask[id / 64], mask_words(vocab)
  * words) by walking the token trie against the state: a byte the grammar refuses skips
- * the whole subtree under it. Returns the number of allowed tokens (0: nothing can
- * follow, not even EOS), or -ENOMEM / -E2BIG. Does not change the state. */
+ * the whole subtree under it. The part of a mask that does not depend on the frames
+ * below the stacks' tops is cached in the grammar (thread-safe), so a state shape met
+ * before costs a copy plus the context-dependent tokens. Returns the number of allowed
+ * tokens (0: nothing can follow, not even EOS), or -ENOMEM / -E2BIG. Does not change
+ * the state. */
 int dse_grammar_matcher_fill_mask(struct dse_grammar_matcher *m, const struct dse_grammar_vocab *vocab,
                                   uint64_t *mask);
 /* Feeds one token's bytes (EOS: accepted only when the state is accepting, after which

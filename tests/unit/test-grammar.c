@@ -166,6 +166,9 @@ TEST(unsupported_keywords_are_refused_by_name_and_pointer) {
         REFUSES("{\"oneOf\":[{\"type\":\"string\"},{\"type\":\"string\",\"maxLength\":2}]}", -EOPNOTSUPP, "'oneOf'");
         REFUSES("{\"type\":\"array\",\"uniqueItems\":true}", -EOPNOTSUPP, "'uniqueItems'");
         REFUSES("{\"not\":{}}", -EOPNOTSUPP, "'not'");
+        /* siblings of oneOf that do not merge into a branch (a fuzz finding: the branch
+         * was then read from an unset pointer) */
+        REFUSES("{\"type\":\"obj\",\"oneOf\":[{\"type\":\"string\"},{\"type\":\"null\"}]}", -EINVAL, "'type'");
         REFUSES("{\"type\":\"string\",\"maxLength\":100000}", -E2BIG, "'maxLength'");
         REFUSES("{\"type\":\"strin\"}", -EINVAL, "'type'");
         /* inert: the keyword constrains a type the schema excludes, or a format no
@@ -192,6 +195,13 @@ TEST(pattern_judges_the_decoded_content) {
         ACCEPTS("{\"pattern\":\"^.$\"}", "\"\xc3\xa9\"");
         ACCEPTS("{\"type\":[\"string\",\"integer\"],\"pattern\":\"^a\"}", "7"); /* strings only */
         REFUSES("{\"pattern\":\"^a\",\"maxLength\":3}", -EOPNOTSUPP, "'pattern' at #: not supported together");
+        /* length bounds every match of the pattern meets are kept */
+        ACCEPTS("{\"pattern\":\"^[0-9]{5}(-[0-9]{4})?$\",\"minLength\":5,\"maxLength\":10}", "\"12345-6789\"");
+        REJECTS("{\"pattern\":\"^[0-9]{5}(-[0-9]{4})?$\",\"minLength\":5,\"maxLength\":10}", "\"1234\"");
+        ACCEPTS("{\"pattern\":\"^[a-z]+$\",\"minLength\":1}", "\"abc\"");
+        REFUSES("{\"pattern\":\"^[0-9]{5}(-[0-9]{4})?$\",\"maxLength\":9}", -EOPNOTSUPP, "does not imply");
+        REFUSES("{\"pattern\":\"^[a-z]*$\",\"minLength\":1}", -EOPNOTSUPP, "does not imply");
+        REFUSES("{\"pattern\":\"^((a{65536}){65536}){65536}b?$\",\"maxLength\":3}", -EOPNOTSUPP, "does not imply");
         REFUSES("{\"pattern\":\"(?=a)\"}", -EOPNOTSUPP, "lookahead");
         REFUSES("{\"pattern\":3}", -EINVAL, "'pattern'");
 }
@@ -344,6 +354,17 @@ TEST(pattern_properties) {
                 "\"additionalProperties\":false}",
                 -EOPNOTSUPP, "'patternProperties'");
         REFUSES("{\"patternProperties\":{\"^a\":{\"type\":\"integer\"}}}", -EOPNOTSUPP, "additionalProperties: false");
+        /* a pattern every key matches judges every member, declared ones too */
+        const char *all = "{\"properties\":{\"a\":{\"type\":\"integer\"}},\"patternProperties\":{\".*\":{\"type\":"
+                          "\"integer\",\"minimum\":0}}}";
+        ACCEPTS(all, "{\"a\":1,\"b\":2}");
+        REJECTS(all, "{\"a\":-1}");
+        REJECTS(all, "{\"b\":-3}");
+        REJECTS(all, "{\"b\":\"x\"}");
+        const char *prefix = "{\"patternProperties\":{\"^[a-z]*\":{\"type\":\"string\"}},\"additionalProperties\":false}";
+        ACCEPTS(prefix, "{\"Q\":\"x\"}"); /* "^[a-z]*" matches the empty start of any key */
+        REJECTS(prefix, "{\"Q\":1}");
+        REFUSES("{\"patternProperties\":{\"^.*$\":{\"type\":\"string\"}}}", -EOPNOTSUPP, "additionalProperties: false");
 }
 
 /* ---- the token trie mask against the per-token scan ---- */

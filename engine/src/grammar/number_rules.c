@@ -119,7 +119,7 @@ static int fraction_rules(struct grammar_builder *b, struct fractions *f) {
         static const char *const res[] = {"(\\.[0-9]+)?", "(\\.0+)?", "\\.0*[1-9][0-9]*"};
         uint32_t *out[] = {&f->any, &f->zero, &f->nonzero};
         for (size_t i = 0; i < 3; i++)
-                GRAMMAR_TRY(dse__regex_rule(b, res[i], strlen(res[i]), 0, out[i], NULL));
+                GRAMMAR_TRY(dse__regex_rule(b, res[i], strlen(res[i]), 0, out[i], NULL, NULL));
         return 0;
 }
 

@@ -31,7 +31,7 @@ struct regex_piece {
         struct cp_set set;
         int is_set;
         uint32_t rule;
-        int nullable;
+        struct regex_lengths len;
 };
 
 __attribute__((format(printf, 3, 4))) static int fail(struct regex_parser *p, int err, const char *fmt, ...) {
@@ -313,7 +313,7 @@ static int push_piece(struct regex_parser *p, uint32_t rule, struct regex_piece 
         return dse__grammar_push_ref(p->b, rule, r);
 }
 
-static int parse_disjunction(struct regex_parser *p, int top, uint32_t *ret_rule, int *ret_nullable);
+static int parse_disjunction(struct regex_parser *p, int top, uint32_t *ret_rule, struct regex_lengths *ret_len);
 
 /* A group after its '(' into piece. */
 static int parse_group(struct regex_parser *p, struct regex_piece *piece) {
@@ -344,7 +344,7 @@ static int parse_group(struct regex_parser *p, struct regex_piece *piece) {
                         return fail(p, -EINVAL, "unknown group '(?%c' (not ECMA-262)", left ? rest[0] : ' ');
                 }
         }
-        GRAMMAR_TRY(parse_disjunction(p, 0, &piece->rule, &piece->nullable));
+        GRAMMAR_TRY(parse_disjunction(p, 0, &piece->rule, &piece->len));
         if (peek(p) != ')') {
                 p->pos = open;
                 return fail(p, -EINVAL, "unterminated group '('");
@@ -359,7 +359,7 @@ static int parse_atom(struct regex_parser *p, struct regex_piece *piece) {
         int c = peek(p);
         uint32_t cp, min, max;
         piece->is_set = 1;
-        piece->nullable = 0;
+        piece->len = (struct regex_lengths){1, 1, 0};
         switch (c) {
         case '.':
                 p->pos++;
@@ -414,15 +414,31 @@ static int any_star(struct regex_parser *p, uint32_t *ret_rule) {
 }
 
 /* One branch into the newest alternative of rule, up to '|', ')' or the end. */
-static int parse_alternative(struct regex_parser *p, int top, uint32_t rule, int *ret_nullable) {
-        int search = top && (p->flags & REGEX_SEARCH), anchored_end = 0;
+/* Sums and products that stick at UINT64_MAX (REGEX_UNBOUNDED) instead of wrapping. */
+static uint64_t add_sat(uint64_t a, uint64_t b) {
+        return a > UINT64_MAX - b ? UINT64_MAX : a + b;
+}
+
+static uint64_t mul_sat(uint64_t a, uint64_t b) {
+        return b && a > UINT64_MAX / b ? UINT64_MAX : a * b;
+}
+
+/* lengths of a then b */
+static struct regex_lengths lengths_concat(struct regex_lengths a, struct regex_lengths b) {
+        return (struct regex_lengths){add_sat(a.min, b.min), add_sat(a.max, b.max), 0};
+}
+
+static int parse_alternative(struct regex_parser *p, int top, uint32_t rule, struct regex_lengths *ret_len) {
+        int search = top && (p->flags & REGEX_SEARCH), anchored_start = 0, anchored_end = 0;
         uint32_t star;
-        *ret_nullable = 1;
-        if (top && peek(p) == '^')
+        *ret_len = (struct regex_lengths){0, 0, 0};
+        if (top && peek(p) == '^') {
                 p->pos++;
-        else if (search) {
+                anchored_start = 1;
+        } else if (search) {
                 GRAMMAR_TRY(any_star(p, &star));
                 GRAMMAR_TRY(dse__grammar_push_ref(p->b, rule, star));
+                ret_len->max = REGEX_UNBOUNDED;
         }
         while (!at_end(p) && peek(p) != '|' && peek(p) != ')') {
                 if (peek(p) == '^')
@@ -449,10 +465,10 @@ static int parse_alternative(struct regex_parser *p, int top, uint32_t rule, int
                         r = q;
                 if (r == 0 && q == 0) {
                         r = push_piece(p, rule, &piece);
-                        *ret_nullable &= piece.nullable;
+                        *ret_len = lengths_concat(*ret_len, piece.len);
                 } else if (r == 0) {
                         uint32_t item, rep;
-                        if (piece.nullable && max == UINT32_MAX) {
+                        if (piece.len.min == 0 && max == UINT32_MAX) {
                                 p->pos = at;
                                 r = fail(p, -EOPNOTSUPP,
                                          "an unbounded repetition of a group that can match the empty string is "
@@ -464,7 +480,11 @@ static int parse_alternative(struct regex_parser *p, int top, uint32_t rule, int
                                 r = dse__grammar_rule_repeat(p->b, item, min, max, &rep);
                         if (r == 0)
                                 r = dse__grammar_push_ref(p->b, rule, rep);
-                        *ret_nullable &= min == 0 || piece.nullable;
+                        struct regex_lengths rep_len = {mul_sat(piece.len.min, min),
+                                                        max == UINT32_MAX ? (piece.len.max == 0 ? 0 : REGEX_UNBOUNDED)
+                                                                          : mul_sat(piece.len.max, max),
+                                                        0};
+                        *ret_len = lengths_concat(*ret_len, rep_len);
                 }
                 dse__cp_set_done(&piece.set);
                 GRAMMAR_TRY(r);
@@ -472,21 +492,26 @@ static int parse_alternative(struct regex_parser *p, int top, uint32_t rule, int
         if (search && !anchored_end) {
                 GRAMMAR_TRY(any_star(p, &star));
                 GRAMMAR_TRY(dse__grammar_push_ref(p->b, rule, star));
+                ret_len->max = REGEX_UNBOUNDED;
         }
+        ret_len->matches_all = search && ret_len->min == 0 && !(anchored_start && anchored_end);
         return 0;
 }
 
-static int parse_disjunction(struct regex_parser *p, int top, uint32_t *ret_rule, int *ret_nullable) {
+static int parse_disjunction(struct regex_parser *p, int top, uint32_t *ret_rule, struct regex_lengths *ret_len) {
         if (++p->depth > REGEX_MAX_DEPTH)
                 return fail(p, -E2BIG, "groups nested deeper than %d", REGEX_MAX_DEPTH);
         uint32_t rule;
         GRAMMAR_TRY(dse__grammar_rule_new(p->b, &rule));
-        *ret_nullable = 0;
-        for (;;) {
-                int nullable;
+        for (int first = 1;; first = 0) {
+                struct regex_lengths len;
                 GRAMMAR_TRY(dse__grammar_alt_begin(p->b, rule));
-                GRAMMAR_TRY(parse_alternative(p, top, rule, &nullable));
-                *ret_nullable |= nullable;
+                GRAMMAR_TRY(parse_alternative(p, top, rule, &len));
+                if (first || len.min < ret_len->min)
+                        ret_len->min = len.min;
+                if (first || len.max > ret_len->max)
+                        ret_len->max = len.max;
+                ret_len->matches_all = (!first && ret_len->matches_all) || len.matches_all;
                 if (peek(p) != '|')
                         break;
                 p->pos++;
@@ -497,11 +522,13 @@ static int parse_disjunction(struct regex_parser *p, int top, uint32_t *ret_rule
 }
 
 int dse__regex_rule(struct grammar_builder *b, const char *re, size_t len, unsigned flags, uint32_t *ret_rule,
-                    struct dse_diag *reterr) {
+                    struct regex_lengths *ret_lengths, struct dse_diag *reterr) {
         struct regex_parser p = {.b = b, .s = (const unsigned char *)re, .len = len, .flags = flags,
                                  .reterr = reterr, .any_star = GRAMMAR_NIL};
-        int nullable;
-        int r = parse_disjunction(&p, 1, ret_rule, &nullable);
+        struct regex_lengths lengths;
+        int r = parse_disjunction(&p, 1, ret_rule, &lengths);
+        if (r == 0 && ret_lengths)
+                *ret_lengths = lengths;
         if (r == 0 && !at_end(&p))
                 r = fail(&p, -EINVAL, "unmatched ')'");
         if ((r == -ENOMEM || r == -E2BIG) && reterr && !reterr->msg[0])
@@ -517,7 +544,7 @@ int dse_grammar_compile_regex(const char *re, size_t len, struct dse_grammar **r
         struct grammar_builder b;
         uint32_t root = GRAMMAR_NIL;
         dse__grammar_builder_init(&b);
-        int r = dse__regex_rule(&b, re, len, 0, &root, reterr);
+        int r = dse__regex_rule(&b, re, len, 0, &root, NULL, reterr);
         return dse__grammar_builder_complete(&b, r, root, ret_grammar, reterr);
 }
 
@@ -527,7 +554,7 @@ int dse__regex_search(const char *re, size_t len, const char *text, size_t text_
         struct dse_grammar_matcher *m = NULL;
         uint32_t root = GRAMMAR_NIL;
         dse__grammar_builder_init(&b);
-        int r = dse__regex_rule(&b, re, len, REGEX_SEARCH, &root, reterr);
+        int r = dse__regex_rule(&b, re, len, REGEX_SEARCH, &root, NULL, reterr);
         r = dse__grammar_builder_complete(&b, r, root, &g, reterr);
         if (r == 0)
                 r = dse_grammar_matcher_new(g, &m, reterr);

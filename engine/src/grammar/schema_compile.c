@@ -133,11 +133,14 @@ static int too_big(struct schema_ctx *c, const char *kw) {
 
 /* ---- strings ---- */
 
-/* "content" with its quotes, the content matching a regex search (`pattern`) */
-static int emit_pattern_string(struct schema_ctx *c, const char *pattern, const char *keyword, uint32_t *ret_rule) {
+/* "content" with its quotes, the content matching a regex search (`pattern`); the
+ * lengths of the contents it matches in *ret_lengths when not NULL */
+static int emit_pattern_string(struct schema_ctx *c, const char *pattern, const char *keyword, uint32_t *ret_rule,
+                               struct regex_lengths *ret_lengths) {
         struct dse_diag diag = {{0}};
         uint32_t content, s;
-        int r = dse__regex_rule(&c->b, pattern, strlen(pattern), REGEX_JSON_STRING | REGEX_SEARCH, &content, &diag);
+        int r = dse__regex_rule(&c->b, pattern, strlen(pattern), REGEX_JSON_STRING | REGEX_SEARCH, &content,
+                                ret_lengths, &diag);
         if (r < 0)
                 return dse__schema_fail(c, r, keyword, "%s", diag.msg);
         GRAMMAR_TRY(dse__grammar_rule_new(&c->b, &s));
@@ -163,13 +166,22 @@ static int emit_string(struct schema_ctx *c, const cJSON *s, uint32_t *ret_rule)
                 /* a regular language intersected with a length bound or with another regular
                  * language is not built: refused rather than one of them dropped */
                 const char *kw = pattern ? "pattern" : "format";
-                if (min > 0 || max != UINT32_MAX)
-                        return dse__schema_fail(c, -EOPNOTSUPP, kw, "not supported together with minLength/maxLength");
                 if (pattern && format)
                         return dse__schema_fail(c, -EOPNOTSUPP, kw, "not supported together with format");
-                if (pattern)
-                        return emit_pattern_string(c, pattern->valuestring, "pattern", ret_rule);
-                return dse__schema_format_rule(c, format->valuestring, ret_rule);
+                if (!pattern) {
+                        if (min > 0 || max != UINT32_MAX)
+                                return dse__schema_fail(c, -EOPNOTSUPP, kw,
+                                                        "not supported together with minLength/maxLength");
+                        return dse__schema_format_rule(c, format->valuestring, ret_rule);
+                }
+                /* the length bounds are kept when every match of the pattern meets them */
+                struct regex_lengths lengths;
+                GRAMMAR_TRY(emit_pattern_string(c, pattern->valuestring, "pattern", ret_rule, &lengths));
+                if (lengths.min < min || (max != UINT32_MAX && lengths.max > max))
+                        return dse__schema_fail(c, -EOPNOTSUPP, kw,
+                                                "not supported together with minLength/maxLength that the pattern "
+                                                "does not imply");
+                return 0;
         }
         int r = dse__json_rule_string(&c->j, min, max, ret_rule);
         if (r == -E2BIG)
@@ -360,15 +372,31 @@ static int schema_is_trivial(const cJSON *s) {
         return 1;
 }
 
+/* 1 when a search for the regex finds a match in every string (a pattern such as
+ * ".*" or "^[a-z]*"), 0 when not, or an error naming patternProperties. */
+static int pattern_matches_all(struct schema_ctx *c, const char *pattern) {
+        struct grammar_builder scratch;
+        struct dse_diag diag = {{0}};
+        struct regex_lengths lengths = {0, 0, 0};
+        uint32_t rule;
+        dse__grammar_builder_init(&scratch);
+        int r = dse__regex_rule(&scratch, pattern, strlen(pattern), REGEX_SEARCH, &rule, &lengths, &diag);
+        dse__grammar_builder_done(&scratch);
+        return r < 0 ? dse__schema_fail(c, r, "patternProperties", "%s", diag.msg) : lengths.matches_all;
+}
+
 /* patternProperties, enforced when it is one pattern beside additionalProperties: false
  * that no declared property name matches (then a member is declared, or its key
  * matches the pattern and its value the pattern's schema), or when its schemas allow
  * everything and so do additionalProperties. Sets *ret_prop (NULL when the keyword
- * constrains nothing) and its value rule. */
+ * constrains nothing) and its value rule. A single pattern every key matches
+ * (*ret_all set) judges every member: additionalProperties never applies, declared
+ * members must satisfy both their schema and the pattern's. */
 static int pattern_properties(struct schema_ctx *c, const cJSON *s, const cJSON *props, const cJSON *ap,
-                              const cJSON **ret_prop, uint32_t *ret_value) {
+                              const cJSON **ret_prop, uint32_t *ret_value, int *ret_all) {
         const cJSON *pp = cJSON_GetObjectItemCaseSensitive(s, "patternProperties"), *one;
         *ret_prop = NULL;
+        *ret_all = 0;
         if (!pp)
                 return 0;
         if (!cJSON_IsObject(pp))
@@ -380,6 +408,19 @@ static int pattern_properties(struct schema_ctx *c, const cJSON *s, const cJSON 
         if (cJSON_GetArraySize(pp) != 1)
                 return dse__schema_fail(c, -EOPNOTSUPP, "patternProperties",
                                         "more than one pattern (keys may match several) is not supported");
+        int all = pattern_matches_all(c, pp->child->string);
+        if (all < 0)
+                return all;
+        if (all) {
+                size_t old = push_ptr(c, "patternProperties");
+                push_ptr(c, pp->child->string);
+                int r = compile_schema(c, pp->child, ret_value);
+                pop_ptr(c, old);
+                GRAMMAR_TRY(r);
+                *ret_prop = pp->child;
+                *ret_all = 1;
+                return 0;
+        }
         if (!cJSON_IsFalse(ap))
                 return dse__schema_fail(c, -EOPNOTSUPP, "patternProperties",
                                         "supported only beside additionalProperties: false");
@@ -417,9 +458,15 @@ static int emit_object(struct schema_ctx *c, const cJSON *s, uint32_t *ret_rule)
                 c, -EINVAL, "required", "must be an array of strings");
         const cJSON *pattern_prop = NULL; /* the one patternProperties member that constrains */
         uint32_t pattern_value = GRAMMAR_NIL;
-        GRAMMAR_TRY(pattern_properties(c, s, props, ap, &pattern_prop, &pattern_value));
+        int pattern_all = 0;
+        GRAMMAR_TRY(pattern_properties(c, s, props, ap, &pattern_prop, &pattern_value, &pattern_all));
+        const cJSON *pattern_all_schema = pattern_all && !schema_is_trivial(pattern_prop) ? pattern_prop : NULL;
         uint32_t extra_value = GRAMMAR_NIL; /* additionalProperties' value rule; NIL: none allowed */
-        if (!ap || cJSON_IsTrue(ap)) {
+        if (pattern_all) {
+                /* every key matches: the pattern's schema judges the undeclared members */
+                extra_value = pattern_value;
+                pattern_prop = NULL;
+        } else if (!ap || cJSON_IsTrue(ap)) {
                 GRAMMAR_TRY(dse__json_rule_any_value(&c->j, &extra_value));
         } else if (!cJSON_IsFalse(ap)) {
                 size_t old = push_ptr(c, "additionalProperties");
@@ -439,7 +486,11 @@ static int emit_object(struct schema_ctx *c, const cJSON *s, uint32_t *ret_rule)
                 cJSON_ArrayForEach(req, required) m[k].required |= !strcmp(req->valuestring, one->string);
                 size_t old = push_ptr(c, "properties");
                 push_ptr(c, one->string);
-                r = compile_schema(c, one, &m[k].value);
+                cJSON *both = NULL;
+                if (pattern_all_schema)
+                        r = dse__schema_merge_pair(c, one, pattern_all_schema, &both);
+                if (r == 0)
+                        r = compile_schema(c, both ? both : one, &m[k].value);
                 pop_ptr(c, old);
                 k++;
         }
@@ -478,7 +529,7 @@ static int emit_object(struct schema_ctx *c, const cJSON *s, uint32_t *ret_rule)
                 /* additionalProperties is false: every extra member's key matches the pattern */
                 uint32_t key;
                 size_t old = push_ptr(c, "patternProperties");
-                r = emit_pattern_string(c, pattern_prop->string, "patternProperties", &key);
+                r = emit_pattern_string(c, pattern_prop->string, "patternProperties", &key, NULL);
                 pop_ptr(c, old);
                 if (r == 0)
                         r = extra_member_rule(c, key, pattern_value, &extra);
@@ -762,10 +813,12 @@ static int emit_union(struct schema_ctx *c, const cJSON *s, const char *kw, cons
         for (int i = 0; i < n && r == 0; i++) {
                 branch[i] = cJSON_GetArrayItem(list, i);
                 if (siblings) {
-                        cJSON *merged;
+                        cJSON *merged = NULL;
                         size_t old = push_index(c, kw, i);
                         r = dse__schema_merge_pair(c, siblings, branch[i], &merged);
                         pop_ptr(c, old);
+                        if (r < 0)
+                                break; /* merged is not set */
                         branch[i] = merged;
                 }
                 types[i] = dse__schema_types(c, branch[i], 0);

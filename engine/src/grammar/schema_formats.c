@@ -90,7 +90,7 @@ int dse__schema_format_rule(struct schema_ctx *c, const char *format, uint32_t *
                         struct dse_diag diag = {{0}};
                         uint32_t content, s;
                         int r = dse__regex_rule(&c->b, formats[i].regex, strlen(formats[i].regex), REGEX_JSON_STRING,
-                                                &content, &diag);
+                                                &content, NULL, &diag);
                         if (r < 0)
                                 return dse__schema_fail(c, r, "format", "%s", diag.msg);
                         GRAMMAR_TRY(dse__grammar_rule_new(&c->b, &s));
