@@ -46,15 +46,26 @@ void dse__parallel(struct dse_session *s, size_t n, dse_pool_range_fn fn, void *
 void dse__attend(const struct dse_session *s, const struct dse__kv_view *kv, int l, int32_t T, const float *q,
                  int64_t k_off, int64_t k_len, float scale, int64_t v_off, int64_t v_len, float *att, float *out) {
         int32_t r;
+        int f32 = kv->dtype == DSE_KV_F32;
+        int64_t ldf = kv->row_bytes / (int64_t)sizeof(float);
+        struct dse_kv_rows rows = {.ld = kv->row_bytes, .scale_off = kv->scale_off, .group = kv->group};
         for (int32_t t = 0; t < T; t += r) {
                 r = dse__kv_run(kv, t, T);
-                s->k.attn_scores(q, dse__kv_row(kv, l, t) + k_off, kv->row_floats, r, k_len, scale, att + t);
+                rows.rows = dse__kv_row(kv, l, t);
+                if (f32)
+                        s->k.attn_scores(q, (const float *)rows.rows + k_off, ldf, r, k_len, scale, att + t);
+                else
+                        s->k.attn_scores_kv[kv->dtype](q, &rows, k_off, r, k_len, scale, att + t);
         }
         s->k.softmax(att, T);
         memset(out, 0, (size_t)v_len * sizeof(float));
         for (int32_t t = 0; t < T; t += r) {
                 r = dse__kv_run(kv, t, T);
-                s->k.attn_accum(att + t, dse__kv_row(kv, l, t) + v_off, kv->row_floats, r, v_len, out);
+                rows.rows = dse__kv_row(kv, l, t);
+                if (f32)
+                        s->k.attn_accum(att + t, (const float *)rows.rows + v_off, ldf, r, v_len, out);
+                else
+                        s->k.attn_accum_kv[kv->dtype](att + t, &rows, v_off, r, v_len, out);
         }
 }
 
@@ -145,10 +156,14 @@ static int session_create(const struct dse_model *model, int n_ctx, struct dse_p
                         r = -ENOMEM;
                         goto fail;
                 }
-        s->kv = (struct dse__kv_view){.blocks = &s->kv_own_block, .block_tokens = n_ctx,
-                                      .n_layers = s->hp->n_layers, .row_floats = dse__kv_row_floats(s->hp)};
+        enum dse_kv_dtype kv_dtype;
+        if ((r = dse__kv_dtype_from_env(&kv_dtype, reterr)) < 0)
+                goto fail;
+        dse__kv_layout(s->hp, kv_dtype, &s->kv);
+        s->kv.blocks = &s->kv_own_block;
+        s->kv.block_tokens = n_ctx;
         if (own_kv && !(s->kv.base = dse__session_alloc(s, (size_t)s->hp->n_layers * (size_t)n_ctx *
-                                                                    (size_t)s->kv.row_floats * sizeof(float)))) {
+                                                                    (size_t)s->kv.row_bytes))) {
                 r = -ENOMEM;
                 goto fail;
         }
@@ -211,5 +226,5 @@ int dse_session_n_ctx(const struct dse_session *s) {
 }
 
 size_t dse_session_kv_bytes_per_token(const struct dse_session *s) {
-        return s ? s->ops->kv_bytes_per_token(s) : 0;
+        return s ? (size_t)s->kv.n_layers * (size_t)s->kv.row_bytes : 0;
 }

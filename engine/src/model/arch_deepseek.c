@@ -66,6 +66,7 @@ struct ds_state {
         float *uv;               /* (n_threads, T, H*(nope+v)) rows of kv_b_proj applied to o_lat */
         float *att;              /* (n_threads, n_ctx) scores, then probabilities */
         float *kvb_full;         /* (n_threads, H*(nope+v)) naive form: decompressed k/v of one token */
+        float *lat_row;          /* (n_threads, kvr + rope) naive form: one cached latent row as floats */
         float *moe_out;          /* (T, hidden) */
         struct dse__moe_scratch moe;
         /* KV rows (through s->kv): latent c then k_pe, (kvr + rope) per layer and token */
@@ -171,7 +172,8 @@ static int ds_init(struct dse_session *s) {
             !ALLOC(st->cos, T * w->rope_dim / 2) || !ALLOC(st->sin, T * w->rope_dim / 2) ||
             !ALLOC(st->logits, T * V) || !ALLOC(st->q_abs, T * H * (w->kvr + w->rope_dim)) ||
             !ALLOC(st->o_lat, T * H * w->kvr) || !ALLOC(st->uv, nth * T * hkv) || !ALLOC(st->att, nth * n_ctx) ||
-            !ALLOC(st->kvb_full, nth * hkv) || !ALLOC(st->moe_out, T * D))
+            !ALLOC(st->kvb_full, nth * hkv) || !ALLOC(st->lat_row, nth * (size_t)w->lat_dim) ||
+            !ALLOC(st->moe_out, T * D))
                 return -ENOMEM;
 #undef ALLOC
         if (dse__moe_scratch_init(s, &st->moe) < 0)
@@ -242,6 +244,7 @@ static void mla_naive(void *ctx, size_t h0, size_t h1, int ith) {
         int32_t kvr = w->kvr, rd = w->rope_dim, blk = w->nope + w->vdim;
         int64_t QD = (int64_t)w->H * w->qk_dim;
         float *kv = st->kvb_full + (size_t)ith * w->H * blk; /* (H*(nope+v)) by absolute row */
+        float *lat = st->lat_row + (size_t)ith * w->lat_dim;  /* (kvr + rope) */
         float *att = st->att + (size_t)ith * (size_t)s->n_ctx;
         for (size_t h = h0; h < h1; h++)
                 for (int i = 0; i < j->n; i++) {
@@ -252,7 +255,7 @@ static void mla_naive(void *ctx, size_t h0, size_t h1, int ith) {
                         float *out = st->att_out + (int64_t)i * w->H * w->vdim + (int64_t)h * w->vdim; /* (v) */
                         int64_t k0 = (int64_t)h * blk, v0 = k0 + w->nope;
                         for (int32_t t = 0; t < T; t++) {
-                                const float *lat = dse__kv_row(cache, j->l, t);
+                                dse__kv_load(cache, j->l, t, 0, w->lat_dim, lat);
                                 s->k.matvec[wkv_b->dtype](wkv_b, lat, kv, k0, v0); /* k_nope_t (nope) */
                                 att[t] = (s->k.dot(q_nope, kv + k0, w->nope) + s->k.dot(q_pe, lat + kvr, rd)) *
                                          w->softmax_scale;
@@ -260,7 +263,7 @@ static void mla_naive(void *ctx, size_t h0, size_t h1, int ith) {
                         s->k.softmax(att, T);
                         memset(out, 0, (size_t)w->vdim * sizeof(float));
                         for (int32_t t = 0; t < T; t++) {
-                                const float *lat = dse__kv_row(cache, j->l, t);
+                                dse__kv_load(cache, j->l, t, 0, w->kvr, lat);
                                 s->k.matvec[wkv_b->dtype](wkv_b, lat, kv, v0, v0 + w->vdim); /* v_t (v) */
                                 s->k.axpy(att[t], kv + v0, out, w->vdim);
                         }
@@ -303,11 +306,12 @@ static void ds_forward(struct dse_session *s, const struct dse__tok *toks, int n
                         for (int h = 0; h < w->H; h++)
                                 dse__rope_apply(&w->rope, st->q + i * QD + (int64_t)h * w->qk_dim + w->nope, cos,
                                                 sin);
-                        const float *kv_a = st->kv_a + (int64_t)i * w->lat_dim;
-                        float *lat = dse__kv_row(toks[i].kv, l, toks[i].pos); /* (kvr + rope) */
-                        s->k.rmsnorm(lat, kv_a, L->kv_a_norm, w->kvr, MLA_NORM_EPS);
-                        memcpy(lat + w->kvr, kv_a + w->kvr, (size_t)w->rope_dim * sizeof(float));
+                        /* the row [norm(c) | rope(k_pe)] made in place, then stored in the
+                         * cache's type */
+                        float *lat = st->kv_a + (int64_t)i * w->lat_dim; /* (kvr + rope) */
+                        s->k.rmsnorm(lat, lat, L->kv_a_norm, w->kvr, MLA_NORM_EPS);
                         dse__rope_apply(&w->rope, lat + w->kvr, cos, sin);
+                        dse__kv_store(toks[i].kv, l, toks[i].pos, 0, lat, w->lat_dim);
                 }
                 /* Every token's latent is cached before any attends: a token sees its
                  * sequence's earlier tokens of this call through the cache. */
@@ -333,14 +337,8 @@ static void ds_forward(struct dse_session *s, const struct dse__tok *toks, int n
         dse__lm_head(s, &w->eh, toks, n, x, st->xb, st->logits);
 }
 
-static size_t ds_kv_bytes_per_token(const struct dse_session *s) {
-        const struct ds_state *st = s->arch;
-        return (size_t)s->hp->n_layers * (size_t)st->w->lat_dim * sizeof(float);
-}
-
 const struct dse__arch_ops dse__arch_deepseek = {
         .bind = ds_bind,
         .init = ds_init,
         .forward = ds_forward,
-        .kv_bytes_per_token = ds_kv_bytes_per_token,
 };

@@ -170,9 +170,9 @@ static void llama_forward(struct dse_session *s, const struct dse__tok *toks, in
                                 dse__rope_apply(&w->rope, st->q + (size_t)i * qd + (size_t)h * hd, cos, sin);
                         for (int h = 0; h < hp->n_kv_heads; h++)
                                 dse__rope_apply(&w->rope, st->k + (size_t)i * kvd + (size_t)h * hd, cos, sin);
-                        float *row = dse__kv_row(toks[i].kv, l, toks[i].pos); /* [k | v] */
-                        memcpy(row, st->k + (size_t)i * kvd, (size_t)kvd * sizeof(float));
-                        memcpy(row + kvd, st->v + (size_t)i * kvd, (size_t)kvd * sizeof(float));
+                        /* the row [k | v], in the cache's type */
+                        dse__kv_store(toks[i].kv, l, toks[i].pos, 0, st->k + (size_t)i * kvd, kvd);
+                        dse__kv_store(toks[i].kv, l, toks[i].pos, kvd, st->v + (size_t)i * kvd, kvd);
                 }
                 /* Every token's row is cached before any attends: a token sees its
                  * sequence's earlier tokens of this call through the cache. */
@@ -193,14 +193,8 @@ static void llama_forward(struct dse_session *s, const struct dse__tok *toks, in
         dse__lm_head(s, &w->eh, toks, n, x, st->xb, st->logits);
 }
 
-static size_t llama_kv_bytes_per_token(const struct dse_session *s) {
-        const struct llama_state *st = s->arch;
-        return 2 * (size_t)s->hp->n_layers * (size_t)st->w->kv_dim * sizeof(float);
-}
-
 const struct dse__arch_ops dse__arch_llama = {
         .bind = llama_bind,
         .init = llama_init,
         .forward = llama_forward,
-        .kv_bytes_per_token = llama_kv_bytes_per_token,
 };

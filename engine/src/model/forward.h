@@ -46,8 +46,6 @@ struct dse__arch_ops {
          * and attends to its sequence's positions 0..pos, so its results do not depend
          * on the other tokens of the call. Writes logits where requested. */
         void (*forward)(struct dse_session *s, const struct dse__tok *toks, int n);
-        /* Bytes of KV cache one token occupies across all layers. */
-        size_t (*kv_bytes_per_token)(const struct dse_session *s);
 };
 
 extern const struct dse__arch_ops dse__arch_llama;    /* llama, qwen2 */
@@ -139,7 +137,9 @@ void dse__parallel(struct dse_session *s, size_t n, dse_pool_range_fn fn, void *
 /* One query against a sequence's cached positions 0..T-1 of layer l: att[t] = scale *
  * q . row_t[k_off .. k_off + k_len), softmax over t, then out = sum_t att[t] *
  * row_t[v_off .. v_off + v_len) (out is overwritten). att holds T floats. The rows are
- * taken a KV-block run at a time (dse__kv_run), as attn_scores and attn_accum want them. */
+ * taken a KV-block run at a time (dse__kv_run), as attn_scores and attn_accum want them
+ * (attn_scores_kv and attn_accum_kv for a cache of another type than F32, read as
+ * stored). */
 void dse__attend(const struct dse_session *s, const struct dse__kv_view *kv, int l, int32_t T, const float *q,
                  int64_t k_off, int64_t k_len, float scale, int64_t v_off, int64_t v_len, float *att, float *out);
 
