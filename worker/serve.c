@@ -113,7 +113,7 @@ int worker_engine_load(const struct worker_config *cfg, struct worker_engine *e)
         /* Size the pool: the budget given, or max_batch full contexts. At least one full
          * context must fit, or a lone long request could never finish. */
         struct dse_kv_cache *probe;
-        if ((r = dse_kv_cache_new(e->model, 1u << 30, KV_BLOCK_TOKENS, 1, 1, &probe, &diag)) < 0) {
+        if ((r = dse_kv_cache_new_typed(e->model, cfg->kv_dtype, 1u << 30, KV_BLOCK_TOKENS, 1, 1, &probe, &diag)) < 0) {
                 wlog(3, "KV cache: %s", diag.msg);
                 goto fail;
         }
@@ -128,7 +128,8 @@ int worker_engine_load(const struct worker_config *cfg, struct worker_engine *e)
                 r = -ENOSPC;
                 goto fail;
         }
-        if ((r = dse_kv_cache_new(e->model, mem, KV_BLOCK_TOKENS, cfg->max_batch, e->n_ctx, &e->kv, &diag)) < 0 ||
+        if ((r = dse_kv_cache_new_typed(e->model, cfg->kv_dtype, mem, KV_BLOCK_TOKENS, cfg->max_batch, e->n_ctx, &e->kv,
+                                        &diag)) < 0 ||
             (r = dse_batch_new(e->model, e->kv, e->pool, &e->batch, &diag)) < 0) {
                 wlog(3, "Failed to set up the KV cache and batch: %s", diag.msg);
                 goto fail;
@@ -138,9 +139,10 @@ int worker_engine_load(const struct worker_config *cfg, struct worker_engine *e)
         e->kv_s = worker_mono_s() - t2; /* with the compute threads */
         struct dse_kv_stats st;
         dse_kv_cache_stats(e->kv, &st);
-        wlog(6, "%s; n_ctx %d, max batch %d, token budget %d, KV %d blocks x %d tokens (%zu MiB), %d threads", desc,
-             e->n_ctx, cfg->max_batch, cfg->token_budget, st.n_blocks, st.block_tokens,
-             (size_t)st.n_blocks * block_bytes >> 20, cfg->n_threads);
+        wlog(6, "%s; n_ctx %d, max batch %d, token budget %d, KV %s %zu bytes/token, %d blocks x %d tokens (%zu MiB), "
+                "%d threads", desc, e->n_ctx, cfg->max_batch, cfg->token_budget, dse_kv_dtype_to_string(cfg->kv_dtype),
+             dse_kv_cache_bytes_per_token(e->kv), st.n_blocks, st.block_tokens, (size_t)st.n_blocks * block_bytes >> 20,
+             cfg->n_threads);
         return 0;
 fail:
         worker_engine_done(e);
@@ -418,6 +420,7 @@ static void publish_stats(struct server *sv) {
                 .preemptions = st.preemptions,
                 .max_batch = sv->cfg->max_batch,
                 .token_budget = sv->cfg->token_budget,
+                .kv_bytes_per_token = (int64_t)dse_kv_cache_bytes_per_token(sv->e->kv),
         };
         pthread_mutex_unlock(&sv->mu);
 }

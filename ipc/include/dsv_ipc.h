@@ -35,8 +35,9 @@ extern "C" {
 
 #define DSV_IPC_PROTOCOL_VERSION 1
 /* Compatible additions within the major version; each message says "minor" (absent: 0).
- * 1: the "events" batch message (PROTOCOL.md), sent only to peers that said minor >= 1. */
-#define DSV_IPC_PROTOCOL_MINOR 1
+ * 1: the "events" batch message (PROTOCOL.md), sent only to peers that said minor >= 1.
+ * 2: stats_reply's optional kv_bytes_per_token. */
+#define DSV_IPC_PROTOCOL_MINOR 2
 /* Largest message accepted (a 128k-token prompt as JSON ids is ~1 MiB). */
 #define DSV_IPC_MAX_MSG_BYTES (16u << 20)
 /* Largest request id, seed and deadline value (JSON numbers with 15 exact digits). */
@@ -162,6 +163,7 @@ struct dsv_ipc_stats {
         int64_t preemptions;
         int32_t max_batch;    /* the worker's sequences per step (0: not reported) */
         int32_t token_budget; /* the worker's tokens per step (0: not reported) */
+        int64_t kv_bytes_per_token; /* the KV pool's bytes per position, all layers (0: not reported) */
 };
 
 struct dsv_ipc_msg {

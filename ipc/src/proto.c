@@ -212,6 +212,7 @@ static int encode_body(cJSON *o, const struct dsv_ipc_msg *m) {
                 r |= add_num(o, "preemptions", (double)s->preemptions);
                 r |= add_num(o, "max_batch", s->max_batch);
                 r |= add_num(o, "token_budget", s->token_budget);
+                r |= add_num(o, "kv_bytes_per_token", (double)s->kv_bytes_per_token);
                 return r ? -EINVAL : 0;
         }
         default:
@@ -505,7 +506,8 @@ static int decode_body(struct decoder *d, const cJSON *o, struct dsv_ipc_msg *m)
                     (r = get_double(d, o, "prefix_hit_rate", &s->prefix_hit_rate)) < 0 ||
                     (r = get_i64(d, o, "preemptions", 0, &s->preemptions)) < 0 ||
                     (r = get_i32(d, o, "max_batch", 0, 0, INT32_MAX, &s->max_batch)) < 0 ||
-                    (r = get_i32(d, o, "token_budget", 0, 0, INT32_MAX, &s->token_budget)) < 0)
+                    (r = get_i32(d, o, "token_budget", 0, 0, INT32_MAX, &s->token_budget)) < 0 ||
+                    (r = get_i64(d, o, "kv_bytes_per_token", 0, &s->kv_bytes_per_token)) < 0)
                         return r;
                 return 0;
         }

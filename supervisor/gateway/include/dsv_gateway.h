@@ -158,11 +158,12 @@ struct dsv_gateway_instance_stats {
         uint32_t running;         /* requests running (dsvisor_num_requests_running) */
         uint32_t waiting;         /* requests queued (dsvisor_num_requests_waiting) */
         /* The worker's own view is known (a stats reply, or dsv_gateway_instance_set_load);
-         * the four fields below are from its last stats reply, 0 before one came. */
+         * the fields below are from its last stats reply, 0 before one came. */
         bool worker_reported;
         int32_t kv_blocks_used, kv_blocks_total;
         int64_t preemptions;
         double prefix_hit_rate;   /* 0..1 */
+        int64_t kv_bytes_per_token; /* the KV pool's bytes per position (0: not reported) */
 };
 
 /* Fills *ret for the instance. running and waiting are the load routing uses (see "Load"

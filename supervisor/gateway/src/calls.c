@@ -393,6 +393,7 @@ static struct dsv_gateway_instance_stats instance_stats_locked(const struct gw_c
                 .kv_blocks_total = in->kv_blocks_total,
                 .preemptions = in->preemptions,
                 .prefix_hit_rate = in->prefix_hit_rate,
+                .kv_bytes_per_token = in->kv_bytes_per_token,
         };
 }
 
@@ -439,6 +440,7 @@ static void link_dispatch(struct gw_link *l, struct dsv_ipc_msg *m) {
                 in->kv_blocks_total = m->u.stats.kv_blocks_total;
                 in->preemptions = m->u.stats.preemptions;
                 in->prefix_hit_rate = m->u.stats.prefix_hit_rate;
+                in->kv_bytes_per_token = m->u.stats.kv_bytes_per_token;
         } else if (id != 0) {
                 struct gw_call *c = l->calls;
                 while (c && c->id != id)
