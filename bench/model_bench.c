@@ -47,6 +47,12 @@
  *   rss_ratio       VmRSS + HugetlbPages after the largest batch's last step / (weight
  *                   bytes + the KV cache budget + the batch's arena and logits): the engine
  *                   aims at <= 1.05 (weights used in place from the mapping, nothing repacked)
+ *   kv              the cache's element type (--kv-dtype, default bf16 as the worker's;
+ *                   the prefill sessions get it through DSV_KV), its bytes per token as
+ *                   laid out, and as measured: the growth of RSS when the decode's pool is
+ *                   made resident (dse_kv_cache_prefault) over the tokens it holds. The
+ *                   pool holds --kv-tokens positions per sequence (default: the decode's
+ *                   steps), so a long context's cache can weigh in the rss_ratio
  * Each variant is checked before it is timed: every logit of the first evaluation must
  * be finite.
  *
@@ -750,6 +756,8 @@ struct mem_sample {
         long rss;           /* VmRSS after the last step, everything still allocated */
         size_t kv_bytes;    /* the paged cache's budget */
         size_t scratch_bytes; /* the batch's arena plus the logits buffer */
+        size_t kv_bytes_per_token; /* as the cache lays a position out, all layers */
+        double kv_resident_per_token; /* RSS growth when the pool was prefaulted / its positions */
         double step_min_s, step_median_s; /* the timed steps' fastest and median */
 };
 
@@ -788,21 +796,29 @@ static int paired_best(const struct paired_probe *pair, double *ret_bw) {
         return best;
 }
 
-static double measure_decode(const struct dse_model *m, struct dse_pool *pool, int B, int n_steps, float *logits,
-                             struct paired_probe *pair, struct mem_sample *ret_mem) {
+static double measure_decode(const struct dse_model *m, struct dse_pool *pool, int B, int n_steps,
+                             enum dse_kv_dtype kv_dtype, int kv_tokens, float *logits, struct paired_probe *pair,
+                             struct mem_sample *ret_mem) {
         struct dse_diag d = {0};
         int vocab = dse_model_vocab_size(m), r;
         struct dse_kv_cache *kv;
         struct dse_batch *b;
-        int block = 16, n_ctx = n_steps + 1;
+        int block = 16, n_ctx = kv_tokens > n_steps + 1 ? kv_tokens : n_steps + 1;
         size_t blocks_per_seq = (size_t)(n_ctx + block - 1) / block;
         /* the budget: exactly the blocks B sequences need (block bytes from a first cache) */
-        if ((r = dse_kv_cache_new(m, 64u << 20, block, B, n_ctx, &kv, &d)) < 0)
+        if ((r = dse_kv_cache_new_typed(m, kv_dtype, 64u << 20, block, B, n_ctx, &kv, &d)) < 0)
                 die(r, "kv cache", &d);
         size_t budget = dse_kv_cache_block_bytes(kv) * blocks_per_seq * (size_t)B;
         dse_kv_cache_free(kv);
-        if ((r = dse_kv_cache_new(m, budget, block, B, n_ctx, &kv, &d)) < 0)
+        if ((r = dse_kv_cache_new_typed(m, kv_dtype, budget, block, B, n_ctx, &kv, &d)) < 0)
                 die(r, "kv cache", &d);
+        long rss0 = rss_bytes();
+        if ((r = dse_kv_cache_prefault(kv, &d)) < 0)
+                die(r, "kv prefault", &d);
+        struct dse_kv_stats kst;
+        dse_kv_cache_stats(kv, &kst);
+        ret_mem->kv_bytes_per_token = dse_kv_cache_bytes_per_token(kv);
+        ret_mem->kv_resident_per_token = (double)(rss_bytes() - rss0) / ((double)kst.n_blocks * kst.block_tokens);
         if ((r = dse_batch_new(m, kv, pool, &b, &d)) < 0)
                 die(r, "batch", &d);
         ret_mem->kv_bytes = budget;
@@ -1149,7 +1165,8 @@ static void usage(void) {
         fprintf(stderr,
                 "usage: dsvisor-bench model --preset r1-distill-qwen-1.5b|deepseek-coder-1.3b|deepseek-v2-lite\n"
                 "           --format int4|int8|bf16 [--layers N] [--threads T] [--group G]\n"
-                "           [--prefill N,N] [--decode STEPS] [--batches B,B] [--hugepages | --shmem] [--json]\n"
+                "           [--prefill N,N] [--decode STEPS] [--batches B,B] [--hugepages | --shmem]\n"
+                "           [--kv-dtype f32|bf16|fp8|int8] [--kv-tokens N] [--json]\n"
                 "       dsvisor-bench weights (the same options; --batches: tokens per pass)\n");
         exit(2);
 }
@@ -1159,7 +1176,8 @@ int main(int argc, char **argv) {
                 usage();
         int weights_mode = strcmp(argv[1], "weights") == 0;
         const char *preset = NULL, *format = NULL;
-        int layers = 0, threads = 2, group = 0, json = 0, decode_steps = 64;
+        int layers = 0, threads = 2, group = 0, json = 0, decode_steps = 64, kv_tokens = 0;
+        enum dse_kv_dtype kv_dtype = DSE_KV_BF16;
         enum weights_in wi = WEIGHTS_FILE;
         int prefill[8] = {128, 512}, n_prefill = 2, batches[8] = {1, 4, 8}, n_batches = 3;
         for (int i = 2; i < argc; i++) {
@@ -1191,13 +1209,19 @@ int main(int argc, char **argv) {
                         n_prefill = strcmp(v, "none") == 0 ? 0 : parse_list(v, prefill, 8);
                 else if (strcmp(a, "--batches") == 0)
                         n_batches = parse_list(v, batches, 8);
-                else
+                else if (strcmp(a, "--kv-tokens") == 0)
+                        kv_tokens = atoi(v);
+                else if (strcmp(a, "--kv-dtype") == 0) {
+                        if (dse_kv_dtype_parse(v, &kv_dtype, NULL) < 0)
+                                usage();
+                } else
                         usage();
         }
         struct dse_hparams hp;
         if (!preset || !format || preset_hparams(preset, &hp) < 0 || threads < 1 || decode_steps < 1 ||
-            n_prefill < 0 || n_batches < 1)
+            n_prefill < 0 || n_batches < 1 || kv_tokens < 0)
                 usage();
+        setenv("DSV_KV", dse_kv_dtype_to_string(kv_dtype), 1); /* the prefill sessions' cache */
         for (int i = 0; i < n_batches; i++)
                 if (batches[i] > 64)
                         usage();
@@ -1282,8 +1306,8 @@ int main(int argc, char **argv) {
         long majflt0 = major_faults();
         for (int i = 0; i < n_batches; i++) {
                 struct mem_sample ms;
-                dec[i] = measure_decode(m, pool, batches[i], decode_steps, logits, batches[i] == 1 ? &pair : NULL,
-                                        &ms);
+                dec[i] = measure_decode(m, pool, batches[i], decode_steps, kv_dtype, kv_tokens, logits,
+                                        batches[i] == 1 ? &pair : NULL, &ms);
                 if (batches[i] == 1) {
                         step_min = ms.step_min_s;
                         step_median = ms.step_median_s;
@@ -1327,13 +1351,16 @@ int main(int argc, char **argv) {
         if (json) {
                 printf("{\"preset\":\"%s\",\"format\":\"%s\",\"threads\":%d,\"layers\":%d,\"group\":%d,"
                        "\"level\":\"%s\",\"hugepages\":%s,\"weights_in\":\"%s\",\"pmd_share\":%.3f,\"load_s\":%.3f,\"rss_bytes\":%ld,\"weight_bytes\":%llu,"
-                       "\"kv_bytes\":%zu,\"scratch_bytes\":%zu,\"rss_ratio\":%.4f,\"bytes_per_token\":%.0f,"
+                       "\"kv_bytes\":%zu,\"scratch_bytes\":%zu,\"rss_ratio\":%.4f,\"kv_dtype\":\"%s\","
+                       "\"kv_bytes_per_token\":%zu,\"kv_resident_bytes_per_token\":%.1f,\"bytes_per_token\":%.0f,"
                        "\"read_bw_bytes_per_s\":%.0f,\"read_bw_best_bytes_per_s\":%.0f,\"read_probe\":\"%s\","
                        "\"probe_mix\":{\"experts\":%.4f,\"unread\":%.4f},\"prefill_tok_s\":{",
                        preset, format, threads, hp.n_layers, wdt == DSE_DTYPE_BF16 ? 0 : group,
                        dse_cpu_level_to_string(cpu.level), wi == WEIGHTS_HUGETLB ? "true" : "false", weights_in_name[wi],
                        pmd_share, load_s, rss,
-                       (unsigned long long)weight_bytes, kv_bytes, mem.scratch_bytes, rss_ratio, bpt, bw, bw_best,
+                       (unsigned long long)weight_bytes, kv_bytes, mem.scratch_bytes, rss_ratio,
+                       dse_kv_dtype_to_string(kv_dtype), mem.kv_bytes_per_token, mem.kv_resident_per_token, bpt, bw,
+                       bw_best,
                        probe_name, mix[0], mix[1]);
                 for (int i = 0; i < n_prefill; i++)
                         printf("%s\"%d\":%.3f", i ? "," : "", prefill[i], pf[i]);
@@ -1351,6 +1378,8 @@ int main(int argc, char **argv) {
                 printf("load %.3f s, RSS %.1f MiB while decoding (weights %.1f MiB, KV %.1f MiB, scratch %.1f MiB: "
                        "%.3fx their sum)\n", load_s, rss / 1048576.0, weight_bytes / 1048576.0, kv_bytes / 1048576.0,
                        mem.scratch_bytes / 1048576.0, rss_ratio);
+                printf("KV %s: %zu bytes/token as laid out, %.1f resident (RSS growth over the prefaulted pool)\n",
+                       dse_kv_dtype_to_string(kv_dtype), mem.kv_bytes_per_token, mem.kv_resident_per_token);
                 printf("bytes/token %.1f MB, read bandwidth %.2f GB/s (probe %s over the weights, %s; best "
                        "single pass before %.2f, after %.2f)\n", bpt / 1e6, bw / 1e9, probe_name,
                        paired_v >= 0 ? "passes beside the batch-1 steps" : "best single pass", bw0 / 1e9, bw1 / 1e9);
