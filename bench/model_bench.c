@@ -53,6 +53,12 @@
  *                   made resident (dse_kv_cache_prefault) over the tokens it holds. The
  *                   pool holds --kv-tokens positions per sequence (default: the decode's
  *                   steps), so a long context's cache can weigh in the rss_ratio
+ *   depth           with --depth N,N: one sequence prefilled with N random tokens in
+ *                   one dse_batch_step (its tok/s: prefill at depth), then --decode steps
+ *                   of one token each (decode tok/s at depth, as llama-bench -d N), and
+ *                   the KV bytes a decoded token reads at that depth (its attention reads
+ *                   every cached position of every layer once: the mean position over the
+ *                   steps x kv bytes per token)
  * Each variant is checked before it is timed: every logit of the first evaluation must
  * be finite.
  *
@@ -871,6 +877,68 @@ static double measure_decode(const struct dse_model *m, struct dse_pool *pool, i
         return (double)B * n_steps / dt;
 }
 
+/* Decode after a long prompt: depth positions prefilled in one step, then n_steps
+ * single-token steps, on one sequence. */
+struct depth_sample {
+        double prefill_tok_s, decode_tok_s, kv_read_bytes_per_token;
+};
+
+static struct depth_sample measure_depth(const struct dse_model *m, struct dse_pool *pool, int depth, int n_steps,
+                                         enum dse_kv_dtype kv_dtype, float *logits) {
+        struct dse_diag d = {0};
+        int vocab = dse_model_vocab_size(m), r, block = 16, n_ctx = depth + n_steps + 1;
+        struct dse_kv_cache *kv;
+        struct dse_batch *b;
+        if ((r = dse_kv_cache_new_typed(m, kv_dtype, 64u << 20, block, 1, n_ctx, &kv, &d)) < 0)
+                die(r, "kv cache", &d);
+        size_t budget = dse_kv_cache_block_bytes(kv) * (size_t)((n_ctx + block - 1) / block);
+        size_t kv_bpt = dse_kv_cache_bytes_per_token(kv);
+        dse_kv_cache_free(kv);
+        if ((r = dse_kv_cache_new_typed(m, kv_dtype, budget, block, 1, n_ctx, &kv, &d)) < 0 ||
+            (r = dse_batch_new(m, kv, pool, &b, &d)) < 0)
+                die(r, "kv cache and batch at depth", &d);
+        int seq = dse_kv_seq_open(kv);
+        if (seq < 0)
+                die(seq, "kv seq", NULL);
+        int32_t *prompt = malloc((size_t)(depth > 0 ? depth : 1) * sizeof *prompt);
+        if (!prompt)
+                die(-ENOMEM, "depth prompt", NULL);
+        random_tokens(prompt, depth, vocab, 7);
+        struct depth_sample ds = {0};
+        double t0 = now_s();
+        struct dse_batch_seq one = {.seq = seq, .tokens = prompt, .n_tokens = depth, .logits = logits};
+        if (depth > 0 && (r = dse_batch_step(b, &one, 1, &d)) < 0)
+                die(r, "prefill at depth", &d);
+        ds.prefill_tok_s = depth > 0 ? depth / (now_s() - t0) : 0;
+        if (depth > 0 && !all_finite(logits, vocab)) {
+                fprintf(stderr, "dsvisor-bench: prefill at depth %d: non-finite logits\n", depth);
+                exit(1);
+        }
+        int32_t tok;
+        double dt = 0;
+        for (int step = 0; step <= n_steps; step++) {
+                random_tokens(&tok, 1, vocab, 500 + (uint64_t)step);
+                one = (struct dse_batch_seq){.seq = seq, .tokens = &tok, .n_tokens = 1, .logits = logits};
+                double ts = now_s();
+                if ((r = dse_batch_step(b, &one, 1, &d)) < 0)
+                        die(r, "decode at depth", &d);
+                if (step > 0) /* step 0 reaches the steady state (and is checked) */
+                        dt += now_s() - ts;
+                else if (!all_finite(logits, vocab)) {
+                        fprintf(stderr, "dsvisor-bench: decode at depth %d: non-finite logits\n", depth);
+                        exit(1);
+                }
+        }
+        ds.decode_tok_s = n_steps / dt;
+        /* the timed steps attend to positions 0 .. depth + step: on average depth + 1 +
+         * (n_steps + 1) / 2 rows per layer */
+        ds.kv_read_bytes_per_token = ((double)depth + 1.0 + (n_steps + 1) / 2.0) * (double)kv_bpt;
+        free(prompt);
+        dse_batch_free(b);
+        dse_kv_cache_free(kv);
+        return ds;
+}
+
 /* ---- dsvisor-bench weights: the kernels alone over the model's own matrices ---------- */
 
 /* The matrices one decoded token multiplies (MoE: the first n_experts_per_tok routed
@@ -1146,12 +1214,13 @@ static int open_image(const char *path, enum weights_in wi, struct dsv_hugepages
 
 /* ---- command line ------------------------------------------------------------------- */
 
-static int parse_list(const char *s, int *v, int max) {
+/* Comma-separated integers, each at least min. */
+static int parse_list(const char *s, int *v, int max, int min) {
         int n = 0;
         while (*s && n < max) {
                 char *end;
                 long x = strtol(s, &end, 10);
-                if (end == s || x <= 0)
+                if (end == s || x < min || x > INT32_MAX)
                         return -1;
                 v[n++] = (int)x;
                 s = *end == ',' ? end + 1 : end;
@@ -1166,7 +1235,7 @@ static void usage(void) {
                 "usage: dsvisor-bench model --preset r1-distill-qwen-1.5b|deepseek-coder-1.3b|deepseek-v2-lite\n"
                 "           --format int4|int8|bf16 [--layers N] [--threads T] [--group G]\n"
                 "           [--prefill N,N] [--decode STEPS] [--batches B,B] [--hugepages | --shmem]\n"
-                "           [--kv-dtype f32|bf16|fp8|int8] [--kv-tokens N] [--json]\n"
+                "           [--kv-dtype f32|bf16|fp8|int8] [--kv-tokens N] [--depth N,N] [--json]\n"
                 "       dsvisor-bench weights (the same options; --batches: tokens per pass)\n");
         exit(2);
 }
@@ -1179,7 +1248,7 @@ int main(int argc, char **argv) {
         int layers = 0, threads = 2, group = 0, json = 0, decode_steps = 64, kv_tokens = 0;
         enum dse_kv_dtype kv_dtype = DSE_KV_BF16;
         enum weights_in wi = WEIGHTS_FILE;
-        int prefill[8] = {128, 512}, n_prefill = 2, batches[8] = {1, 4, 8}, n_batches = 3;
+        int prefill[8] = {128, 512}, n_prefill = 2, batches[8] = {1, 4, 8}, n_batches = 3, depths[8], n_depths = 0;
         for (int i = 2; i < argc; i++) {
                 const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
                 if (strcmp(a, "--json") == 0) {
@@ -1206,9 +1275,11 @@ int main(int argc, char **argv) {
                 else if (strcmp(a, "--decode") == 0)
                         decode_steps = atoi(v);
                 else if (strcmp(a, "--prefill") == 0)
-                        n_prefill = strcmp(v, "none") == 0 ? 0 : parse_list(v, prefill, 8);
+                        n_prefill = strcmp(v, "none") == 0 ? 0 : parse_list(v, prefill, 8, 1);
                 else if (strcmp(a, "--batches") == 0)
-                        n_batches = parse_list(v, batches, 8);
+                        n_batches = parse_list(v, batches, 8, 1);
+                else if (strcmp(a, "--depth") == 0)
+                        n_depths = parse_list(v, depths, 8, 0);
                 else if (strcmp(a, "--kv-tokens") == 0)
                         kv_tokens = atoi(v);
                 else if (strcmp(a, "--kv-dtype") == 0) {
@@ -1219,8 +1290,11 @@ int main(int argc, char **argv) {
         }
         struct dse_hparams hp;
         if (!preset || !format || preset_hparams(preset, &hp) < 0 || threads < 1 || decode_steps < 1 ||
-            n_prefill < 0 || n_batches < 1 || kv_tokens < 0)
+            n_prefill < 0 || n_batches < 1 || kv_tokens < 0 || n_depths < 0)
                 usage();
+        for (int i = 0; i < n_depths; i++)
+                if (depths[i] < 0)
+                        usage();
         setenv("DSV_KV", dse_kv_dtype_to_string(kv_dtype), 1); /* the prefill sessions' cache */
         for (int i = 0; i < n_batches; i++)
                 if (batches[i] > 64)
@@ -1322,6 +1396,13 @@ int main(int argc, char **argv) {
                 if (!json)
                         fprintf(stderr, "  prefill %d: %.2f tok/s\n", prefill[i], pf[i]);
         }
+        struct depth_sample dep[8];
+        for (int i = 0; i < n_depths; i++) {
+                dep[i] = measure_depth(m, pool, depths[i], decode_steps, kv_dtype, logits);
+                if (!json)
+                        fprintf(stderr, "  depth %d: prefill %.2f tok/s, decode %.2f tok/s\n", depths[i],
+                                dep[i].prefill_tok_s, dep[i].decode_tok_s);
+        }
         double cpu_share = (cpu_s() - cpu0) / ((now_s() - wall0) * threads);
         long majflt = major_faults() - majflt0;
         long rss = mem.rss;
@@ -1367,6 +1448,11 @@ int main(int argc, char **argv) {
                 printf("},\"decode_tok_s\":{");
                 for (int i = 0; i < n_batches; i++)
                         printf("%s\"%d\":%.3f", i ? "," : "", batches[i], dec[i]);
+                printf("},\"depth\":{");
+                for (int i = 0; i < n_depths; i++)
+                        printf("%s\"%d\":{\"prefill_tok_s\":%.3f,\"decode_tok_s\":%.3f,\"kv_read_bytes_per_token\":%.0f}",
+                               i ? "," : "", depths[i], dep[i].prefill_tok_s, dep[i].decode_tok_s,
+                               dep[i].kv_read_bytes_per_token);
                 printf("},\"roofline\":%.4f,\"roofline_best\":%.4f,\"decode_step_ms_b1\":{\"min\":%.2f,"
                        "\"median\":%.2f},\"cpu_share\":%.3f,\"major_faults\":%ld}\n", roofline, roofline_best,
                        step_min * 1e3, step_median * 1e3, cpu_share, majflt);
@@ -1388,6 +1474,10 @@ int main(int argc, char **argv) {
                 for (int i = 0; i < n_batches; i++)
                         printf("decode batch %d: %.2f tok/s (%.2fx batch 1)\n", batches[i], dec[i],
                                dec1 > 0 ? dec[i] / dec1 : 0);
+                for (int i = 0; i < n_depths; i++)
+                        printf("depth %d: prefill %.2f tok/s, decode %.2f tok/s (%.2fx batch 1 at depth 0), KV read "
+                               "%.2f MB per decoded token\n", depths[i], dep[i].prefill_tok_s, dep[i].decode_tok_s,
+                               dec1 > 0 ? dep[i].decode_tok_s / dec1 : 0, dep[i].kv_read_bytes_per_token / 1e6);
                 printf("roofline: %.3f of the read bandwidth at batch 1 (%.3f of the best single pass)\n", roofline,
                        roofline_best);
                 if (step_median > 0 && bw_best > 0)
