@@ -1,6 +1,6 @@
 /* Sessions: one sequence's activations, scratch and KV cache over a borrowed model whose
- * weights were bound when it was opened (weights.h), and the helpers the architectures'
- * forward passes share (parallel pieces, attention over cached rows). Everything is
+ * weights were bound when it was opened (weights.h), and the parallel-pieces helper the
+ * architectures' forward passes share (attention over cached rows: attend.c). Everything is
  * allocated in dse_session_new; eval never allocates. The private KV cache is the paged
  * layout's special case of one block of n_ctx positions. */
 #include <stdatomic.h>
@@ -41,32 +41,6 @@ void dse__parallel(struct dse_session *s, size_t n, dse_pool_range_fn fn, void *
         struct claim_job j = {.n = n, .piece = piece ? piece : 1, .fn = fn, .ctx = ctx};
         atomic_init(&j.next, 0);
         dse_pool_run_shared(s->pool, claim_task, &j);
-}
-
-void dse__attend(const struct dse_session *s, const struct dse__kv_view *kv, int l, int32_t T, const float *q,
-                 int64_t k_off, int64_t k_len, float scale, int64_t v_off, int64_t v_len, float *att, float *out) {
-        int32_t r;
-        int f32 = kv->dtype == DSE_KV_F32;
-        int64_t ldf = kv->row_bytes / (int64_t)sizeof(float);
-        struct dse_kv_rows rows = {.ld = kv->row_bytes, .scale_off = kv->scale_off, .group = kv->group};
-        for (int32_t t = 0; t < T; t += r) {
-                r = dse__kv_run(kv, t, T);
-                rows.rows = dse__kv_row(kv, l, t);
-                if (f32)
-                        s->k.attn_scores(q, (const float *)rows.rows + k_off, ldf, r, k_len, scale, att + t);
-                else
-                        s->k.attn_scores_kv[kv->dtype](q, &rows, k_off, r, k_len, scale, att + t);
-        }
-        s->k.softmax(att, T);
-        memset(out, 0, (size_t)v_len * sizeof(float));
-        for (int32_t t = 0; t < T; t += r) {
-                r = dse__kv_run(kv, t, T);
-                rows.rows = dse__kv_row(kv, l, t);
-                if (f32)
-                        s->k.attn_accum(att + t, (const float *)rows.rows + v_off, ldf, r, v_len, out);
-                else
-                        s->k.attn_accum_kv[kv->dtype](att + t, &rows, v_off, r, v_len, out);
-        }
 }
 
 void dse__session_set_mla_naive(struct dse_session *s, int on) {
@@ -162,8 +136,9 @@ static int session_create(const struct dse_model *model, int n_ctx, struct dse_p
         dse__kv_layout(s->hp, kv_dtype, &s->kv);
         s->kv.blocks = &s->kv_own_block;
         s->kv.block_tokens = n_ctx;
-        if (own_kv && !(s->kv.base = dse__session_alloc(s, (size_t)s->hp->n_layers * (size_t)n_ctx *
-                                                                    (size_t)s->kv.row_bytes))) {
+        if ((own_kv && !(s->kv.base = dse__session_alloc(s, (size_t)s->hp->n_layers * (size_t)n_ctx *
+                                                                     (size_t)s->kv.row_bytes))) ||
+            dse__attn_split_init(s) < 0) {
                 r = -ENOMEM;
                 goto fail;
         }

@@ -112,6 +112,8 @@ struct attn_job {
         int l;
         const struct dse__tok *toks; /* (n) the call's tokens */
         int n;
+        int n_long;                  /* tokens over the split's positions (dse__attend_long) ... */
+        int long_tok[DSE__MAX_STEP_TOKENS]; /* ... their indices */
 };
 
 /* Causal attention of heads [h0, h1) for every token of the call: token i at position
@@ -131,12 +133,25 @@ static void attn_heads(void *ctx, size_t h0, size_t h1, int ith) {
                 for (int i = 0; i < j->n; i++) {
                         const struct dse__kv_view *kv = j->toks[i].kv;
                         int32_t T = j->toks[i].pos + 1;
+                        if (dse__attn_is_long(s, T))
+                                continue;
                         const float *q = st->q + (size_t)i * qd + h * hd; /* (head_dim) */
                         float *out = st->att_out + (size_t)i * qd + h * hd; /* (head_dim) */
                         /* rows [k (kv_dim) | v (kv_dim)] */
                         dse__attend(s, kv, j->l, T, q, (int64_t)kvo, hd, scale, kvd + (int64_t)kvo, hd, att, out);
                 }
         }
+}
+
+/* (long token, head) pair p of the split form: as attn_heads attends. */
+static void attn_pair(const void *ctx, int p, struct dse__attn_pair *ret) {
+        const struct attn_job *j = ctx;
+        const struct dse_hparams *hp = j->s->hp;
+        const struct llama_state *st = j->s->arch;
+        int32_t hd = hp->head_dim, h = p % hp->n_heads, i = j->long_tok[p / hp->n_heads];
+        int64_t kvo = (int64_t)(h / (hp->n_heads / hp->n_kv_heads)) * hd;
+        *ret = (struct dse__attn_pair){j->toks[i].kv, j->toks[i].pos + 1, st->q + (size_t)i * st->w->q_dim + (size_t)h * hd,
+                                       kvo, st->w->kv_dim + kvo, st->att_out + (size_t)i * st->w->q_dim + (size_t)h * hd};
 }
 
 static void llama_forward(struct dse_session *s, const struct dse__tok *toks, int n) {
@@ -176,8 +191,14 @@ static void llama_forward(struct dse_session *s, const struct dse__tok *toks, in
                 }
                 /* Every token's row is cached before any attends: a token sees its
                  * sequence's earlier tokens of this call through the cache. */
-                struct attn_job job = {s, l, toks, n};
+                struct attn_job job = {.s = s, .l = l, .toks = toks, .n = n};
+                for (int i = 0; i < n; i++)
+                        if (dse__attn_is_long(s, toks[i].pos + 1))
+                                job.long_tok[job.n_long++] = i;
                 dse__parallel(s, (size_t)hp->n_heads, attn_heads, &job);
+                if (job.n_long)
+                        dse__attend_long(s, l, job.n_long * hp->n_heads, attn_pair, &job, hd, hd,
+                                         1.0f / sqrtf((float)hd));
                 dse__linear_n(s, &L->wo, st->att_out, qd, n, st->xb2, D, L->bo);
                 for (int64_t i = 0; i < n * D; i++)
                         x[i] += st->xb2[i];
