@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 #include "kernels/kernels.h"
+#include "kernel-test-data.h"
 #include "t.h"
 
 /* As test-kernels.c: float32 rounding of an n-term sum, n <= 600 here, relative to the
@@ -14,33 +15,11 @@
 #define REL_TOL 2e-5
 #define ABS_TOL 1e-6
 
-static uint64_t rng_state;
-static void rng_seed(uint64_t s) { rng_state = s * 0x9E3779B97F4A7C15ull + 1; }
-static uint32_t rng_u32(void) {
-        rng_state ^= rng_state << 13;
-        rng_state ^= rng_state >> 7;
-        rng_state ^= rng_state << 17;
-        return (uint32_t)(rng_state >> 11);
-}
-static float rng_unit(void) { return (float)(rng_u32() % 2000001) / 1000000.0f - 1.0f; }
-
-static double f8_value(uint8_t b) {
-        int s = b >> 7, e = (b >> 3) & 15, m = b & 7;
-        double v = e ? ldexp(1.0 + m / 8.0, e - 7) : ldexp(m / 8.0, -6);
-        return s ? -v : v;
-}
-
 static double bf16_value(uint16_t h) {
         uint32_t bits = (uint32_t)h << 16;
         float f;
         memcpy(&f, &bits, sizeof f);
         return f;
-}
-
-static enum dse_cpu_level detected_level(void) {
-        struct dse_cpu_info cpu;
-        unsetenv("DSV_CPU");
-        return dse_cpu_detect(&cpu, NULL) < 0 ? DSE_CPU_SCALAR : cpu.detected;
 }
 
 TEST(f32_to_e4m3_inverts_the_decoder_and_rounds_to_nearest_even) {
