@@ -1,10 +1,12 @@
 /* Attention of one query over a sequence's cached rows, as the forward passes call it:
  * the short form (dse__attend: scores, softmax, weighted rows) and, for a query over more
  * than the session's split of positions, the split form (dse__attend_long): the positions
- * cut into chunks of `split`, each chunk's unnormalised softmax partial (its maximum
- * score m, the sum l of exp(score - m), the exp-weighted rows o) computed on whichever
- * thread claims it, then the partials of a query merged in chunk order:
- *     out = sum_c exp(m_c - M) o_c / sum_c exp(m_c - M) l_c,  M = max_c m_c
+ * cut into chunks of `split`, each chunk's softmax partial (its maximum score m, the sum
+ * l of exp(score - m), and o = the rows weighted by the chunk's own softmax, which the
+ * softmax kernel computes; l is the inverse of the chunk's largest probability, exp(0) /
+ * l) computed on whichever thread claims it, then the partials of a query merged in
+ * chunk order:
+ *     out = sum_c w_c o_c / sum_c w_c,  w_c = exp(m_c - M) l_c,  M = max_c m_c
  * (flash-decoding). A query's chunks depend only on its own position count, and its merge
  * only on its own partials, so its result does not depend on the other queries of the
  * call, on how the calls were cut, nor on the thread count; the split and short forms
@@ -116,18 +118,15 @@ static void wave_partials(void *arg, size_t i0, size_t i1, int ith) {
                 w->pair(w->ctx, w->p0 + sp->item_pair[i], &a);
                 int32_t t0 = sp->item_chunk[i] * S, t1 = t0 + S < a.T ? t0 + S : a.T, n = t1 - t0;
                 scores_range(s, a.kv, w->l, t0, t1, a.q, a.k_off, w->k_len, w->scale, att);
-                float m = att[0], sum = 0.0f;
+                int32_t top = 0;
                 for (int32_t t = 1; t < n; t++)
-                        m = att[t] > m ? att[t] : m;
-                for (int32_t t = 0; t < n; t++) {
-                        att[t] = expf(att[t] - m);
-                        sum += att[t];
-                }
+                        top = att[t] > att[top] ? t : top;
+                sp->ml[2 * i] = att[top];
+                s->k.softmax(att, n);
+                sp->ml[2 * i + 1] = 1.0f / att[top];
                 float *o = sp->o + i * (size_t)sp->v_max;
                 memset(o, 0, (size_t)w->v_len * sizeof(float));
                 accum_range(s, a.kv, w->l, t0, t1, att, a.v_off, w->v_len, o);
-                sp->ml[2 * i] = m;
-                sp->ml[2 * i + 1] = sum;
         }
 }
 
@@ -139,16 +138,16 @@ static void wave_merge(void *arg, size_t j0, size_t j1, int ith) {
                 struct dse__attn_pair a;
                 w->pair(w->ctx, w->p0 + (int32_t)j, &a);
                 int32_t c0 = sp->pair_first[j], c1 = sp->pair_first[j + 1];
-                float M = sp->ml[2 * c0], L = 0.0f;
+                float M = sp->ml[2 * c0], W = 0.0f;
                 for (int32_t c = c0 + 1; c < c1; c++)
                         M = sp->ml[2 * c] > M ? sp->ml[2 * c] : M;
                 memset(a.out, 0, (size_t)w->v_len * sizeof(float));
                 for (int32_t c = c0; c < c1; c++) {
-                        float f = expf(sp->ml[2 * c] - M);
-                        L += f * sp->ml[2 * c + 1];
+                        float f = expf(sp->ml[2 * c] - M) * sp->ml[2 * c + 1];
+                        W += f;
                         w->s->k.axpy(f, sp->o + (size_t)c * sp->v_max, a.out, w->v_len);
                 }
-                float inv = 1.0f / L;
+                float inv = 1.0f / W;
                 for (int64_t d = 0; d < w->v_len; d++)
                         a.out[d] *= inv;
         }
