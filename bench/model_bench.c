@@ -54,11 +54,12 @@
  *                   pool holds --kv-tokens positions per sequence (default: the decode's
  *                   steps), so a long context's cache can weigh in the rss_ratio
  *   depth           with --depth N,N: one sequence prefilled with N random tokens in
- *                   one dse_batch_step (its tok/s: prefill at depth), then --decode steps
- *                   of one token each (decode tok/s at depth, as llama-bench -d N), and
- *                   the KV bytes a decoded token reads at that depth (its attention reads
- *                   every cached position of every layer once: the mean position over the
- *                   steps x kv bytes per token)
+ *                   one dse_session_eval (its tok/s: prefill at depth), then --decode
+ *                   steps of one token each (decode tok/s at depth, as llama-bench -d N),
+ *                   and the KV bytes a decoded token reads at that depth (its attention
+ *                   reads every cached position of every layer once: the mean position
+ *                   over the steps x kv bytes per token); each with the split attention
+ *                   over the threads and, in the same seconds, without it (split_ratio)
  * Each variant is checked before it is timed: every logit of the first evaluation must
  * be finite.
  *
@@ -877,65 +878,66 @@ static double measure_decode(const struct dse_model *m, struct dse_pool *pool, i
         return (double)B * n_steps / dt;
 }
 
-/* Decode after a long prompt: depth positions prefilled in one step, then n_steps
- * single-token steps, on one sequence. */
+/* Decode after a long prompt, on one sequence, twice in the same seconds: with the
+ * engine's split attention (a query over more than 512 positions in chunks over the
+ * threads, engine/src/attend.c) and without it (dse__session_set_attn_split 0: heads
+ * over the threads only). Two sessions: each prefilled with the same depth tokens in
+ * one eval (timed), then their decode steps alternate. */
 struct depth_sample {
-        double prefill_tok_s, decode_tok_s, kv_read_bytes_per_token;
+        double prefill_tok_s[2], decode_tok_s[2]; /* [0]: split, [1]: whole */
+        double kv_read_bytes_per_token;
 };
 
 static struct depth_sample measure_depth(const struct dse_model *m, struct dse_pool *pool, int depth, int n_steps,
-                                         enum dse_kv_dtype kv_dtype, float *logits) {
+                                         float *logits) {
         struct dse_diag d = {0};
-        int vocab = dse_model_vocab_size(m), r, block = 16, n_ctx = depth + n_steps + 1;
-        struct dse_kv_cache *kv;
-        struct dse_batch *b;
-        if ((r = dse_kv_cache_new_typed(m, kv_dtype, 64u << 20, block, 1, n_ctx, &kv, &d)) < 0)
-                die(r, "kv cache", &d);
-        size_t budget = dse_kv_cache_block_bytes(kv) * (size_t)((n_ctx + block - 1) / block);
-        size_t kv_bpt = dse_kv_cache_bytes_per_token(kv);
-        dse_kv_cache_free(kv);
-        if ((r = dse_kv_cache_new_typed(m, kv_dtype, budget, block, 1, n_ctx, &kv, &d)) < 0 ||
-            (r = dse_batch_new(m, kv, pool, &b, &d)) < 0)
-                die(r, "kv cache and batch at depth", &d);
-        int seq = dse_kv_seq_open(kv);
-        if (seq < 0)
-                die(seq, "kv seq", NULL);
+        int vocab = dse_model_vocab_size(m), r, n_ctx = depth + n_steps + 1;
+        struct dse_session *s[2];
         int32_t *prompt = malloc((size_t)(depth > 0 ? depth : 1) * sizeof *prompt);
         if (!prompt)
                 die(-ENOMEM, "depth prompt", NULL);
         random_tokens(prompt, depth, vocab, 7);
         struct depth_sample ds = {0};
-        double t0 = now_s();
-        struct dse_batch_seq one = {.seq = seq, .tokens = prompt, .n_tokens = depth, .logits = logits};
-        if (depth > 0 && (r = dse_batch_step(b, &one, 1, &d)) < 0)
-                die(r, "prefill at depth", &d);
-        ds.prefill_tok_s = depth > 0 ? depth / (now_s() - t0) : 0;
-        if (depth > 0 && !all_finite(logits, vocab)) {
-                fprintf(stderr, "dsvisor-bench: prefill at depth %d: non-finite logits\n", depth);
-                exit(1);
-        }
-        int32_t tok;
-        double dt = 0;
-        for (int step = 0; step <= n_steps; step++) {
-                random_tokens(&tok, 1, vocab, 500 + (uint64_t)step);
-                one = (struct dse_batch_seq){.seq = seq, .tokens = &tok, .n_tokens = 1, .logits = logits};
-                double ts = now_s();
-                if ((r = dse_batch_step(b, &one, 1, &d)) < 0)
-                        die(r, "decode at depth", &d);
-                if (step > 0) /* step 0 reaches the steady state (and is checked) */
-                        dt += now_s() - ts;
-                else if (!all_finite(logits, vocab)) {
-                        fprintf(stderr, "dsvisor-bench: decode at depth %d: non-finite logits\n", depth);
+        for (int v = 0; v < 2; v++) {
+                if ((r = dse_session_new(m, n_ctx, pool, &s[v], &d)) < 0)
+                        die(r, "session at depth", &d);
+                if (v == 1 && (r = dse__session_set_attn_split(s[v], 0)) < 0)
+                        die(r, "attention split off", NULL);
+                double t0 = now_s();
+                if (depth > 0 && (r = dse_session_eval(s[v], prompt, (size_t)depth, NULL, logits, &d)) < 0)
+                        die(r, "prefill at depth", &d);
+                ds.prefill_tok_s[v] = depth > 0 ? depth / (now_s() - t0) : 0;
+                if (depth > 0 && !all_finite(logits, vocab)) {
+                        fprintf(stderr, "dsvisor-bench: prefill at depth %d: non-finite logits\n", depth);
                         exit(1);
                 }
         }
-        ds.decode_tok_s = n_steps / dt;
+        double dt[2] = {0, 0};
+        for (int step = 0; step <= n_steps; step++) {
+                int32_t tok;
+                random_tokens(&tok, 1, vocab, 500 + (uint64_t)step);
+                for (int k = 0; k < 2; k++) {
+                        int v = (step + k) % 2; /* neither always goes first */
+                        double ts = now_s();
+                        if ((r = dse_session_eval(s[v], &tok, 1, NULL, logits, &d)) < 0)
+                                die(r, "decode at depth", &d);
+                        if (step > 0) /* step 0 reaches the steady state (and is checked) */
+                                dt[v] += now_s() - ts;
+                        else if (!all_finite(logits, vocab)) {
+                                fprintf(stderr, "dsvisor-bench: decode at depth %d: non-finite logits\n", depth);
+                                exit(1);
+                        }
+                }
+        }
+        for (int v = 0; v < 2; v++)
+                ds.decode_tok_s[v] = n_steps / dt[v];
         /* the timed steps attend to positions 0 .. depth + step: on average depth + 1 +
          * (n_steps + 1) / 2 rows per layer */
-        ds.kv_read_bytes_per_token = ((double)depth + 1.0 + (n_steps + 1) / 2.0) * (double)kv_bpt;
+        ds.kv_read_bytes_per_token =
+                ((double)depth + 1.0 + (n_steps + 1) / 2.0) * (double)dse_session_kv_bytes_per_token(s[0]);
         free(prompt);
-        dse_batch_free(b);
-        dse_kv_cache_free(kv);
+        dse_session_free(s[0]);
+        dse_session_free(s[1]);
         return ds;
 }
 
@@ -1398,10 +1400,10 @@ int main(int argc, char **argv) {
         }
         struct depth_sample dep[8];
         for (int i = 0; i < n_depths; i++) {
-                dep[i] = measure_depth(m, pool, depths[i], decode_steps, kv_dtype, logits);
+                dep[i] = measure_depth(m, pool, depths[i], decode_steps, logits);
                 if (!json)
                         fprintf(stderr, "  depth %d: prefill %.2f tok/s, decode %.2f tok/s\n", depths[i],
-                                dep[i].prefill_tok_s, dep[i].decode_tok_s);
+                                dep[i].prefill_tok_s[0], dep[i].decode_tok_s[0]);
         }
         double cpu_share = (cpu_s() - cpu0) / ((now_s() - wall0) * threads);
         long majflt = major_faults() - majflt0;
@@ -1450,9 +1452,10 @@ int main(int argc, char **argv) {
                         printf("%s\"%d\":%.3f", i ? "," : "", batches[i], dec[i]);
                 printf("},\"depth\":{");
                 for (int i = 0; i < n_depths; i++)
-                        printf("%s\"%d\":{\"prefill_tok_s\":%.3f,\"decode_tok_s\":%.3f,\"kv_read_bytes_per_token\":%.0f}",
-                               i ? "," : "", depths[i], dep[i].prefill_tok_s, dep[i].decode_tok_s,
-                               dep[i].kv_read_bytes_per_token);
+                        printf("%s\"%d\":{\"prefill_tok_s\":%.3f,\"decode_tok_s\":%.3f,\"kv_read_bytes_per_token\":%.0f,"
+                               "\"unsplit_prefill_tok_s\":%.3f,\"unsplit_decode_tok_s\":%.3f}",
+                               i ? "," : "", depths[i], dep[i].prefill_tok_s[0], dep[i].decode_tok_s[0],
+                               dep[i].kv_read_bytes_per_token, dep[i].prefill_tok_s[1], dep[i].decode_tok_s[1]);
                 printf("},\"roofline\":%.4f,\"roofline_best\":%.4f,\"decode_step_ms_b1\":{\"min\":%.2f,"
                        "\"median\":%.2f},\"cpu_share\":%.3f,\"major_faults\":%ld}\n", roofline, roofline_best,
                        step_min * 1e3, step_median * 1e3, cpu_share, majflt);
@@ -1476,8 +1479,12 @@ int main(int argc, char **argv) {
                                dec1 > 0 ? dec[i] / dec1 : 0);
                 for (int i = 0; i < n_depths; i++)
                         printf("depth %d: prefill %.2f tok/s, decode %.2f tok/s (%.2fx batch 1 at depth 0), KV read "
-                               "%.2f MB per decoded token\n", depths[i], dep[i].prefill_tok_s, dep[i].decode_tok_s,
-                               dec1 > 0 ? dep[i].decode_tok_s / dec1 : 0, dep[i].kv_read_bytes_per_token / 1e6);
+                               "%.2f MB per decoded token; without the split: prefill %.2f, decode %.2f tok/s (split "
+                               "%.2fx, %.2fx)\n", depths[i], dep[i].prefill_tok_s[0], dep[i].decode_tok_s[0],
+                               dec1 > 0 ? dep[i].decode_tok_s[0] / dec1 : 0, dep[i].kv_read_bytes_per_token / 1e6,
+                               dep[i].prefill_tok_s[1], dep[i].decode_tok_s[1],
+                               dep[i].prefill_tok_s[1] > 0 ? dep[i].prefill_tok_s[0] / dep[i].prefill_tok_s[1] : 0,
+                               dep[i].decode_tok_s[0] / dep[i].decode_tok_s[1]);
                 printf("roofline: %.3f of the read bandwidth at batch 1 (%.3f of the best single pass)\n", roofline,
                        roofline_best);
                 if (step_median > 0 && bw_best > 0)

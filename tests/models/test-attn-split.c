@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "dse_internal.h"
 #include "model/forward.h"
 #include "t.h"
 

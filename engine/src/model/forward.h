@@ -247,8 +247,6 @@ void dse__moe_forward(struct dse_session *s, const struct dse__moe_layer *L, str
 
 /* Enables the naive (decompressed) MLA attention; for the absorbed-vs-naive test. */
 void dse__session_set_mla_naive(struct dse_session *s, int on);
-/* Queries over more than `positions` take the split form (DSE__ATTN_SPLIT_MIN ..
- * DSE__ATTN_SPLIT), 0: never; for the split-vs-short test. -EINVAL otherwise. */
-int dse__session_set_attn_split(struct dse_session *s, int positions);
+/* dse__session_set_attn_split: dse_internal.h. */
 
 #endif
