@@ -28,44 +28,35 @@ struct dse__attn_split {
         int32_t *pair_first; /* (cap + 1) a wave's pairs: their first partial */
 };
 
-/* scores over positions [t0, t1) into att[0 .. t1 - t0), a KV-block run at a time */
-static void scores_range(const struct dse_session *s, const struct dse__kv_view *kv, int l, int32_t t0, int32_t t1,
-                         const float *q, int64_t k_off, int64_t k_len, float scale, float *att) {
+/* Over positions [t0, t1), a KV-block run at a time: the scores y[t - t0] = scale * x .
+ * row_t[off .. off + len) (accum 0), or y += sum_t x[t - t0] row_t[off .. off + len)
+ * (accum 1). */
+static void rows_range(const struct dse_session *s, const struct dse__kv_view *kv, int l, int32_t t0, int32_t t1,
+                       const float *x, int64_t off, int64_t len, float scale, float *y, int accum) {
         int64_t ldf = kv->row_bytes / (int64_t)sizeof(float);
         struct dse_kv_rows rows = {.ld = kv->row_bytes, .scale_off = kv->scale_off, .group = kv->group};
         int32_t r;
         for (int32_t t = t0; t < t1; t += r) {
                 r = dse__kv_run(kv, t, t1);
                 rows.rows = dse__kv_row(kv, l, t);
-                if (kv->dtype == DSE_KV_F32)
-                        s->k.attn_scores(q, (const float *)rows.rows + k_off, ldf, r, k_len, scale, att + (t - t0));
+                const float *f32 = (const float *)rows.rows + off;
+                if (accum && kv->dtype == DSE_KV_F32)
+                        s->k.attn_accum(x + (t - t0), f32, ldf, r, len, y);
+                else if (accum)
+                        s->k.attn_accum_kv[kv->dtype](x + (t - t0), &rows, off, r, len, y);
+                else if (kv->dtype == DSE_KV_F32)
+                        s->k.attn_scores(x, f32, ldf, r, len, scale, y + (t - t0));
                 else
-                        s->k.attn_scores_kv[kv->dtype](q, &rows, k_off, r, k_len, scale, att + (t - t0));
-        }
-}
-
-/* out += sum_t w[t - t0] row_t[v_off ..] over positions [t0, t1) */
-static void accum_range(const struct dse_session *s, const struct dse__kv_view *kv, int l, int32_t t0, int32_t t1,
-                        const float *w, int64_t v_off, int64_t v_len, float *out) {
-        int64_t ldf = kv->row_bytes / (int64_t)sizeof(float);
-        struct dse_kv_rows rows = {.ld = kv->row_bytes, .scale_off = kv->scale_off, .group = kv->group};
-        int32_t r;
-        for (int32_t t = t0; t < t1; t += r) {
-                r = dse__kv_run(kv, t, t1);
-                rows.rows = dse__kv_row(kv, l, t);
-                if (kv->dtype == DSE_KV_F32)
-                        s->k.attn_accum(w + (t - t0), (const float *)rows.rows + v_off, ldf, r, v_len, out);
-                else
-                        s->k.attn_accum_kv[kv->dtype](w + (t - t0), &rows, v_off, r, v_len, out);
+                        s->k.attn_scores_kv[kv->dtype](x, &rows, off, r, len, scale, y + (t - t0));
         }
 }
 
 void dse__attend(const struct dse_session *s, const struct dse__kv_view *kv, int l, int32_t T, const float *q,
                  int64_t k_off, int64_t k_len, float scale, int64_t v_off, int64_t v_len, float *att, float *out) {
-        scores_range(s, kv, l, 0, T, q, k_off, k_len, scale, att);
+        rows_range(s, kv, l, 0, T, q, k_off, k_len, scale, att, 0);
         s->k.softmax(att, T);
         memset(out, 0, (size_t)v_len * sizeof(float));
-        accum_range(s, kv, l, 0, T, att, v_off, v_len, out);
+        rows_range(s, kv, l, 0, T, att, v_off, v_len, 0.0f, out, 1);
 }
 
 int dse__attn_split_init(struct dse_session *s) {
@@ -117,7 +108,7 @@ static void wave_partials(void *arg, size_t i0, size_t i1, int ith) {
                 struct dse__attn_pair a;
                 w->pair(w->ctx, w->p0 + sp->item_pair[i], &a);
                 int32_t t0 = sp->item_chunk[i] * S, t1 = t0 + S < a.T ? t0 + S : a.T, n = t1 - t0;
-                scores_range(s, a.kv, w->l, t0, t1, a.q, a.k_off, w->k_len, w->scale, att);
+                rows_range(s, a.kv, w->l, t0, t1, a.q, a.k_off, w->k_len, w->scale, att, 0);
                 int32_t top = 0;
                 for (int32_t t = 1; t < n; t++)
                         top = att[t] > att[top] ? t : top;
@@ -126,7 +117,7 @@ static void wave_partials(void *arg, size_t i0, size_t i1, int ith) {
                 sp->ml[2 * i + 1] = 1.0f / att[top];
                 float *o = sp->o + i * (size_t)sp->v_max;
                 memset(o, 0, (size_t)w->v_len * sizeof(float));
-                accum_range(s, a.kv, w->l, t0, t1, att, a.v_off, w->v_len, o);
+                rows_range(s, a.kv, w->l, t0, t1, att, a.v_off, w->v_len, 0.0f, o, 1);
         }
 }
 

@@ -13,6 +13,7 @@
 
 #include "dse_internal.h"
 #include "model/forward.h"
+#include "fixture-model.h"
 #include "t.h"
 
 #define N_PROMPT 100
@@ -23,20 +24,6 @@
  * stored element by a quantization step in the next: measured up to 2.8e-3 (int8). */
 #define SPLIT_MAX_ABS 1e-4
 #define SPLIT_MAX_ABS_QUANTIZED 1e-2
-
-static struct dse_model *open_fixture(const char *name, struct dse_diag *diag) {
-        char dir[1024], native[4096];
-        snprintf(dir, sizeof dir, "%s/%s", t_fixture("models"), name);
-        if (!getenv("DSV_CACHE_DIR") && getenv("DSV_BUILD_DIR")) {
-                char cache[1100];
-                snprintf(cache, sizeof cache, "%s/model-cache", getenv("DSV_BUILD_DIR"));
-                setenv("DSV_CACHE_DIR", cache, 1);
-        }
-        struct dse_model *m = NULL;
-        if (dse_model_resolve(dir, native, sizeof native, diag) < 0 || dse_model_open(native, 0, &m, diag) < 0)
-                return NULL;
-        return m;
-}
 
 /* The prompt in calls of `cut` tokens (every logits row kept), then decode steps. */
 static void run(struct dse_session *s, int vocab, int cut, float *out /* (N_PROMPT + N_DECODE, vocab) */) {
