@@ -47,6 +47,19 @@
  *   rss_ratio       VmRSS + HugetlbPages after the largest batch's last step / (weight
  *                   bytes + the KV cache budget + the batch's arena and logits): the engine
  *                   aims at <= 1.05 (weights used in place from the mapping, nothing repacked)
+ *   kv              the cache's element type (--kv-dtype, default bf16 as the worker's;
+ *                   the prefill sessions get it through DSV_KV), its bytes per token as
+ *                   laid out, and as measured: the growth of RSS when the decode's pool is
+ *                   made resident (dse_kv_cache_prefault) over the tokens it holds. The
+ *                   pool holds --kv-tokens positions per sequence (default: the decode's
+ *                   steps), so a long context's cache can weigh in the rss_ratio
+ *   depth           with --depth N,N: one sequence prefilled with N random tokens in
+ *                   one dse_session_eval (its tok/s: prefill at depth), then --decode
+ *                   steps of one token each (decode tok/s at depth, as llama-bench -d N),
+ *                   and the KV bytes a decoded token reads at that depth (its attention
+ *                   reads every cached position of every layer once: the mean position
+ *                   over the steps x kv bytes per token); each with the split attention
+ *                   over the threads and, in the same seconds, without it (split_ratio)
  * Each variant is checked before it is timed: every logit of the first evaluation must
  * be finite.
  *
@@ -753,6 +766,8 @@ struct mem_sample {
         long rss;           /* VmRSS after the last step, everything still allocated */
         size_t kv_bytes;    /* the paged cache's budget */
         size_t scratch_bytes; /* the batch's arena plus the logits buffer */
+        size_t kv_bytes_per_token; /* as the cache lays a position out, all layers */
+        double kv_resident_per_token; /* RSS growth when the pool was prefaulted / its positions */
         double step_min_s, step_median_s; /* the timed steps' fastest and median */
 };
 
@@ -791,21 +806,29 @@ static int paired_best(const struct paired_probe *pair, double *ret_bw) {
         return best;
 }
 
-static double measure_decode(const struct dse_model *m, struct dse_pool *pool, int B, int n_steps, float *logits,
-                             struct paired_probe *pair, struct mem_sample *ret_mem) {
+static double measure_decode(const struct dse_model *m, struct dse_pool *pool, int B, int n_steps,
+                             enum dse_kv_dtype kv_dtype, int kv_tokens, float *logits, struct paired_probe *pair,
+                             struct mem_sample *ret_mem) {
         struct dse_diag d = {0};
         int vocab = dse_model_vocab_size(m), r;
         struct dse_kv_cache *kv;
         struct dse_batch *b;
-        int block = 16, n_ctx = n_steps + 1;
+        int block = 16, n_ctx = kv_tokens > n_steps + 1 ? kv_tokens : n_steps + 1;
         size_t blocks_per_seq = (size_t)(n_ctx + block - 1) / block;
         /* the budget: exactly the blocks B sequences need (block bytes from a first cache) */
-        if ((r = dse_kv_cache_new(m, 64u << 20, block, B, n_ctx, &kv, &d)) < 0)
+        if ((r = dse_kv_cache_new_typed(m, kv_dtype, 64u << 20, block, B, n_ctx, &kv, &d)) < 0)
                 die(r, "kv cache", &d);
         size_t budget = dse_kv_cache_block_bytes(kv) * blocks_per_seq * (size_t)B;
         dse_kv_cache_free(kv);
-        if ((r = dse_kv_cache_new(m, budget, block, B, n_ctx, &kv, &d)) < 0)
+        if ((r = dse_kv_cache_new_typed(m, kv_dtype, budget, block, B, n_ctx, &kv, &d)) < 0)
                 die(r, "kv cache", &d);
+        long rss0 = rss_bytes();
+        if ((r = dse_kv_cache_prefault(kv, &d)) < 0)
+                die(r, "kv prefault", &d);
+        struct dse_kv_stats kst;
+        dse_kv_cache_stats(kv, &kst);
+        ret_mem->kv_bytes_per_token = dse_kv_cache_bytes_per_token(kv);
+        ret_mem->kv_resident_per_token = (double)(rss_bytes() - rss0) / ((double)kst.n_blocks * kst.block_tokens);
         if ((r = dse_batch_new(m, kv, pool, &b, &d)) < 0)
                 die(r, "batch", &d);
         ret_mem->kv_bytes = budget;
@@ -856,6 +879,69 @@ static double measure_decode(const struct dse_model *m, struct dse_pool *pool, i
         dse_batch_free(b);
         dse_kv_cache_free(kv);
         return (double)B * n_steps / dt;
+}
+
+/* Decode after a long prompt, on one sequence, twice in the same seconds: with the
+ * engine's split attention (a query over more than 512 positions in chunks over the
+ * threads, engine/src/attend.c) and without it (dse__session_set_attn_split 0: heads
+ * over the threads only). Two sessions: each prefilled with the same depth tokens in
+ * one eval (timed), then their decode steps alternate. */
+struct depth_sample {
+        double prefill_tok_s[2], decode_tok_s[2]; /* [0]: split, [1]: whole */
+        double kv_read_bytes_per_token;
+};
+
+static struct depth_sample measure_depth(const struct dse_model *m, struct dse_pool *pool, int depth, int n_steps,
+                                         float *logits) {
+        struct dse_diag d = {0};
+        int vocab = dse_model_vocab_size(m), r, n_ctx = depth + n_steps + 1;
+        struct dse_session *s[2];
+        int32_t *prompt = malloc((size_t)(depth > 0 ? depth : 1) * sizeof *prompt);
+        if (!prompt)
+                die(-ENOMEM, "depth prompt", NULL);
+        random_tokens(prompt, depth, vocab, 7);
+        struct depth_sample ds = {0};
+        for (int v = 0; v < 2; v++) {
+                if ((r = dse_session_new(m, n_ctx, pool, &s[v], &d)) < 0)
+                        die(r, "session at depth", &d);
+                if (v == 1 && (r = dse__session_set_attn_split(s[v], 0)) < 0)
+                        die(r, "attention split off", NULL);
+                double t0 = now_s();
+                if (depth > 0 && (r = dse_session_eval(s[v], prompt, (size_t)depth, NULL, logits, &d)) < 0)
+                        die(r, "prefill at depth", &d);
+                ds.prefill_tok_s[v] = depth > 0 ? depth / (now_s() - t0) : 0;
+                if (depth > 0 && !all_finite(logits, vocab)) {
+                        fprintf(stderr, "dsvisor-bench: prefill at depth %d: non-finite logits\n", depth);
+                        exit(1);
+                }
+        }
+        double dt[2] = {0, 0};
+        for (int step = 0; step <= n_steps; step++) {
+                int32_t tok;
+                random_tokens(&tok, 1, vocab, 500 + (uint64_t)step);
+                for (int k = 0; k < 2; k++) {
+                        int v = (step + k) % 2; /* neither always goes first */
+                        double ts = now_s();
+                        if ((r = dse_session_eval(s[v], &tok, 1, NULL, logits, &d)) < 0)
+                                die(r, "decode at depth", &d);
+                        if (step > 0) /* step 0 reaches the steady state (and is checked) */
+                                dt[v] += now_s() - ts;
+                        else if (!all_finite(logits, vocab)) {
+                                fprintf(stderr, "dsvisor-bench: decode at depth %d: non-finite logits\n", depth);
+                                exit(1);
+                        }
+                }
+        }
+        for (int v = 0; v < 2; v++)
+                ds.decode_tok_s[v] = n_steps / dt[v];
+        /* the timed steps attend to positions 0 .. depth + step: on average depth + 1 +
+         * (n_steps + 1) / 2 rows per layer */
+        ds.kv_read_bytes_per_token =
+                ((double)depth + 1.0 + (n_steps + 1) / 2.0) * (double)dse_session_kv_bytes_per_token(s[0]);
+        free(prompt);
+        dse_session_free(s[0]);
+        dse_session_free(s[1]);
+        return ds;
 }
 
 /* ---- dsvisor-bench weights: the kernels alone over the model's own matrices ---------- */
@@ -1133,12 +1219,13 @@ static int open_image(const char *path, enum weights_in wi, struct dsv_hugepages
 
 /* ---- command line ------------------------------------------------------------------- */
 
-static int parse_list(const char *s, int *v, int max) {
+/* Comma-separated integers, each at least min. */
+static int parse_list(const char *s, int *v, int max, int min) {
         int n = 0;
         while (*s && n < max) {
                 char *end;
                 long x = strtol(s, &end, 10);
-                if (end == s || x <= 0)
+                if (end == s || x < min || x > INT32_MAX)
                         return -1;
                 v[n++] = (int)x;
                 s = *end == ',' ? end + 1 : end;
@@ -1152,7 +1239,8 @@ static void usage(void) {
         fprintf(stderr,
                 "usage: dsvisor-bench model --preset r1-distill-qwen-1.5b|deepseek-coder-1.3b|deepseek-v2-lite\n"
                 "           --format int4|int8|bf16 [--layers N] [--threads T] [--group G]\n"
-                "           [--prefill N,N] [--decode STEPS] [--batches B,B] [--hugepages | --shmem] [--json]\n"
+                "           [--prefill N,N] [--decode STEPS] [--batches B,B] [--hugepages | --shmem]\n"
+                "           [--kv-dtype f32|bf16|fp8|int8] [--kv-tokens N] [--depth N,N] [--json]\n"
                 "       dsvisor-bench weights (the same options; --batches: tokens per pass)\n"
                 "       dsvisor-bench grammar --tokenizer FILE [--corpus DIR] [--dsvisor PATH] [--json]\n"
                 "       dsvisor-bench spec --preset P --format F [--layers N] [--threads T] [--serve-model DIR]\n"
@@ -1170,9 +1258,10 @@ int main(int argc, char **argv) {
         struct spec_bench_opts spec = {.serve_model = "models/default", .held_out = NULL,
                                        .n_passages = 24, .max_tokens = 64};
         const char *preset = NULL, *format = NULL;
-        int layers = 0, threads = 2, group = 0, json = 0, decode_steps = 64;
+        int layers = 0, threads = 2, group = 0, json = 0, decode_steps = 64, kv_tokens = 0;
+        enum dse_kv_dtype kv_dtype = DSE_KV_BF16;
         enum weights_in wi = WEIGHTS_FILE;
-        int prefill[8] = {128, 512}, n_prefill = 2, batches[8] = {1, 4, 8}, n_batches = 3;
+        int prefill[8] = {128, 512}, n_prefill = 2, batches[8] = {1, 4, 8}, n_batches = 3, depths[8], n_depths = 0;
         for (int i = 2; i < argc; i++) {
                 const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
                 if (strcmp(a, "--json") == 0) {
@@ -1199,10 +1288,17 @@ int main(int argc, char **argv) {
                 else if (strcmp(a, "--decode") == 0)
                         decode_steps = atoi(v);
                 else if (strcmp(a, "--prefill") == 0)
-                        n_prefill = strcmp(v, "none") == 0 ? 0 : parse_list(v, prefill, 8);
+                        n_prefill = strcmp(v, "none") == 0 ? 0 : parse_list(v, prefill, 8, 1);
                 else if (strcmp(a, "--batches") == 0)
-                        n_batches = parse_list(v, batches, 8);
-                else if (spec_mode && strcmp(a, "--serve-model") == 0)
+                        n_batches = parse_list(v, batches, 8, 1);
+                else if (strcmp(a, "--depth") == 0)
+                        n_depths = parse_list(v, depths, 8, 0);
+                else if (strcmp(a, "--kv-tokens") == 0)
+                        kv_tokens = atoi(v);
+                else if (strcmp(a, "--kv-dtype") == 0) {
+                        if (dse_kv_dtype_parse(v, &kv_dtype, NULL) < 0)
+                                usage();
+                } else if (spec_mode && strcmp(a, "--serve-model") == 0)
                         spec.serve_model = v;
                 else if (spec_mode && strcmp(a, "--held-out") == 0)
                         spec.held_out = v;
@@ -1215,8 +1311,12 @@ int main(int argc, char **argv) {
         }
         struct dse_hparams hp;
         if (!preset || !format || preset_hparams(preset, &hp) < 0 || threads < 1 || decode_steps < 1 ||
-            n_prefill < 0 || n_batches < 1)
+            n_prefill < 0 || n_batches < 1 || kv_tokens < 0 || n_depths < 0)
                 usage();
+        for (int i = 0; i < n_depths; i++)
+                if (depths[i] < 0)
+                        usage();
+        setenv("DSV_KV", dse_kv_dtype_to_string(kv_dtype), 1); /* the prefill sessions' cache */
         for (int i = 0; i < n_batches; i++)
                 if (batches[i] > 64)
                         usage();
@@ -1308,8 +1408,8 @@ int main(int argc, char **argv) {
         long majflt0 = major_faults();
         for (int i = 0; i < n_batches; i++) {
                 struct mem_sample ms;
-                dec[i] = measure_decode(m, pool, batches[i], decode_steps, logits, batches[i] == 1 ? &pair : NULL,
-                                        &ms);
+                dec[i] = measure_decode(m, pool, batches[i], decode_steps, kv_dtype, kv_tokens, logits,
+                                        batches[i] == 1 ? &pair : NULL, &ms);
                 if (batches[i] == 1) {
                         step_min = ms.step_min_s;
                         step_median = ms.step_median_s;
@@ -1323,6 +1423,13 @@ int main(int argc, char **argv) {
                 pf[i] = measure_prefill(m, pool, prefill[i], logits);
                 if (!json)
                         fprintf(stderr, "  prefill %d: %.2f tok/s\n", prefill[i], pf[i]);
+        }
+        struct depth_sample dep[8];
+        for (int i = 0; i < n_depths; i++) {
+                dep[i] = measure_depth(m, pool, depths[i], decode_steps, logits);
+                if (!json)
+                        fprintf(stderr, "  depth %d: prefill %.2f tok/s, decode %.2f tok/s\n", depths[i],
+                                dep[i].prefill_tok_s[0], dep[i].decode_tok_s[0]);
         }
         double cpu_share = (cpu_s() - cpu0) / ((now_s() - wall0) * threads);
         long majflt = major_faults() - majflt0;
@@ -1353,19 +1460,28 @@ int main(int argc, char **argv) {
         if (json) {
                 printf("{\"preset\":\"%s\",\"format\":\"%s\",\"threads\":%d,\"layers\":%d,\"group\":%d,"
                        "\"level\":\"%s\",\"hugepages\":%s,\"weights_in\":\"%s\",\"pmd_share\":%.3f,\"load_s\":%.3f,\"rss_bytes\":%ld,\"weight_bytes\":%llu,"
-                       "\"kv_bytes\":%zu,\"scratch_bytes\":%zu,\"rss_ratio\":%.4f,\"bytes_per_token\":%.0f,"
+                       "\"kv_bytes\":%zu,\"scratch_bytes\":%zu,\"rss_ratio\":%.4f,\"kv_dtype\":\"%s\","
+                       "\"kv_bytes_per_token\":%zu,\"kv_resident_bytes_per_token\":%.1f,\"bytes_per_token\":%.0f,"
                        "\"read_bw_bytes_per_s\":%.0f,\"read_bw_best_bytes_per_s\":%.0f,\"read_probe\":\"%s\","
                        "\"probe_mix\":{\"experts\":%.4f,\"unread\":%.4f},\"prefill_tok_s\":{",
                        preset, format, threads, hp.n_layers, wdt == DSE_DTYPE_BF16 ? 0 : group,
                        dse_cpu_level_to_string(cpu.level), wi == WEIGHTS_HUGETLB ? "true" : "false", weights_in_name[wi],
                        pmd_share, load_s, rss,
-                       (unsigned long long)weight_bytes, kv_bytes, mem.scratch_bytes, rss_ratio, bpt, bw, bw_best,
+                       (unsigned long long)weight_bytes, kv_bytes, mem.scratch_bytes, rss_ratio,
+                       dse_kv_dtype_to_string(kv_dtype), mem.kv_bytes_per_token, mem.kv_resident_per_token, bpt, bw,
+                       bw_best,
                        probe_name, mix[0], mix[1]);
                 for (int i = 0; i < n_prefill; i++)
                         printf("%s\"%d\":%.3f", i ? "," : "", prefill[i], pf[i]);
                 printf("},\"decode_tok_s\":{");
                 for (int i = 0; i < n_batches; i++)
                         printf("%s\"%d\":%.3f", i ? "," : "", batches[i], dec[i]);
+                printf("},\"depth\":{");
+                for (int i = 0; i < n_depths; i++)
+                        printf("%s\"%d\":{\"prefill_tok_s\":%.3f,\"decode_tok_s\":%.3f,\"kv_read_bytes_per_token\":%.0f,"
+                               "\"unsplit_prefill_tok_s\":%.3f,\"unsplit_decode_tok_s\":%.3f}",
+                               i ? "," : "", depths[i], dep[i].prefill_tok_s[0], dep[i].decode_tok_s[0],
+                               dep[i].kv_read_bytes_per_token, dep[i].prefill_tok_s[1], dep[i].decode_tok_s[1]);
                 printf("},\"roofline\":%.4f,\"roofline_best\":%.4f,\"decode_step_ms_b1\":{\"min\":%.2f,"
                        "\"median\":%.2f},\"cpu_share\":%.3f,\"major_faults\":%ld}\n", roofline, roofline_best,
                        step_min * 1e3, step_median * 1e3, cpu_share, majflt);
@@ -1377,6 +1493,8 @@ int main(int argc, char **argv) {
                 printf("load %.3f s, RSS %.1f MiB while decoding (weights %.1f MiB, KV %.1f MiB, scratch %.1f MiB: "
                        "%.3fx their sum)\n", load_s, rss / 1048576.0, weight_bytes / 1048576.0, kv_bytes / 1048576.0,
                        mem.scratch_bytes / 1048576.0, rss_ratio);
+                printf("KV %s: %zu bytes/token as laid out, %.1f resident (RSS growth over the prefaulted pool)\n",
+                       dse_kv_dtype_to_string(kv_dtype), mem.kv_bytes_per_token, mem.kv_resident_per_token);
                 printf("bytes/token %.1f MB, read bandwidth %.2f GB/s (probe %s over the weights, %s; best "
                        "single pass before %.2f, after %.2f)\n", bpt / 1e6, bw / 1e9, probe_name,
                        paired_v >= 0 ? "passes beside the batch-1 steps" : "best single pass", bw0 / 1e9, bw1 / 1e9);
@@ -1385,6 +1503,14 @@ int main(int argc, char **argv) {
                 for (int i = 0; i < n_batches; i++)
                         printf("decode batch %d: %.2f tok/s (%.2fx batch 1)\n", batches[i], dec[i],
                                dec1 > 0 ? dec[i] / dec1 : 0);
+                for (int i = 0; i < n_depths; i++)
+                        printf("depth %d: prefill %.2f tok/s, decode %.2f tok/s (%.2fx batch 1 at depth 0), KV read "
+                               "%.2f MB per decoded token; without the split: prefill %.2f, decode %.2f tok/s (split "
+                               "%.2fx, %.2fx)\n", depths[i], dep[i].prefill_tok_s[0], dep[i].decode_tok_s[0],
+                               dec1 > 0 ? dep[i].decode_tok_s[0] / dec1 : 0, dep[i].kv_read_bytes_per_token / 1e6,
+                               dep[i].prefill_tok_s[1], dep[i].decode_tok_s[1],
+                               dep[i].prefill_tok_s[1] > 0 ? dep[i].prefill_tok_s[0] / dep[i].prefill_tok_s[1] : 0,
+                               dep[i].decode_tok_s[0] / dep[i].decode_tok_s[1]);
                 printf("roofline: %.3f of the read bandwidth at batch 1 (%.3f of the best single pass)\n", roofline,
                        roofline_best);
                 if (step_median > 0 && bw_best > 0)

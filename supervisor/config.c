@@ -11,9 +11,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "dse.h"
 #include "sup.h"
 
-enum opt_kind { K_STR, K_INT, K_BOOL, K_HUGEPAGES, K_MIB, K_LIST /* repeatable; JSON: a string or an array */ };
+enum opt_kind { K_STR, K_INT, K_BOOL, K_HUGEPAGES, K_MIB, K_KV_DTYPE, K_LIST /* repeatable; JSON: a string or an array */ };
 
 struct opt_def {
         const char *name;
@@ -50,6 +51,7 @@ static const struct opt_def opts[] = {
         {"speculative", K_STR, F(speculative), 0, 0, "speculative decoding: ngram | off (worker default: off)"},
         {"spec-k-min", K_INT, F(spec_k_min), 0, 8, "fewest drafts a sequence verifies per step (worker default)"},
         {"spec-k-max", K_INT, F(spec_k_max), 0, 8, "most drafts a sequence verifies per step (worker default)"},
+        {"kv-dtype", K_KV_DTYPE, F(kv_dtype), 0, 0, "KV cache element type: f32 | bf16 | fp8 | int8 (bf16)"},
         {"max-queue", K_INT, F(max_queue), 1, 100000, "requests waiting per instance before 429 (32)"},
         {"max-connections", K_INT, F(max_connections), 16, 1000000, "HTTP connections before 503 (512)"},
         {"memory-max-mib", K_MIB, F(memory_max_bytes), 0, 1L << 30, "memory.max per instance (0: none)"},
@@ -196,6 +198,15 @@ static int set_text(struct sup_config *cfg, const struct opt_def *o, const char 
                         }
                 snprintf(err, err_size, "%s: '%s' is not one of auto, require, off", o->name, s);
                 return -EINVAL;
+        case K_KV_DTYPE: {
+                enum dse_kv_dtype t;
+                if (dse_kv_dtype_parse(s, &t, NULL) < 0) {
+                        snprintf(err, err_size, "%s: '%s' is not one of f32, bf16, fp8, int8", o->name, s);
+                        return -EINVAL;
+                }
+                snprintf(dst, o->size, "%s", dse_kv_dtype_to_string(t));
+                return 0;
+        }
         case K_BOOL:
                 *(bool *)dst = true;
                 return 0;
@@ -297,6 +308,7 @@ int sup_config_apply_json(struct sup_config *cfg, const char *text, char *err, s
                 switch (o->kind) {
                 case K_STR:
                 case K_HUGEPAGES:
+                case K_KV_DTYPE:
                         if (!cJSON_IsString(it)) {
                                 snprintf(err, err_size, "%s: expected a string", o->name);
                                 r = -EINVAL;
@@ -487,6 +499,7 @@ static const struct {
         {"speculative", SUP_RELOAD_NEW_WORKERS, NULL},
         {"spec-k-min", SUP_RELOAD_NEW_WORKERS, NULL},
         {"spec-k-max", SUP_RELOAD_NEW_WORKERS, NULL},
+        {"kv-dtype", SUP_RELOAD_NEW_WORKERS, NULL},
         {"memory-max-mib", SUP_RELOAD_NEW_WORKERS, NULL},
         {"allow-unenforced", SUP_RELOAD_FULL_RESTART, "it decides only whether dsvisor start may begin"},
         {"restart-limit", SUP_RELOAD_AT_ONCE, NULL},
@@ -500,7 +513,8 @@ static const struct {
 
 static bool option_differs(const struct opt_def *o, const struct sup_config *a, const struct sup_config *b) {
         const char *x = (const char *)a + o->off, *y = (const char *)b + o->off;
-        return o->kind == K_STR || o->kind == K_LIST ? strncmp(x, y, o->size) != 0 : memcmp(x, y, o->size) != 0;
+        return o->kind == K_STR || o->kind == K_LIST || o->kind == K_KV_DTYPE ? strncmp(x, y, o->size) != 0
+                                                                               : memcmp(x, y, o->size) != 0;
 }
 
 int sup_config_changes(const struct sup_config *cfg, const struct sup_config *next, struct sup_config_change *ret,

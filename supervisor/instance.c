@@ -180,6 +180,10 @@ int sup_instance_spawn(struct sup_instance *in) {
                 argv[a++] = "--spec-k-max";
                 argv[a++] = kmax;
         }
+        if (cfg->kv_dtype[0]) {
+                argv[a++] = "--kv-dtype";
+                argv[a++] = cfg->kv_dtype;
+        }
         argv[a] = NULL;
 
         /* The memfd is inherited by this exec only: only this thread spawns. The child

@@ -90,6 +90,7 @@ struct sup_config {
         int kv_mem_mib;              /* 0: the worker's default */
         char speculative[16];        /* --speculative for the workers; "": theirs (off) */
         int spec_k_min, spec_k_max;  /* 0: the worker's default */
+        char kv_dtype[8];            /* --kv-dtype for the workers; "": theirs (bf16) */
         int max_queue;               /* admitted requests waiting per instance; beyond: 429 */
         int max_connections;         /* HTTP connections; beyond: 503 from the accept path */
         uint64_t memory_max_bytes;   /* per-instance memory.max; 0: none */

@@ -7,7 +7,7 @@ dsv_test(NAME test-supervisor-config
          SOURCES unit/test-supervisor-config.c ${DSV_SUP_DIR}/config.c ${DSV_SUP_DIR}/restart_backoff.c
                  ${DSV_SUP_DIR}/rt_sched.c ${DSV_SUP_DIR}/control.c
                  ${DSV_SUP_DIR}/malloc_env.c
-         LIBS dsv_platform dsv::cjson Threads::Threads LABELS unit)
+         LIBS dsv_platform dse dsv::cjson Threads::Threads LABELS unit)
 target_include_directories(test-supervisor-config PRIVATE ${DSV_SUP_DIR})
 
 dsv_test(NAME test-supervisor-chat-format
@@ -89,7 +89,7 @@ if(DSV_FUZZ)
   # The JSON config, and above all the cgroup parent it accepts (scripts/fuzz.sh).
   dsv_add_fuzzer(fuzz-supervisor-config fuzz/fuzz-supervisor-config.c ${DSV_SUP_DIR}/config.c)
   target_include_directories(fuzz-supervisor-config PRIVATE ${DSV_SUP_DIR})
-  target_link_libraries(fuzz-supervisor-config PRIVATE dsv_platform dsv::cjson)
+  target_link_libraries(fuzz-supervisor-config PRIVATE dsv_platform dse dsv::cjson)
 endif()
 
 # dsvisor start runs with glibc's malloc thread cache off (supervisor/malloc_env.c): the

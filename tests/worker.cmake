@@ -35,3 +35,28 @@ if(TARGET dsvisor-worker AND EXISTS ${CMAKE_SOURCE_DIR}/models/default/config.js
   dsv_test(NAME test-worker-constrained SOURCES unit/test-worker-constrained.c LIBS dsv_worker_core dsv::cjson
            LABELS unit TIMEOUT 300)
 endif()
+# Paged blocks, prefix sharing, preemption and the worker end to end over each KV cache
+# type: the same executables again with DSV_KV set, for the types their default leaves
+# out (the engine's default is f32, the worker's bf16).
+if(TARGET dsvisor-worker)
+  foreach(t test-engine-kv test-worker-sched test-worker-ipc)
+    set(kv_types bf16 fp8 int8)
+    if(t STREQUAL "test-worker-ipc")
+      set(kv_types f32 fp8 int8)
+    endif()
+    get_test_property(${t} LABELS kv_labels)
+    foreach(kv ${kv_types})
+      set(kv_args "")
+      if(t STREQUAL "test-worker-sched" AND kv STREQUAL "fp8")
+        # The two penalty cases rest on the fixture's greedy stream repeating a token
+        # within 24 (a property of its numbers): over an FP8 cache it does not.
+        set(kv_args batch_of_8_equals_alone_greedy batch_of_8_equals_alone_seeded token_budget_respected
+            length_grouping preempt_youngest_and_recompute cancel_frees_blocks_within_one_step deadline_ends_request
+            prefix_hits_reported bad_input_error_codes repetition_penalty_applies random_workload_invariants)
+      endif()
+      add_test(NAME ${t}-kv-${kv} COMMAND ${t} ${kv_args})
+      set_tests_properties(${t}-kv-${kv} PROPERTIES LABELS "${kv_labels}" TIMEOUT 300 SKIP_RETURN_CODE 77
+        ENVIRONMENT "DSV_KV=${kv};DSV_FIXTURES=${DSV_FIXTURES};DSV_BUILD_DIR=${CMAKE_BINARY_DIR};DSV_SOURCE_DIR=${CMAKE_SOURCE_DIR}")
+    endforeach()
+  endforeach()
+endif()

@@ -22,6 +22,8 @@ static void usage(FILE *out) {
                 "  --max-batch B       sequences per step (default 8)\n"
                 "  --token-budget TOK  tokens per step, decode + prefill chunks (default 256)\n"
                 "  --kv-mem-mib MIB    KV pool size (default: max-batch full contexts)\n"
+                "  --kv-dtype T        KV cache element type: f32, bf16, fp8 (e4m3) or int8, the last two with\n"
+                "                      a float scale per head or latent group (default: $DSV_KV, else bf16)\n"
                 "  --grace-ms MS       SIGTERM drain time before in-flight requests fail (default 10000)\n"
                 "  --max-queue N       waiting requests before 'overloaded' (default 256)\n"
                 "  --instance NAME     name in log lines\n"
@@ -80,7 +82,7 @@ static int parse_cpus(const char *s, int *cpus, int max, int *ret_n) {
 
 int worker_parse_args(int argc, char **argv, struct worker_config *cfg) {
         enum { O_MODEL = 256, O_MODEL_FD, O_LISTEN, O_THREADS, O_CPUS, O_NCTX, O_BATCH, O_BUDGET, O_KVMEM, O_GRACE,
-               O_QUEUE, O_INSTANCE, O_AMX, O_HELP, O_SPEC, O_SPEC_KMIN, O_SPEC_KMAX, O_SPEC_STEP, O_CHAT_TEMPLATE };
+               O_QUEUE, O_INSTANCE, O_AMX, O_HELP, O_SPEC, O_SPEC_KMIN, O_SPEC_KMAX, O_SPEC_STEP, O_CHAT_TEMPLATE, O_KVDTYPE };
         static const struct option opts[] = {
                 {"model", required_argument, NULL, O_MODEL},       {"model-fd", required_argument, NULL, O_MODEL_FD},
                 {"listen", required_argument, NULL, O_LISTEN},     {"threads", required_argument, NULL, O_THREADS},
@@ -93,13 +95,20 @@ int worker_parse_args(int argc, char **argv, struct worker_config *cfg) {
                 {"spec-k-max", required_argument, NULL, O_SPEC_KMAX},
                 {"spec-step-tokens", required_argument, NULL, O_SPEC_STEP},
                 {"chat-template", required_argument, NULL, O_CHAT_TEMPLATE},
+                {"kv-dtype", required_argument, NULL, O_KVDTYPE},
                 {0},
         };
         *cfg = (struct worker_config){.model_fd = -1, .n_threads = 1, .max_batch = 8, .token_budget = 256,
                                       .grace_ms = 10000, .max_queue = 256, .instance = "worker",
                                       .spec = {.method = SPEC_OFF, .k_min = 1, .k_max = 4, .step_tokens = 8,
-                                               .by_cost = 1}};
+                                               .by_cost = 1},
+                                      .kv_dtype = DSE_KV_BF16};
         int c, r = 0;
+        const char *env_kv = getenv("DSV_KV");
+        if (env_kv && *env_kv && dse_kv_dtype_parse(env_kv, &cfg->kv_dtype, NULL) < 0) {
+                fprintf(stderr, "dsvisor-worker: DSV_KV='%s' is not a KV cache type (f32, bf16, fp8, int8)\n", env_kv);
+                return -EINVAL;
+        }
         optind = 1;
         while (r == 0 && (c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
                 switch (c) {
@@ -121,6 +130,7 @@ int worker_parse_args(int argc, char **argv, struct worker_config *cfg) {
                 case O_SPEC_KMAX: r = parse_int(optarg, 1, SPEC_K_LIMIT, &cfg->spec.k_max); break;
                 case O_SPEC_STEP: r = parse_int(optarg, 0, 1 << 20, &cfg->spec.step_tokens); break;
                 case O_CHAT_TEMPLATE: cfg->chat_template_path = optarg; break;
+                case O_KVDTYPE: r = dse_kv_dtype_parse(optarg, &cfg->kv_dtype, NULL); break;
                 case O_HELP: usage(stdout); exit(0);
                 default: r = -EINVAL; break;
                 }

@@ -119,7 +119,7 @@ int worker_engine_load(const struct worker_config *cfg, struct worker_engine *e)
         /* Size the pool: the budget given, or max_batch full contexts. At least one full
          * context must fit, or a lone long request could never finish. */
         struct dse_kv_cache *probe;
-        if ((r = dse_kv_cache_new(e->model, 1u << 30, KV_BLOCK_TOKENS, 1, 1, &probe, &diag)) < 0) {
+        if ((r = dse_kv_cache_new_typed(e->model, cfg->kv_dtype, 1u << 30, KV_BLOCK_TOKENS, 1, 1, &probe, &diag)) < 0) {
                 wlog(3, "KV cache: %s", diag.msg);
                 goto fail;
         }
@@ -134,7 +134,8 @@ int worker_engine_load(const struct worker_config *cfg, struct worker_engine *e)
                 r = -ENOSPC;
                 goto fail;
         }
-        if ((r = dse_kv_cache_new(e->model, mem, KV_BLOCK_TOKENS, cfg->max_batch, e->n_ctx, &e->kv, &diag)) < 0 ||
+        if ((r = dse_kv_cache_new_typed(e->model, cfg->kv_dtype, mem, KV_BLOCK_TOKENS, cfg->max_batch, e->n_ctx, &e->kv,
+                                        &diag)) < 0 ||
             (r = dse_batch_new(e->model, e->kv, e->pool, &e->batch, &diag)) < 0) {
                 wlog(3, "Failed to set up the KV cache and batch: %s", diag.msg);
                 goto fail;
@@ -144,9 +145,10 @@ int worker_engine_load(const struct worker_config *cfg, struct worker_engine *e)
         e->kv_s = worker_mono_s() - t2; /* with the compute threads */
         struct dse_kv_stats st;
         dse_kv_cache_stats(e->kv, &st);
-        wlog(6, "%s; n_ctx %d, max batch %d, token budget %d, KV %d blocks x %d tokens (%zu MiB), %d threads", desc,
-             e->n_ctx, cfg->max_batch, cfg->token_budget, st.n_blocks, st.block_tokens,
-             (size_t)st.n_blocks * block_bytes >> 20, cfg->n_threads);
+        wlog(6, "%s; n_ctx %d, max batch %d, token budget %d, KV %s %zu bytes/token, %d blocks x %d tokens (%zu MiB), "
+                "%d threads", desc, e->n_ctx, cfg->max_batch, cfg->token_budget, dse_kv_dtype_to_string(cfg->kv_dtype),
+             dse_kv_cache_bytes_per_token(e->kv), st.n_blocks, st.block_tokens, (size_t)st.n_blocks * block_bytes >> 20,
+             cfg->n_threads);
         return 0;
 fail:
         worker_engine_done(e);
@@ -430,6 +432,7 @@ static void publish_stats(struct server *sv) {
                 .spec_draft_tokens = st.spec.draft_tokens,
                 .spec_accepted_tokens = st.spec.accepted_tokens,
                 .n_spec_hist = SPEC_K_LIMIT + 1,
+                .kv_bytes_per_token = (int64_t)dse_kv_cache_bytes_per_token(sv->e->kv),
         };
         _Static_assert(SPEC_K_LIMIT + 1 == DSV_IPC_SPEC_HIST, "stats_reply carries every acceptance length");
         memcpy(sv->stats.spec_accepted_hist, st.spec.accepted_hist, sizeof st.spec.accepted_hist);

@@ -21,6 +21,7 @@ struct worker_config {
         int max_batch;          /* --max-batch */
         int token_budget;       /* --token-budget */
         int kv_mem_mib;         /* --kv-mem-mib, 0: enough for max_batch full contexts */
+        enum dse_kv_dtype kv_dtype; /* --kv-dtype, else $DSV_KV, else bf16 */
         int grace_ms;           /* --grace-ms */
         int max_queue;          /* --max-queue */
         const char *instance;   /* --instance */

@@ -257,6 +257,30 @@ const char *dse_activations_to_string(enum dse_activations a);
 /* -EINVAL for NULL or an unknown value. Takes effect at the next eval. */
 int dse_session_set_activations(struct dse_session *s, enum dse_activations a);
 
+/* The element type of a KV cache (a session's private one or the paged pool), fixed when
+ * the cache is made. The attention kernels read the stored type directly, converting
+ * inside their dot products.
+ *   F32:  exact; the engine's default, so the fixtures' strict row runs on it.
+ *   BF16: each element rounded to bfloat16 (nearest even): half the bytes of F32; the
+ *         serving default (dsvisor-worker --kv-dtype, dsvisor start).
+ *   FP8:  OCP e4m3 (the FP8 weights' element) times a float32 scale per group,
+ *   INT8: symmetric int8 times a float32 scale per group: about a quarter of F32's bytes.
+ *         A group is one head's K or V (llama, qwen2) or gcd(kv_lora_rank,
+ *         qk_rope_head_dim) elements of an MLA latent row, so the latent c and k_pe never
+ *         share a scale; scale = max|x| / 448 (FP8) or / 127 (INT8).
+ * DSV_KV=f32|bf16|fp8|int8 in the environment chooses the type at dse_session_new and
+ * dse_kv_cache_new; dse_kv_cache_new_typed takes it explicitly. */
+enum dse_kv_dtype {
+        DSE_KV_F32,
+        DSE_KV_BF16,
+        DSE_KV_FP8,
+        DSE_KV_INT8,
+        DSE_KV_DTYPE_COUNT
+};
+const char *dse_kv_dtype_to_string(enum dse_kv_dtype t);
+/* "f32", "bf16", "fp8" or "int8"; -EINVAL (with a message naming the choices) otherwise. */
+int dse_kv_dtype_parse(const char *s, enum dse_kv_dtype *ret_dtype, struct dse_diag *reterr);
+
 /* Bytes the session allocated at setup for activations, scratch and its private KV
  * cache (the arena; nothing grows later). */
 size_t dse_session_arena_bytes(const struct dse_session *s);
@@ -266,8 +290,10 @@ void dse_session_reset(struct dse_session *s);
 int dse_session_n_past(const struct dse_session *s);
 int dse_session_n_ctx(const struct dse_session *s);
 
-/* KV cache bytes per token over all layers: llama/qwen2 2 * n_layers * n_kv_heads *
- * head_dim * 4; DeepSeek MLA n_layers * (kv_lora_rank + qk_rope_head_dim) * 4. */
+/* KV cache bytes per token over all layers for the session's KV type: in F32 llama/qwen2
+ * 2 * n_layers * n_kv_heads * head_dim * 4, DeepSeek MLA n_layers * (kv_lora_rank +
+ * qk_rope_head_dim) * 4; BF16 half of that, FP8 and INT8 a byte per element plus a
+ * float32 scale per group, each layer's row rounded up to 4 bytes. */
 size_t dse_session_kv_bytes_per_token(const struct dse_session *s);
 
 /* ---- tokenizers -------------------------------------------------------------------- */
@@ -590,11 +616,19 @@ struct dse_kv_stats {
 
 /* mem_bytes: the pool's budget (the block count is mem_bytes / block bytes);
  * block_tokens >= 1; max_seqs: sequence
- * slots; n_ctx: longest sequence. -EINVAL, -EOPNOTSUPP (architecture), -ENOSPC (the
- * budget holds no block), -ENOMEM. */
+ * slots; n_ctx: longest sequence; the element type from DSV_KV (enum dse_kv_dtype), else
+ * F32. -EINVAL (also a bad DSV_KV), -EOPNOTSUPP (architecture), -ENOSPC (the budget
+ * holds no block), -ENOMEM. */
 int dse_kv_cache_new(const struct dse_model *model, size_t mem_bytes, int block_tokens, int max_seqs, int n_ctx,
                      struct dse_kv_cache **ret_kv, struct dse_diag *reterr);
+/* As dse_kv_cache_new, with the element type given instead of taken from DSV_KV. */
+int dse_kv_cache_new_typed(const struct dse_model *model, enum dse_kv_dtype dtype, size_t mem_bytes,
+                           int block_tokens, int max_seqs, int n_ctx, struct dse_kv_cache **ret_kv,
+                           struct dse_diag *reterr);
 void dse_kv_cache_free(struct dse_kv_cache *kv);
+enum dse_kv_dtype dse_kv_cache_dtype(const struct dse_kv_cache *kv);
+/* Bytes one position takes over all layers (dse_kv_cache_block_bytes / block_tokens). */
+size_t dse_kv_cache_bytes_per_token(const struct dse_kv_cache *kv);
 void dse_kv_cache_stats(const struct dse_kv_cache *kv, struct dse_kv_stats *ret_stats);
 /* Bytes one block occupies (all layers). */
 size_t dse_kv_cache_block_bytes(const struct dse_kv_cache *kv);

@@ -8,11 +8,13 @@
  * count drops to zero keep their key in an LRU list and are reused oldest first, after
  * the never-hashed free blocks. */
 #include <errno.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 
 #include "internal.h"
+#include "kernels/kernels.h"
 #include "kv.h"
 
 #define NIL (-1)
@@ -37,9 +39,10 @@ struct kv_seq {
 };
 
 struct dse_kv_cache {
-        int32_t block_tokens, n_layers, row_floats, n_ctx, max_blocks, max_seqs;
+        int32_t block_tokens, n_layers, n_ctx, max_blocks, max_seqs;
         int32_t n_blocks;
-        float *data;               /* (n_blocks, n_layers, block_tokens, row_floats) */
+        struct dse__kv_view layout; /* the rows' layout (base and blocks unset) */
+        uint8_t *data;             /* (n_blocks, n_layers, block_tokens, layout.row_bytes) */
         size_t data_bytes;         /* of the anonymous mapping behind data */
         struct kv_block *blocks;   /* (n_blocks) */
         int32_t *block_tokens_ids; /* (n_blocks, block_tokens) ids of hashed blocks */
@@ -60,6 +63,112 @@ int32_t dse__kv_row_floats(const struct dse_hparams *hp) {
         case DSE_ARCH_DEEPSEEK_V2:
         case DSE_ARCH_DEEPSEEK_V3: return hp->kv_lora_rank + hp->qk_rope_head_dim;
         default: return 0;
+        }
+}
+
+static int32_t gcd32(int32_t a, int32_t b) {
+        while (b) {
+                int32_t t = a % b;
+                a = b;
+                b = t;
+        }
+        return a;
+}
+
+void dse__kv_layout(const struct dse_hparams *hp, enum dse_kv_dtype dtype, struct dse__kv_view *v) {
+        memset(v, 0, sizeof *v);
+        int32_t n = dse__kv_row_floats(hp);
+        v->n_layers = hp->n_layers;
+        v->row_floats = n;
+        v->dtype = dtype;
+        /* a scale group never spans two heads, K and V, or c and k_pe */
+        v->group = hp->arch == DSE_ARCH_DEEPSEEK_V2 || hp->arch == DSE_ARCH_DEEPSEEK_V3
+                           ? gcd32(hp->kv_lora_rank, hp->qk_rope_head_dim)
+                           : hp->head_dim;
+        if (v->group <= 0)
+                v->group = n > 0 ? n : 1;
+        size_t elem = dtype == DSE_KV_F32 ? 4 : dtype == DSE_KV_BF16 ? 2 : 1;
+        size_t bytes = ((size_t)n * elem + 3) & ~(size_t)3;
+        if (dtype == DSE_KV_FP8 || dtype == DSE_KV_INT8) {
+                v->scale_off = (int32_t)bytes;
+                bytes += (size_t)((n + v->group - 1) / v->group) * sizeof(float);
+        }
+        v->row_bytes = (int32_t)bytes;
+}
+
+const char *dse_kv_dtype_to_string(enum dse_kv_dtype t) {
+        switch (t) {
+        case DSE_KV_F32: return "f32";
+        case DSE_KV_BF16: return "bf16";
+        case DSE_KV_FP8: return "fp8";
+        case DSE_KV_INT8: return "int8";
+        default: return "unknown";
+        }
+}
+
+int dse_kv_dtype_parse(const char *str, enum dse_kv_dtype *ret, struct dse_diag *reterr) {
+        for (int t = 0; str && t < DSE_KV_DTYPE_COUNT; t++)
+                if (strcmp(str, dse_kv_dtype_to_string((enum dse_kv_dtype)t)) == 0) {
+                        *ret = (enum dse_kv_dtype)t;
+                        return 0;
+                }
+        return dse__fail(reterr, -EINVAL, "KV dtype '%s' is not one of f32, bf16, fp8, int8", str ? str : "(null)");
+}
+
+int dse__kv_dtype_from_env(enum dse_kv_dtype *ret, struct dse_diag *reterr) {
+        const char *v = getenv("DSV_KV");
+        *ret = DSE_KV_F32;
+        if (!v || !*v)
+                return 0;
+        int r = dse_kv_dtype_parse(v, ret, NULL);
+        if (r < 0)
+                return dse__fail(reterr, r, "DSV_KV='%s' is not a KV cache type; use f32, bf16, fp8 or int8", v);
+        return 0;
+}
+
+/* One group of FP8 or INT8 elements and its scale: max|x| maps to the format's largest
+ * value (448 or 127); an all-zero group has scale 0. */
+static float quantize_group(const float *x, int32_t n, uint8_t *q, int fp8) {
+        float amax = 0.0f;
+        for (int32_t i = 0; i < n; i++)
+                amax = fabsf(x[i]) > amax ? fabsf(x[i]) : amax;
+        float top = fp8 ? 448.0f : 127.0f, inv = amax > 0.0f ? top / amax : 0.0f;
+        for (int32_t i = 0; i < n; i++)
+                q[i] = fp8 ? dse__kern_f32_to_f8e4m3(x[i] * inv) : (uint8_t)(int8_t)nearbyintf(x[i] * inv);
+        return amax / top;
+}
+
+void dse__kv_store(const struct dse__kv_view *v, int l, int32_t pos, int32_t off, const float *x, int32_t n) {
+        uint8_t *row = dse__kv_row(v, l, pos);
+        switch (v->dtype) {
+        case DSE_KV_F32: memcpy((float *)row + off, x, (size_t)n * sizeof(float)); break;
+        case DSE_KV_BF16:
+                for (int32_t i = 0; i < n; i++)
+                        ((uint16_t *)row)[off + i] = dse__kern_f32_to_bf16(x[i]);
+                break;
+        case DSE_KV_FP8:
+        case DSE_KV_INT8: {
+                float *sc = (float *)(row + v->scale_off);
+                for (int32_t g = off; g < off + n; g += v->group)
+                        sc[g / v->group] = quantize_group(x + (g - off), v->group, row + g, v->dtype == DSE_KV_FP8);
+                break;
+        }
+        default: break;
+        }
+}
+
+void dse__kv_load(const struct dse__kv_view *v, int l, int32_t pos, int32_t off, int32_t n, float *out) {
+        const uint8_t *row = dse__kv_row(v, l, pos);
+        const float *sc = (const float *)(row + v->scale_off), *lut = dse__f8e4m3_table();
+        for (int32_t i = 0; i < n; i++) {
+                int32_t d = off + i;
+                switch (v->dtype) {
+                case DSE_KV_F32: out[i] = ((const float *)row)[d]; break;
+                case DSE_KV_BF16: out[i] = dse__kern_bf16_to_f32(((const uint16_t *)row)[d]); break;
+                case DSE_KV_FP8: out[i] = lut[row[d]] * sc[d / v->group]; break;
+                case DSE_KV_INT8: out[i] = (float)(int8_t)row[d] * sc[d / v->group]; break;
+                default: out[i] = 0.0f; break;
+                }
         }
 }
 
@@ -91,7 +200,15 @@ void dse_kv_cache_free(struct dse_kv_cache *kv) {
 }
 
 size_t dse_kv_cache_block_bytes(const struct dse_kv_cache *kv) {
-        return kv ? (size_t)kv->block_tokens * (size_t)kv->n_layers * (size_t)kv->row_floats * sizeof(float) : 0;
+        return kv ? (size_t)kv->block_tokens * (size_t)kv->n_layers * (size_t)kv->layout.row_bytes : 0;
+}
+
+size_t dse_kv_cache_bytes_per_token(const struct dse_kv_cache *kv) {
+        return kv ? (size_t)kv->n_layers * (size_t)kv->layout.row_bytes : 0;
+}
+
+enum dse_kv_dtype dse_kv_cache_dtype(const struct dse_kv_cache *kv) {
+        return kv ? kv->layout.dtype : DSE_KV_F32;
 }
 
 int dse_kv_cache_prefault(struct dse_kv_cache *kv, struct dse_diag *reterr) {
@@ -114,9 +231,19 @@ int dse_kv_cache_prefault(struct dse_kv_cache *kv, struct dse_diag *reterr) {
 
 int dse_kv_cache_new(const struct dse_model *model, size_t mem_bytes, int block_tokens, int max_seqs, int n_ctx,
                      struct dse_kv_cache **ret_kv, struct dse_diag *reterr) {
-        if (!model || block_tokens < 1 || max_seqs < 1 || n_ctx < 1 || !ret_kv)
-                return dse__fail(reterr, -EINVAL, "dse_kv_cache_new: bad arguments (block %d, seqs %d, n_ctx %d)",
-                                 block_tokens, max_seqs, n_ctx);
+        enum dse_kv_dtype dtype;
+        int r = dse__kv_dtype_from_env(&dtype, reterr);
+        if (r < 0)
+                return r;
+        return dse_kv_cache_new_typed(model, dtype, mem_bytes, block_tokens, max_seqs, n_ctx, ret_kv, reterr);
+}
+
+int dse_kv_cache_new_typed(const struct dse_model *model, enum dse_kv_dtype dtype, size_t mem_bytes,
+                           int block_tokens, int max_seqs, int n_ctx, struct dse_kv_cache **ret_kv,
+                           struct dse_diag *reterr) {
+        if (!model || block_tokens < 1 || max_seqs < 1 || n_ctx < 1 || !ret_kv || (unsigned)dtype >= DSE_KV_DTYPE_COUNT)
+                return dse__fail(reterr, -EINVAL, "dse_kv_cache_new: bad arguments (block %d, seqs %d, n_ctx %d, dtype %d)",
+                                 block_tokens, max_seqs, n_ctx, (int)dtype);
         const struct dse_hparams *hp = dse__model_hparams(model);
         int32_t row = dse__kv_row_floats(hp);
         if (row <= 0 || hp->n_layers <= 0)
@@ -127,7 +254,8 @@ int dse_kv_cache_new(const struct dse_model *model, size_t mem_bytes, int block_
                 return -ENOMEM;
         kv->block_tokens = block_tokens;
         kv->n_layers = hp->n_layers;
-        kv->row_floats = row;
+        dse__kv_layout(hp, dtype, &kv->layout);
+        kv->layout.block_tokens = block_tokens;
         kv->n_ctx = n_ctx;
         kv->max_seqs = max_seqs;
         kv->max_blocks = (n_ctx + block_tokens - 1) / block_tokens;
@@ -345,7 +473,7 @@ int dse_kv_seq_blocks_needed(const struct dse_kv_cache *kv, int seq, size_t n_to
 }
 
 int dse__kv_fits_model(const struct dse_kv_cache *kv, const struct dse_hparams *hp) {
-        return kv->n_layers == hp->n_layers && kv->row_floats == dse__kv_row_floats(hp);
+        return kv->n_layers == hp->n_layers && kv->layout.row_floats == dse__kv_row_floats(hp);
 }
 
 int32_t dse__kv_n_ctx(const struct dse_kv_cache *kv) {
@@ -369,11 +497,9 @@ int dse__kv_seq_reserve(struct dse_kv_cache *kv, int seq, size_t n_tokens) {
 }
 
 void dse__kv_seq_view(const struct dse_kv_cache *kv, int seq, struct dse__kv_view *v) {
+        *v = kv->layout;
         v->base = kv->data;
         v->blocks = kv->seqs[seq].table;
-        v->block_tokens = kv->block_tokens;
-        v->n_layers = kv->n_layers;
-        v->row_floats = kv->row_floats;
 }
 
 /* Appends n_tokens ids at the sequence's end and registers every block they filled in

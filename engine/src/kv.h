@@ -12,34 +12,49 @@
 
 /* Where one sequence's KV rows live: position p of layer l is row p % block_tokens of
  * block blocks[p / block_tokens]; a block holds every layer, layer-major, so one layer's
- * rows of a block are contiguous. A session's private cache is the special case of one
- * block of n_ctx positions. */
+ * rows of a block are contiguous, row_bytes apart. A session's private cache is the
+ * special case of one block of n_ctx positions. A row holds row_floats elements of
+ * dtype (llama [k | v], MLA [c | k_pe]); FP8 and INT8 rows then a float32 scale per
+ * group of `group` elements at scale_off (struct dse_kv_rows). */
 struct dse__kv_view {
-        float *base;           /* (n_blocks, n_layers, block_tokens, row_floats) */
+        uint8_t *base;         /* (n_blocks, n_layers, block_tokens, row_bytes) */
         const int32_t *blocks; /* (ceil(n_ctx / block_tokens)) block table */
         int32_t block_tokens;
         int32_t n_layers;
-        int32_t row_floats;    /* one position of one layer: llama [k | v], MLA [c | k_pe] */
+        int32_t row_floats;    /* elements of one position of one layer */
+        int32_t row_bytes;
+        int32_t group, scale_off;
+        enum dse_kv_dtype dtype;
 };
 
-/* (row_floats) the KV row of layer l at position pos. */
-static inline float *dse__kv_row(const struct dse__kv_view *v, int l, int32_t pos) {
+/* The KV row of layer l at position pos (row_bytes). */
+static inline uint8_t *dse__kv_row(const struct dse__kv_view *v, int l, int32_t pos) {
         size_t b = (size_t)v->blocks[pos / v->block_tokens];
         return v->base + ((b * (size_t)v->n_layers + (size_t)l) * (size_t)v->block_tokens +
-                          (size_t)(pos % v->block_tokens)) * (size_t)v->row_floats;
+                          (size_t)(pos % v->block_tokens)) * (size_t)v->row_bytes;
 }
 
-/* Positions from pos on (before end) whose rows of a layer lie back to back, row_floats
+/* Positions from pos on (before end) whose rows of a layer lie back to back, row_bytes
  * apart: up to the end of pos's block. */
 static inline int32_t dse__kv_run(const struct dse__kv_view *v, int32_t pos, int32_t end) {
         int32_t left = v->block_tokens - pos % v->block_tokens;
         return end - pos < left ? end - pos : left;
 }
 
-/* Floats of KV one position of one layer needs for the model's architecture: llama and
- * qwen2 2 * n_kv_heads * head_dim, DeepSeek MLA kv_lora_rank + qk_rope_head_dim; 0 for
- * an architecture without a forward pass. */
+/* Elements of KV one position of one layer needs for the model's architecture: llama
+ * and qwen2 2 * n_kv_heads * head_dim, DeepSeek MLA kv_lora_rank + qk_rope_head_dim; 0
+ * for an architecture without a forward pass. */
 int32_t dse__kv_row_floats(const struct dse_hparams *hp);
+/* The row layout of hp's KV in dtype: every field of the view but base and blocks. */
+void dse__kv_layout(const struct dse_hparams *hp, enum dse_kv_dtype dtype, struct dse__kv_view *ret_view);
+/* DSV_KV=f32|bf16|fp8|int8, else F32. */
+int dse__kv_dtype_from_env(enum dse_kv_dtype *ret, struct dse_diag *reterr);
+/* Stores x (n) as elements [off, off + n) of layer l's row at pos, converted to the
+ * view's type (off and n whole groups for FP8 and INT8). */
+void dse__kv_store(const struct dse__kv_view *v, int l, int32_t pos, int32_t off, const float *x, int32_t n);
+/* Elements [off, off + n) of layer l's row at pos as floats (one row: the naive MLA form
+ * reads its latent through this). */
+void dse__kv_load(const struct dse__kv_view *v, int l, int32_t pos, int32_t off, int32_t n, float *out);
 
 /* For dse_batch_step (batch.c). */
 /* Nonzero when the cache's rows have the layout hp's forward pass writes. */

@@ -1,6 +1,6 @@
 /* Sessions: one sequence's activations, scratch and KV cache over a borrowed model whose
- * weights were bound when it was opened (weights.h), and the helpers the architectures'
- * forward passes share (parallel pieces, attention over cached rows). Everything is
+ * weights were bound when it was opened (weights.h), and the parallel-pieces helper the
+ * architectures' forward passes share (attention over cached rows: attend.c). Everything is
  * allocated in dse_session_new; eval never allocates. The private KV cache is the paged
  * layout's special case of one block of n_ctx positions. */
 #include <stdatomic.h>
@@ -41,21 +41,6 @@ void dse__parallel(struct dse_session *s, size_t n, dse_pool_range_fn fn, void *
         struct claim_job j = {.n = n, .piece = piece ? piece : 1, .fn = fn, .ctx = ctx};
         atomic_init(&j.next, 0);
         dse_pool_run_shared(s->pool, claim_task, &j);
-}
-
-void dse__attend(const struct dse_session *s, const struct dse__kv_view *kv, int l, int32_t T, const float *q,
-                 int64_t k_off, int64_t k_len, float scale, int64_t v_off, int64_t v_len, float *att, float *out) {
-        int32_t r;
-        for (int32_t t = 0; t < T; t += r) {
-                r = dse__kv_run(kv, t, T);
-                s->k.attn_scores(q, dse__kv_row(kv, l, t) + k_off, kv->row_floats, r, k_len, scale, att + t);
-        }
-        s->k.softmax(att, T);
-        memset(out, 0, (size_t)v_len * sizeof(float));
-        for (int32_t t = 0; t < T; t += r) {
-                r = dse__kv_run(kv, t, T);
-                s->k.attn_accum(att + t, dse__kv_row(kv, l, t) + v_off, kv->row_floats, r, v_len, out);
-        }
 }
 
 void dse__session_set_mla_naive(struct dse_session *s, int on) {
@@ -145,10 +130,15 @@ static int session_create(const struct dse_model *model, int n_ctx, struct dse_p
                         r = -ENOMEM;
                         goto fail;
                 }
-        s->kv = (struct dse__kv_view){.blocks = &s->kv_own_block, .block_tokens = n_ctx,
-                                      .n_layers = s->hp->n_layers, .row_floats = dse__kv_row_floats(s->hp)};
-        if (own_kv && !(s->kv.base = dse__session_alloc(s, (size_t)s->hp->n_layers * (size_t)n_ctx *
-                                                                    (size_t)s->kv.row_floats * sizeof(float)))) {
+        enum dse_kv_dtype kv_dtype;
+        if ((r = dse__kv_dtype_from_env(&kv_dtype, reterr)) < 0)
+                goto fail;
+        dse__kv_layout(s->hp, kv_dtype, &s->kv);
+        s->kv.blocks = &s->kv_own_block;
+        s->kv.block_tokens = n_ctx;
+        if ((own_kv && !(s->kv.base = dse__session_alloc(s, (size_t)s->hp->n_layers * (size_t)n_ctx *
+                                                                     (size_t)s->kv.row_bytes))) ||
+            dse__attn_split_init(s) < 0) {
                 r = -ENOMEM;
                 goto fail;
         }
@@ -211,5 +201,5 @@ int dse_session_n_ctx(const struct dse_session *s) {
 }
 
 size_t dse_session_kv_bytes_per_token(const struct dse_session *s) {
-        return s ? s->ops->kv_bytes_per_token(s) : 0;
+        return s ? (size_t)s->kv.n_layers * (size_t)s->kv.row_bytes : 0;
 }

@@ -40,7 +40,8 @@ extern "C" {
  * 2: a chat request's "tools" (the function definitions its template renders); a
  *    request's "constraint" and "logit_bias"; "bytes" of top_logprobs alternatives;
  *    speculative decoding counters in stats_reply (optional fields);
- *    request fields max_tokens_to_context and max_prompt_tokens. */
+ *    request fields max_tokens_to_context and max_prompt_tokens;
+ *    stats_reply's optional kv_bytes_per_token. */
 #define DSV_IPC_PROTOCOL_MINOR 2
 /* Largest message accepted (a 128k-token prompt as JSON ids is ~1 MiB). */
 #define DSV_IPC_MAX_MSG_BYTES (16u << 20)
@@ -213,6 +214,7 @@ struct dsv_ipc_stats {
         int64_t spec_verifications, spec_draft_tokens, spec_accepted_tokens;
         int64_t spec_accepted_hist[DSV_IPC_SPEC_HIST];
         int32_t n_spec_hist;
+        int64_t kv_bytes_per_token; /* the KV pool's bytes per position, all layers (0: not reported) */
 };
 
 struct dsv_ipc_msg {

@@ -302,6 +302,7 @@ static int encode_body(cJSON *o, const struct dsv_ipc_msg *m) {
                                         return -ENOMEM;
                         }
                 }
+                r |= add_num(o, "kv_bytes_per_token", (double)s->kv_bytes_per_token);
                 return r ? -EINVAL : 0;
         }
         default:
@@ -691,7 +692,8 @@ static int decode_body(struct decoder *d, const cJSON *o, struct dsv_ipc_msg *m)
                     (r = get_i64(d, o, "forced_tokens", 0, &s->forced_tokens)) < 0 ||
                     (r = get_i64(d, o, "spec_verifications", 0, &s->spec_verifications)) < 0 ||
                     (r = get_i64(d, o, "spec_draft_tokens", 0, &s->spec_draft_tokens)) < 0 ||
-                    (r = get_i64(d, o, "spec_accepted_tokens", 0, &s->spec_accepted_tokens)) < 0)
+                    (r = get_i64(d, o, "spec_accepted_tokens", 0, &s->spec_accepted_tokens)) < 0 ||
+                    (r = get_i64(d, o, "kv_bytes_per_token", 0, &s->kv_bytes_per_token)) < 0)
                         return r;
                 const cJSON *h = cJSON_GetObjectItemCaseSensitive(o, "spec_accepted_hist");
                 if (!h)

@@ -74,7 +74,7 @@ check "promtool check metrics passes on the live /metrics" bash -c "promtool che
 # The per-instance families beyond the latency histograms: worker-reported KV
 # blocks and preemptions, restarts, HugePage bytes, and cgroup CPU throttling (the v1 or
 # v2 cpu controller exists on every host this runs on).
-for fam in dsvisor_kv_blocks_used dsvisor_kv_blocks_capacity dsvisor_preemptions_total \
+for fam in dsvisor_kv_blocks_used dsvisor_kv_blocks_capacity dsvisor_preemptions_total dsvisor_kv_bytes_per_token \
            dsvisor_worker_restarts_total dsvisor_weights_hugepages_bytes dsvisor_weights_thp_bytes dsvisor_instance_up \
            dsvisor_num_requests_running dsvisor_num_requests_waiting dsvisor_requests_total \
            dsvisor_cgroup_cpu_throttled_seconds_total; do

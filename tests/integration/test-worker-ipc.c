@@ -161,6 +161,11 @@ TEST(cancel_frees_blocks) {
         ASSERT_TRUE(st.kv_blocks_total > 0);
         ASSERT_EQ(st.max_batch, 8);
         ASSERT_EQ(st.token_budget, 64);
+        /* config.json: 2 layers of [k | v] rows, 2 kv heads of head_dim 32 (128 elements);
+         * FP8/INT8 add a float scale per head of K and of V (4) */
+        const char *kv = getenv("DSV_KV");
+        int64_t row = !kv || !*kv || strcmp(kv, "bf16") == 0 ? 128 * 2 : strcmp(kv, "f32") == 0 ? 128 * 4 : 128 + 4 * 4;
+        ASSERT_EQ(st.kv_bytes_per_token, 2 * row);
 }
 
 TEST(deadline) {

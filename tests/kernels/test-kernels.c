@@ -5,6 +5,7 @@
 #include <stdint.h>
 
 #include "kernels/kernels.h"
+#include "kernel-test-data.h"
 #include "t.h"
 
 /* Tolerance: the float32 rounding of a sum of n terms is bounded by ~n*eps*sum|terms|;
@@ -12,25 +13,11 @@
 #define REL_TOL 1e-5
 #define ABS_TOL 1e-6
 
-static uint64_t rng_state;
-static void rng_seed(uint64_t s) { rng_state = s * 0x9E3779B97F4A7C15ull + 1; }
-static uint32_t rng_u32(void) {
-        rng_state ^= rng_state << 13;
-        rng_state ^= rng_state >> 7;
-        rng_state ^= rng_state << 17;
-        return (uint32_t)(rng_state >> 11);
-}
-static float rng_unit(void) { return (float)(rng_u32() % 2000001) / 1000000.0f - 1.0f; }
-
-/* Independent decoders for the oracle (the ref.c converters are checked separately). */
+/* Independent decoders for the oracle (the ref.c converters are checked separately;
+ * e4m3's is kernel-test-data.h's). */
 static double f16_value(uint16_t h) {
         int s = h >> 15, e = (h >> 10) & 31, m = h & 1023;
         double v = e ? ldexp(1.0 + m / 1024.0, e - 15) : ldexp(m / 1024.0, -14);
-        return s ? -v : v;
-}
-static double f8_value(uint8_t b) {
-        int s = b >> 7, e = (b >> 3) & 15, m = b & 7;
-        double v = e ? ldexp(1.0 + m / 8.0, e - 7) : ldexp(m / 8.0, -6);
         return s ? -v : v;
 }
 
@@ -170,11 +157,6 @@ static const char *dtype_name(enum dse_dtype dt) {
         return (unsigned)dt < sizeof names / sizeof names[0] ? names[dt] : "?";
 }
 
-static enum dse_cpu_level detected_level(void) {
-        struct dse_cpu_info cpu;
-        unsetenv("DSV_CPU");
-        return dse_cpu_detect(&cpu, NULL) < 0 ? DSE_CPU_SCALAR : cpu.detected;
-}
 
 /* The AVX-512 sub-features of matmul_xq this CPU (and Linux, for AMX) allows. */
 static unsigned detected_features(void) {

@@ -96,9 +96,11 @@ TEST(events_roundtrip) {
 
         struct dsv_ipc_msg st = {.type = DSV_IPC_STATS_REPLY,
                                  .u.stats = {.seq = 2, .running = 3, .waiting = 4, .queued_prompt_tokens = 500,
-                                             .kv_blocks_used = 10, .kv_blocks_total = 100, .prefix_hit_rate = 0.5}};
+                                             .kv_blocks_used = 10, .kv_blocks_total = 100, .prefix_hit_rate = 0.5,
+                                             .kv_bytes_per_token = 18432}};
         ASSERT_OK(roundtrip(&st, &out));
         ASSERT_EQ(out.u.stats.queued_prompt_tokens, 500);
+        ASSERT_EQ(out.u.stats.kv_bytes_per_token, 18432);
         ASSERT_NEAR(out.u.stats.prefix_hit_rate, 0.5, 0);
         dsv_ipc_msg_done(&out);
 

@@ -565,3 +565,26 @@ TEST(http_options_parse_and_check) {
         ASSERT_EQ(sup_host_is_loopback("192.168.1.1"), 0);
         ASSERT_EQ(sup_host_is_loopback("localhost"), 0);
 }
+
+/* --kv-dtype and "kv-dtype": passed to the workers as given; a bad value names the key
+ * and the choices; unset leaves the worker's default (bf16). */
+TEST(kv_dtype_command_line_and_file) {
+        struct sup_config c;
+        char err[256];
+        char *a0[] = {"start"};
+        ASSERT_EQ(parse(&c, err, sizeof err, 1, a0), 0);
+        ASSERT_EQ(c.kv_dtype[0], 0);
+        char *a1[] = {"start", "--kv-dtype", "int8"};
+        ASSERT_EQ(parse(&c, err, sizeof err, 3, a1), 0);
+        ASSERT_TRUE(strcmp(c.kv_dtype, "int8") == 0);
+        char *a2[] = {"start", "--kv-dtype", "fp16"};
+        ASSERT_EQ(parse(&c, err, sizeof err, 3, a2), -EINVAL);
+        ASSERT_TRUE(strstr(err, "kv-dtype") && strstr(err, "fp16") && strstr(err, "bf16"));
+        sup_config_init(&c);
+        ASSERT_EQ(sup_config_apply_json(&c, "{\"kv-dtype\": \"fp8\"}", err, sizeof err), 0);
+        ASSERT_TRUE(strcmp(c.kv_dtype, "fp8") == 0);
+        ASSERT_EQ(sup_config_apply_json(&c, "{\"kv-dtype\": 8}", err, sizeof err), -EINVAL);
+        ASSERT_TRUE(strstr(err, "kv-dtype: expected a string"));
+        ASSERT_EQ(sup_config_apply_json(&c, "{\"kv-dtype\": \"f16\"}", err, sizeof err), -EINVAL);
+        ASSERT_TRUE(strstr(err, "kv-dtype") && strstr(err, "f16"));
+}

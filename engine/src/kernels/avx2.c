@@ -5,6 +5,7 @@
 #include <immintrin.h>
 #include <string.h>
 
+#include "kernels/avx2_loads.h"
 #include "kernels/kernels.h"
 #include "kernels/q4_f32_rows.h"
 #include "kernels/q4_xsums.h"
@@ -12,24 +13,6 @@
 /* Register-block loops must unroll completely (at -O2 GCC leaves them rolled, and the
  * accumulators then live in memory). */
 #define UNROLL _Pragma("GCC unroll 8")
-
-static inline __m256 load_bf16x8(const uint16_t *p) {
-        __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p));
-        return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
-}
-
-static inline __m256 load_f16x8(const uint16_t *p) {
-        return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
-}
-
-static inline __m256 load_i8x8(const int8_t *p) {
-        return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)p)));
-}
-
-static inline __m256 load_f8x8(const uint8_t *p, const float *lut) {
-        __m256i idx = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)p));
-        return _mm256_i32gather_ps(lut, idx, 4);
-}
 
 static void matvec_f32_avx2(const struct dse_qmat *w, const float *x, float *y, int64_t r0, int64_t r1) {
         const float *W = w->data; /* (rows, cols) */

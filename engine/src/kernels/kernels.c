@@ -27,8 +27,10 @@ int dse__kernels_resolve_with(enum dse_cpu_level level, unsigned feat, struct ds
                 return -EINVAL;
         struct dse_kernels k;
         dse__kernels_fill_ref(&k);
-        if (level >= DSE_CPU_AVX2)
+        if (level >= DSE_CPU_AVX2) {
                 dse__kernels_fill_avx2(&k);
+                dse__kernels_fill_avx2_kv(&k);
+        }
         if (level >= DSE_CPU_AVX512) {
                 int amx = (feat & DSE_KFEAT_AMX) && dse__kernels_amx_usable();
                 dse__kernels_fill_avx512(&k);

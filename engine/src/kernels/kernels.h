@@ -109,6 +109,25 @@ void dse__xq_init(struct dse_xq *xq, void *mem, int64_t n, int64_t cols);
 typedef void (*dse_matmul_xq_fn)(const struct dse_qmat *w, const struct dse_xq *xq, float *y, int64_t ldy,
                                  int64_t r0, int64_t r1);
 
+/* A run of KV rows as the cache stores them (enum dse_kv_dtype): element d of row t is
+ * at rows + t * ld (bytes) in the row's type: BF16 uint16, FP8 e4m3 bytes, INT8 int8;
+ * FP8 and INT8 rows hold a float32 scale per group of `group` elements at scale_off
+ * bytes from the row's start: x[t, d] = elem * scale[d / group]. */
+struct dse_kv_rows {
+        const uint8_t *rows;
+        int64_t ld;
+        int64_t scale_off;
+        int32_t group;
+};
+
+/* attn_scores and attn_accum over stored rows, elements [off, off + len) of each (off
+ * and len multiples of group for FP8 and INT8): scores[t] = scale * sum_d q[d] *
+ * x[t, off + d]; out[d] += sum_t w[t] * x[t, off + d]. */
+typedef void (*dse_attn_scores_kv_fn)(const float *q, const struct dse_kv_rows *k, int64_t off, int64_t n,
+                                      int64_t len, float scale, float *scores);
+typedef void (*dse_attn_accum_kv_fn)(const float *w, const struct dse_kv_rows *v, int64_t off, int64_t n,
+                                     int64_t len, float *out);
+
 /* out[c] = W[r, c] for all c (in stored column order). */
 typedef void (*dse_dequant_row_fn)(const struct dse_qmat *w, int64_t r, float *out);
 
@@ -136,6 +155,10 @@ struct dse_kernels {
         /* out[d] += sum_{t < n} w[t] * v[t * ld + d] for d < len: the softmax-weighted
          * rows, out kept in registers over the run instead of loaded and stored per row. */
         void (*attn_accum)(const float *w, const float *v, int64_t ld, int64_t n, int64_t len, float *out);
+        /* The same over a cache of another element type (NULL for DSE_KV_F32, whose rows
+         * attn_scores and attn_accum read as floats). */
+        dse_attn_scores_kv_fn attn_scores_kv[DSE_KV_DTYPE_COUNT];
+        dse_attn_accum_kv_fn attn_accum_kv[DSE_KV_DTYPE_COUNT];
         /* out[i] = w[i] * x[i] / sqrt(mean(x^2) + eps); out may alias x. */
         void (*rmsnorm)(float *out, const float *x, const float *w, int64_t n, float eps);
         /* x[i] = exp(x[i] - max) / sum, in place (n >= 1). */
@@ -169,6 +192,17 @@ void dse__kernels_ref_matmul_xq(const struct dse_qmat *w, const struct dse_xq *x
 void dse__kernels_ref_matmul_bf16act(const struct dse_qmat *w, const float *x, int64_t ldx, int64_t n, float *y,
                                      int64_t ldy, int64_t r0, int64_t r1);
 
+/* The reference attention over FP8 and INT8 KV rows, for scale groups the SIMD versions
+ * leave out (not whole multiples of 8 elements). */
+void dse__kernels_ref_attn_scores_fp8(const float *q, const struct dse_kv_rows *k, int64_t off, int64_t n,
+                                      int64_t len, float scale, float *scores);
+void dse__kernels_ref_attn_scores_int8(const float *q, const struct dse_kv_rows *k, int64_t off, int64_t n,
+                                       int64_t len, float scale, float *scores);
+void dse__kernels_ref_attn_accum_fp8(const float *w, const struct dse_kv_rows *v, int64_t off, int64_t n,
+                                     int64_t len, float *out);
+void dse__kernels_ref_attn_accum_int8(const float *w, const struct dse_kv_rows *v, int64_t off, int64_t n,
+                                      int64_t len, float *out);
+
 /* The fills, in resolve order (kernels.c): each gets the table as the fills before it left
  * it and overrides what it speeds up. A kernel that leaves some shapes or formats to the
  * entry it replaced keeps that entry at its fill (resolve order makes it the same one
@@ -177,6 +211,8 @@ void dse__kernels_ref_matmul_bf16act(const struct dse_qmat *w, const float *x, i
 void dse__kernels_fill_ref(struct dse_kernels *k);
 /* AVX2+FMA+F16C overrides (avx2.c); call only when the CPU has them. */
 void dse__kernels_fill_avx2(struct dse_kernels *k);
+/* AVX2 attention over BF16/FP8/INT8 KV rows (avx2_kv.c), with the AVX2 fill. */
+void dse__kernels_fill_avx2_kv(struct dse_kernels *k);
 /* AVX-512 F+BW+VL overrides (avx512.c), applied over the AVX2 ones. */
 void dse__kernels_fill_avx512(struct dse_kernels *k);
 /* AVX-512 VNNI overrides (vpdpbusd matmul_xq, avx512_vnni.c); only when the CPU also has
@@ -214,6 +250,9 @@ float dse__kern_bf16_to_f32(uint16_t h);
 /* float32 -> bfloat16, round to nearest even (NaN stays NaN). */
 uint16_t dse__kern_f32_to_bf16(float f);
 float dse__kern_f8e4m3_to_f32(uint8_t b);
+/* float32 -> e4m3, round to nearest even, saturating at +-448 (no NaN is made from a
+ * finite value); the inverse of dse__kern_f8e4m3_to_f32 on its 254 finite values. */
+uint8_t dse__kern_f32_to_f8e4m3(float f);
 /* 256-entry e4m3 decode table (built once, thread-safe). */
 const float *dse__f8e4m3_table(void);
 

@@ -31,17 +31,11 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "kernels/avx2_loads.h" /* hsum8 */
 #include "kernels/kernels.h"
 
 #define Q4F_UNROLL _Pragma("GCC unroll 16")
 
-/* The sum of a ymm's 8 floats (avx2.c uses it too). */
-static inline float hsum8(__m256 v) {
-        __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-        s = _mm_hadd_ps(s, s);
-        s = _mm_hadd_ps(s, s);
-        return _mm_cvtss_f32(s);
-}
 
 #ifdef __AVX512F__
 /* 16 rows in one zmm; 4 chains (one per chunk of a tile) keep 4 FMAs in flight for a lone

@@ -51,6 +51,25 @@ float dse__kern_f8e4m3_to_f32(uint8_t b) {
         return sign ? -v : v;
 }
 
+uint8_t dse__kern_f32_to_f8e4m3(float f) {
+        uint8_t sign = signbit(f) ? 0x80 : 0;
+        float a = fabsf(f);
+        if (isnan(a))
+                return sign | 0x7f;
+        if (a >= 448.0f)
+                return sign | 0x7e;
+        if (a < 0x1p-6f) /* subnormal steps of 2^-9; 8 steps is the smallest normal 0x08 */
+                return sign | (uint8_t)nearbyintf(a * 512.0f);
+        int e;
+        float fr = frexpf(a, &e); /* a = 2fr * 2^(e-1), 2fr in [1, 2): exponent field e + 6 */
+        int m = (int)nearbyintf((fr * 2.0f - 1.0f) * 8.0f), E = e + 6;
+        if (m == 8) {
+                m = 0;
+                E++;
+        }
+        return sign | (uint8_t)(E << 3) | (uint8_t)m; /* a < 448 keeps it at most 0x7e */
+}
+
 static float f8_table[256];
 static pthread_once_t f8_once = PTHREAD_ONCE_INIT;
 
@@ -302,6 +321,86 @@ static void attn_accum_ref(const float *w, const float *v, int64_t ld, int64_t n
                 axpy_ref(w[t], v + t * ld, out, len);
 }
 
+/* ---- attention over BF16/FP8/INT8 KV rows ---- */
+
+static void attn_scores_bf16_ref(const float *q, const struct dse_kv_rows *k, int64_t off, int64_t n, int64_t len,
+                                 float scale, float *scores) {
+        for (int64_t t = 0; t < n; t++) {
+                const uint16_t *row = (const uint16_t *)(k->rows + t * k->ld) + off;
+                float acc = 0.0f;
+                for (int64_t d = 0; d < len; d++)
+                        acc += q[d] * dse__kern_bf16_to_f32(row[d]);
+                scores[t] = scale * acc;
+        }
+}
+
+static void attn_accum_bf16_ref(const float *w, const struct dse_kv_rows *v, int64_t off, int64_t n, int64_t len,
+                                float *out) {
+        for (int64_t t = 0; t < n; t++) {
+                const uint16_t *row = (const uint16_t *)(v->rows + t * v->ld) + off;
+                for (int64_t d = 0; d < len; d++)
+                        out[d] += w[t] * dse__kern_bf16_to_f32(row[d]);
+        }
+}
+
+/* FP8 and INT8: each group's sum is scaled once, as the FP8 weights' blocks are. */
+static inline float kv_elem(const uint8_t *row, int64_t d, int fp8, const float *lut) {
+        return fp8 ? lut[row[d]] : (float)(int8_t)row[d];
+}
+
+static inline void attn_scores_scaled_ref(const float *q, const struct dse_kv_rows *k, int64_t off, int64_t n,
+                                          int64_t len, float scale, float *scores, int fp8) {
+        const float *lut = dse__f8e4m3_table();
+        int64_t G = k->group;
+        for (int64_t t = 0; t < n; t++) {
+                const uint8_t *row = k->rows + t * k->ld;
+                const float *sc = (const float *)(row + k->scale_off);
+                float acc = 0.0f;
+                for (int64_t g0 = off; g0 < off + len; g0 += G) {
+                        float part = 0.0f;
+                        for (int64_t d = g0; d < g0 + G; d++)
+                                part += q[d - off] * kv_elem(row, d, fp8, lut);
+                        acc += part * sc[g0 / G];
+                }
+                scores[t] = scale * acc;
+        }
+}
+
+static inline void attn_accum_scaled_ref(const float *w, const struct dse_kv_rows *v, int64_t off, int64_t n,
+                                         int64_t len, float *out, int fp8) {
+        const float *lut = dse__f8e4m3_table();
+        int64_t G = v->group;
+        for (int64_t t = 0; t < n; t++) {
+                const uint8_t *row = v->rows + t * v->ld;
+                const float *sc = (const float *)(row + v->scale_off);
+                for (int64_t g0 = off; g0 < off + len; g0 += G) {
+                        float ws = w[t] * sc[g0 / G];
+                        for (int64_t d = g0; d < g0 + G; d++)
+                                out[d - off] += ws * kv_elem(row, d, fp8, lut);
+                }
+        }
+}
+
+void dse__kernels_ref_attn_scores_fp8(const float *q, const struct dse_kv_rows *k, int64_t off, int64_t n, int64_t len,
+                                float scale, float *scores) {
+        attn_scores_scaled_ref(q, k, off, n, len, scale, scores, 1);
+}
+
+void dse__kernels_ref_attn_scores_int8(const float *q, const struct dse_kv_rows *k, int64_t off, int64_t n, int64_t len,
+                                 float scale, float *scores) {
+        attn_scores_scaled_ref(q, k, off, n, len, scale, scores, 0);
+}
+
+void dse__kernels_ref_attn_accum_fp8(const float *w, const struct dse_kv_rows *v, int64_t off, int64_t n, int64_t len,
+                               float *out) {
+        attn_accum_scaled_ref(w, v, off, n, len, out, 1);
+}
+
+void dse__kernels_ref_attn_accum_int8(const float *w, const struct dse_kv_rows *v, int64_t off, int64_t n, int64_t len,
+                                float *out) {
+        attn_accum_scaled_ref(w, v, off, n, len, out, 0);
+}
+
 static void rmsnorm_ref(float *out, const float *x, const float *w, int64_t n, float eps) {
         float ss = 0.0f;
         for (int64_t i = 0; i < n; i++)
@@ -348,6 +447,12 @@ void dse__kernels_fill_ref(struct dse_kernels *k) {
         k->axpy_rows = axpy_rows_ref;
         k->attn_scores = attn_scores_ref;
         k->attn_accum = attn_accum_ref;
+        k->attn_scores_kv[DSE_KV_BF16] = attn_scores_bf16_ref;
+        k->attn_scores_kv[DSE_KV_FP8] = dse__kernels_ref_attn_scores_fp8;
+        k->attn_scores_kv[DSE_KV_INT8] = dse__kernels_ref_attn_scores_int8;
+        k->attn_accum_kv[DSE_KV_BF16] = attn_accum_bf16_ref;
+        k->attn_accum_kv[DSE_KV_FP8] = dse__kernels_ref_attn_accum_fp8;
+        k->attn_accum_kv[DSE_KV_INT8] = dse__kernels_ref_attn_accum_int8;
         k->rmsnorm = rmsnorm_ref;
         k->softmax = softmax_ref;
         k->swiglu = swiglu_ref;

@@ -66,6 +66,7 @@ struct ds_state {
         float *uv;               /* (n_threads, T, H*(nope+v)) rows of kv_b_proj applied to o_lat */
         float *att;              /* (n_threads, n_ctx) scores, then probabilities */
         float *kvb_full;         /* (n_threads, H*(nope+v)) naive form: decompressed k/v of one token */
+        float *lat_row;          /* (n_threads, kvr + rope) naive form: one cached latent row as floats */
         float *moe_out;          /* (T, hidden) */
         struct dse__moe_scratch moe;
         /* KV rows (through s->kv): latent c then k_pe, (kvr + rope) per layer and token */
@@ -171,7 +172,8 @@ static int ds_init(struct dse_session *s) {
             !ALLOC(st->cos, T * w->rope_dim / 2) || !ALLOC(st->sin, T * w->rope_dim / 2) ||
             !ALLOC(st->logits, T * V) || !ALLOC(st->q_abs, T * H * (w->kvr + w->rope_dim)) ||
             !ALLOC(st->o_lat, T * H * w->kvr) || !ALLOC(st->uv, nth * T * hkv) || !ALLOC(st->att, nth * n_ctx) ||
-            !ALLOC(st->kvb_full, nth * hkv) || !ALLOC(st->moe_out, T * D))
+            !ALLOC(st->kvb_full, nth * hkv) || !ALLOC(st->lat_row, nth * (size_t)w->lat_dim) ||
+            !ALLOC(st->moe_out, T * D))
                 return -ENOMEM;
 #undef ALLOC
         if (dse__moe_scratch_init(s, &st->moe) < 0)
@@ -188,10 +190,46 @@ struct mla_job {
         int l;                       /* layer: its latents are kv rows (kvr + rope) */
         const struct dse__tok *toks; /* (n) each with its sequence's view and position */
         int n;
+        int n_long;                  /* tokens over the split's positions (dse__attend_long) ... */
+        int long_tok[DSE__MAX_STEP_TOKENS]; /* ... their indices */
 };
 
+/* out_h = W_uv o_lat for head h and every token of the call: the head's v rows of
+ * kv_b_proj, read once for all tokens. */
+static void mla_uv(const struct mla_job *j, size_t h, int ith) {
+        struct dse_session *s = j->s;
+        struct ds_state *st = s->arch;
+        const struct ds_weights *w = st->w;
+        const struct dse_qmat *wkv_b = &j->L->wkv_b;
+        int32_t blk = w->nope + w->vdim;
+        int64_t HK = (int64_t)w->H * w->kvr, hkv = (int64_t)w->H * blk;
+        float *uv = st->uv + (size_t)ith * DSE__MAX_STEP_TOKENS * (size_t)hkv; /* (n, hkv) by absolute row */
+        int64_t v0 = (int64_t)h * blk + w->nope;
+        s->k.matmul[wkv_b->dtype](wkv_b, st->o_lat + (int64_t)h * w->kvr, HK, j->n, uv, hkv, v0, v0 + w->vdim);
+        for (int i = 0; i < j->n; i++)
+                memcpy(st->att_out + (int64_t)i * w->H * w->vdim + (int64_t)h * w->vdim, uv + i * hkv + v0,
+                       (size_t)w->vdim * sizeof(float));
+}
+
+static void mla_uv_heads(void *ctx, size_t h0, size_t h1, int ith) {
+        for (size_t h = h0; h < h1; h++)
+                mla_uv(ctx, h, ith);
+}
+
+/* (long token, head) pair p of the split form: as mla_absorbed attends. */
+static void mla_pair(const void *ctx, int p, struct dse__attn_pair *ret) {
+        const struct mla_job *j = ctx;
+        const struct ds_state *st = j->s->arch;
+        const struct ds_weights *w = st->w;
+        int32_t h = p % w->H, i = j->long_tok[p / w->H];
+        int64_t HQ = (int64_t)w->H * (w->kvr + w->rope_dim), HK = (int64_t)w->H * w->kvr;
+        *ret = (struct dse__attn_pair){j->toks[i].kv, j->toks[i].pos + 1, st->q_abs + i * HQ + (int64_t)h * (w->kvr + w->rope_dim),
+                                       0, 0, st->o_lat + i * HK + (int64_t)h * w->kvr};
+}
+
 /* Absorbed MLA for heads [h0, h1), every token of the call: a head's rows of kv_b_proj
- * are decoded once for all tokens. */
+ * are decoded once for all tokens. Tokens over the split's positions are left to
+ * dse__attend_long, and then W_uv to mla_uv_heads, once they are attended. */
 static void mla_absorbed(void *ctx, size_t h0, size_t h1, int ith) {
         const struct mla_job *j = ctx;
         struct dse_session *s = j->s;
@@ -199,10 +237,8 @@ static void mla_absorbed(void *ctx, size_t h0, size_t h1, int ith) {
         const struct ds_weights *w = st->w;
         const struct dse_qmat *wkv_b = &j->L->wkv_b;
         int32_t kvr = w->kvr, rd = w->rope_dim, blk = w->nope + w->vdim, n = j->n;
-        int64_t QD = (int64_t)w->H * w->qk_dim, HK = (int64_t)w->H * kvr, HQ = (int64_t)w->H * (kvr + rd),
-                hkv = (int64_t)w->H * blk;
+        int64_t QD = (int64_t)w->H * w->qk_dim, HK = (int64_t)w->H * kvr, HQ = (int64_t)w->H * (kvr + rd);
         float *att = st->att + (size_t)ith * (size_t)s->n_ctx;           /* (T) */
-        float *uv = st->uv + (size_t)ith * DSE__MAX_STEP_TOKENS * (size_t)hkv; /* (n, hkv) by absolute row */
         for (size_t h = h0; h < h1; h++) {
                 /* q_abs = W_uk^T q_nope: a q_nope-weighted sum of the head's k rows (one
                  * axpy_rows per token: the rows decoded in registers, which for Q4 costs
@@ -217,18 +253,16 @@ static void mla_absorbed(void *ctx, size_t h0, size_t h1, int ith) {
                 }
                 for (int i = 0; i < n; i++) {
                         const struct dse__kv_view *kv = j->toks[i].kv;
+                        if (j->n_long && dse__attn_is_long(s, j->toks[i].pos + 1))
+                                continue;
                         const float *q_abs = st->q_abs + i * HQ + (int64_t)h * (kvr + rd); /* (kvr + rope) */
                         float *o_lat = st->o_lat + i * HK + (int64_t)h * kvr;               /* (kvr) */
                         /* scores over whole latent rows [c | k_pe], values over c */
                         dse__attend(s, kv, j->l, j->toks[i].pos + 1, q_abs, 0, kvr + rd, w->softmax_scale, 0, kvr,
                                     att, o_lat);
                 }
-                /* out_h = W_uv o_lat: the head's v rows of kv_b_proj, for all tokens at once */
-                int64_t v0 = (int64_t)h * blk + w->nope;
-                s->k.matmul[wkv_b->dtype](wkv_b, st->o_lat + (int64_t)h * kvr, HK, n, uv, hkv, v0, v0 + w->vdim);
-                for (int i = 0; i < n; i++)
-                        memcpy(st->att_out + (int64_t)i * w->H * w->vdim + (int64_t)h * w->vdim, uv + i * hkv + v0,
-                               (size_t)w->vdim * sizeof(float));
+                if (!j->n_long)
+                        mla_uv(j, h, ith);
         }
 }
 
@@ -242,6 +276,7 @@ static void mla_naive(void *ctx, size_t h0, size_t h1, int ith) {
         int32_t kvr = w->kvr, rd = w->rope_dim, blk = w->nope + w->vdim;
         int64_t QD = (int64_t)w->H * w->qk_dim;
         float *kv = st->kvb_full + (size_t)ith * w->H * blk; /* (H*(nope+v)) by absolute row */
+        float *lat = st->lat_row + (size_t)ith * w->lat_dim;  /* (kvr + rope) */
         float *att = st->att + (size_t)ith * (size_t)s->n_ctx;
         for (size_t h = h0; h < h1; h++)
                 for (int i = 0; i < j->n; i++) {
@@ -252,7 +287,7 @@ static void mla_naive(void *ctx, size_t h0, size_t h1, int ith) {
                         float *out = st->att_out + (int64_t)i * w->H * w->vdim + (int64_t)h * w->vdim; /* (v) */
                         int64_t k0 = (int64_t)h * blk, v0 = k0 + w->nope;
                         for (int32_t t = 0; t < T; t++) {
-                                const float *lat = dse__kv_row(cache, j->l, t);
+                                dse__kv_load(cache, j->l, t, 0, w->lat_dim, lat);
                                 s->k.matvec[wkv_b->dtype](wkv_b, lat, kv, k0, v0); /* k_nope_t (nope) */
                                 att[t] = (s->k.dot(q_nope, kv + k0, w->nope) + s->k.dot(q_pe, lat + kvr, rd)) *
                                          w->softmax_scale;
@@ -260,7 +295,7 @@ static void mla_naive(void *ctx, size_t h0, size_t h1, int ith) {
                         s->k.softmax(att, T);
                         memset(out, 0, (size_t)w->vdim * sizeof(float));
                         for (int32_t t = 0; t < T; t++) {
-                                const float *lat = dse__kv_row(cache, j->l, t);
+                                dse__kv_load(cache, j->l, t, 0, w->kvr, lat);
                                 s->k.matvec[wkv_b->dtype](wkv_b, lat, kv, v0, v0 + w->vdim); /* v_t (v) */
                                 s->k.axpy(att[t], kv + v0, out, w->vdim);
                         }
@@ -303,16 +338,25 @@ static void ds_forward(struct dse_session *s, const struct dse__tok *toks, int n
                         for (int h = 0; h < w->H; h++)
                                 dse__rope_apply(&w->rope, st->q + i * QD + (int64_t)h * w->qk_dim + w->nope, cos,
                                                 sin);
-                        const float *kv_a = st->kv_a + (int64_t)i * w->lat_dim;
-                        float *lat = dse__kv_row(toks[i].kv, l, toks[i].pos); /* (kvr + rope) */
-                        s->k.rmsnorm(lat, kv_a, L->kv_a_norm, w->kvr, MLA_NORM_EPS);
-                        memcpy(lat + w->kvr, kv_a + w->kvr, (size_t)w->rope_dim * sizeof(float));
+                        /* the row [norm(c) | rope(k_pe)] made in place, then stored in the
+                         * cache's type */
+                        float *lat = st->kv_a + (int64_t)i * w->lat_dim; /* (kvr + rope) */
+                        s->k.rmsnorm(lat, lat, L->kv_a_norm, w->kvr, MLA_NORM_EPS);
                         dse__rope_apply(&w->rope, lat + w->kvr, cos, sin);
+                        dse__kv_store(toks[i].kv, l, toks[i].pos, 0, lat, w->lat_dim);
                 }
                 /* Every token's latent is cached before any attends: a token sees its
                  * sequence's earlier tokens of this call through the cache. */
-                struct mla_job job = {s, L, l, toks, n};
+                struct mla_job job = {.s = s, .L = L, .l = l, .toks = toks, .n = n};
+                for (int i = 0; i < n && !s->mla_naive; i++)
+                        if (dse__attn_is_long(s, toks[i].pos + 1))
+                                job.long_tok[job.n_long++] = i;
                 dse__parallel(s, (size_t)w->H, s->mla_naive ? mla_naive : mla_absorbed, &job);
+                if (job.n_long) {
+                        dse__attend_long(s, l, job.n_long * w->H, mla_pair, &job, w->kvr + w->rope_dim, w->kvr,
+                                         w->softmax_scale);
+                        dse__parallel(s, (size_t)w->H, mla_uv_heads, &job);
+                }
                 dse__linear_n(s, &L->wo, st->att_out, OD, n, st->xb2, D, NULL);
                 for (int64_t i = 0; i < n * D; i++)
                         x[i] += st->xb2[i];
@@ -333,14 +377,8 @@ static void ds_forward(struct dse_session *s, const struct dse__tok *toks, int n
         dse__lm_head(s, &w->eh, toks, n, x, st->xb, st->logits);
 }
 
-static size_t ds_kv_bytes_per_token(const struct dse_session *s) {
-        const struct ds_state *st = s->arch;
-        return (size_t)s->hp->n_layers * (size_t)st->w->lat_dim * sizeof(float);
-}
-
 const struct dse__arch_ops dse__arch_deepseek = {
         .bind = ds_bind,
         .init = ds_init,
         .forward = ds_forward,
-        .kv_bytes_per_token = ds_kv_bytes_per_token,
 };

@@ -112,6 +112,8 @@ struct attn_job {
         int l;
         const struct dse__tok *toks; /* (n) the call's tokens */
         int n;
+        int n_long;                  /* tokens over the split's positions (dse__attend_long) ... */
+        int long_tok[DSE__MAX_STEP_TOKENS]; /* ... their indices */
 };
 
 /* Causal attention of heads [h0, h1) for every token of the call: token i at position
@@ -131,12 +133,25 @@ static void attn_heads(void *ctx, size_t h0, size_t h1, int ith) {
                 for (int i = 0; i < j->n; i++) {
                         const struct dse__kv_view *kv = j->toks[i].kv;
                         int32_t T = j->toks[i].pos + 1;
+                        if (dse__attn_is_long(s, T))
+                                continue;
                         const float *q = st->q + (size_t)i * qd + h * hd; /* (head_dim) */
                         float *out = st->att_out + (size_t)i * qd + h * hd; /* (head_dim) */
                         /* rows [k (kv_dim) | v (kv_dim)] */
                         dse__attend(s, kv, j->l, T, q, (int64_t)kvo, hd, scale, kvd + (int64_t)kvo, hd, att, out);
                 }
         }
+}
+
+/* (long token, head) pair p of the split form: as attn_heads attends. */
+static void attn_pair(const void *ctx, int p, struct dse__attn_pair *ret) {
+        const struct attn_job *j = ctx;
+        const struct dse_hparams *hp = j->s->hp;
+        const struct llama_state *st = j->s->arch;
+        int32_t hd = hp->head_dim, h = p % hp->n_heads, i = j->long_tok[p / hp->n_heads];
+        int64_t kvo = (int64_t)(h / (hp->n_heads / hp->n_kv_heads)) * hd;
+        *ret = (struct dse__attn_pair){j->toks[i].kv, j->toks[i].pos + 1, st->q + (size_t)i * st->w->q_dim + (size_t)h * hd,
+                                       kvo, st->w->kv_dim + kvo, st->att_out + (size_t)i * st->w->q_dim + (size_t)h * hd};
 }
 
 static void llama_forward(struct dse_session *s, const struct dse__tok *toks, int n) {
@@ -170,14 +185,20 @@ static void llama_forward(struct dse_session *s, const struct dse__tok *toks, in
                                 dse__rope_apply(&w->rope, st->q + (size_t)i * qd + (size_t)h * hd, cos, sin);
                         for (int h = 0; h < hp->n_kv_heads; h++)
                                 dse__rope_apply(&w->rope, st->k + (size_t)i * kvd + (size_t)h * hd, cos, sin);
-                        float *row = dse__kv_row(toks[i].kv, l, toks[i].pos); /* [k | v] */
-                        memcpy(row, st->k + (size_t)i * kvd, (size_t)kvd * sizeof(float));
-                        memcpy(row + kvd, st->v + (size_t)i * kvd, (size_t)kvd * sizeof(float));
+                        /* the row [k | v], in the cache's type */
+                        dse__kv_store(toks[i].kv, l, toks[i].pos, 0, st->k + (size_t)i * kvd, kvd);
+                        dse__kv_store(toks[i].kv, l, toks[i].pos, kvd, st->v + (size_t)i * kvd, kvd);
                 }
                 /* Every token's row is cached before any attends: a token sees its
                  * sequence's earlier tokens of this call through the cache. */
-                struct attn_job job = {s, l, toks, n};
+                struct attn_job job = {.s = s, .l = l, .toks = toks, .n = n};
+                for (int i = 0; i < n; i++)
+                        if (dse__attn_is_long(s, toks[i].pos + 1))
+                                job.long_tok[job.n_long++] = i;
                 dse__parallel(s, (size_t)hp->n_heads, attn_heads, &job);
+                if (job.n_long)
+                        dse__attend_long(s, l, job.n_long * hp->n_heads, attn_pair, &job, hd, hd,
+                                         1.0f / sqrtf((float)hd));
                 dse__linear_n(s, &L->wo, st->att_out, qd, n, st->xb2, D, L->bo);
                 for (int64_t i = 0; i < n * D; i++)
                         x[i] += st->xb2[i];
@@ -193,14 +214,8 @@ static void llama_forward(struct dse_session *s, const struct dse__tok *toks, in
         dse__lm_head(s, &w->eh, toks, n, x, st->xb, st->logits);
 }
 
-static size_t llama_kv_bytes_per_token(const struct dse_session *s) {
-        const struct llama_state *st = s->arch;
-        return 2 * (size_t)s->hp->n_layers * (size_t)st->w->kv_dim * sizeof(float);
-}
-
 const struct dse__arch_ops dse__arch_llama = {
         .bind = llama_bind,
         .init = llama_init,
         .forward = llama_forward,
-        .kv_bytes_per_token = llama_kv_bytes_per_token,
 };

@@ -46,8 +46,6 @@ struct dse__arch_ops {
          * and attends to its sequence's positions 0..pos, so its results do not depend
          * on the other tokens of the call. Writes logits where requested. */
         void (*forward)(struct dse_session *s, const struct dse__tok *toks, int n);
-        /* Bytes of KV cache one token occupies across all layers. */
-        size_t (*kv_bytes_per_token)(const struct dse_session *s);
 };
 
 extern const struct dse__arch_ops dse__arch_llama;    /* llama, qwen2 */
@@ -65,6 +63,8 @@ struct dse_session {
         void *arch;           /* the architecture's sequence state and scratch */
         float *xperm;         /* (DSE__MAX_STEP_TOKENS, w->max_cols) gather buffer for permuted weights */
         int mla_naive;        /* DeepSeek: decompress K/V per head instead of absorbing */
+        int32_t attn_split;   /* queries over more positions take dse__attend_long (0: never) */
+        struct dse__attn_split *split; /* its scratch (attend.c) */
         struct dse__kv_view kv; /* where the current sequence's KV rows live */
         int32_t kv_own_block; /* block table of the private cache: one block, index 0 */
         enum dse_activations act; /* what Q8/Q4 weights multiply (dse.h) */
@@ -139,9 +139,37 @@ void dse__parallel(struct dse_session *s, size_t n, dse_pool_range_fn fn, void *
 /* One query against a sequence's cached positions 0..T-1 of layer l: att[t] = scale *
  * q . row_t[k_off .. k_off + k_len), softmax over t, then out = sum_t att[t] *
  * row_t[v_off .. v_off + v_len) (out is overwritten). att holds T floats. The rows are
- * taken a KV-block run at a time (dse__kv_run), as attn_scores and attn_accum want them. */
+ * taken a KV-block run at a time (dse__kv_run), as attn_scores and attn_accum want them
+ * (attn_scores_kv and attn_accum_kv for a cache of another type than F32, read as
+ * stored). */
 void dse__attend(const struct dse_session *s, const struct dse__kv_view *kv, int l, int32_t T, const float *q,
                  int64_t k_off, int64_t k_len, float scale, int64_t v_off, int64_t v_len, float *att, float *out);
+
+/* Long contexts (attend.c): a query over more than s->attn_split positions (default
+ * DSE__ATTN_SPLIT) is computed by dse__attend_long, split into chunks of that many
+ * positions over the threads and merged; its result does not depend on the other
+ * queries of the call nor on the threads. The forward passes attend short queries with
+ * dse__attend in their per-head region, then hand every (long query, head) pair to
+ * dse__attend_long. */
+#define DSE__ATTN_SPLIT 512
+#define DSE__ATTN_SPLIT_MIN 16
+#define DSE__ATTN_SPLIT_PARTS 2048 /* chunk partials held at once (waves of whole pairs) */
+struct dse__attn_pair {
+        const struct dse__kv_view *kv; /* the query's sequence */
+        int32_t T;                     /* positions it attends to */
+        const float *q;
+        int64_t k_off, v_off;          /* in each row, as dse__attend takes them */
+        float *out;                    /* (v_len) overwritten */
+};
+/* Pair p of a dse__attend_long call, described into *ret. */
+typedef void (*dse__attn_pair_fn)(const void *ctx, int p, struct dse__attn_pair *ret);
+static inline int dse__attn_is_long(const struct dse_session *s, int32_t T) {
+        return s->attn_split > 0 && T > s->attn_split;
+}
+void dse__attend_long(struct dse_session *s, int l, int n_pairs, dse__attn_pair_fn pair, const void *ctx,
+                      int64_t k_len, int64_t v_len, float scale);
+/* The split's scratch, at session setup. */
+int dse__attn_split_init(struct dse_session *s);
 
 /* ---- token embedding and LM head (embed_head.c) ---- */
 
@@ -219,5 +247,6 @@ void dse__moe_forward(struct dse_session *s, const struct dse__moe_layer *L, str
 
 /* Enables the naive (decompressed) MLA attention; for the absorbed-vs-naive test. */
 void dse__session_set_mla_naive(struct dse_session *s, int on);
+/* dse__session_set_attn_split: dse_internal.h. */
 
 #endif

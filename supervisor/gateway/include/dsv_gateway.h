@@ -209,7 +209,7 @@ struct dsv_gateway_instance_stats {
         uint32_t running;         /* requests running (dsvisor_num_requests_running) */
         uint32_t waiting;         /* requests queued (dsvisor_num_requests_waiting) */
         /* The worker's own view is known (a stats reply, or dsv_gateway_instance_set_load);
-         * the four fields below are from its last stats reply, 0 before one came. */
+         * the fields below are from its last stats reply, 0 before one came. */
         bool worker_reported;
         int32_t kv_blocks_used, kv_blocks_total;
         int64_t preemptions;
@@ -219,6 +219,7 @@ struct dsv_gateway_instance_stats {
          * verifications by drafts accepted (0..DSV_GATEWAY_SPEC_HIST-1). */
         int64_t spec_verifications, spec_draft_tokens, spec_accepted_tokens;
         int64_t spec_accepted_hist[DSV_GATEWAY_SPEC_HIST];
+        int64_t kv_bytes_per_token; /* the KV pool's bytes per position (0: not reported) */
 };
 
 /* Fills *ret for the instance. running and waiting are the load routing uses (see "Load"

@@ -400,6 +400,7 @@ static struct dsv_gateway_instance_stats instance_stats_locked(const struct gw_c
                 .spec_verifications = in->spec_verifications,
                 .spec_draft_tokens = in->spec_draft_tokens,
                 .spec_accepted_tokens = in->spec_accepted_tokens,
+                .kv_bytes_per_token = in->kv_bytes_per_token,
         };
         memcpy(st.spec_accepted_hist, in->spec_accepted_hist, sizeof st.spec_accepted_hist);
         return st;
@@ -455,6 +456,7 @@ static void link_dispatch(struct gw_link *l, struct dsv_ipc_msg *m) {
                         in->spec_accepted_hist[i] = i < m->u.stats.n_spec_hist && i < DSV_IPC_SPEC_HIST
                                                             ? m->u.stats.spec_accepted_hist[i]
                                                             : 0;
+                in->kv_bytes_per_token = m->u.stats.kv_bytes_per_token;
         } else if (id != 0) {
                 struct gw_call *c = l->calls;
                 while (c && c->id != id)

@@ -68,6 +68,7 @@ struct gw_instance {
         double prefix_hit_rate;
         int64_t spec_verifications, spec_draft_tokens, spec_accepted_tokens;
         int64_t spec_accepted_hist[DSV_GATEWAY_SPEC_HIST];
+        int64_t kv_bytes_per_token;
 };
 
 #define GW_RATE_WINDOW_S 10

@@ -342,6 +342,7 @@ static void write_locked(struct gw_metrics *m, FILE *f, const struct gw_instance
                 {"dsvisor_kv_blocks_capacity", "gauge", "KV cache blocks in the instance's pool."},
                 {"dsvisor_preemptions_total", "counter", "Sequences preempted for lack of KV blocks and recomputed later."},
                 {"dsvisor_prefix_cache_hit_ratio", "gauge", "Share of prompt tokens served from shared prefix blocks (0..1)."},
+                {"dsvisor_kv_bytes_per_token", "gauge", "KV cache bytes one position takes over all layers, in the instance's KV type."},
         };
         for (size_t p = 0; p < sizeof worker / sizeof worker[0]; p++) {
                 family(f, worker[p].name, worker[p].type, worker[p].help);
@@ -355,7 +356,8 @@ static void write_locked(struct gw_metrics *m, FILE *f, const struct gw_instance
                                 fprintf(f, "%s{%s} %lld\n", worker[p].name, ims[i]->labels,
                                         (long long)(p == 0 ? st->kv_blocks_used
                                                     : p == 1 ? st->kv_blocks_total
-                                                             : st->preemptions));
+                                                    : p == 2 ? st->preemptions
+                                                             : st->kv_bytes_per_token));
                 }
         }
         write_spec_locked(f, v, ims, n);

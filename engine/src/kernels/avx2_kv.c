@@ -1,0 +1,163 @@
+/* AVX2 + FMA attention over KV rows stored as BF16, FP8 (e4m3) or INT8 (compiled with
+ * -mavx2 -mfma -mf16c): each routine computes what its `_ref` twin in ref.c computes, 8
+ * elements at a time with float32 FMA accumulation, converting on load; only the
+ * summation order differs. FP8 and INT8 rows whose scale groups are not whole multiples
+ * of 8 elements are left to the reference twins. */
+#include <immintrin.h>
+
+#include "kernels/avx2_loads.h"
+#include "kernels/kernels.h"
+
+#define UNROLL _Pragma("GCC unroll 8")
+
+static void attn_scores_bf16_avx2(const float *q, const struct dse_kv_rows *k, int64_t off, int64_t n, int64_t len,
+                                  float scale, float *scores) {
+        for (int64_t t = 0; t < n; t++) {
+                const uint16_t *row = (const uint16_t *)(k->rows + t * k->ld) + off;
+                __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+                int64_t d = 0;
+                for (; d + 16 <= len; d += 16) {
+                        a0 = _mm256_fmadd_ps(load_bf16x8(row + d), _mm256_loadu_ps(q + d), a0);
+                        a1 = _mm256_fmadd_ps(load_bf16x8(row + d + 8), _mm256_loadu_ps(q + d + 8), a1);
+                }
+                for (; d + 8 <= len; d += 8)
+                        a0 = _mm256_fmadd_ps(load_bf16x8(row + d), _mm256_loadu_ps(q + d), a0);
+                float acc = hsum8(_mm256_add_ps(a0, a1));
+                for (; d < len; d++)
+                        acc += q[d] * dse__kern_bf16_to_f32(row[d]);
+                scores[t] = scale * acc;
+        }
+}
+
+/* Elements [d0, d0 + 8C) of each row of the run, out kept in registers over all n rows;
+ * ws(t, c) is the weight of row t's 8 elements from d0 + 8c. */
+#define ACCUM_PIECE(LOAD, WS)                                                                                   \
+        do {                                                                                                    \
+                __m256 acc[8];                                                                                  \
+                UNROLL for (int c = 0; c < C; c++) acc[c] = _mm256_loadu_ps(out + d0 + 8 * c);                 \
+                for (int64_t t = 0; t < n; t++) {                                                               \
+                        const uint8_t *row = v->rows + t * v->ld;                                               \
+                        UNROLL for (int c = 0; c < C; c++) acc[c] =                                             \
+                                _mm256_fmadd_ps(_mm256_set1_ps(WS), LOAD(row, off + d0 + 8 * c), acc[c]);       \
+                }                                                                                               \
+                UNROLL for (int c = 0; c < C; c++) _mm256_storeu_ps(out + d0 + 8 * c, acc[c]);                  \
+        } while (0)
+
+#define LOAD_BF16(row, e) load_bf16x8((const uint16_t *)(row) + (e))
+#define LOAD_I8(row, e) load_i8x8((const int8_t *)(row) + (e))
+#define LOAD_F8(row, e) load_f8x8((row) + (e), lut)
+#define SCALE(row, e) (((const float *)((row) + v->scale_off))[(e) / v->group])
+
+static inline __attribute__((always_inline)) void accum_bf16_piece(const float *w, const struct dse_kv_rows *v,
+                                                                   int64_t off, int64_t n, float *out, int64_t d0,
+                                                                   const int C) {
+        ACCUM_PIECE(LOAD_BF16, w[t]);
+}
+
+static inline __attribute__((always_inline)) void accum_i8_piece(const float *w, const struct dse_kv_rows *v,
+                                                                 int64_t off, int64_t n, float *out, int64_t d0,
+                                                                 const int C) {
+        ACCUM_PIECE(LOAD_I8, w[t] * SCALE(row, off + d0 + 8 * c));
+}
+
+static inline __attribute__((always_inline)) void accum_f8_piece(const float *w, const struct dse_kv_rows *v,
+                                                                 int64_t off, int64_t n, float *out, int64_t d0,
+                                                                 const int C, const float *lut) {
+        ACCUM_PIECE(LOAD_F8, w[t] * SCALE(row, off + d0 + 8 * c));
+}
+
+/* Pieces of 64 elements, then one of the remaining whole 8s; returns where the columns
+ * no piece covered begin. */
+#define ACCUM_PIECES(PIECE, ...)                                                                                \
+        do {                                                                                                    \
+                for (d0 = 0; d0 + 64 <= len; d0 += 64)                                                          \
+                        PIECE(w, v, off, n, out, d0, 8, ##__VA_ARGS__);                                         \
+                switch ((len - d0) / 8) {                                                                       \
+                case 1: PIECE(w, v, off, n, out, d0, 1, ##__VA_ARGS__); break;                                  \
+                case 2: PIECE(w, v, off, n, out, d0, 2, ##__VA_ARGS__); break;                                  \
+                case 3: PIECE(w, v, off, n, out, d0, 3, ##__VA_ARGS__); break;                                  \
+                case 4: PIECE(w, v, off, n, out, d0, 4, ##__VA_ARGS__); break;                                  \
+                case 5: PIECE(w, v, off, n, out, d0, 5, ##__VA_ARGS__); break;                                  \
+                case 6: PIECE(w, v, off, n, out, d0, 6, ##__VA_ARGS__); break;                                  \
+                case 7: PIECE(w, v, off, n, out, d0, 7, ##__VA_ARGS__); break;                                  \
+                default: break;                                                                                 \
+                }                                                                                               \
+                d0 += (len - d0) / 8 * 8;                                                                       \
+        } while (0)
+
+static void attn_accum_bf16_avx2(const float *w, const struct dse_kv_rows *v, int64_t off, int64_t n, int64_t len,
+                                 float *out) {
+        int64_t d0;
+        ACCUM_PIECES(accum_bf16_piece);
+        for (int64_t d = d0; d < len; d++) /* the last len % 8 elements */
+                for (int64_t t = 0; t < n; t++)
+                        out[d] += w[t] * dse__kern_bf16_to_f32(((const uint16_t *)(v->rows + t * v->ld))[off + d]);
+}
+
+static void attn_accum_int8_avx2(const float *w, const struct dse_kv_rows *v, int64_t off, int64_t n, int64_t len,
+                                 float *out) {
+        if (v->group % 8) {
+                dse__kernels_ref_attn_accum_int8(w, v, off, n, len, out);
+                return;
+        }
+        int64_t d0;
+        ACCUM_PIECES(accum_i8_piece);
+}
+
+static void attn_accum_fp8_avx2(const float *w, const struct dse_kv_rows *v, int64_t off, int64_t n, int64_t len,
+                                float *out) {
+        if (v->group % 8) {
+                dse__kernels_ref_attn_accum_fp8(w, v, off, n, len, out);
+                return;
+        }
+        const float *lut = dse__f8e4m3_table();
+        int64_t d0;
+        ACCUM_PIECES(accum_f8_piece, lut);
+}
+
+/* Per row: each group's products in one vector, scaled into the row's total with one
+ * FMA, one horizontal sum per row. */
+static inline __attribute__((always_inline)) void scores_scaled(const float *q, const struct dse_kv_rows *k,
+                                                                int64_t off, int64_t n, int64_t len, float scale,
+                                                                float *scores, int fp8) {
+        const float *lut = dse__f8e4m3_table();
+        int64_t G = k->group;
+        for (int64_t t = 0; t < n; t++) {
+                const uint8_t *row = k->rows + t * k->ld;
+                const float *sc = (const float *)(row + k->scale_off);
+                __m256 total = _mm256_setzero_ps();
+                for (int64_t g0 = off; g0 < off + len; g0 += G) {
+                        __m256 a = _mm256_setzero_ps();
+                        for (int64_t d = g0; d < g0 + G; d += 8)
+                                a = _mm256_fmadd_ps(fp8 ? load_f8x8(row + d, lut) : load_i8x8((const int8_t *)row + d),
+                                                    _mm256_loadu_ps(q + d - off), a);
+                        total = _mm256_fmadd_ps(a, _mm256_set1_ps(sc[g0 / G]), total);
+                }
+                scores[t] = scale * hsum8(total);
+        }
+}
+
+static void attn_scores_int8_avx2(const float *q, const struct dse_kv_rows *k, int64_t off, int64_t n, int64_t len,
+                                  float scale, float *scores) {
+        if (k->group % 8)
+                dse__kernels_ref_attn_scores_int8(q, k, off, n, len, scale, scores);
+        else
+                scores_scaled(q, k, off, n, len, scale, scores, 0);
+}
+
+static void attn_scores_fp8_avx2(const float *q, const struct dse_kv_rows *k, int64_t off, int64_t n, int64_t len,
+                                 float scale, float *scores) {
+        if (k->group % 8)
+                dse__kernels_ref_attn_scores_fp8(q, k, off, n, len, scale, scores);
+        else
+                scores_scaled(q, k, off, n, len, scale, scores, 1);
+}
+
+void dse__kernels_fill_avx2_kv(struct dse_kernels *k) {
+        k->attn_scores_kv[DSE_KV_BF16] = attn_scores_bf16_avx2;
+        k->attn_scores_kv[DSE_KV_FP8] = attn_scores_fp8_avx2;
+        k->attn_scores_kv[DSE_KV_INT8] = attn_scores_int8_avx2;
+        k->attn_accum_kv[DSE_KV_BF16] = attn_accum_bf16_avx2;
+        k->attn_accum_kv[DSE_KV_FP8] = attn_accum_fp8_avx2;
+        k->attn_accum_kv[DSE_KV_INT8] = attn_accum_int8_avx2;
+}
