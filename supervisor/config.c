@@ -57,6 +57,9 @@ static const struct opt_def opts[] = {
         {"runtime-dir", K_STR, F(runtime_dir), 0, 0, "control and worker sockets (default: private runtime dir)"},
         {"cgroup-parent", K_STR, F(cgroup_parent), 0, 0,
          "instance cgroups go in <own cgroup>/PATH (relative, e.g. inference/prod)"},
+        {"metrics-compat", K_STR, F(metrics_compat), 0, 0,
+         "vllm: /metrics also exports every request and engine series under vLLM's names (vllm:..., "
+         "labels model_name and engine), for dashboards written for vLLM"},
         {"config", K_STR, F(config_path), 0, 0, "JSON file with any of these options"},
 };
 #define N_OPTS (sizeof opts / sizeof opts[0])
@@ -141,6 +144,11 @@ static int check_config(const struct sup_config *cfg, char *err, size_t err_size
         if (cfg->restart_backoff_min_ms > cfg->restart_backoff_max_ms) {
                 snprintf(err, err_size, "restart-backoff-ms %d is above restart-backoff-max-ms %d",
                          cfg->restart_backoff_min_ms, cfg->restart_backoff_max_ms);
+                return -EINVAL;
+        }
+        if (cfg->metrics_compat[0] && strcmp(cfg->metrics_compat, "vllm") != 0) {
+                snprintf(err, err_size, "metrics-compat: '%s' is not vllm (the only other naming exported)",
+                         cfg->metrics_compat);
                 return -EINVAL;
         }
         if (cfg->runtime_dir[0] && cfg->runtime_dir[0] != '/') {
@@ -346,6 +354,7 @@ static const struct {
         {"model", SUP_RELOAD_NEW_WORKERS, NULL},
         {"model-id", SUP_RELOAD_FULL_RESTART, "the gateway serves and accepts the id it started with"},
         {"reasoning-format", SUP_RELOAD_FULL_RESTART, "the gateway splits reasoning as it decided at start"},
+        {"metrics-compat", SUP_RELOAD_FULL_RESTART, "the gateway names its metrics as it decided at start"},
         {"worker", SUP_RELOAD_NEW_WORKERS, NULL},
         {"instances", SUP_RELOAD_FULL_RESTART, "placement (instances, their CPUs and threads) is decided at start"},
         {"threads-per-instance", SUP_RELOAD_FULL_RESTART,

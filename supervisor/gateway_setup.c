@@ -20,6 +20,7 @@ int sup_gateway_setup(struct sup *s) {
         gc.reasoning_format = (enum dsv_gateway_reasoning_format)s->chat.reasoning;
         gc.think_opened = s->chat.think_opened;
         gc.tool_format = (enum dsv_gateway_tool_format)s->chat.tools;
+        gc.metrics_compat_vllm = strcmp(s->cfg.metrics_compat, "vllm") == 0;
         gc.admit.max_queue_per_instance = (uint32_t)s->cfg.max_queue;
         gc.max_connections = (unsigned)s->cfg.max_connections;
         /* Requests must reach the workers however busy their FIFO compute threads are:

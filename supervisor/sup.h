@@ -100,7 +100,8 @@ struct sup_config {
         char config_path[PATH_MAX];  /* --config FILE, kept for SIGHUP reloads */
         char cgroup_parent[256];     /* instance cgroups in <own>/<this>; "": <own> (relative,
                                       * checked by dsv_cgroup_parent_check) */
-        char cli_set[32];            /* internal: which options the command line set */
+        char metrics_compat[16];     /* "vllm": /metrics also under vLLM's names; "": dsvisor's only */
+        char cli_set[64];            /* internal: which options the command line set */
 };
 
 void sup_config_init(struct sup_config *cfg);

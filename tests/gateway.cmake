@@ -8,6 +8,8 @@ dsv_test(NAME test-gateway-chat-output SOURCES unit/test-gateway-chat-output.c L
 target_include_directories(test-gateway-chat-output PRIVATE ${DSV_GATEWAY_INTERNAL})
 dsv_test(NAME test-gateway-structured SOURCES unit/test-gateway-structured.c LIBS dsv_gateway dsv::cjson LABELS unit)
 target_include_directories(test-gateway-structured PRIVATE ${DSV_GATEWAY_INTERNAL})
+dsv_test(NAME test-gateway-metrics SOURCES unit/test-gateway-metrics.c LIBS dsv_gateway LABELS unit)
+target_include_directories(test-gateway-metrics PRIVATE ${DSV_GATEWAY_INTERNAL})
 dsv_test(NAME test-gateway-strict SOURCES unit/test-gateway-strict.c LIBS dsv_gateway LABELS unit)
 target_include_directories(test-gateway-strict PRIVATE ${DSV_GATEWAY_INTERNAL})
 

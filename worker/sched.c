@@ -732,6 +732,8 @@ void sched_get_stats(const struct sched *s, struct sched_stats *st) {
         st->kv_blocks_total = kst.n_blocks;
         st->prefix_hit_rate =
                 kst.prefix_query_tokens > 0 ? (double)kst.prefix_hit_tokens / (double)kst.prefix_query_tokens : 0;
+        st->prefix_query_tokens = kst.prefix_query_tokens;
+        st->prefix_hit_tokens = kst.prefix_hit_tokens;
         st->preemptions = s->preemptions;
         st->steps = s->steps;
         st->step_tokens = s->step_tokens;

@@ -48,6 +48,7 @@ struct sched_stats {
         int64_t queued_prompt_tokens; /* prompt tokens not yet computed */
         int32_t kv_blocks_used, kv_blocks_total;
         double prefix_hit_rate;
+        int64_t prefix_query_tokens, prefix_hit_tokens; /* since start: looked up, found */
         int64_t preemptions;
         int64_t steps, step_tokens; /* engine steps and tokens they carried */
         int32_t last_step_seqs, last_step_tokens;

@@ -420,6 +420,8 @@ static void publish_stats(struct server *sv) {
                 .token_budget = sv->cfg->token_budget,
                 .constrained_tokens = st.constrained_tokens,
                 .forced_tokens = st.forced_tokens,
+                .prefix_query_tokens = st.prefix_query_tokens,
+                .prefix_hit_tokens = st.prefix_hit_tokens,
         };
         pthread_mutex_unlock(&sv->mu);
 }

@@ -37,8 +37,9 @@ extern "C" {
 /* Compatible additions within the major version; each message says "minor" (absent: 0).
  * 1: the "events" batch message (PROTOCOL.md), sent only to peers that said minor >= 1.
  * 2: a chat request's "tools" (the function definitions its template renders); a
- *    request's "constraint" and "logit_bias"; "bytes" of top_logprobs alternatives. */
-#define DSV_IPC_PROTOCOL_MINOR 2
+ *    request's "constraint" and "logit_bias"; "bytes" of top_logprobs alternatives.
+ * 3: stats_reply's "prefix_query_tokens" and "prefix_hit_tokens" (counters). */
+#define DSV_IPC_PROTOCOL_MINOR 3
 /* Largest message accepted (a 128k-token prompt as JSON ids is ~1 MiB). */
 #define DSV_IPC_MAX_MSG_BYTES (16u << 20)
 /* Largest request id, seed and deadline value (JSON numbers with 15 exact digits). */
@@ -199,6 +200,8 @@ struct dsv_ipc_stats {
         int32_t token_budget; /* the worker's tokens per step (0: not reported) */
         int64_t constrained_tokens; /* tokens chosen under a grammar mask (minor 2; absent: 0) */
         int64_t forced_tokens;      /* of those, the ones the mask alone decided */
+        int64_t prefix_query_tokens; /* prompt tokens looked up in the prefix cache since start (minor 3; absent: 0) */
+        int64_t prefix_hit_tokens;   /* of those, the ones found there */
 };
 
 struct dsv_ipc_msg {

@@ -285,6 +285,8 @@ static int encode_body(cJSON *o, const struct dsv_ipc_msg *m) {
                 r |= add_num(o, "token_budget", s->token_budget);
                 r |= add_num(o, "constrained_tokens", (double)s->constrained_tokens);
                 r |= add_num(o, "forced_tokens", (double)s->forced_tokens);
+                r |= add_num(o, "prefix_query_tokens", (double)s->prefix_query_tokens);
+                r |= add_num(o, "prefix_hit_tokens", (double)s->prefix_hit_tokens);
                 return r ? -EINVAL : 0;
         }
         default:
@@ -666,7 +668,9 @@ static int decode_body(struct decoder *d, const cJSON *o, struct dsv_ipc_msg *m)
                     (r = get_i32(d, o, "max_batch", 0, 0, INT32_MAX, &s->max_batch)) < 0 ||
                     (r = get_i32(d, o, "token_budget", 0, 0, INT32_MAX, &s->token_budget)) < 0 ||
                     (r = get_i64(d, o, "constrained_tokens", 0, &s->constrained_tokens)) < 0 ||
-                    (r = get_i64(d, o, "forced_tokens", 0, &s->forced_tokens)) < 0)
+                    (r = get_i64(d, o, "forced_tokens", 0, &s->forced_tokens)) < 0 ||
+                    (r = get_i64(d, o, "prefix_query_tokens", 0, &s->prefix_query_tokens)) < 0 ||
+                    (r = get_i64(d, o, "prefix_hit_tokens", 0, &s->prefix_hit_tokens)) < 0)
                         return r;
                 return 0;
         }

@@ -588,3 +588,21 @@ TEST(stats_carry_constrained_and_forced_counts) {
         ASSERT_OK(dsv_ipc_msg_decode(old, strlen(old), &out, NULL, 0));
         ASSERT_EQ(out.u.stats.forced_tokens, 0);
 }
+
+/* ---- minor 3: the prefix cache's counters in stats ---- */
+
+TEST(stats_carry_prefix_cache_counters) {
+        struct dsv_ipc_msg m = {.type = DSV_IPC_STATS_REPLY};
+        m.u.stats = (struct dsv_ipc_stats){.seq = 4, .prefix_query_tokens = 120, .prefix_hit_tokens = 48};
+        struct dsv_ipc_msg out;
+        ASSERT_OK(roundtrip(&m, &out));
+        ASSERT_EQ(out.u.stats.prefix_query_tokens, 120);
+        ASSERT_EQ(out.u.stats.prefix_hit_tokens, 48);
+        const char *old = "{\"v\":1,\"type\":\"stats_reply\",\"seq\":1,\"running\":0,\"waiting\":0,\"queued_prompt_tokens\":0}";
+        ASSERT_OK(dsv_ipc_msg_decode(old, strlen(old), &out, NULL, 0));
+        ASSERT_EQ(out.u.stats.prefix_query_tokens, 0);
+        ASSERT_EQ(out.u.stats.prefix_hit_tokens, 0);
+        const char *bad = "{\"v\":1,\"type\":\"stats_reply\",\"seq\":1,\"running\":0,\"waiting\":0,\"queued_prompt_tokens\":0,"
+                          "\"prefix_hit_tokens\":\"many\"}";
+        ASSERT_EQ(dsv_ipc_msg_decode(bad, strlen(bad), &out, NULL, 0), -EPROTO);
+}

@@ -186,6 +186,8 @@ TEST(prefix_hits_reported) {
         struct sched_stats st;
         sched_get_stats(g.s, &st);
         ASSERT_NEAR(st.prefix_hit_rate, 48.0 / 120.0, 1e-9);
+        ASSERT_EQ(st.prefix_query_tokens, 120);
+        ASSERT_EQ(st.prefix_hit_tokens, 48);
         for (int t = 0; t < 4; t++)
                 ASSERT_EQ(g.ev.out[1][t], g.ev.out[0][t]);
         rig_done(&g);

@@ -119,6 +119,8 @@ struct dsv_gateway_config {
         bool think_opened;                 /* the template's generation prompt opens a think
                                             * block (it ends in "<think>\n") */
         enum dsv_gateway_tool_format tool_format; /* default none */
+        bool metrics_compat_vllm;          /* /metrics also under vLLM's names (vllm:…, labels
+                                            * model_name and engine); default off */
 };
 
 /* Fills cfg with the defaults above (model NULL: the caller must set it). */
@@ -184,11 +186,12 @@ struct dsv_gateway_instance_stats {
         uint32_t running;         /* requests running (dsvisor_num_requests_running) */
         uint32_t waiting;         /* requests queued (dsvisor_num_requests_waiting) */
         /* The worker's own view is known (a stats reply, or dsv_gateway_instance_set_load);
-         * the four fields below are from its last stats reply, 0 before one came. */
+         * the fields below are from its last stats reply, 0 before one came. */
         bool worker_reported;
         int32_t kv_blocks_used, kv_blocks_total;
         int64_t preemptions;
         double prefix_hit_rate;   /* 0..1 */
+        int64_t prefix_query_tokens, prefix_hit_tokens; /* since the worker started */
 };
 
 /* Fills *ret for the instance. running and waiting are the load routing uses (see "Load"

@@ -396,6 +396,8 @@ static struct dsv_gateway_instance_stats instance_stats_locked(const struct gw_c
                 .kv_blocks_total = in->kv_blocks_total,
                 .preemptions = in->preemptions,
                 .prefix_hit_rate = in->prefix_hit_rate,
+                .prefix_query_tokens = in->prefix_query_tokens,
+                .prefix_hit_tokens = in->prefix_hit_tokens,
         };
 }
 
@@ -442,6 +444,8 @@ static void link_dispatch(struct gw_link *l, struct dsv_ipc_msg *m) {
                 in->kv_blocks_total = m->u.stats.kv_blocks_total;
                 in->preemptions = m->u.stats.preemptions;
                 in->prefix_hit_rate = m->u.stats.prefix_hit_rate;
+                in->prefix_query_tokens = m->u.stats.prefix_query_tokens;
+                in->prefix_hit_tokens = m->u.stats.prefix_hit_tokens;
         } else if (id != 0) {
                 struct gw_call *c = l->calls;
                 while (c && c->id != id)
@@ -734,10 +738,18 @@ void dsv__gw_call_observe_token(struct gw_call *c, int64_t now_ns) {
 }
 
 void dsv__gw_call_observe_end(struct gw_call *c, const struct dsv_ipc_final *final, int64_t now_ns) {
-        if (final)
-                dsv__gw_metrics_complete(c->calls->metrics, c->slot, c->inst_gen,
-                                         (double)(now_ns - c->t_arrival_ns) / 1e9, final->queue_s,
-                                         final->prompt_tokens);
+        if (final) {
+                struct gw_request_done done = {
+                        .e2e_s = (double)(now_ns - c->t_arrival_ns) / 1e9,
+                        .queue_s = final->queue_s,
+                        .prefill_s = final->prefill_s,
+                        .decode_s = final->decode_s,
+                        .prompt_tokens = final->prompt_tokens,
+                        .generation_tokens = final->completion_tokens,
+                        .finish_reason = final->finish_reason,
+                };
+                dsv__gw_metrics_complete(c->calls->metrics, c->slot, c->inst_gen, &done);
+        }
         pthread_mutex_lock(&c->calls->lock);
         count_finished_locked(c->calls, now_ns / 1000000000);
         pthread_mutex_unlock(&c->calls->lock);

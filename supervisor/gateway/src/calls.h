@@ -66,6 +66,7 @@ struct gw_instance {
         int32_t kv_blocks_used, kv_blocks_total;
         int64_t preemptions;
         double prefix_hit_rate;
+        int64_t prefix_query_tokens, prefix_hit_tokens;
 };
 
 #define GW_RATE_WINDOW_S 10

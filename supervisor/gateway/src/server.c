@@ -409,7 +409,7 @@ int dsv_gateway_new(const struct dsv_gateway_config *cfg, struct dsv_gateway **r
         }
         bool metrics = false, calls = false;
         if (r == 0)
-                metrics = (r = dsv__gw_metrics_init(&gw->metrics)) == 0;
+                metrics = (r = dsv__gw_metrics_init(&gw->metrics, gw->model, cfg->metrics_compat_vllm)) == 0;
         if (r == 0)
                 calls = (r = dsv__gw_calls_init(&gw->calls, &gw->cfg, &gw->metrics)) == 0;
         if (r == 0)

@@ -1,0 +1,133 @@
+/* The metrics room's per-instance families: model_name on every request and engine
+ * series, the prefix cache as counters, the phase and length histograms, finish reasons,
+ * and with vLLM compatibility the same series under vLLM's names and labels. promtool
+ * checks the live page (tests/integration/test-grafana-prometheus.sh). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "metrics.h"
+#include "t.h"
+
+static char *render(struct gw_metrics *m, const struct gw_instance_sample *v, size_t n) {
+        char *buf = NULL;
+        size_t len = 0;
+        FILE *f = open_memstream(&buf, &len);
+        struct gw_server_sample srv = {.connections_open = 1, .max_connections = 8};
+        if (!f || dsv__gw_metrics_write(m, f, v, n, &srv) < 0) {
+                if (f)
+                        fclose(f);
+                free(buf);
+                return NULL;
+        }
+        fclose(f);
+        return buf;
+}
+
+/* One instance that served two requests: one stopped, one hit its deadline. */
+static void fill(struct gw_metrics *m, struct gw_instance_sample *v) {
+        *v = (struct gw_instance_sample){
+                .slot = 0,
+                .gen = 7,
+                .stats = {.up = true, .running = 1, .waiting = 2, .worker_reported = true, .kv_blocks_used = 25,
+                          .kv_blocks_total = 100, .prefix_hit_rate = 0.4, .prefix_query_tokens = 120,
+                          .prefix_hit_tokens = 48},
+        };
+        dsv__gw_metrics_instance_reset(m, 0, 7, "w0", 1);
+        dsv__gw_metrics_token(m, 0, 7, true, 0.02);
+        dsv__gw_metrics_token(m, 0, 7, false, 0.01);
+        struct gw_request_done a = {.e2e_s = 0.2, .queue_s = 0.001, .prefill_s = 0.02, .decode_s = 0.03,
+                                    .prompt_tokens = 12, .generation_tokens = 2, .finish_reason = "stop"};
+        struct gw_request_done b = {.e2e_s = 3, .queue_s = 0.5, .prefill_s = 1, .decode_s = 1.5,
+                                    .prompt_tokens = 300, .generation_tokens = 40, .finish_reason = "deadline"};
+        dsv__gw_metrics_complete(m, 0, 7, &a);
+        dsv__gw_metrics_complete(m, 0, 7, &b);
+}
+
+#define HAS(text, s) ASSERT_TRUE(strstr(text, s) != NULL)
+#define LACKS(text, s) ASSERT_TRUE(strstr(text, s) == NULL)
+
+TEST(dsvisor_names_carry_model_name_and_the_new_families) {
+        struct gw_metrics m;
+        ASSERT_OK(dsv__gw_metrics_init(&m, "deep\"seek", false));
+        struct gw_instance_sample v;
+        fill(&m, &v);
+        char *t = render(&m, &v, 1);
+        ASSERT_TRUE(t != NULL);
+        const char *l = "{instance=\"w0\",numa_node=\"1\",model_name=\"deep\\\"seek\"";
+        char want[512];
+        snprintf(want, sizeof want, "dsvisor_prefix_cache_queries_total%s} 120\n", l);
+        HAS(t, want);
+        snprintf(want, sizeof want, "dsvisor_prefix_cache_hits_total%s} 48\n", l);
+        HAS(t, want);
+        snprintf(want, sizeof want, "dsvisor_kv_cache_usage_perc%s} 0.25\n", l);
+        HAS(t, want);
+        snprintf(want, sizeof want, "dsvisor_cache_config_info%s,num_blocks=\"100\"} 1\n", l);
+        HAS(t, want);
+        /* 0.02 and 1 s prefill: the first by 0.5 s, both by 1 s */
+        snprintf(want, sizeof want, "dsvisor_request_prefill_time_seconds_bucket%s,le=\"0.5\"} 1\n", l);
+        HAS(t, want);
+        snprintf(want, sizeof want, "dsvisor_request_prefill_time_seconds_bucket%s,le=\"1\"} 2\n", l);
+        HAS(t, want);
+        snprintf(want, sizeof want, "dsvisor_request_inference_time_seconds_sum%s} %.17g\n", l, (0.02 + 0.03) + (1 + 1.5));
+        HAS(t, want);
+        snprintf(want, sizeof want, "dsvisor_request_prompt_tokens_bucket%s,le=\"20\"} 1\n", l);
+        HAS(t, want);
+        snprintf(want, sizeof want, "dsvisor_request_generation_tokens_sum%s} 42\n", l);
+        HAS(t, want);
+        snprintf(want, sizeof want, "dsvisor_request_decode_time_seconds_count%s} 2\n", l);
+        HAS(t, want);
+        snprintf(want, sizeof want, "dsvisor_request_success_total%s,finished_reason=\"deadline\"} 1\n", l);
+        HAS(t, want);
+        snprintf(want, sizeof want, "dsvisor_request_success_total%s,finished_reason=\"stop\"} 1\n", l);
+        HAS(t, want);
+        snprintf(want, sizeof want, "dsvisor_prompt_tokens_total%s} 312\n", l);
+        HAS(t, want);
+        LACKS(t, "vllm:");
+        free(t);
+        dsv__gw_metrics_done(&m);
+}
+
+TEST(vllm_compat_adds_the_same_series_under_vllm_names) {
+        struct gw_metrics m;
+        ASSERT_OK(dsv__gw_metrics_init(&m, "ds", true));
+        struct gw_instance_sample v;
+        fill(&m, &v);
+        char *t = render(&m, &v, 1);
+        ASSERT_TRUE(t != NULL);
+        HAS(t, "dsvisor_num_requests_waiting{instance=\"w0\",numa_node=\"1\",model_name=\"ds\"} 2\n");
+        HAS(t, "vllm:num_requests_waiting{model_name=\"ds\",engine=\"w0\"} 2\n");
+        HAS(t, "vllm:num_requests_running{model_name=\"ds\",engine=\"w0\"} 1\n");
+        HAS(t, "vllm:kv_cache_usage_perc{model_name=\"ds\",engine=\"w0\"} 0.25\n");
+        HAS(t, "vllm:prefix_cache_queries_total{model_name=\"ds\",engine=\"w0\"} 120\n");
+        HAS(t, "vllm:prefix_cache_hits_total{model_name=\"ds\",engine=\"w0\"} 48\n");
+        HAS(t, "vllm:cache_config_info{model_name=\"ds\",engine=\"w0\",num_gpu_blocks=\"100\"} 1\n");
+        HAS(t, "vllm:prompt_tokens_total{model_name=\"ds\",engine=\"w0\"} 312\n");
+        HAS(t, "vllm:generation_tokens_total{model_name=\"ds\",engine=\"w0\"} 2\n");
+        HAS(t, "# TYPE vllm:time_to_first_token_seconds histogram\n");
+        HAS(t, "vllm:time_to_first_token_seconds_count{model_name=\"ds\",engine=\"w0\"} 1\n");
+        HAS(t, "vllm:inter_token_latency_seconds_count{model_name=\"ds\",engine=\"w0\"} 1\n");
+        HAS(t, "vllm:time_per_output_token_seconds_count{model_name=\"ds\",engine=\"w0\"} 1\n");
+        HAS(t, "vllm:e2e_request_latency_seconds_count{model_name=\"ds\",engine=\"w0\"} 2\n");
+        HAS(t, "vllm:request_queue_time_seconds_count{model_name=\"ds\",engine=\"w0\"} 2\n");
+        HAS(t, "vllm:request_prefill_time_seconds_count{model_name=\"ds\",engine=\"w0\"} 2\n");
+        HAS(t, "vllm:request_decode_time_seconds_count{model_name=\"ds\",engine=\"w0\"} 2\n");
+        HAS(t, "vllm:request_inference_time_seconds_count{model_name=\"ds\",engine=\"w0\"} 2\n");
+        HAS(t, "vllm:request_prompt_tokens_count{model_name=\"ds\",engine=\"w0\"} 2\n");
+        HAS(t, "vllm:request_generation_tokens_count{model_name=\"ds\",engine=\"w0\"} 2\n");
+        /* vLLM's reasons: a deadline is an abort */
+        HAS(t, "vllm:request_success_total{model_name=\"ds\",engine=\"w0\",finished_reason=\"abort\"} 1\n");
+        HAS(t, "vllm:request_success_total{model_name=\"ds\",engine=\"w0\",finished_reason=\"stop\"} 1\n");
+        LACKS(t, "finished_reason=\"deadline\"} 1\n# HELP vllm");
+        LACKS(t, "vllm:request_success_total{model_name=\"ds\",engine=\"w0\",finished_reason=\"deadline\"");
+        free(t);
+        dsv__gw_metrics_done(&m);
+}
+
+TEST(a_model_id_that_cannot_be_a_label_is_refused) {
+        struct gw_metrics m;
+        char long_id[GW_MODEL_LABEL_MAX + 8];
+        memset(long_id, 'a', sizeof long_id - 1);
+        long_id[sizeof long_id - 1] = 0;
+        ASSERT_ERR(dsv__gw_metrics_init(&m, long_id, false), -EINVAL);
+        ASSERT_ERR(dsv__gw_metrics_init(&m, NULL, false), -EINVAL);
+}
