@@ -102,7 +102,7 @@ def check(what, ok):
 # The bucket holding each instance's slowest request bounds its P99 from above.
 buckets = {}
 for line in open(f"{tmp}/metrics.txt"):
-    m = re.match(r'dsvisor_e2e_request_latency_seconds_bucket\{instance="([^"]+)",numa_node="[^"]*",le="([^"]+)"\} (\d+)', line)
+    m = re.match(r'dsvisor_e2e_request_latency_seconds_bucket\{instance="([^"]+)",numa_node="[^"]*",(?:model_name="[^"]*",)?le="([^"]+)"\} (\d+)', line)
     if m:
         buckets.setdefault(m[1], []).append((float(m[2]), int(m[3])))
 upper = {i: min(le for le, n in b if n == max(n for _, n in b)) for i, b in buckets.items()}
