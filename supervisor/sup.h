@@ -32,6 +32,7 @@
 
 #include "dsv_platform.h"
 #include "dsv_topology.h"
+#include "dsv_log.h"
 #include "dsv_policy.h"
 
 /* ---- placement (placement.c) --------------------------------------------------------- */
@@ -101,6 +102,8 @@ struct sup_config {
         char cgroup_parent[256];     /* instance cgroups in <own>/<this>; "": <own> (relative,
                                       * checked by dsv_cgroup_parent_check) */
         char metrics_compat[16];     /* "vllm": /metrics also under vLLM's names; "": dsvisor's only */
+        char log_format[8];          /* "text" | "json"; "": text */
+        bool log_requests;           /* one log line per finished request, with its prompt */
         char cli_set[64];            /* internal: which options the command line set */
 };
 
@@ -156,8 +159,17 @@ struct dsv_gateway;
 /* ---- log line (log.c) ----------------------------------------------------------------- */
 
 /* One line on stderr, "<prio>dsvisor: ...": prio is an sd-daemon level (3 error,
- * 4 warning, 6 info), so journald keeps it. */
+ * 4 warning, 6 info), so journald keeps it; with the JSON format one object (dsv_log.h). */
 void sup_log(int prio, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* One structured line: event with fields (not owned); instance NULL for none. */
+struct cJSON;
+void sup_log_event(int prio, const char *instance, const char *event, const struct cJSON *fields);
+/* The format of every line from here on (default text); the workers are told the same. */
+void sup_log_set_format(enum dsv_log_format fmt);
+enum dsv_log_format sup_log_format(void);
+/* --log-requests (request_log.c): a "request" line per finished request, with its
+ * prompt; off: the gateway records none. */
+void sup_request_log_setup(struct dsv_gateway *gw, bool enabled);
 
 /* ---- restart policy (restart_backoff.c) -------------------------------------------- */
 

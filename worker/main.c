@@ -25,6 +25,7 @@ static void usage(FILE *out) {
                 "  --grace-ms MS       SIGTERM drain time before in-flight requests fail (default 10000)\n"
                 "  --max-queue N       waiting requests before 'overloaded' (default 256)\n"
                 "  --instance NAME     name in log lines\n"
+                "  --log-format F      text (default: \"<prio>dsvisor-worker[NAME]: ...\") or json (one object a line)\n"
                 "  --amx               allow AMX kernels (faster prefill; a request's logits then depend\n"
                 "                      on its batch within float rounding, see worker/README.md)\n");
 }
@@ -73,7 +74,7 @@ static int parse_cpus(const char *s, int *cpus, int max, int *ret_n) {
 
 int worker_parse_args(int argc, char **argv, struct worker_config *cfg) {
         enum { O_MODEL = 256, O_MODEL_FD, O_LISTEN, O_THREADS, O_CPUS, O_NCTX, O_BATCH, O_BUDGET, O_KVMEM, O_GRACE,
-               O_QUEUE, O_INSTANCE, O_AMX, O_HELP };
+               O_QUEUE, O_INSTANCE, O_AMX, O_HELP, O_LOG_FORMAT };
         static const struct option opts[] = {
                 {"model", required_argument, NULL, O_MODEL},       {"model-fd", required_argument, NULL, O_MODEL_FD},
                 {"listen", required_argument, NULL, O_LISTEN},     {"threads", required_argument, NULL, O_THREADS},
@@ -82,6 +83,7 @@ int worker_parse_args(int argc, char **argv, struct worker_config *cfg) {
                 {"kv-mem-mib", required_argument, NULL, O_KVMEM},  {"grace-ms", required_argument, NULL, O_GRACE},
                 {"max-queue", required_argument, NULL, O_QUEUE},   {"instance", required_argument, NULL, O_INSTANCE},
                 {"amx", no_argument, NULL, O_AMX},                 {"help", no_argument, NULL, O_HELP},
+                {"log-format", required_argument, NULL, O_LOG_FORMAT},
                 {0},
         };
         *cfg = (struct worker_config){.model_fd = -1, .n_threads = 1, .max_batch = 8, .token_budget = 256,
@@ -103,6 +105,7 @@ int worker_parse_args(int argc, char **argv, struct worker_config *cfg) {
                 case O_QUEUE: r = parse_int(optarg, 0, 1 << 20, &cfg->max_queue); break;
                 case O_INSTANCE: cfg->instance = optarg; break;
                 case O_AMX: cfg->allow_amx = 1; break;
+                case O_LOG_FORMAT: r = dsv_log_format_parse(optarg, &cfg->log_format); break;
                 case O_HELP: usage(stdout); exit(0);
                 default: r = -EINVAL; break;
                 }
@@ -136,6 +139,7 @@ int main(int argc, char **argv) {
         if (worker_parse_args(argc, argv, &cfg) < 0)
                 return 2;
         wlog_set_instance(cfg.instance);
+        wlog_set_format(cfg.log_format);
         /* The AMX kernels and the VNNI 8-token layout sum int8 block products in another
          * float order than the 4-token VNNI blocks and take over from 5-16 tokens per call, so a request's logits would depend
          * on what it is batched with. Serving promises that they do not (alone or in a

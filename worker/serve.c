@@ -22,9 +22,14 @@
 #define KV_BLOCK_TOKENS 16
 
 static char instance_name[64] = "worker";
+static enum dsv_log_format log_format = DSV_LOG_FORMAT_TEXT;
 
 void wlog_set_instance(const char *name) {
         snprintf(instance_name, sizeof instance_name, "%s", name);
+}
+
+void wlog_set_format(enum dsv_log_format fmt) {
+        log_format = fmt;
 }
 
 void wlog(int prio, const char *fmt, ...) {
@@ -33,7 +38,7 @@ void wlog(int prio, const char *fmt, ...) {
         va_start(ap, fmt);
         vsnprintf(buf, sizeof buf, fmt, ap);
         va_end(ap);
-        fprintf(stderr, "<%d>dsvisor-worker[%s]: %s\n", prio, instance_name, buf);
+        dsv_log_line(stderr, log_format, prio, "dsvisor-worker", instance_name, NULL, buf, NULL);
 }
 
 /* ---- engine ---- */

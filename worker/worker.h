@@ -7,6 +7,7 @@
 
 #include "dse.h"
 #include "dsv_ipc.h"
+#include "dsv_log.h"
 #include "scheduler.h"
 
 /* The command line (worker/README.md). */
@@ -25,6 +26,7 @@ struct worker_config {
         int max_queue;          /* --max-queue */
         const char *instance;   /* --instance */
         int allow_amx;          /* --amx: AMX kernels allowed (batch invariance within rounding) */
+        enum dsv_log_format log_format; /* --log-format text|json (dsv_log.h) */
 };
 
 /* Parses argv into cfg (defaults first); -EINVAL with a message on stderr. */
@@ -69,5 +71,6 @@ int worker_serve(const struct worker_config *cfg);
  * info) and the instance name. */
 void wlog(int prio, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void wlog_set_instance(const char *name);
+void wlog_set_format(enum dsv_log_format fmt);
 
 #endif

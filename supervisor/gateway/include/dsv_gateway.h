@@ -238,6 +238,23 @@ typedef int (*dsv_gateway_metrics_fn)(FILE *out, void *userdata);
 /* Installs (or with fn NULL removes) the hook appended to GET /metrics. */
 void dsv_gateway_set_metrics_hook(struct dsv_gateway *gw, dsv_gateway_metrics_fn fn, void *userdata);
 
+/* A generation request that finished on an instance (the worker's final message came),
+ * for an operator's request log. Strings are valid during the call only. */
+struct dsv_gateway_request_log {
+        const char *instance;      /* the instance's name */
+        const char *endpoint;      /* "chat" or "completions" */
+        const char *finish_reason; /* the worker's: stop, length, cancelled, deadline */
+        int32_t prompt_tokens, completion_tokens;
+        double e2e_s;              /* arrival to the final message, the gateway's clock */
+        double queue_s, prefill_s, decode_s, ttft_s; /* the worker's */
+        const char *prompt;        /* the prompt text, or the chat messages as a JSON array */
+};
+typedef void (*dsv_gateway_request_log_fn)(const struct dsv_gateway_request_log *rec, void *userdata);
+
+/* Installs (or with fn NULL removes) the hook called once per finished request, on the
+ * thread that served it. Without one no request is recorded anywhere. */
+void dsv_gateway_set_request_log_hook(struct dsv_gateway *gw, dsv_gateway_request_log_fn fn, void *userdata);
+
 /* Renders the same text GET /metrics serves into a malloc'd string (owned by the
  * caller), without the hook's part. */
 int dsv_gateway_metrics_render(struct dsv_gateway *gw, char **ret_text, size_t *ret_len);

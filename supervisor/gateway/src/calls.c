@@ -737,6 +737,13 @@ void dsv__gw_call_observe_token(struct gw_call *c, int64_t now_ns) {
         c->n_tokens++;
 }
 
+void dsv__gw_calls_set_request_log(struct gw_calls *cs, dsv_gateway_request_log_fn fn, void *userdata) {
+        pthread_mutex_lock(&cs->lock);
+        cs->request_log = fn;
+        cs->request_log_userdata = userdata;
+        pthread_mutex_unlock(&cs->lock);
+}
+
 void dsv__gw_call_observe_end(struct gw_call *c, const struct dsv_ipc_final *final, int64_t now_ns) {
         if (final) {
                 struct gw_request_done done = {
@@ -750,7 +757,30 @@ void dsv__gw_call_observe_end(struct gw_call *c, const struct dsv_ipc_final *fin
                 };
                 dsv__gw_metrics_complete(c->calls->metrics, c->slot, c->inst_gen, &done);
         }
-        pthread_mutex_lock(&c->calls->lock);
-        count_finished_locked(c->calls, now_ns / 1000000000);
-        pthread_mutex_unlock(&c->calls->lock);
+        struct gw_calls *cs = c->calls;
+        char instance[DSV_GATEWAY_NAME_MAX] = "";
+        pthread_mutex_lock(&cs->lock);
+        count_finished_locked(cs, now_ns / 1000000000);
+        dsv_gateway_request_log_fn log = final ? cs->request_log : NULL;
+        void *log_userdata = cs->request_log_userdata;
+        if (log && c->slot >= 0 && c->slot < DSV_GATEWAY_MAX_INSTANCES)
+                snprintf(instance, sizeof instance, "%s", cs->inst[c->slot].name);
+        pthread_mutex_unlock(&cs->lock);
+        if (log) {
+                const struct dsv_ipc_request *rq = &c->req.ipc.u.request;
+                struct dsv_gateway_request_log rec = {
+                        .instance = instance,
+                        .endpoint = c->req.api == DSV_GW_API_CHAT ? "chat" : "completions",
+                        .finish_reason = final->finish_reason ? final->finish_reason : "stop",
+                        .prompt_tokens = final->prompt_tokens,
+                        .completion_tokens = final->completion_tokens,
+                        .e2e_s = (double)(now_ns - c->t_arrival_ns) / 1e9,
+                        .queue_s = final->queue_s,
+                        .prefill_s = final->prefill_s,
+                        .decode_s = final->decode_s,
+                        .ttft_s = final->ttft_s,
+                        .prompt = rq->input == DSV_IPC_INPUT_CHAT ? rq->messages_json : rq->prompt,
+                };
+                log(&rec, log_userdata);
+        }
 }

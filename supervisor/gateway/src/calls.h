@@ -84,9 +84,14 @@ struct gw_calls {
         /* requests finished per second, the drain rate behind a 429's Retry-After */
         uint64_t rate_counts[GW_RATE_WINDOW_S];
         int64_t rate_secs[GW_RATE_WINDOW_S];
+        /* the operator's request log (dsv_gateway_set_request_log_hook); NULL: none */
+        dsv_gateway_request_log_fn request_log;
+        void *request_log_userdata;
 };
 
 int64_t dsv__gw_now_ns(void);
+/* Installs the request log hook (fn NULL: none). */
+void dsv__gw_calls_set_request_log(struct gw_calls *cs, dsv_gateway_request_log_fn fn, void *userdata);
 
 int dsv__gw_calls_init(struct gw_calls *cs, const struct dsv_gateway_config *cfg, struct gw_metrics *metrics);
 /* From now on every call gives up (its owner answers 503): the gateway is going away. */

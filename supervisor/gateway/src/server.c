@@ -511,6 +511,12 @@ void dsv_gateway_set_metrics_hook(struct dsv_gateway *gw, dsv_gateway_metrics_fn
         pthread_mutex_unlock(&gw->hook_lock);
 }
 
+void dsv_gateway_set_request_log_hook(struct dsv_gateway *gw, dsv_gateway_request_log_fn fn, void *userdata) {
+        if (!gw)
+                return;
+        dsv__gw_calls_set_request_log(&gw->calls, fn, userdata);
+}
+
 /* ---- overload ---------------------------------------------------------------------------- */
 
 int dsv_gateway_stats(struct dsv_gateway *gw, struct dsv_gateway_stats *ret) {
