@@ -54,20 +54,7 @@ for c in 1 2 3; do
         load_pids+=($!)
 done
 
-prom_port=$(free_port)
-python3 - "$src/deploy/prometheus.yml" "$target" >"$tmp/prometheus.yml" <<'PY'
-import sys, yaml
-c = yaml.safe_load(open(sys.argv[1]))
-c["global"].update(scrape_interval="1s", scrape_timeout="1s", evaluation_interval="1s")
-c["rule_files"] = [sys.argv[1].rsplit("/", 1)[0] + "/" + f for f in c["rule_files"]]
-job = [j for j in c["scrape_configs"] if j["job_name"] == "dsvisor"][0]
-job["static_configs"] = [{"targets": [sys.argv[2]]}]
-print(yaml.safe_dump(c, sort_keys=False))
-PY
-prometheus --config.file="$tmp/prometheus.yml" --storage.tsdb.path="$tmp/tsdb" \
-        --web.listen-address="127.0.0.1:$prom_port" --storage.tsdb.retention.time=1h >"$tmp/prometheus.log" 2>&1 &
-prom_pid=$!
-for _ in $(seq 1 150); do curl -sf -m 1 "http://127.0.0.1:$prom_port/-/ready" >/dev/null && break; sleep 0.2; done
+prom_start "$target"
 check "Prometheus is ready" curl -sf -m 2 "http://127.0.0.1:$prom_port/-/ready" -o /dev/null
 
 curl -s -m 5 "http://$target/metrics" >"$tmp/metrics.txt"
@@ -82,13 +69,13 @@ check "promtool check metrics: the vllm: names' only remark is their colon (vLLM
 check "promtool check rules" promtool check rules "$src/deploy/dsvisor-rules.yml"
 check "promtool test rules deploy/dsvisor-rules-test.yml" promtool test rules "$src/deploy/dsvisor-rules-test.yml"
 mkdir -p "$tmp/broken"
-sed 's/ratio_rate5m > 0.1$/ratio_rate5m > 0.3/' "$src/deploy/dsvisor-rules.yml" >"$tmp/broken/dsvisor-rules.yml"
+sed 's/rate5m > 0.1$/rate5m > 0.3/' "$src/deploy/dsvisor-rules.yml" >"$tmp/broken/dsvisor-rules.yml"
 cp "$src/deploy/dsvisor-rules-test.yml" "$tmp/broken/"
 check "a broken throttling threshold fails the rules test" bash -c "! cmp -s '$src/deploy/dsvisor-rules.yml' '$tmp/broken/dsvisor-rules.yml' && ! promtool test rules '$tmp/broken/dsvisor-rules-test.yml' >/dev/null 2>&1"
 
 # Every expression, retried until each one has data (rate() over 30 s and the rules'
 # [1m] windows need that long of scrapes under load), at most 150 s.
-python3 - "$src" "http://127.0.0.1:$prom_port/api/v1/query" "$model_id" <<'PY' || failed=$((failed + 1))
+python3 - "$src" "$api/query" "$model_id" <<'PY' || failed=$((failed + 1))
 import json, math, re, sys, time, urllib.parse, urllib.request, yaml
 src, api, model = sys.argv[1], sys.argv[2], sys.argv[3]
 bad = 0

@@ -31,21 +31,7 @@ dsv_wait_ready d 2 120
 target="127.0.0.1:${dsv_port[d]}"
 echo "       dsvisor on $target (pid ${dsv_pid[d]})"
 
-prom_port=$(free_port)
-python3 - "$DSV_SOURCE_DIR/deploy/prometheus.yml" "$target" >"$tmp/prometheus.yml" <<'PY'
-import sys, yaml
-c = yaml.safe_load(open(sys.argv[1]))
-c["global"].update(scrape_interval="1s", scrape_timeout="1s", evaluation_interval="1s")
-c["rule_files"] = [sys.argv[1].rsplit("/", 1)[0] + "/" + f for f in c["rule_files"]]
-job = [j for j in c["scrape_configs"] if j["job_name"] == "dsvisor"][0]
-job["static_configs"] = [{"targets": [sys.argv[2]]}]
-print(yaml.safe_dump(c, sort_keys=False))
-PY
-prometheus --config.file="$tmp/prometheus.yml" --storage.tsdb.path="$tmp/tsdb" \
-        --web.listen-address="127.0.0.1:$prom_port" --storage.tsdb.retention.time=1h >"$tmp/prometheus.log" 2>&1 &
-prom_pid=$!
-api="http://127.0.0.1:$prom_port/api/v1"
-for _ in $(seq 1 100); do curl -sf -m 1 "http://127.0.0.1:$prom_port/-/ready" >/dev/null && break; sleep 0.2; done
+prom_start "$target"
 check "Prometheus is ready" curl -sf -m 2 "http://127.0.0.1:$prom_port/-/ready" -o /dev/null
 query() { # PROMQL -> JSON result on stdout
         curl -s -m 5 -G "$api/query" --data-urlencode "query=$1"

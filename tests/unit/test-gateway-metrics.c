@@ -53,35 +53,31 @@ TEST(dsvisor_names_carry_model_name_and_the_new_families) {
         fill(&m, &v);
         char *t = render(&m, &v, 1);
         ASSERT_TRUE(t != NULL);
-        const char *l = "{instance=\"w0\",numa_node=\"1\",model_name=\"deep\\\"seek\"";
-        char want[512];
-        snprintf(want, sizeof want, "dsvisor_prefix_cache_queries_total%s} 120\n", l);
-        HAS(t, want);
-        snprintf(want, sizeof want, "dsvisor_prefix_cache_hits_total%s} 48\n", l);
-        HAS(t, want);
-        snprintf(want, sizeof want, "dsvisor_kv_cache_usage_perc%s} 0.25\n", l);
-        HAS(t, want);
-        snprintf(want, sizeof want, "dsvisor_cache_config_info%s,num_blocks=\"100\"} 1\n", l);
-        HAS(t, want);
-        /* 0.02 and 1 s prefill: the first by 0.5 s, both by 1 s */
-        snprintf(want, sizeof want, "dsvisor_request_prefill_time_seconds_bucket%s,le=\"0.5\"} 1\n", l);
-        HAS(t, want);
-        snprintf(want, sizeof want, "dsvisor_request_prefill_time_seconds_bucket%s,le=\"1\"} 2\n", l);
-        HAS(t, want);
-        snprintf(want, sizeof want, "dsvisor_request_inference_time_seconds_sum%s} %.17g\n", l, (0.02 + 0.03) + (1 + 1.5));
-        HAS(t, want);
-        snprintf(want, sizeof want, "dsvisor_request_prompt_tokens_bucket%s,le=\"20\"} 1\n", l);
-        HAS(t, want);
-        snprintf(want, sizeof want, "dsvisor_request_generation_tokens_sum%s} 42\n", l);
-        HAS(t, want);
-        snprintf(want, sizeof want, "dsvisor_request_decode_time_seconds_count%s} 2\n", l);
-        HAS(t, want);
-        snprintf(want, sizeof want, "dsvisor_request_success_total%s,finished_reason=\"deadline\"} 1\n", l);
-        HAS(t, want);
-        snprintf(want, sizeof want, "dsvisor_request_success_total%s,finished_reason=\"stop\"} 1\n", l);
-        HAS(t, want);
-        snprintf(want, sizeof want, "dsvisor_prompt_tokens_total%s} 312\n", l);
-        HAS(t, want);
+        char inference_sum[32];
+        snprintf(inference_sum, sizeof inference_sum, "%.17g", (0.02 + 0.03) + (1 + 1.5));
+        /* name, labels after the instance's, value */
+        const char *const want[][3] = {
+                {"dsvisor_prefix_cache_queries_total", "", "120"},
+                {"dsvisor_prefix_cache_hits_total", "", "48"},
+                {"dsvisor_kv_cache_usage_perc", "", "0.25"},
+                {"dsvisor_cache_config_info", ",num_blocks=\"100\"", "1"},
+                /* 0.02 and 1 s prefill: the first by 0.5 s, both by 1 s */
+                {"dsvisor_request_prefill_time_seconds_bucket", ",le=\"0.5\"", "1"},
+                {"dsvisor_request_prefill_time_seconds_bucket", ",le=\"1\"", "2"},
+                {"dsvisor_request_inference_time_seconds_sum", "", inference_sum},
+                {"dsvisor_request_prompt_tokens_bucket", ",le=\"20\"", "1"},
+                {"dsvisor_request_generation_tokens_sum", "", "42"},
+                {"dsvisor_request_decode_time_seconds_count", "", "2"},
+                {"dsvisor_request_success_total", ",finished_reason=\"deadline\"", "1"},
+                {"dsvisor_request_success_total", ",finished_reason=\"stop\"", "1"},
+                {"dsvisor_prompt_tokens_total", "", "312"},
+        };
+        for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+                char line[512];
+                snprintf(line, sizeof line, "%s{instance=\"w0\",numa_node=\"1\",model_name=\"deep\\\"seek\"%s} %s\n",
+                         want[i][0], want[i][1], want[i][2]);
+                HAS(t, line);
+        }
         LACKS(t, "vllm:");
         free(t);
         dsv__gw_metrics_done(&m);
@@ -94,30 +90,33 @@ TEST(vllm_compat_adds_the_same_series_under_vllm_names) {
         fill(&m, &v);
         char *t = render(&m, &v, 1);
         ASSERT_TRUE(t != NULL);
-        HAS(t, "dsvisor_num_requests_waiting{instance=\"w0\",numa_node=\"1\",model_name=\"ds\"} 2\n");
-        HAS(t, "vllm:num_requests_waiting{model_name=\"ds\",engine=\"w0\"} 2\n");
-        HAS(t, "vllm:num_requests_running{model_name=\"ds\",engine=\"w0\"} 1\n");
-        HAS(t, "vllm:kv_cache_usage_perc{model_name=\"ds\",engine=\"w0\"} 0.25\n");
-        HAS(t, "vllm:prefix_cache_queries_total{model_name=\"ds\",engine=\"w0\"} 120\n");
-        HAS(t, "vllm:prefix_cache_hits_total{model_name=\"ds\",engine=\"w0\"} 48\n");
-        HAS(t, "vllm:cache_config_info{model_name=\"ds\",engine=\"w0\",num_gpu_blocks=\"100\"} 1\n");
-        HAS(t, "vllm:prompt_tokens_total{model_name=\"ds\",engine=\"w0\"} 312\n");
-        HAS(t, "vllm:generation_tokens_total{model_name=\"ds\",engine=\"w0\"} 2\n");
-        HAS(t, "# TYPE vllm:time_to_first_token_seconds histogram\n");
-        HAS(t, "vllm:time_to_first_token_seconds_count{model_name=\"ds\",engine=\"w0\"} 1\n");
-        HAS(t, "vllm:inter_token_latency_seconds_count{model_name=\"ds\",engine=\"w0\"} 1\n");
-        HAS(t, "vllm:time_per_output_token_seconds_count{model_name=\"ds\",engine=\"w0\"} 1\n");
-        HAS(t, "vllm:e2e_request_latency_seconds_count{model_name=\"ds\",engine=\"w0\"} 2\n");
-        HAS(t, "vllm:request_queue_time_seconds_count{model_name=\"ds\",engine=\"w0\"} 2\n");
-        HAS(t, "vllm:request_prefill_time_seconds_count{model_name=\"ds\",engine=\"w0\"} 2\n");
-        HAS(t, "vllm:request_decode_time_seconds_count{model_name=\"ds\",engine=\"w0\"} 2\n");
-        HAS(t, "vllm:request_inference_time_seconds_count{model_name=\"ds\",engine=\"w0\"} 2\n");
-        HAS(t, "vllm:request_prompt_tokens_count{model_name=\"ds\",engine=\"w0\"} 2\n");
-        HAS(t, "vllm:request_generation_tokens_count{model_name=\"ds\",engine=\"w0\"} 2\n");
-        /* vLLM's reasons: a deadline is an abort */
-        HAS(t, "vllm:request_success_total{model_name=\"ds\",engine=\"w0\",finished_reason=\"abort\"} 1\n");
-        HAS(t, "vllm:request_success_total{model_name=\"ds\",engine=\"w0\",finished_reason=\"stop\"} 1\n");
-        LACKS(t, "finished_reason=\"deadline\"} 1\n# HELP vllm");
+        static const char *const want[] = {
+                "dsvisor_num_requests_waiting{instance=\"w0\",numa_node=\"1\",model_name=\"ds\"} 2\n",
+                "vllm:num_requests_waiting{model_name=\"ds\",engine=\"w0\"} 2\n",
+                "vllm:num_requests_running{model_name=\"ds\",engine=\"w0\"} 1\n",
+                "vllm:kv_cache_usage_perc{model_name=\"ds\",engine=\"w0\"} 0.25\n",
+                "vllm:prefix_cache_queries_total{model_name=\"ds\",engine=\"w0\"} 120\n",
+                "vllm:prefix_cache_hits_total{model_name=\"ds\",engine=\"w0\"} 48\n",
+                "vllm:cache_config_info{model_name=\"ds\",engine=\"w0\",num_gpu_blocks=\"100\"} 1\n",
+                "vllm:prompt_tokens_total{model_name=\"ds\",engine=\"w0\"} 312\n",
+                "vllm:generation_tokens_total{model_name=\"ds\",engine=\"w0\"} 2\n",
+                "# TYPE vllm:time_to_first_token_seconds histogram\n",
+                "vllm:time_to_first_token_seconds_count{model_name=\"ds\",engine=\"w0\"} 1\n",
+                "vllm:inter_token_latency_seconds_count{model_name=\"ds\",engine=\"w0\"} 1\n",
+                "vllm:time_per_output_token_seconds_count{model_name=\"ds\",engine=\"w0\"} 1\n",
+                "vllm:e2e_request_latency_seconds_count{model_name=\"ds\",engine=\"w0\"} 2\n",
+                "vllm:request_queue_time_seconds_count{model_name=\"ds\",engine=\"w0\"} 2\n",
+                "vllm:request_prefill_time_seconds_count{model_name=\"ds\",engine=\"w0\"} 2\n",
+                "vllm:request_decode_time_seconds_count{model_name=\"ds\",engine=\"w0\"} 2\n",
+                "vllm:request_inference_time_seconds_count{model_name=\"ds\",engine=\"w0\"} 2\n",
+                "vllm:request_prompt_tokens_count{model_name=\"ds\",engine=\"w0\"} 2\n",
+                "vllm:request_generation_tokens_count{model_name=\"ds\",engine=\"w0\"} 2\n",
+                /* vLLM's reasons: a deadline is an abort */
+                "vllm:request_success_total{model_name=\"ds\",engine=\"w0\",finished_reason=\"abort\"} 1\n",
+                "vllm:request_success_total{model_name=\"ds\",engine=\"w0\",finished_reason=\"stop\"} 1\n",
+        };
+        for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
+                HAS(t, want[i]);
         LACKS(t, "vllm:request_success_total{model_name=\"ds\",engine=\"w0\",finished_reason=\"deadline\"");
         free(t);
         dsv__gw_metrics_done(&m);
