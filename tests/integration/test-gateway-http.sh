@@ -216,7 +216,7 @@ ctl main "ready 0 1" >/dev/null
 curl -s --max-time 10 "http://127.0.0.1:$P/metrics" >"$T/metrics"
 check promtool bash -c "promtool check metrics <$T/metrics"
 for m in dsvisor_e2e_request_latency_seconds dsvisor_time_to_first_token_seconds dsvisor_inter_token_latency_seconds dsvisor_request_queue_time_seconds; do
-  check "metric-$m" grep -q "^${m}_bucket{instance=\"a\",numa_node=\"0\",le=\"+Inf\"}" "$T/metrics"
+  check "metric-$m" grep -q "^${m}_bucket{instance=\"a\",numa_node=\"0\",model_name=\"dsv-test\",le=\"+Inf\"}" "$T/metrics"
 done
 check metric-status-counts bash -c "grep -q 'dsvisor_requests_total{code=\"200\"}' $T/metrics && grep -q 'dsvisor_requests_total{code=\"503\"} 1' $T/metrics && grep -q 'dsvisor_requests_total{code=\"413\"} 2' $T/metrics"
 check metric-tokens grep -q '^dsvisor_generation_tokens_total{instance="a",numa_node="0",model_name="dsv-test"} [1-9]' "$T/metrics"
