@@ -74,6 +74,7 @@ struct sched {
         struct dse_pool *pool;       /* for the masks; NULL: this thread */
         int64_t constrained_tokens, forced_tokens;
         int64_t preemptions, steps, step_tokens;
+        int64_t step_tokens_buckets[DSV_IPC_STEP_TOKEN_BUCKETS + 1]; /* steps by tokens carried */
         int32_t last_seqs, last_tokens;
 };
 
@@ -690,6 +691,10 @@ int sched_step(struct sched *s, int64_t now_ms) {
         }
         s->steps++;
         s->step_tokens += n_tok;
+        int b = 0;
+        while (b < DSV_IPC_STEP_TOKEN_BUCKETS && n_tok > dsv_ipc_step_token_bounds[b])
+                b++;
+        s->step_tokens_buckets[b]++;
         s->last_seqs = p.n;
         s->last_tokens = n_tok;
         now = worker_mono_s();
@@ -737,6 +742,7 @@ void sched_get_stats(const struct sched *s, struct sched_stats *st) {
         st->preemptions = s->preemptions;
         st->steps = s->steps;
         st->step_tokens = s->step_tokens;
+        memcpy(st->step_tokens_buckets, s->step_tokens_buckets, sizeof st->step_tokens_buckets);
         st->last_step_seqs = s->last_seqs;
         st->last_step_tokens = s->last_tokens;
         st->constrained_tokens = s->constrained_tokens;

@@ -427,7 +427,10 @@ static void publish_stats(struct server *sv) {
                 .forced_tokens = st.forced_tokens,
                 .prefix_query_tokens = st.prefix_query_tokens,
                 .prefix_hit_tokens = st.prefix_hit_tokens,
+                .steps = st.steps,
+                .step_tokens = st.step_tokens,
         };
+        memcpy(sv->stats.step_tokens_buckets, st.step_tokens_buckets, sizeof sv->stats.step_tokens_buckets);
         pthread_mutex_unlock(&sv->mu);
 }
 

@@ -30,8 +30,12 @@ static void fill(struct gw_metrics *m, struct gw_instance_sample *v) {
                 .gen = 7,
                 .stats = {.up = true, .running = 1, .waiting = 2, .worker_reported = true, .kv_blocks_used = 25,
                           .kv_blocks_total = 100, .prefix_hit_rate = 0.4, .prefix_query_tokens = 120,
-                          .prefix_hit_tokens = 48},
+                          .prefix_hit_tokens = 48, .steps = 3, .step_tokens = 40},
         };
+        /* steps of 1, 12 and 27 tokens */
+        v->stats.step_tokens_buckets[0] = 1;
+        v->stats.step_tokens_buckets[2] = 1;
+        v->stats.step_tokens_buckets[3] = 1;
         dsv__gw_metrics_instance_reset(m, 0, 7, "w0", 1);
         dsv__gw_metrics_token(m, 0, 7, true, 0.02);
         dsv__gw_metrics_token(m, 0, 7, false, 0.01);
@@ -71,6 +75,11 @@ TEST(dsvisor_names_carry_model_name_and_the_new_families) {
                 {"dsvisor_request_success_total", ",finished_reason=\"deadline\"", "1"},
                 {"dsvisor_request_success_total", ",finished_reason=\"stop\"", "1"},
                 {"dsvisor_prompt_tokens_total", "", "312"},
+                {"dsvisor_iteration_tokens_bucket", ",le=\"8\"", "1"},
+                {"dsvisor_iteration_tokens_bucket", ",le=\"16\"", "2"},
+                {"dsvisor_iteration_tokens_bucket", ",le=\"32\"", "3"},
+                {"dsvisor_iteration_tokens_bucket", ",le=\"+Inf\"", "3"},
+                {"dsvisor_iteration_tokens_sum", "", "40"},
         };
         for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
                 char line[512];
@@ -111,6 +120,7 @@ TEST(vllm_compat_adds_the_same_series_under_vllm_names) {
                 "vllm:request_inference_time_seconds_count{model_name=\"ds\",engine=\"w0\"} 2\n",
                 "vllm:request_prompt_tokens_count{model_name=\"ds\",engine=\"w0\"} 2\n",
                 "vllm:request_generation_tokens_count{model_name=\"ds\",engine=\"w0\"} 2\n",
+                "vllm:iteration_tokens_total_count{model_name=\"ds\",engine=\"w0\"} 3\n",
                 /* vLLM's reasons: a deadline is an abort */
                 "vllm:request_success_total{model_name=\"ds\",engine=\"w0\",finished_reason=\"abort\"} 1\n",
                 "vllm:request_success_total{model_name=\"ds\",engine=\"w0\",finished_reason=\"stop\"} 1\n",

@@ -59,6 +59,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "dsv_ipc.h"
 #include "dsv_policy.h"
 
 #ifdef __cplusplus
@@ -192,6 +193,9 @@ struct dsv_gateway_instance_stats {
         int64_t preemptions;
         double prefix_hit_rate;   /* 0..1 */
         int64_t prefix_query_tokens, prefix_hit_tokens; /* since the worker started */
+        /* engine steps since the worker started: count, tokens, and per bucket of
+         * dsv_ipc_step_token_bounds (not cumulative) */
+        int64_t steps, step_tokens, step_tokens_buckets[DSV_IPC_STEP_TOKEN_BUCKETS + 1];
 };
 
 /* Fills *ret for the instance. running and waiting are the load routing uses (see "Load"

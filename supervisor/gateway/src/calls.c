@@ -387,7 +387,7 @@ static struct dsv_gateway_instance_stats instance_stats_locked(const struct gw_c
                                                                int64_t now) {
         bool up = instance_up_locked(cs, in, now);
         struct dsv_policy_worker_load w = instance_load_locked(cs, in, up);
-        return (struct dsv_gateway_instance_stats){
+        struct dsv_gateway_instance_stats st = {
                 .up = up,
                 .running = w.running_seqs,
                 .waiting = w.queued_requests,
@@ -398,7 +398,11 @@ static struct dsv_gateway_instance_stats instance_stats_locked(const struct gw_c
                 .prefix_hit_rate = in->prefix_hit_rate,
                 .prefix_query_tokens = in->prefix_query_tokens,
                 .prefix_hit_tokens = in->prefix_hit_tokens,
+                .steps = in->steps,
+                .step_tokens = in->step_tokens,
         };
+        memcpy(st.step_tokens_buckets, in->step_tokens_buckets, sizeof st.step_tokens_buckets);
+        return st;
 }
 
 int dsv__gw_instances_up(struct gw_calls *cs) {
@@ -446,6 +450,9 @@ static void link_dispatch(struct gw_link *l, struct dsv_ipc_msg *m) {
                 in->prefix_hit_rate = m->u.stats.prefix_hit_rate;
                 in->prefix_query_tokens = m->u.stats.prefix_query_tokens;
                 in->prefix_hit_tokens = m->u.stats.prefix_hit_tokens;
+                in->steps = m->u.stats.steps;
+                in->step_tokens = m->u.stats.step_tokens;
+                memcpy(in->step_tokens_buckets, m->u.stats.step_tokens_buckets, sizeof in->step_tokens_buckets);
         } else if (id != 0) {
                 struct gw_call *c = l->calls;
                 while (c && c->id != id)

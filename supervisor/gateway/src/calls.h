@@ -67,6 +67,7 @@ struct gw_instance {
         int64_t preemptions;
         double prefix_hit_rate;
         int64_t prefix_query_tokens, prefix_hit_tokens;
+        int64_t steps, step_tokens, step_tokens_buckets[DSV_IPC_STEP_TOKEN_BUCKETS + 1];
 };
 
 #define GW_RATE_WINDOW_S 10

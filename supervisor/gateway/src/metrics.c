@@ -369,6 +369,20 @@ static void write_instances_locked(FILE *f, enum gw_naming nm, const struct gw_i
                                                    (const struct dsv_gw_hist *)((const char *)ims[i] + hists[h].off),
                                                    hists[h].b);
         }
+        /* The worker's steps by tokens carried (vLLM's name keeps its _total). */
+        const char *iter = nm == GW_NAMING_VLLM ? "vllm:iteration_tokens_total" : "dsvisor_iteration_tokens";
+        family(f, iter, "histogram", "Tokens each engine step of the instance carried (prefill and decode).");
+        struct dsv_gw_buckets step_buckets = {.n = DSV_IPC_STEP_TOKEN_BUCKETS};
+        memcpy(step_buckets.le, dsv_ipc_step_token_bounds, sizeof dsv_ipc_step_token_bounds);
+        for (size_t i = 0; i < n; i++) {
+                const struct dsv_gateway_instance_stats *st = &v[i].stats;
+                if (!ims[i] || !st->worker_reported)
+                        continue;
+                struct dsv_gw_hist h = {.count = (uint64_t)st->steps, .sum = (double)st->step_tokens};
+                for (int b = 0; b <= DSV_IPC_STEP_TOKEN_BUCKETS; b++)
+                        h.counts[b] = (uint64_t)st->step_tokens_buckets[b];
+                dsv__gw_hist_write(f, iter, ims[i]->labels[nm], &h, &step_buckets);
+        }
         /* vLLM's finished_reason values: stop, length, abort. */
         const char *success = nm == GW_NAMING_VLLM ? "vllm:request_success_total" : "dsvisor_request_success_total";
         family(f, success, "counter", "Requests finished, by the reason they ended.");
