@@ -364,6 +364,10 @@ int dsv_cmd_start(int argc, char **argv) {
                 free(s);
                 return r == 1 ? 0 : 2;
         }
+        enum dsv_log_format log_format = DSV_LOG_FORMAT_TEXT;
+        if (s->cfg.log_format[0])
+                dsv_log_format_parse(s->cfg.log_format, &log_format); /* checked by sup_config_parse */
+        sup_log_set_format(log_format);
         char pidbuf[16];
         snprintf(pidbuf, sizeof pidbuf, "%d", (int)getpid());
         setenv("DSV_PARENT_PID", pidbuf, 1); /* the worker checks it after PR_SET_PDEATHSIG */

@@ -96,6 +96,15 @@ static const struct opt_def opts[] = {
         {"body-timeout-s", K_INT, F(body_timeout_s), 0, 86400, "a request body after its header, else closed (60; 0: none)"},
         {"idle-timeout-s", K_INT, F(idle_timeout_s), 1, 3600,
          "silence while a request arrives, and a stalled stream write, before closing (30)"},
+        {"metrics-compat", K_STR, F(metrics_compat), 0, 0,
+         "vllm: /metrics also exports every request and engine series under vLLM's names (vllm:..., "
+         "labels model_name and engine), for dashboards written for vLLM"},
+        {"log-format", K_STR, F(log_format), 0, 0,
+         "text (default: \"<prio>dsvisor: ...\", journald keeps the level) or json (one object a line: time, "
+         "level, source, instance, event, fields), for the supervisor and its workers"},
+        {"log-requests", K_BOOL, F(log_requests), 0, 0,
+         "log one line per finished request (event \"request\"), with its prompt text; off: no request lines, "
+         "no prompt text in any log"},
         {"config", K_STR, F(config_path), 0, 0, "JSON file with any of these options"},
 };
 #define N_OPTS (sizeof opts / sizeof opts[0])
@@ -238,6 +247,16 @@ static int check_config(const struct sup_config *cfg, char *err, size_t err_size
         }
         if (cfg->spec_k_min > 0 && cfg->spec_k_max > 0 && cfg->spec_k_min > cfg->spec_k_max) {
                 snprintf(err, err_size, "spec-k-min %d is above spec-k-max %d", cfg->spec_k_min, cfg->spec_k_max);
+                return -EINVAL;
+        }
+        if (cfg->metrics_compat[0] && strcmp(cfg->metrics_compat, "vllm") != 0) {
+                snprintf(err, err_size, "metrics-compat: '%s' is not vllm (the only other naming exported)",
+                         cfg->metrics_compat);
+                return -EINVAL;
+        }
+        enum dsv_log_format lf;
+        if (cfg->log_format[0] && dsv_log_format_parse(cfg->log_format, &lf) < 0) {
+                snprintf(err, err_size, "log-format: '%s' is not text or json", cfg->log_format);
                 return -EINVAL;
         }
         if (cfg->runtime_dir[0] && cfg->runtime_dir[0] != '/') {
@@ -483,6 +502,9 @@ static const struct {
         {"model", SUP_RELOAD_NEW_WORKERS, NULL},
         {"model-id", SUP_RELOAD_FULL_RESTART, "the gateway serves and accepts the id it started with"},
         {"reasoning-format", SUP_RELOAD_FULL_RESTART, "the gateway splits reasoning as it decided at start"},
+        {"metrics-compat", SUP_RELOAD_FULL_RESTART, "the gateway names its metrics as it decided at start"},
+        {"log-format", SUP_RELOAD_FULL_RESTART, "the supervisor and its workers write the format they started with"},
+        {"log-requests", SUP_RELOAD_FULL_RESTART, "the gateway's request log is set up at start"},
         {"worker", SUP_RELOAD_NEW_WORKERS, NULL},
         {"instances", SUP_RELOAD_FULL_RESTART, "placement (instances, their CPUs and threads) is decided at start"},
         {"threads-per-instance", SUP_RELOAD_FULL_RESTART,

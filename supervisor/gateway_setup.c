@@ -97,6 +97,7 @@ int sup_gateway_setup(struct sup *s) {
         gc.reasoning_format = (enum dsv_gateway_reasoning_format)s->chat.reasoning;
         gc.think_opened = s->chat.think_opened;
         gc.tool_format = (enum dsv_gateway_tool_format)s->chat.tools;
+        gc.metrics_compat_vllm = strcmp(s->cfg.metrics_compat, "vllm") == 0;
         gc.admit.max_queue_per_instance = (uint32_t)s->cfg.max_queue;
         gc.max_connections = (unsigned)s->cfg.max_connections;
         /* Requests must reach the workers however busy their FIFO compute threads are:
@@ -112,6 +113,7 @@ int sup_gateway_setup(struct sup *s) {
                 return r;
         }
         dsv_gateway_set_metrics_hook(s->env.gw, sup_metrics_hook, &s->metrics);
+        sup_request_log_setup(s->env.gw, s->cfg.log_requests);
         for (int i = 0; i < s->n; i++) {
                 struct dsv_gateway_instance_config ic = {.name = s->inst[i].name, .numa_node = s->inst[i].node_os,
                                                          .url = s->inst[i].url, .ready = false};

@@ -184,6 +184,10 @@ int sup_instance_spawn(struct sup_instance *in) {
                 argv[a++] = "--kv-dtype";
                 argv[a++] = cfg->kv_dtype;
         }
+        if (sup_log_format() == DSV_LOG_FORMAT_JSON) {
+                argv[a++] = "--log-format";
+                argv[a++] = "json";
+        }
         argv[a] = NULL;
 
         /* The memfd is inherited by this exec only: only this thread spawns. The child

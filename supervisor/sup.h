@@ -32,6 +32,7 @@
 
 #include "dsv_platform.h"
 #include "dsv_topology.h"
+#include "dsv_log.h"
 #include "dsv_policy.h"
 
 /* ---- placement (placement.c) --------------------------------------------------------- */
@@ -119,6 +120,9 @@ struct sup_config {
         char tls_key[PATH_MAX];
         int max_connections_per_ip;  /* 0: no cap */
         int first_byte_timeout_s, header_timeout_s, body_timeout_s, idle_timeout_s;
+        char metrics_compat[16];     /* "vllm": /metrics also under vLLM's names; "": dsvisor's only */
+        char log_format[8];          /* "text" | "json"; "": text */
+        bool log_requests;           /* one log line per finished request, with its prompt */
         char cli_set[64];            /* internal: which options the command line set */
 };
 
@@ -188,8 +192,17 @@ struct dsv_gateway;
 /* ---- log line (log.c) ----------------------------------------------------------------- */
 
 /* One line on stderr, "<prio>dsvisor: ...": prio is an sd-daemon level (3 error,
- * 4 warning, 6 info), so journald keeps it. */
+ * 4 warning, 6 info), so journald keeps it; with the JSON format one object (dsv_log.h). */
 void sup_log(int prio, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* One structured line: event with fields (not owned); instance NULL for none. */
+struct cJSON;
+void sup_log_event(int prio, const char *instance, const char *event, const struct cJSON *fields);
+/* The format of every line from here on (default text); the workers are told the same. */
+void sup_log_set_format(enum dsv_log_format fmt);
+enum dsv_log_format sup_log_format(void);
+/* --log-requests (request_log.c): a "request" line per finished request, with its
+ * prompt; off: the gateway records none. */
+void sup_request_log_setup(struct dsv_gateway *gw, bool enabled);
 
 /* ---- restart policy (restart_backoff.c) -------------------------------------------- */
 

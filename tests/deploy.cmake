@@ -14,3 +14,9 @@ foreach(t haproxy prometheus)
                   LABELS integration TIMEOUT 180)
   set_tests_properties(test-${t} PROPERTIES SKIP_RETURN_CODE 77 RUN_SERIAL ON)
 endforeach()
+
+# deploy/grafana's dashboard and deploy/dsvisor-rules.yml: every expression evaluated by a
+# real Prometheus scraping `dsvisor start` under load (and promtool's rule tests).
+dsv_script_test(NAME test-grafana-prometheus SCRIPT ${CMAKE_SOURCE_DIR}/tests/integration/test-grafana-prometheus.sh
+                LABELS integration TIMEOUT 420)
+set_tests_properties(test-grafana-prometheus PROPERTIES SKIP_RETURN_CODE 77 RUN_SERIAL ON)

@@ -1,4 +1,5 @@
 dsv_test(NAME test-ipc-proto     SOURCES unit/test-ipc-proto.c     LIBS dsv_ipc LABELS unit)
+dsv_test(NAME test-ipc-log-line  SOURCES unit/test-ipc-log-line.c  LIBS dsv_ipc dsv::cjson LABELS unit)
 dsv_test(NAME test-ipc-transport SOURCES unit/test-ipc-transport.c LIBS dsv_ipc LABELS unit)
 dsv_test(NAME test-ipc-close-hang SOURCES unit/test-ipc-close-hang.c LIBS dsv_ipc LABELS unit)
 if(DSV_FUZZ)

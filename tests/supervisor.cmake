@@ -7,7 +7,7 @@ dsv_test(NAME test-supervisor-config
          SOURCES unit/test-supervisor-config.c ${DSV_SUP_DIR}/config.c ${DSV_SUP_DIR}/restart_backoff.c
                  ${DSV_SUP_DIR}/rt_sched.c ${DSV_SUP_DIR}/control.c
                  ${DSV_SUP_DIR}/malloc_env.c
-         LIBS dsv_platform dse dsv::cjson Threads::Threads LABELS unit)
+         LIBS dsv_platform dse dsv_ipc dsv::cjson Threads::Threads LABELS unit)
 target_include_directories(test-supervisor-config PRIVATE ${DSV_SUP_DIR})
 
 dsv_test(NAME test-supervisor-chat-format
@@ -65,7 +65,7 @@ endforeach()
 
 # SCHED_FIFO in a v1 cpu group: EPERM without cpu.rt_runtime_us, granted with it (root).
 dsv_test(NAME test-supervisor-rt SOURCES integration/test-supervisor-rt.c ${DSV_SUP_DIR}/rt_sched.c
-         LIBS dsv_platform LABELS integration)
+         LIBS dsv_platform dsv_ipc LABELS integration)
 target_include_directories(test-supervisor-rt PRIVATE ${DSV_SUP_DIR})
 set_tests_properties(test-supervisor-rt PROPERTIES SKIP_RETURN_CODE 77)
 
@@ -114,3 +114,7 @@ set_tests_properties(test-supervisor-given-cpus PROPERTIES SKIP_RETURN_CODE 77 R
 # speculation counters and acceptance-length histogram on /metrics.
 dsv_script_test(NAME test-spec-metrics SCRIPT ${CMAKE_SOURCE_DIR}/tests/integration/test-spec-metrics.sh
                 LABELS integration TIMEOUT 300)
+# --log-format json and --log-requests on a real `dsvisor start` (supervisor and workers).
+dsv_script_test(NAME test-supervisor-log-format SCRIPT ${CMAKE_SOURCE_DIR}/tests/integration/test-supervisor-log-format.sh
+                LABELS integration TIMEOUT 300)
+set_tests_properties(test-supervisor-log-format PROPERTIES SKIP_RETURN_CODE 77)

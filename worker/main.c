@@ -29,6 +29,7 @@ static void usage(FILE *out) {
                 "  --instance NAME     name in log lines\n"
                 "  --chat-template FILE  Jinja chat template instead of the model's (an unusable one\n"
                 "                      stops the worker)\n"
+                "  --log-format F      text (default: \"<prio>dsvisor-worker[NAME]: ...\") or json (one object a line)\n"
                 "  --amx               allow AMX kernels (faster prefill; a request's logits then depend\n"
                 "                      on its batch within float rounding, see worker/README.md)\n"
                 "  --speculative M     speculative decoding: ngram | off (default off)\n"
@@ -82,7 +83,7 @@ static int parse_cpus(const char *s, int *cpus, int max, int *ret_n) {
 
 int worker_parse_args(int argc, char **argv, struct worker_config *cfg) {
         enum { O_MODEL = 256, O_MODEL_FD, O_LISTEN, O_THREADS, O_CPUS, O_NCTX, O_BATCH, O_BUDGET, O_KVMEM, O_GRACE,
-               O_QUEUE, O_INSTANCE, O_AMX, O_HELP, O_SPEC, O_SPEC_KMIN, O_SPEC_KMAX, O_SPEC_STEP, O_CHAT_TEMPLATE, O_KVDTYPE };
+               O_QUEUE, O_INSTANCE, O_AMX, O_HELP, O_SPEC, O_SPEC_KMIN, O_SPEC_KMAX, O_SPEC_STEP, O_CHAT_TEMPLATE, O_KVDTYPE, O_LOG_FORMAT };
         static const struct option opts[] = {
                 {"model", required_argument, NULL, O_MODEL},       {"model-fd", required_argument, NULL, O_MODEL_FD},
                 {"listen", required_argument, NULL, O_LISTEN},     {"threads", required_argument, NULL, O_THREADS},
@@ -96,6 +97,7 @@ int worker_parse_args(int argc, char **argv, struct worker_config *cfg) {
                 {"spec-step-tokens", required_argument, NULL, O_SPEC_STEP},
                 {"chat-template", required_argument, NULL, O_CHAT_TEMPLATE},
                 {"kv-dtype", required_argument, NULL, O_KVDTYPE},
+                {"log-format", required_argument, NULL, O_LOG_FORMAT},
                 {0},
         };
         *cfg = (struct worker_config){.model_fd = -1, .n_threads = 1, .max_batch = 8, .token_budget = 256,
@@ -131,6 +133,7 @@ int worker_parse_args(int argc, char **argv, struct worker_config *cfg) {
                 case O_SPEC_STEP: r = parse_int(optarg, 0, 1 << 20, &cfg->spec.step_tokens); break;
                 case O_CHAT_TEMPLATE: cfg->chat_template_path = optarg; break;
                 case O_KVDTYPE: r = dse_kv_dtype_parse(optarg, &cfg->kv_dtype, NULL); break;
+                case O_LOG_FORMAT: r = dsv_log_format_parse(optarg, &cfg->log_format); break;
                 case O_HELP: usage(stdout); exit(0);
                 default: r = -EINVAL; break;
                 }
@@ -169,6 +172,7 @@ int main(int argc, char **argv) {
         if (worker_parse_args(argc, argv, &cfg) < 0)
                 return 2;
         wlog_set_instance(cfg.instance);
+        wlog_set_format(cfg.log_format);
         /* The AMX kernels and the VNNI 8-token layout sum int8 block products in another
          * float order than the 4-token VNNI blocks and take over from 5-16 tokens per call, so a request's logits would depend
          * on what it is batched with. Serving promises that they do not (alone or in a

@@ -83,6 +83,7 @@ struct sched {
         struct dse_pool *pool;       /* for the masks; NULL: this thread */
         int64_t constrained_tokens, forced_tokens;
         int64_t preemptions, steps, step_tokens;
+        int64_t step_tokens_buckets[DSV_IPC_STEP_TOKEN_BUCKETS + 1]; /* steps by tokens carried */
         int32_t last_seqs, last_tokens;
 };
 
@@ -834,6 +835,10 @@ int sched_step(struct sched *s, int64_t now_ms) {
                 spec_cost_observe(&s->cost, n_tok, worker_mono_s() - t_step);
         s->steps++;
         s->step_tokens += n_tok;
+        int b = 0;
+        while (b < DSV_IPC_STEP_TOKEN_BUCKETS && n_tok > dsv_ipc_step_token_bounds[b])
+                b++;
+        s->step_tokens_buckets[b]++;
         s->last_seqs = p.n;
         s->last_tokens = n_tok;
         now = worker_mono_s();
@@ -881,9 +886,12 @@ void sched_get_stats(const struct sched *s, struct sched_stats *st) {
         st->kv_blocks_total = kst.n_blocks;
         st->prefix_hit_rate =
                 kst.prefix_query_tokens > 0 ? (double)kst.prefix_hit_tokens / (double)kst.prefix_query_tokens : 0;
+        st->prefix_query_tokens = kst.prefix_query_tokens;
+        st->prefix_hit_tokens = kst.prefix_hit_tokens;
         st->preemptions = s->preemptions;
         st->steps = s->steps;
         st->step_tokens = s->step_tokens;
+        memcpy(st->step_tokens_buckets, s->step_tokens_buckets, sizeof st->step_tokens_buckets);
         st->last_step_seqs = s->last_seqs;
         st->last_step_tokens = s->last_tokens;
         st->constrained_tokens = s->constrained_tokens;

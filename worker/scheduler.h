@@ -55,8 +55,10 @@ struct sched_stats {
         int64_t queued_prompt_tokens; /* prompt tokens not yet computed */
         int32_t kv_blocks_used, kv_blocks_total;
         double prefix_hit_rate;
+        int64_t prefix_query_tokens, prefix_hit_tokens; /* since start: looked up, found */
         int64_t preemptions;
         int64_t steps, step_tokens; /* engine steps and tokens they carried */
+        int64_t step_tokens_buckets[DSV_IPC_STEP_TOKEN_BUCKETS + 1]; /* steps by tokens (dsv_ipc_step_token_bounds) */
         int32_t last_step_seqs, last_step_tokens;
         int64_t constrained_tokens; /* tokens chosen under a grammar's mask */
         int64_t forced_tokens;      /* of those, the ones the mask left alone (not sampled) */

@@ -7,6 +7,7 @@
 
 #include "dse.h"
 #include "dsv_ipc.h"
+#include "dsv_log.h"
 #include "scheduler.h"
 
 /* The command line (worker/README.md). */
@@ -28,6 +29,7 @@ struct worker_config {
         const char *chat_template_path; /* --chat-template: instead of the model's */
         int allow_amx;          /* --amx: AMX kernels allowed (batch invariance within rounding) */
         struct spec_config spec; /* --speculative, --spec-k-min, --spec-k-max, --spec-step-tokens */
+        enum dsv_log_format log_format; /* --log-format text|json (dsv_log.h) */
 };
 
 /* Parses argv into cfg (defaults first); -EINVAL with a message on stderr. */
@@ -72,5 +74,6 @@ int worker_serve(const struct worker_config *cfg);
  * info) and the instance name. */
 void wlog(int prio, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void wlog_set_instance(const char *name);
+void wlog_set_format(enum dsv_log_format fmt);
 
 #endif

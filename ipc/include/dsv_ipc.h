@@ -42,7 +42,9 @@ extern "C" {
  *    speculative decoding counters in stats_reply (optional fields);
  *    request fields max_tokens_to_context and max_prompt_tokens;
  *    stats_reply's optional kv_bytes_per_token. */
-#define DSV_IPC_PROTOCOL_MINOR 2
+ * 3: stats_reply's "prefix_query_tokens" and "prefix_hit_tokens" (counters), and
+ *    "step_tokens_buckets" (the engine steps by their token count). */
+#define DSV_IPC_PROTOCOL_MINOR 3
 /* Largest message accepted (a 128k-token prompt as JSON ids is ~1 MiB). */
 #define DSV_IPC_MAX_MSG_BYTES (16u << 20)
 /* Entries of stats_reply's spec_accepted_hist: 0..8 drafts accepted. */
@@ -195,6 +197,11 @@ struct dsv_ipc_health {
  * had at the previous poll (uptime alone misses that). */
 uint64_t dsv_ipc_new_boot_id(void);
 
+/* Upper bounds of the buckets of stats_reply's step_tokens_buckets (tokens an engine step
+ * carried); one more bucket holds the larger steps. */
+#define DSV_IPC_STEP_TOKEN_BUCKETS 13
+extern const double dsv_ipc_step_token_bounds[DSV_IPC_STEP_TOKEN_BUCKETS];
+
 struct dsv_ipc_stats {
         uint64_t seq;
         int32_t running;
@@ -215,6 +222,12 @@ struct dsv_ipc_stats {
         int64_t spec_accepted_hist[DSV_IPC_SPEC_HIST];
         int32_t n_spec_hist;
         int64_t kv_bytes_per_token; /* the KV pool's bytes per position, all layers (0: not reported) */
+        int64_t prefix_query_tokens; /* prompt tokens looked up in the prefix cache since start (minor 3; absent: 0) */
+        int64_t prefix_hit_tokens;   /* of those, the ones found there */
+        /* engine steps since start by tokens carried, per bucket (not cumulative; minor 3,
+         * absent: all 0); steps and step_tokens are their count and sum */
+        int64_t step_tokens_buckets[DSV_IPC_STEP_TOKEN_BUCKETS + 1];
+        int64_t steps, step_tokens;
 };
 
 struct dsv_ipc_msg {

@@ -91,6 +91,9 @@ void dsv_ipc_sampling_init(struct dsv_ipc_sampling *s) {
 
 /* ---- encoding ------------------------------------------------------------------- */
 
+const double dsv_ipc_step_token_bounds[DSV_IPC_STEP_TOKEN_BUCKETS] = {1,   8,    16,   32,   64,   128,  256,
+                                                                        512, 1024, 2048, 4096, 8192, 16384};
+
 static int add_num(cJSON *o, const char *key, double v) {
         return cJSON_AddNumberToObject(o, key, v) ? 0 : -ENOMEM;
 }
@@ -303,6 +306,14 @@ static int encode_body(cJSON *o, const struct dsv_ipc_msg *m) {
                         }
                 }
                 r |= add_num(o, "kv_bytes_per_token", (double)s->kv_bytes_per_token);
+                r |= add_num(o, "prefix_query_tokens", (double)s->prefix_query_tokens);
+                r |= add_num(o, "prefix_hit_tokens", (double)s->prefix_hit_tokens);
+                r |= add_num(o, "steps", (double)s->steps);
+                r |= add_num(o, "step_tokens", (double)s->step_tokens);
+                cJSON *b = cJSON_AddArrayToObject(o, "step_tokens_buckets");
+                for (int i = 0; b && i <= DSV_IPC_STEP_TOKEN_BUCKETS; i++)
+                        r |= cJSON_AddItemToArray(b, cJSON_CreateNumber((double)s->step_tokens_buckets[i])) ? 0 : -ENOMEM;
+                r |= b ? 0 : -ENOMEM;
                 return r ? -EINVAL : 0;
         }
         default:
@@ -402,6 +413,23 @@ static int get_i64(struct decoder *d, const cJSON *o, const char *key, int requi
         if (r == 0)
                 *out = (int64_t)x;
         return r;
+}
+
+/* stats_reply's optional step_tokens_buckets: exactly one count per bucket. */
+static int get_step_buckets(struct decoder *d, const cJSON *o, int64_t *out) {
+        const cJSON *a = cJSON_GetObjectItemCaseSensitive(o, "step_tokens_buckets");
+        if (!a)
+                return 0;
+        if (!cJSON_IsArray(a) || cJSON_GetArraySize(a) != DSV_IPC_STEP_TOKEN_BUCKETS + 1)
+                return bad(d, "step_tokens_buckets: expected an array of %d counts", DSV_IPC_STEP_TOKEN_BUCKETS + 1);
+        int i = 0;
+        for (const cJSON *e = a->child; e; e = e->next, i++) {
+                double x = cJSON_IsNumber(e) ? e->valuedouble : -1;
+                if (!(x >= 0 && x <= MAX_SAFE_INT) || x != (double)(int64_t)x)
+                        return bad(d, "step_tokens_buckets[%d]: expected a count 0..%.0f", i, MAX_SAFE_INT);
+                out[i] = (int64_t)x;
+        }
+        return 0;
 }
 
 static int get_float(struct decoder *d, const cJSON *o, const char *key, float lo, float hi, float *out) {
@@ -693,7 +721,12 @@ static int decode_body(struct decoder *d, const cJSON *o, struct dsv_ipc_msg *m)
                     (r = get_i64(d, o, "spec_verifications", 0, &s->spec_verifications)) < 0 ||
                     (r = get_i64(d, o, "spec_draft_tokens", 0, &s->spec_draft_tokens)) < 0 ||
                     (r = get_i64(d, o, "spec_accepted_tokens", 0, &s->spec_accepted_tokens)) < 0 ||
-                    (r = get_i64(d, o, "kv_bytes_per_token", 0, &s->kv_bytes_per_token)) < 0)
+                    (r = get_i64(d, o, "kv_bytes_per_token", 0, &s->kv_bytes_per_token)) < 0 ||
+                    (r = get_i64(d, o, "prefix_query_tokens", 0, &s->prefix_query_tokens)) < 0 ||
+                    (r = get_i64(d, o, "prefix_hit_tokens", 0, &s->prefix_hit_tokens)) < 0 ||
+                    (r = get_i64(d, o, "steps", 0, &s->steps)) < 0 ||
+                    (r = get_i64(d, o, "step_tokens", 0, &s->step_tokens)) < 0 ||
+                    (r = get_step_buckets(d, o, s->step_tokens_buckets)) < 0)
                         return r;
                 const cJSON *h = cJSON_GetObjectItemCaseSensitive(o, "spec_accepted_hist");
                 if (!h)

@@ -1,4 +1,5 @@
-# Sourced by test-haproxy.sh, test-prometheus.sh and test-supervisor-malloc-env.sh: run
+# Sourced by test-haproxy.sh, test-prometheus.sh, test-grafana-prometheus.sh and
+# test-supervisor-malloc-env.sh (and others): run
 # `dsvisor start` (the real worker, a fixture model) on a loopback port of its own choosing,
 # wait until it is ready, stop it, pick free ports, and a check helper. Expects $tmp (a
 # scratch dir) and `failed`.
@@ -93,4 +94,26 @@ dsv_wait_exit() {
                 return
         fi
         wait "$p" || dsv_rc=$?
+}
+
+# prom_start TARGET: Prometheus on a free loopback port scraping TARGET every second with
+# deploy/prometheus.yml's relabelling and rules (only targets and intervals changed), its
+# TSDB in $tmp/tsdb, its log in $tmp/prometheus.log; waits until it is ready. Sets
+# prom_pid, prom_port and api (the HTTP API's base URL); the caller stops it.
+prom_start() {
+        prom_port=$(free_port)
+        python3 - "$DSV_SOURCE_DIR/deploy/prometheus.yml" "$1" >"$tmp/prometheus.yml" <<'PY'
+import sys, yaml
+c = yaml.safe_load(open(sys.argv[1]))
+c["global"].update(scrape_interval="1s", scrape_timeout="1s", evaluation_interval="1s")
+c["rule_files"] = [sys.argv[1].rsplit("/", 1)[0] + "/" + f for f in c["rule_files"]]
+job = [j for j in c["scrape_configs"] if j["job_name"] == "dsvisor"][0]
+job["static_configs"] = [{"targets": [sys.argv[2]]}]
+print(yaml.safe_dump(c, sort_keys=False))
+PY
+        prometheus --config.file="$tmp/prometheus.yml" --storage.tsdb.path="$tmp/tsdb" \
+                --web.listen-address="127.0.0.1:$prom_port" --storage.tsdb.retention.time=1h >"$tmp/prometheus.log" 2>&1 &
+        prom_pid=$!
+        api="http://127.0.0.1:$prom_port/api/v1"
+        for _ in $(seq 1 150); do curl -sf -m 1 "http://127.0.0.1:$prom_port/-/ready" >/dev/null && break; sleep 0.2; done
 }

@@ -198,10 +198,10 @@ ctl main "ready 0 1" >/dev/null
 # ---- worker restart at the same URL, and a link replaced with another URL -----------------
 kill "$PID_a"; wait "$PID_a" 2>/dev/null; rm -f "$T/a.sock"
 sleep 0.3
-check restart-down bash -c "curl -s --max-time 10 http://127.0.0.1:$P/metrics | grep -q 'dsvisor_instance_up{instance=\"a\",numa_node=\"0\"} 0'"
+check restart-down bash -c "curl -s --max-time 10 http://127.0.0.1:$P/metrics | grep -q 'dsvisor_instance_up{instance=\"a\",numa_node=\"0\",model_name=\"dsv-test\"} 0'"
 worker a --delay-ms 2
-for _ in $(seq 60); do curl -s --max-time 10 "http://127.0.0.1:$P/metrics" | grep -q 'dsvisor_instance_up{instance="a",numa_node="0"} 1' && break; sleep 0.1; done
-check restart-up bash -c "curl -s --max-time 10 http://127.0.0.1:$P/metrics | grep -q 'dsvisor_instance_up{instance=\"a\",numa_node=\"0\"} 1'"
+for _ in $(seq 60); do curl -s --max-time 10 "http://127.0.0.1:$P/metrics" | grep -q 'dsvisor_instance_up{instance="a",numa_node="0",model_name="dsv-test"} 1' && break; sleep 0.1; done
+check restart-up bash -c "curl -s --max-time 10 http://127.0.0.1:$P/metrics | grep -q 'dsvisor_instance_up{instance=\"a\",numa_node=\"0\",model_name=\"dsv-test\"} 1'"
 worker c --delay-ms 2
 check set-url [ "$(ctl main "url 1 $(URL c)")" = "ok 0" ]
 ctl main "ready 0 0" >/dev/null; sleep 0.3
@@ -216,10 +216,10 @@ ctl main "ready 0 1" >/dev/null
 curl -s --max-time 10 "http://127.0.0.1:$P/metrics" >"$T/metrics"
 check promtool bash -c "promtool check metrics <$T/metrics"
 for m in dsvisor_e2e_request_latency_seconds dsvisor_time_to_first_token_seconds dsvisor_inter_token_latency_seconds dsvisor_request_queue_time_seconds; do
-  check "metric-$m" grep -q "^${m}_bucket{instance=\"a\",numa_node=\"0\",le=\"+Inf\"}" "$T/metrics"
+  check "metric-$m" grep -q "^${m}_bucket{instance=\"a\",numa_node=\"0\",model_name=\"dsv-test\",le=\"+Inf\"}" "$T/metrics"
 done
 check metric-status-counts bash -c "grep -q 'dsvisor_requests_total{code=\"200\"}' $T/metrics && grep -q 'dsvisor_requests_total{code=\"503\"} 1' $T/metrics && grep -q 'dsvisor_requests_total{code=\"413\"} 2' $T/metrics"
-check metric-tokens grep -q '^dsvisor_generation_tokens_total{instance="a",numa_node="0"} [1-9]' "$T/metrics"
+check metric-tokens grep -q '^dsvisor_generation_tokens_total{instance="a",numa_node="0",model_name="dsv-test"} [1-9]' "$T/metrics"
 check metric-hook grep -q '^dsvisor_test_hook_scrapes_total [1-9]' "$T/metrics"
 
 # ---- API keys -------------------------------------------------------------------------------
@@ -248,7 +248,7 @@ server adm --instance slow="$(URL slow)" --max-running 1 --max-queue-per-instanc
 PQ=$PORT_adm
 for i in 1 2; do curl -s --max-time 10 -o /dev/null -d "$(completion 'w1 w2 w3 w4' 4)" "http://127.0.0.1:$PQ/v1/completions" & PIDS+=($!); sleep 0.2; done
 # both admitted (one running, one waiting) before the third arrives, however loaded the host
-for _ in $(seq 50); do curl -s --max-time 5 "http://127.0.0.1:$PQ/metrics" | grep -q '^dsvisor_num_requests_waiting{instance="slow",numa_node="0"} 1' && break; sleep 0.1; done
+for _ in $(seq 50); do curl -s --max-time 5 "http://127.0.0.1:$PQ/metrics" | grep -q '^dsvisor_num_requests_waiting{instance="slow",numa_node="0",model_name="dsv-test"} 1' && break; sleep 0.1; done
 s=$(post $PQ /v1/completions "$(completion 'x' 1)")
 check queue-full-429 bash -c "[ $s = 429 ] && grep -qi '^retry-after: [0-9]' $T/hdr && grep -q rate_limit_exceeded $T/body"
 

@@ -31,21 +31,7 @@ dsv_wait_ready d 2 120
 target="127.0.0.1:${dsv_port[d]}"
 echo "       dsvisor on $target (pid ${dsv_pid[d]})"
 
-prom_port=$(free_port)
-python3 - "$DSV_SOURCE_DIR/deploy/prometheus.yml" "$target" >"$tmp/prometheus.yml" <<'PY'
-import sys, yaml
-c = yaml.safe_load(open(sys.argv[1]))
-c["global"].update(scrape_interval="1s", scrape_timeout="1s", evaluation_interval="1s")
-c["rule_files"] = [sys.argv[1].rsplit("/", 1)[0] + "/" + f for f in c["rule_files"]]
-job = [j for j in c["scrape_configs"] if j["job_name"] == "dsvisor"][0]
-job["static_configs"] = [{"targets": [sys.argv[2]]}]
-print(yaml.safe_dump(c, sort_keys=False))
-PY
-prometheus --config.file="$tmp/prometheus.yml" --storage.tsdb.path="$tmp/tsdb" \
-        --web.listen-address="127.0.0.1:$prom_port" --storage.tsdb.retention.time=1h >"$tmp/prometheus.log" 2>&1 &
-prom_pid=$!
-api="http://127.0.0.1:$prom_port/api/v1"
-for _ in $(seq 1 100); do curl -sf -m 1 "http://127.0.0.1:$prom_port/-/ready" >/dev/null && break; sleep 0.2; done
+prom_start "$target"
 check "Prometheus is ready" curl -sf -m 2 "http://127.0.0.1:$prom_port/-/ready" -o /dev/null
 query() { # PROMQL -> JSON result on stdout
         curl -s -m 5 -G "$api/query" --data-urlencode "query=$1"
@@ -102,7 +88,7 @@ def check(what, ok):
 # The bucket holding each instance's slowest request bounds its P99 from above.
 buckets = {}
 for line in open(f"{tmp}/metrics.txt"):
-    m = re.match(r'dsvisor_e2e_request_latency_seconds_bucket\{instance="([^"]+)",numa_node="[^"]*",le="([^"]+)"\} (\d+)', line)
+    m = re.match(r'dsvisor_e2e_request_latency_seconds_bucket\{instance="([^"]+)",numa_node="[^"]*",(?:model_name="[^"]*",)?le="([^"]+)"\} (\d+)', line)
     if m:
         buckets.setdefault(m[1], []).append((float(m[2]), int(m[3])))
 upper = {i: min(le for le, n in b if n == max(n for _, n in b)) for i, b in buckets.items()}

@@ -91,10 +91,10 @@ TEST(instances_follow_their_workers) {
         char *text;
         size_t len;
         ASSERT_OK(dsv_gateway_metrics_render(gw, &text, &len));
-        ASSERT_TRUE(strstr(text, "dsvisor_instance_up{instance=\"w0\",numa_node=\"1\"} 1\n") != NULL);
-        ASSERT_TRUE(strstr(text, "dsvisor_num_requests_waiting{instance=\"w1\",numa_node=\"1\"} 3\n") != NULL);
-        ASSERT_TRUE(strstr(text, "dsvisor_num_requests_running{instance=\"w1\",numa_node=\"1\"} 2\n") != NULL);
-        ASSERT_TRUE(strstr(text, "dsvisor_time_to_first_token_seconds_bucket{instance=\"w1\",numa_node=\"1\",le=\"+Inf\"} 0\n") != NULL);
+        ASSERT_TRUE(strstr(text, "dsvisor_instance_up{instance=\"w0\",numa_node=\"1\",model_name=\"m\"} 1\n") != NULL);
+        ASSERT_TRUE(strstr(text, "dsvisor_num_requests_waiting{instance=\"w1\",numa_node=\"1\",model_name=\"m\"} 3\n") != NULL);
+        ASSERT_TRUE(strstr(text, "dsvisor_num_requests_running{instance=\"w1\",numa_node=\"1\",model_name=\"m\"} 2\n") != NULL);
+        ASSERT_TRUE(strstr(text, "dsvisor_time_to_first_token_seconds_bucket{instance=\"w1\",numa_node=\"1\",model_name=\"m\",le=\"+Inf\"} 0\n") != NULL);
         free(text);
         /* the same figures through the function `dsvisor status` reads */
         struct dsv_gateway_instance_stats st;

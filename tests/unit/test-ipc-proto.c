@@ -655,3 +655,38 @@ TEST(stats_speculation_counters_roundtrip) {
                    -EPROTO);
         ASSERT_TRUE(strstr(err, "spec_accepted_hist[1]") != NULL);
 }
+
+/* ---- minor 3: the prefix cache's counters in stats ---- */
+
+TEST(stats_carry_prefix_cache_counters) {
+        struct dsv_ipc_msg m = {.type = DSV_IPC_STATS_REPLY};
+        m.u.stats = (struct dsv_ipc_stats){.seq = 4, .prefix_query_tokens = 120, .prefix_hit_tokens = 48,
+                                           .steps = 5, .step_tokens = 300};
+        m.u.stats.step_tokens_buckets[0] = 3;
+        m.u.stats.step_tokens_buckets[DSV_IPC_STEP_TOKEN_BUCKETS] = 2;
+        struct dsv_ipc_msg out;
+        ASSERT_OK(roundtrip(&m, &out));
+        ASSERT_EQ(out.u.stats.prefix_query_tokens, 120);
+        ASSERT_EQ(out.u.stats.prefix_hit_tokens, 48);
+        ASSERT_EQ(out.u.stats.steps, 5);
+        ASSERT_EQ(out.u.stats.step_tokens, 300);
+        ASSERT_EQ(out.u.stats.step_tokens_buckets[0], 3);
+        ASSERT_EQ(out.u.stats.step_tokens_buckets[1], 0);
+        ASSERT_EQ(out.u.stats.step_tokens_buckets[DSV_IPC_STEP_TOKEN_BUCKETS], 2);
+        const char *old = "{\"v\":1,\"type\":\"stats_reply\",\"seq\":1,\"running\":0,\"waiting\":0,\"queued_prompt_tokens\":0}";
+        ASSERT_OK(dsv_ipc_msg_decode(old, strlen(old), &out, NULL, 0));
+        ASSERT_EQ(out.u.stats.prefix_query_tokens, 0);
+        ASSERT_EQ(out.u.stats.prefix_hit_tokens, 0);
+        const char *bad = "{\"v\":1,\"type\":\"stats_reply\",\"seq\":1,\"running\":0,\"waiting\":0,\"queued_prompt_tokens\":0,"
+                          "\"prefix_hit_tokens\":\"many\"}";
+        ASSERT_EQ(dsv_ipc_msg_decode(bad, strlen(bad), &out, NULL, 0), -EPROTO);
+        const char *short_buckets = "{\"v\":1,\"type\":\"stats_reply\",\"seq\":1,\"running\":0,\"waiting\":0,"
+                                    "\"queued_prompt_tokens\":0,\"step_tokens_buckets\":[1,2]}";
+        char err[256];
+        ASSERT_EQ(dsv_ipc_msg_decode(short_buckets, strlen(short_buckets), &out, err, sizeof err), -EPROTO);
+        ASSERT_TRUE(strstr(err, "step_tokens_buckets") != NULL);
+        const char *negative = "{\"v\":1,\"type\":\"stats_reply\",\"seq\":1,\"running\":0,\"waiting\":0,"
+                               "\"queued_prompt_tokens\":0,\"step_tokens_buckets\":[0,0,0,0,0,0,0,0,0,0,0,0,0,-1]}";
+        ASSERT_EQ(dsv_ipc_msg_decode(negative, strlen(negative), &out, err, sizeof err), -EPROTO);
+        ASSERT_TRUE(strstr(err, "step_tokens_buckets[13]") != NULL);
+}

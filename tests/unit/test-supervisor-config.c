@@ -72,6 +72,30 @@ TEST(bad_command_line_values_are_named) {
         ASSERT_EQ(parse(&c, err, sizeof err, 2, a6), 1);
 }
 
+TEST(log_and_metrics_options) {
+        struct sup_config c;
+        char err[256];
+        char *ok[] = {"start", "--log-format", "json", "--log-requests", "--metrics-compat", "vllm"};
+        ASSERT_EQ(parse(&c, err, sizeof err, 6, ok), 0);
+        ASSERT_TRUE(strcmp(c.log_format, "json") == 0);
+        ASSERT_TRUE(c.log_requests);
+        ASSERT_TRUE(strcmp(c.metrics_compat, "vllm") == 0);
+        char *defaults[] = {"start"};
+        ASSERT_EQ(parse(&c, err, sizeof err, 1, defaults), 0);
+        ASSERT_TRUE(c.log_format[0] == 0 && !c.log_requests && c.metrics_compat[0] == 0);
+        char *bad_log[] = {"start", "--log-format", "yaml"};
+        ASSERT_EQ(parse(&c, err, sizeof err, 3, bad_log), -EINVAL);
+        ASSERT_TRUE(strstr(err, "log-format") && strstr(err, "yaml"));
+        char *bad_compat[] = {"start", "--metrics-compat", "tgi"};
+        ASSERT_EQ(parse(&c, err, sizeof err, 3, bad_compat), -EINVAL);
+        ASSERT_TRUE(strstr(err, "metrics-compat") && strstr(err, "tgi"));
+        sup_config_init(&c);
+        ASSERT_EQ(sup_config_apply_json(&c, "{\"log_format\": \"json\", \"log-requests\": true, \"metrics_compat\": \"vllm\"}",
+                                        err, sizeof err),
+                  0);
+        ASSERT_TRUE(strcmp(c.log_format, "json") == 0 && c.log_requests && strcmp(c.metrics_compat, "vllm") == 0);
+}
+
 TEST(config_file_and_command_line_wins) {
         char path[] = "/tmp/test-supervisor-config.XXXXXX";
         int fd = mkstemp(path);

@@ -186,6 +186,13 @@ TEST(prefix_hits_reported) {
         struct sched_stats st;
         sched_get_stats(g.s, &st);
         ASSERT_NEAR(st.prefix_hit_rate, 48.0 / 120.0, 1e-9);
+        ASSERT_EQ(st.prefix_query_tokens, 120);
+        ASSERT_EQ(st.prefix_hit_tokens, 48);
+        int64_t bucketed = 0;
+        for (int b = 0; b <= DSV_IPC_STEP_TOKEN_BUCKETS; b++)
+                bucketed += st.step_tokens_buckets[b];
+        ASSERT_TRUE(st.steps > 0);
+        ASSERT_EQ(bucketed, st.steps);
         for (int t = 0; t < 4; t++)
                 ASSERT_EQ(g.ev.out[1][t], g.ev.out[0][t]);
         rig_done(&g);

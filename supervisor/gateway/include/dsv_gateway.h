@@ -59,6 +59,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "dsv_ipc.h"
 #include "dsv_policy.h"
 
 #ifdef __cplusplus
@@ -139,6 +140,8 @@ struct dsv_gateway_config {
         bool think_opened;                 /* the template's generation prompt opens a think
                                             * block (it ends in "<think>\n") */
         enum dsv_gateway_tool_format tool_format; /* default none */
+        bool metrics_compat_vllm;          /* /metrics also under vLLM's names (vllm:…, labels
+                                            * model_name and engine); default off */
 };
 
 /* Fills cfg with the defaults above (model NULL: the caller must set it). */
@@ -220,6 +223,10 @@ struct dsv_gateway_instance_stats {
         int64_t spec_verifications, spec_draft_tokens, spec_accepted_tokens;
         int64_t spec_accepted_hist[DSV_GATEWAY_SPEC_HIST];
         int64_t kv_bytes_per_token; /* the KV pool's bytes per position (0: not reported) */
+        int64_t prefix_query_tokens, prefix_hit_tokens; /* since the worker started */
+        /* engine steps since the worker started: count, tokens, and per bucket of
+         * dsv_ipc_step_token_bounds (not cumulative) */
+        int64_t steps, step_tokens, step_tokens_buckets[DSV_IPC_STEP_TOKEN_BUCKETS + 1];
 };
 
 /* Fills *ret for the instance. running and waiting are the load routing uses (see "Load"
@@ -265,6 +272,23 @@ typedef int (*dsv_gateway_metrics_fn)(FILE *out, void *userdata);
 
 /* Installs (or with fn NULL removes) the hook appended to GET /metrics. */
 void dsv_gateway_set_metrics_hook(struct dsv_gateway *gw, dsv_gateway_metrics_fn fn, void *userdata);
+
+/* A generation request that finished on an instance (the worker's final message came),
+ * for an operator's request log. Strings are valid during the call only. */
+struct dsv_gateway_request_log {
+        const char *instance;      /* the instance's name */
+        const char *endpoint;      /* "chat" or "completions" */
+        const char *finish_reason; /* the worker's: stop, length, cancelled, deadline */
+        int32_t prompt_tokens, completion_tokens;
+        double e2e_s;              /* arrival to the final message, the gateway's clock */
+        double queue_s, prefill_s, decode_s, ttft_s; /* the worker's */
+        const char *prompt;        /* the prompt text, or the chat messages as a JSON array */
+};
+typedef void (*dsv_gateway_request_log_fn)(const struct dsv_gateway_request_log *rec, void *userdata);
+
+/* Installs (or with fn NULL removes) the hook called once per finished request, on the
+ * thread that served it. Without one no request is recorded anywhere. */
+void dsv_gateway_set_request_log_hook(struct dsv_gateway *gw, dsv_gateway_request_log_fn fn, void *userdata);
 
 /* Renders the same text GET /metrics serves into a malloc'd string (owned by the
  * caller), without the hook's part. */

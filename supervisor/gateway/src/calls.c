@@ -401,8 +401,13 @@ static struct dsv_gateway_instance_stats instance_stats_locked(const struct gw_c
                 .spec_draft_tokens = in->spec_draft_tokens,
                 .spec_accepted_tokens = in->spec_accepted_tokens,
                 .kv_bytes_per_token = in->kv_bytes_per_token,
+                .prefix_query_tokens = in->prefix_query_tokens,
+                .prefix_hit_tokens = in->prefix_hit_tokens,
+                .steps = in->steps,
+                .step_tokens = in->step_tokens,
         };
         memcpy(st.spec_accepted_hist, in->spec_accepted_hist, sizeof st.spec_accepted_hist);
+        memcpy(st.step_tokens_buckets, in->step_tokens_buckets, sizeof st.step_tokens_buckets);
         return st;
 }
 
@@ -457,6 +462,11 @@ static void link_dispatch(struct gw_link *l, struct dsv_ipc_msg *m) {
                                                             ? m->u.stats.spec_accepted_hist[i]
                                                             : 0;
                 in->kv_bytes_per_token = m->u.stats.kv_bytes_per_token;
+                in->prefix_query_tokens = m->u.stats.prefix_query_tokens;
+                in->prefix_hit_tokens = m->u.stats.prefix_hit_tokens;
+                in->steps = m->u.stats.steps;
+                in->step_tokens = m->u.stats.step_tokens;
+                memcpy(in->step_tokens_buckets, m->u.stats.step_tokens_buckets, sizeof in->step_tokens_buckets);
         } else if (id != 0) {
                 struct gw_call *c = l->calls;
                 while (c && c->id != id)
@@ -748,12 +758,50 @@ void dsv__gw_call_observe_token(struct gw_call *c, int64_t now_ns) {
         c->n_tokens++;
 }
 
+void dsv__gw_calls_set_request_log(struct gw_calls *cs, dsv_gateway_request_log_fn fn, void *userdata) {
+        pthread_mutex_lock(&cs->lock);
+        cs->request_log = fn;
+        cs->request_log_userdata = userdata;
+        pthread_mutex_unlock(&cs->lock);
+}
+
 void dsv__gw_call_observe_end(struct gw_call *c, const struct dsv_ipc_final *final, int64_t now_ns) {
-        if (final)
-                dsv__gw_metrics_complete(c->calls->metrics, c->slot, c->inst_gen,
-                                         (double)(now_ns - c->t_arrival_ns) / 1e9, final->queue_s,
-                                         final->prompt_tokens);
-        pthread_mutex_lock(&c->calls->lock);
-        count_finished_locked(c->calls, now_ns / 1000000000);
-        pthread_mutex_unlock(&c->calls->lock);
+        if (final) {
+                struct gw_request_done done = {
+                        .e2e_s = (double)(now_ns - c->t_arrival_ns) / 1e9,
+                        .queue_s = final->queue_s,
+                        .prefill_s = final->prefill_s,
+                        .decode_s = final->decode_s,
+                        .prompt_tokens = final->prompt_tokens,
+                        .generation_tokens = final->completion_tokens,
+                        .finish_reason = final->finish_reason,
+                };
+                dsv__gw_metrics_complete(c->calls->metrics, c->slot, c->inst_gen, &done);
+        }
+        struct gw_calls *cs = c->calls;
+        char instance[DSV_GATEWAY_NAME_MAX] = "";
+        pthread_mutex_lock(&cs->lock);
+        count_finished_locked(cs, now_ns / 1000000000);
+        dsv_gateway_request_log_fn log = final ? cs->request_log : NULL;
+        void *log_userdata = cs->request_log_userdata;
+        if (log && c->slot >= 0 && c->slot < DSV_GATEWAY_MAX_INSTANCES)
+                snprintf(instance, sizeof instance, "%s", cs->inst[c->slot].name);
+        pthread_mutex_unlock(&cs->lock);
+        if (log) {
+                const struct dsv_ipc_request *rq = &c->req.ipc.u.request;
+                struct dsv_gateway_request_log rec = {
+                        .instance = instance,
+                        .endpoint = c->req.api == DSV_GW_API_CHAT ? "chat" : "completions",
+                        .finish_reason = final->finish_reason ? final->finish_reason : "stop",
+                        .prompt_tokens = final->prompt_tokens,
+                        .completion_tokens = final->completion_tokens,
+                        .e2e_s = (double)(now_ns - c->t_arrival_ns) / 1e9,
+                        .queue_s = final->queue_s,
+                        .prefill_s = final->prefill_s,
+                        .decode_s = final->decode_s,
+                        .ttft_s = final->ttft_s,
+                        .prompt = rq->input == DSV_IPC_INPUT_CHAT ? rq->messages_json : rq->prompt,
+                };
+                log(&rec, log_userdata);
+        }
 }

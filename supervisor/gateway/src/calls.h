@@ -69,6 +69,8 @@ struct gw_instance {
         int64_t spec_verifications, spec_draft_tokens, spec_accepted_tokens;
         int64_t spec_accepted_hist[DSV_GATEWAY_SPEC_HIST];
         int64_t kv_bytes_per_token;
+        int64_t prefix_query_tokens, prefix_hit_tokens;
+        int64_t steps, step_tokens, step_tokens_buckets[DSV_IPC_STEP_TOKEN_BUCKETS + 1];
 };
 
 #define GW_RATE_WINDOW_S 10
@@ -86,9 +88,14 @@ struct gw_calls {
         /* requests finished per second, the drain rate behind a 429's Retry-After */
         uint64_t rate_counts[GW_RATE_WINDOW_S];
         int64_t rate_secs[GW_RATE_WINDOW_S];
+        /* the operator's request log (dsv_gateway_set_request_log_hook); NULL: none */
+        dsv_gateway_request_log_fn request_log;
+        void *request_log_userdata;
 };
 
 int64_t dsv__gw_now_ns(void);
+/* Installs the request log hook (fn NULL: none). */
+void dsv__gw_calls_set_request_log(struct gw_calls *cs, dsv_gateway_request_log_fn fn, void *userdata);
 
 int dsv__gw_calls_init(struct gw_calls *cs, const struct dsv_gateway_config *cfg, struct gw_metrics *metrics);
 /* From now on every call gives up (its owner answers 503): the gateway is going away. */

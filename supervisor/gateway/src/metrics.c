@@ -57,6 +57,7 @@ int dsv__gw_label_escape(const char *s, char *buf, size_t size) {
 
 /* ---- the gateway's metrics ---------------------------------------------------------- */
 
+/* Seconds: vLLM's buckets for each, so its dashboards' quantiles read alike. */
 static const struct dsv_gw_buckets e2e_buckets = {
         19, {0.1, 0.25, 0.5, 1, 2.5, 5, 10, 15, 20, 30, 40, 50, 60, 120, 240, 480, 960, 1920, 7680}};
 static const struct dsv_gw_buckets ttft_buckets = {
@@ -65,9 +66,24 @@ static const struct dsv_gw_buckets itl_buckets = {
         21, {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1, 2.5, 5, 7.5, 10, 20, 40}};
 static const struct dsv_gw_buckets queue_buckets = {
         16, {0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600}};
+static const struct dsv_gw_buckets phase_buckets = {
+        20, {0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 15, 20, 30, 40, 50, 60, 120, 240, 480, 960}};
+/* Tokens: 1-2-5 steps. */
+static const struct dsv_gw_buckets length_buckets = {
+        18, {1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 20000, 50000, 100000, 200000, 500000}};
 
-int dsv__gw_metrics_init(struct gw_metrics *m) {
+static const char *const finish_names[GW_FINISH_COUNT] = {
+        [GW_FINISH_STOP] = "stop",
+        [GW_FINISH_LENGTH] = "length",
+        [GW_FINISH_CANCELLED] = "cancelled",
+        [GW_FINISH_DEADLINE] = "deadline",
+};
+
+int dsv__gw_metrics_init(struct gw_metrics *m, const char *model, bool vllm_compat) {
         memset(m, 0, sizeof *m);
+        if (!model || dsv__gw_label_escape(model, m->model, sizeof m->model) < 0)
+                return -EINVAL;
+        m->vllm_compat = vllm_compat;
         return -pthread_mutex_init(&m->lock, NULL);
 }
 
@@ -82,7 +98,9 @@ int dsv__gw_metrics_instance_reset(struct gw_metrics *m, int slot, uint64_t gen,
         pthread_mutex_lock(&m->lock);
         struct gw_instance_metrics *im = &m->inst[slot];
         *im = (struct gw_instance_metrics){.gen = gen};
-        snprintf(im->labels, sizeof im->labels, "instance=\"%s\",numa_node=\"%d\"", escaped, numa_node);
+        snprintf(im->labels[GW_NAMING_DSVISOR], sizeof im->labels[0], "instance=\"%s\",numa_node=\"%d\",model_name=\"%s\"",
+                 escaped, numa_node, m->model);
+        snprintf(im->labels[GW_NAMING_VLLM], sizeof im->labels[0], "model_name=\"%s\",engine=\"%s\"", m->model, escaped);
         pthread_mutex_unlock(&m->lock);
         return 0;
 }
@@ -107,15 +125,22 @@ void dsv__gw_metrics_token(struct gw_metrics *m, int slot, uint64_t gen, bool fi
         pthread_mutex_unlock(&m->lock);
 }
 
-void dsv__gw_metrics_complete(struct gw_metrics *m, int slot, uint64_t gen, double e2e_s, double queue_s,
-                              int32_t prompt_tokens) {
+void dsv__gw_metrics_complete(struct gw_metrics *m, int slot, uint64_t gen, const struct gw_request_done *done) {
         pthread_mutex_lock(&m->lock);
         struct gw_instance_metrics *im = instance_locked(m, slot, gen);
         if (im) {
-                dsv__gw_hist_observe(&im->e2e, &e2e_buckets, e2e_s);
-                dsv__gw_hist_observe(&im->queue, &queue_buckets, queue_s);
-                if (prompt_tokens > 0)
-                        im->prompt_tokens += (uint64_t)prompt_tokens;
+                dsv__gw_hist_observe(&im->e2e, &e2e_buckets, done->e2e_s);
+                dsv__gw_hist_observe(&im->queue, &queue_buckets, done->queue_s);
+                dsv__gw_hist_observe(&im->prefill, &phase_buckets, done->prefill_s);
+                dsv__gw_hist_observe(&im->decode, &phase_buckets, done->decode_s);
+                dsv__gw_hist_observe(&im->inference, &phase_buckets, done->prefill_s + done->decode_s);
+                dsv__gw_hist_observe(&im->prompt_len, &length_buckets, done->prompt_tokens);
+                dsv__gw_hist_observe(&im->generation_len, &length_buckets, done->generation_tokens);
+                if (done->prompt_tokens > 0)
+                        im->prompt_tokens += (uint64_t)done->prompt_tokens;
+                for (int k = 0; k < GW_FINISH_COUNT; k++)
+                        if (done->finish_reason && strcmp(done->finish_reason, finish_names[k]) == 0)
+                                im->finished[k]++;
         }
         pthread_mutex_unlock(&m->lock);
 }
@@ -190,12 +215,16 @@ static const char *const abort_names[GW_ABORT_COUNT] = {
         [GW_ABORT_CLIENT_GONE] = "client_disconnect",
 };
 
-struct family {
-        const char *name, *type, *help;
-};
-
 static void family(FILE *f, const char *name, const char *type, const char *help) {
         fprintf(f, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+/* A sample value: whole numbers exactly, fractions to 9 digits. */
+static void value(FILE *f, double v) {
+        if (v == (double)(int64_t)v)
+                fprintf(f, " %lld\n", (long long)(int64_t)v);
+        else
+                fprintf(f, " %.9g\n", v);
 }
 
 /* Refusals, connections and the admission queue: the gateway under load. */
@@ -240,9 +269,9 @@ static void write_overload_locked(struct gw_metrics *m, FILE *f, const struct gw
 }
 
 /* Speculative decoding as the workers count it, for instances that reported (a worker
- * that does not speculate reports zeros). The acceptance length is the number of drafts a
- * verification accepted: one bucket per length, _sum the accepted drafts, _count the
- * verifications. */
+ * that does not speculate reports zeros), under dsvisor's names only. The acceptance
+ * length is the number of drafts a verification accepted: one bucket per length, _sum the
+ * accepted drafts, _count the verifications. */
 static void write_spec_locked(FILE *f, const struct gw_instance_sample *v,
                               const struct gw_instance_metrics *const *ims, size_t n) {
         static const struct dsv_gw_buckets len_buckets = {DSV_GATEWAY_SPEC_HIST, {0, 1, 2, 3, 4, 5, 6, 7, 8}};
@@ -256,7 +285,7 @@ static void write_spec_locked(FILE *f, const struct gw_instance_sample *v,
                 family(f, counters[p].name, counters[p].type, counters[p].help);
                 for (size_t i = 0; i < n; i++)
                         if (ims[i] && v[i].stats.worker_reported)
-                                fprintf(f, "%s{%s} %lld\n", counters[p].name, ims[i]->labels,
+                                fprintf(f, "%s{%s} %lld\n", counters[p].name, ims[i]->labels[GW_NAMING_DSVISOR],
                                         (long long)(p == 0 ? v[i].stats.spec_draft_tokens
                                                            : v[i].stats.spec_accepted_tokens));
         }
@@ -270,7 +299,181 @@ static void write_spec_locked(FILE *f, const struct gw_instance_sample *v,
                                         .sum = (double)st->spec_accepted_tokens};
                 for (int b = 0; b < DSV_GATEWAY_SPEC_HIST; b++)
                         h.counts[b] = (uint64_t)st->spec_accepted_hist[b];
-                dsv__gw_hist_write(f, name, ims[i]->labels, &h, &len_buckets);
+                dsv__gw_hist_write(f, name, ims[i]->labels[GW_NAMING_DSVISOR], &h, &len_buckets);
+        }
+}
+
+/* Per-instance histograms; a name NULL: not exported under that naming. */
+static const struct {
+        const char *name[GW_NAMING_COUNT], *help;
+        size_t off;
+        const struct dsv_gw_buckets *b;
+} hists[] = {
+        {{"dsvisor_e2e_request_latency_seconds", "vllm:e2e_request_latency_seconds"},
+         "Time from a request's arrival to its last token.", offsetof(struct gw_instance_metrics, e2e), &e2e_buckets},
+        {{"dsvisor_time_to_first_token_seconds", "vllm:time_to_first_token_seconds"},
+         "Time from a request's arrival to its first token.", offsetof(struct gw_instance_metrics, ttft), &ttft_buckets},
+        {{"dsvisor_inter_token_latency_seconds", "vllm:inter_token_latency_seconds"},
+         "Time between consecutive tokens of a request.", offsetof(struct gw_instance_metrics, itl), &itl_buckets},
+        /* vLLM's older name of the same, which its published dashboard still queries. */
+        {{NULL, "vllm:time_per_output_token_seconds"},
+         "Time between consecutive tokens of a request.", offsetof(struct gw_instance_metrics, itl), &itl_buckets},
+        {{"dsvisor_request_queue_time_seconds", "vllm:request_queue_time_seconds"},
+         "Time a request waited in its worker's queue.", offsetof(struct gw_instance_metrics, queue), &queue_buckets},
+        {{"dsvisor_request_prefill_time_seconds", "vllm:request_prefill_time_seconds"},
+         "Time the worker spent on a request's prompt (its first step to its first token).",
+         offsetof(struct gw_instance_metrics, prefill), &phase_buckets},
+        {{"dsvisor_request_decode_time_seconds", "vllm:request_decode_time_seconds"},
+         "Time the worker spent generating a request's tokens after the first.",
+         offsetof(struct gw_instance_metrics, decode), &phase_buckets},
+        {{"dsvisor_request_inference_time_seconds", "vllm:request_inference_time_seconds"},
+         "Time a request ran on its worker: prefill plus decode.", offsetof(struct gw_instance_metrics, inference),
+         &phase_buckets},
+        {{"dsvisor_request_prompt_tokens", "vllm:request_prompt_tokens"}, "Prompt tokens of each finished request.",
+         offsetof(struct gw_instance_metrics, prompt_len), &length_buckets},
+        {{"dsvisor_request_generation_tokens", "vllm:request_generation_tokens"},
+         "Tokens generated for each finished request.", offsetof(struct gw_instance_metrics, generation_len),
+         &length_buckets},
+};
+
+/* Per-instance single-valued series. */
+enum scalar {
+        S_PROMPT_TOKENS,
+        S_GENERATION_TOKENS,
+        S_FAILURES,
+        S_RUNNING,
+        S_WAITING,
+        S_UP,
+        /* the worker's own view: only for instances whose stats reply came */
+        S_KV_USED,
+        S_KV_CAPACITY,
+        S_KV_USAGE,
+        S_PREEMPTIONS,
+        S_PREFIX_HIT_RATIO,
+        S_PREFIX_QUERIES,
+        S_PREFIX_HITS,
+        S_KV_BYTES_PER_TOKEN,
+        S_CACHE_CONFIG,
+        S_COUNT
+};
+#define S_FIRST_WORKER S_KV_USED
+
+static const struct {
+        const char *name[GW_NAMING_COUNT], *type, *help;
+} scalars[S_COUNT] = {
+        [S_PROMPT_TOKENS] = {{"dsvisor_prompt_tokens_total", "vllm:prompt_tokens_total"}, "counter", "Prompt tokens processed."},
+        [S_GENERATION_TOKENS] = {{"dsvisor_generation_tokens_total", "vllm:generation_tokens_total"}, "counter",
+                                 "Tokens generated and received by the gateway."},
+        [S_FAILURES] = {{"dsvisor_instance_failures_total", NULL}, "counter",
+                        "Requests in flight when the instance's link dropped."},
+        [S_RUNNING] = {{"dsvisor_num_requests_running", "vllm:num_requests_running"}, "gauge",
+                       "Requests running on the instance."},
+        [S_WAITING] = {{"dsvisor_num_requests_waiting", "vllm:num_requests_waiting"}, "gauge",
+                       "Requests waiting in the instance's queue."},
+        [S_UP] = {{"dsvisor_instance_up", NULL}, "gauge", "1 when the instance is ready, connected and healthy."},
+        [S_KV_USED] = {{"dsvisor_kv_blocks_used", NULL}, "gauge", "KV cache blocks in use on the instance."},
+        [S_KV_CAPACITY] = {{"dsvisor_kv_blocks_capacity", NULL}, "gauge", "KV cache blocks in the instance's pool."},
+        [S_KV_USAGE] = {{"dsvisor_kv_cache_usage_perc", "vllm:kv_cache_usage_perc"}, "gauge",
+                        "Share of the instance's KV cache blocks in use (0..1)."},
+        [S_PREEMPTIONS] = {{"dsvisor_preemptions_total", "vllm:num_preemptions_total"}, "counter",
+                           "Sequences preempted for lack of KV blocks and recomputed later."},
+        [S_PREFIX_HIT_RATIO] = {{"dsvisor_prefix_cache_hit_ratio", NULL}, "gauge",
+                                "Share of prompt tokens served from shared prefix blocks since the worker started (0..1); "
+                                "dashboards: rate of dsvisor_prefix_cache_hits_total over _queries_total."},
+        [S_PREFIX_QUERIES] = {{"dsvisor_prefix_cache_queries_total", "vllm:prefix_cache_queries_total"}, "counter",
+                              "Prompt tokens looked up in the prefix cache."},
+        [S_PREFIX_HITS] = {{"dsvisor_prefix_cache_hits_total", "vllm:prefix_cache_hits_total"}, "counter",
+                           "Prompt tokens found in the prefix cache."},
+        [S_KV_BYTES_PER_TOKEN] = {{"dsvisor_kv_bytes_per_token", NULL}, "gauge",
+                                  "KV cache bytes one position takes over all layers, in the instance's KV type."},
+        [S_CACHE_CONFIG] = {{"dsvisor_cache_config_info", "vllm:cache_config_info"}, "gauge",
+                            "The instance's KV cache configuration in its labels; the value is 1."},
+};
+
+static double scalar_value(enum scalar k, const struct gw_instance_metrics *im, const struct dsv_gateway_instance_stats *st) {
+        switch (k) {
+        case S_PROMPT_TOKENS: return (double)im->prompt_tokens;
+        case S_GENERATION_TOKENS: return (double)im->generation_tokens;
+        case S_FAILURES: return (double)im->failures;
+        case S_RUNNING: return st->running;
+        case S_WAITING: return st->waiting;
+        case S_UP: return st->up;
+        case S_KV_USED: return st->kv_blocks_used;
+        case S_KV_CAPACITY: return st->kv_blocks_total;
+        case S_KV_USAGE: return st->kv_blocks_total > 0 ? (double)st->kv_blocks_used / st->kv_blocks_total : 0;
+        case S_PREEMPTIONS: return (double)st->preemptions;
+        case S_PREFIX_HIT_RATIO: return st->prefix_hit_rate;
+        case S_PREFIX_QUERIES: return (double)st->prefix_query_tokens;
+        case S_PREFIX_HITS: return (double)st->prefix_hit_tokens;
+        case S_KV_BYTES_PER_TOKEN: return (double)st->kv_bytes_per_token;
+        case S_CACHE_CONFIG:
+        case S_COUNT: break;
+        }
+        return 1;
+}
+
+/* The per-instance families under one naming. */
+static void write_instances_locked(FILE *f, enum gw_naming nm, const struct gw_instance_metrics *const *ims,
+                                   const struct gw_instance_sample *v, size_t n) {
+        for (size_t h = 0; h < sizeof hists / sizeof hists[0]; h++) {
+                const char *name = hists[h].name[nm];
+                if (!name)
+                        continue;
+                family(f, name, "histogram", hists[h].help);
+                for (size_t i = 0; i < n; i++)
+                        if (ims[i])
+                                dsv__gw_hist_write(f, name, ims[i]->labels[nm],
+                                                   (const struct dsv_gw_hist *)((const char *)ims[i] + hists[h].off),
+                                                   hists[h].b);
+        }
+        /* The worker's steps by tokens carried (vLLM's name keeps its _total). */
+        const char *iter = nm == GW_NAMING_VLLM ? "vllm:iteration_tokens_total" : "dsvisor_iteration_tokens";
+        family(f, iter, "histogram", "Tokens each engine step of the instance carried (prefill and decode).");
+        struct dsv_gw_buckets step_buckets = {.n = DSV_IPC_STEP_TOKEN_BUCKETS};
+        memcpy(step_buckets.le, dsv_ipc_step_token_bounds, sizeof dsv_ipc_step_token_bounds);
+        for (size_t i = 0; i < n; i++) {
+                const struct dsv_gateway_instance_stats *st = &v[i].stats;
+                if (!ims[i] || !st->worker_reported)
+                        continue;
+                struct dsv_gw_hist h = {.count = (uint64_t)st->steps, .sum = (double)st->step_tokens};
+                for (int b = 0; b <= DSV_IPC_STEP_TOKEN_BUCKETS; b++)
+                        h.counts[b] = (uint64_t)st->step_tokens_buckets[b];
+                dsv__gw_hist_write(f, iter, ims[i]->labels[nm], &h, &step_buckets);
+        }
+        /* vLLM's finished_reason values: stop, length, abort. */
+        const char *success = nm == GW_NAMING_VLLM ? "vllm:request_success_total" : "dsvisor_request_success_total";
+        family(f, success, "counter", "Requests finished, by the reason they ended.");
+        for (size_t i = 0; i < n; i++) {
+                if (!ims[i])
+                        continue;
+                const uint64_t *fin = ims[i]->finished;
+                for (int k = 0; k < GW_FINISH_COUNT; k++) {
+                        if (nm == GW_NAMING_VLLM && k == GW_FINISH_DEADLINE)
+                                continue;
+                        uint64_t c = nm == GW_NAMING_VLLM && k == GW_FINISH_CANCELLED
+                                             ? fin[GW_FINISH_CANCELLED] + fin[GW_FINISH_DEADLINE]
+                                             : fin[k];
+                        const char *reason = nm == GW_NAMING_VLLM && k == GW_FINISH_CANCELLED ? "abort" : finish_names[k];
+                        fprintf(f, "%s{%s,finished_reason=\"%s\"} %llu\n", success, ims[i]->labels[nm], reason,
+                                (unsigned long long)c);
+                }
+        }
+        for (int k = 0; k < S_COUNT; k++) {
+                const char *name = scalars[k].name[nm];
+                if (!name)
+                        continue;
+                family(f, name, scalars[k].type, scalars[k].help);
+                for (size_t i = 0; i < n; i++) {
+                        const struct dsv_gateway_instance_stats *st = &v[i].stats;
+                        if (!ims[i] || (k >= S_FIRST_WORKER && !st->worker_reported))
+                                continue;
+                        if (k == S_CACHE_CONFIG)
+                                fprintf(f, "%s{%s,%s=\"%d\"}", name, ims[i]->labels[nm],
+                                        nm == GW_NAMING_VLLM ? "num_gpu_blocks" : "num_blocks", st->kv_blocks_total);
+                        else
+                                fprintf(f, "%s{%s}", name, ims[i]->labels[nm]);
+                        value(f, scalar_value(k, ims[i], st));
+                }
         }
 }
 
@@ -278,28 +481,10 @@ static void write_locked(struct gw_metrics *m, FILE *f, const struct gw_instance
         const struct gw_instance_metrics *ims[DSV_GATEWAY_MAX_INSTANCES];
         for (size_t i = 0; i < n; i++)
                 ims[i] = instance_locked(m, v[i].slot, v[i].gen);
-        static const struct {
-                const char *name, *help;
-                size_t off;
-                const struct dsv_gw_buckets *b;
-        } hists[] = {
-                {"dsvisor_e2e_request_latency_seconds", "Time from a request's arrival to its last token.",
-                 offsetof(struct gw_instance_metrics, e2e), &e2e_buckets},
-                {"dsvisor_time_to_first_token_seconds", "Time from a request's arrival to its first token.",
-                 offsetof(struct gw_instance_metrics, ttft), &ttft_buckets},
-                {"dsvisor_inter_token_latency_seconds", "Time between consecutive tokens of a request.",
-                 offsetof(struct gw_instance_metrics, itl), &itl_buckets},
-                {"dsvisor_request_queue_time_seconds", "Time a request waited in its worker's queue.",
-                 offsetof(struct gw_instance_metrics, queue), &queue_buckets},
-        };
-        for (size_t h = 0; h < sizeof hists / sizeof hists[0]; h++) {
-                family(f, hists[h].name, "histogram", hists[h].help);
-                for (size_t i = 0; i < n; i++)
-                        if (ims[i])
-                                dsv__gw_hist_write(f, hists[h].name, ims[i]->labels,
-                                                   (const struct dsv_gw_hist *)((const char *)ims[i] + hists[h].off),
-                                                   hists[h].b);
-        }
+        write_instances_locked(f, GW_NAMING_DSVISOR, ims, v, n);
+        write_spec_locked(f, v, ims, n);
+        if (m->vllm_compat)
+                write_instances_locked(f, GW_NAMING_VLLM, ims, v, n);
         family(f, "dsvisor_requests_total", "counter", "HTTP requests to the completion endpoints by status code.");
         for (int i = 0; i < GW_MAX_STATUS && m->status_codes[i]; i++)
                 fprintf(f, "dsvisor_requests_total{code=\"%d\"} %llu\n", m->status_codes[i],
@@ -311,56 +496,6 @@ static void write_locked(struct gw_metrics *m, FILE *f, const struct gw_instance
         for (int i = 0; i < GW_ABORT_COUNT; i++)
                 fprintf(f, "dsvisor_stream_aborts_total{reason=\"%s\"} %llu\n", abort_names[i],
                         (unsigned long long)m->stream_aborts[i]);
-        static const struct family per[] = {
-                {"dsvisor_prompt_tokens_total", "counter", "Prompt tokens processed."},
-                {"dsvisor_generation_tokens_total", "counter", "Tokens generated and received by the gateway."},
-                {"dsvisor_instance_failures_total", "counter", "Requests in flight when the instance's link dropped."},
-                {"dsvisor_num_requests_running", "gauge", "Requests running on the instance."},
-                {"dsvisor_num_requests_waiting", "gauge", "Requests waiting in the instance's queue."},
-                {"dsvisor_instance_up", "gauge", "1 when the instance is ready, connected and healthy."},
-        };
-        for (size_t p = 0; p < sizeof per / sizeof per[0]; p++) {
-                family(f, per[p].name, per[p].type, per[p].help);
-                for (size_t i = 0; i < n; i++) {
-                        const struct gw_instance_metrics *im = ims[i];
-                        const struct dsv_gateway_instance_stats *st = &v[i].stats;
-                        if (!im)
-                                continue;
-                        uint64_t val = p == 0 ? im->prompt_tokens
-                                     : p == 1 ? im->generation_tokens
-                                     : p == 2 ? im->failures
-                                     : p == 3 ? st->running
-                                     : p == 4 ? st->waiting
-                                              : (uint64_t)st->up;
-                        fprintf(f, "%s{%s} %llu\n", per[p].name, im->labels, (unsigned long long)val);
-                }
-        }
-        /* What the workers report about themselves (only instances whose own view is
-         * known). */
-        static const struct family worker[] = {
-                {"dsvisor_kv_blocks_used", "gauge", "KV cache blocks in use on the instance."},
-                {"dsvisor_kv_blocks_capacity", "gauge", "KV cache blocks in the instance's pool."},
-                {"dsvisor_preemptions_total", "counter", "Sequences preempted for lack of KV blocks and recomputed later."},
-                {"dsvisor_prefix_cache_hit_ratio", "gauge", "Share of prompt tokens served from shared prefix blocks (0..1)."},
-                {"dsvisor_kv_bytes_per_token", "gauge", "KV cache bytes one position takes over all layers, in the instance's KV type."},
-        };
-        for (size_t p = 0; p < sizeof worker / sizeof worker[0]; p++) {
-                family(f, worker[p].name, worker[p].type, worker[p].help);
-                for (size_t i = 0; i < n; i++) {
-                        const struct dsv_gateway_instance_stats *st = &v[i].stats;
-                        if (!ims[i] || !st->worker_reported)
-                                continue;
-                        if (p == 3)
-                                fprintf(f, "%s{%s} %.6g\n", worker[p].name, ims[i]->labels, st->prefix_hit_rate);
-                        else
-                                fprintf(f, "%s{%s} %lld\n", worker[p].name, ims[i]->labels,
-                                        (long long)(p == 0 ? st->kv_blocks_used
-                                                    : p == 1 ? st->kv_blocks_total
-                                                    : p == 2 ? st->preemptions
-                                                             : st->kv_bytes_per_token));
-                }
-        }
-        write_spec_locked(f, v, ims, n);
 }
 
 int dsv__gw_metrics_write(struct gw_metrics *m, FILE *f, const struct gw_instance_sample *v, size_t n,

@@ -49,22 +49,43 @@ enum gw_abort {
 
 #define GW_MAX_STATUS 16
 
+/* Which names the families go out under: dsvisor's own, and with --metrics-compat vllm
+ * also vLLM's ("vllm:" names; labels model_name and engine), so dashboards written for
+ * vLLM find the same series. */
+enum gw_naming { GW_NAMING_DSVISOR, GW_NAMING_VLLM, GW_NAMING_COUNT };
+
+/* How a request ended, as the worker's final message says (finished_reason label). */
+enum gw_finish { GW_FINISH_STOP, GW_FINISH_LENGTH, GW_FINISH_CANCELLED, GW_FINISH_DEADLINE, GW_FINISH_COUNT };
+
+#define GW_MODEL_LABEL_MAX 512
+
 /* One instance's series, by slot (the instance id). gen tells one occupant of a slot
  * from the next: a report for another gen than the slot's is dropped. */
 struct gw_instance_metrics {
         uint64_t gen;
-        char labels[2 * DSV_GATEWAY_NAME_MAX + 48]; /* instance="…",numa_node="…" */
-        struct dsv_gw_hist e2e, ttft, itl, queue;
-        uint64_t prompt_tokens, generation_tokens, failures;
+        /* instance="…",numa_node="…",model_name="…" and model_name="…",engine="…" */
+        char labels[GW_NAMING_COUNT][2 * DSV_GATEWAY_NAME_MAX + GW_MODEL_LABEL_MAX + 64];
+        struct dsv_gw_hist e2e, ttft, itl, queue, prefill, decode, inference, prompt_len, generation_len;
+        uint64_t prompt_tokens, generation_tokens, failures, finished[GW_FINISH_COUNT];
 };
 
 struct gw_metrics {
         pthread_mutex_t lock;
+        char model[GW_MODEL_LABEL_MAX]; /* the served model id, escaped as a label value */
+        bool vllm_compat;
         int status_codes[GW_MAX_STATUS];
         uint64_t status_counts[GW_MAX_STATUS];
         uint64_t retries, stream_aborts[GW_ABORT_COUNT];
         uint64_t rejected[DSV_GATEWAY_REJECT_COUNT], connections_refused;
         struct gw_instance_metrics inst[DSV_GATEWAY_MAX_INSTANCES];
+};
+
+/* A request's end as the worker's final message describes it, with the gateway's own
+ * arrival-to-last-token time. */
+struct gw_request_done {
+        double e2e_s, queue_s, prefill_s, decode_s;
+        int32_t prompt_tokens, generation_tokens;
+        const char *finish_reason; /* "stop", "length", "cancelled", "deadline"; other: not counted */
 };
 
 /* An instance as it stands when the metrics are rendered (the calls room's view). */
@@ -84,16 +105,17 @@ struct gw_server_sample {
         uint64_t timeouts[3];             /* first byte, header, body */
 };
 
-int dsv__gw_metrics_init(struct gw_metrics *m);
+/* model: the served model id (the model_name label); vllm_compat: also export vLLM's
+ * names. -EINVAL when the id cannot be a label value. */
+int dsv__gw_metrics_init(struct gw_metrics *m, const char *model, bool vllm_compat);
 void dsv__gw_metrics_done(struct gw_metrics *m);
 /* Starts the series of a new occupant of slot: zeroed, labelled with name and numa_node.
  * -EINVAL when the name cannot be a label value. */
 int dsv__gw_metrics_instance_reset(struct gw_metrics *m, int slot, uint64_t gen, const char *name, int numa_node);
 /* A token arrived: after seconds since arrival (first) or since the previous token. */
 void dsv__gw_metrics_token(struct gw_metrics *m, int slot, uint64_t gen, bool first, double seconds);
-/* A request completed: arrival to last token, the worker's queue time, its prompt size. */
-void dsv__gw_metrics_complete(struct gw_metrics *m, int slot, uint64_t gen, double e2e_s, double queue_s,
-                              int32_t prompt_tokens);
+/* A request completed. */
+void dsv__gw_metrics_complete(struct gw_metrics *m, int slot, uint64_t gen, const struct gw_request_done *done);
 /* A request was in flight when the instance's link dropped. */
 void dsv__gw_metrics_failure(struct gw_metrics *m, int slot, uint64_t gen);
 /* An answer to a completion endpoint went out with this HTTP status (499: client gone). */

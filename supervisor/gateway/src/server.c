@@ -493,7 +493,7 @@ int dsv_gateway_new(const struct dsv_gateway_config *cfg, struct dsv_gateway **r
                 r = dsv__gw_tls_load(cfg->tls_cert_path, cfg->tls_key_path, &gw->tls);
         bool metrics = false, calls = false;
         if (r == 0)
-                metrics = (r = dsv__gw_metrics_init(&gw->metrics)) == 0;
+                metrics = (r = dsv__gw_metrics_init(&gw->metrics, gw->model, cfg->metrics_compat_vllm)) == 0;
         if (r == 0)
                 calls = (r = dsv__gw_calls_init(&gw->calls, &gw->cfg, &gw->metrics)) == 0;
         if (r == 0)
@@ -601,6 +601,12 @@ void dsv_gateway_set_tokenizer(struct dsv_gateway *gw, const struct dsv_gateway_
         pthread_mutex_lock(&gw->hook_lock);
         gw->tokenizer = t ? *t : (struct dsv_gateway_tokenizer){0};
         pthread_mutex_unlock(&gw->hook_lock);
+}
+
+void dsv_gateway_set_request_log_hook(struct dsv_gateway *gw, dsv_gateway_request_log_fn fn, void *userdata) {
+        if (!gw)
+                return;
+        dsv__gw_calls_set_request_log(&gw->calls, fn, userdata);
 }
 
 /* ---- overload ---------------------------------------------------------------------------- */
