@@ -41,7 +41,7 @@ extern "C" {
  *    request's "constraint" and "logit_bias"; "bytes" of top_logprobs alternatives;
  *    speculative decoding counters in stats_reply (optional fields);
  *    request fields max_tokens_to_context and max_prompt_tokens;
- *    stats_reply's optional kv_bytes_per_token. */
+ *    stats_reply's optional kv_bytes_per_token.
  * 3: stats_reply's "prefix_query_tokens" and "prefix_hit_tokens" (counters), and
  *    "step_tokens_buckets" (the engine steps by their token count). */
 #define DSV_IPC_PROTOCOL_MINOR 3

@@ -276,13 +276,15 @@ static void write_spec_locked(FILE *f, const struct gw_instance_sample *v,
                               const struct gw_instance_metrics *const *ims, size_t n) {
         static const struct dsv_gw_buckets len_buckets = {DSV_GATEWAY_SPEC_HIST, {0, 1, 2, 3, 4, 5, 6, 7, 8}};
         _Static_assert(DSV_GATEWAY_SPEC_HIST == 9, "one bucket per acceptance length");
-        static const struct family counters[] = {
-                {"dsvisor_spec_decode_draft_tokens_total", "counter", "Draft tokens verified by speculative decoding."},
-                {"dsvisor_spec_decode_accepted_tokens_total", "counter",
+        static const struct {
+                const char *name, *help;
+        } counters[] = {
+                {"dsvisor_spec_decode_draft_tokens_total", "Draft tokens verified by speculative decoding."},
+                {"dsvisor_spec_decode_accepted_tokens_total",
                  "Draft tokens accepted (emitted as verified) by speculative decoding."},
         };
         for (size_t p = 0; p < 2; p++) {
-                family(f, counters[p].name, counters[p].type, counters[p].help);
+                family(f, counters[p].name, "counter", counters[p].help);
                 for (size_t i = 0; i < n; i++)
                         if (ims[i] && v[i].stats.worker_reported)
                                 fprintf(f, "%s{%s} %lld\n", counters[p].name, ims[i]->labels[GW_NAMING_DSVISOR],
