@@ -103,8 +103,9 @@ static size_t calls_of(const char *output, bool parallel, struct dsv_gw_tools *p
         dsv__gw_tools_init(p, DSV_GATEWAY_TOOLS_NONE, parallel);
         dsv__gw_tools_read_json_calls(p);
         /* in pieces, as tokens arrive */
-        for (size_t i = 0; output[i]; i += 3) {
-                size_t n = strlen(output + i) < 3 ? strlen(output + i) : 3;
+        size_t len = strlen(output);
+        for (size_t i = 0; i < len; i += 3) {
+                size_t n = len - i < 3 ? len - i : 3;
                 if (dsv__gw_tools_push(p, output + i, n, &content) < 0)
                         return 99;
         }
