@@ -172,15 +172,15 @@ reached_functions() {
     fuzz-spm-load) echo dse__spm_proto_parse dse__tok_spm_init dse__spm_normalizer_init dse__spm_trie_insert ;;
     fuzz-spm-encode) echo encode_with dse__spm_normalize bpe_resegment spm_decode ;;
     fuzz-grammar-schema)
-      echo dse_grammar_compile_json_schema compile_body/schema_compile.c emit_object/schema_compile.c \
-        emit_array/schema_compile.c emit_number/schema_compile.c dse__schema_merge_all_of dse__regex_rule \
+      echo dse_grammar_compile_json_schema compile_body/schema_compile.c emit_types/schema_compile.c \
+        emit_object_members/schema_compile.c emit_union/schema_compile.c dse__schema_merge_all_of dse__regex_rule \
         dse__grammar_matcher_step ;;
     fuzz-grammar-gbnf)
-      echo dse_grammar_compile_gbnf parse_rule/gbnf_compile.c parse_sequence/gbnf_compile.c \
-        parse_class/gbnf_compile.c dse__grammar_rule_codepoints dse__grammar_check dse__grammar_matcher_step ;;
+      echo dse_grammar_compile_gbnf parse_alternates/gbnf_compile.c piece_rule/gbnf_compile.c \
+        parse_char/gbnf_compile.c dse__grammar_rule_codepoints dse__grammar_check dse__grammar_matcher_step ;;
     fuzz-grammar-regex)
-      echo dse_grammar_compile_regex parse_alternative/regex_compile.c parse_escape/regex_compile.c \
-        parse_class/regex_compile.c dse__grammar_rule_repeat dse__grammar_check dse__grammar_matcher_step ;;
+      echo dse_grammar_compile_regex parse_disjunction/regex_compile.c parse_escape/regex_compile.c \
+        class_atom/regex_compile.c dse__grammar_rule_repeat dse__grammar_check dse__grammar_matcher_step ;;
   esac
 }
 

@@ -89,7 +89,7 @@ if(DSV_FUZZ)
   # The JSON config, and above all the cgroup parent it accepts (scripts/fuzz.sh).
   dsv_add_fuzzer(fuzz-supervisor-config fuzz/fuzz-supervisor-config.c ${DSV_SUP_DIR}/config.c)
   target_include_directories(fuzz-supervisor-config PRIVATE ${DSV_SUP_DIR})
-  target_link_libraries(fuzz-supervisor-config PRIVATE dsv_platform dse dsv::cjson)
+  target_link_libraries(fuzz-supervisor-config PRIVATE dsv_platform dse dsv_ipc dsv::cjson)
 endif()
 
 # dsvisor start runs with glibc's malloc thread cache off (supervisor/malloc_env.c): the
