@@ -30,7 +30,7 @@ check "the template changes 3 lines" test "$(diff "$cfg" "$tmp/loopback.cfg" | g
 
 for want in '^\s*balance leastconn$' '^\s*option httpchk GET /ready$' '^\s*http-check expect status 200$' \
         '^\s*option http-server-close$' '^\s*retry-on .*\b503\b' '^\s*retry-on .*conn-failure' \
-        '^\s*option redispatch' '^\s*timeout server 11m$' '^\s*timeout client 11m$' \
+        '^\s*option redispatch' '^\s*timeout server 60m$' '^\s*timeout client 60m$' \
         '^\s*timeout http-request ' '^\s*default-server .*\bcheck\b.*\binter 1s\b' \
         '^\s*http-request deny .* unless \{ path_beg /v1/ \}$'; do
         check "has $want" grep -Eq "$want" "$cfg"
