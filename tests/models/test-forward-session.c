@@ -10,22 +10,7 @@
 #include "dse.h"
 #include "t.h"
 
-static struct dse_model *open_fixture(const char *name) {
-        char dir[1024], native[4096];
-        snprintf(dir, sizeof dir, "%s/%s", t_fixture("models"), name);
-        if (!getenv("DSV_CACHE_DIR") && getenv("DSV_BUILD_DIR")) {
-                char cache[1100];
-                snprintf(cache, sizeof cache, "%s/model-cache", getenv("DSV_BUILD_DIR"));
-                setenv("DSV_CACHE_DIR", cache, 1);
-        }
-        struct dse_diag diag = {{0}};
-        struct dse_model *m = NULL;
-        if (dse_model_resolve(dir, native, sizeof native, &diag) < 0 || dse_model_open(native, 0, &m, &diag) < 0) {
-                fprintf(stderr, "  %s: %s\n", name, diag.msg);
-                return NULL;
-        }
-        return m;
-}
+#include "fixture-models.h"
 
 #define N 12
 
@@ -35,7 +20,7 @@ static void ids_for(int32_t *ids, int vocab) {
 }
 
 TEST(arguments_and_limits) {
-        struct dse_model *m = open_fixture("qwen2-bf16-tied");
+        struct dse_model *m = fixture_model_open("qwen2-bf16-tied");
         ASSERT_TRUE(m);
         struct dse_diag diag = {{0}};
         struct dse_session *s = NULL;
@@ -68,7 +53,7 @@ TEST(arguments_and_limits) {
  * with a 3-thread pool must give bitwise the same rows: tokens go one at a time in the
  * same order, and every output row's sum is computed by exactly one thread. */
 static void chunked_equals_whole(const char *fixture) {
-        struct dse_model *m = open_fixture(fixture);
+        struct dse_model *m = fixture_model_open(fixture);
         ASSERT_TRUE(m);
         int V = dse_model_vocab_size(m);
         int32_t ids[N];
@@ -129,7 +114,7 @@ static void *eval_thread(void *arg) {
  * rows one session alone gives. */
 static void concurrent_sessions_share_model(const char *fixture) {
         enum { N_THREADS = 3 };
-        struct dse_model *m = open_fixture(fixture);
+        struct dse_model *m = fixture_model_open(fixture);
         ASSERT_TRUE(m);
         int V = dse_model_vocab_size(m);
         int32_t ids[N];
@@ -162,7 +147,7 @@ TEST(concurrent_sessions_llama) { concurrent_sessions_share_model("qwen2-awq-g32
 TEST(concurrent_sessions_deepseek) { concurrent_sessions_share_model("deepseek-v2-group-limited"); }
 
 TEST(kv_bytes_per_token_llama) {
-        struct dse_model *m = open_fixture("llama-bf16-linear-rope");
+        struct dse_model *m = fixture_model_open("llama-bf16-linear-rope");
         ASSERT_TRUE(m);
         struct dse_session *s = NULL;
         ASSERT_OK(dse_session_new(m, 8, NULL, &s, NULL));

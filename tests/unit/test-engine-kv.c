@@ -11,22 +11,7 @@
 #include "dse.h"
 #include "t.h"
 
-static struct dse_model *open_fixture(const char *name) {
-        char dir[1024], native[4096];
-        snprintf(dir, sizeof dir, "%s/%s", t_fixture("models"), name);
-        if (!getenv("DSV_CACHE_DIR") && getenv("DSV_BUILD_DIR")) {
-                char cache[1100];
-                snprintf(cache, sizeof cache, "%s/model-cache", getenv("DSV_BUILD_DIR"));
-                setenv("DSV_CACHE_DIR", cache, 1);
-        }
-        struct dse_diag diag = {{0}};
-        struct dse_model *m = NULL;
-        if (dse_model_resolve(dir, native, sizeof native, &diag) < 0 || dse_model_open(native, 0, &m, &diag) < 0) {
-                fprintf(stderr, "  %s: %s\n", name, diag.msg);
-                return NULL;
-        }
-        return m;
-}
+#include "fixture-models.h"
 
 #define N 40   /* tokens per sequence */
 #define BT 16  /* block size */
@@ -133,7 +118,7 @@ static void paged_equals_session_model(const char *fixture, struct dse_model *m)
 }
 
 static void paged_equals_session(const char *fixture) {
-        paged_equals_session_model(fixture, open_fixture(fixture));
+        paged_equals_session_model(fixture, fixture_model_open(fixture));
 }
 
 /* Q4/Q8 weights multiply int8 activations (the default): each token's activations are
@@ -176,8 +161,8 @@ TEST(paged_equals_session_deepseek_v3_int4_int8_activations) {
 /* With every kernel the CPU offers (AMX included where present): dense models stay
  * within float rounding of their session (logits have a standard deviation of ~3). */
 TEST(paged_near_session_int8_activations_all_kernels) {
-        paged_equals_session_model_tol("llama-gptq-sym", open_fixture("llama-gptq-sym"), 1e-3);
-        paged_equals_session_model_tol("qwen2-awq-g32", open_fixture("qwen2-awq-g32"), 1e-3);
+        paged_equals_session_model_tol("llama-gptq-sym", fixture_model_open("llama-gptq-sym"), 1e-3);
+        paged_equals_session_model_tol("qwen2-awq-g32", fixture_model_open("qwen2-awq-g32"), 1e-3);
 }
 
 TEST(paged_equals_session_llama) {
@@ -196,7 +181,7 @@ TEST(paged_equals_session_deepseek_mla) {
  * gets A-independent logits equal to its own session's, and the pool holds fewer
  * blocks than two private copies would. */
 TEST(prefix_sharing) {
-        struct dse_model *m = open_fixture("llama3-rope-gqa");
+        struct dse_model *m = fixture_model_open("llama3-rope-gqa");
         ASSERT_TRUE(m);
         int V = dse_model_vocab_size(m);
         int32_t a[N], bids[N];
@@ -253,7 +238,7 @@ TEST(prefix_sharing) {
 /* A pool of 3 blocks: a 40-token step fits (3 blocks), a second sequence's step does
  * not: -ENOSPC, nothing taken, the first sequence intact; after closing it, it fits. */
 TEST(out_of_blocks_is_enospc) {
-        struct dse_model *m = open_fixture("llama3-rope-gqa");
+        struct dse_model *m = fixture_model_open("llama3-rope-gqa");
         ASSERT_TRUE(m);
         int V = dse_model_vocab_size(m);
         struct dse_diag diag = {{0}};
@@ -316,7 +301,7 @@ static long rss_anon_bytes(void) {
  * grows by at least 90% of it: only the few blocks already written were resident) and
  * the sequence's blocks keep their contents (its next logits equal the session's). */
 TEST(prefault_makes_pool_resident_keeping_contents) {
-        struct dse_model *m = open_fixture("llama3-rope-gqa");
+        struct dse_model *m = fixture_model_open("llama3-rope-gqa");
         ASSERT_TRUE(m);
         int V = dse_model_vocab_size(m);
         int32_t a[N];
