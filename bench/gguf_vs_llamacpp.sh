@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Our engine against llama.cpp on the same GGUF file: a model fixture written as GGUF
-# (tests/gguf/gguf-from-hf-cli.c, llama.cpp's layout, a placeholder vocabulary so
+# (tests/gguf/gguf-from-hf-cli.c, llama.cpp's layout, a synthetic vocabulary so
 # llama.cpp loads it) in F32, F16, Q8_0 and Q4_0; for every prefix of the fixture's
 # prompt, the next-token distribution of `dsvisor logits --model FILE.gguf` and of
 # llama-server (n_probs = the whole vocabulary), compared as top-1 agreement and mean
@@ -38,7 +38,7 @@ echo "fixture $FIXTURE, prompt of $(echo "$IDS" | tr ',' '\n' | wc -l) tokens; o
 printf '%-5s %8s %10s %12s %10s  %s\n' type top-1 "mean KL" "max KL" "greedy" "first divergence"
 for T in $TYPES; do
   G=$TMP/$FIXTURE-$T.gguf
-  "$BUILD/bin/gguf-from-hf" "$DIR" "$G" "$T" --placeholder-vocab
+  "$BUILD/bin/gguf-from-hf" "$DIR" "$G" "$T" --synthetic-vocab
   "$BUILD/bin/dsvisor" logits --model "$G" --tokens "$IDS" --out "$TMP/ours.f32" --greedy 16 >"$TMP/ours-greedy.json" 2>"$TMP/ours.log"
   "$LLAMA_RUN" llama-server -m "$G" --host 127.0.0.1 --port "$PORT" -c 512 -t 2 --no-warmup >"$TMP/server.log" 2>&1 &
   SERVER=$!

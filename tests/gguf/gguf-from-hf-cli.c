@@ -1,4 +1,4 @@
-/* gguf-from-hf DIR OUT.gguf F32|F16|Q8_0|Q4_0 [--placeholder-vocab]: a Hugging Face llama/qwen2
+/* gguf-from-hf DIR OUT.gguf F32|F16|Q8_0|Q4_0 [--synthetic-vocab]: a Hugging Face llama/qwen2
  * folder written as GGUF the way llama.cpp's converter lays it out (gguf-from-hf.h), for
  * benchmarks that run the same file through llama.cpp (bench/gguf_vs_llamacpp.sh). */
 #include <stdio.h>
@@ -16,8 +16,8 @@ int main(int argc, char **argv) {
         for (int i = 0; argc >= 4 && i < 4; i++)
                 if (strcmp(argv[3], types[i].name) == 0)
                         t = i;
-        if (t < 0 || argc > 5 || (argc == 5 && strcmp(argv[4], "--placeholder-vocab") != 0)) {
-                fprintf(stderr, "usage: gguf-from-hf DIR OUT.gguf F32|F16|Q8_0|Q4_0 [--placeholder-vocab]\n");
+        if (t < 0 || argc > 5 || (argc == 5 && strcmp(argv[4], "--synthetic-vocab") != 0)) {
+                fprintf(stderr, "usage: gguf-from-hf DIR OUT.gguf F32|F16|Q8_0|Q4_0 [--synthetic-vocab]\n");
                 return 2;
         }
         struct dse_diag diag = {{0}};

@@ -122,12 +122,13 @@ static int gguf_name(const char *hf, char *out, size_t size, int *perm) {
         return -ENOENT;
 }
 
-static void add_placeholder_vocab(struct gguf_writer *w, int n) {
+static int add_synthetic_vocab(struct gguf_writer *w, int n) {
         char (*text)[16] = calloc((size_t)n, sizeof *text);
         const char **toks = calloc((size_t)n, sizeof *toks);
         float *scores = calloc((size_t)n, sizeof *scores);
         int32_t *types = calloc((size_t)n, sizeof *types);
-        for (int i = 0; i < n; i++) {
+        int r = text && toks && scores && types ? 0 : -ENOMEM;
+        for (int i = 0; r == 0 && i < n; i++) {
                 if (i < 3)
                         snprintf(text[i], sizeof text[i], "%s", i == 0 ? "<unk>" : i == 1 ? "<s>" : "</s>");
                 else
@@ -136,19 +137,22 @@ static void add_placeholder_vocab(struct gguf_writer *w, int n) {
                 types[i] = i == 0 ? 2 : i < 3 ? 3 : 1;
                 scores[i] = -(float)i;
         }
-        gguf_kv_str(w, "tokenizer.ggml.model", "llama");
-        gguf_kv_arr_str(w, "tokenizer.ggml.tokens", toks, NULL, (size_t)n);
-        gguf_kv_arr_f32(w, "tokenizer.ggml.scores", scores, (size_t)n);
-        gguf_kv_arr_i32(w, "tokenizer.ggml.token_type", types, (size_t)n);
-        gguf_kv_u32(w, "tokenizer.ggml.unknown_token_id", 0);
-        gguf_kv_bool(w, "tokenizer.ggml.add_bos_token", 0);
+        if (r == 0) {
+                gguf_kv_str(w, "tokenizer.ggml.model", "llama");
+                gguf_kv_arr_str(w, "tokenizer.ggml.tokens", toks, NULL, (size_t)n);
+                gguf_kv_arr_f32(w, "tokenizer.ggml.scores", scores, (size_t)n);
+                gguf_kv_arr_i32(w, "tokenizer.ggml.token_type", types, (size_t)n);
+                gguf_kv_u32(w, "tokenizer.ggml.unknown_token_id", 0);
+                gguf_kv_bool(w, "tokenizer.ggml.add_bos_token", 0);
+        }
         free(text);
         free(toks);
         free(scores);
         free(types);
+        return r;
 }
 
-int gguf_from_hf(const char *dir, const char *out_path, uint32_t type, int dequantized, int placeholder_vocab,
+int gguf_from_hf(const char *dir, const char *out_path, uint32_t type, int dequantized, int synthetic_vocab,
                  struct dse_diag *reterr) {
         char path[4096];
         snprintf(path, sizeof path, "%s/config.json", dir);
@@ -199,8 +203,8 @@ int gguf_from_hf(const char *dir, const char *out_path, uint32_t type, int dequa
                 gguf_kv_u32(w, "tokenizer.ggml.bos_token_id", (uint32_t)hp.bos_token_id);
         if (hp.eos_token_id >= 0)
                 gguf_kv_u32(w, "tokenizer.ggml.eos_token_id", (uint32_t)hp.eos_token_id);
-        if (placeholder_vocab)
-                add_placeholder_vocab(w, hp.vocab_size);
+        if (synthetic_vocab)
+                r = add_synthetic_vocab(w, hp.vocab_size);
 #undef KEY
         for (size_t i = 0; r == 0 && i < dse__st_n_tensors(st); i++) {
                 const struct dse__st_tensor *t = dse__st_tensor_at(st, i);
