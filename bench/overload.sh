@@ -4,7 +4,8 @@
 #
 #   bench/overload.sh [--instances 1] [--threads 1] [--duration 15] [--max-tokens 64]
 #       [--prompt-len 16] [--factors "0.7 1 2 5 10"] [--capacity QPS] [--model DIR]
-#       [--max-queue N] [--seed 1] [--build-dir DIR] [--out DIR]
+#       [--max-queue N] [--seed 1] [--housekeeping-cpus LIST] [--client-cpus LIST]
+#       [--build-dir DIR] [--out DIR]
 #
 # Capacity is measured first (unless --capacity is given): closed loop with as many
 # requests in flight as the instances run at once plus their queues (max-batch 8 +
@@ -17,17 +18,21 @@
 # difference), refusals without Retry-After, and lost (no HTTP answer). Then the checks:
 # lost 0 everywhere, P99 at 5x within 1.5x of P99 at 0.7x, completed QPS at 5x at least
 # 0.95x the capacity. Raw JSON and metrics go to OUT (default a new /tmp/dsv-overload.*).
+# --housekeeping-cpus is passed to `dsvisor start` (the gateway's CPUs, kept from the
+# instances); --client-cpus pins the load generator (taskset), which on a small host stands
+# in for clients on other machines: without it the client competes with the worker.
 set -uo pipefail
 SRC=$(cd "$(dirname "$0")/.." && pwd)
 INSTANCES=1 THREADS=1 DURATION=15 MAX_TOKENS=64 PROMPT=16 FACTORS="0.7 1 2 5 10" CAPACITY= MODEL=
-MAX_QUEUE=8 SEED=1 BUILD=$SRC/build OUT=
+MAX_QUEUE=8 SEED=1 BUILD=$SRC/build OUT= HOUSEKEEPING= CLIENT_CPUS=
 while [ $# -gt 0 ]; do
   case "$1" in
     --instances) INSTANCES=$2 ;; --threads) THREADS=$2 ;; --duration) DURATION=$2 ;;
     --max-tokens) MAX_TOKENS=$2 ;; --prompt-len) PROMPT=$2 ;; --factors) FACTORS=$2 ;;
     --capacity) CAPACITY=$2 ;; --model) MODEL=$2 ;; --max-queue) MAX_QUEUE=$2 ;; --seed) SEED=$2 ;;
+    --housekeeping-cpus) HOUSEKEEPING=$2 ;; --client-cpus) CLIENT_CPUS=$2 ;;
     --build-dir) BUILD=$2 ;; --out) OUT=$2 ;;
-    -h|--help) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "overload.sh: unknown option '$1'" >&2; exit 2 ;;
   esac
   shift 2
@@ -50,12 +55,16 @@ trap cleanup EXIT
 
 args=(--instances "$INSTANCES" --threads-per-instance "$THREADS" --max-queue "$MAX_QUEUE" --port 0)
 [ -n "$MODEL" ] && args+=(--model "$MODEL")
+[ -n "$HOUSEKEEPING" ] && args+=(--housekeeping-cpus "$HOUSEKEEPING")
 start_dsvisor overload.sh "${args[@]}"
 URL=http://127.0.0.1:$PORT
-LOAD=("$B/dsvisor-bench-load" --url "$URL" --prompt-len "$PROMPT" --max-tokens "$MAX_TOKENS" --timeout 120
+CLIENT=()
+[ -n "$CLIENT_CPUS" ] && CLIENT=(taskset -c "$CLIENT_CPUS")
+LOAD=("${CLIENT[@]}" "$B/dsvisor-bench-load" --url "$URL" --prompt-len "$PROMPT" --max-tokens "$MAX_TOKENS" --timeout 120
       --drain 120 --max-inflight 100000 --json)
 echo "overload: dsvisor pid $SUP on port $PORT, $INSTANCES instance(s) of $THREADS thread(s), max-queue $MAX_QUEUE;" \
-     "prompt $PROMPT words, $MAX_TOKENS tokens, $DURATION s per run; $(date -u +%FT%TZ) on $(nproc) CPUs," \
+     "prompt $PROMPT words, $MAX_TOKENS tokens, $DURATION s per run;" \
+     "housekeeping CPUs ${HOUSEKEEPING:-default}, client CPUs ${CLIENT_CPUS:-any}; $(date -u +%FT%TZ) on $(nproc) CPUs," \
      "load average $(cut -d' ' -f1-3 /proc/loadavg)" | tee "$OUT/report.txt"
 
 # warm-up, uncounted
@@ -104,4 +113,6 @@ if '0.7' in rows and '5' in rows and rows['0.7']['p99_s'] and rows['5']['p99_s']
     print('P99 at 5x / P99 at 0.7x: %.2f (target <= 1.5)' % r)
 if '5' in rows:
     print('completed QPS at 5x / capacity: %.2f (target >= 0.95)' % (rows['5']['qps'] / capacity))
+    if '1' in rows and rows['1']['qps']:
+        print('completed QPS at 5x / completed at 1x (open loop): %.2f' % (rows['5']['qps'] / rows['1']['qps']))
 PY
