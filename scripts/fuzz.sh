@@ -154,7 +154,7 @@ reached_functions() {
     fuzz-gguf) echo dse__gguf_parse get_string/gguf_file.c parse_tensor_info check_unique parse_alignment dse__gguf_get_i64 dse__gguf_str_next dse__ggml_dequantize ;;
     fuzz-hfconfig-header)
       echo dse__hf_parse_config parse_deepseek parse_rope_scaling parse_quant parse_quant_object \
-        dse__hf_parse_quantize_config dse__hparams_validate dse__model_schema ;;
+        dse__hf_parse_quantize_config dse__hparams_validate dse__model_schema dse__ct_scheme_for any_matches/compressed_tensors.c ;;
     fuzz-ipc-decode)
       echo dsv_ipc_msgs_decode decode_envelope decode_body dsv_ipc_msg_encode dsv_ipc_event_encode decode_constraint \
         dsv_ipc_batch_add dsv_ipc_batch_message ;;

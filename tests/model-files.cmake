@@ -21,3 +21,8 @@ if(DSV_FUZZ)
     target_link_libraries(fuzz-${f}-header PRIVATE dse)
   endforeach()
 endif()
+# compressed-tensors checkpoints written from the fixtures by tests/ct/make-ct-fixture.py.
+dsv_test(NAME test-model-ct SOURCES models/test-model-ct.c LIBS dse LABELS integration TIMEOUT 300)
+target_include_directories(test-model-ct PRIVATE ${CMAKE_SOURCE_DIR}/engine/src ${CMAKE_SOURCE_DIR}/tests/models)
+dsv_test(NAME test-modelfile-ct-config SOURCES unit/test-modelfile-ct-config.c LIBS dse LABELS unit TIMEOUT 60)
+target_include_directories(test-modelfile-ct-config PRIVATE ${CMAKE_SOURCE_DIR}/engine/src)

@@ -1,4 +1,5 @@
-/* libFuzzer target: the Hugging Face config.json parser (dse__hf_parse_config) and
+/* libFuzzer target: the Hugging Face config.json parser (dse__hf_parse_config, with the
+ * quantization_config of every method, compressed-tensors' matching rules included) and
  * quantize_config.json parser. Input: config.json bytes; a second document after a NUL
  * byte is fed as generation_config.json. */
 #include <stdint.h>
@@ -22,7 +23,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                 size_t n;
                 if (hp.n_layers <= 64 && hp.n_routed_experts <= 64 && dse__model_schema(&hp, &s, &n) == 0)
                         free(s);
+                /* which config group covers a module: names, classes and "re:" patterns */
+                static const char *const modules[] = {"model.layers.0.self_attn.q_proj", "lm_head",
+                                                      "model.layers.1.mlp.experts.3.down_proj"};
+                const struct dse__ct_scheme *scheme;
+                for (size_t i = 0; q.method == DSE_HF_QUANT_CT && i < 3; i++)
+                        dse__ct_scheme_for(&q, modules[i], i != 1, &scheme, &diag);
+                dse__hf_quant_free(&q);
         }
-        dse__hf_parse_quantize_config(json, len, "quantize_config.json", &q, &diag);
+        if (dse__hf_parse_quantize_config(json, len, "quantize_config.json", &q, &diag) == 0)
+                dse__hf_quant_free(&q);
         return 0;
 }

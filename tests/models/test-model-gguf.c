@@ -75,43 +75,6 @@ static size_t compare_weights(const char *quant_native, const char *f32_native, 
         return differ;
 }
 
-/* Converts a GGUF file and runs the prompt then the greedy ids one at a time, on the
- * exact path; logits: (P + N_DECODE) rows. */
-static float *run(const char *gguf, const char *native, const int32_t *prompt, int P, const int32_t *gen, int *ret_vocab) {
-        struct dse_diag diag = {{0}};
-        int r = dse_model_convert_hf(gguf, native, "auto", &diag);
-        if (r < 0) {
-                fprintf(stderr, "convert %s: %s (%s)\n", gguf, strerror(-r), diag.msg);
-                return NULL;
-        }
-        struct dse_model *m = NULL;
-        if ((r = dse_model_open(native, 0, &m, &diag)) < 0) {
-                fprintf(stderr, "open %s: %s (%s)\n", native, strerror(-r), diag.msg);
-                return NULL;
-        }
-        int V = dse_model_vocab_size(m);
-        setenv("DSV_CPU", "scalar", 1);
-        struct dse_session *s = NULL;
-        float *out = malloc((size_t)(P + N_DECODE) * V * sizeof *out);
-        r = dse_session_new(m, P + N_DECODE, NULL, &s, &diag);
-        if (r == 0)
-                r = dse_session_set_activations(s, DSE_ACTIVATIONS_F32);
-        if (r == 0)
-                r = dse_session_eval(s, prompt, (size_t)P, out, NULL, &diag);
-        for (int j = 0; r == 0 && j < N_DECODE; j++)
-                r = dse_session_eval(s, &gen[j], 1, NULL, out + (size_t)(P + j) * V, &diag);
-        if (r < 0) {
-                fprintf(stderr, "eval %s: %s (%s)\n", gguf, strerror(-r), diag.msg);
-                free(out);
-                out = NULL;
-        }
-        unsetenv("DSV_CPU");
-        dse_session_free(s);
-        dse_model_free(m);
-        *ret_vocab = V;
-        return out;
-}
-
 static void check_fixture(const char *name) {
         char dir[1024], path[1200], tmp[] = "/tmp/dsv-gguf-XXXXXX";
         snprintf(dir, sizeof dir, "%s/%s", t_fixture("models"), name);
@@ -143,7 +106,7 @@ static void check_fixture(const char *name) {
                 if (r < 0)
                         T_FAIL("%s: writing %s: %s (%s)", name, gguf, strerror(-r), diag.msg);
                 int V = 0;
-                float *got = run(gguf, native, prompt, P, gen, &V);
+                float *got = convert_and_run(gguf, native, prompt, P, gen, N_DECODE, &V);
                 if (!got || len_l != (size_t)P * V * 4 || len_d != (size_t)N_DECODE * V * 4)
                         T_FAIL("%s %s: no logits or reference of the wrong size", name, floats[f].label);
                 double max_abs = 0;
@@ -181,8 +144,8 @@ static void check_fixture(const char *name) {
                 char ref_native[1300];
                 snprintf(ref_native, sizeof ref_native, "%s/%s-dequantized.dse", tmp, quants[q].label);
                 int V = 0, V2 = 0, n_quantized = 0;
-                float *got = run(gguf, native, prompt, P, gen, &V);
-                float *want = run(ref_gguf, ref_native, prompt, P, gen, &V2);
+                float *got = convert_and_run(gguf, native, prompt, P, gen, N_DECODE, &V);
+                float *want = convert_and_run(ref_gguf, ref_native, prompt, P, gen, N_DECODE, &V2);
                 ASSERT_TRUE(got && want && V == V2);
                 size_t weights_differ = compare_weights(native, ref_native, &n_quantized);
                 size_t n = (size_t)(P + N_DECODE) * V;

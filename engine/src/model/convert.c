@@ -39,6 +39,7 @@ enum src_kind {
         SRC_GPTQ,
         SRC_BLOB, /* a tokenizer file */
         SRC_GGML, /* GGUF Q8_0 / Q5_0 / Q4_0 blocks kept as native Q8 / Q4 */
+        SRC_CT,   /* compressed-tensors integer weights (qweight: weight or weight_packed) */
 };
 
 struct out_tensor {
@@ -57,6 +58,7 @@ struct job {
         enum dse_dtype out_dtype;
         int32_t group;
         uint32_t ggml_type; /* SRC_GGML */
+        const struct dse__ct_scheme *ct; /* SRC_CT */
         int out_data, out_scale, out_zero, out_perm; /* out_tensor indices or -1 */
         char blob_path[4096];
         const char *blob_data; /* a tokenizer file made in memory (GGUF), else read from blob_path */
@@ -132,6 +134,128 @@ static const struct dse__st_tensor *find_aux(const struct conv *c, const char *b
         return dse__st_find(c->st, name);
 }
 
+static void mark_used(const struct conv *c, uint8_t *used, const struct dse__st_tensor *t) {
+        if (t)
+                used[t - dse__st_tensor_at(c->st, 0)] = 1;
+}
+
+/* A float dtype and the shape [d0, d1] (1-D [d0] when d1 < 0). */
+static int check_float_src(struct conv *c, const struct dse__st_tensor *t, int64_t d0, int64_t d1, const char *what) {
+        if (!st_float(t->dtype))
+                return dse__fail(c->reterr, -EOPNOTSUPP, "%s: tensor '%s': dtype %s, expected F32, F16 or BF16 for %s",
+                                 dse__st_file_path(c->st, t->file), t->name, dse__st_dtype_to_string(t->dtype), what);
+        return check_src(c, t, t->dtype, d0, d1, what);
+}
+
+/* A per-matrix value (strategy "tensor"): one element, stored as [1] or [1, 1]. */
+static int check_single(struct conv *c, const struct dse__st_tensor *t, const char *what) {
+        if (t->n_dims == 2 && t->shape[0] == 1 && t->shape[1] == 1)
+                return check_src(c, t, t->dtype, 1, 1, what);
+        return check_src(c, t, t->dtype, 1, -1, what);
+}
+
+/* A compressed-tensors weight: 1 when no config group covers it (a float tensor, planned
+ * as usual), 0 when planned as SRC_CT, or an error when the tensors and the config
+ * disagree. */
+static int plan_ct(struct conv *c, const struct dse_schema_entry *se, const char *base, struct job *j, uint8_t *used) {
+        int linear = se->kind == DSE_SCHEMA_LINEAR || se->kind == DSE_SCHEMA_LM_HEAD;
+        const struct dse__ct_scheme *s;
+        int r = dse__ct_scheme_for(&c->quant, base, linear, &s, c->reterr);
+        if (r < 0)
+                return r;
+        const struct dse__st_tensor *packed = find_aux(c, base, ".weight_packed"), *w = dse__st_find(c->st, se->name);
+        const struct dse__st_tensor *stored = packed ? packed : w;
+        int is_int = packed || (w && w->dtype == DSE_ST_I8);
+        if (!s) {
+                if (is_int)
+                        return dse__fail(c->reterr, -EBADMSG,
+                                         "%s: tensor '%s' is quantized but no compressed-tensors config group targets "
+                                         "'%s' (or 'ignore' names it)",
+                                         dse__st_file_path(c->st, stored->file), stored->name, base);
+                return 1;
+        }
+        if (!stored)
+                return dse__fail(c->reterr, -EBADMSG, "%s: missing tensor '%s' (or '%s.weight_packed')", c->dir, se->name,
+                                 base);
+        if (!is_int || (packed != NULL) != (s->packed != 0))
+                return dse__fail(c->reterr, -EBADMSG,
+                                 "%s: tensor '%s' is %s, but compressed-tensors config group %s stores '%s' as %s",
+                                 dse__st_file_path(c->st, stored->file), stored->name,
+                                 is_int ? (packed ? "pack-quantized" : "int8") : dse__st_dtype_to_string(stored->dtype),
+                                 s->name, base, s->packed ? "pack-quantized 'weight_packed'" : "int8 'weight'");
+        int64_t rows = se->shape[0], cols = se->shape[1];
+        int32_t g = s->group_size ? s->group_size : (int32_t)cols;
+        int64_t ng = s->tensor ? 1 : (cols + g - 1) / g;
+        j->kind = SRC_CT;
+        j->ct = s;
+        j->qweight = stored;
+        j->scales = find_aux(c, base, ".weight_scale");
+        j->qzeros = find_aux(c, base, ".weight_zero_point");
+        j->g_idx = find_aux(c, base, ".weight_g_idx");
+        const struct dse__st_tensor *shape = find_aux(c, base, ".weight_shape");
+        if (packed) {
+                if ((r = check_src(c, packed, DSE_ST_I32, rows, (cols + 7) / 8, "weight_packed [out, ceil(in/8)]")) < 0)
+                        return r;
+        } else if ((r = check_src(c, w, DSE_ST_I8, rows, cols, "int-quantized weight [out, in]")) < 0) {
+                return r;
+        }
+        if (shape) { /* pack-quantized records the unpacked shape */
+                int64_t v[2] = {0, 0};
+                int32_t v32[2] = {0, 0};
+                int i64 = shape->dtype == DSE_ST_I64;
+                if ((r = check_src(c, shape, i64 ? DSE_ST_I64 : DSE_ST_I32, 2, -1, "weight_shape [2]")) < 0 ||
+                    (r = dse__st_read(c->st, shape, 0, i64 ? (void *)v : (void *)v32, i64 ? 16 : 8, c->reterr)) < 0)
+                        return r;
+                if (!i64) {
+                        v[0] = v32[0];
+                        v[1] = v32[1];
+                }
+                if (v[0] != rows || v[1] != cols)
+                        return dse__fail(c->reterr, -EBADMSG,
+                                         "%s: tensor '%s' says [%lld, %lld], config.json gives '%s' [%lld, %lld]",
+                                         dse__st_file_path(c->st, shape->file), shape->name, (long long)v[0],
+                                         (long long)v[1], se->name, (long long)rows, (long long)cols);
+        }
+        if (!j->scales)
+                return dse__fail(c->reterr, -EBADMSG, "%s: missing tensor '%s.weight_scale'", c->dir, base);
+        if (s->tensor)
+                r = st_float(j->scales->dtype) ? check_single(c, j->scales, "weight_scale (strategy tensor) [1]")
+                                               : check_float_src(c, j->scales, 1, -1, "weight_scale");
+        else
+                r = check_float_src(c, j->scales, rows, ng, s->group_size ? "weight_scale [out, in/group_size]"
+                                                                         : "weight_scale (strategy channel) [out, 1]");
+        if (r < 0)
+                return r;
+        if (!s->sym && !j->qzeros)
+                return dse__fail(c->reterr, -EBADMSG,
+                                 "%s: missing tensor '%s.weight_zero_point' (config group %s is not symmetric)", c->dir,
+                                 base, s->name);
+        if (j->qzeros) {
+                if (s->tensor)
+                        r = check_single(c, j->qzeros, "weight_zero_point (strategy tensor) [1]");
+                else if (packed)
+                        r = check_src(c, j->qzeros, DSE_ST_I32, (rows + 7) / 8, ng, "weight_zero_point [ceil(out/8), groups]");
+                else
+                        r = check_src(c, j->qzeros, DSE_ST_I8, rows, ng, "weight_zero_point [out, groups]");
+                if (r == 0 && s->tensor && j->qzeros->dtype != (packed ? DSE_ST_I32 : DSE_ST_I8))
+                        r = check_src(c, j->qzeros, packed ? DSE_ST_I32 : DSE_ST_I8, 1, -1, "weight_zero_point");
+                if (r < 0)
+                        return r;
+        }
+        if (s->g_idx && !j->g_idx)
+                return dse__fail(c->reterr, -EBADMSG, "%s: missing tensor '%s.weight_g_idx' (config group %s: actorder "
+                                 "group)", c->dir, base, s->name);
+        if (j->g_idx && (r = check_src(c, j->g_idx, DSE_ST_I32, cols, -1, "weight_g_idx [in]")) < 0)
+                return r;
+        mark_used(c, used, stored);
+        mark_used(c, used, j->scales);
+        mark_used(c, used, j->qzeros);
+        mark_used(c, used, j->g_idx);
+        mark_used(c, used, shape);
+        j->group = g;
+        return 0;
+}
+
 static int plan_weight(struct conv *c, const struct dse_schema_entry *se, struct job *j, uint8_t *used) {
         const struct dse__st_set *st = c->st;
         int64_t rows = se->shape[0], cols = se->n_dims == 2 ? se->shape[1] : se->shape[0];
@@ -148,6 +272,8 @@ static int plan_weight(struct conv *c, const struct dse_schema_entry *se, struct
         size_t bl = strlen(base);
         if (bl > 7 && strcmp(base + bl - 7, ".weight") == 0)
                 base[bl - 7] = 0;
+        if (c->quant.method == DSE_HF_QUANT_CT && se->n_dims == 2 && (r = plan_ct(c, se, base, j, used)) <= 0)
+                return r;
         const struct dse__st_tensor *qw = se->n_dims == 2 ? find_aux(c, base, ".qweight") : NULL;
         if (qw) {
                 if (c->quant.method != DSE_HF_QUANT_AWQ && c->quant.method != DSE_HF_QUANT_GPTQ)
@@ -232,7 +358,7 @@ static int plan_outputs(struct conv *c, const struct dse_schema_entry *se, struc
         int matrix = se->n_dims == 2;
         enum dse_dtype d;
         int32_t group = 0;
-        int q4_source = j->kind == SRC_AWQ || j->kind == SRC_GPTQ;
+        int q4_source = j->kind == SRC_AWQ || j->kind == SRC_GPTQ || (j->kind == SRC_CT && j->ct->bits == 4);
         if (!matrix) {
                 d = native_float(j->src->dtype); /* norms and biases keep their precision */
         } else if (j->kind == SRC_GGML) {
@@ -241,6 +367,21 @@ static int plan_outputs(struct conv *c, const struct dse_schema_entry *se, struc
         } else if (!linear) {
                 /* embedding and router: kept unless bf16 is asked for */
                 d = c->target == TARGET_BF16 || j->kind != SRC_FLOAT ? DSE_DTYPE_BF16 : native_float(j->src->dtype);
+        } else if (c->target == TARGET_AUTO && j->kind == SRC_CT) {
+                /* exact: FORMAT.md "compressed-tensors import" */
+                if (j->ct->bits == 4) {
+                        d = DSE_DTYPE_Q4;
+                        group = j->group;
+                } else if (j->ct->sym && !j->qzeros && !j->g_idx && (j->ct->group_size % QUANT_GROUP) == 0) {
+                        d = DSE_DTYPE_Q8;
+                        group = QUANT_GROUP;
+                } else {
+                        d = DSE_DTYPE_F32;
+                        dse__log(DSE_LOG_INFO, "%s: '%s' (int8 with %s) kept as F32: native Q8 holds symmetric "
+                                 "weights in groups of %d", c->dir, se->name,
+                                 j->qzeros ? "zero points" : j->g_idx ? "act-order groups" : "another group size",
+                                 QUANT_GROUP);
+                }
         } else if (c->target == TARGET_AUTO) {
                 d = j->kind == SRC_FLOAT ? native_float(j->src->dtype) : j->kind == SRC_FP8 ? DSE_DTYPE_F8_E4M3 : DSE_DTYPE_Q4;
                 group = d == DSE_DTYPE_Q4 ? j->group : 0;
@@ -279,10 +420,10 @@ static int plan_outputs(struct conv *c, const struct dse_schema_entry *se, struc
         return 0;
 }
 
-/* GPTQ act-order needs "<name>.perm" only when g_idx is not sequential: known only after
+/* GPTQ (and compressed-tensors) act-order needs "<name>.perm" only when g_idx is not sequential: known only after
  * reading g_idx, so it is read (it is small) while planning. */
 static int plan_gptq_perm(struct conv *c, struct job *j) {
-        if (j->kind != SRC_GPTQ || !j->g_idx || j->out_dtype != DSE_DTYPE_Q4)
+        if ((j->kind != SRC_GPTQ && j->kind != SRC_CT) || !j->g_idx || j->out_dtype != DSE_DTYPE_Q4)
                 return 0;
         int32_t *g = malloc((size_t)j->cols * sizeof *g);
         if (!g)
@@ -430,11 +571,16 @@ static int check_quant_claim(struct conv *c) {
                 method = c->quant.method == DSE_HF_QUANT_AWQ ? "awq" : "gptq";
                 expect = "'.qweight'";
                 break;
+        case DSE_HF_QUANT_CT:
+                method = "compressed-tensors";
+                expect = "int8 '.weight' or '.weight_packed'";
+                break;
         default:
                 return 0;
         }
         for (size_t i = 0; i < c->n_jobs; i++)
-                if (c->jobs[i].kind == SRC_AWQ || c->jobs[i].kind == SRC_GPTQ || c->jobs[i].kind == SRC_FP8)
+                if (c->jobs[i].kind == SRC_AWQ || c->jobs[i].kind == SRC_GPTQ || c->jobs[i].kind == SRC_FP8 ||
+                    c->jobs[i].kind == SRC_CT)
                         return 0;
         return dse__fail(c->reterr, -EBADMSG,
                          "%s/config.json: quantization_config claims quant_method '%s' but no weight is quantized "
@@ -664,6 +810,22 @@ static void *read_whole(struct conv *c, const struct dse__st_tensor *t, int *err
         return buf;
 }
 
+/* A whole Q4 matrix in stored order, and its permutation when the columns were
+ * reordered (perm non-NULL), which planning must have foreseen. */
+static int write_q4(struct conv *c, const struct job *j, const uint8_t *data, const float *scale,
+                    const uint8_t *zero, const int32_t *perm) {
+        int64_t out = j->rows, in = j->cols, ng = (in + j->group - 1) / j->group;
+        size_t ns = (size_t)(dse__scale_rows(DSE_DTYPE_Q4, out) * ng);
+        int r;
+        if ((r = out_write(c, j->out_data, data, (size_t)dse__q4_bytes(out, in))) < 0 ||
+            (r = out_write(c, j->out_scale, scale, ns * 4)) < 0 || (r = out_write(c, j->out_zero, zero, ns)) < 0)
+                return r;
+        if (j->out_perm >= 0)
+                return perm ? out_write(c, j->out_perm, perm, (size_t)in * 4)
+                            : dse__fail(c->reterr, -EIO, "tensor '%s': permutation planned but not made", j->name);
+        return perm ? dse__fail(c->reterr, -EIO, "tensor '%s': permutation not planned", j->name) : 0;
+}
+
 static int run_int4(struct conv *c, const struct job *j) {
         int64_t out = j->rows, in = j->cols;
         int32_t g = j->group ? j->group : (int32_t)in;
@@ -704,14 +866,7 @@ static int run_int4(struct conv *c, const struct job *j) {
         int permuted = j->kind == SRC_GPTQ && r == 1;
         r = 0;
         if (j->out_dtype == DSE_DTYPE_Q4) {
-                if ((r = out_write(c, j->out_data, data, (size_t)dse__q4_bytes(out, in))) < 0 ||
-                    (r = out_write(c, j->out_scale, scale, (size_t)ns * 4)) < 0 ||
-                    (r = out_write(c, j->out_zero, zero, (size_t)ns)) < 0)
-                        goto out;
-                if (j->out_perm >= 0)
-                        r = out_write(c, j->out_perm, perm, (size_t)in * 4);
-                else if (permuted)
-                        r = dse__fail(c->reterr, -EIO, "tensor '%s': permutation not planned", j->name);
+                r = write_q4(c, j, data, scale, zero, permuted ? perm : NULL);
                 goto out;
         }
         /* another target: exact dequantization to floats in input order, then re-encode */
@@ -739,6 +894,143 @@ out:
         free(sc);
         free(qz);
         free(qw);
+        return r;
+}
+
+/* One float per (row, group) from a per-tensor, per-row or per-group source. */
+static void ct_spread_scale(enum dse__st_dtype dtype, const void *src, const struct dse__ct_scheme *s, int64_t out,
+                            int64_t ng, float *dst) {
+        for (int64_t o = 0; o < out; o++)
+                for (int64_t g = 0; g < ng; g++) {
+                        int64_t k = s->tensor ? 0 : s->group_size ? o * ng + g : o;
+                        to_f32(dtype, (const uint8_t *)src + (size_t)k * dse__st_dtype_size(dtype), &dst[o * ng + g], 1);
+                }
+}
+
+/* Zero points as int8 per (row, group): packed (row o in word o/8, nibble o%8, minus 8)
+ * or stored as int8, per tensor, row or group. */
+static void ct_spread_zero(const void *src, int packed, const struct dse__ct_scheme *s, int64_t out, int64_t ng,
+                           int8_t *dst) {
+        int64_t src_ng = s->tensor ? 1 : ng;
+        for (int64_t o = 0; o < out; o++)
+                for (int64_t g = 0; g < ng; g++) {
+                        int64_t og = s->tensor ? 0 : o, gg = s->tensor ? 0 : g;
+                        if (packed) {
+                                uint32_t w = (uint32_t)((const int32_t *)src)[(og / 8) * src_ng + gg];
+                                dst[o * ng + g] = (int8_t)((int)((w >> (4 * (og % 8))) & 0xf) - 8);
+                        } else {
+                                dst[o * ng + g] = ((const int8_t *)src)[og * src_ng + gg];
+                        }
+                }
+}
+
+static int run_ct(struct conv *c, const struct job *j) {
+        const struct dse__ct_scheme *s = j->ct;
+        int64_t out = j->rows, in = j->cols;
+        int32_t g = s->group_size ? s->group_size : (int32_t)in;
+        int64_t ng = (in + g - 1) / g, ns = dse__scale_rows(DSE_DTYPE_Q4, out) * ng;
+        int r = 0, permuted = 0;
+        void *raw = read_whole(c, j->qweight, &r), *raw_scale = raw ? read_whole(c, j->scales, &r) : NULL;
+        void *raw_zero = raw_scale && j->qzeros ? read_whole(c, j->qzeros, &r) : NULL;
+        int32_t *gi = raw_scale && j->g_idx ? read_whole(c, j->g_idx, &r) : NULL;
+        int8_t *q = malloc((size_t)(out * in)), *zp = j->qzeros ? malloc((size_t)(out * ng)) : NULL;
+        float *scale = malloc((size_t)(out * ng) * sizeof *scale), *f = NULL;
+        int32_t *perm = gi ? malloc((size_t)in * sizeof *perm) : NULL;
+        uint8_t *data = NULL, *zero = NULL, *scratch = NULL;
+        float *qscale = NULL;
+        if (r < 0)
+                goto out;
+        if (!q || !scale || (j->qzeros && !zp) || (gi && !perm)) {
+                r = -ENOMEM;
+                goto out;
+        }
+        if (s->packed)
+                dse__ct_unpack4(raw, out, in, q);
+        else
+                memcpy(q, raw, (size_t)(out * in));
+        ct_spread_scale(j->scales->dtype, raw_scale, s, out, ng, scale);
+        struct dse__nonfinite bad = {0};
+        dse__nonfinite_count(DSE_DTYPE_F32, scale, (size_t)(out * ng), 0, &bad);
+        dse__nonfinite_warn(dse__st_file_path(c->st, j->scales->file), j->scales->name, &bad);
+        if (zp)
+                ct_spread_zero(raw_zero, s->packed, s, out, ng, zp);
+        if (s->bits == 4 && !s->packed) { /* packed nibbles are in range by construction */
+                const struct dse__st_tensor *bad_t = NULL;
+                for (int64_t k = 0; k < out * in && !bad_t; k++)
+                        if (q[k] < -8 || q[k] > 7)
+                                bad_t = j->qweight;
+                for (int64_t k = 0; zp && k < out * ng && !bad_t; k++)
+                        if (zp[k] < -8 || zp[k] > 7)
+                                bad_t = j->qzeros;
+                if (bad_t) {
+                        r = dse__fail(c->reterr, -EBADMSG, "%s: tensor '%s': a value outside -8..7 in a 4-bit config group",
+                                      dse__st_file_path(c->st, bad_t->file), bad_t->name);
+                        goto out;
+                }
+        }
+        if (gi && (permuted = dse__group_perm(gi, in, g, perm)) < 0) {
+                r = permuted == -EOPNOTSUPP
+                            ? dse__fail(c->reterr, permuted,
+                                        "%s: tensor '%s': weight_g_idx does not give every group exactly %d columns; "
+                                        "this act-order layout cannot be stored as contiguous groups",
+                                        dse__st_file_path(c->st, j->g_idx->file), j->g_idx->name, g)
+                            : permuted;
+                goto out;
+        }
+        if (j->out_dtype == DSE_DTYPE_Q4 && j->group == g) {
+                data = malloc((size_t)dse__q4_bytes(out, in));
+                qscale = malloc((size_t)ns * sizeof *qscale);
+                zero = malloc((size_t)ns);
+                if (!data || !qscale || !zero) {
+                        r = -ENOMEM;
+                        goto out;
+                }
+                dse__int_to_q4(q, zp, scale, permuted ? perm : NULL, out, in, g, data, qscale, zero);
+                r = write_q4(c, j, data, qscale, zero, permuted ? perm : NULL);
+                goto out;
+        }
+        if (j->out_dtype == DSE_DTYPE_Q8 && c->target == TARGET_AUTO && !zp && !gi &&
+            (s->group_size == 0 || g % QUANT_GROUP == 0)) {
+                int64_t n32 = (in + QUANT_GROUP - 1) / QUANT_GROUP;
+                qscale = malloc((size_t)(out * n32) * sizeof *qscale);
+                if (!qscale) {
+                        r = -ENOMEM;
+                        goto out;
+                }
+                for (int64_t o = 0; o < out; o++)
+                        for (int64_t k = 0; k < n32; k++)
+                                qscale[o * n32 + k] = scale[o * ng + k * QUANT_GROUP / g];
+                if ((r = out_write(c, j->out_data, q, (size_t)(out * in))) == 0)
+                        r = out_write(c, j->out_scale, qscale, (size_t)(out * n32) * 4);
+                goto out;
+        }
+        /* another output type: (q - zero) * scale in float32, then re-encoded */
+        f = malloc((size_t)(out * in) * sizeof *f);
+        scratch = malloc(emit_scratch_bytes(out, in));
+        if (!f || !scratch) {
+                r = -ENOMEM;
+                goto out;
+        }
+        for (int64_t o = 0; o < out; o++)
+                for (int64_t i = 0; i < in; i++) {
+                        int64_t k = o * ng + (gi ? gi[i] : i / g);
+                        f[o * in + i] = (float)(q[o * in + i] - (zp ? zp[k] : 0)) * scale[k];
+                }
+        r = emit_f32_rows(c, j, f, out, scratch);
+out:
+        free(scratch);
+        free(f);
+        free(zero);
+        free(qscale);
+        free(data);
+        free(perm);
+        free(scale);
+        free(zp);
+        free(q);
+        free(gi);
+        free(raw_zero);
+        free(raw_scale);
+        free(raw);
         return r;
 }
 
@@ -819,6 +1111,8 @@ static int run_job(struct conv *c, const struct job *j) {
         case SRC_AWQ:
         case SRC_GPTQ:
                 return run_int4(c, j);
+        case SRC_CT:
+                return run_ct(c, j);
         case SRC_BLOB:
                 return run_blob(c, j);
         }
@@ -902,6 +1196,7 @@ static const char *source_format(const struct conv *c) {
         case DSE_HF_QUANT_FP8: return "fp8";
         case DSE_HF_QUANT_AWQ: return "awq";
         case DSE_HF_QUANT_GPTQ: return "gptq";
+        case DSE_HF_QUANT_CT: return "compressed"; /* compressed-tensors, within the 15-byte label */
         default: return "float";
         }
 }
@@ -1032,6 +1327,7 @@ out:
         }
         free(c.outs);
         free(c.jobs);
+        dse__hf_quant_free(&c.quant);
         dse__gguf_tokenizer_free(&c.gguf_tok);
         dse__st_close(c.st);
         free(gen);

@@ -87,6 +87,22 @@ enum dse__hf_quant_method {
         DSE_HF_QUANT_FP8,
         DSE_HF_QUANT_AWQ,
         DSE_HF_QUANT_GPTQ,
+        DSE_HF_QUANT_CT, /* compressed-tensors */
+};
+
+/* One config group of a compressed-tensors quantization_config: how the weights of the
+ * modules its targets name are stored. */
+struct dse__ct_scheme {
+        char name[64];      /* the config_groups key, for messages */
+        int32_t bits;       /* 4 or 8 */
+        int32_t group_size; /* columns per scale; 0: one scale per output row or per tensor */
+        int32_t tensor;     /* strategy "tensor": one scale for the whole matrix */
+        int32_t sym;        /* no weight_zero_point */
+        int32_t packed;     /* pack-quantized: eight 4-bit values per int32 */
+        int32_t g_idx;      /* actorder "group": weight_g_idx gives each column's group */
+        int32_t act_int8;   /* input activations: dynamic per-token int8 */
+        char **targets;     /* class names ("Linear"), module names or "re:" regexes */
+        size_t n_targets;
 };
 
 struct dse__hf_quant {
@@ -96,7 +112,22 @@ struct dse__hf_quant {
         int32_t sym;        /* GPTQ */
         int32_t desc_act;   /* GPTQ */
         int32_t block[2];   /* FP8 weight_block_size [out, in] */
+        /* compressed-tensors; owned, freed by dse__hf_quant_free */
+        struct dse__ct_scheme *ct;
+        size_t n_ct;
+        char **ct_ignore;
+        size_t n_ct_ignore;
 };
+
+void dse__hf_quant_free(struct dse__hf_quant *q);
+
+/* The compressed-tensors scheme that covers module `module` (a tensor name without
+ * ".weight"; `linear`: it is a Linear layer, the class "Linear" targets): *ret is NULL
+ * when no group targets it or `ignore` names it. Names match exactly, "re:" patterns
+ * from the start of the name (Python's re.match), as compressed-tensors matches them.
+ * -EBADMSG names a pattern that does not compile. */
+int dse__ct_scheme_for(const struct dse__hf_quant *q, const char *module, int linear,
+                       const struct dse__ct_scheme **ret, struct dse_diag *reterr);
 
 /* Parses config.json (and generation_config.json for missing bos/eos, gen may be NULL)
  * into hparams with Hugging Face defaults, and the quantization_config. -EOPNOTSUPP for
@@ -199,6 +230,24 @@ int dse__awq_repack(const int32_t *qweight, const int32_t *qzeros, const uint16_
 int dse__gptq_repack(const int32_t *qweight, const int32_t *qzeros, const uint16_t *scales,
                      const int32_t *g_idx, int64_t in, int64_t out, int32_t group, uint8_t *data, float *scale,
                      uint8_t *zero, int32_t *perm);
+
+/* Compressed-tensors 4-bit values: q = nibble - 8 (-8..7), column (or, for zero points,
+ * row) k in word k/8 at bits 4*(k%8). Unpacks `rows` x `cols` values from words
+ * [rows, ceil(cols/8)] into q [rows, cols]. */
+void dse__ct_unpack4(const int32_t *packed, int64_t rows, int64_t cols, int8_t *q);
+
+/* Integer weights W[o, i] = (q[o, i] - zp[o, g]) * scale[o, g] (zp NULL: 0; g the group
+ * of column i) into native Q4: stored column j holds input column perm[j] (perm NULL:
+ * j), whose group is j / group; q and zp must lie in -8..7. Writes data/scale/zero as
+ * dse__awq_repack does. */
+void dse__int_to_q4(const int8_t *q, const int8_t *zp, const float *scale, const int32_t *perm, int64_t out,
+                    int64_t in, int32_t group, uint8_t *data, float *ret_scale, uint8_t *zero);
+
+/* The stored column order of a matrix whose column i belongs to group g_idx[i]: columns
+ * stably sorted by group. Returns 1 when perm is not the identity, 0 when it is,
+ * -EOPNOTSUPP when a group does not have exactly `group` columns (the last may be short)
+ * or g_idx is out of range, -ENOMEM. */
+int dse__group_perm(const int32_t *g_idx, int64_t in, int32_t group, int32_t *perm);
 
 /* Group-wise quantisation of float rows (quantize-on-convert). Q8: symmetric,
  * scale = max|x|/127, scale [rows, n_groups]. Q4: asymmetric over [min(x,0), max(x,0)],

@@ -6,6 +6,8 @@
 #include <errno.h>
 #include <math.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
@@ -197,6 +199,191 @@ static int parse_deepseek(const struct cfg *c, struct dse_hparams *hp) {
         return 0;
 }
 
+/* A JSON array of strings, copied; absent or null: none. */
+static int get_strings(const struct cfg *c, const cJSON *obj, const char *key, const char *where, char ***ret,
+                       size_t *ret_n) {
+        const cJSON *v = given(obj, key);
+        *ret = NULL;
+        *ret_n = 0;
+        if (!v)
+                return 0;
+        if (!cJSON_IsArray(v))
+                return dse__fail(c->reterr, -EBADMSG, "%s: %s%s must be a list of strings", c->what, where, key);
+        int n = cJSON_GetArraySize(v);
+        char **list = calloc((size_t)n + 1, sizeof *list);
+        if (!list)
+                return -ENOMEM;
+        *ret = list;
+        for (int i = 0; i < n; i++) {
+                const cJSON *e = cJSON_GetArrayItem(v, i);
+                if (!cJSON_IsString(e))
+                        return dse__fail(c->reterr, -EBADMSG, "%s: %s%s[%d] must be a string", c->what, where, key, i);
+                if (!(list[i] = strdup(e->valuestring)))
+                        return -ENOMEM;
+                *ret_n = (size_t)i + 1;
+        }
+        return 0;
+}
+
+/* compressed-tensors' weights args of one config group. */
+static int parse_ct_weights(const struct cfg *c, const cJSON *w, const char *format, struct dse__ct_scheme *s) {
+        const char *g = s->name, *type = NULL, *strategy = NULL, *actorder = NULL;
+        const cJSON *dyn = given(w, "dynamic"), *ao = given(w, "actorder");
+        int r;
+        if (!cJSON_IsObject(w))
+                return dse__fail(c->reterr, -EOPNOTSUPP,
+                                 "%s: quantization_config.config_groups.%s has no 'weights': only weight quantization "
+                                 "is supported", c->what, g);
+        if ((r = get_int(c, w, "num_bits", 8, &s->bits)) < 0 || (r = get_string(c, w, "type", "int", &type)) < 0 ||
+            (r = get_bool(c, w, "symmetric", 1, &s->sym)) < 0 || (r = get_string(c, w, "strategy", NULL, &strategy)) < 0 ||
+            (r = get_int_n(c, w, "group_size", -2, -2, &s->group_size)) < 0)
+                return r;
+        if (strcmp(type, "int") != 0)
+                return dse__fail(c->reterr, -EOPNOTSUPP,
+                                 "%s: config_groups.%s.weights.type '%s' is not supported (int)", c->what, g, type);
+        if (dyn && !(cJSON_IsBool(dyn) && !cJSON_IsTrue(dyn)))
+                return dse__fail(c->reterr, -EOPNOTSUPP,
+                                 "%s: config_groups.%s.weights.dynamic: dynamic weight scales are not supported", c->what, g);
+        if (ao) {
+                if (!cJSON_IsString(ao))
+                        return dse__fail(c->reterr, -EBADMSG, "%s: config_groups.%s.weights.actorder must be a string",
+                                         c->what, g);
+                actorder = ao->valuestring;
+                if (strcmp(actorder, "group") == 0 || strcmp(actorder, "dynamic") == 0)
+                        s->g_idx = 1;
+                else if (strcmp(actorder, "weight") != 0 && strcmp(actorder, "static") != 0)
+                        return dse__fail(c->reterr, -EOPNOTSUPP,
+                                         "%s: config_groups.%s.weights.actorder '%s' is not supported (group, weight)",
+                                         c->what, g, actorder);
+        }
+        if (!strategy) /* inferred as compressed-tensors does: no group_size: tensor, -1: channel */
+                strategy = s->group_size == -2 ? "tensor" : s->group_size == -1 ? "channel" : "group";
+        if (strcmp(strategy, "tensor") == 0) {
+                s->tensor = 1;
+                s->group_size = 0;
+        } else if (strcmp(strategy, "channel") == 0) {
+                s->group_size = 0;
+        } else if (strcmp(strategy, "group") == 0) {
+                if (s->group_size <= 0 || s->group_size > (1 << 20))
+                        return dse__fail(c->reterr, -EBADMSG, "%s: config_groups.%s.weights: strategy 'group' needs a "
+                                         "positive group_size", c->what, g);
+        } else {
+                return dse__fail(c->reterr, -EOPNOTSUPP,
+                                 "%s: config_groups.%s.weights.strategy '%s' is not supported (tensor, channel, group)",
+                                 c->what, g, strategy);
+        }
+        if (s->g_idx && s->group_size <= 0)
+                return dse__fail(c->reterr, -EBADMSG, "%s: config_groups.%s.weights: actorder 'group' needs strategy "
+                                 "'group'", c->what, g);
+        if (strcmp(format, "pack-quantized") == 0) {
+                s->packed = 1;
+                if (s->bits != 4)
+                        return dse__fail(c->reterr, -EOPNOTSUPP,
+                                         "%s: config_groups.%s: pack-quantized with %d bits is not supported (4)", c->what,
+                                         g, s->bits);
+        } else if (strcmp(format, "int-quantized") == 0 || strcmp(format, "naive-quantized") == 0) {
+                if (s->bits != 4 && s->bits != 8)
+                        return dse__fail(c->reterr, -EOPNOTSUPP,
+                                         "%s: config_groups.%s: %d-bit weights are not supported (4, 8)", c->what, g,
+                                         s->bits);
+        } else {
+                return dse__fail(c->reterr, -EOPNOTSUPP,
+                                 "%s: compressed-tensors format '%s' (config group %s) is not supported (int-quantized, "
+                                 "naive-quantized, pack-quantized)", c->what, format, g);
+        }
+        return 0;
+}
+
+/* compressed-tensors' input_activations of one config group: none, or dynamic per-token
+ * int8, which the engine's int8 kernels do by themselves. */
+static int parse_ct_activations(const struct cfg *c, const cJSON *group, struct dse__ct_scheme *s) {
+        const char *g = s->name;
+        if (given(group, "output_activations"))
+                return dse__fail(c->reterr, -EOPNOTSUPP,
+                                 "%s: config_groups.%s.output_activations: output quantization is not supported", c->what, g);
+        const cJSON *a = given(group, "input_activations");
+        if (!a)
+                return 0;
+        const char *type = NULL, *strategy = NULL;
+        int32_t bits = 0;
+        int r;
+        if (!cJSON_IsObject(a))
+                return dse__fail(c->reterr, -EBADMSG, "%s: config_groups.%s.input_activations must be an object", c->what, g);
+        if ((r = get_int(c, a, "num_bits", 8, &bits)) < 0 || (r = get_string(c, a, "type", "int", &type)) < 0 ||
+            (r = get_string(c, a, "strategy", "tensor", &strategy)) < 0)
+                return r;
+        const cJSON *dyn = given(a, "dynamic");
+        int dynamic = dyn && (cJSON_IsTrue(dyn) || (cJSON_IsString(dyn) && strcmp(dyn->valuestring, "local") == 0));
+        if (!dynamic)
+                return dse__fail(c->reterr, -EOPNOTSUPP,
+                                 "%s: config_groups.%s.input_activations: static activation scales (input_scale) are not "
+                                 "supported; dynamic per-token int8 is", c->what, g);
+        if (bits != 8 || strcmp(type, "int") != 0 || strcmp(strategy, "token") != 0)
+                return dse__fail(c->reterr, -EOPNOTSUPP,
+                                 "%s: config_groups.%s.input_activations: %d-bit %s per-%s activations are not supported "
+                                 "(dynamic per-token int8)", c->what, g, bits, type, strategy);
+        s->act_int8 = 1;
+        return 0;
+}
+
+/* quant_method "compressed-tensors" (neuralmagic/compressed-tensors): config_groups,
+ * their format, and the ignore list. */
+static int parse_ct(const struct cfg *c, const cJSON *qc, struct dse__hf_quant *q) {
+        const char *status = NULL, *format = NULL;
+        int r;
+        q->method = DSE_HF_QUANT_CT;
+        if ((r = get_string(c, qc, "quantization_status", "compressed", &status)) < 0 ||
+            (r = get_string(c, qc, "format", NULL, &format)) < 0)
+                return r;
+        if (strcmp(status, "compressed") != 0)
+                return dse__fail(c->reterr, -EOPNOTSUPP,
+                                 "%s: quantization_status '%s': the weights are not stored compressed (compressed)",
+                                 c->what, status);
+        /* exports write {} (or a "dense" sparsity) where a feature is unused */
+        const cJSON *sparsity = given(qc, "sparsity_config"), *kv = given(qc, "kv_cache_scheme");
+        const char *sformat = NULL;
+        if (sparsity && (r = get_string(c, sparsity, "format", "dense", &sformat)) < 0)
+                return r;
+        if (sparsity && sparsity->child && strcmp(sformat, "dense") != 0)
+                return dse__fail(c->reterr, -EOPNOTSUPP,
+                                 "%s: compressed-tensors sparsity_config format '%s' is not supported (dense)", c->what,
+                                 sformat);
+        if (kv && kv->child)
+                return dse__fail(c->reterr, -EOPNOTSUPP,
+                                 "%s: compressed-tensors kv_cache_scheme is not supported (the KV cache type is chosen "
+                                 "with --kv-dtype)", c->what);
+        if ((r = get_strings(c, qc, "ignore", "", &q->ct_ignore, &q->n_ct_ignore)) < 0)
+                return r;
+        const cJSON *groups = given(qc, "config_groups");
+        if (!cJSON_IsObject(groups) || !groups->child)
+                return dse__fail(c->reterr, -EBADMSG, "%s: compressed-tensors quantization_config needs 'config_groups'",
+                                 c->what);
+        int n = cJSON_GetArraySize(groups);
+        if (!(q->ct = calloc((size_t)n, sizeof *q->ct)))
+                return -ENOMEM;
+        for (const cJSON *grp = groups->child; grp; grp = grp->next) {
+                struct dse__ct_scheme *s = &q->ct[q->n_ct++];
+                const char *gformat = NULL;
+                snprintf(s->name, sizeof s->name, "%s", grp->string);
+                if (!cJSON_IsObject(grp))
+                        return dse__fail(c->reterr, -EBADMSG, "%s: config_groups.%s must be an object", c->what, s->name);
+                char where[96];
+                snprintf(where, sizeof where, "config_groups.%s.", s->name);
+                if ((r = get_strings(c, grp, "targets", where, &s->targets, &s->n_targets)) < 0 ||
+                    (r = get_string(c, grp, "format", format, &gformat)) < 0)
+                        return r;
+                if (!s->n_targets)
+                        return dse__fail(c->reterr, -EBADMSG, "%s: config_groups.%s has no 'targets'", c->what, s->name);
+                if (!gformat)
+                        return dse__fail(c->reterr, -EBADMSG, "%s: config_groups.%s: no 'format' (here or in "
+                                         "quantization_config)", c->what, s->name);
+                if ((r = parse_ct_weights(c, given(grp, "weights"), gformat, s)) < 0 ||
+                    (r = parse_ct_activations(c, grp, s)) < 0)
+                        return r;
+        }
+        return 0;
+}
+
 /* A quantization_config object; default_method applies when it has no quant_method
  * (AutoGPTQ's quantize_config.json). */
 static int parse_quant_object(const struct cfg *c, const cJSON *qc, const char *default_method,
@@ -207,6 +394,8 @@ static int parse_quant_object(const struct cfg *c, const cJSON *qc, const char *
                 return r;
         if (!method)
                 return dse__fail(c->reterr, -EBADMSG, "%s: quantization_config has no 'quant_method'", c->what);
+        if (strcmp(method, "compressed-tensors") == 0)
+                return parse_ct(c, qc, q);
         if (strcmp(method, "fp8") == 0) {
                 q->method = DSE_HF_QUANT_FP8;
                 if ((r = get_string(c, qc, "fmt", "e4m3", &s)) < 0)
@@ -263,8 +452,8 @@ static int parse_quant_object(const struct cfg *c, const cJSON *qc, const char *
                 }
                 return 0;
         }
-        return dse__fail(c->reterr, -EOPNOTSUPP, "%s: quant_method '%s' is not supported (fp8, awq, gptq)", c->what,
-                         method);
+        return dse__fail(c->reterr, -EOPNOTSUPP,
+                         "%s: quant_method '%s' is not supported (fp8, awq, gptq, compressed-tensors)", c->what, method);
 }
 
 static int parse_quant(const struct cfg *c, struct dse__hf_quant *q) {
@@ -370,6 +559,8 @@ int dse__hf_parse_quantize_config(const char *json, size_t len, const char *what
         cJSON_Delete(root);
         if (r == 0)
                 *ret_quant = q;
+        else
+                dse__hf_quant_free(&q);
         return r;
 }
 
@@ -391,14 +582,17 @@ int dse__hf_parse_config(const char *json, size_t len, const char *gen, size_t g
         struct dse_hparams hp;
         struct dse__hf_quant q;
         memset(&hp, 0, sizeof hp);
+        memset(&q, 0, sizeof q);
         struct cfg c = {root, what, reterr};
         int r = parse_root(&c, gen_root, &hp, &q);
         cJSON_Delete(gen_root);
         cJSON_Delete(root);
-        if (r < 0)
+        if (r == 0)
+                r = dse__hparams_validate(&hp, what, reterr);
+        if (r < 0) {
+                dse__hf_quant_free(&q);
                 return r;
-        if ((r = dse__hparams_validate(&hp, what, reterr)) < 0)
-                return r;
+        }
         *ret_hp = hp;
         *ret_quant = q;
         return 0;

@@ -1,7 +1,8 @@
 /* Quantized weights into the native Q4/Q8 layouts (FORMAT.md, "Quantized tensors"):
- * lossless repacking of AWQ (GEMM) and GPTQ (v1) int4 checkpoints, and group-wise
- * quantisation of float weights for --quant-format int8/int4. Formulas: the fixtures
- * README, "Quantized formats", and AutoAWQ / AutoGPTQ's dequantisation code. */
+ * lossless repacking of AWQ (GEMM), GPTQ (v1) and compressed-tensors int4 checkpoints,
+ * and group-wise quantisation of float weights for --quant-format int8/int4. Formulas:
+ * the fixtures README, "Quantized formats", AutoAWQ / AutoGPTQ's dequantisation code and
+ * compressed-tensors' pack_quantized compressor. */
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
@@ -46,13 +47,9 @@ int dse__awq_repack(const int32_t *qweight, const int32_t *qzeros, const uint16_
         return 0;
 }
 
-int dse__gptq_repack(const int32_t *qweight, const int32_t *qzeros, const uint16_t *scales, const int32_t *g_idx,
-                     int64_t in, int64_t out, int32_t group, uint8_t *data, float *scale, uint8_t *zero,
-                     int32_t *perm) {
-        if (in <= 0 || out <= 0 || group <= 0)
-                return -EINVAL;
-        int64_t ng = (in + group - 1) / group, zpacked = (out + 7) / 8;
-        /* perm: inputs stably sorted by group (a counting sort keeps equal keys in order) */
+int dse__group_perm(const int32_t *g_idx, int64_t in, int32_t group, int32_t *perm) {
+        int64_t ng = (in + group - 1) / group;
+        /* inputs stably sorted by group (a counting sort keeps equal keys in order) */
         int64_t *start = calloc((size_t)ng + 1, sizeof *start);
         if (!start)
                 return -ENOMEM;
@@ -80,6 +77,18 @@ int dse__gptq_repack(const int32_t *qweight, const int32_t *qzeros, const uint16
                 identity &= j == i;
         }
         free(start);
+        return !identity;
+}
+
+int dse__gptq_repack(const int32_t *qweight, const int32_t *qzeros, const uint16_t *scales, const int32_t *g_idx,
+                     int64_t in, int64_t out, int32_t group, uint8_t *data, float *scale, uint8_t *zero,
+                     int32_t *perm) {
+        if (in <= 0 || out <= 0 || group <= 0)
+                return -EINVAL;
+        int64_t ng = (in + group - 1) / group, zpacked = (out + 7) / 8;
+        int permuted = dse__group_perm(g_idx, in, group, perm);
+        if (permuted < 0)
+                return permuted;
         memset(data, 0, (size_t)dse__q4_bytes(out, in));
         clear_q4_scales(out, ng, scale, zero);
         for (int64_t j = 0; j < in; j++) {
@@ -95,7 +104,31 @@ int dse__gptq_repack(const int32_t *qweight, const int32_t *qzeros, const uint16
                         zero[dse__q4_sidx(ng, o, g)] = (uint8_t)(((z >> (4 * (o % 8))) & 0xf) + 1); /* v1: zero - 1 */
                         scale[dse__q4_sidx(ng, o, g)] = dse__f16_to_f32(scales[g * out + o]);
                 }
-        return !identity;
+        return permuted;
+}
+
+void dse__ct_unpack4(const int32_t *packed, int64_t rows, int64_t cols, int8_t *q) {
+        int64_t words = (cols + 7) / 8;
+        for (int64_t r = 0; r < rows; r++)
+                for (int64_t k = 0; k < cols; k++) {
+                        uint32_t w = (uint32_t)packed[r * words + k / 8];
+                        q[r * cols + k] = (int8_t)((int)((w >> (4 * (k % 8))) & 0xf) - 8);
+                }
+}
+
+void dse__int_to_q4(const int8_t *q, const int8_t *zp, const float *scale, const int32_t *perm, int64_t out,
+                    int64_t in, int32_t group, uint8_t *data, float *ret_scale, uint8_t *zero) {
+        int64_t ng = (in + group - 1) / group;
+        memset(data, 0, (size_t)dse__q4_bytes(out, in));
+        clear_q4_scales(out, ng, ret_scale, zero);
+        for (int64_t o = 0; o < out; o++) {
+                for (int64_t j = 0; j < in; j++)
+                        dse__q4_put(data, in, o, j, (unsigned)(q[o * in + (perm ? perm[j] : j)] + 8));
+                for (int64_t g = 0; g < ng; g++) {
+                        zero[dse__q4_sidx(ng, o, g)] = (uint8_t)((zp ? zp[o * ng + g] : 0) + 8);
+                        ret_scale[dse__q4_sidx(ng, o, g)] = scale[o * ng + g];
+                }
+        }
 }
 
 void dse__quantize_q8_rows(const float *x, int64_t rows, int64_t cols, int32_t group, int8_t *data, float *scale) {
