@@ -213,6 +213,8 @@ void dse__kernels_fill_ref(struct dse_kernels *k);
 void dse__kernels_fill_avx2(struct dse_kernels *k);
 /* AVX2 attention over BF16/FP8/INT8 KV rows (avx2_kv.c), with the AVX2 fill. */
 void dse__kernels_fill_avx2_kv(struct dse_kernels *k);
+/* AVX2 Q8 matmul_xq (avx2_q8_xq.c), with the AVX2 fill: bit for bit the reference's. */
+void dse__kernels_fill_avx2_q8_xq(struct dse_kernels *k);
 /* AVX-512 F+BW+VL overrides (avx512.c), applied over the AVX2 ones. */
 void dse__kernels_fill_avx512(struct dse_kernels *k);
 /* AVX-512 VNNI overrides (vpdpbusd matmul_xq, avx512_vnni.c); only when the CPU also has

@@ -1,0 +1,168 @@
+/* AVX2 matmul_xq for Q8 weights: int8 weights times int8 activations on vpmaddubsw and
+ * vpmaddwd (this file alone is compiled with -mavx2 -mfma -mf16c -ffp-contract=off: no
+ * AVX-512, and no fused multiply-add where the reference rounds twice).
+ *
+ * It computes exactly what dse__kernels_ref_matmul_xq computes, bit for bit: per row,
+ * token and 32-column block the exact integer sum S of w * q, then, in block order,
+ * acc = acc + (s * d) * float(S), each operation rounded as the reference rounds it. So
+ * a (row, token) result depends neither on the tokens in the call nor on the row range.
+ *
+ * The vector lanes are rows, so that a lane's sum over a whole block stays in its lane and
+ * needs no horizontal reduction: 8 rows' 32-byte blocks are transposed once (lane i of
+ * vector k = row i's bytes 4k..4k+3) and then serve a tile of tokens, each token's 4
+ * bytes of column chunk k broadcast to all lanes. AVX2 has no vpdpbusd: vpmaddubsw takes
+ * |w| (unsigned, at most 128) against q with w's sign (|q| <= 127), so a pair sum is at
+ * most 2 * 128 * 127 = 32512 and never saturates, and vpmaddwd by 1 widens it to the
+ * lane's int32. The scaling is then three float operations per 8 rows and token.
+ *
+ * One token (decode) is bound by how many weight lines are in flight: the 8 rows of a
+ * block are taken from 8 parts of the row range far apart (block k takes row k of each
+ * part), 8 streams each prefetched DSE_PREFETCH_AHEAD bytes ahead. Many tokens (prefill)
+ * are bound by the arithmetic: a block of 8 rows is transposed once per tile of Q8_TT
+ * tokens, whose sums wait on the stack. */
+#include <immintrin.h>
+#include <string.h>
+
+#include "kernels/kernels.h"
+
+/* Register-block loops must unroll completely (at -O2 GCC leaves them rolled, and the
+ * vectors then live in memory). */
+#define UNROLL _Pragma("GCC unroll 8")
+
+#define Q8_LANES 8 /* rows per register block */
+#define Q8_TT    16 /* tokens per tile */
+
+/* v[i] (row i's 32 bytes) -> v[k] lane i = row i's int32 k: a transpose of 8 x 8 int32. */
+static inline __attribute__((always_inline)) void transpose8_epi32(__m256i v[8]) {
+        __m256i t[8], u[8];
+        UNROLL
+        for (int i = 0; i < 4; i++) {
+                t[2 * i] = _mm256_unpacklo_epi32(v[2 * i], v[2 * i + 1]);
+                t[2 * i + 1] = _mm256_unpackhi_epi32(v[2 * i], v[2 * i + 1]);
+        }
+        UNROLL
+        for (int h = 0; h < 2; h++) { /* rows 0-3, rows 4-7 */
+                __m256i *a = t + 4 * h, *o = u + 4 * h;
+                o[0] = _mm256_unpacklo_epi64(a[0], a[2]); /* int32 0 | 4 */
+                o[1] = _mm256_unpackhi_epi64(a[0], a[2]); /* 1 | 5 */
+                o[2] = _mm256_unpacklo_epi64(a[1], a[3]); /* 2 | 6 */
+                o[3] = _mm256_unpackhi_epi64(a[1], a[3]); /* 3 | 7 */
+        }
+        UNROLL
+        for (int k = 0; k < 4; k++) {
+                v[k] = _mm256_permute2x128_si256(u[k], u[4 + k], 0x20);
+                v[k + 4] = _mm256_permute2x128_si256(u[k], u[4 + k], 0x31);
+        }
+}
+
+static inline __m256i bcast32(const int8_t *p) {
+        int32_t v;
+        memcpy(&v, p, sizeof v);
+        return _mm256_set1_epi32(v);
+}
+
+/* Rows rv[0..7] (any rows of w; a short block repeats its last row, whose lanes are not
+ * stored) times tokens t0..t0+T-1 (T <= Q8_TT) over the whole row: y of the first nr
+ * rows. T is a constant where the caller specialises it (one token keeps its sums in a
+ * register). */
+static inline __attribute__((always_inline)) void q8_rows8(const struct dse_qmat *w, const struct dse_xq *xq,
+                                                           const int64_t *rv, int nr, int64_t t0, const int T,
+                                                           float *y, int64_t ldy) {
+        int64_t n = w->cols, nb = xq->n_blocks, full = n / DSE_XQ_BLOCK, bpg = w->group_size / DSE_XQ_BLOCK;
+        const int8_t *row[Q8_LANES];
+        const float *sc[Q8_LANES];
+        for (int i = 0; i < Q8_LANES; i++) {
+                row[i] = (const int8_t *)w->data + rv[i] * n;
+                sc[i] = w->scale + rv[i] * w->n_groups;
+        }
+        const int8_t *q = xq->q + t0 * nb * DSE_XQ_BLOCK;
+        const float *d = xq->d + t0 * nb;
+        const __m256i one16 = _mm256_set1_epi16(1);
+        _Alignas(32) float acc[Q8_TT][Q8_LANES];
+        for (int t = 0; t < T; t++)
+                _mm256_store_ps(acc[t], _mm256_setzero_ps());
+        for (int64_t b = 0, g = 0, gb = 0; b < nb; b++) { /* block b is in group g, its gb-th */
+                __m256i wt[Q8_LANES], aw[Q8_LANES];
+                if (b < full) {
+                        UNROLL
+                        for (int i = 0; i < Q8_LANES; i++) {
+                                if (!(b & 1))
+                                        _mm_prefetch((const char *)(row[i] + b * DSE_XQ_BLOCK + DSE_PREFETCH_AHEAD),
+                                                     _MM_HINT_T1);
+                                wt[i] = _mm256_loadu_si256((const __m256i *)(row[i] + b * DSE_XQ_BLOCK));
+                        }
+                } else { /* the row's last columns, zero past its end (as q is) */
+                        for (int i = 0; i < Q8_LANES; i++) {
+                                _Alignas(32) int8_t tail[DSE_XQ_BLOCK] = {0};
+                                memcpy(tail, row[i] + b * DSE_XQ_BLOCK, (size_t)(n - b * DSE_XQ_BLOCK));
+                                wt[i] = _mm256_load_si256((const __m256i *)tail);
+                        }
+                }
+                transpose8_epi32(wt);
+                UNROLL
+                for (int k = 0; k < Q8_LANES; k++)
+                        aw[k] = _mm256_abs_epi8(wt[k]);
+                __m256 sv = _mm256_setr_ps(sc[0][g], sc[1][g], sc[2][g], sc[3][g], sc[4][g], sc[5][g], sc[6][g],
+                                           sc[7][g]);
+                for (int t = 0; t < T; t++) {
+                        const int8_t *qb = q + (t * nb + b) * DSE_XQ_BLOCK;
+                        __m256i S = _mm256_setzero_si256();
+                        UNROLL
+                        for (int k = 0; k < Q8_LANES; k++) {
+                                __m256i xs = _mm256_sign_epi8(bcast32(qb + 4 * k), wt[k]);
+                                S = _mm256_add_epi32(S, _mm256_madd_epi16(_mm256_maddubs_epi16(aw[k], xs), one16));
+                        }
+                        /* the reference's acc + (s * d) * S, rounded step by step */
+                        __m256 sd = _mm256_mul_ps(sv, _mm256_set1_ps(d[t * nb + b]));
+                        _mm256_store_ps(acc[t], _mm256_add_ps(_mm256_load_ps(acc[t]),
+                                                              _mm256_mul_ps(sd, _mm256_cvtepi32_ps(S))));
+                }
+                if (++gb == bpg) {
+                        gb = 0;
+                        g++;
+                }
+        }
+        for (int t = 0; t < T; t++)
+                for (int i = 0; i < nr; i++)
+                        y[(t0 + t) * ldy + rv[i]] = acc[t][i];
+}
+
+static void q8_rows8_tokens(const struct dse_qmat *w, const struct dse_xq *xq, const int64_t *rv, int nr, float *y,
+                            int64_t ldy) {
+        if (xq->n == 1) {
+                q8_rows8(w, xq, rv, nr, 0, 1, y, ldy);
+                return;
+        }
+        for (int64_t t0 = 0; t0 < xq->n; t0 += Q8_TT) {
+                int T = xq->n - t0 < Q8_TT ? (int)(xq->n - t0) : Q8_TT;
+                q8_rows8(w, xq, rv, nr, t0, T, y, ldy);
+        }
+}
+
+/* Rows [r0, r1): blocks of 8 rows taken from 8 equal parts of the range side by side
+ * (block k: row k of each part), then the rows left over as one short block. */
+static void matmul_xq_q8_avx2(const struct dse_qmat *w, const struct dse_xq *xq, float *y, int64_t ldy, int64_t r0,
+                              int64_t r1) {
+        if (w->group_size % DSE_XQ_BLOCK) {
+                dse__kernels_ref_matmul_xq(w, xq, y, ldy, r0, r1);
+                return;
+        }
+        if (r0 >= r1 || xq->n <= 0)
+                return;
+        int64_t part = (r1 - r0) / Q8_LANES, rv[Q8_LANES];
+        for (int64_t k = 0; k < part; k++) {
+                for (int i = 0; i < Q8_LANES; i++)
+                        rv[i] = r0 + k + i * part;
+                q8_rows8_tokens(w, xq, rv, Q8_LANES, y, ldy);
+        }
+        int64_t rest = r0 + Q8_LANES * part;
+        if (rest < r1) {
+                for (int i = 0; i < Q8_LANES; i++)
+                        rv[i] = rest + i < r1 ? rest + i : r1 - 1;
+                q8_rows8_tokens(w, xq, rv, (int)(r1 - rest), y, ldy);
+        }
+}
+
+void dse__kernels_fill_avx2_q8_xq(struct dse_kernels *k) {
+        k->matmul_xq[DSE_DTYPE_Q8] = matmul_xq_q8_avx2;
+}
