@@ -19,7 +19,10 @@
  * block are taken from 8 parts of the row range far apart (block k takes row k of each
  * part), 8 streams each prefetched DSE_PREFETCH_AHEAD bytes ahead. Many tokens (prefill)
  * are bound by the arithmetic: a block of 8 rows is transposed once per tile of Q8_TT
- * tokens, whose sums wait on the stack. */
+ * tokens, whose sums wait on the stack. A tile of at most Q8_REDUCE_T tokens (decode)
+ * leaves the rows as loaded and reduces each row's 8 lanes per token instead (vphaddd),
+ * which costs less than a transpose shared by so few tokens; the sums are the same
+ * integers either way. */
 #include <immintrin.h>
 #include <string.h>
 
@@ -31,6 +34,7 @@
 
 #define Q8_LANES 8 /* rows per register block */
 #define Q8_TT    16 /* tokens per tile */
+#define Q8_REDUCE_T 2 /* tiles of up to this many tokens reduce each row's lanes instead of transposing */
 
 /* v[i] (row i's 32 bytes) -> v[k] lane i = row i's int32 k: a transpose of 8 x 8 int32. */
 static inline __attribute__((always_inline)) void transpose8_epi32(__m256i v[8]) {
@@ -55,6 +59,15 @@ static inline __attribute__((always_inline)) void transpose8_epi32(__m256i v[8])
         }
 }
 
+/* m[i] (8 int32 partial sums of row i) -> lane i = the sum of m[i]'s 8 lanes. */
+static inline __attribute__((always_inline)) __m256i reduce8_epi32(const __m256i m[8]) {
+        __m256i h01 = _mm256_hadd_epi32(m[0], m[1]), h23 = _mm256_hadd_epi32(m[2], m[3]);
+        __m256i h45 = _mm256_hadd_epi32(m[4], m[5]), h67 = _mm256_hadd_epi32(m[6], m[7]);
+        __m256i h0123 = _mm256_hadd_epi32(h01, h23), h4567 = _mm256_hadd_epi32(h45, h67); /* rows 0-3 | 0-3 */
+        return _mm256_add_epi32(_mm256_permute2x128_si256(h0123, h4567, 0x20),
+                                _mm256_permute2x128_si256(h0123, h4567, 0x31));
+}
+
 static inline __m256i bcast32(const int8_t *p) {
         int32_t v;
         memcpy(&v, p, sizeof v);
@@ -67,7 +80,7 @@ static inline __m256i bcast32(const int8_t *p) {
  * register). */
 static inline __attribute__((always_inline)) void q8_rows8(const struct dse_qmat *w, const struct dse_xq *xq,
                                                            const int64_t *rv, int nr, int64_t t0, const int T,
-                                                           float *y, int64_t ldy) {
+                                                           const int reduce, float *y, int64_t ldy) {
         int64_t n = w->cols, nb = xq->n_blocks, full = n / DSE_XQ_BLOCK, bpg = w->group_size / DSE_XQ_BLOCK;
         const int8_t *row[Q8_LANES];
         const float *sc[Q8_LANES];
@@ -98,7 +111,8 @@ static inline __attribute__((always_inline)) void q8_rows8(const struct dse_qmat
                                 wt[i] = _mm256_load_si256((const __m256i *)tail);
                         }
                 }
-                transpose8_epi32(wt);
+                if (!reduce)
+                        transpose8_epi32(wt);
                 UNROLL
                 for (int k = 0; k < Q8_LANES; k++)
                         aw[k] = _mm256_abs_epi8(wt[k]);
@@ -107,10 +121,19 @@ static inline __attribute__((always_inline)) void q8_rows8(const struct dse_qmat
                 for (int t = 0; t < T; t++) {
                         const int8_t *qb = q + (t * nb + b) * DSE_XQ_BLOCK;
                         __m256i S = _mm256_setzero_si256();
-                        UNROLL
-                        for (int k = 0; k < Q8_LANES; k++) {
-                                __m256i xs = _mm256_sign_epi8(bcast32(qb + 4 * k), wt[k]);
-                                S = _mm256_add_epi32(S, _mm256_madd_epi16(_mm256_maddubs_epi16(aw[k], xs), one16));
+                        if (reduce) {
+                                __m256i xv = _mm256_loadu_si256((const __m256i *)qb), m[Q8_LANES];
+                                UNROLL
+                                for (int i = 0; i < Q8_LANES; i++)
+                                        m[i] = _mm256_madd_epi16(_mm256_maddubs_epi16(aw[i], _mm256_sign_epi8(xv, wt[i])),
+                                                                 one16);
+                                S = reduce8_epi32(m);
+                        } else {
+                                UNROLL
+                                for (int k = 0; k < Q8_LANES; k++) {
+                                        __m256i xs = _mm256_sign_epi8(bcast32(qb + 4 * k), wt[k]);
+                                        S = _mm256_add_epi32(S, _mm256_madd_epi16(_mm256_maddubs_epi16(aw[k], xs), one16));
+                                }
                         }
                         /* the reference's acc + (s * d) * S, rounded step by step */
                         __m256 sd = _mm256_mul_ps(sv, _mm256_set1_ps(d[t * nb + b]));
@@ -130,12 +153,15 @@ static inline __attribute__((always_inline)) void q8_rows8(const struct dse_qmat
 static void q8_rows8_tokens(const struct dse_qmat *w, const struct dse_xq *xq, const int64_t *rv, int nr, float *y,
                             int64_t ldy) {
         if (xq->n == 1) {
-                q8_rows8(w, xq, rv, nr, 0, 1, y, ldy);
+                q8_rows8(w, xq, rv, nr, 0, 1, 1, y, ldy);
                 return;
         }
         for (int64_t t0 = 0; t0 < xq->n; t0 += Q8_TT) {
                 int T = xq->n - t0 < Q8_TT ? (int)(xq->n - t0) : Q8_TT;
-                q8_rows8(w, xq, rv, nr, t0, T, y, ldy);
+                if (T <= Q8_REDUCE_T)
+                        q8_rows8(w, xq, rv, nr, t0, T, 1, y, ldy);
+                else
+                        q8_rows8(w, xq, rv, nr, t0, T, 0, y, ldy);
         }
 }
 
