@@ -33,7 +33,7 @@
 #define UNROLL _Pragma("GCC unroll 8")
 
 #define Q8_LANES 8 /* rows per register block */
-#define Q8_TT    16 /* tokens per tile */
+#define Q8_TT    32 /* tokens per tile */
 #define Q8_REDUCE_T 2 /* tiles of up to this many tokens reduce each row's lanes instead of transposing */
 
 /* v[i] (row i's 32 bytes) -> v[k] lane i = row i's int32 k: a transpose of 8 x 8 int32. */
