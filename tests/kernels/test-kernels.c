@@ -811,12 +811,13 @@ TEST(matmul_xq_many_tokens_cut_rows) {
 
 /* The AVX2 Q8 matmul_xq equals its scalar twin bit for bit (its integer block sums are
  * exact and it rounds the scaling and the running sum as the reference does), on the
- * matmul shapes with 1..33 tokens over cut row ranges (8-row blocks, the parts they are
- * taken from, a short last block), and at the integer extremes: rows of -128 and of 127
+ * matmul shapes with 1..34 tokens (tiles of 32, and the 1 or 2 after them) over cut row
+ * ranges (8-row blocks, the parts they are taken from, a short last block), and at the
+ * integer extremes: rows of -128 and of 127
  * against blocks of +-127 (vpmaddubsw's pair sums at 2 * 128 * 127, just short of
  * saturating). Groups not a multiple of 32 go to the reference itself. */
 TEST(matmul_xq_q8_avx2_equals_reference_bitwise) {
-        static const int64_t toks[] = {1, 2, 3, 8, 15, 16, 17, 33};
+        static const int64_t toks[] = {1, 2, 3, 8, 15, 16, 17, 33, 34};
         if (detected_level() < DSE_CPU_AVX2)
                 return;
         struct dse_kernels k;

@@ -76,11 +76,10 @@ static inline __m256i bcast32(const int8_t *p) {
 
 /* Rows rv[0..7] (any rows of w; a short block repeats its last row, whose lanes are not
  * stored) times tokens t0..t0+T-1 (T <= Q8_TT) over the whole row: y of the first nr
- * rows. T is a constant where the caller specialises it (one token keeps its sums in a
- * register). */
+ * rows. */
 static inline __attribute__((always_inline)) void q8_rows8(const struct dse_qmat *w, const struct dse_xq *xq,
-                                                           const int64_t *rv, int nr, int64_t t0, const int T,
-                                                           const int reduce, float *y, int64_t ldy) {
+                                                           const int64_t *rv, int nr, int64_t t0, int T,
+                                                           float *y, int64_t ldy) {
         int64_t n = w->cols, nb = xq->n_blocks, full = n / DSE_XQ_BLOCK, bpg = w->group_size / DSE_XQ_BLOCK;
         const int8_t *row[Q8_LANES];
         const float *sc[Q8_LANES];
@@ -111,8 +110,7 @@ static inline __attribute__((always_inline)) void q8_rows8(const struct dse_qmat
                                 wt[i] = _mm256_load_si256((const __m256i *)tail);
                         }
                 }
-                if (!reduce)
-                        transpose8_epi32(wt);
+                transpose8_epi32(wt);
                 UNROLL
                 for (int k = 0; k < Q8_LANES; k++)
                         aw[k] = _mm256_abs_epi8(wt[k]);
@@ -121,19 +119,10 @@ static inline __attribute__((always_inline)) void q8_rows8(const struct dse_qmat
                 for (int t = 0; t < T; t++) {
                         const int8_t *qb = q + (t * nb + b) * DSE_XQ_BLOCK;
                         __m256i S = _mm256_setzero_si256();
-                        if (reduce) {
-                                __m256i xv = _mm256_loadu_si256((const __m256i *)qb), m[Q8_LANES];
-                                UNROLL
-                                for (int i = 0; i < Q8_LANES; i++)
-                                        m[i] = _mm256_madd_epi16(_mm256_maddubs_epi16(aw[i], _mm256_sign_epi8(xv, wt[i])),
-                                                                 one16);
-                                S = reduce8_epi32(m);
-                        } else {
-                                UNROLL
-                                for (int k = 0; k < Q8_LANES; k++) {
-                                        __m256i xs = _mm256_sign_epi8(bcast32(qb + 4 * k), wt[k]);
-                                        S = _mm256_add_epi32(S, _mm256_madd_epi16(_mm256_maddubs_epi16(aw[k], xs), one16));
-                                }
+                        UNROLL
+                        for (int k = 0; k < Q8_LANES; k++) {
+                                __m256i xs = _mm256_sign_epi8(bcast32(qb + 4 * k), wt[k]);
+                                S = _mm256_add_epi32(S, _mm256_madd_epi16(_mm256_maddubs_epi16(aw[k], xs), one16));
                         }
                         /* the reference's acc + (s * d) * S, rounded step by step */
                         __m256 sd = _mm256_mul_ps(sv, _mm256_set1_ps(d[t * nb + b]));
@@ -150,18 +139,76 @@ static inline __attribute__((always_inline)) void q8_rows8(const struct dse_qmat
                         y[(t0 + t) * ldy + rv[i]] = acc[t][i];
 }
 
+/* Tiles of at most Q8_REDUCE_T tokens (decode): each row's block used where it is loaded
+ * (again from L1 for a second token), its 8 lanes reduced per token, the sums in
+ * registers, so nothing waits on the stack between the blocks. */
+static inline __attribute__((always_inline)) void q8_rows8_few(const struct dse_qmat *w, const struct dse_xq *xq,
+                                                               const int64_t *rv, int nr, int64_t t0, const int T,
+                                                               float *y, int64_t ldy) {
+        int64_t n = w->cols, nb = xq->n_blocks, full = n / DSE_XQ_BLOCK, bpg = w->group_size / DSE_XQ_BLOCK;
+        const int8_t *row[Q8_LANES];
+        const float *sc[Q8_LANES];
+        for (int i = 0; i < Q8_LANES; i++) {
+                row[i] = (const int8_t *)w->data + rv[i] * n;
+                sc[i] = w->scale + rv[i] * w->n_groups;
+        }
+        const int8_t *q = xq->q + t0 * nb * DSE_XQ_BLOCK;
+        const float *d = xq->d + t0 * nb;
+        const __m256i one16 = _mm256_set1_epi16(1);
+        __m256 acc[Q8_REDUCE_T];
+        UNROLL
+        for (int t = 0; t < T; t++)
+                acc[t] = _mm256_setzero_ps();
+        for (int64_t b = 0, g = 0, gb = 0; b < nb; b++) { /* block b is in group g, its gb-th */
+                __m256 sv = _mm256_setr_ps(sc[0][g], sc[1][g], sc[2][g], sc[3][g], sc[4][g], sc[5][g], sc[6][g],
+                                           sc[7][g]);
+                UNROLL
+                for (int t = 0; t < T; t++) {
+                        __m256i xv = _mm256_loadu_si256((const __m256i *)(q + (t * nb + b) * DSE_XQ_BLOCK)), m[Q8_LANES];
+                        UNROLL
+                        for (int i = 0; i < Q8_LANES; i++) {
+                                __m256i wv;
+                                if (b < full) {
+                                        if (t == 0 && !(b & 1))
+                                                _mm_prefetch((const char *)(row[i] + b * DSE_XQ_BLOCK + DSE_PREFETCH_AHEAD),
+                                                             _MM_HINT_T1);
+                                        wv = _mm256_loadu_si256((const __m256i *)(row[i] + b * DSE_XQ_BLOCK));
+                                } else { /* the row's last columns, zero past its end (as q is) */
+                                        _Alignas(32) int8_t tail[DSE_XQ_BLOCK] = {0};
+                                        memcpy(tail, row[i] + b * DSE_XQ_BLOCK, (size_t)(n - b * DSE_XQ_BLOCK));
+                                        wv = _mm256_load_si256((const __m256i *)tail);
+                                }
+                                m[i] = _mm256_madd_epi16(
+                                        _mm256_maddubs_epi16(_mm256_abs_epi8(wv), _mm256_sign_epi8(xv, wv)), one16);
+                        }
+                        /* the reference's acc + (s * d) * S, rounded step by step */
+                        __m256 sd = _mm256_mul_ps(sv, _mm256_set1_ps(d[t * nb + b]));
+                        acc[t] = _mm256_add_ps(acc[t], _mm256_mul_ps(sd, _mm256_cvtepi32_ps(reduce8_epi32(m))));
+                }
+                if (++gb == bpg) {
+                        gb = 0;
+                        g++;
+                }
+        }
+        UNROLL
+        for (int t = 0; t < T; t++) {
+                _Alignas(32) float o[Q8_LANES];
+                _mm256_store_ps(o, acc[t]);
+                for (int i = 0; i < nr; i++)
+                        y[(t0 + t) * ldy + rv[i]] = o[i];
+        }
+}
+
 static void q8_rows8_tokens(const struct dse_qmat *w, const struct dse_xq *xq, const int64_t *rv, int nr, float *y,
                             int64_t ldy) {
-        if (xq->n == 1) {
-                q8_rows8(w, xq, rv, nr, 0, 1, 1, y, ldy);
-                return;
-        }
         for (int64_t t0 = 0; t0 < xq->n; t0 += Q8_TT) {
                 int T = xq->n - t0 < Q8_TT ? (int)(xq->n - t0) : Q8_TT;
-                if (T <= Q8_REDUCE_T)
-                        q8_rows8(w, xq, rv, nr, t0, T, 1, y, ldy);
+                if (T == 1)
+                        q8_rows8_few(w, xq, rv, nr, t0, 1, y, ldy);
+                else if (T == 2)
+                        q8_rows8_few(w, xq, rv, nr, t0, 2, y, ldy);
                 else
-                        q8_rows8(w, xq, rv, nr, t0, T, 0, y, ldy);
+                        q8_rows8(w, xq, rv, nr, t0, T, y, ldy);
         }
 }
 
