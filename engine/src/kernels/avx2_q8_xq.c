@@ -13,7 +13,8 @@
  * bytes of column chunk k broadcast to all lanes. AVX2 has no vpdpbusd: vpmaddubsw takes
  * |w| (unsigned, at most 128) against q with w's sign (|q| <= 127), so a pair sum is at
  * most 2 * 128 * 127 = 32512 and never saturates, and vpmaddwd by 1 widens it to the
- * lane's int32. The scaling is then three float operations per 8 rows and token.
+ * lane's int32. The scaling is then four float operations (a convert, two products, a sum)
+ * per 8 rows and token.
  *
  * One token (decode) is bound by how many weight lines are in flight: the 8 rows of a
  * block are taken from 8 parts of the row range far apart (block k takes row k of each
