@@ -75,50 +75,73 @@ static inline __m256i bcast32(const int8_t *p) {
         return _mm256_set1_epi32(v);
 }
 
+/* What a register block reads: the weight rows of rv and their scale rows, tokens t0.. of
+ * the activations, and the row's shape in blocks. */
+struct rows8 {
+        const int8_t *row[Q8_LANES];
+        const float *sc[Q8_LANES];
+        const int8_t *q; /* token t0's q, then the next tokens' nb * 32 apart */
+        const float *d;  /* token t0's d, nb apart */
+        int64_t n, nb, full, bpg; /* columns, blocks, whole blocks, blocks per group */
+};
+
+static inline __attribute__((always_inline)) void rows8_start(struct rows8 *R, const struct dse_qmat *w,
+                                                              const struct dse_xq *xq, const int64_t *rv, int64_t t0) {
+        for (int i = 0; i < Q8_LANES; i++) {
+                R->row[i] = (const int8_t *)w->data + rv[i] * w->cols;
+                R->sc[i] = w->scale + rv[i] * w->n_groups;
+        }
+        R->n = w->cols;
+        R->nb = xq->n_blocks;
+        R->full = w->cols / DSE_XQ_BLOCK;
+        R->bpg = w->group_size / DSE_XQ_BLOCK;
+        R->q = xq->q + t0 * R->nb * DSE_XQ_BLOCK;
+        R->d = xq->d + t0 * R->nb;
+}
+
+/* Block b of a row of n columns (full whole blocks): the last one zero past the row's end,
+ * as q is. With prefetch, every other block asks for the line DSE_PREFETCH_AHEAD on. */
+static inline __attribute__((always_inline)) __m256i row_block(const int8_t *row, int64_t b, int64_t full, int64_t n,
+                                                               int prefetch) {
+        if (b < full) {
+                if (prefetch && !(b & 1))
+                        _mm_prefetch((const char *)(row + b * DSE_XQ_BLOCK + DSE_PREFETCH_AHEAD), _MM_HINT_T1);
+                return _mm256_loadu_si256((const __m256i *)(row + b * DSE_XQ_BLOCK));
+        }
+        _Alignas(32) int8_t tail[DSE_XQ_BLOCK] = {0};
+        memcpy(tail, row + b * DSE_XQ_BLOCK, (size_t)(n - b * DSE_XQ_BLOCK));
+        return _mm256_load_si256((const __m256i *)tail);
+}
+
+/* The 8 rows' scales of group g, row i in lane i. */
+static inline __m256 scales8(const float *const *sc, int64_t g) {
+        return _mm256_setr_ps(sc[0][g], sc[1][g], sc[2][g], sc[3][g], sc[4][g], sc[5][g], sc[6][g], sc[7][g]);
+}
+
 /* Rows rv[0..7] (any rows of w; a short block repeats its last row, whose lanes are not
  * stored) times tokens t0..t0+T-1 (T <= Q8_TT) over the whole row: y of the first nr
  * rows. */
 static inline __attribute__((always_inline)) void q8_rows8(const struct dse_qmat *w, const struct dse_xq *xq,
                                                            const int64_t *rv, int nr, int64_t t0, int T,
                                                            float *y, int64_t ldy) {
-        int64_t n = w->cols, nb = xq->n_blocks, full = n / DSE_XQ_BLOCK, bpg = w->group_size / DSE_XQ_BLOCK;
-        const int8_t *row[Q8_LANES];
-        const float *sc[Q8_LANES];
-        for (int i = 0; i < Q8_LANES; i++) {
-                row[i] = (const int8_t *)w->data + rv[i] * n;
-                sc[i] = w->scale + rv[i] * w->n_groups;
-        }
-        const int8_t *q = xq->q + t0 * nb * DSE_XQ_BLOCK;
-        const float *d = xq->d + t0 * nb;
+        struct rows8 R;
+        rows8_start(&R, w, xq, rv, t0);
         const __m256i one16 = _mm256_set1_epi16(1);
         _Alignas(32) float acc[Q8_TT][Q8_LANES];
         for (int t = 0; t < T; t++)
                 _mm256_store_ps(acc[t], _mm256_setzero_ps());
-        for (int64_t b = 0, g = 0, gb = 0; b < nb; b++) { /* block b is in group g, its gb-th */
+        for (int64_t b = 0, g = 0, gb = 0; b < R.nb; b++) { /* block b is in group g, its gb-th */
                 __m256i wt[Q8_LANES], aw[Q8_LANES];
-                if (b < full) {
-                        UNROLL
-                        for (int i = 0; i < Q8_LANES; i++) {
-                                if (!(b & 1))
-                                        _mm_prefetch((const char *)(row[i] + b * DSE_XQ_BLOCK + DSE_PREFETCH_AHEAD),
-                                                     _MM_HINT_T1);
-                                wt[i] = _mm256_loadu_si256((const __m256i *)(row[i] + b * DSE_XQ_BLOCK));
-                        }
-                } else { /* the row's last columns, zero past its end (as q is) */
-                        for (int i = 0; i < Q8_LANES; i++) {
-                                _Alignas(32) int8_t tail[DSE_XQ_BLOCK] = {0};
-                                memcpy(tail, row[i] + b * DSE_XQ_BLOCK, (size_t)(n - b * DSE_XQ_BLOCK));
-                                wt[i] = _mm256_load_si256((const __m256i *)tail);
-                        }
-                }
+                UNROLL
+                for (int i = 0; i < Q8_LANES; i++)
+                        wt[i] = row_block(R.row[i], b, R.full, R.n, 1);
                 transpose8_epi32(wt);
                 UNROLL
                 for (int k = 0; k < Q8_LANES; k++)
                         aw[k] = _mm256_abs_epi8(wt[k]);
-                __m256 sv = _mm256_setr_ps(sc[0][g], sc[1][g], sc[2][g], sc[3][g], sc[4][g], sc[5][g], sc[6][g],
-                                           sc[7][g]);
+                __m256 sv = scales8(R.sc, g);
                 for (int t = 0; t < T; t++) {
-                        const int8_t *qb = q + (t * nb + b) * DSE_XQ_BLOCK;
+                        const int8_t *qb = R.q + (t * R.nb + b) * DSE_XQ_BLOCK;
                         __m256i S = _mm256_setzero_si256();
                         UNROLL
                         for (int k = 0; k < Q8_LANES; k++) {
@@ -126,11 +149,11 @@ static inline __attribute__((always_inline)) void q8_rows8(const struct dse_qmat
                                 S = _mm256_add_epi32(S, _mm256_madd_epi16(_mm256_maddubs_epi16(aw[k], xs), one16));
                         }
                         /* the reference's acc + (s * d) * S, rounded step by step */
-                        __m256 sd = _mm256_mul_ps(sv, _mm256_set1_ps(d[t * nb + b]));
+                        __m256 sd = _mm256_mul_ps(sv, _mm256_set1_ps(R.d[t * R.nb + b]));
                         _mm256_store_ps(acc[t], _mm256_add_ps(_mm256_load_ps(acc[t]),
                                                               _mm256_mul_ps(sd, _mm256_cvtepi32_ps(S))));
                 }
-                if (++gb == bpg) {
+                if (++gb == R.bpg) {
                         gb = 0;
                         g++;
                 }
@@ -146,47 +169,30 @@ static inline __attribute__((always_inline)) void q8_rows8(const struct dse_qmat
 static inline __attribute__((always_inline)) void q8_rows8_few(const struct dse_qmat *w, const struct dse_xq *xq,
                                                                const int64_t *rv, int nr, int64_t t0, const int T,
                                                                float *y, int64_t ldy) {
-        int64_t n = w->cols, nb = xq->n_blocks, full = n / DSE_XQ_BLOCK, bpg = w->group_size / DSE_XQ_BLOCK;
-        const int8_t *row[Q8_LANES];
-        const float *sc[Q8_LANES];
-        for (int i = 0; i < Q8_LANES; i++) {
-                row[i] = (const int8_t *)w->data + rv[i] * n;
-                sc[i] = w->scale + rv[i] * w->n_groups;
-        }
-        const int8_t *q = xq->q + t0 * nb * DSE_XQ_BLOCK;
-        const float *d = xq->d + t0 * nb;
+        struct rows8 R;
+        rows8_start(&R, w, xq, rv, t0);
         const __m256i one16 = _mm256_set1_epi16(1);
         __m256 acc[Q8_REDUCE_T];
         UNROLL
         for (int t = 0; t < T; t++)
                 acc[t] = _mm256_setzero_ps();
-        for (int64_t b = 0, g = 0, gb = 0; b < nb; b++) { /* block b is in group g, its gb-th */
-                __m256 sv = _mm256_setr_ps(sc[0][g], sc[1][g], sc[2][g], sc[3][g], sc[4][g], sc[5][g], sc[6][g],
-                                           sc[7][g]);
+        for (int64_t b = 0, g = 0, gb = 0; b < R.nb; b++) { /* block b is in group g, its gb-th */
+                __m256 sv = scales8(R.sc, g);
                 UNROLL
                 for (int t = 0; t < T; t++) {
-                        __m256i xv = _mm256_loadu_si256((const __m256i *)(q + (t * nb + b) * DSE_XQ_BLOCK)), m[Q8_LANES];
+                        const int8_t *qb = R.q + (t * R.nb + b) * DSE_XQ_BLOCK;
+                        __m256i xv = _mm256_loadu_si256((const __m256i *)qb), m[Q8_LANES];
                         UNROLL
                         for (int i = 0; i < Q8_LANES; i++) {
-                                __m256i wv;
-                                if (b < full) {
-                                        if (t == 0 && !(b & 1))
-                                                _mm_prefetch((const char *)(row[i] + b * DSE_XQ_BLOCK + DSE_PREFETCH_AHEAD),
-                                                             _MM_HINT_T1);
-                                        wv = _mm256_loadu_si256((const __m256i *)(row[i] + b * DSE_XQ_BLOCK));
-                                } else { /* the row's last columns, zero past its end (as q is) */
-                                        _Alignas(32) int8_t tail[DSE_XQ_BLOCK] = {0};
-                                        memcpy(tail, row[i] + b * DSE_XQ_BLOCK, (size_t)(n - b * DSE_XQ_BLOCK));
-                                        wv = _mm256_load_si256((const __m256i *)tail);
-                                }
+                                __m256i wv = row_block(R.row[i], b, R.full, R.n, t == 0);
                                 m[i] = _mm256_madd_epi16(
                                         _mm256_maddubs_epi16(_mm256_abs_epi8(wv), _mm256_sign_epi8(xv, wv)), one16);
                         }
                         /* the reference's acc + (s * d) * S, rounded step by step */
-                        __m256 sd = _mm256_mul_ps(sv, _mm256_set1_ps(d[t * nb + b]));
+                        __m256 sd = _mm256_mul_ps(sv, _mm256_set1_ps(R.d[t * R.nb + b]));
                         acc[t] = _mm256_add_ps(acc[t], _mm256_mul_ps(sd, _mm256_cvtepi32_ps(reduce8_epi32(m))));
                 }
-                if (++gb == bpg) {
+                if (++gb == R.bpg) {
                         gb = 0;
                         g++;
                 }
