@@ -44,6 +44,7 @@ expect() {
 }
 
 expect avx2.c.o '%ymm' "AVX2 instruction"
+expect avx2_q8_xq.c.o 'vpmaddubsw' "vpmaddubsw"
 expect avx512.c.o '%zmm' "AVX-512 instruction"
 expect avx512_vnni.c.o 'vpdpbusd' "vpdpbusd"
 expect avx512_bf16.c.o 'vdpbf16ps' "vdpbf16ps"

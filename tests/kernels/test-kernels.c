@@ -809,6 +809,70 @@ TEST(matmul_xq_many_tokens_cut_rows) {
                 n_checked);
 }
 
+/* The AVX2 Q8 matmul_xq equals its scalar twin bit for bit (its integer block sums are
+ * exact and it rounds the scaling and the running sum as the reference does), on the
+ * matmul shapes with 1..34 tokens (tiles of 32, and the 1 or 2 after them) over cut row
+ * ranges (8-row blocks, the parts they are taken from, a short last block), and at the
+ * integer extremes: rows of -128 and of 127
+ * against blocks of +-127 (vpmaddubsw's pair sums at 2 * 128 * 127, just short of
+ * saturating). Groups not a multiple of 32 go to the reference itself. */
+TEST(matmul_xq_q8_avx2_equals_reference_bitwise) {
+        static const int64_t toks[] = {1, 2, 3, 8, 15, 16, 17, 33, 34};
+        if (detected_level() < DSE_CPU_AVX2)
+                return;
+        struct dse_kernels k;
+        ASSERT_OK(dse__kernels_resolve_with(DSE_CPU_AVX2, 0, &k));
+        int n_checked = 0;
+        for (size_t ci = 0; ci < sizeof mm_cases / sizeof mm_cases[0]; ci++)
+                for (size_t ti = 0; ti < sizeof toks / sizeof toks[0]; ti++) {
+                        if (toks[ti] > 3 && mm_cases[ci].rows * mm_cases[ci].cols > MM_BIG_TOKENS_MAX_ELEMS)
+                                continue;
+                        rng_seed(9900 + 10 * ci + ti);
+                        struct mat_buf m;
+                        mat_make(&m, DSE_DTYPE_Q8, mm_cases[ci]);
+                        const struct dse_qmat *w = &m.w;
+                        int64_t n = toks[ti], cols = w->cols, ldx = cols + 5, ldy = w->rows + 3;
+                        int8_t *wd = m.data;
+                        for (int64_t c = 0; c < cols; c++) {
+                                wd[c] = -128;
+                                if (w->rows > 1)
+                                        wd[cols + c] = 127;
+                        }
+                        float *x = make_x(n, cols, ldx);
+                        for (int64_t c = 0; c < cols; c++) {
+                                x[c] = 1.0f; /* token 0: q = 127 everywhere */
+                                if (n > 2)
+                                        x[2 * ldx + c] = c % 2 ? -3.0f : 3.0f;
+                        }
+                        struct dse_xq xq;
+                        void *mem = aligned_alloc(64, dse__xq_bytes(n, cols));
+                        dse__xq_init(&xq, mem, n, cols);
+                        k.quantize_xq(x, ldx, &xq);
+                        float *want = malloc((size_t)(n * ldy) * sizeof(float)), *got = malloc((size_t)(n * ldy) * sizeof(float));
+                        for (int64_t i = 0; i < n * ldy; i++)
+                                want[i] = got[i] = NAN;
+                        dse__kernels_ref_matmul_xq(w, &xq, want, ldy, 0, w->rows);
+                        int64_t cut[4] = {0, w->rows / 3, w->rows - w->rows / 5, w->rows};
+                        for (int c = 0; c < 3; c++)
+                                k.matmul_xq[DSE_DTYPE_Q8](w, &xq, got, ldy, cut[c], cut[c + 1]);
+                        for (int64_t t = 0; t < n; t++)
+                                for (int64_t r = 0; r <= w->rows; r++) /* the row past the end untouched */
+                                        if (memcmp(&got[t * ldy + r], &want[t * ldy + r], sizeof(float)) != 0)
+                                                T_FAIL("matmul_xq Q8 avx2 (%lldx%lld g%d) n %lld token %lld row %lld: "
+                                                       "%.9g, the reference %.9g NOT OK",
+                                                       (long long)w->rows, (long long)cols, mm_cases[ci].group,
+                                                       (long long)n, (long long)t, (long long)r, got[t * ldy + r],
+                                                       want[t * ldy + r]);
+                        n_checked++;
+                        free(got);
+                        free(want);
+                        free(mem);
+                        free(x);
+                        mat_free(&m);
+                }
+        fprintf(stderr, "  %d Q8 matmul_xq (shape, tokens) combinations bitwise against the reference\n", n_checked);
+}
+
 TEST(f32_to_bf16_rounds_to_nearest_even) {
         ASSERT_EQ(dse__kern_f32_to_bf16(1.0f), 0x3f80);
         ASSERT_EQ(dse__kern_f32_to_bf16(1.0f + ldexpf(1, -8)), 0x3f80);     /* tie: to even */

@@ -187,12 +187,6 @@ static void quantize_xq_avx2(const float *x, int64_t ldx, struct dse_xq *xq) {
         }
 }
 
-/* Eight int32 partial sums of q8 * x over one block (|w| times x with w's sign). */
-static inline __m256i q8_dot(__m256i wv, __m256i xv) {
-        __m256i p = _mm256_maddubs_epi16(_mm256_abs_epi8(wv), _mm256_sign_epi8(xv, wv));
-        return _mm256_madd_epi16(p, _mm256_set1_epi16(1));
-}
-
 /* ---- Q4 weights (16 rows interleaved) times int8 activations ---------------------------
  * Chunk k (64 bytes) of a tile holds 16 rows x 4 bytes, an int32 lane per row: the low
  * nibbles are columns 8k..8k+3, the high ones 8k+4..8k+7; its 32-byte halves are rows 0-7
@@ -327,61 +321,6 @@ static void matmul_xq_q4_avx2(const struct dse_qmat *w, const struct dse_xq *xq,
                                                 y[(t0 + j) * ldy + rb + i] = acc[j][i];
                 }
         }
-}
-
-
-/* Rows r..r+R-1 (R <= 4) of a Q8 matrix (group a multiple of 32) against one token. */
-static inline __attribute__((always_inline)) void q8_xq_rows(const struct dse_qmat *w, const int8_t *q,
-                                                             const float *d, float *y, int64_t r, const int R) {
-        int64_t n = w->cols, full = n / DSE_XQ_BLOCK, bpg = w->group_size / DSE_XQ_BLOCK;
-        const int8_t *row[4];
-        const float *sc[4];
-        __m256 acc[4];
-        for (int i = 0; i < R; i++) {
-                row[i] = (const int8_t *)w->data + (r + i) * n;
-                sc[i] = w->scale + (r + i) * w->n_groups;
-                acc[i] = _mm256_setzero_ps();
-        }
-        for (int64_t g = 0, b = 0; b < full; g++) {
-                for (int64_t be = b + bpg < full ? b + bpg : full; b < be; b++) {
-                        __m256i xv = _mm256_loadu_si256((const __m256i *)(q + b * DSE_XQ_BLOCK));
-                        for (int i = 0; i < R; i++) {
-                                if (!(b & 1))
-                                        _mm_prefetch((const char *)(row[i] + b * DSE_XQ_BLOCK + DSE_PREFETCH_AHEAD), _MM_HINT_T1);
-                                __m256i wv = _mm256_loadu_si256((const __m256i *)(row[i] + b * DSE_XQ_BLOCK));
-                                acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(q8_dot(wv, xv)),
-                                                         _mm256_set1_ps(sc[i][g] * d[b]), acc[i]);
-                        }
-                }
-        }
-        if (full * DSE_XQ_BLOCK < n) {
-                int64_t b = full, g = b * DSE_XQ_BLOCK / w->group_size;
-                __m256i xv = _mm256_loadu_si256((const __m256i *)(q + b * DSE_XQ_BLOCK));
-                for (int i = 0; i < R; i++) {
-                        int8_t tail[DSE_XQ_BLOCK] = {0};
-                        memcpy(tail, row[i] + b * DSE_XQ_BLOCK, (size_t)(n - b * DSE_XQ_BLOCK));
-                        __m256i wv = _mm256_loadu_si256((const __m256i *)tail);
-                        acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(q8_dot(wv, xv)), _mm256_set1_ps(sc[i][g] * d[b]),
-                                                 acc[i]);
-                }
-        }
-        for (int i = 0; i < R; i++)
-                y[r + i] = hsum8(acc[i]);
-}
-
-static void matmul_xq_q8_avx2(const struct dse_qmat *w, const struct dse_xq *xq, float *y, int64_t ldy, int64_t r0,
-                              int64_t r1) {
-        if (w->group_size % DSE_XQ_BLOCK) {
-                dse__kernels_ref_matmul_xq(w, xq, y, ldy, r0, r1);
-                return;
-        }
-        int64_t stride = xq->n_blocks * DSE_XQ_BLOCK, r = r0;
-        for (; r + 4 <= r1; r += 4)
-                for (int64_t t = 0; t < xq->n; t++)
-                        q8_xq_rows(w, xq->q + t * stride, xq->d + t * xq->n_blocks, y + t * ldy, r, 4);
-        for (; r < r1; r++)
-                for (int64_t t = 0; t < xq->n; t++)
-                        q8_xq_rows(w, xq->q + t * stride, xq->d + t * xq->n_blocks, y + t * ldy, r, 1);
 }
 
 /* Q4 times float activations: 16-row blocks of the interleaved layout, any group size
@@ -592,7 +531,6 @@ void dse__kernels_fill_avx2(struct dse_kernels *k) {
         k->matmul[DSE_DTYPE_Q8] = matmul_q8_avx2;
         k->matmul[DSE_DTYPE_Q4] = matmul_q4_avx2;
         k->quantize_xq = quantize_xq_avx2;
-        k->matmul_xq[DSE_DTYPE_Q8] = matmul_xq_q8_avx2;
         k->matmul_xq[DSE_DTYPE_Q4] = matmul_xq_q4_avx2;
         k->dequant_row = dequant_row_avx2;
         k->dot = dot_avx2;

@@ -30,6 +30,7 @@ int dse__kernels_resolve_with(enum dse_cpu_level level, unsigned feat, struct ds
         if (level >= DSE_CPU_AVX2) {
                 dse__kernels_fill_avx2(&k);
                 dse__kernels_fill_avx2_kv(&k);
+                dse__kernels_fill_avx2_q8_xq(&k);
         }
         if (level >= DSE_CPU_AVX512) {
                 int amx = (feat & DSE_KFEAT_AMX) && dse__kernels_amx_usable();

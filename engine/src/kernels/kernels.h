@@ -6,7 +6,8 @@
  *     k.matvec[w.dtype](&w, x, y, r0, r1);    // y[r] = W[r,:] . x  for r in [r0, r1)
  *
  * ref.c holds the plain `_ref` twins: the specification, the fallback for every entry and
- * the test oracle. avx2.c overrides what it speeds up, avx512.c what it speeds up beyond
+ * the test oracle. avx2.c overrides what it speeds up (avx2_kv.c its attention over stored KV
+ * rows, avx2_q8_xq.c its Q8 matmul_xq, bit for bit the reference's), avx512.c what it speeds up beyond
  * that on every AVX-512 F+BW+VL CPU, avx512_vnni.c matmul_xq where the CPU has AVX-512
  * VNNI (from 5 tokens its 8-token layout and Q8's 16-token one for whole blocks of 16,
  * DSE_KFEAT_T8), avx512_bf16.c matmul_bf16act where it has AVX512_BF16, and amx.c takes
@@ -213,6 +214,8 @@ void dse__kernels_fill_ref(struct dse_kernels *k);
 void dse__kernels_fill_avx2(struct dse_kernels *k);
 /* AVX2 attention over BF16/FP8/INT8 KV rows (avx2_kv.c), with the AVX2 fill. */
 void dse__kernels_fill_avx2_kv(struct dse_kernels *k);
+/* AVX2 Q8 matmul_xq (avx2_q8_xq.c), with the AVX2 fill: bit for bit the reference's. */
+void dse__kernels_fill_avx2_q8_xq(struct dse_kernels *k);
 /* AVX-512 F+BW+VL overrides (avx512.c), applied over the AVX2 ones. */
 void dse__kernels_fill_avx512(struct dse_kernels *k);
 /* AVX-512 VNNI overrides (vpdpbusd matmul_xq, avx512_vnni.c); only when the CPU also has
