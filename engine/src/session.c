@@ -44,6 +44,11 @@ void dse__parallel(struct dse_session *s, size_t n, dse_pool_range_fn fn, void *
         dse_pool_run_shared(s->pool, claim_task, &j);
 }
 
+void dse__label_calls(struct dse_session *s, const char *label) {
+        if (s->pool)
+                dse_pool_label(s->pool, label);
+}
+
 void dse__session_set_mla_naive(struct dse_session *s, int on) {
         s->mla_naive = on;
 }
