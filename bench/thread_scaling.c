@@ -136,6 +136,31 @@ out:
         return r;
 }
 
+/* CPUs sharing CPU 0's core by the kernel's topology (sysfs thread_siblings_list, e.g.
+ * "0-1" or "0,2"; a VM shows what its hypervisor tells it), 0 if unreadable. Two threads
+ * on one core share its caches and memory requests, so a memory-bound decode cannot
+ * double there whatever the split. */
+static int core0_threads(void) {
+        FILE *f = fopen("/sys/devices/system/cpu/cpu0/topology/thread_siblings_list", "r");
+        char buf[256];
+        int n = 0;
+        if (!f)
+                return 0;
+        if (fgets(buf, sizeof buf, f)) {
+                char *p = buf;
+                while (*p >= '0' && *p <= '9') {
+                        long a = strtol(p, &p, 10), b = a;
+                        if (*p == '-')
+                                b = strtol(p + 1, &p, 10);
+                        n += b >= a ? (int)(b - a + 1) : 0;
+                        if (*p == ',')
+                                p++;
+                }
+        }
+        fclose(f);
+        return n;
+}
+
 static int cmp_double(const void *a, const void *b) {
         double x = *(const double *)a, y = *(const double *)b;
         return (x > y) - (x < y);
@@ -186,8 +211,8 @@ static void phase_figures(const struct count_stats *c, const struct dse_pool_pha
 
 static void print_text(struct count_stats *cs, const struct thread_scaling_opts *o, double s_amdahl) {
         int R = o->rounds;
-        printf("thread scaling: batch-1 decode, %d rounds of %d timed steps per thread count, the counts alternating\n",
-               R, o->steps);
+        printf("thread scaling: batch-1 decode, %d rounds of %d timed steps per thread count, the counts alternating; "
+               "%d hardware thread(s) on CPU 0's core\n", R, o->steps, core0_threads());
         for (int k = 0; k < o->n_threads; k++) {
                 printf("threads %d: decode tok/s", cs[k].threads);
                 for (int i = 0; i < R; i++)
@@ -241,7 +266,8 @@ static void print_text(struct count_stats *cs, const struct thread_scaling_opts 
 
 static void print_json(struct count_stats *cs, const struct thread_scaling_opts *o, double s_amdahl) {
         int R = o->rounds;
-        printf("{\"mode\":\"thread_scaling\",\"rounds\":%d,\"steps\":%d,\"counts\":[", R, o->steps);
+        printf("{\"mode\":\"thread_scaling\",\"rounds\":%d,\"steps\":%d,\"core0_threads\":%d,\"counts\":[", R,
+               o->steps, core0_threads());
         for (int k = 0; k < o->n_threads; k++) {
                 struct count_stats *c = &cs[k];
                 struct acc_summary a = summarize(c);

@@ -21,6 +21,7 @@ o = json.load(open(sys.argv[1]))
 assert o["mode"] == "thread_scaling" and o["rounds"] == 2 and o["steps"] == 3, o
 assert [c["threads"] for c in o["counts"]] == [1, 2], o["counts"]
 assert 0 < o["amdahl_serial_fraction"] < 1, o
+assert o["core0_threads"] >= 0, o
 for c in o["counts"]:
     assert len(c["decode_tok_s"]) == 2 and all(v > 0 for v in c["decode_tok_s"]), c
     assert len(c["read_bw_bytes_per_s"]) == 2 and all(v > 1e8 for v in c["read_bw_bytes_per_s"]), c
