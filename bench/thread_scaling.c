@@ -17,6 +17,9 @@
  *              accrue, so it is the split's own unevenness as long as every thread runs
  *   absent     the share of (call, thread) pairs where the thread did not run the task
  *              (dse_pool_run_shared: the caller finished before it started)
+ *   start      the mean time from a call's start to a helper thread's entry into it
+ *   woken      the share of those entries from a futex sleep (the spin had run out), the
+ *              expensive kind of wake-up
  * and between the calls:
  *   serial     the main thread's time outside the pool's calls (norms, RoPE, routing,
  *              gathering, sampling): wall and CPU per step; its share of the 1-thread
@@ -68,6 +71,8 @@ static void merge_phases(struct count_stats *c, const struct dse_pool_phase_timi
                 d->task_cpu_ns += ph[i].task_cpu_ns;
                 d->task_cpu_max_ns += ph[i].task_cpu_max_ns;
                 d->threads_absent += ph[i].threads_absent;
+                d->start_delay_ns += ph[i].start_delay_ns;
+                d->threads_woken += ph[i].threads_woken;
         }
 }
 
@@ -199,7 +204,7 @@ static double share(double part, double whole) {
         return whole > 0 ? part / whole : 0;
 }
 
-static void phase_figures(const struct count_stats *c, const struct dse_pool_phase_timing *p, double ret[6]) {
+static void phase_figures(const struct count_stats *c, const struct dse_pool_phase_timing *p, double ret[8]) {
         double steps = (double)c->acc_steps, T = c->threads;
         ret[0] = (double)p->calls / steps;
         ret[1] = (double)p->wall_ns / steps / 1e3;
@@ -207,6 +212,9 @@ static void phase_figures(const struct count_stats *c, const struct dse_pool_pha
         ret[3] = 1 - share((double)p->task_wall_ns, T * (double)p->wall_ns);
         ret[4] = 1 - share((double)p->task_cpu_ns, T * (double)p->task_cpu_max_ns);
         ret[5] = share((double)p->threads_absent, T * (double)p->calls);
+        double helpers = (T - 1) * (double)p->calls - (double)p->threads_absent; /* helper runs, roughly */
+        ret[6] = helpers > 0 ? (double)p->start_delay_ns / helpers / 1e3 : 0;
+        ret[7] = share((double)p->threads_woken, helpers);
 }
 
 static void print_text(struct count_stats *cs, const struct thread_scaling_opts *o, double s_amdahl) {
@@ -236,19 +244,20 @@ static void print_text(struct count_stats *cs, const struct thread_scaling_opts 
                 printf(" (median %.3f)\n", median(br, R));
         }
         printf("where the time goes (accounting steps; per step; idle = join wait / call time, imbalance = the "
-               "same in CPU time, absent = threads that did not run a call):\n");
+               "same in CPU time, absent = threads that did not run a call, start = a helper's start after the call's, "
+               "woken = helpers that had gone to sleep):\n");
         for (int k = 0; k < o->n_threads; k++) {
                 struct count_stats *c = &cs[k];
                 struct acc_summary a = summarize(c);
                 printf("  %d thread%s: step %.0f us wall, main thread %.0f us CPU\n", c->threads,
                        c->threads > 1 ? "s" : "", a.step_wall_us, a.main_cpu_us);
-                printf("    %-34s %7s %10s %12s %6s %9s %6s\n", "call", "calls", "wall us", "task CPU us", "idle",
-                       "imbalance", "absent");
+                printf("    %-34s %7s %10s %12s %6s %9s %6s %9s %6s\n", "call", "calls", "wall us", "task CPU us",
+                       "idle", "imbalance", "absent", "start us", "woken");
                 for (int i = 0; i < c->n_ph; i++) {
-                        double f[6];
+                        double f[8];
                         phase_figures(c, &c->ph[i], f);
-                        printf("    %-34s %7.1f %10.0f %12.0f %5.1f%% %8.1f%% %5.1f%%\n", c->ph[i].label, f[0], f[1],
-                               f[2], 100 * f[3], 100 * f[4], 100 * f[5]);
+                        printf("    %-34s %7.1f %10.0f %12.0f %5.1f%% %8.1f%% %5.1f%% %9.1f %5.1f%%\n", c->ph[i].label,
+                               f[0], f[1], f[2], 100 * f[3], 100 * f[4], 100 * f[5], f[6], 100 * f[7]);
                 }
                 printf("    %-34s %7s %10.0f %12.0f  (%.1f%% of the step's wall time, %.1f%% of the main thread's "
                        "CPU)\n", "serial, between the calls", "", a.serial_wall_us, a.serial_cpu_us,
@@ -286,11 +295,12 @@ static void print_json(struct count_stats *cs, const struct thread_scaling_opts 
                        "\"main_cpu_us\":%.1f,\"serial_wall_us\":%.1f,\"serial_cpu_us\":%.1f,\"calls\":[",
                        median(dr, R), median(br, R), a.step_wall_us, a.main_cpu_us, a.serial_wall_us, a.serial_cpu_us);
                 for (int i = 0; i < c->n_ph; i++) {
-                        double f[6];
+                        double f[8];
                         phase_figures(c, &c->ph[i], f);
                         printf("%s{\"label\":\"%s\",\"calls_per_step\":%.2f,\"wall_us\":%.1f,\"task_cpu_us\":%.1f,"
-                               "\"idle\":%.4f,\"imbalance\":%.4f,\"absent\":%.4f}", i ? "," : "", c->ph[i].label, f[0],
-                               f[1], f[2], f[3], f[4], f[5]);
+                               "\"idle\":%.4f,\"imbalance\":%.4f,\"absent\":%.4f,\"start_delay_us\":%.2f,"
+                               "\"woken\":%.4f}", i ? "," : "", c->ph[i].label, f[0], f[1], f[2], f[3], f[4], f[5], f[6],
+                               f[7]);
                 }
                 printf("]}");
         }

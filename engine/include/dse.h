@@ -134,6 +134,10 @@ struct dse_pool_phase_timing {
         uint64_t task_cpu_ns;      /* over the threads: CPU time inside the task */
         uint64_t task_cpu_max_ns;  /* per call, the CPU time of the thread that had the most */
         uint64_t threads_absent;   /* per call, the threads that did not run the task */
+        uint64_t start_delay_ns;   /* over the threads but the caller that ran the task: from
+                                    * the call's start to theirs (wake-up and scheduling) */
+        uint64_t threads_woken;    /* of those, the ones that had blocked in a futex and were
+                                    * woken for the call (their spin had run out) */
 };
 /* Clears the counts and starts counting. */
 void dse_pool_timing_start(struct dse_pool *pool);

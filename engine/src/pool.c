@@ -28,9 +28,11 @@ struct pool_thread {
         int ith;
         int cpu;     /* -1: not pinned */
         int tid;
-        /* timing: this thread's time inside the task of call number task_call */
+        int slept; /* blocked in futex_wait before its current task */
+        /* timing: this thread's time inside the task of call number task_call, and
+         * when it entered it */
         uint32_t task_call;
-        uint64_t task_cpu_ns, task_wall_ns;
+        uint64_t task_cpu_ns, task_wall_ns, task_start_ns;
 };
 
 struct dse_pool {
@@ -74,6 +76,7 @@ static void run_task(struct dse_pool *pool, struct pool_thread *t, dse_pool_task
         fn(ctx, t->ith, pool->n_threads);
         t->task_cpu_ns = clock_ns(CLOCK_THREAD_CPUTIME_ID) - c0;
         t->task_wall_ns = clock_ns(CLOCK_MONOTONIC) - w0;
+        t->task_start_ns = w0;
         t->task_call = pool->timing_call;
 }
 
@@ -119,6 +122,10 @@ static void call_end(struct dse_pool *pool, const struct call_clock *c) {
                 }
                 ph->task_cpu_ns += th->task_cpu_ns;
                 ph->task_wall_ns += th->task_wall_ns;
+                if (t > 0) {
+                        ph->start_delay_ns += th->task_start_ns - c->wall0;
+                        ph->threads_woken += (uint64_t)th->slept;
+                }
                 max = th->task_cpu_ns > max ? th->task_cpu_ns : max;
         }
         ph->task_cpu_max_ns += max;
@@ -132,8 +139,9 @@ static void futex_wake_all(_Atomic uint32_t *addr) {
         syscall(SYS_futex, (uint32_t *)addr, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
 }
 
-/* Waits until *addr != old: bounded spin, then block. Returns the new value. */
-static uint32_t wait_change(struct dse_pool *pool, _Atomic uint32_t *addr, uint32_t old) {
+/* Waits until *addr != old: bounded spin, then block (*ret_slept set, if given).
+ * Returns the new value. */
+static uint32_t wait_change(struct dse_pool *pool, _Atomic uint32_t *addr, uint32_t old, int *ret_slept) {
         uint32_t v;
         for (int i = 0; i < SPIN_ITERS; i++) {
                 v = atomic_load_explicit(addr, memory_order_acquire);
@@ -141,6 +149,8 @@ static uint32_t wait_change(struct dse_pool *pool, _Atomic uint32_t *addr, uint3
                         return v;
                 _mm_pause();
         }
+        if (ret_slept)
+                *ret_slept = 1;
         while ((v = atomic_load(addr)) == old) {
                 atomic_fetch_add(&pool->n_sleeping, 1);
                 futex_wait(addr, old);
@@ -166,7 +176,8 @@ static void *thread_main(void *arg) {
         struct dse_pool *pool = t->pool;
         uint32_t seen = 0;
         for (;;) {
-                seen = wait_change(pool, &pool->generation, seen);
+                t->slept = 0;
+                seen = wait_change(pool, &pool->generation, seen, &t->slept);
                 if (atomic_load(&pool->stop))
                         return NULL;
                 /* Announce, then check the task is still open (both seq_cst): either the
@@ -215,7 +226,7 @@ void dse_pool_run_shared(struct dse_pool *pool, dse_pool_task_fn fn, void *ctx) 
         atomic_store(&pool->open_gen, 0);
         uint32_t v;
         while ((v = atomic_load(&pool->n_inside)) != 0)
-                wait_change(pool, &pool->n_inside, v);
+                wait_change(pool, &pool->n_inside, v, NULL);
         call_end(pool, &c);
 }
 
@@ -228,7 +239,7 @@ void dse_pool_run(struct dse_pool *pool, dse_pool_task_fn fn, void *ctx) {
 
         uint32_t want = (uint32_t)pool->n_threads - 1, done;
         while ((done = atomic_load(&pool->n_done)) != want)
-                wait_change(pool, &pool->n_done, done);
+                wait_change(pool, &pool->n_done, done, NULL);
         call_end(pool, &c);
 }
 
@@ -242,7 +253,7 @@ void dse_pool_barrier(struct dse_pool *pool) {
                 wake_sleepers(pool, &pool->barrier_gen);
                 return;
         }
-        wait_change(pool, &pool->barrier_gen, gen);
+        wait_change(pool, &pool->barrier_gen, gen, NULL);
 }
 
 struct range_task {

@@ -34,6 +34,7 @@ for c in o["counts"]:
     for p in c["calls"]:
         assert all(0 <= p[k] <= 1 for k in ("idle", "imbalance", "absent")), p
         assert p["wall_us"] > 0 and p["task_cpu_us"] >= 0, p
+        assert p["start_delay_us"] >= 0 and 0 <= p["woken"] <= 1, p
     if c["threads"] == 1:
         assert c["decode_ratio_median"] == 1 and all(p["absent"] == 0 for p in c["calls"]), c
 PY

@@ -240,8 +240,15 @@ TEST(timing_counts_calls_by_label) {
                 ASSERT_TRUE(spin->task_cpu_max_ns >= 3 * 2000000u && spin->task_cpu_max_ns <= spin->task_cpu_ns);
                 ASSERT_TRUE(spin->task_wall_ns >= spin->task_cpu_ns && spin->wall_ns >= 3 * 2000000u);
                 ASSERT_TRUE(spin->caller_cpu_ns >= 3 * 2000000u);
+                /* after a pause far longer than the spin, the helpers are woken from a futex */
                 dse_pool_timing_start(pool);
                 ASSERT_EQ(dse_pool_timing_read(pool, ph, DSE_POOL_TIMING_PHASES), 0);
+                usleep(300000);
+                dse_pool_label(pool, "after a pause");
+                dse_pool_run(pool, spin_2ms, NULL);
+                ASSERT_EQ(dse_pool_timing_read(pool, ph, DSE_POOL_TIMING_PHASES), 1);
+                ASSERT_EQ(ph[0].threads_woken, (uint64_t)nt - 1);
+                ASSERT_TRUE((ph[0].start_delay_ns > 0) == (nt > 1));
                 dse_pool_free(pool);
         }
 }
