@@ -6,6 +6,3 @@ dsv_script_test(NAME test-bench-model SCRIPT ${CMAKE_SOURCE_DIR}/tests/integrati
 # dsvisor-bench spec: verification cost, n-gram acceptance and speed-up, end to end.
 dsv_script_test(NAME test-bench-spec SCRIPT ${CMAKE_SOURCE_DIR}/tests/integration/test-bench-spec.sh
   LABELS slow TIMEOUT 900)
-# dsvisor-bench model --threads 1,2: the thread-scaling mode and the pool's call accounting.
-dsv_script_test(NAME test-bench-threads SCRIPT ${CMAKE_SOURCE_DIR}/tests/integration/test-bench-threads.sh
-  LABELS slow TIMEOUT 900)

@@ -9,7 +9,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "dse.h"
 #include "t.h"
@@ -23,26 +22,16 @@
 static const char *const moe_labels[] = {"moe: router, shared gate/up", "moe: shared down, routed gate/up",
                                          "moe: routed down"};
 
-/* The fixture converted to quant (NULL: as stored), in a temporary file removed once open. */
+/* The fixture converted to quant, or as stored (NULL). */
 static struct dse_model *open_as(const char *fixture, const char *quant) {
         if (!quant)
                 return fixture_model_open(fixture);
-        char dir[1024], tmp[1024], native[1200];
-        snprintf(dir, sizeof dir, "%s/%s", t_fixture("models"), fixture);
-        snprintf(tmp, sizeof tmp, "%s/test-moe-threads.XXXXXX", getenv("DSV_BUILD_DIR") ? getenv("DSV_BUILD_DIR") : "/tmp");
-        if (!mkdtemp(tmp))
-                return NULL;
-        snprintf(native, sizeof native, "%s/model-%s.dse", tmp, quant);
         struct dse_diag diag = {{0}};
         struct dse_model *m = NULL;
-        int r = dse_model_convert_hf(dir, native, quant, &diag);
-        if (r >= 0)
-                r = dse_model_open(native, 0, &m, &diag);
-        unlink(native);
-        rmdir(tmp);
+        int r = fixture_model_convert(fixture, quant, &m, &diag);
         if (r < 0)
                 fprintf(stderr, "  %s as %s: %s (%s)\n", fixture, quant, strerror(-r), diag.msg);
-        return r < 0 ? NULL : m;
+        return m;
 }
 
 /* PROMPT tokens in one eval, then DECODE single tokens: every row's logits into out. */
