@@ -176,8 +176,11 @@ static void *thread_main(void *arg) {
         struct dse_pool *pool = t->pool;
         uint32_t seen = 0;
         for (;;) {
-                t->slept = 0;
-                seen = wait_change(pool, &pool->generation, seen, &t->slept);
+                /* set only once the new task is published: the previous call's caller
+                 * has read it by then */
+                int slept = 0;
+                seen = wait_change(pool, &pool->generation, seen, &slept);
+                t->slept = slept;
                 if (atomic_load(&pool->stop))
                         return NULL;
                 /* Announce, then check the task is still open (both seq_cst): either the
