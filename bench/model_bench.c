@@ -71,6 +71,12 @@
  * HugePages (--hugepages off, or auto without free pages); it asks for 2 MiB pages, which
  * it gets when /sys/kernel/mm/transparent_hugepage/shmem_enabled allows (pmd_share says).
  *
+ * --threads T,T (more than one count): thread scaling instead (bench/thread_scaling.c):
+ * batch-1 decode at each count in one process, alternating over --rounds rounds (default
+ * 5) of --decode steps, with each count's ratio to the first, the read probe's ratio in
+ * the same rounds (a decode cannot scale past its memory), and the pool's per-call idle
+ * share and the serial part between the calls.
+ *
  *     dsvisor-bench weights --preset P --format F [--layers N] [--threads T] [--batches 1,4,8]
  *
  * times the kernel table alone over the same file's matrices (every matrix one decoded
@@ -96,6 +102,7 @@
 #include "dsv_platform.h"
 #include "read_probe.h"
 #include "spec_bench.h"
+#include "thread_scaling.h"
 
 #include "grammar_bench.h"
 
@@ -665,6 +672,21 @@ static double probe_read_bw(struct dse_pool *pool, const struct dse_model *m, co
                 }
         }
         probe_free(&pr);
+        return best;
+}
+
+/* One read pass for the thread-scaling rounds: a token's bytes of the mapping where a
+ * token reads them (pr, from probe_spread), every read_probe variant once, the fastest. */
+static double scaling_probe_pass(struct dse_pool *pool, void *ctx) {
+        struct probe *pr = ctx;
+        double best = 0;
+        for (int v = 0; v < READ_PROBE_VARIANTS; v++) {
+                pr->variant = v;
+                double t0 = now_s();
+                dse_pool_run(pool, probe_task, pr);
+                double bw = (double)probe_bytes(pr, dse_pool_n_threads(pool)) / (now_s() - t0);
+                best = bw > best ? bw : best;
+        }
         return best;
 }
 
@@ -1238,7 +1260,7 @@ static int parse_list(const char *s, int *v, int max, int min) {
 static void usage(void) {
         fprintf(stderr,
                 "usage: dsvisor-bench model --preset r1-distill-qwen-1.5b|deepseek-coder-1.3b|deepseek-v2-lite\n"
-                "           --format int4|int8|bf16 [--layers N] [--threads T] [--group G]\n"
+                "           --format int4|int8|bf16 [--layers N] [--threads T | --threads T,T [--rounds N]] [--group G]\n"
                 "           [--prefill N,N] [--decode STEPS] [--batches B,B] [--hugepages | --shmem]\n"
                 "           [--kv-dtype f32|bf16|fp8|int8] [--kv-tokens N] [--depth N,N] [--json]\n"
                 "       dsvisor-bench weights (the same options; --batches: tokens per pass)\n"
@@ -1258,7 +1280,8 @@ int main(int argc, char **argv) {
         struct spec_bench_opts spec = {.serve_model = "models/default", .held_out = NULL,
                                        .n_passages = 24, .max_tokens = 64};
         const char *preset = NULL, *format = NULL;
-        int layers = 0, threads = 2, group = 0, json = 0, decode_steps = 64, kv_tokens = 0;
+        int layers = 0, threads = 2, group = 0, json = 0, decode_steps = 64, kv_tokens = 0, rounds = 5;
+        int thread_counts[8] = {2}, n_thread_counts = 1;
         enum dse_kv_dtype kv_dtype = DSE_KV_BF16;
         enum weights_in wi = WEIGHTS_FILE;
         int prefill[8] = {128, 512}, n_prefill = 2, batches[8] = {1, 4, 8}, n_batches = 3, depths[8], n_depths = 0;
@@ -1281,8 +1304,11 @@ int main(int argc, char **argv) {
                         format = v;
                 else if (strcmp(a, "--layers") == 0)
                         layers = atoi(v);
-                else if (strcmp(a, "--threads") == 0)
-                        threads = atoi(v);
+                else if (strcmp(a, "--threads") == 0) {
+                        n_thread_counts = parse_list(v, thread_counts, 8, 1);
+                        threads = n_thread_counts > 0 ? thread_counts[0] : 0;
+                } else if (strcmp(a, "--rounds") == 0)
+                        rounds = atoi(v);
                 else if (strcmp(a, "--group") == 0)
                         group = atoi(v);
                 else if (strcmp(a, "--decode") == 0)
@@ -1310,7 +1336,8 @@ int main(int argc, char **argv) {
                         usage();
         }
         struct dse_hparams hp;
-        if (!preset || !format || preset_hparams(preset, &hp) < 0 || threads < 1 || decode_steps < 1 ||
+        if (!preset || !format || preset_hparams(preset, &hp) < 0 || threads < 1 || decode_steps < 1 || rounds < 1 ||
+            rounds > 64 || (n_thread_counts > 1 && (weights_mode || spec_mode)) ||
             n_prefill < 0 || n_batches < 1 || kv_tokens < 0 || n_depths < 0)
                 usage();
         for (int i = 0; i < n_depths; i++)
@@ -1377,6 +1404,25 @@ int main(int argc, char **argv) {
         double load_s = now_s() - t0, pmd_share = pmd_share_of(m);
         if (spec_mode) {
                 r = spec_bench_run(m, pool, preset, format, threads, json, &spec);
+                dse_model_free(m);
+                dsv_hugepages_image_done(&img);
+                dse_pool_free(pool);
+                return r < 0 ? 1 : 0;
+        }
+        if (n_thread_counts > 1) {
+                struct probe pr = {0};
+                uint64_t all_bytes;
+                if ((r = probe_spread(m, &hp, (size_t)bytes_per_token(m, &hp, &all_bytes), &pr)) < 0)
+                        die(r, "probe", NULL);
+                struct thread_scaling_opts o = {.threads = thread_counts, .n_threads = n_thread_counts,
+                                                .steps = decode_steps, .rounds = rounds, .kv_dtype = kv_dtype,
+                                                .json = json};
+                if (!json)
+                        printf("preset %s, format %s (group %d), %d layers, kernels %s, weights in %s\n", preset,
+                               format, wdt == DSE_DTYPE_BF16 ? 0 : group, hp.n_layers, dse_cpu_level_to_string(cpu.level),
+                               weights_in_desc[wi]);
+                r = thread_scaling_run(m, &o, scaling_probe_pass, &pr);
+                probe_free(&pr);
                 dse_model_free(m);
                 dsv_hugepages_image_done(&img);
                 dse_pool_free(pool);

@@ -3,8 +3,10 @@
 #ifndef DSV_TEST_FIXTURE_MODELS_H
 #define DSV_TEST_FIXTURE_MODELS_H
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include "dse.h"
 
@@ -32,6 +34,27 @@ static inline struct dse_model *fixture_model_open(const char *name) {
                 return NULL;
         }
         return m;
+}
+
+/* The fixture converted to quant ("bf16", "int8", "int4") in a temporary directory under
+ * $DSV_BUILD_DIR (else /tmp), removed once the model is open. Returns 0 or a negative
+ * errno, diag saying why. */
+static inline int fixture_model_convert(const char *name, const char *quant, struct dse_model **ret_m,
+                                        struct dse_diag *diag) {
+        char dir[1024], tmp[1024], native[1200];
+        snprintf(dir, sizeof dir, "%s/%s", t_fixture("models"), name);
+        snprintf(tmp, sizeof tmp, "%s/fixture-convert.XXXXXX",
+                 getenv("DSV_BUILD_DIR") ? getenv("DSV_BUILD_DIR") : "/tmp");
+        if (!mkdtemp(tmp))
+                return -errno;
+        snprintf(native, sizeof native, "%s/model-%s.dse", tmp, quant);
+        *ret_m = NULL;
+        int r = dse_model_convert_hf(dir, native, quant, diag);
+        if (r >= 0)
+                r = dse_model_open(native, 0, ret_m, diag);
+        unlink(native);
+        rmdir(tmp);
+        return r;
 }
 
 #endif

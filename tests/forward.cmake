@@ -43,3 +43,6 @@ dsv_test(NAME test-model-requant SOURCES models/test-model-requant.c LIBS dse LA
 
 # Session API contract on fixtures (limits, reset, chunking, thread counts).
 dsv_test(NAME test-forward-session SOURCES models/test-forward-session.c LIBS dse LABELS integration)
+
+# MoE fixtures (stored, int8, int4; int8 and f32 activations) bitwise equal on 1, 2, 3 threads.
+dsv_test(NAME test-moe-threads SOURCES models/test-moe-threads.c LIBS dse LABELS integration)

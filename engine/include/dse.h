@@ -119,6 +119,35 @@ void dse_pool_parallel_for(struct dse_pool *pool, size_t n, dse_pool_range_fn fn
 /* Inside a dse_pool_run task: waits until every thread of the pool has reached it. */
 void dse_pool_barrier(struct dse_pool *pool);
 
+/* Time accounting of the pool's calls, for benchmarks (dsvisor-bench model --threads
+ * 1,2): off until dse_pool_timing_start. Every call (dse_pool_run, dse_pool_run_shared,
+ * dse_pool_parallel_for, a 1-thread pool's inline runs included) is counted under the
+ * label last given to dse_pool_label ("other" without one), at most
+ * DSE_POOL_TIMING_PHASES labels (later ones count under the last). Sums over the calls: */
+#define DSE_POOL_TIMING_PHASES 16
+struct dse_pool_phase_timing {
+        const char *label;
+        uint64_t calls;
+        uint64_t wall_ns;          /* the caller's wall time from start to join */
+        uint64_t caller_cpu_ns;    /* the caller's CPU time over the call, its wait included */
+        uint64_t task_wall_ns;     /* over the threads: wall time inside the task */
+        uint64_t task_cpu_ns;      /* over the threads: CPU time inside the task */
+        uint64_t task_cpu_max_ns;  /* per call, the CPU time of the thread that had the most */
+        uint64_t threads_absent;   /* per call, the threads that did not run the task */
+        uint64_t start_delay_ns;   /* over the threads but the caller that ran the task: from
+                                    * the call's start to theirs (wake-up and scheduling) */
+        uint64_t threads_woken;    /* of those, the ones that had blocked in a futex and were
+                                    * woken for the call (their spin had run out) */
+};
+/* Clears the counts and starts counting. */
+void dse_pool_timing_start(struct dse_pool *pool);
+void dse_pool_timing_stop(struct dse_pool *pool);
+/* Copies up to max phases' sums; returns how many there are. */
+int dse_pool_timing_read(const struct dse_pool *pool, struct dse_pool_phase_timing *ret, int max);
+/* The label the calls that follow are counted under, until the next one (NULL: "other").
+ * label must outlive the counts (a string literal). Costs one store when timing is off. */
+void dse_pool_label(struct dse_pool *pool, const char *label);
+
 /* ---- model files (native format, HF import) ------------------------------------- */
 
 /* A model in the native format (engine/FORMAT.md): hyper-parameters, embedded tokenizer

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "internal.h"
@@ -27,6 +28,11 @@ struct pool_thread {
         int ith;
         int cpu;     /* -1: not pinned */
         int tid;
+        int slept; /* blocked in futex_wait before its current task */
+        /* timing: this thread's time inside the task of call number task_call, and
+         * when it entered it */
+        uint32_t task_call;
+        uint64_t task_cpu_ns, task_wall_ns, task_start_ns;
 };
 
 struct dse_pool {
@@ -45,7 +51,85 @@ struct dse_pool {
 
         _Atomic uint32_t barrier_count;
         _Atomic uint32_t barrier_gen;
+
+        /* call timing (dse_pool_timing_start): written by the caller between calls only */
+        int timing;
+        uint32_t timing_call; /* numbers the timed calls, from 1 */
+        const char *label;
+        int n_phases;
+        struct dse_pool_phase_timing phases[DSE_POOL_TIMING_PHASES];
 };
+
+static uint64_t clock_ns(clockid_t clock) {
+        struct timespec ts;
+        clock_gettime(clock, &ts);
+        return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* Runs the task on thread t, timing it when the pool times its calls. */
+static void run_task(struct dse_pool *pool, struct pool_thread *t, dse_pool_task_fn fn, void *ctx) {
+        if (!pool->timing) {
+                fn(ctx, t->ith, pool->n_threads);
+                return;
+        }
+        uint64_t w0 = clock_ns(CLOCK_MONOTONIC), c0 = clock_ns(CLOCK_THREAD_CPUTIME_ID);
+        fn(ctx, t->ith, pool->n_threads);
+        t->task_cpu_ns = clock_ns(CLOCK_THREAD_CPUTIME_ID) - c0;
+        t->task_wall_ns = clock_ns(CLOCK_MONOTONIC) - w0;
+        t->task_start_ns = w0;
+        t->task_call = pool->timing_call;
+}
+
+/* The caller's clocks at the start of a call. */
+struct call_clock {
+        uint64_t wall0, cpu0;
+};
+
+static void call_begin(struct dse_pool *pool, struct call_clock *c) {
+        if (!pool->timing)
+                return;
+        pool->timing_call++;
+        c->wall0 = clock_ns(CLOCK_MONOTONIC);
+        c->cpu0 = clock_ns(CLOCK_THREAD_CPUTIME_ID);
+}
+
+/* Adds a finished call to its label's sums; every thread that ran the task has stamped
+ * its slot before the caller saw it finish. */
+static void call_end(struct dse_pool *pool, const struct call_clock *c) {
+        if (!pool->timing)
+                return;
+        uint64_t wall = clock_ns(CLOCK_MONOTONIC) - c->wall0, cpu = clock_ns(CLOCK_THREAD_CPUTIME_ID) - c->cpu0;
+        const char *label = pool->label ? pool->label : "other";
+        int i = 0;
+        while (i < pool->n_phases && strcmp(pool->phases[i].label, label) != 0)
+                i++;
+        if (i == pool->n_phases) {
+                if (i == DSE_POOL_TIMING_PHASES)
+                        i--;
+                else
+                        pool->phases[pool->n_phases++] = (struct dse_pool_phase_timing){.label = label};
+        }
+        struct dse_pool_phase_timing *ph = &pool->phases[i];
+        ph->calls++;
+        ph->wall_ns += wall;
+        ph->caller_cpu_ns += cpu;
+        uint64_t max = 0;
+        for (int t = 0; t < pool->n_threads; t++) {
+                const struct pool_thread *th = &pool->threads[t];
+                if (th->task_call != pool->timing_call) {
+                        ph->threads_absent++;
+                        continue;
+                }
+                ph->task_cpu_ns += th->task_cpu_ns;
+                ph->task_wall_ns += th->task_wall_ns;
+                if (t > 0) {
+                        ph->start_delay_ns += th->task_start_ns - c->wall0;
+                        ph->threads_woken += (uint64_t)th->slept;
+                }
+                max = th->task_cpu_ns > max ? th->task_cpu_ns : max;
+        }
+        ph->task_cpu_max_ns += max;
+}
 
 static void futex_wait(_Atomic uint32_t *addr, uint32_t expected) {
         syscall(SYS_futex, (uint32_t *)addr, FUTEX_WAIT_PRIVATE, expected, NULL, NULL, 0);
@@ -55,8 +139,9 @@ static void futex_wake_all(_Atomic uint32_t *addr) {
         syscall(SYS_futex, (uint32_t *)addr, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
 }
 
-/* Waits until *addr != old: bounded spin, then block. Returns the new value. */
-static uint32_t wait_change(struct dse_pool *pool, _Atomic uint32_t *addr, uint32_t old) {
+/* Waits until *addr != old: bounded spin, then block (*ret_slept set, if given).
+ * Returns the new value. */
+static uint32_t wait_change(struct dse_pool *pool, _Atomic uint32_t *addr, uint32_t old, int *ret_slept) {
         uint32_t v;
         for (int i = 0; i < SPIN_ITERS; i++) {
                 v = atomic_load_explicit(addr, memory_order_acquire);
@@ -64,6 +149,8 @@ static uint32_t wait_change(struct dse_pool *pool, _Atomic uint32_t *addr, uint3
                         return v;
                 _mm_pause();
         }
+        if (ret_slept)
+                *ret_slept = 1;
         while ((v = atomic_load(addr)) == old) {
                 atomic_fetch_add(&pool->n_sleeping, 1);
                 futex_wait(addr, old);
@@ -89,7 +176,11 @@ static void *thread_main(void *arg) {
         struct dse_pool *pool = t->pool;
         uint32_t seen = 0;
         for (;;) {
-                seen = wait_change(pool, &pool->generation, seen);
+                /* set only once the new task is published: the previous call's caller
+                 * has read it by then */
+                int slept = 0;
+                seen = wait_change(pool, &pool->generation, seen, &slept);
+                t->slept = slept;
                 if (atomic_load(&pool->stop))
                         return NULL;
                 /* Announce, then check the task is still open (both seq_cst): either the
@@ -98,7 +189,7 @@ static void *thread_main(void *arg) {
                 atomic_fetch_add(&pool->n_inside, 1);
                 if (atomic_load(&pool->open_gen) == seen) {
                         int shared = pool->task_shared;
-                        pool->task(pool->task_ctx, t->ith, pool->n_threads);
+                        run_task(pool, t, pool->task, pool->task_ctx);
                         if (!shared) {
                                 uint32_t done = atomic_fetch_add(&pool->n_done, 1) + 1;
                                 if (done == (uint32_t)pool->n_threads - 1)
@@ -125,27 +216,34 @@ static void start_task(struct dse_pool *pool, dse_pool_task_fn fn, void *ctx, in
 }
 
 void dse_pool_run_shared(struct dse_pool *pool, dse_pool_task_fn fn, void *ctx) {
+        struct call_clock c;
+        call_begin(pool, &c);
         if (pool->n_threads == 1) {
-                fn(ctx, 0, 1);
+                run_task(pool, &pool->threads[0], fn, ctx);
+                call_end(pool, &c);
                 return;
         }
         start_task(pool, fn, ctx, 1);
-        fn(ctx, 0, pool->n_threads);
+        run_task(pool, &pool->threads[0], fn, ctx);
         /* close: threads that have not entered yet never will; wait for those inside */
         atomic_store(&pool->open_gen, 0);
         uint32_t v;
         while ((v = atomic_load(&pool->n_inside)) != 0)
-                wait_change(pool, &pool->n_inside, v);
+                wait_change(pool, &pool->n_inside, v, NULL);
+        call_end(pool, &c);
 }
 
 void dse_pool_run(struct dse_pool *pool, dse_pool_task_fn fn, void *ctx) {
+        struct call_clock c;
+        call_begin(pool, &c);
         start_task(pool, fn, ctx, 0);
 
-        fn(ctx, 0, pool->n_threads);
+        run_task(pool, &pool->threads[0], fn, ctx);
 
         uint32_t want = (uint32_t)pool->n_threads - 1, done;
         while ((done = atomic_load(&pool->n_done)) != want)
-                wait_change(pool, &pool->n_done, done);
+                wait_change(pool, &pool->n_done, done, NULL);
+        call_end(pool, &c);
 }
 
 void dse_pool_barrier(struct dse_pool *pool) {
@@ -158,7 +256,7 @@ void dse_pool_barrier(struct dse_pool *pool) {
                 wake_sleepers(pool, &pool->barrier_gen);
                 return;
         }
-        wait_change(pool, &pool->barrier_gen, gen);
+        wait_change(pool, &pool->barrier_gen, gen, NULL);
 }
 
 struct range_task {
@@ -176,12 +274,23 @@ static void range_task_run(void *arg, int ith, int nth) {
                 rt->fn(rt->ctx, begin, end, ith);
 }
 
+/* The whole range on the caller: a 1-thread pool, or a range of one. */
+static void range_task_whole(void *arg, int ith, int nth) {
+        struct range_task *rt = arg;
+        (void)ith;
+        (void)nth;
+        rt->fn(rt->ctx, 0, rt->n, 0);
+}
+
 void dse_pool_parallel_for(struct dse_pool *pool, size_t n, dse_pool_range_fn fn, void *ctx) {
         if (n == 0)
                 return;
         struct range_task rt = {n, fn, ctx};
         if (pool->n_threads == 1 || n == 1) {
-                fn(ctx, 0, n, 0);
+                struct call_clock c;
+                call_begin(pool, &c);
+                run_task(pool, &pool->threads[0], range_task_whole, &rt);
+                call_end(pool, &c);
                 return;
         }
         dse_pool_run(pool, range_task_run, &rt);
@@ -256,4 +365,24 @@ int dse_pool_tids(const struct dse_pool *pool, int *tids, int max_tids) {
         for (int i = 0; i < n; i++)
                 tids[i] = pool->threads[i].tid;
         return n;
+}
+
+void dse_pool_timing_start(struct dse_pool *pool) {
+        pool->n_phases = 0;
+        memset(pool->phases, 0, sizeof pool->phases);
+        pool->timing = 1;
+}
+
+void dse_pool_timing_stop(struct dse_pool *pool) {
+        pool->timing = 0;
+}
+
+int dse_pool_timing_read(const struct dse_pool *pool, struct dse_pool_phase_timing *ret, int max) {
+        for (int i = 0; i < pool->n_phases && i < max; i++)
+                ret[i] = pool->phases[i];
+        return pool->n_phases;
+}
+
+void dse_pool_label(struct dse_pool *pool, const char *label) {
+        pool->label = label;
 }

@@ -32,15 +32,21 @@ static void claim_task(void *arg, int ith, int nth) {
 /* Pieces claimed from a counter on whichever threads are running (dse_pool_run_shared),
  * about four per thread: fn's ith names the scratch of the thread that runs a piece. */
 void dse__parallel(struct dse_session *s, size_t n, dse_pool_range_fn fn, void *ctx) {
-        if (!s->pool || s->n_threads == 1 || n <= 1) {
+        if (!s->pool || n <= 1) {
                 if (n)
                         fn(ctx, 0, n, 0);
                 return;
         }
-        size_t piece = n / ((size_t)s->n_threads * 4);
+        /* a 1-thread pool runs [0, n) inline in one piece */
+        size_t piece = s->n_threads == 1 ? n : n / ((size_t)s->n_threads * 4);
         struct claim_job j = {.n = n, .piece = piece ? piece : 1, .fn = fn, .ctx = ctx};
         atomic_init(&j.next, 0);
         dse_pool_run_shared(s->pool, claim_task, &j);
+}
+
+void dse__label_calls(struct dse_session *s, const char *label) {
+        if (s->pool)
+                dse_pool_label(s->pool, label);
 }
 
 void dse__session_set_mla_naive(struct dse_session *s, int on) {

@@ -2,7 +2,8 @@
 # dsvisor-bench end to end on a small copy of a preset (deepseek-coder-1.3b, one layer):
 # the generated file is a valid native model (`dsvisor verify` checks every CRC), it is
 # cached (a second run does not regenerate it), `model --json` prints every key of
-# the results page with sane values, and `weights` runs both activation paths. No timing is
+# the results page with sane values, `weights` runs both activation paths, and
+# `model --threads 1,2` prints the thread-scaling figures. No timing is
 # asserted: speed is what bench/RESULTS.md records, not what a test can check on a shared box.
 set -u
 bench=${DSV_BUILD_DIR:?}/bin/dsvisor-bench
@@ -78,6 +79,34 @@ o, f = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
 assert o["weights_in"] == "shmem" and o["hugepages"] is False and 0 <= o["pmd_share"] <= 1, o
 assert f["weights_in"] == "file" and o["bytes_per_token"] == f["bytes_per_token"] and o["roofline"] > 0, (o, f)
 ' "$work/shmem.json" "$work/int4.json" && ok || bad "--shmem JSON: $(cat "$work/shmem.json")"
+# --threads 1,2 (bench/thread_scaling.c) on a two-layer V2-Lite (layer 1 is MoE): each
+# count's tok/s and read bandwidth per round, the ratio medians, and the pool's calls by
+# label, the three MoE regions once per step among them, with idle, imbalance, absent and
+# woken shares in [0, 1] and the serial part; a thread list is refused by `weights`.
+targs=(--preset deepseek-v2-lite --layers 2 --format int4 --decode 3 --rounds 2)
+if "$bench" model "${targs[@]}" --threads 1,2 --json >"$work/threads.json" 2>"$work/threads.err"; then ok; else bad "--threads 1,2: exit $?: $(tail -5 "$work/threads.err")"; fi
+python3 - "$work/threads.json" <<'PY' && ok || bad "--threads 1,2 JSON keys or values: $(cat "$work/threads.json")"
+import json, sys
+o = json.load(open(sys.argv[1]))
+assert o["mode"] == "thread_scaling" and o["rounds"] == 2 and o["steps"] == 3, o
+assert [c["threads"] for c in o["counts"]] == [1, 2], o["counts"]
+assert 0 < o["amdahl_serial_fraction"] < 1 and o["core0_threads"] >= 0, o
+for c in o["counts"]:
+    assert len(c["decode_tok_s"]) == 2 and all(v > 0 for v in c["decode_tok_s"]), c
+    assert len(c["read_bw_bytes_per_s"]) == 2 and all(v > 1e8 for v in c["read_bw_bytes_per_s"]), c
+    assert c["decode_ratio_median"] > 0 and c["read_ratio_median"] > 0, c
+    assert 0 < c["main_cpu_us"] and 0 < c["serial_cpu_us"] < c["main_cpu_us"] * 1.01, c
+    calls = {p["label"]: p for p in c["calls"]}
+    for label in ("moe: router, shared gate/up", "moe: shared down, routed gate/up", "moe: routed down"):
+        assert calls[label]["calls_per_step"] == 1, (label, calls)
+    assert calls["lm head"]["calls_per_step"] >= 1 and "attention: o_proj" in calls, calls
+    for p in c["calls"]:
+        assert all(0 <= p[k] <= 1 for k in ("idle", "imbalance", "absent", "woken")), p
+        assert p["wall_us"] > 0 and p["task_cpu_us"] >= 0 and p["start_delay_us"] >= 0, p
+    if c["threads"] == 1:
+        assert c["decode_ratio_median"] == 1 and all(p["absent"] == 0 for p in c["calls"]), c
+PY
+"$bench" weights "${targs[@]}" --threads 1,2 >/dev/null 2>&1 && bad "weights accepted a thread list" || ok
 "$bench" model --preset nope --format int4 >/dev/null 2>&1 && bad "unknown preset accepted" || ok
 "$bench" model --preset deepseek-coder-1.3b --format int3 >/dev/null 2>&1 && bad "unknown format accepted" || ok
 echo "$pass passed, $fail failed"

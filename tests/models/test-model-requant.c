@@ -17,11 +17,12 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <unistd.h>
 
 #include "dse.h"
 #include "model-ref.h"
 #include "t.h"
+
+#include "fixture-models.h"
 
 #define ROW2_MEAN_ABS 0.05
 #define ROW2_MAX_ABS_DENSE 0.5
@@ -32,18 +33,11 @@
 enum bound { ROW2_DENSE, ROW2_MOE, NOISE };
 
 static void check(const char *fixture, const char *quant, enum bound bound, enum dse_activations act) {
-        char dir[1024], path[1200], tmp[1024], native[1200];
+        char dir[1024], path[1200];
         snprintf(dir, sizeof dir, "%s/%s", t_fixture("models"), fixture);
-        snprintf(tmp, sizeof tmp, "%s/test-model-requant.XXXXXX", getenv("DSV_BUILD_DIR") ? getenv("DSV_BUILD_DIR") : "/tmp");
-        ASSERT_TRUE(mkdtemp(tmp));
-        snprintf(native, sizeof native, "%s/model-%s.dse", tmp, quant);
         struct dse_diag diag = {{0}};
         struct dse_model *m = NULL;
-        int r = dse_model_convert_hf(dir, native, quant, &diag);
-        if (r >= 0)
-                r = dse_model_open(native, 0, &m, &diag);
-        unlink(native);
-        rmdir(tmp);
+        int r = fixture_model_convert(fixture, quant, &m, &diag);
         if (r < 0)
                 T_FAIL("%s as %s: %s (%s)", fixture, quant, strerror(-r), diag.msg);
 

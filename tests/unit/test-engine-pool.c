@@ -190,3 +190,65 @@ TEST(bad_arguments) {
         ASSERT_ERR(dse_pool_new(2, cpus, 0, &pool), -EINVAL);
         dse_pool_free(NULL);
 }
+
+/* Busy for about 2 ms of CPU on every thread that runs it. */
+static void spin_2ms(void *arg, int ith, int nth) {
+        (void)arg;
+        (void)ith;
+        (void)nth;
+        struct timespec t0, t;
+        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t0);
+        do
+                clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+        while ((t.tv_sec - t0.tv_sec) * 1000000000L + (t.tv_nsec - t0.tv_nsec) < 2000000L);
+}
+
+static const struct dse_pool_phase_timing *phase_named(const struct dse_pool_phase_timing *ph, int n,
+                                                      const char *label) {
+        for (int i = 0; i < n; i++)
+                if (strcmp(ph[i].label, label) == 0)
+                        return &ph[i];
+        return NULL;
+}
+
+/* The call accounting counts each call under the label set before it, the inline runs
+ * of a 1-thread pool included, with every thread's task time of dse_pool_run; nothing
+ * while stopped, and a restart clears the counts. */
+TEST(timing_counts_calls_by_label) {
+        for (int nt = 1; nt <= 3; nt += 2) {
+                struct dse_pool *pool;
+                ASSERT_OK(dse_pool_new(nt, NULL, 0, &pool));
+                dse_pool_run(pool, spin_2ms, NULL); /* not counted: timing is off */
+                dse_pool_timing_start(pool);
+                dse_pool_label(pool, "spin");
+                for (int i = 0; i < 3; i++)
+                        dse_pool_run(pool, spin_2ms, NULL);
+                dse_pool_label(pool, NULL);
+                struct sum_ctx c = {.v = (const uint32_t[5]){1, 2, 3, 4, 5}};
+                dse_pool_parallel_for(pool, 5, sum_rows, &c);
+                dse_pool_timing_stop(pool);
+                dse_pool_run(pool, spin_2ms, NULL); /* stopped: not counted */
+                struct dse_pool_phase_timing ph[DSE_POOL_TIMING_PHASES];
+                ASSERT_EQ(dse_pool_timing_read(pool, ph, DSE_POOL_TIMING_PHASES), 2);
+                const struct dse_pool_phase_timing *spin = phase_named(ph, 2, "spin"),
+                                                   *other = phase_named(ph, 2, "other");
+                ASSERT_TRUE(spin && other);
+                ASSERT_EQ(spin->calls, 3);
+                ASSERT_EQ(other->calls, 1);
+                ASSERT_EQ(spin->threads_absent, 0);
+                ASSERT_TRUE(spin->task_cpu_ns >= (uint64_t)nt * 3 * 2000000u);
+                ASSERT_TRUE(spin->task_cpu_max_ns >= 3 * 2000000u && spin->task_cpu_max_ns <= spin->task_cpu_ns);
+                ASSERT_TRUE(spin->task_wall_ns >= spin->task_cpu_ns && spin->wall_ns >= 3 * 2000000u);
+                ASSERT_TRUE(spin->caller_cpu_ns >= 3 * 2000000u);
+                /* after a pause far longer than the spin, the helpers are woken from a futex */
+                dse_pool_timing_start(pool);
+                ASSERT_EQ(dse_pool_timing_read(pool, ph, DSE_POOL_TIMING_PHASES), 0);
+                usleep(300000);
+                dse_pool_label(pool, "after a pause");
+                dse_pool_run(pool, spin_2ms, NULL);
+                ASSERT_EQ(dse_pool_timing_read(pool, ph, DSE_POOL_TIMING_PHASES), 1);
+                ASSERT_EQ(ph[0].threads_woken, (uint64_t)nt - 1);
+                ASSERT_TRUE((ph[0].start_delay_ns > 0) == (nt > 1));
+                dse_pool_free(pool);
+        }
+}

@@ -327,6 +327,7 @@ static void ds_forward(struct dse_session *s, const struct dse__tok *toks, int n
                          .ldy = QL > 0 ? QL : QD},
                         {.w = &L->wkv_a, .x = st->xb, .ldx = D, .n = n, .y = st->kv_a, .ldy = w->lat_dim},
                 };
+                dse__label_calls(s, "attention: q, kv_a");
                 dse__linear_group(s, qkv, 2);
                 if (QL > 0) {
                         for (int i = 0; i < n; i++)
@@ -351,12 +352,14 @@ static void ds_forward(struct dse_session *s, const struct dse__tok *toks, int n
                 for (int i = 0; i < n && !s->mla_naive; i++)
                         if (dse__attn_is_long(s, toks[i].pos + 1))
                                 job.long_tok[job.n_long++] = i;
+                dse__label_calls(s, "attention: MLA heads");
                 dse__parallel(s, (size_t)w->H, s->mla_naive ? mla_naive : mla_absorbed, &job);
                 if (job.n_long) {
                         dse__attend_long(s, l, job.n_long * w->H, mla_pair, &job, w->kvr + w->rope_dim, w->kvr,
                                          w->softmax_scale);
                         dse__parallel(s, (size_t)w->H, mla_uv_heads, &job);
                 }
+                dse__label_calls(s, "attention: o_proj");
                 dse__linear_n(s, &L->wo, st->att_out, OD, n, st->xb2, D, NULL);
                 for (int64_t i = 0; i < n * D; i++)
                         x[i] += st->xb2[i];
@@ -368,13 +371,16 @@ static void ds_forward(struct dse_session *s, const struct dse__tok *toks, int n
                         for (int64_t i = 0; i < n * D; i++)
                                 x[i] += st->moe_out[i];
                 } else {
+                        dse__label_calls(s, "dense mlp");
                         dse__swiglu_mlp(s, &L->mlp, st->xb, n, st->hb, st->hb2, w->mlp_width, st->xb2);
                         for (int64_t i = 0; i < n * D; i++)
                                 x[i] += st->xb2[i];
                 }
         }
 
+        dse__label_calls(s, "lm head");
         dse__lm_head(s, &w->eh, toks, n, x, st->xb, st->logits);
+        dse__label_calls(s, NULL);
 }
 
 const struct dse__arch_ops dse__arch_deepseek = {

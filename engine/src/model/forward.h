@@ -136,6 +136,10 @@ static inline int dse__use_xq(const struct dse_session *s, const struct dse_qmat
 /* Runs fn over [0, n) on the pool, or inline without one. */
 void dse__parallel(struct dse_session *s, size_t n, dse_pool_range_fn fn, void *ctx);
 
+/* Names the pool calls that follow for the pool's time accounting (dse_pool_label; NULL:
+ * "other"): a string literal naming a step of the forward pass. */
+void dse__label_calls(struct dse_session *s, const char *label);
+
 /* One query against a sequence's cached positions 0..T-1 of layer l: att[t] = scale *
  * q . row_t[k_off .. k_off + k_len), softmax over t, then out = sum_t att[t] *
  * row_t[v_off .. v_off + v_len) (out is overwritten). att holds T floats. The rows are
@@ -225,6 +229,7 @@ struct dse__moe_scratch {
         float *in;               /* (T*K, hidden) gathered inputs */
         float *hb, *hb2;         /* (T*K, moe_inter) gathered gate/up outputs */
         float *eo;               /* (T*K, hidden) gathered expert outputs */
+        void *xq_x;              /* int8 copy of the layer's input x (T, hidden) */
         void *xq_in;             /* int8 copies of in ... */
         void *xq_hb;             /* ... and of hb */
         struct dse__mm *mm;      /* (2 * (n_experts + 1)) one grouped call's items */

@@ -155,7 +155,7 @@ void dse__linear_group(struct dse_session *s, struct dse__mm *mm, int n_mm) {
         }
         if (total == 0)
                 return;
-        if (!s->pool || s->n_threads == 1) {
+        if (!s->pool) {
                 struct group_job job = {.s = s, .mm = mm, .n_mm = n_mm, .total_cost = total};
                 group_piece(&job, 0, 1);
                 return;
@@ -163,8 +163,11 @@ void dse__linear_group(struct dse_session *s, struct dse__mm *mm, int n_mm) {
         int one_token = 1;
         for (int i = 0; i < n_mm; i++)
                 one_token &= mm[i].row_cost == 0 || mm[i].n == 1;
+        /* a 1-thread pool runs the call inline, in one piece (through the pool, which
+         * counts its time when asked) */
         struct group_job job = {.s = s, .mm = mm, .n_mm = n_mm, .total_cost = total,
-                                .n_pieces = s->n_threads * (one_token ? 1 : PIECES_PER_THREAD)};
+                                .n_pieces = s->n_threads == 1 ? 1
+                                                              : s->n_threads * (one_token ? 1 : PIECES_PER_THREAD)};
         atomic_init(&job.next, 0);
         dse_pool_run_shared(s->pool, group_task, &job);
 }

@@ -152,6 +152,7 @@ int dse__moe_scratch_init(struct dse_session *s, struct dse__moe_scratch *ret) {
         if (!ALLOC(ret->router_logits, T * n_exp) || !ALLOC(ret->weight, T * n_k) || !ALLOC(ret->in, T * n_k * D) ||
             !ALLOC(ret->hb, T * n_k * mw) || !ALLOC(ret->hb2, T * n_k * mw) || !ALLOC(ret->eo, T * n_k * D) ||
             !ALLOC(ret->idx, T * n_k) || !ALLOC(ret->pos, T * n_k) || !ALLOC(ret->first, n_exp + 1) ||
+            !(ret->xq_x = dse__session_alloc(s, dse__xq_bytes((int64_t)T, (int64_t)D))) ||
             !(ret->xq_in = dse__session_alloc(s, dse__xq_bytes((int64_t)(T * n_k), (int64_t)D))) ||
             !(ret->xq_hb = dse__session_alloc(s, dse__xq_bytes((int64_t)(T * n_k), (int64_t)mw))) ||
             !ALLOC(ret->mm, 2 * (n_exp + 1)) || !ALLOC(ret->sub, n_exp))
@@ -169,26 +170,53 @@ static struct dse_xq xq_rows(const struct dse_xq *all, int64_t j0, int64_t m) {
         return v;
 }
 
+/* Whether every expert the call routes to takes int8 inputs in its gate and up (no
+ * float path, no column permutation): then the gathered inputs are only needed in int8. */
+static int routed_all_int8(const struct dse_session *s, const struct dse__moe_layer *L,
+                           const struct dse__moe_scratch *ms, int64_t E) {
+        for (int64_t e = 0; e < E; e++) {
+                const struct dse__mlp *ex = &L->experts[e];
+                if (ms->first[e + 1] > ms->first[e] &&
+                    (!dse__use_xq(s, &ex->gate) || ex->gate.perm || ex->up.perm))
+                        return 0;
+        }
+        return 1;
+}
+
 /* Routed experts plus shared experts of one MoE layer for n tokens: out (n, hidden).
  * The (token, k) pairs are gathered expert by expert, so each expert's weights are read
  * once for all the tokens routed to it, and the whole layer takes three parallel regions
  * whatever the number of experts touched: the router with the shared experts' gate and up
  * (the router alone is a region of few short rows, nearly all wake-up and join), then the
  * routed experts' gate, up and SwiGLU with the shared experts' down, then the routed downs.
- * Each token still adds its experts' outputs in its top-k order after the shared
- * experts', so the result is the token-by-token one exactly. */
+ * Within a region the experts' rows are laid end to end and cut by their cost
+ * (dse__linear_group), not handed out expert by expert. Between the regions the calling
+ * thread works alone, so that part is kept small: with int8 activations x is quantized
+ * once (n rows, not n * top-k) and its int8 rows are what is gathered, the float rows
+ * only when an expert has no int8 path. Each token still adds its experts' outputs in its
+ * top-k order after the shared experts', so the result is the token-by-token one exactly. */
 void dse__moe_forward(struct dse_session *s, const struct dse__moe_layer *L, struct dse__moe_scratch *ms,
                       const float *x, int n, float *out) {
         const struct dse_hparams *hp = s->hp;
         int64_t D = hp->hidden_size, E = hp->n_routed_experts, K = hp->n_experts_per_tok, NK = n * K;
         int64_t W = hp->moe_intermediate_size, SW = ms->shared_ld;
+        /* int8 rows of x, for the shared experts and gathered for the routed ones (the
+         * quantization is row by row, so a gathered row is the row quantized) */
+        int xq = s->act == DSE_ACTIVATIONS_INT8;
+        struct dse_xq xx, xin, xhb, *sub_in = ms->sub;
+        if (xq) {
+                dse__xq_init(&xx, ms->xq_x, n, D);
+                s->k.quantize_xq(x, D, &xx);
+        }
         /* the router and the shared experts' gate and up read the same x: one region */
         struct dse__mm *mm = ms->mm;
         int n_mm = 0;
         mm[n_mm++] = (struct dse__mm){.w = &L->router, .x = x, .ldx = D, .n = n, .y = ms->router_logits, .ldy = E};
         if (L->has_shared)
                 mm[n_mm++] = (struct dse__mm){.w = &L->shared.gate, .w_up = &L->shared.up, .x = x, .ldx = D, .n = n,
-                                              .y = ms->shared_hb, .y_up = ms->shared_hb2, .ldy = SW};
+                                              .y = ms->shared_hb, .y_up = ms->shared_hb2, .ldy = SW,
+                                              .xq = xq ? &xx : NULL};
+        dse__label_calls(s, "moe: router, shared gate/up");
         dse__linear_group(s, mm, n_mm); /* router_logits (n, n_experts); hb = silu(gate) * up */
         for (int i = 0; i < n; i++)
                 dse__moe_route(hp, ms->router_logits + i * E, L->router_bias, ms->idx + i * K, ms->weight + i * K);
@@ -198,20 +226,22 @@ void dse__moe_forward(struct dse_session *s, const struct dse__moe_layer *L, str
         for (int64_t e = 0; e < E; e++) {
                 ms->first[e] = (int32_t)j;
                 for (int64_t ik = 0; ik < NK; ik++)
-                        if (ms->idx[ik] == e) {
-                                ms->pos[ik] = (int32_t)j;
-                                memcpy(ms->in + j * D, x + (ik / K) * D, (size_t)D * sizeof(float));
-                                j++;
-                        }
+                        if (ms->idx[ik] == e)
+                                ms->pos[ik] = (int32_t)j++;
         }
         ms->first[E] = (int32_t)j;
-        /* int8 copies of the gathered inputs, offered to every expert (an expert whose
-         * weights have no int8 path, or a column permutation, takes the float rows) */
-        int xq = s->act == DSE_ACTIVATIONS_INT8;
-        struct dse_xq xin, xhb, *sub_in = ms->sub;
-        if (xq) {
+        int float_in = !xq || !routed_all_int8(s, L, ms, E);
+        if (xq)
                 dse__xq_init(&xin, ms->xq_in, NK, D);
-                s->k.quantize_xq(ms->in, D, &xin);
+        for (int64_t ik = 0; ik < NK; ik++) {
+                int64_t t = ik / K, p = ms->pos[ik];
+                if (float_in)
+                        memcpy(ms->in + p * D, x + t * D, (size_t)D * sizeof(float));
+                if (xq) {
+                        memcpy(xin.q + p * xin.n_blocks * DSE_XQ_BLOCK, xx.q + t * xx.n_blocks * DSE_XQ_BLOCK,
+                               (size_t)(xx.n_blocks * DSE_XQ_BLOCK));
+                        memcpy(xin.d + p * xin.n_blocks, xx.d + t * xx.n_blocks, (size_t)xx.n_blocks * sizeof(float));
+                }
         }
 
         n_mm = 0;
@@ -227,10 +257,11 @@ void dse__moe_forward(struct dse_session *s, const struct dse__moe_layer *L, str
                 const struct dse__mlp *ex = &L->experts[e];
                 if (xq)
                         sub_in[e] = xq_rows(&xin, j0, m);
-                mm[n_mm++] = (struct dse__mm){.w = &ex->gate, .w_up = &ex->up, .x = ms->in + j0 * D, .ldx = D,
-                                              .n = m, .y = ms->hb + j0 * W, .y_up = ms->hb2 + j0 * W,
+                mm[n_mm++] = (struct dse__mm){.w = &ex->gate, .w_up = &ex->up, .x = float_in ? ms->in + j0 * D : NULL,
+                                              .ldx = D, .n = m, .y = ms->hb + j0 * W, .y_up = ms->hb2 + j0 * W,
                                               .ldy = W, .xq = xq ? &sub_in[e] : NULL};
         }
+        dse__label_calls(s, "moe: shared down, routed gate/up");
         dse__linear_group(s, mm, n_mm);
 
         if (xq) {
@@ -247,7 +278,9 @@ void dse__moe_forward(struct dse_session *s, const struct dse__moe_layer *L, str
                 mm[n_mm++] = (struct dse__mm){.w = &L->experts[e].down, .x = ms->hb + j0 * W, .ldx = W, .n = m,
                                               .y = ms->eo + j0 * D, .ldy = D, .xq = xq ? &sub_in[e] : NULL};
         }
+        dse__label_calls(s, "moe: routed down");
         dse__linear_group(s, mm, n_mm);
+        dse__label_calls(s, NULL);
         if (!L->has_shared)
                 memset(out, 0, (size_t)(n * D) * sizeof(float));
         for (int64_t ik = 0; ik < NK; ik++)
