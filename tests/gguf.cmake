@@ -1,7 +1,9 @@
 # GGUF import: the parser's invariants, dequantisation against ggml's formulas, and the
 # model fixtures written as GGUF through the converter and the forward pass.
-add_library(dsv_gguf_writer STATIC gguf/gguf-writer.c gguf/gguf-ref.c gguf/gguf-from-hf.c)
-target_include_directories(dsv_gguf_writer PUBLIC ${CMAKE_SOURCE_DIR}/tests/gguf ${CMAKE_SOURCE_DIR}/engine/src)
+add_library(dsv_gguf_writer STATIC ${CMAKE_SOURCE_DIR}/bench/gguf_writer.c ${CMAKE_SOURCE_DIR}/bench/gguf_model.c
+            gguf/gguf-ref.c gguf/gguf-from-hf.c)
+target_include_directories(dsv_gguf_writer PUBLIC ${CMAKE_SOURCE_DIR}/tests/gguf ${CMAKE_SOURCE_DIR}/bench
+                           ${CMAKE_SOURCE_DIR}/engine/src ${CMAKE_SOURCE_DIR}/engine/include)
 target_link_libraries(dsv_gguf_writer PUBLIC dse m)
 
 dsv_test(NAME test-gguf-file SOURCES unit/test-gguf-file.c LIBS dsv_gguf_writer LABELS unit)
