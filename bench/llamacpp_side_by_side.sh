@@ -33,8 +33,10 @@
 # F16, 9 GB Q4_0 and 17 GB Q8_0, and as much again for our converted copies (the F16
 # file is deleted once both quantizations exist, unless --keep-f16). The Q8_0 model
 # needs RAM for both engines' copies to stay resident (about 34 GB) or the alternation
-# re-reads from disk. With --v2-layers other than 26/27, llama.cpp's refusal is printed
-# and only our figures are.
+# re-reads from disk. With --v2-layers other than 26/27 (the bench matrix's 8), llama-quantize
+# refuses the F16 file too: the Q4_0 / Q8_0 files are then written by `dsvisor-bench gguf`
+# with ggml's reference quantizers, llama-bench's refusal is printed and only our figures
+# are.
 #
 # Our import joins deepseek2's split attn_k_b / attn_v_b (what current converters and
 # this writer produce) back into kv_b_proj as F32, since a transposed block format has
@@ -144,8 +146,14 @@ prepare() {
     local q; q=$(qtype_of "$fmt")
     if [ ! -f "$stem-$q.gguf" ]; then
       echo "  llama-quantize --pure $q" >&2
-      "$LLAMA_RUN" llama-quantize --pure "$f16" "$stem-$q.gguf.part" "$q" >"$TMP/quantize.log" 2>&1 ||
-        { tail -5 "$TMP/quantize.log" >&2; exit 1; }
+      if ! "$LLAMA_RUN" llama-quantize --pure "$f16" "$stem-$q.gguf.part" "$q" >"$TMP/quantize.log" 2>&1; then
+        # llama.cpp cannot load this shape (a V2-Lite not of 26/27 layers): the same
+        # ggml reference quantizers in our writer, so our side still runs
+        echo "  llama-quantize refused ($(grep -m1 -o -E 'key not found.*|failed to quantize.*' "$TMP/quantize.log")); $q by dsvisor-bench gguf" >&2
+        local la=(); [ "$layers" -gt 0 ] && la=(--layers "$layers")
+        "$BUILD/bin/dsvisor-bench" gguf --preset "$preset" --format "$(echo "$q" | tr 'A-Z' 'a-z')" "${la[@]}" \
+          --out "$stem-$q.gguf.part"
+      fi
       mv "$stem-$q.gguf.part" "$stem-$q.gguf"
     fi
   done
@@ -182,7 +190,7 @@ print("%.3f %.3f %.3f" % (d["prefill_tok_s"]["512"], d["decode_tok_s"]["1"], d["
 PY
 }
 
-median() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{ v[NR] = $1 } END { if (NR == 0 || v[1] == "-") print "-"; else if (NR % 2) print v[(NR + 1) / 2]; else printf "%.3f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+median() { tr ' ' '\n' | awk 'NF' | sort -g | awk '{ v[NR] = $1 } END { if (NR == 0 || v[1] == "-") print "-"; else if (NR % 2) print v[(NR + 1) / 2]; else printf "%.3f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a == "-" || b == "-" || b == 0) print "-"; else printf "%.2fx", a / b }'; }
 
 run_matrix() { # label
@@ -202,7 +210,7 @@ run_matrix() { # label
               [ -n "$refused" ] && continue
               local a b; read -r a b <<<"$(llama_run "$file" "$t" 0)"
               if [ "$a" = refused ]; then
-                refused=$(grep -m1 -E 'error|failed' "$TMP/llama.log" || echo "llama-bench failed")
+                refused=$(grep -v 'failed to enumerate' "$TMP/llama.log" | grep -m1 -E 'error|failed' || echo "llama-bench failed")
                 continue
               fi
               l_pp+=" $a"; l_tg+=" $b"
