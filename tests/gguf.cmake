@@ -26,3 +26,7 @@ target_link_libraries(gguf-from-hf PRIVATE dsv_gguf_writer)
 # The command line on GGUF files (convert, logits through the cache, verify, a broken file).
 dsv_script_test(NAME test-gguf-cli SCRIPT ${CMAKE_SOURCE_DIR}/tests/integration/gguf-cli.sh LABELS integration TIMEOUT 120)
 add_dependencies(gguf-from-hf dsvisor) # the script runs both
+
+# dsvisor-bench gguf: a preset's GGUF, imported and benchmarked through the reader.
+dsv_script_test(NAME test-bench-gguf SCRIPT ${CMAKE_SOURCE_DIR}/tests/integration/test-bench-gguf.sh
+  LABELS slow TIMEOUT 900)
