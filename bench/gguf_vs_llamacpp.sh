@@ -10,9 +10,14 @@
 # runs a llama.cpp tool by name; /work/llama-deb/run.sh is one).
 #
 #   bench/gguf_vs_llamacpp.sh [FIXTURE] [TYPES]
-#     FIXTURE: a llama/qwen2 folder of fixtures/models (default llama-bf16-linear-rope)
+#     FIXTURE: a llama/qwen2/DeepSeek folder of fixtures/models (default
+#              llama-bf16-linear-rope). llama.cpp's deepseek2 loader takes a model
+#              without q_lora_rank only at 26 or 27 layers (its V2-Lite test), so of the
+#              DeepSeek fixtures deepseek-v2-mla-qlora-yarn and deepseek-v3-noaux-yarn run
 #     TYPES:   default "F32 F16 Q8_0 Q4_0"
 #   env: BUILD (default build), LLAMA_RUN, GGML_BACKEND_PATH (a ggml CPU backend .so),
+#        GGUF_FLAGS (gguf-from-hf options; default --kv-b-split for DeepSeek fixtures,
+#        the split attn_k_b/attn_v_b current converters write),
 #        DSV_FIXTURES, PORT (default 18931); DSV_ACT / DSV_CPU reach our engine (llama.cpp
 #        multiplies Q8_0/Q4_0 weights by activations it quantizes to 8 bits per 32)
 set -euo pipefail
@@ -24,6 +29,7 @@ PORT=${PORT:-18931}
 FIXTURE=${1:-llama-bf16-linear-rope}
 TYPES=${2:-F32 F16 Q8_0 Q4_0}
 DIR=$FIX/models/$FIXTURE
+case $FIXTURE in deepseek*) GGUF_FLAGS=${GGUF_FLAGS---kv-b-split} ;; *) GGUF_FLAGS=${GGUF_FLAGS-} ;; esac
 [ -x "$LLAMA_RUN" ] || { echo "gguf_vs_llamacpp: no llama.cpp runner at $LLAMA_RUN (set LLAMA_RUN)" >&2; exit 2; }
 for b in dsvisor gguf-from-hf; do
   [ -x "$BUILD/bin/$b" ] || { echo "gguf_vs_llamacpp: build $b first ($BUILD/bin)" >&2; exit 2; }
@@ -38,7 +44,8 @@ echo "fixture $FIXTURE, prompt of $(echo "$IDS" | tr ',' '\n' | wc -l) tokens; o
 printf '%-5s %8s %10s %12s %10s  %s\n' type top-1 "mean KL" "max KL" "greedy" "first divergence"
 for T in $TYPES; do
   G=$TMP/$FIXTURE-$T.gguf
-  "$BUILD/bin/gguf-from-hf" "$DIR" "$G" "$T" --synthetic-vocab
+  # shellcheck disable=SC2086 # GGUF_FLAGS is a list of options
+  "$BUILD/bin/gguf-from-hf" "$DIR" "$G" "$T" --synthetic-vocab $GGUF_FLAGS
   "$BUILD/bin/dsvisor" logits --model "$G" --tokens "$IDS" --out "$TMP/ours.f32" --greedy 16 >"$TMP/ours-greedy.json" 2>"$TMP/ours.log"
   "$LLAMA_RUN" llama-server -m "$G" --host 127.0.0.1 --port "$PORT" -c 512 -t 2 --no-warmup >"$TMP/server.log" 2>&1 &
   SERVER=$!

@@ -63,6 +63,12 @@
  * Each variant is checked before it is timed: every logit of the first evaluation must
  * be finite.
  *
+ * --gguf FILE: instead of the preset's random native file, a GGUF model (e.g. written by
+ * `dsvisor-bench gguf` and quantized by llama-quantize) converted through the engine's
+ * GGUF reader into the model cache, as `--model FILE.gguf` is; its own hyper-parameters
+ * replace the preset's (--preset and --format still label the run, --layers and --group
+ * do not apply).
+ *
  * --hugepages: the weights are copied into a sealed MFD_HUGETLB memfd and opened with
  * dse_model_open_fd, as the supervisor serves them (supervisor/cmd_start.c); the 2 MiB
  * pages missing from the pool are reserved by raising /proc/sys/vm/nr_hugepages, whose
@@ -104,6 +110,7 @@
 #include "spec_bench.h"
 #include "thread_scaling.h"
 
+#include "gguf_bench.h"
 #include "grammar_bench.h"
 
 /* Where the weights are mapped from: the model file, or a copy in a sealed memfd as the
@@ -131,7 +138,7 @@ static void hp_common(struct dse_hparams *hp) {
         hp->eos_token_id = 2;
 }
 
-static int preset_hparams(const char *name, struct dse_hparams *hp) {
+int dsv_bench_preset_hparams(const char *name, struct dse_hparams *hp) {
         hp_common(hp);
         if (strcmp(name, "r1-distill-qwen-1.5b") == 0) { /* DeepSeek-R1-Distill-Qwen-1.5B config.json */
                 hp->arch = DSE_ARCH_QWEN2;
@@ -1262,8 +1269,9 @@ static void usage(void) {
                 "usage: dsvisor-bench model --preset r1-distill-qwen-1.5b|deepseek-coder-1.3b|deepseek-v2-lite\n"
                 "           --format int4|int8|bf16 [--layers N] [--threads T | --threads T,T [--rounds N]] [--group G]\n"
                 "           [--prefill N,N] [--decode STEPS] [--batches B,B] [--hugepages | --shmem]\n"
-                "           [--kv-dtype f32|bf16|fp8|int8] [--kv-tokens N] [--depth N,N] [--json]\n"
+                "           [--kv-dtype f32|bf16|fp8|int8] [--kv-tokens N] [--depth N,N] [--gguf FILE] [--json]\n"
                 "       dsvisor-bench weights (the same options; --batches: tokens per pass)\n"
+                "       dsvisor-bench gguf --preset P --format f32|f16|q8_0|q4_0 [--layers N] --out FILE (bench/gguf_bench.c)\n"
                 "       dsvisor-bench grammar --tokenizer FILE [--corpus DIR] [--dsvisor PATH] [--json]\n"
                 "       dsvisor-bench spec --preset P --format F [--layers N] [--threads T] [--serve-model DIR]\n"
                 "           [--held-out FILE] [--passages N] [--max-tokens N] [--json] (bench/spec_bench.c)\n");
@@ -1273,13 +1281,15 @@ static void usage(void) {
 int main(int argc, char **argv) {
         if (argc >= 2 && strcmp(argv[1], "grammar") == 0)
                 return dsv_bench_grammar(argc, argv);
+        if (argc >= 2 && strcmp(argv[1], "gguf") == 0)
+                return dsv_bench_gguf(argc, argv);
         if (argc < 2 || (strcmp(argv[1], "model") != 0 && strcmp(argv[1], "weights") != 0 &&
                          strcmp(argv[1], "spec") != 0))
                 usage();
         int weights_mode = strcmp(argv[1], "weights") == 0, spec_mode = strcmp(argv[1], "spec") == 0;
         struct spec_bench_opts spec = {.serve_model = "models/default", .held_out = NULL,
                                        .n_passages = 24, .max_tokens = 64};
-        const char *preset = NULL, *format = NULL;
+        const char *preset = NULL, *format = NULL, *gguf = NULL;
         int layers = 0, threads = 2, group = 0, json = 0, decode_steps = 64, kv_tokens = 0, rounds = 5;
         int thread_counts[8] = {2}, n_thread_counts = 1;
         enum dse_kv_dtype kv_dtype = DSE_KV_BF16;
@@ -1319,6 +1329,8 @@ int main(int argc, char **argv) {
                         n_batches = parse_list(v, batches, 8, 1);
                 else if (strcmp(a, "--depth") == 0)
                         n_depths = parse_list(v, depths, 8, 0);
+                else if (strcmp(a, "--gguf") == 0 && !spec_mode)
+                        gguf = v;
                 else if (strcmp(a, "--kv-tokens") == 0)
                         kv_tokens = atoi(v);
                 else if (strcmp(a, "--kv-dtype") == 0) {
@@ -1336,8 +1348,8 @@ int main(int argc, char **argv) {
                         usage();
         }
         struct dse_hparams hp;
-        if (!preset || !format || preset_hparams(preset, &hp) < 0 || threads < 1 || decode_steps < 1 || rounds < 1 ||
-            rounds > 64 || (n_thread_counts > 1 && (weights_mode || spec_mode)) ||
+        if (!preset || !format || dsv_bench_preset_hparams(preset, &hp) < 0 || threads < 1 || decode_steps < 1 ||
+            rounds < 1 || rounds > 64 || (n_thread_counts > 1 && (weights_mode || spec_mode)) ||
             n_prefill < 0 || n_batches < 1 || kv_tokens < 0 || n_depths < 0)
                 usage();
         for (int i = 0; i < n_depths; i++)
@@ -1357,7 +1369,7 @@ int main(int argc, char **argv) {
         else
                 usage();
         if (group <= 0)
-                group = wdt == DSE_DTYPE_Q4 ? 128 : 32; /* AWQ/GPTQ's g128; the converter's int8 g32 */
+                group = wdt == DSE_DTYPE_Q4 && !gguf ? 128 : 32; /* AWQ/GPTQ's g128; int8 and GGUF blocks g32 */
         if (layers > 0 && layers < hp.n_layers)
                 hp.n_layers = layers;
         struct dse_diag d = {0};
@@ -1378,7 +1390,12 @@ int main(int argc, char **argv) {
         snprintf(path, sizeof path, "%s/%s-%s-g%d-L%d-v%d-f%d.dse", dir, preset, format,
                  wdt == DSE_DTYPE_BF16 ? 0 : group, hp.n_layers, GEN_VERSION, DSE_FORMAT_VERSION_MAJOR);
         snprintf(quant, sizeof quant, "%s/bench", format);
-        if (access(path, R_OK) != 0) {
+        if (gguf) {
+                /* converted into the model cache as `dsvisor convert` does (Q8_0 / Q4_0
+                 * blocks kept as native Q8 / Q4 group 32, bit-identical) */
+                if ((r = dse_model_resolve(gguf, path, sizeof path, &d)) < 0)
+                        die(r, gguf, &d);
+        } else if (access(path, R_OK) != 0) {
                 fprintf(stderr, "dsvisor-bench: generating %s\n", path);
                 double t0 = now_s();
                 if ((r = generate(path, &hp, wdt, group, quant)) < 0)
@@ -1402,6 +1419,8 @@ int main(int argc, char **argv) {
         if (r < 0)
                 die(r, wi == WEIGHTS_HUGETLB ? "open (--hugepages)" : wi == WEIGHTS_SHMEM ? "open (--shmem)" : "open", &d);
         double load_s = now_s() - t0, pmd_share = pmd_share_of(m);
+        if (gguf)
+                hp = *dse__model_hparams(m);
         if (spec_mode) {
                 r = spec_bench_run(m, pool, preset, format, threads, json, &spec);
                 dse_model_free(m);

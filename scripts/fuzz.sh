@@ -71,6 +71,9 @@ seeds() {
   local t=$1 d=$2 i=0
   [ -d "$SRC/tests/fuzz/$t.seeds" ] && cp "$SRC/tests/fuzz/$t.seeds"/* "$d"/ 2>/dev/null
   case "$t" in
+    fuzz-gguf-import)
+      # the container target's files: whole models of every architecture
+      cp "$SRC/tests/fuzz/fuzz-gguf.seeds"/* "$d"/ ;;
     fuzz-hfconfig-header)
       # config.json alone, config.json NUL generation_config.json, and quantize_config.json
       for m in "$FIX"/models/*/; do
@@ -152,6 +155,7 @@ reached_functions() {
       echo dse__native_parse parse_hparams parse_entry/format.c check_schema dse__hparams_validate dse__model_schema ;;
     fuzz-safetensors-header) echo dse__st_parse_header json_u64 cmp_begin cmp_name ;;
     fuzz-gguf) echo dse__gguf_parse get_string/gguf_file.c parse_tensor_info check_unique parse_alignment dse__gguf_get_i64 dse__gguf_str_next dse__ggml_dequantize ;;
+    fuzz-gguf-import) echo dse__gguf_import parse_deepseek2 source_read/gguf_import.c dse__gguf_tokenizer_files ;;
     fuzz-hfconfig-header)
       echo dse__hf_parse_config parse_deepseek parse_rope_scaling parse_quant parse_quant_object \
         dse__hf_parse_quantize_config dse__hparams_validate dse__model_schema dse__ct_scheme_for any_matches/compressed_tensors.c ;;

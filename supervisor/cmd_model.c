@@ -38,7 +38,7 @@ static void convert_usage(FILE *out) {
         fprintf(out,
                 "usage: dsvisor convert --model-path HF_DIR|FILE.gguf --output-dir OUT [--quant-format FORMAT] [--name FILE]\n"
                 "  Converts a Hugging Face checkpoint folder (config.json, *.safetensors, tokenizer files)\n"
-                "  or a llama.cpp GGUF file (llama, qwen2) into OUT/model.dse (or OUT/FILE), streaming one\n"
+                "  or a llama.cpp GGUF file (llama, qwen2, deepseek2) into OUT/model.dse (or OUT/FILE), streaming one\n"
                 "  tensor at a time. GGUF Q8_0/Q5_0/Q4_0 become native Q8/Q4, other quantized\n"
                 "  types F32, all without changing a value (engine/FORMAT.md, GGUF import).\n"
                 "  FORMAT: auto (default: keep the checkpoint's BF16/F16/FP8/AWQ/GPTQ weights),\n"

@@ -10,8 +10,10 @@
  *              value; the logits of the two agree within the strict tolerance (the Q8/Q4
  *              and F32 kernels sum in different orders).
  *
- * Fixtures: the float llama and qwen2 ones (llama3-rope-gqa needs rope_freqs, which the
- * importer refuses; the AWQ/GPTQ fixtures are not GGUF material). */
+ * Fixtures: the float llama, qwen2 and DeepSeek ones (llama3-rope-gqa needs rope_freqs,
+ * which the importer refuses; deepseek-v2-group-limited's YaRN amplitude has no deepseek2
+ * key; the AWQ/GPTQ/FP8 fixtures are not GGUF material). */
+#include <errno.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -75,7 +77,7 @@ static size_t compare_weights(const char *quant_native, const char *f32_native, 
         return differ;
 }
 
-static void check_fixture(const char *name) {
+static void check_fixture(const char *name, unsigned flags) {
         char dir[1024], path[1200], tmp[] = "/tmp/dsv-gguf-XXXXXX";
         snprintf(dir, sizeof dir, "%s/%s", t_fixture("models"), name);
         ASSERT_TRUE(mkdtemp(tmp) != NULL);
@@ -102,7 +104,7 @@ static void check_fixture(const char *name) {
                 snprintf(gguf, sizeof gguf, "%s/%s.gguf", tmp, floats[f].label);
                 snprintf(native, sizeof native, "%s/%s.dse", tmp, floats[f].label);
                 struct dse_diag diag = {{0}};
-                int r = gguf_from_hf(dir, gguf, floats[f].type, 0, 0, &diag);
+                int r = gguf_from_hf(dir, gguf, floats[f].type, flags, &diag);
                 if (r < 0)
                         T_FAIL("%s: writing %s: %s (%s)", name, gguf, strerror(-r), diag.msg);
                 int V = 0;
@@ -139,8 +141,8 @@ static void check_fixture(const char *name) {
                 snprintf(ref_gguf, sizeof ref_gguf, "%s/%s-dequantized.gguf", tmp, quants[q].label);
                 snprintf(native, sizeof native, "%s/%s.dse", tmp, quants[q].label);
                 struct dse_diag diag = {{0}};
-                ASSERT_OK(gguf_from_hf(dir, gguf, quants[q].type, 0, 0, &diag));
-                ASSERT_OK(gguf_from_hf(dir, ref_gguf, quants[q].type, 1, 0, &diag));
+                ASSERT_OK(gguf_from_hf(dir, gguf, quants[q].type, flags, &diag));
+                ASSERT_OK(gguf_from_hf(dir, ref_gguf, quants[q].type, flags | GGUF_MODEL_DEQUANTIZED, &diag));
                 char ref_native[1300];
                 snprintf(ref_native, sizeof ref_native, "%s/%s-dequantized.dse", tmp, quants[q].label);
                 int V = 0, V2 = 0, n_quantized = 0;
@@ -177,8 +179,25 @@ static void check_fixture(const char *name) {
                        "weights bit-identical to ggml's dequantised values)", name, STRICT_MAX_ABS);
 }
 
-TEST(llama_bf16_linear_rope) { check_fixture("llama-bf16-linear-rope"); }
-TEST(qwen2_bf16_tied) { check_fixture("qwen2-bf16-tied"); }
+TEST(llama_bf16_linear_rope) { check_fixture("llama-bf16-linear-rope", 0); }
+TEST(qwen2_bf16_tied) { check_fixture("qwen2-bf16-tied", 0); }
+/* deepseek2: attn_kv_b with the older attention keys, and the split attn_k_b / attn_v_b
+ * with the MQA-style keys; q_lora and q_proj; softmax greedy and sigmoid noaux_tc routing
+ * with exp_probs_b; YaRN past the original context. */
+TEST(deepseek_v2_mla_qlora_yarn) { check_fixture("deepseek-v2-mla-qlora-yarn", 0); }
+TEST(deepseek_v2_mla_qlora_yarn_kv_b_split) { check_fixture("deepseek-v2-mla-qlora-yarn", GGUF_MODEL_KV_B_SPLIT); }
+TEST(deepseek_v2_lite_sharded_kv_b_split) { check_fixture("deepseek-v2-lite-sharded", GGUF_MODEL_KV_B_SPLIT); }
+TEST(deepseek_v3_noaux_yarn_kv_b_split) { check_fixture("deepseek-v3-noaux-yarn", GGUF_MODEL_KV_B_SPLIT); }
+
+/* A DeepSeek model llama.cpp's deepseek2 cannot express is refused by the writer, naming
+ * why: the group-limited fixture's YaRN has mscale 1.0 != mscale_all_dim 0.707. */
+TEST(deepseek_yarn_amplitude_refused) {
+        char dir[1024];
+        snprintf(dir, sizeof dir, "%s/deepseek-v2-group-limited", t_fixture("models"));
+        struct dse_diag diag = {{0}};
+        ASSERT_EQ(gguf_from_hf(dir, "/tmp/never-written.gguf", 1, 0, &diag), -EOPNOTSUPP);
+        ASSERT_TRUE(strstr(diag.msg, "mscale_all_dim") != NULL);
+}
 
 /* `--model FILE.gguf` (dse_model_resolve): converted once into the cache, then reused. */
 TEST(resolve_caches_a_gguf_file) {
@@ -189,7 +208,7 @@ TEST(resolve_caches_a_gguf_file) {
         char dir[1024];
         snprintf(dir, sizeof dir, "%s/qwen2-bf16-tied", t_fixture("models"));
         struct dse_diag diag = {{0}};
-        ASSERT_OK(gguf_from_hf(dir, gguf, 1, 0, 0, &diag));
+        ASSERT_OK(gguf_from_hf(dir, gguf, 1, 0, &diag));
         char *old = getenv("DSV_CACHE_DIR") ? strdup(getenv("DSV_CACHE_DIR")) : NULL;
         setenv("DSV_CACHE_DIR", cache, 1);
         ASSERT_OK(dse_model_resolve(gguf, a, sizeof a, &diag));

@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "gguf-ref.h"
-#include "gguf-writer.h"
+#include "gguf_writer.h"
 #include "model/gguf/gguf.h"
 #include "t.h"
 

@@ -8,7 +8,7 @@
 #include <unistd.h>
 
 #include "dse.h"
-#include "gguf-writer.h"
+#include "gguf_writer.h"
 #include "model/gguf/gguf.h"
 #include "t.h"
 
@@ -303,4 +303,121 @@ TEST(import_refuses_what_it_cannot_map) {
         gguf_kv_u32(w, "llama.attention.head_count", 2);
         gguf_tensor(w, "token_embd.weight", 0, 2, (int64_t[]){8, 8}, e, sizeof e);
         expect_convert(w, -EBADMSG, "missing tensor 'model.layers.0.input_layernorm.weight'");
+}
+
+/* A deepseek2 file's keys (2 layers, 1 leading dense, 4 experts) without `omit`; the
+ * token embedding. Each case adds the defect. */
+static struct gguf_writer *deepseek2(const char *omit) {
+        static const struct {
+                const char *key;
+                uint32_t v;
+        } keys[] = {{"deepseek2.embedding_length", 8},       {"deepseek2.block_count", 2},
+                    {"deepseek2.feed_forward_length", 8},    {"deepseek2.attention.head_count", 2},
+                    {"deepseek2.attention.kv_lora_rank", 8}, {"deepseek2.rope.dimension_count", 4},
+                    {"deepseek2.attention.key_length", 12},  {"deepseek2.attention.value_length", 8},
+                    {"deepseek2.leading_dense_block_count", 1}, {"deepseek2.expert_count", 4},
+                    {"deepseek2.expert_used_count", 2},      {"deepseek2.expert_shared_count", 1},
+                    {"deepseek2.expert_feed_forward_length", 8}};
+        static float e[128];
+        struct gguf_writer *w = gguf_writer_new();
+        gguf_kv_str(w, "general.architecture", "deepseek2");
+        for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
+                if (!omit || strcmp(keys[i].key, omit) != 0)
+                        gguf_kv_u32(w, keys[i].key, keys[i].v);
+        gguf_tensor(w, "token_embd.weight", 0, 2, (int64_t[]){8, 16}, e, sizeof e);
+        return w;
+}
+
+TEST(import_deepseek2_keys) {
+        expect_convert(deepseek2("deepseek2.attention.kv_lora_rank"), -EBADMSG,
+                       "required key 'deepseek2.attention.kv_lora_rank' is missing");
+        expect_convert(deepseek2("deepseek2.attention.key_length"), -EBADMSG,
+                       "required key 'deepseek2.attention.key_length' is missing");
+
+        struct gguf_writer *w = deepseek2(NULL);
+        gguf_kv_u32(w, "deepseek2.expert_gating_func", 3);
+        expect_convert(w, -EOPNOTSUPP, "deepseek2.expert_gating_func 3 is not supported");
+
+        w = deepseek2(NULL);
+        gguf_kv_u32(w, "deepseek2.expert_weights_norm", 1);
+        expect_convert(w, -EBADMSG, "key 'deepseek2.expert_weights_norm' must be a bool");
+
+        /* the MQA-style keys: value_length must then be kv_lora_rank */
+        w = deepseek2("deepseek2.attention.value_length");
+        gguf_kv_u32(w, "deepseek2.attention.value_length", 6);
+        gguf_kv_u32(w, "deepseek2.attention.key_length_mla", 12);
+        gguf_kv_u32(w, "deepseek2.attention.value_length_mla", 8);
+        gguf_kv_u32(w, "deepseek2.attention.head_count_kv", 1);
+        expect_convert(w, -EBADMSG, "key_length 12 and value_length 6 must be 1, kv_lora_rank + rope (12) and "
+                                    "kv_lora_rank (8)");
+
+        w = deepseek2("deepseek2.attention.key_length");
+        gguf_kv_u32(w, "deepseek2.attention.key_length", 4);
+        expect_convert(w, -EBADMSG, "key length 4 must exceed rope.dimension_count 4");
+
+        w = deepseek2(NULL);
+        gguf_kv_u32(w, "deepseek2.attention.head_count_kv", 3);
+        expect_convert(w, -EBADMSG, "head_count_kv 3 must be 1 or head_count 2");
+
+        w = deepseek2(NULL);
+        gguf_kv_str(w, "deepseek2.rope.scaling.type", "yarn");
+        gguf_kv_f32(w, "deepseek2.rope.scaling.factor", 4);
+        expect_convert(w, -EBADMSG, "required key 'deepseek2.rope.scaling.original_context_length' is missing");
+
+        w = deepseek2(NULL);
+        gguf_kv_str(w, "deepseek2.rope.scaling.type", "yarn");
+        gguf_kv_u32(w, "deepseek2.rope.scaling.original_context_length", 32);
+        gguf_kv_f32(w, "deepseek2.rope.scaling.yarn_ext_factor", 1);
+        expect_convert(w, -EOPNOTSUPP, "key 'deepseek2.rope.scaling.yarn_ext_factor' is not supported");
+
+        w = deepseek2(NULL);
+        gguf_kv_str(w, "deepseek2.rope.scaling.type", "yarn");
+        gguf_kv_u32(w, "deepseek2.rope.scaling.original_context_length", 32);
+        gguf_kv_f32(w, "deepseek2.rope.scaling.yarn_log_multiplier", -1);
+        expect_convert(w, -EBADMSG, "yarn_log_multiplier -1 is out of range");
+
+        w = deepseek2(NULL);
+        gguf_kv_str(w, "deepseek2.rope.scaling.type", "llama3");
+        expect_convert(w, -EOPNOTSUPP, "rope scaling type 'llama3' is not supported for GGUF deepseek2 (none, linear, yarn)");
+}
+
+TEST(import_deepseek2_tensors) {
+        static float x[4 * 8 * 8 * 2];
+        struct gguf_writer *w = deepseek2(NULL);
+        gguf_tensor(w, "blk.1.ffn_gate_exps.weight", 0, 2, (int64_t[]){8, 32}, x, 8 * 32 * 4);
+        expect_convert(w, -EBADMSG, "tensor 'blk.1.ffn_gate_exps.weight' has 2 dimensions (3 expected)");
+
+        w = deepseek2(NULL);
+        gguf_tensor(w, "blk.1.ffn_up_exps.weight", 0, 3, (int64_t[]){8, 8, 3}, x, 8 * 8 * 3 * 4);
+        expect_convert(w, -EBADMSG, "tensor 'blk.1.ffn_up_exps.weight' stacks 3 experts, deepseek2.expert_count is 4");
+
+        w = deepseek2(NULL);
+        gguf_tensor(w, "blk.0.attn_norm.weight", 0, 3, (int64_t[]){2, 2, 2}, x, 8 * 4);
+        expect_convert(w, -EBADMSG, "tensor 'blk.0.attn_norm.weight' has 3 dimensions (1 or 2 expected)");
+
+        w = deepseek2(NULL);
+        gguf_tensor(w, "blk.0.attn_k_b.weight", 0, 3, (int64_t[]){8, 8, 2}, x, 8 * 8 * 2 * 4);
+        expect_convert(w, -EBADMSG, "tensor 'blk.0.attn_k_b.weight' has no 'blk.0.attn_v_b.weight' beside it");
+
+        w = deepseek2(NULL);
+        gguf_tensor(w, "blk.0.attn_v_b.weight", 0, 3, (int64_t[]){8, 8, 2}, x, 8 * 8 * 2 * 4);
+        expect_convert(w, -EBADMSG, "tensor 'blk.0.attn_v_b.weight' has no 'blk.0.attn_k_b.weight' beside it");
+
+        /* k_b must be [nope 8, kv_lora 8, heads 2], v_b [kv_lora 8, v 8, heads 2] */
+        w = deepseek2(NULL);
+        gguf_tensor(w, "blk.0.attn_k_b.weight", 0, 3, (int64_t[]){8, 8, 2}, x, 8 * 8 * 2 * 4);
+        gguf_tensor(w, "blk.0.attn_v_b.weight", 0, 3, (int64_t[]){8, 4, 2}, x, 8 * 4 * 2 * 4);
+        expect_convert(w, -EBADMSG, "'blk.0.attn_v_b.weight' [8, 4, 2] are not [nope 8, kv_lora_rank 8, heads 2]");
+
+        w = deepseek2(NULL);
+        gguf_tensor(w, "blk.0.ffn_gate_exps.weight", 0, 3, (int64_t[]){8, 8, 4}, x, 8 * 8 * 4 * 4);
+        gguf_tensor(w, "blk.0.ffn_gate_shexp.weight", 0, 2, (int64_t[]){8, 8}, x, 8 * 8 * 4);
+        gguf_tensor(w, "blk.0.exp_probs_b.bias", 0, 1, (int64_t[]){4}, x, 4 * 4);
+        gguf_tensor(w, "blk.0.ssm_a", 0, 1, (int64_t[]){4}, x, 4 * 4);
+        expect_convert(w, -EBADMSG, "unexpected tensor 'blk.0.ssm_a' for architecture deepseek2");
+
+        /* a layer the file declares dense holding experts: the converter names the tensor */
+        w = deepseek2(NULL);
+        gguf_tensor(w, "blk.0.ffn_gate_exps.weight", 0, 3, (int64_t[]){8, 8, 4}, x, 8 * 8 * 4 * 4);
+        expect_convert(w, -EBADMSG, "model.layers.0.");
 }

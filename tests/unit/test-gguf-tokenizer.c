@@ -12,7 +12,7 @@
 #include <string.h>
 
 #include "dse.h"
-#include "gguf-writer.h"
+#include "gguf_writer.h"
 #include "model/gguf/gguf.h"
 #include "t.h"
 #include "tok/spm_model.h"

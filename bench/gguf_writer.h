@@ -1,9 +1,10 @@
 /* A GGUF writer for tests and benchmarks: metadata and tensors in memory, written in
  * one go (GGUF v3, ggml's layout: tensor data in info order, each padded to the
- * alignment). Also ggml's reference quantizers for Q8_0 and Q4_0 (quantize_row_q8_0_ref,
+ * alignment). A tensor's data can also be produced while the file is written (a fill
+ * callback), so a multi-gigabyte model never sits in memory whole. Also ggml's reference quantizers for Q8_0 and Q4_0 (quantize_row_q8_0_ref,
  * quantize_row_q4_0_ref) and the f32 -> f16 rounding they use. */
-#ifndef DSV_TESTS_GGUF_WRITER_H
-#define DSV_TESTS_GGUF_WRITER_H
+#ifndef DSV_BENCH_GGUF_WRITER_H
+#define DSV_BENCH_GGUF_WRITER_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -30,9 +31,15 @@ void gguf_kv_raw(struct gguf_writer *w, const void *bytes, size_t n, uint64_t n_
 void gguf_tensor(struct gguf_writer *w, const char *name, uint32_t type, int n_dims, const int64_t *ne,
                  const void *data, size_t bytes);
 
-/* Writes the file; returns 0 or a negative errno. */
+/* A tensor of `bytes` bytes whose data fill(ctx, out, bytes) writes when the file is
+ * written; ctx_size bytes at ctx are copied. fill returns 0 or a negative errno. */
+typedef int (*gguf_fill_fn)(const void *ctx, void *out, size_t bytes);
+void gguf_tensor_fill(struct gguf_writer *w, const char *name, uint32_t type, int n_dims, const int64_t *ne,
+                      size_t bytes, gguf_fill_fn fill, const void *ctx, size_t ctx_size);
+
+/* Writes the file; returns 0 or a negative errno (a fill's error). */
 int gguf_writer_write(struct gguf_writer *w, const char *path);
-/* The whole file in memory (malloc'ed). */
+/* The whole file in memory (malloc'ed; NULL when a fill fails). */
 uint8_t *gguf_writer_bytes(struct gguf_writer *w, size_t *ret_size);
 
 /* ggml's reference quantizers, n a multiple of 32; out holds n/32 blocks. */

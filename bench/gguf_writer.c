@@ -1,5 +1,5 @@
-/* GGUF writer for tests and benchmarks (gguf-writer.h). */
-#include "gguf-writer.h"
+/* GGUF writer for tests and benchmarks (gguf_writer.h). */
+#include "gguf_writer.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -11,6 +11,8 @@
 
 #define ALIGN 32u
 
+static const uint8_t zeros[ALIGN]; /* padding */
+
 struct buf {
         uint8_t *p;
         size_t n, cap;
@@ -21,8 +23,10 @@ struct wtensor {
         uint32_t type;
         int n_dims;
         int64_t ne[4];
-        uint8_t *data;
+        uint8_t *data; /* NULL: fill produces it */
         size_t bytes;
+        gguf_fill_fn fill;
+        void *fill_ctx;
 };
 
 struct gguf_writer {
@@ -73,6 +77,7 @@ void gguf_writer_free(struct gguf_writer *w) {
         for (size_t i = 0; i < w->n_t; i++) {
                 free(w->t[i].name);
                 free(w->t[i].data);
+                free(w->t[i].fill_ctx);
         }
         free(w->t);
         free(w->kv.p);
@@ -140,8 +145,8 @@ void gguf_kv_raw(struct gguf_writer *w, const void *bytes, size_t n, uint64_t n_
         w->n_kv += n_entries;
 }
 
-void gguf_tensor(struct gguf_writer *w, const char *name, uint32_t type, int n_dims, const int64_t *ne,
-                 const void *data, size_t bytes) {
+static struct wtensor *new_tensor(struct gguf_writer *w, const char *name, uint32_t type, int n_dims,
+                                  const int64_t *ne, size_t bytes) {
         struct wtensor *t = realloc(w->t, (w->n_t + 1) * sizeof *t);
         if (!t)
                 abort();
@@ -149,54 +154,116 @@ void gguf_tensor(struct gguf_writer *w, const char *name, uint32_t type, int n_d
         t = &w->t[w->n_t++];
         memset(t, 0, sizeof *t);
         t->name = strdup(name);
+        if (!t->name)
+                abort();
         t->type = type;
         t->n_dims = n_dims;
         for (int d = 0; d < n_dims; d++)
                 t->ne[d] = ne[d];
+        t->bytes = bytes;
+        return t;
+}
+
+void gguf_tensor(struct gguf_writer *w, const char *name, uint32_t type, int n_dims, const int64_t *ne,
+                 const void *data, size_t bytes) {
+        struct wtensor *t = new_tensor(w, name, type, n_dims, ne, bytes);
         t->data = malloc(bytes ? bytes : 1);
-        if (!t->name || !t->data)
+        if (!t->data)
                 abort();
         if (bytes)
                 memcpy(t->data, data, bytes);
-        t->bytes = bytes;
+}
+
+void gguf_tensor_fill(struct gguf_writer *w, const char *name, uint32_t type, int n_dims, const int64_t *ne,
+                      size_t bytes, gguf_fill_fn fill, const void *ctx, size_t ctx_size) {
+        struct wtensor *t = new_tensor(w, name, type, n_dims, ne, bytes);
+        t->fill = fill;
+        t->fill_ctx = malloc(ctx_size ? ctx_size : 1);
+        if (!t->fill_ctx)
+                abort();
+        if (ctx_size)
+                memcpy(t->fill_ctx, ctx, ctx_size);
+}
+
+/* The header, metadata and tensor infos, padded to the alignment. */
+static void put_head(const struct gguf_writer *w, struct buf *b) {
+        put_u32(b, 0x46554747u);
+        put_u32(b, 3);
+        put_u64(b, w->n_t);
+        put_u64(b, w->n_kv);
+        put(b, w->kv.p, w->kv.n);
+        uint64_t off = 0;
+        for (size_t i = 0; i < w->n_t; i++) {
+                const struct wtensor *t = &w->t[i];
+                put_str(b, t->name, strlen(t->name));
+                put_u32(b, (uint32_t)t->n_dims);
+                for (int d = 0; d < t->n_dims; d++)
+                        put_u64(b, (uint64_t)t->ne[d]);
+                put_u32(b, t->type);
+                put_u64(b, off);
+                off += (t->bytes + ALIGN - 1) / ALIGN * ALIGN;
+        }
+        put(b, zeros, (ALIGN - b->n % ALIGN) % ALIGN);
+}
+
+/* Tensor t's data: its copy, or what its fill produces into *owned (freed by the caller). */
+static int tensor_data(const struct wtensor *t, const uint8_t **ret, uint8_t **owned) {
+        *owned = NULL;
+        if (t->data) {
+                *ret = t->data;
+                return 0;
+        }
+        uint8_t *out = malloc(t->bytes ? t->bytes : 1);
+        if (!out)
+                return -ENOMEM;
+        int r = t->fill(t->fill_ctx, out, t->bytes);
+        if (r < 0) {
+                free(out);
+                return r;
+        }
+        *ret = *owned = out;
+        return 0;
 }
 
 uint8_t *gguf_writer_bytes(struct gguf_writer *w, size_t *ret_size) {
         struct buf b = {0};
-        put_u32(&b, 0x46554747u);
-        put_u32(&b, 3);
-        put_u64(&b, w->n_t);
-        put_u64(&b, w->n_kv);
-        put(&b, w->kv.p, w->kv.n);
-        uint64_t off = 0;
+        put_head(w, &b);
         for (size_t i = 0; i < w->n_t; i++) {
-                const struct wtensor *t = &w->t[i];
-                put_str(&b, t->name, strlen(t->name));
-                put_u32(&b, (uint32_t)t->n_dims);
-                for (int d = 0; d < t->n_dims; d++)
-                        put_u64(&b, (uint64_t)t->ne[d]);
-                put_u32(&b, t->type);
-                put_u64(&b, off);
-                off += (t->bytes + ALIGN - 1) / ALIGN * ALIGN;
-        }
-        static const uint8_t zeros[ALIGN];
-        put(&b, zeros, (ALIGN - b.n % ALIGN) % ALIGN);
-        for (size_t i = 0; i < w->n_t; i++) {
-                put(&b, w->t[i].data, w->t[i].bytes);
+                const uint8_t *data;
+                uint8_t *owned;
+                if (tensor_data(&w->t[i], &data, &owned) < 0) {
+                        free(b.p);
+                        return NULL;
+                }
+                put(&b, data, w->t[i].bytes);
                 put(&b, zeros, (ALIGN - w->t[i].bytes % ALIGN) % ALIGN);
+                free(owned);
         }
         *ret_size = b.n;
         return b.p;
 }
 
+/* Streams the file: the head, then one tensor's data at a time. */
 int gguf_writer_write(struct gguf_writer *w, const char *path) {
-        size_t n;
-        uint8_t *b = gguf_writer_bytes(w, &n);
         FILE *f = fopen(path, "wb");
-        int r = f && fwrite(b, 1, n, f) == n ? 0 : -EIO;
-        if (f && fclose(f) != 0)
+        if (!f)
+                return -errno;
+        struct buf b = {0};
+        put_head(w, &b);
+        int r = fwrite(b.p, 1, b.n, f) == b.n ? 0 : -EIO;
+        free(b.p);
+        for (size_t i = 0; r == 0 && i < w->n_t; i++) {
+                const uint8_t *data;
+                uint8_t *owned;
+                size_t pad = (ALIGN - w->t[i].bytes % ALIGN) % ALIGN;
+                if ((r = tensor_data(&w->t[i], &data, &owned)) < 0)
+                        break;
+                if (fwrite(data, 1, w->t[i].bytes, f) != w->t[i].bytes || fwrite(zeros, 1, pad, f) != pad)
+                        r = -EIO;
+                free(owned);
+        }
+        if (fclose(f) != 0 && r == 0)
                 r = -EIO;
-        free(b);
         return r;
 }
 
