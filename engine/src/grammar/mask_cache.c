@@ -42,6 +42,9 @@ struct grammar_mask_cache {
         struct mask_entry **entries;
         uint32_t n, cap;
         size_t bytes;
+        /* the trie walks' states, for walks on a stand-in boundary ([1]) or on none ([0]);
+         * a walk takes one out and puts it back (NULL while it is out) */
+        struct grammar_walk_states *walk_states[2];
 };
 
 int dse__grammar_mask_cache_new(struct grammar_mask_cache **ret) {
@@ -73,6 +76,8 @@ void dse__grammar_mask_cache_free(struct grammar_mask_cache *c) {
         for (uint32_t i = 0; i < c->n; i++)
                 entry_free(c->entries[i]);
         free(c->entries);
+        dse__grammar_walk_states_free(c->walk_states[0]);
+        dse__grammar_walk_states_free(c->walk_states[1]);
         pthread_mutex_destroy(&c->lock);
         free(c);
 }
@@ -201,10 +206,22 @@ static int build_entry(struct dse_grammar_matcher *m, const struct dse_grammar_v
         if (has_boundary)
                 r = dse__grammar_frame_new(m, 0, GRAMMAR_NIL, &stand_in);
         if (r == 0) {
+                struct grammar_mask_cache *c = m->g->cache;
+                pthread_mutex_lock(&c->lock);
+                struct grammar_walk_states *states = c->walk_states[has_boundary];
+                c->walk_states[has_boundary] = NULL;
+                pthread_mutex_unlock(&c->lock);
                 m->boundary = stand_in;
-                int count = dse__grammar_trie_walk(m, v, e->key + 1, stand_in, bits, has_boundary ? &popped : NULL,
-                                                   &n_popped, &cap_popped);
+                int count = dse__grammar_trie_walk(m, v, e->key + 1, stand_in, &states, bits,
+                                                   has_boundary ? &popped : NULL, &n_popped, &cap_popped);
                 m->boundary = GRAMMAR_NIL;
+                pthread_mutex_lock(&c->lock);
+                if (!c->walk_states[has_boundary]) {
+                        c->walk_states[has_boundary] = states;
+                        states = NULL;
+                }
+                pthread_mutex_unlock(&c->lock);
+                dse__grammar_walk_states_free(states);
                 r = count < 0 ? count : 0;
                 e->n_allowed = count < 0 ? 0 : (uint32_t)count;
         }
