@@ -68,6 +68,7 @@ struct sched {
         uint64_t seed_base;
         float *seq_logits;           /* (max_batch, logit_rows, vocab) by KV sequence */
         int logit_rows;              /* 1 + the most drafts a sequence verifies */
+        int fast_forward;            /* the longest forced run a step carries; 0: none */
         struct spec_config spec_cfg;
         struct spec_drafter drafter; /* ops NULL: no speculation */
         struct spec_stats spec;
@@ -81,7 +82,7 @@ struct sched {
         int *masked;                 /* (max_batch) slots whose mask this step computes */
         struct grammar_cache *grammars;
         struct dse_pool *pool;       /* for the masks; NULL: this thread */
-        int64_t constrained_tokens, forced_tokens;
+        int64_t constrained_tokens, forced_tokens, fast_forward_tokens;
         int64_t preemptions, steps, step_tokens;
         int64_t step_tokens_buckets[DSV_IPC_STEP_TOKEN_BUCKETS + 1]; /* steps by tokens carried */
         int32_t last_seqs, last_tokens;
@@ -157,6 +158,18 @@ int sched_set_speculation(struct sched *s, const struct spec_config *sc) {
         return sched_set_drafter(s, sc, sc && sc->method == SPEC_NGRAM ? &ngram : &none);
 }
 
+/* Room for the logits of 1 + the most drafts or forced tokens a sequence carries. */
+static int set_logit_rows(struct sched *s, int k_max, int fast_forward) {
+        int rows = 1 + (k_max > fast_forward ? k_max : fast_forward);
+        float *logits = malloc((size_t)s->cfg.max_batch * (size_t)rows * (size_t)s->vocab * sizeof(float));
+        if (!logits)
+                return -ENOMEM;
+        free(s->seq_logits);
+        s->seq_logits = logits;
+        s->logit_rows = rows;
+        return 0;
+}
+
 int sched_set_drafter(struct sched *s, const struct spec_config *sc, const struct spec_drafter *drafter) {
         if (!s || !sc || !drafter || (sc->method != SPEC_OFF && !drafter->ops) ||
             (sc->method != SPEC_OFF && (sc->k_min < 1 || sc->k_max < sc->k_min || sc->k_max > SPEC_K_LIMIT ||
@@ -164,16 +177,23 @@ int sched_set_drafter(struct sched *s, const struct spec_config *sc, const struc
                 return -EINVAL;
         if (s->n_active > 0 || s->steps > 0)
                 return -EBUSY;
-        int rows = sc->method == SPEC_OFF ? 1 : 1 + sc->k_max;
-        float *logits = malloc((size_t)s->cfg.max_batch * (size_t)rows * (size_t)s->vocab * sizeof(float));
-        if (!logits)
-                return -ENOMEM;
-        free(s->seq_logits);
-        s->seq_logits = logits;
-        s->logit_rows = rows;
+        int r = set_logit_rows(s, sc->method == SPEC_OFF ? 0 : sc->k_max, s->fast_forward);
+        if (r < 0)
+                return r;
         s->spec_cfg = *sc;
         s->drafter = sc->method == SPEC_OFF ? (struct spec_drafter){0} : *drafter;
         return 0;
+}
+
+int sched_set_fast_forward(struct sched *s, int max_run) {
+        if (!s || max_run < 0 || max_run > SPEC_K_LIMIT)
+                return -EINVAL;
+        if (s->n_active > 0 || s->steps > 0)
+                return -EBUSY;
+        int r = set_logit_rows(s, s->drafter.ops ? s->spec_cfg.k_max : 0, max_run);
+        if (r == 0)
+                s->fast_forward = max_run;
+        return r;
 }
 
 /* ---- events ---- */
@@ -755,6 +775,37 @@ static void plan_drafts(struct sched *s, struct step_plan *p) {
         }
 }
 
+/* Fast-forward: a constrained sequence whose next tokens are forced by its grammar
+ * (constraint_forced_run) carries them as drafts that are certain, so one forward pass
+ * gives the logits of the whole run and of the position after it. Each is then taken
+ * as plain decoding takes it (verify_forced), so the tokens, logprobs and random draws
+ * are the same; within the request's max_tokens and context, what the step leaves of
+ * the token budget, and free blocks. */
+static void plan_forced(struct sched *s, struct step_plan *p) {
+        for (int i = 0; i < p->n && p->budget > 0; i++) {
+                struct step_entry *e = &s->entries[i];
+                struct rq *r = &s->rqs[e->rq];
+                if (e->chunk != pending(r) || !r->con.m || e->n_draft)
+                        continue;
+                int k = s->fast_forward < p->budget ? s->fast_forward : p->budget;
+                k = k < r->max_tokens - r->n_gen - 1 ? k : r->max_tokens - r->n_gen - 1;
+                k = k < s->cfg.n_ctx - r->n_tokens ? k : s->cfg.n_ctx - r->n_tokens;
+                if (k <= 0)
+                        continue;
+                int n = constraint_forced_run(&r->con, s->grammars, s->vocab, s->eos, k, r->draft);
+                int need = n > 0 ? dse_kv_seq_blocks_needed(s->kv, r->seq, (size_t)(1 + n)) : 0;
+                while (n > 0 && need - e->need > available(s, p))
+                        need = --n > 0 ? dse_kv_seq_blocks_needed(s->kv, r->seq, (size_t)(1 + n)) : 0;
+                if (n <= 0)
+                        continue;
+                memcpy(r->tokens + r->n_tokens, r->draft, (size_t)n * sizeof(int32_t));
+                e->n_draft = n;
+                p->reserved += need - e->need;
+                e->need = need;
+                p->budget -= n;
+        }
+}
+
 struct verify_ctx {
         struct sched *s;
         int slot;
@@ -789,6 +840,32 @@ static void verify_drafts(struct sched *s, int slot, int32_t n_draft, double now
         r->n_computed += n_acc;
 }
 
+static int forced_sample(void *arg, int i) {
+        struct verify_ctx *c = arg;
+        struct rq *r = &c->s->rqs[c->slot];
+        if (i > 0) /* the state after the previous token of the run */
+                constraint_fill_mask(&r->con, c->s->grammars);
+        return sample_next(c->s, c->slot, c->now, c->logits + (size_t)i * (size_t)c->s->vocab);
+}
+
+/* After a step that carried a forced run of n_forced tokens of request slot: takes
+ * them and the token after them as plain decoding would, and keeps their KV rows (all
+ * of them unless the request ended inside the run). */
+static void verify_forced(struct sched *s, int slot, int32_t n_forced, double now) {
+        struct rq *r = &s->rqs[slot];
+        int seq = r->seq, ended;
+        struct verify_ctx c = {s, slot, now, s->seq_logits + (size_t)seq * (size_t)s->logit_rows * (size_t)s->vocab};
+        int32_t run[SPEC_K_LIMIT];
+        memcpy(run, r->draft, (size_t)n_forced * sizeof(int32_t));
+        int n_acc = spec_verify(run, n_forced, forced_sample, &c, &ended);
+        if (ended)
+                return;
+        /* Cannot fail: n_acc <= n_forced, the drafts of this sequence's last step. */
+        dse_kv_seq_accept(s->kv, seq, run, (size_t)n_acc);
+        r->n_computed += n_acc;
+        s->fast_forward_tokens += n_acc;
+}
+
 static void fill_masks(void *ctx, size_t begin, size_t end, int ith) {
         struct sched *s = ctx;
         (void)ith;
@@ -807,7 +884,9 @@ int sched_step(struct sched *s, int64_t now_ms) {
                 return 0;
         if (s->drafter.ops)
                 plan_drafts(s, &p);
-        int32_t n_tok = 0;
+        if (s->fast_forward)
+                plan_forced(s, &p);
+        int32_t n_tok = 0, n_drafts = 0;
         for (int i = 0; i < p.n; i++) {
                 struct rq *r = &s->rqs[s->entries[i].rq];
                 int32_t chunk = s->entries[i].chunk, n_draft = s->entries[i].n_draft;
@@ -817,11 +896,12 @@ int sched_step(struct sched *s, int64_t now_ms) {
                                                      last ? logits : NULL};
                 s->bdrafts[i] = n_draft;
                 n_tok += chunk + n_draft;
+                n_drafts += n_draft;
         }
         struct dse_diag diag = {{0}};
         double t_step = worker_mono_s();
-        int r = s->drafter.ops ? dse_batch_verify(s->batch, s->bseqs, s->bdrafts, (size_t)p.n, &diag)
-                               : dse_batch_step(s->batch, s->bseqs, (size_t)p.n, &diag);
+        int r = s->drafter.ops || n_drafts ? dse_batch_verify(s->batch, s->bseqs, s->bdrafts, (size_t)p.n, &diag)
+                                           : dse_batch_step(s->batch, s->bseqs, (size_t)p.n, &diag);
         if (r < 0) {
                 for (int i = 0; i < p.n; i++)
                         fail(s, s->entries[i].rq, DSV_IPC_ERR_INTERNAL, diag.msg[0] ? diag.msg : strerror(-r));
@@ -860,11 +940,13 @@ int sched_step(struct sched *s, int64_t now_ms) {
                 struct rq *q = &s->rqs[s->entries[i].rq];
                 if (q->n_computed != q->n_tokens)
                         continue;
-                if (s->drafter.ops)
+                if (q->con.m && s->entries[i].n_draft)
+                        verify_forced(s, s->entries[i].rq, s->entries[i].n_draft, now);
+                else if (s->drafter.ops)
                         verify_drafts(s, s->entries[i].rq, s->entries[i].n_draft, now);
                 else
                         sample_next(s, s->entries[i].rq, now,
-                                    s->seq_logits + (size_t)q->seq * (size_t)s->vocab);
+                                    s->seq_logits + (size_t)q->seq * (size_t)s->logit_rows * (size_t)s->vocab);
         }
         return n_tok;
 }
@@ -896,6 +978,7 @@ void sched_get_stats(const struct sched *s, struct sched_stats *st) {
         st->last_step_tokens = s->last_tokens;
         st->constrained_tokens = s->constrained_tokens;
         st->forced_tokens = s->forced_tokens;
+        st->fast_forward_tokens = s->fast_forward_tokens;
         struct grammar_cache_stats gs;
         grammar_cache_get_stats(s->grammars, &gs);
         st->grammar_compiles = gs.compiles;
