@@ -227,7 +227,7 @@ static int walk_next(struct dse_grammar_matcher *m, struct grammar_walk_states *
 /* What one plain character does from a set of states: whether some leads to a dead end
  * or to a state holding a popped stack (on the way or at its end), and the set of
  * states the characters that stay alive end in. */
-#define PLAIN_MAX_STATES 16
+#define PLAIN_MAX_STATES 64
 
 struct plain_outcome {
         int32_t ends[PLAIN_MAX_STATES];
