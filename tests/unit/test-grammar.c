@@ -379,17 +379,32 @@ static uint32_t rng(void) {
 
 /* walks random walks of up to steps tokens per schema; the scan twin costs a whole
  * vocabulary per state, so big vocabularies get fewer states */
-static void mask_matches_scan(const char *tokenizer_rel, int walks, int steps, int min_states) {
+/* Loads a tokenizer (a path in the source tree, or "fixtures/..." in the fixtures) and
+ * its token tries. */
+static int load_vocab(const char *tokenizer_rel, struct dse_tokenizer **tok, struct dse_grammar_vocab **v) {
         const char *src = getenv("DSV_SOURCE_DIR"), *fix = getenv("DSV_FIXTURES");
         char path[4096];
         snprintf(path, sizeof path, "%s/%s", strncmp(tokenizer_rel, "fixtures/", 9) ? (src ? src : "..") : fix,
                  strncmp(tokenizer_rel, "fixtures/", 9) ? tokenizer_rel : tokenizer_rel + 9);
+        struct dse_diag diag = {{0}};
+        int r = dse_tokenizer_load_file(path, tok, &diag);
+        if (r < 0) {
+                fprintf(stderr, "  cannot load %s: %s\n", path, diag.msg);
+                return r;
+        }
+        r = dse_grammar_vocab_new(*tok, v, &diag);
+        if (r < 0) {
+                fprintf(stderr, "  %s: %s\n", path, diag.msg);
+                dse_tokenizer_free(*tok);
+        }
+        return r;
+}
+
+static void mask_matches_scan(const char *tokenizer_rel, int walks, int steps, int min_states) {
         struct dse_tokenizer *tok;
         struct dse_diag diag = {{0}};
-        if (dse_tokenizer_load_file(path, &tok, &diag) < 0)
-                T_FAIL("cannot load %s: %s", path, diag.msg);
         struct dse_grammar_vocab *v;
-        ASSERT_OK(dse_grammar_vocab_new(tok, &v, &diag));
+        ASSERT_OK(load_vocab(tokenizer_rel, &tok, &v));
         /* the last one is GBNF; the mask of a state is asked twice, so the cached mask
          * is checked both when it is made and when it is reused */
         const char *schemas[] = {
@@ -494,15 +509,10 @@ static const struct awkward_state awkward_states[] = {
 };
 
 TEST(trie_mask_equals_scan_at_awkward_states) {
-        const char *fix = getenv("DSV_FIXTURES");
-        char path[4096];
-        snprintf(path, sizeof path, "%s/tokenizers/models/deepseek_v3/tokenizer.json", fix ? fix : "../shared/fixtures");
         struct dse_tokenizer *tok;
         struct dse_diag diag = {{0}};
-        if (dse_tokenizer_load_file(path, &tok, &diag) < 0)
-                T_FAIL("cannot load %s: %s", path, diag.msg);
         struct dse_grammar_vocab *v;
-        ASSERT_OK(dse_grammar_vocab_new(tok, &v, &diag));
+        ASSERT_OK(load_vocab("fixtures/tokenizers/models/deepseek_v3/tokenizer.json", &tok, &v));
         size_t words = dse_grammar_vocab_mask_words(v);
         uint64_t *trie = calloc(words, sizeof *trie), *scan = calloc(words, sizeof *scan);
         for (size_t i = 0; i < sizeof awkward_states / sizeof *awkward_states; i++) {
