@@ -74,9 +74,15 @@ struct grammar_walk_states {
         uint32_t table_size;
         uint32_t *scratch; /* a shape being made */
         uint32_t cap_scratch;
-        /* per state: the plain-character pass that last met it (plain_pass) */
+        /* per state: the plain-character pass that last met it (plain_parts) */
         uint32_t *mark;
         uint32_t cap_mark, pass;
+        /* per state: what one plain character does from it (plain_of), 1 + its index in
+         * plain_words, 0 until computed */
+        uint32_t *plain_at;
+        uint32_t cap_plain_at;
+        uint32_t *plain_words;
+        uint32_t n_plain_words, cap_plain_words;
 };
 
 void dse__grammar_walk_states_free(struct grammar_walk_states *w) {
@@ -90,6 +96,8 @@ void dse__grammar_walk_states_free(struct grammar_walk_states *w) {
         free(w->table);
         free(w->scratch);
         free(w->mark);
+        free(w->plain_at);
+        free(w->plain_words);
         free(w);
 }
 
@@ -127,12 +135,14 @@ static int walk_intern(struct grammar_walk_states *w, const uint32_t *shape, uin
         GRAMMAR_TRY(dse__grammar_grow((void **)&w->len, &w->cap_len, (uint64_t)id + 1, sizeof *w->len));
         GRAMMAR_TRY(dse__grammar_grow((void **)&w->flags, &w->cap_flags, (uint64_t)id + 1, sizeof *w->flags));
         GRAMMAR_TRY(dse__grammar_grow((void **)&w->mark, &w->cap_mark, (uint64_t)id + 1, sizeof *w->mark));
+        GRAMMAR_TRY(dse__grammar_grow((void **)&w->plain_at, &w->cap_plain_at, (uint64_t)id + 1, sizeof *w->plain_at));
         GRAMMAR_TRY(dse__grammar_grow((void **)&w->next, &w->cap_next, 256 * ((uint64_t)id + 1), sizeof *w->next));
         memcpy(w->words + w->n_words, shape, n * sizeof *shape);
         w->start[id] = w->n_words;
         w->len[id] = n;
         w->flags[id] = flags;
         w->mark[id] = 0;
+        w->plain_at[id] = 0;
         for (int b = 0; b < 256; b++)
                 w->next[256 * id + (uint32_t)b] = WALK_UNKNOWN;
         w->n_words += n;
@@ -274,6 +284,29 @@ static int plain_explore(struct dse_grammar_matcher *m, struct grammar_walk_stat
         return 0;
 }
 
+/* What one plain character does from state id, computed once per state: *ret points at
+ * a header word (the count of end states << 2, | 1 when some character dies, | 2 when
+ * some meets a popped stack or the ends overflow) followed by the end states; valid
+ * until the next call that may add states. */
+static int plain_of(struct dse_grammar_matcher *m, struct grammar_walk_states *w, uint32_t below, int32_t id,
+                    const uint32_t **ret) {
+        if (!w->plain_at[id]) {
+                struct plain_outcome o = {.n_ends = 0};
+                for (size_t q = 0; q < N_PLAIN_SEQS && !o.popped && !o.overflow; q++)
+                        GRAMMAR_TRY(plain_explore(m, w, below, &plain_seqs[q], 0, id, &o));
+                uint32_t at = w->n_plain_words;
+                GRAMMAR_TRY(dse__grammar_grow((void **)&w->plain_words, &w->cap_plain_words,
+                                              (uint64_t)at + 1 + o.n_ends, sizeof *w->plain_words));
+                w->plain_words[at] = o.n_ends << 2 | (uint32_t)o.dead | (uint32_t)(o.popped || o.overflow) << 1;
+                for (uint32_t k = 0; k < o.n_ends; k++)
+                        w->plain_words[at + 1 + k] = (uint32_t)o.ends[k];
+                w->n_plain_words = at + 1 + o.n_ends;
+                w->plain_at[id] = at + 1;
+        }
+        *ret = w->plain_words + w->plain_at[id] - 1;
+        return 0;
+}
+
 /* How many plain parts are decided from state start: parts 1..*ret_taken are allowed
  * whole (every plain text of that many characters stays alive through states without
  * a popped stack), and when *ret_dead, every longer plain text dies through such
@@ -297,8 +330,21 @@ static int plain_parts(struct dse_grammar_matcher *m, struct grammar_walk_states
                 struct plain_outcome o = {.n_ends = 0};
                 for (uint32_t k = 0; k < n_set && !o.popped && !o.overflow; k++) {
                         w->mark[set[k]] = w->pass;
-                        for (size_t q = 0; q < N_PLAIN_SEQS && !o.popped && !o.overflow; q++)
-                                GRAMMAR_TRY(plain_explore(m, w, below, &plain_seqs[q], 0, set[k], &o));
+                        const uint32_t *one;
+                        GRAMMAR_TRY(plain_of(m, w, below, set[k], &one));
+                        o.dead |= (int)(one[0] & 1);
+                        o.popped |= (int)(one[0] >> 1 & 1);
+                        for (uint32_t j = 0; j < one[0] >> 2 && !o.popped && !o.overflow; j++) {
+                                uint32_t e = 0;
+                                while (e < o.n_ends && o.ends[e] != (int32_t)one[1 + j])
+                                        e++;
+                                if (e < o.n_ends)
+                                        continue;
+                                if (o.n_ends == PLAIN_MAX_STATES)
+                                        o.overflow = 1;
+                                else
+                                        o.ends[o.n_ends++] = (int32_t)one[1 + j];
+                        }
                 }
                 if (o.popped || o.overflow || (o.dead && o.n_ends))
                         break;
