@@ -729,6 +729,29 @@ static int sample_next(struct sched *s, int slot, double now, const float *logit
         return -1;
 }
 
+/* k capped so that the request's drafts and the token after them stay within its
+ * max_tokens and the context. */
+static int drafts_within(const struct sched *s, const struct rq *r, int k) {
+        k = k < r->max_tokens - r->n_gen - 1 ? k : r->max_tokens - r->n_gen - 1;
+        return k < s->cfg.n_ctx - r->n_tokens ? k : s->cfg.n_ctx - r->n_tokens;
+}
+
+/* Puts the first n of r->draft after entry e's tokens, fewer when free blocks are short
+ * (nothing is preempted for a draft); returns how many. */
+static int place_drafts(struct sched *s, struct step_plan *p, struct step_entry *e, struct rq *r, int n) {
+        int need = n > 0 ? dse_kv_seq_blocks_needed(s->kv, r->seq, (size_t)(1 + n)) : 0;
+        while (n > 0 && need - e->need > available(s, p))
+                need = --n > 0 ? dse_kv_seq_blocks_needed(s->kv, r->seq, (size_t)(1 + n)) : 0;
+        if (n <= 0)
+                return 0;
+        memcpy(r->tokens + r->n_tokens, r->draft, (size_t)n * sizeof(int32_t));
+        e->n_draft = n;
+        p->reserved += need - e->need;
+        e->need = need;
+        p->budget -= n;
+        return n;
+}
+
 /* Drafts for the planned entries that end with a sample (decodes, and the last chunk
  * of a prompt: a prompt that repeats itself is drafted from its first token on),
  * oldest first, within the request's max_tokens and context, from what the step leaves
@@ -752,33 +775,21 @@ static void plan_drafts(struct sched *s, struct step_plan *p) {
                 if (e->chunk != pending(r) || r->con.m)
                         continue;
                 int k = spec_seq_k(&r->spec, sc);
-                k = k < room ? k : room;
-                k = k < r->max_tokens - r->n_gen - 1 ? k : r->max_tokens - r->n_gen - 1;
-                k = k < s->cfg.n_ctx - r->n_tokens ? k : s->cfg.n_ctx - r->n_tokens;
+                k = drafts_within(s, r, k < room ? k : room);
                 if (k <= 0)
                         continue;
                 if (sc->by_cost)
                         k = spec_cost_drafts(&s->cost, s->cfg.token_budget - p->budget, sc->k_min < k ? sc->k_min : k,
                                              k, r->spec.accept_rate);
                 int n = s->drafter.ops->propose(s->drafter.self, e->rq, r->tokens, r->n_tokens, k, r->draft);
-                int need = n > 0 ? dse_kv_seq_blocks_needed(s->kv, r->seq, (size_t)(1 + n)) : 0;
-                while (n > 0 && need - e->need > available(s, p))
-                        need = --n > 0 ? dse_kv_seq_blocks_needed(s->kv, r->seq, (size_t)(1 + n)) : 0;
-                if (n <= 0)
-                        continue;
-                memcpy(r->tokens + r->n_tokens, r->draft, (size_t)n * sizeof(int32_t));
-                e->n_draft = n;
-                p->reserved += need - e->need;
-                e->need = need;
-                p->budget -= n;
-                room -= n;
+                room -= place_drafts(s, p, e, r, n);
         }
 }
 
 /* Fast-forward: a constrained sequence whose next tokens are forced by its grammar
  * (constraint_forced_run) carries them as drafts that are certain, so one forward pass
  * gives the logits of the whole run and of the position after it. Each is then taken
- * as plain decoding takes it (verify_forced), so the tokens, logprobs and random draws
+ * as plain decoding takes it (verify_drafts), so the tokens, logprobs and random draws
  * are the same; within the request's max_tokens and context, what the step leaves of
  * the token budget, and free blocks. */
 static void plan_forced(struct sched *s, struct step_plan *p) {
@@ -787,22 +798,10 @@ static void plan_forced(struct sched *s, struct step_plan *p) {
                 struct rq *r = &s->rqs[e->rq];
                 if (e->chunk != pending(r) || !r->con.m || e->n_draft)
                         continue;
-                int k = s->fast_forward < p->budget ? s->fast_forward : p->budget;
-                k = k < r->max_tokens - r->n_gen - 1 ? k : r->max_tokens - r->n_gen - 1;
-                k = k < s->cfg.n_ctx - r->n_tokens ? k : s->cfg.n_ctx - r->n_tokens;
-                if (k <= 0)
-                        continue;
-                int n = constraint_forced_run(&r->con, s->grammars, s->vocab, s->eos, k, r->draft);
-                int need = n > 0 ? dse_kv_seq_blocks_needed(s->kv, r->seq, (size_t)(1 + n)) : 0;
-                while (n > 0 && need - e->need > available(s, p))
-                        need = --n > 0 ? dse_kv_seq_blocks_needed(s->kv, r->seq, (size_t)(1 + n)) : 0;
-                if (n <= 0)
-                        continue;
-                memcpy(r->tokens + r->n_tokens, r->draft, (size_t)n * sizeof(int32_t));
-                e->n_draft = n;
-                p->reserved += need - e->need;
-                e->need = need;
-                p->budget -= n;
+                int k = drafts_within(s, r, s->fast_forward < p->budget ? s->fast_forward : p->budget);
+                if (k > 0)
+                        place_drafts(s, p, e, r, constraint_forced_run(&r->con, s->grammars, s->vocab, s->eos, k,
+                                                                       r->draft));
         }
 }
 
@@ -815,55 +814,37 @@ struct verify_ctx {
 
 static int verify_sample(void *arg, int i) {
         struct verify_ctx *c = arg;
+        struct rq *r = &c->s->rqs[c->slot];
+        if (i > 0 && r->con.m) /* a forced run: the mask of the state after its previous token */
+                constraint_fill_mask(&r->con, c->s->grammars);
         return sample_next(c->s, c->slot, c->now, c->logits + (size_t)i * (size_t)c->s->vocab);
 }
 
-/* After a step that carried n_draft drafts of request slot: emits the accepted drafts
- * and the one token after them, keeps the accepted drafts' KV rows and rolls back the
- * rest. */
+/* After a step that carried n_draft drafts of request slot (a constrained sequence's:
+ * its forced run, plan_forced): emits the accepted drafts and the one token after
+ * them, keeps the accepted drafts' KV rows and rolls back the rest. */
 static void verify_drafts(struct sched *s, int slot, int32_t n_draft, double now) {
         struct rq *r = &s->rqs[slot];
-        int seq = r->seq, ended;
+        int seq = r->seq, ended, forced = r->con.m != NULL;
         struct verify_ctx c = {s, slot, now, s->seq_logits + (size_t)seq * (size_t)s->logit_rows * (size_t)s->vocab};
         int32_t draft[SPEC_K_LIMIT];
         if (n_draft > 0)
                 memcpy(draft, r->draft, (size_t)n_draft * sizeof(int32_t));
         int n_acc = spec_verify(draft, n_draft, verify_sample, &c, &ended);
-        spec_stats_add(&s->spec, n_draft, n_acc);
+        if (!forced)
+                spec_stats_add(&s->spec, n_draft, n_acc);
         if (ended || n_draft == 0)
                 return;
-        if (s->drafter.ops->verified)
-                s->drafter.ops->verified(s->drafter.self, slot, n_draft, n_acc);
-        spec_seq_update(&r->spec, n_draft, n_acc);
+        if (forced) {
+                s->fast_forward_tokens += n_acc;
+        } else {
+                if (s->drafter.ops->verified)
+                        s->drafter.ops->verified(s->drafter.self, slot, n_draft, n_acc);
+                spec_seq_update(&r->spec, n_draft, n_acc);
+        }
         /* Cannot fail: n_acc <= n_draft, the drafts of this sequence's last step. */
         dse_kv_seq_accept(s->kv, seq, draft, (size_t)n_acc);
         r->n_computed += n_acc;
-}
-
-static int forced_sample(void *arg, int i) {
-        struct verify_ctx *c = arg;
-        struct rq *r = &c->s->rqs[c->slot];
-        if (i > 0) /* the state after the previous token of the run */
-                constraint_fill_mask(&r->con, c->s->grammars);
-        return sample_next(c->s, c->slot, c->now, c->logits + (size_t)i * (size_t)c->s->vocab);
-}
-
-/* After a step that carried a forced run of n_forced tokens of request slot: takes
- * them and the token after them as plain decoding would, and keeps their KV rows (all
- * of them unless the request ended inside the run). */
-static void verify_forced(struct sched *s, int slot, int32_t n_forced, double now) {
-        struct rq *r = &s->rqs[slot];
-        int seq = r->seq, ended;
-        struct verify_ctx c = {s, slot, now, s->seq_logits + (size_t)seq * (size_t)s->logit_rows * (size_t)s->vocab};
-        int32_t run[SPEC_K_LIMIT];
-        memcpy(run, r->draft, (size_t)n_forced * sizeof(int32_t));
-        int n_acc = spec_verify(run, n_forced, forced_sample, &c, &ended);
-        if (ended)
-                return;
-        /* Cannot fail: n_acc <= n_forced, the drafts of this sequence's last step. */
-        dse_kv_seq_accept(s->kv, seq, run, (size_t)n_acc);
-        r->n_computed += n_acc;
-        s->fast_forward_tokens += n_acc;
 }
 
 static void fill_masks(void *ctx, size_t begin, size_t end, int ith) {
@@ -940,9 +921,7 @@ int sched_step(struct sched *s, int64_t now_ms) {
                 struct rq *q = &s->rqs[s->entries[i].rq];
                 if (q->n_computed != q->n_tokens)
                         continue;
-                if (q->con.m && s->entries[i].n_draft)
-                        verify_forced(s, s->entries[i].rq, s->entries[i].n_draft, now);
-                else if (s->drafter.ops)
+                if (s->drafter.ops || s->entries[i].n_draft)
                         verify_drafts(s, s->entries[i].rq, s->entries[i].n_draft, now);
                 else
                         sample_next(s, s->entries[i].rq, now,
