@@ -1,16 +1,18 @@
 /* structured_bench: decode throughput of JSON-Schema-constrained requests against
- * unconstrained ones on the same dsvisor-worker, at batch 1 and 8, and the share of
- * constrained tokens the mask alone decided (forced, not sampled).
+ * unconstrained ones on the same dsvisor-worker, at batch 1 and 8, the share of
+ * constrained tokens the mask alone decided (forced, not sampled), and what
+ * fast-forward (forced runs in one forward pass) gains.
  *
  *   structured_bench --model M [--batches 1,8] [--rounds R] [--threads T] [--gen-tokens G]
  *
- * Starts dsvisor-worker (from $DSV_BUILD_DIR/bin, else beside this program). Each round
- * sends B unconstrained requests at once and waits for them, then B constrained ones
- * (response_format json_schema, the schema below), alternating which goes first, so
- * both modes see the same host load; tokens/s per mode is every generated token over
- * the wall time of its rounds. The ratio constrained/unconstrained is the figure to
- * read: the absolute rates depend on the host. Forced tokens come from the worker's
- * stats (constrained_tokens, forced_tokens). */
+ * Starts two dsvisor-workers (from $DSV_BUILD_DIR/bin, else beside this program): one
+ * as configured by default (fast-forward on), one with --fast-forward 0. Each round
+ * sends B unconstrained requests at once to the first and waits for them, then B
+ * constrained ones (response_format json_schema, the schema below) to each worker in
+ * turn, rotating which mode goes first, so every mode sees the same host load;
+ * tokens/s per mode is every generated token over the wall time of its rounds. The
+ * ratios are the figures to read: the absolute rates depend on the host. Forced tokens
+ * and forward passes come from the first worker's stats. */
 #include <getopt.h>
 #include <libgen.h>
 
@@ -102,22 +104,28 @@ int main(int argc, char **argv) {
                 setenv("DSV_BUILD_DIR", build, 1);
         }
         const char *tmp = wc_tmpdir();
-        char url[512];
-        snprintf(url, sizeof url, "ipc://%s/structured.sock", tmp);
-        char *args[] = {"--model", (char *)model, "--listen", url, "--threads", (char *)threads, "--max-batch", "16",
-                        "--n-ctx", "1024", NULL};
-        pid_t pid = wc_spawn(args);
-        struct wc c;
-        if (pid < 0 || wc_open(&c, url) < 0 || wc_wait_state(&c, "ready", 600) < 0) {
-                fprintf(stderr, "structured_bench: the worker did not become ready\n");
-                if (pid > 0)
-                        kill(pid, SIGKILL);
-                return 1;
+        char url[2][512];
+        pid_t pid[2] = {-1, -1};
+        struct wc conn[2];
+        for (int w = 0; w < 2; w++) {
+                snprintf(url[w], sizeof url[w], "ipc://%s/structured-%d.sock", tmp, w);
+                char *args[] = {"--model", (char *)model, "--listen", url[w], "--threads", (char *)threads,
+                                "--max-batch", "16", "--n-ctx", "1024", w ? "--fast-forward" : NULL, "0", NULL};
+                pid[w] = wc_spawn(args);
+                if (pid[w] < 0 || wc_open(&conn[w], url[w]) < 0 || wc_wait_state(&conn[w], "ready", 600) < 0) {
+                        fprintf(stderr, "structured_bench: the worker did not become ready\n");
+                        for (int k = 0; k <= w; k++)
+                                if (pid[k] > 0)
+                                        kill(pid[k], SIGKILL);
+                        return 1;
+                }
         }
         int status = 0;
-        uint64_t next_id = 1, seq = 1;
-        printf("| batch | unconstrained tok/s | constrained tok/s | ratio | forced / constrained tokens |\n");
-        printf("| --- | --- | --- | --- | --- |\n");
+        uint64_t next_id[2] = {1, 1}, seq = 1;
+        printf("| batch | unconstrained tok/s | constrained tok/s | ratio | constrained, no fast-forward tok/s | "
+               "fast-forward speed-up | forced / constrained tokens | forward passes per constrained token, "
+               "fast-forward / none |\n");
+        printf("| --- | --- | --- | --- | --- | --- | --- | --- |\n");
         for (const char *p = batches; *p;) {
                 int b = atoi(p);
                 while (*p && *p != ',')
@@ -126,37 +134,44 @@ int main(int argc, char **argv) {
                         p++;
                 if (b < 1 || b > 16)
                         continue;
-                double secs[2] = {0, 0};
-                long tokens[2] = {0, 0};
-                struct dsv_ipc_stats before, after;
-                if (stats(&c, seq++, &before) < 0) {
-                        status = 1;
-                        break;
-                }
+                /* modes: 0 unconstrained, 1 constrained, 2 constrained without fast-forward */
+                double secs[3] = {0, 0, 0};
+                long tokens[3] = {0, 0, 0}, steps[3] = {0, 0, 0}, con[3] = {0, 0, 0}, forced = 0;
                 for (int r = 0; r < rounds && !status; r++)
-                        for (int k = 0; k < 2; k++) {
-                                int mode = (r + k) % 2;
-                                long n = round_once(&c, b, mode, gen, &next_id, &secs[mode]);
+                        for (int k = 0; k < 3 && !status; k++) {
+                                int mode = (r + k) % 3, w = mode == 2;
+                                struct dsv_ipc_stats before, after;
+                                long n = stats(&conn[w], seq++, &before) < 0 ? -EIO
+                                         : round_once(&conn[w], b, mode > 0, gen, &next_id[w], &secs[mode]);
+                                if (n >= 0 && stats(&conn[w], seq++, &after) < 0)
+                                        n = -EIO;
                                 if (n < 0) {
                                         fprintf(stderr, "structured_bench: round failed (%ld)\n", n);
                                         status = 1;
                                         break;
                                 }
                                 tokens[mode] += n;
+                                steps[mode] += (long)(after.steps - before.steps);
+                                con[mode] += (long)(after.constrained_tokens - before.constrained_tokens);
+                                if (mode == 1)
+                                        forced += (long)(after.forced_tokens - before.forced_tokens);
                         }
-                if (status || stats(&c, seq++, &after) < 0) {
-                        status = 1;
+                if (status)
                         break;
-                }
-                double free_rate = (double)tokens[0] / secs[0], con_rate = (double)tokens[1] / secs[1];
-                long con = (long)(after.constrained_tokens - before.constrained_tokens);
-                long forced = (long)(after.forced_tokens - before.forced_tokens);
-                printf("| %d | %.1f | %.1f | %.3f | %ld / %ld (%.0f %%) |\n", b, free_rate, con_rate, con_rate / free_rate,
-                       forced, con, con > 0 ? 100.0 * (double)forced / (double)con : 0.0);
+                double rate[3];
+                for (int k = 0; k < 3; k++)
+                        rate[k] = (double)tokens[k] / secs[k];
+                printf("| %d | %.1f | %.1f | %.3f | %.1f | %.3f | %ld / %ld (%.0f %%) | %.3f / %.3f |\n", b, rate[0],
+                       rate[1], rate[1] / rate[0], rate[2], rate[1] / rate[2], forced, con[1],
+                       con[1] > 0 ? 100.0 * (double)forced / (double)con[1] : 0.0,
+                       con[1] > 0 ? (double)steps[1] / (double)con[1] : 0.0,
+                       con[2] > 0 ? (double)steps[2] / (double)con[2] : 0.0);
                 fflush(stdout);
         }
-        kill(pid, SIGTERM);
-        wc_wait_exit(pid, 10);
-        wc_close(&c);
+        for (int w = 0; w < 2; w++) {
+                kill(pid[w], SIGTERM);
+                wc_wait_exit(pid[w], 10);
+                wc_close(&conn[w]);
+        }
         return status;
 }

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "constraint.h"
+#include "sampling.h"
 
 /* Any JSON object: what response_format json_object asks for. */
 static const char json_object_schema[] = "{\"type\":\"object\"}";
@@ -194,7 +195,10 @@ int constraint_init(struct constraint *c, struct grammar_cache *gc, const struct
                 return entry;
         c->entry = entry + 1;
         int r = dse_grammar_matcher_new(gc->e[entry].g, &c->m, diag);
-        if (r >= 0 && !(c->mask = calloc(dse_grammar_vocab_mask_words(v), sizeof *c->mask)))
+        if (r >= 0)
+                r = dse_grammar_matcher_new(gc->e[entry].g, &c->ahead, diag);
+        if (r >= 0 && (!(c->mask = calloc(dse_grammar_vocab_mask_words(v), sizeof *c->mask)) ||
+                       !(c->ahead_mask = calloc(dse_grammar_vocab_mask_words(v), sizeof *c->ahead_mask))))
                 r = -ENOMEM;
         if (r < 0)
                 constraint_done(c, gc);
@@ -204,18 +208,49 @@ int constraint_init(struct constraint *c, struct grammar_cache *gc, const struct
 void constraint_done(struct constraint *c, struct grammar_cache *gc) {
         dse_grammar_matcher_free(c->m);
         free(c->mask);
+        dse_grammar_matcher_free(c->ahead);
+        free(c->ahead_mask);
         if (c->entry > 0 && gc->e[c->entry - 1].refs > 0)
                 gc->e[c->entry - 1].refs--;
         memset(c, 0, sizeof *c);
 }
 
 int constraint_fill_mask(struct constraint *c, const struct grammar_cache *gc) {
-        c->n_allowed = dse_grammar_matcher_fill_mask(c->m, gc->vocab, c->mask);
+        if (!c->mask_current) {
+                c->n_allowed = dse_grammar_matcher_fill_mask(c->m, gc->vocab, c->mask);
+                c->mask_current = c->n_allowed >= 0;
+        }
         return c->n_allowed;
 }
 
 int constraint_accept(struct constraint *c, const struct grammar_cache *gc, int32_t id) {
+        c->mask_current = 0;
         return dse_grammar_matcher_accept_token(c->m, gc->vocab, id);
+}
+
+int constraint_forced_run(struct constraint *c, const struct grammar_cache *gc, int32_t n_vocab, int32_t eos,
+                          int max, int32_t *run) {
+        int n = constraint_fill_mask(c, gc);
+        if (n != 1 || max < 1)
+                return n < 0 ? n : 0;
+        int32_t only = sampling_mask_single(c->mask, n_vocab);
+        if (only < 0 || only == eos)
+                return 0;
+        run[0] = only;
+        if (max == 1)
+                return 1;
+        int r = dse_grammar_matcher_copy(c->ahead, c->m);
+        for (n = 1; r == 0 && n < max; n++) {
+                if ((r = dse_grammar_matcher_accept_token(c->ahead, gc->vocab, run[n - 1])) < 0 ||
+                    (r = dse_grammar_matcher_fill_mask(c->ahead, gc->vocab, c->ahead_mask)) != 1)
+                        break;
+                only = sampling_mask_single(c->ahead_mask, n_vocab);
+                if (only < 0 || only == eos)
+                        break;
+                run[n] = only;
+                r = 0;
+        }
+        return n; /* a failed look-ahead only ends the run: the state itself is untouched */
 }
 
 int constraint_accepting(const struct constraint *c) {

@@ -44,6 +44,11 @@ struct constraint {
         uint64_t *mask;                /* (mask words) */
         int entry;                     /* the cache entry held + 1; 0: none (a zeroed constraint) */
         int n_allowed;                 /* of the last fill: tokens allowed, or -errno */
+        int mask_current;              /* mask and n_allowed are of the matcher's state */
+        /* looking ahead for forced runs (constraint_forced_run): a copy of the matcher, and
+         * its mask */
+        struct dse_grammar_matcher *ahead;
+        uint64_t *ahead_mask;
 };
 
 /* Compiles (or finds) the grammar for the request's constraint (kind and text, or
@@ -53,8 +58,17 @@ struct constraint {
 int constraint_init(struct constraint *c, struct grammar_cache *gc, const struct dsv_ipc_request *req,
                     struct dse_diag *diag);
 void constraint_done(struct constraint *c, struct grammar_cache *gc);
-/* Fills c->mask for the matcher's state; c->n_allowed = tokens allowed (or -errno). */
+/* Fills c->mask for the matcher's state; c->n_allowed = tokens allowed (or -errno).
+ * Computed once per state: a second call before constraint_accept returns the same. */
 int constraint_fill_mask(struct constraint *c, const struct grammar_cache *gc);
+/* The run of forced tokens from the matcher's state on: run[0] is the only token the
+ * mask allows now, run[1] the only one after it, ... up to max tokens, stopping before
+ * EOS and at the first mask that allows more than one (n_vocab: the model's vocabulary,
+ * the ids a mask may hold). Fills c->mask for the state as constraint_fill_mask does;
+ * the state is unchanged. Returns the run's length (0: the next token is not forced),
+ * or -errno. */
+int constraint_forced_run(struct constraint *c, const struct grammar_cache *gc, int32_t n_vocab, int32_t eos,
+                          int max, int32_t *run);
 /* Advances the matcher by token id (which the last mask allowed). */
 int constraint_accept(struct constraint *c, const struct grammar_cache *gc, int32_t id);
 /* 1 when the output so far is complete for the grammar. */

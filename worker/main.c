@@ -36,7 +36,9 @@ static void usage(FILE *out) {
                 "  --spec-k-min K      fewest drafts a sequence verifies per step (default 1)\n"
                 "  --spec-k-max K      most drafts a sequence verifies per step, <= 8 (default 4)\n"
                 "  --spec-step-tokens N  a step sampling N positions is compute-bound: drafts never take\n"
-                "                      it past N (default 8, 0: only the token budget limits)\n");
+                "                      it past N (default 8, 0: only the token budget limits)\n"
+                "  --fast-forward N    a constrained output's next tokens that its grammar forces, up to N\n"
+                "                      (<= 8), go in one forward pass; the output is the same (default 8, 0: off)\n");
 }
 
 static int parse_int(const char *s, int min, int max, int *ret) {
@@ -83,7 +85,8 @@ static int parse_cpus(const char *s, int *cpus, int max, int *ret_n) {
 
 int worker_parse_args(int argc, char **argv, struct worker_config *cfg) {
         enum { O_MODEL = 256, O_MODEL_FD, O_LISTEN, O_THREADS, O_CPUS, O_NCTX, O_BATCH, O_BUDGET, O_KVMEM, O_GRACE,
-               O_QUEUE, O_INSTANCE, O_AMX, O_HELP, O_SPEC, O_SPEC_KMIN, O_SPEC_KMAX, O_SPEC_STEP, O_CHAT_TEMPLATE, O_KVDTYPE, O_LOG_FORMAT };
+               O_QUEUE, O_INSTANCE, O_AMX, O_HELP, O_SPEC, O_SPEC_KMIN, O_SPEC_KMAX, O_SPEC_STEP, O_CHAT_TEMPLATE, O_KVDTYPE, O_LOG_FORMAT,
+               O_FAST_FORWARD };
         static const struct option opts[] = {
                 {"model", required_argument, NULL, O_MODEL},       {"model-fd", required_argument, NULL, O_MODEL_FD},
                 {"listen", required_argument, NULL, O_LISTEN},     {"threads", required_argument, NULL, O_THREADS},
@@ -98,13 +101,14 @@ int worker_parse_args(int argc, char **argv, struct worker_config *cfg) {
                 {"chat-template", required_argument, NULL, O_CHAT_TEMPLATE},
                 {"kv-dtype", required_argument, NULL, O_KVDTYPE},
                 {"log-format", required_argument, NULL, O_LOG_FORMAT},
+                {"fast-forward", required_argument, NULL, O_FAST_FORWARD},
                 {0},
         };
         *cfg = (struct worker_config){.model_fd = -1, .n_threads = 1, .max_batch = 8, .token_budget = 256,
                                       .grace_ms = 10000, .max_queue = 256, .instance = "worker",
                                       .spec = {.method = SPEC_OFF, .k_min = 1, .k_max = 4, .step_tokens = 8,
                                                .by_cost = 1},
-                                      .kv_dtype = DSE_KV_BF16};
+                                      .kv_dtype = DSE_KV_BF16, .fast_forward = SPEC_K_LIMIT};
         int c, r = 0;
         const char *env_kv = getenv("DSV_KV");
         if (env_kv && *env_kv && dse_kv_dtype_parse(env_kv, &cfg->kv_dtype, NULL) < 0) {
@@ -131,6 +135,7 @@ int worker_parse_args(int argc, char **argv, struct worker_config *cfg) {
                 case O_SPEC_KMIN: r = parse_int(optarg, 1, SPEC_K_LIMIT, &cfg->spec.k_min); break;
                 case O_SPEC_KMAX: r = parse_int(optarg, 1, SPEC_K_LIMIT, &cfg->spec.k_max); break;
                 case O_SPEC_STEP: r = parse_int(optarg, 0, 1 << 20, &cfg->spec.step_tokens); break;
+                case O_FAST_FORWARD: r = parse_int(optarg, 0, SPEC_K_LIMIT, &cfg->fast_forward); break;
                 case O_CHAT_TEMPLATE: cfg->chat_template_path = optarg; break;
                 case O_KVDTYPE: r = dse_kv_dtype_parse(optarg, &cfg->kv_dtype, NULL); break;
                 case O_LOG_FORMAT: r = dsv_log_format_parse(optarg, &cfg->log_format); break;

@@ -68,6 +68,7 @@ struct sched {
         uint64_t seed_base;
         float *seq_logits;           /* (max_batch, logit_rows, vocab) by KV sequence */
         int logit_rows;              /* 1 + the most drafts a sequence verifies */
+        int fast_forward;            /* the longest forced run a step carries; 0: none */
         struct spec_config spec_cfg;
         struct spec_drafter drafter; /* ops NULL: no speculation */
         struct spec_stats spec;
@@ -81,7 +82,7 @@ struct sched {
         int *masked;                 /* (max_batch) slots whose mask this step computes */
         struct grammar_cache *grammars;
         struct dse_pool *pool;       /* for the masks; NULL: this thread */
-        int64_t constrained_tokens, forced_tokens;
+        int64_t constrained_tokens, forced_tokens, fast_forward_tokens;
         int64_t preemptions, steps, step_tokens;
         int64_t step_tokens_buckets[DSV_IPC_STEP_TOKEN_BUCKETS + 1]; /* steps by tokens carried */
         int32_t last_seqs, last_tokens;
@@ -157,6 +158,18 @@ int sched_set_speculation(struct sched *s, const struct spec_config *sc) {
         return sched_set_drafter(s, sc, sc && sc->method == SPEC_NGRAM ? &ngram : &none);
 }
 
+/* Room for the logits of 1 + the most drafts or forced tokens a sequence carries. */
+static int set_logit_rows(struct sched *s, int k_max, int fast_forward) {
+        int rows = 1 + (k_max > fast_forward ? k_max : fast_forward);
+        float *logits = malloc((size_t)s->cfg.max_batch * (size_t)rows * (size_t)s->vocab * sizeof(float));
+        if (!logits)
+                return -ENOMEM;
+        free(s->seq_logits);
+        s->seq_logits = logits;
+        s->logit_rows = rows;
+        return 0;
+}
+
 int sched_set_drafter(struct sched *s, const struct spec_config *sc, const struct spec_drafter *drafter) {
         if (!s || !sc || !drafter || (sc->method != SPEC_OFF && !drafter->ops) ||
             (sc->method != SPEC_OFF && (sc->k_min < 1 || sc->k_max < sc->k_min || sc->k_max > SPEC_K_LIMIT ||
@@ -164,16 +177,23 @@ int sched_set_drafter(struct sched *s, const struct spec_config *sc, const struc
                 return -EINVAL;
         if (s->n_active > 0 || s->steps > 0)
                 return -EBUSY;
-        int rows = sc->method == SPEC_OFF ? 1 : 1 + sc->k_max;
-        float *logits = malloc((size_t)s->cfg.max_batch * (size_t)rows * (size_t)s->vocab * sizeof(float));
-        if (!logits)
-                return -ENOMEM;
-        free(s->seq_logits);
-        s->seq_logits = logits;
-        s->logit_rows = rows;
+        int r = set_logit_rows(s, sc->method == SPEC_OFF ? 0 : sc->k_max, s->fast_forward);
+        if (r < 0)
+                return r;
         s->spec_cfg = *sc;
         s->drafter = sc->method == SPEC_OFF ? (struct spec_drafter){0} : *drafter;
         return 0;
+}
+
+int sched_set_fast_forward(struct sched *s, int max_run) {
+        if (!s || max_run < 0 || max_run > SPEC_K_LIMIT)
+                return -EINVAL;
+        if (s->n_active > 0 || s->steps > 0)
+                return -EBUSY;
+        int r = set_logit_rows(s, s->drafter.ops ? s->spec_cfg.k_max : 0, max_run);
+        if (r == 0)
+                s->fast_forward = max_run;
+        return r;
 }
 
 /* ---- events ---- */
@@ -709,6 +729,29 @@ static int sample_next(struct sched *s, int slot, double now, const float *logit
         return -1;
 }
 
+/* k capped so that the request's drafts and the token after them stay within its
+ * max_tokens and the context. */
+static int drafts_within(const struct sched *s, const struct rq *r, int k) {
+        k = k < r->max_tokens - r->n_gen - 1 ? k : r->max_tokens - r->n_gen - 1;
+        return k < s->cfg.n_ctx - r->n_tokens ? k : s->cfg.n_ctx - r->n_tokens;
+}
+
+/* Puts the first n of r->draft after entry e's tokens, fewer when free blocks are short
+ * (nothing is preempted for a draft); returns how many. */
+static int place_drafts(struct sched *s, struct step_plan *p, struct step_entry *e, struct rq *r, int n) {
+        int need = n > 0 ? dse_kv_seq_blocks_needed(s->kv, r->seq, (size_t)(1 + n)) : 0;
+        while (n > 0 && need - e->need > available(s, p))
+                need = --n > 0 ? dse_kv_seq_blocks_needed(s->kv, r->seq, (size_t)(1 + n)) : 0;
+        if (n <= 0)
+                return 0;
+        memcpy(r->tokens + r->n_tokens, r->draft, (size_t)n * sizeof(int32_t));
+        e->n_draft = n;
+        p->reserved += need - e->need;
+        e->need = need;
+        p->budget -= n;
+        return n;
+}
+
 /* Drafts for the planned entries that end with a sample (decodes, and the last chunk
  * of a prompt: a prompt that repeats itself is drafted from its first token on),
  * oldest first, within the request's max_tokens and context, from what the step leaves
@@ -732,26 +775,33 @@ static void plan_drafts(struct sched *s, struct step_plan *p) {
                 if (e->chunk != pending(r) || r->con.m)
                         continue;
                 int k = spec_seq_k(&r->spec, sc);
-                k = k < room ? k : room;
-                k = k < r->max_tokens - r->n_gen - 1 ? k : r->max_tokens - r->n_gen - 1;
-                k = k < s->cfg.n_ctx - r->n_tokens ? k : s->cfg.n_ctx - r->n_tokens;
+                k = drafts_within(s, r, k < room ? k : room);
                 if (k <= 0)
                         continue;
                 if (sc->by_cost)
                         k = spec_cost_drafts(&s->cost, s->cfg.token_budget - p->budget, sc->k_min < k ? sc->k_min : k,
                                              k, r->spec.accept_rate);
                 int n = s->drafter.ops->propose(s->drafter.self, e->rq, r->tokens, r->n_tokens, k, r->draft);
-                int need = n > 0 ? dse_kv_seq_blocks_needed(s->kv, r->seq, (size_t)(1 + n)) : 0;
-                while (n > 0 && need - e->need > available(s, p))
-                        need = --n > 0 ? dse_kv_seq_blocks_needed(s->kv, r->seq, (size_t)(1 + n)) : 0;
-                if (n <= 0)
+                room -= place_drafts(s, p, e, r, n);
+        }
+}
+
+/* Fast-forward: a constrained sequence whose next tokens are forced by its grammar
+ * (constraint_forced_run) carries them as drafts that are certain, so one forward pass
+ * gives the logits of the whole run and of the position after it. Each is then taken
+ * as plain decoding takes it (verify_drafts), so the tokens, logprobs and random draws
+ * are the same; within the request's max_tokens and context, what the step leaves of
+ * the token budget, and free blocks. */
+static void plan_forced(struct sched *s, struct step_plan *p) {
+        for (int i = 0; i < p->n && p->budget > 0; i++) {
+                struct step_entry *e = &s->entries[i];
+                struct rq *r = &s->rqs[e->rq];
+                if (e->chunk != pending(r) || !r->con.m || e->n_draft)
                         continue;
-                memcpy(r->tokens + r->n_tokens, r->draft, (size_t)n * sizeof(int32_t));
-                e->n_draft = n;
-                p->reserved += need - e->need;
-                e->need = need;
-                p->budget -= n;
-                room -= n;
+                int k = drafts_within(s, r, s->fast_forward < p->budget ? s->fast_forward : p->budget);
+                if (k > 0)
+                        place_drafts(s, p, e, r, constraint_forced_run(&r->con, s->grammars, s->vocab, s->eos, k,
+                                                                       r->draft));
         }
 }
 
@@ -764,26 +814,34 @@ struct verify_ctx {
 
 static int verify_sample(void *arg, int i) {
         struct verify_ctx *c = arg;
+        struct rq *r = &c->s->rqs[c->slot];
+        if (i > 0 && r->con.m) /* a forced run: the mask of the state after its previous token */
+                constraint_fill_mask(&r->con, c->s->grammars);
         return sample_next(c->s, c->slot, c->now, c->logits + (size_t)i * (size_t)c->s->vocab);
 }
 
-/* After a step that carried n_draft drafts of request slot: emits the accepted drafts
- * and the one token after them, keeps the accepted drafts' KV rows and rolls back the
- * rest. */
+/* After a step that carried n_draft drafts of request slot (a constrained sequence's:
+ * its forced run, plan_forced): emits the accepted drafts and the one token after
+ * them, keeps the accepted drafts' KV rows and rolls back the rest. */
 static void verify_drafts(struct sched *s, int slot, int32_t n_draft, double now) {
         struct rq *r = &s->rqs[slot];
-        int seq = r->seq, ended;
+        int seq = r->seq, ended, forced = r->con.m != NULL;
         struct verify_ctx c = {s, slot, now, s->seq_logits + (size_t)seq * (size_t)s->logit_rows * (size_t)s->vocab};
         int32_t draft[SPEC_K_LIMIT];
         if (n_draft > 0)
                 memcpy(draft, r->draft, (size_t)n_draft * sizeof(int32_t));
         int n_acc = spec_verify(draft, n_draft, verify_sample, &c, &ended);
-        spec_stats_add(&s->spec, n_draft, n_acc);
+        if (!forced)
+                spec_stats_add(&s->spec, n_draft, n_acc);
         if (ended || n_draft == 0)
                 return;
-        if (s->drafter.ops->verified)
-                s->drafter.ops->verified(s->drafter.self, slot, n_draft, n_acc);
-        spec_seq_update(&r->spec, n_draft, n_acc);
+        if (forced) {
+                s->fast_forward_tokens += n_acc;
+        } else {
+                if (s->drafter.ops->verified)
+                        s->drafter.ops->verified(s->drafter.self, slot, n_draft, n_acc);
+                spec_seq_update(&r->spec, n_draft, n_acc);
+        }
         /* Cannot fail: n_acc <= n_draft, the drafts of this sequence's last step. */
         dse_kv_seq_accept(s->kv, seq, draft, (size_t)n_acc);
         r->n_computed += n_acc;
@@ -807,7 +865,9 @@ int sched_step(struct sched *s, int64_t now_ms) {
                 return 0;
         if (s->drafter.ops)
                 plan_drafts(s, &p);
-        int32_t n_tok = 0;
+        if (s->fast_forward)
+                plan_forced(s, &p);
+        int32_t n_tok = 0, n_drafts = 0;
         for (int i = 0; i < p.n; i++) {
                 struct rq *r = &s->rqs[s->entries[i].rq];
                 int32_t chunk = s->entries[i].chunk, n_draft = s->entries[i].n_draft;
@@ -817,11 +877,12 @@ int sched_step(struct sched *s, int64_t now_ms) {
                                                      last ? logits : NULL};
                 s->bdrafts[i] = n_draft;
                 n_tok += chunk + n_draft;
+                n_drafts += n_draft;
         }
         struct dse_diag diag = {{0}};
         double t_step = worker_mono_s();
-        int r = s->drafter.ops ? dse_batch_verify(s->batch, s->bseqs, s->bdrafts, (size_t)p.n, &diag)
-                               : dse_batch_step(s->batch, s->bseqs, (size_t)p.n, &diag);
+        int r = s->drafter.ops || n_drafts ? dse_batch_verify(s->batch, s->bseqs, s->bdrafts, (size_t)p.n, &diag)
+                                           : dse_batch_step(s->batch, s->bseqs, (size_t)p.n, &diag);
         if (r < 0) {
                 for (int i = 0; i < p.n; i++)
                         fail(s, s->entries[i].rq, DSV_IPC_ERR_INTERNAL, diag.msg[0] ? diag.msg : strerror(-r));
@@ -860,11 +921,11 @@ int sched_step(struct sched *s, int64_t now_ms) {
                 struct rq *q = &s->rqs[s->entries[i].rq];
                 if (q->n_computed != q->n_tokens)
                         continue;
-                if (s->drafter.ops)
+                if (s->drafter.ops || s->entries[i].n_draft)
                         verify_drafts(s, s->entries[i].rq, s->entries[i].n_draft, now);
                 else
                         sample_next(s, s->entries[i].rq, now,
-                                    s->seq_logits + (size_t)q->seq * (size_t)s->vocab);
+                                    s->seq_logits + (size_t)q->seq * (size_t)s->logit_rows * (size_t)s->vocab);
         }
         return n_tok;
 }
@@ -896,6 +957,7 @@ void sched_get_stats(const struct sched *s, struct sched_stats *st) {
         st->last_step_tokens = s->last_tokens;
         st->constrained_tokens = s->constrained_tokens;
         st->forced_tokens = s->forced_tokens;
+        st->fast_forward_tokens = s->fast_forward_tokens;
         struct grammar_cache_stats gs;
         grammar_cache_get_stats(s->grammars, &gs);
         st->grammar_compiles = gs.compiles;

@@ -26,7 +26,8 @@
  * go to its sampler. A mask that allows one token forces it without sampling; EOS is
  * allowed only where the grammar accepts, and a sequence whose grammar accepts with
  * nothing allowed but EOS ends there ("stop"). Constrained and unconstrained sequences
- * share the batch.
+ * share the batch. With fast-forward (sched_set_fast_forward), the tokens a grammar forces
+ * next ride in one step as certain drafts.
  *
  * With speculation (sched_set_speculation), a decoding sequence may also carry draft tokens in its
  * step, verified in the same forward pass (speculate.h): drafts only fill what the
@@ -62,6 +63,7 @@ struct sched_stats {
         int32_t last_step_seqs, last_step_tokens;
         int64_t constrained_tokens; /* tokens chosen under a grammar's mask */
         int64_t forced_tokens;      /* of those, the ones the mask left alone (not sampled) */
+        int64_t fast_forward_tokens; /* of those, the ones carried as a forced run (no step of their own) */
         int64_t grammar_compiles, grammar_cache_hits;
         struct spec_stats spec;
 };
@@ -87,6 +89,11 @@ int sched_set_speculation(struct sched *s, const struct spec_config *spec);
 /* The same with the drafter given (an MTP head, a draft model, a test's), used when
  * spec->method is not SPEC_OFF; the drafter's state must outlive the scheduler. */
 int sched_set_drafter(struct sched *s, const struct spec_config *spec, const struct spec_drafter *drafter);
+/* Fast-forward (0, the default: off): a constrained sequence whose next tokens its
+ * grammar forces carries up to max_run of them (<= SPEC_K_LIMIT) in its step, so a run
+ * of forced tokens costs one forward pass instead of one each; the output is the same.
+ * Before the first request; -EINVAL, -EBUSY once requests came, -ENOMEM. */
+int sched_set_fast_forward(struct sched *s, int max_run);
 
 /* Queues a request whose prompt is already token ids (tokens: n_prompt ids, copied).
  * Bad parameters, an empty or too long prompt, a duplicate id or a full queue are

@@ -514,8 +514,10 @@ int worker_serve(const struct worker_config *cfg) {
         pthread_cond_init(&sv.has_msg, NULL);
         pthread_cond_init(&sv.has_space, NULL);
         int status = 1, rx_started = 0, prefault_started = 0;
-        /* A speculating sequence emits up to k_max + 1 tokens per step. */
-        int per_seq = cfg->spec.method != SPEC_OFF ? 1 + cfg->spec.k_max : 1;
+        /* A speculating sequence emits up to k_max + 1 tokens per step, a fast-forwarding
+         * one its forced run + 1. */
+        int most = cfg->spec.method != SPEC_OFF ? cfg->spec.k_max : 0;
+        int per_seq = 1 + (cfg->fast_forward > most ? cfg->fast_forward : most);
         size_t out_bytes = (size_t)cfg->max_batch * (size_t)per_seq * 2048 + (64u << 10);
         if (!(sv.inbox = calloc(INBOX_CAP, sizeof *sv.inbox)) ||
             dsv_ipc_batch_init(&sv.out, out_bytes < DSV_IPC_MAX_MSG_BYTES ? out_bytes : DSV_IPC_MAX_MSG_BYTES,
@@ -538,6 +540,8 @@ int worker_serve(const struct worker_config *cfg) {
         r = sv.prompt ? sched_new(&sc, e.model, e.tok, e.kv, e.batch, emit_cb, &sv, &sv.sched) : -ENOMEM;
         if (r >= 0)
                 r = sched_set_speculation(sv.sched, &cfg->spec);
+        if (r >= 0)
+                r = sched_set_fast_forward(sv.sched, cfg->fast_forward);
         if (r < 0) {
                 wlog(3, "Failed to create the scheduler: %s", strerror(-r));
                 goto out;

@@ -541,6 +541,9 @@ void dse_grammar_matcher_free(struct dse_grammar_matcher *m);
 int dse_grammar_matcher_advance(struct dse_grammar_matcher *m, const void *bytes, size_t n);
 /* 1 when the bytes fed so far are a whole output of the grammar, else 0. */
 int dse_grammar_matcher_is_accepting(const struct dse_grammar_matcher *m);
+/* Gives dst the state (and grammar) of src, to look ahead without changing src; dst's
+ * memory is reused. 0 or -ENOMEM (dst is then unchanged). */
+int dse_grammar_matcher_copy(struct dse_grammar_matcher *dst, const struct dse_grammar_matcher *src);
 /* Writes the mask of the tokens allowed next (bit id of mask[id / 64], mask_words(vocab)
  * words) by walking the token trie against the state: a byte the grammar refuses skips
  * the whole subtree under it. The part of a mask that does not depend on the frames

@@ -379,17 +379,32 @@ static uint32_t rng(void) {
 
 /* walks random walks of up to steps tokens per schema; the scan twin costs a whole
  * vocabulary per state, so big vocabularies get fewer states */
-static void mask_matches_scan(const char *tokenizer_rel, int walks, int steps, int min_states) {
+/* Loads a tokenizer (a path in the source tree, or "fixtures/..." in the fixtures) and
+ * its token tries. */
+static int load_vocab(const char *tokenizer_rel, struct dse_tokenizer **tok, struct dse_grammar_vocab **v) {
         const char *src = getenv("DSV_SOURCE_DIR"), *fix = getenv("DSV_FIXTURES");
         char path[4096];
         snprintf(path, sizeof path, "%s/%s", strncmp(tokenizer_rel, "fixtures/", 9) ? (src ? src : "..") : fix,
                  strncmp(tokenizer_rel, "fixtures/", 9) ? tokenizer_rel : tokenizer_rel + 9);
+        struct dse_diag diag = {{0}};
+        int r = dse_tokenizer_load_file(path, tok, &diag);
+        if (r < 0) {
+                fprintf(stderr, "  cannot load %s: %s\n", path, diag.msg);
+                return r;
+        }
+        r = dse_grammar_vocab_new(*tok, v, &diag);
+        if (r < 0) {
+                fprintf(stderr, "  %s: %s\n", path, diag.msg);
+                dse_tokenizer_free(*tok);
+        }
+        return r;
+}
+
+static void mask_matches_scan(const char *tokenizer_rel, int walks, int steps, int min_states) {
         struct dse_tokenizer *tok;
         struct dse_diag diag = {{0}};
-        if (dse_tokenizer_load_file(path, &tok, &diag) < 0)
-                T_FAIL("cannot load %s: %s", path, diag.msg);
         struct dse_grammar_vocab *v;
-        ASSERT_OK(dse_grammar_vocab_new(tok, &v, &diag));
+        ASSERT_OK(load_vocab(tokenizer_rel, &tok, &v));
         /* the last one is GBNF; the mask of a state is asked twice, so the cached mask
          * is checked both when it is made and when it is reused */
         const char *schemas[] = {
@@ -453,6 +468,78 @@ TEST(trie_mask_equals_scan_sentencepiece) {
 
 TEST(trie_mask_equals_scan_byte_level_bpe) {
         mask_matches_scan("fixtures/tokenizers/models/qwen2_5/tokenizer.json", 1, 12, 12);
+}
+
+/* States where the plain tokens are taken or refused whole, or only in part, and states
+ * just around it (mid-character, after a backslash, at a length bound, in a key that
+ * must not be a declared name, in a number, in GBNF), each reached by feeding bytes:
+ * the mask equals the scan twin, fresh and cached. */
+struct awkward_state {
+        char kind; /* 's' schema, 'g' GBNF */
+        const char *grammar, *prefix;
+};
+
+static const struct awkward_state awkward_states[] = {
+        {'s', "{\"type\":\"string\",\"maxLength\":5}", "\""},
+        {'s', "{\"type\":\"string\",\"maxLength\":5}", "\"ab"},
+        {'s', "{\"type\":\"string\",\"maxLength\":5}", "\"abcd"},
+        {'s', "{\"type\":\"string\",\"maxLength\":5}", "\"abcde"},
+        {'s', "{\"type\":\"string\",\"maxLength\":5}", "\"\xc3"},
+        {'s', "{\"type\":\"string\",\"maxLength\":5}", "\"\xe4\xb8\xad\xe6\x96"},
+        {'s', "{\"type\":\"string\",\"maxLength\":5}", "\"a\\"},
+        {'s', "{\"type\":\"string\",\"maxLength\":5}", "\"a\\u00"},
+        {'s', "{\"type\":\"string\",\"minLength\":3,\"maxLength\":40}", "\"\xf0\x9f\x98\x80"},
+        {'s', "{\"type\":\"array\",\"items\":{\"type\":\"string\"}}", "[\"x\",\""},
+        {'s', "{\"type\":\"array\",\"items\":{\"type\":\"string\"}}", "[\"x\\\"y"},
+        {'s', "{\"type\":\"object\",\"properties\":{\"title\":{\"type\":\"string\",\"maxLength\":3}}}", "{\""},
+        {'s', "{\"type\":\"object\",\"properties\":{\"title\":{\"type\":\"string\",\"maxLength\":3}}}", "{\"tit"},
+        {'s', "{\"type\":\"object\",\"properties\":{\"title\":{\"type\":\"string\",\"maxLength\":3}}}",
+         "{\"title\":\"ab"},
+        {'s', "{\"type\":\"string\",\"pattern\":\"^[a-z]+$\"}", "\"ab"},
+        {'s', "{\"enum\":[\"\xc3\xa9t\xc3\xa9\",\"\xe4\xb8\xad\xe6\x96\x87\",\"ab\"]}", "\""},
+        {'s', "{\"enum\":[\"\xc3\xa9t\xc3\xa9\",\"\xe4\xb8\xad\xe6\x96\x87\",\"ab\"]}", "\"\xc3\xa9"},
+        {'s', "{\"type\":\"object\",\"properties\":{\"n\":{\"type\":\"number\"}}}", "{\"n\":-0."},
+        {'s', "{\"type\":\"object\",\"properties\":{\"n\":{\"type\":\"number\"}}}", "{\"n\":12"},
+        {'s', "{\"format\":\"date\"}", "\"2024-0"},
+        {'s', "true", "{\"k\":[\"v"},
+        {'g', "root ::= [^\"]{2,4} \"!\"", ""},
+        {'g', "root ::= [^\"]{2,4} \"!\"", "ab"},
+        {'g', "root ::= [a-z ]* \".\"", "x"},
+        {'g', "root ::= (\"say \" [^\\n\"]+ \"\\n\")+ \"end\"", "say h\xc3\xa9"},
+};
+
+TEST(trie_mask_equals_scan_at_awkward_states) {
+        struct dse_tokenizer *tok;
+        struct dse_diag diag = {{0}};
+        struct dse_grammar_vocab *v;
+        ASSERT_OK(load_vocab("fixtures/tokenizers/models/deepseek_v3/tokenizer.json", &tok, &v));
+        size_t words = dse_grammar_vocab_mask_words(v);
+        uint64_t *trie = calloc(words, sizeof *trie), *scan = calloc(words, sizeof *scan);
+        for (size_t i = 0; i < sizeof awkward_states / sizeof *awkward_states; i++) {
+                const struct awkward_state *a = &awkward_states[i];
+                struct dse_grammar *g;
+                if (a->kind == 's')
+                        ASSERT_OK(dse_grammar_compile_json_schema(a->grammar, strlen(a->grammar), &g, &diag));
+                else
+                        ASSERT_OK(dse_grammar_compile_gbnf(a->grammar, strlen(a->grammar), &g, &diag));
+                struct dse_grammar_matcher *m;
+                ASSERT_OK(dse_grammar_matcher_new(g, &m, &diag));
+                ASSERT_OK(dse_grammar_matcher_advance(m, a->prefix, strlen(a->prefix)));
+                int n_scan = dse__grammar_matcher_fill_mask_scan(m, v, scan);
+                ASSERT_TRUE(n_scan > 0);
+                for (int again = 0; again < 2; again++) {
+                        int n = dse_grammar_matcher_fill_mask(m, v, trie);
+                        if (n != n_scan || memcmp(trie, scan, words * sizeof *trie))
+                                T_FAIL("%s after '%s': mask %d tokens, scan %d (%s)", a->grammar, a->prefix, n, n_scan,
+                                       again ? "cached" : "fresh");
+                }
+                dse_grammar_matcher_free(m);
+                dse_grammar_free(g);
+        }
+        free(trie);
+        free(scan);
+        dse_grammar_vocab_free(v);
+        dse_tokenizer_free(tok);
 }
 
 TEST(eos_only_when_complete) {

@@ -22,12 +22,18 @@ struct out {
         int error[N_REQ]; /* code + 1 */
         char error_msg[N_REQ][256];
         int top_bytes_seen;
+        int32_t toks[N_REQ][256]; /* the first 256 tokens of each reply, and their logprobs */
+        float lp[N_REQ][256];
 };
 
 static void on_event(void *user, const struct dsv_ipc_msg *m) {
         struct out *o = user;
         if (m->type == DSV_IPC_TOKEN && m->u.token.id < N_REQ) {
                 uint64_t id = m->u.token.id;
+                if (o->n_tok[id] < 256) {
+                        o->toks[id][o->n_tok[id]] = m->u.token.token;
+                        o->lp[id][o->n_tok[id]] = m->u.token.logprob;
+                }
                 if (o->n_tok[id]++ == 0)
                         o->first[id] = m->u.token.token;
                 strncat(o->text[id], m->u.token.text, sizeof o->text[id] - strlen(o->text[id]) - 1);
@@ -368,5 +374,84 @@ TEST(refused_schema_and_alternative_bytes) {
         ASSERT_OK(sched_add(g.s, &req, ids, (size_t)n, 0));
         ASSERT_OK(run(&g));
         ASSERT_EQ(g.o.top_bytes_seen, 2);
+        rig_done(&g);
+}
+
+/* Fast-forward: the same requests with and without it give the same tokens, texts,
+ * logprobs and ends (sampled at temperature, so the random stream must be used alike;
+ * one cut by max_tokens and one by a stop string inside a forced run), in fewer
+ * forward passes. */
+static void fast_forward_run(struct rig *g, int max_run, struct sched_stats *st) {
+        ASSERT_OK(rig_init(g, 8));
+        ASSERT_OK(sched_set_fast_forward(g->s, max_run));
+        int32_t ids[64];
+        int n = dse_tokenizer_encode(tok, "And God said", 12, 1, ids, 64);
+        ASSERT_TRUE(n > 0);
+        char *stop[] = {"\"role\""};
+        for (int id = 0; id < 6; id++) {
+                struct dsv_ipc_request req = {.id = (uint64_t)id, .input = DSV_IPC_INPUT_TOKENS, .max_tokens = 200};
+                dsv_ipc_sampling_init(&req.sampling);
+                req.sampling.temperature = 0.9f;
+                req.sampling.seed = 11 + (uint64_t)id;
+                req.sampling.has_seed = 1;
+                req.logprobs = 2;
+                req.constraint = DSV_IPC_CONSTRAINT_JSON_SCHEMA;
+                req.constraint_text = (char *)(id == 3 ? list : person);
+                if (id == 4)
+                        req.max_tokens = 7; /* ends inside the forced run of the first key */
+                if (id == 5) {
+                        req.stop = stop;
+                        req.n_stop = 1;
+                }
+                ASSERT_OK(sched_add(g->s, &req, ids, (size_t)n, 0));
+        }
+        ASSERT_OK(run(g));
+        sched_get_stats(g->s, st);
+}
+
+TEST(fast_forward_same_output_fewer_passes) {
+        struct rig *off = calloc(1, sizeof *off), *on = calloc(1, sizeof *on);
+        ASSERT_TRUE(off && on);
+        struct sched_stats st_off, st_on;
+        fast_forward_run(off, 0, &st_off);
+        fast_forward_run(on, 8, &st_on);
+        for (int id = 0; id < 6; id++) {
+                if (getenv("DSV_TEST_VERBOSE"))
+                        fprintf(stderr, "  %d: %s (%s, %d tokens)\n", id, on->o.text[id], on->o.reason[id],
+                                on->o.n_tok[id]);
+                ASSERT_EQ(on->o.error[id], 0);
+                ASSERT_EQ(on->o.n_tok[id], off->o.n_tok[id]);
+                ASSERT_STREQ(on->o.text[id], off->o.text[id]);
+                ASSERT_STREQ(on->o.reason[id], off->o.reason[id]);
+                for (int t = 0; t < on->o.n_tok[id] && t < 256; t++) {
+                        ASSERT_EQ(on->o.toks[id][t], off->o.toks[id][t]);
+                        ASSERT_FLOAT_EQ(on->o.lp[id][t], off->o.lp[id][t]);
+                }
+        }
+        ASSERT_STREQ(on->o.reason[4], "length");
+        ASSERT_EQ(on->o.n_tok[4], 7);
+        ASSERT_STREQ(on->o.reason[5], "stop");
+        ASSERT_EQ(st_off.fast_forward_tokens, 0);
+        ASSERT_TRUE(st_on.fast_forward_tokens > 0);
+        ASSERT_EQ(st_on.forced_tokens, st_off.forced_tokens);
+        ASSERT_EQ(st_on.constrained_tokens, st_off.constrained_tokens);
+        ASSERT_TRUE(st_on.steps < st_off.steps);
+        fprintf(stderr, "  forward passes: %lld without fast-forward, %lld with (%lld tokens in forced runs)\n",
+                (long long)st_off.steps, (long long)st_on.steps, (long long)st_on.fast_forward_tokens);
+        ASSERT_EQ(st_on.kv_blocks_used, 0);
+        rig_done(off);
+        rig_done(on);
+        free(off);
+        free(on);
+}
+
+TEST(fast_forward_bad_config) {
+        struct rig g;
+        ASSERT_OK(rig_init(&g, 2));
+        ASSERT_ERR(sched_set_fast_forward(g.s, -1), -EINVAL);
+        ASSERT_ERR(sched_set_fast_forward(g.s, 9), -EINVAL);
+        ASSERT_OK(add(&g, 0, person, 4, 0.0f, NULL, 0, NULL));
+        ASSERT_ERR(sched_set_fast_forward(g.s, 4), -EBUSY);
+        ASSERT_OK(run(&g));
         rig_done(&g);
 }

@@ -182,8 +182,9 @@ int dse__grammar_state_accepting(const struct dse_grammar_matcher *m, uint32_t b
 
 /* ---- token trie (token_trie.c) ---- */
 
-/* One trie node per distinct token-byte prefix, stored flat in depth-first order: a
- * node's subtree is [index, end). Node 0 is the root (the empty prefix). */
+/* One trie node per distinct token-byte prefix of a part of the vocabulary, stored flat
+ * in depth-first order: a node's subtree is [index, end). A part's root is the empty
+ * prefix. */
 struct grammar_trie_node {
         uint32_t end;       /* one past the last node of this subtree */
         int32_t first_token; /* a token whose bytes end here, -1 when none */
@@ -191,9 +192,26 @@ struct grammar_trie_node {
         uint8_t byte;        /* the byte leading here from the parent */
 };
 
+/* Plain text: complete UTF-8 characters none of which is a control (below U+0020), DEL,
+ * '"' or backslash. Nearly every token is plain, and inside a JSON string every plain
+ * character usually leads to one same state, so the trie walk takes the plain tokens of
+ * up to GRAMMAR_PLAIN_MAX characters as whole sets when it can (trie_walk.c). */
+#define GRAMMAR_PLAIN_MAX 16
+
+/* The number of characters of bytes when they are plain text, else 0. */
+uint32_t dse__grammar_plain_chars(const uint8_t *bytes, uint32_t len);
+
 struct dse_grammar_vocab {
+        /* one trie per part, one after the other: part c (1 to GRAMMAR_PLAIN_MAX) holds the
+         * plain tokens of c characters, part 0 all the others; part_root[c] is the root
+         * node of part c (its subtree is the whole part) */
         struct grammar_trie_node *nodes;
         uint32_t n_nodes;
+        uint32_t part_root[GRAMMAR_PLAIN_MAX + 1];
+        /* plain_upto + (c - 1) * mask words: the tokens of parts 1 to c as a bitset, and
+         * plain_upto_count[c - 1] how many they are */
+        uint64_t *plain_upto;
+        uint32_t plain_upto_count[GRAMMAR_PLAIN_MAX];
         int32_t *next_token; /* [n_vocab]: the next token with the same bytes, -1 at the end */
         uint8_t **token_bytes; /* [n_vocab]: each token's bytes (NULL: never allowed) */
         uint32_t *token_len;
@@ -216,17 +234,27 @@ int dse__grammar_state_shape(const struct dse_grammar_matcher *m, uint32_t begin
 int dse__grammar_state_load(struct dse_grammar_matcher *m, const uint32_t *shape, uint32_t below, uint32_t *ret_end,
                             uint32_t *ret_used);
 
-/* Walks the token trie from the state of a shape (README.md), set on the frame
+/* The states trie walks met and their transitions, which depend on the grammar only:
+ * kept from walk to walk (*states of dse__grammar_trie_walk, NULL to start one), for
+ * walks of the same grammar whose `below` frames are alike (a stand-in boundary, or
+ * none). */
+struct grammar_walk_states;
+void dse__grammar_walk_states_free(struct grammar_walk_states *states);
+
+/* Walks the token tries from the state of a shape (README.md), set on the frame
  * `below`, which is m->boundary during the walk when it is not GRAMMAR_NIL: sets in
- * allowed the bit of each token some stack other than a popped one survives, and, when
- * popped is not NULL, appends to it (growing *cap_popped) every trie node after whose
- * bytes the state holds a popped stack. Each node costs a lookup in a table of the
- * walk's states and their byte transitions, each transition computed once by the
- * matcher. Returns the count of allowed tokens, or -ENOMEM / -E2BIG. The arena is as
- * it was on return. */
+ * allowed (cleared by the caller) the bit of each token some stack other than a popped
+ * one survives, and, when popped is not NULL, appends to it (growing *cap_popped) every
+ * trie node after whose bytes the state holds a popped stack. A part of plain tokens
+ * whose every path is decided by the plain characters' common transitions is taken or
+ * dropped whole, without a walk; no such path meets a popped stack. Each node walked
+ * costs a lookup in a table of the walk's states and their byte transitions, each
+ * transition computed once by the matcher for all the bytes the state cannot tell
+ * apart, and kept in *states. Returns the count of allowed tokens, or -ENOMEM / -E2BIG.
+ * The arena is as it was on return. */
 int dse__grammar_trie_walk(struct dse_grammar_matcher *m, const struct dse_grammar_vocab *vocab, const uint32_t *shape,
-                           uint32_t below, uint64_t *allowed, uint32_t **popped, uint32_t *n_popped,
-                           uint32_t *cap_popped);
+                           uint32_t below, struct grammar_walk_states **states, uint64_t *allowed, uint32_t **popped,
+                           uint32_t *n_popped, uint32_t *cap_popped);
 /* The mask of the current state through the grammar's cache (mask_cache.c): same
  * contract as dse_grammar_matcher_fill_mask without EOS, on a cleared mask. */
 int dse__grammar_mask_cached(struct dse_grammar_matcher *m, const struct dse_grammar_vocab *vocab, uint64_t *mask);

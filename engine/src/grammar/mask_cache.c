@@ -21,6 +21,9 @@
 /* Past this much memory a grammar's cache stops growing; masks are then computed
  * without keeping them. */
 #define MASK_CACHE_MAX_BYTES ((size_t)64 << 20)
+/* Past this many context-dependent tokens, resolving them on every use of an entry
+ * costs about what a walk does: such a state's mask is cached whole instead. */
+#define MASK_CACHE_MAX_DEPS 4096
 
 struct mask_entry {
         uint64_t hash, vocab_uid;
@@ -34,6 +37,9 @@ struct mask_entry {
         int32_t *dep_ids;
         uint32_t *dep_k;
         uint32_t n_dep;
+        /* the cut leaves too many tokens context-dependent: the entry holds nothing, and
+         * the mask is cached under the whole state instead */
+        int whole_state;
         size_t bytes;
 };
 
@@ -42,6 +48,9 @@ struct grammar_mask_cache {
         struct mask_entry **entries;
         uint32_t n, cap;
         size_t bytes;
+        /* the trie walks' states, for walks on a stand-in boundary ([1]) or on none ([0]);
+         * a walk takes one out and puts it back (NULL while it is out) */
+        struct grammar_walk_states *walk_states[2];
 };
 
 int dse__grammar_mask_cache_new(struct grammar_mask_cache **ret) {
@@ -73,6 +82,8 @@ void dse__grammar_mask_cache_free(struct grammar_mask_cache *c) {
         for (uint32_t i = 0; i < c->n; i++)
                 entry_free(c->entries[i]);
         free(c->entries);
+        dse__grammar_walk_states_free(c->walk_states[0]);
+        dse__grammar_walk_states_free(c->walk_states[1]);
         pthread_mutex_destroy(&c->lock);
         free(c);
 }
@@ -201,10 +212,22 @@ static int build_entry(struct dse_grammar_matcher *m, const struct dse_grammar_v
         if (has_boundary)
                 r = dse__grammar_frame_new(m, 0, GRAMMAR_NIL, &stand_in);
         if (r == 0) {
+                struct grammar_mask_cache *c = m->g->cache;
+                pthread_mutex_lock(&c->lock);
+                struct grammar_walk_states *states = c->walk_states[has_boundary];
+                c->walk_states[has_boundary] = NULL;
+                pthread_mutex_unlock(&c->lock);
                 m->boundary = stand_in;
-                int count = dse__grammar_trie_walk(m, v, e->key + 1, stand_in, bits, has_boundary ? &popped : NULL,
-                                                   &n_popped, &cap_popped);
+                int count = dse__grammar_trie_walk(m, v, e->key + 1, stand_in, &states, bits,
+                                                   has_boundary ? &popped : NULL, &n_popped, &cap_popped);
                 m->boundary = GRAMMAR_NIL;
+                pthread_mutex_lock(&c->lock);
+                if (!c->walk_states[has_boundary]) {
+                        c->walk_states[has_boundary] = states;
+                        states = NULL;
+                }
+                pthread_mutex_unlock(&c->lock);
+                dse__grammar_walk_states_free(states);
                 r = count < 0 ? count : 0;
                 e->n_allowed = count < 0 ? 0 : (uint32_t)count;
         }
@@ -213,6 +236,17 @@ static int build_entry(struct dse_grammar_matcher *m, const struct dse_grammar_v
         if (r == 0)
                 r = collect_deps(v, popped, n_popped, bits, e);
         free(popped);
+        if (r == 0 && e->n_dep > MASK_CACHE_MAX_DEPS) {
+                free(e->dep_ids);
+                free(e->dep_k);
+                e->dep_ids = NULL;
+                e->dep_k = NULL;
+                e->n_dep = 0;
+                e->n_allowed = 0;
+                e->whole_state = 1;
+                memset(bits, 0, words * sizeof *bits);
+                e->bytes = 0;
+        }
         if (r == 0 && (size_t)e->n_allowed * sizeof *e->ids < words * sizeof *bits) {
                 /* few tokens: a list is smaller than the bitset */
                 e->ids = malloc(((size_t)e->n_allowed + 1) * sizeof *e->ids);
@@ -308,9 +342,12 @@ static int resolve_deps(struct dse_grammar_matcher *m, const struct dse_grammar_
         return r < 0 ? r : count;
 }
 
-int dse__grammar_mask_cached(struct dse_grammar_matcher *m, const struct dse_grammar_vocab *vocab, uint64_t *mask) {
+/* The entry for the current state cut at boundary (GRAMMAR_NIL: the whole state), built
+ * and kept when new; *ret_built is set when it could not be kept (the caller frees it). */
+static int find_entry(struct dse_grammar_matcher *m, const struct dse_grammar_vocab *vocab, uint32_t boundary,
+                      struct mask_entry **ret_e, struct mask_entry **ret_built) {
         struct grammar_mask_cache *c = m->g->cache;
-        uint32_t boundary = boundary_frame(m), key_len;
+        uint32_t key_len;
         GRAMMAR_TRY(state_key(m, boundary, &key_len));
         uint64_t hash = key_hash(m->key, key_len, vocab->uid);
         pthread_mutex_lock(&c->lock);
@@ -331,7 +368,21 @@ int dse__grammar_mask_cached(struct dse_grammar_matcher *m, const struct dse_gra
                 }
                 pthread_mutex_unlock(&c->lock);
                 if (!e)
-                        e = built; /* not kept: used once, freed below */
+                        e = built; /* not kept: used once, freed by the caller */
+        }
+        *ret_e = e;
+        *ret_built = built;
+        return 0;
+}
+
+int dse__grammar_mask_cached(struct dse_grammar_matcher *m, const struct dse_grammar_vocab *vocab, uint64_t *mask) {
+        uint32_t boundary = boundary_frame(m);
+        struct mask_entry *e, *built;
+        GRAMMAR_TRY(find_entry(m, vocab, boundary, &e, &built));
+        if (e->whole_state) {
+                entry_free(built);
+                boundary = GRAMMAR_NIL;
+                GRAMMAR_TRY(find_entry(m, vocab, boundary, &e, &built));
         }
         int count = (int)e->n_allowed;
         if (e->bits)

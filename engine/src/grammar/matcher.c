@@ -272,3 +272,25 @@ int dse_grammar_matcher_advance(struct dse_grammar_matcher *m, const void *bytes
 int dse_grammar_matcher_is_accepting(const struct dse_grammar_matcher *m) {
         return m && !m->ended && dse__grammar_state_accepting(m, m->cur_begin, m->cur_end);
 }
+
+int dse_grammar_matcher_copy(struct dse_grammar_matcher *dst, const struct dse_grammar_matcher *src) {
+        if (!dst || !src)
+                return -EINVAL;
+        /* the arena is copied whole, so frame indices stay valid; after an advance it holds
+         * only the current state */
+        GRAMMAR_TRY(dse__grammar_grow((void **)&dst->frames, &dst->cap_frames, (uint64_t)src->n_frames + 1,
+                                      sizeof *dst->frames));
+        GRAMMAR_TRY(dse__grammar_grow((void **)&dst->tops, &dst->cap_tops, (uint64_t)src->n_tops + 1, sizeof *dst->tops));
+        if (src->n_frames)
+                memcpy(dst->frames, src->frames, (size_t)src->n_frames * sizeof *dst->frames);
+        if (src->n_tops)
+                memcpy(dst->tops, src->tops, (size_t)src->n_tops * sizeof *dst->tops);
+        dst->g = src->g;
+        dst->n_frames = src->n_frames;
+        dst->n_tops = src->n_tops;
+        dst->cur_begin = src->cur_begin;
+        dst->cur_end = src->cur_end;
+        dst->ended = src->ended;
+        dst->boundary = GRAMMAR_NIL;
+        return 0;
+}

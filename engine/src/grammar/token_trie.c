@@ -1,7 +1,5 @@
-/* The token trie of a vocabulary and the token mask computed by walking it against a
- * matcher state (README.md): a node's state is the parent's state stepped by one byte,
- * and a byte the grammar refuses skips the node's whole subtree, so the cost follows the
- * tokens the grammar allows, not the vocabulary size.
+/* The token tries of a vocabulary (the walk is trie_walk.c), the mask entry point and
+ * its per-token reference twin.
  *
  * A token's bytes are what it adds to decoded text in the middle of an output: the
  * decode of (context token, token) minus the decode of the context token alone, so a
@@ -103,33 +101,21 @@ static int cmp_sorted(const void *a, const void *b) {
         return x->id < y->id ? -1 : x->id > y->id;
 }
 
-static int build_trie(struct dse_grammar_vocab *v) {
-        struct sorted_token *s = malloc(((size_t)v->n_vocab + 1) * sizeof *s);
-        size_t total = 1;
-        uint32_t n = 0;
-        if (!s)
-                return -ENOMEM;
-        for (int32_t id = 0; id < v->n_vocab; id++) {
-                if (!v->token_len[id] || id == v->eos)
-                        continue;
-                s[n++] = (struct sorted_token){v->token_bytes[id], v->token_len[id], id};
-                total += v->token_len[id];
-        }
-        qsort(s, n, sizeof *s, cmp_sorted);
-        v->nodes = malloc(total * sizeof *v->nodes);
-        if (!v->nodes) {
-                free(s);
-                return -ENOMEM;
-        }
+/* Appends the trie of the tokens of part (sorted) to v->nodes, its root first. */
+static void build_part(struct dse_grammar_vocab *v, const struct sorted_token *s, uint32_t n, const uint8_t *part_of,
+                      uint8_t part) {
         /* path[d]: the node at depth d on the path to the previous token */
         uint32_t path[TOKEN_MAX_BYTES + 1];
-        uint32_t depth = 0, n_nodes = 1;
-        v->nodes[0] = (struct grammar_trie_node){.end = 0, .first_token = -1, .depth = 0, .byte = 0};
-        path[0] = 0;
+        uint32_t depth = 0, root = v->n_nodes, n_nodes = v->n_nodes + 1;
+        v->part_root[part] = root;
+        v->nodes[root] = (struct grammar_trie_node){.end = 0, .first_token = -1, .depth = 0, .byte = 0};
+        path[0] = root;
         const struct sorted_token *prev = NULL;
         int32_t *last_same = NULL;
         for (uint32_t i = 0; i < n; i++) {
                 const struct sorted_token *t = &s[i];
+                if (part_of[t->id] != part)
+                        continue;
                 uint32_t common = 0;
                 if (prev)
                         while (common < prev->len && common < t->len && prev->bytes[common] == t->bytes[common])
@@ -154,9 +140,47 @@ static int build_trie(struct dse_grammar_vocab *v) {
         }
         while (depth > 0)
                 v->nodes[path[depth--]].end = n_nodes;
-        v->nodes[0].end = n_nodes;
+        v->nodes[root].end = n_nodes;
         v->n_nodes = n_nodes;
+}
+
+/* The tries of the parts of the vocabulary (grammar.h), and the plain parts' bitsets. */
+static int build_trie(struct dse_grammar_vocab *v) {
+        size_t words = dse_grammar_vocab_mask_words(v);
+        struct sorted_token *s = malloc(((size_t)v->n_vocab + 1) * sizeof *s);
+        uint8_t *part_of = calloc((size_t)v->n_vocab + 1, 1);
+        v->plain_upto = calloc(GRAMMAR_PLAIN_MAX * words, sizeof *v->plain_upto);
+        size_t total = GRAMMAR_PLAIN_MAX + 1;
+        uint32_t n = 0;
+        if (!s || !part_of || !v->plain_upto) {
+                free(s);
+                free(part_of);
+                return -ENOMEM;
+        }
+        for (int32_t id = 0; id < v->n_vocab; id++) {
+                if (!v->token_len[id] || id == v->eos)
+                        continue;
+                s[n++] = (struct sorted_token){v->token_bytes[id], v->token_len[id], id};
+                total += v->token_len[id];
+                uint32_t chars = dse__grammar_plain_chars(v->token_bytes[id], v->token_len[id]);
+                part_of[id] = (uint8_t)(chars <= GRAMMAR_PLAIN_MAX ? chars : 0);
+                for (uint32_t c = part_of[id]; c && c <= GRAMMAR_PLAIN_MAX; c++) {
+                        v->plain_upto[(c - 1) * words + (size_t)id / 64] |= (uint64_t)1 << (id % 64);
+                        v->plain_upto_count[c - 1]++;
+                }
+        }
+        qsort(s, n, sizeof *s, cmp_sorted);
+        v->nodes = malloc(total * sizeof *v->nodes);
+        if (!v->nodes) {
+                free(s);
+                free(part_of);
+                return -ENOMEM;
+        }
+        v->n_nodes = 0;
+        for (uint8_t part = 0; part <= GRAMMAR_PLAIN_MAX; part++)
+                build_part(v, s, n, part_of, part);
         free(s);
+        free(part_of);
         return 0;
 }
 
@@ -240,6 +264,7 @@ void dse_grammar_vocab_free(struct dse_grammar_vocab *vocab) {
         free(vocab->token_len);
         free(vocab->next_token);
         free(vocab->nodes);
+        free(vocab->plain_upto);
         free(vocab);
 }
 
@@ -269,173 +294,6 @@ static int mask_begin(const struct dse_grammar_matcher *m, const struct dse_gram
                 return -EINVAL;
         memset(mask, 0, dse_grammar_vocab_mask_words(vocab) * sizeof *mask);
         return !m->ended;
-}
-
-/* The states one trie walk meets, interned by shape, with their byte transitions:
- * inside a JSON string nearly every node leads back to one of a few states, so a
- * node costs a table lookup and the matcher runs once per distinct transition. */
-#define WALK_UNKNOWN (-1)
-#define WALK_DEAD (-2)
-enum { WALK_HAS_POPPED = 1, WALK_HAS_OTHER = 2 };
-
-struct walk_states {
-        uint32_t *words; /* the shapes, one after the other */
-        uint32_t n_words, cap_words;
-        uint32_t *start, *len; /* each state's shape in words */
-        uint8_t *flags;
-        uint32_t n, cap_start, cap_len, cap_flags;
-        int32_t *next; /* [state * 256 + byte] */
-        uint32_t cap_next;
-        uint32_t *table; /* open addressing: state + 1, 0 empty */
-        uint32_t table_size;
-        uint32_t *scratch; /* a shape being made */
-        uint32_t cap_scratch;
-};
-
-static void walk_states_done(struct walk_states *w) {
-        free(w->words);
-        free(w->start);
-        free(w->len);
-        free(w->flags);
-        free(w->next);
-        free(w->table);
-        free(w->scratch);
-}
-
-static uint32_t shape_hash(const uint32_t *shape, uint32_t n) {
-        uint32_t h = 2166136261u;
-        for (uint32_t i = 0; i < n; i++)
-                h = (h ^ shape[i]) * 16777619u;
-        return h;
-}
-
-static int table_put(struct walk_states *w, uint32_t id) {
-        uint32_t mask = w->table_size - 1;
-        for (uint32_t k = shape_hash(w->words + w->start[id], w->len[id]) & mask;; k = (k + 1) & mask)
-                if (!w->table[k]) {
-                        w->table[k] = id + 1;
-                        return 0;
-                }
-}
-
-/* The id of the state of a shape, added (with flags) when new. */
-static int walk_intern(struct walk_states *w, const uint32_t *shape, uint32_t n, uint8_t flags, int32_t *ret_id) {
-        if (w->table_size) {
-                uint32_t mask = w->table_size - 1;
-                for (uint32_t k = shape_hash(shape, n) & mask; w->table[k]; k = (k + 1) & mask) {
-                        uint32_t id = w->table[k] - 1;
-                        if (w->len[id] == n && !memcmp(w->words + w->start[id], shape, n * sizeof *shape)) {
-                                *ret_id = (int32_t)id;
-                                return 0;
-                        }
-                }
-        }
-        uint32_t id = w->n;
-        GRAMMAR_TRY(dse__grammar_grow((void **)&w->words, &w->cap_words, (uint64_t)w->n_words + n, sizeof *w->words));
-        GRAMMAR_TRY(dse__grammar_grow((void **)&w->start, &w->cap_start, (uint64_t)id + 1, sizeof *w->start));
-        GRAMMAR_TRY(dse__grammar_grow((void **)&w->len, &w->cap_len, (uint64_t)id + 1, sizeof *w->len));
-        GRAMMAR_TRY(dse__grammar_grow((void **)&w->flags, &w->cap_flags, (uint64_t)id + 1, sizeof *w->flags));
-        GRAMMAR_TRY(dse__grammar_grow((void **)&w->next, &w->cap_next, 256 * ((uint64_t)id + 1), sizeof *w->next));
-        memcpy(w->words + w->n_words, shape, n * sizeof *shape);
-        w->start[id] = w->n_words;
-        w->len[id] = n;
-        w->flags[id] = flags;
-        for (int b = 0; b < 256; b++)
-                w->next[256 * id + (uint32_t)b] = WALK_UNKNOWN;
-        w->n_words += n;
-        w->n++;
-        if (2 * w->n > w->table_size) {
-                uint32_t size = w->table_size ? 2 * w->table_size : 64;
-                uint32_t *t = calloc(size, sizeof *t);
-                if (!t)
-                        return -ENOMEM;
-                free(w->table);
-                w->table = t;
-                w->table_size = size;
-                for (uint32_t i = 0; i < w->n; i++)
-                        table_put(w, i);
-        } else
-                table_put(w, id);
-        *ret_id = (int32_t)id;
-        return 0;
-}
-
-/* The state that byte leads to from state id (WALK_DEAD: none), computed by the
- * matcher on the state rebuilt on the frame below. */
-static int walk_step(struct dse_grammar_matcher *m, struct walk_states *w, int32_t id, uint8_t byte, uint32_t below,
-                     int32_t *ret_id) {
-        uint32_t mark_frames = m->n_frames, mark_tops = m->n_tops, begin = m->n_tops, end, used, n = 0;
-        int r = dse__grammar_state_load(m, w->words + w->start[id], below, &end, &used);
-        int64_t next_end = 0;
-        uint32_t next_begin = m->n_tops;
-        if (r == 0) {
-                next_end = dse__grammar_matcher_step(m, begin, end, byte);
-                r = next_end < 0 ? (int)next_end : 0;
-        }
-        uint8_t flags = 0;
-        if (r == 0 && (uint32_t)next_end > next_begin) {
-                for (uint32_t i = next_begin; i < (uint32_t)next_end; i++)
-                        flags |= m->tops[i] == GRAMMAR_POPPED ? WALK_HAS_POPPED : WALK_HAS_OTHER;
-                r = dse__grammar_state_shape(m, next_begin, (uint32_t)next_end, below, &w->scratch, &w->cap_scratch, &n);
-        }
-        m->n_frames = mark_frames;
-        m->n_tops = mark_tops;
-        if (r < 0)
-                return r;
-        if (!flags) {
-                *ret_id = WALK_DEAD;
-                return 0;
-        }
-        return walk_intern(w, w->scratch, n, flags, ret_id);
-}
-
-int dse__grammar_trie_walk(struct dse_grammar_matcher *m, const struct dse_grammar_vocab *vocab, const uint32_t *shape,
-                           uint32_t below, uint64_t *allowed, uint32_t **popped, uint32_t *n_popped,
-                           uint32_t *cap_popped) {
-        /* walk[d]: the state after the first d bytes of the current node */
-        int r = dse__grammar_grow((void **)&m->walk, &m->cap_walk, (uint64_t)vocab->max_depth + 1, sizeof *m->walk);
-        if (r < 0)
-                return r;
-        struct walk_states w = {0};
-        uint32_t shape_len = 1;
-        for (uint32_t s = 0; s < shape[0]; s++)
-                shape_len += shape[shape_len] < GRAMMAR_POPPED ? shape[shape_len] + 1 : 1;
-        int32_t start;
-        r = walk_intern(&w, shape, shape_len, WALK_HAS_OTHER, &start);
-        uint32_t *walk = m->walk;
-        walk[0] = (uint32_t)start;
-        int count = 0;
-        const struct grammar_trie_node *nodes = vocab->nodes;
-        for (uint32_t i = 1; r == 0 && i < vocab->n_nodes;) {
-                const struct grammar_trie_node *node = &nodes[i];
-                uint32_t from = walk[node->depth - 1u];
-                int32_t to = w.next[256 * from + node->byte];
-                if (to == WALK_UNKNOWN) {
-                        r = walk_step(m, &w, (int32_t)from, node->byte, below, &to);
-                        if (r < 0)
-                                break;
-                        w.next[256 * from + node->byte] = to;
-                }
-                if (to == WALK_DEAD) {
-                        i = node->end;
-                        continue;
-                }
-                walk[node->depth] = (uint32_t)to;
-                if (popped && (w.flags[to] & WALK_HAS_POPPED)) {
-                        r = dse__grammar_grow((void **)popped, cap_popped, (uint64_t)*n_popped + 1, sizeof **popped);
-                        if (r < 0)
-                                break;
-                        (*popped)[(*n_popped)++] = i;
-                }
-                if (w.flags[to] & WALK_HAS_OTHER)
-                        for (int32_t id = node->first_token; id >= 0; id = vocab->next_token[id]) {
-                                allowed[id / 64] |= (uint64_t)1 << (id % 64);
-                                count++;
-                        }
-                i++;
-        }
-        walk_states_done(&w);
-        return r < 0 ? r : count;
 }
 
 int dse_grammar_matcher_fill_mask(struct dse_grammar_matcher *m, const struct dse_grammar_vocab *vocab,

@@ -1,0 +1,446 @@
+/* The token mask of a state by walking the token tries (README.md, "Token mask"): a
+ * node's state is the parent's state stepped by one byte, and a byte the grammar
+ * refuses skips the node's whole subtree, so the cost follows the tokens the grammar
+ * allows, not the vocabulary size.
+ *
+ * The states one walk meets are interned by shape with their byte transitions; a
+ * transition is computed once by the matcher for every byte the state's stack tops
+ * cannot tell apart (the same member of each top's class), and a byte no top takes is
+ * dead without a step. Inside a JSON string the walk would still visit nearly every
+ * node, since nearly every token is allowed; so before walking, the plain characters
+ * (grammar.h) are run through the transitions one character at a time: while every
+ * plain character leads to one same state with no popped stack, the plain tokens of
+ * that many characters are allowed whole (a precomputed bitset), and once every plain
+ * character dies, the longer ones are refused whole. Only the other tokens and the
+ * plain parts that neither decides are walked (llguidance's "slicer", decided here by
+ * the transitions themselves rather than by regex containment). */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "grammar/grammar.h"
+
+/* The UTF-8 byte sequences of the plain characters, as byte ranges per position (split
+ * where the second byte's range depends on the first, as RE2 does). */
+struct utf8_seq {
+        uint8_t n, lo[4], hi[4];
+};
+
+static const struct utf8_seq plain_seqs[] = {
+        {1, {0x20}, {0x21}},
+        {1, {0x23}, {0x5B}},
+        {1, {0x5D}, {0x7E}},
+        {2, {0xC2, 0x80}, {0xDF, 0xBF}},
+        {3, {0xE0, 0xA0, 0x80}, {0xE0, 0xBF, 0xBF}},
+        {3, {0xE1, 0x80, 0x80}, {0xEC, 0xBF, 0xBF}},
+        {3, {0xED, 0x80, 0x80}, {0xED, 0x9F, 0xBF}},
+        {3, {0xEE, 0x80, 0x80}, {0xEF, 0xBF, 0xBF}},
+        {4, {0xF0, 0x90, 0x80, 0x80}, {0xF0, 0xBF, 0xBF, 0xBF}},
+        {4, {0xF1, 0x80, 0x80, 0x80}, {0xF3, 0xBF, 0xBF, 0xBF}},
+        {4, {0xF4, 0x80, 0x80, 0x80}, {0xF4, 0x8F, 0xBF, 0xBF}},
+};
+#define N_PLAIN_SEQS (sizeof plain_seqs / sizeof *plain_seqs)
+
+uint32_t dse__grammar_plain_chars(const uint8_t *bytes, uint32_t len) {
+        uint32_t chars = 0;
+        for (uint32_t i = 0; i < len; chars++) {
+                const struct utf8_seq *seq = NULL;
+                for (size_t s = 0; s < N_PLAIN_SEQS && !seq; s++)
+                        if (bytes[i] >= plain_seqs[s].lo[0] && bytes[i] <= plain_seqs[s].hi[0])
+                                seq = &plain_seqs[s];
+                if (!seq || len - i < seq->n)
+                        return 0;
+                for (uint32_t k = 1; k < seq->n; k++)
+                        if (bytes[i + k] < seq->lo[k] || bytes[i + k] > seq->hi[k])
+                                return 0;
+                i += seq->n;
+        }
+        return chars;
+}
+
+#define WALK_UNKNOWN (-1)
+#define WALK_DEAD (-2)
+enum { WALK_HAS_POPPED = 1, WALK_HAS_OTHER = 2 };
+
+struct grammar_walk_states {
+        uint32_t *words; /* the shapes, one after the other */
+        uint32_t n_words, cap_words;
+        uint32_t *start, *len; /* each state's shape in words */
+        uint8_t *flags;
+        uint32_t n, cap_start, cap_len, cap_flags;
+        int32_t *next; /* [state * 256 + byte] */
+        uint32_t cap_next;
+        uint32_t *table; /* open addressing: state + 1, 0 empty */
+        uint32_t table_size;
+        uint32_t *scratch; /* a shape being made */
+        uint32_t cap_scratch;
+        /* per state: the plain-character pass that last met it (plain_parts) */
+        uint32_t *mark;
+        uint32_t cap_mark, pass;
+        /* per state: what one plain character does from it (plain_of), 1 + its index in
+         * plain_words, 0 until computed */
+        uint32_t *plain_at;
+        uint32_t cap_plain_at;
+        uint32_t *plain_words;
+        uint32_t n_plain_words, cap_plain_words;
+};
+
+void dse__grammar_walk_states_free(struct grammar_walk_states *w) {
+        if (!w)
+                return;
+        free(w->words);
+        free(w->start);
+        free(w->len);
+        free(w->flags);
+        free(w->next);
+        free(w->table);
+        free(w->scratch);
+        free(w->mark);
+        free(w->plain_at);
+        free(w->plain_words);
+        free(w);
+}
+
+static uint32_t shape_hash(const uint32_t *shape, uint32_t n) {
+        uint32_t h = 2166136261u;
+        for (uint32_t i = 0; i < n; i++)
+                h = (h ^ shape[i]) * 16777619u;
+        return h;
+}
+
+static void table_put(struct grammar_walk_states *w, uint32_t id) {
+        uint32_t mask = w->table_size - 1;
+        for (uint32_t k = shape_hash(w->words + w->start[id], w->len[id]) & mask;; k = (k + 1) & mask)
+                if (!w->table[k]) {
+                        w->table[k] = id + 1;
+                        return;
+                }
+}
+
+/* The id of the state of a shape, added (with flags) when new. */
+static int walk_intern(struct grammar_walk_states *w, const uint32_t *shape, uint32_t n, uint8_t flags, int32_t *ret_id) {
+        if (w->table_size) {
+                uint32_t mask = w->table_size - 1;
+                for (uint32_t k = shape_hash(shape, n) & mask; w->table[k]; k = (k + 1) & mask) {
+                        uint32_t id = w->table[k] - 1;
+                        if (w->len[id] == n && !memcmp(w->words + w->start[id], shape, n * sizeof *shape)) {
+                                *ret_id = (int32_t)id;
+                                return 0;
+                        }
+                }
+        }
+        uint32_t id = w->n;
+        GRAMMAR_TRY(dse__grammar_grow((void **)&w->words, &w->cap_words, (uint64_t)w->n_words + n, sizeof *w->words));
+        GRAMMAR_TRY(dse__grammar_grow((void **)&w->start, &w->cap_start, (uint64_t)id + 1, sizeof *w->start));
+        GRAMMAR_TRY(dse__grammar_grow((void **)&w->len, &w->cap_len, (uint64_t)id + 1, sizeof *w->len));
+        GRAMMAR_TRY(dse__grammar_grow((void **)&w->flags, &w->cap_flags, (uint64_t)id + 1, sizeof *w->flags));
+        GRAMMAR_TRY(dse__grammar_grow((void **)&w->mark, &w->cap_mark, (uint64_t)id + 1, sizeof *w->mark));
+        GRAMMAR_TRY(dse__grammar_grow((void **)&w->plain_at, &w->cap_plain_at, (uint64_t)id + 1, sizeof *w->plain_at));
+        GRAMMAR_TRY(dse__grammar_grow((void **)&w->next, &w->cap_next, 256 * ((uint64_t)id + 1), sizeof *w->next));
+        memcpy(w->words + w->n_words, shape, n * sizeof *shape);
+        w->start[id] = w->n_words;
+        w->len[id] = n;
+        w->flags[id] = flags;
+        w->mark[id] = 0;
+        w->plain_at[id] = 0;
+        for (int b = 0; b < 256; b++)
+                w->next[256 * id + (uint32_t)b] = WALK_UNKNOWN;
+        w->n_words += n;
+        w->n++;
+        if (2 * w->n > w->table_size) {
+                uint32_t size = w->table_size ? 2 * w->table_size : 64;
+                uint32_t *t = calloc(size, sizeof *t);
+                if (!t)
+                        return -ENOMEM;
+                free(w->table);
+                w->table = t;
+                w->table_size = size;
+                for (uint32_t i = 0; i < w->n; i++)
+                        table_put(w, i);
+        } else
+                table_put(w, id);
+        *ret_id = (int32_t)id;
+        return 0;
+}
+
+/* Sets out to the bytes a state cannot tell from byte: in the class of each of its
+ * stack tops exactly when byte is. They all lead where byte leads, as the matcher
+ * consults nothing else. Returns 1 when some top takes byte. */
+static int same_bytes(const struct dse_grammar *g, const uint32_t *shape, uint8_t byte, uint64_t out[4]) {
+        out[0] = out[1] = out[2] = out[3] = ~(uint64_t)0;
+        int taken = 0;
+        uint32_t p = 1;
+        for (uint32_t s = 0; s < shape[0]; s++) {
+                uint32_t len = shape[p++];
+                if (len >= GRAMMAR_POPPED || len == 0)
+                        continue;
+                const struct grammar_class *c = &g->classes[g->elems[shape[p]].arg];
+                int in = grammar_class_has(c, byte);
+                taken |= in;
+                for (int k = 0; k < 4; k++)
+                        out[k] &= in ? c->bits[k] : ~c->bits[k];
+                p += len;
+        }
+        return taken;
+}
+
+/* The state that byte leads to from state id (WALK_DEAD: none), computed by the
+ * matcher on the state rebuilt on the frame below. */
+static int walk_step(struct dse_grammar_matcher *m, struct grammar_walk_states *w, int32_t id, uint8_t byte, uint32_t below,
+                     int32_t *ret_id) {
+        uint32_t mark_frames = m->n_frames, mark_tops = m->n_tops, begin = m->n_tops, end, used, n = 0;
+        int r = dse__grammar_state_load(m, w->words + w->start[id], below, &end, &used);
+        int64_t next_end = 0;
+        uint32_t next_begin = m->n_tops;
+        if (r == 0) {
+                next_end = dse__grammar_matcher_step(m, begin, end, byte);
+                r = next_end < 0 ? (int)next_end : 0;
+        }
+        uint8_t flags = 0;
+        if (r == 0 && (uint32_t)next_end > next_begin) {
+                for (uint32_t i = next_begin; i < (uint32_t)next_end; i++)
+                        flags |= m->tops[i] == GRAMMAR_POPPED ? WALK_HAS_POPPED : WALK_HAS_OTHER;
+                r = dse__grammar_state_shape(m, next_begin, (uint32_t)next_end, below, &w->scratch, &w->cap_scratch, &n);
+        }
+        m->n_frames = mark_frames;
+        m->n_tops = mark_tops;
+        if (r < 0)
+                return r;
+        if (!flags) {
+                *ret_id = WALK_DEAD;
+                return 0;
+        }
+        return walk_intern(w, w->scratch, n, flags, ret_id);
+}
+
+/* The state byte leads to from state id, through the table; a transition computed
+ * is recorded for every byte the state cannot tell from byte. */
+static int walk_next(struct dse_grammar_matcher *m, struct grammar_walk_states *w, int32_t id, uint8_t byte, uint32_t below,
+                     int32_t *ret_id) {
+        int32_t to = w->next[256 * (uint32_t)id + byte];
+        if (to != WALK_UNKNOWN) {
+                *ret_id = to;
+                return 0;
+        }
+        uint64_t same[4];
+        to = WALK_DEAD;
+        if (same_bytes(m->g, w->words + w->start[id], byte, same))
+                GRAMMAR_TRY(walk_step(m, w, id, byte, below, &to));
+        int32_t *next = w->next + 256 * (uint32_t)id; /* walk_step may have moved w->next */
+        for (int k = 0; k < 4; k++)
+                for (uint64_t x = same[k]; x; x &= x - 1)
+                        next[64 * k + __builtin_ctzll(x)] = to;
+        *ret_id = to;
+        return 0;
+}
+
+/* What one plain character does from a set of states: whether some leads to a dead end
+ * or to a state holding a popped stack (on the way or at its end), and the set of
+ * states the characters that stay alive end in. */
+#define PLAIN_MAX_STATES 64
+
+struct plain_outcome {
+        int32_t ends[PLAIN_MAX_STATES];
+        uint32_t n_ends;
+        int dead, popped, overflow;
+};
+
+static int plain_explore(struct dse_grammar_matcher *m, struct grammar_walk_states *w, uint32_t below,
+                         const struct utf8_seq *seq, uint32_t i, int32_t from, struct plain_outcome *o) {
+        int32_t seen[8];
+        uint32_t n_seen = 0;
+        for (unsigned b = seq->lo[i]; b <= seq->hi[i] && !o->popped && !o->overflow; b++) {
+                int32_t to;
+                GRAMMAR_TRY(walk_next(m, w, from, (uint8_t)b, below, &to));
+                if (to == WALK_DEAD) {
+                        o->dead = 1;
+                        continue;
+                }
+                if (w->flags[to] != WALK_HAS_OTHER) {
+                        o->popped = 1;
+                        continue;
+                }
+                uint32_t k = 0;
+                while (k < n_seen && seen[k] != to)
+                        k++;
+                if (k < n_seen)
+                        continue;
+                if (n_seen < sizeof seen / sizeof *seen)
+                        seen[n_seen++] = to;
+                if (i + 1 < seq->n) {
+                        GRAMMAR_TRY(plain_explore(m, w, below, seq, i + 1, to, o));
+                        continue;
+                }
+                k = 0;
+                while (k < o->n_ends && o->ends[k] != to)
+                        k++;
+                if (k < o->n_ends)
+                        continue;
+                if (o->n_ends == PLAIN_MAX_STATES)
+                        o->overflow = 1;
+                else
+                        o->ends[o->n_ends++] = to;
+        }
+        return 0;
+}
+
+/* What one plain character does from state id, computed once per state: *ret points at
+ * a header word (the count of end states << 2, | 1 when some character dies, | 2 when
+ * some meets a popped stack or the ends overflow) followed by the end states; valid
+ * until the next call that may add states. */
+static int plain_of(struct dse_grammar_matcher *m, struct grammar_walk_states *w, uint32_t below, int32_t id,
+                    const uint32_t **ret) {
+        if (!w->plain_at[id]) {
+                struct plain_outcome o = {.n_ends = 0};
+                for (size_t q = 0; q < N_PLAIN_SEQS && !o.popped && !o.overflow; q++)
+                        GRAMMAR_TRY(plain_explore(m, w, below, &plain_seqs[q], 0, id, &o));
+                uint32_t at = w->n_plain_words;
+                GRAMMAR_TRY(dse__grammar_grow((void **)&w->plain_words, &w->cap_plain_words,
+                                              (uint64_t)at + 1 + o.n_ends, sizeof *w->plain_words));
+                w->plain_words[at] = o.n_ends << 2 | (uint32_t)o.dead | (uint32_t)(o.popped || o.overflow) << 1;
+                for (uint32_t k = 0; k < o.n_ends; k++)
+                        w->plain_words[at + 1 + k] = (uint32_t)o.ends[k];
+                w->n_plain_words = at + 1 + o.n_ends;
+                w->plain_at[id] = at + 1;
+        }
+        *ret = w->plain_words + w->plain_at[id] - 1;
+        return 0;
+}
+
+/* How many plain parts are decided from state start: parts 1..*ret_taken are allowed
+ * whole (every plain text of that many characters stays alive through states without
+ * a popped stack), and when *ret_dead, every longer plain text dies through such
+ * states, so the parts past *ret_taken are refused whole. The characters are run on
+ * the set of states reached so far; once that set holds only states already run,
+ * every plain text stays alive whatever its length. */
+static int plain_parts(struct dse_grammar_matcher *m, struct grammar_walk_states *w, uint32_t below, int32_t start,
+                       uint32_t *ret_taken, int *ret_dead) {
+        int32_t set[PLAIN_MAX_STATES] = {start};
+        uint32_t n_set = 1, taken = 0;
+        *ret_dead = 0;
+        w->pass++;
+        while (taken < GRAMMAR_PLAIN_MAX) {
+                int all_run = 1;
+                for (uint32_t k = 0; k < n_set; k++)
+                        all_run &= w->mark[set[k]] == w->pass;
+                if (all_run && taken) {
+                        taken = GRAMMAR_PLAIN_MAX;
+                        break;
+                }
+                struct plain_outcome o = {.n_ends = 0};
+                for (uint32_t k = 0; k < n_set && !o.popped && !o.overflow; k++) {
+                        w->mark[set[k]] = w->pass;
+                        const uint32_t *one;
+                        GRAMMAR_TRY(plain_of(m, w, below, set[k], &one));
+                        o.dead |= (int)(one[0] & 1);
+                        o.popped |= (int)(one[0] >> 1 & 1);
+                        for (uint32_t j = 0; j < one[0] >> 2 && !o.popped && !o.overflow; j++) {
+                                uint32_t e = 0;
+                                while (e < o.n_ends && o.ends[e] != (int32_t)one[1 + j])
+                                        e++;
+                                if (e < o.n_ends)
+                                        continue;
+                                if (o.n_ends == PLAIN_MAX_STATES)
+                                        o.overflow = 1;
+                                else
+                                        o.ends[o.n_ends++] = (int32_t)one[1 + j];
+                        }
+                }
+                if (o.popped || o.overflow || (o.dead && o.n_ends))
+                        break;
+                if (!o.n_ends) {
+                        *ret_dead = 1;
+                        break;
+                }
+                taken++;
+                memcpy(set, o.ends, o.n_ends * sizeof *set);
+                n_set = o.n_ends;
+        }
+        *ret_taken = taken;
+        return 0;
+}
+
+/* Walks the trie of one part of the vocabulary from state start. */
+static int walk_part(struct dse_grammar_matcher *m, struct grammar_walk_states *w, const struct dse_grammar_vocab *vocab,
+                     uint32_t part, int32_t start, uint32_t below, uint64_t *allowed, uint32_t **popped,
+                     uint32_t *n_popped, uint32_t *cap_popped) {
+        /* walk[d]: the state after the first d bytes of the current node */
+        uint32_t *walk = m->walk;
+        walk[0] = (uint32_t)start;
+        int count = 0, r = 0;
+        const struct grammar_trie_node *nodes = vocab->nodes;
+        uint32_t root = vocab->part_root[part];
+        for (uint32_t i = root + 1; i < nodes[root].end;) {
+                const struct grammar_trie_node *node = &nodes[i];
+                uint32_t from = walk[node->depth - 1u];
+                int32_t to = w->next[256 * from + node->byte];
+                if (to == WALK_UNKNOWN) {
+                        r = walk_next(m, w, (int32_t)from, node->byte, below, &to);
+                        if (r < 0)
+                                return r;
+                }
+                if (to == WALK_DEAD) {
+                        i = node->end;
+                        continue;
+                }
+                walk[node->depth] = (uint32_t)to;
+                if (popped && (w->flags[to] & WALK_HAS_POPPED)) {
+                        r = dse__grammar_grow((void **)popped, cap_popped, (uint64_t)*n_popped + 1, sizeof **popped);
+                        if (r < 0)
+                                return r;
+                        (*popped)[(*n_popped)++] = i;
+                }
+                if (w->flags[to] & WALK_HAS_OTHER)
+                        for (int32_t id = node->first_token; id >= 0; id = vocab->next_token[id]) {
+                                allowed[id / 64] |= (uint64_t)1 << (id % 64);
+                                count++;
+                        }
+                i++;
+        }
+        return count;
+}
+
+/* Past this many states a walk's table starts afresh. */
+#define WALK_STATES_MAX 4096
+
+int dse__grammar_trie_walk(struct dse_grammar_matcher *m, const struct dse_grammar_vocab *vocab, const uint32_t *shape,
+                           uint32_t below, struct grammar_walk_states **states, uint64_t *allowed, uint32_t **popped,
+                           uint32_t *n_popped, uint32_t *cap_popped) {
+        int r = dse__grammar_grow((void **)&m->walk, &m->cap_walk, (uint64_t)vocab->max_depth + 1, sizeof *m->walk);
+        if (r < 0)
+                return r;
+        if (*states && (*states)->n > WALK_STATES_MAX) {
+                dse__grammar_walk_states_free(*states);
+                *states = NULL;
+        }
+        if (!*states && !(*states = calloc(1, sizeof **states)))
+                return -ENOMEM;
+        struct grammar_walk_states *w = *states;
+        uint32_t shape_len = 1;
+        for (uint32_t s = 0; s < shape[0]; s++)
+                shape_len += shape[shape_len] < GRAMMAR_POPPED ? shape[shape_len] + 1 : 1;
+        int32_t start;
+        uint32_t taken = 0;
+        int dead = 0;
+        r = walk_intern(w, shape, shape_len, WALK_HAS_OTHER, &start);
+        if (r == 0)
+                r = plain_parts(m, w, below, start, &taken, &dead);
+        int count = 0;
+        if (r == 0 && taken) {
+                size_t words = dse_grammar_vocab_mask_words(vocab);
+                const uint64_t *set = vocab->plain_upto + (taken - 1) * words;
+                for (size_t k = 0; k < words; k++)
+                        allowed[k] |= set[k];
+                count = (int)vocab->plain_upto_count[taken - 1];
+        }
+        for (uint32_t part = 0; r == 0 && part <= GRAMMAR_PLAIN_MAX; part++) {
+                if (part && (part <= taken || dead))
+                        continue;
+                int n = walk_part(m, w, vocab, part, start, below, allowed, popped, n_popped, cap_popped);
+                if (n < 0)
+                        r = n;
+                else
+                        count += n;
+        }
+        return r < 0 ? r : count;
+}
