@@ -5,6 +5,11 @@
 dsv_test(NAME test-grammar SOURCES unit/test-grammar.c LIBS dse LABELS unit TIMEOUT 300)
 target_include_directories(test-grammar PRIVATE ${CMAKE_SOURCE_DIR}/engine/src)
 
+# Composed grammars: the tool-call syntaxes of DeepSeek-V3, Hermes and Llama 3.1 walked
+# through the masks with each family's fixture tokenizer; special tokens by id only.
+dsv_test(NAME test-grammar-compose SOURCES unit/test-grammar-compose.c LIBS dse LABELS unit TIMEOUT 300)
+target_include_directories(test-grammar-compose PRIVATE ${CMAKE_SOURCE_DIR}/engine/src)
+
 # Regexes, GBNF and choice lists: accept/reject per construct, refusals naming it.
 dsv_test(NAME test-grammar-text SOURCES unit/test-grammar-text.c LIBS dse LABELS unit)
 
