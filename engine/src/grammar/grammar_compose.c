@@ -8,6 +8,7 @@
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -46,7 +47,8 @@ static int fail(struct compose_ctx *c, int err, const char *fmt, ...) {
 }
 
 /* The one token whose text is text: its id, or -EINVAL when the tokenizer writes the
- * text as several tokens (or none). */
+ * text as several tokens (or none). The token is that text when its piece is (a control
+ * token, which decodes to nothing) or when it decodes to it (an added token). */
 static int special_id(struct compose_ctx *c, const char *text, int32_t *ret_id) {
         int32_t ids[2];
         size_t len = strlen(text);
@@ -54,8 +56,10 @@ static int special_id(struct compose_ctx *c, const char *text, int32_t *ret_id) 
         if (n < 0)
                 return fail(c, n, "special token '%.64s': the tokenizer cannot encode it", text);
         char back[512];
+        const char *piece = n == 1 ? dse_tokenizer_piece(c->tok, ids[0]) : NULL;
         int m = n == 1 ? dse_tokenizer_decode(c->tok, ids, 1, back, sizeof back) : -1;
-        if (n != 1 || m < 0 || (size_t)m != len || memcmp(back, text, len) != 0)
+        bool same = (piece && strcmp(piece, text) == 0) || (m >= 0 && (size_t)m == len && memcmp(back, text, len) == 0);
+        if (!same)
                 return fail(c, -EINVAL, "special token '%.64s' is not one token of the tokenizer", text);
         *ret_id = ids[0];
         return 0;
