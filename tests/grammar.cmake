@@ -10,6 +10,11 @@ target_include_directories(test-grammar PRIVATE ${CMAKE_SOURCE_DIR}/engine/src)
 dsv_test(NAME test-grammar-compose SOURCES unit/test-grammar-compose.c LIBS dse LABELS unit TIMEOUT 300)
 target_include_directories(test-grammar-compose PRIVATE ${CMAKE_SOURCE_DIR}/engine/src)
 
+# dsvisor grammar --composed --check: a forced DeepSeek-V3 call through the fixture
+# tokenizer's masks from the command line; errors naming the part.
+dsv_script_test(NAME test-grammar-composed-cli SCRIPT ${CMAKE_SOURCE_DIR}/tests/integration/test-grammar-composed-cli.sh
+                LABELS unit TIMEOUT 120)
+
 # Regexes, GBNF and choice lists: accept/reject per construct, refusals naming it.
 dsv_test(NAME test-grammar-text SOURCES unit/test-grammar-text.c LIBS dse LABELS unit)
 
