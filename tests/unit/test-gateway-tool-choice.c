@@ -6,22 +6,12 @@
 
 #include "chat_output.h"
 #include "dse.h"
+#include "gateway-tool-defs.h"
 #include "openai.h"
 #include "t.h"
 
 static const struct dsv_gw_limits lim = {.model = "m", .max_prompt_bytes = 4096, .max_tokens_limit = 1000,
                                          .default_max_tokens = 7};
-
-#define WEATHER                                                                                                      \
-        "{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"strict\":true,\"parameters\":{"            \
-        "\"type\":\"object\",\"properties\":{\"city\":{\"type\":\"string\",\"maxLength\":8},"                        \
-        "\"unit\":{\"enum\":[\"c\",\"f\"]}},\"required\":[\"city\",\"unit\"],\"additionalProperties\":false}}}"
-#define ADD                                                                                                          \
-        "{\"type\":\"function\",\"function\":{\"name\":\"add\",\"parameters\":{\"type\":\"object\","                 \
-        "\"$defs\":{\"n\":{\"type\":\"integer\",\"minimum\":0}},\"properties\":{\"a\":{\"$ref\":\"#/$defs/n\"},"       \
-        "\"b\":{\"$ref\":\"#/$defs/n\"}},\"required\":[\"a\",\"b\"],\"additionalProperties\":false}}}"
-#define NOARGS "{\"type\":\"function\",\"function\":{\"name\":\"now\"}}"
-#define CHAT(extra) "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[" extra "}"
 
 static int parse(const struct dsv_gw_limits *l, const char *body, struct dsv_gw_request *r) {
         struct dsv_gw_error e;

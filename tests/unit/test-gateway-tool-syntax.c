@@ -9,6 +9,7 @@
 
 #include "chat_output.h"
 #include "dse.h"
+#include "gateway-tool-defs.h"
 #include "openai.h"
 #include "t.h"
 
@@ -19,16 +20,6 @@ static const struct dsv_gw_limits lim_ds = LIMITS(DSV_GATEWAY_TOOLS_DEEPSEEK_V3)
 static const struct dsv_gw_limits lim_hermes = LIMITS(DSV_GATEWAY_TOOLS_HERMES);
 static const struct dsv_gw_limits lim_llama = LIMITS(DSV_GATEWAY_TOOLS_LLAMA3_JSON);
 
-#define WEATHER                                                                                                      \
-        "{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"strict\":true,\"parameters\":{"            \
-        "\"type\":\"object\",\"properties\":{\"city\":{\"type\":\"string\",\"maxLength\":8},"                        \
-        "\"unit\":{\"enum\":[\"c\",\"f\"]}},\"required\":[\"city\",\"unit\"],\"additionalProperties\":false}}}"
-#define ADD                                                                                                          \
-        "{\"type\":\"function\",\"function\":{\"name\":\"add\",\"parameters\":{\"type\":\"object\","                 \
-        "\"$defs\":{\"n\":{\"type\":\"integer\",\"minimum\":0}},\"properties\":{\"a\":{\"$ref\":\"#/$defs/n\"},"       \
-        "\"b\":{\"$ref\":\"#/$defs/n\"}},\"required\":[\"a\",\"b\"],\"additionalProperties\":false}}}"
-#define NOARGS "{\"type\":\"function\",\"function\":{\"name\":\"now\"}}"
-#define CHAT(extra) "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[" extra "}"
 #define NAMED_ADD ",\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"add\"}}"
 
 static void parse(const struct dsv_gw_limits *l, const char *body, struct dsv_gw_request *r) {

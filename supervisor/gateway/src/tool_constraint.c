@@ -57,6 +57,13 @@ static cJSON *call_schema(const char *name, const char *def) {
         return o;
 }
 
+/* The function of tool t, its name in *ret_name; NULL when only names another one. */
+static const cJSON *allowed_function(const cJSON *t, const char *only, const char **ret_name) {
+        const cJSON *fn = cJSON_GetObjectItemCaseSensitive(t, "function");
+        *ret_name = cJSON_GetObjectItemCaseSensitive(fn, "name")->valuestring;
+        return only && strcmp(*ret_name, only) != 0 ? NULL : fn;
+}
+
 /* A function without "parameters" takes none: its arguments are {}. */
 static cJSON *parameters_copy(const cJSON *fn) {
         const cJSON *p = cJSON_GetObjectItemCaseSensitive(fn, "parameters");
@@ -76,9 +83,9 @@ char *dsv__gw_tool_constraint_schema(const cJSON *tools, const char *only, bool 
         int i = 0, r = 0;
         const cJSON *t;
         cJSON_ArrayForEach(t, tools) {
-                const cJSON *fn = cJSON_GetObjectItemCaseSensitive(t, "function");
-                const char *name = cJSON_GetObjectItemCaseSensitive(fn, "name")->valuestring;
-                if (only && strcmp(name, only) != 0)
+                const char *name;
+                const cJSON *fn = allowed_function(t, only, &name);
+                if (!fn)
                         continue;
                 char def[32];
                 snprintf(def, sizeof def, "tool_%d", i++);
@@ -165,9 +172,9 @@ char *dsv__gw_tool_constraint_composed(const cJSON *tools, const char *only, boo
         cJSON *choice = cJSON_CreateObject(), *branches = cJSON_AddArrayToObject(choice, "one_of");
         const cJSON *t;
         cJSON_ArrayForEach(t, tools) {
-                const cJSON *fn = cJSON_GetObjectItemCaseSensitive(t, "function");
-                const char *name = cJSON_GetObjectItemCaseSensitive(fn, "name")->valuestring;
-                if (only && strcmp(name, only) != 0)
+                const char *name;
+                const cJSON *fn = allowed_function(t, only, &name);
+                if (!fn)
                         continue;
                 char head[160];
                 head_text(format, name, head, sizeof head);
