@@ -138,7 +138,7 @@ static int repeat_bound(struct compose_ctx *c, const cJSON *part, const char *ke
  * limit), the separator between two of them: part (separator part){m-1,n-1}, or nothing
  * as well when m is 0. */
 static int compile_repeat(struct compose_ctx *c, const cJSON *part, uint32_t *ret_rule) {
-        uint32_t min, max, item, rule;
+        uint32_t min = 1, max = UINT32_MAX, item, rule;
         GRAMMAR_TRY(repeat_bound(c, part, "min", 1, &min));
         GRAMMAR_TRY(repeat_bound(c, part, "max", UINT32_MAX, &max));
         if (max < min || max == 0)
