@@ -497,7 +497,8 @@ int dse_grammar_compile_choice(const char *const *choices, size_t n, struct dse_
  *                                 separator (optional) between two of them
  * Use it with a vocabulary of tok. -EBADMSG for text that is not JSON, -EINVAL naming the
  * part ("sequence[2].one_of[0]") for a malformed part or a special text that is not one
- * token of tok, a JSON Schema's errors prefixed by its part. */
+ * token of tok (or is its EOS, which masks keep for the end), a JSON Schema's errors
+ * prefixed by its part. */
 int dse_grammar_compile_composed(const char *spec_json, size_t len, const struct dse_tokenizer *tok,
                                  struct dse_grammar **ret_grammar, struct dse_diag *reterr);
 void dse_grammar_free(struct dse_grammar *grammar);

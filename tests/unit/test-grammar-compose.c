@@ -244,6 +244,11 @@ TEST(composed_errors_name_the_part) {
         const char *bad_schema = "{\"one_of\":[{\"text\":\"a\"},{\"json_schema\":{\"type\":\"string\",\"not\":{}}}]}";
         ASSERT_ERR(dse_grammar_compile_composed(bad_schema, strlen(bad_schema), tok, &g, &diag), -EOPNOTSUPP);
         ASSERT_TRUE(strstr(diag.msg, "one_of[1]") && strstr(diag.msg, "'not'"));
+        char eos[160];
+        snprintf(eos, sizeof eos, "{\"sequence\":[{\"text\":\"a\"},{\"special\":\"%s\"}]}",
+                 dse_tokenizer_piece(tok, dse_tokenizer_eos(tok)));
+        ASSERT_ERR(dse_grammar_compile_composed(eos, strlen(eos), tok, &g, &diag), -EINVAL);
+        ASSERT_TRUE(strstr(diag.msg, "end-of-sequence") != NULL);
         const char *unknown = "{\"sequence\":[{\"literal\":\"a\"}]}";
         ASSERT_ERR(dse_grammar_compile_composed(unknown, strlen(unknown), tok, &g, &diag), -EINVAL);
         ASSERT_TRUE(strstr(diag.msg, "sequence[0]") != NULL);

@@ -61,6 +61,10 @@ static int special_id(struct compose_ctx *c, const char *text, int32_t *ret_id) 
         bool same = (piece && strcmp(piece, text) == 0) || (m >= 0 && (size_t)m == len && memcmp(back, text, len) == 0);
         if (!same)
                 return fail(c, -EINVAL, "special token '%.64s' is not one token of the tokenizer", text);
+        /* EOS is the mask's own: allowed exactly where the whole output may end */
+        if (ids[0] == dse_tokenizer_eos(c->tok))
+                return fail(c, -EINVAL, "special token '%.64s' is the end-of-sequence token, which ends the output "
+                                        "where the grammar is complete", text);
         *ret_id = ids[0];
         return 0;
 }
