@@ -180,7 +180,7 @@ reached_functions() {
         parse_char/gbnf_compile.c dse__grammar_rule_codepoints dse__grammar_check dse__grammar_matcher_step ;;
     fuzz-grammar-composed)
       echo dse_grammar_compile_composed compile_part/grammar_compose.c compile_repeat/grammar_compose.c \
-        special_rule/grammar_compose.c dse__schema_compile_into dse__grammar_accept_special \
+        compile_list/grammar_compose.c dse__schema_compile_into dse__grammar_accept_special \
         dse__grammar_mask_specials ;;
     fuzz-grammar-regex)
       echo dse_grammar_compile_regex parse_disjunction/regex_compile.c parse_escape/regex_compile.c \
