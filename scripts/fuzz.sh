@@ -182,6 +182,10 @@ reached_functions() {
     fuzz-grammar-gbnf)
       echo dse_grammar_compile_gbnf parse_alternates/gbnf_compile.c piece_rule/gbnf_compile.c \
         parse_char/gbnf_compile.c dse__grammar_rule_codepoints dse__grammar_check dse__grammar_matcher_step ;;
+    fuzz-grammar-composed)
+      echo dse_grammar_compile_composed compile_part/grammar_compose.c compile_repeat/grammar_compose.c \
+        compile_list/grammar_compose.c dse__schema_compile_into dse__grammar_accept_special \
+        dse__grammar_mask_specials ;;
     fuzz-grammar-regex)
       echo dse_grammar_compile_regex parse_disjunction/regex_compile.c parse_escape/regex_compile.c \
         class_atom/regex_compile.c dse__grammar_rule_repeat dse__grammar_check dse__grammar_matcher_step ;;

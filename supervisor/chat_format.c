@@ -1,8 +1,9 @@
 /* chat_format.c — what the served model's chat template says about its output: whether
  * its generation prompt opens a think block (R1 and its distills end it in "<think>\n"),
  * whether it thinks at all (default of --reasoning-format), and which tool-call syntax
- * it writes (the gateway parses that one). Decided once at start from the template the
- * workers render, by rendering one user turn and reading the template's text. */
+ * it writes (the gateway parses that one, and forces a call in it). Decided once at start
+ * from the template the workers render (--chat-template's file, else the model's), by
+ * rendering one user turn and reading the template's text. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,6 +12,9 @@
 #include "dse.h"
 #include "dsv_gateway.h"
 #include "sup.h"
+
+/* dse_chat_template_load's limit: a longer file is refused at start anyway. */
+#define TEMPLATE_FILE_MAX (1u << 20)
 
 static bool ends_with(const char *s, const char *suffix) {
         size_t n = strlen(s), m = strlen(suffix);
@@ -70,6 +74,19 @@ int sup_chat_format_of(const struct dse_tokenizer *tok, const char *template_src
         return r;
 }
 
+/* The text of the --chat-template file (NULL when it cannot be read: the workers refuse
+ * it at start with the reason). */
+static char *template_file(const char *path) {
+        FILE *f = fopen(path, "rb");
+        char *text = f ? malloc(TEMPLATE_FILE_MAX + 1) : NULL;
+        size_t n = text ? fread(text, 1, TEMPLATE_FILE_MAX, f) : 0;
+        if (text)
+                text[n] = '\0';
+        if (f)
+                fclose(f);
+        return text;
+}
+
 int sup_chat_format_detect(const struct sup_config *cfg, const struct sup_model *m, struct sup_chat_format *ret) {
         struct dse_diag diag = {{0}};
         struct dse_model *model = NULL;
@@ -77,8 +94,10 @@ int sup_chat_format_detect(const struct sup_config *cfg, const struct sup_model 
         char why[160] = "";
         if (dse_model_open(m->path, 0, &model, &diag) == 0)
                 dse_model_tokenizer(model, &tok, &diag);
-        int r = sup_chat_format_of(tok, tok ? dse_tokenizer_chat_template(tok) : NULL, cfg->reasoning_format, ret, why,
-                                   sizeof why);
+        char *file = cfg->chat_template[0] ? template_file(cfg->chat_template) : NULL;
+        const char *src = file ? file : tok ? dse_tokenizer_chat_template(tok) : NULL;
+        int r = sup_chat_format_of(tok, src, cfg->reasoning_format, ret, why, sizeof why);
+        free(file);
         if (r < 0)
                 sup_log(3, "%s", why);
         else

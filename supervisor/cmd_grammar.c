@@ -1,13 +1,16 @@
-/* dsvisor grammar: compile a JSON Schema, a regex or GBNF text into a grammar and check
- * outputs against its token masks, the way a constrained sampler would see them.
+/* dsvisor grammar: compile a JSON Schema, a regex, GBNF text or a composed grammar into a
+ * grammar and check outputs against its token masks, the way a constrained sampler would
+ * see them.
  *
- *   dsvisor grammar (--schema FILE | --regex RE | --gbnf FILE) (--tokenizer FILE | --model M)
- *                   [--check] [--json]
+ *   dsvisor grammar (--schema FILE | --regex RE | --gbnf FILE | --composed FILE)
+ *                   (--tokenizer FILE | --model M) [--check] [--json]
  *
  * Without --check it compiles the grammar and says so. With --check it reads one output
  * per stdin line: for a schema a JSON value, serialised compactly
- * (cJSON_PrintUnformatted: the canonical form the grammar describes); for a regex or
- * GBNF a JSON string whose content is the output text (so a line can hold any text).
+ * (cJSON_PrintUnformatted: the canonical form the grammar describes); for a regex, GBNF
+ * or a composed grammar a JSON string whose content is the output text (so a line can
+ * hold any text; a composed grammar's special tokens are their text there, which the
+ * tokenizer turns into their ids).
  * It tokenizes that with the tokenizer and walks the tokens through the masks: each
  * token must be allowed by the mask computed after the tokens before it, and EOS must
  * be allowed at the end. It prints {"accept": true|false} per line ("tokens" and
@@ -30,13 +33,15 @@
 
 static void grammar_usage(FILE *out) {
         fprintf(out,
-                "usage: dsvisor grammar (--schema FILE | --regex RE | --gbnf FILE) (--tokenizer FILE | --model M)\n"
-                "                       [--check] [--bench] [--json]\n"
+                "usage: dsvisor grammar (--schema FILE | --regex RE | --gbnf FILE | --composed FILE)\n"
+                "                       (--tokenizer FILE | --model M) [--check] [--bench] [--json]\n"
                 "  --schema FILE  a JSON Schema (draft 4 to 2020-12): the output is compact JSON\n"
                 "  --regex RE     an ECMA-262 regex the whole output text must match\n"
                 "  --gbnf FILE    a GBNF grammar (llama.cpp's format) whose rule root the output matches\n"
+                "  --composed FILE  a composed grammar's JSON description (text, special tokens, JSON Schema\n"
+                "                 parts, sequences, alternatives, repetition; engine/src/grammar/README.md)\n"
                 "  --check        judge one output per stdin line: {\"accept\": true|false}; a JSON value\n"
-                "                 for --schema, a JSON string holding the text for --regex and --gbnf\n"
+                "                 for --schema, a JSON string holding the text for the others\n"
                 "  --bench        walk the same lines and print the compile time and the mask time per\n"
                 "                 token (p50/p90/p99/max, thread CPU time); with --check, after the answers\n"
                 "  --json         machine-readable output (with --check: tokens, rejected_at)\n");
@@ -306,10 +311,11 @@ int dsv_cmd_grammar(int argc, char **argv) {
                 {"regex", required_argument, NULL, 'r'},  {"gbnf", required_argument, NULL, 'g'},
                 {"tokenizer", required_argument, NULL, 't'}, {"check", no_argument, NULL, 'c'},
                 {"json", no_argument, NULL, 'j'},          {"help", no_argument, NULL, 'h'},
-                {"bench", no_argument, NULL, 'b'},
+                {"bench", no_argument, NULL, 'b'},        {"composed", required_argument, NULL, 'C'},
                 {NULL, 0, NULL, 0},
         };
-        const char *schema_path = NULL, *regex = NULL, *gbnf_path = NULL, *model_arg = NULL, *tok_path = NULL;
+        const char *schema_path = NULL, *regex = NULL, *gbnf_path = NULL, *composed_path = NULL, *model_arg = NULL,
+                   *tok_path = NULL;
         int check = 0, bench = 0, json = 0, c;
         optind = 1;
         while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
@@ -317,6 +323,7 @@ int dsv_cmd_grammar(int argc, char **argv) {
                 case 's': schema_path = optarg; break;
                 case 'r': regex = optarg; break;
                 case 'g': gbnf_path = optarg; break;
+                case 'C': composed_path = optarg; break;
                 case 'm': model_arg = optarg; break;
                 case 't': tok_path = optarg; break;
                 case 'c': check = 1; break;
@@ -326,13 +333,13 @@ int dsv_cmd_grammar(int argc, char **argv) {
                 default: grammar_usage(stderr); return 2;
                 }
         }
-        if (optind != argc || !!schema_path + !!regex + !!gbnf_path != 1 || !model_arg == !tok_path) {
-                fprintf(stderr, "dsvisor grammar: give one of --schema, --regex and --gbnf, and exactly one of "
+        if (optind != argc || !!schema_path + !!regex + !!gbnf_path + !!composed_path != 1 || !model_arg == !tok_path) {
+                fprintf(stderr, "dsvisor grammar: give one of --schema, --regex, --gbnf and --composed, and exactly one of "
                                 "--model and --tokenizer\n");
                 grammar_usage(stderr);
                 return 2;
         }
-        const char *what = schema_path ? schema_path : gbnf_path ? gbnf_path : regex;
+        const char *what = schema_path ? schema_path : gbnf_path ? gbnf_path : composed_path ? composed_path : regex;
         char *text = NULL;
         size_t text_len = 0;
         int r = 0;
@@ -342,8 +349,16 @@ int dsv_cmd_grammar(int argc, char **argv) {
         }
         struct dse_diag diag = {{0}};
         struct dse_grammar *g = NULL;
+        struct dse_tokenizer *tok = NULL;
+        /* a composed grammar's special tokens are the tokenizer's */
+        if (composed_path && dsv_tokenizer_load_arg(model_arg, tok_path, &tok) < 0) {
+                free(text);
+                return 1;
+        }
         uint64_t t0 = now_ns();
-        if (schema_path)
+        if (composed_path)
+                r = dse_grammar_compile_composed(text, text_len, tok, &g, &diag);
+        else if (schema_path)
                 r = dse_grammar_compile_json_schema(text, text_len, &g, &diag);
         else if (gbnf_path)
                 r = dse_grammar_compile_gbnf(text, text_len, &g, &diag);
@@ -353,12 +368,12 @@ int dsv_cmd_grammar(int argc, char **argv) {
         free(text);
         if (r < 0) {
                 print_error(diag.msg[0] ? diag.msg : strerror(-r));
+                dse_tokenizer_free(tok);
                 return 2;
         }
-        struct dse_tokenizer *tok = NULL;
         struct dse_grammar_vocab *v = NULL;
         int status = 1;
-        if (dsv_tokenizer_load_arg(model_arg, tok_path, &tok) < 0)
+        if (!tok && dsv_tokenizer_load_arg(model_arg, tok_path, &tok) < 0)
                 goto out;
         r = dse_grammar_vocab_new(tok, &v, &diag);
         if (r < 0) {

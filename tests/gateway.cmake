@@ -11,6 +11,9 @@ target_include_directories(test-gateway-structured PRIVATE ${DSV_GATEWAY_INTERNA
 dsv_test(NAME test-gateway-tool-choice SOURCES unit/test-gateway-tool-choice.c LIBS dsv_gateway dse dsv::cjson
          LABELS unit)
 target_include_directories(test-gateway-tool-choice PRIVATE ${DSV_GATEWAY_INTERNAL})
+dsv_test(NAME test-gateway-tool-syntax SOURCES unit/test-gateway-tool-syntax.c LIBS dsv_gateway dse dsv::cjson
+         LABELS unit TIMEOUT 120)
+target_include_directories(test-gateway-tool-syntax PRIVATE ${DSV_GATEWAY_INTERNAL})
 dsv_test(NAME test-gateway-metrics SOURCES unit/test-gateway-metrics.c LIBS dsv_gateway LABELS unit)
 target_include_directories(test-gateway-metrics PRIVATE ${DSV_GATEWAY_INTERNAL})
 dsv_test(NAME test-gateway-strict SOURCES unit/test-gateway-strict.c LIBS dsv_gateway LABELS unit)

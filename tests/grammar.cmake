@@ -5,6 +5,16 @@
 dsv_test(NAME test-grammar SOURCES unit/test-grammar.c LIBS dse LABELS unit TIMEOUT 300)
 target_include_directories(test-grammar PRIVATE ${CMAKE_SOURCE_DIR}/engine/src)
 
+# Composed grammars: the tool-call syntaxes of DeepSeek-V3, Hermes and Llama 3.1 walked
+# through the masks with each family's fixture tokenizer; special tokens by id only.
+dsv_test(NAME test-grammar-compose SOURCES unit/test-grammar-compose.c LIBS dse LABELS unit TIMEOUT 300)
+target_include_directories(test-grammar-compose PRIVATE ${CMAKE_SOURCE_DIR}/engine/src)
+
+# dsvisor grammar --composed --check: a forced DeepSeek-V3 call through the fixture
+# tokenizer's masks from the command line; errors naming the part.
+dsv_script_test(NAME test-grammar-composed-cli SCRIPT ${CMAKE_SOURCE_DIR}/tests/integration/test-grammar-composed-cli.sh
+                LABELS unit TIMEOUT 120)
+
 # Regexes, GBNF and choice lists: accept/reject per construct, refusals naming it.
 dsv_test(NAME test-grammar-text SOURCES unit/test-grammar-text.c LIBS dse LABELS unit)
 
@@ -26,4 +36,7 @@ if(DSV_FUZZ)
   target_compile_definitions(fuzz-grammar-schema PRIVATE FUZZ_GRAMMAR_COMPILE=dse_grammar_compile_json_schema)
   target_compile_definitions(fuzz-grammar-gbnf PRIVATE FUZZ_GRAMMAR_COMPILE=dse_grammar_compile_gbnf)
   target_compile_definitions(fuzz-grammar-regex PRIVATE FUZZ_GRAMMAR_COMPILE=dse_grammar_compile_regex)
+  dsv_add_fuzzer(fuzz-grammar-composed fuzz/fuzz-grammar-composed.c)
+  target_link_libraries(fuzz-grammar-composed PRIVATE dse)
+  target_compile_definitions(fuzz-grammar-composed PRIVATE DSV_FIXTURES_DIR="${DSV_FIXTURES}")
 endif()

@@ -4,4 +4,7 @@
 if(TARGET dsvisor-worker AND EXISTS ${CMAKE_SOURCE_DIR}/models/default/config.json)
   dsv_script_test(NAME test-structured-output SCRIPT ${CMAKE_SOURCE_DIR}/tests/integration/test-structured-output.sh
                   LABELS integration TIMEOUT 1200)
+  # tool_choice in a template's own call syntax through the real worker (--chat-template)
+  dsv_script_test(NAME test-tool-syntax-e2e SCRIPT ${CMAKE_SOURCE_DIR}/tests/integration/test-tool-syntax-e2e.sh
+                  LABELS integration TIMEOUT 900)
 endif()

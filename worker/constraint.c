@@ -90,7 +90,8 @@ static uint64_t key_hash(enum dsv_ipc_constraint kind, const char *text) {
         return h;
 }
 
-static int compile(const struct dsv_ipc_request *req, struct dse_grammar **ret, struct dse_diag *diag) {
+static int compile(const struct dsv_ipc_request *req, const struct dse_tokenizer *tok, struct dse_grammar **ret,
+                   struct dse_diag *diag) {
         const char *text = req->constraint_text;
         switch (req->constraint) {
         case DSV_IPC_CONSTRAINT_JSON_SCHEMA:
@@ -101,6 +102,8 @@ static int compile(const struct dsv_ipc_request *req, struct dse_grammar **ret, 
                 return dse_grammar_compile_regex(text, strlen(text), ret, diag);
         case DSV_IPC_CONSTRAINT_GRAMMAR:
                 return dse_grammar_compile_gbnf(text, strlen(text), ret, diag);
+        case DSV_IPC_CONSTRAINT_COMPOSED:
+                return dse_grammar_compile_composed(text, strlen(text), tok, ret, diag);
         case DSV_IPC_CONSTRAINT_CHOICE:
                 return dse_grammar_compile_choice((const char *const *)req->choices, req->n_choices, ret, diag);
         default:
@@ -141,7 +144,7 @@ static int acquire(struct grammar_cache *gc, const struct dsv_ipc_request *req, 
                 }
         }
         struct dse_grammar *g = NULL;
-        int r = compile(req, &g, diag);
+        int r = compile(req, gc->tok, &g, diag);
         if (r < 0) {
                 free(text);
                 return r;

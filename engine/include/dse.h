@@ -511,6 +511,25 @@ int dse_grammar_compile_gbnf(const char *text, size_t len, struct dse_grammar **
  * -EINVAL for an empty list or a NULL string. */
 int dse_grammar_compile_choice(const char *const *choices, size_t n, struct dse_grammar **ret_grammar,
                                struct dse_diag *reterr);
+/* A grammar composed of parts, described as JSON (engine/src/grammar/README.md,
+ * "Composed grammars"); a part is one of
+ *     {"text": "..."}             exactly these bytes
+ *     {"special": "<tool_call>"}  exactly this one token of tok, by its id: masks admit it
+ *                                 only where the grammar expects it, and its text spelled
+ *                                 in other tokens is refused
+ *     {"json_schema": SCHEMA}     a value valid against the schema, compact JSON as with
+ *                                 dse_grammar_compile_json_schema ("#" is SCHEMA itself)
+ *     {"sequence": [PART, ...]}   the parts one after the other
+ *     {"one_of": [PART, ...]}     exactly one of the parts
+ *     {"repeat": PART, "min": m, "max": n, "separator": PART}
+ *                                 m (default 1) to n (absent: no limit) parts, the
+ *                                 separator (optional) between two of them
+ * Use it with a vocabulary of tok. -EBADMSG for text that is not JSON, -EINVAL naming the
+ * part ("sequence[2].one_of[0]") for a malformed part or a special text that is not one
+ * token of tok (or is its EOS, which masks keep for the end), a JSON Schema's errors
+ * prefixed by its part. */
+int dse_grammar_compile_composed(const char *spec_json, size_t len, const struct dse_tokenizer *tok,
+                                 struct dse_grammar **ret_grammar, struct dse_diag *reterr);
 void dse_grammar_free(struct dse_grammar *grammar);
 
 /* A tokenizer's vocabulary as a token trie (the prefix tree of every token's bytes as

@@ -43,8 +43,9 @@ extern "C" {
  *    request fields max_tokens_to_context and max_prompt_tokens;
  *    stats_reply's optional kv_bytes_per_token.
  * 3: stats_reply's "prefix_query_tokens" and "prefix_hit_tokens" (counters), and
- *    "step_tokens_buckets" (the engine steps by their token count). */
-#define DSV_IPC_PROTOCOL_MINOR 3
+ *    "step_tokens_buckets" (the engine steps by their token count).
+ * 4: the constraint kind "composed" (a forced tool call in the model's own syntax). */
+#define DSV_IPC_PROTOCOL_MINOR 4
 /* Largest message accepted (a 128k-token prompt as JSON ids is ~1 MiB). */
 #define DSV_IPC_MAX_MSG_BYTES (16u << 20)
 /* Entries of stats_reply's spec_accepted_hist: 0..8 drafts accepted. */
@@ -109,6 +110,7 @@ enum dsv_ipc_constraint {
         DSV_IPC_CONSTRAINT_REGEX,       /* constraint_text: a regex (ECMA-262 subset), whole output */
         DSV_IPC_CONSTRAINT_CHOICE,      /* choices: the output is exactly one of them */
         DSV_IPC_CONSTRAINT_GRAMMAR,     /* constraint_text: GBNF (llama.cpp's grammar format) */
+        DSV_IPC_CONSTRAINT_COMPOSED,    /* constraint_text: a composed grammar (dse_grammar_compile_composed) */
         DSV_IPC_CONSTRAINT_COUNT
 };
 

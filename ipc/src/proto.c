@@ -45,12 +45,13 @@ static const char *const constraint_names[DSV_IPC_CONSTRAINT_COUNT] = {
         [DSV_IPC_CONSTRAINT_REGEX] = "regex",
         [DSV_IPC_CONSTRAINT_CHOICE] = "choice",
         [DSV_IPC_CONSTRAINT_GRAMMAR] = "grammar",
+        [DSV_IPC_CONSTRAINT_COMPOSED] = "composed",
 };
 
 /* The kinds whose constraint_text is required. */
 static int constraint_has_text(enum dsv_ipc_constraint kind) {
         return kind == DSV_IPC_CONSTRAINT_JSON_SCHEMA || kind == DSV_IPC_CONSTRAINT_REGEX ||
-               kind == DSV_IPC_CONSTRAINT_GRAMMAR;
+               kind == DSV_IPC_CONSTRAINT_GRAMMAR || kind == DSV_IPC_CONSTRAINT_COMPOSED;
 }
 
 const char *dsv_ipc_constraint_to_string(enum dsv_ipc_constraint kind) {
@@ -492,7 +493,7 @@ static int decode_constraint(struct decoder *d, const cJSON *o, struct dsv_ipc_r
         free(kind);
         if (k < 0)
                 return bad(d, "field 'constraint.kind' must be one of none, json_schema, json_object, regex, choice, "
-                              "grammar");
+                              "grammar, composed");
         q->constraint = (enum dsv_ipc_constraint)k;
         if ((r = get_str(d, c, "text", constraint_has_text(q->constraint), &q->constraint_text)) < 0)
                 return r;

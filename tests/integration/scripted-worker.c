@@ -10,7 +10,11 @@
  *
  * Script lines {"match": TEXT, "reply": TEXT}: the first line whose match occurs in the
  * rendered prompt or in the request's constraint text (a line without match always does)
- * gives the reply. The constraint itself is not applied: the reply is sent as scripted. --log gets one JSON
+ * gives the reply. The constraint is not applied, the reply is sent as scripted; but a
+ * composed constraint (a forced tool call in the template's syntax) is compiled with the
+ * real tokenizer and the reply's tokens walked through its masks: a token the mask
+ * refuses, or a reply the grammar does not accept whole, is refused with an error naming
+ * the token, so the gateway's grammar is checked against what the model writes. --log gets one JSON
  * line per request: {"messages", "tools", "rendered"} (for comparison with python3-jinja2).
  * The reply stops at its end ("stop") or at max_tokens ("length"; no cap with max_tokens_to_context). */
 #include <cjson/cJSON.h>
@@ -46,6 +50,7 @@ struct ctx {
         struct dsv_ipc_conn *conn;
         struct dse_tokenizer *tok;
         struct dse_chat_template *tmpl;
+        struct dse_grammar_vocab *vocab; /* built on the first composed constraint */
         cJSON *script;
         FILE *log;
 };
@@ -101,6 +106,42 @@ static void send_token(struct ctx *c, uint64_t id, int32_t tok, const char *text
         free(copy);
 }
 
+/* Walks ids through the masks of q's composed constraint: 0, or -1 with why written. */
+static int check_composed(struct ctx *c, const struct dsv_ipc_request *q, const int32_t *ids, int n, char *why,
+                          size_t size) {
+        struct dse_diag diag = {{0}};
+        struct dse_grammar *g = NULL;
+        struct dse_grammar_matcher *m = NULL;
+        uint64_t *mask = NULL;
+        int r = c->vocab ? 0 : dse_grammar_vocab_new(c->tok, &c->vocab, &diag);
+        if (r == 0)
+                r = dse_grammar_compile_composed(q->constraint_text, strlen(q->constraint_text), c->tok, &g, &diag);
+        if (r == 0)
+                r = dse_grammar_matcher_new(g, &m, &diag);
+        if (r < 0)
+                snprintf(why, size, "composed constraint: %.400s", diag.msg);
+        if (r == 0 && !(mask = calloc(dse_grammar_vocab_mask_words(c->vocab), sizeof *mask)))
+                r = -ENOMEM;
+        for (int i = 0; r == 0 && i < n; i++) {
+                r = dse_grammar_matcher_fill_mask(m, c->vocab, mask);
+                if (r >= 0 && !((mask[ids[i] / 64] >> (ids[i] % 64)) & 1))
+                        r = -EINVAL;
+                if (r >= 0)
+                        r = dse_grammar_matcher_accept_token(m, c->vocab, ids[i]);
+                if (r < 0)
+                        snprintf(why, size, "the scripted reply's token %d (id %d, '%s') is outside the composed "
+                                 "constraint", i, ids[i], dse_tokenizer_piece(c->tok, ids[i]));
+        }
+        if (r == 0 && !dse_grammar_matcher_is_accepting(m)) {
+                snprintf(why, size, "the scripted reply ends before the composed constraint is complete");
+                r = -EINVAL;
+        }
+        free(mask);
+        dse_grammar_matcher_free(m);
+        dse_grammar_free(g);
+        return r < 0 ? -1 : 0;
+}
+
 static void on_request(struct ctx *c, const struct dsv_ipc_request *q) {
         struct dse_diag diag = {{0}};
         char *rendered = NULL;
@@ -123,6 +164,11 @@ static void on_request(struct ctx *c, const struct dsv_ipc_request *q) {
         free(rendered);
         if (n < 0 || n_prompt < 0) {
                 refuse(c, q->id, "no scripted reply for this prompt");
+                return;
+        }
+        char why[512];
+        if (q->constraint == DSV_IPC_CONSTRAINT_COMPOSED && check_composed(c, q, ids, n, why, sizeof why) < 0) {
+                refuse(c, q->id, why);
                 return;
         }
         struct dse_detok *dt = NULL;

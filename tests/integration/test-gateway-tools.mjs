@@ -207,9 +207,10 @@ await test('openai-deepseek-stream-cut-mid-call', async () => {
   }
 });
 
-// tool_choice "required": the worker gets the forced-call schema (the scripted worker
-// answers it with the JSON calls it would allow; the real model's constrained decoding is
-// test-structured-output's), the template still gets the tools, the calls come back parsed.
+// tool_choice "required": the worker gets the forced call in the template's own syntax
+// (the scripted worker checks its reply against that grammar's masks; the real model's
+// constrained decoding of the JSON form is test-structured-output's), the template still
+// gets the tools, the calls come back parsed.
 await test('openai-deepseek-tool-choice-required', async () => {
   const body = { model: 'dsv-test', messages: ASK, tools: [WEATHER], tool_choice: 'required' };
   const r = await ds.chat.completions.create(body);
@@ -226,6 +227,19 @@ await test('openai-deepseek-tool-choice-required', async () => {
   const one = await ds.chat.completions.create({ ...body, parallel_tool_calls: false,
     tool_choice: { type: 'function', function: { name: 'get_weather' } } });
   eq(one.choices[0].message.tool_calls.length, 1, 'parallel_tool_calls false: one call');
+});
+
+await test('openai-qwen-tool-choice-required', async () => {
+  const body = { model: 'dsv-test', messages: ASK, tools: [WEATHER], tool_choice: 'required' };
+  const want = [['get_weather', { city: 'Paris' }], ['get_weather', { city: 'Lyon' }]];
+  const r = await qwen.chat.completions.create(body);
+  eq(r.choices[0].finish_reason, 'tool_calls', 'finish_reason');
+  eq(r.choices[0].message.content, null, 'content');
+  eq(r.choices[0].message.tool_calls.map((c) => [c.function.name, JSON.parse(c.function.arguments)]), want, 'calls');
+  const s = await collect(qwen, body);
+  eq(s.calls.map((c) => [c.name, JSON.parse(c.arguments)]), want, 'streamed calls');
+  eq(s.content, '', 'streamed content');
+  eq(s.finish, 'tool_calls', 'streamed finish_reason');
 });
 
 await test('openai-bad-tool-requests', async () => {

@@ -56,13 +56,20 @@ cat >"$T/r1.jsonl" <<EOF
 {"match": "weather", "reply": "I should call the tool.\n</think>\n\n$CALL_PARIS"}
 {"reply": "The user asks for 2+2.\nTwo and two make 4.\n</think>\n\nThe answer is 4."}
 EOF
+# tool_choice "required" or a named function: the constraint is the call in the
+# template's own syntax (a composed grammar); the scripted worker walks these replies
+# through its masks with the real tokenizer. One call where parallel calls are off.
+FORCED_ONE='<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n```json\n{\"city\":\"Paris\"}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>'
+FORCED_TWO='<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n```json\n{\"city\":\"Paris\"}\n```<｜tool▁call▁end｜>\n<｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n```json\n{\"city\":\"Lyon\"}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>'
 cat >"$T/ds.jsonl" <<EOF
-{"match": "\"\$defs\"", "reply": "[{\"name\":\"get_weather\",\"arguments\":{\"city\":\"Paris\"}},{\"name\":\"get_weather\",\"arguments\":{\"city\":\"Lyon\"}}]"}
+{"match": "\"max\":1", "reply": "$FORCED_ONE"}
+{"match": "\"json_schema\"", "reply": "$FORCED_TWO"}
 {"match": "<｜tool▁outputs▁end｜>", "reply": "It is 18°C and cloudy in Paris."}
 {"match": "Tokyo", "reply": "$CALL_TWO"}
 {"reply": "$CALL_PARIS"}
 EOF
 cat >"$T/qwen.jsonl" <<'EOF'
+{"match": "\"json_schema\"", "reply": "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\":\"Paris\"}}\n</tool_call>\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\":\"Lyon\"}}\n</tool_call>"}
 {"match": "<tool_response>", "reply": "It is 18°C and cloudy in Paris."}
 {"reply": "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>"}
 EOF

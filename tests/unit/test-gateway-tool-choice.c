@@ -6,24 +6,12 @@
 
 #include "chat_output.h"
 #include "dse.h"
+#include "gateway-tool-defs.h"
 #include "openai.h"
 #include "t.h"
 
 static const struct dsv_gw_limits lim = {.model = "m", .max_prompt_bytes = 4096, .max_tokens_limit = 1000,
                                          .default_max_tokens = 7};
-static const struct dsv_gw_limits lim_ds = {.model = "m", .max_prompt_bytes = 4096, .max_tokens_limit = 1000,
-                                            .default_max_tokens = 7, .tool_format = DSV_GATEWAY_TOOLS_DEEPSEEK_V3};
-
-#define WEATHER                                                                                                      \
-        "{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"strict\":true,\"parameters\":{"            \
-        "\"type\":\"object\",\"properties\":{\"city\":{\"type\":\"string\",\"maxLength\":8},"                        \
-        "\"unit\":{\"enum\":[\"c\",\"f\"]}},\"required\":[\"city\",\"unit\"],\"additionalProperties\":false}}}"
-#define ADD                                                                                                          \
-        "{\"type\":\"function\",\"function\":{\"name\":\"add\",\"parameters\":{\"type\":\"object\","                 \
-        "\"$defs\":{\"n\":{\"type\":\"integer\",\"minimum\":0}},\"properties\":{\"a\":{\"$ref\":\"#/$defs/n\"},"       \
-        "\"b\":{\"$ref\":\"#/$defs/n\"}},\"required\":[\"a\",\"b\"],\"additionalProperties\":false}}}"
-#define NOARGS "{\"type\":\"function\",\"function\":{\"name\":\"now\"}}"
-#define CHAT(extra) "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[" extra "}"
 
 static int parse(const struct dsv_gw_limits *l, const char *body, struct dsv_gw_request *r) {
         struct dsv_gw_error e;
@@ -86,12 +74,13 @@ TEST(parallel_calls_are_an_array_of_one_or_more) {
 
 TEST(named_function_only) {
         struct dsv_gw_request r;
-        /* A template with its own call format still sees the tools; the output is JSON. */
-        ASSERT_OK(parse(&lim_ds, CHAT(WEATHER "," ADD "],\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"add\"}},"
-                                      "\"parallel_tool_calls\":false"),
+        /* A template without a call format: the output is JSON (the call in a template's
+         * own syntax is test-gateway-tool-syntax's). */
+        ASSERT_OK(parse(&lim, CHAT(WEATHER "," ADD "],\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"add\"}},"
+                                   "\"parallel_tool_calls\":false"),
                         &r));
-        ASSERT_TRUE(r.ipc.u.request.tools_json != NULL);
-        ASSERT_TRUE(r.tool_json);
+        ASSERT_TRUE(r.ipc.u.request.tools_json == NULL);
+        ASSERT_TRUE(r.tool_json && r.tool_forced);
         ASSERT_EQ(accepts(&r, "{\"name\":\"add\",\"arguments\":{\"a\":1,\"b\":2}}"), 1);
         ASSERT_EQ(accepts(&r, "{\"name\":\"get_weather\",\"arguments\":{\"city\":\"Oslo\",\"unit\":\"c\"}}"), 0);
         dsv__gw_request_done(&r);

@@ -532,6 +532,14 @@ TEST(constraint_and_bias_roundtrip) {
         ASSERT_OK(roundtrip(&m, &out));
         ASSERT_EQ(out.u.request.constraint, DSV_IPC_CONSTRAINT_GRAMMAR);
         dsv_ipc_msg_done(&out);
+        /* minor 4: a composed grammar's description */
+        m.u.request.constraint = DSV_IPC_CONSTRAINT_COMPOSED;
+        m.u.request.constraint_text = "{\"sequence\":[{\"special\":\"<tool_call>\"},{\"text\":\"\\n\"}]}";
+        ASSERT_OK(roundtrip(&m, &out));
+        ASSERT_EQ(out.u.request.constraint, DSV_IPC_CONSTRAINT_COMPOSED);
+        ASSERT_STREQ(out.u.request.constraint_text, m.u.request.constraint_text);
+        ASSERT_STREQ(dsv_ipc_constraint_to_string(DSV_IPC_CONSTRAINT_COMPOSED), "composed");
+        dsv_ipc_msg_done(&out);
 
         /* absent: none */
         m = minor2_request();
@@ -548,6 +556,7 @@ TEST(constraint_and_bias_refused_when_malformed) {
                 "{\"v\":1,\"type\":\"request\",\"id\":1,\"input\":\"prompt\",\"prompt\":\"x\",\"constraint\":{\"kind\":\"choice\",\"choices\":[]}}",
                 "{\"v\":1,\"type\":\"request\",\"id\":1,\"input\":\"prompt\",\"prompt\":\"x\",\"constraint\":{\"kind\":\"choice\",\"choices\":[1]}}",
                 "{\"v\":1,\"type\":\"request\",\"id\":1,\"input\":\"prompt\",\"prompt\":\"x\",\"constraint\":{\"kind\":\"regex\"}}",
+                "{\"v\":1,\"type\":\"request\",\"id\":1,\"input\":\"prompt\",\"prompt\":\"x\",\"constraint\":{\"kind\":\"composed\"}}",
                 "{\"v\":1,\"type\":\"request\",\"id\":1,\"input\":\"prompt\",\"prompt\":\"x\",\"logit_bias\":[[1,101]]}",
                 "{\"v\":1,\"type\":\"request\",\"id\":1,\"input\":\"prompt\",\"prompt\":\"x\",\"logit_bias\":[[-1,1]]}",
                 "{\"v\":1,\"type\":\"request\",\"id\":1,\"input\":\"prompt\",\"prompt\":\"x\",\"logit_bias\":[[1.5,1]]}",

@@ -290,6 +290,48 @@ TEST(regex_choice_and_grammar) {
         rig_done(&g);
 }
 
+/* A composed constraint through the real model: a special token admitted by its id (the
+ * bundled tokenizer's "<s>" stands in for a tool-call marker: a token with no text of its
+ * own), then a name and arguments valid against that name's schema. A special text that
+ * is not one token is refused naming the part. */
+TEST(composed_with_a_special_token) {
+        struct rig g;
+        ASSERT_OK(rig_init(&g, 2));
+        int32_t ids[16];
+        int n = dse_tokenizer_encode(tok, "And God said", 12, 1, ids, 16);
+        struct dsv_ipc_request req = {.id = 0, .input = DSV_IPC_INPUT_TOKENS, .max_tokens = 60};
+        dsv_ipc_sampling_init(&req.sampling);
+        req.sampling.temperature = 1.0f;
+        req.sampling.seed = 11;
+        req.sampling.has_seed = 1;
+        req.constraint = DSV_IPC_CONSTRAINT_COMPOSED;
+        req.constraint_text =
+                "{\"sequence\":[{\"special\":\"<s>\"},{\"text\":\"call \"},{\"one_of\":["
+                "{\"sequence\":[{\"text\":\"add \"},{\"json_schema\":{\"type\":\"array\",\"items\":"
+                "{\"type\":\"integer\",\"minimum\":1,\"maximum\":9},\"minItems\":2,\"maxItems\":2}}]},"
+                "{\"sequence\":[{\"text\":\"say \"},{\"json_schema\":{\"enum\":[\"light\",\"dark\"]}}]}]}]}";
+        if (sched_add(g.s, &req, ids, (size_t)n, 0) < 0)
+                T_FAIL("composed constraint refused: %s", g.o.error_msg[0]);
+        req.id = 1;
+        req.constraint_text = "{\"sequence\":[{\"text\":\"a\"},{\"special\":\"<tool_call>\"}]}";
+        ASSERT_ERR(sched_add(g.s, &req, ids, (size_t)n, 0), -EINVAL);
+        ASSERT_TRUE(strstr(g.o.error_msg[1], "sequence[1]") && strstr(g.o.error_msg[1], "not one token"));
+        ASSERT_OK(run(&g));
+        if (getenv("DSV_TEST_VERBOSE"))
+                fprintf(stderr, "  %s (%s)\n", g.o.text[0], g.o.reason[0]);
+        ASSERT_STREQ(g.o.reason[0], "stop");
+        ASSERT_EQ(g.o.first[0], dse_tokenizer_bos(tok));
+        /* the text after the special token: one of the two calls, valid */
+        const char *t = strstr(g.o.text[0], "call ");
+        ASSERT_TRUE(t != NULL);
+        int a = 0, b = 0;
+        char end = 0;
+        ASSERT_TRUE(strcmp(t, "call say \"light\"") == 0 || strcmp(t, "call say \"dark\"") == 0 ||
+                    (sscanf(t, "call add [%d,%d%c", &a, &b, &end) == 3 && end == ']' && a >= 1 && a <= 9 && b >= 1 &&
+                     b <= 9));
+        rig_done(&g);
+}
+
 /* Penalties come after the mask: a negative presence/frequency penalty (which raises
  * tokens already seen) and a repetition penalty never revive a masked token. */
 TEST(mask_before_penalties) {

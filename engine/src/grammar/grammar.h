@@ -38,6 +38,13 @@ struct grammar_rule {
 
 struct grammar_mask_cache;
 
+/* A token a composed grammar admits by its id, never by its bytes (grammar_compose.c):
+ * a stack whose top waits on class cls, an empty class of its own, takes token id. */
+struct grammar_special {
+        uint32_t cls;
+        int32_t id;
+};
+
 struct dse_grammar {
         struct grammar_elem *elems;
         uint32_t n_elems;
@@ -51,6 +58,8 @@ struct dse_grammar {
         /* masks already computed, per vocabulary and state shape (mask_cache.c); the one
          * part of a grammar that changes after compiling, behind its own lock */
         struct grammar_mask_cache *cache;
+        struct grammar_special *specials; /* none outside composed grammars */
+        uint32_t n_specials;
 };
 
 /* Returns from the calling function when expr (0 or -errno) fails. */
@@ -110,6 +119,10 @@ int dse__grammar_push_class(struct grammar_builder *b, uint32_t rule, const stru
 int dse__grammar_push_byte(struct grammar_builder *b, uint32_t rule, uint8_t byte);
 int dse__grammar_push_bytes(struct grammar_builder *b, uint32_t rule, const char *s, size_t n);
 int dse__grammar_push_ref(struct grammar_builder *b, uint32_t rule, uint32_t ref);
+/* Pushes a class element of a class no other element shares (push_class shares equal
+ * ones), its index in *ret_class: how a special token gets a position of its own. */
+int dse__grammar_push_class_unshared(struct grammar_builder *b, uint32_t rule, const struct grammar_class *c,
+                                     uint32_t *ret_class);
 /* A new rule matching min to max (UINT32_MAX: no limit) matches of rule item, one after
  * the other. -E2BIG when a bound over GRAMMAR_MAX_REPEAT would be unrolled. An item
  * that can match the empty string repeated without limit is left recursion, which
@@ -260,6 +273,17 @@ int dse__grammar_trie_walk(struct dse_grammar_matcher *m, const struct dse_gramm
 int dse__grammar_mask_cached(struct dse_grammar_matcher *m, const struct dse_grammar_vocab *vocab, uint64_t *mask);
 int dse__grammar_mask_cache_new(struct grammar_mask_cache **ret);
 void dse__grammar_mask_cache_free(struct grammar_mask_cache *cache);
+
+/* ---- special tokens of composed grammars (grammar_compose.c) ---- */
+
+/* Corrects a mask of the current state for the grammar's special tokens: clears each
+ * one's id, then sets it where a stack waits on it. Returns the change of the count of
+ * allowed tokens (0 for a grammar without special tokens). */
+int dse__grammar_mask_specials(const struct dse_grammar_matcher *m, const struct dse_grammar_vocab *vocab,
+                               uint64_t *mask);
+/* Accepts token id when it is one of the grammar's special tokens: 0, -EINVAL when no
+ * stack waits on it (state unchanged), -ENOMEM / -E2BIG; 1 when id is none of them. */
+int dse__grammar_accept_special(struct dse_grammar_matcher *m, int32_t id);
 
 /* The reference twin of dse_grammar_matcher_fill_mask: tries every token's bytes on its
  * own against the state. Same contract; for tests. */

@@ -84,6 +84,16 @@ int dse__grammar_push_class(struct grammar_builder *b, uint32_t rule, const stru
         return push_elem(b, rule, GRAMMAR_CLASS, i);
 }
 
+int dse__grammar_push_class_unshared(struct grammar_builder *b, uint32_t rule, const struct grammar_class *c,
+                                     uint32_t *ret_class) {
+        int r = dse__grammar_grow((void **)&b->classes, &b->cap_classes, b->n_classes + 1, sizeof *b->classes);
+        if (r < 0)
+                return r;
+        b->classes[b->n_classes] = *c;
+        *ret_class = b->n_classes++;
+        return push_elem(b, rule, GRAMMAR_CLASS, *ret_class);
+}
+
 int dse__grammar_push_byte(struct grammar_builder *b, uint32_t rule, uint8_t byte) {
         struct grammar_class c = {{0}};
         grammar_class_add_range(&c, byte, byte);
@@ -204,6 +214,7 @@ void dse_grammar_free(struct dse_grammar *g) {
         free(g->alt_start);
         free(g->rules);
         free(g->classes);
+        free(g->specials);
         dse__grammar_mask_cache_free(g->cache);
         free(g);
 }

@@ -80,6 +80,12 @@ int dse__schema_merge_all_of(struct schema_ctx *c, const cJSON *s, cJSON **ret_m
  * anyOf/oneOf distributed into each branch. Same exactness rule. */
 int dse__schema_merge_pair(struct schema_ctx *c, const cJSON *a, const cJSON *b, cJSON **ret_merged);
 
+/* Compiles schema (its own root for "#" references) into rules of b, the rule matching
+ * a valid value in *ret_rule: how dse_grammar_compile_json_schema and a composed
+ * grammar's "json_schema" part (grammar_compose.c) build it. Errors as the former's. */
+int dse__schema_compile_into(struct grammar_builder *b, const cJSON *schema, uint32_t *ret_rule,
+                             struct dse_diag *reterr);
+
 /* Keywords that do not constrain instances (annotations, containers): ignored. */
 int dse__schema_keyword_is_annotation(const char *name);
 

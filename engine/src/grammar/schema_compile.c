@@ -949,32 +949,40 @@ static int draft_before_2019(const cJSON *root) {
                                      strstr(v->valuestring, "draft-07") || strstr(v->valuestring, "draft-03"));
 }
 
+int dse__schema_compile_into(struct grammar_builder *b, const cJSON *schema, uint32_t *ret_rule,
+                             struct dse_diag *reterr) {
+        struct schema_ctx c = {.reterr = reterr, .b = *b};
+        c.root = schema;
+        c.refs_replace_siblings = draft_before_2019(schema);
+        c.scratch = cJSON_CreateArray();
+        dse__json_rules_init(&c.j, &c.b);
+        int r = c.scratch ? compile_schema(&c, schema, ret_rule) : -ENOMEM;
+        if (r == -ENOMEM)
+                dse__schema_fail(&c, r, "$schema", "out of memory");
+        else if (r == -E2BIG)
+                dse__schema_fail(&c, r, "$schema", "the grammar grew past its size limit");
+        dse__json_rules_done(&c.j);
+        *b = c.b;
+        free(c.memo);
+        cJSON_Delete(c.scratch);
+        return r;
+}
+
 int dse_grammar_compile_json_schema(const char *schema_json, size_t len, struct dse_grammar **ret_grammar,
                                     struct dse_diag *reterr) {
         if (!schema_json || !ret_grammar)
                 return -EINVAL;
-        struct schema_ctx c = {.reterr = reterr};
         cJSON *root = cJSON_ParseWithLength(schema_json, len);
         if (!root) {
                 if (reterr)
                         snprintf(reterr->msg, sizeof reterr->msg, "the schema is not valid JSON");
                 return -EBADMSG;
         }
-        c.root = root;
-        c.refs_replace_siblings = draft_before_2019(root);
-        c.scratch = cJSON_CreateArray();
-        dse__grammar_builder_init(&c.b);
-        dse__json_rules_init(&c.j, &c.b);
+        struct grammar_builder b;
+        dse__grammar_builder_init(&b);
         uint32_t top = GRAMMAR_NIL;
-        int r = c.scratch ? compile_schema(&c, root, &top) : -ENOMEM;
-        if (r == -ENOMEM)
-                dse__schema_fail(&c, r, "$schema", "out of memory");
-        else if (r == -E2BIG)
-                dse__schema_fail(&c, r, "$schema", "the grammar grew past its size limit");
-        dse__json_rules_done(&c.j);
-        r = dse__grammar_builder_complete(&c.b, r, top, ret_grammar, reterr);
-        free(c.memo);
-        cJSON_Delete(c.scratch);
+        int r = dse__schema_compile_into(&b, root, &top, reterr);
+        r = dse__grammar_builder_complete(&b, r, top, ret_grammar, reterr);
         cJSON_Delete(root);
         return r;
 }

@@ -302,7 +302,7 @@ int dse_grammar_matcher_fill_mask(struct dse_grammar_matcher *m, const struct ds
         if (go <= 0)
                 return go;
         int count = dse__grammar_mask_cached(m, vocab, mask);
-        return count < 0 ? count : count + set_eos(m, vocab, mask);
+        return count < 0 ? count : count + dse__grammar_mask_specials(m, vocab, mask) + set_eos(m, vocab, mask);
 }
 
 int dse__grammar_matcher_fill_mask_scan(struct dse_grammar_matcher *m, const struct dse_grammar_vocab *vocab,
@@ -334,7 +334,7 @@ int dse__grammar_matcher_fill_mask_scan(struct dse_grammar_matcher *m, const str
                 m->n_frames = mark_frames;
                 m->n_tops = mark_tops;
         }
-        return count + set_eos(m, vocab, mask);
+        return count + dse__grammar_mask_specials(m, vocab, mask) + set_eos(m, vocab, mask);
 }
 
 int dse_grammar_matcher_accept_token(struct dse_grammar_matcher *m, const struct dse_grammar_vocab *vocab,
@@ -347,6 +347,9 @@ int dse_grammar_matcher_accept_token(struct dse_grammar_matcher *m, const struct
                 m->ended = 1;
                 return 0;
         }
+        int special = dse__grammar_accept_special(m, id);
+        if (special <= 0)
+                return special;
         if (!vocab->token_len[id])
                 return -EINVAL;
         return dse_grammar_matcher_advance(m, vocab->token_bytes[id], vocab->token_len[id]);

@@ -171,7 +171,7 @@ int dsv__gw_answer_chat(struct dsv_gw_answer *a, struct dsv_gw_chat_out **ret) {
                         snprintf(prefix, sizeof prefix, "call%s", tail);
                 /* A forced call is constrained from the first token on: there is no think
                  * block to split off. */
-                dsv__gw_chat_out_init(a->chat, q->split_think && !q->tool_json, q->think_opened, q->tool_parse,
+                dsv__gw_chat_out_init(a->chat, q->split_think && !q->tool_forced, q->think_opened, q->tool_parse,
                                       q->parallel_tool_calls, prefix);
                 if (q->tool_json)
                         dsv__gw_chat_out_read_json_calls(a->chat);

@@ -435,19 +435,23 @@ int dsv__gw_tools_parse(const cJSON *o, const struct dsv_gw_limits *lim, struct 
         if (!use)
                 return 0;
         if (constrain) {
-                /* The output is a constrained JSON call (tool_constraint.c), read as JSON
-                 * whatever the template's own call syntax. */
+                /* The output is a constrained call (tool_constraint.c): in the template's
+                 * own syntax, read by its parser, or JSON when it has none. */
                 struct dsv_ipc_request *q = &req->ipc.u.request;
-                char *schema = dsv__gw_tool_constraint_schema(tools, only, req->parallel_tool_calls);
-                if (!schema)
+                bool own = lim->tool_format != DSV_GATEWAY_TOOLS_NONE;
+                char *text = own ? dsv__gw_tool_constraint_composed(tools, only, req->parallel_tool_calls,
+                                                                    lim->tool_format)
+                                 : dsv__gw_tool_constraint_schema(tools, only, req->parallel_tool_calls);
+                if (!text)
                         return -ENOMEM;
-                q->constraint_text = strdup(schema);
-                cJSON_free(schema);
+                q->constraint_text = strdup(text);
+                cJSON_free(text);
                 if (!q->constraint_text)
                         return -ENOMEM;
-                q->constraint = DSV_IPC_CONSTRAINT_JSON_SCHEMA;
-                req->tool_json = true;
-                if (lim->tool_format == DSV_GATEWAY_TOOLS_NONE)
+                q->constraint = own ? DSV_IPC_CONSTRAINT_COMPOSED : DSV_IPC_CONSTRAINT_JSON_SCHEMA;
+                req->tool_forced = true;
+                req->tool_json = !own;
+                if (!own)
                         return 0; /* the template cannot show the tools */
         } else if (lim->tool_format == DSV_GATEWAY_TOOLS_NONE) {
                 return fail(e, "unsupported_parameter", "tools",

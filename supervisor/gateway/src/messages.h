@@ -26,8 +26,9 @@ int dsv__gw_only_known(const struct cJSON *o, const char *const *known, size_t n
  * well-formed, parameters a JSON Schema object, the chosen function one of them, strict
  * only where a call is forced); with tools in use q->tools_json holds them for the
  * template (when it has a call format) and req->tool_parse says how the output is parsed.
- * "required" or a named function sets q's constraint to the forced call's schema
- * (tool_constraint.c) and req->tool_json. */
+ * "required" or a named function sets q's constraint to the forced call (tool_constraint.c:
+ * in the template's call syntax, or as JSON with req->tool_json when it has none) and
+ * req->tool_forced. */
 int dsv__gw_tools_parse(const struct cJSON *o, const struct dsv_gw_limits *lim, struct dsv_gw_request *req,
                         struct dsv_gw_error *e);
 

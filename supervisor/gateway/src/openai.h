@@ -60,8 +60,10 @@ struct dsv_gw_request {
         enum dsv_gateway_tool_format tool_parse; /* chat: how calls are read from the output
                                                   * (none: tools not in use) */
         bool parallel_tool_calls;
-        bool tool_json;         /* chat: tool_choice forced a call; the output is the
-                                 * constrained JSON call(s) of tool_constraint.c */
+        bool tool_forced;       /* chat: tool_choice forced a call; the output is
+                                 * constrained from its first token (tool_constraint.c) */
+        bool tool_json;         /* chat: the forced call is JSON (the template has no call
+                                 * syntax), not read by tool_parse's parser */
         int32_t n;              /* chat: choices, made one after another on one instance */
         struct dsv_ipc_msg ipc; /* type DSV_IPC_REQUEST, id 0: owns prompt/messages/stop */
 };

@@ -10,16 +10,17 @@
 
 #include "buf.h"
 #include "chat_output.h"
+#include "tool_markers.h"
 
-static const char DS_CALLS_BEGIN[] = "<｜tool▁calls▁begin｜>";
-static const char DS_CALL_BEGIN[] = "<｜tool▁call▁begin｜>";
-static const char DS_SEP[] = "<｜tool▁sep｜>";
-static const char DS_FENCE[] = "```json\n";
-static const char DS_ARGS_END[] = "```<｜tool▁call▁end｜>";
-static const char DS_CALLS_END[] = "<｜tool▁calls▁end｜>";
-static const char HERMES_BEGIN[] = "<tool_call>";
-static const char HERMES_END[] = "</tool_call>";
-static const char LLAMA_TAG[] = "<|python_tag|>";
+static const char DS_CALLS_BEGIN[] = DSV_GW_DS_CALLS_BEGIN;
+static const char DS_CALL_BEGIN[] = DSV_GW_DS_CALL_BEGIN;
+static const char DS_SEP[] = DSV_GW_DS_SEP;
+static const char DS_FENCE[] = DSV_GW_DS_FENCE;
+static const char DS_ARGS_END[] = "```" DSV_GW_DS_CALL_END;
+static const char DS_CALLS_END[] = DSV_GW_DS_CALLS_END;
+static const char HERMES_BEGIN[] = DSV_GW_HERMES_BEGIN;
+static const char HERMES_END[] = DSV_GW_HERMES_END;
+static const char LLAMA_TAG[] = DSV_GW_LLAMA_TAG;
 
 enum { DS_BETWEEN, DS_HEAD, DS_ARGS };        /* deepseek phases */
 enum { HERMES_BODY, HERMES_BETWEEN };         /* hermes phases */

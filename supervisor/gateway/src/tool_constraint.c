@@ -1,15 +1,20 @@
-/* The constraint tool_choice "required" or a named function puts on decoding: the output
- * is JSON naming one of the allowed functions with arguments valid against that
- * function's "parameters" schema, as vLLM constrains "required" (one JSON Schema over the
- * whole output, compiled by the worker like any response_format). Each function's
- * parameters go under "$defs" of the one schema, their own "#…" references moved there. */
+/* The constraint tool_choice "required" or a named function puts on decoding: a call of
+ * one of the allowed functions with arguments valid against that function's "parameters"
+ * schema. A template with a tool-call syntax gets the call in that syntax, as a composed
+ * grammar (markers as their single tokens, then the parser of tool_calls.c reads it as
+ * any call the model writes); one without gets JSON, as vLLM constrains "required" (one
+ * JSON Schema over the whole output, compiled by the worker like any response_format).
+ * There each function's parameters go under "$defs" of the one schema, their own "#…"
+ * references moved there. */
 #include <cjson/cJSON.h>
 #include <errno.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "tool_constraint.h"
+#include "tool_markers.h"
 
 /* Rewrites every "$ref": "#…" in s to "#/$defs/<def>…", so the schema means the same
  * below the root. */
@@ -52,6 +57,13 @@ static cJSON *call_schema(const char *name, const char *def) {
         return o;
 }
 
+/* The function of tool t, its name in *ret_name; NULL when only names another one. */
+static const cJSON *allowed_function(const cJSON *t, const char *only, const char **ret_name) {
+        const cJSON *fn = cJSON_GetObjectItemCaseSensitive(t, "function");
+        *ret_name = cJSON_GetObjectItemCaseSensitive(fn, "name")->valuestring;
+        return only && strcmp(*ret_name, only) != 0 ? NULL : fn;
+}
+
 /* A function without "parameters" takes none: its arguments are {}. */
 static cJSON *parameters_copy(const cJSON *fn) {
         const cJSON *p = cJSON_GetObjectItemCaseSensitive(fn, "parameters");
@@ -71,9 +83,9 @@ char *dsv__gw_tool_constraint_schema(const cJSON *tools, const char *only, bool 
         int i = 0, r = 0;
         const cJSON *t;
         cJSON_ArrayForEach(t, tools) {
-                const cJSON *fn = cJSON_GetObjectItemCaseSensitive(t, "function");
-                const char *name = cJSON_GetObjectItemCaseSensitive(fn, "name")->valuestring;
-                if (only && strcmp(name, only) != 0)
+                const char *name;
+                const cJSON *fn = allowed_function(t, only, &name);
+                if (!fn)
                         continue;
                 char def[32];
                 snprintf(def, sizeof def, "tool_%d", i++);
@@ -108,6 +120,84 @@ char *dsv__gw_tool_constraint_schema(const cJSON *tools, const char *only, bool 
         text = cJSON_PrintUnformatted(root);
 out:
         cJSON_Delete(calls);
+        cJSON_Delete(root);
+        return text;
+}
+
+/* ---- the call in the template's own syntax: a composed grammar -------------------------- */
+
+static cJSON *part(const char *kind, const char *text) {
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, kind, text);
+        return o;
+}
+
+/* {"sequence": [parts…]}, taking the parts (NULL ends the list). */
+static cJSON *sequence(cJSON *first, ...) {
+        cJSON *o = cJSON_CreateObject(), *list = cJSON_AddArrayToObject(o, "sequence");
+        va_list ap;
+        va_start(ap, first);
+        for (cJSON *p = first; p; p = va_arg(ap, cJSON *))
+                cJSON_AddItemToArray(list, p);
+        va_end(ap);
+        return o;
+}
+
+/* One call, or with parallel one or more, joined by separator. */
+static cJSON *calls(cJSON *call, bool parallel, const char *separator) {
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddItemToObject(o, "repeat", call);
+        cJSON_AddNumberToObject(o, "min", 1);
+        if (!parallel)
+                cJSON_AddNumberToObject(o, "max", 1);
+        cJSON_AddItemToObject(o, "separator", part("text", separator));
+        return o;
+}
+
+/* What the format writes before a call's arguments: the name and what leads to them. */
+static void head_text(enum dsv_gateway_tool_format format, const char *name, char *out, size_t size) {
+        if (format == DSV_GATEWAY_TOOLS_DEEPSEEK_V3)
+                snprintf(out, size, "%s\n" DSV_GW_DS_FENCE, name);
+        else if (format == DSV_GATEWAY_TOOLS_HERMES)
+                snprintf(out, size, "%s\", \"arguments\": ", name);
+        else
+                snprintf(out, size, "%s\", \"parameters\": ", name);
+}
+
+char *dsv__gw_tool_constraint_composed(const cJSON *tools, const char *only, bool parallel,
+                                       enum dsv_gateway_tool_format format) {
+        if (format == DSV_GATEWAY_TOOLS_NONE || format >= DSV_GATEWAY_TOOLS_FORMAT_COUNT)
+                return NULL;
+        /* one branch per function: its head, then its arguments */
+        cJSON *choice = cJSON_CreateObject(), *branches = cJSON_AddArrayToObject(choice, "one_of");
+        const cJSON *t;
+        cJSON_ArrayForEach(t, tools) {
+                const char *name;
+                const cJSON *fn = allowed_function(t, only, &name);
+                if (!fn)
+                        continue;
+                char head[160];
+                head_text(format, name, head, sizeof head);
+                cJSON *args = cJSON_CreateObject();
+                cJSON_AddItemToObject(args, "json_schema", parameters_copy(fn));
+                cJSON_AddItemToArray(branches, sequence(part("text", head), args, NULL));
+        }
+        cJSON *root;
+        if (format == DSV_GATEWAY_TOOLS_DEEPSEEK_V3) {
+                cJSON *call = sequence(part("special", DSV_GW_DS_CALL_BEGIN), part("text", "function"),
+                                       part("special", DSV_GW_DS_SEP), choice, part("text", "\n```"),
+                                       part("special", DSV_GW_DS_CALL_END), NULL);
+                root = sequence(part("special", DSV_GW_DS_CALLS_BEGIN), calls(call, parallel, "\n"),
+                                part("special", DSV_GW_DS_CALLS_END), NULL);
+        } else if (format == DSV_GATEWAY_TOOLS_HERMES) {
+                cJSON *call = sequence(part("special", DSV_GW_HERMES_BEGIN), part("text", "\n{\"name\": \""), choice,
+                                       part("text", "}\n"), part("special", DSV_GW_HERMES_END), NULL);
+                root = calls(call, parallel, "\n");
+        } else {
+                cJSON *call = sequence(part("text", "{\"name\": \""), choice, part("text", "}"), NULL);
+                root = calls(call, parallel, "; ");
+        }
+        char *text = cJSON_PrintUnformatted(root);
         cJSON_Delete(root);
         return text;
 }
