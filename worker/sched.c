@@ -176,6 +176,12 @@ int sched_set_drafter(struct sched *s, const struct spec_config *sc, const struc
         return 0;
 }
 
+int sched_slot_seq(const struct sched *s, int slot) {
+        if (!s || slot < 0 || slot >= s->n_slots || s->rqs[slot].state != RQ_RUNNING)
+                return -1;
+        return s->rqs[slot].seq;
+}
+
 /* ---- events ---- */
 
 static void emit_error(struct sched *s, uint64_t id, enum dsv_ipc_error_code code, const char *fmt, ...)

@@ -42,6 +42,7 @@ struct kv_seq {
 struct dse_kv_cache {
         int32_t block_tokens, n_layers, n_ctx, max_blocks, max_seqs;
         int32_t n_blocks;
+        int32_t n_taken;           /* blocks dse__kv_blocks_take handed out: outside the pool's stats */
         struct dse__kv_view layout; /* the rows' layout (base and blocks unset) */
         uint8_t *data;             /* (n_blocks, n_layers, block_tokens, layout.row_bytes) */
         size_t data_bytes;         /* of the anonymous mapping behind data */
@@ -314,9 +315,9 @@ void dse_kv_cache_stats(const struct dse_kv_cache *kv, struct dse_kv_stats *ret)
         if (!kv)
                 return;
         ret->block_tokens = kv->block_tokens;
-        ret->n_blocks = kv->n_blocks;
+        ret->n_blocks = kv->n_blocks - kv->n_taken;
         ret->n_cached = kv->n_lru;
-        ret->n_used = kv->n_blocks - kv->n_free - kv->n_lru;
+        ret->n_used = kv->n_blocks - kv->n_taken - kv->n_free - kv->n_lru;
         for (int i = 0; i < kv->max_seqs; i++)
                 ret->n_seqs += kv->seqs[i].open;
         ret->prefix_query_tokens = kv->query_tokens;
@@ -503,12 +504,14 @@ int dse__kv_blocks_take(struct dse_kv_cache *kv, int n, int32_t *ret) {
                 return -ENOSPC;
         for (int i = 0; i < n; i++)
                 ret[i] = block_take(kv);
+        kv->n_taken += n;
         return 0;
 }
 
 void dse__kv_blocks_put(struct dse_kv_cache *kv, int n, const int32_t *blocks) {
         for (int i = 0; i < n; i++)
                 block_release(kv, blocks[i]);
+        kv->n_taken -= n;
 }
 
 int32_t dse__kv_n_ctx(const struct dse_kv_cache *kv) {

@@ -74,7 +74,8 @@ int32_t dse__kv_seq_n_blocks(const struct dse_kv_cache *kv, int seq);
 int32_t dse__kv_block_tokens(const struct dse_kv_cache *kv);
 int32_t dse__kv_max_seqs(const struct dse_kv_cache *kv);
 /* Takes n blocks out of the pool for a caller's own rows (-ENOSPC: none taken);
- * dse__kv_blocks_put gives them back. */
+ * dse__kv_blocks_put gives them back. Until then dse_kv_cache_stats leaves them out
+ * (n_blocks counts the pool without them). */
 int dse__kv_blocks_take(struct dse_kv_cache *kv, int n, int32_t *ret);
 void dse__kv_blocks_put(struct dse_kv_cache *kv, int n, const int32_t *blocks);
 /* Records n_tokens evaluated tokens at the sequence's end and registers every block they

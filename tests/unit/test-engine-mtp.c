@@ -54,28 +54,17 @@ static int read_ids(const char *path, int32_t *out, int n) {
 static int open_default(void) {
         if (model)
                 return 0;
+        if (!(model = default_model_open()))
+                return -1;
         const char *src = getenv("DSV_SOURCE_DIR") ? getenv("DSV_SOURCE_DIR") : "..";
-        char dir[1024], native[4096], path[1200];
-        snprintf(dir, sizeof dir, "%s/models/default", src);
-        if (!getenv("DSV_CACHE_DIR") && getenv("DSV_BUILD_DIR")) {
-                char cache[1100];
-                snprintf(cache, sizeof cache, "%s/model-cache", getenv("DSV_BUILD_DIR"));
-                setenv("DSV_CACHE_DIR", cache, 1);
-        }
-        struct dse_diag diag = {{0}};
-        int r;
-        if ((r = dse_model_resolve(dir, native, sizeof native, &diag)) < 0 ||
-            (r = dse_model_open(native, 0, &model, &diag)) < 0) {
-                fprintf(stderr, "  default model: %s\n", diag.msg);
-                return r;
-        }
-        snprintf(path, sizeof path, "%s/ref/prompt_ids.json", dir);
+        char path[1200];
+        snprintf(path, sizeof path, "%s/models/default/ref/prompt_ids.json", src);
         if (read_ids(path, ids, N_PROMPT) < 0)
                 return -1;
-        snprintf(path, sizeof path, "%s/ref/generated_ids.json", dir);
+        snprintf(path, sizeof path, "%s/models/default/ref/generated_ids.json", src);
         if (read_ids(path, ids + N_PROMPT, N_GEN) < 0)
                 return -1;
-        snprintf(path, sizeof path, "%s/ref/mtp_logits.f32", dir);
+        snprintf(path, sizeof path, "%s/models/default/ref/mtp_logits.f32", src);
         FILE *f = fopen(path, "rb");
         ref = malloc((size_t)N_ROWS * V * sizeof(float));
         if (!f || !ref || fread(ref, sizeof(float), (size_t)N_ROWS * V, f) != (size_t)N_ROWS * V) {
