@@ -711,7 +711,11 @@ int dse_model_n_mtp_layers(const struct dse_model *model);
  * position n_past on, as DeepSeek's reference computes them: row i (n_tokens - 1 rows of
  * vocab) from the main model's hidden state at n_past + i (after the final norm) and
  * tokens[i + 1], predicting tokens[i + 2]. Evaluates tokens like dse_session_eval (the
- * session advances by n_tokens). -EOPNOTSUPP without a module, -EINVAL, -E2BIG. */
+ * session advances by n_tokens). The module attends to its own rows of the earlier
+ * positions, so the logits are the reference's from a fresh or reset session (n_past
+ * 0); rows it never wrote (positions evaluated without it, and the last one of an
+ * earlier call, whose next token was not known) read as zero. -EOPNOTSUPP without a
+ * module, -EINVAL, -E2BIG. */
 int dse_session_eval_mtp(struct dse_session *s, const int32_t *tokens, size_t n_tokens, float *mtp_logits,
                          struct dse_diag *reterr);
 

@@ -70,10 +70,12 @@ int dse__session_kv_with_mtp(struct dse_session *s) {
         /* layer-major in one block: the main layers' rows are the start of the larger
          * cache */
         size_t old = (size_t)s->kv.n_layers * (size_t)s->n_ctx * (size_t)s->kv.row_bytes;
-        uint8_t *mem = aligned_alloc(64, ((size_t)layers * (size_t)s->n_ctx * (size_t)s->kv.row_bytes + 63) & ~(size_t)63);
+        size_t bytes = (size_t)layers * (size_t)s->n_ctx * (size_t)s->kv.row_bytes;
+        uint8_t *mem = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
         if (!mem)
                 return -ENOMEM;
         memcpy(mem, s->kv.base, old);
+        memset(mem + old, 0, (size_t)(layers - s->kv.n_layers) * (size_t)s->n_ctx * (size_t)s->kv.row_bytes);
         s->kv.base = mem;
         s->kv.n_layers = layers;
         s->kv_mtp_mem = mem;

@@ -91,8 +91,8 @@ struct dse_session {
 int dse__session_new_paged(const struct dse_model *model, int n_ctx, struct dse_pool *pool,
                            struct dse_session **ret_session, struct dse_diag *reterr);
 
-/* Moves the private cache (its rows kept) to one that also holds the MTP modules' rows;
- * the cache starts without them. -ENOMEM. */
+/* Moves the private cache (its rows kept) to one that also holds the MTP modules' rows,
+ * zero until written; the cache starts without them. -ENOMEM. */
 int dse__session_kv_with_mtp(struct dse_session *s);
 
 /* Zeroed, 64-byte aligned memory that lives as long as the session; NULL on ENOMEM. */
