@@ -811,6 +811,9 @@ int sched_step(struct sched *s, int64_t now_ms) {
         plan_step(s, &p, now);
         if (p.n == 0)
                 return 0;
+        /* a step's cost includes proposing its drafts (an MTP module runs a forward pass
+         * per draft) */
+        double t_step = worker_mono_s();
         if (s->drafter.ops)
                 plan_drafts(s, &p);
         int32_t n_tok = 0;
@@ -825,7 +828,6 @@ int sched_step(struct sched *s, int64_t now_ms) {
                 n_tok += chunk + n_draft;
         }
         struct dse_diag diag = {{0}};
-        double t_step = worker_mono_s();
         int r = s->drafter.ops ? dse_batch_verify(s->batch, s->bseqs, s->bdrafts, (size_t)p.n, &diag)
                                : dse_batch_step(s->batch, s->bseqs, (size_t)p.n, &diag);
         if (r < 0) {

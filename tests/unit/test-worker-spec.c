@@ -607,6 +607,25 @@ TEST(drafts_by_measured_step_cost) {
         ASSERT_NEAR(flat.step_s[1], 0.010, 0);
 }
 
+/* A drafter that always proposes (MTP) never runs a step without drafts: the counts
+ * are then weighed against the cheapest measured one. Steps costing in proportion to
+ * their tokens plus a draft each as dear as a token: at acceptance 0.75 one draft pays
+ * best; costs that stay flat: all four. */
+TEST(drafts_by_cost_without_a_draftless_step) {
+        struct spec_cost dear = {{0}}, flat = {{0}};
+        for (int t = 2; t <= SPEC_COST_TOKENS; t++) {
+                spec_cost_observe(&dear, t, 0.010 * (2 * t - 1));
+                spec_cost_observe(&flat, t, 0.010);
+        }
+        ASSERT_EQ(spec_cost_drafts(&dear, 1, 1, 4, 0.75), 1);
+        ASSERT_EQ(spec_cost_drafts(&flat, 1, 1, 4, 0.75), 4);
+        /* an unmeasured count is still tried */
+        struct spec_cost partial = {{0}};
+        spec_cost_observe(&partial, 2, 0.010);
+        spec_cost_observe(&partial, 3, 0.030);
+        ASSERT_EQ(spec_cost_drafts(&partial, 1, 1, 4, 0.75), 4);
+}
+
 /* With the cost rule on, the tokens are still the plain ones. */
 TEST(greedy_and_seeded_identical_with_cost_rule) {
         struct dse_model *m = fixture_model_open("qwen2-bf16-tied");
