@@ -314,6 +314,17 @@ TEST(hf_unknown_model_type) {
         tmp_rm(hf);
 }
 
+/* config.json declares an MTP module the checkpoint does not hold (an export that
+ * dropped it): converted without it. */
+TEST(hf_declared_mtp_module_absent) {
+        char *hf = hf_copy("models/deepseek-v3-noaux-yarn", "\"num_nextn_predict_layers\": 0",
+                           "\"num_nextn_predict_layers\": 1");
+        ASSERT_TRUE(hf);
+        int left;
+        ASSERT_OK(hf_convert(hf, &left));
+        tmp_rm(hf);
+}
+
 TEST(hf_unknown_rope_type) {
         char *hf = hf_copy("models/llama-bf16-linear-rope", "\"type\": \"linear\"", "\"type\": \"dynamic\"");
         ASSERT_TRUE(hf);

@@ -476,7 +476,21 @@ static int check_quant_claim(struct conv *c) {
                          c->dir, method, expect);
 }
 
+/* A checkpoint whose config.json declares MTP modules its files do not hold (exports
+ * that drop them): converted without them, as before there was MTP support. */
+static void check_mtp_present(struct conv *c) {
+        char name[64];
+        snprintf(name, sizeof name, "model.layers.%d.eh_proj.weight", c->hp.n_layers);
+        if (c->hp.n_mtp_layers > 0 && !dse__st_find(c->st, name)) {
+                dse__log(DSE_LOG_INFO, "%s: config.json declares %d MTP module%s (num_nextn_predict_layers) but the "
+                         "checkpoint holds no '%s': converting without, so --speculative mtp is not available",
+                         c->dir, c->hp.n_mtp_layers, c->hp.n_mtp_layers > 1 ? "s" : "", name);
+                c->hp.n_mtp_layers = 0;
+        }
+}
+
 static int plan(struct conv *c) {
+        check_mtp_present(c);
         struct dse_schema_entry *schema;
         size_t n_schema;
         int r = dse__model_schema(&c->hp, &schema, &n_schema);
