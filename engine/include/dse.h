@@ -628,7 +628,8 @@ int dse_kv_cache_new_typed(const struct dse_model *model, enum dse_kv_dtype dtyp
                            struct dse_diag *reterr);
 void dse_kv_cache_free(struct dse_kv_cache *kv);
 enum dse_kv_dtype dse_kv_cache_dtype(const struct dse_kv_cache *kv);
-/* Bytes one position takes over all layers (dse_kv_cache_block_bytes / block_tokens). */
+/* Bytes one position takes over all layers, a DeepSeek-V3 model's MTP modules included
+ * (dse_kv_cache_block_bytes / block_tokens). */
 size_t dse_kv_cache_bytes_per_token(const struct dse_kv_cache *kv);
 void dse_kv_cache_stats(const struct dse_kv_cache *kv, struct dse_kv_stats *ret_stats);
 /* Bytes one block occupies (all layers). */
