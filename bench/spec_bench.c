@@ -20,7 +20,9 @@
  * accepted / draft tokens over the task (its stats counters), the mean acceptance
  * length accepted drafts per verification; its speed-up is the decode tok/s (tokens
  * after the first over the seconds from the first token to the final) of its worker
- * over the plain one's, same prompts, same run. Every request's tokens are compared
+ * over the plain one's, same prompts, same run; its CPU speed-up the plain worker
+ * process's CPU seconds over the task (user + system, whole requests) over its own,
+ * which a loaded host inflates less than wall time. Every request's tokens are compared
  * between the plain worker and each speculative one: the bench fails if they differ. */
 #include <errno.h>
 #include <math.h>
@@ -107,6 +109,7 @@ static const char *const worker_methods[W_COUNT] = {"off", "ngram", "mtp"};
 
 struct task_result {
         double tok_s[W_COUNT]; /* decode tokens per second */
+        double cpu_s[W_COUNT]; /* CPU seconds the worker process spent on the task */
         int64_t drafts[W_COUNT], accepted[W_COUNT], verifications[W_COUNT];
         int mismatches;        /* requests whose tokens differ from the plain worker's */
 };
@@ -144,11 +147,31 @@ static int worker_spec_stats(struct wc *c, struct dsv_ipc_stats *ret) {
 
 static struct wc_result res[WC_MAX_REQ];
 
+/* User plus system CPU seconds of process pid so far (/proc/PID/stat), or -1. */
+static double process_cpu_s(pid_t pid) {
+        char path[64], buf[1024];
+        snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+        FILE *f = fopen(path, "r");
+        size_t len = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
+        if (f)
+                fclose(f);
+        buf[len] = '\0';
+        const char *p = strrchr(buf, ')'); /* the name may hold spaces; the fields follow it */
+        unsigned long long utime, stime;
+        if (!p || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &utime, &stime) != 2)
+                return -1;
+        return (double)(utime + stime) / (double)sysconf(_SC_CLK_TCK);
+}
+
 /* The worker publishes stats after each step; the final event comes from the same
- * step, so a stats request after the final sees its counters. n_w workers, w[0] plain. */
-static int run_task(struct wc *w, int n_w, char **prompts, int n, float temperature, int max_tokens,
-                    struct task_result *out) {
+ * step, so a stats request after the final sees its counters. n_w workers, w[0] plain;
+ * pid[s] is w[s]'s process. */
+static int run_task(struct wc *w, const pid_t *pid, int n_w, char **prompts, int n, float temperature,
+                    int max_tokens, struct task_result *out) {
         memset(out, 0, sizeof *out);
+        double cpu0[W_COUNT];
+        for (int s = 0; s < n_w; s++)
+                cpu0[s] = process_cpu_s(pid[s]);
         struct dsv_ipc_stats s0[W_COUNT], s1;
         int r;
         for (int s = 1; s < n_w; s++)
@@ -183,8 +206,10 @@ static int run_task(struct wc *w, int n_w, char **prompts, int n, float temperat
                         if (n_got[0] != n_got[s] || memcmp(got[0], got[s], (size_t)n_got[0] * sizeof(int32_t)) != 0)
                                 out->mismatches++;
         }
-        for (int s = 0; s < n_w; s++)
+        for (int s = 0; s < n_w; s++) {
                 out->tok_s[s] = secs[s] > 0 ? (double)toks[s] / secs[s] : 0;
+                out->cpu_s[s] = process_cpu_s(pid[s]) - cpu0[s];
+        }
         for (int s = 1; s < n_w; s++) {
                 if ((r = worker_spec_stats(&w[s], &s1)) < 0)
                         return r;
@@ -305,7 +330,7 @@ int spec_bench_run(const struct dse_model *m, struct dse_pool *pool, const char 
         struct task_result tr[3];
         static const float temps[3] = {0.0f, 0.8f, 0.0f};
         for (int t = 0; t < 3; t++)
-                if ((r = run_task(w, n_w, prompts[t], n, temps[t], o->max_tokens, &tr[t])) < 0) {
+                if ((r = run_task(w, pid, n_w, prompts[t], n, temps[t], o->max_tokens, &tr[t])) < 0) {
                         fprintf(stderr, "dsvisor-bench spec: task %s: %s\n", task_names[t], strerror(-r));
                         goto out;
                 }
@@ -346,10 +371,11 @@ int spec_bench_run(const struct dse_model *m, struct dse_pool *pool, const char 
                                RATE(tr[t].tok_s[W_NGRAM], tr[t].tok_s[0]));
                         for (int s = 1; s < n_w; s++)
                                 printf(",\"%s\":{\"acceptance\":%.4f,\"mean_accepted\":%.3f,\"draft_tokens\":%lld,"
-                                       "\"tok_s\":%.2f,\"speedup\":%.4f}",
+                                       "\"tok_s\":%.2f,\"speedup\":%.4f,\"cpu_speedup\":%.4f}",
                                        worker_methods[s], RATE(tr[t].accepted[s], tr[t].drafts[s]),
                                        RATE(tr[t].accepted[s], tr[t].verifications[s]), (long long)tr[t].drafts[s],
-                                       tr[t].tok_s[s], RATE(tr[t].tok_s[s], tr[t].tok_s[0]));
+                                       tr[t].tok_s[s], RATE(tr[t].tok_s[s], tr[t].tok_s[0]),
+                                       RATE(tr[t].cpu_s[0], tr[t].cpu_s[s]));
                         printf("}");
                 }
                 printf("},\"outputs_differ\":%d}\n", mism);
@@ -361,10 +387,11 @@ int spec_bench_run(const struct dse_model *m, struct dse_pool *pool, const char 
                                o->serve_model, n, o->max_tokens, threads);
                         for (int t = 0; t < 3; t++)
                                 printf("  %-17s acceptance %.3f (%lld drafts, %.2f accepted per verification), "
-                                       "decode %.1f -> %.1f tok/s: %.3fx\n",
+                                       "decode %.1f -> %.1f tok/s: %.3fx; CPU %.2f -> %.2f s: %.3fx\n",
                                        task_names[t], RATE(tr[t].accepted[s], tr[t].drafts[s]), (long long)tr[t].drafts[s],
                                        RATE(tr[t].accepted[s], tr[t].verifications[s]), tr[t].tok_s[0], tr[t].tok_s[s],
-                                       RATE(tr[t].tok_s[s], tr[t].tok_s[0]));
+                                       RATE(tr[t].tok_s[s], tr[t].tok_s[0]), tr[t].cpu_s[0], tr[t].cpu_s[s],
+                                       RATE(tr[t].cpu_s[0], tr[t].cpu_s[s]));
                 }
                 if (!has_mtp)
                         printf("  (no MTP module in %s: mtp not measured)\n", o->serve_model);
