@@ -65,7 +65,7 @@ int spec_cost_drafts(const struct spec_cost *c, int tokens, int k_min, int k, do
         /* t(tokens); when a step of that many tokens never ran (a drafter that always
          * proposes), the cheapest measured candidate's */
         double base = tokens >= 1 && tokens <= SPEC_COST_TOKENS ? c->step_s[tokens] : 0;
-        for (int n = k_min; base <= 0 && tokens >= 1 && n <= k && tokens + n <= SPEC_COST_TOKENS; n++)
+        for (int n = k_min, measured = base > 0; !measured && tokens >= 1 && n <= k && tokens + n <= SPEC_COST_TOKENS; n++)
                 if (c->step_s[tokens + n] > 0 && (base <= 0 || c->step_s[tokens + n] < base))
                         base = c->step_s[tokens + n];
         for (int n = k_min; n <= k; n++) {

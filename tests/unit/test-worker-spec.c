@@ -619,6 +619,13 @@ TEST(drafts_by_cost_without_a_draftless_step) {
         }
         ASSERT_EQ(spec_cost_drafts(&dear, 1, 1, 4, 0.75), 1);
         ASSERT_EQ(spec_cost_drafts(&flat, 1, 1, 4, 0.75), 4);
+        /* the base is the cheapest measured count, not the first: an unmeasured count
+         * is taken as no dearer than 2 drafts (the cheapest here), so 3 gets tried */
+        struct spec_cost uneven = {{0}};
+        spec_cost_observe(&uneven, 2, 0.050);
+        spec_cost_observe(&uneven, 3, 0.020);
+        spec_cost_observe(&uneven, 5, 0.060);
+        ASSERT_EQ(spec_cost_drafts(&uneven, 1, 1, 4, 0.5), 3);
         /* an unmeasured count is still tried */
         struct spec_cost partial = {{0}};
         spec_cost_observe(&partial, 2, 0.010);
