@@ -257,6 +257,23 @@ TEST(mtp_identical_default_model) {
         dse_model_free(m);
 }
 
+/* The same on the FP8 fixture whose checkpoint carries an MTP module (q_lora, FP8 block
+ * scales in the module too): a random model's module drafts badly, but the output stays
+ * the plain one. */
+TEST(mtp_identical_fp8_fixture) {
+        struct dse_model *m = fixture_model_open("deepseek-v3-fp8-mtp");
+        ASSERT_TRUE(m);
+        ASSERT_EQ(dse_model_n_mtp_layers(m), 1);
+        const struct params greedy = {.max_tokens = 40, .logprobs = TOP},
+                            sampled = {.temperature = 0.7f, .top_p = 0.9f, .max_tokens = 40};
+        struct spec_stats st;
+        spec_equals_plain(m, &greedy, &mtp, &st);
+        ASSERT_TRUE(st.draft_tokens > 0);
+        spec_equals_plain(m, &sampled, &mtp, &st);
+        ASSERT_TRUE(st.draft_tokens > 0);
+        dse_model_free(m);
+}
+
 /* --speculative mtp on a model without an MTP module is refused, naming why. */
 TEST(mtp_refused_without_module) {
         struct dse_model *m = fixture_model_open("llama-bf16-linear-rope");
