@@ -477,7 +477,7 @@ static int check_quant_claim(struct conv *c) {
 }
 
 /* A checkpoint whose config.json declares MTP modules its files do not hold (exports
- * that drop them): converted without them, as before there was MTP support. */
+ * that drop them): converted without them, so the main model still serves. */
 static void check_mtp_present(struct conv *c) {
         char name[64];
         snprintf(name, sizeof name, "model.layers.%d.eh_proj.weight", c->hp.n_layers);
