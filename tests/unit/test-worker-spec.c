@@ -274,6 +274,50 @@ TEST(mtp_identical_fp8_fixture) {
         dse_model_free(m);
 }
 
+/* MTP drafting with a KV pool too small for the batch: sequences are preempted and
+ * recomputed (their slots reopened, the module's rows and hidden states rebuilt), and
+ * every request's tokens and logprobs are still the plain ones. */
+TEST(mtp_identical_under_preemption) {
+        struct dse_model *m = default_model_open();
+        ASSERT_TRUE(m);
+        const struct params p = {.max_tokens = 40, .logprobs = TOP};
+        int32_t ids[64];
+        struct rig plain;
+        ASSERT_OK(rig_init(&plain, m, 8, &off));
+        for (int i = 0; i < 8; i++) {
+                stem(ids, prompt_len(i), plain.vocab, i);
+                ASSERT_OK(add(&plain, (uint64_t)i, ids, prompt_len(i), &p, 500 + (uint64_t)i));
+        }
+        ASSERT_OK(run(&plain));
+        /* 16 blocks of 16 positions for 8 sequences of up to 71: preemption is certain */
+        struct rig g;
+        memset(&g, 0, sizeof g);
+        g.vocab = dse_model_vocab_size(m);
+        ASSERT_TRUE((g.ev = calloc(1, sizeof *g.ev)) != NULL);
+        size_t bb = dse_kv_cache_block_bytes(plain.kv);
+        struct sched_config cfg = {8, 256, 160, MAX_REQ};
+        ASSERT_OK(dse_kv_cache_new(m, bb * 16, 16, 8, 160, &g.kv, NULL));
+        ASSERT_OK(dse_batch_new(m, g.kv, NULL, &g.b, NULL));
+        ASSERT_OK(sched_new(&cfg, m, NULL, g.kv, g.b, on_event, g.ev, &g.s));
+        ASSERT_OK(spec_mtp_attach(&g.mtp, g.s, g.b, g.kv, &mtp, g.err, sizeof g.err));
+        for (int i = 0; i < 8; i++) {
+                stem(ids, prompt_len(i), g.vocab, i);
+                ASSERT_OK(add(&g, (uint64_t)i, ids, prompt_len(i), &p, 500 + (uint64_t)i));
+        }
+        ASSERT_OK(run(&g));
+        ASSERT_EQ(g.ev->n_final, 8);
+        outputs_equal(plain.ev, g.ev, 8, 1);
+        struct sched_stats st;
+        sched_get_stats(g.s, &st);
+        fprintf(stderr, "  %lld preemptions; %lld drafts, %lld accepted\n", (long long)st.preemptions,
+                (long long)st.spec.draft_tokens, (long long)st.spec.accepted_tokens);
+        ASSERT_TRUE(st.preemptions > 0 && st.spec.accepted_tokens > 0);
+        ASSERT_EQ(st.kv_blocks_used, 0);
+        rig_done(&g);
+        rig_done(&plain);
+        dse_model_free(m);
+}
+
 /* --speculative mtp on a model without an MTP module is refused, naming why. */
 TEST(mtp_refused_without_module) {
         struct dse_model *m = fixture_model_open("llama-bf16-linear-rope");
