@@ -318,6 +318,38 @@ TEST(mtp_identical_under_preemption) {
         dse_model_free(m);
 }
 
+/* Requests whose prompts share a cached prefix with MTP drafting: the later ones attach
+ * the earlier one's blocks (the module's rows in them included) and still give the
+ * plain tokens. */
+TEST(mtp_identical_with_prefix_hits) {
+        struct dse_model *m = default_model_open();
+        ASSERT_TRUE(m);
+        const struct params p = {.max_tokens = 24, .logprobs = TOP};
+        int32_t ids[4][64], V = dse_model_vocab_size(m);
+        for (int i = 0; i < 4; i++) {
+                stem(ids[i], 56, V, 5);
+                ids[i][50 + i] = (ids[i][50 + i] + 1 + i) % V; /* the same first 50 tokens, then apart */
+        }
+        struct rig r[2];
+        for (int k = 0; k < 2; k++) {
+                ASSERT_OK(rig_init(&r[k], m, 8, k ? &mtp : &off));
+                for (int i = 0; i < 4; i++) { /* one after the other: each finds the others' blocks */
+                        ASSERT_OK(add(&r[k], (uint64_t)i, ids[i], 56, &p, 900 + (uint64_t)i));
+                        ASSERT_OK(run(&r[k]));
+                }
+        }
+        outputs_equal(r[0].ev, r[1].ev, 4, 1);
+        struct sched_stats st;
+        sched_get_stats(r[1].s, &st);
+        fprintf(stderr, "  prefix hits %lld of %lld tokens; %lld drafts, %lld accepted\n",
+                (long long)st.prefix_hit_tokens, (long long)st.prefix_query_tokens, (long long)st.spec.draft_tokens,
+                (long long)st.spec.accepted_tokens);
+        ASSERT_TRUE(st.prefix_hit_tokens >= 3 * 48 && st.spec.draft_tokens > 0);
+        rig_done(&r[0]);
+        rig_done(&r[1]);
+        dse_model_free(m);
+}
+
 /* --speculative mtp on a model without an MTP module is refused, naming why. */
 TEST(mtp_refused_without_module) {
         struct dse_model *m = fixture_model_open("llama-bf16-linear-rope");
