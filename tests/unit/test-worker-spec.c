@@ -6,7 +6,9 @@
  * drafts are really proposed, accepted and rejected; every KV block is back after the
  * requests end; the draft length adapts to acceptance and respects its bounds; a drafter
  * plugged through its ops table (all drafts right, all wrong) keeps the output and sees
- * its hooks called. */
+ * its hooks called. MTP drafts (the bundled model, the FP8 fixture with a module) keep
+ * the output too, alone and in a batch of 8, greedy and seeded, under preemption and
+ * with prefix-cache hits; a model without a module refuses MTP. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
