@@ -10,17 +10,20 @@
  * one-token pass. With c_k that ratio and an acceptance rate a per draft, a pass yields
  * (1 - a^(k+1)) / (1 - a) tokens, so the projected speed-up is that over c_k.
  *
- * acceptance and speedup: two dsvisor-worker processes on the served model (by default
- * the bundled one), --speculative off and ngram, --threads T, requests one at a time
- * (batch 1), alternating between the two workers request by request. Tasks: held_out
+ * acceptance and speedup: dsvisor-worker processes on the served model (by default the
+ * bundled one), --speculative off, ngram and, when the model has an MTP module, mtp,
+ * --threads T, requests one at a time (batch 1), taking turns between the workers
+ * request by request (which one goes first rotates). Tasks: held_out
  * (each passage's first 8 words, greedy), held_out_sampled (the same, temperature 0.8,
  * seeded) and echo (the passage, then its first 3 words again: continuing means
- * rewriting the passage, greedy). The acceptance rate is the speculative worker's
+ * rewriting the passage, greedy). A method's acceptance rate is its worker's
  * accepted / draft tokens over the task (its stats counters), the mean acceptance
- * length accepted drafts per verification; the speed-up is the decode tok/s (tokens
- * after the first over the seconds from the first token to the final) of the
- * speculative worker over the plain one's, same prompts, same run. Every request's
- * tokens are compared between the two: the bench fails if they differ. */
+ * length accepted drafts per verification; its speed-up is the decode tok/s (tokens
+ * after the first over the seconds from the first token to the final) of its worker
+ * over the plain one's, same prompts, same run; its CPU speed-up the plain worker
+ * process's CPU seconds over the task (user + system, whole requests) over its own,
+ * which a loaded host inflates less than wall time. Every request's tokens are compared
+ * between the plain worker and each speculative one: the bench fails if they differ. */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -100,10 +103,15 @@ static int verify_cost(const struct dse_model *m, struct dse_pool *pool, int rep
 
 /* ---- through the worker ---- */
 
+/* Workers: plain, then one per drafting method. */
+enum { W_PLAIN, W_NGRAM, W_MTP, W_COUNT };
+static const char *const worker_methods[W_COUNT] = {"off", "ngram", "mtp"};
+
 struct task_result {
-        double tok_s[2];    /* plain, ngram: decode tokens per second */
-        int64_t drafts, accepted, verifications;
-        int mismatches;     /* requests whose tokens differ */
+        double tok_s[W_COUNT]; /* decode tokens per second */
+        double cpu_s[W_COUNT]; /* CPU seconds the worker process spent on the task */
+        int64_t drafts[W_COUNT], accepted[W_COUNT], verifications[W_COUNT];
+        int mismatches;        /* requests whose tokens differ from the plain worker's */
 };
 
 static int start_worker(struct wc *c, pid_t *pid, const char *model, const char *method, int threads, const char *dir) {
@@ -139,23 +147,44 @@ static int worker_spec_stats(struct wc *c, struct dsv_ipc_stats *ret) {
 
 static struct wc_result res[WC_MAX_REQ];
 
+/* User plus system CPU seconds of process pid so far (/proc/PID/stat), or -1. */
+static double process_cpu_s(pid_t pid) {
+        char path[64], buf[1024];
+        snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+        FILE *f = fopen(path, "r");
+        size_t len = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
+        if (f)
+                fclose(f);
+        buf[len] = '\0';
+        const char *p = strrchr(buf, ')'); /* the name may hold spaces; the fields follow it */
+        unsigned long long utime, stime;
+        if (!p || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &utime, &stime) != 2)
+                return -1;
+        return (double)(utime + stime) / (double)sysconf(_SC_CLK_TCK);
+}
+
 /* The worker publishes stats after each step; the final event comes from the same
- * step, so a stats request after the final sees its counters. */
-static int run_task(struct wc w[2], char **prompts, int n, float temperature, int max_tokens,
-                    struct task_result *out) {
+ * step, so a stats request after the final sees its counters. n_w workers, w[0] plain;
+ * pid[s] is w[s]'s process. */
+static int run_task(struct wc *w, const pid_t *pid, int n_w, char **prompts, int n, float temperature,
+                    int max_tokens, struct task_result *out) {
         memset(out, 0, sizeof *out);
-        struct dsv_ipc_stats s0, s1;
+        double cpu0[W_COUNT];
+        for (int s = 0; s < n_w; s++)
+                cpu0[s] = process_cpu_s(pid[s]);
+        struct dsv_ipc_stats s0[W_COUNT], s1;
         int r;
-        if ((r = worker_spec_stats(&w[1], &s0)) < 0)
-                return r;
-        double secs[2] = {0, 0};
-        int64_t toks[2] = {0, 0};
+        for (int s = 1; s < n_w; s++)
+                if ((r = worker_spec_stats(&w[s], &s0[s])) < 0)
+                        return r;
+        double secs[W_COUNT] = {0};
+        int64_t toks[W_COUNT] = {0};
         for (int i = 0; i < n; i++) {
-                int32_t got[2][WC_MAX_OUT];
-                int n_got[2];
-                for (int j = 0; j < 2; j++) {
-                        /* alternate which worker goes first */
-                        int s = (i + j) % 2;
+                int32_t got[W_COUNT][WC_MAX_OUT];
+                int n_got[W_COUNT];
+                for (int j = 0; j < n_w; j++) {
+                        /* rotate which worker goes first */
+                        int s = (i + j) % n_w;
                         struct dsv_ipc_msg m = wc_tokens_request((uint64_t)(1 + i % (WC_MAX_REQ - 1)), NULL, 0,
                                                                  max_tokens, temperature, 1000 + (uint64_t)i);
                         m.u.request.input = DSV_IPC_INPUT_PROMPT;
@@ -173,16 +202,21 @@ static int run_task(struct wc w[2], char **prompts, int n, float temperature, in
                         n_got[s] = q->n_tokens < WC_MAX_OUT ? q->n_tokens : WC_MAX_OUT;
                         memcpy(got[s], q->tokens, (size_t)n_got[s] * sizeof(int32_t));
                 }
-                if (n_got[0] != n_got[1] || memcmp(got[0], got[1], (size_t)n_got[0] * sizeof(int32_t)) != 0)
-                        out->mismatches++;
+                for (int s = 1; s < n_w; s++)
+                        if (n_got[0] != n_got[s] || memcmp(got[0], got[s], (size_t)n_got[0] * sizeof(int32_t)) != 0)
+                                out->mismatches++;
         }
-        if ((r = worker_spec_stats(&w[1], &s1)) < 0)
-                return r;
-        for (int s = 0; s < 2; s++)
+        for (int s = 0; s < n_w; s++) {
                 out->tok_s[s] = secs[s] > 0 ? (double)toks[s] / secs[s] : 0;
-        out->drafts = s1.spec_draft_tokens - s0.spec_draft_tokens;
-        out->accepted = s1.spec_accepted_tokens - s0.spec_accepted_tokens;
-        out->verifications = s1.spec_verifications - s0.spec_verifications;
+                out->cpu_s[s] = process_cpu_s(pid[s]) - cpu0[s];
+        }
+        for (int s = 1; s < n_w; s++) {
+                if ((r = worker_spec_stats(&w[s], &s1)) < 0)
+                        return r;
+                out->drafts[s] = s1.spec_draft_tokens - s0[s].spec_draft_tokens;
+                out->accepted[s] = s1.spec_accepted_tokens - s0[s].spec_accepted_tokens;
+                out->verifications[s] = s1.spec_verifications - s0[s].spec_verifications;
+        }
         return 0;
 }
 
@@ -266,6 +300,7 @@ int spec_bench_run(const struct dse_model *m, struct dse_pool *pool, const char 
         }
         /* the served model's own verification cost, which bounds its speed-up */
         double served[SPEC_BENCH_KMAX + 1] = {0};
+        int has_mtp = 0;
         {
                 char native[4096];
                 struct dse_diag d = {{0}};
@@ -275,33 +310,38 @@ int spec_bench_run(const struct dse_model *m, struct dse_pool *pool, const char 
                         fprintf(stderr, "dsvisor-bench spec: %s: %s\n", o->serve_model, d.msg);
                         goto out_passages;
                 }
+                has_mtp = dse_model_n_mtp_layers(sm) > 0;
                 r = verify_cost(sm, pool, 200, served);
                 dse_model_free(sm);
                 if (r < 0)
                         goto out_passages;
         }
+        int n_w = has_mtp ? W_COUNT : W_MTP;
         const char *dir = wc_tmpdir();
-        struct wc w[2];
-        pid_t pid[2] = {-1, -1};
-        if (!dir || (r = start_worker(&w[0], &pid[0], o->serve_model, "off", threads, dir)) < 0 ||
-            (r = start_worker(&w[1], &pid[1], o->serve_model, "ngram", threads, dir)) < 0) {
-                fprintf(stderr, "dsvisor-bench spec: cannot start dsvisor-worker on %s\n", o->serve_model);
-                r = -EIO;
-                goto out;
-        }
+        struct wc w[W_COUNT];
+        pid_t pid[W_COUNT] = {-1, -1, -1};
+        for (int s = 0; s < n_w; s++)
+                if (!dir || (r = start_worker(&w[s], &pid[s], o->serve_model, worker_methods[s], threads, dir)) < 0) {
+                        fprintf(stderr, "dsvisor-bench spec: cannot start dsvisor-worker --speculative %s on %s\n",
+                                worker_methods[s], o->serve_model);
+                        r = -EIO;
+                        goto out;
+                }
         struct task_result tr[3];
         static const float temps[3] = {0.0f, 0.8f, 0.0f};
         for (int t = 0; t < 3; t++)
-                if ((r = run_task(w, prompts[t], n, temps[t], o->max_tokens, &tr[t])) < 0) {
+                if ((r = run_task(w, pid, n_w, prompts[t], n, temps[t], o->max_tokens, &tr[t])) < 0) {
                         fprintf(stderr, "dsvisor-bench spec: task %s: %s\n", task_names[t], strerror(-r));
                         goto out;
                 }
         int mism = 0;
-        for (int t = 0; t < 3; t++)
+        int64_t drafts[W_COUNT] = {0}, acc[W_COUNT] = {0};
+        for (int t = 0; t < 3; t++) {
                 mism += tr[t].mismatches;
-        int64_t drafts = 0, acc = 0;
-        for (int t = 0; t < 3; t++)
-                drafts += tr[t].drafts, acc += tr[t].accepted;
+                for (int s = 1; s < n_w; s++)
+                        drafts[s] += tr[t].drafts[s], acc[s] += tr[t].accepted[s];
+        }
+#define RATE(a, b) ((b) ? (double)(a) / (double)(b) : 0)
         if (json) {
                 printf("{\"bench\":\"spec\",\"preset\":\"%s\",\"format\":\"%s\",\"threads\":%d,\"context\":%d,"
                        "\"one_token_pass_ms\":%.4f,\"verify_cost\":{",
@@ -313,37 +353,56 @@ int spec_bench_run(const struct dse_model *m, struct dse_pool *pool, const char 
                 for (int k = 1; k <= SPEC_BENCH_KMAX; k++)
                         printf("%s\"%d\":%.4f", k > 1 ? "," : "", k, served[k]);
                 printf("},\"passages\":%d,\"max_tokens\":%d,", n, o->max_tokens);
-                printf("\"acceptance\":{\"ngram\":%.4f},\"speedup\":{\"ngram\":%.4f},\"tasks\":{",
-                       drafts ? (double)acc / (double)drafts : 0,
-                       tr[0].tok_s[0] > 0 ? tr[0].tok_s[1] / tr[0].tok_s[0] : 0);
-                for (int t = 0; t < 3; t++)
+                /* acceptance over the three tasks, speed-up on held_out, by method */
+                printf("\"acceptance\":{");
+                for (int s = 1; s < n_w; s++)
+                        printf("%s\"%s\":%.4f", s > 1 ? "," : "", worker_methods[s], RATE(acc[s], drafts[s]));
+                printf("},\"speedup\":{");
+                for (int s = 1; s < n_w; s++)
+                        printf("%s\"%s\":%.4f", s > 1 ? "," : "", worker_methods[s], RATE(tr[0].tok_s[s], tr[0].tok_s[0]));
+                printf("},\"tasks\":{");
+                for (int t = 0; t < 3; t++) {
+                        /* n-gram's figures at the task's top level, every method's under its name */
                         printf("%s\"%s\":{\"acceptance\":%.4f,\"mean_accepted\":%.3f,\"draft_tokens\":%lld,"
-                               "\"plain_tok_s\":%.2f,\"ngram_tok_s\":%.2f,\"speedup\":%.4f}",
-                               t ? "," : "", task_names[t],
-                               tr[t].drafts ? (double)tr[t].accepted / (double)tr[t].drafts : 0,
-                               tr[t].verifications ? (double)tr[t].accepted / (double)tr[t].verifications : 0,
-                               (long long)tr[t].drafts, tr[t].tok_s[0], tr[t].tok_s[1],
-                               tr[t].tok_s[0] > 0 ? tr[t].tok_s[1] / tr[t].tok_s[0] : 0);
+                               "\"plain_tok_s\":%.2f,\"ngram_tok_s\":%.2f,\"speedup\":%.4f",
+                               t ? "," : "", task_names[t], RATE(tr[t].accepted[W_NGRAM], tr[t].drafts[W_NGRAM]),
+                               RATE(tr[t].accepted[W_NGRAM], tr[t].verifications[W_NGRAM]),
+                               (long long)tr[t].drafts[W_NGRAM], tr[t].tok_s[0], tr[t].tok_s[W_NGRAM],
+                               RATE(tr[t].tok_s[W_NGRAM], tr[t].tok_s[0]));
+                        for (int s = 1; s < n_w; s++)
+                                printf(",\"%s\":{\"acceptance\":%.4f,\"mean_accepted\":%.3f,\"draft_tokens\":%lld,"
+                                       "\"tok_s\":%.2f,\"speedup\":%.4f,\"cpu_speedup\":%.4f}",
+                                       worker_methods[s], RATE(tr[t].accepted[s], tr[t].drafts[s]),
+                                       RATE(tr[t].accepted[s], tr[t].verifications[s]), (long long)tr[t].drafts[s],
+                                       tr[t].tok_s[s], RATE(tr[t].tok_s[s], tr[t].tok_s[0]),
+                                       RATE(tr[t].cpu_s[0], tr[t].cpu_s[s]));
+                        printf("}");
+                }
                 printf("},\"outputs_differ\":%d}\n", mism);
         } else {
                 printf("%s: one-token pass %.3f ms; verify k=1..4: %.3f %.3f %.3f %.3f x\n", o->serve_model,
                        served[0] * 1e3, served[1], served[2], served[3], served[4]);
-                printf("n-gram drafting on %s, %d passages, %d tokens each, batch 1, %d threads:\n", o->serve_model, n,
-                       o->max_tokens, threads);
-                for (int t = 0; t < 3; t++)
-                        printf("  %-17s acceptance %.3f (%lld drafts, %.2f accepted per verification), "
-                               "decode %.1f -> %.1f tok/s: %.3fx\n",
-                               task_names[t], tr[t].drafts ? (double)tr[t].accepted / (double)tr[t].drafts : 0,
-                               (long long)tr[t].drafts,
-                               tr[t].verifications ? (double)tr[t].accepted / (double)tr[t].verifications : 0,
-                               tr[t].tok_s[0], tr[t].tok_s[1], tr[t].tok_s[0] > 0 ? tr[t].tok_s[1] / tr[t].tok_s[0] : 0);
-                printf("  outputs differing between the two workers: %d\n", mism);
+                for (int s = 1; s < n_w; s++) {
+                        printf("%s drafting on %s, %d passages, %d tokens each, batch 1, %d threads:\n", worker_methods[s],
+                               o->serve_model, n, o->max_tokens, threads);
+                        for (int t = 0; t < 3; t++)
+                                printf("  %-17s acceptance %.3f (%lld drafts, %.2f accepted per verification), "
+                                       "decode %.1f -> %.1f tok/s: %.3fx; CPU %.2f -> %.2f s: %.3fx\n",
+                                       task_names[t], RATE(tr[t].accepted[s], tr[t].drafts[s]), (long long)tr[t].drafts[s],
+                                       RATE(tr[t].accepted[s], tr[t].verifications[s]), tr[t].tok_s[0], tr[t].tok_s[s],
+                                       RATE(tr[t].tok_s[s], tr[t].tok_s[0]), tr[t].cpu_s[0], tr[t].cpu_s[s],
+                                       RATE(tr[t].cpu_s[0], tr[t].cpu_s[s]));
+                }
+                if (!has_mtp)
+                        printf("  (no MTP module in %s: mtp not measured)\n", o->serve_model);
+                printf("  outputs differing between the plain and a speculative worker: %d\n", mism);
         }
+#undef RATE
         r = mism ? -EPROTO : 0;
         if (mism)
                 fprintf(stderr, "dsvisor-bench spec: %d requests gave other tokens with speculation\n", mism);
 out:
-        for (int s = 0; s < 2; s++)
+        for (int s = 0; s < n_w; s++)
                 if (pid[s] > 0) {
                         kill(pid[s], SIGTERM);
                         wc_wait_exit(pid[s], 10);

@@ -12,7 +12,8 @@ struct spec_bench_opts {
 };
 
 /* Prints (or, json, adds to one object) verify_cost on model m, then acceptance and
- * speed-up of n-gram drafting through dsvisor-worker on opts->serve_model. */
+ * speed-up of n-gram and (for a model with an MTP module) MTP drafting through
+ * dsvisor-worker on opts->serve_model. */
 int spec_bench_run(const struct dse_model *m, struct dse_pool *pool, const char *preset, const char *format,
                    int threads, int json, const struct spec_bench_opts *opts);
 

@@ -323,6 +323,7 @@ static int setup(struct sup *s) {
                         s->cfg.rt_priority, s->n_free_cpus, s->n_free_cpus == 1 ? "" : "s");
         }
         if ((r = sup_model_resolve(&s->cfg, s->exe_dir, &s->model)) < 0 ||
+            (r = sup_model_check_speculative(&s->cfg, &s->model)) < 0 ||
             (r = sup_chat_format_detect(&s->cfg, &s->model, &s->chat)) < 0 || (r = load_weights(s)) < 0)
                 return r;
         if ((r = sup_cgroup_host_setup(&s->cfg, s->n, &s->env.cg_host, s->cg_note, sizeof s->cg_note)) < 0 ||

@@ -48,7 +48,7 @@ static const struct opt_def opts[] = {
         {"n-ctx", K_INT, F(n_ctx), 0, 1 << 22, "context length per sequence (worker default)"},
         {"max-batch", K_INT, F(max_batch), 0, 1024, "sequences per step (worker default)"},
         {"kv-mem-mib", K_INT, F(kv_mem_mib), 0, 1 << 24, "KV pool per instance (worker default)"},
-        {"speculative", K_STR, F(speculative), 0, 0, "speculative decoding: ngram | off (worker default: off)"},
+        {"speculative", K_STR, F(speculative), 0, 0, "speculative decoding: ngram | mtp (DeepSeek-V3 MTP module) | off (worker default: off)"},
         {"spec-k-min", K_INT, F(spec_k_min), 0, 8, "fewest drafts a sequence verifies per step (worker default)"},
         {"spec-k-max", K_INT, F(spec_k_max), 0, 8, "most drafts a sequence verifies per step (worker default)"},
         {"kv-dtype", K_KV_DTYPE, F(kv_dtype), 0, 0, "KV cache element type: f32 | bf16 | fp8 | int8 (bf16)"},
@@ -241,8 +241,9 @@ static int check_config(const struct sup_config *cfg, char *err, size_t err_size
                          cfg->restart_backoff_min_ms, cfg->restart_backoff_max_ms);
                 return -EINVAL;
         }
-        if (cfg->speculative[0] && strcmp(cfg->speculative, "ngram") != 0 && strcmp(cfg->speculative, "off") != 0) {
-                snprintf(err, err_size, "speculative: '%s' is not a method; use ngram or off", cfg->speculative);
+        if (cfg->speculative[0] && strcmp(cfg->speculative, "ngram") != 0 && strcmp(cfg->speculative, "mtp") != 0 &&
+            strcmp(cfg->speculative, "off") != 0) {
+                snprintf(err, err_size, "speculative: '%s' is not a method; use ngram, mtp or off", cfg->speculative);
                 return -EINVAL;
         }
         if (cfg->spec_k_min > 0 && cfg->spec_k_max > 0 && cfg->spec_k_min > cfg->spec_k_max) {

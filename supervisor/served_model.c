@@ -82,3 +82,23 @@ int sup_model_resolve(const struct sup_config *cfg, const char *exe_dir, struct 
         *ret = m;
         return 0;
 }
+
+int sup_model_check_speculative(const struct sup_config *cfg, const struct sup_model *m) {
+        if (strcmp(cfg->speculative, "mtp") != 0)
+                return 0;
+        struct dse_diag diag = {{0}};
+        struct dse_model *model = NULL;
+        int r = dse_model_open(m->path, 0, &model, &diag);
+        if (r < 0) {
+                sup_log(3, "--speculative mtp: cannot open %s: %s", m->path, diag.msg);
+                return r;
+        }
+        int n = dse_model_n_mtp_layers(model);
+        dse_model_free(model);
+        if (n > 0)
+                return 0;
+        sup_log(3, "--speculative mtp: model %s has no MTP module (num_nextn_predict_layers 0, a DeepSeek-V3 "
+                   "checkpoint's multi-token prediction layers); use --speculative ngram or off",
+                m->id);
+        return -EINVAL;
+}

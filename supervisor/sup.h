@@ -264,6 +264,9 @@ struct sup_model {
  * looked for beside exe_dir, in $DSV_DATA_DIR and in the source tree. Logs what it
  * found or why not. */
 int sup_model_resolve(const struct sup_config *cfg, const char *exe_dir, struct sup_model *ret);
+/* --speculative mtp needs a model with an MTP module: -EINVAL (logged, naming the model)
+ * without one; 0 for any other method. */
+int sup_model_check_speculative(const struct sup_config *cfg, const struct sup_model *m);
 
 /* ---- the template's output conventions (chat_format.c) ------------------------------- */
 

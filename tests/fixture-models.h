@@ -1,5 +1,6 @@
-/* The model fixtures (shared/fixtures/models) by name, opened through the model cache of
- * the build ($DSV_BUILD_DIR/model-cache unless DSV_CACHE_DIR is set). Include after t.h. */
+/* The model fixtures (shared/fixtures/models) by name, and the bundled default model,
+ * opened through the model cache of the build ($DSV_BUILD_DIR/model-cache unless
+ * DSV_CACHE_DIR is set). Include after t.h. */
 #ifndef DSV_TEST_FIXTURE_MODELS_H
 #define DSV_TEST_FIXTURE_MODELS_H
 
@@ -19,9 +20,9 @@ static const char *const fixture_models[] = {
 };
 #define N_FIXTURE_MODELS (sizeof fixture_models / sizeof fixture_models[0])
 
-static inline struct dse_model *fixture_model_open(const char *name) {
-        char dir[1024], native[4096];
-        snprintf(dir, sizeof dir, "%s/%s", t_fixture("models"), name);
+/* A model folder through the build's model cache; NULL (and a message) on failure. */
+static inline struct dse_model *model_dir_open(const char *dir) {
+        char native[4096];
         if (!getenv("DSV_CACHE_DIR") && getenv("DSV_BUILD_DIR")) {
                 char cache[1100];
                 snprintf(cache, sizeof cache, "%s/model-cache", getenv("DSV_BUILD_DIR"));
@@ -30,7 +31,7 @@ static inline struct dse_model *fixture_model_open(const char *name) {
         struct dse_diag diag = {{0}};
         struct dse_model *m = NULL;
         if (dse_model_resolve(dir, native, sizeof native, &diag) < 0 || dse_model_open(native, 0, &m, &diag) < 0) {
-                fprintf(stderr, "  %s: %s\n", name, diag.msg);
+                fprintf(stderr, "  %s: %s\n", dir, diag.msg);
                 return NULL;
         }
         return m;
@@ -55,6 +56,19 @@ static inline int fixture_model_convert(const char *name, const char *quant, str
         unlink(native);
         rmdir(tmp);
         return r;
+}
+
+static inline struct dse_model *fixture_model_open(const char *name) {
+        char dir[1024];
+        snprintf(dir, sizeof dir, "%s/%s", t_fixture("models"), name);
+        return model_dir_open(dir);
+}
+
+/* The bundled default model (models/default: deepseek_v3 with one MTP module). */
+static inline struct dse_model *default_model_open(void) {
+        char dir[1024];
+        snprintf(dir, sizeof dir, "%s/models/default", getenv("DSV_SOURCE_DIR") ? getenv("DSV_SOURCE_DIR") : "..");
+        return model_dir_open(dir);
 }
 
 #endif

@@ -19,6 +19,7 @@ if(TARGET dsvisor-worker AND EXISTS ${CMAKE_SOURCE_DIR}/models/default/config.js
            TIMEOUT 600)
   add_dependencies(test-worker-text dsvisor-worker)
   target_include_directories(test-worker-text PRIVATE ${CMAKE_SOURCE_DIR}/bench) # worker-client.h
+  dsv_test(NAME test-engine-mtp SOURCES unit/test-engine-mtp.c LIBS dse LABELS unit TIMEOUT 600)
   dsv_test(NAME test-worker-spec-ipc SOURCES integration/test-worker-spec.c LIBS dse dsv_ipc LABELS integration
            TIMEOUT 600)
   add_dependencies(test-worker-spec-ipc dsvisor-worker)

@@ -32,7 +32,7 @@ static void usage(FILE *out) {
                 "  --log-format F      text (default: \"<prio>dsvisor-worker[NAME]: ...\") or json (one object a line)\n"
                 "  --amx               allow AMX kernels (faster prefill; a request's logits then depend\n"
                 "                      on its batch within float rounding, see worker/README.md)\n"
-                "  --speculative M     speculative decoding: ngram | off (default off)\n"
+                "  --speculative M     speculative decoding: ngram | mtp (DeepSeek-V3 MTP module) | off (default off)\n"
                 "  --spec-k-min K      fewest drafts a sequence verifies per step (default 1)\n"
                 "  --spec-k-max K      most drafts a sequence verifies per step, <= 8 (default 4)\n"
                 "  --spec-step-tokens N  a step sampling N positions is compute-bound: drafts never take\n"

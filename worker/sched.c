@@ -196,6 +196,12 @@ int sched_set_fast_forward(struct sched *s, int max_run) {
         return r;
 }
 
+int sched_slot_seq(const struct sched *s, int slot) {
+        if (!s || slot < 0 || slot >= s->n_slots || s->rqs[slot].state != RQ_RUNNING)
+                return -1;
+        return s->rqs[slot].seq;
+}
+
 /* ---- events ---- */
 
 static void emit_error(struct sched *s, uint64_t id, enum dsv_ipc_error_code code, const char *fmt, ...)
@@ -863,6 +869,9 @@ int sched_step(struct sched *s, int64_t now_ms) {
         plan_step(s, &p, now);
         if (p.n == 0)
                 return 0;
+        /* a step's cost includes proposing its drafts (an MTP module runs a forward pass
+         * per draft) */
+        double t_step = worker_mono_s();
         if (s->drafter.ops)
                 plan_drafts(s, &p);
         if (s->fast_forward)
@@ -880,7 +889,6 @@ int sched_step(struct sched *s, int64_t now_ms) {
                 n_drafts += n_draft;
         }
         struct dse_diag diag = {{0}};
-        double t_step = worker_mono_s();
         int r = s->drafter.ops || n_drafts ? dse_batch_verify(s->batch, s->bseqs, s->bdrafts, (size_t)p.n, &diag)
                                            : dse_batch_step(s->batch, s->bseqs, (size_t)p.n, &diag);
         if (r < 0) {

@@ -87,13 +87,18 @@ void sched_set_pool(struct sched *s, struct dse_pool *pool);
  * -ENOMEM. */
 int sched_set_speculation(struct sched *s, const struct spec_config *spec);
 /* The same with the drafter given (an MTP head, a draft model, a test's), used when
- * spec->method is not SPEC_OFF; the drafter's state must outlive the scheduler. */
+ * spec->method is not SPEC_OFF; the drafter's state must outlive the scheduler.
+ * (sched_set_speculation makes the n-gram drafter; mtp_drafter.h the MTP one.) */
 int sched_set_drafter(struct sched *s, const struct spec_config *spec, const struct spec_drafter *drafter);
 /* Fast-forward (0, the default: off): a constrained sequence whose next tokens its
  * grammar forces carries up to max_run of them (<= SPEC_K_LIMIT) in its step, so a run
  * of forced tokens costs one forward pass instead of one each; the output is the same.
  * Before the first request; -EINVAL, -EBUSY once requests came, -ENOMEM. */
 int sched_set_fast_forward(struct sched *s, int max_run);
+
+/* The KV sequence of the request in slot (a drafter's propose argument), -1 while it
+ * waits or when the slot is free. */
+int sched_slot_seq(const struct sched *s, int slot);
 
 /* Queues a request whose prompt is already token ids (tokens: n_prompt ids, copied).
  * Bad parameters, an empty or too long prompt, a duplicate id or a full queue are

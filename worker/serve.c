@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "clock.h"
+#include "mtp_drafter.h"
 #include "worker.h"
 
 #define IDLE_POLL_MS 20
@@ -176,6 +177,7 @@ struct server {
         struct dsv_ipc_conn *conn;
         struct worker_engine *e;
         struct sched *sched;
+        struct spec_mtp mtp; /* the drafter of --speculative mtp */
         atomic_int state;
         atomic_int send_failures;
         atomic_int rx_stop;
@@ -538,12 +540,15 @@ int worker_serve(const struct worker_config *cfg) {
         struct sched_config sc = {cfg->max_batch, cfg->token_budget, e.n_ctx, cfg->max_queue};
         sv.prompt = malloc(((size_t)e.n_ctx + 1) * sizeof(int32_t));
         r = sv.prompt ? sched_new(&sc, e.model, e.tok, e.kv, e.batch, emit_cb, &sv, &sv.sched) : -ENOMEM;
+        char err[512] = "";
         if (r >= 0)
-                r = sched_set_speculation(sv.sched, &cfg->spec);
+                r = cfg->spec.method == SPEC_MTP
+                            ? spec_mtp_attach(&sv.mtp, sv.sched, e.batch, e.kv, &cfg->spec, err, sizeof err)
+                            : sched_set_speculation(sv.sched, &cfg->spec);
         if (r >= 0)
                 r = sched_set_fast_forward(sv.sched, cfg->fast_forward);
         if (r < 0) {
-                wlog(3, "Failed to create the scheduler: %s", strerror(-r));
+                wlog(3, "Failed to create the scheduler: %s", err[0] ? err : strerror(-r));
                 goto out;
         }
         sched_set_pool(sv.sched, e.pool);

@@ -11,13 +11,15 @@ int spec_method_parse(const char *s, enum spec_method *ret) {
                 *ret = SPEC_OFF;
         else if (!strcmp(s, "ngram"))
                 *ret = SPEC_NGRAM;
+        else if (!strcmp(s, "mtp"))
+                *ret = SPEC_MTP;
         else
                 return -EINVAL;
         return 0;
 }
 
 const char *spec_method_name(enum spec_method m) {
-        return m == SPEC_NGRAM ? "ngram" : "off";
+        return m == SPEC_NGRAM ? "ngram" : m == SPEC_MTP ? "mtp" : "off";
 }
 
 static int ngram_propose(void *self, int slot, const int32_t *tokens, int32_t n_tokens, int max_draft,
@@ -60,11 +62,16 @@ void spec_cost_observe(struct spec_cost *c, int tokens, double seconds) {
 int spec_cost_drafts(const struct spec_cost *c, int tokens, int k_min, int k, double a) {
         int best = k_min;
         double best_v = -1;
+        /* t(tokens); when a step of that many tokens never ran (a drafter that always
+         * proposes), the cheapest measured candidate's */
+        double base = tokens >= 1 && tokens <= SPEC_COST_TOKENS ? c->step_s[tokens] : 0;
+        for (int n = k_min, measured = base > 0; !measured && tokens >= 1 && n <= k && tokens + n <= SPEC_COST_TOKENS; n++)
+                if (c->step_s[tokens + n] > 0 && (base <= 0 || c->step_s[tokens + n] < base))
+                        base = c->step_s[tokens + n];
         for (int n = k_min; n <= k; n++) {
                 double expect = a >= 1 ? n + 1 : (1 - pow(a, n + 1)) / (1 - a), ratio = 1;
-                if (tokens >= 1 && tokens + n <= SPEC_COST_TOKENS && c->step_s[tokens] > 0 &&
-                    c->step_s[tokens + n] > 0)
-                        ratio = c->step_s[tokens + n] / c->step_s[tokens];
+                if (tokens >= 1 && tokens + n <= SPEC_COST_TOKENS && base > 0 && c->step_s[tokens + n] > 0)
+                        ratio = c->step_s[tokens + n] / base;
                 if (expect / ratio >= best_v) {
                         best_v = expect / ratio;
                         best = n;

@@ -14,7 +14,7 @@
 
 #define SPEC_K_LIMIT 8 /* drafts per sequence per step, the most --spec-k-max allows */
 
-enum spec_method { SPEC_OFF, SPEC_NGRAM };
+enum spec_method { SPEC_OFF, SPEC_NGRAM, SPEC_MTP };
 
 struct spec_config {
         enum spec_method method; /* SPEC_OFF (0): plain decoding */
@@ -25,7 +25,7 @@ struct spec_config {
                                     measured step cost (spec_cost_drafts) */
 };
 
-/* "off" | "ngram" -> *ret; -EINVAL otherwise. */
+/* "off" | "ngram" | "mtp" -> *ret; -EINVAL otherwise. */
 int spec_method_parse(const char *s, enum spec_method *ret);
 const char *spec_method_name(enum spec_method m);
 
@@ -77,8 +77,10 @@ struct spec_cost {
 void spec_cost_observe(struct spec_cost *c, int tokens, double seconds);
 /* Of k_min..k drafts for a sequence whose drafts are accepted at rate a, added to a step
  * of `tokens` tokens: the count with the most expected tokens per step cost,
- * (1 - a^(n+1)) / (1 - a) over t(tokens + n) / t(tokens), a cost not yet measured
- * taken as no dearer (so it gets tried and measured); the larger count on a tie. */
+ * (1 - a^(n+1)) / (1 - a) over t(tokens + n) / t(tokens) (a step's time includes
+ * proposing its drafts; t(tokens) never measured: the cheapest measured candidate's), a
+ * cost not yet measured taken as no dearer (so it gets tried and measured); the larger
+ * count on a tie. */
 int spec_cost_drafts(const struct spec_cost *c, int tokens, int k_min, int k, double a);
 
 /* Samples position i (0..n_draft) of a verification from the target distribution

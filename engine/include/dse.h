@@ -213,7 +213,8 @@ int dse_model_tokenizer(const struct dse_model *model, struct dse_tokenizer **re
  * block scales, AWQ/GPTQ int4 repacked losslessly), "bf16", "int8", "int4" (group-wise
  * quantization of the projection weights; norms, router and embedding stay as they are),
  * "awq", "gptq" (as auto, but the checkpoint must be that format). DeepSeek-V3 MTP
- * layers (index >= num_hidden_layers) are skipped. hf_dir may also be a GGUF file
+ * modules (num_nextn_predict_layers, the layers from num_hidden_layers on) are kept, their
+ * copies of the embedding and LM head dropped (FORMAT.md "MTP modules"). hf_dir may also be a GGUF file
  * (architectures llama and qwen2; engine/FORMAT.md "GGUF import"). */
 int dse_model_convert_hf(const char *hf_dir, const char *out_path, const char *quant_format, struct dse_diag *reterr);
 
@@ -678,7 +679,8 @@ int dse_kv_cache_new_typed(const struct dse_model *model, enum dse_kv_dtype dtyp
                            struct dse_diag *reterr);
 void dse_kv_cache_free(struct dse_kv_cache *kv);
 enum dse_kv_dtype dse_kv_cache_dtype(const struct dse_kv_cache *kv);
-/* Bytes one position takes over all layers (dse_kv_cache_block_bytes / block_tokens). */
+/* Bytes one position takes over all layers, a DeepSeek-V3 model's MTP modules included
+ * (dse_kv_cache_block_bytes / block_tokens). */
 size_t dse_kv_cache_bytes_per_token(const struct dse_kv_cache *kv);
 void dse_kv_cache_stats(const struct dse_kv_cache *kv, struct dse_kv_stats *ret_stats);
 /* Bytes one block occupies (all layers). */
@@ -742,6 +744,47 @@ int dse_batch_step(struct dse_batch *b, const struct dse_batch_seq *seqs, size_t
  * the accepted drafts and rolls back the rest. */
 int dse_batch_verify(struct dse_batch *b, const struct dse_batch_seq *seqs, const int32_t *n_draft, size_t n_seqs,
                      struct dse_diag *reterr);
+
+/* ---- MTP drafting (DeepSeek-V3 multi-token prediction) ------------------------------ */
+/* A DeepSeek-V3 checkpoint's MTP module (num_nextn_predict_layers) predicts the token
+ * after next from the main model's hidden state and the next token; dsvisor uses it to
+ * draft tokens for dse_batch_verify. Its KV rows are one more layer of the paged cache
+ * (dse_kv_cache_new sizes blocks for it), so they follow the sequence's blocks, prefix
+ * sharing and rollback. */
+
+/* Drafts one MTP call may propose per sequence, and the most drafts a sequence may
+ * verify per step on a batch with MTP enabled. */
+#define DSE_MTP_MAX_DRAFT 16
+
+/* MTP modules the model holds (0: none), or -EINVAL for NULL. */
+int dse_model_n_mtp_layers(const struct dse_model *model);
+
+/* Logits of the model's first MTP module over tokens evaluated from the session's
+ * position n_past on, as DeepSeek's reference computes them: row i (n_tokens - 1 rows of
+ * vocab) from the main model's hidden state at n_past + i (after the final norm) and
+ * tokens[i + 1], predicting tokens[i + 2]. Evaluates tokens like dse_session_eval (the
+ * session advances by n_tokens). The module attends to its own rows of the earlier
+ * positions, so the logits are the reference's from a fresh or reset session (n_past
+ * 0); rows it never wrote (positions evaluated without it, and the last one of an
+ * earlier call, whose next token was not known) read as zero. -EOPNOTSUPP without a
+ * module, -EINVAL, -E2BIG. */
+int dse_session_eval_mtp(struct dse_session *s, const int32_t *tokens, size_t n_tokens, float *mtp_logits,
+                         struct dse_diag *reterr);
+
+/* From now on the batch's steps also run the MTP module over every position whose next
+ * token is final and keep the hidden states of the others (at most DSE_MTP_MAX_DRAFT
+ * drafts per sequence and step: -EINVAL beyond). Takes a few KV blocks for the drafts'
+ * own rows (-ENOSPC). -EOPNOTSUPP for a model without an MTP module. */
+int dse_batch_enable_mtp(struct dse_batch *b, struct dse_diag *reterr);
+/* Up to max_draft greedy MTP drafts (max_draft <= DSE_MTP_MAX_DRAFT) to follow
+ * sequence seq, whose last evaluated position's token was just sampled as next_token
+ * (the token the next step evaluates first). The first comes from the main model's
+ * hidden state at the sequence's last position, each further one from the module's own
+ * hidden state and the draft before it. Returns how many (0 when the sequence has no
+ * evaluated position since its last draft or opening), or -EINVAL (MTP not enabled,
+ * sequence not open, bad bounds or token). */
+int dse_batch_mtp_draft(struct dse_batch *b, int seq, int32_t next_token, int max_draft, int32_t *draft,
+                        struct dse_diag *reterr);
 
 #ifdef __cplusplus
 }

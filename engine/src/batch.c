@@ -15,6 +15,7 @@
 #include "internal.h"
 #include "kv.h"
 #include "model/forward.h"
+#include "mtp.h"
 
 struct dse_batch {
         struct dse_session *s; /* no private cache: views come with the tokens */
@@ -22,6 +23,8 @@ struct dse_batch {
         int32_t vocab;
         struct dse__tok toks[DSE__MAX_STEP_TOKENS];
         struct dse__kv_view views[DSE__MAX_STEP_TOKENS]; /* the view of toks[i]'s sequence */
+        struct dse__mtp *mtp;                            /* NULL: MTP not enabled */
+        struct dse__mtp_tok mtp_info[DSE__MAX_STEP_TOKENS]; /* where toks[i] sits in its entry */
 };
 
 int dse_batch_new(const struct dse_model *model, struct dse_kv_cache *kv, struct dse_pool *pool,
@@ -47,6 +50,7 @@ int dse_batch_new(const struct dse_model *model, struct dse_kv_cache *kv, struct
 void dse_batch_free(struct dse_batch *b) {
         if (!b)
                 return;
+        dse__mtp_free(b->mtp);
         dse_session_free(b->s);
         free(b);
 }
@@ -71,6 +75,9 @@ static int check_seqs(const struct dse_batch *b, const struct dse_batch_seq *seq
                 if (n_draft && (n_draft[i] < 0 || n_draft[i] >= q->n_tokens))
                         return dse__fail(reterr, -EINVAL, "sequence %d: n_draft %d outside [0, n_tokens %d)", q->seq,
                                          n_draft[i], q->n_tokens);
+                if (n_draft && b->mtp && n_draft[i] > DSE_MTP_MAX_DRAFT)
+                        return dse__fail(reterr, -EINVAL, "sequence %d: n_draft %d over %d with MTP enabled", q->seq,
+                                         n_draft[i], DSE_MTP_MAX_DRAFT);
                 for (size_t j = 0; j < i; j++)
                         if (seqs[j].seq == q->seq)
                                 return dse__fail(reterr, -EINVAL, "sequence %d appears twice in one step", q->seq);
@@ -90,6 +97,13 @@ static int check_seqs(const struct dse_batch *b, const struct dse_batch_seq *seq
         return 0;
 }
 
+/* The main model over the gathered tokens, then the MTP module over those it can take. */
+static void forward(struct dse_batch *b, int n) {
+        b->s->ops->forward(b->s, b->toks, n);
+        if (b->mtp)
+                dse__mtp_after_forward(b->mtp, b->toks, b->mtp_info, n);
+}
+
 int dse_batch_verify(struct dse_batch *b, const struct dse_batch_seq *seqs, const int32_t *n_draft, size_t n_seqs,
                      struct dse_diag *reterr) {
         if (!b || (!seqs && n_seqs))
@@ -100,6 +114,8 @@ int dse_batch_verify(struct dse_batch *b, const struct dse_batch_seq *seqs, cons
         for (size_t i = 0; i < n_seqs; i++)
                 if ((r = dse__kv_seq_reserve(b->kv, seqs[i].seq, (size_t)seqs[i].n_tokens)) < 0)
                         return r; /* cannot happen: check_seqs counted the blocks */
+        if (b->mtp)
+                dse__mtp_catch_up_step(b->mtp, seqs, n_seqs);
         int n = 0;
         for (size_t i = 0; i < n_seqs; i++) {
                 const struct dse_batch_seq *q = &seqs[i];
@@ -109,15 +125,18 @@ int dse_batch_verify(struct dse_batch *b, const struct dse_batch_seq *seqs, cons
                         float *out = q->logits && t >= first_out ? q->logits + (size_t)(t - first_out) * b->vocab
                                                                  : NULL;
                         dse__kv_seq_view(b->kv, q->seq, &b->views[n]);
-                        b->toks[n] = (struct dse__tok){q->tokens[t], pos + t, &b->views[n], out};
+                        b->toks[n] = (struct dse__tok){.token = q->tokens[t], .pos = pos + t, .kv = &b->views[n],
+                                                       .logits = out,
+                                                       .hidden = b->mtp ? dse__mtp_hidden(b->mtp, n) : NULL};
+                        b->mtp_info[n] = (struct dse__mtp_tok){q->seq, t, q->n_tokens, nd, q->tokens};
                         if (++n == DSE__MAX_STEP_TOKENS) {
-                                b->s->ops->forward(b->s, b->toks, n);
+                                forward(b, n);
                                 n = 0;
                         }
                 }
         }
         if (n > 0)
-                b->s->ops->forward(b->s, b->toks, n);
+                forward(b, n);
         for (size_t i = 0; i < n_seqs; i++) {
                 int32_t nd = n_draft ? n_draft[i] : 0;
                 dse__kv_seq_commit(b->kv, seqs[i].seq, seqs[i].tokens, (size_t)(seqs[i].n_tokens - nd), (size_t)nd);
@@ -127,4 +146,19 @@ int dse_batch_verify(struct dse_batch *b, const struct dse_batch_seq *seqs, cons
 
 int dse_batch_step(struct dse_batch *b, const struct dse_batch_seq *seqs, size_t n_seqs, struct dse_diag *reterr) {
         return dse_batch_verify(b, seqs, NULL, n_seqs, reterr);
+}
+
+int dse_batch_enable_mtp(struct dse_batch *b, struct dse_diag *reterr) {
+        if (!b)
+                return dse__fail(reterr, -EINVAL, "dse_batch_enable_mtp: bad arguments");
+        return b->mtp ? 0 : dse__mtp_new(b->s, b->kv, &b->mtp, reterr);
+}
+
+int dse_batch_mtp_draft(struct dse_batch *b, int seq, int32_t next_token, int max_draft, int32_t *draft,
+                        struct dse_diag *reterr) {
+        if (!b || !b->mtp || !dse__kv_seq_is_open(b->kv, seq) || max_draft < 0 || max_draft > DSE_MTP_MAX_DRAFT ||
+            (!draft && max_draft) || next_token < 0 || next_token >= b->vocab)
+                return dse__fail(reterr, -EINVAL, "dse_batch_mtp_draft: MTP not enabled, sequence %d not open, or bad "
+                                 "arguments", seq);
+        return dse__mtp_draft(b->mtp, seq, next_token, max_draft, draft);
 }

@@ -29,6 +29,7 @@ struct kv_block {
 
 struct kv_seq {
         int32_t open;
+        uint32_t opened;   /* times the slot was opened: tells a reopened slot from its predecessor */
         int32_t len;       /* positions held */
         int32_t n_ahead;   /* draft rows written past len by the last step, not yet accepted */
         int32_t n_blocks;  /* entries of table in use */
@@ -41,6 +42,7 @@ struct kv_seq {
 struct dse_kv_cache {
         int32_t block_tokens, n_layers, n_ctx, max_blocks, max_seqs;
         int32_t n_blocks;
+        int32_t n_taken;           /* blocks dse__kv_blocks_take handed out: outside the pool's stats */
         struct dse__kv_view layout; /* the rows' layout (base and blocks unset) */
         uint8_t *data;             /* (n_blocks, n_layers, block_tokens, layout.row_bytes) */
         size_t data_bytes;         /* of the anonymous mapping behind data */
@@ -78,7 +80,7 @@ static int32_t gcd32(int32_t a, int32_t b) {
 void dse__kv_layout(const struct dse_hparams *hp, enum dse_kv_dtype dtype, struct dse__kv_view *v) {
         memset(v, 0, sizeof *v);
         int32_t n = dse__kv_row_floats(hp);
-        v->n_layers = hp->n_layers;
+        v->n_layers = hp->n_layers + hp->n_mtp_layers; /* an MTP module caches like a layer */
         v->row_floats = n;
         v->dtype = dtype;
         /* a scale group never spans two heads, K and V, or c and k_pe */
@@ -253,8 +255,8 @@ int dse_kv_cache_new_typed(const struct dse_model *model, enum dse_kv_dtype dtyp
         if (!kv)
                 return -ENOMEM;
         kv->block_tokens = block_tokens;
-        kv->n_layers = hp->n_layers;
         dse__kv_layout(hp, dtype, &kv->layout);
+        kv->n_layers = kv->layout.n_layers;
         kv->layout.block_tokens = block_tokens;
         kv->n_ctx = n_ctx;
         kv->max_seqs = max_seqs;
@@ -313,9 +315,9 @@ void dse_kv_cache_stats(const struct dse_kv_cache *kv, struct dse_kv_stats *ret)
         if (!kv)
                 return;
         ret->block_tokens = kv->block_tokens;
-        ret->n_blocks = kv->n_blocks;
+        ret->n_blocks = kv->n_blocks - kv->n_taken;
         ret->n_cached = kv->n_lru;
-        ret->n_used = kv->n_blocks - kv->n_free - kv->n_lru;
+        ret->n_used = kv->n_blocks - kv->n_taken - kv->n_free - kv->n_lru;
         for (int i = 0; i < kv->max_seqs; i++)
                 ret->n_seqs += kv->seqs[i].open;
         ret->prefix_query_tokens = kv->query_tokens;
@@ -411,6 +413,7 @@ int dse_kv_seq_open(struct dse_kv_cache *kv) {
                 struct kv_seq *q = &kv->seqs[i];
                 if (!q->open) {
                         q->open = 1;
+                        q->opened++;
                         q->len = q->n_blocks = q->n_keyed = q->n_ahead = 0;
                         q->last_key = 0;
                         return i;
@@ -473,7 +476,42 @@ int dse_kv_seq_blocks_needed(const struct dse_kv_cache *kv, int seq, size_t n_to
 }
 
 int dse__kv_fits_model(const struct dse_kv_cache *kv, const struct dse_hparams *hp) {
-        return kv->n_layers == hp->n_layers && kv->layout.row_floats == dse__kv_row_floats(hp);
+        return kv->n_layers == hp->n_layers + hp->n_mtp_layers && kv->layout.row_floats == dse__kv_row_floats(hp);
+}
+
+uint32_t dse__kv_seq_opened(const struct dse_kv_cache *kv, int seq) {
+        return kv->seqs[seq].opened;
+}
+
+const int32_t *dse__kv_seq_tokens(const struct dse_kv_cache *kv, int seq) {
+        return kv->seqs[seq].tokens;
+}
+
+int32_t dse__kv_seq_n_blocks(const struct dse_kv_cache *kv, int seq) {
+        return kv->seqs[seq].n_blocks;
+}
+
+int32_t dse__kv_max_seqs(const struct dse_kv_cache *kv) {
+        return kv->max_seqs;
+}
+
+int32_t dse__kv_block_tokens(const struct dse_kv_cache *kv) {
+        return kv->block_tokens;
+}
+
+int dse__kv_blocks_take(struct dse_kv_cache *kv, int n, int32_t *ret) {
+        if (n > kv->n_free + kv->n_lru)
+                return -ENOSPC;
+        for (int i = 0; i < n; i++)
+                ret[i] = block_take(kv);
+        kv->n_taken += n;
+        return 0;
+}
+
+void dse__kv_blocks_put(struct dse_kv_cache *kv, int n, const int32_t *blocks) {
+        for (int i = 0; i < n; i++)
+                block_release(kv, blocks[i]);
+        kv->n_taken -= n;
 }
 
 int32_t dse__kv_n_ctx(const struct dse_kv_cache *kv) {

@@ -64,6 +64,20 @@ int dse__kv_seq_is_open(const struct dse_kv_cache *kv, int seq);
 /* Takes the blocks seq needs for n_tokens more positions; -ENOSPC (nothing taken). */
 int dse__kv_seq_reserve(struct dse_kv_cache *kv, int seq, size_t n_tokens);
 void dse__kv_seq_view(const struct dse_kv_cache *kv, int seq, struct dse__kv_view *ret_view);
+/* For the MTP drafter (mtp_draft.c). */
+/* Times slot seq was opened: a sequence's state keyed by it is stale once it changes. */
+uint32_t dse__kv_seq_opened(const struct dse_kv_cache *kv, int seq);
+/* The ids at positions 0..len-1 of an open sequence. */
+const int32_t *dse__kv_seq_tokens(const struct dse_kv_cache *kv, int seq);
+/* Entries of its block table in use. */
+int32_t dse__kv_seq_n_blocks(const struct dse_kv_cache *kv, int seq);
+int32_t dse__kv_block_tokens(const struct dse_kv_cache *kv);
+int32_t dse__kv_max_seqs(const struct dse_kv_cache *kv);
+/* Takes n blocks out of the pool for a caller's own rows (-ENOSPC: none taken);
+ * dse__kv_blocks_put gives them back. Until then dse_kv_cache_stats leaves them out
+ * (n_blocks counts the pool without them). */
+int dse__kv_blocks_take(struct dse_kv_cache *kv, int n, int32_t *ret);
+void dse__kv_blocks_put(struct dse_kv_cache *kv, int n, const int32_t *blocks);
 /* Records n_tokens evaluated tokens at the sequence's end and registers every block they
  * filled in the prefix table; n_ahead more positions past them hold draft rows awaiting
  * dse_kv_seq_accept (never registered). */

@@ -57,11 +57,35 @@ int dse_model_vocab_size(const struct dse_model *model) {
         return model ? dse__model_hparams(model)->vocab_size : -EINVAL;
 }
 
+int dse_model_n_mtp_layers(const struct dse_model *model) {
+        return model ? dse__model_hparams(model)->n_mtp_layers : -EINVAL;
+}
+
 void dse_session_free(struct dse_session *s) {
         if (!s)
                 return;
         dse__arena_free(&s->arena);
+        free(s->kv_mtp_mem);
         free(s);
+}
+
+int dse__session_kv_with_mtp(struct dse_session *s) {
+        int32_t layers = s->hp->n_layers + s->hp->n_mtp_layers;
+        if (s->kv.n_layers >= layers)
+                return 0;
+        /* layer-major in one block: the main layers' rows are the start of the larger
+         * cache */
+        size_t old = (size_t)s->kv.n_layers * (size_t)s->n_ctx * (size_t)s->kv.row_bytes;
+        size_t bytes = (size_t)layers * (size_t)s->n_ctx * (size_t)s->kv.row_bytes;
+        uint8_t *mem = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
+        if (!mem)
+                return -ENOMEM;
+        memcpy(mem, s->kv.base, old);
+        memset(mem + old, 0, (size_t)(layers - s->kv.n_layers) * (size_t)s->n_ctx * (size_t)s->kv.row_bytes);
+        s->kv.base = mem;
+        s->kv.n_layers = layers;
+        s->kv_mtp_mem = mem;
+        return 0;
 }
 
 const char *dse_activations_to_string(enum dse_activations a) {
@@ -140,9 +164,10 @@ static int session_create(const struct dse_model *model, int n_ctx, struct dse_p
         if ((r = dse__kv_dtype_from_env(&kv_dtype, reterr)) < 0)
                 goto fail;
         dse__kv_layout(s->hp, kv_dtype, &s->kv);
+        s->kv.n_layers = s->hp->n_layers; /* MTP rows only once asked for (dse__session_kv_with_mtp) */
         s->kv.blocks = &s->kv_own_block;
         s->kv.block_tokens = n_ctx;
-        if ((own_kv && !(s->kv.base = dse__session_alloc(s, (size_t)s->hp->n_layers * (size_t)n_ctx *
+        if ((own_kv && !(s->kv.base = dse__session_alloc(s, (size_t)s->kv.n_layers * (size_t)n_ctx *
                                                                      (size_t)s->kv.row_bytes))) ||
             dse__attn_split_init(s) < 0) {
                 r = -ENOMEM;
@@ -183,7 +208,7 @@ int dse_session_eval(struct dse_session *s, const int32_t *tokens, size_t n_toke
                 for (int k = 0; k < n; k++) {
                         size_t i = i0 + (size_t)k;
                         float *out = logits ? logits + i * (size_t)vocab : i + 1 == n_tokens ? last_logits : NULL;
-                        toks[k] = (struct dse__tok){tokens[i], s->n_past + k, &s->kv, out};
+                        toks[k] = (struct dse__tok){.token = tokens[i], .pos = s->n_past + k, .kv = &s->kv, .logits = out};
                 }
                 s->ops->forward(s, toks, n);
                 s->n_past += n;

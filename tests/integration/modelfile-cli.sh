@@ -14,12 +14,12 @@ check() { # name, condition...
 "$bin" convert --model-path "$fx/deepseek-v3-fp8-mtp" --output-dir "$tmp/out" >"$tmp/o" 2>"$tmp/e"
 check convert_ok test $? -eq 0
 check convert_wrote test -s "$tmp/out/model.dse"
-check convert_mtp_message grep -q "skipping 76 tensors of layers >= num_hidden_layers" "$tmp/e"
+check convert_mtp_copy_message grep -q "model.layers.3.shared_head.head.weight is a copy of lm_head.weight" "$tmp/e"
 check convert_no_tmp_left test "$(ls "$tmp/out")" = model.dse
 
 "$bin" verify "$tmp/out/model.dse" >"$tmp/o" 2>"$tmp/e"
 check verify_ok test $? -eq 0
-check verify_says_ok grep -q "^ok .*deepseek_v3, 3 layers" "$tmp/o"
+check verify_says_ok grep -q "^ok .*deepseek_v3, 3 layers + 1 MTP module" "$tmp/o"
 "$bin" verify --values "$tmp/out/model.dse" >"$tmp/o" 2>"$tmp/e"
 check verify_values_ok test $? -eq 0
 check verify_values_finite grep -q "^ok .*; every value finite" "$tmp/o"

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # dsvisor-bench spec end to end on a one-layer preset and the bundled model, a few
-# passages: the JSON has verify_cost for k = 1..4, acceptance and speedup for ngram, the
-# three tasks, and no request whose tokens differ between the plain and the speculative
-# worker; without --held-out it says what to give. No timing is asserted.
+# passages: the JSON has verify_cost for k = 1..4, acceptance and speedup for ngram and
+# mtp (the bundled model has an MTP module), the three tasks with each method's drafts,
+# and no request whose tokens differ between the plain and a speculative worker; without
+# --held-out it says what to give. No timing is asserted.
 set -u
 bench=${DSV_BUILD_DIR:?}/bin/dsvisor-bench
 work=$(mktemp -d)
@@ -27,8 +28,10 @@ assert o["bench"] == "spec" and o["preset"] == "deepseek-coder-1.3b", o
 assert set(o["verify_cost"]) == {"1", "2", "3", "4"} and all(v > 0 for v in o["verify_cost"].values())
 assert set(o["serve_model_verify_cost"]) == {"1", "2", "3", "4"}
 assert 0 <= o["acceptance"]["ngram"] <= 1 and o["speedup"]["ngram"] > 0
+assert 0 < o["acceptance"]["mtp"] <= 1 and o["speedup"]["mtp"] > 0
 assert set(o["tasks"]) == {"held_out", "held_out_sampled", "echo"}
 assert all(t["draft_tokens"] > 0 for t in o["tasks"].values()), o["tasks"]
+assert all(t["mtp"]["draft_tokens"] > 0 for t in o["tasks"].values()), o["tasks"]
 assert o["outputs_differ"] == 0 and o["passages"] == 3
 PY
 if "$bench" "${args[@]}" >/dev/null 2>"$work/err2"; then bad "no --held-out: exit 0"; fi

@@ -3,7 +3,10 @@
 # completion of a prompt that repeats itself is the same as on a plain `dsvisor start`,
 # and /metrics shows the instance's draft and accepted token counters and its
 # acceptance-length histogram (cumulative buckets, +Inf equal to _count, _sum the
-# accepted drafts). A bad --speculative value is refused before anything starts.
+# accepted drafts). A bad --speculative value is refused before anything starts, and so
+# is mtp for a model without an MTP module, naming it. `--speculative mtp` on the bundled
+# default model (DeepSeek-V3 with one MTP module) gives the plain completion and counts
+# its drafts.
 set -euo pipefail
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/test-spec-metrics.XXXXXX")
 failed=0
@@ -20,13 +23,20 @@ start() { # NAME ARGS...
         dsv_pid[$name]=$!
 }
 
-check "a bad method is refused" bash -c "! '$dsvisor' start --model '$dsv_model' --speculative mtp --port 0 \
+check "a bad method is refused" bash -c "! '$dsvisor' start --model '$dsv_model' --speculative draft --port 0 \
         --runtime-dir '$tmp/bad' 2>'$tmp/bad.err' && grep -q 'speculative' '$tmp/bad.err'"
+check "mtp without an MTP module is refused" bash -c "! '$dsvisor' start --model '$dsv_model' --speculative mtp \
+        --port 0 --runtime-dir '$tmp/bad-mtp' 2>'$tmp/bad-mtp.err' && grep -q 'has no MTP module' '$tmp/bad-mtp.err'"
 
 start spec --speculative ngram --spec-k-min 1 --spec-k-max 4
 start plain --speculative off
 dsv_wait_ready spec 1 120
 dsv_wait_ready plain 1 120
+default_model="$DSV_SOURCE_DIR/models/default"
+dsv_model="$default_model" start mtp --speculative mtp --spec-k-max 3
+dsv_model="$default_model" start default_plain --speculative off
+dsv_wait_ready mtp 1 180
+dsv_wait_ready default_plain 1 180
 check "the worker got the options" grep -q -- "--speculative ngram" <(tr '\0' ' ' </proc/$(pgrep -P "${dsv_pid[spec]}" -f dsvisor-worker | head -1)/cmdline; echo) 
 
 prompt='[3,44,85,126,167,3,44,85,126,167,3,44,85,126,167,3,44]'
@@ -38,6 +48,17 @@ complete() { # NAME -> the completion's token text
 a=$(complete spec)
 b=$(complete plain)
 check "the same completion with and without speculation" test "$a" == "$b"
+model_id_of() { curl -s -m 10 "http://127.0.0.1:${dsv_port[$1]}/v1/models" | python3 -c 'import json,sys; print(json.load(sys.stdin)["data"][0]["id"])'; }
+complete_text() { # NAME -> greedy completion of a Bible verse on the default model
+        curl -s -m 120 "http://127.0.0.1:${dsv_port[$1]}/v1/completions" -H 'Content-Type: application/json' \
+                -d "{\"model\":\"$(model_id_of "$1")\",\"prompt\":\"In the beginning God created the heaven and the earth. And\",\"max_tokens\":40,\"temperature\":0}" |
+                python3 -c 'import json,sys; print(json.load(sys.stdin)["choices"][0]["text"])'
+}
+a=$(complete_text mtp)
+b=$(complete_text default_plain)
+check "the same completion with and without MTP drafts" test -n "$a" -a "$a" == "$b"
+check "MTP drafts were accepted" bash -c "curl -s -m 5 'http://127.0.0.1:${dsv_port[mtp]}/metrics' |
+        awk '\$1 ~ /^dsvisor_spec_decode_accepted_tokens_total/ {n += \$2} END {exit !(n > 0)}'"
 
 url="http://127.0.0.1:${dsv_port[spec]}/metrics"
 for _ in $(seq 1 100); do

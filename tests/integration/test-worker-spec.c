@@ -1,8 +1,11 @@
-/* dsvisor-worker with --speculative ngram against --speculative off, over IPC: on the
- * bundled default model (text prompts, an echo-heavy one among them) and on every model
- * fixture (token prompts that repeat themselves), each of 8 requests gives the same
- * tokens and text on the speculative worker alone, in a batch of 8, and on the plain
- * worker, greedy and seeded; and a bad --speculative value is refused. */
+/* dsvisor-worker with --speculative ngram (and mtp) against --speculative off, over IPC:
+ * on the bundled default model (text prompts, an echo-heavy one among them; n-gram and
+ * MTP drafts) and on every model fixture (token prompts that repeat themselves; n-gram),
+ * each of 8 requests gives the same tokens and text on the speculative worker alone, in
+ * a batch of 8, and on the plain worker, greedy and seeded; a bad --speculative value is
+ * refused, and so is mtp for a model without an MTP module, naming it. */
+#include <fcntl.h>
+
 #include "dse.h"
 #include "t.h"
 #include "fixture-models.h"
@@ -59,11 +62,11 @@ static int run(struct worker *w, struct reqs *q, int batch, struct wc_result *ou
         return 0;
 }
 
-static void same_outputs(const char *model, struct reqs *q) {
+static void same_outputs(const char *model, struct reqs *q, const char *method) {
         struct worker plain = {0}, spec = {0};
         static struct wc_result a[8], b[8], c[8];
         ASSERT_OK(start(&plain, model, "plain", "off"));
-        ASSERT_OK(start(&spec, model, "spec", "ngram"));
+        ASSERT_OK(start(&spec, model, "spec", method));
         ASSERT_OK(run(&plain, q, 0, a));
         ASSERT_OK(run(&spec, q, 0, b));
         ASSERT_OK(run(&spec, q, 1, c));
@@ -84,9 +87,9 @@ static void same_outputs(const char *model, struct reqs *q) {
         }
 }
 
-TEST(default_model_same_text_with_ngram_drafts) {
-        char model[1024];
-        snprintf(model, sizeof model, "%s/models/default", getenv("DSV_SOURCE_DIR") ? getenv("DSV_SOURCE_DIR") : "..");
+/* 8 text requests on the bundled default model, greedy and seeded in turn. */
+static void default_model_reqs(char *model, size_t size, struct reqs *q) {
+        snprintf(model, size, "%s/models/default", getenv("DSV_SOURCE_DIR") ? getenv("DSV_SOURCE_DIR") : "..");
         static const char *prompts[8] = {
                 "In the beginning God created the heaven and the earth. And the earth was without form, and void. "
                 "In the beginning God created the heaven",
@@ -94,13 +97,25 @@ TEST(default_model_same_text_with_ngram_drafts) {
                 "The LORD is my shepherd; I shall not want. The LORD is my", "And it came to pass",
                 "Thou shalt not", "For God so loved the world, that he gave his only begotten Son. For God so",
                 "Let there be"};
-        struct reqs q;
         for (int i = 0; i < 8; i++) {
-                q.m[i] = wc_tokens_request((uint64_t)(10 + i), NULL, 0, 40, i % 2 ? 0.7f : 0.0f, 31 + (uint64_t)i);
-                q.m[i].u.request.input = DSV_IPC_INPUT_PROMPT;
-                q.m[i].u.request.prompt = (char *)prompts[i];
+                q->m[i] = wc_tokens_request((uint64_t)(10 + i), NULL, 0, 40, i % 2 ? 0.7f : 0.0f, 31 + (uint64_t)i);
+                q->m[i].u.request.input = DSV_IPC_INPUT_PROMPT;
+                q->m[i].u.request.prompt = (char *)prompts[i];
         }
-        same_outputs(model, &q);
+}
+
+TEST(default_model_same_text_with_ngram_drafts) {
+        char model[1024];
+        struct reqs q;
+        default_model_reqs(model, sizeof model, &q);
+        same_outputs(model, &q, "ngram");
+}
+
+TEST(default_model_same_text_with_mtp_drafts) {
+        char model[1024];
+        struct reqs q;
+        default_model_reqs(model, sizeof model, &q);
+        same_outputs(model, &q, "mtp");
 }
 
 TEST(every_fixture_same_tokens_with_ngram_drafts) {
@@ -116,12 +131,12 @@ TEST(every_fixture_same_tokens_with_ngram_drafts) {
                                                    i % 2 ? 0.5f : 0.0f, 7 + (uint64_t)i);
                 }
                 fprintf(stderr, "  %s\n", fixture_models[f]);
-                same_outputs(model, &q);
+                same_outputs(model, &q, "ngram");
         }
 }
 
 TEST(bad_speculative_option_refused) {
-        char *args[] = {"--model", "x", "--listen", "inproc://x", "--speculative", "mtp", NULL};
+        char *args[] = {"--model", "x", "--listen", "inproc://x", "--speculative", "draft", NULL};
         pid_t pid = wc_spawn(args);
         ASSERT_TRUE(pid > 0);
         int st = wc_wait_exit(pid, 30);
@@ -130,4 +145,27 @@ TEST(bad_speculative_option_refused) {
         pid = wc_spawn(args2);
         st = wc_wait_exit(pid, 30);
         ASSERT_TRUE(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 2);
+}
+
+/* --speculative mtp on a model without an MTP module: the worker does not start, and
+ * its log says why. */
+TEST(mtp_refused_without_module) {
+        char model[1024], log[1100], url[1100];
+        snprintf(model, sizeof model, "%s/llama-bf16-linear-rope", t_fixture("models"));
+        snprintf(log, sizeof log, "%s/mtp-refused.log", wc_tmpdir());
+        snprintf(url, sizeof url, "ipc://%s/mtp-refused.sock", wc_tmpdir());
+        int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0600), saved = dup(2);
+        ASSERT_TRUE(fd >= 0 && saved >= 0);
+        dup2(fd, 2);
+        char *args[] = {"--model", model, "--listen", url, "--speculative", "mtp", NULL};
+        pid_t pid = wc_spawn(args);
+        dup2(saved, 2);
+        close(saved);
+        close(fd);
+        ASSERT_TRUE(pid > 0);
+        int st = wc_wait_exit(pid, 120);
+        ASSERT_TRUE(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) != 0);
+        char *text = slurp(log, NULL);
+        ASSERT_TRUE(text && strstr(text, "--speculative mtp") && strstr(text, "no MTP module"));
+        free(text);
 }

@@ -314,6 +314,48 @@ TEST(hf_unknown_model_type) {
         tmp_rm(hf);
 }
 
+/* An MTP module whose shared_head.head is not a copy of lm_head: the native file keeps
+ * only the main head, so the converter refuses it, naming the tensor. */
+TEST(hf_mtp_head_differs) {
+        char *hf = hf_copy("models/deepseek-v3-fp8-mtp", NULL, NULL);
+        ASSERT_TRUE(hf);
+        const char *shard = "model-00003-of-00003.safetensors", *name = "model.layers.3.shared_head.head.weight";
+        char path[8192];
+        snprintf(path, sizeof path, "%s/%s", hf, shard);
+        size_t len;
+        uint8_t *buf = slurp(path, &len);
+        ASSERT_TRUE(buf && len > 8);
+        /* the tensor's first byte: 8 + header length + its data_offsets[0] */
+        uint64_t hlen = rd64(buf);
+        char *key = memmem(buf + 8, (size_t)hlen, name, strlen(name));
+        char *offs = key ? strstr(key, "data_offsets") : NULL;
+        unsigned long long begin = 0;
+        ASSERT_TRUE(offs && sscanf(offs, "data_offsets\":[%llu", &begin) == 1);
+        buf[8 + hlen + begin] ^= 0x40;
+        ASSERT_EQ(unlink(path), 0);
+        FILE *f = fopen(path, "wb");
+        ASSERT_TRUE(f && fwrite(buf, 1, len, f) == len);
+        fclose(f);
+        free(buf);
+        int left;
+        ASSERT_ERR(hf_convert(hf, &left), -EOPNOTSUPP);
+        MSG_HAS(name);
+        MSG_HAS("differs from lm_head.weight");
+        ASSERT_EQ(left, 0);
+        tmp_rm(hf);
+}
+
+/* config.json declares an MTP module the checkpoint does not hold (an export that
+ * dropped it): converted without it. */
+TEST(hf_declared_mtp_module_absent) {
+        char *hf = hf_copy("models/deepseek-v3-noaux-yarn", "\"num_nextn_predict_layers\": 0",
+                           "\"num_nextn_predict_layers\": 1");
+        ASSERT_TRUE(hf);
+        int left;
+        ASSERT_OK(hf_convert(hf, &left));
+        tmp_rm(hf);
+}
+
 TEST(hf_unknown_rope_type) {
         char *hf = hf_copy("models/llama-bf16-linear-rope", "\"type\": \"linear\"", "\"type\": \"dynamic\"");
         ASSERT_TRUE(hf);

@@ -315,12 +315,17 @@ TEST(fp8_block_scales_dequantize_exactly) {
                 free(s);
                 ASSERT_TRUE(!bad);
         }
-        /* BF16 router, embedding, norms kept; MTP layer 3 skipped */
+        /* BF16 router, embedding, norms kept; the MTP module (layer 3) kept as stored,
+         * without its copies of the embedding and head */
         ASSERT_EQ(dse__model_tensor(m, "model.layers.1.mlp.gate.weight")->dtype, DSE_DTYPE_BF16);
         ASSERT_EQ(dse__model_tensor(m, "model.layers.1.mlp.gate.e_score_correction_bias")->dtype, DSE_DTYPE_F32);
-        for (size_t i = 0; i < dse__model_n_tensors(m); i++)
-                ASSERT_TRUE(strncmp(dse__model_tensor_at(m, i)->name, "model.layers.3.", 15) != 0);
         ASSERT_EQ(dse__model_hparams(m)->n_layers, 3);
+        ASSERT_EQ(dse__model_hparams(m)->n_mtp_layers, 1);
+        ASSERT_EQ(dse__model_tensor(m, "model.layers.3.eh_proj.weight")->dtype, DSE_DTYPE_BF16);
+        ASSERT_EQ(dse__model_tensor(m, "model.layers.3.self_attn.kv_b_proj.weight")->dtype, DSE_DTYPE_F8_E4M3);
+        ASSERT_TRUE(dse__model_tensor(m, "model.layers.3.shared_head.norm.weight") != NULL);
+        ASSERT_TRUE(dse__model_tensor(m, "model.layers.3.embed_tokens.weight") == NULL);
+        ASSERT_TRUE(dse__model_tensor(m, "model.layers.3.shared_head.head.weight") == NULL);
         close_model(m);
         tmp_rm(dir);
 }

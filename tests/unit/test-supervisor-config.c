@@ -500,9 +500,12 @@ TEST(speculative_options_checked) {
         ASSERT_STREQ(c.speculative, "ngram");
         ASSERT_EQ(c.spec_k_min, 2);
         ASSERT_EQ(c.spec_k_max, 3);
-        char *bad_method[] = {"start", "--speculative", "mtp"};
+        char *mtp[] = {"start", "--speculative", "mtp"};
+        ASSERT_EQ(parse(&c, err, sizeof err, 3, mtp), 0);
+        ASSERT_STREQ(c.speculative, "mtp");
+        char *bad_method[] = {"start", "--speculative", "draft"};
         ASSERT_EQ(parse(&c, err, sizeof err, 3, bad_method), -EINVAL);
-        ASSERT_TRUE(strstr(err, "speculative") && strstr(err, "ngram"));
+        ASSERT_TRUE(strstr(err, "speculative") && strstr(err, "ngram") && strstr(err, "mtp"));
         char *bad_order[] = {"start", "--spec-k-min", "4", "--spec-k-max", "2"};
         ASSERT_EQ(parse(&c, err, sizeof err, 5, bad_order), -EINVAL);
         ASSERT_TRUE(strstr(err, "spec-k-min") != NULL);

@@ -6,7 +6,9 @@
  * drafts are really proposed, accepted and rejected; every KV block is back after the
  * requests end; the draft length adapts to acceptance and respects its bounds; a drafter
  * plugged through its ops table (all drafts right, all wrong) keeps the output and sees
- * its hooks called. */
+ * its hooks called. MTP drafts (the bundled model, the FP8 fixture with a module) keep
+ * the output too, alone and in a batch of 8, greedy and seeded, under preemption and
+ * with prefix-cache hits; a model without a module refuses MTP. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,6 +17,7 @@
 
 #include "dse.h"
 #include "dsv_ipc.h"
+#include "mtp_drafter.h"
 #include "scheduler.h"
 #include "speculate.h"
 #include "t.h"
@@ -63,10 +66,13 @@ struct rig {
         struct sched *s;
         struct events *ev;
         int vocab;
+        struct spec_mtp mtp; /* the drafter of SPEC_MTP */
+        char err[256];
 };
 
 static const struct spec_config ngram = {SPEC_NGRAM, 1, 4, 0, 0};
 static const struct spec_config off = {SPEC_OFF, 1, 4, 0, 0};
+static const struct spec_config mtp = {SPEC_MTP, 1, 4, 0, 0};
 
 static int rig_init(struct rig *g, struct dse_model *m, int max_batch, const struct spec_config *spec) {
         memset(g, 0, sizeof *g);
@@ -83,6 +89,8 @@ static int rig_init(struct rig *g, struct dse_model *m, int max_batch, const str
             (r = dse_batch_new(m, g->kv, NULL, &g->b, NULL)) < 0 ||
             (r = sched_new(&cfg, m, NULL, g->kv, g->b, on_event, g->ev, &g->s)) < 0)
                 return r;
+        if (spec->method == SPEC_MTP)
+                return spec_mtp_attach(&g->mtp, g->s, g->b, g->kv, spec, g->err, sizeof g->err);
         return sched_set_speculation(g->s, spec);
 }
 
@@ -224,6 +232,134 @@ TEST(seeded_sampling_identical_with_every_option) {
                         (long long)st.accepted_tokens);
                 ASSERT_TRUE(st.accepted_tokens > 0 && st.accepted_tokens < st.draft_tokens);
         }
+        dse_model_free(m);
+}
+
+/* MTP drafts on the bundled default model (DeepSeek-V3 with one MTP module): greedy,
+ * seeded sampling with top-k/top-p/min-p and with penalties, alone and in a batch of 8,
+ * the same tokens and logprobs as plain decoding; the drafts are proposed, accepted and
+ * rejected. */
+TEST(mtp_identical_default_model) {
+        struct dse_model *m = default_model_open();
+        ASSERT_TRUE(m);
+        static const struct params ps[] = {
+                {.max_tokens = 40, .logprobs = TOP},
+                {.temperature = 0.7f, .top_k = 20, .top_p = 0.9f, .min_p = 0.02f, .max_tokens = 40, .logprobs = TOP},
+                {.temperature = 0.5f, .rep = 1.05f, .presence = 0.1f, .frequency = 0.05f, .max_tokens = 40},
+        };
+        for (size_t i = 0; i < sizeof ps / sizeof *ps; i++) {
+                struct spec_stats st;
+                spec_equals_plain(m, &ps[i], &mtp, &st);
+                if (t_failed_current)
+                        break;
+                fprintf(stderr, "  mtp params %zu: %lld drafts, %lld accepted in %lld verifications\n", i,
+                        (long long)st.draft_tokens, (long long)st.accepted_tokens, (long long)st.verifications);
+                ASSERT_TRUE(st.accepted_tokens > 0 && st.accepted_tokens < st.draft_tokens);
+        }
+        dse_model_free(m);
+}
+
+/* The same on the FP8 fixture whose checkpoint carries an MTP module (q_lora, FP8 block
+ * scales in the module too): a random model's module drafts badly, but the output stays
+ * the plain one. */
+TEST(mtp_identical_fp8_fixture) {
+        struct dse_model *m = fixture_model_open("deepseek-v3-fp8-mtp");
+        ASSERT_TRUE(m);
+        ASSERT_EQ(dse_model_n_mtp_layers(m), 1);
+        const struct params greedy = {.max_tokens = 40, .logprobs = TOP},
+                            sampled = {.temperature = 0.7f, .top_p = 0.9f, .max_tokens = 40};
+        struct spec_stats st;
+        spec_equals_plain(m, &greedy, &mtp, &st);
+        ASSERT_TRUE(st.draft_tokens > 0);
+        spec_equals_plain(m, &sampled, &mtp, &st);
+        ASSERT_TRUE(st.draft_tokens > 0);
+        dse_model_free(m);
+}
+
+/* MTP drafting with a KV pool too small for the batch: sequences are preempted and
+ * recomputed (their slots reopened, the module's rows and hidden states rebuilt), and
+ * every request's tokens and logprobs are still the plain ones. */
+TEST(mtp_identical_under_preemption) {
+        struct dse_model *m = default_model_open();
+        ASSERT_TRUE(m);
+        const struct params p = {.max_tokens = 40, .logprobs = TOP};
+        int32_t ids[64];
+        struct rig plain;
+        ASSERT_OK(rig_init(&plain, m, 8, &off));
+        for (int i = 0; i < 8; i++) {
+                stem(ids, prompt_len(i), plain.vocab, i);
+                ASSERT_OK(add(&plain, (uint64_t)i, ids, prompt_len(i), &p, 500 + (uint64_t)i));
+        }
+        ASSERT_OK(run(&plain));
+        /* 16 blocks of 16 positions for 8 sequences of up to 71: preemption is certain */
+        struct rig g;
+        memset(&g, 0, sizeof g);
+        g.vocab = dse_model_vocab_size(m);
+        ASSERT_TRUE((g.ev = calloc(1, sizeof *g.ev)) != NULL);
+        size_t bb = dse_kv_cache_block_bytes(plain.kv);
+        struct sched_config cfg = {8, 256, 160, MAX_REQ};
+        ASSERT_OK(dse_kv_cache_new(m, bb * 16, 16, 8, 160, &g.kv, NULL));
+        ASSERT_OK(dse_batch_new(m, g.kv, NULL, &g.b, NULL));
+        ASSERT_OK(sched_new(&cfg, m, NULL, g.kv, g.b, on_event, g.ev, &g.s));
+        ASSERT_OK(spec_mtp_attach(&g.mtp, g.s, g.b, g.kv, &mtp, g.err, sizeof g.err));
+        for (int i = 0; i < 8; i++) {
+                stem(ids, prompt_len(i), g.vocab, i);
+                ASSERT_OK(add(&g, (uint64_t)i, ids, prompt_len(i), &p, 500 + (uint64_t)i));
+        }
+        ASSERT_OK(run(&g));
+        ASSERT_EQ(g.ev->n_final, 8);
+        outputs_equal(plain.ev, g.ev, 8, 1);
+        struct sched_stats st;
+        sched_get_stats(g.s, &st);
+        fprintf(stderr, "  %lld preemptions; %lld drafts, %lld accepted\n", (long long)st.preemptions,
+                (long long)st.spec.draft_tokens, (long long)st.spec.accepted_tokens);
+        ASSERT_TRUE(st.preemptions > 0 && st.spec.accepted_tokens > 0);
+        ASSERT_EQ(st.kv_blocks_used, 0);
+        rig_done(&g);
+        rig_done(&plain);
+        dse_model_free(m);
+}
+
+/* Requests whose prompts share a cached prefix with MTP drafting: the later ones attach
+ * the earlier one's blocks (the module's rows in them included) and still give the
+ * plain tokens. */
+TEST(mtp_identical_with_prefix_hits) {
+        struct dse_model *m = default_model_open();
+        ASSERT_TRUE(m);
+        const struct params p = {.max_tokens = 24, .logprobs = TOP};
+        int32_t ids[4][64], V = dse_model_vocab_size(m);
+        for (int i = 0; i < 4; i++) {
+                stem(ids[i], 56, V, 5);
+                ids[i][50 + i] = (ids[i][50 + i] + 1 + i) % V; /* the same first 50 tokens, then apart */
+        }
+        struct rig r[2];
+        for (int k = 0; k < 2; k++) {
+                ASSERT_OK(rig_init(&r[k], m, 8, k ? &mtp : &off));
+                for (int i = 0; i < 4; i++) { /* one after the other: each finds the others' blocks */
+                        ASSERT_OK(add(&r[k], (uint64_t)i, ids[i], 56, &p, 900 + (uint64_t)i));
+                        ASSERT_OK(run(&r[k]));
+                }
+        }
+        outputs_equal(r[0].ev, r[1].ev, 4, 1);
+        struct sched_stats st;
+        sched_get_stats(r[1].s, &st);
+        fprintf(stderr, "  prefix hits %lld of %lld tokens; %lld drafts, %lld accepted\n",
+                (long long)st.prefix_hit_tokens, (long long)st.prefix_query_tokens, (long long)st.spec.draft_tokens,
+                (long long)st.spec.accepted_tokens);
+        ASSERT_TRUE(st.prefix_hit_tokens >= 3 * 48 && st.spec.draft_tokens > 0);
+        rig_done(&r[0]);
+        rig_done(&r[1]);
+        dse_model_free(m);
+}
+
+/* --speculative mtp on a model without an MTP module is refused, naming why. */
+TEST(mtp_refused_without_module) {
+        struct dse_model *m = fixture_model_open("llama-bf16-linear-rope");
+        ASSERT_TRUE(m);
+        struct rig g;
+        ASSERT_ERR(rig_init(&g, m, 2, &mtp), -EOPNOTSUPP);
+        ASSERT_TRUE(strstr(g.err, "--speculative mtp") && strstr(g.err, "no MTP module"));
+        rig_done(&g);
         dse_model_free(m);
 }
 
@@ -564,6 +700,32 @@ TEST(drafts_by_measured_step_cost) {
         spec_cost_observe(&flat, 0, 1.0);
         spec_cost_observe(&flat, SPEC_COST_TOKENS + 1, 1.0);
         ASSERT_NEAR(flat.step_s[1], 0.010, 0);
+}
+
+/* A drafter that always proposes (MTP) never runs a step without drafts: the counts
+ * are then weighed against the cheapest measured one. Steps costing in proportion to
+ * their tokens plus a draft each as dear as a token: at acceptance 0.75 one draft pays
+ * best; costs that stay flat: all four. */
+TEST(drafts_by_cost_without_a_draftless_step) {
+        struct spec_cost dear = {{0}}, flat = {{0}};
+        for (int t = 2; t <= SPEC_COST_TOKENS; t++) {
+                spec_cost_observe(&dear, t, 0.010 * (2 * t - 1));
+                spec_cost_observe(&flat, t, 0.010);
+        }
+        ASSERT_EQ(spec_cost_drafts(&dear, 1, 1, 4, 0.75), 1);
+        ASSERT_EQ(spec_cost_drafts(&flat, 1, 1, 4, 0.75), 4);
+        /* the base is the cheapest measured count, not the first: an unmeasured count
+         * is taken as no dearer than 2 drafts (the cheapest here), so 3 gets tried */
+        struct spec_cost uneven = {{0}};
+        spec_cost_observe(&uneven, 2, 0.050);
+        spec_cost_observe(&uneven, 3, 0.020);
+        spec_cost_observe(&uneven, 5, 0.060);
+        ASSERT_EQ(spec_cost_drafts(&uneven, 1, 1, 4, 0.5), 3);
+        /* an unmeasured count is still tried */
+        struct spec_cost partial = {{0}};
+        spec_cost_observe(&partial, 2, 0.010);
+        spec_cost_observe(&partial, 3, 0.030);
+        ASSERT_EQ(spec_cost_drafts(&partial, 1, 1, 4, 0.75), 4);
 }
 
 /* With the cost rule on, the tokens are still the plain ones. */

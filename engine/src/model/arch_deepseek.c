@@ -8,8 +8,11 @@
  *     score_t = q_nope . (W_uk c_t) + q_pe . k_pe_t = (W_uk^T q_nope) . c_t + q_pe . k_pe_t
  *     out     = sum_t p_t W_uv c_t = W_uv (sum_t p_t c_t)
  * The naive form (decompress k_nope and v per cached token) is kept for the
- * absorbed-vs-naive test (dse__session_set_mla_naive). Layers >= num_hidden_layers (V3
- * MTP modules) are never looked at. The weights are bound once per model (ds_bind); a
+ * absorbed-vs-naive test (dse__session_set_mla_naive). A V3 multi-token prediction (MTP)
+ * module (layer num_hidden_layers + m) runs as DeepSeek's reference does (ds_mtp_forward):
+ * eh_proj([enorm(embedding of the next token); hnorm(hidden state)]), one decoder layer
+ * with its own KV rows, then shared_head.norm and the main model's LM head (the module's
+ * copies of the embedding and head are the main model's). The weights are bound once per model (ds_bind); a
  * session holds only its activations and scratch (ds_init). The MoE layer is moe.c's. */
 #include <math.h>
 #include <string.h>
@@ -37,9 +40,18 @@ struct ds_layer {
         struct dse__moe_layer moe;
 };
 
+/* A V3 MTP module: its decoder layer and the pieces around it. */
+struct ds_mtp {
+        struct ds_layer layer;
+        float *enorm, *hnorm;    /* (hidden) */
+        struct dse_qmat eh_proj; /* (hidden, 2 hidden): [embedding | hidden state] */
+        float *head_norm;        /* (hidden) shared_head.norm */
+};
+
 /* The model's bindings, shared by its sessions. */
 struct ds_weights {
         struct ds_layer *layers; /* (n_layers) */
+        struct ds_mtp *mtp;      /* (n_mtp_layers) */
         struct dse__embed_head eh;
         struct dse_rope rope;    /* over qk_rope_head_dim, interleaved pairs */
         float softmax_scale;
@@ -68,6 +80,7 @@ struct ds_state {
         float *kvb_full;         /* (n_threads, H*(nope+v)) naive form: decompressed k/v of one token */
         float *lat_row;          /* (n_threads, kvr + rope) naive form: one cached latent row as floats */
         float *moe_out;          /* (T, hidden) */
+        float *eh;               /* (T, 2 hidden) an MTP module's [enorm(e) | hnorm(h)] */
         struct dse__moe_scratch moe;
         /* KV rows (through s->kv): latent c then k_pe, (kvr + rope) per layer and token */
 };
@@ -75,6 +88,45 @@ struct ds_state {
 static int is_moe_layer(const struct dse_hparams *hp, int l) {
         return hp->n_routed_experts > 0 && l >= hp->first_k_dense_replace &&
                l % (hp->moe_layer_freq > 0 ? hp->moe_layer_freq : 1) == 0;
+}
+
+/* Layer l's attention and MLP (a main layer or an MTP module's); *ret_width is its
+ * widest MLP. */
+static int bind_layer(struct dse__weights *w, const struct ds_weights *dw, int l, struct ds_layer *L,
+                      int64_t *ret_width, struct dse_diag *reterr) {
+        const struct dse_hparams *hp = w->hp;
+        int64_t D = hp->hidden_size, H = dw->H;
+        int r;
+        if ((r = dse__weights_layer_vector(w, l, "input_layernorm.weight", D, 0, &L->attn_norm, reterr)) < 0 ||
+            (r = dse__weights_layer_vector(w, l, "post_attention_layernorm.weight", D, 0, &L->ffn_norm, reterr)) < 0)
+                return r;
+        if (hp->q_lora_rank > 0) {
+                if ((r = dse__weights_layer_matrix(w, l, "self_attn.q_a_proj", hp->q_lora_rank, D, &L->wq_a,
+                                                   reterr)) < 0 ||
+                    (r = dse__weights_layer_vector(w, l, "self_attn.q_a_layernorm.weight", hp->q_lora_rank, 0,
+                                                   &L->q_a_norm, reterr)) < 0 ||
+                    (r = dse__weights_layer_matrix(w, l, "self_attn.q_b_proj", H * dw->qk_dim, hp->q_lora_rank,
+                                                   &L->wq_b, reterr)) < 0)
+                        return r;
+        } else if ((r = dse__weights_layer_matrix(w, l, "self_attn.q_proj", H * dw->qk_dim, D, &L->wq, reterr)) < 0) {
+                return r;
+        }
+        if ((r = dse__weights_layer_matrix(w, l, "self_attn.kv_a_proj_with_mqa", dw->lat_dim, D, &L->wkv_a,
+                                           reterr)) < 0 ||
+            (r = dse__weights_layer_vector(w, l, "self_attn.kv_a_layernorm.weight", dw->kvr, 0, &L->kv_a_norm,
+                                           reterr)) < 0 ||
+            (r = dse__weights_layer_matrix(w, l, "self_attn.kv_b_proj", H * (dw->nope + dw->vdim), dw->kvr,
+                                           &L->wkv_b, reterr)) < 0 ||
+            (r = dse__weights_layer_matrix(w, l, "self_attn.o_proj", D, H * dw->vdim, &L->wo, reterr)) < 0)
+                return r;
+        if (L->wkv_b.perm)
+                return dse__fail(reterr, -EOPNOTSUPP, "layer %d: kv_b_proj with permuted columns cannot be absorbed", l);
+
+        L->is_moe = is_moe_layer(hp, l);
+        *ret_width = hp->intermediate_size;
+        if (L->is_moe)
+                return dse__moe_bind(w, l, &L->moe, ret_width, reterr);
+        return dse__weights_layer_mlp(w, l, "mlp", *ret_width, &L->mlp, reterr);
 }
 
 static int ds_bind(struct dse__weights *w, struct dse_diag *reterr) {
@@ -110,43 +162,24 @@ static int ds_bind(struct dse__weights *w, struct dse_diag *reterr) {
         if ((r = dse__embed_head_bind(w, &dw->eh, reterr)) < 0)
                 return r;
 
-        int64_t H = dw->H, max_width = 1;
+        int64_t max_width = 1, width;
         if (!(dw->layers = dse__weights_alloc(w, (size_t)hp->n_layers * sizeof *dw->layers)))
                 return -ENOMEM;
         for (int l = 0; l < hp->n_layers; l++) {
-                struct ds_layer *L = &dw->layers[l];
-                if ((r = dse__weights_layer_vector(w, l, "input_layernorm.weight", D, 0, &L->attn_norm, reterr)) < 0 ||
-                    (r = dse__weights_layer_vector(w, l, "post_attention_layernorm.weight", D, 0, &L->ffn_norm, reterr)) < 0)
+                if ((r = bind_layer(w, dw, l, &dw->layers[l], &width, reterr)) < 0)
                         return r;
-                if (hp->q_lora_rank > 0) {
-                        if ((r = dse__weights_layer_matrix(w, l, "self_attn.q_a_proj", hp->q_lora_rank, D, &L->wq_a,
-                                                           reterr)) < 0 ||
-                            (r = dse__weights_layer_vector(w, l, "self_attn.q_a_layernorm.weight", hp->q_lora_rank, 0,
-                                                           &L->q_a_norm, reterr)) < 0 ||
-                            (r = dse__weights_layer_matrix(w, l, "self_attn.q_b_proj", H * dw->qk_dim, hp->q_lora_rank,
-                                                           &L->wq_b, reterr)) < 0)
-                                return r;
-                } else if ((r = dse__weights_layer_matrix(w, l, "self_attn.q_proj", H * dw->qk_dim, D, &L->wq, reterr)) < 0) {
-                        return r;
-                }
-                if ((r = dse__weights_layer_matrix(w, l, "self_attn.kv_a_proj_with_mqa", dw->lat_dim, D, &L->wkv_a,
-                                                   reterr)) < 0 ||
-                    (r = dse__weights_layer_vector(w, l, "self_attn.kv_a_layernorm.weight", dw->kvr, 0, &L->kv_a_norm,
-                                                   reterr)) < 0 ||
-                    (r = dse__weights_layer_matrix(w, l, "self_attn.kv_b_proj", H * (dw->nope + dw->vdim), dw->kvr,
-                                                   &L->wkv_b, reterr)) < 0 ||
-                    (r = dse__weights_layer_matrix(w, l, "self_attn.o_proj", D, H * dw->vdim, &L->wo, reterr)) < 0)
-                        return r;
-                if (L->wkv_b.perm)
-                        return dse__fail(reterr, -EOPNOTSUPP, "layer %d: kv_b_proj with permuted columns cannot be absorbed", l);
-
-                L->is_moe = is_moe_layer(hp, l);
-                int64_t width = hp->intermediate_size;
-                if (L->is_moe)
-                        r = dse__moe_bind(w, l, &L->moe, &width, reterr);
-                else
-                        r = dse__weights_layer_mlp(w, l, "mlp", width, &L->mlp, reterr);
-                if (r < 0)
+                max_width = width > max_width ? width : max_width;
+        }
+        if (hp->n_mtp_layers > 0 && !(dw->mtp = dse__weights_alloc(w, (size_t)hp->n_mtp_layers * sizeof *dw->mtp)))
+                return -ENOMEM;
+        for (int m = 0; m < hp->n_mtp_layers; m++) {
+                struct ds_mtp *M = &dw->mtp[m];
+                int l = hp->n_layers + m;
+                if ((r = bind_layer(w, dw, l, &M->layer, &width, reterr)) < 0 ||
+                    (r = dse__weights_layer_vector(w, l, "enorm.weight", D, 0, &M->enorm, reterr)) < 0 ||
+                    (r = dse__weights_layer_vector(w, l, "hnorm.weight", D, 0, &M->hnorm, reterr)) < 0 ||
+                    (r = dse__weights_layer_matrix(w, l, "eh_proj", D, 2 * D, &M->eh_proj, reterr)) < 0 ||
+                    (r = dse__weights_layer_vector(w, l, "shared_head.norm.weight", D, 0, &M->head_norm, reterr)) < 0)
                         return r;
                 max_width = width > max_width ? width : max_width;
         }
@@ -173,7 +206,7 @@ static int ds_init(struct dse_session *s) {
             !ALLOC(st->logits, T * V) || !ALLOC(st->q_abs, T * H * (w->kvr + w->rope_dim)) ||
             !ALLOC(st->o_lat, T * H * w->kvr) || !ALLOC(st->uv, nth * T * hkv) || !ALLOC(st->att, nth * n_ctx) ||
             !ALLOC(st->kvb_full, nth * hkv) || !ALLOC(st->lat_row, nth * (size_t)w->lat_dim) ||
-            !ALLOC(st->moe_out, T * D))
+            !ALLOC(st->moe_out, T * D) || (hp->n_mtp_layers > 0 && !ALLOC(st->eh, T * 2 * D)))
                 return -ENOMEM;
 #undef ALLOC
         if (dse__moe_scratch_init(s, &st->moe) < 0)
@@ -302,7 +335,10 @@ static void mla_naive(void *ctx, size_t h0, size_t h1, int ith) {
                 }
 }
 
-static void ds_forward(struct dse_session *s, const struct dse__tok *toks, int n) {
+/* Decoder layer L (KV layer l) over the residual streams st->x (n, hidden) of the
+ * call's tokens, whose rope angles are in st->cos / st->sin. */
+static void layer_forward(struct dse_session *s, const struct ds_layer *L, int l, const struct dse__tok *toks,
+                          int n) {
         const struct dse_hparams *hp = s->hp;
         struct ds_state *st = s->arch;
         const struct ds_weights *w = st->w;
@@ -310,81 +346,130 @@ static void ds_forward(struct dse_session *s, const struct dse__tok *toks, int n
         int64_t OD = (int64_t)w->H * w->vdim, QL = hp->q_lora_rank, h2 = w->rope_dim / 2;
         float *x = st->x; /* (n, hidden) residual streams */
 
-        dse__embed_tokens(s, &w->eh, toks, n, x);
         for (int i = 0; i < n; i++)
-                dse__rope_angles(&w->rope, toks[i].pos, st->cos + i * h2, st->sin + i * h2);
-
-        for (int l = 0; l < hp->n_layers; l++) {
-                const struct ds_layer *L = &w->layers[l];
-
+                s->k.rmsnorm(st->xb + i * D, x + i * D, L->attn_norm, D, hp->rms_norm_eps);
+        /* q (H, nope+rope): q_b(norm(q_a(x))) or q_proj(x); kv_a (kvr + rope), the
+         * cache row [norm(c), rope(k_pe)] below, in the same region as q_a or
+         * q_proj, which read the same x (one wake-up and join fewer per layer) */
+        struct dse__mm qkv[2] = {
+                {.w = QL > 0 ? &L->wq_a : &L->wq, .x = st->xb, .ldx = D, .n = n, .y = QL > 0 ? st->qa : st->q,
+                 .ldy = QL > 0 ? QL : QD},
+                {.w = &L->wkv_a, .x = st->xb, .ldx = D, .n = n, .y = st->kv_a, .ldy = w->lat_dim},
+        };
+        dse__label_calls(s, "attention: q, kv_a");
+        dse__linear_group(s, qkv, 2);
+        if (QL > 0) {
                 for (int i = 0; i < n; i++)
-                        s->k.rmsnorm(st->xb + i * D, x + i * D, L->attn_norm, D, hp->rms_norm_eps);
-                /* q (H, nope+rope): q_b(norm(q_a(x))) or q_proj(x); kv_a (kvr + rope), the
-                 * cache row [norm(c), rope(k_pe)] below, in the same region as q_a or
-                 * q_proj, which read the same x (one wake-up and join fewer per layer) */
-                struct dse__mm qkv[2] = {
-                        {.w = QL > 0 ? &L->wq_a : &L->wq, .x = st->xb, .ldx = D, .n = n, .y = QL > 0 ? st->qa : st->q,
-                         .ldy = QL > 0 ? QL : QD},
-                        {.w = &L->wkv_a, .x = st->xb, .ldx = D, .n = n, .y = st->kv_a, .ldy = w->lat_dim},
-                };
-                dse__label_calls(s, "attention: q, kv_a");
-                dse__linear_group(s, qkv, 2);
-                if (QL > 0) {
-                        for (int i = 0; i < n; i++)
-                                s->k.rmsnorm(st->qa + i * QL, st->qa + i * QL, L->q_a_norm, QL, MLA_NORM_EPS);
-                        dse__linear_n(s, &L->wq_b, st->qa, QL, n, st->q, QD, NULL);
-                }
-                for (int i = 0; i < n; i++) {
-                        const float *cos = st->cos + i * h2, *sin = st->sin + i * h2;
-                        for (int h = 0; h < w->H; h++)
-                                dse__rope_apply(&w->rope, st->q + i * QD + (int64_t)h * w->qk_dim + w->nope, cos,
-                                                sin);
-                        /* the row [norm(c) | rope(k_pe)] made in place, then stored in the
-                         * cache's type */
-                        float *lat = st->kv_a + (int64_t)i * w->lat_dim; /* (kvr + rope) */
-                        s->k.rmsnorm(lat, lat, L->kv_a_norm, w->kvr, MLA_NORM_EPS);
-                        dse__rope_apply(&w->rope, lat + w->kvr, cos, sin);
-                        dse__kv_store(toks[i].kv, l, toks[i].pos, 0, lat, w->lat_dim);
-                }
-                /* Every token's latent is cached before any attends: a token sees its
-                 * sequence's earlier tokens of this call through the cache. */
-                struct mla_job job = {.s = s, .L = L, .l = l, .toks = toks, .n = n};
-                for (int i = 0; i < n && !s->mla_naive; i++)
-                        if (dse__attn_is_long(s, toks[i].pos + 1))
-                                job.long_tok[job.n_long++] = i;
-                dse__label_calls(s, "attention: MLA heads");
-                dse__parallel(s, (size_t)w->H, s->mla_naive ? mla_naive : mla_absorbed, &job);
-                if (job.n_long) {
-                        dse__attend_long(s, l, job.n_long * w->H, mla_pair, &job, w->kvr + w->rope_dim, w->kvr,
-                                         w->softmax_scale);
-                        dse__parallel(s, (size_t)w->H, mla_uv_heads, &job);
-                }
-                dse__label_calls(s, "attention: o_proj");
-                dse__linear_n(s, &L->wo, st->att_out, OD, n, st->xb2, D, NULL);
+                        s->k.rmsnorm(st->qa + i * QL, st->qa + i * QL, L->q_a_norm, QL, MLA_NORM_EPS);
+                dse__linear_n(s, &L->wq_b, st->qa, QL, n, st->q, QD, NULL);
+        }
+        for (int i = 0; i < n; i++) {
+                const float *cos = st->cos + i * h2, *sin = st->sin + i * h2;
+                for (int h = 0; h < w->H; h++)
+                        dse__rope_apply(&w->rope, st->q + i * QD + (int64_t)h * w->qk_dim + w->nope, cos, sin);
+                /* the row [norm(c) | rope(k_pe)] made in place, then stored in the
+                 * cache's type */
+                float *lat = st->kv_a + (int64_t)i * w->lat_dim; /* (kvr + rope) */
+                s->k.rmsnorm(lat, lat, L->kv_a_norm, w->kvr, MLA_NORM_EPS);
+                dse__rope_apply(&w->rope, lat + w->kvr, cos, sin);
+                dse__kv_store(toks[i].kv, l, toks[i].pos, 0, lat, w->lat_dim);
+        }
+        /* Every token's latent is cached before any attends: a token sees its
+         * sequence's earlier tokens of this call through the cache. */
+        struct mla_job job = {.s = s, .L = L, .l = l, .toks = toks, .n = n};
+        for (int i = 0; i < n && !s->mla_naive; i++)
+                if (dse__attn_is_long(s, toks[i].pos + 1))
+                        job.long_tok[job.n_long++] = i;
+        dse__label_calls(s, "attention: MLA heads");
+        dse__parallel(s, (size_t)w->H, s->mla_naive ? mla_naive : mla_absorbed, &job);
+        if (job.n_long) {
+                dse__attend_long(s, l, job.n_long * w->H, mla_pair, &job, w->kvr + w->rope_dim, w->kvr,
+                                 w->softmax_scale);
+                dse__parallel(s, (size_t)w->H, mla_uv_heads, &job);
+        }
+        dse__label_calls(s, "attention: o_proj");
+        dse__linear_n(s, &L->wo, st->att_out, OD, n, st->xb2, D, NULL);
+        for (int64_t i = 0; i < n * D; i++)
+                x[i] += st->xb2[i];
+
+        for (int i = 0; i < n; i++)
+                s->k.rmsnorm(st->xb + i * D, x + i * D, L->ffn_norm, D, hp->rms_norm_eps);
+        if (L->is_moe) {
+                dse__moe_forward(s, &L->moe, &st->moe, st->xb, n, st->moe_out);
+                for (int64_t i = 0; i < n * D; i++)
+                        x[i] += st->moe_out[i];
+        } else {
+                dse__label_calls(s, "dense mlp");
+                dse__swiglu_mlp(s, &L->mlp, st->xb, n, st->hb, st->hb2, w->mlp_width, st->xb2);
                 for (int64_t i = 0; i < n * D; i++)
                         x[i] += st->xb2[i];
-
-                for (int i = 0; i < n; i++)
-                        s->k.rmsnorm(st->xb + i * D, x + i * D, L->ffn_norm, D, hp->rms_norm_eps);
-                if (L->is_moe) {
-                        dse__moe_forward(s, &L->moe, &st->moe, st->xb, n, st->moe_out);
-                        for (int64_t i = 0; i < n * D; i++)
-                                x[i] += st->moe_out[i];
-                } else {
-                        dse__label_calls(s, "dense mlp");
-                        dse__swiglu_mlp(s, &L->mlp, st->xb, n, st->hb, st->hb2, w->mlp_width, st->xb2);
-                        for (int64_t i = 0; i < n * D; i++)
-                                x[i] += st->xb2[i];
-                }
         }
+}
 
+static void rope_angles(struct ds_state *st, const struct dse__tok *toks, int n) {
+        int64_t h2 = st->w->rope_dim / 2;
+        for (int i = 0; i < n; i++)
+                dse__rope_angles(&st->w->rope, toks[i].pos, st->cos + i * h2, st->sin + i * h2);
+}
+
+static void ds_forward(struct dse_session *s, const struct dse__tok *toks, int n) {
+        const struct dse_hparams *hp = s->hp;
+        struct ds_state *st = s->arch;
+        const struct ds_weights *w = st->w;
+        int64_t D = hp->hidden_size;
+
+        dse__embed_tokens(s, &w->eh, toks, n, st->x);
+        rope_angles(st, toks, n);
+        for (int l = 0; l < hp->n_layers; l++)
+                layer_forward(s, &w->layers[l], l, toks, n);
+        for (int i = 0; i < n; i++)
+                if (toks[i].hidden)
+                        s->k.rmsnorm(toks[i].hidden, st->x + i * D, w->eh.final_norm, D, hp->rms_norm_eps);
         dse__label_calls(s, "lm head");
-        dse__lm_head(s, &w->eh, toks, n, x, st->xb, st->logits);
+        dse__lm_head(s, &w->eh, toks, n, st->x, st->xb, st->logits);
         dse__label_calls(s, NULL);
+}
+
+static void ds_mtp_forward(struct dse_session *s, int m, const struct dse__tok *toks, const float *h, int n,
+                           float *h_out) {
+        const struct dse_hparams *hp = s->hp;
+        struct ds_state *st = s->arch;
+        const struct ds_weights *w = st->w;
+        const struct ds_mtp *M = &w->mtp[m];
+        int64_t D = hp->hidden_size, V = hp->vocab_size;
+
+        /* [enorm(embedding of the next token) | hnorm(h)], embedding half first as
+         * DeepSeek's reference concatenates them */
+        dse__embed_tokens(s, &w->eh, toks, n, st->xb);
+        for (int i = 0; i < n; i++) {
+                s->k.rmsnorm(st->eh + i * 2 * D, st->xb + i * D, M->enorm, D, hp->rms_norm_eps);
+                s->k.rmsnorm(st->eh + i * 2 * D + D, h + i * D, M->hnorm, D, hp->rms_norm_eps);
+        }
+        dse__linear_n(s, &M->eh_proj, st->eh, 2 * D, n, st->x, D, NULL);
+        rope_angles(st, toks, n);
+        layer_forward(s, &M->layer, hp->n_layers + m, toks, n);
+
+        /* shared_head: its norm, then the main model's LM head for the rows that want
+         * logits (packed into xb2) */
+        int k = 0;
+        for (int i = 0; i < n; i++) {
+                s->k.rmsnorm(st->xb + i * D, st->x + i * D, M->head_norm, D, hp->rms_norm_eps);
+                if (h_out)
+                        memcpy(h_out + i * D, st->xb + i * D, (size_t)D * sizeof(float));
+                if (toks[i].logits)
+                        memcpy(st->xb2 + (k++) * D, st->xb + i * D, (size_t)D * sizeof(float));
+        }
+        if (k == 0)
+                return;
+        dse__linear_n(s, &w->eh.lm_head, st->xb2, D, k, st->logits, V, NULL);
+        for (int i = 0, j = 0; i < n; i++)
+                if (toks[i].logits)
+                        memcpy(toks[i].logits, st->logits + (j++) * V, (size_t)V * sizeof(float));
 }
 
 const struct dse__arch_ops dse__arch_deepseek = {
         .bind = ds_bind,
         .init = ds_init,
         .forward = ds_forward,
+        .mtp_forward = ds_mtp_forward,
 };

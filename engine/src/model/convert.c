@@ -512,11 +512,40 @@ static int same_bytes(struct conv *c, const struct dse__st_tensor *a, const stru
         return r;
 }
 
-/* Source tensors outside the schema: DeepSeek-V3 MTP layers (index >= n_layers), module
- * buffers and a tied lm_head are skipped with a message; anything else is an error,
- * since it means the checkpoint is not the architecture config.json claims. A tied
- * lm_head.weight is dropped because transformers ties it to the embedding after loading
- * (tie_weights), so the embedding is the output head whatever the file holds. */
+/* An MTP module's embed_tokens or shared_head.head: DeepSeek-V3 shares them with the
+ * main model (the checkpoint holds copies), so the native file keeps only the main
+ * model's. Returns 1 (dropped with a note), 0 (not such a tensor) or a negative errno,
+ * -EOPNOTSUPP for a copy that differs. */
+static int drop_mtp_copy(struct conv *c, const struct dse__st_tensor *t, int layer) {
+        char embed[64], head[64];
+        snprintf(embed, sizeof embed, "model.layers.%d.embed_tokens.weight", layer);
+        snprintf(head, sizeof head, "model.layers.%d.shared_head.head.weight", layer);
+        int is_embed = strcmp(t->name, embed) == 0;
+        if (!is_embed && strcmp(t->name, head) != 0)
+                return 0;
+        const char *main_name = is_embed || c->hp.tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight";
+        const struct dse__st_tensor *main_t = dse__st_find(c->st, main_name);
+        int same = main_t ? same_bytes(c, t, main_t) : 0;
+        if (same < 0)
+                return same;
+        if (!same)
+                return dse__fail(c->reterr, -EOPNOTSUPP,
+                                 "%s: tensor '%s' differs from %s: an MTP module with its own %s is not supported "
+                                 "(DeepSeek-V3 shares them with the main model)",
+                                 dse__st_file_path(c->st, t->file), t->name, main_name,
+                                 is_embed ? "embedding" : "output head");
+        dse__log(DSE_LOG_INFO, "%s: %s is a copy of %s: the MTP module uses the main model's",
+                 dse__st_file_path(c->st, t->file), t->name, main_name);
+        return 1;
+}
+
+/* Source tensors outside the schema: layers past the MTP modules config.json declares
+ * (num_nextn_predict_layers), module buffers and a tied lm_head are skipped with a
+ * message, and the MTP modules' copies of the embedding and head are dropped
+ * (drop_mtp_copy); anything else is an error, since it means the checkpoint is not the
+ * architecture config.json claims. A tied lm_head.weight is dropped because
+ * transformers ties it to the embedding after loading (tie_weights), so the embedding
+ * is the output head whatever the file holds. */
 static int check_leftovers(struct conv *c, const uint8_t *used) {
         size_t n_mtp = 0, n_buffers = 0;
         const char *buffer = NULL;
@@ -524,10 +553,14 @@ static int check_leftovers(struct conv *c, const uint8_t *used) {
                 if (used[i])
                         continue;
                 const struct dse__st_tensor *t = dse__st_tensor_at(c->st, i);
-                int layer;
+                int layer, r;
                 if (c->hp.arch == DSE_ARCH_DEEPSEEK_V3 && sscanf(t->name, "model.layers.%d.", &layer) == 1 &&
-                    layer >= c->hp.n_layers) {
+                    layer >= c->hp.n_layers + c->hp.n_mtp_layers) {
                         n_mtp++;
+                } else if (c->hp.n_mtp_layers > 0 && sscanf(t->name, "model.layers.%d.", &layer) == 1 &&
+                           layer >= c->hp.n_layers && (r = drop_mtp_copy(c, t, layer)) != 0) {
+                        if (r < 0)
+                                return r;
                 } else if (is_module_buffer(t->name)) {
                         n_buffers++;
                         buffer = t->name;
@@ -547,8 +580,9 @@ static int check_leftovers(struct conv *c, const uint8_t *used) {
                 }
         }
         if (n_mtp)
-                dse__log(DSE_LOG_INFO, "%s: skipping %zu tensors of layers >= num_hidden_layers (%d): multi-token "
-                         "prediction modules are not part of the forward pass", c->dir, n_mtp, c->hp.n_layers);
+                dse__log(DSE_LOG_INFO, "%s: skipping %zu tensors of layers >= num_hidden_layers + "
+                         "num_nextn_predict_layers (%d): multi-token prediction modules config.json does not declare",
+                         c->dir, n_mtp, c->hp.n_layers + c->hp.n_mtp_layers);
         if (n_buffers)
                 dse__log(DSE_LOG_INFO, "%s: skipping %zu non-parameter buffers such as '%s': rotary tables are "
                          "computed from config.json", c->dir, n_buffers, buffer);
@@ -588,7 +622,21 @@ static int check_quant_claim(struct conv *c) {
                          c->dir, method, expect);
 }
 
+/* A checkpoint whose config.json declares MTP modules its files do not hold (exports
+ * that drop them): converted without them, so the main model still serves. */
+static void check_mtp_present(struct conv *c) {
+        char name[64];
+        snprintf(name, sizeof name, "model.layers.%d.eh_proj.weight", c->hp.n_layers);
+        if (c->hp.n_mtp_layers > 0 && !dse__st_find(c->st, name)) {
+                dse__log(DSE_LOG_INFO, "%s: config.json declares %d MTP module%s (num_nextn_predict_layers) but the "
+                         "checkpoint holds no '%s': converting without, so --speculative mtp is not available",
+                         c->dir, c->hp.n_mtp_layers, c->hp.n_mtp_layers > 1 ? "s" : "", name);
+                c->hp.n_mtp_layers = 0;
+        }
+}
+
 static int plan(struct conv *c) {
+        check_mtp_present(c);
         struct dse_schema_entry *schema;
         size_t n_schema;
         int r = dse__model_schema(&c->hp, &schema, &n_schema);

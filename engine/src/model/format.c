@@ -143,13 +143,17 @@ int dse__tensor_size_bytes(enum dse_dtype dtype, int32_t n_dims, const int64_t *
 
 enum { HP_I32, HP_F32 };
 
+/* since: the minor version that added the key; a file of an older minor version lacks
+ * it and reads as 0. */
 static const struct {
         const char *key;
         size_t offset;
         int type;
+        int since;
 } hp_fields[] = {
-#define I(f) {#f, offsetof(struct dse_hparams, f), HP_I32}
-#define F(f) {#f, offsetof(struct dse_hparams, f), HP_F32}
+#define I(f) {#f, offsetof(struct dse_hparams, f), HP_I32, 0}
+#define F(f) {#f, offsetof(struct dse_hparams, f), HP_F32, 0}
+#define I1(f) {#f, offsetof(struct dse_hparams, f), HP_I32, 1}
         I(arch), I(n_layers), I(hidden_size), I(intermediate_size), I(n_heads), I(n_kv_heads), I(head_dim),
         I(vocab_size), I(max_position_embeddings), F(rms_norm_eps), F(rope_theta), I(tie_word_embeddings),
         I(attention_bias), I(rope_type), F(rope_factor), I(rope_original_max_pos), F(rope_low_freq_factor),
@@ -157,7 +161,8 @@ static const struct {
         I(q_lora_rank), I(kv_lora_rank), I(qk_nope_head_dim), I(qk_rope_head_dim), I(v_head_dim),
         I(n_routed_experts), I(n_shared_experts), I(n_experts_per_tok), I(moe_intermediate_size),
         I(first_k_dense_replace), I(moe_layer_freq), I(n_group), I(topk_group), I(topk_method), I(scoring_func),
-        I(norm_topk_prob), F(routed_scaling_factor), I(bos_token_id), I(eos_token_id),
+        I(norm_topk_prob), F(routed_scaling_factor), I(bos_token_id), I(eos_token_id), I1(n_mtp_layers),
+#undef I1
 #undef I
 #undef F
 };
@@ -221,6 +226,8 @@ int dse__hparams_validate(const struct dse_hparams *hp, const char *what, struct
         CHECK(hp->scoring_func >= 0 && hp->scoring_func < DSE_MOE_SCORING_COUNT, "%s: unknown scoring_func", what);
         CHECK(hp->moe_layer_freq >= 1, "%s: moe_layer_freq must be >= 1", what);
         CHECK(hp->first_k_dense_replace >= 0, "%s: first_k_dense_replace must be >= 0", what);
+        CHECK(hp->n_mtp_layers >= 0 && hp->n_mtp_layers <= 16 && (hp->n_mtp_layers == 0 || hp->arch == DSE_ARCH_DEEPSEEK_V3),
+              "%s: n_mtp_layers %d out of range (0..16, deepseek_v3 only)", what, hp->n_mtp_layers);
         if (hp->n_routed_experts > 0) {
                 CHECK(hp->n_experts_per_tok > 0 && hp->n_experts_per_tok <= hp->n_routed_experts,
                       "%s: num_experts_per_tok %d out of range", what, hp->n_experts_per_tok);
@@ -300,7 +307,9 @@ int dse__native_write_header(uint8_t *buf, uint64_t data_offset, uint64_t data_s
         memset(buf, 0, data_offset);
         memcpy(buf + H_MAGIC, DSE_FORMAT_MAGIC, 8);
         wr32(buf + H_VERSION_MAJOR, DSE_FORMAT_VERSION_MAJOR);
-        wr32(buf + H_VERSION_MINOR, DSE_FORMAT_VERSION_MINOR);
+        /* the oldest minor version that describes the file, so older readers take what
+         * they can (FORMAT.md, "Versioning") */
+        wr32(buf + H_VERSION_MINOR, hp->n_mtp_layers > 0 ? 1 : 0);
         wr64(buf + H_FILE_SIZE, data_offset + data_size);
         wr64(buf + H_DATA_OFFSET, data_offset);
         wr64(buf + H_DATA_SIZE, data_size);
@@ -359,7 +368,7 @@ static const struct parsed_entry *find_entry(const struct parsed_entry *v, size_
         return bsearch(&key, v, n, sizeof key, cmp_entry_name);
 }
 
-static int parse_hparams(const uint8_t *p, uint32_t n, const char *what, struct dse_hparams *hp,
+static int parse_hparams(const uint8_t *p, uint32_t n, uint32_t minor, const char *what, struct dse_hparams *hp,
                          struct dse_diag *reterr) {
         uint8_t seen[N_HP_FIELDS] = {0};
         memset(hp, 0, sizeof *hp);
@@ -381,7 +390,8 @@ static int parse_hparams(const uint8_t *p, uint32_t n, const char *what, struct 
                 /* keys this reader does not know come from a newer minor version: ignored */
         }
         for (size_t f = 0; f < N_HP_FIELDS; f++)
-                CHECK(seen[f], "%s: hyper-parameter '%s' is missing", what, hp_fields[f].key);
+                CHECK(seen[f] || hp_fields[f].since > (int)minor, "%s: hyper-parameter '%s' is missing", what,
+                      hp_fields[f].key);
         return dse__hparams_validate(hp, what, reterr);
 }
 
@@ -602,7 +612,7 @@ int dse__native_parse(const uint8_t *buf, size_t size, uint64_t file_size, const
         CHECK(memchr(buf + H_QUANT, 0, DSE_FORMAT_QUANT_MAX), "%s: quant_format not terminated", what);
 
         struct dse_hparams hp;
-        int r = parse_hparams(buf + hp_off, n_hp, what, &hp, reterr);
+        int r = parse_hparams(buf + hp_off, n_hp, minor, what, &hp, reterr);
         if (r < 0)
                 return r;
         struct parsed_entry *v = calloc(n ? n : 1, sizeof *v);
@@ -862,8 +872,11 @@ int dse_model_describe(const struct dse_model *model, char *buf, size_t size) {
         uint64_t bytes = 0;
         for (size_t i = 0; i < model->n; i++)
                 bytes += model->tensors[i].size_bytes;
-        return snprintf(buf, size, "%s: %s, %d layers, hidden %d, vocab %d, %zu tensors, %.1f MiB of weights, %s",
-                        model->what, dse_arch_to_string(hp->arch), hp->n_layers, hp->hidden_size, hp->vocab_size,
+        char mtp[48] = "";
+        if (hp->n_mtp_layers > 0)
+                snprintf(mtp, sizeof mtp, " + %d MTP module%s", hp->n_mtp_layers, hp->n_mtp_layers > 1 ? "s" : "");
+        return snprintf(buf, size, "%s: %s, %d layers%s, hidden %d, vocab %d, %zu tensors, %.1f MiB of weights, %s",
+                        model->what, dse_arch_to_string(hp->arch), hp->n_layers, mtp, hp->hidden_size, hp->vocab_size,
                         model->n, (double)bytes / (1 << 20), model->quant[0] ? model->quant : "-");
 }
 

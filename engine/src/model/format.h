@@ -14,7 +14,7 @@
 #define DSE_FORMAT_MAGIC "DSEMODL\n"
 #define DSE_FORMAT_VERSION_MAJOR 3 /* 3: Q4 scales and zeros 16 rows interleaved; 2: Q4 data
                                     * 16 rows interleaved; 1: row-major */
-#define DSE_FORMAT_VERSION_MINOR 0
+#define DSE_FORMAT_VERSION_MINOR 1 /* 1: n_mtp_layers and the MTP modules' tensors */
 #define DSE_FORMAT_HEADER_SIZE 256     /* fixed header at offset 0 */
 #define DSE_FORMAT_HPARAM_SIZE 48      /* one hyper-parameter record */
 #define DSE_FORMAT_ENTRY_SIZE 192      /* one tensor-table entry */

@@ -31,6 +31,8 @@ struct dse__tok {
         int32_t pos;                   /* 0 <= pos < n_ctx */
         const struct dse__kv_view *kv; /* its sequence's KV rows */
         float *logits;                 /* (vocab) wanted logits, or NULL */
+        float *hidden;                 /* (hidden) DeepSeek: the last layer's output after the
+                                        * final norm (what an MTP module takes), or NULL */
 };
 
 struct dse__arch_ops {
@@ -46,6 +48,14 @@ struct dse__arch_ops {
          * and attends to its sequence's positions 0..pos, so its results do not depend
          * on the other tokens of the call. Writes logits where requested. */
         void (*forward)(struct dse_session *s, const struct dse__tok *toks, int n);
+        /* MTP module m (< hp->n_mtp_layers; NULL for an architecture without one) for n
+         * tokens: toks[i].token is the token after position toks[i].pos, h (n, hidden)
+         * the main model's (or the previous MTP step's) hidden state at that position.
+         * Writes its KV row (layer n_layers + m) at pos, logits (the token after next)
+         * where requested, and its own hidden state (after shared_head.norm) into
+         * h_out (n, hidden) unless NULL. */
+        void (*mtp_forward)(struct dse_session *s, int m, const struct dse__tok *toks, const float *h, int n,
+                            float *h_out);
 };
 
 extern const struct dse__arch_ops dse__arch_llama;    /* llama, qwen2 */
@@ -72,6 +82,7 @@ struct dse_session {
         /* DSE__LINEAR_SLOTS int8 copies of (DSE__MAX_STEP_TOKENS, w->max_cols) activations:
          * the distinct inputs of one grouped linear call */
         void *xq_mem[DSE__LINEAR_SLOTS];
+        void *kv_mtp_mem;     /* the private cache with the MTP modules' rows, or NULL */
         struct dse__arena arena;
 };
 
@@ -79,6 +90,10 @@ struct dse_session {
  * sequence's blocks before each forward call. */
 int dse__session_new_paged(const struct dse_model *model, int n_ctx, struct dse_pool *pool,
                            struct dse_session **ret_session, struct dse_diag *reterr);
+
+/* Moves the private cache (its rows kept) to one that also holds the MTP modules' rows,
+ * zero until written; the cache starts without them. -ENOMEM. */
+int dse__session_kv_with_mtp(struct dse_session *s);
 
 /* Zeroed, 64-byte aligned memory that lives as long as the session; NULL on ENOMEM. */
 void *dse__session_alloc(struct dse_session *s, size_t bytes);

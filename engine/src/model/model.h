@@ -114,6 +114,10 @@ struct dse_hparams {
         /* special ids from config.json / generation_config.json (-1: none) */
         int32_t bos_token_id;
         int32_t eos_token_id;
+
+        /* DeepSeek-V3 multi-token prediction modules kept after the main layers
+         * (num_nextn_predict_layers; 0: none). Module m is layer n_layers + m. */
+        int32_t n_mtp_layers;
 };
 
 #define DSE_TENSOR_MAX_DIMS 4
@@ -220,7 +224,7 @@ struct dse_schema_entry {
         int64_t shape[2];               /* logical [out, in] or [n] */
 };
 
-/* Every tensor the architecture of hp expects (layers < n_layers only), in a stable
+/* Every tensor the architecture of hp expects (layers < n_layers + n_mtp_layers), in a stable
  * order. *ret_entries is malloc'ed; the caller frees it. -EINVAL for an hparams the
  * schema cannot describe (validate it first), -ENOMEM. */
 int dse__model_schema(const struct dse_hparams *hp, struct dse_schema_entry **ret_entries, size_t *ret_n);

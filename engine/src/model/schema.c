@@ -128,6 +128,20 @@ int dse__model_schema(const struct dse_hparams *hp, struct dse_schema_entry **re
                 else
                         add_mlp(&l, i, "", hidden, hp->intermediate_size);
         }
+        /* DeepSeek-V3 MTP modules: a decoder layer with enorm, hnorm, eh_proj and
+         * shared_head.norm; their embed_tokens and shared_head.head are the main model's
+         * (the converter drops the checkpoint's copies) */
+        for (int m = 0; m < hp->n_mtp_layers; m++) {
+                int i = hp->n_layers + m;
+                add(&l, DSE_SCHEMA_NORM, hidden, 0, "model.layers.%d.enorm.weight", i);
+                add(&l, DSE_SCHEMA_NORM, hidden, 0, "model.layers.%d.hnorm.weight", i);
+                add(&l, DSE_SCHEMA_LINEAR, hidden, 2 * hidden, "model.layers.%d.eh_proj.weight", i);
+                add(&l, DSE_SCHEMA_NORM, hidden, 0, "model.layers.%d.input_layernorm.weight", i);
+                add_mla(&l, hp, i);
+                add(&l, DSE_SCHEMA_NORM, hidden, 0, "model.layers.%d.post_attention_layernorm.weight", i);
+                add_deepseek_mlp(&l, hp, i);
+                add(&l, DSE_SCHEMA_NORM, hidden, 0, "model.layers.%d.shared_head.norm.weight", i);
+        }
         add(&l, DSE_SCHEMA_NORM, hidden, 0, "model.norm.weight");
         if (!hp->tie_word_embeddings)
                 add(&l, DSE_SCHEMA_LM_HEAD, hp->vocab_size, hidden, "lm_head.weight");

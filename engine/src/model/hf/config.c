@@ -175,7 +175,8 @@ static int parse_deepseek(const struct cfg *c, struct dse_hparams *hp) {
             (r = get_int_n(c, o, "n_group", v3 ? 8 : 1, 1, &hp->n_group)) < 0 ||
             (r = get_int_n(c, o, "topk_group", v3 ? 4 : 1, 1, &hp->topk_group)) < 0 ||
             (r = get_bool(c, o, "norm_topk_prob", v3, &hp->norm_topk_prob)) < 0 ||
-            (r = get_float(c, o, "routed_scaling_factor", v3 ? 2.5f : 1.0f, &hp->routed_scaling_factor)) < 0)
+            (r = get_float(c, o, "routed_scaling_factor", v3 ? 2.5f : 1.0f, &hp->routed_scaling_factor)) < 0 ||
+            (v3 && (r = get_int(c, o, "num_nextn_predict_layers", 0, &hp->n_mtp_layers)) < 0))
                 return r;
         const char *topk = NULL, *scoring = NULL;
         if ((r = get_string(c, o, "topk_method", v3 ? "noaux_tc" : "greedy", &topk)) < 0 ||
