@@ -37,15 +37,19 @@ static void add_gateway(cJSON *root, struct dsv_gateway *gw) {
         cJSON_AddNumberToObject(g, "http_rt_priority", gst.http_rt_priority);
 }
 
-static cJSON *instance_json(const struct sup_instance *in, struct dsv_gateway *gw, int64_t now) {
+/* An instance; for_page: what the gateway's status page shows (GET /status, open to
+ * whoever may read /metrics): no pid, cgroup path or file names. */
+static cJSON *instance_json(const struct sup_instance *in, struct dsv_gateway *gw, int64_t now, bool for_page) {
         cJSON *o = cJSON_CreateObject();
         cJSON_AddStringToObject(o, "name", in->name);
-        cJSON_AddNumberToObject(o, "pid", in->pid);
+        if (!for_page)
+                cJSON_AddNumberToObject(o, "pid", in->pid);
         cJSON_AddStringToObject(o, "state", sup_state_to_string(in->state));
         cJSON_AddNumberToObject(o, "numa_node", in->node_os);
         cJSON_AddStringToObject(o, "cpus", in->cpus);
         cJSON_AddNumberToObject(o, "threads", in->n_threads);
-        cJSON_AddStringToObject(o, "cgroup", in->cg_path);
+        if (!for_page)
+                cJSON_AddStringToObject(o, "cgroup", in->cg_path);
         cJSON *lims = cJSON_AddArrayToObject(o, "limits");
         for (int l = 0; l < DSV_CGROUP_LIMIT_COUNT; l++) {
                 const struct dsv_cgroup_report_entry *e = &in->cg_report.e[l];
@@ -55,11 +59,16 @@ static cJSON *instance_json(const struct sup_instance *in, struct dsv_gateway *g
                 cJSON_AddStringToObject(lo, "limit", dsv_cgroup_limit_to_string(l));
                 cJSON_AddStringToObject(lo, "value", e->value);
                 cJSON_AddBoolToObject(lo, "in_effect", e->applied);
-                cJSON_AddStringToObject(lo, "file", e->file);
+                if (!for_page)
+                        cJSON_AddStringToObject(lo, "file", e->file);
                 cJSON_AddStringToObject(lo, "reason", e->reason);
                 cJSON_AddItemToArray(lims, lo);
         }
         cJSON_AddStringToObject(o, "sched", in->sched);
+        if (for_page) {
+                cJSON_AddNumberToObject(o, "restarts", in->restarts);
+                return o;
+        }
         cJSON_AddNumberToObject(o, "weights_hugepages_bytes", (double)in->weights_huge_bytes);
         struct dsv_gateway_instance_stats gs;
         bool have = gw && dsv_gateway_instance_stats(gw, in->gw_id, &gs) == 0;
@@ -124,7 +133,20 @@ char *sup_status_json(const struct sup *s) {
         add_reload(root, &s->reload, now);
         cJSON *arr = cJSON_AddArrayToObject(root, "instances");
         for (int i = 0; i < s->n; i++)
-                cJSON_AddItemToArray(arr, instance_json(&s->inst[i], s->env.gw, now));
+                cJSON_AddItemToArray(arr, instance_json(&s->inst[i], s->env.gw, now, false));
+        char *text = root ? cJSON_PrintUnformatted(root) : NULL;
+        cJSON_Delete(root);
+        return text;
+}
+
+char *sup_status_page_json(const struct sup *s) {
+        int64_t now = dsv_clock_now_ms();
+        cJSON *root = cJSON_CreateObject();
+        cJSON_AddStringToObject(root, "state", s->stopping ? "stopping" : s->ready_sent ? "ready" : "starting");
+        cJSON_AddStringToObject(root, "cgroups", s->env.cg_host ? "in use" : s->cg_note);
+        cJSON *arr = cJSON_AddArrayToObject(root, "instances");
+        for (int i = 0; i < s->n; i++)
+                cJSON_AddItemToArray(arr, instance_json(&s->inst[i], s->env.gw, now, true));
         char *text = root ? cJSON_PrintUnformatted(root) : NULL;
         cJSON_Delete(root);
         return text;

@@ -1,7 +1,9 @@
 /* sup_metrics.c — the supervisor's own Prometheus families on the gateway's /metrics:
  * worker restarts and scheduling, cgroup limits in effect and CPU throttling, weight
- * pages per node, and the per-instance perf counters. The main thread renders them
- * (each second, and when an instance becomes ready); a gateway thread serves the copy. */
+ * pages per node, and the per-instance perf counters; and its part of the status page's
+ * GET /status. The main thread renders them (each second, and when an instance becomes
+ * ready); a gateway thread serves the copy. */
+#include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,11 +13,13 @@
 void sup_metrics_init(struct sup_metrics *m) {
         pthread_mutex_init(&m->lock, NULL);
         m->text = NULL;
+        m->status = NULL;
 }
 
 void sup_metrics_done(struct sup_metrics *m) {
         free(m->text);
-        m->text = NULL;
+        free(m->status);
+        m->text = m->status = NULL;
         pthread_mutex_destroy(&m->lock);
 }
 
@@ -116,9 +120,14 @@ void sup_metrics_refresh(struct sup_metrics *m, const struct sup *s) {
                 free(buf);
                 return;
         }
+        char *status = sup_status_page_json(s);
         pthread_mutex_lock(&m->lock);
         free(m->text);
         m->text = buf;
+        if (status) {
+                free(m->status);
+                m->status = status;
+        }
         pthread_mutex_unlock(&m->lock);
 }
 
@@ -129,4 +138,14 @@ int sup_metrics_hook(FILE *out, void *userdata) {
                 fputs(m->text, out);
         pthread_mutex_unlock(&m->lock);
         return 0;
+}
+
+int sup_status_page_hook(FILE *out, void *userdata) {
+        struct sup_metrics *m = userdata;
+        pthread_mutex_lock(&m->lock);
+        int r = m->status ? 0 : -ENODATA;
+        if (m->status)
+                fputs(m->status, out);
+        pthread_mutex_unlock(&m->lock);
+        return r;
 }

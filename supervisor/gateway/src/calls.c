@@ -738,9 +738,10 @@ size_t dsv__gw_instances_sample(struct gw_calls *cs, struct gw_instance_sample *
         pthread_mutex_lock(&cs->lock);
         for (int s = 0; s < DSV_GATEWAY_MAX_INSTANCES; s++) {
                 const struct gw_instance *in = &cs->inst[s];
-                if (in->used)
-                        v[n++] = (struct gw_instance_sample){
-                                .slot = s, .gen = in->gen, .stats = instance_stats_locked(cs, in, now)};
+                if (!in->used)
+                        continue;
+                v[n] = (struct gw_instance_sample){.slot = s, .gen = in->gen, .stats = instance_stats_locked(cs, in, now)};
+                memcpy(v[n++].name, in->name, sizeof in->name);
         }
         pthread_mutex_unlock(&cs->lock);
         return n;
