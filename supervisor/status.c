@@ -37,9 +37,31 @@ static void add_gateway(cJSON *root, struct dsv_gateway *gw) {
         cJSON_AddNumberToObject(g, "http_rt_priority", gst.http_rt_priority);
 }
 
+/* The instance's output against its peers': {"tokens", "peer_tokens", and per signal
+ * {"ks", "pvalue"}, null while either side has too few sampled tokens}. */
+static void add_drift(cJSON *o, const struct sup_drift_verdict *v) {
+        if (!v->valid) {
+                cJSON *d = cJSON_AddObjectToObject(o, "drift");
+                cJSON_AddNumberToObject(d, "tokens", (double)v->n);
+                cJSON_AddNumberToObject(d, "peer_tokens", (double)v->m);
+                cJSON_AddNullToObject(d, "token_prob");
+                cJSON_AddNullToObject(d, "entropy");
+                return;
+        }
+        cJSON *d = cJSON_AddObjectToObject(o, "drift");
+        cJSON_AddNumberToObject(d, "tokens", (double)v->n);
+        cJSON_AddNumberToObject(d, "peer_tokens", (double)v->m);
+        for (int g = 0; g < SUP_DRIFT_SIGNAL_COUNT; g++) {
+                cJSON *sg = cJSON_AddObjectToObject(d, sup_drift_signal_to_string(g));
+                cJSON_AddNumberToObject(sg, "ks", v->ks[g]);
+                cJSON_AddNumberToObject(sg, "pvalue", v->pvalue[g]);
+        }
+}
+
 /* An instance; for_page: what the gateway's status page shows (GET /status, open to
  * whoever may read /metrics): no pid, cgroup path or file names. */
-static cJSON *instance_json(const struct sup_instance *in, struct dsv_gateway *gw, int64_t now, bool for_page) {
+static cJSON *instance_json(const struct sup_instance *in, const struct sup_drift_verdict *drift,
+                            struct dsv_gateway *gw, int64_t now, bool for_page) {
         cJSON *o = cJSON_CreateObject();
         cJSON_AddStringToObject(o, "name", in->name);
         if (!for_page)
@@ -65,6 +87,7 @@ static cJSON *instance_json(const struct sup_instance *in, struct dsv_gateway *g
                 cJSON_AddItemToArray(lims, lo);
         }
         cJSON_AddStringToObject(o, "sched", in->sched);
+        add_drift(o, drift);
         if (for_page) {
                 cJSON_AddNumberToObject(o, "restarts", in->restarts);
                 return o;
@@ -133,7 +156,7 @@ char *sup_status_json(const struct sup *s) {
         add_reload(root, &s->reload, now);
         cJSON *arr = cJSON_AddArrayToObject(root, "instances");
         for (int i = 0; i < s->n; i++)
-                cJSON_AddItemToArray(arr, instance_json(&s->inst[i], s->env.gw, now, false));
+                cJSON_AddItemToArray(arr, instance_json(&s->inst[i], &s->drift_verdict[i], s->env.gw, now, false));
         char *text = root ? cJSON_PrintUnformatted(root) : NULL;
         cJSON_Delete(root);
         return text;
@@ -146,7 +169,7 @@ char *sup_status_page_json(const struct sup *s) {
         cJSON_AddStringToObject(root, "cgroups", s->env.cg_host ? "in use" : s->cg_note);
         cJSON *arr = cJSON_AddArrayToObject(root, "instances");
         for (int i = 0; i < s->n; i++)
-                cJSON_AddItemToArray(arr, instance_json(&s->inst[i], s->env.gw, now, true));
+                cJSON_AddItemToArray(arr, instance_json(&s->inst[i], &s->drift_verdict[i], s->env.gw, now, true));
         char *text = root ? cJSON_PrintUnformatted(root) : NULL;
         cJSON_Delete(root);
         return text;

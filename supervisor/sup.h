@@ -34,6 +34,7 @@
 #include "dsv_topology.h"
 #include "dsv_log.h"
 #include "dsv_policy.h"
+#include "drift.h"
 
 /* ---- placement (placement.c) --------------------------------------------------------- */
 
@@ -524,7 +525,17 @@ struct sup {
         int64_t started_ms;
         struct sup_metrics metrics;
         struct sup_tokenizer tokenizer; /* serves /tokenize and /detokenize */
+        /* output drift by instance index (drift_watch.c) */
+        struct sup_drift_window drift[SUP_MAX_INSTANCES];
+        struct sup_drift_verdict drift_verdict[SUP_MAX_INSTANCES];
 };
+
+/* ---- output drift between the instances (drift_watch.c) ---------------------------- */
+
+/* Feeds each instance's confidence counts (its worker's last stats reply, through the
+ * gateway) into its window and compares every instance with its peers (drift.h) into
+ * s->drift_verdict (main thread, once a second). */
+void sup_drift_refresh(struct sup *s, int64_t now_ms);
 
 /* ---- the served tokenizer (tokenizer_hook.c) ----------------------------------------- */
 

@@ -227,6 +227,9 @@ struct dsv_gateway_instance_stats {
         /* engine steps since the worker started: count, tokens, and per bucket of
          * dsv_ipc_step_token_bounds (not cumulative) */
         int64_t steps, step_tokens, step_tokens_buckets[DSV_IPC_STEP_TOKEN_BUCKETS + 1];
+        /* sampled tokens since the worker started, by probability and by entropy
+         * (dsv_ipc_token_prob_bin, dsv_ipc_entropy_bin): what drift detection compares */
+        int64_t token_prob_hist[DSV_IPC_CONFIDENCE_BINS], entropy_hist[DSV_IPC_CONFIDENCE_BINS];
 };
 
 /* Fills *ret for the instance. running and waiting are the load routing uses (see "Load"

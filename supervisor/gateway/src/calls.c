@@ -408,6 +408,8 @@ static struct dsv_gateway_instance_stats instance_stats_locked(const struct gw_c
         };
         memcpy(st.spec_accepted_hist, in->spec_accepted_hist, sizeof st.spec_accepted_hist);
         memcpy(st.step_tokens_buckets, in->step_tokens_buckets, sizeof st.step_tokens_buckets);
+        memcpy(st.token_prob_hist, in->token_prob_hist, sizeof st.token_prob_hist);
+        memcpy(st.entropy_hist, in->entropy_hist, sizeof st.entropy_hist);
         return st;
 }
 
@@ -467,6 +469,8 @@ static void link_dispatch(struct gw_link *l, struct dsv_ipc_msg *m) {
                 in->steps = m->u.stats.steps;
                 in->step_tokens = m->u.stats.step_tokens;
                 memcpy(in->step_tokens_buckets, m->u.stats.step_tokens_buckets, sizeof in->step_tokens_buckets);
+                memcpy(in->token_prob_hist, m->u.stats.token_prob_hist, sizeof in->token_prob_hist);
+                memcpy(in->entropy_hist, m->u.stats.entropy_hist, sizeof in->entropy_hist);
         } else if (id != 0) {
                 struct gw_call *c = l->calls;
                 while (c && c->id != id)
