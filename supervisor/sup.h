@@ -585,8 +585,8 @@ void sup_reload(struct sup *s);
  * malloc'd text, NULL without memory. */
 char *sup_status_json(const struct sup *s);
 /* The instances as the gateway's status page shows them (GET /status's "host"): state,
- * node, CPUs, threads, cgroup limits in effect, scheduling, restarts; no pid, path or
- * file name. malloc'd text, NULL without memory. */
+ * node, CPUs, threads, cgroup limits in effect, scheduling, restarts, output drift; no
+ * pid, path or file name. malloc'd text, NULL without memory. */
 char *sup_status_page_json(const struct sup *s);
 
 /* ---- the supervisor's Prometheus families (sup_metrics.c) -------------------------- */

@@ -74,6 +74,19 @@ dsv_stop_all() {
         for p in "${dsv_pid[@]}"; do kill -KILL "$p" 2>/dev/null || true; done
 }
 
+# load_and_prom_cleanup: for trap EXIT in tests that run load loops ($load_pids),
+# Prometheus ($prom_pid, empty when not started) and dsvisor: stops them all, then
+# removes $tmp.
+load_and_prom_cleanup() {
+        local p
+        for p in "${load_pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
+        [[ -n $prom_pid ]] && kill -TERM "$prom_pid" 2>/dev/null || true
+        dsv_stop_all
+        for p in "${load_pids[@]}"; do wait "$p" 2>/dev/null || true; done
+        [[ -n $prom_pid ]] && wait "$prom_pid" 2>/dev/null || true
+        rm -rf "$tmp"
+}
+
 # metric URL NAME_AND_LABELS: the value of one sample on a /metrics page (0 when absent).
 metric() {
         curl -s -m 5 "$1" | awk -v k="$2" '$1 == k {v = $2} END {print v + 0}'

@@ -82,12 +82,13 @@ try {
   }, null, { timeout: 30000 });
   const rows = await page.$$eval("#instances tbody tr.instance", (rs) => rs.map((r) => ({
     name: r.dataset.name, cpus: r.querySelector(".cpus").textContent, state: r.querySelector(".state").textContent,
-    restarts: r.querySelector(".restarts").textContent, limits: r.querySelector(".limits").textContent })));
+    restarts: r.querySelector(".restarts").textContent, limits: r.querySelector(".limits").textContent,
+    drift: r.querySelector(".drift") !== null })));
   check("the page lists 2 instances", rows.length === 2, JSON.stringify(rows));
   check("each with the CPUs `dsvisor status` reports", JSON.stringify(rows.map((r) => ({ name: r.name, cpus: r.cpus })))
         === JSON.stringify(expected), JSON.stringify(rows) + " vs " + JSON.stringify(expected));
-  check("each ready, with its restarts and cgroup limits",
-        rows.every((r) => r.state === "ready" && r.restarts === "0" && r.limits !== ""), JSON.stringify(rows));
+  check("each ready, with its restarts, cgroup limits and output drift cell",
+        rows.every((r) => r.state === "ready" && r.restarts === "0" && r.limits !== "" && r.drift), JSON.stringify(rows));
   check("the model id is shown", (await page.textContent("#model")) === "default");
   check("the API key field is shown (keys are on)", await page.isVisible("#key"));
 
