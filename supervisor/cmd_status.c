@@ -100,16 +100,17 @@ static void print_drift(const cJSON *d) {
         const cJSON *p = cJSON_GetObjectItemCaseSensitive(d, "token_prob"),
                     *e = cJSON_GetObjectItemCaseSensitive(d, "entropy");
         if (!cJSON_IsObject(p) || !cJSON_IsObject(e)) {
-                printf("  output drift vs peers: no verdict (%.0f tokens in the last minute, its peers %.0f; "
-                       "%d each needed)\n",
-                       num(d, "tokens"), num(d, "peer_tokens"), SUP_DRIFT_MIN_TOKENS);
+                printf("  output drift vs peers: no verdict (%.0f tokens of %.0f requests in the last minute, its "
+                       "peers %.0f of %.0f; %d and %d each needed)\n",
+                       num(d, "tokens"), num(d, "requests"), num(d, "peer_tokens"), num(d, "peer_requests"),
+                       SUP_DRIFT_MIN_TOKENS, SUP_DRIFT_MIN_REQUESTS);
                 return;
         }
         bool drifts = num(p, "pvalue") < SUP_DRIFT_ALPHA || num(e, "pvalue") < SUP_DRIFT_ALPHA;
         printf("  output drift vs peers: %s; token probability KS %.3f p %.3g, entropy KS %.3f p %.3g "
-               "(%.0f tokens in the last minute, peers %.0f)\n",
+               "(%.0f tokens of %.0f requests in the last minute, peers %.0f of %.0f)\n",
                drifts ? "DRIFTS" : "none", num(p, "ks"), num(p, "pvalue"), num(e, "ks"), num(e, "pvalue"),
-               num(d, "tokens"), num(d, "peer_tokens"));
+               num(d, "tokens"), num(d, "requests"), num(d, "peer_tokens"), num(d, "peer_requests"));
 }
 
 static void print_reload(const cJSON *rl) {

@@ -38,23 +38,28 @@ double sup_ks_kolmogorov_sf(double lambda) {
         return q < 0 ? 0 : q > 1 ? 1 : q;
 }
 
-int sup_ks_binned(const int64_t *a, const int64_t *b, int bins, double *ret_d, double *ret_pvalue) {
-        int64_t n = 0, m = 0;
+int sup_ks_binned(const int64_t *a, const int64_t *b, int bins, int64_t n, int64_t m, double *ret_d,
+                  double *ret_pvalue) {
+        int64_t na = 0, nb = 0;
         for (int i = 0; i < bins; i++) {
-                n += a[i];
-                m += b[i];
+                na += a[i];
+                nb += b[i];
         }
-        if (n <= 0 || m <= 0)
+        if (na <= 0 || nb <= 0)
                 return -EINVAL;
         int64_t ca = 0, cb = 0;
         double d = 0;
         for (int i = 0; i < bins; i++) {
                 ca += a[i];
                 cb += b[i];
-                double gap = fabs((double)ca / (double)n - (double)cb / (double)m);
+                double gap = fabs((double)ca / (double)na - (double)cb / (double)nb);
                 if (gap > d)
                         d = gap;
         }
+        if (n <= 0)
+                n = na;
+        if (m <= 0)
+                m = nb;
         double en = (double)n * (double)m / (double)(n + m);
         *ret_d = d;
         *ret_pvalue = sup_ks_kolmogorov_sf(sqrt(en) * d);
@@ -75,6 +80,7 @@ void sup_drift_window_update(struct sup_drift_window *w, int64_t now_ms, const s
         for (int s = 0; newest && s < SUP_DRIFT_SIGNAL_COUNT; s++)
                 for (int i = 0; i < DSV_IPC_CONFIDENCE_BINS; i++)
                         fell |= total->c[s][i] < newest->c[s][i];
+        fell |= newest && total->requests < newest->requests;
         if (fell) /* another worker: its counts started again from 0 */
                 w->n = w->next = 0;
         /* The baseline: the newest snapshot a window old, else the oldest kept. */
@@ -87,6 +93,7 @@ void sup_drift_window_update(struct sup_drift_window *w, int64_t now_ms, const s
         for (int s = 0; s < SUP_DRIFT_SIGNAL_COUNT; s++)
                 for (int i = 0; i < DSV_IPC_CONFIDENCE_BINS; i++)
                         w->recent.c[s][i] = total->c[s][i] - (base ? base->c[s][i] : 0);
+        w->recent.requests = total->requests - (base ? base->requests : 0);
         int last = (w->next + SUP_DRIFT_SNAPSHOTS - 1) % SUP_DRIFT_SNAPSHOTS;
         if (w->n == 0 || now_ms - w->t_ms[last] >= (int64_t)SUP_DRIFT_STEP_S * 1000) {
                 w->t_ms[w->next] = now_ms;
@@ -100,16 +107,23 @@ void sup_drift_window_update(struct sup_drift_window *w, int64_t now_ms, const s
 /* Instance i against the pooled windows of the others not excluded. */
 static struct sup_drift_verdict verdict(const struct sup_drift_window *const *w, int n, int i, const bool *excluded) {
         struct sup_drift_counts peers = {0};
-        for (int j = 0; j < n; j++)
-                for (int s = 0; j != i && !excluded[j] && s < SUP_DRIFT_SIGNAL_COUNT; s++)
+        for (int j = 0; j < n; j++) {
+                if (j == i || excluded[j])
+                        continue;
+                peers.requests += w[j]->recent.requests;
+                for (int s = 0; s < SUP_DRIFT_SIGNAL_COUNT; s++)
                         for (int b = 0; b < DSV_IPC_CONFIDENCE_BINS; b++)
                                 peers.c[s][b] += w[j]->recent.c[s][b];
+        }
         struct sup_drift_verdict v = {.n = counts_sum(&w[i]->recent, SUP_DRIFT_TOKEN_PROB),
-                                      .m = counts_sum(&peers, SUP_DRIFT_TOKEN_PROB)};
-        v.valid = v.n >= SUP_DRIFT_MIN_TOKENS && v.m >= SUP_DRIFT_MIN_TOKENS;
+                                      .m = counts_sum(&peers, SUP_DRIFT_TOKEN_PROB),
+                                      .n_requests = w[i]->recent.requests,
+                                      .m_requests = peers.requests};
+        v.valid = v.n >= SUP_DRIFT_MIN_TOKENS && v.m >= SUP_DRIFT_MIN_TOKENS &&
+                  v.n_requests >= SUP_DRIFT_MIN_REQUESTS && v.m_requests >= SUP_DRIFT_MIN_REQUESTS;
         for (int s = 0; v.valid && s < SUP_DRIFT_SIGNAL_COUNT; s++)
-                v.valid = sup_ks_binned(w[i]->recent.c[s], peers.c[s], DSV_IPC_CONFIDENCE_BINS, &v.ks[s],
-                                        &v.pvalue[s]) == 0;
+                v.valid = sup_ks_binned(w[i]->recent.c[s], peers.c[s], DSV_IPC_CONFIDENCE_BINS, v.n_requests,
+                                        v.m_requests, &v.ks[s], &v.pvalue[s]) == 0;
         return v;
 }
 

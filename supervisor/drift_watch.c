@@ -17,6 +17,7 @@ void sup_drift_refresh(struct sup *s, int64_t now_ms) {
                         struct sup_drift_counts total;
                         memcpy(total.c[SUP_DRIFT_TOKEN_PROB], gs.token_prob_hist, sizeof gs.token_prob_hist);
                         memcpy(total.c[SUP_DRIFT_ENTROPY], gs.entropy_hist, sizeof gs.entropy_hist);
+                        total.requests = gs.confidence_requests;
                         sup_drift_window_update(&s->drift[i], now_ms, &total);
                 }
                 w[i] = &s->drift[i];

@@ -37,13 +37,16 @@ static void add_gateway(cJSON *root, struct dsv_gateway *gw) {
         cJSON_AddNumberToObject(g, "http_rt_priority", gst.http_rt_priority);
 }
 
-/* The instance's output against its peers': {"tokens", "peer_tokens", and per signal
+/* The instance's output against its peers': {"tokens", "peer_tokens", "requests",
+ * "peer_requests", and per signal
  * {"ks", "pvalue"}, null while either side has too few sampled tokens}. */
 static void add_drift(cJSON *o, const struct sup_drift_verdict *v) {
         if (!v->valid) {
                 cJSON *d = cJSON_AddObjectToObject(o, "drift");
                 cJSON_AddNumberToObject(d, "tokens", (double)v->n);
                 cJSON_AddNumberToObject(d, "peer_tokens", (double)v->m);
+        cJSON_AddNumberToObject(d, "requests", (double)v->n_requests);
+        cJSON_AddNumberToObject(d, "peer_requests", (double)v->m_requests);
                 cJSON_AddNullToObject(d, "token_prob");
                 cJSON_AddNullToObject(d, "entropy");
                 return;
@@ -51,6 +54,8 @@ static void add_drift(cJSON *o, const struct sup_drift_verdict *v) {
         cJSON *d = cJSON_AddObjectToObject(o, "drift");
         cJSON_AddNumberToObject(d, "tokens", (double)v->n);
         cJSON_AddNumberToObject(d, "peer_tokens", (double)v->m);
+        cJSON_AddNumberToObject(d, "requests", (double)v->n_requests);
+        cJSON_AddNumberToObject(d, "peer_requests", (double)v->m_requests);
         for (int g = 0; g < SUP_DRIFT_SIGNAL_COUNT; g++) {
                 cJSON *sg = cJSON_AddObjectToObject(d, sup_drift_signal_to_string(g));
                 cJSON_AddNumberToObject(sg, "ks", v->ks[g]);

@@ -86,7 +86,7 @@ static void render_drift(FILE *f, const struct sup *s) {
                  "Two-sample Kolmogorov-Smirnov statistic between the instance's output confidence (sampled token "
                  "probability, or entropy) over the last minute and its peers' pooled."},
                 {"dsvisor_instance_output_drift_pvalue",
-                 "Asymptotic p-value of dsvisor_instance_output_drift_ks: below 0.01, the instance's output drifts."},
+                 "Asymptotic p-value of dsvisor_instance_output_drift_ks, the requests being the sample sizes: below 0.01, the instance's output drifts."},
         };
         for (int k = 0; k < 2; k++) {
                 fprintf(f, "# HELP %s %s\n# TYPE %s gauge\n", fams[k].name, fams[k].help, fams[k].name);

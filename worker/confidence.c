@@ -6,7 +6,8 @@
 
 #include "confidence.h"
 
-void confidence_observe(struct confidence *c, const float *logits, int32_t vocab, float scale, int32_t tok) {
+void confidence_observe(struct confidence *c, const float *logits, int32_t vocab, float scale, int32_t tok,
+                        bool first) {
         /* softmax p_i = exp(l_i - max) / Z over l = scale * logits; entropy
          * H = log Z - sum p_i (l_i - max) */
         float max = -INFINITY;
@@ -28,6 +29,7 @@ void confidence_observe(struct confidence *c, const float *logits, int32_t vocab
         double entropy = log_z - weighted / z;
         c->token_prob_hist[dsv_ipc_token_prob_bin(p)]++;
         c->entropy_hist[dsv_ipc_entropy_bin(entropy)]++;
+        c->requests += first;
 }
 
 int confidence_fault_scale(const char *spec, const char *instance, float *ret_scale) {

@@ -10,6 +10,7 @@
 #ifndef DSV_WORKER_CONFIDENCE_H
 #define DSV_WORKER_CONFIDENCE_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "dsv_ipc.h"
@@ -17,11 +18,13 @@
 struct confidence {
         int64_t token_prob_hist[DSV_IPC_CONFIDENCE_BINS];
         int64_t entropy_hist[DSV_IPC_CONFIDENCE_BINS];
+        int64_t requests; /* the requests the tokens came from */
 };
 
 /* Counts token tok, sampled from the model's logits (vocab) times scale (the test hook's;
- * 1 normally): the distribution is their softmax. */
-void confidence_observe(struct confidence *c, const float *logits, int32_t vocab, float scale, int32_t tok);
+ * 1 normally): the distribution is their softmax; first: its request's first token. */
+void confidence_observe(struct confidence *c, const float *logits, int32_t vocab, float scale, int32_t tok,
+                        bool first);
 
 /* The test hook's scale for instance name from spec (DSV_TEST_PERTURB_LOGITS's value,
  * NULL when unset): 1 when it is unset or names another instance, else SCALE. -EINVAL

@@ -668,7 +668,7 @@ static int sample_next(struct sched *s, int slot, double now, const float *logit
                 fail(s, slot, r->n_bias && !r->con.m ? DSV_IPC_ERR_INVALID_REQUEST : DSV_IPC_ERR_INTERNAL, why);
                 return -1;
         }
-        confidence_observe(&s->confidence, logits, s->vocab, s->logit_scale, tok);
+        confidence_observe(&s->confidence, logits, s->vocab, s->logit_scale, tok, r->n_gen == 0);
         if (r->con.m && constraint_accept(&r->con, s->grammars, tok) < 0) {
                 fail(s, slot, DSV_IPC_ERR_INTERNAL, "the output grammar refused the token its mask allowed");
                 return -1;

@@ -448,6 +448,7 @@ static void publish_stats(struct server *sv) {
         memcpy(sv->stats.step_tokens_buckets, st.step_tokens_buckets, sizeof sv->stats.step_tokens_buckets);
         memcpy(sv->stats.token_prob_hist, st.confidence.token_prob_hist, sizeof sv->stats.token_prob_hist);
         memcpy(sv->stats.entropy_hist, st.confidence.entropy_hist, sizeof sv->stats.entropy_hist);
+        sv->stats.confidence_requests = st.confidence.requests;
         pthread_mutex_unlock(&sv->mu);
 }
 

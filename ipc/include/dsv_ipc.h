@@ -45,7 +45,8 @@ extern "C" {
  * 3: stats_reply's "prefix_query_tokens" and "prefix_hit_tokens" (counters), and
  *    "step_tokens_buckets" (the engine steps by their token count).
  * 4: stats_reply's "token_prob_hist" and "entropy_hist" (the output's confidence: each
- *    sampled token's probability and its distribution's entropy, counted in bins). */
+ *    sampled token's probability and its distribution's entropy, counted in bins) and
+ *    "confidence_requests" (the requests those tokens came from). */
 #define DSV_IPC_PROTOCOL_MINOR 4
 /* Largest message accepted (a 128k-token prompt as JSON ids is ~1 MiB). */
 #define DSV_IPC_MAX_MSG_BYTES (16u << 20)
@@ -244,6 +245,7 @@ struct dsv_ipc_stats {
         /* sampled tokens since start by probability and by entropy (minor 4; absent: all 0) */
         int64_t token_prob_hist[DSV_IPC_CONFIDENCE_BINS];
         int64_t entropy_hist[DSV_IPC_CONFIDENCE_BINS];
+        int64_t confidence_requests; /* requests that sampled a token since start (minor 4; absent: 0) */
 };
 
 struct dsv_ipc_msg {

@@ -331,6 +331,7 @@ static int encode_body(cJSON *o, const struct dsv_ipc_msg *m) {
                 r |= add_counts(o, "step_tokens_buckets", s->step_tokens_buckets, DSV_IPC_STEP_TOKEN_BUCKETS + 1);
                 r |= add_counts(o, "token_prob_hist", s->token_prob_hist, DSV_IPC_CONFIDENCE_BINS);
                 r |= add_counts(o, "entropy_hist", s->entropy_hist, DSV_IPC_CONFIDENCE_BINS);
+                r |= add_num(o, "confidence_requests", (double)s->confidence_requests);
                 return r ? -EINVAL : 0;
         }
         default:
@@ -747,7 +748,8 @@ static int decode_body(struct decoder *d, const cJSON *o, struct dsv_ipc_msg *m)
                     (r = get_counts(d, o, "step_tokens_buckets", DSV_IPC_STEP_TOKEN_BUCKETS + 1,
                                     s->step_tokens_buckets)) < 0 ||
                     (r = get_counts(d, o, "token_prob_hist", DSV_IPC_CONFIDENCE_BINS, s->token_prob_hist)) < 0 ||
-                    (r = get_counts(d, o, "entropy_hist", DSV_IPC_CONFIDENCE_BINS, s->entropy_hist)) < 0)
+                    (r = get_counts(d, o, "entropy_hist", DSV_IPC_CONFIDENCE_BINS, s->entropy_hist)) < 0 ||
+                    (r = get_i64(d, o, "confidence_requests", 0, &s->confidence_requests)) < 0)
                         return r;
                 const cJSON *h = cJSON_GetObjectItemCaseSensitive(o, "spec_accepted_hist");
                 if (!h)

@@ -699,12 +699,14 @@ TEST(stats_carry_the_confidence_histograms) {
         m.u.stats.token_prob_hist[0] = 7;
         m.u.stats.token_prob_hist[DSV_IPC_CONFIDENCE_BINS - 1] = 40;
         m.u.stats.entropy_hist[3] = 47;
+        m.u.stats.confidence_requests = 5;
         struct dsv_ipc_msg out;
         ASSERT_OK(roundtrip(&m, &out));
         ASSERT_EQ(out.u.stats.token_prob_hist[0], 7);
         ASSERT_EQ(out.u.stats.token_prob_hist[1], 0);
         ASSERT_EQ(out.u.stats.token_prob_hist[DSV_IPC_CONFIDENCE_BINS - 1], 40);
         ASSERT_EQ(out.u.stats.entropy_hist[3], 47);
+        ASSERT_EQ(out.u.stats.confidence_requests, 5);
         const char *old = "{\"v\":1,\"minor\":3,\"type\":\"stats_reply\",\"seq\":1,\"running\":0,\"waiting\":0,"
                           "\"queued_prompt_tokens\":0}";
         ASSERT_OK(dsv_ipc_msg_decode(old, strlen(old), &out, NULL, 0));

@@ -34,20 +34,25 @@ TEST(the_binned_two_sample_test_matches_scipy) {
          * kolmogorov(sqrt(100*100/200) * 0.3) == 0.00024681960817289476 */
         static const int64_t a[8] = {5, 10, 20, 30, 20, 10, 4, 1}, b[8] = {1, 4, 10, 20, 30, 20, 10, 5};
         double d, p;
-        ASSERT_OK(sup_ks_binned(a, b, 8, &d, &p));
+        ASSERT_OK(sup_ks_binned(a, b, 8, 0, 0, &d, &p));
         ASSERT_NEAR(d, 0.3, 1e-12);
         ASSERT_NEAR(p, 0.00024681960817289476, 1e-15);
-        ASSERT_OK(sup_ks_binned(a, a, 8, &d, &p));
+        /* The same gap between 10 and 10 requests: kolmogorov(sqrt(5) * 0.3) */
+        ASSERT_OK(sup_ks_binned(a, b, 8, 10, 10, &d, &p));
+        ASSERT_NEAR(p, 0.7590978384203948, 1e-12);
+        ASSERT_OK(sup_ks_binned(a, a, 8, 0, 0, &d, &p));
         ASSERT_TRUE(d == 0 && p == 1);
         static const int64_t none[8] = {0};
-        ASSERT_ERR(sup_ks_binned(a, none, 8, &d, &p), -EINVAL);
+        ASSERT_ERR(sup_ks_binned(a, none, 8, 0, 0, &d, &p), -EINVAL);
 }
 
-/* Counts of n tokens spread like shape (percent per bin, first bins), both signals. */
+/* Counts of n tokens spread like shape (percent per bin, first bins), both signals, from
+ * n / 20 requests. */
 static void spread(struct sup_drift_counts *c, const int *shape, int n_shape, int64_t n) {
         for (int s = 0; s < SUP_DRIFT_SIGNAL_COUNT; s++)
                 for (int i = 0; i < n_shape; i++)
                         c->c[s][i] += n * shape[i] / 100;
+        c->requests += n / 20;
 }
 
 TEST(an_instance_whose_output_drifts_is_the_one_named) {
@@ -74,6 +79,7 @@ TEST(an_instance_whose_output_drifts_is_the_one_named) {
         ASSERT_NEAR(v[2].ks[SUP_DRIFT_TOKEN_PROB], 0.40, 1e-9);
         /* The window is the last minute: 60 to 65 s of tokens (a snapshot every 5 s). */
         ASSERT_TRUE(v[2].n >= 60000 && v[2].n <= 65000 && v[2].m == 2 * v[2].n);
+        ASSERT_TRUE(v[2].n_requests == v[2].n / 20 && v[2].m_requests == 2 * v[2].n_requests);
         /* Pooled with the drifting one, the healthy ones would be 0.20 from their pool; it
          * left the pool, so they are compared with each other only. */
         for (int i = 0; i < 2; i++)
@@ -97,10 +103,10 @@ TEST(a_new_worker_restarts_its_window_and_too_few_tokens_give_no_verdict) {
         sup_drift_compare(pw, 2, v);
         ASSERT_TRUE(v[0].valid && v[0].n == 5000);
         struct sup_drift_counts fresh = {0};
-        spread(&fresh, usual, 5, 100);
+        spread(&fresh, usual, 5, 300); /* 300 tokens, 15 requests: too few requests */
         sup_drift_window_update(&w, 1000, &fresh);
         sup_drift_compare(pw, 2, v);
-        ASSERT_TRUE(!v[0].valid && v[0].n == 100);
+        ASSERT_TRUE(!v[0].valid && v[0].n == 300 && v[0].n_requests == 15);
         ASSERT_TRUE(!v[1].valid); /* its peer has too few now */
         ASSERT_STREQ(sup_drift_signal_to_string(SUP_DRIFT_ENTROPY), "entropy");
         ASSERT_TRUE(sup_drift_signal_to_string(SUP_DRIFT_SIGNAL_COUNT) == NULL);

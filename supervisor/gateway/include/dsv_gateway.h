@@ -230,6 +230,7 @@ struct dsv_gateway_instance_stats {
         /* sampled tokens since the worker started, by probability and by entropy
          * (dsv_ipc_token_prob_bin, dsv_ipc_entropy_bin): what drift detection compares */
         int64_t token_prob_hist[DSV_IPC_CONFIDENCE_BINS], entropy_hist[DSV_IPC_CONFIDENCE_BINS];
+        int64_t confidence_requests; /* the requests those tokens came from */
 };
 
 /* Fills *ret for the instance. running and waiting are the load routing uses (see "Load"

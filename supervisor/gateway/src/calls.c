@@ -405,6 +405,7 @@ static struct dsv_gateway_instance_stats instance_stats_locked(const struct gw_c
                 .prefix_hit_tokens = in->prefix_hit_tokens,
                 .steps = in->steps,
                 .step_tokens = in->step_tokens,
+                .confidence_requests = in->confidence_requests,
         };
         memcpy(st.spec_accepted_hist, in->spec_accepted_hist, sizeof st.spec_accepted_hist);
         memcpy(st.step_tokens_buckets, in->step_tokens_buckets, sizeof st.step_tokens_buckets);
@@ -471,6 +472,7 @@ static void link_dispatch(struct gw_link *l, struct dsv_ipc_msg *m) {
                 memcpy(in->step_tokens_buckets, m->u.stats.step_tokens_buckets, sizeof in->step_tokens_buckets);
                 memcpy(in->token_prob_hist, m->u.stats.token_prob_hist, sizeof in->token_prob_hist);
                 memcpy(in->entropy_hist, m->u.stats.entropy_hist, sizeof in->entropy_hist);
+                in->confidence_requests = m->u.stats.confidence_requests;
         } else if (id != 0) {
                 struct gw_call *c = l->calls;
                 while (c && c->id != id)
