@@ -14,7 +14,8 @@ TEST_PKGS=(clang hwloc python3 sentencepiece curl prometheus nodejs  # prometheu
   python3-jsonschema  # test-structured-output: judges the structured replies
   gdb  # test-supervisor-signals: a debugger attaching to the supervisor
   systemd  # test-supervisor-unit: systemd-analyze verify of deploy/'s units
-  openssl)  # test-start-serving: a self-signed certificate for the HTTPS gateway
+  openssl  # test-start-serving: a self-signed certificate for the HTTPS gateway
+  chromium)  # test-status-page: the gateway's status page in a real (headless) browser
 # Optional, only to re-train the bundled default model (tools/train_default_model.py);
 # never needed to build, test or serve.
 TRAIN_PKGS=(python3-torch python3-numpy libopenblas0-pthread sentencepiece python3-sentencepiece

@@ -227,6 +227,7 @@ static void tick(struct sup *s) {
                 s->last_perf_ms = now;
                 for (int i = 0; i < s->n; i++)
                         sup_instance_perf_refresh(&s->inst[i]);
+                sup_drift_refresh(s, now);
                 sup_metrics_refresh(&s->metrics, s);
         }
         /* Freed heap pages stay resident: glibc returns memory only from the heap's top

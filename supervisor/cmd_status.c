@@ -1,9 +1,10 @@
 /* dsvisor status and dsvisor stop: ask the running supervisor over its
  * control socket (<runtime dir>/control.sock, see control.c). status prints per
  * instance the pid, state, NUMA node, CPUs, cgroup, limits in effect, scheduling policy,
- * weight bytes in HugePages, queue depth, restarts, uptime and the involuntary context
- * switch and migration rates; --json prints the supervisor's JSON as it is. stop asks
- * for a drain and waits until the supervisor has gone. */
+ * weight bytes in HugePages, queue depth, restarts, uptime, the involuntary context
+ * switch and migration rates and the output drift against the other instances; --json
+ * prints the supervisor's JSON as it is. stop asks for a drain and waits until the
+ * supervisor has gone. */
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <getopt.h>
@@ -92,6 +93,26 @@ static void rate(char *buf, size_t size, double v) {
                 snprintf(buf, size, "%.1f", v);
 }
 
+/* "output drift vs peers: ..." from the instance's "drift" (status.c). */
+static void print_drift(const cJSON *d) {
+        if (!d)
+                return;
+        const cJSON *p = cJSON_GetObjectItemCaseSensitive(d, "token_prob"),
+                    *e = cJSON_GetObjectItemCaseSensitive(d, "entropy");
+        if (!cJSON_IsObject(p) || !cJSON_IsObject(e)) {
+                printf("  output drift vs peers: no verdict (%.0f tokens of %.0f requests in the last minute, its "
+                       "peers %.0f of %.0f; %d and %d each needed)\n",
+                       num(d, "tokens"), num(d, "requests"), num(d, "peer_tokens"), num(d, "peer_requests"),
+                       SUP_DRIFT_MIN_TOKENS, SUP_DRIFT_MIN_REQUESTS);
+                return;
+        }
+        bool drifts = num(p, "pvalue") < SUP_DRIFT_ALPHA || num(e, "pvalue") < SUP_DRIFT_ALPHA;
+        printf("  output drift vs peers: %s; token probability KS %.3f p %.3g, entropy KS %.3f p %.3g "
+               "(%.0f tokens of %.0f requests in the last minute, peers %.0f of %.0f)\n",
+               drifts ? "DRIFTS" : "none", num(p, "ks"), num(p, "pvalue"), num(e, "ks"), num(e, "pvalue"),
+               num(d, "tokens"), num(d, "requests"), num(d, "peer_tokens"), num(d, "peer_requests"));
+}
+
 static void print_reload(const cJSON *rl) {
         if (!cJSON_IsObject(rl))
                 return;
@@ -153,6 +174,7 @@ static void print_text(const cJSON *j) {
                        num(in, "weights_hugepages_bytes"), num(in, "queue_depth"), num(in, "running"),
                        num(in, "restarts"), num(in, "uptime_s"));
                 printf("  involuntary context switches/s %s, migrations/s %s\n", invol, migr);
+                print_drift(cJSON_GetObjectItemCaseSensitive(in, "drift"));
                 const cJSON *l;
                 cJSON_ArrayForEach(l, cJSON_GetObjectItemCaseSensitive(in, "limits")) {
                         bool on = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(l, "in_effect"));

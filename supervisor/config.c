@@ -80,7 +80,7 @@ static const struct opt_def opts[] = {
          "a key clients send as 'Authorization: Bearer KEY' (repeatable; visible in ps: prefer --api-key-file)"},
         {"api-key-file", K_STR, F(api_key_file), 0, 0,
          "file of keys, one per line, '#' comments; not readable or writable by others"},
-        {"protect-metrics", K_BOOL, F(protect_metrics), 0, 0, "/metrics, /health and / need a key too (/ready stays open)"},
+        {"protect-metrics", K_BOOL, F(protect_metrics), 0, 0, "/metrics, /health and the status page need a key too (/ready stays open)"},
         {"allow-unauthenticated", K_BOOL, F(allow_unauthenticated), 0, 0,
          "serve a non-loopback --host without any API key"},
         {"cors-origins", K_STR, F(cors_origins), 0, 0,

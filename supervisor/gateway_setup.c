@@ -113,6 +113,7 @@ int sup_gateway_setup(struct sup *s) {
                 return r;
         }
         dsv_gateway_set_metrics_hook(s->env.gw, sup_metrics_hook, &s->metrics);
+        dsv_gateway_set_status_hook(s->env.gw, sup_status_page_hook, &s->metrics);
         sup_request_log_setup(s->env.gw, s->cfg.log_requests);
         for (int i = 0; i < s->n; i++) {
                 struct dsv_gateway_instance_config ic = {.name = s->inst[i].name, .numa_node = s->inst[i].node_os,

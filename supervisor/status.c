@@ -37,15 +37,46 @@ static void add_gateway(cJSON *root, struct dsv_gateway *gw) {
         cJSON_AddNumberToObject(g, "http_rt_priority", gst.http_rt_priority);
 }
 
-static cJSON *instance_json(const struct sup_instance *in, struct dsv_gateway *gw, int64_t now) {
+/* The instance's output against its peers': {"tokens", "peer_tokens", "requests",
+ * "peer_requests", and per signal
+ * {"ks", "pvalue"}, null while either side has too few sampled tokens}. */
+static void add_drift(cJSON *o, const struct sup_drift_verdict *v) {
+        if (!v->valid) {
+                cJSON *d = cJSON_AddObjectToObject(o, "drift");
+                cJSON_AddNumberToObject(d, "tokens", (double)v->n);
+                cJSON_AddNumberToObject(d, "peer_tokens", (double)v->m);
+        cJSON_AddNumberToObject(d, "requests", (double)v->n_requests);
+        cJSON_AddNumberToObject(d, "peer_requests", (double)v->m_requests);
+                cJSON_AddNullToObject(d, "token_prob");
+                cJSON_AddNullToObject(d, "entropy");
+                return;
+        }
+        cJSON *d = cJSON_AddObjectToObject(o, "drift");
+        cJSON_AddNumberToObject(d, "tokens", (double)v->n);
+        cJSON_AddNumberToObject(d, "peer_tokens", (double)v->m);
+        cJSON_AddNumberToObject(d, "requests", (double)v->n_requests);
+        cJSON_AddNumberToObject(d, "peer_requests", (double)v->m_requests);
+        for (int g = 0; g < SUP_DRIFT_SIGNAL_COUNT; g++) {
+                cJSON *sg = cJSON_AddObjectToObject(d, sup_drift_signal_to_string(g));
+                cJSON_AddNumberToObject(sg, "ks", v->ks[g]);
+                cJSON_AddNumberToObject(sg, "pvalue", v->pvalue[g]);
+        }
+}
+
+/* An instance; for_page: what the gateway's status page shows (GET /status, open to
+ * whoever may read /metrics): no pid, cgroup path or file names. */
+static cJSON *instance_json(const struct sup_instance *in, const struct sup_drift_verdict *drift,
+                            struct dsv_gateway *gw, int64_t now, bool for_page) {
         cJSON *o = cJSON_CreateObject();
         cJSON_AddStringToObject(o, "name", in->name);
-        cJSON_AddNumberToObject(o, "pid", in->pid);
+        if (!for_page)
+                cJSON_AddNumberToObject(o, "pid", in->pid);
         cJSON_AddStringToObject(o, "state", sup_state_to_string(in->state));
         cJSON_AddNumberToObject(o, "numa_node", in->node_os);
         cJSON_AddStringToObject(o, "cpus", in->cpus);
         cJSON_AddNumberToObject(o, "threads", in->n_threads);
-        cJSON_AddStringToObject(o, "cgroup", in->cg_path);
+        if (!for_page)
+                cJSON_AddStringToObject(o, "cgroup", in->cg_path);
         cJSON *lims = cJSON_AddArrayToObject(o, "limits");
         for (int l = 0; l < DSV_CGROUP_LIMIT_COUNT; l++) {
                 const struct dsv_cgroup_report_entry *e = &in->cg_report.e[l];
@@ -55,11 +86,17 @@ static cJSON *instance_json(const struct sup_instance *in, struct dsv_gateway *g
                 cJSON_AddStringToObject(lo, "limit", dsv_cgroup_limit_to_string(l));
                 cJSON_AddStringToObject(lo, "value", e->value);
                 cJSON_AddBoolToObject(lo, "in_effect", e->applied);
-                cJSON_AddStringToObject(lo, "file", e->file);
+                if (!for_page)
+                        cJSON_AddStringToObject(lo, "file", e->file);
                 cJSON_AddStringToObject(lo, "reason", e->reason);
                 cJSON_AddItemToArray(lims, lo);
         }
         cJSON_AddStringToObject(o, "sched", in->sched);
+        add_drift(o, drift);
+        if (for_page) {
+                cJSON_AddNumberToObject(o, "restarts", in->restarts);
+                return o;
+        }
         cJSON_AddNumberToObject(o, "weights_hugepages_bytes", (double)in->weights_huge_bytes);
         struct dsv_gateway_instance_stats gs;
         bool have = gw && dsv_gateway_instance_stats(gw, in->gw_id, &gs) == 0;
@@ -124,7 +161,20 @@ char *sup_status_json(const struct sup *s) {
         add_reload(root, &s->reload, now);
         cJSON *arr = cJSON_AddArrayToObject(root, "instances");
         for (int i = 0; i < s->n; i++)
-                cJSON_AddItemToArray(arr, instance_json(&s->inst[i], s->env.gw, now));
+                cJSON_AddItemToArray(arr, instance_json(&s->inst[i], &s->drift_verdict[i], s->env.gw, now, false));
+        char *text = root ? cJSON_PrintUnformatted(root) : NULL;
+        cJSON_Delete(root);
+        return text;
+}
+
+char *sup_status_page_json(const struct sup *s) {
+        int64_t now = dsv_clock_now_ms();
+        cJSON *root = cJSON_CreateObject();
+        cJSON_AddStringToObject(root, "state", s->stopping ? "stopping" : s->ready_sent ? "ready" : "starting");
+        cJSON_AddStringToObject(root, "cgroups", s->env.cg_host ? "in use" : s->cg_note);
+        cJSON *arr = cJSON_AddArrayToObject(root, "instances");
+        for (int i = 0; i < s->n; i++)
+                cJSON_AddItemToArray(arr, instance_json(&s->inst[i], &s->drift_verdict[i], s->env.gw, now, true));
         char *text = root ? cJSON_PrintUnformatted(root) : NULL;
         cJSON_Delete(root);
         return text;

@@ -34,6 +34,7 @@
 #include "dsv_topology.h"
 #include "dsv_log.h"
 #include "dsv_policy.h"
+#include "drift.h"
 
 /* ---- placement (placement.c) --------------------------------------------------------- */
 
@@ -461,11 +462,12 @@ void sup_cgroup_host_done(struct dsv_cgroup_host *h);
 
 /* ---- the running supervisor (cmd_start.c) ----------------------------------------- */
 
-/* The supervisor's own metric families, rendered by the main thread and served from a
- * copy by a gateway thread (sup_metrics.c). */
+/* The supervisor's own metric families and its part of the status page's data, rendered
+ * by the main thread and served from a copy by a gateway thread (sup_metrics.c). */
 struct sup_metrics {
-        pthread_mutex_t lock; /* guards text */
+        pthread_mutex_t lock; /* guards text and status */
         char *text;
+        char *status; /* sup_status_page_json() */
 };
 
 #define SUP_RELOAD_MAX_ITEMS 64
@@ -526,7 +528,17 @@ struct sup {
         int64_t started_ms;
         struct sup_metrics metrics;
         struct sup_tokenizer tokenizer; /* serves /tokenize and /detokenize */
+        /* output drift by instance index (drift_watch.c) */
+        struct sup_drift_window drift[SUP_MAX_INSTANCES];
+        struct sup_drift_verdict drift_verdict[SUP_MAX_INSTANCES];
 };
+
+/* ---- output drift between the instances (drift_watch.c) ---------------------------- */
+
+/* Feeds each instance's confidence counts (its worker's last stats reply, through the
+ * gateway) into its window and compares every instance with its peers (drift.h) into
+ * s->drift_verdict (main thread, once a second). */
+void sup_drift_refresh(struct sup *s, int64_t now_ms);
 
 /* ---- the served tokenizer (tokenizer_hook.c) ----------------------------------------- */
 
@@ -575,16 +587,22 @@ void sup_reload(struct sup *s);
 /* The supervisor's state as one JSON object (what `dsvisor status --json` prints);
  * malloc'd text, NULL without memory. */
 char *sup_status_json(const struct sup *s);
+/* The instances as the gateway's status page shows them (GET /status's "host"): state,
+ * node, CPUs, threads, cgroup limits in effect, scheduling, restarts, output drift; no
+ * pid, path or file name. malloc'd text, NULL without memory. */
+char *sup_status_page_json(const struct sup *s);
 
 /* ---- the supervisor's Prometheus families (sup_metrics.c) -------------------------- */
 
 void sup_metrics_init(struct sup_metrics *m);
 void sup_metrics_done(struct sup_metrics *m);
 /* Renders restarts, scheduling, cgroup limits and CPU throttling, weight pages and perf
- * counters of s into m (main thread). */
+ * counters of s into m, and the status page's part (main thread). */
 void sup_metrics_refresh(struct sup_metrics *m, const struct sup *s);
 /* The gateway's /metrics hook (any thread): writes the last rendering; userdata is m. */
 int sup_metrics_hook(FILE *out, void *userdata);
+/* The gateway's status hook (any thread): writes the last sup_status_page_json(). */
+int sup_status_page_hook(FILE *out, void *userdata);
 
 /* ---- the supervisor's malloc thread cache (malloc_env.c) --------------------------- */
 

@@ -1,7 +1,9 @@
 /* sup_metrics.c — the supervisor's own Prometheus families on the gateway's /metrics:
  * worker restarts and scheduling, cgroup limits in effect and CPU throttling, weight
- * pages per node, and the per-instance perf counters. The main thread renders them
- * (each second, and when an instance becomes ready); a gateway thread serves the copy. */
+ * pages per node, the per-instance perf counters and output drift; and its part of the status page's
+ * GET /status. The main thread renders them (each second, and when an instance becomes
+ * ready); a gateway thread serves the copy. */
+#include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,11 +13,13 @@
 void sup_metrics_init(struct sup_metrics *m) {
         pthread_mutex_init(&m->lock, NULL);
         m->text = NULL;
+        m->status = NULL;
 }
 
 void sup_metrics_done(struct sup_metrics *m) {
         free(m->text);
-        m->text = NULL;
+        free(m->status);
+        m->text = m->status = NULL;
         pthread_mutex_destroy(&m->lock);
 }
 
@@ -72,6 +76,35 @@ static void render_cpu_throttling(FILE *f, const struct sup *s) {
                                 s->inst[i].name, s->inst[i].node_os, st[i].throttled_seconds);
 }
 
+/* Each instance's output against its peers' (drift_watch.c), once its window and theirs
+ * hold enough sampled tokens. */
+static void render_drift(FILE *f, const struct sup *s) {
+        static const struct {
+                const char *name, *help;
+        } fams[] = {
+                {"dsvisor_instance_output_drift_ks",
+                 "Two-sample Kolmogorov-Smirnov statistic between the instance's output confidence (sampled token "
+                 "probability, or entropy) over the last minute and its peers' pooled."},
+                {"dsvisor_instance_output_drift_pvalue",
+                 "Asymptotic p-value of dsvisor_instance_output_drift_ks, the requests being the sample sizes: below 0.01, the instance's output drifts."},
+        };
+        for (int k = 0; k < 2; k++) {
+                fprintf(f, "# HELP %s %s\n# TYPE %s gauge\n", fams[k].name, fams[k].help, fams[k].name);
+                for (int i = 0; i < s->n; i++) {
+                        const struct sup_drift_verdict *v = &s->drift_verdict[i];
+                        for (int g = 0; v->valid && g < SUP_DRIFT_SIGNAL_COUNT; g++)
+                                fprintf(f, "%s{instance=\"%s\",numa_node=\"%d\",signal=\"%s\"} %.9g\n", fams[k].name,
+                                        s->inst[i].name, s->inst[i].node_os, sup_drift_signal_to_string(g),
+                                        k == 0 ? v->ks[g] : v->pvalue[g]);
+                }
+        }
+        fprintf(f, "# HELP dsvisor_instance_output_drift_window_tokens Sampled tokens in the instance's drift window (the last minute).\n"
+                   "# TYPE dsvisor_instance_output_drift_window_tokens gauge\n");
+        for (int i = 0; i < s->n; i++)
+                fprintf(f, "dsvisor_instance_output_drift_window_tokens{instance=\"%s\",numa_node=\"%d\"} %" PRId64 "\n",
+                        s->inst[i].name, s->inst[i].node_os, s->drift_verdict[i].n);
+}
+
 static void render_weights(FILE *f, const struct sup_weight_set *set) {
         fprintf(f, "# HELP dsvisor_weights_hugepages_bytes Weight image bytes backed by 2 MiB HugePages, per node.\n"
                    "# TYPE dsvisor_weights_hugepages_bytes gauge\n");
@@ -112,13 +145,19 @@ void sup_metrics_refresh(struct sup_metrics *m, const struct sup *s) {
         render_weights(f, &s->weights);
         render_cpu_throttling(f, s);
         render_perf(f, s);
+        render_drift(f, s);
         if (fclose(f) != 0) {
                 free(buf);
                 return;
         }
+        char *status = sup_status_page_json(s);
         pthread_mutex_lock(&m->lock);
         free(m->text);
         m->text = buf;
+        if (status) {
+                free(m->status);
+                m->status = status;
+        }
         pthread_mutex_unlock(&m->lock);
 }
 
@@ -129,4 +168,14 @@ int sup_metrics_hook(FILE *out, void *userdata) {
                 fputs(m->text, out);
         pthread_mutex_unlock(&m->lock);
         return 0;
+}
+
+int sup_status_page_hook(FILE *out, void *userdata) {
+        struct sup_metrics *m = userdata;
+        pthread_mutex_lock(&m->lock);
+        int r = m->status ? 0 : -ENODATA;
+        if (m->status)
+                fputs(m->status, out);
+        pthread_mutex_unlock(&m->lock);
+        return r;
 }

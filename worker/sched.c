@@ -83,6 +83,8 @@ struct sched {
         struct grammar_cache *grammars;
         struct dse_pool *pool;       /* for the masks; NULL: this thread */
         int64_t constrained_tokens, forced_tokens, fast_forward_tokens;
+        struct confidence confidence;
+        float logit_scale;           /* the drift test hook's; 1: off */
         int64_t preemptions, steps, step_tokens;
         int64_t step_tokens_buckets[DSV_IPC_STEP_TOKEN_BUCKETS + 1]; /* steps by tokens carried */
         int32_t last_seqs, last_tokens;
@@ -128,6 +130,7 @@ int sched_new(const struct sched_config *cfg, const struct dse_model *model, con
         s->kv = kv;
         s->batch = batch;
         s->emit = emit;
+        s->logit_scale = 1;
         s->user = user;
         s->vocab = dse_model_vocab_size(model);
         s->eos = tok ? dse_tokenizer_eos(tok) : -1;
@@ -442,6 +445,10 @@ void sched_set_pool(struct sched *s, struct dse_pool *pool) {
         s->pool = pool;
 }
 
+void sched_set_logit_scale(struct sched *s, float scale) {
+        s->logit_scale = scale;
+}
+
 int sched_cancel(struct sched *s, uint64_t id, int64_t now_ms) {
         int slot = s ? find_slot(s, id) : -1;
         if (slot < 0)
@@ -649,6 +656,9 @@ static int grammar_done(struct sched *s, struct rq *r) {
  * nothing can be chosen. */
 static int choose(struct sched *s, struct rq *r, const float *logits, const char **why) {
         memcpy(s->work, logits, (size_t)s->vocab * sizeof(float));
+        if (s->logit_scale != 1)
+                for (int32_t i = 0; i < s->vocab; i++)
+                        s->work[i] *= s->logit_scale;
         if (r->n_bias > 0)
                 sampling_apply_bias(r->bias, r->n_bias, s->work);
         if (r->con.m) {
@@ -684,6 +694,7 @@ static int sample_next(struct sched *s, int slot, double now, const float *logit
                 fail(s, slot, r->n_bias && !r->con.m ? DSV_IPC_ERR_INVALID_REQUEST : DSV_IPC_ERR_INTERNAL, why);
                 return -1;
         }
+        confidence_observe(&s->confidence, logits, s->vocab, s->logit_scale, tok, r->n_gen == 0);
         if (r->con.m && constraint_accept(&r->con, s->grammars, tok) < 0) {
                 fail(s, slot, DSV_IPC_ERR_INTERNAL, "the output grammar refused the token its mask allowed");
                 return -1;
@@ -971,4 +982,5 @@ void sched_get_stats(const struct sched *s, struct sched_stats *st) {
         st->grammar_compiles = gs.compiles;
         st->grammar_cache_hits = gs.hits;
         st->spec = s->spec;
+        st->confidence = s->confidence;
 }

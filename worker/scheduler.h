@@ -41,6 +41,7 @@
 #include <stdint.h>
 
 #include "dse.h"
+#include "confidence.h"
 #include "dsv_ipc.h"
 #include "speculate.h"
 
@@ -66,6 +67,7 @@ struct sched_stats {
         int64_t fast_forward_tokens; /* of those, the ones carried as a forced run (no step of their own) */
         int64_t grammar_compiles, grammar_cache_hits;
         struct spec_stats spec;
+        struct confidence confidence; /* sampled tokens by probability and entropy */
 };
 
 /* Receives every event the scheduler produces; msg is only valid during the call. */
@@ -82,6 +84,9 @@ void sched_free(struct sched *s);
 /* The pool that computes a step's grammar masks (NULL, the default: the calling thread).
  * It must be a pool the thread calling sched_step created. */
 void sched_set_pool(struct sched *s, struct dse_pool *pool);
+/* The drift test hook (confidence.h): every logit the model gives is multiplied by scale
+ * before sampling and counting; 1 (the default) leaves them alone. */
+void sched_set_logit_scale(struct sched *s, float scale);
 /* Turns speculative decoding on (or off: spec->method SPEC_OFF) before the first
  * request; -EINVAL for bounds outside speculate.h's, -EBUSY once requests came,
  * -ENOMEM. */

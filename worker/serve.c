@@ -448,6 +448,9 @@ static void publish_stats(struct server *sv) {
         _Static_assert(SPEC_K_LIMIT + 1 == DSV_IPC_SPEC_HIST, "stats_reply carries every acceptance length");
         memcpy(sv->stats.spec_accepted_hist, st.spec.accepted_hist, sizeof st.spec.accepted_hist);
         memcpy(sv->stats.step_tokens_buckets, st.step_tokens_buckets, sizeof sv->stats.step_tokens_buckets);
+        memcpy(sv->stats.token_prob_hist, st.confidence.token_prob_hist, sizeof sv->stats.token_prob_hist);
+        memcpy(sv->stats.entropy_hist, st.confidence.entropy_hist, sizeof sv->stats.entropy_hist);
+        sv->stats.confidence_requests = st.confidence.requests;
         pthread_mutex_unlock(&sv->mu);
 }
 
@@ -552,6 +555,16 @@ int worker_serve(const struct worker_config *cfg) {
                 goto out;
         }
         sched_set_pool(sv.sched, e.pool);
+        float logit_scale;
+        if ((r = confidence_fault_scale(getenv("DSV_TEST_PERTURB_LOGITS"), cfg->instance, &logit_scale)) < 0) {
+                wlog(3, "DSV_TEST_PERTURB_LOGITS (a test hook): expected INSTANCE:SCALE with SCALE in (0, 100]");
+                goto out;
+        }
+        if (logit_scale != 1) {
+                wlog(4, "Test hook DSV_TEST_PERTURB_LOGITS: every logit is multiplied by %g, the output drifts on purpose",
+                     logit_scale);
+                sched_set_logit_scale(sv.sched, logit_scale);
+        }
         publish_stats(&sv);
         atomic_store(&sv.state, ST_READY);
         /* Said unasked (seq 0) so the supervisor routes to us now rather than at its

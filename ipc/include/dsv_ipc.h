@@ -44,8 +44,11 @@ extern "C" {
  *    stats_reply's optional kv_bytes_per_token.
  * 3: stats_reply's "prefix_query_tokens" and "prefix_hit_tokens" (counters), and
  *    "step_tokens_buckets" (the engine steps by their token count).
- * 4: the constraint kind "composed" (a forced tool call in the model's own syntax). */
-#define DSV_IPC_PROTOCOL_MINOR 4
+ * 4: the constraint kind "composed" (a forced tool call in the model's own syntax).
+ * 5: stats_reply's "token_prob_hist" and "entropy_hist" (the output's confidence: each
+ *    sampled token's probability and its distribution's entropy, counted in bins) and
+ *    "confidence_requests" (the requests those tokens came from). */
+#define DSV_IPC_PROTOCOL_MINOR 5
 /* Largest message accepted (a 128k-token prompt as JSON ids is ~1 MiB). */
 #define DSV_IPC_MAX_MSG_BYTES (16u << 20)
 /* Entries of stats_reply's spec_accepted_hist: 0..8 drafts accepted. */
@@ -204,6 +207,17 @@ uint64_t dsv_ipc_new_boot_id(void);
 #define DSV_IPC_STEP_TOKEN_BUCKETS 13
 extern const double dsv_ipc_step_token_bounds[DSV_IPC_STEP_TOKEN_BUCKETS];
 
+/* stats_reply's confidence histograms (minor 5): every sampled token counted once in each,
+ * by its probability under the model's distribution at that step (bins of 1/32 over
+ * [0, 1], the last one closed) and by that distribution's entropy in nats (bins of
+ * DSV_IPC_ENTROPY_BIN_NATS from 0, the last one open above). */
+#define DSV_IPC_CONFIDENCE_BINS 32
+#define DSV_IPC_ENTROPY_BIN_NATS 0.375
+/* The bins of a probability (clamped to [0, 1]; NaN: 0) and of an entropy (negative or
+ * NaN: 0). */
+int dsv_ipc_token_prob_bin(double p);
+int dsv_ipc_entropy_bin(double nats);
+
 struct dsv_ipc_stats {
         uint64_t seq;
         int32_t running;
@@ -230,6 +244,10 @@ struct dsv_ipc_stats {
          * absent: all 0); steps and step_tokens are their count and sum */
         int64_t step_tokens_buckets[DSV_IPC_STEP_TOKEN_BUCKETS + 1];
         int64_t steps, step_tokens;
+        /* sampled tokens since start by probability and by entropy (minor 5; absent: all 0) */
+        int64_t token_prob_hist[DSV_IPC_CONFIDENCE_BINS];
+        int64_t entropy_hist[DSV_IPC_CONFIDENCE_BINS];
+        int64_t confidence_requests; /* requests that sampled a token since start (minor 5; absent: 0) */
 };
 
 struct dsv_ipc_msg {

@@ -99,6 +99,24 @@ static int add_num(cJSON *o, const char *key, double v) {
         return cJSON_AddNumberToObject(o, key, v) ? 0 : -ENOMEM;
 }
 
+static int add_counts(cJSON *o, const char *key, const int64_t *v, int n) {
+        cJSON *a = cJSON_AddArrayToObject(o, key);
+        int r = a ? 0 : -ENOMEM;
+        for (int i = 0; a && i < n; i++)
+                r |= cJSON_AddItemToArray(a, cJSON_CreateNumber((double)v[i])) ? 0 : -ENOMEM;
+        return r;
+}
+
+int dsv_ipc_token_prob_bin(double p) {
+        int b = p > 0 ? (int)(p * DSV_IPC_CONFIDENCE_BINS) : 0;
+        return b < DSV_IPC_CONFIDENCE_BINS ? b : DSV_IPC_CONFIDENCE_BINS - 1;
+}
+
+int dsv_ipc_entropy_bin(double nats) {
+        int b = nats > 0 ? (int)fmin(nats / DSV_IPC_ENTROPY_BIN_NATS, DSV_IPC_CONFIDENCE_BINS) : 0;
+        return b < DSV_IPC_CONFIDENCE_BINS ? b : DSV_IPC_CONFIDENCE_BINS - 1;
+}
+
 static int add_id(cJSON *o, const char *key, uint64_t v) {
         if ((double)v > MAX_SAFE_INT)
                 return -EINVAL;
@@ -311,10 +329,10 @@ static int encode_body(cJSON *o, const struct dsv_ipc_msg *m) {
                 r |= add_num(o, "prefix_hit_tokens", (double)s->prefix_hit_tokens);
                 r |= add_num(o, "steps", (double)s->steps);
                 r |= add_num(o, "step_tokens", (double)s->step_tokens);
-                cJSON *b = cJSON_AddArrayToObject(o, "step_tokens_buckets");
-                for (int i = 0; b && i <= DSV_IPC_STEP_TOKEN_BUCKETS; i++)
-                        r |= cJSON_AddItemToArray(b, cJSON_CreateNumber((double)s->step_tokens_buckets[i])) ? 0 : -ENOMEM;
-                r |= b ? 0 : -ENOMEM;
+                r |= add_counts(o, "step_tokens_buckets", s->step_tokens_buckets, DSV_IPC_STEP_TOKEN_BUCKETS + 1);
+                r |= add_counts(o, "token_prob_hist", s->token_prob_hist, DSV_IPC_CONFIDENCE_BINS);
+                r |= add_counts(o, "entropy_hist", s->entropy_hist, DSV_IPC_CONFIDENCE_BINS);
+                r |= add_num(o, "confidence_requests", (double)s->confidence_requests);
                 return r ? -EINVAL : 0;
         }
         default:
@@ -416,18 +434,19 @@ static int get_i64(struct decoder *d, const cJSON *o, const char *key, int requi
         return r;
 }
 
-/* stats_reply's optional step_tokens_buckets: exactly one count per bucket. */
-static int get_step_buckets(struct decoder *d, const cJSON *o, int64_t *out) {
-        const cJSON *a = cJSON_GetObjectItemCaseSensitive(o, "step_tokens_buckets");
+/* stats_reply's optional count arrays (step_tokens_buckets, the confidence histograms):
+ * exactly one count per bucket. */
+static int get_counts(struct decoder *d, const cJSON *o, const char *key, int n, int64_t *out) {
+        const cJSON *a = cJSON_GetObjectItemCaseSensitive(o, key);
         if (!a)
                 return 0;
-        if (!cJSON_IsArray(a) || cJSON_GetArraySize(a) != DSV_IPC_STEP_TOKEN_BUCKETS + 1)
-                return bad(d, "step_tokens_buckets: expected an array of %d counts", DSV_IPC_STEP_TOKEN_BUCKETS + 1);
+        if (!cJSON_IsArray(a) || cJSON_GetArraySize(a) != n)
+                return bad(d, "%s: expected an array of %d counts", key, n);
         int i = 0;
         for (const cJSON *e = a->child; e; e = e->next, i++) {
                 double x = cJSON_IsNumber(e) ? e->valuedouble : -1;
                 if (!(x >= 0 && x <= MAX_SAFE_INT) || x != (double)(int64_t)x)
-                        return bad(d, "step_tokens_buckets[%d]: expected a count 0..%.0f", i, MAX_SAFE_INT);
+                        return bad(d, "%s[%d]: expected a count 0..%.0f", key, i, MAX_SAFE_INT);
                 out[i] = (int64_t)x;
         }
         return 0;
@@ -727,7 +746,11 @@ static int decode_body(struct decoder *d, const cJSON *o, struct dsv_ipc_msg *m)
                     (r = get_i64(d, o, "prefix_hit_tokens", 0, &s->prefix_hit_tokens)) < 0 ||
                     (r = get_i64(d, o, "steps", 0, &s->steps)) < 0 ||
                     (r = get_i64(d, o, "step_tokens", 0, &s->step_tokens)) < 0 ||
-                    (r = get_step_buckets(d, o, s->step_tokens_buckets)) < 0)
+                    (r = get_counts(d, o, "step_tokens_buckets", DSV_IPC_STEP_TOKEN_BUCKETS + 1,
+                                    s->step_tokens_buckets)) < 0 ||
+                    (r = get_counts(d, o, "token_prob_hist", DSV_IPC_CONFIDENCE_BINS, s->token_prob_hist)) < 0 ||
+                    (r = get_counts(d, o, "entropy_hist", DSV_IPC_CONFIDENCE_BINS, s->entropy_hist)) < 0 ||
+                    (r = get_i64(d, o, "confidence_requests", 0, &s->confidence_requests)) < 0)
                         return r;
                 const cJSON *h = cJSON_GetObjectItemCaseSensitive(o, "spec_accepted_hist");
                 if (!h)

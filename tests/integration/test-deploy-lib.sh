@@ -74,6 +74,19 @@ dsv_stop_all() {
         for p in "${dsv_pid[@]}"; do kill -KILL "$p" 2>/dev/null || true; done
 }
 
+# load_and_prom_cleanup: for trap EXIT in tests that run load loops ($load_pids),
+# Prometheus ($prom_pid, empty when not started) and dsvisor: stops them all, then
+# removes $tmp.
+load_and_prom_cleanup() {
+        local p
+        for p in "${load_pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
+        [[ -n $prom_pid ]] && kill -TERM "$prom_pid" 2>/dev/null || true
+        dsv_stop_all
+        for p in "${load_pids[@]}"; do wait "$p" 2>/dev/null || true; done
+        [[ -n $prom_pid ]] && wait "$prom_pid" 2>/dev/null || true
+        rm -rf "$tmp"
+}
+
 # metric URL NAME_AND_LABELS: the value of one sample on a /metrics page (0 when absent).
 metric() {
         curl -s -m 5 "$1" | awk -v k="$2" '$1 == k {v = $2} END {print v + 0}'
@@ -96,7 +109,7 @@ dsv_wait_exit() {
         wait "$p" || dsv_rc=$?
 }
 
-# prom_start TARGET: Prometheus on a free loopback port scraping TARGET every second with
+# prom_start TARGET[,TARGET...]: Prometheus on a free loopback port scraping them every second with
 # deploy/prometheus.yml's relabelling and rules (only targets and intervals changed), its
 # TSDB in $tmp/tsdb, its log in $tmp/prometheus.log; waits until it is ready. Sets
 # prom_pid, prom_port and api (the HTTP API's base URL); the caller stops it.
@@ -108,7 +121,7 @@ c = yaml.safe_load(open(sys.argv[1]))
 c["global"].update(scrape_interval="1s", scrape_timeout="1s", evaluation_interval="1s")
 c["rule_files"] = [sys.argv[1].rsplit("/", 1)[0] + "/" + f for f in c["rule_files"]]
 job = [j for j in c["scrape_configs"] if j["job_name"] == "dsvisor"][0]
-job["static_configs"] = [{"targets": [sys.argv[2]]}]
+job["static_configs"] = [{"targets": sys.argv[2].split(",")}]
 print(yaml.safe_dump(c, sort_keys=False))
 PY
         prometheus --config.file="$tmp/prometheus.yml" --storage.tsdb.path="$tmp/tsdb" \

@@ -233,13 +233,17 @@ s=$(post $PA /v1/completions "$(completion x 1)" -H "Authorization: Bearer sk-te
 check auth-models-401  [ "$(get $PA/v1/models)" = 401 ]
 check auth-health-open [ "$(get $PA/health)" = 200 ]
 check auth-metrics-open [ "$(get $PA/metrics)" = 200 ]
+check auth-status-page-open bash -c "[ \$(get $PA/) = 200 ] && grep -qi '^content-type: text/html' $T/hdr"
+check auth-status-open bash -c "[ \$(get $PA/status) = 200 ] && grep -q '\"keys\":true' $T/body && grep -q '\"name\":\"keyed\"' $T/body"
 server authp --instance keyed="$(URL keyed)" --api-keys "$T/keys" --protect-metrics 1
 PP=$PORT_authp
 check protect-metrics-401 bash -c "[ \$(get $PP/metrics) = 401 ] && grep -qi '^www-authenticate: Bearer' $T/hdr"
 check protect-metrics-key [ "$(get $PP/metrics -H 'Authorization: Bearer sk-test-one')" = 200 ]
 check protect-health-401 [ "$(get $PP/health)" = 401 ]
 check protect-root-401 [ "$(get $PP/)" = 401 ]
-check protect-root-key-404 [ "$(get $PP/ -H 'Authorization: Bearer sk-test-one')" = 404 ]
+check protect-unknown-key-404 [ "$(get $PP/nothing -H 'Authorization: Bearer sk-test-one')" = 404 ]
+check protect-root-key-page [ "$(get $PP/ -H 'Authorization: Bearer sk-test-one')" = 200 ]
+check protect-status-401 [ "$(get $PP/status)" = 401 ]
 check protect-ready-open bash -c "[ \$(get $PP/ready) != 401 ]"
 
 # ---- admission: queue limit -> 429 + Retry-After ---------------------------------------------

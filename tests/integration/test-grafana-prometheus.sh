@@ -24,16 +24,7 @@ source "$src/tests/integration/test-deploy-lib.sh"
 need_worker
 
 prom_pid= load_pids=()
-cleanup() {
-        local p
-        for p in "${load_pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
-        [[ -n $prom_pid ]] && kill -TERM "$prom_pid" 2>/dev/null || true
-        dsv_stop_all
-        for p in "${load_pids[@]}"; do wait "$p" 2>/dev/null || true; done
-        [[ -n $prom_pid ]] && wait "$prom_pid" 2>/dev/null || true
-        rm -rf "$tmp"
-}
-trap cleanup EXIT
+trap load_and_prom_cleanup EXIT
 
 # The bundled default model (no --model); its id is "default".
 model_id=default

@@ -261,8 +261,10 @@ check "plain HTTP to the HTTPS port gets no HTTP answer" bash -c \
         "! curl -s -m 5 -o /dev/null -w '%{http_code}' http://127.0.0.1:${dsv_port[b]}/health | grep -q 200"
 check "--protect-metrics: /health, /metrics and / are 401 without a key" \
         [ "$(code "${tls[@]}" "$B/health")$(code "${tls[@]}" "$B/metrics")$(code "${tls[@]}" "$B/")" = 401401401 ]
-check "--protect-metrics: with the key, /health and /metrics 200, / 404" \
-        [ "$(code "${tls[@]}" "${auth[@]}" "$B/health")$(code "${tls[@]}" "${auth[@]}" "$B/metrics")$(code "${tls[@]}" "${auth[@]}" "$B/")" = 200200404 ]
+check "--protect-metrics: with the key, /health and /metrics 200, an unknown URL 404" \
+        [ "$(code "${tls[@]}" "${auth[@]}" "$B/health")$(code "${tls[@]}" "${auth[@]}" "$B/metrics")$(code "${tls[@]}" "${auth[@]}" "$B/nothing")" = 200200404 ]
+check "--protect-metrics: with the key, the status page / and /status 200" \
+        [ "$(code "${tls[@]}" "${auth[@]}" "$B/")$(code "${tls[@]}" "${auth[@]}" "$B/status")" = 200200 ]
 check "--protect-metrics: /ready stays open for probes" [ "$(code "${tls[@]}" "$B/ready")" = 200 ]
 s=$(code "${tls[@]}" "${auth[@]}" -H 'Content-Type: application/json' \
         -d '{"model":"default","prompt":"And God said","max_tokens":50}' "$B/v1/completions")

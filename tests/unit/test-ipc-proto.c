@@ -699,3 +699,44 @@ TEST(stats_carry_prefix_cache_counters) {
         ASSERT_EQ(dsv_ipc_msg_decode(negative, strlen(negative), &out, err, sizeof err), -EPROTO);
         ASSERT_TRUE(strstr(err, "step_tokens_buckets[13]") != NULL);
 }
+
+/* ---- minor 5: the output's confidence histograms in stats ---- */
+
+TEST(stats_carry_the_confidence_histograms) {
+        struct dsv_ipc_msg m = {.type = DSV_IPC_STATS_REPLY};
+        m.u.stats = (struct dsv_ipc_stats){.seq = 9};
+        m.u.stats.token_prob_hist[0] = 7;
+        m.u.stats.token_prob_hist[DSV_IPC_CONFIDENCE_BINS - 1] = 40;
+        m.u.stats.entropy_hist[3] = 47;
+        m.u.stats.confidence_requests = 5;
+        struct dsv_ipc_msg out;
+        ASSERT_OK(roundtrip(&m, &out));
+        ASSERT_EQ(out.u.stats.token_prob_hist[0], 7);
+        ASSERT_EQ(out.u.stats.token_prob_hist[1], 0);
+        ASSERT_EQ(out.u.stats.token_prob_hist[DSV_IPC_CONFIDENCE_BINS - 1], 40);
+        ASSERT_EQ(out.u.stats.entropy_hist[3], 47);
+        ASSERT_EQ(out.u.stats.confidence_requests, 5);
+        const char *old = "{\"v\":1,\"minor\":3,\"type\":\"stats_reply\",\"seq\":1,\"running\":0,\"waiting\":0,"
+                          "\"queued_prompt_tokens\":0}";
+        ASSERT_OK(dsv_ipc_msg_decode(old, strlen(old), &out, NULL, 0));
+        ASSERT_EQ(out.u.stats.token_prob_hist[0] + out.u.stats.entropy_hist[0], 0);
+        const char *short_hist = "{\"v\":1,\"type\":\"stats_reply\",\"seq\":1,\"running\":0,\"waiting\":0,"
+                                 "\"queued_prompt_tokens\":0,\"entropy_hist\":[1,2]}";
+        char err[256];
+        ASSERT_EQ(dsv_ipc_msg_decode(short_hist, strlen(short_hist), &out, err, sizeof err), -EPROTO);
+        ASSERT_TRUE(strstr(err, "entropy_hist: expected an array of 32 counts") != NULL);
+}
+
+TEST(confidence_bins_cover_their_ranges) {
+        ASSERT_EQ(dsv_ipc_token_prob_bin(0), 0);
+        ASSERT_EQ(dsv_ipc_token_prob_bin(-0.5), 0);
+        ASSERT_EQ(dsv_ipc_token_prob_bin(0.5), 16);
+        ASSERT_EQ(dsv_ipc_token_prob_bin(1.0 / 32 - 1e-9), 0);
+        ASSERT_EQ(dsv_ipc_token_prob_bin(1), DSV_IPC_CONFIDENCE_BINS - 1);
+        ASSERT_EQ(dsv_ipc_token_prob_bin(NAN), 0);
+        ASSERT_EQ(dsv_ipc_entropy_bin(0), 0);
+        ASSERT_EQ(dsv_ipc_entropy_bin(0.4), 1);
+        ASSERT_EQ(dsv_ipc_entropy_bin(11.9), DSV_IPC_CONFIDENCE_BINS - 1);
+        ASSERT_EQ(dsv_ipc_entropy_bin(INFINITY), DSV_IPC_CONFIDENCE_BINS - 1);
+        ASSERT_EQ(dsv_ipc_entropy_bin(NAN), 0);
+}

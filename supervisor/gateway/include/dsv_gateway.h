@@ -1,6 +1,6 @@
 /* dsv_gateway.h — the OpenAI-compatible HTTP gateway in front of dsvisor's workers:
  * libmicrohttpd serves /v1/chat/completions, /v1/completions, /v1/models,
- * /tokenize, /detokenize, /health, /ready and /metrics; each request is routed (dsv_policy) to one "instance",
+ * /tokenize, /detokenize, /health, /ready, /metrics, and a status page (/ and /status); each request is routed (dsv_policy) to one "instance",
  * an nng link (dsv_ipc_dial) to a worker speaking ipc/PROTOCOL.md.
  *
  *     struct dsv_gateway_config cfg;
@@ -227,6 +227,10 @@ struct dsv_gateway_instance_stats {
         /* engine steps since the worker started: count, tokens, and per bucket of
          * dsv_ipc_step_token_bounds (not cumulative) */
         int64_t steps, step_tokens, step_tokens_buckets[DSV_IPC_STEP_TOKEN_BUCKETS + 1];
+        /* sampled tokens since the worker started, by probability and by entropy
+         * (dsv_ipc_token_prob_bin, dsv_ipc_entropy_bin): what drift detection compares */
+        int64_t token_prob_hist[DSV_IPC_CONFIDENCE_BINS], entropy_hist[DSV_IPC_CONFIDENCE_BINS];
+        int64_t confidence_requests; /* the requests those tokens came from */
 };
 
 /* Fills *ret for the instance. running and waiting are the load routing uses (see "Load"
@@ -293,6 +297,28 @@ void dsv_gateway_set_request_log_hook(struct dsv_gateway *gw, dsv_gateway_reques
 /* Renders the same text GET /metrics serves into a malloc'd string (owned by the
  * caller), without the hook's part. */
 int dsv_gateway_metrics_render(struct dsv_gateway *gw, char **ret_text, size_t *ret_len);
+
+/* ---- the status page ---------------------------------------------------------------- */
+
+/* GET / serves one self-contained HTML page (no external asset or request): the
+ * instances with their live latency quantiles and tokens/s, and a chat box streaming
+ * from /v1/chat/completions. It polls GET /status, a JSON object:
+ *   {"model", "keys": whether /v1/... need a key, "window_s": the live view's span,
+ *    "instances": [{"name", "up", "running", "waiting", "requests", "window_s",
+ *                   "e2e_p50_s", "e2e_p99_s", "ttft_p50_s", "ttft_p99_s", "itl_p50_s",
+ *                   "itl_p99_s", "tokens_per_s"}],       (null: no request in the window)
+ *    "host": the status hook's JSON value, or null}
+ * Both need a key exactly when /metrics does (protect_metrics with keys): a browser
+ * cannot send a bearer header with a page load, so with protect_metrics the page is for
+ * clients (or a proxy) that add it. */
+
+/* Writes one JSON value (the embedder's view of the instances: CPUs, limits, restarts)
+ * for GET /status's "host". Same threading rules as the metrics hook; a value that is
+ * not JSON, or an error, gives "host": null. */
+typedef int (*dsv_gateway_status_fn)(FILE *out, void *userdata);
+
+/* Installs (or with fn NULL removes) the status hook. */
+void dsv_gateway_set_status_hook(struct dsv_gateway *gw, dsv_gateway_status_fn fn, void *userdata);
 
 /* ---- tokenization ------------------------------------------------------------------- */
 

@@ -405,9 +405,12 @@ static struct dsv_gateway_instance_stats instance_stats_locked(const struct gw_c
                 .prefix_hit_tokens = in->prefix_hit_tokens,
                 .steps = in->steps,
                 .step_tokens = in->step_tokens,
+                .confidence_requests = in->confidence_requests,
         };
         memcpy(st.spec_accepted_hist, in->spec_accepted_hist, sizeof st.spec_accepted_hist);
         memcpy(st.step_tokens_buckets, in->step_tokens_buckets, sizeof st.step_tokens_buckets);
+        memcpy(st.token_prob_hist, in->token_prob_hist, sizeof st.token_prob_hist);
+        memcpy(st.entropy_hist, in->entropy_hist, sizeof st.entropy_hist);
         return st;
 }
 
@@ -467,6 +470,9 @@ static void link_dispatch(struct gw_link *l, struct dsv_ipc_msg *m) {
                 in->steps = m->u.stats.steps;
                 in->step_tokens = m->u.stats.step_tokens;
                 memcpy(in->step_tokens_buckets, m->u.stats.step_tokens_buckets, sizeof in->step_tokens_buckets);
+                memcpy(in->token_prob_hist, m->u.stats.token_prob_hist, sizeof in->token_prob_hist);
+                memcpy(in->entropy_hist, m->u.stats.entropy_hist, sizeof in->entropy_hist);
+                in->confidence_requests = m->u.stats.confidence_requests;
         } else if (id != 0) {
                 struct gw_call *c = l->calls;
                 while (c && c->id != id)
@@ -738,9 +744,10 @@ size_t dsv__gw_instances_sample(struct gw_calls *cs, struct gw_instance_sample *
         pthread_mutex_lock(&cs->lock);
         for (int s = 0; s < DSV_GATEWAY_MAX_INSTANCES; s++) {
                 const struct gw_instance *in = &cs->inst[s];
-                if (in->used)
-                        v[n++] = (struct gw_instance_sample){
-                                .slot = s, .gen = in->gen, .stats = instance_stats_locked(cs, in, now)};
+                if (!in->used)
+                        continue;
+                v[n] = (struct gw_instance_sample){.slot = s, .gen = in->gen, .stats = instance_stats_locked(cs, in, now)};
+                memcpy(v[n++].name, in->name, sizeof in->name);
         }
         pthread_mutex_unlock(&cs->lock);
         return n;

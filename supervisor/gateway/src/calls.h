@@ -71,6 +71,8 @@ struct gw_instance {
         int64_t kv_bytes_per_token;
         int64_t prefix_query_tokens, prefix_hit_tokens;
         int64_t steps, step_tokens, step_tokens_buckets[DSV_IPC_STEP_TOKEN_BUCKETS + 1];
+        int64_t token_prob_hist[DSV_IPC_CONFIDENCE_BINS], entropy_hist[DSV_IPC_CONFIDENCE_BINS];
+        int64_t confidence_requests;
 };
 
 #define GW_RATE_WINDOW_S 10

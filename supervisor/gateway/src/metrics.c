@@ -34,6 +34,21 @@ int dsv__gw_hist_write(FILE *out, const char *name, const char *labels, const st
         return ferror(out) ? -EIO : 0;
 }
 
+double dsv__gw_hist_quantile(const struct dsv_gw_hist *h, const struct dsv_gw_buckets *b, double q) {
+        if (h->count == 0 || b->n == 0)
+                return NAN;
+        double rank = q * (double)h->count;
+        uint64_t below = 0;
+        for (size_t i = 0; i < b->n; i++) {
+                if ((double)(below + h->counts[i]) >= rank && h->counts[i] > 0) {
+                        double lo = i == 0 ? 0 : b->le[i - 1];
+                        return lo + (b->le[i] - lo) * (rank - (double)below) / (double)h->counts[i];
+                }
+                below += h->counts[i];
+        }
+        return b->le[b->n - 1];
+}
+
 int dsv__gw_label_escape(const char *s, char *buf, size_t size) {
         size_t n = 0;
         for (; *s; s++) {
@@ -143,6 +158,62 @@ void dsv__gw_metrics_complete(struct gw_metrics *m, int slot, uint64_t gen, cons
                                 im->finished[k]++;
         }
         pthread_mutex_unlock(&m->lock);
+}
+
+/* ---- the live view ------------------------------------------------------------------ */
+
+static void hist_minus(struct dsv_gw_hist *ret, const struct dsv_gw_hist *now, const struct dsv_gw_hist *then) {
+        for (size_t i = 0; i <= DSV_GW_HIST_MAX_BUCKETS; i++)
+                ret->counts[i] = now->counts[i] - then->counts[i];
+        ret->count = now->count - then->count;
+        ret->sum = now->sum - then->sum;
+}
+
+int dsv__gw_metrics_live(struct gw_metrics *m, int slot, uint64_t gen, int64_t now_ns, struct gw_live *ret) {
+        pthread_mutex_lock(&m->lock);
+        struct gw_instance_metrics *im = instance_locked(m, slot, gen);
+        if (!im) {
+                pthread_mutex_unlock(&m->lock);
+                return -ENOENT;
+        }
+        struct gw_live_ring *ring = &im->live;
+        /* The baseline: the newest snapshot a window old, else the oldest kept. */
+        const struct gw_live_snapshot *base = NULL;
+        for (size_t k = 0; k < ring->n; k++) {
+                const struct gw_live_snapshot *s =
+                        &ring->s[(ring->next + GW_LIVE_SNAPSHOTS - ring->n + k) % GW_LIVE_SNAPSHOTS];
+                if (!base || now_ns - s->t_ns >= (int64_t)GW_LIVE_WINDOW_S * 1000000000)
+                        base = s;
+        }
+        struct gw_live live = {.e2e_p50_s = NAN, .e2e_p99_s = NAN, .ttft_p50_s = NAN, .ttft_p99_s = NAN,
+                               .itl_p50_s = NAN, .itl_p99_s = NAN};
+        if (base && now_ns > base->t_ns) {
+                struct dsv_gw_hist e2e, ttft, itl;
+                hist_minus(&e2e, &im->e2e, &base->e2e);
+                hist_minus(&ttft, &im->ttft, &base->ttft);
+                hist_minus(&itl, &im->itl, &base->itl);
+                live.window_s = (double)(now_ns - base->t_ns) / 1e9;
+                live.requests = e2e.count;
+                live.e2e_p50_s = dsv__gw_hist_quantile(&e2e, &e2e_buckets, 0.5);
+                live.e2e_p99_s = dsv__gw_hist_quantile(&e2e, &e2e_buckets, 0.99);
+                live.ttft_p50_s = dsv__gw_hist_quantile(&ttft, &ttft_buckets, 0.5);
+                live.ttft_p99_s = dsv__gw_hist_quantile(&ttft, &ttft_buckets, 0.99);
+                live.itl_p50_s = dsv__gw_hist_quantile(&itl, &itl_buckets, 0.5);
+                live.itl_p99_s = dsv__gw_hist_quantile(&itl, &itl_buckets, 0.99);
+                live.tokens_per_s = (double)(im->generation_tokens - base->generation_tokens) / live.window_s;
+        }
+        const struct gw_live_snapshot *newest = ring->n ? &ring->s[(ring->next + GW_LIVE_SNAPSHOTS - 1) % GW_LIVE_SNAPSHOTS] : NULL;
+        if (!newest || now_ns - newest->t_ns >= (int64_t)GW_LIVE_STEP_S * 1000000000) {
+                ring->s[ring->next] = (struct gw_live_snapshot){.t_ns = now_ns, .e2e = im->e2e, .ttft = im->ttft,
+                                                                .itl = im->itl,
+                                                                .generation_tokens = im->generation_tokens};
+                ring->next = (ring->next + 1) % GW_LIVE_SNAPSHOTS;
+                if (ring->n < GW_LIVE_SNAPSHOTS)
+                        ring->n++;
+        }
+        pthread_mutex_unlock(&m->lock);
+        *ret = live;
+        return 0;
 }
 
 void dsv__gw_metrics_failure(struct gw_metrics *m, int slot, uint64_t gen) {

@@ -33,6 +33,10 @@ void dsv__gw_hist_observe(struct dsv_gw_hist *h, const struct dsv_gw_buckets *b,
  * ready label list without braces ('instance="0",numa_node="1"'), may be "". */
 int dsv__gw_hist_write(FILE *out, const char *name, const char *labels, const struct dsv_gw_hist *h,
                        const struct dsv_gw_buckets *b);
+/* The q-quantile (0..1) of the observations, as Prometheus's histogram_quantile()
+ * estimates it: linear within the bucket the rank falls in (the first bucket from 0),
+ * the last finite bound when it falls above it. NAN when h holds no observation. */
+double dsv__gw_hist_quantile(const struct dsv_gw_hist *h, const struct dsv_gw_buckets *b, double q);
 /* Escapes a label value (\\, \" and \n) into buf. Returns its length or -ENOBUFS. */
 int dsv__gw_label_escape(const char *s, char *buf, size_t size);
 
@@ -59,6 +63,24 @@ enum gw_finish { GW_FINISH_STOP, GW_FINISH_LENGTH, GW_FINISH_CANCELLED, GW_FINIS
 
 #define GW_MODEL_LABEL_MAX 512
 
+/* The live view (the status page): an instance's latency histograms and generated
+ * tokens as they stood at times the view was read, one snapshot a step at most, enough
+ * of them that one is always a window old once the view has been read that long. */
+#define GW_LIVE_WINDOW_S 60
+#define GW_LIVE_STEP_S 5
+#define GW_LIVE_SNAPSHOTS (GW_LIVE_WINDOW_S / GW_LIVE_STEP_S + 1)
+
+struct gw_live_snapshot {
+        int64_t t_ns; /* CLOCK_MONOTONIC */
+        struct dsv_gw_hist e2e, ttft, itl;
+        uint64_t generation_tokens;
+};
+
+struct gw_live_ring {
+        size_t n, next; /* snapshots kept, where the next one goes */
+        struct gw_live_snapshot s[GW_LIVE_SNAPSHOTS];
+};
+
 /* One instance's series, by slot (the instance id). gen tells one occupant of a slot
  * from the next: a report for another gen than the slot's is dropped. */
 struct gw_instance_metrics {
@@ -67,6 +89,7 @@ struct gw_instance_metrics {
         char labels[GW_NAMING_COUNT][2 * DSV_GATEWAY_NAME_MAX + GW_MODEL_LABEL_MAX + 64];
         struct dsv_gw_hist e2e, ttft, itl, queue, prefill, decode, inference, prompt_len, generation_len;
         uint64_t prompt_tokens, generation_tokens, failures, finished[GW_FINISH_COUNT];
+        struct gw_live_ring live;
 };
 
 struct gw_metrics {
@@ -92,6 +115,7 @@ struct gw_request_done {
 struct gw_instance_sample {
         int slot;
         uint64_t gen;
+        char name[DSV_GATEWAY_NAME_MAX];
         struct dsv_gateway_instance_stats stats;
 };
 
@@ -128,6 +152,18 @@ void dsv__gw_metrics_reject(struct gw_metrics *m, enum dsv_gateway_reject why);
 void dsv__gw_metrics_connection_refused(struct gw_metrics *m);
 /* The refusal counters into ret's rejected and connections_refused. */
 void dsv__gw_metrics_refusals(struct gw_metrics *m, struct dsv_gateway_stats *ret);
+/* An instance's recent figures, from its histograms' change over the last
+ * GW_LIVE_WINDOW_S seconds (over less while the view has been read for less: its first
+ * read only starts the window). */
+struct gw_live {
+        double window_s;   /* the span covered; 0: nothing yet (the first read) */
+        uint64_t requests; /* finished in it */
+        double e2e_p50_s, e2e_p99_s, ttft_p50_s, ttft_p99_s, itl_p50_s, itl_p99_s; /* NAN: none in it */
+        double tokens_per_s; /* generated */
+};
+/* Reads the live view of slot's occupant gen at now_ns (CLOCK_MONOTONIC). -ENOENT when
+ * the slot belongs to another occupant. */
+int dsv__gw_metrics_live(struct gw_metrics *m, int slot, uint64_t gen, int64_t now_ns, struct gw_live *ret);
 /* Writes every family, the per-instance ones for the n instances sampled. 0 or -EIO. */
 int dsv__gw_metrics_write(struct gw_metrics *m, FILE *f, const struct gw_instance_sample *v, size_t n,
                           const struct gw_server_sample *srv);

@@ -34,6 +34,8 @@ struct dsv_gateway {
         pthread_mutex_t hook_lock;
         dsv_gateway_metrics_fn hook;
         void *hook_userdata;
+        dsv_gateway_status_fn status_hook; /* under hook_lock */
+        void *status_hook_userdata;
         struct dsv_gateway_tokenizer tokenizer; /* under hook_lock */
 };
 
@@ -47,6 +49,8 @@ enum endpoint {
         EP_METRICS,
         EP_TOKENIZE,
         EP_DETOKENIZE,
+        EP_STATUS_PAGE,
+        EP_STATUS,
 };
 
 static const struct {
@@ -62,6 +66,9 @@ static const struct {
         {"/metrics", "GET", EP_METRICS, false},
         {"/tokenize", "POST", EP_TOKENIZE, true},
         {"/detokenize", "POST", EP_DETOKENIZE, true},
+        /* the page and its data tell what /metrics tells: open unless protect_metrics */
+        {"/", "GET", EP_STATUS_PAGE, false},
+        {"/status", "GET", EP_STATUS, false},
 };
 
 /* Per HTTP request (MHD's con_cls, made by on_target). */
@@ -249,6 +256,17 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
                 return handle_ready(gw, conn);
         case EP_METRICS:
                 return handle_metrics(gw, conn);
+        case EP_STATUS_PAGE:
+                return dsv__gw_status_page(conn);
+        case EP_STATUS: {
+                struct gw_status_source src = {
+                        .calls = &gw->calls, .metrics = &gw->metrics, .model = gw->cfg.model, .keys = gw->auth};
+                pthread_mutex_lock(&gw->hook_lock);
+                src.hook = gw->status_hook;
+                src.hook_userdata = gw->status_hook_userdata;
+                pthread_mutex_unlock(&gw->hook_lock);
+                return dsv__gw_status_json(&src, conn);
+        }
         case EP_TOKENIZE:
         case EP_DETOKENIZE: {
                 struct gw_tokenize t = {.lim = {.model = gw->cfg.model, .model_aliases = gw->cfg.model_aliases,
@@ -592,6 +610,15 @@ void dsv_gateway_set_metrics_hook(struct dsv_gateway *gw, dsv_gateway_metrics_fn
         pthread_mutex_lock(&gw->hook_lock);
         gw->hook = fn;
         gw->hook_userdata = userdata;
+        pthread_mutex_unlock(&gw->hook_lock);
+}
+
+void dsv_gateway_set_status_hook(struct dsv_gateway *gw, dsv_gateway_status_fn fn, void *userdata) {
+        if (!gw)
+                return;
+        pthread_mutex_lock(&gw->hook_lock);
+        gw->status_hook = fn;
+        gw->status_hook_userdata = userdata;
         pthread_mutex_unlock(&gw->hook_lock);
 }
 

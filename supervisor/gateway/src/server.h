@@ -131,6 +131,26 @@ struct gw_tokenize {
 enum MHD_Result dsv__gw_tokenize(const struct gw_tokenize *t, struct MHD_Connection *conn, const char *body,
                                  size_t len, bool detok);
 
+/* ---- the status page (status_page.c) ---------------------------------------------- */
+
+/* status_page.html, embedded by the build (status_page_html.c, generated). */
+extern const unsigned char dsv__gw_status_page_html[];
+extern const size_t dsv__gw_status_page_html_len;
+
+/* What GET /status reads. */
+struct gw_status_source {
+        struct gw_calls *calls;
+        struct gw_metrics *metrics;
+        const char *model;
+        bool keys; /* /v1/... need a key */
+        dsv_gateway_status_fn hook; /* NULL: "host" is null */
+        void *hook_userdata;
+};
+
+/* Answers GET / with the page, GET /status with the JSON it polls (dsv_gateway.h). */
+enum MHD_Result dsv__gw_status_page(struct MHD_Connection *conn);
+enum MHD_Result dsv__gw_status_json(const struct gw_status_source *src, struct MHD_Connection *conn);
+
 /* Answers POST /v1/chat/completions or /v1/completions with body[0..len): parses it, runs
  * the call, and answers as one object or, streamed, from a content reader that blocks
  * for the next token (MHD runs one thread per connection). */
