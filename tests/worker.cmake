@@ -2,6 +2,7 @@
 # dsvisor-worker end to end over IPC.
 if(TARGET dsvisor-worker)
   dsv_test(NAME test-engine-kv SOURCES unit/test-engine-kv.c LIBS dse LABELS unit TIMEOUT 300)
+  dsv_test(NAME test-engine-kv-disk SOURCES unit/test-engine-kv-disk.c LIBS dse LABELS unit TIMEOUT 300)
   dsv_test(NAME test-engine-spec SOURCES unit/test-engine-spec.c LIBS dse LABELS unit TIMEOUT 300)
   dsv_test(NAME test-worker-sched SOURCES unit/test-worker-sched.c LIBS dsv_worker_core LABELS unit TIMEOUT 300)
   dsv_test(NAME test-worker-spec SOURCES unit/test-worker-spec.c LIBS dsv_worker_core LABELS unit TIMEOUT 600)
