@@ -514,7 +514,8 @@ static int plan_admit(struct sched *s, struct step_plan *p, int slot, double now
         int seq = dse_kv_seq_open(s->kv);
         if (seq < 0)
                 return seq;
-        int cached = dse_kv_seq_attach_prefix(s->kv, seq, r->tokens, (size_t)r->n_tokens);
+        /* blocks the disk tier brings back come out of what this step leaves free */
+        int cached = dse_kv_seq_attach_prefix_loading(s->kv, seq, r->tokens, (size_t)r->n_tokens, available(s, p));
         if (cached < 0) {
                 dse_kv_seq_close(s->kv, seq);
                 return cached;
