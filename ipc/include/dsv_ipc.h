@@ -43,8 +43,10 @@ extern "C" {
  *    request fields max_tokens_to_context and max_prompt_tokens;
  *    stats_reply's optional kv_bytes_per_token.
  * 3: stats_reply's "prefix_query_tokens" and "prefix_hit_tokens" (counters), and
- *    "step_tokens_buckets" (the engine steps by their token count). */
-#define DSV_IPC_PROTOCOL_MINOR 3
+ *    "step_tokens_buckets" (the engine steps by their token count).
+ * 4: final's "cached_tokens" (prompt tokens served from the KV cache, either tier);
+ *    stats_reply's KV disk tier fields (kv_disk_*, prefix_disk_hit_tokens). */
+#define DSV_IPC_PROTOCOL_MINOR 4
 /* Largest message accepted (a 128k-token prompt as JSON ids is ~1 MiB). */
 #define DSV_IPC_MAX_MSG_BYTES (16u << 20)
 /* Entries of stats_reply's spec_accepted_hist: 0..8 drafts accepted. */
@@ -171,6 +173,8 @@ struct dsv_ipc_final {
         char *finish_reason; /* "stop", "length", "cancelled", "deadline" */
         int32_t prompt_tokens;
         int32_t completion_tokens;
+        int32_t cached_tokens; /* (minor 4) of prompt_tokens, the ones whose KV came from the
+                                * cache (RAM or disk tier) instead of prefill; absent: 0 */
         double queue_s, prefill_s, decode_s, ttft_s;
 };
 
@@ -228,6 +232,14 @@ struct dsv_ipc_stats {
          * absent: all 0); steps and step_tokens are their count and sum */
         int64_t step_tokens_buckets[DSV_IPC_STEP_TOKEN_BUCKETS + 1];
         int64_t steps, step_tokens;
+        /* the KV disk tier (minor 4; absent, or capacity 0: none): its file's bytes in use
+         * and size, blocks written to it, read back, dropped (the writer's queue was full)
+         * and found corrupt (never served), the prefix hit tokens it supplied (of
+         * prefix_hit_tokens), and whether an I/O error turned it off */
+        int64_t kv_disk_bytes_used, kv_disk_bytes_capacity;
+        int64_t kv_disk_blocks_written, kv_disk_blocks_read, kv_disk_blocks_dropped, kv_disk_blocks_corrupt;
+        int64_t prefix_disk_hit_tokens;
+        bool kv_disk_failed;
 };
 
 struct dsv_ipc_msg {
