@@ -227,6 +227,13 @@ struct dsv_gateway_instance_stats {
         /* engine steps since the worker started: count, tokens, and per bucket of
          * dsv_ipc_step_token_bounds (not cumulative) */
         int64_t steps, step_tokens, step_tokens_buckets[DSV_IPC_STEP_TOKEN_BUCKETS + 1];
+        /* the worker's KV disk tier (capacity 0: none): bytes in use and capacity, blocks
+         * written, read back, dropped (queue full) and found corrupt, the prefix hit
+         * tokens it supplied (of prefix_hit_tokens), and whether an I/O error stopped it */
+        int64_t kv_disk_bytes_used, kv_disk_bytes_capacity;
+        int64_t kv_disk_blocks_written, kv_disk_blocks_read, kv_disk_blocks_dropped, kv_disk_blocks_corrupt;
+        int64_t prefix_disk_hit_tokens;
+        bool kv_disk_failed;
 };
 
 /* Fills *ret for the instance. running and waiting are the load routing uses (see "Load"
