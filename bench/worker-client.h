@@ -201,6 +201,8 @@ struct wc_result {
         double itl[WC_MAX_OUT]; /* gaps between token events */
         int n_itl;
         int n_logprobs;
+        float logprob[WC_MAX_OUT]; /* each token's own */
+        int cached_tokens;  /* final's: prompt tokens the worker's KV cache supplied */
 };
 
 /* Receives events into res[id] (ids < WC_MAX_REQ) until n_expected requests are done
@@ -229,12 +231,15 @@ static inline int wc_collect(struct wc *c, struct wc_result *res, int n_expected
                                 r->t_last = t;
                                 r->n_tokens++;
                                 r->n_logprobs = (int)m.u.token.n_top;
+                                if (r->n_tokens <= WC_MAX_OUT)
+                                        r->logprob[r->n_tokens - 1] = m.u.token.logprob;
                                 strncat(r->text, m.u.token.text ? m.u.token.text : "",
                                         sizeof r->text - strlen(r->text) - 1);
                         } else {
-                                if (m.type == DSV_IPC_FINAL)
+                                if (m.type == DSV_IPC_FINAL) {
                                         snprintf(r->reason, sizeof r->reason, "%s", m.u.final.finish_reason);
-                                else {
+                                        r->cached_tokens = m.u.final.cached_tokens;
+                                } else {
                                         r->error = (int)m.u.error.code + 1;
                                         snprintf(r->message, sizeof r->message, "%s",
                                                  m.u.error.message ? m.u.error.message : "");

@@ -12,6 +12,10 @@ if(TARGET dsvisor-worker)
   dsv_test(NAME test-worker-ipc SOURCES integration/test-worker-ipc.c LIBS dse dsv_ipc LABELS integration TIMEOUT 300)
   add_dependencies(test-worker-ipc dsvisor-worker)
   target_include_directories(test-worker-ipc PRIVATE ${CMAKE_SOURCE_DIR}/bench) # worker-client.h
+  dsv_test(NAME test-worker-kv-disk SOURCES integration/test-worker-kv-disk.c LIBS dse dsv_ipc LABELS integration
+           TIMEOUT 300)
+  add_dependencies(test-worker-kv-disk dsvisor-worker)
+  target_include_directories(test-worker-kv-disk PRIVATE ${CMAKE_SOURCE_DIR}/bench) # worker-client.h
 endif()
 # Text, stop strings and chat need a tokenizer: the bundled default model, once it is in
 # the tree (models/default).

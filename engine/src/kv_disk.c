@@ -33,6 +33,7 @@
 
 #define NIL (-1)
 #define HEADER_BYTES 4096
+#define SLOT_ALIGN 512 /* a disk sector: slots are read and written whole, never mapped */
 #define DEFAULT_QUEUE 32
 #define PUBLISH_EVERY 64 /* slot writes between index publishes while the queue stays busy */
 
@@ -492,7 +493,7 @@ static char *concat(const char *a, const char *b) {
 int dse__kv_disk_open(const char *path, uint64_t bytes, int queue_blocks, const struct dse__kv_disk_identity *id,
                       struct dse__kv_disk **ret_disk, struct dse_diag *reterr) {
         uint64_t slot_bytes = sizeof(struct slot_head) + (uint64_t)id->block_tokens * sizeof(int32_t) + id->block_bytes;
-        slot_bytes = (slot_bytes + 4095) / 4096 * 4096;
+        slot_bytes = (slot_bytes + SLOT_ALIGN - 1) / SLOT_ALIGN * SLOT_ALIGN;
         uint64_t n_slots = bytes > HEADER_BYTES ? (bytes - HEADER_BYTES) / slot_bytes : 0;
         if (n_slots > INT32_MAX / 2)
                 n_slots = INT32_MAX / 2;

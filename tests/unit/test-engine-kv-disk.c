@@ -71,8 +71,9 @@ static struct dse_kv_cache *cache_new(struct dse_model *m, enum dse_kv_dtype dty
         if (dse_kv_cache_new_typed(m, dtype, POOL_BLOCKS * bb, BT, 4, NCTX, &kv, &diag) < 0)
                 return NULL;
         if (path) {
-                /* a slot is the block rounded up to pages, plus the file's 4 KiB header */
-                uint64_t slot = (bb + 24 + BT * 4 + 4095) / 4096 * 4096;
+                /* a slot is its head, ids and block rounded up to 512 bytes; the file's
+                 * header takes 4 KiB */
+                uint64_t slot = (bb + 24 + BT * 4 + 511) / 512 * 512;
                 struct dse_kv_disk_config cfg = {path, 4096 + slot * (uint64_t)(tier_blocks ? tier_blocks : 64), 0};
                 if (dse_kv_cache_attach_disk(kv, m, &cfg, &diag) < 0) {
                         fprintf(stderr, "  attach: %s\n", diag.msg);
@@ -305,7 +306,7 @@ TEST(truncated_file_is_cleared) {
         T_LOG_HAS("truncated or extended; clearing it");
         ASSERT_EQ(st.disk_bytes_used, 0);
         ASSERT_OK(stat(t.path, &sb));
-        ASSERT_TRUE(sb.st_size > 4096 && (sb.st_size - 4096) % 4096 == 0);
+        ASSERT_TRUE(sb.st_size > 4096 && (sb.st_size - 4096) % 512 == 0);
         tier_dir_remove(&t);
         dse_model_free(m);
 }
