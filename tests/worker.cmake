@@ -3,6 +3,12 @@
 if(TARGET dsvisor-worker)
   dsv_test(NAME test-engine-kv SOURCES unit/test-engine-kv.c LIBS dse LABELS unit TIMEOUT 300)
   dsv_test(NAME test-engine-kv-disk SOURCES unit/test-engine-kv-disk.c LIBS dse LABELS unit TIMEOUT 300)
+  # libFuzzer target for the KV disk tier's file and index readers (scripts/fuzz.sh).
+  if(DSV_FUZZ)
+    dsv_add_fuzzer(fuzz-kv-disk fuzz/fuzz-kv-disk.c)
+    target_include_directories(fuzz-kv-disk PRIVATE ${CMAKE_SOURCE_DIR}/engine/src)
+    target_link_libraries(fuzz-kv-disk PRIVATE dse)
+  endif()
   dsv_test(NAME test-engine-spec SOURCES unit/test-engine-spec.c LIBS dse LABELS unit TIMEOUT 300)
   dsv_test(NAME test-worker-sched SOURCES unit/test-worker-sched.c LIBS dsv_worker_core LABELS unit TIMEOUT 300)
   dsv_test(NAME test-worker-spec SOURCES unit/test-worker-spec.c LIBS dsv_worker_core LABELS unit TIMEOUT 600)
