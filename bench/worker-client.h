@@ -269,6 +269,25 @@ static inline struct dsv_ipc_msg wc_tokens_request(uint64_t id, const int32_t *t
         return m;
 }
 
+/* Asks for stats (probe seq) and waits up to 10 s for the reply, skipping other messages. */
+static inline int wc_stats(struct wc *c, uint64_t seq, struct dsv_ipc_stats *ret) {
+        struct dsv_ipc_msg m = {.type = DSV_IPC_STATS};
+        m.u.probe.seq = seq;
+        int r = wc_send(c, &m);
+        for (int i = 0; r == 0 && i < 50; i++) {
+                struct dsv_ipc_msg x;
+                if (wc_recv(c, &x, 200) < 0)
+                        continue;
+                int hit = x.type == DSV_IPC_STATS_REPLY && x.u.stats.seq == seq;
+                if (hit)
+                        *ret = x.u.stats;
+                dsv_ipc_msg_done(&x);
+                if (hit)
+                        return 0;
+        }
+        return -ETIMEDOUT;
+}
+
 /* Waits up to timeout_s for pid; its wait status, or -ETIMEDOUT (still running). */
 static inline int wc_wait_exit(pid_t pid, double timeout_s) {
         double end = wc_now_s() + timeout_s;

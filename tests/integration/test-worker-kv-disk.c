@@ -52,24 +52,6 @@ static int run_one(struct worker *w, uint64_t id, const int32_t *ids, int n, int
         return wc_collect(&w->c, res, 1, 60) == 1 && res[id].reason[0] ? 0 : -ETIMEDOUT;
 }
 
-static int stats(struct worker *w, struct dsv_ipc_stats *ret) {
-        struct dsv_ipc_msg m = {.type = DSV_IPC_STATS};
-        m.u.probe.seq = 77;
-        int r = wc_send(&w->c, &m);
-        for (int i = 0; r == 0 && i < 50; i++) {
-                struct dsv_ipc_msg x;
-                if (wc_recv(&w->c, &x, 200) < 0)
-                        continue;
-                int hit = x.type == DSV_IPC_STATS_REPLY && x.u.stats.seq == 77;
-                if (hit)
-                        *ret = x.u.stats;
-                dsv_ipc_msg_done(&x);
-                if (hit)
-                        return 0;
-        }
-        return -ETIMEDOUT;
-}
-
 TEST(restarted_worker_serves_prefix_from_disk_as_cold) {
         char dir[300];
         snprintf(dir, sizeof dir, "%s/tier", wc_tmpdir());
@@ -91,7 +73,7 @@ TEST(restarted_worker_serves_prefix_from_disk_as_cold) {
                 ASSERT_OK(run_one(&w, 3, other, 250, 1));
         }
         struct dsv_ipc_stats st;
-        ASSERT_OK(stats(&w, &st));
+        ASSERT_OK(wc_stats(&w.c, 77, &st));
         ASSERT_TRUE(st.kv_disk_bytes_capacity > 0);
         ASSERT_TRUE(st.kv_disk_blocks_written >= 6);
         ASSERT_TRUE(st.kv_disk_bytes_used > 0);
@@ -107,7 +89,7 @@ TEST(restarted_worker_serves_prefix_from_disk_as_cold) {
                 ASSERT_EQ(res[4].tokens[t], cold.tokens[t]);
                 ASSERT_TRUE(res[4].logprob[t] == cold.logprob[t]);
         }
-        ASSERT_OK(stats(&w, &st));
+        ASSERT_OK(wc_stats(&w.c, 77, &st));
         ASSERT_EQ(st.prefix_disk_hit_tokens, 96);
         ASSERT_EQ(st.kv_disk_blocks_read, 6);
         ASSERT_EQ(st.prefix_hit_tokens, 96);
