@@ -501,34 +501,30 @@ int dse_kv_seq_attach_prefix_loading(struct dse_kv_cache *kv, int seq, const int
         kv->query_tokens += (int64_t)n_tokens;
         int32_t bt = kv->block_tokens, max_full = n_tokens ? (int32_t)((n_tokens - 1) / (size_t)bt) : 0;
         uint64_t key = 0;
-        int32_t i;
+        int32_t i, loaded = 0;
         for (i = 0; i < max_full; i++) {
                 const int32_t *ids = tokens + (size_t)i * bt;
                 uint64_t k = block_key(key, ids, bt);
                 int32_t b = table_find(kv, k, key, ids);
-                if (b == NIL)
-                        break;
-                if (kv->blocks[b].ref++ == 0)
-                        lru_remove(kv, b);
-                q->table[i] = b;
-                key = k;
-        }
-        /* The pool misses from block i on: the blocks the disk tier holds next come
-         * back into fresh pool blocks, entered in the prefix table like computed ones. */
-        int32_t loaded = 0;
-        for (; kv->disk && i < max_full && loaded < max_loads && kv->n_free + kv->n_lru > 0; i++) {
-                const int32_t *ids = tokens + (size_t)i * bt;
-                uint64_t k = block_key(key, ids, bt);
-                int32_t b = block_take(kv);
-                if (dse__kv_disk_load(kv->disk, k, key, ids, block_rows(kv, b)) < 0) {
-                        kv->blocks[b].ref = 0;
-                        kv->free_stack[kv->n_free++] = b;
-                        break;
+                if (b != NIL) {
+                        if (kv->blocks[b].ref++ == 0)
+                                lru_remove(kv, b);
+                } else {
+                        /* A pool miss: the disk tier's copy comes back into a fresh pool
+                         * block, entered in the prefix table like a computed one. */
+                        if (!kv->disk || loaded >= max_loads || kv->n_free + kv->n_lru == 0)
+                                break;
+                        b = block_take(kv);
+                        if (dse__kv_disk_load(kv->disk, k, key, ids, block_rows(kv, b)) < 0) {
+                                kv->blocks[b].ref = 0;
+                                kv->free_stack[kv->n_free++] = b;
+                                break;
+                        }
+                        table_insert(kv, b, k, key, ids);
+                        loaded++;
                 }
-                table_insert(kv, b, k, key, ids);
                 q->table[i] = b;
                 key = k;
-                loaded++;
         }
         q->n_blocks = q->n_keyed = i;
         q->last_key = key;
