@@ -278,6 +278,25 @@ TEST(tier_of_another_kv_type_is_cleared) {
         dse_model_free(m);
 }
 
+TEST(tier_of_another_model_is_cleared) {
+        struct tier_dir t;
+        int32_t p[N];
+        struct dse_model *m = tier_with_prompt(&t, p, DSE_KV_F32, 0);
+        ASSERT_TRUE(m);
+        dse_model_free(m);
+        m = fixture_model_open("qwen2-bf16-tied");
+        ASSERT_TRUE(m);
+        ids_for(p, N, dse_model_vocab_size(m), 0);
+        struct dse_kv_stats st;
+        t_log_start(DSE_LOG_INFO);
+        ASSERT_EQ(reopen_and_check(m, t.path, DSE_KV_F32, 0, p, &st), 0);
+        t_log_stop();
+        T_LOG_HAS("made for another model; clearing it");
+        ASSERT_EQ(st.disk_bytes_used, 0);
+        tier_dir_remove(&t);
+        dse_model_free(m);
+}
+
 TEST(restart_of_same_identity_reuses_tier) {
         struct tier_dir t;
         int32_t p[N];
