@@ -107,6 +107,7 @@
 #include "dse_internal.h"
 #include "dsv_platform.h"
 #include "read_probe.h"
+#include "kv_tier_bench.h"
 #include "spec_bench.h"
 #include "thread_scaling.h"
 
@@ -1274,7 +1275,9 @@ static void usage(void) {
                 "       dsvisor-bench gguf --preset P --format f32|f16|q8_0|q4_0 [--layers N] --out FILE (bench/gguf_bench.c)\n"
                 "       dsvisor-bench grammar --tokenizer FILE [--corpus DIR] [--dsvisor PATH] [--json]\n"
                 "       dsvisor-bench spec --preset P --format F [--layers N] [--threads T] [--serve-model DIR]\n"
-                "           [--held-out FILE] [--passages N] [--max-tokens N] [--json] (bench/spec_bench.c)\n");
+                "           [--held-out FILE] [--passages N] [--max-tokens N] [--json] (bench/spec_bench.c)\n"
+                "       dsvisor-bench kvtier --preset P --format F [--layers N] [--threads T] [--prefix 4096]\n"
+                "           [--tier-dir DIR] [--chat CONVS,TURNS,TOKENS] [--json] (bench/kv_tier_bench.c)\n");
         exit(2);
 }
 
@@ -1284,9 +1287,13 @@ int main(int argc, char **argv) {
         if (argc >= 2 && strcmp(argv[1], "gguf") == 0)
                 return dsv_bench_gguf(argc, argv);
         if (argc < 2 || (strcmp(argv[1], "model") != 0 && strcmp(argv[1], "weights") != 0 &&
-                         strcmp(argv[1], "spec") != 0))
+                         strcmp(argv[1], "spec") != 0 && strcmp(argv[1], "kvtier") != 0))
                 usage();
         int weights_mode = strcmp(argv[1], "weights") == 0, spec_mode = strcmp(argv[1], "spec") == 0;
+        int kvtier_mode = strcmp(argv[1], "kvtier") == 0;
+        struct kv_tier_bench_opts kvtier = {.prefix_tokens = 4096, .chat_convs = 3, .chat_turns = 3,
+                                            .chat_turn_tokens = 256};
+        int chat[3];
         struct spec_bench_opts spec = {.serve_model = "models/default", .held_out = NULL,
                                        .n_passages = 24, .max_tokens = 64};
         const char *preset = NULL, *format = NULL, *gguf = NULL;
@@ -1336,6 +1343,14 @@ int main(int argc, char **argv) {
                 else if (strcmp(a, "--kv-dtype") == 0) {
                         if (dse_kv_dtype_parse(v, &kv_dtype, NULL) < 0)
                                 usage();
+                } else if (kvtier_mode && strcmp(a, "--prefix") == 0 && atoi(v) >= 16)
+                        kvtier.prefix_tokens = atoi(v) / 16 * 16;
+                else if (kvtier_mode && strcmp(a, "--tier-dir") == 0)
+                        kvtier.tier_dir = v;
+                else if (kvtier_mode && strcmp(a, "--chat") == 0 && parse_list(v, chat, 3, 0) == 3) {
+                        kvtier.chat_convs = chat[0];
+                        kvtier.chat_turns = chat[1];
+                        kvtier.chat_turn_tokens = chat[2];
                 } else if (spec_mode && strcmp(a, "--serve-model") == 0)
                         spec.serve_model = v;
                 else if (spec_mode && strcmp(a, "--held-out") == 0)
@@ -1421,6 +1436,15 @@ int main(int argc, char **argv) {
         double load_s = now_s() - t0, pmd_share = pmd_share_of(m);
         if (gguf)
                 hp = *dse__model_hparams(m);
+        if (kvtier_mode) {
+                if (!kvtier.tier_dir)
+                        kvtier.tier_dir = dir;
+                r = kv_tier_bench_run(m, pool, preset, format, threads, json, &kvtier);
+                dse_model_free(m);
+                dsv_hugepages_image_done(&img);
+                dse_pool_free(pool);
+                return r < 0 ? 1 : 0;
+        }
         if (spec_mode) {
                 r = spec_bench_run(m, pool, preset, format, threads, json, &spec);
                 dse_model_free(m);

@@ -201,6 +201,8 @@ struct wc_result {
         double itl[WC_MAX_OUT]; /* gaps between token events */
         int n_itl;
         int n_logprobs;
+        float logprob[WC_MAX_OUT]; /* each token's own */
+        int cached_tokens;  /* final's: prompt tokens the worker's KV cache supplied */
 };
 
 /* Receives events into res[id] (ids < WC_MAX_REQ) until n_expected requests are done
@@ -229,12 +231,15 @@ static inline int wc_collect(struct wc *c, struct wc_result *res, int n_expected
                                 r->t_last = t;
                                 r->n_tokens++;
                                 r->n_logprobs = (int)m.u.token.n_top;
+                                if (r->n_tokens <= WC_MAX_OUT)
+                                        r->logprob[r->n_tokens - 1] = m.u.token.logprob;
                                 strncat(r->text, m.u.token.text ? m.u.token.text : "",
                                         sizeof r->text - strlen(r->text) - 1);
                         } else {
-                                if (m.type == DSV_IPC_FINAL)
+                                if (m.type == DSV_IPC_FINAL) {
                                         snprintf(r->reason, sizeof r->reason, "%s", m.u.final.finish_reason);
-                                else {
+                                        r->cached_tokens = m.u.final.cached_tokens;
+                                } else {
                                         r->error = (int)m.u.error.code + 1;
                                         snprintf(r->message, sizeof r->message, "%s",
                                                  m.u.error.message ? m.u.error.message : "");
@@ -262,6 +267,25 @@ static inline struct dsv_ipc_msg wc_tokens_request(uint64_t id, const int32_t *t
         m.u.request.sampling.seed = seed;
         m.u.request.sampling.has_seed = 1;
         return m;
+}
+
+/* Asks for stats (probe seq) and waits up to 10 s for the reply, skipping other messages. */
+static inline int wc_stats(struct wc *c, uint64_t seq, struct dsv_ipc_stats *ret) {
+        struct dsv_ipc_msg m = {.type = DSV_IPC_STATS};
+        m.u.probe.seq = seq;
+        int r = wc_send(c, &m);
+        for (int i = 0; r == 0 && i < 50; i++) {
+                struct dsv_ipc_msg x;
+                if (wc_recv(c, &x, 200) < 0)
+                        continue;
+                int hit = x.type == DSV_IPC_STATS_REPLY && x.u.stats.seq == seq;
+                if (hit)
+                        *ret = x.u.stats;
+                dsv_ipc_msg_done(&x);
+                if (hit)
+                        return 0;
+        }
+        return -ETIMEDOUT;
 }
 
 /* Waits up to timeout_s for pid; its wait status, or -ETIMEDOUT (still running). */

@@ -139,6 +139,17 @@ for name in sorted(os.listdir(sys.argv[1]))[::8]:
         open(os.path.join(sys.argv[2], name), "wb").write(out)
 PY
       ;;
+    fuzz-kv-disk)
+      # byte 0: 2 re-seal (| 1 the index) | 4 truncate; the identity is the target's own
+      python3 - "$d" <<'PY'
+import struct, sys
+head = b"DSVKVTR1" + struct.pack("<IIiiiiQQQ", 1, 2, 0, 4, 1, 16, 64, 4, 512)
+open(sys.argv[1] + "/header", "wb").write(b"\x02" + head + b"\0" * 8)
+open(sys.argv[1] + "/header-truncated", "wb").write(b"\x06" + head + b"\0" * 8)
+entry = struct.pack("<QQII", 7, 0, 0, 0) + struct.pack("<QQII", 9, 7, 3, 0)
+open(sys.argv[1] + "/index", "wb").write(b"\x03" + b"DSVKVIX1" + struct.pack("<IIQII", 0, 0, 2, 0, 0) + entry)
+PY
+      ;;
     fuzz-load-sse)
       printf '%s' $'\x20data: {"choices":[{"text":"hi","finish_reason":null}]}\n\ndata: {"error":{"message":"m","type":"server_error","code":"worker_lost"}}\r\n\r\n: c\ndata: [DONE]\n\n' >"$d/stream.txt" ;;
   esac
@@ -168,6 +179,7 @@ reached_functions() {
     fuzz-gateway-chat-output) echo dsv__gw_think_push dsv__gw_tools_push parse_section/tool_calls.c json_call/tool_calls.c scan_content/tool_calls.c dsv__gw_tools_read_json_calls dsv__gw_chat_out_delta ;;
     fuzz-gateway-http) echo dsv__gw_strict_target_ok dsv__gw_strict_request scan_field/http_strict.c dsv__gw_json_strict dsv__gw_request_parse dsv__gw_tokenize ;;
     fuzz-load-sse) echo load_sse_feed load_answer_classify ;;
+    fuzz-kv-disk) echo dse__kv_disk_open load_index/kv_disk.c dse__kv_disk_load ;;
     fuzz-chat-template) echo dse__jinja_parse parse_body/jinja_parse.c dse__jinja_render eval/jinja_eval.c apply_filter binop/jinja_eval.c ;;
     fuzz-tokenizer-load)
       echo dse__tok_bpe_init parse_model/tok_bpe.c parse_normalizer parse_pretokenizer parse_decoder \

@@ -175,6 +175,14 @@ static void print_text(const cJSON *j) {
                        num(in, "restarts"), num(in, "uptime_s"));
                 printf("  involuntary context switches/s %s, migrations/s %s\n", invol, migr);
                 print_drift(cJSON_GetObjectItemCaseSensitive(in, "drift"));
+                const cJSON *kd = cJSON_GetObjectItemCaseSensitive(in, "kv_disk");
+                if (kd)
+                        printf("  KV disk tier%s: %.0f of %.0f MiB; blocks written %.0f, read %.0f, dropped %.0f, "
+                               "corrupt %.0f; prefix hit tokens RAM %.0f, disk %.0f\n",
+                               cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(kd, "failed")) ? " (OFF after an I/O error)" : "",
+                               num(kd, "bytes_used") / 1048576, num(kd, "bytes_capacity") / 1048576,
+                               num(kd, "blocks_written"), num(kd, "blocks_read"), num(kd, "blocks_dropped"),
+                               num(kd, "blocks_corrupt"), num(kd, "hit_tokens_ram"), num(kd, "hit_tokens_disk"));
                 const cJSON *l;
                 cJSON_ArrayForEach(l, cJSON_GetObjectItemCaseSensitive(in, "limits")) {
                         bool on = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(l, "in_effect"));

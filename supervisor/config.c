@@ -52,6 +52,9 @@ static const struct opt_def opts[] = {
         {"spec-k-min", K_INT, F(spec_k_min), 0, 8, "fewest drafts a sequence verifies per step (worker default)"},
         {"spec-k-max", K_INT, F(spec_k_max), 0, 8, "most drafts a sequence verifies per step (worker default)"},
         {"kv-dtype", K_KV_DTYPE, F(kv_dtype), 0, 0, "KV cache element type: f32 | bf16 | fp8 | int8 (bf16)"},
+        {"kv-disk", K_STR, F(kv_disk), 0, 0,
+         "directory of a second KV tier per instance (DIR/INSTANCE.kvtier; absolute; with kv-disk-gib)"},
+        {"kv-disk-gib", K_INT, F(kv_disk_gib), 0, 1 << 20, "size of each instance's KV tier file"},
         {"max-queue", K_INT, F(max_queue), 1, 100000, "requests waiting per instance before 429 (32)"},
         {"max-connections", K_INT, F(max_connections), 16, 1000000, "HTTP connections before 503 (512)"},
         {"memory-max-mib", K_MIB, F(memory_max_bytes), 0, 1L << 30, "memory.max per instance (0: none)"},
@@ -262,6 +265,14 @@ static int check_config(const struct sup_config *cfg, char *err, size_t err_size
         }
         if (cfg->runtime_dir[0] && cfg->runtime_dir[0] != '/') {
                 snprintf(err, err_size, "runtime-dir: '%s' is not an absolute path", cfg->runtime_dir);
+                return -EINVAL;
+        }
+        if (!cfg->kv_disk[0] != (cfg->kv_disk_gib == 0)) {
+                snprintf(err, err_size, "kv-disk and kv-disk-gib go together");
+                return -EINVAL;
+        }
+        if (cfg->kv_disk[0] && cfg->kv_disk[0] != '/') {
+                snprintf(err, err_size, "kv-disk: '%s' is not an absolute path", cfg->kv_disk);
                 return -EINVAL;
         }
         if (cfg->model_id[0] && cfg->served_model_names[0]) {
@@ -523,6 +534,8 @@ static const struct {
         {"spec-k-min", SUP_RELOAD_NEW_WORKERS, NULL},
         {"spec-k-max", SUP_RELOAD_NEW_WORKERS, NULL},
         {"kv-dtype", SUP_RELOAD_NEW_WORKERS, NULL},
+        {"kv-disk", SUP_RELOAD_NEW_WORKERS, NULL},
+        {"kv-disk-gib", SUP_RELOAD_NEW_WORKERS, NULL},
         {"memory-max-mib", SUP_RELOAD_NEW_WORKERS, NULL},
         {"allow-unenforced", SUP_RELOAD_FULL_RESTART, "it decides only whether dsvisor start may begin"},
         {"restart-limit", SUP_RELOAD_AT_ONCE, NULL},

@@ -128,8 +128,8 @@ int sup_instance_spawn(struct sup_instance *in) {
         const struct sup_config *cfg = in->env->cfg;
         const char *worker = in->env->worker_path;
         int wfd = in->weights->img.fd;
-        char fdarg[16], threads[16], grace[16], nctx[16], batch[16], kvmem[16], kmin[16], kmax[16];
-        const char *argv[32];
+        char fdarg[16], threads[16], grace[16], nctx[16], batch[16], kvmem[16], kmin[16], kmax[16], kvdisk[16];
+        const char *argv[40];
         int a = 0;
         snprintf(fdarg, sizeof fdarg, "%d", wfd);
         snprintf(threads, sizeof threads, "%d", in->n_threads);
@@ -183,6 +183,13 @@ int sup_instance_spawn(struct sup_instance *in) {
         if (cfg->kv_dtype[0]) {
                 argv[a++] = "--kv-dtype";
                 argv[a++] = cfg->kv_dtype;
+        }
+        if (cfg->kv_disk[0]) {
+                snprintf(kvdisk, sizeof kvdisk, "%d", cfg->kv_disk_gib);
+                argv[a++] = "--kv-disk";
+                argv[a++] = cfg->kv_disk;
+                argv[a++] = "--kv-disk-gib";
+                argv[a++] = kvdisk;
         }
         if (sup_log_format() == DSV_LOG_FORMAT_JSON) {
                 argv[a++] = "--log-format";

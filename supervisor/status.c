@@ -102,6 +102,18 @@ static cJSON *instance_json(const struct sup_instance *in, const struct sup_drif
         bool have = gw && dsv_gateway_instance_stats(gw, in->gw_id, &gs) == 0;
         cJSON_AddNumberToObject(o, "queue_depth", have ? (double)gs.waiting : -1);
         cJSON_AddNumberToObject(o, "running", have ? (double)gs.running : -1);
+        if (have && gs.kv_disk_bytes_capacity > 0) {
+                cJSON *d = cJSON_AddObjectToObject(o, "kv_disk");
+                cJSON_AddNumberToObject(d, "bytes_used", (double)gs.kv_disk_bytes_used);
+                cJSON_AddNumberToObject(d, "bytes_capacity", (double)gs.kv_disk_bytes_capacity);
+                cJSON_AddNumberToObject(d, "blocks_written", (double)gs.kv_disk_blocks_written);
+                cJSON_AddNumberToObject(d, "blocks_read", (double)gs.kv_disk_blocks_read);
+                cJSON_AddNumberToObject(d, "blocks_dropped", (double)gs.kv_disk_blocks_dropped);
+                cJSON_AddNumberToObject(d, "blocks_corrupt", (double)gs.kv_disk_blocks_corrupt);
+                cJSON_AddNumberToObject(d, "hit_tokens_ram", (double)(gs.prefix_hit_tokens - gs.prefix_disk_hit_tokens));
+                cJSON_AddNumberToObject(d, "hit_tokens_disk", (double)gs.prefix_disk_hit_tokens);
+                cJSON_AddBoolToObject(d, "failed", gs.kv_disk_failed);
+        }
         cJSON_AddNumberToObject(o, "restarts", in->restarts);
         cJSON_AddNumberToObject(o, "uptime_s",
                                 in->pid && in->state != SUP_STATE_BACKOFF ? (double)(now - in->started_ms) / 1000.0

@@ -93,6 +93,8 @@ struct sup_config {
         char speculative[16];        /* --speculative for the workers; "": theirs (off) */
         int spec_k_min, spec_k_max;  /* 0: the worker's default */
         char kv_dtype[8];            /* --kv-dtype for the workers; "": theirs (bf16) */
+        char kv_disk[PATH_MAX];      /* --kv-disk: each worker's disk tier, DIR/INSTANCE.kvtier; "": none */
+        int kv_disk_gib;             /* --kv-disk-gib: each tier file's size */
         int max_queue;               /* admitted requests waiting per instance; beyond: 429 */
         int max_connections;         /* HTTP connections; beyond: 503 from the accept path */
         uint64_t memory_max_bytes;   /* per-instance memory.max; 0: none */

@@ -2,6 +2,13 @@
 # dsvisor-worker end to end over IPC.
 if(TARGET dsvisor-worker)
   dsv_test(NAME test-engine-kv SOURCES unit/test-engine-kv.c LIBS dse LABELS unit TIMEOUT 300)
+  dsv_test(NAME test-engine-kv-disk SOURCES unit/test-engine-kv-disk.c LIBS dse LABELS unit TIMEOUT 300)
+  # libFuzzer target for the KV disk tier's file and index readers (scripts/fuzz.sh).
+  if(DSV_FUZZ)
+    dsv_add_fuzzer(fuzz-kv-disk fuzz/fuzz-kv-disk.c)
+    target_include_directories(fuzz-kv-disk PRIVATE ${CMAKE_SOURCE_DIR}/engine/src)
+    target_link_libraries(fuzz-kv-disk PRIVATE dse)
+  endif()
   dsv_test(NAME test-engine-spec SOURCES unit/test-engine-spec.c LIBS dse LABELS unit TIMEOUT 300)
   dsv_test(NAME test-worker-sched SOURCES unit/test-worker-sched.c LIBS dsv_worker_core LABELS unit TIMEOUT 300)
   dsv_test(NAME test-worker-spec SOURCES unit/test-worker-spec.c LIBS dsv_worker_core LABELS unit TIMEOUT 600)
@@ -11,6 +18,10 @@ if(TARGET dsvisor-worker)
   dsv_test(NAME test-worker-ipc SOURCES integration/test-worker-ipc.c LIBS dse dsv_ipc LABELS integration TIMEOUT 300)
   add_dependencies(test-worker-ipc dsvisor-worker)
   target_include_directories(test-worker-ipc PRIVATE ${CMAKE_SOURCE_DIR}/bench) # worker-client.h
+  dsv_test(NAME test-worker-kv-disk SOURCES integration/test-worker-kv-disk.c LIBS dse dsv_ipc LABELS integration
+           TIMEOUT 300)
+  add_dependencies(test-worker-kv-disk dsvisor-worker)
+  target_include_directories(test-worker-kv-disk PRIVATE ${CMAKE_SOURCE_DIR}/bench) # worker-client.h
 endif()
 # Text, stop strings and chat need a tokenizer: the bundled default model, once it is in
 # the tree (models/default).

@@ -24,6 +24,9 @@ static void usage(FILE *out) {
                 "  --kv-mem-mib MIB    KV pool size (default: max-batch full contexts)\n"
                 "  --kv-dtype T        KV cache element type: f32, bf16, fp8 (e4m3) or int8, the last two with\n"
                 "                      a float scale per head or latent group (default: $DSV_KV, else bf16)\n"
+                "  --kv-disk DIR       a second KV tier: prefix blocks evicted from the pool go to\n"
+                "                      DIR/INSTANCE.kvtier and come back on a hit, across restarts\n"
+                "  --kv-disk-gib N     the tier file's size (required with --kv-disk)\n"
                 "  --grace-ms MS       SIGTERM drain time before in-flight requests fail (default 10000)\n"
                 "  --max-queue N       waiting requests before 'overloaded' (default 256)\n"
                 "  --instance NAME     name in log lines\n"
@@ -86,7 +89,7 @@ static int parse_cpus(const char *s, int *cpus, int max, int *ret_n) {
 int worker_parse_args(int argc, char **argv, struct worker_config *cfg) {
         enum { O_MODEL = 256, O_MODEL_FD, O_LISTEN, O_THREADS, O_CPUS, O_NCTX, O_BATCH, O_BUDGET, O_KVMEM, O_GRACE,
                O_QUEUE, O_INSTANCE, O_AMX, O_HELP, O_SPEC, O_SPEC_KMIN, O_SPEC_KMAX, O_SPEC_STEP, O_CHAT_TEMPLATE, O_KVDTYPE, O_LOG_FORMAT,
-               O_FAST_FORWARD };
+               O_FAST_FORWARD, O_KVDISK, O_KVDISK_GIB };
         static const struct option opts[] = {
                 {"model", required_argument, NULL, O_MODEL},       {"model-fd", required_argument, NULL, O_MODEL_FD},
                 {"listen", required_argument, NULL, O_LISTEN},     {"threads", required_argument, NULL, O_THREADS},
@@ -102,6 +105,8 @@ int worker_parse_args(int argc, char **argv, struct worker_config *cfg) {
                 {"kv-dtype", required_argument, NULL, O_KVDTYPE},
                 {"log-format", required_argument, NULL, O_LOG_FORMAT},
                 {"fast-forward", required_argument, NULL, O_FAST_FORWARD},
+                {"kv-disk", required_argument, NULL, O_KVDISK},
+                {"kv-disk-gib", required_argument, NULL, O_KVDISK_GIB},
                 {0},
         };
         *cfg = (struct worker_config){.model_fd = -1, .n_threads = 1, .max_batch = 8, .token_budget = 256,
@@ -139,6 +144,8 @@ int worker_parse_args(int argc, char **argv, struct worker_config *cfg) {
                 case O_CHAT_TEMPLATE: cfg->chat_template_path = optarg; break;
                 case O_KVDTYPE: r = dse_kv_dtype_parse(optarg, &cfg->kv_dtype, NULL); break;
                 case O_LOG_FORMAT: r = dsv_log_format_parse(optarg, &cfg->log_format); break;
+                case O_KVDISK: cfg->kv_disk_dir = optarg; r = *optarg ? 0 : -EINVAL; break;
+                case O_KVDISK_GIB: r = parse_int(optarg, 1, 1 << 20, &cfg->kv_disk_gib); break;
                 case O_HELP: usage(stdout); exit(0);
                 default: r = -EINVAL; break;
                 }
@@ -165,6 +172,15 @@ int worker_parse_args(int argc, char **argv, struct worker_config *cfg) {
         if (r == 0 && cfg->spec.k_min > cfg->spec.k_max) {
                 fprintf(stderr, "dsvisor-worker: --spec-k-min %d is above --spec-k-max %d\n", cfg->spec.k_min,
                         cfg->spec.k_max);
+                r = -EINVAL;
+        }
+        if (r == 0 && !cfg->kv_disk_dir != !cfg->kv_disk_gib) {
+                fprintf(stderr, "dsvisor-worker: --kv-disk and --kv-disk-gib go together\n");
+                r = -EINVAL;
+        }
+        if (r == 0 && cfg->kv_disk_dir && strchr(cfg->instance, '/')) {
+                fprintf(stderr, "dsvisor-worker: --instance '%s' names the --kv-disk file and must not hold '/'\n",
+                        cfg->instance);
                 r = -EINVAL;
         }
         if (r < 0)

@@ -40,6 +40,7 @@ struct rq {
         struct dsv_ipc_logit_bias *bias;
         size_t n_bias;
         double t_arrival, t_sched, t_first; /* monotonic seconds; 0: not yet */
+        int32_t n_cached;          /* prompt tokens the KV cache supplied at first admission */
         struct spec_seq spec;
         int32_t draft[SPEC_K_LIMIT]; /* this step's drafts (also at tokens[n_tokens..]) */
 };
@@ -255,6 +256,7 @@ static void finish(struct sched *s, int slot, const char *reason) {
         m.u.final.finish_reason = (char *)reason;
         m.u.final.prompt_tokens = r->n_prompt;
         m.u.final.completion_tokens = r->n_gen;
+        m.u.final.cached_tokens = r->n_cached;
         double sched_t = r->t_sched > 0 ? r->t_sched : now, first = r->t_first > 0 ? r->t_first : now;
         m.u.final.queue_s = sched_t - r->t_arrival;
         m.u.final.prefill_s = first - sched_t;
@@ -547,7 +549,8 @@ static int plan_admit(struct sched *s, struct step_plan *p, int slot, double now
         int seq = dse_kv_seq_open(s->kv);
         if (seq < 0)
                 return seq;
-        int cached = dse_kv_seq_attach_prefix(s->kv, seq, r->tokens, (size_t)r->n_tokens);
+        /* blocks the disk tier brings back come out of what this step leaves free */
+        int cached = dse_kv_seq_attach_prefix_loading(s->kv, seq, r->tokens, (size_t)r->n_tokens, available(s, p));
         if (cached < 0) {
                 dse_kv_seq_close(s->kv, seq);
                 return cached;
@@ -561,8 +564,10 @@ static int plan_admit(struct sched *s, struct step_plan *p, int slot, double now
         r->seq = seq;
         r->n_computed = cached;
         r->state = RQ_RUNNING;
-        if (r->t_sched == 0)
+        if (r->t_sched == 0) {
                 r->t_sched = now;
+                r->n_cached = cached < r->n_prompt ? cached : r->n_prompt;
+        }
         s->entries[p->n++] = (struct step_entry){slot, chunk, 0, need};
         p->budget -= chunk;
         p->reserved += need;
@@ -968,6 +973,7 @@ void sched_get_stats(const struct sched *s, struct sched_stats *st) {
                 kst.prefix_query_tokens > 0 ? (double)kst.prefix_hit_tokens / (double)kst.prefix_query_tokens : 0;
         st->prefix_query_tokens = kst.prefix_query_tokens;
         st->prefix_hit_tokens = kst.prefix_hit_tokens;
+        st->kv = kst;
         st->preemptions = s->preemptions;
         st->steps = s->steps;
         st->step_tokens = s->step_tokens;

@@ -58,6 +58,7 @@ struct sched_stats {
         int32_t kv_blocks_used, kv_blocks_total;
         double prefix_hit_rate;
         int64_t prefix_query_tokens, prefix_hit_tokens; /* since start: looked up, found */
+        struct dse_kv_stats kv; /* the cache's own, with its disk tier's */
         int64_t preemptions;
         int64_t steps, step_tokens; /* engine steps and tokens they carried */
         int64_t step_tokens_buckets[DSV_IPC_STEP_TOKEN_BUCKETS + 1]; /* steps by tokens (dsv_ipc_step_token_bounds) */

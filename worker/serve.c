@@ -44,6 +44,35 @@ void wlog(int prio, const char *fmt, ...) {
 
 /* ---- engine ---- */
 
+/* The engine's own log lines (the KV disk tier's, a model's NaN weights) at our
+ * prefixes; its debug level stays quiet. */
+static void engine_log(enum dse_log_level level, const char *msg, void *user) {
+        (void)user;
+        if (level != DSE_LOG_DEBUG)
+                wlog(level == DSE_LOG_ERROR ? 3 : level == DSE_LOG_WARN ? 4 : 6, "%s", msg);
+}
+
+/* Puts the disk tier under the pool: DIR/INSTANCE.kvtier. A directory that cannot be
+ * used is a start-up error; a tier that cannot be made there (a full disk) is a
+ * warning, and the worker serves from the pool alone. */
+static int attach_kv_disk(const struct worker_config *cfg, struct worker_engine *e) {
+        char path[4096];
+        if (snprintf(path, sizeof path, "%s/%s.kvtier", cfg->kv_disk_dir, cfg->instance) >= (int)sizeof path) {
+                wlog(3, "--kv-disk %s: path too long", cfg->kv_disk_dir);
+                return -ENAMETOOLONG;
+        }
+        struct dse_diag diag = {{0}};
+        struct dse_kv_disk_config dc = {path, (uint64_t)cfg->kv_disk_gib << 30, 0};
+        int r = dse_kv_cache_attach_disk(e->kv, e->model, &dc, &diag);
+        if (r == -ENOENT || r == -ENOTDIR || r == -EACCES || r == -EROFS || r == -EBUSY) {
+                wlog(3, "--kv-disk: %s", diag.msg);
+                return r;
+        }
+        if (r < 0)
+                wlog(4, "%s; serving without the disk tier", diag.msg);
+        return 0;
+}
+
 void worker_engine_done(struct worker_engine *e) {
         dse_batch_free(e->batch);
         dse_kv_cache_free(e->kv);
@@ -59,6 +88,7 @@ int worker_engine_load(const struct worker_config *cfg, struct worker_engine *e)
         char path[4096];
         int r;
         memset(e, 0, sizeof *e);
+        dse_log_set(engine_log, NULL);
         double t0 = worker_mono_s();
         if (cfg->model_fd >= 0) {
                 r = dse_model_open_fd(cfg->model_fd, DSE_MODEL_POPULATE, &e->model, &diag);
@@ -146,6 +176,8 @@ int worker_engine_load(const struct worker_config *cfg, struct worker_engine *e)
                 wlog(3, "Failed to set up the KV cache and batch: %s", diag.msg);
                 goto fail;
         }
+        if (cfg->kv_disk_dir && (r = attach_kv_disk(cfg, e)) < 0)
+                goto fail;
         e->model_s = t1 - t0;
         e->tokenizer_s = t2 - t1;
         e->kv_s = worker_mono_s() - t2; /* with the compute threads */
@@ -442,6 +474,14 @@ static void publish_stats(struct server *sv) {
                 .kv_bytes_per_token = (int64_t)dse_kv_cache_bytes_per_token(sv->e->kv),
                 .prefix_query_tokens = st.prefix_query_tokens,
                 .prefix_hit_tokens = st.prefix_hit_tokens,
+                .kv_disk_bytes_used = st.kv.disk_bytes_used,
+                .kv_disk_bytes_capacity = st.kv.disk_bytes_capacity,
+                .kv_disk_blocks_written = st.kv.disk_blocks_written,
+                .kv_disk_blocks_read = st.kv.disk_blocks_read,
+                .kv_disk_blocks_dropped = st.kv.disk_blocks_dropped,
+                .kv_disk_blocks_corrupt = st.kv.disk_blocks_corrupt,
+                .prefix_disk_hit_tokens = st.kv.disk_hit_tokens,
+                .kv_disk_failed = st.kv.disk_state == DSE_KV_DISK_FAILED,
                 .steps = st.steps,
                 .step_tokens = st.step_tokens,
         };

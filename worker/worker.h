@@ -23,6 +23,8 @@ struct worker_config {
         int token_budget;       /* --token-budget */
         int kv_mem_mib;         /* --kv-mem-mib, 0: enough for max_batch full contexts */
         enum dse_kv_dtype kv_dtype; /* --kv-dtype, else $DSV_KV, else bf16 */
+        const char *kv_disk_dir; /* --kv-disk: the disk tier's directory, NULL: none */
+        int kv_disk_gib;         /* --kv-disk-gib: its file's size */
         int grace_ms;           /* --grace-ms */
         int max_queue;          /* --max-queue */
         const char *instance;   /* --instance */

@@ -663,7 +663,30 @@ struct dse_kv_stats {
         int32_t n_cached;          /* unreferenced but still holding a hashed prefix */
         int32_t n_seqs;            /* open sequences */
         int64_t prefix_query_tokens; /* tokens offered to dse_kv_seq_attach_prefix */
-        int64_t prefix_hit_tokens;   /* of which found in the cache */
+        int64_t prefix_hit_tokens;   /* of which found in the cache (either tier) */
+        /* the disk tier (dse_kv_cache_attach_disk); all 0 without one */
+        int32_t disk_state;           /* enum dse_kv_disk_state */
+        int64_t disk_bytes_used, disk_bytes_capacity;
+        int64_t disk_blocks_written;  /* spills written to the file */
+        int64_t disk_blocks_read;     /* blocks brought back into the pool */
+        int64_t disk_blocks_dropped;  /* spills dropped: the writer's queue was full */
+        int64_t disk_blocks_corrupt;  /* slots that failed their checksum (never served) */
+        int64_t disk_hit_tokens;      /* of prefix_hit_tokens, read from the disk tier */
+};
+
+enum dse_kv_disk_state {
+        DSE_KV_DISK_NONE,   /* no disk tier */
+        DSE_KV_DISK_ON,
+        DSE_KV_DISK_FAILED, /* turned off by an I/O error (logged); the RAM pool goes on */
+};
+
+/* Test hooks of the disk tier's writer: the next slot write fails with EIO, or the
+ * process exits (status 0) right after a slot write, before the index is published
+ * (a worker killed mid-write). */
+enum dse_kv_disk_fault {
+        DSE_KV_DISK_FAULT_NONE,
+        DSE_KV_DISK_FAULT_WRITE_EIO,
+        DSE_KV_DISK_FAULT_EXIT_BEFORE_INDEX,
 };
 
 /* mem_bytes: the pool's budget (the block count is mem_bytes / block bytes);
@@ -694,6 +717,33 @@ int dse_kv_cache_n_available(const struct dse_kv_cache *kv);
  * memory runs out, -EOPNOTSUPP before Linux 5.14. */
 int dse_kv_cache_prefault(struct dse_kv_cache *kv, struct dse_diag *reterr);
 
+/* A second tier below the RAM pool: full prefix blocks the pool evicts are copied to a
+ * queue and written by a thread of the cache's own into path, a file preallocated to
+ * `bytes` (slots of one block each, least recently used reused first), with its index
+ * in path + ".index" (written to a temporary file, synced and renamed). A prefix lookup
+ * (dse_kv_seq_attach_prefix) that misses the pool reads the following blocks back from
+ * the file before evaluation starts. Every slot carries a CRC32C and its block's key and
+ * token ids, checked on every read: a torn or damaged slot is dropped, never served. The
+ * file's header names the model (its header checksum), the tokenizer, the KV type and
+ * the block layout: a cache of the same identity reuses the file after a restart,
+ * anything else (or a truncated or damaged file) clears it with a log line. An I/O error
+ * later turns the tier off with a warning (stats: DSE_KV_DISK_FAILED); the pool goes on.
+ * A spill never waits: a full queue drops it (disk_blocks_dropped). */
+struct dse_kv_disk_config {
+        const char *path;
+        uint64_t bytes;   /* the file's size; at least one block's slot */
+        int queue_blocks; /* spills waiting for the writer; 0: 32 */
+};
+/* -EINVAL (arguments, or a tier already attached), -ENOSPC (the file cannot be
+ * preallocated, or bytes hold no slot), -EBUSY (another process uses the file), or the
+ * file system's error; the cache is unchanged on failure. */
+int dse_kv_cache_attach_disk(struct dse_kv_cache *kv, const struct dse_model *model,
+                             const struct dse_kv_disk_config *cfg, struct dse_diag *reterr);
+/* Waits until the disk tier has written every queued spill and published its index (a
+ * no-op without a tier). */
+void dse_kv_cache_disk_flush(struct dse_kv_cache *kv);
+void dse_kv_cache_disk_set_fault(struct dse_kv_cache *kv, enum dse_kv_disk_fault fault);
+
 /* Opens an empty sequence: its id (>= 0), or -EBUSY when every slot is taken. */
 int dse_kv_seq_open(struct dse_kv_cache *kv);
 /* Drops the sequence's block references; its full blocks stay cached for reuse. */
@@ -704,6 +754,10 @@ int dse_kv_seq_len(const struct dse_kv_cache *kv, int seq);
  * start of tokens, leaving at least one token to evaluate (its logits are needed).
  * Returns the number of tokens now held (a multiple of block_tokens), or -EINVAL. */
 int dse_kv_seq_attach_prefix(struct dse_kv_cache *kv, int seq, const int32_t *tokens, size_t n_tokens);
+/* As dse_kv_seq_attach_prefix, taking at most max_loads pool blocks for blocks read back
+ * from the disk tier (the caller's free blocks; dse_kv_seq_attach_prefix: all). */
+int dse_kv_seq_attach_prefix_loading(struct dse_kv_cache *kv, int seq, const int32_t *tokens, size_t n_tokens,
+                                     int max_loads);
 /* Blocks the sequence must newly take to hold n_tokens more positions. */
 int dse_kv_seq_blocks_needed(const struct dse_kv_cache *kv, int seq, size_t n_tokens);
 /* After a dse_batch_verify that carried n_draft draft tokens of seq: keeps

@@ -16,6 +16,7 @@
 #include "internal.h"
 #include "kernels/kernels.h"
 #include "kv.h"
+#include "kv_disk.h"
 
 #define NIL (-1)
 
@@ -55,7 +56,8 @@ struct dse_kv_cache {
         uint32_t bucket_mask;
         struct kv_seq *seqs;       /* (max_seqs) */
         int32_t *seq_mem;          /* backing of every seq's table and tokens */
-        int64_t query_tokens, hit_tokens;
+        int64_t query_tokens, hit_tokens, disk_hit_tokens;
+        struct dse__kv_disk *disk; /* the tier below, or NULL */
 };
 
 int32_t dse__kv_row_floats(const struct dse_hparams *hp) {
@@ -190,6 +192,7 @@ static uint64_t block_key(uint64_t parent, const int32_t *ids, int32_t n) {
 void dse_kv_cache_free(struct dse_kv_cache *kv) {
         if (!kv)
                 return;
+        dse__kv_disk_close(kv->disk);
         if (kv->data)
                 munmap(kv->data, kv->data_bytes);
         free(kv->blocks);
@@ -322,6 +325,36 @@ void dse_kv_cache_stats(const struct dse_kv_cache *kv, struct dse_kv_stats *ret)
                 ret->n_seqs += kv->seqs[i].open;
         ret->prefix_query_tokens = kv->query_tokens;
         ret->prefix_hit_tokens = kv->hit_tokens;
+        ret->disk_hit_tokens = kv->disk_hit_tokens;
+        if (kv->disk)
+                dse__kv_disk_stats(kv->disk, ret);
+}
+
+int dse_kv_cache_attach_disk(struct dse_kv_cache *kv, const struct dse_model *model,
+                             const struct dse_kv_disk_config *cfg, struct dse_diag *reterr) {
+        if (!kv || !model || !cfg || !cfg->path || !*cfg->path || cfg->queue_blocks < 0 || kv->disk)
+                return dse__fail(reterr, -EINVAL, "dse_kv_cache_attach_disk: bad arguments%s",
+                                 kv && kv->disk ? " (a disk tier is already attached)" : "");
+        struct dse__kv_disk_identity id = {
+                .model_crc = dse__model_header_crc(model),
+                .tokenizer_crc = dse__model_tokenizer_crc(model),
+                .dtype = (int32_t)kv->layout.dtype,
+                .block_tokens = kv->block_tokens,
+                .n_layers = kv->n_layers,
+                .row_bytes = kv->layout.row_bytes,
+                .block_bytes = dse_kv_cache_block_bytes(kv),
+        };
+        return dse__kv_disk_open(cfg->path, cfg->bytes, cfg->queue_blocks, &id, &kv->disk, reterr);
+}
+
+void dse_kv_cache_disk_flush(struct dse_kv_cache *kv) {
+        if (kv && kv->disk)
+                dse__kv_disk_flush(kv->disk);
+}
+
+void dse_kv_cache_disk_set_fault(struct dse_kv_cache *kv, enum dse_kv_disk_fault fault) {
+        if (kv && kv->disk)
+                dse__kv_disk_set_fault(kv->disk, fault);
 }
 
 int dse_kv_cache_n_available(const struct dse_kv_cache *kv) {
@@ -374,7 +407,24 @@ static int32_t table_find(const struct dse_kv_cache *kv, uint64_t key, uint64_t 
         return NIL;
 }
 
-/* A block for new contents: a never-hashed free one, else the oldest cached one. */
+static uint8_t *block_rows(const struct dse_kv_cache *kv, int32_t b) {
+        return kv->data + (size_t)b * dse_kv_cache_block_bytes(kv);
+}
+
+/* Enters block b, holding (key, parent, ids), in the prefix table. */
+static void table_insert(struct dse_kv_cache *kv, int32_t b, uint64_t key, uint64_t parent, const int32_t *ids) {
+        struct kv_block *blk = &kv->blocks[b];
+        blk->key = key;
+        blk->parent_key = parent;
+        blk->hashed = 1;
+        memcpy(kv->block_tokens_ids + (size_t)b * kv->block_tokens, ids, (size_t)kv->block_tokens * sizeof(int32_t));
+        uint32_t h = (uint32_t)(key & kv->bucket_mask);
+        blk->hnext = kv->buckets[h];
+        kv->buckets[h] = b;
+}
+
+/* A block for new contents: a never-hashed free one, else the oldest cached one, whose
+ * prefix goes to the disk tier's queue (a copy: the block is reused at once). */
 static int32_t block_take(struct dse_kv_cache *kv) {
         int32_t b;
         if (kv->n_free > 0) {
@@ -382,6 +432,9 @@ static int32_t block_take(struct dse_kv_cache *kv) {
         } else {
                 b = kv->lru_head;
                 lru_remove(kv, b);
+                if (kv->disk)
+                        dse__kv_disk_spill(kv->disk, kv->blocks[b].key, kv->blocks[b].parent_key,
+                                           kv->block_tokens_ids + (size_t)b * kv->block_tokens, block_rows(kv, b));
                 table_remove(kv, b);
         }
         kv->blocks[b].ref = 1;
@@ -440,29 +493,49 @@ int dse_kv_seq_len(const struct dse_kv_cache *kv, int seq) {
 }
 
 int dse_kv_seq_attach_prefix(struct dse_kv_cache *kv, int seq, const int32_t *tokens, size_t n_tokens) {
+        return dse_kv_seq_attach_prefix_loading(kv, seq, tokens, n_tokens, INT32_MAX);
+}
+
+int dse_kv_seq_attach_prefix_loading(struct dse_kv_cache *kv, int seq, const int32_t *tokens, size_t n_tokens,
+                                     int max_loads) {
         struct kv_seq *q = seq_get(kv, seq);
-        if (!q || q->len != 0 || (!tokens && n_tokens) || n_tokens > (size_t)kv->n_ctx)
+        if (!q || q->len != 0 || (!tokens && n_tokens) || n_tokens > (size_t)kv->n_ctx || max_loads < 0)
                 return -EINVAL;
         kv->query_tokens += (int64_t)n_tokens;
         int32_t bt = kv->block_tokens, max_full = n_tokens ? (int32_t)((n_tokens - 1) / (size_t)bt) : 0;
         uint64_t key = 0;
-        int32_t i;
+        int32_t i, loaded = 0;
         for (i = 0; i < max_full; i++) {
                 const int32_t *ids = tokens + (size_t)i * bt;
                 uint64_t k = block_key(key, ids, bt);
                 int32_t b = table_find(kv, k, key, ids);
-                if (b == NIL)
-                        break;
-                if (kv->blocks[b].ref++ == 0)
-                        lru_remove(kv, b);
+                if (b != NIL) {
+                        if (kv->blocks[b].ref++ == 0)
+                                lru_remove(kv, b);
+                } else {
+                        /* A pool miss: the disk tier's copy comes back into a fresh pool
+                         * block, entered in the prefix table like a computed one. */
+                        if (!kv->disk || loaded >= max_loads || kv->n_free + kv->n_lru == 0)
+                                break;
+                        b = block_take(kv);
+                        if (dse__kv_disk_load(kv->disk, k, key, ids, block_rows(kv, b)) < 0) {
+                                kv->blocks[b].ref = 0;
+                                kv->free_stack[kv->n_free++] = b;
+                                break;
+                        }
+                        table_insert(kv, b, k, key, ids);
+                        loaded++;
+                }
                 q->table[i] = b;
                 key = k;
         }
         q->n_blocks = q->n_keyed = i;
         q->last_key = key;
         q->len = i * bt;
-        memcpy(q->tokens, tokens, (size_t)q->len * sizeof(int32_t));
+        if (q->len)
+                memcpy(q->tokens, tokens, (size_t)q->len * sizeof(int32_t));
         kv->hit_tokens += q->len;
+        kv->disk_hit_tokens += (int64_t)loaded * bt;
         return q->len;
 }
 
@@ -552,16 +625,8 @@ static void seq_append(struct dse_kv_cache *kv, struct kv_seq *q, const int32_t 
                 uint64_t k = block_key(q->last_key, ids, bt);
                 int32_t b = q->table[q->n_keyed];
                 /* A twin computed by another sequence keeps its entry; ours stays private. */
-                if (!kv->blocks[b].hashed && table_find(kv, k, q->last_key, ids) == NIL) {
-                        struct kv_block *blk = &kv->blocks[b];
-                        blk->key = k;
-                        blk->parent_key = q->last_key;
-                        blk->hashed = 1;
-                        memcpy(kv->block_tokens_ids + (size_t)b * bt, ids, (size_t)bt * sizeof(int32_t));
-                        uint32_t h = (uint32_t)(k & kv->bucket_mask);
-                        blk->hnext = kv->buckets[h];
-                        kv->buckets[h] = b;
-                }
+                if (!kv->blocks[b].hashed && table_find(kv, k, q->last_key, ids) == NIL)
+                        table_insert(kv, b, k, q->last_key, ids);
                 q->last_key = k;
         }
 }

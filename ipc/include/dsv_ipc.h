@@ -47,8 +47,10 @@ extern "C" {
  * 4: the constraint kind "composed" (a forced tool call in the model's own syntax).
  * 5: stats_reply's "token_prob_hist" and "entropy_hist" (the output's confidence: each
  *    sampled token's probability and its distribution's entropy, counted in bins) and
- *    "confidence_requests" (the requests those tokens came from). */
-#define DSV_IPC_PROTOCOL_MINOR 5
+ *    "confidence_requests" (the requests those tokens came from).
+ * 6: final's "cached_tokens" (prompt tokens served from the KV cache, either tier);
+ *    stats_reply's KV disk tier fields (kv_disk_*, prefix_disk_hit_tokens). */
+#define DSV_IPC_PROTOCOL_MINOR 6
 /* Largest message accepted (a 128k-token prompt as JSON ids is ~1 MiB). */
 #define DSV_IPC_MAX_MSG_BYTES (16u << 20)
 /* Entries of stats_reply's spec_accepted_hist: 0..8 drafts accepted. */
@@ -176,6 +178,8 @@ struct dsv_ipc_final {
         char *finish_reason; /* "stop", "length", "cancelled", "deadline" */
         int32_t prompt_tokens;
         int32_t completion_tokens;
+        int32_t cached_tokens; /* (minor 6) of prompt_tokens, the ones whose KV came from the
+                                * cache (RAM or disk tier) instead of prefill; absent: 0 */
         double queue_s, prefill_s, decode_s, ttft_s;
 };
 
@@ -248,6 +252,14 @@ struct dsv_ipc_stats {
         int64_t token_prob_hist[DSV_IPC_CONFIDENCE_BINS];
         int64_t entropy_hist[DSV_IPC_CONFIDENCE_BINS];
         int64_t confidence_requests; /* requests that sampled a token since start (minor 5; absent: 0) */
+        /* the KV disk tier (minor 6; absent, or capacity 0: none): its file's bytes in use
+         * and size, blocks written to it, read back, dropped (the writer's queue was full)
+         * and found corrupt (never served), the prefix hit tokens it supplied (of
+         * prefix_hit_tokens), and whether an I/O error turned it off */
+        int64_t kv_disk_bytes_used, kv_disk_bytes_capacity;
+        int64_t kv_disk_blocks_written, kv_disk_blocks_read, kv_disk_blocks_dropped, kv_disk_blocks_corrupt;
+        int64_t prefix_disk_hit_tokens;
+        bool kv_disk_failed;
 };
 
 struct dsv_ipc_msg {

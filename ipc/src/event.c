@@ -164,7 +164,8 @@ int dsv_ipc_event_encode(const struct dsv_ipc_msg *m, char *buf, size_t size) {
         }
         case DSV_IPC_FINAL: {
                 const struct dsv_ipc_final *f = &m->u.final;
-                if (f->id > DSV_IPC_MAX_ID || f->prompt_tokens < 0 || f->completion_tokens < 0 ||
+                if (f->id > DSV_IPC_MAX_ID || f->prompt_tokens < 0 || f->completion_tokens < 0 || f->cached_tokens < 0 ||
+                    f->cached_tokens > f->prompt_tokens ||
                     !isfinite(f->queue_s) || !isfinite(f->prefill_s) || !isfinite(f->decode_s) || !isfinite(f->ttft_s))
                         return -EINVAL;
                 put_lit(&w, "\"final\"");
@@ -176,6 +177,10 @@ int dsv_ipc_event_encode(const struct dsv_ipc_msg *m, char *buf, size_t size) {
                 put_i64(&w, f->prompt_tokens);
                 put_key(&w, "completion_tokens");
                 put_i64(&w, f->completion_tokens);
+                if (f->cached_tokens > 0) {
+                        put_key(&w, "cached_tokens");
+                        put_i64(&w, f->cached_tokens);
+                }
                 put_key(&w, "queue_s");
                 put_double(&w, f->queue_s, 17);
                 put_key(&w, "prefill_s");

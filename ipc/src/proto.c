@@ -272,6 +272,8 @@ static int encode_body(cJSON *o, const struct dsv_ipc_msg *m) {
                 r |= add_str(o, "finish_reason", f->finish_reason);
                 r |= add_num(o, "prompt_tokens", f->prompt_tokens);
                 r |= add_num(o, "completion_tokens", f->completion_tokens);
+                if (f->cached_tokens > 0)
+                        r |= add_num(o, "cached_tokens", f->cached_tokens);
                 r |= add_num(o, "queue_s", f->queue_s);
                 r |= add_num(o, "prefill_s", f->prefill_s);
                 r |= add_num(o, "decode_s", f->decode_s);
@@ -333,6 +335,16 @@ static int encode_body(cJSON *o, const struct dsv_ipc_msg *m) {
                 r |= add_counts(o, "token_prob_hist", s->token_prob_hist, DSV_IPC_CONFIDENCE_BINS);
                 r |= add_counts(o, "entropy_hist", s->entropy_hist, DSV_IPC_CONFIDENCE_BINS);
                 r |= add_num(o, "confidence_requests", (double)s->confidence_requests);
+                if (s->kv_disk_bytes_capacity > 0) {
+                        r |= add_num(o, "kv_disk_bytes_used", (double)s->kv_disk_bytes_used);
+                        r |= add_num(o, "kv_disk_bytes_capacity", (double)s->kv_disk_bytes_capacity);
+                        r |= add_num(o, "kv_disk_blocks_written", (double)s->kv_disk_blocks_written);
+                        r |= add_num(o, "kv_disk_blocks_read", (double)s->kv_disk_blocks_read);
+                        r |= add_num(o, "kv_disk_blocks_dropped", (double)s->kv_disk_blocks_dropped);
+                        r |= add_num(o, "kv_disk_blocks_corrupt", (double)s->kv_disk_blocks_corrupt);
+                        r |= add_num(o, "prefix_disk_hit_tokens", (double)s->prefix_disk_hit_tokens);
+                        r |= cJSON_AddBoolToObject(o, "kv_disk_failed", s->kv_disk_failed) ? 0 : -ENOMEM;
+                }
                 return r ? -EINVAL : 0;
         }
         default:
@@ -432,6 +444,17 @@ static int get_i64(struct decoder *d, const cJSON *o, const char *key, int requi
         if (r == 0)
                 *out = (int64_t)x;
         return r;
+}
+
+/* An optional boolean field (absent: *out unchanged). */
+static int get_opt_bool(struct decoder *d, const cJSON *o, const char *key, bool *out) {
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+        if (!v)
+                return 0;
+        if (!cJSON_IsBool(v))
+                return bad(d, "field '%s' must be true or false", key);
+        *out = cJSON_IsTrue(v);
+        return 0;
 }
 
 /* stats_reply's optional count arrays (step_tokens_buckets, the confidence histograms):
@@ -695,6 +718,7 @@ static int decode_body(struct decoder *d, const cJSON *o, struct dsv_ipc_msg *m)
                 if ((r = get_u64(d, o, "id", 1, &f->id)) < 0 || (r = get_str(d, o, "finish_reason", 1, &f->finish_reason)) < 0 ||
                     (r = get_i32(d, o, "prompt_tokens", 1, 0, INT32_MAX, &f->prompt_tokens)) < 0 ||
                     (r = get_i32(d, o, "completion_tokens", 1, 0, INT32_MAX, &f->completion_tokens)) < 0 ||
+                    (r = get_i32(d, o, "cached_tokens", 0, 0, f->prompt_tokens, &f->cached_tokens)) < 0 ||
                     (r = get_double(d, o, "queue_s", &f->queue_s)) < 0 || (r = get_double(d, o, "prefill_s", &f->prefill_s)) < 0 ||
                     (r = get_double(d, o, "decode_s", &f->decode_s)) < 0 || (r = get_double(d, o, "ttft_s", &f->ttft_s)) < 0)
                         return r;
@@ -750,7 +774,15 @@ static int decode_body(struct decoder *d, const cJSON *o, struct dsv_ipc_msg *m)
                                     s->step_tokens_buckets)) < 0 ||
                     (r = get_counts(d, o, "token_prob_hist", DSV_IPC_CONFIDENCE_BINS, s->token_prob_hist)) < 0 ||
                     (r = get_counts(d, o, "entropy_hist", DSV_IPC_CONFIDENCE_BINS, s->entropy_hist)) < 0 ||
-                    (r = get_i64(d, o, "confidence_requests", 0, &s->confidence_requests)) < 0)
+                    (r = get_i64(d, o, "confidence_requests", 0, &s->confidence_requests)) < 0 ||
+                    (r = get_i64(d, o, "kv_disk_bytes_used", 0, &s->kv_disk_bytes_used)) < 0 ||
+                    (r = get_i64(d, o, "kv_disk_bytes_capacity", 0, &s->kv_disk_bytes_capacity)) < 0 ||
+                    (r = get_i64(d, o, "kv_disk_blocks_written", 0, &s->kv_disk_blocks_written)) < 0 ||
+                    (r = get_i64(d, o, "kv_disk_blocks_read", 0, &s->kv_disk_blocks_read)) < 0 ||
+                    (r = get_i64(d, o, "kv_disk_blocks_dropped", 0, &s->kv_disk_blocks_dropped)) < 0 ||
+                    (r = get_i64(d, o, "kv_disk_blocks_corrupt", 0, &s->kv_disk_blocks_corrupt)) < 0 ||
+                    (r = get_i64(d, o, "prefix_disk_hit_tokens", 0, &s->prefix_disk_hit_tokens)) < 0 ||
+                    (r = get_opt_bool(d, o, "kv_disk_failed", &s->kv_disk_failed)) < 0)
                         return r;
                 const cJSON *h = cJSON_GetObjectItemCaseSensitive(o, "spec_accepted_hist");
                 if (!h)

@@ -14,7 +14,8 @@
  * plays a worker restarted behind an unbroken pipe: after its N-th token it forgets every
  * generation, its uptime starts again from zero and it draws a new boot id. A prompt starting
  * with "__error__" is refused with an invalid_request error, "__overload__" with
- * overloaded, "__internal__" with internal_error (message holding a fake path). */
+ * overloaded, "__internal__" with internal_error (message holding a fake path); one
+ * starting with "__cached__" reports all its words but the last as cached_tokens. */
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <stdio.h>
@@ -32,6 +33,7 @@ struct gen {
         uint64_t id;
         char *words[MAX_WORDS];
         int n_words, next, max_tokens, logprobs;
+        int cached; /* report n_words - 1 cached prompt tokens */
         int64_t next_ms;
         int stalled;
 };
@@ -99,6 +101,7 @@ static void finish(struct dsv_ipc_conn *c, int i, const char *reason) {
         m.u.final.finish_reason = (char *)reason;
         m.u.final.prompt_tokens = g->n_words;
         m.u.final.completion_tokens = g->next;
+        m.u.final.cached_tokens = g->cached && g->n_words > 0 ? g->n_words - 1 : 0;
         m.u.final.queue_s = 0.002;
         m.u.final.ttft_s = delay_ms / 1000.0;
         send_or_die(c, &m);
@@ -128,7 +131,7 @@ static void on_request(struct dsv_ipc_conn *c, const struct dsv_ipc_request *q) 
         struct gen *g = &gens[n_gens++];
         /* Up to the context: no limit but the prompt's words. */
         *g = (struct gen){.id = q->id, .max_tokens = q->max_tokens_to_context ? INT32_MAX : q->max_tokens,
-                          .logprobs = q->logprobs,
+                          .logprobs = q->logprobs, .cached = strncmp(text, "__cached__", 10) == 0,
                           .next_ms = now_ms() + delay_ms};
         for (char *save, *w = strtok_r(text, " \t\n", &save); w && g->n_words < MAX_WORDS; w = strtok_r(NULL, " \t\n", &save))
                 g->words[g->n_words++] = strdup(w);

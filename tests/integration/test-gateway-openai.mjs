@@ -46,6 +46,18 @@ await test('chat-streamed-with-usage', async () => {
   expect(chunks >= 5, `role + 3 tokens + finish + usage chunks, got ${chunks}`);
 });
 
+await test('usage-cached-tokens', async () => {
+  const r = await client.chat.completions.create({
+    model: 'dsv-test', messages: [{ role: 'user', content: '__cached__ one two three' }], max_tokens: 2,
+  });
+  expect(r.usage.prompt_tokens === 4 && r.usage.prompt_tokens_details?.cached_tokens === 3,
+    `cached prompt tokens in usage, got ${JSON.stringify(r.usage)}`);
+  const plain = await client.chat.completions.create({
+    model: 'dsv-test', messages: [{ role: 'user', content: 'one two three' }], max_tokens: 2,
+  });
+  expect(plain.usage.prompt_tokens_details === undefined, `none cached: no details, got ${JSON.stringify(plain.usage)}`);
+});
+
 await test('completions-non-streamed', async () => {
   const r = await client.completions.create({ model: 'dsv-test', prompt: 'the quick brown fox', max_tokens: 2 });
   expect(r.choices[0].text === 'the quick', `text, got ${r.choices[0].text}`);

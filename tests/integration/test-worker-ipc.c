@@ -114,21 +114,7 @@ TEST(eight_concurrent_equal_alone_seeded) {
 }
 
 static int stats(struct dsv_ipc_stats *ret) {
-        struct dsv_ipc_msg m = {.type = DSV_IPC_STATS};
-        m.u.probe.seq = 99;
-        int r = wc_send(&client, &m);
-        for (int i = 0; r == 0 && i < 50; i++) {
-                struct dsv_ipc_msg x;
-                if (wc_recv(&client, &x, 200) < 0)
-                        continue;
-                int hit = x.type == DSV_IPC_STATS_REPLY && x.u.stats.seq == 99;
-                if (hit)
-                        *ret = x.u.stats;
-                dsv_ipc_msg_done(&x);
-                if (hit)
-                        return 0;
-        }
-        return -ETIMEDOUT;
+        return wc_stats(&client, 99, ret);
 }
 
 TEST(cancel_frees_blocks) {

@@ -140,3 +140,45 @@ TEST(a_model_id_that_cannot_be_a_label_is_refused) {
         ASSERT_ERR(dsv__gw_metrics_init(&m, long_id, false), -EINVAL);
         ASSERT_ERR(dsv__gw_metrics_init(&m, NULL, false), -EINVAL);
 }
+
+/* An instance with a KV disk tier gets its series (hits split by tier); one without gets
+ * none of them. */
+TEST(kv_disk_tier_series_only_for_instances_with_one) {
+        struct gw_metrics m;
+        ASSERT_OK(dsv__gw_metrics_init(&m, "ds", false));
+        struct gw_instance_sample v;
+        fill(&m, &v);
+        char *t = render(&m, &v, 1);
+        ASSERT_TRUE(t != NULL);
+        LACKS(t, "dsvisor_kv_disk_bytes_used{");
+        LACKS(t, "dsvisor_prefix_cache_disk_hits_total{");
+        free(t);
+        v.stats.kv_disk_bytes_capacity = 1 << 30;
+        v.stats.kv_disk_bytes_used = 1 << 20;
+        v.stats.kv_disk_blocks_written = 9;
+        v.stats.kv_disk_blocks_read = 2;
+        v.stats.kv_disk_blocks_dropped = 1;
+        v.stats.prefix_disk_hit_tokens = 32;
+        t = render(&m, &v, 1);
+        ASSERT_TRUE(t != NULL);
+        static const char *const want[][2] = {
+                {"dsvisor_prefix_cache_ram_hits_total", "16"},    {"dsvisor_prefix_cache_disk_hits_total", "32"},
+                {"dsvisor_kv_disk_bytes_used", "1048576"},        {"dsvisor_kv_disk_bytes_capacity", "1073741824"},
+                {"dsvisor_kv_disk_blocks_written_total", "9"},    {"dsvisor_kv_disk_blocks_read_total", "2"},
+                {"dsvisor_kv_disk_blocks_dropped_total", "1"},    {"dsvisor_kv_disk_blocks_corrupt_total", "0"},
+                {"dsvisor_kv_disk_up", "1"},
+        };
+        for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+                char line[512];
+                snprintf(line, sizeof line, "%s{instance=\"w0\",numa_node=\"1\",model_name=\"ds\"} %s\n", want[i][0],
+                         want[i][1]);
+                HAS(t, line);
+        }
+        free(t);
+        v.stats.kv_disk_failed = true;
+        t = render(&m, &v, 1);
+        ASSERT_TRUE(t != NULL);
+        HAS(t, "dsvisor_kv_disk_up{instance=\"w0\",numa_node=\"1\",model_name=\"ds\"} 0\n");
+        free(t);
+        dsv__gw_metrics_done(&m);
+}

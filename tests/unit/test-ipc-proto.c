@@ -740,3 +740,55 @@ TEST(confidence_bins_cover_their_ranges) {
         ASSERT_EQ(dsv_ipc_entropy_bin(INFINITY), DSV_IPC_CONFIDENCE_BINS - 1);
         ASSERT_EQ(dsv_ipc_entropy_bin(NAN), 0);
 }
+
+/* ---- minor 6: cached prompt tokens in final, the KV disk tier in stats ---- */
+
+TEST(final_carries_cached_tokens_both_encoders) {
+        struct dsv_ipc_msg m = {.type = DSV_IPC_FINAL};
+        m.u.final = (struct dsv_ipc_final){.id = 5, .finish_reason = "stop", .prompt_tokens = 100,
+                                           .completion_tokens = 3, .cached_tokens = 96};
+        struct dsv_ipc_msg f, c;
+        ASSERT_OK(both_ways(&m, &f, &c));
+        ASSERT_EQ(f.u.final.cached_tokens, 96);
+        ASSERT_EQ(c.u.final.cached_tokens, 96);
+        dsv_ipc_msg_done(&f);
+        dsv_ipc_msg_done(&c);
+        const char *old = "{\"v\":1,\"type\":\"final\",\"id\":1,\"finish_reason\":\"stop\",\"prompt_tokens\":4,"
+                          "\"completion_tokens\":1,\"queue_s\":0,\"prefill_s\":0,\"decode_s\":0,\"ttft_s\":0}";
+        ASSERT_OK(dsv_ipc_msg_decode(old, strlen(old), &f, NULL, 0));
+        ASSERT_EQ(f.u.final.cached_tokens, 0);
+        dsv_ipc_msg_done(&f);
+        const char *over = "{\"v\":1,\"type\":\"final\",\"id\":1,\"finish_reason\":\"stop\",\"prompt_tokens\":4,"
+                           "\"completion_tokens\":1,\"cached_tokens\":5,\"queue_s\":0,\"prefill_s\":0,\"decode_s\":0,"
+                           "\"ttft_s\":0}";
+        char err[256];
+        ASSERT_EQ(dsv_ipc_msg_decode(over, strlen(over), &f, err, sizeof err), -EPROTO);
+        ASSERT_TRUE(strstr(err, "cached_tokens") != NULL);
+        m.u.final.cached_tokens = 101; /* more than the prompt */
+        char buf[1024];
+        ASSERT_EQ(dsv_ipc_event_encode(&m, buf, sizeof buf), -EINVAL);
+}
+
+TEST(stats_carry_kv_disk_tier) {
+        struct dsv_ipc_msg m = {.type = DSV_IPC_STATS_REPLY};
+        m.u.stats = (struct dsv_ipc_stats){.seq = 4, .prefix_hit_tokens = 64, .kv_disk_bytes_used = 8192,
+                                           .kv_disk_bytes_capacity = 1 << 20, .kv_disk_blocks_written = 7,
+                                           .kv_disk_blocks_read = 4, .kv_disk_blocks_dropped = 2,
+                                           .kv_disk_blocks_corrupt = 1, .prefix_disk_hit_tokens = 64,
+                                           .kv_disk_failed = true};
+        struct dsv_ipc_msg out;
+        ASSERT_OK(roundtrip(&m, &out));
+        ASSERT_EQ(out.u.stats.kv_disk_bytes_used, 8192);
+        ASSERT_EQ(out.u.stats.kv_disk_bytes_capacity, 1 << 20);
+        ASSERT_EQ(out.u.stats.kv_disk_blocks_written, 7);
+        ASSERT_EQ(out.u.stats.kv_disk_blocks_read, 4);
+        ASSERT_EQ(out.u.stats.kv_disk_blocks_dropped, 2);
+        ASSERT_EQ(out.u.stats.kv_disk_blocks_corrupt, 1);
+        ASSERT_EQ(out.u.stats.prefix_disk_hit_tokens, 64);
+        ASSERT_TRUE(out.u.stats.kv_disk_failed);
+        const char *bad = "{\"v\":1,\"type\":\"stats_reply\",\"seq\":1,\"running\":0,\"waiting\":0,"
+                          "\"queued_prompt_tokens\":0,\"kv_disk_failed\":1}";
+        char err[256];
+        ASSERT_EQ(dsv_ipc_msg_decode(bad, strlen(bad), &out, err, sizeof err), -EPROTO);
+        ASSERT_TRUE(strstr(err, "kv_disk_failed") != NULL);
+}

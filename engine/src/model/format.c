@@ -904,6 +904,21 @@ const struct dse_hparams *dse__model_hparams(const struct dse_model *model) {
         return &model->hp;
 }
 
+uint32_t dse__model_header_crc(const struct dse_model *model) {
+        return rd32(model->map + H_CRC);
+}
+
+uint32_t dse__model_tokenizer_crc(const struct dse_model *model) {
+        static const char *const files[] = {"tokenizer.json", "tokenizer_config.json", "tokenizer.model"};
+        uint32_t c = 0;
+        for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+                const struct dse_tensor *t = dse__model_tensor(model, files[i]);
+                if (t)
+                        c = dse__crc32c(c, &model->crcs[t - model->tensors], sizeof(uint32_t));
+        }
+        return c;
+}
+
 const struct dse__weights *dse__model_weights(const struct dse_model *model) {
         return model->weights;
 }

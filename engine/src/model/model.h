@@ -202,6 +202,11 @@ const struct dse_hparams *dse__model_hparams(const struct dse_model *model);
 /* NULL when absent. */
 const struct dse_tensor *dse__model_tensor(const struct dse_model *model, const char *name);
 size_t dse__model_n_tensors(const struct dse_model *model);
+/* What identifies the model's contents: the native header's CRC32C, which covers the
+ * hyper-parameters and every tensor's own checksum (the tokenizer files included). */
+uint32_t dse__model_header_crc(const struct dse_model *model);
+/* CRC32C over the checksums of the embedded tokenizer files; 0 without a tokenizer. */
+uint32_t dse__model_tokenizer_crc(const struct dse_model *model);
 const struct dse_tensor *dse__model_tensor_at(const struct dse_model *model, size_t i);
 
 /* ---- the tensors an architecture expects (schema.c) ------------------------------ */

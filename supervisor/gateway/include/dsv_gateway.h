@@ -231,6 +231,13 @@ struct dsv_gateway_instance_stats {
          * (dsv_ipc_token_prob_bin, dsv_ipc_entropy_bin): what drift detection compares */
         int64_t token_prob_hist[DSV_IPC_CONFIDENCE_BINS], entropy_hist[DSV_IPC_CONFIDENCE_BINS];
         int64_t confidence_requests; /* the requests those tokens came from */
+        /* the worker's KV disk tier (capacity 0: none): bytes in use and capacity, blocks
+         * written, read back, dropped (queue full) and found corrupt, the prefix hit
+         * tokens it supplied (of prefix_hit_tokens), and whether an I/O error stopped it */
+        int64_t kv_disk_bytes_used, kv_disk_bytes_capacity;
+        int64_t kv_disk_blocks_written, kv_disk_blocks_read, kv_disk_blocks_dropped, kv_disk_blocks_corrupt;
+        int64_t prefix_disk_hit_tokens;
+        bool kv_disk_failed;
 };
 
 /* Fills *ret for the instance. running and waiting are the load routing uses (see "Load"

@@ -406,6 +406,14 @@ static struct dsv_gateway_instance_stats instance_stats_locked(const struct gw_c
                 .steps = in->steps,
                 .step_tokens = in->step_tokens,
                 .confidence_requests = in->confidence_requests,
+                .kv_disk_bytes_used = in->kv_disk_bytes_used,
+                .kv_disk_bytes_capacity = in->kv_disk_bytes_capacity,
+                .kv_disk_blocks_written = in->kv_disk_blocks_written,
+                .kv_disk_blocks_read = in->kv_disk_blocks_read,
+                .kv_disk_blocks_dropped = in->kv_disk_blocks_dropped,
+                .kv_disk_blocks_corrupt = in->kv_disk_blocks_corrupt,
+                .prefix_disk_hit_tokens = in->prefix_disk_hit_tokens,
+                .kv_disk_failed = in->kv_disk_failed,
         };
         memcpy(st.spec_accepted_hist, in->spec_accepted_hist, sizeof st.spec_accepted_hist);
         memcpy(st.step_tokens_buckets, in->step_tokens_buckets, sizeof st.step_tokens_buckets);
@@ -469,6 +477,14 @@ static void link_dispatch(struct gw_link *l, struct dsv_ipc_msg *m) {
                 in->prefix_hit_tokens = m->u.stats.prefix_hit_tokens;
                 in->steps = m->u.stats.steps;
                 in->step_tokens = m->u.stats.step_tokens;
+                in->kv_disk_bytes_used = m->u.stats.kv_disk_bytes_used;
+                in->kv_disk_bytes_capacity = m->u.stats.kv_disk_bytes_capacity;
+                in->kv_disk_blocks_written = m->u.stats.kv_disk_blocks_written;
+                in->kv_disk_blocks_read = m->u.stats.kv_disk_blocks_read;
+                in->kv_disk_blocks_dropped = m->u.stats.kv_disk_blocks_dropped;
+                in->kv_disk_blocks_corrupt = m->u.stats.kv_disk_blocks_corrupt;
+                in->prefix_disk_hit_tokens = m->u.stats.prefix_disk_hit_tokens;
+                in->kv_disk_failed = m->u.stats.kv_disk_failed;
                 memcpy(in->step_tokens_buckets, m->u.stats.step_tokens_buckets, sizeof in->step_tokens_buckets);
                 memcpy(in->token_prob_hist, m->u.stats.token_prob_hist, sizeof in->token_prob_hist);
                 memcpy(in->entropy_hist, m->u.stats.entropy_hist, sizeof in->entropy_hist);

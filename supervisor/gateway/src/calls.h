@@ -73,6 +73,10 @@ struct gw_instance {
         int64_t steps, step_tokens, step_tokens_buckets[DSV_IPC_STEP_TOKEN_BUCKETS + 1];
         int64_t token_prob_hist[DSV_IPC_CONFIDENCE_BINS], entropy_hist[DSV_IPC_CONFIDENCE_BINS];
         int64_t confidence_requests;
+        int64_t kv_disk_bytes_used, kv_disk_bytes_capacity;
+        int64_t kv_disk_blocks_written, kv_disk_blocks_read, kv_disk_blocks_dropped, kv_disk_blocks_corrupt;
+        int64_t prefix_disk_hit_tokens;
+        bool kv_disk_failed;
 };
 
 #define GW_RATE_WINDOW_S 10

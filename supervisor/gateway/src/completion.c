@@ -108,6 +108,8 @@ static enum step gen_step(struct gen *g, struct dsv_gw_error *err, enum gw_abort
                         dsv__gw_call_observe_end(c, f, now);
                         snprintf(a->finish, sizeof a->finish, "%s", f->finish_reason ? f->finish_reason : "stop");
                         a->prompt_tokens = f->prompt_tokens;
+                        if (a->choice == 0)
+                                a->cached_tokens = f->cached_tokens;
                         a->completion_tokens = f->completion_tokens;
                         if (strcmp(a->finish, "stop") == 0 || strcmp(a->finish, "length") == 0) {
                                 st = STEP_FINAL;

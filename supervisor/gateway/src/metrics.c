@@ -427,9 +427,20 @@ enum scalar {
         S_PREFIX_HITS,
         S_KV_BYTES_PER_TOKEN,
         S_CACHE_CONFIG,
+        /* the KV disk tier: only for instances that have one */
+        S_PREFIX_RAM_HITS,
+        S_PREFIX_DISK_HITS,
+        S_KV_DISK_BYTES_USED,
+        S_KV_DISK_BYTES_CAPACITY,
+        S_KV_DISK_WRITTEN,
+        S_KV_DISK_READ,
+        S_KV_DISK_DROPPED,
+        S_KV_DISK_CORRUPT,
+        S_KV_DISK_UP,
         S_COUNT
 };
 #define S_FIRST_WORKER S_KV_USED
+#define S_FIRST_KV_DISK S_PREFIX_RAM_HITS
 
 static const struct {
         const char *name[GW_NAMING_COUNT], *type, *help;
@@ -461,6 +472,24 @@ static const struct {
                                   "KV cache bytes one position takes over all layers, in the instance's KV type."},
         [S_CACHE_CONFIG] = {{"dsvisor_cache_config_info", "vllm:cache_config_info"}, "gauge",
                             "The instance's KV cache configuration in its labels; the value is 1."},
+        [S_PREFIX_RAM_HITS] = {{"dsvisor_prefix_cache_ram_hits_total", NULL}, "counter",
+                               "Prompt tokens found in the instance's RAM KV pool."},
+        [S_PREFIX_DISK_HITS] = {{"dsvisor_prefix_cache_disk_hits_total", NULL}, "counter",
+                                "Prompt tokens read back from the instance's KV disk tier."},
+        [S_KV_DISK_BYTES_USED] = {{"dsvisor_kv_disk_bytes_used", NULL}, "gauge",
+                                  "Bytes of the instance's KV disk tier file holding blocks."},
+        [S_KV_DISK_BYTES_CAPACITY] = {{"dsvisor_kv_disk_bytes_capacity", NULL}, "gauge",
+                                      "Bytes of block slots in the instance's KV disk tier file."},
+        [S_KV_DISK_WRITTEN] = {{"dsvisor_kv_disk_blocks_written_total", NULL}, "counter",
+                               "KV blocks evicted from RAM and written to the disk tier."},
+        [S_KV_DISK_READ] = {{"dsvisor_kv_disk_blocks_read_total", NULL}, "counter",
+                            "KV blocks read back from the disk tier into the RAM pool."},
+        [S_KV_DISK_DROPPED] = {{"dsvisor_kv_disk_blocks_dropped_total", NULL}, "counter",
+                               "KV blocks not spilled to the disk tier because its writer's queue was full."},
+        [S_KV_DISK_CORRUPT] = {{"dsvisor_kv_disk_blocks_corrupt_total", NULL}, "counter",
+                               "Disk tier slots that failed their checksum (dropped, never served)."},
+        [S_KV_DISK_UP] = {{"dsvisor_kv_disk_up", NULL}, "gauge",
+                          "1 while the instance's KV disk tier works, 0 once an I/O error turned it off."},
 };
 
 static double scalar_value(enum scalar k, const struct gw_instance_metrics *im, const struct dsv_gateway_instance_stats *st) {
@@ -479,6 +508,15 @@ static double scalar_value(enum scalar k, const struct gw_instance_metrics *im, 
         case S_PREFIX_QUERIES: return (double)st->prefix_query_tokens;
         case S_PREFIX_HITS: return (double)st->prefix_hit_tokens;
         case S_KV_BYTES_PER_TOKEN: return (double)st->kv_bytes_per_token;
+        case S_PREFIX_RAM_HITS: return (double)(st->prefix_hit_tokens - st->prefix_disk_hit_tokens);
+        case S_PREFIX_DISK_HITS: return (double)st->prefix_disk_hit_tokens;
+        case S_KV_DISK_BYTES_USED: return (double)st->kv_disk_bytes_used;
+        case S_KV_DISK_BYTES_CAPACITY: return (double)st->kv_disk_bytes_capacity;
+        case S_KV_DISK_WRITTEN: return (double)st->kv_disk_blocks_written;
+        case S_KV_DISK_READ: return (double)st->kv_disk_blocks_read;
+        case S_KV_DISK_DROPPED: return (double)st->kv_disk_blocks_dropped;
+        case S_KV_DISK_CORRUPT: return (double)st->kv_disk_blocks_corrupt;
+        case S_KV_DISK_UP: return st->kv_disk_failed ? 0 : 1;
         case S_CACHE_CONFIG:
         case S_COUNT: break;
         }
@@ -538,7 +576,8 @@ static void write_instances_locked(FILE *f, enum gw_naming nm, const struct gw_i
                 family(f, name, scalars[k].type, scalars[k].help);
                 for (size_t i = 0; i < n; i++) {
                         const struct dsv_gateway_instance_stats *st = &v[i].stats;
-                        if (!ims[i] || (k >= S_FIRST_WORKER && !st->worker_reported))
+                        if (!ims[i] || (k >= S_FIRST_WORKER && !st->worker_reported) ||
+                            (k >= S_FIRST_KV_DISK && st->kv_disk_bytes_capacity == 0))
                                 continue;
                         if (k == S_CACHE_CONFIG)
                                 fprintf(f, "%s{%s,%s=\"%d\"}", name, ims[i]->labels[nm],

@@ -111,6 +111,7 @@ struct dsv_gw_answer {
         struct cJSON *logprobs; /* whole answer: chat {"content":[...]}; completions {"tokens":[...],...} */
         char finish[16];
         int32_t prompt_tokens, completion_tokens;
+        int32_t cached_tokens;  /* of prompt_tokens, served from the KV cache (the first choice's) */
         struct dsv_gw_chat_out *chat; /* chat with reasoning or tools: the output pipeline */
         int32_t choice;         /* index of the choice being made (n > 1) */
         struct cJSON *choices_done; /* whole answer: the choices made before it */

@@ -144,6 +144,11 @@ cJSON *dsv__gw_usage_object(const struct dsv_gw_answer *a) {
         int32_t completion = a->completion_tokens_done + a->completion_tokens;
         cJSON_AddNumberToObject(u, "completion_tokens", completion);
         cJSON_AddNumberToObject(u, "total_tokens", (double)a->prompt_tokens + completion);
+        /* OpenAI's prompt caching field; left out when nothing was cached, as vLLM does
+         * without prefix caching */
+        if (a->cached_tokens > 0)
+                cJSON_AddNumberToObject(cJSON_AddObjectToObject(u, "prompt_tokens_details"), "cached_tokens",
+                                        a->cached_tokens);
         if (a->req->split_think)
                 cJSON_AddNumberToObject(cJSON_AddObjectToObject(u, "completion_tokens_details"), "reasoning_tokens",
                                         a->reasoning_tokens_done + (a->chat ? a->chat->think.reasoning_tokens : 0));
