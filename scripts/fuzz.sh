@@ -177,7 +177,7 @@ reached_functions() {
     fuzz-gateway-request) echo dsv__gw_request_parse dsv__gw_messages_parse dsv__gw_tools_parse parse_stop parse_logprobs dsv__gw_utf8_valid \
         dsv__gw_parse_constraint parse_logit_bias ;;
     fuzz-gateway-chat-output) echo dsv__gw_think_push dsv__gw_tools_push parse_section/tool_calls.c json_call/tool_calls.c scan_content/tool_calls.c dsv__gw_tools_read_json_calls dsv__gw_chat_out_delta ;;
-    fuzz-gateway-http) echo dsv__gw_strict_target_ok dsv__gw_strict_request scan_field/http_strict.c dsv__gw_json_strict dsv__gw_request_parse dsv__gw_tokenize ;;
+    fuzz-gateway-http) echo dsv__gw_strict_target_ok dsv__gw_strict_header_block dsv__gw_strict_request scan_field/http_strict.c dsv__gw_json_strict dsv__gw_request_parse dsv__gw_tokenize ;;
     fuzz-load-sse) echo load_sse_feed load_answer_classify ;;
     fuzz-kv-disk) echo dse__kv_disk_open load_index/kv_disk.c dse__kv_disk_load ;;
     fuzz-chat-template) echo dse__jinja_parse parse_body/jinja_parse.c dse__jinja_render eval/jinja_eval.c apply_filter binop/jinja_eval.c ;;

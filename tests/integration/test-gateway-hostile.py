@@ -298,15 +298,12 @@ case("two Host headers", req(b"GET", b"/health", [H, b"Host: other"]), 400)
 case("Host with a space", req(b"GET", b"/health", [b"Host: a b"]), 400)
 
 # ---- field lines (RFC 9110 5.1, 5.5; RFC 9112 5) ----------------------------------------
-case("empty header name", req(b"GET", b"/health", [H, b": x"]), 400,
-     old_mhd=(200, "the library drops the line before the gateway sees the fields"))
+case("empty header name", req(b"GET", b"/health", [H, b": x"]), 400)
 case("header name with a parenthesis", req(b"GET", b"/health", [H, b"X(y): z"]), 400)
 case("header name with NUL", req(b"GET", b"/health", [H, b"X\0y: z"]), 400)
-case("header value with NUL", req(b"GET", b"/health", [H, b"X-Y: a\0b"]), 400,
-     old_mhd=(200, "the library cuts the value at the NUL before the gateway sees it"))
+case("header value with NUL", req(b"GET", b"/health", [H, b"X-Y: a\0b"]), 400)
 case("Transfer-Encoding value with NUL",
-     req(b"POST", b"/v1/completions", [H, JSON, b"Transfer-Encoding: chunked\0x"], b"0\r\n\r\n"), "4xx",
-     old_mhd=(400, "the library cuts the value to chunked; refused for its empty body, kept open", True))
+     req(b"POST", b"/v1/completions", [H, JSON, b"Transfer-Encoding: chunked\0x"], b"0\r\n\r\n"), "4xx")
 case("header value with a bare CR", req(b"GET", b"/health", [H, b"X-Y: a\rb"]), 400)
 case("header line without a colon", req(b"GET", b"/health", [H, b"NoColonHere"]), 400)
 # RFC 9112 5.2: refuse, or replace the fold with spaces (libmicrohttpd 0.9 does)

@@ -134,3 +134,25 @@ TEST(request_target_checked_before_decoding) {
         ASSERT_TRUE(!dsv__gw_strict_target_ok("/health\x7f"));
         ASSERT_TRUE(!dsv__gw_strict_target_ok(""));
 }
+
+/* The accept path's look at a raw header block, for what libmicrohttpd 0.9 hides. */
+TEST(header_block_refuses_nul_and_empty_names_not_the_body) {
+        static const struct {
+                const char *block;
+                size_t len;
+                bool ok;
+        } cases[] = {
+                {"GET / HTTP/1.1\r\nHost: a\r\n\r\n", 27, true},
+                {"GET / HTTP/1.1\r\nHost: a\r\n: x\r\n\r\n", 32, false},
+                {"GET / HTTP/1.1\nHost: a\n: x\n\n", 28, false},            /* bare LF line ends */
+                {"GET / HTTP/1.1\r\nHost: a\r\nX-Y: a\0b\r\n\r\n", 37, false},
+                {"POST / HTTP/1.1\r\nHost: a\r\n\r\n{\"a\0\":1}", 36, true}, /* NUL in the body: not here */
+                {"POST / HTTP/1.1\r\nHost: a\r\n\r\n: not a field", 41, true},
+                {"GET / HTTP/1.1\r\nHost: a\r\nX: b", 29, true}, /* a part: what arrived is fine */
+                {"GET /a:b HTTP/1.1\r\nHost: a\r\n\r\n", 30, true},   /* a colon in the request line */
+        };
+        for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+                fprintf(stderr, "  case %zu\n", i);
+                ASSERT_EQ(dsv__gw_strict_header_block(cases[i].block, cases[i].len), cases[i].ok);
+        }
+}

@@ -173,6 +173,23 @@ static int refuse(struct dsv_gw_error *e, int status, const char *what) {
         return -EPROTO;
 }
 
+bool dsv__gw_strict_header_block(const char *buf, size_t n) {
+        /* field lines start after the request line and end at the first empty line (the
+         * body after it is not looked at); a line may end in LF alone, as the accept path
+         * and libmicrohttpd allow */
+        const char *end = buf + n, *p = memchr(buf, '\n', n), *block_end = end;
+        while (p && ++p < end) {
+                if (*p == '\n' || (*p == '\r' && p + 1 < end && p[1] == '\n')) {
+                        block_end = p;
+                        break;
+                }
+                if (*p == ':')
+                        return false;
+                p = memchr(p, '\n', (size_t)(end - p));
+        }
+        return memchr(buf, 0, (size_t)(block_end - buf)) == NULL;
+}
+
 int dsv__gw_strict_request(struct MHD_Connection *conn, const char *version, bool target_ok, struct dsv_gw_error *e) {
         if (!target_ok)
                 return refuse(e, 400, "The request target holds a control character, a space or an escaped NUL");

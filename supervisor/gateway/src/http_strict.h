@@ -6,6 +6,7 @@
 
 #include <microhttpd.h>
 #include <stdbool.h>
+#include <stddef.h>
 
 #include "openai.h"
 
@@ -13,6 +14,13 @@
  * it holds a control character, a space, DEL, a malformed escape or an escaped NUL
  * (decoded, a NUL would cut the path short where a proxy in front did not). */
 bool dsv__gw_strict_target_ok(const char *raw_target);
+
+/* The raw header block of a connection's first request (request line and field lines,
+ * as far as `n` bytes of it arrived; not under TLS), before libmicrohttpd parses it:
+ * false when it holds a NUL byte or a field line with an empty name. libmicrohttpd
+ * 0.9.x drops such a line, or cuts the value at the NUL, before the request callback
+ * could see it. */
+bool dsv__gw_strict_header_block(const char *buf, size_t n);
 
 /* A request whose header fields are all in, with target_ok from
  * dsv__gw_strict_target_ok(): 0, or -EPROTO with e filled (400, or 501 for a transfer

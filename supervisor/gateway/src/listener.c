@@ -9,7 +9,9 @@
  * (408, closed): a client that trickles its header a byte at a time holds no MHD thread,
  * and libmicrohttpd's idle timeout, which every byte restarts, cannot bound it. Peeked
  * bytes stay readable, so SO_RCVLOWAT is raised past them: poll wakes for new bytes only.
- * Under TLS the header is encrypted; only the first byte is waited for.
+ * Under TLS the header is encrypted; only the first byte is waited for. A complete
+ * header block is checked here for what libmicrohttpd 0.9.x would hide from the request
+ * callback (a NUL byte, a field line with an empty name: 400, closed).
  *
  * The per-address cap counts a connection from accept to close (MHD's close
  * notification hands its address back).
@@ -28,6 +30,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "http_strict.h"
 #include "server.h"
 
 #define LISTEN_BACKLOG 4096
@@ -52,6 +55,11 @@ static const struct refusal too_many_from_address = {
         "{\"error\":{\"message\":\"Too many open connections from this address; retry later\","
         "\"type\":\"rate_limit_error\",\"param\":null,\"code\":\"rate_limit_exceeded\"}}",
         REFUSAL_RETRY_AFTER_S};
+static const struct refusal malformed_header = {
+        "400 Bad Request",
+        "{\"error\":{\"message\":\"The request header holds a NUL byte or a field line with an empty name\","
+        "\"type\":\"invalid_request_error\",\"param\":null,\"code\":\"bad_request\"}}",
+        0};
 static const struct refusal header_timeout = {
         "408 Request Timeout",
         "{\"error\":{\"message\":\"The request header did not arrive in time\","
@@ -246,6 +254,11 @@ static void pending_check(struct gw_listener *l, size_t i, short revents) {
         (void)setsockopt(pc->fd, SOL_SOCKET, SO_RCVLOWAT, &one, sizeof one);
         struct gw_pending done = *pc;
         pending_remove(l, i);
+        if (!l->lim.tls && !dsv__gw_strict_header_block(buf, (size_t)n)) {
+                ip_release(l, (struct sockaddr *)&done.addr);
+                refuse(l, done.fd, dsv__gw_now_ns(), &malformed_header);
+                return;
+        }
         hand_over(l, done.fd, &done.addr, done.addr_len);
 }
 
