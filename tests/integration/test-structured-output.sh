@@ -13,19 +13,8 @@ set -u
 BUILD=${DSV_BUILD_DIR:?}
 SRC=$(cd "$(dirname "$0")" && pwd)
 MODEL=${DSV_SOURCE_DIR:?}/models/default
-for tool in node npm python3; do
-  command -v $tool >/dev/null || { echo "missing $tool (scripts/bootstrap.sh --with-tests)"; echo "0 passed, 1 failed"; exit 1; }
-done
 python3 -c 'import jsonschema' 2>/dev/null || { echo "missing python3-jsonschema"; echo "0 passed, 1 failed"; exit 1; }
-CLIENTS=$BUILD/tests/structured-clients
-if ! cmp -s "$SRC/structured-clients/package-lock.json" "$CLIENTS/package-lock.json" 2>/dev/null ||
-   [ ! -f "$CLIENTS/node_modules/ai/package.json" ]; then
-  rm -rf "$CLIENTS" && mkdir -p "$CLIENTS"
-  cp "$SRC/structured-clients/package.json" "$SRC/structured-clients/package-lock.json" "$CLIENTS/"
-  if ! (cd "$CLIENTS" && timeout 300 npm ci --no-audit --no-fund --silent >npm.log 2>&1); then
-    echo "npm ci failed:"; tail -20 "$CLIENTS/npm.log"; echo "0 passed, 1 failed"; exit 1
-  fi
-fi
+. "$SRC/structured-clients.sh"
 T=$(mktemp -d /tmp/dsv-structured.XXXXXX)
 export DSV_CACHE_DIR="$T/cache"
 SUP=
