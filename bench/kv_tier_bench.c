@@ -104,12 +104,14 @@ static int cache_new(const struct dse_model *m, struct dse_pool *pool, int n_ctx
                 if ((r = dse_kv_cache_attach_disk(*ret_kv, m, &cfg, &d)) < 0) {
                         fprintf(stderr, "kvtier: %s\n", d.msg);
                         dse_kv_cache_free(*ret_kv);
+                        *ret_kv = NULL;
                         return r;
                 }
         }
         if ((r = dse_batch_new(m, *ret_kv, pool, ret_b, &d)) < 0) {
                 fprintf(stderr, "kvtier: %s\n", d.msg);
                 dse_kv_cache_free(*ret_kv);
+                *ret_kv = NULL;
         }
         return r;
 }
