@@ -115,6 +115,40 @@ TEST(arrays_items_prefix_counts) {
         REJECTS("{\"type\":\"array\",\"uniqueItems\":false,\"maxItems\":0}", "[1]");
 }
 
+TEST(unique_items_over_literals) {
+        const char *set = "{\"type\":\"array\",\"uniqueItems\":true,\"items\":{\"enum\":[\"a\",\"b\",\"c\"]}}";
+        ACCEPTS(set, "[]");
+        ACCEPTS(set, "[\"c\"]");
+        ACCEPTS(set, "[\"b\",\"c\",\"a\"]");
+        REJECTS(set, "[\"a\",\"a\"]");
+        REJECTS(set, "[\"a\",\"b\",\"a\"]");
+        REJECTS(set, "[\"d\"]");
+        const char *bounded = "{\"type\":\"array\",\"uniqueItems\":true,\"minItems\":1,\"maxItems\":2,"
+                              "\"items\":{\"enum\":[\"a\",\"b\",\"c\"]}}";
+        REJECTS(bounded, "[]");
+        ACCEPTS(bounded, "[\"b\",\"a\"]");
+        REJECTS(bounded, "[\"b\",\"a\",\"c\"]");
+        /* equal values count once (1 and 1.0), values of excluded types drop out, $ref is followed */
+        const char *nums = "{\"$defs\":{\"n\":{\"type\":\"integer\",\"enum\":[1,1.0,2,\"x\"]}},"
+                           "\"type\":\"array\",\"uniqueItems\":true,\"items\":{\"$ref\":\"#/$defs/n\"}}";
+        ACCEPTS(nums, "[2,1]");
+        REJECTS(nums, "[1,1]");
+        REJECTS(nums, "[\"x\"]");
+        REJECTS("{\"type\":\"array\",\"uniqueItems\":true,\"minItems\":2,\"items\":{\"const\":true}}", "[true]");
+        ACCEPTS("{\"type\":\"array\",\"uniqueItems\":true,\"items\":{\"const\":true}}", "[true]");
+        REJECTS("{\"type\":\"array\",\"uniqueItems\":true,\"items\":{\"const\":true}}", "[true,true]");
+        /* sets a pushdown grammar cannot remember are refused, never weakened */
+        REFUSES("{\"type\":\"array\",\"uniqueItems\":true,\"items\":{\"type\":\"string\"}}", -EOPNOTSUPP,
+                "'uniqueItems' at #");
+        REFUSES("{\"type\":\"array\",\"uniqueItems\":true,\"items\":{\"enum\":[1,2,3,4,5,6,7,8,9]}}",
+                -EOPNOTSUPP, "'uniqueItems'");
+        REFUSES("{\"type\":\"array\",\"uniqueItems\":true,\"prefixItems\":[{\"const\":1}],"
+                "\"items\":{\"enum\":[2]}}",
+                -EOPNOTSUPP, "'uniqueItems'");
+        REFUSES("{\"type\":\"array\",\"uniqueItems\":true,\"items\":{\"enum\":[1],\"minimum\":0}}", -EOPNOTSUPP,
+                "'uniqueItems'");
+}
+
 TEST(enum_const) {
         ACCEPTS("{\"enum\":[\"a\",1,null,{\"k\":[1]}]}", "{\"k\":[1]}");
         ACCEPTS("{\"enum\":[\"a\",1,null]}", "1");

@@ -559,6 +559,124 @@ static int emit_object(struct schema_ctx *c, const cJSON *s, uint32_t *ret_rule)
 
 /* ---- arrays ---- */
 
+/* uniqueItems is enforced where the items are a small finite set of literals: a rule per
+ * subset of the values written so far, so a value can follow only while it is unused. A
+ * pushdown grammar cannot remember an unbounded set, so any other item schema is refused. */
+#define UNIQUE_MAX_VALUES 8
+
+static int unique_fail(struct schema_ctx *c) {
+        return dse__schema_fail(c, -EOPNOTSUPP, "uniqueItems",
+                                "enforced only when items is an enum or const of at most %d values "
+                                "(with no prefixItems)",
+                                UNIQUE_MAX_VALUES);
+}
+
+/* The distinct values items may take, as their compact text, into c->scratch. */
+static int unique_item_values(struct schema_ctx *c, const cJSON *items, cJSON **ret_list) {
+        for (int hops = 0; cJSON_IsObject(items) && cJSON_GetObjectItemCaseSensitive(items, "$ref"); hops++) {
+                const cJSON *one;
+                cJSON_ArrayForEach(one, items) {
+                        if (strcmp(one->string, "$ref") && !dse__schema_keyword_is_annotation(one->string))
+                                return unique_fail(c);
+                }
+                if (hops == SCHEMA_MAX_DEPTH)
+                        return unique_fail(c);
+                GRAMMAR_TRY(dse__schema_resolve_ref(c, cJSON_GetObjectItemCaseSensitive(items, "$ref"), &items));
+        }
+        if (!cJSON_IsObject(items))
+                return unique_fail(c);
+        const cJSON *en = cJSON_GetObjectItemCaseSensitive(items, "enum");
+        const cJSON *cn = cJSON_GetObjectItemCaseSensitive(items, "const");
+        const cJSON *one, *v;
+        if ((!en && !cn) || (en && !cJSON_IsArray(en)))
+                return unique_fail(c);
+        cJSON_ArrayForEach(one, items) {
+                if (strcmp(one->string, "enum") && strcmp(one->string, "const") && strcmp(one->string, "type") &&
+                    strcmp(one->string, "nullable") && !dse__schema_keyword_is_annotation(one->string))
+                        return unique_fail(c);
+        }
+        unsigned types;
+        size_t old = push_ptr(c, "items");
+        int r = dse__schema_type_keyword(c, items, &types);
+        pop_ptr(c, old);
+        GRAMMAR_TRY(r);
+        cJSON *list = cJSON_CreateArray();
+        if (!list)
+                return -ENOMEM;
+        cJSON_AddItemToArray(c->scratch, list);
+        for (one = en ? en->child : cn; one; one = en ? one->next : NULL) {
+                int dup = cn && !cJSON_Compare(cn, one, 1);
+                dup |= !(dse__schema_value_type(one) & types);
+                cJSON_ArrayForEach(v, list) {
+                        dup |= cJSON_Compare(v, one, 1);
+                }
+                if (dup)
+                        continue;
+                if (cJSON_GetArraySize(list) == UNIQUE_MAX_VALUES)
+                        return unique_fail(c);
+                cJSON *copy = cJSON_Duplicate(one, 1);
+                if (!copy)
+                        return -ENOMEM;
+                cJSON_AddItemToArray(list, copy);
+        }
+        *ret_list = list;
+        return 0;
+}
+
+static int push_literal(struct schema_ctx *c, uint32_t rule, const cJSON *v) {
+        char *text = cJSON_PrintUnformatted(v);
+        if (!text)
+                return -ENOMEM;
+        int r = dse__grammar_push_bytes(&c->b, rule, text, strlen(text));
+        free(text);
+        return r;
+}
+
+static int emit_unique_array(struct schema_ctx *c, const cJSON *items, uint32_t min, uint32_t max,
+                             uint32_t *ret_rule) {
+        struct grammar_builder *b = &c->b;
+        cJSON *list = NULL;
+        GRAMMAR_TRY(items ? unique_item_values(c, items, &list) : unique_fail(c));
+        uint32_t n = (uint32_t)cJSON_GetArraySize(list), base = 0, arr;
+        /* rule base + S - 1: the values in bit set S (S > 0) written */
+        for (uint32_t set = 1; set < (1u << n); set++) {
+                uint32_t id;
+                GRAMMAR_TRY(dse__grammar_rule_new(b, &id));
+                if (set == 1)
+                        base = id;
+        }
+        for (uint32_t set = 1; set < (1u << n); set++) {
+                uint32_t id = base + set - 1, count = (uint32_t)__builtin_popcount(set);
+                if (count >= min) {
+                        GRAMMAR_TRY(dse__grammar_alt_begin(b, id));
+                        GRAMMAR_TRY(dse__grammar_push_byte(b, id, ']'));
+                }
+                for (uint32_t i = 0; i < n && count < max; i++) {
+                        if (set & (1u << i))
+                                continue;
+                        GRAMMAR_TRY(dse__grammar_alt_begin(b, id));
+                        GRAMMAR_TRY(dse__grammar_push_byte(b, id, ','));
+                        GRAMMAR_TRY(push_literal(c, id, cJSON_GetArrayItem(list, (int)i)));
+                        GRAMMAR_TRY(dse__grammar_push_ref(b, id, base + (set | (1u << i)) - 1));
+                }
+        }
+        if (min > n)
+                return dse__json_rule_nothing(&c->j, ret_rule);
+        GRAMMAR_TRY(dse__grammar_rule_new(b, &arr));
+        if (min == 0) {
+                GRAMMAR_TRY(dse__grammar_alt_begin(b, arr));
+                GRAMMAR_TRY(dse__grammar_push_bytes(b, arr, "[]", 2));
+        }
+        for (uint32_t i = 0; i < n && max > 0; i++) {
+                GRAMMAR_TRY(dse__grammar_alt_begin(b, arr));
+                GRAMMAR_TRY(dse__grammar_push_byte(b, arr, '['));
+                GRAMMAR_TRY(push_literal(c, arr, cJSON_GetArrayItem(list, (int)i)));
+                GRAMMAR_TRY(dse__grammar_push_ref(b, arr, base + (1u << i) - 1));
+        }
+        *ret_rule = arr;
+        return 0;
+}
+
 static int emit_array(struct schema_ctx *c, const cJSON *s, uint32_t *ret_rule) {
         struct grammar_builder *b = &c->b;
         const cJSON *prefix = cJSON_GetObjectItemCaseSensitive(s, "prefixItems");
@@ -578,6 +696,11 @@ static int emit_array(struct schema_ctx *c, const cJSON *s, uint32_t *ret_rule) 
         uint32_t min = 0, max = UINT32_MAX; /* set by count_keyword; -O3 cannot see it */
         GRAMMAR_TRY(count_keyword(c, s, "minItems", 0, &min));
         GRAMMAR_TRY(count_keyword(c, s, "maxItems", UINT32_MAX, &max));
+        if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(s, "uniqueItems"))) {
+                if (prefix)
+                        return unique_fail(c);
+                return emit_unique_array(c, items, min, max, ret_rule);
+        }
         uint32_t n_prefix = (uint32_t)cJSON_GetArraySize(prefix);
         uint32_t last = n_prefix > min ? n_prefix : min; /* L(last) loops when max is unbounded */
         if (max != UINT32_MAX)
@@ -683,8 +806,6 @@ static unsigned unsupported_for(const char *k, const cJSON *v) {
         for (size_t i = 0; i < sizeof table / sizeof *table; i++)
                 if (!strcmp(k, table[i].name))
                         return table[i].types;
-        if (!strcmp(k, "uniqueItems"))
-                return cJSON_IsTrue(v) ? SCHEMA_ARRAY : 0;
         if (!strcmp(k, "format") && cJSON_IsString(v)) {
                 /* validators ignore formats they do not know, and so may we */
                 for (size_t i = 0; i < sizeof known_formats / sizeof *known_formats; i++)
@@ -723,6 +844,7 @@ static int emit_literals(struct schema_ctx *c, const cJSON *s, unsigned types, u
                 {"minimum", SCHEMA_INT | SCHEMA_FRAC}, {"maximum", SCHEMA_INT | SCHEMA_FRAC},
                 {"exclusiveMinimum", SCHEMA_INT | SCHEMA_FRAC}, {"exclusiveMaximum", SCHEMA_INT | SCHEMA_FRAC},
                 {"multipleOf", SCHEMA_INT | SCHEMA_FRAC}, {"patternProperties", SCHEMA_OBJECT},
+                {"uniqueItems", SCHEMA_ARRAY},
         };
         cJSON_ArrayForEach(one, s) {
                 int ok = dse__schema_keyword_is_annotation(one->string);
