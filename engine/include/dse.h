@@ -463,7 +463,8 @@ int dse_detok_flush(struct dse_detok *d, const char **ret_text);
 
 /* A grammar compiled from a JSON Schema (engine/src/grammar/README.md), a regex, GBNF
  * text or a choice list (below); all share the matcher and masks. The JSON Schema output it
- * describes is compact JSON (no whitespace between tokens), object properties in the
+ * describes is compact JSON (no whitespace between tokens, unless the root asks for it
+ * with "x-guidance": {"whitespace_flexible": true}), object properties in the
  * order of `properties`, strings in their canonical escaped form (only `"`, `\` and
  * control characters escaped, as \" \\ \b \f \n \r \t or \u00xx; everything else raw
  * UTF-8). Immutable once compiled: many matchers on many threads may share it.

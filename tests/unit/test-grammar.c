@@ -149,6 +149,30 @@ TEST(unique_items_over_literals) {
                 "'uniqueItems'");
 }
 
+TEST(whitespace_flexible_on_request) {
+        const char *s = "{\"x-guidance\":{\"whitespace_flexible\":true},\"type\":\"object\","
+                        "\"properties\":{\"a\":{\"type\":\"array\",\"items\":{\"type\":\"integer\"}},"
+                        "\"b\":{\"enum\":[{\"k\":[1,2]},[]]},\"c\":{\"type\":\"object\"},"
+                        "\"d\":{\"type\":\"array\",\"uniqueItems\":true,\"items\":{\"enum\":[\"x\",\"y\"]}}},"
+                        "\"required\":[\"a\"],\"additionalProperties\":false}";
+        ACCEPTS(s, "{\"a\":[1,2],\"b\":[],\"c\":{},\"d\":[\"x\"]}");
+        ACCEPTS(s, "{\n  \"a\" : [ 1 ,\n\t2 ],\r\n  \"b\": { \"k\" : [1, 2] },\n  \"c\": { \"z\" : [ { } , null ] },\n"
+                   "  \"d\": [ \"y\" , \"x\" ]\n}");
+        ACCEPTS(s, "{ \"a\": [ ], \"b\": [ ] }");
+        REJECTS(s, "{\"a\":[1 2]}");              /* whitespace separates tokens, it does not replace commas */
+        REJECTS(s, "{\"a\":[1], \"d\":[\"x\", \"x\"]}"); /* still unique */
+        REJECTS(s, "{\"a\":[1 0]}");              /* not inside a number */
+        REJECTS(s, " {\"a\":[]}");               /* nothing around the value */
+        REJECTS(s, "{\"a\":[]} ");
+        REJECTS(s, "{\"a\":[],\"b\":{\"k\":[2,1]}}"); /* the literal keeps its values */
+        /* compact unless asked */
+        REJECTS("{\"type\":\"object\"}", "{ }");
+        REJECTS("{\"x-guidance\":{\"whitespace_flexible\":false},\"type\":\"array\"}", "[1, 2]");
+        ACCEPTS("{\"x-guidance\":{\"whitespace_flexible\":true}}", "[ {\"a\" :1 }, \"s p\" ]");
+        REFUSES("{\"x-guidance\":{\"key_separator\":\": \"}}", -EOPNOTSUPP, "'x-guidance'");
+        REFUSES("{\"x-guidance\":true}", -EINVAL, "'x-guidance'");
+}
+
 TEST(enum_const) {
         ACCEPTS("{\"enum\":[\"a\",1,null,{\"k\":[1]}]}", "{\"k\":[1]}");
         ACCEPTS("{\"enum\":[\"a\",1,null]}", "1");

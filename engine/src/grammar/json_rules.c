@@ -8,7 +8,8 @@
 void dse__json_rules_init(struct json_rules *j, struct grammar_builder *b) {
         j->b = b;
         j->ch = j->ch_wide = j->str_rest = j->any_string = j->number = j->integer = j->boolean = j->null =
-                j->any_value = j->nothing = GRAMMAR_NIL;
+                j->any_value = j->nothing = j->ws_rule = GRAMMAR_NIL;
+        j->ws = 0;
         j->strings = NULL;
         j->n_strings = j->cap_strings = 0;
 }
@@ -297,8 +298,82 @@ int dse__json_rule_nothing(struct json_rules *j, uint32_t *ret_rule) {
         return 0;
 }
 
-/* list ::= close | item tail;  tail ::= close | ',' item tail */
-static int rule_list_rest(struct grammar_builder *b, uint32_t item, uint8_t close, uint32_t *ret_rule) {
+/* ws ::= "" | [ \t\n\r] ws */
+static int rule_ws(struct json_rules *j, uint32_t *ret_rule) {
+        if (j->ws_rule == GRAMMAR_NIL) {
+                struct grammar_class blank = chars_class(" \t\n\r");
+                uint32_t ws;
+                GRAMMAR_TRY(dse__grammar_rule_new(j->b, &ws));
+                GRAMMAR_TRY(dse__grammar_alt_begin(j->b, ws));
+                GRAMMAR_TRY(dse__grammar_alt_begin(j->b, ws));
+                GRAMMAR_TRY(dse__grammar_push_class(j->b, ws, &blank));
+                GRAMMAR_TRY(dse__grammar_push_ref(j->b, ws, ws));
+                j->ws_rule = ws;
+        }
+        *ret_rule = j->ws_rule;
+        return 0;
+}
+
+static int push_ws(struct json_rules *j, uint32_t rule) {
+        uint32_t ws;
+        if (!j->ws)
+                return 0;
+        GRAMMAR_TRY(rule_ws(j, &ws));
+        return dse__grammar_push_ref(j->b, rule, ws);
+}
+
+int dse__json_push_open(struct json_rules *j, uint32_t rule, uint8_t ch) {
+        GRAMMAR_TRY(dse__grammar_push_byte(j->b, rule, ch));
+        return push_ws(j, rule);
+}
+
+int dse__json_push_close(struct json_rules *j, uint32_t rule, uint8_t ch) {
+        GRAMMAR_TRY(push_ws(j, rule));
+        return dse__grammar_push_byte(j->b, rule, ch);
+}
+
+int dse__json_push_separator(struct json_rules *j, uint32_t rule, uint8_t ch) {
+        GRAMMAR_TRY(push_ws(j, rule));
+        GRAMMAR_TRY(dse__grammar_push_byte(j->b, rule, ch));
+        return push_ws(j, rule);
+}
+
+static int push_printed(struct grammar_builder *b, uint32_t rule, const cJSON *v) {
+        char *text = cJSON_PrintUnformatted(v);
+        if (!text)
+                return -ENOMEM;
+        int r = dse__grammar_push_bytes(b, rule, text, strlen(text));
+        free(text);
+        return r;
+}
+
+int dse__json_push_literal(struct json_rules *j, uint32_t rule, const cJSON *v) {
+        if (!j->ws || !(cJSON_IsArray(v) || cJSON_IsObject(v)))
+                return push_printed(j->b, rule, v);
+        int obj = cJSON_IsObject(v);
+        const cJSON *e;
+        GRAMMAR_TRY(dse__json_push_open(j, rule, obj ? '{' : '['));
+        cJSON_ArrayForEach(e, v) {
+                if (e != v->child)
+                        GRAMMAR_TRY(dse__json_push_separator(j, rule, ','));
+                if (obj) {
+                        cJSON *key = cJSON_CreateString(e->string);
+                        int r = key ? push_printed(j->b, rule, key) : -ENOMEM;
+                        cJSON_Delete(key);
+                        GRAMMAR_TRY(r);
+                        GRAMMAR_TRY(dse__json_push_separator(j, rule, ':'));
+                }
+                GRAMMAR_TRY(dse__json_push_literal(j, rule, e));
+        }
+        if (!v->child)
+                return dse__grammar_push_byte(j->b, rule, obj ? '}' : ']');
+        return dse__json_push_close(j, rule, obj ? '}' : ']');
+}
+
+/* After the opening character (and its whitespace):
+ * list ::= close | item tail;  tail ::= close | ',' item tail */
+static int rule_list_rest(struct json_rules *j, uint32_t item, uint8_t close, uint32_t *ret_rule) {
+        struct grammar_builder *b = j->b;
         uint32_t rest, tail;
         GRAMMAR_TRY(dse__grammar_rule_new(b, &rest));
         GRAMMAR_TRY(dse__grammar_rule_new(b, &tail));
@@ -308,9 +383,9 @@ static int rule_list_rest(struct grammar_builder *b, uint32_t item, uint8_t clos
         GRAMMAR_TRY(dse__grammar_push_ref(b, rest, item));
         GRAMMAR_TRY(dse__grammar_push_ref(b, rest, tail));
         GRAMMAR_TRY(dse__grammar_alt_begin(b, tail));
-        GRAMMAR_TRY(dse__grammar_push_byte(b, tail, close));
+        GRAMMAR_TRY(dse__json_push_close(j, tail, close));
         GRAMMAR_TRY(dse__grammar_alt_begin(b, tail));
-        GRAMMAR_TRY(dse__grammar_push_byte(b, tail, ','));
+        GRAMMAR_TRY(dse__json_push_separator(j, tail, ','));
         GRAMMAR_TRY(dse__grammar_push_ref(b, tail, item));
         GRAMMAR_TRY(dse__grammar_push_ref(b, tail, tail));
         *ret_rule = rest;
@@ -329,15 +404,15 @@ int dse__json_rule_any_value(struct json_rules *j, uint32_t *ret_rule) {
                 GRAMMAR_TRY(dse__grammar_rule_new(b, &member)); /* string ':' value */
                 GRAMMAR_TRY(dse__grammar_alt_begin(b, member));
                 GRAMMAR_TRY(dse__grammar_push_ref(b, member, str));
-                GRAMMAR_TRY(dse__grammar_push_byte(b, member, ':'));
+                GRAMMAR_TRY(dse__json_push_separator(j, member, ':'));
                 GRAMMAR_TRY(dse__grammar_push_ref(b, member, v));
-                GRAMMAR_TRY(rule_list_rest(b, member, '}', &obj_rest));
-                GRAMMAR_TRY(rule_list_rest(b, v, ']', &arr_rest));
+                GRAMMAR_TRY(rule_list_rest(j, member, '}', &obj_rest));
+                GRAMMAR_TRY(rule_list_rest(j, v, ']', &arr_rest));
                 GRAMMAR_TRY(dse__grammar_alt_begin(b, v));
-                GRAMMAR_TRY(dse__grammar_push_byte(b, v, '{'));
+                GRAMMAR_TRY(dse__json_push_open(j, v, '{'));
                 GRAMMAR_TRY(dse__grammar_push_ref(b, v, obj_rest));
                 GRAMMAR_TRY(dse__grammar_alt_begin(b, v));
-                GRAMMAR_TRY(dse__grammar_push_byte(b, v, '['));
+                GRAMMAR_TRY(dse__json_push_open(j, v, '['));
                 GRAMMAR_TRY(dse__grammar_push_ref(b, v, arr_rest));
                 uint32_t scalars[] = {str, num, boolean, null};
                 for (size_t i = 0; i < 4; i++) {

@@ -7,6 +7,8 @@
 #ifndef DSE_GRAMMAR_JSON_RULES_H
 #define DSE_GRAMMAR_JSON_RULES_H
 
+#include <cjson/cJSON.h>
+
 #include "grammar/grammar.h"
 
 /* Longest repetition a count keyword (minLength, maxItems, ...) may unroll to. */
@@ -14,8 +16,9 @@
 
 struct json_rules {
         struct grammar_builder *b;
+        int ws; /* JSON whitespace allowed between tokens (else compact) */
         /* rule ids, GRAMMAR_NIL until first asked for */
-        uint32_t ch, ch_wide, str_rest, any_string, number, integer, boolean, null, any_value, nothing;
+        uint32_t ch, ch_wide, str_rest, any_string, number, integer, boolean, null, any_value, nothing, ws_rule;
         /* bounded strings already built, shared by every schema with the same bounds */
         struct json_string_rule {
                 uint32_t min_chars, max_chars, rule;
@@ -36,6 +39,17 @@ int dse__json_rule_boolean(struct json_rules *j, uint32_t *ret_rule);
 int dse__json_rule_null(struct json_rules *j, uint32_t *ret_rule);
 int dse__json_rule_any_value(struct json_rules *j, uint32_t *ret_rule);
 int dse__json_rule_nothing(struct json_rules *j, uint32_t *ret_rule);
+/* Structural characters with the whitespace JSON allows around them when j->ws is set
+ * (exactly the character otherwise): open `{`/`[` then whitespace; close: whitespace then
+ * `}`/`]`; separator `,`/`:` with whitespace on both sides. Placed so that no two
+ * whitespace runs meet (an empty `[]` is open then the bare close byte), which would make
+ * one text parse two ways. */
+int dse__json_push_open(struct json_rules *j, uint32_t rule, uint8_t ch);
+int dse__json_push_close(struct json_rules *j, uint32_t rule, uint8_t ch);
+int dse__json_push_separator(struct json_rules *j, uint32_t rule, uint8_t ch);
+/* A value given as JSON (an enum or const literal): its compact text, with the
+ * whitespace above between the tokens of an array or object when j->ws is set. */
+int dse__json_push_literal(struct json_rules *j, uint32_t rule, const cJSON *v);
 /* A string of min_chars to max_chars characters (max_chars UINT32_MAX: unbounded);
  * -E2BIG when a bound exceeds JSON_MAX_COUNT. */
 int dse__json_rule_string(struct json_rules *j, uint32_t min_chars, uint32_t max_chars, uint32_t *ret_rule);

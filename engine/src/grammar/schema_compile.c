@@ -272,23 +272,13 @@ static int emit_number(struct schema_ctx *c, const cJSON *s, int integer_only, u
 /* ---- objects ---- */
 
 /* "name" as a canonical JSON string, with the colon: the bytes that open a member */
-static int member_prefix(struct schema_ctx *c, const char *name, char **ret) {
+static int member_key(struct schema_ctx *c, const char *name, char **ret) {
         cJSON *str = cJSON_CreateString(name);
         char *printed = str ? cJSON_PrintUnformatted(str) : NULL;
         cJSON_Delete(str);
         if (!printed)
                 return dse__schema_fail(c, -ENOMEM, "properties", "out of memory");
-        size_t n = strlen(printed);
-        char *out = malloc(n + 2);
-        if (!out) {
-                free(printed);
-                return -ENOMEM;
-        }
-        memcpy(out, printed, n);
-        out[n] = ':';
-        out[n + 1] = 0;
-        free(printed);
-        *ret = out;
+        *ret = printed;
         return 0;
 }
 
@@ -322,24 +312,29 @@ static int emit_object_members(struct schema_ctx *c, const struct object_member 
                         if (extra != GRAMMAR_NIL) {
                                 GRAMMAR_TRY(dse__grammar_alt_begin(b, t));
                                 if (!first)
-                                        GRAMMAR_TRY(dse__grammar_push_byte(b, t, ','));
+                                        GRAMMAR_TRY(dse__json_push_separator(&c->j, t, ','));
                                 GRAMMAR_TRY(dse__grammar_push_ref(b, t, extra));
                                 GRAMMAR_TRY(dse__grammar_push_ref(b, t, RULE_T(i, 0)));
                         }
                         GRAMMAR_TRY(alt_ref(c, t, r));
                         if (i == n) {
                                 GRAMMAR_TRY(dse__grammar_alt_begin(b, r));
-                                GRAMMAR_TRY(dse__grammar_push_byte(b, r, '}'));
+                                if (first)
+                                        GRAMMAR_TRY(dse__grammar_push_byte(b, r, '}'));
+                                else
+                                        GRAMMAR_TRY(dse__json_push_close(&c->j, r, '}'));
                                 continue;
                         }
-                        char *prefix = NULL;
-                        GRAMMAR_TRY(member_prefix(c, m[i].name, &prefix));
+                        char *key = NULL;
+                        GRAMMAR_TRY(member_key(c, m[i].name, &key));
                         int ret = dse__grammar_alt_begin(b, r);
                         if (ret == 0 && !first)
-                                ret = dse__grammar_push_byte(b, r, ',');
+                                ret = dse__json_push_separator(&c->j, r, ',');
                         if (ret == 0)
-                                ret = dse__grammar_push_bytes(b, r, prefix, strlen(prefix));
-                        free(prefix);
+                                ret = dse__grammar_push_bytes(b, r, key, strlen(key));
+                        if (ret == 0)
+                                ret = dse__json_push_separator(&c->j, r, ':');
+                        free(key);
                         GRAMMAR_TRY(ret);
                         GRAMMAR_TRY(dse__grammar_push_ref(b, r, m[i].value));
                         GRAMMAR_TRY(dse__grammar_push_ref(b, r, RULE_T(i + 1, 0)));
@@ -357,7 +352,7 @@ static int extra_member_rule(struct schema_ctx *c, uint32_t key, uint32_t value,
         GRAMMAR_TRY(dse__grammar_rule_new(&c->b, ret_rule));
         GRAMMAR_TRY(dse__grammar_alt_begin(&c->b, *ret_rule));
         GRAMMAR_TRY(dse__grammar_push_ref(&c->b, *ret_rule, key));
-        GRAMMAR_TRY(dse__grammar_push_byte(&c->b, *ret_rule, ':'));
+        GRAMMAR_TRY(dse__json_push_separator(&c->j, *ret_rule, ':'));
         return dse__grammar_push_ref(&c->b, *ret_rule, value);
 }
 
@@ -551,7 +546,7 @@ static int emit_object(struct schema_ctx *c, const cJSON *s, uint32_t *ret_rule)
         GRAMMAR_TRY(r);
         GRAMMAR_TRY(dse__grammar_rule_new(&c->b, &obj));
         GRAMMAR_TRY(dse__grammar_alt_begin(&c->b, obj));
-        GRAMMAR_TRY(dse__grammar_push_byte(&c->b, obj, '{'));
+        GRAMMAR_TRY(dse__json_push_open(&c->j, obj, '{'));
         GRAMMAR_TRY(dse__grammar_push_ref(&c->b, obj, members));
         *ret_rule = obj;
         return 0;
@@ -623,13 +618,11 @@ static int unique_item_values(struct schema_ctx *c, const cJSON *items, cJSON **
         return 0;
 }
 
-static int push_literal(struct schema_ctx *c, uint32_t rule, const cJSON *v) {
-        char *text = cJSON_PrintUnformatted(v);
-        if (!text)
-                return -ENOMEM;
-        int r = dse__grammar_push_bytes(&c->b, rule, text, strlen(text));
-        free(text);
-        return r;
+/* An alternative of rule that is the empty array. */
+static int push_empty_array(struct schema_ctx *c, uint32_t rule) {
+        GRAMMAR_TRY(dse__grammar_alt_begin(&c->b, rule));
+        GRAMMAR_TRY(dse__json_push_open(&c->j, rule, '['));
+        return dse__grammar_push_byte(&c->b, rule, ']');
 }
 
 static int emit_unique_array(struct schema_ctx *c, const cJSON *items, uint32_t min, uint32_t max,
@@ -649,28 +642,26 @@ static int emit_unique_array(struct schema_ctx *c, const cJSON *items, uint32_t 
                 uint32_t id = base + set - 1, count = (uint32_t)__builtin_popcount(set);
                 if (count >= min) {
                         GRAMMAR_TRY(dse__grammar_alt_begin(b, id));
-                        GRAMMAR_TRY(dse__grammar_push_byte(b, id, ']'));
+                        GRAMMAR_TRY(dse__json_push_close(&c->j, id, ']'));
                 }
                 for (uint32_t i = 0; i < n && count < max; i++) {
                         if (set & (1u << i))
                                 continue;
                         GRAMMAR_TRY(dse__grammar_alt_begin(b, id));
-                        GRAMMAR_TRY(dse__grammar_push_byte(b, id, ','));
-                        GRAMMAR_TRY(push_literal(c, id, cJSON_GetArrayItem(list, (int)i)));
+                        GRAMMAR_TRY(dse__json_push_separator(&c->j, id, ','));
+                        GRAMMAR_TRY(dse__json_push_literal(&c->j, id, cJSON_GetArrayItem(list, (int)i)));
                         GRAMMAR_TRY(dse__grammar_push_ref(b, id, base + (set | (1u << i)) - 1));
                 }
         }
         if (min > n)
                 return dse__json_rule_nothing(&c->j, ret_rule);
         GRAMMAR_TRY(dse__grammar_rule_new(b, &arr));
-        if (min == 0) {
-                GRAMMAR_TRY(dse__grammar_alt_begin(b, arr));
-                GRAMMAR_TRY(dse__grammar_push_bytes(b, arr, "[]", 2));
-        }
+        if (min == 0)
+                GRAMMAR_TRY(push_empty_array(c, arr));
         for (uint32_t i = 0; i < n && max > 0; i++) {
                 GRAMMAR_TRY(dse__grammar_alt_begin(b, arr));
-                GRAMMAR_TRY(dse__grammar_push_byte(b, arr, '['));
-                GRAMMAR_TRY(push_literal(c, arr, cJSON_GetArrayItem(list, (int)i)));
+                GRAMMAR_TRY(dse__json_push_open(&c->j, arr, '['));
+                GRAMMAR_TRY(dse__json_push_literal(&c->j, arr, cJSON_GetArrayItem(list, (int)i)));
                 GRAMMAR_TRY(dse__grammar_push_ref(b, arr, base + (1u << i) - 1));
         }
         *ret_rule = arr;
@@ -741,13 +732,13 @@ static int emit_array(struct schema_ctx *c, const cJSON *s, uint32_t *ret_rule) 
                 if (i >= min) {
                         r = dse__grammar_alt_begin(b, id);
                         if (r == 0)
-                                r = dse__grammar_push_byte(b, id, ']');
+                                r = dse__json_push_close(&c->j, id, ']');
                 }
                 if (r == 0 && i < max && e != GRAMMAR_NIL) {
                         uint32_t next = base + (i + 1 <= last ? i + 1 : last) - 1;
                         r = dse__grammar_alt_begin(b, id);
                         if (r == 0)
-                                r = dse__grammar_push_byte(b, id, ',');
+                                r = dse__json_push_separator(&c->j, id, ',');
                         if (r == 0)
                                 r = dse__grammar_push_ref(b, id, e);
                         if (r == 0)
@@ -758,13 +749,11 @@ static int emit_array(struct schema_ctx *c, const cJSON *s, uint32_t *ret_rule) 
         free(elem);
         GRAMMAR_TRY(r);
         GRAMMAR_TRY(dse__grammar_rule_new(b, &arr));
-        if (min == 0) {
-                GRAMMAR_TRY(dse__grammar_alt_begin(b, arr));
-                GRAMMAR_TRY(dse__grammar_push_bytes(b, arr, "[]", 2));
-        }
+        if (min == 0)
+                GRAMMAR_TRY(push_empty_array(c, arr));
         if (max > 0 && e0 != GRAMMAR_NIL) {
                 GRAMMAR_TRY(dse__grammar_alt_begin(b, arr));
-                GRAMMAR_TRY(dse__grammar_push_byte(b, arr, '['));
+                GRAMMAR_TRY(dse__json_push_open(&c->j, arr, '['));
                 GRAMMAR_TRY(dse__grammar_push_ref(b, arr, e0));
                 GRAMMAR_TRY(dse__grammar_push_ref(b, arr, base));
         }
@@ -883,14 +872,8 @@ static int emit_literals(struct schema_ctx *c, const cJSON *s, unsigned types, u
         cJSON_ArrayForEach(one, list) {
                 if (!(dse__schema_value_type(one) & types))
                         continue;
-                char *text = cJSON_PrintUnformatted(one);
-                if (!text)
-                        return -ENOMEM;
-                int r = dse__grammar_alt_begin(&c->b, rule);
-                if (r == 0)
-                        r = dse__grammar_push_bytes(&c->b, rule, text, strlen(text));
-                free(text);
-                GRAMMAR_TRY(r);
+                GRAMMAR_TRY(dse__grammar_alt_begin(&c->b, rule));
+                GRAMMAR_TRY(dse__json_push_literal(&c->j, rule, one));
         }
         return 0;
 }
@@ -1071,6 +1054,26 @@ static int draft_before_2019(const cJSON *root) {
                                      strstr(v->valuestring, "draft-07") || strstr(v->valuestring, "draft-03"));
 }
 
+/* The root's "x-guidance" member, as LLGuidance spells its options: whitespace_flexible
+ * allows JSON whitespace between tokens (compact output otherwise). */
+static int root_options(struct schema_ctx *c, const cJSON *schema) {
+        const cJSON *x = cJSON_IsObject(schema) ? cJSON_GetObjectItemCaseSensitive(schema, "x-guidance") : NULL;
+        const cJSON *one;
+        if (!x)
+                return 0;
+        if (!cJSON_IsObject(x))
+                return dse__schema_fail(c, -EINVAL, "x-guidance", "must be an object");
+        cJSON_ArrayForEach(one, x) {
+                if (strcmp(one->string, "whitespace_flexible") || !cJSON_IsBool(one))
+                        return dse__schema_fail(c, -EOPNOTSUPP, "x-guidance",
+                                                "'%s' is not supported (the one option is whitespace_flexible: "
+                                                "true or false)",
+                                                one->string);
+                c->j.ws = cJSON_IsTrue(one);
+        }
+        return 0;
+}
+
 int dse__schema_compile_into(struct grammar_builder *b, const cJSON *schema, uint32_t *ret_rule,
                              struct dse_diag *reterr) {
         struct schema_ctx c = {.reterr = reterr, .b = *b};
@@ -1078,7 +1081,9 @@ int dse__schema_compile_into(struct grammar_builder *b, const cJSON *schema, uin
         c.refs_replace_siblings = draft_before_2019(schema);
         c.scratch = cJSON_CreateArray();
         dse__json_rules_init(&c.j, &c.b);
-        int r = c.scratch ? compile_schema(&c, schema, ret_rule) : -ENOMEM;
+        int r = c.scratch ? root_options(&c, schema) : -ENOMEM;
+        if (r == 0)
+                r = compile_schema(&c, schema, ret_rule);
         if (r == -ENOMEM)
                 dse__schema_fail(&c, r, "$schema", "out of memory");
         else if (r == -E2BIG)
