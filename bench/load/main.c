@@ -134,8 +134,6 @@ static size_t on_header(char *ptr, size_t size, size_t nmemb, void *user) {
 static void req_free(struct req *q) {
         if (!q)
                 return;
-        if (q->easy)
-                curl_easy_cleanup(q->easy);
         load_sse_done(&q->sse);
         free(q->body);
         free(q->resp);
@@ -220,7 +218,38 @@ struct driver {
         unsigned inflight;
         struct req *running; /* list head */
         char *prompt;
+        /* Easy handles done with, for the next requests: a new handle per request costs
+         * the sender more than the request itself when the server refuses it at once. */
+        CURL **idle;
+        size_t n_idle, idle_cap;
 };
+
+static CURL *easy_take(struct driver *d) {
+        return d->n_idle ? d->idle[--d->n_idle] : curl_easy_init();
+}
+
+/* Keeps e for a later request (every option is set again then), or frees it. */
+static void easy_park(struct driver *d, CURL *e) {
+        if (!e)
+                return;
+        if (d->n_idle == d->idle_cap) {
+                size_t cap = d->idle_cap ? 2 * d->idle_cap : 64;
+                CURL **v = realloc(d->idle, cap * sizeof *v);
+                if (!v) {
+                        curl_easy_cleanup(e);
+                        return;
+                }
+                d->idle = v;
+                d->idle_cap = cap;
+        }
+        d->idle[d->n_idle++] = e;
+}
+
+/* Frees q, keeping its easy handle (out of the multi handle) for the next request. */
+static void req_done(struct driver *d, struct req *q) {
+        easy_park(d, q->easy);
+        req_free(q);
+}
 
 static void list_add(struct driver *d, struct req *q) {
         q->next = d->running;
@@ -275,9 +304,9 @@ static int req_start(struct driver *d, int64_t sched_ns) {
         q->usage_tokens = -1;
         load_sse_init(&q->sse);
         q->body = body_new(d);
-        q->easy = curl_easy_init();
+        q->easy = easy_take(d);
         if (!q->body || !q->easy) {
-                req_free(q);
+                req_done(d, q);
                 return -ENOMEM;
         }
         CURL *e = q->easy;
@@ -295,7 +324,7 @@ static int req_start(struct driver *d, int64_t sched_ns) {
         curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, 5000L);
         curl_easy_setopt(e, CURLOPT_PROXY, ""); /* loopback benchmarks never go through a proxy */
         if (curl_multi_add_handle(d->multi, e) != CURLM_OK) {
-                req_free(q);
+                req_done(d, q);
                 return -ENOMEM;
         }
         d->st->sent++;
@@ -315,7 +344,7 @@ static void reap(struct driver *d) {
                 curl_multi_remove_handle(d->multi, m->easy_handle);
                 req_finish(q, rc, load_now_ns());
                 list_del(d, q);
-                req_free(q);
+                req_done(d, q);
         }
 }
 
@@ -326,7 +355,7 @@ static void abandon_all(struct driver *d) {
                 curl_multi_remove_handle(d->multi, q->easy);
                 load_stats_lost(d->st, "drain_timeout");
                 list_del(d, q);
-                req_free(q);
+                req_done(d, q);
         }
 }
 
@@ -718,6 +747,9 @@ static int run_http(struct load_opts *o, struct load_stats *st, char *endpoint, 
                 r = 1;
         }
 out:
+        while (d.n_idle)
+                curl_easy_cleanup(d.idle[--d.n_idle]);
+        free(d.idle);
         if (d.multi)
                 curl_multi_cleanup(d.multi);
         curl_slist_free_all(d.headers);
