@@ -71,9 +71,9 @@ ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
 echo "refusal cost: $QPS requests/s for $DURATION s, prompt $PROMPT words; $(date -u +%FT%TZ) on $(nproc) CPUs," \
      "load average $(cut -d' ' -f1-3 /proc/loadavg)"
 if [ "$CALLGRIND" = 1 ]; then
-  callgrind_control -z "$GWPID" >/dev/null
+  callgrind_control -z "$GWPID" >/dev/null 2>&1
   load "$DURATION" long valgrind --tool=callgrind --callgrind-out-file="$T/load-long.cg"
-  callgrind_control -d "$GWPID" >/dev/null
+  callgrind_control -d "$GWPID" >/dev/null 2>&1
   load "$(python3 -c "print($DURATION / 2)")" short valgrind --tool=callgrind --callgrind-out-file="$T/load-short.cg"
   for _ in $(seq 100); do ls "$T"/gateway.cg.* >/dev/null 2>&1 && break; sleep 0.1; done
 else

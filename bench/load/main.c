@@ -218,6 +218,7 @@ struct driver {
         unsigned inflight;
         struct req *running; /* list head */
         char *prompt;
+        char *model_json; /* o->model as a JSON string */
         /* Easy handles done with, for the next requests: a new handle per request costs
          * the sender more than the request itself when the server refuses it at once. */
         CURL **idle;
@@ -269,28 +270,23 @@ static void list_del(struct driver *d, struct req *q) {
         d->inflight--;
 }
 
+/* The request body, laid out as cJSON_PrintUnformatted lays out the same object, written
+ * with one snprintf: the model name comes quoted and escaped from d->model_json (made once
+ * per run), and the prompt needs no escaping (load_prompt_fill writes lowercase words and
+ * spaces only). A malloc'd string, NULL when out of memory. */
 static char *body_new(struct driver *d) {
         unsigned max_tokens = load_request_draw(d->o, &d->len_rng, d->prompt);
-        cJSON *o = cJSON_CreateObject();
-        if (!o)
+        const char *stream = d->o->stream ? ",\"stream\":true,\"stream_options\":{\"include_usage\":true}" : "";
+        size_t size = strlen(d->model_json) + strlen(d->prompt) + strlen(stream) + 96;
+        char *s = malloc(size);
+        if (!s)
                 return NULL;
-        cJSON_AddStringToObject(o, "model", d->o->model);
-        if (!strcmp(d->o->api, "chat")) {
-                cJSON *msgs = cJSON_AddArrayToObject(o, "messages");
-                cJSON *m = cJSON_CreateObject();
-                cJSON_AddStringToObject(m, "role", "user");
-                cJSON_AddStringToObject(m, "content", d->prompt);
-                cJSON_AddItemToArray(msgs, m);
-        } else {
-                cJSON_AddStringToObject(o, "prompt", d->prompt);
-        }
-        cJSON_AddNumberToObject(o, "max_tokens", max_tokens);
-        if (d->o->stream) {
-                cJSON_AddTrueToObject(o, "stream");
-                cJSON_AddTrueToObject(cJSON_AddObjectToObject(o, "stream_options"), "include_usage");
-        }
-        char *s = cJSON_PrintUnformatted(o);
-        cJSON_Delete(o);
+        if (!strcmp(d->o->api, "chat"))
+                snprintf(s, size, "{\"model\":%s,\"messages\":[{\"role\":\"user\",\"content\":\"%s\"}],\"max_tokens\":%u%s}",
+                         d->model_json, d->prompt, max_tokens, stream);
+        else
+                snprintf(s, size, "{\"model\":%s,\"prompt\":\"%s\",\"max_tokens\":%u%s}", d->model_json, d->prompt,
+                         max_tokens, stream);
         return s;
 }
 
@@ -739,6 +735,14 @@ static int run_http(struct load_opts *o, struct load_stats *st, char *endpoint, 
                 }
                 o->model = model;
         }
+        cJSON *model_str = cJSON_CreateString(o->model);
+        d.model_json = model_str ? cJSON_PrintUnformatted(model_str) : NULL;
+        cJSON_Delete(model_str);
+        if (!d.model_json) {
+                fprintf(stderr, "<3>out of memory\n");
+                r = 1;
+                goto out;
+        }
         curl_multi_setopt(d.multi, CURLMOPT_MAXCONNECTS, (long)o->max_inflight);
         load_len_rng_init(o, &d.len_rng);
         r = run(&d, ret_t0, ret_t1);
@@ -755,6 +759,7 @@ out:
         curl_slist_free_all(d.headers);
         curl_global_cleanup();
         free(d.prompt);
+        cJSON_free(d.model_json);
         return r;
 }
 
