@@ -213,6 +213,7 @@ struct driver {
         CURLM *multi;
         struct curl_slist *headers;
         char endpoint[2048];
+        CURLU *endpoint_url; /* endpoint, parsed once for every request */
         struct load_rng len_rng;
         struct load_stats *st;
         unsigned inflight;
@@ -306,7 +307,7 @@ static int req_start(struct driver *d, int64_t sched_ns) {
                 return -ENOMEM;
         }
         CURL *e = q->easy;
-        curl_easy_setopt(e, CURLOPT_URL, d->endpoint);
+        curl_easy_setopt(e, CURLOPT_CURLU, d->endpoint_url);
         curl_easy_setopt(e, CURLOPT_HTTPHEADER, d->headers);
         curl_easy_setopt(e, CURLOPT_POSTFIELDS, q->body);
         curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE, (long)strlen(q->body));
@@ -743,6 +744,13 @@ static int run_http(struct load_opts *o, struct load_stats *st, char *endpoint, 
                 r = 1;
                 goto out;
         }
+        d.endpoint_url = curl_url();
+        CURLUcode uc = d.endpoint_url ? curl_url_set(d.endpoint_url, CURLUPART_URL, d.endpoint, 0) : CURLUE_OUT_OF_MEMORY;
+        if (uc != CURLUE_OK) {
+                fprintf(stderr, "<3>bad --url '%s': %s\n", o->url, curl_url_strerror(uc));
+                r = uc == CURLUE_OUT_OF_MEMORY ? 1 : 2;
+                goto out;
+        }
         curl_multi_setopt(d.multi, CURLMOPT_MAXCONNECTS, (long)o->max_inflight);
         load_len_rng_init(o, &d.len_rng);
         r = run(&d, ret_t0, ret_t1);
@@ -760,6 +768,7 @@ out:
         curl_global_cleanup();
         free(d.prompt);
         cJSON_free(d.model_json);
+        curl_url_cleanup(d.endpoint_url);
         return r;
 }
 
