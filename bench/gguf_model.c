@@ -288,6 +288,10 @@ static int add_deepseek2_keys(struct gguf_writer *w, const struct dse_hparams *h
         } else if (hp->rope_type != DSE_ROPE_DEFAULT) {
                 return fail(reterr, -EOPNOTSUPP, "deepseek2 GGUF: rope scaling other than YaRN");
         }
+        if (hp->n_group > 1 && hp->topk_method != DSE_MOE_NOAUX_TC)
+                return fail(reterr, -EOPNOTSUPP, "deepseek2 GGUF: group_limited_greedy routing over %d groups (llama.cpp "
+                            "ranks a group by the sum of its two best expert scores, DeepSeek-V3's noaux_tc rule, "
+                            "not by its best score)", hp->n_group);
         return 0;
 }
 
@@ -359,9 +363,13 @@ int gguf_model_write(const struct dse_hparams *hp, const struct gguf_model_sourc
                             type);
         if ((flags & GGUF_MODEL_DEQUANTIZED) && !source->block_value)
                 return -EINVAL;
+        /* DeepSeek-V3's MTP modules are dropped, as llama.cpp's converter drops them for
+         * deepseek2 */
+        struct dse_hparams main_hp = *hp;
+        main_hp.n_mtp_layers = 0;
         struct dse_schema_entry *entries = NULL;
         size_t n_entries = 0;
-        int r = dse__model_schema(hp, &entries, &n_entries);
+        int r = dse__model_schema(&main_hp, &entries, &n_entries);
         if (r < 0)
                 return fail(reterr, r, "GGUF: the hyper-parameters describe no model");
         struct gguf_writer *w = gguf_writer_new();

@@ -25,7 +25,9 @@
  * YaRN with mscale != mscale_all_dim (its graph fixes the cos/sin amplitude at 1),
  * moe_layer_freq != 1, DeepSeek-V2 routing that both normalises and scales the weights
  * (llama.cpp scales after normalising, as V3 does), rope scalings other than linear
- * (llama, qwen2) or YaRN (deepseek2). */
+ * (llama, qwen2) or YaRN (deepseek2), DeepSeek-V2's group_limited_greedy over more than
+ * one group (llama.cpp scores a group by its two best experts' sum, V3's rule, where V2
+ * takes the best one). */
 #ifndef DSV_BENCH_GGUF_MODEL_H
 #define DSV_BENCH_GGUF_MODEL_H
 
@@ -47,7 +49,8 @@ struct gguf_model_source {
         float (*block_value)(uint32_t type, const uint8_t *block, int e);
 };
 
-/* The tensors written are those dse__model_schema(hp) lists. `type` is a ggml type id
+/* The tensors written are those dse__model_schema(hp) lists, without DeepSeek-V3's MTP
+ * modules (llama.cpp's converter drops them for deepseek2). `type` is a ggml type id
  * (0 F32, 1 F16, 8 Q8_0, 2 Q4_0). */
 int gguf_model_write(const struct dse_hparams *hp, const struct gguf_model_source *source, uint32_t type,
                      unsigned flags, const char *path, struct dse_diag *reterr);

@@ -55,7 +55,28 @@ static int read_st(void *ctx, const char *name, int64_t rows, int64_t cols, floa
         return 0;
 }
 
+struct padded_source {
+        const struct dse__st_set *st;
+        int32_t n_real_layers;
+};
+
+/* read_st, with every tensor of a decoder layer past the checkpoint's all zeros. */
+static int read_padded(void *ctx, const char *name, int64_t rows, int64_t cols, float *out) {
+        const struct padded_source *p = ctx;
+        int layer, n = 0;
+        if (sscanf(name, "model.layers.%d.%n", &layer, &n) == 1 && n > 0 && layer >= p->n_real_layers) {
+                memset(out, 0, (size_t)(rows * cols) * sizeof *out);
+                return 0;
+        }
+        return read_st((void *)p->st, name, rows, cols, out);
+}
+
 int gguf_from_hf(const char *dir, const char *out_path, uint32_t type, unsigned flags, struct dse_diag *reterr) {
+        return gguf_from_hf_padded(dir, out_path, type, flags, 0, reterr);
+}
+
+int gguf_from_hf_padded(const char *dir, const char *out_path, uint32_t type, unsigned flags, int32_t n_layers,
+                        struct dse_diag *reterr) {
         char path[4096];
         snprintf(path, sizeof path, "%s/config.json", dir);
         char *cfg = slurp_text(path);
@@ -69,13 +90,20 @@ int gguf_from_hf(const char *dir, const char *out_path, uint32_t type, unsigned 
                 snprintf(reterr->msg, sizeof reterr->msg, "%s: a quantized checkpoint is not GGUF fixture material", dir);
                 r = -EOPNOTSUPP;
         }
+        if (r == 0 && n_layers > 0 && n_layers < hp.n_layers) {
+                snprintf(reterr->msg, sizeof reterr->msg, "%s: cannot pad %d layers to %d", dir, hp.n_layers, n_layers);
+                r = -EINVAL;
+        }
         if (r == 0)
                 r = dse__st_open_dir(dir, &st, reterr);
         free(cfg);
         free(gen);
         if (r < 0)
                 return r;
-        struct gguf_model_source src = {.read = read_st, .ctx = st, .block_value = gguf_ref_value};
+        struct padded_source padded = {.st = st, .n_real_layers = hp.n_layers};
+        struct gguf_model_source src = {.read = read_padded, .ctx = &padded, .block_value = gguf_ref_value};
+        if (n_layers > 0)
+                hp.n_layers = n_layers;
         r = gguf_model_write(&hp, &src, type, flags, out_path, reterr);
         dse__st_close(st);
         return r;

@@ -12,7 +12,9 @@
  *
  * Fixtures: the float llama, qwen2 and DeepSeek ones (llama3-rope-gqa needs rope_freqs,
  * which the importer refuses; deepseek-v2-group-limited's YaRN amplitude has no deepseek2
- * key; the AWQ/GPTQ/FP8 fixtures are not GGUF material). */
+ * key and its V2 group_limited_greedy routing none in llama.cpp; the AWQ/GPTQ/FP8
+ * fixtures are not GGUF material). The bundled default model, padded as
+ * bench/gguf_vs_llamacpp.sh writes it for llama.cpp, too. */
 #include <errno.h>
 #include <math.h>
 #include <stdint.h>
@@ -25,6 +27,7 @@
 #include "dse.h"
 #include "gguf-from-hf.h"
 #include "model-ref.h"
+#include "model/format.h"
 #include "model/model.h"
 #include "t.h"
 
@@ -77,9 +80,10 @@ static size_t compare_weights(const char *quant_native, const char *f32_native, 
         return differ;
 }
 
-static void check_fixture(const char *name, unsigned flags) {
-        char dir[1024], path[1200], tmp[] = "/tmp/dsv-gguf-XXXXXX";
-        snprintf(dir, sizeof dir, "%s/%s", t_fixture("models"), name);
+/* The model folder dir (reference data in dir/ref) written as GGUF with flags, padded
+ * with zero layers up to pad_layers (0: none; gguf_from_hf_padded). */
+static void check_model(const char *name, const char *dir, unsigned flags, int32_t pad_layers) {
+        char path[1200], tmp[] = "/tmp/dsv-gguf-XXXXXX";
         ASSERT_TRUE(mkdtemp(tmp) != NULL);
         int32_t prompt[512], gen[N_DECODE];
         snprintf(path, sizeof path, "%s/ref/prompt_ids.json", dir);
@@ -104,7 +108,7 @@ static void check_fixture(const char *name, unsigned flags) {
                 snprintf(gguf, sizeof gguf, "%s/%s.gguf", tmp, floats[f].label);
                 snprintf(native, sizeof native, "%s/%s.dse", tmp, floats[f].label);
                 struct dse_diag diag = {{0}};
-                int r = gguf_from_hf(dir, gguf, floats[f].type, flags, &diag);
+                int r = gguf_from_hf_padded(dir, gguf, floats[f].type, flags, pad_layers, &diag);
                 if (r < 0)
                         T_FAIL("%s: writing %s: %s (%s)", name, gguf, strerror(-r), diag.msg);
                 int V = 0;
@@ -141,8 +145,8 @@ static void check_fixture(const char *name, unsigned flags) {
                 snprintf(ref_gguf, sizeof ref_gguf, "%s/%s-dequantized.gguf", tmp, quants[q].label);
                 snprintf(native, sizeof native, "%s/%s.dse", tmp, quants[q].label);
                 struct dse_diag diag = {{0}};
-                ASSERT_OK(gguf_from_hf(dir, gguf, quants[q].type, flags, &diag));
-                ASSERT_OK(gguf_from_hf(dir, ref_gguf, quants[q].type, flags | GGUF_MODEL_DEQUANTIZED, &diag));
+                ASSERT_OK(gguf_from_hf_padded(dir, gguf, quants[q].type, flags, pad_layers, &diag));
+                ASSERT_OK(gguf_from_hf_padded(dir, ref_gguf, quants[q].type, flags | GGUF_MODEL_DEQUANTIZED, pad_layers, &diag));
                 char ref_native[1300];
                 snprintf(ref_native, sizeof ref_native, "%s/%s-dequantized.dse", tmp, quants[q].label);
                 int V = 0, V2 = 0, n_quantized = 0;
@@ -179,6 +183,12 @@ static void check_fixture(const char *name, unsigned flags) {
                        "weights bit-identical to ggml's dequantised values)", name, STRICT_MAX_ABS);
 }
 
+static void check_fixture(const char *name, unsigned flags) {
+        char dir[1024];
+        snprintf(dir, sizeof dir, "%s/%s", t_fixture("models"), name);
+        check_model(name, dir, flags, 0);
+}
+
 TEST(llama_bf16_linear_rope) { check_fixture("llama-bf16-linear-rope", 0); }
 TEST(qwen2_bf16_tied) { check_fixture("qwen2-bf16-tied", 0); }
 /* deepseek2: attn_kv_b with the older attention keys, and the split attn_k_b / attn_v_b
@@ -189,6 +199,17 @@ TEST(deepseek_v2_mla_qlora_yarn_kv_b_split) { check_fixture("deepseek-v2-mla-qlo
 TEST(deepseek_v2_lite_sharded_kv_b_split) { check_fixture("deepseek-v2-lite-sharded", GGUF_MODEL_KV_B_SPLIT); }
 TEST(deepseek_v3_noaux_yarn_kv_b_split) { check_fixture("deepseek-v3-noaux-yarn", GGUF_MODEL_KV_B_SPLIT); }
 
+/* The bundled default model (models/default, trained; reference in its ref/) written as
+ * bench/gguf_vs_llamacpp.sh gives it to llama.cpp: the MTP module dropped, zero layers
+ * appended up to V2-Lite's 26 (llama.cpp's deepseek2 takes a model without q_lora_rank
+ * only at that layer count), group-limited noaux_tc routing (4 groups, best 2). */
+TEST(default_model_padded_kv_b_split) {
+        const char *src = getenv("DSV_SOURCE_DIR") ? getenv("DSV_SOURCE_DIR") : "..";
+        char dir[1024];
+        snprintf(dir, sizeof dir, "%s/models/default", src);
+        check_model("default (26 layers)", dir, GGUF_MODEL_KV_B_SPLIT, 26);
+}
+
 /* A DeepSeek model llama.cpp's deepseek2 cannot express is refused by the writer, naming
  * why: the group-limited fixture's YaRN has mscale 1.0 != mscale_all_dim 0.707. */
 TEST(deepseek_yarn_amplitude_refused) {
@@ -197,6 +218,30 @@ TEST(deepseek_yarn_amplitude_refused) {
         struct dse_diag diag = {{0}};
         ASSERT_EQ(gguf_from_hf(dir, "/tmp/never-written.gguf", 1, 0, &diag), -EOPNOTSUPP);
         ASSERT_TRUE(strstr(diag.msg, "mscale_all_dim") != NULL);
+}
+
+/* With its YaRN amplitude set aside, the group-limited fixture is still refused: its
+ * V2 group_limited_greedy routing ranks a group by its best expert, llama.cpp's
+ * deepseek2 by its two best. */
+TEST(deepseek_group_limited_greedy_refused) {
+        char dir[1024], path[1200];
+        snprintf(dir, sizeof dir, "%s/deepseek-v2-group-limited", t_fixture("models"));
+        snprintf(path, sizeof path, "%s/config.json", dir);
+        size_t len = 0;
+        char *cfg = slurp(path, &len);
+        ASSERT_TRUE(cfg != NULL);
+        struct dse_hparams hp;
+        struct dse__hf_quant q;
+        struct dse_diag diag = {{0}};
+        ASSERT_OK(dse__hf_parse_config(cfg, len, NULL, 0, dir, &hp, &q, &diag));
+        free(cfg);
+        ASSERT_EQ(hp.topk_method, DSE_MOE_GROUP_LIMITED_GREEDY);
+        hp.rope_type = DSE_ROPE_DEFAULT;
+        struct gguf_model_source none = {0};
+        ASSERT_EQ(gguf_model_write(&hp, &none, 0, 0, "/tmp/never-written.gguf", &diag), -EOPNOTSUPP);
+        ASSERT_TRUE(strstr(diag.msg, "group_limited_greedy") != NULL);
+        struct stat st;
+        ASSERT_TRUE(stat("/tmp/never-written.gguf", &st) != 0);
 }
 
 /* `--model FILE.gguf` (dse_model_resolve): converted once into the cache, then reused. */
