@@ -74,6 +74,8 @@ struct grammar_walk_states {
         uint32_t table_size;
         uint32_t *scratch; /* a shape being made */
         uint32_t cap_scratch;
+        uint32_t *taking; /* the stacks of a state whose top takes a byte (walk_step) */
+        uint32_t cap_taking;
         /* per state: the plain-character pass that last met it (plain_parts) */
         uint32_t *mark;
         uint32_t cap_mark, pass;
@@ -95,6 +97,7 @@ void dse__grammar_walk_states_free(struct grammar_walk_states *w) {
         free(w->next);
         free(w->table);
         free(w->scratch);
+        free(w->taking);
         free(w->mark);
         free(w->plain_at);
         free(w->plain_words);
@@ -184,12 +187,36 @@ static int same_bytes(const struct dse_grammar *g, const uint32_t *shape, uint8_
         return taken;
 }
 
+/* Sets w->taking to the shape of the stacks of a state whose top takes byte, in their
+ * order: the stacks a step by byte continues. The others end there, so stepping these
+ * alone leads to the same state, without rebuilding the frames of all the others (a
+ * state may hold dozens, of which a byte continues one or two). */
+static int taking_stacks(const struct dse_grammar *g, struct grammar_walk_states *w, const uint32_t *shape, uint8_t byte) {
+        uint32_t n = 1, p = 1, kept = 0;
+        GRAMMAR_TRY(dse__grammar_grow((void **)&w->taking, &w->cap_taking, 1, sizeof *w->taking));
+        for (uint32_t s = 0; s < shape[0]; s++) {
+                uint32_t len = shape[p];
+                uint32_t words = len < GRAMMAR_POPPED ? 1 + len : 1;
+                if (len < GRAMMAR_POPPED && len > 0 && grammar_class_has(&g->classes[g->elems[shape[p + 1]].arg], byte)) {
+                        GRAMMAR_TRY(dse__grammar_grow((void **)&w->taking, &w->cap_taking, (uint64_t)n + words,
+                                                      sizeof *w->taking));
+                        memcpy(w->taking + n, shape + p, words * sizeof *shape);
+                        n += words;
+                        kept++;
+                }
+                p += words;
+        }
+        w->taking[0] = kept;
+        return 0;
+}
+
 /* The state that byte leads to from state id (WALK_DEAD: none), computed by the
- * matcher on the state rebuilt on the frame below. */
+ * matcher on the stacks taking byte rebuilt on the frame below. */
 static int walk_step(struct dse_grammar_matcher *m, struct grammar_walk_states *w, int32_t id, uint8_t byte, uint32_t below,
                      int32_t *ret_id) {
+        GRAMMAR_TRY(taking_stacks(m->g, w, w->words + w->start[id], byte));
         uint32_t mark_frames = m->n_frames, mark_tops = m->n_tops, begin = m->n_tops, end, used, n = 0;
-        int r = dse__grammar_state_load(m, w->words + w->start[id], below, &end, &used);
+        int r = dse__grammar_state_load(m, w->taking, below, &end, &used);
         int64_t next_end = 0;
         uint32_t next_begin = m->n_tops;
         if (r == 0) {
