@@ -280,21 +280,25 @@ struct plain_outcome {
         int dead, popped, overflow;
 };
 
+/* Adds end state to o's ends unless there already (overflow past PLAIN_MAX_STATES). */
+static void plain_add_end(struct plain_outcome *o, int32_t to) {
+        uint32_t k = 0;
+        while (k < o->n_ends && o->ends[k] != to)
+                k++;
+        if (k < o->n_ends)
+                return;
+        if (o->n_ends == PLAIN_MAX_STATES)
+                o->overflow = 1;
+        else
+                o->ends[o->n_ends++] = to;
+}
+
 /* Adds one's outcome (a header word and end states, as plain_words keeps them) to o. */
 static void plain_merge(struct plain_outcome *o, const uint32_t *one) {
         o->dead |= (int)(one[0] & 1);
         o->popped |= (int)(one[0] >> 1 & 1);
-        for (uint32_t j = 0; j < one[0] >> 2 && !o->popped && !o->overflow; j++) {
-                uint32_t e = 0;
-                while (e < o->n_ends && o->ends[e] != (int32_t)one[1 + j])
-                        e++;
-                if (e < o->n_ends)
-                        continue;
-                if (o->n_ends == PLAIN_MAX_STATES)
-                        o->overflow = 1;
-                else
-                        o->ends[o->n_ends++] = (int32_t)one[1 + j];
-        }
+        for (uint32_t j = 0; j < one[0] >> 2 && !o->popped && !o->overflow; j++)
+                plain_add_end(o, (int32_t)one[1 + j]);
 }
 
 /* Keeps o in plain_words: its index there (header word, then end states). */
@@ -344,15 +348,7 @@ static int plain_explore(struct dse_grammar_matcher *m, struct grammar_walk_stat
                         plain_merge(o, w->plain_words + at);
                         continue;
                 }
-                k = 0;
-                while (k < o->n_ends && o->ends[k] != to)
-                        k++;
-                if (k < o->n_ends)
-                        continue;
-                if (o->n_ends == PLAIN_MAX_STATES)
-                        o->overflow = 1;
-                else
-                        o->ends[o->n_ends++] = to;
+                plain_add_end(o, to);
         }
         return 0;
 }
