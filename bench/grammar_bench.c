@@ -1,14 +1,16 @@
 /* dsvisor-bench grammar: the JSON Schema corpus through `dsvisor grammar --check
  * --bench --json`, one run per schema, pooled.
  *
- *     dsvisor-bench grammar --tokenizer FILE [--corpus DIR] [--dsvisor PATH] [--json]
+ *     dsvisor-bench grammar --tokenizer FILE [--corpus DIR] [--dsvisor PATH] [--slowest N] [--json]
  *
  * DIR defaults to $DSV_FIXTURES/json-schema/schemas (fixtures/json-schema/README.md: one
  * file per schema with valid and invalid instances), PATH to the dsvisor beside this
  * program. Reports: schemas, compiled, passing (compiled and every instance judged
  * right) and its share of all schemas, instances, validation errors (a valid instance
  * rejected), invalidation errors (an invalid one accepted), compile time p50, and the
- * mask time per token p50/p99/max pooled over every token of every compiled schema. */
+ * mask time per token p50/p99/max pooled over every token of every compiled schema.
+ * --slowest N also lists the N schemas with the most masks over SLOW_MASK_NS (then by
+ * their slowest mask), the ones to profile. */
 #include <cjson/cJSON.h>
 #include <dirent.h>
 #include <errno.h>
@@ -51,9 +53,21 @@ static double quantile(struct samples *s, double q) {
         return (double)s->v[i < s->n ? i : s->n - 1];
 }
 
+/* A mask slower than this counts against a schema in the --slowest list: the p99
+ * target of the mask time. */
+#define SLOW_MASK_NS 500000
+
+struct schema_time {
+        char *name;
+        long slow;       /* masks over SLOW_MASK_NS */
+        uint64_t max_ns; /* the slowest mask */
+};
+
 struct totals {
         long schemas, compiled, passing, instances, judged, validation_errors, invalidation_errors, failures;
         struct samples compile_ns, mask_ns;
+        struct schema_time *times;
+        size_t n_times;
 };
 
 static int write_text(const char *path, const char *text) {
@@ -65,7 +79,7 @@ static int write_text(const char *path, const char *text) {
 }
 
 /* One corpus file: its schema and instances through dsvisor grammar. */
-static int run_one(const char *dsvisor, const char *tokenizer, const char *path, struct totals *t) {
+static int run_one(const char *dsvisor, const char *tokenizer, const char *path, const char *name, struct totals *t) {
         FILE *f = fopen(path, "re");
         if (!f)
                 return -errno;
@@ -130,6 +144,7 @@ static int run_one(const char *dsvisor, const char *tokenizer, const char *path,
         const cJSON *test = tests->child;
         long right = 0, n_tests = cJSON_GetArraySize(tests), answered = 0;
         int refused = 0;
+        struct schema_time time = {.name = NULL};
         t->schemas++;
         t->instances += n_tests;
         while (p && getline(&line, &line_cap, p) > 0) {
@@ -152,8 +167,12 @@ static int run_one(const char *dsvisor, const char *tokenizer, const char *path,
                         const cJSON *ns;
                         add(&t->compile_ns,
                             (uint64_t)(cJSON_GetObjectItemCaseSensitive(bench, "compile_us")->valuedouble * 1000.0));
-                        cJSON_ArrayForEach(ns, cJSON_GetObjectItemCaseSensitive(bench, "mask_ns"))
-                                add(&t->mask_ns, (uint64_t)ns->valuedouble);
+                        cJSON_ArrayForEach(ns, cJSON_GetObjectItemCaseSensitive(bench, "mask_ns")) {
+                                uint64_t x = (uint64_t)ns->valuedouble;
+                                add(&t->mask_ns, x);
+                                time.slow += x > SLOW_MASK_NS;
+                                time.max_ns = x > time.max_ns ? x : time.max_ns;
+                        }
                 }
                 cJSON_Delete(o);
         }
@@ -167,6 +186,13 @@ static int run_one(const char *dsvisor, const char *tokenizer, const char *path,
                 t->failures++;
                 return 0;
         }
+        struct schema_time *times = refused ? NULL : realloc(t->times, (t->n_times + 1) * sizeof *times);
+        if (times) {
+                t->times = times;
+                time.name = strdup(name);
+                if (time.name)
+                        times[t->n_times++] = time;
+        }
         if (!refused) {
                 t->compiled++;
                 t->judged += answered;
@@ -179,14 +205,23 @@ static int cmp_name(const void *a, const void *b) {
         return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
+static int cmp_slow(const void *a, const void *b) {
+        const struct schema_time *x = a, *y = b;
+        if (x->slow != y->slow)
+                return x->slow > y->slow ? -1 : 1;
+        return x->max_ns > y->max_ns ? -1 : x->max_ns < y->max_ns;
+}
+
 static void usage(void) {
-        fprintf(stderr, "usage: dsvisor-bench grammar --tokenizer FILE [--corpus DIR] [--dsvisor PATH] [--json]\n");
+        fprintf(stderr, "usage: dsvisor-bench grammar --tokenizer FILE [--corpus DIR] [--dsvisor PATH] [--slowest N] "
+                        "[--json]\n");
         exit(2);
 }
 
 int dsv_bench_grammar(int argc, char **argv) {
         const char *tokenizer = NULL, *corpus = NULL, *dsvisor = NULL;
         int json = 0;
+        long slowest = 0;
         for (int i = 2; i < argc; i++) {
                 if (!strcmp(argv[i], "--json")) {
                         json = 1;
@@ -200,6 +235,8 @@ int dsv_bench_grammar(int argc, char **argv) {
                         corpus = argv[++i];
                 else if (!strcmp(argv[i], "--dsvisor"))
                         dsvisor = argv[++i];
+                else if (!strcmp(argv[i], "--slowest"))
+                        slowest = strtol(argv[++i], NULL, 10);
                 else
                         usage();
         }
@@ -245,7 +282,7 @@ int dsv_bench_grammar(int argc, char **argv) {
         for (size_t i = 0; i < n_names; i++) {
                 char path[2 * PATH_MAX + 2];
                 snprintf(path, sizeof path, "%s/%s", corpus, names[i]);
-                if (names[i] && run_one(dsvisor, tokenizer, path, &t) < 0)
+                if (names[i] && run_one(dsvisor, tokenizer, path, names[i], &t) < 0)
                         status = 1;
                 free(names[i]);
         }
@@ -255,19 +292,36 @@ int dsv_bench_grammar(int argc, char **argv) {
         double pass_pct = t.schemas ? 100.0 * (double)t.passing / (double)t.schemas : 0;
         double c50 = quantile(&t.compile_ns, 0.5) / 1e6, m50 = quantile(&t.mask_ns, 0.5) / 1e3;
         double m99 = quantile(&t.mask_ns, 0.99) / 1e3, mmax = t.mask_ns.n ? (double)t.mask_ns.v[t.mask_ns.n - 1] / 1e3 : 0;
-        if (json)
+        qsort(t.times, t.n_times, sizeof *t.times, cmp_slow);
+        size_t n_slowest = slowest > 0 ? (size_t)slowest < t.n_times ? (size_t)slowest : t.n_times : 0;
+        if (json) {
                 printf("{\"schemas\":%ld,\"compiled\":%ld,\"passing\":%ld,\"passing_pct\":%.1f,\"instances\":%ld,"
                        "\"judged\":%ld,\"validation_errors\":%ld,\"invalidation_errors\":%ld,\"failures\":%ld,"
                        "\"compile_ms_p50\":%.3f,\"masks\":%zu,\"mask_us_p50\":%.2f,\"mask_us_p99\":%.2f,"
-                       "\"mask_us_max\":%.2f}\n",
+                       "\"mask_us_max\":%.2f",
                        t.schemas, t.compiled, t.passing, pass_pct, t.instances, t.judged, t.validation_errors,
                        t.invalidation_errors, t.failures, c50, t.mask_ns.n, m50, m99, mmax);
-        else
+                if (slowest > 0) {
+                        printf(",\"slowest\":[");
+                        for (size_t i = 0; i < n_slowest; i++)
+                                printf("%s{\"schema\":\"%s\",\"masks_over_500us\":%ld,\"mask_us_max\":%.2f}", i ? "," : "",
+                                       t.times[i].name, t.times[i].slow, (double)t.times[i].max_ns / 1e3);
+                        printf("]");
+                }
+                printf("}\n");
+        } else {
                 printf("schemas %ld, compiled %ld, passing %ld (%.1f %%); instances %ld, judged %ld: validation errors "
                        "%ld, invalidation errors %ld; failures %ld\ncompile p50 %.3f ms; %zu masks: p50 %.2f us, p99 "
                        "%.2f us, max %.2f us\n",
                        t.schemas, t.compiled, t.passing, pass_pct, t.instances, t.judged, t.validation_errors,
                        t.invalidation_errors, t.failures, c50, t.mask_ns.n, m50, m99, mmax);
+                for (size_t i = 0; i < n_slowest; i++)
+                        printf("slowest %s: %ld masks over 500 us, max %.2f us\n", t.times[i].name, t.times[i].slow,
+                               (double)t.times[i].max_ns / 1e3);
+        }
+        for (size_t i = 0; i < t.n_times; i++)
+                free(t.times[i].name);
+        free(t.times);
         free(t.compile_ns.v);
         free(t.mask_ns.v);
         return status || t.failures ? 1 : 0;

@@ -1273,7 +1273,7 @@ static void usage(void) {
                 "           [--kv-dtype f32|bf16|fp8|int8] [--kv-tokens N] [--depth N,N] [--gguf FILE] [--json]\n"
                 "       dsvisor-bench weights (the same options; --batches: tokens per pass)\n"
                 "       dsvisor-bench gguf --preset P --format f32|f16|q8_0|q4_0 [--layers N] --out FILE (bench/gguf_bench.c)\n"
-                "       dsvisor-bench grammar --tokenizer FILE [--corpus DIR] [--dsvisor PATH] [--json]\n"
+                "       dsvisor-bench grammar --tokenizer FILE [--corpus DIR] [--dsvisor PATH] [--slowest N] [--json]\n"
                 "       dsvisor-bench spec --preset P --format F [--layers N] [--threads T] [--serve-model DIR]\n"
                 "           [--held-out FILE] [--passages N] [--max-tokens N] [--json] (bench/spec_bench.c)\n"
                 "       dsvisor-bench kvtier --preset P --format F [--layers N] [--threads T] [--prefix 4096]\n"

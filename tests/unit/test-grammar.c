@@ -531,7 +531,14 @@ TEST(trie_mask_equals_scan_byte_level_bpe) {
 /* States where the plain tokens are taken or refused whole, or only in part, and states
  * just around it (mid-character, after a backslash, at a length bound, in a key that
  * must not be a declared name, in a number, in GBNF), each reached by feeding bytes:
- * the mask equals the scan twin, fresh and cached. */
+ * the mask equals the scan twin, fresh and cached. The object of many optional
+ * properties gives states of dozens of stacks of which a byte continues a few (the walk
+ * steps only those), and keys in the middle of a wide character or escape at several
+ * nodes of the declared names' trie (one shared rule continues them). */
+#define MANY_PROPERTIES                                                                                       \
+        "{\"type\":\"object\",\"properties\":{\"clear\":{},\"clearAll\":{},\"create\":{},\"get\":{},"        \
+        "\"getAll\":{},\"getBytesInUse\":{},\"remove\":{},\"set\":{\"type\":\"string\"},\"size\":{\"type\":"     \
+        "\"integer\"}}}"
 struct awkward_state {
         char kind; /* 's' schema, 'g' GBNF */
         const char *grammar, *prefix;
@@ -560,6 +567,14 @@ static const struct awkward_state awkward_states[] = {
         {'s', "{\"type\":\"object\",\"properties\":{\"n\":{\"type\":\"number\"}}}", "{\"n\":12"},
         {'s', "{\"format\":\"date\"}", "\"2024-0"},
         {'s', "true", "{\"k\":[\"v"},
+        {'s', MANY_PROPERTIES, "{\""},
+        {'s', MANY_PROPERTIES, "{\"ge"},
+        {'s', MANY_PROPERTIES, "{\"ge\xc3"},
+        {'s', MANY_PROPERTIES, "{\"\xe4\xb8"},
+        {'s', MANY_PROPERTIES, "{\"clear\\"},
+        {'s', MANY_PROPERTIES, "{\"clear\":1,\""},
+        {'s', MANY_PROPERTIES, "{\"clear\":1,\"getA\xf0\x9f"},
+        {'s', MANY_PROPERTIES, "{\"create\":{\"x\":[1,\"y\"]},\"s"},
         {'g', "root ::= [^\"]{2,4} \"!\"", ""},
         {'g', "root ::= [^\"]{2,4} \"!\"", "ab"},
         {'g', "root ::= [a-z ]* \".\"", "x"},

@@ -7,8 +7,8 @@
 
 void dse__json_rules_init(struct json_rules *j, struct grammar_builder *b) {
         j->b = b;
-        j->ch = j->ch_wide = j->str_rest = j->any_string = j->number = j->integer = j->boolean = j->null =
-                j->any_value = j->nothing = j->ws_rule = GRAMMAR_NIL;
+        j->ch = j->ch_wide = j->str_rest = j->str_rest_wide = j->any_string = j->number = j->integer = j->boolean =
+                j->null = j->any_value = j->nothing = j->ws_rule = GRAMMAR_NIL;
         j->ws = 0;
         j->strings = NULL;
         j->n_strings = j->cap_strings = 0;
@@ -123,6 +123,25 @@ static int rule_str_rest(struct json_rules *j, uint32_t *ret_rule) {
                 j->str_rest = rest;
         }
         *ret_rule = j->str_rest;
+        return 0;
+}
+
+/* The rest of a string from a character other than a single byte on: one rule shared by
+ * every place a wide character continues a string, so the stacks inside that character
+ * are the same whichever place they came from (the key trie's nodes below). */
+static int rule_str_rest_wide(struct json_rules *j, uint32_t *ret_rule) {
+        struct grammar_builder *b = j->b;
+        if (j->str_rest_wide == GRAMMAR_NIL) {
+                uint32_t wide, rest, r;
+                GRAMMAR_TRY(rule_char_wide(j, &wide));
+                GRAMMAR_TRY(rule_str_rest(j, &rest));
+                GRAMMAR_TRY(dse__grammar_rule_new(b, &r));
+                GRAMMAR_TRY(dse__grammar_alt_begin(b, r));
+                GRAMMAR_TRY(dse__grammar_push_ref(b, r, wide));
+                GRAMMAR_TRY(dse__grammar_push_ref(b, r, rest));
+                j->str_rest_wide = r;
+        }
+        *ret_rule = j->str_rest_wide;
         return 0;
 }
 
@@ -434,8 +453,8 @@ static int cmp_names(const void *a, const void *b) {
  * the closing quote where no name ends) frees it. */
 static int key_node(struct json_rules *j, const char *const *names, size_t n, size_t depth, uint32_t *ret_rule) {
         struct grammar_builder *b = j->b;
-        uint32_t r, wide, rest;
-        GRAMMAR_TRY(rule_char_wide(j, &wide));
+        uint32_t r, wide_rest, rest;
+        GRAMMAR_TRY(rule_str_rest_wide(j, &wide_rest));
         GRAMMAR_TRY(rule_str_rest(j, &rest));
         GRAMMAR_TRY(dse__grammar_rule_new(b, &r));
         size_t i = 0;
@@ -463,8 +482,7 @@ static int key_node(struct json_rules *j, const char *const *names, size_t n, si
         GRAMMAR_TRY(dse__grammar_push_class(b, r, &other));
         GRAMMAR_TRY(dse__grammar_push_ref(b, r, rest));
         GRAMMAR_TRY(dse__grammar_alt_begin(b, r));
-        GRAMMAR_TRY(dse__grammar_push_ref(b, r, wide));
-        GRAMMAR_TRY(dse__grammar_push_ref(b, r, rest));
+        GRAMMAR_TRY(dse__grammar_push_ref(b, r, wide_rest));
         *ret_rule = r;
         return 0;
 }

@@ -18,7 +18,8 @@ struct json_rules {
         struct grammar_builder *b;
         int ws; /* JSON whitespace allowed between tokens (else compact) */
         /* rule ids, GRAMMAR_NIL until first asked for */
-        uint32_t ch, ch_wide, str_rest, any_string, number, integer, boolean, null, any_value, nothing, ws_rule;
+        uint32_t ch, ch_wide, str_rest, str_rest_wide, any_string, number, integer, boolean, null, any_value, nothing,
+                ws_rule;
         /* bounded strings already built, shared by every schema with the same bounds */
         struct json_string_rule {
                 uint32_t min_chars, max_chars, rule;

@@ -74,6 +74,8 @@ struct grammar_walk_states {
         uint32_t table_size;
         uint32_t *scratch; /* a shape being made */
         uint32_t cap_scratch;
+        uint32_t *taking; /* the stacks of a state whose top takes a byte (walk_step) */
+        uint32_t cap_taking;
         /* per state: the plain-character pass that last met it (plain_parts) */
         uint32_t *mark;
         uint32_t cap_mark, pass;
@@ -83,6 +85,12 @@ struct grammar_walk_states {
         uint32_t cap_plain_at;
         uint32_t *plain_words;
         uint32_t n_plain_words, cap_plain_words;
+        /* what the rest of a plain character does from a state inside it (plain_rest_of):
+         * open addressing from (state, sequence, byte position) to 1 + its index in
+         * plain_words, 0 empty */
+        uint64_t *rest_keys;
+        uint32_t *rest_at;
+        uint32_t rest_size, n_rest;
 };
 
 void dse__grammar_walk_states_free(struct grammar_walk_states *w) {
@@ -95,9 +103,12 @@ void dse__grammar_walk_states_free(struct grammar_walk_states *w) {
         free(w->next);
         free(w->table);
         free(w->scratch);
+        free(w->taking);
         free(w->mark);
         free(w->plain_at);
         free(w->plain_words);
+        free(w->rest_keys);
+        free(w->rest_at);
         free(w);
 }
 
@@ -184,12 +195,36 @@ static int same_bytes(const struct dse_grammar *g, const uint32_t *shape, uint8_
         return taken;
 }
 
+/* Sets w->taking to the shape of the stacks of a state whose top takes byte, in their
+ * order: the stacks a step by byte continues. The others end there, so stepping these
+ * alone leads to the same state, without rebuilding the frames of all the others (a
+ * state may hold dozens, of which a byte continues one or two). */
+static int taking_stacks(const struct dse_grammar *g, struct grammar_walk_states *w, const uint32_t *shape, uint8_t byte) {
+        uint32_t n = 1, p = 1, kept = 0;
+        GRAMMAR_TRY(dse__grammar_grow((void **)&w->taking, &w->cap_taking, 1, sizeof *w->taking));
+        for (uint32_t s = 0; s < shape[0]; s++) {
+                uint32_t len = shape[p];
+                uint32_t words = len < GRAMMAR_POPPED ? 1 + len : 1;
+                if (len < GRAMMAR_POPPED && len > 0 && grammar_class_has(&g->classes[g->elems[shape[p + 1]].arg], byte)) {
+                        GRAMMAR_TRY(dse__grammar_grow((void **)&w->taking, &w->cap_taking, (uint64_t)n + words,
+                                                      sizeof *w->taking));
+                        memcpy(w->taking + n, shape + p, words * sizeof *shape);
+                        n += words;
+                        kept++;
+                }
+                p += words;
+        }
+        w->taking[0] = kept;
+        return 0;
+}
+
 /* The state that byte leads to from state id (WALK_DEAD: none), computed by the
- * matcher on the state rebuilt on the frame below. */
+ * matcher on the stacks taking byte rebuilt on the frame below. */
 static int walk_step(struct dse_grammar_matcher *m, struct grammar_walk_states *w, int32_t id, uint8_t byte, uint32_t below,
                      int32_t *ret_id) {
+        GRAMMAR_TRY(taking_stacks(m->g, w, w->words + w->start[id], byte));
         uint32_t mark_frames = m->n_frames, mark_tops = m->n_tops, begin = m->n_tops, end, used, n = 0;
-        int r = dse__grammar_state_load(m, w->words + w->start[id], below, &end, &used);
+        int r = dse__grammar_state_load(m, w->taking, below, &end, &used);
         int64_t next_end = 0;
         uint32_t next_begin = m->n_tops;
         if (r == 0) {
@@ -245,8 +280,48 @@ struct plain_outcome {
         int dead, popped, overflow;
 };
 
-static int plain_explore(struct dse_grammar_matcher *m, struct grammar_walk_states *w, uint32_t below,
-                         const struct utf8_seq *seq, uint32_t i, int32_t from, struct plain_outcome *o) {
+/* Adds end state to o's ends unless there already (overflow past PLAIN_MAX_STATES). */
+static void plain_add_end(struct plain_outcome *o, int32_t to) {
+        uint32_t k = 0;
+        while (k < o->n_ends && o->ends[k] != to)
+                k++;
+        if (k < o->n_ends)
+                return;
+        if (o->n_ends == PLAIN_MAX_STATES)
+                o->overflow = 1;
+        else
+                o->ends[o->n_ends++] = to;
+}
+
+/* Adds one's outcome (a header word and end states, as plain_words keeps them) to o. */
+static void plain_merge(struct plain_outcome *o, const uint32_t *one) {
+        o->dead |= (int)(one[0] & 1);
+        o->popped |= (int)(one[0] >> 1 & 1);
+        for (uint32_t j = 0; j < one[0] >> 2 && !o->popped && !o->overflow; j++)
+                plain_add_end(o, (int32_t)one[1 + j]);
+}
+
+/* Keeps o in plain_words: its index there (header word, then end states). */
+static int plain_keep(struct grammar_walk_states *w, const struct plain_outcome *o, uint32_t *ret_at) {
+        uint32_t at = w->n_plain_words;
+        GRAMMAR_TRY(dse__grammar_grow((void **)&w->plain_words, &w->cap_plain_words, (uint64_t)at + 1 + o->n_ends,
+                                      sizeof *w->plain_words));
+        w->plain_words[at] = o->n_ends << 2 | (uint32_t)o->dead | (uint32_t)(o->popped || o->overflow) << 1;
+        for (uint32_t k = 0; k < o->n_ends; k++)
+                w->plain_words[at + 1 + k] = (uint32_t)o->ends[k];
+        w->n_plain_words = at + 1 + o->n_ends;
+        *ret_at = at;
+        return 0;
+}
+
+static int plain_rest_of(struct dse_grammar_matcher *m, struct grammar_walk_states *w, uint32_t below, uint32_t q,
+                         uint32_t i, int32_t from, uint32_t *ret_at);
+
+/* Runs bytes i.. of the plain characters of sequence q from state from, adding what
+ * they do to o. */
+static int plain_explore(struct dse_grammar_matcher *m, struct grammar_walk_states *w, uint32_t below, uint32_t q,
+                         uint32_t i, int32_t from, struct plain_outcome *o) {
+        const struct utf8_seq *seq = &plain_seqs[q];
         int32_t seen[8];
         uint32_t n_seen = 0;
         for (unsigned b = seq->lo[i]; b <= seq->hi[i] && !o->popped && !o->overflow; b++) {
@@ -268,19 +343,64 @@ static int plain_explore(struct dse_grammar_matcher *m, struct grammar_walk_stat
                 if (n_seen < sizeof seen / sizeof *seen)
                         seen[n_seen++] = to;
                 if (i + 1 < seq->n) {
-                        GRAMMAR_TRY(plain_explore(m, w, below, seq, i + 1, to, o));
+                        uint32_t at;
+                        GRAMMAR_TRY(plain_rest_of(m, w, below, q, i + 1, to, &at));
+                        plain_merge(o, w->plain_words + at);
                         continue;
                 }
-                k = 0;
-                while (k < o->n_ends && o->ends[k] != to)
-                        k++;
-                if (k < o->n_ends)
-                        continue;
-                if (o->n_ends == PLAIN_MAX_STATES)
-                        o->overflow = 1;
-                else
-                        o->ends[o->n_ends++] = to;
+                plain_add_end(o, to);
         }
+        return 0;
+}
+
+/* What bytes i.. of the plain characters of sequence q do from state from, inside such
+ * a character: computed once per (state, q, i) and kept, since the states inside a
+ * character are shared by many states before it; *ret_at is its index in plain_words. */
+static int plain_rest_of(struct dse_grammar_matcher *m, struct grammar_walk_states *w, uint32_t below, uint32_t q,
+                         uint32_t i, int32_t from, uint32_t *ret_at) {
+        uint64_t key = (uint64_t)(uint32_t)from << 16 | q << 8 | i; /* never 0: i >= 1 */
+        uint32_t mask = w->rest_size - 1;
+        if (w->rest_size)
+                for (uint32_t k = (uint32_t)(key * 0x9e3779b97f4a7c15ull >> 32) & mask; w->rest_keys[k]; k = (k + 1) & mask)
+                        if (w->rest_keys[k] == key) {
+                                *ret_at = w->rest_at[k] - 1;
+                                return 0;
+                        }
+        struct plain_outcome o = {.n_ends = 0};
+        GRAMMAR_TRY(plain_explore(m, w, below, q, i, from, &o));
+        uint32_t at;
+        GRAMMAR_TRY(plain_keep(w, &o, &at));
+        if (2 * (w->n_rest + 1) > w->rest_size) {
+                uint32_t size = w->rest_size ? 2 * w->rest_size : 256;
+                uint64_t *keys = calloc(size, sizeof *keys);
+                uint32_t *ats = calloc(size, sizeof *ats);
+                if (!keys || !ats) {
+                        free(keys);
+                        free(ats);
+                        return -ENOMEM;
+                }
+                for (uint32_t j = 0; j < w->rest_size; j++)
+                        if (w->rest_keys[j]) {
+                                uint32_t k = (uint32_t)(w->rest_keys[j] * 0x9e3779b97f4a7c15ull >> 32) & (size - 1);
+                                while (keys[k])
+                                        k = (k + 1) & (size - 1);
+                                keys[k] = w->rest_keys[j];
+                                ats[k] = w->rest_at[j];
+                        }
+                free(w->rest_keys);
+                free(w->rest_at);
+                w->rest_keys = keys;
+                w->rest_at = ats;
+                w->rest_size = size;
+        }
+        mask = w->rest_size - 1; /* the table may have grown in the calls above */
+        uint32_t k = (uint32_t)(key * 0x9e3779b97f4a7c15ull >> 32) & mask;
+        while (w->rest_keys[k])
+                k = (k + 1) & mask;
+        w->rest_keys[k] = key;
+        w->rest_at[k] = at + 1;
+        w->n_rest++;
+        *ret_at = at;
         return 0;
 }
 
@@ -292,15 +412,10 @@ static int plain_of(struct dse_grammar_matcher *m, struct grammar_walk_states *w
                     const uint32_t **ret) {
         if (!w->plain_at[id]) {
                 struct plain_outcome o = {.n_ends = 0};
-                for (size_t q = 0; q < N_PLAIN_SEQS && !o.popped && !o.overflow; q++)
-                        GRAMMAR_TRY(plain_explore(m, w, below, &plain_seqs[q], 0, id, &o));
-                uint32_t at = w->n_plain_words;
-                GRAMMAR_TRY(dse__grammar_grow((void **)&w->plain_words, &w->cap_plain_words,
-                                              (uint64_t)at + 1 + o.n_ends, sizeof *w->plain_words));
-                w->plain_words[at] = o.n_ends << 2 | (uint32_t)o.dead | (uint32_t)(o.popped || o.overflow) << 1;
-                for (uint32_t k = 0; k < o.n_ends; k++)
-                        w->plain_words[at + 1 + k] = (uint32_t)o.ends[k];
-                w->n_plain_words = at + 1 + o.n_ends;
+                for (uint32_t q = 0; q < N_PLAIN_SEQS && !o.popped && !o.overflow; q++)
+                        GRAMMAR_TRY(plain_explore(m, w, below, q, 0, id, &o));
+                uint32_t at;
+                GRAMMAR_TRY(plain_keep(w, &o, &at));
                 w->plain_at[id] = at + 1;
         }
         *ret = w->plain_words + w->plain_at[id] - 1;
@@ -332,19 +447,7 @@ static int plain_parts(struct dse_grammar_matcher *m, struct grammar_walk_states
                         w->mark[set[k]] = w->pass;
                         const uint32_t *one;
                         GRAMMAR_TRY(plain_of(m, w, below, set[k], &one));
-                        o.dead |= (int)(one[0] & 1);
-                        o.popped |= (int)(one[0] >> 1 & 1);
-                        for (uint32_t j = 0; j < one[0] >> 2 && !o.popped && !o.overflow; j++) {
-                                uint32_t e = 0;
-                                while (e < o.n_ends && o.ends[e] != (int32_t)one[1 + j])
-                                        e++;
-                                if (e < o.n_ends)
-                                        continue;
-                                if (o.n_ends == PLAIN_MAX_STATES)
-                                        o.overflow = 1;
-                                else
-                                        o.ends[o.n_ends++] = (int32_t)one[1 + j];
-                        }
+                        plain_merge(&o, one);
                 }
                 if (o.popped || o.overflow || (o.dead && o.n_ends))
                         break;
