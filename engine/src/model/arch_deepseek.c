@@ -256,8 +256,9 @@ static void mla_pair(const void *ctx, int p, struct dse__attn_pair *ret) {
         const struct ds_weights *w = st->w;
         int32_t h = p % w->H, i = j->long_tok[p / w->H];
         int64_t HQ = (int64_t)w->H * (w->kvr + w->rope_dim), HK = (int64_t)w->H * w->kvr;
-        *ret = (struct dse__attn_pair){j->toks[i].kv, j->toks[i].pos + 1, st->q_abs + i * HQ + (int64_t)h * (w->kvr + w->rope_dim),
-                                       0, 0, st->o_lat + i * HK + (int64_t)h * w->kvr};
+        *ret = (struct dse__attn_pair){.kv = j->toks[i].kv, .T = j->toks[i].pos + 1,
+                                       .q = st->q_abs + i * HQ + (int64_t)h * (w->kvr + w->rope_dim),
+                                       .out = st->o_lat + i * HK + (int64_t)h * w->kvr, .n_q = 1};
 }
 
 /* Absorbed MLA for heads [h0, h1), every token of the call: a head's rows of kv_b_proj
@@ -291,8 +292,8 @@ static void mla_absorbed(void *ctx, size_t h0, size_t h1, int ith) {
                         const float *q_abs = st->q_abs + i * HQ + (int64_t)h * (kvr + rd); /* (kvr + rope) */
                         float *o_lat = st->o_lat + i * HK + (int64_t)h * kvr;               /* (kvr) */
                         /* scores over whole latent rows [c | k_pe], values over c */
-                        dse__attend(s, kv, j->l, j->toks[i].pos + 1, q_abs, 0, kvr + rd, w->softmax_scale, 0, kvr,
-                                    att, o_lat);
+                        dse__attend(s, kv, j->l, j->toks[i].pos + 1, q_abs, 0, 1, 0, kvr + rd, w->softmax_scale, 0, kvr,
+                                    att, o_lat, 0);
                 }
                 if (!j->n_long)
                         mla_uv(j, h, ith);
