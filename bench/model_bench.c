@@ -83,7 +83,8 @@
  * batch-1 decode at each count in one process, alternating over --rounds rounds (default
  * 5) of --decode steps, with each count's ratio to the first, the read probe's ratio in
  * the same rounds (a decode cannot scale past its memory), and the pool's per-call idle
- * share and the serial part between the calls.
+ * share and the serial part between the calls. It takes no --depth (decode at depth runs
+ * with one count: --threads T --depth N, its depth-0 base in the same turns).
  *
  *     dsvisor-bench weights --preset P --format F [--layers N] [--threads T] [--batches 1,4,8]
  *
@@ -1369,7 +1370,7 @@ int main(int argc, char **argv) {
         }
         struct dse_hparams hp;
         if (!preset || !format || dsv_bench_preset_hparams(preset, &hp) < 0 || threads < 1 || decode_steps < 1 ||
-            rounds < 1 || rounds > 64 || (n_thread_counts > 1 && (weights_mode || spec_mode)) ||
+            rounds < 1 || rounds > 64 || (n_thread_counts > 1 && (weights_mode || spec_mode || n_depths > 0)) ||
             n_prefill < 0 || n_batches < 1 || kv_tokens < 0 || n_depths < 0)
                 usage();
         for (int i = 0; i < n_depths; i++)
