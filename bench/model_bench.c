@@ -60,6 +60,8 @@
  *                   reads every cached position of every layer once: the mean position
  *                   over the steps x kv bytes per token); each with the split attention
  *                   over the threads and, in the same seconds, without it (split_ratio)
+ *                   and a sequence decoding from depth 0 (depth0_decode_tok_s: the
+ *                   ratio to depth 0 with both taking the same turns of a loaded host)
  * Each variant is checked before it is timed: every logit of the first evaluation must
  * be finite.
  *
@@ -81,7 +83,8 @@
  * batch-1 decode at each count in one process, alternating over --rounds rounds (default
  * 5) of --decode steps, with each count's ratio to the first, the read probe's ratio in
  * the same rounds (a decode cannot scale past its memory), and the pool's per-call idle
- * share and the serial part between the calls.
+ * share and the serial part between the calls. It takes no --depth (decode at depth runs
+ * with one count: --threads T --depth N, its depth-0 base in the same turns).
  *
  *     dsvisor-bench weights --preset P --format F [--layers N] [--threads T] [--batches 1,4,8]
  *
@@ -915,9 +918,10 @@ static double measure_decode(const struct dse_model *m, struct dse_pool *pool, i
  * engine's split attention (a query over more than 512 positions in chunks over the
  * threads, engine/src/attend.c) and without it (dse__session_set_attn_split 0: heads
  * over the threads only). Two sessions: each prefilled with the same depth tokens in
- * one eval (timed), then their decode steps alternate. */
+ * one eval (timed), then their decode steps alternate, and with them the steps of a
+ * third session decoding from depth 0, the ratio's base. */
 struct depth_sample {
-        double prefill_tok_s[2], decode_tok_s[2]; /* [0]: split, [1]: whole */
+        double prefill_tok_s[2], decode_tok_s[3]; /* [0]: split, [1]: whole, [2]: depth 0 */
         double kv_read_bytes_per_token;
 };
 
@@ -925,7 +929,7 @@ static struct depth_sample measure_depth(const struct dse_model *m, struct dse_p
                                          float *logits) {
         struct dse_diag d = {0};
         int vocab = dse_model_vocab_size(m), r, n_ctx = depth + n_steps + 1;
-        struct dse_session *s[2];
+        struct dse_session *s[3];
         int32_t *prompt = malloc((size_t)(depth > 0 ? depth : 1) * sizeof *prompt);
         if (!prompt)
                 die(-ENOMEM, "depth prompt", NULL);
@@ -945,12 +949,14 @@ static struct depth_sample measure_depth(const struct dse_model *m, struct dse_p
                         exit(1);
                 }
         }
-        double dt[2] = {0, 0};
+        if ((r = dse_session_new(m, n_steps + 1, pool, &s[2], &d)) < 0)
+                die(r, "session at depth 0", &d);
+        double dt[3] = {0, 0, 0};
         for (int step = 0; step <= n_steps; step++) {
                 int32_t tok;
                 random_tokens(&tok, 1, vocab, 500 + (uint64_t)step);
-                for (int k = 0; k < 2; k++) {
-                        int v = (step + k) % 2; /* neither always goes first */
+                for (int k = 0; k < 3; k++) {
+                        int v = (step + k) % 3; /* none always goes first */
                         double ts = now_s();
                         if ((r = dse_session_eval(s[v], &tok, 1, NULL, logits, &d)) < 0)
                                 die(r, "decode at depth", &d);
@@ -962,15 +968,15 @@ static struct depth_sample measure_depth(const struct dse_model *m, struct dse_p
                         }
                 }
         }
-        for (int v = 0; v < 2; v++)
+        for (int v = 0; v < 3; v++)
                 ds.decode_tok_s[v] = n_steps / dt[v];
         /* the timed steps attend to positions 0 .. depth + step: on average depth + 1 +
          * (n_steps + 1) / 2 rows per layer */
         ds.kv_read_bytes_per_token =
                 ((double)depth + 1.0 + (n_steps + 1) / 2.0) * (double)dse_session_kv_bytes_per_token(s[0]);
         free(prompt);
-        dse_session_free(s[0]);
-        dse_session_free(s[1]);
+        for (int v = 0; v < 3; v++)
+                dse_session_free(s[v]);
         return ds;
 }
 
@@ -1364,7 +1370,7 @@ int main(int argc, char **argv) {
         }
         struct dse_hparams hp;
         if (!preset || !format || dsv_bench_preset_hparams(preset, &hp) < 0 || threads < 1 || decode_steps < 1 ||
-            rounds < 1 || rounds > 64 || (n_thread_counts > 1 && (weights_mode || spec_mode)) ||
+            rounds < 1 || rounds > 64 || (n_thread_counts > 1 && (weights_mode || spec_mode || n_depths > 0)) ||
             n_prefill < 0 || n_batches < 1 || kv_tokens < 0 || n_depths < 0)
                 usage();
         for (int i = 0; i < n_depths; i++)
@@ -1568,9 +1574,10 @@ int main(int argc, char **argv) {
                 printf("},\"depth\":{");
                 for (int i = 0; i < n_depths; i++)
                         printf("%s\"%d\":{\"prefill_tok_s\":%.3f,\"decode_tok_s\":%.3f,\"kv_read_bytes_per_token\":%.0f,"
-                               "\"unsplit_prefill_tok_s\":%.3f,\"unsplit_decode_tok_s\":%.3f}",
+                               "\"unsplit_prefill_tok_s\":%.3f,\"unsplit_decode_tok_s\":%.3f,\"depth0_decode_tok_s\":%.3f}",
                                i ? "," : "", depths[i], dep[i].prefill_tok_s[0], dep[i].decode_tok_s[0],
-                               dep[i].kv_read_bytes_per_token, dep[i].prefill_tok_s[1], dep[i].decode_tok_s[1]);
+                               dep[i].kv_read_bytes_per_token, dep[i].prefill_tok_s[1], dep[i].decode_tok_s[1],
+                               dep[i].decode_tok_s[2]);
                 printf("},\"roofline\":%.4f,\"roofline_best\":%.4f,\"decode_step_ms_b1\":{\"min\":%.2f,"
                        "\"median\":%.2f},\"cpu_share\":%.3f,\"major_faults\":%ld}\n", roofline, roofline_best,
                        step_min * 1e3, step_median * 1e3, cpu_share, majflt);
@@ -1593,10 +1600,12 @@ int main(int argc, char **argv) {
                         printf("decode batch %d: %.2f tok/s (%.2fx batch 1)\n", batches[i], dec[i],
                                dec1 > 0 ? dec[i] / dec1 : 0);
                 for (int i = 0; i < n_depths; i++)
-                        printf("depth %d: prefill %.2f tok/s, decode %.2f tok/s (%.2fx batch 1 at depth 0), KV read "
-                               "%.2f MB per decoded token; without the split: prefill %.2f, decode %.2f tok/s (split "
-                               "%.2fx, %.2fx)\n", depths[i], dep[i].prefill_tok_s[0], dep[i].decode_tok_s[0],
-                               dec1 > 0 ? dep[i].decode_tok_s[0] / dec1 : 0, dep[i].kv_read_bytes_per_token / 1e6,
+                        printf("depth %d: prefill %.2f tok/s, decode %.2f tok/s (%.2fx batch 1 at depth 0; %.2fx the "
+                               "%.2f tok/s of depth 0 in the same turns), KV read %.2f MB per decoded token; without "
+                               "the split: prefill %.2f, decode %.2f tok/s (split %.2fx, %.2fx)\n",
+                               depths[i], dep[i].prefill_tok_s[0], dep[i].decode_tok_s[0],
+                               dec1 > 0 ? dep[i].decode_tok_s[0] / dec1 : 0, dep[i].decode_tok_s[0] / dep[i].decode_tok_s[2],
+                               dep[i].decode_tok_s[2], dep[i].kv_read_bytes_per_token / 1e6,
                                dep[i].prefill_tok_s[1], dep[i].decode_tok_s[1],
                                dep[i].prefill_tok_s[1] > 0 ? dep[i].prefill_tok_s[0] / dep[i].prefill_tok_s[1] : 0,
                                dep[i].decode_tok_s[0] / dep[i].decode_tok_s[1]);

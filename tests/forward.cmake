@@ -23,12 +23,15 @@ dsv_test(NAME test-model-mla SOURCES models/test-mla.c LIBS dse LABELS integrati
 target_include_directories(test-model-mla PRIVATE ${CMAKE_SOURCE_DIR}/engine/src)
 
 # Long-context attention: the split form against the short one, invariant to calls and
-# threads; over an f32 and an int8 cache.
+# threads; over an f32, a bf16 (grouped GQA kernels) and an int8 cache.
 dsv_test(NAME test-attn-split SOURCES models/test-attn-split.c LIBS dse LABELS integration)
 target_include_directories(test-attn-split PRIVATE ${CMAKE_SOURCE_DIR}/engine/src)
 add_test(NAME test-attn-split-kv-int8 COMMAND test-attn-split)
 set_tests_properties(test-attn-split-kv-int8 PROPERTIES LABELS "integration" TIMEOUT 300 SKIP_RETURN_CODE 77
   ENVIRONMENT "DSV_KV=int8;DSV_FIXTURES=${DSV_FIXTURES};DSV_BUILD_DIR=${CMAKE_BINARY_DIR};DSV_SOURCE_DIR=${CMAKE_SOURCE_DIR}")
+add_test(NAME test-attn-split-kv-bf16 COMMAND test-attn-split)
+set_tests_properties(test-attn-split-kv-bf16 PROPERTIES LABELS "integration" TIMEOUT 300 SKIP_RETURN_CODE 77
+  ENVIRONMENT "DSV_KV=bf16;DSV_FIXTURES=${DSV_FIXTURES};DSV_BUILD_DIR=${CMAKE_BINARY_DIR};DSV_SOURCE_DIR=${CMAKE_SOURCE_DIR}")
 
 # MoE routing on hand-worked cases.
 dsv_test(NAME test-forward-moe SOURCES unit/test-forward-moe.c LIBS dse LABELS unit)

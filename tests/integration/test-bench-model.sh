@@ -107,6 +107,7 @@ for c in o["counts"]:
         assert c["decode_ratio_median"] == 1 and all(p["absent"] == 0 for p in c["calls"]), c
 PY
 "$bench" weights "${targs[@]}" --threads 1,2 >/dev/null 2>&1 && bad "weights accepted a thread list" || ok
+"$bench" model "${targs[@]}" --threads 1,2 --depth 64 >/dev/null 2>&1 && bad "a thread list took --depth, which it ignores" || ok
 "$bench" model --preset nope --format int4 >/dev/null 2>&1 && bad "unknown preset accepted" || ok
 "$bench" model --preset deepseek-coder-1.3b --format int3 >/dev/null 2>&1 && bad "unknown format accepted" || ok
 echo "$pass passed, $fail failed"

@@ -1,5 +1,5 @@
 /* Attention over KV rows stored as BF16, FP8 (e4m3) or INT8 (attn_scores_kv,
- * attn_accum_kv), at every level up to the detected one, against a float64 oracle over
+ * attn_accum_kv; BF16 also for a group of queries at once), at every level up to the detected one, against a float64 oracle over
  * the stored elements decoded independently of ref.c, on seeded random rows of awkward
  * shapes: runs of 1..40 rows, lengths and offsets around the vector width, scale groups
  * that are and are not multiples of 8, row strides that are not. And the float32 -> e4m3
@@ -170,6 +170,85 @@ TEST(attention_over_stored_kv_all_types_all_levels) {
                 n_checked, dse_cpu_level_to_string(top));
 }
 
+/* G queries over one run of BF16 rows (attn_scores_group_bf16, attn_accum_group_bf16):
+ * every query against the float64 oracle, and bitwise what the same kernel gives that
+ * query alone (G = 1), so that a head's result does not depend on its group's size; at
+ * group sizes around the kernels' tiles, awkward lengths and runs, query, score and
+ * output strides wider than a row. */
+TEST(attention_group_over_bf16_rows_all_levels) {
+        static const int groups[] = {1, 2, 5, 6, 7, 12, 13};
+        static const struct kv_case cases[] = {{1, 0, 1}, {1, 3, 7}, {1, 0, 8}, {1, 5, 33}, {1, 64, 128}, {1, 0, 130}};
+        enum dse_cpu_level top = detected_level();
+        int n_checked = 0;
+        for (size_t gi = 0; gi < sizeof groups / sizeof groups[0]; gi++)
+                for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++)
+                        for (size_t ri = 0; ri < sizeof runs / sizeof runs[0]; ri++) {
+                                int G = groups[gi];
+                                struct kv_case c = cases[ci];
+                                int64_t n = runs[ri], ldq = c.len + 5, lds = n + 3, ldo = c.len + 2;
+                                rng_seed(9100 + 131 * gi + 17 * ci + ri);
+                                struct kv_buf b;
+                                kv_make(&b, DSE_KV_BF16, n, c.off + c.len + 3, 1);
+                                float *q = malloc((size_t)(G * ldq) * sizeof *q), *w = malloc((size_t)(G * lds) * sizeof *w);
+                                float *sc = malloc((size_t)(G * lds) * sizeof *sc), *one = malloc((size_t)ldo * sizeof *one);
+                                float *out = malloc((size_t)(G * ldo) * sizeof *out), *out0 = malloc((size_t)(G * ldo) * sizeof *out0);
+                                ASSERT_TRUE(q && w && sc && one && out && out0);
+                                for (int64_t i = 0; i < G * ldq; i++)
+                                        q[i] = rng_unit();
+                                for (int64_t i = 0; i < G * lds; i++)
+                                        w[i] = rng_unit();
+                                for (int64_t i = 0; i < G * ldo; i++)
+                                        out0[i] = rng_unit();
+                                for (int lvl = DSE_CPU_SCALAR; lvl <= (int)top; lvl++) {
+                                        struct dse_kernels k;
+                                        ASSERT_OK(dse_kernels_resolve((enum dse_cpu_level)lvl, &k));
+                                        k.attn_scores_group_bf16(q, ldq, G, &b.rows, c.off, n, c.len, 0.125f, sc, lds);
+                                        memcpy(out, out0, (size_t)(G * ldo) * sizeof *out);
+                                        k.attn_accum_group_bf16(w, lds, G, &b.rows, c.off, n, c.len, out, ldo);
+                                        for (int g = 0; g < G; g++) {
+                                                float alone[40];
+                                                k.attn_scores_group_bf16(q + g * ldq, ldq, 1, &b.rows, c.off, n, c.len, 0.125f,
+                                                                         alone, n);
+                                                ASSERT_TRUE(memcmp(alone, sc + g * lds, (size_t)n * sizeof(float)) == 0);
+                                                memcpy(one, out0 + g * ldo, (size_t)ldo * sizeof *one);
+                                                k.attn_accum_group_bf16(w + g * lds, lds, 1, &b.rows, c.off, n, c.len, one, ldo);
+                                                ASSERT_TRUE(memcmp(one, out + g * ldo, (size_t)c.len * sizeof(float)) == 0);
+                                                for (int64_t t = 0; t < n; t++) {
+                                                        double dot = 0, mag = 0;
+                                                        for (int64_t i = 0; i < c.len; i++) {
+                                                                double x = kv_value(&b, t, c.off + i);
+                                                                dot += q[g * ldq + i] * x;
+                                                                mag += fabs(q[g * ldq + i] * x);
+                                                        }
+                                                        ASSERT_NEAR(sc[g * lds + t], 0.125 * dot, 0.125 * (REL_TOL * mag + ABS_TOL));
+                                                }
+                                                for (int64_t i = 0; i < c.len; i++) {
+                                                        double want = out0[g * ldo + i], mag = fabs(want);
+                                                        for (int64_t t = 0; t < n; t++) {
+                                                                double x = kv_value(&b, t, c.off + i);
+                                                                want += w[g * lds + t] * x;
+                                                                mag += fabs(w[g * lds + t] * x);
+                                                        }
+                                                        ASSERT_NEAR(out[g * ldo + i], want, REL_TOL * mag + ABS_TOL);
+                                                }
+                                                /* the strides' gaps are left alone */
+                                                for (int64_t i = c.len; i < ldo; i++)
+                                                        ASSERT_TRUE(out[g * ldo + i] == out0[g * ldo + i]);
+                                        }
+                                        n_checked++;
+                                }
+                                free(q);
+                                free(w);
+                                free(sc);
+                                free(one);
+                                free(out);
+                                free(out0);
+                                free(b.mem);
+                        }
+        fprintf(stderr, "  %d grouped BF16 attention (group, shape, run, level) combinations checked up to level %s\n",
+                n_checked, dse_cpu_level_to_string(top));
+}
+
 /* The F32 entries stay the float kernels' (attn_scores, attn_accum). */
 TEST(f32_kv_has_no_stored_type_entry) {
         struct dse_kernels k;
@@ -177,4 +256,5 @@ TEST(f32_kv_has_no_stored_type_entry) {
         ASSERT_TRUE(k.attn_scores_kv[DSE_KV_F32] == NULL && k.attn_accum_kv[DSE_KV_F32] == NULL);
         for (int dt = DSE_KV_BF16; dt < DSE_KV_DTYPE_COUNT; dt++)
                 ASSERT_TRUE(k.attn_scores_kv[dt] && k.attn_accum_kv[dt]);
+        ASSERT_TRUE(k.attn_scores_group_bf16 && k.attn_accum_group_bf16);
 }

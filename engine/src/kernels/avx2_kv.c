@@ -1,8 +1,9 @@
 /* AVX2 + FMA attention over KV rows stored as BF16, FP8 (e4m3) or INT8 (compiled with
  * -mavx2 -mfma -mf16c): each routine computes what its `_ref` twin in ref.c computes, 8
- * elements at a time with float32 FMA accumulation, converting on load; only the
- * summation order differs. FP8 and INT8 rows whose scale groups are not whole multiples
- * of 8 elements are left to the reference twins. */
+ * elements at a time with float32 FMA accumulation, converting on load (bf16: a widen
+ * and a shift, shared by every query of a group); only the summation order differs.
+ * FP8 and INT8 rows whose scale groups are not whole multiples of 8 elements are left to
+ * the reference twins. */
 #include <immintrin.h>
 
 #include "kernels/avx2_loads.h"
@@ -153,6 +154,129 @@ static void attn_scores_fp8_avx2(const float *q, const struct dse_kv_rows *k, in
                 scores_scaled(q, k, off, n, len, scale, scores, 1);
 }
 
+/* ---- G queries sharing BF16 rows (GQA): tiles of up to GQ queries ---- */
+
+#define GQ 6
+
+/* NR rows from t for a tile of GT queries: each 8-element piece of a row widened once for
+ * the tile; a row's GT sums reduced together. A query's score is the same whichever tile
+ * and row pairing it falls in. */
+static inline __attribute__((always_inline)) void scores_group_rows(const float *q, int64_t ldq,
+                                                                    const struct dse_kv_rows *k, int64_t off,
+                                                                    int64_t t, int64_t len, float scale,
+                                                                    float *scores, int64_t lds, const int GT,
+                                                                    const int NR) {
+        const uint16_t *row[2];
+        __m256 a[2][8];
+        UNROLL for (int i = 0; i < NR; i++) {
+                row[i] = (const uint16_t *)(k->rows + (t + i) * k->ld) + off;
+                UNROLL for (int g = 0; g < 8; g++) a[i][g] = _mm256_setzero_ps();
+        }
+        int64_t len8 = len / 8 * 8;
+        for (int64_t d = 0; d < len8; d += 8) {
+                __m256 x[2];
+                UNROLL for (int i = 0; i < NR; i++) x[i] = load_bf16x8(row[i] + d);
+                UNROLL for (int g = 0; g < GT; g++) {
+                        __m256 qv = _mm256_loadu_ps(q + g * ldq + d);
+                        UNROLL for (int i = 0; i < NR; i++) a[i][g] = _mm256_fmadd_ps(x[i], qv, a[i][g]);
+                }
+        }
+        UNROLL for (int i = 0; i < NR; i++) {
+                float sum[8];
+                _mm256_storeu_ps(sum, hsum8x8(a[i]));
+                for (int g = 0; g < GT; g++) {
+                        float acc = sum[g];
+                        for (int64_t d = len8; d < len; d++)
+                                acc += q[g * ldq + d] * dse__kern_bf16_to_f32(row[i][d]);
+                        scores[g * lds + t + i] = scale * acc;
+                }
+        }
+}
+
+static inline __attribute__((always_inline)) void scores_group_tile(const float *q, int64_t ldq,
+                                                                    const struct dse_kv_rows *k, int64_t off,
+                                                                    int64_t n, int64_t len, float scale,
+                                                                    float *scores, int64_t lds, const int GT) {
+        int64_t t = 0;
+        for (; t + 2 <= n; t += 2)
+                scores_group_rows(q, ldq, k, off, t, len, scale, scores, lds, GT, 2);
+        if (t < n)
+                scores_group_rows(q, ldq, k, off, t, len, scale, scores, lds, GT, 1);
+}
+
+static void attn_scores_group_bf16_avx2(const float *q, int64_t ldq, int G, const struct dse_kv_rows *k,
+                                        int64_t off, int64_t n, int64_t len, float scale, float *scores,
+                                        int64_t lds) {
+        for (int g0 = 0; g0 < G; g0 += GQ) {
+                const float *qg = q + g0 * ldq;
+                float *sg = scores + g0 * lds;
+                switch (G - g0 < GQ ? G - g0 : GQ) {
+                case 1: scores_group_tile(qg, ldq, k, off, n, len, scale, sg, lds, 1); break;
+                case 2: scores_group_tile(qg, ldq, k, off, n, len, scale, sg, lds, 2); break;
+                case 3: scores_group_tile(qg, ldq, k, off, n, len, scale, sg, lds, 3); break;
+                case 4: scores_group_tile(qg, ldq, k, off, n, len, scale, sg, lds, 4); break;
+                case 5: scores_group_tile(qg, ldq, k, off, n, len, scale, sg, lds, 5); break;
+                default: scores_group_tile(qg, ldq, k, off, n, len, scale, sg, lds, 6); break;
+                }
+        }
+}
+
+/* Elements [d0, d0 + 8C) of every row for a tile of GT queries, their sums in registers
+ * over the run; each row's piece widened once for the tile. */
+static inline __attribute__((always_inline)) void accum_group_piece(const float *w, int64_t ldw,
+                                                                    const struct dse_kv_rows *v, int64_t off,
+                                                                    int64_t n, float *out, int64_t ldo, int64_t d0,
+                                                                    const int GT, const int C) {
+        __m256 acc[GQ][2];
+        UNROLL for (int g = 0; g < GT; g++) UNROLL for (int c = 0; c < C; c++) acc[g][c] =
+                _mm256_loadu_ps(out + g * ldo + d0 + 8 * c);
+        for (int64_t t = 0; t < n; t++) {
+                const uint16_t *row = (const uint16_t *)(v->rows + t * v->ld) + off + d0;
+                __m256 x[2];
+                UNROLL for (int c = 0; c < C; c++) x[c] = load_bf16x8(row + 8 * c);
+                UNROLL for (int g = 0; g < GT; g++) {
+                        __m256 wv = _mm256_broadcast_ss(w + g * ldw + t);
+                        UNROLL for (int c = 0; c < C; c++) acc[g][c] = _mm256_fmadd_ps(wv, x[c], acc[g][c]);
+                }
+        }
+        UNROLL for (int g = 0; g < GT; g++) UNROLL for (int c = 0; c < C; c++)
+                _mm256_storeu_ps(out + g * ldo + d0 + 8 * c, acc[g][c]);
+}
+
+static inline __attribute__((always_inline)) void accum_group_tile(const float *w, int64_t ldw,
+                                                                   const struct dse_kv_rows *v, int64_t off,
+                                                                   int64_t n, int64_t len, float *out, int64_t ldo,
+                                                                   const int GT) {
+        int64_t d0 = 0;
+        for (; d0 + 16 <= len; d0 += 16)
+                accum_group_piece(w, ldw, v, off, n, out, ldo, d0, GT, 2);
+        if (d0 + 8 <= len) {
+                accum_group_piece(w, ldw, v, off, n, out, ldo, d0, GT, 1);
+                d0 += 8;
+        }
+        for (int64_t d = d0; d < len; d++) /* the last len % 8 elements */
+                for (int g = 0; g < GT; g++)
+                        for (int64_t t = 0; t < n; t++)
+                                out[g * ldo + d] +=
+                                        w[g * ldw + t] * dse__kern_bf16_to_f32(((const uint16_t *)(v->rows + t * v->ld))[off + d]);
+}
+
+static void attn_accum_group_bf16_avx2(const float *w, int64_t ldw, int G, const struct dse_kv_rows *v,
+                                       int64_t off, int64_t n, int64_t len, float *out, int64_t ldo) {
+        for (int g0 = 0; g0 < G; g0 += GQ) {
+                const float *wg = w + g0 * ldw;
+                float *og = out + g0 * ldo;
+                switch (G - g0 < GQ ? G - g0 : GQ) {
+                case 1: accum_group_tile(wg, ldw, v, off, n, len, og, ldo, 1); break;
+                case 2: accum_group_tile(wg, ldw, v, off, n, len, og, ldo, 2); break;
+                case 3: accum_group_tile(wg, ldw, v, off, n, len, og, ldo, 3); break;
+                case 4: accum_group_tile(wg, ldw, v, off, n, len, og, ldo, 4); break;
+                case 5: accum_group_tile(wg, ldw, v, off, n, len, og, ldo, 5); break;
+                default: accum_group_tile(wg, ldw, v, off, n, len, og, ldo, 6); break;
+                }
+        }
+}
+
 void dse__kernels_fill_avx2_kv(struct dse_kernels *k) {
         k->attn_scores_kv[DSE_KV_BF16] = attn_scores_bf16_avx2;
         k->attn_scores_kv[DSE_KV_FP8] = attn_scores_fp8_avx2;
@@ -160,4 +284,6 @@ void dse__kernels_fill_avx2_kv(struct dse_kernels *k) {
         k->attn_accum_kv[DSE_KV_BF16] = attn_accum_bf16_avx2;
         k->attn_accum_kv[DSE_KV_FP8] = attn_accum_fp8_avx2;
         k->attn_accum_kv[DSE_KV_INT8] = attn_accum_int8_avx2;
+        k->attn_scores_group_bf16 = attn_scores_group_bf16_avx2;
+        k->attn_accum_group_bf16 = attn_accum_group_bf16_avx2;
 }

@@ -34,4 +34,13 @@ static inline float hsum8(__m256 v) {
         return _mm_cvtss_f32(s);
 }
 
+/* The sums of eight ymm's floats, v[i]'s in lane i; each lane's reduction is the same
+ * tree whichever slot it takes. */
+static inline __m256 hsum8x8(const __m256 v[8]) {
+        __m256 s0123 = _mm256_hadd_ps(_mm256_hadd_ps(v[0], v[1]), _mm256_hadd_ps(v[2], v[3]));
+        __m256 s4567 = _mm256_hadd_ps(_mm256_hadd_ps(v[4], v[5]), _mm256_hadd_ps(v[6], v[7]));
+        /* s0123: v0..v3's low halves' sums in the low 128 bits, their high halves' above */
+        return _mm256_add_ps(_mm256_permute2f128_ps(s0123, s4567, 0x20), _mm256_permute2f128_ps(s0123, s4567, 0x31));
+}
+
 #endif

@@ -129,6 +129,16 @@ typedef void (*dse_attn_scores_kv_fn)(const float *q, const struct dse_kv_rows *
 typedef void (*dse_attn_accum_kv_fn)(const float *w, const struct dse_kv_rows *v, int64_t off, int64_t n,
                                      int64_t len, float *out);
 
+/* The same for G queries that share the rows (the query heads of one GQA KV head): each
+ * row read once for all of them. scores[g * lds + t] = scale * sum_d q[g * ldq + d] *
+ * x[t, off + d]; out[g * ldo + d] += sum_t w[g * ldw + t] * x[t, off + d]. Query g's
+ * result does not depend on G nor on the other queries. */
+typedef void (*dse_attn_scores_group_fn)(const float *q, int64_t ldq, int G, const struct dse_kv_rows *k,
+                                         int64_t off, int64_t n, int64_t len, float scale, float *scores,
+                                         int64_t lds);
+typedef void (*dse_attn_accum_group_fn)(const float *w, int64_t ldw, int G, const struct dse_kv_rows *v,
+                                        int64_t off, int64_t n, int64_t len, float *out, int64_t ldo);
+
 /* out[c] = W[r, c] for all c (in stored column order). */
 typedef void (*dse_dequant_row_fn)(const struct dse_qmat *w, int64_t r, float *out);
 
@@ -160,6 +170,11 @@ struct dse_kernels {
          * attn_scores and attn_accum read as floats). */
         dse_attn_scores_kv_fn attn_scores_kv[DSE_KV_DTYPE_COUNT];
         dse_attn_accum_kv_fn attn_accum_kv[DSE_KV_DTYPE_COUNT];
+        /* G queries over one run of BF16 rows (the default cache type): the K and V rows of
+         * a KV head read and widened once for all the query heads that share it. The
+         * other types take attn_*_kv (or attn_scores/attn_accum) once per query. */
+        dse_attn_scores_group_fn attn_scores_group_bf16;
+        dse_attn_accum_group_fn attn_accum_group_bf16;
         /* out[i] = w[i] * x[i] / sqrt(mean(x^2) + eps); out may alias x. */
         void (*rmsnorm)(float *out, const float *x, const float *w, int64_t n, float eps);
         /* x[i] = exp(x[i] - max) / sum, in place (n >= 1). */

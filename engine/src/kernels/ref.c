@@ -343,6 +343,19 @@ static void attn_accum_bf16_ref(const float *w, const struct dse_kv_rows *v, int
         }
 }
 
+/* Query by query, as attn_scores_bf16_ref and attn_accum_bf16_ref take them. */
+static void attn_scores_group_bf16_ref(const float *q, int64_t ldq, int G, const struct dse_kv_rows *k, int64_t off,
+                                       int64_t n, int64_t len, float scale, float *scores, int64_t lds) {
+        for (int g = 0; g < G; g++)
+                attn_scores_bf16_ref(q + g * ldq, k, off, n, len, scale, scores + g * lds);
+}
+
+static void attn_accum_group_bf16_ref(const float *w, int64_t ldw, int G, const struct dse_kv_rows *v, int64_t off,
+                                      int64_t n, int64_t len, float *out, int64_t ldo) {
+        for (int g = 0; g < G; g++)
+                attn_accum_bf16_ref(w + g * ldw, v, off, n, len, out + g * ldo);
+}
+
 /* FP8 and INT8: each group's sum is scaled once, as the FP8 weights' blocks are. */
 static inline float kv_elem(const uint8_t *row, int64_t d, int fp8, const float *lut) {
         return fp8 ? lut[row[d]] : (float)(int8_t)row[d];
@@ -453,6 +466,8 @@ void dse__kernels_fill_ref(struct dse_kernels *k) {
         k->attn_accum_kv[DSE_KV_BF16] = attn_accum_bf16_ref;
         k->attn_accum_kv[DSE_KV_FP8] = dse__kernels_ref_attn_accum_fp8;
         k->attn_accum_kv[DSE_KV_INT8] = dse__kernels_ref_attn_accum_int8;
+        k->attn_scores_group_bf16 = attn_scores_group_bf16_ref;
+        k->attn_accum_group_bf16 = attn_accum_group_bf16_ref;
         k->rmsnorm = rmsnorm_ref;
         k->softmax = softmax_ref;
         k->swiglu = swiglu_ref;

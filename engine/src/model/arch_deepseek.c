@@ -249,15 +249,17 @@ static void mla_uv_heads(void *ctx, size_t h0, size_t h1, int ith) {
                 mla_uv(ctx, h, ith);
 }
 
-/* (long token, head) pair p of the split form: as mla_absorbed attends. */
+/* Long token p's heads, one pair of the split form (every head reads the same latent
+ * rows, so a BF16 cache's are read once for all of them): as mla_absorbed attends. */
 static void mla_pair(const void *ctx, int p, struct dse__attn_pair *ret) {
         const struct mla_job *j = ctx;
         const struct ds_state *st = j->s->arch;
         const struct ds_weights *w = st->w;
-        int32_t h = p % w->H, i = j->long_tok[p / w->H];
+        int32_t i = j->long_tok[p];
         int64_t HQ = (int64_t)w->H * (w->kvr + w->rope_dim), HK = (int64_t)w->H * w->kvr;
-        *ret = (struct dse__attn_pair){j->toks[i].kv, j->toks[i].pos + 1, st->q_abs + i * HQ + (int64_t)h * (w->kvr + w->rope_dim),
-                                       0, 0, st->o_lat + i * HK + (int64_t)h * w->kvr};
+        *ret = (struct dse__attn_pair){.kv = j->toks[i].kv, .T = j->toks[i].pos + 1, .q = st->q_abs + i * HQ,
+                                       .out = st->o_lat + i * HK, .n_q = w->H, .ldq = w->kvr + w->rope_dim,
+                                       .ldo = w->kvr};
 }
 
 /* Absorbed MLA for heads [h0, h1), every token of the call: a head's rows of kv_b_proj
@@ -291,8 +293,8 @@ static void mla_absorbed(void *ctx, size_t h0, size_t h1, int ith) {
                         const float *q_abs = st->q_abs + i * HQ + (int64_t)h * (kvr + rd); /* (kvr + rope) */
                         float *o_lat = st->o_lat + i * HK + (int64_t)h * kvr;               /* (kvr) */
                         /* scores over whole latent rows [c | k_pe], values over c */
-                        dse__attend(s, kv, j->l, j->toks[i].pos + 1, q_abs, 0, kvr + rd, w->softmax_scale, 0, kvr,
-                                    att, o_lat);
+                        dse__attend(s, kv, j->l, j->toks[i].pos + 1, q_abs, 0, 1, 0, kvr + rd, w->softmax_scale, 0, kvr,
+                                    att, o_lat, 0);
                 }
                 if (!j->n_long)
                         mla_uv(j, h, ith);
@@ -383,7 +385,7 @@ static void layer_forward(struct dse_session *s, const struct ds_layer *L, int l
         dse__label_calls(s, "attention: MLA heads");
         dse__parallel(s, (size_t)w->H, s->mla_naive ? mla_naive : mla_absorbed, &job);
         if (job.n_long) {
-                dse__attend_long(s, l, job.n_long * w->H, mla_pair, &job, w->kvr + w->rope_dim, w->kvr,
+                dse__attend_long(s, l, job.n_long, mla_pair, &job, w->kvr + w->rope_dim, w->kvr,
                                  w->softmax_scale);
                 dse__parallel(s, (size_t)w->H, mla_uv_heads, &job);
         }

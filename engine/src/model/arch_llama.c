@@ -40,7 +40,7 @@ struct llama_state {
         float *hb, *hb2;            /* (T, intermediate) */
         float *cos, *sin;           /* (T, head_dim/2) */
         float *logits;              /* (T, vocab) */
-        float *att;                 /* (n_threads, n_ctx) scores, then probabilities, per thread */
+        float *att;                 /* (n_threads, group, n_ctx) scores, then probabilities, per thread */
 };
 
 static int llama_bind(struct dse__weights *w, struct dse_diag *reterr) {
@@ -101,7 +101,7 @@ static int llama_init(struct dse_session *s) {
             !ALLOC(st->k, T * st->w->kv_dim) || !ALLOC(st->v, T * st->w->kv_dim) || !ALLOC(st->att_out, T * st->w->q_dim) ||
             !ALLOC(st->hb, T * F) || !ALLOC(st->hb2, T * F) || !ALLOC(st->cos, T * hd / 2) ||
             !ALLOC(st->sin, T * hd / 2) || !ALLOC(st->logits, T * V) ||
-            !ALLOC(st->att, (size_t)s->n_threads * (size_t)s->n_ctx))
+            !ALLOC(st->att, (size_t)s->n_threads * (size_t)(hp->n_heads / hp->n_kv_heads) * (size_t)s->n_ctx))
                 return -ENOMEM;
 #undef ALLOC
         return 0;
@@ -116,42 +116,43 @@ struct attn_job {
         int long_tok[DSE__MAX_STEP_TOKENS]; /* ... their indices */
 };
 
-/* Causal attention of heads [h0, h1) for every token of the call: token i at position
- * pos attends to its sequence's cached positions 0..pos (its own row included, written
- * before). One parallel region per layer whatever the token count; a head's result does
- * not depend on which thread or which other tokens share the call. */
-static void attn_heads(void *ctx, size_t h0, size_t h1, int ith) {
+/* Causal attention of units [u0, u1), a unit one KV head's query heads (its group) for
+ * one token of the call: token i at position pos attends to its sequence's cached
+ * positions 0..pos (its own row included, written before), the group's queries over each
+ * row read once. One parallel region per layer whatever the token count; a head's result
+ * does not depend on which thread or which other tokens share the call. */
+static void attn_units(void *ctx, size_t u0, size_t u1, int ith) {
         const struct attn_job *j = ctx;
         struct dse_session *s = j->s;
         const struct dse_hparams *hp = s->hp;
         struct llama_state *st = s->arch;
         int32_t hd = hp->head_dim, group = hp->n_heads / hp->n_kv_heads, qd = st->w->q_dim, kvd = st->w->kv_dim;
         float scale = 1.0f / sqrtf((float)hd);
-        float *att = st->att + (size_t)ith * (size_t)s->n_ctx; /* (T) this thread's */
-        for (size_t h = h0; h < h1; h++) {
-                size_t kvo = (h / group) * (size_t)hd; /* GQA: the head's kv head */
-                for (int i = 0; i < j->n; i++) {
-                        const struct dse__kv_view *kv = j->toks[i].kv;
-                        int32_t T = j->toks[i].pos + 1;
-                        if (dse__attn_is_long(s, T))
-                                continue;
-                        const float *q = st->q + (size_t)i * qd + h * hd; /* (head_dim) */
-                        float *out = st->att_out + (size_t)i * qd + h * hd; /* (head_dim) */
-                        /* rows [k (kv_dim) | v (kv_dim)] */
-                        dse__attend(s, kv, j->l, T, q, (int64_t)kvo, hd, scale, kvd + (int64_t)kvo, hd, att, out);
-                }
+        float *att = st->att + (size_t)ith * (size_t)group * (size_t)s->n_ctx; /* (group, T) this thread's */
+        for (size_t u = u0; u < u1; u++) {
+                int32_t kh = (int32_t)(u / (size_t)j->n), i = (int32_t)(u % (size_t)j->n);
+                int32_t T = j->toks[i].pos + 1;
+                if (dse__attn_is_long(s, T))
+                        continue;
+                size_t qo = (size_t)i * qd + (size_t)kh * group * hd; /* the group's first head */
+                /* rows [k (kv_dim) | v (kv_dim)] */
+                dse__attend(s, j->toks[i].kv, j->l, T, st->q + qo, hd, group, (int64_t)kh * hd, hd, scale,
+                            kvd + (int64_t)kh * hd, hd, att, st->att_out + qo, hd);
         }
 }
 
-/* (long token, head) pair p of the split form: as attn_heads attends. */
+/* (long token, KV head) pair p of the split form: as attn_units attends. */
 static void attn_pair(const void *ctx, int p, struct dse__attn_pair *ret) {
         const struct attn_job *j = ctx;
         const struct dse_hparams *hp = j->s->hp;
         const struct llama_state *st = j->s->arch;
-        int32_t hd = hp->head_dim, h = p % hp->n_heads, i = j->long_tok[p / hp->n_heads];
-        int64_t kvo = (int64_t)(h / (hp->n_heads / hp->n_kv_heads)) * hd;
-        *ret = (struct dse__attn_pair){j->toks[i].kv, j->toks[i].pos + 1, st->q + (size_t)i * st->w->q_dim + (size_t)h * hd,
-                                       kvo, st->w->kv_dim + kvo, st->att_out + (size_t)i * st->w->q_dim + (size_t)h * hd};
+        int32_t hd = hp->head_dim, group = hp->n_heads / hp->n_kv_heads, kh = p % hp->n_kv_heads;
+        int32_t i = j->long_tok[p / hp->n_kv_heads];
+        int64_t kvo = (int64_t)kh * hd;
+        size_t qo = (size_t)i * st->w->q_dim + (size_t)kh * group * hd;
+        *ret = (struct dse__attn_pair){.kv = j->toks[i].kv, .T = j->toks[i].pos + 1, .q = st->q + qo, .k_off = kvo,
+                                       .v_off = st->w->kv_dim + kvo, .out = st->att_out + qo, .n_q = group,
+                                       .ldq = hd, .ldo = hd};
 }
 
 static void llama_forward(struct dse_session *s, const struct dse__tok *toks, int n) {
@@ -195,9 +196,9 @@ static void llama_forward(struct dse_session *s, const struct dse__tok *toks, in
                 for (int i = 0; i < n; i++)
                         if (dse__attn_is_long(s, toks[i].pos + 1))
                                 job.long_tok[job.n_long++] = i;
-                dse__parallel(s, (size_t)hp->n_heads, attn_heads, &job);
+                dse__parallel(s, (size_t)hp->n_kv_heads * (size_t)n, attn_units, &job);
                 if (job.n_long)
-                        dse__attend_long(s, l, job.n_long * hp->n_heads, attn_pair, &job, hd, hd,
+                        dse__attend_long(s, l, job.n_long * hp->n_kv_heads, attn_pair, &job, hd, hd,
                                          1.0f / sqrtf((float)hd));
                 dse__linear_n(s, &L->wo, st->att_out, qd, n, st->xb2, D, L->bo);
                 for (int64_t i = 0; i < n * D; i++)

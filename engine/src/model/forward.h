@@ -155,30 +155,35 @@ void dse__parallel(struct dse_session *s, size_t n, dse_pool_range_fn fn, void *
  * "other"): a string literal naming a step of the forward pass. */
 void dse__label_calls(struct dse_session *s, const char *label);
 
-/* One query against a sequence's cached positions 0..T-1 of layer l: att[t] = scale *
- * q . row_t[k_off .. k_off + k_len), softmax over t, then out = sum_t att[t] *
- * row_t[v_off .. v_off + v_len) (out is overwritten). att holds T floats. The rows are
- * taken a KV-block run at a time (dse__kv_run), as attn_scores and attn_accum want them
- * (attn_scores_kv and attn_accum_kv for a cache of another type than F32, read as
- * stored). */
+/* n_q queries (q: (n_q, ldq)) that share the rows they read (the query heads of one GQA
+ * KV head; 1 elsewhere) against a sequence's cached positions 0..T-1 of layer l: query
+ * g's att[g * T + t] = scale * q_g . row_t[k_off .. k_off + k_len), softmax over t, then
+ * out[g * ldo ..] = sum_t att[g * T + t] * row_t[v_off .. v_off + v_len) (overwritten).
+ * att holds n_q * T floats. The rows are taken a KV-block run at a time (dse__kv_run), as
+ * the kernels want them: a BF16 cache's rows read once for all n_q queries
+ * (attn_*_group_bf16), the other types' once per query (attn_*_kv, or attn_scores and
+ * attn_accum for F32). Query g's result does not depend on n_q. */
 void dse__attend(const struct dse_session *s, const struct dse__kv_view *kv, int l, int32_t T, const float *q,
-                 int64_t k_off, int64_t k_len, float scale, int64_t v_off, int64_t v_len, float *att, float *out);
+                 int64_t ldq, int n_q, int64_t k_off, int64_t k_len, float scale, int64_t v_off, int64_t v_len,
+                 float *att, float *out, int64_t ldo);
 
 /* Long contexts (attend.c): a query over more than s->attn_split positions (default
  * DSE__ATTN_SPLIT) is computed by dse__attend_long, split into chunks of that many
  * positions over the threads and merged; its result does not depend on the other
  * queries of the call nor on the threads. The forward passes attend short queries with
- * dse__attend in their per-head region, then hand every (long query, head) pair to
- * dse__attend_long. */
+ * dse__attend in their per-head region, then hand every long query (with the queries
+ * that share its rows: a pair) to dse__attend_long. */
 #define DSE__ATTN_SPLIT 512
 #define DSE__ATTN_SPLIT_MIN 16
-#define DSE__ATTN_SPLIT_PARTS 2048 /* chunk partials held at once (waves of whole pairs) */
+#define DSE__ATTN_SPLIT_PARTS 2048 /* query-chunk partials held at once (waves of whole pairs) */
 struct dse__attn_pair {
-        const struct dse__kv_view *kv; /* the query's sequence */
-        int32_t T;                     /* positions it attends to */
-        const float *q;
+        const struct dse__kv_view *kv; /* the queries' sequence */
+        int32_t T;                     /* positions they attend to */
+        const float *q;                /* (n_q, ldq) */
         int64_t k_off, v_off;          /* in each row, as dse__attend takes them */
-        float *out;                    /* (v_len) overwritten */
+        float *out;                    /* (n_q, ldo) overwritten */
+        int32_t n_q;                   /* 1 .. the model's n_heads */
+        int64_t ldq, ldo;
 };
 /* Pair p of a dse__attend_long call, described into *ret. */
 typedef void (*dse__attn_pair_fn)(const void *ctx, int p, struct dse__attn_pair *ret);
