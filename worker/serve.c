@@ -62,7 +62,15 @@ static int attach_kv_disk(const struct worker_config *cfg, struct worker_engine 
                 return -ENAMETOOLONG;
         }
         struct dse_diag diag = {{0}};
-        struct dse_kv_disk_config dc = {path, (uint64_t)cfg->kv_disk_gib << 30, 0};
+        struct dse_kv_disk_config dc = {path, (uint64_t)cfg->kv_disk_gib << 30, 0, DSE_KV_DISK_FAULT_NONE};
+        const char *fault = getenv("DSV_TEST_KV_DISK_FAULT");
+        if (fault && strcmp(fault, "prealloc-enospc") == 0) {
+                wlog(4, "Test hook DSV_TEST_KV_DISK_FAULT: preallocating the KV disk tier fails with ENOSPC");
+                dc.fault = DSE_KV_DISK_FAULT_PREALLOC_ENOSPC;
+        } else if (fault && *fault) {
+                wlog(3, "DSV_TEST_KV_DISK_FAULT (a test hook): expected prealloc-enospc");
+                return -EINVAL;
+        }
         int r = dse_kv_cache_attach_disk(e->kv, e->model, &dc, &diag);
         if (r == -ENOENT || r == -ENOTDIR || r == -EACCES || r == -EROFS || r == -EBUSY) {
                 wlog(3, "--kv-disk: %s", diag.msg);

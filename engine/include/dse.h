@@ -683,13 +683,17 @@ enum dse_kv_disk_state {
 /* Test hooks of the disk tier: the next slot write fails with EIO; the process exits
  * (status 0) right after a slot write, before the index is published (a worker killed
  * mid-write); the writer, or the reader, holds still until the fault is set to
- * another value (queued spills and reads wait; closing the cache releases them). */
+ * another value (queued spills and reads wait; closing the cache releases them);
+ * preallocating the file fails with ENOSPC (a disk full at start: set in
+ * dse_kv_disk_config.fault). */
 enum dse_kv_disk_fault {
         DSE_KV_DISK_FAULT_NONE,
         DSE_KV_DISK_FAULT_WRITE_EIO,
         DSE_KV_DISK_FAULT_EXIT_BEFORE_INDEX,
         DSE_KV_DISK_FAULT_HOLD_WRITES,
         DSE_KV_DISK_FAULT_HOLD_READS,
+        DSE_KV_DISK_FAULT_PREALLOC_ENOSPC,
+        DSE_KV_DISK_FAULT_COUNT
 };
 
 /* mem_bytes: the pool's budget (the block count is mem_bytes / block bytes);
@@ -737,6 +741,7 @@ struct dse_kv_disk_config {
         const char *path;
         uint64_t bytes;   /* the file's size; at least one block's slot */
         int queue_blocks; /* spills waiting for the writer; 0: 32 */
+        enum dse_kv_disk_fault fault; /* a test hook in force from the start; 0: none */
 };
 /* -EINVAL (arguments, or a tier already attached), -ENOSPC (the file cannot be
  * preallocated, or bytes hold no slot), -EBUSY (another process uses the file), or the

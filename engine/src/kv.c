@@ -340,7 +340,8 @@ void dse_kv_cache_stats(const struct dse_kv_cache *kv, struct dse_kv_stats *ret)
 
 int dse_kv_cache_attach_disk(struct dse_kv_cache *kv, const struct dse_model *model,
                              const struct dse_kv_disk_config *cfg, struct dse_diag *reterr) {
-        if (!kv || !model || !cfg || !cfg->path || !*cfg->path || cfg->queue_blocks < 0 || kv->disk)
+        if (!kv || !model || !cfg || !cfg->path || !*cfg->path || cfg->queue_blocks < 0 || kv->disk ||
+            (unsigned)cfg->fault >= DSE_KV_DISK_FAULT_COUNT)
                 return dse__fail(reterr, -EINVAL, "dse_kv_cache_attach_disk: bad arguments%s",
                                  kv && kv->disk ? " (a disk tier is already attached)" : "");
         struct dse__kv_disk_identity id = {
@@ -355,7 +356,7 @@ int dse_kv_cache_attach_disk(struct dse_kv_cache *kv, const struct dse_model *mo
         kv->read_mem = malloc((size_t)kv->max_seqs * (size_t)kv->max_blocks * sizeof *kv->read_mem);
         if (!kv->read_mem)
                 return dse__fail(reterr, -ENOMEM, "KV disk tier %s: cannot allocate its read-back lists", cfg->path);
-        int r = dse__kv_disk_open(cfg->path, cfg->bytes, cfg->queue_blocks, &id, &kv->disk, reterr);
+        int r = dse__kv_disk_open(cfg->path, cfg->bytes, cfg->queue_blocks, &id, cfg->fault, &kv->disk, reterr);
         if (r < 0) {
                 free(kv->read_mem);
                 kv->read_mem = NULL;

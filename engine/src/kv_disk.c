@@ -458,7 +458,7 @@ static int reset_file(struct dse__kv_disk *d, struct dse_diag *reterr) {
         unlink(d->index_path);
         if (ftruncate(d->fd, 0) < 0)
                 return dse__fail(reterr, -errno, "KV disk tier %s: cannot clear: %s", d->path, strerror(errno));
-        int r = posix_fallocate(d->fd, 0, (off_t)total);
+        int r = d->fault == DSE_KV_DISK_FAULT_PREALLOC_ENOSPC ? ENOSPC : posix_fallocate(d->fd, 0, (off_t)total);
         if (r != 0)
                 return dse__fail(reterr, -r, "KV disk tier %s: cannot preallocate %llu MiB: %s", d->path,
                                  (unsigned long long)(total >> 20), strerror(r));
@@ -514,7 +514,7 @@ static char *concat(const char *a, const char *b) {
 }
 
 int dse__kv_disk_open(const char *path, uint64_t bytes, int queue_blocks, const struct dse__kv_disk_identity *id,
-                      struct dse__kv_disk **ret_disk, struct dse_diag *reterr) {
+                      enum dse_kv_disk_fault fault, struct dse__kv_disk **ret_disk, struct dse_diag *reterr) {
         uint64_t slot_bytes = sizeof(struct slot_head) + (uint64_t)id->block_tokens * sizeof(int32_t) + id->block_bytes;
         slot_bytes = (slot_bytes + SLOT_ALIGN - 1) / SLOT_ALIGN * SLOT_ALIGN;
         uint64_t n_slots = bytes > HEADER_BYTES ? (bytes - HEADER_BYTES) / slot_bytes : 0;
@@ -538,6 +538,7 @@ int dse__kv_disk_open(const char *path, uint64_t bytes, int queue_blocks, const 
         d->block_bytes = id->block_bytes;
         d->slot_bytes = slot_bytes;
         d->q_cap = queue_blocks > 0 ? queue_blocks : DEFAULT_QUEUE;
+        d->fault = fault;
         uint32_t nb = 16;
         while (nb < 2 * (uint32_t)n_slots)
                 nb <<= 1;

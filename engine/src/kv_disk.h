@@ -24,9 +24,10 @@ struct dse__kv_disk_identity {
  * wait for the writer (0: a default). A file of another identity or size, truncated or
  * with a damaged header, is cleared with a log line; an index that does not verify
  * leaves the tier empty. -ENOSPC when the file cannot be preallocated, -EBUSY when
- * another process holds it, other negative errnos from the file system. */
+ * another process holds it, other negative errnos from the file system. fault: a test
+ * hook in force from the start (DSE_KV_DISK_FAULT_NONE: none). */
 int dse__kv_disk_open(const char *path, uint64_t bytes, int queue_blocks, const struct dse__kv_disk_identity *id,
-                      struct dse__kv_disk **ret_disk, struct dse_diag *reterr);
+                      enum dse_kv_disk_fault fault, struct dse__kv_disk **ret_disk, struct dse_diag *reterr);
 /* Writes what is queued, publishes the index and stops the writer. */
 void dse__kv_disk_close(struct dse__kv_disk *d);
 /* Queues a copy of one block (its key, parent key, block_tokens ids and block_bytes of
