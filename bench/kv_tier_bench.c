@@ -100,7 +100,8 @@ static int cache_new(const struct dse_model *m, struct dse_pool *pool, int n_ctx
                 return r;
         if (path) {
                 /* room for four contexts' blocks with their slot heads */
-                struct dse_kv_disk_config cfg = {path, (uint64_t)(4 * blocks) * (bb + 4096) + 4096, 0};
+                struct dse_kv_disk_config cfg = {path, (uint64_t)(4 * blocks) * (bb + 4096) + 4096, 0,
+                                                 DSE_KV_DISK_FAULT_NONE};
                 if ((r = dse_kv_cache_attach_disk(*ret_kv, m, &cfg, &d)) < 0) {
                         fprintf(stderr, "kvtier: %s\n", d.msg);
                         dse_kv_cache_free(*ret_kv);

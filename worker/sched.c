@@ -18,7 +18,12 @@
 #include "sampling.h"
 #include "scheduler.h"
 
-enum rq_state { RQ_FREE, RQ_WAITING, RQ_RUNNING };
+/* RQ_LOADING: admitted, its KV sequence waiting for prefix blocks the disk tier reads
+ * back (dse_kv_seq_attach_prefix_start); it joins the steps once they are in. */
+enum rq_state { RQ_FREE, RQ_WAITING, RQ_LOADING, RQ_RUNNING };
+
+/* How long a step with nothing to evaluate but loads in flight waits for one. */
+#define LOAD_WAIT_MS 5
 
 struct rq {
         enum rq_state state;
@@ -41,6 +46,7 @@ struct rq {
         size_t n_bias;
         double t_arrival, t_sched, t_first; /* monotonic seconds; 0: not yet */
         int32_t n_cached;          /* prompt tokens the KV cache supplied at first admission */
+        int first_load;            /* the first admission's load is in flight: n_cached comes with it */
         struct spec_seq spec;
         int32_t draft[SPEC_K_LIMIT]; /* this step's drafts (also at tokens[n_tokens..]) */
 };
@@ -550,7 +556,18 @@ static int plan_admit(struct sched *s, struct step_plan *p, int slot, double now
         if (seq < 0)
                 return seq;
         /* blocks the disk tier brings back come out of what this step leaves free */
-        int cached = dse_kv_seq_attach_prefix_loading(s->kv, seq, r->tokens, (size_t)r->n_tokens, available(s, p));
+        int cached = dse_kv_seq_attach_prefix_start(s->kv, seq, r->tokens, (size_t)r->n_tokens, available(s, p));
+        if (cached >= 0)
+                cached = dse_kv_seq_load_poll(s->kv, seq);
+        if (cached == -EINPROGRESS) { /* the other sequences step on meanwhile */
+                r->seq = seq;
+                r->state = RQ_LOADING;
+                if (r->t_sched == 0) {
+                        r->t_sched = now;
+                        r->first_load = 1;
+                }
+                return 0;
+        }
         if (cached < 0) {
                 dse_kv_seq_close(s->kv, seq);
                 return cached;
@@ -574,15 +591,42 @@ static int plan_admit(struct sched *s, struct step_plan *p, int slot, double now
         return 0;
 }
 
+/* Requests holding a KV sequence (running or loading). */
 static int n_running(const struct sched *s) {
         int n = 0;
         for (int i = 0; i < s->n_active; i++)
-                n += s->rqs[s->active[i]].state == RQ_RUNNING;
+                n += s->rqs[s->active[i]].state == RQ_RUNNING || s->rqs[s->active[i]].state == RQ_LOADING;
+        return n;
+}
+
+/* Loading requests whose blocks are in run from now on, from what came back. */
+static void finish_loads(struct sched *s) {
+        for (int i = 0; i < s->n_active; i++) {
+                struct rq *r = &s->rqs[s->active[i]];
+                if (r->state != RQ_LOADING)
+                        continue;
+                int cached = dse_kv_seq_load_poll(s->kv, r->seq);
+                if (cached == -EINPROGRESS)
+                        continue;
+                r->n_computed = cached;
+                r->state = RQ_RUNNING;
+                if (r->first_load) {
+                        r->first_load = 0;
+                        r->n_cached = cached < r->n_prompt ? cached : r->n_prompt;
+                }
+        }
+}
+
+static int n_loading(const struct sched *s) {
+        int n = 0;
+        for (int i = 0; i < s->n_active; i++)
+                n += s->rqs[s->active[i]].state == RQ_LOADING;
         return n;
 }
 
 static void plan_step(struct sched *s, struct step_plan *p, double now) {
         int max = s->cfg.max_batch;
+        finish_loads(s);
         /* 1. decodes, oldest first: steady inter-token latency */
         for (int i = 0; i < s->n_active && p->n < max && p->budget > 0; i++) {
                 int slot = s->active[i];
@@ -883,8 +927,11 @@ int sched_step(struct sched *s, int64_t now_ms) {
         double now = worker_mono_s();
         struct step_plan p = {0, s->cfg.token_budget, 0};
         plan_step(s, &p, now);
-        if (p.n == 0)
+        if (p.n == 0) {
+                if (n_loading(s) > 0)
+                        dse_kv_cache_load_wait(s->kv, LOAD_WAIT_MS);
                 return 0;
+        }
         /* a step's cost includes proposing its drafts (an MTP module runs a forward pass
          * per draft) */
         double t_step = worker_mono_s();
@@ -960,6 +1007,8 @@ void sched_get_stats(const struct sched *s, struct sched_stats *st) {
                 const struct rq *r = &s->rqs[s->active[i]];
                 if (r->state == RQ_RUNNING)
                         st->running++;
+                else if (r->state == RQ_LOADING)
+                        st->loading++;
                 else
                         st->waiting++;
                 if (r->n_computed < r->n_prompt)

@@ -12,7 +12,9 @@
  * sequence that decodes (one token each, oldest first, at most max_batch sequences),
  * then prompt chunks of partly prefilled sequences, then new prompts from the queue
  * (the oldest first, then those of the same length class, so a step's prefill rows are
- * of similar length), all within token_budget tokens. When the KV pool runs short the
+ * of similar length), all within token_budget tokens. A newcomer whose prefix blocks
+ * are on the KV disk tier waits for them off the step (their reads run on the tier's
+ * reader thread) while the others keep stepping, then goes on from there. When the KV pool runs short the
  * youngest running sequence is preempted: its blocks are released and it is recomputed
  * (prompt plus the tokens it already generated) when it is admitted again; its output is
  * unchanged. Every request ends with exactly one final or error event. The scheduler
@@ -54,6 +56,7 @@ struct sched_config {
 
 struct sched_stats {
         int32_t running, waiting;
+        int32_t loading; /* admitted, their prefix blocks being read back from the disk tier */
         int64_t queued_prompt_tokens; /* prompt tokens not yet computed */
         int32_t kv_blocks_used, kv_blocks_total;
         double prefix_hit_rate;

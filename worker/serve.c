@@ -62,7 +62,15 @@ static int attach_kv_disk(const struct worker_config *cfg, struct worker_engine 
                 return -ENAMETOOLONG;
         }
         struct dse_diag diag = {{0}};
-        struct dse_kv_disk_config dc = {path, (uint64_t)cfg->kv_disk_gib << 30, 0};
+        struct dse_kv_disk_config dc = {path, (uint64_t)cfg->kv_disk_gib << 30, 0, DSE_KV_DISK_FAULT_NONE};
+        const char *fault = getenv("DSV_TEST_KV_DISK_FAULT");
+        if (fault && strcmp(fault, "prealloc-enospc") == 0) {
+                wlog(4, "Test hook DSV_TEST_KV_DISK_FAULT: preallocating the KV disk tier fails with ENOSPC");
+                dc.fault = DSE_KV_DISK_FAULT_PREALLOC_ENOSPC;
+        } else if (fault && *fault) {
+                wlog(3, "DSV_TEST_KV_DISK_FAULT (a test hook): expected prealloc-enospc");
+                return -EINVAL;
+        }
         int r = dse_kv_cache_attach_disk(e->kv, e->model, &dc, &diag);
         if (r == -ENOENT || r == -ENOTDIR || r == -EACCES || r == -EROFS || r == -EBUSY) {
                 wlog(3, "--kv-disk: %s", diag.msg);
@@ -456,7 +464,7 @@ static void publish_stats(struct server *sv) {
         sched_get_stats(sv->sched, &st);
         pthread_mutex_lock(&sv->mu);
         sv->stats = (struct dsv_ipc_stats){
-                .running = st.running,
+                .running = st.running + st.loading, /* a loading request holds its slot */
                 .waiting = st.waiting,
                 .queued_prompt_tokens = st.queued_prompt_tokens,
                 .kv_blocks_used = st.kv_blocks_used,
@@ -527,6 +535,20 @@ static int serve_loop(struct server *sv) {
                 flush_events(sv);
                 publish_stats(sv);
         }
+}
+
+/* A graceful stop keeps the prefix blocks still only in RAM: they go to the disk tier
+ * (the most recent first, as many as it holds) so a restarted worker finds them. The
+ * stop waits at most KV_WRITE_BACK_MS for room in the writer's queue, then for the
+ * writer to write what is queued (one queue's worth); the supervisor allows 5 s past
+ * the grace period before it kills. */
+#define KV_WRITE_BACK_MS 2000
+static void kv_write_back(struct server *sv) {
+        double t0 = worker_mono_s();
+        int n = dse_kv_cache_disk_write_back(sv->e->kv, KV_WRITE_BACK_MS);
+        if (n > 0)
+                wlog(6, "KV disk tier: %d prefix blocks kept for the next start (%.1f ms)", n,
+                     (worker_mono_s() - t0) * 1e3);
 }
 
 /* The KV pool is sized up front but faulted in lazily, so start-up stays fast; this
@@ -616,6 +638,8 @@ int worker_serve(const struct worker_config *cfg) {
              cfg->listen_url, (worker_mono_s() - sv.started) * 1e3, e.model_s * 1e3, e.tokenizer_s * 1e3, e.kv_s * 1e3);
         prefault_started = pthread_create(&sv.prefault, NULL, kv_prefault, &sv) == 0;
         status = serve_loop(&sv);
+        if (status == 0)
+                kv_write_back(&sv);
 out:
         if (prefault_started)
                 pthread_join(sv.prefault, NULL);

@@ -681,13 +681,20 @@ enum dse_kv_disk_state {
         DSE_KV_DISK_FAILED, /* turned off by an I/O error (logged); the RAM pool goes on */
 };
 
-/* Test hooks of the disk tier's writer: the next slot write fails with EIO, or the
- * process exits (status 0) right after a slot write, before the index is published
- * (a worker killed mid-write). */
+/* Test hooks of the disk tier: the next slot write fails with EIO; the process exits
+ * (status 0) right after a slot write, before the index is published (a worker killed
+ * mid-write); the writer, or the reader, holds still until the fault is set to
+ * another value (queued spills and reads wait; closing the cache releases them);
+ * preallocating the file fails with ENOSPC (a disk full at start: set in
+ * dse_kv_disk_config.fault). */
 enum dse_kv_disk_fault {
         DSE_KV_DISK_FAULT_NONE,
         DSE_KV_DISK_FAULT_WRITE_EIO,
         DSE_KV_DISK_FAULT_EXIT_BEFORE_INDEX,
+        DSE_KV_DISK_FAULT_HOLD_WRITES,
+        DSE_KV_DISK_FAULT_HOLD_READS,
+        DSE_KV_DISK_FAULT_PREALLOC_ENOSPC,
+        DSE_KV_DISK_FAULT_COUNT
 };
 
 /* mem_bytes: the pool's budget (the block count is mem_bytes / block bytes);
@@ -723,7 +730,8 @@ int dse_kv_cache_prefault(struct dse_kv_cache *kv, struct dse_diag *reterr);
  * `bytes` (slots of one block each, least recently used reused first), with its index
  * in path + ".index" (written to a temporary file, synced and renamed). A prefix lookup
  * (dse_kv_seq_attach_prefix) that misses the pool reads the following blocks back from
- * the file before evaluation starts. Every slot carries a CRC32C and its block's key and
+ * the file before evaluation starts, on a reader thread of the tier's
+ * (dse_kv_seq_attach_prefix_start: without waiting for it). Every slot carries a CRC32C and its block's key and
  * token ids, checked on every read: a torn or damaged slot is dropped, never served. The
  * file's header names the model (its header checksum), the tokenizer, the KV type and
  * the block layout: a cache of the same identity reuses the file after a restart,
@@ -734,6 +742,7 @@ struct dse_kv_disk_config {
         const char *path;
         uint64_t bytes;   /* the file's size; at least one block's slot */
         int queue_blocks; /* spills waiting for the writer; 0: 32 */
+        enum dse_kv_disk_fault fault; /* a test hook in force from the start; 0: none */
 };
 /* -EINVAL (arguments, or a tier already attached), -ENOSPC (the file cannot be
  * preallocated, or bytes hold no slot), -EBUSY (another process uses the file), or the
@@ -743,7 +752,32 @@ int dse_kv_cache_attach_disk(struct dse_kv_cache *kv, const struct dse_model *mo
 /* Waits until the disk tier has written every queued spill and published its index (a
  * no-op without a tier). */
 void dse_kv_cache_disk_flush(struct dse_kv_cache *kv);
+/* For a graceful stop: queues the full prefix blocks no sequence holds, up to as many
+ * as the tier holds, most recently used kept, to the tier (those it already holds are
+ * only marked used), waiting for room in the writer's queue for at most timeout_ms in
+ * all, then waits for the writer to write what is queued (at most one queue's worth,
+ * dse_kv_disk_config.queue_blocks) and publish the index. Returns the blocks now on
+ * the tier or queued, 0 without a tier; -EINVAL. */
+int dse_kv_cache_disk_write_back(struct dse_kv_cache *kv, int timeout_ms);
 void dse_kv_cache_disk_set_fault(struct dse_kv_cache *kv, enum dse_kv_disk_fault fault);
+
+/* As dse_kv_seq_attach_prefix_loading, without waiting for the disk: the blocks found
+ * only on the disk tier are read back by the tier's reader thread, into pool blocks the
+ * sequence holds meanwhile (not in the prefix table, so nothing evicts or shares them
+ * half-written). Returns the tokens attached from the RAM pool, or -EINVAL; the
+ * sequence must not be stepped while dse_kv_seq_load_poll says -EINPROGRESS (its steps
+ * fail with -EBUSY). Closing it cancels its reads (waiting for the one block being read,
+ * if any). */
+int dse_kv_seq_attach_prefix_start(struct dse_kv_cache *kv, int seq, const int32_t *tokens, size_t n_tokens,
+                                   int max_loads);
+/* -EINPROGRESS while the sequence's blocks are being read back; then the tokens it
+ * holds: the RAM prefix and the blocks that came back and verified, up to the first
+ * that did not (a torn or damaged slot, an I/O error), whose positions are left to
+ * prefill. -EINVAL when seq is not open. */
+int dse_kv_seq_load_poll(struct dse_kv_cache *kv, int seq);
+/* Waits until a read back from the disk tier finishes or timeout_ms passes; returns at
+ * once when none is in flight. */
+void dse_kv_cache_load_wait(struct dse_kv_cache *kv, int timeout_ms);
 
 /* Opens an empty sequence: its id (>= 0), or -EBUSY when every slot is taken. */
 int dse_kv_seq_open(struct dse_kv_cache *kv);

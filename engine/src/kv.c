@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <time.h>
 
 #include "internal.h"
 #include "kernels/kernels.h"
@@ -37,7 +38,9 @@ struct kv_seq {
         int32_t n_keyed;   /* leading full blocks whose key is known */
         uint64_t last_key; /* key of block n_keyed - 1 (0 before the first) */
         int32_t *table;    /* (max_blocks) */
-        int32_t *tokens;   /* (n_ctx) ids at positions 0..len-1 */
+        int32_t *tokens;   /* (n_ctx) ids at positions 0..len-1 (and of the blocks loading) */
+        int32_t n_loading; /* blocks after the first n_blocks - n_loading being read back */
+        struct dse__kv_disk_reads reads; /* their reads (r: max_blocks entries once a tier is attached) */
 };
 
 struct dse_kv_cache {
@@ -58,6 +61,7 @@ struct dse_kv_cache {
         int32_t *seq_mem;          /* backing of every seq's table and tokens */
         int64_t query_tokens, hit_tokens, disk_hit_tokens;
         struct dse__kv_disk *disk; /* the tier below, or NULL */
+        struct dse__kv_disk_read *read_mem; /* backing of every seq's reads.r */
 };
 
 int32_t dse__kv_row_floats(const struct dse_hparams *hp) {
@@ -192,7 +196,11 @@ static uint64_t block_key(uint64_t parent, const int32_t *ids, int32_t n) {
 void dse_kv_cache_free(struct dse_kv_cache *kv) {
         if (!kv)
                 return;
+        for (int i = 0; kv->disk && i < kv->max_seqs; i++)
+                if (kv->seqs[i].n_loading)
+                        dse__kv_disk_read_cancel(kv->disk, &kv->seqs[i].reads);
         dse__kv_disk_close(kv->disk);
+        free(kv->read_mem);
         if (kv->data)
                 munmap(kv->data, kv->data_bytes);
         free(kv->blocks);
@@ -332,7 +340,8 @@ void dse_kv_cache_stats(const struct dse_kv_cache *kv, struct dse_kv_stats *ret)
 
 int dse_kv_cache_attach_disk(struct dse_kv_cache *kv, const struct dse_model *model,
                              const struct dse_kv_disk_config *cfg, struct dse_diag *reterr) {
-        if (!kv || !model || !cfg || !cfg->path || !*cfg->path || cfg->queue_blocks < 0 || kv->disk)
+        if (!kv || !model || !cfg || !cfg->path || !*cfg->path || cfg->queue_blocks < 0 || kv->disk ||
+            (unsigned)cfg->fault >= DSE_KV_DISK_FAULT_COUNT)
                 return dse__fail(reterr, -EINVAL, "dse_kv_cache_attach_disk: bad arguments%s",
                                  kv && kv->disk ? " (a disk tier is already attached)" : "");
         struct dse__kv_disk_identity id = {
@@ -344,7 +353,18 @@ int dse_kv_cache_attach_disk(struct dse_kv_cache *kv, const struct dse_model *mo
                 .row_bytes = kv->layout.row_bytes,
                 .block_bytes = dse_kv_cache_block_bytes(kv),
         };
-        return dse__kv_disk_open(cfg->path, cfg->bytes, cfg->queue_blocks, &id, &kv->disk, reterr);
+        kv->read_mem = malloc((size_t)kv->max_seqs * (size_t)kv->max_blocks * sizeof *kv->read_mem);
+        if (!kv->read_mem)
+                return dse__fail(reterr, -ENOMEM, "KV disk tier %s: cannot allocate its read-back lists", cfg->path);
+        int r = dse__kv_disk_open(cfg->path, cfg->bytes, cfg->queue_blocks, &id, cfg->fault, &kv->disk, reterr);
+        if (r < 0) {
+                free(kv->read_mem);
+                kv->read_mem = NULL;
+                return r;
+        }
+        for (int i = 0; i < kv->max_seqs; i++)
+                kv->seqs[i].reads.r = kv->read_mem + (size_t)i * (size_t)kv->max_blocks;
+        return 0;
 }
 
 void dse_kv_cache_disk_flush(struct dse_kv_cache *kv) {
@@ -451,6 +471,31 @@ static void block_release(struct dse_kv_cache *kv, int32_t b) {
                 kv->free_stack[kv->n_free++] = b;
 }
 
+int dse_kv_cache_disk_write_back(struct dse_kv_cache *kv, int timeout_ms) {
+        if (!kv || timeout_ms < 0)
+                return -EINVAL;
+        if (!kv->disk)
+                return 0;
+        struct timespec until;
+        dse__kv_disk_deadline(timeout_ms, &until);
+        /* the most recently used blocks the tier can hold, written oldest first so the
+         * tier's LRU order is the pool's */
+        int32_t b = kv->lru_tail, room = dse__kv_disk_n_slots(kv->disk);
+        for (int32_t n = 1; n < room && b != NIL && kv->blocks[b].lru_prev != NIL; n++)
+                b = kv->blocks[b].lru_prev;
+        int kept = 0;
+        for (; b != NIL; b = kv->blocks[b].lru_next) {
+                int r = dse__kv_disk_spill_until(kv->disk, kv->blocks[b].key, kv->blocks[b].parent_key,
+                                                 kv->block_tokens_ids + (size_t)b * kv->block_tokens, block_rows(kv, b),
+                                                 &until);
+                if (r < 0)
+                        break;
+                kept++;
+        }
+        dse__kv_disk_flush(kv->disk);
+        return kept;
+}
+
 /* ---- sequences ---- */
 
 static struct kv_seq *seq_get(const struct dse_kv_cache *kv, int seq) {
@@ -479,6 +524,10 @@ void dse_kv_seq_close(struct dse_kv_cache *kv, int seq) {
         struct kv_seq *q = seq_get(kv, seq);
         if (!q)
                 return;
+        if (q->n_loading) { /* the reader may be filling a block: it stops first */
+                dse__kv_disk_read_cancel(kv->disk, &q->reads);
+                q->n_loading = 0;
+        }
         /* Release the tail first so the LRU list evicts a prefix's deepest blocks before
          * its shared head. */
         for (int32_t i = q->n_blocks - 1; i >= 0; i--)
@@ -498,45 +547,96 @@ int dse_kv_seq_attach_prefix(struct dse_kv_cache *kv, int seq, const int32_t *to
 
 int dse_kv_seq_attach_prefix_loading(struct dse_kv_cache *kv, int seq, const int32_t *tokens, size_t n_tokens,
                                      int max_loads) {
+        int r = dse_kv_seq_attach_prefix_start(kv, seq, tokens, n_tokens, max_loads);
+        if (r < 0)
+                return r;
+        while ((r = dse_kv_seq_load_poll(kv, seq)) == -EINPROGRESS)
+                dse__kv_disk_read_wait(kv->disk, 1000);
+        return r;
+}
+
+int dse_kv_seq_attach_prefix_start(struct dse_kv_cache *kv, int seq, const int32_t *tokens, size_t n_tokens,
+                                   int max_loads) {
         struct kv_seq *q = seq_get(kv, seq);
-        if (!q || q->len != 0 || (!tokens && n_tokens) || n_tokens > (size_t)kv->n_ctx || max_loads < 0)
+        if (!q || q->len != 0 || q->n_blocks != 0 || (!tokens && n_tokens) || n_tokens > (size_t)kv->n_ctx ||
+            max_loads < 0)
                 return -EINVAL;
         kv->query_tokens += (int64_t)n_tokens;
         int32_t bt = kv->block_tokens, max_full = n_tokens ? (int32_t)((n_tokens - 1) / (size_t)bt) : 0;
         uint64_t key = 0;
-        int32_t i, loaded = 0;
+        int32_t i;
         for (i = 0; i < max_full; i++) {
                 const int32_t *ids = tokens + (size_t)i * bt;
                 uint64_t k = block_key(key, ids, bt);
                 int32_t b = table_find(kv, k, key, ids);
-                if (b != NIL) {
-                        if (kv->blocks[b].ref++ == 0)
-                                lru_remove(kv, b);
-                } else {
-                        /* A pool miss: the disk tier's copy comes back into a fresh pool
-                         * block, entered in the prefix table like a computed one. */
-                        if (!kv->disk || loaded >= max_loads || kv->n_free + kv->n_lru == 0)
-                                break;
-                        b = block_take(kv);
-                        if (dse__kv_disk_load(kv->disk, k, key, ids, block_rows(kv, b)) < 0) {
-                                kv->blocks[b].ref = 0;
-                                kv->free_stack[kv->n_free++] = b;
-                                break;
-                        }
-                        table_insert(kv, b, k, key, ids);
-                        loaded++;
-                }
+                if (b == NIL)
+                        break;
+                if (kv->blocks[b].ref++ == 0)
+                        lru_remove(kv, b);
                 q->table[i] = b;
                 key = k;
         }
         q->n_blocks = q->n_keyed = i;
         q->last_key = key;
         q->len = i * bt;
-        if (q->len)
-                memcpy(q->tokens, tokens, (size_t)q->len * sizeof(int32_t));
         kv->hit_tokens += q->len;
+        /* A pool miss: the blocks the disk tier holds next come back into fresh pool
+         * blocks the sequence holds, unhashed, so nothing evicts or shares them while the
+         * reader fills them; dse_kv_seq_load_poll enters them in the prefix table. */
+        int32_t n_load = 0;
+        for (int32_t j = i; kv->disk && j < max_full && n_load < max_loads && kv->n_free + kv->n_lru > 0; j++) {
+                const int32_t *ids = tokens + (size_t)j * bt;
+                uint64_t k = block_key(key, ids, bt);
+                if (!dse__kv_disk_holds(kv->disk, k, key))
+                        break;
+                int32_t b = block_take(kv);
+                q->table[j] = b;
+                q->reads.r[n_load++] = (struct dse__kv_disk_read){k, key, q->tokens + (size_t)j * bt, block_rows(kv, b), 0};
+                key = k;
+        }
+        int32_t held = (i + n_load) * bt;
+        if (held)
+                memcpy(q->tokens, tokens, (size_t)held * sizeof(int32_t));
+        if (n_load > 0) {
+                q->n_blocks += n_load;
+                q->n_loading = n_load;
+                q->reads.n = n_load;
+                dse__kv_disk_read_start(kv->disk, &q->reads);
+        }
+        return q->len;
+}
+
+int dse_kv_seq_load_poll(struct dse_kv_cache *kv, int seq) {
+        struct kv_seq *q = seq_get(kv, seq);
+        if (!q)
+                return -EINVAL;
+        if (!q->n_loading)
+                return q->len;
+        if (!dse__kv_disk_read_done(kv->disk, &q->reads))
+                return -EINPROGRESS;
+        int32_t bt = kv->block_tokens, loaded = 0;
+        for (; loaded < q->n_loading && q->reads.r[loaded].result == 0; loaded++) {
+                const struct dse__kv_disk_read *e = &q->reads.r[loaded];
+                int32_t b = q->table[q->n_keyed];
+                /* a twin another sequence computed meanwhile keeps its entry; ours stays private */
+                if (table_find(kv, e->key, e->parent, e->ids) == NIL)
+                        table_insert(kv, b, e->key, e->parent, e->ids);
+                q->n_keyed++;
+                q->last_key = e->key;
+        }
+        /* after the first block that did not come back, prefill computes the rest */
+        while (q->n_blocks > q->n_keyed)
+                block_release(kv, q->table[--q->n_blocks]);
+        q->n_loading = 0;
+        q->len = q->n_keyed * bt;
+        kv->hit_tokens += (int64_t)loaded * bt;
         kv->disk_hit_tokens += (int64_t)loaded * bt;
         return q->len;
+}
+
+void dse_kv_cache_load_wait(struct dse_kv_cache *kv, int timeout_ms) {
+        if (kv && kv->disk)
+                dse__kv_disk_read_wait(kv->disk, timeout_ms);
 }
 
 int dse_kv_seq_blocks_needed(const struct dse_kv_cache *kv, int seq, size_t n_tokens) {
@@ -599,6 +699,8 @@ int dse__kv_seq_reserve(struct dse_kv_cache *kv, int seq, size_t n_tokens) {
         struct kv_seq *q = seq_get(kv, seq);
         if (!q || (size_t)q->len + n_tokens > (size_t)kv->n_ctx)
                 return -EINVAL;
+        if (q->n_loading)
+                return -EBUSY;
         int need = dse_kv_seq_blocks_needed(kv, seq, n_tokens);
         if (need > kv->n_free + kv->n_lru)
                 return -ENOSPC;

@@ -12,9 +12,14 @@
  * and is dropped at its first read, so a crash between a slot write and the publish
  * serves nothing stale.
  *
- * Locking: one mutex over the index, the queue's counters and the statistics; file
- * reads and writes run outside it. A slot is taken out of the index before the writer
- * overwrites it, and a reader that raced with that sees a key or CRC mismatch. */
+ * Reads back into the pool run on a reader thread of their own, one run of blocks per
+ * sequence at a time, in the order the runs came, so the cache's thread never waits
+ * for the disk; a run stops at its first block that does not verify.
+ *
+ * Locking: one mutex over the index, the queue's counters, the read runs and the
+ * statistics; file reads and writes run outside it. A slot is taken out of the index
+ * before the writer overwrites it, and a reader that raced with that sees a key or CRC
+ * mismatch. */
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -25,6 +30,7 @@
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "internal.h"
@@ -90,8 +96,16 @@ struct dse__kv_disk {
         pthread_mutex_t mu;
         pthread_cond_t wake; /* the writer: work, a flush, or stop */
         pthread_cond_t idle; /* flushers: the queue is empty and the index published */
+        pthread_cond_t space; /* spills that may wait: an entry left the queue */
         pthread_t writer;
         int writer_started;
+        pthread_cond_t read_wake; /* the reader: a run queued, a hold released, or stop */
+        pthread_cond_t read_done; /* the cache: a read finished */
+        pthread_t reader;
+        int reader_started;
+        struct dse__kv_disk_reads *runs_head, *runs_tail; /* queued read runs, oldest first */
+        struct dse__kv_disk_reads *reading;               /* the run whose read is in flight */
+        int64_t reads_finished;                           /* reads done since open */
 
         struct slot *slots;
         int32_t *buckets;
@@ -104,7 +118,7 @@ struct dse__kv_disk {
         int32_t *q_ids;    /* (q_cap, bt) */
         uint8_t *q_rows;   /* (q_cap, block_bytes) */
         struct index_entry *publish_buf; /* (n_slots) */
-        int32_t *load_ids; /* (bt) a slot's ids as read (loads come from the cache's one thread) */
+        int32_t *load_ids; /* (bt) a slot's ids as read (loads come from the reader thread) */
         int32_t dirty;     /* slot writes since the last publish */
         int flush_wanted, stop, failed;
         enum dse_kv_disk_fault fault;
@@ -297,7 +311,8 @@ static void *writer_main(void *arg) {
         struct dse__kv_disk *d = arg;
         pthread_mutex_lock(&d->mu);
         for (;;) {
-                while (d->q_count == 0 && !d->stop && !d->flush_wanted)
+                while ((d->q_count == 0 && !d->stop && !d->flush_wanted) ||
+                       (d->q_count > 0 && d->fault == DSE_KV_DISK_FAULT_HOLD_WRITES && !d->stop))
                         pthread_cond_wait(&d->wake, &d->mu);
                 if (d->q_count == 0) {
                         if (d->dirty > 0 && !d->failed) {
@@ -337,6 +352,7 @@ static void *writer_main(void *arg) {
                 }
                 d->q_head = (d->q_head + 1) % d->q_cap;
                 d->q_count--;
+                pthread_cond_broadcast(&d->space);
                 if (d->dirty >= PUBLISH_EVERY && !d->failed) {
                         int r = publish(d);
                         if (r < 0)
@@ -346,6 +362,8 @@ static void *writer_main(void *arg) {
         pthread_mutex_unlock(&d->mu);
         return NULL;
 }
+
+static void *reader_main(void *arg);
 
 /* ---- opening ---- */
 
@@ -440,7 +458,7 @@ static int reset_file(struct dse__kv_disk *d, struct dse_diag *reterr) {
         unlink(d->index_path);
         if (ftruncate(d->fd, 0) < 0)
                 return dse__fail(reterr, -errno, "KV disk tier %s: cannot clear: %s", d->path, strerror(errno));
-        int r = posix_fallocate(d->fd, 0, (off_t)total);
+        int r = d->fault == DSE_KV_DISK_FAULT_PREALLOC_ENOSPC ? ENOSPC : posix_fallocate(d->fd, 0, (off_t)total);
         if (r != 0)
                 return dse__fail(reterr, -r, "KV disk tier %s: cannot preallocate %llu MiB: %s", d->path,
                                  (unsigned long long)(total >> 20), strerror(r));
@@ -454,18 +472,23 @@ static int reset_file(struct dse__kv_disk *d, struct dse_diag *reterr) {
 void dse__kv_disk_close(struct dse__kv_disk *d) {
         if (!d)
                 return;
-        if (d->writer_started) {
-                pthread_mutex_lock(&d->mu);
-                d->stop = 1;
-                pthread_cond_signal(&d->wake);
-                pthread_mutex_unlock(&d->mu);
+        pthread_mutex_lock(&d->mu);
+        d->stop = 1;
+        pthread_cond_signal(&d->wake);
+        pthread_cond_signal(&d->read_wake);
+        pthread_mutex_unlock(&d->mu);
+        if (d->writer_started)
                 pthread_join(d->writer, NULL);
-        }
+        if (d->reader_started)
+                pthread_join(d->reader, NULL);
         if (d->fd >= 0)
                 close(d->fd);
         pthread_mutex_destroy(&d->mu);
         pthread_cond_destroy(&d->wake);
         pthread_cond_destroy(&d->idle);
+        pthread_cond_destroy(&d->space);
+        pthread_cond_destroy(&d->read_wake);
+        pthread_cond_destroy(&d->read_done);
         free(d->path);
         free(d->index_path);
         free(d->tmp_path);
@@ -491,7 +514,7 @@ static char *concat(const char *a, const char *b) {
 }
 
 int dse__kv_disk_open(const char *path, uint64_t bytes, int queue_blocks, const struct dse__kv_disk_identity *id,
-                      struct dse__kv_disk **ret_disk, struct dse_diag *reterr) {
+                      enum dse_kv_disk_fault fault, struct dse__kv_disk **ret_disk, struct dse_diag *reterr) {
         uint64_t slot_bytes = sizeof(struct slot_head) + (uint64_t)id->block_tokens * sizeof(int32_t) + id->block_bytes;
         slot_bytes = (slot_bytes + SLOT_ALIGN - 1) / SLOT_ALIGN * SLOT_ALIGN;
         uint64_t n_slots = bytes > HEADER_BYTES ? (bytes - HEADER_BYTES) / slot_bytes : 0;
@@ -507,11 +530,15 @@ int dse__kv_disk_open(const char *path, uint64_t bytes, int queue_blocks, const 
         pthread_mutex_init(&d->mu, NULL);
         pthread_cond_init(&d->wake, NULL);
         pthread_cond_init(&d->idle, NULL);
+        pthread_cond_init(&d->space, NULL);
+        pthread_cond_init(&d->read_wake, NULL);
+        pthread_cond_init(&d->read_done, NULL);
         d->n_slots = (int32_t)n_slots;
         d->bt = id->block_tokens;
         d->block_bytes = id->block_bytes;
         d->slot_bytes = slot_bytes;
         d->q_cap = queue_blocks > 0 ? queue_blocks : DEFAULT_QUEUE;
+        d->fault = fault;
         uint32_t nb = 16;
         while (nb < 2 * (uint32_t)n_slots)
                 nb <<= 1;
@@ -575,6 +602,11 @@ int dse__kv_disk_open(const char *path, uint64_t bytes, int queue_blocks, const 
                 return dse__fail(reterr, -r, "KV disk tier %s: cannot start its writer thread", path);
         }
         d->writer_started = 1;
+        if ((r = pthread_create(&d->reader, NULL, reader_main, d)) != 0) {
+                dse__kv_disk_close(d);
+                return dse__fail(reterr, -r, "KV disk tier %s: cannot start its reader thread", path);
+        }
+        d->reader_started = 1;
         dse__log(DSE_LOG_INFO, "KV disk tier %s: %d slots of %llu bytes, %d blocks reused", path, d->n_slots,
                  (unsigned long long)slot_bytes, d->n_used);
         *ret_disk = d;
@@ -584,6 +616,11 @@ int dse__kv_disk_open(const char *path, uint64_t bytes, int queue_blocks, const 
 /* ---- the cache's side ---- */
 
 int dse__kv_disk_spill(struct dse__kv_disk *d, uint64_t key, uint64_t parent, const int32_t *ids, const void *rows) {
+        return dse__kv_disk_spill_until(d, key, parent, ids, rows, NULL);
+}
+
+int dse__kv_disk_spill_until(struct dse__kv_disk *d, uint64_t key, uint64_t parent, const int32_t *ids,
+                             const void *rows, const struct timespec *until) {
         pthread_mutex_lock(&d->mu);
         if (d->failed) {
                 pthread_mutex_unlock(&d->mu);
@@ -596,10 +633,14 @@ int dse__kv_disk_spill(struct dse__kv_disk *d, uint64_t key, uint64_t parent, co
                 pthread_mutex_unlock(&d->mu);
                 return 1;
         }
-        if (d->q_count == d->q_cap) {
-                d->dropped++;
+        while (until && d->q_count == d->q_cap && !d->failed)
+                if (pthread_cond_timedwait(&d->space, &d->mu, until) != 0)
+                        break;
+        if (d->q_count == d->q_cap || d->failed) {
+                int failed = d->failed;
+                d->dropped += !failed;
                 pthread_mutex_unlock(&d->mu);
-                return -EAGAIN;
+                return failed ? -EIO : -EAGAIN;
         }
         /* The one producer fills the entry past the queue's end; the writer only reads
          * entries inside it. */
@@ -661,6 +702,116 @@ int dse__kv_disk_load(struct dse__kv_disk *d, uint64_t key, uint64_t parent, con
         return r;
 }
 
+/* ---- reads back, on the reader thread ---- */
+
+/* Ends run rs (lock held): the reads not done get -ECANCELED, the run leaves the queue. */
+static void run_end(struct dse__kv_disk *d, struct dse__kv_disk_reads *rs) {
+        for (int i = rs->n_done; i < rs->n; i++)
+                rs->r[i].result = -ECANCELED;
+        rs->n_done = rs->n;
+        struct dse__kv_disk_reads **p = &d->runs_head, *prev = NULL;
+        while (*p && *p != rs) {
+                prev = *p;
+                p = &(*p)->next;
+        }
+        if (*p) {
+                *p = rs->next;
+                if (d->runs_tail == rs)
+                        d->runs_tail = prev;
+        }
+        rs->next = NULL;
+}
+
+static void *reader_main(void *arg) {
+        struct dse__kv_disk *d = arg;
+        pthread_mutex_lock(&d->mu);
+        while (!d->stop) {
+                struct dse__kv_disk_reads *rs = d->runs_head;
+                if (!rs || d->fault == DSE_KV_DISK_FAULT_HOLD_READS) {
+                        pthread_cond_wait(&d->read_wake, &d->mu);
+                        continue;
+                }
+                struct dse__kv_disk_read *e = &rs->r[rs->n_done];
+                d->reading = rs;
+                pthread_mutex_unlock(&d->mu);
+                int r = dse__kv_disk_load(d, e->key, e->parent, e->ids, e->rows);
+                pthread_mutex_lock(&d->mu);
+                d->reading = NULL;
+                e->result = r;
+                rs->n_done++;
+                if (r < 0 || rs->n_done == rs->n)
+                        run_end(d, rs); /* a prefix stops at its first block that does not come back */
+                d->reads_finished++;
+                pthread_cond_broadcast(&d->read_done);
+        }
+        while (d->runs_head)
+                run_end(d, d->runs_head);
+        pthread_cond_broadcast(&d->read_done);
+        pthread_mutex_unlock(&d->mu);
+        return NULL;
+}
+
+void dse__kv_disk_read_start(struct dse__kv_disk *d, struct dse__kv_disk_reads *rs) {
+        pthread_mutex_lock(&d->mu);
+        rs->n_done = 0;
+        rs->next = NULL;
+        if (rs->n <= 0 || d->stop) {
+                run_end(d, rs);
+        } else {
+                if (d->runs_tail)
+                        d->runs_tail->next = rs;
+                else
+                        d->runs_head = rs;
+                d->runs_tail = rs;
+                pthread_cond_signal(&d->read_wake);
+        }
+        pthread_mutex_unlock(&d->mu);
+}
+
+int dse__kv_disk_read_done(struct dse__kv_disk *d, const struct dse__kv_disk_reads *rs) {
+        pthread_mutex_lock(&d->mu);
+        int done = rs->n_done == rs->n;
+        pthread_mutex_unlock(&d->mu);
+        return done;
+}
+
+void dse__kv_disk_read_cancel(struct dse__kv_disk *d, struct dse__kv_disk_reads *rs) {
+        pthread_mutex_lock(&d->mu);
+        while (d->reading == rs) /* one block's read: its rows are being written */
+                pthread_cond_wait(&d->read_done, &d->mu);
+        if (rs->n_done < rs->n)
+                run_end(d, rs);
+        pthread_mutex_unlock(&d->mu);
+}
+
+void dse__kv_disk_deadline(int timeout_ms, struct timespec *ret) {
+        clock_gettime(CLOCK_REALTIME, ret);
+        ret->tv_sec += timeout_ms / 1000;
+        ret->tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+        if (ret->tv_nsec >= 1000000000L) {
+                ret->tv_sec++;
+                ret->tv_nsec -= 1000000000L;
+        }
+}
+
+void dse__kv_disk_read_wait(struct dse__kv_disk *d, int timeout_ms) {
+        struct timespec until;
+        dse__kv_disk_deadline(timeout_ms, &until);
+        pthread_mutex_lock(&d->mu);
+        int64_t seen = d->reads_finished;
+        while (d->runs_head && d->reads_finished == seen)
+                if (pthread_cond_timedwait(&d->read_done, &d->mu, &until) != 0)
+                        break;
+        pthread_mutex_unlock(&d->mu);
+}
+
+int dse__kv_disk_holds(struct dse__kv_disk *d, uint64_t key, uint64_t parent) {
+        pthread_mutex_lock(&d->mu);
+        int held = !d->failed && find(d, key, parent) != NIL;
+        pthread_mutex_unlock(&d->mu);
+        return held;
+}
+
 void dse__kv_disk_flush(struct dse__kv_disk *d) {
         pthread_mutex_lock(&d->mu);
         d->flush_wanted = 1;
@@ -682,8 +833,14 @@ void dse__kv_disk_stats(struct dse__kv_disk *d, struct dse_kv_stats *st) {
         pthread_mutex_unlock(&d->mu);
 }
 
+int32_t dse__kv_disk_n_slots(const struct dse__kv_disk *d) {
+        return d->n_slots;
+}
+
 void dse__kv_disk_set_fault(struct dse__kv_disk *d, enum dse_kv_disk_fault fault) {
         pthread_mutex_lock(&d->mu);
         d->fault = fault;
+        pthread_cond_signal(&d->wake); /* a held thread looks again */
+        pthread_cond_signal(&d->read_wake);
         pthread_mutex_unlock(&d->mu);
 }

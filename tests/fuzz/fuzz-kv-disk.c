@@ -65,7 +65,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                 write_file(path, in, n, mode & 4 ? n : FILE_BYTES);
         } else {
                 unlink(path);
-                if (dse__kv_disk_open(path, FILE_BYTES, 1, &id, &d, NULL) == 0)
+                if (dse__kv_disk_open(path, FILE_BYTES, 1, &id, DSE_KV_DISK_FAULT_NONE, &d, NULL) == 0)
                         dse__kv_disk_close(d); /* a valid, empty tier file */
                 d = NULL;
                 if ((mode & 2) && n >= 32) {
@@ -81,7 +81,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                 }
                 write_file(index_path, in, n, 0);
         }
-        if (dse__kv_disk_open(path, FILE_BYTES, 1, &id, &d, NULL) == 0) {
+        if (dse__kv_disk_open(path, FILE_BYTES, 1, &id, DSE_KV_DISK_FAULT_NONE, &d, NULL) == 0) {
                 uint64_t key = 0, parent = 0;
                 if ((mode & 1) && n >= 48) {
                         memcpy(&key, in + 32, 8);

@@ -117,3 +117,65 @@ TEST(bad_tier_options_stop_the_worker) {
         st = wc_wait_exit(pid, 60);
         ASSERT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 1);
 }
+
+/* A prompt served once stays in the pool only; a graceful stop writes its blocks to the
+ * tier, so the restarted worker reads them back and answers as before. */
+TEST(graceful_stop_writes_ram_blocks_to_the_tier) {
+        char dir[300];
+        snprintf(dir, sizeof dir, "%s/tier-wb", wc_tmpdir());
+        ASSERT_OK(mkdir(dir, 0700));
+        struct worker w;
+        ASSERT_OK(worker_start(&w, dir, "d.sock"));
+        int32_t p[N_PROMPT];
+        prompt(p, N_PROMPT, 5);
+        ASSERT_OK(run_one(&w, 1, p, N_PROMPT, N_OUT));
+        struct wc_result cold = res[1];
+        struct dsv_ipc_stats st;
+        ASSERT_OK(wc_stats(&w.c, 77, &st));
+        ASSERT_EQ(st.kv_disk_blocks_written, 0);
+        int status = worker_stop(&w);
+        ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+        ASSERT_OK(worker_start(&w, dir, "e.sock"));
+        ASSERT_OK(run_one(&w, 2, p, N_PROMPT, N_OUT));
+        ASSERT_EQ(res[2].cached_tokens, 96);
+        for (int t = 0; t < N_OUT; t++) {
+                ASSERT_EQ(res[2].tokens[t], cold.tokens[t]);
+                ASSERT_TRUE(res[2].logprob[t] == cold.logprob[t]);
+        }
+        ASSERT_OK(wc_stats(&w.c, 77, &st));
+        ASSERT_EQ(st.kv_disk_blocks_read, 6);
+        status = worker_stop(&w);
+        ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+        char path[400];
+        snprintf(path, sizeof path, "%s/t0.kvtier", dir);
+        ASSERT_OK(unlink(path));
+        snprintf(path, sizeof path, "%s/t0.kvtier.index", dir);
+        ASSERT_OK(unlink(path));
+        ASSERT_OK(rmdir(dir));
+}
+
+/* A disk full when the tier is preallocated (injected ENOSPC): the worker starts
+ * without the tier and serves. */
+TEST(disk_full_at_start_serves_without_the_tier) {
+        char dir[300];
+        snprintf(dir, sizeof dir, "%s/tier-full", wc_tmpdir());
+        ASSERT_OK(mkdir(dir, 0700));
+        setenv("DSV_TEST_KV_DISK_FAULT", "prealloc-enospc", 1);
+        struct worker w;
+        int r = worker_start(&w, dir, "f.sock");
+        unsetenv("DSV_TEST_KV_DISK_FAULT");
+        ASSERT_OK(r);
+        int32_t p[N_PROMPT];
+        prompt(p, N_PROMPT, 6);
+        ASSERT_OK(run_one(&w, 1, p, N_PROMPT, N_OUT));
+        ASSERT_EQ(res[1].n_tokens, N_OUT);
+        struct dsv_ipc_stats st;
+        ASSERT_OK(wc_stats(&w.c, 77, &st));
+        ASSERT_EQ(st.kv_disk_bytes_capacity, 0);
+        int status = worker_stop(&w);
+        ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+        char path[400];
+        snprintf(path, sizeof path, "%s/t0.kvtier", dir);
+        unlink(path);
+        ASSERT_OK(rmdir(dir));
+}

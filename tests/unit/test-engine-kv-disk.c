@@ -3,7 +3,10 @@
  * DeepSeek MLA, alone and batched with a cold neighbour, after a restart of the cache);
  * a tier of another KV type, a truncated file, a flipped byte in a slot, an injected
  * write error and a process killed between a slot write and the index publish each
- * serve nothing wrong and say so. */
+ * serve nothing wrong and say so. Reads back run on the tier's reader thread: held
+ * there, they leave another sequence stepping; a held writer drops spills instead of
+ * holding a step; a disk full at start leaves the pool serving alone; blocks still in
+ * RAM are written back on request for the next start. */
 #include <fcntl.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -60,8 +63,10 @@ static void tier_dir_remove(struct tier_dir *t) {
 }
 
 /* A cache of POOL_BLOCKS blocks in dtype, with the tier at path (NULL: none) of
- * tier_blocks slots (0: 64). */
-static struct dse_kv_cache *cache_new(struct dse_model *m, enum dse_kv_dtype dtype, const char *path, int tier_blocks) {
+ * tier_blocks slots (0: 64), a writer's queue of queue_blocks (0: the default) and
+ * fault in force from the start. */
+static struct dse_kv_cache *cache_new_with(struct dse_model *m, enum dse_kv_dtype dtype, const char *path,
+                                           int tier_blocks, int queue_blocks, enum dse_kv_disk_fault fault) {
         struct dse_diag diag = {{0}};
         struct dse_kv_cache *probe = NULL, *kv = NULL;
         if (dse_kv_cache_new_typed(m, dtype, (size_t)1 << 26, BT, 1, NCTX, &probe, &diag) < 0)
@@ -74,7 +79,8 @@ static struct dse_kv_cache *cache_new(struct dse_model *m, enum dse_kv_dtype dty
                 /* a slot is its head, ids and block rounded up to 512 bytes; the file's
                  * header takes 4 KiB */
                 uint64_t slot = (bb + 24 + BT * 4 + 511) / 512 * 512;
-                struct dse_kv_disk_config cfg = {path, 4096 + slot * (uint64_t)(tier_blocks ? tier_blocks : 64), 0};
+                struct dse_kv_disk_config cfg = {path, 4096 + slot * (uint64_t)(tier_blocks ? tier_blocks : 64),
+                                                 queue_blocks, fault};
                 if (dse_kv_cache_attach_disk(kv, m, &cfg, &diag) < 0) {
                         fprintf(stderr, "  attach: %s\n", diag.msg);
                         dse_kv_cache_free(kv);
@@ -82,6 +88,10 @@ static struct dse_kv_cache *cache_new(struct dse_model *m, enum dse_kv_dtype dty
                 }
         }
         return kv;
+}
+
+static struct dse_kv_cache *cache_new(struct dse_model *m, enum dse_kv_dtype dtype, const char *path, int tier_blocks) {
+        return cache_new_with(m, dtype, path, tier_blocks, 0, DSE_KV_DISK_FAULT_NONE);
 }
 
 /* Evaluates the prompts of seqs (whose first cached[i] tokens are already held) in one
@@ -433,12 +443,195 @@ TEST(bad_arguments_are_rejected) {
         struct dse_kv_cache *kv = cache_new(m, DSE_KV_F32, NULL, 0);
         ASSERT_TRUE(kv);
         struct dse_diag diag = {{0}};
-        struct dse_kv_disk_config cfg = {"/nonexistent-dir/x.kvtier", (uint64_t)1 << 30, 0};
+        struct dse_kv_disk_config cfg = {"/nonexistent-dir/x.kvtier", (uint64_t)1 << 30, 0, DSE_KV_DISK_FAULT_NONE};
         ASSERT_TRUE(dse_kv_cache_attach_disk(kv, m, &cfg, &diag) < 0);
         ASSERT_TRUE(strstr(diag.msg, "/nonexistent-dir/x.kvtier") != NULL);
-        cfg = (struct dse_kv_disk_config){"/tmp/x.kvtier", 4096, 0};
+        cfg = (struct dse_kv_disk_config){"/tmp/x.kvtier", 4096, 0, DSE_KV_DISK_FAULT_NONE};
         ASSERT_ERR(dse_kv_cache_attach_disk(kv, m, &cfg, &diag), -ENOSPC);
         ASSERT_ERR(dse_kv_cache_attach_disk(kv, m, NULL, &diag), -EINVAL);
         dse_kv_cache_free(kv);
+        dse_model_free(m);
+}
+
+/* Waits for seq's reads back to finish: the tokens it holds. */
+static int load_finish(struct dse_kv_cache *kv, int seq) {
+        int r;
+        while ((r = dse_kv_seq_load_poll(kv, seq)) == -EINPROGRESS)
+                dse_kv_cache_load_wait(kv, 1000);
+        return r;
+}
+
+/* With the reader held, a sequence whose prefix is on the tier waits while another
+ * one prefills and decodes; once released it goes on from its blocks, and both give
+ * their cold logits. Closing a sequence whose read is held cancels it. */
+TEST(load_in_flight_leaves_other_sequences_stepping) {
+        struct dse_model *m = fixture_model_open("llama3-rope-gqa");
+        ASSERT_TRUE(m);
+        int V = dse_model_vocab_size(m), L = (NDEC + 1) * V;
+        int32_t pr[2][N];
+        ids_for(pr[0], N, V, 0);
+        ids_for(pr[1], N, V, 7);
+        float *ref[2] = {cold_logits(m, DSE_KV_F32, pr[0]), cold_logits(m, DSE_KV_F32, pr[1])};
+        float *got[2] = {malloc((size_t)L * sizeof(float)), malloc((size_t)L * sizeof(float))};
+        ASSERT_TRUE(ref[0] && ref[1]);
+        struct tier_dir t;
+        tier_dir_make(&t);
+        struct dse_kv_cache *kv = cache_new(m, DSE_KV_F32, t.path, 0);
+        ASSERT_TRUE(kv);
+        ASSERT_OK(push_to_disk(m, kv, pr[0], 1));
+        dse_kv_cache_disk_set_fault(kv, DSE_KV_DISK_FAULT_HOLD_READS);
+        int a = dse_kv_seq_open(kv), b = dse_kv_seq_open(kv), zero = 0;
+        ASSERT_EQ(dse_kv_seq_attach_prefix_start(kv, a, pr[0], N, 8), 0);
+        ASSERT_ERR(dse_kv_seq_load_poll(kv, a), -EINPROGRESS);
+        struct dse_kv_stats st;
+        dse_kv_cache_stats(kv, &st);
+        ASSERT_EQ(st.n_used, 2); /* the blocks being filled are held */
+        /* a step of the loading sequence is refused; the other one prefills and decodes */
+        struct dse_diag diag = {{0}};
+        struct dse_batch *batch = NULL;
+        ASSERT_OK(dse_batch_new(m, kv, NULL, &batch, &diag));
+        struct dse_batch_seq one = {a, pr[0], 1, got[0]};
+        ASSERT_ERR(dse_batch_step(batch, &one, 1, &diag), -EBUSY);
+        dse_batch_free(batch);
+        ASSERT_OK(run(m, kv, 1, &b, &pr[1], &zero, &got[1]));
+        ASSERT_TRUE(bit_equal(got[1], ref[1], L));
+        ASSERT_ERR(dse_kv_seq_load_poll(kv, a), -EINPROGRESS);
+        dse_kv_cache_stats(kv, &st);
+        ASSERT_EQ(st.disk_blocks_read, 0);
+        dse_kv_cache_disk_set_fault(kv, DSE_KV_DISK_FAULT_NONE);
+        int cached = load_finish(kv, a);
+        ASSERT_EQ(cached, 2 * BT);
+        dse_kv_cache_stats(kv, &st);
+        ASSERT_EQ(st.disk_blocks_read, 2);
+        ASSERT_EQ(st.disk_hit_tokens, 2 * BT);
+        ASSERT_OK(run(m, kv, 1, &a, &pr[0], &cached, &got[0]));
+        ASSERT_TRUE(bit_equal(got[0], ref[0], L));
+        dse_kv_seq_close(kv, a);
+        dse_kv_seq_close(kv, b);
+        /* cancelled while held: the blocks come back to the pool */
+        ASSERT_OK(push_to_disk(m, kv, pr[0], 3));
+        dse_kv_cache_disk_set_fault(kv, DSE_KV_DISK_FAULT_HOLD_READS);
+        a = dse_kv_seq_open(kv);
+        ASSERT_EQ(dse_kv_seq_attach_prefix_start(kv, a, pr[0], N, 8), 0);
+        ASSERT_ERR(dse_kv_seq_load_poll(kv, a), -EINPROGRESS);
+        dse_kv_seq_close(kv, a);
+        ASSERT_EQ(dse_kv_cache_n_available(kv), POOL_BLOCKS);
+        dse_kv_cache_free(kv); /* with the reader still held */
+        tier_dir_remove(&t);
+        for (int i = 0; i < 2; i++) {
+                free(got[i]);
+                free(ref[i]);
+        }
+        dse_model_free(m);
+}
+
+/* With the writer held and a queue of two, evictions beyond two are dropped and
+ * counted while every step completes; released, the writer writes the two. */
+TEST(full_writer_queue_drops_spills_and_never_blocks_a_step) {
+        struct dse_model *m = fixture_model_open("llama3-rope-gqa");
+        ASSERT_TRUE(m);
+        int V = dse_model_vocab_size(m);
+        struct tier_dir t;
+        tier_dir_make(&t);
+        struct dse_kv_cache *kv = cache_new_with(m, DSE_KV_F32, t.path, 0, 2, DSE_KV_DISK_FAULT_NONE);
+        ASSERT_TRUE(kv);
+        dse_kv_cache_disk_set_fault(kv, DSE_KV_DISK_FAULT_HOLD_WRITES);
+        int32_t q[2][N];
+        float *l[2] = {malloc((size_t)(NDEC + 1) * V * sizeof(float)), malloc((size_t)(NDEC + 1) * V * sizeof(float))};
+        int zero[2] = {0, 0};
+        /* each round's two prompts fill the pool's six blocks: round 1 evicts round 0's
+         * two full blocks (queued), rounds 2 and 3 evict four each (dropped) */
+        for (int round = 0; round < 4; round++) {
+                int seq[2] = {dse_kv_seq_open(kv), dse_kv_seq_open(kv)};
+                ids_for(q[0], N, V, 100 + 2 * round);
+                ids_for(q[1], N, V, 101 + 2 * round);
+                ASSERT_OK(run(m, kv, round == 0 ? 1 : 2, seq, q, zero, l));
+                dse_kv_seq_close(kv, seq[0]);
+                dse_kv_seq_close(kv, seq[1]);
+        }
+        struct dse_kv_stats st;
+        dse_kv_cache_stats(kv, &st);
+        ASSERT_EQ(st.disk_blocks_written, 0);
+        ASSERT_EQ(st.disk_blocks_dropped, 8);
+        dse_kv_cache_disk_set_fault(kv, DSE_KV_DISK_FAULT_NONE);
+        dse_kv_cache_disk_flush(kv);
+        dse_kv_cache_stats(kv, &st);
+        ASSERT_EQ(st.disk_blocks_written, 2);
+        ASSERT_EQ(st.disk_state, DSE_KV_DISK_ON);
+        dse_kv_cache_free(kv);
+        tier_dir_remove(&t);
+        free(l[0]);
+        free(l[1]);
+        dse_model_free(m);
+}
+
+/* A tier that cannot be preallocated (ENOSPC) is refused with a message naming the file,
+ * and the cache serves from the pool alone. */
+TEST(disk_full_at_start_leaves_the_pool_serving) {
+        struct dse_model *m = fixture_model_open("llama3-rope-gqa");
+        ASSERT_TRUE(m);
+        int V = dse_model_vocab_size(m), L = (NDEC + 1) * V;
+        int32_t p[N];
+        ids_for(p, N, V, 0);
+        float *ref = cold_logits(m, DSE_KV_F32, p), *got = malloc((size_t)L * sizeof(float));
+        ASSERT_TRUE(ref);
+        struct tier_dir t;
+        tier_dir_make(&t);
+        struct dse_kv_cache *kv = cache_new(m, DSE_KV_F32, NULL, 0);
+        ASSERT_TRUE(kv);
+        struct dse_diag diag = {{0}};
+        struct dse_kv_disk_config cfg = {t.path, 1 << 20, 0, DSE_KV_DISK_FAULT_PREALLOC_ENOSPC};
+        ASSERT_ERR(dse_kv_cache_attach_disk(kv, m, &cfg, &diag), -ENOSPC);
+        ASSERT_TRUE(strstr(diag.msg, t.path) && strstr(diag.msg, "cannot preallocate"));
+        struct dse_kv_stats st;
+        dse_kv_cache_stats(kv, &st);
+        ASSERT_EQ(st.disk_state, DSE_KV_DISK_NONE);
+        for (int i = 0; i < 2; i++) { /* the second time from the pool's prefix cache */
+                int seq = dse_kv_seq_open(kv);
+                int cached = dse_kv_seq_attach_prefix(kv, seq, p, N);
+                ASSERT_EQ(cached, i * 2 * BT);
+                ASSERT_OK(run(m, kv, 1, &seq, (int32_t (*)[N])p, &cached, &got));
+                ASSERT_TRUE(bit_equal(got, ref, L));
+                dse_kv_seq_close(kv, seq);
+        }
+        dse_kv_cache_free(kv);
+        tier_dir_remove(&t);
+        free(ref);
+        free(got);
+        dse_model_free(m);
+}
+
+/* Blocks only in RAM are written back on request, at most as many as the tier holds,
+ * and a new cache on the file serves them. */
+TEST(write_back_keeps_ram_blocks_for_the_next_start) {
+        struct dse_model *m = fixture_model_open("llama3-rope-gqa");
+        ASSERT_TRUE(m);
+        int V = dse_model_vocab_size(m);
+        int32_t p[N];
+        ids_for(p, N, V, 0);
+        float *l = malloc((size_t)(NDEC + 1) * V * sizeof(float));
+        struct tier_dir t;
+        tier_dir_make(&t);
+        for (int slots = 1; slots <= 64; slots += 63) {
+                struct dse_kv_cache *kv = cache_new(m, DSE_KV_F32, t.path, slots);
+                ASSERT_TRUE(kv);
+                int seq = dse_kv_seq_open(kv), zero = 0;
+                ASSERT_OK(run(m, kv, 1, &seq, (int32_t (*)[N])p, &zero, &l));
+                dse_kv_seq_close(kv, seq);
+                struct dse_kv_stats st;
+                dse_kv_cache_stats(kv, &st);
+                ASSERT_EQ(st.disk_blocks_written, 0);
+                ASSERT_EQ(dse_kv_cache_disk_write_back(kv, 1000), (slots == 1 ? 1 : 2));
+                dse_kv_cache_stats(kv, &st);
+                ASSERT_EQ(st.disk_blocks_written, (slots == 1 ? 1 : 2));
+                dse_kv_cache_free(kv);
+                /* one slot keeps the most recently used block: the prefix's head (a closed
+                 * sequence releases its tail first) */
+                ASSERT_EQ(reopen_and_check(m, t.path, DSE_KV_F32, slots, p, &st), (slots == 1 ? BT : 2 * BT));
+                tier_dir_remove(&t);
+                tier_dir_make(&t);
+        }
+        tier_dir_remove(&t);
+        free(l);
         dse_model_free(m);
 }
