@@ -769,6 +769,14 @@ int dse_kv_seq_blocks_needed(const struct dse_kv_cache *kv, int seq, size_t n_to
  * -EINVAL when the sequence is not open or n_accepted exceeds the drafts of its last
  * step. */
 int dse_kv_seq_accept(struct dse_kv_cache *kv, int seq, const int32_t *tokens, size_t n_accepted);
+/* Cuts the sequence back to the longest common prefix of its ids and tokens (n_tokens
+ * of them), for a draft model's cache whose drafts were rejected: the positions past it
+ * are dropped and their blocks go back to the pool; a block the prefix table shares
+ * with another sequence is never written again, so when the cut falls inside one the
+ * sequence keeps only the blocks before it. Returns the positions kept (the caller
+ * evaluates tokens from there), or -EINVAL. Not for a batch with MTP enabled (its
+ * module's saved hidden states would not follow). */
+int dse_kv_seq_rewind(struct dse_kv_cache *kv, int seq, const int32_t *tokens, size_t n_tokens);
 
 struct dse_batch_seq {
         int32_t seq;           /* from dse_kv_seq_open */
