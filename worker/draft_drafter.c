@@ -12,54 +12,17 @@ size_t spec_draft_kv_tokens(size_t target_tokens, int max_seqs, int k_max, int b
         return target_tokens + (size_t)max_seqs * (size_t)(k_max + block_tokens);
 }
 
-static int tokenizers_differ(char *err, size_t err_size, const char *target_name, const char *draft_name,
-                             const char *what) {
-        snprintf(err, err_size, "--draft-model %s: its tokenizer differs from the served model %s's (%s); a draft "
-                 "model must share the served model's tokenizer", draft_name, target_name, what);
-        return -EINVAL;
-}
-
-static const char *piece_or_none(const struct dse_tokenizer *tok, int32_t id) {
-        const char *p = dse_tokenizer_piece(tok, id);
-        return p ? p : "(none)";
-}
-
 int spec_draft_tokenizer_check(const struct dse_model *target, const char *target_name, const struct dse_model *draft,
                                const char *draft_name, char *err, size_t err_size) {
-        struct dse_tokenizer *tt = NULL, *dt = NULL;
         struct dse_diag diag = {{0}};
-        char what[512];
-        int rt = dse_model_tokenizer(target, &tt, &diag), rd = dse_model_tokenizer(draft, &dt, &diag), r = 0;
-        if ((rt < 0 && rt != -ENOENT) || (rd < 0 && rd != -ENOENT)) {
+        int r = dse_model_tokenizers_match(target, draft, &diag);
+        if (r == -EINVAL)
+                snprintf(err, err_size, "--draft-model %s: its tokenizer differs from the served model %s's (the "
+                         "served model's against the draft's: %s); a draft model must share the served model's "
+                         "tokenizer",
+                         draft_name, target_name, diag.msg);
+        else if (r < 0)
                 snprintf(err, err_size, "--draft-model %s: %s", draft_name, diag.msg);
-                r = rt < 0 && rt != -ENOENT ? rt : rd;
-        } else if (!tt != !dt) {
-                r = tokenizers_differ(err, err_size, target_name, draft_name,
-                                      tt ? "the draft model has no tokenizer" : "the served model has none");
-        } else if (!tt) {
-                if (dse_model_vocab_size(target) != dse_model_vocab_size(draft)) {
-                        snprintf(what, sizeof what, "neither has one, and their vocabularies are %d and %d ids",
-                                 dse_model_vocab_size(target), dse_model_vocab_size(draft));
-                        r = tokenizers_differ(err, err_size, target_name, draft_name, what);
-                }
-        } else if (dse_tokenizer_n_vocab(tt) != dse_tokenizer_n_vocab(dt)) {
-                snprintf(what, sizeof what, "%d tokens against %d", dse_tokenizer_n_vocab(tt), dse_tokenizer_n_vocab(dt));
-                r = tokenizers_differ(err, err_size, target_name, draft_name, what);
-        } else if (dse_tokenizer_bos(tt) != dse_tokenizer_bos(dt) || dse_tokenizer_eos(tt) != dse_tokenizer_eos(dt)) {
-                snprintf(what, sizeof what, "BOS/EOS %d/%d against %d/%d", dse_tokenizer_bos(tt), dse_tokenizer_eos(tt),
-                         dse_tokenizer_bos(dt), dse_tokenizer_eos(dt));
-                r = tokenizers_differ(err, err_size, target_name, draft_name, what);
-        } else {
-                for (int32_t id = 0; id < dse_tokenizer_n_vocab(tt); id++)
-                        if (strcmp(piece_or_none(tt, id), piece_or_none(dt, id)) != 0) {
-                                snprintf(what, sizeof what, "token %d is '%.100s' there, '%.100s' here", id,
-                                         piece_or_none(tt, id), piece_or_none(dt, id));
-                                r = tokenizers_differ(err, err_size, target_name, draft_name, what);
-                                break;
-                        }
-        }
-        dse_tokenizer_free(tt);
-        dse_tokenizer_free(dt);
         return r;
 }
 

@@ -47,9 +47,8 @@ extern const struct spec_drafter_ops spec_draft_ops;
  * sequence's drafts and a partial block of its own. */
 size_t spec_draft_kv_tokens(size_t target_tokens, int max_seqs, int k_max, int block_tokens);
 
-/* -EINVAL with a message naming both models unless the two tokenize alike: the same
- * tokens (each id's piece), BOS and EOS; two models without a tokenizer, the same
- * vocabulary size. */
+/* -EINVAL with a message naming both models unless the two tokenize alike
+ * (dse_model_tokenizers_match). */
 int spec_draft_tokenizer_check(const struct dse_model *target, const char *target_name, const struct dse_model *draft,
                                const char *draft_name, char *err, size_t err_size);
 

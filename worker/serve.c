@@ -624,7 +624,10 @@ int worker_serve(const struct worker_config *cfg) {
         if (r >= 0)
                 r = sched_set_fast_forward(sv.sched, cfg->fast_forward);
         if (r < 0) {
-                wlog(3, "Failed to create the scheduler: %s", err[0] ? err : strerror(-r));
+                if (err[0]) /* says what failed: the speculation's drafter */
+                        wlog(3, "%s", err);
+                else
+                        wlog(3, "Failed to create the scheduler: %s", strerror(-r));
                 goto out;
         }
         sched_set_pool(sv.sched, e.pool);

@@ -247,6 +247,11 @@ struct dse_session;
 
 /* The model's vocabulary size (logits per position), or -EINVAL for NULL. */
 int dse_model_vocab_size(const struct dse_model *model);
+/* 0 when a and b tokenize alike, as a draft model and the model it drafts for must: the
+ * same tokens (each id's piece), BOS and EOS; two models without a tokenizer, the same
+ * vocabulary size. -EINVAL with reterr saying how they differ (a's side first), or the
+ * error loading a tokenizer. */
+int dse_model_tokenizers_match(const struct dse_model *a, const struct dse_model *b, struct dse_diag *reterr);
 
 /* n_ctx: positions the KV cache holds (it may exceed max_position_embeddings; the
  * memory is allocated here). pool may be NULL (single-threaded). The model's weights were
