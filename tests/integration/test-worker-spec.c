@@ -186,25 +186,40 @@ TEST(bad_speculative_option_refused) {
         ASSERT_TRUE(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 2);
 }
 
-/* --speculative mtp on a model without an MTP module: the worker does not start, and
- * its log says why. */
-TEST(mtp_refused_without_module) {
-        char model[1024], log[1100], url[1100];
-        snprintf(model, sizeof model, "%s/llama-bf16-linear-rope", t_fixture("models"));
-        snprintf(log, sizeof log, "%s/mtp-refused.log", wc_tmpdir());
-        snprintf(url, sizeof url, "ipc://%s/mtp-refused.sock", wc_tmpdir());
+/* Starts dsvisor-worker with args (NULL-terminated, before --listen), which must make
+ * it refuse to start: its log (stderr), or NULL when it started or could not be run. */
+static char *refused_log(char **args, const char *name) {
+        char log[1100], url[1100];
+        snprintf(log, sizeof log, "%s/%s.log", wc_tmpdir(), name);
+        snprintf(url, sizeof url, "ipc://%s/%s.sock", wc_tmpdir(), name);
+        char *argv[16];
+        int n = 0;
+        while (args[n] && n < 13) {
+                argv[n] = args[n];
+                n++;
+        }
+        argv[n++] = "--listen";
+        argv[n++] = url;
+        argv[n] = NULL;
         int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0600), saved = dup(2);
-        ASSERT_TRUE(fd >= 0 && saved >= 0);
+        if (fd < 0 || saved < 0)
+                return NULL;
         dup2(fd, 2);
-        char *args[] = {"--model", model, "--listen", url, "--speculative", "mtp", NULL};
-        pid_t pid = wc_spawn(args);
+        pid_t pid = wc_spawn(argv);
         dup2(saved, 2);
         close(saved);
         close(fd);
-        ASSERT_TRUE(pid > 0);
-        int st = wc_wait_exit(pid, 120);
-        ASSERT_TRUE(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) != 0);
-        char *text = slurp(log, NULL);
+        int st = pid > 0 ? wc_wait_exit(pid, 120) : -1;
+        return st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) != 0 ? slurp(log, NULL) : NULL;
+}
+
+/* --speculative mtp on a model without an MTP module: the worker does not start, and
+ * its log says why. */
+TEST(mtp_refused_without_module) {
+        char model[1024];
+        snprintf(model, sizeof model, "%s/llama-bf16-linear-rope", t_fixture("models"));
+        char *args[] = {"--model", model, "--speculative", "mtp", NULL};
+        char *text = refused_log(args, "mtp-refused");
         ASSERT_TRUE(text && strstr(text, "--speculative mtp") && strstr(text, "no MTP module"));
         free(text);
 }
@@ -212,23 +227,11 @@ TEST(mtp_refused_without_module) {
 /* A draft model whose tokenizer is not the served model's (a fixture without one for
  * the bundled model): the worker does not start, and its log names both models. */
 TEST(draft_model_tokenizer_mismatch_refused) {
-        char model[1024], draft[1024], log[1100], url[1100];
+        char model[1024], draft[1024];
         snprintf(model, sizeof model, "%s/models/default", getenv("DSV_SOURCE_DIR") ? getenv("DSV_SOURCE_DIR") : "..");
         snprintf(draft, sizeof draft, "%s/llama-bf16-linear-rope", t_fixture("models"));
-        snprintf(log, sizeof log, "%s/draft-refused.log", wc_tmpdir());
-        snprintf(url, sizeof url, "ipc://%s/draft-refused.sock", wc_tmpdir());
-        int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0600), saved = dup(2);
-        ASSERT_TRUE(fd >= 0 && saved >= 0);
-        dup2(fd, 2);
-        char *args[] = {"--model", model, "--listen", url, "--draft-model", draft, NULL};
-        pid_t pid = wc_spawn(args);
-        dup2(saved, 2);
-        close(saved);
-        close(fd);
-        ASSERT_TRUE(pid > 0);
-        int st = wc_wait_exit(pid, 120);
-        ASSERT_TRUE(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) != 0);
-        char *text = slurp(log, NULL);
+        char *args[] = {"--model", model, "--draft-model", draft, NULL};
+        char *text = refused_log(args, "draft-refused");
         ASSERT_TRUE(text && strstr(text, "--draft-model") && strstr(text, "llama-bf16-linear-rope") &&
                     strstr(text, "models/default") && strstr(text, "tokenizer"));
         free(text);
