@@ -63,8 +63,9 @@ static void draft_release(void *self, int slot) {
 
 /* Brings the draft sequence to tokens (cutting back what the verification rejected,
  * evaluating what it accepted and the token after), then chains max_draft greedy
- * drafts, each evaluated for the next but the last. Out of draft blocks: no drafts this
- * time, and the sequence's rows go back so the others can draft. */
+ * drafts, each evaluated for the next but the last. Out of draft blocks (or context):
+ * the drafts chained so far, and (out of blocks) the sequence's rows go back so the
+ * others can draft. */
 static int draft_propose(void *self, int slot, const int32_t *tokens, int32_t n_tokens, int max_draft,
                          int32_t *draft) {
         struct spec_draft *d = self;
