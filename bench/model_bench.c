@@ -1281,7 +1281,8 @@ static void usage(void) {
                 "       dsvisor-bench gguf --preset P --format f32|f16|q8_0|q4_0 [--layers N] --out FILE (bench/gguf_bench.c)\n"
                 "       dsvisor-bench grammar --tokenizer FILE [--corpus DIR] [--dsvisor PATH] [--slowest N] [--json]\n"
                 "       dsvisor-bench spec --preset P --format F [--layers N] [--threads T] [--serve-model DIR]\n"
-                "           [--held-out FILE] [--passages N] [--max-tokens N] [--json] (bench/spec_bench.c)\n"
+                "           [--draft-model M] [--held-out FILE] [--passages N] [--max-tokens N] [--json]\n"
+                "           (bench/spec_bench.c)\n"
                 "       dsvisor-bench kvtier --preset P --format F [--layers N] [--threads T] [--prefix 4096]\n"
                 "           [--tier-dir DIR] [--chat CONVS,TURNS,TOKENS] [--json] (bench/kv_tier_bench.c)\n");
         exit(2);
@@ -1359,6 +1360,8 @@ int main(int argc, char **argv) {
                         kvtier.chat_turn_tokens = chat[2];
                 } else if (spec_mode && strcmp(a, "--serve-model") == 0)
                         spec.serve_model = v;
+                else if (spec_mode && strcmp(a, "--draft-model") == 0)
+                        spec.draft_model = v;
                 else if (spec_mode && strcmp(a, "--held-out") == 0)
                         spec.held_out = v;
                 else if (spec_mode && strcmp(a, "--passages") == 0 && atoi(v) > 0)

@@ -7,8 +7,9 @@
 #
 #     bench/run_spec_bench.sh BUILD_DIR [THREADS]        # default threads: 2
 #
-# Environment: PASSAGES (default 24), MAX_TOKENS (64), FORMAT (int4), EXTRA (more
-# dsvisor-bench arguments).
+# Environment: PASSAGES (default 24), MAX_TOKENS (64), FORMAT (int4), DRAFT_QUANT (e.g.
+# int8: the bundled model converted to that format drafts for it, --draft-model), EXTRA
+# (more dsvisor-bench arguments).
 set -euo pipefail
 build=${1:?usage: run_spec_bench.sh BUILD_DIR [THREADS]}
 threads=${2:-2}
@@ -19,11 +20,17 @@ trap 'rm -rf "$tmp"' EXIT
 bible -f "Revelation 1:1-22:21" | sed 's/^Rev[0-9]*:[0-9]* //' >"$tmp/held-out.txt"
 echo "# $(date -u +%FT%TZ) $(uname -r) $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs) nproc=$(nproc)" \
   "load $(cut -d' ' -f1-3 /proc/loadavg) commit $(git -C "$src" rev-parse --short HEAD 2>/dev/null || echo '?')"
+draft=()
+if [ -n "${DRAFT_QUANT:-}" ]; then
+  "$build/bin/dsvisor" convert --model-path "$src/models/default" --output-dir "$tmp/draft" \
+    --quant-format "$DRAFT_QUANT" >/dev/null
+  draft=(--draft-model "$tmp/draft/model.dse")
+fi
 for spec in "r1-distill-qwen-1.5b 0" "deepseek-v2-lite 8"; do
   set -- $spec
   layers=()
   [ "$2" = 0 ] || layers=(--layers "$2")
   "$build/bin/dsvisor-bench" spec --preset "$1" --format "${FORMAT:-int4}" "${layers[@]}" --threads "$threads" \
     --serve-model "$src/models/default" --held-out "$tmp/held-out.txt" --passages "${PASSAGES:-24}" \
-    --max-tokens "${MAX_TOKENS:-64}" --json ${EXTRA:-} 2>/dev/null
+    --max-tokens "${MAX_TOKENS:-64}" "${draft[@]}" --json ${EXTRA:-} 2>/dev/null
 done

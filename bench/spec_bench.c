@@ -1,7 +1,8 @@
 /* dsvisor-bench spec: what speculative decoding costs and gains.
  *
  *     dsvisor-bench spec --preset P --format F [--layers N] [--threads T]
- *                   [--serve-model DIR] [--held-out FILE] [--passages N] [--max-tokens N] [--json]
+ *                   [--serve-model DIR] [--draft-model M] [--held-out FILE] [--passages N]
+ *                   [--max-tokens N] [--json]
  *
  * verify_cost: on the preset-shaped model, one sequence of 128 cached tokens; a pass
  * over [pending token, k drafts] (dse_batch_verify, the drafts then rolled back with
@@ -11,8 +12,8 @@
  * (1 - a^(k+1)) / (1 - a) tokens, so the projected speed-up is that over c_k.
  *
  * acceptance and speedup: dsvisor-worker processes on the served model (by default the
- * bundled one), --speculative off, ngram and, when the model has an MTP module, mtp,
- * --threads T, requests one at a time (batch 1), taking turns between the workers
+ * bundled one), --speculative off, ngram, when the model has an MTP module mtp, and
+ * with --draft-model M draft (M drafting for the served model), --threads T, requests one at a time (batch 1), taking turns between the workers
  * request by request (which one goes first rotates). Tasks: held_out
  * (each passage's first 8 words, greedy), held_out_sampled (the same, temperature 0.8,
  * seeded) and echo (the passage, then its first 3 words again: continuing means
@@ -103,9 +104,9 @@ static int verify_cost(const struct dse_model *m, struct dse_pool *pool, int rep
 
 /* ---- through the worker ---- */
 
-/* Workers: plain, then one per drafting method. */
-enum { W_PLAIN, W_NGRAM, W_MTP, W_COUNT };
-static const char *const worker_methods[W_COUNT] = {"off", "ngram", "mtp"};
+/* Workers: plain, n-gram, then MTP (a model with a module) and a draft model (given):
+ * indices in the order started. */
+enum { W_PLAIN, W_NGRAM, W_COUNT = 4 };
 
 struct task_result {
         double tok_s[W_COUNT]; /* decode tokens per second */
@@ -114,12 +115,15 @@ struct task_result {
         int mismatches;        /* requests whose tokens differ from the plain worker's */
 };
 
-static int start_worker(struct wc *c, pid_t *pid, const char *model, const char *method, int threads, const char *dir) {
+/* draft: --draft-model for method "draft", else NULL */
+static int start_worker(struct wc *c, pid_t *pid, const char *model, const char *method, const char *draft, int threads,
+                        const char *dir) {
         char url[512], th[16];
         snprintf(url, sizeof url, "ipc://%s/spec-%s.sock", dir, method);
         snprintf(th, sizeof th, "%d", threads);
         char *args[] = {"--model", (char *)model, "--listen", url, "--threads", th, "--max-batch", "1",
-                        "--speculative", (char *)method, "--spec-k-max", "4", NULL};
+                        "--speculative", (char *)method, "--spec-k-max", "4", draft ? "--draft-model" : NULL,
+                        (char *)draft, NULL};
         *pid = wc_spawn(args);
         if (*pid < 0 || wc_open(c, url) < 0)
                 return -EIO;
@@ -316,12 +320,19 @@ int spec_bench_run(const struct dse_model *m, struct dse_pool *pool, const char 
                 if (r < 0)
                         goto out_passages;
         }
-        int n_w = has_mtp ? W_COUNT : W_MTP;
+        const char *worker_methods[W_COUNT] = {"off", "ngram"};
+        int n_w = 2;
+        if (has_mtp)
+                worker_methods[n_w++] = "mtp";
+        if (o->draft_model)
+                worker_methods[n_w++] = "draft";
         const char *dir = wc_tmpdir();
         struct wc w[W_COUNT];
-        pid_t pid[W_COUNT] = {-1, -1, -1};
+        pid_t pid[W_COUNT] = {-1, -1, -1, -1};
         for (int s = 0; s < n_w; s++)
-                if (!dir || (r = start_worker(&w[s], &pid[s], o->serve_model, worker_methods[s], threads, dir)) < 0) {
+                if (!dir || (r = start_worker(&w[s], &pid[s], o->serve_model, worker_methods[s],
+                                              strcmp(worker_methods[s], "draft") ? NULL : o->draft_model, threads,
+                                              dir)) < 0) {
                         fprintf(stderr, "dsvisor-bench spec: cannot start dsvisor-worker --speculative %s on %s\n",
                                 worker_methods[s], o->serve_model);
                         r = -EIO;
@@ -395,6 +406,8 @@ int spec_bench_run(const struct dse_model *m, struct dse_pool *pool, const char 
                 }
                 if (!has_mtp)
                         printf("  (no MTP module in %s: mtp not measured)\n", o->serve_model);
+                if (!o->draft_model)
+                        printf("  (no --draft-model: draft not measured)\n");
                 printf("  outputs differing between the plain and a speculative worker: %d\n", mism);
         }
 #undef RATE

@@ -48,7 +48,9 @@ static const struct opt_def opts[] = {
         {"n-ctx", K_INT, F(n_ctx), 0, 1 << 22, "context length per sequence (worker default)"},
         {"max-batch", K_INT, F(max_batch), 0, 1024, "sequences per step (worker default)"},
         {"kv-mem-mib", K_INT, F(kv_mem_mib), 0, 1 << 24, "KV pool per instance (worker default)"},
-        {"speculative", K_STR, F(speculative), 0, 0, "speculative decoding: ngram | mtp (DeepSeek-V3 MTP module) | off (worker default: off)"},
+        {"speculative", K_STR, F(speculative), 0, 0, "speculative decoding: ngram | mtp (DeepSeek-V3 MTP module) | draft (draft-model) | off (worker default: off; draft with draft-model)"},
+        {"draft-model", K_STR, F(draft_model), 0, 0,
+         "absolute path of a smaller model with the served model's tokenizer that drafts for it in each worker"},
         {"spec-k-min", K_INT, F(spec_k_min), 0, 8, "fewest drafts a sequence verifies per step (worker default)"},
         {"spec-k-max", K_INT, F(spec_k_max), 0, 8, "most drafts a sequence verifies per step (worker default)"},
         {"kv-dtype", K_KV_DTYPE, F(kv_dtype), 0, 0, "KV cache element type: f32 | bf16 | fp8 | int8 (bf16)"},
@@ -245,8 +247,23 @@ static int check_config(const struct sup_config *cfg, char *err, size_t err_size
                 return -EINVAL;
         }
         if (cfg->speculative[0] && strcmp(cfg->speculative, "ngram") != 0 && strcmp(cfg->speculative, "mtp") != 0 &&
-            strcmp(cfg->speculative, "off") != 0) {
-                snprintf(err, err_size, "speculative: '%s' is not a method; use ngram, mtp or off", cfg->speculative);
+            strcmp(cfg->speculative, "draft") != 0 && strcmp(cfg->speculative, "off") != 0) {
+                snprintf(err, err_size, "speculative: '%s' is not a method; use ngram, mtp, draft or off",
+                         cfg->speculative);
+                return -EINVAL;
+        }
+        if (!strcmp(cfg->speculative, "draft") && !cfg->draft_model[0]) {
+                snprintf(err, err_size, "speculative: draft needs draft-model (the model that drafts); the methods "
+                         "without one are ngram, mtp and off");
+                return -EINVAL;
+        }
+        if (cfg->draft_model[0] && cfg->speculative[0] && strcmp(cfg->speculative, "draft") != 0) {
+                snprintf(err, err_size, "draft-model goes with speculative draft (or no speculative), not '%s'",
+                         cfg->speculative);
+                return -EINVAL;
+        }
+        if (cfg->draft_model[0] && cfg->draft_model[0] != '/') {
+                snprintf(err, err_size, "draft-model: '%s' must be an absolute path", cfg->draft_model);
                 return -EINVAL;
         }
         if (cfg->spec_k_min > 0 && cfg->spec_k_max > 0 && cfg->spec_k_min > cfg->spec_k_max) {
@@ -531,6 +548,7 @@ static const struct {
         {"max-batch", SUP_RELOAD_NEW_WORKERS, NULL},
         {"kv-mem-mib", SUP_RELOAD_NEW_WORKERS, NULL},
         {"speculative", SUP_RELOAD_NEW_WORKERS, NULL},
+        {"draft-model", SUP_RELOAD_NEW_WORKERS, NULL},
         {"spec-k-min", SUP_RELOAD_NEW_WORKERS, NULL},
         {"spec-k-max", SUP_RELOAD_NEW_WORKERS, NULL},
         {"kv-dtype", SUP_RELOAD_NEW_WORKERS, NULL},

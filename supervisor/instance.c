@@ -170,6 +170,10 @@ int sup_instance_spawn(struct sup_instance *in) {
                 argv[a++] = "--speculative";
                 argv[a++] = cfg->speculative;
         }
+        if (cfg->draft_model[0]) {
+                argv[a++] = "--draft-model";
+                argv[a++] = cfg->draft_model;
+        }
         if (cfg->spec_k_min > 0) {
                 snprintf(kmin, sizeof kmin, "%d", cfg->spec_k_min);
                 argv[a++] = "--spec-k-min";

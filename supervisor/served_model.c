@@ -83,7 +83,33 @@ int sup_model_resolve(const struct sup_config *cfg, const char *exe_dir, struct 
         return 0;
 }
 
+/* --draft-model: it opens (an HF folder converted once into the cache) and tokenizes as
+ * the served model does. */
+static int check_draft_model(const struct sup_config *cfg, const struct sup_model *m) {
+        struct dse_diag diag = {{0}};
+        struct dse_model *model = NULL, *draft = NULL;
+        char native[PATH_MAX];
+        int r = dse_model_open(m->path, 0, &model, &diag);
+        if (r >= 0)
+                r = dse_model_resolve(cfg->draft_model, native, sizeof native, &diag);
+        if (r >= 0)
+                r = dse_model_open(native, 0, &draft, &diag);
+        if (r < 0) {
+                sup_log(3, "--draft-model %s: %s", cfg->draft_model, diag.msg);
+        } else if ((r = dse_model_tokenizers_match(model, draft, &diag)) < 0) {
+                sup_log(3, "--draft-model %s: its tokenizer differs from the served model %s's (the served model's "
+                           "against the draft's: %s); a draft model must share the served model's tokenizer",
+                        cfg->draft_model, m->id, diag.msg);
+                r = -EINVAL;
+        }
+        dse_model_free(draft);
+        dse_model_free(model);
+        return r;
+}
+
 int sup_model_check_speculative(const struct sup_config *cfg, const struct sup_model *m) {
+        if (cfg->draft_model[0])
+                return check_draft_model(cfg, m);
         if (strcmp(cfg->speculative, "mtp") != 0)
                 return 0;
         struct dse_diag diag = {{0}};

@@ -92,6 +92,7 @@ struct sup_config {
         int kv_mem_mib;              /* 0: the worker's default */
         char speculative[16];        /* --speculative for the workers; "": theirs (off) */
         int spec_k_min, spec_k_max;  /* 0: the worker's default */
+        char draft_model[PATH_MAX];  /* --draft-model for the workers (absolute; speculative "draft"); "": none */
         char kv_dtype[8];            /* --kv-dtype for the workers; "": theirs (bf16) */
         char kv_disk[PATH_MAX];      /* --kv-disk: each worker's disk tier, DIR/INSTANCE.kvtier; "": none */
         int kv_disk_gib;             /* --kv-disk-gib: each tier file's size */
@@ -267,8 +268,9 @@ struct sup_model {
  * looked for beside exe_dir, in $DSV_DATA_DIR and in the source tree. Logs what it
  * found or why not. */
 int sup_model_resolve(const struct sup_config *cfg, const char *exe_dir, struct sup_model *ret);
-/* --speculative mtp needs a model with an MTP module: -EINVAL (logged, naming the model)
- * without one; 0 for any other method. */
+/* --speculative mtp needs a model with an MTP module, --draft-model a draft model that
+ * opens and shares the served model's tokenizer: -EINVAL (logged, naming the models)
+ * otherwise; 0 for any other method. */
 int sup_model_check_speculative(const struct sup_config *cfg, const struct sup_model *m);
 
 /* ---- the template's output conventions (chat_format.c) ------------------------------- */

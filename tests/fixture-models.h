@@ -37,13 +37,12 @@ static inline struct dse_model *model_dir_open(const char *dir) {
         return m;
 }
 
-/* The fixture converted to quant ("bf16", "int8", "int4") in a temporary directory under
- * $DSV_BUILD_DIR (else /tmp), removed once the model is open. Returns 0 or a negative
- * errno, diag saying why. */
-static inline int fixture_model_convert(const char *name, const char *quant, struct dse_model **ret_m,
-                                        struct dse_diag *diag) {
-        char dir[1024], tmp[1024], native[1200];
-        snprintf(dir, sizeof dir, "%s/%s", t_fixture("models"), name);
+/* The model folder dir converted to quant ("bf16", "int8", "int4") in a temporary
+ * directory under $DSV_BUILD_DIR (else /tmp), removed once the model is open. Returns 0
+ * or a negative errno, diag saying why. */
+static inline int model_dir_convert(const char *dir, const char *quant, struct dse_model **ret_m,
+                                    struct dse_diag *diag) {
+        char tmp[1024], native[1200];
         snprintf(tmp, sizeof tmp, "%s/fixture-convert.XXXXXX",
                  getenv("DSV_BUILD_DIR") ? getenv("DSV_BUILD_DIR") : "/tmp");
         if (!mkdtemp(tmp))
@@ -58,6 +57,14 @@ static inline int fixture_model_convert(const char *name, const char *quant, str
         return r;
 }
 
+/* The fixture converted to quant (model_dir_convert). */
+static inline int fixture_model_convert(const char *name, const char *quant, struct dse_model **ret_m,
+                                        struct dse_diag *diag) {
+        char dir[1024];
+        snprintf(dir, sizeof dir, "%s/%s", t_fixture("models"), name);
+        return model_dir_convert(dir, quant, ret_m, diag);
+}
+
 static inline struct dse_model *fixture_model_open(const char *name) {
         char dir[1024];
         snprintf(dir, sizeof dir, "%s/%s", t_fixture("models"), name);
@@ -69,6 +76,18 @@ static inline struct dse_model *default_model_open(void) {
         char dir[1024];
         snprintf(dir, sizeof dir, "%s/models/default", getenv("DSV_SOURCE_DIR") ? getenv("DSV_SOURCE_DIR") : "..");
         return model_dir_open(dir);
+}
+
+/* The bundled default model converted to quant (model_dir_convert); NULL (and a
+ * message) on failure. */
+static inline struct dse_model *default_model_convert(const char *quant) {
+        char dir[1024];
+        snprintf(dir, sizeof dir, "%s/models/default", getenv("DSV_SOURCE_DIR") ? getenv("DSV_SOURCE_DIR") : "..");
+        struct dse_diag diag = {{0}};
+        struct dse_model *m = NULL;
+        if (model_dir_convert(dir, quant, &m, &diag) < 0)
+                fprintf(stderr, "  models/default as %s: %s\n", quant, diag.msg);
+        return m;
 }
 
 #endif

@@ -35,7 +35,10 @@ static void usage(FILE *out) {
                 "  --log-format F      text (default: \"<prio>dsvisor-worker[NAME]: ...\") or json (one object a line)\n"
                 "  --amx               allow AMX kernels (faster prefill; a request's logits then depend\n"
                 "                      on its batch within float rounding, see worker/README.md)\n"
-                "  --speculative M     speculative decoding: ngram | mtp (DeepSeek-V3 MTP module) | off (default off)\n"
+                "  --speculative M     speculative decoding: ngram | mtp (DeepSeek-V3 MTP module) | draft (--draft-model)\n"
+                "                      | off (default off; draft when --draft-model is given)\n"
+                "  --draft-model PATH  a smaller model with the same tokenizer drafts greedily, in this worker with\n"
+                "                      its own KV cache (native file or Hugging Face folder)\n"
                 "  --spec-k-min K      fewest drafts a sequence verifies per step (default 1)\n"
                 "  --spec-k-max K      most drafts a sequence verifies per step, <= 8 (default 4)\n"
                 "  --spec-step-tokens N  a step sampling N positions is compute-bound: drafts never take\n"
@@ -89,7 +92,7 @@ static int parse_cpus(const char *s, int *cpus, int max, int *ret_n) {
 int worker_parse_args(int argc, char **argv, struct worker_config *cfg) {
         enum { O_MODEL = 256, O_MODEL_FD, O_LISTEN, O_THREADS, O_CPUS, O_NCTX, O_BATCH, O_BUDGET, O_KVMEM, O_GRACE,
                O_QUEUE, O_INSTANCE, O_AMX, O_HELP, O_SPEC, O_SPEC_KMIN, O_SPEC_KMAX, O_SPEC_STEP, O_CHAT_TEMPLATE, O_KVDTYPE, O_LOG_FORMAT,
-               O_FAST_FORWARD, O_KVDISK, O_KVDISK_GIB };
+               O_FAST_FORWARD, O_KVDISK, O_KVDISK_GIB, O_DRAFT_MODEL };
         static const struct option opts[] = {
                 {"model", required_argument, NULL, O_MODEL},       {"model-fd", required_argument, NULL, O_MODEL_FD},
                 {"listen", required_argument, NULL, O_LISTEN},     {"threads", required_argument, NULL, O_THREADS},
@@ -107,6 +110,7 @@ int worker_parse_args(int argc, char **argv, struct worker_config *cfg) {
                 {"fast-forward", required_argument, NULL, O_FAST_FORWARD},
                 {"kv-disk", required_argument, NULL, O_KVDISK},
                 {"kv-disk-gib", required_argument, NULL, O_KVDISK_GIB},
+                {"draft-model", required_argument, NULL, O_DRAFT_MODEL},
                 {0},
         };
         *cfg = (struct worker_config){.model_fd = -1, .n_threads = 1, .max_batch = 8, .token_budget = 256,
@@ -114,7 +118,7 @@ int worker_parse_args(int argc, char **argv, struct worker_config *cfg) {
                                       .spec = {.method = SPEC_OFF, .k_min = 1, .k_max = 4, .step_tokens = 8,
                                                .by_cost = 1},
                                       .kv_dtype = DSE_KV_BF16, .fast_forward = SPEC_K_LIMIT};
-        int c, r = 0;
+        int c, r = 0, spec_given = 0;
         const char *env_kv = getenv("DSV_KV");
         if (env_kv && *env_kv && dse_kv_dtype_parse(env_kv, &cfg->kv_dtype, NULL) < 0) {
                 fprintf(stderr, "dsvisor-worker: DSV_KV='%s' is not a KV cache type (f32, bf16, fp8, int8)\n", env_kv);
@@ -136,7 +140,8 @@ int worker_parse_args(int argc, char **argv, struct worker_config *cfg) {
                 case O_QUEUE: r = parse_int(optarg, 0, 1 << 20, &cfg->max_queue); break;
                 case O_INSTANCE: cfg->instance = optarg; break;
                 case O_AMX: cfg->allow_amx = 1; break;
-                case O_SPEC: r = spec_method_parse(optarg, &cfg->spec.method); break;
+                case O_SPEC: r = spec_method_parse(optarg, &cfg->spec.method); spec_given = 1; break;
+                case O_DRAFT_MODEL: cfg->draft_model_path = optarg; r = *optarg ? 0 : -EINVAL; break;
                 case O_SPEC_KMIN: r = parse_int(optarg, 1, SPEC_K_LIMIT, &cfg->spec.k_min); break;
                 case O_SPEC_KMAX: r = parse_int(optarg, 1, SPEC_K_LIMIT, &cfg->spec.k_max); break;
                 case O_SPEC_STEP: r = parse_int(optarg, 0, 1 << 20, &cfg->spec.step_tokens); break;
@@ -172,6 +177,14 @@ int worker_parse_args(int argc, char **argv, struct worker_config *cfg) {
         if (r == 0 && cfg->spec.k_min > cfg->spec.k_max) {
                 fprintf(stderr, "dsvisor-worker: --spec-k-min %d is above --spec-k-max %d\n", cfg->spec.k_min,
                         cfg->spec.k_max);
+                r = -EINVAL;
+        }
+        if (r == 0 && cfg->draft_model_path && !spec_given)
+                cfg->spec.method = SPEC_DRAFT;
+        if (r == 0 && (cfg->spec.method == SPEC_DRAFT) != (cfg->draft_model_path != NULL)) {
+                fprintf(stderr, "dsvisor-worker: %s\n", cfg->draft_model_path
+                                                                  ? "--draft-model goes with --speculative draft (or no --speculative)"
+                                                                  : "--speculative draft needs --draft-model");
                 r = -EINVAL;
         }
         if (r == 0 && !cfg->kv_disk_dir != !cfg->kv_disk_gib) {

@@ -805,9 +805,10 @@ static int drafts_within(const struct sched *s, const struct rq *r, int k) {
 /* Puts the first n of r->draft after entry e's tokens, fewer when free blocks are short
  * (nothing is preempted for a draft); returns how many. */
 static int place_drafts(struct sched *s, struct step_plan *p, struct step_entry *e, struct rq *r, int n) {
-        int need = n > 0 ? dse_kv_seq_blocks_needed(s->kv, r->seq, (size_t)(1 + n)) : 0;
+        /* the blocks for the entry's whole chunk (a prompt's last one may be long) and the drafts */
+        int need = n > 0 ? dse_kv_seq_blocks_needed(s->kv, r->seq, (size_t)(e->chunk + n)) : 0;
         while (n > 0 && need - e->need > available(s, p))
-                need = --n > 0 ? dse_kv_seq_blocks_needed(s->kv, r->seq, (size_t)(1 + n)) : 0;
+                need = --n > 0 ? dse_kv_seq_blocks_needed(s->kv, r->seq, (size_t)(e->chunk + n)) : 0;
         if (n <= 0)
                 return 0;
         memcpy(r->tokens + r->n_tokens, r->draft, (size_t)n * sizeof(int32_t));

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "clock.h"
+#include "draft_drafter.h"
 #include "mtp_drafter.h"
 #include "worker.h"
 
@@ -218,6 +219,7 @@ struct server {
         struct worker_engine *e;
         struct sched *sched;
         struct spec_mtp mtp; /* the drafter of --speculative mtp */
+        struct spec_draft draft; /* the drafter of --draft-model */
         atomic_int state;
         atomic_int send_failures;
         atomic_int rx_stop;
@@ -573,6 +575,35 @@ static void *kv_prefault(void *arg) {
         return NULL;
 }
 
+/* --draft-model: the draft model beside the served one, its cache as many positions as
+ * the served pool's plus each sequence's drafts (spec_draft_kv_tokens), in the same KV
+ * type, on the same compute threads. */
+static int draft_model_attach(struct server *sv, char *err, size_t err_size) {
+        const struct worker_config *cfg = sv->cfg;
+        struct dse_kv_stats st;
+        dse_kv_cache_stats(sv->e->kv, &st);
+        struct spec_draft_config dc = {
+                .target = sv->e->model,
+                .target_name = cfg->model_path ? cfg->model_path : "(--model-fd)",
+                .draft_name = cfg->draft_model_path,
+                .kv_dtype = cfg->kv_dtype,
+                .max_seqs = cfg->max_batch,
+                .n_ctx = sv->e->n_ctx,
+                .kv_tokens = spec_draft_kv_tokens((size_t)st.n_blocks * (size_t)st.block_tokens, cfg->max_batch,
+                                                  cfg->spec.k_max, st.block_tokens),
+                .pool = sv->e->pool,
+        };
+        double t0 = worker_mono_s();
+        int r = spec_draft_open(&sv->draft, cfg->draft_model_path, &dc, err, err_size);
+        if (r < 0)
+                return r;
+        char desc[512];
+        dse_model_describe(sv->draft.model, desc, sizeof desc);
+        wlog(6, "Draft model %s: %s; KV %zu bytes/token for %zu positions, loaded in %.1f ms", cfg->draft_model_path,
+             desc, dse_kv_cache_bytes_per_token(sv->draft.kv), dc.kv_tokens, (worker_mono_s() - t0) * 1e3);
+        return spec_draft_attach(&sv->draft, sv->sched, &cfg->spec, err, err_size);
+}
+
 int worker_serve(const struct worker_config *cfg) {
         struct worker_engine e = {0};
         struct server sv = {.cfg = cfg, .e = &e, .started = worker_mono_s(), .boot_id = dsv_ipc_new_boot_id()};
@@ -606,14 +637,19 @@ int worker_serve(const struct worker_config *cfg) {
         sv.prompt = malloc(((size_t)e.n_ctx + 1) * sizeof(int32_t));
         r = sv.prompt ? sched_new(&sc, e.model, e.tok, e.kv, e.batch, emit_cb, &sv, &sv.sched) : -ENOMEM;
         char err[512] = "";
-        if (r >= 0)
+        if (r >= 0 && cfg->spec.method == SPEC_DRAFT)
+                r = draft_model_attach(&sv, err, sizeof err);
+        else if (r >= 0)
                 r = cfg->spec.method == SPEC_MTP
                             ? spec_mtp_attach(&sv.mtp, sv.sched, e.batch, e.kv, &cfg->spec, err, sizeof err)
                             : sched_set_speculation(sv.sched, &cfg->spec);
         if (r >= 0)
                 r = sched_set_fast_forward(sv.sched, cfg->fast_forward);
         if (r < 0) {
-                wlog(3, "Failed to create the scheduler: %s", err[0] ? err : strerror(-r));
+                if (err[0]) /* says what failed: the speculation's drafter */
+                        wlog(3, "%s", err);
+                else
+                        wlog(3, "Failed to create the scheduler: %s", strerror(-r));
                 goto out;
         }
         sched_set_pool(sv.sched, e.pool);
@@ -658,6 +694,7 @@ out:
                 dsv_ipc_msg_done(m);
         }
         sched_free(sv.sched);
+        spec_draft_done(&sv.draft);
         dsv_ipc_batch_done(&sv.out);
         free(sv.prompt);
         worker_engine_done(&e);

@@ -13,13 +13,15 @@ int spec_method_parse(const char *s, enum spec_method *ret) {
                 *ret = SPEC_NGRAM;
         else if (!strcmp(s, "mtp"))
                 *ret = SPEC_MTP;
+        else if (!strcmp(s, "draft"))
+                *ret = SPEC_DRAFT;
         else
                 return -EINVAL;
         return 0;
 }
 
 const char *spec_method_name(enum spec_method m) {
-        return m == SPEC_NGRAM ? "ngram" : m == SPEC_MTP ? "mtp" : "off";
+        return m == SPEC_NGRAM ? "ngram" : m == SPEC_MTP ? "mtp" : m == SPEC_DRAFT ? "draft" : "off";
 }
 
 static int ngram_propose(void *self, int slot, const int32_t *tokens, int32_t n_tokens, int max_draft,

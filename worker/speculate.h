@@ -14,7 +14,7 @@
 
 #define SPEC_K_LIMIT 8 /* drafts per sequence per step, the most --spec-k-max allows */
 
-enum spec_method { SPEC_OFF, SPEC_NGRAM, SPEC_MTP };
+enum spec_method { SPEC_OFF, SPEC_NGRAM, SPEC_MTP, SPEC_DRAFT };
 
 struct spec_config {
         enum spec_method method; /* SPEC_OFF (0): plain decoding */
@@ -25,7 +25,7 @@ struct spec_config {
                                     measured step cost (spec_cost_drafts) */
 };
 
-/* "off" | "ngram" | "mtp" -> *ret; -EINVAL otherwise. */
+/* "off" | "ngram" | "mtp" | "draft" -> *ret; -EINVAL otherwise. */
 int spec_method_parse(const char *s, enum spec_method *ret);
 const char *spec_method_name(enum spec_method m);
 

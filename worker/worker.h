@@ -31,6 +31,7 @@ struct worker_config {
         const char *chat_template_path; /* --chat-template: instead of the model's */
         int allow_amx;          /* --amx: AMX kernels allowed (batch invariance within rounding) */
         struct spec_config spec; /* --speculative, --spec-k-min, --spec-k-max, --spec-step-tokens */
+        const char *draft_model_path; /* --draft-model (spec.method SPEC_DRAFT), NULL: none */
         int fast_forward;        /* --fast-forward: the longest forced run a step carries, 0: off */
         enum dsv_log_format log_format; /* --log-format text|json (dsv_log.h) */
 };

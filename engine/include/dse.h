@@ -247,6 +247,11 @@ struct dse_session;
 
 /* The model's vocabulary size (logits per position), or -EINVAL for NULL. */
 int dse_model_vocab_size(const struct dse_model *model);
+/* 0 when a and b tokenize alike, as a draft model and the model it drafts for must: the
+ * same tokens (each id's piece), BOS and EOS; two models without a tokenizer, the same
+ * vocabulary size. -EINVAL with reterr saying how they differ (a's side first), or the
+ * error loading a tokenizer. */
+int dse_model_tokenizers_match(const struct dse_model *a, const struct dse_model *b, struct dse_diag *reterr);
 
 /* n_ctx: positions the KV cache holds (it may exceed max_position_embeddings; the
  * memory is allocated here). pool may be NULL (single-threaded). The model's weights were
@@ -804,6 +809,14 @@ int dse_kv_seq_blocks_needed(const struct dse_kv_cache *kv, int seq, size_t n_to
  * -EINVAL when the sequence is not open or n_accepted exceeds the drafts of its last
  * step. */
 int dse_kv_seq_accept(struct dse_kv_cache *kv, int seq, const int32_t *tokens, size_t n_accepted);
+/* Cuts the sequence back to the longest common prefix of its ids and tokens (n_tokens
+ * of them), for a draft model's cache whose drafts were rejected: the positions past it
+ * are dropped and their blocks go back to the pool; a block the prefix table shares
+ * with another sequence is never written again, so when the cut falls inside one the
+ * sequence keeps only the blocks before it. Returns the positions kept (the caller
+ * evaluates tokens from there), or -EINVAL. Not for a batch with MTP enabled (its
+ * module's saved hidden states would not follow). */
+int dse_kv_seq_rewind(struct dse_kv_cache *kv, int seq, const int32_t *tokens, size_t n_tokens);
 
 struct dse_batch_seq {
         int32_t seq;           /* from dse_kv_seq_open */

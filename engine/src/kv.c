@@ -753,3 +753,32 @@ int dse_kv_seq_accept(struct dse_kv_cache *kv, int seq, const int32_t *tokens, s
                 block_release(kv, q->table[--q->n_blocks]);
         return 0;
 }
+
+int dse_kv_seq_rewind(struct dse_kv_cache *kv, int seq, const int32_t *tokens, size_t n_tokens) {
+        struct kv_seq *q = seq_get(kv, seq);
+        if (!q || (!tokens && n_tokens))
+                return -EINVAL;
+        int32_t bt = kv->block_tokens, keep = 0;
+        while (keep < q->len && (size_t)keep < n_tokens && q->tokens[keep] == tokens[keep])
+                keep++;
+        /* The block that would hold kept and dropped positions is written again from
+         * `keep` on: another sequence's block (shared through the prefix table) is
+         * given up whole, the positions before it evaluated again; our own leaves the
+         * prefix table, so no one attaches rows about to change. */
+        if (keep % bt && kv->blocks[q->table[keep / bt]].ref > 1)
+                keep -= keep % bt;
+        int32_t n_blocks = (keep + bt - 1) / bt;
+        while (q->n_blocks > n_blocks)
+                block_release(kv, q->table[--q->n_blocks]);
+        if (keep % bt && kv->blocks[q->table[keep / bt]].hashed)
+                table_remove(kv, q->table[keep / bt]);
+        q->len = keep;
+        q->n_ahead = 0;
+        if (q->n_keyed > keep / bt) {
+                q->n_keyed = keep / bt;
+                q->last_key = 0;
+                for (int32_t i = 0; i < q->n_keyed; i++)
+                        q->last_key = block_key(q->last_key, q->tokens + (size_t)i * bt, bt);
+        }
+        return keep;
+}

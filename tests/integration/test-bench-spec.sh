@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # dsvisor-bench spec end to end on a one-layer preset and the bundled model, a few
-# passages: the JSON has verify_cost for k = 1..4, acceptance and speedup for ngram and
-# mtp (the bundled model has an MTP module), the three tasks with each method's drafts,
+# passages: the JSON has verify_cost for k = 1..4, acceptance and speedup for ngram,
+# mtp (the bundled model has an MTP module) and draft (the bundled model in int8 as
+# --draft-model), the three tasks with each method's drafts,
 # and no request whose tokens differ between the plain and a speculative worker; without
 # --held-out it says what to give. No timing is asserted.
 set -u
@@ -18,7 +19,10 @@ And he that sat upon the throne said, Behold, I make all things new. And he said
 TXT
 args=(spec --preset deepseek-coder-1.3b --layers 1 --format int4 --threads 1
       --serve-model "${DSV_SOURCE_DIR:?}/models/default" --passages 3 --max-tokens 24)
-if ! "$bench" "${args[@]}" --held-out "$work/text.txt" --json >"$work/out.json" 2>"$work/err"; then
+"${DSV_BUILD_DIR}/bin/dsvisor" convert --model-path "${DSV_SOURCE_DIR}/models/default" --output-dir "$work/draft" \
+  --quant-format int8 >"$work/convert.log" 2>&1 || bad "converting the draft model: $(tail -3 "$work/convert.log")"
+if ! "$bench" "${args[@]}" --draft-model "$work/draft/model.dse" --held-out "$work/text.txt" --json \
+  >"$work/out.json" 2>"$work/err"; then
   bad "exit $?: $(tail -5 "$work/err")"
 fi
 python3 - "$work/out.json" <<'PY' || bad "JSON keys or values: $(cat "$work/out.json")"
@@ -32,6 +36,8 @@ assert 0 < o["acceptance"]["mtp"] <= 1 and o["speedup"]["mtp"] > 0
 assert set(o["tasks"]) == {"held_out", "held_out_sampled", "echo"}
 assert all(t["draft_tokens"] > 0 for t in o["tasks"].values()), o["tasks"]
 assert all(t["mtp"]["draft_tokens"] > 0 for t in o["tasks"].values()), o["tasks"]
+assert 0 < o["acceptance"]["draft"] <= 1 and o["speedup"]["draft"] > 0
+assert all(t["draft"]["draft_tokens"] > 0 for t in o["tasks"].values()), o["tasks"]
 assert o["outputs_differ"] == 0 and o["passages"] == 3
 PY
 if "$bench" "${args[@]}" >/dev/null 2>"$work/err2"; then bad "no --held-out: exit 0"; fi

@@ -6,7 +6,9 @@
 # accepted drafts). A bad --speculative value is refused before anything starts, and so
 # is mtp for a model without an MTP module, naming it. `--speculative mtp` on the bundled
 # default model (DeepSeek-V3 with one MTP module) gives the plain completion and counts
-# its drafts.
+# its drafts; so does `--draft-model` (the bundled model converted to int8 drafting for
+# it; config key draft-model), while a draft model with another tokenizer, a relative
+# path or one given with another method is refused before anything starts.
 set -euo pipefail
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/test-spec-metrics.XXXXXX")
 failed=0
@@ -28,15 +30,31 @@ check "a bad method is refused" bash -c "! '$dsvisor' start --model '$dsv_model'
 check "mtp without an MTP module is refused" bash -c "! '$dsvisor' start --model '$dsv_model' --speculative mtp \
         --port 0 --runtime-dir '$tmp/bad-mtp' 2>'$tmp/bad-mtp.err' && grep -q 'has no MTP module' '$tmp/bad-mtp.err'"
 
+default_model="$DSV_SOURCE_DIR/models/default"
+check "a draft model with another tokenizer is refused" bash -c "! '$dsvisor' start --model '$default_model' \
+        --draft-model '$dsv_model' --port 0 --runtime-dir '$tmp/bad-draft' 2>'$tmp/bad-draft.err' &&
+        grep -q 'draft-model $dsv_model: its tokenizer differs' '$tmp/bad-draft.err'"
+check "a relative draft model path is refused" bash -c "! '$dsvisor' start --model '$default_model' \
+        --draft-model models/default --port 0 --runtime-dir '$tmp/bad-draft2' 2>'$tmp/bad-draft2.err' &&
+        grep -q 'absolute' '$tmp/bad-draft2.err'"
+check "a draft model with another method is refused" bash -c "! '$dsvisor' start --model '$default_model' \
+        --speculative ngram --draft-model '$default_model' --port 0 --runtime-dir '$tmp/bad-draft3' \
+        2>'$tmp/bad-draft3.err' && grep -q 'draft-model goes with speculative draft' '$tmp/bad-draft3.err'"
+"$dsvisor" convert --model-path "$default_model" --output-dir "$tmp/draft" --quant-format int8 >"$tmp/convert.log" 2>&1 ||
+        { echo "NOT OK converting the draft model"; cat "$tmp/convert.log"; exit 1; }
+printf '{"draft-model": "%s"}\n' "$tmp/draft/model.dse" >"$tmp/draft.json"
+
 start spec --speculative ngram --spec-k-min 1 --spec-k-max 4
 start plain --speculative off
 dsv_wait_ready spec 1 120
 dsv_wait_ready plain 1 120
-default_model="$DSV_SOURCE_DIR/models/default"
 dsv_model="$default_model" start mtp --speculative mtp --spec-k-max 3
 dsv_model="$default_model" start default_plain --speculative off
 dsv_wait_ready mtp 1 180
 dsv_wait_ready default_plain 1 180
+dsv_model="$default_model" start draft --config "$tmp/draft.json" --spec-k-max 3
+dsv_wait_ready draft 1 180
+check "the worker got the draft model" grep -q -- "--draft-model $tmp/draft/model.dse" <(tr '\0' ' ' </proc/$(pgrep -P "${dsv_pid[draft]}" -f dsvisor-worker | head -1)/cmdline; echo)
 check "the worker got the options" grep -q -- "--speculative ngram" <(tr '\0' ' ' </proc/$(pgrep -P "${dsv_pid[spec]}" -f dsvisor-worker | head -1)/cmdline; echo) 
 
 prompt='[3,44,85,126,167,3,44,85,126,167,3,44,85,126,167,3,44]'
@@ -57,6 +75,12 @@ complete_text() { # NAME -> greedy completion of a Bible verse on the default mo
 a=$(complete_text mtp)
 b=$(complete_text default_plain)
 check "the same completion with and without MTP drafts" test -n "$a" -a "$a" == "$b"
+c=$(complete_text draft)
+check "the same completion with and without a draft model" test -n "$c" -a "$c" == "$b"
+check "the draft model's drafts were accepted" bash -c "for _ in \$(seq 1 50); do
+        curl -s -m 5 'http://127.0.0.1:${dsv_port[draft]}/metrics' |
+                awk '\$1 ~ /^dsvisor_spec_decode_accepted_tokens_total/ {n += \$2} END {exit !(n > 0)}' && exit 0
+        sleep 0.2; done; exit 1"
 # the gateway's worker counters come with its next stats poll (about once a second)
 check "MTP drafts were accepted" bash -c "for _ in \$(seq 1 50); do
         curl -s -m 5 'http://127.0.0.1:${dsv_port[mtp]}/metrics' |

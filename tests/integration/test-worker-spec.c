@@ -2,8 +2,10 @@
  * on the bundled default model (text prompts, an echo-heavy one among them; n-gram and
  * MTP drafts) and on every model fixture (token prompts that repeat themselves; n-gram),
  * each of 8 requests gives the same tokens and text on the speculative worker alone, in
- * a batch of 8, and on the plain worker, greedy and seeded; a bad --speculative value is
- * refused, and so is mtp for a model without an MTP module, naming it. */
+ * a batch of 8, and on the plain worker, greedy and seeded; so does a draft model (the
+ * bundled model in int8) for the bundled model; a bad --speculative value or
+ * --draft-model combination is refused, and so are mtp for a model without an MTP
+ * module and a draft model with another tokenizer, naming them. */
 #include <fcntl.h>
 
 #include "dse.h"
@@ -16,14 +18,16 @@ struct worker {
         struct wc c;
 };
 
-static int start(struct worker *w, const char *model, const char *name, const char *spec) {
+/* draft: --draft-model's path, or NULL */
+static int start(struct worker *w, const char *model, const char *name, const char *spec, const char *draft) {
         const char *dir = wc_tmpdir();
         if (!dir)
                 return -EIO;
         char url[512];
         snprintf(url, sizeof url, "ipc://%s/%s.sock", dir, name);
         char *args[] = {"--model", (char *)model, "--listen", url, "--n-ctx", "512", "--max-batch", "8",
-                        "--speculative", (char *)spec, "--spec-k-max", "4", NULL};
+                        "--speculative", (char *)spec, "--spec-k-max", "4", draft ? "--draft-model" : NULL,
+                        (char *)draft, NULL};
         w->pid = wc_spawn(args);
         if (w->pid < 0 || wc_open(&w->c, url) < 0)
                 return -EIO;
@@ -62,11 +66,12 @@ static int run(struct worker *w, struct reqs *q, int batch, struct wc_result *ou
         return 0;
 }
 
-static void same_outputs(const char *model, struct reqs *q, const char *method) {
+/* draft: the draft model of method "draft", else NULL */
+static void same_outputs_with(const char *model, const char *draft, struct reqs *q, const char *method) {
         struct worker plain = {0}, spec = {0};
         static struct wc_result a[8], b[8], c[8];
-        ASSERT_OK(start(&plain, model, "plain", "off"));
-        ASSERT_OK(start(&spec, model, "spec", method));
+        ASSERT_OK(start(&plain, model, "plain", "off", NULL));
+        ASSERT_OK(start(&spec, model, "spec", method, draft));
         ASSERT_OK(run(&plain, q, 0, a));
         ASSERT_OK(run(&spec, q, 0, b));
         ASSERT_OK(run(&spec, q, 1, c));
@@ -85,6 +90,10 @@ static void same_outputs(const char *model, struct reqs *q, const char *method) 
                 ASSERT_STREQ(c[i].text, a[i].text);
                 ASSERT_STREQ(c[i].reason, a[i].reason);
         }
+}
+
+static void same_outputs(const char *model, struct reqs *q, const char *method) {
+        same_outputs_with(model, NULL, q, method);
 }
 
 /* 8 text requests on the bundled default model, greedy and seeded in turn. */
@@ -118,6 +127,28 @@ TEST(default_model_same_text_with_mtp_drafts) {
         same_outputs(model, &q, "mtp");
 }
 
+/* The bundled model converted to int8 into path (size bytes): a draft model sharing
+ * its tokenizer. */
+static int default_model_int8(char *path, size_t size) {
+        char dir[1024];
+        snprintf(dir, sizeof dir, "%s/models/default", getenv("DSV_SOURCE_DIR") ? getenv("DSV_SOURCE_DIR") : "..");
+        snprintf(path, size, "%s/default-int8.dse", wc_tmpdir());
+        struct dse_diag diag = {{0}};
+        int r = dse_model_convert_hf(dir, path, "int8", &diag);
+        if (r < 0)
+                fprintf(stderr, "  %s: %s\n", dir, diag.msg);
+        return r;
+}
+
+TEST(default_model_same_text_with_draft_model) {
+        char model[1024], draft[1200];
+        struct reqs q;
+        default_model_reqs(model, sizeof model, &q);
+        ASSERT_OK(default_model_int8(draft, sizeof draft));
+        same_outputs_with(model, draft, &q, "draft");
+        unlink(draft);
+}
+
 TEST(every_fixture_same_tokens_with_ngram_drafts) {
         for (size_t f = 0; f < N_FIXTURE_MODELS && !t_failed_current; f++) {
                 char model[1024];
@@ -145,27 +176,63 @@ TEST(bad_speculative_option_refused) {
         pid = wc_spawn(args2);
         st = wc_wait_exit(pid, 30);
         ASSERT_TRUE(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 2);
+        char *args3[] = {"--model", "x", "--listen", "inproc://x", "--speculative", "ngram", "--draft-model", "y", NULL};
+        pid = wc_spawn(args3);
+        st = wc_wait_exit(pid, 30);
+        ASSERT_TRUE(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 2);
+        char *args4[] = {"--model", "x", "--listen", "inproc://x", "--draft-model", "", NULL};
+        pid = wc_spawn(args4);
+        st = wc_wait_exit(pid, 30);
+        ASSERT_TRUE(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 2);
+}
+
+/* Starts dsvisor-worker with args (NULL-terminated, before --listen), which must make
+ * it refuse to start: its log (stderr), or NULL when it started or could not be run. */
+static char *refused_log(char **args, const char *name) {
+        char log[1100], url[1100];
+        snprintf(log, sizeof log, "%s/%s.log", wc_tmpdir(), name);
+        snprintf(url, sizeof url, "ipc://%s/%s.sock", wc_tmpdir(), name);
+        char *argv[16];
+        int n = 0;
+        while (args[n] && n < 13) {
+                argv[n] = args[n];
+                n++;
+        }
+        argv[n++] = "--listen";
+        argv[n++] = url;
+        argv[n] = NULL;
+        int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0600), saved = dup(2);
+        if (fd < 0 || saved < 0)
+                return NULL;
+        dup2(fd, 2);
+        pid_t pid = wc_spawn(argv);
+        dup2(saved, 2);
+        close(saved);
+        close(fd);
+        int st = pid > 0 ? wc_wait_exit(pid, 120) : -1;
+        return st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) != 0 ? slurp(log, NULL) : NULL;
 }
 
 /* --speculative mtp on a model without an MTP module: the worker does not start, and
  * its log says why. */
 TEST(mtp_refused_without_module) {
-        char model[1024], log[1100], url[1100];
+        char model[1024];
         snprintf(model, sizeof model, "%s/llama-bf16-linear-rope", t_fixture("models"));
-        snprintf(log, sizeof log, "%s/mtp-refused.log", wc_tmpdir());
-        snprintf(url, sizeof url, "ipc://%s/mtp-refused.sock", wc_tmpdir());
-        int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0600), saved = dup(2);
-        ASSERT_TRUE(fd >= 0 && saved >= 0);
-        dup2(fd, 2);
-        char *args[] = {"--model", model, "--listen", url, "--speculative", "mtp", NULL};
-        pid_t pid = wc_spawn(args);
-        dup2(saved, 2);
-        close(saved);
-        close(fd);
-        ASSERT_TRUE(pid > 0);
-        int st = wc_wait_exit(pid, 120);
-        ASSERT_TRUE(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) != 0);
-        char *text = slurp(log, NULL);
+        char *args[] = {"--model", model, "--speculative", "mtp", NULL};
+        char *text = refused_log(args, "mtp-refused");
         ASSERT_TRUE(text && strstr(text, "--speculative mtp") && strstr(text, "no MTP module"));
+        free(text);
+}
+
+/* A draft model whose tokenizer is not the served model's (a fixture without one for
+ * the bundled model): the worker does not start, and its log names both models. */
+TEST(draft_model_tokenizer_mismatch_refused) {
+        char model[1024], draft[1024];
+        snprintf(model, sizeof model, "%s/models/default", getenv("DSV_SOURCE_DIR") ? getenv("DSV_SOURCE_DIR") : "..");
+        snprintf(draft, sizeof draft, "%s/llama-bf16-linear-rope", t_fixture("models"));
+        char *args[] = {"--model", model, "--draft-model", draft, NULL};
+        char *text = refused_log(args, "draft-refused");
+        ASSERT_TRUE(text && strstr(text, "--draft-model") && strstr(text, "llama-bf16-linear-rope") &&
+                    strstr(text, "models/default") && strstr(text, "tokenizer"));
         free(text);
 }

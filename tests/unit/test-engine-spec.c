@@ -2,7 +2,8 @@
  * window, bounds), a verification pass giving every draft position the logits of a
  * one-token decode on every model fixture, and the paged KV rollback after acceptance:
  * the sequence length, the block table (blocks of rejected positions back in the pool)
- * and the prefix table (no block containing a rejected token is ever keyed). */
+ * and the prefix table (no block containing a rejected token is ever keyed); a draft
+ * cache cut back (dse_kv_seq_rewind) as if it never held the rejected tokens. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -64,6 +65,13 @@ TEST(ngram_bad_bounds) {
 }
 
 /* ---- verification and rollback ---- */
+
+static double max_abs_diff(const float *a, const float *b, int n) {
+        double d = 0;
+        for (int i = 0; i < n; i++)
+                d = fmax(d, fabs((double)a[i] - (double)b[i]));
+        return d;
+}
 
 #define BT 16
 #define P 14 /* prompt: the verification crosses the first block boundary */
@@ -263,6 +271,76 @@ TEST(rollback_keeps_prefix_table_to_accepted_tokens) {
         ASSERT_ERR(dse_batch_verify(g.b, &one, &nd, 1, NULL), -EINVAL);
         dse_kv_seq_close(g.kv, s1);
         free(out);
+        spec_rig_done(&g);
+        dse_model_free(m);
+}
+
+/* A draft model's cache cut back after its chain was rejected (dse_kv_seq_rewind):
+ * evaluating the true tokens from where it stops gives the logits of a sequence that
+ * never held the wrong ones, exactly; the prefix table names only what the sequence
+ * holds; a block another sequence shares is never written, the cut then falls back to
+ * the block before it; blocks go back to the pool. */
+TEST(rewind_equals_never_drafted) {
+        struct dse_model *m = fixture_model_open("llama3-rope-gqa");
+        ASSERT_TRUE(m);
+        struct spec_rig g;
+        ASSERT_OK(spec_rig_init(&g, m));
+        int V = g.V;
+        float *want = malloc((size_t)V * sizeof(float)), *got = malloc((size_t)V * sizeof(float));
+        ASSERT_TRUE(want && got);
+        int32_t ids[64], wrong[64];
+        for (int i = 0; i < 64; i++)
+                ids[i] = wrong[i] = (int32_t)((i * 53 + 11) % V);
+        for (int i = 20; i < 40; i++)
+                wrong[i] = (ids[i] + 7) % V;
+        /* the reference: ids[0..40) in one step */
+        int s0 = dse_kv_seq_open(g.kv);
+        struct dse_batch_seq one = {s0, ids, 40, want};
+        ASSERT_OK(dse_batch_step(g.b, &one, 1, NULL));
+        dse_kv_seq_close(g.kv, s0);
+        /* a sequence that went wrong at 20, through block 1 into block 2 */
+        int s1 = dse_kv_seq_open(g.kv);
+        one = (struct dse_batch_seq){s1, wrong, 37, NULL};
+        ASSERT_OK(dse_batch_step(g.b, &one, 1, NULL));
+        ASSERT_EQ(dse_kv_seq_rewind(g.kv, s1, ids, 40), 20);
+        ASSERT_EQ(dse_kv_seq_len(g.kv, s1), 20);
+        struct dse_kv_stats st;
+        dse_kv_cache_stats(g.kv, &st);
+        ASSERT_EQ(st.n_used, 2); /* block 2 went back */
+        /* block 1 (16..31) held wrong ids: it left the prefix table */
+        int s2 = dse_kv_seq_open(g.kv);
+        ASSERT_EQ(dse_kv_seq_attach_prefix(g.kv, s2, wrong, 40), 16);
+        dse_kv_seq_close(g.kv, s2);
+        one = (struct dse_batch_seq){s1, ids + 20, 20, got};
+        ASSERT_OK(dse_batch_step(g.b, &one, 1, NULL));
+        ASSERT_FLOAT_EQ(max_abs_diff(got, want, V), 0.0);
+        ASSERT_EQ(dse_kv_seq_rewind(g.kv, s1, ids, 40), 40); /* equal ids keep everything */
+        /* Two sequences share blocks 0 and 1 (32 cached positions): a cut inside block
+         * 1 keeps block 0 only, the shared block stays as it was for the other. */
+        int s3 = dse_kv_seq_open(g.kv);
+        ASSERT_EQ(dse_kv_seq_attach_prefix(g.kv, s3, ids, 40), 32);
+        s2 = dse_kv_seq_open(g.kv);
+        ASSERT_EQ(dse_kv_seq_attach_prefix(g.kv, s2, ids, 40), 32);
+        ASSERT_EQ(dse_kv_seq_rewind(g.kv, s2, wrong, 40), 16);
+        one = (struct dse_batch_seq){s2, wrong + 16, 24, got};
+        ASSERT_OK(dse_batch_step(g.b, &one, 1, NULL));
+        s0 = dse_kv_seq_open(g.kv);
+        one = (struct dse_batch_seq){s0, ids, 41, want};
+        ASSERT_OK(dse_batch_step(g.b, &one, 1, NULL));
+        dse_kv_seq_close(g.kv, s0);
+        one = (struct dse_batch_seq){s3, ids + 32, 9, got};
+        ASSERT_OK(dse_batch_step(g.b, &one, 1, NULL));
+        ASSERT_FLOAT_EQ(max_abs_diff(got, want, V), 0.0);
+        dse_kv_seq_close(g.kv, s3);
+        ASSERT_EQ(dse_kv_seq_rewind(g.kv, s1, NULL, 0), 0); /* no ids keep nothing */
+        ASSERT_EQ(dse_kv_seq_len(g.kv, s1), 0);
+        ASSERT_ERR(dse_kv_seq_rewind(g.kv, 99, ids, 4), -EINVAL);
+        dse_kv_seq_close(g.kv, s1);
+        dse_kv_seq_close(g.kv, s2);
+        dse_kv_cache_stats(g.kv, &st);
+        ASSERT_EQ(st.n_used, 0);
+        free(want);
+        free(got);
         spec_rig_done(&g);
         dse_model_free(m);
 }

@@ -514,6 +514,27 @@ TEST(speculative_options_checked) {
         ASSERT_TRUE(strstr(err, "spec-k-max") != NULL);
 }
 
+/* --draft-model: implies the draft method, goes with no other, must be absolute. */
+TEST(draft_model_options_checked) {
+        struct sup_config c;
+        char err[256];
+        char *ok[] = {"start", "--draft-model", "/models/small"};
+        ASSERT_EQ(parse(&c, err, sizeof err, 3, ok), 0);
+        ASSERT_STREQ(c.draft_model, "/models/small");
+        char *ok2[] = {"start", "--speculative", "draft", "--draft-model", "/models/small"};
+        ASSERT_EQ(parse(&c, err, sizeof err, 5, ok2), 0);
+        ASSERT_STREQ(c.speculative, "draft");
+        char *other[] = {"start", "--speculative", "mtp", "--draft-model", "/models/small"};
+        ASSERT_EQ(parse(&c, err, sizeof err, 5, other), -EINVAL);
+        ASSERT_TRUE(strstr(err, "draft-model") && strstr(err, "mtp"));
+        char *relative[] = {"start", "--draft-model", "models/small"};
+        ASSERT_EQ(parse(&c, err, sizeof err, 3, relative), -EINVAL);
+        ASSERT_TRUE(strstr(err, "draft-model") && strstr(err, "absolute"));
+        char *missing[] = {"start", "--speculative", "draft"};
+        ASSERT_EQ(parse(&c, err, sizeof err, 3, missing), -EINVAL);
+        ASSERT_TRUE(strstr(err, "draft-model") != NULL);
+}
+
 /* The HTTP options: limits, names, keys (repeatable, a JSON array too), exposure rules. */
 TEST(http_options_parse_and_check) {
         struct sup_config c;

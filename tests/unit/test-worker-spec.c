@@ -8,7 +8,9 @@
  * plugged through its ops table (all drafts right, all wrong) keeps the output and sees
  * its hooks called. MTP drafts (the bundled model, the FP8 fixture with a module) keep
  * the output too, alone and in a batch of 8, greedy and seeded, under preemption and
- * with prefix-cache hits; a model without a module refuses MTP. */
+ * with prefix-cache hits; a model without a module refuses MTP. A draft model (the same
+ * model in int8) keeps the output the same ways; one whose tokenizer differs is
+ * refused. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,6 +19,7 @@
 
 #include "dse.h"
 #include "dsv_ipc.h"
+#include "draft_drafter.h"
 #include "mtp_drafter.h"
 #include "scheduler.h"
 #include "speculate.h"
@@ -67,14 +70,30 @@ struct rig {
         struct events *ev;
         int vocab;
         struct spec_mtp mtp; /* the drafter of SPEC_MTP */
+        struct spec_draft draft; /* the drafter of SPEC_DRAFT */
         char err[256];
 };
 
 static const struct spec_config ngram = {SPEC_NGRAM, 1, 4, 0, 0};
 static const struct spec_config off = {SPEC_OFF, 1, 4, 0, 0};
 static const struct spec_config mtp = {SPEC_MTP, 1, 4, 0, 0};
+static const struct spec_config draft = {SPEC_DRAFT, 1, 4, 0, 0};
 
-static int rig_init(struct rig *g, struct dse_model *m, int max_batch, const struct spec_config *spec) {
+/* The draft model of SPEC_DRAFT on a rig over target m, its cache sized as the worker
+ * sizes it for the rig's pool. */
+static int rig_attach_draft(struct rig *g, struct dse_model *m, struct dse_model *draft_model, int max_batch,
+                            const struct spec_config *spec) {
+        struct dse_kv_stats st;
+        dse_kv_cache_stats(g->kv, &st);
+        struct spec_draft_config dc = {m, "target", "draft", dse_kv_cache_dtype(g->kv), max_batch, 160,
+                                       spec_draft_kv_tokens((size_t)st.n_blocks * 16, max_batch, spec->k_max, 16), NULL};
+        int r = spec_draft_init(&g->draft, draft_model, &dc, g->err, sizeof g->err);
+        return r < 0 ? r : spec_draft_attach(&g->draft, g->s, spec, g->err, sizeof g->err);
+}
+
+/* draft_model: SPEC_DRAFT's draft model, else unused. */
+static int rig_init_with(struct rig *g, struct dse_model *m, struct dse_model *draft_model, int max_batch,
+                         const struct spec_config *spec) {
         memset(g, 0, sizeof *g);
         g->vocab = dse_model_vocab_size(m);
         g->ev = calloc(1, sizeof *g->ev);
@@ -91,11 +110,18 @@ static int rig_init(struct rig *g, struct dse_model *m, int max_batch, const str
                 return r;
         if (spec->method == SPEC_MTP)
                 return spec_mtp_attach(&g->mtp, g->s, g->b, g->kv, spec, g->err, sizeof g->err);
+        if (spec->method == SPEC_DRAFT)
+                return rig_attach_draft(g, m, draft_model, max_batch, spec);
         return sched_set_speculation(g->s, spec);
+}
+
+static int rig_init(struct rig *g, struct dse_model *m, int max_batch, const struct spec_config *spec) {
+        return rig_init_with(g, m, NULL, max_batch, spec);
 }
 
 static void rig_done(struct rig *g) {
         sched_free(g->s);
+        spec_draft_done(&g->draft);
         dse_batch_free(g->b);
         dse_kv_cache_free(g->kv);
         free(g->ev);
@@ -160,15 +186,15 @@ static void outputs_equal(const struct events *a, const struct events *b, int n_
 
 /* 8 requests: plain one at a time, speculative one at a time, speculative all in one
  * batch: the same tokens (and logprobs). Returns the speculative batch's counters. */
-static void spec_equals_plain(struct dse_model *m, const struct params *p, const struct spec_config *spec,
-                              struct spec_stats *ret) {
+static void spec_equals_plain_with(struct dse_model *m, struct dse_model *draft_model, const struct params *p,
+                                   const struct spec_config *spec, struct spec_stats *ret) {
         struct events *plain = calloc(1, sizeof *plain), *alone = calloc(1, sizeof *alone);
         ASSERT_TRUE(plain && alone);
         int32_t ids[64];
         for (int pass = 0; pass < 2; pass++)
                 for (int i = 0; i < 8; i++) {
                         struct rig g;
-                        ASSERT_OK(rig_init(&g, m, 8, pass == 0 ? &off : spec));
+                        ASSERT_OK(rig_init_with(&g, m, draft_model, 8, pass == 0 ? &off : spec));
                         stem(ids, prompt_len(i), g.vocab, i);
                         ASSERT_OK(add(&g, (uint64_t)i, ids, prompt_len(i), p, 500 + (uint64_t)i));
                         ASSERT_OK(run(&g));
@@ -180,7 +206,7 @@ static void spec_equals_plain(struct dse_model *m, const struct params *p, const
                         rig_done(&g);
                 }
         struct rig g;
-        ASSERT_OK(rig_init(&g, m, 8, spec));
+        ASSERT_OK(rig_init_with(&g, m, draft_model, 8, spec));
         for (int i = 0; i < 8; i++) {
                 stem(ids, prompt_len(i), g.vocab, i);
                 ASSERT_OK(add(&g, (uint64_t)i, ids, prompt_len(i), p, 500 + (uint64_t)i));
@@ -192,10 +218,17 @@ static void spec_equals_plain(struct dse_model *m, const struct params *p, const
         struct sched_stats st;
         sched_get_stats(g.s, &st);
         ASSERT_EQ(st.kv_blocks_used, 0);
+        if (spec->method == SPEC_DRAFT)
+                ASSERT_EQ(spec_draft_blocks_used(&g.draft), 0);
         *ret = st.spec;
         rig_done(&g);
         free(plain);
         free(alone);
+}
+
+static void spec_equals_plain(struct dse_model *m, const struct params *p, const struct spec_config *spec,
+                              struct spec_stats *ret) {
+        spec_equals_plain_with(m, NULL, p, spec, ret);
 }
 
 TEST(greedy_identical_every_fixture) {
@@ -349,6 +382,176 @@ TEST(mtp_identical_with_prefix_hits) {
         ASSERT_TRUE(st.prefix_hit_tokens >= 3 * 48 && st.spec.draft_tokens > 0);
         rig_done(&r[0]);
         rig_done(&r[1]);
+        dse_model_free(m);
+}
+
+/* A draft model (the bundled model converted to int8: the same tokenizer, other
+ * weights) drafts for the bundled model: greedy, seeded sampling with top-k/top-p/min-p
+ * and with penalties, alone and in a batch of 8, the same tokens and logprobs as plain
+ * decoding; drafts are proposed and accepted, rejected ones cut back from the draft
+ * cache, whose blocks all come back. */
+TEST(draft_model_identical_default_model) {
+        struct dse_model *m = default_model_open(), *dm = default_model_convert("int8");
+        ASSERT_TRUE(m && dm);
+        static const struct params ps[] = {
+                {.max_tokens = 40, .logprobs = TOP},
+                {.temperature = 0.7f, .top_k = 20, .top_p = 0.9f, .min_p = 0.02f, .max_tokens = 40, .logprobs = TOP},
+                {.temperature = 0.5f, .rep = 1.05f, .presence = 0.1f, .frequency = 0.05f, .max_tokens = 40},
+        };
+        for (size_t i = 0; i < sizeof ps / sizeof *ps; i++) {
+                struct spec_stats st;
+                spec_equals_plain_with(m, dm, &ps[i], &draft, &st);
+                if (t_failed_current)
+                        break;
+                fprintf(stderr, "  draft params %zu: %lld drafts, %lld accepted in %lld verifications\n", i,
+                        (long long)st.draft_tokens, (long long)st.accepted_tokens, (long long)st.verifications);
+                ASSERT_TRUE(st.accepted_tokens > 0);
+                if (i > 0) /* sampling rejects some */
+                        ASSERT_TRUE(st.accepted_tokens < st.draft_tokens);
+        }
+        dse_model_free(dm);
+        dse_model_free(m);
+}
+
+/* Other architectures (llama, qwen2 MHA/GQA caches) with a draft model of the same
+ * fixture in int8: greedy and sampled output unchanged. */
+TEST(draft_model_identical_fixtures) {
+        static const char *const names[] = {"llama-bf16-linear-rope", "qwen2-bf16-tied"};
+        for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
+                struct dse_model *m = fixture_model_open(names[i]), *dm = NULL;
+                struct dse_diag diag = {{0}};
+                ASSERT_TRUE(m);
+                ASSERT_OK(fixture_model_convert(names[i], "int8", &dm, &diag));
+                const struct params greedy = {.max_tokens = 40, .logprobs = TOP},
+                                    sampled = {.temperature = 0.7f, .top_p = 0.9f, .max_tokens = 40};
+                struct spec_stats st;
+                spec_equals_plain_with(m, dm, &greedy, &draft, &st);
+                ASSERT_TRUE(st.accepted_tokens > 0);
+                spec_equals_plain_with(m, dm, &sampled, &draft, &st);
+                ASSERT_TRUE(st.draft_tokens > 0);
+                dse_model_free(dm);
+                dse_model_free(m);
+        }
+}
+
+/* A draft model with a KV pool too small for the batch: target sequences are preempted
+ * and recomputed (their draft sequences closed, reopened on the draft cache's prefix
+ * blocks), the draft cache itself runs short at times; every request's tokens and
+ * logprobs are still the plain ones and every block of both caches comes back. */
+TEST(draft_model_identical_under_preemption) {
+        struct dse_model *m = default_model_open(), *dm = default_model_convert("int8");
+        ASSERT_TRUE(m && dm);
+        static const struct params ps[] = {
+                {.max_tokens = 40, .logprobs = TOP},
+                {.temperature = 0.7f, .top_k = 20, .top_p = 0.9f, .max_tokens = 40, .logprobs = TOP},
+        };
+        for (size_t k = 0; k < sizeof ps / sizeof *ps && !t_failed_current; k++) {
+                int32_t ids[64];
+                struct rig plain;
+                ASSERT_OK(rig_init(&plain, m, 8, &off));
+                for (int i = 0; i < 8; i++) {
+                        stem(ids, prompt_len(i), plain.vocab, i);
+                        ASSERT_OK(add(&plain, (uint64_t)i, ids, prompt_len(i), &ps[k], 500 + (uint64_t)i));
+                }
+                ASSERT_OK(run(&plain));
+                /* 16 blocks of 16 positions for 8 sequences of up to 71: preemption is certain */
+                struct rig g;
+                memset(&g, 0, sizeof g);
+                g.vocab = dse_model_vocab_size(m);
+                ASSERT_TRUE((g.ev = calloc(1, sizeof *g.ev)) != NULL);
+                size_t bb = dse_kv_cache_block_bytes(plain.kv);
+                struct sched_config cfg = {8, 256, 160, MAX_REQ};
+                ASSERT_OK(dse_kv_cache_new(m, bb * 16, 16, 8, 160, &g.kv, NULL));
+                ASSERT_OK(dse_batch_new(m, g.kv, NULL, &g.b, NULL));
+                ASSERT_OK(sched_new(&cfg, m, NULL, g.kv, g.b, on_event, g.ev, &g.s));
+                ASSERT_OK(rig_attach_draft(&g, m, dm, 8, &draft));
+                for (int i = 0; i < 8; i++) {
+                        stem(ids, prompt_len(i), g.vocab, i);
+                        ASSERT_OK(add(&g, (uint64_t)i, ids, prompt_len(i), &ps[k], 500 + (uint64_t)i));
+                }
+                ASSERT_OK(run(&g));
+                ASSERT_EQ(g.ev->n_final, 8);
+                outputs_equal(plain.ev, g.ev, 8, 1);
+                struct sched_stats st;
+                sched_get_stats(g.s, &st);
+                fprintf(stderr, "  params %zu: %lld preemptions; %lld drafts, %lld accepted\n", k,
+                        (long long)st.preemptions, (long long)st.spec.draft_tokens, (long long)st.spec.accepted_tokens);
+                ASSERT_TRUE(st.preemptions > 0 && st.spec.accepted_tokens > 0);
+                ASSERT_EQ(st.kv_blocks_used, 0);
+                ASSERT_EQ(spec_draft_blocks_used(&g.draft), 0);
+                rig_done(&g);
+                rig_done(&plain);
+        }
+        dse_model_free(dm);
+        dse_model_free(m);
+}
+
+/* Requests whose prompts share a cached prefix, with a draft model: the later ones
+ * attach the earlier ones' blocks in both caches and still give the plain tokens. */
+TEST(draft_model_identical_with_prefix_hits) {
+        struct dse_model *m = default_model_open(), *dm = default_model_convert("int8");
+        ASSERT_TRUE(m && dm);
+        const struct params p = {.max_tokens = 24, .logprobs = TOP};
+        int32_t ids[4][64], V = dse_model_vocab_size(m);
+        for (int i = 0; i < 4; i++) {
+                stem(ids[i], 56, V, 5);
+                ids[i][50 + i] = (ids[i][50 + i] + 1 + i) % V; /* the same first 50 tokens, then apart */
+        }
+        struct rig r[2];
+        for (int k = 0; k < 2; k++) {
+                ASSERT_OK(rig_init_with(&r[k], m, dm, 8, k ? &draft : &off));
+                for (int i = 0; i < 4; i++) { /* one after the other: each finds the others' blocks */
+                        ASSERT_OK(add(&r[k], (uint64_t)i, ids[i], 56, &p, 900 + (uint64_t)i));
+                        ASSERT_OK(run(&r[k]));
+                }
+        }
+        outputs_equal(r[0].ev, r[1].ev, 4, 1);
+        struct sched_stats st;
+        sched_get_stats(r[1].s, &st);
+        struct dse_kv_stats dst;
+        dse_kv_cache_stats(r[1].draft.kv, &dst);
+        fprintf(stderr, "  prefix hits %lld of %lld tokens (draft cache %lld of %lld); %lld drafts, %lld accepted\n",
+                (long long)st.prefix_hit_tokens, (long long)st.prefix_query_tokens, (long long)dst.prefix_hit_tokens,
+                (long long)dst.prefix_query_tokens, (long long)st.spec.draft_tokens,
+                (long long)st.spec.accepted_tokens);
+        ASSERT_TRUE(st.prefix_hit_tokens >= 3 * 48 && dst.prefix_hit_tokens >= 3 * 48 && st.spec.draft_tokens > 0);
+        ASSERT_EQ(spec_draft_blocks_used(&r[1].draft), 0);
+        rig_done(&r[0]);
+        rig_done(&r[1]);
+        dse_model_free(dm);
+        dse_model_free(m);
+}
+
+/* A draft model that does not share the served model's tokenizer is refused at load,
+ * the message naming both: one without a tokenizer for the bundled model, and two
+ * tokenizer-less fixtures whose vocabularies differ. The bundled model's own int8
+ * conversion passes. */
+TEST(draft_model_tokenizer_mismatch_refused) {
+        struct dse_model *m = default_model_open(), *fx = fixture_model_open("llama-bf16-linear-rope"),
+                         *fx2 = fixture_model_open("qwen2-bf16-tied"), *dm = default_model_convert("int8");
+        ASSERT_TRUE(m && fx && fx2 && dm);
+        char err[512] = "";
+        ASSERT_ERR(spec_draft_tokenizer_check(m, "models/default", fx, "llama-fixture", err, sizeof err), -EINVAL);
+        fprintf(stderr, "  %s\n", err);
+        ASSERT_TRUE(strstr(err, "--draft-model llama-fixture") && strstr(err, "models/default") &&
+                    strstr(err, "tokenizer"));
+        err[0] = 0;
+        ASSERT_ERR(spec_draft_tokenizer_check(fx, "llama-fixture", m, "models/default", err, sizeof err), -EINVAL);
+        ASSERT_TRUE(strstr(err, "--draft-model models/default") && strstr(err, "llama-fixture"));
+        ASSERT_TRUE(dse_model_vocab_size(fx) != dse_model_vocab_size(fx2));
+        err[0] = 0;
+        ASSERT_ERR(spec_draft_tokenizer_check(fx, "llama-fixture", fx2, "qwen2-fixture", err, sizeof err), -EINVAL);
+        fprintf(stderr, "  %s\n", err);
+        ASSERT_TRUE(strstr(err, "qwen2-fixture") && strstr(err, "llama-fixture"));
+        ASSERT_OK(spec_draft_tokenizer_check(m, "models/default", dm, "int8", err, sizeof err));
+        /* through the rig: the scheduler gets no drafter */
+        struct rig g;
+        ASSERT_ERR(rig_init_with(&g, m, fx, 2, &draft), -EINVAL);
+        ASSERT_TRUE(strstr(g.err, "--draft-model draft") && strstr(g.err, "target"));
+        rig_done(&g);
+        dse_model_free(dm);
+        dse_model_free(fx2);
+        dse_model_free(fx);
         dse_model_free(m);
 }
 
