@@ -366,6 +366,13 @@ static int push_printed(struct grammar_builder *b, uint32_t rule, const cJSON *v
         return r;
 }
 
+int dse__json_push_key(struct json_rules *j, uint32_t rule, const char *name) {
+        cJSON *key = cJSON_CreateString(name);
+        int r = key ? push_printed(j->b, rule, key) : -ENOMEM;
+        cJSON_Delete(key);
+        return r;
+}
+
 int dse__json_push_literal(struct json_rules *j, uint32_t rule, const cJSON *v) {
         if (!j->ws || !(cJSON_IsArray(v) || cJSON_IsObject(v)))
                 return push_printed(j->b, rule, v);
@@ -376,10 +383,7 @@ int dse__json_push_literal(struct json_rules *j, uint32_t rule, const cJSON *v) 
                 if (e != v->child)
                         GRAMMAR_TRY(dse__json_push_separator(j, rule, ','));
                 if (obj) {
-                        cJSON *key = cJSON_CreateString(e->string);
-                        int r = key ? push_printed(j->b, rule, key) : -ENOMEM;
-                        cJSON_Delete(key);
-                        GRAMMAR_TRY(r);
+                        GRAMMAR_TRY(dse__json_push_key(j, rule, e->string));
                         GRAMMAR_TRY(dse__json_push_separator(j, rule, ':'));
                 }
                 GRAMMAR_TRY(dse__json_push_literal(j, rule, e));

@@ -48,6 +48,8 @@ int dse__json_rule_nothing(struct json_rules *j, uint32_t *ret_rule);
 int dse__json_push_open(struct json_rules *j, uint32_t rule, uint8_t ch);
 int dse__json_push_close(struct json_rules *j, uint32_t rule, uint8_t ch);
 int dse__json_push_separator(struct json_rules *j, uint32_t rule, uint8_t ch);
+/* An object key: name as a canonical JSON string with its quotes. */
+int dse__json_push_key(struct json_rules *j, uint32_t rule, const char *name);
 /* A value given as JSON (an enum or const literal): its compact text, with the
  * whitespace above between the tokens of an array or object when j->ws is set. */
 int dse__json_push_literal(struct json_rules *j, uint32_t rule, const cJSON *v);

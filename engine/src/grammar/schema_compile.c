@@ -272,16 +272,6 @@ static int emit_number(struct schema_ctx *c, const cJSON *s, int integer_only, u
 /* ---- objects ---- */
 
 /* "name" as a canonical JSON string, with the colon: the bytes that open a member */
-static int member_key(struct schema_ctx *c, const char *name, char **ret) {
-        cJSON *str = cJSON_CreateString(name);
-        char *printed = str ? cJSON_PrintUnformatted(str) : NULL;
-        cJSON_Delete(str);
-        if (!printed)
-                return dse__schema_fail(c, -ENOMEM, "properties", "out of memory");
-        *ret = printed;
-        return 0;
-}
-
 struct object_member {
         const char *name;
         uint32_t value;
@@ -325,17 +315,11 @@ static int emit_object_members(struct schema_ctx *c, const struct object_member 
                                         GRAMMAR_TRY(dse__json_push_close(&c->j, r, '}'));
                                 continue;
                         }
-                        char *key = NULL;
-                        GRAMMAR_TRY(member_key(c, m[i].name, &key));
-                        int ret = dse__grammar_alt_begin(b, r);
-                        if (ret == 0 && !first)
-                                ret = dse__json_push_separator(&c->j, r, ',');
-                        if (ret == 0)
-                                ret = dse__grammar_push_bytes(b, r, key, strlen(key));
-                        if (ret == 0)
-                                ret = dse__json_push_separator(&c->j, r, ':');
-                        free(key);
-                        GRAMMAR_TRY(ret);
+                        GRAMMAR_TRY(dse__grammar_alt_begin(b, r));
+                        if (!first)
+                                GRAMMAR_TRY(dse__json_push_separator(&c->j, r, ','));
+                        GRAMMAR_TRY(dse__json_push_key(&c->j, r, m[i].name));
+                        GRAMMAR_TRY(dse__json_push_separator(&c->j, r, ':'));
                         GRAMMAR_TRY(dse__grammar_push_ref(b, r, m[i].value));
                         GRAMMAR_TRY(dse__grammar_push_ref(b, r, RULE_T(i + 1, 0)));
                         if (!m[i].required)
