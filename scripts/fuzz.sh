@@ -1,18 +1,21 @@
 #!/usr/bin/env bash
 # Runs every libFuzzer target of the project for a given time each and reports findings.
 #
-#     scripts/fuzz.sh [--time SECONDS] [--build-dir DIR] [--keep-corpus] [--save-corpus] [TARGET...]
+#     scripts/fuzz.sh [--time SECONDS | --cpu-seconds SECONDS] [--build-dir DIR] [--keep-corpus]
+#                     [--save-corpus] [TARGET...]
 #
 # Configures a clang build with -DDSV_FUZZ=ON (default build-fuzz/ beside the sources):
 # every fuzz target and every library it calls carries coverage instrumentation, ASan and
 # UBSan, and no sanitizer report lets the run go on. Finds every fuzz-* target the CMake
 # files define (tests/*.cmake under if(DSV_FUZZ)), builds them, and runs each for SECONDS
-# (default 60). Each run first replays the saved corpus tests/fuzz/corpus/TARGET/ and the
+# (default 60) of wall time, or with --cpu-seconds until the target has used SECONDS of CPU
+# time (for a campaign on a shared machine, where wall time says little; the run is then
+# interrupted and ends as a clean one). Each run first replays the saved corpus tests/fuzz/corpus/TARGET/ and the
 # seeds (tests/fuzz/TARGET.seeds/ plus inputs made from the shared fixtures), then
 # extends a working corpus in DIR/fuzz-corpus/TARGET.
 # A finding is an input libFuzzer saved (crash-*, leak-*, timeout-*, oom-* in
 # DIR/fuzz-findings/TARGET/, beside the run's log) or any sanitizer report in the log,
-# even when libFuzzer exits 0. Per target it prints executions, corpus size, the
+# even when libFuzzer exits 0. Per target it prints the CPU seconds used, executions, corpus size, the
 # coverage after replaying the saved inputs and at the end (libFuzzer's cov: edges and
 # ft: features), and whether the parser's main functions were reached; a target that
 # does not reach them did not run cleanly. Exit status: 1 if anything was found, 2 if
@@ -24,6 +27,7 @@
 set -uo pipefail
 SRC=$(cd "$(dirname "$0")/.." && pwd)
 TIME=60
+CPU_LIMIT=0
 BUILD=$SRC/build-fuzz
 KEEP=0
 SAVE=0
@@ -31,15 +35,17 @@ WANT=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --time) TIME=$2; shift 2 ;;
+    --cpu-seconds) CPU_LIMIT=$2; shift 2 ;;
     --build-dir) BUILD=$(realpath -m "$2"); shift 2 ;;
     --keep-corpus) KEEP=1; shift ;;
     --save-corpus) SAVE=1; shift ;;
-    -h|--help) sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     -*) echo "fuzz.sh: unknown option '$1'" >&2; exit 2 ;;
     *) WANT+=("$1"); shift ;;
   esac
 done
 case "$TIME" in ''|*[!0-9]*) echo "fuzz.sh: --time wants whole seconds" >&2; exit 2 ;; esac
+case "$CPU_LIMIT" in ''|*[!0-9]*) echo "fuzz.sh: --cpu-seconds wants whole seconds" >&2; exit 2 ;; esac
 command -v clang >/dev/null || { echo "fuzz.sh: clang is missing (scripts/bootstrap.sh --with-tests)" >&2; exit 2; }
 FIX=${DSV_FIXTURES:-$(realpath -m "$SRC/../shared/fixtures")}
 export DSV_FIXTURES=$FIX
@@ -207,10 +213,39 @@ reached_functions() {
 # cov_at EVENT LOG: "cov/ft" of libFuzzer's last EVENT line (INITED: after the replay, DONE: at the end)
 cov_at() { sed -n "s/^#[0-9]*[[:space:]]*$1 .*cov: \([0-9]*\) ft: \([0-9]*\).*/\1\/\2/p" "$2" | tail -1; }
 
+# children_cpu_seconds VAR: sets VAR to the user + system CPU seconds of this shell's
+# finished children so far (times must run in this shell, not in a subshell)
+children_cpu_seconds() {
+  times >"$BUILD/times.txt"
+  printf -v "$1" '%s' "$(tail -1 "$BUILD/times.txt" | awk '{ n = 0; for (i = 1; i <= 2; i++) { split($i, p, /[ms]/); n += p[1] * 60 + p[2] } printf "%d", n }')"
+}
+
+# run_for_cpu_seconds LOG BIN ARGS...: runs BIN until it has used CPU_LIMIT seconds of CPU
+# time, then interrupts it (libFuzzer prints its final stats and exits with
+# INTERRUPT_EXIT); that interruption counts as a clean end (exit 0).
+INTERRUPT_EXIT=72
+run_for_cpu_seconds() {
+  local log=$1; shift
+  local tick used pid stat
+  tick=$(getconf CLK_TCK)
+  "$@" -max_total_time=0 -interrupted_exit_code=$INTERRUPT_EXIT >"$log" 2>&1 &
+  pid=$!
+  while kill -0 "$pid" 2>/dev/null; do
+    stat=$(cut -d' ' -f14,15 "/proc/$pid/stat" 2>/dev/null) || break
+    used=$(( (${stat% *} + ${stat#* }) / tick ))
+    if [ "$used" -ge "$CPU_LIMIT" ]; then kill -INT "$pid"; break; fi
+    sleep 2
+  done
+  wait "$pid"
+  local rc=$?
+  [ "$rc" -eq "$INTERRUPT_EXIT" ] && grep -q 'libFuzzer: run interrupted' "$log" && rc=0
+  return "$rc"
+}
+
 SAVED_MAX_BYTES=8192
 SANITIZER_REPORT='runtime error:|ERROR: (AddressSanitizer|LeakSanitizer|MemorySanitizer|libFuzzer)|SUMMARY: (AddressSanitizer|UndefinedBehaviorSanitizer|LeakSanitizer)'
 FINDINGS=0; BROKEN=0
-printf '%-24s %10s %7s %7s %17s %17s %8s  %s\n' target executions corpus seeds "replay cov/ft" "final cov/ft" reached result
+printf '%-24s %6s %10s %7s %7s %17s %17s %8s  %s\n' target "cpu s" executions corpus seeds "replay cov/ft" "final cov/ft" reached result
 for t in "${TARGETS[@]}"; do
   bin=$BUILD/bin/$t
   corpus=$BUILD/fuzz-corpus/$t
@@ -226,13 +261,23 @@ for t in "${TARGETS[@]}"; do
   log=$out/fuzz.log
   # -timeout: one input running longer is a finding; the outer timeout only guards the run.
   # -print_coverage: the covered functions, to show the parser was reached.
-  timeout --kill-after=10 $((TIME * 2 + 120)) "$bin" -max_total_time="$TIME" -timeout=25 -rss_limit_mb=2048 \
-    -print_final_stats=1 -print_coverage=1 -artifact_prefix="$out/" "${inputs[@]}" >"$log" 2>&1
-  rc=$?
+  children_cpu_seconds cpu_before
+  if [ "$CPU_LIMIT" -gt 0 ]; then
+    run_for_cpu_seconds "$log" "$bin" -timeout=25 -rss_limit_mb=2048 \
+      -print_final_stats=1 -print_coverage=1 -artifact_prefix="$out/" "${inputs[@]}"
+    rc=$?
+  else
+    timeout --kill-after=10 $((TIME * 2 + 120)) "$bin" -max_total_time="$TIME" -timeout=25 -rss_limit_mb=2048 \
+      -print_final_stats=1 -print_coverage=1 -artifact_prefix="$out/" "${inputs[@]}" >"$log" 2>&1
+    rc=$?
+  fi
+  children_cpu_seconds cpu_after
+  cpu=$((cpu_after - cpu_before))
   execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
   n_corpus=$(find "$corpus" -type f | wc -l)
   replay=$(cov_at INITED "$log")
   final=$(cov_at DONE "$log")
+  [ -n "$final" ] || final=$(cov_at '[A-Za-z]*' "$log")  # an interrupted run ends without DONE
   want=$(reached_functions "$t")
   missing=()
   edges=()
@@ -263,7 +308,7 @@ for t in "${TARGETS[@]}"; do
   else
     result=ok
   fi
-  printf '%-24s %10s %7s %7s %17s %17s %8s  %s\n' "$t" "${execs:-?}" "$n_corpus" "$n_seeds" "${replay:-?}" "${final:-?}" \
+  printf '%-24s %6s %10s %7s %7s %17s %17s %8s  %s\n' "$t" "$cpu" "${execs:-?}" "$n_corpus" "$n_seeds" "${replay:-?}" "${final:-?}" \
     "$((n_want - ${#missing[@]}))/$n_want" "$result"
   [ -n "$report" ] && echo "    $report"
   [ ${#edges[@]} -gt 0 ] && echo "    edges covered: $(printf '%s, ' "${edges[@]}" | sed 's/, $//')"
@@ -292,4 +337,8 @@ if [ "$BROKEN" -gt 0 ]; then
   echo "fuzz.sh: $BROKEN of ${#TARGETS[@]} targets did not run cleanly"
   exit 2
 fi
-echo "fuzz.sh: ${#TARGETS[@]} targets, ${TIME} s each, no findings"
+if [ "$CPU_LIMIT" -gt 0 ]; then
+  echo "fuzz.sh: ${#TARGETS[@]} targets, ${CPU_LIMIT} CPU seconds each, no findings"
+else
+  echo "fuzz.sh: ${#TARGETS[@]} targets, ${TIME} s each, no findings"
+fi
