@@ -95,6 +95,47 @@ int spec_cost_drafts(const struct spec_cost *c, int tokens, int k_min, int k, do
  * stops at the first sample that differs from its draft, which is the resample; after
  * k accepted drafts the k + 1-th sample is the bonus token. Greedy is the special case
  * of an argmax sampler: accept on exact match. */
+int spec_draw(const float *probs, int32_t n, double u) {
+        double total = 0;
+        int32_t last = -1;
+        for (int32_t i = 0; i < n; i++)
+                if (probs[i] > 0) {
+                        total += probs[i];
+                        last = i;
+                }
+        if (last < 0)
+                return -EINVAL;
+        double target = u * total, acc = 0;
+        for (int32_t i = 0; i < last; i++) {
+                acc += probs[i];
+                if (probs[i] > 0 && target < acc)
+                        return i;
+        }
+        return last; /* u rounded up to the total */
+}
+
+int spec_accept_or_resample(const float *p, const float *q, int32_t n, int32_t x, double u_accept,
+                            double u_residual) {
+        if (p[x] >= q[x] || u_accept * (double)q[x] < (double)p[x])
+                return x;
+        double total = 0;
+        for (int32_t i = 0; i < n; i++)
+                if (p[i] > q[i])
+                        total += (double)p[i] - (double)q[i];
+        if (!(total > 0))
+                return spec_draw(p, n, u_residual);
+        double target = u_residual * total, acc = 0;
+        int32_t last = -1;
+        for (int32_t i = 0; i < n; i++)
+                if (p[i] > q[i]) {
+                        acc += (double)p[i] - (double)q[i];
+                        last = i;
+                        if (target < acc)
+                                return i;
+                }
+        return last;
+}
+
 int spec_verify(const int32_t *draft, int n_draft, spec_sample_fn sample, void *ctx, int *ret_ended) {
         *ret_ended = 0;
         for (int i = 0;; i++) {
