@@ -82,19 +82,6 @@ int spec_cost_drafts(const struct spec_cost *c, int tokens, int k_min, int k, do
         return best;
 }
 
-/* The rule, from the general one (Leviathan et al.; Chen et al.): with target p and
- * draft distribution q at a position, draft x ~ q is accepted with probability
- * min(1, p(x)/q(x)); on rejection the token is drawn from the residual
- * norm(max(0, p - q)); then every emitted token is distributed as p. An n-gram (or any
- * deterministic) draft is a point mass, q = 1 at x: accept with probability
- * min(1, p(x)) = p(x), and the residual max(0, p - q) is p with x's mass removed
- * (p(x) - 1 <= 0), renormalised. Drawing y ~ p and accepting when y == x realises
- * exactly that: P(accept) = p(x), and given y != x, y ~ p restricted to the other tokens
- * and renormalised. So each position is sampled from the target as plain decoding
- * would (same penalties, masks and sampler, one draw per emitted token), and the walk
- * stops at the first sample that differs from its draft, which is the resample; after
- * k accepted drafts the k + 1-th sample is the bonus token. Greedy is the special case
- * of an argmax sampler: accept on exact match. */
 int spec_draw(const float *probs, int32_t n, double u) {
         double total = 0;
         int32_t last = -1;
@@ -136,6 +123,21 @@ int spec_accept_or_resample(const float *p, const float *q, int32_t n, int32_t x
         return last;
 }
 
+/* The rule, from the general one (Leviathan et al.; Chen et al.): with target p and
+ * draft distribution q at a position, draft x ~ q is accepted with probability
+ * min(1, p(x)/q(x)); on rejection the token is drawn from the residual
+ * norm(max(0, p - q)); then every emitted token is distributed as p. An n-gram (or any
+ * deterministic) draft is a point mass, q = 1 at x: accept with probability
+ * min(1, p(x)) = p(x), and the residual max(0, p - q) is p with x's mass removed
+ * (p(x) - 1 <= 0), renormalised. Drawing y ~ p and accepting when y == x realises
+ * exactly that: P(accept) = p(x), and given y != x, y ~ p restricted to the other tokens
+ * and renormalised. So each position is sampled from the target as plain decoding
+ * would (same penalties, masks and sampler, one draw per emitted token), and the walk
+ * stops at the first sample that differs from its draft, which is the resample; after
+ * k accepted drafts the k + 1-th sample is the bonus token. Greedy is the special case
+ * of an argmax sampler: accept on exact match. Drafts drawn from a distribution of
+ * their own take the general rule inside sample (spec_accept_or_resample): it returns x
+ * when accepted and a residual token, never x, when not, so the walk is the same. */
 int spec_verify(const int32_t *draft, int n_draft, spec_sample_fn sample, void *ctx, int *ret_ended) {
         *ret_ended = 0;
         for (int i = 0;; i++) {

@@ -1,6 +1,7 @@
 /* Speculative decoding in the scheduler: who proposes draft tokens, how many each
- * sequence may verify per step, and the acceptance rule that keeps the output exactly
- * the non-speculative one.
+ * sequence may verify per step, and the acceptance rules that keep the output the
+ * non-speculative one (exactly, for point-mass drafts; in distribution, for drafts drawn
+ * from a draft model's own distribution).
  *
  * A drafter is an ops table over its own state, so n-gram lookup (here), an MTP head or
  * a draft model (both needing the target's hidden state or their own KV cache, hence
