@@ -933,9 +933,9 @@ static void plan_drafts(struct sched *s, struct step_plan *p) {
                 struct rq *r = &s->rqs[e->rq];
                 if (e->chunk != pending(r))
                         continue;
-                /* A constrained sequence's mask is known for its next position only. */
                 r->sampled = r->sampling && !r->con.m && s->drafter.ops->propose_sampled;
                 r->n_q = 0;
+                /* A constrained sequence's mask is known for its next position only. */
                 if (r->con.m || (room <= 0 && !r->sampled))
                         continue;
                 int k = spec_seq_k(&r->spec, sc);
