@@ -62,14 +62,13 @@ static void draft_release(void *self, int slot) {
 }
 
 /* Brings the draft sequence to tokens (cutting back what the verification rejected,
- * evaluating what it accepted and the token after), then chains max_draft greedy
- * drafts, each evaluated for the next but the last. Out of draft blocks (or context):
- * the drafts chained so far, and (out of blocks) the sequence's rows go back so the
- * others can draft. */
-static int draft_propose(void *self, int slot, const int32_t *tokens, int32_t n_tokens, int max_draft,
-                         int32_t *draft) {
-        struct spec_draft *d = self;
-        if (n_tokens < 1 || max_draft < 1)
+ * evaluating what it accepted and the token after), then chains n_pick drafts, each
+ * the argmax (pick NULL) or pick's draw, and each evaluated for the next but the last.
+ * Out of draft blocks (or context): the drafts chained so far, and (out of blocks) the
+ * sequence's rows go back so the others can draft. Returns how many were chained. */
+static int draft_chain(struct spec_draft *d, int slot, const int32_t *tokens, int32_t n_tokens, int n_pick,
+                       int32_t *draft, const struct spec_pick *pick) {
+        if (n_tokens < 1 || n_pick < 1)
                 return 0;
         int seq = draft_seq_for(d, slot, tokens, n_tokens);
         if (seq < 0)
@@ -80,8 +79,11 @@ static int draft_propose(void *self, int slot, const int32_t *tokens, int32_t n_
         struct dse_batch_seq one = {seq, tokens + kept, n_tokens - kept, d->logits};
         int n = 0, r;
         while ((r = dse_batch_step(d->b, &one, 1, NULL)) == 0) {
-                draft[n] = argmax(d->logits, d->vocab);
-                if (++n == max_draft)
+                int tok = pick ? pick->pick(pick->ctx, n, d->logits, d->vocab) : argmax(d->logits, d->vocab);
+                if (tok < 0)
+                        return n;
+                draft[n] = tok;
+                if (++n == n_pick)
                         return n;
                 one = (struct dse_batch_seq){seq, draft + n - 1, 1, d->logits};
         }
@@ -90,7 +92,22 @@ static int draft_propose(void *self, int slot, const int32_t *tokens, int32_t n_
         return r == -ENOSPC || r == -E2BIG ? n : r;
 }
 
-const struct spec_drafter_ops spec_draft_ops = {.name = "draft", .propose = draft_propose, .release = draft_release};
+static int draft_propose(void *self, int slot, const int32_t *tokens, int32_t n_tokens, int max_draft,
+                         int32_t *draft) {
+        return draft_chain(self, slot, tokens, n_tokens, max_draft, draft, NULL);
+}
+
+/* The last pick is the bonus position's draw, not a draft. */
+static int draft_propose_sampled(void *self, int slot, const int32_t *tokens, int32_t n_tokens, int max_draft,
+                                 int32_t *draft, const struct spec_pick *pick) {
+        int n = draft_chain(self, slot, tokens, n_tokens, max_draft + 1, draft, pick);
+        return n > max_draft ? max_draft : n;
+}
+
+const struct spec_drafter_ops spec_draft_ops = {.name = "draft",
+                                                .propose = draft_propose,
+                                                .release = draft_release,
+                                                .propose_sampled = draft_propose_sampled};
 
 int spec_draft_init(struct spec_draft *d, struct dse_model *draft, const struct spec_draft_config *cfg, char *err,
                     size_t err_size) {

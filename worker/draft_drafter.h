@@ -1,12 +1,14 @@
 /* The draft-model drafter (speculate.h's ops table over a second, smaller model with the
  * same tokenizer, run in the same worker): a sequence's drafts are the draft model's
- * greedy chain after the sequence's tokens. The draft model has its own paged KV cache;
+ * chain after the sequence's tokens: greedy (propose; point masses, so spec_verify keeps
+ * the target's tokens exactly), or for a sampled request each a draw from the draft
+ * model's own distribution through the scheduler's pick, one draw past the drafts
+ * (propose_sampled; the scheduler weighs them by the standard rule,
+ * spec_accept_or_resample). The draft model has its own paged KV cache;
  * each sequence that drafts holds one of its sequences, cut back to what it has in
  * common with the request's tokens before every chain (dse_kv_seq_rewind: rejected
  * drafts drop out there), opened with the cache's prefix blocks, and closed when the
- * request ends or is preempted. Drafts are deterministic given the tokens (a point
- * mass), so the scheduler's acceptance rule (spec_verify) keeps the output exactly the
- * target's, greedy and sampled alike. */
+ * request ends or is preempted. */
 #ifndef DSV_WORKER_DRAFT_DRAFTER_H
 #define DSV_WORKER_DRAFT_DRAFTER_H
 

@@ -48,7 +48,12 @@ struct rq {
         int32_t n_cached;          /* prompt tokens the KV cache supplied at first admission */
         int first_load;            /* the first admission's load is in flight: n_cached comes with it */
         struct spec_seq spec;
-        int32_t draft[SPEC_K_LIMIT]; /* this step's drafts (also at tokens[n_tokens..]) */
+        int sampling;              /* temperature > 0 */
+        int sampled;               /* this step's drafts are draws from the drafter's distribution */
+        int n_q;                   /* when sampled: the step's positions with a draft distribution
+                                      (rows of sched.draft_q) and a draw in draft[] */
+        int32_t draft[SPEC_K_LIMIT + 1]; /* this step's drafts (also at tokens[n_tokens..]); when
+                                            sampled, the bonus position's draw after them */
 };
 
 struct step_entry {
@@ -74,6 +79,9 @@ struct sched {
         int64_t next_order;
         uint64_t seed_base;
         float *seq_logits;           /* (max_batch, logit_rows, vocab) by KV sequence */
+        float *draft_q;              /* (max_batch, logit_rows, vocab) by KV sequence: the draft
+                                        distributions of sampled drafting; NULL without */
+        float *target_p;             /* (vocab) the target distribution at a position; NULL without */
         int logit_rows;              /* 1 + the most drafts a sequence verifies */
         int fast_forward;            /* the longest forced run a step carries; 0: none */
         struct spec_config spec_cfg;
@@ -113,6 +121,8 @@ void sched_free(struct sched *s) {
         free(s->rqs);
         free(s->active);
         free(s->seq_logits);
+        free(s->draft_q);
+        free(s->target_p);
         free(s->work);
         sampling_scratch_done(&s->scratch);
         free(s->entries);
@@ -168,14 +178,25 @@ int sched_set_speculation(struct sched *s, const struct spec_config *sc) {
         return sched_set_drafter(s, sc, sc && sc->method == SPEC_NGRAM ? &ngram : &none);
 }
 
-/* Room for the logits of 1 + the most drafts or forced tokens a sequence carries. */
-static int set_logit_rows(struct sched *s, int k_max, int fast_forward) {
+/* Room for the logits of 1 + the most drafts or forced tokens a sequence carries, and
+ * (with_q) as many draft distributions. */
+static int set_logit_rows(struct sched *s, int k_max, int fast_forward, int with_q) {
         int rows = 1 + (k_max > fast_forward ? k_max : fast_forward);
-        float *logits = malloc((size_t)s->cfg.max_batch * (size_t)rows * (size_t)s->vocab * sizeof(float));
-        if (!logits)
+        size_t n = (size_t)s->cfg.max_batch * (size_t)rows * (size_t)s->vocab;
+        float *logits = malloc(n * sizeof(float)), *q = with_q ? malloc(n * sizeof(float)) : NULL,
+              *p = with_q ? malloc((size_t)s->vocab * sizeof(float)) : NULL;
+        if (!logits || (with_q && (!q || !p))) {
+                free(logits);
+                free(q);
+                free(p);
                 return -ENOMEM;
+        }
         free(s->seq_logits);
+        free(s->draft_q);
+        free(s->target_p);
         s->seq_logits = logits;
+        s->draft_q = q;
+        s->target_p = p;
         s->logit_rows = rows;
         return 0;
 }
@@ -187,7 +208,8 @@ int sched_set_drafter(struct sched *s, const struct spec_config *sc, const struc
                 return -EINVAL;
         if (s->n_active > 0 || s->steps > 0)
                 return -EBUSY;
-        int r = set_logit_rows(s, sc->method == SPEC_OFF ? 0 : sc->k_max, s->fast_forward);
+        int on = sc->method != SPEC_OFF;
+        int r = set_logit_rows(s, on ? sc->k_max : 0, s->fast_forward, on && drafter->ops->propose_sampled);
         if (r < 0)
                 return r;
         s->spec_cfg = *sc;
@@ -200,7 +222,8 @@ int sched_set_fast_forward(struct sched *s, int max_run) {
                 return -EINVAL;
         if (s->n_active > 0 || s->steps > 0)
                 return -EBUSY;
-        int r = set_logit_rows(s, s->drafter.ops ? s->spec_cfg.k_max : 0, max_run);
+        int r = set_logit_rows(s, s->drafter.ops ? s->spec_cfg.k_max : 0, max_run,
+                               s->drafter.ops && s->drafter.ops->propose_sampled);
         if (r == 0)
                 s->fast_forward = max_run;
         return r;
@@ -435,6 +458,7 @@ int sched_add(struct sched *s, const struct dsv_ipc_request *req, const int32_t 
         memcpy(q->tokens, tokens, n_prompt * sizeof(int32_t));
         q->n_prompt = q->n_tokens = (int32_t)n_prompt;
         q->max_tokens = max_tokens;
+        q->sampling = req->sampling.temperature > 0;
         q->pen = (struct penalties){req->sampling.repetition_penalty, req->sampling.presence_penalty,
                                     req->sampling.frequency_penalty};
         q->logprobs = req->logprobs;
@@ -700,16 +724,58 @@ static int grammar_done(struct sched *s, struct rq *r) {
         return n == 0 || (n == 1 && sampling_mask_single(r->con.mask, s->vocab) == s->eos);
 }
 
+/* s->work: logits (n_logits of the vocabulary, the rest -inf) times scale, plus the
+ * request's logit_bias. */
+static void biased_logits(struct sched *s, const struct rq *r, const float *logits, int32_t n_logits, float scale) {
+        memcpy(s->work, logits, (size_t)n_logits * sizeof(float));
+        for (int32_t i = n_logits; i < s->vocab; i++)
+                s->work[i] = -INFINITY;
+        if (scale != 1)
+                for (int32_t i = 0; i < n_logits; i++)
+                        s->work[i] *= scale;
+        if (r->n_bias > 0)
+                sampling_apply_bias(r->bias, r->n_bias, s->work);
+}
+
+static const char *no_token_why(const struct rq *r) {
+        return r->con.m || r->n_bias ? "logit_bias bans every token the output may continue with"
+                                     : "sampling failed: every logit is NaN or -inf";
+}
+
+static double position_uniform(const struct rq *r, int i, enum spec_lane lane) {
+        return dse_sampler_uniform_at(r->smp, (uint64_t)(r->n_gen + i), (uint32_t)lane);
+}
+
+/* The row of the draft distribution of request r's verification position i. */
+static float *draft_q_row(const struct sched *s, const struct rq *r, int i) {
+        return s->draft_q + ((size_t)r->seq * (size_t)s->logit_rows + (size_t)i) * (size_t)s->vocab;
+}
+
+/* The next token of an unconstrained request under sampled drafting, at its step's
+ * verification position i: the target distribution p (logit_bias, penalties over the
+ * tokens so far, sampler) against the draft's q at i by the standard rule
+ * (spec_accept_or_resample); a position the drafter gave no distribution is drawn
+ * from p. The draws are the position's own (dse_sampler_uniform_at at the output
+ * index), so a seed gives the same tokens however the positions fell into steps. */
+static int choose_by_rule(struct sched *s, struct rq *r, const float *logits, int i, const char **why) {
+        biased_logits(s, r, logits, s->vocab, s->logit_scale);
+        sampling_apply_penalties(&s->scratch, &r->pen, r->tokens, r->n_prompt, r->n_tokens, s->work);
+        int tok = dse_sampler_probs(r->smp, s->work, s->target_p);
+        if (tok >= 0)
+                tok = i < r->n_q ? spec_accept_or_resample(s->target_p, draft_q_row(s, r, i), s->vocab, r->draft[i],
+                                                           position_uniform(r, 0, SPEC_LANE_ACCEPT),
+                                                           position_uniform(r, 0, SPEC_LANE_RESIDUAL))
+                                 : spec_draw(s->target_p, s->vocab, position_uniform(r, 0, SPEC_LANE_PLAIN));
+        if (tok < 0)
+                *why = no_token_why(r);
+        return tok;
+}
+
 /* The next token of request slot from its logits: logit_bias, the grammar's mask (a mask
  * allowing one token forces it), penalties, then the sampler. -EINVAL (with why) when
  * nothing can be chosen. */
 static int choose(struct sched *s, struct rq *r, const float *logits, const char **why) {
-        memcpy(s->work, logits, (size_t)s->vocab * sizeof(float));
-        if (s->logit_scale != 1)
-                for (int32_t i = 0; i < s->vocab; i++)
-                        s->work[i] *= s->logit_scale;
-        if (r->n_bias > 0)
-                sampling_apply_bias(r->bias, r->n_bias, s->work);
+        biased_logits(s, r, logits, s->vocab, s->logit_scale);
         if (r->con.m) {
                 if (r->con.n_allowed <= 0) {
                         *why = r->con.n_allowed == 0 ? "the output grammar allows no token here"
@@ -727,18 +793,18 @@ static int choose(struct sched *s, struct rq *r, const float *logits, const char
         sampling_apply_penalties(&s->scratch, &r->pen, r->tokens, r->n_prompt, r->n_tokens, s->work);
         int tok = dse_sampler_sample(r->smp, s->work);
         if (tok < 0)
-                *why = r->con.m || r->n_bias ? "logit_bias bans every token the output may continue with"
-                                             : "sampling failed: every logit is NaN or -inf";
+                *why = no_token_why(r);
         return tok;
 }
 
 /* Samples request slot's next token from logits (the model's, for the position after
- * its last token), streams it and ends the request when it is done. Returns the token,
- * or -1 when the request ended (it is then released). */
-static int sample_next(struct sched *s, int slot, double now, const float *logits) {
+ * its last token; under sampled drafting, verification position rule_i, else -1),
+ * streams it and ends the request when it is done. Returns the token, or -1 when the
+ * request ended (it is then released). */
+static int sample_next(struct sched *s, int slot, double now, const float *logits, int rule_i) {
         struct rq *r = &s->rqs[slot];
         const char *why = NULL;
-        int tok = choose(s, r, logits, &why);
+        int tok = rule_i >= 0 ? choose_by_rule(s, r, logits, rule_i, &why) : choose(s, r, logits, &why);
         if (tok < 0) {
                 fail(s, slot, r->n_bias && !r->con.m ? DSV_IPC_ERR_INVALID_REQUEST : DSV_IPC_ERR_INTERNAL, why);
                 return -1;
@@ -819,6 +885,33 @@ static int place_drafts(struct sched *s, struct step_plan *p, struct step_entry 
         return n;
 }
 
+struct pick_ctx {
+        struct sched *s;
+        int slot;
+};
+
+/* spec_pick for request ctx->slot's draft position i: q_i from the drafter's logits as
+ * the target's p will be made (logit_bias, penalties over the tokens and the drafts
+ * before i, the sampler's filters), kept in draft_q, and the position's draft draw. */
+static int pick_draft(void *arg, int i, const float *logits, int n_logits) {
+        struct pick_ctx *c = arg;
+        struct sched *s = c->s;
+        struct rq *r = &s->rqs[c->slot];
+        float *q = draft_q_row(s, r, i);
+        biased_logits(s, r, logits, n_logits < s->vocab ? n_logits : s->vocab, 1);
+        sampling_apply_penalties(&s->scratch, &r->pen, r->tokens, r->n_prompt, r->n_tokens + i, s->work);
+        int tok = dse_sampler_probs(r->smp, s->work, q);
+        if (tok >= 0)
+                tok = spec_draw(q, s->vocab, position_uniform(r, i, SPEC_LANE_DRAFT));
+        if (tok < 0)
+                return tok;
+        /* the history of the next pick's penalties (the last pick's may fall past the context) */
+        if (r->n_tokens + i < s->cfg.n_ctx)
+                r->tokens[r->n_tokens + i] = tok;
+        r->n_q = i + 1;
+        return tok;
+}
+
 /* Drafts for the planned entries that end with a sample (decodes, and the last chunk
  * of a prompt: a prompt that repeats itself is drafted from its first token on),
  * oldest first, within the request's max_tokens and context, from what the step leaves
@@ -835,20 +928,34 @@ static void plan_drafts(struct sched *s, struct step_plan *p) {
                 sampled += s->entries[i].chunk == pending(&s->rqs[s->entries[i].rq]);
         if (sc->step_tokens > 0 && sc->step_tokens - sampled < room)
                 room = sc->step_tokens - sampled;
-        for (int i = 0; i < p->n && room > 0; i++) {
+        for (int i = 0; i < p->n; i++) {
                 struct step_entry *e = &s->entries[i];
                 struct rq *r = &s->rqs[e->rq];
+                if (e->chunk != pending(r))
+                        continue;
+                r->sampled = r->sampling && !r->con.m && s->drafter.ops->propose_sampled;
+                r->n_q = 0;
                 /* A constrained sequence's mask is known for its next position only. */
-                if (e->chunk != pending(r) || r->con.m)
+                if (r->con.m || (room <= 0 && !r->sampled))
                         continue;
                 int k = spec_seq_k(&r->spec, sc);
-                k = drafts_within(s, r, k < room ? k : room);
-                if (k <= 0)
-                        continue;
-                if (sc->by_cost)
+                k = room > 0 ? drafts_within(s, r, k < room ? k : room) : 0;
+                if (k > 0 && sc->by_cost)
                         k = spec_cost_drafts(&s->cost, s->cfg.token_budget - p->budget, sc->k_min < k ? sc->k_min : k,
                                              k, r->spec.accept_rate);
-                int n = s->drafter.ops->propose(s->drafter.self, e->rq, r->tokens, r->n_tokens, k, r->draft);
+                if (k <= 0 && !r->sampled)
+                        continue;
+                int n;
+                if (r->sampled) {
+                        /* even with no room for drafts: the draw of the position this step
+                         * samples comes from the draft model too */
+                        struct pick_ctx ctx = {s, e->rq};
+                        struct spec_pick pick = {pick_draft, &ctx};
+                        n = s->drafter.ops->propose_sampled(s->drafter.self, e->rq, r->tokens, r->n_tokens,
+                                                            k > 0 ? k : 0, r->draft, &pick);
+                } else {
+                        n = s->drafter.ops->propose(s->drafter.self, e->rq, r->tokens, r->n_tokens, k, r->draft);
+                }
                 room -= place_drafts(s, p, e, r, n);
         }
 }
@@ -884,7 +991,7 @@ static int verify_sample(void *arg, int i) {
         struct rq *r = &c->s->rqs[c->slot];
         if (i > 0 && r->con.m) /* a forced run: the mask of the state after its previous token */
                 constraint_fill_mask(&r->con, c->s->grammars);
-        return sample_next(c->s, c->slot, c->now, c->logits + (size_t)i * (size_t)c->s->vocab);
+        return sample_next(c->s, c->slot, c->now, c->logits + (size_t)i * (size_t)c->s->vocab, r->sampled ? i : -1);
 }
 
 /* After a step that carried n_draft drafts of request slot (a constrained sequence's:
@@ -997,7 +1104,7 @@ int sched_step(struct sched *s, int64_t now_ms) {
                         verify_drafts(s, s->entries[i].rq, s->entries[i].n_draft, now);
                 else
                         sample_next(s, s->entries[i].rq, now,
-                                    s->seq_logits + (size_t)q->seq * (size_t)s->logit_rows * (size_t)s->vocab);
+                                    s->seq_logits + (size_t)q->seq * (size_t)s->logit_rows * (size_t)s->vocab, -1);
         }
         return n_tok;
 }

@@ -82,6 +82,47 @@ int spec_cost_drafts(const struct spec_cost *c, int tokens, int k_min, int k, do
         return best;
 }
 
+int spec_draw(const float *probs, int32_t n, double u) {
+        double total = 0;
+        int32_t last = -1;
+        for (int32_t i = 0; i < n; i++)
+                if (probs[i] > 0) {
+                        total += probs[i];
+                        last = i;
+                }
+        if (last < 0)
+                return -EINVAL;
+        double target = u * total, acc = 0;
+        for (int32_t i = 0; i < last; i++) {
+                acc += probs[i];
+                if (probs[i] > 0 && target < acc)
+                        return i;
+        }
+        return last; /* u rounded up to the total */
+}
+
+int spec_accept_or_resample(const float *p, const float *q, int32_t n, int32_t x, double u_accept,
+                            double u_residual) {
+        if (p[x] >= q[x] || u_accept * (double)q[x] < (double)p[x])
+                return x;
+        double total = 0;
+        for (int32_t i = 0; i < n; i++)
+                if (p[i] > q[i])
+                        total += (double)p[i] - (double)q[i];
+        if (!(total > 0))
+                return spec_draw(p, n, u_residual);
+        double target = u_residual * total, acc = 0;
+        int32_t last = -1;
+        for (int32_t i = 0; i < n; i++)
+                if (p[i] > q[i]) {
+                        acc += (double)p[i] - (double)q[i];
+                        last = i;
+                        if (target < acc)
+                                return i;
+                }
+        return last;
+}
+
 /* The rule, from the general one (Leviathan et al.; Chen et al.): with target p and
  * draft distribution q at a position, draft x ~ q is accepted with probability
  * min(1, p(x)/q(x)); on rejection the token is drawn from the residual
@@ -94,7 +135,9 @@ int spec_cost_drafts(const struct spec_cost *c, int tokens, int k_min, int k, do
  * would (same penalties, masks and sampler, one draw per emitted token), and the walk
  * stops at the first sample that differs from its draft, which is the resample; after
  * k accepted drafts the k + 1-th sample is the bonus token. Greedy is the special case
- * of an argmax sampler: accept on exact match. */
+ * of an argmax sampler: accept on exact match. Drafts drawn from a distribution of
+ * their own take the general rule inside sample (spec_accept_or_resample): it returns x
+ * when accepted and a residual token, never x, when not, so the walk is the same. */
 int spec_verify(const int32_t *draft, int n_draft, spec_sample_fn sample, void *ctx, int *ret_ended) {
         *ret_ended = 0;
         for (int i = 0;; i++) {

@@ -1,6 +1,7 @@
 /* Speculative decoding in the scheduler: who proposes draft tokens, how many each
- * sequence may verify per step, and the acceptance rule that keeps the output exactly
- * the non-speculative one.
+ * sequence may verify per step, and the acceptance rules that keep the output the
+ * non-speculative one (exactly, for point-mass drafts; in distribution, for drafts drawn
+ * from a draft model's own distribution).
  *
  * A drafter is an ops table over its own state, so n-gram lookup (here), an MTP head or
  * a draft model (both needing the target's hidden state or their own KV cache, hence
@@ -29,10 +30,21 @@ struct spec_config {
 int spec_method_parse(const char *s, enum spec_method *ret);
 const char *spec_method_name(enum spec_method m);
 
+/* How a drafter with a distribution of its own draws from it (the draft model under
+ * sampling): the scheduler turns the drafter's logits for draft position i into the
+ * request's draft distribution q_i (the request's bias, penalties over its tokens and
+ * drafts 0..i-1, and sampler settings), keeps q_i and returns the token drawn from it,
+ * or -errno. */
+struct spec_pick {
+        int (*pick)(void *ctx, int i, const float *logits, int n_logits);
+        void *ctx;
+};
+
 struct spec_drafter_ops {
         const char *name;
         /* Up to max_draft tokens proposed to follow tokens[0..n_tokens) of the request in
-         * scheduler slot `slot`, into draft; returns how many (0: no guess) or -errno. */
+         * scheduler slot `slot`, into draft; returns how many (0: no guess) or -errno.
+         * These are point masses (greedy, a lookup). */
         int (*propose)(void *self, int slot, const int32_t *tokens, int32_t n_tokens, int max_draft,
                        int32_t *draft);
         /* After verification: n_accepted of the n_draft proposals were kept (a drafter
@@ -40,6 +52,13 @@ struct spec_drafter_ops {
         void (*verified)(void *self, int slot, int n_draft, int n_accepted);
         /* The request in slot ended or was preempted. NULL when stateless. */
         void (*release)(void *self, int slot);
+        /* A drafter with a distribution of its own (NULL otherwise), for a sampled
+         * request: as propose, but each draft is pick's draw, and the chain goes one pick
+         * further, into draft[max_draft] (never proposed; max_draft may be 0): the draw
+         * for the position after the last draft, which verification weighs like a draft,
+         * so every sampled position follows the same rule. */
+        int (*propose_sampled)(void *self, int slot, const int32_t *tokens, int32_t n_tokens, int max_draft,
+                               int32_t *draft, const struct spec_pick *pick);
 };
 
 struct spec_drafter {
@@ -82,6 +101,25 @@ void spec_cost_observe(struct spec_cost *c, int tokens, double seconds);
  * cost not yet measured taken as no dearer (so it gets tried and measured); the larger
  * count on a tie. */
 int spec_cost_drafts(const struct spec_cost *c, int tokens, int k_min, int k, double a);
+
+/* Inverse-CDF draw from probs (n, summing to about 1) with u in [0, 1): the first
+ * token whose cumulative probability passes u times the total; -EINVAL when every
+ * probability is 0. */
+int spec_draw(const float *probs, int32_t n, double u);
+
+/* The standard speculative-sampling rule at one position (Leviathan et al.; Chen et
+ * al.): draft x drawn from q is kept with probability min(1, p(x)/q(x)) (u_accept <
+ * p(x)/q(x)); otherwise the token is drawn with u_residual from the residual
+ * norm(max(0, p - q)), which has no mass at x. So the emitted token is distributed as p
+ * whatever q is. p and q: (n) probabilities, q(x) > 0. Returns the token, x when kept;
+ * a residual of no mass (p = q up to rounding) falls back to a draw from p. */
+int spec_accept_or_resample(const float *p, const float *q, int32_t n, int32_t x, double u_accept,
+                            double u_residual);
+
+/* Lanes of dse_sampler_uniform_at for the draws of one output position under the rule
+ * above: the draft's draw, the acceptance draw, the residual draw, and a position
+ * sampled from p alone (the drafter had no distribution for it). */
+enum spec_lane { SPEC_LANE_DRAFT, SPEC_LANE_ACCEPT, SPEC_LANE_RESIDUAL, SPEC_LANE_PLAIN };
 
 /* Samples position i (0..n_draft) of a verification from the target distribution
  * given everything before it (the accepted drafts included: penalties, masks and the

@@ -619,6 +619,17 @@ int dse_sampler_new(const struct dse_sampler_params *params, int n_vocab, struct
 void dse_sampler_free(struct dse_sampler *smp);
 /* logits: (n_vocab). Returns the chosen id, or -EINVAL when every logit is NaN or -inf. */
 int dse_sampler_sample(struct dse_sampler *smp, const float *logits);
+/* The distribution dse_sampler_sample draws from, spread over the vocabulary: probs
+ * (n_vocab) gets each token's probability after temperature, top-k, top-p and min-p (0
+ * for a token the filters drop; temperature <= 0: 1 at the argmax). Speculative
+ * sampling needs it whole, to weigh a draft against the target. Draws nothing; returns
+ * how many tokens are possible, or -EINVAL when every logit is NaN or -inf. */
+int dse_sampler_probs(struct dse_sampler *smp, const float *logits, float *probs);
+/* A uniform number in [0, 1) that depends only on the sampler's seed, counter and lane
+ * (a counter-based stream: a hash of the three, never the generator dse_sampler_sample
+ * advances), so a caller can give each output position and purpose its own draw,
+ * whatever happened before it. */
+double dse_sampler_uniform_at(const struct dse_sampler *smp, uint64_t counter, uint32_t lane);
 
 /* ---- n-gram (prompt-lookup) drafting for speculative decoding ---------------------- */
 /* Proposes what follows tokens[0..n_tokens) by looking it up in itself: for n from

@@ -173,13 +173,14 @@ static double kth_largest(const struct cand *c, int n, int k, double *heap) {
         return heap[0];
 }
 
-int dse_sampler_sample(struct dse_sampler *smp, const float *logits) {
-        if (!smp || !logits)
-                return -EINVAL;
+/* The filtered distribution of logits, for temperature > 0: its n tokens in
+ * smp->cands with their unnormalised weights in smp->probs (the largest is 1), sorted by
+ * cand_cmp when a filter needed the order; returns n (>= 1) with the weights' sum in
+ * *ret_sum, or -EINVAL when every logit is NaN or -inf. Sampling draws from this, and
+ * dse_sampler_probs spreads it over the vocabulary, so both see the same distribution. */
+static int filter(struct dse_sampler *smp, const float *logits, double *ret_sum) {
         const struct dse_sampler_params *p = &smp->params;
         int n_vocab = smp->n_vocab;
-        if (p->temperature <= 0.0f)
-                return argmax(logits, n_vocab);
 
         /* Temperature, dropping NaN and -inf. */
         struct cand *c = smp->cands;
@@ -247,7 +248,20 @@ int dse_sampler_sample(struct dse_sampler *smp, const float *logits) {
                 n = m;
                 sum = kept;
         }
+        *ret_sum = sum;
+        return n;
+}
 
+int dse_sampler_sample(struct dse_sampler *smp, const float *logits) {
+        if (!smp || !logits)
+                return -EINVAL;
+        if (smp->params.temperature <= 0.0f)
+                return argmax(logits, smp->n_vocab);
+        double sum = 0.0;
+        int n = filter(smp, logits, &sum);
+        if (n < 0)
+                return n;
+        const struct cand *c = smp->cands;
         double u = uniform(smp->rng) * sum, acc = 0.0;
         for (int i = 0; i < n; i++) {
                 acc += smp->probs[i];
@@ -255,4 +269,29 @@ int dse_sampler_sample(struct dse_sampler *smp, const float *logits) {
                         return c[i].id;
         }
         return c[n - 1].id; /* u rounded up to the total */
+}
+
+int dse_sampler_probs(struct dse_sampler *smp, const float *logits, float *probs) {
+        if (!smp || !logits || !probs)
+                return -EINVAL;
+        memset(probs, 0, (size_t)smp->n_vocab * sizeof *probs);
+        if (smp->params.temperature <= 0.0f) {
+                int best = argmax(logits, smp->n_vocab);
+                if (best >= 0)
+                        probs[best] = 1.0f;
+                return best < 0 ? best : 1;
+        }
+        double sum = 0.0;
+        int n = filter(smp, logits, &sum);
+        for (int i = 0; i < n; i++)
+                probs[smp->cands[i].id] = (float)(smp->probs[i] / sum);
+        return n;
+}
+
+double dse_sampler_uniform_at(const struct dse_sampler *smp, uint64_t counter, uint32_t lane) {
+        /* splitmix64's increment keeps (seed, counter, lane) triples apart; two rounds of
+         * its finaliser mix them into an independent-looking 64-bit value */
+        uint64_t x = smp->params.seed ^ (counter * 0xD1B342EC6F1BC23Full + (uint64_t)lane * 0x9FB21C651E98DF25ull);
+        splitmix64(&x);
+        return (double)(splitmix64(&x) >> 11) * 0x1.0p-53;
 }

@@ -3,7 +3,8 @@
 # passages: the JSON has verify_cost for k = 1..4, acceptance and speedup for ngram,
 # mtp (the bundled model has an MTP module) and draft (the bundled model in int8 as
 # --draft-model), the three tasks with each method's drafts,
-# and no request whose tokens differ between the plain and a speculative worker; without
+# and no request whose tokens differ between the plain and a speculative worker (the
+# draft model on the sampled task excepted: same distribution, other draws); without
 # --held-out it says what to give. No timing is asserted.
 set -u
 bench=${DSV_BUILD_DIR:?}/bin/dsvisor-bench

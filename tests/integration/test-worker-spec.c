@@ -3,7 +3,9 @@
  * MTP drafts) and on every model fixture (token prompts that repeat themselves; n-gram),
  * each of 8 requests gives the same tokens and text on the speculative worker alone, in
  * a batch of 8, and on the plain worker, greedy and seeded; so does a draft model (the
- * bundled model in int8) for the bundled model; a bad --speculative value or
+ * bundled model in int8) for the bundled model, greedy (seeded: the same alone and in a
+ * batch; its drafts are draws from its own distribution, another coupling of the same
+ * distribution as plain decoding, which test-worker-spec tests); a bad --speculative value or
  * --draft-model combination is refused, and so are mtp for a model without an MTP
  * module and a draft model with another tokenizer, naming them. */
 #include <fcntl.h>
@@ -66,7 +68,8 @@ static int run(struct worker *w, struct reqs *q, int batch, struct wc_result *ou
         return 0;
 }
 
-/* draft: the draft model of method "draft", else NULL */
+/* draft: the draft model of method "draft", else NULL. A sampled request drafted by a
+ * draft model keeps its seed's tokens alone and in a batch, not plain decoding's. */
 static void same_outputs_with(const char *model, const char *draft, struct reqs *q, const char *method) {
         struct worker plain = {0}, spec = {0};
         static struct wc_result a[8], b[8], c[8];
@@ -78,6 +81,8 @@ static void same_outputs_with(const char *model, const char *draft, struct reqs 
         stop(&plain);
         stop(&spec);
         for (int i = 0; i < 8; i++) {
+                if (draft && q->m[i].u.request.sampling.temperature > 0)
+                        a[i] = b[i]; /* the reference: alone on the speculative worker */
                 ASSERT_EQ(a[i].error, 0);
                 ASSERT_TRUE(a[i].n_tokens > 0);
                 ASSERT_EQ(b[i].n_tokens, a[i].n_tokens);

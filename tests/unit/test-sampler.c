@@ -1,6 +1,8 @@
 /* The sampler on synthetic logits: greedy is the argmax, top-k=1 is greedy, a seed
  * reproduces its draws, top-k/top-p/min-p keep exactly the sets their definitions give,
- * and draw frequencies match the (filtered, tempered) softmax by a chi-square test. */
+ * and draw frequencies match the (filtered, tempered) softmax by a chi-square test;
+ * dse_sampler_probs is that distribution, and dse_sampler_uniform_at a counter-based
+ * stream. */
 #include <stdint.h>
 
 #include "dse.h"
@@ -206,6 +208,100 @@ TEST(min_p_drops_unlikely_tokens) {
         dse_sampler_free(s);
         if (!ok)
                 T_FAIL("min-p 0.25: chi-square %.2f, or a dropped token drawn", chi);
+}
+
+/* dse_sampler_probs gives the distribution the draws follow, over the whole
+ * vocabulary: the tempered softmax, each filter's renormalised set (0 outside it), a
+ * one-hot argmax when greedy; every logit -inf is an error. It draws nothing: the
+ * sampler's next draws are those of a sampler never asked. */
+TEST(probs_are_the_distribution_drawn_from) {
+        double probs5[5] = {0.5, 0.2, 0.15, 0.1, 0.05}, want[5];
+        float logits[5], mixed[5] = {1.0f, 2.0f, 0.5f, -1.0f, 3.0f}, got[5];
+        for (int i = 0; i < 5; i++)
+                logits[i] = (float)log(probs5[i]);
+        struct {
+                float temperature, top_p, min_p;
+                int top_k;
+                const float *logits;
+                int n_kept;
+        } cases[] = {
+                {2.0f, 1.0f, 0.0f, 0, mixed, 5},    /* tempered softmax */
+                {1.0f, 1.0f, 0.0f, 3, mixed, 3},    /* top-k 3 */
+                {1.0f, 0.8f, 0.0f, 0, logits, 3},   /* top-p 0.8: 0.5 + 0.2 + 0.15 */
+                {1.0f, 1.0f, 0.25f, 0, logits, 3},  /* min-p 0.25 of 0.5 */
+                {0.0f, 1.0f, 0.0f, 0, mixed, 1},    /* greedy: id 4 */
+        };
+        for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+                float t = cases[c].temperature;
+                if (t > 0)
+                        softmax(cases[c].logits, 5, t, want);
+                else
+                        for (int i = 0; i < 5; i++)
+                                want[i] = i == 4;
+                /* the kept set: the n_kept largest, renormalised */
+                double kept = 0;
+                for (int i = 0; i < 5; i++) {
+                        int rank = 0;
+                        for (int j = 0; j < 5; j++)
+                                rank += cases[c].logits[j] > cases[c].logits[i];
+                        if (rank >= cases[c].n_kept)
+                                want[i] = 0;
+                        kept += want[i];
+                }
+                struct dse_sampler *s = make(t, cases[c].top_k, cases[c].top_p, cases[c].min_p, 41, 5),
+                                   *twin = make(t, cases[c].top_k, cases[c].top_p, cases[c].min_p, 41, 5);
+                ASSERT_TRUE(s && twin);
+                ASSERT_EQ(dse_sampler_probs(s, cases[c].logits, got), cases[c].n_kept);
+                for (int i = 0; i < 5; i++)
+                        if (fabs(got[i] - want[i] / kept) > 1e-6)
+                                T_FAIL("case %zu: p[%d] = %.7f, want %.7f", c, i, (double)got[i], want[i] / kept);
+                for (int i = 0; i < 50; i++)
+                        ASSERT_EQ(dse_sampler_sample(s, cases[c].logits), dse_sampler_sample(twin, cases[c].logits));
+                double chi = 0;
+                for (int i = 0; i < 5; i++)
+                        want[i] = got[i];
+                if (t > 0 && !draws_match(s, cases[c].logits, want, 5, &chi))
+                        T_FAIL("case %zu: draws against dse_sampler_probs: chi-square %.2f", c, chi);
+                dse_sampler_free(s);
+                dse_sampler_free(twin);
+        }
+        float none[3] = {-INFINITY, NAN, -INFINITY}, p3[3];
+        struct dse_sampler *s = make(1.0f, 0, 1.0f, 0.0f, 1, 3);
+        ASSERT_TRUE(s);
+        ASSERT_ERR(dse_sampler_probs(s, none, p3), -EINVAL);
+        dse_sampler_free(s);
+}
+
+/* dse_sampler_uniform_at: a function of (seed, counter, lane) alone, in [0, 1), evenly
+ * spread over counters, with lanes and seeds apart; the sequential draws do not move
+ * it. */
+TEST(uniform_at_is_counter_based) {
+        struct dse_sampler *a = make(1.0f, 0, 1.0f, 0.0f, 7, 5), *b = make(1.0f, 0, 1.0f, 0.0f, 7, 5),
+                           *c = make(1.0f, 0, 1.0f, 0.0f, 8, 5);
+        ASSERT_TRUE(a && b && c);
+        float logits[5] = {0};
+        for (int i = 0; i < 10; i++)
+                dse_sampler_sample(b, logits);
+        int bins[10] = {0}, same_lane = 0, same_seed = 0;
+        for (uint64_t k = 0; k < 10000; k++) {
+                double u = dse_sampler_uniform_at(a, k, 0);
+                ASSERT_TRUE(u >= 0 && u < 1);
+                ASSERT_TRUE(u == dse_sampler_uniform_at(b, k, 0));
+                same_lane += u == dse_sampler_uniform_at(a, k, 1);
+                same_seed += u == dse_sampler_uniform_at(c, k, 0);
+                bins[(int)(u * 10)]++;
+        }
+        ASSERT_EQ(same_lane, 0);
+        ASSERT_EQ(same_seed, 0);
+        double p[10], chi;
+        int df;
+        for (int i = 0; i < 10; i++)
+                p[i] = 0.1;
+        chi = chi_square(bins, p, 10, 10000, &df);
+        ASSERT_TRUE(chi < 27.877); /* the upper 0.1% point at 9 degrees of freedom */
+        dse_sampler_free(a);
+        dse_sampler_free(b);
+        dse_sampler_free(c);
 }
 
 TEST(bad_params_rejected) {

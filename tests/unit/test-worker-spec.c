@@ -9,8 +9,11 @@
  * its hooks called. MTP drafts (the bundled model, the FP8 fixture with a module) keep
  * the output too, alone and in a batch of 8, greedy and seeded, under preemption and
  * with prefix-cache hits; a model without a module refuses MTP. A draft model (the same
- * model in int8) keeps the output the same ways; one whose tokenizer differs is
- * refused. */
+ * model in int8) keeps the greedy output the same ways; under sampling its drafts are
+ * draws from its own distribution, so a seed's tokens are its own (the same alone, in a
+ * batch, under preemption) and their distribution is the target's by a chi-square
+ * goodness-of-fit test against the exact target probabilities; the rule itself, integrated
+ * over its draws, emits p; a draft model whose tokenizer differs is refused. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -184,8 +187,18 @@ static void outputs_equal(const struct events *a, const struct events *b, int n_
         }
 }
 
+/* Whether speculation keeps the plain tokens seed for seed: always, except a draft
+ * model under sampling, whose drafts are draws from its own distribution q weighed by
+ * the standard rule (the same distribution as plain decoding, another coupling of the
+ * draws: draft_model_sampling_matches_target_chi_square tests it), and whose tokens are
+ * then their seed's alone, in a batch, under preemption. */
+static int keeps_plain_draws(const struct params *p, const struct spec_config *spec) {
+        return spec->method != SPEC_DRAFT || p->temperature <= 0;
+}
+
 /* 8 requests: plain one at a time, speculative one at a time, speculative all in one
- * batch: the same tokens (and logprobs). Returns the speculative batch's counters. */
+ * batch: the same tokens (and logprobs); under sampled drafting the speculative ones
+ * alone and in the batch. Returns the speculative batch's counters. */
 static void spec_equals_plain_with(struct dse_model *m, struct dse_model *draft_model, const struct params *p,
                                    const struct spec_config *spec, struct spec_stats *ret) {
         struct events *plain = calloc(1, sizeof *plain), *alone = calloc(1, sizeof *alone);
@@ -213,8 +226,9 @@ static void spec_equals_plain_with(struct dse_model *m, struct dse_model *draft_
         }
         ASSERT_OK(run(&g));
         ASSERT_EQ(g.ev->n_final, 8);
-        outputs_equal(plain, alone, 8, p->logprobs > 0);
-        outputs_equal(plain, g.ev, 8, p->logprobs > 0);
+        if (keeps_plain_draws(p, spec))
+                outputs_equal(plain, alone, 8, p->logprobs > 0);
+        outputs_equal(keeps_plain_draws(p, spec) ? plain : alone, g.ev, 8, p->logprobs > 0);
         struct sched_stats st;
         sched_get_stats(g.s, &st);
         ASSERT_EQ(st.kv_blocks_used, 0);
@@ -386,10 +400,11 @@ TEST(mtp_identical_with_prefix_hits) {
 }
 
 /* A draft model (the bundled model converted to int8: the same tokenizer, other
- * weights) drafts for the bundled model: greedy, seeded sampling with top-k/top-p/min-p
- * and with penalties, alone and in a batch of 8, the same tokens and logprobs as plain
- * decoding; drafts are proposed and accepted, rejected ones cut back from the draft
- * cache, whose blocks all come back. */
+ * weights) drafts for the bundled model: greedy, alone and in a batch of 8, the same
+ * tokens and logprobs as plain decoding; seeded sampling with top-k/top-p/min-p and
+ * with penalties, the same tokens and logprobs alone and in a batch of 8 (see
+ * keeps_plain_draws); drafts are proposed and accepted, rejected ones cut back from the
+ * draft cache, whose blocks all come back. */
 TEST(draft_model_identical_default_model) {
         struct dse_model *m = default_model_open(), *dm = default_model_convert("int8");
         ASSERT_TRUE(m && dm);
@@ -413,8 +428,55 @@ TEST(draft_model_identical_default_model) {
         dse_model_free(m);
 }
 
+/* Under sampled drafting a seed's tokens do not depend on how many drafts each step
+ * verified: with the bundled model in int4 drafting (some drafts rejected), 8 seeded
+ * requests in a batch give the same tokens and logprobs with one
+ * draft per step, up to 4, up to 8, drafts cut by the measured step cost, and a step
+ * bound that leaves most steps no room for drafts (each position still drawn through the
+ * draft model). */
+TEST(draft_model_sampled_tokens_independent_of_k) {
+        struct dse_model *m = default_model_open(), *dm = default_model_convert("int4");
+        ASSERT_TRUE(m && dm);
+        const struct params p = {.temperature = 0.9f, .top_p = 0.95f, .presence = 0.2f, .max_tokens = 40,
+                                 .logprobs = TOP};
+        static const struct spec_config cfgs[] = {
+                {SPEC_DRAFT, 1, 1, 0, 0}, {SPEC_DRAFT, 1, 4, 0, 0}, {SPEC_DRAFT, 8, 8, 0, 0},
+                {SPEC_DRAFT, 1, 4, 0, 1}, {SPEC_DRAFT, 1, 4, 9, 0},
+        };
+        struct events *first = calloc(1, sizeof *first);
+        ASSERT_TRUE(first);
+        int32_t ids[64];
+        for (size_t c = 0; c < sizeof cfgs / sizeof *cfgs && !t_failed_current; c++) {
+                struct rig g;
+                ASSERT_OK(rig_init_with(&g, m, dm, 8, &cfgs[c]));
+                for (int i = 0; i < 8; i++) {
+                        stem(ids, prompt_len(i), g.vocab, i);
+                        ASSERT_OK(add(&g, (uint64_t)i, ids, prompt_len(i), &p, 300 + (uint64_t)i));
+                }
+                ASSERT_OK(run(&g));
+                ASSERT_EQ(g.ev->n_final, 8);
+                struct sched_stats st;
+                sched_get_stats(g.s, &st);
+                fprintf(stderr, "  k %d..%d, by cost %d, step tokens %d: %lld drafts, %lld accepted in %lld steps\n",
+                        cfgs[c].k_min, cfgs[c].k_max, cfgs[c].by_cost, cfgs[c].step_tokens,
+                        (long long)st.spec.draft_tokens, (long long)st.spec.accepted_tokens, (long long)st.steps);
+                ASSERT_TRUE(st.spec.draft_tokens > 0);
+                if (c == 1) /* the residual draws are among those compared */
+                        ASSERT_TRUE(st.spec.accepted_tokens < st.spec.draft_tokens);
+                if (c == 0)
+                        memcpy(first, g.ev, sizeof *first);
+                else
+                        outputs_equal(first, g.ev, 8, 1);
+                rig_done(&g);
+        }
+        free(first);
+        dse_model_free(dm);
+        dse_model_free(m);
+}
+
 /* Other architectures (llama, qwen2 MHA/GQA caches) with a draft model of the same
- * fixture in int8: greedy and sampled output unchanged. */
+ * fixture in int8: greedy output unchanged, sampled output its seeds' alone and in a
+ * batch. */
 TEST(draft_model_identical_fixtures) {
         static const char *const names[] = {"llama-bf16-linear-rope", "qwen2-bf16-tied"};
         for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
@@ -437,7 +499,8 @@ TEST(draft_model_identical_fixtures) {
 /* A draft model with a KV pool too small for the batch: target sequences are preempted
  * and recomputed (their draft sequences closed, reopened on the draft cache's prefix
  * blocks), the draft cache itself runs short at times; every request's tokens and
- * logprobs are still the plain ones and every block of both caches comes back. */
+ * logprobs are still the plain ones (sampled: those of the same seeds without
+ * preemption) and every block of both caches comes back. */
 TEST(draft_model_identical_under_preemption) {
         struct dse_model *m = default_model_open(), *dm = default_model_convert("int8");
         ASSERT_TRUE(m && dm);
@@ -447,8 +510,10 @@ TEST(draft_model_identical_under_preemption) {
         };
         for (size_t k = 0; k < sizeof ps / sizeof *ps && !t_failed_current; k++) {
                 int32_t ids[64];
+                /* the reference: plain decoding, or under sampled drafting the draft
+                 * model with a pool that never preempts */
                 struct rig plain;
-                ASSERT_OK(rig_init(&plain, m, 8, &off));
+                ASSERT_OK(rig_init_with(&plain, m, dm, 8, keeps_plain_draws(&ps[k], &draft) ? &off : &draft));
                 for (int i = 0; i < 8; i++) {
                         stem(ids, prompt_len(i), plain.vocab, i);
                         ASSERT_OK(add(&plain, (uint64_t)i, ids, prompt_len(i), &ps[k], 500 + (uint64_t)i));
@@ -685,6 +750,207 @@ TEST(sampling_distribution_equals_plain_chi_square) {
         dse_model_free(m);
 }
 
+/* The target's sampling distribution (params p: temperature, top-k, top-p, min-p)
+ * after tokens[0..n), from the rig's own cache and batch, into ret (vocab). */
+static int target_probs(struct rig *g, const int32_t *tokens, int n, const struct params *p, float *ret) {
+        float *logits = malloc((size_t)g->vocab * sizeof(float));
+        struct dse_sampler_params sp;
+        dse_sampler_params_default(&sp);
+        sp.temperature = p->temperature;
+        sp.top_k = p->top_k;
+        sp.top_p = p->top_p > 0 ? p->top_p : 1.0f;
+        sp.min_p = p->min_p;
+        struct dse_sampler *smp = NULL;
+        int seq = -1, r = logits ? dse_sampler_new(&sp, g->vocab, &smp, NULL) : -ENOMEM;
+        if (r >= 0)
+                r = seq = dse_kv_seq_open(g->kv);
+        if (r >= 0) {
+                struct dse_batch_seq one = {seq, tokens, n, logits};
+                r = dse_batch_step(g->b, &one, 1, NULL);
+        }
+        if (r >= 0)
+                r = dse_sampler_probs(smp, logits, ret);
+        if (seq >= 0)
+                dse_kv_seq_close(g->kv, seq);
+        dse_sampler_free(smp);
+        free(logits);
+        return r < 0 ? r : 0;
+}
+
+#define N_RULE_SAMPLES (2 * MAX_REQ)
+
+/* A worse draft model: the rig's draft model with a fixed random bias on each token's
+ * logit before the request's sampler settings make q of them, so q is often far from
+ * p. It plugs in through the ops table around the real drafter (its KV cache, chain
+ * and picks). */
+struct biased_draft {
+        struct spec_draft *inner;
+        const struct spec_pick *pick; /* the scheduler's, during a proposal */
+        float bias[512];
+        float logits[512];
+};
+
+static int biased_pick(void *ctx, int i, const float *logits, int n_logits) {
+        struct biased_draft *b = ctx;
+        for (int v = 0; v < n_logits; v++)
+                b->logits[v] = logits[v] + b->bias[v];
+        return b->pick->pick(b->pick->ctx, i, b->logits, n_logits);
+}
+
+static int biased_propose_sampled(void *self, int slot, const int32_t *tokens, int32_t n_tokens, int max_draft,
+                                  int32_t *draft, const struct spec_pick *pick) {
+        struct biased_draft *b = self;
+        struct spec_pick mine = {biased_pick, b};
+        b->pick = pick;
+        return spec_draft_ops.propose_sampled(b->inner, slot, tokens, n_tokens, max_draft, draft, &mine);
+}
+
+static void biased_release(void *self, int slot) {
+        spec_draft_ops.release(((struct biased_draft *)self)->inner, slot);
+}
+
+static const struct spec_drafter_ops biased_ops = {.name = "biased-draft",
+                                                   .release = biased_release,
+                                                   .propose_sampled = biased_propose_sampled};
+
+/* The rule against the exact target distribution: N_RULE_SAMPLES seeds of a 2-token
+ * request drafted by a draft model (the target fixture in int4, its logits biased by
+ * a fixed N(0, 9) per token, so a third of the drafts are rejected and the residual
+ * matters), temperature 2 and top-k 6; the pairs (first, second token) are counted
+ * against N * p(t1) * p(t2 | t1), p computed from the target's own logits, by a
+ * chi-square goodness-of-fit test (cells expected fewer than 5 times pooled; a pair
+ * of probability 0 fails at once; p-value > 0.01, the issue's bound). The first
+ * position is a draft, the second the draw after it (the bonus when the draft is kept,
+ * a step without room for drafts when not), so every path of the rule is counted.
+ * Accepting every draft (p/q taken as 1) or resampling from p instead of the residual
+ * fails it. */
+TEST(draft_model_sampling_matches_target_chi_square) {
+        struct dse_model *m = fixture_model_open("llama-bf16-linear-rope"), *dm = NULL;
+        struct dse_diag diag = {{0}};
+        ASSERT_TRUE(m);
+        ASSERT_OK(fixture_model_convert("llama-bf16-linear-rope", "int4", &dm, &diag));
+        ASSERT_TRUE(dse_model_vocab_size(m) <= 512);
+        const struct params p = {.temperature = 2.0f, .top_k = 6, .max_tokens = 2};
+        struct rig g;
+        ASSERT_OK(rig_init_with(&g, m, dm, 8, &draft));
+        struct biased_draft bd = {.inner = &g.draft};
+        uint64_t x = 12345;
+        for (int v = 0; v < 512; v++) { /* Box-Muller over a 64-bit LCG */
+                double u[2];
+                for (int j = 0; j < 2; j++) {
+                        x = x * 6364136223846793005ull + 1442695040888963407ull;
+                        u[j] = ((double)(x >> 11) + 0.5) * 0x1.0p-53;
+                }
+                bd.bias[v] = (float)(3 * sqrt(-2 * log(u[0])) * cos(2 * M_PI * u[1]));
+        }
+        ASSERT_OK(sched_set_drafter(g.s, &draft, &(struct spec_drafter){&biased_ops, &bd}));
+        int V = g.vocab;
+        int32_t prompt[16];
+        int n_prompt = 12;
+        stem(prompt, n_prompt, V, 3);
+        float *p1 = malloc((size_t)V * sizeof(float)), *p2 = malloc((size_t)V * V * sizeof(float));
+        int *count = calloc((size_t)V * V, sizeof(int));
+        ASSERT_TRUE(p1 && p2 && count);
+        /* the exact distribution of the pairs, before the scheduler runs */
+        ASSERT_OK(target_probs(&g, prompt, n_prompt, &p, p1));
+        for (int t1 = 0; t1 < V; t1++)
+                if (p1[t1] > 0) {
+                        prompt[n_prompt] = t1;
+                        ASSERT_OK(target_probs(&g, prompt, n_prompt + 1, &p, p2 + (size_t)t1 * V));
+                }
+        int outside = 0;
+        for (int round = 0; round < N_RULE_SAMPLES / MAX_REQ; round++) { /* as many as the queue holds */
+                memset(g.ev, 0, sizeof *g.ev);
+                for (int i = 0; i < MAX_REQ; i++)
+                        ASSERT_OK(add(&g, (uint64_t)i, prompt, n_prompt, &p, 7000 + (uint64_t)(round * MAX_REQ + i)));
+                ASSERT_OK(run(&g));
+                ASSERT_EQ(g.ev->n_final, MAX_REQ);
+                for (int i = 0; i < MAX_REQ; i++) {
+                        ASSERT_EQ(g.ev->n_out[i], 2);
+                        int t1 = g.ev->out[i][0], t2 = g.ev->out[i][1];
+                        outside += !(p1[t1] > 0) || !(p2[(size_t)t1 * V + t2] > 0);
+                        count[(size_t)t1 * V + t2]++;
+                }
+        }
+        struct sched_stats st;
+        sched_get_stats(g.s, &st);
+        fprintf(stderr, "  %lld drafts, %lld accepted in %lld verifications; %d pairs outside the support\n",
+                (long long)st.spec.draft_tokens, (long long)st.spec.accepted_tokens,
+                (long long)st.spec.verifications, outside);
+        ASSERT_EQ(outside, 0);
+        /* both outcomes of the rule occur often */
+        ASSERT_TRUE(st.spec.accepted_tokens > N_RULE_SAMPLES / 10);
+        ASSERT_TRUE(st.spec.draft_tokens - st.spec.accepted_tokens > N_RULE_SAMPLES / 10);
+        double chi2 = 0, pool_o = 0, pool_e = 0;
+        int df = -1;
+        for (int t1 = 0; t1 < V; t1++)
+                for (int t2 = 0; p1[t1] > 0 && t2 < V; t2++) {
+                        double e = N_RULE_SAMPLES * (double)p1[t1] * (double)p2[(size_t)t1 * V + t2];
+                        double o = count[(size_t)t1 * V + t2];
+                        if (e <= 0)
+                                continue;
+                        if (e < 5) {
+                                pool_o += o;
+                                pool_e += e;
+                                continue;
+                        }
+                        chi2 += (o - e) * (o - e) / e;
+                        df++;
+                }
+        if (pool_e > 0) {
+                chi2 += (pool_o - pool_e) * (pool_o - pool_e) / pool_e;
+                df++;
+        }
+        double pv = df > 0 ? gamma_q(df / 2.0, chi2 / 2.0) : 1;
+        fprintf(stderr, "  pairs: chi-square %.1f, df %d, p = %.4f\n", chi2, df, pv);
+        ASSERT_TRUE(df >= 10);
+        ASSERT_TRUE(pv > 0.01);
+        free(p1);
+        free(p2);
+        free(count);
+        rig_done(&g);
+        dse_model_free(dm);
+        dse_model_free(m);
+}
+
+/* The rule at one position, integrated exactly over its draws: x ~ q (each x weighted
+ * by q(x)), the acceptance and residual uniforms on a midpoint grid; the emitted
+ * token's distribution is p for drafts close to the target, far from it, with disjoint
+ * support, a point-mass draft, a point-mass target and q = p; spec_draw on the same
+ * grid gives its probabilities back. */
+TEST(rule_emits_the_target_distribution) {
+        enum { N = 5, GRID = 400 };
+        static const float cases[][2][N] = {
+                {{0.4f, 0.3f, 0.2f, 0.1f, 0.0f}, {0.35f, 0.35f, 0.1f, 0.1f, 0.1f}},
+                {{0.7f, 0.1f, 0.1f, 0.05f, 0.05f}, {0.05f, 0.05f, 0.1f, 0.1f, 0.7f}},
+                {{0.5f, 0.5f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.2f, 0.3f, 0.5f}},
+                {{0.25f, 0.25f, 0.25f, 0.25f, 0.0f}, {0.0f, 1.0f, 0.0f, 0.0f, 0.0f}},
+                {{0.0f, 0.0f, 1.0f, 0.0f, 0.0f}, {0.2f, 0.2f, 0.2f, 0.2f, 0.2f}},
+                {{0.1f, 0.2f, 0.3f, 0.4f, 0.0f}, {0.1f, 0.2f, 0.3f, 0.4f, 0.0f}},
+        };
+        for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+                const float *p = cases[c][0], *q = cases[c][1];
+                double out[N] = {0}, drawn[N] = {0};
+                for (int x = 0; x < N; x++)
+                        for (int a = 0; q[x] > 0 && a < GRID; a++)
+                                for (int b = 0; b < GRID; b++) {
+                                        int y = spec_accept_or_resample(p, q, N, x, (a + 0.5) / GRID, (b + 0.5) / GRID);
+                                        ASSERT_TRUE(y >= 0 && y < N);
+                                        out[y] += q[x] / ((double)GRID * GRID);
+                                }
+                for (int g = 0; g < GRID; g++)
+                        drawn[spec_draw(q, N, (g + 0.5) / GRID)] += 1.0 / GRID;
+                for (int y = 0; y < N; y++) {
+                        if (fabs(out[y] - p[y]) > 2.0 / GRID)
+                                T_FAIL("case %zu: token %d emitted with %.4f, p = %.4f", c, y, out[y], (double)p[y]);
+                        if (fabs(drawn[y] - q[y]) > 1.0 / GRID)
+                                T_FAIL("case %zu: spec_draw gives %d with %.4f, q = %.4f", c, y, drawn[y], (double)q[y]);
+                }
+        }
+        static const float zero[N] = {0};
+        ASSERT_ERR(spec_draw(zero, N, 0.5), -EINVAL);
+}
+
 /* The draft length follows acceptance: full acceptance climbs to k_max, rejection
  * sinks to k_min. */
 TEST(draft_length_adapts_within_bounds) {
@@ -766,7 +1032,7 @@ static void oracle_release(void *self, int slot) {
         ((struct oracle *)self)->released++;
 }
 
-static const struct spec_drafter_ops oracle_ops = {"oracle", oracle_propose, oracle_verified, oracle_release};
+static const struct spec_drafter_ops oracle_ops = {"oracle", oracle_propose, oracle_verified, oracle_release, NULL};
 
 /* Drafts that are all right: every verification accepts k, the bonus token follows, and
  * the output is the plain one in fewer steps; drafts that are all wrong: nothing is
