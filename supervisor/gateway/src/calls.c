@@ -209,8 +209,25 @@ static uint32_t max_u32(uint64_t a, uint64_t b) {
         return m > UINT32_MAX ? UINT32_MAX : (uint32_t)m;
 }
 
+/* The worker's last report less the requests it ended since: each ending frees a running
+ * slot that a waiting request takes, so the waiting count falls first. The report is up to
+ * a poll interval old; taken as it stands it kept a queue that was full at the poll full
+ * until the next poll, refusing everything while the worker drained and then idled. */
+static struct dsv_policy_worker_load ext_now_locked(const struct gw_instance *in) {
+        struct dsv_policy_worker_load w = in->ext;
+        uint32_t ended = in->ext_ended;
+        uint32_t from_waiting = ended < w.queued_requests ? ended : w.queued_requests;
+        if (w.queued_requests)
+                w.queued_prompt_tokens = (uint32_t)((uint64_t)w.queued_prompt_tokens *
+                                                    (w.queued_requests - from_waiting) / w.queued_requests);
+        w.queued_requests -= from_waiting;
+        ended -= from_waiting;
+        w.running_seqs -= ended < w.running_seqs ? ended : w.running_seqs;
+        return w;
+}
+
 /* Our own count (in flight, the first max_running of them running) against the worker's
- * report, whichever says more. */
+ * report (less what it ended since), whichever says more. */
 static struct dsv_policy_worker_load instance_load_locked(const struct gw_calls *cs, const struct gw_instance *in,
                                                           bool up) {
         uint32_t running = in->inflight < cs->cfg->max_running_per_instance ? in->inflight
@@ -224,9 +241,10 @@ static struct dsv_policy_worker_load instance_load_locked(const struct gw_calls 
                 .running_seqs = running,
         };
         if (in->has_ext) {
-                w.queued_requests = max_u32(w.queued_requests, in->ext.queued_requests);
-                w.queued_prompt_tokens = max_u32(w.queued_prompt_tokens, in->ext.queued_prompt_tokens);
-                w.running_seqs = max_u32(w.running_seqs, in->ext.running_seqs);
+                struct dsv_policy_worker_load ext = ext_now_locked(in);
+                w.queued_requests = max_u32(w.queued_requests, ext.queued_requests);
+                w.queued_prompt_tokens = max_u32(w.queued_prompt_tokens, ext.queued_prompt_tokens);
+                w.running_seqs = max_u32(w.running_seqs, ext.running_seqs);
         }
         return w;
 }
@@ -454,6 +472,7 @@ static void link_dispatch(struct gw_link *l, struct dsv_ipc_msg *m) {
         } else if (m->type == DSV_IPC_STATS_REPLY && l->slot >= 0) {
                 struct gw_instance *in = &cs->inst[l->slot];
                 in->has_ext = true;
+                in->ext_ended = 0;
                 in->ext = (struct dsv_policy_worker_load){
                         .queued_requests = m->u.stats.waiting > 0 ? (uint32_t)m->u.stats.waiting : 0,
                         .queued_prompt_tokens = m->u.stats.queued_prompt_tokens > 0
@@ -490,6 +509,10 @@ static void link_dispatch(struct gw_link *l, struct dsv_ipc_msg *m) {
                 memcpy(in->entropy_hist, m->u.stats.entropy_hist, sizeof in->entropy_hist);
                 in->confidence_requests = m->u.stats.confidence_requests;
         } else if (id != 0) {
+                /* Counted whether or not a call still waits for it: a cancelled call left
+                 * its slot at once, but the worker's report counts it until it ends. */
+                if (m->type != DSV_IPC_TOKEN && l->slot >= 0)
+                        cs->inst[l->slot].ext_ended++;
                 struct gw_call *c = l->calls;
                 while (c && c->id != id)
                         c = c->link_next;
@@ -726,6 +749,7 @@ int dsv__gw_instance_set_load(struct gw_calls *cs, int id, const struct dsv_poli
         struct gw_instance *in = instance_get_locked(cs, id);
         if (in) {
                 in->has_ext = load != NULL;
+                in->ext_ended = 0;
                 if (load)
                         in->ext = *load;
         }

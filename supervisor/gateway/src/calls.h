@@ -62,6 +62,9 @@ struct gw_instance {
         uint64_t inflight_prompt_tokens;
         bool has_ext;
         struct dsv_policy_worker_load ext;
+        /* Requests the worker ended (final or error) since ext was reported: ext still
+         * counts them, so routing takes them off (valid when has_ext). */
+        uint32_t ext_ended;
         /* The worker's own view from its last stats reply (valid when has_ext). */
         int32_t kv_blocks_used, kv_blocks_total;
         int64_t preemptions;
