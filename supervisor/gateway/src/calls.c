@@ -289,6 +289,49 @@ static void set_unavailable(struct dsv_gw_error *err, uint32_t retry_after_s, co
         err->retry_after_s = retry_after_s;
 }
 
+/* Every instance in use into loads (and its slot into map), ready when up and not
+ * exclude_slot; returns how many. */
+static size_t loads_locked(const struct gw_calls *cs, int exclude_slot, int64_t now,
+                           struct dsv_policy_worker_load *loads, int *map) {
+        size_t n = 0;
+        for (int s = 0; s < DSV_GATEWAY_MAX_INSTANCES; s++) {
+                const struct gw_instance *in = &cs->inst[s];
+                if (!in->used)
+                        continue;
+                map[n] = s;
+                loads[n++] = instance_load_locked(cs, in, s != exclude_slot && instance_up_locked(cs, in, now));
+        }
+        return n;
+}
+
+static int refuse_queue_full(struct gw_calls *cs, uint32_t retry_after_s, struct dsv_gw_error *err) {
+        dsv__gw_metrics_reject(cs->metrics, DSV_GATEWAY_REJECT_QUEUE_FULL);
+        dsv__gw_error_set(err, 429, "rate_limit_error", "rate_limit_exceeded", NULL,
+                          "The server's request queues are full; retry after %u s", retry_after_s);
+        err->retry_after_s = retry_after_s;
+        return -EAGAIN;
+}
+
+int dsv__gw_calls_queue_full(struct gw_calls *cs, struct dsv_gw_error *err) {
+        struct dsv_policy_worker_load loads[DSV_GATEWAY_MAX_INSTANCES];
+        int map[DSV_GATEWAY_MAX_INSTANCES];
+        int64_t now = dsv__gw_now_ns();
+        int shortest = -1;
+        pthread_mutex_lock(&cs->lock);
+        size_t n = loads_locked(cs, -1, now, loads, map);
+        for (size_t i = 0; i < n; i++)
+                if (loads[i].ready && (shortest < 0 || loads[i].queued_requests < loads[shortest].queued_requests))
+                        shortest = (int)i;
+        struct dsv_policy_admission adm = {DSV_POLICY_VERDICT_ADMIT, 0, 0};
+        int r = shortest < 0 ? 0
+                             : dsv_policy_admit(&cs->cfg->admit, loads, n, shortest,
+                                                recent_rps_locked(cs, now / 1000000000), &adm);
+        pthread_mutex_unlock(&cs->lock);
+        if (r < 0 || adm.verdict != DSV_POLICY_VERDICT_BUSY)
+                return 0;
+        return refuse_queue_full(cs, adm.retry_after_s, err);
+}
+
 int dsv__gw_call_start(struct gw_call *c, int exclude_slot, struct dsv_gw_error *err) {
         struct gw_calls *cs = c->calls;
         struct dsv_policy_worker_load loads[DSV_GATEWAY_MAX_INSTANCES];
@@ -312,13 +355,7 @@ int dsv__gw_call_start(struct gw_call *c, int exclude_slot, struct dsv_gw_error 
         pthread_mutex_unlock(&c->lock);
 
         pthread_mutex_lock(&cs->lock);
-        for (int s = 0; s < DSV_GATEWAY_MAX_INSTANCES; s++) {
-                struct gw_instance *in = &cs->inst[s];
-                if (!in->used)
-                        continue;
-                map[n] = s;
-                loads[n++] = instance_load_locked(cs, in, s != exclude_slot && instance_up_locked(cs, in, now));
-        }
+        n = loads_locked(cs, exclude_slot, now, loads, map);
         if (n == 0) {
                 pthread_mutex_unlock(&cs->lock);
                 dsv__gw_metrics_reject(cs->metrics, DSV_GATEWAY_REJECT_NO_INSTANCE);
@@ -341,11 +378,7 @@ int dsv__gw_call_start(struct gw_call *c, int exclude_slot, struct dsv_gw_error 
         }
         if (adm.verdict == DSV_POLICY_VERDICT_BUSY) {
                 pthread_mutex_unlock(&cs->lock);
-                dsv__gw_metrics_reject(cs->metrics, DSV_GATEWAY_REJECT_QUEUE_FULL);
-                dsv__gw_error_set(err, 429, "rate_limit_error", "rate_limit_exceeded", NULL,
-                                  "The server's request queues are full; retry after %u s", adm.retry_after_s);
-                err->retry_after_s = adm.retry_after_s;
-                return -EAGAIN;
+                return refuse_queue_full(cs, adm.retry_after_s, err);
         }
         uint32_t wait_s = queue_outlasts_deadline_s(loads, n, pick, rps, c->deadline_ns - now);
         if (wait_s) {

@@ -125,6 +125,15 @@ int dsv__gw_instances_up(struct gw_calls *cs);
 /* Every instance in use, in id order, into v (DSV_GATEWAY_MAX_INSTANCES entries). */
 size_t dsv__gw_instances_sample(struct gw_calls *cs, struct gw_instance_sample *v);
 
+/* Whether the queues are full for any request: even the ready instance with the shortest
+ * queue is at max_queue_per_instance, or all of them together at max_queue_total. Then
+ * every request would be refused whatever it asks, so the caller refuses it before
+ * parsing it (the work a refusal costs is what an overloaded gateway has least of).
+ * -EAGAIN with the 429 and its Retry-After (the drain estimate call_start gives) in err,
+ * counted as queue_full; 0 when a request could be admitted or no instance is ready (that
+ * 503 waits for call_start, after the request was checked). */
+int dsv__gw_calls_queue_full(struct gw_calls *cs, struct dsv_gw_error *err);
+
 /* A new call arriving now for the client on fd; its deadline is request_timeout_ms
  * away. The caller parses the request into c->req. */
 int dsv__gw_call_init(struct gw_call *c, struct gw_calls *cs, int fd);
