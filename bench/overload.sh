@@ -5,7 +5,7 @@
 #   bench/overload.sh [--instances 1] [--threads 1] [--duration 15] [--max-tokens 64]
 #       [--prompt-len 16] [--factors "0.7 1 2 5 10"] [--rounds 3] [--capacity QPS]
 #       [--model DIR] [--max-queue N] [--seed 1] [--housekeeping-cpus LIST]
-#       [--client-cpus LIST] [--build-dir DIR] [--out DIR]
+#       [--client-cpus auto|any|LIST] [--build-dir DIR] [--out DIR]
 #
 # --rounds rounds on one running dsvisor, each measuring capacity and then every load
 # factor, so each round's ratios are same-run and the spread between rounds shows how far
@@ -30,12 +30,16 @@
 # The placement is printed first: the CPUs of the worker's step thread, of the
 # supervisor's threads and of the load generator. --housekeeping-cpus is passed to
 # `dsvisor start` (the gateway's CPUs, kept from the instances); --client-cpus pins the
-# load generator (taskset), which on a small host stands in for clients on other
-# machines: without it the client's refusals compete with the worker for its CPU.
+# load generator (taskset). By default (--client-cpus auto) the load generator is pinned
+# to the CPUs that no worker compute thread is pinned to (the worker's step thread and its
+# pool threads each have one CPU), when there are any: a deployment's clients are on other
+# machines, and on a small host the client's own CPU for sending and refusing requests
+# would otherwise be taken from the worker's step thread and counted against the server.
+# --client-cpus any leaves it unpinned; the placement line says which applied.
 set -uo pipefail
 SRC=$(cd "$(dirname "$0")/.." && pwd)
 INSTANCES=1 THREADS=1 DURATION=15 MAX_TOKENS=64 PROMPT=16 FACTORS="0.7 1 2 5 10" ROUNDS=3 CAPACITY= MODEL=
-MAX_QUEUE=8 SEED=1 BUILD=$SRC/build OUT= HOUSEKEEPING= CLIENT_CPUS=
+MAX_QUEUE=8 SEED=1 BUILD=$SRC/build OUT= HOUSEKEEPING= CLIENT_CPUS=auto
 while [ $# -gt 0 ]; do
   case "$1" in
     --instances) INSTANCES=$2 ;; --threads) THREADS=$2 ;; --duration) DURATION=$2 ;;
@@ -44,7 +48,7 @@ while [ $# -gt 0 ]; do
     --capacity) CAPACITY=$2 ;; --model) MODEL=$2 ;; --max-queue) MAX_QUEUE=$2 ;; --seed) SEED=$2 ;;
     --housekeeping-cpus) HOUSEKEEPING=$2 ;; --client-cpus) CLIENT_CPUS=$2 ;;
     --build-dir) BUILD=$2 ;; --out) OUT=$2 ;;
-    -h|--help) sed -n '2,39p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,38p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "overload.sh: unknown option '$1'" >&2; exit 2 ;;
   esac
   shift 2
@@ -71,8 +75,29 @@ args=(--instances "$INSTANCES" --threads-per-instance "$THREADS" --max-queue "$M
 [ -n "$HOUSEKEEPING" ] && args+=(--housekeeping-cpus "$HOUSEKEEPING")
 start_dsvisor overload.sh "${args[@]}"
 URL=http://127.0.0.1:$PORT
+if [ "$CLIENT_CPUS" = auto ]; then
+  # every CPU given to this script less the ones a worker thread alone is pinned to
+  CLIENT_CPUS=$(python3 - "$RUN/status.json" <<'PY'
+import glob, json, os, sys
+compute = set()
+for inst in json.load(open(sys.argv[1]))['instances']:
+    for status in glob.glob('/proc/%d/task/*/status' % inst['pid']) if inst['pid'] > 0 else []:
+        try:
+            allowed = [l.split()[1] for l in open(status) if l.startswith('Cpus_allowed_list:')][0]
+        except (OSError, IndexError):
+            continue
+        if allowed.isdigit():
+            compute.add(int(allowed))
+print(','.join(str(c) for c in sorted(os.sched_getaffinity(0) - compute)))
+PY
+)
+  CLIENT_WHY="the CPUs free of worker compute threads (--client-cpus auto)"
+  [ -n "$CLIENT_CPUS" ] || { CLIENT_CPUS=any; CLIENT_WHY="every CPU has a worker compute thread"; }
+else
+  CLIENT_WHY="--client-cpus $CLIENT_CPUS"
+fi
 CLIENT=()
-[ -n "$CLIENT_CPUS" ] && CLIENT=(taskset -c "$CLIENT_CPUS")
+[ "$CLIENT_CPUS" != any ] && CLIENT=(taskset -c "$CLIENT_CPUS")
 LOAD=("${CLIENT[@]}" "$B/dsvisor-bench-load" --url "$URL" --prompt-len "$PROMPT" --max-tokens "$MAX_TOKENS" --timeout 120
       --drain 120 --max-inflight 100000 --json)
 # The first instance's worker: its main thread (tid = pid) drives every engine step.
@@ -82,11 +107,11 @@ affinity() { taskset -pc "$1" 2>/dev/null | sed 's/.*: //'; }
 sup_cpus=$(for t in /proc/"$SUP"/task/*; do affinity "${t##*/}"; done | sort -u | paste -sd' ')
 echo "overload: dsvisor pid $SUP on port $PORT, $INSTANCES instance(s) of $THREADS thread(s), max-queue $MAX_QUEUE;" \
      "prompt $PROMPT words, $MAX_TOKENS tokens, $DURATION s per run, $ROUNDS round(s);" \
-     "housekeeping CPUs ${HOUSEKEEPING:-default}, client CPUs ${CLIENT_CPUS:-any}; $(date -u +%FT%TZ) on $(nproc) CPUs," \
+     "housekeeping CPUs ${HOUSEKEEPING:-default}, client CPUs $CLIENT_CPUS; $(date -u +%FT%TZ) on $(nproc) CPUs," \
      "load average $(cut -d' ' -f1-3 /proc/loadavg)" | tee "$OUT/report.txt"
 echo "placement: worker $WORKER step thread on CPUs $(affinity "$WORKER"), its other threads on" \
      "$(for t in /proc/"$WORKER"/task/*; do [ "${t##*/}" = "$WORKER" ] || affinity "${t##*/}"; done | sort -u | paste -sd' ');" \
-     "supervisor threads (gateway included) on $sup_cpus; load generator on ${CLIENT_CPUS:-any CPU (not pinned)}" |
+     "supervisor threads (gateway included) on $sup_cpus; load generator on CPUs $CLIENT_CPUS ($CLIENT_WHY)" |
   tee -a "$OUT/report.txt"
 
 # sample NAME: the worker step thread's schedstat (run ns, run-delay ns) and the
