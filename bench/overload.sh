@@ -3,40 +3,57 @@
 # measured capacity; every request must end with an HTTP status line.
 #
 #   bench/overload.sh [--instances 1] [--threads 1] [--duration 15] [--max-tokens 64]
-#       [--prompt-len 16] [--factors "0.7 1 2 5 10"] [--capacity QPS] [--model DIR]
-#       [--max-queue N] [--seed 1] [--housekeeping-cpus LIST] [--client-cpus LIST]
-#       [--build-dir DIR] [--out DIR]
+#       [--prompt-len 16] [--factors "0.7 1 2 5 10"] [--rounds 3] [--capacity QPS]
+#       [--model DIR] [--max-queue N] [--seed 1] [--housekeeping-cpus LIST]
+#       [--client-cpus auto|any|LIST] [--build-dir DIR] [--out DIR]
 #
-# Capacity is measured first (unless --capacity is given): closed loop with as many
+# --rounds rounds on one running dsvisor, each measuring capacity and then every load
+# factor, so each round's ratios are same-run and the spread between rounds shows how far
+# one run can be trusted (about 5 minutes with the defaults on a quiet host). Capacity is
+# measured first in each round (unless --capacity is given): closed loop with as many
 # requests in flight as the instances run at once plus their queues (max-batch 8 +
-# --max-queue, per instance) for --duration seconds; its completed QPS is "100 %". Then
-# for each load factor F an open-loop Poisson run at F x capacity for --duration seconds
-# (dsvisor-bench-load --qps, no client-side cap on requests in flight), each after the
-# previous one's requests have drained. Printed per factor: offered and completed QPS,
-# P50/P99 latency of the completed requests, refusals (429, 503, and by reason from
-# dsvisor_requests_rejected_total and dsvisor_connections_refused_total, the run's
-# difference), refusals without Retry-After, and lost (no HTTP answer). Then the checks:
-# lost 0 everywhere, P99 at 5x within 1.5x of P99 at 0.7x, completed QPS at 5x at least
-# 0.95x the capacity. Raw JSON and metrics go to OUT (default a new /tmp/dsv-overload.*).
-# --housekeeping-cpus is passed to `dsvisor start` (the gateway's CPUs, kept from the
-# instances); --client-cpus pins the load generator (taskset), which on a small host stands
-# in for clients on other machines: without it the client competes with the worker.
+# --max-queue, per instance) for --duration seconds; its completed QPS is that round's
+# "100 %". Then for each load factor F an open-loop Poisson run at F x that capacity for
+# --duration seconds (dsvisor-bench-load --qps, no client-side cap on requests in flight),
+# each after the previous one's requests have drained; odd rounds go up the factors, even
+# rounds down, so a drift of the host over the run does not favour one factor. Printed
+# per run: offered and completed QPS, P50/P99 latency of the completed requests, refusals
+# (429, 503, and by reason from dsvisor_requests_rejected_total and
+# dsvisor_connections_refused_total, the run's difference), refusals without Retry-After,
+# and lost (no HTTP answer); then where the CPU went: the share of the run the worker's
+# step thread ran, waited runnable (run delay: another thread had its CPU) and slept
+# (nothing to step), the tokens per engine step (from the worker's stats, polled each
+# second), and the CPU of the supervisor (gateway included) and of the load generator.
+# Then the checks, per round and as the median (min..max) over the rounds: lost 0
+# everywhere, P99 at 5x within 1.5x of P99 at 0.7x, completed QPS at 5x at least 0.95x the
+# round's capacity. Raw JSON and metrics go to OUT (default a new /tmp/dsv-overload.*).
+# The placement is printed first: the CPUs of the worker's step thread, of the
+# supervisor's threads and of the load generator. --housekeeping-cpus is passed to
+# `dsvisor start` (the gateway's CPUs, kept from the instances); --client-cpus pins the
+# load generator (taskset). By default (--client-cpus auto) the load generator is pinned
+# to the CPUs that no worker compute thread is pinned to (the worker's step thread and its
+# pool threads each have one CPU), when there are any: a deployment's clients are on other
+# machines, and on a small host the client's own CPU for sending and refusing requests
+# would otherwise be taken from the worker's step thread and counted against the server.
+# --client-cpus any leaves it unpinned; the placement line says which applied.
 set -uo pipefail
 SRC=$(cd "$(dirname "$0")/.." && pwd)
-INSTANCES=1 THREADS=1 DURATION=15 MAX_TOKENS=64 PROMPT=16 FACTORS="0.7 1 2 5 10" CAPACITY= MODEL=
-MAX_QUEUE=8 SEED=1 BUILD=$SRC/build OUT= HOUSEKEEPING= CLIENT_CPUS=
+INSTANCES=1 THREADS=1 DURATION=15 MAX_TOKENS=64 PROMPT=16 FACTORS="0.7 1 2 5 10" ROUNDS=3 CAPACITY= MODEL=
+MAX_QUEUE=8 SEED=1 BUILD=$SRC/build OUT= HOUSEKEEPING= CLIENT_CPUS=auto
 while [ $# -gt 0 ]; do
   case "$1" in
     --instances) INSTANCES=$2 ;; --threads) THREADS=$2 ;; --duration) DURATION=$2 ;;
     --max-tokens) MAX_TOKENS=$2 ;; --prompt-len) PROMPT=$2 ;; --factors) FACTORS=$2 ;;
+    --rounds) ROUNDS=$2 ;;
     --capacity) CAPACITY=$2 ;; --model) MODEL=$2 ;; --max-queue) MAX_QUEUE=$2 ;; --seed) SEED=$2 ;;
     --housekeeping-cpus) HOUSEKEEPING=$2 ;; --client-cpus) CLIENT_CPUS=$2 ;;
     --build-dir) BUILD=$2 ;; --out) OUT=$2 ;;
-    -h|--help) sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,38p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "overload.sh: unknown option '$1'" >&2; exit 2 ;;
   esac
   shift 2
 done
+case "$ROUNDS" in ''|*[!0-9]*|0) echo "overload.sh: --rounds must be a whole number above 0, not '$ROUNDS'" >&2; exit 2 ;; esac
 B=$BUILD/bin
 . "$SRC/bench/start-dsvisor.sh"
 for f in dsvisor dsvisor-worker dsvisor-bench-load; do
@@ -58,61 +75,157 @@ args=(--instances "$INSTANCES" --threads-per-instance "$THREADS" --max-queue "$M
 [ -n "$HOUSEKEEPING" ] && args+=(--housekeeping-cpus "$HOUSEKEEPING")
 start_dsvisor overload.sh "${args[@]}"
 URL=http://127.0.0.1:$PORT
+if [ "$CLIENT_CPUS" = auto ]; then
+  # every CPU given to this script less the ones a worker thread alone is pinned to
+  CLIENT_CPUS=$(python3 - "$RUN/status.json" <<'PY'
+import glob, json, os, sys
+compute = set()
+for inst in json.load(open(sys.argv[1]))['instances']:
+    for status in glob.glob('/proc/%d/task/*/status' % inst['pid']) if inst['pid'] > 0 else []:
+        try:
+            allowed = [l.split()[1] for l in open(status) if l.startswith('Cpus_allowed_list:')][0]
+        except (OSError, IndexError):
+            continue
+        if allowed.isdigit():
+            compute.add(int(allowed))
+print(','.join(str(c) for c in sorted(os.sched_getaffinity(0) - compute)))
+PY
+)
+  CLIENT_WHY="the CPUs free of worker compute threads (--client-cpus auto)"
+  [ -n "$CLIENT_CPUS" ] || { CLIENT_CPUS=any; CLIENT_WHY="every CPU has a worker compute thread"; }
+else
+  CLIENT_WHY="--client-cpus $CLIENT_CPUS"
+fi
 CLIENT=()
-[ -n "$CLIENT_CPUS" ] && CLIENT=(taskset -c "$CLIENT_CPUS")
+[ "$CLIENT_CPUS" != any ] && CLIENT=(taskset -c "$CLIENT_CPUS")
 LOAD=("${CLIENT[@]}" "$B/dsvisor-bench-load" --url "$URL" --prompt-len "$PROMPT" --max-tokens "$MAX_TOKENS" --timeout 120
       --drain 120 --max-inflight 100000 --json)
+# The first instance's worker: its main thread (tid = pid) drives every engine step.
+WORKER=$(python3 -c "import json; print(json.load(open('$RUN/status.json'))['instances'][0]['pid'])")
+# affinity TID: the thread's allowed CPUs
+affinity() { taskset -pc "$1" 2>/dev/null | sed 's/.*: //'; }
+sup_cpus=$(for t in /proc/"$SUP"/task/*; do affinity "${t##*/}"; done | sort -u | paste -sd' ')
 echo "overload: dsvisor pid $SUP on port $PORT, $INSTANCES instance(s) of $THREADS thread(s), max-queue $MAX_QUEUE;" \
-     "prompt $PROMPT words, $MAX_TOKENS tokens, $DURATION s per run;" \
-     "housekeeping CPUs ${HOUSEKEEPING:-default}, client CPUs ${CLIENT_CPUS:-any}; $(date -u +%FT%TZ) on $(nproc) CPUs," \
+     "prompt $PROMPT words, $MAX_TOKENS tokens, $DURATION s per run, $ROUNDS round(s);" \
+     "housekeeping CPUs ${HOUSEKEEPING:-default}, client CPUs $CLIENT_CPUS; $(date -u +%FT%TZ) on $(nproc) CPUs," \
      "load average $(cut -d' ' -f1-3 /proc/loadavg)" | tee "$OUT/report.txt"
+echo "placement: worker $WORKER step thread on CPUs $(affinity "$WORKER"), its other threads on" \
+     "$(for t in /proc/"$WORKER"/task/*; do [ "${t##*/}" = "$WORKER" ] || affinity "${t##*/}"; done | sort -u | paste -sd' ');" \
+     "supervisor threads (gateway included) on $sup_cpus; load generator on CPUs $CLIENT_CPUS ($CLIENT_WHY)" |
+  tee -a "$OUT/report.txt"
+
+# sample NAME: the worker step thread's schedstat (run ns, run-delay ns) and the
+# supervisor's CPU ticks (every thread, exited ones included) into $OUT/NAME
+sample() {
+  echo "$(cut -d' ' -f1-2 /proc/"$WORKER"/task/"$WORKER"/schedstat 2>/dev/null || echo '- -')" \
+       "$(awk '{ print $14 + $15 }' /proc/"$SUP"/stat)" >"$OUT/$1"
+}
+# run NAME LOAD-OPTIONS...: one load run into $OUT/NAME.json, with /metrics, the samples
+# and the load generator's CPU time (real, user, system seconds) around it
+run() {
+  local n=$1; shift
+  curl -s "$URL/metrics" >"$OUT/$n.metrics-before"
+  sample "$n.sample-before"
+  { TIMEFORMAT='%R %U %S'; time "${LOAD[@]}" "$@" --seed "$SEED" >"$OUT/$n.json" 2>"$OUT/$n.err"; } 2>"$OUT/$n.client-cpu"
+  sample "$n.sample-after"
+  curl -s "$URL/metrics" >"$OUT/$n.metrics-after"
+}
 
 # warm-up, uncounted
 "${LOAD[@]}" --concurrency 2 --requests 8 --seed "$SEED" >/dev/null 2>&1
-if [ -z "$CAPACITY" ]; then
-  "${LOAD[@]}" --concurrency $(( INSTANCES * (8 + MAX_QUEUE) )) --duration "$DURATION" --seed "$SEED" \
-    >"$OUT/capacity.json" 2>"$OUT/capacity.err"
-  CAPACITY=$(python3 -c "import json; print('%.2f' % json.load(open('$OUT/capacity.json'))['qps'])")
-fi
-echo "capacity: $CAPACITY completed QPS" | tee -a "$OUT/report.txt"
-
-for f in $FACTORS; do
-  qps=$(python3 -c "print('%.2f' % ($f * $CAPACITY))")
-  curl -s "$URL/metrics" >"$OUT/metrics-before-$f.txt"
-  "${LOAD[@]}" --qps "$qps" --duration "$DURATION" --seed "$SEED" >"$OUT/load-$f.json" 2>"$OUT/load-$f.err"
-  curl -s "$URL/metrics" >"$OUT/metrics-after-$f.txt"
+for r in $(seq "$ROUNDS"); do
+  cap=$CAPACITY
+  if [ -z "$CAPACITY" ]; then
+    run "r$r-capacity" --concurrency $(( INSTANCES * (8 + MAX_QUEUE) )) --duration "$DURATION"
+    cap=$(python3 -c "import json; print('%.2f' % json.load(open('$OUT/r$r-capacity.json'))['qps'])")
+  fi
+  echo "$cap" >"$OUT/r$r-capacity.qps"
+  order=$FACTORS
+  [ $((r % 2)) = 0 ] && order=$(echo "$FACTORS" | tr ' ' '\n' | tac | paste -sd' ')
+  echo "round $r: capacity $cap completed QPS; factors in the order $order" | tee -a "$OUT/report.txt"
+  for f in $order; do
+    run "r$r-$f" --qps "$(python3 -c "print('%.2f' % ($f * $cap))")" --duration "$DURATION"
+  done
 done
 
-python3 - "$OUT" "$CAPACITY" $FACTORS <<'PY' | tee -a "$OUT/report.txt"
-import json, re, sys
-out, capacity, factors = sys.argv[1], float(sys.argv[2]), sys.argv[3:]
-def refusals(path):
-    r = {}
+python3 - "$OUT" "$ROUNDS" "$(getconf CLK_TCK)" $FACTORS <<'PY' | tee -a "$OUT/report.txt"
+import json, re, statistics, sys
+out, rounds, tck, factors = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), sys.argv[4:]
+def metrics(path):
+    r, it = {}, [0.0, 0.0]
     for line in open(path):
         m = re.match(r'dsvisor_requests_rejected_total\{reason="(\w+)"\} (\d+)', line)
         if m: r[m.group(1)] = int(m.group(2))
         m = re.match(r'dsvisor_connections_refused_total (\d+)', line)
         if m: r['connection_limit'] = int(m.group(1))
-    return r
+        m = re.match(r'dsvisor_iteration_tokens_(sum|count)\{[^}]*\} ([0-9.e+]+)', line)
+        if m: it[m.group(1) == 'count'] += float(m.group(2))
+    return r, it
 def ms(v): return '%.0f' % (v * 1000) if v is not None else '-'
-print('%-6s %8s %9s %8s %8s %6s %6s %9s %5s  %s' % ('factor', 'offered', 'completed', 'P50 ms', 'P99 ms',
-      '429', '503', 'no R-A', 'lost', 'rejected by reason'))
-rows = {}
-for f in factors:
-    j = json.load(open('%s/load-%s.json' % (out, f)))
-    a, b = refusals('%s/metrics-before-%s.txt' % (out, f)), refusals('%s/metrics-after-%s.txt' % (out, f))
-    why = ', '.join('%s %d' % (k, b[k] - a.get(k, 0)) for k in sorted(b) if b[k] - a.get(k, 0))
-    rows[f] = j
-    print('%-6s %8.1f %9.1f %8s %8s %6d %6d %9d %5d  %s' % (f, j['target_qps'], j['qps'], ms(j['p50_s']),
-          ms(j['p99_s']), j['rejected_429'], j['rejected_503'], j['rejected_without_retry_after'], j['lost'],
-          why or '-'))
-lost = sum(j['lost'] + j['errors'] - j['rejected_429'] - j['rejected_503'] for j in rows.values())
+def pct(v): return '%.0f' % (v * 100) if v is not None else '-'
+runs = {}
+for r in range(1, rounds + 1):
+    for f in ['capacity'] + factors:
+        n = '%s/r%d-%s' % (out, r, f)
+        try:
+            j = json.load(open(n + '.json'))
+        except (OSError, ValueError):
+            continue
+        (a, ia), (b, ib) = metrics(n + '.metrics-before'), metrics(n + '.metrics-after')
+        j['why'] = ', '.join('%s %d' % (k, b[k] - a.get(k, 0)) for k in sorted(b) if b[k] - a.get(k, 0))
+        steps = ib[1] - ia[1]
+        j['tokens_per_step'] = (ib[0] - ia[0]) / steps if steps > 0 else None
+        s0, s1 = open(n + '.sample-before').read().split(), open(n + '.sample-after').read().split()
+        wall, user, sys_ = map(float, open(n + '.client-cpu').read().split()[-3:])
+        j['wall'] = wall
+        j['client_cpu'] = (user + sys_) / wall
+        j['sup_cpu'] = (float(s1[2]) - float(s0[2])) / tck / wall
+        if s0[0] != '-' and s1[0] != '-':
+            j['w_run'] = (int(s1[0]) - int(s0[0])) / 1e9 / wall
+            j['w_delay'] = (int(s1[1]) - int(s0[1])) / 1e9 / wall
+            j['w_idle'] = max(0.0, 1 - j['w_run'] - j['w_delay'])
+        runs[(r, f)] = j
+print('%-5s %-8s %8s %9s %7s %7s %6s %6s %6s %5s  %s' % ('round', 'factor', 'offered', 'completed', 'P50 ms',
+      'P99 ms', '429', '503', 'no R-A', 'lost', 'rejected by reason'))
+for (r, f), j in sorted(runs.items(), key=lambda kv: (kv[0][0], kv[0][1] != 'capacity', float(kv[0][1]) if kv[0][1] != 'capacity' else 0)):
+    print('%-5d %-8s %8s %9.1f %7s %7s %6d %6d %6d %5d  %s' % (r, f, '%.1f' % j['target_qps'] if j['target_qps'] else 'closed',
+          j['qps'], ms(j['p50_s']), ms(j['p99_s']), j['rejected_429'], j['rejected_503'],
+          j['rejected_without_retry_after'], j['lost'], j['why'] or '-'))
+print('where the CPU went, % of each run\'s wall time (worker: its step thread; tokens per step from the stats poll):')
+print('%-5s %-8s %8s %9s %8s %9s %10s %7s' % ('round', 'factor', 'w. runs', 'w. waits', 'w. idle', 'tok/step',
+      'supervisor', 'client'))
+for (r, f), j in sorted(runs.items(), key=lambda kv: (kv[0][0], kv[0][1] != 'capacity', float(kv[0][1]) if kv[0][1] != 'capacity' else 0)):
+    print('%-5d %-8s %8s %9s %8s %9s %10s %7s' % (r, f, pct(j.get('w_run')), pct(j.get('w_delay')), pct(j.get('w_idle')),
+          '%.1f' % j['tokens_per_step'] if j['tokens_per_step'] else '-', pct(j['sup_cpu']), pct(j['client_cpu'])))
+lost = sum(j['lost'] + j['errors'] - j['rejected_429'] - j['rejected_503'] for j in runs.values())
 print('every request answered (lost 0, no other errors): %s' % ('yes' if lost == 0 else 'NO (%d)' % lost))
-if '0.7' in rows and '5' in rows and rows['0.7']['p99_s'] and rows['5']['p99_s']:
-    r = rows['5']['p99_s'] / rows['0.7']['p99_s']
-    print('P99 at 5x / P99 at 0.7x: %.2f (target <= 1.5)' % r)
-if '5' in rows:
-    print('completed QPS at 5x / capacity: %.2f (target >= 0.95)' % (rows['5']['qps'] / capacity))
-    if '1' in rows and rows['1']['qps']:
-        print('completed QPS at 5x / completed at 1x (open loop): %.2f' % (rows['5']['qps'] / rows['1']['qps']))
+def judged(name, target, better, ratio):
+    vals = []
+    for r in range(1, rounds + 1):
+        v = ratio(r)
+        if v is not None:
+            vals.append(v)
+    if not vals:
+        return
+    ok = sum(1 for v in vals if (v <= target if better == 'below' else v >= target))
+    print('%s: median %.2f (min %.2f, max %.2f; rounds %s), target %s %.2f, met in %d of %d rounds' % (
+          name, statistics.median(vals), min(vals), max(vals), ' '.join('%.2f' % v for v in vals),
+          '<=' if better == 'below' else '>=', target, ok, len(vals)))
+def get(r, f, k):
+    j = runs.get((r, f))
+    return j[k] if j and j[k] else None
+def cap(r): return float(open('%s/r%d-capacity.qps' % (out, r)).read())
+if '5' in factors and '0.7' in factors:
+    judged('P99 at 5x / P99 at 0.7x', 1.5, 'below',
+           lambda r: get(r, '5', 'p99_s') / get(r, '0.7', 'p99_s') if get(r, '5', 'p99_s') and get(r, '0.7', 'p99_s') else None)
+if '5' in factors:
+    judged('completed QPS at 5x / the round\'s capacity', 0.95, 'above',
+           lambda r: get(r, '5', 'qps') / cap(r) if get(r, '5', 'qps') is not None else None)
+    if '1' in factors:
+        judged('completed QPS at 5x / completed at 1x (open loop)', 0.95, 'above',
+               lambda r: get(r, '5', 'qps') / get(r, '1', 'qps') if get(r, '5', 'qps') and get(r, '1', 'qps') else None)
+caps = [cap(r) for r in range(1, rounds + 1)]
+if len(caps) > 1:
+    print('capacity over the rounds: %s QPS (spread %.0f %% of the median)' % (
+          ' '.join('%.1f' % c for c in caps), (max(caps) - min(caps)) * 100 / statistics.median(caps)))
 PY

@@ -181,6 +181,7 @@ reached_functions() {
         dsv_ipc_batch_add dsv_ipc_batch_message ;;
     fuzz-supervisor-config) echo sup_config_apply_json set_text/config.c set_int/config.c dsv_cgroup_parent_check ;;
     fuzz-gateway-request) echo dsv__gw_request_parse dsv__gw_messages_parse dsv__gw_tools_parse parse_stop parse_logprobs dsv__gw_utf8_valid \
+        dsv__gw_error_json json_string_put/request.c \
         dsv__gw_parse_constraint parse_logit_bias ;;
     fuzz-gateway-chat-output) echo dsv__gw_think_push dsv__gw_tools_push parse_section/tool_calls.c json_call/tool_calls.c scan_content/tool_calls.c dsv__gw_tools_read_json_calls dsv__gw_chat_out_delta ;;
     fuzz-gateway-http) echo dsv__gw_strict_target_ok dsv__gw_strict_header_block dsv__gw_strict_request scan_field/http_strict.c dsv__gw_json_strict dsv__gw_request_parse dsv__gw_tokenize ;;

@@ -134,8 +134,6 @@ static size_t on_header(char *ptr, size_t size, size_t nmemb, void *user) {
 static void req_free(struct req *q) {
         if (!q)
                 return;
-        if (q->easy)
-                curl_easy_cleanup(q->easy);
         load_sse_done(&q->sse);
         free(q->body);
         free(q->resp);
@@ -215,12 +213,45 @@ struct driver {
         CURLM *multi;
         struct curl_slist *headers;
         char endpoint[2048];
+        CURLU *endpoint_url; /* endpoint, parsed once for every request */
         struct load_rng len_rng;
         struct load_stats *st;
         unsigned inflight;
         struct req *running; /* list head */
         char *prompt;
+        char *model_json; /* o->model as a JSON string */
+        /* Easy handles done with, for the next requests: a new handle per request costs
+         * the sender more than the request itself when the server refuses it at once. */
+        CURL **idle;
+        size_t n_idle, idle_cap;
 };
+
+static CURL *easy_take(struct driver *d) {
+        return d->n_idle ? d->idle[--d->n_idle] : curl_easy_init();
+}
+
+/* Keeps e for a later request (every option is set again then), or frees it. */
+static void easy_park(struct driver *d, CURL *e) {
+        if (!e)
+                return;
+        if (d->n_idle == d->idle_cap) {
+                size_t cap = d->idle_cap ? 2 * d->idle_cap : 64;
+                CURL **v = realloc(d->idle, cap * sizeof *v);
+                if (!v) {
+                        curl_easy_cleanup(e);
+                        return;
+                }
+                d->idle = v;
+                d->idle_cap = cap;
+        }
+        d->idle[d->n_idle++] = e;
+}
+
+/* Frees q, keeping its easy handle (out of the multi handle) for the next request. */
+static void req_done(struct driver *d, struct req *q) {
+        easy_park(d, q->easy);
+        req_free(q);
+}
 
 static void list_add(struct driver *d, struct req *q) {
         q->next = d->running;
@@ -240,28 +271,23 @@ static void list_del(struct driver *d, struct req *q) {
         d->inflight--;
 }
 
+/* The request body, laid out as cJSON_PrintUnformatted lays out the same object, written
+ * with one snprintf: the model name comes quoted and escaped from d->model_json (made once
+ * per run), and the prompt needs no escaping (load_prompt_fill writes lowercase words and
+ * spaces only). A malloc'd string, NULL when out of memory. */
 static char *body_new(struct driver *d) {
         unsigned max_tokens = load_request_draw(d->o, &d->len_rng, d->prompt);
-        cJSON *o = cJSON_CreateObject();
-        if (!o)
+        const char *stream = d->o->stream ? ",\"stream\":true,\"stream_options\":{\"include_usage\":true}" : "";
+        size_t size = strlen(d->model_json) + strlen(d->prompt) + strlen(stream) + 96;
+        char *s = malloc(size);
+        if (!s)
                 return NULL;
-        cJSON_AddStringToObject(o, "model", d->o->model);
-        if (!strcmp(d->o->api, "chat")) {
-                cJSON *msgs = cJSON_AddArrayToObject(o, "messages");
-                cJSON *m = cJSON_CreateObject();
-                cJSON_AddStringToObject(m, "role", "user");
-                cJSON_AddStringToObject(m, "content", d->prompt);
-                cJSON_AddItemToArray(msgs, m);
-        } else {
-                cJSON_AddStringToObject(o, "prompt", d->prompt);
-        }
-        cJSON_AddNumberToObject(o, "max_tokens", max_tokens);
-        if (d->o->stream) {
-                cJSON_AddTrueToObject(o, "stream");
-                cJSON_AddTrueToObject(cJSON_AddObjectToObject(o, "stream_options"), "include_usage");
-        }
-        char *s = cJSON_PrintUnformatted(o);
-        cJSON_Delete(o);
+        if (!strcmp(d->o->api, "chat"))
+                snprintf(s, size, "{\"model\":%s,\"messages\":[{\"role\":\"user\",\"content\":\"%s\"}],\"max_tokens\":%u%s}",
+                         d->model_json, d->prompt, max_tokens, stream);
+        else
+                snprintf(s, size, "{\"model\":%s,\"prompt\":\"%s\",\"max_tokens\":%u%s}", d->model_json, d->prompt,
+                         max_tokens, stream);
         return s;
 }
 
@@ -275,13 +301,13 @@ static int req_start(struct driver *d, int64_t sched_ns) {
         q->usage_tokens = -1;
         load_sse_init(&q->sse);
         q->body = body_new(d);
-        q->easy = curl_easy_init();
+        q->easy = easy_take(d);
         if (!q->body || !q->easy) {
-                req_free(q);
+                req_done(d, q);
                 return -ENOMEM;
         }
         CURL *e = q->easy;
-        curl_easy_setopt(e, CURLOPT_URL, d->endpoint);
+        curl_easy_setopt(e, CURLOPT_CURLU, d->endpoint_url);
         curl_easy_setopt(e, CURLOPT_HTTPHEADER, d->headers);
         curl_easy_setopt(e, CURLOPT_POSTFIELDS, q->body);
         curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE, (long)strlen(q->body));
@@ -295,7 +321,7 @@ static int req_start(struct driver *d, int64_t sched_ns) {
         curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, 5000L);
         curl_easy_setopt(e, CURLOPT_PROXY, ""); /* loopback benchmarks never go through a proxy */
         if (curl_multi_add_handle(d->multi, e) != CURLM_OK) {
-                req_free(q);
+                req_done(d, q);
                 return -ENOMEM;
         }
         d->st->sent++;
@@ -315,7 +341,7 @@ static void reap(struct driver *d) {
                 curl_multi_remove_handle(d->multi, m->easy_handle);
                 req_finish(q, rc, load_now_ns());
                 list_del(d, q);
-                req_free(q);
+                req_done(d, q);
         }
 }
 
@@ -326,7 +352,7 @@ static void abandon_all(struct driver *d) {
                 curl_multi_remove_handle(d->multi, q->easy);
                 load_stats_lost(d->st, "drain_timeout");
                 list_del(d, q);
-                req_free(q);
+                req_done(d, q);
         }
 }
 
@@ -710,6 +736,21 @@ static int run_http(struct load_opts *o, struct load_stats *st, char *endpoint, 
                 }
                 o->model = model;
         }
+        cJSON *model_str = cJSON_CreateString(o->model);
+        d.model_json = model_str ? cJSON_PrintUnformatted(model_str) : NULL;
+        cJSON_Delete(model_str);
+        if (!d.model_json) {
+                fprintf(stderr, "<3>out of memory\n");
+                r = 1;
+                goto out;
+        }
+        d.endpoint_url = curl_url();
+        CURLUcode uc = d.endpoint_url ? curl_url_set(d.endpoint_url, CURLUPART_URL, d.endpoint, 0) : CURLUE_OUT_OF_MEMORY;
+        if (uc != CURLUE_OK) {
+                fprintf(stderr, "<3>bad --url '%s': %s\n", o->url, curl_url_strerror(uc));
+                r = uc == CURLUE_OUT_OF_MEMORY ? 1 : 2;
+                goto out;
+        }
         curl_multi_setopt(d.multi, CURLMOPT_MAXCONNECTS, (long)o->max_inflight);
         load_len_rng_init(o, &d.len_rng);
         r = run(&d, ret_t0, ret_t1);
@@ -718,11 +759,16 @@ static int run_http(struct load_opts *o, struct load_stats *st, char *endpoint, 
                 r = 1;
         }
 out:
+        while (d.n_idle)
+                curl_easy_cleanup(d.idle[--d.n_idle]);
+        free(d.idle);
         if (d.multi)
                 curl_multi_cleanup(d.multi);
         curl_slist_free_all(d.headers);
         curl_global_cleanup();
         free(d.prompt);
+        cJSON_free(d.model_json);
+        curl_url_cleanup(d.endpoint_url);
         return r;
 }
 

@@ -264,8 +264,14 @@ for i in 1 2 3 4; do post $PORT_lb /v1/completions "$(completion 'steer me' 2)" 
 check load-steers-routing bash -c "[ ! -s $T/lx.log ] && [ \$(grep -c request $T/ly.log) = 4 ]"
 ctl lb "load 0 9 0" >/dev/null; ctl lb "load 1 9 0" >/dev/null
 check load-queue-full-429 bash -c "[ \$(post $PORT_lb /v1/completions '$(completion x 1)') = 429 ] && grep -qi '^retry-after:' $T/hdr"
+# with every queue full the refusal comes before the body is parsed: a body that is not
+# JSON gets the same 429 (whole, with Retry-After) and counts as queue_full; once there
+# is room it is a 400 again
+check load-queue-full-before-parse bash -c "[ \$(post $PORT_lb /v1/completions '{not json') = 429 ] && grep -qi '^retry-after: [0-9]' $T/hdr && is_error rate_limit_error && json \"j['error']['code'] == 'rate_limit_exceeded'\""
+check load-queue-full-before-parse-counted bash -c "curl -s http://127.0.0.1:$PORT_lb/metrics | grep -q '^dsvisor_requests_rejected_total{reason=\"queue_full\"} 2$'"
 ctl lb "load 0 -" >/dev/null; ctl lb "load 1 -" >/dev/null
 check load-cleared [ "$(post $PORT_lb /v1/completions "$(completion x 1)")" = 200 ]
+check load-cleared-parse-400 bash -c "[ \$(post $PORT_lb /v1/completions '{not json') = 400 ] && is_error invalid_request_error"
 
 # ---- deadline -> 504, and the worker is told to cancel --------------------------------------
 worker stall --delay-ms 5 --stall-after 1

@@ -160,6 +160,50 @@ TEST(error_json_shape) {
         free(s);
 }
 
+/* The error body is written without cJSON; it must come out as cJSON writes the same
+ * object, for every byte a message, type, param or code can hold. */
+static char *error_json_by_cjson(const struct dsv_gw_error *e) {
+        cJSON *root = cJSON_CreateObject();
+        cJSON *err = cJSON_AddObjectToObject(root, "error");
+        cJSON_AddStringToObject(err, "message", e->message);
+        cJSON_AddStringToObject(err, "type", e->type ? e->type : "server_error");
+        if (e->param[0])
+                cJSON_AddStringToObject(err, "param", e->param);
+        else
+                cJSON_AddNullToObject(err, "param");
+        if (e->code)
+                cJSON_AddStringToObject(err, "code", e->code);
+        else
+                cJSON_AddNullToObject(err, "code");
+        char *s = cJSON_PrintUnformatted(root);
+        cJSON_Delete(root);
+        return s;
+}
+
+TEST(error_json_as_cjson_writes_it) {
+        char all[256], code[64];
+        for (int c = 1; c < 256; c++)
+                all[c - 1] = (char)c;
+        all[255] = 0;
+        const char *types[] = {"rate_limit_error", NULL, "t\"y\\p\x01e"};
+        for (int round = 0; round < 6; round++) {
+                struct dsv_gw_error e;
+                snprintf(code, sizeof code, "c\x7f\x1f\xc3\xa9%d", round);
+                dsv__gw_error_set(&e, 429, types[round % 3], round & 1 ? code : NULL, round & 2 ? "p\n\"x" : NULL,
+                                  "%.*s", 199, all + round * 40);
+                e.retry_after_s = 1;
+                char *s;
+                size_t len;
+                ASSERT_OK(dsv__gw_error_json(&e, &s, &len));
+                char *want = error_json_by_cjson(&e);
+                ASSERT_TRUE(want != NULL);
+                ASSERT_STREQ(s, want);
+                ASSERT_EQ(len, strlen(want));
+                cJSON_free(want);
+                free(s);
+        }
+}
+
 TEST(utf8) {
         ASSERT_EQ(dsv__gw_utf8_valid("h\xc3\xa9llo \xe2\x82\xac \xf0\x9f\x98\x80", 16), 1);
         ASSERT_EQ(dsv__gw_utf8_valid("\xc0\xaf", 2), 0);         /* overlong '/' */

@@ -209,8 +209,25 @@ static uint32_t max_u32(uint64_t a, uint64_t b) {
         return m > UINT32_MAX ? UINT32_MAX : (uint32_t)m;
 }
 
+/* The worker's last report less the requests it ended since: each ending frees a running
+ * slot that a waiting request takes, so the waiting count falls first. The report is up to
+ * a poll interval old; taken as it stands it kept a queue that was full at the poll full
+ * until the next poll, refusing everything while the worker drained and then idled. */
+static struct dsv_policy_worker_load ext_now_locked(const struct gw_instance *in) {
+        struct dsv_policy_worker_load w = in->ext;
+        uint32_t ended = in->ext_ended;
+        uint32_t from_waiting = ended < w.queued_requests ? ended : w.queued_requests;
+        if (w.queued_requests)
+                w.queued_prompt_tokens = (uint32_t)((uint64_t)w.queued_prompt_tokens *
+                                                    (w.queued_requests - from_waiting) / w.queued_requests);
+        w.queued_requests -= from_waiting;
+        ended -= from_waiting;
+        w.running_seqs -= ended < w.running_seqs ? ended : w.running_seqs;
+        return w;
+}
+
 /* Our own count (in flight, the first max_running of them running) against the worker's
- * report, whichever says more. */
+ * report (less what it ended since), whichever says more. */
 static struct dsv_policy_worker_load instance_load_locked(const struct gw_calls *cs, const struct gw_instance *in,
                                                           bool up) {
         uint32_t running = in->inflight < cs->cfg->max_running_per_instance ? in->inflight
@@ -224,9 +241,10 @@ static struct dsv_policy_worker_load instance_load_locked(const struct gw_calls 
                 .running_seqs = running,
         };
         if (in->has_ext) {
-                w.queued_requests = max_u32(w.queued_requests, in->ext.queued_requests);
-                w.queued_prompt_tokens = max_u32(w.queued_prompt_tokens, in->ext.queued_prompt_tokens);
-                w.running_seqs = max_u32(w.running_seqs, in->ext.running_seqs);
+                struct dsv_policy_worker_load ext = ext_now_locked(in);
+                w.queued_requests = max_u32(w.queued_requests, ext.queued_requests);
+                w.queued_prompt_tokens = max_u32(w.queued_prompt_tokens, ext.queued_prompt_tokens);
+                w.running_seqs = max_u32(w.running_seqs, ext.running_seqs);
         }
         return w;
 }
@@ -271,6 +289,49 @@ static void set_unavailable(struct dsv_gw_error *err, uint32_t retry_after_s, co
         err->retry_after_s = retry_after_s;
 }
 
+/* Every instance in use into loads (and its slot into map), ready when up and not
+ * exclude_slot; returns how many. */
+static size_t loads_locked(const struct gw_calls *cs, int exclude_slot, int64_t now,
+                           struct dsv_policy_worker_load *loads, int *map) {
+        size_t n = 0;
+        for (int s = 0; s < DSV_GATEWAY_MAX_INSTANCES; s++) {
+                const struct gw_instance *in = &cs->inst[s];
+                if (!in->used)
+                        continue;
+                map[n] = s;
+                loads[n++] = instance_load_locked(cs, in, s != exclude_slot && instance_up_locked(cs, in, now));
+        }
+        return n;
+}
+
+static int refuse_queue_full(struct gw_calls *cs, uint32_t retry_after_s, struct dsv_gw_error *err) {
+        dsv__gw_metrics_reject(cs->metrics, DSV_GATEWAY_REJECT_QUEUE_FULL);
+        dsv__gw_error_set(err, 429, "rate_limit_error", "rate_limit_exceeded", NULL,
+                          "The server's request queues are full; retry after %u s", retry_after_s);
+        err->retry_after_s = retry_after_s;
+        return -EAGAIN;
+}
+
+int dsv__gw_calls_queue_full(struct gw_calls *cs, struct dsv_gw_error *err) {
+        struct dsv_policy_worker_load loads[DSV_GATEWAY_MAX_INSTANCES];
+        int map[DSV_GATEWAY_MAX_INSTANCES];
+        int64_t now = dsv__gw_now_ns();
+        int shortest = -1;
+        pthread_mutex_lock(&cs->lock);
+        size_t n = loads_locked(cs, -1, now, loads, map);
+        for (size_t i = 0; i < n; i++)
+                if (loads[i].ready && (shortest < 0 || loads[i].queued_requests < loads[shortest].queued_requests))
+                        shortest = (int)i;
+        struct dsv_policy_admission adm = {DSV_POLICY_VERDICT_ADMIT, 0, 0};
+        int r = shortest < 0 ? 0
+                             : dsv_policy_admit(&cs->cfg->admit, loads, n, shortest,
+                                                recent_rps_locked(cs, now / 1000000000), &adm);
+        pthread_mutex_unlock(&cs->lock);
+        if (r < 0 || adm.verdict != DSV_POLICY_VERDICT_BUSY)
+                return 0;
+        return refuse_queue_full(cs, adm.retry_after_s, err);
+}
+
 int dsv__gw_call_start(struct gw_call *c, int exclude_slot, struct dsv_gw_error *err) {
         struct gw_calls *cs = c->calls;
         struct dsv_policy_worker_load loads[DSV_GATEWAY_MAX_INSTANCES];
@@ -294,13 +355,7 @@ int dsv__gw_call_start(struct gw_call *c, int exclude_slot, struct dsv_gw_error 
         pthread_mutex_unlock(&c->lock);
 
         pthread_mutex_lock(&cs->lock);
-        for (int s = 0; s < DSV_GATEWAY_MAX_INSTANCES; s++) {
-                struct gw_instance *in = &cs->inst[s];
-                if (!in->used)
-                        continue;
-                map[n] = s;
-                loads[n++] = instance_load_locked(cs, in, s != exclude_slot && instance_up_locked(cs, in, now));
-        }
+        n = loads_locked(cs, exclude_slot, now, loads, map);
         if (n == 0) {
                 pthread_mutex_unlock(&cs->lock);
                 dsv__gw_metrics_reject(cs->metrics, DSV_GATEWAY_REJECT_NO_INSTANCE);
@@ -323,11 +378,7 @@ int dsv__gw_call_start(struct gw_call *c, int exclude_slot, struct dsv_gw_error 
         }
         if (adm.verdict == DSV_POLICY_VERDICT_BUSY) {
                 pthread_mutex_unlock(&cs->lock);
-                dsv__gw_metrics_reject(cs->metrics, DSV_GATEWAY_REJECT_QUEUE_FULL);
-                dsv__gw_error_set(err, 429, "rate_limit_error", "rate_limit_exceeded", NULL,
-                                  "The server's request queues are full; retry after %u s", adm.retry_after_s);
-                err->retry_after_s = adm.retry_after_s;
-                return -EAGAIN;
+                return refuse_queue_full(cs, adm.retry_after_s, err);
         }
         uint32_t wait_s = queue_outlasts_deadline_s(loads, n, pick, rps, c->deadline_ns - now);
         if (wait_s) {
@@ -454,6 +505,7 @@ static void link_dispatch(struct gw_link *l, struct dsv_ipc_msg *m) {
         } else if (m->type == DSV_IPC_STATS_REPLY && l->slot >= 0) {
                 struct gw_instance *in = &cs->inst[l->slot];
                 in->has_ext = true;
+                in->ext_ended = 0;
                 in->ext = (struct dsv_policy_worker_load){
                         .queued_requests = m->u.stats.waiting > 0 ? (uint32_t)m->u.stats.waiting : 0,
                         .queued_prompt_tokens = m->u.stats.queued_prompt_tokens > 0
@@ -490,6 +542,10 @@ static void link_dispatch(struct gw_link *l, struct dsv_ipc_msg *m) {
                 memcpy(in->entropy_hist, m->u.stats.entropy_hist, sizeof in->entropy_hist);
                 in->confidence_requests = m->u.stats.confidence_requests;
         } else if (id != 0) {
+                /* Counted whether or not a call still waits for it: a cancelled call left
+                 * its slot at once, but the worker's report counts it until it ends. */
+                if (m->type != DSV_IPC_TOKEN && l->slot >= 0)
+                        cs->inst[l->slot].ext_ended++;
                 struct gw_call *c = l->calls;
                 while (c && c->id != id)
                         c = c->link_next;
@@ -726,6 +782,7 @@ int dsv__gw_instance_set_load(struct gw_calls *cs, int id, const struct dsv_poli
         struct gw_instance *in = instance_get_locked(cs, id);
         if (in) {
                 in->has_ext = load != NULL;
+                in->ext_ended = 0;
                 if (load)
                         in->ext = *load;
         }

@@ -62,6 +62,9 @@ struct gw_instance {
         uint64_t inflight_prompt_tokens;
         bool has_ext;
         struct dsv_policy_worker_load ext;
+        /* Requests the worker ended (final or error) since ext was reported: ext still
+         * counts them, so routing takes them off (valid when has_ext). */
+        uint32_t ext_ended;
         /* The worker's own view from its last stats reply (valid when has_ext). */
         int32_t kv_blocks_used, kv_blocks_total;
         int64_t preemptions;
@@ -121,6 +124,15 @@ int dsv__gw_instance_stats(struct gw_calls *cs, int id, struct dsv_gateway_insta
 int dsv__gw_instances_up(struct gw_calls *cs);
 /* Every instance in use, in id order, into v (DSV_GATEWAY_MAX_INSTANCES entries). */
 size_t dsv__gw_instances_sample(struct gw_calls *cs, struct gw_instance_sample *v);
+
+/* Whether the queues are full for any request: even the ready instance with the shortest
+ * queue is at max_queue_per_instance, or all of them together at max_queue_total. Then
+ * every request would be refused whatever it asks, so the caller refuses it before
+ * parsing it (the work a refusal costs is what an overloaded gateway has least of).
+ * -EAGAIN with the 429 and its Retry-After (the drain estimate call_start gives) in err,
+ * counted as queue_full; 0 when a request could be admitted or no instance is ready (that
+ * 503 waits for call_start, after the request was checked). */
+int dsv__gw_calls_queue_full(struct gw_calls *cs, struct dsv_gw_error *err);
 
 /* A new call arriving now for the client on fd; its deadline is request_timeout_ms
  * away. The caller parses the request into c->req. */

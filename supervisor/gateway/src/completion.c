@@ -233,6 +233,9 @@ enum MHD_Result dsv__gw_completion(struct gw_calls *cs, struct MHD_Connection *c
                                    enum dsv_gw_api api) {
         const struct dsv_gateway_config *cfg = cs->cfg;
         struct gw_metrics *metrics = cs->metrics;
+        struct dsv_gw_error err;
+        if (dsv__gw_calls_queue_full(cs, &err) < 0)
+                return dsv__gw_reply_error(conn, &err, metrics);
         const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
         struct gen *g = gen_new(cs, ci ? ci->connect_fd : -1);
         if (!g)
@@ -249,7 +252,6 @@ enum MHD_Result dsv__gw_completion(struct gw_calls *cs, struct MHD_Connection *c
                 .think_opened = cfg->think_opened,
                 .tool_format = cfg->tool_format,
         };
-        struct dsv_gw_error err;
         enum gw_abort why;
         if (dsv__gw_request_parse(body, len, api, &lim, &g->call.req, &err) < 0) {
                 gen_free(g);

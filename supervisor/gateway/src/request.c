@@ -35,21 +35,51 @@ void dsv__gw_error_set(struct dsv_gw_error *e, int status, const char *type, con
         va_end(ap);
 }
 
+/* s as a JSON string, quoted and escaped byte for byte as cJSON_PrintUnformatted writes
+ * it (the short escapes, \u00xx for the other control characters, the rest as is), at
+ * out, which has room for 2 + 6 * strlen(s) bytes. Returns the end. */
+static char *json_string_put(char *out, const char *s) {
+        static const char hex[] = "0123456789abcdef";
+        *out++ = '"';
+        for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+                unsigned c = *p;
+                char short_escape = c == '"' ? '"' : c == '\\' ? '\\' : c == '\b' ? 'b' : c == '\f' ? 'f'
+                                  : c == '\n' ? 'n' : c == '\r' ? 'r' : c == '\t' ? 't' : 0;
+                if (short_escape) {
+                        *out++ = '\\';
+                        *out++ = short_escape;
+                } else if (c < 0x20) {
+                        memcpy(out, "\\u00", 4);
+                        out[4] = hex[c >> 4];
+                        out[5] = hex[c & 15];
+                        out += 6;
+                } else {
+                        *out++ = (char)c;
+                }
+        }
+        *out++ = '"';
+        return out;
+}
+
+/* Written straight, not through a cJSON tree: every refusal an overloaded gateway sends
+ * goes through here. */
 int dsv__gw_error_json(const struct dsv_gw_error *e, char **ret_json, size_t *ret_len) {
-        cJSON *root = cJSON_CreateObject();
-        cJSON *err = root ? cJSON_AddObjectToObject(root, "error") : NULL;
-        int ok = err && cJSON_AddStringToObject(err, "message", e->message) &&
-                 cJSON_AddStringToObject(err, "type", e->type ? e->type : "server_error") &&
-                 (e->param[0] ? cJSON_AddStringToObject(err, "param", e->param) != NULL
-                              : cJSON_AddNullToObject(err, "param") != NULL) &&
-                 (e->code ? cJSON_AddStringToObject(err, "code", e->code) != NULL
-                          : cJSON_AddNullToObject(err, "code") != NULL);
-        char *s = ok ? cJSON_PrintUnformatted(root) : NULL;
-        cJSON_Delete(root);
-        if (!s)
+        const char *type = e->type ? e->type : "server_error";
+        size_t room = 64 + 6 * (strlen(e->message) + strlen(type) + strlen(e->param) + (e->code ? strlen(e->code) : 0));
+        char *buf = malloc(room), *at = buf;
+        if (!buf)
                 return -ENOMEM;
-        *ret_json = s;
-        *ret_len = strlen(s);
+        at = stpcpy(at, "{\"error\":{\"message\":");
+        at = json_string_put(at, e->message);
+        at = stpcpy(at, ",\"type\":");
+        at = json_string_put(at, type);
+        at = stpcpy(at, ",\"param\":");
+        at = e->param[0] ? json_string_put(at, e->param) : stpcpy(at, "null");
+        at = stpcpy(at, ",\"code\":");
+        at = e->code ? json_string_put(at, e->code) : stpcpy(at, "null");
+        at = stpcpy(at, "}}");
+        *ret_json = buf;
+        *ret_len = (size_t)(at - buf);
         return 0;
 }
 
