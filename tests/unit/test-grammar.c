@@ -2,6 +2,8 @@
  * keyword on bytes, compile errors that name the keyword and its pointer, and the token
  * trie's mask against its brute-force twin (every token tried on its own) on random
  * states of a real tokenizer's vocabulary. */
+#include <cjson/cJSON.h>
+
 #include "t.h"
 
 #include "dse.h"
@@ -575,6 +577,13 @@ static const struct awkward_state awkward_states[] = {
         {'s', MANY_PROPERTIES, "{\"clear\":1,\""},
         {'s', MANY_PROPERTIES, "{\"clear\":1,\"getA\xf0\x9f"},
         {'s', MANY_PROPERTIES, "{\"create\":{\"x\":[1,\"y\"]},\"s"},
+        {'s', "{\"type\":\"array\",\"items\":" MANY_PROPERTIES "}", "[{\""},
+        {'s', "{\"type\":\"array\",\"items\":" MANY_PROPERTIES "}", "[{\"clear\":1,\"ge"},
+        {'s', "{\"type\":\"array\",\"items\":" MANY_PROPERTIES "}", "[{\"getAll\":2,\"\xc3"},
+        {'s', "{\"type\":\"array\",\"items\":" MANY_PROPERTIES "}", "[{\"getAll\":2,\"x\":3,\""},
+        {'s', "{\"anyOf\":[{\"type\":\"string\",\"maxLength\":2},{\"type\":\"string\",\"minLength\":4}]}", "\"a"},
+        {'s', "{\"type\":\"array\",\"items\":{\"anyOf\":[{\"type\":\"string\",\"maxLength\":2},"
+              "{\"type\":\"string\",\"maxLength\":9}]}}", "[\"a"},
         {'g', "root ::= [^\"]{2,4} \"!\"", ""},
         {'g', "root ::= [^\"]{2,4} \"!\"", "ab"},
         {'g', "root ::= [a-z ]* \".\"", "x"},
@@ -609,6 +618,116 @@ TEST(trie_mask_equals_scan_at_awkward_states) {
                 dse_grammar_matcher_free(m);
                 dse_grammar_free(g);
         }
+        free(trie);
+        free(scan);
+        dse_grammar_vocab_free(v);
+        dse_tokenizer_free(tok);
+}
+
+/* Where a JSON text is after some of its bytes: in a key (an object member's name) or
+ * not, tracked byte by byte. */
+struct json_position {
+        char open[64]; /* the containers around, '{' or '[' */
+        int depth, in_string, escaped, in_key, expect_key;
+};
+
+static void json_position_step(struct json_position *p, char c) {
+        if (p->in_string) {
+                if (p->escaped)
+                        p->escaped = 0;
+                else if (c == '\\')
+                        p->escaped = 1;
+                else if (c == '"')
+                        p->in_string = p->in_key = 0;
+                return;
+        }
+        if (c == '"') {
+                p->in_string = 1;
+                p->in_key = p->expect_key;
+                p->expect_key = 0;
+        } else if ((c == '{' || c == '[') && p->depth < (int)sizeof p->open) {
+                p->open[p->depth++] = c;
+                p->expect_key = c == '{';
+        } else if ((c == '}' || c == ']') && p->depth > 0) {
+                p->depth--;
+        } else if (c == ',') {
+                p->expect_key = p->depth > 0 && p->open[p->depth - 1] == '{';
+        }
+}
+
+/* The corpus schemas with the most masks over the p99 target (objects of dozens of
+ * declared names beside extra members, at the root and nested): each valid instance
+ * walked token by token, and at every sixth state inside a key (a fresh key beside
+ * the names still allowed, or part of one) the mask equals the scan twin, fresh and
+ * cached; at most 12 such states per schema, as the scan costs a whole vocabulary. */
+TEST(trie_mask_equals_scan_in_keys_of_corpus_objects) {
+        static const char *const names[] = {"Github_ultra---o57878", "Github_ultra---o80235", "Github_ultra---o4826",
+                                            "Github_ultra---o66715", "JsonSchemaStore---codecov"};
+        struct dse_tokenizer *tok;
+        struct dse_diag diag = {{0}};
+        struct dse_grammar_vocab *v;
+        ASSERT_OK(load_vocab("fixtures/tokenizers/models/deepseek_v3/tokenizer.json", &tok, &v));
+        size_t words = dse_grammar_vocab_mask_words(v);
+        uint64_t *trie = calloc(words, sizeof *trie), *scan = calloc(words, sizeof *scan);
+        int32_t *ids = NULL;
+        int checked_all = 0;
+        for (size_t s = 0; s < sizeof names / sizeof *names; s++) {
+                char path[4096];
+                snprintf(path, sizeof path, "%s/json-schema/schemas/%s.json", getenv("DSV_FIXTURES"), names[s]);
+                FILE *f = fopen(path, "re");
+                if (!f)
+                        T_FAIL("cannot open %s", path);
+                static char text[1 << 20];
+                size_t len = fread(text, 1, sizeof text - 1, f);
+                fclose(f);
+                text[len] = 0;
+                cJSON *doc = cJSON_Parse(text);
+                ASSERT_TRUE(doc != NULL);
+                char *schema = cJSON_PrintUnformatted(cJSON_GetObjectItemCaseSensitive(doc, "schema"));
+                struct dse_grammar *g;
+                ASSERT_OK(dse_grammar_compile_json_schema(schema, strlen(schema), &g, &diag));
+                int checked = 0, in_key = 0;
+                const cJSON *one;
+                cJSON_ArrayForEach(one, cJSON_GetObjectItemCaseSensitive(doc, "tests")) {
+                        if (!cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(one, "valid")))
+                                continue;
+                        char *out = cJSON_PrintUnformatted(cJSON_GetObjectItemCaseSensitive(one, "data"));
+                        size_t out_len = strlen(out);
+                        int n_ids = dse_tokenizer_encode(tok, out, out_len, 0, NULL, 0);
+                        ASSERT_TRUE(n_ids > 0);
+                        ids = realloc(ids, (size_t)n_ids * sizeof *ids);
+                        ASSERT_EQ(dse_tokenizer_encode(tok, out, out_len, 0, ids, (size_t)n_ids), n_ids);
+                        struct dse_grammar_matcher *m;
+                        ASSERT_OK(dse_grammar_matcher_new(g, &m, &diag));
+                        struct json_position pos = {.depth = 0};
+                        for (int i = 0; i < n_ids && checked < 12; i++) {
+                                if (pos.in_key && in_key++ % 6 == 0) {
+                                        int n_scan = dse__grammar_matcher_fill_mask_scan(m, v, scan);
+                                        for (int again = 0; again < 2; again++) {
+                                                int n = dse_grammar_matcher_fill_mask(m, v, trie);
+                                                if (n != n_scan || memcmp(trie, scan, words * sizeof *trie))
+                                                        T_FAIL("%s, token %d of '%s': mask %d tokens, scan %d (%s)",
+                                                               names[s], i, out, n, n_scan, again ? "cached" : "fresh");
+                                        }
+                                        checked++;
+                                }
+                                ASSERT_OK(dse_grammar_matcher_accept_token(m, v, ids[i]));
+                                size_t n_bytes;
+                                const uint8_t *b = dse_grammar_vocab_token_bytes(v, ids[i], &n_bytes);
+                                for (size_t k = 0; k < n_bytes; k++)
+                                        json_position_step(&pos, (char)b[k]);
+                        }
+                        dse_grammar_matcher_free(m);
+                        free(out);
+                }
+                ASSERT_TRUE(checked >= 8);
+                checked_all += checked;
+                dse_grammar_free(g);
+                free(schema);
+                cJSON_Delete(doc);
+        }
+        ASSERT_TRUE(checked_all >= 40);
+        free(ids);
         free(trie);
         free(scan);
         dse_grammar_vocab_free(v);
