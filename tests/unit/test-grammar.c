@@ -662,7 +662,7 @@ static void json_position_step(struct json_position *p, char c) {
  * cached; at most 12 such states per schema, as the scan costs a whole vocabulary. */
 TEST(trie_mask_equals_scan_in_keys_of_corpus_objects) {
         static const char *const names[] = {"Github_ultra---o57878", "Github_ultra---o80235", "Github_ultra---o4826",
-                                            "Github_ultra---o66715", "JsonSchemaStore---codecov"};
+                                            "Github_hard---o30544", "JsonSchemaStore---codecov"};
         struct dse_tokenizer *tok;
         struct dse_diag diag = {{0}};
         struct dse_grammar_vocab *v;

@@ -80,8 +80,8 @@ struct grammar_walk_states {
         /* per state: the plain-character pass that last met it (plain_parts) */
         uint32_t *mark;
         uint32_t cap_mark, pass;
-        /* per state: what one plain character does from it (plain_of), 1 + its index in
-         * plain_words, 0 until computed */
+        /* per state, strict then lax: what one plain character does from it (plain_of),
+         * 1 + its index in plain_words, 0 until computed */
         uint32_t *plain_at;
         uint32_t cap_plain_at;
         /* per state: whether every plain text keeps it alive (plain_free), FREE_* */
@@ -166,7 +166,8 @@ static int walk_intern(struct grammar_walk_states *w, const uint32_t *shape, uin
         GRAMMAR_TRY(dse__grammar_grow((void **)&w->len, &w->cap_len, (uint64_t)id + 1, sizeof *w->len));
         GRAMMAR_TRY(dse__grammar_grow((void **)&w->flags, &w->cap_flags, (uint64_t)id + 1, sizeof *w->flags));
         GRAMMAR_TRY(dse__grammar_grow((void **)&w->mark, &w->cap_mark, (uint64_t)id + 1, sizeof *w->mark));
-        GRAMMAR_TRY(dse__grammar_grow((void **)&w->plain_at, &w->cap_plain_at, (uint64_t)id + 1, sizeof *w->plain_at));
+        GRAMMAR_TRY(dse__grammar_grow((void **)&w->plain_at, &w->cap_plain_at, 2 * ((uint64_t)id + 1),
+                                      sizeof *w->plain_at));
         GRAMMAR_TRY(dse__grammar_grow((void **)&w->free_of, &w->cap_free_of, (uint64_t)id + 1, sizeof *w->free_of));
         GRAMMAR_TRY(dse__grammar_grow((void **)&w->next, &w->cap_next, 256 * ((uint64_t)id + 1), sizeof *w->next));
         memcpy(w->words + w->n_words, shape, n * sizeof *shape);
@@ -174,7 +175,7 @@ static int walk_intern(struct grammar_walk_states *w, const uint32_t *shape, uin
         w->len[id] = n;
         w->flags[id] = flags;
         w->mark[id] = 0;
-        w->plain_at[id] = 0;
+        w->plain_at[2 * id] = w->plain_at[2 * id + 1] = 0;
         w->free_of[id] = FREE_UNKNOWN;
         for (int b = 0; b < 256; b++)
                 w->next[256 * id + (uint32_t)b] = WALK_UNKNOWN;
@@ -336,24 +337,26 @@ static int plain_keep(struct grammar_walk_states *w, const struct plain_outcome 
         return 0;
 }
 
-static int plain_rest_of(struct dse_grammar_matcher *m, struct grammar_walk_states *w, uint32_t below, uint32_t q,
-                         uint32_t i, int32_t from, uint32_t *ret_at);
+static int plain_rest_of(struct dse_grammar_matcher *m, struct grammar_walk_states *w, uint32_t below, int lax,
+                         uint32_t q, uint32_t i, int32_t from, uint32_t *ret_at);
 
 /* Runs bytes i.. of the plain characters of sequence q from state from, adding what
- * they do to o. */
-static int plain_explore(struct dse_grammar_matcher *m, struct grammar_walk_states *w, uint32_t below, uint32_t q,
-                         uint32_t i, int32_t from, struct plain_outcome *o) {
+ * they do to o. Lax: a state holding a popped stack beside others is no popped
+ * outcome, and one holding only popped stacks is a dead end (plain_free, which asks
+ * only whether some parse that never pops survives). */
+static int plain_explore(struct dse_grammar_matcher *m, struct grammar_walk_states *w, uint32_t below, int lax,
+                         uint32_t q, uint32_t i, int32_t from, struct plain_outcome *o) {
         const struct utf8_seq *seq = &plain_seqs[q];
         int32_t seen[8];
         uint32_t n_seen = 0;
         for (unsigned b = seq->lo[i]; b <= seq->hi[i] && !o->popped && !o->overflow; b++) {
                 int32_t to;
                 GRAMMAR_TRY(walk_next(m, w, from, (uint8_t)b, below, &to));
-                if (to == WALK_DEAD) {
+                if (to == WALK_DEAD || (lax && !(w->flags[to] & WALK_HAS_OTHER))) {
                         o->dead = 1;
                         continue;
                 }
-                if (w->flags[to] != WALK_HAS_OTHER) {
+                if (!lax && w->flags[to] != WALK_HAS_OTHER) {
                         o->popped = 1;
                         continue;
                 }
@@ -366,7 +369,7 @@ static int plain_explore(struct dse_grammar_matcher *m, struct grammar_walk_stat
                         seen[n_seen++] = to;
                 if (i + 1 < seq->n) {
                         uint32_t at;
-                        GRAMMAR_TRY(plain_rest_of(m, w, below, q, i + 1, to, &at));
+                        GRAMMAR_TRY(plain_rest_of(m, w, below, lax, q, i + 1, to, &at));
                         plain_merge(o, w->plain_words + at);
                         continue;
                 }
@@ -378,9 +381,9 @@ static int plain_explore(struct dse_grammar_matcher *m, struct grammar_walk_stat
 /* What bytes i.. of the plain characters of sequence q do from state from, inside such
  * a character: computed once per (state, q, i) and kept, since the states inside a
  * character are shared by many states before it; *ret_at is its index in plain_words. */
-static int plain_rest_of(struct dse_grammar_matcher *m, struct grammar_walk_states *w, uint32_t below, uint32_t q,
-                         uint32_t i, int32_t from, uint32_t *ret_at) {
-        uint64_t key = (uint64_t)(uint32_t)from << 16 | q << 8 | i; /* never 0: i >= 1 */
+static int plain_rest_of(struct dse_grammar_matcher *m, struct grammar_walk_states *w, uint32_t below, int lax,
+                         uint32_t q, uint32_t i, int32_t from, uint32_t *ret_at) {
+        uint64_t key = (uint64_t)(uint32_t)from << 16 | q << 8 | (uint32_t)lax << 4 | i; /* never 0: i >= 1 */
         uint32_t mask = w->rest_size - 1;
         if (w->rest_size)
                 for (uint32_t k = (uint32_t)(key * 0x9e3779b97f4a7c15ull >> 32) & mask; w->rest_keys[k]; k = (k + 1) & mask)
@@ -389,7 +392,7 @@ static int plain_rest_of(struct dse_grammar_matcher *m, struct grammar_walk_stat
                                 return 0;
                         }
         struct plain_outcome o = {.n_ends = 0};
-        GRAMMAR_TRY(plain_explore(m, w, below, q, i, from, &o));
+        GRAMMAR_TRY(plain_explore(m, w, below, lax, q, i, from, &o));
         uint32_t at;
         GRAMMAR_TRY(plain_keep(w, &o, &at));
         if (2 * (w->n_rest + 1) > w->rest_size) {
@@ -426,30 +429,32 @@ static int plain_rest_of(struct dse_grammar_matcher *m, struct grammar_walk_stat
         return 0;
 }
 
-/* What one plain character does from state id, computed once per state: *ret points at
- * a header word (the count of end states << 2, | 1 when some character dies, | 2 when
- * some meets a popped stack or the ends overflow) followed by the end states; valid
- * until the next call that may add states. */
-static int plain_of(struct dse_grammar_matcher *m, struct grammar_walk_states *w, uint32_t below, int32_t id,
+/* What one plain character does from state id (lax as plain_explore), computed once
+ * per state: *ret points at a header word (the count of end states << 2, | 1 when some
+ * character dies, | 2 when some meets a popped stack or the ends overflow) followed by
+ * the end states; valid until the next call that may add states. */
+static int plain_of(struct dse_grammar_matcher *m, struct grammar_walk_states *w, uint32_t below, int lax, int32_t id,
                     const uint32_t **ret) {
-        if (!w->plain_at[id]) {
+        uint32_t *plain_at = &w->plain_at[2 * (uint32_t)id + (uint32_t)lax];
+        if (!*plain_at) {
                 struct plain_outcome o = {.n_ends = 0};
-                for (uint32_t q = 0; q < N_PLAIN_SEQS && !o.popped && !o.overflow; q++)
-                        GRAMMAR_TRY(plain_explore(m, w, below, q, 0, id, &o));
+                for (uint32_t q = 0; q < N_PLAIN_SEQS && !o.popped && !o.overflow && !(lax && o.dead); q++)
+                        GRAMMAR_TRY(plain_explore(m, w, below, lax, q, 0, id, &o));
                 uint32_t at;
                 GRAMMAR_TRY(plain_keep(w, &o, &at));
-                w->plain_at[id] = at + 1;
+                plain_at = &w->plain_at[2 * (uint32_t)id + (uint32_t)lax]; /* plain_explore may have moved it */
+                *plain_at = at + 1;
         }
-        *ret = w->plain_words + w->plain_at[id] - 1;
+        *ret = w->plain_words + w->plain_at[2 * (uint32_t)id + (uint32_t)lax] - 1;
         return 0;
 }
 
 /* Past this many states reached, plain_free gives up and answers no. */
-#define FREE_MAX_STATES 1024
+#define FREE_MAX_STATES 4096
 
-/* Whether every plain text, whatever its length, keeps state start alive through
- * states without a popped stack: no state the plain characters reach from it has a
- * plain character that dies or meets a popped stack. The states reached are explored
+/* Whether every plain text, whatever its length, keeps a parse of state start alive
+ * that never pops: from no state the plain characters reach (lax plain_of) does a plain
+ * character leave only popped stacks or none. The states reached are explored
  * breadth first, and the answer kept per state: yes for every state explored when it
  * is yes; when it is no, no for the state that fails and those on the way to it. */
 static int plain_free(struct dse_grammar_matcher *m, struct grammar_walk_states *w, uint32_t below, int32_t start,
@@ -474,7 +479,7 @@ static int plain_free(struct dse_grammar_matcher *m, struct grammar_walk_states 
                         break;
                 }
                 const uint32_t *one;
-                GRAMMAR_TRY(plain_of(m, w, below, s, &one));
+                GRAMMAR_TRY(plain_of(m, w, below, 1, s, &one));
                 if (one[0] & 3) {
                         failed = q;
                         break;
@@ -617,7 +622,7 @@ static int plain_parts(struct dse_grammar_matcher *m, struct grammar_walk_states
                 for (uint32_t k = 0; k < n_set && !o.popped && !o.overflow; k++) {
                         w->mark[set[k]] = w->pass;
                         const uint32_t *one;
-                        GRAMMAR_TRY(plain_of(m, w, below, set[k], &one));
+                        GRAMMAR_TRY(plain_of(m, w, below, 0, set[k], &one));
                         plain_merge(&o, one);
                 }
                 if (o.popped || o.overflow || (o.dead && o.n_ends))
