@@ -590,13 +590,49 @@ static const struct awkward_state awkward_states[] = {
         {'g', "root ::= (\"say \" [^\\n\"]+ \"\\n\")+ \"end\"", "say h\xc3\xa9"},
 };
 
-TEST(trie_mask_equals_scan_at_awkward_states) {
+/* DeepSeek-V3's vocabulary and room for two masks, to compare the trie mask with the
+ * scan twin at chosen states. */
+struct scan_check {
         struct dse_tokenizer *tok;
-        struct dse_diag diag = {{0}};
         struct dse_grammar_vocab *v;
-        ASSERT_OK(load_vocab("fixtures/tokenizers/models/deepseek_v3/tokenizer.json", &tok, &v));
-        size_t words = dse_grammar_vocab_mask_words(v);
-        uint64_t *trie = calloc(words, sizeof *trie), *scan = calloc(words, sizeof *scan);
+        size_t words;
+        uint64_t *trie, *scan;
+};
+
+static int scan_check_open(struct scan_check *c) {
+        int r = load_vocab("fixtures/tokenizers/models/deepseek_v3/tokenizer.json", &c->tok, &c->v);
+        if (r < 0)
+                return r;
+        c->words = dse_grammar_vocab_mask_words(c->v);
+        c->trie = calloc(c->words, sizeof *c->trie);
+        c->scan = calloc(c->words, sizeof *c->scan);
+        return c->trie && c->scan ? 0 : -ENOMEM;
+}
+
+static void scan_check_close(struct scan_check *c) {
+        free(c->trie);
+        free(c->scan);
+        dse_grammar_vocab_free(c->v);
+        dse_tokenizer_free(c->tok);
+}
+
+/* The mask of m's state against the scan twin, made fresh and then taken from the
+ * cache: 0 when both equal the scan, else 1 (fresh) or 2 (cached); *ret_n and
+ * *ret_n_scan are the counts of the last mask compared and of the scan. */
+static int scan_check_state(struct scan_check *c, struct dse_grammar_matcher *m, int *ret_n, int *ret_n_scan) {
+        *ret_n_scan = dse__grammar_matcher_fill_mask_scan(m, c->v, c->scan);
+        for (int again = 0; again < 2; again++) {
+                *ret_n = dse_grammar_matcher_fill_mask(m, c->v, c->trie);
+                if (*ret_n != *ret_n_scan || memcmp(c->trie, c->scan, c->words * sizeof *c->trie))
+                        return 1 + again;
+        }
+        return 0;
+}
+
+TEST(trie_mask_equals_scan_at_awkward_states) {
+        struct scan_check c;
+        struct dse_diag diag = {{0}};
+        ASSERT_OK(scan_check_open(&c));
         for (size_t i = 0; i < sizeof awkward_states / sizeof *awkward_states; i++) {
                 const struct awkward_state *a = &awkward_states[i];
                 struct dse_grammar *g;
@@ -607,21 +643,15 @@ TEST(trie_mask_equals_scan_at_awkward_states) {
                 struct dse_grammar_matcher *m;
                 ASSERT_OK(dse_grammar_matcher_new(g, &m, &diag));
                 ASSERT_OK(dse_grammar_matcher_advance(m, a->prefix, strlen(a->prefix)));
-                int n_scan = dse__grammar_matcher_fill_mask_scan(m, v, scan);
+                int n, n_scan, differs = scan_check_state(&c, m, &n, &n_scan);
+                if (differs)
+                        T_FAIL("%s after '%s': mask %d tokens, scan %d (%s)", a->grammar, a->prefix, n, n_scan,
+                               differs == 2 ? "cached" : "fresh");
                 ASSERT_TRUE(n_scan > 0);
-                for (int again = 0; again < 2; again++) {
-                        int n = dse_grammar_matcher_fill_mask(m, v, trie);
-                        if (n != n_scan || memcmp(trie, scan, words * sizeof *trie))
-                                T_FAIL("%s after '%s': mask %d tokens, scan %d (%s)", a->grammar, a->prefix, n, n_scan,
-                                       again ? "cached" : "fresh");
-                }
                 dse_grammar_matcher_free(m);
                 dse_grammar_free(g);
         }
-        free(trie);
-        free(scan);
-        dse_grammar_vocab_free(v);
-        dse_tokenizer_free(tok);
+        scan_check_close(&c);
 }
 
 /* Where a JSON text is after some of its bytes: in a key (an object member's name) or
@@ -663,12 +693,9 @@ static void json_position_step(struct json_position *p, char c) {
 TEST(trie_mask_equals_scan_in_keys_of_corpus_objects) {
         static const char *const names[] = {"Github_ultra---o57878", "Github_ultra---o80235", "Github_ultra---o4826",
                                             "Github_hard---o30544", "JsonSchemaStore---codecov"};
-        struct dse_tokenizer *tok;
+        struct scan_check c;
         struct dse_diag diag = {{0}};
-        struct dse_grammar_vocab *v;
-        ASSERT_OK(load_vocab("fixtures/tokenizers/models/deepseek_v3/tokenizer.json", &tok, &v));
-        size_t words = dse_grammar_vocab_mask_words(v);
-        uint64_t *trie = calloc(words, sizeof *trie), *scan = calloc(words, sizeof *scan);
+        ASSERT_OK(scan_check_open(&c));
         int32_t *ids = NULL;
         int checked_all = 0;
         for (size_t s = 0; s < sizeof names / sizeof *names; s++) {
@@ -693,27 +720,24 @@ TEST(trie_mask_equals_scan_in_keys_of_corpus_objects) {
                                 continue;
                         char *out = cJSON_PrintUnformatted(cJSON_GetObjectItemCaseSensitive(one, "data"));
                         size_t out_len = strlen(out);
-                        int n_ids = dse_tokenizer_encode(tok, out, out_len, 0, NULL, 0);
+                        int n_ids = dse_tokenizer_encode(c.tok, out, out_len, 0, NULL, 0);
                         ASSERT_TRUE(n_ids > 0);
                         ids = realloc(ids, (size_t)n_ids * sizeof *ids);
-                        ASSERT_EQ(dse_tokenizer_encode(tok, out, out_len, 0, ids, (size_t)n_ids), n_ids);
+                        ASSERT_EQ(dse_tokenizer_encode(c.tok, out, out_len, 0, ids, (size_t)n_ids), n_ids);
                         struct dse_grammar_matcher *m;
                         ASSERT_OK(dse_grammar_matcher_new(g, &m, &diag));
                         struct json_position pos = {.depth = 0};
                         for (int i = 0; i < n_ids && checked < 12; i++) {
                                 if (pos.in_key && in_key++ % 6 == 0) {
-                                        int n_scan = dse__grammar_matcher_fill_mask_scan(m, v, scan);
-                                        for (int again = 0; again < 2; again++) {
-                                                int n = dse_grammar_matcher_fill_mask(m, v, trie);
-                                                if (n != n_scan || memcmp(trie, scan, words * sizeof *trie))
-                                                        T_FAIL("%s, token %d of '%s': mask %d tokens, scan %d (%s)",
-                                                               names[s], i, out, n, n_scan, again ? "cached" : "fresh");
-                                        }
+                                        int n, n_scan, differs = scan_check_state(&c, m, &n, &n_scan);
+                                        if (differs)
+                                                T_FAIL("%s, token %d of '%s': mask %d tokens, scan %d (%s)", names[s],
+                                                       i, out, n, n_scan, differs == 2 ? "cached" : "fresh");
                                         checked++;
                                 }
-                                ASSERT_OK(dse_grammar_matcher_accept_token(m, v, ids[i]));
+                                ASSERT_OK(dse_grammar_matcher_accept_token(m, c.v, ids[i]));
                                 size_t n_bytes;
-                                const uint8_t *b = dse_grammar_vocab_token_bytes(v, ids[i], &n_bytes);
+                                const uint8_t *b = dse_grammar_vocab_token_bytes(c.v, ids[i], &n_bytes);
                                 for (size_t k = 0; k < n_bytes; k++)
                                         json_position_step(&pos, (char)b[k]);
                         }
@@ -728,10 +752,7 @@ TEST(trie_mask_equals_scan_in_keys_of_corpus_objects) {
         }
         ASSERT_TRUE(checked_all >= 40);
         free(ids);
-        free(trie);
-        free(scan);
-        dse_grammar_vocab_free(v);
-        dse_tokenizer_free(tok);
+        scan_check_close(&c);
 }
 
 TEST(eos_only_when_complete) {
