@@ -13,7 +13,10 @@
  * that many characters are allowed whole (a precomputed bitset), and once every plain
  * character dies, the longer ones are refused whole. Only the other tokens and the
  * plain parts that neither decides are walked (llguidance's "slicer", decided here by
- * the transitions themselves rather than by regex containment). */
+ * the transitions themselves rather than by regex containment). Before that, a group
+ * of the state's stacks that lets every plain text through on its own (a key that must
+ * be none of the declared names, beside the stacks of each name) allows every plain
+ * part at once, its answer kept per walk state. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -450,7 +453,7 @@ static int plain_of(struct dse_grammar_matcher *m, struct grammar_walk_states *w
 }
 
 /* Past this many states reached, plain_free gives up and answers no. */
-#define FREE_MAX_STATES 4096
+#define FREE_MAX_STATES 2048
 
 /* Whether every plain text, whatever its length, keeps a parse of state start alive
  * that never pops: from no state the plain characters reach (lax plain_of) does a plain
