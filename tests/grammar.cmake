@@ -1,8 +1,9 @@
 # Structured output (engine/src/grammar) and `dsvisor grammar`.
 
 # Per-keyword accept/reject cases, compile errors naming keyword and pointer, and the
-# token-trie mask against its per-token scan twin on random states of real vocabularies.
-dsv_test(NAME test-grammar SOURCES unit/test-grammar.c LIBS dse LABELS unit TIMEOUT 300)
+# token-trie mask against its per-token scan twin on random states of real vocabularies
+# and in the keys of the corpus's big objects (cJSON reads the corpus files).
+dsv_test(NAME test-grammar SOURCES unit/test-grammar.c LIBS dse dsv::cjson LABELS unit TIMEOUT 300)
 target_include_directories(test-grammar PRIVATE ${CMAKE_SOURCE_DIR}/engine/src)
 
 # Composed grammars: the tool-call syntaxes of DeepSeek-V3, Hermes and Llama 3.1 walked

@@ -2,6 +2,8 @@
  * keyword on bytes, compile errors that name the keyword and its pointer, and the token
  * trie's mask against its brute-force twin (every token tried on its own) on random
  * states of a real tokenizer's vocabulary. */
+#include <cjson/cJSON.h>
+
 #include "t.h"
 
 #include "dse.h"
@@ -575,19 +577,62 @@ static const struct awkward_state awkward_states[] = {
         {'s', MANY_PROPERTIES, "{\"clear\":1,\""},
         {'s', MANY_PROPERTIES, "{\"clear\":1,\"getA\xf0\x9f"},
         {'s', MANY_PROPERTIES, "{\"create\":{\"x\":[1,\"y\"]},\"s"},
+        {'s', "{\"type\":\"array\",\"items\":" MANY_PROPERTIES "}", "[{\""},
+        {'s', "{\"type\":\"array\",\"items\":" MANY_PROPERTIES "}", "[{\"clear\":1,\"ge"},
+        {'s', "{\"type\":\"array\",\"items\":" MANY_PROPERTIES "}", "[{\"getAll\":2,\"\xc3"},
+        {'s', "{\"type\":\"array\",\"items\":" MANY_PROPERTIES "}", "[{\"getAll\":2,\"x\":3,\""},
+        {'s', "{\"anyOf\":[{\"type\":\"string\",\"maxLength\":2},{\"type\":\"string\",\"minLength\":4}]}", "\"a"},
+        {'s', "{\"type\":\"array\",\"items\":{\"anyOf\":[{\"type\":\"string\",\"maxLength\":2},"
+              "{\"type\":\"string\",\"maxLength\":9}]}}", "[\"a"},
         {'g', "root ::= [^\"]{2,4} \"!\"", ""},
         {'g', "root ::= [^\"]{2,4} \"!\"", "ab"},
         {'g', "root ::= [a-z ]* \".\"", "x"},
         {'g', "root ::= (\"say \" [^\\n\"]+ \"\\n\")+ \"end\"", "say h\xc3\xa9"},
 };
 
-TEST(trie_mask_equals_scan_at_awkward_states) {
+/* DeepSeek-V3's vocabulary and room for two masks, to compare the trie mask with the
+ * scan twin at chosen states. */
+struct scan_check {
         struct dse_tokenizer *tok;
-        struct dse_diag diag = {{0}};
         struct dse_grammar_vocab *v;
-        ASSERT_OK(load_vocab("fixtures/tokenizers/models/deepseek_v3/tokenizer.json", &tok, &v));
-        size_t words = dse_grammar_vocab_mask_words(v);
-        uint64_t *trie = calloc(words, sizeof *trie), *scan = calloc(words, sizeof *scan);
+        size_t words;
+        uint64_t *trie, *scan;
+};
+
+static int scan_check_open(struct scan_check *c) {
+        int r = load_vocab("fixtures/tokenizers/models/deepseek_v3/tokenizer.json", &c->tok, &c->v);
+        if (r < 0)
+                return r;
+        c->words = dse_grammar_vocab_mask_words(c->v);
+        c->trie = calloc(c->words, sizeof *c->trie);
+        c->scan = calloc(c->words, sizeof *c->scan);
+        return c->trie && c->scan ? 0 : -ENOMEM;
+}
+
+static void scan_check_close(struct scan_check *c) {
+        free(c->trie);
+        free(c->scan);
+        dse_grammar_vocab_free(c->v);
+        dse_tokenizer_free(c->tok);
+}
+
+/* The mask of m's state against the scan twin, made fresh and then taken from the
+ * cache: 0 when both equal the scan, else 1 (fresh) or 2 (cached); *ret_n and
+ * *ret_n_scan are the counts of the last mask compared and of the scan. */
+static int scan_check_state(struct scan_check *c, struct dse_grammar_matcher *m, int *ret_n, int *ret_n_scan) {
+        *ret_n_scan = dse__grammar_matcher_fill_mask_scan(m, c->v, c->scan);
+        for (int again = 0; again < 2; again++) {
+                *ret_n = dse_grammar_matcher_fill_mask(m, c->v, c->trie);
+                if (*ret_n != *ret_n_scan || memcmp(c->trie, c->scan, c->words * sizeof *c->trie))
+                        return 1 + again;
+        }
+        return 0;
+}
+
+TEST(trie_mask_equals_scan_at_awkward_states) {
+        struct scan_check c;
+        struct dse_diag diag = {{0}};
+        ASSERT_OK(scan_check_open(&c));
         for (size_t i = 0; i < sizeof awkward_states / sizeof *awkward_states; i++) {
                 const struct awkward_state *a = &awkward_states[i];
                 struct dse_grammar *g;
@@ -598,21 +643,116 @@ TEST(trie_mask_equals_scan_at_awkward_states) {
                 struct dse_grammar_matcher *m;
                 ASSERT_OK(dse_grammar_matcher_new(g, &m, &diag));
                 ASSERT_OK(dse_grammar_matcher_advance(m, a->prefix, strlen(a->prefix)));
-                int n_scan = dse__grammar_matcher_fill_mask_scan(m, v, scan);
+                int n, n_scan, differs = scan_check_state(&c, m, &n, &n_scan);
+                if (differs)
+                        T_FAIL("%s after '%s': mask %d tokens, scan %d (%s)", a->grammar, a->prefix, n, n_scan,
+                               differs == 2 ? "cached" : "fresh");
                 ASSERT_TRUE(n_scan > 0);
-                for (int again = 0; again < 2; again++) {
-                        int n = dse_grammar_matcher_fill_mask(m, v, trie);
-                        if (n != n_scan || memcmp(trie, scan, words * sizeof *trie))
-                                T_FAIL("%s after '%s': mask %d tokens, scan %d (%s)", a->grammar, a->prefix, n, n_scan,
-                                       again ? "cached" : "fresh");
-                }
                 dse_grammar_matcher_free(m);
                 dse_grammar_free(g);
         }
-        free(trie);
-        free(scan);
-        dse_grammar_vocab_free(v);
-        dse_tokenizer_free(tok);
+        scan_check_close(&c);
+}
+
+/* Where a JSON text is after some of its bytes: in a key (an object member's name) or
+ * not, tracked byte by byte. */
+struct json_position {
+        char open[64]; /* the containers around, '{' or '[' */
+        int depth, in_string, escaped, in_key, expect_key;
+};
+
+static void json_position_step(struct json_position *p, char c) {
+        if (p->in_string) {
+                if (p->escaped)
+                        p->escaped = 0;
+                else if (c == '\\')
+                        p->escaped = 1;
+                else if (c == '"')
+                        p->in_string = p->in_key = 0;
+                return;
+        }
+        if (c == '"') {
+                p->in_string = 1;
+                p->in_key = p->expect_key;
+                p->expect_key = 0;
+        } else if ((c == '{' || c == '[') && p->depth < (int)sizeof p->open) {
+                p->open[p->depth++] = c;
+                p->expect_key = c == '{';
+        } else if ((c == '}' || c == ']') && p->depth > 0) {
+                p->depth--;
+        } else if (c == ',') {
+                p->expect_key = p->depth > 0 && p->open[p->depth - 1] == '{';
+        }
+}
+
+/* The corpus schemas with the most masks over the p99 target (objects of dozens of
+ * declared names beside extra members, at the root and nested): each valid instance
+ * walked token by token, and at every sixth state inside a key (a fresh key beside
+ * the names still allowed, or part of one) the mask equals the scan twin, fresh and
+ * cached; at most 12 such states per schema, as the scan costs a whole vocabulary. */
+TEST(trie_mask_equals_scan_in_keys_of_corpus_objects) {
+        static const char *const names[] = {"Github_ultra---o57878", "Github_ultra---o80235", "Github_ultra---o4826",
+                                            "Github_hard---o30544", "JsonSchemaStore---codecov"};
+        struct scan_check c;
+        struct dse_diag diag = {{0}};
+        ASSERT_OK(scan_check_open(&c));
+        int32_t *ids = NULL;
+        int checked_all = 0;
+        for (size_t s = 0; s < sizeof names / sizeof *names; s++) {
+                char path[4096];
+                snprintf(path, sizeof path, "%s/json-schema/schemas/%s.json", getenv("DSV_FIXTURES"), names[s]);
+                FILE *f = fopen(path, "re");
+                if (!f)
+                        T_FAIL("cannot open %s", path);
+                static char text[1 << 20];
+                size_t len = fread(text, 1, sizeof text - 1, f);
+                fclose(f);
+                text[len] = 0;
+                cJSON *doc = cJSON_Parse(text);
+                ASSERT_TRUE(doc != NULL);
+                char *schema = cJSON_PrintUnformatted(cJSON_GetObjectItemCaseSensitive(doc, "schema"));
+                struct dse_grammar *g;
+                ASSERT_OK(dse_grammar_compile_json_schema(schema, strlen(schema), &g, &diag));
+                int checked = 0, in_key = 0;
+                const cJSON *one;
+                cJSON_ArrayForEach(one, cJSON_GetObjectItemCaseSensitive(doc, "tests")) {
+                        if (!cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(one, "valid")))
+                                continue;
+                        char *out = cJSON_PrintUnformatted(cJSON_GetObjectItemCaseSensitive(one, "data"));
+                        size_t out_len = strlen(out);
+                        int n_ids = dse_tokenizer_encode(c.tok, out, out_len, 0, NULL, 0);
+                        ASSERT_TRUE(n_ids > 0);
+                        ids = realloc(ids, (size_t)n_ids * sizeof *ids);
+                        ASSERT_EQ(dse_tokenizer_encode(c.tok, out, out_len, 0, ids, (size_t)n_ids), n_ids);
+                        struct dse_grammar_matcher *m;
+                        ASSERT_OK(dse_grammar_matcher_new(g, &m, &diag));
+                        struct json_position pos = {.depth = 0};
+                        for (int i = 0; i < n_ids && checked < 12; i++) {
+                                if (pos.in_key && in_key++ % 6 == 0) {
+                                        int n, n_scan, differs = scan_check_state(&c, m, &n, &n_scan);
+                                        if (differs)
+                                                T_FAIL("%s, token %d of '%s': mask %d tokens, scan %d (%s)", names[s],
+                                                       i, out, n, n_scan, differs == 2 ? "cached" : "fresh");
+                                        checked++;
+                                }
+                                ASSERT_OK(dse_grammar_matcher_accept_token(m, c.v, ids[i]));
+                                size_t n_bytes;
+                                const uint8_t *b = dse_grammar_vocab_token_bytes(c.v, ids[i], &n_bytes);
+                                for (size_t k = 0; k < n_bytes; k++)
+                                        json_position_step(&pos, (char)b[k]);
+                        }
+                        dse_grammar_matcher_free(m);
+                        free(out);
+                }
+                ASSERT_TRUE(checked >= 8);
+                checked_all += checked;
+                dse_grammar_free(g);
+                free(schema);
+                cJSON_Delete(doc);
+        }
+        ASSERT_TRUE(checked_all >= 40);
+        free(ids);
+        scan_check_close(&c);
 }
 
 TEST(eos_only_when_complete) {

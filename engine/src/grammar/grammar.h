@@ -260,13 +260,18 @@ void dse__grammar_walk_states_free(struct grammar_walk_states *states);
  * one survives, and, when popped is not NULL, appends to it (growing *cap_popped) every
  * trie node after whose bytes the state holds a popped stack. A part of plain tokens
  * whose every path is decided by the plain characters' common transitions is taken or
- * dropped whole, without a walk; no such path meets a popped stack. Each node walked
+ * dropped whole, without a walk; no such path meets a popped stack. So are all plain
+ * parts when a group of the state's stacks, those continuing into the same frames,
+ * keeps every plain text alive on its own above a stand-in frame. Each node walked
  * costs a lookup in a table of the walk's states and their byte transitions, each
  * transition computed once by the matcher for all the bytes the state cannot tell
- * apart, and kept in *states. Returns the count of allowed tokens, or -ENOMEM / -E2BIG.
- * The arena is as it was on return. */
+ * apart, and kept in *states; a walk on no frame below (GRAMMAR_NIL) keeps its groups'
+ * states in *group_states, the table of walks on a stand-in frame (unused otherwise).
+ * Returns the count of allowed tokens, or -ENOMEM / -E2BIG. The arena is as it was on
+ * return. */
 int dse__grammar_trie_walk(struct dse_grammar_matcher *m, const struct dse_grammar_vocab *vocab, const uint32_t *shape,
-                           uint32_t below, struct grammar_walk_states **states, uint64_t *allowed, uint32_t **popped,
+                           uint32_t below, struct grammar_walk_states **states,
+                           struct grammar_walk_states **group_states, uint64_t *allowed, uint32_t **popped,
                            uint32_t *n_popped, uint32_t *cap_popped);
 /* The mask of the current state through the grammar's cache (mask_cache.c): same
  * contract as dse_grammar_matcher_fill_mask without EOS, on a cleared mask. */

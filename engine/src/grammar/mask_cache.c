@@ -215,13 +215,19 @@ static int build_entry(struct dse_grammar_matcher *m, const struct dse_grammar_v
         if (has_boundary)
                 r = dse__grammar_frame_new(m, 0, GRAMMAR_NIL, &stand_in);
         if (r == 0) {
+                /* a walk on no boundary also takes the stand-in walks' table, where its
+                 * groups of stacks are tried (dse__grammar_trie_walk) */
                 struct grammar_mask_cache *c = m->g->cache;
                 pthread_mutex_lock(&c->lock);
-                struct grammar_walk_states *states = c->walk_states[has_boundary];
+                struct grammar_walk_states *states = c->walk_states[has_boundary], *group_states = NULL;
                 c->walk_states[has_boundary] = NULL;
+                if (!has_boundary) {
+                        group_states = c->walk_states[1];
+                        c->walk_states[1] = NULL;
+                }
                 pthread_mutex_unlock(&c->lock);
                 m->boundary = stand_in;
-                int count = dse__grammar_trie_walk(m, v, e->key + 1, stand_in, &states, bits,
+                int count = dse__grammar_trie_walk(m, v, e->key + 1, stand_in, &states, &group_states, bits,
                                                    has_boundary ? &popped : NULL, &n_popped, &cap_popped);
                 m->boundary = GRAMMAR_NIL;
                 pthread_mutex_lock(&c->lock);
@@ -229,8 +235,13 @@ static int build_entry(struct dse_grammar_matcher *m, const struct dse_grammar_v
                         c->walk_states[has_boundary] = states;
                         states = NULL;
                 }
+                if (group_states && !c->walk_states[1]) {
+                        c->walk_states[1] = group_states;
+                        group_states = NULL;
+                }
                 pthread_mutex_unlock(&c->lock);
                 dse__grammar_walk_states_free(states);
+                dse__grammar_walk_states_free(group_states);
                 r = count < 0 ? count : 0;
                 e->n_allowed = count < 0 ? 0 : (uint32_t)count;
         }

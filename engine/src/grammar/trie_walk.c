@@ -13,7 +13,10 @@
  * that many characters are allowed whole (a precomputed bitset), and once every plain
  * character dies, the longer ones are refused whole. Only the other tokens and the
  * plain parts that neither decides are walked (llguidance's "slicer", decided here by
- * the transitions themselves rather than by regex containment). */
+ * the transitions themselves rather than by regex containment). Before that, a group
+ * of the state's stacks that lets every plain text through on its own (a key that must
+ * be none of the declared names, beside the stacks of each name) allows every plain
+ * part at once, its answer kept per walk state. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -61,6 +64,7 @@ uint32_t dse__grammar_plain_chars(const uint8_t *bytes, uint32_t len) {
 #define WALK_UNKNOWN (-1)
 #define WALK_DEAD (-2)
 enum { WALK_HAS_POPPED = 1, WALK_HAS_OTHER = 2 };
+enum { FREE_UNKNOWN, FREE_YES, FREE_NO };
 
 struct grammar_walk_states {
         uint32_t *words; /* the shapes, one after the other */
@@ -79,10 +83,23 @@ struct grammar_walk_states {
         /* per state: the plain-character pass that last met it (plain_parts) */
         uint32_t *mark;
         uint32_t cap_mark, pass;
-        /* per state: what one plain character does from it (plain_of), 1 + its index in
-         * plain_words, 0 until computed */
+        /* per state, strict then lax: what one plain character does from it (plain_of),
+         * 1 + its index in plain_words, 0 until computed */
         uint32_t *plain_at;
         uint32_t cap_plain_at;
+        /* per state: whether every plain text keeps it alive (plain_free), FREE_* */
+        uint8_t *free_of;
+        uint32_t cap_free_of;
+        /* plain_free's queue of states and the entry each was reached from */
+        uint32_t *queue, *queue_from;
+        uint32_t cap_queue, cap_queue_from;
+        /* a group of stacks being made (group_free) */
+        uint32_t *group;
+        uint32_t cap_group;
+        uint32_t *stack_at; /* where each stack of a shape starts (group_free) */
+        uint32_t cap_stack_at;
+        uint32_t *tried; /* the groups group_free tried: a stack and how many frames end it */
+        uint32_t cap_tried;
         uint32_t *plain_words;
         uint32_t n_plain_words, cap_plain_words;
         /* what the rest of a plain character does from a state inside it (plain_rest_of):
@@ -106,6 +123,12 @@ void dse__grammar_walk_states_free(struct grammar_walk_states *w) {
         free(w->taking);
         free(w->mark);
         free(w->plain_at);
+        free(w->free_of);
+        free(w->queue);
+        free(w->queue_from);
+        free(w->group);
+        free(w->stack_at);
+        free(w->tried);
         free(w->plain_words);
         free(w->rest_keys);
         free(w->rest_at);
@@ -146,14 +169,17 @@ static int walk_intern(struct grammar_walk_states *w, const uint32_t *shape, uin
         GRAMMAR_TRY(dse__grammar_grow((void **)&w->len, &w->cap_len, (uint64_t)id + 1, sizeof *w->len));
         GRAMMAR_TRY(dse__grammar_grow((void **)&w->flags, &w->cap_flags, (uint64_t)id + 1, sizeof *w->flags));
         GRAMMAR_TRY(dse__grammar_grow((void **)&w->mark, &w->cap_mark, (uint64_t)id + 1, sizeof *w->mark));
-        GRAMMAR_TRY(dse__grammar_grow((void **)&w->plain_at, &w->cap_plain_at, (uint64_t)id + 1, sizeof *w->plain_at));
+        GRAMMAR_TRY(dse__grammar_grow((void **)&w->plain_at, &w->cap_plain_at, 2 * ((uint64_t)id + 1),
+                                      sizeof *w->plain_at));
+        GRAMMAR_TRY(dse__grammar_grow((void **)&w->free_of, &w->cap_free_of, (uint64_t)id + 1, sizeof *w->free_of));
         GRAMMAR_TRY(dse__grammar_grow((void **)&w->next, &w->cap_next, 256 * ((uint64_t)id + 1), sizeof *w->next));
         memcpy(w->words + w->n_words, shape, n * sizeof *shape);
         w->start[id] = w->n_words;
         w->len[id] = n;
         w->flags[id] = flags;
         w->mark[id] = 0;
-        w->plain_at[id] = 0;
+        w->plain_at[2 * id] = w->plain_at[2 * id + 1] = 0;
+        w->free_of[id] = FREE_UNKNOWN;
         for (int b = 0; b < 256; b++)
                 w->next[256 * id + (uint32_t)b] = WALK_UNKNOWN;
         w->n_words += n;
@@ -314,24 +340,26 @@ static int plain_keep(struct grammar_walk_states *w, const struct plain_outcome 
         return 0;
 }
 
-static int plain_rest_of(struct dse_grammar_matcher *m, struct grammar_walk_states *w, uint32_t below, uint32_t q,
-                         uint32_t i, int32_t from, uint32_t *ret_at);
+static int plain_rest_of(struct dse_grammar_matcher *m, struct grammar_walk_states *w, uint32_t below, int lax,
+                         uint32_t q, uint32_t i, int32_t from, uint32_t *ret_at);
 
 /* Runs bytes i.. of the plain characters of sequence q from state from, adding what
- * they do to o. */
-static int plain_explore(struct dse_grammar_matcher *m, struct grammar_walk_states *w, uint32_t below, uint32_t q,
-                         uint32_t i, int32_t from, struct plain_outcome *o) {
+ * they do to o. Lax: a state holding a popped stack beside others is no popped
+ * outcome, and one holding only popped stacks is a dead end (plain_free, which asks
+ * only whether some parse that never pops survives). */
+static int plain_explore(struct dse_grammar_matcher *m, struct grammar_walk_states *w, uint32_t below, int lax,
+                         uint32_t q, uint32_t i, int32_t from, struct plain_outcome *o) {
         const struct utf8_seq *seq = &plain_seqs[q];
         int32_t seen[8];
         uint32_t n_seen = 0;
         for (unsigned b = seq->lo[i]; b <= seq->hi[i] && !o->popped && !o->overflow; b++) {
                 int32_t to;
                 GRAMMAR_TRY(walk_next(m, w, from, (uint8_t)b, below, &to));
-                if (to == WALK_DEAD) {
+                if (to == WALK_DEAD || (lax && !(w->flags[to] & WALK_HAS_OTHER))) {
                         o->dead = 1;
                         continue;
                 }
-                if (w->flags[to] != WALK_HAS_OTHER) {
+                if (!lax && w->flags[to] != WALK_HAS_OTHER) {
                         o->popped = 1;
                         continue;
                 }
@@ -344,7 +372,7 @@ static int plain_explore(struct dse_grammar_matcher *m, struct grammar_walk_stat
                         seen[n_seen++] = to;
                 if (i + 1 < seq->n) {
                         uint32_t at;
-                        GRAMMAR_TRY(plain_rest_of(m, w, below, q, i + 1, to, &at));
+                        GRAMMAR_TRY(plain_rest_of(m, w, below, lax, q, i + 1, to, &at));
                         plain_merge(o, w->plain_words + at);
                         continue;
                 }
@@ -356,9 +384,9 @@ static int plain_explore(struct dse_grammar_matcher *m, struct grammar_walk_stat
 /* What bytes i.. of the plain characters of sequence q do from state from, inside such
  * a character: computed once per (state, q, i) and kept, since the states inside a
  * character are shared by many states before it; *ret_at is its index in plain_words. */
-static int plain_rest_of(struct dse_grammar_matcher *m, struct grammar_walk_states *w, uint32_t below, uint32_t q,
-                         uint32_t i, int32_t from, uint32_t *ret_at) {
-        uint64_t key = (uint64_t)(uint32_t)from << 16 | q << 8 | i; /* never 0: i >= 1 */
+static int plain_rest_of(struct dse_grammar_matcher *m, struct grammar_walk_states *w, uint32_t below, int lax,
+                         uint32_t q, uint32_t i, int32_t from, uint32_t *ret_at) {
+        uint64_t key = (uint64_t)(uint32_t)from << 16 | q << 8 | (uint32_t)lax << 4 | i; /* never 0: i >= 1 */
         uint32_t mask = w->rest_size - 1;
         if (w->rest_size)
                 for (uint32_t k = (uint32_t)(key * 0x9e3779b97f4a7c15ull >> 32) & mask; w->rest_keys[k]; k = (k + 1) & mask)
@@ -367,7 +395,7 @@ static int plain_rest_of(struct dse_grammar_matcher *m, struct grammar_walk_stat
                                 return 0;
                         }
         struct plain_outcome o = {.n_ends = 0};
-        GRAMMAR_TRY(plain_explore(m, w, below, q, i, from, &o));
+        GRAMMAR_TRY(plain_explore(m, w, below, lax, q, i, from, &o));
         uint32_t at;
         GRAMMAR_TRY(plain_keep(w, &o, &at));
         if (2 * (w->n_rest + 1) > w->rest_size) {
@@ -404,21 +432,172 @@ static int plain_rest_of(struct dse_grammar_matcher *m, struct grammar_walk_stat
         return 0;
 }
 
-/* What one plain character does from state id, computed once per state: *ret points at
- * a header word (the count of end states << 2, | 1 when some character dies, | 2 when
- * some meets a popped stack or the ends overflow) followed by the end states; valid
- * until the next call that may add states. */
-static int plain_of(struct dse_grammar_matcher *m, struct grammar_walk_states *w, uint32_t below, int32_t id,
+/* What one plain character does from state id (lax as plain_explore), computed once
+ * per state: *ret points at a header word (the count of end states << 2, | 1 when some
+ * character dies, | 2 when some meets a popped stack or the ends overflow) followed by
+ * the end states; valid until the next call that may add states. */
+static int plain_of(struct dse_grammar_matcher *m, struct grammar_walk_states *w, uint32_t below, int lax, int32_t id,
                     const uint32_t **ret) {
-        if (!w->plain_at[id]) {
+        uint32_t *plain_at = &w->plain_at[2 * (uint32_t)id + (uint32_t)lax];
+        if (!*plain_at) {
                 struct plain_outcome o = {.n_ends = 0};
-                for (uint32_t q = 0; q < N_PLAIN_SEQS && !o.popped && !o.overflow; q++)
-                        GRAMMAR_TRY(plain_explore(m, w, below, q, 0, id, &o));
+                for (uint32_t q = 0; q < N_PLAIN_SEQS && !o.popped && !o.overflow && !(lax && o.dead); q++)
+                        GRAMMAR_TRY(plain_explore(m, w, below, lax, q, 0, id, &o));
                 uint32_t at;
                 GRAMMAR_TRY(plain_keep(w, &o, &at));
-                w->plain_at[id] = at + 1;
+                plain_at = &w->plain_at[2 * (uint32_t)id + (uint32_t)lax]; /* plain_explore may have moved it */
+                *plain_at = at + 1;
         }
-        *ret = w->plain_words + w->plain_at[id] - 1;
+        *ret = w->plain_words + w->plain_at[2 * (uint32_t)id + (uint32_t)lax] - 1;
+        return 0;
+}
+
+/* Past this many states reached, plain_free gives up and answers no. */
+#define FREE_MAX_STATES 2048
+
+/* Whether every plain text, whatever its length, keeps a parse of state start alive
+ * that never pops: from no state the plain characters reach (lax plain_of) does a plain
+ * character leave only popped stacks or none. The states reached are explored
+ * breadth first, and the answer kept per state: yes for every state explored when it
+ * is yes; when it is no, no for the state that fails and those on the way to it. */
+static int plain_free(struct dse_grammar_matcher *m, struct grammar_walk_states *w, uint32_t below, int32_t start,
+                      int *ret_free) {
+        if (w->free_of[start] != FREE_UNKNOWN) {
+                *ret_free = w->free_of[start] == FREE_YES;
+                return 0;
+        }
+        GRAMMAR_TRY(dse__grammar_grow((void **)&w->queue, &w->cap_queue, 1, sizeof *w->queue));
+        GRAMMAR_TRY(dse__grammar_grow((void **)&w->queue_from, &w->cap_queue_from, 1, sizeof *w->queue_from));
+        uint32_t n = 1, failed = UINT32_MAX, q;
+        w->pass++;
+        w->queue[0] = (uint32_t)start;
+        w->queue_from[0] = UINT32_MAX;
+        w->mark[start] = w->pass;
+        for (q = 0; q < n; q++) {
+                int32_t s = (int32_t)w->queue[q];
+                if (w->free_of[s] == FREE_YES)
+                        continue;
+                if (w->free_of[s] == FREE_NO || q == FREE_MAX_STATES) {
+                        failed = q;
+                        break;
+                }
+                const uint32_t *one;
+                GRAMMAR_TRY(plain_of(m, w, below, 1, s, &one));
+                if (one[0] & 3) {
+                        failed = q;
+                        break;
+                }
+                uint32_t n_ends = one[0] >> 2;
+                GRAMMAR_TRY(dse__grammar_grow((void **)&w->queue, &w->cap_queue, (uint64_t)n + n_ends, sizeof *w->queue));
+                GRAMMAR_TRY(dse__grammar_grow((void **)&w->queue_from, &w->cap_queue_from, (uint64_t)n + n_ends,
+                                              sizeof *w->queue_from));
+                for (uint32_t j = 0; j < n_ends; j++) {
+                        uint32_t e = one[1 + j];
+                        if (w->mark[e] == w->pass)
+                                continue;
+                        w->mark[e] = w->pass;
+                        w->queue[n] = e;
+                        w->queue_from[n++] = q;
+                }
+        }
+        if (failed == UINT32_MAX)
+                for (q = 0; q < n; q++)
+                        w->free_of[w->queue[q]] = FREE_YES;
+        else if (failed == FREE_MAX_STATES)
+                w->free_of[start] = FREE_NO;
+        else
+                for (q = failed; q != UINT32_MAX; q = w->queue_from[q])
+                        w->free_of[w->queue[q]] = FREE_NO;
+        *ret_free = failed == UINT32_MAX;
+        return 0;
+}
+
+/* The lead bytes of the plain characters. */
+static void plain_leads(struct grammar_class *c) {
+        memset(c, 0, sizeof *c);
+        for (size_t q = 0; q < N_PLAIN_SEQS; q++)
+                grammar_class_add_range(c, plain_seqs[q].lo[0], plain_seqs[q].hi[0]);
+}
+
+/* Past this many stacks in a state, group_free does not look for a group. */
+#define GROUP_MAX_STACKS 1024
+/* group_free tries groups keeping up to this many frames of the stack they start from. */
+#define GROUP_MAX_FRAMES 3
+
+/* 1 when the stack at shape offset b has more than l frames and ends in the last l
+ * frames of the stack at offset a. */
+static int ends_alike(const uint32_t *shape, uint32_t a, uint32_t b, uint32_t l) {
+        return shape[b] > l && !memcmp(shape + a + 1 + shape[a] - l, shape + b + 1 + shape[b] - l, l * sizeof *shape);
+}
+
+/* Whether some group of the stacks of a shape keeps every plain text alive on its own
+ * (plain_free): then every plain token is allowed from the whole state, whatever its
+ * other stacks do. A group is the stacks that end in the same frames, as the state of
+ * their frames above those alone on the frame `below`, where finishing them is a
+ * popped stack: a parse that never finishes them does not depend on what lies below,
+ * and one that does is never counted. Such a group's state is the same in every state
+ * holding the group, so what it reaches is explored once per walk table: the key that
+ * must be none of an object's declared names, beside the stacks of each name still
+ * allowed, at every key of the object. Groups keeping fewer frames are tried first. */
+static int group_free(struct dse_grammar_matcher *m, struct grammar_walk_states *w, uint32_t below,
+                      const uint32_t *shape, int *ret_free) {
+        *ret_free = 0;
+        if (shape[0] > GROUP_MAX_STACKS)
+                return 0;
+        GRAMMAR_TRY(dse__grammar_grow((void **)&w->stack_at, &w->cap_stack_at, (uint64_t)shape[0] + 1,
+                                      sizeof *w->stack_at));
+        GRAMMAR_TRY(dse__grammar_grow((void **)&w->tried, &w->cap_tried,
+                                      2 * (uint64_t)GROUP_MAX_FRAMES * shape[0] + 1, sizeof *w->tried));
+        uint32_t n = 0, p = 1, n_tried = 0;
+        for (uint32_t s = 0; s < shape[0]; s++) {
+                uint32_t len = shape[p];
+                if (len > 0 && len < GRAMMAR_POPPED)
+                        w->stack_at[n++] = p;
+                p += len < GRAMMAR_POPPED ? 1 + len : 1;
+        }
+        struct grammar_class leads;
+        plain_leads(&leads);
+        for (uint32_t t = 1; t <= GROUP_MAX_FRAMES; t++)
+                for (uint32_t i = 0; i < n; i++) {
+                        uint32_t a = w->stack_at[i];
+                        if (shape[a] <= t)
+                                continue;
+                        uint32_t l = shape[a] - t, seen = 0;
+                        for (uint32_t k = 0; k < n_tried && !seen; k++)
+                                seen = w->tried[2 * k + 1] == l && ends_alike(shape, w->tried[2 * k], a, l);
+                        if (seen)
+                                continue;
+                        w->tried[2 * n_tried] = a;
+                        w->tried[2 * n_tried++ + 1] = l;
+                        uint32_t words = 1, count = 0;
+                        uint64_t covered[4] = {0, 0, 0, 0};
+                        for (uint32_t j = 0; j < n; j++) {
+                                uint32_t b = w->stack_at[j];
+                                if (!ends_alike(shape, a, b, l))
+                                        continue;
+                                uint32_t keep = shape[b] - l;
+                                GRAMMAR_TRY(dse__grammar_grow((void **)&w->group, &w->cap_group,
+                                                              (uint64_t)words + 1 + keep, sizeof *w->group));
+                                w->group[words++] = keep;
+                                memcpy(w->group + words, shape + b + 1, keep * sizeof *shape);
+                                words += keep;
+                                count++;
+                                const struct grammar_class *c = &m->g->classes[m->g->elems[shape[b + 1]].arg];
+                                for (int k = 0; k < 4; k++)
+                                        covered[k] |= c->bits[k];
+                        }
+                        int all_leads = 1;
+                        for (int k = 0; k < 4; k++)
+                                all_leads &= (covered[k] & leads.bits[k]) == leads.bits[k];
+                        if (!all_leads)
+                                continue;
+                        w->group[0] = count;
+                        int32_t id;
+                        GRAMMAR_TRY(walk_intern(w, w->group, words, WALK_HAS_OTHER, &id));
+                        GRAMMAR_TRY(plain_free(m, w, below, id, ret_free));
+                        if (*ret_free)
+                                return 0;
+                }
         return 0;
 }
 
@@ -446,7 +625,7 @@ static int plain_parts(struct dse_grammar_matcher *m, struct grammar_walk_states
                 for (uint32_t k = 0; k < n_set && !o.popped && !o.overflow; k++) {
                         w->mark[set[k]] = w->pass;
                         const uint32_t *one;
-                        GRAMMAR_TRY(plain_of(m, w, below, set[k], &one));
+                        GRAMMAR_TRY(plain_of(m, w, below, 0, set[k], &one));
                         plain_merge(&o, one);
                 }
                 if (o.popped || o.overflow || (o.dead && o.n_ends))
@@ -506,18 +685,40 @@ static int walk_part(struct dse_grammar_matcher *m, struct grammar_walk_states *
 /* Past this many states a walk's table starts afresh. */
 #define WALK_STATES_MAX 4096
 
-int dse__grammar_trie_walk(struct dse_grammar_matcher *m, const struct dse_grammar_vocab *vocab, const uint32_t *shape,
-                           uint32_t below, struct grammar_walk_states **states, uint64_t *allowed, uint32_t **popped,
-                           uint32_t *n_popped, uint32_t *cap_popped) {
-        int r = dse__grammar_grow((void **)&m->walk, &m->cap_walk, (uint64_t)vocab->max_depth + 1, sizeof *m->walk);
-        if (r < 0)
-                return r;
+/* Makes *states ready for a walk: new when NULL, afresh when past WALK_STATES_MAX. */
+static int walk_states_ready(struct grammar_walk_states **states) {
         if (*states && (*states)->n > WALK_STATES_MAX) {
                 dse__grammar_walk_states_free(*states);
                 *states = NULL;
         }
         if (!*states && !(*states = calloc(1, sizeof **states)))
                 return -ENOMEM;
+        return 0;
+}
+
+/* group_free for a walk on no frame below: the groups are states on a stand-in frame,
+ * kept in the table of walks on one, *group_states. */
+static int group_free_on_stand_in(struct dse_grammar_matcher *m, struct grammar_walk_states **group_states,
+                                  const uint32_t *shape, int *ret_free) {
+        *ret_free = 0;
+        GRAMMAR_TRY(walk_states_ready(group_states));
+        uint32_t mark_frames = m->n_frames, stand_in;
+        GRAMMAR_TRY(dse__grammar_frame_new(m, 0, GRAMMAR_NIL, &stand_in));
+        m->boundary = stand_in;
+        int r = group_free(m, *group_states, stand_in, shape, ret_free);
+        m->boundary = GRAMMAR_NIL;
+        m->n_frames = mark_frames;
+        return r;
+}
+
+int dse__grammar_trie_walk(struct dse_grammar_matcher *m, const struct dse_grammar_vocab *vocab, const uint32_t *shape,
+                           uint32_t below, struct grammar_walk_states **states,
+                           struct grammar_walk_states **group_states, uint64_t *allowed, uint32_t **popped,
+                           uint32_t *n_popped, uint32_t *cap_popped) {
+        int r = dse__grammar_grow((void **)&m->walk, &m->cap_walk, (uint64_t)vocab->max_depth + 1, sizeof *m->walk);
+        if (r < 0)
+                return r;
+        GRAMMAR_TRY(walk_states_ready(states));
         struct grammar_walk_states *w = *states;
         uint32_t shape_len = 1;
         for (uint32_t s = 0; s < shape[0]; s++)
@@ -526,7 +727,14 @@ int dse__grammar_trie_walk(struct dse_grammar_matcher *m, const struct dse_gramm
         uint32_t taken = 0;
         int dead = 0;
         r = walk_intern(w, shape, shape_len, WALK_HAS_OTHER, &start);
-        if (r == 0)
+        int all_free = 0;
+        if (r == 0 && below != GRAMMAR_NIL)
+                r = group_free(m, w, below, shape, &all_free);
+        else if (r == 0)
+                r = group_free_on_stand_in(m, group_states, shape, &all_free);
+        if (r == 0 && all_free)
+                taken = GRAMMAR_PLAIN_MAX;
+        else if (r == 0)
                 r = plain_parts(m, w, below, start, &taken, &dead);
         int count = 0;
         if (r == 0 && taken) {
