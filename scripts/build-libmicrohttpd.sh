@@ -7,10 +7,10 @@
 # itself (a chunk-size line over its buffer); 1.0's rewritten parser refuses them 4xx and
 # is stricter elsewhere. This fetches the 1.0.1 orig tarball from Debian's pool (the
 # trixie and bookworm-backports package), or snapshot.debian.org when the pool fails,
-# checks its sha256, applies scripts/patches/libmicrohttpd-1.0.1-*.patch (fixes of the
-# library's own bugs, each explained in its file) and installs a static,
-# position-independent library with HTTPS (GnuTLS) into a cache prefix outside any
-# build tree:
+# checks its sha256, applies scripts/patches/libmicrohttpd-1.0.1-*.patch (two fixes of
+# the library's own bugs and the 501 RFC 9112 asks for, each explained in its file) and
+# installs a static, position-independent library with HTTPS (GnuTLS) into a cache
+# prefix outside any build tree:
 #     ${DSV_MHD_PREFIX:-${XDG_CACHE_HOME:-$HOME/.cache}/dsvisor/deps/libmicrohttpd-1.0.1}
 # cmake/Deps.cmake looks there. Static, so no rpath or loader path is needed, and built
 # with -O2 and no sanitizers, so one copy links into every build (RelWithDebInfo,

@@ -91,22 +91,49 @@ static bool content_length_ok(const char *v, size_t len) {
         return true;
 }
 
-/* Transfer-Encoding: the only coding served is chunked, once and alone (RFC 9112 sections
- * 6.1, 7). Anything else is 400: RFC 9112 section 6.1 suggests 501 for a coding not
- * understood, but libmicrohttpd 1.0 answers every value but "chunked" 400 itself before
- * the request callback, and one answer for every such request leaves nothing to tell
- * apart. */
-static bool coding_ok(const char *v, size_t len) {
-        while (len && (v[len - 1] == ' ' || v[len - 1] == '\t'))
-                len--;
-        while (len && (*v == ' ' || *v == '\t'))
-                v++, len--;
-        return len == 7 && strncasecmp(v, "chunked", 7) == 0;
+enum coding_verdict { CODING_OK, CODING_BAD, CODING_UNKNOWN };
+
+/* Transfer-Encoding: a comma-separated list of codings, each perhaps with parameters.
+ * Only chunked is known, and it must be the last and only once (RFC 9112 sections 6.1,
+ * 7); an unknown coding is reported as such so it can be answered 501. */
+static enum coding_verdict coding_check(const char *v, size_t len) {
+        int chunked = 0, unknown = 0, n = 0;
+        bool chunked_last = false;
+        size_t i = 0;
+        while (i <= len) {
+                size_t start = i;
+                while (i < len && v[i] != ',')
+                        i++;
+                size_t end = i++;
+                while (start < end && (v[start] == ' ' || v[start] == '\t'))
+                        start++;
+                size_t name_end = start;
+                while (name_end < end && is_tchar((unsigned char)v[name_end]))
+                        name_end++;
+                size_t rest = name_end;
+                while (rest < end && (v[rest] == ' ' || v[rest] == '\t'))
+                        rest++;
+                if (name_end == start)
+                        return CODING_BAD; /* an empty list element or no token */
+                if (rest < end && v[rest] != ';')
+                        return CODING_BAD;
+                bool is_chunked = name_end - start == 7 && strncasecmp(v + start, "chunked", 7) == 0;
+                if (is_chunked && rest < end)
+                        return CODING_BAD; /* chunked takes no parameters */
+                chunked += is_chunked;
+                unknown += !is_chunked;
+                chunked_last = is_chunked;
+                n++;
+        }
+        if (unknown)
+                return CODING_UNKNOWN;
+        return n == 1 && chunked == 1 && chunked_last ? CODING_OK : CODING_BAD;
 }
 
 struct field_scan {
         int content_length, transfer_encoding, host;
-        bool host_bad, cl_bad, name_bad, value_bad, coding_bad;
+        bool host_bad, cl_bad, name_bad, value_bad;
+        enum coding_verdict coding;
         char bad_name[48];
 };
 
@@ -133,7 +160,7 @@ static enum MHD_Result scan_field(void *cls, enum MHD_ValueKind kind, const char
                 s->cl_bad |= !content_length_ok(value, value_size);
         } else if (strcasecmp(key, MHD_HTTP_HEADER_TRANSFER_ENCODING) == 0) {
                 s->transfer_encoding++;
-                s->coding_bad |= !coding_ok(value, value_size);
+                s->coding = coding_check(value, value_size);
         } else if (strcasecmp(key, MHD_HTTP_HEADER_HOST) == 0) {
                 s->host++;
                 s->host_bad |= !host_ok(value, value_size);
@@ -141,8 +168,9 @@ static enum MHD_Result scan_field(void *cls, enum MHD_ValueKind kind, const char
         return MHD_YES;
 }
 
-static int refuse(struct dsv_gw_error *e, const char *what) {
-        dsv__gw_error_set(e, 400, "invalid_request_error", "invalid_request", NULL, "%s", what);
+static int refuse(struct dsv_gw_error *e, int status, const char *what) {
+        dsv__gw_error_set(e, status, "invalid_request_error", status == 501 ? "not_implemented" : "invalid_request",
+                          NULL, "%s", what);
         return -EPROTO;
 }
 
@@ -165,32 +193,34 @@ bool dsv__gw_strict_header_block(const char *buf, size_t n) {
 
 int dsv__gw_strict_request(struct MHD_Connection *conn, const char *version, bool target_ok, struct dsv_gw_error *e) {
         if (!target_ok)
-                return refuse(e, "The request target holds a control character, a space or an escaped NUL");
+                return refuse(e, 400, "The request target holds a control character, a space or an escaped NUL");
         bool http11 = version && strcmp(version, MHD_HTTP_VERSION_1_1) == 0;
         if (!http11 && !(version && strcmp(version, MHD_HTTP_VERSION_1_0) == 0))
-                return refuse(e, "Only HTTP/1.0 and HTTP/1.1 are served");
-        struct field_scan s = {0};
+                return refuse(e, 400, "Only HTTP/1.0 and HTTP/1.1 are served");
+        struct field_scan s = {.coding = CODING_OK};
         MHD_get_connection_values_n(conn, MHD_HEADER_KIND, scan_field, &s);
         if (s.name_bad)
-                return refuse(e, "A header field name is not a token");
+                return refuse(e, 400, "A header field name is not a token");
         if (s.value_bad) {
                 dsv__gw_error_set(e, 400, "invalid_request_error", "invalid_request", NULL,
                                   "The header field '%s' holds a control character", s.bad_name);
                 return -EPROTO;
         }
         if (s.host > 1 || (http11 && s.host == 0))
-                return refuse(e, "An HTTP/1.1 request needs exactly one Host header field");
+                return refuse(e, 400, "An HTTP/1.1 request needs exactly one Host header field");
         if (s.host_bad)
-                return refuse(e, "The Host header field is not a valid host");
+                return refuse(e, 400, "The Host header field is not a valid host");
         if (s.content_length > 1 || s.cl_bad)
-                return refuse(e, "Content-Length must be given once, as a decimal number");
+                return refuse(e, 400, "Content-Length must be given once, as a decimal number");
         if (s.transfer_encoding && !http11)
-                return refuse(e, "Transfer-Encoding is not allowed in HTTP/1.0");
+                return refuse(e, 400, "Transfer-Encoding is not allowed in HTTP/1.0");
         if (s.transfer_encoding > 1)
-                return refuse(e, "Transfer-Encoding must be given once");
+                return refuse(e, 400, "Transfer-Encoding must be given once");
         if (s.transfer_encoding && s.content_length)
-                return refuse(e, "Content-Length and Transfer-Encoding must not both be given");
-        if (s.coding_bad)
-                return refuse(e, "The only transfer coding served is chunked, alone");
+                return refuse(e, 400, "Content-Length and Transfer-Encoding must not both be given");
+        if (s.coding == CODING_UNKNOWN)
+                return refuse(e, 501, "The only transfer coding served is chunked");
+        if (s.coding == CODING_BAD)
+                return refuse(e, 400, "Transfer-Encoding must be exactly chunked");
         return 0;
 }

@@ -23,12 +23,13 @@ bool dsv__gw_strict_target_ok(const char *raw_target);
 bool dsv__gw_strict_header_block(const char *buf, size_t n);
 
 /* A request whose header fields are all in, with target_ok from
- * dsv__gw_strict_target_ok(): 0, or -EPROTO with e filled (400) for a request to refuse
- * with its connection closed: its target is refused, its version is not HTTP/1.0 or
- * 1.1, its framing is ambiguous (several or malformed Content-Length, Transfer-Encoding
- * with Content-Length or in HTTP/1.0, a coding other than chunked alone), it lacks
- * exactly one valid Host in HTTP/1.1, or a field name is not a token or a value holds
- * NUL, CR, LF or another control character. */
+ * dsv__gw_strict_target_ok(): 0, or -EPROTO with e filled (400, or 501 for a transfer
+ * coding other than chunked) for a request to refuse with its connection closed: its
+ * target is refused, its version is not HTTP/1.0 or 1.1, its framing is ambiguous
+ * (several or malformed Content-Length, Transfer-Encoding with Content-Length or in
+ * HTTP/1.0, chunked not the last coding or repeated), it lacks exactly one valid Host in
+ * HTTP/1.1, or a field name is not a token or a value holds NUL, CR, LF or another
+ * control character. */
 int dsv__gw_strict_request(struct MHD_Connection *conn, const char *version, bool target_ok, struct dsv_gw_error *e);
 
 #endif
