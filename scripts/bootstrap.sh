@@ -1,12 +1,17 @@
 #!/usr/bin/env bash
-# Installs every Debian package dsvisor builds and tests with. Idempotent: packages
-# already present are skipped, and apt-get update runs only when something is missing.
+# Installs every Debian package dsvisor builds and tests with, then builds the one
+# library Debian 12 has too old (scripts/build-libmicrohttpd.sh: libmicrohttpd 1.0.1 from
+# Debian's source, into the user's cache). Idempotent: packages already present are
+# skipped, apt-get update runs only when something is missing, and a library already
+# built is kept.
 set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
 
 BUILD_PKGS=(build-essential cmake pkg-config
   libnng-dev libcjson-dev libnuma-dev libhwloc-dev libcgroup-dev libsystemd-dev
-  libpcre2-dev libutf8proc-dev libmicrohttpd-dev libcurl4-openssl-dev
-  curl)  # curl: scripts/demo.sh sends the first chat request with it
+  libpcre2-dev libutf8proc-dev libcurl4-openssl-dev
+  libgnutls28-dev  # HTTPS in the libmicrohttpd build-libmicrohttpd.sh makes
+  curl)  # curl: scripts/demo.sh sends the first chat request with it, and fetches libmicrohttpd's source
 TEST_PKGS=(clang hwloc python3 sentencepiece curl prometheus nodejs  # prometheus: promtool + server
   wamerican  # test-default-chat-replies: the English word list replies are checked against
   haproxy python3-yaml  # deploy/ tests: haproxy.cfg, the k8s manifest
@@ -36,10 +41,12 @@ for p in "${want[@]}"; do
 done
 if [ "${#missing[@]}" -eq 0 ]; then
   echo "bootstrap: all ${#want[@]} packages present"
-  exit 0
+else
+  SUDO=""
+  [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  echo "bootstrap: installing ${missing[*]}"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
-SUDO=""
-[ "$(id -u)" -eq 0 ] || SUDO="sudo"
-echo "bootstrap: installing ${missing[*]}"
-$SUDO apt-get update -qq
-DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+# As the calling user, not root: the library goes to this user's cache.
+"$here/build-libmicrohttpd.sh"

@@ -50,6 +50,7 @@ command -v clang >/dev/null || { echo "fuzz.sh: clang is missing (scripts/bootst
 FIX=${DSV_FIXTURES:-$(realpath -m "$SRC/../shared/fixtures")}
 export DSV_FIXTURES=$FIX
 
+"$SRC/scripts/build-libmicrohttpd.sh" || exit 2  # the gateway's library, once per user
 echo "fuzz.sh: configuring $BUILD (clang, DSV_FUZZ=ON)"
 GEN=()  # the target list below is read from the Makefile generator's "help" target
 [ -f "$BUILD/CMakeCache.txt" ] || GEN=(-G "Unix Makefiles")

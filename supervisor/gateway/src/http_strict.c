@@ -1,9 +1,10 @@
-/* HTTP/1.1 strictness beyond libmicrohttpd 0.9.x's own: where a proxy in front and this
- * server could disagree on where a request ends (RFC 9112 section 11.2, request
- * smuggling), the request is refused and the connection closed. Content-Length and
- * Transfer-Encoding together are refused (RFC 9112 section 6.3 lets a server either
- * refuse or let chunked win; refusing leaves nothing to disagree on), and so are repeated
- * Content-Length fields even with equal values. The only transfer coding is chunked. */
+/* HTTP/1.1 strictness stated by the gateway itself, whatever libmicrohttpd already
+ * refuses: where a proxy in front and this server could disagree on where a request ends
+ * (RFC 9112 section 11.2, request smuggling), the request is refused and the connection
+ * closed. Content-Length and Transfer-Encoding together are refused (RFC 9112 section
+ * 6.3 lets a server either refuse or let chunked win; refusing leaves nothing to disagree
+ * on), and so are repeated Content-Length fields even with equal values. The only
+ * transfer coding is chunked. */
 #include <errno.h>
 #include <string.h>
 #include <strings.h>
@@ -176,7 +177,7 @@ static int refuse(struct dsv_gw_error *e, int status, const char *what) {
 bool dsv__gw_strict_header_block(const char *buf, size_t n) {
         /* field lines start after the request line and end at the first empty line (the
          * body after it is not looked at); a line may end in LF alone, as the accept path
-         * and libmicrohttpd allow */
+         * allows (libmicrohttpd then refuses it) */
         const char *end = buf + n, *p = memchr(buf, '\n', n), *block_end = end;
         while (p && ++p < end) {
                 if (*p == '\n' || (*p == '\r' && p + 1 < end && p[1] == '\n')) {

@@ -10,8 +10,9 @@
  * and libmicrohttpd's idle timeout, which every byte restarts, cannot bound it. Peeked
  * bytes stay readable, so SO_RCVLOWAT is raised past them: poll wakes for new bytes only.
  * Under TLS the header is encrypted; only the first byte is waited for. A complete
- * header block is checked here for what libmicrohttpd 0.9.x would hide from the request
- * callback (a NUL byte, a field line with an empty name: 400, closed).
+ * header block is checked here for what a lenient parser would hide from the request
+ * callback (a NUL byte, a field line with an empty name: 400, closed), so the rule does
+ * not rest on libmicrohttpd's discipline level.
  *
  * The per-address cap counts a connection from accept to close (MHD's close
  * notification hands its address back).
@@ -229,7 +230,8 @@ static void pending_check(struct gw_listener *l, size_t i, short revents) {
         ssize_t n = recv(pc->fd, buf, l->lim.tls ? 1 : sizeof buf, MSG_PEEK | MSG_DONTWAIT);
         if (n < 0 && (errno == EAGAIN || errno == EINTR))
                 return;
-        /* A bare LF ends a line too (RFC 9112 §2.2 lets a server accept it; MHD does). */
+        /* A bare LF ends a line too, so such a header is handed on at once (libmicrohttpd
+         * at discipline level 1 refuses it 400) rather than held to its deadline. */
         bool complete = n > 0 && (l->lim.tls || (size_t)n == sizeof buf || !l->lim.header_timeout_s ||
                                   memmem(buf, (size_t)n, "\r\n\r\n", 4) || memmem(buf, (size_t)n, "\n\n", 2) ||
                                   memmem(buf, (size_t)n, "\n\r\n", 3));

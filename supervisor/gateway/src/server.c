@@ -332,15 +332,6 @@ static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_
 
 /* MHD without a listening socket of its own: the listener accepts and hands connections
  * over, answering those beyond max_connections itself. */
-/* libmicrohttpd's own strictness, level 1 ("busy public servers"): from 1.0 its rewritten
- * parser refuses what http_strict.c cannot see from here (NUL in a field value, an empty
- * field name); before, the older option with the same level. */
-#if MHD_VERSION >= 0x01000000
-#define HTTP_STRICTNESS_OPTION MHD_OPTION_CLIENT_DISCIPLINE_LVL
-#else
-#define HTTP_STRICTNESS_OPTION MHD_OPTION_STRICT_FOR_CLIENT
-#endif
-
 static int start_http(struct dsv_gateway *gw) {
         const struct dsv_gateway_config *cfg = &gw->cfg;
         struct gw_listener_limits lim = {.max_connections = cfg->max_connections,
@@ -360,7 +351,13 @@ static int start_http(struct dsv_gateway *gw) {
                 {MHD_OPTION_NOTIFY_COMPLETED, (intptr_t)on_completed, gw},
                 {MHD_OPTION_NOTIFY_CONNECTION, (intptr_t)on_connection, gw},
                 {MHD_OPTION_URI_LOG_CALLBACK, (intptr_t)on_target, NULL},
-                {HTTP_STRICTNESS_OPTION, 1, NULL},
+                /* libmicrohttpd's own strictness, level 1 ("busy public servers"): its
+                 * parser refuses what http_strict.c cannot see from the request callback
+                 * (NUL in a field value, an empty field name, a chunk line over its
+                 * buffer). Level 2 would also refuse the empty line RFC 9112 §2.2 asks
+                 * servers to skip before a request line, which older clients send after
+                 * a POST body: their next request on the connection would fail. */
+                {MHD_OPTION_CLIENT_DISCIPLINE_LVL, 1, NULL},
                 {MHD_OPTION_END, 0, NULL}, /* the TLS pair, when configured */
                 {MHD_OPTION_END, 0, NULL},
                 {MHD_OPTION_END, 0, NULL},
