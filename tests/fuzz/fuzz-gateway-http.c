@@ -16,6 +16,8 @@
 #include "dsv_gateway.h"
 
 #define ANSWER_WAIT_MS 2000
+#define PORT_RETRIES 50
+#define PORT_RETRY_WAIT_MS 100
 
 /* A stand-in tokenizer, so that /tokenize and /detokenize bodies reach their parser:
  * one id per byte. */
@@ -61,12 +63,29 @@ static int gateway_port(void) {
         return dsv_gateway_port(gw);
 }
 
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+/* A connection to the gateway. Thousands of connections a second can use up the local
+ * ports for a moment, which is the harness's limit, not the gateway's: that case waits
+ * and tries again; any other failure stops the run. */
+static int connect_gateway(void) {
         struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)gateway_port())};
         a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-        int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-        if (fd < 0 || connect(fd, (struct sockaddr *)&a, sizeof a) != 0)
-                abort();
+        for (int attempt = 0; attempt < PORT_RETRIES; attempt++) {
+                int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+                if (fd < 0)
+                        abort();
+                if (connect(fd, (struct sockaddr *)&a, sizeof a) == 0)
+                        return fd;
+                int err = errno;
+                close(fd);
+                if (err != EADDRNOTAVAIL)
+                        abort();
+                poll(NULL, 0, PORT_RETRY_WAIT_MS);
+        }
+        abort();
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+        int fd = connect_gateway();
         for (size_t sent = 0; sent < size;) {
                 ssize_t n = send(fd, data + sent, size - sent, MSG_NOSIGNAL);
                 if (n <= 0)
@@ -90,6 +109,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                         got += k;
                 }
         }
+        /* closed with a reset: the answer is in, and no TIME_WAIT keeps the local port */
+        setsockopt(fd, SOL_SOCKET, SO_LINGER, &(struct linger){.l_onoff = 1, .l_linger = 0}, sizeof(struct linger));
         close(fd);
         if (got > 0 && (got < 9 || memcmp(head, "HTTP/1.", 7) != 0))
                 abort(); /* an answer that is not HTTP */
