@@ -18,6 +18,7 @@
 #include "kernels/kernels.h"
 #include "kv.h"
 #include "kv_disk.h"
+#include "kv_pages.h"
 
 #define NIL (-1)
 
@@ -49,7 +50,8 @@ struct dse_kv_cache {
         int32_t n_taken;           /* blocks dse__kv_blocks_take handed out: outside the pool's stats */
         struct dse__kv_view layout; /* the rows' layout (base and blocks unset) */
         uint8_t *data;             /* (n_blocks, n_layers, block_tokens, layout.row_bytes) */
-        size_t data_bytes;         /* of the anonymous mapping behind data */
+        size_t data_bytes;
+        struct dse__kv_pages pages; /* the mapping behind data */
         struct kv_block *blocks;   /* (n_blocks) */
         int32_t *block_tokens_ids; /* (n_blocks, block_tokens) ids of hashed blocks */
         int32_t *free_stack;       /* (n_blocks) never-hashed free blocks */
@@ -201,8 +203,7 @@ void dse_kv_cache_free(struct dse_kv_cache *kv) {
                         dse__kv_disk_read_cancel(kv->disk, &kv->seqs[i].reads);
         dse__kv_disk_close(kv->disk);
         free(kv->read_mem);
-        if (kv->data)
-                munmap(kv->data, kv->data_bytes);
+        dse__kv_pages_unmap(&kv->pages);
         free(kv->blocks);
         free(kv->block_tokens_ids);
         free(kv->free_stack);
@@ -222,6 +223,10 @@ size_t dse_kv_cache_bytes_per_token(const struct dse_kv_cache *kv) {
 
 enum dse_kv_dtype dse_kv_cache_dtype(const struct dse_kv_cache *kv) {
         return kv ? kv->layout.dtype : DSE_KV_F32;
+}
+
+enum dse_kv_pages dse_kv_cache_pages(const struct dse_kv_cache *kv) {
+        return kv ? kv->pages.kind : DSE_KV_PAGES_SMALL;
 }
 
 int dse_kv_cache_prefault(struct dse_kv_cache *kv, struct dse_diag *reterr) {
@@ -262,6 +267,10 @@ int dse_kv_cache_new_typed(const struct dse_model *model, enum dse_kv_dtype dtyp
         if (row <= 0 || hp->n_layers <= 0)
                 return dse__fail(reterr, -EOPNOTSUPP, "KV cache: architecture %s has no KV layout",
                                  dse_arch_to_string(hp->arch));
+        enum dse_kv_pages pages;
+        int r = dse__kv_pages_from_env(&pages, reterr);
+        if (r < 0)
+                return r;
         struct dse_kv_cache *kv = calloc(1, sizeof *kv);
         if (!kv)
                 return -ENOMEM;
@@ -290,9 +299,11 @@ int dse_kv_cache_new_typed(const struct dse_model *model, enum dse_kv_dtype dtyp
          * written: a worker start no longer touches the whole pool (a memset of a
          * 1 GiB pool took ~1 s). Page alignment covers the kernels' 64-byte need. */
         kv->data_bytes = n * bb;
-        kv->data = mmap(NULL, kv->data_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-        if (kv->data == MAP_FAILED)
-                kv->data = NULL;
+        if ((r = dse__kv_pages_map(kv->data_bytes, pages, NULL, &kv->pages, reterr)) < 0) {
+                dse_kv_cache_free(kv);
+                return r;
+        }
+        kv->data = kv->pages.base;
         kv->blocks = calloc(n, sizeof *kv->blocks);
         kv->block_tokens_ids = malloc(n * (size_t)block_tokens * sizeof(int32_t));
         kv->free_stack = malloc(n * sizeof(int32_t));
