@@ -49,7 +49,7 @@ struct dse_kv_cache {
         int32_t n_blocks;
         int32_t n_taken;           /* blocks dse__kv_blocks_take handed out: outside the pool's stats */
         struct dse__kv_view layout; /* the rows' layout (base and blocks unset) */
-        uint8_t *data;             /* (n_blocks, n_layers, block_tokens, layout.row_bytes) */
+        uint8_t *data;             /* (n_blocks, n_layers, n_planes, block_tokens, layout.plane_bytes) */
         size_t data_bytes;
         struct dse__kv_pages pages; /* the mapping behind data */
         struct kv_block *blocks;   /* (n_blocks) */
@@ -97,13 +97,21 @@ void dse__kv_layout(const struct dse_hparams *hp, enum dse_kv_dtype dtype, struc
                            : hp->head_dim;
         if (v->group <= 0)
                 v->group = n > 0 ? n : 1;
+        /* a plane is what one attention pass reads: one head's K or V; MLA's heads all
+         * read the whole latent row */
+        v->plane_floats = hp->arch == DSE_ARCH_DEEPSEEK_V2 || hp->arch == DSE_ARCH_DEEPSEEK_V3 ? n : hp->head_dim;
+        if (v->plane_floats <= 0 || n % v->plane_floats != 0 || v->plane_floats % v->group != 0) {
+                v->plane_floats = n > 0 ? n : 1;
+                v->group = n > 0 ? n : 1;
+        }
         size_t elem = dtype == DSE_KV_F32 ? 4 : dtype == DSE_KV_BF16 ? 2 : 1;
-        size_t bytes = ((size_t)n * elem + 3) & ~(size_t)3;
+        size_t bytes = ((size_t)v->plane_floats * elem + 3) & ~(size_t)3;
         if (dtype == DSE_KV_FP8 || dtype == DSE_KV_INT8) {
                 v->scale_off = (int32_t)bytes;
-                bytes += (size_t)((n + v->group - 1) / v->group) * sizeof(float);
+                bytes += (size_t)(v->plane_floats / v->group) * sizeof(float);
         }
-        v->row_bytes = (int32_t)bytes;
+        v->plane_bytes = (int32_t)bytes;
+        v->row_bytes = (int32_t)((size_t)(n / v->plane_floats) * bytes);
 }
 
 const char *dse_kv_dtype_to_string(enum dse_kv_dtype t) {
@@ -148,8 +156,8 @@ static float quantize_group(const float *x, int32_t n, uint8_t *q, int fp8) {
         return amax / top;
 }
 
-void dse__kv_store(const struct dse__kv_view *v, int l, int32_t pos, int32_t off, const float *x, int32_t n) {
-        uint8_t *row = dse__kv_row(v, l, pos);
+/* Elements [off, off + n) of one plane's part of a position (row), from x. */
+static void store_part(const struct dse__kv_view *v, uint8_t *row, int32_t off, const float *x, int32_t n) {
         switch (v->dtype) {
         case DSE_KV_F32: memcpy((float *)row + off, x, (size_t)n * sizeof(float)); break;
         case DSE_KV_BF16:
@@ -167,8 +175,8 @@ void dse__kv_store(const struct dse__kv_view *v, int l, int32_t pos, int32_t off
         }
 }
 
-void dse__kv_load(const struct dse__kv_view *v, int l, int32_t pos, int32_t off, int32_t n, float *out) {
-        const uint8_t *row = dse__kv_row(v, l, pos);
+/* Elements [off, off + n) of one plane's part of a position (row), to out. */
+static void load_part(const struct dse__kv_view *v, const uint8_t *row, int32_t off, int32_t n, float *out) {
         const float *sc = (const float *)(row + v->scale_off), *lut = dse__f8e4m3_table();
         for (int32_t i = 0; i < n; i++) {
                 int32_t d = off + i;
@@ -179,6 +187,22 @@ void dse__kv_load(const struct dse__kv_view *v, int l, int32_t pos, int32_t off,
                 case DSE_KV_INT8: out[i] = (float)(int8_t)row[d] * sc[d / v->group]; break;
                 default: out[i] = 0.0f; break;
                 }
+        }
+}
+
+void dse__kv_store(const struct dse__kv_view *v, int l, int32_t pos, int32_t off, const float *x, int32_t n) {
+        for (int32_t e = off, m; e < off + n; e += m) {
+                int32_t d = e % v->plane_floats;
+                m = off + n - e < v->plane_floats - d ? off + n - e : v->plane_floats - d;
+                store_part(v, dse__kv_plane_row(v, l, pos, e / v->plane_floats), d, x + (e - off), m);
+        }
+}
+
+void dse__kv_load(const struct dse__kv_view *v, int l, int32_t pos, int32_t off, int32_t n, float *out) {
+        for (int32_t e = off, m; e < off + n; e += m) {
+                int32_t d = e % v->plane_floats;
+                m = off + n - e < v->plane_floats - d ? off + n - e : v->plane_floats - d;
+                load_part(v, dse__kv_plane_row(v, l, pos, e / v->plane_floats), d, m, out + (e - off));
         }
 }
 
