@@ -62,6 +62,9 @@
  *                   over the threads and, in the same seconds, without it (split_ratio)
  *                   and a sequence decoding from depth 0 (depth0_decode_tok_s: the
  *                   ratio to depth 0 with both taking the same turns of a loaded host)
+ *                   The pages under the sessions' caches (kv_pages: DSV_KV_PAGES=huge,
+ *                   the default, or small) and the process's anonymous 2 MiB pages after
+ *                   the prefills (anon_huge_bytes: what transparent huge pages gave)
  * Each variant is checked before it is timed: every logit of the first evaluation must
  * be finite.
  *
@@ -720,6 +723,21 @@ static long rss_bytes(void) {
         return rss_kb < 0 ? -1 : (rss_kb + huge_kb) * 1024;
 }
 
+/* Anonymous memory the kernel maps with transparent 2 MiB pages (the KV caches'
+ * when they got them; -1 when /proc/self/smaps_rollup says nothing). */
+static long anon_huge_bytes(void) {
+        FILE *f = fopen("/proc/self/smaps_rollup", "re");
+        if (!f)
+                return -1;
+        char line[256];
+        long kb, huge_kb = -1;
+        while (fgets(line, sizeof line, f))
+                if (sscanf(line, "AnonHugePages: %ld kB", &kb) == 1)
+                        huge_kb = kb;
+        fclose(f);
+        return huge_kb < 0 ? -1 : huge_kb * 1024;
+}
+
 /* The share of m's mapping the kernel maps with 2 MiB pages (0 if /proc says nothing). */
 static double pmd_share_of(const struct dse_model *m) {
         uint64_t huge, total;
@@ -923,6 +941,8 @@ static double measure_decode(const struct dse_model *m, struct dse_pool *pool, i
 struct depth_sample {
         double prefill_tok_s[2], decode_tok_s[3]; /* [0]: split, [1]: whole, [2]: depth 0 */
         double kv_read_bytes_per_token;
+        enum dse_kv_pages kv_pages; /* asked for under the sessions' caches (DSV_KV_PAGES) */
+        long anon_huge_bytes;       /* the process's anonymous 2 MiB pages after both prefills */
 };
 
 static struct depth_sample measure_depth(const struct dse_model *m, struct dse_pool *pool, int depth, int n_steps,
@@ -949,6 +969,8 @@ static struct depth_sample measure_depth(const struct dse_model *m, struct dse_p
                         exit(1);
                 }
         }
+        ds.kv_pages = dse_session_kv_pages(s[0]);
+        ds.anon_huge_bytes = anon_huge_bytes();
         if ((r = dse_session_new(m, n_steps + 1, pool, &s[2], &d)) < 0)
                 die(r, "session at depth 0", &d);
         double dt[3] = {0, 0, 0};
@@ -1577,10 +1599,12 @@ int main(int argc, char **argv) {
                 printf("},\"depth\":{");
                 for (int i = 0; i < n_depths; i++)
                         printf("%s\"%d\":{\"prefill_tok_s\":%.3f,\"decode_tok_s\":%.3f,\"kv_read_bytes_per_token\":%.0f,"
-                               "\"unsplit_prefill_tok_s\":%.3f,\"unsplit_decode_tok_s\":%.3f,\"depth0_decode_tok_s\":%.3f}",
+                               "\"unsplit_prefill_tok_s\":%.3f,\"unsplit_decode_tok_s\":%.3f,\"depth0_decode_tok_s\":%.3f,"
+                               "\"kv_pages\":\"%s\",\"anon_huge_bytes\":%ld}",
                                i ? "," : "", depths[i], dep[i].prefill_tok_s[0], dep[i].decode_tok_s[0],
                                dep[i].kv_read_bytes_per_token, dep[i].prefill_tok_s[1], dep[i].decode_tok_s[1],
-                               dep[i].decode_tok_s[2]);
+                               dep[i].decode_tok_s[2], dse_kv_pages_to_string(dep[i].kv_pages),
+                               dep[i].anon_huge_bytes);
                 printf("},\"roofline\":%.4f,\"roofline_best\":%.4f,\"decode_step_ms_b1\":{\"min\":%.2f,"
                        "\"median\":%.2f},\"cpu_share\":%.3f,\"major_faults\":%ld}\n", roofline, roofline_best,
                        step_min * 1e3, step_median * 1e3, cpu_share, majflt);
@@ -1605,13 +1629,15 @@ int main(int argc, char **argv) {
                 for (int i = 0; i < n_depths; i++)
                         printf("depth %d: prefill %.2f tok/s, decode %.2f tok/s (%.2fx batch 1 at depth 0; %.2fx the "
                                "%.2f tok/s of depth 0 in the same turns), KV read %.2f MB per decoded token; without "
-                               "the split: prefill %.2f, decode %.2f tok/s (split %.2fx, %.2fx)\n",
+                               "the split: prefill %.2f, decode %.2f tok/s (split %.2fx, %.2fx); KV in %s pages, %.1f MiB "
+                               "of anonymous 2 MiB pages after the prefills\n",
                                depths[i], dep[i].prefill_tok_s[0], dep[i].decode_tok_s[0],
                                dec1 > 0 ? dep[i].decode_tok_s[0] / dec1 : 0, dep[i].decode_tok_s[0] / dep[i].decode_tok_s[2],
                                dep[i].decode_tok_s[2], dep[i].kv_read_bytes_per_token / 1e6,
                                dep[i].prefill_tok_s[1], dep[i].decode_tok_s[1],
                                dep[i].prefill_tok_s[1] > 0 ? dep[i].prefill_tok_s[0] / dep[i].prefill_tok_s[1] : 0,
-                               dep[i].decode_tok_s[0] / dep[i].decode_tok_s[1]);
+                               dep[i].decode_tok_s[0] / dep[i].decode_tok_s[1], dse_kv_pages_to_string(dep[i].kv_pages),
+                               dep[i].anon_huge_bytes / 1048576.0);
                 printf("roofline: %.3f of the read bandwidth at batch 1 (%.3f of the best single pass)\n", roofline,
                        roofline_best);
                 if (step_median > 0 && bw_best > 0)

@@ -150,7 +150,7 @@ PY
       # byte 0: 2 re-seal (| 1 the index) | 4 truncate; the identity is the target's own
       python3 - "$d" <<'PY'
 import struct, sys
-head = b"DSVKVTR1" + struct.pack("<IIiiiiQQQ", 1, 2, 0, 4, 1, 16, 64, 4, 512)
+head = b"DSVKVTR2" + struct.pack("<IIiiiiQQQ", 1, 2, 0, 4, 1, 16, 64, 4, 512)
 open(sys.argv[1] + "/header", "wb").write(b"\x02" + head + b"\0" * 8)
 open(sys.argv[1] + "/header-truncated", "wb").write(b"\x06" + head + b"\0" * 8)
 entry = struct.pack("<QQII", 7, 0, 0, 0) + struct.pack("<QQII", 9, 7, 3, 0)

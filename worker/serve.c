@@ -192,10 +192,10 @@ int worker_engine_load(const struct worker_config *cfg, struct worker_engine *e)
         e->kv_s = worker_mono_s() - t2; /* with the compute threads */
         struct dse_kv_stats st;
         dse_kv_cache_stats(e->kv, &st);
-        wlog(6, "%s; n_ctx %d, max batch %d, token budget %d, KV %s %zu bytes/token, %d blocks x %d tokens (%zu MiB), "
-                "%d threads", desc, e->n_ctx, cfg->max_batch, cfg->token_budget, dse_kv_dtype_to_string(cfg->kv_dtype),
-             dse_kv_cache_bytes_per_token(e->kv), st.n_blocks, st.block_tokens, (size_t)st.n_blocks * block_bytes >> 20,
-             cfg->n_threads);
+        wlog(6, "%s; n_ctx %d, max batch %d, token budget %d, KV %s %zu bytes/token, %d blocks x %d tokens (%zu MiB, "
+                "%s pages), %d threads", desc, e->n_ctx, cfg->max_batch, cfg->token_budget,
+             dse_kv_dtype_to_string(cfg->kv_dtype), dse_kv_cache_bytes_per_token(e->kv), st.n_blocks, st.block_tokens,
+             (size_t)st.n_blocks * block_bytes >> 20, dse_kv_pages_to_string(dse_kv_cache_pages(e->kv)), cfg->n_threads);
         return 0;
 fail:
         worker_engine_done(e);

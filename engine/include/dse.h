@@ -316,8 +316,24 @@ const char *dse_kv_dtype_to_string(enum dse_kv_dtype t);
 /* "f32", "bf16", "fp8" or "int8"; -EINVAL (with a message naming the choices) otherwise. */
 int dse_kv_dtype_parse(const char *s, enum dse_kv_dtype *ret_dtype, struct dse_diag *reterr);
 
+/* The pages under a KV cache (a session's private one or the paged pool), chosen when the
+ * cache is made: decode at depth reads every cached row per token, hundreds of MiB in
+ * long runs, which 4 KiB pages cut into as many TLB entries.
+ *   SMALL: 4 KiB pages.
+ *   HUGE:  2 MiB pages: the memory is 2 MiB aligned and marked MADV_HUGEPAGE, which
+ *          transparent huge pages honour in their "always" and "madvise" modes; the
+ *          kernel falls back to 4 KiB pages wherever it finds no free 2 MiB page.
+ * DSV_KV_PAGES=huge|small in the environment chooses (default huge); a host whose
+ * transparent huge pages are off or absent gets SMALL whatever is asked. */
+enum dse_kv_pages {
+        DSE_KV_PAGES_SMALL,
+        DSE_KV_PAGES_HUGE,
+        DSE_KV_PAGES_COUNT
+};
+const char *dse_kv_pages_to_string(enum dse_kv_pages kind);
+
 /* Bytes the session allocated at setup for activations, scratch and its private KV
- * cache (the arena; nothing grows later). */
+ * cache (the arena and the cache's mapping; nothing grows later). */
 size_t dse_session_arena_bytes(const struct dse_session *s);
 
 /* Forgets the sequence (n_past = 0). */
@@ -330,6 +346,8 @@ int dse_session_n_ctx(const struct dse_session *s);
  * qk_rope_head_dim) * 4; BF16 half of that, FP8 and INT8 a byte per element plus a
  * float32 scale per group, each layer's row rounded up to 4 bytes. */
 size_t dse_session_kv_bytes_per_token(const struct dse_session *s);
+/* The pages under the session's private KV cache (enum dse_kv_pages). */
+enum dse_kv_pages dse_session_kv_pages(const struct dse_session *s);
 
 /* ---- tokenizers -------------------------------------------------------------------- */
 
@@ -726,6 +744,8 @@ int dse_kv_cache_new_typed(const struct dse_model *model, enum dse_kv_dtype dtyp
                            struct dse_diag *reterr);
 void dse_kv_cache_free(struct dse_kv_cache *kv);
 enum dse_kv_dtype dse_kv_cache_dtype(const struct dse_kv_cache *kv);
+/* The pages under the pool (enum dse_kv_pages). */
+enum dse_kv_pages dse_kv_cache_pages(const struct dse_kv_cache *kv);
 /* Bytes one position takes over all layers, a DeepSeek-V3 model's MTP modules included
  * (dse_kv_cache_block_bytes / block_tokens). */
 size_t dse_kv_cache_bytes_per_token(const struct dse_kv_cache *kv);

@@ -35,16 +35,18 @@ struct dse__attn_split {
 
 /* Over positions [t0, t1), a KV-block run at a time, for n_x queries: the scores y[g *
  * ldy + t - t0] = scale * x_g . row_t[off .. off + len) (accum 0; x_g = x + g * ldx), or
- * y[g * ldy ..] += sum_t x[g * ldx + t - t0] row_t[off .. off + len) (accum 1). */
+ * y[g * ldy ..] += sum_t x[g * ldx + t - t0] row_t[off .. off + len) (accum 1); the
+ * elements lie in one plane of the rows (a head's K or V, an MLA row). */
 static void rows_range(const struct dse_session *s, const struct dse__kv_view *kv, int l, int32_t t0, int32_t t1,
                        const float *x, int64_t ldx, int n_x, int64_t off, int64_t len, float scale, float *y,
                        int64_t ldy, int accum) {
-        int64_t ldf = kv->row_bytes / (int64_t)sizeof(float);
-        struct dse_kv_rows rows = {.ld = kv->row_bytes, .scale_off = kv->scale_off, .group = kv->group};
-        int32_t r;
+        int64_t ldf = kv->plane_bytes / (int64_t)sizeof(float);
+        struct dse_kv_rows rows = {.ld = kv->plane_bytes, .scale_off = kv->scale_off, .group = kv->group};
+        int32_t plane = (int32_t)(off / kv->plane_floats), r;
+        off %= kv->plane_floats; /* [off, off + len) lies in one plane */
         for (int32_t t = t0; t < t1; t += r) {
                 r = dse__kv_run(kv, t, t1);
-                rows.rows = dse__kv_row(kv, l, t);
+                rows.rows = dse__kv_plane_row(kv, l, t, plane);
                 const float *f32 = (const float *)rows.rows + off;
                 if (kv->dtype == DSE_KV_BF16) {
                         if (accum)

@@ -18,6 +18,7 @@
 #include "kernels/kernels.h"
 #include "kv.h"
 #include "kv_disk.h"
+#include "kv_pages.h"
 
 #define NIL (-1)
 
@@ -48,8 +49,9 @@ struct dse_kv_cache {
         int32_t n_blocks;
         int32_t n_taken;           /* blocks dse__kv_blocks_take handed out: outside the pool's stats */
         struct dse__kv_view layout; /* the rows' layout (base and blocks unset) */
-        uint8_t *data;             /* (n_blocks, n_layers, block_tokens, layout.row_bytes) */
-        size_t data_bytes;         /* of the anonymous mapping behind data */
+        uint8_t *data;             /* (n_blocks, n_layers, n_planes, block_tokens, layout.plane_bytes) */
+        size_t data_bytes;
+        struct dse__kv_pages pages; /* the mapping behind data */
         struct kv_block *blocks;   /* (n_blocks) */
         int32_t *block_tokens_ids; /* (n_blocks, block_tokens) ids of hashed blocks */
         int32_t *free_stack;       /* (n_blocks) never-hashed free blocks */
@@ -95,13 +97,21 @@ void dse__kv_layout(const struct dse_hparams *hp, enum dse_kv_dtype dtype, struc
                            : hp->head_dim;
         if (v->group <= 0)
                 v->group = n > 0 ? n : 1;
+        /* a plane is what one attention pass reads: one head's K or V; MLA's heads all
+         * read the whole latent row */
+        v->plane_floats = hp->arch == DSE_ARCH_DEEPSEEK_V2 || hp->arch == DSE_ARCH_DEEPSEEK_V3 ? n : hp->head_dim;
+        if (v->plane_floats <= 0 || n % v->plane_floats != 0 || v->plane_floats % v->group != 0) {
+                v->plane_floats = n > 0 ? n : 1;
+                v->group = n > 0 ? n : 1;
+        }
         size_t elem = dtype == DSE_KV_F32 ? 4 : dtype == DSE_KV_BF16 ? 2 : 1;
-        size_t bytes = ((size_t)n * elem + 3) & ~(size_t)3;
+        size_t bytes = ((size_t)v->plane_floats * elem + 3) & ~(size_t)3;
         if (dtype == DSE_KV_FP8 || dtype == DSE_KV_INT8) {
                 v->scale_off = (int32_t)bytes;
-                bytes += (size_t)((n + v->group - 1) / v->group) * sizeof(float);
+                bytes += (size_t)(v->plane_floats / v->group) * sizeof(float);
         }
-        v->row_bytes = (int32_t)bytes;
+        v->plane_bytes = (int32_t)bytes;
+        v->row_bytes = (int32_t)((size_t)(n / v->plane_floats) * bytes);
 }
 
 const char *dse_kv_dtype_to_string(enum dse_kv_dtype t) {
@@ -146,8 +156,8 @@ static float quantize_group(const float *x, int32_t n, uint8_t *q, int fp8) {
         return amax / top;
 }
 
-void dse__kv_store(const struct dse__kv_view *v, int l, int32_t pos, int32_t off, const float *x, int32_t n) {
-        uint8_t *row = dse__kv_row(v, l, pos);
+/* Elements [off, off + n) of one plane's part of a position (row), from x. */
+static void store_part(const struct dse__kv_view *v, uint8_t *row, int32_t off, const float *x, int32_t n) {
         switch (v->dtype) {
         case DSE_KV_F32: memcpy((float *)row + off, x, (size_t)n * sizeof(float)); break;
         case DSE_KV_BF16:
@@ -165,8 +175,8 @@ void dse__kv_store(const struct dse__kv_view *v, int l, int32_t pos, int32_t off
         }
 }
 
-void dse__kv_load(const struct dse__kv_view *v, int l, int32_t pos, int32_t off, int32_t n, float *out) {
-        const uint8_t *row = dse__kv_row(v, l, pos);
+/* Elements [off, off + n) of one plane's part of a position (row), to out. */
+static void load_part(const struct dse__kv_view *v, const uint8_t *row, int32_t off, int32_t n, float *out) {
         const float *sc = (const float *)(row + v->scale_off), *lut = dse__f8e4m3_table();
         for (int32_t i = 0; i < n; i++) {
                 int32_t d = off + i;
@@ -177,6 +187,22 @@ void dse__kv_load(const struct dse__kv_view *v, int l, int32_t pos, int32_t off,
                 case DSE_KV_INT8: out[i] = (float)(int8_t)row[d] * sc[d / v->group]; break;
                 default: out[i] = 0.0f; break;
                 }
+        }
+}
+
+void dse__kv_store(const struct dse__kv_view *v, int l, int32_t pos, int32_t off, const float *x, int32_t n) {
+        for (int32_t e = off, m; e < off + n; e += m) {
+                int32_t d = e % v->plane_floats;
+                m = off + n - e < v->plane_floats - d ? off + n - e : v->plane_floats - d;
+                store_part(v, dse__kv_plane_row(v, l, pos, e / v->plane_floats), d, x + (e - off), m);
+        }
+}
+
+void dse__kv_load(const struct dse__kv_view *v, int l, int32_t pos, int32_t off, int32_t n, float *out) {
+        for (int32_t e = off, m; e < off + n; e += m) {
+                int32_t d = e % v->plane_floats;
+                m = off + n - e < v->plane_floats - d ? off + n - e : v->plane_floats - d;
+                load_part(v, dse__kv_plane_row(v, l, pos, e / v->plane_floats), d, m, out + (e - off));
         }
 }
 
@@ -201,8 +227,7 @@ void dse_kv_cache_free(struct dse_kv_cache *kv) {
                         dse__kv_disk_read_cancel(kv->disk, &kv->seqs[i].reads);
         dse__kv_disk_close(kv->disk);
         free(kv->read_mem);
-        if (kv->data)
-                munmap(kv->data, kv->data_bytes);
+        dse__kv_pages_unmap(&kv->pages);
         free(kv->blocks);
         free(kv->block_tokens_ids);
         free(kv->free_stack);
@@ -222,6 +247,10 @@ size_t dse_kv_cache_bytes_per_token(const struct dse_kv_cache *kv) {
 
 enum dse_kv_dtype dse_kv_cache_dtype(const struct dse_kv_cache *kv) {
         return kv ? kv->layout.dtype : DSE_KV_F32;
+}
+
+enum dse_kv_pages dse_kv_cache_pages(const struct dse_kv_cache *kv) {
+        return kv ? kv->pages.kind : DSE_KV_PAGES_SMALL;
 }
 
 int dse_kv_cache_prefault(struct dse_kv_cache *kv, struct dse_diag *reterr) {
@@ -262,6 +291,10 @@ int dse_kv_cache_new_typed(const struct dse_model *model, enum dse_kv_dtype dtyp
         if (row <= 0 || hp->n_layers <= 0)
                 return dse__fail(reterr, -EOPNOTSUPP, "KV cache: architecture %s has no KV layout",
                                  dse_arch_to_string(hp->arch));
+        enum dse_kv_pages pages;
+        int r = dse__kv_pages_from_env(&pages, reterr);
+        if (r < 0)
+                return r;
         struct dse_kv_cache *kv = calloc(1, sizeof *kv);
         if (!kv)
                 return -ENOMEM;
@@ -290,9 +323,11 @@ int dse_kv_cache_new_typed(const struct dse_model *model, enum dse_kv_dtype dtyp
          * written: a worker start no longer touches the whole pool (a memset of a
          * 1 GiB pool took ~1 s). Page alignment covers the kernels' 64-byte need. */
         kv->data_bytes = n * bb;
-        kv->data = mmap(NULL, kv->data_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-        if (kv->data == MAP_FAILED)
-                kv->data = NULL;
+        if ((r = dse__kv_pages_map(kv->data_bytes, pages, NULL, &kv->pages, reterr)) < 0) {
+                dse_kv_cache_free(kv);
+                return r;
+        }
+        kv->data = kv->pages.base;
         kv->blocks = calloc(n, sizeof *kv->blocks);
         kv->block_tokens_ids = malloc(n * (size_t)block_tokens * sizeof(int32_t));
         kv->free_stack = malloc(n * sizeof(int32_t));

@@ -11,31 +11,39 @@
 #include "model/model.h"
 
 /* Where one sequence's KV rows live: position p of layer l is row p % block_tokens of
- * block blocks[p / block_tokens]; a block holds every layer, layer-major, so one layer's
- * rows of a block are contiguous, row_bytes apart. A session's private cache is the
- * special case of one block of n_ctx positions. A row holds row_floats elements of
- * dtype (llama [k | v], MLA [c | k_pe]); FP8 and INT8 rows then a float32 scale per
- * group of `group` elements at scale_off (struct dse_kv_rows). */
+ * block blocks[p / block_tokens]; a block holds every layer, layer-major. A row holds
+ * row_floats elements of dtype (llama [k | v], MLA [c | k_pe]), cut into planes of
+ * plane_floats elements: one head's K or V (llama, qwen2), the whole row (MLA, whose
+ * every head reads all of it). Within a block's layer the planes come one after the
+ * other, each holding its part of every position of the block, plane_bytes apart, so a
+ * KV head's rows are one contiguous stream the attention reads front to back (position-
+ * major rows would leave it a short run out of every row, which the hardware prefetchers
+ * follow badly). A session's private cache is the special case of one block of n_ctx
+ * positions. FP8 and INT8 planes keep a float32 scale per group of `group` elements at
+ * scale_off from the start of each position's part (struct dse_kv_rows). */
 struct dse__kv_view {
-        uint8_t *base;         /* (n_blocks, n_layers, block_tokens, row_bytes) */
+        uint8_t *base;         /* (n_blocks, n_layers, n_planes, block_tokens, plane_bytes) */
         const int32_t *blocks; /* (ceil(n_ctx / block_tokens)) block table */
         int32_t block_tokens;
         int32_t n_layers;
         int32_t row_floats;    /* elements of one position of one layer */
-        int32_t row_bytes;
+        int32_t row_bytes;     /* bytes of one position of one layer: n_planes * plane_bytes */
+        int32_t plane_floats;  /* elements of one position of one plane (divides row_floats) */
+        int32_t plane_bytes;
         int32_t group, scale_off;
         enum dse_kv_dtype dtype;
 };
 
-/* The KV row of layer l at position pos (row_bytes). */
-static inline uint8_t *dse__kv_row(const struct dse__kv_view *v, int l, int32_t pos) {
-        size_t b = (size_t)v->blocks[pos / v->block_tokens];
-        return v->base + ((b * (size_t)v->n_layers + (size_t)l) * (size_t)v->block_tokens +
-                          (size_t)(pos % v->block_tokens)) * (size_t)v->row_bytes;
+/* The part of plane `plane` of layer l at position pos (plane_bytes); the positions of
+ * its run (dse__kv_run) follow plane_bytes apart. */
+static inline uint8_t *dse__kv_plane_row(const struct dse__kv_view *v, int l, int32_t pos, int32_t plane) {
+        size_t b = (size_t)v->blocks[pos / v->block_tokens], bt = (size_t)v->block_tokens;
+        return v->base + (b * (size_t)v->n_layers + (size_t)l) * bt * (size_t)v->row_bytes +
+               ((size_t)plane * bt + (size_t)(pos % v->block_tokens)) * (size_t)v->plane_bytes;
 }
 
-/* Positions from pos on (before end) whose rows of a layer lie back to back, row_bytes
- * apart: up to the end of pos's block. */
+/* Positions from pos on (before end) whose parts of a plane of a layer lie back to back,
+ * plane_bytes apart: up to the end of pos's block. */
 static inline int32_t dse__kv_run(const struct dse__kv_view *v, int32_t pos, int32_t end) {
         int32_t left = v->block_tokens - pos % v->block_tokens;
         return end - pos < left ? end - pos : left;
@@ -50,7 +58,7 @@ void dse__kv_layout(const struct dse_hparams *hp, enum dse_kv_dtype dtype, struc
 /* DSV_KV=f32|bf16|fp8|int8, else F32. */
 int dse__kv_dtype_from_env(enum dse_kv_dtype *ret, struct dse_diag *reterr);
 /* Stores x (n) as elements [off, off + n) of layer l's row at pos, converted to the
- * view's type (off and n whole groups for FP8 and INT8). */
+ * view's type (off and n whole groups for FP8 and INT8); they may span planes. */
 void dse__kv_store(const struct dse__kv_view *v, int l, int32_t pos, int32_t off, const float *x, int32_t n);
 /* Elements [off, off + n) of layer l's row at pos as floats (one row: the naive MLA form
  * reads its latent through this). */

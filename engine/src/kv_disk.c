@@ -43,7 +43,8 @@
 #define DEFAULT_QUEUE 32
 #define PUBLISH_EVERY 64 /* slot writes between index publishes while the queue stays busy */
 
-static const char file_magic[8] = {'D', 'S', 'V', 'K', 'V', 'T', 'R', '1'};
+/* 2: a block's rows in planes, head-major (kv.h) */
+static const char file_magic[8] = {'D', 'S', 'V', 'K', 'V', 'T', 'R', '2'};
 static const char index_magic[8] = {'D', 'S', 'V', 'K', 'V', 'I', 'X', '1'};
 #define SLOT_MAGIC 0x4C534B44u /* "DKSL" */
 

@@ -65,6 +65,7 @@ void dse_session_free(struct dse_session *s) {
         if (!s)
                 return;
         dse__arena_free(&s->arena);
+        dse__kv_pages_unmap(&s->kv_pages);
         free(s->kv_mtp_mem);
         free(s);
 }
@@ -118,7 +119,7 @@ int dse_session_set_activations(struct dse_session *s, enum dse_activations a) {
 }
 
 size_t dse_session_arena_bytes(const struct dse_session *s) {
-        return s ? s->arena.bytes : 0;
+        return s ? s->arena.bytes + s->kv_pages.bytes : 0;
 }
 
 static int session_create(const struct dse_model *model, int n_ctx, struct dse_pool *pool, int own_kv,
@@ -167,9 +168,15 @@ static int session_create(const struct dse_model *model, int n_ctx, struct dse_p
         s->kv.n_layers = s->hp->n_layers; /* MTP rows only once asked for (dse__session_kv_with_mtp) */
         s->kv.blocks = &s->kv_own_block;
         s->kv.block_tokens = n_ctx;
-        if ((own_kv && !(s->kv.base = dse__session_alloc(s, (size_t)s->kv.n_layers * (size_t)n_ctx *
-                                                                     (size_t)s->kv.row_bytes))) ||
-            dse__attn_split_init(s) < 0) {
+        if (own_kv) {
+                enum dse_kv_pages pages;
+                if ((r = dse__kv_pages_from_env(&pages, reterr)) < 0 ||
+                    (r = dse__kv_pages_map((size_t)s->kv.n_layers * (size_t)n_ctx * (size_t)s->kv.row_bytes, pages,
+                                           NULL, &s->kv_pages, reterr)) < 0)
+                        goto fail;
+                s->kv.base = s->kv_pages.base;
+        }
+        if (dse__attn_split_init(s) < 0) {
                 r = -ENOMEM;
                 goto fail;
         }
@@ -229,6 +236,10 @@ int dse_session_n_past(const struct dse_session *s) {
 
 int dse_session_n_ctx(const struct dse_session *s) {
         return s ? s->n_ctx : -EINVAL;
+}
+
+enum dse_kv_pages dse_session_kv_pages(const struct dse_session *s) {
+        return s ? s->kv_pages.kind : DSE_KV_PAGES_SMALL;
 }
 
 size_t dse_session_kv_bytes_per_token(const struct dse_session *s) {

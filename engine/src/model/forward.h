@@ -11,6 +11,7 @@
 
 #include "kernels/kernels.h"
 #include "kv.h"
+#include "kv_pages.h"
 #include "model/model.h"
 #include "model/weights.h"
 
@@ -83,6 +84,7 @@ struct dse_session {
          * the distinct inputs of one grouped linear call */
         void *xq_mem[DSE__LINEAR_SLOTS];
         void *kv_mtp_mem;     /* the private cache with the MTP modules' rows, or NULL */
+        struct dse__kv_pages kv_pages; /* the private cache's memory (unmapped when paged) */
         struct dse__arena arena;
 };
 
