@@ -369,7 +369,7 @@ int gguf_model_write(const struct dse_hparams *hp, const struct gguf_model_sourc
         main_hp.n_mtp_layers = 0;
         struct dse_schema_entry *entries = NULL;
         size_t n_entries = 0;
-        int r = dse__model_schema(&main_hp, &entries, &n_entries);
+        int r = dse__model_schema(&main_hp, SIZE_MAX, &entries, &n_entries);
         if (r < 0)
                 return fail(reterr, r, "GGUF: the hyper-parameters describe no model");
         struct gguf_writer *w = gguf_writer_new();

@@ -274,7 +274,7 @@ static struct gen_tensor *gen_add(struct gen_list *l, const char *name, enum dse
 static void plan_tensors(const struct dse_hparams *hp, enum dse_dtype wdt, int32_t group, struct gen_list *l) {
         struct dse_schema_entry *s;
         size_t n;
-        if (dse__model_schema(hp, &s, &n) < 0) {
+        if (dse__model_schema(hp, SIZE_MAX, &s, &n) < 0) {
                 fprintf(stderr, "schema failed\n");
                 exit(1);
         }

@@ -44,6 +44,9 @@ if(NOT DEFINED DSV_MHD_PREFIX)
   set(DSV_MHD_PREFIX "${dsv_mhd_default_prefix}" CACHE PATH
       "where scripts/build-libmicrohttpd.sh installed libmicrohttpd 1.0.1")
 endif()
+# pkg_check_modules keeps the library file it found in the cache (pkgcfg_lib_mhd_*): a
+# build directory configured against another libmicrohttpd would go on linking that one.
+unset(pkgcfg_lib_mhd_microhttpd CACHE)
 set(dsv_saved_pkg_config_path "$ENV{PKG_CONFIG_PATH}")
 set(ENV{PKG_CONFIG_PATH} "${DSV_MHD_PREFIX}/lib/pkgconfig:$ENV{PKG_CONFIG_PATH}")
 pkg_check_modules(mhd QUIET IMPORTED_TARGET GLOBAL libmicrohttpd>=1.0)

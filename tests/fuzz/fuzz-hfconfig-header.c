@@ -21,7 +21,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                 /* an accepted config must describe a schema the loader can enumerate */
                 struct dse_schema_entry *s;
                 size_t n;
-                if (hp.n_layers <= 64 && hp.n_routed_experts <= 64 && dse__model_schema(&hp, &s, &n) == 0)
+                if (hp.n_layers <= 64 && hp.n_routed_experts <= 64 && dse__model_schema(&hp, SIZE_MAX, &s, &n) == 0)
                         free(s);
                 /* which config group covers a module: names, classes and "re:" patterns */
                 static const char *const modules[] = {"model.layers.0.self_attn.q_proj", "lm_head",

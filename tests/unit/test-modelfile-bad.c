@@ -222,6 +222,26 @@ TEST(native_shape_contradicts_hparams) {
         native_done(&n);
 }
 
+/* Hyper-parameters within their ranges can still describe millions of tensors (layers x
+ * experts x MTP modules): the schema stops at the file's own tensor count instead of
+ * being built whole first. */
+TEST(native_hparams_call_for_more_tensors_than_the_file_holds) {
+        struct native n;
+        ASSERT_OK(native_make(&n, "models/llama-bf16-linear-rope"));
+        uint8_t *hp = n.buf + rd64(n.buf + 40);
+        int found = 0;
+        for (uint32_t i = 0; i < rd32(n.buf + 48); i++, hp += 48)
+                if (strcmp((char *)hp, "n_layers") == 0) {
+                        wr32(hp + 44, 4096);
+                        found = 1;
+                }
+        ASSERT_TRUE(found);
+        reseal(&n);
+        ASSERT_ERR(native_open(&n, n.len), -EBADMSG);
+        MSG_HAS("call for more tensors than the");
+        native_done(&n);
+}
+
 TEST(native_missing_and_unexpected_tensor) {
         struct native n;
         ASSERT_OK(native_make(&n, "models/llama-bf16-linear-rope"));

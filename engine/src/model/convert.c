@@ -639,7 +639,7 @@ static int plan(struct conv *c) {
         check_mtp_present(c);
         struct dse_schema_entry *schema;
         size_t n_schema;
-        int r = dse__model_schema(&c->hp, &schema, &n_schema);
+        int r = dse__model_schema(&c->hp, SIZE_MAX, &schema, &n_schema);
         if (r < 0)
                 return r;
         uint8_t *used = calloc(dse__st_n_tensors(c->st) + 1, 1);

@@ -489,7 +489,10 @@ static int check_schema(const struct dse_hparams *hp, const struct parsed_entry 
                         const char *what, struct dse_diag *reterr) {
         struct dse_schema_entry *schema;
         size_t n_schema;
-        int r = dse__model_schema(hp, &schema, &n_schema);
+        int r = dse__model_schema(hp, n, &schema, &n_schema);
+        if (r == -E2BIG)
+                return dse__fail(reterr, -EBADMSG, "%s: the hyper-parameters call for more tensors than the %zu the file holds",
+                                 what, n);
         if (r < 0)
                 return r;
         uint8_t *used = calloc(n ? n : 1, 1);

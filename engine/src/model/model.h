@@ -231,7 +231,10 @@ struct dse_schema_entry {
 
 /* Every tensor the architecture of hp expects (layers < n_layers + n_mtp_layers), in a stable
  * order. *ret_entries is malloc'ed; the caller frees it. -EINVAL for an hparams the
- * schema cannot describe (validate it first), -ENOMEM. */
-int dse__model_schema(const struct dse_hparams *hp, struct dse_schema_entry **ret_entries, size_t *ret_n);
+ * schema cannot describe (validate it first), -ENOMEM, -E2BIG when it would hold more
+ * than max_entries (SIZE_MAX: no bound) — a file with fewer tensors cannot match it, and
+ * hyper-parameters within their ranges can still ask for millions of entries. */
+int dse__model_schema(const struct dse_hparams *hp, size_t max_entries, struct dse_schema_entry **ret_entries,
+                      size_t *ret_n);
 
 #endif

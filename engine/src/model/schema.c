@@ -17,7 +17,7 @@
 
 struct schema_list {
         struct dse_schema_entry *v;
-        size_t n, cap;
+        size_t n, cap, max; /* max: the most entries allowed */
         int err;
 };
 
@@ -25,6 +25,10 @@ __attribute__((format(printf, 5, 6))) static void add(struct schema_list *l, enu
                                                       int64_t d0, int64_t d1, const char *fmt, ...) {
         if (l->err)
                 return;
+        if (l->n == l->max) {
+                l->err = -E2BIG;
+                return;
+        }
         if (l->n == l->cap) {
                 size_t cap = l->cap ? l->cap * 2 : 256;
                 struct dse_schema_entry *v = realloc(l->v, cap * sizeof *v);
@@ -108,11 +112,12 @@ static void add_deepseek_mlp(struct schema_list *l, const struct dse_hparams *hp
                 add_mlp(l, i, "shared_experts.", hidden, (int64_t)hp->moe_intermediate_size * hp->n_shared_experts);
 }
 
-int dse__model_schema(const struct dse_hparams *hp, struct dse_schema_entry **ret_entries, size_t *ret_n) {
+int dse__model_schema(const struct dse_hparams *hp, size_t max_entries, struct dse_schema_entry **ret_entries,
+                      size_t *ret_n) {
         if (!hp || !ret_entries || !ret_n || hp->arch < 0 || hp->arch >= DSE_ARCH_COUNT || hp->n_layers <= 0)
                 return -EINVAL;
         int deepseek = hp->arch == DSE_ARCH_DEEPSEEK_V2 || hp->arch == DSE_ARCH_DEEPSEEK_V3;
-        struct schema_list l = {0};
+        struct schema_list l = {.max = max_entries};
         int64_t hidden = hp->hidden_size;
 
         add(&l, DSE_SCHEMA_EMBED, hp->vocab_size, hidden, "model.embed_tokens.weight");
