@@ -202,19 +202,23 @@ TEST(native_dtype_contradicts_size) {
         native_done(&n);
 }
 
+/* FORMAT.md: the value of the integer hyper-parameter record `name`, or NULL. */
+static uint8_t *hparam_i32(struct native *n, const char *name) {
+        uint8_t *hp = n->buf + rd64(n->buf + 40);
+        for (uint32_t i = 0; i < rd32(n->buf + 48); i++, hp += 48)
+                if (strcmp((char *)hp, name) == 0)
+                        return hp + 44;
+        return NULL;
+}
+
 TEST(native_shape_contradicts_hparams) {
         struct native n;
         ASSERT_OK(native_make(&n, "models/llama-bf16-linear-rope"));
         /* hyper-parameter record "intermediate_size": 352 -> 320 */
-        uint8_t *hp = n.buf + rd64(n.buf + 40);
-        int found = 0;
-        for (uint32_t i = 0; i < rd32(n.buf + 48); i++, hp += 48)
-                if (strcmp((char *)hp, "intermediate_size") == 0) {
-                        ASSERT_EQ(rd32(hp + 44), 352);
-                        wr32(hp + 44, 320);
-                        found = 1;
-                }
-        ASSERT_TRUE(found);
+        uint8_t *v = hparam_i32(&n, "intermediate_size");
+        ASSERT_TRUE(v);
+        ASSERT_EQ(rd32(v), 352);
+        wr32(v, 320);
         reseal(&n);
         ASSERT_ERR(native_open(&n, n.len), -EBADMSG);
         MSG_HAS("contradicts the hyper-parameters");
@@ -228,14 +232,9 @@ TEST(native_shape_contradicts_hparams) {
 TEST(native_hparams_call_for_more_tensors_than_the_file_holds) {
         struct native n;
         ASSERT_OK(native_make(&n, "models/llama-bf16-linear-rope"));
-        uint8_t *hp = n.buf + rd64(n.buf + 40);
-        int found = 0;
-        for (uint32_t i = 0; i < rd32(n.buf + 48); i++, hp += 48)
-                if (strcmp((char *)hp, "n_layers") == 0) {
-                        wr32(hp + 44, 4096);
-                        found = 1;
-                }
-        ASSERT_TRUE(found);
+        uint8_t *v = hparam_i32(&n, "n_layers");
+        ASSERT_TRUE(v);
+        wr32(v, 4096);
         reseal(&n);
         ASSERT_ERR(native_open(&n, n.len), -EBADMSG);
         MSG_HAS("call for more tensors than the");
