@@ -241,6 +241,21 @@ TEST(native_hparams_call_for_more_tensors_than_the_file_holds) {
         native_done(&n);
 }
 
+/* MTP modules are DeepSeek-V3's alone: a Llama header that declares them is refused by
+ * the range check, not taken to the schema, which would otherwise walk one MTP module
+ * after another. */
+TEST(native_llama_header_declaring_mtp_modules) {
+        struct native n;
+        ASSERT_OK(native_make(&n, "models/llama-bf16-linear-rope"));
+        uint8_t *v = hparam_i32(&n, "n_mtp_layers");
+        ASSERT_TRUE(v);
+        wr32(v, 134283263);
+        reseal(&n);
+        ASSERT_ERR(native_open(&n, n.len), -EBADMSG);
+        MSG_HAS("n_mtp_layers 134283263 out of range (0..16, deepseek_v3 only)");
+        native_done(&n);
+}
+
 TEST(native_missing_and_unexpected_tensor) {
         struct native n;
         ASSERT_OK(native_make(&n, "models/llama-bf16-linear-rope"));

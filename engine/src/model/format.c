@@ -206,6 +206,8 @@ int dse__hparams_validate(const struct dse_hparams *hp, const char *what, struct
         CHECK(hp->rope_factor > 0, "%s: rope factor must be positive", what);
         CHECK(hp->rope_original_max_pos > 0, "%s: original_max_position_embeddings must be positive", what);
         CHECK(hp->bos_token_id >= -1 && hp->eos_token_id >= -1, "%s: bad bos/eos token id", what);
+        CHECK(hp->n_mtp_layers >= 0 && hp->n_mtp_layers <= 16 && (hp->n_mtp_layers == 0 || hp->arch == DSE_ARCH_DEEPSEEK_V3),
+              "%s: n_mtp_layers %d out of range (0..16, deepseek_v3 only)", what, hp->n_mtp_layers);
         if (hp->arch == DSE_ARCH_LLAMA || hp->arch == DSE_ARCH_QWEN2) {
                 CHECK((int64_t)hp->n_heads * hp->head_dim <= big, "%s: n_heads * head_dim out of range", what);
                 CHECK(hp->head_dim % 2 == 0, "%s: head_dim %d must be even for RoPE", what, hp->head_dim);
@@ -226,8 +228,6 @@ int dse__hparams_validate(const struct dse_hparams *hp, const char *what, struct
         CHECK(hp->scoring_func >= 0 && hp->scoring_func < DSE_MOE_SCORING_COUNT, "%s: unknown scoring_func", what);
         CHECK(hp->moe_layer_freq >= 1, "%s: moe_layer_freq must be >= 1", what);
         CHECK(hp->first_k_dense_replace >= 0, "%s: first_k_dense_replace must be >= 0", what);
-        CHECK(hp->n_mtp_layers >= 0 && hp->n_mtp_layers <= 16 && (hp->n_mtp_layers == 0 || hp->arch == DSE_ARCH_DEEPSEEK_V3),
-              "%s: n_mtp_layers %d out of range (0..16, deepseek_v3 only)", what, hp->n_mtp_layers);
         if (hp->n_routed_experts > 0) {
                 CHECK(hp->n_experts_per_tok > 0 && hp->n_experts_per_tok <= hp->n_routed_experts,
                       "%s: num_experts_per_tok %d out of range", what, hp->n_experts_per_tok);
