@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -63,31 +64,42 @@ static int gateway_port(void) {
         return dsv_gateway_port(gw);
 }
 
-/* A connection to the gateway. Thousands of connections a second can use up the local
- * ports for a moment, which is the harness's limit, not the gateway's: that case waits
- * and tries again; any other failure stops the run. */
+/* Stops the run on a failure of the harness itself, naming it. */
+static _Noreturn void harness_failed(const char *what, int err) {
+        fprintf(stderr, "fuzz-gateway-http: %s: %s\n", what, strerror(err));
+        abort();
+}
+
+/* A connection to the gateway. Two cases are the harness's limits, not the gateway's,
+ * and wait and try again: thousands of connections a second can use up the local ports
+ * for a moment, and libFuzzer's timer signal (installed without SA_RESTART) can
+ * interrupt a connect() that waits for a full listen queue to drain. Any other failure
+ * stops the run. */
 static int connect_gateway(void) {
         struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)gateway_port())};
         a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        int err = 0;
         for (int attempt = 0; attempt < PORT_RETRIES; attempt++) {
                 int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
                 if (fd < 0)
-                        abort();
+                        harness_failed("socket()", errno);
                 if (connect(fd, (struct sockaddr *)&a, sizeof a) == 0)
                         return fd;
-                int err = errno;
+                err = errno;
                 close(fd);
-                if (err != EADDRNOTAVAIL)
-                        abort();
+                if (err != EADDRNOTAVAIL && err != EINTR)
+                        harness_failed("connect() to the gateway", err);
                 poll(NULL, 0, PORT_RETRY_WAIT_MS);
         }
-        abort();
+        harness_failed("connect() to the gateway, after retries", err);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         int fd = connect_gateway();
         for (size_t sent = 0; sent < size;) {
                 ssize_t n = send(fd, data + sent, size - sent, MSG_NOSIGNAL);
+                if (n < 0 && errno == EINTR)
+                        continue;
                 if (n <= 0)
                         break; /* the gateway closed early: its answer is read below */
                 sent += (size_t)n;
@@ -97,10 +109,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         size_t got = 0;
         for (;;) {
                 struct pollfd p = {.fd = fd, .events = POLLIN};
-                if (poll(&p, 1, ANSWER_WAIT_MS) <= 0)
+                int ready = poll(&p, 1, ANSWER_WAIT_MS);
+                if (ready < 0 && errno == EINTR)
+                        continue;
+                if (ready <= 0)
                         break;
                 char buf[4096];
                 ssize_t n = recv(fd, buf, sizeof buf, 0);
+                if (n < 0 && errno == EINTR)
+                        continue;
                 if (n <= 0)
                         break;
                 if (got < sizeof head) {
