@@ -18,6 +18,7 @@
  *     int w = dsv_policy_route_pick(&router, loads, n_workers, prompt, prompt_len);
  *     struct dsv_policy_admission adm;
  *     dsv_policy_admit(&limits, loads, n_workers, w, recent_rps, &adm);   // w may be -EAGAIN
+ *     // or dsv_policy_admit_by_wait(..., recent_rps, recent_service_s, &adm): also bounds the wait
  *
  * Ownership: every struct is caller-owned, fixed-size and pointer-free (a placement is
  * ~10 KiB: static or heap). Pointer arguments (workers, prompt) are read during the call
@@ -192,6 +193,9 @@ struct dsv_policy_admit_limits {
         uint32_t retry_after_max_s;      /* clamp for the Retry-After estimate; 0: 60 */
         uint32_t retry_after_unavailable_s; /* Retry-After with no worker ready (restarts take
                                               seconds, not a queue drain); 0: 5 */
+        uint32_t max_queue_wait_pct; /* the wait a new request may expect in the target's queue,
+                                        in % of the recent service time; 0: no limit
+                                        (dsv_policy_admit_by_wait) */
 };
 
 struct dsv_policy_admission {
@@ -213,5 +217,19 @@ struct dsv_policy_admission {
  * negative or NaN rate). */
 int dsv_policy_admit(const struct dsv_policy_admit_limits *limits, const struct dsv_policy_worker_load *workers,
                      size_t n, int target, double recent_rps, struct dsv_policy_admission *ret);
+
+/* dsv_policy_admit, and then the wait rule: a request the queues have room for is still
+ * refused with 429 when the wait it can expect in the target's queue — the requests queued
+ * there over the target's share of the drain rate (recent_rps / ready workers) — is more
+ * than max_queue_wait_pct % of recent_service_s, the mean time recent requests took once
+ * running (prefill and decode). Past that point a longer queue adds wait and no
+ * throughput: the running batch is full and a queue of a fraction of it keeps it full.
+ * Retry-After is that queue's drain time, as for a full queue. The rule is off while
+ * either measure is unknown (0) and when max_queue_wait_pct is 0; an empty queue is
+ * never refused by it. Returns 0; -EINVAL on bad input (as dsv_policy_admit, and a
+ * negative or NaN recent_service_s). */
+int dsv_policy_admit_by_wait(const struct dsv_policy_admit_limits *limits, const struct dsv_policy_worker_load *workers,
+                             size_t n, int target, double recent_rps, double recent_service_s,
+                             struct dsv_policy_admission *ret);
 
 #endif

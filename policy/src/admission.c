@@ -69,3 +69,31 @@ int dsv_policy_admit(const struct dsv_policy_admit_limits *limits, const struct 
         *ret = (struct dsv_policy_admission){DSV_POLICY_VERDICT_ADMIT, 0, 0};
         return 0;
 }
+
+int dsv_policy_admit_by_wait(const struct dsv_policy_admit_limits *limits, const struct dsv_policy_worker_load *workers,
+                             size_t n, int target, double recent_rps, double recent_service_s,
+                             struct dsv_policy_admission *ret) {
+        if (!(recent_service_s >= 0) || recent_service_s > 1e12)
+                return -EINVAL;
+        struct dsv_policy_admission adm;
+        int r = dsv_policy_admit(limits, workers, n, target, recent_rps, &adm);
+        if (r < 0)
+                return r;
+        if (adm.verdict == DSV_POLICY_VERDICT_ADMIT && limits->max_queue_wait_pct && recent_rps > 0 &&
+            recent_service_s > 0 && workers[target].queued_requests > 0) {
+                uint32_t n_ready = 0;
+                for (size_t i = 0; i < n; i++)
+                        n_ready += workers[i].ready;
+                double share_rps = recent_rps / n_ready;
+                double wait_s = (double)workers[target].queued_requests / share_rps;
+                if (wait_s * 100 > recent_service_s * limits->max_queue_wait_pct) {
+                        uint32_t max_s = limits->retry_after_max_s ? limits->retry_after_max_s
+                                                                   : RETRY_AFTER_MAX_DEFAULT_S;
+                        adm = (struct dsv_policy_admission){DSV_POLICY_VERDICT_BUSY, 429,
+                                                            drain_seconds(workers[target].queued_requests,
+                                                                          share_rps, max_s)};
+                }
+        }
+        *ret = adm;
+        return 0;
+}
