@@ -14,9 +14,9 @@
 # one run can be trusted (about 5 minutes with the defaults on a quiet host). Capacity is
 # measured first in each round (unless --capacity is given): closed loop with as many
 # requests in flight as the instances run at once plus the queues they keep (max-batch 8
-# + --max-queue per instance, or fewer: the queue wait bound, --max-queue-wait-pct of the
-# service time, holds P % of a running batch by Little's law) for --duration seconds, so
-# no client spins on refusals; its completed QPS is that round's "100 %". Then for each load factor F an open-loop Poisson run at F x that capacity for
+# + --max-queue per instance, or fewer: the queue wait bound, --max-queue-wait-pct P of a
+# service time, is a queue of P % of the running batch) for --duration seconds, so no
+# client spins on refusals; its completed QPS is that round's "100 %". Then for each load factor F an open-loop Poisson run at F x that capacity for
 # --duration seconds (dsvisor-bench-load --qps, no client-side cap on requests in flight),
 # each after the previous one's requests have drained; odd rounds go up the factors, even
 # rounds down, so a drift of the host over the run does not favour one factor. Printed

@@ -1,8 +1,9 @@
 /* admission.c — admit, or refuse early with 429/503 and Retry-After.
  *
- * Refusing at the gateway while the queue is full keeps the admitted requests' latency
- * bounded; clients and routers (SGLang/vLLM routers retry 429 and 503 with backoff,
- * platform-facts.md §7) come back after Retry-After instead of timing out in a queue. */
+ * Refusing at the gateway while the queue is full (by its length, or by the wait it
+ * promises) keeps the admitted requests' latency bounded; clients and routers (SGLang/vLLM
+ * routers retry 429 and 503 with backoff, platform-facts.md §7) come back after
+ * Retry-After instead of timing out in a queue. */
 #include <errno.h>
 
 #include "dsv_policy.h"
@@ -66,34 +67,18 @@ int dsv_policy_admit(const struct dsv_policy_admit_limits *limits, const struct 
                                                      drain_seconds(w->queued_requests, recent_rps / n_ready, max_s)};
                 return 0;
         }
-        *ret = (struct dsv_policy_admission){DSV_POLICY_VERDICT_ADMIT, 0, 0};
-        return 0;
-}
-
-int dsv_policy_admit_by_wait(const struct dsv_policy_admit_limits *limits, const struct dsv_policy_worker_load *workers,
-                             size_t n, int target, double recent_rps, double recent_service_s,
-                             struct dsv_policy_admission *ret) {
-        if (!(recent_service_s >= 0) || recent_service_s > 1e12)
-                return -EINVAL;
-        struct dsv_policy_admission adm;
-        int r = dsv_policy_admit(limits, workers, n, target, recent_rps, &adm);
-        if (r < 0)
-                return r;
-        if (adm.verdict == DSV_POLICY_VERDICT_ADMIT && limits->max_queue_wait_pct && recent_rps > 0 &&
-            recent_service_s > 0 && workers[target].queued_requests > 0) {
-                uint32_t n_ready = 0;
-                for (size_t i = 0; i < n; i++)
-                        n_ready += workers[i].ready;
-                double share_rps = recent_rps / n_ready;
-                double wait_s = (double)workers[target].queued_requests / share_rps;
-                if (wait_s * 100 > recent_service_s * limits->max_queue_wait_pct) {
-                        uint32_t max_s = limits->retry_after_max_s ? limits->retry_after_max_s
-                                                                   : RETRY_AFTER_MAX_DEFAULT_S;
-                        adm = (struct dsv_policy_admission){DSV_POLICY_VERDICT_BUSY, 429,
-                                                            drain_seconds(workers[target].queued_requests,
-                                                                          share_rps, max_s)};
-                }
+        /* The queue's wait, queued × service time / running (Little's law at the running
+         * batch), against max_queue_wait_pct % of the service time: the service time
+         * cancels, and the rule is a queue of that share of the running batch. The drain
+         * rate over the last seconds would lag a rise in load and refuse a queue the batch
+         * needs; the running batch is the rate now. */
+        if (limits->max_queue_wait_pct && w->running_seqs > 0 &&
+            (uint64_t)w->queued_requests * 100 > (uint64_t)w->running_seqs * limits->max_queue_wait_pct) {
+                *ret = (struct dsv_policy_admission){
+                        DSV_POLICY_VERDICT_BUSY, 429,
+                        recent_rps > 0 ? drain_seconds(w->queued_requests, recent_rps / n_ready, max_s) : 1};
+                return 0;
         }
-        *ret = adm;
+        *ret = (struct dsv_policy_admission){DSV_POLICY_VERDICT_ADMIT, 0, 0};
         return 0;
 }

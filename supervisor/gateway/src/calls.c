@@ -259,34 +259,13 @@ static double recent_rps_locked(const struct gw_calls *cs, int64_t now_s) {
         return (double)n / GW_RATE_WINDOW_S;
 }
 
-/* The mean time the requests completed over the last GW_RATE_WINDOW_S seconds took once
- * running (prefill and decode); 0 when none completed. */
-static double recent_service_s_locked(const struct gw_calls *cs, int64_t now_s) {
-        uint64_t n = 0;
-        double sum_s = 0;
-        for (int i = 0; i < GW_RATE_WINDOW_S; i++)
-                if (cs->rate_secs[i] > now_s - GW_RATE_WINDOW_S && cs->rate_secs[i] <= now_s) {
-                        n += cs->rate_served[i];
-                        sum_s += cs->rate_service_s[i];
-                }
-        return n ? sum_s / (double)n : 0;
-}
-
-/* final: the worker's report of a completed request; NULL for one that ended otherwise. */
-static void count_finished_locked(struct gw_calls *cs, int64_t now_s, const struct dsv_ipc_final *final) {
+static void count_finished_locked(struct gw_calls *cs, int64_t now_s) {
         int i = (int)(now_s % GW_RATE_WINDOW_S);
         if (cs->rate_secs[i] != now_s) {
                 cs->rate_secs[i] = now_s;
                 cs->rate_counts[i] = 0;
-                cs->rate_served[i] = 0;
-                cs->rate_service_s[i] = 0;
         }
         cs->rate_counts[i]++;
-        double service_s = final ? final->prefill_s + final->decode_s : 0;
-        if (service_s > 0 && service_s < 1e9) {
-                cs->rate_served[i]++;
-                cs->rate_service_s[i] += service_s;
-        }
 }
 
 /* The expected wait in seconds (rounded up, ≥ 1) when the target's queue, drained at its
@@ -345,9 +324,8 @@ int dsv__gw_calls_queue_full(struct gw_calls *cs, struct dsv_gw_error *err) {
                         shortest = (int)i;
         struct dsv_policy_admission adm = {DSV_POLICY_VERDICT_ADMIT, 0, 0};
         int r = shortest < 0 ? 0
-                             : dsv_policy_admit_by_wait(&cs->cfg->admit, loads, n, shortest,
-                                                        recent_rps_locked(cs, now / 1000000000),
-                                                        recent_service_s_locked(cs, now / 1000000000), &adm);
+                             : dsv_policy_admit(&cs->cfg->admit, loads, n, shortest,
+                                                recent_rps_locked(cs, now / 1000000000), &adm);
         pthread_mutex_unlock(&cs->lock);
         if (r < 0 || adm.verdict != DSV_POLICY_VERDICT_BUSY)
                 return 0;
@@ -390,8 +368,7 @@ int dsv__gw_call_start(struct gw_call *c, int exclude_slot, struct dsv_gw_error 
                         pick = (int)i;
         double rps = recent_rps_locked(cs, now / 1000000000);
         struct dsv_policy_admission adm;
-        int r = dsv_policy_admit_by_wait(&cs->cfg->admit, loads, n, pick, rps,
-                                         recent_service_s_locked(cs, now / 1000000000), &adm);
+        int r = dsv_policy_admit(&cs->cfg->admit, loads, n, pick, rps, &adm);
         if (r < 0 || adm.verdict == DSV_POLICY_VERDICT_UNAVAILABLE) {
                 pthread_mutex_unlock(&cs->lock);
                 dsv__gw_metrics_reject(cs->metrics, DSV_GATEWAY_REJECT_NO_INSTANCE);
@@ -884,7 +861,7 @@ void dsv__gw_call_observe_end(struct gw_call *c, const struct dsv_ipc_final *fin
         struct gw_calls *cs = c->calls;
         char instance[DSV_GATEWAY_NAME_MAX] = "";
         pthread_mutex_lock(&cs->lock);
-        count_finished_locked(cs, now_ns / 1000000000, final);
+        count_finished_locked(cs, now_ns / 1000000000);
         dsv_gateway_request_log_fn log = final ? cs->request_log : NULL;
         void *log_userdata = cs->request_log_userdata;
         if (log && c->slot >= 0 && c->slot < DSV_GATEWAY_MAX_INSTANCES)

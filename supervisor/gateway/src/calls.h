@@ -94,12 +94,8 @@ struct gw_calls {
         struct gw_instance inst[DSV_GATEWAY_MAX_INSTANCES];
         uint64_t next_gen;
         struct dsv_policy_router router;
-        /* requests finished per second, the drain rate behind a 429's Retry-After; of them
-         * the ones a worker completed, and their time running (prefill and decode), the
-         * service time the queue wait is bounded by */
+        /* requests finished per second, the drain rate behind a 429's Retry-After */
         uint64_t rate_counts[GW_RATE_WINDOW_S];
-        uint64_t rate_served[GW_RATE_WINDOW_S];
-        double rate_service_s[GW_RATE_WINDOW_S];
         int64_t rate_secs[GW_RATE_WINDOW_S];
         /* the operator's request log (dsv_gateway_set_request_log_hook); NULL: none */
         dsv_gateway_request_log_fn request_log;
@@ -130,8 +126,7 @@ int dsv__gw_instances_up(struct gw_calls *cs);
 size_t dsv__gw_instances_sample(struct gw_calls *cs, struct gw_instance_sample *v);
 
 /* Whether the queues are full for any request: even the ready instance with the shortest
- * queue is at max_queue_per_instance or past the wait bound (dsv_policy_admit_by_wait), or
- * all of them together at max_queue_total. Then
+ * queue is at max_queue_per_instance, or all of them together at max_queue_total. Then
  * every request would be refused whatever it asks, so the caller refuses it before
  * parsing it (the work a refusal costs is what an overloaded gateway has least of).
  * -EAGAIN with the 429 and its Retry-After (the drain estimate call_start gives) in err,
