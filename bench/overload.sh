@@ -16,8 +16,9 @@
 # requests in flight as the instances run at once plus the queues they keep (max-batch 8
 # + --max-queue per instance, or fewer: the queue wait bound, --max-queue-wait-pct P of a
 # service time, is a queue of P % of the running batch) for --duration seconds, so no
-# client spins on refusals; its completed QPS is that round's "100 %". Then for each load factor F an open-loop Poisson run at F x that capacity for
-# --duration seconds (dsvisor-bench-load --qps, no client-side cap on requests in flight),
+# client spins on refusals; its completed QPS is that round's "100 %". Then for each
+# load factor F an open-loop Poisson run at F x that capacity for --duration seconds
+# (dsvisor-bench-load --qps, no client-side cap on requests in flight),
 # each after the previous one's requests have drained; odd rounds go up the factors, even
 # rounds down, so a drift of the host over the run does not favour one factor. Printed
 # per run: offered and completed QPS, P50/P99 latency of the completed requests, refusals
@@ -52,7 +53,7 @@ while [ $# -gt 0 ]; do
     --max-queue-wait-pct) QUEUE_WAIT_PCT=$2 ;;
     --housekeeping-cpus) HOUSEKEEPING=$2 ;; --client-cpus) CLIENT_CPUS=$2 ;;
     --build-dir) BUILD=$2 ;; --out) OUT=$2 ;;
-    -h|--help) sed -n '2,41p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,42p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "overload.sh: unknown option '$1'" >&2; exit 2 ;;
   esac
   shift 2
