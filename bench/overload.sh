@@ -27,7 +27,9 @@
 # and lost (no HTTP answer); then where the CPU went: the share of the run the worker's
 # step thread ran, waited runnable (run delay: another thread had its CPU) and slept
 # (nothing to step), the tokens per engine step (from the worker's stats, polled each
-# second), and the CPU of the supervisor (gateway included) and of the load generator.
+# second), and the CPU of the supervisor (gateway included) and of the load generator;
+# and where a completed request's time went, on average: waiting in the worker's queue,
+# prefill, decode, and the rest (gateway, IPC), from /metrics.
 # Then the checks, per round and as the median (min..max) over the rounds: lost 0
 # everywhere, P99 at 5x within 1.5x of P99 at 0.7x, completed QPS at 5x at least 0.95x the
 # round's capacity. Raw JSON and metrics go to OUT (default a new /tmp/dsv-overload.*).
@@ -53,7 +55,7 @@ while [ $# -gt 0 ]; do
     --max-queue-wait-pct) QUEUE_WAIT_PCT=$2 ;;
     --housekeeping-cpus) HOUSEKEEPING=$2 ;; --client-cpus) CLIENT_CPUS=$2 ;;
     --build-dir) BUILD=$2 ;; --out) OUT=$2 ;;
-    -h|--help) sed -n '2,42p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,44p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "overload.sh: unknown option '$1'" >&2; exit 2 ;;
   esac
   shift 2
@@ -161,8 +163,9 @@ done
 python3 - "$OUT" "$ROUNDS" "$(getconf CLK_TCK)" $FACTORS <<'PY' | tee -a "$OUT/report.txt"
 import json, re, statistics, sys
 out, rounds, tck, factors = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), sys.argv[4:]
+PHASES = ('e2e_request_latency', 'request_queue_time', 'request_prefill_time', 'request_decode_time')
 def metrics(path):
-    r, it = {}, [0.0, 0.0]
+    r, it, ph = {}, [0.0, 0.0], {}
     for line in open(path):
         m = re.match(r'dsvisor_requests_rejected_total\{reason="(\w+)"\} (\d+)', line)
         if m: r[m.group(1)] = int(m.group(2))
@@ -170,7 +173,9 @@ def metrics(path):
         if m: r['connection_limit'] = int(m.group(1))
         m = re.match(r'dsvisor_iteration_tokens_(sum|count)\{[^}]*\} ([0-9.e+]+)', line)
         if m: it[m.group(1) == 'count'] += float(m.group(2))
-    return r, it
+        m = re.match(r'dsvisor_(%s)_seconds_(sum|count)\{[^}]*\} ([-0-9.e+]+)' % '|'.join(PHASES), line)
+        if m: ph[m.groups()[:2]] = ph.get(m.groups()[:2], 0.0) + float(m.group(3))
+    return r, it, ph
 def ms(v): return '%.0f' % (v * 1000) if v is not None else '-'
 def pct(v): return '%.0f' % (v * 100) if v is not None else '-'
 runs = {}
@@ -181,10 +186,12 @@ for r in range(1, rounds + 1):
             j = json.load(open(n + '.json'))
         except (OSError, ValueError):
             continue
-        (a, ia), (b, ib) = metrics(n + '.metrics-before'), metrics(n + '.metrics-after')
+        (a, ia, pa), (b, ib, pb) = metrics(n + '.metrics-before'), metrics(n + '.metrics-after')
         j['why'] = ', '.join('%s %d' % (k, b[k] - a.get(k, 0)) for k in sorted(b) if b[k] - a.get(k, 0))
         steps = ib[1] - ia[1]
         j['tokens_per_step'] = (ib[0] - ia[0]) / steps if steps > 0 else None
+        done = pb.get((PHASES[0], 'count'), 0) - pa.get((PHASES[0], 'count'), 0)
+        j['phases'] = [(pb.get((k, 'sum'), 0) - pa.get((k, 'sum'), 0)) / done for k in PHASES] if done > 0 else None
         s0, s1 = open(n + '.sample-before').read().split(), open(n + '.sample-after').read().split()
         wall, user, sys_ = map(float, open(n + '.client-cpu').read().split()[-3:])
         j['wall'] = wall
@@ -207,6 +214,12 @@ print('%-5s %-8s %8s %9s %8s %9s %10s %7s' % ('round', 'factor', 'w. runs', 'w. 
 for (r, f), j in sorted(runs.items(), key=lambda kv: (kv[0][0], kv[0][1] != 'capacity', float(kv[0][1]) if kv[0][1] != 'capacity' else 0)):
     print('%-5d %-8s %8s %9s %8s %9s %10s %7s' % (r, f, pct(j.get('w_run')), pct(j.get('w_delay')), pct(j.get('w_idle')),
           '%.1f' % j['tokens_per_step'] if j['tokens_per_step'] else '-', pct(j['sup_cpu']), pct(j['client_cpu'])))
+print('where the time of a completed request went, mean ms (gateway\'s /metrics; queue: waiting in the worker for')
+print('a running slot; gateway: end to end less the worker\'s three, i.e. HTTP, routing and IPC):')
+print('%-5s %-8s %8s %8s %8s %8s %8s' % ('round', 'factor', 'e2e', 'queue', 'prefill', 'decode', 'gateway'))
+for (r, f), j in sorted(runs.items(), key=lambda kv: (kv[0][0], kv[0][1] != 'capacity', float(kv[0][1]) if kv[0][1] != 'capacity' else 0)):
+    p = j['phases']
+    print('%-5d %-8s %8s %8s %8s %8s %8s' % ((r, f) + (tuple(ms(v) for v in p) + (ms(p[0] - p[1] - p[2] - p[3]),) if p else ('-',) * 5)))
 lost = sum(j['lost'] + j['errors'] - j['rejected_429'] - j['rejected_503'] for j in runs.values())
 print('every request answered (lost 0, no other errors): %s' % ('yes' if lost == 0 else 'NO (%d)' % lost))
 def judged(name, target, better, ratio):
