@@ -4,17 +4,21 @@
 #
 #   bench/overload.sh [--instances 1] [--threads 1] [--duration 15] [--max-tokens 64]
 #       [--prompt-len 16] [--factors "0.7 1 2 5 10"] [--rounds 3] [--capacity QPS]
-#       [--model DIR] [--max-queue N] [--seed 1] [--housekeeping-cpus LIST]
+#       [--model DIR] [--max-queue N] [--max-queue-wait-pct P] [--seed 1] [--housekeeping-cpus LIST]
 #       [--client-cpus auto|any|LIST] [--build-dir DIR] [--out DIR]
 #
+# --max-queue (default 8) and --max-queue-wait-pct (default 50, dsvisor's; 0: off) go to
+# `dsvisor start` as they are.
 # --rounds rounds on one running dsvisor, each measuring capacity and then every load
 # factor, so each round's ratios are same-run and the spread between rounds shows how far
 # one run can be trusted (about 5 minutes with the defaults on a quiet host). Capacity is
 # measured first in each round (unless --capacity is given): closed loop with as many
-# requests in flight as the instances run at once plus their queues (max-batch 8 +
-# --max-queue, per instance) for --duration seconds; its completed QPS is that round's
-# "100 %". Then for each load factor F an open-loop Poisson run at F x that capacity for
-# --duration seconds (dsvisor-bench-load --qps, no client-side cap on requests in flight),
+# requests in flight as the instances run at once plus the queues they keep (max-batch 8
+# + --max-queue per instance, or fewer: the queue wait bound, --max-queue-wait-pct P of a
+# service time, is a queue of P % of the running batch) for --duration seconds, so no
+# client spins on refusals; its completed QPS is that round's "100 %". Then for each
+# load factor F an open-loop Poisson run at F x that capacity for --duration seconds
+# (dsvisor-bench-load --qps, no client-side cap on requests in flight),
 # each after the previous one's requests have drained; odd rounds go up the factors, even
 # rounds down, so a drift of the host over the run does not favour one factor. Printed
 # per run: offered and completed QPS, P50/P99 latency of the completed requests, refusals
@@ -23,7 +27,9 @@
 # and lost (no HTTP answer); then where the CPU went: the share of the run the worker's
 # step thread ran, waited runnable (run delay: another thread had its CPU) and slept
 # (nothing to step), the tokens per engine step (from the worker's stats, polled each
-# second), and the CPU of the supervisor (gateway included) and of the load generator.
+# second), and the CPU of the supervisor (gateway included) and of the load generator;
+# and where a completed request's time went, on average: waiting in the worker's queue,
+# prefill, decode, and the rest (gateway, IPC), from /metrics.
 # Then the checks, per round and as the median (min..max) over the rounds: lost 0
 # everywhere, P99 at 5x within 1.5x of P99 at 0.7x, completed QPS at 5x at least 0.95x the
 # round's capacity. Raw JSON and metrics go to OUT (default a new /tmp/dsv-overload.*).
@@ -39,20 +45,24 @@
 set -uo pipefail
 SRC=$(cd "$(dirname "$0")/.." && pwd)
 INSTANCES=1 THREADS=1 DURATION=15 MAX_TOKENS=64 PROMPT=16 FACTORS="0.7 1 2 5 10" ROUNDS=3 CAPACITY= MODEL=
-MAX_QUEUE=8 SEED=1 BUILD=$SRC/build OUT= HOUSEKEEPING= CLIENT_CPUS=auto
+MAX_QUEUE=8 QUEUE_WAIT_PCT=50 SEED=1 BUILD=$SRC/build OUT= HOUSEKEEPING= CLIENT_CPUS=auto
 while [ $# -gt 0 ]; do
   case "$1" in
     --instances) INSTANCES=$2 ;; --threads) THREADS=$2 ;; --duration) DURATION=$2 ;;
     --max-tokens) MAX_TOKENS=$2 ;; --prompt-len) PROMPT=$2 ;; --factors) FACTORS=$2 ;;
     --rounds) ROUNDS=$2 ;;
     --capacity) CAPACITY=$2 ;; --model) MODEL=$2 ;; --max-queue) MAX_QUEUE=$2 ;; --seed) SEED=$2 ;;
+    --max-queue-wait-pct) QUEUE_WAIT_PCT=$2 ;;
     --housekeeping-cpus) HOUSEKEEPING=$2 ;; --client-cpus) CLIENT_CPUS=$2 ;;
     --build-dir) BUILD=$2 ;; --out) OUT=$2 ;;
-    -h|--help) sed -n '2,38p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,44p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "overload.sh: unknown option '$1'" >&2; exit 2 ;;
   esac
   shift 2
 done
+case "$QUEUE_WAIT_PCT" in ''|*[!0-9]*) echo "overload.sh: --max-queue-wait-pct must be a whole number, not '$QUEUE_WAIT_PCT'" >&2; exit 2 ;; esac
+# the queue each instance keeps at capacity: --max-queue, or what the wait bound holds
+KEPT_QUEUE=$(( QUEUE_WAIT_PCT > 0 && (8 * QUEUE_WAIT_PCT + 99) / 100 < MAX_QUEUE ? (8 * QUEUE_WAIT_PCT + 99) / 100 : MAX_QUEUE ))
 case "$ROUNDS" in ''|*[!0-9]*|0) echo "overload.sh: --rounds must be a whole number above 0, not '$ROUNDS'" >&2; exit 2 ;; esac
 B=$BUILD/bin
 . "$SRC/bench/start-dsvisor.sh"
@@ -70,7 +80,8 @@ cleanup() {
 }
 trap cleanup EXIT
 
-args=(--instances "$INSTANCES" --threads-per-instance "$THREADS" --max-queue "$MAX_QUEUE" --port 0)
+args=(--instances "$INSTANCES" --threads-per-instance "$THREADS" --max-queue "$MAX_QUEUE"
+      --max-queue-wait-pct "$QUEUE_WAIT_PCT" --port 0)
 [ -n "$MODEL" ] && args+=(--model "$MODEL")
 [ -n "$HOUSEKEEPING" ] && args+=(--housekeeping-cpus "$HOUSEKEEPING")
 start_dsvisor overload.sh "${args[@]}"
@@ -105,7 +116,8 @@ WORKER=$(python3 -c "import json; print(json.load(open('$RUN/status.json'))['ins
 # affinity TID: the thread's allowed CPUs
 affinity() { taskset -pc "$1" 2>/dev/null | sed 's/.*: //'; }
 sup_cpus=$(for t in /proc/"$SUP"/task/*; do affinity "${t##*/}"; done | sort -u | paste -sd' ')
-echo "overload: dsvisor pid $SUP on port $PORT, $INSTANCES instance(s) of $THREADS thread(s), max-queue $MAX_QUEUE;" \
+echo "overload: dsvisor pid $SUP on port $PORT, $INSTANCES instance(s) of $THREADS thread(s), max-queue $MAX_QUEUE," \
+     "max-queue-wait-pct $QUEUE_WAIT_PCT (capacity with $(( 8 + KEPT_QUEUE )) in flight per instance);" \
      "prompt $PROMPT words, $MAX_TOKENS tokens, $DURATION s per run, $ROUNDS round(s);" \
      "housekeeping CPUs ${HOUSEKEEPING:-default}, client CPUs $CLIENT_CPUS; $(date -u +%FT%TZ) on $(nproc) CPUs," \
      "load average $(cut -d' ' -f1-3 /proc/loadavg)" | tee "$OUT/report.txt"
@@ -136,7 +148,7 @@ run() {
 for r in $(seq "$ROUNDS"); do
   cap=$CAPACITY
   if [ -z "$CAPACITY" ]; then
-    run "r$r-capacity" --concurrency $(( INSTANCES * (8 + MAX_QUEUE) )) --duration "$DURATION"
+    run "r$r-capacity" --concurrency $(( INSTANCES * (8 + KEPT_QUEUE) )) --duration "$DURATION"
     cap=$(python3 -c "import json; print('%.2f' % json.load(open('$OUT/r$r-capacity.json'))['qps'])")
   fi
   echo "$cap" >"$OUT/r$r-capacity.qps"
@@ -151,8 +163,9 @@ done
 python3 - "$OUT" "$ROUNDS" "$(getconf CLK_TCK)" $FACTORS <<'PY' | tee -a "$OUT/report.txt"
 import json, re, statistics, sys
 out, rounds, tck, factors = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), sys.argv[4:]
+PHASES = ('e2e_request_latency', 'request_queue_time', 'request_prefill_time', 'request_decode_time')
 def metrics(path):
-    r, it = {}, [0.0, 0.0]
+    r, it, ph = {}, [0.0, 0.0], {}
     for line in open(path):
         m = re.match(r'dsvisor_requests_rejected_total\{reason="(\w+)"\} (\d+)', line)
         if m: r[m.group(1)] = int(m.group(2))
@@ -160,7 +173,9 @@ def metrics(path):
         if m: r['connection_limit'] = int(m.group(1))
         m = re.match(r'dsvisor_iteration_tokens_(sum|count)\{[^}]*\} ([0-9.e+]+)', line)
         if m: it[m.group(1) == 'count'] += float(m.group(2))
-    return r, it
+        m = re.match(r'dsvisor_(%s)_seconds_(sum|count)\{[^}]*\} ([-0-9.e+]+)' % '|'.join(PHASES), line)
+        if m: ph[m.groups()[:2]] = ph.get(m.groups()[:2], 0.0) + float(m.group(3))
+    return r, it, ph
 def ms(v): return '%.0f' % (v * 1000) if v is not None else '-'
 def pct(v): return '%.0f' % (v * 100) if v is not None else '-'
 runs = {}
@@ -171,10 +186,12 @@ for r in range(1, rounds + 1):
             j = json.load(open(n + '.json'))
         except (OSError, ValueError):
             continue
-        (a, ia), (b, ib) = metrics(n + '.metrics-before'), metrics(n + '.metrics-after')
+        (a, ia, pa), (b, ib, pb) = metrics(n + '.metrics-before'), metrics(n + '.metrics-after')
         j['why'] = ', '.join('%s %d' % (k, b[k] - a.get(k, 0)) for k in sorted(b) if b[k] - a.get(k, 0))
         steps = ib[1] - ia[1]
         j['tokens_per_step'] = (ib[0] - ia[0]) / steps if steps > 0 else None
+        done = pb.get((PHASES[0], 'count'), 0) - pa.get((PHASES[0], 'count'), 0)
+        j['phases'] = [(pb.get((k, 'sum'), 0) - pa.get((k, 'sum'), 0)) / done for k in PHASES] if done > 0 else None
         s0, s1 = open(n + '.sample-before').read().split(), open(n + '.sample-after').read().split()
         wall, user, sys_ = map(float, open(n + '.client-cpu').read().split()[-3:])
         j['wall'] = wall
@@ -197,6 +214,12 @@ print('%-5s %-8s %8s %9s %8s %9s %10s %7s' % ('round', 'factor', 'w. runs', 'w. 
 for (r, f), j in sorted(runs.items(), key=lambda kv: (kv[0][0], kv[0][1] != 'capacity', float(kv[0][1]) if kv[0][1] != 'capacity' else 0)):
     print('%-5d %-8s %8s %9s %8s %9s %10s %7s' % (r, f, pct(j.get('w_run')), pct(j.get('w_delay')), pct(j.get('w_idle')),
           '%.1f' % j['tokens_per_step'] if j['tokens_per_step'] else '-', pct(j['sup_cpu']), pct(j['client_cpu'])))
+print('where the time of a completed request went, mean ms (gateway\'s /metrics; queue: waiting in the worker for')
+print('a running slot; gateway: end to end less the worker\'s three, i.e. HTTP, routing and IPC):')
+print('%-5s %-8s %8s %8s %8s %8s %8s' % ('round', 'factor', 'e2e', 'queue', 'prefill', 'decode', 'gateway'))
+for (r, f), j in sorted(runs.items(), key=lambda kv: (kv[0][0], kv[0][1] != 'capacity', float(kv[0][1]) if kv[0][1] != 'capacity' else 0)):
+    p = j['phases']
+    print('%-5d %-8s %8s %8s %8s %8s %8s' % ((r, f) + (tuple(ms(v) for v in p) + (ms(p[0] - p[1] - p[2] - p[3]),) if p else ('-',) * 5)))
 lost = sum(j['lost'] + j['errors'] - j['rejected_429'] - j['rejected_503'] for j in runs.values())
 print('every request answered (lost 0, no other errors): %s' % ('yes' if lost == 0 else 'NO (%d)' % lost))
 def judged(name, target, better, ratio):

@@ -99,6 +99,7 @@ int sup_gateway_setup(struct sup *s) {
         gc.tool_format = (enum dsv_gateway_tool_format)s->chat.tools;
         gc.metrics_compat_vllm = strcmp(s->cfg.metrics_compat, "vllm") == 0;
         gc.admit.max_queue_per_instance = (uint32_t)s->cfg.max_queue;
+        gc.admit.max_queue_wait_pct = (uint32_t)s->cfg.max_queue_wait_pct;
         gc.max_connections = (unsigned)s->cfg.max_connections;
         /* Requests must reach the workers however busy their FIFO compute threads are:
          * the HTTP threads (on the housekeeping CPUs, which the preflight demands) run

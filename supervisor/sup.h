@@ -69,6 +69,9 @@ int sup_place(const struct sup_place_request *req, struct sup_placement *ret, ch
 #define SUP_PORT_DEFAULT 8080
 #define SUP_GRACE_MS_DEFAULT 10000
 #define SUP_MAX_QUEUE_DEFAULT 32
+/* A queue with half a service time of wait (by Little's law, half the running batch)
+ * keeps the batch full under overload; a longer one only adds wait. */
+#define SUP_MAX_QUEUE_WAIT_PCT_DEFAULT 50
 #define SUP_MAX_CONNECTIONS_DEFAULT 512
 #define SUP_RT_PRIORITY_MAX 49 /* FIFO threads stay below the kernel's own (50) */
 
@@ -97,6 +100,7 @@ struct sup_config {
         char kv_disk[PATH_MAX];      /* --kv-disk: each worker's disk tier, DIR/INSTANCE.kvtier; "": none */
         int kv_disk_gib;             /* --kv-disk-gib: each tier file's size */
         int max_queue;               /* admitted requests waiting per instance; beyond: 429 */
+        int max_queue_wait_pct;      /* expected queue wait, % of the recent service time; beyond: 429 */
         int max_connections;         /* HTTP connections; beyond: 503 from the accept path */
         uint64_t memory_max_bytes;   /* per-instance memory.max; 0: none */
         bool allow_unenforced;       /* start even when a limit asked for is not in effect */

@@ -192,6 +192,8 @@ struct dsv_policy_admit_limits {
         uint32_t retry_after_max_s;      /* clamp for the Retry-After estimate; 0: 60 */
         uint32_t retry_after_unavailable_s; /* Retry-After with no worker ready (restarts take
                                               seconds, not a queue drain); 0: 5 */
+        uint32_t max_queue_wait_pct; /* the wait a new request may expect in the target's queue,
+                                        in % of a request's service time; 0: no limit */
 };
 
 struct dsv_policy_admission {
@@ -202,13 +204,19 @@ struct dsv_policy_admission {
 
 /* Decides on one request that the router sent to worker `target` (or the router's error:
  * -EAGAIN means no worker is ready). The request is admitted when the target is ready,
- * its queue is under max_queue_per_instance and all queues together are under
- * max_queue_total. Otherwise it is refused with 429 (queues full) or 503 (no worker
+ * its queue is under max_queue_per_instance, all queues together are under
+ * max_queue_total, and the wait a new request can expect in the target's queue is at
+ * most max_queue_wait_pct % of the service time of a request: by Little's law that wait is
+ * queued × service time / running, so the bound is a queue of at most max_queue_wait_pct %
+ * of the target's running batch (off while nothing runs there). A running batch stays
+ * full with a queue of a fraction of it, and a longer queue only adds wait. Otherwise
+ * it is refused with 429 (queues full) or 503 (no worker
  * ready: target is -EAGAIN or every worker is unready; Retry-After is
  * retry_after_unavailable_s). A 429's Retry-After estimates how long the full queue takes
  * to drain: queued requests / recent_rps (for a per-instance refusal, the target's queue
  * over its share, recent_rps / ready workers), rounded up and kept between 1 and
- * retry_after_max_s; retry_after_max_s when recent_rps is 0.
+ * retry_after_max_s; retry_after_max_s when recent_rps is 0 (1 for the wait bound, whose
+ * queue drains within a service time).
  * Returns 0; -EINVAL on bad input (target out of range or not ready while others are,
  * negative or NaN rate). */
 int dsv_policy_admit(const struct dsv_policy_admit_limits *limits, const struct dsv_policy_worker_load *workers,

@@ -1,8 +1,9 @@
 /* admission.c — admit, or refuse early with 429/503 and Retry-After.
  *
- * Refusing at the gateway while the queue is full keeps the admitted requests' latency
- * bounded; clients and routers (SGLang/vLLM routers retry 429 and 503 with backoff,
- * platform-facts.md §7) come back after Retry-After instead of timing out in a queue. */
+ * Refusing at the gateway while the queue is full (by its length, or by the wait it
+ * promises) keeps the admitted requests' latency bounded; clients and routers (SGLang/vLLM
+ * routers retry 429 and 503 with backoff, platform-facts.md §7) come back after
+ * Retry-After instead of timing out in a queue. */
 #include <errno.h>
 
 #include "dsv_policy.h"
@@ -64,6 +65,18 @@ int dsv_policy_admit(const struct dsv_policy_admit_limits *limits, const struct 
         if (limits->max_queue_per_instance && w->queued_requests >= limits->max_queue_per_instance) {
                 *ret = (struct dsv_policy_admission){DSV_POLICY_VERDICT_BUSY, 429,
                                                      drain_seconds(w->queued_requests, recent_rps / n_ready, max_s)};
+                return 0;
+        }
+        /* The queue's wait, queued × service time / running (Little's law at the running
+         * batch), against max_queue_wait_pct % of the service time: the service time
+         * cancels, and the rule is a queue of that share of the running batch. The drain
+         * rate over the last seconds would lag a rise in load and refuse a queue the batch
+         * needs; the running batch is the rate now. */
+        if (limits->max_queue_wait_pct && w->running_seqs > 0 &&
+            (uint64_t)w->queued_requests * 100 > (uint64_t)w->running_seqs * limits->max_queue_wait_pct) {
+                *ret = (struct dsv_policy_admission){
+                        DSV_POLICY_VERDICT_BUSY, 429,
+                        recent_rps > 0 ? drain_seconds(w->queued_requests, recent_rps / n_ready, max_s) : 1};
                 return 0;
         }
         *ret = (struct dsv_policy_admission){DSV_POLICY_VERDICT_ADMIT, 0, 0};

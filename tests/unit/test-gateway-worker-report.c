@@ -1,6 +1,7 @@
 /* Admission against the worker's own load report (calls.c): the report is as old as the
  * last stats poll, so requests the worker ended since then no longer hold their places,
- * while a cancelled request the worker still runs does. The worker is a bare dsv_ipc
+ * while a cancelled request the worker still runs does; and against the wait bound, a
+ * queue of a share of the running batch. The worker is a bare dsv_ipc
  * listener on an inproc:// URL that answers the one poll made at connect and sends the
  * finals itself; the poll interval is a minute, so no newer report comes. */
 #include <stdlib.h>
@@ -157,5 +158,30 @@ TEST(a_request_the_worker_ended_after_its_report_frees_its_place) {
         dsv__gw_call_done(&c2);
         dsv__gw_call_done(&c3);
         dsv__gw_call_done(&c4);
+        room_close(&r);
+}
+
+TEST(a_queue_whose_wait_outlasts_half_the_service_time_is_full) {
+        struct room r;
+        ASSERT_OK(room_open(&r));
+        r.cfg.max_running_per_instance = 2;
+        r.cfg.admit.max_queue_per_instance = 4; /* room for more by count */
+        r.cfg.admit.max_queue_wait_pct = 50;    /* half a service time: a queue of one per two running */
+        struct gw_call c[5];
+        struct dsv_gw_error err;
+        for (int i = 0; i < 4; i++) /* two running, then two waiting */
+                ASSERT_OK(call_open(&r, &c[i], &err));
+        ASSERT_ERR(call_open(&r, &c[4], &err), -EAGAIN);
+        ASSERT_EQ(err.status, 429);
+        ASSERT_TRUE(err.retry_after_s >= 1);
+        dsv__gw_call_done(&c[4]);
+        ASSERT_ERR(dsv__gw_calls_queue_full(&r.calls, &err), -EAGAIN); /* the check before parsing too */
+
+        r.cfg.admit.max_queue_wait_pct = 0; /* off: the count alone decides */
+        ASSERT_OK(dsv__gw_calls_queue_full(&r.calls, &err));
+        ASSERT_OK(call_open(&r, &c[4], &err));
+
+        for (int i = 0; i < 5; i++)
+                dsv__gw_call_done(&c[i]);
         room_close(&r);
 }

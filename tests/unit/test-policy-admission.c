@@ -95,6 +95,55 @@ TEST(router_and_admission_together) {
         ASSERT_EQ(w[2].queued_requests, 0);
 }
 
+TEST(queue_wait_over_its_share_of_service_time_is_429) {
+        struct dsv_policy_admit_limits lim = {.max_queue_per_instance = 32, .max_queue_wait_pct = 50};
+        /* 8 running: a queued request waits 1/8 of a service time, so half of one is a
+         * queue of 4; the next request is refused */
+        struct dsv_policy_worker_load w[3] = {{true, 4, 0, 8}, {true, 5, 0, 8}, {false, 9, 0, 8}};
+        ASSERT_OK(dsv_policy_admit(&lim, w, 3, 0, 200.0, &adm));
+        ASSERT_EQ(adm.verdict, DSV_POLICY_VERDICT_ADMIT);
+        ASSERT_EQ(adm.retry_after_s, 0);
+        ASSERT_OK(dsv_policy_admit(&lim, w, 3, 1, 200.0, &adm));
+        ASSERT_EQ(adm.verdict, DSV_POLICY_VERDICT_BUSY);
+        ASSERT_EQ(adm.http_status, 429);
+        ASSERT_EQ(adm.retry_after_s, 1); /* 5 queued at 100 rps */
+        /* Retry-After is the queue's drain time at the target's share of the rate: 5 / 0.5 rps */
+        ASSERT_OK(dsv_policy_admit(&lim, w, 3, 1, 1.0, &adm));
+        ASSERT_EQ(adm.retry_after_s, 10);
+        /* with no rate measured yet it drains within a service time: 1 s */
+        ASSERT_OK(dsv_policy_admit(&lim, w, 3, 1, 0.0, &adm));
+        ASSERT_EQ(adm.retry_after_s, 1);
+        /* a larger batch drains faster and takes the same queue */
+        w[1].running_seqs = 10;
+        ASSERT_OK(dsv_policy_admit(&lim, w, 3, 1, 200.0, &adm));
+        ASSERT_EQ(adm.verdict, DSV_POLICY_VERDICT_ADMIT);
+        /* so does a larger share */
+        w[1].running_seqs = 8;
+        lim.max_queue_wait_pct = 75;
+        ASSERT_OK(dsv_policy_admit(&lim, w, 3, 1, 200.0, &adm));
+        ASSERT_EQ(adm.verdict, DSV_POLICY_VERDICT_ADMIT);
+}
+
+TEST(queue_wait_rule_is_off_at_zero_and_with_nothing_running) {
+        struct dsv_policy_admit_limits lim = {.max_queue_per_instance = 32};
+        struct dsv_policy_worker_load w[1] = {{true, 20, 0, 1}};
+        ASSERT_OK(dsv_policy_admit(&lim, w, 1, 0, 100.0, &adm)); /* 0: off */
+        ASSERT_EQ(adm.verdict, DSV_POLICY_VERDICT_ADMIT);
+        lim.max_queue_wait_pct = 1;
+        w[0].running_seqs = 0; /* nothing drains it: no wait to bound, the count decides */
+        ASSERT_OK(dsv_policy_admit(&lim, w, 1, 0, 100.0, &adm));
+        ASSERT_EQ(adm.verdict, DSV_POLICY_VERDICT_ADMIT);
+        w[0].running_seqs = 1;
+        w[0].queued_requests = 0; /* an empty queue: the request runs or is next */
+        ASSERT_OK(dsv_policy_admit(&lim, w, 1, 0, 100.0, &adm));
+        ASSERT_EQ(adm.verdict, DSV_POLICY_VERDICT_ADMIT);
+        /* the count limit decides first, with its own Retry-After */
+        lim.max_queue_per_instance = 4;
+        w[0].queued_requests = 4;
+        ASSERT_OK(dsv_policy_admit(&lim, w, 1, 0, 0.0, &adm));
+        ASSERT_EQ(adm.retry_after_s, 60);
+}
+
 TEST(bad_input) {
         struct dsv_policy_admit_limits lim = {0};
         struct dsv_policy_worker_load w[2] = {W(true, 0), W(false, 0)};
