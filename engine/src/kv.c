@@ -136,13 +136,11 @@ int dse_kv_dtype_parse(const char *str, enum dse_kv_dtype *ret, struct dse_diag 
 }
 
 int dse__kv_dtype_from_env(enum dse_kv_dtype *ret, struct dse_diag *reterr) {
-        int t;
-        int r = dse__env_choice("DSV_KV", "a KV cache type", kv_dtype_names, DSE_KV_DTYPE_COUNT, DSE_KV_F32, &t,
-                                reterr);
-        if (r < 0)
-                return r;
-        *ret = (enum dse_kv_dtype)t;
-        return 0;
+        int t, r = dse__env_choice("DSV_KV", "a KV cache type", kv_dtype_names, DSE_KV_DTYPE_COUNT, DSE_KV_F32, &t,
+                                   reterr);
+        if (r >= 0)
+                *ret = (enum dse_kv_dtype)t;
+        return r;
 }
 
 /* One group of FP8 or INT8 elements and its scale: max|x| maps to the format's largest

@@ -23,13 +23,11 @@ const char *dse_kv_pages_to_string(enum dse_kv_pages kind) {
 }
 
 int dse__kv_pages_from_env(enum dse_kv_pages *ret, struct dse_diag *reterr) {
-        int k;
-        int r = dse__env_choice("DSV_KV_PAGES", "a KV page size", kv_pages_names, DSE_KV_PAGES_COUNT,
-                                DSE_KV_PAGES_HUGE, &k, reterr);
-        if (r < 0)
-                return r;
-        *ret = (enum dse_kv_pages)k;
-        return 0;
+        int k, r = dse__env_choice("DSV_KV_PAGES", "a KV page size", kv_pages_names, DSE_KV_PAGES_COUNT,
+                                   DSE_KV_PAGES_HUGE, &k, reterr);
+        if (r >= 0)
+                *ret = (enum dse_kv_pages)k;
+        return r;
 }
 
 /* The file shows every mode with the current one in brackets ("always [madvise] never");

@@ -101,13 +101,11 @@ const char *dse_activations_to_string(enum dse_activations a) {
 
 /* DSV_ACT=int8|f32, else the default (int8). */
 static int activations_from_env(enum dse_activations *ret, struct dse_diag *reterr) {
-        int a;
-        int r = dse__env_choice("DSV_ACT", "an activation precision", activations_names, DSE_ACTIVATIONS_COUNT,
-                                DSE_ACTIVATIONS_INT8, &a, reterr);
-        if (r < 0)
-                return r;
-        *ret = (enum dse_activations)a;
-        return 0;
+        int a, r = dse__env_choice("DSV_ACT", "an activation precision", activations_names, DSE_ACTIVATIONS_COUNT,
+                                   DSE_ACTIVATIONS_INT8, &a, reterr);
+        if (r >= 0)
+                *ret = (enum dse_activations)a;
+        return r;
 }
 
 int dse_session_set_activations(struct dse_session *s, enum dse_activations a) {
