@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "env_choice.h"
 #include "internal.h"
 
 #define XCR0_SSE      (1u << 1)
@@ -100,21 +101,15 @@ int dse_cpu_detect(struct dse_cpu_info *ret_info, struct dse_diag *reterr) {
         struct dse_cpu_info info = detected_info;
         info.level = info.detected;
 
-        const char *forced = getenv("DSV_CPU");
-        if (forced && *forced) {
-                int want = -1;
-                for (int i = 0; i < DSE_CPU_LEVEL_COUNT; i++)
-                        if (strcmp(forced, level_names[i]) == 0)
-                                want = i;
-                if (want < 0)
-                        return dse__fail(reterr, -EINVAL,
-                                         "DSV_CPU='%s' is not a level; use scalar, avx2 or avx512", forced);
-                if (want > (int)info.detected)
-                        return dse__fail(reterr, -EOPNOTSUPP,
-                                         "DSV_CPU=%s, but this CPU (with this OS) supports only '%s'",
-                                         forced, level_names[info.detected]);
+        int want;
+        int r = dse__env_choice("DSV_CPU", "a CPU level", level_names, DSE_CPU_LEVEL_COUNT, -1, &want, reterr);
+        if (r < 0)
+                return r;
+        if (want > (int)info.detected)
+                return dse__fail(reterr, -EOPNOTSUPP, "DSV_CPU=%s, but this CPU (with this OS) supports only '%s'",
+                                 level_names[want], level_names[info.detected]);
+        if (want >= 0)
                 info.level = (enum dse_cpu_level)want;
-        }
         *ret_info = info;
         return 0;
 }

@@ -14,6 +14,7 @@
 #include <sys/mman.h>
 #include <time.h>
 
+#include "env_choice.h"
 #include "internal.h"
 #include "kernels/kernels.h"
 #include "kv.h"
@@ -114,34 +115,32 @@ void dse__kv_layout(const struct dse_hparams *hp, enum dse_kv_dtype dtype, struc
         v->row_bytes = (int32_t)((size_t)(n / v->plane_floats) * bytes);
 }
 
+static const char *const kv_dtype_names[DSE_KV_DTYPE_COUNT] = {
+        [DSE_KV_F32] = "f32",
+        [DSE_KV_BF16] = "bf16",
+        [DSE_KV_FP8] = "fp8",
+        [DSE_KV_INT8] = "int8",
+};
+
 const char *dse_kv_dtype_to_string(enum dse_kv_dtype t) {
-        switch (t) {
-        case DSE_KV_F32: return "f32";
-        case DSE_KV_BF16: return "bf16";
-        case DSE_KV_FP8: return "fp8";
-        case DSE_KV_INT8: return "int8";
-        default: return "unknown";
-        }
+        return (unsigned)t < DSE_KV_DTYPE_COUNT ? kv_dtype_names[t] : "unknown";
 }
 
 int dse_kv_dtype_parse(const char *str, enum dse_kv_dtype *ret, struct dse_diag *reterr) {
-        for (int t = 0; str && t < DSE_KV_DTYPE_COUNT; t++)
-                if (strcmp(str, dse_kv_dtype_to_string((enum dse_kv_dtype)t)) == 0) {
-                        *ret = (enum dse_kv_dtype)t;
-                        return 0;
-                }
-        return dse__fail(reterr, -EINVAL, "KV dtype '%s' is not one of f32, bf16, fp8, int8", str ? str : "(null)");
+        int t = dse__choice_index(kv_dtype_names, DSE_KV_DTYPE_COUNT, str);
+        if (t < 0)
+                return dse__fail(reterr, -EINVAL, "KV dtype '%s' is not one of f32, bf16, fp8, int8",
+                                 str ? str : "(null)");
+        *ret = (enum dse_kv_dtype)t;
+        return 0;
 }
 
 int dse__kv_dtype_from_env(enum dse_kv_dtype *ret, struct dse_diag *reterr) {
-        const char *v = getenv("DSV_KV");
-        *ret = DSE_KV_F32;
-        if (!v || !*v)
-                return 0;
-        int r = dse_kv_dtype_parse(v, ret, NULL);
-        if (r < 0)
-                return dse__fail(reterr, r, "DSV_KV='%s' is not a KV cache type; use f32, bf16, fp8 or int8", v);
-        return 0;
+        int t, r = dse__env_choice("DSV_KV", "a KV cache type", kv_dtype_names, DSE_KV_DTYPE_COUNT, DSE_KV_F32, &t,
+                                   reterr);
+        if (r >= 0)
+                *ret = (enum dse_kv_dtype)t;
+        return r;
 }
 
 /* One group of FP8 or INT8 elements and its scale: max|x| maps to the format's largest

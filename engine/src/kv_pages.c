@@ -6,31 +6,28 @@
 #include <string.h>
 #include <sys/mman.h>
 
+#include "env_choice.h"
 #include "internal.h"
 #include "kv_pages.h"
 
 #define HUGE_PAGE_BYTES ((size_t)2 << 20)
 #define THP_ENABLED_PATH "/sys/kernel/mm/transparent_hugepage/enabled"
 
+static const char *const kv_pages_names[DSE_KV_PAGES_COUNT] = {
+        [DSE_KV_PAGES_SMALL] = "small",
+        [DSE_KV_PAGES_HUGE] = "huge",
+};
+
 const char *dse_kv_pages_to_string(enum dse_kv_pages kind) {
-        switch (kind) {
-        case DSE_KV_PAGES_SMALL: return "small";
-        case DSE_KV_PAGES_HUGE: return "huge";
-        default: return "unknown";
-        }
+        return (unsigned)kind < DSE_KV_PAGES_COUNT ? kv_pages_names[kind] : "unknown";
 }
 
 int dse__kv_pages_from_env(enum dse_kv_pages *ret, struct dse_diag *reterr) {
-        const char *v = getenv("DSV_KV_PAGES");
-        *ret = DSE_KV_PAGES_HUGE;
-        if (!v || !*v)
-                return 0;
-        for (int k = 0; k < DSE_KV_PAGES_COUNT; k++)
-                if (strcmp(v, dse_kv_pages_to_string((enum dse_kv_pages)k)) == 0) {
-                        *ret = (enum dse_kv_pages)k;
-                        return 0;
-                }
-        return dse__fail(reterr, -EINVAL, "DSV_KV_PAGES='%s' is not a KV page size; use huge or small", v);
+        int k, r = dse__env_choice("DSV_KV_PAGES", "a KV page size", kv_pages_names, DSE_KV_PAGES_COUNT,
+                                   DSE_KV_PAGES_HUGE, &k, reterr);
+        if (r >= 0)
+                *ret = (enum dse_kv_pages)k;
+        return r;
 }
 
 /* The file shows every mode with the current one in brackets ("always [madvise] never");

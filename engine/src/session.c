@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "env_choice.h"
 #include "internal.h"
 #include "model/forward.h"
 
@@ -89,26 +90,22 @@ int dse__session_kv_with_mtp(struct dse_session *s) {
         return 0;
 }
 
+static const char *const activations_names[DSE_ACTIVATIONS_COUNT] = {
+        [DSE_ACTIVATIONS_INT8] = "int8",
+        [DSE_ACTIVATIONS_F32] = "f32",
+};
+
 const char *dse_activations_to_string(enum dse_activations a) {
-        switch (a) {
-        case DSE_ACTIVATIONS_INT8: return "int8";
-        case DSE_ACTIVATIONS_F32: return "f32";
-        default: return "unknown";
-        }
+        return (unsigned)a < DSE_ACTIVATIONS_COUNT ? activations_names[a] : "unknown";
 }
 
 /* DSV_ACT=int8|f32, else the default (int8). */
 static int activations_from_env(enum dse_activations *ret, struct dse_diag *reterr) {
-        const char *v = getenv("DSV_ACT");
-        *ret = DSE_ACTIVATIONS_INT8;
-        if (!v || !*v)
-                return 0;
-        for (int a = 0; a < DSE_ACTIVATIONS_COUNT; a++)
-                if (strcmp(v, dse_activations_to_string((enum dse_activations)a)) == 0) {
-                        *ret = (enum dse_activations)a;
-                        return 0;
-                }
-        return dse__fail(reterr, -EINVAL, "DSV_ACT='%s' is not an activation precision; use int8 or f32", v);
+        int a, r = dse__env_choice("DSV_ACT", "an activation precision", activations_names, DSE_ACTIVATIONS_COUNT,
+                                   DSE_ACTIVATIONS_INT8, &a, reterr);
+        if (r >= 0)
+                *ret = (enum dse_activations)a;
+        return r;
 }
 
 int dse_session_set_activations(struct dse_session *s, enum dse_activations a) {

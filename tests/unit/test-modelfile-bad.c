@@ -456,17 +456,23 @@ static int write_st(const char *path, const char *header, size_t data_len, uint6
         return fclose(f);
 }
 
-/* A folder with a llama config and a handmade model.safetensors. */
-static char *hf_handmade(const char *header, size_t data_len, uint64_t claimed_len) {
+/* A folder with config.json holding config and a handmade model.safetensors. */
+static char *hf_handmade_with(const char *config, const char *header, size_t data_len, uint64_t claimed_len) {
         char *dir = tmp_dir();
         char p[4096];
         snprintf(p, sizeof p, "%s/config.json", dir);
         FILE *f = fopen(p, "w");
-        fputs("{\"model_type\": \"llama\", \"vocab_size\": 4, \"hidden_size\": 4, \"intermediate_size\": 8,"
-              " \"num_hidden_layers\": 1, \"num_attention_heads\": 2}", f);
+        fputs(config, f);
         fclose(f);
         snprintf(p, sizeof p, "%s/model.safetensors", dir);
         return write_st(p, header, data_len, claimed_len) == 0 ? dir : NULL;
+}
+
+/* A folder with a llama config and a handmade model.safetensors. */
+static char *hf_handmade(const char *header, size_t data_len, uint64_t claimed_len) {
+        return hf_handmade_with("{\"model_type\": \"llama\", \"vocab_size\": 4, \"hidden_size\": 4, \"intermediate_size\": 8,"
+                                " \"num_hidden_layers\": 1, \"num_attention_heads\": 2}",
+                                header, data_len, claimed_len);
 }
 
 TEST(st_header_length_larger_than_file) {
@@ -550,6 +556,31 @@ TEST(st_wrong_dtype_for_config) {
         tmp_rm(hf);
         hf = hf_handmade(h, off, 0);
         ASSERT_OK(hf_convert(hf, &left));
+        tmp_rm(hf);
+}
+
+/* Hyper-parameters within their ranges (4096 layers x 64 experts) describe close to a
+ * million tensors: the converter bounds the expected list by the checkpoint's own tensor
+ * count, as the native loader does, instead of building it whole first, and says why the
+ * first tensor it misses is missing. */
+TEST(hf_config_calls_for_more_tensors_than_the_checkpoint_holds) {
+        char *hf = hf_handmade_with(
+                "{\"model_type\": \"deepseek_v3\", \"vocab_size\": 512, \"hidden_size\": 192,"
+                " \"intermediate_size\": 320, \"moe_intermediate_size\": 96, \"num_hidden_layers\": 4096,"
+                " \"num_attention_heads\": 4, \"num_key_value_heads\": 4, \"q_lora_rank\": 160,"
+                " \"kv_lora_rank\": 128, \"qk_nope_head_dim\": 32, \"qk_rope_head_dim\": 32, \"v_head_dim\": 48,"
+                " \"n_routed_experts\": 64, \"n_shared_experts\": 1, \"num_experts_per_tok\": 2, \"n_group\": 4,"
+                " \"topk_group\": 2, \"first_k_dense_replace\": 1, \"topk_method\": \"noaux_tc\","
+                " \"scoring_func\": \"sigmoid\", \"norm_topk_prob\": true, \"routed_scaling_factor\": 2.5,"
+                " \"max_position_embeddings\": 128, \"rms_norm_eps\": 1e-06, \"rope_theta\": 10000}",
+                "{\"model.embed_tokens.weight\":{\"dtype\":\"BF16\",\"shape\":[512,192],\"data_offsets\":[0,196608]}}",
+                196608, 0);
+        ASSERT_TRUE(hf);
+        int left;
+        ASSERT_ERR(hf_convert(hf, &left), -EBADMSG);
+        MSG_HAS("missing tensor 'model.layers.0.input_layernorm.weight'; the hyper-parameters in config.json call for "
+                "more tensors than the 1 the checkpoint holds");
+        ASSERT_EQ(left, 0);
         tmp_rm(hf);
 }
 

@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "grammar/grammar.h"
+#include "grammar/hash_index.h"
 
 /* Past this much memory a grammar's cache stops growing; masks are then computed
  * without keeping them. */
@@ -47,8 +48,7 @@ struct grammar_mask_cache {
         pthread_mutex_t lock;
         struct mask_entry **entries;
         uint32_t n, cap;
-        uint32_t *index; /* open addressing over entries by hash: 1 + entry, 0 empty */
-        uint32_t index_size;
+        struct grammar_hash_index index; /* over entries by hash */
         size_t bytes;
         /* the trie walks' states, for walks on a stand-in boundary ([1]) or on none ([0]);
          * a walk takes one out and puts it back (NULL while it is out) */
@@ -84,7 +84,7 @@ void dse__grammar_mask_cache_free(struct grammar_mask_cache *c) {
         for (uint32_t i = 0; i < c->n; i++)
                 entry_free(c->entries[i]);
         free(c->entries);
-        free(c->index);
+        dse__grammar_hash_index_done(&c->index);
         dse__grammar_walk_states_free(c->walk_states[0]);
         dse__grammar_walk_states_free(c->walk_states[1]);
         pthread_mutex_destroy(&c->lock);
@@ -286,11 +286,11 @@ static int build_entry(struct dse_grammar_matcher *m, const struct dse_grammar_v
 
 static struct mask_entry *lookup(struct grammar_mask_cache *c, uint64_t hash, uint64_t uid, const uint32_t *key,
                                  uint32_t key_len) {
-        if (!c->index_size)
+        if (!c->index.size)
                 return NULL;
-        uint32_t mask = c->index_size - 1;
-        for (uint32_t k = (uint32_t)hash & mask; c->index[k]; k = (k + 1) & mask) {
-                struct mask_entry *e = c->entries[c->index[k] - 1];
+        uint32_t mask = c->index.size - 1;
+        for (uint32_t k = (uint32_t)hash & mask; c->index.slots[k]; k = (k + 1) & mask) {
+                struct mask_entry *e = c->entries[c->index.slots[k] - 1];
                 if (e->hash == hash && e->vocab_uid == uid && e->key_len == key_len &&
                     !memcmp(e->key, key, (size_t)key_len * sizeof *key))
                         return e;
@@ -298,29 +298,16 @@ static struct mask_entry *lookup(struct grammar_mask_cache *c, uint64_t hash, ui
         return NULL;
 }
 
+static uint32_t entry_hash(const void *cache, uint32_t i) {
+        return (uint32_t)((const struct grammar_mask_cache *)cache)->entries[i]->hash;
+}
+
 /* Adds e to the cache and its index: 0, or -ENOMEM leaving the cache as it was. */
 static int cache_add(struct grammar_mask_cache *c, struct mask_entry *e) {
         GRAMMAR_TRY(dse__grammar_grow((void **)&c->entries, &c->cap, (uint64_t)c->n + 1, sizeof *c->entries));
-        if (2 * ((uint64_t)c->n + 1) > c->index_size) {
-                uint32_t size = c->index_size ? 2 * c->index_size : 64;
-                uint32_t *index = calloc(size, sizeof *index);
-                if (!index)
-                        return -ENOMEM;
-                free(c->index);
-                c->index = index;
-                c->index_size = size;
-                for (uint32_t i = 0; i < c->n; i++) {
-                        uint32_t k = (uint32_t)c->entries[i]->hash & (size - 1);
-                        while (index[k])
-                                k = (k + 1) & (size - 1);
-                        index[k] = i + 1;
-                }
-        }
-        uint32_t k = (uint32_t)e->hash & (c->index_size - 1);
-        while (c->index[k])
-                k = (k + 1) & (c->index_size - 1);
+        GRAMMAR_TRY(dse__grammar_hash_index_reserve(&c->index, (uint64_t)c->n + 1, c->n, entry_hash, c));
+        dse__grammar_hash_index_put(&c->index, (uint32_t)e->hash, c->n);
         c->entries[c->n++] = e;
-        c->index[k] = c->n;
         c->bytes += e->bytes;
         return 0;
 }

@@ -22,6 +22,7 @@
 #include <string.h>
 
 #include "grammar/grammar.h"
+#include "grammar/hash_index.h"
 
 /* The UTF-8 byte sequences of the plain characters, as byte ranges per position (split
  * where the second byte's range depends on the first, as RE2 does). */
@@ -74,8 +75,7 @@ struct grammar_walk_states {
         uint32_t n, cap_start, cap_len, cap_flags;
         int32_t *next; /* [state * 256 + byte] */
         uint32_t cap_next;
-        uint32_t *table; /* open addressing: state + 1, 0 empty */
-        uint32_t table_size;
+        struct grammar_hash_index table; /* over the states by shape_hash */
         uint32_t *scratch; /* a shape being made */
         uint32_t cap_scratch;
         uint32_t *taking; /* the stacks of a state whose top takes a byte (walk_step) */
@@ -118,7 +118,7 @@ void dse__grammar_walk_states_free(struct grammar_walk_states *w) {
         free(w->len);
         free(w->flags);
         free(w->next);
-        free(w->table);
+        dse__grammar_hash_index_done(&w->table);
         free(w->scratch);
         free(w->taking);
         free(w->mark);
@@ -142,21 +142,18 @@ static uint32_t shape_hash(const uint32_t *shape, uint32_t n) {
         return h;
 }
 
-static void table_put(struct grammar_walk_states *w, uint32_t id) {
-        uint32_t mask = w->table_size - 1;
-        for (uint32_t k = shape_hash(w->words + w->start[id], w->len[id]) & mask;; k = (k + 1) & mask)
-                if (!w->table[k]) {
-                        w->table[k] = id + 1;
-                        return;
-                }
+static uint32_t state_hash(const void *states, uint32_t id) {
+        const struct grammar_walk_states *w = states;
+        return shape_hash(w->words + w->start[id], w->len[id]);
 }
 
 /* The id of the state of a shape, added (with flags) when new. */
 static int walk_intern(struct grammar_walk_states *w, const uint32_t *shape, uint32_t n, uint8_t flags, int32_t *ret_id) {
-        if (w->table_size) {
-                uint32_t mask = w->table_size - 1;
-                for (uint32_t k = shape_hash(shape, n) & mask; w->table[k]; k = (k + 1) & mask) {
-                        uint32_t id = w->table[k] - 1;
+        uint32_t hash = shape_hash(shape, n);
+        if (w->table.size) {
+                uint32_t mask = w->table.size - 1;
+                for (uint32_t k = hash & mask; w->table.slots[k]; k = (k + 1) & mask) {
+                        uint32_t id = w->table.slots[k] - 1;
                         if (w->len[id] == n && !memcmp(w->words + w->start[id], shape, n * sizeof *shape)) {
                                 *ret_id = (int32_t)id;
                                 return 0;
@@ -173,6 +170,7 @@ static int walk_intern(struct grammar_walk_states *w, const uint32_t *shape, uin
                                       sizeof *w->plain_at));
         GRAMMAR_TRY(dse__grammar_grow((void **)&w->free_of, &w->cap_free_of, (uint64_t)id + 1, sizeof *w->free_of));
         GRAMMAR_TRY(dse__grammar_grow((void **)&w->next, &w->cap_next, 256 * ((uint64_t)id + 1), sizeof *w->next));
+        GRAMMAR_TRY(dse__grammar_hash_index_reserve(&w->table, (uint64_t)id + 1, id, state_hash, w));
         memcpy(w->words + w->n_words, shape, n * sizeof *shape);
         w->start[id] = w->n_words;
         w->len[id] = n;
@@ -184,18 +182,7 @@ static int walk_intern(struct grammar_walk_states *w, const uint32_t *shape, uin
                 w->next[256 * id + (uint32_t)b] = WALK_UNKNOWN;
         w->n_words += n;
         w->n++;
-        if (2 * w->n > w->table_size) {
-                uint32_t size = w->table_size ? 2 * w->table_size : 64;
-                uint32_t *t = calloc(size, sizeof *t);
-                if (!t)
-                        return -ENOMEM;
-                free(w->table);
-                w->table = t;
-                w->table_size = size;
-                for (uint32_t i = 0; i < w->n; i++)
-                        table_put(w, i);
-        } else
-                table_put(w, id);
+        dse__grammar_hash_index_put(&w->table, hash, id);
         *ret_id = (int32_t)id;
         return 0;
 }

@@ -635,14 +635,39 @@ static void check_mtp_present(struct conv *c) {
         }
 }
 
+/* The failure of a checkpoint holding fewer tensors (n_source) than its hyper-parameters
+ * call for: err with its message (the first tensor found missing) and that reason after
+ * it, or -EBADMSG with the reason alone when err is 0. */
+static int fail_too_many_tensors(struct conv *c, int err, size_t n_source) {
+        const char *source = dse__gguf_is_gguf(c->dir) ? "its metadata" : "config.json";
+        if (err == 0)
+                return dse__fail(c->reterr, -EBADMSG,
+                                 "%s: the hyper-parameters in %s call for more tensors than the %zu the checkpoint holds",
+                                 c->dir, source, n_source);
+        if (!c->reterr)
+                return err;
+        char first[sizeof c->reterr->msg];
+        memcpy(first, c->reterr->msg, sizeof first);
+        first[sizeof first - 1] = '\0';
+        return dse__fail(c->reterr, err,
+                         "%s; the hyper-parameters in %s call for more tensors than the %zu the checkpoint holds", first,
+                         source, n_source);
+}
+
 static int plan(struct conv *c) {
         check_mtp_present(c);
         struct dse_schema_entry *schema;
-        size_t n_schema;
-        int r = dse__model_schema(&c->hp, SIZE_MAX, &schema, &n_schema);
+        size_t n_schema, n_source = dse__st_n_tensors(c->st);
+        int whole;
+        /* every schema entry is read from checkpoint tensors of its own (a GGUF file's
+         * stacked experts count once per expert), so when the schema is longer than the
+         * checkpoint one of its first n_source + 1 entries is missing: only those are
+         * built, as hyper-parameters within their ranges can ask for close to a million */
+        int r = dse__model_schema_head(&c->hp, n_source + 1, &schema, &n_schema, &whole);
         if (r < 0)
                 return r;
-        uint8_t *used = calloc(dse__st_n_tensors(c->st) + 1, 1);
+        int too_many = !whole || n_schema > n_source;
+        uint8_t *used = calloc(n_source + 1, 1);
         c->jobs = calloc(n_schema + 3, sizeof *c->jobs);
         if (!used || !c->jobs) {
                 r = -ENOMEM;
@@ -651,9 +676,16 @@ static int plan(struct conv *c) {
         for (size_t s = 0; s < n_schema; s++) {
                 struct job *j = &c->jobs[c->n_jobs];
                 if ((r = plan_weight(c, &schema[s], j, used)) < 0 || (r = plan_outputs(c, &schema[s], j)) < 0 ||
-                    (r = plan_gptq_perm(c, j)) < 0)
+                    (r = plan_gptq_perm(c, j)) < 0) {
+                        if (too_many)
+                                r = fail_too_many_tensors(c, r, n_source);
                         goto out;
+                }
                 c->n_jobs++;
+        }
+        if (too_many) {
+                r = fail_too_many_tensors(c, 0, n_source);
+                goto out;
         }
         if ((r = check_quant_claim(c)) < 0 || (r = check_leftovers(c, used)) < 0)
                 goto out;

@@ -237,4 +237,10 @@ struct dse_schema_entry {
 int dse__model_schema(const struct dse_hparams *hp, size_t max_entries, struct dse_schema_entry **ret_entries,
                       size_t *ret_n);
 
+/* The first max_entries entries of that list (all of it when shorter), *ret_whole 1 when
+ * nothing was left out: a caller can check what it has before saying the rest cannot
+ * match. *ret_entries is malloc'ed (NULL when empty); the caller frees it. */
+int dse__model_schema_head(const struct dse_hparams *hp, size_t max_entries, struct dse_schema_entry **ret_entries,
+                           size_t *ret_n, int *ret_whole);
+
 #endif

@@ -17,8 +17,9 @@
 
 struct schema_list {
         struct dse_schema_entry *v;
-        size_t n, cap, max; /* max: the most entries allowed */
+        size_t n, cap, max; /* max: the most entries kept */
         int err;
+        int cut; /* an entry past max was left out */
 };
 
 __attribute__((format(printf, 5, 6))) static void add(struct schema_list *l, enum dse_schema_kind kind,
@@ -26,7 +27,7 @@ __attribute__((format(printf, 5, 6))) static void add(struct schema_list *l, enu
         if (l->err)
                 return;
         if (l->n == l->max) {
-                l->err = -E2BIG;
+                l->cut = 1;
                 return;
         }
         if (l->n == l->cap) {
@@ -112,9 +113,9 @@ static void add_deepseek_mlp(struct schema_list *l, const struct dse_hparams *hp
                 add_mlp(l, i, "shared_experts.", hidden, (int64_t)hp->moe_intermediate_size * hp->n_shared_experts);
 }
 
-int dse__model_schema(const struct dse_hparams *hp, size_t max_entries, struct dse_schema_entry **ret_entries,
-                      size_t *ret_n) {
-        if (!hp || !ret_entries || !ret_n || hp->arch < 0 || hp->arch >= DSE_ARCH_COUNT || hp->n_layers <= 0)
+int dse__model_schema_head(const struct dse_hparams *hp, size_t max_entries, struct dse_schema_entry **ret_entries,
+                           size_t *ret_n, int *ret_whole) {
+        if (!hp || !ret_entries || !ret_n || !ret_whole || hp->arch < 0 || hp->arch >= DSE_ARCH_COUNT || hp->n_layers <= 0)
                 return -EINVAL;
         int deepseek = hp->arch == DSE_ARCH_DEEPSEEK_V2 || hp->arch == DSE_ARCH_DEEPSEEK_V3;
         /* add() keeps the first error and does nothing after it; every loop also stops
@@ -159,5 +160,23 @@ int dse__model_schema(const struct dse_hparams *hp, size_t max_entries, struct d
         }
         *ret_entries = l.v;
         *ret_n = l.n;
+        *ret_whole = !l.cut;
+        return 0;
+}
+
+int dse__model_schema(const struct dse_hparams *hp, size_t max_entries, struct dse_schema_entry **ret_entries,
+                      size_t *ret_n) {
+        struct dse_schema_entry *v;
+        size_t n;
+        int whole;
+        int r = dse__model_schema_head(hp, max_entries, &v, &n, &whole);
+        if (r < 0)
+                return r;
+        if (!whole) {
+                free(v);
+                return -E2BIG;
+        }
+        *ret_entries = v;
+        *ret_n = n;
         return 0;
 }
