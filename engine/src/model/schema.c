@@ -105,7 +105,7 @@ static void add_deepseek_mlp(struct schema_list *l, const struct dse_hparams *hp
                 add(l, DSE_SCHEMA_ROUTER_BIAS, hp->n_routed_experts, 0, "model.layers.%d.mlp.gate.e_score_correction_bias",
                     i);
         char part[48];
-        for (int e = 0; e < hp->n_routed_experts && !l->err; e++) {
+        for (int e = 0; e < hp->n_routed_experts && !l->err && !l->cut; e++) {
                 snprintf(part, sizeof part, "experts.%d.", e);
                 add_mlp(l, i, part, hidden, hp->moe_intermediate_size);
         }
@@ -118,14 +118,14 @@ int dse__model_schema_head(const struct dse_hparams *hp, size_t max_entries, str
         if (!hp || !ret_entries || !ret_n || !ret_whole || hp->arch < 0 || hp->arch >= DSE_ARCH_COUNT || hp->n_layers <= 0)
                 return -EINVAL;
         int deepseek = hp->arch == DSE_ARCH_DEEPSEEK_V2 || hp->arch == DSE_ARCH_DEEPSEEK_V3;
-        /* add() keeps the first error and does nothing after it; every loop also stops
-         * there, so hyper-parameters that call for millions of entries cost no more
-         * than max_entries of them */
+        /* add() does nothing after an error or once max_entries are kept, and every loop
+         * stops there too, so hyper-parameters that call for millions of entries cost no
+         * more than max_entries of them */
         struct schema_list l = {.max = max_entries};
         int64_t hidden = hp->hidden_size;
 
         add(&l, DSE_SCHEMA_EMBED, hp->vocab_size, hidden, "model.embed_tokens.weight");
-        for (int i = 0; i < hp->n_layers && !l.err; i++) {
+        for (int i = 0; i < hp->n_layers && !l.err && !l.cut; i++) {
                 add(&l, DSE_SCHEMA_NORM, hidden, 0, "model.layers.%d.input_layernorm.weight", i);
                 if (deepseek)
                         add_mla(&l, hp, i);
@@ -140,7 +140,7 @@ int dse__model_schema_head(const struct dse_hparams *hp, size_t max_entries, str
         /* DeepSeek-V3 MTP modules: a decoder layer with enorm, hnorm, eh_proj and
          * shared_head.norm; their embed_tokens and shared_head.head are the main model's
          * (the converter drops the checkpoint's copies) */
-        for (int m = 0; m < hp->n_mtp_layers && !l.err; m++) {
+        for (int m = 0; m < hp->n_mtp_layers && !l.err && !l.cut; m++) {
                 int i = hp->n_layers + m;
                 add(&l, DSE_SCHEMA_NORM, hidden, 0, "model.layers.%d.enorm.weight", i);
                 add(&l, DSE_SCHEMA_NORM, hidden, 0, "model.layers.%d.hnorm.weight", i);
