@@ -931,7 +931,9 @@ static int plan_drafts(struct sched *s, struct step_plan *p) {
         /* the tokens the step yields so far: one per sampled position, then the
          * expected accepted drafts of each sequence planned */
         double yield = sampled;
-        int drawn = 0;
+        int drawn = 0, decode_only = 1;
+        for (int i = 0; i < p->n; i++)
+                decode_only &= s->entries[i].chunk == 1;
         if (sc->step_tokens > 0 && sc->step_tokens - sampled < room)
                 room = sc->step_tokens - sampled;
         for (int i = 0; i < p->n; i++) {
@@ -945,9 +947,9 @@ static int plan_drafts(struct sched *s, struct step_plan *p) {
                 if (r->con.m || (room <= 0 && !r->sampled))
                         continue;
                 int avail = room > 0 ? drafts_within(s, r, room) : 0;
-                int k = avail > 0 ? spec_seq_plan(&r->spec, sc, &s->policy, r->sampled, s->cfg.token_budget - p->budget,
-                                                  yield, avail)
-                                  : 0;
+                /* the cost table holds decode-only steps; a prompt's step is not in it */
+                int tokens = decode_only ? s->cfg.token_budget - p->budget : 0;
+                int k = avail > 0 ? spec_seq_plan(&r->spec, sc, &s->policy, r->sampled, tokens, yield, avail) : 0;
                 drawn |= r->sampled;
                 if (k <= 0 && !r->sampled)
                         continue;

@@ -148,8 +148,7 @@ int spec_seq_plan(struct spec_seq *q, const struct spec_config *cfg, struct spec
                 return spec_seq_k(q, cfg) < k ? spec_seq_k(q, cfg) : k;
         int k_min = cfg->k_min < k ? cfg->k_min : k;
         /* Every count is weighed against the plain step of this size: measure it first,
-         * and again now and then. (A step too big for the table is a prompt's, whose
-         * drafts ride on its long pass.) */
+         * and again now and then. */
         const struct spec_cost *c = drawn ? &pol->cost_drawn : &pol->cost;
         int in_table = tokens >= 1 && tokens <= SPEC_COST_TOKENS;
         if (in_table && c->step_s[tokens] <= 0)

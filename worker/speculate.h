@@ -159,8 +159,10 @@ struct spec_policy {
 void spec_policy_init(struct spec_policy *pol);
 
 /* The policy of one sequence's step (with cfg->by_cost): the drafts q verifies in a
- * step already holding `tokens` tokens that yield `yield` (as above), at most `room`,
- * by pol->cost (pol->cost_drawn when `drawn`: the drafter draws the sequence's token).
+ * decode-only step already holding `tokens` tokens that yield `yield` (as above), at
+ * most `room`, by pol->cost (pol->cost_drawn when `drawn`: the drafter draws the
+ * sequence's token). tokens 0 or past SPEC_COST_TOKENS: a step the table does not hold
+ * (a prompt's), whose drafts ride on its long pass, costed as free.
  * 0 (plain decoding) while the plain step of that size is not measured, once per
  * SPEC_REMEASURE drafting steps of the instance, and when no count in [k_min,
  * min(k_max, room)] yields more tokens per unit time than plain decoding at the

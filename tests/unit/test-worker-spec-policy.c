@@ -89,8 +89,9 @@ TEST(plan_measures_the_plain_step_first_and_again) {
         for (int i = 0; i < 4 * SPEC_REMEASURE; i++)
                 plain += spec_seq_plan(&q, &by_cost, &pol, 0, 1, 1, 8) == 0;
         ASSERT_TRUE(plain >= 3 && plain <= 4);
-        /* a prompt's step, too big for the table, is not held back */
+        /* a prompt's step, not in the table, is not held back */
         ASSERT_EQ(spec_seq_plan(&q, &by_cost, &pol, 0, SPEC_COST_TOKENS + 10, 1, 8), 4);
+        ASSERT_EQ(spec_seq_plan(&q, &by_cost, &pol, 0, 0, 1, 8), 4);
 }
 
 /* A step of 8 decoding sequences that costs in proportion to its tokens
