@@ -148,7 +148,6 @@ int sched_new(const struct sched_config *cfg, const struct dse_model *model, con
         s->batch = batch;
         s->emit = emit;
         s->logit_scale = 1;
-        spec_policy_init(&s->policy);
         s->user = user;
         s->vocab = dse_model_vocab_size(model);
         s->eos = tok ? dse_tokenizer_eos(tok) : -1;

@@ -35,7 +35,8 @@ const struct spec_drafter_ops spec_ngram_ops = {.name = "ngram", .propose = ngra
 
 /* A new sequence starts at the top of its range: the first verification measures. */
 void spec_seq_init(struct spec_seq *q, const struct spec_config *cfg) {
-        *q = (struct spec_seq){.mean_accepted = (float)cfg->k_max, .accept_rate = 1.0f};
+        *q = (struct spec_seq){.mean_accepted = (float)cfg->k_max, .accept_rate = 1.0f,
+                               .probe_every = SPEC_PROBE_MIN};
 }
 
 /* The weight of the instance's acceptance in a new sequence's counts: two drafts, so
@@ -135,10 +136,6 @@ int spec_cost_drafts_in_step(const struct spec_cost *c, int tokens, double yield
         return best;
 }
 
-void spec_policy_init(struct spec_policy *pol) {
-        *pol = (struct spec_policy){.probe_every = SPEC_PROBE_MIN};
-}
-
 int spec_seq_plan(struct spec_seq *q, const struct spec_config *cfg, struct spec_policy *pol, int drawn, int tokens,
                   double yield, int room) {
         int k = cfg->k_max < room ? cfg->k_max : room;
@@ -157,9 +154,9 @@ int spec_seq_plan(struct spec_seq *q, const struct spec_config *cfg, struct spec
         int n = spec_cost_drafts_in_step(c, tokens, yield, k_min, k, spec_seq_rate(q), &value);
         int wins = value > yield;
         if (q->probed)
-                pol->probe_every = wins                                    ? SPEC_PROBE_MIN
-                                   : pol->probe_every * 2 > SPEC_PROBE_MAX ? SPEC_PROBE_MAX
-                                                                           : pol->probe_every * 2;
+                q->probe_every = wins                                  ? SPEC_PROBE_MIN
+                                 : q->probe_every * 2 > SPEC_PROBE_MAX ? SPEC_PROBE_MAX
+                                                                       : q->probe_every * 2;
         q->probed = 0;
         if (wins) {
                 if (in_table && ++pol->drafting_steps > SPEC_REMEASURE) {
@@ -168,7 +165,7 @@ int spec_seq_plan(struct spec_seq *q, const struct spec_config *cfg, struct spec
                 }
                 return n;
         }
-        if (q->probing || ++q->plain_steps >= pol->probe_every) {
+        if (q->probing || ++q->plain_steps >= q->probe_every) {
                 q->probing = 1;
                 return k_min;
         }

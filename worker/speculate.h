@@ -73,7 +73,11 @@ struct spec_drafter {
 #define SPEC_NGRAM_WINDOW 4096
 extern const struct spec_drafter_ops spec_ngram_ops;
 
-/* Per-sequence draft length: follows the sequence's measured acceptance. */
+/* Per-sequence draft length: follows the sequence's measured acceptance. A sequence
+ * kept plain probes now and then (a probe of a draft model first feeds it the tokens
+ * it missed, so the wait grows while probes change nothing). */
+#define SPEC_PROBE_MIN 16
+#define SPEC_PROBE_MAX 256
 struct spec_seq {
         float mean_accepted; /* moving average of drafts accepted per verification */
         float accept_rate;   /* moving average of accepted / proposed drafts */
@@ -84,6 +88,10 @@ struct spec_seq {
         float hits, reached;
         int plain_steps;     /* steps the policy chose plain decoding since the sequence last
                                 verified drafts */
+        int probe_every;     /* plain steps before a probe: SPEC_PROBE_MIN, doubled (up to
+                                SPEC_PROBE_MAX) by each probe after which plain decoding
+                                still wins, back to SPEC_PROBE_MIN after one that turned
+                                drafting on */
         int probing;         /* a probe is due (set until a verification carries drafts) */
         int probed;          /* a probe was verified since the policy last weighed the counts */
 };
@@ -137,26 +145,17 @@ int spec_cost_drafts(const struct spec_cost *c, int tokens, int k_min, int k, do
 int spec_cost_drafts_in_step(const struct spec_cost *c, int tokens, double yield, int k_min, int k, double a,
                              double *ret_value);
 
-/* What an instance's policy measures and learns: step costs (those of steps where a
- * drafter draws every sampled token, drafts or not, apart: a draft model under
- * sampling runs even for a plain step), acceptance over every sequence, the sequences'
- * drafting steps since a plain step was last chosen to measure its cost again (after
- * SPEC_REMEASURE of them: the host's load moves it), and how many plain steps a
- * sequence waits before a probe: SPEC_PROBE_MIN, doubled (up to SPEC_PROBE_MAX) by each
- * probe after which plain decoding still wins, back to SPEC_PROBE_MIN after one that
- * turned drafting on. (A probe of a draft model first feeds it the tokens it missed,
- * so rare probes are what keeps one that does not pay from costing.) */
+/* What an instance's policy measures: step costs (those of steps where a drafter draws
+ * every sampled token, drafts or not, apart: a draft model under sampling runs even
+ * for a plain step), acceptance over every sequence, and the sequences' drafting steps
+ * since a plain step was last chosen to measure its cost again (after SPEC_REMEASURE
+ * of them: the host's load moves it). Zeroed: nothing measured. */
 #define SPEC_REMEASURE 32
-#define SPEC_PROBE_MIN 16
-#define SPEC_PROBE_MAX 256
 struct spec_policy {
         struct spec_cost cost, cost_drawn;
         struct spec_accept accept;
         int drafting_steps;
-        int probe_every;
 };
-
-void spec_policy_init(struct spec_policy *pol);
 
 /* The policy of one sequence's step (with cfg->by_cost): the drafts q verifies in a
  * decode-only step already holding `tokens` tokens that yield `yield` (as above), at
@@ -166,7 +165,7 @@ void spec_policy_init(struct spec_policy *pol);
  * 0 (plain decoding) while the plain step of that size is not measured, once per
  * SPEC_REMEASURE drafting steps of the instance, and when no count in [k_min,
  * min(k_max, room)] yields more tokens per unit time than plain decoding at the
- * sequence's measured acceptance (spec_seq_rate); then, after pol->probe_every such
+ * sequence's measured acceptance (spec_seq_rate); then, after q->probe_every such
  * steps, a probe of k_min drafts (kept due until a verification carries drafts), so a
  * sequence whose text turns repetitive drafts again. Without cfg->by_cost: spec_seq_k
  * within room. */

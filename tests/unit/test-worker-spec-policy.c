@@ -16,8 +16,7 @@ static const struct spec_config by_cost = {SPEC_MTP, 1, 4, 8, 1};
 
 /* A batch-1 table: t(1) = 1 ms and t(1 + n) = r[n - 1] ms. */
 static struct spec_policy policy_with(const double r[4]) {
-        struct spec_policy pol;
-        spec_policy_init(&pol);
+        struct spec_policy pol = {0};
         spec_cost_observe(&pol.cost, 1, 1e-3);
         for (int n = 1; n <= 4; n++)
                 spec_cost_observe(&pol.cost, 1 + n, r[n - 1] * 1e-3);
@@ -78,8 +77,7 @@ TEST(plan_turns_drafting_off_when_drafting_costs_more_than_it_saves) {
 /* Nothing is weighed against a plain step never measured: plain decoding first. Then,
  * drafting, one plain step per SPEC_REMEASURE drafting steps measures it again. */
 TEST(plan_measures_the_plain_step_first_and_again) {
-        struct spec_policy pol;
-        spec_policy_init(&pol);
+        struct spec_policy pol = {0};
         for (int n = 1; n <= 4; n++)
                 spec_cost_observe(&pol.cost, 1 + n, 1e-3);
         struct spec_seq q = seq_at(1.0);
@@ -99,9 +97,7 @@ TEST(plan_measures_the_plain_step_first_and_again) {
  * even drafts always accepted do not pay for the step; the same step at a flat cost
  * takes them. spec_cost_drafts (one sequence's view) would take them in both. */
 TEST(plan_keeps_a_compute_bound_batch_plain) {
-        struct spec_policy lin, flat;
-        spec_policy_init(&lin);
-        spec_policy_init(&flat);
+        struct spec_policy lin = {0}, flat = {0};
         for (int t = 1; t <= SPEC_COST_TOKENS; t++) {
                 spec_cost_observe(&lin.cost, t, 1e-3 * t);
                 spec_cost_observe(&flat.cost, t, 1e-3);
@@ -162,12 +158,12 @@ TEST(plan_reprobes_with_a_growing_wait) {
                 spec_seq_update(&q, 1, 0);
                 wait = wait * 2 > SPEC_PROBE_MAX ? SPEC_PROBE_MAX : wait * 2;
                 ASSERT_EQ(steps_to_probe(&q, &pol, 1000), wait);
-                ASSERT_EQ(pol.probe_every, wait);
+                ASSERT_EQ(q.probe_every, wait);
         }
         ASSERT_EQ(wait, SPEC_PROBE_MAX);
         spec_seq_update(&q, 1, 1);
         ASSERT_EQ(spec_seq_plan(&q, &by_cost, &pol, 0, 1, 1, 8), 1);
-        ASSERT_EQ(pol.probe_every, SPEC_PROBE_MIN);
+        ASSERT_EQ(q.probe_every, SPEC_PROBE_MIN);
         ASSERT_FLOAT_EQ(spec_seq_rate(&q), 0.75);
         /* drafting verifications then move the counts as usual */
         spec_seq_update(&q, 1, 1);
