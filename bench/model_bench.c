@@ -1303,7 +1303,7 @@ static void usage(void) {
                 "       dsvisor-bench gguf --preset P --format f32|f16|q8_0|q4_0 [--layers N] --out FILE (bench/gguf_bench.c)\n"
                 "       dsvisor-bench grammar --tokenizer FILE [--corpus DIR] [--dsvisor PATH] [--slowest N] [--json]\n"
                 "       dsvisor-bench spec --preset P --format F [--layers N] [--threads T] [--serve-model DIR]\n"
-                "           [--draft-model M] [--held-out FILE] [--passages N] [--max-tokens N] [--json]\n"
+                "           [--draft-model M] [--held-out FILE] [--passages N] [--max-tokens N] [--repeat N] [--json]\n"
                 "           (bench/spec_bench.c)\n"
                 "       dsvisor-bench kvtier --preset P --format F [--layers N] [--threads T] [--prefix 4096]\n"
                 "           [--tier-dir DIR] [--chat CONVS,TURNS,TOKENS] [--json] (bench/kv_tier_bench.c)\n");
@@ -1324,7 +1324,7 @@ int main(int argc, char **argv) {
                                             .chat_turn_tokens = 256};
         int chat[3];
         struct spec_bench_opts spec = {.serve_model = "models/default", .held_out = NULL,
-                                       .n_passages = 24, .max_tokens = 64};
+                                       .n_passages = 24, .max_tokens = 64, .repeat = 3};
         const char *preset = NULL, *format = NULL, *gguf = NULL;
         int layers = 0, threads = 2, group = 0, json = 0, decode_steps = 64, kv_tokens = 0, rounds = 5;
         int thread_counts[8] = {2}, n_thread_counts = 1;
@@ -1390,6 +1390,8 @@ int main(int argc, char **argv) {
                         spec.n_passages = atoi(v);
                 else if (spec_mode && strcmp(a, "--max-tokens") == 0 && atoi(v) > 0 && atoi(v) < 500)
                         spec.max_tokens = atoi(v);
+                else if (spec_mode && strcmp(a, "--repeat") == 0 && atoi(v) > 0 && atoi(v) <= SPEC_BENCH_MAX_REPEAT)
+                        spec.repeat = atoi(v);
                 else
                         usage();
         }

@@ -7,7 +7,7 @@
 #
 #     bench/run_spec_bench.sh BUILD_DIR [THREADS]        # default threads: 2
 #
-# Environment: PASSAGES (default 24), MAX_TOKENS (64), FORMAT (int4), DRAFT_QUANT (e.g.
+# Environment: PASSAGES (default 24), MAX_TOKENS (64), REPEAT (3), FORMAT (int4), DRAFT_QUANT (e.g.
 # int8: the bundled model converted to that format drafts for it, --draft-model), EXTRA
 # (more dsvisor-bench arguments).
 set -euo pipefail
@@ -32,5 +32,5 @@ for spec in "r1-distill-qwen-1.5b 0" "deepseek-v2-lite 8"; do
   [ "$2" = 0 ] || layers=(--layers "$2")
   "$build/bin/dsvisor-bench" spec --preset "$1" --format "${FORMAT:-int4}" "${layers[@]}" --threads "$threads" \
     --serve-model "$src/models/default" --held-out "$tmp/held-out.txt" --passages "${PASSAGES:-24}" \
-    --max-tokens "${MAX_TOKENS:-64}" "${draft[@]}" --json ${EXTRA:-} 2>/dev/null
+    --max-tokens "${MAX_TOKENS:-64}" --repeat "${REPEAT:-3}" "${draft[@]}" --json ${EXTRA:-} 2>/dev/null
 done

@@ -2,7 +2,7 @@
  *
  *     dsvisor-bench spec --preset P --format F [--layers N] [--threads T]
  *                   [--serve-model DIR] [--draft-model M] [--held-out FILE] [--passages N]
- *                   [--max-tokens N] [--json]
+ *                   [--max-tokens N] [--repeat N] [--json]
  *
  * verify_cost: on the preset-shaped model, one sequence of 128 cached tokens; a pass
  * over [pending token, k drafts] (dse_batch_verify, the drafts then rolled back with
@@ -23,7 +23,10 @@
  * after the first over the seconds from the first token to the final) of its worker
  * over the plain one's, same prompts, same run; its CPU speed-up the plain worker
  * process's CPU seconds over the task (user + system, whole requests) over its own,
- * which a loaded host inflates less than wall time. Every request's tokens are compared
+ * which a loaded host inflates less than wall time. The three tasks run --repeat rounds
+ * (default 3), taking turns, since one round of the bundled model's tasks is a few
+ * hundred milliseconds of decoding: the figures pool every round's tokens and seconds,
+ * and each round's speed-up is printed too, with their median. Every request's tokens are compared
  * between the plain worker and each speculative one that promises them seed for seed
  * (all but the draft model on the sampled task: its drafts are draws from its own
  * distribution, the same output distribution by another coupling of the draws): the
@@ -113,6 +116,8 @@ enum { W_PLAIN, W_NGRAM, W_COUNT = 4 };
 
 struct task_result {
         double tok_s[W_COUNT]; /* decode tokens per second */
+        int64_t toks[W_COUNT]; /* decode tokens (after each request's first) */
+        double secs[W_COUNT];  /* and the seconds they took */
         double cpu_s[W_COUNT]; /* CPU seconds the worker process spent on the task */
         int64_t drafts[W_COUNT], accepted[W_COUNT], verifications[W_COUNT];
         int mismatches;        /* requests whose tokens differ from the plain worker's where
@@ -216,6 +221,8 @@ static int run_task(struct wc *w, const pid_t *pid, const char *const *methods, 
                                 out->mismatches++;
         }
         for (int s = 0; s < n_w; s++) {
+                out->toks[s] = toks[s];
+                out->secs[s] = secs[s];
                 out->tok_s[s] = secs[s] > 0 ? (double)toks[s] / secs[s] : 0;
                 out->cpu_s[s] = process_cpu_s(pid[s]) - cpu0[s];
         }
@@ -343,12 +350,39 @@ int spec_bench_run(const struct dse_model *m, struct dse_pool *pool, const char 
                         r = -EIO;
                         goto out;
                 }
+        /* tr: each task's figures summed over the rounds (tok/s over the pooled tokens
+         * and seconds); ratio: each round's speed-up per task and method */
         struct task_result tr[3];
+        double ratio_rounds[3][W_COUNT][SPEC_BENCH_MAX_REPEAT] = {{{0}}};
+        memset(tr, 0, sizeof tr);
         static const float temps[3] = {0.0f, 0.8f, 0.0f};
+        for (int round = 0; round < o->repeat; round++)
+                for (int t = 0; t < 3; t++) {
+                        struct task_result one;
+                        if ((r = run_task(w, pid, worker_methods, n_w, prompts[t], n, temps[t], o->max_tokens, &one)) < 0) {
+                                fprintf(stderr, "dsvisor-bench spec: task %s: %s\n", task_names[t], strerror(-r));
+                                goto out;
+                        }
+                        tr[t].mismatches += one.mismatches;
+                        for (int s = 0; s < n_w; s++) {
+                                tr[t].toks[s] += one.toks[s];
+                                tr[t].secs[s] += one.secs[s];
+                                tr[t].cpu_s[s] += one.cpu_s[s];
+                                tr[t].drafts[s] += one.drafts[s];
+                                tr[t].accepted[s] += one.accepted[s];
+                                tr[t].verifications[s] += one.verifications[s];
+                                ratio_rounds[t][s][round] = one.tok_s[0] > 0 ? one.tok_s[s] / one.tok_s[0] : 0;
+                        }
+                }
+        double ratio_median[3][W_COUNT];
         for (int t = 0; t < 3; t++)
-                if ((r = run_task(w, pid, worker_methods, n_w, prompts[t], n, temps[t], o->max_tokens, &tr[t])) < 0) {
-                        fprintf(stderr, "dsvisor-bench spec: task %s: %s\n", task_names[t], strerror(-r));
-                        goto out;
+                for (int s = 0; s < n_w; s++) {
+                        tr[t].tok_s[s] = tr[t].secs[s] > 0 ? (double)tr[t].toks[s] / tr[t].secs[s] : 0;
+                        double sorted[SPEC_BENCH_MAX_REPEAT];
+                        memcpy(sorted, ratio_rounds[t][s], (size_t)o->repeat * sizeof(double));
+                        qsort(sorted, (size_t)o->repeat, sizeof(double), cmp_d);
+                        ratio_median[t][s] = o->repeat % 2 ? sorted[o->repeat / 2]
+                                                           : (sorted[o->repeat / 2 - 1] + sorted[o->repeat / 2]) / 2;
                 }
         int mism = 0;
         int64_t drafts[W_COUNT] = {0}, acc[W_COUNT] = {0};
@@ -368,7 +402,7 @@ int spec_bench_run(const struct dse_model *m, struct dse_pool *pool, const char 
                        o->serve_model, served[0] * 1e3);
                 for (int k = 1; k <= SPEC_BENCH_KMAX; k++)
                         printf("%s\"%d\":%.4f", k > 1 ? "," : "", k, served[k]);
-                printf("},\"passages\":%d,\"max_tokens\":%d,", n, o->max_tokens);
+                printf("},\"passages\":%d,\"max_tokens\":%d,\"repeat\":%d,", n, o->max_tokens, o->repeat);
                 /* acceptance over the three tasks, speed-up on held_out, by method */
                 printf("\"acceptance\":{");
                 for (int s = 1; s < n_w; s++)
@@ -376,6 +410,9 @@ int spec_bench_run(const struct dse_model *m, struct dse_pool *pool, const char 
                 printf("},\"speedup\":{");
                 for (int s = 1; s < n_w; s++)
                         printf("%s\"%s\":%.4f", s > 1 ? "," : "", worker_methods[s], RATE(tr[0].tok_s[s], tr[0].tok_s[0]));
+                printf("},\"speedup_median\":{");
+                for (int s = 1; s < n_w; s++)
+                        printf("%s\"%s\":%.4f", s > 1 ? "," : "", worker_methods[s], ratio_median[0][s]);
                 printf("},\"tasks\":{");
                 for (int t = 0; t < 3; t++) {
                         /* n-gram's figures at the task's top level, every method's under its name */
@@ -385,13 +422,18 @@ int spec_bench_run(const struct dse_model *m, struct dse_pool *pool, const char 
                                RATE(tr[t].accepted[W_NGRAM], tr[t].verifications[W_NGRAM]),
                                (long long)tr[t].drafts[W_NGRAM], tr[t].tok_s[0], tr[t].tok_s[W_NGRAM],
                                RATE(tr[t].tok_s[W_NGRAM], tr[t].tok_s[0]));
-                        for (int s = 1; s < n_w; s++)
+                        for (int s = 1; s < n_w; s++) {
                                 printf(",\"%s\":{\"acceptance\":%.4f,\"mean_accepted\":%.3f,\"draft_tokens\":%lld,"
-                                       "\"tok_s\":%.2f,\"speedup\":%.4f,\"cpu_speedup\":%.4f}",
+                                       "\"tok_s\":%.2f,\"speedup\":%.4f,\"cpu_speedup\":%.4f,\"speedup_median\":%.4f,"
+                                       "\"speedup_rounds\":[",
                                        worker_methods[s], RATE(tr[t].accepted[s], tr[t].drafts[s]),
                                        RATE(tr[t].accepted[s], tr[t].verifications[s]), (long long)tr[t].drafts[s],
                                        tr[t].tok_s[s], RATE(tr[t].tok_s[s], tr[t].tok_s[0]),
-                                       RATE(tr[t].cpu_s[0], tr[t].cpu_s[s]));
+                                       RATE(tr[t].cpu_s[0], tr[t].cpu_s[s]), ratio_median[t][s]);
+                                for (int round = 0; round < o->repeat; round++)
+                                        printf("%s%.4f", round ? "," : "", ratio_rounds[t][s][round]);
+                                printf("]}");
+                        }
                         printf("}");
                 }
                 printf("},\"outputs_differ\":%d}\n", mism);
@@ -399,15 +441,20 @@ int spec_bench_run(const struct dse_model *m, struct dse_pool *pool, const char 
                 printf("%s: one-token pass %.3f ms; verify k=1..4: %.3f %.3f %.3f %.3f x\n", o->serve_model,
                        served[0] * 1e3, served[1], served[2], served[3], served[4]);
                 for (int s = 1; s < n_w; s++) {
-                        printf("%s drafting on %s, %d passages, %d tokens each, batch 1, %d threads:\n", worker_methods[s],
-                               o->serve_model, n, o->max_tokens, threads);
-                        for (int t = 0; t < 3; t++)
+                        printf("%s drafting on %s, %d passages, %d tokens each, batch 1, %d threads, %d rounds:\n",
+                               worker_methods[s], o->serve_model, n, o->max_tokens, threads, o->repeat);
+                        for (int t = 0; t < 3; t++) {
                                 printf("  %-17s acceptance %.3f (%lld drafts, %.2f accepted per verification), "
                                        "decode %.1f -> %.1f tok/s: %.3fx; CPU %.2f -> %.2f s: %.3fx\n",
                                        task_names[t], RATE(tr[t].accepted[s], tr[t].drafts[s]), (long long)tr[t].drafts[s],
                                        RATE(tr[t].accepted[s], tr[t].verifications[s]), tr[t].tok_s[0], tr[t].tok_s[s],
                                        RATE(tr[t].tok_s[s], tr[t].tok_s[0]), tr[t].cpu_s[0], tr[t].cpu_s[s],
                                        RATE(tr[t].cpu_s[0], tr[t].cpu_s[s]));
+                                printf("  %-17s per round:", "");
+                                for (int round = 0; round < o->repeat; round++)
+                                        printf(" %.3f", ratio_rounds[t][s][round]);
+                                printf(" (median %.3fx)\n", ratio_median[t][s]);
+                        }
                 }
                 if (!has_mtp)
                         printf("  (no MTP module in %s: mtp not measured)\n", o->serve_model);

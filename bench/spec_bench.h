@@ -10,7 +10,10 @@ struct spec_bench_opts {
         const char *held_out;    /* text file, one passage per line */
         int n_passages;          /* passages per task */
         int max_tokens;          /* per request */
+        int repeat;              /* rounds of the three tasks, 1..SPEC_BENCH_MAX_REPEAT */
 };
+
+#define SPEC_BENCH_MAX_REPEAT 16
 
 /* Prints (or, json, adds to one object) verify_cost on model m, then acceptance and
  * speed-up of n-gram, (for a model with an MTP module) MTP and (given one) draft-model drafting through

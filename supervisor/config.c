@@ -51,7 +51,7 @@ static const struct opt_def opts[] = {
         {"speculative", K_STR, F(speculative), 0, 0, "speculative decoding: ngram | mtp (DeepSeek-V3 MTP module) | draft (draft-model) | off (worker default: off; draft with draft-model)"},
         {"draft-model", K_STR, F(draft_model), 0, 0,
          "absolute path of a smaller model with the served model's tokenizer that drafts for it in each worker"},
-        {"spec-k-min", K_INT, F(spec_k_min), 0, 8, "fewest drafts a sequence verifies per step (worker default)"},
+        {"spec-k-min", K_INT, F(spec_k_min), 0, 8, "fewest drafts a sequence verifies in a step where it drafts (worker default)"},
         {"spec-k-max", K_INT, F(spec_k_max), 0, 8, "most drafts a sequence verifies per step (worker default)"},
         {"kv-dtype", K_KV_DTYPE, F(kv_dtype), 0, 0, "KV cache element type: f32 | bf16 | fp8 | int8 (bf16)"},
         {"kv-disk", K_STR, F(kv_disk), 0, 0,

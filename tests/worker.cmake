@@ -14,6 +14,7 @@ if(TARGET dsvisor-worker)
   dsv_test(NAME test-worker-sched-kv-disk SOURCES unit/test-worker-sched-kv-disk.c LIBS dsv_worker_core LABELS unit
            TIMEOUT 300)
   dsv_test(NAME test-worker-spec SOURCES unit/test-worker-spec.c LIBS dsv_worker_core LABELS unit TIMEOUT 600)
+  dsv_test(NAME test-worker-spec-policy SOURCES unit/test-worker-spec-policy.c LIBS dsv_worker_core LABELS unit)
   dsv_test(NAME test-worker-sampling SOURCES unit/test-worker-sampling.c LIBS dsv_worker_core LABELS unit)
   dsv_test(NAME test-worker-sched-alloc SOURCES unit/test-worker-sched-alloc.c LIBS dsv_worker_core LABELS unit
            TIMEOUT 300)

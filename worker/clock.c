@@ -6,6 +6,12 @@ double worker_mono_s(void) {
         return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+double worker_thread_cpu_s(void) {
+        struct timespec ts;
+        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+        return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
 int64_t worker_realtime_ms(void) {
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);

@@ -87,7 +87,7 @@ struct sched {
         struct spec_config spec_cfg;
         struct spec_drafter drafter; /* ops NULL: no speculation */
         struct spec_stats spec;
-        struct spec_cost cost;
+        struct spec_policy policy;
         float *work;                 /* (vocab) penalised logits */
         struct sampling_scratch scratch;
         struct step_entry *entries;  /* (max_batch) */
@@ -467,6 +467,7 @@ int sched_add(struct sched *s, const struct dsv_ipc_request *req, const int32_t 
         q->order = s->next_order++;
         q->state = RQ_WAITING;
         spec_seq_init(&q->spec, &s->spec_cfg);
+        spec_seq_prior(&q->spec, &s->policy.accept);
         s->active[s->n_active++] = slot;
         if (q->max_tokens == 0)
                 finish(s, slot, "length");
@@ -921,11 +922,17 @@ static int pick_draft(void *arg, int i, const float *logits, int n_logits) {
  * what the position it may save costs. Prompt tokens before the last are not counted:
  * a draft adds a few positions to their long pass, and each accepted one saves a later
  * decode step of its sequence. */
-static void plan_drafts(struct sched *s, struct step_plan *p) {
+static int plan_drafts(struct sched *s, struct step_plan *p) {
         const struct spec_config *sc = &s->spec_cfg;
         int room = p->budget, sampled = 0;
         for (int i = 0; i < p->n; i++)
                 sampled += s->entries[i].chunk == pending(&s->rqs[s->entries[i].rq]);
+        /* the tokens the step yields so far: one per sampled position, then the
+         * expected accepted drafts of each sequence planned */
+        double yield = sampled;
+        int drawn = 0, decode_only = 1;
+        for (int i = 0; i < p->n; i++)
+                decode_only &= s->entries[i].chunk == 1;
         if (sc->step_tokens > 0 && sc->step_tokens - sampled < room)
                 room = sc->step_tokens - sampled;
         for (int i = 0; i < p->n; i++) {
@@ -938,11 +945,11 @@ static void plan_drafts(struct sched *s, struct step_plan *p) {
                 /* A constrained sequence's mask is known for its next position only. */
                 if (r->con.m || (room <= 0 && !r->sampled))
                         continue;
-                int k = spec_seq_k(&r->spec, sc);
-                k = room > 0 ? drafts_within(s, r, k < room ? k : room) : 0;
-                if (k > 0 && sc->by_cost)
-                        k = spec_cost_drafts(&s->cost, s->cfg.token_budget - p->budget, sc->k_min < k ? sc->k_min : k,
-                                             k, r->spec.accept_rate);
+                int avail = room > 0 ? drafts_within(s, r, room) : 0;
+                /* the cost table holds decode-only steps; a prompt's step is not in it */
+                int tokens = decode_only ? s->cfg.token_budget - p->budget : 0;
+                int k = avail > 0 ? spec_seq_plan(&r->spec, sc, &s->policy, r->sampled, tokens, yield, avail) : 0;
+                drawn |= r->sampled;
                 if (k <= 0 && !r->sampled)
                         continue;
                 int n;
@@ -956,8 +963,11 @@ static void plan_drafts(struct sched *s, struct step_plan *p) {
                 } else {
                         n = s->drafter.ops->propose(s->drafter.self, e->rq, r->tokens, r->n_tokens, k, r->draft);
                 }
-                room -= place_drafts(s, p, e, r, n);
+                int placed = place_drafts(s, p, e, r, n);
+                room -= placed;
+                yield += spec_expected_tokens(spec_seq_rate(&r->spec), placed) - 1;
         }
+        return drawn;
 }
 
 /* Fast-forward: a constrained sequence whose next tokens are forced by its grammar
@@ -1015,6 +1025,7 @@ static void verify_drafts(struct sched *s, int slot, int32_t n_draft, double now
                 if (s->drafter.ops->verified)
                         s->drafter.ops->verified(s->drafter.self, slot, n_draft, n_acc);
                 spec_seq_update(&r->spec, n_draft, n_acc);
+                spec_accept_add(&s->policy.accept, n_draft, n_acc);
         }
         /* Cannot fail: n_acc <= n_draft, the drafts of this sequence's last step. */
         dse_kv_seq_accept(s->kv, seq, draft, (size_t)n_acc);
@@ -1041,10 +1052,12 @@ int sched_step(struct sched *s, int64_t now_ms) {
                 return 0;
         }
         /* a step's cost includes proposing its drafts (an MTP module runs a forward pass
-         * per draft) */
-        double t_step = worker_mono_s();
-        if (s->drafter.ops)
-                plan_drafts(s, &p);
+         * per draft); it is this thread's CPU time, which the time a loaded host gives
+         * to other processes does not inflate (the thread does its share of the pass
+         * and waits for the pool's, spinning at first, so on a quiet host it is about
+         * the wall time) */
+        double t_step = worker_thread_cpu_s();
+        int drawn = s->drafter.ops ? plan_drafts(s, &p) : 0;
         if (s->fast_forward)
                 plan_forced(s, &p);
         int32_t n_tok = 0, n_drafts = 0;
@@ -1071,8 +1084,15 @@ int sched_step(struct sched *s, int64_t now_ms) {
         int decode_only = 1;
         for (int i = 0; i < p.n; i++)
                 decode_only &= s->entries[i].chunk == 1;
-        if (s->drafter.ops && s->spec_cfg.by_cost && decode_only)
-                spec_cost_observe(&s->cost, n_tok, worker_mono_s() - t_step);
+        if (s->drafter.ops && s->spec_cfg.by_cost && decode_only) {
+                /* a step slowed by something else (page faults, caches another process
+                 * emptied) would pass for a dear one, and a count the policy then avoids
+                 * is not measured again soon: a reading counts at most twice the
+                 * average so far */
+                struct spec_cost *c = drawn ? &s->policy.cost_drawn : &s->policy.cost;
+                double secs = worker_thread_cpu_s() - t_step, avg = n_tok <= SPEC_COST_TOKENS ? c->step_s[n_tok] : 0;
+                spec_cost_observe(c, n_tok, avg > 0 && secs > 2 * avg ? 2 * avg : secs);
+        }
         s->steps++;
         s->step_tokens += n_tok;
         int b = 0;

@@ -35,8 +35,19 @@ const struct spec_drafter_ops spec_ngram_ops = {.name = "ngram", .propose = ngra
 
 /* A new sequence starts at the top of its range: the first verification measures. */
 void spec_seq_init(struct spec_seq *q, const struct spec_config *cfg) {
-        q->mean_accepted = (float)cfg->k_max;
-        q->accept_rate = 1.0f;
+        *q = (struct spec_seq){.mean_accepted = (float)cfg->k_max, .accept_rate = 1.0f,
+                               .probe_every = SPEC_PROBE_MIN};
+}
+
+/* The weight of the instance's acceptance in a new sequence's counts: two drafts, so
+ * the sequence's own first verifications soon outweigh it. */
+#define SPEC_PRIOR_DRAFTS 2.0
+
+void spec_seq_prior(struct spec_seq *q, const struct spec_accept *instance) {
+        if (instance->reached > 0) {
+                q->hits = (float)(SPEC_PRIOR_DRAFTS * instance->hits / instance->reached);
+                q->reached = (float)SPEC_PRIOR_DRAFTS;
+        }
 }
 
 /* One more draft than the sequence usually gets accepted: a run of full acceptances
@@ -47,11 +58,46 @@ int spec_seq_k(const struct spec_seq *q, const struct spec_config *cfg) {
         return k < cfg->k_min ? cfg->k_min : k > cfg->k_max ? cfg->k_max : k;
 }
 
+/* Per verification, the older counts weigh 0.8: about the last five verifications
+ * decide, so text that turns repetitive (or stops being) shows within a few steps. */
+#define SPEC_SEQ_DECAY 0.8f
+
 void spec_seq_update(struct spec_seq *q, int n_draft, int n_accepted) {
         if (n_draft > 0) {
+                float reached = (float)(n_accepted + (n_accepted < n_draft));
                 q->mean_accepted += 0.5f * ((float)n_accepted - q->mean_accepted);
                 q->accept_rate += 0.3f * ((float)n_accepted / (float)n_draft - q->accept_rate);
+                if (q->probing) {
+                        /* A probe measures the text as it is now, after the plain steps:
+                         * its result plus even odds worth half a draft (one accepted draft:
+                         * 0.75, one rejected: 0.25), not the history it came to question. */
+                        q->hits = (float)n_accepted + 0.5f;
+                        q->reached = reached + 1.0f;
+                        q->probed = 1;
+                } else {
+                        q->hits = SPEC_SEQ_DECAY * q->hits + (float)n_accepted;
+                        q->reached = SPEC_SEQ_DECAY * q->reached + reached;
+                }
+                q->probing = 0;
+                q->plain_steps = 0;
         }
+}
+
+double spec_seq_rate(const struct spec_seq *q) {
+        return q->reached > 0 ? (double)q->hits / (double)q->reached : 1.0;
+}
+
+/* The instance's counts decay slowly (0.98 per verification): they describe the
+ * method on this instance's traffic, not one sequence's text. */
+void spec_accept_add(struct spec_accept *a, int n_draft, int n_accepted) {
+        if (n_draft > 0) {
+                a->hits = 0.98 * a->hits + n_accepted;
+                a->reached = 0.98 * a->reached + n_accepted + (n_accepted < n_draft);
+        }
+}
+
+double spec_expected_tokens(double a, int n) {
+        return a >= 1 ? n + 1 : (1 - pow(a, n + 1)) / (1 - a);
 }
 
 void spec_cost_observe(struct spec_cost *c, int tokens, double seconds) {
@@ -62,6 +108,11 @@ void spec_cost_observe(struct spec_cost *c, int tokens, double seconds) {
 }
 
 int spec_cost_drafts(const struct spec_cost *c, int tokens, int k_min, int k, double a) {
+        return spec_cost_drafts_in_step(c, tokens, 1.0, k_min, k, a, NULL);
+}
+
+int spec_cost_drafts_in_step(const struct spec_cost *c, int tokens, double yield, int k_min, int k, double a,
+                             double *ret_value) {
         int best = k_min;
         double best_v = -1;
         /* t(tokens); when a step of that many tokens never ran (a drafter that always
@@ -71,15 +122,54 @@ int spec_cost_drafts(const struct spec_cost *c, int tokens, int k_min, int k, do
                 if (c->step_s[tokens + n] > 0 && (base <= 0 || c->step_s[tokens + n] < base))
                         base = c->step_s[tokens + n];
         for (int n = k_min; n <= k; n++) {
-                double expect = a >= 1 ? n + 1 : (1 - pow(a, n + 1)) / (1 - a), ratio = 1;
+                double expect = spec_expected_tokens(a, n), ratio = 1;
                 if (tokens >= 1 && tokens + n <= SPEC_COST_TOKENS && base > 0 && c->step_s[tokens + n] > 0)
                         ratio = c->step_s[tokens + n] / base;
-                if (expect / ratio >= best_v) {
-                        best_v = expect / ratio;
+                double v = (yield - 1 + expect) / ratio;
+                if (v >= best_v) {
+                        best_v = v;
                         best = n;
                 }
         }
+        if (ret_value)
+                *ret_value = best_v;
         return best;
+}
+
+int spec_seq_plan(struct spec_seq *q, const struct spec_config *cfg, struct spec_policy *pol, int drawn, int tokens,
+                  double yield, int room) {
+        int k = cfg->k_max < room ? cfg->k_max : room;
+        if (k <= 0)
+                return 0;
+        if (!cfg->by_cost)
+                return spec_seq_k(q, cfg) < k ? spec_seq_k(q, cfg) : k;
+        int k_min = cfg->k_min < k ? cfg->k_min : k;
+        /* Every count is weighed against the plain step of this size: measure it first,
+         * and again now and then. */
+        const struct spec_cost *c = drawn ? &pol->cost_drawn : &pol->cost;
+        int in_table = tokens >= 1 && tokens <= SPEC_COST_TOKENS;
+        if (in_table && c->step_s[tokens] <= 0)
+                return 0;
+        double value;
+        int n = spec_cost_drafts_in_step(c, tokens, yield, k_min, k, spec_seq_rate(q), &value);
+        int wins = value > yield;
+        if (q->probed)
+                q->probe_every = wins                                  ? SPEC_PROBE_MIN
+                                 : q->probe_every * 2 > SPEC_PROBE_MAX ? SPEC_PROBE_MAX
+                                                                       : q->probe_every * 2;
+        q->probed = 0;
+        if (wins) {
+                if (in_table && ++pol->drafting_steps > SPEC_REMEASURE) {
+                        pol->drafting_steps = 0;
+                        return 0;
+                }
+                return n;
+        }
+        if (q->probing || ++q->plain_steps >= q->probe_every) {
+                q->probing = 1;
+                return k_min;
+        }
+        return 0;
 }
 
 int spec_draw(const float *probs, int32_t n, double u) {

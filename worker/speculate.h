@@ -73,16 +73,51 @@ struct spec_drafter {
 #define SPEC_NGRAM_WINDOW 4096
 extern const struct spec_drafter_ops spec_ngram_ops;
 
-/* Per-sequence draft length: follows the sequence's measured acceptance. */
+/* Per-sequence draft length: follows the sequence's measured acceptance. A sequence
+ * kept plain probes now and then (a probe of a draft model first feeds it the tokens
+ * it missed, so the wait grows while probes change nothing). */
+#define SPEC_PROBE_MIN 16
+#define SPEC_PROBE_MAX 256
 struct spec_seq {
         float mean_accepted; /* moving average of drafts accepted per verification */
         float accept_rate;   /* moving average of accepted / proposed drafts */
+        /* Decayed counts of the drafts accepted and of the drafts the acceptance walk
+         * reached (the accepted ones and the one rejected): their ratio is the chance a
+         * draft is accepted once the drafts before it were, the per-position rate the
+         * expected tokens of a verification follow. */
+        float hits, reached;
+        int plain_steps;     /* steps the policy chose plain decoding since the sequence last
+                                verified drafts */
+        int probe_every;     /* plain steps before a probe: SPEC_PROBE_MIN, doubled (up to
+                                SPEC_PROBE_MAX) by each probe after which plain decoding
+                                still wins, back to SPEC_PROBE_MIN after one that turned
+                                drafting on */
+        int probing;         /* a probe is due (set until a verification carries drafts) */
+        int probed;          /* a probe was verified since the policy last weighed the counts */
+};
+
+/* Acceptance of an instance's drafts over every sequence (decayed counts as in
+ * spec_seq): what a new sequence expects until its own drafts are verified. */
+struct spec_accept {
+        double hits, reached;
 };
 
 void spec_seq_init(struct spec_seq *q, const struct spec_config *cfg);
+/* A new sequence starts from the instance's acceptance (as two drafts' worth of
+ * evidence) instead of the optimism of spec_seq_init; nothing without a measurement. */
+void spec_seq_prior(struct spec_seq *q, const struct spec_accept *instance);
 /* Drafts the sequence should propose in its next step, in [k_min, k_max]. */
 int spec_seq_k(const struct spec_seq *q, const struct spec_config *cfg);
+/* After a verification of n_draft drafts of which n_accepted were kept: the moving
+ * averages and the counts; a probe's verification restarts the counts from its own
+ * result (and marks the sequence probed for spec_seq_plan). */
 void spec_seq_update(struct spec_seq *q, int n_draft, int n_accepted);
+/* The sequence's per-position acceptance (hits / reached); 1 before any evidence. */
+double spec_seq_rate(const struct spec_seq *q);
+/* Expected tokens of a verification of n drafts each accepted at rate a once the ones
+ * before it were: the drafts kept plus the token after them, (1 - a^(n+1)) / (1 - a). */
+double spec_expected_tokens(double a, int n);
+void spec_accept_add(struct spec_accept *a, int n_draft, int n_accepted);
 
 /* Measured seconds of a decode-only step by the tokens it carried (moving averages):
  * a step about as slow with k more tokens is memory-bound, so drafts are nearly free;
@@ -99,8 +134,43 @@ void spec_cost_observe(struct spec_cost *c, int tokens, double seconds);
  * (1 - a^(n+1)) / (1 - a) over t(tokens + n) / t(tokens) (a step's time includes
  * proposing its drafts; t(tokens) never measured: the cheapest measured candidate's), a
  * cost not yet measured taken as no dearer (so it gets tried and measured); the larger
- * count on a tie. */
+ * count on a tie. It is spec_cost_drafts_in_step for a step yielding one token. */
 int spec_cost_drafts(const struct spec_cost *c, int tokens, int k_min, int k, double a);
+/* The same for a step that already yields `yield` tokens (one per sampled position,
+ * plus the expected accepted drafts of the sequences before): the count with the most
+ * expected tokens of the whole step, yield - 1 + (1 - a^(n+1)) / (1 - a), per step
+ * cost. A step sampling many positions in proportion to its tokens (compute-bound)
+ * then gains from a draft only what it costs every position of the step. *ret_value
+ * (when not NULL): that count's tokens per t(tokens). */
+int spec_cost_drafts_in_step(const struct spec_cost *c, int tokens, double yield, int k_min, int k, double a,
+                             double *ret_value);
+
+/* What an instance's policy measures: step costs (those of steps where a drafter draws
+ * every sampled token, drafts or not, apart: a draft model under sampling runs even
+ * for a plain step), acceptance over every sequence, and the sequences' drafting steps
+ * since a plain step was last chosen to measure its cost again (after SPEC_REMEASURE
+ * of them: the host's load moves it). Zeroed: nothing measured. */
+#define SPEC_REMEASURE 32
+struct spec_policy {
+        struct spec_cost cost, cost_drawn;
+        struct spec_accept accept;
+        int drafting_steps;
+};
+
+/* The policy of one sequence's step (with cfg->by_cost): the drafts q verifies in a
+ * decode-only step already holding `tokens` tokens that yield `yield` (as above), at
+ * most `room`, by pol->cost (pol->cost_drawn when `drawn`: the drafter draws the
+ * sequence's token). tokens 0 or past SPEC_COST_TOKENS: a step the table does not hold
+ * (a prompt's), whose drafts ride on its long pass, costed as free.
+ * 0 (plain decoding) while the plain step of that size is not measured, once per
+ * SPEC_REMEASURE drafting steps of the instance, and when no count in [k_min,
+ * min(k_max, room)] yields more tokens per unit time than plain decoding at the
+ * sequence's measured acceptance (spec_seq_rate); then, after q->probe_every such
+ * steps, a probe of k_min drafts (kept due until a verification carries drafts), so a
+ * sequence whose text turns repetitive drafts again. Without cfg->by_cost: spec_seq_k
+ * within room. */
+int spec_seq_plan(struct spec_seq *q, const struct spec_config *cfg, struct spec_policy *pol, int drawn, int tokens,
+                  double yield, int room);
 
 /* Inverse-CDF draw from probs (n, summing to about 1) with u in [0, 1): the first
  * token whose cumulative probability passes u times the total; -EINVAL when every
