@@ -107,10 +107,6 @@ void spec_cost_observe(struct spec_cost *c, int tokens, double seconds) {
         *t = *t > 0 ? *t + 0.2 * (seconds - *t) : seconds;
 }
 
-int spec_cost_drafts(const struct spec_cost *c, int tokens, int k_min, int k, double a) {
-        return spec_cost_drafts_in_step(c, tokens, 1.0, k_min, k, a, NULL);
-}
-
 int spec_cost_drafts_in_step(const struct spec_cost *c, int tokens, double yield, int k_min, int k, double a,
                              double *ret_value) {
         int best = k_min;

@@ -23,7 +23,7 @@ struct spec_config {
         int step_tokens;         /* a step sampling this many positions is compute-bound: drafts
                                     never take it past that (0: no limit beyond the token budget) */
         int by_cost;             /* nonzero: a sequence's drafts are also cut to what pays at the
-                                    measured step cost (spec_cost_drafts) */
+                                    measured step cost (spec_cost_drafts_in_step) */
 };
 
 /* "off" | "ngram" | "mtp" | "draft" -> *ret; -EINVAL otherwise. */
@@ -130,18 +130,15 @@ struct spec_cost {
 
 void spec_cost_observe(struct spec_cost *c, int tokens, double seconds);
 /* Of k_min..k drafts for a sequence whose drafts are accepted at rate a, added to a step
- * of `tokens` tokens: the count with the most expected tokens per step cost,
- * (1 - a^(n+1)) / (1 - a) over t(tokens + n) / t(tokens) (a step's time includes
- * proposing its drafts; t(tokens) never measured: the cheapest measured candidate's), a
- * cost not yet measured taken as no dearer (so it gets tried and measured); the larger
- * count on a tie. It is spec_cost_drafts_in_step for a step yielding one token. */
-int spec_cost_drafts(const struct spec_cost *c, int tokens, int k_min, int k, double a);
-/* The same for a step that already yields `yield` tokens (one per sampled position,
- * plus the expected accepted drafts of the sequences before): the count with the most
- * expected tokens of the whole step, yield - 1 + (1 - a^(n+1)) / (1 - a), per step
- * cost. A step sampling many positions in proportion to its tokens (compute-bound)
- * then gains from a draft only what it costs every position of the step. *ret_value
- * (when not NULL): that count's tokens per t(tokens). */
+ * of `tokens` tokens that already yields `yield` tokens (one per sampled position, plus
+ * the expected accepted drafts of the sequences before; 1 for a sequence alone): the
+ * count with the most expected tokens of the whole step, yield - 1 + (1 - a^(n+1)) /
+ * (1 - a), per step cost t(tokens + n) / t(tokens) (a step's time includes proposing
+ * its drafts; t(tokens) never measured: the cheapest measured candidate's), a cost not
+ * yet measured taken as no dearer (so it gets tried and measured); the larger count on a
+ * tie. A step sampling many positions in proportion to its tokens (compute-bound) then
+ * gains from a draft only what it costs every position of the step. *ret_value (when
+ * not NULL): that count's tokens per t(tokens). */
 int spec_cost_drafts_in_step(const struct spec_cost *c, int tokens, double yield, int k_min, int k, double a,
                              double *ret_value);
 

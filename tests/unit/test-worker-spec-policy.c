@@ -95,7 +95,7 @@ TEST(plan_measures_the_plain_step_first_and_again) {
 /* A step of 8 decoding sequences that costs in proportion to its tokens
  * (compute-bound): a draft adds 1/8 to the time of all 8 and at most one token, so
  * even drafts always accepted do not pay for the step; the same step at a flat cost
- * takes them. spec_cost_drafts (one sequence's view) would take them in both. */
+ * takes them. spec_cost_drafts_in_step with a yield of 1 (one sequence's view) would take them in both. */
 TEST(plan_keeps_a_compute_bound_batch_plain) {
         struct spec_policy lin = {0}, flat = {0};
         for (int t = 1; t <= SPEC_COST_TOKENS; t++) {
@@ -106,7 +106,7 @@ TEST(plan_keeps_a_compute_bound_batch_plain) {
         ASSERT_EQ(spec_seq_plan(&q, &by_cost, &lin, 0, 8, 8, 8), 0);
         q = seq_at(0.9);
         ASSERT_EQ(spec_seq_plan(&q, &by_cost, &flat, 0, 8, 8, 8), 4);
-        ASSERT_EQ(spec_cost_drafts(&lin.cost, 8, 1, 4, 0.9), 4);
+        ASSERT_EQ(spec_cost_drafts_in_step(&lin.cost, 8, 1.0, 1, 4, 0.9, NULL), 4);
         /* batch 1 at the same linear cost: (1 + a) / 2 < 1, plain */
         q = seq_at(0.9);
         ASSERT_EQ(spec_seq_plan(&q, &by_cost, &lin, 0, 1, 1, 8), 0);

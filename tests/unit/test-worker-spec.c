@@ -1158,11 +1158,11 @@ TEST(drafts_by_measured_step_cost) {
                 spec_cost_observe(&flat, t, 0.010);
                 spec_cost_observe(&linear, t, 0.010 * t);
         }
-        ASSERT_EQ(spec_cost_drafts(&flat, 1, 1, 4, 0.3), 4);
-        ASSERT_EQ(spec_cost_drafts(&linear, 1, 1, 4, 0.3), 1);
-        ASSERT_EQ(spec_cost_drafts(&linear, 1, 0, 4, 0.3), 0);
-        ASSERT_EQ(spec_cost_drafts(&linear, 8, 1, 4, 1.0), 4); /* (1+n) tokens for (8+n)/8 */
-        ASSERT_EQ(spec_cost_drafts(&none, 1, 1, 4, 0.1), 4);
+        ASSERT_EQ(spec_cost_drafts_in_step(&flat, 1, 1.0, 1, 4, 0.3, NULL), 4);
+        ASSERT_EQ(spec_cost_drafts_in_step(&linear, 1, 1.0, 1, 4, 0.3, NULL), 1);
+        ASSERT_EQ(spec_cost_drafts_in_step(&linear, 1, 1.0, 0, 4, 0.3, NULL), 0);
+        ASSERT_EQ(spec_cost_drafts_in_step(&linear, 8, 1.0, 1, 4, 1.0, NULL), 4); /* (1+n) tokens for (8+n)/8 */
+        ASSERT_EQ(spec_cost_drafts_in_step(&none, 1, 1.0, 1, 4, 0.1, NULL), 4);
         /* a moving average: one slow reading moves it a fifth of the way */
         spec_cost_observe(&flat, 2, 0.060);
         ASSERT_NEAR(flat.step_s[2], 0.020, 1e-12);
@@ -1181,20 +1181,20 @@ TEST(drafts_by_cost_without_a_draftless_step) {
                 spec_cost_observe(&dear, t, 0.010 * (2 * t - 1));
                 spec_cost_observe(&flat, t, 0.010);
         }
-        ASSERT_EQ(spec_cost_drafts(&dear, 1, 1, 4, 0.75), 1);
-        ASSERT_EQ(spec_cost_drafts(&flat, 1, 1, 4, 0.75), 4);
+        ASSERT_EQ(spec_cost_drafts_in_step(&dear, 1, 1.0, 1, 4, 0.75, NULL), 1);
+        ASSERT_EQ(spec_cost_drafts_in_step(&flat, 1, 1.0, 1, 4, 0.75, NULL), 4);
         /* the base is the cheapest measured count, not the first: an unmeasured count
          * is taken as no dearer than 2 drafts (the cheapest here), so 3 gets tried */
         struct spec_cost uneven = {{0}};
         spec_cost_observe(&uneven, 2, 0.050);
         spec_cost_observe(&uneven, 3, 0.020);
         spec_cost_observe(&uneven, 5, 0.060);
-        ASSERT_EQ(spec_cost_drafts(&uneven, 1, 1, 4, 0.5), 3);
+        ASSERT_EQ(spec_cost_drafts_in_step(&uneven, 1, 1.0, 1, 4, 0.5, NULL), 3);
         /* an unmeasured count is still tried */
         struct spec_cost partial = {{0}};
         spec_cost_observe(&partial, 2, 0.010);
         spec_cost_observe(&partial, 3, 0.030);
-        ASSERT_EQ(spec_cost_drafts(&partial, 1, 1, 4, 0.75), 4);
+        ASSERT_EQ(spec_cost_drafts_in_step(&partial, 1, 1.0, 1, 4, 0.75, NULL), 4);
 }
 
 /* With the cost rule on, the tokens are still the plain ones. */
