@@ -233,6 +233,9 @@ void dse__kernels_fill_avx2_kv(struct dse_kernels *k);
 void dse__kernels_fill_avx2_q8_xq(struct dse_kernels *k);
 /* AVX-512 F+BW+VL overrides (avx512.c), applied over the AVX2 ones. */
 void dse__kernels_fill_avx512(struct dse_kernels *k);
+/* AVX-512 attention of a group of queries over BF16 KV rows (avx512_kv.c), with the
+ * AVX-512 fill. */
+void dse__kernels_fill_avx512_kv(struct dse_kernels *k);
 /* AVX-512 VNNI overrides (vpdpbusd matmul_xq, avx512_vnni.c); only when the CPU also has
  * VNNI. */
 void dse__kernels_fill_avx512_vnni(struct dse_kernels *k);
