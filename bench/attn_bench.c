@@ -9,9 +9,10 @@
  * is (per layer, one plane per KV head's K and V, rows head_dim bf16 apart), and each
  * query group walks it as dse__attend_long's chunks do: per chunk of --chunk positions
  * (default 512, the engine's split) the grouped scores, each query's softmax, the
- * grouped weighted rows. The variants: each level's kernel table, and each level past
- * AVX2 once more with the AVX2 grouped kernels (its table before it had grouped kernels
- * of its own). They take turns, rep after rep, so a loaded host slows them alike, and
+ * grouped weighted rows. The variants: each level's kernel table as the engine uses it,
+ * and each level past AVX2 once more with float32 scores (where it has vdpbf16ps ones)
+ * and once with the AVX2 grouped kernels (its table before it had grouped kernels of its
+ * own). They take turns, rep after rep, so a loaded host slows them alike, and
  * the times are the thread's CPU time; printed are the best and median ms per token of
  * each and the median's ratio to the first, with the KV bytes read per token and their
  * rate. Not a model: no projections, no merge of the chunks. */
@@ -43,7 +44,8 @@ struct shape {
         int depth, layers, kv_heads, group, head_dim, chunk;
 };
 
-/* One token's attention: every layer, every KV head, chunk by chunk. */
+/* One token's attention: every layer, every KV head, chunk by chunk, on the kernels the
+ * engine picks from the table (attend.c: the vdpbf16ps scores where there are). */
 static void attend_token(const struct dse_kernels *k, const struct shape *sh, const uint8_t *kv, const float *q,
                          float *att, float *o) {
         int64_t plane_bytes = (int64_t)sh->head_dim * 2, plane = (int64_t)sh->depth * plane_bytes;
@@ -55,7 +57,8 @@ static void attend_token(const struct dse_kernels *k, const struct shape *sh, co
                                 int n = sh->depth - t0 < S ? sh->depth - t0 : S;
                                 struct dse_kv_rows K = {.rows = kp + (size_t)t0 * (size_t)plane_bytes, .ld = plane_bytes};
                                 struct dse_kv_rows V = {.rows = K.rows + plane, .ld = plane_bytes};
-                                k->attn_scores_group_bf16(q, sh->head_dim, G, &K, 0, n, sh->head_dim, 0.088f, att, n);
+                                (k->attn_scores_group_bf16act ? k->attn_scores_group_bf16act : k->attn_scores_group_bf16)(
+                                        q, sh->head_dim, G, &K, 0, n, sh->head_dim, 0.088f, att, n);
                                 for (int g = 0; g < G; g++) {
                                         k->softmax(att + (size_t)g * (size_t)n, n);
                                         memset(o + (size_t)g * (size_t)sh->head_dim, 0, (size_t)sh->head_dim * sizeof(float));
@@ -104,10 +107,11 @@ int main(int argc, char **argv) {
                 fprintf(stderr, "dse-attn-bench: CPU detection failed (%s)\n", strerror(-r));
                 return 1;
         }
-        /* the variants: each level's table from AVX2 up, and below each level past AVX2
-         * that level with the AVX2 grouped kernels (what it ran before it had its own) */
-        struct dse_kernels k[2 * DSE_CPU_LEVEL_COUNT];
-        char name[2 * DSE_CPU_LEVEL_COUNT][48];
+        /* the variants: each level's table from AVX2 up; below each level past AVX2 that
+         * level with float32 scores (where it has the vdpbf16ps ones), and with the AVX2
+         * grouped kernels (what it ran before it had its own) */
+        struct dse_kernels k[3 * DSE_CPU_LEVEL_COUNT];
+        char name[3 * DSE_CPU_LEVEL_COUNT][48];
         int n_var = 0;
         for (int lv = cpu.level >= DSE_CPU_AVX2 ? DSE_CPU_AVX2 : DSE_CPU_SCALAR; lv <= (int)cpu.level; lv++) {
                 if ((r = dse_kernels_resolve((enum dse_cpu_level)lv, &k[n_var])) < 0) {
@@ -117,9 +121,17 @@ int main(int argc, char **argv) {
                 }
                 snprintf(name[n_var], sizeof name[n_var], "%s", dse_cpu_level_to_string((enum dse_cpu_level)lv));
                 n_var++;
+                if (lv > DSE_CPU_AVX2 && k[n_var - 1].attn_scores_group_bf16act) {
+                        k[n_var] = k[n_var - 1];
+                        k[n_var].attn_scores_group_bf16act = NULL;
+                        snprintf(name[n_var], sizeof name[n_var], "%s, f32 scores",
+                                 dse_cpu_level_to_string((enum dse_cpu_level)lv));
+                        n_var++;
+                }
                 if (lv > DSE_CPU_AVX2) {
                         k[n_var] = k[n_var - 1];
                         k[n_var].attn_scores_group_bf16 = k[0].attn_scores_group_bf16;
+                        k[n_var].attn_scores_group_bf16act = NULL;
                         k[n_var].attn_accum_group_bf16 = k[0].attn_accum_group_bf16;
                         snprintf(name[n_var], sizeof name[n_var], "%s, avx2 grouped",
                                  dse_cpu_level_to_string((enum dse_cpu_level)lv));

@@ -38,6 +38,7 @@ int dse__kernels_resolve_with(enum dse_cpu_level level, unsigned feat, struct ds
                 dse__kernels_fill_avx512_kv(&k);
                 if (feat & DSE_KFEAT_BF16) {
                         dse__kernels_fill_avx512_bf16(&k);
+                        dse__kernels_fill_avx512_bf16_kv(&k);
                         if (amx)
                                 dse__kernels_fill_amx_bf16(&k);
                 }
