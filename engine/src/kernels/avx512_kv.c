@@ -9,6 +9,7 @@
  * query's operations are the same whatever tile and step it falls in, so its result
  * does not depend on G nor on the other queries. */
 #include <immintrin.h>
+#include <string.h>
 
 #include "kernels/avx512_blocks.h"
 #include "kernels/avx512_hsum16.h"
@@ -20,8 +21,21 @@ static inline __m512 load_bf16x16(const uint16_t *p, __mmask16 m) {
         return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, p)), 16));
 }
 
-/* Scores of NR rows from t for a tile of GT queries (NR * GT <= 16): each piece of a row
- * widened once for the tile, the NR * GT sums reduced in one tree. */
+/* One 16-element step at d (lanes past m zero) of NR rows for GT queries: each row's
+ * piece widened once, query g's row i summed in a[g * NR + i]. */
+static inline __attribute__((always_inline)) void scores_step(const float *q, int64_t ldq, const uint16_t *const *row,
+                                                              int64_t d, __mmask16 m, __m512 *a, const int GT,
+                                                              const int NR) {
+        __m512 x[16];
+        UNROLL for (int i = 0; i < NR; i++) x[i] = load_bf16x16(row[i] + d, m);
+        UNROLL for (int g = 0; g < GT; g++) {
+                __m512 qv = _mm512_maskz_loadu_ps(m, q + g * ldq + d);
+                UNROLL for (int i = 0; i < NR; i++) a[g * NR + i] = _mm512_fmadd_ps(x[i], qv, a[g * NR + i]);
+        }
+}
+
+/* Scores of NR rows from t for a tile of GT queries (NR * GT <= 16), the NR * GT sums
+ * reduced in one tree; a query's NR scores are adjacent lanes. */
 static inline __attribute__((always_inline)) void scores_group_rows(const float *q, int64_t ldq,
                                                                     const struct dse_kv_rows *k, int64_t off,
                                                                     int64_t t, int64_t len, float scale,
@@ -31,19 +45,14 @@ static inline __attribute__((always_inline)) void scores_group_rows(const float 
         __m512 a[16];
         UNROLL for (int j = 0; j < 16; j++) a[j] = _mm512_setzero_ps();
         UNROLL for (int i = 0; i < NR; i++) row[i] = (const uint16_t *)(k->rows + (t + i) * k->ld) + off;
-        for (int64_t d = 0; d < len; d += 16) {
-                __mmask16 m = mask16(len - d);
-                __m512 x[16];
-                UNROLL for (int i = 0; i < NR; i++) x[i] = load_bf16x16(row[i] + d, m);
-                UNROLL for (int g = 0; g < GT; g++) {
-                        __m512 qv = _mm512_maskz_loadu_ps(m, q + g * ldq + d);
-                        UNROLL for (int i = 0; i < NR; i++) a[i * GT + g] = _mm512_fmadd_ps(x[i], qv, a[i * GT + g]);
-                }
-        }
+        int64_t d = 0;
+        for (; d + 16 <= len; d += 16)
+                scores_step(q, ldq, row, d, 0xffff, a, GT, NR);
+        if (d < len)
+                scores_step(q, ldq, row, d, mask16(len - d), a, GT, NR);
         float sum[16];
         _mm512_storeu_ps(sum, _mm512_mul_ps(_mm512_set1_ps(scale), hsum16x16(a)));
-        UNROLL for (int i = 0; i < NR; i++) UNROLL for (int g = 0; g < GT; g++) scores[g * lds + t + i] =
-                sum[i * GT + g];
+        UNROLL for (int g = 0; g < GT; g++) memcpy(scores + g * lds + t, sum + g * NR, (size_t)NR * sizeof(float));
 }
 
 static inline __attribute__((always_inline)) void scores_group_tile(const float *q, int64_t ldq,
