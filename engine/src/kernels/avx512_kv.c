@@ -1,13 +1,14 @@
 /* AVX-512 F+BW attention of G queries over one run of BF16 KV rows (the query heads of a
  * GQA KV head; compiled with -mavx512f -mavx512bw -mavx512vl -mfma and nothing more):
  * what attn_scores_group_bf16_ref and attn_accum_group_bf16_ref compute, 16 elements at a
- * time with float32 FMA accumulation; only the summation order differs. Each 16-element
- * piece of a row is widened to float32 once (a zero-extension and a shift) for every
- * query of a tile, the last piece of a row goes through a mask (no scalar tail), and a
- * score's 16 partial sums are reduced with those of the other rows and queries of its
- * step in one transposing tree, 16 sums a tree, instead of one horizontal sum each. A
- * query's operations are the same whatever tile and step it falls in, so its result
- * does not depend on G nor on the other queries. */
+ * time with float32 FMA accumulation; only the summation order differs. Each piece of a
+ * row is converted to float32 once for every query of a tile (scores: a zero-extension
+ * and a shift; weighted rows: 32 elements as even and odd lanes, a shift and a mask), the
+ * last piece of a row goes through a mask (no scalar tail), and a score's 16 partial
+ * sums are reduced with those of the other rows and queries of its step in one
+ * transposing tree, 16 sums a tree, instead of one horizontal sum each. A query's
+ * operations are the same whatever tile and step it falls in, so its result does not
+ * depend on G nor on the other queries. */
 #include <immintrin.h>
 #include <string.h>
 
@@ -86,47 +87,72 @@ static void attn_scores_group_bf16_avx512(const float *q, int64_t ldq, int G, co
         }
 }
 
-/* Elements [d0, d0 + 16C) of every row (masked past len) for a tile of GT queries, their
- * sums in registers over the run; each row's piece widened once for the tile. */
+/* A 32-element piece of a row as two float32 vectors without widening: read as 16
+ * 32-bit lanes, the even elements are the low halves shifted up, the odd ones the high
+ * halves with the low ones cleared. The output is split the same way when loaded and
+ * interleaved back when stored. */
+static inline void out_load_split(const float *o, int64_t left, __m512 *even, __m512 *odd) {
+        const __m512i to_even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+        const __m512i to_odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+        __m512 a = _mm512_maskz_loadu_ps(mask16(left), o), b = _mm512_maskz_loadu_ps(mask16(left - 16), o + 16);
+        *even = _mm512_permutex2var_ps(a, to_even, b);
+        *odd = _mm512_permutex2var_ps(a, to_odd, b);
+}
+
+static inline void out_store_split(float *o, int64_t left, __m512 even, __m512 odd) {
+        const __m512i lo = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
+        const __m512i hi = _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
+        _mm512_mask_storeu_ps(o, mask16(left), _mm512_permutex2var_ps(even, lo, odd));
+        _mm512_mask_storeu_ps(o + 16, mask16(left - 16), _mm512_permutex2var_ps(even, hi, odd));
+}
+
+/* Elements [d0, d0 + 32C) of every row (masked past len unless full) for a tile of GT
+ * queries, their sums in registers over the run, each element's in row order. */
 static inline __attribute__((always_inline)) void accum_group_piece(const float *w, int64_t ldw,
                                                                     const struct dse_kv_rows *v, int64_t off,
                                                                     int64_t n, int64_t len, float *out,
                                                                     int64_t ldo, int64_t d0, const int GT,
-                                                                    const int C) {
-        __m512 acc[GQ][4];
-        __mmask16 m[4];
-        UNROLL for (int c = 0; c < C; c++) m[c] = mask16(len - d0 - 16 * c);
-        UNROLL for (int g = 0; g < GT; g++) UNROLL for (int c = 0; c < C; c++) acc[g][c] =
-                _mm512_maskz_loadu_ps(m[c], out + g * ldo + d0 + 16 * c);
+                                                                    const int C, const int full) {
+        const __m512i high = _mm512_set1_epi32((int)0xffff0000u);
+        __m512 even[GQ][2], odd[GQ][2];
+        __mmask32 m[2];
+        UNROLL for (int c = 0; c < C; c++) m[c] = full ? ~(__mmask32)0 : mask32(len - d0 - 32 * c);
+        UNROLL for (int g = 0; g < GT; g++) UNROLL for (int c = 0; c < C; c++)
+                out_load_split(out + g * ldo + d0 + 32 * c, len - d0 - 32 * c, &even[g][c], &odd[g][c]);
         for (int64_t t = 0; t < n; t++) {
                 const uint16_t *row = (const uint16_t *)(v->rows + t * v->ld) + off + d0;
-                __m512 x[4];
-                UNROLL for (int c = 0; c < C; c++) x[c] = load_bf16x16(row + 16 * c, m[c]);
+                __m512 xe[2], xo[2];
+                UNROLL for (int c = 0; c < C; c++) {
+                        __m512i x = full ? _mm512_loadu_si512(row + 32 * c) : _mm512_maskz_loadu_epi16(m[c], row + 32 * c);
+                        xe[c] = _mm512_castsi512_ps(_mm512_slli_epi32(x, 16));
+                        xo[c] = _mm512_castsi512_ps(_mm512_and_si512(x, high));
+                }
                 UNROLL for (int g = 0; g < GT; g++) {
                         __m512 wv = _mm512_set1_ps(w[g * ldw + t]);
-                        UNROLL for (int c = 0; c < C; c++) acc[g][c] = _mm512_fmadd_ps(wv, x[c], acc[g][c]);
+                        UNROLL for (int c = 0; c < C; c++) {
+                                even[g][c] = _mm512_fmadd_ps(wv, xe[c], even[g][c]);
+                                odd[g][c] = _mm512_fmadd_ps(wv, xo[c], odd[g][c]);
+                        }
                 }
         }
         UNROLL for (int g = 0; g < GT; g++) UNROLL for (int c = 0; c < C; c++)
-                _mm512_mask_storeu_ps(out + g * ldo + d0 + 16 * c, m[c], acc[g][c]);
+                out_store_split(out + g * ldo + d0 + 32 * c, len - d0 - 32 * c, even[g][c], odd[g][c]);
 }
 
-/* Pieces of up to CM vectors (as many accumulators as the registers hold beside the
- * widened row), the last one as short as the length leaves. */
+/* Whole pieces of CM 32-element parts (as many accumulators as the registers hold beside
+ * the row's parts), then one part at a time, the last one masked. */
 static inline __attribute__((always_inline)) void accum_group_tile(const float *w, int64_t ldw,
                                                                    const struct dse_kv_rows *v, int64_t off,
                                                                    int64_t n, int64_t len, float *out, int64_t ldo,
                                                                    const int GT) {
-        const int CM = GT <= 6 ? 4 : 3;
-        for (int64_t d0 = 0; d0 < len; d0 += 16 * CM) {
-                int64_t left = (len - d0 + 15) / 16;
-                switch (left < CM ? left : CM) {
-                case 1: accum_group_piece(w, ldw, v, off, n, len, out, ldo, d0, GT, 1); break;
-                case 2: accum_group_piece(w, ldw, v, off, n, len, out, ldo, d0, GT, 2); break;
-                case 3: accum_group_piece(w, ldw, v, off, n, len, out, ldo, d0, GT, 3); break;
-                default: accum_group_piece(w, ldw, v, off, n, len, out, ldo, d0, GT, CM); break;
-                }
-        }
+        const int CM = GT <= 6 ? 2 : 1;
+        int64_t d0 = 0;
+        for (; d0 + 32 * CM <= len; d0 += 32 * CM)
+                accum_group_piece(w, ldw, v, off, n, len, out, ldo, d0, GT, CM, 1);
+        for (; d0 + 32 <= len; d0 += 32)
+                accum_group_piece(w, ldw, v, off, n, len, out, ldo, d0, GT, 1, 1);
+        if (d0 < len)
+                accum_group_piece(w, ldw, v, off, n, len, out, ldo, d0, GT, 1, 0);
 }
 
 static void attn_accum_group_bf16_avx512(const float *w, int64_t ldw, int G, const struct dse_kv_rows *v,
