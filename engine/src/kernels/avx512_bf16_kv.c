@@ -14,9 +14,10 @@
 
 #include "kernels/avx512_blocks.h"
 #include "kernels/avx512_hsum16.h"
+#include "kernels/group_tiles.h"
 #include "kernels/kernels.h"
 
-#define GQ 8    /* queries of a tile */
+#define GQ 8    /* queries of a tile (DSE_GROUP_TILES_8) */
 #define QC 1024 /* elements of a query at most (any MLA or GQA head of the presets); longer ones go to the twin */
 
 /* x (n floats) as n bf16, nearest even, zero up to the next multiple of 32. */
@@ -82,20 +83,9 @@ static void attn_scores_group_bf16act_avx512(const float *q, int64_t ldq, int G,
                 dse__kernels_ref_attn_scores_group_bf16act(q, ldq, G, k, off, n, len, scale, scores, lds);
                 return;
         }
-        for (int g0 = 0; g0 < G; g0 += GQ) {
-                const float *qg = q + g0 * ldq;
-                float *sg = scores + g0 * lds;
-                switch (G - g0 < GQ ? G - g0 : GQ) {
-                case 1: scores_tile(qg, ldq, k, off, n, len, scale, sg, lds, 1); break;
-                case 2: scores_tile(qg, ldq, k, off, n, len, scale, sg, lds, 2); break;
-                case 3: scores_tile(qg, ldq, k, off, n, len, scale, sg, lds, 3); break;
-                case 4: scores_tile(qg, ldq, k, off, n, len, scale, sg, lds, 4); break;
-                case 5: scores_tile(qg, ldq, k, off, n, len, scale, sg, lds, 5); break;
-                case 6: scores_tile(qg, ldq, k, off, n, len, scale, sg, lds, 6); break;
-                case 7: scores_tile(qg, ldq, k, off, n, len, scale, sg, lds, 7); break;
-                default: scores_tile(qg, ldq, k, off, n, len, scale, sg, lds, 8); break;
-                }
-        }
+#define SCORES_TILE(g0, GT) scores_tile(q + (g0) * ldq, ldq, k, off, n, len, scale, scores + (g0) * lds, lds, GT)
+        DSE_GROUP_TILES_8(G, SCORES_TILE)
+#undef SCORES_TILE
 }
 
 void dse__kernels_fill_avx512_bf16_kv(struct dse_kernels *k) {

@@ -14,9 +14,10 @@
 
 #include "kernels/avx512_blocks.h"
 #include "kernels/avx512_hsum16.h"
+#include "kernels/group_tiles.h"
 #include "kernels/kernels.h"
 
-#define GQ 8 /* queries of a tile */
+#define GQ 8 /* queries of a tile (DSE_GROUP_TILES_8) */
 
 static inline __m512 load_bf16x16(const uint16_t *p, __mmask16 m) {
         return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, p)), 16));
@@ -71,20 +72,9 @@ static inline __attribute__((always_inline)) void scores_group_tile(const float 
 static void attn_scores_group_bf16_avx512(const float *q, int64_t ldq, int G, const struct dse_kv_rows *k,
                                           int64_t off, int64_t n, int64_t len, float scale, float *scores,
                                           int64_t lds) {
-        for (int g0 = 0; g0 < G; g0 += GQ) {
-                const float *qg = q + g0 * ldq;
-                float *sg = scores + g0 * lds;
-                switch (G - g0 < GQ ? G - g0 : GQ) {
-                case 1: scores_group_tile(qg, ldq, k, off, n, len, scale, sg, lds, 1); break;
-                case 2: scores_group_tile(qg, ldq, k, off, n, len, scale, sg, lds, 2); break;
-                case 3: scores_group_tile(qg, ldq, k, off, n, len, scale, sg, lds, 3); break;
-                case 4: scores_group_tile(qg, ldq, k, off, n, len, scale, sg, lds, 4); break;
-                case 5: scores_group_tile(qg, ldq, k, off, n, len, scale, sg, lds, 5); break;
-                case 6: scores_group_tile(qg, ldq, k, off, n, len, scale, sg, lds, 6); break;
-                case 7: scores_group_tile(qg, ldq, k, off, n, len, scale, sg, lds, 7); break;
-                default: scores_group_tile(qg, ldq, k, off, n, len, scale, sg, lds, 8); break;
-                }
-        }
+#define SCORES_TILE(g0, GT) scores_group_tile(q + (g0) * ldq, ldq, k, off, n, len, scale, scores + (g0) * lds, lds, GT)
+        DSE_GROUP_TILES_8(G, SCORES_TILE)
+#undef SCORES_TILE
 }
 
 /* A 32-element piece of a row as two float32 vectors without widening: read as 16
@@ -157,20 +147,9 @@ static inline __attribute__((always_inline)) void accum_group_tile(const float *
 
 static void attn_accum_group_bf16_avx512(const float *w, int64_t ldw, int G, const struct dse_kv_rows *v,
                                          int64_t off, int64_t n, int64_t len, float *out, int64_t ldo) {
-        for (int g0 = 0; g0 < G; g0 += GQ) {
-                const float *wg = w + g0 * ldw;
-                float *og = out + g0 * ldo;
-                switch (G - g0 < GQ ? G - g0 : GQ) {
-                case 1: accum_group_tile(wg, ldw, v, off, n, len, og, ldo, 1); break;
-                case 2: accum_group_tile(wg, ldw, v, off, n, len, og, ldo, 2); break;
-                case 3: accum_group_tile(wg, ldw, v, off, n, len, og, ldo, 3); break;
-                case 4: accum_group_tile(wg, ldw, v, off, n, len, og, ldo, 4); break;
-                case 5: accum_group_tile(wg, ldw, v, off, n, len, og, ldo, 5); break;
-                case 6: accum_group_tile(wg, ldw, v, off, n, len, og, ldo, 6); break;
-                case 7: accum_group_tile(wg, ldw, v, off, n, len, og, ldo, 7); break;
-                default: accum_group_tile(wg, ldw, v, off, n, len, og, ldo, 8); break;
-                }
-        }
+#define ACCUM_TILE(g0, GT) accum_group_tile(w + (g0) * ldw, ldw, v, off, n, len, out + (g0) * ldo, ldo, GT)
+        DSE_GROUP_TILES_8(G, ACCUM_TILE)
+#undef ACCUM_TILE
 }
 
 void dse__kernels_fill_avx512_kv(struct dse_kernels *k) {
