@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # The SIMD kernel objects in libdse hold only instructions of the level they are installed
 # for (engine/CMakeLists.txt sets each file's flags; src/kernels/kernels.c installs its
-# entries): avx512.c runs on every AVX-512 F+BW+VL CPU, so no VNNI, BF16 or AMX
-# instruction may appear in it; avx512_vnni.c none of BF16 or AMX, avx512_bf16.c none of
-# VNNI or AMX, avx2.c none of AVX-512 at all, and no other object any of AVX-512 (an AVX2
-# function chosen at run time, as the tokenizer's UTF-8 check, is allowed there).
+# entries): avx512.c and avx512_kv.c run on every AVX-512 F+BW+VL CPU, so no VNNI, BF16
+# or AMX instruction may appear in them; avx512_vnni.c none of BF16 or AMX, avx512_bf16.c
+# and avx512_bf16_kv.c none of VNNI or AMX, avx2.c none of AVX-512 at all, and no other
+# object any of AVX-512 (an AVX2 function chosen at run time, as the tokenizer's UTF-8
+# check, is allowed there).
 # Usage: check-kernel-isa.sh path/to/libdse.a
 set -u
 lib=${1:?usage: check-kernel-isa.sh path/to/libdse.a}
@@ -46,17 +47,21 @@ expect() {
 expect avx2.c.o '%ymm' "AVX2 instruction"
 expect avx2_q8_xq.c.o 'vpmaddubsw' "vpmaddubsw"
 expect avx512.c.o '%zmm' "AVX-512 instruction"
+expect avx512_kv.c.o '%zmm' "AVX-512 instruction"
 expect avx512_vnni.c.o 'vpdpbusd' "vpdpbusd"
 expect avx512_bf16.c.o 'vdpbf16ps' "vdpbf16ps"
+expect avx512_bf16_kv.c.o 'vdpbf16ps' "vdpbf16ps"
 expect amx.c.o 'tdpbssd' "AMX tile product"
 
 forbid avx512.c.o "$vnni|$bf16|$amx" "avx512.c runs on AVX-512 F+BW+VL CPUs without VNNI or BF16"
+forbid avx512_kv.c.o "$vnni|$bf16|$amx" "avx512_kv.c runs on AVX-512 F+BW+VL CPUs without VNNI or BF16"
 forbid avx512_vnni.c.o "$bf16|$amx" "avx512_vnni.c runs on VNNI CPUs without BF16 or AMX"
 forbid avx512_bf16.c.o "$vnni|$amx" "avx512_bf16.c runs on BF16 CPUs without VNNI or AMX"
+forbid avx512_bf16_kv.c.o "$vnni|$amx" "avx512_bf16_kv.c runs on BF16 CPUs without VNNI or AMX"
 forbid avx2.c.o "$avx512|$vnni|$bf16|$amx" "avx2.c runs on AVX2 CPUs"
 for m in $(printf '%s\n' "$listing" | cut -f1 | sort -u); do
         case $m in
-        avx2.c.o | avx512.c.o | avx512_vnni.c.o | avx512_bf16.c.o | amx.c.o) ;;
+        avx2.c.o | avx512.c.o | avx512_kv.c.o | avx512_vnni.c.o | avx512_bf16.c.o | avx512_bf16_kv.c.o | amx.c.o) ;;
         *) forbid "$m" "$avx512|$vnni|$bf16|$amx" "only the kernel files hold AVX-512 code" ;;
         esac
 done

@@ -3,6 +3,8 @@ dsv_test(NAME test-kernels SOURCES kernels/test-kernels.c LIBS dse LABELS unit)
 target_include_directories(test-kernels PRIVATE ${CMAKE_SOURCE_DIR}/engine/src)
 dsv_test(NAME test-kernels-kv SOURCES kernels/test-kernels-kv.c LIBS dse LABELS unit)
 target_include_directories(test-kernels-kv PRIVATE ${CMAKE_SOURCE_DIR}/engine/src)
+dsv_test(NAME test-kernels-kv-group SOURCES kernels/test-kernels-kv-group.c LIBS dse LABELS unit)
+target_include_directories(test-kernels-kv-group PRIVATE ${CMAKE_SOURCE_DIR}/engine/src)
 
 # Golden models: one ctest per fixture (test-model-<fixture>), each checking DSV_CPU=scalar
 # and the detected level against the fixture's reference logits and greedy ids.

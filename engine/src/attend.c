@@ -49,8 +49,12 @@ static void rows_range(const struct dse_session *s, const struct dse__kv_view *k
                 rows.rows = dse__kv_plane_row(kv, l, t, plane);
                 const float *f32 = (const float *)rows.rows + off;
                 if (kv->dtype == DSE_KV_BF16) {
+                        /* the scores on vdpbf16ps where the CPU has it: the queries then
+                         * take the rounding the cache already put on the keys */
                         if (accum)
                                 s->k.attn_accum_group_bf16(x + (t - t0), ldx, n_x, &rows, off, r, len, y, ldy);
+                        else if (s->k.attn_scores_group_bf16act)
+                                s->k.attn_scores_group_bf16act(x, ldx, n_x, &rows, off, r, len, scale, y + (t - t0), ldy);
                         else
                                 s->k.attn_scores_group_bf16(x, ldx, n_x, &rows, off, r, len, scale, y + (t - t0), ldy);
                         continue;

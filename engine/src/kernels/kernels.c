@@ -35,8 +35,10 @@ int dse__kernels_resolve_with(enum dse_cpu_level level, unsigned feat, struct ds
         if (level >= DSE_CPU_AVX512) {
                 int amx = (feat & DSE_KFEAT_AMX) && dse__kernels_amx_usable();
                 dse__kernels_fill_avx512(&k);
+                dse__kernels_fill_avx512_kv(&k);
                 if (feat & DSE_KFEAT_BF16) {
                         dse__kernels_fill_avx512_bf16(&k);
+                        dse__kernels_fill_avx512_bf16_kv(&k);
                         if (amx)
                                 dse__kernels_fill_amx_bf16(&k);
                 }

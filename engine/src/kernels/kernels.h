@@ -8,9 +8,11 @@
  * ref.c holds the plain `_ref` twins: the specification, the fallback for every entry and
  * the test oracle. avx2.c overrides what it speeds up (avx2_kv.c its attention over stored KV
  * rows, avx2_q8_xq.c its Q8 matmul_xq, bit for bit the reference's), avx512.c what it speeds up beyond
- * that on every AVX-512 F+BW+VL CPU, avx512_vnni.c matmul_xq where the CPU has AVX-512
+ * that on every AVX-512 F+BW+VL CPU (avx512_kv.c the grouped attention over BF16 KV rows),
+ * avx512_vnni.c matmul_xq where the CPU has AVX-512
  * VNNI (from 5 tokens its 8-token layout and Q8's 16-token one for whole blocks of 16,
- * DSE_KFEAT_T8), avx512_bf16.c matmul_bf16act where it has AVX512_BF16, and amx.c takes
+ * DSE_KFEAT_T8), avx512_bf16.c matmul_bf16act where it has AVX512_BF16 (avx512_bf16_kv.c
+ * the grouped attention scores on vdpbf16ps), and amx.c takes
  * matmul_xq from 8 (Q8) or 16 (Q4) tokens and matmul_bf16act from 16 where the CPU has
  * AMX and Linux grants the tile state (DSV_NO_AMX=1 leaves out AMX and Q8's 8- and 16-token
  * layouts, whose float order depends on the tokens per call; Q4's 8-token blocks keep the
@@ -175,6 +177,15 @@ struct dse_kernels {
          * other types take attn_*_kv (or attn_scores/attn_accum) once per query. */
         dse_attn_scores_group_fn attn_scores_group_bf16;
         dse_attn_accum_group_fn attn_accum_group_bf16;
+        /* attn_scores_group_bf16 with each query element rounded to bf16 (nearest even,
+         * dse__kern_f32_to_bf16), exact bf16 products, float32 accumulation: a relative
+         * 2^-9 on the queries, as the cache's own rounding puts on the keys, which the
+         * fixtures' BF16 KV row holds (a query rounds the same whatever chunk of the
+         * split attention it meets, so the split and whole forms still agree). Filled
+         * only where the CPU multiplies bf16 pairs natively (AVX-512 BF16 vdpbf16ps);
+         * NULL elsewhere, where attn_scores_group_bf16 is the path. Twin:
+         * dse__kernels_ref_attn_scores_group_bf16act. */
+        dse_attn_scores_group_fn attn_scores_group_bf16act;
         /* out[i] = w[i] * x[i] / sqrt(mean(x^2) + eps); out may alias x. */
         void (*rmsnorm)(float *out, const float *x, const float *w, int64_t n, float eps);
         /* x[i] = exp(x[i] - max) / sum, in place (n >= 1). */
@@ -208,6 +219,11 @@ void dse__kernels_ref_matmul_xq(const struct dse_qmat *w, const struct dse_xq *x
 void dse__kernels_ref_matmul_bf16act(const struct dse_qmat *w, const float *x, int64_t ldx, int64_t n, float *y,
                                      int64_t ldy, int64_t r0, int64_t r1);
 
+/* The reference attn_scores_group_bf16act. */
+void dse__kernels_ref_attn_scores_group_bf16act(const float *q, int64_t ldq, int G, const struct dse_kv_rows *k,
+                                                int64_t off, int64_t n, int64_t len, float scale, float *scores,
+                                                int64_t lds);
+
 /* The reference attention over FP8 and INT8 KV rows, for scale groups the SIMD versions
  * leave out (not whole multiples of 8 elements). */
 void dse__kernels_ref_attn_scores_fp8(const float *q, const struct dse_kv_rows *k, int64_t off, int64_t n,
@@ -233,6 +249,9 @@ void dse__kernels_fill_avx2_kv(struct dse_kernels *k);
 void dse__kernels_fill_avx2_q8_xq(struct dse_kernels *k);
 /* AVX-512 F+BW+VL overrides (avx512.c), applied over the AVX2 ones. */
 void dse__kernels_fill_avx512(struct dse_kernels *k);
+/* AVX-512 attention of a group of queries over BF16 KV rows (avx512_kv.c), with the
+ * AVX-512 fill. */
+void dse__kernels_fill_avx512_kv(struct dse_kernels *k);
 /* AVX-512 VNNI overrides (vpdpbusd matmul_xq, avx512_vnni.c); only when the CPU also has
  * VNNI. */
 void dse__kernels_fill_avx512_vnni(struct dse_kernels *k);
@@ -242,6 +261,9 @@ void dse__kernels_fill_avx512_t8(struct dse_kernels *k);
 /* AVX-512 BF16 overrides (vdpbf16ps matmul_bf16act, avx512_bf16.c); only when the CPU
  * also has AVX512_BF16. */
 void dse__kernels_fill_avx512_bf16(struct dse_kernels *k);
+/* AVX-512 BF16 grouped attention scores over BF16 KV rows (vdpbf16ps
+ * attn_scores_group_bf16act, avx512_bf16_kv.c), with the AVX-512 BF16 fill. */
+void dse__kernels_fill_avx512_bf16_kv(struct dse_kernels *k);
 /* AMX-BF16 matmul_bf16act for 16 tokens or more (amx.c), over the vdpbf16ps entry. */
 void dse__kernels_fill_amx_bf16(struct dse_kernels *k);
 /* AMX-INT8 matmul_xq for 8 tokens or more (amx.c), over the VNNI entries with the 8-token
@@ -254,7 +276,7 @@ int dse__kernels_amx_usable(void);
 #define DSE_KFEAT_VNNI 1u /* vpdpbusd matmul_xq */
 #define DSE_KFEAT_AMX  2u /* AMX tiles for matmul_xq of many tokens (needs VNNI too; brings
                            * DSE_KFEAT_T8's entries, which it leaves fewer tokens to) */
-#define DSE_KFEAT_BF16 4u /* vdpbf16ps: matmul_bf16act */
+#define DSE_KFEAT_BF16 4u /* vdpbf16ps: matmul_bf16act, attn_scores_group_bf16act */
 #define DSE_KFEAT_T8   8u /* matmul_xq from 5 tokens in the 8-token layout, Q8's whole blocks of
                            * 16 in the 16-token one (needs VNNI): a Q8 token's sums then
                            * depend on the tokens per call, as with AMX */

@@ -356,6 +356,21 @@ static void attn_accum_group_bf16_ref(const float *w, int64_t ldw, int G, const 
                 attn_accum_bf16_ref(w + g * ldw, v, off, n, len, out + g * ldo);
 }
 
+/* The query rounded to bf16 first; the products of two bf16 values are exact in float32. */
+void dse__kernels_ref_attn_scores_group_bf16act(const float *q, int64_t ldq, int G, const struct dse_kv_rows *k,
+                                                int64_t off, int64_t n, int64_t len, float scale, float *scores,
+                                                int64_t lds) {
+        for (int g = 0; g < G; g++)
+                for (int64_t t = 0; t < n; t++) {
+                        const uint16_t *row = (const uint16_t *)(k->rows + t * k->ld) + off;
+                        float acc = 0.0f;
+                        for (int64_t d = 0; d < len; d++)
+                                acc += dse__kern_bf16_to_f32(dse__kern_f32_to_bf16(q[g * ldq + d])) *
+                                       dse__kern_bf16_to_f32(row[d]);
+                        scores[g * lds + t] = scale * acc;
+                }
+}
+
 /* FP8 and INT8: each group's sum is scaled once, as the FP8 weights' blocks are. */
 static inline float kv_elem(const uint8_t *row, int64_t d, int fp8, const float *lut) {
         return fp8 ? lut[row[d]] : (float)(int8_t)row[d];
