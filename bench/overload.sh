@@ -7,8 +7,8 @@
 #       [--model DIR] [--max-queue N] [--max-queue-wait-pct P] [--seed 1] [--housekeeping-cpus LIST]
 #       [--client-cpus auto|any|LIST] [--build-dir DIR] [--out DIR]
 #
-# --max-queue (default 8) and --max-queue-wait-pct (default 50, dsvisor's; 0: off) go to
-# `dsvisor start` as they are.
+# --max-queue (default 8) and --max-queue-wait-pct (default 50 here; dsvisor's own default
+# is 0, off) go to `dsvisor start` as they are.
 # --rounds rounds on one running dsvisor, each measuring capacity and then every load
 # factor, so each round's ratios are same-run and the spread between rounds shows how far
 # one run can be trusted (about 5 minutes with the defaults on a quiet host). Capacity is

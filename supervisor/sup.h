@@ -71,7 +71,7 @@ int sup_place(const struct sup_place_request *req, struct sup_placement *ret, ch
 #define SUP_MAX_QUEUE_DEFAULT 32
 /* A queue with half a service time of wait (by Little's law, half the running batch)
  * keeps the batch full under overload; a longer one only adds wait. */
-#define SUP_MAX_QUEUE_WAIT_PCT_DEFAULT 50
+#define SUP_MAX_QUEUE_WAIT_PCT_DEFAULT 0
 #define SUP_MAX_CONNECTIONS_DEFAULT 512
 #define SUP_RT_PRIORITY_MAX 49 /* FIFO threads stay below the kernel's own (50) */
 
