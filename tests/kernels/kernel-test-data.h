@@ -6,6 +6,7 @@
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "dse.h"
 
@@ -18,6 +19,13 @@ static inline uint32_t rng_u32(void) {
         return (uint32_t)(rng_state >> 11);
 }
 static inline float rng_unit(void) { return (float)(rng_u32() % 2000001) / 1000000.0f - 1.0f; }
+
+static inline double bf16_value(uint16_t h) {
+        uint32_t bits = (uint32_t)h << 16;
+        float f;
+        memcpy(&f, &bits, sizeof f);
+        return f;
+}
 
 static inline double f8_value(uint8_t b) {
         int s = b >> 7, e = (b >> 3) & 15, m = b & 7;

@@ -16,13 +16,6 @@
 #define REL_TOL 2e-5
 #define ABS_TOL 1e-6
 
-static double bf16_value(uint16_t h) {
-        uint32_t bits = (uint32_t)h << 16;
-        float f;
-        memcpy(&f, &bits, sizeof f);
-        return f;
-}
-
 struct shape {
         int G;
         int64_t n, off, len;

@@ -15,13 +15,6 @@
 #define REL_TOL 2e-5
 #define ABS_TOL 1e-6
 
-static double bf16_value(uint16_t h) {
-        uint32_t bits = (uint32_t)h << 16;
-        float f;
-        memcpy(&f, &bits, sizeof f);
-        return f;
-}
-
 TEST(f32_to_e4m3_inverts_the_decoder_and_rounds_to_nearest_even) {
         for (int b = 0; b < 256; b++) {
                 if ((b & 0x7f) == 0x7f)
