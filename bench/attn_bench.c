@@ -24,20 +24,11 @@
 #include <time.h>
 
 #include "dse_internal.h"
-
-/* The thread's CPU time: the time other jobs of a shared host take the CPU does not count. */
-static double cpu_s(void) {
-        struct timespec ts;
-        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-        return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
+#include "bench_clock.h"
 
 static uint64_t rng = 88172645463325252ull;
 static float rnd_unit(void) {
-        rng ^= rng << 13;
-        rng ^= rng >> 7;
-        rng ^= rng << 17;
-        return (float)(rng >> 40) / (float)(1u << 24) * 2.0f - 1.0f;
+        return (float)(bench_xorshift64(&rng) >> 40) / (float)(1u << 24) * 2.0f - 1.0f;
 }
 
 struct shape {
@@ -157,9 +148,9 @@ int main(int argc, char **argv) {
                 attend_token(&k[i], &sh, (const uint8_t *)kv, q, att, o);
         for (int rep = 0; rep < reps; rep++)
                 for (int i = 0; i < n_var; i++) {
-                        double t0 = cpu_s();
+                        double t0 = bench_clock_s(CLOCK_THREAD_CPUTIME_ID);
                         attend_token(&k[i], &sh, (const uint8_t *)kv, q, att, o);
-                        ms[i * reps + rep] = 1e3 * (cpu_s() - t0);
+                        ms[i * reps + rep] = 1e3 * (bench_clock_s(CLOCK_THREAD_CPUTIME_ID) - t0);
                 }
         printf("attention of one token at depth %d: %d layers x %d KV heads x %d queries, head_dim %d, bf16 KV "
                "(%.1f MB read per token), 1 thread, %d reps per variant taking turns, thread CPU time\n",

@@ -15,6 +15,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "bench_clock.h"
+
 struct tensor {
         char name[96];
         long long rows, cols; /* cols 0: 1-D */
@@ -24,10 +26,7 @@ struct tensor {
 static uint64_t rng = 0x9e3779b97f4a7c15ull;
 
 static uint16_t next_bf16(void) {
-        rng ^= rng << 13;
-        rng ^= rng >> 7;
-        rng ^= rng << 17;
-        float f = (float)(rng >> 40) / (float)(1 << 24) - 0.5f;
+        float f = (float)(bench_xorshift64(&rng) >> 40) / (float)(1 << 24) - 0.5f;
         uint32_t u;
         memcpy(&u, &f, 4);
         return (uint16_t)(u >> 16);

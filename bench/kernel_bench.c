@@ -30,20 +30,10 @@
 
 #include "dse_internal.h"
 #include "read_probe.h"
-
-static double now_s(clockid_t clk) {
-        struct timespec ts;
-        clock_gettime(clk, &ts);
-        return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
+#include "bench_clock.h"
 
 static uint64_t rng = 88172645463325252ull;
-static uint32_t rnd(void) {
-        rng ^= rng << 13;
-        rng ^= rng >> 7;
-        rng ^= rng << 17;
-        return (uint32_t)(rng >> 11);
-}
+static uint32_t rnd(void) { return (uint32_t)(bench_xorshift64(&rng) >> 11); }
 
 struct mat {
         struct dse_qmat w;
@@ -152,14 +142,14 @@ static void *run_probe(void *arg) {
 
 static double run_threads(int T, struct job *jobs, void *(*fn)(void *)) {
         pthread_t th[16];
-        double t0 = now_s(CLOCK_MONOTONIC);
+        double t0 = bench_now_s();
         for (int i = 1; i < T; i++)
                 if (pthread_create(&th[i], NULL, fn, &jobs[i]) != 0)
                         abort();
         fn(&jobs[0]);
         for (int i = 1; i < T; i++)
                 pthread_join(th[i], NULL);
-        return now_s(CLOCK_MONOTONIC) - t0;
+        return bench_now_s() - t0;
 }
 
 /* GB/s of the best T-thread pass of each read_probe variant over the matrix's own data
@@ -195,10 +185,10 @@ static double pass_s(const struct dse_kernels *k, const struct mat *m, int64_t n
                                        .r0 = m->w.rows * i / T, .r1 = m->w.rows * (i + 1) / T};
         double best = 1e30;
         for (int r = 0; r < reps; r++) {
-                double t0 = now_s(CLOCK_MONOTONIC);
+                double t0 = bench_now_s();
                 k->quantize_xq(x, m->w.cols, &xq);
                 run_threads(T, jobs, run_kernel);
-                double t = now_s(CLOCK_MONOTONIC) - t0;
+                double t = bench_now_s() - t0;
                 best = t < best ? t : best;
         }
         return best;
@@ -213,9 +203,9 @@ static double call_cpu_s(const struct dse_kernels *k, const struct mat *m, int64
         k->matmul_xq[m->w.dtype](&m->w, &xq, y, m->w.rows, 0, m->w.rows); /* warm */
         double best = 1e30;
         for (int r = 0; r < reps; r++) {
-                double t0 = now_s(CLOCK_THREAD_CPUTIME_ID);
+                double t0 = bench_clock_s(CLOCK_THREAD_CPUTIME_ID);
                 k->matmul_xq[m->w.dtype](&m->w, &xq, y, m->w.rows, 0, m->w.rows);
-                double t = now_s(CLOCK_THREAD_CPUTIME_ID) - t0;
+                double t = bench_clock_s(CLOCK_THREAD_CPUTIME_ID) - t0;
                 best = t < best ? t : best;
         }
         return best;
@@ -400,9 +390,9 @@ int main(int argc, char **argv) {
                         for (size_t i = 0; i < sizeof ns / sizeof ns[0]; i++) {
                                 double best = 1e30;
                                 for (int r = 0; r < 4 * reps; r++) {
-                                        double t0 = now_s(CLOCK_THREAD_CPUTIME_ID);
+                                        double t0 = bench_clock_s(CLOCK_THREAD_CPUTIME_ID);
                                         fns[f](&w, x, cols, ns[i], y, 256, 0, 256);
-                                        double t = now_s(CLOCK_THREAD_CPUTIME_ID) - t0;
+                                        double t = bench_clock_s(CLOCK_THREAD_CPUTIME_ID) - t0;
                                         best = t < best ? t : best;
                                 }
                                 printf(" n=%lld %.1f", (long long)ns[i], (double)(256 * cols * ns[i]) / best / 1e9);

@@ -31,16 +31,11 @@
 #include <unistd.h>
 
 #include "kv_tier_bench.h"
+#include "bench_clock.h"
 
 #define BT 16
 #define CHUNK 256
 #define SUFFIX 16
-
-static double now_s(void) {
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 /* Deterministic ids: stream `salt` from position `from`. */
 static void ids_fill(int32_t *ids, int n, int vocab, uint64_t salt, int from) {
@@ -63,19 +58,19 @@ struct ttft {
 static int timed_prompt(struct dse_batch *b, struct dse_kv_cache *kv, const int32_t *ids, int n, float *logits,
                         struct ttft *ret) {
         struct dse_diag d = {{0}};
-        double t0 = now_s();
+        double t0 = bench_now_s();
         int seq = dse_kv_seq_open(kv);
         if (seq < 0)
                 return seq;
         int cached = dse_kv_seq_attach_prefix(kv, seq, ids, (size_t)n);
-        double t1 = now_s();
+        double t1 = bench_now_s();
         int r = cached < 0 ? cached : 0;
         for (int pos = cached; r == 0 && pos < n; pos += CHUNK) {
                 int k = n - pos < CHUNK ? n - pos : CHUNK;
                 struct dse_batch_seq s = {seq, ids + pos, k, pos + k == n ? logits : NULL};
                 r = dse_batch_step(b, &s, 1, &d);
         }
-        double t2 = now_s();
+        double t2 = bench_now_s();
         dse_kv_seq_close(kv, seq);
         if (r < 0) {
                 fprintf(stderr, "kvtier: step: %s\n", d.msg);
@@ -139,7 +134,7 @@ static double read_pieces(const char *path, uint8_t *buf, size_t bytes, size_t p
         int fd = open(path, O_RDONLY | O_CLOEXEC);
         if (fd < 0)
                 return -1;
-        double t0 = now_s();
+        double t0 = bench_now_s();
         int ok = 1;
         if (use_mmap) {
                 uint8_t *map = mmap(NULL, bytes, PROT_READ, MAP_SHARED, fd, 0);
@@ -154,7 +149,7 @@ static double read_pieces(const char *path, uint8_t *buf, size_t bytes, size_t p
                         ok = pread(fd, buf + off, n, (off_t)off) == (ssize_t)n;
                 }
         }
-        double t = now_s() - t0;
+        double t = bench_now_s() - t0;
         close(fd);
         return ok ? t : -1;
 }

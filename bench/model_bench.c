@@ -119,6 +119,7 @@
 
 #include "gguf_bench.h"
 #include "grammar_bench.h"
+#include "bench_clock.h"
 
 /* Where the weights are mapped from: the model file, or a copy in a sealed memfd as the
  * supervisor makes it (--hugepages, --shmem). */
@@ -211,21 +212,15 @@ int dsv_bench_preset_hparams(const char *name, struct dse_hparams *hp) {
 
 static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
 
-static uint64_t rng_next(void) {
-        rng_state ^= rng_state << 13;
-        rng_state ^= rng_state >> 7;
-        rng_state ^= rng_state << 17;
-        return rng_state;
-}
 
 static void fill_random(uint8_t *p, size_t n) {
         size_t i = 0;
         for (; i + 8 <= n; i += 8) {
-                uint64_t v = rng_next();
+                uint64_t v = bench_xorshift64(&rng_state);
                 memcpy(p + i, &v, 8);
         }
         for (; i < n; i++)
-                p[i] = (uint8_t)rng_next();
+                p[i] = (uint8_t)bench_xorshift64(&rng_state);
 }
 
 enum fill_kind { FILL_ONES, FILL_SMALL, FILL_BF16, FILL_BYTES, FILL_SCALE, FILL_ZERO };
@@ -334,7 +329,7 @@ static void fill_chunk(const struct gen_tensor *g, uint8_t *buf, size_t n) {
                 break;
         case FILL_SMALL:
                 for (size_t i = 0; i + 4 <= n; i += 4) {
-                        float v = g->amp * ((float)(rng_next() >> 40) / (float)(1 << 24) - 0.5f);
+                        float v = g->amp * ((float)(bench_xorshift64(&rng_state) >> 40) / (float)(1 << 24) - 0.5f);
                         memcpy(buf + i, &v, 4);
                 }
                 break;
@@ -344,7 +339,7 @@ static void fill_chunk(const struct gen_tensor *g, uint8_t *buf, size_t n) {
                 frexpf(g->amp, &e_hi);
                 uint32_t exp_top = (uint32_t)(e_hi - 1 + 127);
                 for (size_t i = 0; i + 8 <= n; i += 8) {
-                        uint64_t r = rng_next();
+                        uint64_t r = bench_xorshift64(&rng_state);
                         for (int k = 0; k < 4; k++) {
                                 uint16_t v = (uint16_t)(r >> (16 * k));
                                 uint16_t h = (uint16_t)((v & 0x807f) | ((exp_top - ((v >> 7) & 3)) << 7));
@@ -358,7 +353,7 @@ static void fill_chunk(const struct gen_tensor *g, uint8_t *buf, size_t n) {
                 break;
         case FILL_ZERO:
                 for (size_t i = 0; i < n; i++)
-                        buf[i] = (uint8_t)(7 + (rng_next() & 1)); /* q - zero centred */
+                        buf[i] = (uint8_t)(7 + (bench_xorshift64(&rng_state) & 1)); /* q - zero centred */
                 break;
         }
 }
@@ -535,23 +530,10 @@ static void probe_task(void *ctx, int ith, int nth) {
                 pr->sink[ith % 64] ^= read_probe(pr->start[i] + (size_t)ith * per, per, pr->variant);
 }
 
-static double now_s(void) {
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 /* Major page faults of the process so far (getrusage(2) ru_majflt). */
 static long major_faults(void) {
         struct rusage ru;
         return getrusage(RUSAGE_SELF, &ru) == 0 ? ru.ru_majflt : 0;
-}
-
-/* CPU seconds of the whole process (every pool thread, spinning included). */
-static double cpu_s(void) {
-        struct timespec ts;
-        clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-        return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
 /* The weight mapping's span, 64-byte aligned at the start: what the probes read. */
@@ -676,9 +658,9 @@ static double probe_read_bw(struct dse_pool *pool, const struct dse_model *m, co
         for (int v = 0; v < READ_PROBE_VARIANTS; v++) {
                 pr.variant = v;
                 for (int rep = 0; rep < 5; rep++) {
-                        double t0 = now_s();
+                        double t0 = bench_now_s();
                         dse_pool_run(pool, probe_task, &pr);
-                        double bw = (double)probe_bytes(&pr, nth) / (now_s() - t0);
+                        double bw = (double)probe_bytes(&pr, nth) / (bench_now_s() - t0);
                         if (bw > best) {
                                 best = bw;
                                 *ret_variant = v;
@@ -696,9 +678,9 @@ static double scaling_probe_pass(struct dse_pool *pool, void *ctx) {
         double best = 0;
         for (int v = 0; v < READ_PROBE_VARIANTS; v++) {
                 pr->variant = v;
-                double t0 = now_s();
+                double t0 = bench_now_s();
                 dse_pool_run(pool, probe_task, pr);
-                double bw = (double)probe_bytes(pr, dse_pool_n_threads(pool)) / (now_s() - t0);
+                double bw = (double)probe_bytes(pr, dse_pool_n_threads(pool)) / (bench_now_s() - t0);
                 best = bw > best ? bw : best;
         }
         return best;
@@ -780,10 +762,7 @@ static int all_finite(const float *v, int n) {
 static void random_tokens(int32_t *t, int n, int vocab, uint64_t seed) {
         uint64_t s = seed * 0x9e3779b97f4a7c15ull + 1;
         for (int i = 0; i < n; i++) {
-                s ^= s << 13;
-                s ^= s >> 7;
-                s ^= s << 17;
-                t[i] = (int32_t)(s % (uint64_t)vocab);
+                t[i] = (int32_t)(bench_xorshift64(&s) % (uint64_t)vocab);
         }
 }
 
@@ -797,10 +776,10 @@ static double measure_prefill(const struct dse_model *m, struct dse_pool *pool, 
                 die(r, "session", &d);
         int32_t *tok = malloc((size_t)n * sizeof *tok);
         random_tokens(tok, n, vocab, 7);
-        double t0 = now_s();
+        double t0 = bench_now_s();
         if ((r = dse_session_eval(s, tok, (size_t)n, NULL, logits, &d)) < 0)
                 die(r, "prefill", &d);
-        double dt = now_s() - t0;
+        double dt = bench_now_s() - t0;
         if (!all_finite(logits, vocab)) {
                 fprintf(stderr, "dsvisor-bench: prefill %d: non-finite logits\n", n);
                 exit(1);
@@ -838,9 +817,9 @@ struct paired_probe {
 
 static void paired_pass(struct dse_pool *pool, struct paired_probe *pair, int variant) {
         pair->pr.variant = variant;
-        double t0 = now_s();
+        double t0 = bench_now_s();
         dse_pool_run(pool, probe_task, &pair->pr);
-        pair->s[variant] += now_s() - t0;
+        pair->s[variant] += bench_now_s() - t0;
         pair->bytes[variant] += (double)probe_bytes(&pair->pr, dse_pool_n_threads(pool));
 }
 
@@ -904,10 +883,10 @@ static double measure_decode(const struct dse_model *m, struct dse_pool *pool, i
                 int variant = step > 0 ? (step - 1) / 2 % READ_PROBE_VARIANTS : 0;
                 if (pair && step % 2)
                         paired_pass(pool, pair, variant);
-                double ts = now_s();
+                double ts = bench_now_s();
                 if ((r = dse_batch_step(b, seqs, (size_t)B, &d)) < 0)
                         die(r, "decode step", &d);
-                double te = now_s();
+                double te = bench_now_s();
                 if (step == 0 && !all_finite(lg, B * vocab)) {
                         fprintf(stderr, "dsvisor-bench: decode batch %d: non-finite logits\n", B);
                         exit(1);
@@ -960,10 +939,10 @@ static struct depth_sample measure_depth(const struct dse_model *m, struct dse_p
                         die(r, "session at depth", &d);
                 if (v == 1 && (r = dse__session_set_attn_split(s[v], 0)) < 0)
                         die(r, "attention split off", NULL);
-                double t0 = now_s();
+                double t0 = bench_now_s();
                 if (depth > 0 && (r = dse_session_eval(s[v], prompt, (size_t)depth, NULL, logits, &d)) < 0)
                         die(r, "prefill at depth", &d);
-                ds.prefill_tok_s[v] = depth > 0 ? depth / (now_s() - t0) : 0;
+                ds.prefill_tok_s[v] = depth > 0 ? depth / (bench_now_s() - t0) : 0;
                 if (depth > 0 && !all_finite(logits, vocab)) {
                         fprintf(stderr, "dsvisor-bench: prefill at depth %d: non-finite logits\n", depth);
                         exit(1);
@@ -979,11 +958,11 @@ static struct depth_sample measure_depth(const struct dse_model *m, struct dse_p
                 random_tokens(&tok, 1, vocab, 500 + (uint64_t)step);
                 for (int k = 0; k < 3; k++) {
                         int v = (step + k) % 3; /* none always goes first */
-                        double ts = now_s();
+                        double ts = bench_now_s();
                         if ((r = dse_session_eval(s[v], &tok, 1, NULL, logits, &d)) < 0)
                                 die(r, "decode at depth", &d);
                         if (step > 0) /* step 0 reaches the steady state (and is checked) */
-                                dt[v] += now_s() - ts;
+                                dt[v] += bench_now_s() - ts;
                         else if (!all_finite(logits, vocab)) {
                                 fprintf(stderr, "dsvisor-bench: decode at depth %d: non-finite logits\n", depth);
                                 exit(1);
@@ -1080,7 +1059,7 @@ static double weights_pass(struct dse_pool *pool, const struct dse_kernels *k, c
                            int reps) {
         double best = 1e30;
         for (int rep = 0; rep < reps; rep++) {
-                double t0 = now_s();
+                double t0 = bench_now_s();
                 for (size_t i = 0; i < n_mats; i++) {
                         const struct dse_qmat *w = &mats[i].w;
                         struct wjob j = {k, w, x, NULL, y, n, ldx, ldy};
@@ -1094,7 +1073,7 @@ static double weights_pass(struct dse_pool *pool, const struct dse_kernels *k, c
                                 dse_pool_parallel_for(pool, (size_t)w->rows, wjob_float, &j);
                         }
                 }
-                double dt = now_s() - t0;
+                double dt = bench_now_s() - t0;
                 best = dt < best ? dt : best;
         }
         return best;
@@ -1127,7 +1106,7 @@ static void bench_weights(const struct dse_model *m, const struct dse_hparams *h
         int probe_v0 = 0, probe_v1 = 0;
         double bw0 = probe_read_bw(pool, m, NULL, &probe_v0);
         int has_xq = k.matmul_xq[mats[0].w.dtype] != NULL;
-        double t_f[8], t_q[8], wall0 = now_s(), cpu0 = cpu_s();
+        double t_f[8], t_q[8], wall0 = bench_now_s(), cpu0 = bench_clock_s(CLOCK_PROCESS_CPUTIME_ID);
         for (int i = 0; i < n_tokens; i++) {
                 int reps = tokens[i] > 16 ? 2 : 5;
                 t_f[i] = weights_pass(pool, &k, mats, n_mats, tokens[i], 0, x, max_cols, y, max_rows, xq_mem, reps);
@@ -1135,7 +1114,7 @@ static void bench_weights(const struct dse_model *m, const struct dse_hparams *h
                                               reps)
                                 : 0;
         }
-        double cpu_share = (cpu_s() - cpu0) / ((now_s() - wall0) * threads);
+        double cpu_share = (bench_clock_s(CLOCK_PROCESS_CPUTIME_ID) - cpu0) / ((bench_now_s() - wall0) * threads);
         double bw1 = probe_read_bw(pool, m, NULL, &probe_v1), bw = bw0 > bw1 ? bw0 : bw1;
         const char *probe_name = read_probe_name(bw0 > bw1 ? probe_v0 : probe_v1);
         if (json) {
@@ -1445,10 +1424,10 @@ int main(int argc, char **argv) {
                         die(r, gguf, &d);
         } else if (access(path, R_OK) != 0) {
                 fprintf(stderr, "dsvisor-bench: generating %s\n", path);
-                double t0 = now_s();
+                double t0 = bench_now_s();
                 if ((r = generate(path, &hp, wdt, group, quant)) < 0)
                         die(r, "generate", NULL);
-                fprintf(stderr, "dsvisor-bench: generated in %.1f s\n", now_s() - t0);
+                fprintf(stderr, "dsvisor-bench: generated in %.1f s\n", bench_now_s() - t0);
         }
 
         struct dse_cpu_info cpu;
@@ -1459,14 +1438,14 @@ int main(int argc, char **argv) {
                 die(r, "pool", NULL);
         struct dse_model *m;
         struct dsv_hugepages_image img = {.fd = -1};
-        double t0 = now_s();
+        double t0 = bench_now_s();
         if (wi == WEIGHTS_FILE)
                 r = open_file_mapping(path, &m, &d);
         else
                 r = open_image(path, wi, &img, &m, &d);
         if (r < 0)
                 die(r, wi == WEIGHTS_HUGETLB ? "open (--hugepages)" : wi == WEIGHTS_SHMEM ? "open (--shmem)" : "open", &d);
-        double load_s = now_s() - t0, pmd_share = pmd_share_of(m);
+        double load_s = bench_now_s() - t0, pmd_share = pmd_share_of(m);
         if (gguf)
                 hp = *dse__model_hparams(m);
         if (kvtier_mode) {
@@ -1526,7 +1505,7 @@ int main(int argc, char **argv) {
         struct mem_sample mem = {0}; /* at the largest batch */
         /* the share of the requested CPUs the process got while measuring: well below 1
          * means other jobs took the cores and every tok/s here is low by about that */
-        double wall0 = now_s(), cpu0 = cpu_s();
+        double wall0 = bench_now_s(), cpu0 = bench_clock_s(CLOCK_PROCESS_CPUTIME_ID);
         long majflt0 = major_faults();
         for (int i = 0; i < n_batches; i++) {
                 struct mem_sample ms;
@@ -1553,7 +1532,7 @@ int main(int argc, char **argv) {
                         fprintf(stderr, "  depth %d: prefill %.2f tok/s, decode %.2f tok/s\n", depths[i],
                                 dep[i].prefill_tok_s[0], dep[i].decode_tok_s[0]);
         }
-        double cpu_share = (cpu_s() - cpu0) / ((now_s() - wall0) * threads);
+        double cpu_share = (bench_clock_s(CLOCK_PROCESS_CPUTIME_ID) - cpu0) / ((bench_now_s() - wall0) * threads);
         long majflt = major_faults() - majflt0;
         long rss = mem.rss;
         size_t kv_bytes = mem.kv_bytes;

@@ -41,6 +41,7 @@
 
 #include "spec_bench.h"
 #include "worker-client.h"
+#include "bench_clock.h"
 
 #define SPEC_BENCH_KMAX 4
 #define CONTEXT 128
@@ -69,8 +70,7 @@ static int verify_cost(const struct dse_model *m, struct dse_pool *pool, int rep
                 return -ENOMEM;
         uint64_t x = 0x9E3779B97F4A7C15ull;
         for (int i = 0; i < n_ctx; i++) {
-                x ^= x << 13, x ^= x >> 7, x ^= x << 17;
-                toks[i] = (int32_t)(x % (uint64_t)vocab);
+                toks[i] = (int32_t)(bench_xorshift64(&x) % (uint64_t)vocab);
         }
         int seq = dse_kv_seq_open(kv);
         struct dse_batch_seq one = {seq, toks, CONTEXT, NULL};
@@ -83,14 +83,13 @@ static int verify_cost(const struct dse_model *m, struct dse_pool *pool, int rep
                         int len = dse_kv_seq_len(kv, seq);
                         int32_t nd = k;
                         one = (struct dse_batch_seq){seq, toks + len, k + 1, logits};
-                        struct timespec a, z;
-                        clock_gettime(CLOCK_MONOTONIC, &a);
+                        double t0 = bench_now_s();
                         if ((r = dse_batch_verify(b, &one, &nd, 1, &d)) < 0)
                                 return fprintf(stderr, "dsvisor-bench spec: verify: %s\n", d.msg), r;
-                        clock_gettime(CLOCK_MONOTONIC, &z);
+                        double t1 = bench_now_s();
                         dse_kv_seq_accept(kv, seq, NULL, 0);
                         if (rep >= 0)
-                                t[(size_t)k * reps + rep] = (double)(z.tv_sec - a.tv_sec) + (z.tv_nsec - a.tv_nsec) * 1e-9;
+                                t[(size_t)k * reps + rep] = t1 - t0;
                 }
         double med[SPEC_BENCH_KMAX + 1];
         for (int k = 0; k <= SPEC_BENCH_KMAX; k++) {

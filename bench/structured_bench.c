@@ -38,7 +38,7 @@ static int stats(struct wc *c, uint64_t seq, struct dsv_ipc_stats *ret) {
 static long round_once(struct wc *c, int b, int constrained, int gen, uint64_t *next_id, double *secs) {
         static struct wc_result res[WC_MAX_REQ];
         memset(res, 0, sizeof res);
-        double t0 = wc_now_s();
+        double t0 = bench_now_s();
         for (int i = 0; i < b; i++) {
                 struct dsv_ipc_msg m = {.type = DSV_IPC_REQUEST};
                 struct dsv_ipc_request *q = &m.u.request;
@@ -60,7 +60,7 @@ static long round_once(struct wc *c, int b, int constrained, int gen, uint64_t *
         /* ids cycle through 1..WC_MAX_REQ-1 so results land in res[] */
         if (wc_collect(c, res, b, 300) < b)
                 return -ETIMEDOUT;
-        *secs += wc_now_s() - t0;
+        *secs += bench_now_s() - t0;
         long tokens = 0;
         for (int i = 0; i < b; i++) {
                 const struct wc_result *r = &res[*next_id + (uint64_t)i];

@@ -32,6 +32,7 @@
 #include <time.h>
 
 #include "thread_scaling.h"
+#include "bench_clock.h"
 
 #define MAX_COUNTS 8
 #define MAX_ROUNDS 64
@@ -46,12 +47,6 @@ struct count_stats {
         int n_ph;
         struct dse_pool_phase_timing ph[DSE_POOL_TIMING_PHASES];
 };
-
-static double clock_ns(clockid_t clock) {
-        struct timespec ts;
-        clock_gettime(clock, &ts);
-        return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
-}
 
 static void merge_phases(struct count_stats *c, const struct dse_pool_phase_timing *ph, int n) {
         for (int i = 0; i < n; i++) {
@@ -110,22 +105,22 @@ static int decode(const struct dse_model *m, struct count_stats *c, int steps, e
                 rng = rng * 6364136223846793005ull + 1442695040888963407ull;
                 tok = (int32_t)((rng >> 33) % (uint64_t)vocab);
                 if (step == 1)
-                        t0 = clock_ns(CLOCK_MONOTONIC);
+                        t0 = bench_now_s();
                 if (step == steps + 1) {
-                        *ret_tok_s = steps / ((clock_ns(CLOCK_MONOTONIC) - t0) * 1e-9);
+                        *ret_tok_s = steps / (bench_now_s() - t0);
                         dse_pool_timing_start(c->pool);
                 }
-                double w = clock_ns(CLOCK_MONOTONIC), cpu = clock_ns(CLOCK_THREAD_CPUTIME_ID);
+                double w = 1e9 * bench_clock_s(CLOCK_MONOTONIC), cpu = 1e9 * bench_clock_s(CLOCK_THREAD_CPUTIME_ID);
                 if (step == steps + 1)
                         cpu0 = cpu;
                 if ((r = dse_batch_step(b, &seq, 1, &d)) < 0)
                         goto out;
                 if (step > steps) {
-                        c->step_wall_ns += clock_ns(CLOCK_MONOTONIC) - w;
+                        c->step_wall_ns += 1e9 * bench_clock_s(CLOCK_MONOTONIC) - w;
                         c->acc_steps++;
                 }
         }
-        c->step_cpu_ns += clock_ns(CLOCK_THREAD_CPUTIME_ID) - cpu0;
+        c->step_cpu_ns += 1e9 * bench_clock_s(CLOCK_THREAD_CPUTIME_ID) - cpu0;
         dse_pool_timing_stop(c->pool);
         struct dse_pool_phase_timing ph[DSE_POOL_TIMING_PHASES];
         int n = dse_pool_timing_read(c->pool, ph, DSE_POOL_TIMING_PHASES);

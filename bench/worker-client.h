@@ -19,12 +19,7 @@
 #include <unistd.h>
 
 #include "dsv_ipc.h"
-
-static inline double wc_now_s(void) {
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
+#include "bench_clock.h"
 
 static inline int64_t wc_realtime_ms(void) {
         struct timespec ts;
@@ -154,8 +149,8 @@ static inline int wc_recv(struct wc *c, struct dsv_ipc_msg *m, int timeout_ms) {
 /* Receives until a message of type arrives (late health replies of wc_wait_state and
  * other events are skipped): 0 with *m filled, or -ETIMEDOUT. */
 static inline int wc_recv_type(struct wc *c, struct dsv_ipc_msg *m, enum dsv_ipc_msg_type type, int timeout_ms) {
-        double end = wc_now_s() + timeout_ms / 1000.0;
-        while (wc_now_s() < end) {
+        double end = bench_now_s() + timeout_ms / 1000.0;
+        while (bench_now_s() < end) {
                 if (wc_recv(c, m, 100) < 0)
                         continue;
                 if (m->type == type)
@@ -167,9 +162,9 @@ static inline int wc_recv_type(struct wc *c, struct dsv_ipc_msg *m, enum dsv_ipc
 
 /* Sends health probes until a reply says state (e.g. "ready"); 0 or -ETIMEDOUT. */
 static inline int wc_wait_state(struct wc *c, const char *state, double timeout_s) {
-        double end = wc_now_s() + timeout_s;
+        double end = bench_now_s() + timeout_s;
         uint64_t seq = 1;
-        while (wc_now_s() < end) {
+        while (bench_now_s() < end) {
                 struct dsv_ipc_msg m = {.type = DSV_IPC_HEALTH};
                 m.u.probe.seq = seq++;
                 wc_send(c, &m);
@@ -209,12 +204,12 @@ struct wc_result {
  * or timeout; returns the number done. Errors with id 0 go to res[0]. */
 static inline int wc_collect(struct wc *c, struct wc_result *res, int n_expected, double timeout_s) {
         int n_done = 0;
-        double end = wc_now_s() + timeout_s;
-        while (n_done < n_expected && wc_now_s() < end) {
+        double end = bench_now_s() + timeout_s;
+        while (n_done < n_expected && bench_now_s() < end) {
                 struct dsv_ipc_msg m;
                 if (wc_recv(c, &m, 200) < 0)
                         continue;
-                double t = wc_now_s();
+                double t = bench_now_s();
                 uint64_t id = m.type == DSV_IPC_TOKEN ? m.u.token.id
                               : m.type == DSV_IPC_FINAL ? m.u.final.id
                               : m.type == DSV_IPC_ERROR ? m.u.error.id
@@ -290,9 +285,9 @@ static inline int wc_stats(struct wc *c, uint64_t seq, struct dsv_ipc_stats *ret
 
 /* Waits up to timeout_s for pid; its wait status, or -ETIMEDOUT (still running). */
 static inline int wc_wait_exit(pid_t pid, double timeout_s) {
-        double end = wc_now_s() + timeout_s;
+        double end = bench_now_s() + timeout_s;
         int st;
-        while (wc_now_s() < end) {
+        while (bench_now_s() < end) {
                 pid_t r = waitpid(pid, &st, WNOHANG);
                 if (r == pid)
                         return st;

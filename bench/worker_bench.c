@@ -110,12 +110,12 @@ int main(int argc, char **argv) {
                 static struct wc_result res[WC_MAX_REQ];
                 memset(res, 0, sizeof res);
                 int next = 1, in_flight = 0, finished = 0;
-                double t0 = wc_now_s();
+                double t0 = bench_now_s();
                 while (finished < per_level) {
                         while (in_flight < level && next <= per_level) {
                                 struct dsv_ipc_msg m = wc_tokens_request((uint64_t)next, prompts[next],
                                                                          (size_t)prompt_tokens, gen_tokens, 0, 0);
-                                res[next].t_sent = wc_now_s();
+                                res[next].t_sent = bench_now_s();
                                 if (wc_send(&c, &m) < 0) {
                                         fprintf(stderr, "worker_bench: send failed\n");
                                         status = 1;
@@ -133,7 +133,7 @@ int main(int argc, char **argv) {
                         }
                         in_flight -= finished - before;
                 }
-                double wall = wc_now_s() - t0;
+                double wall = bench_now_s() - t0;
                 static double ttft[WC_MAX_REQ], itl[WC_MAX_REQ * WC_MAX_OUT];
                 int n_itl = 0;
                 long decoded = 0;

@@ -20,18 +20,7 @@
 #include <time.h>
 
 #include "dse.h"
-
-static double now_s(void) {
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static double cpu_s(void) {
-        struct timespec ts;
-        clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-        return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
+#include "bench_clock.h"
 
 static char *slurp(const char *path, size_t *ret_len) {
         FILE *f = fopen(path, "rb");
@@ -73,9 +62,9 @@ static long encode_all(const struct dse_tokenizer *tok, const char *text, size_t
 static int load_once(const char *path) {
         struct dse_tokenizer *tok = NULL;
         struct dse_diag diag = {{0}};
-        double t0 = now_s(), c0 = cpu_s();
+        double t0 = bench_now_s(), c0 = bench_clock_s(CLOCK_PROCESS_CPUTIME_ID);
         int r = dse_tokenizer_load_file(path, &tok, &diag);
-        double dt = now_s() - t0, dc = cpu_s() - c0;
+        double dt = bench_now_s() - t0, dc = bench_clock_s(CLOCK_PROCESS_CPUTIME_ID) - c0;
         if (r < 0) {
                 fprintf(stderr, "bench_tokenizer: %s\n", diag.msg);
                 return 1;
@@ -109,9 +98,9 @@ int main(int argc, char **argv) {
                 struct dse_diag diag = {{0}};
                 dse_tokenizer_free(tok);
                 tok = NULL;
-                double t0 = now_s(), c0 = cpu_s();
+                double t0 = bench_now_s(), c0 = bench_clock_s(CLOCK_PROCESS_CPUTIME_ID);
                 int r = dse_tokenizer_load_file(argv[1], &tok, &diag);
-                double dt = now_s() - t0, dc = cpu_s() - c0;
+                double dt = bench_now_s() - t0, dc = bench_clock_s(CLOCK_PROCESS_CPUTIME_ID) - c0;
                 load_cpu_best = dc < load_cpu_best ? dc : load_cpu_best;
                 if (r < 0) {
                         fprintf(stderr, "bench_tokenizer: %s\n", diag.msg);
@@ -136,9 +125,9 @@ int main(int argc, char **argv) {
                 }
         double best = 1e9;
         for (int r = 0; r < rounds; r++) {
-                double t0 = now_s();
+                double t0 = bench_now_s();
                 encode_all(tok, text, text_len, ids, cap);
-                double dt = now_s() - t0;
+                double dt = bench_now_s() - t0;
                 best = dt < best ? dt : best;
         }
         printf("dse load_ms %.1f best_s %.6f load_cpu_ms %.1f\n", load_best * 1e3, best, load_cpu_best * 1e3);

@@ -371,8 +371,8 @@ TEST(heartbeat_during_long_step) {
         h.u.probe.seq = 777;
         ASSERT_OK(wc_send(&c, &h));
         int got_health = 0, got_token = 0;
-        double t0 = wc_now_s();
-        while (!got_token && wc_now_s() - t0 < 120) {
+        double t0 = bench_now_s();
+        while (!got_token && bench_now_s() - t0 < 120) {
                 struct dsv_ipc_msg r;
                 if (wc_recv(&c, &r, 200) < 0)
                         continue;
