@@ -165,6 +165,15 @@ static inline uint64_t t_ulps_double(double a, double b) {
                                (unsigned long long)(max_ulps));                       \
         } while (0)
 
+/* Marsaglia's xorshift64, for tests that draw seeded random inputs. */
+static inline uint64_t t_xorshift64(uint64_t *state) {
+        uint64_t x = *state;
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        return *state = x;
+}
+
 /* Path of a file under the shared fixtures folder (DSV_FIXTURES, set by ctest). */
 static inline const char *t_fixture(const char *rel) {
         static char buf[4][4096];

@@ -9,15 +9,11 @@
 #include <string.h>
 
 #include "dse.h"
+#include "t.h"
 
 static uint64_t rng_state;
 static inline void rng_seed(uint64_t s) { rng_state = s * 0x9E3779B97F4A7C15ull + 1; }
-static inline uint32_t rng_u32(void) {
-        rng_state ^= rng_state << 13;
-        rng_state ^= rng_state >> 7;
-        rng_state ^= rng_state << 17;
-        return (uint32_t)(rng_state >> 11);
-}
+static inline uint32_t rng_u32(void) { return (uint32_t)(t_xorshift64(&rng_state) >> 11); }
 static inline float rng_unit(void) { return (float)(rng_u32() % 2000001) / 1000000.0f - 1.0f; }
 
 static inline double bf16_value(uint16_t h) {

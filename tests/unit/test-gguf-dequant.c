@@ -14,12 +14,7 @@
 
 static uint64_t rng = 0x9e3779b97f4a7c15ull;
 
-static uint32_t next(void) {
-        rng ^= rng << 13;
-        rng ^= rng >> 7;
-        rng ^= rng << 17;
-        return (uint32_t)(rng >> 32);
-}
+static uint32_t next(void) { return (uint32_t)(t_xorshift64(&rng) >> 32); }
 
 /* byte offsets of the f16 fields of each block type */
 static void set_scales(uint32_t type, uint8_t *b) {

@@ -430,12 +430,7 @@ TEST(pattern_properties) {
 /* ---- the token trie mask against the per-token scan ---- */
 
 static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
-static uint32_t rng(void) {
-        rng_state ^= rng_state << 13;
-        rng_state ^= rng_state >> 7;
-        rng_state ^= rng_state << 17;
-        return (uint32_t)(rng_state >> 11);
-}
+static uint32_t rng(void) { return (uint32_t)(t_xorshift64(&rng_state) >> 11); }
 
 /* walks random walks of up to steps tokens per schema; the scan twin costs a whole
  * vocabulary per state, so big vocabularies get fewer states */

@@ -10,12 +10,7 @@
 #include "utf8.h"
 
 static uint64_t rng = 0x9E3779B97F4A7C15ull;
-static uint32_t next_u32(void) {
-        rng ^= rng << 13;
-        rng ^= rng >> 7;
-        rng ^= rng << 17;
-        return (uint32_t)(rng >> 16);
-}
+static uint32_t next_u32(void) { return (uint32_t)(t_xorshift64(&rng) >> 16); }
 
 /* One buffer through all three: 1 when they agree. */
 static int agree(const char *s, size_t len) {
