@@ -7,15 +7,15 @@
 #       [--model DIR] [--max-queue N] [--max-queue-wait-pct P] [--seed 1] [--housekeeping-cpus LIST]
 #       [--client-cpus auto|any|LIST] [--build-dir DIR] [--out DIR]
 #
-# --max-queue (default 8) and --max-queue-wait-pct (default 50 here; dsvisor's own default
-# is 0, off) go to `dsvisor start` as they are.
+# --max-queue (default 8) and --max-queue-wait-pct (default 50, dsvisor's own default) go
+# to `dsvisor start` as they are.
 # --rounds rounds on one running dsvisor, each measuring capacity and then every load
 # factor, so each round's ratios are same-run and the spread between rounds shows how far
 # one run can be trusted (about 5 minutes with the defaults on a quiet host). Capacity is
 # measured first in each round (unless --capacity is given): closed loop with as many
 # requests in flight as the instances run at once plus the queues they keep (max-batch 8
 # + --max-queue per instance, or fewer: the queue wait bound, --max-queue-wait-pct P of a
-# service time, is a queue of P % of the running batch) for --duration seconds, so no
+# service time, is a queue of P % of the full batch) for --duration seconds, so no
 # client spins on refusals; its completed QPS is that round's "100 %". Then for each
 # load factor F an open-loop Poisson run at F x that capacity for --duration seconds
 # (dsvisor-bench-load --qps, no client-side cap on requests in flight),
