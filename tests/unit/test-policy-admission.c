@@ -146,44 +146,35 @@ TEST(queue_wait_rule_is_off_at_zero_and_with_nothing_running) {
 
 TEST(queue_wait_rule_waits_for_a_full_batch) {
         struct dsv_policy_admit_limits lim = {.max_queue_per_instance = 32, .max_queue_wait_pct = 50};
-        /* ramping up: 2 of 8 slots run, 3 requests are on their way into the free ones */
-        struct dsv_policy_worker_load w[1] = {{.ready = true, .queued_requests = 3, .running_seqs = 2, .max_batch = 8}};
-        ASSERT_OK(dsv_policy_admit(&lim, w, 1, 0, 100.0, &adm));
-        ASSERT_EQ(adm.verdict, DSV_POLICY_VERDICT_ADMIT);
-        /* one slot short of full, a queue of 20 still has a slot to go to; the count decides */
-        w[0].running_seqs = 7;
-        w[0].queued_requests = 20;
-        ASSERT_OK(dsv_policy_admit(&lim, w, 1, 0, 100.0, &adm));
-        ASSERT_EQ(adm.verdict, DSV_POLICY_VERDICT_ADMIT);
-        /* full: half a service time is a queue of 4 of the 8 slots */
-        w[0].running_seqs = 8;
-        w[0].queued_requests = 4;
-        ASSERT_OK(dsv_policy_admit(&lim, w, 1, 0, 100.0, &adm));
-        ASSERT_EQ(adm.verdict, DSV_POLICY_VERDICT_ADMIT);
-        w[0].queued_requests = 5;
-        ASSERT_OK(dsv_policy_admit(&lim, w, 1, 0, 100.0, &adm));
-        ASSERT_EQ(adm.verdict, DSV_POLICY_VERDICT_BUSY);
-        ASSERT_EQ(adm.http_status, 429);
-        ASSERT_EQ(adm.retry_after_s, 1); /* 5 queued at 100 rps */
-        w[0].queued_requests = 20;
-        ASSERT_OK(dsv_policy_admit(&lim, w, 1, 0, 2.0, &adm));
-        ASSERT_EQ(adm.verdict, DSV_POLICY_VERDICT_BUSY);
-        ASSERT_EQ(adm.retry_after_s, 10);
-        /* the bound is a share of the batch's capacity, not of what runs: a count above it
-         * (the gateway's own, ahead of the worker's report) takes no longer queue */
-        w[0].running_seqs = 12;
-        w[0].queued_requests = 5;
-        ASSERT_OK(dsv_policy_admit(&lim, w, 1, 0, 100.0, &adm));
-        ASSERT_EQ(adm.verdict, DSV_POLICY_VERDICT_BUSY);
-        /* a larger batch takes a longer queue at the same share */
-        w[0].max_batch = 16;
-        w[0].running_seqs = 16;
-        w[0].queued_requests = 8;
-        ASSERT_OK(dsv_policy_admit(&lim, w, 1, 0, 100.0, &adm));
-        ASSERT_EQ(adm.verdict, DSV_POLICY_VERDICT_ADMIT);
-        w[0].queued_requests = 9;
-        ASSERT_OK(dsv_policy_admit(&lim, w, 1, 0, 100.0, &adm));
-        ASSERT_EQ(adm.verdict, DSV_POLICY_VERDICT_BUSY);
+        static const struct {
+                uint32_t max_batch, running, queued;
+                double rps;
+                enum dsv_policy_verdict verdict;
+                uint32_t retry_after_s;
+        } cases[] = {
+                /* ramping up: 2 of 8 slots run, 3 requests are on their way into the free ones */
+                {8, 2, 3, 100.0, DSV_POLICY_VERDICT_ADMIT, 0},
+                /* one slot short of full, a queue of 20 still has a slot to go to; the count decides */
+                {8, 7, 20, 100.0, DSV_POLICY_VERDICT_ADMIT, 0},
+                /* full: half a service time is a queue of 4 of the 8 slots */
+                {8, 8, 4, 100.0, DSV_POLICY_VERDICT_ADMIT, 0},
+                {8, 8, 5, 100.0, DSV_POLICY_VERDICT_BUSY, 1}, /* 5 queued at 100 rps */
+                {8, 8, 20, 2.0, DSV_POLICY_VERDICT_BUSY, 10},
+                /* the bound is a share of the batch's capacity, not of what runs: a count
+                 * above it (the gateway's own, ahead of the worker's report) takes no longer queue */
+                {8, 12, 5, 100.0, DSV_POLICY_VERDICT_BUSY, 1},
+                /* a larger batch takes a longer queue at the same share */
+                {16, 16, 8, 100.0, DSV_POLICY_VERDICT_ADMIT, 0},
+                {16, 16, 9, 100.0, DSV_POLICY_VERDICT_BUSY, 1},
+        };
+        for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+                struct dsv_policy_worker_load w[1] = {{.ready = true, .queued_requests = cases[i].queued,
+                                                       .running_seqs = cases[i].running, .max_batch = cases[i].max_batch}};
+                ASSERT_OK(dsv_policy_admit(&lim, w, 1, 0, cases[i].rps, &adm));
+                ASSERT_EQ(adm.verdict, cases[i].verdict);
+                ASSERT_EQ(adm.http_status, cases[i].verdict == DSV_POLICY_VERDICT_BUSY ? 429 : 0);
+                ASSERT_EQ(adm.retry_after_s, cases[i].retry_after_s);
+        }
 }
 
 TEST(bad_input) {
