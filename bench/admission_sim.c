@@ -8,21 +8,23 @@
  * CPU" and "tok CPU" columns). --prefill-per-step N bounds the prompt tokens of one step
  * (chunks, oldest first; a sequence samples its first token with its prompt's last chunk);
  * 0, the default, puts every joining prompt whole into the step, as the worker does with
- * its token budget (256) above the prompts here. Each arrival is admitted or refused by dsv_policy_admit, the
+ * its token budget (256) above the prompts here. --hide-max-batch gives admission a load
+ * without max_batch, so the running count stands for the batch's capacity (the bound as
+ * it was before workers' max_batch reached it). Each arrival is admitted or refused by dsv_policy_admit, the
  * code the gateway runs, against the worker's exact state: waiting requests, running ones,
  * max_batch. Per round (a seed) and per --max-queue-wait-pct value, as bench/overload.sh
  * does: capacity is the completed rate of a closed loop with the batch plus the queue the
  * bound keeps in flight; then Poisson arrivals at 0.7× and 5× of it for --duration
  * seconds each, every request drained. Printed: the median over the rounds of capacity,
  * the P99 latency of completed requests at 0.7× and 5×, their ratio, completed at 5× over
- * capacity, and the share refused at 5×; then the ratios' range over the rounds.
+ * capacity, and the shares refused at 0.7× and 5×; then the ratios over the rounds.
  *
  * Not modelled: the host (another thread holding the worker's CPU), the stats poll's lag,
  * HTTP and IPC time, the gateway's own CPU for refusals, prefix-cache hits.
  *
  *     admission_sim [--pct "0 25 50 100"] [--batch 8] [--max-queue 8] [--prompt-tokens 26]
  *                   [--output-mean 23] [--max-tokens 64] [--step-ms 0.16] [--token-ms 0.13]
- *                   [--prefill-per-step 0] [--duration 60] [--rounds 5] [--seed 1] */
+ *                   [--prefill-per-step 0] [--hide-max-batch] [--duration 60] [--rounds 5] [--seed 1] */
 #include <errno.h>
 #include <getopt.h>
 #include <math.h>
@@ -40,6 +42,7 @@
 struct params {
         int batch, max_queue, prompt_tokens, max_tokens;
         int prefill_per_step; /* prompt tokens a step carries at most; 0: every waiting prompt whole */
+        bool hide_max_batch;  /* admission is not told max_batch: the running batch stands for it */
         double output_mean, step_ms, token_ms, duration_s;
 };
 
@@ -141,7 +144,7 @@ struct state {
 static int admit_arrivals(struct state *st, double until, struct run_result *ret) {
         while (st->next_arrival <= until && st->next_arrival < st->p->duration_s) {
                 struct dsv_policy_worker_load w = {true, (uint32_t)st->queue.len, 0, (uint32_t)st->n_running,
-                                                   (uint32_t)st->p->batch};
+                                                   st->p->hide_max_batch ? 0 : (uint32_t)st->p->batch};
                 struct dsv_policy_admission adm;
                 int e = dsv_policy_admit(st->lim, &w, 1, 0, 0, &adm);
                 if (e < 0)
@@ -251,7 +254,7 @@ int main(int argc, char **argv) {
                 {"step-ms", required_argument, NULL, 'f'},      {"token-ms", required_argument, NULL, 'k'},
                 {"duration", required_argument, NULL, 'd'},     {"rounds", required_argument, NULL, 'r'},
                 {"seed", required_argument, NULL, 's'},         {"prefill-per-step", required_argument, NULL, 'c'},
-                {NULL, 0, NULL, 0},
+                {"hide-max-batch", no_argument, NULL, 'h'},     {NULL, 0, NULL, 0},
         };
         int c;
         while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
@@ -268,6 +271,7 @@ int main(int argc, char **argv) {
                 case 'd': r = parse_num("duration", optarg, 1, 1e6, &p.duration_s); break;
                 case 'r': r = parse_num("rounds", optarg, 1, 1000, &rounds); break;
                 case 's': r = parse_num("seed", optarg, 0, 1e15, &seed); break;
+                case 'h': p.hide_max_batch = true; break;
                 case 'c': r = parse_num("prefill-per-step", optarg, 0, 1 << 20, &v), p.prefill_per_step = (int)v; break;
                 default: return 2;
                 }
@@ -291,18 +295,19 @@ int main(int argc, char **argv) {
                 return 2;
         }
         printf("admission_sim: batch %d, max-queue %d, prompt %d tokens, output mean %g (at most %d), step %g ms + "
-               "%g ms/token, prefill per step %d (0: whole prompts), %g s per run, %d rounds from seed %.0f\n",
+               "%g ms/token, prefill per step %d (0: whole prompts), %s, %g s per run, %d rounds from seed %.0f\n",
                p.batch, p.max_queue, p.prompt_tokens, p.output_mean, p.max_tokens, p.step_ms, p.token_ms,
-               p.prefill_per_step, p.duration_s, (int)rounds, seed);
-        printf("%6s %9s %10s %10s %11s %11s %10s   %s\n", "pct", "cap QPS", "P99 0.7x", "P99 5x", "P99 ratio",
-               "QPS ratio", "refused 5x", "ratios over the rounds (P99; QPS)");
+               p.prefill_per_step, p.hide_max_batch ? "max_batch hidden from admission" : "admission knows max_batch",
+               p.duration_s, (int)rounds, seed);
+        printf("%6s %9s %10s %10s %11s %11s %12s %10s   %s\n", "pct", "cap QPS", "P99 0.7x", "P99 5x", "P99 ratio",
+               "QPS ratio", "refused 0.7x", "refused 5x", "ratios over the rounds (P99; QPS)");
         for (int i = 0; i < n_pcts; i++) {
                 struct dsv_policy_admit_limits lim = {.max_queue_per_instance = (uint32_t)p.max_queue,
                                                       .max_queue_wait_pct = (uint32_t)pcts[i]};
                 int kept = (p.batch * pcts[i] + 99) / 100;
                 if (pcts[i] == 0 || kept > p.max_queue)
                         kept = p.max_queue;
-                double cap[1000], p99a[1000], p99b[1000], pr[1000], qr[1000], ref[1000];
+                double cap[1000], p99a[1000], p99b[1000], pr[1000], qr[1000], ref_a[1000], ref[1000];
                 int n = (int)rounds;
                 for (int k = 0; k < n; k++) {
                         uint64_t s = (uint64_t)seed + (uint64_t)k * 3;
@@ -315,6 +320,7 @@ int main(int argc, char **argv) {
                         p99a[k] = ra.p99_s, p99b[k] = rb.p99_s;
                         pr[k] = rb.p99_s / ra.p99_s;
                         qr[k] = (double)rb.completed / p.duration_s / cap[k];
+                        ref_a[k] = ra.offered ? (double)ra.refused / (double)ra.offered : 0;
                         ref[k] = rb.offered ? (double)rb.refused / (double)rb.offered : 0;
                 }
                 char spread[512];
@@ -325,8 +331,9 @@ int main(int argc, char **argv) {
                 for (int k = 0; k < n && o < (int)sizeof spread - 16; k++)
                         o += snprintf(spread + o, sizeof spread - (size_t)o, " %.2f", qr[k]);
                 double pm = median(pr, n), qm = median(qr, n);
-                printf("%6d %9.1f %10.0f %10.0f %11.2f %11.2f %9.0f%%   %s\n", pcts[i], median(cap, n),
-                       median(p99a, n) * 1000, median(p99b, n) * 1000, pm, qm, median(ref, n) * 100, spread);
+                printf("%6d %9.1f %10.0f %10.0f %11.2f %11.2f %11.1f%% %9.0f%%   %s\n", pcts[i], median(cap, n),
+                       median(p99a, n) * 1000, median(p99b, n) * 1000, pm, qm, median(ref_a, n) * 100,
+                       median(ref, n) * 100, spread);
         }
         return 0;
 }
