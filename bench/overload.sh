@@ -7,15 +7,15 @@
 #       [--model DIR] [--max-queue N] [--max-queue-wait-pct P] [--seed 1] [--housekeeping-cpus LIST]
 #       [--client-cpus auto|any|LIST] [--build-dir DIR] [--out DIR]
 #
-# --max-queue (default 8) and --max-queue-wait-pct (default 50 here; dsvisor's own default
-# is 0, off) go to `dsvisor start` as they are.
+# --max-queue (default 8) and --max-queue-wait-pct (default 50, dsvisor's own default) go
+# to `dsvisor start` as they are.
 # --rounds rounds on one running dsvisor, each measuring capacity and then every load
 # factor, so each round's ratios are same-run and the spread between rounds shows how far
 # one run can be trusted (about 5 minutes with the defaults on a quiet host). Capacity is
 # measured first in each round (unless --capacity is given): closed loop with as many
 # requests in flight as the instances run at once plus the queues they keep (max-batch 8
 # + --max-queue per instance, or fewer: the queue wait bound, --max-queue-wait-pct P of a
-# service time, is a queue of P % of the running batch) for --duration seconds, so no
+# service time, is a queue of P % of the full batch) for --duration seconds, so no
 # client spins on refusals; its completed QPS is that round's "100 %". Then for each
 # load factor F an open-loop Poisson run at F x that capacity for --duration seconds
 # (dsvisor-bench-load --qps, no client-side cap on requests in flight),
@@ -27,7 +27,9 @@
 # and lost (no HTTP answer); then where the CPU went: the share of the run the worker's
 # step thread ran, waited runnable (run delay: another thread had its CPU) and slept
 # (nothing to step), the tokens per engine step (from the worker's stats, polled each
-# second), and the CPU of the supervisor (gateway included) and of the load generator;
+# second), the step thread's CPU time per step and per token carried (what a step costs,
+# apart from the time other threads held its CPU), and the CPU of the supervisor (gateway
+# included) and of the load generator;
 # and where a completed request's time went, on average: waiting in the worker's queue,
 # prefill, decode, and the rest (gateway, IPC), from /metrics.
 # Then the checks, per round and as the median (min..max) over the rounds: lost 0
@@ -55,7 +57,7 @@ while [ $# -gt 0 ]; do
     --max-queue-wait-pct) QUEUE_WAIT_PCT=$2 ;;
     --housekeeping-cpus) HOUSEKEEPING=$2 ;; --client-cpus) CLIENT_CPUS=$2 ;;
     --build-dir) BUILD=$2 ;; --out) OUT=$2 ;;
-    -h|--help) sed -n '2,44p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,46p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "overload.sh: unknown option '$1'" >&2; exit 2 ;;
   esac
   shift 2
@@ -190,6 +192,7 @@ for r in range(1, rounds + 1):
         j['why'] = ', '.join('%s %d' % (k, b[k] - a.get(k, 0)) for k in sorted(b) if b[k] - a.get(k, 0))
         steps = ib[1] - ia[1]
         j['tokens_per_step'] = (ib[0] - ia[0]) / steps if steps > 0 else None
+        j['steps'], j['step_tokens'] = steps, ib[0] - ia[0]
         done = pb.get((PHASES[0], 'count'), 0) - pa.get((PHASES[0], 'count'), 0)
         j['phases'] = [(pb.get((k, 'sum'), 0) - pa.get((k, 'sum'), 0)) / done for k in PHASES] if done > 0 else None
         s0, s1 = open(n + '.sample-before').read().split(), open(n + '.sample-after').read().split()
@@ -201,6 +204,11 @@ for r in range(1, rounds + 1):
             j['w_run'] = (int(s1[0]) - int(s0[0])) / 1e9 / wall
             j['w_delay'] = (int(s1[1]) - int(s0[1])) / 1e9 / wall
             j['w_idle'] = max(0.0, 1 - j['w_run'] - j['w_delay'])
+            # the step thread's CPU time per engine step and per token it carried: what a
+            # step costs, apart from the time others' threads held its CPU
+            run_s = (int(s1[0]) - int(s0[0])) / 1e9
+            j['step_cpu_ms'] = run_s * 1e3 / steps if steps > 0 else None
+            j['token_cpu_us'] = run_s * 1e6 / j['step_tokens'] if j['step_tokens'] > 0 else None
         runs[(r, f)] = j
 print('%-5s %-8s %8s %9s %7s %7s %6s %6s %6s %5s  %s' % ('round', 'factor', 'offered', 'completed', 'P50 ms',
       'P99 ms', '429', '503', 'no R-A', 'lost', 'rejected by reason'))
@@ -208,12 +216,15 @@ for (r, f), j in sorted(runs.items(), key=lambda kv: (kv[0][0], kv[0][1] != 'cap
     print('%-5d %-8s %8s %9.1f %7s %7s %6d %6d %6d %5d  %s' % (r, f, '%.1f' % j['target_qps'] if j['target_qps'] else 'closed',
           j['qps'], ms(j['p50_s']), ms(j['p99_s']), j['rejected_429'], j['rejected_503'],
           j['rejected_without_retry_after'], j['lost'], j['why'] or '-'))
-print('where the CPU went, % of each run\'s wall time (worker: its step thread; tokens per step from the stats poll):')
-print('%-5s %-8s %8s %9s %8s %9s %10s %7s' % ('round', 'factor', 'w. runs', 'w. waits', 'w. idle', 'tok/step',
-      'supervisor', 'client'))
+print('where the CPU went, % of each run\'s wall time (worker: its step thread; tokens per step from the stats poll;')
+print('step CPU: the step thread\'s CPU time per step, ms, and per token carried, us):')
+print('%-5s %-8s %8s %9s %8s %9s %9s %9s %10s %7s' % ('round', 'factor', 'w. runs', 'w. waits', 'w. idle', 'tok/step',
+      'step CPU', 'tok CPU', 'supervisor', 'client'))
 for (r, f), j in sorted(runs.items(), key=lambda kv: (kv[0][0], kv[0][1] != 'capacity', float(kv[0][1]) if kv[0][1] != 'capacity' else 0)):
-    print('%-5d %-8s %8s %9s %8s %9s %10s %7s' % (r, f, pct(j.get('w_run')), pct(j.get('w_delay')), pct(j.get('w_idle')),
-          '%.1f' % j['tokens_per_step'] if j['tokens_per_step'] else '-', pct(j['sup_cpu']), pct(j['client_cpu'])))
+    print('%-5d %-8s %8s %9s %8s %9s %9s %9s %10s %7s' % (r, f, pct(j.get('w_run')), pct(j.get('w_delay')), pct(j.get('w_idle')),
+          '%.1f' % j['tokens_per_step'] if j['tokens_per_step'] else '-',
+          '%.2f' % j['step_cpu_ms'] if j.get('step_cpu_ms') else '-',
+          '%.0f' % j['token_cpu_us'] if j.get('token_cpu_us') else '-', pct(j['sup_cpu']), pct(j['client_cpu'])))
 print('where the time of a completed request went, mean ms (gateway\'s /metrics; queue: waiting in the worker for')
 print('a running slot; gateway: end to end less the worker\'s three, i.e. HTTP, routing and IPC):')
 print('%-5s %-8s %8s %8s %8s %8s %8s' % ('round', 'factor', 'e2e', 'queue', 'prefill', 'decode', 'gateway'))

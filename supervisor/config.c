@@ -59,7 +59,7 @@ static const struct opt_def opts[] = {
         {"kv-disk-gib", K_INT, F(kv_disk_gib), 0, 1 << 20, "size of each instance's KV tier file"},
         {"max-queue", K_INT, F(max_queue), 1, 100000, "requests waiting per instance before 429 (32)"},
         {"max-queue-wait-pct", K_INT, F(max_queue_wait_pct), 0, 100000,
-         "expected queue wait before 429, in % of a service time, i.e. a queue of that % of the running batch (0: no limit, the default)"},
+         "expected queue wait before 429, in % of a service time, i.e. once the batch is full a queue of that % of it (0: no limit; 50)"},
         {"max-connections", K_INT, F(max_connections), 16, 1000000, "HTTP connections before 503 (512)"},
         {"memory-max-mib", K_MIB, F(memory_max_bytes), 0, 1L << 30, "memory.max per instance (0: none)"},
         {"allow-unenforced", K_BOOL, F(allow_unenforced), 0, 0, "start even when a limit asked for is not in effect"},

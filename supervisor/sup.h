@@ -69,9 +69,9 @@ int sup_place(const struct sup_place_request *req, struct sup_placement *ret, ch
 #define SUP_PORT_DEFAULT 8080
 #define SUP_GRACE_MS_DEFAULT 10000
 #define SUP_MAX_QUEUE_DEFAULT 32
-/* A queue with half a service time of wait (by Little's law, half the running batch)
- * keeps the batch full under overload; a longer one only adds wait. */
-#define SUP_MAX_QUEUE_WAIT_PCT_DEFAULT 0
+/* A queue with half a service time of wait (by Little's law, half the full batch) keeps
+ * the batch full under overload; a longer one only adds wait. */
+#define SUP_MAX_QUEUE_WAIT_PCT_DEFAULT 50
 #define SUP_MAX_CONNECTIONS_DEFAULT 512
 #define SUP_RT_PRIORITY_MAX 49 /* FIFO threads stay below the kernel's own (50) */
 

@@ -148,6 +148,9 @@ struct dsv_policy_worker_load {
         uint32_t queued_requests;      /* waiting, not yet running */
         uint32_t queued_prompt_tokens; /* prompt tokens of the waiting requests */
         uint32_t running_seqs;         /* sequences in the running batch */
+        uint32_t max_batch;            /* sequences the worker runs at once (its batch's
+                                          capacity); 0: not known, the running batch stands
+                                          for it */
 };
 
 /* The work a worker still owes: queued prompt tokens plus running sequences. */
@@ -206,10 +209,14 @@ struct dsv_policy_admission {
  * -EAGAIN means no worker is ready). The request is admitted when the target is ready,
  * its queue is under max_queue_per_instance, all queues together are under
  * max_queue_total, and the wait a new request can expect in the target's queue is at
- * most max_queue_wait_pct % of the service time of a request: by Little's law that wait is
- * queued × service time / running, so the bound is a queue of at most max_queue_wait_pct %
- * of the target's running batch (off while nothing runs there). A running batch stays
- * full with a queue of a fraction of it, and a longer queue only adds wait. Otherwise
+ * most max_queue_wait_pct % of the service time of a request. That wait only exists once
+ * the target's batch is full (running_seqs ≥ max_batch: a new request waits for a slot);
+ * then by Little's law it is queued × service time / max_batch, so the bound is a queue of
+ * at most max_queue_wait_pct % of max_batch. While the batch is still filling the rule
+ * does not apply: the queue there is requests on their way into free slots. (With
+ * max_batch 0, not known, the running batch stands for the batch's capacity; off while
+ * nothing runs there.) A full batch stays full with a queue of a fraction of it, and a
+ * longer queue only adds wait. Otherwise
  * it is refused with 429 (queues full) or 503 (no worker
  * ready: target is -EAGAIN or every worker is unready; Retry-After is
  * retry_after_unavailable_s). A 429's Retry-After estimates how long the full queue takes

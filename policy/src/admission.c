@@ -67,13 +67,17 @@ int dsv_policy_admit(const struct dsv_policy_admit_limits *limits, const struct 
                                                      drain_seconds(w->queued_requests, recent_rps / n_ready, max_s)};
                 return 0;
         }
-        /* The queue's wait, queued × service time / running (Little's law at the running
+        /* The queue's wait, queued × service time / batch (Little's law at the full
          * batch), against max_queue_wait_pct % of the service time: the service time
-         * cancels, and the rule is a queue of that share of the running batch. The drain
-         * rate over the last seconds would lag a rise in load and refuse a queue the batch
-         * needs; the running batch is the rate now. */
-        if (limits->max_queue_wait_pct && w->running_seqs > 0 &&
-            (uint64_t)w->queued_requests * 100 > (uint64_t)w->running_seqs * limits->max_queue_wait_pct) {
+         * cancels, and the rule is a queue of that share of the batch. Only a full batch
+         * makes a new request wait for a slot; while it fills (after a start or restart)
+         * the running count is small and a short queue is requests about to run, which
+         * refusing would turn away with slots free. The drain rate over the last seconds
+         * would lag a rise in load and refuse a queue the batch needs; the batch is the
+         * rate now. */
+        uint32_t batch = w->max_batch ? w->max_batch : w->running_seqs;
+        if (limits->max_queue_wait_pct && batch > 0 && w->running_seqs >= batch &&
+            (uint64_t)w->queued_requests * 100 > (uint64_t)batch * limits->max_queue_wait_pct) {
                 *ret = (struct dsv_policy_admission){
                         DSV_POLICY_VERDICT_BUSY, 429,
                         recent_rps > 0 ? drain_seconds(w->queued_requests, recent_rps / n_ready, max_s) : 1};

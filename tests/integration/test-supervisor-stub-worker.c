@@ -23,6 +23,10 @@
 
 #include "dsv_ipc.h"
 
+/* Generations it runs at once, all of them every step; reported as its max_batch, as the
+ * worker reports its own, so admission knows when its batch is full. */
+#define STUB_MAX_BATCH 256
+
 static volatile sig_atomic_t drain;
 static void on_term(int sig) {
         (void)sig;
@@ -94,7 +98,7 @@ int main(int argc, char **argv) {
         }
         int64_t t0 = now_ms();
         uint64_t boot_id = dsv_ipc_new_boot_id();
-        struct gen gens[256];
+        struct gen gens[STUB_MAX_BATCH];
         int n_gens = 0;
         for (;;) {
                 struct dsv_ipc_msg m, out;
@@ -115,9 +119,10 @@ int main(int argc, char **argv) {
                                 out.type = DSV_IPC_STATS_REPLY;
                                 out.u.stats.seq = m.u.probe.seq;
                                 out.u.stats.running = n_gens;
+                                out.u.stats.max_batch = STUB_MAX_BATCH;
                                 dsv_ipc_send(c, &out);
                         } else if (m.type == DSV_IPC_REQUEST) {
-                                if (drain || loading || n_gens == 256) {
+                                if (drain || loading || n_gens == STUB_MAX_BATCH) {
                                         out.type = DSV_IPC_ERROR;
                                         out.u.error.id = m.u.request.id;
                                         out.u.error.code = drain ? DSV_IPC_ERR_SHUTTING_DOWN : DSV_IPC_ERR_OVERLOADED;

@@ -33,6 +33,15 @@ static int send_stats(struct room *r, int running, int waiting) {
         return dsv_ipc_send(r->worker, &m);
 }
 
+/* A report with the worker's batch capacity. */
+static int send_stats_batch(struct room *r, int running, int waiting, int max_batch) {
+        struct dsv_ipc_msg m = {.type = DSV_IPC_STATS_REPLY};
+        m.u.stats.running = running;
+        m.u.stats.waiting = waiting;
+        m.u.stats.max_batch = max_batch;
+        return dsv_ipc_send(r->worker, &m);
+}
+
 static int send_final(struct room *r, uint64_t id, const char *reason) {
         struct dsv_ipc_msg m = {.type = DSV_IPC_FINAL};
         m.u.final.id = id;
@@ -182,6 +191,36 @@ TEST(a_queue_whose_wait_outlasts_half_the_service_time_is_full) {
         ASSERT_OK(call_open(&r, &c[4], &err));
 
         for (int i = 0; i < 5; i++)
+                dsv__gw_call_done(&c[i]);
+        room_close(&r);
+}
+
+/* The worker reports a batch of 4: the gateway counts 4 of its requests as running (not
+ * max_running_per_instance's 1), and the wait bound takes effect only once the batch is
+ * full: with more than 2 (half of 4) waiting behind it, the next request is refused. */
+TEST(the_wait_bound_waits_for_the_workers_batch_to_fill) {
+        struct room r;
+        ASSERT_OK(room_open(&r));
+        r.cfg.admit.max_queue_per_instance = 8;
+        r.cfg.admit.max_queue_wait_pct = 50; /* half a service time: 2 waiting per batch of 4 */
+        struct gw_call c[8];
+        struct dsv_gw_error err;
+        ASSERT_OK(send_stats_batch(&r, 0, 0, 4));
+        ASSERT_OK(wait_waiting(&r, 0));
+        for (int i = 0; i < 3; i++)
+                ASSERT_OK(call_open(&r, &c[i], &err));
+        /* ramping up: one runs, two have not been taken into the batch yet; a queue twice
+         * the running count, but slots are free */
+        ASSERT_OK(send_stats_batch(&r, 1, 2, 4));
+        ASSERT_OK(wait_waiting(&r, 2));
+        for (int i = 3; i < 7; i++) /* 4 running by the gateway's count, then 3 waiting */
+                ASSERT_OK(call_open(&r, &c[i], &err));
+        ASSERT_ERR(call_open(&r, &c[7], &err), -EAGAIN);
+        ASSERT_EQ(err.status, 429);
+        ASSERT_TRUE(err.retry_after_s >= 1);
+        dsv__gw_call_done(&c[7]);
+        ASSERT_ERR(dsv__gw_calls_queue_full(&r.calls, &err), -EAGAIN);
+        for (int i = 0; i < 7; i++)
                 dsv__gw_call_done(&c[i]);
         room_close(&r);
 }

@@ -4,7 +4,7 @@
 
 static struct dsv_policy_admission adm;
 
-#define W(ready, queued) {(ready), (queued), 0, 0}
+#define W(ready, queued) {(ready), (queued), 0, 0, 0}
 
 TEST(admits_under_limits) {
         struct dsv_policy_admit_limits lim = {.max_queue_per_instance = 4, .max_queue_total = 10};
@@ -99,7 +99,7 @@ TEST(queue_wait_over_its_share_of_service_time_is_429) {
         struct dsv_policy_admit_limits lim = {.max_queue_per_instance = 32, .max_queue_wait_pct = 50};
         /* 8 running: a queued request waits 1/8 of a service time, so half of one is a
          * queue of 4; the next request is refused */
-        struct dsv_policy_worker_load w[3] = {{true, 4, 0, 8}, {true, 5, 0, 8}, {false, 9, 0, 8}};
+        struct dsv_policy_worker_load w[3] = {{true, 4, 0, 8, 0}, {true, 5, 0, 8, 0}, {false, 9, 0, 8, 0}};
         ASSERT_OK(dsv_policy_admit(&lim, w, 3, 0, 200.0, &adm));
         ASSERT_EQ(adm.verdict, DSV_POLICY_VERDICT_ADMIT);
         ASSERT_EQ(adm.retry_after_s, 0);
@@ -126,7 +126,7 @@ TEST(queue_wait_over_its_share_of_service_time_is_429) {
 
 TEST(queue_wait_rule_is_off_at_zero_and_with_nothing_running) {
         struct dsv_policy_admit_limits lim = {.max_queue_per_instance = 32};
-        struct dsv_policy_worker_load w[1] = {{true, 20, 0, 1}};
+        struct dsv_policy_worker_load w[1] = {{true, 20, 0, 1, 0}};
         ASSERT_OK(dsv_policy_admit(&lim, w, 1, 0, 100.0, &adm)); /* 0: off */
         ASSERT_EQ(adm.verdict, DSV_POLICY_VERDICT_ADMIT);
         lim.max_queue_wait_pct = 1;
@@ -142,6 +142,39 @@ TEST(queue_wait_rule_is_off_at_zero_and_with_nothing_running) {
         w[0].queued_requests = 4;
         ASSERT_OK(dsv_policy_admit(&lim, w, 1, 0, 0.0, &adm));
         ASSERT_EQ(adm.retry_after_s, 60);
+}
+
+TEST(queue_wait_rule_waits_for_a_full_batch) {
+        struct dsv_policy_admit_limits lim = {.max_queue_per_instance = 32, .max_queue_wait_pct = 50};
+        static const struct {
+                uint32_t max_batch, running, queued;
+                double rps;
+                enum dsv_policy_verdict verdict;
+                uint32_t retry_after_s;
+        } cases[] = {
+                /* ramping up: 2 of 8 slots run, 3 requests are on their way into the free ones */
+                {8, 2, 3, 100.0, DSV_POLICY_VERDICT_ADMIT, 0},
+                /* one slot short of full, a queue of 20 still has a slot to go to; the count decides */
+                {8, 7, 20, 100.0, DSV_POLICY_VERDICT_ADMIT, 0},
+                /* full: half a service time is a queue of 4 of the 8 slots */
+                {8, 8, 4, 100.0, DSV_POLICY_VERDICT_ADMIT, 0},
+                {8, 8, 5, 100.0, DSV_POLICY_VERDICT_BUSY, 1}, /* 5 queued at 100 rps */
+                {8, 8, 20, 2.0, DSV_POLICY_VERDICT_BUSY, 10},
+                /* the bound is a share of the batch's capacity, not of what runs: a count
+                 * above it (the gateway's own, ahead of the worker's report) takes no longer queue */
+                {8, 12, 5, 100.0, DSV_POLICY_VERDICT_BUSY, 1},
+                /* a larger batch takes a longer queue at the same share */
+                {16, 16, 8, 100.0, DSV_POLICY_VERDICT_ADMIT, 0},
+                {16, 16, 9, 100.0, DSV_POLICY_VERDICT_BUSY, 1},
+        };
+        for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+                struct dsv_policy_worker_load w[1] = {{.ready = true, .queued_requests = cases[i].queued,
+                                                       .running_seqs = cases[i].running, .max_batch = cases[i].max_batch}};
+                ASSERT_OK(dsv_policy_admit(&lim, w, 1, 0, cases[i].rps, &adm));
+                ASSERT_EQ(adm.verdict, cases[i].verdict);
+                ASSERT_EQ(adm.http_status, cases[i].verdict == DSV_POLICY_VERDICT_BUSY ? 429 : 0);
+                ASSERT_EQ(adm.retry_after_s, cases[i].retry_after_s);
+        }
 }
 
 TEST(bad_input) {

@@ -2,7 +2,7 @@
 #include "dsv_policy.h"
 #include "t.h"
 
-#define W(ready, tokens, running) {(ready), 0, (tokens), (running)}
+#define W(ready, tokens, running) {(ready), 0, (tokens), (running), 0}
 
 static int pick(struct dsv_policy_router *r, const struct dsv_policy_worker_load *w, size_t n) {
         return dsv_policy_route_pick(r, w, n, NULL, 0);

@@ -27,8 +27,9 @@
  * check). The polling's stats_reply feeds the load like dsv_gateway_instance_set_load()
  * does.
  *
- * Load: the gateway counts the requests it has in flight on each instance (up to
- * max_running_per_instance count as running, the rest as waiting). A caller (or the stats
+ * Load: the gateway counts the requests it has in flight on each instance (up to the
+ * batch's capacity count as running, the rest as waiting: the worker's reported
+ * max_batch, max_running_per_instance until it reports one). A caller (or the stats
  * polling) may add the worker's own view with dsv_gateway_instance_set_load(); routing and
  * admission then use the larger of the two, field by field.
  *
@@ -131,7 +132,8 @@ struct dsv_gateway_config {
                                             * accept path, then close; 0 (default): no cap */
         uint32_t request_timeout_ms;       /* arrival to last token; 0 (default): no deadline */
         uint32_t health_interval_ms;       /* health+stats polling period; 0 (default): off */
-        uint32_t max_running_per_instance; /* in-flight requests counted as running; default 8 */
+        uint32_t max_running_per_instance; /* in-flight requests counted as running until the
+                                            * worker reports its max_batch; default 8 */
         int http_rt_priority;              /* > 0: the HTTP threads (accept, libmicrohttpd's
                                             * polling and per-connection threads) run
                                             * SCHED_FIFO at it, above the workers' compute

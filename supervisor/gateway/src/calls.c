@@ -226,12 +226,13 @@ static struct dsv_policy_worker_load ext_now_locked(const struct gw_instance *in
         return w;
 }
 
-/* Our own count (in flight, the first max_running of them running) against the worker's
- * report (less what it ended since), whichever says more. */
+/* Our own count (in flight, the first max_batch of them running) against the worker's
+ * report (less what it ended since), whichever says more. The batch's capacity is the
+ * worker's own once it reported one, max_running_per_instance until then. */
 static struct dsv_policy_worker_load instance_load_locked(const struct gw_calls *cs, const struct gw_instance *in,
                                                           bool up) {
-        uint32_t running = in->inflight < cs->cfg->max_running_per_instance ? in->inflight
-                                                                            : cs->cfg->max_running_per_instance;
+        uint32_t max_batch = in->has_ext && in->ext.max_batch ? in->ext.max_batch : cs->cfg->max_running_per_instance;
+        uint32_t running = in->inflight < max_batch ? in->inflight : max_batch;
         uint32_t waiting = in->inflight - running;
         uint64_t waiting_tokens = in->inflight ? in->inflight_prompt_tokens * waiting / in->inflight : 0;
         struct dsv_policy_worker_load w = {
@@ -239,6 +240,7 @@ static struct dsv_policy_worker_load instance_load_locked(const struct gw_calls 
                 .queued_requests = waiting,
                 .queued_prompt_tokens = max_u32(waiting_tokens, 0),
                 .running_seqs = running,
+                .max_batch = max_batch,
         };
         if (in->has_ext) {
                 struct dsv_policy_worker_load ext = ext_now_locked(in);
@@ -512,6 +514,7 @@ static void link_dispatch(struct gw_link *l, struct dsv_ipc_msg *m) {
                                                         ? max_u32((uint64_t)m->u.stats.queued_prompt_tokens, 0)
                                                         : 0,
                         .running_seqs = m->u.stats.running > 0 ? (uint32_t)m->u.stats.running : 0,
+                        .max_batch = m->u.stats.max_batch > 0 ? (uint32_t)m->u.stats.max_batch : 0,
                 };
                 in->kv_blocks_used = m->u.stats.kv_blocks_used;
                 in->kv_blocks_total = m->u.stats.kv_blocks_total;
