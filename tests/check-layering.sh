@@ -78,7 +78,7 @@ check() {
 }
 
 # module-dir, allowed-regex, why: every #include "..." names a file of the module itself
-# (found beside the including file) or matches the regex.
+# (found beside the including file or at the module's top) or matches the regex.
 check_only() {
   local dir=$1 re=$2 why=$3 hits="" f line name
   n_checks=$((n_checks + 1))
@@ -87,6 +87,7 @@ check_only() {
       name=${line#*:}; name=${name#*\"}; name=${name%%\"*}
       case $name in ../* | */../*) hits+="$f:$line"$'\n'; continue ;; esac
       [ -f "$(dirname "$f")/$name" ] && continue
+      [ -f "$dir/$name" ] && continue
       printf '%s' "$name" | grep -qxE "$re" || hits+="$f:$line"$'\n'
     done < <(grep -nE '^#include[[:space:]]*"' "$f")
   done < <(find "$dir" -type f \( -name '*.c' -o -name '*.h' \) 2>/dev/null)
