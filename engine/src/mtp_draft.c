@@ -13,12 +13,12 @@
  * A sequence decoding plainly (one token, no drafts, per step) needs no module rows
  * until it drafts again, so its rows wait, with the main model's hidden states they are
  * made from, and are written in one pass over the module (the GEMM path) when it drafts,
- * takes a step of more tokens, or the step would fill the block holding the first
- * waiting position: a full block enters the prefix table, and another sequence
- * attaching it reads its rows, so each block's rows are written no later than the
- * eager order writes them (its last row at the step after it fills). A row's
- * arithmetic does not depend on the rows computed beside it, so the rows are the ones
- * the eager order writes, bit for bit. */
+ * takes a step of more tokens, has MTP_DEFER_MAX rows waiting, or the step would fill
+ * the block holding the first waiting position: a full block enters the prefix table,
+ * and another sequence attaching it reads its rows, so each block's rows are written
+ * no later than the eager order writes them (its last row at the step after it fills).
+ * A row's arithmetic does not depend on the rows computed beside it, so the rows are
+ * the ones the eager order writes, bit for bit. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,10 +26,12 @@
 #include "internal.h"
 #include "mtp.h"
 
-/* Positions of plain steps whose rows may wait; block boundaries cut the wait sooner
- * (16 positions at the worker's block size): this bounds the kept hidden states where
- * blocks are longer. */
-#define MTP_DEFER_MAX 32
+/* Positions whose rows may wait. A few are enough for one module pass to serve several
+ * rows, and few enough that the pass barely sets apart the step that runs it: the
+ * worker prices drafts by the time of its steps, and a sequence's first drafting step
+ * after plain ones also runs the pass (written as they wait for longer, its rows made
+ * those steps read dearer and the plain ones cheaper than they are). */
+#define MTP_DEFER_MAX 4
 /* Hidden states kept per sequence: the waiting positions, or the last non-draft
  * position of a step and its drafts. */
 #define MTP_KEPT (MTP_DEFER_MAX > 1 + DSE_MTP_MAX_DRAFT ? MTP_DEFER_MAX : 1 + DSE_MTP_MAX_DRAFT)
