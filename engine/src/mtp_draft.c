@@ -147,8 +147,8 @@ static struct mtp_seq *seq_state(struct dse__mtp *m, int seq) {
 }
 
 /* Gathers the rows of seq's pending positions that survived verification (next_token
- * follows the last of them); logits, when not NULL, for the last. Returns how many. */
-static int add_catch_up(struct dse__mtp *m, int seq, int32_t next_token, float *logits) {
+ * follows the last of them); logits, when not NULL, for the last. */
+static void add_catch_up(struct dse__mtp *m, int seq, int32_t next_token, float *logits) {
         struct mtp_seq *q = seq_state(m, seq);
         int32_t len = dse_kv_seq_len(m->kv, seq), n = len - q->pend_pos;
         n = n < q->n_pend ? n : q->n_pend;
@@ -162,7 +162,6 @@ static int add_catch_up(struct dse__mtp *m, int seq, int32_t next_token, float *
         }
         q->pend_pos = len;
         q->n_pend = 0;
-        return n;
 }
 
 /* Whether seq's waiting rows may wait through a step of n_tokens tokens, n_draft of them
