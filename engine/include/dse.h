@@ -906,8 +906,11 @@ int dse_session_eval_mtp(struct dse_session *s, const int32_t *tokens, size_t n_
 
 /* From now on the batch's steps also run the MTP module over every position whose next
  * token is final and keep the hidden states of the others (at most DSE_MTP_MAX_DRAFT
- * drafts per sequence and step: -EINVAL beyond). Takes a few KV blocks for the drafts'
- * own rows (-ENOSPC). -EOPNOTSUPP for a model without an MTP module. */
+ * drafts per sequence and step: -EINVAL beyond). A sequence's one-token steps let its
+ * module rows wait, until it drafts or a KV block would fill with rows waiting, and
+ * then write them in one pass, the rows the eager order would write; so plain decoding
+ * with MTP enabled costs about what it costs without. Takes a few KV blocks for the
+ * drafts' own rows (-ENOSPC). -EOPNOTSUPP for a model without an MTP module. */
 int dse_batch_enable_mtp(struct dse_batch *b, struct dse_diag *reterr);
 /* Up to max_draft greedy MTP drafts (max_draft <= DSE_MTP_MAX_DRAFT) to follow
  * sequence seq, whose last evaluated position's token was just sampled as next_token

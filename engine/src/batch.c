@@ -115,7 +115,7 @@ int dse_batch_verify(struct dse_batch *b, const struct dse_batch_seq *seqs, cons
                 if ((r = dse__kv_seq_reserve(b->kv, seqs[i].seq, (size_t)seqs[i].n_tokens)) < 0)
                         return r; /* cannot happen: check_seqs counted the blocks */
         if (b->mtp)
-                dse__mtp_catch_up_step(b->mtp, seqs, n_seqs);
+                dse__mtp_catch_up_step(b->mtp, seqs, n_draft, n_seqs);
         int n = 0;
         for (size_t i = 0; i < n_seqs; i++) {
                 const struct dse_batch_seq *q = &seqs[i];

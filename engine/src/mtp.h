@@ -7,7 +7,8 @@
  * the token at p + 1, so it can be written only once that token is known: during a
  * step, for every evaluated position but the last non-draft one and the drafts (whose
  * hidden states the state keeps, "pending"); the pending positions that survive
- * verification are caught up by the next draft or step. */
+ * verification are caught up by the next draft, or by the next step unless it is a
+ * plain one-token step that lets them wait (mtp_draft.c says when). */
 #ifndef DSE_MTP_H
 #define DSE_MTP_H
 
@@ -21,9 +22,12 @@ struct dse__mtp;
 int dse__mtp_new(struct dse_session *s, struct dse_kv_cache *kv, struct dse__mtp **ret, struct dse_diag *reterr);
 void dse__mtp_free(struct dse__mtp *m);
 
-/* Before a step over seqs (each checked by the caller): writes the module's rows of the
- * positions still pending, the token after the last being the step's first. */
-void dse__mtp_catch_up_step(struct dse__mtp *m, const struct dse_batch_seq *seqs, size_t n_seqs);
+/* Before a step over seqs (each checked by the caller; the last n_draft[i] tokens of
+ * seqs[i] drafts, n_draft NULL: none): writes the module's rows of the positions still
+ * pending, the token after the last being the step's first, for the sequences whose rows
+ * may not wait longer. */
+void dse__mtp_catch_up_step(struct dse__mtp *m, const struct dse_batch_seq *seqs, const int32_t *n_draft,
+                            size_t n_seqs);
 
 /* A main forward call's token: token t of its sequence's step entry (n_tokens tokens,
  * the last n_draft of them drafts). */

@@ -8,7 +8,17 @@
  * on. Those chained rows sit past the sequence's end: in its own last block where it has
  * room, else in a few blocks the drafter took from the pool, and the next step's rows
  * overwrite them. Only the first module drafts (DeepSeek-V3 ships one); a checkpoint's
- * further modules are loaded but not run. */
+ * further modules are loaded but not run.
+ *
+ * A sequence decoding plainly (one token, no drafts, per step) needs no module rows
+ * until it drafts again, so its rows wait, with the main model's hidden states they are
+ * made from, and are written in one pass over the module (the GEMM path) when it drafts,
+ * takes a step of more tokens, has MTP_DEFER_MAX rows waiting, or the step would fill
+ * the block holding the first waiting position: a full block enters the prefix table,
+ * and another sequence attaching it reads its rows, so each block's rows are written
+ * no later than the eager order writes them (its last row at the step after it fills).
+ * A row's arithmetic does not depend on the rows computed beside it, so the rows are
+ * the ones the eager order writes, bit for bit. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,14 +26,22 @@
 #include "internal.h"
 #include "mtp.h"
 
-#define MTP_PENDING (1 + DSE_MTP_MAX_DRAFT) /* the last non-draft position and the drafts */
+/* Positions whose rows may wait. A few are enough for one module pass to serve several
+ * rows, and few enough that the pass barely sets apart the step that runs it: the
+ * worker prices drafts by the time of its steps, and a sequence's first drafting step
+ * after plain ones also runs the pass (written as they wait for longer, its rows made
+ * those steps read dearer and the plain ones cheaper than they are). */
+#define MTP_DEFER_MAX 4
+/* Hidden states kept per sequence: the waiting positions, or the last non-draft
+ * position of a step and its drafts. */
+#define MTP_KEPT (MTP_DEFER_MAX > 1 + DSE_MTP_MAX_DRAFT ? MTP_DEFER_MAX : 1 + DSE_MTP_MAX_DRAFT)
 #define T DSE__MAX_STEP_TOKENS
 
 struct mtp_seq {
         uint32_t opened;  /* the opening of the KV slot this state belongs to */
         int32_t pend_pos; /* first position whose module row is not written yet */
         int32_t n_pend;   /* main-model hidden states kept from pend_pos on */
-        float *hid;       /* (MTP_PENDING, hidden) */
+        float *hid;       /* (MTP_KEPT, hidden) */
 };
 
 struct dse__mtp {
@@ -74,7 +92,7 @@ int dse__mtp_new(struct dse_session *s, struct dse_kv_cache *kv, struct dse__mtp
         /* the chain's rows span DSE_MTP_MAX_DRAFT - 1 positions past the sequence's end */
         m->n_scratch = (DSE_MTP_MAX_DRAFT - 1 + bt - 1) / bt + 1;
         m->seqs = calloc(n_seqs, sizeof *m->seqs);
-        m->hid_mem = malloc(n_seqs * MTP_PENDING * D * sizeof(float));
+        m->hid_mem = malloc(n_seqs * MTP_KEPT * D * sizeof(float));
         m->hid_call = malloc(T * D * sizeof(float));
         m->h_in = malloc(T * D * sizeof(float));
         m->h_out = malloc(T * D * sizeof(float));
@@ -86,7 +104,7 @@ int dse__mtp_new(struct dse_session *s, struct dse_kv_cache *kv, struct dse__mtp
                 return -ENOMEM;
         }
         for (size_t i = 0; i < n_seqs; i++)
-                m->seqs[i].hid = m->hid_mem + i * MTP_PENDING * D;
+                m->seqs[i].hid = m->hid_mem + i * MTP_KEPT * D;
         if (dse__kv_blocks_take(kv, m->n_scratch, m->scratch) < 0) {
                 int n = m->n_scratch;
                 m->n_scratch = 0;
@@ -129,8 +147,8 @@ static struct mtp_seq *seq_state(struct dse__mtp *m, int seq) {
 }
 
 /* Gathers the rows of seq's pending positions that survived verification (next_token
- * follows the last of them); logits, when not NULL, for the last. Returns how many. */
-static int add_catch_up(struct dse__mtp *m, int seq, int32_t next_token, float *logits) {
+ * follows the last of them); logits, when not NULL, for the last. */
+static void add_catch_up(struct dse__mtp *m, int seq, int32_t next_token, float *logits) {
         struct mtp_seq *q = seq_state(m, seq);
         int32_t len = dse_kv_seq_len(m->kv, seq), n = len - q->pend_pos;
         n = n < q->n_pend ? n : q->n_pend;
@@ -144,12 +162,24 @@ static int add_catch_up(struct dse__mtp *m, int seq, int32_t next_token, float *
         }
         q->pend_pos = len;
         q->n_pend = 0;
-        return n;
 }
 
-void dse__mtp_catch_up_step(struct dse__mtp *m, const struct dse_batch_seq *seqs, size_t n_seqs) {
-        for (size_t i = 0; i < n_seqs; i++)
-                add_catch_up(m, seqs[i].seq, seqs[i].tokens[0], NULL);
+/* Whether seq's waiting rows may wait through a step of n_tokens tokens, n_draft of them
+ * drafts (see the top of the file). */
+static int may_wait(struct dse__mtp *m, int seq, int32_t n_tokens, int32_t n_draft) {
+        const struct mtp_seq *q = &m->seqs[seq];
+        int32_t len = dse_kv_seq_len(m->kv, seq), bt = dse__kv_block_tokens(m->kv);
+        return n_tokens == 1 && n_draft == 0 && q->n_pend >= len - q->pend_pos && len - q->pend_pos < MTP_DEFER_MAX &&
+               len + 1 < (q->pend_pos / bt + 1) * bt;
+}
+
+void dse__mtp_catch_up_step(struct dse__mtp *m, const struct dse_batch_seq *seqs, const int32_t *n_draft,
+                            size_t n_seqs) {
+        for (size_t i = 0; i < n_seqs; i++) {
+                seq_state(m, seqs[i].seq);
+                if (!may_wait(m, seqs[i].seq, seqs[i].n_tokens, n_draft ? n_draft[i] : 0))
+                        add_catch_up(m, seqs[i].seq, seqs[i].tokens[0], NULL);
+        }
         flush(m);
 }
 
@@ -166,10 +196,12 @@ void dse__mtp_after_forward(struct dse__mtp *m, const struct dse__tok *toks, con
                         add_item(m, toks[i].kv, toks[i].pos, f->tokens[f->t + 1], m->hid_call + (size_t)i * D, NULL);
                         continue;
                 }
+                /* kept after the waiting ones (dse__mtp_catch_up_step left them only
+                 * before a one-token step), else from the step's last non-draft token on */
                 struct mtp_seq *q = &m->seqs[f->seq];
-                int32_t j = f->t - last;
-                if (j == 0)
+                if (q->n_pend == 0)
                         q->pend_pos = toks[i].pos;
+                int32_t j = toks[i].pos - q->pend_pos;
                 memcpy(q->hid + (size_t)j * D, m->hid_call + (size_t)i * D, D * sizeof(float));
                 q->n_pend = j + 1;
         }
@@ -191,9 +223,10 @@ int dse__mtp_draft(struct dse__mtp *m, int seq, int32_t next_token, int max_draf
         /* the first draft needs the main model's hidden state at the last position */
         if (max_draft < 1 || q->n_pend == 0 || q->pend_pos + q->n_pend < len)
                 return 0;
-        int n = add_catch_up(m, seq, next_token, m->logits);
+        add_catch_up(m, seq, next_token, m->logits);
+        int last = m->n_items - 1; /* add_item flushes a full call: the last row's place in the last */
         flush(m);
-        const float *h = m->h_out + (size_t)(n - 1) * (size_t)m->D;
+        const float *h = m->h_out + (size_t)last * (size_t)m->D;
         draft[0] = argmax(m->logits, m->V);
         if (max_draft == 1)
                 return 1;

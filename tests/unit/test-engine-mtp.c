@@ -4,7 +4,9 @@
  * (ref/mtp_logits.f32); a batch with MTP enabled drafts, at every step, the argmax of
  * the reference row for its last position, through prefill in chunks, one-token steps
  * and verifications whose drafts were rejected and rolled back, in a batch of several
- * sequences; bad calls are refused; a model without a module refuses MTP by name. */
+ * sequences; rows left waiting through plain steps are the rows written at every step,
+ * and full blocks carry them to a sequence attaching them; bad calls are refused; a
+ * model without a module refuses MTP by name. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -220,6 +222,94 @@ TEST(batch_drafts_follow_the_reference) {
         free(logits);
         dse_kv_cache_free(kv);
         dse_pool_free(pool);
+}
+
+/* One step of a sequence: tokens[0..n), the last nd of them drafts, none accepted. */
+static int step_rejecting(struct dse_batch *b, struct dse_kv_cache *kv, int seq, const int32_t *tokens, int n,
+                          int nd) {
+        struct dse_batch_seq one = {seq, tokens, n, NULL};
+        int32_t d = nd;
+        int r = dse_batch_verify(b, &one, &d, 1, NULL);
+        return r < 0 ? r : dse_kv_seq_accept(kv, seq, tokens, 0);
+}
+
+/* Module rows that waited through plain steps are the ones drafting at every step
+ * writes: a sequence drafting after plain stretches of 1 to 21 steps (crossing blocks of
+ * 16, one stretch after a verification whose two drafts were rejected) gets, beside one
+ * drafting at every step in the same batch steps, the same three-draft chains (which
+ * read the module's rows of every earlier position) and the reference's first drafts. A
+ * sequence that never drafts leaves complete rows in its full blocks: one attaching
+ * them after it closed drafts the chains of a sequence that computed every row itself. */
+TEST(waiting_rows_equal_rows_written_at_every_step) {
+        ASSERT_EQ(open_default(), 0);
+        struct dse_kv_cache *kv;
+        struct dse_batch *b;
+        ASSERT_EQ(dse_kv_cache_new(model, 32u << 20, 16, 4, 256, &kv, NULL), 0);
+        ASSERT_EQ(dse_batch_new(model, kv, NULL, &b, NULL), 0);
+        ASSERT_EQ(dse_batch_enable_mtp(b, NULL), 0);
+        enum { N = N_PROMPT + N_GEN, START = 8 };
+        int every = dse_kv_seq_open(kv), lazy = dse_kv_seq_open(kv);
+        ASSERT_TRUE(every >= 0 && lazy >= 0);
+        struct dse_batch_seq pre[2] = {{every, ids, START, NULL}, {lazy, ids, START, NULL}};
+        ASSERT_EQ(dse_batch_step(b, pre, 2, NULL), 0);
+        const int stretches[] = {1, 2, 3, 5, 8, 13, 21, 15};
+        int stretch = 0, waited = 0, compared = 0, checked = 0, mismatched = 0;
+        for (int len = START; len < N - 3; len++) {
+                int32_t de[3], dl[3];
+                ASSERT_EQ(dse_batch_mtp_draft(b, every, ids[len], 3, de, NULL), 3);
+                int drafts = waited == stretches[stretch];
+                if (drafts) {
+                        ASSERT_EQ(dse_batch_mtp_draft(b, lazy, ids[len], 3, dl, NULL), 3);
+                        ASSERT_EQ(memcmp(dl, de, sizeof de), 0);
+                        compared++;
+                        if (clear_row(len - 1)) {
+                                checked++;
+                                mismatched += dl[0] != argmax(ref + (size_t)(len - 1) * V);
+                        }
+                        waited = 0;
+                        stretch = (stretch + 1) % (int)(sizeof stretches / sizeof stretches[0]);
+                }
+                /* after the third stretch the waiting one verifies two wrong drafts */
+                int32_t lazy_toks[3] = {ids[len], (ids[len + 1] + 7) % V, (ids[len + 2] + 7) % V};
+                int nd = drafts && stretch == 3 ? 2 : 0;
+                struct dse_batch_seq st[2] = {{every, ids + len, 1, NULL}, {lazy, lazy_toks, 1 + nd, NULL}};
+                int32_t n_draft[2] = {0, nd};
+                ASSERT_EQ(dse_batch_verify(b, st, n_draft, 2, NULL), 0);
+                ASSERT_EQ(dse_kv_seq_accept(kv, lazy, lazy_toks + 1, 0), 0);
+                ASSERT_EQ(dse_kv_seq_len(kv, lazy), len + 1);
+                waited++;
+        }
+        printf("  waiting rows: %d chains compared, %d first drafts checked against the reference, %d differ\n",
+               compared, checked, mismatched);
+        ASSERT_TRUE(compared >= 8);
+        ASSERT_TRUE(checked >= compared / 2);
+        ASSERT_EQ(mismatched, 0);
+        dse_kv_seq_close(kv, every);
+        dse_kv_seq_close(kv, lazy);
+
+        /* another text (so no block of the sequences above matches it) */
+        int32_t text[N];
+        for (int i = 0; i < N; i++)
+                text[i] = ids[N - 1 - i];
+        int plain = dse_kv_seq_open(kv);
+        ASSERT_TRUE(plain >= 0);
+        ASSERT_EQ(step_rejecting(b, kv, plain, text, START, 0), 0);
+        for (int len = START; len < 36; len++)
+                ASSERT_EQ(step_rejecting(b, kv, plain, text + len, 1, 0), 0);
+        dse_kv_seq_close(kv, plain);
+        int attached = dse_kv_seq_open(kv);
+        ASSERT_EQ(dse_kv_seq_attach_prefix(kv, attached, text, 36), 32);
+        ASSERT_EQ(step_rejecting(b, kv, attached, text + 32, 4, 0), 0);
+        int own = dse_kv_seq_open(kv);
+        ASSERT_EQ(step_rejecting(b, kv, own, text, 36, 0), 0);
+        int32_t da[3], dn[3];
+        ASSERT_EQ(dse_batch_mtp_draft(b, attached, text[36], 3, da, NULL), 3);
+        ASSERT_EQ(dse_batch_mtp_draft(b, own, text[36], 3, dn, NULL), 3);
+        ASSERT_EQ(memcmp(da, dn, sizeof da), 0);
+        dse_kv_seq_close(kv, attached);
+        dse_kv_seq_close(kv, own);
+        dse_batch_free(b);
+        dse_kv_cache_free(kv);
 }
 
 TEST(model_without_module_refuses_mtp) {
