@@ -21,7 +21,7 @@
 #include "kernels/group_tiles.h"
 #include "kernels/kernels.h"
 
-#define GQ 8 /* queries of a scores tile (DSE_GROUP_TILES_8) */
+#define GQ 8 /* queries of a scores tile (DSE_SCORES_TILES_8) */
 #define AQ 3 /* queries of a weighted-rows tile ... */
 #define AC 4 /* ... and its 32-element parts: AQ * AC * 2 = 24 accumulators in registers */
 
@@ -75,12 +75,12 @@ static inline __attribute__((always_inline)) void scores_group_tile(const float 
                 scores_group_rows(q, ldq, k, off, t, len, scale, scores, lds, GT, 1);
 }
 
+DSE_SCORES_TILES_8(scores_group_tile)
+
 static void attn_scores_group_bf16_avx512(const float *q, int64_t ldq, int G, const struct dse_kv_rows *k,
                                           int64_t off, int64_t n, int64_t len, float scale, float *scores,
                                           int64_t lds) {
-#define SCORES_TILE(g0, GT) scores_group_tile(q + (g0) * ldq, ldq, k, off, n, len, scale, scores + (g0) * lds, lds, GT)
-        DSE_GROUP_TILES_8(G, SCORES_TILE)
-#undef SCORES_TILE
+        dse_scores_tiles_8(scores_group_tile_fns, q, ldq, G, k, off, n, len, scale, scores, lds);
 }
 
 /* A 32-element piece of a row as two float32 vectors without widening: read as 16
