@@ -2,11 +2,10 @@
  * short form (dse__attend: scores, softmax, weighted rows) and, for queries over more
  * than the session's split of positions, the split form (dse__attend_long): the positions
  * cut into chunks of `split`, each chunk's softmax partial (its maximum score m, the sum
- * l of exp(score - m), and o = the rows weighted by the chunk's own softmax, which the
- * softmax kernel computes; l is the inverse of the chunk's largest probability, exp(0) /
- * l) computed on whichever thread claims it, then the partials of a query merged in
- * chunk order:
- *     out = sum_c w_c o_c / sum_c w_c,  w_c = exp(m_c - M) l_c,  M = max_c m_c
+ * l of exp(score - m), and o = the rows weighted by exp(score - m), not yet divided by l:
+ * the softmax kernel's first two passes) computed on whichever thread claims it, then
+ * the partials of a query merged in chunk order:
+ *     out = sum_c e_c o_c / sum_c e_c l_c,  e_c = exp(m_c - M),  M = max_c m_c
  * (flash-decoding). The queries that read the same rows (a GQA KV head's query heads) go
  * together, a pair: a chunk of their rows is read from memory once for all of them, so a
  * decoded token reads each KV row once, and the work is cut by chunks, not heads, over
@@ -142,13 +141,8 @@ static void wave_partials(void *arg, size_t i0, size_t i1, int ith) {
                 float *o = sp->o + slot * (size_t)sp->v_max;
                 rows_range(s, a.kv, w->l, t0, t1, a.q, a.ldq, a.n_q, a.k_off, w->k_len, w->scale, att, n, 0);
                 for (int32_t g = 0; g < a.n_q; g++) {
-                        float *ag = att + (size_t)g * n, *ml = sp->ml + 2 * (slot + (size_t)g);
-                        int32_t top = 0;
-                        for (int32_t t = 1; t < n; t++)
-                                top = ag[t] > ag[top] ? t : top;
-                        ml[0] = ag[top];
-                        s->k.softmax(ag, n);
-                        ml[1] = 1.0f / ag[top];
+                        float *ml = sp->ml + 2 * (slot + (size_t)g);
+                        s->k.softmax_parts(att + (size_t)g * n, n, &ml[0], &ml[1]);
                         memset(o + (size_t)g * sp->v_max, 0, (size_t)w->v_len * sizeof(float));
                 }
                 rows_range(s, a.kv, w->l, t0, t1, att, n, a.n_q, a.v_off, w->v_len, 0.0f, o, sp->v_max, 1);
@@ -171,8 +165,8 @@ static void wave_merge(void *arg, size_t j0, size_t j1, int ith) {
                         memset(out, 0, (size_t)w->v_len * sizeof(float));
                         for (int32_t c = c0; c < c1; c++) {
                                 const float *ml = sp->ml + 2 * (sp->item_slot[c] + g);
-                                float f = expf(ml[0] - M) * ml[1];
-                                W += f;
+                                float f = expf(ml[0] - M);
+                                W += f * ml[1];
                                 w->s->k.axpy(f, sp->o + (size_t)(sp->item_slot[c] + g) * sp->v_max, out, w->v_len);
                         }
                         float inv = 1.0f / W;

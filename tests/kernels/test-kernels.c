@@ -952,6 +952,43 @@ TEST(matmul_bf16act_against_oracle) {
         fprintf(stderr, "  %d matmul_bf16act (shape, tokens, ref/simd/amx) combinations checked\n", n_checked);
 }
 
+/* softmax_parts at every level: the max exactly, e^(x - max) and their sum against
+ * double over spread-out logits (and equal ones), and the level's softmax is those
+ * weights divided by the sum (the split attention divides in its merge instead). */
+TEST(softmax_parts_all_levels) {
+        enum dse_cpu_level top = detected_level();
+        static const int64_t lens[] = {1, 2, 15, 16, 17, 100, 513, 1000};
+        for (int lvl = DSE_CPU_SCALAR; lvl <= (int)top; lvl++) {
+                struct dse_kernels k;
+                ASSERT_OK(dse_kernels_resolve((enum dse_cpu_level)lvl, &k));
+                for (size_t li = 0; li < 2 * sizeof lens / sizeof lens[0]; li++) {
+                        int64_t n = lens[li / 2];
+                        int equal = li % 2;
+                        rng_seed(4700 + (uint64_t)li);
+                        float a[1000], out[1000], sm[1000], max = 0, sum = 0;
+                        double mx = -1e300, se = 0;
+                        for (int64_t i = 0; i < n; i++) {
+                                a[i] = equal ? -3.5f : 60.0f * rng_unit();
+                                mx = a[i] > mx ? a[i] : mx;
+                        }
+                        for (int64_t i = 0; i < n; i++)
+                                se += exp((double)a[i] - mx);
+                        memcpy(out, a, sizeof(float) * (size_t)n);
+                        k.softmax_parts(out, n, &max, &sum);
+                        ASSERT_TRUE((double)max == mx);
+                        ASSERT_NEAR(sum, se, 1e-6 * se);
+                        for (int64_t i = 0; i < n; i++) {
+                                double want = exp((double)a[i] - mx);
+                                ASSERT_NEAR(out[i], want, (1e-6 + 1.2e-7 * fabs(a[i] - mx)) * want + 1e-37);
+                        }
+                        memcpy(sm, a, sizeof(float) * (size_t)n);
+                        k.softmax(sm, n);
+                        for (int64_t i = 0; i < n; i++)
+                                ASSERT_NEAR(sm[i], out[i] / sum, 2.5e-7 * (out[i] / sum) + 1e-38);
+                }
+        }
+}
+
 /* softmax and swiglu where their exponentials get large or tiny: logits spread over
  * +-60, gates over +-100 (past where e^-gate overflows), at every level, against double. */
 TEST(softmax_swiglu_wide_range_all_levels) {

@@ -514,20 +514,29 @@ static inline __m512 exp16(__m512 x) {
         return _mm512_scalef_ps(p, n);
 }
 
-/* The max, then e^(x - max) and its sum, then one reciprocal multiply (within an ulp of
- * the _ref twin's division). */
-static void softmax_avx512(float *x, int64_t n) {
+/* The max, then e^(x - max) and its sum. */
+static void softmax_parts_avx512(float *x, int64_t n, float *ret_max, float *ret_sum) {
         __m512 mv = _mm512_set1_ps(-INFINITY);
         for (int64_t i = 0; i < n; i += 16)
                 mv = _mm512_max_ps(mv, _mm512_mask_loadu_ps(_mm512_set1_ps(-INFINITY), mask16(n - i), x + i));
-        __m512 max = _mm512_set1_ps(_mm512_reduce_max_ps(mv)), sum = _mm512_setzero_ps();
+        float top = _mm512_reduce_max_ps(mv);
+        __m512 max = _mm512_set1_ps(top), sum = _mm512_setzero_ps();
         for (int64_t i = 0; i < n; i += 16) {
                 __mmask16 m = mask16(n - i);
                 __m512 e = _mm512_maskz_mov_ps(m, exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, x + i), max)));
                 _mm512_mask_storeu_ps(x + i, m, e);
                 sum = _mm512_add_ps(sum, e);
         }
-        __m512 inv = _mm512_set1_ps(1.0f / _mm512_reduce_add_ps(sum));
+        *ret_max = top;
+        *ret_sum = _mm512_reduce_add_ps(sum);
+}
+
+/* softmax_parts, then one reciprocal multiply (within an ulp of the _ref twin's
+ * division). */
+static void softmax_avx512(float *x, int64_t n) {
+        float top, sum;
+        softmax_parts_avx512(x, n, &top, &sum);
+        __m512 inv = _mm512_set1_ps(1.0f / sum);
         for (int64_t i = 0; i < n; i += 16) {
                 __mmask16 m = mask16(n - i);
                 _mm512_mask_storeu_ps(x + i, m, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, x + i), inv));
@@ -565,6 +574,7 @@ void dse__kernels_fill_avx512(struct dse_kernels *k) {
         k->attn_accum = attn_accum_avx512;
         k->rmsnorm = rmsnorm_avx512;
         k->softmax = softmax_avx512;
+        k->softmax_parts = softmax_parts_avx512;
         k->swiglu = swiglu_avx512;
 }
 

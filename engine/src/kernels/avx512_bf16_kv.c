@@ -17,7 +17,7 @@
 #include "kernels/group_tiles.h"
 #include "kernels/kernels.h"
 
-#define GQ 8    /* queries of a tile (DSE_GROUP_TILES_8) */
+#define GQ 8    /* queries of a tile (DSE_SCORES_TILES_8) */
 #define QC 1024 /* elements of a query at most (any MLA or GQA head of the presets); longer ones go to the twin */
 
 /* x (n floats) as n bf16, nearest even, zero up to the next multiple of 32. */
@@ -76,6 +76,8 @@ static inline __attribute__((always_inline)) void scores_tile(const float *q, in
                 scores_rows(qb, k, off, t, len, scale, scores, lds, GT, 1);
 }
 
+DSE_SCORES_TILES_8(scores_tile)
+
 static void attn_scores_group_bf16act_avx512(const float *q, int64_t ldq, int G, const struct dse_kv_rows *k,
                                              int64_t off, int64_t n, int64_t len, float scale, float *scores,
                                              int64_t lds) {
@@ -83,9 +85,7 @@ static void attn_scores_group_bf16act_avx512(const float *q, int64_t ldq, int G,
                 dse__kernels_ref_attn_scores_group_bf16act(q, ldq, G, k, off, n, len, scale, scores, lds);
                 return;
         }
-#define SCORES_TILE(g0, GT) scores_tile(q + (g0) * ldq, ldq, k, off, n, len, scale, scores + (g0) * lds, lds, GT)
-        DSE_GROUP_TILES_8(G, SCORES_TILE)
-#undef SCORES_TILE
+        dse_scores_tiles_8(scores_tile_fns, q, ldq, G, k, off, n, len, scale, scores, lds);
 }
 
 void dse__kernels_fill_avx512_bf16_kv(struct dse_kernels *k) {

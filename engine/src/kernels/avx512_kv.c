@@ -6,7 +6,11 @@
  * and a shift; weighted rows: 32 elements as even and odd lanes, a shift and a mask), the
  * last piece of a row goes through a mask (no scalar tail), and a score's 16 partial
  * sums are reduced with those of the other rows and queries of its step in one
- * transposing tree, 16 sums a tree, instead of one horizontal sum each. A query's
+ * transposing tree, 16 sums a tree, instead of one horizontal sum each. The weighted
+ * rows go in tiles of 3 queries over whole rows of a GQA head (128 elements, 24
+ * accumulators), so a run is streamed from memory once, in address order, and read
+ * again from cache by the group's other tiles (tiles of 6 queries over half rows read
+ * each half with a stride, which the hardware prefetch followed at a lower rate). A query's
  * operations are the same whatever tile and step it falls in, so its result does not
  * depend on G nor on the other queries. */
 #include <immintrin.h>
@@ -17,7 +21,9 @@
 #include "kernels/group_tiles.h"
 #include "kernels/kernels.h"
 
-#define GQ 8 /* queries of a tile (DSE_GROUP_TILES_8) */
+#define GQ 8 /* queries of a scores tile (DSE_SCORES_TILES_8) */
+#define AQ 3 /* queries of a weighted-rows tile ... */
+#define AC 4 /* ... and its 32-element parts: AQ * AC * 2 = 24 accumulators in registers */
 
 static inline __m512 load_bf16x16(const uint16_t *p, __mmask16 m) {
         return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, p)), 16));
@@ -69,12 +75,12 @@ static inline __attribute__((always_inline)) void scores_group_tile(const float 
                 scores_group_rows(q, ldq, k, off, t, len, scale, scores, lds, GT, 1);
 }
 
+DSE_SCORES_TILES_8(scores_group_tile)
+
 static void attn_scores_group_bf16_avx512(const float *q, int64_t ldq, int G, const struct dse_kv_rows *k,
                                           int64_t off, int64_t n, int64_t len, float scale, float *scores,
                                           int64_t lds) {
-#define SCORES_TILE(g0, GT) scores_group_tile(q + (g0) * ldq, ldq, k, off, n, len, scale, scores + (g0) * lds, lds, GT)
-        DSE_GROUP_TILES_8(G, SCORES_TILE)
-#undef SCORES_TILE
+        dse_scores_tiles_8(scores_group_tile_fns, q, ldq, G, k, off, n, len, scale, scores, lds);
 }
 
 /* A 32-element piece of a row as two float32 vectors without widening: read as 16
@@ -104,24 +110,20 @@ static inline __attribute__((always_inline)) void accum_group_piece(const float 
                                                                     int64_t ldo, int64_t d0, const int GT,
                                                                     const int C, const int full) {
         const __m512i high = _mm512_set1_epi32((int)0xffff0000u);
-        __m512 even[GQ][2], odd[GQ][2];
-        __mmask32 m[2];
-        UNROLL for (int c = 0; c < C; c++) m[c] = full ? ~(__mmask32)0 : mask32(len - d0 - 32 * c);
+        __m512 even[AQ][AC], odd[AQ][AC];
         UNROLL for (int g = 0; g < GT; g++) UNROLL for (int c = 0; c < C; c++)
                 out_load_split(out + g * ldo + d0 + 32 * c, len - d0 - 32 * c, &even[g][c], &odd[g][c]);
         for (int64_t t = 0; t < n; t++) {
                 const uint16_t *row = (const uint16_t *)(v->rows + t * v->ld) + off + d0;
-                __m512 xe[2], xo[2];
                 UNROLL for (int c = 0; c < C; c++) {
-                        __m512i x = full ? _mm512_loadu_si512(row + 32 * c) : _mm512_maskz_loadu_epi16(m[c], row + 32 * c);
-                        xe[c] = _mm512_castsi512_ps(_mm512_slli_epi32(x, 16));
-                        xo[c] = _mm512_castsi512_ps(_mm512_and_si512(x, high));
-                }
-                UNROLL for (int g = 0; g < GT; g++) {
-                        __m512 wv = _mm512_set1_ps(w[g * ldw + t]);
-                        UNROLL for (int c = 0; c < C; c++) {
-                                even[g][c] = _mm512_fmadd_ps(wv, xe[c], even[g][c]);
-                                odd[g][c] = _mm512_fmadd_ps(wv, xo[c], odd[g][c]);
+                        __m512i x = full ? _mm512_loadu_si512(row + 32 * c)
+                                         : _mm512_maskz_loadu_epi16(mask32(len - d0 - 32 * c), row + 32 * c);
+                        __m512 xe = _mm512_castsi512_ps(_mm512_slli_epi32(x, 16));
+                        __m512 xo = _mm512_castsi512_ps(_mm512_and_si512(x, high));
+                        UNROLL for (int g = 0; g < GT; g++) {
+                                __m512 wv = _mm512_set1_ps(w[g * ldw + t]);
+                                even[g][c] = _mm512_fmadd_ps(wv, xe, even[g][c]);
+                                odd[g][c] = _mm512_fmadd_ps(wv, xo, odd[g][c]);
                         }
                 }
         }
@@ -129,27 +131,50 @@ static inline __attribute__((always_inline)) void accum_group_piece(const float 
                 out_store_split(out + g * ldo + d0 + 32 * c, len - d0 - 32 * c, even[g][c], odd[g][c]);
 }
 
-/* Whole pieces of CM 32-element parts (as many accumulators as the registers hold beside
- * the row's parts), then one part at a time, the last one masked. */
+/* Pieces of AC 32-element parts (whole rows of a GQA head: the run is streamed in
+ * order, its rows read from memory once and from cache by the other tiles), then of 2
+ * and 1, the last one masked. */
 static inline __attribute__((always_inline)) void accum_group_tile(const float *w, int64_t ldw,
                                                                    const struct dse_kv_rows *v, int64_t off,
                                                                    int64_t n, int64_t len, float *out, int64_t ldo,
                                                                    const int GT) {
-        const int CM = GT <= 6 ? 2 : 1;
         int64_t d0 = 0;
-        for (; d0 + 32 * CM <= len; d0 += 32 * CM)
-                accum_group_piece(w, ldw, v, off, n, len, out, ldo, d0, GT, CM, 1);
+        for (; d0 + 32 * AC <= len; d0 += 32 * AC)
+                accum_group_piece(w, ldw, v, off, n, len, out, ldo, d0, GT, AC, 1);
+        for (; d0 + 64 <= len; d0 += 64)
+                accum_group_piece(w, ldw, v, off, n, len, out, ldo, d0, GT, 2, 1);
         for (; d0 + 32 <= len; d0 += 32)
                 accum_group_piece(w, ldw, v, off, n, len, out, ldo, d0, GT, 1, 1);
         if (d0 < len)
                 accum_group_piece(w, ldw, v, off, n, len, out, ldo, d0, GT, 1, 0);
 }
 
+static __attribute__((noinline)) void accum_group_tile_1(const float *w, int64_t ldw, const struct dse_kv_rows *v, int64_t off, int64_t n,
+                               int64_t len, float *out, int64_t ldo) {
+        accum_group_tile(w, ldw, v, off, n, len, out, ldo, 1);
+}
+
+static __attribute__((noinline)) void accum_group_tile_2(const float *w, int64_t ldw, const struct dse_kv_rows *v, int64_t off, int64_t n,
+                               int64_t len, float *out, int64_t ldo) {
+        accum_group_tile(w, ldw, v, off, n, len, out, ldo, 2);
+}
+
+static __attribute__((noinline)) void accum_group_tile_3(const float *w, int64_t ldw, const struct dse_kv_rows *v, int64_t off, int64_t n,
+                               int64_t len, float *out, int64_t ldo) {
+        accum_group_tile(w, ldw, v, off, n, len, out, ldo, 3);
+}
+
 static void attn_accum_group_bf16_avx512(const float *w, int64_t ldw, int G, const struct dse_kv_rows *v,
                                          int64_t off, int64_t n, int64_t len, float *out, int64_t ldo) {
-#define ACCUM_TILE(g0, GT) accum_group_tile(w + (g0) * ldw, ldw, v, off, n, len, out + (g0) * ldo, ldo, GT)
-        DSE_GROUP_TILES_8(G, ACCUM_TILE)
-#undef ACCUM_TILE
+        for (int g0 = 0; g0 < G; g0 += AQ) {
+                const float *wt = w + g0 * ldw;
+                float *ot = out + g0 * ldo;
+                switch (G - g0 < AQ ? G - g0 : AQ) {
+                case 1: accum_group_tile_1(wt, ldw, v, off, n, len, ot, ldo); break;
+                case 2: accum_group_tile_2(wt, ldw, v, off, n, len, ot, ldo); break;
+                default: accum_group_tile_3(wt, ldw, v, off, n, len, ot, ldo); break;
+                }
+        }
 }
 
 void dse__kernels_fill_avx512_kv(struct dse_kernels *k) {

@@ -190,6 +190,10 @@ struct dse_kernels {
         void (*rmsnorm)(float *out, const float *x, const float *w, int64_t n, float eps);
         /* x[i] = exp(x[i] - max) / sum, in place (n >= 1). */
         void (*softmax)(float *x, int64_t n);
+        /* softmax without its last pass: x[i] = exp(x[i] - max) in place (n >= 1), *ret_max
+         * = max, *ret_sum = the sum of the new x[i]. The split attention keeps a chunk's
+         * weights unnormalised and folds the division into the merge of the chunks. */
+        void (*softmax_parts)(float *x, int64_t n, float *ret_max, float *ret_sum);
         /* gate[i] = silu(gate[i]) * up[i]: the SwiGLU gate, in place. */
         void (*swiglu)(float *gate, const float *up, int64_t n);
         /* BF16 weights times activations rounded to bf16 per element (nearest even,

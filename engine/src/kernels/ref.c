@@ -438,7 +438,7 @@ static void rmsnorm_ref(float *out, const float *x, const float *w, int64_t n, f
                 out[i] = w[i] * (x[i] * inv);
 }
 
-static void softmax_ref(float *x, int64_t n) {
+static void softmax_parts_ref(float *x, int64_t n, float *ret_max, float *ret_sum) {
         float max = x[0], sum = 0.0f;
         for (int64_t i = 1; i < n; i++)
                 max = x[i] > max ? x[i] : max;
@@ -446,6 +446,13 @@ static void softmax_ref(float *x, int64_t n) {
                 x[i] = expf(x[i] - max);
                 sum += x[i];
         }
+        *ret_max = max;
+        *ret_sum = sum;
+}
+
+static void softmax_ref(float *x, int64_t n) {
+        float max, sum;
+        softmax_parts_ref(x, n, &max, &sum);
         for (int64_t i = 0; i < n; i++)
                 x[i] /= sum;
 }
@@ -485,5 +492,6 @@ void dse__kernels_fill_ref(struct dse_kernels *k) {
         k->attn_accum_group_bf16 = attn_accum_group_bf16_ref;
         k->rmsnorm = rmsnorm_ref;
         k->softmax = softmax_ref;
+        k->softmax_parts = softmax_parts_ref;
         k->swiglu = swiglu_ref;
 }
