@@ -6,10 +6,13 @@
  * LeakSanitizer is told to ignore allocations made inside libnng in this executable only.
  * Leaks of our own code are still reported, and test-ipc-transport keeps the full check
  * for every other use of the transport. */
+#include <fcntl.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdlib.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -80,7 +83,7 @@ static double mono_s(void) {
         return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-TEST(close_returns_when_nng_close_hangs) {
+static void dial_poll_close_cycles(void) {
         char dir[] = "/tmp/dsv-ipc-XXXXXX";
         ASSERT_TRUE(mkdtemp(dir) != NULL);
         char url[320];
@@ -117,4 +120,51 @@ TEST(close_returns_when_nng_close_hangs) {
         snprintf(path, sizeof path, "%s/w.sock", dir);
         unlink(path);
         rmdir(dir);
+}
+
+/* nng 1.5.2 does not always hang on this path: now and then the same race trips nng's
+ * own assertion instead ("panic: ... aio.c ... a_cancel_fn == NULL"), which aborts the
+ * process from inside nng, where no guard of ours can act. So the cycles run in a child
+ * process; a child that nng's panic ended runs again (at most 5 times), and any other
+ * end of the child is the verdict. */
+static int run_cycles_in_child(const char *log_path, int *ret_status) {
+        fflush(NULL);
+        pid_t pid = fork();
+        if (pid < 0)
+                return -errno;
+        if (pid == 0) {
+                int fd = open(log_path, O_WRONLY | O_TRUNC); /* on fd 2, stderr stays unbuffered */
+                if (fd < 0 || dup2(fd, STDERR_FILENO) < 0)
+                        _exit(3);
+                close(fd);
+                dial_poll_close_cycles();
+                exit(t_failed_current ? 1 : 0); /* exit, not _exit: LeakSanitizer runs at exit */
+        }
+        return waitpid(pid, ret_status, 0) == pid ? 0 : -errno;
+}
+
+TEST(close_returns_when_nng_close_hangs) {
+        char log_path[] = "/tmp/dsv-close-hang-XXXXXX";
+        int fd = mkstemp(log_path);
+        ASSERT_TRUE(fd >= 0);
+        close(fd);
+        int status = 0, nng_panics = 0;
+        for (int attempt = 0; attempt < 5; attempt++) {
+                ASSERT_OK(run_cycles_in_child(log_path, &status));
+                char *log = slurp(log_path, NULL);
+                ASSERT_TRUE(log != NULL);
+                fputs(log, stderr);
+                int nng_panic = WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT && strstr(log, "panic: ") &&
+                                strstr(log, "nanomsg/nng");
+                free(log);
+                if (!nng_panic)
+                        break;
+                nng_panics++;
+                fprintf(stderr, "  nng panicked in its own code (%d so far); the cycles run again\n", nng_panics);
+        }
+        unlink(log_path);
+        ASSERT_TRUE(nng_panics < 5);
+        if (WIFSIGNALED(status))
+                T_FAIL("the cycles' process ended by signal %d (%s)", WTERMSIG(status), strsignal(WTERMSIG(status)));
+        ASSERT_EQ(WEXITSTATUS(status), 0);
 }
