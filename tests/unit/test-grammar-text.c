@@ -104,6 +104,25 @@ TEST(regex_groups_alternation_quantifiers) {
         RE_ACCEPTS("(a?){2,3}", "aa");
 }
 
+/* Every way through a repeated group whose alternatives may match nothing meets again
+ * after the group: following each way separately was exponential in the count (the
+ * fuzz-grammar-regex finding regex-timeout.bin, a minute and more per input). */
+TEST(regex_repeated_group_of_empty_alternatives) {
+        RE_ACCEPTS("(||||a){24}b", "b");
+        RE_ACCEPTS("(||||a){24}b", "aaab");
+        RE_ACCEPTS("(||||a){24}b", "aaaaaaaaaaaaaaaaaaaaaaaab");
+        RE_REJECTS("(||||a){24}b", "aaaaaaaaaaaaaaaaaaaaaaaaab");
+        RE_REJECTS("(||||a){24}b", "aaa");
+        RE_ACCEPTS("((|a)(|b)|){16}c", "ababbac");
+        RE_REJECTS("((|a)(|b)|){16}c", "aaaaaaaaaaaaaaaaac"); /* 17 */
+        const char finding[] = "^(?:[a-z]+|(|||-||]b*,){13}[_`|)|,4}b[^[\\s]a*).";
+        RE_ACCEPTS(finding, "abc!");
+        RE_ACCEPTS(finding, "-]bb,-_x");
+        RE_ACCEPTS(finding, "-]bb,-4aa!"); /* a class up to the first ']': _`|)|,4}b[^[\s */
+        RE_REJECTS(finding, "-]bb,-x");
+        RE_REJECTS(finding, "");
+}
+
 TEST(regex_refusals_name_the_construct) {
         REFUSES(REGEX, "(a)\\1", -EOPNOTSUPP, "backreference '\\1'");
         REFUSES(REGEX, "(?<x>a)\\k<x>", -EOPNOTSUPP, "backreference '\\k'");

@@ -159,12 +159,16 @@ int dse__grammar_check(const struct dse_grammar *g, struct dse_diag *reterr);
 struct grammar_frame {
         uint32_t pos;    /* index into elems */
         uint32_t parent; /* frame below, GRAMMAR_NIL at the bottom */
+        /* the expansion round that last continued from this frame: frames never change,
+         * so continuing from one again in the same round adds nothing new */
+        uint32_t resumed_round;
 };
 
 struct dse_grammar_matcher {
         const struct dse_grammar *g;
         struct grammar_frame *frames;
         uint32_t n_frames, cap_frames;
+        uint32_t round; /* the current expansion round (matcher.c), 0 before the first */
         uint32_t *tops;
         uint32_t n_tops, cap_tops;
         uint32_t cur_begin, cur_end; /* the state after the bytes accepted so far */

@@ -17,7 +17,7 @@ int dse__grammar_frame_new(struct dse_grammar_matcher *m, uint32_t pos, uint32_t
         int r = dse__grammar_grow((void **)&m->frames, &m->cap_frames, (uint64_t)m->n_frames + 1, sizeof *m->frames);
         if (r < 0)
                 return r;
-        m->frames[m->n_frames] = (struct grammar_frame){pos, parent};
+        m->frames[m->n_frames] = (struct grammar_frame){pos, parent, 0};
         *ret = m->n_frames++;
         return 0;
 }
@@ -61,9 +61,22 @@ static int add_stack(struct dse_grammar_matcher *m, uint32_t begin, uint32_t pos
         return 0;
 }
 
+/* Starts an expansion round: the stacks added from then on go to one state, so a frame
+ * continued from once in the round need not be continued from again. */
+static void start_round(struct dse_grammar_matcher *m) {
+        if (++m->round == 0) {
+                for (uint32_t i = 0; i < m->n_frames; i++)
+                        m->frames[i].resumed_round = 0;
+                m->round = 1;
+        }
+}
+
 /* Expands the stack whose top is at pos until its top waits on a byte class (or it is
  * empty), adding every stack that results. The grammar has no left recursion
- * (dse__grammar_check), so this terminates. */
+ * (dse__grammar_check), so this terminates. Paths through rules that match nothing
+ * meet again where they pop back into the same frame; continuing from each frame once
+ * per round keeps that polynomial where following every path (a bounded repetition of
+ * a group with several empty alternatives) is exponential. */
 static int expand(struct dse_grammar_matcher *m, uint32_t begin, uint32_t pos, uint32_t parent) {
         const struct dse_grammar *g = m->g;
         for (;;) {
@@ -75,6 +88,9 @@ static int expand(struct dse_grammar_matcher *m, uint32_t begin, uint32_t pos, u
                                 return add_stack(m, begin, GRAMMAR_NIL, GRAMMAR_NIL);
                         if (parent == m->boundary)
                                 return add_stack(m, begin, GRAMMAR_POPPED, GRAMMAR_NIL);
+                        if (m->frames[parent].resumed_round == m->round)
+                                return 0;
+                        m->frames[parent].resumed_round = m->round;
                         pos = m->frames[parent].pos;
                         parent = m->frames[parent].parent;
                         continue;
@@ -98,6 +114,7 @@ static int expand(struct dse_grammar_matcher *m, uint32_t begin, uint32_t pos, u
 
 int64_t dse__grammar_matcher_step(struct dse_grammar_matcher *m, uint32_t begin, uint32_t end, uint8_t byte) {
         uint32_t out = m->n_tops;
+        start_round(m);
         for (uint32_t i = begin; i < end; i++) {
                 uint32_t t = m->tops[i];
                 if (t >= GRAMMAR_POPPED)
@@ -113,6 +130,7 @@ int64_t dse__grammar_matcher_step(struct dse_grammar_matcher *m, uint32_t begin,
 }
 
 int64_t dse__grammar_matcher_expand(struct dse_grammar_matcher *m, uint32_t pos, uint32_t parent) {
+        start_round(m);
         int r = expand(m, m->n_tops, pos, parent);
         return r < 0 ? (int64_t)r : (int64_t)m->n_tops;
 }
@@ -174,7 +192,7 @@ static uint32_t copy_frame(const struct dse_grammar_matcher *m, uint32_t old, ui
                 return GRAMMAR_NIL;
         if (map[old] == GRAMMAR_NIL) {
                 uint32_t parent = copy_frame(m, m->frames[old].parent, map, frames, n);
-                frames[*n] = (struct grammar_frame){m->frames[old].pos, parent};
+                frames[*n] = (struct grammar_frame){m->frames[old].pos, parent, 0};
                 map[old] = (*n)++;
         }
         return map[old];
@@ -222,6 +240,7 @@ int dse_grammar_matcher_new(const struct dse_grammar *grammar, struct dse_gramma
         m->boundary = GRAMMAR_NIL;
         const struct grammar_rule *root = &grammar->rules[grammar->root];
         int r = 0;
+        start_round(m);
         for (uint32_t a = 0; a < root->n_alts && r == 0; a++)
                 r = expand(m, 0, grammar->alt_start[root->first_alt + a], GRAMMAR_NIL);
         if (r < 0) {
