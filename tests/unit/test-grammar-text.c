@@ -187,6 +187,34 @@ TEST(gbnf_classes_and_quantifiers) {
         GBNF_REJECTS("root ::= \"a\"{0,2} \"b\"", "aaab");
 }
 
+/* A repetition of a rule that repeats itself keeps a parse alive for every nesting
+ * depth: after k bytes the state holds k stacks and each byte re-adds every depth from
+ * every one of them. Deduplicating that by walking the state was O(k^5) in all (the
+ * fuzz seed gbnf-nested-repetition-many-parses took seconds for 120 bytes, these 200
+ * minutes); through the stacks' hashes it is fast, and judges the same. */
+TEST(gbnf_nested_repetition_keeps_many_parses) {
+        const char *nested = "root ::= [^(Tn]root*";
+        char text[201];
+        memset(text, 'x', 200);
+        text[200] = 0;
+        GBNF_ACCEPTS(nested, text);
+        text[199] = 'T';
+        GBNF_REJECTS(nested, text);
+        struct dse_grammar *g;
+        struct dse_grammar_matcher *m;
+        struct dse_diag diag = {{0}};
+        ASSERT_OK(dse_grammar_compile_gbnf(nested, strlen(nested), &g, &diag));
+        ASSERT_OK(dse_grammar_matcher_new(g, &m, &diag));
+        for (size_t i = 0; i < 199; i++) /* one byte at a time, as a sampler feeds it */
+                ASSERT_OK(dse_grammar_matcher_advance(m, text + i, 1));
+        ASSERT_EQ(dse_grammar_matcher_is_accepting(m), 1);
+        ASSERT_ERR(dse_grammar_matcher_advance(m, "n", 1), -EINVAL);
+        ASSERT_OK(dse_grammar_matcher_advance(m, "\xc3\xa9", 2));
+        ASSERT_EQ(dse_grammar_matcher_is_accepting(m), 1);
+        dse_grammar_matcher_free(m);
+        dse_grammar_free(g);
+}
+
 TEST(gbnf_errors_name_what) {
         REFUSES(GBNF, "root ::= value\n", -EINVAL, "rule 'value' is used but never defined");
         REFUSES(GBNF, "start ::= \"x\"\n", -EINVAL, "no rule 'root'");

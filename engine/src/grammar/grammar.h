@@ -13,6 +13,7 @@
 #include <stdint.h>
 
 #include "dse.h"
+#include "grammar/hash_index.h"
 
 enum grammar_elem_kind {
         GRAMMAR_END,   /* end of an alternative */
@@ -159,6 +160,7 @@ int dse__grammar_check(const struct dse_grammar *g, struct dse_diag *reterr);
 struct grammar_frame {
         uint32_t pos;    /* index into elems */
         uint32_t parent; /* frame below, GRAMMAR_NIL at the bottom */
+        uint32_t hash;   /* of pos and every pos below: stacks that differ mostly differ here */
         /* the expansion round that last continued from this frame: frames never change,
          * so continuing from one again in the same round adds nothing new */
         uint32_t resumed_round;
@@ -182,6 +184,10 @@ struct dse_grammar_matcher {
         /* the mask cache's key of the current state, grown as needed */
         uint32_t *key;
         uint32_t cap_key;
+        /* the stacks of the state being built from tops[seen_begin], once it holds many:
+         * seen_count of them are indexed (matcher.c) */
+        struct grammar_hash_index seen;
+        uint32_t seen_begin, seen_count;
 };
 
 /* Appends to m->tops the state reached from tops [begin, end) by one byte, and returns

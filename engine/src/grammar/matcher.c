@@ -13,11 +13,17 @@
 /* A state this big means a grammar so ambiguous that masks would be too slow anyway. */
 #define GRAMMAR_MAX_STACKS 65536
 
+/* The hash of a stack whose top frame is at pos above parent, from the parent's. */
+static uint32_t stack_hash(const struct dse_grammar_matcher *m, uint32_t pos, uint32_t parent) {
+        uint32_t below = parent == GRAMMAR_NIL ? 0x9e3779b9u : m->frames[parent].hash;
+        return (below ^ pos) * 0x01000193u + (below >> 15);
+}
+
 int dse__grammar_frame_new(struct dse_grammar_matcher *m, uint32_t pos, uint32_t parent, uint32_t *ret) {
         int r = dse__grammar_grow((void **)&m->frames, &m->cap_frames, (uint64_t)m->n_frames + 1, sizeof *m->frames);
         if (r < 0)
                 return r;
-        m->frames[m->n_frames] = (struct grammar_frame){pos, parent, 0};
+        m->frames[m->n_frames] = (struct grammar_frame){pos, parent, stack_hash(m, pos, parent), 0};
         *ret = m->n_frames++;
         return 0;
 }
@@ -32,21 +38,56 @@ static int stacks_equal(const struct dse_grammar_matcher *m, uint32_t a, uint32_
         return 1;
 }
 
+/* The hash of a top: a frame's, or the marker itself for the empty and popped stacks. */
+static uint32_t top_hash(const struct dse_grammar_matcher *m, uint32_t t) {
+        return t >= GRAMMAR_POPPED ? t : m->frames[t].hash;
+}
+
+static int top_is(const struct dse_grammar_matcher *m, uint32_t t, uint32_t pos, uint32_t parent, uint32_t hash) {
+        if (pos >= GRAMMAR_POPPED || t >= GRAMMAR_POPPED)
+                return pos == t;
+        return m->frames[t].hash == hash && m->frames[t].pos == pos && stacks_equal(m, m->frames[t].parent, parent);
+}
+
+static uint32_t seen_hash_of(const void *ctx, uint32_t item) {
+        const struct dse_grammar_matcher *m = ctx;
+        return top_hash(m, m->tops[m->seen_begin + item]);
+}
+
+/* A state up to this many stacks is searched one by one; a bigger one (a grammar that
+ * keeps many parses alive adds the same deep stacks again and again) through m->seen. */
+#define GRAMMAR_SCANNED_STACKS 32
+
 /* Adds the stack (pos, parent) to the state being built from `begin`, unless it is
  * there already. pos == GRAMMAR_NIL adds the empty stack, GRAMMAR_POPPED the popped
  * marker. */
 static int add_stack(struct dse_grammar_matcher *m, uint32_t begin, uint32_t pos, uint32_t parent) {
-        for (uint32_t i = begin; i < m->n_tops; i++) {
-                uint32_t t = m->tops[i];
-                if (pos >= GRAMMAR_POPPED || t >= GRAMMAR_POPPED) {
-                        if (pos == t)
+        uint32_t hash = pos < GRAMMAR_POPPED ? stack_hash(m, pos, parent) : pos;
+        uint32_t count = m->n_tops - begin;
+        if (count == 0)
+                m->seen_count = 0; /* a new state: whatever m->seen indexes is gone */
+        if (count < GRAMMAR_SCANNED_STACKS) {
+                for (uint32_t i = begin; i < m->n_tops; i++)
+                        if (top_is(m, m->tops[i], pos, parent, hash))
                                 return 0;
-                        continue;
+        } else {
+                if (m->seen_begin != begin || m->seen_count != count) {
+                        m->seen_begin = begin;
+                        m->seen_count = 0;
+                        if (m->seen.size)
+                                memset(m->seen.slots, 0, (size_t)m->seen.size * sizeof *m->seen.slots);
+                        for (uint32_t i = 0; i < count; i++) {
+                                GRAMMAR_TRY(dse__grammar_hash_index_reserve(&m->seen, (uint64_t)i + 1, i, seen_hash_of, m));
+                                dse__grammar_hash_index_put(&m->seen, seen_hash_of(m, i), i);
+                        }
+                        m->seen_count = count;
                 }
-                if (m->frames[t].pos == pos && stacks_equal(m, m->frames[t].parent, parent))
-                        return 0;
+                uint32_t mask = m->seen.size - 1;
+                for (uint32_t k = hash & mask; m->seen.slots[k]; k = (k + 1) & mask)
+                        if (top_is(m, m->tops[begin + m->seen.slots[k] - 1], pos, parent, hash))
+                                return 0;
         }
-        if (m->n_tops - begin >= GRAMMAR_MAX_STACKS)
+        if (count >= GRAMMAR_MAX_STACKS)
                 return -E2BIG;
         int r = dse__grammar_grow((void **)&m->tops, &m->cap_tops, (uint64_t)m->n_tops + 1, sizeof *m->tops);
         if (r < 0)
@@ -56,6 +97,11 @@ static int add_stack(struct dse_grammar_matcher *m, uint32_t begin, uint32_t pos
                 r = dse__grammar_frame_new(m, pos, parent, &top);
                 if (r < 0)
                         return r;
+        }
+        if (count >= GRAMMAR_SCANNED_STACKS) {
+                GRAMMAR_TRY(dse__grammar_hash_index_reserve(&m->seen, (uint64_t)count + 1, count, seen_hash_of, m));
+                dse__grammar_hash_index_put(&m->seen, hash, count);
+                m->seen_count = count + 1;
         }
         m->tops[m->n_tops++] = top;
         return 0;
@@ -192,7 +238,7 @@ static uint32_t copy_frame(const struct dse_grammar_matcher *m, uint32_t old, ui
                 return GRAMMAR_NIL;
         if (map[old] == GRAMMAR_NIL) {
                 uint32_t parent = copy_frame(m, m->frames[old].parent, map, frames, n);
-                frames[*n] = (struct grammar_frame){m->frames[old].pos, parent, 0};
+                frames[*n] = (struct grammar_frame){m->frames[old].pos, parent, m->frames[old].hash, 0};
                 map[old] = (*n)++;
         }
         return map[old];
@@ -262,6 +308,7 @@ void dse_grammar_matcher_free(struct dse_grammar_matcher *m) {
         free(m->tops);
         free(m->walk);
         free(m->key);
+        dse__grammar_hash_index_done(&m->seen);
         free(m);
 }
 
