@@ -167,7 +167,7 @@ static void add_catch_up(struct dse__mtp *m, int seq, int32_t next_token, float 
 /* Whether seq's waiting rows may wait through a step of n_tokens tokens, n_draft of them
  * drafts (see the top of the file). */
 static int may_wait(struct dse__mtp *m, int seq, int32_t n_tokens, int32_t n_draft) {
-        const struct mtp_seq *q = &m->seqs[seq];
+        const struct mtp_seq *q = seq_state(m, seq);
         int32_t len = dse_kv_seq_len(m->kv, seq), bt = dse__kv_block_tokens(m->kv);
         return n_tokens == 1 && n_draft == 0 && q->n_pend >= len - q->pend_pos && len - q->pend_pos < MTP_DEFER_MAX &&
                len + 1 < (q->pend_pos / bt + 1) * bt;
@@ -176,7 +176,6 @@ static int may_wait(struct dse__mtp *m, int seq, int32_t n_tokens, int32_t n_dra
 void dse__mtp_catch_up_step(struct dse__mtp *m, const struct dse_batch_seq *seqs, const int32_t *n_draft,
                             size_t n_seqs) {
         for (size_t i = 0; i < n_seqs; i++) {
-                seq_state(m, seqs[i].seq);
                 if (!may_wait(m, seqs[i].seq, seqs[i].n_tokens, n_draft ? n_draft[i] : 0))
                         add_catch_up(m, seqs[i].seq, seqs[i].tokens[0], NULL);
         }
