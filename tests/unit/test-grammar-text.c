@@ -123,6 +123,32 @@ TEST(regex_repeated_group_of_empty_alternatives) {
         RE_REJECTS(finding, "");
 }
 
+/* Nested bounded repetitions of groups that can match nothing make one expansion
+ * descend through a million rules and more: it overflowed the C stack while it recursed
+ * (the fuzz-grammar-regex finding crash-34c0497e). Expected verdicts are Python's re
+ * with counts 3 and 5, which agree for strings this short. */
+TEST(regex_nested_repetitions_of_empty_groups_expand_deep) {
+        RE_ACCEPTS("((|){1000}){1000}b", "b");
+        RE_REJECTS("((|){1000}){1000}b", "bb");
+        RE_ACCEPTS("(((|)|a){1000})b", "aab");
+        RE_REJECTS("(((|)|a){1000})b", "aa");
+        /* The finding itself: its first state would hold one parse per way into the
+         * nesting, so the matcher refuses it, naming why, within the frame bound. */
+        const char finding[] = "^(?:[a-z]+|(|||-|}]b+|(|||-||]bs]){3363}[_\\`|)s]){30363}[_\\`|)s]a*).";
+        struct dse_grammar *g;
+        struct dse_grammar_matcher *m = NULL;
+        struct dse_diag diag = {{0}};
+        ASSERT_OK(dse_grammar_compile_regex(finding, strlen(finding), &g, &diag));
+        ASSERT_ERR(dse_grammar_matcher_new(g, &m, &diag), -E2BIG);
+        ASSERT_TRUE(strstr(diag.msg, "grammar too ambiguous") != NULL);
+        dse_grammar_free(g);
+        const char frames[] = "((|){5000}){5000}b";
+        ASSERT_OK(dse_grammar_compile_regex(frames, strlen(frames), &g, &diag));
+        ASSERT_ERR(dse_grammar_matcher_new(g, &m, &diag), -E2BIG);
+        ASSERT_TRUE(strstr(diag.msg, "stack frames") != NULL);
+        dse_grammar_free(g);
+}
+
 TEST(regex_refusals_name_the_construct) {
         REFUSES(REGEX, "(a)\\1", -EOPNOTSUPP, "backreference '\\1'");
         REFUSES(REGEX, "(?<x>a)\\k<x>", -EOPNOTSUPP, "backreference '\\k'");

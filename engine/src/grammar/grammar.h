@@ -166,6 +166,11 @@ struct grammar_frame {
         uint32_t resumed_round;
 };
 
+/* A stack the matcher's expansion has yet to follow: its top's pos above parent. */
+struct grammar_pending {
+        uint32_t pos, parent;
+};
+
 struct dse_grammar_matcher {
         const struct dse_grammar *g;
         struct grammar_frame *frames;
@@ -188,6 +193,9 @@ struct dse_grammar_matcher {
          * seen_count of them are indexed (matcher.c) */
         struct grammar_hash_index seen;
         uint32_t seen_begin, seen_count;
+        /* the stacks expansion has yet to follow (matcher.c), grown as grammars demand */
+        struct grammar_pending *pending;
+        uint32_t n_pending, cap_pending;
 };
 
 /* Appends to m->tops the state reached from tops [begin, end) by one byte, and returns

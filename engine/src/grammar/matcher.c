@@ -12,6 +12,10 @@
 
 /* A state this big means a grammar so ambiguous that masks would be too slow anyway. */
 #define GRAMMAR_MAX_STACKS 65536
+/* Frames live until the next advance compacts them; nested repetitions of groups that
+ * match nothing can ask for one per path through them. 64 MiB of frames is far beyond
+ * any grammar a mask can be computed for in time. */
+#define GRAMMAR_MAX_FRAMES (1u << 22)
 
 /* The hash of a stack whose top frame is at pos above parent, from the parent's. */
 static uint32_t stack_hash(const struct dse_grammar_matcher *m, uint32_t pos, uint32_t parent) {
@@ -20,6 +24,8 @@ static uint32_t stack_hash(const struct dse_grammar_matcher *m, uint32_t pos, ui
 }
 
 int dse__grammar_frame_new(struct dse_grammar_matcher *m, uint32_t pos, uint32_t parent, uint32_t *ret) {
+        if (m->n_frames >= GRAMMAR_MAX_FRAMES)
+                return -E2BIG;
         int r = dse__grammar_grow((void **)&m->frames, &m->cap_frames, (uint64_t)m->n_frames + 1, sizeof *m->frames);
         if (r < 0)
                 return r;
@@ -117,13 +123,18 @@ static void start_round(struct dse_grammar_matcher *m) {
         }
 }
 
-/* Expands the stack whose top is at pos until its top waits on a byte class (or it is
- * empty), adding every stack that results. The grammar has no left recursion
- * (dse__grammar_check), so this terminates. Paths through rules that match nothing
- * meet again where they pop back into the same frame; continuing from each frame once
- * per round keeps that polynomial where following every path (a bounded repetition of
- * a group with several empty alternatives) is exponential. */
-static int expand(struct dse_grammar_matcher *m, uint32_t begin, uint32_t pos, uint32_t parent) {
+/* Queues the stack (pos, parent) for expand to follow. */
+static int push_pending(struct dse_grammar_matcher *m, uint32_t pos, uint32_t parent) {
+        GRAMMAR_TRY(dse__grammar_grow((void **)&m->pending, &m->cap_pending, (uint64_t)m->n_pending + 1,
+                                      sizeof *m->pending));
+        m->pending[m->n_pending++] = (struct grammar_pending){pos, parent};
+        return 0;
+}
+
+/* Follows the stack whose top is at pos until its top waits on a byte class (or it is
+ * empty), adding the stack that results; a rule reference queues one stack per
+ * alternative instead. */
+static int follow(struct dse_grammar_matcher *m, uint32_t begin, uint32_t pos, uint32_t parent) {
         const struct dse_grammar *g = m->g;
         for (;;) {
                 struct grammar_elem e = g->elems[pos];
@@ -143,19 +154,31 @@ static int expand(struct dse_grammar_matcher *m, uint32_t begin, uint32_t pos, u
                 }
                 /* a rule reference: continue after it once the rule is done */
                 uint32_t cont = parent;
-                if (g->elems[pos + 1].kind != GRAMMAR_END) {
-                        int r = dse__grammar_frame_new(m, pos + 1, parent, &cont);
-                        if (r < 0)
-                                return r;
-                }
+                if (g->elems[pos + 1].kind != GRAMMAR_END)
+                        GRAMMAR_TRY(dse__grammar_frame_new(m, pos + 1, parent, &cont));
+                /* queued last first, so the alternatives are followed in order */
                 const struct grammar_rule *rule = &g->rules[e.arg];
-                for (uint32_t a = 0; a < rule->n_alts; a++) {
-                        int r = expand(m, begin, g->alt_start[rule->first_alt + a], cont);
-                        if (r < 0)
-                                return r;
-                }
+                for (uint32_t a = rule->n_alts; a-- > 0;)
+                        GRAMMAR_TRY(push_pending(m, g->alt_start[rule->first_alt + a], cont));
                 return 0;
         }
+}
+
+/* Expands the stack whose top is at pos, adding every stack that results. The grammar
+ * has no left recursion (dse__grammar_check), so this terminates. Paths through rules
+ * that match nothing meet again where they pop back into the same frame; continuing
+ * from each frame once per round keeps that polynomial where following every path (a
+ * bounded repetition of a group with several empty alternatives) is exponential. The
+ * stacks still to follow wait in m->pending rather than on the C stack: nested
+ * repetitions of groups that match nothing reach rules tens of thousands deep. */
+static int expand(struct dse_grammar_matcher *m, uint32_t begin, uint32_t pos, uint32_t parent) {
+        m->n_pending = 0;
+        GRAMMAR_TRY(push_pending(m, pos, parent));
+        while (m->n_pending) {
+                struct grammar_pending p = m->pending[--m->n_pending];
+                GRAMMAR_TRY(follow(m, begin, p.pos, p.parent));
+        }
+        return 0;
 }
 
 int64_t dse__grammar_matcher_step(struct dse_grammar_matcher *m, uint32_t begin, uint32_t end, uint8_t byte) {
@@ -290,7 +313,12 @@ int dse_grammar_matcher_new(const struct dse_grammar *grammar, struct dse_gramma
         for (uint32_t a = 0; a < root->n_alts && r == 0; a++)
                 r = expand(m, 0, grammar->alt_start[root->first_alt + a], GRAMMAR_NIL);
         if (r < 0) {
-                if (reterr)
+                if (reterr && r == -E2BIG)
+                        snprintf(reterr->msg, sizeof reterr->msg,
+                                 "grammar too ambiguous: its first state needs over %u parses or %u stack frames "
+                                 "(nested repetitions of groups that may match nothing?)",
+                                 GRAMMAR_MAX_STACKS, GRAMMAR_MAX_FRAMES);
+                else if (reterr)
                         snprintf(reterr->msg, sizeof reterr->msg, "grammar matcher: %s", strerror(-r));
                 dse_grammar_matcher_free(m);
                 return r;
@@ -308,6 +336,7 @@ void dse_grammar_matcher_free(struct dse_grammar_matcher *m) {
         free(m->tops);
         free(m->walk);
         free(m->key);
+        free(m->pending);
         dse__grammar_hash_index_done(&m->seen);
         free(m);
 }
