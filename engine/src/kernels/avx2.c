@@ -34,48 +34,94 @@ static void matvec_f32_avx2(const struct dse_qmat *w, const float *x, float *y, 
         }
 }
 
-/* Rows r..r+R-1 (R <= 4) of a BF16 matrix against one token: 16 columns per step, two
- * accumulators per row, so one x load serves R rows. */
-static inline __attribute__((always_inline)) void bf16_rows(const struct dse_qmat *w, const float *x, float *y,
-                                                            int64_t r, const int R) {
+/* Rows r..r+R-1 of a BF16 matrix times tokens 0..T-1 of x (R * T <= 6 for the two
+ * accumulators of each pair, R <= 4, T <= 3): each 8-column piece of a row is widened
+ * once and multiplies the tile's T tokens while it sits in a register. A (row, token)
+ * sum is the same whatever tile computes it: columns c..c+7 of each 16 into a0, c+8..c+15
+ * into a1, a last 8 into a0, then hsum8(a0 + a1) and the last cols % 8 one by one. */
+static inline __attribute__((always_inline)) void bf16_tile(const struct dse_qmat *w, const float *x, int64_t ldx,
+                                                            float *y, int64_t ldy, int64_t r, const int R,
+                                                            const int T) {
         int64_t n = w->cols, c = 0;
-        const uint16_t *row[4];
-        __m256 a0[4], a1[4];
-        for (int i = 0; i < R; i++) {
-                row[i] = (const uint16_t *)w->data + (r + i) * n;
-                a0[i] = a1[i] = _mm256_setzero_ps();
-        }
+        const uint16_t *row = (const uint16_t *)w->data + r * n; /* row i at row + i * n */
+        __m256 a0[4][3], a1[4][3], wv[4];
+        UNROLL
+        for (int i = 0; i < R; i++)
+                UNROLL
+                for (int t = 0; t < T; t++)
+                        a0[i][t] = a1[i][t] = _mm256_setzero_ps();
         for (; c + 16 <= n; c += 16) {
-                __m256 x0 = _mm256_loadu_ps(x + c), x1 = _mm256_loadu_ps(x + c + 8);
-                for (int i = 0; i < R; i++) {
-                        a0[i] = _mm256_fmadd_ps(load_bf16x8(row[i] + c), x0, a0[i]);
-                        a1[i] = _mm256_fmadd_ps(load_bf16x8(row[i] + c + 8), x1, a1[i]);
+                UNROLL
+                for (int i = 0; i < R; i++)
+                        wv[i] = load_bf16x8(row + i * n + c);
+                UNROLL
+                for (int t = 0; t < T; t++) {
+                        __m256 x0 = _mm256_loadu_ps(x + t * ldx + c);
+                        UNROLL
+                        for (int i = 0; i < R; i++)
+                                a0[i][t] = _mm256_fmadd_ps(wv[i], x0, a0[i][t]);
+                }
+                UNROLL
+                for (int i = 0; i < R; i++)
+                        wv[i] = load_bf16x8(row + i * n + c + 8);
+                UNROLL
+                for (int t = 0; t < T; t++) {
+                        __m256 x1 = _mm256_loadu_ps(x + t * ldx + c + 8);
+                        UNROLL
+                        for (int i = 0; i < R; i++)
+                                a1[i][t] = _mm256_fmadd_ps(wv[i], x1, a1[i][t]);
                 }
         }
-        for (; c + 8 <= n; c += 8) {
-                __m256 x0 = _mm256_loadu_ps(x + c);
+        if (c + 8 <= n) {
+                UNROLL
                 for (int i = 0; i < R; i++)
-                        a0[i] = _mm256_fmadd_ps(load_bf16x8(row[i] + c), x0, a0[i]);
+                        wv[i] = load_bf16x8(row + i * n + c);
+                UNROLL
+                for (int t = 0; t < T; t++) {
+                        __m256 x0 = _mm256_loadu_ps(x + t * ldx + c);
+                        UNROLL
+                        for (int i = 0; i < R; i++)
+                                a0[i][t] = _mm256_fmadd_ps(wv[i], x0, a0[i][t]);
+                }
+                c += 8;
         }
-        for (int i = 0; i < R; i++) {
-                float acc = hsum8(_mm256_add_ps(a0[i], a1[i]));
-                for (int64_t cc = c; cc < n; cc++)
-                        acc += dse__kern_bf16_to_f32(row[i][cc]) * x[cc];
-                y[r + i] = acc;
-        }
+        UNROLL
+        for (int t = 0; t < T; t++)
+                UNROLL
+                for (int i = 0; i < R; i++) {
+                        float acc = hsum8(_mm256_add_ps(a0[i][t], a1[i][t]));
+                        for (int64_t cc = c; cc < n; cc++)
+                                acc += dse__kern_bf16_to_f32(row[i * n + cc]) * x[t * ldx + cc];
+                        y[t * ldy + r + i] = acc;
+                }
 }
 
-/* Blocks of 4 rows; each block serves every token while it sits in L1. */
+/* Rows r..r+R-1 for every token, in tiles of up to 3 tokens. */
+#define BF16_ROWS(R)                                                                                           \
+        for (int64_t t0 = 0; t0 < n; t0 += 3)                                                                  \
+                switch (n - t0) {                                                                              \
+                case 1: bf16_tile(w, x + t0 * ldx, ldx, y + t0 * ldy, ldy, r, R, 1); break;                   \
+                case 2: bf16_tile(w, x + t0 * ldx, ldx, y + t0 * ldy, ldy, r, R, 2); break;                   \
+                default: bf16_tile(w, x + t0 * ldx, ldx, y + t0 * ldy, ldy, r, R, 3); break;                  \
+                }
+
+/* One token (a matvec): blocks of 4 rows, so one x load serves 4 rows. Several: pairs of
+ * rows times tiles of 3 tokens, each pair's weights widened once per tile rather than
+ * once per token, and the pair staying in L1 while every tile uses it. */
 static void matmul_bf16_avx2(const struct dse_qmat *w, const float *x, int64_t ldx, int64_t n, float *y,
                              int64_t ldy, int64_t r0, int64_t r1) {
         int64_t r = r0;
-        for (; r + 4 <= r1; r += 4)
-                for (int64_t t = 0; t < n; t++)
-                        bf16_rows(w, x + t * ldx, y + t * ldy, r, 4);
+        if (n == 1) {
+                for (; r + 4 <= r1; r += 4)
+                        bf16_tile(w, x, ldx, y, ldy, r, 4, 1);
+        } else {
+                for (; r + 2 <= r1; r += 2)
+                        BF16_ROWS(2)
+        }
         for (; r < r1; r++)
-                for (int64_t t = 0; t < n; t++)
-                        bf16_rows(w, x + t * ldx, y + t * ldy, r, 1);
+                BF16_ROWS(1)
 }
+#undef BF16_ROWS
 
 static void matvec_bf16_avx2(const struct dse_qmat *w, const float *x, float *y, int64_t r0, int64_t r1) {
         matmul_bf16_avx2(w, x, 0, 1, y, 0, r0, r1);
