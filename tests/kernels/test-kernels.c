@@ -589,6 +589,72 @@ TEST(matmul_q4_batch_and_split_invariant) {
                 dse_cpu_level_to_string(top));
 }
 
+/* Float-activation matmul of every format at every level: a token's result for a row is
+ * bit for bit its matvec's, whatever the number of tokens in the call (1..9, around the
+ * token tiles), where the token sits in it and how the rows are cut (the batched MTP
+ * catch-up's rows must equal the rows written one step at a time), and within the
+ * oracle's tolerance as matmul_all_formats_all_levels checks it. Odd rows and columns
+ * around the row blocks and the 8- and 16-column steps. */
+TEST(matmul_tokens_equal_matvec_bitwise_all_levels) {
+        static const struct mat_case tc[] = {{1, 1, 32}, {3, 7, 32}, {5, 9, 32},    {2, 15, 32},   {7, 17, 32},
+                                             {9, 23, 32}, {6, 31, 32}, {11, 40, 32}, {13, 161, 32}, {5, 193, 64},
+                                             {3, 384, 128}, {17, 201, 128}};
+        enum dse_cpu_level top = detected_level();
+        int n_checked = 0;
+        for (int lvl = DSE_CPU_SCALAR; lvl <= (int)top; lvl++) {
+                struct dse_kernels k;
+                ASSERT_OK(dse_kernels_resolve((enum dse_cpu_level)lvl, &k));
+                for (size_t d = 0; d < sizeof mat_dtypes / sizeof mat_dtypes[0]; d++)
+                        for (size_t ci = 0; ci < sizeof tc / sizeof tc[0]; ci++)
+                                for (int64_t n = 1; n <= 9; n++) {
+                                        rng_seed(8300 + 1000 * d + 10 * ci + (uint64_t)n);
+                                        struct mat_buf m;
+                                        mat_make(&m, mat_dtypes[d], tc[ci]);
+                                        const struct dse_qmat *w = &m.w;
+                                        int64_t ldx = w->cols + 5, ldy = w->rows + 1;
+                                        float *x = make_x(n, w->cols, ldx);
+                                        float *all = malloc((size_t)(n * ldy) * sizeof(float));
+                                        float *one = malloc((size_t)ldy * sizeof(float));
+                                        ASSERT_TRUE(all && one);
+                                        /* rows cut at an odd place, as a thread split may */
+                                        int64_t cut = w->rows * 2 / 5;
+                                        k.matmul[w->dtype](w, x, ldx, n, all, ldy, 0, cut);
+                                        k.matmul[w->dtype](w, x, ldx, n, all, ldy, cut, w->rows);
+                                        for (int64_t t = 0; t < n; t++) {
+                                                int64_t len = 1 + (t * 3) % 5;
+                                                for (int64_t r = 0; r < w->rows; r += len)
+                                                        k.matvec[w->dtype](w, x + t * ldx, one, r,
+                                                                           r + len < w->rows ? r + len : w->rows);
+                                                for (int64_t r = 0; r < w->rows; r++) {
+                                                        double want = 0, mag = 0;
+                                                        for (int64_t c = 0; c < w->cols; c++) {
+                                                                double p = oracle_w(w, r, c) * x[t * ldx + c];
+                                                                want += p;
+                                                                mag += fabs(p);
+                                                        }
+                                                        if (memcmp(&one[r], &all[t * ldy + r], sizeof(float)) != 0 ||
+                                                            !(fabs(all[t * ldy + r] - want) <= REL_TOL * mag + ABS_TOL))
+                                                                T_FAIL("matmul %s level %s case %zu (%lldx%lld) token %lld "
+                                                                       "of %lld row %lld: %.9g, matvec %.9g, oracle %.9g "
+                                                                       "NOT OK",
+                                                                       dtype_name(w->dtype),
+                                                                       dse_cpu_level_to_string((enum dse_cpu_level)lvl),
+                                                                       ci, (long long)w->rows, (long long)w->cols,
+                                                                       (long long)t, (long long)n, (long long)r,
+                                                                       all[t * ldy + r], one[r], want);
+                                                }
+                                        }
+                                        n_checked++;
+                                        free(x);
+                                        free(all);
+                                        free(one);
+                                        mat_free(&m);
+                                }
+        }
+        fprintf(stderr, "  %d (level, format, shape, tokens) matmuls equal their matvecs up to level %s\n",
+                n_checked, dse_cpu_level_to_string(top));
+}
+
 TEST(quantize_xq_matches_definition_all_levels) {
         enum dse_cpu_level top = detected_level();
         static const int64_t lens[] = {1, 5, 31, 32, 33, 64, 100, 257, 1536};
