@@ -142,6 +142,19 @@ static double oracle_w(const struct dse_qmat *w, int64_t r, int64_t c) {
         }
 }
 
+/* W[r, :] . x in float64 from the format definitions; *ret_mag = sum |W[r, c] * x[c]|,
+ * the scale of the float32 rounding the tolerance allows. */
+static double oracle_row(const struct dse_qmat *w, int64_t r, const float *x, double *ret_mag) {
+        double sum = 0, mag = 0;
+        for (int64_t c = 0; c < w->cols; c++) {
+                double p = oracle_w(w, r, c) * x[c];
+                sum += p;
+                mag += fabs(p);
+        }
+        *ret_mag = mag;
+        return sum;
+}
+
 static const struct mat_case cases[] = {
         {1, 1, 32},   {1, 8, 32},    {3, 7, 32},    {2, 16, 16},  {5, 33, 32},  {7, 64, 32},
         {4, 100, 32}, {9, 130, 64},  {3, 45, 15},   {2, 9, 3},    {130, 200, 128}, {129, 257, 128},
@@ -507,12 +520,7 @@ TEST(matmul_all_formats_all_levels) {
                                         k.matmul[w->dtype](w, x, ldx, n, y, ldy, mid, w->rows);
                                         for (int64_t t = 0; t < n; t++) {
                                                 for (int64_t r = 0; r < w->rows; r++) {
-                                                        double want = 0, mag = 0;
-                                                        for (int64_t c = 0; c < w->cols; c++) {
-                                                                double p = oracle_w(w, r, c) * x[t * ldx + c];
-                                                                want += p;
-                                                                mag += fabs(p);
-                                                        }
+                                                        double mag, want = oracle_row(w, r, x + t * ldx, &mag);
                                                         double tol = REL_TOL * mag + ABS_TOL;
                                                         if (!(fabs(y[t * ldy + r] - want) <= tol))
                                                                 T_FAIL("matmul %s level %s case %zu (%lldx%lld g%d) n %lld "
@@ -626,12 +634,7 @@ TEST(matmul_tokens_equal_matvec_bitwise_all_levels) {
                                                         k.matvec[w->dtype](w, x + t * ldx, one, r,
                                                                            r + len < w->rows ? r + len : w->rows);
                                                 for (int64_t r = 0; r < w->rows; r++) {
-                                                        double want = 0, mag = 0;
-                                                        for (int64_t c = 0; c < w->cols; c++) {
-                                                                double p = oracle_w(w, r, c) * x[t * ldx + c];
-                                                                want += p;
-                                                                mag += fabs(p);
-                                                        }
+                                                        double mag, want = oracle_row(w, r, x + t * ldx, &mag);
                                                         if (memcmp(&one[r], &all[t * ldy + r], sizeof(float)) != 0 ||
                                                             !(fabs(all[t * ldy + r] - want) <= REL_TOL * mag + ABS_TOL))
                                                                 T_FAIL("matmul %s level %s case %zu (%lldx%lld) token %lld "

@@ -34,6 +34,24 @@ static void matvec_f32_avx2(const struct dse_qmat *w, const float *x, float *y, 
         }
 }
 
+/* Columns c..c+7 of rows 0..R-1 (row i at row + i * n) widened once, times the same
+ * columns of tokens 0..T-1 of x, into acc[i][t]. */
+static inline __attribute__((always_inline)) void bf16_piece(const uint16_t *row, int64_t n, const float *x,
+                                                             int64_t ldx, int64_t c, const int R, const int T,
+                                                             __m256 acc[4][3]) {
+        __m256 wv[4];
+        UNROLL
+        for (int i = 0; i < R; i++)
+                wv[i] = load_bf16x8(row + i * n + c);
+        UNROLL
+        for (int t = 0; t < T; t++) {
+                __m256 xv = _mm256_loadu_ps(x + t * ldx + c);
+                UNROLL
+                for (int i = 0; i < R; i++)
+                        acc[i][t] = _mm256_fmadd_ps(wv[i], xv, acc[i][t]);
+        }
+}
+
 /* Rows r..r+R-1 of a BF16 matrix times tokens 0..T-1 of x (R * T <= 6 for the two
  * accumulators of each pair, R <= 4, T <= 3): each 8-column piece of a row is widened
  * once and multiplies the tile's T tokens while it sits in a register. A (row, token)
@@ -44,45 +62,18 @@ static inline __attribute__((always_inline)) void bf16_tile(const struct dse_qma
                                                             const int T) {
         int64_t n = w->cols, c = 0;
         const uint16_t *row = (const uint16_t *)w->data + r * n; /* row i at row + i * n */
-        __m256 a0[4][3], a1[4][3], wv[4];
+        __m256 a0[4][3], a1[4][3];
         UNROLL
         for (int i = 0; i < R; i++)
                 UNROLL
                 for (int t = 0; t < T; t++)
                         a0[i][t] = a1[i][t] = _mm256_setzero_ps();
         for (; c + 16 <= n; c += 16) {
-                UNROLL
-                for (int i = 0; i < R; i++)
-                        wv[i] = load_bf16x8(row + i * n + c);
-                UNROLL
-                for (int t = 0; t < T; t++) {
-                        __m256 x0 = _mm256_loadu_ps(x + t * ldx + c);
-                        UNROLL
-                        for (int i = 0; i < R; i++)
-                                a0[i][t] = _mm256_fmadd_ps(wv[i], x0, a0[i][t]);
-                }
-                UNROLL
-                for (int i = 0; i < R; i++)
-                        wv[i] = load_bf16x8(row + i * n + c + 8);
-                UNROLL
-                for (int t = 0; t < T; t++) {
-                        __m256 x1 = _mm256_loadu_ps(x + t * ldx + c + 8);
-                        UNROLL
-                        for (int i = 0; i < R; i++)
-                                a1[i][t] = _mm256_fmadd_ps(wv[i], x1, a1[i][t]);
-                }
+                bf16_piece(row, n, x, ldx, c, R, T, a0);
+                bf16_piece(row, n, x, ldx, c + 8, R, T, a1);
         }
         if (c + 8 <= n) {
-                UNROLL
-                for (int i = 0; i < R; i++)
-                        wv[i] = load_bf16x8(row + i * n + c);
-                UNROLL
-                for (int t = 0; t < T; t++) {
-                        __m256 x0 = _mm256_loadu_ps(x + t * ldx + c);
-                        UNROLL
-                        for (int i = 0; i < R; i++)
-                                a0[i][t] = _mm256_fmadd_ps(wv[i], x0, a0[i][t]);
-                }
+                bf16_piece(row, n, x, ldx, c, R, T, a0);
                 c += 8;
         }
         UNROLL
