@@ -193,6 +193,11 @@ struct dse_grammar_matcher {
          * seen_count of them are indexed (matcher.c) */
         struct grammar_hash_index seen;
         uint32_t seen_begin, seen_count;
+        /* the arena's frames by (pos, parent), so that expansion reuses a frame instead of
+         * building an equal one (matcher.c); frame_index_count slots are taken, some by
+         * frames dropped since, which a lookup tells by their pos and parent */
+        struct grammar_hash_index frame_index;
+        uint32_t frame_index_count;
         /* the stacks expansion has yet to follow (matcher.c), grown as grammars demand */
         struct grammar_pending *pending;
         uint32_t n_pending, cap_pending;

@@ -34,6 +34,55 @@ int dse__grammar_frame_new(struct dse_grammar_matcher *m, uint32_t pos, uint32_t
         return 0;
 }
 
+/* The frame (pos, parent) whose stack hashes to hash, GRAMMAR_NIL when the arena holds
+ * none. A slot may name a frame dropped by a reset to a mark, or a later one in its
+ * place: only a live frame with this pos and parent is the one. */
+static uint32_t frame_find(const struct dse_grammar_matcher *m, uint32_t pos, uint32_t parent, uint32_t hash) {
+        const struct grammar_hash_index *ix = &m->frame_index;
+        if (!ix->size)
+                return GRAMMAR_NIL;
+        uint32_t mask = ix->size - 1;
+        for (uint32_t k = hash & mask; ix->slots[k]; k = (k + 1) & mask) {
+                uint32_t f = ix->slots[k] - 1;
+                if (f < m->n_frames && m->frames[f].pos == pos && m->frames[f].parent == parent)
+                        return f;
+        }
+        return GRAMMAR_NIL;
+}
+
+/* Indexes every live frame afresh, with room for half as many again, dropping the
+ * slots of frames gone. Stand-in frames (mask_cache.c) are indexed too; they sit at
+ * pos 0, where no continuation does, so no lookup finds them. */
+static int frame_index_rebuild(struct dse_grammar_matcher *m) {
+        struct grammar_hash_index *ix = &m->frame_index;
+        GRAMMAR_TRY(dse__grammar_hash_index_reserve(ix, (uint64_t)m->n_frames + m->n_frames / 2 + 1, 0, NULL, NULL));
+        memset(ix->slots, 0, (size_t)ix->size * sizeof *ix->slots);
+        for (uint32_t i = 0; i < m->n_frames; i++)
+                dse__grammar_hash_index_put(ix, m->frames[i].hash, i);
+        m->frame_index_count = m->n_frames;
+        return 0;
+}
+
+/* The frame (pos, parent), reused when the arena holds it. Stacks built along different
+ * paths through the grammar then share their frames wherever they are equal, so
+ * comparing two takes one step and popping into one is done once per round, where
+ * deep equal stacks of separate frames (a repeated group that may match nothing keeps
+ * one parse per count still open) were compared frame by frame and followed each. */
+static int frame_shared(struct dse_grammar_matcher *m, uint32_t pos, uint32_t parent, uint32_t *ret) {
+        uint32_t hash = stack_hash(m, pos, parent);
+        uint32_t f = frame_find(m, pos, parent, hash);
+        if (f != GRAMMAR_NIL) {
+                *ret = f;
+                return 0;
+        }
+        GRAMMAR_TRY(dse__grammar_frame_new(m, pos, parent, ret));
+        if (2 * ((uint64_t)m->frame_index_count + 1) > m->frame_index.size)
+                return frame_index_rebuild(m);
+        dse__grammar_hash_index_put(&m->frame_index, hash, *ret);
+        m->frame_index_count++;
+        return 0;
+}
+
 static int stacks_equal(const struct dse_grammar_matcher *m, uint32_t a, uint32_t b) {
         while (a != b) {
                 if (a == GRAMMAR_NIL || b == GRAMMAR_NIL || m->frames[a].pos != m->frames[b].pos)
@@ -155,7 +204,7 @@ static int follow(struct dse_grammar_matcher *m, uint32_t begin, uint32_t pos, u
                 /* a rule reference: continue after it once the rule is done */
                 uint32_t cont = parent;
                 if (g->elems[pos + 1].kind != GRAMMAR_END)
-                        GRAMMAR_TRY(dse__grammar_frame_new(m, pos + 1, parent, &cont));
+                        GRAMMAR_TRY(frame_shared(m, pos + 1, parent, &cont));
                 /* queued last first, so the alternatives are followed in order */
                 const struct grammar_rule *rule = &g->rules[e.arg];
                 for (uint32_t a = rule->n_alts; a-- > 0;)
@@ -295,7 +344,7 @@ static int compact(struct dse_grammar_matcher *m) {
         m->n_tops = n_tops;
         m->cur_begin = 0;
         m->cur_end = n_tops;
-        return 0;
+        return frame_index_rebuild(m);
 }
 
 int dse_grammar_matcher_new(const struct dse_grammar *grammar, struct dse_grammar_matcher **ret_matcher,
@@ -338,6 +387,7 @@ void dse_grammar_matcher_free(struct dse_grammar_matcher *m) {
         free(m->key);
         free(m->pending);
         dse__grammar_hash_index_done(&m->seen);
+        dse__grammar_hash_index_done(&m->frame_index);
         free(m);
 }
 
@@ -387,5 +437,8 @@ int dse_grammar_matcher_copy(struct dse_grammar_matcher *dst, const struct dse_g
         dst->cur_end = src->cur_end;
         dst->ended = src->ended;
         dst->boundary = GRAMMAR_NIL;
+        /* the frames carry src's round marks: dst's rounds go on past them */
+        if (dst->round < src->round)
+                dst->round = src->round;
         return 0;
 }
