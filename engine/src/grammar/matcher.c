@@ -23,15 +23,20 @@ static uint32_t stack_hash(const struct dse_grammar_matcher *m, uint32_t pos, ui
         return (below ^ pos) * 0x01000193u + (below >> 15);
 }
 
-int dse__grammar_frame_new(struct dse_grammar_matcher *m, uint32_t pos, uint32_t parent, uint32_t *ret) {
+/* Appends the frame (pos, parent) whose stack hashes to hash. */
+static int frame_append(struct dse_grammar_matcher *m, uint32_t pos, uint32_t parent, uint32_t hash, uint32_t *ret) {
         if (m->n_frames >= GRAMMAR_MAX_FRAMES)
                 return -E2BIG;
         int r = dse__grammar_grow((void **)&m->frames, &m->cap_frames, (uint64_t)m->n_frames + 1, sizeof *m->frames);
         if (r < 0)
                 return r;
-        m->frames[m->n_frames] = (struct grammar_frame){pos, parent, stack_hash(m, pos, parent), 0};
+        m->frames[m->n_frames] = (struct grammar_frame){pos, parent, hash, 0};
         *ret = m->n_frames++;
         return 0;
+}
+
+int dse__grammar_frame_new(struct dse_grammar_matcher *m, uint32_t pos, uint32_t parent, uint32_t *ret) {
+        return frame_append(m, pos, parent, stack_hash(m, pos, parent), ret);
 }
 
 /* The frame (pos, parent) whose stack hashes to hash, GRAMMAR_NIL when the arena holds
@@ -75,7 +80,7 @@ static int frame_shared(struct dse_grammar_matcher *m, uint32_t pos, uint32_t pa
                 *ret = f;
                 return 0;
         }
-        GRAMMAR_TRY(dse__grammar_frame_new(m, pos, parent, ret));
+        GRAMMAR_TRY(frame_append(m, pos, parent, hash, ret));
         if (2 * ((uint64_t)m->frame_index_count + 1) > m->frame_index.size)
                 return frame_index_rebuild(m);
         dse__grammar_hash_index_put(&m->frame_index, hash, *ret);
@@ -149,7 +154,7 @@ static int add_stack(struct dse_grammar_matcher *m, uint32_t begin, uint32_t pos
                 return r;
         uint32_t top = pos;
         if (pos < GRAMMAR_POPPED) {
-                r = dse__grammar_frame_new(m, pos, parent, &top);
+                r = frame_append(m, pos, parent, hash, &top);
                 if (r < 0)
                         return r;
         }
