@@ -104,11 +104,18 @@ void sup_drift_window_update(struct sup_drift_window *w, int64_t now_ms, const s
         }
 }
 
-/* Instance i against the pooled windows of the others not excluded. */
+/* Whether a window holds enough for a verdict of its own. */
+static bool judgeable(const struct sup_drift_counts *c) {
+        return counts_sum(c, SUP_DRIFT_TOKEN_PROB) >= SUP_DRIFT_MIN_TOKENS && c->requests >= SUP_DRIFT_MIN_REQUESTS;
+}
+
+/* Instance i against the pooled windows of the others not excluded. An instance too new
+ * to be judged is no reference either: while it cannot leave the pool as a drifting one
+ * would, its few tokens could make its peers look drifted. */
 static struct sup_drift_verdict verdict(const struct sup_drift_window *const *w, int n, int i, const bool *excluded) {
         struct sup_drift_counts peers = {0};
         for (int j = 0; j < n; j++) {
-                if (j == i || excluded[j])
+                if (j == i || excluded[j] || !judgeable(&w[j]->recent))
                         continue;
                 peers.requests += w[j]->recent.requests;
                 for (int s = 0; s < SUP_DRIFT_SIGNAL_COUNT; s++)
@@ -119,8 +126,7 @@ static struct sup_drift_verdict verdict(const struct sup_drift_window *const *w,
                                       .m = counts_sum(&peers, SUP_DRIFT_TOKEN_PROB),
                                       .n_requests = w[i]->recent.requests,
                                       .m_requests = peers.requests};
-        v.valid = v.n >= SUP_DRIFT_MIN_TOKENS && v.m >= SUP_DRIFT_MIN_TOKENS &&
-                  v.n_requests >= SUP_DRIFT_MIN_REQUESTS && v.m_requests >= SUP_DRIFT_MIN_REQUESTS;
+        v.valid = judgeable(&w[i]->recent) && judgeable(&peers);
         for (int s = 0; v.valid && s < SUP_DRIFT_SIGNAL_COUNT; s++)
                 v.valid = sup_ks_binned(w[i]->recent.c[s], peers.c[s], DSV_IPC_CONFIDENCE_BINS, v.n_requests,
                                         v.m_requests, &v.ks[s], &v.pvalue[s]) == 0;

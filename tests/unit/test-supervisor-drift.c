@@ -90,6 +90,38 @@ TEST(an_instance_whose_output_drifts_is_the_one_named) {
         ASSERT_TRUE(v[0].pvalue[SUP_DRIFT_TOKEN_PROB] < 1e-6 && v[1].pvalue[SUP_DRIFT_TOKEN_PROB] < 1e-6);
 }
 
+/* Just after a start, instances whose windows are too small for a verdict of their own
+ * are no reference for the others: here the pool of two such (one drifting) would name
+ * the healthy, well-sampled instance 0 as drifted. */
+TEST(instances_too_new_to_judge_are_no_reference) {
+        static const int usual[] = {10, 20, 40, 20, 10}, skewed[] = {90, 5, 3, 1, 1};
+        struct sup_drift_window w[3];
+        memset(w, 0, sizeof w);
+        struct sup_drift_counts total[3];
+        memset(total, 0, sizeof total);
+        spread(&total[0], usual, 5, 20000);
+        spread(&total[1], usual, 5, 40);   /* 2 requests */
+        spread(&total[2], skewed, 5, 380); /* 19 requests: one short of a verdict */
+        for (int i = 0; i < 3; i++)
+                sup_drift_window_update(&w[i], 0, &total[i]);
+        const struct sup_drift_window *pw[3] = {&w[0], &w[1], &w[2]};
+        struct sup_drift_verdict v[3];
+        sup_drift_compare(pw, 3, v);
+        for (int i = 0; i < 3; i++)
+                ASSERT_TRUE(!v[i].valid);
+        ASSERT_TRUE(v[0].m == 0 && v[0].m_requests == 0);
+        /* with instance 1 judgeable (20 requests), instance 0 is compared with it alone */
+        memset(w, 0, sizeof w);
+        memset(&total[1], 0, sizeof total[1]);
+        spread(&total[1], usual, 5, 400);
+        for (int i = 0; i < 3; i++)
+                sup_drift_window_update(&w[i], 0, &total[i]);
+        sup_drift_compare(pw, 3, v);
+        ASSERT_TRUE(v[0].valid && v[0].m == 400 && v[0].pvalue[SUP_DRIFT_TOKEN_PROB] >= SUP_DRIFT_ALPHA);
+        ASSERT_TRUE(v[1].valid && v[1].m == 20000);
+        ASSERT_TRUE(!v[2].valid);
+}
+
 TEST(a_new_worker_restarts_its_window_and_too_few_tokens_give_no_verdict) {
         static const int usual[] = {10, 20, 40, 20, 10};
         struct sup_drift_window w = {0}, peer = {0};
