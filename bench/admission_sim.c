@@ -34,6 +34,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bench_sort.h"
 #include "dsv_policy.h"
 
 #define MAX_BATCH 256
@@ -111,15 +112,10 @@ static int sample_add(struct samples *s, double v) {
         return 0;
 }
 
-static int cmp_double(const void *a, const void *b) {
-        double x = *(const double *)a, y = *(const double *)b;
-        return (x > y) - (x < y);
-}
-
 static double percentile(struct samples *s, double q) {
         if (s->n == 0)
                 return NAN;
-        qsort(s->v, s->n, sizeof s->v[0], cmp_double);
+        qsort(s->v, s->n, sizeof s->v[0], bench_cmp_double);
         size_t i = (size_t)ceil(q * (double)s->n) - 1;
         return s->v[i < s->n ? i : s->n - 1];
 }
@@ -226,7 +222,7 @@ static int run(const struct params *p, const struct dsv_policy_admit_limits *lim
 }
 
 static double median(double *v, int n) {
-        qsort(v, (size_t)n, sizeof v[0], cmp_double);
+        qsort(v, (size_t)n, sizeof v[0], bench_cmp_double);
         return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 

@@ -24,6 +24,7 @@
 #include <sys/mman.h>
 #include <time.h>
 
+#include "bench_sort.h"
 #include "dse_internal.h"
 #include "bench_clock.h"
 
@@ -58,11 +59,6 @@ static void attend_token(const struct dse_kernels *k, const struct shape *sh, co
                                 k->attn_accum_group_bf16(att, n, G, &V, 0, n, sh->head_dim, o, sh->head_dim);
                         }
                 }
-}
-
-static int cmp_double(const void *a, const void *b) {
-        double x = *(const double *)a, y = *(const double *)b;
-        return x < y ? -1 : x > y;
 }
 
 int main(int argc, char **argv) {
@@ -165,7 +161,7 @@ int main(int argc, char **argv) {
         double base = 0;
         for (int i = 0; i < n_var; i++) {
                 double *m = ms + i * reps;
-                qsort(m, (size_t)reps, sizeof *m, cmp_double);
+                qsort(m, (size_t)reps, sizeof *m, bench_cmp_double);
                 double med = m[reps / 2];
                 base = i == 0 ? med : base;
                 printf("  %-20s best %7.2f ms  median %7.2f ms  worst %7.2f ms  %6.2f GB/s (median)  median / %s %.3f\n",

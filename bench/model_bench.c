@@ -110,6 +110,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench_sort.h"
 #include "dse_internal.h"
 #include "dsv_platform.h"
 #include "read_probe.h"
@@ -801,11 +802,6 @@ struct mem_sample {
         double step_min_s, step_median_s; /* the timed steps' fastest and median */
 };
 
-static int cmp_double(const void *a, const void *b) {
-        double x = *(const double *)a, y = *(const double *)b;
-        return (x > y) - (x < y);
-}
-
 /* Probe passes beside the timed decode steps (measure_decode): the read bandwidth of the
  * same seconds as the decode. Each pass reads bytes/token of the mapping with one
  * read_probe variant; the variants take turns, two steps each, so every variant's passes
@@ -898,7 +894,7 @@ static double measure_decode(const struct dse_model *m, struct dse_pool *pool, i
                 if (pair && step % 2 == 0)
                         paired_pass(pool, pair, variant);
         }
-        qsort(step_s, (size_t)n_steps, sizeof *step_s, cmp_double);
+        qsort(step_s, (size_t)n_steps, sizeof *step_s, bench_cmp_double);
         ret_mem->step_min_s = step_s[0];
         ret_mem->step_median_s = step_s[n_steps / 2];
         free(step_s);

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bench_sort.h"
 #include "bench_clock.h"
 #include "dse.h"
 
@@ -37,11 +38,6 @@ static double run_round(struct dse_batch *b, struct dse_kv_cache *kv, const int3
         dse_kv_seq_close(kv, s0);
         dse_kv_seq_close(kv, s1);
         return r < 0 ? -1 : bench_clock_s(CLOCK_PROCESS_CPUTIME_ID) - t0;
-}
-
-static int cmp_double(const void *a, const void *b) {
-        double x = *(const double *)a, y = *(const double *)b;
-        return (x > y) - (x < y);
 }
 
 int main(int argc, char **argv) {
@@ -103,7 +99,7 @@ int main(int argc, char **argv) {
                 printf("round %d: CPU per step off %.3f ms, on %.3f ms: on/off %.3f\n", k + 1, 1e3 * t_off / steps,
                        1e3 * t_on / steps, ratio[k]);
         }
-        qsort(ratio, (size_t)rounds, sizeof ratio[0], cmp_double);
+        qsort(ratio, (size_t)rounds, sizeof ratio[0], bench_cmp_double);
         printf("MTP rows kept, 2 sequences x %d plain steps: CPU on/off median %.3f over %d rounds\n", steps,
                ratio[rounds / 2], rounds);
         rc = 0;

@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bench_sort.h"
 #include "dsv_policy.h"
 
 #define MAX_WORKERS 64
@@ -201,11 +202,6 @@ static int run_policy(struct sim *s, enum dsv_policy_route route, uint64_t seed)
         return 0;
 }
 
-static int cmp_double(const void *a, const void *b) {
-        double x = *(const double *)a, y = *(const double *)b;
-        return (x > y) - (x < y);
-}
-
 struct stats {
         double p50, p99, mean;
 };
@@ -216,7 +212,7 @@ static struct stats latency_stats(const struct sim *s, double *scratch) {
                 scratch[i] = s->req[i].done_s - s->req[i].arrival_s;
                 sum += scratch[i];
         }
-        qsort(scratch, (size_t)s->n_requests, sizeof *scratch, cmp_double);
+        qsort(scratch, (size_t)s->n_requests, sizeof *scratch, bench_cmp_double);
         int n = s->n_requests;
         return (struct stats){scratch[(int)(0.50 * (n - 1))], scratch[(int)(0.99 * (n - 1))], sum / n};
 }

@@ -39,17 +39,13 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench_sort.h"
 #include "spec_bench.h"
 #include "worker-client.h"
 #include "bench_clock.h"
 
 #define SPEC_BENCH_KMAX 4
 #define CONTEXT 128
-
-static int cmp_d(const void *a, const void *b) {
-        double x = *(const double *)a, y = *(const double *)b;
-        return x < y ? -1 : x > y;
-}
 
 static int verify_cost(const struct dse_model *m, struct dse_pool *pool, int reps, double *ratio) {
         struct dse_diag d = {{0}};
@@ -93,7 +89,7 @@ static int verify_cost(const struct dse_model *m, struct dse_pool *pool, int rep
                 }
         double med[SPEC_BENCH_KMAX + 1];
         for (int k = 0; k <= SPEC_BENCH_KMAX; k++) {
-                qsort(t + (size_t)k * reps, (size_t)reps, sizeof *t, cmp_d);
+                qsort(t + (size_t)k * reps, (size_t)reps, sizeof *t, bench_cmp_double);
                 med[k] = t[(size_t)k * reps + reps / 2];
         }
         for (int k = 0; k <= SPEC_BENCH_KMAX; k++)
@@ -379,7 +375,7 @@ int spec_bench_run(const struct dse_model *m, struct dse_pool *pool, const char 
                         tr[t].tok_s[s] = tr[t].secs[s] > 0 ? (double)tr[t].toks[s] / tr[t].secs[s] : 0;
                         double sorted[SPEC_BENCH_MAX_REPEAT];
                         memcpy(sorted, ratio_rounds[t][s], (size_t)o->repeat * sizeof(double));
-                        qsort(sorted, (size_t)o->repeat, sizeof(double), cmp_d);
+                        qsort(sorted, (size_t)o->repeat, sizeof(double), bench_cmp_double);
                         ratio_median[t][s] = o->repeat % 2 ? sorted[o->repeat / 2]
                                                            : (sorted[o->repeat / 2 - 1] + sorted[o->repeat / 2]) / 2;
                 }

@@ -31,6 +31,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "bench_sort.h"
 #include "thread_scaling.h"
 #include "bench_clock.h"
 
@@ -161,13 +162,8 @@ static int core0_threads(void) {
         return n;
 }
 
-static int cmp_double(const void *a, const void *b) {
-        double x = *(const double *)a, y = *(const double *)b;
-        return (x > y) - (x < y);
-}
-
 static double median(double *v, int n) {
-        qsort(v, (size_t)n, sizeof *v, cmp_double);
+        qsort(v, (size_t)n, sizeof *v, bench_cmp_double);
         return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 

@@ -15,17 +15,13 @@
 #include <libgen.h>
 #include <math.h>
 
+#include "bench_sort.h"
 #include "worker-client.h"
-
-static int cmp_double(const void *a, const void *b) {
-        double x = *(const double *)a, y = *(const double *)b;
-        return (x > y) - (x < y);
-}
 
 static double pct(double *v, int n, double p) {
         if (n == 0)
                 return NAN;
-        qsort(v, (size_t)n, sizeof *v, cmp_double);
+        qsort(v, (size_t)n, sizeof *v, bench_cmp_double);
         int i = (int)ceil(p / 100.0 * n) - 1;
         return v[i < 0 ? 0 : i >= n ? n - 1 : i];
 }

@@ -240,6 +240,8 @@ static int step_rejecting(struct dse_batch *b, struct dse_kv_cache *kv, int seq,
  * read the module's rows of every earlier position) and the reference's first drafts. A
  * sequence that never drafts leaves complete rows in its full blocks: one attaching
  * them after it closed drafts the chains of a sequence that computed every row itself. */
+static void exact_path(void);
+
 static void check_waiting_rows(struct dse_model *m, int against_reference) {
         struct dse_kv_cache *kv;
         struct dse_batch *b;
@@ -328,8 +330,7 @@ TEST(waiting_rows_equal_rows_written_at_every_step_at_every_level) {
                 setenv("DSV_CPU", dse_cpu_level_to_string((enum dse_cpu_level)level), 1);
                 unsetenv("DSV_ACT");
                 struct dse_model *m = default_model_open();
-                setenv("DSV_CPU", "scalar", 1);
-                setenv("DSV_ACT", "f32", 1);
+                exact_path();
                 ASSERT_TRUE(m != NULL);
                 check_waiting_rows(m, 0);
                 dse_model_free(m);
