@@ -16,7 +16,7 @@ dsv_test(NAME test-gateway-tool-syntax SOURCES unit/test-gateway-tool-syntax.c L
 target_include_directories(test-gateway-tool-syntax PRIVATE ${DSV_GATEWAY_INTERNAL})
 dsv_test(NAME test-gateway-metrics SOURCES unit/test-gateway-metrics.c LIBS dsv_gateway LABELS unit)
 target_include_directories(test-gateway-metrics PRIVATE ${DSV_GATEWAY_INTERNAL})
-dsv_test(NAME test-gateway-strict SOURCES unit/test-gateway-strict.c LIBS dsv_gateway LABELS unit)
+dsv_test(NAME test-gateway-strict SOURCES unit/test-gateway-strict.c LIBS dsv_gateway dsv::mhd LABELS unit)
 target_include_directories(test-gateway-strict PRIVATE ${DSV_GATEWAY_INTERNAL})
 
 add_executable(fake-worker integration/fake-worker.c)
