@@ -4,16 +4,17 @@
 #
 #   bench/overload.sh [--instances 1] [--threads 1] [--duration 15] [--max-tokens 64]
 #       [--prompt-len 16] [--factors "0.7 1 2 5 10"] [--rounds 3] [--capacity QPS]
-#       [--model DIR] [--max-queue N] [--max-queue-wait-pct P] [--seed 1] [--housekeeping-cpus LIST]
+#       [--model DIR] [--max-batch B] [--max-queue N] [--max-queue-wait-pct P] [--seed 1]
+#       [--housekeeping-cpus LIST]
 #       [--client-cpus auto|any|LIST] [--build-dir DIR] [--out DIR]
 #
-# --max-queue (default 8) and --max-queue-wait-pct (default 50, dsvisor's own default) go
-# to `dsvisor start` as they are.
+# --max-batch (default 8, the worker's own default), --max-queue (default 8) and
+# --max-queue-wait-pct (default 50, dsvisor's own default) go to `dsvisor start` as they are.
 # --rounds rounds on one running dsvisor, each measuring capacity and then every load
 # factor, so each round's ratios are same-run and the spread between rounds shows how far
 # one run can be trusted (about 5 minutes with the defaults on a quiet host). Capacity is
 # measured first in each round (unless --capacity is given): closed loop with as many
-# requests in flight as the instances run at once plus the queues they keep (max-batch 8
+# requests in flight as the instances run at once plus the queues they keep (--max-batch
 # + --max-queue per instance, or fewer: the queue wait bound, --max-queue-wait-pct P of a
 # service time, is a queue of P % of the full batch) for --duration seconds, so no
 # client spins on refusals; its completed QPS is that round's "100 %". Then for each
@@ -47,24 +48,25 @@
 set -uo pipefail
 SRC=$(cd "$(dirname "$0")/.." && pwd)
 INSTANCES=1 THREADS=1 DURATION=15 MAX_TOKENS=64 PROMPT=16 FACTORS="0.7 1 2 5 10" ROUNDS=3 CAPACITY= MODEL=
-MAX_QUEUE=8 QUEUE_WAIT_PCT=50 SEED=1 BUILD=$SRC/build OUT= HOUSEKEEPING= CLIENT_CPUS=auto
+MAX_BATCH=8 MAX_QUEUE=8 QUEUE_WAIT_PCT=50 SEED=1 BUILD=$SRC/build OUT= HOUSEKEEPING= CLIENT_CPUS=auto
 while [ $# -gt 0 ]; do
   case "$1" in
     --instances) INSTANCES=$2 ;; --threads) THREADS=$2 ;; --duration) DURATION=$2 ;;
     --max-tokens) MAX_TOKENS=$2 ;; --prompt-len) PROMPT=$2 ;; --factors) FACTORS=$2 ;;
     --rounds) ROUNDS=$2 ;;
-    --capacity) CAPACITY=$2 ;; --model) MODEL=$2 ;; --max-queue) MAX_QUEUE=$2 ;; --seed) SEED=$2 ;;
+    --capacity) CAPACITY=$2 ;; --model) MODEL=$2 ;; --max-queue) MAX_QUEUE=$2 ;; --max-batch) MAX_BATCH=$2 ;; --seed) SEED=$2 ;;
     --max-queue-wait-pct) QUEUE_WAIT_PCT=$2 ;;
     --housekeeping-cpus) HOUSEKEEPING=$2 ;; --client-cpus) CLIENT_CPUS=$2 ;;
     --build-dir) BUILD=$2 ;; --out) OUT=$2 ;;
-    -h|--help) sed -n '2,46p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,47p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "overload.sh: unknown option '$1'" >&2; exit 2 ;;
   esac
   shift 2
 done
+case "$MAX_BATCH" in ''|*[!0-9]*|0) echo "overload.sh: --max-batch must be a whole number above 0, not '$MAX_BATCH'" >&2; exit 2 ;; esac
 case "$QUEUE_WAIT_PCT" in ''|*[!0-9]*) echo "overload.sh: --max-queue-wait-pct must be a whole number, not '$QUEUE_WAIT_PCT'" >&2; exit 2 ;; esac
 # the queue each instance keeps at capacity: --max-queue, or what the wait bound holds
-KEPT_QUEUE=$(( QUEUE_WAIT_PCT > 0 && (8 * QUEUE_WAIT_PCT + 99) / 100 < MAX_QUEUE ? (8 * QUEUE_WAIT_PCT + 99) / 100 : MAX_QUEUE ))
+KEPT_QUEUE=$(( QUEUE_WAIT_PCT > 0 && (MAX_BATCH * QUEUE_WAIT_PCT + 99) / 100 < MAX_QUEUE ? (MAX_BATCH * QUEUE_WAIT_PCT + 99) / 100 : MAX_QUEUE ))
 case "$ROUNDS" in ''|*[!0-9]*|0) echo "overload.sh: --rounds must be a whole number above 0, not '$ROUNDS'" >&2; exit 2 ;; esac
 B=$BUILD/bin
 . "$SRC/bench/start-dsvisor.sh"
@@ -82,7 +84,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-args=(--instances "$INSTANCES" --threads-per-instance "$THREADS" --max-queue "$MAX_QUEUE"
+args=(--instances "$INSTANCES" --threads-per-instance "$THREADS" --max-batch "$MAX_BATCH" --max-queue "$MAX_QUEUE"
       --max-queue-wait-pct "$QUEUE_WAIT_PCT" --port 0)
 [ -n "$MODEL" ] && args+=(--model "$MODEL")
 [ -n "$HOUSEKEEPING" ] && args+=(--housekeeping-cpus "$HOUSEKEEPING")
@@ -119,7 +121,7 @@ WORKER=$(python3 -c "import json; print(json.load(open('$RUN/status.json'))['ins
 affinity() { taskset -pc "$1" 2>/dev/null | sed 's/.*: //'; }
 sup_cpus=$(for t in /proc/"$SUP"/task/*; do affinity "${t##*/}"; done | sort -u | paste -sd' ')
 echo "overload: dsvisor pid $SUP on port $PORT, $INSTANCES instance(s) of $THREADS thread(s), max-queue $MAX_QUEUE," \
-     "max-queue-wait-pct $QUEUE_WAIT_PCT (capacity with $(( 8 + KEPT_QUEUE )) in flight per instance);" \
+     "max-batch $MAX_BATCH, max-queue-wait-pct $QUEUE_WAIT_PCT (capacity with $(( MAX_BATCH + KEPT_QUEUE )) in flight per instance);" \
      "prompt $PROMPT words, $MAX_TOKENS tokens, $DURATION s per run, $ROUNDS round(s);" \
      "housekeeping CPUs ${HOUSEKEEPING:-default}, client CPUs $CLIENT_CPUS; $(date -u +%FT%TZ) on $(nproc) CPUs," \
      "load average $(cut -d' ' -f1-3 /proc/loadavg)" | tee "$OUT/report.txt"
@@ -150,7 +152,7 @@ run() {
 for r in $(seq "$ROUNDS"); do
   cap=$CAPACITY
   if [ -z "$CAPACITY" ]; then
-    run "r$r-capacity" --concurrency $(( INSTANCES * (8 + KEPT_QUEUE) )) --duration "$DURATION"
+    run "r$r-capacity" --concurrency $(( INSTANCES * (MAX_BATCH + KEPT_QUEUE) )) --duration "$DURATION"
     cap=$(python3 -c "import json; print('%.2f' % json.load(open('$OUT/r$r-capacity.json'))['qps'])")
   fi
   echo "$cap" >"$OUT/r$r-capacity.qps"

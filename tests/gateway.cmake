@@ -53,5 +53,5 @@ dsv_test(NAME test-gateway-api SOURCES unit/test-gateway-api.c LIBS dsv_gateway 
 # every request is answered 200, 429 or 503 with Retry-After, none lost, counted in /metrics.
 dsv_script_test(NAME test-gateway-overload SCRIPT ${CMAKE_SOURCE_DIR}/tests/integration/test-gateway-overload.sh
                 LABELS integration TIMEOUT 120)
-dsv_test(NAME test-gateway-serving SOURCES unit/test-gateway-serving.c LIBS dsv_gateway dsv::cjson LABELS unit)
+dsv_test(NAME test-gateway-serving SOURCES unit/test-gateway-serving.c LIBS dsv_gateway dsv::mhd dsv::cjson LABELS unit)
 target_include_directories(test-gateway-serving PRIVATE ${DSV_GATEWAY_INTERNAL})
