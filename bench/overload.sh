@@ -3,7 +3,7 @@
 # measured capacity; every request must end with an HTTP status line.
 #
 #   bench/overload.sh [--instances 1] [--threads 1] [--duration 15] [--max-tokens 64]
-#       [--prompt-len 16] [--factors "0.7 1 2 5 10"] [--rounds 3] [--capacity QPS]
+#       [--prompt-len 16] [--factors "0.7 1 2 5 10"] [--rounds 3] [--slices 1] [--capacity QPS]
 #       [--model DIR] [--max-batch B] [--max-queue N] [--max-queue-wait-pct P] [--seed 1]
 #       [--housekeeping-cpus LIST]
 #       [--client-cpus auto|any|LIST] [--build-dir DIR] [--out DIR]
@@ -21,8 +21,12 @@
 # load factor F an open-loop Poisson run at F x that capacity for --duration seconds
 # (dsvisor-bench-load --qps, no client-side cap on requests in flight),
 # each after the previous one's requests have drained; odd rounds go up the factors, even
-# rounds down, so a drift of the host over the run does not favour one factor. Printed
-# per run: offered and completed QPS, P50/P99 latency of the completed requests, refusals
+# rounds down, so a drift of the host over the run does not favour one factor. With
+# --slices N each factor's --duration is cut into N slices run in turn with the other
+# factors' (the order reversed every other pass: 0.7 5 5 0.7 0.7 5 ...), so the factors
+# share the host's slower and faster minutes instead of each having its own; a factor's
+# slices are then reported as one run (counts and times added up, latency quantiles over
+# the pooled histograms). Printed per run: offered and completed QPS, P50/P99 latency of the completed requests, refusals
 # (429, 503, and by reason from dsvisor_requests_rejected_total and
 # dsvisor_connections_refused_total, the run's difference), refusals without Retry-After,
 # and lost (no HTTP answer); then where the CPU went: the share of the run the worker's
@@ -47,18 +51,18 @@
 # --client-cpus any leaves it unpinned; the placement line says which applied.
 set -uo pipefail
 SRC=$(cd "$(dirname "$0")/.." && pwd)
-INSTANCES=1 THREADS=1 DURATION=15 MAX_TOKENS=64 PROMPT=16 FACTORS="0.7 1 2 5 10" ROUNDS=3 CAPACITY= MODEL=
+INSTANCES=1 THREADS=1 DURATION=15 MAX_TOKENS=64 PROMPT=16 FACTORS="0.7 1 2 5 10" ROUNDS=3 SLICES=1 CAPACITY= MODEL=
 MAX_BATCH=8 MAX_QUEUE=8 QUEUE_WAIT_PCT=50 SEED=1 BUILD=$SRC/build OUT= HOUSEKEEPING= CLIENT_CPUS=auto
 while [ $# -gt 0 ]; do
   case "$1" in
     --instances) INSTANCES=$2 ;; --threads) THREADS=$2 ;; --duration) DURATION=$2 ;;
     --max-tokens) MAX_TOKENS=$2 ;; --prompt-len) PROMPT=$2 ;; --factors) FACTORS=$2 ;;
-    --rounds) ROUNDS=$2 ;;
+    --rounds) ROUNDS=$2 ;; --slices) SLICES=$2 ;;
     --capacity) CAPACITY=$2 ;; --model) MODEL=$2 ;; --max-queue) MAX_QUEUE=$2 ;; --max-batch) MAX_BATCH=$2 ;; --seed) SEED=$2 ;;
     --max-queue-wait-pct) QUEUE_WAIT_PCT=$2 ;;
     --housekeeping-cpus) HOUSEKEEPING=$2 ;; --client-cpus) CLIENT_CPUS=$2 ;;
     --build-dir) BUILD=$2 ;; --out) OUT=$2 ;;
-    -h|--help) sed -n '2,47p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,51p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "overload.sh: unknown option '$1'" >&2; exit 2 ;;
   esac
   shift 2
@@ -68,6 +72,8 @@ case "$QUEUE_WAIT_PCT" in ''|*[!0-9]*) echo "overload.sh: --max-queue-wait-pct m
 # the queue each instance keeps at capacity: --max-queue, or what the wait bound holds
 KEPT_QUEUE=$(( QUEUE_WAIT_PCT > 0 && (MAX_BATCH * QUEUE_WAIT_PCT + 99) / 100 < MAX_QUEUE ? (MAX_BATCH * QUEUE_WAIT_PCT + 99) / 100 : MAX_QUEUE ))
 case "$ROUNDS" in ''|*[!0-9]*|0) echo "overload.sh: --rounds must be a whole number above 0, not '$ROUNDS'" >&2; exit 2 ;; esac
+case "$SLICES" in ''|*[!0-9]*|0) echo "overload.sh: --slices must be a whole number above 0, not '$SLICES'" >&2; exit 2 ;; esac
+SLICE_S=$(python3 -c "print('%g' % ($DURATION / $SLICES))")
 B=$BUILD/bin
 . "$SRC/bench/start-dsvisor.sh"
 for f in dsvisor dsvisor-worker dsvisor-bench-load; do
@@ -122,7 +128,7 @@ affinity() { taskset -pc "$1" 2>/dev/null | sed 's/.*: //'; }
 sup_cpus=$(for t in /proc/"$SUP"/task/*; do affinity "${t##*/}"; done | sort -u | paste -sd' ')
 echo "overload: dsvisor pid $SUP on port $PORT, $INSTANCES instance(s) of $THREADS thread(s), max-queue $MAX_QUEUE," \
      "max-batch $MAX_BATCH, max-queue-wait-pct $QUEUE_WAIT_PCT (capacity with $(( MAX_BATCH + KEPT_QUEUE )) in flight per instance);" \
-     "prompt $PROMPT words, $MAX_TOKENS tokens, $DURATION s per run, $ROUNDS round(s);" \
+     "prompt $PROMPT words, $MAX_TOKENS tokens, $DURATION s per run in $SLICES slice(s), $ROUNDS round(s);" \
      "housekeeping CPUs ${HOUSEKEEPING:-default}, client CPUs $CLIENT_CPUS; $(date -u +%FT%TZ) on $(nproc) CPUs," \
      "load average $(cut -d' ' -f1-3 /proc/loadavg)" | tee "$OUT/report.txt"
 echo "placement: worker $WORKER step thread on CPUs $(affinity "$WORKER"), its other threads on" \
@@ -159,14 +165,21 @@ for r in $(seq "$ROUNDS"); do
   order=$FACTORS
   [ $((r % 2)) = 0 ] && order=$(echo "$FACTORS" | tr ' ' '\n' | tac | paste -sd' ')
   echo "round $r: capacity $cap completed QPS; factors in the order $order" | tee -a "$OUT/report.txt"
-  for f in $order; do
-    run "r$r-$f" --qps "$(python3 -c "print('%.2f' % ($f * $cap))")" --duration "$DURATION"
+  for k in $(seq "$SLICES"); do
+    o=$order name_k=
+    [ "$SLICES" -gt 1 ] && name_k=-s$k
+    [ $((k % 2)) = 0 ] && o=$(echo "$order" | tr ' ' '\n' | tac | paste -sd' ')
+    for f in $o; do
+      run "r$r-$f$name_k" --qps "$(python3 -c "print('%.2f' % ($f * $cap))")" --duration "$SLICE_S"
+    done
   done
 done
 
-python3 - "$OUT" "$ROUNDS" "$(getconf CLK_TCK)" $FACTORS <<'PY' | tee -a "$OUT/report.txt"
-import json, re, statistics, sys
-out, rounds, tck, factors = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), sys.argv[4:]
+python3 - "$OUT" "$ROUNDS" "$SLICES" "$(getconf CLK_TCK)" "$SRC" $FACTORS <<'PY' | tee -a "$OUT/report.txt"
+import json, os, re, statistics, sys
+out, rounds, slices, tck, factors = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4]), sys.argv[6:]
+sys.path.insert(0, os.path.join(sys.argv[5], 'bench', 'load'))
+import pool
 PHASES = ('e2e_request_latency', 'request_queue_time', 'request_prefill_time', 'request_decode_time')
 def metrics(path):
     r, it, ph = {}, [0.0, 0.0], {}
@@ -182,36 +195,73 @@ def metrics(path):
     return r, it, ph
 def ms(v): return '%.0f' % (v * 1000) if v is not None else '-'
 def pct(v): return '%.0f' % (v * 100) if v is not None else '-'
+COUNTS = ('sent', 'completed', 'errors', 'lost', 'rejected_429', 'rejected_503', 'rejected_without_retry_after',
+          'elapsed_s')
+def measure(n):
+    """One load run's additive quantities: the report's counts, the differences of /metrics
+    and of the samples around it, and its wall and CPU time."""
+    j = json.load(open(n + '.json'))
+    (a, ia, pa), (b, ib, pb) = metrics(n + '.metrics-before'), metrics(n + '.metrics-after')
+    s0, s1 = open(n + '.sample-before').read().split(), open(n + '.sample-after').read().split()
+    wall, user, sys_ = map(float, open(n + '.client-cpu').read().split()[-3:])
+    m = {k: j[k] for k in COUNTS}
+    m['report'], m['target_qps'] = j, j['target_qps']
+    m['why'] = {k: b[k] - a.get(k, 0) for k in b}
+    m['steps'], m['step_tokens'] = ib[1] - ia[1], ib[0] - ia[0]
+    m['phases'] = {k: pb.get(k, 0) - pa.get(k, 0) for k in pb}
+    m['wall'], m['client_s'] = wall, user + sys_
+    m['sup_s'] = (float(s1[2]) - float(s0[2])) / tck
+    m['run_ns'] = m['delay_ns'] = None
+    if s0[0] != '-' and s1[0] != '-':
+        m['run_ns'], m['delay_ns'] = int(s1[0]) - int(s0[0]), int(s1[1]) - int(s0[1])
+    return m
+def combine(parts):
+    """The slices of one (round, factor) as one run: counts, times and /metrics add up;
+    latency quantiles over the pooled histograms (bench/load/pool.py)."""
+    j = {k: sum(p[k] for p in parts) for k in COUNTS}
+    j['target_qps'] = parts[0]['target_qps']
+    j['qps'] = j['completed'] / j['elapsed_s'] if j['elapsed_s'] > 0 else 0
+    reports = [p['report'] for p in parts]
+    j['p50_s'], j['p99_s'] = pool.quantile(reports, 0.5), pool.quantile(reports, 0.99)
+    why = {}
+    for p in parts:
+        for k, v in p['why'].items():
+            why[k] = why.get(k, 0) + v
+    j['why'] = ', '.join('%s %d' % (k, why[k]) for k in sorted(why) if why[k])
+    steps, tokens = sum(p['steps'] for p in parts), sum(p['step_tokens'] for p in parts)
+    j['tokens_per_step'] = tokens / steps if steps > 0 else None
+    ph = {}
+    for p in parts:
+        for k, v in p['phases'].items():
+            ph[k] = ph.get(k, 0) + v
+    done = ph.get((PHASES[0], 'count'), 0)
+    j['phases'] = [ph.get((k, 'sum'), 0) / done for k in PHASES] if done > 0 else None
+    wall = sum(p['wall'] for p in parts)
+    j['client_cpu'] = sum(p['client_s'] for p in parts) / wall
+    j['sup_cpu'] = sum(p['sup_s'] for p in parts) / wall
+    if all(p['run_ns'] is not None for p in parts):
+        run_s = sum(p['run_ns'] for p in parts) / 1e9
+        j['w_run'] = run_s / wall
+        j['w_delay'] = sum(p['delay_ns'] for p in parts) / 1e9 / wall
+        j['w_idle'] = max(0.0, 1 - j['w_run'] - j['w_delay'])
+        # the step thread's CPU time per engine step and per token it carried: what a
+        # step costs, apart from the time others' threads held its CPU
+        j['step_cpu_ms'] = run_s * 1e3 / steps if steps > 0 else None
+        j['token_cpu_us'] = run_s * 1e6 / tokens if tokens > 0 else None
+    return j
 runs = {}
 for r in range(1, rounds + 1):
     for f in ['capacity'] + factors:
-        n = '%s/r%d-%s' % (out, r, f)
-        try:
-            j = json.load(open(n + '.json'))
-        except (OSError, ValueError):
-            continue
-        (a, ia, pa), (b, ib, pb) = metrics(n + '.metrics-before'), metrics(n + '.metrics-after')
-        j['why'] = ', '.join('%s %d' % (k, b[k] - a.get(k, 0)) for k in sorted(b) if b[k] - a.get(k, 0))
-        steps = ib[1] - ia[1]
-        j['tokens_per_step'] = (ib[0] - ia[0]) / steps if steps > 0 else None
-        j['steps'], j['step_tokens'] = steps, ib[0] - ia[0]
-        done = pb.get((PHASES[0], 'count'), 0) - pa.get((PHASES[0], 'count'), 0)
-        j['phases'] = [(pb.get((k, 'sum'), 0) - pa.get((k, 'sum'), 0)) / done for k in PHASES] if done > 0 else None
-        s0, s1 = open(n + '.sample-before').read().split(), open(n + '.sample-after').read().split()
-        wall, user, sys_ = map(float, open(n + '.client-cpu').read().split()[-3:])
-        j['wall'] = wall
-        j['client_cpu'] = (user + sys_) / wall
-        j['sup_cpu'] = (float(s1[2]) - float(s0[2])) / tck / wall
-        if s0[0] != '-' and s1[0] != '-':
-            j['w_run'] = (int(s1[0]) - int(s0[0])) / 1e9 / wall
-            j['w_delay'] = (int(s1[1]) - int(s0[1])) / 1e9 / wall
-            j['w_idle'] = max(0.0, 1 - j['w_run'] - j['w_delay'])
-            # the step thread's CPU time per engine step and per token it carried: what a
-            # step costs, apart from the time others' threads held its CPU
-            run_s = (int(s1[0]) - int(s0[0])) / 1e9
-            j['step_cpu_ms'] = run_s * 1e3 / steps if steps > 0 else None
-            j['token_cpu_us'] = run_s * 1e6 / j['step_tokens'] if j['step_tokens'] > 0 else None
-        runs[(r, f)] = j
+        names = ['%s/r%d-%s' % (out, r, f)] if f == 'capacity' or slices == 1 else \
+                ['%s/r%d-%s-s%d' % (out, r, f, k) for k in range(1, slices + 1)]
+        parts = []
+        for n in names:
+            try:
+                parts.append(measure(n))
+            except (OSError, ValueError):
+                continue
+        if parts:
+            runs[(r, f)] = combine(parts)
 print('%-5s %-8s %8s %9s %7s %7s %6s %6s %6s %5s  %s' % ('round', 'factor', 'offered', 'completed', 'P50 ms',
       'P99 ms', '429', '503', 'no R-A', 'lost', 'rejected by reason'))
 for (r, f), j in sorted(runs.items(), key=lambda kv: (kv[0][0], kv[0][1] != 'capacity', float(kv[0][1]) if kv[0][1] != 'capacity' else 0)):

@@ -22,8 +22,11 @@
  *
  * Latency, TTFT and inter-token latency (streams: time between successive chunks that
  * carry text) go into log-linear histograms (hist.h, relative error 0.39%); jitter is the
- * standard deviation of the request latency. Exit status: 0 when the run was carried out
- * (whatever the errors), 1 when it could not start, 2 on bad usage. */
+ * standard deviation of the request latency. --json also gives the latency histogram's
+ * nonempty buckets (latency_buckets_ns: [lo, width, count]) with min_s and max_s, so the
+ * runs of one configuration can be pooled (bench/overload.sh --slices). Exit status: 0
+ * when the run was carried out (whatever the errors), 1 when it could not start, 2 on
+ * bad usage. */
 #include <cjson/cJSON.h>
 #include <curl/curl.h>
 #include <errno.h>
@@ -420,6 +423,19 @@ static void add_quantile(cJSON *o, const char *key, const struct load_hist *h, d
                 cJSON_AddNullToObject(o, key);
 }
 
+/* The histogram's nonempty buckets as [lo, width, count] (nanoseconds), so runs can be
+ * pooled: with min_s and max_s, a merged quantile is load_hist_quantile's over the merge. */
+static void add_buckets(cJSON *o, const char *key, const struct load_hist *h) {
+        cJSON *a = cJSON_AddArrayToObject(o, key);
+        for (unsigned i = 0; a && i < LOAD_HIST_BUCKETS; i++) {
+                if (!h->buckets[i])
+                        continue;
+                const double b[3] = {(double)load_hist_bucket_lo(i), (double)load_hist_bucket_width(i),
+                                     (double)h->buckets[i]};
+                cJSON_AddItemToArray(a, cJSON_CreateDoubleArray(b, 3));
+        }
+}
+
 static void add_kinds(cJSON *o, const char *key, const struct load_kind_count *k) {
         cJSON *m = cJSON_AddObjectToObject(o, key);
         for (int i = 0; i < LOAD_MAX_KINDS && k[i].n; i++)
@@ -458,6 +474,8 @@ static void report_json(const struct load_opts *o, const struct load_stats *st, 
         add_quantile(j, "p999_s", &st->latency, 0.999);
         add_quantile(j, "max_s", &st->latency, 1);
         cJSON_AddNumberToObject(j, "jitter_s", load_hist_stddev(&st->latency) / NS);
+        add_quantile(j, "min_s", &st->latency, 0);
+        add_buckets(j, "latency_buckets_ns", &st->latency);
         add_quantile(j, "ttft_p50_s", &st->ttft, 0.5);
         add_quantile(j, "ttft_p90_s", &st->ttft, 0.9);
         add_quantile(j, "ttft_p99_s", &st->ttft, 0.99);

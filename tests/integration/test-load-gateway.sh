@@ -31,6 +31,11 @@ check "open-stream accounted" "$T/open.json" "$ACCOUNTED and j['lost'] == 0 and 
 check "open-stream volume" "$T/open.json" "80 <= j['sent'] <= 170 and j['completed'] == j['sent'] and j['qps'] > 20"
 check "open-stream latencies" "$T/open.json" \
   "0 < j['ttft_p99_s'] and 0 < j['itl_p50_s'] <= j['itl_p99_s'] and 0 < j['p50_s'] <= j['p99_s'] <= j['max_s'] and j['jitter_s'] > 0 and j['ttft_p99_s'] <= j['max_s']"
+# the histogram's buckets in the report pool back to its own quantiles (bench/load/pool.py,
+# what bench/overload.sh --slices pools runs with)
+POOL="__import__('sys').path.insert(0, '$(cd "$(dirname "$0")/../.." && pwd)/bench/load') or __import__('pool')"
+check "open-stream buckets pool to its quantiles" "$T/open.json" \
+  "sum(b[2] for b in j['latency_buckets_ns']) == j['completed'] and all(($POOL).quantile([j], q) == j[k] for q, k in ((0.5, 'p50_s'), (0.9, 'p90_s'), (0.99, 'p99_s'), (0.999, 'p999_s'))) and ($POOL).quantile([j, j], 0.99) == j['p99_s'] and 0 < j['min_s'] <= j['p50_s']"
 # the fake worker answers one token per prompt word, at most max_tokens: 4..8 each
 check "open-stream tokens" "$T/open.json" "4 * j['completed'] <= j['output_tokens'] <= 8 * j['completed']"
 
