@@ -22,11 +22,13 @@
 # (dsvisor-bench-load --qps, no client-side cap on requests in flight),
 # each after the previous one's requests have drained; odd rounds go up the factors, even
 # rounds down, so a drift of the host over the run does not favour one factor. With
-# --slices N each factor's --duration is cut into N slices run in turn with the other
-# factors' (the order reversed every other pass: 0.7 5 5 0.7 0.7 5 ...), so the factors
-# share the host's slower and faster minutes instead of each having its own; a factor's
-# slices are then reported as one run (counts and times added up, latency quantiles over
-# the pooled histograms). Printed per run: offered and completed QPS, P50/P99 latency of the completed requests, refusals
+# --slices N the round runs in N passes of --duration/N seconds per run: each pass
+# measures capacity again (a closed-loop slice) and then runs every factor at that
+# capacity (the order reversed every other pass: 0.7 5 5 0.7 0.7 5 ...), so on a host
+# whose speed drifts over minutes a factor still means that share of what the host can
+# do then, and the factors share its slower and faster minutes instead of each having
+# its own; a factor's slices (and the capacity's) are then reported as one run (counts
+# and times added up, latency quantiles over the pooled histograms). Printed per run: offered and completed QPS, P50/P99 latency of the completed requests, refusals
 # (429, 503, and by reason from dsvisor_requests_rejected_total and
 # dsvisor_connections_refused_total, the run's difference), refusals without Retry-After,
 # and lost (no HTTP answer); then where the CPU went: the share of the run the worker's
@@ -62,7 +64,7 @@ while [ $# -gt 0 ]; do
     --max-queue-wait-pct) QUEUE_WAIT_PCT=$2 ;;
     --housekeeping-cpus) HOUSEKEEPING=$2 ;; --client-cpus) CLIENT_CPUS=$2 ;;
     --build-dir) BUILD=$2 ;; --out) OUT=$2 ;;
-    -h|--help) sed -n '2,51p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,53p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "overload.sh: unknown option '$1'" >&2; exit 2 ;;
   esac
   shift 2
@@ -155,24 +157,28 @@ run() {
 
 # warm-up, uncounted
 "${LOAD[@]}" --concurrency 2 --requests 8 --seed "$SEED" >/dev/null 2>&1
+# measure_capacity NAME: a closed-loop run into NAME; prints its completed QPS
+measure_capacity() {
+  run "$1" --concurrency $(( INSTANCES * (MAX_BATCH + KEPT_QUEUE) )) --duration "$2"
+  python3 -c "import json; print('%.2f' % json.load(open('$OUT/$1.json'))['qps'])"
+}
 for r in $(seq "$ROUNDS"); do
-  cap=$CAPACITY
-  if [ -z "$CAPACITY" ]; then
-    run "r$r-capacity" --concurrency $(( INSTANCES * (MAX_BATCH + KEPT_QUEUE) )) --duration "$DURATION"
-    cap=$(python3 -c "import json; print('%.2f' % json.load(open('$OUT/r$r-capacity.json'))['qps'])")
-  fi
-  echo "$cap" >"$OUT/r$r-capacity.qps"
   order=$FACTORS
   [ $((r % 2)) = 0 ] && order=$(echo "$FACTORS" | tr ' ' '\n' | tac | paste -sd' ')
-  echo "round $r: capacity $cap completed QPS; factors in the order $order" | tee -a "$OUT/report.txt"
+  caps=
   for k in $(seq "$SLICES"); do
     o=$order name_k=
     [ "$SLICES" -gt 1 ] && name_k=-s$k
     [ $((k % 2)) = 0 ] && o=$(echo "$order" | tr ' ' '\n' | tac | paste -sd' ')
+    cap=$CAPACITY
+    [ -z "$CAPACITY" ] && cap=$(measure_capacity "r$r-capacity$name_k" "$SLICE_S")
+    caps="$caps $cap"
     for f in $o; do
       run "r$r-$f$name_k" --qps "$(python3 -c "print('%.2f' % ($f * $cap))")" --duration "$SLICE_S"
     done
   done
+  echo "${caps# }" >"$OUT/r$r-capacity.qps"
+  echo "round $r: capacity${caps} completed QPS (per slice); factors in the order $order" | tee -a "$OUT/report.txt"
 done
 
 python3 - "$OUT" "$ROUNDS" "$SLICES" "$(getconf CLK_TCK)" "$SRC" $FACTORS <<'PY' | tee -a "$OUT/report.txt"
@@ -252,7 +258,7 @@ def combine(parts):
 runs = {}
 for r in range(1, rounds + 1):
     for f in ['capacity'] + factors:
-        names = ['%s/r%d-%s' % (out, r, f)] if f == 'capacity' or slices == 1 else \
+        names = ['%s/r%d-%s' % (out, r, f)] if slices == 1 else \
                 ['%s/r%d-%s-s%d' % (out, r, f, k) for k in range(1, slices + 1)]
         parts = []
         for n in names:
@@ -300,7 +306,8 @@ def judged(name, target, better, ratio):
 def get(r, f, k):
     j = runs.get((r, f))
     return j[k] if j and j[k] else None
-def cap(r): return float(open('%s/r%d-capacity.qps' % (out, r)).read())
+def cap(r):  # the round's capacity runs pooled, or --capacity
+    return runs[(r, 'capacity')]['qps'] if (r, 'capacity') in runs else float(open('%s/r%d-capacity.qps' % (out, r)).read().split()[0])
 if '5' in factors and '0.7' in factors:
     judged('P99 at 5x / P99 at 0.7x', 1.5, 'below',
            lambda r: get(r, '5', 'p99_s') / get(r, '0.7', 'p99_s') if get(r, '5', 'p99_s') and get(r, '0.7', 'p99_s') else None)
