@@ -1,23 +1,21 @@
 # supervisor/gateway: the HTTP gateway. Unit tests on the pure parts, a fake
 # worker and a test server for the curl and openai-client integration tests.
-set(DSV_GATEWAY_INTERNAL ${CMAKE_SOURCE_DIR}/supervisor/gateway/src)
+# White-box tests reach the gateway's internal headers through dsv_gateway_internal, which
+# brings the libraries those headers include (libmicrohttpd for server.h, http_strict.h,
+# cors.h), so no test compiles against another libmicrohttpd's header than the one linked.
+add_library(dsv_gateway_internal INTERFACE)
+target_include_directories(dsv_gateway_internal INTERFACE ${CMAKE_SOURCE_DIR}/supervisor/gateway/src)
+target_link_libraries(dsv_gateway_internal INTERFACE dsv_gateway dsv::mhd)
 
-dsv_test(NAME test-gateway-request SOURCES unit/test-gateway-request.c LIBS dsv_gateway dsv::cjson LABELS unit)
-target_include_directories(test-gateway-request PRIVATE ${DSV_GATEWAY_INTERNAL})
-dsv_test(NAME test-gateway-chat-output SOURCES unit/test-gateway-chat-output.c LIBS dsv_gateway dsv::cjson LABELS unit)
-target_include_directories(test-gateway-chat-output PRIVATE ${DSV_GATEWAY_INTERNAL})
-dsv_test(NAME test-gateway-structured SOURCES unit/test-gateway-structured.c LIBS dsv_gateway dsv::cjson LABELS unit)
-target_include_directories(test-gateway-structured PRIVATE ${DSV_GATEWAY_INTERNAL})
-dsv_test(NAME test-gateway-tool-choice SOURCES unit/test-gateway-tool-choice.c LIBS dsv_gateway dse dsv::cjson
+dsv_test(NAME test-gateway-request SOURCES unit/test-gateway-request.c LIBS dsv_gateway_internal dsv::cjson LABELS unit)
+dsv_test(NAME test-gateway-chat-output SOURCES unit/test-gateway-chat-output.c LIBS dsv_gateway_internal dsv::cjson LABELS unit)
+dsv_test(NAME test-gateway-structured SOURCES unit/test-gateway-structured.c LIBS dsv_gateway_internal dsv::cjson LABELS unit)
+dsv_test(NAME test-gateway-tool-choice SOURCES unit/test-gateway-tool-choice.c LIBS dsv_gateway_internal dse dsv::cjson
          LABELS unit)
-target_include_directories(test-gateway-tool-choice PRIVATE ${DSV_GATEWAY_INTERNAL})
-dsv_test(NAME test-gateway-tool-syntax SOURCES unit/test-gateway-tool-syntax.c LIBS dsv_gateway dse dsv::cjson
+dsv_test(NAME test-gateway-tool-syntax SOURCES unit/test-gateway-tool-syntax.c LIBS dsv_gateway_internal dse dsv::cjson
          LABELS unit TIMEOUT 120)
-target_include_directories(test-gateway-tool-syntax PRIVATE ${DSV_GATEWAY_INTERNAL})
-dsv_test(NAME test-gateway-metrics SOURCES unit/test-gateway-metrics.c LIBS dsv_gateway LABELS unit)
-target_include_directories(test-gateway-metrics PRIVATE ${DSV_GATEWAY_INTERNAL})
-dsv_test(NAME test-gateway-strict SOURCES unit/test-gateway-strict.c LIBS dsv_gateway dsv::mhd LABELS unit)
-target_include_directories(test-gateway-strict PRIVATE ${DSV_GATEWAY_INTERNAL})
+dsv_test(NAME test-gateway-metrics SOURCES unit/test-gateway-metrics.c LIBS dsv_gateway_internal LABELS unit)
+dsv_test(NAME test-gateway-strict SOURCES unit/test-gateway-strict.c LIBS dsv_gateway_internal LABELS unit)
 
 add_executable(fake-worker integration/fake-worker.c)
 target_link_libraries(fake-worker PRIVATE dsv_ipc dsv::cjson)
@@ -40,11 +38,9 @@ dsv_script_test(NAME test-gateway-openai SCRIPT ${CMAKE_SOURCE_DIR}/tests/integr
 
 if(DSV_FUZZ)
   dsv_add_fuzzer(fuzz-gateway-request fuzz/fuzz-gateway-request.c)
-  target_include_directories(fuzz-gateway-request PRIVATE ${DSV_GATEWAY_INTERNAL})
-  target_link_libraries(fuzz-gateway-request PRIVATE dsv_gateway dsv::cjson)
+  target_link_libraries(fuzz-gateway-request PRIVATE dsv_gateway_internal dsv::cjson)
   dsv_add_fuzzer(fuzz-gateway-chat-output fuzz/fuzz-gateway-chat-output.c)
-  target_include_directories(fuzz-gateway-chat-output PRIVATE ${DSV_GATEWAY_INTERNAL})
-  target_link_libraries(fuzz-gateway-chat-output PRIVATE dsv_gateway dsv::cjson)
+  target_link_libraries(fuzz-gateway-chat-output PRIVATE dsv_gateway_internal dsv::cjson)
   dsv_add_fuzzer(fuzz-gateway-http fuzz/fuzz-gateway-http.c)
   target_link_libraries(fuzz-gateway-http PRIVATE dsv_gateway)
 endif()
@@ -53,5 +49,4 @@ dsv_test(NAME test-gateway-api SOURCES unit/test-gateway-api.c LIBS dsv_gateway 
 # every request is answered 200, 429 or 503 with Retry-After, none lost, counted in /metrics.
 dsv_script_test(NAME test-gateway-overload SCRIPT ${CMAKE_SOURCE_DIR}/tests/integration/test-gateway-overload.sh
                 LABELS integration TIMEOUT 120)
-dsv_test(NAME test-gateway-serving SOURCES unit/test-gateway-serving.c LIBS dsv_gateway dsv::mhd dsv::cjson LABELS unit)
-target_include_directories(test-gateway-serving PRIVATE ${DSV_GATEWAY_INTERNAL})
+dsv_test(NAME test-gateway-serving SOURCES unit/test-gateway-serving.c LIBS dsv_gateway_internal dsv::cjson LABELS unit)
