@@ -28,7 +28,8 @@
 # whose speed drifts over minutes a factor still means that share of what the host can
 # do then, and the factors share its slower and faster minutes instead of each having
 # its own; a factor's slices (and the capacity's) are then reported as one run (counts
-# and times added up, latency quantiles over the pooled histograms). Printed per run: offered and completed QPS, P50/P99 latency of the completed requests, refusals
+# and times added up, latency quantiles over the pooled histograms). Printed per run:
+# offered and completed QPS, P50/P99 latency of the completed requests, refusals
 # (429, 503, and by reason from dsvisor_requests_rejected_total and
 # dsvisor_connections_refused_total, the run's difference), refusals without Retry-After,
 # and lost (no HTTP answer); then where the CPU went: the share of the run the worker's
@@ -64,7 +65,7 @@ while [ $# -gt 0 ]; do
     --max-queue-wait-pct) QUEUE_WAIT_PCT=$2 ;;
     --housekeeping-cpus) HOUSEKEEPING=$2 ;; --client-cpus) CLIENT_CPUS=$2 ;;
     --build-dir) BUILD=$2 ;; --out) OUT=$2 ;;
-    -h|--help) sed -n '2,53p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,54p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "overload.sh: unknown option '$1'" >&2; exit 2 ;;
   esac
   shift 2
