@@ -392,11 +392,15 @@ void dse_tokenizer_free(struct dse_tokenizer *tok);
 
 /* Encodes UTF-8 text (-EILSEQ if invalid). add_special: add BOS/EOS the way the
  * model's own loader does. Writes up to max_ids ids and returns the total count, which
- * may exceed max_ids (call again with a bigger buffer). */
+ * may exceed max_ids (call again with a bigger buffer). -E2BIG when a tokenizer.json's
+ * normalizers would make a piece of the text over 64 times longer (plus 4 KiB): a
+ * sequence of Replaces that multiplies text. */
 int dse_tokenizer_encode(const struct dse_tokenizer *tok, const char *text, size_t len,
                          int add_special, int32_t *ids, size_t max_ids);
 /* Decodes ids to UTF-8 (special tokens kept). Writes up to max_len bytes (no NUL) and
- * returns the total length, which may exceed max_len. -EINVAL for an id out of range. */
+ * returns the total length, which may exceed max_len. -EINVAL for an id out of range;
+ * -E2BIG when a tokenizer.json's decoders would make the text over 64 times longer than
+ * the tokens' pieces (plus 4 KiB). */
 int dse_tokenizer_decode(const struct dse_tokenizer *tok, const int32_t *ids, size_t n_ids,
                          char *out, size_t max_len);
 int dse_tokenizer_n_vocab(const struct dse_tokenizer *tok);

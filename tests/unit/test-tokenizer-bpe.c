@@ -333,6 +333,54 @@ TEST(invalid_utf8_text_is_eilseq) {
         dse_tokenizer_free(tok);
 }
 
+/* A tokenizer.json whose normalizer (or decoder) is `steps` Replaces of what by eight of
+ * it, so every step multiplies the text by up to eight; added: a normalized added token. */
+static char *multiplying_chain(const char *stage, const char *what, int steps, int added) {
+        static char json[8192];
+        int n = snprintf(json, sizeof json, "{%s\"%s\": {\"type\": \"Sequence\", \"%ss\": [",
+                         added ? "\"added_tokens\": [{\"id\": 3, \"content\": \"x y\", \"single_word\": false, "
+                                 "\"lstrip\": false, \"rstrip\": false, \"normalized\": true, \"special\": false}], "
+                               : "",
+                         stage, stage);
+        for (int i = 0; i < steps; i++)
+                n += snprintf(json + n, sizeof json - (size_t)n,
+                              "%s{\"type\": \"Replace\", \"pattern\": {\"String\": \"%s\"}, \"content\": "
+                              "\"%s%s%s%s%s%s%s%s\"}",
+                              i ? ", " : "", what, what, what, what, what, what, what, what, what);
+        snprintf(json + n, sizeof json - (size_t)n, "]}, " BPE_MODEL "}");
+        return json;
+}
+
+/* Such chains grow text eightfold a step (10 steps: a billion times) and would exhaust
+ * memory; past 64 times the input plus 4 KiB they are refused: at load for a normalized
+ * added token (naming it), -E2BIG at encode and decode. Three steps (512 times) run. */
+TEST(multiplying_replace_chains_are_refused_not_run) {
+        ASSERT_EQ(load_error(multiplying_chain("normalizer", " ", 10, 1), "'x y'"), -E2BIG);
+        struct dse_tokenizer *tok = NULL;
+        struct dse_diag diag = {{0}};
+        int32_t ids[8];
+        const char *json = multiplying_chain("normalizer", " ", 10, 0);
+        ASSERT_OK(dse_tokenizer_load_hf(json, strlen(json), NULL, 0, &tok, &diag));
+        ASSERT_ERR(dse_tokenizer_encode(tok, "a b", 3, 0, ids, 8), -E2BIG);
+        ASSERT_EQ(dse_tokenizer_encode(tok, "ab", 2, 0, ids, 8), 1); /* nothing to replace */
+        dse_tokenizer_free(tok);
+        json = multiplying_chain("normalizer", " ", 3, 1); /* the added token becomes 514 bytes */
+        ASSERT_OK(dse_tokenizer_load_hf(json, strlen(json), NULL, 0, &tok, &diag));
+        ASSERT_EQ(dse_tokenizer_encode(tok, "ab", 2, 0, ids, 8), 1);
+        dse_tokenizer_free(tok);
+
+        char out[1024];
+        json = multiplying_chain("decoder", "a", 10, 0);
+        ASSERT_OK(dse_tokenizer_load_hf(json, strlen(json), NULL, 0, &tok, &diag));
+        ASSERT_ERR(dse_tokenizer_decode(tok, IDS(0), out, sizeof out), -E2BIG);
+        ASSERT_EQ(dse_tokenizer_decode(tok, IDS(1), out, sizeof out), 1); /* "b": nothing to replace */
+        dse_tokenizer_free(tok);
+        json = multiplying_chain("decoder", "a", 3, 0);
+        ASSERT_OK(dse_tokenizer_load_hf(json, strlen(json), NULL, 0, &tok, &diag));
+        ASSERT_EQ(dse_tokenizer_decode(tok, IDS(0), out, sizeof out), 512);
+        dse_tokenizer_free(tok);
+}
+
 /* ---- files tokenizers accepts but that lose text: warnings, naming the entry ---------- */
 
 /* Loads json (must succeed) and returns the warnings it logged. */

@@ -260,11 +260,20 @@ int32_t dse__bpe_byte_to_cp(uint8_t b);
 int dse__bpe_cp_to_byte(int32_t cp);
 
 /* bpe_text.c */
+/* The longest text the normalizers may make of len bytes, and the decoders of pieces of
+ * len bytes in all: 64 times as long plus 4 KiB. Real chains stay far below it (NFKC's
+ * widest decomposition is 18 code points; Prepend, Replace and the decoders add or swap a
+ * character or two), but a sequence of Replaces, each inserting more of what the next one
+ * replaces, multiplies the text at every step and would exhaust memory: past the limit
+ * normalizing and decoding fail with -E2BIG. */
+size_t dse__bpe_growth_limit(size_t len);
+/* -E2BIG past dse__bpe_growth_limit(len), -ENOMEM. */
 int dse__bpe_normalize(struct bpe_ws *ws, const char *s, size_t len, const char **ret_s, size_t *ret_len);
 int dse__bpe_normalize_string(const struct bpe *bpe, const char *s, size_t len, char **ret, size_t *ret_len);
 /* Pre-tokenizes one segment (between added tokens) and runs the model on every piece. */
 int dse__bpe_pretokenize(struct bpe_ws *ws, const char *s, size_t len, int at_start);
-/* Runs the decoder chain on the pieces of ids and appends the text to out. */
+/* Runs the decoder chain on the pieces of ids and appends the text to out; -E2BIG past
+ * dse__bpe_growth_limit of the pieces' length, -ENOMEM. */
 int dse__bpe_decode(const struct bpe *bpe, const int32_t *ids, size_t n_ids, struct tok_buf *out);
 
 #endif

@@ -101,16 +101,23 @@ static int match_next(struct match_iter *it, size_t *ms, size_t *me) {
         return 0;
 }
 
+size_t dse__bpe_growth_limit(size_t len) {
+        return len > (SIZE_MAX - 4096) / 64 ? SIZE_MAX : len * 64 + 4096;
+}
+
 /* Replaces every match with content, appending to out (NormalizedString::replace and the
- * Replace decoder). */
+ * Replace decoder); -E2BIG once out would pass limit bytes. */
 static int replace_all(struct bpe_ws *ws, const struct bpe_regex *re, const char *lit, size_t lit_len,
-                       const char *content, size_t content_len, const char *s, size_t len, struct tok_buf *out) {
+                       const char *content, size_t content_len, const char *s, size_t len, struct tok_buf *out,
+                       size_t limit) {
         struct match_iter it;
         size_t prev = 0, ms, me;
         int r = match_iter_init(&it, ws, re, lit, lit_len, s, len);
         if (r < 0)
                 return r;
         while ((r = match_next(&it, &ms, &me)) > 0) {
+                if (out->len + (ms - prev) + content_len > limit)
+                        return -E2BIG;
                 if ((r = dse__tok_buf_put(out, s + prev, ms - prev)) < 0 ||
                     (r = dse__tok_buf_put(out, content, content_len)) < 0)
                         return r;
@@ -196,7 +203,8 @@ static int strip_accents(const char *s, size_t len, struct tok_buf *out) {
         return 0;
 }
 
-static int norm_one(struct bpe_ws *ws, const struct bpe_norm *nm, const char *s, size_t len, struct tok_buf *out) {
+static int norm_one(struct bpe_ws *ws, const struct bpe_norm *nm, const char *s, size_t len, struct tok_buf *out,
+                    size_t limit) {
         switch (nm->type) {
         case BPE_NORM_NFC:
         case BPE_NORM_NFD:
@@ -212,7 +220,7 @@ static int norm_one(struct bpe_ws *ws, const struct bpe_norm *nm, const char *s,
                 return r < 0 ? r : dse__tok_buf_put(out, s, len);
         }
         case BPE_NORM_REPLACE:
-                return replace_all(ws, &nm->re, nm->a, nm->a_len, nm->b, nm->b_len, s, len, out);
+                return replace_all(ws, &nm->re, nm->a, nm->a_len, nm->b, nm->b_len, s, len, out, limit);
         case BPE_NORM_STRIP:
                 return strip_ws(s, len, nm->left, nm->right, out);
         case BPE_NORM_STRIP_ACCENTS:
@@ -224,12 +232,17 @@ static int norm_one(struct bpe_ws *ws, const struct bpe_norm *nm, const char *s,
 int dse__bpe_normalize(struct bpe_ws *ws, const char *s, size_t len, const char **ret_s, size_t *ret_len) {
         const struct bpe *bpe = ws->bpe;
         struct tok_buf *cur = &ws->norm, *other = &ws->tmp;
+        size_t limit = dse__bpe_growth_limit(len);
         for (int i = 0; i < bpe->n_norms; i++) {
                 struct tok_buf *dst = (s == cur->p) ? other : cur;
                 dst->len = 0;
-                int r = norm_one(ws, &bpe->norms[i], s, len, dst);
+                /* a step other than Replace grows its input by a bounded factor, so the
+                 * limit is checked after it */
+                int r = norm_one(ws, &bpe->norms[i], s, len, dst, limit);
                 if (r < 0)
                         return r;
+                if (dst->len > limit)
+                        return -E2BIG;
                 s = dst->p ? dst->p : "";
                 len = dst->len;
         }
@@ -412,7 +425,7 @@ static int run_level(struct bpe_ws *ws, int k, const char *s, size_t len, int at
                 size_t rl = (size_t)pt->replacement_len;
                 p->len = 0;
                 if ((r = dse__tok_buf_put(p, pt->replacement, rl)) < 0 ||
-                    (r = replace_all(ws, NULL, " ", 1, pt->replacement, rl, s, len, p)) < 0)
+                    (r = replace_all(ws, NULL, " ", 1, pt->replacement, rl, s, len, p, SIZE_MAX)) < 0)
                         return r;
                 s = p->p + rl;
                 len = p->len - rl;
@@ -491,7 +504,8 @@ static int utf8_lossy(const char *str, size_t len, struct tok_buf *out) {
         return 0;
 }
 
-static int dec_one(struct bpe_ws *ws, const struct bpe_dec *d, const struct tlist *in, struct tlist *out) {
+static int dec_one(struct bpe_ws *ws, const struct bpe_dec *d, const struct tlist *in, struct tlist *out,
+                   size_t limit) {
         int r = 0;
         size_t len = 0;
         const char *t = NULL;
@@ -533,7 +547,7 @@ static int dec_one(struct bpe_ws *ws, const struct bpe_dec *d, const struct tlis
                 for (size_t i = 0; i < in->n && r == 0; i++) {
                         t = tl_get(in, i, &len);
                         size_t mark = out->text.len;
-                        r = replace_all(ws, &d->re, d->a, d->a_len, d->b, d->b_len, t, len, &out->text);
+                        r = replace_all(ws, &d->re, d->a, d->a_len, d->b, d->b_len, t, len, &out->text, limit);
                         if (r == 0) {
                                 size_t pair[2] = {mark, out->text.len - mark};
                                 r = dse__tok_buf_put(&out->spans, pair, sizeof pair);
@@ -644,9 +658,12 @@ int dse__bpe_decode(const struct bpe *bpe, const int32_t *ids, size_t n_ids, str
                 if (off != UINT32_MAX) /* ids that name no token are skipped, as tokenizers does */
                         r = tl_add(cur, bpe->strs + off, bpe->piece_len[ids[i]]);
         }
+        size_t limit = dse__bpe_growth_limit(cur->text.len);
         for (int k = 0; k < bpe->n_decs && r == 0; k++) {
                 tl_reset(next);
-                r = dec_one(&ws, &bpe->decs[k], cur, next);
+                r = dec_one(&ws, &bpe->decs[k], cur, next, limit);
+                if (r == 0 && next->text.len > limit)
+                        r = -E2BIG;
                 struct tlist *t = cur;
                 cur = next;
                 next = t;

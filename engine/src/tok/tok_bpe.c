@@ -802,7 +802,13 @@ static int build_tries(struct loader *L) {
                          * normalized content (AddedVocabulary::refresh_added_tokens) */
                         char *norm;
                         size_t n;
-                        if ((r = dse__bpe_normalize_string(bpe, a->content, a->len, &norm, &n)) < 0)
+                        if ((r = dse__bpe_normalize_string(bpe, a->content, a->len, &norm, &n)) == -E2BIG)
+                                return dse__fail(L->reterr, r,
+                                                 "tokenizer.json: normalizer: the sequence makes added token "
+                                                 "'%.100s' (%zu bytes) longer than %zu bytes; its Replace steps "
+                                                 "multiply the text they are given",
+                                                 a->content, a->len, dse__bpe_growth_limit(a->len));
+                        if (r < 0)
                                 return dse__fail(L->reterr, r, "tokenizer.json: cannot normalize added token '%.100s'",
                                                  a->content);
                         r = n ? trie_insert(&bpe->trie_norm, norm, n, i) : 0;
