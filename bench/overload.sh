@@ -226,7 +226,9 @@ def combine(parts):
     """The slices of one (round, factor) as one run: counts, times and /metrics add up;
     latency quantiles over the pooled histograms (bench/load/pool.py)."""
     j = {k: sum(p[k] for p in parts) for k in COUNTS}
-    j['target_qps'] = parts[0]['target_qps']
+    # offered: each slice's rate over its time (a pass offers F x its own capacity)
+    j['target_qps'] = sum((p['target_qps'] or 0) * p['elapsed_s'] for p in parts) / j['elapsed_s'] \
+        if parts[0]['target_qps'] and j['elapsed_s'] > 0 else parts[0]['target_qps']
     j['qps'] = j['completed'] / j['elapsed_s'] if j['elapsed_s'] > 0 else 0
     reports = [p['report'] for p in parts]
     j['p50_s'], j['p99_s'] = pool.quantile(reports, 0.5), pool.quantile(reports, 0.99)
