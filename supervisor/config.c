@@ -217,8 +217,9 @@ static int set_text(struct sup_config *cfg, const struct opt_def *o, const char 
                 return -EINVAL;
         case K_KV_DTYPE: {
                 enum dse_kv_dtype t;
-                if (dse_kv_dtype_parse(s, &t, NULL) < 0) {
-                        snprintf(err, err_size, "%s: '%s' is not one of f32, bf16, fp8, int8", o->name, s);
+                struct dse_diag diag;
+                if (dse_kv_dtype_parse(s, &t, &diag) < 0) {
+                        snprintf(err, err_size, "%s: %s", o->name, diag.msg);
                         return -EINVAL;
                 }
                 snprintf(dst, o->size, "%s", dse_kv_dtype_to_string(t));

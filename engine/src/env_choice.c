@@ -13,9 +13,7 @@ int dse__choice_index(const char *const *names, int n_names, const char *str) {
         return -1;
 }
 
-/* "a, b or c" into buf, names[first] first when first >= 0 (a value too long for buf is
- * cut, the message stays readable). */
-static void format_names(const char *const *names, int n_names, int first, char *buf, size_t size) {
+void dse__choice_names(const char *const *names, int n_names, int first, char *buf, size_t size) {
         size_t len = 0;
         buf[0] = '\0';
         for (int k = 0; k < n_names; k++) {
@@ -42,6 +40,6 @@ int dse__env_choice(const char *var, const char *what, const char *const *names,
                 return 0;
         }
         char allowed[256];
-        format_names(names, n_names, default_index, allowed, sizeof allowed);
+        dse__choice_names(names, n_names, default_index, allowed, sizeof allowed);
         return dse__fail(reterr, -EINVAL, "%s='%s' is not %s; use %s", var, v, what, allowed);
 }

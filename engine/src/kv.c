@@ -128,9 +128,12 @@ const char *dse_kv_dtype_to_string(enum dse_kv_dtype t) {
 
 int dse_kv_dtype_parse(const char *str, enum dse_kv_dtype *ret, struct dse_diag *reterr) {
         int t = dse__choice_index(kv_dtype_names, DSE_KV_DTYPE_COUNT, str);
-        if (t < 0)
-                return dse__fail(reterr, -EINVAL, "KV dtype '%s' is not one of f32, bf16, fp8, int8",
-                                 str ? str : "(null)");
+        if (t < 0) {
+                char allowed[64];
+                dse__choice_names(kv_dtype_names, DSE_KV_DTYPE_COUNT, -1, allowed, sizeof allowed);
+                return dse__fail(reterr, -EINVAL, "'%s' is not a KV cache type; use %s", str ? str : "(null)",
+                                 allowed);
+        }
         *ret = (enum dse_kv_dtype)t;
         return 0;
 }

@@ -1,7 +1,7 @@
 /* Environment switches whose value is one of a few names: unset or empty gives the
  * default, a known name its index, an unknown one -EINVAL naming the variable, the value
  * and every allowed name (the default first); DSV_ACT and DSV_KV refuse an unknown value
- * where a session or a KV cache is made. */
+ * where a session or a KV cache is made, and dse_kv_dtype_parse names the same choices. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -76,6 +76,12 @@ TEST(unknown_activations_or_kv_type_refused_by_name) {
         ASSERT_ERR(dse_kv_cache_new(m, (size_t)1 << 20, 16, 1, 64, &kv, &diag), -EINVAL);
         ASSERT_STREQ(diag.msg, "DSV_KV='fp16' is not a KV cache type; use f32, bf16, fp8 or int8");
         unsetenv("DSV_KV");
+        enum dse_kv_dtype t = DSE_KV_F32;
+        ASSERT_ERR(dse_kv_dtype_parse("fp16", &t, &diag), -EINVAL);
+        ASSERT_STREQ(diag.msg, "'fp16' is not a KV cache type; use f32, bf16, fp8 or int8");
+        ASSERT_EQ(t, DSE_KV_F32);
+        ASSERT_OK(dse_kv_dtype_parse("int8", &t, &diag));
+        ASSERT_EQ(t, DSE_KV_INT8);
         ASSERT_OK(dse_session_new(m, 64, NULL, &s, &diag));
         dse_session_free(s);
         dse_model_free(m);
