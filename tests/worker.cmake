@@ -25,6 +25,8 @@ if(TARGET dsvisor-worker)
            TIMEOUT 300)
   add_dependencies(test-worker-kv-disk dsvisor-worker)
   target_include_directories(test-worker-kv-disk PRIVATE ${CMAKE_SOURCE_DIR}/bench) # worker-client.h
+  dsv_script_test(NAME test-worker-cli SCRIPT ${CMAKE_SOURCE_DIR}/tests/integration/worker-cli.sh LABELS integration
+                  TIMEOUT 60)
 endif()
 # Text, stop strings and chat need a tokenizer: the bundled default model, once it is in
 # the tree (models/default).

@@ -58,7 +58,7 @@ static int parse_int(const char *s, int min, int max, int *ret) {
         return 0;
 }
 
-/* "0-3,8,10-11" */
+/* "0-3,8,10-11" (no empty item, no trailing comma) */
 static int parse_cpus(const char *s, int *cpus, int max, int *ret_n) {
         int n = 0;
         while (*s) {
@@ -79,7 +79,7 @@ static int parse_cpus(const char *s, int *cpus, int max, int *ret_n) {
                                 return -E2BIG;
                         cpus[n++] = (int)c;
                 }
-                if (*s == ',')
+                if (*s == ',' && s[1])
                         s++;
                 else if (*s)
                         return -EINVAL;
@@ -120,9 +120,10 @@ int worker_parse_args(int argc, char **argv, struct worker_config *cfg) {
                                                .by_cost = 1},
                                       .kv_dtype = DSE_KV_BF16, .fast_forward = SPEC_K_LIMIT};
         int c, r = 0, spec_given = 0;
+        struct dse_diag diag = {0};
         const char *env_kv = getenv("DSV_KV");
-        if (env_kv && *env_kv && dse_kv_dtype_parse(env_kv, &cfg->kv_dtype, NULL) < 0) {
-                fprintf(stderr, "dsvisor-worker: DSV_KV='%s' is not a KV cache type (f32, bf16, fp8, int8)\n", env_kv);
+        if (env_kv && *env_kv && dse_kv_dtype_parse(env_kv, &cfg->kv_dtype, &diag) < 0) {
+                fprintf(stderr, "dsvisor-worker: DSV_KV: %s\n", diag.msg);
                 return -EINVAL;
         }
         optind = 1;
@@ -148,14 +149,16 @@ int worker_parse_args(int argc, char **argv, struct worker_config *cfg) {
                 case O_SPEC_STEP: r = parse_int(optarg, 0, 1 << 20, &cfg->spec.step_tokens); break;
                 case O_FAST_FORWARD: r = parse_int(optarg, 0, SPEC_K_LIMIT, &cfg->fast_forward); break;
                 case O_CHAT_TEMPLATE: cfg->chat_template_path = optarg; break;
-                case O_KVDTYPE: r = dse_kv_dtype_parse(optarg, &cfg->kv_dtype, NULL); break;
+                case O_KVDTYPE: r = dse_kv_dtype_parse(optarg, &cfg->kv_dtype, &diag); break;
                 case O_LOG_FORMAT: r = dsv_log_format_parse(optarg, &cfg->log_format); break;
                 case O_KVDISK: cfg->kv_disk_dir = optarg; r = *optarg ? 0 : -EINVAL; break;
                 case O_KVDISK_GIB: r = parse_int(optarg, 1, 1 << 20, &cfg->kv_disk_gib); break;
                 case O_HELP: usage(stdout); exit(0);
                 default: r = -EINVAL; break;
                 }
-                if (r < 0 && c != '?')
+                if (r < 0 && c == O_KVDTYPE)
+                        fprintf(stderr, "dsvisor-worker: --kv-dtype: %s\n", diag.msg);
+                else if (r < 0 && c != '?')
                         fprintf(stderr, "dsvisor-worker: bad value '%s' for --%s\n", optarg, opts[c - O_MODEL].name);
         }
         if (r == 0 && optind < argc) {

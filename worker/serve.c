@@ -623,7 +623,8 @@ int worker_serve(const struct worker_config *cfg) {
                 goto out;
         int r = dsv_ipc_listen(cfg->listen_url, &sv.conn);
         if (r < 0) {
-                wlog(3, "Failed to listen on '%s': %s", cfg->listen_url, strerror(-r));
+                wlog(3, "Failed to listen on '%s': %s%s", cfg->listen_url, strerror(-r),
+                     r == -EPERM ? " (an ipc:// socket's directory must be this user's, mode 0700)" : "");
                 goto out;
         }
         if ((r = pthread_create(&sv.rx, NULL, rx_thread, &sv)) != 0) {
