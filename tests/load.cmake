@@ -1,8 +1,9 @@
-# Load generation: dsvisor-bench-load's histogram, arrivals and SSE reader, and
+# Load generation: dsvisor-bench-load's histogram, arrivals, pace and SSE reader, and
 # runs against the gateway test server in front of fake workers.
 dsv_test(NAME test-load-hist SOURCES unit/test-load-hist.c LIBS dsv_load_core LABELS unit TIMEOUT 60)
 dsv_test(NAME test-load-gen  SOURCES unit/test-load-gen.c  LIBS dsv_load_core LABELS unit TIMEOUT 60)
 dsv_test(NAME test-load-sse  SOURCES unit/test-load-sse.c  LIBS dsv_load_core LABELS unit TIMEOUT 60)
+dsv_test(NAME test-load-pace SOURCES unit/test-load-pace.c LIBS dsv_load_core LABELS unit TIMEOUT 60)
 
 # dsvisor-bench-load end to end: open and closed loop, streamed and not, against
 # dsvisor-gateway-test-server + fake-worker; counts add up, nothing lost, JSON keys; a

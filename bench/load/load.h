@@ -1,5 +1,6 @@
 /* load.h — what dsvisor-bench-load's two drivers share: the options, the counters and
- * histograms of a run, the open-loop schedule and the request bodies' lengths.
+ * histograms of a run, the open-loop schedule, when to send and stop (struct load_pace)
+ * and the request bodies' lengths.
  *
  * Drivers: main.c (HTTP, libcurl multi) and worker.c (straight to one dsvisor-worker over
  * ipc/, for --url ipc://...). Each fills a struct load_stats; every request it sends ends
@@ -54,6 +55,48 @@ void load_progress(const struct load_stats *st, unsigned inflight, double t_s, i
 /* The open-loop arrival offsets (ns from the start) for --qps, --duration and --requests,
  * from the seed alone; NULL when out of memory. The caller frees. */
 int64_t *load_schedule_new(const struct load_opts *o, size_t *ret_n);
+
+/* When a driver sends and when it stops, for both drivers: the open-loop schedule (--qps)
+ * or the closed loop (--concurrency, --requests) within --duration, then up to --drain
+ * seconds for the requests in flight, and the progress line. A driver's loop:
+ *
+ *     load_pace_start(&p, o, stats)
+ *     for (;;) {
+ *             while ((at = load_pace_due(&p, now, inflight)) >= 0)  // send one arriving at
+ *                     load_pace_sent(&p);                           // `at`, else break
+ *             ... move the requests in flight on ...
+ *             state = load_pace_check(&p, now, inflight)            // DONE, DRAIN_TIMEOUT: stop
+ *             ... wait up to load_pace_wait_ms(&p, now) for I/O ...
+ *     }
+ *     load_pace_finish(&p, inflight, &t0, &t1)
+ */
+struct load_pace {
+        const struct load_opts *o;
+        const struct load_stats *st; /* its sent count ends a closed loop at --requests */
+        int64_t *sched;              /* open loop: arrival offsets from t0 */
+        size_t n_sched, next;
+        int64_t t0, send_end, hard_end, last_progress;
+        int show;
+};
+enum load_pace_state { LOAD_PACE_SENDING, LOAD_PACE_DRAINING, LOAD_PACE_DONE, LOAD_PACE_DRAIN_TIMEOUT };
+
+/* Starts the run's clock now; -ENOMEM. */
+int load_pace_start(struct load_pace *p, const struct load_opts *o, const struct load_stats *st);
+/* The arrival time of the next request to send now with inflight in flight, or -1: the
+ * schedule's next arrival when it is due (at most --max-inflight in flight), or now in a
+ * closed loop below --concurrency. */
+int64_t load_pace_due(const struct load_pace *p, int64_t now, unsigned inflight);
+/* The request load_pace_due gave was sent (or failed for good): the next one is due. */
+void load_pace_sent(struct load_pace *p);
+/* Sending, draining (the drain deadline set when sending ended), done when nothing is in
+ * flight after sending, or past the drain deadline; prints the progress line once a
+ * second when shown. */
+enum load_pace_state load_pace_check(struct load_pace *p, int64_t now, unsigned inflight);
+/* How long to wait for I/O: until the next scheduled arrival, at most 100 ms (an arrival
+ * already due waits for a request in flight to end). */
+int load_pace_wait_ms(const struct load_pace *p, int64_t now);
+/* Ends the run: its start and end times, the final progress line, the schedule freed. */
+void load_pace_finish(struct load_pace *p, unsigned inflight, int64_t *ret_t0, int64_t *ret_t1);
 
 /* Seeds the request-length stream (apart from the arrivals, so open and closed loop with
  * one seed send the same requests). */

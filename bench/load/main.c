@@ -37,7 +37,6 @@
 #include <string.h>
 #include <strings.h>
 #include <time.h>
-#include <unistd.h>
 
 #include "load.h"
 #include "sse.h"
@@ -360,57 +359,25 @@ static void abandon_all(struct driver *d) {
 }
 
 static int run(struct driver *d, int64_t *ret_t0, int64_t *ret_t1) {
-        const struct load_opts *o = d->o;
-        int show = o->progress || (isatty(2) && !o->json);
-        size_t n_sched = 0, next = 0;
-        int64_t *sched = NULL;
-        if (o->qps > 0 && !(sched = load_schedule_new(o, &n_sched)))
+        struct load_pace p;
+        if (load_pace_start(&p, d->o, d->st) < 0)
                 return -ENOMEM;
-        int64_t t0 = load_now_ns(), last_progress = t0;
-        int64_t send_end = o->duration_s > 0 ? t0 + (int64_t)(o->duration_s * NS) : INT64_MAX;
-        int64_t hard_end = INT64_MAX;
         for (;;) {
-                int64_t now = load_now_ns();
-                if (o->qps > 0) {
-                        while (next < n_sched && t0 + sched[next] <= now && d->inflight < o->max_inflight) {
-                                if (req_start(d, t0 + sched[next]) < 0)
-                                        break;
-                                next++;
-                        }
-                } else if (now < send_end) {
-                        while (d->inflight < o->concurrency && (!o->requests || d->st->sent < o->requests))
-                                if (req_start(d, now) < 0)
-                                        break;
-                }
+                int64_t at;
+                while ((at = load_pace_due(&p, load_now_ns(), d->inflight)) >= 0 && req_start(d, at) == 0)
+                        load_pace_sent(&p);
                 int running;
                 curl_multi_perform(d->multi, &running);
                 reap(d);
-                now = load_now_ns();
-                int sending = o->qps > 0 ? next < n_sched
-                                         : now < send_end && (!o->requests || d->st->sent < o->requests);
-                if (!sending && hard_end == INT64_MAX)
-                        hard_end = now + (int64_t)(o->drain_s * NS);
-                if (!sending && d->inflight == 0)
-                        break;
-                if (now >= hard_end) {
+                int64_t now = load_now_ns();
+                enum load_pace_state state = load_pace_check(&p, now, d->inflight);
+                if (state == LOAD_PACE_DRAIN_TIMEOUT)
                         abandon_all(d);
+                if (state == LOAD_PACE_DONE || state == LOAD_PACE_DRAIN_TIMEOUT)
                         break;
-                }
-                if (show && now - last_progress >= NS) {
-                        last_progress = now;
-                        load_progress(d->st, d->inflight, (double)(now - t0) / NS, 0);
-                }
-                int64_t wake = now + 100 * 1000000LL;
-                if (o->qps > 0 && next < n_sched && t0 + sched[next] < wake)
-                        wake = t0 + sched[next];
-                int timeout_ms = (int)((wake - now + 999999) / 1000000);
-                curl_multi_poll(d->multi, NULL, 0, timeout_ms, NULL);
+                curl_multi_poll(d->multi, NULL, 0, load_pace_wait_ms(&p, now), NULL);
         }
-        *ret_t0 = t0;
-        *ret_t1 = load_now_ns();
-        if (show)
-                load_progress(d->st, d->inflight, (double)(*ret_t1 - t0) / NS, 1);
-        free(sched);
+        load_pace_finish(&p, d->inflight, ret_t0, ret_t1);
         return 0;
 }
 

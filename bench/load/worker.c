@@ -155,53 +155,32 @@ static int wait_ready(struct dsv_ipc_conn *c, int timeout_ms) {
 }
 
 static int drive(struct wdriver *d, int64_t *ret_t0, int64_t *ret_t1) {
-        const struct load_opts *o = d->o;
-        int show = o->progress || (isatty(2) && !o->json);
-        size_t n_sched = 0, next = 0;
-        int64_t *sched = NULL;
-        if (o->qps > 0 && !(sched = load_schedule_new(o, &n_sched)))
+        struct load_pace p;
+        if (load_pace_start(&p, d->o, d->st) < 0)
                 return -ENOMEM;
-        int64_t t0 = load_now_ns(), last_progress = t0;
-        int64_t send_end = o->duration_s > 0 ? t0 + (int64_t)(o->duration_s * LOAD_NS) : INT64_MAX;
-        int64_t hard_end = INT64_MAX;
         for (;;) {
+                int64_t at;
+                /* A request that could not be put in flight (no worker) ends at once; in a
+                 * closed loop the next try waits for the receive timeout below instead of
+                 * spinning. */
+                while ((at = load_pace_due(&p, load_now_ns(), d->inflight)) >= 0) {
+                        unsigned before = d->inflight;
+                        send_one(d, at);
+                        load_pace_sent(&p);
+                        if (d->o->qps <= 0 && d->inflight == before)
+                                break;
+                }
                 int64_t now = load_now_ns();
-                if (o->qps > 0) {
-                        while (next < n_sched && t0 + sched[next] <= now && d->inflight < o->max_inflight)
-                                send_one(d, t0 + sched[next++]);
-                } else if (now < send_end) {
-                        /* A request that could not be put in flight (no worker) ends at once;
-                         * the next try waits for the receive timeout below instead of spinning. */
-                        while (d->inflight < o->concurrency && (!o->requests || d->st->sent < o->requests)) {
-                                unsigned before = d->inflight;
-                                send_one(d, now);
-                                if (d->inflight == before)
-                                        break;
-                        }
-                }
-                int sending = o->qps > 0 ? next < n_sched
-                                         : now < send_end && (!o->requests || d->st->sent < o->requests);
-                if (!sending && hard_end == INT64_MAX)
-                        hard_end = now + (int64_t)(o->drain_s * LOAD_NS);
-                if (!sending && d->inflight == 0)
-                        break;
-                if (now >= hard_end) {
+                enum load_pace_state state = load_pace_check(&p, now, d->inflight);
+                if (state == LOAD_PACE_DRAIN_TIMEOUT)
                         lose_all(d, "drain_timeout");
+                if (state == LOAD_PACE_DONE || state == LOAD_PACE_DRAIN_TIMEOUT)
                         break;
-                }
                 if (d->inflight && dsv_ipc_peers(d->conn) == 0)
                         lose_all(d, "worker_gone");
                 expire(d, now);
-                if (show && now - last_progress >= LOAD_NS) {
-                        last_progress = now;
-                        load_progress(d->st, d->inflight, (double)(now - t0) / LOAD_NS, 0);
-                }
-                int64_t wake = now + 100 * 1000000LL;
-                if (o->qps > 0 && next < n_sched && t0 + sched[next] < wake)
-                        wake = t0 + sched[next];
-                int timeout_ms = (int)((wake - now + 999999) / 1000000);
                 struct dsv_ipc_msg m;
-                int r = dsv_ipc_recv(d->conn, &m, timeout_ms, NULL, 0);
+                int r = dsv_ipc_recv(d->conn, &m, load_pace_wait_ms(&p, now), NULL, 0);
                 /* drain whatever else is queued without waiting */
                 while (r == 0) {
                         on_msg(d, &m, load_now_ns());
@@ -209,11 +188,7 @@ static int drive(struct wdriver *d, int64_t *ret_t0, int64_t *ret_t1) {
                         r = dsv_ipc_recv(d->conn, &m, 0, NULL, 0);
                 }
         }
-        *ret_t0 = t0;
-        *ret_t1 = load_now_ns();
-        if (show)
-                load_progress(d->st, d->inflight, (double)(*ret_t1 - t0) / LOAD_NS, 1);
-        free(sched);
+        load_pace_finish(&p, d->inflight, ret_t0, ret_t1);
         return 0;
 }
 
