@@ -147,7 +147,7 @@ for name in sorted(os.listdir(sys.argv[1]))[::8]:
 PY
       ;;
     fuzz-kv-disk)
-      # byte 0: 2 re-seal (| 1 the index) | 4 truncate; the identity is the target's own
+      # byte 0: 2 re-seal (| 1 the index (| 8 and a slot)) | 4 truncate; the identity is the target's own
       python3 - "$d" <<'PY'
 import struct, sys
 head = b"DSVKVTR2" + struct.pack("<IIiiiiQQQ", 1, 2, 0, 4, 1, 16, 64, 4, 512)
@@ -155,6 +155,10 @@ open(sys.argv[1] + "/header", "wb").write(b"\x02" + head + b"\0" * 8)
 open(sys.argv[1] + "/header-truncated", "wb").write(b"\x06" + head + b"\0" * 8)
 entry = struct.pack("<QQII", 7, 0, 0, 0) + struct.pack("<QQII", 9, 7, 3, 0)
 open(sys.argv[1] + "/index", "wb").write(b"\x03" + b"DSVKVIX1" + struct.pack("<IIQII", 0, 0, 2, 0, 0) + entry)
+one = b"DSVKVIX1" + struct.pack("<IIQII", 0, 0, 1, 0, 0) + struct.pack("<QQII", 7, 0, 2, 0)
+def slot(key, parent): return struct.pack("<IIQQ", 0, 0, key, parent) + struct.pack("<4i", 5, 6, 7, 8) + bytes(range(64))
+open(sys.argv[1] + "/index-slot", "wb").write(b"\x0b" + one + slot(7, 0))
+open(sys.argv[1] + "/index-slot-other-block", "wb").write(b"\x0b" + one + slot(8, 7))
 PY
       ;;
     fuzz-load-sse)

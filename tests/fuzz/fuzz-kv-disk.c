@@ -4,8 +4,11 @@
  * checks behind them. The file header (bit 0 clear): the rest of the input becomes the
  * tier file's first bytes (the file keeps its full size unless bit 2 is set); the index
  * (bit 0 set): the rest becomes the index beside a valid tier file. Then the tier is
- * opened, the block its first index entry names is looked up, and the tier closed. The
- * offsets re-sealed are those of the file and index headers in kv_disk.c. */
+ * opened, the block its first index entry names is looked up, and the tier closed. With
+ * the index, bit 3 makes the input's last SLOT_IMAGE bytes the slot that entry names (its
+ * head, token ids and rows; re-sealed with bit 1), and the lookup asks for those ids, so
+ * the slot checks behind the index are reached too. The offsets re-sealed are those of the
+ * file, index and slot heads in kv_disk.c. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,6 +23,7 @@
 #define SLOTS 4
 #define SLOT_BYTES 512 /* slot head, ids and rows rounded up to 512 */
 #define FILE_BYTES (4096 + SLOTS * SLOT_BYTES)
+#define SLOT_IMAGE (24 + BT * 4 + BLOCK_BYTES) /* magic, crc, key, parent; ids; rows */
 
 static const struct dse__kv_disk_identity id = {1, 2, 0, BT, 1, BLOCK_BYTES / BT, BLOCK_BYTES};
 static char path[256], index_path[300];
@@ -58,6 +62,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                 return 0;
         memcpy(in, data + 1, n);
         struct dse__kv_disk *d = NULL;
+        uint8_t *slot = NULL;
         unlink(index_path);
         if (!(mode & 1)) {
                 if ((mode & 2) && n >= 64)
@@ -68,6 +73,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                 if (dse__kv_disk_open(path, FILE_BYTES, 1, &id, DSE_KV_DISK_FAULT_NONE, &d, NULL) == 0)
                         dse__kv_disk_close(d); /* a valid, empty tier file */
                 d = NULL;
+                if ((mode & 8) && n >= SLOT_IMAGE) {
+                        n -= SLOT_IMAGE;
+                        slot = in + n;
+                }
                 if ((mode & 2) && n >= 32) {
                         uint8_t head[64];
                         FILE *f = fopen(path, "rb");
@@ -80,6 +89,19 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                                 fclose(f);
                 }
                 write_file(index_path, in, n, 0);
+                if (slot && n >= 56) {
+                        uint32_t s;
+                        memcpy(&s, in + 48, 4);
+                        if (mode & 2) {
+                                put32(slot, 0x4C534B44u);
+                                put32(slot + 4, dse__crc32c(0, slot + 8, SLOT_IMAGE - 8));
+                        }
+                        FILE *f = fopen(path, "r+b");
+                        if (f && fseek(f, 4096 + (long)(s % SLOTS) * SLOT_BYTES, SEEK_SET) == 0)
+                                fwrite(slot, 1, SLOT_IMAGE, f);
+                        if (f)
+                                fclose(f);
+                }
         }
         if (dse__kv_disk_open(path, FILE_BYTES, 1, &id, DSE_KV_DISK_FAULT_NONE, &d, NULL) == 0) {
                 uint64_t key = 0, parent = 0;
@@ -88,6 +110,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                         memcpy(&parent, in + 40, 8);
                 }
                 int32_t ids[BT] = {0};
+                if (slot)
+                        memcpy(ids, slot + 24, sizeof ids);
                 uint8_t rows[BLOCK_BYTES];
                 dse__kv_disk_load(d, key, parent, ids, rows);
                 dse__kv_disk_close(d);
