@@ -49,11 +49,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         if (!path[0]) {
                 /* memory-backed where there is /dev/shm: the tier fsyncs its file, and on a
                  * disk every input would wait for the device, the fuzzer idling */
-                char dir[] = "/dev/shm/fuzz-kv-disk.XXXXXX", tmp_dir[] = "/tmp/fuzz-kv-disk.XXXXXX";
-                const char *made = mkdtemp(dir);
-                if (!made && !(made = mkdtemp(tmp_dir)))
+                char dir[64];
+                snprintf(dir, sizeof dir, "%s/fuzz-kv-disk.XXXXXX", access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp");
+                if (!mkdtemp(dir))
                         return 0;
-                snprintf(path, sizeof path, "%s/f.kvtier", made);
+                snprintf(path, sizeof path, "%s/f.kvtier", dir);
                 snprintf(index_path, sizeof index_path, "%s.index", path);
         }
         if (size < 1)

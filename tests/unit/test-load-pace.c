@@ -14,12 +14,17 @@ static struct load_opts opts(double qps) {
                                   .seed = 7};
 }
 
+/* A run of o started now, its counters zeroed. */
+static int start(struct load_pace *p, const struct load_opts *o, struct load_stats *st) {
+        load_stats_init(st);
+        return load_pace_start(p, o, st);
+}
+
 TEST(open_loop_sends_each_arrival_when_due) {
         struct load_opts o = opts(50);
         struct load_stats st;
-        load_stats_init(&st);
         struct load_pace p;
-        ASSERT_OK(load_pace_start(&p, &o, &st));
+        ASSERT_OK(start(&p, &o, &st));
         size_t n = 0;
         int64_t *sched = load_schedule_new(&o, &n);
         ASSERT_TRUE(sched && n > 10);
@@ -50,9 +55,8 @@ TEST(closed_loop_keeps_concurrency_until_requests) {
         struct load_opts o = opts(0);
         o.requests = 5;
         struct load_stats st;
-        load_stats_init(&st);
         struct load_pace p;
-        ASSERT_OK(load_pace_start(&p, &o, &st));
+        ASSERT_OK(start(&p, &o, &st));
         int64_t now = p.t0 + 10 * MS;
         ASSERT_EQ(load_pace_due(&p, now, 2), now);
         ASSERT_EQ(load_pace_due(&p, now, 3), -1); /* --concurrency */
@@ -70,9 +74,8 @@ TEST(closed_loop_keeps_concurrency_until_requests) {
 TEST(closed_loop_stops_sending_at_duration) {
         struct load_opts o = opts(0);
         struct load_stats st;
-        load_stats_init(&st);
         struct load_pace p;
-        ASSERT_OK(load_pace_start(&p, &o, &st));
+        ASSERT_OK(start(&p, &o, &st));
         int64_t end = p.t0 + LOAD_NS;
         ASSERT_EQ(load_pace_due(&p, end - 1, 0), end - 1);
         ASSERT_EQ(load_pace_due(&p, end, 0), -1);
