@@ -1,5 +1,5 @@
 # Forward pass: kernels, sessions, golden-model fixtures, `dsvisor logits`.
-dsv_test(NAME test-kernels SOURCES kernels/test-kernels.c LIBS dse LABELS unit)
+dsv_test(NAME test-kernels SOURCES kernels/test-kernels.c LIBS dse dsv_gguf_writer LABELS unit)
 target_include_directories(test-kernels PRIVATE ${CMAKE_SOURCE_DIR}/engine/src)
 dsv_test(NAME test-kernels-kv SOURCES kernels/test-kernels-kv.c LIBS dse LABELS unit)
 target_include_directories(test-kernels-kv PRIVATE ${CMAKE_SOURCE_DIR}/engine/src)

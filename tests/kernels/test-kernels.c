@@ -4,6 +4,7 @@
  * a multiple of the group, partial FP8 edge blocks). */
 #include <stdint.h>
 
+#include "gguf_writer.h"
 #include "kernels/kernels.h"
 #include "kernel-test-data.h"
 #include "t.h"
@@ -658,6 +659,28 @@ TEST(matmul_tokens_equal_matvec_bitwise_all_levels) {
                 n_checked, dse_cpu_level_to_string(top));
 }
 
+/* v rounded to its first `bits` significant bits, to nearest with ties to even. */
+static float round_to_bits(float v, int bits) {
+        int e;
+        double m = frexp(v, &e); /* v = m * 2^e, 0.5 <= |m| < 1 */
+        return (float)ldexp(nearbyint(ldexp(m, bits)), e - bits);
+}
+
+/* The activation scale is the one a ggml Q8_0 block holds (fp16): equal to the float16
+ * conversion wherever that is a normal fp16 number, and as precise below that range. */
+TEST(xq_scale_is_fp16_precision) {
+        static const float amax[] = {1.0f, 0.5f, 127.0f, 3.14159265f, 1.0e-3f, 6.5e4f, 1.0e-30f, 0.0f};
+        for (size_t i = 0; i < sizeof amax / sizeof amax[0]; i++) {
+                float d = dse__xq_scale(amax[i]);
+                ASSERT_FLOAT_EQ(d, round_to_bits(amax[i] / 127.0f, 11));
+                if (d >= 0x1p-14f && d <= 65504.0f)
+                        ASSERT_FLOAT_EQ(dse__kern_f16_to_f32(gguf_f32_to_f16(amax[i] / 127.0f)), d);
+        }
+        ASSERT_FLOAT_EQ(dse__xq_scale(127.0f * (1.0f + 0x1p-11f)), 1.0f); /* a tie: to even */
+        ASSERT_FLOAT_EQ(dse__xq_scale(127.0f * (1.0f + 0x1p-11f + 0x1p-20f)), 1.0f + 0x1p-10f);
+        ASSERT_FLOAT_EQ(dse__xq_scale(0.0f), 0.0f);
+}
+
 TEST(quantize_xq_matches_definition_all_levels) {
         enum dse_cpu_level top = detected_level();
         static const int64_t lens[] = {1, 5, 31, 32, 33, 64, 100, 257, 1536};
@@ -673,21 +696,23 @@ TEST(quantize_xq_matches_definition_all_levels) {
                 struct dse_kernels k0;
                 ASSERT_OK(dse_kernels_resolve(DSE_CPU_SCALAR, &k0));
                 k0.quantize_xq(x, ldx, &ref);
-                /* the definition: d = max|x|/127, |x - d*q| <= d/2, padding 0 */
+                /* the definition: d = max|x|/127 to fp16's 11 significant bits,
+                 * q = round(x * 127/max|x|), padding 0 */
                 for (int64_t t = 0; t < n; t++)
                         for (int64_t b = 0; b < ref.n_blocks; b++) {
                                 double amax = 0;
                                 for (int64_t c = b * 32; c < (b + 1) * 32 && c < cols; c++)
                                         amax = fmax(amax, fabs(x[t * ldx + c]));
                                 float dd = ref.d[t * ref.n_blocks + b];
-                                ASSERT_NEAR(dd, amax / 127.0, 1e-7 * amax);
+                                float id = amax > 0 ? 127.0f / (float)amax : 0.0f;
+                                ASSERT_FLOAT_EQ(dd, round_to_bits((float)amax / 127.0f, 11));
                                 for (int64_t c = b * 32; c < (b + 1) * 32; c++) {
                                         int q = ref.q[t * ref.n_blocks * 32 + c];
                                         ASSERT_TRUE(q >= -127 && q <= 127);
                                         if (c >= cols)
                                                 ASSERT_EQ(q, 0);
                                         else
-                                                ASSERT_NEAR(dd * q, x[t * ldx + c], 0.5001 * dd + 1e-12);
+                                                ASSERT_EQ(q, (long long)nearbyintf(x[t * ldx + c] * id));
                                 }
                         }
                 for (int lvl = DSE_CPU_SCALAR; lvl <= (int)top; lvl++) {

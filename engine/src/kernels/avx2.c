@@ -211,7 +211,7 @@ static void quantize_xq_avx2(const float *x, int64_t ldx, struct dse_xq *xq) {
                         m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
                         float amax = _mm_cvtss_f32(m4);
                         float id = amax > 0.0f ? 127.0f / amax : 0.0f;
-                        d[b] = amax / 127.0f;
+                        d[b] = dse__xq_scale(amax);
                         __m256 vid = _mm256_set1_ps(id);
                         __m256i i0 = _mm256_cvtps_epi32(_mm256_mul_ps(v0, vid));
                         __m256i i1 = _mm256_cvtps_epi32(_mm256_mul_ps(v1, vid));

@@ -31,7 +31,7 @@ static void quantize_xq_avx512(const float *x, int64_t ldx, struct dse_xq *xq) {
                         __m512 v1 = _mm512_maskz_loadu_ps(mask16(len - 16), xt + c0 + 16);
                         float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
                         float id = amax > 0.0f ? 127.0f / amax : 0.0f;
-                        d[b] = amax / 127.0f;
+                        d[b] = dse__xq_scale(amax);
                         __m512 vid = _mm512_set1_ps(id);
                         __m128i q0 = _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(v0, vid)));
                         __m128i q1 = _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(v1, vid)));

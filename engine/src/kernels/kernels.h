@@ -38,6 +38,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "dse.h"
 #include "model/model.h"
@@ -93,13 +94,26 @@ typedef void (*dse_matmul_fn)(const struct dse_qmat *w, const float *x, int64_t 
 #define DSE_XQ_BLOCK 32
 
 /* n tokens of cols activations, each 32-column block b of token t quantized
- * symmetrically: d = max|x| / 127, q = nearbyintf(x * (127 / max|x|)), in [-127, 127]
- * (an all-zero block has d = 0 and q = 0). The storage is the caller's. */
+ * symmetrically: d = dse__xq_scale(max|x|), q = nearbyintf(x * (127 / max|x|)), in
+ * [-127, 127] (an all-zero block has d = 0 and q = 0). The storage is the caller's. */
 struct dse_xq {
         int64_t n, cols, n_blocks; /* n_blocks = ceil(cols / 32) */
         int8_t *q;                 /* (n, n_blocks * 32): columns past cols are 0 */
         float *d;                  /* (n, n_blocks) */
 };
+
+/* The scale of a block whose largest magnitude is amax: amax / 127 rounded to 11
+ * significant bits (to nearest, ties to even). That is fp16's precision, the scale a ggml
+ * Q8_0 block holds, so on the same weights the int8 products are llama.cpp's; the
+ * exponent keeps float32's range, so a block of tiny values keeps its precision. */
+static inline float dse__xq_scale(float amax) {
+        float d = amax / 127.0f;
+        uint32_t u;
+        memcpy(&u, &d, sizeof u);
+        u = (u + 0xfffu + ((u >> 13) & 1u)) & ~0x1fffu;
+        memcpy(&d, &u, sizeof d);
+        return d;
+}
 
 /* Bytes of storage dse__xq_init needs for n tokens of cols activations. */
 size_t dse__xq_bytes(int64_t n, int64_t cols);

@@ -214,7 +214,7 @@ static void quantize_xq_ref(const float *x, int64_t ldx, struct dse_xq *xq) {
                         for (int64_t c = c0; c < c1; c++)
                                 amax = fabsf(xt[c]) > amax ? fabsf(xt[c]) : amax;
                         float id = amax > 0.0f ? 127.0f / amax : 0.0f;
-                        d[b] = amax / 127.0f;
+                        d[b] = dse__xq_scale(amax);
                         for (int64_t c = c0; c < c0 + DSE_XQ_BLOCK; c++)
                                 q[c] = c < c1 ? (int8_t)nearbyintf(xt[c] * id) : 0;
                 }
