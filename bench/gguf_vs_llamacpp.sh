@@ -28,6 +28,11 @@
 #        GGUF_FLAGS (gguf-from-hf options; default --kv-b-split for DeepSeek models, the
 #        split attn_k_b/attn_v_b current converters write), GREEDY (continuation length,
 #        default 16), DSV_FIXTURES, PORT (default 18931), DSV_CPU reaches our engine.
+#        KV: the cache type of both engines, f32 (default) or f16. With f32 llama-server
+#        runs without flash attention (-fa off), whose CPU kernel rounds V to f16 even
+#        in an f32 cache; with f16 ours keeps its own default (bf16) and llama.cpp its
+#        (f16, flash attention auto). Int8 activations amplify a one-ulp difference
+#        into a different rounding, so the caches must match for the int8 paths to.
 set -euo pipefail
 SRC=$(cd "$(dirname "$0")/.." && pwd)
 BUILD=${BUILD:-$SRC/build}
@@ -37,6 +42,12 @@ PORT=${PORT:-18931}
 FIXTURE=${1:-llama-bf16-linear-rope}
 TYPES=${2:-F32 F16 Q8_0 Q4_0}
 GREEDY=${GREEDY:-16}
+KV=${KV:-f32}
+case $KV in
+f32) LLAMA_KV="-ctk f32 -ctv f32 -fa off"; export DSV_KV=f32 ;;
+f16) LLAMA_KV="" ;;
+*) echo "gguf_vs_llamacpp: KV is f32 or f16, not '$KV'" >&2; exit 2 ;;
+esac
 if [ "$FIXTURE" = default ]; then DIR=$SRC/models/default; else DIR=$FIX/models/$FIXTURE; fi
 [ -f "$DIR/config.json" ] || { echo "gguf_vs_llamacpp: no model at $DIR" >&2; exit 2; }
 MODEL_TYPE=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['model_type'])" "$DIR/config.json")
@@ -64,7 +75,7 @@ else
   IDS=$(python3 -c "import json,sys; print(','.join(map(str, json.load(open(sys.argv[1])))))" "$DIR/ref/prompt_ids.json")
   GREEDY_IDS=$IDS
 fi
-echo "model $FIXTURE ($MODEL_TYPE${PAD:+, $PAD}), prompt of $(echo "$IDS" | tr ',' '\n' | wc -l) tokens, greedy $GREEDY after $(echo "$GREEDY_IDS" | tr ',' '\n' | wc -l); ours: DSV_CPU=${DSV_CPU:-detected}; llama.cpp backend ${GGML_BACKEND_PATH:-default}; $(nproc) CPUs, load: $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "model $FIXTURE ($MODEL_TYPE${PAD:+, $PAD}), prompt of $(echo "$IDS" | tr ',' '\n' | wc -l) tokens, greedy $GREEDY after $(echo "$GREEDY_IDS" | tr ',' '\n' | wc -l); ours: DSV_CPU=${DSV_CPU:-detected}; KV cache $KV; llama.cpp backend ${GGML_BACKEND_PATH:-default}; $(nproc) CPUs, load: $(cut -d' ' -f1-3 /proc/loadavg)"
 printf '%-5s %-5s %7s %10s %10s %8s  %s\n' type ours top-1 "mean KL" "max KL" greedy "first divergence; positions whose top-1 differs (llama.cpp / our margin of best over second, nats)"
 for T in $TYPES; do
   G=$TMP/$FIXTURE-$T.gguf
@@ -81,7 +92,8 @@ for T in $TYPES; do
     fi
   done
   unset DSV_ACT
-  "$LLAMA_RUN" llama-server -m "$G" --host 127.0.0.1 --port "$PORT" -c 512 -t 2 --no-warmup >"$TMP/server.log" 2>&1 &
+  # shellcheck disable=SC2086 # LLAMA_KV is a list of options
+  "$LLAMA_RUN" llama-server -m "$G" --host 127.0.0.1 --port "$PORT" -c 512 -t 2 --no-warmup $LLAMA_KV >"$TMP/server.log" 2>&1 &
   SERVER=$!
   for _ in $(seq 240); do
     curl -sf "http://127.0.0.1:$PORT/health" >/dev/null 2>&1 && break
