@@ -58,7 +58,7 @@ static int parse_int(const char *s, int min, int max, int *ret) {
         return 0;
 }
 
-/* "0-3,8,10-11" (no empty item, no trailing comma) */
+/* "0-3,8,10-11" (no empty item, no trailing comma, no CPU twice) */
 static int parse_cpus(const char *s, int *cpus, int max, int *ret_n) {
         int n = 0;
         while (*s) {
@@ -77,6 +77,9 @@ static int parse_cpus(const char *s, int *cpus, int max, int *ret_n) {
                 for (long c = a; c <= b; c++) {
                         if (n == max)
                                 return -E2BIG;
+                        for (int i = 0; i < n; i++)
+                                if (cpus[i] == c) /* two threads would share it */
+                                        return -EINVAL;
                         cpus[n++] = (int)c;
                 }
                 if (*s == ',' && s[1])

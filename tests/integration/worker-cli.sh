@@ -34,7 +34,7 @@ refused bad_value_names_--kv-disk 2 "bad value '' for --kv-disk" "${ok[@]}" --kv
 refused bad_value_names_--draft-model 2 "bad value '' for --draft-model" "${ok[@]}" --draft-model ""
 refused threads_zero_refused 2 "bad value '0' for --threads" "${ok[@]}" --threads 0
 refused spec_k_max_above_8_refused 2 "bad value '9' for --spec-k-max" "${ok[@]}" --spec-k-max 9
-for list in 0-1, ,0 0,,1 1-0 0-; do
+for list in 0-1, ,0 0,,1 1-0 0- 0,0 0-2,1; do
   refused "cpus_${list}_refused" 2 "bad value '$list' for --cpus" "${ok[@]}" --cpus "$list"
 done
 refused kv_dtype_names_the_types 2 "--kv-dtype: 'fp16' is not a KV cache type; use f32, bf16, fp8 or int8" \
