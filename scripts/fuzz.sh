@@ -322,11 +322,12 @@ for t in "${TARGETS[@]}"; do
     # minimised: of the saved inputs and this run's new ones up to SAVED_MAX_BYTES, only
     # those adding an edge (-use_counters=0: hit-count variety is found again in a few
     # seconds; larger inputs, such as whole model or tokenizer files, come back each run
-    # as seeds) so that the saved corpus stays small
+    # as seeds) so that the saved corpus stays small. libFuzzer names an input by its
+    # SHA-1, so one name in both folders is one input: cp -n keeps the first
     merged=$BUILD/fuzz-merge/$t
     small=$BUILD/fuzz-merge/$t.small
     rm -rf "$merged" "$small" && mkdir -p "$merged" "$small" "$saved"
-    find "$saved" "$corpus" -type f -size -$((SAVED_MAX_BYTES + 1))c -exec cp -t "$small" {} +
+    find "$saved" "$corpus" -type f -size -$((SAVED_MAX_BYTES + 1))c -exec cp -n -t "$small" {} +
     if "$bin" -merge=1 -use_counters=0 -timeout=25 -rss_limit_mb=2048 "$merged" "$small" >"$out/merge.log" 2>&1; then
       rm -f "$saved"/* && cp "$merged"/* "$saved"/ 2>/dev/null
       echo "    saved corpus: $(find "$saved" -type f | wc -l) inputs, $(du -sb "$saved" | cut -f1) bytes in ${saved#"$SRC"/}"
