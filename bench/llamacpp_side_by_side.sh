@@ -39,10 +39,9 @@
 # with ggml's reference quantizers, llama-bench's refusal is printed and only our figures
 # are.
 #
-# Our import joins deepseek2's split attn_k_b / attn_v_b (what current converters and
-# this writer produce) back into kv_b_proj as F32, since a transposed block format has
-# no native counterpart: V2-Lite's kv_b_proj is read as 8 MB of F32 per layer where
-# llama.cpp reads its Q4_0/Q8_0 blocks. The table's bytes are what each engine reads.
+# Our import keeps deepseek2's split attn_k_b / attn_v_b (what current converters and
+# this writer produce) as they are, k_b_proj / v_b_proj in their Q4_0/Q8_0 blocks, as
+# llama.cpp reads them. The table's bytes are what each engine reads.
 #
 # Not run by CI. llama.cpp comes from Debian's llama.cpp binary packages unpacked outside
 # the repository (LLAMA_RUN names a wrapper that runs a llama.cpp tool by name;

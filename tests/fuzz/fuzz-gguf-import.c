@@ -1,7 +1,7 @@
 /* libFuzzer target: a whole GGUF file through the model import (dse__gguf_import, from
  * a memfd): the architecture's hyper-parameters (llama, qwen2, deepseek2 with its MLA,
  * MoE and YaRN keys), the tensor name mapping (stacked experts, the split attn_k_b /
- * attn_v_b joined back into kv_b_proj), the tokenizer files, and the first row of every
+ * attn_v_b kept as k_b_proj / v_b_proj), the tokenizer files, and the first row of every
  * tensor read as the converter reads it. */
 #include <stdint.h>
 #include <stdio.h>

@@ -28,6 +28,7 @@
 #include "gguf-from-hf.h"
 #include "model-ref.h"
 #include "model/format.h"
+#include "model/forward.h"
 #include "model/model.h"
 #include "t.h"
 
@@ -198,6 +199,89 @@ TEST(deepseek_v2_mla_qlora_yarn) { check_fixture("deepseek-v2-mla-qlora-yarn", 0
 TEST(deepseek_v2_mla_qlora_yarn_kv_b_split) { check_fixture("deepseek-v2-mla-qlora-yarn", GGUF_MODEL_KV_B_SPLIT); }
 TEST(deepseek_v2_lite_sharded_kv_b_split) { check_fixture("deepseek-v2-lite-sharded", GGUF_MODEL_KV_B_SPLIT); }
 TEST(deepseek_v3_noaux_yarn_kv_b_split) { check_fixture("deepseek-v3-noaux-yarn", GGUF_MODEL_KV_B_SPLIT); }
+
+/* A split kv_b stays split: attn_k_b and attn_v_b become k_b_proj [H * kv_lora, nope] and
+ * v_b_proj [H * v, kv_lora] holding the GGUF's Q8_0 / Q4_0 blocks as native Q8 / Q4 (no
+ * F32 kv_b_proj), the file says so (mla_kv_b_split, format minor version 2), the
+ * absorbed attention over them agrees with the naive one on float activations (as
+ * test-model-mla), and int8 activations stay within the README's second row of the float
+ * ones (mean abs <= 0.05, top-1 agreement >= 0.9). */
+static void logits_of(struct dse_model *m, enum dse_activations act, int naive, const int32_t *ids, int P, float *out) {
+        struct dse_session *s = NULL;
+        struct dse_diag diag = {{0}};
+        ASSERT_OK(dse_session_new(m, P, NULL, &s, &diag));
+        ASSERT_OK(dse_session_set_activations(s, act));
+        dse__session_set_mla_naive(s, naive);
+        ASSERT_OK(dse_session_eval(s, ids, (size_t)P, out, NULL, &diag));
+        dse_session_free(s);
+}
+
+static void check_split_kept(uint32_t type, enum dse_dtype want) {
+        char dir[1024], path[1200], tmp[] = "/tmp/dsv-gguf-split-XXXXXX", gguf[64], native[64];
+        snprintf(dir, sizeof dir, "%s/deepseek-v2-mla-qlora-yarn", t_fixture("models"));
+        ASSERT_TRUE(mkdtemp(tmp) != NULL);
+        snprintf(gguf, sizeof gguf, "%s/m.gguf", tmp);
+        snprintf(native, sizeof native, "%s/m.dse", tmp);
+        struct dse_diag diag = {{0}};
+        ASSERT_OK(gguf_from_hf(dir, gguf, type, GGUF_MODEL_KV_B_SPLIT, &diag));
+        ASSERT_OK(dse_model_convert_hf(gguf, native, "auto", &diag));
+        FILE *f = fopen(native, "rb");
+        uint8_t head[16];
+        ASSERT_TRUE(f && fread(head, 1, sizeof head, f) == sizeof head);
+        fclose(f);
+        ASSERT_EQ(head[12] | head[13] << 8 | head[14] << 16 | (uint32_t)head[15] << 24, 2); /* version_minor */
+        struct dse_model *m = NULL;
+        ASSERT_OK(dse_model_open(native, 0, &m, &diag));
+        const struct dse_hparams *hp = dse__model_hparams(m);
+        ASSERT_EQ(hp->mla_kv_b_split, 1);
+        const struct dse_tensor *kb = dse__model_tensor(m, "model.layers.0.self_attn.k_b_proj.weight");
+        const struct dse_tensor *vb = dse__model_tensor(m, "model.layers.2.self_attn.v_b_proj.weight");
+        ASSERT_TRUE(kb && vb && !dse__model_tensor(m, "model.layers.0.self_attn.kv_b_proj.weight"));
+        ASSERT_EQ(kb->dtype, want);
+        ASSERT_EQ(vb->dtype, want);
+        ASSERT_EQ(kb->shape[0], (int64_t)hp->n_heads * hp->kv_lora_rank);
+        ASSERT_EQ(kb->shape[1], hp->qk_nope_head_dim);
+        ASSERT_EQ(vb->shape[0], (int64_t)hp->n_heads * hp->v_head_dim);
+        ASSERT_EQ(vb->shape[1], hp->kv_lora_rank);
+
+        int32_t ids[512];
+        snprintf(path, sizeof path, "%s/ref/prompt_ids.json", dir);
+        int P = read_ids(path, ids, 512), V = dse_model_vocab_size(m);
+        ASSERT_TRUE(P > 0);
+        size_t n = (size_t)P * V;
+        float *absorbed = malloc(n * sizeof(float)), *naive = malloc(n * sizeof(float)), *int8 = malloc(n * sizeof(float));
+        ASSERT_TRUE(absorbed && naive && int8);
+        logits_of(m, DSE_ACTIVATIONS_F32, 0, ids, P, absorbed);
+        logits_of(m, DSE_ACTIVATIONS_F32, 1, ids, P, naive);
+        logits_of(m, DSE_ACTIVATIONS_INT8, 0, ids, P, int8);
+        double naive_max = 0, int8_max = 0, int8_sum = 0;
+        int top1 = 0;
+        for (size_t i = 0; i < n; i++) {
+                naive_max = fmax(naive_max, fabs((double)absorbed[i] - naive[i]));
+                int8_max = fmax(int8_max, fabs((double)absorbed[i] - int8[i]));
+                int8_sum += fabs((double)absorbed[i] - int8[i]);
+        }
+        for (int t = 0; t < P; t++)
+                top1 += argmax(absorbed + (size_t)t * V, V) == argmax(int8 + (size_t)t * V, V);
+        fprintf(stderr,
+                "  split kv_b %s: absorbed vs naive max abs %.3g; int8 vs f32 activations mean abs %.3g, max %.3g, "
+                "top-1 %d/%d\n",
+                want == DSE_DTYPE_Q8 ? "Q8" : "Q4", naive_max, int8_sum / (double)n, int8_max, top1, P);
+        ASSERT_TRUE(naive_max <= 1e-4);
+        /* the second row's mean and top-1 bounds; not its max, which is for dense models:
+         * in a MoE one an expert chosen differently moves single logits further */
+        ASSERT_TRUE(int8_max > 0 && int8_sum / (double)n <= 0.05 && top1 >= 0.9 * P);
+        free(absorbed);
+        free(naive);
+        free(int8);
+        dse_model_free(m);
+        unlink(gguf);
+        unlink(native);
+        rmdir(tmp);
+}
+
+TEST(kv_b_split_kept_q8) { check_split_kept(8, DSE_DTYPE_Q8); }
+TEST(kv_b_split_kept_q4) { check_split_kept(2, DSE_DTYPE_Q4); }
 
 /* The bundled default model (models/default, trained; reference in its ref/) written as
  * bench/gguf_vs_llamacpp.sh gives it to llama.cpp: the MTP module dropped, zero layers

@@ -409,6 +409,13 @@ TEST(import_deepseek2_tensors) {
         gguf_tensor(w, "blk.0.attn_v_b.weight", 0, 3, (int64_t[]){8, 4, 2}, x, 8 * 4 * 2 * 4);
         expect_convert(w, -EBADMSG, "'blk.0.attn_v_b.weight' [8, 4, 2] are not [nope 8, kv_lora_rank 8, heads 2]");
 
+        /* layer 0 tells the form of kv_b_proj; a later layer may not change it */
+        w = deepseek2(NULL);
+        gguf_tensor(w, "blk.0.attn_kv_b.weight", 0, 2, (int64_t[]){8, 32}, x, 8 * 32 * 4);
+        gguf_tensor(w, "blk.1.attn_k_b.weight", 0, 3, (int64_t[]){8, 8, 2}, x, 8 * 8 * 2 * 4);
+        gguf_tensor(w, "blk.1.attn_v_b.weight", 0, 3, (int64_t[]){8, 8, 2}, x, 8 * 8 * 2 * 4);
+        expect_convert(w, -EBADMSG, "layer 1 splits kv_b_proj (attn_k_b, attn_v_b) where layer 0 keeps attn_kv_b");
+
         w = deepseek2(NULL);
         gguf_tensor(w, "blk.0.ffn_gate_exps.weight", 0, 3, (int64_t[]){8, 8, 4}, x, 8 * 8 * 4 * 4);
         gguf_tensor(w, "blk.0.ffn_gate_shexp.weight", 0, 2, (int64_t[]){8, 8}, x, 8 * 8 * 4);

@@ -7,6 +7,10 @@
  * kv_b_proj's per-head blocks W_uk (nope, kv_lora_rank) and W_uv (v, kv_lora_rank),
  *     score_t = q_nope . (W_uk c_t) + q_pe . k_pe_t = (W_uk^T q_nope) . c_t + q_pe . k_pe_t
  *     out     = sum_t p_t W_uv c_t = W_uv (sum_t p_t c_t)
+ * A model imported from a GGUF file whose converter split kv_b_proj (mla_kv_b_split)
+ * holds W_uk^T and W_uv as matrices of their own, k_b_proj and v_b_proj, and both
+ * products are matrix products over a head's rows, on int8 activations where the weights
+ * are Q8/Q4, as llama.cpp computes them.
  * The naive form (decompress k_nope and v per cached token) is kept for the
  * absorbed-vs-naive test (dse__session_set_mla_naive). A V3 multi-token prediction (MTP)
  * module (layer num_hidden_layers + m) runs as DeepSeek's reference does (ds_mtp_forward):
@@ -33,6 +37,8 @@ struct ds_layer {
         struct dse_qmat wkv_a;   /* (kv_lora_rank + rope, hidden) kv_a_proj_with_mqa */
         float *kv_a_norm;        /* (kv_lora_rank) */
         struct dse_qmat wkv_b;   /* (H*(nope+v), kv_lora_rank): per head nope rows of W_uk, v rows of W_uv */
+        struct dse_qmat wk_b;    /* mla_kv_b_split, instead: (H*kv_lora_rank, nope) per head W_uk^T ... */
+        struct dse_qmat wv_b;    /* ... and (H*v, kv_lora_rank) per head W_uv */
         struct dse_qmat wo;      /* (hidden, H*v) */
         float *ffn_norm;         /* (hidden) post_attention_layernorm */
         int is_moe;
@@ -78,6 +84,8 @@ struct ds_state {
         float *uv;               /* (n_threads, T, H*(nope+v)) rows of kv_b_proj applied to o_lat */
         float *att;              /* (n_threads, n_ctx) scores, then probabilities */
         float *kvb_full;         /* (n_threads, H*(nope+v)) naive form: decompressed k/v of one token */
+        uint8_t *xq_head;        /* (n_threads, xq_head_bytes) split kv_b: one head's int8 activations */
+        size_t xq_head_bytes;
         float *lat_row;          /* (n_threads, kvr + rope) naive form: one cached latent row as floats */
         float *moe_out;          /* (T, hidden) */
         float *eh;               /* (T, 2 hidden) an MTP module's [enorm(e) | hnorm(h)] */
@@ -115,12 +123,24 @@ static int bind_layer(struct dse__weights *w, const struct ds_weights *dw, int l
                                            reterr)) < 0 ||
             (r = dse__weights_layer_vector(w, l, "self_attn.kv_a_layernorm.weight", dw->kvr, 0, &L->kv_a_norm,
                                            reterr)) < 0 ||
-            (r = dse__weights_layer_matrix(w, l, "self_attn.kv_b_proj", H * (dw->nope + dw->vdim), dw->kvr,
-                                           &L->wkv_b, reterr)) < 0 ||
             (r = dse__weights_layer_matrix(w, l, "self_attn.o_proj", D, H * dw->vdim, &L->wo, reterr)) < 0)
                 return r;
-        if (L->wkv_b.perm)
-                return dse__fail(reterr, -EOPNOTSUPP, "layer %d: kv_b_proj with permuted columns cannot be absorbed", l);
+        if (hp->mla_kv_b_split) {
+                if ((r = dse__weights_layer_matrix(w, l, "self_attn.k_b_proj", H * dw->kvr, dw->nope, &L->wk_b,
+                                                   reterr)) < 0 ||
+                    (r = dse__weights_layer_matrix(w, l, "self_attn.v_b_proj", H * dw->vdim, dw->kvr, &L->wv_b,
+                                                   reterr)) < 0)
+                        return r;
+                if (L->wk_b.perm || L->wv_b.perm)
+                        return dse__fail(reterr, -EOPNOTSUPP, "layer %d: k_b_proj/v_b_proj with permuted columns", l);
+        } else {
+                if ((r = dse__weights_layer_matrix(w, l, "self_attn.kv_b_proj", H * (dw->nope + dw->vdim), dw->kvr,
+                                                   &L->wkv_b, reterr)) < 0)
+                        return r;
+                if (L->wkv_b.perm)
+                        return dse__fail(reterr, -EOPNOTSUPP,
+                                         "layer %d: kv_b_proj with permuted columns cannot be absorbed", l);
+        }
 
         L->is_moe = is_moe_layer(hp, l);
         *ret_width = hp->intermediate_size;
@@ -209,6 +229,12 @@ static int ds_init(struct dse_session *s) {
             !ALLOC(st->moe_out, T * D) || (hp->n_mtp_layers > 0 && !ALLOC(st->eh, T * 2 * D)))
                 return -ENOMEM;
 #undef ALLOC
+        if (hp->mla_kv_b_split) {
+                int64_t cols = w->nope > w->kvr ? w->nope : w->kvr;
+                st->xq_head_bytes = (dse__xq_bytes(DSE__MAX_STEP_TOKENS, cols) + 63) & ~(size_t)63;
+                if (!(st->xq_head = dse__session_alloc(s, nth * st->xq_head_bytes)))
+                        return -ENOMEM;
+        }
         if (dse__moe_scratch_init(s, &st->moe) < 0)
                 return -ENOMEM;
         st->moe.shared_hb = st->hb; /* mlp_width covers the shared experts too */
@@ -227,12 +253,34 @@ struct mla_job {
         int long_tok[DSE__MAX_STEP_TOKENS]; /* ... their indices */
 };
 
+/* Y[t, r] = W[r, :] . x_t for r in [r0, r1) and n tokens of x (n, ldx): a head's rows of
+ * a split kv_b matrix, on int8 activations (quantized here, on thread ith's storage)
+ * where the session multiplies W's type so. */
+static void head_rows(struct dse_session *s, const struct dse_qmat *W, const float *x, int64_t ldx, int n, float *y,
+                      int64_t ldy, int64_t r0, int64_t r1, int ith) {
+        struct ds_state *st = s->arch;
+        if (!dse__use_xq(s, W)) {
+                s->k.matmul[W->dtype](W, x, ldx, n, y, ldy, r0, r1);
+                return;
+        }
+        struct dse_xq xq;
+        dse__xq_init(&xq, st->xq_head + (size_t)ith * st->xq_head_bytes, n, W->cols);
+        s->k.quantize_xq(x, ldx, &xq);
+        s->k.matmul_xq[W->dtype](W, &xq, y, ldy, r0, r1);
+}
+
 /* out_h = W_uv o_lat for head h and every token of the call: the head's v rows of
  * kv_b_proj, read once for all tokens. */
 static void mla_uv(const struct mla_job *j, size_t h, int ith) {
         struct dse_session *s = j->s;
         struct ds_state *st = s->arch;
         const struct ds_weights *w = st->w;
+        if (s->hp->mla_kv_b_split) { /* rows h*v.. of v_b_proj land at head h's place in att_out */
+                int64_t HV = (int64_t)w->H * w->vdim;
+                head_rows(s, &j->L->wv_b, st->o_lat + (int64_t)h * w->kvr, (int64_t)w->H * w->kvr, j->n, st->att_out,
+                          HV, (int64_t)h * w->vdim, (int64_t)(h + 1) * w->vdim, ith);
+                return;
+        }
         const struct dse_qmat *wkv_b = &j->L->wkv_b;
         int32_t blk = w->nope + w->vdim;
         int64_t HK = (int64_t)w->H * w->kvr, hkv = (int64_t)w->H * blk;
@@ -273,17 +321,24 @@ static void mla_absorbed(void *ctx, size_t h0, size_t h1, int ith) {
         const struct dse_qmat *wkv_b = &j->L->wkv_b;
         int32_t kvr = w->kvr, rd = w->rope_dim, blk = w->nope + w->vdim, n = j->n;
         int64_t QD = (int64_t)w->H * w->qk_dim, HK = (int64_t)w->H * kvr, HQ = (int64_t)w->H * (kvr + rd);
+        int split = s->hp->mla_kv_b_split;
         float *att = st->att + (size_t)ith * (size_t)s->n_ctx;           /* (T) */
         for (size_t h = h0; h < h1; h++) {
                 /* q_abs = W_uk^T q_nope: a q_nope-weighted sum of the head's k rows (one
                  * axpy_rows per token: the rows decoded in registers, which for Q4 costs
-                 * less than writing one decoded row out for all tokens); q_pe (rotated)
-                 * after it */
+                 * less than writing one decoded row out for all tokens), or with a split
+                 * kv_b the product of the head's rows of k_b_proj (rows h*kvr.. land at
+                 * head h's place in q_abs); q_pe (rotated) after it */
+                if (split)
+                        head_rows(s, &j->L->wk_b, st->q + (int64_t)h * w->qk_dim, QD, n, st->q_abs + (int64_t)h * rd,
+                                  HQ, (int64_t)h * kvr, (int64_t)(h + 1) * kvr, ith);
                 for (int i = 0; i < n; i++) {
                         float *qa = st->q_abs + i * HQ + (int64_t)h * (kvr + rd);
                         const float *q_nope = st->q + i * QD + (int64_t)h * w->qk_dim;
-                        memset(qa, 0, (size_t)kvr * sizeof(float));
-                        s->k.axpy_rows(wkv_b, (int64_t)h * blk, w->nope, q_nope, qa);
+                        if (!split) {
+                                memset(qa, 0, (size_t)kvr * sizeof(float));
+                                s->k.axpy_rows(wkv_b, (int64_t)h * blk, w->nope, q_nope, qa);
+                        }
                         memcpy(qa + kvr, q_nope + w->nope, (size_t)rd * sizeof(float));
                 }
                 for (int i = 0; i < n; i++) {
@@ -313,6 +368,7 @@ static void mla_naive(void *ctx, size_t h0, size_t h1, int ith) {
         float *kv = st->kvb_full + (size_t)ith * w->H * blk; /* (H*(nope+v)) by absolute row */
         float *lat = st->lat_row + (size_t)ith * w->lat_dim;  /* (kvr + rope) */
         float *att = st->att + (size_t)ith * (size_t)s->n_ctx;
+        int split = s->hp->mla_kv_b_split;
         for (size_t h = h0; h < h1; h++)
                 for (int i = 0; i < j->n; i++) {
                         const struct dse__kv_view *cache = j->toks[i].kv;
@@ -320,18 +376,27 @@ static void mla_naive(void *ctx, size_t h0, size_t h1, int ith) {
                         const float *q_nope = st->q + i * QD + (int64_t)h * w->qk_dim;
                         const float *q_pe = q_nope + w->nope;
                         float *out = st->att_out + (int64_t)i * w->H * w->vdim + (int64_t)h * w->vdim; /* (v) */
-                        int64_t k0 = (int64_t)h * blk, v0 = k0 + w->nope;
+                        /* kv holds k_nope_t at k0 and v_t at v0: kv_b_proj's rows, or with a
+                         * split kv_b W_uk c_t summed over k_b_proj's rows after v_b_proj's */
+                        int64_t k0 = split ? (int64_t)w->H * w->vdim : (int64_t)h * blk;
+                        int64_t v0 = split ? (int64_t)h * w->vdim : k0 + w->nope;
                         for (int32_t t = 0; t < T; t++) {
                                 dse__kv_load(cache, j->l, t, 0, w->lat_dim, lat);
-                                s->k.matvec[wkv_b->dtype](wkv_b, lat, kv, k0, v0); /* k_nope_t (nope) */
+                                if (split) {
+                                        memset(kv + k0, 0, (size_t)w->nope * sizeof(float));
+                                        s->k.axpy_rows(&j->L->wk_b, (int64_t)h * kvr, kvr, lat, kv + k0);
+                                } else {
+                                        s->k.matvec[wkv_b->dtype](wkv_b, lat, kv, k0, v0); /* k_nope_t (nope) */
+                                }
                                 att[t] = (s->k.dot(q_nope, kv + k0, w->nope) + s->k.dot(q_pe, lat + kvr, rd)) *
                                          w->softmax_scale;
                         }
                         s->k.softmax(att, T);
                         memset(out, 0, (size_t)w->vdim * sizeof(float));
+                        const struct dse_qmat *wv = split ? &j->L->wv_b : wkv_b;
                         for (int32_t t = 0; t < T; t++) {
                                 dse__kv_load(cache, j->l, t, 0, w->kvr, lat);
-                                s->k.matvec[wkv_b->dtype](wkv_b, lat, kv, v0, v0 + w->vdim); /* v_t (v) */
+                                s->k.matvec[wv->dtype](wv, lat, kv, v0, v0 + w->vdim); /* v_t (v) */
                                 s->k.axpy(att[t], kv + v0, out, w->vdim);
                         }
                 }

@@ -154,6 +154,7 @@ static const struct {
 #define I(f) {#f, offsetof(struct dse_hparams, f), HP_I32, 0}
 #define F(f) {#f, offsetof(struct dse_hparams, f), HP_F32, 0}
 #define I1(f) {#f, offsetof(struct dse_hparams, f), HP_I32, 1}
+#define I2(f) {#f, offsetof(struct dse_hparams, f), HP_I32, 2}
         I(arch), I(n_layers), I(hidden_size), I(intermediate_size), I(n_heads), I(n_kv_heads), I(head_dim),
         I(vocab_size), I(max_position_embeddings), F(rms_norm_eps), F(rope_theta), I(tie_word_embeddings),
         I(attention_bias), I(rope_type), F(rope_factor), I(rope_original_max_pos), F(rope_low_freq_factor),
@@ -162,6 +163,8 @@ static const struct {
         I(n_routed_experts), I(n_shared_experts), I(n_experts_per_tok), I(moe_intermediate_size),
         I(first_k_dense_replace), I(moe_layer_freq), I(n_group), I(topk_group), I(topk_method), I(scoring_func),
         I(norm_topk_prob), F(routed_scaling_factor), I(bos_token_id), I(eos_token_id), I1(n_mtp_layers),
+        I2(mla_kv_b_split),
+#undef I2
 #undef I1
 #undef I
 #undef F
@@ -208,6 +211,9 @@ int dse__hparams_validate(const struct dse_hparams *hp, const char *what, struct
         CHECK(hp->bos_token_id >= -1 && hp->eos_token_id >= -1, "%s: bad bos/eos token id", what);
         CHECK(hp->n_mtp_layers >= 0 && hp->n_mtp_layers <= 16 && (hp->n_mtp_layers == 0 || hp->arch == DSE_ARCH_DEEPSEEK_V3),
               "%s: n_mtp_layers %d out of range (0..16, deepseek_v3 only)", what, hp->n_mtp_layers);
+        CHECK(hp->mla_kv_b_split == 0 ||
+                      (hp->mla_kv_b_split == 1 && (hp->arch == DSE_ARCH_DEEPSEEK_V2 || hp->arch == DSE_ARCH_DEEPSEEK_V3)),
+              "%s: mla_kv_b_split %d out of range (0 or 1, DeepSeek only)", what, hp->mla_kv_b_split);
         if (hp->arch == DSE_ARCH_LLAMA || hp->arch == DSE_ARCH_QWEN2) {
                 CHECK((int64_t)hp->n_heads * hp->head_dim <= big, "%s: n_heads * head_dim out of range", what);
                 CHECK(hp->head_dim % 2 == 0, "%s: head_dim %d must be even for RoPE", what, hp->head_dim);
@@ -309,7 +315,7 @@ int dse__native_write_header(uint8_t *buf, uint64_t data_offset, uint64_t data_s
         wr32(buf + H_VERSION_MAJOR, DSE_FORMAT_VERSION_MAJOR);
         /* the oldest minor version that describes the file, so older readers take what
          * they can (FORMAT.md, "Versioning") */
-        wr32(buf + H_VERSION_MINOR, hp->n_mtp_layers > 0 ? 1 : 0);
+        wr32(buf + H_VERSION_MINOR, hp->mla_kv_b_split ? 2 : hp->n_mtp_layers > 0 ? 1 : 0);
         wr64(buf + H_FILE_SIZE, data_offset + data_size);
         wr64(buf + H_DATA_OFFSET, data_offset);
         wr64(buf + H_DATA_SIZE, data_size);

@@ -118,6 +118,11 @@ struct dse_hparams {
         /* DeepSeek-V3 multi-token prediction modules kept after the main layers
          * (num_nextn_predict_layers; 0: none). Module m is layer n_layers + m. */
         int32_t n_mtp_layers;
+
+        /* DeepSeek MLA: kv_b_proj held as llama.cpp's converter splits it (GGUF attn_k_b,
+         * attn_v_b), per head W_uk transposed and W_uv, so quantized blocks stay as
+         * written: k_b_proj (H * kv_lora_rank, nope), v_b_proj (H * v, kv_lora_rank). */
+        int32_t mla_kv_b_split;
 };
 
 #define DSE_TENSOR_MAX_DIMS 4

@@ -6,7 +6,9 @@
  *   DeepSeek MLA: q_proj [n_heads*(nope+rope), hidden] or q_a_proj [q_lora, hidden] +
  *     q_a_layernorm [q_lora] + q_b_proj [n_heads*(nope+rope), q_lora];
  *     kv_a_proj_with_mqa [kv_lora+rope, hidden], kv_a_layernorm [kv_lora],
- *     kv_b_proj [n_heads*(nope+v), kv_lora], o_proj [hidden, n_heads*v].
+ *     kv_b_proj [n_heads*(nope+v), kv_lora], o_proj [hidden, n_heads*v]; or, split as
+ *     llama.cpp's GGUF converter writes it (mla_kv_b_split), k_b_proj [n_heads*kv_lora,
+ *     nope] (per head W_uk transposed) and v_b_proj [n_heads*v, kv_lora].
  *   DeepSeek MoE on layers >= first_k_dense_replace with layer % moe_layer_freq == 0. */
 #include <errno.h>
 #include <stdarg.h>
@@ -84,8 +86,15 @@ static void add_mla(struct schema_list *l, const struct dse_hparams *hp, int i) 
         add(l, DSE_SCHEMA_LINEAR, (int64_t)hp->kv_lora_rank + hp->qk_rope_head_dim, hidden,
             "model.layers.%d.self_attn.kv_a_proj_with_mqa.weight", i);
         add(l, DSE_SCHEMA_NORM, hp->kv_lora_rank, 0, "model.layers.%d.self_attn.kv_a_layernorm.weight", i);
-        add(l, DSE_SCHEMA_LINEAR, heads * (hp->qk_nope_head_dim + hp->v_head_dim), hp->kv_lora_rank,
-            "model.layers.%d.self_attn.kv_b_proj.weight", i);
+        if (hp->mla_kv_b_split) {
+                add(l, DSE_SCHEMA_LINEAR, heads * hp->kv_lora_rank, hp->qk_nope_head_dim,
+                    "model.layers.%d.self_attn.k_b_proj.weight", i);
+                add(l, DSE_SCHEMA_LINEAR, heads * hp->v_head_dim, hp->kv_lora_rank,
+                    "model.layers.%d.self_attn.v_b_proj.weight", i);
+        } else {
+                add(l, DSE_SCHEMA_LINEAR, heads * (hp->qk_nope_head_dim + hp->v_head_dim), hp->kv_lora_rank,
+                    "model.layers.%d.self_attn.kv_b_proj.weight", i);
+        }
         add(l, DSE_SCHEMA_LINEAR, hidden, heads * hp->v_head_dim, "model.layers.%d.self_attn.o_proj.weight", i);
 }
 

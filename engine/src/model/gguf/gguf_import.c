@@ -14,9 +14,9 @@
  * n_expert]); each expert is read as its slice of rows. kv_b_proj is either attn_kv_b as
  * is, or (newer converters) split per head into attn_k_b (the nope rows, transposed: ne
  * [nope, kv_lora, heads]) and attn_v_b (the v rows: ne [kv_lora, v, heads]); the split
- * form is read back into kv_b_proj's rows, dequantised exactly to F32, since a transposed
- * block format has no native counterpart. DeepSeek's rope pairs are interleaved in the
- * Hugging Face checkpoint already, so nothing is permuted. */
+ * form is kept as it is (hp->mla_kv_b_split), as k_b_proj [heads * kv_lora, nope] and
+ * v_b_proj [heads * v, kv_lora], so its blocks stay as written. DeepSeek's rope pairs are
+ * interleaved in the Hugging Face checkpoint already, so nothing is permuted. */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -35,8 +35,6 @@ struct spec {
         uint64_t first_row;  /* of the GGUF tensor's rows (ne[1] * ne[2] ...), for expert slices */
         int64_t rows, cols;  /* Hugging Face [rows, cols]; 1-D: rows 1 */
         int32_t perm_heads;  /* > 0: undo llama.cpp's q/k row permutation over this many heads */
-        const struct dse__gguf_tensor *v_b; /* set: kv_b_proj joined from src (attn_k_b) and this */
-        int32_t kb_nope;                    /* the joined kv_b_proj's qk_nope_head_dim */
         enum dse__st_dtype dtype;
 };
 
@@ -50,10 +48,6 @@ struct gguf_source {
         size_t n_specs;
         uint8_t *row_buf; /* one quantized row */
         size_t row_buf_size;
-        float *head_buf; /* one head of an attn_k_b, dequantised: [kv_lora][nope] */
-        size_t head_buf_elems;
-        const struct spec *head_spec; /* whose head head_buf holds */
-        int64_t head;
 };
 
 static void source_close(void *ctx) {
@@ -66,7 +60,6 @@ static void source_close(void *ctx) {
         if (s->fd >= 0)
                 close(s->fd);
         free(s->row_buf);
-        free(s->head_buf);
         free(s->specs);
         free(s->path);
         free(s);
@@ -111,51 +104,18 @@ static const struct spec *find_spec(const struct gguf_source *s, const struct ds
 
 static uint32_t source_ggml_type(void *ctx, const struct dse__st_tensor *t) {
         const struct spec *sp = find_spec(ctx, t);
-        return sp && !sp->v_b ? sp->src->type : DSE_GGML_F32;
+        return sp ? sp->src->type : DSE_GGML_F32;
 }
 
 static uint64_t row_bytes(const struct dse__gguf_tensor *g) {
         return (uint64_t)(g->ne[0] / dse__ggml_block_elems(g->type)) * dse__ggml_block_bytes(g->type);
 }
 
-/* Row r of kv_b_proj joined from attn_k_b / attn_v_b, as F32: head h = r / (nope + v),
- * j = r % (nope + v); j < nope is column j of k_b's head h, else row j - nope of v_b's. */
-static int read_joined_row(struct gguf_source *s, const struct spec *sp, int64_t r, float *out,
-                           struct dse_diag *reterr) {
-        const struct dse__gguf_tensor *kb = sp->src, *vb = sp->v_b;
-        int64_t nope = sp->kb_nope, kvr = sp->cols, per_head = sp->rows / kb->ne[2];
-        int64_t h = r / per_head, j = r % per_head;
-        if (j >= nope) {
-                uint64_t rb = row_bytes(vb);
-                int e = pread_full(s, vb->name, s->row_buf, (size_t)rb,
-                                   s->g->data_offset + vb->offset + (uint64_t)(h * vb->ne[1] + j - nope) * rb, reterr);
-                if (e < 0)
-                        return e;
-                dse__ggml_dequantize(vb->type, s->row_buf, out, kvr);
-                return 0;
-        }
-        if (s->head_spec != sp || s->head != h) {
-                uint64_t rb = row_bytes(kb);
-                for (int64_t c = 0; c < kvr; c++) {
-                        int e = pread_full(s, kb->name, s->row_buf, (size_t)rb,
-                                           s->g->data_offset + kb->offset + (uint64_t)(h * kvr + c) * rb, reterr);
-                        if (e < 0)
-                                return e;
-                        dse__ggml_dequantize(kb->type, s->row_buf, s->head_buf + c * nope, nope);
-                }
-                s->head_spec = sp;
-                s->head = h;
-        }
-        for (int64_t c = 0; c < kvr; c++)
-                out[c] = s->head_buf[c * nope + j];
-        return 0;
-}
-
 static int source_read_blocks(void *ctx, const struct dse__st_tensor *t, int64_t row0, int64_t n_rows, void *buf,
                               struct dse_diag *reterr) {
         struct gguf_source *s = ctx;
         const struct spec *sp = find_spec(s, t);
-        if (!sp || sp->v_b || row0 < 0 || n_rows < 0 || row0 + n_rows > sp->rows)
+        if (!sp || row0 < 0 || n_rows < 0 || row0 + n_rows > sp->rows)
                 return -EINVAL;
         const struct dse__gguf_tensor *g = sp->src;
         uint64_t src_row = (uint64_t)(sp->cols / dse__ggml_block_elems(g->type)) * dse__ggml_block_bytes(g->type);
@@ -187,13 +147,6 @@ static int source_read(void *ctx, const struct dse__st_tensor *t, uint64_t off, 
         uint64_t base = s->g->data_offset + g->offset;
         int64_t r0 = (int64_t)(off / out_row), nr = (int64_t)(n / out_row);
         uint8_t *out = buf;
-        for (int64_t r = 0; sp->v_b && r < nr; r++) {
-                int e = read_joined_row(s, sp, r0 + r, (float *)(out + (uint64_t)r * out_row), reterr);
-                if (e < 0)
-                        return e;
-        }
-        if (sp->v_b)
-                return 0;
         int same = sp->dtype != DSE_ST_F32 || g->type == DSE_GGML_F32; /* stored as read */
         for (int64_t r = 0; r < nr;) {
                 /* runs of consecutive source rows are read at once when no conversion is needed */
@@ -413,6 +366,9 @@ static int parse_deepseek2(struct import *im) {
         }
         if (hp->scoring_func == DSE_MOE_SIGMOID || (hp->norm_topk_prob && hp->routed_scaling_factor != 1.0f))
                 hp->arch = DSE_ARCH_DEEPSEEK_V3;
+        /* layer 0 tells the form of kv_b_proj; every layer must keep it (check_kv_b_split) */
+        hp->mla_kv_b_split = !dse__gguf_find_tensor(im->g, "blk.0.attn_kv_b.weight") &&
+                             dse__gguf_find_tensor(im->g, "blk.0.attn_k_b.weight");
         return 0;
 }
 
@@ -484,7 +440,7 @@ enum map_kind {
         MAP_PERM_Q,  /* llama: rows permuted over the q heads */
         MAP_PERM_K,  /* llama: rows permuted over the kv heads */
         MAP_EXPERTS, /* deepseek2: stacked experts, hf holds "%d" for the expert */
-        MAP_K_B,     /* deepseek2: kv_b_proj's nope half, joined with attn_v_b */
+        MAP_K_B,     /* deepseek2: kv_b_proj split per head (3-D), beside MAP_V_B */
         MAP_V_B,
 };
 
@@ -518,8 +474,8 @@ static const struct name_map deepseek2_names[] = {
         {"attn_kv_a_mqa.weight", "self_attn.kv_a_proj_with_mqa.weight", MAP_PLAIN},
         {"attn_kv_a_norm.weight", "self_attn.kv_a_layernorm.weight", MAP_PLAIN},
         {"attn_kv_b.weight", "self_attn.kv_b_proj.weight", MAP_PLAIN},
-        {"attn_k_b.weight", "self_attn.kv_b_proj.weight", MAP_K_B},
-        {"attn_v_b.weight", "self_attn.kv_b_proj.weight", MAP_V_B},
+        {"attn_k_b.weight", "self_attn.k_b_proj.weight", MAP_K_B},
+        {"attn_v_b.weight", "self_attn.v_b_proj.weight", MAP_V_B},
         {"attn_output.weight", "self_attn.o_proj.weight", MAP_PLAIN},
         {"ffn_gate.weight", "mlp.gate_proj.weight", MAP_PLAIN},
         {"ffn_up.weight", "mlp.up_proj.weight", MAP_PLAIN},
@@ -581,27 +537,30 @@ static void set_dtype(struct spec *sp) {
         }
 }
 
-/* kv_b_proj joined from blk.<layer>.attn_k_b and attn_v_b (t is attn_k_b). */
-static int map_joined_kv_b(struct import *im, const struct dse__gguf_tensor *t, int layer, struct spec *sp) {
-        const struct dse__gguf_tensor *vb = layer_tensor(im, layer, "attn_v_b.weight");
+/* attn_k_b or attn_v_b (t) of layer: its partner beside it, and the shapes [nope,
+ * kv_lora_rank, heads] and [kv_lora_rank, v, heads]. */
+static int check_kv_b_split(struct import *im, const struct dse__gguf_tensor *t, int layer) {
         const struct dse_hparams *hp = im->hp;
-        if (!vb)
-                return dse__fail(im->reterr, -EBADMSG, "%s: tensor '%s' has no 'blk.%d.attn_v_b.weight' beside it",
+        int is_k = strstr(t->name, "attn_k_b.") != NULL;
+        const struct dse__gguf_tensor *kb = is_k ? t : layer_tensor(im, layer, "attn_k_b.weight");
+        const struct dse__gguf_tensor *vb = is_k ? layer_tensor(im, layer, "attn_v_b.weight") : t;
+        if (!kb || !vb)
+                return dse__fail(im->reterr, -EBADMSG, "%s: tensor '%s' has no 'blk.%d.%s' beside it", im->what, t->name,
+                                 layer, is_k ? "attn_v_b.weight" : "attn_k_b.weight");
+        if (!hp->mla_kv_b_split)
+                return dse__fail(im->reterr, -EBADMSG,
+                                 "%s: tensor '%s': layer %d splits kv_b_proj (attn_k_b, attn_v_b) where layer 0 "
+                                 "keeps attn_kv_b",
                                  im->what, t->name, layer);
-        if (t->n_dims != 3 || vb->n_dims != 3 || t->ne[0] != hp->qk_nope_head_dim || t->ne[1] != hp->kv_lora_rank ||
-            t->ne[2] != hp->n_heads || vb->ne[0] != hp->kv_lora_rank || vb->ne[1] != hp->v_head_dim ||
+        if (kb->n_dims != 3 || vb->n_dims != 3 || kb->ne[0] != hp->qk_nope_head_dim || kb->ne[1] != hp->kv_lora_rank ||
+            kb->ne[2] != hp->n_heads || vb->ne[0] != hp->kv_lora_rank || vb->ne[1] != hp->v_head_dim ||
             vb->ne[2] != hp->n_heads)
                 return dse__fail(im->reterr, -EBADMSG,
                                  "%s: tensors '%s' [%lld, %lld, %lld] and '%s' [%lld, %lld, %lld] are not [nope %d, "
                                  "kv_lora_rank %d, heads %d] and [kv_lora_rank, v %d, heads]",
-                                 im->what, t->name, (long long)t->ne[0], (long long)t->ne[1], (long long)t->ne[2],
+                                 im->what, kb->name, (long long)kb->ne[0], (long long)kb->ne[1], (long long)kb->ne[2],
                                  vb->name, (long long)vb->ne[0], (long long)vb->ne[1], (long long)vb->ne[2],
                                  hp->qk_nope_head_dim, hp->kv_lora_rank, hp->n_heads, hp->v_head_dim);
-        sp->v_b = vb;
-        sp->kb_nope = hp->qk_nope_head_dim;
-        sp->rows = (int64_t)hp->n_heads * (hp->qk_nope_head_dim + hp->v_head_dim);
-        sp->cols = hp->kv_lora_rank;
-        sp->dtype = DSE_ST_F32;
         return 0;
 }
 
@@ -617,20 +576,12 @@ static int map_tensor(struct import *im, const struct dse__gguf_tensor *t, struc
                 return dse__fail(im->reterr, -EBADMSG, "%s: unexpected tensor '%s' for architecture %s", im->what,
                                  t->name, im->arch);
         }
-        if (m->kind == MAP_K_B || m->kind == MAP_V_B) {
-                /* converters that also keep attn_kv_b write the split pair beside it */
-                if (layer_tensor(im, layer, "attn_kv_b.weight"))
-                        return 0;
-                if (m->kind == MAP_V_B) {
-                        if (!layer_tensor(im, layer, "attn_k_b.weight"))
-                                return dse__fail(im->reterr, -EBADMSG,
-                                                 "%s: tensor '%s' has no 'blk.%d.attn_k_b.weight' beside it", im->what,
-                                                 t->name, layer);
-                        return 0;
-                }
-        }
+        int split = m->kind == MAP_K_B || m->kind == MAP_V_B;
+        /* converters that also keep attn_kv_b write the split pair beside it */
+        if (split && layer_tensor(im, layer, "attn_kv_b.weight"))
+                return 0;
         int64_t n_out = m->kind == MAP_EXPERTS ? t->ne[2] : 1;
-        int r = check_dims(im, t, m->kind == MAP_EXPERTS || m->kind == MAP_K_B ? 3 : 2);
+        int r = split ? check_kv_b_split(im, t, layer) : check_dims(im, t, m->kind == MAP_EXPERTS ? 3 : 2);
         if (r < 0)
                 return r;
         if (m->kind == MAP_EXPERTS && n_out != im->hp->n_routed_experts)
@@ -650,10 +601,8 @@ static int map_tensor(struct import *im, const struct dse__gguf_tensor *t, struc
                         snprintf(sp->name, sizeof sp->name, "model.layers.%d.%s", layer, hf);
                 else
                         snprintf(sp->name, sizeof sp->name, "%s", hf);
-                if (m->kind == MAP_K_B)
-                        return map_joined_kv_b(im, t, layer, sp);
                 sp->cols = t->ne[0];
-                sp->rows = t->n_dims >= 2 ? t->ne[1] : 1;
+                sp->rows = t->n_dims >= 2 ? t->ne[1] * (split ? t->ne[2] : 1) : 1;
                 sp->first_row = (uint64_t)(e * sp->rows);
                 set_dtype(sp);
         }
@@ -678,19 +627,11 @@ static int build_specs(struct import *im, struct gguf_source *s) {
         if (!s->specs)
                 return -ENOMEM;
         uint64_t counts[32] = {0};
-        int joined = 0;
         for (size_t i = 0; i < im->g->n_tensors; i++) {
                 const struct dse__gguf_tensor *t = &im->g->tensors[i];
-                size_t before = s->n_specs;
                 int r = map_tensor(im, t, s->specs, &s->n_specs);
                 if (r < 0)
                         return r;
-                if (s->n_specs > before && s->specs[before].v_b) {
-                        joined = 1;
-                        size_t head = (size_t)(t->ne[0] * t->ne[1]);
-                        if (head > s->head_buf_elems)
-                                s->head_buf_elems = head;
-                }
                 counts[t->type < 32 ? t->type : 0]++;
                 uint64_t row = row_bytes(t);
                 if (row > s->row_buf_size)
@@ -711,12 +652,11 @@ static int build_specs(struct import *im, struct gguf_source *s) {
                                          ? "matrices as Q4 group 32, zero point 8 under --quant-format auto (exact), "
                                            "vectors as F32 (exact)"
                                          : "as F32 (dequantised exactly)");
-        if (joined)
-                dse__log(DSE_LOG_INFO, "%s: kv_b_proj joined from attn_k_b and attn_v_b as F32 (dequantised exactly)",
+        if (im->hp->mla_kv_b_split)
+                dse__log(DSE_LOG_INFO, "%s: kv_b_proj kept split as attn_k_b and attn_v_b are (k_b_proj, v_b_proj)",
                          im->what);
         s->row_buf = malloc(s->row_buf_size ? s->row_buf_size : 1);
-        s->head_buf = malloc((s->head_buf_elems ? s->head_buf_elems : 1) * sizeof *s->head_buf);
-        return s->row_buf && s->head_buf ? 0 : -ENOMEM;
+        return s->row_buf ? 0 : -ENOMEM;
 }
 
 static const struct dse__st_source gguf_source_ops = {
