@@ -325,6 +325,14 @@ TEST(vector_helpers_all_levels) {
                         double inv = 1.0 / sqrt(ss / (double)n + 1e-6);
                         for (int64_t i = 0; i < n; i++)
                                 ASSERT_NEAR(out[i], b[i] * a[i] * inv, 1e-5 * (1 + fabs(b[i] * a[i] * inv)));
+                        /* and exactly ggml's rms_norm then its weight: float squares summed
+                         * in float64, the mean rounded to float */
+                        double sq = 0;
+                        for (int64_t i = 0; i < n; i++)
+                                sq += (double)(a[i] * a[i]);
+                        float finv = 1.0f / sqrtf((float)(sq / (double)n) + 1e-6f);
+                        for (int64_t i = 0; i < n; i++)
+                                ASSERT_FLOAT_EQ(out[i], (a[i] * finv) * b[i]);
                 }
         }
 }

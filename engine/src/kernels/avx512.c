@@ -421,14 +421,19 @@ static void attn_accum_avx512(const float *w, const float *v, int64_t ld, int64_
                 }
 }
 
-/* The sum of squares vectorised; the scaling as the _ref twin does it, w * (x * inv). */
+/* The sum of squares vectorised, the float squares summed in float64 as the _ref twin
+ * sums them (in another order, which float64 leaves out of the float mean); the scaling
+ * as the twin does it, w * (x * inv). */
 static void rmsnorm_avx512(float *out, const float *x, const float *w, int64_t n, float eps) {
-        __m512 ss = _mm512_setzero_ps();
+        __m512d ss0 = _mm512_setzero_pd(), ss1 = _mm512_setzero_pd();
         for (int64_t i = 0; i < n; i += 16) {
                 __m512 v = _mm512_maskz_loadu_ps(mask16(n - i), x + i);
-                ss = _mm512_fmadd_ps(v, v, ss);
+                __m512 sq = _mm512_mul_ps(v, v);
+                ss0 = _mm512_add_pd(ss0, _mm512_cvtps_pd(_mm512_castps512_ps256(sq)));
+                ss1 = _mm512_add_pd(ss1, _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(sq), 1))));
         }
-        __m512 inv = _mm512_set1_ps(1.0f / sqrtf(_mm512_reduce_add_ps(ss) / (float)n + eps));
+        double ss = _mm512_reduce_add_pd(_mm512_add_pd(ss0, ss1));
+        __m512 inv = _mm512_set1_ps(1.0f / sqrtf((float)(ss / (double)n) + eps));
         for (int64_t i = 0; i < n; i += 16) {
                 __mmask16 m = mask16(n - i);
                 __m512 v = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, x + i), inv);

@@ -429,11 +429,14 @@ void dse__kernels_ref_attn_accum_int8(const float *w, const struct dse_kv_rows *
         attn_accum_scaled_ref(w, v, off, n, len, out, 0);
 }
 
+/* The squares summed in float64 and the mean rounded to float, as ggml's rms_norm does:
+ * the mean is then exact to float whatever the order of the sum, so every level, and
+ * llama.cpp, normalise by the same number. */
 static void rmsnorm_ref(float *out, const float *x, const float *w, int64_t n, float eps) {
-        float ss = 0.0f;
+        double ss = 0.0;
         for (int64_t i = 0; i < n; i++)
-                ss += x[i] * x[i];
-        float inv = 1.0f / sqrtf(ss / (float)n + eps);
+                ss += (double)(x[i] * x[i]);
+        float inv = 1.0f / sqrtf((float)(ss / (double)n) + eps);
         for (int64_t i = 0; i < n; i++)
                 out[i] = w[i] * (x[i] * inv);
 }
