@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Our engine against llama.cpp on the same GGUF file: a model written as GGUF by our
 # writer (tests/gguf/gguf-from-hf-cli.c, llama.cpp's layout, a synthetic vocabulary so
-# llama.cpp loads it; both sides are fed token ids) in F32, F16, Q8_0 and Q4_0; for every
+# llama.cpp loads it; both sides are fed token ids) in F32 and F16, and quantized from
+# the F32 file by llama-quantize (or our writer: QUANTIZER) to Q8_0 and Q4_0; for every
 # prefix of the prompt, the next-token distribution of `dsvisor logits --model FILE.gguf`
 # and of llama-server (n_probs = the whole vocabulary), compared as top-1 agreement and
 # mean KL(llama.cpp || ours); then both greedy continuations of the prompt, each ending
@@ -28,6 +29,9 @@
 #        GGUF_FLAGS (gguf-from-hf options; default --kv-b-split for DeepSeek models, the
 #        split attn_k_b/attn_v_b current converters write), GREEDY (continuation length,
 #        default 16), DSV_FIXTURES, PORT (default 18931), DSV_CPU reaches our engine.
+#        QUANTIZER: who writes the Q8_0/Q4_0 files: llama (default; llama-quantize from
+#        our F32 file, with its own choice of type per tensor) or ours (gguf-from-hf,
+#        ggml's reference quantizers, every matrix of the type).
 #        KV: the cache type of both engines, f32 (default) or f16. With f32 llama-server
 #        runs without flash attention (-fa off), whose CPU kernel rounds V to f16 even
 #        in an f32 cache; with f16 ours keeps its own default (bf16) and llama.cpp its
@@ -43,6 +47,8 @@ FIXTURE=${1:-llama-bf16-linear-rope}
 TYPES=${2:-F32 F16 Q8_0 Q4_0}
 GREEDY=${GREEDY:-16}
 KV=${KV:-f32}
+QUANTIZER=${QUANTIZER:-llama}
+case $QUANTIZER in llama | ours) ;; *) echo "gguf_vs_llamacpp: QUANTIZER is llama or ours, not '$QUANTIZER'" >&2; exit 2 ;; esac
 case $KV in
 f32) LLAMA_KV="-ctk f32 -ctv f32 -fa off"; export DSV_KV=f32 ;;
 f16) LLAMA_KV="" ;;
@@ -75,12 +81,21 @@ else
   IDS=$(python3 -c "import json,sys; print(','.join(map(str, json.load(open(sys.argv[1])))))" "$DIR/ref/prompt_ids.json")
   GREEDY_IDS=$IDS
 fi
-echo "model $FIXTURE ($MODEL_TYPE${PAD:+, $PAD}), prompt of $(echo "$IDS" | tr ',' '\n' | wc -l) tokens, greedy $GREEDY after $(echo "$GREEDY_IDS" | tr ',' '\n' | wc -l); ours: DSV_CPU=${DSV_CPU:-detected}; KV cache $KV; llama.cpp backend ${GGML_BACKEND_PATH:-default}; $(nproc) CPUs, load: $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "model $FIXTURE ($MODEL_TYPE${PAD:+, $PAD}), prompt of $(echo "$IDS" | tr ',' '\n' | wc -l) tokens, greedy $GREEDY after $(echo "$GREEDY_IDS" | tr ',' '\n' | wc -l); ours: DSV_CPU=${DSV_CPU:-detected}; KV cache $KV; quantizer $QUANTIZER; llama.cpp backend ${GGML_BACKEND_PATH:-default}; $(nproc) CPUs, load: $(cut -d' ' -f1-3 /proc/loadavg)"
 printf '%-5s %-5s %7s %10s %10s %8s  %s\n' type ours top-1 "mean KL" "max KL" greedy "first divergence; positions whose top-1 differs (llama.cpp / our margin of best over second, nats)"
 for T in $TYPES; do
   G=$TMP/$FIXTURE-$T.gguf
   # shellcheck disable=SC2086 # GGUF_FLAGS and PAD are lists of options
-  "$BUILD/bin/gguf-from-hf" "$DIR" "$G" "$T" --synthetic-vocab $GGUF_FLAGS $PAD
+  case $T in
+  Q*) if [ "$QUANTIZER" = llama ]; then
+        "$BUILD/bin/gguf-from-hf" "$DIR" "$TMP/f32.gguf" F32 --synthetic-vocab $GGUF_FLAGS $PAD
+        "$LLAMA_RUN" llama-quantize "$TMP/f32.gguf" "$G" "$T" >"$TMP/quantize.log" 2>&1 || { tail -5 "$TMP/quantize.log" >&2; exit 1; }
+        rm -f "$TMP/f32.gguf"
+      else
+        "$BUILD/bin/gguf-from-hf" "$DIR" "$G" "$T" --synthetic-vocab $GGUF_FLAGS $PAD
+      fi ;;
+  *) "$BUILD/bin/gguf-from-hf" "$DIR" "$G" "$T" --synthetic-vocab $GGUF_FLAGS $PAD ;;
+  esac
   case $T in Q*) ACTS="int8 f32" ;; *) ACTS=default ;; esac
   for A in $ACTS; do
     if [ "$A" = default ]; then unset DSV_ACT; else export DSV_ACT=$A; fi
