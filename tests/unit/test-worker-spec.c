@@ -413,6 +413,7 @@ TEST(draft_model_identical_default_model) {
                 {.temperature = 0.7f, .top_k = 20, .top_p = 0.9f, .min_p = 0.02f, .max_tokens = 40, .logprobs = TOP},
                 {.temperature = 0.5f, .rep = 1.05f, .presence = 0.1f, .frequency = 0.05f, .max_tokens = 40},
         };
+        long long sampled_drafts = 0, sampled_accepted = 0;
         for (size_t i = 0; i < sizeof ps / sizeof *ps; i++) {
                 struct spec_stats st;
                 spec_equals_plain_with(m, dm, &ps[i], &draft, &st);
@@ -421,9 +422,14 @@ TEST(draft_model_identical_default_model) {
                 fprintf(stderr, "  draft params %zu: %lld drafts, %lld accepted in %lld verifications\n", i,
                         (long long)st.draft_tokens, (long long)st.accepted_tokens, (long long)st.verifications);
                 ASSERT_TRUE(st.accepted_tokens > 0);
-                if (i > 0) /* sampling rejects some */
-                        ASSERT_TRUE(st.accepted_tokens < st.draft_tokens);
+                if (i > 0) {
+                        sampled_drafts += st.draft_tokens;
+                        sampled_accepted += st.accepted_tokens;
+                }
         }
+        /* sampling rejects some drafts (the rejection path ran), though one parameter set
+         * alone may accept every draft of an int8 copy of the model */
+        ASSERT_TRUE(sampled_accepted < sampled_drafts);
         dse_model_free(dm);
         dse_model_free(m);
 }
