@@ -32,10 +32,16 @@ struct mat_buf {
         void *data;
         float *scale;
         uint8_t *zero;
+        uint16_t *scale_f16;
 };
 
-static void mat_make(struct mat_buf *m, enum dse_dtype dt, struct mat_case c) {
+/* The formats the tests make: every weight dtype, and Q4 in its symmetric form with fp16
+ * scales (GGUF Q4_0's). */
+enum { MAT_Q4_F16 = DSE_DTYPE_COUNT };
+
+static void mat_make(struct mat_buf *m, int fmt, struct mat_case c) {
         memset(m, 0, sizeof *m);
+        enum dse_dtype dt = fmt == MAT_Q4_F16 ? DSE_DTYPE_Q4 : (enum dse_dtype)fmt;
         m->w.dtype = dt;
         m->w.rows = c.rows;
         m->w.cols = c.cols;
@@ -90,6 +96,16 @@ static void mat_make(struct mat_buf *m, enum dse_dtype dt, struct mat_case c) {
                 m->data = d;
                 /* Q4: rows padded to 16, filled like the rest: no kernel may use them */
                 size_t ns = (size_t)((dt == DSE_DTYPE_Q4 ? (c.rows + 15) / 16 * 16 : c.rows) * m->w.n_groups);
+                if (fmt == MAT_Q4_F16) {
+                        /* both signs (ggml's Q4_0 scale is negative when the block's largest
+                         * magnitude is negative), exponents 2^-11 .. 2^-3, one subnormal */
+                        m->scale_f16 = malloc(ns * 2);
+                        for (size_t i = 0; i < ns; i++)
+                                m->scale_f16[i] = (uint16_t)((rng_u32() & 0x8000) | ((4 + rng_u32() % 9) << 10) |
+                                                             (rng_u32() & 0x3ff));
+                        m->scale_f16[ns / 2] = 0x8123;
+                        break;
+                }
                 m->scale = malloc(ns * 4);
                 m->zero = malloc(ns);
                 for (size_t i = 0; i < ns; i++) {
@@ -104,12 +120,14 @@ static void mat_make(struct mat_buf *m, enum dse_dtype dt, struct mat_case c) {
         m->w.data = m->data;
         m->w.scale = m->scale;
         m->w.zero = dt == DSE_DTYPE_Q4 ? m->zero : NULL;
+        m->w.scale_f16 = m->scale_f16;
 }
 
 static void mat_free(struct mat_buf *m) {
         free(m->data);
         free(m->scale);
         free(m->zero);
+        free(m->scale_f16);
 }
 
 /* W[r, c] straight from the format definitions in kernels.h. */
@@ -137,6 +155,8 @@ static double oracle_w(const struct dse_qmat *w, int64_t r, int64_t c) {
                 int q = e >= 4 ? b >> 4 : b & 15;
                 /* scales and zero points: 16 rows interleaved, 16 per row block and group */
                 int64_t g = ((r / 16) * w->n_groups + c / w->group_size) * 16 + r % 16;
+                if (w->scale_f16)
+                        return (q - 8) * f16_value(w->scale_f16[g]);
                 return (q - (int)w->zero[g]) * (double)w->scale[g];
         }
         default: return NAN;
@@ -162,13 +182,18 @@ static const struct mat_case cases[] = {
         {6, 300, 128}, {3, 512, 128}, {2, 521, 32}, {3, 77, 21},
 };
 
-static const enum dse_dtype mat_dtypes[] = {
-        DSE_DTYPE_F32, DSE_DTYPE_F16, DSE_DTYPE_BF16, DSE_DTYPE_F8_E4M3, DSE_DTYPE_Q8, DSE_DTYPE_Q4,
+static const int mat_dtypes[] = {
+        DSE_DTYPE_F32, DSE_DTYPE_F16, DSE_DTYPE_BF16, DSE_DTYPE_F8_E4M3, DSE_DTYPE_Q8, DSE_DTYPE_Q4, MAT_Q4_F16,
 };
 
-static const char *dtype_name(enum dse_dtype dt) {
+static const char *fmt_name(int fmt) {
         static const char *const names[] = {"F32", "F16", "BF16", "F8_E4M3", "Q8", "Q4"};
-        return (unsigned)dt < sizeof names / sizeof names[0] ? names[dt] : "?";
+        return fmt == MAT_Q4_F16 ? "Q4 (fp16 scales)"
+               : (unsigned)fmt < sizeof names / sizeof names[0] ? names[fmt] : "?";
+}
+
+static const char *mat_name(const struct dse_qmat *w) {
+        return fmt_name(w->scale_f16 ? MAT_Q4_F16 : (int)w->dtype);
 }
 
 
@@ -246,7 +271,7 @@ TEST(matvec_all_formats_all_levels) {
                                         if (!(fabs(y[r] - want[r]) <= tol) || !(fabs(y[r] - y_ref[r]) <= 2 * tol))
                                                 T_FAIL("%s level %s case %zu (%lldx%lld g%d) row %lld: got %.9g ref %.9g "
                                                        "oracle %.9g (tol %.3g) NOT OK",
-                                                       dtype_name(w->dtype),
+                                                       mat_name(w),
                                                        dse_cpu_level_to_string((enum dse_cpu_level)lvl), ci,
                                                        (long long)w->rows, (long long)w->cols, cases[ci].group,
                                                        (long long)r, y[r], y_ref[r], want[r], tol);
@@ -347,7 +372,7 @@ static const struct mat_case axpy_rows_cases[] = {
         {128, 512, 128}, {64, 512, 32}, {8, 96, 32}, {5, 160, 32}, {3, 224, 64}, {2, 64, 64}, {3, 1100, 32}, {4, 112, 16}, {3, 240, 48},
 };
 
-static void check_axpy_rows(const struct dse_kernels *k, enum dse_dtype dt, struct mat_case c, uint64_t seed) {
+static void check_axpy_rows(const struct dse_kernels *k, int dt, struct mat_case c, uint64_t seed) {
         rng_seed(seed);
         struct mat_buf m;
         mat_make(&m, dt, c);
@@ -376,7 +401,7 @@ static void check_axpy_rows(const struct dse_kernels *k, enum dse_dtype dt, stru
         for (int64_t j = 0; j < c.cols; j++) {
                 if (memcmp(&y[j], &want[j], sizeof y[j]) != 0)
                         fprintf(stderr, "  %s %s %lldx%lld g%d: column %lld: %.9g, dequant_row + axpy %.9g\n",
-                                dse_cpu_level_to_string(k->level), dtype_name(dt), (long long)c.rows,
+                                dse_cpu_level_to_string(k->level), fmt_name(dt), (long long)c.rows,
                                 (long long)c.cols, c.group, (long long)j, y[j], want[j]);
                 ASSERT_TRUE(memcmp(&y[j], &want[j], sizeof y[j]) == 0);
                 ASSERT_NEAR(y[j], sum[j], REL_TOL * mag[j] + ABS_TOL);
@@ -534,7 +559,7 @@ TEST(matmul_all_formats_all_levels) {
                                                         if (!(fabs(y[t * ldy + r] - want) <= tol))
                                                                 T_FAIL("matmul %s level %s case %zu (%lldx%lld g%d) n %lld "
                                                                        "token %lld row %lld: got %.9g oracle %.9g NOT OK",
-                                                                       dtype_name(w->dtype),
+                                                                       mat_name(w),
                                                                        dse_cpu_level_to_string((enum dse_cpu_level)lvl),
                                                                        ci, (long long)w->rows, (long long)w->cols,
                                                                        mm_cases[ci].group, (long long)n, (long long)t,
@@ -606,6 +631,109 @@ TEST(matmul_q4_batch_and_split_invariant) {
                 dse_cpu_level_to_string(top));
 }
 
+/* Q4 with fp16 scales is the float-scale form with those scales widened and every zero
+ * point 8: every kernel at every level (AVX-512 with each of its sub-features) gives the
+ * same bits on the two, the kernels differing only in how they read s and z. Groups that
+ * tile 32 columns and ones that do not, rows cut inside 16-row blocks, 1 to 17 tokens. */
+TEST(q4_fp16_scales_equal_float_form_bitwise) {
+        static const struct mat_case qc[] = {{37, 200, 32}, {40, 300, 128}, {16, 4096, 32}, {19, 97, 96},
+                                             {21, 77, 21},  {3, 1100, 32},  {130, 256, 64}};
+        static const int64_t toks[] = {1, 2, 3, 8, 17};
+        static const unsigned cfgs[][2] = {
+                {DSE_CPU_SCALAR, 0},
+                {DSE_CPU_AVX2, 0},
+                {DSE_CPU_AVX512, 0},
+                {DSE_CPU_AVX512, DSE_KFEAT_VNNI},
+                {DSE_CPU_AVX512, DSE_KFEAT_VNNI | DSE_KFEAT_T8},
+                {DSE_CPU_AVX512, DSE_KFEAT_VNNI | DSE_KFEAT_T8 | DSE_KFEAT_AMX},
+        };
+        enum dse_cpu_level top = detected_level();
+        unsigned top_feat = detected_features();
+        int n_checked = 0;
+        for (size_t ci = 0; ci < sizeof qc / sizeof qc[0]; ci++) {
+                rng_seed(7700 + ci);
+                struct mat_buf m;
+                mat_make(&m, MAT_Q4_F16, qc[ci]);
+                const struct dse_qmat *wh = &m.w;
+                size_t ns = (size_t)((wh->rows + 15) / 16 * 16 * wh->n_groups);
+                float *sc = malloc(ns * sizeof *sc);
+                uint8_t *zp = malloc(ns);
+                ASSERT_TRUE(sc && zp);
+                for (size_t i = 0; i < ns; i++) {
+                        sc[i] = dse__kern_f16_to_f32(m.scale_f16[i]);
+                        zp[i] = 8;
+                }
+                struct dse_qmat wf = *wh;
+                wf.scale = sc;
+                wf.zero = zp;
+                wf.scale_f16 = NULL;
+                int64_t rows = wh->rows, cols = wh->cols, nmax = toks[sizeof toks / sizeof toks[0] - 1];
+                int64_t ldx = cols + 1, ldy = rows + 1, r0 = rows > 2 ? rows / 3 : 0;
+                float *x = make_x(nmax, cols, ldx);
+                size_t ylen = (size_t)(nmax * ldy > cols ? nmax * ldy : cols); /* outputs of rows or of columns */
+                float *ya = malloc(ylen * sizeof(float)), *yb = malloc(ylen * sizeof(float));
+                float *a = malloc((size_t)rows * sizeof(float));
+                void *mem = aligned_alloc(64, dse__xq_bytes(nmax, cols));
+                ASSERT_TRUE(ya && yb && a && mem);
+                for (int64_t i = 0; i < rows; i++)
+                        a[i] = rng_unit();
+                for (size_t cfg = 0; cfg < sizeof cfgs / sizeof cfgs[0]; cfg++) {
+                        if ((int)cfgs[cfg][0] > (int)top || (cfgs[cfg][1] & ~top_feat))
+                                continue;
+                        struct dse_kernels k;
+                        ASSERT_OK(dse__kernels_resolve_with((enum dse_cpu_level)cfgs[cfg][0], cfgs[cfg][1], &k));
+                        const char *lv = dse_cpu_level_to_string(k.level);
+#define SAME(what, len)                                                                                         \
+        do {                                                                                                    \
+                if (memcmp(ya, yb, (size_t)(len) * sizeof(float)) != 0)                                       \
+                        T_FAIL("%s level %s features %u case %zu (%lldx%lld g%d): fp16 and float forms differ", \
+                               what, lv, cfgs[cfg][1], ci, (long long)rows, (long long)cols, qc[ci].group);   \
+        } while (0)
+                        for (size_t ti = 0; ti < sizeof toks / sizeof toks[0]; ti++) {
+                                int64_t n = toks[ti];
+                                memset(ya, 0, (size_t)(n * ldy) * sizeof(float));
+                                memset(yb, 0, (size_t)(n * ldy) * sizeof(float));
+                                k.matmul[DSE_DTYPE_Q4](wh, x, ldx, n, ya, ldy, r0, rows);
+                                k.matmul[DSE_DTYPE_Q4](&wf, x, ldx, n, yb, ldy, r0, rows);
+                                SAME("matmul", n * ldy);
+                                struct dse_xq xq;
+                                dse__xq_init(&xq, mem, n, cols);
+                                k.quantize_xq(x, ldx, &xq);
+                                k.matmul_xq[DSE_DTYPE_Q4](wh, &xq, ya, ldy, r0, rows);
+                                k.matmul_xq[DSE_DTYPE_Q4](&wf, &xq, yb, ldy, r0, rows);
+                                SAME("matmul_xq", n * ldy);
+                        }
+                        memset(ya, 0, (size_t)ldy * sizeof(float));
+                        memset(yb, 0, (size_t)ldy * sizeof(float));
+                        k.matvec[DSE_DTYPE_Q4](wh, x, ya, 0, rows);
+                        k.matvec[DSE_DTYPE_Q4](&wf, x, yb, 0, rows);
+                        SAME("matvec", rows);
+                        for (int64_t r = 0; r < rows; r += 1 + rows / 5) {
+                                k.dequant_row(wh, r, ya);
+                                k.dequant_row(&wf, r, yb);
+                                SAME("dequant_row", cols);
+                        }
+                        memset(ya, 0, (size_t)cols * sizeof(float));
+                        memset(yb, 0, (size_t)cols * sizeof(float));
+                        k.axpy_rows(wh, r0, rows - r0, a, ya);
+                        k.axpy_rows(&wf, r0, rows - r0, a, yb);
+                        SAME("axpy_rows", cols);
+#undef SAME
+                        n_checked++;
+                }
+                free(x);
+                free(ya);
+                free(yb);
+                free(a);
+                free(mem);
+                free(sc);
+                free(zp);
+                mat_free(&m);
+        }
+        fprintf(stderr, "  %d Q4 fp16-scale (shape, level) combinations equal the float form up to level %s\n",
+                n_checked, dse_cpu_level_to_string(top));
+}
+
 /* Float-activation matmul of every format at every level: a token's result for a row is
  * bit for bit its matvec's, whatever the number of tokens in the call (1..9, around the
  * token tiles), where the token sits in it and how the rows are cut (the batched MTP
@@ -649,7 +777,7 @@ TEST(matmul_tokens_equal_matvec_bitwise_all_levels) {
                                                                 T_FAIL("matmul %s level %s case %zu (%lldx%lld) token %lld "
                                                                        "of %lld row %lld: %.9g, matvec %.9g, oracle %.9g "
                                                                        "NOT OK",
-                                                                       dtype_name(w->dtype),
+                                                                       mat_name(w),
                                                                        dse_cpu_level_to_string((enum dse_cpu_level)lvl),
                                                                        ci, (long long)w->rows, (long long)w->cols,
                                                                        (long long)t, (long long)n, (long long)r,
@@ -742,9 +870,9 @@ TEST(quantize_xq_matches_definition_all_levels) {
 TEST(matmul_xq_q8_q4_all_levels) {
         enum dse_cpu_level top = detected_level();
         unsigned top_feat = detected_features();
-        static const enum dse_dtype dts[] = {DSE_DTYPE_Q8, DSE_DTYPE_Q4};
+        static const int dts[] = {DSE_DTYPE_Q8, DSE_DTYPE_Q4, MAT_Q4_F16};
         int n_checked = 0;
-        for (size_t d = 0; d < 2; d++) {
+        for (size_t d = 0; d < sizeof dts / sizeof dts[0]; d++) {
                 for (size_t ci = 0; ci < sizeof mm_cases / sizeof mm_cases[0]; ci++) {
                         for (size_t ti = 0; ti < sizeof mm_tokens / sizeof mm_tokens[0]; ti++) {
                                 if (mm_tokens[ti] > 9 && mm_cases[ci].rows * mm_cases[ci].cols > MM_BIG_TOKENS_MAX_ELEMS)
@@ -803,7 +931,7 @@ TEST(matmul_xq_q8_q4_all_levels) {
                                                                 T_FAIL("matmul_xq %s level %s case %zu (%lldx%lld g%d) n %lld "
                                                                        "token %lld row %lld%s: got %.9g, exact on quantized x "
                                                                        "%.9g (tol %.3g), on float x %.9g (bound %.3g) NOT OK",
-                                                                       dtype_name(w->dtype),
+                                                                       mat_name(w),
                                                                        dse_cpu_level_to_string((enum dse_cpu_level)lvl),
                                                                        ci, (long long)w->rows, (long long)cols,
                                                                        mm_cases[ci].group, (long long)n, (long long)t,
@@ -841,9 +969,9 @@ TEST(matmul_xq_many_tokens_cut_rows) {
                                            {DSE_CPU_AVX512, DSE_KFEAT_VNNI | DSE_KFEAT_T8 | DSE_KFEAT_AMX, 0}};
         enum dse_cpu_level top = detected_level();
         unsigned top_feat = detected_features();
-        static const enum dse_dtype dts[] = {DSE_DTYPE_Q4, DSE_DTYPE_Q8};
+        static const int dts[] = {DSE_DTYPE_Q4, DSE_DTYPE_Q8, MAT_Q4_F16};
         int n_checked = 0;
-        for (size_t d = 0; d < 2; d++)
+        for (size_t d = 0; d < sizeof dts / sizeof dts[0]; d++)
                 for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++)
                         for (size_t ti = 0; ti < sizeof toks / sizeof toks[0]; ti++) {
                                 rng_seed(9700 + 100 * d + 10 * ci + ti);
@@ -890,7 +1018,7 @@ TEST(matmul_xq_many_tokens_cut_rows) {
                                                             (cfgs[cfg][2] && memcmp(&y[t * ldy + r], &y1[r], sizeof y1[r]) != 0))
                                                                 T_FAIL("matmul_xq %s level %s feat %u (%lldx%lld g%d) n %lld token %lld "
                                                                        "row %lld: got %.9g, oracle %.9g, the token alone %.9g NOT OK",
-                                                                       dtype_name(w->dtype),
+                                                                       mat_name(w),
                                                                        dse_cpu_level_to_string((enum dse_cpu_level)cfgs[cfg][0]),
                                                                        cfgs[cfg][1], (long long)w->rows, (long long)cols,
                                                                        cases[ci].group, (long long)n, (long long)t, (long long)r,

@@ -289,12 +289,14 @@ static _Atomic dse_matmul_xq_fn below_xq[DSE_DTYPE_COUNT];
 
 /* Q8 takes 16-row blocks from r0 and leaves the last (r1 - r0) % 16 rows to the VNNI
  * kernel; Q4 takes every row block of the layout that [r0, r1) touches, whole, and stores
- * the rows in range, so a row's sums do not depend on where the range starts. */
+ * the rows in range, so a row's sums do not depend on where the range starts. Q4 with
+ * fp16 scales goes to the VNNI kernel whole: no AMX host here to test its staging. */
 static void matmul_xq_amx(const struct dse_qmat *w, const struct dse_xq *xq, float *y, int64_t ldy, int64_t r0,
                           int64_t r1) {
         int q4 = w->dtype == DSE_DTYPE_Q4;
         int64_t rb0 = q4 ? r0 / 16 * 16 : r0, rows16 = q4 ? (r1 + 15) / 16 * 16 : r0 + (r1 - r0) / 16 * 16;
-        if (xq->n < (q4 ? AMX_MIN_TOKENS_Q4 : AMX_MIN_TOKENS_Q8) || w->group_size % DSE_XQ_BLOCK || rows16 <= rb0) {
+        if (xq->n < (q4 ? AMX_MIN_TOKENS_Q4 : AMX_MIN_TOKENS_Q8) || w->group_size % DSE_XQ_BLOCK || rows16 <= rb0 ||
+            w->scale_f16) {
                 atomic_load_explicit(&below_xq[w->dtype], memory_order_relaxed)(w, xq, y, ldy, r0, r1);
                 return;
         }

@@ -252,7 +252,7 @@ static inline __m256i bcast32(const int8_t *p) {
 
 /* Group g of row block R (tiles at p) for tokens t..t+T-1 (T <= Q4XQ_T): acc (lanes =
  * the 16 rows, per token) += (F_g - z * X_g) * s, sv and zv the rows' s_g and z_g (16
- * floats each: sv points into the scales, zv is converted on the stack once per group). */
+ * floats each, converted on the stack once per group from either Q4 form). */
 static inline __attribute__((always_inline)) void q4_xq_group(const uint8_t *p, const struct dse_xq *xq, int64_t t,
                                                               int64_t b0, int64_t b1, const float *Xg, int64_t ng,
                                                               const float *sv, const float *zv, float (*acc)[16],
@@ -329,7 +329,7 @@ static void matmul_xq_q4_avx2(const struct dse_qmat *w, const struct dse_xq *xq,
         }
         int64_t bpg = w->group_size / DSE_XQ_BLOCK, tb = Q4XQ_CAP / ng < Q4XQ_TB ? Q4XQ_CAP / ng : Q4XQ_TB;
         float X[Q4XQ_CAP];
-        _Alignas(32) float acc[Q4XQ_TB][16], zv[16];
+        _Alignas(32) float acc[Q4XQ_TB][16], sv[16], zv[16];
         for (int64_t t0 = 0; t0 < xq->n; t0 += tb) {
                 int64_t T = xq->n - t0 < tb ? xq->n - t0 : tb;
                 q4_prep_x(xq, w->group_size, t0, T, 0, ng, X, ng);
@@ -339,11 +339,10 @@ static void matmul_xq_q4_avx2(const struct dse_qmat *w, const struct dse_xq *xq,
                         memset(acc, 0, (size_t)T * sizeof acc[0]);
                         /* the block's s_g and z_g: 16 rows per group, in group order (model.h
                          * dse__q4_sidx) */
-                        const float *sb = w->scale + rb * ng;
-                        const uint8_t *zb = w->zero + rb * ng;
                         for (int64_t g = 0; g < ng; g++) {
-                                const float *sv = sb + 16 * g;
-                                q4f_f z = q4f_u8(zb + 16 * g);
+                                q4f_f s = q4f_scales(w, rb * ng + 16 * g), z = q4f_zeros(w, rb * ng + 16 * g);
+                                _mm256_store_ps(sv, s.a);
+                                _mm256_store_ps(sv + 8, s.b);
                                 _mm256_store_ps(zv, z.a);
                                 _mm256_store_ps(zv + 8, z.b);
                                 int64_t b0 = g * bpg, b1 = b0 + bpg < nb ? b0 + bpg : nb, j = 0;
@@ -446,13 +445,12 @@ static void dequant_row_avx2(const struct dse_qmat *w, int64_t r, float *out) {
                 }
                 const uint8_t *p = (const uint8_t *)w->data + (r / DSE_Q4_ROWS) * nb * DSE_Q4_TILE + 4 * (r % DSE_Q4_ROWS);
                 /* row r's scale and zero point of group g: 16 apart (model.h dse__q4_sidx) */
-                const float *srow = w->scale + dse__q4_sidx(w->n_groups, r, 0);
-                const uint8_t *zrow = w->zero + dse__q4_sidx(w->n_groups, r, 0);
+                int64_t s0 = dse__q4_sidx(w->n_groups, r, 0);
                 const __m256i sh = _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4), m = _mm256_set1_epi32(0xf);
                 for (int64_t b = 0; b < nb; b++) {
                         int64_t g = b * DSE_Q4_COLS / G;
-                        __m256 s = _mm256_set1_ps(srow[g * DSE_Q4_ROWS]);
-                        __m256 vz = _mm256_set1_ps((float)zrow[g * DSE_Q4_ROWS]);
+                        __m256 s = _mm256_set1_ps(dse__q4_scale(w, s0 + g * DSE_Q4_ROWS));
+                        __m256 vz = _mm256_set1_ps((float)dse__q4_zero(w, s0 + g * DSE_Q4_ROWS));
                         for (int k = 0; k < 4 && (c = b * DSE_Q4_COLS + 8 * k) < n; k++) {
                                 int32_t d;
                                 memcpy(&d, p + b * DSE_Q4_TILE + 64 * k, sizeof d);

@@ -203,16 +203,16 @@ static inline __attribute__((always_inline)) void axpy_rows_q4_block(const struc
                 for (int64_t r = ra; r < rz; r++) {
                         unsigned L = (unsigned)r % DSE_Q4_ROWS, off = 64 * (L % 4) + 16 * (L / 4);
                         /* row r's scale and zero point of group g: 16 apart (model.h dse__q4_sidx) */
-                        const float *srow = w->scale + dse__q4_sidx(w->n_groups, r, 0);
-                        const uint8_t *zrow = w->zero + dse__q4_sidx(w->n_groups, r, 0);
+                        int64_t s0 = dse__q4_sidx(w->n_groups, r, 0);
                         __m512 va = _mm512_set1_ps(a[r - r0]), t = _mm512_setzero_ps();
                         int64_t gp = -1;
                         UNROLL
                         for (int k = 0; k < NC; k++) {
                                 int64_t g = (c0 + 32 * k) / G;
                                 if (g != gp) { /* a tile lies in one group (G a multiple of 32) */
-                                        __m512 vz = _mm512_set1_ps((float)zrow[DSE_Q4_ROWS * g]);
-                                        t = _mm512_mul_ps(_mm512_sub_ps(iota, vz), _mm512_set1_ps(srow[DSE_Q4_ROWS * g]));
+                                        __m512 vz = _mm512_set1_ps((float)dse__q4_zero(w, s0 + DSE_Q4_ROWS * g));
+                                        t = _mm512_mul_ps(_mm512_sub_ps(iota, vz),
+                                                          _mm512_set1_ps(dse__q4_scale(w, s0 + DSE_Q4_ROWS * g)));
                                         gp = g;
                                 }
                                 __m512i v = _mm512_broadcast_i32x4(
@@ -472,14 +472,12 @@ static void dequant_row_avx512(const struct dse_qmat *w, int64_t r, float *out) 
                 const uint8_t *p = (const uint8_t *)w->data + (r / DSE_Q4_ROWS) * nb * DSE_Q4_TILE + 4 * (r % DSE_Q4_ROWS);
                 /* row r's group g at srow[16 g] (model.h: 16 rows interleaved) */
                 int64_t s0 = dse__q4_sidx(w->n_groups, r, 0);
-                const float *srow = w->scale + s0;
-                const uint8_t *zrow = w->zero + s0;
                 const __m512i shift = _mm512_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4, 0, 0, 0, 0, 4, 4, 4, 4);
                 const __m512i lo4 = _mm512_set1_epi32(0xf);
                 for (int64_t b = 0; b < nb; b++) {
                         int64_t c = b * DSE_Q4_COLS, g = c / G;
-                        __m512 s = _mm512_set1_ps(srow[DSE_Q4_ROWS * g]);
-                        __m512 vz = _mm512_set1_ps((float)zrow[DSE_Q4_ROWS * g]);
+                        __m512 s = _mm512_set1_ps(dse__q4_scale(w, s0 + DSE_Q4_ROWS * g));
+                        __m512 vz = _mm512_set1_ps((float)dse__q4_zero(w, s0 + DSE_Q4_ROWS * g));
                         int32_t d[4];
                         for (int k = 0; k < 4; k++)
                                 memcpy(&d[k], p + b * DSE_Q4_TILE + 64 * k, sizeof d[k]);

@@ -526,7 +526,8 @@ static void matmul_xq_q8_t8_avx512(const struct dse_qmat *w, const struct dse_xq
  * The scales and zero points are 16 rows interleaved as well (model.h): a row block's
  * group is one 64-byte load of s and one 16-byte load of z, read in group order, so they
  * are two more sequential streams per row block, prefetched 8 groups (s) and 16 groups
- * (z) ahead in their own order: a late scale line holds up the group's FMAs and, behind
+ * (z) ahead in their own order (fp16 scales: one 32-byte load, 16 groups ahead, and no
+ * z): a late scale line holds up the group's FMAs and, behind
  * them, the loads of the next lines. Prefetching the next row blocks' ones instead (as
  * the row-major layout needed) gains nothing here and costs a little in L2. Each 64
  * weight bytes are loaded once (DSE_LOAD_ONCE), so no two loads wait on one miss. */
@@ -556,8 +557,8 @@ static inline __attribute__((always_inline)) void q4_block(const struct dse_qmat
         const int8_t *q[Q4_TMAX];
         const float *d[Q4_TMAX];
         __mmask16 keep[Q4_NR1];
-        const float *sp[Q4_NR1];
-        const uint8_t *zp[Q4_NR1];
+        int64_t si[Q4_NR1]; /* the row block's first scale and zero point (model.h dse__q4_sidx) */
+        const int sym = w->scale_f16 != NULL;
         __m512 acc[Q4_NR1][Q4_TMAX];
         UNROLL
         for (int t = 0; t < T; t++) {
@@ -567,8 +568,7 @@ static inline __attribute__((always_inline)) void q4_block(const struct dse_qmat
         UNROLL
         for (int i = 0; i < NR; i++) {
                 p[i] = (const uint8_t *)w->data + Rv[i] * nb * DSE_Q4_TILE;
-                sp[i] = w->scale + Rv[i] * w->n_groups * DSE_Q4_ROWS;
-                zp[i] = w->zero + Rv[i] * w->n_groups * DSE_Q4_ROWS;
+                si[i] = Rv[i] * w->n_groups * DSE_Q4_ROWS;
                 keep[i] = (__mmask16)(mask16(r1 - 16 * Rv[i]) & ~mask16(r0 - 16 * Rv[i]));
                 UNROLL
                 for (int t = 0; t < T; t++)
@@ -633,11 +633,19 @@ static inline __attribute__((always_inline)) void q4_block(const struct dse_qmat
                 UNROLL
                 for (int i = 0; i < NR; i++) {
                         /* the 16 rows' s and s z (padded rows' too: never stored) */
-                        _mm_prefetch((const char *)(sp[i] + DSE_Q4_ROWS * (g + 8)), _MM_HINT_T0);  /* 8 lines */
-                        _mm_prefetch((const char *)(zp[i] + DSE_Q4_ROWS * (g + 16)), _MM_HINT_T0); /* 4 lines */
-                        __m512 s = _mm512_loadu_ps(sp[i] + DSE_Q4_ROWS * g);
-                        __m512 sz = _mm512_mul_ps(s, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(
-                                                             (const __m128i *)(zp[i] + DSE_Q4_ROWS * g)))));
+                        int64_t e = si[i] + DSE_Q4_ROWS * g;
+                        __m512 s, sz;
+                        if (sym) {
+                                _mm_prefetch((const char *)(w->scale_f16 + e + DSE_Q4_ROWS * 16), _MM_HINT_T0); /* 8 lines */
+                                s = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(w->scale_f16 + e)));
+                                sz = _mm512_mul_ps(s, _mm512_set1_ps((float)DSE_Q4_SYM_ZERO));
+                        } else {
+                                _mm_prefetch((const char *)(w->scale + e + DSE_Q4_ROWS * 8), _MM_HINT_T0); /* 8 lines */
+                                _mm_prefetch((const char *)(w->zero + e + DSE_Q4_ROWS * 16), _MM_HINT_T0); /* 4 lines */
+                                s = _mm512_loadu_ps(w->scale + e);
+                                sz = _mm512_mul_ps(s, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(
+                                                              _mm_loadu_si128((const __m128i *)(w->zero + e)))));
+                        }
                         UNROLL
                         for (int t = 0; t < T; t++) {
                                 acc[i][t] = _mm512_fmadd_ps(F[i][t], s, acc[i][t]);

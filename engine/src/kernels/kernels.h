@@ -66,7 +66,11 @@
  *   Q8:           data holds rows*cols int8; W[r,c] = q * scale[r * n_groups + c/group].
  *   Q4:           q = dse__q4_get(data, cols, r, c): 16 rows interleaved (model.h, "Q4
  *                 layout"); W[r,c] = (q - zero[i]) * scale[i], i = dse__q4_sidx(n_groups, r, c/group)
- *                 (scales and zero points 16 rows interleaved too, model.h).
+ *                 (scales and zero points 16 rows interleaved too, model.h); or, symmetric
+ *                 with fp16 scales (scale_f16 set, scale and zero NULL: a GGUF Q4_0
+ *                 block's own 18 bytes per 32 weights, where the float scale and zero
+ *                 point take 21), W[r,c] = (q - 8) * f16(scale_f16[i]). dse__q4_scale and
+ *                 dse__q4_zero read either form.
  *   perm (Q4, may be NULL): stored column j multiplies input x[perm[j]]; kernels read x in
  *                 stored order, so the caller gathers x first (dse__linear does). */
 struct dse_qmat {
@@ -77,6 +81,7 @@ struct dse_qmat {
         const void *data;
         const float *scale;
         const uint8_t *zero;
+        const uint16_t *scale_f16; /* Q4 symmetric: fp16 scales, zero point 8 */
         const int32_t *perm;
 };
 
@@ -313,5 +318,16 @@ float dse__kern_f8e4m3_to_f32(uint8_t b);
 uint8_t dse__kern_f32_to_f8e4m3(float f);
 /* 256-entry e4m3 decode table (built once, thread-safe). */
 const float *dse__f8e4m3_table(void);
+
+/* The zero point of a Q4 matrix stored with fp16 scales (GGUF Q4_0's q - 8). */
+#define DSE_Q4_SYM_ZERO 8
+
+/* Scale and zero point i (dse__q4_sidx) of a Q4 matrix, in either of its forms. */
+static inline float dse__q4_scale(const struct dse_qmat *w, int64_t i) {
+        return w->scale_f16 ? dse__kern_f16_to_f32(w->scale_f16[i]) : w->scale[i];
+}
+static inline int dse__q4_zero(const struct dse_qmat *w, int64_t i) {
+        return w->scale_f16 ? DSE_Q4_SYM_ZERO : w->zero[i];
+}
 
 #endif

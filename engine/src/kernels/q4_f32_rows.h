@@ -93,6 +93,13 @@ static inline q4f_f q4f_f32(const float *p) {
 static inline q4f_f q4f_u8(const uint8_t *b) {
         return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)b)));
 }
+/* 16 consecutive fp16 values (a row block's scales of one group, symmetric Q4) */
+static inline q4f_f q4f_f16(const uint16_t *p) {
+        return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
+}
+static inline q4f_f q4f_set1(float v) {
+        return _mm512_set1_ps(v);
+}
 /* lanes lo..hi-1 of v to y[lo..hi-1] */
 static inline void q4f_store(float *y, q4f_f v, int lo, int hi) {
         __mmask16 m = (__mmask16)(((1u << hi) - 1) & ~((1u << lo) - 1));
@@ -174,6 +181,13 @@ static inline q4f_f q4f_u8(const uint8_t *b) {
         return (q4f_f){_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)b))),
                        _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(b + 8))))};
 }
+static inline q4f_f q4f_f16(const uint16_t *p) {
+        return (q4f_f){_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)),
+                       _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + 8)))};
+}
+static inline q4f_f q4f_set1(float v) {
+        return (q4f_f){_mm256_set1_ps(v), _mm256_set1_ps(v)};
+}
 static inline void q4f_store(float *y, q4f_f v, int lo, int hi) {
         float t[16];
         _mm256_storeu_ps(t, v.a);
@@ -193,6 +207,15 @@ static inline float q4f_xsum(const float *x, int64_t c0, int64_t c1) {
 }
 #endif
 
+/* The scales and zero points of a row block's group, 16 rows from element i (model.h
+ * dse__q4_sidx), in either Q4 form (kernels.h struct dse_qmat). */
+static inline q4f_f q4f_scales(const struct dse_qmat *w, int64_t i) {
+        return w->scale_f16 ? q4f_f16(w->scale_f16 + i) : q4f_f32(w->scale + i);
+}
+static inline q4f_f q4f_zeros(const struct dse_qmat *w, int64_t i) {
+        return w->scale_f16 ? q4f_set1((float)DSE_Q4_SYM_ZERO) : q4f_u8(w->zero + i);
+}
+
 /* Groups' sums of x kept on the stack per call: up to Q4F_XS (token, group) pairs, 32 KiB;
  * a matrix with more groups than that computes them per row block (the same function,
  * so the same values). */
@@ -209,9 +232,7 @@ static inline __attribute__((always_inline)) void q4f_block(const struct dse_qma
         /* the block's scales and zero points, 16 rows per group in group order (model.h
          * dse__q4_sidx); rows past the matrix (a padded last block) hold whatever the
          * padding holds: they are computed, never stored */
-        int64_t rbase = R * DSE_Q4_ROWS;
-        const float *sbase = w->scale + R * ng * DSE_Q4_ROWS;
-        const uint8_t *zbase = w->zero + R * ng * DSE_Q4_ROWS;
+        int64_t rbase = R * DSE_Q4_ROWS, sbase = R * ng * DSE_Q4_ROWS;
         q4f_f acc[Q4F_TB];
         Q4F_UNROLL
         for (int t = 0; t < T; t++)
@@ -256,7 +277,7 @@ static inline __attribute__((always_inline)) void q4f_block(const struct dse_qma
                                 c++;
                         }
                 }
-                q4f_f s = q4f_f32(sbase + g * DSE_Q4_ROWS), z = q4f_u8(zbase + g * DSE_Q4_ROWS);
+                q4f_f s = q4f_scales(w, sbase + g * DSE_Q4_ROWS), z = q4f_zeros(w, sbase + g * DSE_Q4_ROWS);
                 Q4F_UNROLL
                 for (int t = 0; t < T; t++) {
 #if Q4F_C == 4

@@ -162,10 +162,10 @@ static void matvec_q4_ref(const struct dse_qmat *w, const float *x, float *y, in
                 float acc = 0.0f;
                 for (int64_t g = 0; g < w->n_groups; g++) {
                         int64_t c1 = (g + 1) * G < w->cols ? (g + 1) * G : w->cols, s = dse__q4_sidx(w->n_groups, r, g);
-                        float z = (float)w->zero[s], part = 0.0f;
+                        float z = (float)dse__q4_zero(w, s), part = 0.0f;
                         for (int64_t c = g * G; c < c1; c++)
                                 part += ((float)dse__q4_get(W, w->cols, r, c) - z) * x[c];
-                        acc += part * w->scale[s];
+                        acc += part * dse__q4_scale(w, s);
                 }
                 y[r] = acc;
         }
@@ -225,12 +225,12 @@ static void quantize_xq_ref(const float *x, int64_t ldx, struct dse_xq *xq) {
 static inline int32_t wq_at(const struct dse_qmat *w, int64_t r, int64_t c) {
         if (w->dtype == DSE_DTYPE_Q8)
                 return ((const int8_t *)w->data)[r * w->cols + c];
-        return dse__q4_get(w->data, w->cols, r, c) - w->zero[dse__q4_sidx(w->n_groups, r, c / w->group_size)];
+        return dse__q4_get(w->data, w->cols, r, c) - dse__q4_zero(w, dse__q4_sidx(w->n_groups, r, c / w->group_size));
 }
 
 /* The scale of row r, group g of a Q8 or Q4 matrix. */
 static inline float wscale_at(const struct dse_qmat *w, int64_t r, int64_t g) {
-        return w->scale[w->dtype == DSE_DTYPE_Q4 ? dse__q4_sidx(w->n_groups, r, g) : r * w->n_groups + g];
+        return w->dtype == DSE_DTYPE_Q4 ? dse__q4_scale(w, dse__q4_sidx(w->n_groups, r, g)) : w->scale[r * w->n_groups + g];
 }
 
 /* Each 32-column activation block is cut at weight-group boundaries; each piece is an
@@ -272,7 +272,7 @@ static float weight_at(const struct dse_qmat *w, int64_t r, int64_t c) {
                 return (float)((const int8_t *)w->data)[r * n + c] * w->scale[r * w->n_groups + c / w->group_size];
         case DSE_DTYPE_Q4: {
                 int64_t g = dse__q4_sidx(w->n_groups, r, c / w->group_size);
-                return ((float)dse__q4_get(w->data, n, r, c) - (float)w->zero[g]) * w->scale[g];
+                return ((float)dse__q4_get(w->data, n, r, c) - (float)dse__q4_zero(w, g)) * dse__q4_scale(w, g);
         }
         default: return 0.0f;
         }
