@@ -1013,7 +1013,10 @@ static size_t collect_matrices(const struct dse_model *m, const struct dse_hpara
                         const struct dse_tensor *sc = dse__model_tensor(m, aux);
                         snprintf(aux, sizeof aux, "%s.zero", t->name);
                         const struct dse_tensor *z = dse__model_tensor(m, aux);
-                        wm->w.scale = sc->data;
+                        if (sc->dtype == DSE_DTYPE_F16) /* Q4's symmetric form (kernels.h) */
+                                wm->w.scale_f16 = sc->data;
+                        else
+                                wm->w.scale = sc->data;
                         wm->bytes += sc->size_bytes;
                         if (z) {
                                 wm->w.zero = z->data;

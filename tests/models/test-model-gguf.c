@@ -4,8 +4,9 @@
  *   F32 / F16: the prompt logits and the 16 greedy decode steps against the fixture's
  *              reference, on the exact path (scalar kernels, float32 activations) with
  *              test-model.c's strict tolerance: max abs <= 1e-3, identical greedy ids.
- *   Q8_0 / Q4_0 (ggml's reference quantizers): converted to native Q8 / Q4 (group 32),
- *              every weight (q - zero) * scale equals, bit for bit, the same weight of
+ *   Q8_0 / Q4_0 (ggml's reference quantizers): converted to native Q8 / Q4 (group 32;
+ *              Q4 in its symmetric form: the blocks' fp16 scales and no zero points),
+ *              every weight q * scale or (q - 8) * scale equals, bit for bit, the same weight of
  *              the F32 GGUF holding ggml's dequantised values, so the import changed no
  *              value; the logits of the two agree within the strict tolerance (the Q8/Q4
  *              and F32 kernels sum in different orders).
@@ -26,6 +27,7 @@
 
 #include "dse.h"
 #include "gguf-from-hf.h"
+#include "kernels/kernels.h"
 #include "model-ref.h"
 #include "model/format.h"
 #include "model/forward.h"
@@ -57,7 +59,10 @@ static size_t compare_weights(const char *quant_native, const char *f32_native, 
                 const struct dse_tensor *sc = dse__model_tensor(q, name);
                 snprintf(name, sizeof name, "%s.zero", t->name);
                 const struct dse_tensor *zr = dse__model_tensor(q, name);
-                if (!ref || ref->dtype != DSE_DTYPE_F32 || !sc || t->group_size != 32) {
+                /* Q4 from Q4_0 keeps the blocks' fp16 scales and no zero points */
+                int q4_sym = t->dtype == DSE_DTYPE_Q4 && sc && sc->dtype == DSE_DTYPE_F16 && !zr;
+                if (!ref || ref->dtype != DSE_DTYPE_F32 || !sc || t->group_size != 32 ||
+                    (t->dtype == DSE_DTYPE_Q4 && !q4_sym)) {
                         differ++;
                         continue;
                 }
@@ -71,7 +76,8 @@ static size_t compare_weights(const char *quant_native, const char *f32_native, 
                                         w = (float)((const int8_t *)t->data)[r * cols + c] * s[r * ng + c / 32];
                                 } else {
                                         int64_t k = dse__q4_sidx(ng, r, c / 32);
-                                        w = (float)(dse__q4_get(t->data, cols, r, c) - ((const uint8_t *)zr->data)[k]) * s[k];
+                                        w = (float)(dse__q4_get(t->data, cols, r, c) - 8) *
+                                            dse__kern_f16_to_f32(((const uint16_t *)sc->data)[k]);
                                 }
                                 differ += memcmp(&w, &want[r * cols + c], 4) != 0;
                         }
@@ -202,7 +208,8 @@ TEST(deepseek_v3_noaux_yarn_kv_b_split) { check_fixture("deepseek-v3-noaux-yarn"
 
 /* A split kv_b stays split: attn_k_b and attn_v_b become k_b_proj [H * kv_lora, nope] and
  * v_b_proj [H * v, kv_lora] holding the GGUF's Q8_0 / Q4_0 blocks as native Q8 / Q4 (no
- * F32 kv_b_proj), the file says so (mla_kv_b_split, format minor version 2), the
+ * F32 kv_b_proj), the file says so (mla_kv_b_split, format minor version 2; 3 with Q4's
+ * fp16 scales), the
  * absorbed attention over them agrees with the naive one on float activations (as
  * test-model-mla), and int8 activations stay within the README's second row of the float
  * ones (mean abs <= 0.05, top-1 agreement >= 0.9). */
@@ -229,7 +236,8 @@ static void check_split_kept(uint32_t type, enum dse_dtype want) {
         uint8_t head[16];
         ASSERT_TRUE(f && fread(head, 1, sizeof head, f) == sizeof head);
         fclose(f);
-        ASSERT_EQ(head[12] | head[13] << 8 | head[14] << 16 | (uint32_t)head[15] << 24, 2); /* version_minor */
+        /* version_minor: 2 for the split, 3 when Q4 keeps fp16 scales as well */
+        ASSERT_EQ(head[12] | head[13] << 8 | head[14] << 16 | (uint32_t)head[15] << 24, want == DSE_DTYPE_Q4 ? 3 : 2);
         struct dse_model *m = NULL;
         ASSERT_OK(dse_model_open(native, 0, &m, &diag));
         const struct dse_hparams *hp = dse__model_hparams(m);

@@ -9,6 +9,7 @@
 
 #include "gguf-ref.h"
 #include "gguf_writer.h"
+#include "kernels/kernels.h"
 #include "model/gguf/gguf.h"
 #include "t.h"
 
@@ -98,8 +99,8 @@ TEST(reference_quantizers_round_trip) {
         }
 }
 
-/* The exact native forms: Q8_0 and Q5_0 blocks as Q8 (q * scale), Q4_0 as Q4 with zero
- * point 8 ((q - zero) * scale, in the 16-row interleaved layout), on random blocks of a
+/* The exact native forms: Q8_0 and Q5_0 blocks as Q8 (q * scale), Q4_0 as Q4's symmetric
+ * form ((q - 8) * fp16 scale, in the 16-row interleaved layout), on random blocks of a
  * 20 x 64 matrix (a partial 16-row block included): every value as ggml's formulas. */
 TEST(native_forms_hold_the_values_exactly) {
         static const uint32_t types[] = {8, 6, 2};
@@ -128,19 +129,23 @@ TEST(native_forms_hold_the_values_exactly) {
                 } else {
                         ASSERT_EQ(dse__ggml_native_dtype(type), DSE_DTYPE_Q4);
                         int64_t srows = dse__scale_rows(DSE_DTYPE_Q4, rows);
-                        uint8_t *d = calloc((size_t)dse__q4_bytes(rows, cols), 1), *z = calloc((size_t)(srows * ng), 1);
-                        float *s = calloc((size_t)(srows * ng), sizeof *s);
-                        dse__ggml_to_q4_rows(src, rows, cols, d, s, z);
-                        for (int64_t r = 0; r < rows; r++)
+                        uint8_t *d = calloc((size_t)dse__q4_bytes(rows, cols), 1);
+                        uint16_t *s = calloc((size_t)(srows * ng), sizeof *s);
+                        float *row = malloc((size_t)cols * sizeof *row);
+                        dse__ggml_to_q4_rows(src, rows, cols, d, s);
+                        /* read back as the kernels define Q4's symmetric form */
+                        struct dse_qmat w = {.dtype = DSE_DTYPE_Q4, .rows = rows, .cols = cols, .group_size = 32,
+                                             .n_groups = ng, .data = d, .scale_f16 = s};
+                        for (int64_t r = 0; r < rows; r++) {
+                                dse__kernels_ref_dequant_row(&w, r, row);
                                 for (int64_t c = 0; c < cols; c++) {
-                                        int64_t k = dse__q4_sidx(ng, r, c / 32);
-                                        float w = (float)(dse__q4_get(d, cols, r, c) - z[k]) * s[k];
                                         float want = gguf_ref_value(type, src + (size_t)(r * ng + c / 32) * bb, (int)(c % 32));
-                                        bad += memcmp(&w, &want, 4) != 0;
+                                        bad += memcmp(&row[c], &want, 4) != 0;
                                 }
+                        }
                         free(d);
-                        free(z);
                         free(s);
+                        free(row);
                 }
                 free(src);
                 if (bad)

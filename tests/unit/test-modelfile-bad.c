@@ -268,6 +268,49 @@ TEST(native_missing_and_unexpected_tensor) {
         native_done(&n);
 }
 
+/* Q4's two forms (FORMAT.md "Quantized tensors"): F32 scales need U8 zero points (a
+ * missing .zero is an error, never a symmetric weight); F16 scales are the symmetric form,
+ * shaped as the F32 ones, and a .zero beside them is refused by name. */
+TEST(native_q4_scale_forms) {
+        struct native n;
+        snprintf(n.dir, sizeof n.dir, "%s", tmp_dir());
+        int r;
+        const char *p = convert_fixture(t_fixture("models/llama-bf16-linear-rope"), n.dir, "int4", &r, &diag);
+        ASSERT_OK(r);
+        snprintf(n.path, sizeof n.path, "%s", p);
+        ASSERT_TRUE((n.buf = slurp(n.path, &n.len)) != NULL);
+        const char *w = "model.layers.0.self_attn.q_proj.weight";
+        char sname[160], zname[160];
+        snprintf(sname, sizeof sname, "%s.scale", w);
+        snprintf(zname, sizeof zname, "%s.zero", w);
+        uint8_t *se = entry(&n, sname), *ze = entry(&n, zname);
+        ASSERT_TRUE(se && ze);
+        ASSERT_EQ(rd32(se + 128), (uint32_t)DSE_DTYPE_F32);
+        ASSERT_OK(native_open(&n, n.len));
+
+        ze[strlen(zname) - 1] = 'x'; /* ".zerx": no zero points for F32 scales */
+        reseal(&n);
+        ASSERT_ERR(native_open(&n, n.len), -EBADMSG);
+        MSG_HAS(zname);
+        ze[strlen(zname) - 1] = 'o';
+
+        uint64_t cols = rd64(se + 144), size = rd64(se + 184);
+        wr32(se + 128, DSE_DTYPE_F16); /* F16 in the F32 scales' bytes: twice the columns */
+        wr64(se + 144, 2 * cols);
+        reseal(&n);
+        ASSERT_ERR(native_open(&n, n.len), -EBADMSG);
+        MSG_HAS(sname);
+        MSG_HAS("expected F16");
+
+        wr64(se + 144, cols); /* F16 of the right shape: half the bytes */
+        wr64(se + 184, size / 2);
+        reseal(&n);
+        ASSERT_ERR(native_open(&n, n.len), -EBADMSG);
+        MSG_HAS("unexpected tensor");
+        MSG_HAS(zname);
+        native_done(&n);
+}
+
 TEST(native_checksum_mismatch_found_by_verify) {
         struct native n;
         ASSERT_OK(native_make(&n, "models/qwen2-bf16-tied"));

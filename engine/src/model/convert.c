@@ -408,10 +408,13 @@ static int plan_outputs(struct conv *c, const struct dse_schema_entry *se, struc
                 j->out_scale = r;
         } else if (d == DSE_DTYPE_Q8 || d == DSE_DTYPE_Q4) {
                 int64_t srows = dse__scale_rows(d, rows); /* Q4: padded (model.h) */
-                if ((r = add_out(c, se->name, ".scale", DSE_DTYPE_F32, 2, srows, ng, 0)) < 0)
+                /* GGUF Q4_0 keeps its blocks' fp16 scales and zero point 8: Q4's symmetric
+                 * form, 18 bytes per 32 weights as in the GGUF file (FORMAT.md) */
+                int sym = d == DSE_DTYPE_Q4 && j->kind == SRC_GGML;
+                if ((r = add_out(c, se->name, ".scale", sym ? DSE_DTYPE_F16 : DSE_DTYPE_F32, 2, srows, ng, 0)) < 0)
                         return r;
                 j->out_scale = r;
-                if (d == DSE_DTYPE_Q4) {
+                if (d == DSE_DTYPE_Q4 && !sym) {
                         if ((r = add_out(c, se->name, ".zero", DSE_DTYPE_U8, 2, srows, ng, 0)) < 0)
                                 return r;
                         j->out_zero = r;
@@ -1147,11 +1150,11 @@ static int run_ggml(struct conv *c, const struct job *j) {
         int64_t br = block_rows(j, src_row / (size_t)cols ? src_row / (size_t)cols : 1);
         int q4 = j->out_dtype == DSE_DTYPE_Q4;
         int64_t srows = dse__scale_rows(j->out_dtype, br);
+        size_t sbytes = q4 ? sizeof(uint16_t) : sizeof(float); /* Q4: the blocks' fp16 scales */
         uint8_t *src = malloc((size_t)br * src_row);
         uint8_t *data = malloc(q4 ? (size_t)dse__q4_bytes(br, cols) : (size_t)(br * cols));
-        float *scale = malloc((size_t)(srows * ng) * sizeof *scale);
-        uint8_t *zero = q4 ? malloc((size_t)(srows * ng)) : NULL;
-        int r = src && data && scale && (!q4 || zero) ? 0 : -ENOMEM;
+        void *scale = malloc((size_t)(srows * ng) * sbytes);
+        int r = src && data && scale ? 0 : -ENOMEM;
         struct dse__nonfinite bad = {0};
         for (int64_t r0 = 0; r == 0 && r0 < j->rows; r0 += br) {
                 int64_t n = j->rows - r0 < br ? j->rows - r0 : br, ns = dse__scale_rows(j->out_dtype, n) * ng;
@@ -1159,22 +1162,18 @@ static int run_ggml(struct conv *c, const struct job *j) {
                         break;
                 if (q4) {
                         memset(data, 0, (size_t)dse__q4_bytes(n, cols));
-                        memset(scale, 0, (size_t)ns * sizeof *scale);
-                        memset(zero, 0, (size_t)ns);
-                        dse__ggml_to_q4_rows(src, n, cols, data, scale, zero);
+                        memset(scale, 0, (size_t)ns * sbytes);
+                        dse__ggml_to_q4_rows(src, n, cols, data, scale);
                 } else {
                         dse__ggml_to_q8_rows(j->ggml_type, src, n, cols, (int8_t *)data, scale);
                 }
-                dse__nonfinite_count(DSE_DTYPE_F32, scale, (size_t)ns, (uint64_t)(r0 * ng), &bad);
+                dse__nonfinite_count(q4 ? DSE_DTYPE_F16 : DSE_DTYPE_F32, scale, (size_t)ns, (uint64_t)(r0 * ng), &bad);
                 if ((r = out_write(c, j->out_data, data, q4 ? (size_t)dse__q4_bytes(n, cols) : (size_t)(n * cols))) < 0 ||
-                    (r = out_write(c, j->out_scale, scale, (size_t)ns * sizeof *scale)) < 0)
+                    (r = out_write(c, j->out_scale, scale, (size_t)ns * sbytes)) < 0)
                         break;
-                if (q4)
-                        r = out_write(c, j->out_zero, zero, (size_t)ns);
         }
         if (r == 0)
                 dse__nonfinite_warn(dse__st_file_path(c->st, j->src->file), j->src->name, &bad);
-        free(zero);
         free(scale);
         free(data);
         free(src);

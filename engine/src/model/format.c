@@ -304,6 +304,16 @@ static uint32_t header_crc(const uint8_t *buf, uint64_t end) {
         return dse__crc32c(c, buf + H_CRC + 4, end - H_CRC - 4);
 }
 
+/* Whether a Q4 weight keeps fp16 scales (minor 3): a ".scale" tensor of dtype F16. */
+static int q4_f16_scales(const struct dse_tensor *tensors, size_t n) {
+        for (size_t i = 0; i < n; i++) {
+                size_t len = strlen(tensors[i].name);
+                if (tensors[i].dtype == DSE_DTYPE_F16 && len > 6 && strcmp(tensors[i].name + len - 6, ".scale") == 0)
+                        return 1;
+        }
+        return 0;
+}
+
 int dse__native_write_header(uint8_t *buf, uint64_t data_offset, uint64_t data_size, const struct dse_hparams *hp,
                              const char *quant, const struct dse_tensor *tensors, const uint64_t *offsets,
                              const uint32_t *crcs, size_t n) {
@@ -315,7 +325,7 @@ int dse__native_write_header(uint8_t *buf, uint64_t data_offset, uint64_t data_s
         wr32(buf + H_VERSION_MAJOR, DSE_FORMAT_VERSION_MAJOR);
         /* the oldest minor version that describes the file, so older readers take what
          * they can (FORMAT.md, "Versioning") */
-        wr32(buf + H_VERSION_MINOR, hp->mla_kv_b_split ? 2 : hp->n_mtp_layers > 0 ? 1 : 0);
+        wr32(buf + H_VERSION_MINOR, q4_f16_scales(tensors, n) ? 3 : hp->mla_kv_b_split ? 2 : hp->n_mtp_layers > 0 ? 1 : 0);
         wr64(buf + H_FILE_SIZE, data_offset + data_size);
         wr64(buf + H_DATA_OFFSET, data_offset);
         wr64(buf + H_DATA_SIZE, data_size);
@@ -538,8 +548,16 @@ static int check_schema(const struct dse_hparams *hp, const struct parsed_entry 
                         check_aux(v, n, used, se->name, ".scale", DSE_DTYPE_F32, rows, groups, 0, what, &r, reterr);
                 } else if (t->dtype == DSE_DTYPE_Q4) {
                         int64_t srows = dse__scale_rows(DSE_DTYPE_Q4, rows); /* padded to 16 (model.h) */
-                        check_aux(v, n, used, se->name, ".scale", DSE_DTYPE_F32, srows, groups, 0, what, &r, reterr);
-                        if (r == 0)
+                        /* the scales' dtype names the form: F32 with U8 zero points, or F16 and
+                         * symmetric, zero point 8 (minor 3); a .zero beside F16 scales is left
+                         * unused, which the check below refuses by name */
+                        char sname[DSE_TENSOR_NAME_MAX + 16];
+                        snprintf(sname, sizeof sname, "%s.scale", se->name);
+                        const struct parsed_entry *sc = find_entry(v, n, sname);
+                        int f16 = sc && sc->t.dtype == DSE_DTYPE_F16;
+                        check_aux(v, n, used, se->name, ".scale", f16 ? DSE_DTYPE_F16 : DSE_DTYPE_F32, srows, groups, 0,
+                                  what, &r, reterr);
+                        if (r == 0 && !f16)
                                 check_aux(v, n, used, se->name, ".zero", DSE_DTYPE_U8, srows, groups, 0, what, &r, reterr);
                         const struct parsed_entry *perm =
                                 r == 0 ? check_aux(v, n, used, se->name, ".perm", DSE_DTYPE_I32, cols, 0, 1, what, &r, reterr)

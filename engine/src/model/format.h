@@ -14,8 +14,9 @@
 #define DSE_FORMAT_MAGIC "DSEMODL\n"
 #define DSE_FORMAT_VERSION_MAJOR 3 /* 3: Q4 scales and zeros 16 rows interleaved; 2: Q4 data
                                     * 16 rows interleaved; 1: row-major */
-#define DSE_FORMAT_VERSION_MINOR 2 /* 1: n_mtp_layers and the MTP modules' tensors;
-                                    * 2: mla_kv_b_split, k_b_proj and v_b_proj */
+#define DSE_FORMAT_VERSION_MINOR 3 /* 1: n_mtp_layers and the MTP modules' tensors;
+                                    * 2: mla_kv_b_split, k_b_proj and v_b_proj;
+                                    * 3: Q4 with F16 scales and no zero points (symmetric) */
 #define DSE_FORMAT_HEADER_SIZE 256     /* fixed header at offset 0 */
 #define DSE_FORMAT_HPARAM_SIZE 48      /* one hyper-parameter record */
 #define DSE_FORMAT_ENTRY_SIZE 192      /* one tensor-table entry */

@@ -33,9 +33,8 @@ static int aux_tensor(const struct dse__weights *w, const char *name, const char
                                            : t->n_dims == 2 && t->shape[0] == d0 && t->shape[1] == d1);
         uint64_t need = (uint64_t)d0 * (uint64_t)(d1 < 0 ? 1 : d1) * dtype_elem_bytes(dt);
         if (!ok || t->size_bytes < need)
-                return dse__fail(reterr, -EBADMSG, "tensor '%s': expected %s [%lld, %lld]", full,
-                                 dt == DSE_DTYPE_F32 ? "F32" : dt == DSE_DTYPE_U8 ? "U8" : "I32", (long long)d0,
-                                 (long long)d1);
+                return dse__fail(reterr, -EBADMSG, "tensor '%s': expected %s [%lld, %lld]", full, dse_dtype_to_string(dt),
+                                 (long long)d0, (long long)d1);
         *ret = t->data;
         return 0;
 }
@@ -73,13 +72,22 @@ int dse__weights_matrix(struct dse__weights *w, const char *name, int64_t rows, 
                 m.group_size = t->group_size;
                 m.n_groups = (cols + m.group_size - 1) / m.group_size;
                 int64_t srows = dse__scale_rows(t->dtype, rows);
-                if ((r = aux_tensor(w, name, ".scale", DSE_DTYPE_F32, srows, m.n_groups, &p, reterr)) < 0)
+                char scale_name[DSE_TENSOR_NAME_MAX + 8];
+                snprintf(scale_name, sizeof scale_name, "%s.scale", name);
+                const struct dse_tensor *st = dse__model_tensor(w->model, scale_name);
+                /* Q4's symmetric form keeps F16 scales and no zero points (kernels.h) */
+                int f16 = t->dtype == DSE_DTYPE_Q4 && st && st->dtype == DSE_DTYPE_F16;
+                if ((r = aux_tensor(w, name, ".scale", f16 ? DSE_DTYPE_F16 : DSE_DTYPE_F32, srows, m.n_groups, &p,
+                                    reterr)) < 0)
                         return r;
-                m.scale = p;
+                if (f16)
+                        m.scale_f16 = p;
+                else
+                        m.scale = p;
                 if (t->dtype == DSE_DTYPE_Q4) {
-                        if ((r = aux_tensor(w, name, ".zero", DSE_DTYPE_U8, srows, m.n_groups, &p, reterr)) < 0)
+                        if (!f16 && (r = aux_tensor(w, name, ".zero", DSE_DTYPE_U8, srows, m.n_groups, &p, reterr)) < 0)
                                 return r;
-                        m.zero = p;
+                        m.zero = f16 ? NULL : p;
                         char perm_name[DSE_TENSOR_NAME_MAX + 8];
                         snprintf(perm_name, sizeof perm_name, "%s.perm", name);
                         if (dse__model_tensor(w->model, perm_name)) {

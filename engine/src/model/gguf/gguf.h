@@ -148,14 +148,15 @@ size_t dse__ggml_block_bytes(uint32_t type);
 void dse__ggml_dequantize(uint32_t type, const void *src, float *dst, int64_t n);
 
 /* The ggml types the native format holds exactly: Q8_0 and Q5_0 as Q8 (q = the block's
- * integer, q5 - 16 for Q5_0; scale = d widened), Q4_0 as Q4 with zero point 8; all with
- * group 32. The native dtype, or -1 for any other type. */
+ * integer, q5 - 16 for Q5_0; scale = d widened), Q4_0 as Q4's symmetric form (fp16 scale
+ * = d, zero point 8); all with group 32. The native dtype, or -1 for any other type. */
 int dse__ggml_native_dtype(uint32_t type);
 /* rows x cols of such blocks (cols a multiple of 32) into Q8 data [rows, cols] and
  * scales [rows, cols/32]; or into the Q4 layout (rows a multiple of 16 or the matrix's
- * last rows; data, scale, zero zeroed by the caller and sized as for dse__q4_bytes and
- * dse__scale_rows) with zero points 8. Every W = (q - zero) * scale equals ggml's value. */
+ * last rows; data and scale zeroed by the caller and sized as for dse__q4_bytes and
+ * dse__scale_rows) with the blocks' fp16 scales. Every W = (q - 8) * scale equals
+ * ggml's value. */
 void dse__ggml_to_q8_rows(uint32_t type, const void *src, int64_t rows, int64_t cols, int8_t *data, float *scale);
-void dse__ggml_to_q4_rows(const void *src, int64_t rows, int64_t cols, uint8_t *data, float *scale, uint8_t *zero);
+void dse__ggml_to_q4_rows(const void *src, int64_t rows, int64_t cols, uint8_t *data, uint16_t *scale);
 
 #endif

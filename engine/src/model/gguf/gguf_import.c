@@ -649,7 +649,8 @@ static int build_specs(struct import *im, struct gguf_source *s) {
                                  dse__ggml_native_dtype(ty) == DSE_DTYPE_Q8
                                          ? "matrices as Q8 group 32 under --quant-format auto (exact), vectors as F32 (exact)"
                                  : dse__ggml_native_dtype(ty) == DSE_DTYPE_Q4
-                                         ? "matrices as Q4 group 32, zero point 8 under --quant-format auto (exact), "
+                                         ? "matrices as Q4 group 32 with the blocks' fp16 scales, zero point 8, under --quant-format "
+                                           "auto (exact), "
                                            "vectors as F32 (exact)"
                                          : "as F32 (dequantised exactly)");
         if (im->hp->mla_kv_b_split)

@@ -263,14 +263,12 @@ void dse__ggml_to_q8_rows(uint32_t type, const void *src, int64_t rows, int64_t 
         }
 }
 
-void dse__ggml_to_q4_rows(const void *src, int64_t rows, int64_t cols, uint8_t *data, float *scale, uint8_t *zero) {
+void dse__ggml_to_q4_rows(const void *src, int64_t rows, int64_t cols, uint8_t *data, uint16_t *scale) {
         const uint8_t *b = src;
         int64_t ng = cols / 32;
         for (int64_t r = 0; r < rows; r++)
                 for (int64_t g = 0; g < ng; g++, b += 18) {
-                        int64_t k = dse__q4_sidx(ng, r, g);
-                        scale[k] = h2f(b);
-                        zero[k] = 8;
+                        scale[dse__q4_sidx(ng, r, g)] = (uint16_t)(b[0] | b[1] << 8); /* d, little-endian fp16 */
                         for (int j = 0; j < 16; j++) {
                                 dse__q4_put(data, cols, r, 32 * g + j, b[2 + j] & 0x0F);
                                 dse__q4_put(data, cols, r, 32 * g + 16 + j, b[2 + j] >> 4);
