@@ -197,6 +197,17 @@ static const char *mat_name(const struct dse_qmat *w) {
 }
 
 
+/* The kernel tables the int8-activation tests resolve: every level, and AVX-512 with
+ * each of its sub-features (those the CPU lacks are skipped). */
+static const unsigned kernel_tables[][2] = {
+        {DSE_CPU_SCALAR, 0},
+        {DSE_CPU_AVX2, 0},
+        {DSE_CPU_AVX512, 0},
+        {DSE_CPU_AVX512, DSE_KFEAT_VNNI},
+        {DSE_CPU_AVX512, DSE_KFEAT_VNNI | DSE_KFEAT_T8},
+        {DSE_CPU_AVX512, DSE_KFEAT_VNNI | DSE_KFEAT_T8 | DSE_KFEAT_AMX},
+};
+
 /* The AVX-512 sub-features of matmul_xq this CPU (and Linux, for AMX) allows. */
 static unsigned detected_features(void) {
         struct dse_cpu_info cpu;
@@ -639,14 +650,6 @@ TEST(q4_fp16_scales_equal_float_form_bitwise) {
         static const struct mat_case qc[] = {{37, 200, 32}, {40, 300, 128}, {16, 4096, 32}, {19, 97, 96},
                                              {21, 77, 21},  {3, 1100, 32},  {130, 256, 64}};
         static const int64_t toks[] = {1, 2, 3, 8, 17};
-        static const unsigned cfgs[][2] = {
-                {DSE_CPU_SCALAR, 0},
-                {DSE_CPU_AVX2, 0},
-                {DSE_CPU_AVX512, 0},
-                {DSE_CPU_AVX512, DSE_KFEAT_VNNI},
-                {DSE_CPU_AVX512, DSE_KFEAT_VNNI | DSE_KFEAT_T8},
-                {DSE_CPU_AVX512, DSE_KFEAT_VNNI | DSE_KFEAT_T8 | DSE_KFEAT_AMX},
-        };
         enum dse_cpu_level top = detected_level();
         unsigned top_feat = detected_features();
         int n_checked = 0;
@@ -677,17 +680,19 @@ TEST(q4_fp16_scales_equal_float_form_bitwise) {
                 ASSERT_TRUE(ya && yb && a && mem);
                 for (int64_t i = 0; i < rows; i++)
                         a[i] = rng_unit();
-                for (size_t cfg = 0; cfg < sizeof cfgs / sizeof cfgs[0]; cfg++) {
-                        if ((int)cfgs[cfg][0] > (int)top || (cfgs[cfg][1] & ~top_feat))
+                for (size_t cfg = 0; cfg < sizeof kernel_tables / sizeof kernel_tables[0]; cfg++) {
+                        if ((int)kernel_tables[cfg][0] > (int)top || (kernel_tables[cfg][1] & ~top_feat))
                                 continue;
                         struct dse_kernels k;
-                        ASSERT_OK(dse__kernels_resolve_with((enum dse_cpu_level)cfgs[cfg][0], cfgs[cfg][1], &k));
+                        ASSERT_OK(dse__kernels_resolve_with((enum dse_cpu_level)kernel_tables[cfg][0],
+                                                            kernel_tables[cfg][1], &k));
                         const char *lv = dse_cpu_level_to_string(k.level);
 #define SAME(what, len)                                                                                         \
         do {                                                                                                    \
                 if (memcmp(ya, yb, (size_t)(len) * sizeof(float)) != 0)                                       \
                         T_FAIL("%s level %s features %u case %zu (%lldx%lld g%d): fp16 and float forms differ", \
-                               what, lv, cfgs[cfg][1], ci, (long long)rows, (long long)cols, qc[ci].group);   \
+                               what, lv, kernel_tables[cfg][1], ci, (long long)rows, (long long)cols,           \
+                               qc[ci].group);                                                                  \
         } while (0)
                         for (size_t ti = 0; ti < sizeof toks / sizeof toks[0]; ti++) {
                                 int64_t n = toks[ti];
@@ -891,17 +896,9 @@ TEST(matmul_xq_q8_q4_all_levels) {
                                 k0.quantize_xq(x, ldx, &xq);
                                 float *y = malloc((size_t)(n * ldy) * sizeof(float));
                                 /* every level, and AVX-512 with and without its VNNI entries */
-                                static const unsigned cfgs[][2] = {
-                                        {DSE_CPU_SCALAR, 0},
-                                        {DSE_CPU_AVX2, 0},
-                                        {DSE_CPU_AVX512, 0},
-                                        {DSE_CPU_AVX512, DSE_KFEAT_VNNI},
-                                        {DSE_CPU_AVX512, DSE_KFEAT_VNNI | DSE_KFEAT_T8},
-                                        {DSE_CPU_AVX512, DSE_KFEAT_VNNI | DSE_KFEAT_T8 | DSE_KFEAT_AMX},
-                                };
-                                for (size_t cfg = 0; cfg < sizeof cfgs / sizeof cfgs[0]; cfg++) {
-                                        int lvl = (int)cfgs[cfg][0];
-                                        unsigned feat = cfgs[cfg][1];
+                                for (size_t cfg = 0; cfg < sizeof kernel_tables / sizeof kernel_tables[0]; cfg++) {
+                                        int lvl = (int)kernel_tables[cfg][0];
+                                        unsigned feat = kernel_tables[cfg][1];
                                         if (lvl > (int)top || (feat & ~top_feat))
                                                 continue;
                                         struct dse_kernels k;
