@@ -15,7 +15,8 @@
 #        ours:      dsvisor-bench model --gguf FILE (the same file converted by the
 #                   engine's GGUF reader: Q4_0 / Q8_0 blocks become native Q4 / Q8
 #                   group 32 with bit-identical values) --prefill 512 --decode TG
-#                   --batches 1 --depth DEPTH;
+#                   --batches 1 --depth DEPTH --unpaired (no read-probe passes between
+#                   the decode steps: llama-bench's tg has none either);
 #   4. prints the medians of both, ours / llama.cpp, and our decode at DEPTH over our
 #      decode at depth 0 (a sequence decoding from depth 0 in the same turns as the
 #      DEPTH one, so that a loaded host slows both alike).
@@ -181,7 +182,7 @@ PY
 # ours: one dsvisor-bench model call; prints "pp512 tg tg@depth tg@0-in-the-same-turns".
 ours_run() { # file preset format threads
   "$BUILD/bin/dsvisor-bench" model --preset "$2" --format "$3" --gguf "$1" --threads "$4" --prefill 512 \
-    --decode "$TG" --batches 1 --depth "$DEPTH" --json >"$TMP/ours.json" 2>"$TMP/ours.log" ||
+    --decode "$TG" --batches 1 --depth "$DEPTH" --unpaired --json >"$TMP/ours.json" 2>"$TMP/ours.log" ||
     { tail -3 "$TMP/ours.log" >&2; echo "- - - -"; return; }
   python3 - "$TMP/ours.json" "$DEPTH" <<'PY'
 import json, sys

@@ -2,7 +2,7 @@
  *
  *     dsvisor-bench model --preset r1-distill-qwen-1.5b --format int4 [--layers N]
  *                   [--threads T] [--group G] [--prefill 128,512] [--decode 64]
- *                   [--batches 1,4,8] [--hugepages | --shmem] [--json]
+ *                   [--batches 1,4,8] [--hugepages | --shmem] [--unpaired] [--json]
  *
  * The model is written with random weights straight into the native format (the
  * engine's own header writer and schema, engine/FORMAT.md) and cached under
@@ -36,6 +36,10 @@
  *                   are means. The best single pass (5 of each variant over 512 MiB of
  *                   the mapping, before and after decoding) is reported too
  *                   (read_bw_best_bytes_per_s); without batch 1 it is the bandwidth
+ *                   With --unpaired no probe runs beside the steps (as llama-bench's tg
+ *                   decodes: the side-by-side's figure; a pass between steps costs the
+ *                   next one its warm caches and prefetch streams) and the read bandwidth
+ *                   is the best single pass
  *   roofline        batch-1 decode tok/s x bytes/token / read bandwidth; roofline_best:
  *                   over the best single pass instead, a mean against a maximum
  *   decode steps    the fastest and the median batch-1 step in ms (decode_step_ms_b1)
@@ -1276,7 +1280,8 @@ static void usage(void) {
                 "usage: dsvisor-bench model --preset r1-distill-qwen-1.5b|deepseek-coder-1.3b|deepseek-v2-lite\n"
                 "           --format int4|int8|bf16 [--layers N] [--threads T | --threads T,T [--rounds N]] [--group G]\n"
                 "           [--prefill N,N] [--decode STEPS] [--batches B,B] [--hugepages | --shmem]\n"
-                "           [--kv-dtype f32|bf16|fp8|int8] [--kv-tokens N] [--depth N,N] [--gguf FILE] [--json]\n"
+                "           [--kv-dtype f32|bf16|fp8|int8] [--kv-tokens N] [--depth N,N] [--gguf FILE] [--unpaired]\n"
+                "           [--json]\n"
                 "       dsvisor-bench weights (the same options; --batches: tokens per pass)\n"
                 "       dsvisor-bench gguf --preset P --format f32|f16|q8_0|q4_0 [--layers N] --out FILE (bench/gguf_bench.c)\n"
                 "       dsvisor-bench grammar --tokenizer FILE [--corpus DIR] [--dsvisor PATH] [--slowest N] [--json]\n"
@@ -1304,7 +1309,7 @@ int main(int argc, char **argv) {
         struct spec_bench_opts spec = {.serve_model = "models/default", .held_out = NULL,
                                        .n_passages = 24, .max_tokens = 64, .repeat = 3};
         const char *preset = NULL, *format = NULL, *gguf = NULL;
-        int layers = 0, threads = 2, group = 0, json = 0, decode_steps = 64, kv_tokens = 0, rounds = 5;
+        int layers = 0, threads = 2, group = 0, json = 0, unpaired = 0, decode_steps = 64, kv_tokens = 0, rounds = 5;
         int thread_counts[8] = {2}, n_thread_counts = 1;
         enum dse_kv_dtype kv_dtype = DSE_KV_BF16;
         enum weights_in wi = WEIGHTS_FILE;
@@ -1313,6 +1318,10 @@ int main(int argc, char **argv) {
                 const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
                 if (strcmp(a, "--json") == 0) {
                         json = 1;
+                        continue;
+                }
+                if (strcmp(a, "--unpaired") == 0) {
+                        unpaired = 1;
                         continue;
                 }
                 if (strcmp(a, "--hugepages") == 0 || strcmp(a, "--shmem") == 0) {
@@ -1509,7 +1518,7 @@ int main(int argc, char **argv) {
         for (int i = 0; i < n_batches; i++) {
                 struct mem_sample ms;
                 dec[i] = measure_decode(m, pool, batches[i], decode_steps, kv_dtype, kv_tokens, logits,
-                                        batches[i] == 1 ? &pair : NULL, &ms);
+                                        batches[i] == 1 && !unpaired ? &pair : NULL, &ms);
                 if (batches[i] == 1) {
                         step_min = ms.step_min_s;
                         step_median = ms.step_median_s;
