@@ -553,7 +553,8 @@ static int check_schema(const struct dse_hparams *hp, const struct parsed_entry 
                          * unused, which the check below refuses by name */
                         char sname[DSE_TENSOR_NAME_MAX + 16];
                         snprintf(sname, sizeof sname, "%s.scale", se->name);
-                        const struct parsed_entry *sc = find_entry(v, n, sname);
+                        const struct parsed_entry *sc =
+                                strlen(sname) < DSE_TENSOR_NAME_MAX ? find_entry(v, n, sname) : NULL;
                         int f16 = sc && sc->t.dtype == DSE_DTYPE_F16;
                         check_aux(v, n, used, se->name, ".scale", f16 ? DSE_DTYPE_F16 : DSE_DTYPE_F32, srows, groups, 0,
                                   what, &r, reterr);
